@@ -1,0 +1,42 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+DEMO_DIR ?= build/demo
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test lint format lab bench clean
+
+# torch is installed before the project so that the `torch>=...` requirement is already
+# satisfied and pip never resolves a CUDA build.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m inspector demo $(DEMO_DIR)
+	@for d in $(DEMO_DIR)/*/; do \
+		echo; echo "================ $$d"; \
+		$(PY) -m inspector scan "$$d" || exit 1; \
+	done
+
+test: $(STAMP)
+	$(PY) -m ruff check inspector widgets tests benchmarks
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check inspector widgets tests benchmarks
+	$(PY) -m ruff format --check inspector widgets tests benchmarks
+
+format: $(STAMP)
+	$(PY) -m ruff format inspector widgets tests benchmarks
+	$(PY) -m ruff check --fix inspector widgets tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_scan.py
+
+clean:
+	rm -rf $(VENV) build .pytest_cache

@@ -1,0 +1,37 @@
+"""`scan(path)`: find the layout, read every header and JSON file, return the structure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inspector.errors import CannotInspectError
+from inspector.layouts import detect_layout, layout_by_name
+from inspector.model import ScannedCheckpoint
+from inspector.safetensors_header import DEFAULT_HEADER_CAP
+
+__all__ = ["scan"]
+
+
+def scan(
+    path: str | os.PathLike[str],
+    *,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    layout: str | None = None,
+) -> ScannedCheckpoint:
+    """Scan a checkpoint folder or a single `.safetensors` file, reading headers only.
+
+    Problems in the files become findings in `.problems`; only a path that cannot be
+    inspected at all raises `CannotInspectError`. `layout` forces a layout by name.
+    """
+    target = Path(path).expanduser()
+    if not target.exists():
+        raise CannotInspectError(f"{target}: no such file or folder")
+    target = target.resolve()
+    module = layout_by_name(layout) if layout else detect_layout(target)
+    if module is None:
+        raise CannotInspectError(
+            f"{target}: no checkpoint found (expected .safetensors files, "
+            "model.safetensors.index.json, or a torch_dist folder with .metadata)"
+        )
+    return module.scan(target, header_cap=header_cap)
