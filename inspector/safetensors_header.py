@@ -3,14 +3,24 @@
 Layout (FORMATS.md section 1): 8-byte little-endian header length N, N bytes of JSON, data.
 Every rule the reference reader enforces becomes a finding here instead of an exception, and
 a hostile file can make us read at most `8 + cap` bytes.
+
+Speed matters (300,000+ tensors per checkpoint): a well-formed header is validated in bulk
+with C-level builtins (`map`, `set`, list comparisons) and only a header that fails a bulk
+check goes through the per-entry path that explains each problem.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+import operator
+import reprlib
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 from pathlib import Path
 
 import orjson
@@ -26,6 +36,19 @@ DEFAULT_HEADER_CAP = 100_000_000
 # so a hostile header cannot turn into millions of findings.
 _MAX_PER_CODE = 25
 _DUP_MARKER = b'"data_offsets"'
+# Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
+# 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.
+_FAST_MAX_DIMS = 16
+# Past this element count a tensor cannot fit any file; the exact product is not needed.
+_HUGE_NUMEL = 1 << 72
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+_SHORT.maxlist = 8
+_SHORT.maxdict = 4
+_SHORT.maxlevel = 3
+
+_Columns = tuple[list[str], list[str], list[tuple[int, ...]], list[int], list[int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +80,7 @@ class ShardHeader:
 
     @property
     def tensor_bytes(self) -> int:
-        return sum(e - b for b, e in zip(self.begins, self.ends, strict=True))
+        return sum(self.ends) - sum(self.begins)
 
 
 def read_shard(path: Path, *, root: Path, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
@@ -67,35 +90,55 @@ def read_shard(path: Path, *, root: Path, cap: int = DEFAULT_HEADER_CAP) -> Shar
         with LocalFile(path) as reader:
             return read_header(reader, file=rel, cap=cap)
     except OSError as exc:
-        msg = f"{rel}: cannot be opened ({exc.strerror or exc}); check permissions and the path"
-        return ShardHeader(rel, 0, None, None, findings=(make_finding("header-unreadable", msg, file=rel),))
+        reason = exc.strerror or str(exc)
+        msg = f"{rel}: cannot be read ({reason}); check that it is a readable regular file"
+        return _unreadable(rel, 0, msg)
 
 
 def read_header(reader: RangeReader, *, file: str, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
-    """Read the length prefix and header through `reader` and validate them."""
+    """Read the length prefix and header through `reader` and validate them.
+
+    Reads at most `8 + cap` bytes whatever the file says, and checks the length against the
+    cap and the file size before reading, so a length such as 2**63 costs nothing.
+    """
     size = reader.size()
-    if size < 8:
+    prefix = reader.read_range(0, 8) if size >= 8 else b""
+    if len(prefix) < 8:
         msg = f"{file}: file is {size} bytes, shorter than the 8-byte header length prefix"
         return _unreadable(file, size, msg)
-    (header_len,) = struct.unpack("<Q", reader.read_range(0, 8))
+    (header_len,) = struct.unpack("<Q", prefix)
     if header_len > cap:
         msg = (
             f"{file}: header length {header_len:,} bytes is over the limit of {cap:,}; "
             "if the file is trusted, raise the header cap (--header-cap)"
         )
         return _unreadable(file, size, msg)
-    if 8 + header_len > size:
+    raw = reader.read_range(8, header_len) if 8 + header_len <= size else b""
+    if len(raw) < header_len:
         msg = (
             f"{file}: header length {header_len:,} runs past the end of the {size:,}-byte "
-            "file; the file is truncated or not safetensors"
+            f"file (at most {max(size - 8, 0):,} header bytes); the file is truncated or "
+            "not safetensors"
         )
         return _unreadable(file, size, msg)
-    raw = reader.read_range(8, header_len)
     return parse_header_bytes(raw, file=file, file_size=size)
 
 
 def parse_header_bytes(raw: bytes, *, file: str, file_size: int) -> ShardHeader:
     """Validate header bytes (already read) against the file size. Pure."""
+    # The decoded JSON lives only inside `_parse`, so it is freed before the GC resumes and
+    # the collection that follows never has to walk it.
+    with _gc_paused():
+        return _parse(raw, file, file_size)
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
+    """1. decode the JSON; 2. check `__metadata__`; 3. look for duplicate names when the raw
+    bytes hint at one; 4. take the columns in bulk, or entry by entry when a bulk check fails;
+    5. check that the offsets tile the data section and the file length."""
     header, problem = _decode(raw, file)
     if problem is not None:
         return _unreadable(file, file_size, problem)
@@ -103,81 +146,181 @@ def parse_header_bytes(raw: bytes, *, file: str, file_size: int) -> ShardHeader:
     metadata = _metadata(header.pop("__metadata__", None), out)
     if raw.count(_DUP_MARKER) > len(header):
         _report_duplicates(raw, out)
-    names, dtypes, shapes, begins, ends = _entries(header, out)
-    _check_tiling(names, begins, ends, out)
-    _check_length(file_size, len(raw), ends, out)
-    return ShardHeader(
-        file, file_size, len(raw), metadata, names, dtypes, shapes, begins, ends, out.done()
-    )
+    columns = _bulk_columns(header)
+    if columns is not None:
+        _check_length(file_size, len(raw), columns[4], tiled=True, out=out)
+    else:
+        columns = _entries(header, out)
+        # An entry that cannot be located may own the bytes around the others: gaps and the
+        # file length cannot be judged, and the file is already an error.
+        if len(columns[0]) == len(header):
+            tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
+            _check_length(file_size, len(raw), columns[4], tiled=tiled, out=out)
+    return ShardHeader(file, file_size, len(raw), metadata, *columns, out.done())
 
 
-# -- steps ---------------------------------------------------------------------------------
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic GC while a header is decoded.
+
+    A header decodes to thousands of fresh dicts and lists; each allocation burst triggers
+    collections that walk every live object (the tables of earlier shards included), which
+    cost more than the parsing itself. Parsing creates no reference cycles, so nothing is
+    lost by collecting later.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
-    if not raw.startswith(b"{"):
-        head = raw[:16]
-        return {}, f"{file}: header does not start with '{{' (starts with {head!r}); not safetensors"
+    """(header, None) or ({}, why the header is unreadable)."""
     try:
-        header = orjson.loads(raw.rstrip(b" "))
+        header = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        return {}, f"{file}: header is not valid UTF-8 JSON ({exc}); the file is damaged"
+        return {}, _not_json(raw, file, exc)
     if not isinstance(header, dict):
-        return {}, f"{file}: header is JSON but not an object; not safetensors"
+        kind = {list: "array", str: "string"}.get(type(header), type(header).__name__)
+        return {}, f"{file}: header is a JSON {kind} ({_short(header)}), expected an object"
+    if not raw.startswith(b"{"):
+        # Valid JSON with leading whitespace: the reference reader still rejects it.
+        return {}, (
+            f"{file}: header starts with {raw[:8]!r}, not '{{' as the format requires; strict "
+            "readers reject it, rewrite the header without the leading bytes"
+        )
     return header, None
 
 
+def _not_json(raw: bytes, file: str, exc: orjson.JSONDecodeError) -> str:
+    """Why undecodable bytes are unreadable: bad UTF-8, not safetensors, or damaged JSON."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        where = raw[bad.start : bad.start + 4]
+        return (
+            f"{file}: header is not UTF-8 (byte {where[:1]!r} at offset {bad.start:,}, "
+            f"in {raw[max(bad.start - 12, 0) : bad.start + 4]!r}); the file is damaged"
+        )
+    if not raw.lstrip().startswith(b"{"):
+        return (
+            f"{file}: header does not start with '{{' (starts with {raw[:16]!r}); not safetensors"
+        )
+    pos = getattr(exc, "pos", 0) or 0
+    return (
+        f"{file}: header is not valid JSON ({exc.msg} near {raw[max(pos - 20, 0) : pos + 20]!r}); "
+        "the file is damaged, re-export it"
+    )
+
+
 def _metadata(value: object, out: _Collector) -> dict[str, str] | None:
+    """`__metadata__` must map strings to strings; other values are findings and dropped."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        out.add("header-invalid-entry", f"__metadata__ is {type(value).__name__}, expected an object of strings")
+        out.add(
+            "header-invalid-entry",
+            f"__metadata__ is {type(value).__name__} {_short(value)}, "
+            "expected an object of strings",
+            tensor="__metadata__",
+        )
         return None
     for key, val in value.items():
         if not isinstance(val, str):
             out.add(
                 "header-invalid-entry",
                 f"__metadata__[{key!r}] is {type(val).__name__} {_short(val)}, expected a string",
+                tensor="__metadata__",
             )
     return {k: v for k, v in value.items() if isinstance(v, str)}
 
 
-def _entries(header: dict, out: _Collector):
+def _bulk_columns(header: dict) -> _Columns | None:
+    """The columns of a header with no problem at all, checked in bulk; None on any doubt.
+
+    Every check here is a C-level pass over a column (no Python code per entry): the entries
+    are dicts with the three keys (`itemgetter` raises on anything else), dtypes are known,
+    shapes are short lists of non-negative ints, offsets are pairs of non-negative ints,
+    sizes match, and the ranges tile from 0.
+    """
+    if not header:
+        return [], [], [], [], []
+    try:
+        entries = list(header.values())
+        dtypes = list(map(operator.itemgetter("dtype"), entries))
+        raw_shapes = list(map(operator.itemgetter("shape"), entries))
+        offsets = list(map(operator.itemgetter("data_offsets"), entries))
+        if not set(dtypes) <= DTYPE_BITS.keys() or set(map(type, raw_shapes)) != {list}:
+            return None
+        if max(map(len, raw_shapes)) > _FAST_MAX_DIMS or set(map(len, offsets)) != {2}:
+            return None
+        begins = list(map(operator.itemgetter(0), offsets))
+        ends = list(map(operator.itemgetter(1), offsets))
+        dims = list(chain.from_iterable(raw_shapes))
+        # One type pass over every number; signs: begins are checked by the tiling (the
+        # smallest is 0), ends by the size check (end - begin = size >= 0), dims here.
+        if set(map(type, chain(begins, ends, dims))) != {int} or (dims and min(dims) < 0):
+            return None
+        nbytes = list(map(operator.sub, ends, begins))
+        bits = map(operator.mul, map(math.prod, raw_shapes), map(DTYPE_BITS.__getitem__, dtypes))
+        if list(bits) != list(map(operator.lshift, nbytes, repeat(3))):
+            return None
+        if not _tiles(begins, ends, nbytes):
+            return None
+    except (KeyError, TypeError, IndexError):
+        return None
+    return list(header), dtypes, list(map(tuple, raw_shapes)), begins, ends
+
+
+def _tiles(begins: list[int], ends: list[int], nbytes: list[int]) -> bool:
+    """True when the ranges, sorted, run from 0 with each starting where the last ended.
+
+    With no empty range, sorting begins and ends separately is enough (the range starting
+    at 0 must be the one ending first, and so on by induction) and much cheaper than
+    sorting pairs; empty ranges need the pairs.
+    """
+    if 0 in nbytes:
+        order = sorted(zip(begins, ends, strict=True))
+        starts = list(map(operator.itemgetter(0), order))
+        stops = list(map(operator.itemgetter(1), order))
+    else:
+        starts, stops = sorted(begins), sorted(ends)
+    return starts[0] == 0 and starts[1:] == stops[:-1]
+
+
+def _entries(header: dict, out: _Collector) -> _Columns:
+    """The slow path: each entry checked on its own, each problem a finding."""
     names: list[str] = []
     dtypes: list[str] = []
     shapes: list[tuple[int, ...]] = []
     begins: list[int] = []
     ends: list[int] = []
-    bits_of = DTYPE_BITS.get
     for name, entry in header.items():
-        try:
-            dtype = entry["dtype"]
-            shape = tuple(entry["shape"])
-            begin, end = entry["data_offsets"]
-        except (TypeError, KeyError, ValueError):
-            out.add("header-invalid-entry", _entry_problem(entry), tensor=name)
+        located = _locate(name, entry, out)
+        if located is None:
             continue
-        if not (
-            type(dtype) is str
-            and all(type(d) is int and d >= 0 for d in shape)
-            and type(begin) is int
-            and type(end) is int
-            and 0 <= begin <= end
-        ):
-            out.add("header-invalid-entry", _entry_problem(entry), tensor=name)
-            continue
-        bits = bits_of(dtype)
+        dtype, shape, begin, end = located
+        bits = DTYPE_BITS.get(dtype)
         if bits is None:
+            known = ", ".join(DTYPE_BITS)
             out.add(
                 "unknown-dtype",
-                f"tensor {name!r} has dtype {dtype!r}, not a safetensors dtype "
-                f"(expected one of {', '.join(DTYPE_BITS)})",
+                f"tensor {name!r} has dtype {_short(dtype)}, not a safetensors dtype "
+                f"(expected one of {known})",
                 tensor=name,
             )
         else:
-            total_bits = math.prod(shape) * bits
+            total_bits = _numel(shape) * bits
             if total_bits % 8 or total_bits // 8 != end - begin:
-                out.add("size-mismatch", _size_problem(name, dtype, shape, begin, end, total_bits), tensor=name)
+                out.add(
+                    "size-mismatch",
+                    _size_problem(name, dtype, shape, begin, end, total_bits),
+                    tensor=name,
+                )
         names.append(name)
         dtypes.append(dtype)
         shapes.append(shape)
@@ -186,29 +329,100 @@ def _entries(header: dict, out: _Collector):
     return names, dtypes, shapes, begins, ends
 
 
-def _check_tiling(names: list[str], begins: list[int], ends: list[int], out: _Collector) -> None:
-    """Offsets must tile [0, last end) exactly: no gap, no overlap, no shared bytes."""
-    expected = 0
+def _locate(
+    name: str, entry: object, out: _Collector
+) -> tuple[str, tuple[int, ...], int, int] | None:
+    """(dtype, shape, begin, end) of a well-typed entry, else a header-invalid-entry finding."""
+    try:
+        dtype = entry["dtype"]
+        shape = entry["shape"]
+        begin, end = entry["data_offsets"]
+    except (TypeError, KeyError, ValueError, IndexError):
+        out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
+        return None
+    if not (
+        type(dtype) is str
+        and type(shape) is list
+        and all(type(d) is int and d >= 0 for d in shape)
+        and type(entry["data_offsets"]) is list
+        and type(begin) is int
+        and type(end) is int
+        and 0 <= begin <= end
+    ):
+        out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
+        return None
+    return dtype, tuple(shape), begin, end
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    """prod(shape), stopping early once it is past any possible file size."""
+    if len(shape) <= _FAST_MAX_DIMS:
+        return math.prod(shape)
+    if 0 in shape:
+        return 0
+    n = 1
+    for d in shape:
+        n *= d
+        if n > _HUGE_NUMEL:
+            return n
+    return n
+
+
+def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
+    """Offsets must tile [0, last end) exactly: no gap, no overlap, no shared bytes.
+
+    Returns True when they do. When they do not, tensors running past the data section are
+    reported here too: the header is inconsistent, so the file is not simply truncated.
+    """
+    names, _, _, begins, ends = columns
+    problems: list[tuple[int, str]] = []
+    expected, holder = 0, None
     for begin, end, i in sorted(zip(begins, ends, range(len(names)), strict=True)):
-        if begin != expected:
-            kind = "gap" if begin > expected else "overlap"
-            what = (
-                f"{begin - expected:,} unused bytes before it"
-                if kind == "gap"
-                else f"starts {expected - begin:,} bytes inside the previous tensor"
+        if begin > expected:
+            after = f"after tensor {names[holder]!r} " if holder is not None else ""
+            problems.append(
+                (
+                    i,
+                    f"leave a gap of {begin - expected:,} unused bytes {after}"
+                    f"(expected it to start at {expected:,})",
+                )
             )
-            out.add(
-                "offset-invalid",
-                f"tensor {names[i]!r} data_offsets [{begin}, {end}] leave a {kind}: {what} "
-                f"(expected it to start at {expected})",
-                tensor=names[i],
-            )
-        expected = max(expected, end)
+        elif begin < expected and holder is not None:
+            if (begins[holder], ends[holder]) == (begin, end):
+                what = f"point at the same bytes as tensor {names[holder]!r}"
+            else:
+                what = (
+                    f"start {expected - begin:,} bytes inside tensor {names[holder]!r} "
+                    f"[{begins[holder]:,}, {expected:,}] (expected it to start at {expected:,})"
+                )
+            problems.append((i, what))
+        if end > expected:
+            expected, holder = end, i
+    if not problems:
+        return True
+    reported = {i for i, _ in problems}
+    problems += [(i, "") for i, end in enumerate(ends) if end > data_len and i not in reported]
+    for i, what in problems:
+        past = (
+            f"run past the end of the {data_len:,}-byte data section" if ends[i] > data_len else ""
+        )
+        detail = "; ".join(p for p in (what, past) if p)
+        out.add(
+            "offset-invalid",
+            f"tensor {names[i]!r} data_offsets [{begins[i]:,}, {ends[i]:,}] {detail}; "
+            "loaders reject the file, re-export it",
+            tensor=names[i],
+        )
+    return False
 
 
-def _check_length(file_size: int, header_len: int, ends: list[int], out: _Collector) -> None:
+def _check_length(
+    file_size: int, header_len: int, ends: list[int], *, tiled: bool, out: _Collector
+) -> None:
+    """The file must be exactly `8 + header + data`; a short file only counts as truncated
+    when the offsets are consistent (otherwise `_check_tiling` already said what is wrong)."""
     expected = 8 + header_len + (max(ends) if ends else 0)
-    if file_size < expected:
+    if file_size < expected and tiled:
         out.add(
             "file-truncated",
             f"file is {file_size:,} bytes but its header needs {expected:,} "
@@ -218,7 +432,7 @@ def _check_length(file_size: int, header_len: int, ends: list[int], out: _Collec
         out.add(
             "trailing-bytes",
             f"file is {file_size:,} bytes, {file_size - expected:,} more than its header "
-            f"describes ({expected:,}); loaders reject the file",
+            f"describes ({expected:,}); loaders reject the file, cut it to {expected:,} bytes",
         )
 
 
@@ -227,13 +441,13 @@ def _report_duplicates(raw: bytes, out: _Collector) -> None:
     seen: set[str] = set()
 
     def hook(pairs: list[tuple[str, object]]) -> dict:
-        for key, _ in pairs:
-            if isinstance(_, dict) and "data_offsets" in _:
+        for key, value in pairs:
+            if isinstance(value, dict) and "data_offsets" in value:
                 if key in seen:
                     out.add(
                         "header-duplicate-key",
-                        f"tensor {key!r} appears twice in the header; only the last entry is "
-                        "used by readers",
+                        f"tensor {key!r} appears twice in the header; readers keep only the "
+                        "last entry, remove the other one",
                         tensor=key,
                     )
                 seen.add(key)
@@ -241,7 +455,8 @@ def _report_duplicates(raw: bytes, out: _Collector) -> None:
 
     try:
         json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
-    except ValueError:
+    except (ValueError, RecursionError):
+        # orjson accepted the header; stdlib json may still refuse very deep nesting.
         return
 
 
@@ -260,20 +475,28 @@ class _Collector:
         n = self.counts.get(code, 0) + 1
         self.counts[code] = n
         if n <= _MAX_PER_CODE:
-            self.items.append(make_finding(code, f"{self.file}: {message}", file=self.file, tensor=tensor))
+            self.items.append(
+                make_finding(code, f"{self.file}: {message}", file=self.file, tensor=tensor)
+            )
 
     def done(self) -> tuple[Finding, ...]:
         for code, n in self.counts.items():
             if n > _MAX_PER_CODE:
                 more = n - _MAX_PER_CODE
                 self.items.append(
-                    make_finding(code, f"{self.file}: {more:,} more {code} problems not listed", file=self.file)
+                    make_finding(
+                        code,
+                        f"{self.file}: {more:,} more {code} problems not listed",
+                        file=self.file,
+                    )
                 )
         return tuple(self.items)
 
 
 def _unreadable(file: str, size: int, message: str) -> ShardHeader:
-    return ShardHeader(file, size, None, None, findings=(make_finding("header-unreadable", message, file=file),))
+    return ShardHeader(
+        file, size, None, None, findings=(make_finding("header-unreadable", message, file=file),)
+    )
 
 
 def _entry_problem(entry: object) -> str:
@@ -291,20 +514,29 @@ def _entry_problem(entry: object) -> str:
         and all(type(o) is int and o >= 0 for o in offsets)
         and offsets[0] <= offsets[1]
     ):
-        problems.append(f"data_offsets {_short(offsets)} (expected [begin, end] with 0 <= begin <= end)")
+        problems.append(
+            f"data_offsets {_short(offsets)} (expected [begin, end] with 0 <= begin <= end)"
+        )
     return "entry has " + "; ".join(problems or ["an unexpected form"])
 
 
-def _size_problem(name: str, dtype: str, shape: tuple[int, ...], begin: int, end: int, bits: int) -> str:
-    want = f"{bits // 8:,}" if bits % 8 == 0 else f"{bits / 8} (not a whole number of bytes)"
+def _size_problem(
+    name: str, dtype: str, shape: tuple[int, ...], begin: int, end: int, bits: int
+) -> str:
+    want = f"{bits // 8:,}" if bits % 8 == 0 else f"{bits / 8:,} (not a whole number of bytes)"
+    dims = _short(list(shape))
     return (
-        f"tensor {name!r} spans {end - begin:,} bytes but {dtype} {list(shape)} needs {want}"
+        f"tensor {name!r} data_offsets [{begin:,}, {end:,}] span {end - begin:,} bytes "
+        f"but {dtype} {dims} needs {want}"
     )
 
 
-def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(value: object) -> str:
+    """A bounded repr: safe for hostile values (deep nesting, huge lists, long strings)."""
+    try:
+        return _SHORT.repr(value)
+    except (RecursionError, ValueError):
+        return f"<{type(value).__name__}>"
 
 
 def _relative(path: Path, root: Path) -> str:

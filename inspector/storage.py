@@ -6,7 +6,9 @@ never touch `open()` themselves.
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
@@ -38,8 +40,14 @@ class LocalFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.name = str(path)
-        self._fd = os.open(path, os.O_RDONLY)
-        self._size = os.fstat(self._fd).st_size
+        # O_NONBLOCK: opening a FIFO planted in a checkpoint folder must not hang the scan.
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        info = os.fstat(self._fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(self._fd)
+            self._fd = -1
+            raise OSError(errno.EINVAL, "not a regular file", self.name)
+        self._size = info.st_size
 
     def size(self) -> int:
         return self._size
