@@ -1,0 +1,433 @@
+"""The `dcp-sharded` layout against checkpoints written by PyTorch's own DCP writer.
+
+One 2-process save per module (`real`); every damaging test works on a copy of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from dcp_writers import MAPPING, full_tensors, tensor_plan, write_dcp_checkpoint
+from huggingface_hub import split_torch_state_dict_into_shards
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from inspector.demo.dcp import write_dcp_demo, write_rank_files
+from inspector.layouts import dcp_sharded, detect_layout
+from inspector.model import DcpChunk, DcpInfo
+from inspector.scan import scan
+
+OUT1_RANK2 = "shard-00002-model-00001-of-00002.safetensors"
+OUT2_RANK1 = "shard-00001-model-00002-of-00002.safetensors"
+OUT2_RANK2 = "shard-00002-model-00002-of-00002.safetensors"
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training checkpoint folder whose `model/` was saved by 2 gloo ranks."""
+    root = tmp_path_factory.mktemp("dcp") / "epoch_0_step_10"
+    write_dcp_checkpoint(root / "model")
+    return root
+
+
+@pytest.fixture
+def model(real: Path, tmp_path: Path) -> Path:
+    """A private copy of the real `model/` folder, free to damage."""
+    return Path(shutil.copytree(real / "model", tmp_path / "model"))
+
+
+def codes(scanned) -> list[str]:
+    return [f.code for f in [*scanned.problems, *dcp_sharded.check(scanned)]]
+
+
+def by_code(scanned, code: str):
+    return [f for f in [*scanned.problems, *dcp_sharded.check(scanned)] if f.code == code]
+
+
+def rewrite(path: Path, *, edit_info=None, edit_tensors=None, metadata=None) -> None:
+    """Re-save one rank's file with edited tensors and/or edited DCP_SHARDING_INFO."""
+    with safe_open(str(path), "pt") as f:
+        meta = dict(f.metadata())
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open API)
+    if edit_info is not None:
+        info = json.loads(meta["DCP_SHARDING_INFO"])
+        edit_info(info)
+        meta["DCP_SHARDING_INFO"] = json.dumps(info)
+    if edit_tensors is not None:
+        edit_tensors(tensors)
+    save_file(tensors, str(path), metadata=meta if metadata is None else metadata)
+
+
+# -- the real checkpoint -----------------------------------------------------------------------
+
+
+def test_what_torch_writes(real: Path) -> None:
+    names = sorted(p.name for p in (real / "model").iterdir())
+    assert names == [
+        ".hf_metadata",
+        "shard-00001-model-00001-of-00002.safetensors",
+        OUT2_RANK1,
+        OUT1_RANK2,
+        OUT2_RANK2,
+    ]
+
+
+def test_detect_and_parent_folder(real: Path) -> None:
+    assert dcp_sharded.detect(real / "model")
+    assert dcp_sharded.detect(real)
+    assert detect_layout(real / "model") is dcp_sharded
+    scanned = scan(real)
+    assert scanned.layout == "dcp-sharded"
+    assert scanned.path == (real / "model").resolve()
+    assert scanned.shards[0].file == "shard-00001-model-00001-of-00002.safetensors"
+
+
+def test_detect_by_metadata_only(model: Path, tmp_path: Path) -> None:
+    shutil.rmtree(model / ".hf_metadata")
+    for i, path in enumerate(sorted(model.glob("*.safetensors"))):
+        path.rename(model / f"rank{i}.safetensors")
+    assert dcp_sharded.detect(model)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    save_file({"a": torch.zeros(2)}, str(plain / "model-00001-of-00002.safetensors"))
+    save_file({"b": torch.zeros(2)}, str(plain / "model-00002-of-00002.safetensors"))
+    assert not dcp_sharded.detect(plain)
+
+
+def test_scan_rebuilds_full_shapes(real: Path) -> None:
+    scanned = scan(real / "model")
+    full = full_tensors()
+    assert scanned.dcp.full_shapes == {name: tuple(t.shape) for name, t in full.items()}
+    logical = dict(
+        zip(
+            scanned.logical.name,
+            zip(scanned.logical.dtype, scanned.logical.nbytes, strict=True),
+            strict=True,
+        )
+    )
+    for name, t in full.items():
+        dtype, nbytes = logical[name]
+        assert nbytes == t.numel() * t.element_size(), name
+        assert (
+            dtype
+            == {
+                "torch.bfloat16": "BF16",
+                "torch.float32": "F32",
+                "torch.int32": "I32",
+                "torch.int8": "I8",
+                "torch.bool": "BOOL",
+            }[str(t.dtype)]
+        )
+        sharded = tensor_plan()[name].shard_dim is not None
+        assert len(scanned.dcp.chunks[name]) == (2 if sharded else 1), name
+    assert scanned.dcp.mapping == MAPPING
+    assert scanned.spec.experts_per_layer == 2
+    assert scanned.problems == []
+    assert dcp_sharded.check(scanned) == []
+
+
+def test_chunks_reassemble_the_saved_tensors(real: Path) -> None:
+    """Our reading of the offsets puts every chunk's data where torch took it from."""
+    scanned = scan(real / "model")
+    for name, expected in full_tensors().items():
+        rebuilt = torch.zeros(scanned.dcp.full_shapes[name], dtype=expected.dtype)
+        for chunk in scanned.dcp.chunks[name]:
+            with safe_open(str(scanned.path / chunk.file), "pt") as f:
+                data = f.get_tensor(name)
+            region = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
+            rebuilt[region] = data
+        assert torch.equal(rebuilt, expected), name
+
+
+# -- coverage, overlap, dtype --------------------------------------------------------------------
+
+
+def test_missing_first_rank_file_leaves_gaps(model: Path) -> None:
+    (model / OUT2_RANK1).unlink()
+    scanned = scan(model)
+    gaps = by_code(scanned, "dcp-coverage-gap")
+    by_tensor = {f.tensor: f for f in gaps if f.tensor}
+    # Rank 1 held row 0 of the gate and columns 0-7 of expert 0's down_proj.
+    assert "[0:1, 0:32]" in by_tensor["model.layers.0.mlp.gate.weight"].message
+    assert "[0:32, 0:8]" in by_tensor["model.layers.0.mlp.experts.0.down_proj.weight"].message
+    assert by_tensor["model.layers.0.mlp.experts.0.down_proj.weight"].expert == 0
+    # lm_head's rank-1 chunk held its only row; the remaining chunk is empty.
+    assert "lm_head.weight" in by_tensor
+    file_level = [f for f in gaps if f.tensor is None]
+    assert [f.file for f in file_level] == [OUT2_RANK1]
+    assert "ranks 2 wrote output file 2 but ranks 1 did not" in file_level[0].message
+
+
+def test_missing_last_rank_file_is_named(model: Path) -> None:
+    (model / OUT1_RANK2).unlink()
+    scanned = scan(model)
+    # The full shape silently shrinks to the chunks present ...
+    assert scanned.dcp.full_shapes["model.embed_tokens.weight"] == (32, 32)
+    # ... so the missing file itself is the evidence.
+    gaps = by_code(scanned, "dcp-coverage-gap")
+    assert [f.file for f in gaps] == [OUT1_RANK2]
+    assert "output file 1" in gaps[0].message
+
+
+def test_truncated_rank_file_leaves_gaps(model: Path) -> None:
+    path = model / OUT2_RANK2
+    data = path.read_bytes()
+    path.write_bytes(data[:-200])
+    scanned = scan(model)
+    assert "file-truncated" in codes(scanned)
+    shard = scanned.shard(OUT2_RANK2)
+    limit = shard.file_size - shard.data_start
+    cut = {n for n, e in zip(shard.names, shard.ends, strict=True) if e > limit}
+    sharded_cut = {n for n in cut if tensor_plan()[n].shard_dim is not None}
+    gaps = {f.tensor for f in by_code(scanned, "dcp-coverage-gap") if f.tensor}
+    assert sharded_cut and sharded_cut <= gaps
+    assert all("is truncated" in f.message for f in by_code(scanned, "dcp-coverage-gap"))
+
+
+def test_overlapping_chunks(model: Path) -> None:
+    def shift(info: dict) -> None:
+        info["model.embed_tokens.weight"]["saved_offsets"] = [16, 0]
+
+    rewrite(model / OUT1_RANK2, edit_info=shift)
+    scanned = scan(model)
+    assert scanned.dcp.full_shapes["model.embed_tokens.weight"] == (48, 32)
+    overlaps = by_code(scanned, "dcp-chunk-overlap")
+    assert [f.tensor for f in overlaps] == ["model.embed_tokens.weight"]
+    assert OUT1_RANK2 in overlaps[0].message and "[16, 0]" in overlaps[0].message
+    assert "dcp-coverage-gap" not in codes(scanned)
+
+
+def test_dtype_and_ndim_conflicts(model: Path) -> None:
+    def damage(tensors: dict) -> None:
+        tensors["model.embed_tokens.weight"] = tensors["model.embed_tokens.weight"].float()
+        tensors["model.layers.0.self_attn.q_proj.weight"] = tensors[
+            "model.layers.0.self_attn.q_proj.weight"
+        ].reshape(32, 16, 1)
+
+    def offsets(info: dict) -> None:
+        info["model.layers.0.self_attn.q_proj.weight"]["saved_offsets"] = [0, 16, 0]
+
+    rewrite(model / OUT1_RANK2, edit_tensors=damage, edit_info=offsets)
+    scanned = scan(model)
+    conflicts = {f.tensor: f.message for f in by_code(scanned, "dcp-dtype-conflict")}
+    assert set(conflicts) == {"model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight"}
+    assert "dtype" in conflicts["model.embed_tokens.weight"]
+    assert "F32" in conflicts["model.embed_tokens.weight"]
+    assert "number of dimensions" in conflicts["model.layers.0.self_attn.q_proj.weight"]
+
+
+@pytest.mark.parametrize(
+    ("damage", "expect"),
+    [
+        ("drop-info", "no DCP_SHARDING_INFO"),
+        ("not-json", "not valid JSON"),
+        ("not-object", "JSON list"),
+        ("no-offsets", "no valid saved_offsets"),
+        ("wrong-length", "length differs"),
+    ],
+)
+def test_sharding_info_missing(model: Path, damage: str, expect: str) -> None:
+    path = model / OUT1_RANK2
+    target = "model.layers.0.self_attn.mask"
+    if damage == "drop-info":
+        rewrite(path, metadata={"format": "pt"})
+    elif damage in ("not-json", "not-object"):
+        raw = "{truncated" if damage == "not-json" else "[1, 2]"
+        rewrite(path, metadata={"DCP_SHARDING_INFO": raw, "DCP_VERSION": "1.0", "format": "pt"})
+    elif damage == "no-offsets":
+        rewrite(path, edit_info=lambda info: info[target].pop("saved_offsets"))
+    else:
+        rewrite(path, edit_info=lambda info: info[target].update(saved_offsets=[0, 3, 0]))
+    scanned = scan(model)
+    found = by_code(scanned, "dcp-sharding-info-missing")
+    assert len(found) == 1 and found[0].file == OUT1_RANK2
+    assert expect in found[0].message
+    if damage in ("no-offsets", "wrong-length"):
+        assert found[0].tensor == target
+        assert [c.file for c in scanned.dcp.chunks[target]] == [
+            "shard-00001-model-00001-of-00002.safetensors"
+        ]
+
+
+# -- mapping -------------------------------------------------------------------------------------
+
+
+def edit_mapping(model: Path, edit) -> None:
+    path = model / ".hf_metadata" / "fqn_to_file_index_mapping.json"
+    mapping = json.loads(path.read_text())
+    edit(mapping)
+    path.write_text(json.dumps(mapping, indent=2, sort_keys=True))
+
+
+def test_unmapped_and_dangling(model: Path) -> None:
+    def edit(mapping: dict) -> None:
+        del mapping["model.norm.weight"]
+        mapping["model.embed_tokens.alias.weight"] = 1
+
+    edit_mapping(model, edit)
+    scanned = scan(model)
+    unmapped = by_code(scanned, "mapping-unmapped-tensor")
+    dangling = by_code(scanned, "mapping-dangling-tensor")
+    assert [f.tensor for f in unmapped] == ["model.norm.weight"]
+    assert [f.tensor for f in dangling] == ["model.embed_tokens.alias.weight"]
+    assert "fqn_to_file_index_mapping.json" in dangling[0].message
+
+
+def test_mapping_bad_values_and_bad_json(model: Path) -> None:
+    edit_mapping(model, lambda m: m.update({"model.norm.weight": 0, "lm_head.weight": "2"}))
+    scanned = scan(model)
+    bad = by_code(scanned, "mapping-unreadable")
+    assert len(bad) == 1 and "model.norm.weight=0" in bad[0].message
+    assert "lm_head.weight='2'" in bad[0].message
+    assert {f.tensor for f in by_code(scanned, "mapping-unmapped-tensor")} == {
+        "model.norm.weight",
+        "lm_head.weight",
+    }
+    path = model / ".hf_metadata" / "fqn_to_file_index_mapping.json"
+    path.write_text(path.read_text()[:40])
+    scanned = scan(model)
+    assert [f.code for f in scanned.problems] == ["mapping-unreadable"]
+    assert scanned.dcp.mapping is None
+
+
+def test_collapsed_against_reference_index(model: Path) -> None:
+    split = split_torch_state_dict_into_shards(
+        full_tensors(),
+        max_shard_size=3000,
+        filename_pattern="model.safetensors{suffix}.safetensors",
+    )
+    index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+    (model / ".hf_metadata" / "model.safetensors.index.json").write_text(json.dumps(index))
+    scanned = scan(model)
+    assert by_code(scanned, "mapping-collapsed") == []  # the real mapping uses 2 files
+    edit_mapping(model, lambda m: m.update(dict.fromkeys(m, 1)))
+    scanned = scan(model)
+    (found,) = by_code(scanned, "mapping-collapsed")
+    n = len(split.filename_to_tensors)
+    assert n > 1 and f"names {n} files" in found.message
+    assert "model.safetensors-00001-of-" in found.message
+
+
+def test_collapsed_by_size(model: Path) -> None:
+    edit_mapping(model, lambda m: m.update(dict.fromkeys(m, 1)))
+    scanned = scan(model)
+    assert by_code(scanned, "mapping-collapsed") == []  # 15 small tensors in one file is fine
+    # Same checkpoint as if its tensors were 1000x larger: over the 5 GB limit.
+    huge = dataclasses.replace(
+        scanned.logical, nbytes=[n * 1000 + 400_000_000 for n in scanned.logical.nbytes]
+    )
+    (found,) = [
+        f
+        for f in dcp_sharded.check(dataclasses.replace(scanned, logical=huge))
+        if f.code == "mapping-collapsed"
+    ]
+    assert "GB, over the 5 GB per-file limit" in found.message
+
+
+# -- coverage arithmetic -------------------------------------------------------------------------
+
+
+boxes = st.lists(
+    st.tuples(*(st.tuples(st.integers(0, 5), st.integers(0, 4)) for _ in range(3))),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(boxes)
+def test_coverage_is_exact(spec) -> None:
+    chunks = [DcpChunk("f", tuple(o for o, _ in b), tuple(n for _, n in b), "F32") for b in spec]
+    full = dcp_sharded.full_shape(chunks)
+    grid = np.zeros(full, dtype=np.int32)
+    for c in chunks:
+        grid[tuple(slice(o, o + n) for o, n in zip(c.offsets, c.shape, strict=True))] += 1
+    nonempty = [c for c in chunks if np.prod(c.shape)]
+    result = dcp_sharded.coverage(nonempty, full)
+    assert result.covered == int((grid > 0).sum())
+    assert (result.overlap is not None) == bool((grid > 1).any())
+    for hole in result.holes:
+        assert not grid[tuple(slice(a, b) for a, b in hole)].any()
+
+
+def test_check_is_fast_and_folds(tmp_path: Path) -> None:
+    """60k tensors on 8 ranks, one rank's chunks lost: quick, and at most 21 findings."""
+    chunks: dict[str, list[DcpChunk]] = {}
+    full: dict[str, tuple[int, ...]] = {}
+    for i in range(60_000):
+        name = f"model.layers.{i // 600}.mlp.experts.{i % 600 // 3}.w{i % 3}.weight"
+        chunks[name] = [
+            DcpChunk(
+                f"shard-{r + 1:05d}-model-00001-of-00001.safetensors", (r * 4, 0), (4, 64), "BF16"
+            )
+            for r in range(8)
+            if r != 3
+        ]
+        full[name] = (32, 64)
+    scanned = scan(write_dcp_demo(tmp_path / "demo"))
+    big = dataclasses.replace(scanned, dcp=DcpInfo(chunks, full), logical=None)
+    start = time.process_time()
+    found = dcp_sharded.check(big)
+    assert time.process_time() - start < 3
+    assert len(found) == 21 and all(f.code == "dcp-coverage-gap" for f in found)
+    assert "[12:16, 0:64]" in found[0].message
+    assert (
+        found[-1].message.startswith("59,980 more tensors") and "layers 0-99" in found[-1].message
+    )
+
+
+# -- demo ----------------------------------------------------------------------------------------
+
+
+def test_demo_files_match_the_real_writer(real: Path, tmp_path: Path) -> None:
+    dims = {name: plan.shard_dim for name, plan in tensor_plan().items()}
+    written = write_rank_files(tmp_path, full_tensors(), dims, MAPPING, ranks=2)
+    real_files = sorted(p.name for p in (real / "model").glob("*.safetensors"))
+    assert sorted(p.name for p in written) == real_files
+    for name in real_files:
+        ours, theirs = (tmp_path / name).read_bytes(), (real / "model" / name).read_bytes()
+        (n_ours,), (n_theirs,) = struct.unpack("<Q", ours[:8]), struct.unpack("<Q", theirs[:8])
+        assert n_ours == n_theirs and len(ours) == len(theirs), name
+        h_ours, h_theirs = json.loads(ours[8 : 8 + n_ours]), json.loads(theirs[8 : 8 + n_theirs])
+        # Same JSON (the metadata key order varies from run to run even in torch's output) ...
+        assert h_ours == h_theirs, name
+        # ... the very same sharding-info string, and the same data bytes.
+        info = "DCP_SHARDING_INFO"
+        assert h_ours["__metadata__"][info] == h_theirs["__metadata__"][info]
+        assert ours[8 + n_ours :] == theirs[8 + n_theirs :], name
+
+
+def test_demo_is_clean_and_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    start = time.perf_counter()
+    dest = write_dcp_demo(tmp_path / "dcp")
+    assert time.perf_counter() - start < 3
+    assert capsys.readouterr() == ("", "")
+    assert (dest / "README.txt").read_text().startswith("Demo: a DCP-sharded checkpoint")
+    scanned = scan(dest)
+    assert scanned.layout == "dcp-sharded"
+    assert sorted(set(scanned.dcp.mapping.values())) == [1, 2, 3, 4]
+    assert len(scanned.shards) == 8
+    assert scanned.dcp.full_shapes["lm_head.weight"] == (256, 64)
+    assert scanned.problems == [] and dcp_sharded.check(scanned) == []
+
+
+def test_collapsed_demo(tmp_path: Path) -> None:
+    scanned = scan(write_dcp_demo(tmp_path / "dcp", collapsed=True))
+    assert set(scanned.dcp.mapping.values()) == {1}
+    assert [p.name for p in sorted(scanned.path.glob("*.safetensors"))] == [
+        "shard-00001-model-00001-of-00001.safetensors",
+        "shard-00002-model-00001-of-00001.safetensors",
+    ]
+    found = dcp_sharded.check(scanned)
+    assert [f.code for f in found] == ["mapping-collapsed"]
+    assert "names 4 files" in found[0].message and "instead of 4" in found[0].message
