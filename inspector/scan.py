@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -34,4 +35,12 @@ def scan(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    return module.scan(target, header_cap=header_cap)
+    # Parsing builds millions of small, acyclic objects; the cyclic collector's passes over them
+    # cost more than the parsing itself, so it is paused for the scan.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return module.scan(target, header_cap=header_cap)
+    finally:
+        if was_enabled:
+            gc.enable()

@@ -6,6 +6,7 @@ Every function returns plain data plus findings; nothing here raises on bad inpu
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -54,7 +55,9 @@ def list_safetensors(folder: Path) -> list[Path]:
     return [Path(e.path) for e in entries if e.name.endswith(".safetensors") and e.is_file()]
 
 
-def read_shards(paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP) -> list[ShardHeader]:
+def read_shards(
+    paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP
+) -> list[ShardHeader]:
     return [read_shard(p, root=root, cap=header_cap) for p in paths]
 
 
@@ -66,7 +69,9 @@ def is_safe_member(value: str) -> bool:
     return not pure.is_absolute() and ".." not in pure.parts and not value.startswith("~")
 
 
-def read_index_doc(path: Path, *, root: Path, unreadable_code: str = "index-unreadable") -> tuple[IndexDoc | None, list[Finding]]:
+def read_index_doc(
+    path: Path, *, root: Path, unreadable_code: str = "index-unreadable"
+) -> tuple[IndexDoc | None, list[Finding]]:
     """Parse an index or sidecar. Unsafe `weight_map` paths are findings and are dropped,
     so nothing downstream ever follows them out of the folder."""
     rel = path.relative_to(root).as_posix()
@@ -74,36 +79,47 @@ def read_index_doc(path: Path, *, root: Path, unreadable_code: str = "index-unre
     if problem is not None:
         return None, [make_finding(unreadable_code, f"{rel} {problem}", file=rel)]
     weight_map = value.get("weight_map") if isinstance(value, dict) else None
-    if not isinstance(weight_map, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    # Values repeat (hundreds of files for 300k tensors): validate each distinct one once.
+    values = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    if (
+        not isinstance(weight_map, dict)
+        or not all(type(v) is str for v in values)
+        # orjson object keys are always str; only a hand-built dict could differ
+        or not all(type(k) is str for k in weight_map)
     ):
         msg = f'{rel} is not of the form {{"weight_map": {{tensor: file}}}}; regenerate it with `ckpt-inspect repair`'
         return None, [make_finding(unreadable_code, msg, file=rel)]
+    unsafe = {v for v in values if not is_safe_member(v)}
     findings = []
-    safe: dict[str, str] = {}
-    for tensor, file in weight_map.items():
-        if is_safe_member(file):
-            safe[tensor] = file
-        else:
-            findings.append(
-                make_finding(
-                    "index-unsafe-path",
-                    f"{rel} maps {tensor!r} to {file!r}, which leaves the checkpoint folder; "
-                    "expected a file name inside it (the entry is ignored)",
-                    file=rel,
-                    tensor=tensor,
+    safe = weight_map
+    if unsafe:
+        safe = {t: f for t, f in weight_map.items() if f not in unsafe}
+        for tensor, file in weight_map.items():
+            if file in unsafe:
+                findings.append(
+                    make_finding(
+                        "index-unsafe-path",
+                        f"{rel} maps {tensor!r} to {file!r}, which leaves the checkpoint folder; "
+                        "expected a file name inside it (the entry is ignored)",
+                        file=rel,
+                        tensor=tensor,
+                    )
                 )
-            )
     metadata = value.get("metadata")
     return IndexDoc(rel, safe, metadata if isinstance(metadata, dict) else {}, value), findings
 
 
-def read_config_files(folder: Path, *, root: Path) -> tuple[dict | None, dict | None, ModelSpec, set[str], list[Finding]]:
+def read_config_files(
+    folder: Path, *, root: Path
+) -> tuple[dict | None, dict | None, ModelSpec, set[str], list[Finding]]:
     """`config.json` and `hf_quant_config.json` in `folder`: (config, quant, spec, found, findings)."""
     found: set[str] = set()
     findings: list[Finding] = []
     docs: dict[str, Any] = {}
-    for name, code in (("config.json", "config-unreadable"), ("hf_quant_config.json", "quant-config-unreadable")):
+    for name, code in (
+        ("config.json", "config-unreadable"),
+        ("hf_quant_config.json", "quant-config-unreadable"),
+    ):
         path = folder / name
         if not path.is_file():
             continue
@@ -113,9 +129,62 @@ def read_config_files(folder: Path, *, root: Path) -> tuple[dict | None, dict | 
         if problem is None and not isinstance(value, dict):
             problem = f"holds a JSON {type(value).__name__}, expected an object"
         if problem is not None:
-            findings.append(make_finding(code, f"{rel} {problem}; re-write it from the model's config", file=rel))
+            salvaged = salvage_json_prefix(path) if name == "config.json" else {}
+            if salvaged:
+                spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
+                docs["salvaged"] = spec
+                keep = ", ".join(f"{k}={salvaged[k]}" for k in _SPEC_KEYS if k in salvaged)
+                problem += f"; the structure checks use what its readable part says ({keep})"
+            findings.append(
+                make_finding(
+                    code, f"{rel} {problem}; re-write it from the model's config", file=rel
+                )
+            )
         else:
             docs[name] = value
     config = docs.get("config.json")
-    spec = spec_from_config(config, source="config.json") if config is not None else ModelSpec()
+    spec = (
+        spec_from_config(config, source="config.json")
+        if config is not None
+        else docs.get("salvaged", ModelSpec())
+    )
     return config, docs.get("hf_quant_config.json"), spec, found, findings
+
+
+_SPEC_KEYS = (
+    "model_type",
+    "num_hidden_layers",
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+    "num_nextn_predict_layers",
+    "mtp_num_layers",
+    "hybrid_override_pattern",
+)
+_SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')
+
+
+def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
+    """Scalar `"key": value` pairs from the readable part of a damaged JSON file.
+
+    A config truncated by a concurrent writer usually still holds the counts we need (layers,
+    experts); the first occurrence of each key wins, so top-level keys before nested ones.
+    """
+    try:
+        with path.open("rb") as fh:
+            data = fh.read(cap)
+    except OSError:
+        return {}
+    out: dict[str, Any] = {}
+    for match in _SCALAR.finditer(data):
+        key = match.group(1).decode("ascii", "replace")
+        if key in out:
+            continue
+        try:
+            out[key] = orjson.loads(match.group(2))
+        except orjson.JSONDecodeError:
+            continue
+    return {k: v for k, v in out.items() if k in _SPEC_KEYS}

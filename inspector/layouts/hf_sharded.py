@@ -6,9 +6,17 @@ whose index was lost is still inspected.
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from inspector.layouts._common import INDEX_NAME, list_safetensors, read_config_files, read_index_doc, read_shards
+from inspector.checks.index import check_index
+from inspector.findings import Finding
+from inspector.layouts._common import (
+    INDEX_NAME,
+    list_safetensors,
+    read_config_files,
+    read_index_doc,
+    read_shards,
+)
 from inspector.model import ScannedCheckpoint
 
 NAME = "hf-sharded"
@@ -28,7 +36,10 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
         index, problems = read_index_doc(folder / INDEX_NAME, root=folder)
     paths = {p.name: p for p in list_safetensors(folder)}
     # Index entries may live in sub-folders; they were checked to stay inside the folder.
-    for file in sorted(set(index.weight_map.values()) if index else ()):
+    # Normalised so that './model-1.safetensors' is not read a second time as another shard.
+    for file in sorted(
+        {PurePosixPath(f).as_posix() for f in set(index.weight_map.values())} if index else ()
+    ):
         candidate = folder / file
         if file not in paths and candidate.is_file():
             paths[file] = candidate
@@ -46,5 +57,12 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
         quant_config=quant,
         spec=spec,
         problems=problems,
-        json_files=frozenset(found | ({INDEX_NAME} if index or (folder / INDEX_NAME).is_file() else set())),
+        json_files=frozenset(
+            found | ({INDEX_NAME} if index or (folder / INDEX_NAME).is_file() else set())
+        ),
     )
+
+
+def check(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Index drift: the index against the shard headers (only duplicates without an index)."""
+    return check_index(scanned.shards, scanned.index)

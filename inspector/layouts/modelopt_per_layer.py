@@ -7,6 +7,9 @@ import dataclasses
 import os
 from pathlib import Path
 
+from inspector.checks.index import check_index, held_tensors
+from inspector.checks.sidecars import check_sidecars
+from inspector.findings import Finding
 from inspector.layouts import hf_sharded
 from inspector.layouts._common import read_index_doc
 from inspector.model import IndexDoc, ScannedCheckpoint
@@ -30,6 +33,19 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
         if doc is not None:
             sidecars[sidecar.name.removesuffix(".json")] = doc
     return dataclasses.replace(base, layout=NAME, sidecars=sidecars, problems=problems)
+
+
+def check(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Index drift plus sidecar drift (each sidecar against its shard and the index)."""
+    unreadable = {
+        f.file.removesuffix(".json")
+        for f in scanned.problems
+        if f.code == "sidecar-unreadable" and f.file
+    }
+    held = held_tensors(scanned.shards)
+    return check_index(scanned.shards, scanned.index, held=held) + check_sidecars(
+        scanned.shards, scanned.sidecars, scanned.index, unreadable=unreadable, held=held
+    )
 
 
 def _sidecar_paths(folder: Path) -> list[Path]:

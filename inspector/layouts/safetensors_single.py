@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from inspector.findings import Finding
 from inspector.layouts._common import INDEX_NAME, list_safetensors, read_config_files, read_shards
 from inspector.model import ModelSpec, ScannedCheckpoint
 
@@ -40,3 +41,10 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
         problems=problems,
         json_files=frozenset(found),
     )
+
+
+def check(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Nothing to cross-check: one file has no index, sidecars or siblings. Its own header
+    problems are already in `scanned.problems`."""
+    del scanned
+    return []

@@ -1,0 +1,632 @@
+"""Index drift: `model.safetensors.index.json` against the shard headers. Pure functions.
+
+Codes (FINDINGS.md): index-missing-file, index-dangling-tensor, index-wrong-file,
+unindexed-tensor, unindexed-file, duplicate-tensor, total-size-mismatch,
+total-parameters-mismatch.
+
+Reporting policy, so that a checkpoint with 300,000 drifted tensors stays readable:
+
+- Per-tensor codes give one finding per tensor (with `tensor` set) for the first
+  `DETAIL_PER_FILE` tensors of each file and at most `DETAIL_TOTAL` per code; the rest of each
+  file is folded into one summary finding (`tensor` None) with the count, the layers they fall
+  in and a few example names. The full list is always in the tensors table.
+- A shard the index names but that is missing, or whose header is unreadable, gets ONE finding
+  with the number of tensors the index maps to it; its tensors are never reported one by one.
+  Totals are not checked while an indexed shard is unreadable (its bytes are unknown).
+- A `.safetensors` file the index never names gets one `unindexed-file` finding with the count
+  of its tensors; they are not also reported as `unindexed-tensor`.
+- Without an index, several shards are only checked for `duplicate-tensor`: nothing else says
+  which file should hold what, and loaders that read every file still load each copy.
+
+Everything is built from dicts and sets in one pass over the headers: linear in tensors.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from inspector.findings import Finding, examples, fold_ranges, make_finding
+from inspector.model import IndexDoc
+from inspector.safetensors_header import ShardHeader
+
+__all__ = [
+    "DETAIL_PER_FILE",
+    "DETAIL_TOTAL",
+    "HeldTensors",
+    "check_duplicates",
+    "check_index",
+    "count",
+    "describe_names",
+    "fold_tensor_issues",
+    "held_tensors",
+    "name_numbers",
+    "normalize_member",
+    "normalized_map",
+    "parse_count",
+]
+
+DETAIL_PER_FILE = 20
+DETAIL_TOTAL = 200
+
+
+@dataclass(frozen=True, slots=True)
+class HeldTensors:
+    """Where every tensor name is stored, built once from the readable headers.
+
+    `first` maps each name to the index (in `shards`) of the first shard holding it;
+    `copies` lists every holder, only for names held by more than one shard.
+    """
+
+    shards: tuple[ShardHeader, ...]
+    by_file: dict[str, ShardHeader]
+    name_sets: dict[str, frozenset[str]]
+    first: dict[str, int]
+    copies: dict[str, list[int]]
+    # Per file, tensor names whose header entry was malformed (already a finding).
+    invalid: dict[str, frozenset[str]]
+
+    @property
+    def unreadable(self) -> list[str]:
+        return [s.file for s in self.shards if not s.readable]
+
+    def holders(self, name: str) -> list[str]:
+        """Files holding `name`, in shard order."""
+        if name in self.copies:
+            return [self.shards[i].file for i in self.copies[name]]
+        i = self.first.get(name)
+        return [] if i is None else [self.shards[i].file]
+
+
+def held_tensors(shards: Iterable[ShardHeader]) -> HeldTensors:
+    """Index the headers by file and by tensor name (a file listed twice is kept once)."""
+    unique: dict[str, ShardHeader] = {}
+    for shard in shards:
+        unique.setdefault(shard.file, shard)
+    ordered = tuple(unique.values())
+    first: dict[str, int] = {}
+    copies: dict[str, list[int]] = {}
+    for i, shard in enumerate(ordered):
+        for name in shard.names:
+            j = first.setdefault(name, i)
+            if j != i:
+                copies.setdefault(name, [j]).append(i)
+    invalid = {
+        s.file: frozenset(
+            f.tensor for f in s.findings if f.code == "header-invalid-entry" and f.tensor
+        )
+        for s in ordered
+    }
+    name_sets = {s.file: frozenset(s.names) for s in ordered}
+    return HeldTensors(ordered, unique, name_sets, first, copies, invalid)
+
+
+def check_index(
+    shards: Sequence[ShardHeader],
+    index: IndexDoc | None,
+    *,
+    held: HeldTensors | None = None,
+    per_file: int = DETAIL_PER_FILE,
+    total: int = DETAIL_TOTAL,
+) -> list[Finding]:
+    """All index-against-shards findings; only duplicates when there is no index.
+
+    `held` (from `held_tensors(shards)`) may be passed to share it with other checks."""
+    held = held or held_tensors(shards)
+    findings = check_duplicates(held, index=index, per_file=per_file, total=total)
+    if index is None:
+        return findings
+    wmap = normalized_map(index.weight_map)
+    listed = _group_by_file(wmap)
+    drift = _Drift()
+    findings += _indexed_file_findings(index.file, listed, held, drift, total)
+    findings += _listed_tensor_findings(index.file, listed, held, drift, per_file, total)
+    findings += _unlisted_findings(index.file, wmap, listed, held, drift, per_file, total)
+    findings += _total_findings(index, held, drift)
+    return findings
+
+
+# -- facts gathered while checking, for the totals' explanations ----------------------------
+
+
+class _Drift:
+    """Counts the per-tensor checks leave behind for the totals' explanations."""
+
+    def __init__(self) -> None:
+        self.unindexed_bytes = 0
+        self.unindexed_numel = 0
+        self.unindexed_count = 0
+        self.unheld_count = 0
+        self.unknown_files: list[str] = []
+
+
+# -- step 1: each file the index names -------------------------------------------------------
+
+
+def _indexed_file_findings(
+    index_file: str, listed: dict[str, list[str]], held: HeldTensors, drift: _Drift, total: int
+) -> list[Finding]:
+    """index-missing-file for absent shards (a hostile index naming thousands of files gets
+    `total` findings and one summary); one note for each unreadable shard."""
+    findings = []
+    absent: list[str] = []
+    for file, names in sorted(listed.items()):
+        shard = held.by_file.get(file)
+        if shard is None:
+            drift.unheld_count += len(names)
+            absent.append(file)
+            if len(absent) <= total:
+                findings.append(_missing_file(index_file, file, names, held))
+        elif not shard.readable:
+            drift.unknown_files.append(file)
+            msg = (
+                f"{index_file} maps {count(len(names))} to {file} "
+                f"(e.g. {examples(sorted(names))}), but the header of {file} cannot be read "
+                "(see its header-unreadable finding): "
+                "none of them can be loaded or checked, and the index totals were not checked; "
+                f"re-copy or re-export {file}"
+            )
+            findings.append(make_finding("index-dangling-tensor", msg, file=file))
+    rest = absent[total:]
+    if rest:
+        msg = (
+            f"{index_file} names {count(len(rest), 'more file')} that are not in the folder "
+            f"({examples(rest)}); regenerate the index (ckpt-inspect repair)"
+        )
+        findings.append(make_finding("index-missing-file", msg, file=index_file))
+    return findings
+
+
+def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:
+    elsewhere = [n for n in names if n in held.first]
+    where = ""
+    if elsewhere:
+        files = sorted({f for n in elsewhere for f in held.holders(n)})
+        where = (
+            f"; {len(elsewhere):,} of them are in other shards ({examples(files)}), so the "
+            "shard may have been renamed"
+        )
+    msg = (
+        f"{index_file} maps {count(len(names))} to {file} (e.g. {examples(sorted(names))}), but "
+        f"{file} is not in the checkpoint folder{where}; loaders will fail or leave those "
+        "weights uninitialised: restore the file, or regenerate the index (ckpt-inspect repair)"
+    )
+    return make_finding("index-missing-file", msg, file=file)
+
+
+# -- step 2: each tensor the index lists, in a readable shard -------------------------------
+
+
+def _listed_tensor_findings(
+    index_file: str,
+    listed: dict[str, list[str]],
+    held: HeldTensors,
+    drift: _Drift,
+    per_file: int,
+    total: int,
+) -> list[Finding]:
+    """index-wrong-file and index-dangling-tensor, folded per file."""
+    wrong: dict[str, list[str]] = {}
+    dangling: dict[str, list[str]] = {}
+    for file, names in listed.items():
+        shard = held.by_file.get(file)
+        if shard is None or not shard.readable:
+            continue
+        present, invalid = held.name_sets[file], held.invalid[file]
+        for name in names:
+            if name in present or name in invalid:
+                continue
+            (wrong if name in held.first else dangling).setdefault(file, []).append(name)
+    drift.unheld_count += sum(map(len, dangling.values()))
+    maybe = _unreadable_note(held)
+    wrong_summary = _summary(f"that {index_file} maps to {{file}} are in other shards")
+    dangling_summary = _summary(f"that {index_file} maps to {{file}} are in no shard{maybe}")
+    options = {"per_file": per_file, "total": total}
+    return fold_tensor_issues(
+        "index-wrong-file", wrong, _wrong_detail(index_file, held), wrong_summary, **options
+    ) + fold_tensor_issues(
+        "index-dangling-tensor",
+        dangling,
+        _dangling_detail(index_file, maybe),
+        dangling_summary,
+        **options,
+    )
+
+
+def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], str]:
+    def detail(file: str, name: str) -> str:
+        actual = ", ".join(held.holders(name))
+        return (
+            f"{index_file} maps {name!r} to {file}, which does not hold it; it is in {actual}: "
+            "loaders will look in the wrong file and fail; point the index at "
+            f"{actual} (ckpt-inspect repair)"
+        )
+
+    return detail
+
+
+def _dangling_detail(index_file: str, maybe: str) -> Callable[[str, str], str]:
+    def detail(file: str, name: str) -> str:
+        return (
+            f"{index_file} maps {name!r} to {file}, but no shard holds it{maybe}; loaders will "
+            "fail or leave it uninitialised: restore the tensor or drop it from the index"
+        )
+
+    return detail
+
+
+def _unreadable_note(held: HeldTensors) -> str:
+    unknown = held.unreadable
+    if not unknown:
+        return ""
+    return f" (unless it is in {examples(unknown)}, whose header cannot be read)"
+
+
+# -- step 3: what the shards hold that the index does not list -------------------------------
+
+
+def _unlisted_findings(
+    index_file: str,
+    wmap: dict[str, str],
+    listed: dict[str, list[str]],
+    held: HeldTensors,
+    drift: _Drift,
+    per_file: int,
+    total: int,
+) -> list[Finding]:
+    """unindexed-tensor in indexed shards; one unindexed-file per file the index never names."""
+    unindexed: dict[str, list[str]] = {}
+    findings: list[Finding] = []
+    for shard in held.shards:
+        missing = [n for n in shard.names if n not in wmap]
+        _count_unindexed(shard, missing, drift)
+        if shard.file not in listed:
+            findings.append(_unindexed_file(index_file, shard, missing))
+        elif missing:
+            unindexed[shard.file] = missing
+
+    def detail(file: str, name: str) -> str:
+        return (
+            f"{file} holds {name!r}, which {index_file} does not list: loaders that follow the "
+            "index ignore it; add it to the index (ckpt-inspect repair) or remove it"
+        )
+
+    summary = _summary(f"in {{file}} are not listed in {index_file} (loaders ignore them)")
+    return findings + fold_tensor_issues(
+        "unindexed-tensor", unindexed, detail, summary, per_file=per_file, total=total
+    )
+
+
+def _count_unindexed(shard: ShardHeader, missing: list[str], drift: _Drift) -> None:
+    if not missing:
+        return
+    wanted = set(missing)
+    for name, shape, begin, end in zip(
+        shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+    ):
+        if name in wanted:
+            drift.unindexed_bytes += end - begin
+            drift.unindexed_numel += math.prod(shape)
+    drift.unindexed_count += len(missing)
+
+
+def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> Finding:
+    if not shard.readable:
+        content = "tensors that cannot be listed (its header is unreadable)"
+    elif not shard.names:
+        content = "no tensors"
+    else:
+        copies = len(shard.names) - len(missing)
+        content = f"{count(len(shard.names))} ({describe_names(shard.names)})"
+        if missing:
+            content += f", {len(missing):,} of them listed nowhere in the index"
+        if copies:
+            content += f", {copies:,} of them mapped by the index to other shards"
+    msg = (
+        f"{shard.file} holds {content}, but {index_file} never names {shard.file}: loaders "
+        "that follow the index will not read it; add it to the index or move it out"
+    )
+    return make_finding("unindexed-file", msg, file=shard.file)
+
+
+# -- duplicates (with or without an index) ----------------------------------------------------
+
+
+def check_duplicates(
+    held: HeldTensors,
+    *,
+    index: IndexDoc | None,
+    per_file: int = DETAIL_PER_FILE,
+    total: int = DETAIL_TOTAL,
+) -> list[Finding]:
+    """duplicate-tensor: one name in several shards; whether the copies agree; which wins.
+
+    The finding's `file` is a copy loaders do NOT use: with an index, any holder it does not
+    point to; without one, every holder but the last in name order (loaders that read all
+    files in order keep the last copy).
+    """
+    if not held.copies:
+        return []
+    wmap = normalized_map(index.weight_map) if index else {}
+    groups: dict[str, list[str]] = {}
+    for name, idx in held.copies.items():
+        files = [held.shards[i].file for i in idx]
+        used = wmap.get(name) if index else max(files)
+        stray = next((f for f in sorted(files) if f != used), files[0])
+        groups.setdefault(stray, []).append(name)
+    positions = _positions(held)
+
+    def detail(file: str, name: str) -> str:
+        return _duplicate_message(name, held, positions, wmap if index else None, index)
+
+    summary = _summary("in {file} are also in other shards (duplicates)")
+    return fold_tensor_issues(
+        "duplicate-tensor", groups, detail, summary, per_file=per_file, total=total
+    )
+
+
+def _positions(held: HeldTensors) -> Callable[[int, str], int]:
+    """Entry position of a name in a shard, with each shard's lookup built on first need."""
+    cache: dict[int, dict[str, int]] = {}
+
+    def lookup(shard_index: int, name: str) -> int:
+        table = cache.get(shard_index)
+        if table is None:
+            names = held.shards[shard_index].names
+            table = cache[shard_index] = {n: i for i, n in enumerate(names)}
+        return table[name]
+
+    return lookup
+
+
+def _duplicate_message(
+    name: str,
+    held: HeldTensors,
+    position: Callable[[int, str], int],
+    wmap: dict[str, str] | None,
+    index: IndexDoc | None,
+) -> str:
+    copies = []
+    for i in held.copies[name]:
+        shard = held.shards[i]
+        j = position(i, name)
+        copies.append((shard.file, shard.dtypes[j], list(shard.shapes[j])))
+    files = [c[0] for c in copies]
+    kinds = {(c[1], tuple(c[2])) for c in copies}
+    if len(kinds) == 1:
+        agree = f"all copies are {copies[0][1]} {copies[0][2]}"
+    else:
+        agree = "the copies DIFFER: " + ", ".join(f"{f} has {d} {s}" for f, d, s in copies)
+    if wmap is None:
+        used = (
+            f"without an index, loaders that read every file in order keep the copy in {max(files)}"
+        )
+    elif (target := wmap.get(name)) in files:
+        used = f"loaders use {target}, as {index.file} says"
+    elif target is None:
+        used = f"{index.file} lists it nowhere, so loaders that follow the index ignore every copy"
+    else:
+        used = f"{index.file} points to {target}, which holds no copy"
+    return (
+        f"{name!r} is in {len(files)} shards ({', '.join(files)}); {agree}; {used}: keep one copy"
+    )
+
+
+# -- step 4: metadata totals ----------------------------------------------------------------
+
+
+def _total_findings(index: IndexDoc, held: HeldTensors, drift: _Drift) -> list[Finding]:
+    """total-size-mismatch and total-parameters-mismatch, each with its likeliest cause."""
+    if drift.unknown_files or held.unreadable:
+        return []
+    unique_bytes = unique_numel = copies_bytes = copies_numel = 0
+    first = held.first
+    for i, shard in enumerate(held.shards):
+        for name, shape, begin, end in zip(
+            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+        ):
+            numel = math.prod(shape)
+            if first[name] == i:
+                unique_bytes += end - begin
+                unique_numel += numel
+            else:
+                copies_bytes += end - begin
+                copies_numel += numel
+    file_sizes = sum(s.file_size for s in held.shards)
+    findings = []
+    size = _total_size(index, unique_bytes, copies_bytes, file_sizes, drift)
+    if size is not None:
+        findings.append(size)
+    params = _total_parameters(index, unique_numel, copies_numel, drift)
+    if params is not None:
+        findings.append(params)
+    return findings
+
+
+def _total_size(
+    index: IndexDoc, unique: int, copies: int, file_sizes: int, drift: _Drift
+) -> Finding | None:
+    if "total_size" not in index.metadata:
+        return None
+    stated = parse_count(index.metadata["total_size"])
+    head = f"{index.file} metadata.total_size"
+    if stated is None:
+        msg = f"{head} is {index.metadata['total_size']!r}, not a byte count; expected {unique:,}"
+        return make_finding("total-size-mismatch", msg, file=index.file)
+    if stated == unique:
+        return None
+    diff = stated - unique
+    causes = [
+        (
+            file_sizes,
+            "it equals the sum of the shard FILE sizes (headers included), a convention "
+            "some producers use; the tensors themselves weigh less",
+        ),
+        (
+            unique - drift.unindexed_bytes,
+            f"it is short by exactly the bytes of the "
+            f"{count(drift.unindexed_count)} the index does not list: the index was written "
+            "before they were added",
+        ),
+        (unique + copies, "it counts every copy of the duplicated tensors"),
+    ]
+    why = next((text for value, text in causes if value == stated and value != unique), None)
+    if why is None and diff > 0 and drift.unheld_count:
+        why = (
+            f"the {count(drift.unheld_count)} the index lists but no shard holds may account for it"
+        )
+    why = why or f"neither the sum of file sizes ({file_sizes:,}) nor a known drift explains it"
+    msg = (
+        f"{head} is {stated:,} but the shards hold {unique:,} tensor bytes (difference "
+        f"{diff:+,}); {why}; regenerate the index (ckpt-inspect repair) to fix the total"
+    )
+    return make_finding("total-size-mismatch", msg, file=index.file)
+
+
+def _total_parameters(index: IndexDoc, unique: int, copies: int, drift: _Drift) -> Finding | None:
+    if "total_parameters" not in index.metadata:
+        return None
+    stated = parse_count(index.metadata["total_parameters"])
+    head = f"{index.file} metadata.total_parameters"
+    if stated is None:
+        msg = f"{head} is {index.metadata['total_parameters']!r}, not a count; expected {unique:,}"
+        return make_finding("total-parameters-mismatch", msg, file=index.file)
+    if stated == unique:
+        return None
+    if drift.unindexed_count and stated == unique - drift.unindexed_numel:
+        why = f"it leaves out exactly the {count(drift.unindexed_count)} the index does not list"
+    elif copies and stated == unique + copies:
+        why = "it counts every copy of the duplicated tensors"
+    else:
+        why = (
+            "transformers counts model parameters only (saved buffers are not parameters, and "
+            "packed quantized weights count differently), so check before relying on it"
+        )
+    msg = (
+        f"{head} is {stated:,} but the shards hold {unique:,} elements (difference "
+        f"{stated - unique:+,}); {why}"
+    )
+    return make_finding("total-parameters-mismatch", msg, file=index.file)
+
+
+def parse_count(value: object) -> int | None:
+    """A non-negative integer from JSON (some producers write numbers as strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+# -- folding ------------------------------------------------------------------------------
+
+
+def fold_tensor_issues(
+    code: str,
+    groups: Mapping[str, list[str]],
+    detail: Callable[[str, str], str],
+    summary: Callable[[str, list[str], int], str],
+    *,
+    per_file: int = DETAIL_PER_FILE,
+    total: int = DETAIL_TOTAL,
+    file_of: Callable[[str], str] | None = None,
+) -> list[Finding]:
+    """Findings for tensor problems grouped by file, bounded (see the module docstring).
+
+    `detail(file, tensor)` is only called for tensors reported one by one;
+    `summary(file, rest, shown)` folds the rest of a file (`shown` were reported singly).
+    `file_of(group)` gives the finding's file when groups are not file names.
+    """
+    findings: list[Finding] = []
+    budget = total
+    for group in sorted(groups):
+        names = sorted(groups[group])
+        file = file_of(group) if file_of else group
+        shown = max(0, min(per_file, budget, len(names)))
+        budget -= shown
+        for name, (layer, expert) in zip(names[:shown], name_numbers(names[:shown]), strict=True):
+            message = detail(group, name)
+            findings.append(
+                make_finding(code, message, file=file, tensor=name, layer=layer, expert=expert)
+            )
+        if shown < len(names):
+            findings.append(make_finding(code, summary(group, names[shown:], shown), file=file))
+    return findings
+
+
+def _summary(what: str) -> Callable[[str, list[str], int], str]:
+    """A summary builder: '{n} [more ]tensors {what} ({layers, examples})'."""
+
+    def build(file: str, rest: list[str], shown: int) -> str:
+        more = f"{shown:,} listed above and " if shown else ""
+        rest_count = count(len(rest), "more tensor")
+        return f"{more}{rest_count} {what.replace('{file}', file)}: {describe_names(rest)}"
+
+    return build
+
+
+def describe_names(names: Sequence[str]) -> str:
+    """'layers 0-63; 3 outside decoder layers; e.g. a, b, c and 997 more': a long name
+    list in one line."""
+    numbers = name_numbers(names)
+    layers = {layer for layer, _ in numbers if layer is not None}
+    other = len(names) - sum(1 for layer, _ in numbers if layer is not None)
+    parts = []
+    if layers:
+        parts.append(f"layers {fold_ranges(layers)}")
+    if other and layers:
+        parts.append(f"{other:,} outside decoder layers")
+    first = heapq.nsmallest(3, names)
+    more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
+    parts.append(f"e.g. {', '.join(first)}{more}")
+    return "; ".join(parts)
+
+
+def name_numbers(names: Sequence[str]) -> list[tuple[int | None, int | None]]:
+    """(decoder layer, expert) of each name, by the project's naming rules (vectorised).
+    MTP blocks are not decoder layers, so they get no layer number."""
+    # Imported here: naming pulls in pandas, which a scan without findings never needs.
+    from inspector.naming import parse_names
+
+    parsed = parse_names(list(names))
+    out = []
+    for layer, expert, mtp in zip(
+        parsed.layer.tolist(), parsed.expert.tolist(), parsed.mtp.tolist(), strict=True
+    ):
+        out.append((None if layer < 0 or mtp else layer, None if expert < 0 else expert))
+    return out
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def count(n: int, noun: str = "tensor") -> str:
+    """'1 tensor', '50,000 tensors'."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"
+
+
+def normalize_member(value: str) -> str:
+    """'./a//b.safetensors' -> 'a/b.safetensors', the form shard `file` fields use."""
+    return PurePosixPath(value).as_posix()
+
+
+def normalized_map(weight_map: Mapping[str, str]) -> dict[str, str]:
+    """The weight map with file names normalised; each distinct file is normalised once."""
+    files = {f: normalize_member(f) for f in set(weight_map.values())}
+    if all(k == v for k, v in files.items()):
+        return dict(weight_map)
+    return {tensor: files[f] for tensor, f in weight_map.items()}
+
+
+def _group_by_file(wmap: Mapping[str, str]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for tensor, file in wmap.items():
+        groups.setdefault(file, []).append(tensor)
+    return groups

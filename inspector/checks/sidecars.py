@@ -1,0 +1,284 @@
+"""Sidecar drift: Model-Optimizer per-layer `<shard>.json` files against their shards and
+against the merged `model.safetensors.index.json` (FORMATS.md section 3). Pure functions.
+
+Codes (FINDINGS.md): sidecar-missing, sidecar-unlisted-tensor, sidecar-dangling-tensor,
+sidecar-total-size-mismatch, sidecar-index-disagree. (`sidecar-unreadable` is reported while
+scanning; a sidecar that exists but cannot be parsed is not also called missing.)
+
+Per-tensor codes follow the bounded reporting policy of `inspector.checks.index`
+(`fold_tensor_issues`). A sidecar whose shard header is unreadable is not compared tensor by
+tensor (the shard's header-unreadable finding says why). Tensors the index maps to a shard
+without a readable sidecar are not called `sidecar-index-disagree`: that shard's
+sidecar-missing / sidecar-unreadable finding already covers them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+
+from inspector.checks.index import (
+    DETAIL_PER_FILE,
+    DETAIL_TOTAL,
+    HeldTensors,
+    count,
+    describe_names,
+    fold_tensor_issues,
+    held_tensors,
+    normalized_map,
+    parse_count,
+)
+from inspector.findings import Finding, examples, make_finding
+from inspector.model import IndexDoc
+from inspector.safetensors_header import ShardHeader
+
+__all__ = ["check_sidecars"]
+
+SIDECAR_SUFFIX = ".json"
+
+
+def check_sidecars(
+    shards: Sequence[ShardHeader],
+    sidecars: Mapping[str, IndexDoc],
+    index: IndexDoc | None,
+    *,
+    unreadable: Collection[str] = (),
+    held: HeldTensors | None = None,
+    per_file: int = DETAIL_PER_FILE,
+    total: int = DETAIL_TOTAL,
+) -> list[Finding]:
+    """All sidecar findings. `sidecars` maps shard file -> its parsed sidecar; `unreadable`
+    names the shard files whose sidecar exists but could not be parsed; `held` may be
+    shared with the index checks."""
+    held = held or held_tensors(shards)
+    findings = _missing(held, sidecars, unreadable, per_file)
+    findings += _against_shards(held, sidecars, per_file, total)
+    if index is not None and sidecars:
+        findings += _against_index(sidecars, index, per_file, total)
+    return findings
+
+
+# -- step 1: which shards have a sidecar -----------------------------------------------------
+
+
+def _missing(
+    held: HeldTensors,
+    sidecars: Mapping[str, IndexDoc],
+    unreadable: Collection[str],
+    per_file: int,
+) -> list[Finding]:
+    """sidecar-missing both ways: shard without sidecar, sidecar without shard."""
+    findings = []
+    for shard_file, doc in sorted(sidecars.items()):
+        if shard_file not in held.by_file:
+            msg = (
+                f"{doc.file} describes {shard_file} ({count(len(doc.weight_map))}), but "
+                f"{shard_file} is not in the folder: restore the shard or delete the stale sidecar"
+            )
+            findings.append(make_finding("sidecar-missing", msg, file=doc.file))
+    described = set(sidecars) | set(unreadable)
+    if not described:
+        return findings
+    # Sidecars sit next to top-level shards only; index-named files in sub-folders have none.
+    top = [s.file for s in held.shards if "/" not in s.file]
+    lacking = sorted(f for f in top if f not in described)
+    have = len([f for f in top if f in described])
+    advice = "re-export, or regenerate the sidecar from the shard header (ckpt-inspect repair)"
+    for file in lacking[:per_file]:
+        msg = (
+            f"{file} has no sidecar {file}{SIDECAR_SUFFIX} while {have:,} sibling shards have "
+            f"one: the export stopped before writing it or it was deleted; {advice}"
+        )
+        findings.append(make_finding("sidecar-missing", msg, file=file))
+    rest = lacking[per_file:]
+    if rest:
+        msg = (
+            f"{len(rest):,} more shards have no {SIDECAR_SUFFIX} sidecar while {have:,} have "
+            f"one ({examples(rest)}); {advice}"
+        )
+        findings.append(make_finding("sidecar-missing", msg, file=rest[0]))
+    return findings
+
+
+# -- step 2: each sidecar against its own shard ----------------------------------------------
+
+
+def _against_shards(
+    held: HeldTensors, sidecars: Mapping[str, IndexDoc], per_file: int, total: int
+) -> list[Finding]:
+    """sidecar-unlisted-tensor, sidecar-dangling-tensor, sidecar-total-size-mismatch."""
+    unlisted: dict[str, list[str]] = {}
+    dangling: dict[str, list[str]] = {}
+    sizes: list[Finding] = []
+    doc_of: dict[str, IndexDoc] = {}
+    for shard_file, doc in sidecars.items():
+        shard = held.by_file.get(shard_file)
+        if shard is None or not shard.readable:
+            continue
+        doc_of[doc.file] = doc
+        present = held.name_sets[shard_file]
+        listed = doc.weight_map.keys()
+        extra = [n for n in shard.names if n not in doc.weight_map]
+        gone = [n for n in listed if n not in present and n not in held.invalid[shard_file]]
+        if extra:
+            unlisted[doc.file] = extra
+        if gone:
+            dangling[doc.file] = gone
+        size = _size_finding(doc, shard, extra)
+        if size is not None:
+            sizes.append(size)
+    return (
+        _fold_unlisted(unlisted, doc_of, per_file, total)
+        + _fold_dangling(dangling, doc_of, per_file, total)
+        + sizes
+    )
+
+
+def _shard_of(doc: IndexDoc) -> str:
+    return doc.file.removesuffix(SIDECAR_SUFFIX)
+
+
+def _fold_unlisted(
+    groups: dict[str, list[str]], docs: dict[str, IndexDoc], per_file: int, total: int
+) -> list[Finding]:
+    def detail(sidecar: str, name: str) -> str:
+        shard = _shard_of(docs[sidecar])
+        return (
+            f"{shard} holds {name!r} but its sidecar {sidecar} does not list it (the sidecar "
+            "was written from a state dict that changed afterwards, e.g. MTP tensors appended): "
+            "it is missing from the merged index too; regenerate the sidecar from the shard"
+        )
+
+    def summary(sidecar: str, rest: list[str], shown: int) -> str:
+        more = f"{shown:,} listed above and " if shown else ""
+        return (
+            f"{more}{count(len(rest), 'more tensor')} in {_shard_of(docs[sidecar])} are not "
+            f"listed in {sidecar}: {describe_names(rest)}; regenerate the sidecar from the shard"
+        )
+
+    return fold_tensor_issues(
+        "sidecar-unlisted-tensor", groups, detail, summary, per_file=per_file, total=total
+    )
+
+
+def _fold_dangling(
+    groups: dict[str, list[str]], docs: dict[str, IndexDoc], per_file: int, total: int
+) -> list[Finding]:
+    def detail(sidecar: str, name: str) -> str:
+        shard = _shard_of(docs[sidecar])
+        return (
+            f"{sidecar} lists {name!r} but {shard} does not hold it: the shard was written "
+            "from a different state dict than the sidecar; re-export the layer or drop the entry"
+        )
+
+    def summary(sidecar: str, rest: list[str], shown: int) -> str:
+        more = f"{shown:,} listed above and " if shown else ""
+        return (
+            f"{more}{count(len(rest), 'more tensor')} listed in {sidecar} are not in "
+            f"{_shard_of(docs[sidecar])}: {describe_names(rest)}"
+        )
+
+    return fold_tensor_issues(
+        "sidecar-dangling-tensor", groups, detail, summary, per_file=per_file, total=total
+    )
+
+
+def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Finding | None:
+    """The sidecar's total_size against the shard's tensor bytes, with the likeliest cause."""
+    if "total_size" not in doc.metadata:
+        return None
+    actual = shard.tensor_bytes
+    stated = parse_count(doc.metadata["total_size"])
+    head = f"{doc.file} metadata.total_size"
+    if stated is None:
+        msg = f"{head} is {doc.metadata['total_size']!r}, not a byte count; expected {actual:,}"
+        return make_finding("sidecar-total-size-mismatch", msg, file=doc.file)
+    if stated == actual:
+        return None
+    wanted = set(unlisted)
+    unlisted_bytes = sum(
+        e - b for n, b, e in zip(shard.names, shard.begins, shard.ends, strict=True) if n in wanted
+    )
+    if unlisted and stated == actual - unlisted_bytes:
+        why = (
+            f"it is short by exactly the {unlisted_bytes:,} bytes of the {len(unlisted):,} "
+            "tensors the sidecar does not list"
+        )
+    elif stated == shard.file_size:
+        why = "it equals the shard's file size (header included) instead of its tensor bytes"
+    else:
+        why = "no unlisted tensor or file size explains it"
+    msg = (
+        f"{head} is {stated:,} but {shard.file} holds {actual:,} tensor bytes (difference "
+        f"{stated - actual:+,}); {why}; regenerate the sidecar from the shard"
+    )
+    return make_finding("sidecar-total-size-mismatch", msg, file=doc.file)
+
+
+# -- step 3: merged sidecars against the index -----------------------------------------------
+
+
+def _against_index(
+    sidecars: Mapping[str, IndexDoc],
+    index: IndexDoc,
+    per_file: int,
+    total: int,
+) -> list[Finding]:
+    """sidecar-index-disagree: tensors in one only, or mapped to different files."""
+    merged: dict[str, str] = {}
+    for shard_file in sorted(sidecars):
+        merged.update(normalized_map(sidecars[shard_file].weight_map))
+    groups: dict[str, list[str]] = {"only-sidecars": [], "only-index": [], "different": []}
+    indexed = normalized_map(index.weight_map)
+    if merged == indexed:  # the usual case, compared at C speed
+        return []
+    for name, file in merged.items():
+        target = indexed.get(name)
+        if target is None:
+            groups["only-sidecars"].append(name)
+        elif target != file:
+            groups["different"].append(name)
+    for name, file in indexed.items():
+        # A shard without a readable sidecar is already a sidecar-missing/-unreadable finding.
+        if name not in merged and file in sidecars:
+            groups["only-index"].append(name)
+    groups = {k: v for k, v in groups.items() if v}
+    return _fold_disagree(groups, merged, indexed, index.file, per_file, total)
+
+
+_DISAGREE = {
+    "only-sidecars": "are listed by sidecars but not by {index}",
+    "only-index": "are in {index} but not in the sidecars of their shards",
+    "different": "are mapped to other files by {index} than by the sidecars",
+}
+_REBUILD = "rebuild the index from the shards (ckpt-inspect repair)"
+
+
+def _fold_disagree(
+    groups: dict[str, list[str]],
+    merged: dict[str, str],
+    indexed: dict[str, str],
+    index_file: str,
+    per_file: int,
+    total: int,
+) -> list[Finding]:
+    def detail(kind: str, name: str) -> str:
+        if kind == "only-sidecars":
+            where = f"the sidecar of {merged[name]} lists {name!r} but {index_file} does not"
+        elif kind == "only-index":
+            where = (
+                f"{index_file} maps {name!r} to {indexed[name]} but that shard's sidecar "
+                "does not list it"
+            )
+        else:
+            where = f"{index_file} maps {name!r} to {indexed[name]}, the sidecars to {merged[name]}"
+        return f"{where}: the index was not merged from these sidecars; {_REBUILD}"
+
+    def summary(kind: str, rest: list[str], shown: int) -> str:
+        more = f"{shown:,} listed above and " if shown else ""
+        what = _DISAGREE[kind].replace("{index}", index_file)
+        return f"{more}{count(len(rest), 'more tensor')} {what}: {describe_names(rest)}; {_REBUILD}"
+
+    return fold_tensor_issues(
+        "sidecar-index-disagree", groups, detail, summary,
+        per_file=per_file, total=total, file_of=lambda _kind: index_file,
+    )  # fmt: skip

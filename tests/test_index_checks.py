@@ -1,0 +1,331 @@
+"""Index drift on real Hugging Face sharded checkpoints (huggingface_hub / transformers writers),
+damaged the way real exports go wrong."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import torch
+from huggingface_hub import save_torch_state_dict
+from safetensors.torch import save_file
+
+from inspector.checks.index import DETAIL_PER_FILE, check_index
+from inspector.findings import Finding
+from inspector.layouts import layout_by_name
+from inspector.model import ScannedCheckpoint
+from inspector.scan import scan
+
+INDEX = "model.safetensors.index.json"
+SHARD_1 = "model-00001-of-00003.safetensors"
+SHARD_3 = "model-00003-of-00003.safetensors"
+
+
+def _state_dict() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    sd = {"model.embed_tokens.weight": torch.randn(16, 8, generator=gen).to(torch.bfloat16)}
+    for layer in range(4):
+        for part in ("q_proj", "k_proj", "o_proj"):
+            sd[f"model.layers.{layer}.self_attn.{part}.weight"] = torch.randn(
+                8, 8, generator=gen
+            ).to(torch.bfloat16)
+    sd["model.norm.weight"] = torch.randn(8, generator=gen).to(torch.bfloat16)
+    sd["mtp.layers.0.eh_proj.weight"] = torch.randn(8, 16, generator=gen).to(torch.bfloat16)
+    sd["mtp.layers.0.enorm.weight"] = torch.randn(8, generator=gen).to(torch.bfloat16)
+    return sd
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> Path:
+    """A healthy 3-shard checkpoint written by huggingface_hub."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_torch_state_dict(_state_dict(), folder, max_shard_size=800)
+    assert sorted(p.name for p in folder.glob("*.safetensors"))[-1] == SHARD_3
+    return folder
+
+
+def _index(folder: Path) -> dict:
+    return json.loads((folder / INDEX).read_text())
+
+
+def _write_index(folder: Path, doc: dict) -> None:
+    (folder / INDEX).write_text(json.dumps(doc, indent=2))
+
+
+def _check(folder: Path) -> tuple[ScannedCheckpoint, list[Finding]]:
+    scanned = scan(folder)
+    return scanned, layout_by_name(scanned.layout).check(scanned)
+
+
+def _codes(findings: list[Finding]) -> list[str]:
+    return sorted(f.code for f in findings)
+
+
+# -- healthy ----------------------------------------------------------------------------------
+
+
+def test_healthy_checkpoint_has_no_findings(ckpt: Path) -> None:
+    scanned, findings = _check(ckpt)
+    assert scanned.layout == "hf-sharded"
+    assert len(scanned.shards) == 3
+    assert scanned.problems == []
+    assert findings == []
+
+
+@pytest.mark.slow
+def test_healthy_transformers_checkpoint_with_total_parameters(tmp_path: Path) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(tmp_path, max_shard_size="20KB")
+    assert "total_parameters" in _index(tmp_path)["metadata"]
+    scanned, findings = _check(tmp_path)
+    assert len(scanned.shards) > 1
+    assert scanned.problems == []
+    assert findings == []
+
+
+def test_index_with_dot_slash_paths_reads_each_shard_once(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    doc["weight_map"] = {k: f"./{v}" for k, v in doc["weight_map"].items()}
+    _write_index(ckpt, doc)
+    scanned, findings = _check(ckpt)
+    assert sorted(s.file for s in scanned.shards) == sorted(
+        p.name for p in ckpt.glob("*.safetensors")
+    )
+    assert findings == []
+
+
+# -- one test per code ------------------------------------------------------------------------
+
+
+def test_dangling_tensor_in_a_shard_without_it(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    doc["weight_map"]["mtp.fc.weight"] = SHARD_3
+    _write_index(ckpt, doc)
+    _, findings = _check(ckpt)
+    assert _codes(findings) == ["index-dangling-tensor"]
+    (f,) = findings
+    assert (f.file, f.tensor) == (SHARD_3, "mtp.fc.weight")
+    assert "no shard holds it" in f.message
+
+
+def test_missing_file_is_one_finding_with_the_tensor_count(ckpt: Path) -> None:
+    listed = [k for k, v in _index(ckpt)["weight_map"].items() if v == SHARD_1]
+    (ckpt / SHARD_1).unlink()
+    _, findings = _check(ckpt)
+    missing = [f for f in findings if f.code == "index-missing-file"]
+    assert len(missing) == 1 and missing[0].file == SHARD_1
+    assert f"maps {len(listed):,} tensors to {SHARD_1}" in missing[0].message
+    # Its tensors are not reported again one by one.
+    assert not [f for f in findings if f.code == "index-dangling-tensor"]
+    (size,) = [f for f in findings if f.code == "total-size-mismatch"]
+    assert "lists but no shard holds" in size.message
+
+
+def test_stray_shard_not_in_index(ckpt: Path) -> None:
+    extra = {"extra.bias": torch.ones(4, dtype=torch.float32)}
+    save_file(extra, str(ckpt / "zz-extra.safetensors"))
+    _, findings = _check(ckpt)
+    assert _codes(findings) == ["total-size-mismatch", "unindexed-file"]
+    stray = next(f for f in findings if f.code == "unindexed-file")
+    assert stray.file == "zz-extra.safetensors"
+    assert "1 of them listed nowhere" in stray.message
+    size = next(f for f in findings if f.code == "total-size-mismatch")
+    assert "short by exactly the bytes of the 1 tensor the index" in size.message
+    assert "difference -16" in size.message
+
+
+def test_duplicate_tensor_same_dtype(ckpt: Path) -> None:
+    sd = _state_dict()
+    save_file({"model.norm.weight": sd["model.norm.weight"]}, str(ckpt / "zz-copy.safetensors"))
+    _, findings = _check(ckpt)
+    (dup,) = [f for f in findings if f.code == "duplicate-tensor"]
+    holder = _index(ckpt)["weight_map"]["model.norm.weight"]
+    assert dup.tensor == "model.norm.weight"
+    assert dup.file == "zz-copy.safetensors"  # the copy loaders do not use
+    assert "all copies are BF16 [8]" in dup.message
+    assert f"loaders use {holder}, as {INDEX} says" in dup.message
+
+
+def test_duplicate_tensor_different_dtype(ckpt: Path) -> None:
+    save_file(
+        {"model.norm.weight": torch.ones(8, dtype=torch.float32)}, str(ckpt / "zz-copy.safetensors")
+    )
+    _, findings = _check(ckpt)
+    (dup,) = [f for f in findings if f.code == "duplicate-tensor"]
+    assert "the copies DIFFER" in dup.message
+    assert "zz-copy.safetensors has F32 [8]" in dup.message
+    assert "has BF16 [8]" in dup.message
+
+
+def test_without_index_only_duplicates_are_reported(ckpt: Path) -> None:
+    (ckpt / INDEX).unlink()
+    save_file(
+        {"model.norm.weight": torch.ones(8, dtype=torch.bfloat16)},
+        str(ckpt / "zz-copy.safetensors"),
+    )
+    scanned, findings = _check(ckpt)
+    assert scanned.layout == "hf-sharded" and scanned.index is None
+    assert _codes(findings) == ["duplicate-tensor"]
+    assert "without an index" in findings[0].message
+    assert "keep the copy in zz-copy.safetensors" in findings[0].message
+
+
+def test_unindexed_mtp_tensors(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    mtp = sorted(k for k in doc["weight_map"] if k.startswith("mtp."))
+    mtp_bytes = sum(_state_dict()[k].nbytes for k in mtp)
+    for name in mtp:
+        del doc["weight_map"][name]
+    doc["metadata"]["total_size"] -= mtp_bytes  # what an index written before them says
+    _write_index(ckpt, doc)
+    _, findings = _check(ckpt)
+    unindexed = [f for f in findings if f.code == "unindexed-tensor"]
+    assert sorted(f.tensor for f in unindexed) == mtp
+    assert all(f.file == SHARD_3 and f.layer is None for f in unindexed)
+    (size,) = [f for f in findings if f.code == "total-size-mismatch"]
+    assert f"short by exactly the bytes of the {len(mtp)} tensors" in size.message
+    assert f"difference -{mtp_bytes}" in size.message
+
+
+def test_wrong_file(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    name = "model.embed_tokens.weight"
+    actual = doc["weight_map"][name]
+    other = next(v for v in doc["weight_map"].values() if v != actual)
+    doc["weight_map"][name] = other
+    _write_index(ckpt, doc)
+    _, findings = _check(ckpt)
+    assert _codes(findings) == ["index-wrong-file"]
+    assert (findings[0].file, findings[0].tensor) == (other, name)
+    assert f"it is in {actual}" in findings[0].message
+
+
+def test_total_size_equal_to_file_sizes_is_explained(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    tensor_bytes = doc["metadata"]["total_size"]
+    doc["metadata"]["total_size"] = sum(p.stat().st_size for p in ckpt.glob("*.safetensors"))
+    _write_index(ckpt, doc)
+    _, findings = _check(ckpt)
+    assert _codes(findings) == ["total-size-mismatch"]
+    assert "sum of the shard FILE sizes" in findings[0].message
+    assert f"hold {tensor_bytes:,} tensor bytes" in findings[0].message
+
+
+def test_total_parameters_mismatch(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    numel = sum(t.numel() for t in _state_dict().values())
+    doc["metadata"]["total_parameters"] = numel
+    _write_index(ckpt, doc)
+    assert _check(ckpt)[1] == []
+    doc["metadata"]["total_parameters"] = numel + 5
+    _write_index(ckpt, doc)
+    _, findings = _check(ckpt)
+    assert _codes(findings) == ["total-parameters-mismatch"]
+    assert (
+        f"is {numel + 5:,} but the shards hold {numel:,} elements (difference +5)"
+        in findings[0].message
+    )
+
+
+def test_unreadable_shard_is_reported_once(ckpt: Path) -> None:
+    listed = [k for k, v in _index(ckpt)["weight_map"].items() if v == SHARD_1]
+    data = (ckpt / SHARD_1).read_bytes()
+    (ckpt / SHARD_1).write_bytes(b"\xff" * 8 + data[8:])  # header length past the end of file
+    scanned, findings = _check(ckpt)
+    assert [f.code for f in scanned.problems] == ["header-unreadable"]
+    assert _codes(findings) == ["index-dangling-tensor"]
+    assert findings[0].file == SHARD_1 and findings[0].tensor is None
+    assert f"maps {len(listed):,} tensors to {SHARD_1}" in findings[0].message
+
+
+def test_unsafe_paths_are_refused_and_nothing_outside_is_read(tmp_path: Path, ckpt: Path) -> None:
+    outside = tmp_path / "outside.safetensors"
+    save_file({"secret.weight": torch.ones(2)}, str(outside))
+    doc = _index(ckpt)
+    doc["weight_map"]["secret.weight"] = "../outside.safetensors"
+    doc["weight_map"]["other.weight"] = str(outside.resolve())
+    doc["weight_map"]["passwd"] = "/etc/passwd"
+    _write_index(ckpt, doc)
+    scanned, findings = _check(ckpt)
+    unsafe = sorted(f.tensor for f in scanned.problems if f.code == "index-unsafe-path")
+    assert unsafe == ["other.weight", "passwd", "secret.weight"]
+    assert all("outside" not in s.file and "passwd" not in s.file for s in scanned.shards)
+    assert len(scanned.shards) == 3
+    assert findings == []  # the refused entries are dropped, not followed
+
+
+def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
+    folder = tmp_path / "big"
+    folder.mkdir()
+    names = [f"model.layers.{i // 1000}.mlp.experts.{i % 1000}.w.weight" for i in range(50_000)]
+    arrays = dict.fromkeys(names, np.zeros(1, dtype=np.float16))
+    safetensors.numpy.save_file(arrays, str(folder / "model-00002-of-00002.safetensors"))
+    safetensors.numpy.save_file(
+        {"a": np.zeros(1, np.float16)}, str(folder / "model-00001-of-00002.safetensors")
+    )
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+    (folder / INDEX).write_text(json.dumps(index))
+    scanned = scan(folder)
+    start = time.perf_counter()
+    findings = layout_by_name(scanned.layout).check(scanned)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0  # linear: ~0.1 s here; a quadratic pass would take minutes
+    (stray,) = [f for f in findings if f.code == "unindexed-file"]
+    assert "50,000 tensors (layers 0-49" in stray.message
+    # The file is not named by the index, so its tensors are not listed one by one.
+    assert len(findings) == 1
+    # Name the file in the index for one tensor: now each is unindexed, bounded and folded.
+    index["weight_map"][names[0]] = "model-00002-of-00002.safetensors"
+    (folder / INDEX).write_text(json.dumps(index))
+    scanned = scan(folder)
+    findings = layout_by_name(scanned.layout).check(scanned)
+    detailed = [f for f in findings if f.tensor is not None]
+    summaries = [f for f in findings if f.tensor is None]
+    assert len(detailed) == DETAIL_PER_FILE and len(summaries) == 1
+    assert all(f.code == "unindexed-tensor" and f.layer is not None for f in detailed)
+    assert f"{50_000 - 1 - DETAIL_PER_FILE:,} more tensors" in summaries[0].message
+
+
+def test_detail_budget_is_shared_across_files(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    keep = {}
+    for name, file in sorted(doc["weight_map"].items()):
+        keep.setdefault(file, name)  # one tensor per shard stays listed
+    doc["weight_map"] = {name: file for file, name in keep.items()}
+    _write_index(ckpt, doc)
+    scanned = scan(ckpt)
+    findings = check_index(scanned.shards, scanned.index, per_file=2, total=3)
+    unindexed = [f for f in findings if f.code == "unindexed-tensor"]
+    detailed = [f for f in unindexed if f.tensor is not None]
+    assert len(detailed) == 3
+    # Every shard with unlisted tensors beyond its detail gets exactly one summary.
+    summaries = [f for f in unindexed if f.tensor is None]
+    assert sorted(f.file for f in summaries) == sorted(keep)
+    listed_in_summaries = sum(
+        int(f.message.split(" more tensor")[0].split()[-1]) for f in summaries
+    )
+    held = sum(len(s.names) for s in scanned.shards)
+    assert len(detailed) + listed_in_summaries == held - len(keep)
+
+
+def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
+    doc = _index(ckpt)
+    for i in range(1000):
+        doc["weight_map"][f"ghost.{i}.weight"] = f"ghost-{i:05d}.safetensors"
+    _write_index(ckpt, doc)
+    scanned = scan(ckpt)
+    findings = check_index(scanned.shards, scanned.index, total=10)
+    missing = [f for f in findings if f.code == "index-missing-file"]
+    assert len(missing) == 11
+    assert "names 990 more files that are not in the folder" in missing[-1].message
+    assert len(scanned.shards) == 3
