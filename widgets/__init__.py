@@ -1,0 +1,43 @@
+"""Notebook UI and reports for checkpoint-inspector (the `ui` extra).
+
+Imports are lazy on purpose: `import widgets.figures` or `widgets.report` needs only plotly,
+and ipywidgets is imported only when a widget is first used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+__all__ = [
+    "bytes_per_layer",
+    "expert_coverage_heatmap",
+    "findings_by_code",
+    "parameters_per_layer",
+    "shard_size_distribution",
+    "write_html_report",
+]
+
+# Public name -> module that defines it. New UI pieces register here.
+_LAZY: dict[str, str] = {
+    "bytes_per_layer": "widgets.figures",
+    "expert_coverage_heatmap": "widgets.figures",
+    "findings_by_code": "widgets.figures",
+    "parameters_per_layer": "widgets.figures",
+    "shard_size_distribution": "widgets.figures",
+    "write_html_report": "widgets.report",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the defining module on first access (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'widgets' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

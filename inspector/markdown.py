@@ -1,0 +1,98 @@
+"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+from inspector.findings import Finding, fold_ranges, severity_rank
+from inspector.model import ScannedCheckpoint
+from inspector.summary import format_bytes, summarize
+
+__all__ = ["markdown_summary"]
+
+# Long messages are cut so one finding cannot flood the paste.
+_MAX_MESSAGE = 300
+
+
+def markdown_summary(
+    scanned: ScannedCheckpoint, findings: Sequence[Finding], *, examples: int = 3
+) -> str:
+    """Layout and counts, a table of findings per code (severity, count, folded layers,
+    experts and files) and the first `examples` messages of each code."""
+    summary = summarize(scanned, problems=list(findings))
+    lines = [f"### Checkpoint inspection: `{_code_span(scanned.path.name)}`", ""]
+    lines += _facts(summary)
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
+    if not groups:
+        lines += ["", "No findings."]
+        return "\n".join(lines) + "\n"
+    lines += [
+        "",
+        "| severity | code | count | layers | experts | files |",
+        "|---|---|---:|---|---|---|",
+    ]
+    lines += [_table_row(code, items) for code, items in groups]
+    for code, items in groups:
+        lines += ["", f"**{code}** ({len(items):,})"]
+        lines += [f"- {_inline(f.message)}" for f in items[:examples]]
+        if len(items) > examples:
+            lines.append(f"- ... {len(items) - examples:,} more")
+    return "\n".join(lines) + "\n"
+
+
+def _facts(summary: dict[str, Any]) -> list[str]:
+    s = summary
+    layers = f"{s['layers']} decoder ({s['moe_layers']} MoE)"
+    if s["mtp_layers"]:
+        layers += f" + {s['mtp_layers']} MTP"
+    declared = s["config"]["num_layers"]
+    if declared is not None and declared != s["layers"]:
+        layers += f"; config declares {declared}"
+    facts = [
+        f"- layout: `{s['layout']}`",
+        f"- files: {s['files']:,}; tensors: {s['tensors']:,} "
+        f"({format_bytes(s['total_bytes'])}, {s['parameters']:,} parameters)",
+        f"- layers: {layers}",
+    ]
+    if s["moe_layers"]:
+        facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
+    problems = s["problems"]
+    counts = {
+        sev: sum(p["severity"] == sev for p in problems) for sev in ("error", "warning", "info")
+    }
+    plural = {"error": "errors", "warning": "warnings", "info": "info"}
+    facts.append(
+        "- findings: "
+        + ", ".join(f"{n} {sev if n == 1 else plural[sev]}" for sev, n in counts.items())
+    )
+    return facts
+
+
+def _table_row(code: str, items: list[Finding]) -> str:
+    layers = fold_ranges((f.layer for f in items if f.layer is not None), limit=6)
+    experts = fold_ranges((f.expert for f in items if f.expert is not None), limit=6)
+    files = sorted({f.file for f in items if f.file})
+    shown = ", ".join(f"`{_code_span(name)}`" for name in files[:2])
+    if len(files) > 2:
+        shown += f" and {len(files) - 2} more"
+    cells = [str(items[0].severity), f"`{code}`", f"{len(items):,}", layers, experts, shown]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _inline(text: str) -> str:
+    """One line, bounded length."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _MAX_MESSAGE else flat[: _MAX_MESSAGE - 3] + "..."
+
+
+def _cell(text: str) -> str:
+    """A table cell: a `|` inside would split the cell, so it is escaped."""
+    return _inline(text).replace("|", "\\|") or " "
+
+
+def _code_span(text: str) -> str:
+    # A backtick inside a file name would close the code span early.
+    return text.replace("`", "'")

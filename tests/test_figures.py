@@ -1,0 +1,281 @@
+"""Figures from hand-made tables (exact cell states, outliers, aggregation) and from a real scan."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from safetensors.numpy import save_file
+
+from inspector.findings import findings_to_frame, make_finding
+from inspector.scan import scan
+from widgets.figures import (
+    STATE_COLORS,
+    bytes_per_layer,
+    expert_coverage_heatmap,
+    findings_by_code,
+    parameters_per_layer,
+    shard_size_distribution,
+    shard_size_outliers,
+)
+
+PROJS = ("gate_proj", "up_proj", "down_proj")
+
+
+def _experts(layers: int, experts: int, *, missing=(), incomplete=(), skip=()) -> pd.DataFrame:
+    """An experts table: 3 tensors expected per expert; `missing` cells have none, `incomplete`
+    ones 2, `skip` cells have no row at all."""
+    rows = []
+    for layer in range(layers):
+        for expert in range(experts):
+            if (layer, expert) in skip:
+                continue
+            found = 0 if (layer, expert) in missing else 2 if (layer, expert) in incomplete else 3
+            rows.append((layer, expert, found, 3, found * 64, (layer, expert) in missing))
+    frame = pd.DataFrame(
+        rows,
+        columns=["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"],
+    )
+    return frame.astype({"layer": "Int64", "expert": "Int64"})
+
+
+# -- expert coverage heatmap -------------------------------------------------------------------
+
+
+def test_heatmap_cell_states_and_legend():
+    experts = _experts(3, 8, missing={(2, 5), (2, 6), (2, 7)}, incomplete={(1, 2)}, skip={(0, 7)})
+    fig = expert_coverage_heatmap(experts)
+    (trace,) = fig.data
+    z = np.asarray(trace.z)
+    assert z.shape == (3, 8)
+    assert z[1, 2] == 1 and z[2, 5] == 0 and z[2, 7] == 0 and z[0, 0] == 2
+    assert np.isnan(z[0, 7]), "a cell without a row must stay blank, not look complete"
+    assert list(trace.colorbar.ticktext) == ["missing", "incomplete", "complete"]
+    # The stepped scale gives each state exactly its colour.
+    scale = dict((round(pos, 3), color) for pos, color in trace.colorscale)
+    assert scale[0.0] == STATE_COLORS["missing"] and scale[1.0] == STATE_COLORS["complete"]
+    assert (trace.zmin, trace.zmax) == (-0.5, 2.5)
+    assert "19 complete, 1 incomplete, 3 missing" in fig.layout.title.text
+    counts = np.asarray(trace.customdata)
+    assert counts[1, 2].tolist() == [2, 3] and counts[2, 6].tolist() == [0, 3]
+    assert trace.text[2][6] == "missing: no tensors"
+    assert "layer %{y}, expert %{x}" in trace.hovertemplate
+
+
+def test_heatmap_hover_names_the_absent_tensor():
+    experts = _experts(2, 4, incomplete={(1, 3)})
+    names, layers, expert_ids, modules, params = [], [], [], [], []
+    for layer in range(2):
+        for expert in range(4):
+            for proj in PROJS:
+                if (layer, expert, proj) == (1, 3, "down_proj"):
+                    continue
+                names.append(f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight")
+                layers.append(layer)
+                expert_ids.append(expert)
+                modules.append(f"mlp.experts.{proj}")
+                params.append("weight")
+    tensors = pd.DataFrame(
+        {"name": names, "layer": layers, "expert": expert_ids, "module": modules, "param": params}
+    ).astype({"layer": "Int64", "expert": "Int64", "module": "category"})
+    trace = expert_coverage_heatmap(experts, tensors=tensors).data[0]
+    assert trace.text[1][3] == "incomplete: lacks down_proj.weight"
+    assert trace.text[1][2] == "complete"
+    # Rows whose module is unknown (NA) are left out instead of breaking the hover text.
+    odd = tensors.assign(module=tensors["module"].cat.add_categories([]).where(tensors.index != 0))
+    assert odd["module"].isna().sum() == 1
+    assert expert_coverage_heatmap(experts, tensors=odd).data[0].text[1][3] == (
+        "incomplete: lacks down_proj.weight"
+    )
+
+
+def test_heatmap_aggregates_experts_above_max_cells():
+    missing = {(0, e) for e in range(4)} | {(3, 99)}
+    experts = _experts(4, 100, missing=missing, incomplete={(1, 50)})
+    fig = expert_coverage_heatmap(experts, max_cells=100)
+    (trace,) = fig.data
+    z = np.asarray(trace.z)
+    # 100 cells / 4 layers = 25 bins of 4 experts each.
+    assert z.shape == (4, 25)
+    assert "bins of 4" in fig.layout.title.text
+    assert z[0, 0] == 0.0  # experts 0-3 of layer 0 all missing
+    assert z[1, 12] == 0.75  # expert 50 incomplete: 3 of 4 complete
+    assert z[3, 24] == 0.75 and z[2, 24] == 1.0
+    assert list(trace.x[:2]) == ["0-3", "4-7"]
+    assert np.asarray(trace.customdata)[1, 12].tolist() == [3, 1, 0]
+
+
+def test_heatmap_cells_at_the_limit_are_not_aggregated():
+    fig = expert_coverage_heatmap(_experts(4, 25), max_cells=100)
+    assert np.asarray(fig.data[0].z).shape == (4, 25)
+    assert "bins" not in fig.layout.title.text
+
+
+def test_heatmap_empty_input_explains_itself():
+    fig = expert_coverage_heatmap(_experts(0, 0))
+    assert len(fig.data) == 0
+    assert "No MoE experts" in fig.layout.annotations[0].text
+
+
+# -- shard sizes -------------------------------------------------------------------------------
+
+
+def _files(sizes: list[int], names: list[str] | None = None) -> pd.DataFrame:
+    names = names or [
+        f"model-{i + 1:05d}-of-{len(sizes):05d}.safetensors" for i in range(len(sizes))
+    ]
+    return pd.DataFrame({"file": pd.Categorical(names), "size": sizes})
+
+
+def test_shard_size_outliers_rule():
+    sizes = pd.Series([1000, 1000, 1000, 1000, 400, 3500, 0])
+    assert shard_size_outliers(sizes).tolist() == [False] * 4 + [False, True, True]
+
+
+def test_shard_bars_mark_and_annotate_outliers():
+    sizes = [5_000_000] * 6 + [2_000_000, 40_000_000]
+    fig = shard_size_distribution(_files(sizes))
+    (bar,) = fig.data
+    assert bar.type == "bar" and len(bar.x) == 8
+    colors = list(bar.marker.color)
+    assert colors[7] == "#d62728" and colors[6] == colors[0] != "#d62728"
+    texts = [a.text for a in fig.layout.annotations]
+    assert "8x median" in texts
+    assert "1 outlier (" in fig.layout.title.text
+
+
+def test_many_shards_become_a_histogram_with_outlier_markers():
+    sizes = [4_900_000_000 + i for i in range(99)] + [1_000]
+    fig = shard_size_distribution(_files(sizes))
+    kinds = [t.type for t in fig.data]
+    assert kinds == ["histogram", "scatter"]
+    assert list(fig.data[1].text) == ["model-00100-of-00100.safetensors"]
+    assert len(fig.data[0].x) == 100
+
+
+def test_shard_names_are_escaped_for_plotly_labels():
+    fig = shard_size_distribution(
+        _files([10, 10], ["<a href='x'>a</a>.safetensors", "b.safetensors"])
+    )
+    assert fig.data[0].x[0] == "&lt;a href='x'&gt;a&lt;/a&gt;.safetensors"
+
+
+def test_empty_files_frame():
+    fig = shard_size_distribution(_files([]))
+    assert "No shard files" in fig.layout.annotations[0].text
+
+
+# -- per layer ---------------------------------------------------------------------------------
+
+
+def test_bytes_per_layer_stacks_dtypes_with_other_last():
+    tensors = pd.DataFrame(
+        {
+            "layer": pd.array([0, 0, 1, 1, 10, None], dtype="Int64"),
+            "dtype": pd.Categorical(["BF16", "F8_E4M3", "BF16", "BF16", "F8_E4M3", "BF16"]),
+            "nbytes": [100, 50, 30, 20, 7, 1000],
+        }
+    )
+    fig = bytes_per_layer(tensors)
+    assert fig.layout.barmode == "stack"
+    by_name = {t.name: t for t in fig.data}
+    assert set(by_name) == {"BF16", "F8_E4M3"}
+    assert list(by_name["BF16"].x) == ["0", "1", "10", "other"]
+    assert list(by_name["BF16"].y) == [100, 50, 0, 1000]
+    assert list(by_name["F8_E4M3"].y) == [50, 0, 7, 0]
+
+
+def test_parameters_per_layer_by_kind():
+    layers = pd.DataFrame(
+        {
+            "layer": pd.array([0, 1, 2, 3], dtype="Int64"),
+            "kind": ["dense", "moe", "moe", "mtp"],
+            "parameters": [10, 200, 190, 50],
+            "is_mtp": [False, False, False, True],
+        }
+    )
+    fig = parameters_per_layer(layers)
+    by_name = {t.name: t for t in fig.data}
+    assert set(by_name) == {"dense", "moe", "mtp"}
+    assert list(by_name["moe"].x) == ["1", "2"] and list(by_name["moe"].y) == [200, 190]
+    assert list(fig.layout.xaxis.categoryarray) == ["0", "1", "2", "3"]
+
+
+# -- findings ----------------------------------------------------------------------------------
+
+
+def test_findings_by_code_counts_and_colours():
+    findings = [
+        make_finding("expert-missing", "layer 1 lacks experts 4-7", layer=1),
+        make_finding("expert-missing", "layer 2 lacks experts 4-7", layer=2),
+        make_finding("trailing-bytes", "x.safetensors has 3 extra bytes", file="x.safetensors"),
+        make_finding("file-truncated", "y.safetensors is short", file="y.safetensors"),
+    ]
+    fig = findings_by_code(findings_to_frame(findings))
+    by_name = {t.name: t for t in fig.data}
+    assert list(by_name) == ["error", "warning"]
+    assert dict(zip(by_name["error"].y, by_name["error"].x, strict=True)) == {
+        "expert-missing": 2,
+        "file-truncated": 1,
+    }
+    assert by_name["warning"].marker.color == "#f2a900"
+    # Worst first from the top: the category array lists bottom-up.
+    assert list(fig.layout.yaxis.categoryarray)[-1] == "expert-missing"
+    empty = findings_by_code(findings_to_frame([]))
+    assert "No findings" in empty.layout.annotations[0].text
+
+
+# -- real scan ---------------------------------------------------------------------------------
+
+
+def test_figures_from_a_real_scan(tmp_path: Path):
+    """A 3-layer MoE written with safetensors; layer 2 lost experts 2-3 and layer 1 expert 0's
+    down_proj."""
+    rng = np.random.default_rng(0)
+    for shard, layers in enumerate(((0, 1), (2,)), start=1):
+        tensors = {}
+        for layer in layers:
+            tensors[f"model.layers.{layer}.self_attn.q_proj.weight"] = rng.standard_normal(
+                (8, 8), dtype=np.float32
+            )
+            for expert in range(4):
+                for proj in PROJS:
+                    if (layer == 2 and expert >= 2) or (layer, expert, proj) == (1, 0, "down_proj"):
+                        continue
+                    name = f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight"
+                    tensors[name] = np.ones((4, 8), dtype=np.float16)
+        save_file(tensors, tmp_path / f"model-{shard:05d}-of-00002.safetensors")
+    scanned = scan(tmp_path)
+    z = np.asarray(expert_coverage_heatmap(scanned.experts, tensors=scanned.tensors).data[0].z)
+    assert z[1, 0] == 1 and z[2, 2] == 0 and z[2, 3] == 0 and z[0, 3] == 2
+    fig = bytes_per_layer(scanned.tensors)
+    assert {t.name for t in fig.data} == {"F16", "F32"}
+    f16 = next(t for t in fig.data if t.name == "F16")
+    assert list(f16.y) == [4 * 3 * 64, (4 * 3 - 1) * 64, 2 * 3 * 64]
+    assert len(shard_size_distribution(scanned.files).data[0].x) == 2
+
+
+def test_widgets_package_is_lazy():
+    """`import widgets` loads neither plotly nor ipywidgets; `widgets.figures` no ipywidgets;
+    the Markdown summary (core) never loads plotly."""
+    code = (
+        "import sys, widgets\n"
+        "assert 'plotly' not in sys.modules and 'ipywidgets' not in sys.modules\n"
+        "import widgets.figures, inspector.markdown\n"
+        "assert 'ipywidgets' not in sys.modules\n"
+        "assert callable(widgets.expert_coverage_heatmap)\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    core = "import sys, inspector.markdown\nassert 'plotly' not in sys.modules\n"
+    subprocess.run([sys.executable, "-c", core], check=True, cwd=Path(__file__).parents[1])
+
+
+@pytest.mark.parametrize("max_cells", [1, 7])
+def test_heatmap_never_has_fewer_than_one_bin(max_cells: int):
+    fig = expert_coverage_heatmap(_experts(10, 6), max_cells=max_cells)
+    assert np.asarray(fig.data[0].z).shape == (10, 1)
+    assert np.asarray(fig.data[0].z)[0, 0] == 1.0

@@ -1,0 +1,176 @@
+"""The HTML report and the Markdown summary of a real (small, broken) MoE checkpoint."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import plotly.offline
+import pytest
+from huggingface_hub import split_state_dict_into_shards_factory
+from safetensors.numpy import save_file
+from transformers import Qwen3MoeConfig
+
+from inspector.checks import check
+from inspector.cli import main
+from inspector.findings import make_finding
+from inspector.markdown import markdown_summary
+from inspector.scan import scan
+from widgets.report import write_html_report
+
+LAYERS, EXPERTS = 4, 8
+LOST_EXPERTS = {3: range(4, 8)}  # layer 3 kept experts 0-3 only
+LOST_PART = (1, 2, "down_proj")  # layer 1, expert 2 has no down_proj
+
+
+def write_moe_checkpoint(folder: Path) -> Path:
+    """A Qwen3-MoE-shaped HF sharded checkpoint: config by transformers, shards split by
+    huggingface_hub's splitter, written by safetensors; some experts were never saved."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config = Qwen3MoeConfig(
+        num_hidden_layers=LAYERS,
+        num_experts=EXPERTS,
+        hidden_size=16,
+        moe_intermediate_size=8,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        vocab_size=32,
+    )
+    config.save_pretrained(folder)
+    rng = np.random.default_rng(0)
+    state: dict[str, np.ndarray] = {"model.embed_tokens.weight": rng.random((32, 16), np.float32)}
+    for layer in range(LAYERS):
+        prefix = f"model.layers.{layer}"
+        state[f"{prefix}.self_attn.q_proj.weight"] = rng.random((16, 16), np.float32)
+        state[f"{prefix}.mlp.gate.weight"] = rng.random((EXPERTS, 16), np.float32)
+        for expert in range(EXPERTS):
+            if expert in LOST_EXPERTS.get(layer, ()):
+                continue
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                if (layer, expert, proj) == LOST_PART:
+                    continue
+                shape = (16, 8) if proj == "down_proj" else (8, 16)
+                state[f"{prefix}.mlp.experts.{expert}.{proj}.weight"] = np.ones(shape, np.float16)
+    state["lm_head.weight"] = rng.random((32, 16), np.float32)
+    split = split_state_dict_into_shards_factory(
+        state,
+        get_storage_size=lambda a: a.nbytes,
+        filename_pattern="model{suffix}.safetensors",
+        max_shard_size="8KB",
+    )
+    for file, names in split.filename_to_tensors.items():
+        save_file({n: state[n] for n in names}, folder / file, metadata={"format": "pt"})
+    index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_moe_checkpoint(tmp_path_factory.mktemp("moe") / "tiny-moe")
+
+
+@pytest.fixture(scope="module")
+def report(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory):
+    scanned = scan(checkpoint)
+    findings = check(scanned)
+    # A hostile message: it must reach the page escaped, never as markup.
+    findings.append(make_finding("trailing-bytes", "<script>alert(1)</script> & more", file="x<y>"))
+    out = tmp_path_factory.mktemp("out") / "sub" / "report.html"
+    return write_html_report(scanned, findings, out), findings
+
+
+def test_checkpoint_has_the_planted_problems(checkpoint: Path):
+    codes = {f.code: f for f in check(scan(checkpoint))}
+    assert "expert-missing" in codes and codes["expert-missing"].layer == 3
+    assert "expert-incomplete" in codes and codes["expert-incomplete"].expert == 2
+    assert len(list(checkpoint.glob("model-*.safetensors"))) >= 3
+
+
+def test_report_is_one_self_contained_file(report):
+    path, _ = report
+    assert path.is_file() and path.name == "report.html"
+    assert not [p for p in path.parent.iterdir() if p != path], "no temp file may be left behind"
+    text = path.read_text(encoding="utf-8")
+    # plotly.js exactly once (its own code mentions map tile servers it never calls for these
+    # charts); outside it, the page names no URL at all and loads nothing by reference.
+    bundle = plotly.offline.get_plotlyjs()
+    assert text.count(bundle) == 1
+    page = text.replace(bundle, "")
+    assert not re.search(r"https?:|//[\w.-]+\.\w+/", page, re.I)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
+    assert "<link" not in page.lower() and "@import" not in page
+    assert page.count("Plotly.newPlot(") == 5  # findings, heatmap, sizes, bytes, parameters
+
+
+def test_report_sections_and_heatmap_id(report):
+    text = report[0].read_text(encoding="utf-8")
+    for section in ("summary", "findings", "expert-heatmap", "shard-sizes", "bytes-per-layer"):
+        assert f"<section id='{section}'>" in text
+    assert re.search(r"""<section id='expert-heatmap'>.*?id="expert-heatmap-figure\"""", text, re.S)
+    assert "tiny-moe" in text and "hf-sharded" in text
+
+
+def test_findings_table_rows_are_escaped_and_grouped(report):
+    path, findings = report
+    text = path.read_text(encoding="utf-8")
+    rows = re.findall(r"<tr class='finding sev-(\w+)' data-code='([\w-]+)'>", text)
+    assert len(rows) == len(findings)
+    assert sorted(code for _, code in rows) == sorted(f.code for f in findings)
+    # Worst first: every error row before every warning row.
+    severities = [s for s, _ in rows]
+    assert severities == sorted(severities, key=["error", "warning", "info"].index)
+    groups = re.findall(r"<tr class='group sev-\w+' data-code='([\w-]+)'>", text)
+    assert len(groups) == len(set(groups)) == len({f.code for f in findings})
+    assert "<script>alert(1)</script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in text
+    assert "x&lt;y&gt;" in text
+    assert "layer 3: experts 4-7 missing" in text
+
+
+def test_markdown_summary_counts_and_ranges(checkpoint: Path):
+    scanned = scan(checkpoint)
+    findings = check(scanned)
+    more = [
+        make_finding("expert-missing", f"layer {i}: experts 4-7 missing", layer=i)
+        for i in (5, 6, 7)
+    ]
+    md = markdown_summary(scanned, findings + more)
+    assert md.startswith("### Checkpoint inspection: `tiny-moe`")
+    assert "- layout: `hf-sharded`" in md
+    assert f"- layers: {LAYERS} decoder ({LAYERS} MoE)" in md
+    errors = sum(f.severity == "error" for f in findings) + 3
+    assert f"- findings: {errors} error" in md
+    row = next(line for line in md.splitlines() if line.startswith("| error | `expert-missing`"))
+    assert row.split(" | ")[2:4] == ["4", "3, 5-7"]
+    # At most 3 examples per code, then a count of the rest.
+    block = md.split("**expert-missing** (4)")[1].split("**")[0]
+    assert block.count("\n- layer ") == 3 and "- ... 1 more" in block
+
+
+def test_markdown_without_findings_is_short(checkpoint: Path):
+    md = markdown_summary(scan(checkpoint), [])
+    assert md.rstrip().endswith("No findings.")
+    assert "| severity |" not in md and len(md.splitlines()) < 10
+
+
+def test_markdown_escapes_table_pipes(checkpoint: Path):
+    bad = make_finding("trailing-bytes", "x", file="a|b.safetensors")
+    md = markdown_summary(scan(checkpoint), [bad])
+    row = next(line for line in md.splitlines() if "`trailing-bytes`" in line)
+    assert "a\\|b.safetensors" in row and row.count(" | ") == 5
+
+
+def test_cli_report_writes_html_and_prints_markdown(checkpoint: Path, tmp_path: Path, capsys):
+    out = tmp_path / "r.html"
+    assert main(["report", str(checkpoint), "-o", str(out)]) == 0
+    assert 'id="expert-heatmap-figure"' in out.read_text(encoding="utf-8")
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["report", str(checkpoint), "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("### Checkpoint inspection") and "`expert-missing`" in printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]

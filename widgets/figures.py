@@ -1,0 +1,475 @@
+"""Plotly figures built from the inspector's tables. Pure: DataFrames in, `Figure` out.
+
+Shared by the notebook dashboard and the self-contained HTML report, so nothing here touches
+files, widgets or the network. Every function accepts an empty frame and then returns a figure
+that says why it is empty instead of an empty plot.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from inspector.summary import format_bytes
+
+__all__ = [
+    "SEVERITY_COLORS",
+    "STATE_COLORS",
+    "bytes_per_layer",
+    "expert_coverage_heatmap",
+    "findings_by_code",
+    "parameters_per_layer",
+    "shard_size_distribution",
+    "shard_size_outliers",
+]
+
+# Cell states of the coverage heatmap, in z order (0, 1, 2).
+STATES = ("missing", "incomplete", "complete")
+STATE_COLORS = {"missing": "#d62728", "incomplete": "#f2a900", "complete": "#2ca02c"}
+SEVERITY_COLORS = {"error": "#d62728", "warning": "#f2a900", "info": "#1f77b4"}
+# Files are drawn one bar each up to this count; beyond it a histogram stays readable.
+_MAX_FILE_BARS = 64
+# Per-expert "what is missing" hover details are computed for at most this many cells, so a
+# checkpoint where every expert is incomplete does not turn hover text into a second scan.
+_MAX_DETAILED_CELLS = 5_000
+_NO_LAYER = "other"
+
+
+# -- expert coverage ---------------------------------------------------------------------------
+
+
+def expert_coverage_heatmap(
+    experts: pd.DataFrame,
+    *,
+    tensors: pd.DataFrame | None = None,
+    max_cells: int = 200_000,
+) -> go.Figure:
+    """Layer x expert matrix of expert states: complete, incomplete or missing.
+
+    `experts` is the experts table (layer, expert, tensors_found, tensors_expected, missing).
+    Pass the tensors table as `tensors` to name the absent tensors of incomplete experts in
+    the hover text. When layers x experts exceeds `max_cells`, experts are grouped into bins
+    and each cell shows the fraction of complete experts in its bin (the title says so).
+    """
+    frame = _expert_states(experts)
+    if frame.empty:
+        return _empty_figure("Expert coverage", "No MoE experts in this checkpoint.")
+    layers = np.sort(frame["layer"].unique())
+    n_experts = int(frame["expert"].max()) + 1
+    if len(layers) * n_experts > max_cells:
+        return _binned_heatmap(frame, layers, n_experts, max_cells=max_cells)
+    return _cell_heatmap(frame, layers, n_experts, tensors=tensors)
+
+
+def _expert_states(experts: pd.DataFrame) -> pd.DataFrame:
+    """layer, expert, found, expected, state (0 missing, 1 incomplete, 2 complete) as numpy
+    integers; rows without a layer or expert number are dropped."""
+    if experts is None or experts.empty:
+        return pd.DataFrame(columns=["layer", "expert", "found", "expected", "state"])
+    keep = experts["layer"].notna() & experts["expert"].notna()
+    e = experts.loc[keep]
+    found = e["tensors_found"].to_numpy(dtype="int64", na_value=0)
+    expected = e["tensors_expected"].to_numpy(dtype="int64", na_value=0)
+    missing = e["missing"].to_numpy(dtype=bool, na_value=False) | (found == 0)
+    state = np.where(missing, 0, np.where(found < expected, 1, 2))
+    return pd.DataFrame(
+        {
+            "layer": e["layer"].to_numpy(dtype="int64"),
+            "expert": e["expert"].to_numpy(dtype="int64"),
+            "found": found,
+            "expected": expected,
+            "state": state,
+        }
+    )
+
+
+def _cell_heatmap(
+    frame: pd.DataFrame, layers: np.ndarray, n_experts: int, *, tensors: pd.DataFrame | None
+) -> go.Figure:
+    # 1. Scatter the states into a dense matrix; cells without a row stay NaN (blank).
+    row_of = {int(layer): i for i, layer in enumerate(layers)}
+    rows = np.fromiter((row_of[v] for v in frame["layer"]), dtype=np.int64, count=len(frame))
+    cols = frame["expert"].to_numpy()
+    z = np.full((len(layers), n_experts), np.nan)
+    z[rows, cols] = frame["state"].to_numpy()
+    counts = np.full((len(layers), n_experts, 2), np.nan)
+    counts[rows, cols, 0] = frame["found"].to_numpy()
+    counts[rows, cols, 1] = frame["expected"].to_numpy()
+    # 2. Hover notes: what each cell lacks.
+    notes = np.full((len(layers), n_experts), "", dtype=object)
+    notes[rows, cols] = np.array(["missing: no tensors", "incomplete", "complete"], dtype=object)[
+        frame["state"].to_numpy()
+    ]
+    for (layer, expert), lacks in _missing_parts(frame, tensors).items():
+        notes[row_of[layer], expert] = f"incomplete: lacks {lacks}"
+    # 3. Discrete colour scale: each state owns one third of [0, 1].
+    trace = go.Heatmap(
+        z=z,
+        x=np.arange(n_experts),
+        y=[str(v) for v in layers],
+        customdata=counts,
+        text=notes,
+        zmin=-0.5,
+        zmax=2.5,
+        colorscale=_discrete_scale([STATE_COLORS[s] for s in STATES]),
+        colorbar={"title": {"text": "state"}, "tickvals": [0, 1, 2], "ticktext": list(STATES)},
+        xgap=1 if n_experts <= 128 else 0,
+        ygap=1 if len(layers) <= 64 else 0,
+        hovertemplate="layer %{y}, expert %{x}<br>%{customdata[0]} of %{customdata[1]} tensors"
+        "<br>%{text}<extra></extra>",
+    )
+    title = _coverage_title(frame)
+    return _layout(go.Figure(trace), title, x="expert", y="layer", height=_height(len(layers)))
+
+
+def _binned_heatmap(
+    frame: pd.DataFrame, layers: np.ndarray, n_experts: int, *, max_cells: int
+) -> go.Figure:
+    # 1. Bin width: as few experts per bin as keep layers x bins under max_cells.
+    n_bins = max(1, max_cells // len(layers))
+    width = math.ceil(n_experts / n_bins)
+    n_bins = math.ceil(n_experts / width)
+    row_of = {int(layer): i for i, layer in enumerate(layers)}
+    rows = np.fromiter((row_of[v] for v in frame["layer"]), dtype=np.int64, count=len(frame))
+    bins = frame["expert"].to_numpy() // width
+    # 2. Count states per (layer, bin) with one scatter-add per state.
+    per_state = np.zeros((3, len(layers), n_bins))
+    np.add.at(per_state, (frame["state"].to_numpy(), rows, bins), 1)
+    total = per_state.sum(axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.where(total > 0, per_state[2] / total, np.nan)
+    customdata = np.stack([per_state[2], per_state[1], per_state[0]], axis=-1)
+    labels = [f"{b * width}-{min(n_experts, (b + 1) * width) - 1}" for b in range(n_bins)]
+    trace = go.Heatmap(
+        z=z,
+        x=labels,
+        y=[str(v) for v in layers],
+        customdata=customdata,
+        zmin=0,
+        zmax=1,
+        colorscale=[
+            [0, STATE_COLORS["missing"]],
+            [0.5, STATE_COLORS["incomplete"]],
+            [1, STATE_COLORS["complete"]],
+        ],
+        colorbar={"title": {"text": "fraction complete"}, "tickformat": ".0%"},
+        hovertemplate="layer %{y}, experts %{x}<br>%{z:.1%} complete<br>%{customdata[0]} complete,"
+        " %{customdata[1]} incomplete, %{customdata[2]} missing<extra></extra>",
+    )
+    title = f"{_coverage_title(frame)}; experts aggregated in bins of {width} (fraction complete)"
+    return _layout(go.Figure(trace), title, x="experts", y="layer", height=_height(len(layers)))
+
+
+def _missing_parts(frame: pd.DataFrame, tensors: pd.DataFrame | None) -> dict[tuple[int, int], str]:
+    """For incomplete experts: the tensor suffixes their layer's siblings have and they lack."""
+    incomplete = frame.loc[frame["state"] == 1, ["layer", "expert"]]
+    if tensors is None or tensors.empty or incomplete.empty:
+        return {}
+    if len(incomplete) > _MAX_DETAILED_CELLS:
+        return {}
+    # 1. Integer columns only: 300k expert tensors must not go through Python string ops.
+    t = tensors.loc[tensors["expert"].notna() & tensors["layer"].notna()]
+    layer = t["layer"].to_numpy(dtype="int64")
+    expert = t["expert"].to_numpy(dtype="int64")
+    key_codes, key_names = _suffix_codes(t)
+    known = key_codes >= 0
+    layer, expert, key_codes = layer[known], expert[known], key_codes[known]
+    # 2. Each layer's set of suffixes, from the unique (layer, suffix) pairs.
+    width = max(1, len(key_names))
+    per_layer: dict[int, set[int]] = defaultdict(set)
+    for pair in np.unique(layer * width + key_codes).tolist():
+        lay, key = divmod(pair, width)
+        per_layer[lay].add(key)
+    # 3. What each incomplete expert has: only its own rows are visited.
+    wanted = incomplete["layer"].to_numpy() * (1 << 32) + incomplete["expert"].to_numpy()
+    mine = np.isin(layer * (1 << 32) + expert, wanted)
+    have: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for lay, exp, key in zip(
+        layer[mine].tolist(), expert[mine].tolist(), key_codes[mine].tolist(), strict=True
+    ):
+        have[(lay, exp)].add(key)
+    out = {}
+    for lay, exp in zip(incomplete["layer"].tolist(), incomplete["expert"].tolist(), strict=True):
+        lacks = sorted(key_names[k] for k in per_layer[lay] - have[(lay, exp)])
+        if lacks:
+            out[(lay, exp)] = _label(", ".join(lacks[:4])) + (" ..." if len(lacks) > 4 else "")
+    return out
+
+
+def _suffix_codes(t: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """An integer per row for "<last module component>.<param>" ("down_proj.weight"), which
+    names an expert's tensor independently of layer and expert number; strings are built
+    once per distinct (module, param) pair."""
+    module = pd.Categorical(t["module"].astype("category"))
+    param = pd.Categorical(t["param"].astype("category"))
+    width = len(param.categories)
+    combined = module.codes.astype("int64") * width + param.codes
+    # A row without module or param (NA) gets no suffix: it is left out of the comparison.
+    combined[(module.codes < 0) | (param.codes < 0)] = -1
+    uniques, codes = np.unique(combined, return_inverse=True)
+    names = []
+    for value in uniques.tolist():
+        if value < 0:
+            names.append("")
+            continue
+        m, p = divmod(value, width)
+        names.append(f"{str(module.categories[m]).rsplit('.', 1)[-1]}.{param.categories[p]}")
+    codes = codes.reshape(-1)
+    if len(uniques) and uniques[0] < 0:
+        codes = codes - 1  # the NA group was code 0; it becomes -1 and names[0] is dropped
+        names = names[1:]
+    return codes, names
+
+
+def _coverage_title(frame: pd.DataFrame) -> str:
+    counts = np.bincount(frame["state"].to_numpy(), minlength=3)
+    n_layers = frame["layer"].nunique()
+    return (
+        f"Expert coverage: {n_layers} MoE layers, {counts[2]:,} complete, "
+        f"{counts[1]:,} incomplete, {counts[0]:,} missing"
+    )
+
+
+def _discrete_scale(colors: list[str]) -> list[list[object]]:
+    """A stepped colour scale: colour i covers [i/n, (i+1)/n] exactly."""
+    n = len(colors)
+    scale: list[list[object]] = []
+    for i, color in enumerate(colors):
+        scale += [[i / n, color], [(i + 1) / n, color]]
+    return scale
+
+
+# -- shard sizes -------------------------------------------------------------------------------
+
+
+def shard_size_outliers(sizes: pd.Series, *, factor: float = 3.0, tiny: float = 10.0) -> pd.Series:
+    """True where a size is over `factor` x the median or under median / `tiny`.
+
+    The last shard of a greedy split is legitimately smaller than the rest, so the low cut is
+    loose (a tenth of the median): it catches empty and truncated files, not the tail shard.
+    """
+    values = sizes.astype("float64")
+    median = float(values.median()) if len(values) else 0.0
+    if median <= 0:
+        return pd.Series(False, index=sizes.index)
+    return (values > factor * median) | (values < median / tiny)
+
+
+def shard_size_distribution(files: pd.DataFrame) -> go.Figure:
+    """Shard sizes on disk: one bar per file when there are few, else a histogram; outliers
+    (see `shard_size_outliers`) are drawn in red and annotated with their ratio to the median."""
+    if files is None or files.empty:
+        return _empty_figure("Shard sizes", "No shard files.")
+    sizes = files["size"].astype("int64")
+    names = files["file"].astype(str).map(_label)
+    outliers = shard_size_outliers(sizes)
+    median = float(sizes.median())
+    title = f"Shard sizes: {len(files):,} files, median {format_bytes(median)}"
+    if outliers.any():
+        n = int(outliers.sum())
+        title += f"; {n} outlier{'s' if n != 1 else ''} (> 3x or < 1/10 of the median)"
+    if len(files) <= _MAX_FILE_BARS:
+        fig = _file_bars(names, sizes, outliers, median)
+        return _layout(fig, title, x="file", y="bytes")
+    fig = _size_histogram(names, sizes, outliers, median)
+    return _layout(fig, title, x="bytes", y="files")
+
+
+def _file_bars(names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float) -> go.Figure:
+    colors = np.where(outliers.to_numpy(), "#d62728", "#1f77b4")
+    fig = go.Figure(
+        go.Bar(
+            x=names.tolist(),
+            y=sizes.tolist(),
+            marker={"color": colors.tolist()},
+            customdata=(sizes / median if median else sizes * 0).round(2).tolist(),
+            hovertemplate="%{x}<br>%{y:,} bytes (%{customdata}x median)<extra></extra>",
+            name="shard",
+        )
+    )
+    fig.add_hline(y=median, line_dash="dot", line_color="#555", annotation_text="median")
+    for name, size in zip(names[outliers].tolist(), sizes[outliers].tolist(), strict=True):
+        ratio = size / median if median else 0.0
+        fig.add_annotation(x=name, y=size, text=f"{ratio:.2g}x median", showarrow=True, arrowhead=2)
+    fig.update_xaxes(type="category", tickangle=-45)
+    return fig
+
+
+def _size_histogram(
+    names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float
+) -> go.Figure:
+    fig = go.Figure(
+        go.Histogram(x=sizes.tolist(), nbinsx=60, name="shards", marker_color="#1f77b4")
+    )
+    if outliers.any():
+        # Outliers also as a red rug under the bars so each one can be hovered by name.
+        fig.add_trace(
+            go.Scatter(
+                x=sizes[outliers].tolist(),
+                y=[0] * int(outliers.sum()),
+                mode="markers",
+                marker={"color": "#d62728", "size": 10, "symbol": "triangle-up"},
+                text=names[outliers].tolist(),
+                hovertemplate="%{text}<br>%{x:,} bytes<extra>outlier</extra>",
+                name="outlier",
+            )
+        )
+        shown = sizes[outliers].sort_values(ascending=False).head(5)
+        for idx, size in shown.items():
+            text = f"{names[idx]}: {size / median:.2g}x median" if median else str(names[idx])
+            fig.add_annotation(x=size, y=0, text=text, showarrow=True, arrowhead=2, ay=-40)
+    fig.add_vline(x=median, line_dash="dot", line_color="#555", annotation_text="median")
+    return fig
+
+
+# -- bytes and parameters per layer ------------------------------------------------------------
+
+
+def bytes_per_layer(tensors: pd.DataFrame) -> go.Figure:
+    """Stacked bars: bytes of each layer, split by dtype. Tensors outside any layer
+    (embedding, output head) are one bar labelled "other"."""
+    if tensors is None or tensors.empty:
+        return _empty_figure("Bytes per layer", "No tensors.")
+    table = _per_layer(tensors, value="nbytes", by="dtype")
+    fig = go.Figure()
+    for dtype in table.columns:
+        fig.add_trace(
+            go.Bar(
+                x=table.index.tolist(),
+                y=table[dtype].tolist(),
+                name=_label(dtype),
+                hovertemplate="layer %{x}<br>%{fullData.name}: %{y:,} bytes<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(type="category")
+    title = f"Bytes per layer by dtype ({format_bytes(float(tensors['nbytes'].sum()))} in total)"
+    return _layout(fig, title, x="layer", y="bytes")
+
+
+def parameters_per_layer(layers: pd.DataFrame) -> go.Figure:
+    """Bars: parameters of each layer, one colour per layer kind (moe, dense, mtp ...)."""
+    if layers is None or layers.empty:
+        return _empty_figure("Parameters per layer", "No layers.")
+    fig = go.Figure()
+    labels = layers["layer"].astype("Int64").astype(str)
+    for kind in sorted(layers["kind"].astype(str).unique()):
+        mask = (layers["kind"].astype(str) == kind).to_numpy()
+        fig.add_trace(
+            go.Bar(
+                x=labels[mask].tolist(),
+                y=layers.loc[mask, "parameters"].astype("int64").tolist(),
+                name=_label(kind),
+                hovertemplate="layer %{x} (%{fullData.name})<br>%{y:,} parameters<extra></extra>",
+            )
+        )
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=labels.tolist())
+    fig.update_layout(showlegend=True)  # the kind is only told by the legend
+    return _layout(fig, "Parameters per layer by kind", x="layer", y="parameters")
+
+
+def _per_layer(tensors: pd.DataFrame, *, value: str, by: str) -> pd.DataFrame:
+    """value summed per (layer, by) as a wide frame indexed by layer label, layers in order
+    and the "other" bucket last."""
+    layer = tensors["layer"].astype("Int64")
+    frame = pd.DataFrame(
+        {
+            "layer": layer.fillna(-1).astype("int64"),
+            "by": tensors[by].astype(str),
+            "value": tensors[value].astype("int64"),
+        }
+    )
+    wide = frame.pivot_table(
+        index="layer", columns="by", values="value", aggfunc="sum", fill_value=0
+    )
+    order = sorted(wide.index, key=lambda v: (v < 0, v))
+    wide = wide.loc[order]
+    wide.index = [_NO_LAYER if v < 0 else str(v) for v in wide.index]
+    return wide
+
+
+# -- findings ----------------------------------------------------------------------------------
+
+
+def findings_by_code(findings: pd.DataFrame) -> go.Figure:
+    """Horizontal bars: number of findings per code, coloured by severity, worst first."""
+    if findings is None or findings.empty:
+        return _empty_figure("Findings by code", "No findings.")
+    counts = (
+        findings.assign(
+            code=findings["code"].astype(str), severity=findings["severity"].astype(str)
+        )
+        .groupby(["severity", "code"])
+        .size()
+        .rename("count")
+        .reset_index()
+    )
+    rank = {"error": 0, "warning": 1, "info": 2}
+    counts["rank"] = counts["severity"].map(rank).fillna(3)
+    counts = counts.sort_values(["rank", "count", "code"], ascending=[True, False, True])
+    fig = go.Figure()
+    for severity in sorted(counts["severity"].unique(), key=lambda s: rank.get(s, 3)):
+        part = counts[counts["severity"] == severity]
+        fig.add_trace(
+            go.Bar(
+                x=part["count"].tolist(),
+                y=part["code"].tolist(),
+                orientation="h",
+                name=severity,
+                marker_color=SEVERITY_COLORS.get(severity, "#7f7f7f"),
+                hovertemplate="%{y}: %{x}<extra>" + severity + "</extra>",
+            )
+        )
+    # Worst code on top: categories listed bottom-up.
+    fig.update_yaxes(
+        type="category", categoryorder="array", categoryarray=counts["code"].tolist()[::-1]
+    )
+    # Counts are whole numbers: no 0.2-step ticks when every code has one finding.
+    fig.update_xaxes(tick0=0, dtick=max(1, math.ceil(int(counts["count"].max()) / 8)))
+    height = 120 + 28 * len(counts)
+    return _layout(
+        fig, f"Findings by code ({len(findings):,})", x="findings", y="code", height=height
+    )
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+
+def _layout(fig: go.Figure, title: str, *, x: str, y: str, height: int | None = None) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        template="plotly_white",
+        margin={"l": 60, "r": 20, "t": 60, "b": 60},
+        xaxis_title=x,
+        yaxis_title=y,
+        legend={"orientation": "h", "y": -0.2},
+        **({"height": height} if height else {}),
+    )
+    return fig
+
+
+def _empty_figure(title: str, message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(
+        text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font={"size": 16}
+    )
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", height=240)
+    return fig
+
+
+def _label(text: object) -> str:
+    """Checkpoint-chosen text for a figure: plotly.js renders tags such as <a href> in labels,
+    so `<`, `>` and `&` are escaped (plotly.js shows the entities as the plain characters)."""
+    return html.escape(str(text), quote=False)
+
+
+def _height(n_rows: int) -> int:
+    """Cells stay legible for a handful of layers and the figure stays on screen for 100+."""
+    return int(min(1200, max(260, 140 + 14 * n_rows)))

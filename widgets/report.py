@@ -1,0 +1,210 @@
+"""One self-contained HTML report of a scanned checkpoint: opens offline, no external URL.
+
+plotly.js is embedded once in the page head; every figure is a bare `<div>` plus its
+`Plotly.newPlot` call. All text from the checkpoint (file and tensor names, messages) is
+escaped, because a hostile checkpoint chooses those strings.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from collections.abc import Sequence
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.offline
+
+from inspector.atomic import write_atomic
+from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
+from inspector.model import ScannedCheckpoint
+from inspector.summary import format_bytes, summarize
+from widgets.figures import (
+    bytes_per_layer,
+    expert_coverage_heatmap,
+    findings_by_code,
+    parameters_per_layer,
+    shard_size_distribution,
+)
+
+__all__ = ["render_html_report", "write_html_report"]
+
+# Rows shown per finding code; the rest are counted (the JSON output of `check` has them all).
+_ROWS_PER_CODE = 200
+# Plotly figure options: no logo link, and no server URL so the page names no host at all.
+_PLOT_CONFIG = {"displaylogo": False, "responsive": True, "plotlyServerURL": ""}
+
+_CSS = """
+:root { --err:#d62728; --warn:#b07d00; --info:#1f77b4; --ok:#2ca02c; --line:#e3e3e3; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color:#222;
+       margin: 0 auto; max-width: 1200px; padding: 24px; }
+h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
+     border-bottom: 1px solid var(--line); padding-bottom: 4px; }
+.path { color:#666; font-family: ui-monospace, monospace; word-break: break-all; }
+.cards { display: flex; flex-wrap: wrap; gap: 8px; margin: 12px 0; }
+.card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; min-width: 110px; }
+.card b { display: block; font-size: 18px; } .card span { color: #666; font-size: 12px; }
+.badge { border-radius: 10px; padding: 1px 8px; color: #fff; font-size: 12px; }
+.sev-error .badge, .badge.sev-error { background: var(--err); }
+.sev-warning .badge, .badge.sev-warning { background: var(--warn); }
+.sev-info .badge, .badge.sev-info { background: var(--info); }
+.badge.ok { background: var(--ok); }
+table { border-collapse: collapse; width: 100%; font-size: 13px; }
+th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line);
+         vertical-align: top; }
+th { background: #f6f6f6; position: sticky; top: 0; }
+td.name { font-family: ui-monospace, monospace; word-break: break-all; }
+tr.group td { background: #fafafa; font-weight: 600; padding-top: 10px; }
+tr.more td { color: #666; font-style: italic; }
+.figure { margin: 8px 0 16px; }
+.muted { color: #666; }
+"""
+
+
+def write_html_report(
+    scanned: ScannedCheckpoint, findings: Sequence[Finding], path: str | os.PathLike[str]
+) -> Path:
+    """Write the report to `path` atomically (temp file, then rename) and return the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, render_html_report(scanned, findings).encode("utf-8"))
+    return target
+
+
+def render_html_report(scanned: ScannedCheckpoint, findings: Sequence[Finding]) -> str:
+    """The report as one HTML string (plotly.js included)."""
+    summary = summarize(scanned, problems=list(findings))
+    sections = [
+        _summary_section(summary),
+        _findings_section(findings),
+        _figure_section(
+            "expert-heatmap",
+            "Expert coverage",
+            expert_coverage_heatmap(scanned.experts, tensors=scanned.tensors),
+        ),
+        _figure_section("shard-sizes", "Shard sizes", shard_size_distribution(scanned.files)),
+        _figure_section("bytes-per-layer", "Bytes per layer", bytes_per_layer(scanned.tensors)),
+        _figure_section(
+            "parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)
+        ),
+    ]
+    title = f"Checkpoint report: {scanned.path.name}"
+    return (
+        "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
+        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n"
+        f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>\n"
+        f"</head>\n<body>\n<h1>{_e(title)}</h1>\n<div class='path'>{_e(str(scanned.path))}</div>\n"
+        + "\n".join(sections)
+        + "\n</body>\n</html>\n"
+    )
+
+
+# -- sections ----------------------------------------------------------------------------------
+
+
+def _summary_section(summary: dict[str, Any]) -> str:
+    layers = f"{summary['layers']:,}"
+    if summary["mtp_layers"]:
+        layers += f" + {summary['mtp_layers']} MTP"
+    cards = [
+        ("layout", summary["layout"]),
+        ("files", f"{summary['files']:,}"),
+        ("tensors", f"{summary['tensors']:,}"),
+        ("bytes", format_bytes(summary["total_bytes"])),
+        ("parameters", f"{summary['parameters']:,}"),
+        ("layers", layers),
+        ("MoE layers", f"{summary['moe_layers']:,}"),
+        ("experts / MoE layer", _experts_text(summary)),
+    ]
+    body = "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in cards)
+    dtypes = ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items())
+    return (
+        f"<section id='summary'>\n<h2>Summary</h2>\n<div class='cards'>{body}</div>\n"
+        f"<p><span class='muted'>dtypes:</span> {_e(dtypes or 'none')}</p>\n"
+        f"<p>{_severity_badges(summary['problems'])}</p>\n</section>"
+    )
+
+
+def _experts_text(summary: dict[str, Any]) -> str:
+    expected = summary["experts_per_layer"]
+    found: dict[int, int] = summary["experts_found"]
+    if not found:
+        return "none"
+    low = [layer for layer, n in found.items() if expected is not None and n < expected]
+    if not low:
+        return f"{expected}"
+    return f"{expected} expected; fewer in layers {fold_ranges(low, limit=4)}"
+
+
+def _severity_badges(problems: list[dict[str, Any]]) -> str:
+    if not problems:
+        return "<span class='badge ok'>no findings</span>"
+    counts = {s: sum(p["severity"] == s for p in problems) for s in ("error", "warning", "info")}
+    return " ".join(
+        f"<span class='badge sev-{s}'>{n} {s}{'s' if n != 1 else ''}</span>"
+        for s, n in counts.items()
+        if n
+    )
+
+
+def _findings_section(findings: Sequence[Finding]) -> str:
+    head = "<section id='findings'>\n<h2>Findings</h2>\n"
+    if not findings:
+        return head + "<p class='muted' id='no-findings'>No findings.</p>\n</section>"
+    chart = _figure_div("findings-chart", findings_by_code(findings_to_frame(findings)))
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    rows: list[str] = []
+    for code, group in groupby(ordered, key=lambda f: f.code):
+        items = list(group)
+        severity = str(items[0].severity)
+        rows.append(
+            f"<tr class='group sev-{severity}' data-code='{_e(code)}'><td colspan='7'>"
+            f"<span class='badge'>{severity}</span> {_e(code)} ({len(items):,})</td></tr>"
+        )
+        rows.extend(_finding_row(f) for f in items[:_ROWS_PER_CODE])
+        if len(items) > _ROWS_PER_CODE:
+            rest = len(items) - _ROWS_PER_CODE
+            rows.append(
+                f"<tr class='more'><td colspan='7'>... {rest:,} more {_e(code)} findings "
+                "(run ckpt-inspect check --json for all)</td></tr>"
+            )
+    columns = "".join(
+        f"<th>{c}</th>"
+        for c in ("severity", "code", "message", "file", "tensor", "layer", "expert")
+    )
+    return (
+        f"{head}{chart}\n<table id='findings-table'>\n<thead><tr>{columns}</tr></thead>\n"
+        f"<tbody>\n{chr(10).join(rows)}\n</tbody>\n</table>\n</section>"
+    )
+
+
+def _finding_row(f: Finding) -> str:
+    cells = (
+        f"<td><span class='badge'>{f.severity}</span></td>",
+        f"<td>{_e(f.code)}</td>",
+        f"<td>{_e(f.message)}</td>",
+        f"<td class='name'>{_e(f.file or '')}</td>",
+        f"<td class='name'>{_e(f.tensor or '')}</td>",
+        f"<td>{'' if f.layer is None else f.layer}</td>",
+        f"<td>{'' if f.expert is None else f.expert}</td>",
+    )
+    return f"<tr class='finding sev-{f.severity}' data-code='{_e(f.code)}'>{''.join(cells)}</tr>"
+
+
+def _figure_section(section_id: str, title: str, fig: go.Figure) -> str:
+    return (
+        f"<section id='{section_id}'>\n<h2>{_e(title)}</h2>\n"
+        f"{_figure_div(f'{section_id}-figure', fig)}\n</section>"
+    )
+
+
+def _figure_div(div_id: str, fig: go.Figure) -> str:
+    # plotly.js is in the page head already: each figure carries only its data and layout.
+    body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOT_CONFIG)
+    return f"<div class='figure'>{body}</div>"
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
