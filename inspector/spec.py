@@ -1,4 +1,17 @@
-"""What a `config.json` says should exist: layers, MoE layers, experts, MTP layers. Pure."""
+"""What a `config.json` says should exist: layers, MoE layers, experts, MTP layers. Pure.
+
+The rules mirror how the modelling code of each family decides (FORMATS.md section 6):
+- Qwen2/3-MoE: layer i is MoE when i is not in `mlp_only_layers` and
+  `(i + 1) % decoder_sparse_step == 0`;
+- DeepSeek-V2/V3, Kimi, GLM-MoE: MoE when `i >= first_k_dense_replace` and
+  `i % moe_layer_freq == 0`;
+- Llama 4: the `moe_layers` list, else every `interleave_moe_layer_step`-th layer;
+- Nemotron-H: the block pattern (`hybrid_override_pattern` "M*E-" or, as transformers 5
+  writes it, `layers_block_type` ["linear_attention", "moe", "full_attention", "mlp"]);
+  the number of layers is the pattern's length (transformers 5 no longer writes
+  `num_hidden_layers` for it);
+- otherwise every layer is MoE when the config names an expert count.
+"""
 
 from __future__ import annotations
 
@@ -6,66 +19,113 @@ from typing import Any
 
 from inspector.model import ModelSpec
 
-__all__ = ["spec_from_config"]
+__all__ = ["layer_types_from_config", "spec_from_config"]
 
-_EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
+_EXPERT_KEYS = (
+    "n_routed_experts",
+    "num_experts",
+    "num_local_experts",
+    "moe_num_experts",
+    "num_moe_experts",
+)
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_layers", "num_mtp_layers")
+# Where multimodal configs keep the text model's config.
+_TEXT_KEYS = ("text_config", "language_config", "llm_config")
+# Block names of hybrid patterns -> the layer kinds the tables use.
+_BLOCKS = {
+    "M": "mamba",
+    "mamba": "mamba",
+    "linear_attention": "mamba",
+    "*": "attention",
+    "attention": "attention",
+    "full_attention": "attention",
+    "-": "dense",
+    "mlp": "dense",
+    "E": "moe",
+    "moe": "moe",
+}
 
 
 def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.json") -> ModelSpec:
     """Derive the expected structure; the text model of a multimodal config is used."""
     if not isinstance(config, dict):
         return ModelSpec()
-    text = config.get("text_config")
-    if isinstance(text, dict) and _int(text.get("num_hidden_layers")) is not None:
-        config, source = {**text, "model_type": text.get("model_type") or config.get("model_type")}, f"{source}:text_config"
+    config, source = _text_config(config, source)
+    pattern = layer_types_from_config(config)
     num_layers = _int(config.get("num_hidden_layers")) or _int(config.get("num_layers"))
+    if pattern is not None:
+        num_layers = len(pattern)
     experts = next((v for k in _EXPERT_KEYS if (v := _int(config.get(k))) is not None), None)
-    if experts == 0:
+    if experts is not None and experts <= 0:
         experts = None
-    moe = _moe_layers(config, num_layers, experts)
+    moe = _moe_layers(config, num_layers, experts, pattern)
     mtp = next((v for k in _MTP_KEYS if (v := _int(config.get(k))) is not None), 0)
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
-    return ModelSpec(model_type, num_layers, moe, experts, mtp, source)
+    return ModelSpec(model_type, num_layers, moe, experts, max(mtp, 0), source)
 
 
-def _moe_layers(config: dict[str, Any], num_layers: int | None, experts: int | None) -> frozenset[int] | None:
+def layer_types_from_config(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """Per-layer block kinds ("mamba", "attention", "dense", "moe") of a hybrid model
+    (Nemotron-H), or None when the config has no block pattern."""
+    if not isinstance(config, dict):
+        return None
+    config, _ = _text_config(config, "")
+    blocks = config.get("layers_block_type")
+    if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
+        return tuple(_BLOCKS.get(b, b) for b in blocks)
+    pattern = config.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return tuple(_BLOCKS.get(c, c) for c in pattern)
+    return None
+
+
+def _text_config(config: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+    """The nested text model config when there is one that says how many layers it has."""
+    for key in _TEXT_KEYS:
+        text = config.get(key)
+        if isinstance(text, dict) and (
+            _int(text.get("num_hidden_layers")) is not None
+            or layer_types_from_config(text) is not None
+        ):
+            merged = {**text, "model_type": text.get("model_type") or config.get("model_type")}
+            return merged, f"{source}:{key}"
+    return config, source
+
+
+def _moe_layers(
+    config: dict[str, Any],
+    num_layers: int | None,
+    experts: int | None,
+    pattern: tuple[str, ...] | None,
+) -> frozenset[int] | None:
+    """0-based MoE layer numbers, one family rule after the other (see the module doc)."""
     if num_layers is None:
         return None
-    pattern = _hybrid_pattern(config, num_layers)
     if pattern is not None:
-        return frozenset(i for i, block in enumerate(pattern) if block in ("E", "moe"))
+        return frozenset(i for i, block in enumerate(pattern) if block == "moe")
     if experts is None:
         return frozenset()
     layers = set(range(num_layers))
-    # DeepSeek / Kimi / GLM: the first k layers are dense, then every `moe_layer_freq`-th.
+    listed = config.get("moe_layers")
+    if isinstance(listed, list) and all(type(i) is int for i in listed):
+        return frozenset(i for i in listed if 0 <= i < num_layers)
     first_dense = _int(config.get("first_k_dense_replace"))
-    if first_dense is not None:
-        freq = _int(config.get("moe_layer_freq")) or 1
-        layers = {i for i in layers if i >= first_dense and (i - first_dense) % freq == 0}
-    # Qwen-MoE: every `decoder_sparse_step`-th layer, except `mlp_only_layers`.
-    step = _int(config.get("decoder_sparse_step"))
-    if step and step > 1:
-        layers = {i for i in layers if (i + 1) % step == 0}
+    freq = config.get("moe_layer_freq")
+    if isinstance(freq, list) and len(freq) == num_layers:
+        # Megatron-style per-layer flags.
+        layers = {i for i, flag in enumerate(freq) if flag}
+    elif first_dense is not None or _int(freq) is not None:
+        step = _int(freq) or 1
+        layers = {i for i in layers if i >= (first_dense or 0) and i % step == 0}
+    sparse_step = _int(config.get("decoder_sparse_step")) or _int(
+        config.get("interleave_moe_layer_step")
+    )
+    if sparse_step and sparse_step > 1:
+        layers = {i for i in layers if (i + 1) % sparse_step == 0}
     only_mlp = config.get("mlp_only_layers")
     if isinstance(only_mlp, list):
-        layers -= {i for i in only_mlp if isinstance(i, int)}
-    # Some configs give a per-layer list of 0/1 in moe_layer_freq.
-    freq_list = config.get("moe_layer_freq")
-    if isinstance(freq_list, list) and len(freq_list) == num_layers:
-        layers = {i for i, flag in enumerate(freq_list) if flag}
+        layers -= {i for i in only_mlp if type(i) is int}
     return frozenset(layers)
-
-
-def _hybrid_pattern(config: dict[str, Any], num_layers: int) -> list[str] | None:
-    """Nemotron-H: `hybrid_override_pattern` ("M-M*E...") or `layers_block_type` list."""
-    blocks = config.get("layers_block_type")
-    if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
-        return blocks
-    pattern = config.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return list(pattern)
-    return None
 
 
 def _int(value: object) -> int | None:

@@ -1,0 +1,540 @@
+"""Tensor names -> layer, expert, module, param, kind and family. Pure, vectorised.
+
+A name such as `model.layers.3.mlp.experts.17.down_proj.weight` is reduced to its
+*template* `model.layers.#.mlp.experts.#.down_proj.weight` (every number that is a whole
+dotted component becomes `#`). Real checkpoints have 300,000 names but only a few hundred
+templates, so the rules below run once per template and the numbers are cut out of the
+names with numpy. Digits inside words (`w1`, `linear_fc2`, `weight_scale_2`) stay in the
+template.
+
+Families (FORMATS.md sections 5 and 6) are a declarative table: the first `Family` whose
+`prefix` matches a template says where the layer number is and what to strip to get the
+module; `KIND_RULES` then classify the rest. To support a new naming scheme, add a `Family`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "FAMILIES",
+    "KINDS",
+    "KIND_RULES",
+    "Family",
+    "NameColumns",
+    "ParsedName",
+    "parse_name",
+    "parse_names",
+]
+
+KINDS = (
+    "embedding",
+    "attention",
+    "dense_mlp",
+    "expert",
+    "shared_expert",
+    "router",
+    "norm",
+    "mtp",
+    "output_head",
+    "mamba",
+    "other",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One naming scheme. `prefix` is matched at the start of a template; its named group
+    `layer` (if any) is the layer number, and everything it consumes is stripped from the
+    module name (use a lookahead to recognise without stripping)."""
+
+    name: str
+    prefix: re.Pattern[str]
+    mtp: bool = False
+    # Megatron torch_dist stacks homogeneous layers into one tensor with a leading layer axis.
+    stacked: bool = False
+    # Forces the kind, e.g. vision towers are "other" whatever their inner names say.
+    kind: str | None = None
+
+
+def _family(name: str, prefix: str, **options: object) -> Family:
+    return Family(name, re.compile(prefix), **options)  # type: ignore[arg-type]
+
+
+# Text-model roots in front of `layers.{L}` (plain, multimodal and older HF spellings).
+_HF = (
+    r"(?:model\.(?:language_model\.|text_model\.|decoder\.)?"
+    r"|language_model\.(?:model\.)?|transformer\.|gpt_neox\.)?"
+)
+_TOWERS = (
+    r"visual|vision_tower|vision_model|vision_encoder|vision|audio_tower|audio_model|audio"
+    r"|multi_modal_projector|mm_projector"
+)
+
+# Tried in order; the first match wins.
+FAMILIES: tuple[Family, ...] = (
+    _family(
+        "mtp",
+        r"^(?:model\.)?mtp\.layers\.(?P<layer>#)\.(?:(?:transformer_layer|mtp_model_layer)\.)?",
+        mtp=True,
+    ),
+    _family("mtp", r"^(?=(?:model\.)?mtp\.)", mtp=True),
+    _family("vision", rf"^(?=(?:model\.)?(?:{_TOWERS})\.)", kind="other"),
+    _family("megatron", r"^(?:module\.)?decoder\.layers\.(?P<layer>#)\."),
+    _family("megatron-stacked", r"^(?:module\.)?decoder\.layers\.(?!#\.)", stacked=True),
+    _family("megatron", r"^(?=(?:module\.)?(?:embedding|output_layer|decoder)\.)"),
+    _family("nemotron-h", r"^backbone\.layers\.(?P<layer>#)\."),
+    _family("nemotron-h", r"^(?=backbone\.)"),
+    _family("mixtral", rf"^{_HF}layers\.(?P<layer>#)\.(?=block_sparse_moe\.)"),
+    _family(
+        "fused-experts", rf"^{_HF}layers\.(?P<layer>#)\.(?=(?:mlp|feed_forward)\.experts\.[a-z_]+$)"
+    ),
+    _family(
+        "hf-moe",
+        rf"^{_HF}layers\.(?P<layer>#)\."
+        r"(?=(?:mlp|feed_forward)\.(?:experts|shared_experts?|shared_expert_gate|gate|router)\.)",
+    ),
+    _family("hf", rf"^{_HF}layers\.(?P<layer>#)\."),
+    _family("other", r"^(?:.*\.)?(?:layers|layer|h|blocks)\.(?P<layer>#)\."),
+    _family("hf", r"^(?=model\.|lm_head\.)"),
+    _family("other", r"^"),
+)
+
+
+def _tokens(*words: str) -> str:
+    return r"(?:^|\.)(?:" + "|".join(words) + r")(?:\.|$)"
+
+
+# (kind, pattern) tried in order on "module.param" with layer prefix and expert number removed.
+KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern))
+    for kind, pattern in (
+        ("mtp", _tokens("enorm", "hnorm", "eh_proj", "shared_head")),
+        ("shared_expert", _tokens("shared_experts?", "shared_expert_gate")),
+        ("expert", _tokens("experts", "local_experts")),
+        ("router", _tokens("gate", "router")),
+        (
+            "mamba",
+            _tokens("mamba", "ssm")
+            + r"|(?:^|\.)mixer\.(?:A_log|D|dt_bias|conv1d|in_proj|out_proj|norm)(?:\.|$)",
+        ),
+        (
+            "attention",
+            _tokens(
+                "self_attn",
+                "self_attention",
+                "attention",
+                "attn",
+                "cross_attn",
+                "linear_attn",
+                "core_attention",
+                "q_proj",
+                "k_proj",
+                "v_proj",
+                "o_proj",
+                "qkv_proj",
+                "linear_qkv",
+                "query_key_value",
+                "c_attn",
+            ),
+        ),
+        (
+            "dense_mlp",
+            _tokens(
+                "mlp",
+                "feed_forward",
+                "ffn",
+                "block_sparse_moe",
+                "gate_proj",
+                "up_proj",
+                "down_proj",
+                "gate_up_proj",
+                "linear_fc1",
+                "linear_fc2",
+                "fc1",
+                "fc2",
+                "c_fc",
+                "w1",
+                "w2",
+                "w3",
+            ),
+        ),
+        (
+            "embedding",
+            _tokens(
+                "embed_tokens",
+                "word_embeddings",
+                "embeddings",
+                "embedding",
+                "wte",
+                "wpe",
+                "tok_embeddings",
+                "embed_in",
+            ),
+        ),
+        ("output_head", _tokens("lm_head", "output_layer", "embed_out")),
+        ("norm", r"(?:^|\.)(?:\w*norm\w*|ln|ln_\w+)(?:\.|$)"),
+    )
+)
+
+# In MTP blocks, whatever is not a standard block part belongs to the MTP head itself.
+_MTP_OWN = frozenset({"norm", "embedding", "output_head", "other"})
+_EXPERT_NUMBER = re.compile(r"(?:^|\.)(?:experts|local_experts)\.#(?=\.|$)")
+_QUANTIZER_PARAM = re.compile(r"^(.*)\.(\w+_quantizer\.\w+)$")
+_GROUPED_PARAM = re.compile(r"^(.*)\.(weight|bias|_extra_state)#$")
+_FUSED_PARAM = re.compile(r"^(gate_up_proj|gate_proj|up_proj|down_proj)(?:_(blocks|scales|bias))?$")
+_TRAILING_NUMBER = re.compile(r"\.(?:weight|bias|_extra_state)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedName:
+    """What one tensor name says. `layer`/`expert` are None when the name has none;
+    `fused` marks a tensor holding all experts on one axis (GPT-OSS, Megatron torch_dist)."""
+
+    name: str
+    layer: int | None
+    expert: int | None
+    module: str
+    param: str
+    kind: str
+    family: str
+    fused: bool
+    mtp: bool
+    stacked: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NameColumns:
+    """`parse_names` output as parallel numpy arrays (one entry per name, in input order).
+
+    `layer` and `expert` are int64 with -1 for "none". `layer` of an MTP name (`mtp` True)
+    is its index among the MTP blocks, not a decoder layer number. `module`, `param`,
+    `kind` and `family` are `pd.Categorical` (built from a few hundred templates, so they
+    cost nothing per name); `kind`'s categories are `KINDS`.
+    """
+
+    layer: np.ndarray
+    expert: np.ndarray
+    module: pd.Categorical
+    param: pd.Categorical
+    kind: pd.Categorical
+    family: pd.Categorical
+    fused: np.ndarray
+    mtp: np.ndarray
+    stacked: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.layer)
+
+    def row(self, i: int, name: str = "") -> ParsedName:
+        """Entry `i` as a `ParsedName` (for tests and single look-ups, not bulk work)."""
+        layer, expert = int(self.layer[i]), int(self.expert[i])
+        return ParsedName(
+            name,
+            layer if layer >= 0 else None,
+            expert if expert >= 0 else None,
+            str(self.module[i]),
+            str(self.param[i]),
+            str(self.kind[i]),
+            str(self.family[i]),
+            bool(self.fused[i]),
+            bool(self.mtp[i]),
+            bool(self.stacked[i]),
+        )
+
+
+def parse_name(name: str) -> ParsedName:
+    """Parse one tensor name (see `parse_names` for many)."""
+    return parse_names([name]).row(0, name)
+
+
+# -- one template ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Info:
+    """The rule result for one template. Slots index the template's `#` numbers."""
+
+    layer_slot: int
+    expert_slot: int
+    module: str
+    param: str
+    kind: str
+    family: str
+    fused: bool
+    mtp: bool
+    stacked: bool
+    # Numbers that stay in module/param (e.g. `blocks.#.0`): their slots, in text order.
+    keep_slots: tuple[int, ...] = ()
+
+
+def _analyze(template: str) -> _Info:
+    """Apply FAMILIES and KIND_RULES to one template.
+
+    1. the first family whose prefix matches gives the layer slot and the stripped prefix;
+    2. the last component(s) become the param;
+    3. an expert number (or a fused expert tensor) is taken out of the module;
+    4. the kind comes from KIND_RULES (or the family), MTP-specific parts become "mtp".
+    """
+    family, match = next((f, m) for f in FAMILIES if (m := f.prefix.match(template)))
+    layer_slot = -1
+    if "layer" in family.prefix.groupindex and match.start("layer") >= 0:
+        layer_slot = template.count("#", 0, match.start("layer"))
+    base = template.count("#", 0, match.end())
+    module, param, grouped = _split_param(template[match.end() :])
+    module, param, expert_slot, fused = _experts(module, param, grouped, base)
+    kind = family.kind or _kind(f"{module}.{param}" if module else param)
+    if family.mtp and kind in _MTP_OWN:
+        kind = "mtp"
+    if grouped and expert_slot < 0:
+        param += "#"  # a trailing number that is not an expert id stays in the param
+    keep = _kept_slots(template[match.end() :], base, expert_slot)
+    if kind != "expert":
+        fused = False
+    return _Info(
+        layer_slot,
+        expert_slot,
+        module,
+        param,
+        kind,
+        family.name,
+        fused,
+        family.mtp,
+        family.stacked,
+        keep,
+    )
+
+
+def _split_param(rest: str) -> tuple[str, str, bool]:
+    """(module, param, trailing number) from the part after the layer prefix."""
+    if m := _QUANTIZER_PARAM.match(rest):
+        return m.group(1), m.group(2), False
+    if m := _GROUPED_PARAM.match(rest):
+        return m.group(1), m.group(2), True
+    module, _, param = rest.rpartition(".")
+    return module, param, False
+
+
+def _experts(module: str, param: str, grouped: bool, base: int) -> tuple[str, str, int, bool]:
+    """Take the expert number out of the module; recognise fused and grouped experts."""
+    if m := _EXPERT_NUMBER.search(module):
+        slot = base + module.count("#", 0, m.end() - 1)
+        return module[: m.end() - 2] + module[m.end() :], param, slot, False
+    parts = module.split(".")
+    in_experts = "experts" in parts
+    if grouped and in_experts:
+        # TEGroupedMLP `experts.linear_fc1.weight{E}`: the last number is the expert.
+        return module, param, base + module.count("#"), False
+    if parts[-1] == "experts" and (m := _FUSED_PARAM.match(param)):
+        return f"{module}.{m.group(1)}", m.group(2) or "weight", -1, True
+    # Any other tensor of an experts module without a number holds every expert on one axis
+    # (torch_dist `experts.experts.linear_fc1.weight`); extra state is not per expert.
+    return module, param, -1, in_experts and param != "_extra_state"
+
+
+def _kind(path: str) -> str:
+    return next((kind for kind, rule in KIND_RULES if rule.search(path)), "other")
+
+
+def _kept_slots(rest: str, base: int, expert_slot: int) -> tuple[int, ...]:
+    slots = [base + i for i in range(rest.count("#"))]
+    return tuple(s for s in slots if s != expert_slot)
+
+
+# -- many names --------------------------------------------------------------------------
+
+_DIGITS = str.maketrans("0123456789", "##########")
+_CACHE: dict[str, _Info] = {}
+_CACHE_LIMIT = 200_000
+_MAX_DIGITS = 9  # longer digit runs are not layer or expert numbers (keys fit in int64)
+
+
+def parse_names(names: list[str]) -> NameColumns:
+    """Parse many tensor names at once; 300,000 names take well under half a second.
+
+    1. names are grouped by their digit-masked form (all digits -> `#`), one C-level pass;
+    2. per group, the digit runs that are whole components become number slots and the
+       other digits (inside words) split the group into real templates;
+    3. each template is analysed once (cached) and the numbers are cut out with numpy.
+    """
+    n = len(names)
+    out = _Columns(n)
+    if n == 0:
+        return out.done()
+    clean, joined = _sanitised(names)
+    chars = _CharSource(clean, joined)
+    masked = np.asarray(joined.translate(_DIGITS).split("\n"), dtype=object)
+    codes, groups = _factorize(masked)
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(np.bincount(codes, minlength=len(groups)))
+    for g, group in enumerate(groups):
+        start = int(ends[g - 1]) if g else 0
+        _fill_group(group, order[start : int(ends[g])], clean, chars, out)
+    return out.done()
+
+
+def _sanitised(names: list[str]) -> tuple[list[str], str]:
+    """(names, names joined by newline), safe to split by newline and mask by `#`: hostile
+    names lose those characters (only for parsing; the tables keep the real names)."""
+    try:
+        joined = "\n".join(names)
+    except TypeError:
+        names = [x if type(x) is str else str(x) for x in names]
+        joined = "\n".join(names)
+    if "#" in joined or joined.count("\n") != len(names) - 1:
+        names = [x.replace("\n", "\ufffd").replace("#", "\ufffd") for x in names]
+        joined = "\n".join(names)
+    return names, joined
+
+
+def _factorize(values: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    codes, uniques = pd.factorize(values)
+    return codes.astype(np.int64), list(uniques)
+
+
+class _CharSource:
+    """Character codes at given positions of given names, without a Python loop per name.
+
+    ASCII input (the normal case) is one byte buffer; otherwise each group is turned into
+    a fixed-width unicode array (names of one group have the same length)."""
+
+    def __init__(self, names: list[str], joined: str) -> None:
+        self.names = names
+        self.ascii = joined.isascii()
+        if self.ascii:
+            self.buf = np.frombuffer(joined.encode("ascii"), dtype=np.uint8)
+            # Name i starts one past the i-th newline.
+            self.starts = np.concatenate(([0], np.flatnonzero(self.buf == 10) + 1))
+
+    def codes(self, rows: np.ndarray, positions: list[int], width: int) -> np.ndarray:
+        """(len(rows), len(positions)) array of character codes."""
+        if self.ascii:
+            return self.buf[self.starts[rows][:, None] + np.asarray(positions)[None, :]]
+        group = np.asarray([self.names[i] for i in rows], dtype=f"<U{width}")
+        matrix = group.view(np.uint32).reshape(len(rows), width)
+        return matrix[:, positions]
+
+
+def _fill_group(
+    group: str, rows: np.ndarray, names: list[str], chars: _CharSource, out: _Columns
+) -> None:
+    """Split one digit-masked group into real templates and fill their rows."""
+    slots, word = _digit_runs(group)
+    values = [_numbers(chars.codes(rows, list(range(a, b)), len(group))) for a, b in slots]
+    if word:
+        keys = chars.codes(rows, word, len(group))
+        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+    else:
+        first, inverse = np.zeros(1, dtype=np.int64), None
+    for sub, head in enumerate(first):
+        mask = slice(None) if inverse is None else inverse == sub
+        template = _template(names[int(rows[head])], slots)
+        info = _CACHE.get(template)
+        if info is None:
+            if len(_CACHE) >= _CACHE_LIMIT:
+                _CACHE.clear()
+            info = _CACHE[template] = _analyze(template)
+        out.assign(rows[mask], info, [v[mask] for v in values])
+
+
+def _digit_runs(group: str) -> tuple[list[tuple[int, int]], list[int]]:
+    """(number slots as (start, end), positions of digits inside words) of a masked name."""
+    slots: list[tuple[int, int]] = []
+    word: list[int] = []
+    for m in re.finditer("#+", group):
+        a, b = m.span()
+        whole = (a == 0 or group[a - 1] == ".") and (b == len(group) or group[b] == ".")
+        trailing = b == len(group) and _TRAILING_NUMBER.search(group, 0, a) is not None
+        if (whole or trailing) and b - a <= _MAX_DIGITS:
+            slots.append((a, b))
+        else:
+            word.extend(range(a, b))
+    return slots, word
+
+
+def _numbers(codes: np.ndarray) -> np.ndarray:
+    """Decimal digit character codes (rows x digits) -> int64 values."""
+    weights = 10 ** np.arange(codes.shape[1] - 1, -1, -1, dtype=np.int64)
+    return (codes.astype(np.int64) - 48) @ weights
+
+
+def _template(name: str, slots: list[tuple[int, int]]) -> str:
+    pieces, last = [], 0
+    for a, b in slots:
+        pieces.append(name[last:a])
+        pieces.append("#")
+        last = b
+    pieces.append(name[last:])
+    return "".join(pieces)
+
+
+class _Columns:
+    """Output columns, filled one template at a time: numbers per row, everything else
+    once per template (`tid` says which template each row has)."""
+
+    def __init__(self, n: int) -> None:
+        self.layer = np.full(n, -1, dtype=np.int64)
+        self.expert = np.full(n, -1, dtype=np.int64)
+        self.tid = np.zeros(n, dtype=np.int64)
+        self.infos: list[_Info] = []
+        # Rows whose module/param keep numbers of their own (rare): row -> text.
+        self.overrides: dict[str, dict[int, str]] = {"module": {}, "param": {}}
+
+    def assign(self, rows: np.ndarray, info: _Info, values: list[np.ndarray]) -> None:
+        if info.layer_slot >= 0:
+            self.layer[rows] = values[info.layer_slot]
+        if info.expert_slot >= 0:
+            self.expert[rows] = values[info.expert_slot]
+        self.tid[rows] = len(self.infos)
+        self.infos.append(info)
+        if info.keep_slots:
+            self._keep_numbers(rows, info, values)
+
+    def _keep_numbers(self, rows: np.ndarray, info: _Info, values: list[np.ndarray]) -> None:
+        """Numbers that are neither layer nor expert go back into module/param."""
+        if (info.module + info.param).count("#") != len(info.keep_slots):
+            return
+        kept = [values[s] for s in info.keep_slots]
+        split = info.module.count("#")
+        for j, row in enumerate(rows.tolist()):
+            numbers = [str(int(k[j])) for k in kept]
+            self.overrides["module"][row] = _refill(info.module, numbers[:split])
+            self.overrides["param"][row] = _refill(info.param, numbers[split:])
+
+    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical:
+        index = {v: i for i, v in enumerate(first)}
+        small = [index.setdefault(getattr(info, key), len(index)) for info in self.infos]
+        codes = np.asarray(small, dtype=np.int64)[self.tid] if small else self.tid.copy()
+        overrides = self.overrides.get(key, {})
+        for row, value in overrides.items():
+            codes[row] = index.setdefault(value, len(index))
+        frame = pd.Categorical.from_codes(codes, categories=list(index))
+        return frame.remove_unused_categories() if overrides else frame
+
+    def _flag(self, key: str) -> np.ndarray:
+        small = np.asarray([getattr(info, key) for info in self.infos] or [False], dtype=bool)
+        return small[self.tid]
+
+    def done(self) -> NameColumns:
+        return NameColumns(
+            self.layer,
+            self.expert,
+            self._text("module"),
+            self._text("param"),
+            self._text("kind", KINDS),
+            self._text("family"),
+            self._flag("fused"),
+            self._flag("mtp"),
+            self._flag("stacked"),
+        )
+
+
+def _refill(text: str, numbers: list[str]) -> str:
+    for number in numbers:
+        text = text.replace("#", number, 1)
+    return text

@@ -1,0 +1,573 @@
+"""The four tables of a scanned checkpoint: tensors, files, layers, experts. Pure.
+
+Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may hold 300,000
+tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
+
+Layer numbering: decoder layers keep their number; MTP layers are numbered after them
+(`spec.num_layers + k`), whichever of the three spellings the checkpoint uses
+(`mtp.layers.{k}.*`; layer-less `mtp.*`, which is MTP block 0; DeepSeek's extra
+`model.layers.{num_hidden_layers + k}.*`). Megatron torch_dist stacked tensors
+(`decoder.layers.*` with a leading layer axis) have no layer in the tensors table but are
+spread over the layers of their leading axis in the layers and experts tables; fused expert
+tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from inspector.model import ModelSpec, ScannedCheckpoint
+from inspector.naming import KINDS, NameColumns, parse_names
+from inspector.spec import layer_types_from_config
+
+__all__ = ["Tables", "build_tables"]
+
+_INT64_MAX = np.iinfo(np.int64).max
+# Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
+_MTP_OWN = np.isin(np.asarray(KINDS), ("norm", "embedding", "output_head", "other"))
+_MTP_KIND = KINDS.index("mtp")
+_ROUTED = [KINDS.index("expert"), KINDS.index("router")]
+# Hostile shapes or configs must not make the expansions allocate without bound.
+_MAX_EXPANSION = 5_000_000
+# Layer and expert numbers have at most 9 digits (naming), so (layer << 30 | expert) fits.
+_SHIFT = 30
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The four tables; see `build_tables` for their columns."""
+
+    tensors: pd.DataFrame
+    files: pd.DataFrame
+    layers: pd.DataFrame
+    experts: pd.DataFrame
+
+
+def build_tables(scanned: ScannedCheckpoint) -> Tables:
+    """Build the tables of `scanned`.
+
+    - tensors: name, file, dtype, shape, numel, nbytes, begin, end, layer, expert, module,
+      param, kind, family, is_mtp, fused, stacked (one row per tensor: the logical tensors
+      when the layout has them, else every shard entry);
+    - files: file, size, header_bytes (the JSON header length N), tensors, tensor_bytes,
+      first_layer, last_layer, layers, readable, problems;
+    - layers: layer, kind, is_mtp, tensors, bytes, parameters, experts_found,
+      experts_expected, dtypes (decoder layers the config declares but nobody stores are
+      rows with tensors=0; MTP rows are only the stored MTP layers);
+    - experts: layer, expert, tensors_found, tensors_expected, bytes, missing.
+    """
+    spec = scanned.spec
+    source = _source(scanned)
+    parsed = parse_names(source.names)
+    numbering = _Numbering.of(parsed, spec)
+    tensors = _tensors_frame(source, parsed, numbering)
+    contrib = _contributions(source, parsed, numbering)
+    moe = _moe_layers(contrib, spec)
+    count = _expected_ids(contrib, spec)
+    experts = _experts_frame(contrib, moe, count)
+    layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
+    files = _files_frame(scanned, source, numbering)
+    return Tables(tensors, files, layers, experts)
+
+
+# -- 1. where the tensors come from -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    names: list[str]
+    file_codes: np.ndarray
+    files: list[str]
+    dtype_codes: np.ndarray
+    dtypes: list[str]
+    shapes: list[tuple[int, ...]]
+    numel: np.ndarray
+    nbytes: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    # True where begin/end are unknown (logical tensors not stored as one byte range).
+    no_range: np.ndarray
+
+
+def _source(scanned: ScannedCheckpoint) -> _Source:
+    """The logical tensors if the layout built them, else every shard's header entries."""
+    if scanned.logical is not None:
+        lt = scanned.logical
+        no_range = np.asarray(
+            [b is None or e is None for b, e in zip(lt.begin, lt.end, strict=True)], bool
+        )
+        begin = _int64([0 if b is None else b for b in lt.begin])
+        end = _int64([0 if e is None else e for e in lt.end])
+        return _make_source(
+            list(lt.name),
+            *_codes(lt.file),
+            list(lt.dtype),
+            list(lt.shape),
+            _int64(lt.nbytes),
+            begin,
+            end,
+            no_range,
+        )
+    index: dict[str, int] = {}
+    per_shard = [index.setdefault(s.file, len(index)) for s in scanned.shards]
+    counts = [len(s.names) for s in scanned.shards]
+    names, dtypes, shapes, begins, ends = [], [], [], [], []
+    for shard in scanned.shards:
+        names += shard.names
+        dtypes += shard.dtypes
+        shapes += shard.shapes
+        begins += shard.begins
+        ends += shard.ends
+    begin, end = _int64(begins), _int64(ends)
+    file_codes = np.repeat(np.asarray(per_shard, dtype=np.int64), counts)
+    no_range = np.zeros(len(names), dtype=bool)
+    return _make_source(
+        names, file_codes, list(index), dtypes, shapes, end - begin, begin, end, no_range
+    )
+
+
+def _make_source(
+    names: list[str],
+    file_codes: np.ndarray,
+    files: list[str],
+    dtypes: list[str],
+    shapes: list[tuple[int, ...]],
+    nbytes: np.ndarray,
+    begin: np.ndarray,
+    end: np.ndarray,
+    no_range: np.ndarray,
+) -> _Source:
+    dtype_codes, dtype_names = _codes(dtypes)
+    numel = _int64(list(map(math.prod, shapes)))
+    return _Source(
+        names,
+        file_codes,
+        files,
+        dtype_codes,
+        dtype_names,
+        shapes,
+        numel,
+        nbytes,
+        begin,
+        end,
+        no_range,
+    )
+
+
+def _codes(values: list[str]) -> tuple[np.ndarray, list[str]]:
+    """(int64 codes, distinct values in first-seen order)."""
+    if not values:
+        return np.zeros(0, np.int64), []
+    codes, uniques = pd.factorize(np.asarray(values, dtype=object))
+    return codes.astype(np.int64), [str(u) for u in uniques]
+
+
+def _int64(values: list[int]) -> np.ndarray:
+    """int64 array; values past int64 (a hostile header) are clamped instead of raising."""
+    if not values:
+        return np.zeros(0, np.int64)
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        return np.asarray([min(v, _INT64_MAX) for v in values], dtype=np.int64)
+
+
+# -- 2. layer numbering -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Numbering:
+    """Global layer number per tensor (-1: none), which rows are MTP, and kind codes with
+    MTP-head parts relabelled "mtp"."""
+
+    layer: np.ndarray
+    is_mtp: np.ndarray
+    kind: np.ndarray
+    # The first MTP layer number (spec.num_layers, or the last decoder layer seen + 1).
+    mtp_base: int
+
+    @staticmethod
+    def of(parsed: NameColumns, spec: ModelSpec) -> _Numbering:
+        layer = parsed.layer.copy()
+        decoder = layer[(layer >= 0) & ~parsed.mtp]
+        if spec.num_layers is not None:
+            base = spec.num_layers
+        else:
+            base = int(decoder.max()) + 1 if len(decoder) else 0
+        is_mtp = parsed.mtp.copy()
+        layer[is_mtp] = base + np.maximum(layer[is_mtp], 0)
+        if spec.mtp_layers > 0 and spec.num_layers is not None:
+            # DeepSeek spelling: extra `model.layers.{num_hidden_layers + k}` layers.
+            is_mtp |= layer >= base
+        kind = parsed.kind.codes.astype(np.int64)
+        kind[is_mtp & _MTP_OWN[kind]] = _MTP_KIND
+        return _Numbering(layer, is_mtp, kind, base)
+
+
+# -- 3. tensors -------------------------------------------------------------------------
+
+
+def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) -> pd.DataFrame:
+    n = len(source.names)
+    return pd.DataFrame(
+        {
+            "name": pd.array(source.names, dtype=object),
+            "file": pd.Categorical.from_codes(source.file_codes, categories=source.files),
+            "dtype": pd.Categorical.from_codes(source.dtype_codes, categories=source.dtypes),
+            "shape": np.fromiter(source.shapes, dtype=object, count=n),
+            "numel": source.numel,
+            "nbytes": source.nbytes,
+            "begin": pd.arrays.IntegerArray(source.begin, source.no_range.copy()),
+            "end": pd.arrays.IntegerArray(source.end, source.no_range.copy()),
+            "layer": pd.arrays.IntegerArray(numbering.layer, numbering.layer < 0),
+            "expert": pd.arrays.IntegerArray(parsed.expert, parsed.expert < 0),
+            "module": parsed.module,
+            "param": parsed.param,
+            "kind": pd.Categorical.from_codes(numbering.kind, categories=list(KINDS)),
+            "family": parsed.family,
+            "is_mtp": numbering.is_mtp,
+            "fused": parsed.fused,
+            "stacked": parsed.stacked,
+        }
+    )
+
+
+# -- 4. what each tensor contributes to layers and experts ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Contrib:
+    """Per-layer rows (one per tensor and layer) and per-expert rows (one per tensor, layer
+    and expert) after spreading stacked and fused tensors over their axes."""
+
+    layer: np.ndarray
+    nbytes: np.ndarray
+    numel: np.ndarray
+    dtype: np.ndarray
+    kind: np.ndarray
+    is_mtp: np.ndarray
+    dtypes: list[str]
+    e_layer: np.ndarray
+    e_expert: np.ndarray
+    e_nbytes: np.ndarray
+
+
+def _contributions(source: _Source, parsed: NameColumns, numbering: _Numbering) -> _Contrib:
+    """1. a tensor with a layer counts once for it; 2. a stacked tensor counts once for
+    each index of its leading axis, with its bytes split evenly; 3. expert rows follow."""
+    layer = numbering.layer
+    own = np.flatnonzero(layer >= 0)
+    stacked = np.flatnonzero(parsed.stacked & (layer < 0))
+    depth = _axis(source.shapes, stacked, 0)
+    st_rows, st_layer = _spread(stacked, depth)
+    rows = np.concatenate([own, st_rows])
+    share = np.concatenate([np.ones(len(own), np.int64), np.repeat(np.maximum(depth, 1), depth)])
+    e_layer, e_expert, e_nbytes = _expert_rows(source, parsed, layer)
+    return _Contrib(
+        np.concatenate([layer[own], st_layer]),
+        source.nbytes[rows] // share,
+        source.numel[rows] // share,
+        source.dtype_codes[rows],
+        numbering.kind[rows],
+        numbering.is_mtp[rows],
+        source.dtypes,
+        e_layer,
+        e_expert,
+        e_nbytes,
+    )
+
+
+def _expert_rows(source: _Source, parsed: NameColumns, layer: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(layer, expert, bytes) per expert a tensor holds: numbered expert tensors hold one;
+    fused ones (expert axis 0) and stacked fused ones (layer axis 0, expert axis 1) many."""
+    expert, fused, shapes = parsed.expert, parsed.fused, source.shapes
+    numbered = np.flatnonzero((expert >= 0) & (layer >= 0))
+    flat = np.flatnonzero(fused & (layer >= 0))
+    width = _axis(shapes, flat, 0)
+    f_rows, f_expert = _spread(flat, width)
+    deep = np.flatnonzero(fused & parsed.stacked & (layer < 0))
+    d_width = _axis(shapes, deep, 1)
+    cells = _capped(_axis(shapes, deep, 0) * d_width)
+    d_rows, d_index = _spread(deep, cells)
+    d_cols = np.repeat(np.maximum(d_width, 1), cells)
+    rows = np.concatenate([numbered, f_rows, d_rows])
+    share = np.concatenate(
+        [
+            np.ones(len(numbered), np.int64),
+            np.repeat(np.maximum(width, 1), width),
+            np.repeat(np.maximum(cells, 1), cells),
+        ]
+    )
+    return (
+        np.concatenate([layer[numbered], layer[f_rows], d_index // d_cols]),
+        np.concatenate([expert[numbered], f_expert, d_index % d_cols]),
+        source.nbytes[rows] // share,
+    )
+
+
+def _axis(shapes: list[tuple[int, ...]], rows: np.ndarray, axis: int) -> np.ndarray:
+    """Size of `axis` of each row's shape (0 when it has no such axis), capped."""
+    return _capped(_int64([shapes[i][axis] if len(shapes[i]) > axis else 0 for i in rows.tolist()]))
+
+
+def _capped(sizes: np.ndarray) -> np.ndarray:
+    """The sizes, or all zeros when spreading over them would exceed the expansion cap."""
+    if len(sizes) and (sizes.max() > _MAX_EXPANSION or sizes.sum() > _MAX_EXPANSION):
+        return np.zeros(len(sizes), np.int64)
+    return sizes
+
+
+def _spread(rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row repeated `size` times, with the index 0..size-1 of each copy."""
+    repeated = np.repeat(rows, sizes)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return repeated, np.arange(len(repeated), dtype=np.int64) - starts
+
+
+def _sums(inverse: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Per-group sums. Float accumulation is exact below 2**53 bytes (9 PB) per group."""
+    return np.rint(np.bincount(inverse, weights=values, minlength=n)).astype(np.int64)
+
+
+# -- 5. experts -------------------------------------------------------------------------
+
+
+def _moe_layers(contrib: _Contrib, spec: ModelSpec) -> np.ndarray:
+    """Decoder layers the config calls MoE, plus every layer holding expert or router
+    tensors (DeepSeek's MTP block is MoE too)."""
+    declared = np.asarray(sorted(spec.moe_layers or ()), dtype=np.int64)
+    routed = contrib.layer[np.isin(contrib.kind, _ROUTED)]
+    return np.union1d(np.union1d(declared, contrib.e_layer), routed).astype(np.int64)
+
+
+def _expected_ids(contrib: _Contrib, spec: ModelSpec) -> int:
+    """Experts per MoE layer: the config's count, else the highest id seen + 1."""
+    if spec.experts_per_layer is not None:
+        return spec.experts_per_layer
+    return int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+
+
+def _experts_frame(contrib: _Contrib, moe: np.ndarray, count: int) -> pd.DataFrame:
+    """One row per MoE layer and expert id: the expected ids 0..count-1 and any other id
+    seen. The grid is skipped when a hostile config would make it huge."""
+    found = (contrib.e_layer << _SHIFT) | contrib.e_expert
+    keys, inverse = np.unique(found, return_inverse=True)
+    grid = np.zeros(0, np.int64)
+    if 0 < len(moe) * count <= _MAX_EXPANSION:
+        grid = ((moe[:, None] << _SHIFT) | np.arange(count, dtype=np.int64)[None, :]).ravel()
+    every = np.union1d(grid, keys)
+    at = np.searchsorted(every, keys)
+    tensors_found = np.zeros(len(every), np.int64)
+    tensors_found[at] = np.bincount(inverse, minlength=len(keys))
+    nbytes = np.zeros(len(every), np.int64)
+    nbytes[at] = _sums(inverse, len(keys), contrib.e_nbytes)
+    frame = pd.DataFrame(
+        {
+            "layer": every >> _SHIFT,
+            "expert": every & ((1 << _SHIFT) - 1),
+            "tensors_found": tensors_found,
+            "bytes": nbytes,
+        }
+    )
+    frame["tensors_expected"] = _majority(frame)
+    frame["missing"] = (tensors_found == 0) & (frame["expert"].to_numpy() < count)
+    return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
+
+
+def _majority(frame: pd.DataFrame) -> np.ndarray:
+    """Per layer, the most common non-zero tensors-per-expert count (ties: the larger);
+    a layer without any expert tensor takes the most common count over all layers."""
+    present = frame[frame["tensors_found"] > 0]
+    if present.empty:
+        return np.zeros(len(frame), np.int64)
+    pairs = present.groupby(["layer", "tensors_found"]).size().rename("n").reset_index()
+    pairs = pairs.sort_values(["layer", "n", "tensors_found"])
+    per_layer = pairs.groupby("layer")["tensors_found"].last()
+    overall = Counter(present["tensors_found"].tolist())
+    fallback = max(overall.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    return frame["layer"].map(per_layer).fillna(fallback).to_numpy(dtype=np.int64)
+
+
+# -- 6. layers --------------------------------------------------------------------------
+
+
+def _layers_frame(
+    contrib: _Contrib,
+    experts: pd.DataFrame,
+    scanned: ScannedCheckpoint,
+    numbering: _Numbering,
+    moe: np.ndarray,
+    count: int,
+) -> pd.DataFrame:
+    """One row per layer seen or declared (decoder layers, then MTP layers).
+
+    1. aggregate the per-layer contributions; 2. add declared layers without tensors;
+    3. experts found / expected from the experts table; 4. dtypes and kind per layer.
+    """
+    seen, inverse = np.unique(contrib.layer, return_inverse=True)
+    n = len(seen)
+    # Declared decoder layers appear even without tensors (layer-missing); declared MTP
+    # layers do not: their absence is the mtp-missing finding, and is_mtp rows are stored ones.
+    declared = np.arange(scanned.spec.num_layers or 0)
+    layers = np.union1d(seen, declared).astype(np.int64)
+    at = np.searchsorted(layers, seen)
+
+    def spread(values: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+        out = np.zeros(len(layers), dtype=dtype)
+        out[at] = values
+        return out
+
+    is_mtp = spread(np.bincount(inverse, weights=contrib.is_mtp, minlength=n) > 0, bool)
+    with_experts = experts[experts["tensors_found"] > 0].groupby("layer").size()
+    frame = pd.DataFrame(
+        {
+            "layer": layers,
+            "is_mtp": is_mtp,
+            "tensors": spread(np.bincount(inverse, minlength=n)),
+            "bytes": spread(_sums(inverse, n, contrib.nbytes)),
+            "parameters": spread(_sums(inverse, n, contrib.numel)),
+            "experts_found": with_experts.reindex(layers, fill_value=0).to_numpy(np.int64),
+            "experts_expected": np.where(np.isin(layers, moe), count, 0).astype(np.int64),
+        }
+    )
+    dtypes = _value_sets(seen, inverse, contrib.dtype, contrib.dtypes)
+    frame["dtypes"] = [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()]
+    kinds = _value_sets(seen, inverse, contrib.kind, list(KINDS))
+    types = layer_types_from_config(scanned.config)
+    frame["kind"] = _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec)
+    columns = [
+        "layer", "kind", "is_mtp", "tensors", "bytes", "parameters", "experts_found",
+        "experts_expected", "dtypes",
+    ]  # fmt: skip
+    return frame[columns]
+
+
+def _value_sets(
+    seen: np.ndarray, inverse: np.ndarray, codes: np.ndarray, names: list[str]
+) -> dict[int, set[str]]:
+    """layer -> the distinct values (by code) its contributions have."""
+    width = max(len(names), 1)
+    pairs = np.unique(inverse.astype(np.int64) * width + codes)
+    out: dict[int, set[str]] = {}
+    for group, code in zip((pairs // width).tolist(), (pairs % width).tolist(), strict=True):
+        out.setdefault(int(seen[group]), set()).add(names[code])
+    return out
+
+
+_TENSOR_KINDS = (("mamba", "mamba"), ("dense_mlp", "dense"), ("attention", "attention"))
+
+
+def _layer_kinds(
+    layers: np.ndarray,
+    is_mtp: np.ndarray,
+    kinds: dict[int, set[str]],
+    moe: np.ndarray,
+    types: tuple[str, ...] | None,
+    spec: ModelSpec,
+) -> list[str]:
+    """mtp > moe (config or experts present) > the config's block pattern > what the
+    tensors show (mamba, dense, attention) > "dense" for a declared layer > "other"."""
+    moe_set = set(moe.tolist())
+    declared = spec.num_layers if spec.moe_layers is not None else None
+    out: list[str] = []
+    for layer, mtp in zip(layers.tolist(), is_mtp.tolist(), strict=True):
+        present = kinds.get(layer, set())
+        if mtp:
+            out.append("mtp")
+        elif layer in moe_set:
+            out.append("moe")
+        elif types is not None and 0 <= layer < len(types):
+            out.append(types[layer])
+        elif label := next((lb for k, lb in _TENSOR_KINDS if k in present), None):
+            out.append(label)
+        else:
+            out.append("dense" if declared is not None and layer < declared else "other")
+    return out
+
+
+# -- 7. files ---------------------------------------------------------------------------
+
+
+def _files_frame(
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+) -> pd.DataFrame:
+    """One row per data file: shards (also of DCP layouts) or torch_dist `.distcp` files.
+
+    1. the files we know of, with size and header length; 2. what each stores, as
+    (file, layer, bytes) entries; 3. per-file counts, byte sums and layer ranges."""
+    rows = _file_rows(scanned, source)
+    files, codes, layer, nbytes = _file_entries(scanned, source, numbering)
+    known = {r[0] for r in rows}
+    rows += [(f, None, None, False) for f in files if f not in known]
+    names = [r[0] for r in rows]
+    position = {f: i for i, f in enumerate(names)}
+    # Entries' file codes -> row positions in the frame.
+    where = np.asarray([position[f] for f in files], dtype=np.int64)[codes] if len(codes) else codes
+    n = len(rows)
+    first, last, distinct = _layer_ranges(where, layer, n)
+    problems = Counter(f.file for f in scanned.problems if f.file is not None)
+    return pd.DataFrame(
+        {
+            "file": pd.array(names, dtype=object),
+            "size": pd.array([r[1] for r in rows], dtype="Int64"),
+            "header_bytes": pd.array([r[2] for r in rows], dtype="Int64"),
+            "tensors": np.bincount(where, minlength=n).astype(np.int64),
+            "tensor_bytes": _sums(where, n, nbytes),
+            "first_layer": pd.arrays.IntegerArray(first, first < 0),
+            "last_layer": pd.arrays.IntegerArray(last, last < 0),
+            "layers": distinct,
+            "readable": np.asarray([bool(r[3]) for r in rows], dtype=bool),
+            "problems": np.asarray([problems.get(f, 0) for f in names], dtype=np.int64),
+        }
+    )
+
+
+def _layer_ranges(where: np.ndarray, layer: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Per file: first layer, last layer (-1: none) and the number of distinct layers."""
+    has = layer >= 0
+    pairs = np.unique((where[has] << 33) | layer[has])
+    files, layers = pairs >> 33, pairs & ((1 << 33) - 1)
+    first = np.full(n, -1, np.int64)
+    last = np.full(n, -1, np.int64)
+    # Pairs are sorted by (file, layer): the last write per file is its largest layer.
+    last[files] = layers
+    first[files[::-1]] = layers[::-1]
+    return first, last, np.bincount(files, minlength=n).astype(np.int64)
+
+
+def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
+    """(file, size on disk, JSON header length, readable) of every data file we know of."""
+    if scanned.shards:
+        return [(s.file, s.file_size, s.header_len, s.readable) for s in scanned.shards]
+    if scanned.torch_dist is not None:
+        sizes = scanned.torch_dist.distcp_sizes
+        return [(f, size, None, True) for f, size in sorted(sizes.items())]
+    return [(f, None, None, True) for f in source.files]
+
+
+def _file_entries(
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(files, file code, layer, bytes) of what each file stores: the tensors themselves
+    for plain shards, the shard headers' chunks for DCP, the storage map for torch_dist."""
+    if scanned.logical is None or not (scanned.shards or scanned.torch_dist):
+        return source.files, source.file_codes, numbering.layer, source.nbytes
+    if scanned.shards:
+        names = [x for s in scanned.shards for x in s.names]
+        files = [s.file for s in scanned.shards for _ in s.names]
+        nbytes = _int64(
+            [e - b for s in scanned.shards for b, e in zip(s.begins, s.ends, strict=True)]
+        )
+    else:
+        items = list(scanned.torch_dist.storage.items())
+        names = [key[0] for key, _ in items]
+        files = [value[0] for _, value in items]
+        nbytes = _int64([value[2] for _, value in items])
+    layer = _Numbering.of(parse_names(names), scanned.spec).layer
+    codes, distinct = _codes(files)
+    return distinct, codes, layer, nbytes
