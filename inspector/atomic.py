@@ -1,0 +1,176 @@
+"""The few writers: atomic file replacement with backups, under a folder lock.
+
+Protocol of `apply_writes` (each step survives a kill):
+1. take `.ckpt-inspect.lock` (O_EXCL; a lock whose process is gone is taken over);
+2. copy every file to be replaced into `.ckpt-inspect-backup/<timestamp>/`;
+3. write every new content to a temp file beside its target and fsync it;
+4. write a journal naming the temp -> target renames, fsync it;
+5. rename each temp over its target, fsync the folder, delete the journal.
+A kill before step 4 leaves the originals untouched; after it, `recover()` (run by every
+`apply_writes`) finishes the renames, so files are never left half old, half new.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import orjson
+
+from inspector.errors import InspectorError
+
+__all__ = [
+    "BACKUP_DIR",
+    "JOURNAL",
+    "LOCK",
+    "apply_writes",
+    "folder_lock",
+    "recover",
+    "write_atomic",
+]
+
+LOCK = ".ckpt-inspect.lock"
+JOURNAL = ".ckpt-inspect-journal.json"
+BACKUP_DIR = ".ckpt-inspect-backup"
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Temp file beside `path`, fsync, rename, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    _write_synced(tmp, data)
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def folder_lock(root: Path) -> Iterator[None]:
+    """Exclusive lock on a checkpoint folder for the duration of a write."""
+    lock = root / LOCK
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            break
+        except FileExistsError:
+            if _lock_alive(lock):
+                raise InspectorError(
+                    f"{lock}: another ckpt-inspect process (pid {_lock_pid(lock)}) is writing this "
+                    "checkpoint; wait for it, or delete the lock file if that process is gone"
+                ) from None
+            lock.unlink(missing_ok=True)
+    else:
+        raise InspectorError(f"{lock}: cannot take the lock; delete it if no repair is running")
+    try:
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+def apply_writes(
+    root: Path, writes: Sequence[tuple[str, bytes]], *, backup: bool = True
+) -> Path | None:
+    """Replace files under `root` atomically as one journaled batch; returns the backup folder."""
+    recover(root)
+    backup_dir = None
+    if backup and any((root / rel).exists() for rel, _ in writes):
+        backup_dir = root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
+        backup_dir = _unique(backup_dir)
+        for rel, _ in writes:
+            if (root / rel).exists():
+                target = backup_dir / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(root / rel, target)
+                _fsync_file(target)
+        _fsync_dir(backup_dir)
+    renames = []
+    for rel, data in writes:
+        final = root / rel
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
+        _write_synced(tmp, data)
+        renames.append((str(tmp.relative_to(root)), rel))
+    _write_synced(root / JOURNAL, orjson.dumps({"renames": renames}))
+    _fsync_dir(root)
+    recover(root)
+    return backup_dir
+
+
+def recover(root: Path) -> list[str]:
+    """Finish an interrupted batch: do the journal's remaining renames. Returns targets done."""
+    journal = root / JOURNAL
+    if not journal.exists():
+        return []
+    try:
+        renames = orjson.loads(journal.read_bytes())["renames"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        # The journal itself was cut short: the batch never started renaming.
+        journal.unlink()
+        return []
+    done = []
+    for tmp, rel in renames:
+        if (root / tmp).exists():
+            os.replace(root / tmp, root / rel)
+            done.append(rel)
+    dirs = {(root / rel).parent for _, rel in renames} | {root}
+    for d in dirs:
+        _fsync_dir(d)
+    journal.unlink()
+    _fsync_dir(root)
+    return done
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with open(path, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unique(path: Path) -> Path:
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
+
+
+def _lock_pid(lock: Path) -> int | None:
+    try:
+        return int(lock.read_text().strip() or "0") or None
+    except (OSError, ValueError):
+        return None
+
+
+def _lock_alive(lock: Path) -> bool:
+    pid = _lock_pid(lock)
+    if pid is None:
+        # Being written this instant by its owner, or junk: treat a fresh one as alive.
+        return time.time() - lock.stat().st_mtime < 5 if lock.exists() else False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,383 @@
+"""Repair plans: rebuild JSON files from what is really on disk. Plan, print, then execute.
+
+Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only writer: it
+takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
+(see `inspector.atomic`), re-scans and reports the findings that remain. Tensor data is never
+touched by an index, sidecar or quant-config repair.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from inspector.atomic import apply_writes, folder_lock
+from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
+from inspector.findings import Finding, examples
+from inspector.layouts._common import INDEX_NAME
+from inspector.model import ScannedCheckpoint
+
+__all__ = [
+    "DuplicatePolicy",
+    "FileWrite",
+    "RepairPlan",
+    "RepairResult",
+    "plan_index",
+    "plan_quant_config",
+    "plan_repair",
+    "plan_sidecars",
+]
+
+DuplicatePolicy = Literal["first", "last", "index"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileWrite:
+    """One file to (re)write: its current text (None if absent) and the new one."""
+
+    path: str
+    old: str | None
+    new: str
+    changes: tuple[str, ...]
+
+    def diff(self, *, context: int = 2, max_lines: int = 400) -> str:
+        lines = list(
+            difflib.unified_diff(
+                (self.old or "").splitlines(keepends=True),
+                self.new.splitlines(keepends=True),
+                fromfile=f"a/{self.path}",
+                tofile=f"b/{self.path}",
+                n=context,
+            )
+        )
+        if len(lines) > max_lines:
+            lines = [*lines[:max_lines], f"... {len(lines) - max_lines} more diff lines\n"]
+        return "".join(lines)
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    written: tuple[str, ...]
+    backup_dir: Path | None
+    remaining: tuple[Finding, ...]
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What a repair would write, and what it refuses to decide."""
+
+    root: Path
+    writes: tuple[FileWrite, ...] = ()
+    refused: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.writes
+
+    def describe(self) -> str:
+        """The plan in words: one block per file, then refusals and notes."""
+        if not self.writes and not self.refused:
+            return f"{self.root}: nothing to repair"
+        lines = [f"repair plan for {self.root}"]
+        for w in self.writes:
+            lines.append(f"  {'rewrite' if w.old is not None else 'create'} {w.path}")
+            lines.extend(f"    - {c}" for c in w.changes)
+        lines.extend(f"  REFUSED: {r}" for r in self.refused)
+        lines.extend(f"  note: {n}" for n in self.notes)
+        return "\n".join(lines)
+
+    def diff(self) -> str:
+        return "".join(w.diff() for w in self.writes)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def __add__(self, other: RepairPlan) -> RepairPlan:
+        return RepairPlan(
+            self.root,
+            self.writes + other.writes,
+            self.refused + other.refused,
+            self.notes + other.notes,
+        )
+
+    def execute(self, *, backup: bool = True) -> RepairResult:
+        """Write the plan atomically under the folder lock, then re-scan and re-check.
+
+        Files changed since the plan was made abort the run: plan again.
+        """
+        from inspector.checks import check
+        from inspector.errors import InspectorError
+        from inspector.scan import scan
+
+        with folder_lock(self.root):
+            for w in self.writes:
+                current = _read_text(self.root / w.path)
+                if current != w.old:
+                    raise InspectorError(
+                        f"{self.root / w.path} changed since the repair was planned; "
+                        "run the repair again to plan from the current files"
+                    )
+            backup_dir = (
+                apply_writes(
+                    self.root, [(w.path, w.new.encode()) for w in self.writes], backup=backup
+                )
+                if self.writes
+                else None
+            )
+        remaining = tuple(check(scan(self.root)))
+        return RepairResult(tuple(w.path for w in self.writes), backup_dir, remaining)
+
+
+# -- planning ------------------------------------------------------------------------------
+
+
+def plan_repair(
+    scanned: ScannedCheckpoint,
+    *,
+    only: set[str] | None = None,
+    duplicates: DuplicatePolicy | None = None,
+    quant_config: bool = False,
+    max_shard_size: int | str = "5GB",
+) -> RepairPlan:
+    """Every repair that applies to this checkpoint (`only` picks among index, sidecars,
+    quant-config, reshard); quant-config and reshard are opt-in (named in `only`, or
+    `quant_config=True`)."""
+    plan = RepairPlan(scanned.path)
+    wanted = only or {"index", "sidecars", "quant-config"}
+    if "index" in wanted and scanned.layout in ("hf-sharded", "modelopt-per-layer"):
+        plan = plan + plan_index(scanned, duplicates=duplicates)
+    if "sidecars" in wanted and scanned.layout == "modelopt-per-layer":
+        plan = plan + plan_sidecars(scanned)
+    if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
+        plan = plan + plan_quant_config(scanned)
+    if only and "reshard" in only:
+        from inspector.reshard import plan_reshard
+
+        plan = plan + plan_reshard(scanned, max_shard_size=max_shard_size)
+    return plan
+
+
+def plan_index(
+    scanned: ScannedCheckpoint, *, duplicates: DuplicatePolicy | None = None
+) -> RepairPlan:
+    """Rebuild `model.safetensors.index.json` from the shard headers.
+
+    Tensors added, removed and moved are listed; `total_size` and `total_parameters` are
+    recomputed; other metadata keys are kept. A tensor in two shards with different dtype or
+    shape is refused unless `duplicates` says which copy to keep.
+    """
+    refused = _unreadable_shards(scanned)
+    if refused:
+        return RepairPlan(scanned.path, refused=refused)
+    old_map = scanned.index.weight_map if scanned.index else {}
+    chosen, refused, notes = _choose_files(scanned, old_map, duplicates)
+    if refused:
+        return RepairPlan(scanned.path, refused=refused, notes=notes)
+    sizes = _tensor_sizes(scanned)
+    metadata = dict(scanned.index.metadata) if scanned.index else {}
+    old_meta = dict(metadata)
+    metadata["total_size"] = sum(sizes[n][0] for n in chosen)
+    metadata["total_parameters"] = sum(sizes[n][1] for n in chosen)
+    raw = dict(scanned.index.raw) if scanned.index else {}
+    raw["metadata"] = metadata
+    raw["weight_map"] = dict(sorted(chosen.items()))
+    new = json.dumps(raw, indent=2) + "\n"
+    old = _read_text(scanned.path / INDEX_NAME)
+    if old is not None and _same_json(old, raw):
+        return RepairPlan(scanned.path, notes=notes)
+    changes = _map_changes(old_map, chosen) + _meta_changes(old_meta, metadata)
+    return RepairPlan(scanned.path, (FileWrite(INDEX_NAME, old, new, tuple(changes)),), notes=notes)
+
+
+def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
+    """Rebuild each per-layer `<shard>.json` sidecar from its shard's header."""
+    writes = []
+    for shard in scanned.shards:
+        if not shard.readable:
+            continue
+        rel = f"{shard.file}.json"
+        existing = scanned.sidecars.get(shard.file)
+        raw = dict(existing.raw) if existing else {}
+        metadata = dict(existing.metadata) if existing else {}
+        metadata["total_size"] = shard.tensor_bytes
+        raw["metadata"] = metadata
+        raw["weight_map"] = {n: shard.file for n in sorted(shard.names)}
+        old = _read_text(scanned.path / rel)
+        if old is not None and _same_json(old, raw):
+            continue
+        old_map = existing.weight_map if existing else {}
+        changes = _map_changes(old_map, raw["weight_map"])
+        if (existing.metadata.get("total_size") if existing else None) != metadata["total_size"]:
+            changes.append(
+                f"total_size {existing.metadata.get('total_size') if existing else None} -> {metadata['total_size']}"
+            )
+        writes.append(
+            FileWrite(rel, old, json.dumps(raw, indent=4) + "\n", tuple(changes or ["rewrite"]))
+        )
+    return RepairPlan(scanned.path, tuple(writes))
+
+
+def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
+    """Add missing `quantized_layers` entries where every sibling expert of the layer (same
+    projection) shares one config; refuse the others."""
+    section = quant_section(scanned.quant_config)
+    layers = section.get("quantized_layers")
+    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, dict):
+        return RepairPlan(scanned.path)
+    missing = [m for m in quantized_modules(scanned) if m not in layers]
+    from inspector.checks.quant import _excluded  # shared rule: exclude patterns
+
+    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
+    missing = [m for m in missing if not _excluded(m, patterns)]
+    added, refused = _sibling_configs(missing, layers)
+    if not added:
+        return RepairPlan(scanned.path, refused=tuple(refused))
+    new_cfg = json.loads(json.dumps(scanned.quant_config))
+    target = new_cfg["quantization"] if isinstance(new_cfg.get("quantization"), dict) else new_cfg
+    target["quantized_layers"] = dict(sorted({**layers, **added}.items()))
+    old = _read_text(scanned.path / QUANT_FILE)
+    change = f"quantized_layers: {len(added)} entries added ({examples(sorted(added))})"
+    write = FileWrite(QUANT_FILE, old, json.dumps(new_cfg, indent=4) + "\n", (change,))
+    return RepairPlan(scanned.path, (write,), refused=tuple(refused))
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+    bad = [s.file for s in scanned.shards if not s.readable]
+    if not bad:
+        return ()
+    return (
+        f"shard(s) {', '.join(bad)} have unreadable headers: rebuilding the index from disk would "
+        "drop their tensors; restore or remove those files first",
+    )
+
+
+def _choose_files(
+    scanned: ScannedCheckpoint, old_map: dict[str, str], policy: DuplicatePolicy | None
+) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
+    homes: dict[str, list[tuple[str, str, tuple[int, ...]]]] = defaultdict(list)
+    for shard in scanned.shards:
+        for name, dtype, shape in zip(shard.names, shard.dtypes, shard.shapes, strict=True):
+            homes[name].append((shard.file, dtype, shape))
+    chosen: dict[str, str] = {}
+    refused: list[str] = []
+    notes: list[str] = []
+    for name, places in homes.items():
+        if len(places) == 1:
+            chosen[name] = places[0][0]
+            continue
+        agree = len({(d, s) for _, d, s in places}) == 1
+        files = [f for f, _, _ in places]
+        if not agree and policy is None:
+            refused.append(
+                f"{name!r} is in {', '.join(files)} with different dtype or shape; choose which copy "
+                "the index keeps with --duplicates first|last|index"
+            )
+            continue
+        pick = _pick(files, old_map.get(name), policy or "index")
+        chosen[name] = pick
+        notes.append(f"{name!r} is in {', '.join(files)}; the index keeps {pick}")
+    return (
+        chosen,
+        tuple(refused),
+        tuple(notes[:20])
+        + ((f"... {len(notes) - 20} more duplicates",) if len(notes) > 20 else ()),
+    )
+
+
+def _pick(files: list[str], current: str | None, policy: DuplicatePolicy) -> str:
+    if policy == "first":
+        return files[0]
+    if policy == "last":
+        return files[-1]
+    return current if current in files else files[-1]
+
+
+def _tensor_sizes(scanned: ScannedCheckpoint) -> dict[str, tuple[int, int]]:
+    sizes: dict[str, tuple[int, int]] = {}
+    for shard in scanned.shards:
+        for name, shape, b, e in zip(
+            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+        ):
+            sizes.setdefault(name, (e - b, math.prod(shape)))
+    return sizes
+
+
+def _map_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    added = sorted(new.keys() - old.keys())
+    removed = sorted(old.keys() - new.keys())
+    moved = sorted(n for n in new.keys() & old.keys() if new[n] != old[n])
+    out = []
+    if added:
+        out.append(f"{len(added)} tensors added: {examples(added)}")
+    if removed:
+        out.append(f"{len(removed)} tensors removed: {examples(removed)}")
+    if moved:
+        out.append(
+            f"{len(moved)} tensors moved: " + examples([f"{n} {old[n]} -> {new[n]}" for n in moved])
+        )
+    return out
+
+
+def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    return [
+        f"{k} {old.get(k)} -> {new[k]}"
+        for k in ("total_size", "total_parameters")
+        if old.get(k) != new[k]
+    ]
+
+
+def _sibling_configs(
+    missing: list[str], layers: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    import re
+
+    expert = re.compile(r"\.experts\.\d+\.")
+    by_group: dict[str, list[Any]] = defaultdict(list)
+    for module, cfg in layers.items():
+        by_group[expert.sub(".experts.{E}.", module)].append(cfg)
+    added: dict[str, Any] = {}
+    refused: list[str] = []
+    for module in missing:
+        group = expert.sub(".experts.{E}.", module)
+        configs = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
+        if group != module and len(configs) == 1:
+            added[module] = json.loads(next(iter(configs)))
+        else:
+            why = (
+                "is not an expert module"
+                if group == module
+                else (
+                    "has no sibling entries"
+                    if not configs
+                    else "has siblings with different configs"
+                )
+            )
+            refused.append(f"{QUANT_FILE}: cannot decide the config of {module}: it {why}")
+    if len(refused) > 20:
+        refused = [*refused[:20], f"... {len(refused) - 20} more modules refused"]
+    return added, refused
+
+
+def _same_json(text: str, value: Any) -> bool:
+    try:
+        return json.loads(text) == value
+    except ValueError:
+        return False
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except UnicodeDecodeError:
+        return path.read_bytes().decode("utf-8", "replace")
