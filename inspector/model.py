@@ -166,6 +166,12 @@ class ScannedCheckpoint:
         """The header of `file`, if it was read."""
         return self._shards_by_file.get(file)
 
+    def _repr_html_(self) -> str:
+        """Notebook display: summary card and small tables (see `inspector.html_repr`)."""
+        from inspector.html_repr import scanned_html
+
+        return scanned_html(self)
+
     @cached_property
     def _shards_by_file(self) -> dict[str, ShardHeader]:
         return {s.file: s for s in self.shards}

@@ -12,7 +12,7 @@ import difflib
 import json
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -213,10 +213,9 @@ def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
             continue
         old_map = existing.weight_map if existing else {}
         changes = _map_changes(old_map, raw["weight_map"])
-        if (existing.metadata.get("total_size") if existing else None) != metadata["total_size"]:
-            changes.append(
-                f"total_size {existing.metadata.get('total_size') if existing else None} -> {metadata['total_size']}"
-            )
+        old_size = existing.metadata.get("total_size") if existing else None
+        if old_size != metadata["total_size"]:
+            changes.append(f"total_size {old_size} -> {metadata['total_size']}")
         writes.append(
             FileWrite(rel, old, json.dumps(raw, indent=4) + "\n", tuple(changes or ["rewrite"]))
         )
@@ -278,7 +277,8 @@ def _choose_files(
         files = [f for f, _, _ in places]
         if not agree and policy is None:
             refused.append(
-                f"{name!r} is in {', '.join(files)} with different dtype or shape; choose which copy "
+                f"{name!r} is in {', '.join(files)} with different dtype or shape; "
+                "choose which copy "
                 "the index keeps with --duplicates first|last|index"
             )
             continue

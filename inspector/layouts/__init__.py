@@ -36,7 +36,7 @@ def detect_layout(path: Path) -> ModuleType | None:
 
 def layout_by_name(name: str) -> ModuleType:
     for module in LAYOUTS:
-        if module.NAME == name:
+        if name == module.NAME:
             return module
     known = ", ".join(m.NAME for m in LAYOUTS)
     raise ValueError(f"unknown layout {name!r}; expected one of {known}")

@@ -87,7 +87,10 @@ def read_index_doc(
         # orjson object keys are always str; only a hand-built dict could differ
         or not all(type(k) is str for k in weight_map)
     ):
-        msg = f'{rel} is not of the form {{"weight_map": {{tensor: file}}}}; regenerate it with `ckpt-inspect repair`'
+        msg = (
+            f'{rel} is not of the form {{"weight_map": {{tensor: file}}}}; '
+            "regenerate it with `ckpt-inspect repair`"
+        )
         return None, [make_finding(unreadable_code, msg, file=rel)]
     unsafe = {v for v in values if not is_safe_member(v)}
     findings = []
@@ -112,7 +115,9 @@ def read_index_doc(
 def read_config_files(
     folder: Path, *, root: Path
 ) -> tuple[dict | None, dict | None, ModelSpec, set[str], list[Finding]]:
-    """`config.json` and `hf_quant_config.json` in `folder`: (config, quant, spec, found, findings)."""
+    """`config.json` and `hf_quant_config.json` in `folder`.
+
+    Returns (config, quant config, spec, files found, findings)."""
     found: set[str] = set()
     findings: list[Finding] = []
     docs: dict[str, Any] = {}

@@ -1,0 +1,289 @@
+"""`ckpt-inspect` / `python -m inspector`: thin argument parsing over the core functions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from inspector.errors import InspectorError
+from inspector.safetensors_header import DEFAULT_HEADER_CAP
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    command: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return command(args)
+    except InspectorError as exc:
+        print(f"ckpt-inspect: {exc}", file=sys.stderr)
+        return EXIT_CANNOT
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ckpt-inspect",
+        description="Scan, check and repair large model checkpoints by reading only headers.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("scan", help="summarize a checkpoint (headers and JSON only)")
+    _add_path(p)
+    p.set_defaults(func=_cmd_scan)
+
+    p = sub.add_parser("check", help="report every drift and structural problem; CI gate")
+    _add_path(p)
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "never"),
+        default="error",
+        help="exit 1 when a finding of this severity or worse exists (default: error)",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
+    )
+    p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
+    p.add_argument("a", type=Path, help="first checkpoint")
+    p.add_argument("b", type=Path, help="second checkpoint")
+    p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    p.set_defaults(func=_cmd_diff)
+
+    p = sub.add_parser(
+        "repair", help="rebuild index, sidecars, quant config from the shards on disk"
+    )
+    p.add_argument("path", type=Path, help="checkpoint folder")
+    p.add_argument("--dry-run", action="store_true", help="show the plan and stop")
+    p.add_argument("--yes", action="store_true", help="execute without asking")
+    p.add_argument("--diff", action="store_true", help="also print the plan as a unified diff")
+    p.add_argument(
+        "--only",
+        action="append",
+        choices=("index", "sidecars", "quant-config", "reshard"),
+        help="repair only this part (repeatable); quant-config is opt-in",
+    )
+    p.add_argument(
+        "--duplicates",
+        choices=("first", "last", "index"),
+        help="which copy of a tensor stored in two shards the index keeps",
+    )
+    p.add_argument("--max-shard-size", default="5GB", help="for --only reshard (default 5GB)")
+    p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
+    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    p.set_defaults(func=_cmd_repair, layout=None)
+
+    p = sub.add_parser("report", help="write a self-contained HTML report (needs the ui extra)")
+    p.add_argument("path", type=Path, help="checkpoint folder or .safetensors file")
+    p.add_argument("-o", "--output", type=Path, help="HTML file (default: <name>-report.html)")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
+    )
+    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    p.add_argument("--layout", help="force a layout instead of detecting it")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("consolidate", help="turn DCP-sharded safetensors into an HF checkpoint")
+    p.add_argument("src", type=Path, help="DCP-sharded folder (or a checkpoint with model/)")
+    p.add_argument("dest", type=Path, help="output folder for model-*-of-*.safetensors")
+    p.add_argument("--mapping", type=Path, help="JSON {tensor: 1-based output file index}")
+    p.add_argument("--reference", type=Path, help="HF folder or index whose files to follow")
+    p.add_argument("--max-shard-size", default="5GB", help="greedy packing limit (default 5GB)")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="cast floating tensors")
+    p.add_argument("--resume", action="store_true", help="keep outputs that are already complete")
+    p.add_argument("--verify-data", action="store_true", help="compare content hashes at the end")
+    p.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--workers", type=int, default=1, help="output files written in parallel")
+    p.set_defaults(func=_cmd_consolidate)
+
+    p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
+    p.add_argument("outdir", type=Path)
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def _add_path(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", type=Path, help="checkpoint folder or .safetensors file")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--header-cap",
+        type=int,
+        default=DEFAULT_HEADER_CAP,
+        metavar="BYTES",
+        help=f"largest safetensors header to read (default {DEFAULT_HEADER_CAP:,})",
+    )
+    p.add_argument("--layout", help="force a layout instead of detecting it")
+
+
+def _scan(args: argparse.Namespace):
+    from inspector.scan import scan
+
+    return scan(args.path, header_cap=args.header_cap, layout=args.layout)
+
+
+def _cmd_scan(args: argparse.Namespace) -> int:
+    from inspector.summary import format_summary, summarize
+
+    summary = summarize(_scan(args))
+    _emit(summary, args.json, format_summary)
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from inspector.checks import check
+    from inspector.report_text import check_result, format_check
+
+    scanned = _scan(args)
+    result = check_result(scanned, check(scanned, deep=args.deep))
+    _emit(result, args.json, format_check)
+    return _exit_for(result["counts"], args.fail_on)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from inspector.checks import check
+
+    scanned = _scan(args)
+    findings = check(scanned)
+    if args.markdown:
+        from inspector.markdown import markdown_summary
+
+        sys.stdout.write(markdown_summary(scanned, findings))
+        if args.output is None:
+            return EXIT_OK
+    try:
+        from widgets.report import write_html_report
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "plotly":
+            raise
+        print(
+            "ckpt-inspect: the HTML report needs plotly; install the ui extra: "
+            "pip install 'checkpoint-inspector[ui]' (or use --markdown)",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT
+    default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
+    written = write_html_report(scanned, findings, args.output or default)
+    print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
+    return EXIT_OK
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from inspector.diff import diff_checkpoints
+    from inspector.report_text import format_diff
+    from inspector.scan import scan
+
+    a = scan(args.a, header_cap=args.header_cap)
+    b = scan(args.b, header_cap=args.header_cap)
+    result = diff_checkpoints(a, b, data=args.data)
+    _emit(result.to_dict(), args.json, format_diff)
+    return EXIT_OK if result.identical else EXIT_FOUND
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from inspector.repair import plan_repair
+
+    scanned = _scan(args)
+    only = set(args.only) if args.only else None
+    plan = plan_repair(
+        scanned, only=only, duplicates=args.duplicates, max_shard_size=args.max_shard_size
+    )
+    print(plan.describe())
+    if args.diff:
+        print(plan.diff())
+    if plan.empty or args.dry_run:
+        return EXIT_FOUND if plan.refused else EXIT_OK
+    if not args.yes and not _confirm("apply this plan?"):
+        print("not applied (use --yes to apply without asking)")
+        return EXIT_FOUND
+    result = plan.execute(backup=not args.no_backup)
+    print(f"written: {', '.join(result.written)}")
+    if result.backup_dir:
+        print(f"backup:  {result.backup_dir}")
+    if result.remaining:
+        print(f"remaining findings: {len(result.remaining)}")
+        for f in result.remaining[:20]:
+            print(f"  {f.severity:<7} {f.code:<26} {f.message}")
+    else:
+        print("re-check: no findings")
+    return EXIT_FOUND if plan.refused else EXIT_OK
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _cmd_consolidate(args: argparse.Namespace) -> int:
+    import os
+
+    from inspector.consolidate import plan_consolidation
+
+    plan = plan_consolidation(
+        _scan_path(args.src),
+        args.dest,
+        mapping=args.mapping,
+        reference=args.reference,
+        max_shard_size=args.max_shard_size,
+        dtype=args.dtype,
+    )
+    lead = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 prints
+    if lead:
+        print(plan)
+    if args.dry_run:
+        return EXIT_OK
+    result = plan.execute(
+        resume=args.resume,
+        progress=lead and not args.no_progress,
+        verify_data=args.verify_data,
+        workers=args.workers,
+    )
+    if lead:
+        print(result)
+    return EXIT_OK if result.ok else EXIT_FOUND
+
+
+def _scan_path(path: Path):
+    from inspector.scan import scan
+
+    return scan(path)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from inspector.demo import write_demos
+
+    write_demos(args.outdir)
+    return EXIT_OK
+
+
+def _exit_for(counts: dict[str, int], fail_on: str) -> int:
+    if fail_on == "never":
+        return EXIT_OK
+    worst = ("error",) if fail_on == "error" else ("error", "warning")
+    return EXIT_FOUND if any(counts.get(s, 0) for s in worst) else EXIT_OK
+
+
+def _emit(obj: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], str]) -> None:
+    if as_json:
+        json.dump(obj, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(render(obj))

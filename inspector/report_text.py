@@ -1,0 +1,85 @@
+"""`check` results as a JSON-ready dict and as text grouped by code, worst first."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import groupby
+from typing import Any
+
+from inspector.findings import Finding, Severity, severity_rank
+from inspector.model import ScannedCheckpoint
+
+__all__ = ["check_result", "format_check", "format_diff"]
+
+
+def check_result(scanned: ScannedCheckpoint, findings: list[Finding]) -> dict[str, Any]:
+    """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract).
+
+    `counts` has one entry per severity and per code.
+    """
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    by_severity = Counter(str(f.severity) for f in ordered)
+    return {
+        "path": str(scanned.path),
+        "layout": scanned.layout,
+        "findings": [f.to_dict() for f in ordered],
+        "counts": {
+            **{s.value: by_severity.get(s.value, 0) for s in Severity},
+            "by_code": dict(Counter(f.code for f in ordered)),
+        },
+    }
+
+
+def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
+    """Findings grouped by code, worst first, at most `per_code` messages per code."""
+    counts = result["counts"]
+    lines = [f"{result['path']} ({result['layout']})"]
+    if not result["findings"]:
+        lines.append("no findings")
+        return "\n".join(lines)
+    lines.append(f"{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info")
+    for code, group in groupby(result["findings"], key=lambda f: f["code"]):
+        items = list(group)
+        lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
+        lines.extend(f"  - {f['message']}" for f in items[:per_code])
+        if len(items) > per_code:
+            lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
+    return "\n".join(lines)
+
+
+def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
+    """A `diff` result (CheckpointDiff.to_dict()) as text."""
+    lines = [f"A: {d['a']}", f"B: {d['b']}"]
+    if d["identical"]:
+        compared = (
+            f", {d['data_compared']:,} tensors have the same bytes" if d["data_compared"] else ""
+        )
+        return "\n".join([*lines, f"identical tensor names, dtypes and shapes{compared}"])
+    for title, names in (("only in A", d["only_a"]), ("only in B", d["only_b"])):
+        if names:
+            lines.append(f"{title}: {len(names)}")
+            lines.extend(f"  {n}" for n in names[:limit])
+            if len(names) > limit:
+                lines.append(f"  ... {len(names) - limit} more")
+    if d["changed"]:
+        lines.append(f"dtype or shape differs: {len(d['changed'])}")
+        for c in d["changed"][:limit]:
+            lines.append(
+                f"  {c['name']}: {c['a_dtype']} {list(c['a_shape'])}"
+                f" -> {c['b_dtype']} {list(c['b_shape'])}"
+            )
+    for layer in d["layers"][:limit]:
+        parts = []
+        if layer["only_a"]:
+            parts.append("only A: " + ", ".join(layer["only_a"][:5]))
+        if layer["only_b"]:
+            parts.append("only B: " + ", ".join(layer["only_b"][:5]))
+        lines.append(f"layer {layer['layer']} keys differ: " + "; ".join(parts))
+    if d["data_compared"]:
+        lines.append(
+            f"content compared: {d['data_compared']:,} tensors, {len(d['data_differs'])} differ"
+        )
+        lines.extend(f"  bytes differ: {n}" for n in d["data_differs"][:limit])
+    if d["data_unreadable"]:
+        lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
+    return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""Reading tensor data, only when a user asks for it (`--deep`, `diff --data`, consolidation).
+
+Shards are memory-mapped read-only; a tensor is a view into the map, so memory stays bounded
+by what the OS pages in. DCP tensors are assembled from their chunks, one tensor at a time.
+Every range is checked against the file size before it is touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from inspector.dtypes import DTYPE_BITS
+from inspector.model import DcpChunk, ScannedCheckpoint
+from inspector.safetensors_header import ShardHeader
+
+__all__ = ["TensorData", "hash_bytes"]
+
+_HASH_BLOCK = 64 << 20
+
+
+def hash_bytes(view: memoryview | np.ndarray) -> str:
+    """xxh3-64 of a buffer, fed in blocks so huge tensors never need a copy."""
+    mv = memoryview(view).cast("B") if not isinstance(view, memoryview) else view.cast("B")
+    h = xxhash.xxh3_64()
+    for start in range(0, len(mv), _HASH_BLOCK):
+        h.update(mv[start : start + _HASH_BLOCK])
+    return h.hexdigest()
+
+
+class TensorData(AbstractContextManager["TensorData"]):
+    """Byte access to the tensors of a scanned checkpoint. Use as a context manager."""
+
+    def __init__(self, scanned: ScannedCheckpoint) -> None:
+        self.scanned = scanned
+        self._maps: dict[str, mmap.mmap | None] = {}
+        self._where: dict[str, tuple[ShardHeader, int]] = {}
+        for shard in scanned.shards:
+            for i, name in enumerate(shard.names):
+                self._where.setdefault(name, (shard, i))
+
+    # -- raw entries of one shard -------------------------------------------------------
+
+    def shard_entries(
+        self, shard: ShardHeader
+    ) -> Iterator[tuple[str, str, tuple[int, ...], memoryview]]:
+        """(name, dtype, shape, bytes) of every entry of `shard` whose bytes are on disk."""
+        buf = self._map(shard.file)
+        if buf is None:
+            return
+        base = shard.data_start
+        for name, dtype, shape, b, e in zip(
+            shard.names, shard.dtypes, shard.shapes, shard.begins, shard.ends, strict=True
+        ):
+            if base + e <= len(buf):
+                yield name, dtype, shape, memoryview(buf)[base + b : base + e]
+
+    # -- logical tensors ----------------------------------------------------------------
+
+    def tensor_bytes(self, name: str) -> memoryview | None:
+        """Row-major bytes of the full logical tensor, or None if it cannot be read.
+
+        Safetensors layouts give a zero-copy view; DCP chunks are assembled into one buffer.
+        """
+        dcp = self.scanned.dcp
+        if dcp is not None and name in dcp.chunks:
+            return self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
+        where = self._where.get(name)
+        if where is None:
+            return None
+        shard, i = where
+        buf = self._map(shard.file)
+        start, end = shard.data_start + shard.begins[i], shard.data_start + shard.ends[i]
+        if buf is None or end > len(buf):
+            return None
+        return memoryview(buf)[start:end]
+
+    def tensor_hash(self, name: str) -> str | None:
+        data = self.tensor_bytes(name)
+        return None if data is None else hash_bytes(data)
+
+    def _assemble(
+        self, name: str, chunks: list[DcpChunk], shape: tuple[int, ...]
+    ) -> memoryview | None:
+        bits = DTYPE_BITS.get(chunks[0].dtype)
+        if bits is None or bits % 8:
+            return None  # sub-byte dtypes cannot be placed element-wise
+        item = bits // 8
+        full = np.zeros((*shape, item), dtype=np.uint8)
+        for chunk in chunks:
+            shard = self.scanned.shard(chunk.file)
+            idx = shard.names.index(name) if shard is not None and name in shard.names else -1
+            buf = self._map(chunk.file) if idx >= 0 else None
+            if buf is None:
+                return None
+            start, end = shard.data_start + shard.begins[idx], shard.data_start + shard.ends[idx]
+            if end > len(buf) or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
+                return None
+            src = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
+            where = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
+            full[where] = src.reshape(*chunk.shape, item)
+        return memoryview(full.reshape(-1))
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _map(self, file: str) -> mmap.mmap | None:
+        if file not in self._maps:
+            self._maps[file] = _open_map(self.scanned.path / file)
+        return self._maps[file]
+
+    def close(self) -> None:
+        for m in self._maps.values():
+            if m is not None:
+                # A view may still be alive; the map is then freed with it.
+                with contextlib.suppress(BufferError):
+                    m.close()
+        self._maps.clear()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _open_map(path: Path) -> mmap.mmap | None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_size == 0:
+            return None
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
