@@ -1,0 +1,168 @@
+"""Property: damage a healthy checkpoint at random; scan -> repair -> scan leaves no index
+finding and no tensor byte changed. And a repair killed at a random moment leaves every file
+whole (original or repaired), which the next run completes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.numpy import save_file
+
+from inspector import atomic, check, scan
+from inspector.repair import plan_repair
+
+INDEX = "model.safetensors.index.json"
+INDEX_CODES = {
+    "index-unreadable",
+    "index-missing-file",
+    "index-dangling-tensor",
+    "index-wrong-file",
+    "unindexed-tensor",
+    "unindexed-file",
+    "total-size-mismatch",
+    "total-parameters-mismatch",
+}
+DAMAGES = (
+    "drop",
+    "dangling",
+    "wrong-file",
+    "total-size",
+    "total-params",
+    "no-index",
+    "stray",
+    "missing-shard",
+)
+
+
+def _write_healthy(folder: Path, layers: int, shards: int, seed: int) -> None:
+    """A tiny MoE split greedily into `shards` files, with the index transformers writes."""
+    rng = np.random.default_rng(seed)
+    names = []
+    for layer in range(layers):
+        names += [
+            f"model.layers.{layer}.self_attn.q_proj.weight",
+            f"model.layers.{layer}.mlp.gate.weight",
+        ]
+        names += [f"model.layers.{layer}.mlp.experts.{e}.up_proj.weight" for e in range(3)]
+    per = -(-len(names) // shards)
+    weight_map, total, params = {}, 0, 0
+    folder.mkdir(parents=True)
+    for i in range(shards):
+        part = names[i * per : (i + 1) * per]
+        if not part:
+            break
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        tensors = {n: rng.standard_normal((4, 2)).astype(np.float32) for n in part}
+        save_file(tensors, str(folder / file), metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(part, file))
+        total += sum(t.nbytes for t in tensors.values())
+        params += sum(t.size for t in tensors.values())
+    meta = {"total_size": total, "total_parameters": params}
+    (folder / INDEX).write_text(json.dumps({"metadata": meta, "weight_map": weight_map}, indent=2))
+
+
+def _damage(folder: Path, kind: str, pick: int) -> None:
+    index = json.loads((folder / INDEX).read_text())
+    wm = index["weight_map"]
+    names = sorted(wm)
+    name = names[pick % len(names)]
+    files = sorted(set(wm.values()))
+    if kind == "drop":
+        del wm[name]
+    elif kind == "dangling":
+        wm["mtp.fc.weight"] = files[0]
+    elif kind == "wrong-file" and len(files) > 1:
+        wm[name] = next(f for f in files if f != wm[name])
+    elif kind == "total-size":
+        index["metadata"]["total_size"] += 4096
+    elif kind == "total-params":
+        index["metadata"]["total_parameters"] -= 7
+    elif kind == "no-index":
+        (folder / INDEX).unlink()
+        return
+    elif kind == "stray":
+        save_file(
+            {"mtp.layers.0.eh_proj.weight": np.ones((2, 2), np.float32)},
+            str(folder / "extra.safetensors"),
+        )
+    elif kind == "missing-shard" and len(files) > 1:
+        wm["lost.weight"] = "model-00099-of-00099.safetensors"
+    (folder / INDEX).write_text(json.dumps(index))
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*.safetensors")
+    }
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    layers=st.integers(1, 4),
+    shards=st.integers(1, 4),
+    seed=st.integers(0, 2**16),
+    damages=st.lists(
+        st.tuples(st.sampled_from(DAMAGES), st.integers(0, 1000)), min_size=1, max_size=3
+    ),
+)
+def test_scan_repair_scan_has_no_index_finding(
+    tmp_path_factory, layers, shards, seed, damages
+) -> None:
+    folder = tmp_path_factory.mktemp("prop") / "ckpt"
+    _write_healthy(folder, layers, shards, seed)
+    for kind, pick in damages:
+        if (folder / INDEX).exists():
+            _damage(folder, kind, pick)
+    before = _digests(folder)
+    plan = plan_repair(scan(folder))
+    assert not plan.refused
+    plan.execute()
+    after = check(scan(folder))
+    assert not [f for f in after if f.code in INDEX_CODES], [f.message for f in after]
+    assert _digests(folder) == before
+
+
+def test_repair_killed_at_random_moments_never_leaves_a_mix(tmp_path: Path) -> None:
+    """SIGKILL a real `ckpt-inspect repair --yes` at spread-out moments of its run."""
+    template = tmp_path / "template"
+    _write_healthy(template, 40, 8, 1)
+    _damage(template, "drop", 3)
+    cmd = [sys.executable, "-m", "inspector", "repair", "--yes"]
+    start = time.perf_counter()
+    subprocess.run(
+        [*cmd, str(_copy(template, tmp_path / "timing"))], check=True, capture_output=True
+    )
+    duration = time.perf_counter() - start
+    originals = (template / INDEX).read_bytes()
+    repaired = (tmp_path / "timing" / INDEX).read_bytes()
+    for i, fraction in enumerate((0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0)):
+        folder = _copy(template, tmp_path / f"run{i}")
+        proc = subprocess.Popen(
+            [*cmd, str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        time.sleep(duration * fraction)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert (folder / INDEX).read_bytes() in (originals, repaired)
+        (folder / atomic.LOCK).unlink(missing_ok=True)
+        atomic.recover(folder)
+        assert (folder / INDEX).read_bytes() in (originals, repaired)
+        assert _digests(folder) == _digests(template)
+
+
+def _copy(src: Path, dest: Path) -> Path:
+    # Real copies, not links: a repair that touched shard bytes must show up in the digests.
+    shutil.copytree(src, dest)
+    return dest
