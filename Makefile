@@ -21,6 +21,7 @@ demo: $(STAMP)
 	@for d in $(DEMO_DIR)/*/; do \
 		echo; echo "================ $$d"; \
 		$(PY) -m inspector scan "$$d" || exit 1; \
+		echo; $(PY) -m inspector check "$$d" --fail-on never || exit 1; \
 	done
 
 test: $(STAMP)
