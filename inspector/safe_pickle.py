@@ -1,0 +1,306 @@
+"""A restricted unpickler for PyTorch DCP `.metadata` files (FORMATS.md section 5).
+
+`.metadata` is a pickle, and a plain `pickle.load` runs whatever the file names. This
+unpickler never imports anything: every global the file may name is looked up in a fixed
+table of inert stand-ins defined here (DCP metadata records, `torch.Size`, dtypes, layouts,
+Megatron's `MCoreMetadata`). Any other global is refused before it is resolved, so a
+hostile file cannot run code. Torch is not needed, nor imported.
+
+The table was derived by disassembling (`pickletools.dis`) the `.metadata` that
+`torch.distributed.checkpoint.save` writes with torch 2.13, plus the names older torch and
+Megatron versions are known to pickle.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Any
+
+from inspector.errors import UnsafeInputError
+
+__all__ = [
+    "TORCH_DTYPES",
+    "Dims",
+    "MetadataFormatError",
+    "RefusedGlobalError",
+    "StandIn",
+    "TorchDtype",
+    "load_dcp_metadata",
+]
+
+# torch dtype name -> (safetensors dtype name or None, bytes per element). Only names in this
+# table are accepted as `torch.<name>` globals; aliases (`float`, `half`, `long`) are listed
+# because older writers may pickle them.
+TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
+    "bool": ("BOOL", 1),
+    "uint8": ("U8", 1),
+    "int8": ("I8", 1),
+    "uint16": ("U16", 2),
+    "int16": ("I16", 2),
+    "short": ("I16", 2),
+    "uint32": ("U32", 4),
+    "int32": ("I32", 4),
+    "int": ("I32", 4),
+    "uint64": ("U64", 8),
+    "int64": ("I64", 8),
+    "long": ("I64", 8),
+    "float16": ("F16", 2),
+    "half": ("F16", 2),
+    "bfloat16": ("BF16", 2),
+    "float32": ("F32", 4),
+    "float": ("F32", 4),
+    "float64": ("F64", 8),
+    "double": ("F64", 8),
+    "complex64": ("C64", 8),
+    "cfloat": ("C64", 8),
+    "complex32": (None, 4),
+    "chalf": (None, 4),
+    "complex128": (None, 16),
+    "cdouble": (None, 16),
+    "float8_e4m3fn": ("F8_E4M3", 1),
+    "float8_e5m2": ("F8_E5M2", 1),
+    "float8_e4m3fnuz": ("F8_E4M3FNUZ", 1),
+    "float8_e5m2fnuz": ("F8_E5M2FNUZ", 1),
+    "float8_e8m0fnu": ("F8_E8M0", 1),
+    # Two FP4 values packed per byte: torch counts one element per byte.
+    "float4_e2m1fn_x2": (None, 1),
+    "qint8": (None, 1),
+    "quint8": (None, 1),
+    "qint32": (None, 4),
+    "quint4x2": (None, 1),
+    "quint2x4": (None, 1),
+    **{f"bits{n}": (None, 1) for n in ("8", "1x8", "2x4", "4x2")},
+    "bits16": (None, 2),
+    **{f"uint{n}": (None, 1) for n in range(1, 8)},
+    **{f"int{n}": (None, 1) for n in range(1, 8)},
+}
+
+_LAYOUTS = frozenset(
+    {
+        "strided",
+        "sparse_coo",
+        "sparse_csr",
+        "sparse_csc",
+        "sparse_bsr",
+        "sparse_bsc",
+        "_mkldnn",
+        "jagged",
+    }
+)
+_MEMORY_FORMATS = frozenset(
+    {"contiguous_format", "preserve_format", "channels_last", "channels_last_3d"}
+)
+
+
+class RefusedGlobalError(UnsafeInputError):
+    """The pickle names a global outside the DCP metadata allow-list; nothing was run."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+        super().__init__(
+            f"pickles {module}.{name}, which is not a DCP metadata class; refused, not executed"
+        )
+
+
+class MetadataFormatError(ValueError):
+    """The bytes are not a readable DCP metadata pickle (truncated, corrupt, wrong shape)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TorchDtype:
+    """A `torch.<name>` dtype global, by name only."""
+
+    name: str
+
+    @property
+    def safetensors(self) -> str:
+        """The safetensors dtype name (BF16, F32...), or `torch.<name>` when there is none."""
+        mapped = TORCH_DTYPES[self.name][0]
+        return mapped if mapped is not None else f"torch.{self.name}"
+
+    @property
+    def itemsize(self) -> int:
+        return TORCH_DTYPES[self.name][1]
+
+
+class StandIn:
+    """An inert record standing in for one pickled class: it only keeps the pickled state.
+
+    `kind` is the class it replaces (e.g. "TensorStorageMetadata"); `state` is what the
+    pickle's BUILD opcode handed over (a dict, or a tuple for `TensorProperties`).
+    """
+
+    kind = "StandIn"
+
+    def __init__(self) -> None:
+        self.state: Any = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.state = state
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field of a dict state, or `default`."""
+        return self.state.get(key, default) if isinstance(self.state, dict) else default
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} stand-in>"
+
+
+def _stand_in(kind: str) -> type[StandIn]:
+    # One subclass per replaced class, so conversion code can tell them apart by `kind`.
+    return type(f"{kind}StandIn", (StandIn,), {"kind": kind, "__slots__": ()})
+
+
+_METADATA_KINDS = (
+    "Metadata",
+    "TensorStorageMetadata",
+    "BytesStorageMetadata",
+    "ChunkStorageMetadata",
+    "TensorProperties",
+    "MetadataIndex",
+    "StorageMeta",
+)
+STAND_INS: dict[str, type[StandIn]] = {
+    kind: _stand_in(kind)
+    for kind in (*_METADATA_KINDS, "_StorageInfo", "MCoreMetadata", "MCoreSavePlan")
+}
+
+
+class Dims(tuple):
+    """A `torch.Size` whose items were checked to be non-negative ints.
+
+    Only `torch.Size` in a pickle can produce one (the class itself is not in the
+    allow-list), so later code validates a shape with `type(x) is Dims` instead of walking
+    millions of tuples again."""
+
+    __slots__ = ()
+
+
+class _SizeReader:
+    """`torch.Size(sequence)` -> `Dims`, or a plain tuple when the items are not all
+    non-negative ints (the entry holding it is then reported as malformed).
+
+    A large `.metadata` holds millions of sizes but few distinct ones, so results are
+    cached per load. A cache hit returns the validated int tuple equal to the input, so an
+    input that only compares equal (floats, bools) comes back as clean ints."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[Any, ...], tuple[int, ...]] = {}
+
+    def __call__(self, *args: Any) -> tuple[int, ...]:
+        if len(args) != 1 or type(args[0]) not in (tuple, list):
+            raise MetadataFormatError("torch.Size called with something other than one sequence")
+        values = tuple(args[0])
+        try:
+            return self._seen[values]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable items: certainly not ints
+            return values
+        valid = set(map(type, values)) <= {int} and min(values, default=0) >= 0
+        result = Dims(values) if valid else values
+        self._seen[values] = result
+        return result
+
+
+def _layout(name: Any) -> str:
+    """`torch.serialization._get_layout("torch.strided")` -> "strided"."""
+    if not isinstance(name, str) or name.removeprefix("torch.") not in _LAYOUTS:
+        raise MetadataFormatError(f"unknown tensor layout {name!r}")
+    return name.removeprefix("torch.")
+
+
+def _mem_format(value: Any) -> int:
+    """`_MEM_FORMAT_ENCODING(0)` -> 0 (contiguous), 1 (channels last), 2 (preserve)."""
+    if type(value) is not int:
+        raise MetadataFormatError(f"memory-format code {value!r} is not an int")
+    return value
+
+
+def _ordered_dict(*args: Any) -> dict[Any, Any]:
+    # OrderedDict pickles as REDUCE(OrderedDict, ()) followed by SETITEMS; a plain dict
+    # keeps the order and supports SETITEMS.
+    return dict(*args) if args and isinstance(args[0], (list, tuple)) else {}
+
+
+def _path(*parts: Any) -> str:
+    """`pathlib.PosixPath("/", "ckpt")` (StorageMeta.checkpoint_id) -> its text only."""
+    if not all(isinstance(p, str) for p in parts):
+        raise MetadataFormatError("a pickled path has non-string parts")
+    return str(PurePosixPath(*parts))
+
+
+def _windows_path(*parts: Any) -> str:
+    if not all(isinstance(p, str) for p in parts):
+        raise MetadataFormatError("a pickled path has non-string parts")
+    return str(PureWindowsPath(*parts))
+
+
+def _allowed_globals() -> dict[tuple[str, str], Any]:
+    """(module, name) -> stand-in. The whole allow-list, in one place."""
+    dcp = "torch.distributed.checkpoint.metadata"
+    old = "torch.distributed._shard.sharded_tensor.metadata"  # torch < 2.1 TensorProperties
+    mcore = "megatron.core.dist_checkpointing.strategies.torch"
+    table: dict[tuple[str, str], Any] = {(dcp, k): STAND_INS[k] for k in _METADATA_KINDS}
+    table |= {
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): STAND_INS["_StorageInfo"],
+        (old, "TensorProperties"): STAND_INS["TensorProperties"],
+        (old, "MEM_FORMAT_ENCODING"): _mem_format,
+        (dcp, "_MEM_FORMAT_ENCODING"): _mem_format,
+        (mcore, "MCoreMetadata"): STAND_INS["MCoreMetadata"],
+        (mcore, "MCoreSavePlan"): STAND_INS["MCoreSavePlan"],
+        ("torch.serialization", "_get_layout"): _layout,
+        ("collections", "OrderedDict"): _ordered_dict,
+    }
+    table |= {("torch", name): TorchDtype(name) for name in TORCH_DTYPES}
+    table |= {("torch", name): name for name in _LAYOUTS | _MEMORY_FORMATS}
+    for module in ("pathlib", "pathlib._local"):
+        table |= {(module, n): _path for n in ("PosixPath", "PurePosixPath", "Path")}
+        table |= {(module, n): _windows_path for n in ("WindowsPath", "PureWindowsPath")}
+    return table
+
+
+_ALLOWED = _allowed_globals()
+
+
+class _DcpUnpickler(pickle.Unpickler):
+    """Resolves globals from the allow-list only; persistent ids are refused by default."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file)
+        self._size = _SizeReader()
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == ("torch", "Size"):
+            return self._size
+        try:
+            return _ALLOWED[(module, name)]
+        except (KeyError, TypeError):
+            raise RefusedGlobalError(str(module), str(name)) from None
+
+
+def load_dcp_metadata(data: bytes) -> StandIn:
+    """Unpickle `.metadata` bytes into stand-ins; returns the `Metadata` stand-in.
+
+    Raises `RefusedGlobalError` when the pickle names anything outside the allow-list and
+    `MetadataFormatError` when the bytes are truncated, corrupt, or not DCP metadata.
+    """
+    try:
+        value = _DcpUnpickler(io.BytesIO(data)).load()
+    except (RefusedGlobalError, MetadataFormatError):
+        raise
+    # Untrusted bytes can make the unpickler raise almost anything (EOFError, KeyError on a
+    # bad memo index, TypeError from a stand-in called wrongly, MemoryError...): all of them
+    # mean "not readable", never a crash of the scan.
+    except Exception as exc:
+        raise MetadataFormatError(
+            f"is not a readable pickle ({type(exc).__name__}: {exc})"
+        ) from None
+    if not isinstance(value, StandIn) or value.kind not in ("Metadata", "MCoreMetadata"):
+        kind = value.kind if isinstance(value, StandIn) else type(value).__name__
+        raise MetadataFormatError(f"holds a {kind}, expected a DCP Metadata object")
+    return value
