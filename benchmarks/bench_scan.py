@@ -5,7 +5,8 @@
     python benchmarks/bench_scan.py --profile 25       # also print the top of a cProfile
 
 The floor is what any header-only scan must do: for each shard open it, read the 8-byte length,
-read the header and parse it with orjson. The checkpoint is generated once (sparse files, see
+read the header and `json.loads` it (the issue's definition; the target ratio is against it). A
+stricter floor that parses with orjson, as the scan itself does, is printed too. The checkpoint is generated once (sparse files, see
 `_synthetic.py`) and cached under `benchmarks/.cache/`. Target: scan / floor <= 2.0.
 """
 
@@ -15,6 +16,7 @@ import argparse
 import cProfile
 import gc
 import io
+import json
 import os
 import pstats
 import resource
@@ -38,7 +40,7 @@ TARGET_RATIO = 2.0
 _TABLES = ("tensors", "files", "layers", "experts")
 
 
-def floor(folder: Path) -> int:
+def floor(folder: Path, loads: Callable[[bytes], dict] = json.loads) -> int:
     """Open each shard, read the length and the header, parse it. Returns the tensor count."""
     count = 0
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
@@ -47,11 +49,16 @@ def floor(folder: Path) -> int:
         fd = os.open(entry.path, os.O_RDONLY)
         try:
             (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-            header = orjson.loads(os.pread(fd, n, 8))
+            header = loads(os.pread(fd, n, 8))
         finally:
             os.close(fd)
         count += len(header) - ("__metadata__" in header)
     return count
+
+
+def floor_orjson(folder: Path) -> int:
+    """The floor with the faster parser the scan uses."""
+    return floor(folder, orjson.loads)
 
 
 def floor_with_index(folder: Path) -> int:
@@ -130,10 +137,15 @@ def main(argv: list[str] | None = None) -> int:
 
     floor(folder)  # warm the page cache
     t_floor, n_tensors = best_of(floor, folder, runs=args.runs)
+    t_floor_or, _ = best_of(floor_orjson, folder, runs=args.runs)
     t_floor_idx, _ = best_of(floor_with_index, folder, runs=args.runs)
     t_scan, scanned = best_of(scan_only, folder, runs=args.runs)
     t_full, (_, missing) = best_of(scan_tables, folder, runs=args.runs)
     _report(args, n_tensors, len(files), scanned, missing, t_floor, t_floor_idx, t_scan, t_full)
+    print(
+        f"  stricter floor (orjson.loads)                      {t_floor_or:8.3f} s"
+        f"   full scan + tables ratio to it {t_full / t_floor_or:5.2f}"
+    )
     if args.memory:
         _report_memory(folder)
     if args.profile:
@@ -150,7 +162,7 @@ def _report(
         f"{len(scanned.problems)} findings, layout {scanned.layout}"
     )
     print(f"best of {args.runs} (warm page cache):")
-    print(f"  floor (open, read length + header, orjson.loads)  {t_floor:8.3f} s")
+    print(f"  floor (open, read length + header, json.loads)    {t_floor:8.3f} s")
     print(f"  floor + parse index json                           {t_floor_idx:8.3f} s")
     print(
         f"  scan (headers, index, config; no tables)           {t_scan:8.3f} s"
