@@ -43,7 +43,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     _write_synced(tmp, data)
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    _fsync_path(path.parent)
 
 
 @contextlib.contextmanager
@@ -85,8 +85,8 @@ def apply_writes(
                 target = backup_dir / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / rel, target)
-                _fsync_file(target)
-        _fsync_dir(backup_dir)
+                _fsync_path(target)
+        _fsync_path(backup_dir)
     renames = []
     for rel, data in writes:
         final = root / rel
@@ -95,7 +95,7 @@ def apply_writes(
         _write_synced(tmp, data)
         renames.append((str(tmp.relative_to(root)), rel))
     _write_synced(root / JOURNAL, orjson.dumps({"renames": renames}))
-    _fsync_dir(root)
+    _fsync_path(root)
     recover(root)
     return backup_dir
 
@@ -118,9 +118,9 @@ def recover(root: Path) -> list[str]:
             done.append(rel)
     dirs = {(root / rel).parent for _, rel in renames} | {root}
     for d in dirs:
-        _fsync_dir(d)
+        _fsync_path(d)
     journal.unlink()
-    _fsync_dir(root)
+    _fsync_path(root)
     return done
 
 
@@ -131,15 +131,9 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a folder (a folder's entry list must be durable before we rely on a
+    rename)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -11,20 +11,18 @@ check goes through the per-entry path that explains each problem.
 
 from __future__ import annotations
 
-import gc
 import json
 import math
 import operator
 import reprlib
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
 
 import orjson
 
+from inspector._gc import gc_paused
 from inspector.dtypes import DTYPE_BITS
 from inspector.findings import Finding, make_finding
 from inspector.storage import LocalFile, RangeReader
@@ -128,7 +126,7 @@ def parse_header_bytes(raw: bytes, *, file: str, file_size: int) -> ShardHeader:
     """Validate header bytes (already read) against the file size. Pure."""
     # The decoded JSON lives only inside `_parse`, so it is freed before the GC resumes and
     # the collection that follows never has to walk it.
-    with _gc_paused():
+    with gc_paused():
         return _parse(raw, file, file_size)
 
 
@@ -157,25 +155,6 @@ def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
             tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
             _check_length(file_size, len(raw), columns[4], tiled=tiled, out=out)
     return ShardHeader(file, file_size, len(raw), metadata, *columns, out.done())
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while a header is decoded.
-
-    A header decodes to thousands of fresh dicts and lists; each allocation burst triggers
-    collections that walk every live object (the tables of earlier shards included), which
-    cost more than the parsing itself. Parsing creates no reference cycles, so nothing is
-    lost by collecting later.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
+from inspector._gc import gc_paused
 from inspector.errors import CannotInspectError
 from inspector.layouts import detect_layout, layout_by_name
 from inspector.model import ScannedCheckpoint
@@ -35,12 +35,5 @@ def scan(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    # Parsing builds millions of small, acyclic objects; the cyclic collector's passes over them
-    # cost more than the parsing itself, so it is paused for the scan.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused():
         return module.scan(target, header_cap=header_cap)
-    finally:
-        if was_enabled:
-            gc.enable()

@@ -18,10 +18,7 @@ A reference HF index kept in `.hf_metadata/` lands in `ScannedCheckpoint.index`.
 
 from __future__ import annotations
 
-import gc
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
@@ -30,6 +27,7 @@ from pathlib import Path
 
 import orjson
 
+from inspector._gc import gc_paused
 from inspector.dtypes import nbytes_for
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.layouts._common import (
@@ -125,7 +123,7 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
     shards = read_shards(list_safetensors(folder), root=folder, header_cap=header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     chunks, chunk_problems = collect_chunks(shards)
-    with _gc_paused():
+    with gc_paused():
         full_shapes = {fqn: full_shape(cs) for fqn, cs in chunks.items()}
     # 3. `.hf_metadata/`: mapping, config, reference index.
     meta = _read_hf_metadata(folder)
@@ -182,7 +180,7 @@ def _read_hf_metadata(folder: Path) -> _HfMetadata:
 
 def collect_chunks(shards: list[ShardHeader]) -> tuple[dict[str, list[DcpChunk]], list[Finding]]:
     """Every tensor's chunks, in file order, from each shard's sharding info. Pure."""
-    with _gc_paused():
+    with gc_paused():
         return _collect(shards)
 
 
@@ -645,19 +643,6 @@ def _collapsed(
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Millions of small objects that all stay alive: the cyclic collector would rescan them
-    again and again for nothing (it tripled the time on 300k tensors x 8 ranks)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _per_tensor(code: str, items: list[tuple[str, str, str]], what: str) -> list[Finding]:

@@ -11,18 +11,17 @@ are never read; their sizes are compared with the ranges `.metadata` stores.
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from inspector._gc import gc_paused
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.model import LogicalTensors, ScannedCheckpoint, TorchDistInfo, TorchDistTensor
@@ -264,7 +263,7 @@ def _read_metadata(
         return unreadable("is missing")
     except OSError as exc:
         return unreadable(f"cannot be read ({exc.strerror or exc})")
-    with _gc_paused():
+    with gc_paused():
         try:
             meta = load_dcp_metadata(data)
         except RefusedGlobalError as exc:
@@ -272,20 +271,6 @@ def _read_metadata(
         except MetadataFormatError as exc:
             return unreadable(f"{exc} (truncated or corrupt)")
         return _convert_metadata(meta, rel=rel, prefix=prefix)
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Millions of small objects (one per chunk and storage record) make the cyclic garbage
-    collector run over and over for nothing: pausing it cuts a 300k-tensor `.metadata`
-    read several-fold. Nothing created here forms cycles."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _convert_metadata(
