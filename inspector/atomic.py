@@ -27,8 +27,10 @@ __all__ = [
     "BACKUP_DIR",
     "JOURNAL",
     "LOCK",
+    "apply_renames",
     "apply_writes",
     "folder_lock",
+    "new_backup_dir",
     "recover",
     "write_atomic",
 ]
@@ -78,8 +80,7 @@ def apply_writes(
     recover(root)
     backup_dir = None
     if backup and any((root / rel).exists() for rel, _ in writes):
-        backup_dir = root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S")
-        backup_dir = _unique(backup_dir)
+        backup_dir = new_backup_dir(root)
         for rel, _ in writes:
             if (root / rel).exists():
                 target = backup_dir / rel
@@ -94,10 +95,21 @@ def apply_writes(
         tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
         _write_synced(tmp, data)
         renames.append((str(tmp.relative_to(root)), rel))
-    _write_synced(root / JOURNAL, orjson.dumps({"renames": renames}))
-    _fsync_path(root)
-    recover(root)
+    apply_renames(root, renames)
     return backup_dir
+
+
+def new_backup_dir(root: Path) -> Path:
+    """A fresh `.ckpt-inspect-backup/<timestamp>` folder path under `root` (not created)."""
+    return _unique(root / BACKUP_DIR / time.strftime("%Y%m%d-%H%M%S"))
+
+
+def apply_renames(root: Path, renames: Sequence[tuple[str, str]]) -> list[str]:
+    """Journal then perform renames (paths relative to `root`), in order. A kill part-way is
+    finished by the next `recover`. Targets must not also be sources of a later step."""
+    _write_synced(root / JOURNAL, orjson.dumps({"renames": [list(r) for r in renames]}))
+    _fsync_path(root)
+    return recover(root)
 
 
 def recover(root: Path) -> list[str]:
@@ -114,6 +126,7 @@ def recover(root: Path) -> list[str]:
     done = []
     for tmp, rel in renames:
         if (root / tmp).exists():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
             os.replace(root / tmp, root / rel)
             done.append(rel)
     dirs = {(root / rel).parent for _, rel in renames} | {root}

@@ -202,9 +202,15 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
     scanned = _scan(args)
     only = set(args.only) if args.only else None
-    plan = plan_repair(
-        scanned, only=only, duplicates=args.duplicates, max_shard_size=args.max_shard_size
-    )
+    if only and "reshard" in only:
+        from inspector.reshard import plan_reshard
+
+        if len(only) > 1:
+            print("--only reshard rebuilds the index too; run the other repairs separately")
+            return EXIT_CANNOT
+        plan = plan_reshard(scanned, max_shard_size=args.max_shard_size)
+    else:
+        plan = plan_repair(scanned, only=only, duplicates=args.duplicates)
     print(plan.describe())
     if args.diff:
         print(plan.diff())

@@ -143,11 +143,10 @@ def plan_repair(
     only: set[str] | None = None,
     duplicates: DuplicatePolicy | None = None,
     quant_config: bool = False,
-    max_shard_size: int | str = "5GB",
 ) -> RepairPlan:
-    """Every repair that applies to this checkpoint (`only` picks among index, sidecars,
-    quant-config, reshard); quant-config and reshard are opt-in (named in `only`, or
-    `quant_config=True`)."""
+    """Every JSON repair that applies to this checkpoint (`only` picks among index, sidecars,
+    quant-config); quant-config is opt-in (named in `only`, or `quant_config=True`).
+    Re-sharding a collapsed checkpoint is `inspector.reshard.plan_reshard`."""
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
     if "index" in wanted and scanned.layout in ("hf-sharded", "modelopt-per-layer"):
@@ -156,10 +155,6 @@ def plan_repair(
         plan = plan + plan_sidecars(scanned)
     if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
         plan = plan + plan_quant_config(scanned)
-    if only and "reshard" in only:
-        from inspector.reshard import plan_reshard
-
-        plan = plan + plan_reshard(scanned, max_shard_size=max_shard_size)
     return plan
 
 

@@ -1,0 +1,168 @@
+"""Re-shard a checkpoint whose tensors collapsed into one file (seed automodel-2289) into
+`model-XXXXX-of-YYYYY.safetensors` shards under a size limit, by huggingface_hub's rules:
+greedy in key order, decimal units, a tensor over the limit alone in its shard.
+
+The copy is done by the consolidation engine into a staging folder inside the checkpoint;
+the old shards and index then move into the backup folder and the new ones into place as one
+journaled batch of renames. No shard is modified in place, and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector.atomic import apply_renames, folder_lock, new_backup_dir, recover
+from inspector.consolidate import ConsolidationPlan, parse_size, plan_consolidation
+from inspector.errors import PlanRefusedError
+from inspector.findings import examples
+from inspector.layouts._common import INDEX_NAME
+from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.repair import FileWrite, RepairResult
+
+__all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
+
+STAGING = ".ckpt-inspect-reshard"
+_LAYOUTS = ("hf-sharded", "safetensors-single")
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """Which shards are retired, which are written, and the index that results."""
+
+    root: Path
+    copy: ConsolidationPlan | None = None
+    retired: tuple[str, ...] = ()
+    index: FileWrite | None = None
+    refused: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.copy is None
+
+    @property
+    def writes(self) -> tuple[FileWrite, ...]:
+        return (self.index,) if self.index else ()
+
+    def describe(self) -> str:
+        if self.copy is None:
+            lines = [f"{self.root}: nothing to re-shard"]
+        else:
+            outs = self.copy.outputs
+            lines = [
+                f"re-shard plan for {self.root}",
+                f"  retire {', '.join(self.retired)} (moved to the backup folder, not deleted)",
+                f"  write {len(outs)} shards ({self.copy.assignment}):",
+                *(f"    {o.name}: {len(o.tensors)} tensors, {o.size:,} bytes" for o in outs),
+                f"  rewrite {INDEX_NAME}",
+                *(f"    - {c}" for c in (self.index.changes if self.index else ())),
+            ]
+        lines += [f"  REFUSED: {r}" for r in self.refused]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def diff(self) -> str:
+        return self.index.diff() if self.index else ""
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def execute(self, *, backup: bool = True, progress: bool = False) -> RepairResult:
+        """Copy into staging, then swap in one journaled batch; re-scan and re-check.
+
+        The retired shards always go to the backup folder (`backup` is accepted for symmetry
+        with other plans): re-sharding never deletes tensor data.
+        """
+        from inspector.checks import check
+        from inspector.scan import scan
+
+        if self.copy is None:
+            return RepairResult((), None, tuple(check(scan(self.root))))
+        with folder_lock(self.root):
+            recover(self.root)
+            staging = self.root / STAGING
+            shutil.rmtree(staging, ignore_errors=True)
+            self.copy.execute(progress=progress, verify=False)
+            backup_dir = new_backup_dir(self.root)
+            rel_backup = backup_dir.relative_to(self.root).as_posix()
+            moves = [(f, f"{rel_backup}/{f}") for f in (*self.retired, INDEX_NAME)]
+            moves = [m for m in moves if (self.root / m[0]).exists()]
+            new = [(f"{STAGING}/{o.name}", o.name) for o in self.copy.outputs]
+            apply_renames(self.root, [*moves, *new, (f"{STAGING}/{INDEX_NAME}", INDEX_NAME)])
+            shutil.rmtree(staging, ignore_errors=True)
+        remaining = tuple(check(scan(self.root)))
+        written = (*(o.name for o in self.copy.outputs), INDEX_NAME)
+        return RepairResult(written, backup_dir, remaining)
+
+
+def plan_reshard(scanned: ScannedCheckpoint, *, max_shard_size: int | str = "5GB") -> ReshardPlan:
+    """Plan splitting the checkpoint's tensors into shards of at most `max_shard_size`."""
+    refused = _refusals(scanned)
+    if refused:
+        return ReshardPlan(scanned.path, refused=refused)
+    limit = parse_size(max_shard_size)
+    view = _as_single_chunks(scanned)
+    try:
+        copy = plan_consolidation(view, scanned.path / STAGING, max_shard_size=limit)
+    except PlanRefusedError as exc:
+        return ReshardPlan(scanned.path, refused=(str(exc),))
+    retired = tuple(s.file for s in scanned.shards)
+    if len(copy.outputs) <= 1 and len(retired) <= 1:
+        note = f"all {len(view.dcp.chunks)} tensors fit in one shard of at most {limit:,} bytes"
+        return ReshardPlan(scanned.path, notes=(note,))
+    clash = sorted({o.name for o in copy.outputs} & set(retired))
+    if clash:
+        why = f"new shard names {examples(clash)} equal existing files; rename them first"
+        return ReshardPlan(scanned.path, refused=(why,))
+    return ReshardPlan(scanned.path, copy, retired, _index_write(scanned, copy))
+
+
+def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+    if scanned.layout not in _LAYOUTS:
+        hint = " (use `ckpt-inspect consolidate`)" if scanned.layout == "dcp-sharded" else ""
+        return (f"{scanned.path}: layout {scanned.layout} cannot be re-sharded{hint}",)
+    bad = [s.file for s in scanned.shards if not s.readable or s.findings]
+    if bad:
+        return (f"shards {examples(bad)} have integrity findings; fix them before re-sharding",)
+    seen: set[str] = set()
+    dup = [n for s in scanned.shards for n in s.names if n in seen or seen.add(n)]
+    if dup:
+        why = f"tensors {examples(dup)} are in several shards; repair the index first"
+        return (f"{why} (ckpt-inspect repair --only index --duplicates ...)",)
+    return ()
+
+
+def _as_single_chunks(scanned: ScannedCheckpoint) -> ScannedCheckpoint:
+    """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
+    layer 10), so the consolidation engine does the copying."""
+    chunks: dict[str, list[DcpChunk]] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    entries = [
+        (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
+        for s in scanned.shards
+        for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
+    ]
+    for name, chunk in sorted(entries, key=lambda e: _natural(e[0])):
+        chunks[name] = [chunk]
+        shapes[name] = chunk.shape
+    return dataclasses.replace(scanned, dcp=DcpInfo(chunks, shapes), index=None)
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _index_write(scanned: ScannedCheckpoint, copy: ConsolidationPlan) -> FileWrite:
+    path = scanned.path / INDEX_NAME
+    old = path.read_text(encoding="utf-8", errors="replace") if path.exists() else None
+    metadata = dict(scanned.index.metadata) if scanned.index else {}
+    metadata.update(total_size=copy.total_size, total_parameters=copy.total_parameters)
+    new = json.dumps({"metadata": metadata, "weight_map": copy.weight_map}, indent=2) + "\n"
+    files = sorted(set(copy.weight_map.values()))
+    change = f"{len(copy.weight_map)} tensors mapped to {len(files)} shards ({examples(files)})"
+    return FileWrite(INDEX_NAME, old, new, (change,))
