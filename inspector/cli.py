@@ -112,6 +112,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--workers", type=int, default=1, help="output files written in parallel")
+    p.add_argument(
+        "--no-fsync",
+        action="store_true",
+        help="do not flush outputs to disk before renaming them (scratch destinations)",
+    )
     p.set_defaults(func=_cmd_consolidate)
 
     p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
@@ -261,6 +266,7 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
         progress=lead and not args.no_progress,
         verify_data=args.verify_data,
         workers=args.workers,
+        fsync=not args.no_fsync,
     )
     if lead:
         print(result)

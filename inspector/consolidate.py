@@ -179,6 +179,7 @@ class ConsolidationPlan:
         workers: int = 1,
         rank: int | None = None,
         world_size: int | None = None,
+        fsync: bool = True,
     ) -> ConsolidationResult:
         """Write the outputs, then the index (rank 0), then verify DEST.
 
@@ -186,6 +187,9 @@ class ConsolidationPlan:
         checks DEST; `verify_data` also compares every tensor's content hash with the source.
         `workers` threads write separate files (each holds two 64 MB buffers at most). Under
         torchrun, or with `rank`/`world_size`, output i is written by rank i % world_size.
+        `fsync=False` skips flushing each output to disk before its rename: a killed process
+        still never leaves a partial file under a final name, but a power loss may (for
+        scratch destinations that are re-created on failure anyway).
         """
         return _execute(
             self,
@@ -196,6 +200,7 @@ class ConsolidationPlan:
             workers=workers,
             rank=rank,
             world_size=world_size,
+            fsync=fsync,
         )
 
 
@@ -304,6 +309,7 @@ def consolidate(
     verify: bool = True,
     verify_data: bool = False,
     workers: int = 1,
+    fsync: bool = True,
 ) -> ConsolidationResult:
     """Scan `src`, plan and execute in one call (for notebooks and scripts)."""
     from inspector.scan import scan
@@ -317,7 +323,12 @@ def consolidate(
         dtype=dtype,
     )
     return plan.execute(
-        resume=resume, progress=progress, verify=verify, verify_data=verify_data, workers=workers
+        resume=resume,
+        progress=progress,
+        verify=verify,
+        verify_data=verify_data,
+        workers=workers,
+        fsync=fsync,
     )
 
 
@@ -718,6 +729,7 @@ def _execute(
     workers: int,
     rank: int | None,
     world_size: int | None,
+    fsync: bool,
 ) -> ConsolidationResult:
     started = time.perf_counter()
     # 1. Which outputs are ours (output i goes to rank i % world_size, as torch does).
@@ -732,7 +744,7 @@ def _execute(
     # 2. Write them, each as `<name>.partial` renamed when complete.
     bar = _Progress(sum(o.size for o in todo), progress)
     try:
-        sealer = _Sealer(plan.dest)
+        sealer = _Sealer(plan.dest, fsync=fsync)
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 list(pool.map(lambda o: _write_output(plan, o, bar, sealer), todo))
@@ -782,8 +794,9 @@ class _Sealer:
     """fsync + rename of finished outputs on a thread of its own, so the disk writes one file
     back while the next is being copied. At most `depth` files wait (bounded open files)."""
 
-    def __init__(self, dest: Path, depth: int = 4) -> None:
+    def __init__(self, dest: Path, *, fsync: bool = True, depth: int = 4) -> None:
         self.dest = dest
+        self.fsync = fsync
         self.pool = ThreadPoolExecutor(max_workers=1)
         self.slots = threading.BoundedSemaphore(depth)
         self.pending: list[Any] = []
@@ -795,12 +808,14 @@ class _Sealer:
     def _seal(self, fd: int, partial: Path, final: Path) -> None:
         try:
             try:
-                os.fsync(fd)
+                if self.fsync:
+                    os.fsync(fd)
             finally:
                 os.close(fd)
-            # Only a complete, durable file ever gets its final name.
+            # Only a complete (and, by default, durable) file ever gets its final name.
             os.replace(partial, final)
-            _fsync_dir(self.dest)
+            if self.fsync:
+                _fsync_dir(self.dest)
         finally:
             self.slots.release()
 
