@@ -58,6 +58,14 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
 
 
 def _duplicated_names(scanned: ScannedCheckpoint) -> set[str]:
+    if scanned.dcp is not None:
+        # DCP rank files each hold a chunk of the same name: only two chunks saved at the same
+        # offsets are copies of one another.
+        return {
+            fqn
+            for fqn, chunks in scanned.dcp.chunks.items()
+            if len({c.offsets for c in chunks}) < len(chunks)
+        }
     seen: set[str] = set()
     dup: set[str] = set()
     for shard in scanned.shards:

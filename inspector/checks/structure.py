@@ -7,7 +7,9 @@ does not, so a checkpoint without a config is still checked for internal consist
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from inspector.findings import Finding, examples, fold_ranges, make_finding
@@ -81,8 +83,9 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     return [
         make_finding(
             "mtp-missing",
-            f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP speculative "
-            "decoding will fail. Re-export with the MTP weights (a transformers round trip drops them)",
+            f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP "
+            "speculative decoding will fail. Re-export with the MTP weights (a transformers "
+            "round trip drops them)",
         )
     ]
 
@@ -90,42 +93,98 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
 # -- experts -------------------------------------------------------------------------------
 
 
-def _expert_rows(t: pd.DataFrame) -> pd.DataFrame:
-    rows = t[t["expert"].notna() & t["layer"].notna()]
-    rows = rows[rows["kind"] == "expert"]
-    return pd.DataFrame(
-        {
-            "name": rows["name"].to_numpy(),
-            "file": rows["file"].astype(str).to_numpy(),
-            "layer": rows["layer"].astype(int).to_numpy(),
-            "expert": rows["expert"].astype(int).to_numpy(),
-            "key": (rows["module"].astype(str) + "." + rows["param"].astype(str)).to_numpy(),
-            "dtype": rows["dtype"].astype(str).to_numpy(),
-            "shape": rows["shape"].to_numpy(),
-        }
+@dataclass(frozen=True, slots=True)
+class _Experts:
+    """The expert tensors as integer-coded numpy columns: grouping 300,000 rows is done with
+    `np.unique` on combined codes, and Python only loops over the distinct groups."""
+
+    rows: pd.DataFrame
+    layer: np.ndarray
+    expert: np.ndarray
+    key: np.ndarray  # index into `keys`
+    keys: list[str]
+    sig: np.ndarray  # index into `sigs`
+    sigs: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return len(self.layer) == 0
+
+
+def _expert_rows(t: pd.DataFrame) -> _Experts:
+    mask = (t["kind"] == "expert").to_numpy(dtype=bool) & t["expert"].notna().to_numpy(dtype=bool)
+    mask &= t["layer"].notna().to_numpy(dtype=bool)
+    rows = t[mask]
+    key, keys = _key_codes(rows)
+    sig, sigs = _sig_codes(rows)
+    return _Experts(
+        rows=rows,
+        layer=rows["layer"].to_numpy(dtype=np.int64),
+        expert=rows["expert"].to_numpy(dtype=np.int64),
+        key=key,
+        keys=keys,
+        sig=sig,
+        sigs=sigs,
     )
 
 
-def _expert_missing(scanned: ScannedCheckpoint, e: pd.DataFrame) -> list[Finding]:
-    ids_by_layer = e.groupby("layer")["expert"].unique()
+def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(codes, labels) of a column; a missing value gets the label 'nan' (as `astype(str)`)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy(dtype=np.int64)
+        labels = [str(c) for c in column.cat.categories]
+    else:
+        codes, uniques = pd.factorize(column, use_na_sentinel=True)
+        labels = [str(u) for u in uniques]
+    return np.where(codes < 0, len(labels), codes), [*labels, "nan"]
+
+
+def _key_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """`module.param` of each row as a code; each distinct pair is joined once."""
+    module, modules = _category_codes(rows["module"])
+    param, params = _category_codes(rows["param"])
+    pairs, inverse = np.unique(module * len(params) + param, return_inverse=True)
+    keys = [f"{modules[p // len(params)]}.{params[p % len(params)]}" for p in pairs.tolist()]
+    return inverse.reshape(-1), keys
+
+
+def _sig_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
+    dtype, dtypes = _category_codes(rows["dtype"])
+    shape, shapes = pd.factorize(rows["shape"].map(tuple))
+    pairs, inverse = np.unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
+    n = max(len(shapes), 1)
+    sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
+    return inverse.reshape(-1), sigs
+
+
+def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
+    """Distinct `first * width + second` codes -> {first: [second, ...]} (sorted)."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for code in np.unique(codes).tolist():
+        out[code // width].append(code % width)
+    return out
+
+
+def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
+    width = int(e.expert.max()) + 1
+    ids_by_layer = {k: set(v) for k, v in _by_first(e.layer * width + e.expert, width).items()}
     declared = scanned.spec.experts_per_layer
     if declared is not None:
         expected, basis = set(range(declared)), f"config declares {declared}"
     else:
-        sizes = Counter(len(ids) for ids in ids_by_layer)
-        biggest = max(ids_by_layer, key=len)
-        expected, basis = set(int(i) for i in biggest), f"its sibling layers have {len(biggest)}"
-        if len(sizes) == 1:
+        biggest = max(ids_by_layer.values(), key=len)
+        expected, basis = set(biggest), f"its sibling layers have {len(biggest)}"
+        if len({len(ids) for ids in ids_by_layer.values()}) == 1:
             return []
-    moe_layers = set(ids_by_layer.index)
+    moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
         present = set(scanned.tensors["layer"].dropna().astype(int))
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
-    files = e.groupby("layer")["file"].agg(lambda s: s.mode().iat[0])
+    files = _file_mode(e)
     for layer in sorted(moe_layers):
-        have = set(int(i) for i in ids_by_layer.get(layer, ()))
-        missing = sorted(expected - have)
+        missing = sorted(expected - ids_by_layer.get(layer, set()))
         if not missing:
             continue
         file = files.get(layer)
@@ -142,53 +201,102 @@ def _expert_missing(scanned: ScannedCheckpoint, e: pd.DataFrame) -> list[Finding
     return out
 
 
-def _expert_incomplete(e: pd.DataFrame) -> list[Finding]:
+def _file_mode(e: _Experts) -> dict[int, str]:
+    """The file holding most of each layer's expert tensors (ties: the first by name)."""
+    file, files = _category_codes(e.rows["file"])
+    order = np.argsort(np.array(files, dtype=object), kind="stable")
+    rank = np.empty(len(files), dtype=np.int64)
+    rank[order] = np.arange(len(files))
+    width = len(files)
+    codes, counts = np.unique(e.layer * width + rank[file], return_counts=True)
+    best: dict[int, tuple[int, int]] = {}
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+        layer, r = divmod(code, width)
+        if layer not in best or count > best[layer][0]:
+            best[layer] = (count, r)
+    return {layer: files[int(order[r])] for layer, (_, r) in best.items()}
+
+
+def _expert_incomplete(e: _Experts) -> list[Finding]:
     """An expert with fewer parameter tensors than the union its layer's experts agree on."""
-    keys = e.groupby(["layer", "expert"])["key"].agg(frozenset)
+    n_keys, width = len(e.keys), int(e.expert.max()) + 1
+    triples = np.unique((e.layer * width + e.expert) * n_keys + e.key)
+    owner, key = np.divmod(triples, n_keys)  # owner = layer * width + expert
+    layer = owner // width
+    experts_of = {k: len(v) for k, v in _by_first(owner, width).items()}
+    # How many experts of its layer hold each key; a key most experts have is expected of
+    # all, a rare key is not demanded.
+    lk, lk_counts = np.unique(layer * n_keys + key, return_counts=True)
+    expected: dict[int, set[int]] = defaultdict(set)
+    for code, count in zip(lk.tolist(), lk_counts.tolist(), strict=True):
+        if count * 2 > experts_of[code // n_keys]:
+            expected[code // n_keys].add(code % n_keys)
+    is_expected = np.isin(
+        layer * n_keys + key, [lyr * n_keys + k for lyr in expected for k in expected[lyr]]
+    )
+    owners, held = np.unique(owner[is_expected], return_counts=True)
+    held_of = dict(zip(owners.tolist(), held.tolist(), strict=True))
+    all_owners = np.unique(owner).tolist()
+    short = [o for o in all_owners if held_of.get(o, 0) < len(expected.get(o // width, ()))]
+    return _incomplete_findings(e, short, owner, key, width, expected, experts_of)
+
+
+def _incomplete_findings(
+    e: _Experts,
+    short: list[int],
+    owner: np.ndarray,
+    key: np.ndarray,
+    width: int,
+    expected: dict[int, set[int]],
+    experts_of: dict[int, int],
+) -> list[Finding]:
+    groups: dict[int, dict[frozenset[str], list[int]]] = defaultdict(lambda: defaultdict(list))
+    for code in short:
+        layer, expert = divmod(code, width)
+        have = set(key[owner == code].tolist())
+        lacking = frozenset(e.keys[k] for k in expected[layer] - have)
+        groups[layer][lacking].append(expert)
     out: list[Finding] = []
-    for layer, per_expert in keys.groupby(level=0):
-        counts = Counter(k for ks in per_expert for k in ks)
-        n = len(per_expert)
-        # A key most experts have is expected of all; a rare key is not demanded.
-        expected = {k for k, c in counts.items() if c * 2 > n}
-        groups: dict[frozenset[str], list[int]] = defaultdict(list)
-        for (_, expert), ks in per_expert.items():
-            lacking = frozenset(expected - ks)
-            if lacking:
-                groups[lacking].append(int(expert))
-        for lacking, experts in groups.items():
+    for layer in sorted(groups):
+        for lacking, experts in groups[layer].items():
             out.append(
                 make_finding(
                     "expert-incomplete",
                     f"layer {layer}: experts {fold_ranges(experts)} lack "
-                    f"{examples(sorted(lacking))} that {len(per_expert) - len(experts)} sibling "
+                    f"{examples(sorted(lacking))} that {experts_of[layer] - len(experts)} sibling "
                     "experts have",
-                    layer=int(layer),
+                    layer=layer,
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
     return out[:_LIMIT]
 
 
-def _expert_shape_mismatch(e: pd.DataFrame) -> list[Finding]:
-    sig = e["dtype"] + " " + e["shape"].map(lambda s: str(list(s)))
-    e = e.assign(sig=sig)
+def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
+    n_keys, n_sigs = len(e.keys), len(e.sigs)
+    codes, counts = np.unique((e.layer * n_keys + e.key) * n_sigs + e.sig, return_counts=True)
+    by_group: dict[int, dict[int, int]] = defaultdict(dict)
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+        by_group[code // n_sigs][code % n_sigs] = count
+    odd = [g for g, sigs in by_group.items() if len(sigs) > 1]
     out: list[Finding] = []
-    for (layer, key), grp in e.groupby(["layer", "key"], sort=True):
-        if grp["sig"].nunique() == 1:
-            continue
-        common = grp["sig"].mode().iat[0]
-        odd = grp[grp["sig"] != common]
-        for sig_value, sub in odd.groupby("sig"):
-            experts = sorted(sub["expert"].tolist())
+    for group in sorted(odd, key=lambda g: (g // n_keys, e.keys[g % n_keys])):
+        layer, key = divmod(group, n_keys)
+        counts_of = {e.sigs[s]: c for s, c in by_group[group].items()}
+        top = max(counts_of.values())
+        common = min(s for s, c in counts_of.items() if c == top)
+        for sig_value in sorted(s for s in counts_of if s != common):
+            sig = e.sigs.index(sig_value)
+            rows = np.flatnonzero((e.layer == layer) & (e.key == key) & (e.sig == sig))
+            experts = sorted(e.expert[rows].tolist())
             out.append(
                 make_finding(
                     "expert-shape-mismatch",
-                    f"layer {layer}: {key} of experts {fold_ranges(experts)} is {sig_value}, "
-                    f"expected {common} like its siblings",
-                    file=str(sub["file"].iat[0]),
-                    tensor=str(sub["name"].iat[0]),
-                    layer=int(layer),
+                    f"layer {layer}: {e.keys[key]} of experts {fold_ranges(experts)} is "
+                    f"{sig_value}, expected {common} like its siblings",
+                    file=str(e.rows["file"].iat[rows[0]]),
+                    tensor=str(e.rows["name"].iat[rows[0]]),
+                    layer=layer,
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
@@ -203,31 +311,31 @@ def _expert_shape_mismatch(e: pd.DataFrame) -> list[Finding]:
 def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
     """A layer whose key suffixes differ from the others of its kind (MTP compared by params)."""
     t = scanned.tensors
-    rows = t[t["layer"].notna()]
+    rows = t[t["layer"].notna().to_numpy(dtype=bool)]
     if rows.empty:
         return []
     layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
     is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
-    keys = (rows["module"].astype(str) + "." + rows["param"].astype(str)).to_numpy()
-    sets: dict[int, set[str]] = defaultdict(set)
-    params: dict[int, set[str]] = defaultdict(set)
-    for layer, key, param in zip(
-        rows["layer"].astype(int), keys, rows["param"].astype(str), strict=True
-    ):
-        sets[layer].add(key)
-        params[layer].add(param)
-    decoder = [l for l in sets if not is_mtp.get(l, False)]
+    layer = rows["layer"].to_numpy(dtype=np.int64)
+    key, keys = _key_codes(rows)
+    param, params = _category_codes(rows["param"])
+    sets = {
+        n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
+    }
+    by_param = _by_first(layer * len(params) + param, len(params))
+    decoder = [n for n in sets if not is_mtp.get(n, False)]
     out = _decoder_outliers(decoder, sets, layer_kind)
-    decoder_params = set().union(*(params[l] for l in decoder)) if decoder else set()
-    for layer in sorted(l for l in sets if is_mtp.get(l, False)):
-        extra = sorted(params[layer] - decoder_params)
+    decoder_params = {params[p] for n in decoder for p in by_param[n]}
+    for mtp_layer in sorted(n for n in sets if is_mtp.get(n, False)):
+        extra = sorted({params[p] for p in by_param[mtp_layer]} - decoder_params)
         if decoder and extra:
             out.append(
                 make_finding(
                     "layer-keyset-outlier",
-                    f"MTP layer {layer} carries {examples(extra)} entries that no decoder layer "
-                    "has; the MTP block built its state dict differently (check the exporter)",
-                    layer=layer,
+                    f"MTP layer {mtp_layer} carries {examples(extra)} entries that no decoder "
+                    "layer has; the MTP block built its state dict differently "
+                    "(check the exporter)",
+                    layer=mtp_layer,
                 )
             )
     return out
@@ -243,7 +351,7 @@ def _decoder_outliers(
     for kind, members in by_kind.items():
         if len(members) < 3:
             continue
-        frozen = {l: frozenset(sets[l]) for l in members}
+        frozen = {n: frozenset(sets[n]) for n in members}
         common, votes = Counter(frozen.values()).most_common(1)[0]
         if votes * 2 <= len(members):
             continue

@@ -1,0 +1,272 @@
+"""The `ckpt-inspect check` / `diff` contract on real checkpoints: human output grouped by code,
+worst first; `--json` shape; `--fail-on` exit codes (0 below the threshold, 1 at or above it,
+2 when the path cannot be inspected); `--deep`; `diff` with `--data` and `--json`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import save_torch_state_dict
+from modelopt_writer import INDEX, load_json, save_json
+from safetensors.torch import load_file, save_file
+
+from inspector.cli import main
+
+H = 8
+FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert"}
+
+
+def bf16(*shape: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(torch.bfloat16)
+
+
+def model(*, extra_state: bool = False) -> dict[str, torch.Tensor]:
+    sd = {"model.embed_tokens.weight": bf16(32, H)}
+    for layer in range(3):
+        p = f"model.layers.{layer}"
+        sd[f"{p}.input_layernorm.weight"] = bf16(H, seed=layer)
+        sd[f"{p}.self_attn.qkv_proj.weight"] = bf16(3 * H, H, seed=layer + 10)
+    sd["model.norm.weight"] = bf16(H, seed=50)
+    sd["mtp.layers.0.eh_proj.weight"] = bf16(H, 2 * H, seed=60)
+    sd["mtp.layers.0.transformer_layer.input_layernorm.weight"] = bf16(H, seed=61)
+    if extra_state:
+        sd["mtp.layers.0.transformer_layer.self_attention.core_attention._extra_state"] = (
+            torch.empty(0, dtype=torch.uint8)
+        )
+    return sd
+
+
+def write(folder: Path, state: dict[str, torch.Tensor]) -> Path:
+    folder.mkdir(parents=True)
+    save_torch_state_dict(state, folder, max_shard_size=600)
+    return folder
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def healthy(tmp_path: Path) -> Path:
+    return write(tmp_path / "healthy", model())
+
+
+@pytest.fixture
+def drifted(tmp_path: Path) -> Path:
+    """Errors (a dangling index entry, an unindexed tensor) and a warning (the totals)."""
+    folder = write(tmp_path / "drifted", model())
+    index = load_json(folder / INDEX)
+    index["weight_map"]["mtp.fc.weight"] = index["weight_map"]["model.norm.weight"]
+    del index["weight_map"]["model.embed_tokens.weight"]
+    index["metadata"]["total_size"] += 100
+    save_json(folder / INDEX, index)
+    return folder
+
+
+@pytest.fixture
+def warned(tmp_path: Path) -> Path:
+    """Only a warning: the index total_size is off."""
+    folder = write(tmp_path / "warned", model())
+    index = load_json(folder / INDEX)
+    index["metadata"]["total_size"] += 100
+    save_json(folder / INDEX, index)
+    return folder
+
+
+# -- check: output ---------------------------------------------------------------------------
+
+
+def test_healthy_check_prints_no_findings_and_exits_0(capsys, healthy: Path) -> None:
+    code, out, _ = cli(capsys, "check", str(healthy))
+    assert code == 0
+    assert "(hf-sharded)" in out and "no findings" in out
+
+
+def test_human_output_grouped_by_code_worst_first(capsys, drifted: Path) -> None:
+    code, out, _ = cli(capsys, "check", str(drifted))
+    assert code == 1
+    headings = [
+        line for line in out.splitlines() if line and line.split()[0] in ("ERROR", "WARNING")
+    ]
+    assert [h.split()[1] for h in headings] == [
+        "index-dangling-tensor",
+        "unindexed-tensor",
+        "total-size-mismatch",
+    ]
+    assert headings[-1].startswith("WARNING") and all(h.startswith("ERROR") for h in headings[:-1])
+    assert "2 errors, 1 warnings, 0 info" in out
+    # Each message sits under its code's heading.
+    body = out.split("ERROR unindexed-tensor")[1].split("WARNING")[0]
+    assert "model.embed_tokens.weight" in body and "mtp.fc.weight" not in body
+
+
+def test_json_contract(capsys, drifted: Path) -> None:
+    code, out, _ = cli(capsys, "check", str(drifted), "--json")
+    assert code == 1
+    doc = json.loads(out)
+    assert set(doc) == {"path", "layout", "findings", "counts"}
+    assert doc["path"] == str(drifted.resolve()) and doc["layout"] == "hf-sharded"
+    assert all(set(f) == FINDING_KEYS for f in doc["findings"])
+    by_code = {f["code"]: f for f in doc["findings"]}
+    assert by_code["index-dangling-tensor"]["tensor"] == "mtp.fc.weight"
+    assert by_code["index-dangling-tensor"]["severity"] == "error"
+    assert by_code["total-size-mismatch"]["severity"] == "warning"
+    assert [f["severity"] for f in doc["findings"]] == sorted(
+        (f["severity"] for f in doc["findings"]), key=["error", "warning", "info"].index
+    )
+    counts = doc["counts"]
+    assert (counts["error"], counts["warning"], counts["info"]) == (2, 1, 0)
+    assert counts["by_code"] == {
+        "index-dangling-tensor": 1,
+        "unindexed-tensor": 1,
+        "total-size-mismatch": 1,
+    }
+
+
+# -- check: exit codes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fixture", "fail_on", "expected"),
+    [
+        ("healthy", "error", 0),
+        ("healthy", "warning", 0),
+        ("warned", "error", 0),
+        ("warned", "warning", 1),
+        ("warned", "never", 0),
+        ("drifted", "error", 1),
+        ("drifted", "warning", 1),
+        ("drifted", "never", 0),
+    ],
+)
+def test_fail_on_threshold(capsys, request, fixture: str, fail_on: str, expected: int) -> None:
+    folder = request.getfixturevalue(fixture)
+    code, out, _ = cli(capsys, "check", str(folder), "--fail-on", fail_on, "--json")
+    assert code == expected
+    assert json.loads(out)["layout"] == "hf-sharded"
+
+
+def test_default_fail_on_is_error(capsys, warned: Path) -> None:
+    code, out, _ = cli(capsys, "check", str(warned))
+    assert code == 0 and "WARNING total-size-mismatch" in out
+
+
+def test_missing_path_exits_2(capsys, tmp_path: Path) -> None:
+    code, out, err = cli(capsys, "check", str(tmp_path / "nope"))
+    assert code == 2 and out == "" and "no such file or folder" in err
+
+
+def test_empty_folder_exits_2(capsys, tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    code, out, err = cli(capsys, "check", str(tmp_path / "empty"), "--json")
+    assert code == 2 and out == "" and "no checkpoint found" in err
+
+
+def test_console_script_exit_codes(healthy: Path, drifted: Path, tmp_path: Path) -> None:
+    """The installed `ckpt-inspect` entry point returns the same exit codes."""
+    exe = Path(sys.executable).with_name("ckpt-inspect")
+    if not exe.exists():
+        pytest.skip("ckpt-inspect console script not installed")
+    runs = {
+        name: subprocess.run([str(exe), "check", str(p)], capture_output=True, text=True)
+        for name, p in (("ok", healthy), ("bad", drifted), ("gone", tmp_path / "gone"))
+    }
+    assert {k: r.returncode for k, r in runs.items()} == {"ok": 0, "bad": 1, "gone": 2}
+    assert "ERROR index-dangling-tensor" in runs["bad"].stdout
+
+
+# -- check --deep -------------------------------------------------------------------------------
+
+
+def test_deep_reports_zero_nan_and_duplicated_bytes(capsys, tmp_path: Path) -> None:
+    state = model()
+    state["model.layers.1.self_attn.qkv_proj.weight"] = torch.zeros(3 * H, H, dtype=torch.bfloat16)
+    state["model.layers.2.input_layernorm.weight"][3] = float("inf")
+    folder = write(tmp_path / "deep", state)
+    index = load_json(folder / INDEX)["weight_map"]
+    # The same norm weight in a second shard: once with the same bytes, once with others.
+    for name, value in (
+        ("model.norm.weight", state["model.norm.weight"]),
+        ("mtp.layers.0.eh_proj.weight", bf16(H, 2 * H, seed=7)),
+    ):
+        other = next(f for f in sorted(set(index.values())) if f != index[name])
+        save_file(load_file(str(folder / other)) | {name: value}, str(folder / other))
+    code, out, _ = cli(capsys, "check", str(folder), "--json")
+    shallow = {f["code"] for f in json.loads(out)["findings"]}
+    assert shallow == {"duplicate-tensor"}
+    code, out, _ = cli(capsys, "check", str(folder), "--deep", "--json")
+    assert code == 1
+    found = {(f["code"], f["tensor"]) for f in json.loads(out)["findings"]}
+    assert ("tensor-all-zero", "model.layers.1.self_attn.qkv_proj.weight") in found
+    assert ("tensor-nonfinite", "model.layers.2.input_layernorm.weight") in found
+    assert ("duplicate-tensor-identical", "model.norm.weight") in found
+    assert ("duplicate-tensor-content", "mtp.layers.0.eh_proj.weight") in found
+    code, out, _ = cli(capsys, "check", str(folder), "--deep")
+    assert "INFO duplicate-tensor-identical" in out and "the same bytes" in out
+
+
+# -- diff ---------------------------------------------------------------------------------------
+
+
+def test_diff_identical_with_data(capsys, healthy: Path, tmp_path: Path) -> None:
+    twin = write(tmp_path / "twin", model())
+    code, out, _ = cli(capsys, "diff", str(healthy), str(twin), "--data")
+    assert code == 0
+    n = len(model())
+    assert (
+        "identical tensor names, dtypes and shapes" in out
+        and f"{n} tensors have the same bytes" in out
+    )
+
+
+def test_diff_names_dtypes_shapes_and_mtp_keyset(capsys, healthy: Path, tmp_path: Path) -> None:
+    state = model(extra_state=True)
+    del state["model.layers.2.input_layernorm.weight"]
+    state["model.norm.weight"] = state["model.norm.weight"].float()
+    state["model.embed_tokens.weight"] = bf16(40, H)
+    other = write(tmp_path / "other", state)
+    code, out, _ = cli(capsys, "diff", str(healthy), str(other), "--json")
+    assert code == 1
+    doc = json.loads(out)
+    extra = "mtp.layers.0.transformer_layer.self_attention.core_attention._extra_state"
+    assert doc["only_a"] == ["model.layers.2.input_layernorm.weight"]
+    assert doc["only_b"] == [extra]
+    changed = {c["name"]: c for c in doc["changed"]}
+    assert set(changed) == {"model.norm.weight", "model.embed_tokens.weight"}
+    assert (changed["model.norm.weight"]["a_dtype"], changed["model.norm.weight"]["b_dtype"]) == (
+        "BF16",
+        "F32",
+    )
+    assert changed["model.embed_tokens.weight"]["b_shape"] == [40, H]
+    layers = {d["layer"]: d for d in doc["layers"]}
+    assert layers[2]["only_a"] == ["input_layernorm.weight"]
+    # The MTP layer's extra TransformerEngine state is a per-layer key-set difference.
+    assert any(
+        "self_attention.core_attention._extra_state" in k
+        for d in doc["layers"]
+        for k in d["only_b"]
+    )
+    assert doc["identical"] is False
+    code, out, _ = cli(capsys, "diff", str(healthy), str(other))
+    assert "only in A: 1" in out and "only in B: 1" in out and "BF16 [8] -> F32 [8]" in out
+    assert "layer 2 keys differ" in out
+
+
+def test_diff_data_finds_changed_bytes(capsys, healthy: Path, tmp_path: Path) -> None:
+    state = model()
+    state["model.layers.0.self_attn.qkv_proj.weight"] = bf16(3 * H, H, seed=999)
+    other = write(tmp_path / "retrained", state)
+    code, out, _ = cli(capsys, "diff", str(healthy), str(other))
+    assert code == 0  # names, dtypes and shapes agree: only the bytes differ
+    code, out, _ = cli(capsys, "diff", str(healthy), str(other), "--data", "--json")
+    doc = json.loads(out)
+    assert code == 1 and doc["data_differs"] == ["model.layers.0.self_attn.qkv_proj.weight"]
+    assert doc["data_compared"] == len(state)

@@ -1,0 +1,727 @@
+"""Every finding code, produced by the full `inspector.checks.check()` from a checkpoint that a
+real writer wrote (safetensors `save_file`, huggingface_hub / transformers, PyTorch DCP) and
+that was then damaged the way real exports go wrong.
+
+One test per code, named `test_code_<code with _ for ->`; the last test proves that every
+code in `inspector.findings.CODES` and in FINDINGS.md has its test here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import save_torch_state_dict
+from modelopt_writer import (
+    INDEX,
+    load_json,
+    mtp_tensors,
+    save_json,
+    shard_name,
+    tiny_layer_state_dicts,
+    write_modelopt_export,
+)
+from safetensors.torch import load_file, save_file
+
+from inspector.checks import check
+from inspector.demo.dcp import write_rank_files
+from inspector.demo.torch_dist import write_torch_dist_demo
+from inspector.findings import CODES, Finding
+from inspector.scan import scan
+
+H = 8
+FINDINGS_MD = Path("/work/shared/reference/FINDINGS.md")
+ITER = "iter_0000100"
+
+
+def run(folder: Path, *, deep: bool = False) -> list[Finding]:
+    return check(scan(folder), deep=deep)
+
+
+def one(findings: list[Finding], code: str) -> Finding:
+    """The first finding of `code`; fails with every code found when there is none."""
+    hits = [f for f in findings if f.code == code]
+    assert hits, f"no {code}; found {sorted({f.code for f in findings})}"
+    return hits[0]
+
+
+def bf16(*shape: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=gen).to(torch.bfloat16)
+
+
+# -- writers -----------------------------------------------------------------------------------
+
+
+def dense_model(layers: int = 3) -> dict[str, torch.Tensor]:
+    sd = {"model.embed_tokens.weight": bf16(32, H)}
+    for layer in range(layers):
+        p = f"model.layers.{layer}"
+        sd[f"{p}.input_layernorm.weight"] = bf16(H, seed=layer)
+        sd[f"{p}.self_attn.q_proj.weight"] = bf16(H, H, seed=layer + 10)
+        sd[f"{p}.mlp.down_proj.weight"] = bf16(H, H, seed=layer + 20)
+    sd["model.norm.weight"] = bf16(H, seed=99)
+    return sd
+
+
+def moe_model(layers: int = 2, experts: int = 4, *, fp8: bool = False) -> dict[str, torch.Tensor]:
+    """A small MoE; with `fp8` the experts are FP8 with a per-tensor `weight_scale`."""
+    sd = {"model.embed_tokens.weight": bf16(32, H)}
+    for layer in range(layers):
+        p = f"model.layers.{layer}"
+        sd[f"{p}.input_layernorm.weight"] = bf16(H)
+        sd[f"{p}.mlp.gate.weight"] = bf16(experts, H)
+        for e in range(experts):
+            for proj in ("up_proj", "down_proj"):
+                base = f"{p}.mlp.experts.{e}.{proj}"
+                if fp8:
+                    sd[f"{base}.weight"] = bf16(H, H, seed=e).to(torch.float8_e4m3fn)
+                    sd[f"{base}.weight_scale"] = torch.tensor(0.5)
+                else:
+                    sd[f"{base}.weight"] = bf16(H, H, seed=e)
+    return sd
+
+
+def moe_config(layers: int = 2, experts: int = 4) -> dict:
+    return {"model_type": "qwen3_moe", "num_hidden_layers": layers, "num_experts": experts}
+
+
+def write_hf(folder: Path, state: dict, *, config: dict | None = None, shard: int = 600) -> Path:
+    """huggingface_hub's sharded writer (shards plus index), and a config.json."""
+    folder.mkdir(parents=True)
+    save_torch_state_dict(state, folder, max_shard_size=shard)
+    if config is not None:
+        save_json(folder / "config.json", config)
+    return folder
+
+
+def write_single(folder: Path, state: dict) -> Path:
+    folder.mkdir(parents=True)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def shards(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("*.safetensors"))
+
+
+def edit_json(path: Path, edit) -> None:
+    doc = load_json(path)
+    edit(doc)
+    save_json(path, doc)
+
+
+def edit_header(path: Path, edit) -> None:
+    """Rewrite a real file's header as text after `edit(text)`, data section unchanged."""
+    raw = path.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = edit(raw[8 : 8 + n].decode().rstrip())
+    data = header.encode()
+    data += b" " * (-len(data) % 8)
+    path.write_bytes(struct.pack("<Q", len(data)) + data + raw[8 + n :])
+
+
+def single_header_case(tmp_path: Path, edit) -> tuple[list[Finding], str]:
+    folder = write_single(tmp_path / "single", dense_model(1))
+    edit_header(folder / "model.safetensors", edit)
+    return run(folder), "model.safetensors"
+
+
+# -- shard integrity -------------------------------------------------------------------------
+
+
+def test_code_header_unreadable(tmp_path: Path) -> None:
+    folder = write_single(tmp_path / "single", dense_model(1))
+    os.truncate(folder / "model.safetensors", 5)
+    f = one(run(folder), "header-unreadable")
+    assert f.file == "model.safetensors" and "5 bytes" in f.message
+
+
+def test_code_header_invalid_entry(tmp_path: Path) -> None:
+    def bad_shape(text: str) -> str:
+        doc = json.loads(text)
+        doc["model.norm.weight"]["shape"] = "eight"
+        return json.dumps(doc)
+
+    findings, file = single_header_case(tmp_path, bad_shape)
+    f = one(findings, "header-invalid-entry")
+    assert f.file == file and f.tensor == "model.norm.weight" and "eight" in f.message
+
+
+def test_code_header_duplicate_key(tmp_path: Path) -> None:
+    def duplicate(text: str) -> str:
+        entry = json.dumps(json.loads(text)["model.norm.weight"])
+        return text[:-1] + f',"model.norm.weight":{entry}}}'
+
+    findings, file = single_header_case(tmp_path, duplicate)
+    f = one(findings, "header-duplicate-key")
+    assert f.file == file and "model.norm.weight" in f.message
+
+
+def test_code_unknown_dtype(tmp_path: Path) -> None:
+    findings, file = single_header_case(tmp_path, lambda t: t.replace('"BF16"', '"BF17"', 1))
+    f = one(findings, "unknown-dtype")
+    assert f.file == file and "BF17" in f.message
+
+
+def test_code_size_mismatch(tmp_path: Path) -> None:
+    def shrink(text: str) -> str:
+        doc = json.loads(text)
+        doc["model.norm.weight"]["shape"] = [7]
+        return json.dumps(doc)
+
+    findings, file = single_header_case(tmp_path, shrink)
+    f = one(findings, "size-mismatch")
+    assert f.file == file and f.tensor == "model.norm.weight"
+    assert "14" in f.message and "16" in f.message  # 7 BF16 = 14 bytes, the range holds 16
+
+
+def test_code_offset_invalid(tmp_path: Path) -> None:
+    def overlap(text: str) -> str:
+        doc = json.loads(text)
+        begin, end = doc["model.norm.weight"]["data_offsets"]
+        doc["model.norm.weight"]["data_offsets"] = [begin - 2, end - 2]
+        return json.dumps(doc)
+
+    findings, file = single_header_case(tmp_path, overlap)
+    f = one(findings, "offset-invalid")
+    assert f.file == file and "model.norm.weight" in f.message
+
+
+def test_code_file_truncated(tmp_path: Path) -> None:
+    folder = write_single(tmp_path / "single", dense_model(1))
+    path = folder / "model.safetensors"
+    size = path.stat().st_size
+    os.truncate(path, size - 10)
+    f = one(run(folder), "file-truncated")
+    assert f.file == "model.safetensors" and f"{size - 10:,}" in f.message
+
+
+def test_code_trailing_bytes(tmp_path: Path) -> None:
+    folder = write_single(tmp_path / "single", dense_model(1))
+    with open(folder / "model.safetensors", "ab") as fh:
+        fh.write(b"\0" * 24)
+    f = one(run(folder), "trailing-bytes")
+    assert f.file == "model.safetensors" and "24" in f.message
+
+
+# -- index against shards ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def hf(tmp_path: Path) -> Path:
+    folder = write_hf(tmp_path / "hf", dense_model())
+    assert len(shards(folder)) >= 3 and run(folder) == []
+    return folder
+
+
+def test_code_index_unreadable(hf: Path) -> None:
+    text = (hf / INDEX).read_text()
+    (hf / INDEX).write_text(text[: len(text) // 2])
+    f = one(run(hf), "index-unreadable")
+    assert f.file == INDEX and "not valid JSON" in f.message
+
+
+def test_code_index_unsafe_path(hf: Path) -> None:
+    edit_json(
+        hf / INDEX, lambda d: d["weight_map"].update({"model.norm.weight": "../x.safetensors"})
+    )
+    f = one(run(hf), "index-unsafe-path")
+    assert f.tensor == "model.norm.weight" and "'../x.safetensors'" in f.message
+
+
+def test_code_index_missing_file(hf: Path) -> None:
+    gone = shards(hf)[0]
+    (hf / gone).unlink()
+    f = one(run(hf), "index-missing-file")
+    assert f.file == gone and "not in the checkpoint folder" in f.message
+
+
+def test_code_index_dangling_tensor(hf: Path) -> None:
+    edit_json(hf / INDEX, lambda d: d["weight_map"].update({"mtp.fc.weight": shards(hf)[-1]}))
+    f = one(run(hf), "index-dangling-tensor")
+    assert f.tensor == "mtp.fc.weight" and shards(hf)[-1] in f.message
+
+
+def test_code_index_wrong_file(hf: Path) -> None:
+    owner = load_json(hf / INDEX)["weight_map"]["model.norm.weight"]
+    other = next(s for s in shards(hf) if s != owner)
+    edit_json(hf / INDEX, lambda d: d["weight_map"].update({"model.norm.weight": other}))
+    f = one(run(hf), "index-wrong-file")
+    assert f.tensor == "model.norm.weight" and owner in f.message and other in f.message
+
+
+def test_code_unindexed_tensor(hf: Path) -> None:
+    owner = load_json(hf / INDEX)["weight_map"]["model.norm.weight"]
+    edit_json(hf / INDEX, lambda d: d["weight_map"].pop("model.norm.weight"))
+    f = one(run(hf), "unindexed-tensor")
+    assert f.tensor == "model.norm.weight" and owner in f.message
+
+
+def test_code_unindexed_file(hf: Path) -> None:
+    save_file({"stray.weight": bf16(2, 2)}, str(hf / "extra.safetensors"))
+    f = one(run(hf), "unindexed-file")
+    assert f.file == "extra.safetensors" and "stray.weight" in f.message
+
+
+def test_code_duplicate_tensor(hf: Path) -> None:
+    owner = load_json(hf / INDEX)["weight_map"]["model.norm.weight"]
+    other = next(s for s in shards(hf) if s != owner)
+    save_file(load_file(str(hf / other)) | {"model.norm.weight": bf16(4)}, str(hf / other))
+    f = one(run(hf), "duplicate-tensor")
+    # The copies disagree on shape: the message says so.
+    assert f.tensor == "model.norm.weight" and "[4]" in f.message and "[8]" in f.message
+
+
+def test_code_total_size_mismatch(hf: Path) -> None:
+    edit_json(
+        hf / INDEX, lambda d: d["metadata"].update(total_size=d["metadata"]["total_size"] + 7)
+    )
+    f = one(run(hf), "total-size-mismatch")
+    assert f.file == INDEX and "+7" in f.message
+
+
+def test_code_total_parameters_mismatch(hf: Path) -> None:
+    numel = sum(t.numel() for t in dense_model().values())
+    edit_json(hf / INDEX, lambda d: d["metadata"].update(total_parameters=numel * 2))
+    f = one(run(hf), "total-parameters-mismatch")
+    assert f.file == INDEX and f"{numel * 2:,}" in f.message and f"{numel:,}" in f.message
+
+
+# -- per-layer sidecars ------------------------------------------------------------------------
+
+LAYERS = 3
+LAST = shard_name(LAYERS, LAYERS)
+
+
+@pytest.fixture
+def export(tmp_path: Path) -> Path:
+    folder = write_modelopt_export(tmp_path / "export", tiny_layer_state_dicts(LAYERS))
+    assert run(folder) == []
+    return folder
+
+
+def test_code_sidecar_missing(export: Path) -> None:
+    (export / f"{LAST}.json").unlink()
+    f = one(run(export), "sidecar-missing")
+    assert f.file == LAST and LAST in f.message
+
+
+def test_code_sidecar_unlisted_tensor(tmp_path: Path) -> None:
+    folder = write_modelopt_export(
+        tmp_path / "e", tiny_layer_state_dicts(LAYERS), late={LAYERS: mtp_tensors()}
+    )
+    f = one(run(folder), "sidecar-unlisted-tensor")
+    assert f.tensor in mtp_tensors() and f"{LAST}.json" in f.message
+
+
+def test_code_sidecar_dangling_tensor(export: Path) -> None:
+    edit_json(export / f"{LAST}.json", lambda d: d["weight_map"].update({"mtp.fc.weight": LAST}))
+    f = one(run(export), "sidecar-dangling-tensor")
+    assert f.tensor == "mtp.fc.weight" and LAST in f.message
+
+
+def test_code_sidecar_total_size_mismatch(export: Path) -> None:
+    edit_json(export / f"{LAST}.json", lambda d: d["metadata"].update(total_size=1))
+    f = one(run(export), "sidecar-total-size-mismatch")
+    assert f"{LAST}.json" in f.message and "is 1 " in f.message
+
+
+def test_code_sidecar_index_disagree(export: Path) -> None:
+    edit_json(export / INDEX, lambda d: d["weight_map"].pop("model.norm.weight"))
+    f = one(run(export), "sidecar-index-disagree")
+    assert f.tensor == "model.norm.weight" and INDEX in f.message
+
+
+def test_code_sidecar_unreadable(export: Path) -> None:
+    (export / f"{LAST}.json").write_text('{"weight_map": {')
+    f = one(run(export), "sidecar-unreadable")
+    assert f.file == f"{LAST}.json" and "not valid JSON" in f.message
+
+
+# -- model structure ---------------------------------------------------------------------------
+
+
+def test_code_config_unreadable(tmp_path: Path) -> None:
+    folder = write_hf(tmp_path / "m", moe_model(), config=moe_config())
+    (folder / "config.json").write_text('{"model_type": "qwen3_moe", "num_hidden_layers": 2, "num_')
+    f = one(run(folder), "config-unreadable")
+    assert f.file == "config.json" and "num_hidden_layers=2" in f.message
+
+
+def test_code_layer_missing(tmp_path: Path) -> None:
+    folder = write_hf(tmp_path / "m", dense_model(3), config={"num_hidden_layers": 5})
+    findings = run(folder)
+    missing = [f for f in findings if f.code == "layer-missing"]
+    assert [f.layer for f in missing] == [3, 4]
+    assert "declares 5 layers" in missing[0].message
+
+
+def test_code_expert_missing(tmp_path: Path) -> None:
+    state = {k: v for k, v in moe_model().items() if ".experts.3." not in k}
+    folder = write_hf(tmp_path / "m", state, config=moe_config())
+    f = one(run(folder), "expert-missing")
+    assert f.expert == 3 and "experts 3 missing (1 of 4; config declares 4)" in f.message
+
+
+def test_code_expert_incomplete(tmp_path: Path) -> None:
+    state = moe_model()
+    del state["model.layers.1.mlp.experts.2.down_proj.weight"]
+    folder = write_hf(tmp_path / "m", state, config=moe_config())
+    f = one(run(folder), "expert-incomplete")
+    assert (f.layer, f.expert) == (1, 2) and "down_proj" in f.message
+
+
+def test_code_expert_shape_mismatch(tmp_path: Path) -> None:
+    state = moe_model()
+    state["model.layers.0.mlp.experts.1.up_proj.weight"] = bf16(H, H + 1)
+    folder = write_hf(tmp_path / "m", state, config=moe_config())
+    f = one(run(folder), "expert-shape-mismatch")
+    assert (f.layer, f.expert) == (0, 1) and "[8, 9]" in f.message and "[8, 8]" in f.message
+
+
+def test_code_layer_keyset_outlier(tmp_path: Path) -> None:
+    state = dense_model(4) | {"model.layers.2.self_attn.q_proj.bias": bf16(H)}
+    folder = write_hf(tmp_path / "m", state, config={"num_hidden_layers": 4})
+    f = one(run(folder), "layer-keyset-outlier")
+    assert f.layer == 2 and "q_proj.bias" in f.message
+
+
+def test_code_mtp_missing(tmp_path: Path) -> None:
+    """transformers drops DeepSeek-V3's MTP layer on save while the config still declares it."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    config = DeepseekV3Config(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        moe_intermediate_size=8,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        q_lora_rank=8,
+        kv_lora_rank=8,
+        qk_nope_head_dim=4,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+        num_nextn_predict_layers=1,
+    )
+    torch.manual_seed(0)
+    DeepseekV3ForCausalLM(config).save_pretrained(tmp_path / "ds")
+    f = one(run(tmp_path / "ds"), "mtp-missing")
+    assert "declares 1 MTP layer" in f.message
+
+
+def _quant_export(tmp_path: Path, quantized_layers: dict) -> Path:
+    folder = write_hf(tmp_path / "q", moe_model(fp8=True), config=moe_config())
+    doc = {
+        "producer": {"name": "modelopt", "version": "0"},
+        "quantization": {
+            "quant_algo": "MIXED_PRECISION",
+            "quantized_layers": quantized_layers,
+            "exclude_modules": ["lm_head", "model.embed_tokens", "*mlp.gate"],
+        },
+    }
+    save_json(folder / "hf_quant_config.json", doc)
+    return folder
+
+
+def _all_quantized() -> dict:
+    return {
+        f"model.layers.{layer}.mlp.experts.{e}.{proj}": {"quant_algo": "FP8"}
+        for layer in range(2)
+        for e in range(4)
+        for proj in ("up_proj", "down_proj")
+    }
+
+
+def test_code_quant_config_unreadable(tmp_path: Path) -> None:
+    folder = _quant_export(tmp_path, _all_quantized())
+    assert run(folder) == []
+    (folder / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": ')
+    f = one(run(folder), "quant-config-unreadable")
+    assert f.file == "hf_quant_config.json" and "not valid JSON" in f.message
+
+
+def test_code_quant_config_missing_layer(tmp_path: Path) -> None:
+    layers = {k: v for k, v in _all_quantized().items() if ".experts.2." not in k}
+    f = one(run(_quant_export(tmp_path, layers)), "quant-config-missing-layer")
+    assert f.file == "hf_quant_config.json" and "for experts 2 (1 modules)" in f.message
+    assert "has no quantized_layers entry" in f.message
+
+
+def test_code_quant_config_stale_layer(tmp_path: Path) -> None:
+    layers = _all_quantized() | {"model.layers.1.mlp.experts.9.up_proj": {"quant_algo": "FP8"}}
+    f = one(run(_quant_export(tmp_path, layers)), "quant-config-stale-layer")
+    assert "model.layers.1.mlp.experts.{E}.up_proj for experts 9 (1 modules)" in f.message
+    assert "is listed in quantized_layers but no tensor of it exists" in f.message
+
+
+# -- DCP-sharded safetensors -------------------------------------------------------------------
+
+DCP_TENSORS = {
+    "model.embed_tokens.weight": (32, H),
+    "model.layers.0.self_attn.q_proj.weight": (H, H),
+    "model.norm.weight": (H,),
+}
+RANK2 = "shard-00002-model-00001-of-00001.safetensors"
+
+
+def write_dcp(folder: Path, *, mapping: dict[str, int] | None = None) -> Path:
+    """Three ranks' files as DCP's HuggingFaceStorageWriter writes them (row-sharded), plus
+    NeMo's `.hf_metadata/`. Three, so that a lost middle rank leaves a hole the outer ranks'
+    chunks still bound."""
+    folder.mkdir(parents=True)
+    tensors = {n: bf16(*s, seed=i) for i, (n, s) in enumerate(DCP_TENSORS.items())}
+    mapping = mapping or dict.fromkeys(tensors, 1)
+    write_rank_files(folder, tensors, dict.fromkeys(tensors, 0), mapping, ranks=3)
+    meta = folder / ".hf_metadata"
+    meta.mkdir()
+    (meta / "fqn_to_file_index_mapping.json").write_text(json.dumps(mapping))
+    (meta / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    return folder
+
+
+def rewrite_rank(path: Path, *, tensors=None, info=None, drop_info: bool = False) -> None:
+    """Re-save a rank file with safetensors after changing its tensors or sharding info."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as fh:
+        metadata = dict(fh.metadata())
+    state = load_file(str(path))
+    if tensors:
+        state |= tensors(state)
+    if info:
+        metadata["DCP_SHARDING_INFO"] = json.dumps(info(json.loads(metadata["DCP_SHARDING_INFO"])))
+    if drop_info:
+        del metadata["DCP_SHARDING_INFO"]
+    save_file(state, str(path), metadata=metadata)
+
+
+@pytest.fixture
+def dcp(tmp_path: Path) -> Path:
+    folder = write_dcp(tmp_path / "dcp")
+    assert scan(folder).layout == "dcp-sharded" and run(folder) == []
+    return folder
+
+
+def test_code_dcp_sharding_info_missing(dcp: Path) -> None:
+    rewrite_rank(dcp / RANK2, drop_info=True)
+    f = one(run(dcp), "dcp-sharding-info-missing")
+    assert f.file == RANK2 and "DCP_SHARDING_INFO" in f.message
+
+
+def test_code_dcp_coverage_gap(dcp: Path) -> None:
+    (dcp / RANK2).unlink()
+    f = one(run(dcp), "dcp-coverage-gap")
+    assert f.tensor in DCP_TENSORS
+
+
+def test_code_dcp_chunk_overlap(dcp: Path) -> None:
+    def shift(info: dict) -> dict:
+        info["model.embed_tokens.weight"]["saved_offsets"] = [8, 0]
+        return info
+
+    rewrite_rank(dcp / RANK2, info=shift)
+    f = one(run(dcp), "dcp-chunk-overlap")
+    assert f.tensor == "model.embed_tokens.weight"
+
+
+def test_code_dcp_dtype_conflict(dcp: Path) -> None:
+    rewrite_rank(
+        dcp / RANK2, tensors=lambda s: {"model.norm.weight": s["model.norm.weight"].float()}
+    )
+    f = one(run(dcp), "dcp-dtype-conflict")
+    assert f.tensor == "model.norm.weight" and "F32" in f.message and "BF16" in f.message
+
+
+MAPPING_FILE = ".hf_metadata/fqn_to_file_index_mapping.json"
+
+
+def test_code_mapping_unmapped_tensor(dcp: Path) -> None:
+    edit_json(dcp / MAPPING_FILE, lambda d: d.pop("model.norm.weight"))
+    f = one(run(dcp), "mapping-unmapped-tensor")
+    assert f.tensor == "model.norm.weight" and MAPPING_FILE in f.message
+
+
+def test_code_mapping_dangling_tensor(dcp: Path) -> None:
+    edit_json(dcp / MAPPING_FILE, lambda d: d.update({"lm_head.weight": 1}))
+    f = one(run(dcp), "mapping-dangling-tensor")
+    assert f.tensor == "lm_head.weight" and MAPPING_FILE in f.message
+
+
+def test_code_mapping_collapsed(dcp: Path) -> None:
+    reference = {
+        n: f"model.safetensors-0000{i + 1}-of-00003.safetensors" for i, n in enumerate(DCP_TENSORS)
+    }
+    (dcp / ".hf_metadata" / INDEX).write_text(json.dumps({"weight_map": reference}))
+    f = one(run(dcp), "mapping-collapsed")
+    assert f.file == MAPPING_FILE and "names 3 files" in f.message
+
+
+def test_code_mapping_unreadable(dcp: Path) -> None:
+    (dcp / MAPPING_FILE).write_text('{"model.norm.weight": ')
+    f = one(run(dcp), "mapping-unreadable")
+    assert f.file == MAPPING_FILE
+
+
+# -- Megatron torch_dist ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def megatron(tmp_path: Path) -> Path:
+    folder = write_torch_dist_demo(tmp_path / "run")
+    assert run(folder) == []
+    return folder
+
+
+def rewrite_metadata(folder: Path, edit) -> None:
+    """Re-pickle the real DCP `Metadata` object after `edit(metadata)` changed it in place."""
+    import torch.distributed.checkpoint as dcp_api
+
+    meta = dcp_api.FileSystemReader(str(folder)).read_metadata()
+    edit(meta)
+    (folder / ".metadata").write_bytes(pickle.dumps(meta))
+
+
+def test_code_torch_dist_metadata_unreadable(megatron: Path) -> None:
+    path = megatron / ITER / ".metadata"
+    os.truncate(path, path.stat().st_size // 3)
+    f = one(run(megatron), "torch-dist-metadata-unreadable")
+    assert f.file == f"{ITER}/.metadata"
+
+
+def test_code_torch_dist_missing_file(megatron: Path) -> None:
+    (megatron / ITER / "__0_0.distcp").unlink()
+    f = one(run(megatron), "torch-dist-missing-file")
+    assert f.file == f"{ITER}/__0_0.distcp" and "missing" in f.message
+
+
+NORM = "decoder.final_layernorm.weight"
+
+
+def test_code_torch_dist_chunk_gap(megatron: Path) -> None:
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    def halve(meta) -> None:
+        entry = meta.state_dict_metadata[NORM]
+        (chunk,) = entry.chunks
+        entry.chunks[0] = ChunkStorageMetadata(chunk.offsets, torch.Size([chunk.sizes[0] // 2]))
+
+    rewrite_metadata(megatron / ITER, halve)
+    f = one(run(megatron), "torch-dist-chunk-gap")
+    assert f.tensor == NORM and "16 of the 32 elements" in f.message
+
+
+def test_code_torch_dist_chunk_overlap(megatron: Path) -> None:
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    def add_chunk(meta) -> None:
+        meta.state_dict_metadata[NORM].chunks.append(
+            ChunkStorageMetadata(torch.Size([8]), torch.Size([8]))
+        )
+
+    rewrite_metadata(megatron / ITER, add_chunk)
+    f = one(run(megatron), "torch-dist-chunk-overlap")
+    assert f.tensor == NORM and "8 elements" in f.message
+
+
+def test_code_torch_dist_common_drift(tmp_path: Path) -> None:
+    folder = write_torch_dist_demo(tmp_path / "run", rerun_drift=True)
+    f = one(run(folder), "torch-dist-common-drift")
+    assert f.file == f"{ITER}/common.pt" and "rerun_state_machine_state/shard_" in f.message
+
+
+def test_code_torch_dist_metadata_json(megatron: Path) -> None:
+    (megatron / ITER / "metadata.json").write_text(json.dumps({"sharded_backend": "zarr"}))
+    f = one(run(megatron), "torch-dist-metadata-json")
+    assert f.file == f"{ITER}/metadata.json" and "zarr" in f.message
+
+
+def test_code_torch_dist_common_unreadable(megatron: Path) -> None:
+    (megatron / ITER / "common.pt").write_bytes(b"PK\x03\x04 not a zip archive")
+    f = one(run(megatron), "torch-dist-common-unreadable")
+    assert f.file == f"{ITER}/common.pt"
+
+
+# -- tensor data (check --deep) -------------------------------------------------------------------
+
+
+def test_code_tensor_all_zero(tmp_path: Path) -> None:
+    folder = write_single(
+        tmp_path / "z",
+        dense_model(1)
+        | {"model.layers.0.mlp.up_proj.weight": torch.zeros(H, H, dtype=torch.bfloat16)},
+    )
+    assert "tensor-all-zero" not in {f.code for f in run(folder)}  # needs the data
+    f = one(run(folder, deep=True), "tensor-all-zero")
+    assert f.tensor == "model.layers.0.mlp.up_proj.weight" and "all zeros" in f.message
+
+
+def test_code_tensor_nonfinite(tmp_path: Path) -> None:
+    bad = bf16(H, H)
+    bad[3, 4] = float("nan")
+    folder = write_single(
+        tmp_path / "n", dense_model(1) | {"model.layers.0.mlp.up_proj.weight": bad}
+    )
+    f = one(run(folder, deep=True), "tensor-nonfinite")
+    assert f.tensor == "model.layers.0.mlp.up_proj.weight" and "BF16" in f.message
+
+
+def _duplicated(tmp_path: Path, second: torch.Tensor) -> Path:
+    folder = write_hf(tmp_path / "d", dense_model())
+    owner = load_json(folder / INDEX)["weight_map"]["model.norm.weight"]
+    other = next(s for s in shards(folder) if s != owner)
+    save_file(load_file(str(folder / other)) | {"model.norm.weight": second}, str(folder / other))
+    return folder
+
+
+def test_code_duplicate_tensor_content(tmp_path: Path) -> None:
+    folder = _duplicated(tmp_path, bf16(H, seed=123))
+    f = one(run(folder, deep=True), "duplicate-tensor-content")
+    assert f.tensor == "model.norm.weight" and "DIFFERENT bytes" in f.message
+
+
+def test_code_duplicate_tensor_identical(tmp_path: Path) -> None:
+    folder = _duplicated(tmp_path, dense_model()["model.norm.weight"])
+    findings = run(folder, deep=True)
+    f = one(findings, "duplicate-tensor-identical")
+    assert f.tensor == "model.norm.weight" and "the same bytes" in f.message
+    assert "duplicate-tensor-content" not in {x.code for x in findings}
+
+
+# -- the contract: every code has its test ----------------------------------------------------
+
+
+def _findings_md_codes() -> set[str]:
+    if not FINDINGS_MD.is_file():
+        pytest.skip(f"{FINDINGS_MD} not available")
+    return set(re.findall(r"^\| `([a-z0-9-]+)` \|", FINDINGS_MD.read_text(), flags=re.M))
+
+
+def test_every_code_has_a_test() -> None:
+    tested = {
+        name.removeprefix("test_code_").replace("_", "-")
+        for name in dir(sys.modules[__name__])
+        if name.startswith("test_code_")
+    }
+    assert set(CODES) - tested == set()
+    assert tested - set(CODES) == set()  # a test for a code that does not exist is stale
+
+
+def test_every_findings_md_code_is_registered_and_tested() -> None:
+    documented = _findings_md_codes()
+    assert len(documented) >= 40
+    assert documented - set(CODES) == set()
