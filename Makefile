@@ -39,5 +39,16 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scan.py
 
+# The demo checkpoints the notebooks open, written once (`make demo` rewrites them).
+LAB_DEMO := $(DEMO_DIR)/modelopt-1422-sidecar-drift/README.txt
+$(LAB_DEMO): | $(STAMP)
+	$(PY) -m inspector demo $(DEMO_DIR)
+
+# JupyterLab on notebooks/ (local only); the kernelspec is this venv's python.
+lab: $(STAMP) $(LAB_DEMO)
+	$(PY) -m ipykernel install --sys-prefix >/dev/null
+	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
+		--ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
 clean:
 	rm -rf $(VENV) build .pytest_cache

@@ -20,6 +20,7 @@ __all__ = [
 
 # Public name -> module that defines it. New UI pieces register here.
 _LAZY: dict[str, str] = {
+    "Dashboard": "widgets.dashboard",
     "bytes_per_layer": "widgets.figures",
     "expert_coverage_heatmap": "widgets.figures",
     "findings_by_code": "widgets.figures",

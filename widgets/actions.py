@@ -1,0 +1,265 @@
+"""The dashboard tabs that act on disk: Repair, Consolidate and Report.
+
+Each button is one call into `inspector` (or `widgets.report`); the panels only collect form
+values and show what the call returned. Errors the core raises on purpose (`InspectorError`,
+`ValueError` for a bad size, `OSError`) are shown in the panel instead of escaping into the
+notebook as a traceback.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as w
+
+from inspector.consolidate import plan_consolidation
+from inspector.errors import InspectorError
+from inspector.findings import findings_to_frame
+from inspector.html_repr import diff_html, findings_html, text_html
+from inspector.markdown import markdown_summary
+from inspector.repair import plan_repair
+from widgets.dashboard import button
+from widgets.report import write_html_report
+
+if TYPE_CHECKING:
+    from widgets.dashboard import Dashboard
+
+__all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
+
+# What a panel catches and shows; anything else is a bug and should surface as one.
+_EXPECTED = (InspectorError, ValueError, OSError)
+# ipywidgets treats a None value as "nothing selected", so "" stands for "no policy".
+_DUPLICATES = [
+    ("refuse (decide yourself)", ""),
+    ("keep the first shard's copy", "first"),
+    ("keep the last shard's copy", "last"),
+    ("keep the index's choice", "index"),
+]
+_DTYPES = [("keep", ""), ("BF16", "BF16"), ("F16", "F16"), ("F32", "F32")]
+
+
+def _hidden(widget: w.Widget, hidden: bool) -> None:
+    widget.layout.display = "none" if hidden else None
+
+
+def _error(exc: BaseException) -> str:
+    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html.escape(str(exc))}</div>'
+
+
+class RepairPanel:
+    """The repair plan as words and a diff; Repair asks for confirmation, then executes the plan,
+    shows what was written and where the backups are, and refreshes the dashboard."""
+
+    def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+        self.plan: Any = None
+        self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
+        self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
+        replan = button("Plan again", "ckpt-plan-button", icon="refresh")
+        replan.on_click(lambda _: self.make_plan())
+        self.plan_view = w.HTML().add_class("ckpt-repair-plan")
+        self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
+        self.repair.on_click(lambda _: self.ask())
+        self.question = w.HTML().add_class("ckpt-confirm-question")
+        self.confirm = button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
+        self.confirm.on_click(lambda _: self.execute())
+        self.cancel = button("Cancel", "ckpt-cancel-button")
+        self.cancel.on_click(lambda _: self.ask(cancel=True))
+        self.confirm_box = w.VBox([self.question, w.HBox([self.confirm, self.cancel])])
+        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
+        self.widget = w.VBox(
+            [
+                self.result,
+                w.HBox([self.duplicates, self.quant, replan]),
+                self.plan_view,
+                w.HBox([self.repair]),
+                self.confirm_box,
+            ]
+        )
+        self.make_plan()
+
+    def make_plan(self) -> None:
+        """Plan from the current scan with the chosen options (nothing is written)."""
+        self.ask(cancel=True)
+        try:
+            self.plan = plan_repair(
+                self.dash.scanned,
+                duplicates=self.duplicates.value or None,
+                quant_config=self.quant.value,
+            )
+        except _EXPECTED as exc:
+            self.plan = None
+            self.plan_view.value = _error(exc)
+        else:
+            self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
+        self.repair.disabled = self.plan is None or self.plan.empty
+
+    def ask(self, *, cancel: bool = False) -> None:
+        """Show (or with `cancel`, hide) the confirm / cancel pair."""
+        if not cancel and self.plan is not None and not self.plan.empty:
+            files = ", ".join(wr.path for wr in self.plan.writes)
+            self.question.value = (
+                f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>? "
+                "The current files are backed up first."
+            )
+            _hidden(self.confirm_box, False)
+            self.repair.disabled = True
+            return
+        _hidden(self.confirm_box, True)
+        self.repair.disabled = self.plan is None or self.plan.empty
+
+    def execute(self) -> None:
+        """Execute the plan, keep the result on the dashboard, and refresh every tab."""
+        _hidden(self.confirm_box, True)
+        try:
+            result = self.plan.execute()
+        except _EXPECTED as exc:
+            self.result.value = _error(exc)
+            self.make_plan()
+            return
+        self.dash.last_repair = result
+        self.dash.refresh()
+
+    @staticmethod
+    def _result_html(result: Any) -> str:
+        if result is None:
+            return ""
+        written = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in result.written)
+        backup = html.escape(str(result.backup_dir)) if result.backup_dir else "none"
+        remaining = findings_to_frame(result.remaining)
+        return (
+            '<div style="border-left:4px solid #2ca02c;padding-left:8px">'
+            f"<b>Repaired.</b> Wrote:<ul>{written}</ul>Backups of the replaced files: "
+            f"<code>{backup}</code><br>Findings after the re-scan: {len(remaining)}</div>"
+            + (findings_html(remaining, max_rows=20) if len(remaining) else "")
+        )
+
+
+class ConsolidatePanel:
+    """Form for `plan_consolidation` + `execute`: destination, mapping or reference, maximum
+    shard size, dtype, workers. Shows the plan, a progress bar while running, and the
+    verification of the written folder."""
+
+    def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+        source = dash.scanned.path
+        self.dest = w.Text(value=str(source / "consolidated"), description="destination")
+        self.mapping = w.Text(
+            placeholder="optional: JSON {tensor: file index}", description="mapping"
+        )
+        self.reference = w.Text(placeholder="optional: HF folder or index", description="reference")
+        self.max_size = w.Text(value="5GB", description="max shard")
+        self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
+        self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
+        self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)
+        for text in (self.dest, self.mapping, self.reference):
+            text.layout.width = "90%"
+        plan = button("Plan", "ckpt-consolidate-plan")
+        plan.on_click(lambda _: self.make_plan())
+        self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
+        self.run.on_click(lambda _: self.execute())
+        # tqdm.auto draws its notebook progress bar into this output while the copy runs.
+        self.progress = w.Output().add_class("ckpt-consolidate-progress")
+        self.status = w.HTML().add_class("ckpt-consolidate-status")
+        note = ""
+        if dash.scanned.dcp is None:
+            note = (
+                f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
+                f"{html.escape(dash.scanned.layout)}, so planning will refuse.</i>"
+            )
+        form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
+        self.widget = w.VBox(
+            [
+                w.HTML(note),
+                *form,
+                self.verify_data,
+                w.HBox([plan, self.run]),
+                self.progress,
+                self.status,
+            ]
+        )
+
+    def make_plan(self) -> Any:
+        """Plan from the form (nothing is written); show it and return it, None on refusal."""
+        try:
+            plan = plan_consolidation(
+                self.dash.scanned,
+                self.dest.value.strip(),
+                mapping=self.mapping.value.strip() or None,
+                reference=self.reference.value.strip() or None,
+                max_shard_size=self.max_size.value.strip(),
+                dtype=self.dtype.value or None,
+            )
+        except _EXPECTED as exc:
+            self.status.value = _error(exc)
+            return None
+        self.status.value = text_html(plan.describe())
+        return plan
+
+    def execute(self) -> Any:
+        """Plan from the form, write the consolidated checkpoint with a progress bar, and show
+        the verification of the result. Returns the result, None when refused or failed."""
+        plan = self.make_plan()
+        if plan is None:
+            return None
+        self.run.disabled = True
+        self.progress.clear_output()
+        try:
+            with self.progress:
+                result = plan.execute(
+                    progress=True, verify_data=self.verify_data.value, workers=self.workers.value
+                )
+        except _EXPECTED as exc:
+            self.status.value = _error(exc)
+            return None
+        finally:
+            self.run.disabled = False
+        verdict = "verified: no finding" if result.ok else "verification found problems"
+        color = "#2ca02c" if result.ok else "#d62728"
+        self.status.value = f'<div style="color:{color}"><b>{verdict}</b></div>' + text_html(
+            result.describe()
+        )
+        if result.findings:
+            self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
+        return result
+
+
+class ReportPanel:
+    """Buttons that write the self-contained HTML report and show the Markdown summary."""
+
+    def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+        name = dash.scanned.path.name or "checkpoint"
+        self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
+        self.path.layout.width = "90%"
+        write = button("Write HTML report", "ckpt-report-button", icon="file")
+        write.on_click(lambda _: self.write_report())
+        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
+        summary.on_click(lambda _: self.show_markdown())
+        self.status = w.HTML().add_class("ckpt-report-status")
+        self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
+        self.markdown.add_class("ckpt-markdown")
+        _hidden(self.markdown, True)
+        self.widget = w.VBox([self.path, w.HBox([write, summary]), self.status, self.markdown])
+
+    def write_report(self) -> Path | None:
+        """Write the HTML report to the path in the form; returns it, None on failure."""
+        state = self.dash.state
+        try:
+            target = write_html_report(state.scanned, state.findings, self.path.value.strip())
+        except _EXPECTED as exc:
+            self.status.value = _error(exc)
+            return None
+        size = target.stat().st_size
+        self.status.value = f"Wrote <code>{html.escape(str(target))}</code> ({size:,} bytes)."
+        return target
+
+    def show_markdown(self) -> str:
+        """Show the Markdown summary (to paste into a bug report) and return it."""
+        state = self.dash.state
+        text = markdown_summary(state.scanned, state.findings)
+        self.markdown.value = text
+        _hidden(self.markdown, False)
+        return text
