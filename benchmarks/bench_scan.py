@@ -5,9 +5,10 @@
     python benchmarks/bench_scan.py --profile 25       # also print the top of a cProfile
 
 The floor is what any header-only scan must do: for each shard open it, read the 8-byte length,
-read the header and `json.loads` it (the issue's definition; the target ratio is against it). A
-stricter floor that parses with orjson, as the scan itself does, is printed too. The checkpoint is generated once (sparse files, see
-`_synthetic.py`) and cached under `benchmarks/.cache/`. Target: scan / floor <= 2.0.
+read the header and `json.loads` it (the target ratio is against it). A stricter floor that
+parses with orjson, as the scan itself does, is printed too. The checkpoint is generated once
+(sparse files, see `_synthetic.py`) and cached under `benchmarks/.cache/`.
+Target: scan / floor <= 2.0.
 """
 
 from __future__ import annotations
