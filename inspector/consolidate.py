@@ -460,12 +460,20 @@ def _choose_assignment(
         table, label = _load_mapping(mapping)
         why = "given by the caller (mapping=...)"
         return _from_index(names, table, f"mapping {label}", why)
-    if dcp.mapping:
+    # A recorded mapping that sends everything to one file is the automodel-2289 collapse: an
+    # explicit reference is then the user's way out, so it wins.
+    collapsed = bool(dcp.mapping) and len(set(dcp.mapping.values())) == 1
+    if dcp.mapping and not (collapsed and reference is not None):
         why = "the training run recorded the reference model's file for every tensor"
         return _from_index(names, dcp.mapping, f"mapping {dcp.mapping_file}", why)
     if reference is not None:
         table, label = reference_assignment(reference)
         why = "no mapping file; output files follow the reference checkpoint's index"
+        if collapsed:
+            why = (
+                f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
+                "output files follow the reference checkpoint's index instead"
+            )
         return _from_index(names, table, f"reference {label}", why)
     if scanned.index is not None:
         table = _index_table(scanned.index.weight_map)

@@ -181,7 +181,7 @@ def plan_index(
     metadata["total_parameters"] = sum(sizes[n][1] for n in chosen)
     raw = dict(scanned.index.raw) if scanned.index else {}
     raw["metadata"] = metadata
-    raw["weight_map"] = dict(sorted(chosen.items()))
+    raw["weight_map"] = _keep_order(old_map, chosen)
     new = json.dumps(raw, indent=2) + "\n"
     old = _read_text(scanned.path / INDEX_NAME)
     if old is not None and _same_json(old, raw):
@@ -286,6 +286,14 @@ def _choose_files(
         tuple(notes[:20])
         + ((f"... {len(notes) - 20} more duplicates",) if len(notes) > 20 else ()),
     )
+
+
+def _keep_order(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """The old index's key order for the tensors it had, then the added ones sorted: the
+    diff a user reviews shows only what changed."""
+    kept = {n: new[n] for n in old if n in new}
+    kept.update((n, new[n]) for n in sorted(new.keys() - kept.keys()))
+    return kept
 
 
 def _pick(files: list[str], current: str | None, policy: DuplicatePolicy) -> str:

@@ -503,3 +503,17 @@ def test_copy_without_copy_file_range_gives_the_same_files(
     for output in plan.outputs:
         kernel = (tmp_path / "kernel" / output.name).read_bytes()
         assert kernel == (tmp_path / "blocks" / output.name).read_bytes()
+
+
+def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> None:
+    """automodel-2289: the run recorded a mapping that sends everything to file 1; a reference
+    index given by the user restores the 4 output files."""
+    from inspector.demo.dcp import write_dcp_demo
+
+    src = write_dcp_demo(tmp_path / "src", collapsed=True)
+    reference = src / ".hf_metadata" / "model.safetensors.index.json"
+    plan = plan_consolidation(scan(src), tmp_path / "out", reference=reference)
+    assert len(plan.outputs) == 4
+    assert "collapsed mapping" in plan.describe()
+    # without the reference the recorded mapping still applies (the issue's order)
+    assert len(plan_consolidation(scan(src), tmp_path / "out2").outputs) == 1
