@@ -1,19 +1,30 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
 from inspector.checks import check
-from inspector.errors import CannotInspectError, InspectorError
-from inspector.findings import Finding, Severity, findings_to_frame
+from inspector.consolidate import consolidate, plan_consolidation
+from inspector.diff import diff_checkpoints
+from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
+from inspector.findings import CODES, Finding, Severity, findings_to_frame
 from inspector.model import ScannedCheckpoint
+from inspector.repair import plan_repair
+from inspector.reshard import plan_reshard
 from inspector.scan import scan
 
 __all__ = [
+    "CODES",
     "CannotInspectError",
     "Finding",
     "InspectorError",
+    "PlanRefusedError",
     "ScannedCheckpoint",
     "Severity",
     "check",
+    "consolidate",
+    "diff_checkpoints",
     "findings_to_frame",
+    "plan_consolidation",
+    "plan_repair",
+    "plan_reshard",
     "scan",
 ]
 

@@ -119,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_consolidate)
 
+    p = sub.add_parser("codes", help="list every finding code with its severity and meaning")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_codes)
+
     p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
     p.add_argument("outdir", type=Path)
     p.set_defaults(func=_cmd_demo)
@@ -277,6 +281,21 @@ def _scan_path(path: Path):
     from inspector.scan import scan
 
     return scan(path)
+
+
+def _cmd_codes(args: argparse.Namespace) -> int:
+    from inspector.findings import CODE_HELP, CODES
+
+    table = {
+        code: {"severity": str(sev), "help": CODE_HELP.get(code, "")} for code, sev in CODES.items()
+    }
+    if args.json:
+        _emit(table, True, str)
+        return EXIT_OK
+    width = max(map(len, CODES))
+    for code, row in table.items():
+        print(f"{code:<{width}}  {row['severity']:<7}  {row['help']}")
+    return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
