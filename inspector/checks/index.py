@@ -18,15 +18,20 @@ Reporting policy, so that a checkpoint with 300,000 drifted tensors stays readab
 - Without an index, several shards are only checked for `duplicate-tensor`: nothing else says
   which file should hold what, and loaders that read every file still load each copy.
 
-Everything is built from dicts and sets in one pass over the headers: linear in tensors.
+Everything is built from dicts and sets: linear in tensors, and on the usual path (the index
+agrees with a shard) one C-level lookup per tensor (`map`, `list.count`, `sum`) with no Python
+loop over names; only the files that disagree are walked name by name to explain it.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress, repeat
 from pathlib import PurePosixPath
 
 from inspector.findings import Finding, examples, fold_ranges, make_finding
@@ -53,21 +58,37 @@ DETAIL_PER_FILE = 20
 DETAIL_TOTAL = 200
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HeldTensors:
     """Where every tensor name is stored, built once from the readable headers.
 
     `first` maps each name to the index (in `shards`) of the first shard holding it;
-    `copies` lists every holder, only for names held by more than one shard.
+    `copies` lists every holder, only for names held by more than one shard; `distinct` is
+    True when no name appears twice at all (not even twice in one header).
     """
 
     shards: tuple[ShardHeader, ...]
     by_file: dict[str, ShardHeader]
-    name_sets: dict[str, frozenset[str]]
     first: dict[str, int]
     copies: dict[str, list[int]]
+    distinct: bool
     # Per file, tensor names whose header entry was malformed (already a finding).
     invalid: dict[str, frozenset[str]]
+
+    # Sets built so far by `present` (a healthy checkpoint needs none of them).
+    _sets: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def present(self, file: str) -> frozenset[str]:
+        """The names `file` holds, as a set (built on first use, then kept)."""
+        names = self._sets.get(file)
+        if names is None:
+            names = self._sets[file] = frozenset(self.by_file[file].names)
+        return names
+
+    @cached_property
+    def name_sets(self) -> dict[str, frozenset[str]]:
+        """Per file, its names as a set."""
+        return {s.file: self.present(s.file) for s in self.shards}
 
     @property
     def unreadable(self) -> list[str]:
@@ -87,21 +108,34 @@ def held_tensors(shards: Iterable[ShardHeader]) -> HeldTensors:
     for shard in shards:
         unique.setdefault(shard.file, shard)
     ordered = tuple(unique.values())
-    first: dict[str, int] = {}
-    copies: dict[str, list[int]] = {}
-    for i, shard in enumerate(ordered):
-        for name in shard.names:
-            j = first.setdefault(name, i)
-            if j != i:
-                copies.setdefault(name, [j]).append(i)
+    first, copies = _first_holders(ordered)
+    distinct = len(first) == sum(len(s.names) for s in ordered)
     invalid = {
         s.file: frozenset(
             f.tensor for f in s.findings if f.code == "header-invalid-entry" and f.tensor
         )
         for s in ordered
     }
-    name_sets = {s.file: frozenset(s.names) for s in ordered}
-    return HeldTensors(ordered, unique, name_sets, first, copies, invalid)
+    return HeldTensors(ordered, unique, first, copies, distinct, invalid)
+
+
+def _first_holders(ordered: tuple[ShardHeader, ...]) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """(first, copies) of `HeldTensors`. Usually no name repeats, which C-level dict updates
+    prove (the dict is as long as all name lists together); only then is the per-name pass
+    that records every holder needed."""
+    first: dict[str, int] = {}
+    for i, shard in enumerate(ordered):
+        first.update(zip(shard.names, repeat(i)))
+    if len(first) == sum(len(s.names) for s in ordered):
+        return first, {}
+    first = {}
+    copies: dict[str, list[int]] = {}
+    for i, shard in enumerate(ordered):
+        for name in shard.names:
+            j = first.setdefault(name, i)
+            if j != i:
+                copies.setdefault(name, [j]).append(i)
+    return first, copies
 
 
 def check_index(
@@ -119,14 +153,67 @@ def check_index(
     findings = check_duplicates(held, index=index, per_file=per_file, total=total)
     if index is None:
         return findings
-    wmap = normalized_map(index.weight_map)
-    listed = _group_by_file(wmap)
+    view = _IndexView.of(index.weight_map, held)
     drift = _Drift()
-    findings += _indexed_file_findings(index.file, listed, held, drift, total)
-    findings += _listed_tensor_findings(index.file, listed, held, drift, per_file, total)
-    findings += _unlisted_findings(index.file, wmap, listed, held, drift, per_file, total)
+    findings += _indexed_file_findings(index.file, view, held, drift, total)
+    findings += _listed_tensor_findings(index.file, view, held, drift, per_file, total)
+    findings += _unlisted_findings(index.file, view, held, drift, per_file, total)
     findings += _total_findings(index, held, drift)
     return findings
+
+
+# -- the index seen from the shards, computed once ------------------------------------------
+
+# What `targets` holds for a name the index does not list when None is a value of the map
+# (never after `read_index_doc`, which only keeps str values; then None is used, which lets
+# the lookup be the cheaper one-argument `map(wmap.get, ...)`).
+_UNLISTED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexView:
+    """The normalised weight map and, per held file, what the index says of its names.
+
+    `listed` counts the entries per file; `targets[file]` is the index's file for each name of
+    that shard (`_UNLISTED` if none), `hits[file]` how many of them point back to it. A file
+    whose `hits` equal its `listed` count (and whose names are distinct) holds every entry
+    the index gives it, so it needs no per-name walk.
+    """
+
+    wmap: Mapping[str, str]
+    listed: dict[str, int]
+    targets: dict[str, list[object]]
+    hits: dict[str, int]
+    unlisted_mark: object
+
+    @classmethod
+    def of(cls, weight_map: Mapping[str, str], held: HeldTensors) -> _IndexView:
+        wmap = _normalized(weight_map)
+        listed = dict(Counter(wmap.values()))
+        mark = _UNLISTED if None in listed else None
+        if mark is None:
+            targets = {s.file: list(map(wmap.get, s.names)) for s in held.shards}
+        else:
+            targets = {s.file: list(map(wmap.get, s.names, repeat(mark))) for s in held.shards}
+        hits = {file: got.count(file) for file, got in targets.items()}
+        return cls(wmap, listed, targets, hits, mark)
+
+    def names_at(self, files: set[str]) -> dict[str, list[str]]:
+        """The names the index maps to each of `files`, in index order."""
+        if not files:
+            return {}
+        groups: dict[str, list[str]] = {f: [] for f in files}
+        wmap = self.wmap
+        for name in compress(wmap.keys(), map(files.__contains__, wmap.values())):
+            groups[wmap[name]].append(name)
+        return groups
+
+    def unlisted(self, shard: ShardHeader) -> list[str]:
+        """The names of `shard` the index does not list, in header order."""
+        got, mark = self.targets[shard.file], self.unlisted_mark
+        if mark not in got:
+            return []
+        return [n for n, g in zip(shard.names, got, strict=True) if g is mark]
 
 
 # -- facts gathered while checking, for the totals' explanations ----------------------------
@@ -147,12 +234,14 @@ class _Drift:
 
 
 def _indexed_file_findings(
-    index_file: str, listed: dict[str, list[str]], held: HeldTensors, drift: _Drift, total: int
+    index_file: str, view: _IndexView, held: HeldTensors, drift: _Drift, total: int
 ) -> list[Finding]:
     """index-missing-file for absent shards (a hostile index naming thousands of files gets
     `total` findings and one summary); one note for each unreadable shard."""
     findings = []
     absent: list[str] = []
+    unheld = {f for f in view.listed if f not in held.by_file or not held.by_file[f].readable}
+    listed = view.names_at(unheld)
     for file, names in sorted(listed.items()):
         shard = held.by_file.get(file)
         if shard is None:
@@ -202,7 +291,7 @@ def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensor
 
 def _listed_tensor_findings(
     index_file: str,
-    listed: dict[str, list[str]],
+    view: _IndexView,
     held: HeldTensors,
     drift: _Drift,
     per_file: int,
@@ -211,11 +300,8 @@ def _listed_tensor_findings(
     """index-wrong-file and index-dangling-tensor, folded per file."""
     wrong: dict[str, list[str]] = {}
     dangling: dict[str, list[str]] = {}
-    for file, names in listed.items():
-        shard = held.by_file.get(file)
-        if shard is None or not shard.readable:
-            continue
-        present, invalid = held.name_sets[file], held.invalid[file]
+    for file, names in view.names_at(_short_files(view, held)).items():
+        present, invalid = held.present(file), held.invalid[file]
         for name in names:
             if name in present or name in invalid:
                 continue
@@ -234,6 +320,22 @@ def _listed_tensor_findings(
         dangling_summary,
         **options,
     )
+
+
+def _short_files(view: _IndexView, held: HeldTensors) -> set[str]:
+    """Readable files the index maps names to that they may not hold: fewer of the shard's
+    names point back to it than the index lists there (or its names repeat, so the count
+    proves nothing)."""
+    short = set()
+    for file, listed in view.listed.items():
+        shard = held.by_file.get(file)
+        if shard is None or not shard.readable:
+            continue
+        if view.hits[file] != listed or (
+            not held.distinct and len(held.present(file)) != len(shard.names)
+        ):
+            short.add(file)
+    return short
 
 
 def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], str]:
@@ -270,8 +372,7 @@ def _unreadable_note(held: HeldTensors) -> str:
 
 def _unlisted_findings(
     index_file: str,
-    wmap: dict[str, str],
-    listed: dict[str, list[str]],
+    view: _IndexView,
     held: HeldTensors,
     drift: _Drift,
     per_file: int,
@@ -281,9 +382,9 @@ def _unlisted_findings(
     unindexed: dict[str, list[str]] = {}
     findings: list[Finding] = []
     for shard in held.shards:
-        missing = [n for n in shard.names if n not in wmap]
+        missing = view.unlisted(shard)
         _count_unindexed(shard, missing, drift)
-        if shard.file not in listed:
+        if shard.file not in view.listed:
             findings.append(_unindexed_file(index_file, shard, missing))
         elif missing:
             unindexed[shard.file] = missing
@@ -350,7 +451,7 @@ def check_duplicates(
     """
     if not held.copies:
         return []
-    wmap = normalized_map(index.weight_map) if index else {}
+    wmap = _normalized(index.weight_map) if index else {}
     groups: dict[str, list[str]] = {}
     for name, idx in held.copies.items():
         files = [held.shards[i].file for i in idx]
@@ -386,7 +487,7 @@ def _duplicate_message(
     name: str,
     held: HeldTensors,
     position: Callable[[int, str], int],
-    wmap: dict[str, str] | None,
+    wmap: Mapping[str, str] | None,
     index: IndexDoc | None,
 ) -> str:
     copies = []
@@ -422,19 +523,7 @@ def _total_findings(index: IndexDoc, held: HeldTensors, drift: _Drift) -> list[F
     """total-size-mismatch and total-parameters-mismatch, each with its likeliest cause."""
     if drift.unknown_files or held.unreadable:
         return []
-    unique_bytes = unique_numel = copies_bytes = copies_numel = 0
-    first = held.first
-    for i, shard in enumerate(held.shards):
-        for name, shape, begin, end in zip(
-            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
-        ):
-            numel = math.prod(shape)
-            if first[name] == i:
-                unique_bytes += end - begin
-                unique_numel += numel
-            else:
-                copies_bytes += end - begin
-                copies_numel += numel
+    unique_bytes, unique_numel, copies_bytes, copies_numel = _sizes(held)
     file_sizes = sum(s.file_size for s in held.shards)
     findings = []
     size = _total_size(index, unique_bytes, copies_bytes, file_sizes, drift)
@@ -444,6 +533,27 @@ def _total_findings(index: IndexDoc, held: HeldTensors, drift: _Drift) -> list[F
     if params is not None:
         findings.append(params)
     return findings
+
+
+def _sizes(held: HeldTensors) -> tuple[int, int, int, int]:
+    """(bytes, elements) of the first copy of every name, then of the other copies.
+
+    Sums over whole columns run in C; only shards holding a later copy of some name are
+    walked name by name, to move those entries from the first sums to the second."""
+    all_bytes = sum(sum(s.ends) - sum(s.begins) for s in held.shards)
+    all_numel = sum(sum(map(math.prod, s.shapes)) for s in held.shards)
+    copies_bytes = copies_numel = 0
+    later = {i for holders in held.copies.values() for i in holders[1:]}
+    first = held.first
+    for i in sorted(later):
+        shard = held.shards[i]
+        for name, shape, begin, end in zip(
+            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+        ):
+            if first[name] != i:
+                copies_bytes += end - begin
+                copies_numel += math.prod(shape)
+    return all_bytes - copies_bytes, all_numel - copies_numel, copies_bytes, copies_numel
 
 
 def _total_size(
@@ -619,14 +729,19 @@ def normalize_member(value: str) -> str:
 
 def normalized_map(weight_map: Mapping[str, str]) -> dict[str, str]:
     """The weight map with file names normalised; each distinct file is normalised once."""
+    renamed = _renamed(weight_map)
+    return dict(weight_map) if renamed is None else renamed
+
+
+def _normalized(weight_map: Mapping[str, str]) -> Mapping[str, str]:
+    """`normalized_map` without the copy when nothing changes (read-only use only)."""
+    renamed = _renamed(weight_map)
+    return weight_map if renamed is None else renamed
+
+
+def _renamed(weight_map: Mapping[str, str]) -> dict[str, str] | None:
+    """The weight map with normalised file names, or None when they already are."""
     files = {f: normalize_member(f) for f in set(weight_map.values())}
     if all(k == v for k, v in files.items()):
-        return dict(weight_map)
+        return None
     return {tensor: files[f] for tensor, f in weight_map.items()}
-
-
-def _group_by_file(wmap: Mapping[str, str]) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {}
-    for tensor, file in wmap.items():
-        groups.setdefault(file, []).append(tensor)
-    return groups

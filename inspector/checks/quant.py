@@ -6,9 +6,14 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections import defaultdict
+from collections.abc import Collection
+from itertools import compress
+from operator import itemgetter, methodcaller
 from typing import Any
 
-from inspector.findings import Finding, examples, fold_ranges, make_finding
+import numpy as np
+
+from inspector.findings import Finding, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 
 __all__ = ["check_quant_config", "quant_section", "quantized_modules"]
@@ -29,6 +34,14 @@ _QUANT_DTYPES = frozenset(
     }
 )
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
+# A name whose last component is a scale param ends with one of these (and vice versa).
+_ENDS_WITH_SCALE = methodcaller("endswith", tuple(f".{p}" for p in sorted(_SCALE_PARAMS)))
+_ENDS_WITH_WEIGHT = methodcaller("endswith", ".weight")
+_RPARTITION = methodcaller("rpartition", ".")
+_MODULE = itemgetter(0)
+# Up to this many unlisted-yet-unquantized entries are probed by prefix (each prefix costs
+# every name one more comparison); past it, every module is listed once.
+_PROBE_LIMIT = 32
 _EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
 
 
@@ -41,15 +54,23 @@ def quant_section(quant_config: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
-    """Module name -> a tensor of it, for modules stored quantized (a scale or a packed dtype)."""
+    """Module name -> its first tensor, for modules stored quantized: a tensor named
+    `<module>.weight_scale[_inv]`, or `<module>.weight` in a packed or 8-bit float dtype.
+
+    Column-wise (C-level `map` over names, numpy masks): no Python loop over 300,000 names."""
     t = scanned.tensors
-    modules: dict[str, str] = {}
-    for name, dtype in zip(t["name"], t["dtype"].astype(str), strict=True):
-        module, _, param = name.rpartition(".")
-        if not module:
-            continue
-        if param in _SCALE_PARAMS or (param == "weight" and dtype in _QUANT_DTYPES):
-            modules.setdefault(module, name)
+    names = t["name"].to_numpy(dtype=object)
+    wanted = np.fromiter(map(_ENDS_WITH_SCALE, names.tolist()), dtype=bool, count=len(names))
+    packed = np.flatnonzero(t["dtype"].isin(_QUANT_DTYPES).to_numpy(dtype=bool))
+    weights = np.fromiter(map(_ENDS_WITH_WEIGHT, names[packed]), dtype=bool, count=len(packed))
+    wanted[packed[weights]] = True
+    chosen = names[wanted].tolist()
+    modules_of = list(map(_MODULE, map(_RPARTITION, chosen)))
+    # First tensor of each module, modules in order of first appearance (as a setdefault loop
+    # would give): the reversed update leaves each module's first tensor as its value.
+    modules: dict[str, str] = dict.fromkeys(modules_of)  # type: ignore[arg-type]
+    modules.update(zip(reversed(modules_of), reversed(chosen), strict=True))
+    modules.pop("", None)  # a name such as ".weight_scale" belongs to no module
     return modules
 
 
@@ -62,11 +83,27 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     excluded = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
     quantized = quantized_modules(scanned)
     missing = [m for m in quantized if m not in layers and not _excluded(m, excluded)]
-    all_modules = {name.rpartition(".")[0] for name in scanned.tensors["name"]}
-    stale = [m for m in layers if m not in all_modules]
+    stale = _stale(layers, quantized, scanned.tensors["name"].tolist())
     return _fold("quant-config-missing-layer", missing, quantized, len(layers)) + _fold(
         "quant-config-stale-layer", stale, {}, len(layers)
     )
+
+
+def _stale(layers: dict[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
+    """Listed modules no tensor belongs to (a tensor's module is its name up to the last dot).
+
+    A quantized module exists, which settles the usual entry. The others are looked up among
+    the names under them (one C-level `startswith` pass), or, when there are many, among
+    every tensor's module."""
+    unsure = [m for m in layers if m not in quantized]
+    if not unsure:
+        return []
+    if len(unsure) > _PROBE_LIMIT or "" in unsure:
+        known = set(map(_MODULE, map(_RPARTITION, names)))
+    else:
+        under = methodcaller("startswith", tuple(f"{m}." for m in unsure))
+        known = set(map(_MODULE, map(_RPARTITION, compress(names, map(under, names)))))
+    return [m for m in unsure if m not in known]
 
 
 def _excluded(module: str, patterns: list[str]) -> bool:
@@ -88,7 +125,8 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
         else:
             singles.append(module)
     what = (
-        "is stored quantized but has no quantized_layers entry and matches no exclude_modules pattern"
+        "is stored quantized but has no quantized_layers entry and matches no "
+        "exclude_modules pattern"
         if code == "quant-config-missing-layer"
         else "is listed in quantized_layers but no tensor of it exists"
     )

@@ -20,6 +20,7 @@ from inspector.checks.index import (
     DETAIL_PER_FILE,
     DETAIL_TOTAL,
     HeldTensors,
+    _normalized,
     count,
     describe_names,
     fold_tensor_issues,
@@ -115,10 +116,14 @@ def _against_shards(
         if shard is None or not shard.readable:
             continue
         doc_of[doc.file] = doc
-        present = held.name_sets[shard_file]
-        listed = doc.weight_map.keys()
-        extra = [n for n in shard.names if n not in doc.weight_map]
-        gone = [n for n in listed if n not in present and n not in held.invalid[shard_file]]
+        if _same_names(held, shard, doc.weight_map):
+            extra, gone = [], []
+        else:
+            present = held.present(shard_file)
+            extra = [n for n in shard.names if n not in doc.weight_map]
+            gone = [
+                n for n in doc.weight_map if n not in present and n not in held.invalid[shard_file]
+            ]
         if extra:
             unlisted[doc.file] = extra
         if gone:
@@ -131,6 +136,16 @@ def _against_shards(
         + _fold_dangling(dangling, doc_of, per_file, total)
         + sizes
     )
+
+
+def _same_names(held: HeldTensors, shard: ShardHeader, listed: Mapping[str, str]) -> bool:
+    """True when the sidecar lists exactly the shard's names, proven at C speed: as many
+    entries as (distinct) names, and every name among them."""
+    if len(listed) != len(shard.names):
+        return False
+    if not held.distinct and len(held.present(shard.file)) != len(shard.names):
+        return False
+    return all(map(listed.__contains__, shard.names))
 
 
 def _shard_of(doc: IndexDoc) -> str:
@@ -228,7 +243,7 @@ def _against_index(
     for shard_file in sorted(sidecars):
         merged.update(normalized_map(sidecars[shard_file].weight_map))
     groups: dict[str, list[str]] = {"only-sidecars": [], "only-index": [], "different": []}
-    indexed = normalized_map(index.weight_map)
+    indexed = _normalized(index.weight_map)
     if merged == indexed:  # the usual case, compared at C speed
         return []
     for name, file in merged.items():
@@ -256,7 +271,7 @@ _REBUILD = "rebuild the index from the shards (ckpt-inspect repair)"
 def _fold_disagree(
     groups: dict[str, list[str]],
     merged: dict[str, str],
-    indexed: dict[str, str],
+    indexed: Mapping[str, str],
     index_file: str,
     per_file: int,
     total: int,
