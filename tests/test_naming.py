@@ -314,3 +314,28 @@ def test_300k_names_parse_fast() -> None:
     # Target is well under 0.5 s for 300k names on an idle core; the bound leaves room
     # for a loaded CI machine while still catching a per-name Python slow path (~3 s).
     assert best * (300_000 / len(names)) < 1.5
+
+
+def test_chunks_and_hostile_names_parse_like_single_names(monkeypatch) -> None:
+    """Names are grouped chunk by chunk; chunk borders, non-ASCII names, `#`, newlines and
+    non-string names must not change any result (compared with one name at a time)."""
+    import inspector.naming as naming
+
+    names = [
+        "model.layers.3.mlp.experts.17.down_proj.weight",
+        "model.layers.3.mlp.experts.1\n7.w1.weight",
+        "model.layers.#.self_attn.q_proj.weight",
+        "model.layers.4.mlp.experts.2.down_proj.weight",
+        "model.layers.é5.mlp.gate.weight",
+        "decoder.layers.12.mlp.linear_fc2.weight",
+        "model.layers.4.mlp.experts.9.w3.weight",
+        "model.layers.7.mlp.experts.9.w1.weight",
+    ]
+    expected = [parse_name(x) for x in names]
+    monkeypatch.setattr(naming, "_CHUNK", 3)
+    columns = parse_names(names)
+    assert [columns.row(i, x) for i, x in enumerate(names)] == expected
+    assert names[1] == "model.layers.3.mlp.experts.1\n7.w1.weight"  # input left alone
+    assert expected[0].expert == 17 and expected[6].module == "mlp.experts.w3"
+    odd = parse_names([5, "model.layers.2.self_attn.o_proj.weight"])  # type: ignore[list-item]
+    assert odd.row(0).param == "5" and odd.row(1).layer == 2

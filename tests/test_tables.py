@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 import time
@@ -320,3 +321,47 @@ def test_300k_tensors_build_fast() -> None:
     assert tables.layers["experts_found"].tolist() == [256] * 61
     # About 0.5 s for 300k tensors (names included) on an idle core; generous for CI load.
     assert best * (300_000 / len(tables.tensors)) < 3.0
+
+
+def test_numel_is_the_shape_product_even_when_sizes_lie(tmp_path: Path) -> None:
+    """Clean shards take numel from their byte sizes; a shard whose header lies about a size
+    or a dtype still gets the product of each shape."""
+    from safetensors.torch import save_file
+
+    from inspector.safetensors_header import read_shard
+
+    good = tmp_path / "good.safetensors"
+    save_file(
+        {
+            "model.layers.0.mlp.gate_proj.weight": torch.ones(6, 10, dtype=torch.bfloat16),
+            "model.layers.0.mlp.up_proj.weight_scale": torch.ones(3, dtype=torch.float32),
+            "model.layers.0.input_layernorm.weight": torch.ones(7, dtype=torch.uint8),
+            "model.norm.weight": torch.ones((), dtype=torch.float64),
+        },
+        str(good),
+    )
+    # Hand-written malformed header: a size that does not match the shape, an unknown dtype.
+    header = {
+        "model.layers.1.self_attn.q_proj.weight": {
+            "dtype": "F32", "shape": [4, 5], "data_offsets": [0, 40],
+        },
+        "model.layers.1.self_attn.k_proj.weight": {
+            "dtype": "Q3", "shape": [2, 3], "data_offsets": [40, 52],
+        },
+    }  # fmt: skip
+    raw = json.dumps(header).encode()
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(52))
+    shards = [read_shard(good, root=tmp_path), read_shard(bad, root=tmp_path)]
+    assert {f.code for f in shards[1].findings} >= {"size-mismatch", "unknown-dtype"}
+    tensors = build_tables(ScannedCheckpoint(tmp_path, "hf-sharded", shards)).tensors
+    numel = dict(zip(tensors["name"], tensors["numel"].tolist(), strict=True))
+    assert numel == {
+        "model.layers.0.mlp.gate_proj.weight": 60,
+        "model.layers.0.mlp.up_proj.weight_scale": 3,
+        "model.layers.0.input_layernorm.weight": 7,
+        "model.norm.weight": 1,
+        "model.layers.1.self_attn.q_proj.weight": 20,
+        "model.layers.1.self_attn.k_proj.weight": 6,
+    }
+    assert tensors.set_index("name").loc["model.layers.1.self_attn.q_proj.weight", "nbytes"] == 40
