@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from inspector.checks.index import check_index
+from inspector.checks.sharding import check_collapsed_shards
 from inspector.findings import Finding
 from inspector.layouts._common import (
     INDEX_NAME,
@@ -64,5 +65,6 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
 
 
 def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """Index drift: the index against the shard headers (only duplicates without an index)."""
-    return check_index(scanned.shards, scanned.index)
+    """Index drift: the index against the shard headers (only duplicates without an index),
+    and every tensor collapsed into one oversized file."""
+    return [*check_index(scanned.shards, scanned.index), *check_collapsed_shards(scanned)]

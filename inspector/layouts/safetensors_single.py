@@ -44,7 +44,8 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
 
 
 def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """Nothing to cross-check: one file has no index, sidecars or siblings. Its own header
-    problems are already in `scanned.problems`."""
-    del scanned
-    return []
+    """One file has no index, sidecars or siblings to cross-check (its header problems are
+    already in `scanned.problems`); it can still be a collapsed consolidation."""
+    from inspector.checks.sharding import check_collapsed_shards
+
+    return check_collapsed_shards(scanned)

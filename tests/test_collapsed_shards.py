@@ -1,0 +1,50 @@
+"""automodel-2289 on the Hugging Face side: every tensor in one file over the 5 GB split size."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from pathlib import Path
+
+from inspector import check, scan
+from inspector.checks.sharding import check_collapsed_shards
+from inspector.demo import write_demos
+from inspector.reshard import plan_reshard
+
+
+def test_collapsed_demo_is_flagged_against_a_smaller_limit_and_reshard_clears_it(
+    tmp_path: Path,
+) -> None:
+    write_demos(tmp_path, log=lambda *_: None)
+    folder = tmp_path / "automodel-2289-collapsed"
+    scanned = scan(folder)
+    assert check_collapsed_shards(scanned) == []  # 78 kB: fine at the 5 GB default
+    (finding,) = check_collapsed_shards(scanned, limit=50_000)
+    assert finding.code == "mapping-collapsed"
+    assert "all 173 tensors" in finding.message and "repair --only reshard" in finding.message
+    plan_reshard(scanned, max_shard_size=50_000).execute()
+    assert check_collapsed_shards(scan(folder), limit=50_000) == []
+
+
+def test_a_six_gigabyte_single_file_is_flagged_by_default(tmp_path: Path) -> None:
+    """A sparse file (data region left as a hole) with a valid header of 6 GB of tensors."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    header, offset = {}, 0
+    for layer in range(6):
+        n = 10**9 // 2  # 1 GB of BF16
+        header[f"model.layers.{layer}.mlp.down_proj.weight"] = {
+            "dtype": "BF16",
+            "shape": [n],
+            "data_offsets": [offset, offset + 2 * n],
+        }
+        offset += 2 * n
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = folder / "model-00001-of-00001.safetensors"
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(raw)) + raw)
+    os.truncate(path, 8 + len(raw) + offset)
+    codes = [f.code for f in check(scan(folder))]
+    assert codes == ["mapping-collapsed"]
