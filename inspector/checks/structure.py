@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,23 @@ from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 
 __all__ = ["check_structure"]
+
+
+def _unique(
+    values: np.ndarray, *, return_counts: bool = False, return_inverse: bool = False
+) -> Any:
+    """`np.unique` for the non-negative integer codes used here: a bincount when the codes
+    are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
+    values = np.asarray(values)
+    top = int(values.max()) + 1 if values.size else 0
+    if return_inverse or values.dtype.kind not in "iu" or top > 4 * values.size + 1_000_000:
+        return np.unique(values, return_counts=return_counts, return_inverse=return_inverse)
+    if values.size and int(values.min()) < 0:
+        return np.unique(values, return_counts=return_counts)
+    counts = np.bincount(values, minlength=top)
+    present = np.flatnonzero(counts)
+    return (present, counts[present]) if return_counts else present
+
 
 # Bounded output on pathological checkpoints: beyond this many findings of one code the rest
 # are summarized in one finding.
@@ -161,7 +179,7 @@ def _sig_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
     """Distinct `first * width + second` codes -> {first: [second, ...]} (sorted)."""
     out: dict[int, list[int]] = defaultdict(list)
-    for code in np.unique(codes).tolist():
+    for code in _unique(codes).tolist():
         out[code // width].append(code % width)
     return out
 
@@ -208,7 +226,7 @@ def _file_mode(e: _Experts) -> dict[int, str]:
     rank = np.empty(len(files), dtype=np.int64)
     rank[order] = np.arange(len(files))
     width = len(files)
-    codes, counts = np.unique(e.layer * width + rank[file], return_counts=True)
+    codes, counts = _unique(e.layer * width + rank[file], return_counts=True)
     best: dict[int, tuple[int, int]] = {}
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
         layer, r = divmod(code, width)
@@ -220,13 +238,13 @@ def _file_mode(e: _Experts) -> dict[int, str]:
 def _expert_incomplete(e: _Experts) -> list[Finding]:
     """An expert with fewer parameter tensors than the union its layer's experts agree on."""
     n_keys, width = len(e.keys), int(e.expert.max()) + 1
-    triples = np.unique((e.layer * width + e.expert) * n_keys + e.key)
+    triples = _unique((e.layer * width + e.expert) * n_keys + e.key)
     owner, key = np.divmod(triples, n_keys)  # owner = layer * width + expert
     layer = owner // width
     experts_of = {k: len(v) for k, v in _by_first(owner, width).items()}
     # How many experts of its layer hold each key; a key most experts have is expected of
     # all, a rare key is not demanded.
-    lk, lk_counts = np.unique(layer * n_keys + key, return_counts=True)
+    lk, lk_counts = _unique(layer * n_keys + key, return_counts=True)
     expected: dict[int, set[int]] = defaultdict(set)
     for code, count in zip(lk.tolist(), lk_counts.tolist(), strict=True):
         if count * 2 > experts_of[code // n_keys]:
@@ -234,9 +252,9 @@ def _expert_incomplete(e: _Experts) -> list[Finding]:
     is_expected = np.isin(
         layer * n_keys + key, [lyr * n_keys + k for lyr in expected for k in expected[lyr]]
     )
-    owners, held = np.unique(owner[is_expected], return_counts=True)
+    owners, held = _unique(owner[is_expected], return_counts=True)
     held_of = dict(zip(owners.tolist(), held.tolist(), strict=True))
-    all_owners = np.unique(owner).tolist()
+    all_owners = _unique(owner).tolist()
     short = [o for o in all_owners if held_of.get(o, 0) < len(expected.get(o // width, ()))]
     return _incomplete_findings(e, short, owner, key, width, expected, experts_of)
 
@@ -274,7 +292,7 @@ def _incomplete_findings(
 
 def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
     n_keys, n_sigs = len(e.keys), len(e.sigs)
-    codes, counts = np.unique((e.layer * n_keys + e.key) * n_sigs + e.sig, return_counts=True)
+    codes, counts = _unique((e.layer * n_keys + e.key) * n_sigs + e.sig, return_counts=True)
     by_group: dict[int, dict[int, int]] = defaultdict(dict)
     for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
         by_group[code // n_sigs][code % n_sigs] = count
