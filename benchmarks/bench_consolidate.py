@@ -239,7 +239,7 @@ def torch_refuses_integers(src: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=5, help="best of N (default 5)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--subset", default="all", help=argparse.SUPPRESS)
     args = parser.parse_args()
