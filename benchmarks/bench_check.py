@@ -16,11 +16,8 @@ The floor is the one of `bench_scan.py`. Target: check / floor <= 3.0.
 from __future__ import annotations
 
 import argparse
-import cProfile
-import io
 import json
 import os
-import pstats
 import re
 import shutil
 import struct
@@ -34,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synthetic import SyntheticSpec, _write_shard, ensure_checkpoint, spec_for
-from bench_scan import best_of, floor
+from bench_scan import best_of, floor, profile
 
 from inspector.checks import check
 from inspector.findings import Finding
@@ -131,18 +128,6 @@ def verify(findings: list[Finding], layer: int, spec: SyntheticSpec) -> list[str
     return problems
 
 
-def profile(folder: Path, *, top: int) -> str:
-    prof = cProfile.Profile()
-    prof.enable()
-    full_check(folder)
-    prof.disable()
-    out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out).strip_dirs()
-    stats.sort_stats("cumulative").print_stats(top)
-    stats.sort_stats("tottime").print_stats(top)
-    return out.getvalue()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Build (or reuse) the drifted copy, time floor, scan and full check, print the ratio."""
     args = _parse(argv)
@@ -157,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     problems = verify(findings, layer, spec)
     _report(args.runs, n_tensors, findings, problems, t_floor, t_scan, t_check)
     if args.profile:
-        print(profile(folder, top=args.profile))
+        print(profile(full_check, folder, top=args.profile))
     return 1 if problems else 0
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
 
 from inspector.checks import check
 from inspector.scan import scan
@@ -30,38 +31,9 @@ from inspector.scan import scan
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
 NOTEBOOK = "02-repair-an-index-that-forgot-mtp.ipynb"
 # The notebook's dashboard works on this copy of the demo (see its first cells).
 DASHBOARD_COPY = "02-dashboard"
-
-
-def _unavailable(reason: str) -> None:
-    """Missing browser tooling fails in CI (where it must be installed) and skips elsewhere."""
-    if os.environ.get("CI"):
-        pytest.fail(
-            f"{reason}; CI must provide it (apt-get install chromium, pip install playwright)"
-        )
-    pytest.skip(reason)
-
-
-def _sync_playwright():
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} not found")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed")
-    return sync_playwright
 
 
 def _free_port() -> int:
@@ -145,12 +117,12 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def test_repair_by_clicking_in_jupyterlab(lab: tuple[str, str, Path]):
-    sync_playwright = _sync_playwright()
+    sync_playwright = sync_playwright_or_fail()
     base, token, work = lab
     ARTIFACTS.mkdir(exist_ok=True)
     errors: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -4,10 +4,10 @@ test-artifacts/report.png."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
 from test_report_html import EXPERTS, LAYERS, write_moe_checkpoint
 
 from inspector.checks import check
@@ -16,39 +16,9 @@ from widgets.report import write_html_report
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-
-
-def _unavailable(reason: str) -> None:
-    """Missing browser tooling fails in CI (where it must be installed) and skips elsewhere."""
-    if os.environ.get("CI"):
-        pytest.fail(
-            f"{reason}; CI must provide it (apt-get install chromium, pip install playwright)"
-        )
-    pytest.skip(reason)
-
-
-def _sync_playwright():
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} not found")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _unavailable("playwright is not installed")
-    return sync_playwright
-
 
 def test_report_renders_offline_in_chromium(tmp_path: Path):
-    sync_playwright = _sync_playwright()
+    sync_playwright = sync_playwright_or_fail()
     scanned = scan(write_moe_checkpoint(tmp_path / "tiny-moe"))
     findings = check(scanned)
     report = write_html_report(scanned, findings, tmp_path / "report.html")
@@ -66,7 +36,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path):
             route.abort()
 
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             page.route("**/*", only_local)
