@@ -201,6 +201,8 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
+    layers = scanned.layers
+    mtp = set(layers.loc[layers["is_mtp"], "layer"].astype(int)) if len(layers) else set()
     for layer in sorted(moe_layers):
         missing = sorted(expected - ids_by_layer.get(layer, set()))
         if not missing:
@@ -209,7 +211,8 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
         out.append(
             make_finding(
                 "expert-missing",
-                f"layer {layer}: experts {fold_ranges(missing)} missing ({len(missing)} of "
+                f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
+                f"{fold_ranges(missing)} missing ({len(missing)} of "
                 f"{len(expected)}; {basis})" + (f" in {file}" if file else ""),
                 file=file,
                 layer=layer,
