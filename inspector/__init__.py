@@ -1,6 +1,7 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
 from inspector.checks import check
+
 # `inspector.consolidate` stays the module (a same-named function here would shadow it).
 from inspector.consolidate import plan_consolidation
 from inspector.diff import diff_checkpoints
