@@ -30,6 +30,7 @@ __all__ = [
     "apply_renames",
     "apply_writes",
     "folder_lock",
+    "fsync_dir",
     "new_backup_dir",
     "recover",
     "write_atomic",
@@ -45,7 +46,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     _write_synced(tmp, data)
     os.replace(tmp, path)
-    _fsync_path(path.parent)
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager
@@ -86,8 +87,8 @@ def apply_writes(
                 target = backup_dir / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(root / rel, target)
-                _fsync_path(target)
-        _fsync_path(backup_dir)
+                _fsync_file(target)
+        fsync_dir(backup_dir)
     renames = []
     for rel, data in writes:
         final = root / rel
@@ -108,7 +109,7 @@ def apply_renames(root: Path, renames: Sequence[tuple[str, str]]) -> list[str]:
     """Journal then perform renames (paths relative to `root`), in order. A kill part-way is
     finished by the next `recover`. Targets must not also be sources of a later step."""
     _write_synced(root / JOURNAL, orjson.dumps({"renames": [list(r) for r in renames]}))
-    _fsync_path(root)
+    fsync_dir(root)
     return recover(root)
 
 
@@ -131,9 +132,9 @@ def recover(root: Path) -> list[str]:
             done.append(rel)
     dirs = {(root / rel).parent for _, rel in renames} | {root}
     for d in dirs:
-        _fsync_path(d)
+        fsync_dir(d)
     journal.unlink()
-    _fsync_path(root)
+    fsync_dir(root)
     return done
 
 
@@ -144,12 +145,25 @@ def _write_synced(path: Path, data: bytes) -> None:
         os.fsync(fh.fileno())
 
 
-def _fsync_path(path: Path) -> None:
-    """fsync a file or a folder (a folder's entry list must be durable before we rely on a
-    rename)."""
+def _fsync_file(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a folder's entries (a rename) durable. Some file systems cannot fsync a folder;
+    the rename is still atomic there, so that is not an error."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
     finally:
         os.close(fd)
 

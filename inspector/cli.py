@@ -215,7 +215,11 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         from inspector.reshard import plan_reshard
 
         if len(only) > 1:
-            print("--only reshard rebuilds the index too; run the other repairs separately")
+            print(
+                "ckpt-inspect: --only reshard rewrites the index itself; run it on its own, "
+                "then the other repairs",
+                file=sys.stderr,
+            )
             return EXIT_CANNOT
         plan = plan_reshard(scanned, max_shard_size=args.max_shard_size)
     else:

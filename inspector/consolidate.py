@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from inspector.atomic import write_atomic
+from inspector.atomic import fsync_dir, write_atomic
 from inspector.casting import cast_bytes, dtype_for_target
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
 from inspector.errors import InspectorError, PlanRefusedError
@@ -824,7 +824,7 @@ class _Sealer:
             # Only a complete (and, by default, durable) file ever gets its final name.
             os.replace(partial, final)
             if self.fsync:
-                _fsync_dir(self.dest)
+                fsync_dir(self.dest)
         finally:
             self.slots.release()
 
@@ -1037,19 +1037,6 @@ def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some file systems cannot fsync a directory; the rename is still atomic
-    finally:
-        os.close(fd)
 
 
 def _copy_metadata(plan: ConsolidationPlan) -> tuple[str, ...]:

@@ -121,6 +121,7 @@ def read_config_files(
     found: set[str] = set()
     findings: list[Finding] = []
     docs: dict[str, Any] = {}
+    salvaged_spec = ModelSpec()
     for name, code in (
         ("config.json", "config-unreadable"),
         ("hf_quant_config.json", "quant-config-unreadable"),
@@ -136,8 +137,7 @@ def read_config_files(
         if problem is not None:
             salvaged = salvage_json_prefix(path) if name == "config.json" else {}
             if salvaged:
-                spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
-                docs["salvaged"] = spec
+                salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
                 keep = ", ".join(f"{k}={salvaged[k]}" for k in _SPEC_KEYS if k in salvaged)
                 problem += f"; the structure checks use what its readable part says ({keep})"
             findings.append(
@@ -148,11 +148,7 @@ def read_config_files(
         else:
             docs[name] = value
     config = docs.get("config.json")
-    spec = (
-        spec_from_config(config, source="config.json")
-        if config is not None
-        else docs.get("salvaged", ModelSpec())
-    )
+    spec = spec_from_config(config, source="config.json") if config is not None else salvaged_spec
     return config, docs.get("hf_quant_config.json"), spec, found, findings
 
 
