@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint format lab bench clean
+.PHONY: demo test lint format lab bench docs clean
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -35,6 +35,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(PY) -m ruff format inspector widgets tests benchmarks
 	$(PY) -m ruff check --fix inspector widgets tests benchmarks
+
+# docs/findings.md is generated from the code table in inspector/codes.py.
+docs: $(STAMP)
+	$(PY) -m inspector codes --markdown > docs/findings.md
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scan.py

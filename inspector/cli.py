@@ -11,6 +11,7 @@ from typing import Any
 
 from inspector.errors import InspectorError
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 __all__ = ["main"]
 
@@ -83,7 +84,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("first", "last", "index"),
         help="which copy of a tensor stored in two shards the index keeps",
     )
-    p.add_argument("--max-shard-size", default="5GB", help="for --only reshard (default 5GB)")
+    p.add_argument(
+        "--max-shard-size",
+        default=SHARD_SPLIT_SIZE,
+        help=f"for --only reshard (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
+    )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     p.set_defaults(func=_cmd_repair, layout=None)
@@ -105,7 +110,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("dest", type=Path, help="output folder for model-*-of-*.safetensors")
     p.add_argument("--mapping", type=Path, help="JSON {tensor: 1-based output file index}")
     p.add_argument("--reference", type=Path, help="HF folder or index whose files to follow")
-    p.add_argument("--max-shard-size", default="5GB", help="greedy packing limit (default 5GB)")
+    p.add_argument(
+        "--max-shard-size",
+        default=SHARD_SPLIT_SIZE,
+        help=f"greedy packing limit (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
+    )
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="cast floating tensors")
     p.add_argument("--resume", action="store_true", help="keep outputs that are already complete")
     p.add_argument("--verify-data", action="store_true", help="compare content hashes at the end")
@@ -121,6 +130,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("codes", help="list every finding code with its severity and meaning")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
     p.set_defaults(func=_cmd_codes)
 
     p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
@@ -288,15 +298,18 @@ def _scan_path(path: Path):
 
 
 def _cmd_codes(args: argparse.Namespace) -> int:
-    from inspector.findings import CODE_HELP, CODES
+    from inspector.codes import Code, codes_markdown
 
+    if args.markdown:
+        sys.stdout.write(codes_markdown())
+        return EXIT_OK
     table = {
-        code: {"severity": str(sev), "help": CODE_HELP.get(code, "")} for code, sev in CODES.items()
+        c.value: {"severity": c.severity.value, "group": c.group, "help": c.help} for c in Code
     }
     if args.json:
         _emit(table, True, str)
         return EXIT_OK
-    width = max(map(len, CODES))
+    width = max(map(len, table))
     for code, row in table.items():
         print(f"{code:<{width}}  {row['severity']:<7}  {row['help']}")
     return EXIT_OK

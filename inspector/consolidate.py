@@ -40,6 +40,7 @@ from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json
 from inspector.model import DcpChunk, ScannedCheckpoint
 from inspector.safetensors_header import read_shard
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
 __all__ = [
     "ConsolidationPlan",
@@ -48,7 +49,6 @@ __all__ = [
     "Piece",
     "PlannedTensor",
     "consolidate",
-    "parse_size",
     "plan_consolidation",
     "reference_assignment",
 ]
@@ -75,18 +75,6 @@ _BLOCKING = frozenset(
         "dcp-dtype-conflict",
     }
 )
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
 
 
 # -- the plan -----------------------------------------------------------------------------
@@ -235,30 +223,13 @@ class ConsolidationResult:
         return self.describe()
 
 
-def parse_size(value: int | str) -> int:
-    """Bytes of a size like huggingface_hub's `max_shard_size`: "5GB" = 5 * 10**9 (decimal),
-    "5GiB" = 5 * 2**30, or an int."""
-    if isinstance(value, int):
-        if value <= 0:
-            raise ValueError(f"shard size {value} must be positive")
-        return value
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
-    unit = match.group(2).upper() if match else None
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"cannot read size {value!r}; expected e.g. 5GB, 500MB, 2GiB or bytes")
-    size = int(float(match.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"shard size {value!r} must be positive")
-    return size
-
-
 def plan_consolidation(
     scanned: ScannedCheckpoint,
     dest: str | os.PathLike[str],
     *,
     mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
     reference: str | os.PathLike[str] | None = None,
-    max_shard_size: int | str = "5GB",
+    max_shard_size: int | str = SHARD_SPLIT_SIZE,
     dtype: str | None = None,
 ) -> ConsolidationPlan:
     """Plan the consolidation of a scanned DCP-sharded checkpoint into `dest`.
@@ -303,7 +274,7 @@ def consolidate(
     *,
     mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
     reference: str | os.PathLike[str] | None = None,
-    max_shard_size: int | str = "5GB",
+    max_shard_size: int | str = SHARD_SPLIT_SIZE,
     dtype: str | None = None,
     resume: bool = False,
     progress: bool = True,
@@ -1146,22 +1117,13 @@ class _Distributed:
 # -- text ---------------------------------------------------------------------------------
 
 
-def _human(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if value < 1000 or unit == "TB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1000
-    return f"{n} B"
-
-
 def _describe_plan(plan: ConsolidationPlan) -> str:
     tensors = sum(len(o.tensors) for o in plan.outputs)
     column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
     lines = [
         f"Consolidation plan: {plan.source} -> {plan.dest}",
         f"  {tensors:,} tensors, {plan.total_parameters:,} parameters, "
-        f"{_human(plan.total_size)} in {len(plan.outputs)} file(s)",
+        f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
         f"  copy: {tensors - column:,} tensor(s) as byte ranges, {column:,} assembled "
@@ -1177,7 +1139,7 @@ def _describe_plan(plan: ConsolidationPlan) -> str:
             lines.append(f"    ... {len(plan.outputs) - 15} more files")
         if not many or k < 10 or k >= len(plan.outputs) - 5:
             lines.append(
-                f"    {output.name}: {len(output.tensors):,} tensors, {_human(output.size)}"
+                f"    {output.name}: {len(output.tensors):,} tensors, {format_bytes(output.size)}"
             )
     lines.append(f"    {INDEX_NAME} (written last)")
     if plan.metadata_files:
@@ -1194,7 +1156,7 @@ def _describe_result(result: ConsolidationResult) -> str:
     who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
     lines = [
         f"Consolidated into {result.dest}{who}: wrote {len(result.written)} file(s), "
-        f"{_human(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
+        f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
     ]
     if result.skipped:
         kept = examples(list(result.skipped))

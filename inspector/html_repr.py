@@ -14,7 +14,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inspector.findings import CODE_HELP, Finding
-from inspector.summary import format_bytes, summarize
+from inspector.summary import summarize
+from inspector.units import format_bytes
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -8,7 +8,8 @@ from typing import Any
 
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
-from inspector.summary import format_bytes, summarize
+from inspector.summary import summarize
+from inspector.units import format_bytes
 
 __all__ = ["markdown_summary"]
 

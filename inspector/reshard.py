@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.atomic import apply_renames, folder_lock, new_backup_dir, recover
-from inspector.consolidate import ConsolidationPlan, parse_size, plan_consolidation
+from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
 from inspector.repair import FileWrite, RepairResult
+from inspector.units import SHARD_SPLIT_SIZE, parse_size
 
 __all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
 
@@ -100,7 +101,9 @@ class ReshardPlan:
         return RepairResult(written, backup_dir, remaining)
 
 
-def plan_reshard(scanned: ScannedCheckpoint, *, max_shard_size: int | str = "5GB") -> ReshardPlan:
+def plan_reshard(
+    scanned: ScannedCheckpoint, *, max_shard_size: int | str = SHARD_SPLIT_SIZE
+) -> ReshardPlan:
     """Plan splitting the checkpoint's tensors into shards of at most `max_shard_size`."""
     refused = _refusals(scanned)
     if refused:

@@ -7,8 +7,9 @@ from typing import Any
 
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
+from inspector.units import format_bytes
 
-__all__ = ["format_bytes", "format_summary", "summarize"]
+__all__ = ["format_summary", "summarize"]
 
 
 def summarize(
@@ -65,16 +66,6 @@ def format_summary(summary: dict[str, Any], *, max_problems: int = 20) -> str:
         lines.append(_experts_line(summary))
     lines.extend(_problem_lines(summary["problems"], max_problems))
     return "\n".join(lines)
-
-
-def format_bytes(n: int) -> str:
-    """Decimal units, as checkpoint tools size shards (5GB = 5 * 10**9)."""
-    value = float(n)
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(value) < 1000 or unit == "TB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
 
 
 def _layers_line(summary: dict[str, Any]) -> str:

@@ -18,9 +18,10 @@ from safetensors.torch import load_file, save_file
 from inspector import consolidate as consolidate_mod
 from inspector.casting import cast_bytes
 from inspector.cli import main
-from inspector.consolidate import parse_size, plan_consolidation, reference_assignment
+from inspector.consolidate import plan_consolidation, reference_assignment
 from inspector.errors import PlanRefusedError
 from inspector.scan import scan
+from inspector.units import parse_size
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TORCH_DTYPE = {

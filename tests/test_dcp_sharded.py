@@ -331,7 +331,7 @@ def test_collapsed_by_size(model: Path) -> None:
         for f in dcp_sharded.check(dataclasses.replace(scanned, logical=huge))
         if f.code == "mapping-collapsed"
     ]
-    assert "GB, over the 5 GB per-file limit" in found.message
+    assert "GB, over the 5.0 GB per-file limit" in found.message
 
 
 # -- coverage arithmetic -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from inspector.findings import findings_to_frame
 from inspector.html_repr import diff_html, findings_html, text_html
 from inspector.markdown import markdown_summary
 from inspector.repair import plan_repair
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 from widgets.dashboard import button
 from widgets.report import write_html_report
 
@@ -150,7 +151,9 @@ class ConsolidatePanel:
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
         self.reference = w.Text(placeholder="optional: HF folder or index", description="reference")
-        self.max_size = w.Text(value="5GB", description="max shard")
+        self.max_size = w.Text(
+            value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
+        )
         self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
         self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
         self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)

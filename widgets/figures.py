@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector.summary import format_bytes
+from inspector.units import format_bytes
 
 __all__ = [
     "SEVERITY_COLORS",

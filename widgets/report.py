@@ -20,7 +20,8 @@ import plotly.offline
 from inspector.atomic import write_atomic
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
-from inspector.summary import format_bytes, summarize
+from inspector.summary import summarize
+from inspector.units import format_bytes
 from widgets.figures import (
     bytes_per_layer,
     expert_coverage_heatmap,

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from inspector.findings import Finding, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
-__all__ = ["HF_SHARD_LIMIT", "check_collapsed_shards"]
-
-# huggingface_hub's default `max_shard_size` ("5GB", decimal units).
-HF_SHARD_LIMIT = 5 * 10**9
+__all__ = ["check_collapsed_shards"]
 
 
 def check_collapsed_shards(
-    scanned: ScannedCheckpoint, *, limit: int = HF_SHARD_LIMIT
+    scanned: ScannedCheckpoint, *, limit: int = SHARD_SPLIT_SIZE
 ) -> list[Finding]:
     """`mapping-collapsed` when every tensor is in a single file over `limit` bytes."""
     readable = [s for s in scanned.shards if s.readable and s.names]
@@ -26,8 +24,8 @@ def check_collapsed_shards(
     return [
         make_finding(
             "mapping-collapsed",
-            f"{shard.file}: all {len(shard.names):,} tensors ({size / 1e9:,.1f} GB) are in one "
-            f"file, over the {limit / 1e9:g} GB shard size Hugging Face checkpoints are split "
+            f"{shard.file}: all {len(shard.names):,} tensors ({format_bytes(size)}) are in one "
+            f"file, over the {format_bytes(limit)} shard size Hugging Face checkpoints are split "
             "at; a consolidation that lost its output mapping writes this (automodel-2289). "
             "Split it with `ckpt-inspect repair --only reshard`",
             file=shard.file,

@@ -48,6 +48,7 @@ from inspector.model import (
 )
 from inspector.naming import parse_names
 from inspector.safetensors_header import ShardHeader, read_shard
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 __all__ = [
     "HF_METADATA_DIR",
@@ -70,8 +71,6 @@ SHARD_NAME = re.compile(r"^shard-(\d+)-model-(\d+)-of-(\d+)\.safetensors$")
 HF_METADATA_DIR = ".hf_metadata"
 MAPPING_NAME = "fqn_to_file_index_mapping.json"
 SHARDING_KEY = "DCP_SHARDING_INFO"
-# huggingface_hub's default max_shard_size: 5 GB in decimal units.
-SHARD_SIZE_LIMIT = 5_000_000_000
 # Per code, this many tensors get a finding of their own; the rest are folded into one.
 _MAX_LISTED = 20
 
@@ -624,9 +623,9 @@ def _collapsed(
             f"the reference index {index.file} names {len(ref_files)} files "
             f"({examples(ref_files, limit=2)})"
         )
-    if total > SHARD_SIZE_LIMIT:
+    if total > SHARD_SPLIT_SIZE:
         reasons.append(
-            f"the tensors total {total / 1e9:.1f} GB, over the {SHARD_SIZE_LIMIT / 1e9:.0f} GB "
+            f"the tensors total {format_bytes(total)}, over the {format_bytes(SHARD_SPLIT_SIZE)} "
             "per-file limit"
         )
     if not reasons:

@@ -1,0 +1,89 @@
+"""Sizes: parsing "5GB", printing byte counts, and the split size checkpoints are cut at.
+
+Checkpoint tools size shards in decimal units (huggingface_hub's `max_shard_size="5GB"` is
+5 * 10**9 bytes), so decimal is the default everywhere; binary units (GiB) are accepted when
+parsing and available when printing. Every byte count the project shows goes through
+`format_bytes`, so one checkpoint never reads "4.1 GB" in one place and "3.8 GiB" in another.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = [
+    "BINARY_UNITS",
+    "DECIMAL_UNITS",
+    "SHARD_SPLIT_SIZE",
+    "format_bytes",
+    "parse_size",
+    "scale_for",
+]
+
+# huggingface_hub's default `max_shard_size` ("5GB", decimal): transformers, the DCP
+# consolidators and Model-Optimizer split shards at this size.
+SHARD_SPLIT_SIZE = 5 * 10**9
+
+DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+_FACTORS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "PB": 10**15,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+    "PIB": 2**50,
+}
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes of a size written like `max_shard_size`: "5GB" = 5 * 10**9, "5GiB" = 5 * 2**30,
+    "500MB", "1.5KB", or an int. Raises ValueError naming the value and the accepted forms."""
+    if isinstance(value, bool):
+        raise ValueError(f"size {value!r} is not a number of bytes")
+    if isinstance(value, int):
+        if value <= 0:
+            raise ValueError(f"size {value} must be positive")
+        return value
+    match = _SIZE.fullmatch(value)
+    unit = match.group(2).upper() if match else None
+    if match is None or unit not in _FACTORS:
+        raise ValueError(f"cannot read size {value!r}; expected e.g. 5GB, 500MB, 2GiB or bytes")
+    size = int(float(match.group(1)) * _FACTORS[unit])
+    if size <= 0:
+        raise ValueError(f"size {value!r} must be positive")
+    return size
+
+
+def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
+    """'4.1 GB' (decimal, the default) or '3.8 GiB' (`binary`); whole bytes below 1 kB."""
+    base = 1024.0 if binary else 1000.0
+    units = BINARY_UNITS if binary else DECIMAL_UNITS
+    value = float(n)
+    if not math.isfinite(value):
+        return f"{value} B"
+    for unit in units:
+        if abs(value) < base or unit == units[-1]:
+            return f"{int(value)} B" if unit == "B" else f"{value:.{digits}f} {unit}"
+        value /= base
+    raise AssertionError("unreachable")
+
+
+def scale_for(largest: float, *, binary: bool = False) -> tuple[float, str]:
+    """(divisor, unit) that shows `largest` as a number between 1 and 1000 (1024): for axes
+    and table columns, where every value of a series must share one unit."""
+    base = 1024.0 if binary else 1000.0
+    units = BINARY_UNITS if binary else DECIMAL_UNITS
+    divisor = 1.0
+    for unit in units:
+        if abs(largest) < base * divisor or unit == units[-1]:
+            return divisor, unit
+        divisor *= base
+    raise AssertionError("unreachable")
