@@ -7,13 +7,24 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.errors import InspectorError
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from inspector.model import ScannedCheckpoint
+
+__all__ = [
+    "EXIT_CANNOT",
+    "EXIT_FOUND",
+    "EXIT_OK",
+    "PLUGIN_GROUP",
+    "add_path_arguments",
+    "main",
+    "scan_from_args",
+]
 
 EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
 
@@ -40,11 +51,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("scan", help="summarize a checkpoint (headers and JSON only)")
-    _add_path(p)
+    add_path_arguments(p)
     p.set_defaults(func=_cmd_scan)
 
     p = sub.add_parser("check", help="report every drift and structural problem; CI gate")
-    _add_path(p)
+    add_path_arguments(p)
     p.add_argument(
         "--fail-on",
         choices=("error", "warning", "never"),
@@ -93,18 +104,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     p.set_defaults(func=_cmd_repair, layout=None)
 
-    p = sub.add_parser("report", help="write a self-contained HTML report (needs the ui extra)")
-    p.add_argument("path", type=Path, help="checkpoint folder or .safetensors file")
-    p.add_argument("-o", "--output", type=Path, help="HTML file (default: <name>-report.html)")
-    p.add_argument(
-        "--markdown",
-        action="store_true",
-        help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
-    )
-    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
-    p.add_argument("--layout", help="force a layout instead of detecting it")
-    p.set_defaults(func=_cmd_report)
-
     p = sub.add_parser("consolidate", help="turn DCP-sharded safetensors into an HF checkpoint")
     p.add_argument("src", type=Path, help="DCP-sharded folder (or a checkpoint with model/)")
     p.add_argument("dest", type=Path, help="output folder for model-*-of-*.safetensors")
@@ -136,10 +135,25 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
     p.add_argument("outdir", type=Path)
     p.set_defaults(func=_cmd_demo)
+    _add_plugin_commands(sub)
     return parser
 
 
-def _add_path(p: argparse.ArgumentParser) -> None:
+# Commands that other packages of the distribution add (the HTML `report` comes from
+# `inspector.widgets`, which needs plotly): the core never imports the UI package itself.
+PLUGIN_GROUP = "checkpoint_inspector.commands"
+
+
+def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    from importlib.metadata import entry_points
+
+    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        register: Callable[[argparse._SubParsersAction], None] = entry.load()
+        register(sub)
+
+
+def add_path_arguments(p: argparse.ArgumentParser) -> None:
+    """PATH, --json, --header-cap and --layout, as every read-only command takes them."""
     p.add_argument("path", type=Path, help="checkpoint folder or .safetensors file")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
@@ -152,7 +166,8 @@ def _add_path(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", help="force a layout instead of detecting it")
 
 
-def _scan(args: argparse.Namespace):
+def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
+    """Scan the PATH of a command built with `add_path_arguments`."""
     from inspector.scan import scan
 
     return scan(args.path, header_cap=args.header_cap, layout=args.layout)
@@ -161,7 +176,7 @@ def _scan(args: argparse.Namespace):
 def _cmd_scan(args: argparse.Namespace) -> int:
     from inspector.summary import format_summary, summarize
 
-    summary = summarize(_scan(args))
+    summary = summarize(scan_from_args(args))
     _emit(summary, args.json, format_summary)
     return EXIT_OK
 
@@ -170,38 +185,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from inspector.checks import check
     from inspector.report_text import check_result, format_check
 
-    scanned = _scan(args)
+    scanned = scan_from_args(args)
     result = check_result(scanned, check(scanned, deep=args.deep))
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
-
-
-def _cmd_report(args: argparse.Namespace) -> int:
-    from inspector.checks import check
-
-    scanned = _scan(args)
-    findings = check(scanned)
-    if args.markdown:
-        from inspector.markdown import markdown_summary
-
-        sys.stdout.write(markdown_summary(scanned, findings))
-        if args.output is None:
-            return EXIT_OK
-    try:
-        from widgets.report import write_html_report
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").partition(".")[0] != "plotly":
-            raise
-        print(
-            "ckpt-inspect: the HTML report needs plotly; install the ui extra: "
-            "pip install 'checkpoint-inspector[ui]' (or use --markdown)",
-            file=sys.stderr,
-        )
-        return EXIT_CANNOT
-    default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
-    written = write_html_report(scanned, findings, args.output or default)
-    print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
-    return EXIT_OK
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -219,7 +206,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_repair(args: argparse.Namespace) -> int:
     from inspector.repair import plan_repair
 
-    scanned = _scan(args)
+    scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
     if only and "reshard" in only:
         from inspector.reshard import plan_reshard

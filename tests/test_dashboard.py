@@ -10,12 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from inspector.widgets import Dashboard
 
 from inspector.consolidate import reference_assignment
 from inspector.findings import CODE_HELP, CODES, make_finding
 from inspector.html_repr import scanned_html
 from inspector.scan import scan
-from widgets import Dashboard
 
 pytest.importorskip("ipywidgets")
 

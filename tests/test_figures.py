@@ -9,11 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from safetensors.numpy import save_file
-
-from inspector.findings import findings_to_frame, make_finding
-from inspector.scan import scan
-from widgets.figures import (
+from inspector.widgets.figures import (
     STATE_COLORS,
     bytes_per_layer,
     expert_coverage_heatmap,
@@ -22,6 +18,10 @@ from widgets.figures import (
     shard_size_distribution,
     shard_size_outliers,
 )
+from safetensors.numpy import save_file
+
+from inspector.findings import findings_to_frame, make_finding
+from inspector.scan import scan
 
 PROJS = ("gate_proj", "up_proj", "down_proj")
 
@@ -260,12 +260,12 @@ def test_figures_from_a_real_scan(tmp_path: Path):
 
 
 def test_widgets_package_is_lazy():
-    """`import widgets` loads neither plotly nor ipywidgets; `widgets.figures` no ipywidgets;
+    """`import inspector.widgets` loads neither plotly nor ipywidgets; `.figures` no ipywidgets;
     the Markdown summary (core) never loads plotly."""
     code = (
-        "import sys, widgets\n"
+        "import sys, inspector.widgets as widgets\n"
         "assert 'plotly' not in sys.modules and 'ipywidgets' not in sys.modules\n"
-        "import widgets.figures, inspector.markdown\n"
+        "import inspector.widgets.figures, inspector.markdown\n"
         "assert 'ipywidgets' not in sys.modules\n"
         "assert callable(widgets.expert_coverage_heatmap)\n"
     )

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
+from inspector.widgets.report import write_html_report
 from test_report_html import EXPERTS, LAYERS, write_moe_checkpoint
 
 from inspector.checks import check
 from inspector.scan import scan
-from widgets.report import write_html_report
 
 pytestmark = pytest.mark.browser
 

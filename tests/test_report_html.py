@@ -10,6 +10,7 @@ import numpy as np
 import plotly.offline
 import pytest
 from huggingface_hub import split_state_dict_into_shards_factory
+from inspector.widgets.report import write_html_report
 from safetensors.numpy import save_file
 from transformers import Qwen3MoeConfig
 
@@ -18,7 +19,6 @@ from inspector.cli import main
 from inspector.findings import make_finding
 from inspector.markdown import markdown_summary
 from inspector.scan import scan
-from widgets.report import write_html_report
 
 LAYERS, EXPERTS = 4, 8
 LOST_EXPERTS = {3: range(4, 8)}  # layer 3 kept experts 0-3 only

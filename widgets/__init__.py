@@ -1,7 +1,8 @@
-"""Notebook UI and reports for checkpoint-inspector (the `ui` extra).
+"""Notebook UI and reports for checkpoint-inspector (the `ui` extra), installed as
+`inspector.widgets` (the folder is `widgets/` in the repository).
 
-Imports are lazy on purpose: `import widgets.figures` or `widgets.report` needs only plotly,
-and ipywidgets is imported only when a widget is first used.
+Imports are lazy on purpose: `inspector.widgets.figures` or `.report` needs only plotly, and
+ipywidgets is imported only when a widget is first used.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from importlib import import_module
 from typing import Any
 
 __all__ = [
+    "Dashboard",
     "bytes_per_layer",
     "expert_coverage_heatmap",
     "findings_by_code",
@@ -20,13 +22,13 @@ __all__ = [
 
 # Public name -> module that defines it. New UI pieces register here.
 _LAZY: dict[str, str] = {
-    "Dashboard": "widgets.dashboard",
-    "bytes_per_layer": "widgets.figures",
-    "expert_coverage_heatmap": "widgets.figures",
-    "findings_by_code": "widgets.figures",
-    "parameters_per_layer": "widgets.figures",
-    "shard_size_distribution": "widgets.figures",
-    "write_html_report": "widgets.report",
+    "Dashboard": "inspector.widgets.dashboard",
+    "bytes_per_layer": "inspector.widgets.figures",
+    "expert_coverage_heatmap": "inspector.widgets.figures",
+    "findings_by_code": "inspector.widgets.figures",
+    "parameters_per_layer": "inspector.widgets.figures",
+    "shard_size_distribution": "inspector.widgets.figures",
+    "write_html_report": "inspector.widgets.report",
 }
 
 
@@ -34,7 +36,7 @@ def __getattr__(name: str) -> Any:
     """Import the defining module on first access (PEP 562)."""
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'widgets' has no attribute {name!r}")
+        raise AttributeError(f"module 'inspector.widgets' has no attribute {name!r}")
     value = getattr(import_module(module), name)
     globals()[name] = value
     return value

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
+from inspector.widgets.dashboard import button
+from inspector.widgets.report import write_html_report
 
 from inspector.consolidate import plan_consolidation
 from inspector.errors import InspectorError
@@ -21,11 +23,9 @@ from inspector.html_repr import diff_html, findings_html, text_html
 from inspector.markdown import markdown_summary
 from inspector.repair import plan_repair
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
-from widgets.dashboard import button
-from widgets.report import write_html_report
 
 if TYPE_CHECKING:
-    from widgets.dashboard import Dashboard
+    from inspector.widgets.dashboard import Dashboard
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 

@@ -19,13 +19,7 @@ from typing import Any
 import ipywidgets as w
 import pandas as pd
 import plotly.graph_objects as go
-
-from inspector.checks import check
-from inspector.findings import Finding, findings_to_frame
-from inspector.html_repr import code_help_html, findings_html, frame_html, scanned_html
-from inspector.model import ScannedCheckpoint
-from inspector.scan import scan
-from widgets.figures import (
+from inspector.widgets.figures import (
     bytes_per_layer,
     expert_coverage_heatmap,
     findings_by_code,
@@ -33,6 +27,12 @@ from widgets.figures import (
     shard_size_distribution,
     shard_size_outliers,
 )
+
+from inspector.checks import check
+from inspector.findings import Finding, findings_to_frame
+from inspector.html_repr import code_help_html, findings_html, frame_html, scanned_html
+from inspector.model import ScannedCheckpoint
+from inspector.scan import scan
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -74,7 +74,7 @@ class Dashboard:
         *,
         report_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        from widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
+        from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
 
         self.state = CheckpointState.load(source)
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()

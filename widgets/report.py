@@ -16,19 +16,19 @@ from typing import Any
 
 import plotly.graph_objects as go
 import plotly.offline
-
-from inspector.atomic import write_atomic
-from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
-from inspector.model import ScannedCheckpoint
-from inspector.summary import summarize
-from inspector.units import format_bytes
-from widgets.figures import (
+from inspector.widgets.figures import (
     bytes_per_layer,
     expert_coverage_heatmap,
     findings_by_code,
     parameters_per_layer,
     shard_size_distribution,
 )
+
+from inspector.atomic import write_atomic
+from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
+from inspector.model import ScannedCheckpoint
+from inspector.summary import summarize
+from inspector.units import format_bytes
 
 __all__ = ["render_html_report", "write_html_report"]
 

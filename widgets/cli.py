@@ -1,0 +1,55 @@
+"""`ckpt-inspect report`: the HTML report and the Markdown summary, a command this package adds
+to the core CLI through the `checkpoint_inspector.commands` entry point (the core never imports
+the UI package). Nothing heavy is imported until the command runs, so the CLI starts fast and
+works without plotly for every other command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from inspector.cli import EXIT_CANNOT, EXIT_OK, add_path_arguments, scan_from_args
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the `report` command to the CLI's subcommands."""
+    p = sub.add_parser("report", help="write a self-contained HTML report (needs the ui extra)")
+    add_path_arguments(p)
+    p.add_argument("-o", "--output", type=Path, help="HTML file (default: <name>-report.html)")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
+    )
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from inspector.checks import check
+
+    scanned = scan_from_args(args)
+    findings = check(scanned)
+    if args.markdown:
+        from inspector.markdown import markdown_summary
+
+        sys.stdout.write(markdown_summary(scanned, findings))
+        if args.output is None:
+            return EXIT_OK
+    try:
+        from inspector.widgets.report import write_html_report
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "plotly":
+            raise
+        print(
+            "ckpt-inspect: the HTML report needs plotly; install the ui extra: "
+            "pip install 'checkpoint-inspector[ui]' (or use --markdown)",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT
+    default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
+    written = write_html_report(scanned, findings, args.output or default)
+    print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
+    return EXIT_OK
