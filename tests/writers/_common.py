@@ -150,9 +150,7 @@ def spawn(fn: Callable[..., None], world_size: int, *args: Any) -> None:
 def _rank_entry(rank: int, world_size: int, fn: Callable[..., None], args: tuple) -> None:
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method="env://", rank=rank, world_size=world_size
-    )
+    dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
         dist.barrier()

@@ -4,8 +4,8 @@ save_model` from 2 gloo ranks on 127.0.0.1: `model/shard-0000R-model-0000I-of-00
 
 Model: a tiny transformers Qwen3-MoE (hidden 16, 3 layers, 4 experts), fully sharded with
 PyTorch FSDP2 (`fully_shard`) on a 2-rank CPU mesh, so every parameter is a DTensor split over
-the two ranks. The "upstream" model NeMo fine-tunes and takes its output file assignment from is the same
-tiny model saved by transformers `save_pretrained` in 4 shards; each rank loads it with
+the two ranks. The "upstream" model NeMo fine-tunes and takes its output file assignment from
+is the same tiny model saved by transformers `save_pretrained` in 4 shards; each rank loads it with
 `from_pretrained` and `model_repo_id` names that local folder (NeMo accepts a path as it accepts
 a hub snapshot). Every case folder holds `model/` (what NeMo wrote: the checkpoint under test)
 and `upstream/` (the reference's `model.safetensors.index.json` and `config.json` only). The
@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 WRITER = "automodel"
 PACKAGE = "nemo-automodel"
@@ -125,11 +125,10 @@ def _rank_main(rank: int, world: int, workdir: str, patch_2289: bool) -> None:
     """One training rank, working in `workdir` with relative paths (`upstream`, `.`), so the
     paths NeMo writes into `consolidate.sh` are the fixture's own and the same every run."""
     import torch
-    from torch.distributed.fsdp import fully_shard
-    from torch.distributed.tensor import init_device_mesh
-
     from nemo_automodel.components.checkpoint import checkpointing
     from nemo_automodel.components.checkpoint.config import CheckpointingConfig
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import init_device_mesh
 
     if patch_2289:
         checkpointing.get_fqn_to_file_index_mapping = _pre_2289_mapping

@@ -6,11 +6,13 @@ SequentialMLP experts, 1 MTP layer) built from megatron-core's *local* (Transfor
 spec, because TransformerEngine needs CUDA. Parallelism: TP=2, EP=2 (expert TP 1), so attention
 and MLP tensors are split across the two ranks and each rank owns two experts of every layer.
 
-What is saved is what Megatron-LM's training loop puts into a torch_dist checkpoint (the loop
-itself is not part of megatron-core): `model` (the model's own `sharded_state_dict()`),
-`rerun_state_machine_state` (from megatron-core's `RerunStateMachine.state_dict(...,
-"torch_dist")`), `rng_state` (a ShardedObject keyed by (pp, tp) like Megatron-LM's; its payload
-here is the CPU RNG states only), `iteration` and `checkpoint_version`.
+What is saved is what Megatron-LM's training loop (`generate_state_dict`; the loop itself is not
+part of megatron-core) puts into a torch_dist checkpoint: `args` (an argparse Namespace, a few
+fields), `checkpoint_version`, `iteration`, `model` (the model's own `sharded_state_dict()`),
+`rerun_state_machine` (megatron-core's `RerunStateMachine.state_dict(..., "torch_dist")`, only
+when it returns a state: its rank-level part is the ShardedObject `rerun_state_machine_state`)
+and `rng_state` (a ShardedObject keyed by (pp, tp) like Megatron-LM's; its payload here is the
+CPU RNG states only).
 
 Cases (tests/fixtures/writers/megatron/<case>/):
 
@@ -48,8 +50,12 @@ the iteration) are set directly; everything saved from them goes through megatro
 How the shims are shown not to change the bytes: each case (but the one whose file is
 deleted) is loaded back with megatron-core's own `dist_checkpointing.load` into a freshly built
 model with other weights and compared tensor by tensor with the model that was saved
-(`roundtrip_equal` in the manifest); `make fixtures` run twice gives byte-identical `.distcp`
-and `.metadata` files (the pickled `.metadata` and `common.pt` hold no time, host or pid).
+(`roundtrip_equal` in the manifest). Tensor bytes in the `.distcp` files are identical run to
+run. Volatile bytes the writers themselves make different on every run, left as written:
+`.metadata` pickles `storage_meta.save_id` (a fresh uuid per save, PyTorch's FileSystemWriter)
+and `storage_meta.checkpoint_id` (the folder path at save time); `common.pt` and every pickled
+ShardedObject payload (rerun state, RNG state) are `torch.save` zip archives whose
+`.data/serialization_id` record is random per save.
 
 TransformerEngine stand-in (only for the MTP-vs-decoder comparison of seed megatron-3624): TE's
 core attention has an `_extra_state` that its own `sharded_state_dict` leaves out; the local
@@ -59,6 +65,7 @@ every case, so the buggy ModuleList path of 0.16.1 shows the seed's extra key.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -68,7 +75,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 WRITER = "megatron"
 PACKAGE = "megatron-core"
@@ -191,8 +198,14 @@ def _rng_state(rank: int) -> Any:
             "torch_rng_state": torch.get_rng_state(),
         }
     ]
-    pp_rank, pp_size = ps.get_pipeline_model_parallel_rank(), ps.get_pipeline_model_parallel_world_size()
-    tp_rank, tp_size = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
+    pp_rank, pp_size = (
+        ps.get_pipeline_model_parallel_rank(),
+        ps.get_pipeline_model_parallel_world_size(),
+    )
+    tp_rank, tp_size = (
+        ps.get_tensor_model_parallel_rank(),
+        ps.get_tensor_model_parallel_world_size(),
+    )
     return ShardedObject(
         "rng_state",
         payload,
@@ -212,14 +225,42 @@ def _fault(machine: Any, iteration: int) -> None:
     machine.current_iteration = iteration
 
 
-def _state_dict(model: Any, machine: Any, iteration: int, rank: int) -> dict:
+def _args(cached_plan: bool) -> argparse.Namespace:
+    """The `args` Megatron-LM's training loop keeps in the common state (an argparse
+    Namespace; a few of its fields, those that describe this run)."""
+    return argparse.Namespace(
+        num_layers=LAYERS,
+        hidden_size=HIDDEN,
+        num_attention_heads=2,
+        num_experts=EXPERTS,
+        mtp_num_layers=1,
+        tensor_model_parallel_size=TP,
+        pipeline_model_parallel_size=1,
+        expert_model_parallel_size=EP,
+        world_size=WORLD,
+        ckpt_format="torch_dist",
+        ckpt_assume_constant_structure=cached_plan,
+        rerun_mode="validate_results",
+        padded_vocab_size=VOCAB,
+    )
+
+
+def _state_dict(
+    model: Any, machine: Any, iteration: int, rank: int, cached_plan: bool = False
+) -> dict:
+    """What Megatron-LM's `generate_state_dict` assembles: `args`, `checkpoint_version`,
+    `iteration`, `model`, `rerun_state_machine` (only when the machine returns a state) and
+    `rng_state`."""
     sd: dict[str, Any] = {
-        "model": model.sharded_state_dict(),
-        "rerun_state_machine_state": machine.state_dict(None, "torch_dist"),
-        "rng_state": _rng_state(rank),
-        "iteration": iteration,
+        "args": _args(cached_plan),
         "checkpoint_version": 3.0,
+        "iteration": iteration,
+        "model": model.sharded_state_dict(),
+        "rng_state": _rng_state(rank),
     }
+    rerun = machine.state_dict(None, "torch_dist")
+    if rerun:
+        sd["rerun_state_machine"] = rerun
     return sd
 
 
@@ -254,12 +295,13 @@ def _rank_main(rank: int, world: int, case: str, out: str) -> None:
     dest = Path(out)
 
     def save(folder: Path, *, strategy: Any = None, validate: bool = True, it: int = 1) -> None:
+        cached = strategy is not None
         if rank == 0:
             folder.mkdir(parents=True, exist_ok=True)
         torch.distributed.barrier()
         with _common.cpu_cuda_shims():
             dist_checkpointing.save(
-                _state_dict(model, machine, it, rank),
+                _state_dict(model, machine, it, rank, cached),
                 str(folder),
                 sharded_strategy=strategy,
                 validate_access_integrity=validate,
@@ -306,7 +348,11 @@ def _verify_roundtrip(rank: int, model: Any, dest: Path, case: str) -> None:
     got = {k: v for k, v in fresh.state_dict().items() if isinstance(v, torch.Tensor)}
     equal = saved.keys() == got.keys() and all(torch.equal(saved[k], got[k]) for k in saved)
     if not equal:
-        bad = sorted(k for k in saved.keys() | got.keys() if k not in saved or k not in got or not torch.equal(saved[k], got[k]))
+        bad = sorted(
+            k
+            for k in saved.keys() | got.keys()
+            if k not in saved or k not in got or not torch.equal(saved[k], got[k])
+        )
         print(f"rank {rank} roundtrip differs: {bad}", flush=True)
     flags = [None] * 2
     torch.distributed.all_gather_object(flags, equal)

@@ -56,7 +56,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _common  # noqa: E402
+import _common
 
 WRITER = "modelopt"
 PACKAGE = "nvidia-modelopt"
@@ -110,9 +110,8 @@ def _hf_qwen3_moe(hidden: int, layers: int, dense_first: bool) -> Any:
 
 
 def write_hf(case: str, fmt: str) -> None:
-    import torch
-
     import modelopt.torch.quantization as mtq
+    import torch
     from modelopt.torch.export import export_hf_checkpoint
 
     torch.manual_seed(0)
@@ -238,10 +237,14 @@ def _mcore_rank(rank: int, world: int, case: str, reference: str, dest: str) -> 
                 weight_map = dict.fromkeys(sd, name + ".safetensors")
                 size = sum(v.numel() * v.element_size() for v in sd.values())
                 with open(f"{save_directory}/{name}.json", "w") as f:
-                    json.dump({"metadata": {"total_size": size}, "weight_map": weight_map}, f, indent=4)
+                    json.dump(
+                        {"metadata": {"total_size": size}, "weight_map": weight_map}, f, indent=4
+                    )
                 if layer == total_layers:
                     sd.update(late)
-                save_file(dict(sd), f"{save_directory}/{name}.safetensors", metadata={"format": "pt"})
+                save_file(
+                    dict(sd), f"{save_directory}/{name}.safetensors", metadata={"format": "pt"}
+                )
             # The rest (barrier, rank 0 merges the sidecars) is the real function's: call it
             # on an empty dict so it writes no shard and only merges.
             original_save({}, total_layers, save_directory, name_template)
@@ -250,8 +253,7 @@ def _mcore_rank(rank: int, world: int, case: str, reference: str, dest: str) -> 
         uem.save_safetensors_by_layer_index = save_then_mutate
     if case == "modelopt-1631-ep2-truncated-config":
         uem.GPTModelExporter._is_sidecar_writer_rank = staticmethod(lambda last: last)
-        if rank == 1:
-            _truncate_second_config_write(dest)
+        _interleave_config_writes(rank, dest)
     error = None
     with _common.cpu_cuda_shims():
         try:
@@ -267,35 +269,36 @@ def _mcore_rank(rank: int, world: int, case: str, reference: str, dest: str) -> 
     ps.destroy_model_parallel()
 
 
-def _truncate_second_config_write(dest: str) -> None:
-    """On this rank, the config.json write lands after the writer rank's and stops half way
-    (see module docstring)."""
+def _interleave_config_writes(rank: int, dest: str) -> None:
+    """Both ranks write config.json (`PretrainedConfig.to_json_file`); rank 0's write is
+    complete first (it leaves a marker beside the export folder), then rank 1's lands and is
+    cut off half way (see module docstring)."""
     import time
 
     from transformers import PretrainedConfig
 
     real = PretrainedConfig.to_json_file
+    target = (Path(dest) / "config.json").resolve()
+    marker = Path(dest).parent / f".{Path(dest).name}-config-written"
 
-    def half_write(self: Any, json_file_path: Any, use_diff: bool = True) -> None:
-        target = Path(json_file_path)
-        if target.resolve() != (Path(dest) / "config.json").resolve():
+    def interleaved(self: Any, json_file_path: Any, use_diff: bool = True) -> None:
+        if Path(json_file_path).resolve() != target:
             return real(self, json_file_path, use_diff)
-        # Same config on both ranks: wait until the writer rank's text is on disk (a copy of
-        # the reference's config.json lands there first and does not count).
-        text = self.to_json_string(use_diff=use_diff)
+        if rank == 0:
+            real(self, json_file_path, use_diff)
+            marker.touch()
+            return None
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if target.read_text() == text:
-                    break
-            except OSError:
-                pass
+        while not marker.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("the writer rank never wrote config.json")
             time.sleep(0.05)
-        else:
-            raise TimeoutError("the writer rank never wrote config.json")
+        marker.unlink()
+        text = self.to_json_string(use_diff=use_diff)
         target.write_text(text[: len(text) // 2])
+        return None
 
-    PretrainedConfig.to_json_file = half_write  # type: ignore[method-assign]
+    PretrainedConfig.to_json_file = interleaved  # type: ignore[method-assign]
 
 
 def _compare_with_model(model: Any, dest: Path) -> bool:
