@@ -67,7 +67,8 @@ $(WSTAMP): $(WRITERS_PINS)
 	$(WPY) -m pip install --quiet --no-deps -c $(WRITERS_PINS) nemo-automodel
 	touch $(WSTAMP)
 
-# Rewrites every golden fixture and tests/fixtures/writers/MANIFEST.json from scratch.
+# Rewrites every golden fixture and tests/fixtures/writers/MANIFEST.json from scratch (a few
+# minutes on 2 cores). PYTHONHASHSEED pins set/dict orders that Python-side writers may use.
 fixtures: $(WSTAMP)
 	rm -rf tests/fixtures/writers
 	@for s in $(WRITER_SCRIPTS); do \

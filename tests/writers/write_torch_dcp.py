@@ -20,7 +20,10 @@ distributed (`writer_state`), and of PyTorch's own consolidator
 (`torch.distributed.checkpoint._consolidate_hf_safetensors.consolidate_safetensors_files`) run
 on the healthy output (`torch_consolidated`, or the error it raised: in torch 2.13 it sizes
 every dtype with `torch.finfo` and fails on integer and bool tensors). No shim: DCP runs on the
-CPU with gloo as it is. Deterministic: a second run gives byte-identical files.
+CPU with gloo as it is. Volatile bytes, left as written: the safetensors library (0.8) writes
+the `__metadata__` object from a Rust HashMap, so the order of its three keys (`format`,
+`DCP_VERSION`, `DCP_SHARDING_INFO`) changes from run to run; every tensor entry and every data
+byte is identical across runs.
 """
 
 from __future__ import annotations
