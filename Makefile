@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint format lab bench docs clean
+.PHONY: demo test lint format lab bench docs clean fixtures
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -53,6 +53,33 @@ lab: $(STAMP) $(LAB_DEMO)
 	$(PY) -m ipykernel install --sys-prefix >/dev/null
 	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
 		--ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+
+# The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP)
+# live in their own virtual environment, pinned by tests/writers/constraints.txt; `make test`
+# never needs them: the tests read the committed fixtures and MANIFEST.json.
+WRITERS_VENV ?= build/writers-venv
+WPY := $(WRITERS_VENV)/bin/python
+WSTAMP := $(WRITERS_VENV)/.installed-stamp
+WRITERS_PINS := tests/writers/constraints.txt
+WRITER_SCRIPTS := write_megatron write_modelopt write_automodel write_torch_dcp write_transformers
+
+$(WSTAMP): $(WRITERS_PINS)
+	$(PYTHON) -m venv $(WRITERS_VENV)
+	$(WPY) -m pip install --quiet "$(TORCH_PIN)"
+	$(WPY) -m pip install --quiet -c $(WRITERS_PINS) megatron-core nvidia-modelopt transformers \
+		safetensors psutil requests
+	$(WPY) -m pip install --quiet --no-deps -c $(WRITERS_PINS) nemo-automodel
+	touch $(WSTAMP)
+
+# Rewrites every golden fixture and tests/fixtures/writers/MANIFEST.json from scratch (a few
+# minutes on 2 cores). PYTHONHASHSEED pins set/dict orders that Python-side writers may use.
+fixtures: $(WSTAMP)
+	rm -rf tests/fixtures/writers
+	@for s in $(WRITER_SCRIPTS); do \
+		echo "== $$s"; \
+		PYTHONHASHSEED=0 PYTHONWARNINGS=ignore $(WPY) tests/writers/$$s.py || exit 1; \
+	done
+	@du -sh tests/fixtures/writers
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
