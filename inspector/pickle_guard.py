@@ -35,13 +35,12 @@ from __future__ import annotations
 import _compat_pickle
 import io
 import pickletools
-import reprlib
 import zipfile
 from dataclasses import dataclass
 from typing import Any
 
 from inspector.errors import UnsafeInputError
-from inspector.findings import Finding, make_finding
+from inspector.findings import Finding, make_finding, short_repr
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -899,26 +898,6 @@ def _zip_pickles(data: bytes, cap: int) -> list[bytes]:
         raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
     except OSError as exc:  # zlib and CRC errors surface as OSError subclasses in places
         raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
-
-
-# -- showing untrusted values -----------------------------------------------------------------
-
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel = 3
-_SHORT.maxtuple = _SHORT.maxlist = _SHORT.maxset = _SHORT.maxfrozenset = 6
-_SHORT.maxdict = 4
-_SHORT.maxstring = _SHORT.maxother = 80
-_SHORT.maxlong = 40
-
-
-def short_repr(value: Any, *, limit: int = 200) -> str:
-    """A bounded description of an untrusted value: visits at most a few hundred nodes
-    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time)."""
-    try:
-        text = value if type(value) is str else _SHORT.repr(value)
-    except Exception as exc:  # a hostile __repr__ cannot exist (nothing is imported), but
-        text = f"<{type(value).__name__}: {type(exc).__name__}>"  # never let one escape
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def refusal_finding(rel: str, exc: HostilePickleError | PickleBombError) -> Finding:

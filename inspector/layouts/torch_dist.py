@@ -37,6 +37,7 @@ from inspector.safe_pickle import (
     TorchDtype,
     load_dcp_metadata,
 )
+from inspector.units import format_count
 
 __all__ = [
     "NAME",
@@ -743,7 +744,8 @@ def chunk_coverage(size: tuple[int, ...], chunks: Iterable[_Chunk]) -> tuple[str
             o + s > d for o, s, d in zip(offsets, sizes, size, strict=True)
         ):
             return "torch-dist-chunk-gap", (
-                f"include offsets {offsets} with sizes {sizes}, outside the global size {size}"
+                f"include offsets {short_repr(offsets)} with sizes {short_repr(sizes)}, "
+                f"outside the global size {short_repr(size)}"
             )
     if total == 0:
         return None
@@ -758,7 +760,8 @@ def chunk_coverage(size: tuple[int, ...], chunks: Iterable[_Chunk]) -> tuple[str
         sorted({0, d, *(o[i] for o, _ in chunks), *(o[i] + s[i] for o, s in chunks)})
         for i, d in enumerate(size)
     ]
-    if math.prod(len(b) - 1 for b in bounds) > _MAX_CELLS:
+    # numpy arrays have at most 64 axes: a hostile 400-axis size gets the volume check only.
+    if len(size) > 32 or math.prod(len(b) - 1 for b in bounds) > _MAX_CELLS:
         if volume == total:
             return None
         return _volume_only(volume, total, size)
@@ -787,10 +790,12 @@ def _regular_grid(size: tuple[int, ...], chunks: list[_Chunk]) -> bool:
 def _volume_only(volume: int, total: int, size: tuple[int, ...]) -> tuple[str, str]:
     if volume < total:
         return "torch-dist-chunk-gap", (
-            f"cover at most {volume:,} of the {total:,} elements of the global size {size}"
+            f"cover at most {format_count(volume)} of the {format_count(total)} elements of "
+            f"the global size {short_repr(size)}"
         )
     return "torch-dist-chunk-overlap", (
-        f"hold {volume:,} elements for a global size {size} of {total:,}: chunks overlap"
+        f"hold {format_count(volume)} elements for a global size {short_repr(size)} of "
+        f"{format_count(total)}: chunks overlap"
     )
 
 
