@@ -65,7 +65,7 @@ class PickleLimits:
     `max_objects` is `objects_floor + objects_per_byte * len(data)`: proportional to the
     file, so a real `.metadata` of millions of entries passes while a 100-byte bomb cannot
     expand to a million objects. Real files stay well below one object per byte (DCP
-    `.metadata`: about 0.6; each object is at least one opcode of one byte, and shared
+    `.metadata`: about 0.3; each object is at least one opcode of one byte, and shared
     references mostly point at small objects such as field names and dtypes)."""
 
     max_depth: int = 100
@@ -389,6 +389,7 @@ class _Audit:
         atom, mark_obj, from_bytes = _ATOM, _MARK_OBJ, int.from_bytes
         kinds, skip = _KIND, _ATOM_ARG
         build, tuple1, setitems = _B["BUILD"], _B["TUPLE1"], _B["SETITEMS"]
+        empty_tuple = _B["EMPTY_TUPLE"]
         while True:
             code = data[pos]
             pos += 1
@@ -413,7 +414,8 @@ class _Audit:
                 push(mark_obj)
                 marks.append(len(stack))
             elif kind == _K_EMPTY:
-                push([1, 1, False])
+                # An empty tuple holds nothing and never changes: a scalar for the bounds.
+                push(atom if code == empty_tuple else [1, 1, False])
             elif kind == _K_CALL:
                 args = pop()
                 func = pop()
@@ -473,15 +475,27 @@ class _Audit:
                 elif target is mark_obj:
                     raise IndexError
             elif kind == _K_TUPLE:
-                items = [pop()] if code == tuple1 else [pop(), pop()]
-                size, depth = 1, 1
-                for item in items:
+                item = pop()
+                if code == tuple1:
                     if type(item) is list:
-                        size += item[0]
-                        if item[1] >= depth:
-                            depth = item[1] + 1
+                        size, depth = item[0] + 1, item[1] + 1
                     elif item is mark_obj:
                         raise IndexError
+                    else:
+                        size, depth = 2, 1
+                else:
+                    other = pop()
+                    if item is mark_obj or other is mark_obj:
+                        raise IndexError
+                    size, depth = 1, 1
+                    if type(item) is list:
+                        size, depth = size + item[0], item[1] + 1
+                    else:
+                        size += 1
+                    if type(other) is list:
+                        size += other[0]
+                        if other[1] >= depth:
+                            depth = other[1] + 1
                     else:
                         size += 1
                 if depth > max_depth or size > max_objects:

@@ -157,6 +157,9 @@ class StandIn:
     """
 
     kind = "StandIn"
+    # NEWOBJ creates instances without calling __init__; a stream with no BUILD after it
+    # leaves this class default.
+    state: Any = None
 
     def __init__(self) -> None:
         self.state: Any = None
