@@ -824,7 +824,8 @@ _HOSTILE_NAMES = _words(
     """system popen Popen eval exec execfile compile __import__ getattr setattr delattr
     __getattribute__ __getattr__ __reduce__ __reduce_ex__ __subclasses__ __globals__
     __builtins__ load loads open remove unlink rmtree rmdir rename kill fork spawn
-    check_call check_output call run_path run_module"""
+    check_call check_output call run_path run_module write_text write_bytes touch mkdir
+    symlink_to hardlink_to chmod replace"""
 )
 
 
@@ -832,10 +833,10 @@ def hostile_globals(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     """The names that can run code or reach the system (`subprocess.Popen`, `builtins.eval`,
     `os.system`, `operator.attrgetter`, `torch.load`...), in input order.
 
-    A name we merely do not know (a training script's config class) is not hostile: the
-    readers turn it into an inert record or refuse it as unreadable. A name with a dotted
-    attribute path (`Path.write_text`) or one that cannot be read is hostile: pickles of
-    data name classes and factory functions directly."""
+    A name we merely do not know (a training script's config class, a nested class
+    `module:Outer.Inner`) is not hostile: the readers turn it into an inert record or refuse
+    it as unreadable. An attribute path through a dunder or to a method that acts
+    (`pathlib:Path.write_text`), and a name that cannot be read, are hostile."""
     return tuple(name for name in names if _is_hostile(name))
 
 
@@ -843,7 +844,15 @@ def _is_hostile(full: str) -> bool:
     if full.startswith("<"):
         return "not a short string" in full
     if ":" in full:
-        return True  # an attribute path, "module:Class.method": data never needs one
+        # An attribute path: a nested class ("module:Outer.Inner") is data; a dunder step
+        # (`__globals__`, `__init__`) or a method that acts is a gadget.
+        module, _, path = full.partition(":")
+        steps = path.split(".")
+        return (
+            module.split(".", 1)[0] in _HOSTILE_MODULES
+            or any(step.startswith("__") for step in steps)
+            or any(step in _HOSTILE_NAMES for step in steps[1:])
+        )
     module, _, name = full.rpartition(".")
     top = module.split(".", 1)[0]
     if top in ("builtins", "__builtin__") and name in _INERT_BUILTINS and "." not in module[8:]:

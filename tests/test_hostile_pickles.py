@@ -236,6 +236,7 @@ def test_unknown_classes_are_not_hostile() -> None:
         "pathlib.PosixPath",
         "numpy.core.multiarray._reconstruct",
         "numpy.dtype",
+        "megatron.training.config:TrainingConfig.Mode",  # a nested class (protocol 4)
     ]
     assert hostile_globals(honest) == ()
     hostile = [
@@ -251,6 +252,7 @@ def test_unknown_classes_are_not_hostile() -> None:
         "torch.load",
         "numpy.load",
         "pathlib:Path.write_text",
+        "mymodule:Config.__init__.__globals__",
         "webbrowser.open",
         "some.module.popen2",
     ]
