@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test lint format lab bench docs clean fixtures
+.PHONY: demo test fuzz lint format lab bench docs clean fixtures
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -27,6 +27,13 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks
 	$(PY) -m pytest
+	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+# Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
+# not installed), bounded in time; `make fuzz FUZZ_SECONDS=3600` for a longer hunt.
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -22,6 +23,7 @@ __all__ = [
     "EXIT_OK",
     "PLUGIN_GROUP",
     "add_path_arguments",
+    "describe_os_error",
     "main",
     "scan_from_args",
 ]
@@ -30,17 +32,77 @@ EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code: 0 clean, 1 findings (or a refused plan),
+    2 the command could not do its work (one line on stderr says which file, what failed and
+    what to do; never a traceback)."""
     parser = _parser()
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)
-    except InspectorError as exc:
-        print(f"ckpt-inspect: {exc}", file=sys.stderr)
-        return EXIT_CANNOT
     except BrokenPipeError:
         return EXIT_OK
+    except InspectorError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(describe_os_error(exc, command=args.command, path=_main_path(args)))
+    except MemoryError:
+        _fail(f"{args.command}: out of memory; close other programs or use a larger machine")
+    except KeyboardInterrupt:
+        _fail(f"{args.command}: interrupted")
+        return 130
+    return EXIT_CANNOT
+
+
+def _fail(message: str) -> None:
+    # One line: a message that spans lines would be cut apart by log collectors.
+    print(f"ckpt-inspect: {' '.join(message.split())}", file=sys.stderr)
+
+
+def _main_path(args: argparse.Namespace) -> Path | None:
+    for name in ("dest", "path", "src", "a", "outdir"):
+        value = getattr(args, name, None)
+        if isinstance(value, Path):
+            return value
+    return None
+
+
+# errno -> (what failed, what to do). The errors people meet on shared and network storage.
+_OS_ERRORS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("no space left on the device", "free space there, or write somewhere else"),
+    errno.EDQUOT: ("disk quota exceeded", "free space in your quota, or write somewhere else"),
+    errno.EFBIG: (
+        "file too large (for this file system, or the process file-size limit `ulimit -f`)",
+        "raise the limit or write to another file system",
+    ),
+    errno.EROFS: (
+        "read-only file system",
+        "work on a writable copy of the checkpoint, or use --dry-run",
+    ),
+    errno.EACCES: ("permission denied", "check the permissions, or work on a copy you own"),
+    errno.EPERM: ("operation not permitted", "check the permissions, or work on a copy you own"),
+    errno.ELOOP: (
+        "too many levels of symbolic links (a link loop)",
+        "remove or fix the link",
+    ),
+    errno.ENOENT: ("no such file or folder", "check the path"),
+    errno.ENOTDIR: ("a part of the path is not a folder", "check the path"),
+    errno.EISDIR: ("is a folder where a file was expected", "check the path"),
+    errno.ENAMETOOLONG: ("file name too long", "use a shorter path"),
+    errno.EIO: ("input/output error", "check the disk or the network file system"),
+    errno.EMFILE: ("too many open files", "raise the limit (ulimit -n) and run again"),
+    errno.ENFILE: ("too many open files in the system", "close other programs and run again"),
+    errno.ESTALE: ("stale network file handle", "remount the file system and run again"),
+}
+
+
+def describe_os_error(exc: OSError, *, command: str, path: Path | None = None) -> str:
+    """One line for an OSError: command, file, what failed (with the errno name), what to do."""
+    what, todo = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "check the file"))
+    code = errno.errorcode.get(exc.errno or 0, "")
+    file = exc.filename if exc.filename is not None else path
+    where = f"{file}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    return f"{command}: {where or 'a file'}: {what}{f' [{code}]' if code else ''}; {todo}"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,6 +164,17 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    journal = p.add_mutually_exclusive_group()
+    journal.add_argument(
+        "--recover",
+        action="store_true",
+        help="show the folder's unfinished write journal and, confirmed, finish it",
+    )
+    journal.add_argument(
+        "--discard-journal",
+        action="store_true",
+        help="show the folder's unfinished write journal and remove it (its files stay)",
+    )
     p.set_defaults(func=_cmd_repair, layout=None)
 
     p = sub.add_parser("consolidate", help="turn DCP-sharded safetensors into an HF checkpoint")
@@ -206,6 +279,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_repair(args: argparse.Namespace) -> int:
     from inspector.repair import plan_repair
 
+    if args.recover or args.discard_journal:
+        return _journal_command(args)
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
     if only and "reshard" in only:
@@ -240,6 +315,33 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     else:
         print("re-check: no findings")
     return EXIT_FOUND if plan.refused else EXIT_OK
+
+
+def _journal_command(args: argparse.Namespace) -> int:
+    """`repair --recover` / `--discard-journal`: the user decides about a journal that was
+    not replayed on its own (written elsewhere, by someone else, or before a reboot)."""
+    from inspector.atomic import JOURNAL, discard_journal, folder_lock, read_journal, recover
+
+    root = args.path
+    journal = read_journal(root)
+    if journal is None:
+        print(f"{root}: no unfinished write journal")
+        return EXIT_OK
+    print(journal.describe())
+    verb = "finish" if args.recover else "remove"
+    if args.dry_run:
+        return EXIT_OK
+    if not args.yes and not _confirm(f"{verb} this journal?"):
+        print(f"not done (use --yes to {verb} it without asking)")
+        return EXIT_FOUND
+    with folder_lock(root):
+        if args.discard_journal:
+            discard_journal(root)
+            print(f"removed {root / JOURNAL}; the files it names are untouched")
+            return EXIT_OK
+        done = recover(root, confirmed=True)
+    print(f"renamed {len(done)} files" + (f": {', '.join(done[:20])}" if done else ""))
+    return EXIT_OK
 
 
 def _confirm(question: str) -> bool:

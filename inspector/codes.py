@@ -50,8 +50,9 @@ GROUPS = (
     "DCP-sharded safetensors",
     "Megatron torch_dist",
     "Tensor data (check --deep)",
+    "Files the checkpoint cannot safely give us",
 )
-_S, _I, _P, _M, _D, _T, _X = GROUPS
+_S, _I, _P, _M, _D, _T, _X, _U = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -417,6 +418,23 @@ class Code(StrEnum):
         _N,
         _X,
         "One tensor name in several shards with the same bytes; harmless but wasteful.",
+    )
+    # -- untrusted input refused ---------------------------------------------------------------
+    PICKLE_HOSTILE = (
+        "pickle-hostile",
+        _E,
+        _U,
+        "A pickle (.metadata, common.pt, common state) names callables that run code or reach "
+        "the system (subprocess.Popen, eval, os.system...). Refused before unpickling, nothing "
+        "ran; do not load this checkpoint with plain torch.load or pickle.",
+    )
+    PICKLE_BOMB = (
+        "pickle-bomb",
+        _E,
+        _U,
+        "A pickle would take unbounded work or memory to unpickle (shared references that "
+        "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
+        "Refused before unpickling; the file was crafted or is corrupt.",
     )
 
 

@@ -813,7 +813,9 @@ def _write_output(
     final = plan.dest / output.name
     partial = final.with_name(final.name + ".partial")
     sources = _SourceFiles(plan.source)
-    fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    # O_NOFOLLOW: a link planted under the partial name must not be written through.
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(partial, flags, 0o644)
     try:
         _pwrite_all(fd, output.header, 0)
         bar.add(len(output.header))
@@ -825,6 +827,11 @@ def _write_output(
                 _copy_pieces(sources, fd, base + tensor.begin, tensor, bar)
             else:
                 _assemble(sources, fd, base + tensor.begin, tensor, bar)
+    except OSError as exc:
+        os.close(fd)
+        if exc.filename is None:  # a write by descriptor: name the file (ENOSPC, EFBIG...)
+            raise OSError(exc.errno, exc.strerror, str(partial)) from exc
+        raise
     except BaseException:
         os.close(fd)
         raise

@@ -11,9 +11,10 @@ there are and where. The full lists are always in the tables.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inspector.codes import CODE_HELP, CODES, Code, Severity, severity_rank
 
@@ -34,6 +35,7 @@ __all__ = [
     "fold_ranges",
     "make_finding",
     "severity_rank",
+    "short_repr",
     "sort_findings",
 ]
 
@@ -171,3 +173,23 @@ def examples(items: Sequence[str], *, limit: int = 3) -> str:
     shown = ", ".join(items[:limit])
     rest = len(items) - limit
     return f"{shown} and {rest} more" if rest > 0 else shown
+
+
+# Values from checkpoint files quoted in messages: bounded, so a finding never echoes much of
+# a file and never walks a whole (possibly shared, deep) structure to print it.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 3
+_SHORT.maxtuple = _SHORT.maxlist = _SHORT.maxset = _SHORT.maxfrozenset = 6
+_SHORT.maxdict = 4
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlong = 40
+
+
+def short_repr(value: Any, *, limit: int = 200) -> str:
+    """A bounded description of an untrusted value: visits at most a few hundred nodes
+    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time)."""
+    try:
+        text = value if type(value) is str else _SHORT.repr(value)
+    except Exception as exc:  # a hostile __repr__ cannot exist (nothing is imported), but
+        text = f"<{type(value).__name__}: {type(exc).__name__}>"  # never let one escape
+    return text if len(text) <= limit else text[: limit - 3] + "..."

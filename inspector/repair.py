@@ -179,6 +179,13 @@ def plan_index(
     old_meta = dict(metadata)
     metadata["total_size"] = sum(sizes[n][0] for n in chosen)
     metadata["total_parameters"] = sum(sizes[n][1] for n in chosen)
+    if metadata["total_parameters"] >= 2**63:
+        huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
+        why = (
+            f"tensor shapes {examples(huge)} multiply out past 2**63 elements, which no file "
+            "holds (see size-mismatch); fix or remove those shards before rebuilding the index"
+        )
+        return RepairPlan(scanned.path, refused=(why,), notes=notes)
     raw = dict(scanned.index.raw) if scanned.index else {}
     raw["metadata"] = metadata
     raw["weight_map"] = _keep_order(old_map, chosen)

@@ -16,7 +16,14 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from inspector.atomic import apply_renames, folder_lock, new_backup_dir, recover
+from inspector.atomic import (
+    STAGING,
+    apply_renames,
+    folder_lock,
+    fresh_staging,
+    new_backup_dir,
+    recover,
+)
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
@@ -27,7 +34,6 @@ from inspector.units import SHARD_SPLIT_SIZE, parse_size
 
 __all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
 
-STAGING = ".ckpt-inspect-reshard"
 _LAYOUTS = ("hf-sharded", "safetensors-single")
 
 
@@ -86,8 +92,9 @@ class ReshardPlan:
             return RepairResult((), None, tuple(check(scan(self.root))))
         with folder_lock(self.root):
             recover(self.root)
-            staging = self.root / STAGING
-            shutil.rmtree(staging, ignore_errors=True)
+            # A planted link named like the staging folder would send the copy out of the
+            # checkpoint: fresh_staging refuses it and creates a real folder.
+            staging = fresh_staging(self.root)
             self.copy.execute(progress=progress, verify=False)
             backup_dir = new_backup_dir(self.root)
             rel_backup = backup_dir.relative_to(self.root).as_posix()

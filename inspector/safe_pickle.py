@@ -20,11 +20,22 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
 from inspector.errors import UnsafeInputError
+from inspector.pickle_guard import (
+    HostilePickleError,
+    PickleBombError,
+    PickleFormatError,
+    audit_pickle,
+    hostile_globals,
+    short_repr,
+)
 
 __all__ = [
     "TORCH_DTYPES",
     "Dims",
+    "HostileGlobalError",
+    "HostilePickleError",
     "MetadataFormatError",
+    "PickleBombError",
     "RefusedGlobalError",
     "StandIn",
     "TorchDtype",
@@ -101,9 +112,20 @@ class RefusedGlobalError(UnsafeInputError):
     def __init__(self, module: str, name: str) -> None:
         self.module = module
         self.name = name
+        shown = short_repr(f"{module}.{name}", limit=160)
         super().__init__(
-            f"pickles {module}.{name}, which is not a DCP metadata class; refused, not executed"
+            f"pickles {shown}, which is not a DCP metadata class; refused, not executed"
         )
+
+
+class HostileGlobalError(RefusedGlobalError, HostilePickleError):
+    """The pickle names callables that run code or reach the system (`os.system`,
+    `builtins.eval`...): refused like any global outside the allow-list, and reported as a
+    hostile file."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        HostilePickleError.__init__(self, names)
+        self.module, _, self.name = names[0].rpartition(".")
 
 
 class MetadataFormatError(ValueError):
@@ -135,6 +157,9 @@ class StandIn:
     """
 
     kind = "StandIn"
+    # NEWOBJ creates instances without calling __init__; a stream with no BUILD after it
+    # leaves this class default.
+    state: Any = None
 
     def __init__(self) -> None:
         self.state: Any = None
@@ -286,9 +311,23 @@ class _DcpUnpickler(pickle.Unpickler):
 def load_dcp_metadata(data: bytes) -> StandIn:
     """Unpickle `.metadata` bytes into stand-ins; returns the `Metadata` stand-in.
 
-    Raises `RefusedGlobalError` when the pickle names anything outside the allow-list and
+    The stream is audited first (`inspector.pickle_guard`), so nothing is unpickled that
+    would take unbounded work. Raises `HostilePickleError` when the pickle names callables
+    that run code, `RefusedGlobalError` when it names anything else outside the
+    allow-list, `PickleBombError` when unpickling it would take unbounded work, and
     `MetadataFormatError` when the bytes are truncated, corrupt, or not DCP metadata.
     """
+    try:
+        audit = audit_pickle(data)
+    except PickleFormatError as exc:
+        raise MetadataFormatError(str(exc)) from None
+    hostile = hostile_globals(audit.globals)
+    if hostile:
+        raise HostileGlobalError(hostile)
+    for name in audit.globals:
+        module, _, attr = name.rpartition(".")
+        if (module, attr) not in _ALLOWED and (module, attr) != ("torch", "Size"):
+            raise RefusedGlobalError(module, attr)
     try:
         value = _DcpUnpickler(io.BytesIO(data)).load()
     except (RefusedGlobalError, MetadataFormatError):
@@ -298,7 +337,7 @@ def load_dcp_metadata(data: bytes) -> StandIn:
     # mean "not readable", never a crash of the scan.
     except Exception as exc:
         raise MetadataFormatError(
-            f"is not a readable pickle ({type(exc).__name__}: {exc})"
+            f"is not a readable pickle ({type(exc).__name__}: {short_repr(str(exc))})"
         ) from None
     if not isinstance(value, StandIn) or value.kind not in ("Metadata", "MCoreMetadata"):
         kind = value.kind if isinstance(value, StandIn) else type(value).__name__

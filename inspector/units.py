@@ -16,6 +16,7 @@ __all__ = [
     "DECIMAL_UNITS",
     "SHARD_SPLIT_SIZE",
     "format_bytes",
+    "format_count",
     "parse_size",
     "scale_for",
 ]
@@ -74,6 +75,21 @@ def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.{digits}f} {unit}"
         value /= base
     raise AssertionError("unreachable")
+
+
+# Past this a count cannot be real (more elements than any storage holds): printed by its
+# order of magnitude. Python refuses to print ints over 4300 digits, and a hostile shape such
+# as [2**40] * 400 multiplies out to 4,817 digits.
+_COUNT_LIMIT = 10**30
+
+
+def format_count(n: int) -> str:
+    """`1,234,567`, or `more than 10^4816` for a count no checkpoint can hold (a hostile
+    shape multiplied out): never fails, never prints thousands of digits."""
+    if -_COUNT_LIMIT < n < _COUNT_LIMIT:
+        return f"{n:,}"
+    digits = int((abs(n).bit_length() - 1) * math.log10(2))
+    return f"{'-' if n < 0 else ''}more than 10^{digits}"
 
 
 def scale_for(largest: float, *, binary: bool = False) -> tuple[float, str]:

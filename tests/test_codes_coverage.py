@@ -657,6 +657,41 @@ def test_code_torch_dist_common_unreadable(megatron: Path) -> None:
     assert f.file == f"{ITER}/common.pt"
 
 
+# -- files the checkpoint cannot safely give us ------------------------------------------------
+
+
+class _CallsOsSystem:
+    """Pickles as `os.system(command)`: plain pickle.load / torch.load would run it."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):
+        return (os.system, (self.command,))
+
+
+def test_code_pickle_hostile(megatron: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    from inspector.demo.torch_dist import RerunState, megatron_common_state, megatron_pickle_names
+
+    state = megatron_common_state(world_size=1, rerun_state=RerunState.NOT_RUNNING_YET)
+    state["optimizer"] = _CallsOsSystem(f"touch {marker}")
+    with megatron_pickle_names():
+        torch.save(state, megatron / ITER / "common.pt")
+    f = one(run(megatron), "pickle-hostile")
+    assert not marker.exists()
+    assert f.file == f"{ITER}/common.pt" and "system" in f.message and "nothing ran" in f.message
+
+
+def test_code_pickle_bomb(megatron: Path) -> None:
+    # A 250-byte `.metadata` whose dict key is a tuple shared 40 levels deep through the
+    # memo: hashing it would take 2**40 steps.
+    body = b")\x94" + b"".join(b"h%ch%c\x86\x94" % (i, i) for i in range(40))
+    (megatron / ITER / ".metadata").write_bytes(b"\x80\x04}" + body + b"K\x01s.")
+    f = one(run(megatron), "pickle-bomb")
+    assert f.file == f"{ITER}/.metadata" and "refused before unpickling" in f.message
+
+
 # -- tensor data (check --deep) -------------------------------------------------------------------
 
 

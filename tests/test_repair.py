@@ -151,11 +151,11 @@ def test_interrupted_repair_leaves_originals_or_complete_files(
     real_replace = os.replace
     calls = {"n": 0}
 
-    def crashing_replace(src, dst):
+    def crashing_replace(src, dst, **dir_fds):
         if calls["n"] >= crash_after:
             raise KeyboardInterrupt("simulated kill")
         calls["n"] += 1
-        return real_replace(src, dst)
+        return real_replace(src, dst, **dir_fds)
 
     monkeypatch.setattr(atomic.os, "replace", crashing_replace)
     with pytest.raises(KeyboardInterrupt):

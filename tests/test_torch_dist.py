@@ -320,10 +320,12 @@ def test_malicious_metadata_is_refused_and_not_executed(demo: Path, tmp_path: Pa
     (demo / ITER / ".metadata").write_bytes(pickle.dumps(_RunsCode(marker)))
     scanned = scan(demo)
     assert not marker.exists()
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
+    # A global that runs code is reported as a hostile file, not merely an unreadable one.
+    assert codes(scanned.problems) == ["pickle-hostile"]
     msg = scanned.problems[0].message
-    assert f"pickles {os.system.__module__}.system" in msg
-    assert "not a DCP metadata class; refused, not executed" in msg
+    assert f"names {os.system.__module__}.system" in msg
+    assert "refused before unpickling (nothing ran)" in msg
+    assert scanned.problems[0].file == f"{ITER}/.metadata"
     assert scanned.torch_dist.tensors == {}
 
 
@@ -336,7 +338,7 @@ def test_payload_hidden_inside_real_metadata_is_refused(demo: Path, tmp_path: Pa
     rewrite_metadata(demo / ITER, hide_payload)
     scanned = scan(demo)
     assert not marker.exists()
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
+    assert codes(scanned.problems) == ["pickle-hostile"]
     with pytest.raises(RefusedGlobalError):
         load_dcp_metadata((demo / ITER / ".metadata").read_bytes())
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,9 +35,10 @@ from functools import cached_property
 from itertools import compress, repeat
 from pathlib import PurePosixPath
 
-from inspector.findings import Finding, examples, fold_ranges, make_finding
+from inspector.findings import Finding, examples, fold_ranges, make_finding, short_repr
 from inspector.model import IndexDoc
 from inspector.safetensors_header import ShardHeader
+from inspector.units import format_count
 
 __all__ = [
     "DETAIL_PER_FILE",
@@ -564,7 +566,8 @@ def _total_size(
     stated = parse_count(index.metadata["total_size"])
     head = f"{index.file} metadata.total_size"
     if stated is None:
-        msg = f"{head} is {index.metadata['total_size']!r}, not a byte count; expected {unique:,}"
+        shown = short_repr(index.metadata["total_size"], limit=80)
+        msg = f"{head} is {shown}, not a byte count; expected {unique:,}"
         return make_finding("total-size-mismatch", msg, file=index.file)
     if stated == unique:
         return None
@@ -602,7 +605,10 @@ def _total_parameters(index: IndexDoc, unique: int, copies: int, drift: _Drift) 
     stated = parse_count(index.metadata["total_parameters"])
     head = f"{index.file} metadata.total_parameters"
     if stated is None:
-        msg = f"{head} is {index.metadata['total_parameters']!r}, not a count; expected {unique:,}"
+        msg = (
+            f"{head} is {short_repr(index.metadata['total_parameters'], limit=80)}, not a count; "
+            f"expected {format_count(unique)}"
+        )
         return make_finding("total-parameters-mismatch", msg, file=index.file)
     if stated == unique:
         return None
@@ -616,8 +622,8 @@ def _total_parameters(index: IndexDoc, unique: int, copies: int, drift: _Drift) 
             "packed quantized weights count differently), so check before relying on it"
         )
     msg = (
-        f"{head} is {stated:,} but the shards hold {unique:,} elements (difference "
-        f"{stated - unique:+,}); {why}"
+        f"{head} is {format_count(stated)} but the shards hold {format_count(unique)} elements "
+        f"(difference {'+' if stated > unique else ''}{format_count(stated - unique)}); {why}"
     )
     return make_finding("total-parameters-mismatch", msg, file=index.file)
 
@@ -630,7 +636,9 @@ def parse_count(value: object) -> int | None:
         return value if value >= 0 else None
     if isinstance(value, float) and value.is_integer() and value >= 0:
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit():
+    # ASCII digits only, at most 20 of them: str.isdigit() accepts "²", which int() refuses,
+    # and int() refuses strings over 4300 digits.
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,20}", value.strip()):
         return int(value.strip())
     return None
 

@@ -52,7 +52,16 @@ def list_safetensors(folder: Path) -> list[Path]:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError:
         return []
-    return [Path(e.path) for e in entries if e.name.endswith(".safetensors") and e.is_file()]
+    return [Path(e.path) for e in entries if e.name.endswith(".safetensors") and _is_file(e)]
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """A file, or an entry that cannot even be stat'ed (a symlink loop, ELOOP): listed so
+    that reading it reports why, instead of the listing raising."""
+    try:
+        return entry.is_file()
+    except OSError:
+        return True
 
 
 def read_shards(
@@ -80,7 +89,10 @@ def read_index_doc(
         return None, [make_finding(unreadable_code, f"{rel} {problem}", file=rel)]
     weight_map = value.get("weight_map") if isinstance(value, dict) else None
     # Values repeat (hundreds of files for 300k tensors): validate each distinct one once.
-    values = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    try:
+        values = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    except TypeError:  # an object or list as a value: unhashable, and not a file name
+        values = {None}
     if (
         not isinstance(weight_map, dict)
         or not all(type(v) is str for v in values)

@@ -25,15 +25,19 @@ from inspector._gc import gc_paused
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.model import LogicalTensors, ScannedCheckpoint, TorchDistInfo, TorchDistTensor
+from inspector.pickle_guard import audit_torch_save, refusal_finding, short_repr
 from inspector.safe_pickle import (
     TORCH_DTYPES,
     Dims,
+    HostilePickleError,
     MetadataFormatError,
+    PickleBombError,
     RefusedGlobalError,
     StandIn,
     TorchDtype,
     load_dcp_metadata,
 )
+from inspector.units import format_count
 
 __all__ = [
     "NAME",
@@ -266,6 +270,8 @@ def _read_metadata(
     with gc_paused():
         try:
             meta = load_dcp_metadata(data)
+        except (HostilePickleError, PickleBombError) as exc:
+            return {}, [], {}, [refusal_finding(rel, exc)]
         except RefusedGlobalError as exc:
             return unreadable(str(exc))
         except MetadataFormatError as exc:
@@ -289,7 +295,7 @@ def _convert_metadata(
         elif isinstance(key, str) and (tensor := _tensor_entry(entry)) is not None:
             tensors[key] = tensor
         else:
-            bad.append(str(key)[:200])
+            bad.append(short_repr(key))
     storage, bad_storage, unsafe = _storage_map(meta.get("storage_data"), prefix)
     problems = _metadata_problems(rel, entries, bad, bad_storage, unsafe)
     return tensors, byte_keys, storage, problems
@@ -354,10 +360,10 @@ def _storage_map(raw: Any, prefix: str) -> tuple[_Storage, list[str], list[str]]
             fqn, offset = istate["fqn"], istate.get("offset")
             path, start, length = fstate["relative_path"], fstate["offset"], fstate["length"]
         except (AttributeError, KeyError, TypeError):
-            bad.append(str(getattr(index, "state", index))[:200])
+            bad.append(short_repr(getattr(index, "state", index)))
             continue
         if type(fqn) is not str or type(path) is not str:
-            bad.append(str(fqn)[:200])
+            bad.append(short_repr(fqn))
         elif not (offset is None or type(offset) is Dims) or not _byte_range(start, length):
             bad.append(fqn)
         else:
@@ -494,12 +500,15 @@ def _load_common(
         return None, rel, [make_finding(code, msg, file=rel)]
     try:
         value = _unwrap_bytes_io(torch, _inert_torch_load(torch, read()))
+    except (HostilePickleError, PickleBombError) as exc:
+        return None, rel, [refusal_finding(rel, exc)]
     # torch.load on untrusted bytes raises many types (UnpicklingError, RuntimeError from the
     # zip reader, ValueError, EOFError...): each one is a finding, never a crash of the scan.
     except Exception as exc:
         msg = (
             f"{rel} cannot be read with torch.load(weights_only=True) "
-            f"({type(exc).__name__}: {str(exc)[:300]}); drift checks against it are skipped"
+            f"({type(exc).__name__}: {short_repr(str(exc), limit=300)}); drift checks against it "
+            "are skipped"
         )
         return None, rel, [make_finding(code, msg, file=rel)]
     if unwrap and isinstance(value, list) and len(value) == 1:
@@ -507,7 +516,7 @@ def _load_common(
     if not isinstance(value, dict):
         msg = f"{rel} holds a {type(value).__name__}, expected the common state dict"
         return None, rel, [make_finding(code, msg, file=rel)]
-    return _plain(value, depth=0), rel, []
+    return _plain(value, depth=0, seen={}), rel, []
 
 
 def _unwrap_bytes_io(torch: Any, value: Any) -> Any:
@@ -535,30 +544,39 @@ class _Opaque:
 
 def _inert_torch_load(torch: Any, data: bytes) -> Any:
     """`torch.load(weights_only=True)` where each global torch would refuse (Megatron enums,
-    `argparse.Namespace`...) is replaced by an `_Opaque` record: nothing is imported."""
+    `argparse.Namespace`...) is replaced by an `_Opaque` record: nothing is imported.
+
+    Every pickle in the file is audited first (`inspector.pickle_guard`): one naming
+    code-running callables or asking for unbounded work is refused before torch sees it.
+    Tensors load on the meta device: only dtype and shape are kept, so no storage size
+    the file claims is ever allocated."""
     import io
 
+    audit_torch_save(data, cap=COMMON_CAP)
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))
     except Exception:  # legacy (non-zip) format or a corrupt file: torch.load reports it
         names = []
     stand_ins = [(type("Opaque", (_Opaque,), {"qualname": n}), n) for n in names]
     with torch.serialization.safe_globals(stand_ins):
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="meta")
 
 
-def _plain(value: Any, *, depth: int) -> Any:
-    """Tensors -> `TensorSummary`, opaque records -> `PickledObject`, containers recursed."""
+def _plain(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
+    """Tensors -> `TensorSummary`, opaque records -> `PickledObject`, containers recursed.
+
+    `seen` converts each container once (by identity): a value shared a million times
+    through the pickle memo is walked once, so the walk is linear in the objects the file
+    holds, never in their expanded size."""
     if depth > 32:
         return "<nested too deep>"
-    if isinstance(value, dict):
-        return {k: _plain(v, depth=depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        items = [_plain(v, depth=depth + 1) for v in value]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, _Opaque):
-        args = tuple(_plain(a, depth=depth + 1) for a in value.args)
-        return PickledObject(value.qualname, args, _plain(value.state, depth=depth + 1))
+    if isinstance(value, (dict, list, tuple, _Opaque)):
+        key = id(value)
+        if key in seen:
+            return seen[key]
+        seen[key] = "<refers to itself>"  # a cycle (the audit refuses them) stays finite
+        seen[key] = _plain_container(value, depth=depth, seen=seen)
+        return seen[key]
     if (
         hasattr(value, "dtype")
         and hasattr(value, "shape")
@@ -566,6 +584,16 @@ def _plain(value: Any, *, depth: int) -> Any:
     ):
         return TensorSummary(str(value.dtype).removeprefix("torch."), tuple(value.shape))
     return value
+
+
+def _plain_container(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v, depth=depth + 1, seen=seen) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, depth=depth + 1, seen=seen) for v in value]
+        return items if isinstance(value, list) else tuple(items)
+    args = tuple(_plain(a, depth=depth + 1, seen=seen) for a in value.args)
+    return PickledObject(value.qualname, args, _plain(value.state, depth=depth + 1, seen=seen))
 
 
 # -- logical tensors --------------------------------------------------------------------
@@ -716,7 +744,8 @@ def chunk_coverage(size: tuple[int, ...], chunks: Iterable[_Chunk]) -> tuple[str
             o + s > d for o, s, d in zip(offsets, sizes, size, strict=True)
         ):
             return "torch-dist-chunk-gap", (
-                f"include offsets {offsets} with sizes {sizes}, outside the global size {size}"
+                f"include offsets {short_repr(offsets)} with sizes {short_repr(sizes)}, "
+                f"outside the global size {short_repr(size)}"
             )
     if total == 0:
         return None
@@ -731,7 +760,8 @@ def chunk_coverage(size: tuple[int, ...], chunks: Iterable[_Chunk]) -> tuple[str
         sorted({0, d, *(o[i] for o, _ in chunks), *(o[i] + s[i] for o, s in chunks)})
         for i, d in enumerate(size)
     ]
-    if math.prod(len(b) - 1 for b in bounds) > _MAX_CELLS:
+    # numpy arrays have at most 64 axes: a hostile 400-axis size gets the volume check only.
+    if len(size) > 32 or math.prod(len(b) - 1 for b in bounds) > _MAX_CELLS:
         if volume == total:
             return None
         return _volume_only(volume, total, size)
@@ -760,10 +790,12 @@ def _regular_grid(size: tuple[int, ...], chunks: list[_Chunk]) -> bool:
 def _volume_only(volume: int, total: int, size: tuple[int, ...]) -> tuple[str, str]:
     if volume < total:
         return "torch-dist-chunk-gap", (
-            f"cover at most {volume:,} of the {total:,} elements of the global size {size}"
+            f"cover at most {format_count(volume)} of the {format_count(total)} elements of "
+            f"the global size {short_repr(size)}"
         )
     return "torch-dist-chunk-overlap", (
-        f"hold {volume:,} elements for a global size {size} of {total:,}: chunks overlap"
+        f"hold {format_count(volume)} elements for a global size {short_repr(size)} of "
+        f"{format_count(total)}: chunks overlap"
     )
 
 
@@ -841,9 +873,11 @@ def _drift_finding(
     info: TorchDistInfo, rerun: dict, state: Any, *, world_size: int, lost: list, present: set
 ) -> Finding:
     common = info.common_file or "the common state"
-    said = f"mode {_enum(rerun.get('mode'))}"
+    # Values from the common state are untrusted: shown bounded, never str() of a whole tree.
+    said = f"mode {short_repr(_enum(rerun.get('mode')), limit=60)}"
     if "state" in rerun:
-        said += f", state {_state_name(state)}, iteration {rerun.get('current_iteration')}"
+        iteration = short_repr(rerun.get("current_iteration"), limit=40)
+        said += f", state {_state_name(state)}, iteration {iteration}"
     if not present:
         has = f"has no {RERUN_PREFIX}shard_* entries"
     else:
@@ -893,7 +927,7 @@ _RERUN_STATES = {
 
 
 def _state_name(state: Any) -> str:
-    return _RERUN_STATES.get(state, str(state)) if isinstance(state, int) else str(state)
+    return _RERUN_STATES.get(state, str(state)) if isinstance(state, int) else short_repr(state)
 
 
 def _world_size(info: TorchDistInfo, present: set[str]) -> int | None:

@@ -1,0 +1,219 @@
+"""Run the fuzz targets of `targets.py`: coverage-guided with atheris (libFuzzer) where it is
+installed, otherwise with hypothesis (random and shrinking, not coverage-guided).
+
+    python tests/fuzz/run.py --seconds 60              # all targets, time split evenly (CI)
+    python tests/fuzz/run.py --target pickle --seconds 600 --keep   # a longer hunt
+
+Each target starts from its corpus, `tests/fuzz/corpus/<target>/` (seeds and every crasher
+ever found, replayed by `tests/test_fuzz_corpus.py`). A crash, a hang (an input over
+`--timeout` seconds) or memory over `--rss-mb` fails the run; the input is written to
+`build/fuzz/<target>/` and its path printed: add it to the corpus with the fix. `--keep`
+also keeps the new corpus entries libFuzzer found there. The last line per target says how
+many cases ran, crashes, hangs, and the peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CORPUS = HERE / "corpus"
+NAMES = ("header", "index_json", "pickle")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=NAMES, action="append")
+    parser.add_argument("--seconds", type=float, default=60.0, help="total, split over targets")
+    parser.add_argument("--timeout", type=int, default=10, help="seconds one input may take")
+    parser.add_argument("--rss-mb", type=int, default=2048, help="memory limit of the run")
+    parser.add_argument("--seed", type=int, default=1, help="fixed for reproducible CI runs")
+    parser.add_argument("--keep", action="store_true", help="keep new corpus entries")
+    parser.add_argument("--engine", choices=("auto", "atheris", "hypothesis"), default="auto")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args, rest = parser.parse_known_args()
+    if args.child:
+        return _child(args.child, rest)
+    engine = args.engine
+    if engine == "auto":
+        engine = "atheris" if _has_atheris() else "hypothesis"
+    targets = args.target or list(NAMES)
+    per = args.seconds / len(targets)
+    failed = False
+    for name in targets:
+        run = _atheris if engine == "atheris" else _hypothesis
+        failed |= not run(name, per, args)
+    return 1 if failed else 0
+
+
+def _has_atheris() -> bool:
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _out_dir(name: str) -> Path:
+    out = REPO / "build" / "fuzz" / name
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+# -- atheris (libFuzzer) ------------------------------------------------------------------
+
+
+def _atheris(name: str, seconds: float, args: argparse.Namespace) -> bool:
+    out = _out_dir(name)
+    with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as scratch:
+        # New corpus entries go to a scratch folder first (libFuzzer writes into the first
+        # corpus folder); the committed corpus is only read.
+        work = out / "corpus" if args.keep else Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            name,
+            str(work),
+            str(CORPUS / name),
+            f"-max_total_time={max(1, int(seconds))}",
+            f"-timeout={args.timeout}",
+            f"-rss_limit_mb={args.rss_mb}",
+            f"-seed={args.seed}",
+            "-max_len=65536",
+            f"-artifact_prefix={out}/",
+            "-print_final_stats=1",
+        ]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        took = time.monotonic() - start
+    log = proc.stdout + proc.stderr
+    runs = _stat(log, "number_of_executed_units")
+    rss = _stat(log, "peak_rss_mb")
+    errors = re.findall(r"ERROR: libFuzzer: ([\w -]+)", log)
+    hangs = sum(e.startswith("timeout") for e in errors)
+    oom = sum(e.startswith("out-of-memory") for e in errors)
+    crashes = len(errors) - hangs - oom
+    artifacts = re.findall(r"Test unit written to (\S+)", log)
+    ok = proc.returncode == 0 and not errors
+    print(
+        f"fuzz {name}: atheris, {runs} cases in {took:.0f} s, {crashes} crashes, {hangs} hangs, "
+        f"{oom} over memory, peak RSS {rss} MB"
+        + ("" if ok else f"; FAILED (exit {proc.returncode}), inputs: {', '.join(artifacts)}")
+    )
+    if not ok:
+        print(log[-6000:], file=sys.stderr)
+    return ok
+
+
+def _stat(log: str, key: str) -> str:
+    found = re.findall(rf"stat::{key}:\s*(\d+)", log)
+    return found[-1] if found else "?"
+
+
+def _child(name: str, libfuzzer_args: list[str]) -> int:
+    """Inside the atheris process: instrument the package, then fuzz one target."""
+    import atheris
+
+    sys.path.insert(0, str(REPO))
+    with atheris.instrument_imports(include=["inspector"]):
+        import inspector.layouts._common
+        import inspector.layouts.torch_dist
+        import inspector.pickle_guard
+        import inspector.safe_pickle
+        import inspector.safetensors_header  # noqa: F401
+    sys.path.insert(0, str(HERE.parent))
+    from fuzz.targets import TARGETS
+
+    target = TARGETS[name]
+    atheris.Setup([sys.argv[0], *libfuzzer_args], target)
+    atheris.Fuzz()
+    return 0
+
+
+# -- hypothesis (fallback) --------------------------------------------------------------------
+
+
+def _hypothesis(name: str, seconds: float, args: argparse.Namespace) -> bool:
+    import resource
+
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+    from hypothesis import strategies as st
+
+    sys.path.insert(0, str(HERE.parent))
+    from fuzz.targets import TARGETS
+
+    target = TARGETS[name]
+    seeds = [p.read_bytes() for p in sorted((CORPUS / name).iterdir()) if p.is_file()]
+    deadline = time.monotonic() + seconds
+    count = {"runs": 0, "slow": 0}
+
+    # Seeds mutated byte-wise, plus raw bytes: no coverage feedback, so bias towards inputs
+    # near the real formats.
+    def mutate(data: bytes, edits: list[tuple[int, int]]) -> bytes:
+        buf = bytearray(data)
+        for pos, value in edits:
+            if buf:
+                buf[pos % len(buf)] = value
+        return bytes(buf)
+
+    inputs = st.one_of(
+        st.binary(max_size=4096),
+        st.builds(
+            mutate,
+            st.sampled_from(seeds or [b""]),
+            st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=8),
+        ),
+    )
+
+    def run_batch(batch: int) -> None:
+        @seed(args.seed + batch)
+        @settings(
+            max_examples=200,
+            deadline=None,
+            database=None,
+            phases=[Phase.generate, Phase.shrink],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(inputs)
+        def run(data: bytes) -> None:
+            count["runs"] += 1
+            start = time.monotonic()
+            target(data)
+            if time.monotonic() - start > args.timeout:
+                count["slow"] += 1
+                raise AssertionError(f"one input took over {args.timeout} s")
+
+        run()
+
+    ok = True
+    try:
+        for data in seeds:
+            target(data)
+        batch = 0
+        while time.monotonic() < deadline:
+            run_batch(batch)
+            batch += 1
+    except Exception as exc:  # the failing input is in the hypothesis report above
+        ok = False
+        print(f"fuzz {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(
+        f"fuzz {name}: hypothesis, {count['runs']} cases in {seconds:.0f} s, "
+        f"{0 if ok else 1} crashes, {count['slow']} hangs, peak RSS {rss} MB"
+    )
+    return ok
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())

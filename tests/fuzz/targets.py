@@ -1,0 +1,131 @@
+"""Fuzz targets: each takes arbitrary bytes and checks the properties every untrusted-input
+reader must keep, whatever the input:
+
+- it raises nothing but the errors the reader declares (findings carry the rest);
+- it reads at most what its cap allows;
+- every finding names a known code, and no message quotes more than `MAX_MESSAGE`
+  characters (a report must not leak a file's content);
+- the pickle path refuses bombs and code-running names before unpickling.
+
+Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
+-rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
+corpus replay test (`tests/test_fuzz_corpus.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from inspector.codes import CODES
+from inspector.findings import Finding
+
+__all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata"]
+
+# The longest message a finding may have: names and values quoted from a file are cut.
+MAX_MESSAGE = 4_000
+HEADER_CAP = 1 << 16
+
+
+def _check_findings(findings: tuple[Finding, ...] | list[Finding]) -> None:
+    for f in findings:
+        assert f.code in CODES, f.code
+        assert len(f.message) <= MAX_MESSAGE, (f.code, len(f.message), f.message[:200])
+
+
+# -- (a) the safetensors header reader --------------------------------------------------------
+
+
+def header(data: bytes) -> None:
+    """`read_header` on any bytes: a ShardHeader with findings, never an exception."""
+    from test_header_fuzz import CountingReader  # the byte-counting reader of the header tests
+
+    from inspector.safetensors_header import read_header
+
+    reader = CountingReader(data)
+    shard = read_header(reader, file="fuzz.safetensors", cap=HEADER_CAP)
+    assert reader.bytes_read <= 8 + HEADER_CAP
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    assert all(0 <= b <= e for b, e in zip(shard.begins, shard.ends, strict=True))
+
+
+# -- (b) index, sidecar and config JSON --------------------------------------------------------
+
+_FOLDER: Path | None = None
+
+
+def _folder() -> Path:
+    """One scratch checkpoint folder per process (in RAM where there is /dev/shm)."""
+    global _FOLDER
+    if _FOLDER is None:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        _FOLDER = Path(tempfile.mkdtemp(prefix="ckpt-fuzz-", dir=base))
+    return _FOLDER
+
+
+def index_json(data: bytes) -> None:
+    """The bytes as `model.safetensors.index.json`, as a per-layer sidecar, and as
+    `config.json` + `hf_quant_config.json`: findings, never an exception."""
+    from inspector.layouts._common import read_config_files, read_index_doc, salvage_json_prefix
+
+    root = _folder()
+    for name in ("model.safetensors.index.json", "x.safetensors.json", "config.json"):
+        (root / name).write_bytes(data)
+    doc, findings = read_index_doc(root / "model.safetensors.index.json", root=root)
+    _check_findings(findings)
+    if doc is not None:
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in doc.weight_map.items())
+        assert all(
+            not v.startswith("/") and ".." not in v.split("/") for v in doc.weight_map.values()
+        )
+    _sidecar, findings = read_index_doc(
+        root / "x.safetensors.json", root=root, unreadable_code="sidecar-unreadable"
+    )
+    _check_findings(findings)
+    config, _quant, _spec, _found, findings = read_config_files(root, root=root)
+    _check_findings(findings)
+    assert config is None or isinstance(config, dict)
+    salvage_json_prefix(root / "config.json")
+
+
+# -- (c) the pickle guard and the restricted unpickler ---------------------------------------
+
+
+def pickle_metadata(data: bytes) -> None:
+    """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
+    torch_dist reader does: declared refusals only, and a bounded walk."""
+    from inspector.layouts import torch_dist
+    from inspector.pickle_guard import PickleFormatError, audit_pickle, hostile_globals
+    from inspector.safe_pickle import (
+        HostilePickleError,
+        MetadataFormatError,
+        PickleBombError,
+        RefusedGlobalError,
+        load_dcp_metadata,
+    )
+
+    try:
+        audit = audit_pickle(data)
+    except (PickleFormatError, PickleBombError):
+        audit = None
+    try:
+        meta = load_dcp_metadata(data)
+    except (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError) as exc:
+        if isinstance(exc, HostilePickleError):
+            assert audit is not None and hostile_globals(audit.globals)
+        assert len(str(exc)) <= MAX_MESSAGE
+        return
+    assert audit is not None  # nothing unpickles that the audit refused
+    *_, findings = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+    _check_findings(findings)
+
+
+TARGETS: dict[str, Callable[[bytes], None]] = {
+    "header": header,
+    "index_json": index_json,
+    "pickle": pickle_metadata,
+}

@@ -1,0 +1,31 @@
+"""Every input of the fuzz corpus (`tests/fuzz/corpus/<target>/`: seeds and every crasher
+the fuzzers ever found) replayed through its target: the properties of `tests/fuzz/targets.py`
+hold, and no input takes long."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from fuzz.targets import TARGETS
+
+CORPUS = Path(__file__).parent / "fuzz" / "corpus"
+CASES = sorted(
+    (target, path)
+    for target in TARGETS
+    for path in (CORPUS / target).iterdir()
+    if path.is_file() and not path.name.startswith(".")
+)
+
+
+def test_every_target_has_a_corpus() -> None:
+    assert {target for target, _ in CASES} == set(TARGETS)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("target", "path"), CASES, ids=[f"{t}/{p.name}" for t, p in CASES])
+def test_corpus_input(target: str, path: Path) -> None:
+    start = time.monotonic()
+    TARGETS[target](path.read_bytes())
+    assert time.monotonic() - start < 10, "an input this small must not take seconds"
