@@ -15,15 +15,18 @@ from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
     from inspector.model import ScannedCheckpoint
+    from inspector.model_load import LoadVerdict
 
 __all__ = [
     "EXIT_CANNOT",
     "EXIT_FOUND",
     "EXIT_OK",
     "PLUGIN_GROUP",
+    "add_model_arguments",
     "add_path_arguments",
     "main",
     "scan_from_args",
+    "verdict_from_args",
 ]
 
 EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
@@ -67,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
     )
+    add_model_arguments(p)
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
@@ -166,6 +170,30 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", help="force a layout instead of detecting it")
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--no-model and --trust-remote-code, as every command that runs `check()` takes them."""
+    p.add_argument(
+        "--no-model",
+        dest="model",
+        action="store_false",
+        help="skip the model-aware load check (building the model named by config.json)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the load check run modelling code that sits in the checkpoint folder",
+    )
+
+
+def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> LoadVerdict | None:
+    """The load verdict a command built with `add_model_arguments` asked for (None: --no-model)."""
+    if not args.model:
+        return None
+    from inspector.model_load import load_verdict
+
+    return load_verdict(scanned, trust_remote_code=args.trust_remote_code)
+
+
 def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
     """Scan the PATH of a command built with `add_path_arguments`."""
     from inspector.scan import scan
@@ -186,7 +214,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from inspector.report_text import check_result, format_check
 
     scanned = scan_from_args(args)
-    result = check_result(scanned, check(scanned, deep=args.deep))
+    verdict = verdict_from_args(args, scanned)
+    findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
+    result = check_result(scanned, findings, verdict=verdict)
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
 
