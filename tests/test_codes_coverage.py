@@ -12,13 +12,13 @@ import json
 import os
 import pickle
 import re
-import shutil
 import struct
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from hf_resave import resaved
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -676,27 +676,8 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def _resaved(src: Path, dest: Path, edit) -> Path:
-    """A copy of `src` whose shards hold `edit(state)`, index kept consistent with them."""
-    shutil.copytree(src, dest)
-    index = load_json(dest / INDEX)
-    state = {}
-    for file in sorted(set(index["weight_map"].values())):
-        state.update({k: (v, file) for k, v in load_file(dest / file).items()})
-    files = sorted({f for _, f in state.values()})
-    tensors = edit({k: v for k, (v, _) in state.items()})
-    home = {k: state[k][1] if k in state else files[-1] for k in tensors}
-    for file in files:
-        part = {k: v for k, v in tensors.items() if home[k] == file}
-        save_file(part, str(dest / file), metadata={"format": "pt"})
-    index["weight_map"] = home
-    index["metadata"]["total_size"] = sum(v.numel() * v.element_size() for v in tensors.values())
-    save_json(dest / INDEX, index)
-    return dest
-
-
 def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
-    folder = _resaved(
+    folder = resaved(
         llama, tmp_path / "ckpt", lambda s: {k: v for k, v in s.items() if k != "lm_head.weight"}
     )
     assert run(llama) == []  # the healthy save_pretrained output is clean
@@ -707,7 +688,7 @@ def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
 
 def test_code_load_unexpected_tensor(llama: Path, tmp_path: Path) -> None:
     extra = "model.layers.1.mlp.router.weight"
-    folder = _resaved(llama, tmp_path / "ckpt", lambda s: {**s, extra: bf16(4, 16)})
+    folder = resaved(llama, tmp_path / "ckpt", lambda s: {**s, extra: bf16(4, 16)})
     (f,) = [f for f in run(folder) if f.code.startswith("load-")]
     assert f.code == "load-unexpected-tensor" and f.tensor == extra and f.layer == 1
     assert f.file in shards(folder) and "LlamaForCausalLM does not load" in f.message
@@ -715,7 +696,7 @@ def test_code_load_unexpected_tensor(llama: Path, tmp_path: Path) -> None:
 
 def test_code_load_shape_mismatch(llama: Path, tmp_path: Path) -> None:
     embed = "model.embed_tokens.weight"
-    folder = _resaved(llama, tmp_path / "ckpt", lambda s: {**s, embed: bf16(72, 16)})
+    folder = resaved(llama, tmp_path / "ckpt", lambda s: {**s, embed: bf16(72, 16)})
     (f,) = [f for f in run(folder) if f.code.startswith("load-")]
     assert f.code == "load-shape-mismatch" and f.tensor == embed
     assert "stored as [72, 16]" in f.message and "expects [64, 16]" in f.message
