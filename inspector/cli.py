@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("a", type=Path, help="first checkpoint")
     p.add_argument("b", type=Path, help="second checkpoint")
     p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="A is the checkpoint B was derived from: classify each difference as expected "
+        "(quantization, experts fused, MTP added) or not; exit 1 only for unexpected ones",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     p.set_defaults(func=_cmd_diff)
@@ -228,8 +234,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     a = scan(args.a, header_cap=args.header_cap)
     b = scan(args.b, header_cap=args.header_cap)
-    result = diff_checkpoints(a, b, data=args.data)
+    result = diff_checkpoints(a, b, data=args.data, reference=args.reference)
     _emit(result.to_dict(), args.json, format_diff)
+    if args.reference:
+        return EXIT_FOUND if result.unexpected or result.data_unreadable else EXIT_OK
     return EXIT_OK if result.identical else EXIT_FOUND
 
 

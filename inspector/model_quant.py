@@ -42,7 +42,7 @@ from inspector.dtypes import DTYPE_BITS
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import ShapeMismatch, Stored, _Skip
 
-__all__ = ["QuantView", "quantization_view"]
+__all__ = ["QUANT_PARAMS", "QuantView", "quantization_view"]
 
 # Tensors next to a quantized module's weight: created and loaded by the serving engines.
 _AUX = frozenset(
@@ -63,6 +63,8 @@ _AUX = frozenset(
 )
 # Attention KV-cache scales, on the attention module or its k/v projections.
 _KV_SCALES = frozenset({"k_scale", "v_scale"})
+# Every param name a quantized module or attention block stores besides its weight.
+QUANT_PARAMS = _AUX | _KV_SCALES
 # Evidence that a module is stored quantized (besides a weight in a packed or 8-bit dtype).
 _EVIDENCE = frozenset({"weight_scale", "weight_scale_2", "weight_scale_inv", "weight_packed"})
 # Integer dtypes compressed-tensors packs several values into.

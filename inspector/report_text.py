@@ -94,4 +94,18 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
         lines.extend(f"  bytes differ: {n}" for n in d["data_differs"][:limit])
     if d["data_unreadable"]:
         lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
+    if d.get("reference") is not None:
+        lines += _reference_lines(d)
     return "\n".join(lines)
+
+
+def _reference_lines(d: dict[str, Any]) -> list[str]:
+    """Each difference against the reference A, expected first."""
+    classes = sorted(d["reference"], key=lambda c: not c["expected"])
+    lines = ["", "against the reference A:"]
+    lines += [f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} {c['detail']}" for c in classes]
+    n = d["unexpected"]
+    lines.append(
+        f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"
+    )
+    return lines

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_resave import resaved
+from hf_exports import resaved
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,

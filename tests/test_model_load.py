@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_resave import resaved
+from hf_exports import modelopt_export, resaved
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
@@ -471,39 +471,26 @@ def test_modelopt_mis_shaped_weight_scale_is_reported(demos: Path, tmp_path: Pat
     assert "one value per 16 inputs" in f.message
 
 
-def _quantize_fp8(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Model-Optimizer FP8: every linear weight but the head in F8_E4M3 with per-tensor
-    weight and input scales."""
-    out = {}
-    for k, v in state.items():
-        if k.endswith("proj.weight") and v.dim() == 2:
-            module = k.removesuffix(".weight")
-            out[k] = v.to(torch.float8_e4m3fn)
-            out[f"{module}.weight_scale"] = torch.tensor(0.5)
-            out[f"{module}.input_scale"] = torch.tensor(0.25)
-        else:
-            out[k] = v
-    return out
-
-
-def _fp8_export(src: Path, dest: Path, edit: Callable[[dict], dict] = lambda s: s) -> Path:
-    folder = resaved(src, dest, lambda s: edit(_quantize_fp8(s)))
-    quant = {"quant_algo": "FP8", "kv_cache_quant_algo": None, "exclude_modules": ["lm_head"]}
-    save_json(folder / "hf_quant_config.json", {"producer": {"name": "modelopt"},
-                                                "quantization": quant})  # fmt: skip
-    config = load_json(folder / "config.json")
-    config["quantization_config"] = {"quant_method": "modelopt", **quant}
-    save_json(folder / "config.json", config)
-    return folder
-
-
 def test_modelopt_fp8_export_of_a_moe_is_clean(
     saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
-    folder = _fp8_export(saved("qwen3-moe").folder, tmp_path / "fp8")
+    folder = modelopt_export(saved("qwen3-moe").folder, tmp_path / "fp8", "FP8")
     verdict = load_verdict(scan(folder))
     assert ours(verdict) == (set(), set(), set())
     assert any(n.endswith(".experts.2.up_proj.weight_scale") for n in verdict.quantization_expected)
+    assert not load_findings(folder)
+
+
+def test_modelopt_nvfp4_experts_of_a_save_pretrained_moe(
+    saved: Callable[[str], Saved], tmp_path: Path
+) -> None:
+    folder = modelopt_export(
+        saved("deepseek-v3").folder, tmp_path / "nvfp4", "NVFP4", experts_only=True
+    )
+    verdict = load_verdict(scan(folder))
+    assert ours(verdict) == (set(), set(), set())
+    packed = "model.layers.1.mlp.experts.5.down_proj.weight"
+    assert {packed, f"{packed}_scale", f"{packed}_scale_2"} <= set(verdict.quantization_expected)
     assert not load_findings(folder)
 
 
@@ -511,8 +498,8 @@ def test_modelopt_fp8_missing_input_scale_is_reported(
     saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
     gone = "model.layers.1.self_attn.q_proj.input_scale"
-    folder = _fp8_export(saved("qwen3-moe").folder, tmp_path / "fp8",
-                         lambda s: {k: v for k, v in s.items() if k != gone})  # fmt: skip
+    folder = modelopt_export(saved("qwen3-moe").folder, tmp_path / "fp8", "FP8",
+                             edit=lambda s: {k: v for k, v in s.items() if k != gone})  # fmt: skip
     (f,) = load_findings(folder)
     assert f.code == "load-missing-tensor" and f.tensor == gone and "FP8" in f.message
 
