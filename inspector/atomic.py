@@ -75,9 +75,17 @@ def folder_lock(root: Path) -> Iterator[None]:
 
 
 def apply_writes(
-    root: Path, writes: Sequence[tuple[str, bytes]], *, backup: bool = True
+    root: Path,
+    writes: Sequence[tuple[str, bytes]],
+    *,
+    backup: bool = True,
+    moves: Sequence[tuple[str, str]] = (),
 ) -> Path | None:
-    """Replace files under `root` atomically as one journaled batch; returns the backup folder."""
+    """Replace files under `root` atomically as one journaled batch; returns the backup folder.
+
+    `moves` are renames of files already written under `root` (e.g. a new shard in a staging
+    folder) to names that do not exist yet; the journal does them first, so a file the new
+    JSON names is in place before the JSON is."""
     recover(root)
     backup_dir = None
     if backup and any((root / rel).exists() for rel, _ in writes):
@@ -89,7 +97,7 @@ def apply_writes(
                 shutil.copy2(root / rel, target)
                 _fsync_file(target)
         fsync_dir(backup_dir)
-    renames = []
+    renames = list(moves)
     for rel, data in writes:
         final = root / rel
         final.parent.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,19 @@ def _parser() -> argparse.ArgumentParser:
         default=SHARD_SPLIT_SIZE,
         help=f"for --only reshard (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
     )
+    p.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="REF",
+        help="copy the tensors REF has and PATH lost (MTP layers, lm_head, experts) into one "
+        "new shard; existing shards are never modified",
+    )
+    p.add_argument(
+        "--verify-data",
+        action="store_true",
+        help="with --from: compare every copied tensor's bytes with REF before anything moves",
+    )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     p.set_defaults(func=_cmd_repair, layout=None)
@@ -246,7 +259,24 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
-    if only and "reshard" in only:
+    if args.source is not None:
+        from inspector.restore import plan_restore
+        from inspector.scan import scan
+
+        if only or args.duplicates:
+            print(
+                "ckpt-inspect: --from restores tensors on its own; run --only/--duplicates "
+                "repairs separately",
+                file=sys.stderr,
+            )
+            return EXIT_CANNOT
+        plan = plan_restore(
+            scanned, scan(args.source, header_cap=args.header_cap), verify_data=args.verify_data
+        )
+    elif args.verify_data:
+        print("ckpt-inspect: --verify-data goes with --from REF", file=sys.stderr)
+        return EXIT_CANNOT
+    elif only and "reshard" in only:
         from inspector.reshard import plan_reshard
 
         if len(only) > 1:
@@ -269,6 +299,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return EXIT_FOUND
     result = plan.execute(backup=not args.no_backup)
     print(f"written: {', '.join(result.written)}")
+    if getattr(result, "data_checked", 0):
+        print(f"verified: {result.data_checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
         print(f"backup:  {result.backup_dir}")
     if result.remaining:

@@ -17,7 +17,14 @@ import torch
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file, save_file
 
-__all__ = ["modelopt_export", "quantize", "resaved", "state_of"]
+__all__ = [
+    "modelopt_export",
+    "quantize",
+    "resaved",
+    "state_of",
+    "tiny_deepseek_v3",
+    "with_deepseek_mtp",
+]
 
 
 def state_of(folder: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
@@ -98,4 +105,45 @@ def modelopt_export(
     config = load_json(folder / "config.json")
     config["quantization_config"] = {"quant_method": "modelopt", **quant}
     save_json(folder / "config.json", config)
+    return folder
+
+
+def with_deepseek_mtp(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """`state` plus a DeepSeek-style MTP layer `model.layers.{layers}`, as DeepSeek-V3 and GLM
+    ship it (transformers does not save it): a copy of the last decoder layer plus its own
+    embedding, norms, projection and shared head."""
+    last = f"model.layers.{layers - 1}."
+    mtp = f"model.layers.{layers}."
+    out = dict(state)
+    out.update({mtp + k[len(last) :]: v + 1 for k, v in state.items() if k.startswith(last)})
+    hidden = state["model.norm.weight"].shape[0]
+    embed = state["model.embed_tokens.weight"]
+    out |= {
+        f"{mtp}embed_tokens.weight": embed.clone(),
+        f"{mtp}enorm.weight": torch.ones(hidden),
+        f"{mtp}hnorm.weight": torch.ones(hidden),
+        f"{mtp}eh_proj.weight": torch.randn(hidden, 2 * hidden),
+        f"{mtp}shared_head.norm.weight": torch.ones(hidden),
+        f"{mtp}shared_head.head.weight": embed.clone(),
+    }
+    return out
+
+
+def tiny_deepseek_v3(folder: Path, *, layers: int = 3) -> Path:
+    """A tiny DeepSeek-V3 (4 experts, untied head) saved by transformers' save_pretrained in
+    several shards, plus DeepSeek's MTP layer; returns `folder` (created)."""
+    import transformers
+
+    config = transformers.DeepseekV3Config(
+        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
+        num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=2,
+        n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+        kv_lora_rank=8, q_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4,
+        n_group=2, topk_group=1, num_nextn_predict_layers=1, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    saved = folder.with_name(f"{folder.name}-saved")
+    transformers.DeepseekV3ForCausalLM(config).save_pretrained(saved, max_shard_size="40KB")
+    resaved(saved, folder, lambda s: with_deepseek_mtp(s, layers))
+    shutil.rmtree(saved)
     return folder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_exports import modelopt_export, resaved
+from hf_exports import modelopt_export, resaved, tiny_deepseek_v3
 
 from inspector.cli import main
 from inspector.diff import diff_checkpoints
@@ -22,25 +22,7 @@ LAYERS = 3
 @pytest.fixture(scope="module")
 def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny DeepSeek-V3 as save_pretrained writes it, plus the MTP layer DeepSeek ships."""
-    config = transformers.DeepseekV3Config(
-        vocab_size=64, hidden_size=32, intermediate_size=32, moe_intermediate_size=16,
-        num_hidden_layers=LAYERS, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4,
-        n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, kv_lora_rank=8,
-        q_lora_rank=8, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=4, n_group=2,
-        topk_group=1, num_nextn_predict_layers=1,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    saved = tmp_path_factory.mktemp("saved")
-    transformers.DeepseekV3ForCausalLM(config).save_pretrained(saved, max_shard_size="40KB")
-    return resaved(saved, tmp_path_factory.mktemp("orig") / "ckpt", _with_mtp)
-
-
-def _with_mtp(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    last, mtp = f"model.layers.{LAYERS - 1}.", f"model.layers.{LAYERS}."
-    out = dict(state)
-    out.update({mtp + k[len(last) :]: v.clone() for k, v in state.items() if k.startswith(last)})
-    out[f"{mtp}eh_proj.weight"] = torch.zeros(32, 64)
-    return out
+    return tiny_deepseek_v3(tmp_path_factory.mktemp("orig") / "ckpt", layers=LAYERS)
 
 
 def _drop(*names: str):

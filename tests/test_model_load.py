@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_exports import modelopt_export, resaved
+from hf_exports import modelopt_export, resaved, with_deepseek_mtp
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
@@ -358,34 +358,12 @@ def test_missing_fused_key_says_how_the_checkpoint_spells_it(
 # -- MTP layers: named as such, not as load findings ---------------------------------------------
 
 
-def _with_deepseek_mtp(state: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
-    """DeepSeek-style MTP layer `model.layers.{layers}`: a copy of the last decoder layer plus
-    its own embedding, norms, projection and shared head, as DeepSeek-V3 and GLM ship it."""
-    last = f"model.layers.{layers - 1}."
-    mtp = f"model.layers.{layers}."
-    out = dict(state)
-    for k, v in state.items():
-        if k.startswith(last):
-            out[mtp + k[len(last) :]] = v.clone()
-    hidden = state["model.norm.weight"].shape[0]
-    embed = state["model.embed_tokens.weight"]
-    out |= {
-        f"{mtp}embed_tokens.weight": embed.clone(),
-        f"{mtp}enorm.weight": torch.ones(hidden),
-        f"{mtp}hnorm.weight": torch.ones(hidden),
-        f"{mtp}eh_proj.weight": torch.zeros(hidden, 2 * hidden),
-        f"{mtp}shared_head.norm.weight": torch.ones(hidden),
-        f"{mtp}shared_head.head.weight": embed.clone(),
-    }
-    return out
-
-
 @pytest.mark.parametrize("name", ["deepseek-v3", "glm4-moe"])
 def test_deepseek_style_mtp_layer_is_named_not_reported(
     name: str, saved: Callable[[str], Saved], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     layers = BY_NAME[name].config.num_hidden_layers
-    folder = resaved(saved(name).folder, tmp_path / "ckpt", lambda s: _with_deepseek_mtp(s, layers))
+    folder = resaved(saved(name).folder, tmp_path / "ckpt", lambda s: with_deepseek_mtp(s, layers))
     scanned = scan(folder)
     verdict = load_verdict(scanned)
     stored_mtp = {n for n in scanned.tensors["name"] if n.startswith(f"model.layers.{layers}.")}
