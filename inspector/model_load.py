@@ -432,18 +432,16 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
 
     This follows `transformers.core_model_loading.convert_and_load_state_dict_in_model` step
     by step, calling transformers' own renaming (`rename_source_key`), converters and
-    conversion ops. Two steps are written here instead of called, because transformers'
-    function loads values into the model (which would change the cached meta model) and
-    builds one renaming object and one deep copy per stored tensor (seconds for 50,000
-    tensors): a plainly renamed tensor is compared with the model's shape directly (what
-    `set_param_for_module` does), and a converter is copied once per target key.
+    conversion ops on meta tensors. Its function itself is not called: it loads values into
+    the model (which would change the cached meta model) and builds a renaming object and a
+    deep copy per stored tensor (seconds for 50,000 tensors). So a plainly renamed tensor is
+    compared with the model's shape directly (what `set_param_for_module` does), a converter
+    is copied once per target key, and a few no-ops are skipped (see `_active`, `_Converted`).
     """
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import (
         GroupWeightRename,
-        SkipParameters,
         WeightConverter,
-        WeightRenaming,
         dot_natural_key,
         rename_source_key,
     )
@@ -451,9 +449,13 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
 
     model, shapes = built.model, built.shapes
     transforms = get_model_conversion_mapping(model)
-    renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
     converters = [t for t in transforms if isinstance(t, WeightConverter)]
     by_pattern = {p: c for c in converters for p in c.source_patterns}
+    names = list(tensors)
+    # Only a group renaming depends on the order keys are met in (its guard key first).
+    if any(isinstance(t, GroupWeightRename) for t in transforms):
+        names.sort(key=dot_natural_key)
+    renamings, converters = _active(transforms, names)
     prefix = model.base_model_prefix
     info = LoadStateDictInfo(
         missing_keys=set(shapes),
@@ -465,11 +467,7 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
     )
     sources: dict[str, list[str]] = {}
     plain: dict[str, tuple[int, ...]] = {}
-    grouped: dict[str, Any] = {}
-    names = list(tensors)
-    # Only a group renaming depends on the order keys are met in (its guard key first).
-    if any(isinstance(t, GroupWeightRename) for t in renamings):
-        names.sort(key=dot_natural_key)
+    grouped: dict[str, tuple[Any, list[tuple[str, str]]]] = {}
     for original in names:
         renamed, pattern = rename_source_key(original, renamings, converters, prefix, shapes)
         if renamed not in shapes and original in shapes:
@@ -479,15 +477,11 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
             if renamed in plain:
                 continue  # a key met again: the first stored tensor is the one loaded
             if pattern is None and renamed not in grouped:
-                # The first stored tensor of a key is the one loaded (WeightRenaming.convert).
-                plain.setdefault(renamed, tensors[original][1])
+                plain[renamed] = tensors[original][1]
                 continue
             if renamed not in grouped:
-                grouped[renamed] = deepcopy(by_pattern[pattern])
-            dtype, shape = tensors[original]
-            grouped[renamed].add_tensor(
-                renamed, original, pattern or original, _meta_tensor(dtype, shape)
-            )
+                grouped[renamed] = (by_pattern[pattern], [])
+            grouped[renamed][1].append((pattern or original, original))
         elif pattern is not None:
             targets = by_pattern[pattern].target_patterns
             for target in targets:
@@ -515,26 +509,105 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
 
     for key, shape in plain.items():
         place(key, shape)
-    for first, converter in grouped.items():
-        counts = {p: len(t) for p, t in converter.collected_tensors.items()}
-        try:
-            realized = converter.convert(first, model=model, config=model.config, loading_info=info)
-        except SkipParameters:
-            matched = ", ".join(f"{n:,} stored as {p}" for p, n in counts.items())
-            info.conversion_errors[first] = (
-                f"transformers cannot build it from the stored tensors ({matched}), and "
-                "from_pretrained stops with a conversion error"
-            )
-            continue
-        for key, value in realized.items():
-            value = value[0] if isinstance(value, list) else value
-            place(key, tuple(value.shape))
+    converted = _Converted(model, shapes, tensors, info)
+    for first, (template, members) in grouped.items():
+        for key, shape in converted.run(first, template, members).items():
+            place(key, shape)
             if key != first:
                 sources.setdefault(key, sources.get(first, []))
     _finish(model, info)
     return _Loaded(
         info.missing_keys, info.unexpected_keys, mismatched, sources, info.conversion_errors
     )
+
+
+def _active(transforms: list[Any], names: list[str]) -> tuple[list[Any], list[Any]]:
+    """(renamings, converters) of `transforms` that rename at least one of `names`.
+
+    A transform whose pattern matches no name (after the renamings before it, which chain)
+    leaves every key as it is, so skipping it changes nothing; most of the legacy renamings
+    every model carries match nothing, and testing them per key costs a second on 300,000
+    keys. Only transforms using transformers' own regex matching are tested (C-level over all
+    names); after one with its own logic or state, every later one is kept.
+    """
+    from transformers.core_model_loading import WeightConverter, WeightRenaming, WeightTransform
+
+    def standard(t: Any) -> bool:
+        rename = type(t).rename_source_key
+        return rename is WeightTransform.rename_source_key and t.scope_prefix is None
+
+    current = names
+    renamings: list[Any] = []
+    pending = [t for t in transforms if isinstance(t, WeightRenaming)]
+    for i, t in enumerate(pending):
+        if not standard(t):
+            renamings += pending[i:]
+            current = None  # outputs unknown from here on
+            break
+        if any(map(t.compiled_sources.search, current)):
+            renamings.append(t)
+            current = [t.rename_source_key(n)[0] for n in current]
+    converters = [
+        t
+        for t in transforms
+        if isinstance(t, WeightConverter)
+        and (current is None or not standard(t) or any(map(t.compiled_sources.search, current)))
+    ]
+    return renamings, converters
+
+
+class _Converted:
+    """Runs transformers' converters (e.g. per-expert tensors stacked into one) on meta
+    tensors, once per kind of input.
+
+    Fusing 256 experts of 61 layers is 120 identical conversions: a conversion whose only
+    output is its own key is computed once per (converter, dtypes and shapes stored under each
+    of its source patterns, the model's shapes of its target keys) and reused. transformers'
+    ops read nothing else that shapes depend on (the model's shapes cover `Split` and
+    `Transpose(check_dims)`, which look them up), and the order of the tensors under one
+    pattern decides where each expert lands, not the shapes.
+    """
+
+    def __init__(self, model: Any, shapes: dict[str, tuple[int, ...]], tensors: Any, info: Any):
+        self.model, self.shapes, self.tensors, self.info = model, shapes, tensors, info
+        self.cache: dict[tuple[Any, ...], tuple[int, ...] | str] = {}
+
+    def run(self, first: str, template: Any, members: list[tuple[str, str]]) -> dict[str, tuple]:
+        from transformers.core_model_loading import SkipParameters
+
+        targets = template.target_patterns
+        by_pattern: dict[str, list[Stored]] = {}
+        for pattern, name in members:
+            by_pattern.setdefault(pattern, []).append(self.tensors[name])
+        inputs = tuple(sorted((p, tuple(sorted(v))) for p, v in by_pattern.items()))
+        expected = tuple(self.shapes.get(first.replace(targets[0], t)) for t in targets)
+        key = (id(template), inputs, expected)
+        hit = self.cache.get(key)
+        if isinstance(hit, str):
+            self.info.conversion_errors[first] = hit
+            return {}
+        if hit is not None:
+            return {first: hit}
+        converter = deepcopy(template)
+        for pattern, name in members:
+            converter.add_tensor(first, name, pattern, _meta_tensor(*self.tensors[name]))
+        counts = {p: len(t) for p, t in converter.collected_tensors.items()}
+        model = self.model
+        try:
+            realized = converter.convert(
+                first, model=model, config=model.config, loading_info=self.info
+            )
+        except SkipParameters:
+            matched = ", ".join(f"{n:,} stored as {p}" for p, n in counts.items())
+            self.info.conversion_errors[first] = self.cache[key] = (
+                f"transformers cannot build it from the stored tensors ({matched}), and "
+                "from_pretrained stops with a conversion error"
+            )
+            return {}
+        out = {k: tuple((v[0] if isinstance(v, list) else v).shape) for k, v in realized.items()}
+        if set(out) == {first}:
+            self.cache[key] = out[first]
+        return out
 
 
 def _finish(model: Any, info: Any) -> None:
