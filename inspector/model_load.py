@@ -64,6 +64,8 @@ LOADABLE_LAYOUTS = frozenset({"hf-sharded", "safetensors-single", "modelopt-per-
 # the largest real models have about a hundred layers and a few hundred experts.
 MAX_LAYERS = 2048
 MAX_EXPERTS = 8192
+# Models that keep one module per expert build layers x experts modules.
+MAX_LAYER_EXPERTS = 250_000
 
 
 def _empty() -> Mapping[str, Any]:
@@ -250,25 +252,50 @@ def _precondition(scanned: ScannedCheckpoint, architecture: str | None) -> None:
     if scanned.config is None:
         if any(f.endswith("config.json") and "quant" not in f for f in scanned.json_files):
             raise _Skip("config.json cannot be read (see its config-unreadable finding)")
+        if scanned.layout == "safetensors-single" and (scanned.path / "config.json").is_file():
+            raise _Skip("a lone .safetensors file was scanned; scan its folder to use config.json")
         raise _Skip("no config.json next to the shards")
     if architecture is None:
         raise _Skip("config.json names no architecture (its `architectures` list is empty)")
     if any(not s.readable for s in scanned.shards):
         raise _Skip("a shard header is unreadable, so the stored tensors are not all known")
-    spec = scanned.spec
-    if spec.num_layers is not None and spec.num_layers > MAX_LAYERS:
-        raise _Skip(
-            f"config.json declares {spec.num_layers:,} layers, over the {MAX_LAYERS:,} this "
-            "check builds"
-        )
-    if spec.experts_per_layer is not None and spec.experts_per_layer > MAX_EXPERTS:
-        raise _Skip(
-            f"config.json declares {spec.experts_per_layer:,} experts per layer, over the "
-            f"{MAX_EXPERTS:,} this check builds"
-        )
+    _within_bounds(scanned.config)
     for module in ("torch", "transformers"):
         if importlib.util.find_spec(module) is None:
             raise _Skip(f"{module} is not installed (pip install transformers torch)")
+
+
+def _within_bounds(config: dict[str, Any], depth: int = 0) -> None:
+    """Refuse to build what a hostile config.json could make endless: counts of layers or
+    experts far past any real model's, at the top level or in a nested sub-config."""
+    layers = experts = 1
+    for key, value in config.items():
+        if isinstance(value, dict) and depth < 3:
+            _within_bounds(value, depth + 1)
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue
+        name = key.lower()
+        # Counts only (`num_hidden_layers`, `n_routed_experts`), not sizes such as
+        # `shared_expert_intermediate_size`.
+        if not (name.startswith(("num_", "n_")) or name.endswith(("layers", "experts", "layer"))):
+            continue
+        if "layer" in name and value > MAX_LAYERS:
+            raise _Skip(
+                f"config.json {key} is {value:,}, over the {MAX_LAYERS:,} this check builds"
+            )
+        if "expert" in name and value > MAX_EXPERTS:
+            raise _Skip(
+                f"config.json {key} is {value:,}, over the {MAX_EXPERTS:,} this check builds"
+            )
+        if name in ("num_hidden_layers", "num_layers", "n_layer"):
+            layers = max(layers, value)
+        if name in ("n_routed_experts", "num_experts", "num_local_experts"):
+            experts = max(experts, value)
+    if layers * experts > MAX_LAYER_EXPERTS:
+        raise _Skip(
+            f"config.json declares {layers:,} layers of {experts:,} experts, over the "
+            f"{MAX_LAYER_EXPERTS:,} expert blocks this check builds"
+        )
 
 
 # -- the meta model --------------------------------------------------------------------------
@@ -305,7 +332,14 @@ def _build(architecture: str, config_text: str, remote_folder: str | None) -> _B
         try:
             # transformers writes Infinity and NaN as {"__float__": ...} objects.
             decode = getattr(config_cls, "_decode_special_floats", lambda value: value)
-            config = config_cls.from_dict(decode(config_dict))
+            config_dict = decode(config_dict)
+            own_type = getattr(config_cls, "model_type", "")
+            if remote_folder is None and own_type:
+                # The architecture is built as transformers defines it, so its key renaming
+                # and conversions (looked up by model_type) are that architecture's even when
+                # the config names a derived type (Kimi K2's `kimi_k2` is DeepSeek-V3).
+                config_dict = {**config_dict, "model_type": own_type}
+            config = config_cls.from_dict(config_dict)
             with _meta_init():
                 model = model_cls._from_config(config, dtype=torch.bfloat16)
                 # Tied as save_pretrained sees the model (its parameter count counts a tied
@@ -380,9 +414,12 @@ def _remote_classes(architecture: str, config: dict[str, Any], folder: str) -> t
 
 
 def _local_module(folder: str, ref: str) -> bool:
+    """`ref`'s module is a regular file in the folder, and no Python file there (which the
+    module may import) is a link: code from elsewhere is never run."""
     module = ref.rpartition(".")[0]
     path = Path(folder) / f"{module.replace('.', '/')}.py"
-    return bool(module) and path.is_file() and not path.is_symlink()
+    links = [p for p in Path(folder).glob("*.py") if p.is_symlink()]
+    return bool(module) and path.is_file() and not path.is_symlink() and not links
 
 
 @contextlib.contextmanager

@@ -606,6 +606,37 @@ def test_skipped_verdicts_say_why(
     assert not load_findings(folder)
 
 
+def test_sizes_are_not_counts(saved: Callable[[str], Saved], tmp_path: Path) -> None:
+    """The bounds apply to counts of layers and experts, not to sizes that mention them."""
+    big = 20480
+    folder = _with_config(
+        saved("qwen2-moe").folder,
+        tmp_path / "ckpt",
+        lambda c: c.update(shared_expert_intermediate_size=big),
+    )
+    verdict = load_verdict(scan(folder))
+    assert verdict.skipped is None
+    assert {m.expected for m in verdict.mismatched} >= {(big, 16), (16, big)}
+
+
+def test_kimi_style_config_uses_transformers_own_class(
+    saved: Callable[[str], Saved], tmp_path: Path
+) -> None:
+    """Kimi K2 ships DeepSeek-V3 weights under its own model_type with code in auto_map; the
+    architecture it names is transformers' own, which is used without running that code."""
+
+    def kimi(config: dict) -> None:
+        config.update(
+            model_type="kimi_k2",
+            auto_map={"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"},
+        )
+
+    folder = _with_config(saved("deepseek-v3").folder, tmp_path / "ckpt", kimi)
+    verdict = load_verdict(scan(folder))
+    assert verdict.architecture == "DeepseekV3ForCausalLM"
+    assert ours(verdict) == (set(), set(), set())
+
+
 def test_layouts_a_loader_does_not_read_are_skipped(tmp_path: Path) -> None:
     from inspector.demo.dcp import write_dcp_demo
 
@@ -653,6 +684,12 @@ def test_trust_remote_code_runs_only_the_folders_own_code(
     other = {"AutoConfig": "someone/repo--modeling_tiny.TinyConfig",
              "AutoModelForCausalLM": "someone/repo--modeling_tiny.TinyForCausalLM"}  # fmt: skip
     folder = _remote_code_folder(saved("llama").folder, tmp_path / "other", other)
+    verdict = load_verdict(scan(folder), trust_remote_code=True)
+    assert "not a module file in the checkpoint folder" in verdict.skipped
+    # Nor is code a link in the folder points to.
+    folder = _remote_code_folder(saved("llama").folder, tmp_path / "linked", local)
+    (tmp_path / "elsewhere.py").write_text("")
+    (folder / "helpers.py").symlink_to(tmp_path / "elsewhere.py")
     verdict = load_verdict(scan(folder), trust_remote_code=True)
     assert "not a module file in the checkpoint folder" in verdict.skipped
 
