@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from inspector._gc import gc_paused
 from inspector.model import ScannedCheckpoint
 
 if TYPE_CHECKING:
@@ -192,12 +193,15 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
     architecture = _architecture(scanned.config)
     try:
         _precondition(scanned, architecture)
-        stored = stored_tensors(scanned)
-        from inspector.model_quant import quantization_view
+        # Hundreds of thousands of small tuples, all kept: the collector's passes over them
+        # would cost more than the work (see inspector._gc).
+        with gc_paused():
+            stored = stored_tensors(scanned)
+            from inspector.model_quant import quantization_view
 
-        quant = quantization_view(scanned, stored)
-        built = _built(architecture, scanned.config, scanned.path, trust_remote_code)
-        return _verdict(scanned, architecture, built, quant, stored)
+            quant = quantization_view(scanned, stored)
+            built = _built(architecture, scanned.config, scanned.path, trust_remote_code)
+            return _verdict(scanned, architecture, built, quant, stored)
     except _Skip as why:
         return LoadVerdict(architecture=architecture, skipped=str(why))
 

@@ -32,9 +32,11 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import methodcaller
+from functools import lru_cache
+from itertools import compress, filterfalse
+from operator import and_, itemgetter, methodcaller, not_
 from typing import Any
 
 from inspector.checks.quant import _QUANT_DTYPES, QUANT_FILE, quant_section
@@ -70,6 +72,8 @@ _EVIDENCE = frozenset({"weight_scale", "weight_scale_2", "weight_scale_inv", "we
 # Integer dtypes compressed-tensors packs several values into.
 _PACKED_INTS = frozenset({"I32", "U32", "I64", "U8", "I8", "I16"})
 _RPARTITION = methodcaller("rpartition", ".")
+_FIRST = itemgetter(0)
+_LAST = itemgetter(2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,10 @@ class _Rules:
         """The module's scheme, or None when the config says it is not quantized."""
         raise NotImplementedError
 
+    def schemes(self, modules: list[str], stored: Mapping[str, Stored]) -> list[_Scheme | None]:
+        """`scheme` of each module (subclasses may answer for all at once)."""
+        return [self.scheme(m, stored.get(f"{m}.weight")) for m in modules]
+
 
 class _ModelOpt(_Rules):
     def __init__(self, section: dict[str, Any], where: str) -> None:
@@ -178,6 +186,23 @@ class _ModelOpt(_Rules):
         self.group = group if isinstance(group, int) and group > 0 else 16
         self.kv_cache = section.get("kv_cache_quant_algo") is not None
         self.method = f"Model-Optimizer {self.algo} ({where})"
+
+    def schemes(self, modules: list[str], stored: Mapping[str, Stored]) -> list[_Scheme | None]:
+        if self.algo == "MIXED_PRECISION":
+            return super().schemes(modules, stored)
+        # One algorithm for every module not excluded: the exclusion matched with C-level maps.
+        scheme = _modelopt_scheme(self.algo, self.group)
+        if self.exclude is None:
+            return [scheme] * len(modules)
+        weights = map("{}.weight".format, modules)
+        return [
+            None if a or b else scheme
+            for a, b in zip(
+                map(self.exclude.match, modules),
+                map(self.exclude.match, weights),
+                strict=True,
+            )
+        ]
 
     def scheme(self, module: str, weight: Stored | None) -> _Scheme | None:
         if self.exclude is not None and (
@@ -207,6 +232,13 @@ def _stored_algo(weight: Stored | None) -> str | None:
 
 
 def _modelopt_scheme(algo: object, group: int) -> _Scheme:
+    if isinstance(algo, str):
+        return _modelopt_scheme_of(algo, group)
+    return _modelopt_scheme_of(repr(algo), group)
+
+
+@lru_cache(maxsize=64)
+def _modelopt_scheme_of(algo: str, group: int) -> _Scheme:
     if algo == "FP8":
         return _Scheme(
             "FP8", required=("weight_scale", "input_scale"), scalars=("weight_scale", "input_scale")
@@ -243,11 +275,12 @@ class _BlockFp8(_Rules):
         self.skip = [p for p in skip if isinstance(p, str) and p]
         size = f"block {self.block[0]}x{self.block[1]} " if self.block else ""
         self.method = f"FP8 {size}({where})"
+        self._scheme = _Scheme("FP8", required=("weight_scale_inv",), block=self.block)
 
     def scheme(self, module: str, weight: Stored | None) -> _Scheme | None:
         if any(p in module for p in self.skip):
             return None
-        return _Scheme("FP8", required=("weight_scale_inv",), block=self.block)
+        return self._scheme
 
 
 class _CompressedTensors(_Rules):
@@ -306,75 +339,124 @@ class _CompressedTensors(_Rules):
 
 
 def _apply(stored: Mapping[str, Stored], rules: _Rules) -> QuantView:
-    """Walk the modules stored quantized; everything else passes through unchanged."""
+    """Walk the modules stored quantized; everything else passes through unchanged.
+
+    Built for 600,000 tensors: names are split, quantized modules found and scales set aside
+    with C-level passes (`map`, `compress`); Python loops run once per quantized module (its
+    weight and required params) and once per scale (its shape, judged once per kind)."""
     names = list(stored)
+    values = list(stored.values())
     parts = list(map(_RPARTITION, names))
-    modules: dict[str, list[str]] = {}
-    for name, (module, _, param) in zip(names, parts, strict=True):
-        if module and (
-            param in _EVIDENCE or (param == "weight" and stored[name][0] in _QUANT_DTYPES)
-        ):
-            modules[module] = []
-    for module, _, param in parts:
-        params = modules.get(module)
-        if params is not None:
-            params.append(param)
-    logical = dict(stored)
-    expected: list[str] = []
-    missing: list[str] = []
-    mismatched: list[ShapeMismatch] = []
-    reasons: dict[str, str] = {}
-    stored_name: dict[str, str] = {}
-    for module, params in modules.items():
-        scheme = rules.scheme(module, stored.get(f"{module}.weight"))
-        if scheme is None:
-            continue  # not quantized by the config: the model's own verdict stands
-        wname = f"{module}.{scheme.weight_param}"
-        if wname not in stored:
-            wname = f"{module}.weight"
-        weight = stored.get(wname)
-        in_features = None
-        if weight is not None:
-            shape = _logical_shape(weight, scheme)
-            in_features = shape[-1] if shape else None
-            del logical[wname]
-            logical[f"{module}.weight"] = ("BF16", shape)
-            if wname != f"{module}.weight":
-                stored_name[f"{module}.weight"] = wname
-            if shape != weight[1] or wname != f"{module}.weight":
-                expected.append(wname)
-        why = f"{scheme.name}, {rules.method}"
-        for param in params:
-            if param not in _AUX:
-                continue
-            name = f"{module}.{param}"
-            del logical[name]
-            expected.append(name)
-            problem = _aux_shape(scheme, param, stored[name], weight, in_features)
-            if problem is not None:
-                mismatched.append(ShapeMismatch(name, stored[name][1], problem[0]))
-                reasons[name] = f"{why}: {problem[1]}"
-        if weight is None:
-            continue
-        for param in scheme.required:
-            name = f"{module}.{param}"
-            if name not in stored:
-                missing.append(name)
-                reasons[name] = f"{why}: every quantized module stores a {param}"
+    mods = list(map(_FIRST, parts))
+    params = list(map(_LAST, parts))
+    packed = map(
+        and_, map("weight".__eq__, params), map(_QUANT_DTYPES.__contains__, map(_FIRST, values))
+    )
+    quantized = set(compress(mods, map(_EVIDENCE.__contains__, params)))
+    quantized.update(compress(mods, packed))
+    quantized.discard("")
+    ordered = sorted(quantized)
+    schemes = {m: sc for m, sc in zip(ordered, rules.schemes(ordered, stored), strict=True) if sc}
+    view = _View(stored, rules.method)
+    view.modules(schemes)
+    # Scales of quantized modules: expected, their shapes judged against the scheme.
+    aux = list(map(and_, map(schemes.__contains__, mods), map(_AUX.__contains__, params)))
+    view.scales(compress(zip(names, mods, params, strict=True), aux))
+    gone = view.removed
+    gone.update(compress(names, aux))
+    kept = map(not_, map(gone.__contains__, names))
+    logical = dict(compress(zip(names, values, strict=True), kept))
+    logical.update(view.logical)
+    expected = view.expected
     if rules.kv_cache:
-        for name, (_, _, param) in zip(names, parts, strict=True):
-            if param in _KV_SCALES and name in logical:
-                del logical[name]
-                expected.append(name)
+        kv = [n for n, p in zip(names, params, strict=True) if p in _KV_SCALES and n in logical]
+        for name in kv:
+            del logical[name]
+        expected += kv
     return QuantView(
         rules.method,
         logical,
         tuple(sorted(expected)),
-        tuple(sorted(missing)),
-        tuple(sorted(mismatched, key=lambda m: m.key)),
-        reasons,
-        stored_name,
+        tuple(sorted(view.missing)),
+        tuple(sorted(view.mismatched, key=lambda m: m.key)),
+        view.reasons,
+        view.stored_name,
     )
+
+
+class _View:
+    """What the schemes say, module by module and scale by scale; judgements of a scale's
+    shape are kept per kind (scheme, param, its dtype and shape, the weight's)."""
+
+    def __init__(self, stored: Mapping[str, Stored], method: str) -> None:
+        self.stored = stored
+        self.method = method
+        self.removed: set[str] = set()
+        self.logical: dict[str, Stored] = {}
+        self.expected: list[str] = []
+        self.missing: list[str] = []
+        self.mismatched: list[ShapeMismatch] = []
+        self.reasons: dict[str, str] = {}
+        self.stored_name: dict[str, str] = {}
+        # module -> (scheme, stored weight, logical in_features)
+        self.weights: dict[str, tuple[_Scheme, Stored | None, int | None]] = {}
+        self.judged: dict[tuple[Any, ...], Any] = {}
+
+    def modules(self, schemes: dict[str, _Scheme]) -> None:
+        """Each quantized module's weight read at its logical shape; the params its scheme
+        requires and the checkpoint lacks are missing (looked up for all modules at once)."""
+        stored, weights, logical = self.stored, self.weights, self.logical
+        shapes: dict[tuple[int, Stored], tuple[int, ...]] = {}
+        have: list[str] = []
+        for module, scheme in schemes.items():
+            wname = f"{module}.{scheme.weight_param}"
+            if wname not in stored:
+                wname = f"{module}.weight"
+            weight = stored.get(wname)
+            if weight is None:
+                weights[module] = (scheme, None, None)
+                continue
+            have.append(module)
+            kind = (id(scheme), weight)
+            shape = shapes.get(kind)
+            if shape is None:
+                shape = shapes[kind] = _logical_shape(weight, scheme)
+            weights[module] = (scheme, weight, shape[-1] if shape else None)
+            full = f"{module}.weight"
+            self.removed.add(wname)
+            logical[full] = ("BF16", shape)
+            if wname != full:
+                self.stored_name[full] = wname
+            if wname != full or shape != weight[1]:
+                self.expected.append(wname)
+        required = {p for m in have for p in weights[m][0].required} if have else set()
+        for param in sorted(required):
+            names = map(f"{{}}.{param}".format, have)
+            for name in filterfalse(stored.__contains__, names):
+                scheme = weights[name.rpartition(".")[0]][0]
+                if param in scheme.required:
+                    self.missing.append(name)
+                    self.reasons[name] = (
+                        f"{scheme.name}, {self.method}: every quantized module stores a {param}"
+                    )
+
+    def scales(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        """Each (name, module, param) of a scale: expected, and its shape judged."""
+        stored, weights, judged = self.stored, self.weights, self.judged
+        expected = self.expected
+        for name, module, param in rows:
+            expected.append(name)
+            scheme, weight, in_features = weights[module]
+            value = stored[name]
+            # Schemes are shared objects: their identity stands for them (hashing a frozen
+            # dataclass 450,000 times costs more than the judging it saves).
+            kind = (id(scheme), param, value, weight, in_features)
+            problem = judged.get(kind, judged)
+            if problem is judged:
+                problem = judged[kind] = _aux_shape(scheme, param, value, weight, in_features)
+            if problem is not None:
+                self.mismatched.append(ShapeMismatch(name, value[1], problem[0]))
+                self.reasons[name] = f"{scheme.name}, {self.method}: {problem[1]}"
 
 
 def _logical_shape(weight: Stored, scheme: _Scheme) -> tuple[int, ...]:
