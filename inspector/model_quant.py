@@ -313,12 +313,14 @@ class _CompressedTensors(_Rules):
         elif packed:
             required.append("weight_shape")
         group = group_size if strategy == "group" and isinstance(group_size, int) else None
+        # `-bits`: values are unpacked from integer storage whatever the format says (a
+        # `weight_packed` in I32 holds 32/bits of them; an I8 or F8 weight holds one).
         self._scheme = _Scheme(
             f"{fmt} {bits}-bit",
-            pack=-bits if packed else 1,
+            pack=-bits,
             required=tuple(required),
             group=group if group and group > 0 else None,
-            weight_param="weight_packed" if packed else "weight",
+            weight_param="weight_packed",
         )
         ignore = [p for p in section.get("ignore") or [] if isinstance(p, str)]
         # compressed-tensors: "re:<regex>" entries, else a module name or its last parts.
@@ -411,7 +413,10 @@ class _View:
         for module, scheme in schemes.items():
             wname = f"{module}.{scheme.weight_param}"
             if wname not in stored:
+                # The other spelling of a quantized weight (`weight` / `weight_packed`).
                 wname = f"{module}.weight"
+                if wname not in stored and f"{module}.weight_packed" in stored:
+                    wname = f"{module}.weight_packed"
             weight = stored.get(wname)
             if weight is None:
                 weights[module] = (scheme, None, None)

@@ -524,6 +524,35 @@ def test_compressed_tensors_pack_quantized(saved: Callable[[str], Saved], tmp_pa
     assert f.code == "load-missing-tensor" and f.tensor == gone
 
 
+def test_compressed_tensors_fp8_dynamic(saved: Callable[[str], Saved], tmp_path: Path) -> None:
+    """float-quantized, channel strategy, dynamic activations: F8 weights, one scale per row."""
+
+    def fp8(state: dict) -> dict:
+        out = {}
+        for k, v in state.items():
+            if k.endswith("proj.weight") and v.dim() == 2:
+                out[k] = v.to(torch.float8_e4m3fn)
+                out[k.replace(".weight", ".weight_scale")] = torch.ones(v.shape[0], 1)
+            else:
+                out[k] = v
+        return out
+
+    folder = resaved(saved("qwen3-moe").folder, tmp_path / "ct", fp8)
+    config = load_json(folder / "config.json")
+    weights = {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False}
+    config["quantization_config"] = {
+        "quant_method": "compressed-tensors",
+        "format": "float-quantized",
+        "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
+        "ignore": ["lm_head", "re:.*mlp.gate$"],
+    }
+    save_json(folder / "config.json", config)
+    verdict = load_verdict(scan(folder))
+    assert ours(verdict) == (set(), set(), set())
+    assert "model.layers.1.mlp.experts.0.down_proj.weight_scale" in verdict.quantization_expected
+    assert not load_findings(folder)
+
+
 def test_block_fp8_scales_follow_the_block_size(
     saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
