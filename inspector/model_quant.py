@@ -434,7 +434,8 @@ class _View:
                 self.stored_name[full] = wname
             if wname != full or shape != weight[1]:
                 self.expected.append(wname)
-        required = {p for m in have for p in weights[m][0].required} if have else set()
+        distinct = {id(s): s for s in schemes.values()}.values()
+        required = {p for s in distinct for p in s.required} if have else set()
         for param in sorted(required):
             names = map(f"{{}}.{param}".format, have)
             for name in filterfalse(stored.__contains__, names):

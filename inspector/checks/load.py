@@ -70,10 +70,13 @@ class _Report:
             spelled = v.stored_as.get(key)
             where = f" (a checkpoint stores it as {spelled})" if spelled else ""
             why = v.reasons.get(key)
-            msg = f"{self.arch} expects {key!r}{where}, which the checkpoint does not hold"
-            if why:
-                msg += f": {why}; restore what is missing (ckpt-inspect repair --from REF)"
+            if why:  # a quantization scale, or a key transformers cannot convert
+                msg = (
+                    f"{key!r}{where} is missing: {why}; restore what is missing "
+                    "(ckpt-inspect repair --from REF)"
+                )
             else:
+                msg = f"{self.arch} expects {key!r}{where}, which the checkpoint does not hold"
                 msg += self._missing_hint(key)
             return self.finding("load-missing-tensor", msg, key, None)
 
