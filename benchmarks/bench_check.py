@@ -44,8 +44,9 @@ _COMPLETE = ".complete"
 
 
 def full_check(folder: Path) -> list[Finding]:
-    """What `ckpt-inspect check` does, without printing."""
-    return check(scan(folder))
+    """What `ckpt-inspect check --no-model` does, without printing (the model-aware load check
+    imports torch and transformers, and is measured on its own by bench_model_load.py)."""
+    return check(scan(folder), model=False)
 
 
 # -- the drifted copy ----------------------------------------------------------------------

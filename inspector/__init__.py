@@ -8,8 +8,10 @@ from inspector.diff import diff_checkpoints
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 from inspector.findings import CODES, Finding, Severity, findings_to_frame
 from inspector.model import ScannedCheckpoint
+from inspector.model_load import LoadVerdict, load_verdict
 from inspector.repair import plan_repair
 from inspector.reshard import plan_reshard
+from inspector.restore import plan_restore
 from inspector.scan import scan
 
 __all__ = [
@@ -17,15 +19,18 @@ __all__ = [
     "CannotInspectError",
     "Finding",
     "InspectorError",
+    "LoadVerdict",
     "PlanRefusedError",
     "ScannedCheckpoint",
     "Severity",
     "check",
     "diff_checkpoints",
     "findings_to_frame",
+    "load_verdict",
     "plan_consolidation",
     "plan_repair",
     "plan_reshard",
+    "plan_restore",
     "scan",
 ]
 

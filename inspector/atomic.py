@@ -314,12 +314,28 @@ def _write_synced(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.s
 
 
 def apply_writes(
-    root: Path, writes: Sequence[tuple[str, bytes]], *, backup: bool = True
+    root: Path,
+    writes: Sequence[tuple[str, bytes]],
+    *,
+    backup: bool = True,
+    moves: Sequence[tuple[str, str]] = (),
 ) -> Path | None:
-    """Replace files under `root` atomically as one journaled batch; returns the backup folder."""
+    """Replace files under `root` atomically as one journaled batch; returns the backup folder.
+
+    `moves` are files staged in `STAGING` (`STAGING/<name>` -> `<name>`, a name not in use,
+    e.g. a restored shard); the journal moves them in first, so a file the new JSON names is
+    in place before the JSON is."""
     recover(root)
     pid = os.getpid()
     with _Folder(root) as folder:
+        staged = []
+        for src, dst in moves:
+            info = folder.lstat(src)
+            if info is None or not stat.S_ISREG(info.st_mode):
+                raise UnsafeInputError(f"{root / src} is not a regular file; nothing written")
+            if folder.lstat(dst) is not None:
+                raise InspectorError(f"{root / dst} exists now; plan again")
+            staged.append(JournalEntry(_kind_of(src, dst), src, dst, *_identity(info)))
         existing = {rel: _regular_or_absent(folder, rel, "to be rewritten") for rel, _ in writes}
         backup_dir = None
         if backup and any(existing.values()):
@@ -329,7 +345,7 @@ def apply_writes(
                 if existing[rel] is not None:
                     _copy_into(folder, rel, f"{rel_backup}/{rel}")
             folder.sync()
-        entries = []
+        entries = staged
         for rel, data in writes:
             parent, name = folder.locate(rel, create=True)
             tmp = PurePosixPath(rel).with_name(_temp_name(name, pid)).as_posix()

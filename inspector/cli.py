@@ -16,16 +16,19 @@ from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
     from inspector.model import ScannedCheckpoint
+    from inspector.model_load import LoadVerdict
 
 __all__ = [
     "EXIT_CANNOT",
     "EXIT_FOUND",
     "EXIT_OK",
     "PLUGIN_GROUP",
+    "add_model_arguments",
     "add_path_arguments",
     "describe_os_error",
     "main",
     "scan_from_args",
+    "verdict_from_args",
 ]
 
 EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
@@ -129,12 +132,19 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
     )
+    add_model_arguments(p)
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
     p.add_argument("a", type=Path, help="first checkpoint")
     p.add_argument("b", type=Path, help="second checkpoint")
     p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="A is the checkpoint B was derived from: classify each difference as expected "
+        "(quantization, experts fused, MTP added) or not; exit 1 only for unexpected ones",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     p.set_defaults(func=_cmd_diff)
@@ -161,6 +171,19 @@ def _parser() -> argparse.ArgumentParser:
         "--max-shard-size",
         default=SHARD_SPLIT_SIZE,
         help=f"for --only reshard (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
+    )
+    p.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="REF",
+        help="copy the tensors REF has and PATH lost (MTP layers, lm_head, experts) into one "
+        "new shard; existing shards are never modified",
+    )
+    p.add_argument(
+        "--verify-data",
+        action="store_true",
+        help="with --from: compare every copied tensor's bytes with REF before anything moves",
     )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
@@ -239,6 +262,30 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", help="force a layout instead of detecting it")
 
 
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--no-model and --trust-remote-code, as every command that runs `check()` takes them."""
+    p.add_argument(
+        "--no-model",
+        dest="model",
+        action="store_false",
+        help="skip the model-aware load check (building the model named by config.json)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the load check run modelling code that sits in the checkpoint folder",
+    )
+
+
+def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> LoadVerdict | None:
+    """The load verdict a command built with `add_model_arguments` asked for (None: --no-model)."""
+    if not args.model:
+        return None
+    from inspector.model_load import load_verdict
+
+    return load_verdict(scanned, trust_remote_code=args.trust_remote_code)
+
+
 def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
     """Scan the PATH of a command built with `add_path_arguments`."""
     from inspector.scan import scan
@@ -259,7 +306,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from inspector.report_text import check_result, format_check
 
     scanned = scan_from_args(args)
-    result = check_result(scanned, check(scanned, deep=args.deep))
+    verdict = verdict_from_args(args, scanned)
+    findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
+    result = check_result(scanned, findings, verdict=verdict)
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
 
@@ -271,8 +320,10 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     a = scan(args.a, header_cap=args.header_cap)
     b = scan(args.b, header_cap=args.header_cap)
-    result = diff_checkpoints(a, b, data=args.data)
+    result = diff_checkpoints(a, b, data=args.data, reference=args.reference)
     _emit(result.to_dict(), args.json, format_diff)
+    if args.reference:
+        return EXIT_FOUND if result.unexpected or result.data_unreadable else EXIT_OK
     return EXIT_OK if result.identical else EXIT_FOUND
 
 
@@ -283,7 +334,24 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return _journal_command(args)
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
-    if only and "reshard" in only:
+    if args.source is not None:
+        from inspector.restore import plan_restore
+        from inspector.scan import scan
+
+        if only or args.duplicates:
+            print(
+                "ckpt-inspect: --from restores tensors on its own; run --only/--duplicates "
+                "repairs separately",
+                file=sys.stderr,
+            )
+            return EXIT_CANNOT
+        plan = plan_restore(
+            scanned, scan(args.source, header_cap=args.header_cap), verify_data=args.verify_data
+        )
+    elif args.verify_data:
+        print("ckpt-inspect: --verify-data goes with --from REF", file=sys.stderr)
+        return EXIT_CANNOT
+    elif only and "reshard" in only:
         from inspector.reshard import plan_reshard
 
         if len(only) > 1:
@@ -306,6 +374,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return EXIT_FOUND
     result = plan.execute(backup=not args.no_backup)
     print(f"written: {', '.join(result.written)}")
+    if getattr(result, "data_checked", 0):
+        print(f"verified: {result.data_checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
         print(f"backup:  {result.backup_dir}")
     if result.remaining:

@@ -49,10 +49,11 @@ GROUPS = (
     "Model structure against config.json and hf_quant_config.json",
     "DCP-sharded safetensors",
     "Megatron torch_dist",
+    "What the model code itself would load",
     "Tensor data (check --deep)",
     "Files the checkpoint cannot safely give us",
 )
-_S, _I, _P, _M, _D, _T, _X, _U = GROUPS
+_S, _I, _P, _M, _D, _T, _L, _X, _U = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -392,6 +393,32 @@ class Code(StrEnum):
         _W,
         _T,
         "common.pt cannot be read with weights_only=True.",
+    )
+    # -- what the model code itself would load ----------------------------------------------
+    LOAD_MISSING_TENSOR = (
+        "load-missing-tensor",
+        _E,
+        _L,
+        "The model built from config.json expects a tensor (or, under the quantization config, "
+        "a scale) the checkpoint lacks, after tied weights and the model's own ignore lists: "
+        "transformers would re-initialise it at random, serving engines fail or load garbage; "
+        "restore it (`ckpt-inspect repair --from REF`) or fix config.json.",
+    )
+    LOAD_UNEXPECTED_TENSOR = (
+        "load-unexpected-tensor",
+        _W,
+        _L,
+        "The checkpoint holds a tensor the model built from config.json would not load "
+        "(transformers drops it; strict loaders refuse it): a config that names the wrong "
+        "architecture or sizes, or a stray tensor; MTP layers are not reported.",
+    )
+    LOAD_SHAPE_MISMATCH = (
+        "load-shape-mismatch",
+        _E,
+        _L,
+        "A stored tensor (after transformers' own conversion, e.g. experts stacked) has another "
+        "shape than the model built from config.json: loading fails, or with "
+        "ignore_mismatched_sizes the weight is re-initialised; fix config.json or the tensor.",
     )
     # -- tensor data ------------------------------------------------------------------------
     TENSOR_ALL_ZERO = (

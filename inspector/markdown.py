@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.summary import summarize
 from inspector.units import format_bytes
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = ["markdown_summary"]
 
@@ -18,13 +21,20 @@ _MAX_MESSAGE = 300
 
 
 def markdown_summary(
-    scanned: ScannedCheckpoint, findings: Sequence[Finding], *, examples: int = 3
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    examples: int = 3,
+    verdict: LoadVerdict | None = None,
 ) -> str:
-    """Layout and counts, a table of findings per code (severity, count, folded layers,
-    experts and files) and the first `examples` messages of each code."""
+    """Layout and counts, the load verdict (will it load? what is missing, unexpected or
+    mis-shaped, or why the check was skipped), a table of findings per code (severity,
+    count, folded layers, experts and files) and the first `examples` messages of each code."""
     summary = summarize(scanned, problems=list(findings))
     lines = [f"### Checkpoint inspection: `{_code_span(scanned.path.name)}`", ""]
     lines += _facts(summary)
+    if verdict is not None:
+        lines += _load_lines(verdict, examples)
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
     if not groups:
@@ -70,6 +80,39 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         + ", ".join(f"{n} {sev if n == 1 else plural[sev]}" for sev, n in counts.items())
     )
     return facts
+
+
+def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
+    """'- will it load: ...' and, when it does not, the first keys of each kind."""
+    arch = f"`{_code_span(verdict.architecture or '?')}`"
+    if verdict.skipped is not None:
+        return [f"- will it load: not checked ({_inline(verdict.skipped)})"]
+    notes = []
+    if verdict.parameters is not None:
+        notes.append(f"{verdict.parameters:,} parameters")
+    if verdict.quantization:
+        notes.append(f"quantization: {_inline(verdict.quantization)}")
+    if verdict.mtp_skipped:
+        notes.append(f"{len(verdict.mtp_skipped):,} MTP tensors transformers skips")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if verdict.loads and not verdict.unexpected:
+        return [f"- will it load: yes, as {arch}{tail}"]
+    answer = "yes, with tensors it ignores" if verdict.loads else "**no**"
+    lines = [f"- will it load: {answer}, as {arch}{tail}"]
+    kinds = (
+        ("missing", list(verdict.missing)),
+        (
+            "with another shape",
+            [f"{m.key} {list(m.stored)} (expected {list(m.expected)})" for m in verdict.mismatched],
+        ),
+        ("unexpected", list(verdict.unexpected)),
+    )
+    for kind, keys in kinds:
+        if keys:
+            shown = ", ".join(f"`{_code_span(k)}`" for k in keys[:examples])
+            more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
+            lines.append(f"  - {len(keys):,} {kind}: {shown}{more}")
+    return lines
 
 
 def _table_row(code: str, items: list[Finding]) -> str:

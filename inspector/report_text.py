@@ -4,22 +4,29 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector.findings import Finding, Severity, severity_rank
 from inspector.model import ScannedCheckpoint
 
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
+
 __all__ = ["check_result", "format_check", "format_diff"]
 
 
-def check_result(scanned: ScannedCheckpoint, findings: list[Finding]) -> dict[str, Any]:
-    """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract).
+def check_result(
+    scanned: ScannedCheckpoint, findings: list[Finding], *, verdict: LoadVerdict | None = None
+) -> dict[str, Any]:
+    """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract),
+    plus `"load"` (the load verdict, `LoadVerdict.to_dict()` and its one-line `summary`) when
+    the model-aware check ran or was skipped.
 
     `counts` has one entry per severity and per code.
     """
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     by_severity = Counter(str(f.severity) for f in ordered)
-    return {
+    result = {
         "path": str(scanned.path),
         "layout": scanned.layout,
         "findings": [f.to_dict() for f in ordered],
@@ -28,12 +35,17 @@ def check_result(scanned: ScannedCheckpoint, findings: list[Finding]) -> dict[st
             "by_code": dict(Counter(f.code for f in ordered)),
         },
     }
+    if verdict is not None:
+        result["load"] = {"summary": verdict.summary(), **verdict.to_dict()}
+    return result
 
 
 def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     """Findings grouped by code, worst first, at most `per_code` messages per code."""
     counts = result["counts"]
     lines = [f"{result['path']} ({result['layout']})"]
+    if "load" in result:
+        lines.append(f"load check: {result['load']['summary']}")
     if not result["findings"]:
         lines.append("no findings")
         return "\n".join(lines)
@@ -82,4 +94,18 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
         lines.extend(f"  bytes differ: {n}" for n in d["data_differs"][:limit])
     if d["data_unreadable"]:
         lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
+    if d.get("reference") is not None:
+        lines += _reference_lines(d)
     return "\n".join(lines)
+
+
+def _reference_lines(d: dict[str, Any]) -> list[str]:
+    """Each difference against the reference A, expected first."""
+    classes = sorted(d["reference"], key=lambda c: not c["expected"])
+    lines = ["", "against the reference A:"]
+    lines += [f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} {c['detail']}" for c in classes]
+    n = d["unexpected"]
+    lines.append(
+        f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"
+    )
+    return lines

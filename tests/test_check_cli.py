@@ -112,7 +112,10 @@ def test_json_contract(capsys, drifted: Path) -> None:
     code, out, _ = cli(capsys, "check", str(drifted), "--json")
     assert code == 1
     doc = json.loads(out)
-    assert set(doc) == {"path", "layout", "findings", "counts"}
+    assert set(doc) == {"path", "layout", "findings", "counts", "load"}
+    # No config.json: the model-aware load check says why it did not run, and finds nothing.
+    assert doc["load"]["skipped"] == "no config.json next to the shards"
+    assert doc["load"]["loads"] is None and doc["load"]["missing"] == []
     assert doc["path"] == str(drifted.resolve()) and doc["layout"] == "hf-sharded"
     assert all(set(f) == FINDING_KEYS for f in doc["findings"])
     by_code = {f["code"]: f for f in doc["findings"]}

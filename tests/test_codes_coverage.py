@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hf_exports import resaved
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -690,6 +691,50 @@ def test_code_pickle_bomb(megatron: Path) -> None:
     (megatron / ITER / ".metadata").write_bytes(b"\x80\x04}" + body + b"K\x01s.")
     f = one(run(megatron), "pickle-bomb")
     assert f.file == f"{ITER}/.metadata" and "refused before unpickling" in f.message
+
+
+# -- what the model code itself would load -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("llama")
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
+    return folder
+
+
+def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
+    folder = resaved(
+        llama, tmp_path / "ckpt", lambda s: {k: v for k, v in s.items() if k != "lm_head.weight"}
+    )
+    assert run(llama) == []  # the healthy save_pretrained output is clean
+    (f,) = [f for f in run(folder) if f.code.startswith("load-")]
+    assert f.code == "load-missing-tensor" and f.tensor == "lm_head.weight"
+    assert "tie_word_embeddings false" in f.message and f.file is None
+
+
+def test_code_load_unexpected_tensor(llama: Path, tmp_path: Path) -> None:
+    extra = "model.layers.1.mlp.router.weight"
+    folder = resaved(llama, tmp_path / "ckpt", lambda s: {**s, extra: bf16(4, 16)})
+    (f,) = [f for f in run(folder) if f.code.startswith("load-")]
+    assert f.code == "load-unexpected-tensor" and f.tensor == extra and f.layer == 1
+    assert f.file in shards(folder) and "LlamaForCausalLM does not load" in f.message
+
+
+def test_code_load_shape_mismatch(llama: Path, tmp_path: Path) -> None:
+    embed = "model.embed_tokens.weight"
+    folder = resaved(llama, tmp_path / "ckpt", lambda s: {**s, embed: bf16(72, 16)})
+    (f,) = [f for f in run(folder) if f.code.startswith("load-")]
+    assert f.code == "load-shape-mismatch" and f.tensor == embed
+    assert "stored as [72, 16]" in f.message and "expects [64, 16]" in f.message
 
 
 # -- tensor data (check --deep) -------------------------------------------------------------------

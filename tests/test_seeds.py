@@ -37,8 +37,8 @@ from inspector.scan import scan
 HIDDEN = 8
 
 
-def run(folder: Path) -> list[Finding]:
-    return check(scan(folder))
+def run(folder: Path, *, model: bool = True) -> list[Finding]:
+    return check(scan(folder), model=model)
 
 
 def codes(findings: list[Finding]) -> set[str]:
@@ -177,8 +177,11 @@ def test_modelopt_1631_ep_collision(tmp_path: Path) -> None:
     for f in missing:
         assert "experts 64-511 missing (448 of 512" in f.message
         assert f.file == shard_name(f.layer + 1, layers) and f.file in f.message
-    # Negative control: the fixed exporter (global ids, complete config) is clean.
-    assert run(_write_ep_export(tmp_path / "fixed", ep_bug=False, layers=layers)) == []
+    # Negative control: the fixed exporter (global ids, complete config) is clean. Its toy
+    # layers (qkv_proj attention, 8 wide) stand in for DeepSeek-V3's, so the load verdict of
+    # the config's architecture is left out (tests/test_model_load.py covers that rule).
+    fixed = _write_ep_export(tmp_path / "fixed", ep_bug=False, layers=layers)
+    assert run(fixed, model=False) == []
 
 
 # -- automodel-2289: non-standard upstream names all parsed as output file 1 ---------------

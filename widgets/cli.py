@@ -9,7 +9,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector.cli import EXIT_CANNOT, EXIT_OK, add_path_arguments, scan_from_args
+from inspector.cli import (
+    EXIT_CANNOT,
+    EXIT_OK,
+    add_model_arguments,
+    add_path_arguments,
+    scan_from_args,
+    verdict_from_args,
+)
 
 __all__ = ["register"]
 
@@ -24,6 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
     )
+    add_model_arguments(p)
     p.set_defaults(func=_cmd_report)
 
 
@@ -31,11 +39,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from inspector.checks import check
 
     scanned = scan_from_args(args)
-    findings = check(scanned)
+    verdict = verdict_from_args(args, scanned)
+    findings = check(scanned, model=verdict is not None, verdict=verdict)
     if args.markdown:
         from inspector.markdown import markdown_summary
 
-        sys.stdout.write(markdown_summary(scanned, findings))
+        sys.stdout.write(markdown_summary(scanned, findings, verdict=verdict))
         if args.output is None:
             return EXIT_OK
     try:

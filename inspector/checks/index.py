@@ -54,6 +54,7 @@ __all__ = [
     "normalize_member",
     "normalized_map",
     "parse_count",
+    "reconcile_total_parameters",
 ]
 
 DETAIL_PER_FILE = 20
@@ -626,6 +627,32 @@ def _total_parameters(index: IndexDoc, unique: int, copies: int, drift: _Drift) 
         f"(difference {'+' if stated > unique else ''}{format_count(stated - unique)}); {why}"
     )
     return make_finding("total-parameters-mismatch", msg, file=index.file)
+
+
+def reconcile_total_parameters(
+    findings: list[Finding], index: IndexDoc | None, model_parameters: int | None
+) -> list[Finding]:
+    """`total_parameters` judged against the exact count of the model built from config.json.
+
+    transformers writes `num_parameters()`: parameters only, a tied weight once, buffers
+    (saved in the shards) not at all, so a healthy `save_pretrained` index differs from the
+    shards' element count whenever the model has persistent buffers. A stated count equal to
+    the model's is right; one that matches neither the model nor the shards says both."""
+    if index is None or model_parameters is None:
+        return findings
+    stated = parse_count(index.metadata.get("total_parameters"))
+    ours = [f for f in findings if f.code == "total-parameters-mismatch" and f.file == index.file]
+    if stated is None or not ours:
+        return findings
+    rest = [f for f in findings if f not in ours]
+    if stated == model_parameters:
+        return rest
+    msg = (
+        f"{ours[0].message}; the model built from config.json has {model_parameters:,} "
+        "parameters (what transformers writes: parameters only, tied weights once, buffers "
+        "not counted)"
+    )
+    return [*rest, make_finding("total-parameters-mismatch", msg, file=index.file)]
 
 
 def parse_count(value: object) -> int | None:

@@ -1,0 +1,101 @@
+"""`diff A B --reference`: each difference of a checkpoint derived from A (a quantized export, a
+conversion) classified as expected or unexpected, on real save_pretrained output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from hf_exports import modelopt_export, resaved, tiny_deepseek_v3
+
+from inspector.cli import main
+from inspector.diff import diff_checkpoints
+from inspector.scan import scan
+
+transformers = pytest.importorskip("transformers")
+
+LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny DeepSeek-V3 as save_pretrained writes it, plus the MTP layer DeepSeek ships."""
+    return tiny_deepseek_v3(tmp_path_factory.mktemp("orig") / "ckpt", layers=LAYERS)
+
+
+def _drop(*names: str):
+    return lambda s: {k: v for k, v in s.items() if k not in names and not k.startswith(names)}
+
+
+def kinds(result) -> dict[str, bool]:
+    return {c.kind: c.expected for c in result.reference}
+
+
+def test_quantized_export_differs_only_as_expected(original: Path, tmp_path: Path) -> None:
+    export = modelopt_export(original, tmp_path / "nvfp4", "NVFP4", experts_only=True)
+    result = diff_checkpoints(scan(original), scan(export), reference=True)
+    assert not result.identical and result.unexpected == ()
+    assert kinds(result) == {"quantization-scales-added": True, "quantized": True}
+    quantized = next(c for c in result.reference if c.kind == "quantized")
+    assert "model.layers.1.mlp.experts.0.up_proj.weight" in quantized.names
+    assert "layers 1-3" in quantized.detail  # the MTP layer's experts are quantized too
+
+
+def test_mtp_added_and_experts_fused_are_expected(original: Path, tmp_path: Path) -> None:
+    # A: transformers' own output without MTP; B: the experts fused (as transformers 5 holds
+    # them in memory) and DeepSeek's MTP layer kept.
+    plain = resaved(original, tmp_path / "plain", _drop(f"model.layers.{LAYERS}."))
+
+    def fuse(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = {k: v for k, v in state.items() if ".mlp.experts." not in k}
+        for layer in range(1, LAYERS + 1):
+            p = f"model.layers.{layer}.mlp.experts"
+            for proj in ("gate_proj", "up_proj", "down_proj"):
+                out[f"{p}.{proj}"] = torch.stack(
+                    [state[f"{p}.{e}.{proj}.weight"] for e in range(4)]
+                )
+        return out
+
+    fused = resaved(original, tmp_path / "fused", fuse)
+    result = diff_checkpoints(scan(plain), scan(fused), reference=True)
+    assert kinds(result) == {"experts-fused": True, "mtp-added": True}
+    back = diff_checkpoints(scan(fused), scan(original), reference=True)
+    assert kinds(back) == {"experts-unfused": True}
+
+
+@pytest.mark.parametrize(
+    ("edit", "kind"),
+    [
+        (_drop(f"model.layers.{LAYERS}."), "mtp-lost"),
+        (_drop("lm_head.weight"), "lm-head-lost"),
+        (_drop("model.layers.2.mlp.experts.3."), "experts-lost"),
+        (_drop("model.layers.2."), "layers-lost"),
+        (lambda s: {**s, "model.embed_tokens.weight": torch.zeros(72, 32)}, "shape-changed"),
+    ],
+)
+def test_losses_and_shape_changes_are_unexpected(
+    original: Path, tmp_path: Path, edit, kind: str
+) -> None:
+    damaged = resaved(original, tmp_path / "b", edit)
+    result = diff_checkpoints(scan(original), scan(damaged), reference=True)
+    assert kinds(result) == {kind: False}
+
+
+def test_cli_exit_code_follows_the_unexpected_differences(
+    original: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    export = modelopt_export(original, tmp_path / "fp8", "FP8")
+    assert main(["diff", str(original), str(export), "--reference"]) == 0
+    out = capsys.readouterr().out
+    assert "expected   dtype changed by quantization" in out
+    assert "every difference is expected" in out
+    assert main(["diff", str(original), str(export)]) == 1  # without --reference: not identical
+    capsys.readouterr()
+    broken = modelopt_export(original, tmp_path / "broken", "FP8", edit=_drop("lm_head.weight"))
+    assert main(["diff", str(original), str(broken), "--reference", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["unexpected"] == 1
+    (lost,) = [c for c in doc["reference"] if not c["expected"]]
+    assert lost["kind"] == "lm-head-lost" and lost["names"] == ["lm_head.weight"]
