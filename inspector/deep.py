@@ -8,6 +8,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from inspector.dtypes import FLOAT_VIEWS, NONFINITE_BITS
 from inspector.findings import Finding, examples, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.tensordata import TensorData, hash_bytes
@@ -15,16 +16,6 @@ from inspector.tensordata import TensorData, hash_bytes
 __all__ = ["deep_check"]
 
 _BLOCK = 16 << 20  # bytes per step: bounded memory whatever the tensor size
-# (numpy view dtype, mask, value): element is non-finite when (x & mask) == value.
-_NONFINITE_BITS = {
-    "BF16": ("<u2", 0x7F80, 0x7F80),
-    "F8_E5M2": ("u1", 0x7C, 0x7C),
-    "F8_E4M3": ("u1", 0x7F, 0x7F),
-    "F8_E4M3FNUZ": ("u1", 0xFF, 0x80),
-    "F8_E5M2FNUZ": ("u1", 0xFF, 0x80),
-    "F8_E8M0": ("u1", 0xFF, 0xFF),
-}
-_FLOATS = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
 _PER_FILE = 5  # past this many all-zero tensors in one file, one summary finding
 
 
@@ -86,12 +77,12 @@ def _any_nonzero(view: memoryview) -> bool:
 
 
 def _nonfinite(view: memoryview, dtype: str) -> bool:
-    if dtype in _FLOATS:
-        arr = np.frombuffer(view, dtype=_FLOATS[dtype])
+    if dtype in FLOAT_VIEWS:
+        arr = np.frombuffer(view, dtype=FLOAT_VIEWS[dtype])
         step = _BLOCK // arr.itemsize
         return any(not np.isfinite(arr[i : i + step]).all() for i in range(0, len(arr), step))
-    if dtype in _NONFINITE_BITS:
-        np_dtype, mask, value = _NONFINITE_BITS[dtype]
+    if dtype in NONFINITE_BITS:
+        np_dtype, mask, value = NONFINITE_BITS[dtype]
         arr = np.frombuffer(view, dtype=np_dtype)
         step = _BLOCK // arr.itemsize
         return any(((arr[i : i + step] & mask) == value).any() for i in range(0, len(arr), step))

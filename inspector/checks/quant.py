@@ -13,26 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from inspector.dtypes import QUANT_DTYPES
 from inspector.findings import Finding, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 
 __all__ = ["check_quant_config", "quant_section", "quantized_modules"]
 
 QUANT_FILE = "hf_quant_config.json"
-# Packed or 8-bit float storage only a quantized module uses.
-_QUANT_DTYPES = frozenset(
-    {
-        "U8",
-        "F4",
-        "F6_E2M3",
-        "F6_E3M2",
-        "F8_E5M2",
-        "F8_E4M3",
-        "F8_E8M0",
-        "F8_E4M3FNUZ",
-        "F8_E5M2FNUZ",
-    }
-)
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
 # A name whose last component is a scale param ends with one of these (and vice versa).
 _ENDS_WITH_SCALE = methodcaller("endswith", tuple(f".{p}" for p in sorted(_SCALE_PARAMS)))
@@ -61,7 +48,7 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
     t = scanned.tensors
     names = t["name"].to_numpy(dtype=object)
     wanted = np.fromiter(map(_ENDS_WITH_SCALE, names.tolist()), dtype=bool, count=len(names))
-    packed = np.flatnonzero(t["dtype"].isin(_QUANT_DTYPES).to_numpy(dtype=bool))
+    packed = np.flatnonzero(t["dtype"].isin(QUANT_DTYPES).to_numpy(dtype=bool))
     weights = np.fromiter(map(_ENDS_WITH_WEIGHT, names[packed]), dtype=bool, count=len(packed))
     wanted[packed[weights]] = True
     chosen = names[wanted].tolist()

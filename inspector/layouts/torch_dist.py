@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 
 from inspector._gc import gc_paused
+from inspector.dtypes import torch_itemsize
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.model import LogicalTensors, ScannedCheckpoint, TorchDistInfo, TorchDistTensor
 from inspector.safe_pickle import (
-    TORCH_DTYPES,
     Dims,
     MetadataFormatError,
     RefusedGlobalError,
@@ -573,7 +573,6 @@ def _plain(value: Any, *, depth: int) -> Any:
 
 def _logical(tensors: dict[str, TorchDistTensor], storage: _Storage) -> LogicalTensors:
     """One row per tensor key: global shape, bytes, and the file of its first chunk."""
-    itemsize = {st or f"torch.{name}": size for name, (st, size) in TORCH_DTYPES.items()}
     names, files, dtypes, shapes, nbytes = [], [], [], [], []
     for name, tensor in tensors.items():
         first = storage.get((name, tensor.chunks[0][0])) if tensor.chunks else None
@@ -581,7 +580,7 @@ def _logical(tensors: dict[str, TorchDistTensor], storage: _Storage) -> LogicalT
         files.append(first[0] if first else "")
         dtypes.append(tensor.dtype)
         shapes.append(tensor.size)
-        nbytes.append(math.prod(tensor.size) * itemsize.get(tensor.dtype, 0))
+        nbytes.append(math.prod(tensor.size) * torch_itemsize(tensor.dtype))
     none = [None] * len(names)
     return LogicalTensors(names, files, dtypes, shapes, nbytes, none, list(none))
 
