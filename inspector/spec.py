@@ -19,7 +19,7 @@ from typing import Any
 
 from inspector.model import ModelSpec
 
-__all__ = ["layer_types_from_config", "spec_from_config"]
+__all__ = ["SPEC_KEYS", "layer_types_from_config", "spec_from_config"]
 
 _EXPERT_KEYS = (
     "n_routed_experts",
@@ -29,6 +29,20 @@ _EXPERT_KEYS = (
     "num_moe_experts",
 )
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_layers", "num_mtp_layers")
+_LAYER_KEYS = ("num_hidden_layers", "num_layers")
+_PATTERN_KEYS = ("layers_block_type", "hybrid_override_pattern")
+# Keys of the per-family MoE layer rules (see the module docstring).
+_RULE_KEYS = (
+    "moe_layers",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "mlp_only_layers",
+)
+# Every key `spec_from_config` reads from a (text) config: what must survive when only part
+# of a damaged config.json can be read.
+SPEC_KEYS = ("model_type", *_LAYER_KEYS, *_EXPERT_KEYS, *_RULE_KEYS, *_PATTERN_KEYS, *_MTP_KEYS)
 # Where multimodal configs keep the text model's config.
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
 # Block names of hybrid patterns -> the layer kinds the tables use.
@@ -52,7 +66,7 @@ def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.jso
         return ModelSpec()
     config, source = _text_config(config, source)
     pattern = layer_types_from_config(config)
-    num_layers = _int(config.get("num_hidden_layers")) or _int(config.get("num_layers"))
+    num_layers = next((v for k in _LAYER_KEYS if (v := _int(config.get(k)))), None)
     if pattern is not None:
         num_layers = len(pattern)
     experts = next((v for k in _EXPERT_KEYS if (v := _int(config.get(k))) is not None), None)

@@ -15,7 +15,7 @@ import orjson
 from inspector.findings import Finding, make_finding
 from inspector.model import IndexDoc, ModelSpec
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
-from inspector.spec import spec_from_config
+from inspector.spec import SPEC_KEYS, spec_from_config
 
 __all__ = [
     "INDEX_NAME",
@@ -138,7 +138,7 @@ def read_config_files(
             salvaged = salvage_json_prefix(path) if name == "config.json" else {}
             if salvaged:
                 salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
-                keep = ", ".join(f"{k}={salvaged[k]}" for k in _SPEC_KEYS if k in salvaged)
+                keep = ", ".join(f"{k}={salvaged[k]}" for k in SPEC_KEYS if k in salvaged)
                 problem += f"; the structure checks use what its readable part says ({keep})"
             findings.append(
                 make_finding(
@@ -152,19 +152,6 @@ def read_config_files(
     return config, docs.get("hf_quant_config.json"), spec, found, findings
 
 
-_SPEC_KEYS = (
-    "model_type",
-    "num_hidden_layers",
-    "n_routed_experts",
-    "num_experts",
-    "num_local_experts",
-    "first_k_dense_replace",
-    "moe_layer_freq",
-    "decoder_sparse_step",
-    "num_nextn_predict_layers",
-    "mtp_num_layers",
-    "hybrid_override_pattern",
-)
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')
 
 
@@ -188,4 +175,4 @@ def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
             out[key] = orjson.loads(match.group(2))
         except orjson.JSONDecodeError:
             continue
-    return {k: v for k, v in out.items() if k in _SPEC_KEYS}
+    return {k: v for k, v in out.items() if k in SPEC_KEYS}
