@@ -18,7 +18,6 @@ import errno
 import math
 import mmap
 import os
-import re
 import shutil
 import threading
 import time
@@ -39,6 +38,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json
 from inspector.model import DcpChunk, ScannedCheckpoint
+from inspector.naming_rules import HF_SHARD_NUMBER
 from inspector.safetensors_header import read_shard
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
@@ -58,7 +58,6 @@ __all__ = [
 BLOCK_BYTES = 8 << 20  # L2/L3-friendly: 8 MB blocks beat 64 MB by 20% on column chunks
 _COPY_BLOCK = 64 << 20
 _OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
-_INDEXED_NAME = re.compile(r"-(\d+)-of-(\d+)\.safetensors$")
 _METADATA_CAP = 2_000_000_000
 # Findings that make the assembled tensors wrong: consolidation refuses to run on them.
 _BLOCKING = frozenset(
@@ -545,7 +544,7 @@ def _index_table(weight_map: Mapping[str, Any]) -> dict[str, int]:
     """File names to 1-based indices: parsed from `-NNNNN-of-NNNNN.safetensors`, or the sorted
     file order when any name lacks it or two files claim one index."""
     files = sorted({str(f) for f in weight_map.values()})
-    parsed = {f: _INDEXED_NAME.search(f) for f in files}
+    parsed = {f: HF_SHARD_NUMBER.search(f) for f in files}
     numbers = {f: int(m.group(1)) for f, m in parsed.items() if m}
     if len(numbers) == len(files) and len(set(numbers.values())) == len(files):
         index_of = numbers

@@ -21,6 +21,7 @@ from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import expert_template
 
 __all__ = [
     "DuplicatePolicy",
@@ -341,16 +342,13 @@ def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def _sibling_configs(
     missing: list[str], layers: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
-    import re
-
-    expert = re.compile(r"\.experts\.\d+\.")
     by_group: dict[str, list[Any]] = defaultdict(list)
     for module, cfg in layers.items():
-        by_group[expert.sub(".experts.{E}.", module)].append(cfg)
+        by_group[expert_template(module)[0]].append(cfg)
     added: dict[str, Any] = {}
     refused: list[str] = []
     for module in missing:
-        group = expert.sub(".experts.{E}.", module)
+        group = expert_template(module)[0]
         configs = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
         if group != module and len(configs) == 1:
             added[module] = json.loads(next(iter(configs)))

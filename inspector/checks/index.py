@@ -36,6 +36,7 @@ from pathlib import PurePosixPath
 
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.model import IndexDoc
+from inspector.naming import layer_expert_numbers
 from inspector.safetensors_header import ShardHeader
 
 __all__ = [
@@ -48,7 +49,6 @@ __all__ = [
     "describe_names",
     "fold_tensor_issues",
     "held_tensors",
-    "name_numbers",
     "normalize_member",
     "normalized_map",
     "parse_count",
@@ -661,7 +661,9 @@ def fold_tensor_issues(
         file = file_of(group) if file_of else group
         shown = max(0, min(per_file, budget, len(names)))
         budget -= shown
-        for name, (layer, expert) in zip(names[:shown], name_numbers(names[:shown]), strict=True):
+        for name, (layer, expert) in zip(
+            names[:shown], layer_expert_numbers(names[:shown]), strict=True
+        ):
             message = detail(group, name)
             findings.append(
                 make_finding(code, message, file=file, tensor=name, layer=layer, expert=expert)
@@ -685,7 +687,7 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
 def describe_names(names: Sequence[str]) -> str:
     """'layers 0-63; 3 outside decoder layers; e.g. a, b, c and 997 more': a long name
     list in one line."""
-    numbers = name_numbers(names)
+    numbers = layer_expert_numbers(names)
     layers = {layer for layer, _ in numbers if layer is not None}
     other = len(names) - sum(1 for layer, _ in numbers if layer is not None)
     parts = []
@@ -697,21 +699,6 @@ def describe_names(names: Sequence[str]) -> str:
     more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
     parts.append(f"e.g. {', '.join(first)}{more}")
     return "; ".join(parts)
-
-
-def name_numbers(names: Sequence[str]) -> list[tuple[int | None, int | None]]:
-    """(decoder layer, expert) of each name, by the project's naming rules (vectorised).
-    MTP blocks are not decoder layers, so they get no layer number."""
-    # Imported here: naming pulls in pandas, which a scan without findings never needs.
-    from inspector.naming import parse_names
-
-    parsed = parse_names(list(names))
-    out = []
-    for layer, expert, mtp in zip(
-        parsed.layer.tolist(), parsed.expert.tolist(), parsed.mtp.tolist(), strict=True
-    ):
-        out.append((None if layer < 0 or mtp else layer, None if expert < 0 else expert))
-    return out
 
 
 # -- helpers -------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ for modules that are gone. Pure."""
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections import defaultdict
 from collections.abc import Collection
 from itertools import compress
@@ -16,6 +15,7 @@ import numpy as np
 from inspector.dtypes import QUANT_DTYPES
 from inspector.findings import Finding, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import expert_template
 
 __all__ = ["check_quant_config", "quant_section", "quantized_modules"]
 
@@ -29,7 +29,6 @@ _MODULE = itemgetter(0)
 # Up to this many unlisted-yet-unquantized entries are probed by prefix (each prefix costs
 # every name one more comparison); past it, every module is listed once.
 _PROBE_LIMIT = 32
-_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
 
 
 def quant_section(quant_config: dict[str, Any] | None) -> dict[str, Any]:
@@ -105,10 +104,9 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
     groups: dict[str, list[int]] = defaultdict(list)
     singles: list[str] = []
     for module in modules:
-        match = _EXPERT_ID.search(module)
-        if match:
-            key = module[: match.start()] + ".experts.{E}." + module[match.end() :]
-            groups[key].append(int(match.group(1)))
+        key, expert = expert_template(module)
+        if expert is not None:
+            groups[key].append(expert)
         else:
             singles.append(module)
     what = (

@@ -15,6 +15,7 @@ import pandas as pd
 
 from inspector.findings import Finding, examples, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import LAYERS_CONTAINER
 
 __all__ = ["check_structure"]
 
@@ -64,9 +65,7 @@ def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
 def _stacked(t: pd.DataFrame) -> bool:
     """torch_dist saves homogeneous stacks without a layer number: layer checks can't apply."""
     no_layer = t["layer"].isna()
-    return bool(
-        no_layer.any() and t.loc[no_layer, "name"].str.contains(r"\blayers\.", regex=True).any()
-    )
+    return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
 
 
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
