@@ -31,6 +31,7 @@ __all__ = [
     "examples",
     "findings_to_frame",
     "fold",
+    "fold_findings",
     "fold_ranges",
     "make_finding",
     "severity_rank",
@@ -122,6 +123,28 @@ def fold(
         if shown < len(items):
             findings.append(summary(key, items[shown:], shown))
     return findings
+
+
+def fold_findings(
+    findings: Sequence[Finding], what: str, *, policy: FoldPolicy = FOLD
+) -> list[Finding]:
+    """Findings already built (one code), bounded by `policy` per file: the rest of a file
+    becomes one summary, "N more <what> (layers ..., e.g. ...)"."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.file or "", []).append(f)
+
+    def summary(file: str | None, rest: Sequence[Finding], shown: int) -> Finding:
+        layers = fold_ranges(f.layer for f in rest if f.layer is not None)
+        tensors = [f.tensor for f in rest if f.tensor]
+        parts = [f"layers {layers}"] if layers else []
+        if tensors:
+            parts.append(f"e.g. {examples(tensors)}")
+        where = f" ({'; '.join(parts)})" if parts else ""
+        more = f"{shown:,} listed above and " if shown else ""
+        return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
+
+    return fold(groups, lambda _file, f: f, summary, policy=policy)
 
 
 _COLUMNS = ["code", "severity", "message", "file", "tensor", "layer", "expert"]

@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,6 +21,7 @@ from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.model import LayoutName as _L
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
 
@@ -150,9 +152,9 @@ def plan_repair(
     Re-sharding a collapsed checkpoint is `inspector.reshard.plan_reshard`."""
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
-    if "index" in wanted and scanned.layout in ("hf-sharded", "modelopt-per-layer"):
+    if "index" in wanted and scanned.layout in (_L.HF_SHARDED, _L.MODELOPT_PER_LAYER):
         plan = plan + plan_index(scanned, duplicates=duplicates)
-    if "sidecars" in wanted and scanned.layout == "modelopt-per-layer":
+    if "sidecars" in wanted and scanned.layout is _L.MODELOPT_PER_LAYER:
         plan = plan + plan_sidecars(scanned)
     if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
         plan = plan + plan_quant_config(scanned)
@@ -223,7 +225,7 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     projection) shares one config; refuse the others."""
     section = quant_section(scanned.quant_config)
     layers = section.get("quantized_layers")
-    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, dict):
+    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
     missing = [m for m in quantized_modules(scanned) if m not in layers]
     from inspector.checks.quant import _excluded  # shared rule: exclude patterns
@@ -233,7 +235,7 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     added, refused = _sibling_configs(missing, layers)
     if not added:
         return RepairPlan(scanned.path, refused=tuple(refused))
-    new_cfg = json.loads(json.dumps(scanned.quant_config))
+    new_cfg = json.loads(json.dumps(dict(scanned.quant_config or {})))
     target = new_cfg["quantization"] if isinstance(new_cfg.get("quantization"), dict) else new_cfg
     target["quantized_layers"] = dict(sorted({**layers, **added}.items()))
     old = _read_text(scanned.path / QUANT_FILE)
@@ -309,7 +311,7 @@ def _tensor_sizes(scanned: ScannedCheckpoint) -> dict[str, tuple[int, int]]:
     sizes: dict[str, tuple[int, int]] = {}
     for shard in scanned.shards:
         for name, shape, b, e in zip(
-            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+            shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
         ):
             sizes.setdefault(name, (e - b, math.prod(shape)))
     return sizes

@@ -1,6 +1,6 @@
 """What a `config.json` says should exist: layers, MoE layers, experts, MTP layers. Pure.
 
-The rules mirror how the modelling code of each family decides (FORMATS.md section 6):
+The rules mirror how the modelling code of each family decides (docs/formats.md, "config.json"):
 - Qwen2/3-MoE: layer i is MoE when i is not in `mlp_only_layers` and
   `(i + 1) % decoder_sparse_step == 0`;
 - DeepSeek-V2/V3, Kimi, GLM-MoE: MoE when `i >= first_k_dense_replace` and
@@ -15,6 +15,7 @@ The rules mirror how the modelling code of each family decides (FORMATS.md secti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from inspector.model import ModelSpec
@@ -60,9 +61,9 @@ _BLOCKS = {
 }
 
 
-def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.json") -> ModelSpec:
+def spec_from_config(config: Mapping[str, Any] | None, *, source: str = "config.json") -> ModelSpec:
     """Derive the expected structure; the text model of a multimodal config is used."""
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         return ModelSpec()
     config, source = _text_config(config, source)
     pattern = layer_types_from_config(config)
@@ -78,10 +79,10 @@ def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.jso
     return ModelSpec(model_type, num_layers, moe, experts, max(mtp, 0), source)
 
 
-def layer_types_from_config(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+def layer_types_from_config(config: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     """Per-layer block kinds ("mamba", "attention", "dense", "moe") of a hybrid model
     (Nemotron-H), or None when the config has no block pattern."""
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         return None
     config, _ = _text_config(config, "")
     blocks = config.get("layers_block_type")
@@ -93,11 +94,11 @@ def layer_types_from_config(config: dict[str, Any] | None) -> tuple[str, ...] | 
     return None
 
 
-def _text_config(config: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+def _text_config(config: Mapping[str, Any], source: str) -> tuple[Mapping[str, Any], str]:
     """The nested text model config when there is one that says how many layers it has."""
     for key in _TEXT_KEYS:
         text = config.get(key)
-        if isinstance(text, dict) and (
+        if isinstance(text, Mapping) and (
             _int(text.get("num_hidden_layers")) is not None
             or layer_types_from_config(text) is not None
         ):
@@ -107,7 +108,7 @@ def _text_config(config: dict[str, Any], source: str) -> tuple[dict[str, Any], s
 
 
 def _moe_layers(
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     num_layers: int | None,
     experts: int | None,
     pattern: tuple[str, ...] | None,

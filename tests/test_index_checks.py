@@ -14,9 +14,9 @@ import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import save_file
 
+from inspector.checks import check_layout
 from inspector.checks.index import DETAIL_PER_FILE, check_index
-from inspector.findings import Finding
-from inspector.layouts import layout_by_name
+from inspector.findings import Finding, FoldPolicy
 from inspector.model import ScannedCheckpoint
 from inspector.scan import scan
 
@@ -59,7 +59,7 @@ def _write_index(folder: Path, doc: dict) -> None:
 
 def _check(folder: Path) -> tuple[ScannedCheckpoint, list[Finding]]:
     scanned = scan(folder)
-    return scanned, layout_by_name(scanned.layout).check(scanned)
+    return scanned, check_layout(scanned)
 
 
 def _codes(findings: list[Finding]) -> list[str]:
@@ -277,7 +277,7 @@ def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
     (folder / INDEX).write_text(json.dumps(index))
     scanned = scan(folder)
     start = time.perf_counter()
-    findings = layout_by_name(scanned.layout).check(scanned)
+    findings = check_layout(scanned)
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0  # linear: ~0.1 s here; a quadratic pass would take minutes
     (stray,) = [f for f in findings if f.code == "unindexed-file"]
@@ -288,7 +288,7 @@ def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
     index["weight_map"][names[0]] = "model-00002-of-00002.safetensors"
     (folder / INDEX).write_text(json.dumps(index))
     scanned = scan(folder)
-    findings = layout_by_name(scanned.layout).check(scanned)
+    findings = check_layout(scanned)
     detailed = [f for f in findings if f.tensor is not None]
     summaries = [f for f in findings if f.tensor is None]
     assert len(detailed) == DETAIL_PER_FILE and len(summaries) == 1
@@ -304,7 +304,7 @@ def test_detail_budget_is_shared_across_files(ckpt: Path) -> None:
     doc["weight_map"] = {name: file for file, name in keep.items()}
     _write_index(ckpt, doc)
     scanned = scan(ckpt)
-    findings = check_index(scanned.shards, scanned.index, per_file=2, total=3)
+    findings = check_index(scanned.shards, scanned.index, policy=FoldPolicy(per_file=2, per_code=3))
     unindexed = [f for f in findings if f.code == "unindexed-tensor"]
     detailed = [f for f in unindexed if f.tensor is not None]
     assert len(detailed) == 3
@@ -324,7 +324,7 @@ def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
         doc["weight_map"][f"ghost.{i}.weight"] = f"ghost-{i:05d}.safetensors"
     _write_index(ckpt, doc)
     scanned = scan(ckpt)
-    findings = check_index(scanned.shards, scanned.index, total=10)
+    findings = check_index(scanned.shards, scanned.index, policy=FoldPolicy(per_code=10))
     missing = [f for f in findings if f.code == "index-missing-file"]
     assert len(missing) == 11
     assert "names 990 more files that are not in the folder" in missing[-1].message

@@ -1,14 +1,14 @@
-"""Drift checks: every finding a checkpoint has, from scanned data. Pure functions only."""
+"""Every judgement about a checkpoint lives here, one module per concern; the layout readers
+only read. `check(scanned)` runs the scan's problems and every rule registered for the
+layout (`inspector.checks.registry`). Pure functions only."""
 
 from __future__ import annotations
 
-from inspector.checks.quant import check_quant_config
-from inspector.checks.structure import check_structure
-from inspector.findings import Finding, severity_rank
-from inspector.layouts import layout_by_name
+from inspector.checks.registry import RULES, Rule, rules_for
+from inspector.findings import Finding, sort_findings
 from inspector.model import ScannedCheckpoint
 
-__all__ = ["check"]
+__all__ = ["RULES", "Rule", "check", "check_layout", "rules_for"]
 
 
 def check(scanned: ScannedCheckpoint, *, deep: bool = False) -> list[Finding]:
@@ -17,18 +17,22 @@ def check(scanned: ScannedCheckpoint, *, deep: bool = False) -> list[Finding]:
 
     Sorted worst first, then by code and file; exact duplicates are dropped.
     """
-    layout = layout_by_name(scanned.layout)
-    found: list[Finding] = [
-        *scanned.problems,
-        *layout.check(scanned),
-        *check_structure(scanned),
-        *check_quant_config(scanned),
-    ]
+    found: list[Finding] = list(scanned.problems)
+    for rule in rules_for(scanned.layout):
+        found.extend(rule.run(scanned))
     if deep:
         from inspector.deep import deep_check
 
         found += deep_check(scanned)
-    unique = list(dict.fromkeys(found))
-    return sorted(
-        unique, key=lambda f: (severity_rank(f.severity), f.code, f.file or "", f.tensor or "")
-    )
+    return sort_findings(found)
+
+
+def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Only the rules registered for this layout by name (not the structure and quant-config
+    rules every layout runs), unsorted; the scan's own problems are not included."""
+    return [
+        f
+        for rule in rules_for(scanned.layout)
+        if rule.layouts is not None
+        for f in rule.run(scanned)
+    ]

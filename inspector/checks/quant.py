@@ -5,19 +5,22 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from itertools import compress
 from operator import itemgetter, methodcaller
 from typing import Any
 
 import numpy as np
 
+from inspector.codes import Code, code_set
 from inspector.dtypes import QUANT_DTYPES
-from inspector.findings import Finding, fold_ranges, make_finding
+from inspector.findings import Finding, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
 
-__all__ = ["check_quant_config", "quant_section", "quantized_modules"]
+__all__ = ["CODES", "check_quant_config", "quant_section", "quantized_modules"]
+
+CODES = code_set(Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER)
 
 QUANT_FILE = "hf_quant_config.json"
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
@@ -31,12 +34,12 @@ _MODULE = itemgetter(0)
 _PROBE_LIMIT = 32
 
 
-def quant_section(quant_config: dict[str, Any] | None) -> dict[str, Any]:
+def quant_section(quant_config: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """The `quantization` object (older files keep its keys at the top level)."""
-    if not isinstance(quant_config, dict):
+    if not isinstance(quant_config, Mapping):
         return {}
     section = quant_config.get("quantization")
-    return section if isinstance(section, dict) else quant_config
+    return section if isinstance(section, Mapping) else quant_config
 
 
 def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
@@ -64,7 +67,7 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     """quant-config-missing-layer (under MIXED_PRECISION) and quant-config-stale-layer."""
     section = quant_section(scanned.quant_config)
     layers = section.get("quantized_layers")
-    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, dict):
+    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return []
     excluded = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
     quantized = quantized_modules(scanned)
@@ -75,7 +78,7 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     )
 
 
-def _stale(layers: dict[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
+def _stale(layers: Mapping[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
     """Listed modules no tensor belongs to (a tensor's module is its name up to the last dot).
 
     A quantized module exists, which settles the usual entry. The others are looked up among
@@ -137,4 +140,9 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
                 expert=ids[0] if len(ids) == 1 else None,
             )
         )
-    return out
+    what_more = (
+        "modules missing from quantized_layers"
+        if code == "quant-config-missing-layer"
+        else "stale quantized_layers entries"
+    )
+    return fold_findings(out, what_more)

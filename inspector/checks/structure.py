@@ -7,17 +7,19 @@ does not, so a checkpoint without a config is still checked for internal consist
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from inspector.findings import Finding, examples, fold_ranges, make_finding
+from inspector.codes import Code, code_set
+from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import LAYERS_CONTAINER
 
-__all__ = ["check_structure"]
+__all__ = ["CODES", "check_structure"]
 
 
 def _unique(
@@ -36,9 +38,14 @@ def _unique(
     return (present, counts[present]) if return_counts else present
 
 
-# Bounded output on pathological checkpoints: beyond this many findings of one code the rest
-# are summarized in one finding.
-_LIMIT = 200
+CODES = code_set(
+    Code.LAYER_MISSING,
+    Code.MTP_MISSING,
+    Code.EXPERT_MISSING,
+    Code.EXPERT_INCOMPLETE,
+    Code.EXPERT_SHAPE_MISMATCH,
+    Code.LAYER_KEYSET_OUTLIER,
+)
 
 
 def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -77,17 +84,20 @@ def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     if not missing:
         return []
     where = f"{scanned.spec.source or 'config.json'} declares {n} layers (0-{n - 1})"
-    if len(missing) > 20:
-        return [
-            make_finding(
-                "layer-missing",
-                f"layers {fold_ranges(missing)} have no tensors ({len(missing)} of {n}); {where}",
-            )
-        ]
-    return [
-        make_finding("layer-missing", f"layer {i} has no tensors; {where}", layer=i)
-        for i in missing
-    ]
+
+    def detail(_group: str | None, layer: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING, f"layer {layer} has no tensors; {where}", layer=layer
+        )
+
+    def summary(_group: str | None, rest: Sequence[int], shown: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING,
+            f"{shown:,} listed above and layers {fold_ranges(rest)} have no tensors "
+            f"({len(missing)} of {n} missing); {where}",
+        )
+
+    return fold(missing, detail, summary)
 
 
 def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -218,7 +228,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
                 expert=missing[0] if len(missing) == 1 else None,
             )
         )
-    return out
+    return fold_findings(out, "MoE layers with missing experts")
 
 
 def _file_mode(e: _Experts) -> dict[int, str]:
@@ -289,7 +299,7 @@ def _incomplete_findings(
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
-    return out[:_LIMIT]
+    return fold_findings(out, "expert groups lacking tensors their siblings have")
 
 
 def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
@@ -320,9 +330,7 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
-            if len(out) >= _LIMIT:
-                return out
-    return out
+    return fold_findings(out, "expert tensors whose shape or dtype differs from their siblings'")
 
 
 # -- key sets ------------------------------------------------------------------------------
@@ -391,4 +399,4 @@ def _decoder_outliers(
                     layer=layer,
                 )
             )
-    return out[:_LIMIT]
+    return fold_findings(out, "layers whose key set differs from their siblings'")
