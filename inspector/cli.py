@@ -15,6 +15,8 @@ from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
     from inspector.model import ScannedCheckpoint
+    from inspector.repair import RepairPlan
+    from inspector.reshard import ReshardPlan
 
 __all__ = [
     "EXIT_CANNOT",
@@ -208,6 +210,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
+    plan: RepairPlan | ReshardPlan
     if only and "reshard" in only:
         from inspector.reshard import plan_reshard
 

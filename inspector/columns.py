@@ -59,7 +59,7 @@ class Coded(Generic[T]):
             values = list(values)
             count = len(values)
         index: defaultdict[T, int] = defaultdict()
-        index.default_factory = index.__len__  # type: ignore[method-assign,assignment]
+        index.default_factory = index.__len__
         codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=count)
         return cls(frozen(codes), tuple(index))
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from inspector.codes import CODE_HELP, CODES, Code, Severity, severity_rank
+from inspector.codes import CODE_HELP, CODES, Code, Severity, code_of, severity_rank
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -69,7 +69,7 @@ def make_finding(
     expert: int | None = None,
 ) -> Finding:
     """A finding whose severity comes from the code table (an unknown code raises: a bug)."""
-    known = Code(code)
+    known = code_of(code)
     return Finding(known.value, known.severity, message, file, tensor, layer, expert)
 
 
@@ -169,16 +169,14 @@ def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:
     """'0-3, 7, 9-511': sorted unique ints folded into ranges, at most `limit` pieces."""
     ordered = sorted(set(values))
     pieces: list[str] = []
-    start = prev = None
-    for v in ordered:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            pieces.append(_piece(start, prev))
-            start = prev = v
-    if start is not None:
+    if ordered:
+        start = prev = ordered[0]
+        for v in ordered[1:]:
+            if v == prev + 1:
+                prev = v
+            else:
+                pieces.append(_piece(start, prev))
+                start = prev = v
         pieces.append(_piece(start, prev))
     if len(pieces) > limit:
         return ", ".join(pieces[:limit]) + f", ... ({len(pieces) - limit} more ranges)"

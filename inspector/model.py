@@ -485,7 +485,8 @@ class ScannedCheckpoint:
         memo: dict[str, Any] = self.__dict__.setdefault("_derived", {})
         if key not in memo:
             memo[key] = build()
-        return memo[key]  # type: ignore[no-any-return]
+        value: T = memo[key]
+        return value
 
     # -- tables, built once on first access -------------------------------------------
 

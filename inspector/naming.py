@@ -77,10 +77,10 @@ class NameColumns:
 
     layer: np.ndarray
     expert: np.ndarray
-    module: pd.Categorical
-    param: pd.Categorical
-    kind: pd.Categorical
-    family: pd.Categorical
+    module: pd.Categorical[str]
+    param: pd.Categorical[str]
+    kind: pd.Categorical[str]
+    family: pd.Categorical[str]
     fused: np.ndarray
     mtp: np.ndarray
     stacked: np.ndarray
@@ -331,7 +331,7 @@ def _fill_group(
     gathered in one numpy call; the word digits then tell the templates apart."""
     slots, word = _digit_runs(group)
     positions = [p for a, b in slots for p in range(a, b)] + word
-    digits = chars.codes(rows, positions, len(group)) if positions else None
+    digits = chars.codes(rows, positions, len(group)) if positions else np.zeros((len(rows), 0))
     values, at = [], 0
     for a, b in slots:
         values.append(_numbers(digits[:, at : at + b - a]))
@@ -436,14 +436,14 @@ class _Columns:
             self.overrides["module"][row] = _refill(info.module, numbers[:split])
             self.overrides["param"][row] = _refill(info.param, numbers[split:])
 
-    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical:
+    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical[str]:
         index = {v: i for i, v in enumerate(first)}
         small = [index.setdefault(getattr(info, key), len(index)) for info in self.infos]
         codes = np.asarray(small, dtype=np.int64)[self.tid] if small else self.tid.copy()
         overrides = self.overrides.get(key, {})
         for row, value in overrides.items():
             codes[row] = index.setdefault(value, len(index))
-        frame = pd.Categorical.from_codes(codes, categories=list(index))
+        frame = pd.Categorical.from_codes(codes, pd.Index(list(index)))
         return frame.remove_unused_categories() if overrides else frame
 
     def _flag(self, key: str) -> np.ndarray:

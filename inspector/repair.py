@@ -258,7 +258,7 @@ def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
 
 
 def _choose_files(
-    scanned: ScannedCheckpoint, old_map: dict[str, str], policy: DuplicatePolicy | None
+    scanned: ScannedCheckpoint, old_map: Mapping[str, str], policy: DuplicatePolicy | None
 ) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
     homes: dict[str, list[tuple[str, str, tuple[int, ...]]]] = defaultdict(list)
     for shard in scanned.shards:
@@ -291,7 +291,7 @@ def _choose_files(
     )
 
 
-def _keep_order(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+def _keep_order(old: Mapping[str, str], new: dict[str, str]) -> dict[str, str]:
     """The old index's key order for the tensors it had, then the added ones sorted: the
     diff a user reviews shows only what changed."""
     kept = {n: new[n] for n in old if n in new}
@@ -317,7 +317,7 @@ def _tensor_sizes(scanned: ScannedCheckpoint) -> dict[str, tuple[int, int]]:
     return sizes
 
 
-def _map_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+def _map_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     added = sorted(new.keys() - old.keys())
     removed = sorted(old.keys() - new.keys())
     moved = sorted(n for n in new.keys() & old.keys() if new[n] != old[n])
@@ -342,7 +342,7 @@ def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _sibling_configs(
-    missing: list[str], layers: dict[str, Any]
+    missing: list[str], layers: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     by_group: dict[str, list[Any]] = defaultdict(list)
     for module, cfg in layers.items():

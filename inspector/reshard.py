@@ -135,7 +135,9 @@ def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     if bad:
         return (f"shards {examples(bad)} have integrity findings; fix them before re-sharding",)
     seen: set[str] = set()
-    dup = [n for s in scanned.shards for n in s.names if n in seen or seen.add(n)]
+    dup: list[str] = []
+    for name in (n for s in scanned.shards for n in s.names):
+        (dup.append if name in seen else seen.add)(name)
     if dup:
         why = f"tensors {examples(dup)} are in several shards; repair the index first"
         return (f"{why} (ckpt-inspect repair --only index --duplicates ...)",)

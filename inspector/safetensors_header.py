@@ -246,7 +246,8 @@ def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
     except orjson.JSONDecodeError as exc:
         return {}, _not_json(raw, file, exc)
     if not isinstance(header, dict):
-        kind = {list: "array", str: "string"}.get(type(header), type(header).__name__)
+        names: dict[type, str] = {list: "array", str: "string"}
+        kind = names.get(type(header), type(header).__name__)
         return {}, f"{file}: header is a JSON {kind} ({_short(header)}), expected an object"
     if not raw.startswith(b"{"):
         # Valid JSON with leading whitespace: the reference reader still rejects it.
@@ -394,10 +395,11 @@ def _locate(
     name: str, entry: object, out: _Collector
 ) -> tuple[str, tuple[int, ...], int, int] | None:
     """(dtype, shape, begin, end) of a well-typed entry, else a header-invalid-entry finding."""
+    item: Any = entry
     try:
-        dtype = entry["dtype"]
-        shape = entry["shape"]
-        begin, end = entry["data_offsets"]
+        dtype = item["dtype"]
+        shape = item["shape"]
+        begin, end = item["data_offsets"]
     except (TypeError, KeyError, ValueError, IndexError):
         out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
         return None
@@ -405,7 +407,7 @@ def _locate(
         type(dtype) is str
         and type(shape) is list
         and all(type(d) is int and d >= 0 for d in shape)
-        and type(entry["data_offsets"]) is list
+        and type(item["data_offsets"]) is list
         and type(begin) is int
         and type(end) is int
         and 0 <= begin <= end

@@ -87,7 +87,7 @@ def layer_types_from_config(config: Mapping[str, Any] | None) -> tuple[str, ...]
     config, _ = _text_config(config, "")
     blocks = config.get("layers_block_type")
     if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
-        return tuple(_BLOCKS.get(b, b) for b in blocks)
+        return tuple(_BLOCKS.get(str(b), str(b)) for b in blocks)
     pattern = config.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         return tuple(_BLOCKS.get(c, c) for c in pattern)

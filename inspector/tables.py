@@ -223,8 +223,8 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
     return pd.DataFrame(
         {
             "name": np.fromiter(source.names, dtype=object, count=n),
-            "file": pd.Categorical.from_codes(source.file_codes, categories=source.files),
-            "dtype": pd.Categorical.from_codes(source.dtype_codes, categories=source.dtypes),
+            "file": pd.Categorical.from_codes(source.file_codes, pd.Index(source.files)),
+            "dtype": pd.Categorical.from_codes(source.dtype_codes, pd.Index(source.dtypes)),
             "shape": _shape_column(source.shape),
             "numel": source.numel,
             "nbytes": source.nbytes,
@@ -234,7 +234,7 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
             "expert": pd.arrays.IntegerArray(parsed.expert, parsed.expert < 0),
             "module": parsed.module,
             "param": parsed.param,
-            "kind": pd.Categorical.from_codes(numbering.kind, categories=list(KINDS)),
+            "kind": pd.Categorical.from_codes(numbering.kind, pd.Index(KINDS)),
             "family": parsed.family,
             "is_mtp": numbering.is_mtp,
             "fused": parsed.fused,
@@ -459,7 +459,7 @@ def _layers_frame(
     at = np.searchsorted(layers, seen)
 
     def spread(values: np.ndarray, dtype: type = np.int64) -> np.ndarray:
-        out = np.zeros(len(layers), dtype=dtype)
+        out: np.ndarray = np.zeros(len(layers), dtype=dtype)
         out[at] = values
         return out
 

@@ -26,9 +26,9 @@ __all__ = ["TensorData", "hash_bytes"]
 _HASH_BLOCK = 64 << 20
 
 
-def hash_bytes(view: memoryview | np.ndarray) -> str:
+def hash_bytes(view: memoryview | bytes | np.ndarray) -> str:
     """xxh3-64 of a buffer, fed in blocks so huge tensors never need a copy."""
-    mv = memoryview(view).cast("B") if not isinstance(view, memoryview) else view.cast("B")
+    mv = (view.data if isinstance(view, np.ndarray) else memoryview(view)).cast("B")
     h = xxhash.xxh3_64()
     for start in range(0, len(mv), _HASH_BLOCK):
         h.update(mv[start : start + _HASH_BLOCK])
@@ -104,7 +104,7 @@ class TensorData(AbstractContextManager["TensorData"]):
             shard = self.scanned.shard(chunk.file)
             idx = shard.names.index(name) if shard is not None and name in shard.names else -1
             buf = self._map(chunk.file) if idx >= 0 else None
-            if buf is None:
+            if buf is None or shard is None:
                 return None
             start = shard.data_start + int(shard.begins[idx])
             end = shard.data_start + int(shard.ends[idx])
@@ -113,7 +113,7 @@ class TensorData(AbstractContextManager["TensorData"]):
             src = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
             where = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
             full[where] = src.reshape(*chunk.shape, item)
-        return memoryview(full.reshape(-1))
+        return full.reshape(-1).data
 
     # -- files ----------------------------------------------------------------------------
 

@@ -185,7 +185,7 @@ def _grid(
             for d, (o, s) in enumerate(zip(offsets, sizes, strict=True))
         )
         counts[cell] += 1
-    cell_volume = np.ones(counts.shape, dtype=np.int64)
+    cell_volume: np.ndarray = np.ones(counts.shape, dtype=np.int64)
     widths = [np.diff(np.asarray(b, dtype=np.int64)) for b in bounds]
     for d, w in enumerate(widths):
         cell_volume = cell_volume * w.reshape([-1 if i == d else 1 for i in range(len(widths))])

@@ -222,10 +222,12 @@ class _IndexView:
         wmap = _normalized(weight_map)
         listed = dict(Counter(wmap.values()))
         mark = _UNLISTED if None in listed else None
+        lookup: Callable[..., object] = wmap.get
+        targets: dict[str, list[object]]
         if mark is None:
-            targets = {s.file: list(map(wmap.get, s.names)) for s in held.shards}
+            targets = {s.file: list(map(lookup, s.names)) for s in held.shards}
         else:
-            targets = {s.file: list(map(wmap.get, s.names, repeat(mark))) for s in held.shards}
+            targets = {s.file: list(map(lookup, s.names, repeat(mark))) for s in held.shards}
         hits = {file: got.count(file) for file, got in targets.items()}
         return cls(wmap, listed, targets, hits, mark)
 
@@ -525,7 +527,7 @@ def _duplicate_message(
         agree = f"all copies are {copies[0][1]} {copies[0][2]}"
     else:
         agree = "the copies DIFFER: " + ", ".join(f"{f} has {d} {s}" for f, d, s in copies)
-    if wmap is None:
+    if wmap is None or index is None:
         used = (
             f"without an index, loaders that read every file in order keep the copy in {max(files)}"
         )

@@ -57,7 +57,7 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
     modules_of = list(map(_MODULE, map(_RPARTITION, chosen)))
     # First tensor of each module, modules in order of first appearance (as a setdefault loop
     # would give): the reversed update leaves each module's first tensor as its value.
-    modules: dict[str, str] = dict.fromkeys(modules_of)  # type: ignore[arg-type]
+    modules: dict[str, str] = dict.fromkeys(modules_of, "")
     modules.update(zip(reversed(modules_of), reversed(chosen), strict=True))
     modules.pop("", None)  # a name such as ".weight_scale" belongs to no module
     return modules

@@ -29,10 +29,14 @@ def _unique(
     are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
     values = np.asarray(values)
     top = int(values.max()) + 1 if values.size else 0
-    if return_inverse or values.dtype.kind not in "iu" or top > 4 * values.size + 1_000_000:
-        return np.unique(values, return_counts=return_counts, return_inverse=return_inverse)
-    if values.size and int(values.min()) < 0:
-        return np.unique(values, return_counts=return_counts)
+    if return_inverse:
+        return np.unique(values, return_inverse=True)
+    if (
+        values.dtype.kind not in "iu"
+        or top > 4 * values.size + 1_000_000
+        or (values.size and int(values.min()) < 0)
+    ):
+        return np.unique(values, return_counts=True) if return_counts else np.unique(values)
     counts = np.bincount(values, minlength=top)
     present = np.flatnonzero(counts)
     return (present, counts[present]) if return_counts else present

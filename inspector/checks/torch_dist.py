@@ -209,6 +209,7 @@ def _check_common_drift(info: TorchDistInfo) -> list[Finding]:
     if "state" in rerun and state in (0, "NOT_RUNNING_YET", None):
         return []
     present = {k[len(RERUN_PREFIX) :] for k in info.byte_keys if k.startswith(RERUN_PREFIX)}
+    expected: Mapping[str, Any]
     if "state" in rerun:
         world = _world_size(info, present)
         expected = {f"shard_{r}_{world}": r for r in range(world)} if world else {}

@@ -37,16 +37,19 @@ def choose_assignment(
 ) -> Choice:
     """The first assignment rule that applies (see `plan_consolidation`)."""
     dcp = scanned.dcp
+    if dcp is None:
+        raise PlanRefusedError(f"{scanned.path}: not DCP-sharded safetensors")
     if mapping is not None:
         table, label = _load_mapping(mapping)
         why = "given by the caller (mapping=...)"
         return _from_index(names, table, f"mapping {label}", why)
     # A recorded mapping that sends everything to one file is the automodel-2289 collapse: an
     # explicit reference is then the user's way out, so it wins.
-    collapsed = bool(dcp.mapping) and len(set(dcp.mapping.values())) == 1
-    if dcp.mapping and not (collapsed and reference is not None):
+    recorded = dcp.mapping or {}
+    collapsed = bool(recorded) and len(set(recorded.values())) == 1
+    if recorded and not (collapsed and reference is not None):
         why = "the training run recorded the reference model's file for every tensor"
-        return _from_index(names, dcp.mapping, f"mapping {dcp.mapping_file}", why)
+        return _from_index(names, recorded, f"mapping {dcp.mapping_file}", why)
     if reference is not None:
         table, label = reference_assignment(reference)
         why = "no mapping file; output files follow the reference checkpoint's index"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from inspector.consolidate.engine import (
@@ -18,6 +19,7 @@ from inspector.consolidate.engine import (
 from inspector.consolidate.plan import ConsolidationPlan, ConsolidationResult
 from inspector.consolidate.verify import verify as verify_output
 from inspector.errors import InspectorError
+from inspector.findings import Finding
 from inspector.layouts._common import INDEX_NAME
 
 __all__ = ["Distributed", "execute_plan"]
@@ -58,7 +60,11 @@ def execute_plan(
         bar.close()
     # 3. Everyone done: rank 0 copies the metadata files and writes the index last.
     dist.barrier()
-    index_file, copied, findings, checked, mismatches = None, (), (), 0, ()
+    index_file: str | None = None
+    copied: tuple[str, ...] = ()
+    findings: Sequence[Finding] = ()
+    checked = 0
+    mismatches: Sequence[str] = ()
     if dist.rank == 0:
         copied = copy_metadata(plan)
         index_file = write_index(plan)

@@ -188,6 +188,8 @@ def _copy_pieces(
     sources: SourceFiles, fd: int, start: int, tensor: PlannedTensor, bar: Progress
 ) -> None:
     for piece in tensor.pieces:
+        if piece.dst_offset is None:
+            raise InspectorError(f"{tensor.name}: a piece of a contiguous tensor has no offset")
         _copy_range(
             sources.fd(piece.file), piece.src_offset, fd, start + piece.dst_offset, piece.nbytes
         )
@@ -291,7 +293,7 @@ def _place_rows(
 
 
 def _pread_into(fd: int, buf: np.ndarray, offset: int) -> None:
-    view = memoryview(buf).cast("B")
+    view = buf.data.cast("B")
     while view:
         n = os.preadv(fd, [view], offset)
         if n == 0:
@@ -319,7 +321,7 @@ def pread_exact(fd: int, count: int, offset: int) -> bytes:
 
 
 def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
-    view = memoryview(data).cast("B")
+    view = (memoryview(data) if isinstance(data, bytes) else data.data).cast("B")
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n

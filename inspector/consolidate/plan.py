@@ -434,7 +434,7 @@ def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[
 def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     """Files of `.hf_metadata/` a loader needs (config, tokenizer...), not the run's mappings
     nor a kept reference index, which would clash with the one we write."""
-    meta_dir = scanned.dcp.hf_metadata_dir
+    meta_dir = _dcp(scanned).hf_metadata_dir
     if meta_dir is None:
         return ()
     folder = scanned.path / meta_dir

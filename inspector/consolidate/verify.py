@@ -33,7 +33,7 @@ def verify(
     with TensorData(source) as src, TensorData(written) as out:
         for output in plan.outputs:
             for t in output.tensors:
-                raw = src.tensor_bytes(t.name)
+                raw: memoryview | bytes | np.ndarray | None = src.tensor_bytes(t.name)
                 if raw is None and t.contiguous:
                     raw = _contiguous_source_bytes(plan.source, t)  # packed F4/F6 tensors
                 if raw is not None and t.out_dtype != t.dtype:
@@ -53,7 +53,8 @@ def _contiguous_source_bytes(root: Path, tensor: PlannedTensor) -> bytes:
     try:
         for piece in tensor.pieces:
             data = pread_exact(sources.fd(piece.file), piece.nbytes, piece.src_offset)
-            out[piece.dst_offset : piece.dst_offset + piece.nbytes] = data
+            at = piece.dst_offset or 0  # set on every piece of a contiguous tensor
+            out[at : at + piece.nbytes] = data
     finally:
         sources.close()
     return bytes(out)

@@ -206,15 +206,15 @@ def _chunk_table(shards: tuple[ShardHeader, ...]) -> tuple[ChunkTable, list[Read
         wrong_rank: list[str] = []
         shapes = shard.shape
         for row, name in enumerate(shard.names):
-            place = _offsets(info.get(name), valid)
-            if place is None:
+            found = _offsets(info.get(name), valid)
+            if found is None:
                 missing.append(name)
-            elif len(place) != len(shape := shapes[row]):
-                wrong_rank.append(f"{name} (offsets {list(place)} for shape {list(shape)})")
+            elif len(found) != len(dims := shapes[row]):
+                wrong_rank.append(f"{name} (offsets {list(found)} for shape {list(dims)})")
             else:
                 rows.append(row)
                 names.append(name)
-                offsets.append(place)
+                offsets.append(found)
         problems.extend(_offset_problems(shard.file, missing, wrong_rank))
         per_shard.append(np.asarray(rows, dtype=np.int64))
         taken.append(shard)
@@ -229,7 +229,8 @@ def _chunk_table(shards: tuple[ShardHeader, ...]) -> tuple[ChunkTable, list[Read
     dtype = Coded.concat([s.dtype.take(r) for s, r in zip(taken, per_shard, strict=True)])
     shape = Coded.concat([s.shape.take(r) for s, r in zip(taken, per_shard, strict=True)])
     place = Coded.encode(offsets, len(offsets))
-    file, dtype, shape, place = (c.take(order) for c in (file, dtype, shape, place))
+    file, dtype = file.take(order), dtype.take(order)
+    shape, place = shape.take(order), place.take(order)
     full = _full_shapes(starts, place, shape)
     table = ChunkTable(tensor.values, starts, file, dtype, place, shape, full)
     return table, problems

@@ -17,7 +17,7 @@ from inspector.layouts._common import (
     read_shards,
 )
 from inspector.layouts.base import LayoutReader, ScanOptions
-from inspector.model import LayoutName, ScannedCheckpoint, ShardedInfo
+from inspector.model import IndexDoc, LayoutName, ReadProblem, ScannedCheckpoint, ShardedInfo
 
 __all__ = ["LAYOUT", "detect", "scan"]
 
@@ -33,7 +33,8 @@ def detect(path: Path) -> bool:
 def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     """Read the index, every shard it names that exists, and every stray shard on disk."""
     folder = path.parent if path.is_file() else path
-    index, problems = None, []
+    index: IndexDoc | None = None
+    problems: list[ReadProblem] = []
     has_index = (folder / INDEX_NAME).is_file()
     if has_index:
         index, problems = read_index_doc(folder / INDEX_NAME, root=folder)

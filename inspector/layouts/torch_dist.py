@@ -152,7 +152,7 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
         iteration_dir=iteration_dir,
         metadata_json=metadata_json,
         tensors=tensors,
-        byte_keys=byte_keys,
+        byte_keys=tuple(byte_keys),
         storage=storage,
         distcp_sizes=distcp_sizes,
         common=common,
