@@ -1,4 +1,5 @@
-"""A restricted unpickler for PyTorch DCP `.metadata` files (FORMATS.md section 5).
+"""A restricted unpickler for PyTorch DCP `.metadata` files (docs/formats.md, "Megatron
+torch_dist").
 
 `.metadata` is a pickle, and a plain `pickle.load` runs whatever the file names. This
 unpickler never imports anything: every global the file may name is looked up in a fixed

@@ -329,3 +329,41 @@ def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
     assert len(missing) == 11
     assert "names 990 more files that are not in the folder" in missing[-1].message
     assert len(scanned.shards) == 3
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["indented", "weight_map_first", "compact", "duplicate_across_pieces", "nested_weight_map"],
+)
+def test_index_decoded_in_pieces_equals_the_whole_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """A large index is decoded a few MB at a time when it is laid out as writers do; any
+    other layout falls back to one decode. Both must give what a JSON reader gives."""
+    from inspector.layouts import _common
+
+    monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
+    weight_map = {
+        f"model.layers.{i}.mlp.w{i % 3}.weight": f"m-{i % 4}.safetensors" for i in range(60)
+    }
+    doc = {"metadata": {"total_size": 1, "weight_map": {"x": "y"}}, "weight_map": weight_map}
+    if layout == "weight_map_first":
+        doc = {"weight_map": weight_map, "metadata": {"total_size": 1}}
+    text = json.dumps(doc, indent=None if layout == "compact" else 2)
+    if layout == "duplicate_across_pieces":
+        # The same name early and late: JSON keeps the last value at the first position.
+        first = next(iter(weight_map))
+        text = text.replace("\n  }\n}", f',\n    "{first}": "late.safetensors"\n  }}\n}}')
+    if layout == "nested_weight_map":
+        text = text.replace('"metadata": {', '"metadata": {"note": "a \\"weight_map\\": {", ', 1)
+    path = tmp_path / INDEX
+    path.write_text(text)
+    expected = json.loads(text)
+    parsed, problems = _common.read_index_doc(path, root=tmp_path)
+    assert problems == [] and parsed is not None
+    assert dict(parsed.weight_map) == expected["weight_map"]
+    assert list(parsed.weight_map) == list(expected["weight_map"])
+    assert dict(parsed.metadata) == expected["metadata"]
+    split = _common.weight_map_columns(path.read_bytes())
+    # Without newlines (compact) the map is one piece; the others fall back to one decode.
+    assert (split is None) == (layout in ("weight_map_first", "duplicate_across_pieces"))

@@ -1,6 +1,6 @@
 """The safetensors header reader against real files written by safetensors, then damaged.
 
-Each shard-integrity code of FINDINGS.md gets a file that has exactly that problem; the
+Each shard-integrity code of docs/findings.md gets a file that has exactly that problem; the
 test checks the exact set of codes, the file and tensor fields, that the message names the
 bad value, and (for errors) that the safetensors library itself refuses the same file.
 """
@@ -264,7 +264,7 @@ def test_header_json_but_not_an_object(tmp_path: Path) -> None:
     ("prefix", "shown", "library_too"),
     [
         (b"PK\x03\x04", "does not start with '{' (starts with b'PK\\x03\\x04", True),
-        # FORMATS.md: the header must start with '{'. safetensors 0.8's own reader is more
+        # docs/formats.md: the header must start with '{'. safetensors 0.8's own reader is more
         # lenient and skips leading whitespace; we keep the format's rule (strict readers).
         (b"  ", "starts with b'  {\"", False),
     ],

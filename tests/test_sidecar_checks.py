@@ -1,5 +1,5 @@
 """Sidecar drift on real Model-Optimizer-style per-layer exports (safetensors writer per layer,
-sidecars and merged index as FORMATS.md section 3 describes), damaged as in the wild."""
+sidecars and merged index as docs/formats.md describes), damaged as in the wild."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The safetensors demos: the tiny model of `inspector.demo.model` written with the real
 safetensors writer as a single file, an HF sharded checkpoint, a Model-Optimizer per-layer
-export, and four damaged checkpoints that reproduce the seed bugs (FORMATS.md sections 2-3).
+export, and four damaged checkpoints that reproduce the seed bugs (docs/formats.md).
 
 Every damage is made the way the original bug made it (a sidecar built before the dict was
 mutated, expert ids that collided, a config cut mid-write, a name parser that collapsed every

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import secrets
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 
-from inspector.columns import Coded
+from inspector.columns import Coded, frozen
 from inspector.findings import FOLD, examples
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
@@ -34,6 +37,8 @@ __all__ = [
     "read_json",
     "read_shards",
     "relative",
+    "shard_names",
+    "weight_map_columns",
 ]
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -50,14 +55,22 @@ def relative(path: Path, root: Path) -> str:
 
 def read_json(path: Path, *, cap: int = JSON_CAP) -> tuple[Any, str | None]:
     """(value, None) or (None, reason). Opens only a regular file, reads at most `cap` bytes."""
+    data, problem = _read_bytes(path, cap)
+    return (None, problem) if data is None else _decode(data)
+
+
+def _read_bytes(path: Path, cap: int) -> tuple[bytes | None, str | None]:
     try:
         with LocalFile(path) as reader:
             size = reader.size()
             if size > cap:
                 return None, f"is {size:,} bytes, over the {cap:,}-byte limit for JSON files"
-            data = reader.read_range(0, size)
+            return reader.read_range(0, size), None
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})"
+
+
+def _decode(data: bytes) -> tuple[Any, str | None]:
     try:
         return _DECODER.decode(data), None
     except msgspec.DecodeError as exc:
@@ -87,33 +100,150 @@ def is_safe_member(value: str) -> bool:
     return not pure.is_absolute() and ".." not in pure.parts and not value.startswith("~")
 
 
+class ShardNames:
+    """The tensor names of some shards, for `read_index_doc`: the index's names are taken
+    from them, so that a name the index and a shard share is one string, not two (about 100
+    bytes per tensor of a million).
+
+    Writers list the index in the shards' order; then each run of index names equals the next
+    run of shard names (one C-level list comparison) and no name is hashed. Otherwise a dict
+    of the shard names takes over for the rest.
+    """
+
+    def __init__(self, shards: Sequence[ShardHeader]) -> None:
+        self.flat = list(chain.from_iterable(s.names for s in shards))
+        self.at = 0
+        self.table: dict[str, str] | None = None
+
+    def __call__(self, keys: list[str]) -> list[str]:
+        if self.table is None:
+            run = self.flat[self.at : self.at + len(keys)]
+            if run == keys:
+                self.at += len(keys)
+                return run
+            self.table = dict(zip(self.flat, self.flat, strict=True))
+        found = list(map(self.table.get, keys))
+        if None in found:  # names no shard holds keep their own string
+            return [f if f is not None else k for f, k in zip(found, keys, strict=True)]
+        return cast(list[str], found)
+
+
+def shard_names(shards: Sequence[ShardHeader]) -> ShardNames:
+    """See `ShardNames`."""
+    return ShardNames(shards)
+
+
 def read_index_doc(
-    path: Path, *, root: Path, role: FileRole = FileRole.INDEX
+    path: Path,
+    *,
+    root: Path,
+    role: FileRole = FileRole.INDEX,
+    names: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[IndexDoc | None, list[ReadProblem]]:
     """Parse an index or sidecar into columns. Unsafe `weight_map` paths are problems and
-    are dropped, so nothing downstream ever follows them out of the folder."""
+    are dropped, so nothing downstream ever follows them out of the folder. `names` (from
+    `shard_names`) gives the strings to use for names the shards hold."""
     rel = relative(path, root)
-    value, problem = read_json(path)
-    if problem is not None:
-        return None, [ReadProblem(rel, role, problem)]
-    weight_map = value.get("weight_map") if isinstance(value, dict) else None
-    if not isinstance(weight_map, dict):
-        return None, [ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')]
-    # Values repeat (hundreds of files for 300k tensors): coded once, each distinct one
-    # validated once, and the per-entry strings freed with the decoded dict.
-    names = tuple(weight_map)
-    files = Coded.encode(weight_map.values(), len(names))
-    del weight_map
+    not_index = ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')
+    data, problem = _read_bytes(path, JSON_CAP)
+    canonical = names or _same
+    split = weight_map_columns(data, canonical) if data is not None else None
+    value: Any
+    if split is not None:
+        value, keys, files = split
+    else:
+        if data is not None:
+            value, problem = _decode(data)
+        if problem is not None:
+            return None, [ReadProblem(rel, role, problem)]
+        weight_map = value.get("weight_map") if isinstance(value, dict) else None
+        if not isinstance(weight_map, dict):
+            return None, [not_index]
+        # Values repeat (hundreds of files for 300k tensors): coded once, each distinct one
+        # validated once, and the per-entry strings freed with the decoded dict.
+        keys = tuple(canonical(list(weight_map)))
+        files = Coded.encode(weight_map.values(), len(keys))
+        del weight_map
+    del data
     if not all(type(v) is str for v in files.values):
-        return None, [ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')]
+        return None, [not_index]
     problems: list[ReadProblem] = []
     unsafe = [i for i, f in enumerate(files.values) if not is_safe_member(f)]
     if unsafe:
-        names, files, problems = _drop_unsafe(rel, role, names, files, unsafe)
+        keys, files, problems = _drop_unsafe(rel, role, keys, files, unsafe)
     metadata = value.get("metadata")
     document = {k: (None if k in ("weight_map", "metadata") else v) for k, v in value.items()}
-    doc = IndexDoc(rel, names, files, metadata if isinstance(metadata, dict) else {}, document)
+    doc = IndexDoc(rel, keys, files, metadata if isinstance(metadata, dict) else {}, document)
     return doc, problems
+
+
+def _same(keys: list[str]) -> list[str]:
+    return keys
+
+
+# The weight map of a large index is decoded in pieces (see `weight_map_columns`).
+_PIECE_BYTES = 4 << 20
+_WEIGHT_MAP = re.compile(rb'"weight_map"\s*:\s*\{')
+_PIECE_DECODER = msgspec.json.Decoder(dict[str, str])
+
+
+def weight_map_columns(
+    data: bytes, canonical: Callable[[list[str]], list[str]] = list
+) -> tuple[dict[str, Any], tuple[str, ...], Coded[str]] | None:
+    """(document without its weight map, names, files) of an index laid out as writers lay it
+    out (one entry per line, `weight_map` the last key), decoded a few MB at a time; None for
+    any other layout, which is then decoded whole.
+
+    Why: decoded whole, every entry's file name is a string of its own that is freed once the
+    names are coded; the freed strings sit between the kept names and the allocator cannot
+    return that memory (about 100 bytes per tensor of a million-tensor index). In pieces, each
+    piece reuses the memory the last one freed.
+
+    Sound by construction: the document with the weight map replaced by a random marker must
+    decode with the marker as its `weight_map`, and each piece, cut after a `,` that ends a
+    line (a JSON string cannot hold a raw newline, so it is between two entries), must decode
+    as an object of strings; pieces of members joined by commas are the members of the whole.
+    """
+    if len(data) < _PIECE_BYTES:
+        return None
+    # The last "weight_map" key: a writer puts the map last (a nested one comes earlier).
+    found = _WEIGHT_MAP.match(data, max(data.rfind(b'"weight_map"'), 0))
+    tail = data.rstrip()
+    if found is None or not tail.endswith(b"}"):
+        return None
+    start = found.end()  # just past the weight map's "{"
+    end = data.rfind(b"}", start, len(tail) - 1)  # its "}", when it is the last key
+    if end < start:
+        return None
+    marker = secrets.token_hex(16)
+    document, problem = _decode(data[: start - 1] + f'"{marker}"'.encode() + data[end + 1 :])
+    if (
+        problem is not None
+        or not isinstance(document, dict)
+        or document.get("weight_map") != marker
+    ):
+        return None
+    names: list[str] = []
+    codes: list[np.ndarray] = []
+    index: defaultdict[str, int] = defaultdict()
+    index.default_factory = index.__len__  # a new file's code is the count so far
+    at = start
+    while at < end:
+        cut = data.find(b",\n", min(at + _PIECE_BYTES, end), end)
+        stop = end if cut < 0 else cut
+        try:
+            piece = _PIECE_DECODER.decode(b"{" + data[at:stop] + b"}")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        names.extend(canonical(list(piece)))
+        codes.append(
+            np.fromiter(map(index.__getitem__, piece.values()), dtype=np.int32, count=len(piece))
+        )
+        at = stop + 1
+    if len(set(names)) != len(names):
+        return None  # a name repeated across pieces: the whole decode says which entry wins
+    all_codes = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+    return document, tuple(names), Coded(frozen(all_codes), tuple(index))
 
 
 def _drop_unsafe(

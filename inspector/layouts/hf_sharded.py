@@ -15,6 +15,7 @@ from inspector.layouts._common import (
     read_config_files,
     read_index_doc,
     read_shards,
+    shard_names,
 )
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import IndexDoc, LayoutName, ReadProblem, ScannedCheckpoint, ShardedInfo
@@ -31,24 +32,27 @@ def detect(path: Path) -> bool:
 
 
 def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
-    """Read the index, every shard it names that exists, and every stray shard on disk."""
+    """Read every shard on disk, the index, and every other shard the index names."""
     folder = path.parent if path.is_file() else path
+    cap = options.header_cap
+    paths = {p.name: p for p in list_safetensors(folder)}
+    by_file = dict(
+        zip(paths, read_shards(list(paths.values()), root=folder, header_cap=cap), strict=True)
+    )
     index: IndexDoc | None = None
     problems: list[ReadProblem] = []
     has_index = (folder / INDEX_NAME).is_file()
     if has_index:
-        index, problems = read_index_doc(folder / INDEX_NAME, root=folder)
-    paths = {p.name: p for p in list_safetensors(folder)}
+        names = shard_names(tuple(by_file.values()))
+        index, problems = read_index_doc(folder / INDEX_NAME, root=folder, names=names)
+        del names
     # Index entries may live in sub-folders; they were checked to stay inside the folder.
     # Normalised so that './model-1.safetensors' is not read a second time as another shard.
     named = {PurePosixPath(f).as_posix() for f in index.files.values} if index else set()
-    for file in sorted(named):
-        candidate = folder / file
-        if file not in paths and candidate.is_file():
-            paths[file] = candidate
-    shards = read_shards(
-        [paths[k] for k in sorted(paths)], root=folder, header_cap=options.header_cap
-    )
+    extra = [f for f in sorted(named) if f not in by_file and (folder / f).is_file()]
+    more = read_shards([folder / f for f in extra], root=folder, header_cap=cap)
+    by_file.update(zip(extra, more, strict=True))
+    shards = tuple(by_file[k] for k in sorted(by_file))
     configs = read_config_files(folder, root=folder)
     return ScannedCheckpoint(
         path=folder,

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from inspector.layouts import hf_sharded
-from inspector.layouts._common import read_index_doc
+from inspector.layouts._common import read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
 
@@ -28,8 +28,9 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
+    names = shard_names(base.shards)
     for sidecar in _sidecar_paths(base.path):
-        doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR)
+        doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
             sidecars[sidecar.name.removesuffix(".json")] = doc
