@@ -26,7 +26,6 @@ import io
 import json
 import os
 import pstats
-import resource
 import struct
 import subprocess
 import sys
@@ -228,19 +227,20 @@ def _child(folder: Path, what: str) -> int:
 
     fn = floor if what == "floor" else scan_tables
     if what == "rss":
-        before = _current_rss()
+        before = _status("VmRSS")
         fn(folder)
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
-        print(max(peak - before, 0))
+        # VmHWM, not ru_maxrss: a child's ru_maxrss starts from its parent's size at fork.
+        print(max(_status("VmHWM") - before, 0))
     else:
         print(traced_peak(fn, folder))
     return 0
 
 
-def _current_rss() -> int:
+def _status(key: str) -> int:
+    """A size from /proc/self/status (VmRSS: now; VmHWM: the peak), in bytes."""
     with open("/proc/self/status") as fh:
         for line in fh:
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{key}:"):
                 return int(line.split()[1]) * 1024
     return 0
 
