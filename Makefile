@@ -1,4 +1,4 @@
-# Two commands on a fresh machine: `make demo` and `make test`.
+# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/, pytest).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -26,6 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks
+	$(PY) -m mypy
 	$(PY) -m pytest
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
@@ -38,6 +39,7 @@ fuzz: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks
 	$(PY) -m ruff format --check inspector widgets tests benchmarks
+	$(PY) -m mypy
 
 format: $(STAMP)
 	$(PY) -m ruff format inspector widgets tests benchmarks

@@ -22,11 +22,18 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["CACHE_DIR", "SyntheticSpec", "ensure_checkpoint", "spec_for", "tensor_list"]
+__all__ = [
+    "CACHE_DIR",
+    "SyntheticSpec",
+    "ensure_checkpoint",
+    "spec_for",
+    "tensor_count",
+    "tensor_list",
+]
 
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 _COMPLETE = ".complete"
-# Bits per element of the dtypes this generator uses (a subset of FORMATS.md section 1).
+# Bits per element of the dtypes this generator uses (a subset of `inspector.dtypes`).
 _BITS = {"U8": 8, "F8_E4M3": 8, "BF16": 16, "F32": 32}
 
 
@@ -48,8 +55,9 @@ class SyntheticSpec:
     @property
     def key(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
+        # "v2": shards are cut into exactly `shards` files since the 1M-tensor case.
         return (
-            f"moe-l{self.layers}-e{self.experts}-s{self.shards}-"
+            f"moe-v2-l{self.layers}-e{self.experts}-s{self.shards}-"
             + hashlib.sha1(blob).hexdigest()[:10]
         )
 
@@ -58,20 +66,33 @@ def spec_for(*, tensors: int | None = None, shards: int | None = None) -> Synthe
     """A spec of about `tensors` tensors in `shards` shards (defaults: the full-size model).
 
     Small targets first shrink the number of layers, then the experts per layer, so that a
-    quick run still has the same structure as the full one.
+    quick run still has the same structure as the full one; larger ones add layers.
     """
     base = SyntheticSpec()
     if tensors is None:
         return base if shards is None else _with(base, shards=shards)
     per_layer = 6144 + 30  # experts (512 * 3 * 4) plus attention, norms, router, shared
-    layers = max(2, min(base.layers, round(tensors / per_layer)))
+    layers = max(2, round(tensors / per_layer))
     experts = base.experts
     if tensors < 2 * per_layer:
         experts = max(4, min(base.experts, tensors // (2 * 12)))
     shard_count = shards if shards is not None else max(1, round(3 * layers))
-    return _with(
+    spec = _with(
         base, layers=layers, experts=experts, shards=shard_count, first_dense=min(3, layers // 2)
     )
+    # Above the full-size model, add layers until there are at least `tensors` tensors.
+    while tensors > tensor_count(base) and tensor_count(spec) < tensors:
+        spec = _with(spec, layers=spec.layers + 1)
+    return spec
+
+
+def tensor_count(spec: SyntheticSpec) -> int:
+    """len(tensor_list(spec)), without building the list."""
+    dense = sum(1 for _ in _layer(spec, 0)) if spec.first_dense else 0
+    moe = sum(1 for _ in _layer(_with(spec, first_dense=0), 0))
+    mtp = 4 * spec.mtp_layers
+    decoder = spec.first_dense * dense + (spec.layers - spec.first_dense) * moe
+    return 3 + decoder + spec.mtp_layers * moe + mtp
 
 
 def _with(spec: SyntheticSpec, **changes: int) -> SyntheticSpec:
@@ -162,8 +183,9 @@ def _write(spec: SyntheticSpec, folder: Path) -> None:
     """1. split the tensor list into shards; 2. write each header and extend the file to its
     full length as a hole; 3. write the index, config.json and hf_quant_config.json."""
     tensors = tensor_list(spec)
-    per_shard = math.ceil(len(tensors) / spec.shards)
-    chunks = [tensors[i : i + per_shard] for i in range(0, len(tensors), per_shard)]
+    # Exactly `spec.shards` shards, sizes differing by at most one tensor.
+    n, count = len(tensors), min(spec.shards, len(tensors))
+    chunks = [tensors[i * n // count : (i + 1) * n // count] for i in range(count)]
     weight_map: dict[str, str] = {}
     total_size = 0
     total_params = 0

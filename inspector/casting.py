@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from inspector.dtypes import FLOAT_DTYPES
+
 __all__ = ["CAST_TARGETS", "cast_bytes", "dtype_for_target"]
 
 # CLI / API spelling -> safetensors dtype.
 CAST_TARGETS: dict[str, str] = {"bf16": "BF16", "fp16": "F16", "fp32": "F32"}
-_ITEM = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 
 
 def dtype_for_target(target: str) -> str:
@@ -37,7 +38,7 @@ def dtype_for_target(target: str) -> str:
 
 def cast_bytes(raw: np.ndarray, src: str, dst: str) -> np.ndarray:
     """`raw` (uint8, whole elements of `src`) converted to `dst`, as a new uint8 array."""
-    if src not in _ITEM or dst not in _ITEM:
+    if src not in FLOAT_DTYPES or dst not in FLOAT_DTYPES:
         raise ValueError(f"cannot cast {src} to {dst}: only F16, BF16, F32, F64 are cast")
     if src == dst:
         return raw.copy()

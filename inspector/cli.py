@@ -17,6 +17,9 @@ from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 if TYPE_CHECKING:
     from inspector.model import ScannedCheckpoint
     from inspector.model_load import LoadVerdict
+    from inspector.repair import RepairPlan
+    from inspector.reshard import ReshardPlan
+    from inspector.restore import RestorePlan
 
 __all__ = [
     "EXIT_CANNOT",
@@ -334,6 +337,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return _journal_command(args)
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
+    plan: RepairPlan | ReshardPlan | RestorePlan
     if args.source is not None:
         from inspector.restore import plan_restore
         from inspector.scan import scan
@@ -374,8 +378,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         return EXIT_FOUND
     result = plan.execute(backup=not args.no_backup)
     print(f"written: {', '.join(result.written)}")
-    if getattr(result, "data_checked", 0):
-        print(f"verified: {result.data_checked:,} copied tensors hold the reference's bytes")
+    checked = getattr(result, "data_checked", 0)  # a restore's data check
+    if checked:
+        print(f"verified: {checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
         print(f"backup:  {result.backup_dir}")
     if result.remaining:

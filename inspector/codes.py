@@ -20,6 +20,7 @@ __all__ = [
     "GROUPS",
     "Code",
     "Severity",
+    "code_of",
     "code_set",
     "codes_in_group",
     "codes_markdown",
@@ -465,10 +466,20 @@ class Code(StrEnum):
     )
 
 
+def code_of(value: str | Code) -> Code:
+    """The `Code` whose string is `value`; a ValueError names an unknown one (a bug)."""
+    try:
+        return _BY_VALUE[value]
+    except KeyError:
+        raise ValueError(f"{value!r} is not a finding code") from None
+
+
 def code_set(*codes: str | Code) -> frozenset[Code]:
     """Codes checked at import time: a misspelt code in a rule's set fails loudly."""
-    return frozenset(Code(c) for c in codes)
+    return frozenset(map(code_of, codes))
 
+
+_BY_VALUE: dict[str, Code] = {c.value: c for c in Code}
 
 # Read-only views for callers that want plain mappings (the public `CODES` predates `Code`).
 CODES: Mapping[str, Severity] = MappingProxyType({c.value: c.severity for c in Code})

@@ -8,24 +8,21 @@ from collections import defaultdict
 
 import numpy as np
 
-from inspector.findings import Finding, examples, make_finding
+from inspector.codes import Code, code_set
+from inspector.dtypes import FLOAT_VIEWS, NONFINITE_BITS
+from inspector.findings import Finding, fold_findings, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.tensordata import TensorData, hash_bytes
 
-__all__ = ["deep_check"]
+__all__ = ["CODES", "deep_check"]
 
 _BLOCK = 16 << 20  # bytes per step: bounded memory whatever the tensor size
-# (numpy view dtype, mask, value): element is non-finite when (x & mask) == value.
-_NONFINITE_BITS = {
-    "BF16": ("<u2", 0x7F80, 0x7F80),
-    "F8_E5M2": ("u1", 0x7C, 0x7C),
-    "F8_E4M3": ("u1", 0x7F, 0x7F),
-    "F8_E4M3FNUZ": ("u1", 0xFF, 0x80),
-    "F8_E5M2FNUZ": ("u1", 0xFF, 0x80),
-    "F8_E8M0": ("u1", 0xFF, 0xFF),
-}
-_FLOATS = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
-_PER_FILE = 5  # past this many all-zero tensors in one file, one summary finding
+CODES = code_set(
+    Code.TENSOR_ALL_ZERO,
+    Code.TENSOR_NONFINITE,
+    Code.DUPLICATE_TENSOR_CONTENT,
+    Code.DUPLICATE_TENSOR_IDENTICAL,
+)
 
 
 def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -35,16 +32,16 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
     duplicated = _duplicated_names(scanned)
     with TensorData(scanned) as data:
         for shard in scanned.shards:
-            zeros: list[str] = []
+            zeros: list[Finding] = []
             for name, dtype, _shape, view in data.shard_entries(shard):
                 if _skip_zero(name) or not len(view):
                     pass
                 elif not _any_nonzero(view):
-                    zeros.append(name)
+                    zeros.append(_zero_finding(shard.file, name))
                 if _nonfinite(view, dtype):
                     out.append(
                         make_finding(
-                            "tensor-nonfinite",
+                            Code.TENSOR_NONFINITE,
                             f"{shard.file}: tensor {name!r} ({dtype}) holds NaN or Inf values",
                             file=shard.file,
                             tensor=name,
@@ -52,19 +49,25 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
                     )
                 if name in duplicated:
                     hashes[name][shard.file] = hash_bytes(view)
-            out.extend(_zero_findings(shard.file, zeros))
-    out.extend(_duplicate_findings(hashes))
-    return out
+            out.extend(zeros)
+    out = fold_findings(
+        [f for f in out if f.code == Code.TENSOR_ALL_ZERO], "tensors that are all zeros"
+    ) + fold_findings(
+        [f for f in out if f.code == Code.TENSOR_NONFINITE], "tensors holding NaN or Inf"
+    )
+    return out + _duplicate_findings(hashes)
 
 
 def _duplicated_names(scanned: ScannedCheckpoint) -> set[str]:
     if scanned.dcp is not None:
         # DCP rank files each hold a chunk of the same name: only two chunks saved at the same
         # offsets are copies of one another.
+        table = scanned.dcp.table
+        offsets = table.offsets.codes.tolist()
         return {
             fqn
-            for fqn, chunks in scanned.dcp.chunks.items()
-            if len({c.offsets for c in chunks}) < len(chunks)
+            for i, fqn in enumerate(table.names)
+            if len({offsets[r] for r in table.rows(i)}) < len(table.rows(i))
         }
     seen: set[str] = set()
     dup: set[str] = set()
@@ -86,39 +89,26 @@ def _any_nonzero(view: memoryview) -> bool:
 
 
 def _nonfinite(view: memoryview, dtype: str) -> bool:
-    if dtype in _FLOATS:
-        arr = np.frombuffer(view, dtype=_FLOATS[dtype])
+    if dtype in FLOAT_VIEWS:
+        arr = np.frombuffer(view, dtype=FLOAT_VIEWS[dtype])
         step = _BLOCK // arr.itemsize
         return any(not np.isfinite(arr[i : i + step]).all() for i in range(0, len(arr), step))
-    if dtype in _NONFINITE_BITS:
-        np_dtype, mask, value = _NONFINITE_BITS[dtype]
+    if dtype in NONFINITE_BITS:
+        np_dtype, mask, value = NONFINITE_BITS[dtype]
         arr = np.frombuffer(view, dtype=np_dtype)
         step = _BLOCK // arr.itemsize
         return any(((arr[i : i + step] & mask) == value).any() for i in range(0, len(arr), step))
     return False
 
 
-def _zero_findings(file: str, zeros: list[str]) -> list[Finding]:
-    if len(zeros) <= _PER_FILE:
-        return [
-            make_finding(
-                "tensor-all-zero",
-                f"{file}: tensor {name!r} is all zeros; a weight that was never written reads back "
-                "as zeros (check the exporter's expert and rank coverage)",
-                file=file,
-                tensor=name,
-            )
-            for name in zeros
-        ]
-    return [
-        make_finding(
-            "tensor-all-zero",
-            f"{file}: {len(zeros)} tensors are all zeros ({examples(zeros)}); weights that were "
-            "never written read back as zeros",
-            file=file,
-            tensor=zeros[0],
-        )
-    ]
+def _zero_finding(file: str, name: str) -> Finding:
+    return make_finding(
+        Code.TENSOR_ALL_ZERO,
+        f"{file}: tensor {name!r} is all zeros; a weight that was never written reads back "
+        "as zeros (check the exporter's expert and rank coverage)",
+        file=file,
+        tensor=name,
+    )
 
 
 def _duplicate_findings(hashes: dict[str, dict[str, str]]) -> list[Finding]:
@@ -126,7 +116,7 @@ def _duplicate_findings(hashes: dict[str, dict[str, str]]) -> list[Finding]:
     for name, by_file in sorted(hashes.items()):
         files = sorted(by_file)
         same = len(set(by_file.values())) == 1
-        code = "duplicate-tensor-identical" if same else "duplicate-tensor-content"
+        code = Code.DUPLICATE_TENSOR_IDENTICAL if same else Code.DUPLICATE_TENSOR_CONTENT
         verdict = (
             "the same bytes" if same else "DIFFERENT bytes; loaders keep whichever they read last"
         )

@@ -128,7 +128,9 @@ def diff_checkpoints(
         TensorChange(n, ta[n][0], ta[n][1], tb[n][0], tb[n][1]) for n in common if ta[n] != tb[n]
     ]
     layers = _layer_diffs(a, b, set(only_a), set(only_b))
-    compared, differs, unreadable = 0, [], []
+    compared = 0
+    differs: list[str] = []
+    unreadable: list[str] = []
     if data:
         same = [n for n in common if ta[n] == tb[n]]
         compared = len(same)
@@ -276,7 +278,7 @@ class _Classifier:
                     continue
                 numel_per = sum(math.prod(sig_per[n][1]) for n in names)
                 numel_fused = sum(math.prod(sig_fused[n][1]) for n in whole)
-                experts = {int(_PER_EXPERT.match(n).group("expert")) for n in names}
+                experts = {int(m.group("expert")) for n in names if (m := _PER_EXPERT.match(n))}
                 leading = sorted({sig_fused[n][1][0] for n in whole if sig_fused[n][1]})
                 if numel_per == numel_fused:
                     target = kind

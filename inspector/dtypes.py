@@ -1,36 +1,140 @@
-"""The safetensors dtypes and their bit widths (FORMATS.md section 1)."""
+"""Every dtype fact in one place: safetensors dtypes and their widths, torch dtype names, and
+the numpy views the data readers (`--deep`, casting) use. See docs/formats.md.
+
+Nothing here reads files; the tables are plain constants.
+"""
 
 from __future__ import annotations
 
-__all__ = ["DTYPE_BITS", "FLOAT_DTYPES", "nbytes_for"]
+from collections.abc import Mapping
+from types import MappingProxyType
 
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8,
-    "U8": 8,
-    "I8": 8,
-    "F8_E5M2": 8,
-    "F8_E4M3": 8,
-    "F8_E8M0": 8,
-    "F8_E4M3FNUZ": 8,
-    "F8_E5M2FNUZ": 8,
-    "F4": 4,
-    "F6_E2M3": 6,
-    "F6_E3M2": 6,
-    "I16": 16,
-    "U16": 16,
-    "F16": 16,
-    "BF16": 16,
-    "I32": 32,
-    "U32": 32,
-    "F32": 32,
-    "I64": 64,
-    "U64": 64,
-    "F64": 64,
-    "C64": 64,
-}
+__all__ = [
+    "DTYPE_BITS",
+    "FLOAT_DTYPES",
+    "FLOAT_VIEWS",
+    "NONFINITE_BITS",
+    "QUANT_DTYPES",
+    "TORCH_DTYPES",
+    "nbytes_for",
+    "torch_itemsize",
+]
+
+# safetensors dtype -> bits per element. Sub-byte dtypes (F4, F6) pack several elements per
+# byte; a tensor of them must still fill whole bytes.
+DTYPE_BITS: Mapping[str, int] = MappingProxyType(
+    {
+        "BOOL": 8,
+        "U8": 8,
+        "I8": 8,
+        "F8_E5M2": 8,
+        "F8_E4M3": 8,
+        "F8_E8M0": 8,
+        "F8_E4M3FNUZ": 8,
+        "F8_E5M2FNUZ": 8,
+        "F4": 4,
+        "F6_E2M3": 6,
+        "F6_E3M2": 6,
+        "I16": 16,
+        "U16": 16,
+        "F16": 16,
+        "BF16": 16,
+        "I32": 32,
+        "U32": 32,
+        "F32": 32,
+        "I64": 64,
+        "U64": 64,
+        "F64": 64,
+        "C64": 64,
+    }
+)
 
 # Floating dtypes a cast may touch; packed/8-bit float formats are left alone on purpose.
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+
+# Packed or 8-bit float storage that only a quantized module uses (U8 holds packed FP4).
+QUANT_DTYPES = frozenset(
+    {
+        "U8",
+        "F4",
+        "F6_E2M3",
+        "F6_E3M2",
+        "F8_E5M2",
+        "F8_E4M3",
+        "F8_E8M0",
+        "F8_E4M3FNUZ",
+        "F8_E5M2FNUZ",
+    }
+)
+
+# numpy dtypes that read these safetensors dtypes directly (little-endian).
+FLOAT_VIEWS: Mapping[str, str] = MappingProxyType({"F16": "<f2", "F32": "<f4", "F64": "<f8"})
+
+# Float formats numpy has no dtype for: (unsigned view, mask, value); an element is NaN or Inf
+# when `(bits & mask) == value` (all exponent bits set, or the single NaN code of FNUZ/E8M0).
+NONFINITE_BITS: Mapping[str, tuple[str, int, int]] = MappingProxyType(
+    {
+        "BF16": ("<u2", 0x7F80, 0x7F80),
+        "F8_E5M2": ("u1", 0x7C, 0x7C),
+        "F8_E4M3": ("u1", 0x7F, 0x7F),
+        "F8_E4M3FNUZ": ("u1", 0xFF, 0x80),
+        "F8_E5M2FNUZ": ("u1", 0xFF, 0x80),
+        "F8_E8M0": ("u1", 0xFF, 0xFF),
+    }
+)
+
+# torch dtype name -> (safetensors dtype name or None, bytes per element). Only names in this
+# table are accepted as `torch.<name>` globals by the restricted unpickler; aliases (`float`,
+# `half`, `long`) are listed because older writers may pickle them.
+TORCH_DTYPES: Mapping[str, tuple[str | None, int]] = MappingProxyType(
+    {
+        "bool": ("BOOL", 1),
+        "uint8": ("U8", 1),
+        "int8": ("I8", 1),
+        "uint16": ("U16", 2),
+        "int16": ("I16", 2),
+        "short": ("I16", 2),
+        "uint32": ("U32", 4),
+        "int32": ("I32", 4),
+        "int": ("I32", 4),
+        "uint64": ("U64", 8),
+        "int64": ("I64", 8),
+        "long": ("I64", 8),
+        "float16": ("F16", 2),
+        "half": ("F16", 2),
+        "bfloat16": ("BF16", 2),
+        "float32": ("F32", 4),
+        "float": ("F32", 4),
+        "float64": ("F64", 8),
+        "double": ("F64", 8),
+        "complex64": ("C64", 8),
+        "cfloat": ("C64", 8),
+        "complex32": (None, 4),
+        "chalf": (None, 4),
+        "complex128": (None, 16),
+        "cdouble": (None, 16),
+        "float8_e4m3fn": ("F8_E4M3", 1),
+        "float8_e5m2": ("F8_E5M2", 1),
+        "float8_e4m3fnuz": ("F8_E4M3FNUZ", 1),
+        "float8_e5m2fnuz": ("F8_E5M2FNUZ", 1),
+        "float8_e8m0fnu": ("F8_E8M0", 1),
+        # Two FP4 values packed per byte: torch counts one element per byte.
+        "float4_e2m1fn_x2": (None, 1),
+        "qint8": (None, 1),
+        "quint8": (None, 1),
+        "qint32": (None, 4),
+        "quint4x2": (None, 1),
+        "quint2x4": (None, 1),
+        **{f"bits{n}": (None, 1) for n in ("8", "1x8", "2x4", "4x2")},
+        "bits16": (None, 2),
+        **{f"uint{n}": (None, 1) for n in range(1, 8)},
+        **{f"int{n}": (None, 1) for n in range(1, 8)},
+    }
+)
+
+# Bytes per element of a dtype as torch_dist metadata names it: the safetensors name when
+# there is one, else "torch.<name>".
+_TORCH_ITEMSIZE = {st or f"torch.{name}": size for name, (st, size) in TORCH_DTYPES.items()}
 
 
 def nbytes_for(dtype: str, numel: int) -> int | None:
@@ -40,3 +144,8 @@ def nbytes_for(dtype: str, numel: int) -> int | None:
         return None
     total = numel * bits
     return total // 8 if total % 8 == 0 else None
+
+
+def torch_itemsize(dtype: str) -> int:
+    """Bytes per element of a torch_dist tensor's dtype (0 when unknown)."""
+    return _TORCH_ITEMSIZE.get(dtype, 0)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from inspector.codes import CODE_HELP, CODES, Code, Severity, severity_rank
+from inspector.codes import CODE_HELP, CODES, Code, Severity, code_of, severity_rank
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +32,7 @@ __all__ = [
     "examples",
     "findings_to_frame",
     "fold",
+    "fold_findings",
     "fold_ranges",
     "make_finding",
     "severity_rank",
@@ -70,7 +71,7 @@ def make_finding(
     expert: int | None = None,
 ) -> Finding:
     """A finding whose severity comes from the code table (an unknown code raises: a bug)."""
-    known = Code(code)
+    known = code_of(code)
     return Finding(known.value, known.severity, message, file, tensor, layer, expert)
 
 
@@ -126,6 +127,28 @@ def fold(
     return findings
 
 
+def fold_findings(
+    findings: Sequence[Finding], what: str, *, policy: FoldPolicy = FOLD
+) -> list[Finding]:
+    """Findings already built (one code), bounded by `policy` per file: the rest of a file
+    becomes one summary, "N more <what> (layers ..., e.g. ...)"."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.file or "", []).append(f)
+
+    def summary(file: str | None, rest: Sequence[Finding], shown: int) -> Finding:
+        layers = fold_ranges(f.layer for f in rest if f.layer is not None)
+        tensors = [f.tensor for f in rest if f.tensor]
+        parts = [f"layers {layers}"] if layers else []
+        if tensors:
+            parts.append(f"e.g. {examples(tensors)}")
+        where = f" ({'; '.join(parts)})" if parts else ""
+        more = f"{shown:,} listed above and " if shown else ""
+        return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
+
+    return fold(groups, lambda _file, f: f, summary, policy=policy)
+
+
 _COLUMNS = ["code", "severity", "message", "file", "tensor", "layer", "expert"]
 
 
@@ -148,16 +171,14 @@ def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:
     """'0-3, 7, 9-511': sorted unique ints folded into ranges, at most `limit` pieces."""
     ordered = sorted(set(values))
     pieces: list[str] = []
-    start = prev = None
-    for v in ordered:
-        if start is None:
-            start = prev = v
-        elif v == prev + 1:
-            prev = v
-        else:
-            pieces.append(_piece(start, prev))
-            start = prev = v
-    if start is not None:
+    if ordered:
+        start = prev = ordered[0]
+        for v in ordered[1:]:
+            if v == prev + 1:
+                prev = v
+            else:
+                pieces.append(_piece(start, prev))
+                start = prev = v
         pieces.append(_piece(start, prev))
     if len(pieces) > limit:
         return ", ".join(pieces[:limit]) + f", ... ({len(pieces) - limit} more ranges)"

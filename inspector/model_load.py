@@ -240,8 +240,8 @@ def stored_files(scanned: ScannedCheckpoint, names: Iterable[str]) -> dict[str, 
 # -- preconditions ---------------------------------------------------------------------------
 
 
-def _architecture(config: dict[str, Any] | None) -> str | None:
-    archs = config.get("architectures") if isinstance(config, dict) else None
+def _architecture(config: Mapping[str, Any] | None) -> str | None:
+    archs = config.get("architectures") if isinstance(config, Mapping) else None
     if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0]:
         return archs[0]
     return None
@@ -269,7 +269,7 @@ def _precondition(scanned: ScannedCheckpoint, architecture: str | None) -> None:
             raise _Skip(f"{module} is not installed (pip install transformers torch)")
 
 
-def _within_bounds(config: dict[str, Any], depth: int = 0) -> None:
+def _within_bounds(config: Mapping[str, Any], depth: int = 0) -> None:
     """Refuse to build what a hostile config.json could make endless: counts of layers or
     experts far past any real model's, at the top level or in a nested sub-config."""
     layers = experts = 1
@@ -316,10 +316,11 @@ class _Built:
 
 
 def _built(
-    architecture: str | None, config: dict[str, Any] | None, folder: Path, trust: bool
+    architecture: str | None, config: Mapping[str, Any] | None, folder: Path, trust: bool
 ) -> _Built:
     assert architecture is not None and config is not None
-    text = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
+    # The scan keeps config.json as a read-only view; orjson serialises plain dicts.
+    text = orjson.dumps(dict(config), option=orjson.OPT_SORT_KEYS).decode()
     # Remote code is looked up in the folder, so the folder is part of the key only then.
     remote = str(folder) if trust and _remote_reference(config, architecture) else None
     return _build(architecture, text, remote)
@@ -361,9 +362,10 @@ def _build(architecture: str, config_text: str, remote_folder: str | None) -> _B
 
 def _classes(
     architecture: str, config: dict[str, Any], remote_folder: str | None
-) -> tuple[type, type]:
+) -> tuple[Any, Any]:
     """(model class, config class) for `architecture`: transformers' own, or with
-    `trust_remote_code` the checkpoint folder's `auto_map` classes."""
+    `trust_remote_code` the checkpoint folder's `auto_map` classes (typed Any: classes made
+    from the folder's code have no static type)."""
     import transformers
 
     if remote_folder is not None:
@@ -379,7 +381,7 @@ def _classes(
     raise _Skip(f"transformers {transformers.__version__} does not know {architecture}")
 
 
-def _remote_reference(config: dict[str, Any], architecture: str) -> str | None:
+def _remote_reference(config: Mapping[str, Any], architecture: str) -> str | None:
     """The `auto_map` reference (`module.Class`) of the model class, if the config has one."""
     auto_map = config.get("auto_map")
     if not isinstance(auto_map, dict):
@@ -394,18 +396,11 @@ def _remote_reference(config: dict[str, Any], architecture: str) -> str | None:
     return refs[0] if refs else None
 
 
-def _remote_classes(architecture: str, config: dict[str, Any], folder: str) -> tuple[type, type]:
+def _remote_classes(architecture: str, config: dict[str, Any], folder: str) -> tuple[Any, Any]:
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
 
-    model_ref = _remote_reference(config, architecture)
-    config_ref = (config.get("auto_map") or {}).get("AutoConfig")
-    for ref in (model_ref, config_ref):
-        # `repo--module.Class` names code in another repository: never fetched.
-        if not isinstance(ref, str) or "--" in ref or not _local_module(folder, ref):
-            raise _Skip(
-                f"auto_map names {ref!r}, which is not a module file in the checkpoint folder; "
-                "only code that sits in the folder is run"
-            )
+    model_ref = _local_reference(folder, _remote_reference(config, architecture))
+    config_ref = _local_reference(folder, (config.get("auto_map") or {}).get("AutoConfig"))
     try:
         model_cls = get_class_from_dynamic_module(model_ref, folder, local_files_only=True)
         config_cls = get_class_from_dynamic_module(config_ref, folder, local_files_only=True)
@@ -415,6 +410,17 @@ def _remote_classes(architecture: str, config: dict[str, Any], folder: str) -> t
             f"({type(exc).__name__}: {_one_line(exc)})"
         ) from None
     return model_cls, config_cls
+
+
+def _local_reference(folder: str, ref: object) -> str:
+    """`ref` when it names a module file in the checkpoint folder; otherwise a skip."""
+    # `repo--module.Class` names code in another repository: never fetched.
+    if not isinstance(ref, str) or "--" in ref or not _local_module(folder, ref):
+        raise _Skip(
+            f"auto_map names {ref!r}, which is not a module file in the checkpoint folder; "
+            "only code that sits in the folder is run"
+        )
+    return ref
 
 
 def _local_module(folder: str, ref: str) -> bool:
@@ -521,6 +527,7 @@ def _simulate(built: _Built, tensors: Mapping[str, Stored]) -> _Loaded:
                 plain[renamed] = tensors[original][1]
                 continue
             if renamed not in grouped:
+                assert pattern is not None  # a plain key was stored above
                 grouped[renamed] = (by_pattern[pattern], [])
             grouped[renamed][1].append((pattern or original, original))
         elif pattern is not None:
@@ -578,12 +585,13 @@ def _active(transforms: list[Any], names: list[str]) -> tuple[list[Any], list[An
         return rename is WeightTransform.rename_source_key and t.scope_prefix is None
 
     current = names
+    known = True  # the names after the renamings kept so far
     renamings: list[Any] = []
     pending = [t for t in transforms if isinstance(t, WeightRenaming)]
     for i, t in enumerate(pending):
         if not standard(t):
             renamings += pending[i:]
-            current = None  # outputs unknown from here on
+            known = False  # outputs unknown from here on
             break
         if any(map(t.compiled_sources.search, current)):
             renamings.append(t)
@@ -592,7 +600,7 @@ def _active(transforms: list[Any], names: list[str]) -> tuple[list[Any], list[An
         t
         for t in transforms
         if isinstance(t, WeightConverter)
-        and (current is None or not standard(t) or any(map(t.compiled_sources.search, current)))
+        and (not known or not standard(t) or any(map(t.compiled_sources.search, current)))
     ]
     return renamings, converters
 

@@ -39,8 +39,8 @@ from itertools import compress, filterfalse
 from operator import and_, itemgetter, methodcaller, not_
 from typing import Any
 
-from inspector.checks.quant import _QUANT_DTYPES, QUANT_FILE, quant_section
-from inspector.dtypes import DTYPE_BITS
+from inspector.checks.quant import QUANT_FILE, quant_section
+from inspector.dtypes import DTYPE_BITS, QUANT_DTYPES
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import ShapeMismatch, Stored, _Skip
 
@@ -129,9 +129,9 @@ def quantization_view(scanned: ScannedCheckpoint, stored: Mapping[str, Stored]) 
     )
 
 
-def _source(scanned: ScannedCheckpoint) -> tuple[str, str, dict[str, Any]] | None:
+def _source(scanned: ScannedCheckpoint) -> tuple[str, str, Mapping[str, Any]] | None:
     """(method, file it is stated in, its settings), hf_quant_config.json first."""
-    if isinstance(scanned.quant_config, dict):
+    if isinstance(scanned.quant_config, Mapping):
         return "modelopt", QUANT_FILE, quant_section(scanned.quant_config)
     config = scanned.config or {}
     qc = config.get("quantization_config")
@@ -175,7 +175,7 @@ class _Rules:
 
 
 class _ModelOpt(_Rules):
-    def __init__(self, section: dict[str, Any], where: str) -> None:
+    def __init__(self, section: Mapping[str, Any], where: str) -> None:
         self.algo = section.get("quant_algo")
         layers = section.get("quantized_layers")
         self.layers = layers if isinstance(layers, dict) else {}
@@ -262,14 +262,15 @@ def _modelopt_scheme_of(algo: str, group: int) -> _Scheme:
 
 
 class _BlockFp8(_Rules):
-    def __init__(self, section: dict[str, Any], where: str) -> None:
+    def __init__(self, section: Mapping[str, Any], where: str) -> None:
         block = section.get("weight_block_size")
-        ok = (
+        self.block: tuple[int, int] | None = None
+        if (
             isinstance(block, list)
             and len(block) == 2
             and all(isinstance(b, int) and b > 0 for b in block)
-        )
-        self.block = (block[0], block[1]) if ok else None
+        ):
+            self.block = (block[0], block[1])
         skip = section.get("modules_to_not_convert") or []
         # transformers' FP8 quantizer skips a module whose name contains an entry.
         self.skip = [p for p in skip if isinstance(p, str) and p]
@@ -284,7 +285,7 @@ class _BlockFp8(_Rules):
 
 
 class _CompressedTensors(_Rules):
-    def __init__(self, section: dict[str, Any], where: str) -> None:
+    def __init__(self, section: Mapping[str, Any], where: str) -> None:
         groups = section.get("config_groups")
         schemes = set()
         for group in groups.values() if isinstance(groups, dict) else ():
@@ -352,7 +353,7 @@ def _apply(stored: Mapping[str, Stored], rules: _Rules) -> QuantView:
     mods = list(map(_FIRST, parts))
     params = list(map(_LAST, parts))
     packed = map(
-        and_, map("weight".__eq__, params), map(_QUANT_DTYPES.__contains__, map(_FIRST, values))
+        and_, map("weight".__eq__, params), map(QUANT_DTYPES.__contains__, map(_FIRST, values))
     )
     quantized = set(compress(mods, map(_EVIDENCE.__contains__, params)))
     quantized.update(compress(mods, packed))

@@ -3,23 +3,37 @@
 A name such as `model.layers.3.mlp.experts.17.down_proj.weight` is reduced to its
 *template* `model.layers.#.mlp.experts.#.down_proj.weight` (every number that is a whole
 dotted component becomes `#`). Real checkpoints have 300,000 names but only a few hundred
-templates, so the rules below run once per template and the numbers are cut out of the
-names with numpy. Digits inside words (`w1`, `linear_fc2`, `weight_scale_2`) stay in the
-template.
+templates, so the rules run once per template and the numbers are cut out of the names
+with numpy. Digits inside words (`w1`, `linear_fc2`, `weight_scale_2`) stay in the template.
 
-Families (FORMATS.md sections 5 and 6) are a declarative table: the first `Family` whose
-`prefix` matches a template says where the layer number is and what to strip to get the
-module; `KIND_RULES` then classify the rest. To support a new naming scheme, add a `Family`.
+This module is the engine; the rules it applies (families, kind rules, patterns) are the
+declarative table in `inspector.naming_rules`: the first `Family` whose `prefix` matches a
+template says where the layer number is and what to strip to get the module; `KIND_RULES`
+then classify the rest. To support a new naming scheme, edit that table, not this module.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from inspector.naming_rules import (
+    EXPERT_NUMBER,
+    FAMILIES,
+    FUSED_PARAM,
+    GROUPED_PARAM,
+    KIND_RULES,
+    KINDS,
+    MTP_OWN_KINDS,
+    QUANTIZER_PARAM,
+    TRAILING_NUMBER,
+    Family,
+)
 
 __all__ = [
     "FAMILIES",
@@ -28,167 +42,10 @@ __all__ = [
     "Family",
     "NameColumns",
     "ParsedName",
+    "layer_expert_numbers",
     "parse_name",
     "parse_names",
 ]
-
-KINDS = (
-    "embedding",
-    "attention",
-    "dense_mlp",
-    "expert",
-    "shared_expert",
-    "router",
-    "norm",
-    "mtp",
-    "output_head",
-    "mamba",
-    "other",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Family:
-    """One naming scheme. `prefix` is matched at the start of a template; its named group
-    `layer` (if any) is the layer number, and everything it consumes is stripped from the
-    module name (use a lookahead to recognise without stripping)."""
-
-    name: str
-    prefix: re.Pattern[str]
-    mtp: bool = False
-    # Megatron torch_dist stacks homogeneous layers into one tensor with a leading layer axis.
-    stacked: bool = False
-    # Forces the kind, e.g. vision towers are "other" whatever their inner names say.
-    kind: str | None = None
-
-
-def _family(name: str, prefix: str, **options: object) -> Family:
-    return Family(name, re.compile(prefix), **options)  # type: ignore[arg-type]
-
-
-# Text-model roots in front of `layers.{L}` (plain, multimodal and older HF spellings).
-_HF = (
-    r"(?:model\.(?:language_model\.|text_model\.|decoder\.)?"
-    r"|language_model\.(?:model\.)?|transformer\.|gpt_neox\.)?"
-)
-_TOWERS = (
-    r"visual|vision_tower|vision_model|vision_encoder|vision|audio_tower|audio_model|audio"
-    r"|multi_modal_projector|mm_projector"
-)
-
-# Tried in order; the first match wins.
-FAMILIES: tuple[Family, ...] = (
-    _family(
-        "mtp",
-        r"^(?:model\.)?mtp\.layers\.(?P<layer>#)\.(?:(?:transformer_layer|mtp_model_layer)\.)?",
-        mtp=True,
-    ),
-    _family("mtp", r"^(?=(?:model\.)?mtp\.)", mtp=True),
-    _family("vision", rf"^(?=(?:model\.)?(?:{_TOWERS})\.)", kind="other"),
-    _family("megatron", r"^(?:module\.)?decoder\.layers\.(?P<layer>#)\."),
-    _family("megatron-stacked", r"^(?:module\.)?decoder\.layers\.(?!#\.)", stacked=True),
-    _family("megatron", r"^(?=(?:module\.)?(?:embedding|output_layer|decoder)\.)"),
-    _family("nemotron-h", r"^backbone\.layers\.(?P<layer>#)\."),
-    _family("nemotron-h", r"^(?=backbone\.)"),
-    _family("mixtral", rf"^{_HF}layers\.(?P<layer>#)\.(?=block_sparse_moe\.)"),
-    _family(
-        "fused-experts", rf"^{_HF}layers\.(?P<layer>#)\.(?=(?:mlp|feed_forward)\.experts\.[a-z_]+$)"
-    ),
-    _family(
-        "hf-moe",
-        rf"^{_HF}layers\.(?P<layer>#)\."
-        r"(?=(?:mlp|feed_forward)\.(?:experts|shared_experts?|shared_expert_gate|gate|router)\.)",
-    ),
-    _family("hf", rf"^{_HF}layers\.(?P<layer>#)\."),
-    _family("other", r"^(?:.*\.)?(?:layers|layer|h|blocks)\.(?P<layer>#)\."),
-    _family("hf", r"^(?=model\.|lm_head\.)"),
-    _family("other", r"^"),
-)
-
-
-def _tokens(*words: str) -> str:
-    return r"(?:^|\.)(?:" + "|".join(words) + r")(?:\.|$)"
-
-
-# (kind, pattern) tried in order on "module.param" with layer prefix and expert number removed.
-KIND_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(pattern))
-    for kind, pattern in (
-        ("mtp", _tokens("enorm", "hnorm", "eh_proj", "shared_head")),
-        ("shared_expert", _tokens("shared_experts?", "shared_expert_gate")),
-        ("expert", _tokens("experts", "local_experts")),
-        ("router", _tokens("gate", "router")),
-        (
-            "mamba",
-            _tokens("mamba", "ssm")
-            + r"|(?:^|\.)mixer\.(?:A_log|D|dt_bias|conv1d|in_proj|out_proj|norm)(?:\.|$)",
-        ),
-        (
-            "attention",
-            _tokens(
-                "self_attn",
-                "self_attention",
-                "attention",
-                "attn",
-                "cross_attn",
-                "linear_attn",
-                "core_attention",
-                "q_proj",
-                "k_proj",
-                "v_proj",
-                "o_proj",
-                "qkv_proj",
-                "linear_qkv",
-                "query_key_value",
-                "c_attn",
-            ),
-        ),
-        (
-            "dense_mlp",
-            _tokens(
-                "mlp",
-                "feed_forward",
-                "ffn",
-                "block_sparse_moe",
-                "gate_proj",
-                "up_proj",
-                "down_proj",
-                "gate_up_proj",
-                "linear_fc1",
-                "linear_fc2",
-                "fc1",
-                "fc2",
-                "c_fc",
-                "w1",
-                "w2",
-                "w3",
-            ),
-        ),
-        (
-            "embedding",
-            _tokens(
-                "embed_tokens",
-                "word_embeddings",
-                "embeddings",
-                "embedding",
-                "wte",
-                "wpe",
-                "tok_embeddings",
-                "embed_in",
-            ),
-        ),
-        ("output_head", _tokens("lm_head", "output_layer", "embed_out")),
-        ("norm", r"(?:^|\.)(?:\w*norm\w*|ln|ln_\w+)(?:\.|$)"),
-    )
-)
-
-# In MTP blocks, whatever is not a standard block part belongs to the MTP head itself.
-_MTP_OWN = frozenset({"norm", "embedding", "output_head", "other"})
-_EXPERT_NUMBER = re.compile(r"(?:^|\.)(?:experts|local_experts)\.#(?=\.|$)")
-_QUANTIZER_PARAM = re.compile(r"^(.*)\.(\w+_quantizer\.\w+)$")
-_GROUPED_PARAM = re.compile(r"^(.*)\.(weight|bias|_extra_state)#$")
-_FUSED_PARAM = re.compile(r"^(gate_up_proj|gate_proj|up_proj|down_proj)(?:_(blocks|scales|bias))?$")
-_TRAILING_NUMBER = re.compile(r"\.(?:weight|bias|_extra_state)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +77,10 @@ class NameColumns:
 
     layer: np.ndarray
     expert: np.ndarray
-    module: pd.Categorical
-    param: pd.Categorical
-    kind: pd.Categorical
-    family: pd.Categorical
+    module: pd.Categorical[str]
+    param: pd.Categorical[str]
+    kind: pd.Categorical[str]
+    family: pd.Categorical[str]
     fused: np.ndarray
     mtp: np.ndarray
     stacked: np.ndarray
@@ -251,6 +108,17 @@ class NameColumns:
 def parse_name(name: str) -> ParsedName:
     """Parse one tensor name (see `parse_names` for many)."""
     return parse_names([name]).row(0, name)
+
+
+def layer_expert_numbers(names: Sequence[str]) -> list[tuple[int | None, int | None]]:
+    """(decoder layer, expert) of each name, for findings. MTP blocks are not decoder
+    layers, so they get no layer number."""
+    parsed = parse_names(list(names))
+    layers = np.where(parsed.mtp, -1, parsed.layer).tolist()
+    return [
+        (None if layer < 0 else layer, None if expert < 0 else expert)
+        for layer, expert in zip(layers, parsed.expert.tolist(), strict=True)
+    ]
 
 
 # -- one template ------------------------------------------------------------------------
@@ -289,7 +157,7 @@ def _analyze(template: str) -> _Info:
     module, param, grouped = _split_param(template[match.end() :])
     module, param, expert_slot, fused = _experts(module, param, grouped, base)
     kind = family.kind or _kind(f"{module}.{param}" if module else param)
-    if family.mtp and kind in _MTP_OWN:
+    if family.mtp and kind in MTP_OWN_KINDS:
         kind = "mtp"
     if grouped and expert_slot < 0:
         param += "#"  # a trailing number that is not an expert id stays in the param
@@ -312,9 +180,9 @@ def _analyze(template: str) -> _Info:
 
 def _split_param(rest: str) -> tuple[str, str, bool]:
     """(module, param, trailing number) from the part after the layer prefix."""
-    if m := _QUANTIZER_PARAM.match(rest):
+    if m := QUANTIZER_PARAM.match(rest):
         return m.group(1), m.group(2), False
-    if m := _GROUPED_PARAM.match(rest):
+    if m := GROUPED_PARAM.match(rest):
         return m.group(1), m.group(2), True
     module, _, param = rest.rpartition(".")
     return module, param, False
@@ -322,7 +190,7 @@ def _split_param(rest: str) -> tuple[str, str, bool]:
 
 def _experts(module: str, param: str, grouped: bool, base: int) -> tuple[str, str, int, bool]:
     """Take the expert number out of the module; recognise fused and grouped experts."""
-    if m := _EXPERT_NUMBER.search(module):
+    if m := EXPERT_NUMBER.search(module):
         slot = base + module.count("#", 0, m.end() - 1)
         return module[: m.end() - 2] + module[m.end() :], param, slot, False
     parts = module.split(".")
@@ -330,7 +198,7 @@ def _experts(module: str, param: str, grouped: bool, base: int) -> tuple[str, st
     if grouped and in_experts:
         # TEGroupedMLP `experts.linear_fc1.weight{E}`: the last number is the expert.
         return module, param, base + module.count("#"), False
-    if parts[-1] == "experts" and (m := _FUSED_PARAM.match(param)):
+    if parts[-1] == "experts" and (m := FUSED_PARAM.match(param)):
         return f"{module}.{m.group(1)}", m.group(2) or "weight", -1, True
     # Any other tensor of an experts module without a number holds every expert on one axis
     # (torch_dist `experts.experts.linear_fc1.weight`); extra state is not per expert.
@@ -463,7 +331,7 @@ def _fill_group(
     gathered in one numpy call; the word digits then tell the templates apart."""
     slots, word = _digit_runs(group)
     positions = [p for a, b in slots for p in range(a, b)] + word
-    digits = chars.codes(rows, positions, len(group)) if positions else None
+    digits = chars.codes(rows, positions, len(group)) if positions else np.zeros((len(rows), 0))
     values, at = [], 0
     for a, b in slots:
         values.append(_numbers(digits[:, at : at + b - a]))
@@ -511,7 +379,7 @@ def _digit_runs(group: str) -> tuple[list[tuple[int, int]], list[int]]:
     for m in re.finditer("#+", group):
         a, b = m.span()
         whole = (a == 0 or group[a - 1] == ".") and (b == len(group) or group[b] == ".")
-        trailing = b == len(group) and _TRAILING_NUMBER.search(group, 0, a) is not None
+        trailing = b == len(group) and TRAILING_NUMBER.search(group, 0, a) is not None
         if (whole or trailing) and b - a <= _MAX_DIGITS:
             slots.append((a, b))
         else:
@@ -568,14 +436,14 @@ class _Columns:
             self.overrides["module"][row] = _refill(info.module, numbers[:split])
             self.overrides["param"][row] = _refill(info.param, numbers[split:])
 
-    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical:
+    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical[str]:
         index = {v: i for i, v in enumerate(first)}
         small = [index.setdefault(getattr(info, key), len(index)) for info in self.infos]
         codes = np.asarray(small, dtype=np.int64)[self.tid] if small else self.tid.copy()
         overrides = self.overrides.get(key, {})
         for row, value in overrides.items():
             codes[row] = index.setdefault(value, len(index))
-        frame = pd.Categorical.from_codes(codes, categories=list(index))
+        frame = pd.Categorical.from_codes(codes, pd.Index(list(index)))
         return frame.remove_unused_categories() if overrides else frame
 
     def _flag(self, key: str) -> np.ndarray:

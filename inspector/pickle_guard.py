@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from inspector.errors import UnsafeInputError
-from inspector.findings import Finding, make_finding, short_repr
+from inspector.findings import short_repr
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -53,7 +53,6 @@ __all__ = [
     "audit_torch_save",
     "check_pickle",
     "hostile_globals",
-    "refusal_finding",
     "short_repr",
 ]
 
@@ -344,6 +343,19 @@ class _Audit:
         self.arg_len = length
         return bytes(data[pos + width : end]) if length <= 256 else b""
 
+    def _arg_int(self, code: int) -> int:
+        """The argument of an opcode that takes a number: fixed-width binary, or a text line
+        (GET, PUT)."""
+        value = self._arg(code)
+        return value if isinstance(value, int) else _int_text(value)
+
+    def _arg_bytes(self, code: int) -> bytes:
+        """The argument of an opcode that takes text or bytes (`_ARG` says which do)."""
+        value = self._arg(code)
+        if not isinstance(value, bytes):
+            raise PickleFormatError(f"opcode 0x{code:02x} at byte {self.pos} takes no bytes")
+        return value
+
     def _pop_mark(self, stack: list[Any], marks: list[int]) -> list[Any]:
         if not marks:
             raise PickleFormatError("an opcode needs a MARK and there is none")
@@ -533,8 +545,7 @@ class _Audit:
         """The opcodes the inlined loop does not handle; returns references handed out."""
         arg, new, add = self._arg, self._new, self._add
         if code in _GETS:
-            key = arg(code)
-            item = memo[_int_text(key) if code == _GET else key]
+            item = memo[self._arg_int(code)]
             if type(item) is list:
                 item[2] = True
             stack.append(item)
@@ -548,10 +559,9 @@ class _Audit:
             stack.append(item)
             return 1
         if code in _PUTS:
-            key = arg(code)
-            _memo_put(memo, _int_text(key) if code == _PUT else key, stack[-1])
+            _memo_put(memo, self._arg_int(code), stack[-1])
         elif code in _STRINGS:
-            value = arg(code)
+            value = self._arg_bytes(code)
             if code == _UNICODE:
                 value = value[:-1]  # raw-unicode-escape text; names are plain ASCII
             stack.append(value or _ATOM)
@@ -591,7 +601,7 @@ class _Audit:
             module = stack.pop()
             stack.append(self._global(_text(module), _text(name)))
         elif code in _NAMED:
-            module, name, _ = arg(code).split(b"\n")
+            module, name, _ = self._arg_bytes(code).split(b"\n")
             g = self._global(_decode(module), _decode(name))
             if code == _GLOBAL:
                 stack.append(g)
@@ -631,16 +641,16 @@ class _Audit:
             stack.append(new([]))
         elif code in _EXTS:
             # Resolved through the local copyreg registry: not a name we can vet.
-            stack.append(self._global("<copyreg", f"extension {arg(code)}>"))
+            stack.append(self._global("<copyreg", f"extension {self._arg_int(code)}>"))
         elif code == _READONLY_BUFFER:
             _ = stack[-1]  # needs a value to mark read-only
         else:
-            value = arg(code)
-            if code == _PROTO:
-                self.proto = value
+            scalar = arg(code)
+            if code == _PROTO and isinstance(scalar, int):
+                self.proto = scalar
             if code in _WIDE_INTS and self.arg_len > max_int:
                 raise PickleBombError(_wide_int(max_int), kind="int")
-            if code in _TEXT_INTS and len(value) > 2.5 * max_int:
+            if code in _TEXT_INTS and isinstance(scalar, bytes) and len(scalar) > 2.5 * max_int:
                 raise PickleBombError(_wide_int(max_int), kind="int")
             # Scalars (ints, floats, bytes, buffers) push one atom; PROTO and FRAME nothing.
             if code not in _NO_PUSH:
@@ -921,19 +931,3 @@ def _zip_pickles(data: bytes, cap: int) -> list[bytes]:
         raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
     except OSError as exc:  # zlib and CRC errors surface as OSError subclasses in places
         raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
-
-
-def refusal_finding(rel: str, exc: HostilePickleError | PickleBombError) -> Finding:
-    """The finding for a pickle refused by this module: `pickle-hostile` or `pickle-bomb`."""
-    if isinstance(exc, HostilePickleError):
-        return make_finding(
-            "pickle-hostile",
-            f"{rel} {exc}; do not load this checkpoint with plain torch.load or pickle, and "
-            "tell whoever shared it",
-            file=rel,
-        )
-    return make_finding(
-        "pickle-bomb",
-        f"{rel} {exc}; the file was crafted or is corrupt: restore it from the original save",
-        file=rel,
-    )

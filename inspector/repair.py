@@ -12,6 +12,7 @@ import difflib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -20,7 +21,9 @@ from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.model import LayoutName as _L
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import expert_template
 
 __all__ = [
     "DuplicatePolicy",
@@ -149,9 +152,9 @@ def plan_repair(
     Re-sharding a collapsed checkpoint is `inspector.reshard.plan_reshard`."""
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
-    if "index" in wanted and scanned.layout in ("hf-sharded", "modelopt-per-layer"):
+    if "index" in wanted and scanned.layout in (_L.HF_SHARDED, _L.MODELOPT_PER_LAYER):
         plan = plan + plan_index(scanned, duplicates=duplicates)
-    if "sidecars" in wanted and scanned.layout == "modelopt-per-layer":
+    if "sidecars" in wanted and scanned.layout is _L.MODELOPT_PER_LAYER:
         plan = plan + plan_sidecars(scanned)
     if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
         plan = plan + plan_quant_config(scanned)
@@ -229,7 +232,7 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     projection) shares one config; refuse the others."""
     section = quant_section(scanned.quant_config)
     layers = section.get("quantized_layers")
-    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, dict):
+    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
     missing = [m for m in quantized_modules(scanned) if m not in layers]
     from inspector.checks.quant import _excluded  # shared rule: exclude patterns
@@ -239,7 +242,7 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     added, refused = _sibling_configs(missing, layers)
     if not added:
         return RepairPlan(scanned.path, refused=tuple(refused))
-    new_cfg = json.loads(json.dumps(scanned.quant_config))
+    new_cfg = json.loads(json.dumps(dict(scanned.quant_config or {})))
     target = new_cfg["quantization"] if isinstance(new_cfg.get("quantization"), dict) else new_cfg
     target["quantized_layers"] = dict(sorted({**layers, **added}.items()))
     old = _read_text(scanned.path / QUANT_FILE)
@@ -262,7 +265,7 @@ def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
 
 
 def _choose_files(
-    scanned: ScannedCheckpoint, old_map: dict[str, str], policy: DuplicatePolicy | None
+    scanned: ScannedCheckpoint, old_map: Mapping[str, str], policy: DuplicatePolicy | None
 ) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
     homes: dict[str, list[tuple[str, str, tuple[int, ...]]]] = defaultdict(list)
     for shard in scanned.shards:
@@ -295,7 +298,7 @@ def _choose_files(
     )
 
 
-def _keep_order(old: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+def _keep_order(old: Mapping[str, str], new: dict[str, str]) -> dict[str, str]:
     """The old index's key order for the tensors it had, then the added ones sorted: the
     diff a user reviews shows only what changed."""
     kept = {n: new[n] for n in old if n in new}
@@ -315,13 +318,13 @@ def _tensor_sizes(scanned: ScannedCheckpoint) -> dict[str, tuple[int, int]]:
     sizes: dict[str, tuple[int, int]] = {}
     for shard in scanned.shards:
         for name, shape, b, e in zip(
-            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+            shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
         ):
             sizes.setdefault(name, (e - b, math.prod(shape)))
     return sizes
 
 
-def _map_changes(old: dict[str, str], new: dict[str, str]) -> list[str]:
+def _map_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
     added = sorted(new.keys() - old.keys())
     removed = sorted(old.keys() - new.keys())
     moved = sorted(n for n in new.keys() & old.keys() if new[n] != old[n])
@@ -346,18 +349,15 @@ def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _sibling_configs(
-    missing: list[str], layers: dict[str, Any]
+    missing: list[str], layers: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
-    import re
-
-    expert = re.compile(r"\.experts\.\d+\.")
     by_group: dict[str, list[Any]] = defaultdict(list)
     for module, cfg in layers.items():
-        by_group[expert.sub(".experts.{E}.", module)].append(cfg)
+        by_group[expert_template(module)[0]].append(cfg)
     added: dict[str, Any] = {}
     refused: list[str] = []
     for module in missing:
-        group = expert.sub(".experts.{E}.", module)
+        group = expert_template(module)[0]
         configs = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
         if group != module and len(configs) == 1:
             added[module] = json.loads(next(iter(configs)))

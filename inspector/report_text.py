@@ -36,7 +36,8 @@ def check_result(
         },
     }
     if verdict is not None:
-        result["load"] = {"summary": verdict.summary(), **verdict.to_dict()}
+        load: dict[str, Any] = {"summary": verdict.summary(), **verdict.to_dict()}
+        result["load"] = load
     return result
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import re
 import shutil
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,13 +29,13 @@ from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
-from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.model import DcpChunk, DcpInfo, LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, RepairResult
 from inspector.units import SHARD_SPLIT_SIZE, parse_size
 
 __all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
 
-_LAYOUTS = ("hf-sharded", "safetensors-single")
+_LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,8 @@ def plan_reshard(
         return ReshardPlan(scanned.path, refused=(str(exc),))
     retired = tuple(s.file for s in scanned.shards)
     if len(copy.outputs) <= 1 and len(retired) <= 1:
-        note = f"all {len(view.dcp.chunks)} tensors fit in one shard of at most {limit:,} bytes"
+        count = sum(len(s.names) for s in scanned.shards)
+        note = f"all {count} tensors fit in one shard of at most {limit:,} bytes"
         return ReshardPlan(scanned.path, notes=(note,))
     clash = sorted({o.name for o in copy.outputs} & set(retired))
     if clash:
@@ -134,33 +136,39 @@ def plan_reshard(
 
 def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     if scanned.layout not in _LAYOUTS:
-        hint = " (use `ckpt-inspect consolidate`)" if scanned.layout == "dcp-sharded" else ""
+        dcp = scanned.layout is LayoutName.DCP_SHARDED
+        hint = " (use `ckpt-inspect consolidate`)" if dcp else ""
         return (f"{scanned.path}: layout {scanned.layout} cannot be re-sharded{hint}",)
     bad = [s.file for s in scanned.shards if not s.readable or s.findings]
     if bad:
         return (f"shards {examples(bad)} have integrity findings; fix them before re-sharding",)
     seen: set[str] = set()
-    dup = [n for s in scanned.shards for n in s.names if n in seen or seen.add(n)]
+    dup: list[str] = []
+    for name in (n for s in scanned.shards for n in s.names):
+        (dup.append if name in seen else seen.add)(name)
     if dup:
         why = f"tensors {examples(dup)} are in several shards; repair the index first"
         return (f"{why} (ckpt-inspect repair --only index --duplicates ...)",)
     return ()
 
 
-def _as_single_chunks(scanned: ScannedCheckpoint) -> ScannedCheckpoint:
+def _as_single_chunks(
+    scanned: ScannedCheckpoint, *, only: Collection[str] | None = None
+) -> ScannedCheckpoint:
     """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
-    layer 10), so the consolidation engine does the copying."""
+    layer 10), so the consolidation engine does the copying; `only` keeps those names."""
     chunks: dict[str, list[DcpChunk]] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
     entries = [
         (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
         for s in scanned.shards
         for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
+        if only is None or name in only
     ]
     for name, chunk in sorted(entries, key=lambda e: _natural(e[0])):
         chunks[name] = [chunk]
-        shapes[name] = chunk.shape
-    return dataclasses.replace(scanned, dcp=DcpInfo(chunks, shapes), index=None)
+    return dataclasses.replace(
+        scanned, layout=LayoutName.DCP_SHARDED, info=DcpInfo.from_chunks(chunks), index=None
+    )
 
 
 def _natural(name: str) -> tuple[object, ...]:

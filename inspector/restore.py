@@ -37,12 +37,12 @@ from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
-from inspector.model import DcpInfo, ScannedCheckpoint
+from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, _read_text
 from inspector.reshard import _as_single_chunks
 
 __all__ = ["RestorePlan", "RestoreResult", "plan_restore"]
-_LAYOUTS = ("hf-sharded", "modelopt-per-layer")
+_LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER)
 # Every number that is a whole dotted component: a tensor's template across layers/experts.
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _SHARD_PREFIX = re.compile(r"^(.*?)-\d+-of-\d+\.safetensors$")
@@ -279,6 +279,7 @@ def _new_shard_name(scanned: ScannedCheckpoint) -> str:
     number free: listed by the index, loaded by every loader, never a DCP rank file name."""
     prefixes = {m.group(1) for s in scanned.shards if (m := _SHARD_PREFIX.match(s.file))}
     prefix = prefixes.pop() if len(prefixes) == 1 else "model"
+    assert scanned.index is not None  # refused without one (`_refusals`)
     taken = {s.file for s in scanned.shards} | set(scanned.index.weight_map.values())
     n = 1
     while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or (
@@ -292,13 +293,7 @@ def _copy_plan(
     reference: ScannedCheckpoint, names: list[str], dest: Path, shard: str
 ) -> ConsolidationPlan:
     """The consolidation engine's plan for copying `names` from the reference into one file."""
-    view = _as_single_chunks(reference)
-    wanted = set(names)
-    dcp = DcpInfo(
-        {n: c for n, c in view.dcp.chunks.items() if n in wanted},
-        {n: s for n, s in view.dcp.full_shapes.items() if n in wanted},
-    )
-    view = dataclasses.replace(view, dcp=dcp)
+    view = _as_single_chunks(reference, only=set(names))
     # One output file whatever the size: the restore adds exactly one shard, staged under
     # the name it will have in the checkpoint (the journal moves a staged file to its own name).
     plan = plan_consolidation(view, dest, max_shard_size=1 << 62)

@@ -1,4 +1,5 @@
-"""A restricted unpickler for PyTorch DCP `.metadata` files (FORMATS.md section 5).
+"""A restricted unpickler for PyTorch DCP `.metadata` files (docs/formats.md, "Megatron
+torch_dist").
 
 `.metadata` is a pickle, and a plain `pickle.load` runs whatever the file names. This
 unpickler never imports anything: every global the file may name is looked up in a fixed
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
+from inspector.dtypes import TORCH_DTYPES  # re-exported: the table lives in inspector.dtypes
 from inspector.errors import UnsafeInputError
 from inspector.pickle_guard import (
     HostilePickleError,
@@ -41,53 +43,6 @@ __all__ = [
     "TorchDtype",
     "load_dcp_metadata",
 ]
-
-# torch dtype name -> (safetensors dtype name or None, bytes per element). Only names in this
-# table are accepted as `torch.<name>` globals; aliases (`float`, `half`, `long`) are listed
-# because older writers may pickle them.
-TORCH_DTYPES: dict[str, tuple[str | None, int]] = {
-    "bool": ("BOOL", 1),
-    "uint8": ("U8", 1),
-    "int8": ("I8", 1),
-    "uint16": ("U16", 2),
-    "int16": ("I16", 2),
-    "short": ("I16", 2),
-    "uint32": ("U32", 4),
-    "int32": ("I32", 4),
-    "int": ("I32", 4),
-    "uint64": ("U64", 8),
-    "int64": ("I64", 8),
-    "long": ("I64", 8),
-    "float16": ("F16", 2),
-    "half": ("F16", 2),
-    "bfloat16": ("BF16", 2),
-    "float32": ("F32", 4),
-    "float": ("F32", 4),
-    "float64": ("F64", 8),
-    "double": ("F64", 8),
-    "complex64": ("C64", 8),
-    "cfloat": ("C64", 8),
-    "complex32": (None, 4),
-    "chalf": (None, 4),
-    "complex128": (None, 16),
-    "cdouble": (None, 16),
-    "float8_e4m3fn": ("F8_E4M3", 1),
-    "float8_e5m2": ("F8_E5M2", 1),
-    "float8_e4m3fnuz": ("F8_E4M3FNUZ", 1),
-    "float8_e5m2fnuz": ("F8_E5M2FNUZ", 1),
-    "float8_e8m0fnu": ("F8_E8M0", 1),
-    # Two FP4 values packed per byte: torch counts one element per byte.
-    "float4_e2m1fn_x2": (None, 1),
-    "qint8": (None, 1),
-    "quint8": (None, 1),
-    "qint32": (None, 4),
-    "quint4x2": (None, 1),
-    "quint2x4": (None, 1),
-    **{f"bits{n}": (None, 1) for n in ("8", "1x8", "2x4", "4x2")},
-    "bits16": (None, 2),
-    **{f"uint{n}": (None, 1) for n in range(1, 8)},
-    **{f"int{n}": (None, 1) for n in range(1, 8)},
-}
 
 _LAYOUTS = frozenset(
     {

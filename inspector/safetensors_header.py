@@ -1,8 +1,12 @@
 """Read and validate one safetensors header without touching the tensor data.
 
-Layout (FORMATS.md section 1): 8-byte little-endian header length N, N bytes of JSON, data.
-Every rule the reference reader enforces becomes a finding here instead of an exception, and
-a hostile file can make us read at most `8 + cap` bytes.
+Layout (docs/formats.md, "safetensors"): 8-byte little-endian header length N, N bytes of
+JSON, data. Every rule the reference reader enforces becomes a finding here instead of an
+exception, and a hostile file can make us read at most `8 + cap` bytes.
+
+This format parser is the one reader that judges while it reads (see docs/architecture.md):
+the shard-integrity findings fall out of the single validating pass, as in the reference
+reader, and a second pass over a million entries to judge them again would double the cost.
 
 Speed matters (300,000+ tensors per checkpoint): a well-formed header is validated in bulk
 with C-level builtins (`map`, `set`, list comparisons) and only a header that fails a bulk
@@ -16,23 +20,25 @@ import math
 import operator
 import reprlib
 import struct
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
+import numpy as np
 import orjson
 
 from inspector._gc import gc_paused
+from inspector.columns import Coded, frozen, int64s
 from inspector.dtypes import DTYPE_BITS
-from inspector.findings import Finding, make_finding
+from inspector.findings import FOLD, Finding, make_finding
 from inspector.storage import LocalFile, RangeReader
 
 __all__ = ["DEFAULT_HEADER_CAP", "ShardHeader", "parse_header_bytes", "read_header", "read_shard"]
 
 DEFAULT_HEADER_CAP = 100_000_000
-# Per file and code, after this many findings the rest are folded into one summary finding,
-# so a hostile header cannot turn into millions of findings.
-_MAX_PER_CODE = 25
 _DUP_MARKER = b'"data_offsets"'
 # Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
 # 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.
@@ -46,12 +52,19 @@ _SHORT.maxlist = 8
 _SHORT.maxdict = 4
 _SHORT.maxlevel = 3
 
-_Columns = tuple[list[str], list[str], list[tuple[int, ...]], list[int], list[int]]
+# names, dtypes, shapes, begins, ends of the located entries
+_Columns = tuple[list[str], list[str], list[Any], list[int], list[int]]
 
 
-@dataclass(frozen=True, slots=True)
+_EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
+_NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
+_NO_SHAPES: Coded[tuple[int, ...]] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class ShardHeader:
-    """What one safetensors header says, as parallel columns (fast to build tables from).
+    """What one safetensors header says, as columns: names, dtype and shape codes (each
+    distinct dtype and shape stored once), begin and end offsets as int64 arrays.
 
     Only entries that are well formed enough to locate are in the columns; the others are
     findings. `header_len` is None when the header could not be read at all.
@@ -60,13 +73,60 @@ class ShardHeader:
     file: str
     file_size: int
     header_len: int | None
-    metadata: dict[str, str] | None
-    names: list[str] = field(default_factory=list)
-    dtypes: list[str] = field(default_factory=list)
-    shapes: list[tuple[int, ...]] = field(default_factory=list)
-    begins: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
+    metadata: Mapping[str, str] | None
+    names: tuple[str, ...] = ()
+    dtype: Coded[str] = _NO_DTYPES
+    shape: Coded[tuple[int, ...]] = _NO_SHAPES
+    begins: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    ends: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
     findings: tuple[Finding, ...] = ()
+
+    @classmethod
+    def from_columns(
+        cls,
+        file: str,
+        file_size: int,
+        header_len: int | None,
+        metadata: Mapping[str, str] | None,
+        names: Sequence[str],
+        dtypes: Sequence[str],
+        shapes: Sequence[Sequence[int]],
+        begins: Sequence[int],
+        ends: Sequence[int],
+        findings: tuple[Finding, ...] = (),
+    ) -> ShardHeader:
+        """A header from plain per-entry lists."""
+        n = len(names)
+        return cls(
+            file,
+            file_size,
+            header_len,
+            metadata
+            if metadata is None or isinstance(metadata, MappingProxyType)
+            else MappingProxyType(dict(metadata)),
+            tuple(names),
+            Coded.encode(dtypes, n),
+            Coded.encode(map(tuple, shapes), n),
+            int64s(begins, n),
+            int64s(ends, n),
+            findings,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal headers say the same of the same file (columns compared by value)."""
+        if not isinstance(other, ShardHeader):
+            return NotImplemented
+        return (
+            (self.file, self.file_size, self.header_len, self.names, self.findings)
+            == (other.file, other.file_size, other.header_len, other.names, other.findings)
+            and _plain(self.metadata) == _plain(other.metadata)
+            and self.dtypes == other.dtypes
+            and self.shapes == other.shapes
+            and np.array_equal(self.begins, other.begins)
+            and np.array_equal(self.ends, other.ends)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def readable(self) -> bool:
@@ -78,7 +138,27 @@ class ShardHeader:
 
     @property
     def tensor_bytes(self) -> int:
-        return sum(self.ends) - sum(self.begins)
+        return int(self.ends.sum()) - int(self.begins.sum())
+
+    @property
+    def total_numel(self) -> int:
+        """Elements of all entries (each distinct shape multiplied out once)."""
+        counts = np.bincount(self.shape.codes, minlength=len(self.shape.values)).tolist()
+        return sum(math.prod(s) * n for s, n in zip(self.shape.values, counts, strict=True))
+
+    @property
+    def dtypes(self) -> list[str]:
+        """Each entry's dtype (a list built on access)."""
+        return self.dtype.tolist()
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Each entry's shape (a list built on access; equal shapes are one tuple)."""
+        return self.shape.tolist()
+
+
+def _plain(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if metadata is None else dict(metadata)
 
 
 def read_shard(path: Path, *, root: Path, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
@@ -154,7 +234,9 @@ def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
         if len(columns[0]) == len(header):
             tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
             _check_length(file_size, len(raw), columns[4], tiled=tiled, out=out)
-    return ShardHeader(file, file_size, len(raw), metadata, *columns, out.done())
+    return ShardHeader.from_columns(
+        file, file_size, len(raw), metadata, *columns, findings=out.done()
+    )
 
 
 def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
@@ -164,7 +246,8 @@ def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
     except orjson.JSONDecodeError as exc:
         return {}, _not_json(raw, file, exc)
     if not isinstance(header, dict):
-        kind = {list: "array", str: "string"}.get(type(header), type(header).__name__)
+        names: dict[type, str] = {list: "array", str: "string"}
+        kind = names.get(type(header), type(header).__name__)
         return {}, f"{file}: header is a JSON {kind} ({_short(header)}), expected an object"
     if not raw.startswith(b"{"):
         # Valid JSON with leading whitespace: the reference reader still rejects it.
@@ -196,7 +279,7 @@ def _not_json(raw: bytes, file: str, exc: orjson.JSONDecodeError) -> str:
     )
 
 
-def _metadata(value: object, out: _Collector) -> dict[str, str] | None:
+def _metadata(value: object, out: _Collector) -> Mapping[str, str] | None:
     """`__metadata__` must map strings to strings; other values are findings and dropped."""
     if value is None:
         return None
@@ -215,7 +298,7 @@ def _metadata(value: object, out: _Collector) -> dict[str, str] | None:
                 f"__metadata__[{key!r}] is {type(val).__name__} {_short(val)}, expected a string",
                 tensor="__metadata__",
             )
-    return {k: v for k, v in value.items() if isinstance(v, str)}
+    return MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)})
 
 
 def _bulk_columns(header: dict) -> _Columns | None:
@@ -252,7 +335,7 @@ def _bulk_columns(header: dict) -> _Columns | None:
             return None
     except (KeyError, TypeError, IndexError):
         return None
-    return list(header), dtypes, list(map(tuple, raw_shapes)), begins, ends
+    return list(header), dtypes, raw_shapes, begins, ends
 
 
 def _tiles(begins: list[int], ends: list[int], nbytes: list[int]) -> bool:
@@ -312,10 +395,11 @@ def _locate(
     name: str, entry: object, out: _Collector
 ) -> tuple[str, tuple[int, ...], int, int] | None:
     """(dtype, shape, begin, end) of a well-typed entry, else a header-invalid-entry finding."""
+    item: Any = entry
     try:
-        dtype = entry["dtype"]
-        shape = entry["shape"]
-        begin, end = entry["data_offsets"]
+        dtype = item["dtype"]
+        shape = item["shape"]
+        begin, end = item["data_offsets"]
     except (TypeError, KeyError, ValueError, IndexError):
         out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
         return None
@@ -323,7 +407,7 @@ def _locate(
         type(dtype) is str
         and type(shape) is list
         and all(type(d) is int and d >= 0 for d in shape)
-        and type(entry["data_offsets"]) is list
+        and type(item["data_offsets"]) is list
         and type(begin) is int
         and type(end) is int
         and 0 <= begin <= end
@@ -443,29 +527,36 @@ def _report_duplicates(raw: bytes, out: _Collector) -> None:
 
 
 class _Collector:
-    """Findings of one file, capped per code."""
+    """Findings of one file under the fold policy: `FOLD.per_file` per code are listed, the
+    rest of each code is counted and folded into one summary finding, so a hostile header
+    cannot turn into millions of findings."""
 
     def __init__(self, file: str) -> None:
         self.file = file
         self.items: list[Finding] = []
         self.counts: dict[str, int] = {}
+        self.folded: dict[str, list[str]] = {}
 
     def add(self, code: str, message: str, *, tensor: str | None = None) -> None:
         n = self.counts.get(code, 0) + 1
         self.counts[code] = n
-        if n <= _MAX_PER_CODE:
+        if n <= FOLD.per_file:
             self.items.append(
                 make_finding(code, f"{self.file}: {message}", file=self.file, tensor=tensor)
             )
+        elif tensor is not None and len(self.folded.setdefault(code, [])) < 3:
+            self.folded[code].append(tensor)
 
     def done(self) -> tuple[Finding, ...]:
         for code, n in self.counts.items():
-            if n > _MAX_PER_CODE:
-                more = n - _MAX_PER_CODE
+            if n > FOLD.per_file:
+                more = n - FOLD.per_file
+                names = self.folded.get(code)
+                eg = f" (e.g. {', '.join(map(repr, names))})" if names else ""
                 self.items.append(
                     make_finding(
                         code,
-                        f"{self.file}: {more:,} more {code} problems not listed",
+                        f"{self.file}: {more:,} more {code} problems{eg}, not listed one by one",
                         file=self.file,
                     )
                 )

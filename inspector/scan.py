@@ -1,4 +1,4 @@
-"""`scan(path)`: find the layout, read every header and JSON file, return the structure."""
+"""`scan(path)`: find the layout, read every header and JSON file, return the scanned model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from inspector._gc import gc_paused
 from inspector.errors import CannotInspectError
-from inspector.layouts import detect_layout, layout_by_name
+from inspector.layouts import ScanOptions, detect_layout, layout_by_name
 from inspector.model import ScannedCheckpoint
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 
@@ -22,18 +22,19 @@ def scan(
 ) -> ScannedCheckpoint:
     """Scan a checkpoint folder or a single `.safetensors` file, reading headers only.
 
-    Problems in the files become findings in `.problems`; only a path that cannot be
-    inspected at all raises `CannotInspectError`. `layout` forces a layout by name.
+    What cannot be read is recorded in the result (`.read_problems`, shown as findings in
+    `.problems`); only a path that cannot be inspected at all raises `CannotInspectError`.
+    `layout` forces a layout by name.
     """
     target = Path(path).expanduser()
     if not target.exists():
         raise CannotInspectError(f"{target}: no such file or folder")
     target = target.resolve()
-    module = layout_by_name(layout) if layout else detect_layout(target)
-    if module is None:
+    reader = layout_by_name(layout) if layout else detect_layout(target)
+    if reader is None:
         raise CannotInspectError(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
     with gc_paused():
-        return module.scan(target, header_cap=header_cap)
+        return reader.scan(target, options=ScanOptions(header_cap=header_cap))

@@ -1,6 +1,6 @@
 """What a `config.json` says should exist: layers, MoE layers, experts, MTP layers. Pure.
 
-The rules mirror how the modelling code of each family decides (FORMATS.md section 6):
+The rules mirror how the modelling code of each family decides (docs/formats.md, "config.json"):
 - Qwen2/3-MoE: layer i is MoE when i is not in `mlp_only_layers` and
   `(i + 1) % decoder_sparse_step == 0`;
 - DeepSeek-V2/V3, Kimi, GLM-MoE: MoE when `i >= first_k_dense_replace` and
@@ -15,11 +15,12 @@ The rules mirror how the modelling code of each family decides (FORMATS.md secti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from inspector.model import ModelSpec
 
-__all__ = ["layer_types_from_config", "spec_from_config"]
+__all__ = ["SPEC_KEYS", "layer_types_from_config", "spec_from_config"]
 
 _EXPERT_KEYS = (
     "n_routed_experts",
@@ -29,6 +30,20 @@ _EXPERT_KEYS = (
     "num_moe_experts",
 )
 _MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_layers", "num_mtp_layers")
+_LAYER_KEYS = ("num_hidden_layers", "num_layers")
+_PATTERN_KEYS = ("layers_block_type", "hybrid_override_pattern")
+# Keys of the per-family MoE layer rules (see the module docstring).
+_RULE_KEYS = (
+    "moe_layers",
+    "first_k_dense_replace",
+    "moe_layer_freq",
+    "decoder_sparse_step",
+    "interleave_moe_layer_step",
+    "mlp_only_layers",
+)
+# Every key `spec_from_config` reads from a (text) config: what must survive when only part
+# of a damaged config.json can be read.
+SPEC_KEYS = ("model_type", *_LAYER_KEYS, *_EXPERT_KEYS, *_RULE_KEYS, *_PATTERN_KEYS, *_MTP_KEYS)
 # Where multimodal configs keep the text model's config.
 _TEXT_KEYS = ("text_config", "language_config", "llm_config")
 # Block names of hybrid patterns -> the layer kinds the tables use.
@@ -46,13 +61,13 @@ _BLOCKS = {
 }
 
 
-def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.json") -> ModelSpec:
+def spec_from_config(config: Mapping[str, Any] | None, *, source: str = "config.json") -> ModelSpec:
     """Derive the expected structure; the text model of a multimodal config is used."""
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         return ModelSpec()
     config, source = _text_config(config, source)
     pattern = layer_types_from_config(config)
-    num_layers = _int(config.get("num_hidden_layers")) or _int(config.get("num_layers"))
+    num_layers = next((v for k in _LAYER_KEYS if (v := _int(config.get(k)))), None)
     if pattern is not None:
         num_layers = len(pattern)
     experts = next((v for k in _EXPERT_KEYS if (v := _int(config.get(k))) is not None), None)
@@ -64,26 +79,26 @@ def spec_from_config(config: dict[str, Any] | None, *, source: str = "config.jso
     return ModelSpec(model_type, num_layers, moe, experts, max(mtp, 0), source)
 
 
-def layer_types_from_config(config: dict[str, Any] | None) -> tuple[str, ...] | None:
+def layer_types_from_config(config: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     """Per-layer block kinds ("mamba", "attention", "dense", "moe") of a hybrid model
     (Nemotron-H), or None when the config has no block pattern."""
-    if not isinstance(config, dict):
+    if not isinstance(config, Mapping):
         return None
     config, _ = _text_config(config, "")
     blocks = config.get("layers_block_type")
     if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
-        return tuple(_BLOCKS.get(b, b) for b in blocks)
+        return tuple(_BLOCKS.get(str(b), str(b)) for b in blocks)
     pattern = config.get("hybrid_override_pattern")
     if isinstance(pattern, str) and pattern:
         return tuple(_BLOCKS.get(c, c) for c in pattern)
     return None
 
 
-def _text_config(config: dict[str, Any], source: str) -> tuple[dict[str, Any], str]:
+def _text_config(config: Mapping[str, Any], source: str) -> tuple[Mapping[str, Any], str]:
     """The nested text model config when there is one that says how many layers it has."""
     for key in _TEXT_KEYS:
         text = config.get(key)
-        if isinstance(text, dict) and (
+        if isinstance(text, Mapping) and (
             _int(text.get("num_hidden_layers")) is not None
             or layer_types_from_config(text) is not None
         ):
@@ -93,7 +108,7 @@ def _text_config(config: dict[str, Any], source: str) -> tuple[dict[str, Any], s
 
 
 def _moe_layers(
-    config: dict[str, Any],
+    config: Mapping[str, Any],
     num_layers: int | None,
     experts: int | None,
     pattern: tuple[str, ...] | None,

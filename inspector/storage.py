@@ -1,7 +1,7 @@
 """The small file-like interface every reader goes through: open, read a byte range, size.
 
-A remote store only has to implement `RangeReader` (and `Store`) to be scanned; the parsers
-never touch `open()` themselves.
+A remote store only has to implement `RangeReader` to be read; the parsers never touch
+`open()` themselves.
 """
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 from typing import Protocol
 
-__all__ = ["LocalFile", "LocalStore", "RangeReader", "Store"]
+__all__ = ["LocalFile", "RangeReader"]
 
 
 class RangeReader(Protocol):
@@ -27,12 +26,6 @@ class RangeReader(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class Store(Protocol):
-    """Something that opens named objects, e.g. a local folder."""
-
-    def open(self, relpath: str) -> RangeReader: ...
 
 
 class LocalFile:
@@ -75,13 +68,3 @@ class LocalFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class LocalStore:
-    """A local folder as a `Store`."""
-
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-
-    def open(self, relpath: str) -> LocalFile:
-        return LocalFile(self.root / relpath)

@@ -23,7 +23,7 @@ def summarize(
     tensors, layers = scanned.tensors, scanned.layers
     decoder = layers[~layers["is_mtp"]] if len(layers) else layers
     moe = decoder[decoder["kind"] == "moe"] if len(decoder) else decoder
-    found = {int(r.layer): int(r.experts_found) for r in moe.itertuples()}
+    found = dict(zip(moe["layer"].tolist(), moe["experts_found"].tolist(), strict=True))
     spec = scanned.spec
     expected = spec.experts_per_layer or (max(found.values()) if found else None)
     by_dtype = tensors.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)

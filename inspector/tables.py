@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
 import pandas as pd
 
-from inspector.dtypes import DTYPE_BITS
+from inspector.columns import Coded
 from inspector.model import ModelSpec, ScannedCheckpoint
 from inspector.naming import KINDS, NameColumns, parse_names
 from inspector.safetensors_header import ShardHeader
@@ -38,10 +38,6 @@ _MTP_KIND = KINDS.index("mtp")
 _ROUTED = [KINDS.index("expert"), KINDS.index("router")]
 # Hostile shapes or configs must not make the expansions allocate without bound.
 _MAX_EXPANSION = 5_000_000
-# A shard with none of these findings has sizes that match its shapes and dtypes.
-_SIZE_CODES = frozenset({"size-mismatch", "unknown-dtype"})
-# Byte counts from which `8 * nbytes` could overflow int64 (hostile headers only).
-_BYTES_LIMIT = 1 << 59
 # Layer and expert numbers have at most 9 digits (naming), so (layer << 30 | expert) fits.
 _SHIFT = 30
 # Value ranges up to this (plus 4 per value) are grouped by counting instead of sorting.
@@ -95,7 +91,7 @@ class _Source:
     files: list[str]
     dtype_codes: np.ndarray
     dtypes: list[str]
-    shapes: list[tuple[int, ...]]
+    shape: Coded[tuple[int, ...]]
     numel: np.ndarray
     nbytes: np.ndarray
     begin: np.ndarray
@@ -108,100 +104,59 @@ def _source(scanned: ScannedCheckpoint) -> _Source:
     """The logical tensors if the layout built them, else every shard's header entries."""
     if scanned.logical is not None:
         lt = scanned.logical
-        no_range = np.asarray(
-            [b is None or e is None for b, e in zip(lt.begin, lt.end, strict=True)], bool
-        )
-        begin = _int64([0 if b is None else b for b in lt.begin])
-        end = _int64([0 if e is None else e for e in lt.end])
-        return _make_source(
+        n = len(lt.name)
+        has_range = lt.begin is not None and lt.end is not None
+        return _Source(
             list(lt.name),
-            *_codes(lt.file),
-            list(lt.dtype),
-            list(lt.shape),
-            _int64(lt.nbytes),
-            begin,
-            end,
-            no_range,
+            lt.file.codes.astype(np.int64),
+            list(lt.file.values),
+            lt.dtype.codes.astype(np.int64),
+            list(lt.dtype.values),
+            lt.shape,
+            _shape_numel(lt.shape),
+            np.asarray(lt.nbytes, dtype=np.int64),
+            np.asarray(lt.begin, dtype=np.int64) if has_range else np.zeros(n, np.int64),
+            np.asarray(lt.end, dtype=np.int64) if has_range else np.zeros(n, np.int64),
+            np.full(n, not has_range, dtype=bool),
         )
     return _shard_source(scanned.shards)
 
 
-def _shard_source(shards: list[ShardHeader]) -> _Source:
-    """Every shard's header entries. Columns are joined once each and numbers go straight
-    from the lists into numpy (no intermediate lists, no object arrays)."""
+def _shard_source(shards: Sequence[ShardHeader]) -> _Source:
+    """Every shard's header entries: the columns are concatenated, never expanded into
+    Python objects (names are the shards' own strings, shapes their shared tuples)."""
     index: dict[str, int] = {}
     per_shard = [index.setdefault(s.file, len(index)) for s in shards]
     counts = [len(s.names) for s in shards]
     names = list(chain.from_iterable(s.names for s in shards))
-    begin = _int64(chain.from_iterable(s.begins for s in shards))
-    end = _int64(chain.from_iterable(s.ends for s in shards))
-    nbytes = end - begin
-    shapes = list(chain.from_iterable(s.shapes for s in shards))
-    dtype_codes, dtypes = _codes(chain.from_iterable(s.dtypes for s in shards), len(names))
-    checked = [not any(f.code in _SIZE_CODES for f in s.findings) for s in shards]
-    checks = np.repeat(np.asarray(checked, dtype=bool), counts)
-    numel = _numel(shapes, nbytes, _bits(dtypes)[dtype_codes], checks)
+    begin = _concat([s.begins for s in shards])
+    end = _concat([s.ends for s in shards])
+    dtype = Coded.concat([s.dtype for s in shards])
+    shape = Coded.concat([s.shape for s in shards])
     return _Source(
         names,
         np.repeat(np.asarray(per_shard, dtype=np.int64), counts),
         list(index),
-        dtype_codes,
-        dtypes,
-        shapes,
-        numel,
-        nbytes,
+        dtype.codes.astype(np.int64),
+        list(dtype.values),
+        shape,
+        _shape_numel(shape),
+        end - begin,
         begin,
         end,
         np.zeros(len(names), dtype=bool),
     )
 
 
-def _make_source(
-    names: list[str],
-    file_codes: np.ndarray,
-    files: list[str],
-    dtypes: list[str],
-    shapes: list[tuple[int, ...]],
-    nbytes: np.ndarray,
-    begin: np.ndarray,
-    end: np.ndarray,
-    no_range: np.ndarray,
-) -> _Source:
-    dtype_codes, dtype_names = _codes(dtypes)
-    numel = _int64(map(math.prod, shapes))
-    return _Source(
-        names,
-        file_codes,
-        files,
-        dtype_codes,
-        dtype_names,
-        shapes,
-        numel,
-        nbytes,
-        begin,
-        end,
-        no_range,
-    )
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
 
 
-def _bits(dtypes: list[str]) -> np.ndarray:
-    """Bits per element of each dtype (0: unknown)."""
-    return np.asarray([DTYPE_BITS.get(d, 0) for d in dtypes] or [0], dtype=np.int64)
-
-
-def _numel(
-    shapes: list[tuple[int, ...]], nbytes: np.ndarray, bits: np.ndarray, checked: np.ndarray
-) -> np.ndarray:
-    """Elements per tensor. Where the header reader checked `prod(shape) * bits == 8 * nbytes`
-    (`checked`: its shard has no size or dtype finding) this is `8 * nbytes / bits` in numpy;
-    elsewhere the shape is multiplied out (a Python call per tensor, 10x slower)."""
-    fast = checked & (bits > 0) & (nbytes >= 0) & (nbytes < _BYTES_LIMIT)
-    numel = np.zeros(len(shapes), np.int64)
-    numel[fast] = nbytes[fast] * 8 // bits[fast]
-    slow = np.flatnonzero(~fast)
-    if len(slow):
-        numel[slow] = _int64(math.prod(shapes[i]) for i in slow.tolist())
-    return numel
+def _shape_numel(shape: Coded[tuple[int, ...]]) -> np.ndarray:
+    """Elements per row: each distinct shape multiplied out once (clamped to int64 for
+    hostile shapes)."""
+    per_shape = _int64([min(math.prod(s), _INT64_MAX) for s in shape.values] or [0])
+    return per_shape[shape.codes]
 
 
 def _codes(values: Iterable[str], count: int = -1) -> tuple[np.ndarray, list[str]]:
@@ -268,9 +223,9 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
     return pd.DataFrame(
         {
             "name": np.fromiter(source.names, dtype=object, count=n),
-            "file": pd.Categorical.from_codes(source.file_codes, categories=source.files),
-            "dtype": pd.Categorical.from_codes(source.dtype_codes, categories=source.dtypes),
-            "shape": np.fromiter(source.shapes, dtype=object, count=n),
+            "file": pd.Categorical.from_codes(source.file_codes, pd.Index(source.files)),
+            "dtype": pd.Categorical.from_codes(source.dtype_codes, pd.Index(source.dtypes)),
+            "shape": _shape_column(source.shape),
             "numel": source.numel,
             "nbytes": source.nbytes,
             "begin": pd.arrays.IntegerArray(source.begin, source.no_range.copy()),
@@ -279,7 +234,7 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
             "expert": pd.arrays.IntegerArray(parsed.expert, parsed.expert < 0),
             "module": parsed.module,
             "param": parsed.param,
-            "kind": pd.Categorical.from_codes(numbering.kind, categories=list(KINDS)),
+            "kind": pd.Categorical.from_codes(numbering.kind, pd.Index(KINDS)),
             "family": parsed.family,
             "is_mtp": numbering.is_mtp,
             "fused": parsed.fused,
@@ -288,6 +243,15 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
         # Every column is a fresh array nobody else writes to; copying them costs ~20 ms.
         copy=False,
     )
+
+
+def _shape_column(shape: Coded[tuple[int, ...]]) -> np.ndarray:
+    """The shapes as an object column whose rows point at the shared tuples (8 bytes a row,
+    no tuple per row)."""
+    table = np.empty(len(shape.values), dtype=object)
+    for i, value in enumerate(shape.values):
+        table[i] = value
+    return table[shape.codes]
 
 
 # -- 4. what each tensor contributes to layers and experts ------------------------------
@@ -316,7 +280,7 @@ def _contributions(source: _Source, parsed: NameColumns, numbering: _Numbering) 
     layer = numbering.layer
     own = np.flatnonzero(layer >= 0)
     stacked = np.flatnonzero(parsed.stacked & (layer < 0))
-    depth = _axis(source.shapes, stacked, 0)
+    depth = _axis(source.shape, stacked, 0)
     st_rows, st_layer = _spread(stacked, depth)
     rows = np.concatenate([own, st_rows])
     share = np.concatenate([np.ones(len(own), np.int64), np.repeat(np.maximum(depth, 1), depth)])
@@ -338,7 +302,7 @@ def _contributions(source: _Source, parsed: NameColumns, numbering: _Numbering) 
 def _expert_rows(source: _Source, parsed: NameColumns, layer: np.ndarray) -> tuple[np.ndarray, ...]:
     """(layer, expert, bytes) per expert a tensor holds: numbered expert tensors hold one;
     fused ones (expert axis 0) and stacked fused ones (layer axis 0, expert axis 1) many."""
-    expert, fused, shapes = parsed.expert, parsed.fused, source.shapes
+    expert, fused, shapes = parsed.expert, parsed.fused, source.shape
     numbered = np.flatnonzero((expert >= 0) & (layer >= 0))
     flat = np.flatnonzero(fused & (layer >= 0))
     width = _axis(shapes, flat, 0)
@@ -363,9 +327,10 @@ def _expert_rows(source: _Source, parsed: NameColumns, layer: np.ndarray) -> tup
     )
 
 
-def _axis(shapes: list[tuple[int, ...]], rows: np.ndarray, axis: int) -> np.ndarray:
+def _axis(shape: Coded[tuple[int, ...]], rows: np.ndarray, axis: int) -> np.ndarray:
     """Size of `axis` of each row's shape (0 when it has no such axis), capped."""
-    return _capped(_int64([shapes[i][axis] if len(shapes[i]) > axis else 0 for i in rows.tolist()]))
+    sizes = _int64([min(s[axis], _INT64_MAX) if len(s) > axis else 0 for s in shape.values] or [0])
+    return _capped(sizes[shape.codes[rows]] if len(rows) else np.zeros(0, np.int64))
 
 
 def _capped(sizes: np.ndarray) -> np.ndarray:
@@ -494,7 +459,7 @@ def _layers_frame(
     at = np.searchsorted(layers, seen)
 
     def spread(values: np.ndarray, dtype: type = np.int64) -> np.ndarray:
-        out = np.zeros(len(layers), dtype=dtype)
+        out: np.ndarray = np.zeros(len(layers), dtype=dtype)
         out[at] = values
         return out
 
@@ -633,16 +598,16 @@ def _file_entries(
     if scanned.logical is None or not (scanned.shards or scanned.torch_dist):
         return source.files, source.file_codes, numbering.layer, source.nbytes
     if scanned.shards:
-        names = [x for s in scanned.shards for x in s.names]
-        files = [s.file for s in scanned.shards for _ in s.names]
-        nbytes = _int64(
-            [e - b for s in scanned.shards for b, e in zip(s.begins, s.ends, strict=True)]
-        )
+        names = list(chain.from_iterable(s.names for s in scanned.shards))
+        counts = [len(s.names) for s in scanned.shards]
+        codes = np.repeat(np.arange(len(scanned.shards), dtype=np.int64), counts)
+        distinct = [s.file for s in scanned.shards]
+        nbytes = _concat([s.ends - s.begins for s in scanned.shards])
     else:
-        items = list(scanned.torch_dist.storage.items())
+        info = scanned.torch_dist
+        items = list(info.storage.items()) if info is not None else []
         names = [key[0] for key, _ in items]
-        files = [value[0] for _, value in items]
+        codes, distinct = _codes([value[0] for _, value in items])
         nbytes = _int64([value[2] for _, value in items])
     layer = _Numbering.of(parse_names(names), scanned.spec).layer
-    codes, distinct = _codes(files)
     return distinct, codes, layer, nbytes

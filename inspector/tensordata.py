@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -26,9 +26,9 @@ __all__ = ["TensorData", "hash_bytes"]
 _HASH_BLOCK = 64 << 20
 
 
-def hash_bytes(view: memoryview | np.ndarray) -> str:
+def hash_bytes(view: memoryview | bytes | np.ndarray) -> str:
     """xxh3-64 of a buffer, fed in blocks so huge tensors never need a copy."""
-    mv = memoryview(view).cast("B") if not isinstance(view, memoryview) else view.cast("B")
+    mv = (view.data if isinstance(view, np.ndarray) else memoryview(view)).cast("B")
     h = xxhash.xxh3_64()
     for start in range(0, len(mv), _HASH_BLOCK):
         h.update(mv[start : start + _HASH_BLOCK])
@@ -57,7 +57,12 @@ class TensorData(AbstractContextManager["TensorData"]):
             return
         base = shard.data_start
         for name, dtype, shape, b, e in zip(
-            shard.names, shard.dtypes, shard.shapes, shard.begins, shard.ends, strict=True
+            shard.names,
+            shard.dtypes,
+            shard.shapes,
+            shard.begins.tolist(),
+            shard.ends.tolist(),
+            strict=True,
         ):
             if base + e <= len(buf):
                 yield name, dtype, shape, memoryview(buf)[base + b : base + e]
@@ -77,7 +82,8 @@ class TensorData(AbstractContextManager["TensorData"]):
             return None
         shard, i = where
         buf = self._map(shard.file)
-        start, end = shard.data_start + shard.begins[i], shard.data_start + shard.ends[i]
+        start = shard.data_start + int(shard.begins[i])
+        end = shard.data_start + int(shard.ends[i])
         if buf is None or end > len(buf):
             return None
         return memoryview(buf)[start:end]
@@ -87,7 +93,7 @@ class TensorData(AbstractContextManager["TensorData"]):
         return None if data is None else hash_bytes(data)
 
     def _assemble(
-        self, name: str, chunks: list[DcpChunk], shape: tuple[int, ...]
+        self, name: str, chunks: Sequence[DcpChunk], shape: tuple[int, ...]
     ) -> memoryview | None:
         bits = DTYPE_BITS.get(chunks[0].dtype)
         if bits is None or bits % 8:
@@ -98,15 +104,16 @@ class TensorData(AbstractContextManager["TensorData"]):
             shard = self.scanned.shard(chunk.file)
             idx = shard.names.index(name) if shard is not None and name in shard.names else -1
             buf = self._map(chunk.file) if idx >= 0 else None
-            if buf is None:
+            if buf is None or shard is None:
                 return None
-            start, end = shard.data_start + shard.begins[idx], shard.data_start + shard.ends[idx]
+            start = shard.data_start + int(shard.begins[idx])
+            end = shard.data_start + int(shard.ends[idx])
             if end > len(buf) or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
                 return None
             src = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
             where = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
             full[where] = src.reshape(*chunk.shape, item)
-        return memoryview(full.reshape(-1))
+        return full.reshape(-1).data
 
     # -- files ----------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-"""Write Model-Optimizer-style per-layer exports (FORMATS.md section 3) with the real
-safetensors writer, including the sidecar drift of seed modelopt-1422.
+"""Write Model-Optimizer-style per-layer exports (docs/formats.md, "Model-Optimizer per-layer
+exports") with the real safetensors writer, including the sidecar drift of seed modelopt-1422.
 
 Layout: one `model-{L:05d}-of-{N:05d}.safetensors` per decoder layer (1-based), a sidecar
 `<shard>.json` = `{"metadata": {"total_size": tensor bytes}, "weight_map": {name: shard}}` per

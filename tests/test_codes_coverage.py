@@ -3,7 +3,7 @@ real writer wrote (safetensors `save_file`, huggingface_hub / transformers, PyTo
 that was then damaged the way real exports go wrong.
 
 One test per code, named `test_code_<code with _ for ->`; the last test proves that every
-code in `inspector.findings.CODES` and in FINDINGS.md has its test here.
+code in `inspector.findings.CODES` and in docs/findings.md has its test here.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ import torch
 from dcp_writers import MAPPING, full_tensors, write_dcp_checkpoint
 from safetensors.torch import load_file, save_file
 
-from inspector import consolidate as consolidate_mod
 from inspector.casting import cast_bytes
 from inspector.cli import main
+from inspector.consolidate import engine as copy_engine
 from inspector.consolidate import plan_consolidation, reference_assignment
 from inspector.errors import PlanRefusedError
 from inspector.scan import scan
@@ -106,7 +106,7 @@ def test_column_sharded_tensors_are_assembled_in_row_blocks(
     source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A tiny block forces several blocks per tensor: the block arithmetic must still be exact.
-    monkeypatch.setattr(consolidate_mod, "BLOCK_BYTES", 40)
+    monkeypatch.setattr(copy_engine, "BLOCK_BYTES", 40)
     plan = plan_consolidation(scan(source), tmp_path / "out")
     assembled = [t.name for o in plan.outputs for t in o.tensors if not t.contiguous]
     assert "model.layers.0.self_attn.q_proj.weight" in assembled
@@ -498,7 +498,7 @@ def test_copy_without_copy_file_range_gives_the_same_files(
     plan = plan_consolidation(scan(source), tmp_path / "kernel")
     plan.execute(progress=False, verify=False)
     # Across file systems the kernel copy fails with EXDEV; then pread/pwrite do the work.
-    monkeypatch.setitem(consolidate_mod._KERNEL_COPY, "ok", False)
+    monkeypatch.setitem(copy_engine._KERNEL_COPY, "ok", False)
     other = plan_consolidation(scan(source), tmp_path / "blocks")
     other.execute(progress=False, verify=False)
     for output in plan.outputs:

@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from inspector.checks.coverage import coverage
+from inspector.checks.dcp import check_dcp
 from inspector.demo.dcp import write_dcp_demo, write_rank_files
 from inspector.layouts import dcp_sharded, detect_layout
-from inspector.model import DcpChunk, DcpInfo
+from inspector.model import DcpChunk, DcpInfo, full_shape
 from inspector.scan import scan
 
 OUT1_RANK2 = "shard-00002-model-00001-of-00002.safetensors"
@@ -47,11 +49,11 @@ def model(real: Path, tmp_path: Path) -> Path:
 
 
 def codes(scanned) -> list[str]:
-    return [f.code for f in [*scanned.problems, *dcp_sharded.check(scanned)]]
+    return [f.code for f in [*scanned.problems, *check_dcp(scanned)]]
 
 
 def by_code(scanned, code: str):
-    return [f for f in [*scanned.problems, *dcp_sharded.check(scanned)] if f.code == code]
+    return [f for f in [*scanned.problems, *check_dcp(scanned)] if f.code == code]
 
 
 def rewrite(path: Path, *, edit_info=None, edit_tensors=None, metadata=None) -> None:
@@ -85,7 +87,7 @@ def test_what_torch_writes(real: Path) -> None:
 def test_detect_and_parent_folder(real: Path) -> None:
     assert dcp_sharded.detect(real / "model")
     assert dcp_sharded.detect(real)
-    assert detect_layout(real / "model") is dcp_sharded
+    assert detect_layout(real / "model") is dcp_sharded.LAYOUT
     scanned = scan(real)
     assert scanned.layout == "dcp-sharded"
     assert scanned.path == (real / "model").resolve()
@@ -133,7 +135,7 @@ def test_scan_rebuilds_full_shapes(real: Path) -> None:
     assert scanned.dcp.mapping == MAPPING
     assert scanned.spec.experts_per_layer == 2
     assert scanned.problems == []
-    assert dcp_sharded.check(scanned) == []
+    assert check_dcp(scanned) == []
 
 
 def test_chunks_reassemble_the_saved_tensors(real: Path) -> None:
@@ -328,7 +330,7 @@ def test_collapsed_by_size(model: Path) -> None:
     )
     (found,) = [
         f
-        for f in dcp_sharded.check(dataclasses.replace(scanned, logical=huge))
+        for f in check_dcp(dataclasses.replace(scanned, logical=huge))
         if f.code == "mapping-collapsed"
     ]
     assert "GB, over the 5.0 GB per-file limit" in found.message
@@ -348,12 +350,12 @@ boxes = st.lists(
 @given(boxes)
 def test_coverage_is_exact(spec) -> None:
     chunks = [DcpChunk("f", tuple(o for o, _ in b), tuple(n for _, n in b), "F32") for b in spec]
-    full = dcp_sharded.full_shape(chunks)
+    full = full_shape(chunks)
     grid = np.zeros(full, dtype=np.int32)
     for c in chunks:
         grid[tuple(slice(o, o + n) for o, n in zip(c.offsets, c.shape, strict=True))] += 1
     nonempty = [c for c in chunks if np.prod(c.shape)]
-    result = dcp_sharded.coverage(nonempty, full)
+    result = coverage(full, [(c.offsets, c.shape) for c in nonempty])
     assert result.covered == int((grid > 0).sum())
     assert (result.overlap is not None) == bool((grid > 1).any())
     for hole in result.holes:
@@ -363,7 +365,6 @@ def test_coverage_is_exact(spec) -> None:
 def test_check_is_fast_and_folds(tmp_path: Path) -> None:
     """60k tensors on 8 ranks, one rank's chunks lost: quick, and at most 21 findings."""
     chunks: dict[str, list[DcpChunk]] = {}
-    full: dict[str, tuple[int, ...]] = {}
     for i in range(60_000):
         name = f"model.layers.{i // 600}.mlp.experts.{i % 600 // 3}.w{i % 3}.weight"
         chunks[name] = [
@@ -373,11 +374,11 @@ def test_check_is_fast_and_folds(tmp_path: Path) -> None:
             for r in range(8)
             if r != 3
         ]
-        full[name] = (32, 64)
     scanned = scan(write_dcp_demo(tmp_path / "demo"))
-    big = dataclasses.replace(scanned, dcp=DcpInfo(chunks, full), logical=None)
+    big = dataclasses.replace(scanned, info=DcpInfo.from_chunks(chunks), logical=None)
+    assert big.dcp.full_shapes[name] == (32, 64)  # rebuilt from the chunks
     start = time.process_time()
-    found = dcp_sharded.check(big)
+    found = check_dcp(big)
     assert time.process_time() - start < 3
     assert len(found) == 21 and all(f.code == "dcp-coverage-gap" for f in found)
     assert "[12:16, 0:64]" in found[0].message
@@ -418,7 +419,7 @@ def test_demo_is_clean_and_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert sorted(set(scanned.dcp.mapping.values())) == [1, 2, 3, 4]
     assert len(scanned.shards) == 8
     assert scanned.dcp.full_shapes["lm_head.weight"] == (256, 64)
-    assert scanned.problems == [] and dcp_sharded.check(scanned) == []
+    assert scanned.problems == [] and check_dcp(scanned) == []
 
 
 def test_collapsed_demo(tmp_path: Path) -> None:
@@ -428,6 +429,6 @@ def test_collapsed_demo(tmp_path: Path) -> None:
         "shard-00001-model-00001-of-00001.safetensors",
         "shard-00002-model-00001-of-00001.safetensors",
     ]
-    found = dcp_sharded.check(scanned)
+    found = check_dcp(scanned)
     assert [f.code for f in found] == ["mapping-collapsed"]
     assert "names 4 files" in found[0].message and "instead of 4" in found[0].message

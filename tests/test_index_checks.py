@@ -14,9 +14,9 @@ import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import save_file
 
+from inspector.checks import check_layout
 from inspector.checks.index import DETAIL_PER_FILE, check_index
-from inspector.findings import Finding
-from inspector.layouts import layout_by_name
+from inspector.findings import Finding, FoldPolicy
 from inspector.model import ScannedCheckpoint
 from inspector.scan import scan
 
@@ -59,7 +59,7 @@ def _write_index(folder: Path, doc: dict) -> None:
 
 def _check(folder: Path) -> tuple[ScannedCheckpoint, list[Finding]]:
     scanned = scan(folder)
-    return scanned, layout_by_name(scanned.layout).check(scanned)
+    return scanned, check_layout(scanned)
 
 
 def _codes(findings: list[Finding]) -> list[str]:
@@ -277,7 +277,7 @@ def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
     (folder / INDEX).write_text(json.dumps(index))
     scanned = scan(folder)
     start = time.perf_counter()
-    findings = layout_by_name(scanned.layout).check(scanned)
+    findings = check_layout(scanned)
     elapsed = time.perf_counter() - start
     assert elapsed < 5.0  # linear: ~0.1 s here; a quadratic pass would take minutes
     (stray,) = [f for f in findings if f.code == "unindexed-file"]
@@ -288,7 +288,7 @@ def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
     index["weight_map"][names[0]] = "model-00002-of-00002.safetensors"
     (folder / INDEX).write_text(json.dumps(index))
     scanned = scan(folder)
-    findings = layout_by_name(scanned.layout).check(scanned)
+    findings = check_layout(scanned)
     detailed = [f for f in findings if f.tensor is not None]
     summaries = [f for f in findings if f.tensor is None]
     assert len(detailed) == DETAIL_PER_FILE and len(summaries) == 1
@@ -304,7 +304,7 @@ def test_detail_budget_is_shared_across_files(ckpt: Path) -> None:
     doc["weight_map"] = {name: file for file, name in keep.items()}
     _write_index(ckpt, doc)
     scanned = scan(ckpt)
-    findings = check_index(scanned.shards, scanned.index, per_file=2, total=3)
+    findings = check_index(scanned.shards, scanned.index, policy=FoldPolicy(per_file=2, per_code=3))
     unindexed = [f for f in findings if f.code == "unindexed-tensor"]
     detailed = [f for f in unindexed if f.tensor is not None]
     assert len(detailed) == 3
@@ -324,8 +324,46 @@ def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
         doc["weight_map"][f"ghost.{i}.weight"] = f"ghost-{i:05d}.safetensors"
     _write_index(ckpt, doc)
     scanned = scan(ckpt)
-    findings = check_index(scanned.shards, scanned.index, total=10)
+    findings = check_index(scanned.shards, scanned.index, policy=FoldPolicy(per_code=10))
     missing = [f for f in findings if f.code == "index-missing-file"]
     assert len(missing) == 11
     assert "names 990 more files that are not in the folder" in missing[-1].message
     assert len(scanned.shards) == 3
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["indented", "weight_map_first", "compact", "duplicate_across_pieces", "nested_weight_map"],
+)
+def test_index_decoded_in_pieces_equals_the_whole_decode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+) -> None:
+    """A large index is decoded a few MB at a time when it is laid out as writers do; any
+    other layout falls back to one decode. Both must give what a JSON reader gives."""
+    from inspector.layouts import _common
+
+    monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
+    weight_map = {
+        f"model.layers.{i}.mlp.w{i % 3}.weight": f"m-{i % 4}.safetensors" for i in range(60)
+    }
+    doc = {"metadata": {"total_size": 1, "weight_map": {"x": "y"}}, "weight_map": weight_map}
+    if layout == "weight_map_first":
+        doc = {"weight_map": weight_map, "metadata": {"total_size": 1}}
+    text = json.dumps(doc, indent=None if layout == "compact" else 2)
+    if layout == "duplicate_across_pieces":
+        # The same name early and late: JSON keeps the last value at the first position.
+        first = next(iter(weight_map))
+        text = text.replace("\n  }\n}", f',\n    "{first}": "late.safetensors"\n  }}\n}}')
+    if layout == "nested_weight_map":
+        text = text.replace('"metadata": {', '"metadata": {"note": "a \\"weight_map\\": {", ', 1)
+    path = tmp_path / INDEX
+    path.write_text(text)
+    expected = json.loads(text)
+    parsed, problems = _common.read_index_doc(path, root=tmp_path)
+    assert problems == [] and parsed is not None
+    assert dict(parsed.weight_map) == expected["weight_map"]
+    assert list(parsed.weight_map) == list(expected["weight_map"])
+    assert dict(parsed.metadata) == expected["metadata"]
+    split = _common.weight_map_columns(path.read_bytes())
+    # Without newlines (compact) the map is one piece; the others fall back to one decode.
+    assert (split is None) == (layout in ("weight_map_first", "duplicate_across_pieces"))

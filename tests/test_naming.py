@@ -1,4 +1,4 @@
-"""Tensor naming: every family from FORMATS.md sections 5 and 6, table-driven."""
+"""Tensor naming: every family of docs/formats.md ("Tensor names"), table-driven."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The safetensors header reader against real files written by safetensors, then damaged.
 
-Each shard-integrity code of FINDINGS.md gets a file that has exactly that problem; the
+Each shard-integrity code of docs/findings.md gets a file that has exactly that problem; the
 test checks the exact set of codes, the file and tensor fields, that the message names the
 bad value, and (for errors) that the safetensors library itself refuses the same file.
 """
@@ -20,6 +20,7 @@ from safetensors.numpy import save_file
 from safetensors.torch import save_file as save_torch
 
 from inspector.dtypes import DTYPE_BITS
+from inspector.findings import FOLD
 from inspector.safetensors_header import (
     DEFAULT_HEADER_CAP,
     ShardHeader,
@@ -263,7 +264,7 @@ def test_header_json_but_not_an_object(tmp_path: Path) -> None:
     ("prefix", "shown", "library_too"),
     [
         (b"PK\x03\x04", "does not start with '{' (starts with b'PK\\x03\\x04", True),
-        # FORMATS.md: the header must start with '{'. safetensors 0.8's own reader is more
+        # docs/formats.md: the header must start with '{'. safetensors 0.8's own reader is more
         # lenient and skips leading whitespace; we keep the format's rule (strict readers).
         (b"  ", "starts with b'  {\"", False),
     ],
@@ -492,7 +493,9 @@ def test_findings_per_code_are_capped(tmp_path: Path) -> None:
         header[f"t{i:03d}"]["dtype"] = "Q8"
     rewrite(path, header, data)
     found = only(scan(path), "unknown-dtype")
-    assert len(found) == 26 and "35 more unknown-dtype problems" in found[-1].message
+    # The project's one fold policy: FOLD.per_file listed, the rest in one summary.
+    assert len(found) == FOLD.per_file + 1
+    assert f"{60 - FOLD.per_file} more unknown-dtype problems" in found[-1].message
 
 
 def test_hostile_shape_with_many_huge_dims_is_fast(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Regression tests named after the seed bugs (FORMATS.md sections 3-5), each checkpoint built
+"""Regression tests named after the seed bugs (docs/formats.md), each checkpoint built
 with the real writer and damaged the way the original bug damaged it, then run through the
 full `inspector.checks.check()`. Plus the classic index drifts of a sharded checkpoint."""
 

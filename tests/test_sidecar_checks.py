@@ -1,5 +1,5 @@
 """Sidecar drift on real Model-Optimizer-style per-layer exports (safetensors writer per layer,
-sidecars and merged index as FORMATS.md section 3 describes), damaged as in the wild."""
+sidecars and merged index as docs/formats.md describes), damaged as in the wild."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from modelopt_writer import (
     write_modelopt_export,
 )
 
+from inspector.checks import check_layout
 from inspector.checks.index import DETAIL_PER_FILE
 from inspector.findings import Finding
-from inspector.layouts import layout_by_name
 from inspector.model import ScannedCheckpoint
 from inspector.scan import scan
 
@@ -38,7 +38,7 @@ def export(tmp_path: Path) -> Path:
 def _check(folder: Path) -> tuple[ScannedCheckpoint, list[Finding]]:
     scanned = scan(folder)
     assert scanned.layout == "modelopt-per-layer"
-    return scanned, layout_by_name(scanned.layout).check(scanned)
+    return scanned, check_layout(scanned)
 
 
 def _by_code(findings: list[Finding], code: str) -> list[Finding]:

@@ -141,3 +141,25 @@ def test_malformed_configs_never_raise(
 ) -> None:
     spec = spec_from_config(config)  # type: ignore[arg-type]
     assert (spec.num_layers, spec.experts_per_layer, spec.mtp_layers) == (layers, experts, mtp)
+
+
+def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
+    """Concurrent writers cut config.json short; the salvaged keys are the ones the spec
+    reads, Megatron-style `num_moe_experts` and `num_mtp_layers` included."""
+    from safetensors.torch import save_file
+
+    from inspector.scan import scan
+
+    save_file({"model.norm.weight": torch.zeros(4)}, str(tmp_path / "model.safetensors"))
+    text = json.dumps(
+        {"model_type": "x", "num_layers": 6, "num_moe_experts": 64, "num_mtp_layers": 1,
+         "hidden_size": 16, "vocab_size": 32},
+        indent=2,
+    )  # fmt: skip
+    (tmp_path / "config.json").write_text(text[: text.index('"vocab_size"')])
+    scanned = scan(tmp_path)
+    assert [p.code for p in scanned.problems] == ["config-unreadable"]
+    assert (scanned.spec.num_layers, scanned.spec.experts_per_layer) == (6, 64)
+    assert scanned.spec.mtp_layers == 1
+    assert "num_moe_experts=64" in scanned.problems[0].message
+    assert "num_mtp_layers=1" in scanned.problems[0].message

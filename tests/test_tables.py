@@ -13,10 +13,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from inspector.columns import Coded
 from inspector.model import (
     LogicalTensors,
     ModelSpec,
     ScannedCheckpoint,
+    ShardedInfo,
     TorchDistInfo,
     TorchDistTensor,
 )
@@ -255,12 +257,14 @@ def _torch_dist_scan() -> ScannedCheckpoint:
         [], storage, {"__0_0.distcp": sum(nbytes)}, None,
     )  # fmt: skip
     logical = LogicalTensors(
-        names, ["__0_0.distcp"] * 3, ["BF16"] * 3, shapes, nbytes, [None] * 3, [None] * 3
+        tuple(names),
+        Coded.encode(["__0_0.distcp"] * 3),
+        Coded.encode(["BF16"] * 3),
+        Coded.encode(shapes),
+        np.asarray(nbytes),
     )
     spec = ModelSpec(num_layers=4, moe_layers=frozenset(range(4)), experts_per_layer=8)
-    return ScannedCheckpoint(
-        Path("."), "torch-dist", [], torch_dist=info, logical=logical, spec=spec
-    )
+    return ScannedCheckpoint(Path("."), "torch-dist", info, logical=logical, spec=spec)
 
 
 def test_stacked_torch_dist_tensors_spread_over_layers() -> None:
@@ -281,7 +285,7 @@ def test_stacked_torch_dist_tensors_spread_over_layers() -> None:
 
 
 def test_empty_checkpoint_has_empty_tables() -> None:
-    tables = build_tables(ScannedCheckpoint(Path("."), "hf-sharded", []))
+    tables = build_tables(ScannedCheckpoint(Path("."), "hf-sharded", ShardedInfo()))
     assert tables.tensors.empty and tables.files.empty
     assert tables.layers.empty and tables.experts.empty
     assert "kind" in tables.layers.columns and "missing" in tables.experts.columns
@@ -300,13 +304,13 @@ def _big_scan(layers: int, experts: int) -> ScannedCheckpoint:
         begins = [i * 64 for i in range(len(names))]
         ends = [b + 64 for b in begins]
         shards.append(
-            ShardHeader(
+            ShardHeader.from_columns(
                 f"model-{layer + 1:05d}-of-{layers:05d}.safetensors", 8 + 100 + ends[-1], 100,
                 None, names, ["F8_E4M3"] * len(names), [(8, 8)] * len(names), begins, ends,
             )
         )  # fmt: skip
     spec = ModelSpec("deepseek_v3", layers, frozenset(range(layers)), experts, 0)
-    return ScannedCheckpoint(Path("."), "hf-sharded", shards, spec=spec)
+    return ScannedCheckpoint(Path("."), "hf-sharded", ShardedInfo(), shards, spec=spec)
 
 
 def test_300k_tensors_build_fast() -> None:
@@ -354,7 +358,7 @@ def test_numel_is_the_shape_product_even_when_sizes_lie(tmp_path: Path) -> None:
     bad.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(52))
     shards = [read_shard(good, root=tmp_path), read_shard(bad, root=tmp_path)]
     assert {f.code for f in shards[1].findings} >= {"size-mismatch", "unknown-dtype"}
-    tensors = build_tables(ScannedCheckpoint(tmp_path, "hf-sharded", shards)).tensors
+    tensors = build_tables(ScannedCheckpoint(tmp_path, "hf-sharded", ShardedInfo(), shards)).tensors
     numel = dict(zip(tensors["name"], tensors["numel"].tolist(), strict=True))
     assert numel == {
         "model.layers.0.mlp.gate_proj.weight": 60,

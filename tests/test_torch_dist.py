@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from inspector.checks.torch_dist import check_torch_dist, chunk_coverage
 from inspector.demo.torch_dist import (
     RerunState,
     megatron_common_state,
@@ -25,8 +26,8 @@ from inspector.demo.torch_dist import (
     save_megatron_dcp,
     write_torch_dist_demo,
 )
-from inspector.layouts import torch_dist
-from inspector.layouts.torch_dist import PickledObject, chunk_coverage
+from inspector.layouts import ScanOptions, torch_dist
+from inspector.layouts.torch_dist import PickledObject
 from inspector.safe_pickle import MetadataFormatError, RefusedGlobalError, load_dcp_metadata
 from inspector.scan import scan
 
@@ -39,7 +40,7 @@ def codes(findings) -> list[str]:
 
 
 def all_findings(scanned) -> list:
-    return [*scanned.problems, *torch_dist.check(scanned)]
+    return [*scanned.problems, *check_torch_dist(scanned)]
 
 
 # -- fixtures: real checkpoints --------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_demo_scans_as_torch_dist_with_megatron_names(demo: Path) -> None:
     assert info.common["rerun_state_machine"]["state"].args == (0,)
     assert info.common_file == f"{ITER}/common.pt"
     assert scanned.problems == []
-    assert torch_dist.check(scanned) == []
+    assert check_torch_dist(scanned) == []
 
 
 def test_logical_rows_are_tensors_only_with_global_shapes(demo: Path) -> None:
@@ -167,7 +168,7 @@ def test_logical_rows_are_tensors_only_with_global_shapes(demo: Path) -> None:
     assert len(rows) == len(scanned.torch_dist.tensors) == 21
     assert not any(name.startswith(("rng_state", "rerun_state")) for name in rows)
     assert rows["output_layer.weight"] == (f"{ITER}/__0_0.distcp", "BF16", (128, 32), 128 * 32 * 2)
-    assert logical.begin == [None] * 21 and logical.end == [None] * 21
+    assert logical.begin is None and logical.end is None  # not one byte range each
 
 
 def test_iteration_folder_scanned_directly(demo: Path) -> None:
@@ -199,7 +200,7 @@ def test_two_ranks_store_several_chunks_that_tile_each_tensor(two_rank: Path) ->
 
 def test_missing_distcp_file(two_rank: Path) -> None:
     (two_rank / ITER / "__1_0.distcp").unlink()
-    found = torch_dist.check(scan(two_rank))
+    found = check_torch_dist(scan(two_rank))
     assert codes(found) == ["torch-dist-missing-file"]
     assert found[0].file == f"{ITER}/__1_0.distcp"
     # Rank 1 wrote the second chunk of the 4 sharded tensors plus its own rerun shard; the
@@ -214,7 +215,7 @@ def test_truncated_distcp_file(demo: Path) -> None:
     path = demo / ITER / "__0_0.distcp"
     size = path.stat().st_size
     os.truncate(path, size // 2)
-    found = torch_dist.check(scan(demo))
+    found = check_torch_dist(scan(demo))
     assert codes(found) == ["torch-dist-missing-file"]
     assert f"is {size // 2:,} bytes" in found[0].message
     assert "truncated" in found[0].message
@@ -227,7 +228,7 @@ def test_chunk_gap_from_a_dropped_chunk(two_rank: Path) -> None:
         meta.state_dict_metadata[name].chunks.pop()
 
     rewrite_metadata(two_rank / ITER, drop_second_chunk)
-    found = torch_dist.check(scan(two_rank))
+    found = check_torch_dist(scan(two_rank))
     assert codes(found) == ["torch-dist-chunk-gap"]
     assert found[0].tensor == name
     assert "cover 768 of the 1,536 elements" in found[0].message
@@ -244,7 +245,7 @@ def test_chunk_overlap(two_rank: Path) -> None:
         chunks.append(ChunkStorageMetadata(torch.Size([16, 0]), torch.Size([32, 16])))
 
     rewrite_metadata(two_rank / ITER, shift_chunk)
-    found = torch_dist.check(scan(two_rank))
+    found = check_torch_dist(scan(two_rank))
     # The extra chunk also has no storage record: both problems are reported.
     assert sorted(codes(found)) == ["torch-dist-chunk-overlap", "torch-dist-missing-file"]
     overlap = next(f for f in found if f.code == "torch-dist-chunk-overlap")
@@ -254,7 +255,7 @@ def test_chunk_overlap(two_rank: Path) -> None:
 def test_rerun_active_without_shards_is_drift(tmp_path: Path) -> None:
     scanned = scan(write_torch_dist_demo(tmp_path / "run", rerun_drift=True))
     assert scanned.problems == []
-    found = torch_dist.check(scanned)
+    found = check_torch_dist(scanned)
     assert codes(found) == ["torch-dist-common-drift"]
     msg = found[0].message
     assert found[0].file == f"{ITER}/common.pt"
@@ -270,7 +271,7 @@ def test_rerun_shards_fewer_than_world_size_is_drift(two_rank: Path) -> None:
         meta.storage_data = {k: v for k, v in meta.storage_data.items() if k.fqn != key}
 
     rewrite_metadata(two_rank / ITER, drop_rank_1)
-    found = torch_dist.check(scan(two_rank))
+    found = check_torch_dist(scan(two_rank))
     assert codes(found) == ["torch-dist-common-drift"]
     assert "rank 1 missing (1 of 2)" in found[0].message
 
@@ -289,7 +290,7 @@ def test_metadata_json_drift(demo: Path, content: str | None, expect: str) -> No
         path.write_text(content)
     scanned = scan(demo)
     assert scanned.problems == []
-    found = torch_dist.check(scanned)
+    found = check_torch_dist(scanned)
     assert codes(found) == ["torch-dist-metadata-json"]
     assert expect in found[0].message and found[0].file == f"{ITER}/metadata.json"
 
@@ -299,7 +300,7 @@ def test_truncated_metadata_json_is_one_scan_problem(demo: Path) -> None:
     scanned = scan(demo)
     assert codes(scanned.problems) == ["torch-dist-metadata-json"]
     assert "not valid JSON" in scanned.problems[0].message
-    assert torch_dist.check(scanned) == []  # not reported twice
+    assert check_torch_dist(scanned) == []  # not reported twice
 
 
 # -- hostile and broken .metadata ---------------------------------------------------------------
@@ -413,7 +414,7 @@ def test_storage_path_leaving_the_folder_is_dropped(demo: Path) -> None:
     assert "outside the checkpoint folder" in scanned.problems[0].message
     assert all("outside" not in loc[0] for loc in scanned.torch_dist.storage.values())
     # With its storage record gone, the tensor's chunk has nowhere to be read from.
-    found = torch_dist.check(scanned)
+    found = check_torch_dist(scanned)
     assert codes(found) == ["torch-dist-missing-file"] and found[0].tensor == name
 
 
@@ -455,7 +456,7 @@ def test_common_state_inside_distcp(tmp_path: Path) -> None:
 
 def test_common_pt_without_torch_is_a_finding(demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
-    scanned = torch_dist.scan(demo, header_cap=0)
+    scanned = torch_dist.LAYOUT.scan(demo, options=ScanOptions())
     assert codes(scanned.problems) == ["torch-dist-common-unreadable"]
     assert "pip install" in scanned.problems[0].message
     assert len(scanned.torch_dist.tensors) == 21  # .metadata needs no torch

@@ -1,19 +1,35 @@
-"""Drift checks: every finding a checkpoint has, from scanned data. Pure functions only."""
+"""Every judgement about a checkpoint lives here, one module per concern; the layout readers
+only read. `check(scanned)` runs the scan's problems, every rule registered for the layout
+and, with `model=True`, the model rules (`inspector.checks.registry`). Pure functions only."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from inspector.checks.quant import check_quant_config
-from inspector.checks.structure import check_structure
-from inspector.findings import Finding, severity_rank
-from inspector.layouts import layout_by_name
+from inspector.checks.registry import (
+    MODEL_RULES,
+    RULES,
+    ModelRule,
+    Rule,
+    model_rules_for,
+    rules_for,
+)
+from inspector.findings import Finding, sort_findings
 from inspector.model import ScannedCheckpoint
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
 
-__all__ = ["check"]
+__all__ = [
+    "MODEL_RULES",
+    "RULES",
+    "ModelRule",
+    "Rule",
+    "check",
+    "check_layout",
+    "model_rules_for",
+    "rules_for",
+]
 
 
 def check(
@@ -32,26 +48,30 @@ def check(
 
     Sorted worst first, then by code and file; exact duplicates are dropped.
     """
-    layout = layout_by_name(scanned.layout)
-    found: list[Finding] = [
-        *scanned.problems,
-        *layout.check(scanned),
-        *check_structure(scanned),
-        *check_quant_config(scanned),
-    ]
-    if model:
-        from inspector.checks.index import reconcile_total_parameters
-        from inspector.checks.load import check_load
+    found: list[Finding] = list(scanned.problems)
+    for rule in rules_for(scanned.layout):
+        found.extend(rule.run(scanned))
+    model_rules = model_rules_for(scanned.layout) if model else ()
+    if model_rules:
         from inspector.model_load import load_verdict
 
+        # Built once for every model rule: building the model is the expensive part.
         verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
-        found = reconcile_total_parameters(found, scanned.index, verdict.parameters)
-        found += check_load(scanned, verdict)
+        for model_rule in model_rules:
+            found = model_rule.run(scanned, verdict, found)
     if deep:
         from inspector.deep import deep_check
 
         found += deep_check(scanned)
-    unique = list(dict.fromkeys(found))
-    return sorted(
-        unique, key=lambda f: (severity_rank(f.severity), f.code, f.file or "", f.tensor or "")
-    )
+    return sort_findings(found)
+
+
+def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Only the rules registered for this layout by name (not the structure and quant-config
+    rules every layout runs), unsorted; the scan's own problems are not included."""
+    return [
+        f
+        for rule in rules_for(scanned.layout)
+        if rule.layouts is not None
+        for f in rule.run(scanned)
+    ]

@@ -1,15 +1,16 @@
 """Index drift: `model.safetensors.index.json` against the shard headers. Pure functions.
 
-Codes (FINDINGS.md): index-missing-file, index-dangling-tensor, index-wrong-file,
+Codes (docs/findings.md): index-missing-file, index-dangling-tensor, index-wrong-file,
 unindexed-tensor, unindexed-file, duplicate-tensor, total-size-mismatch,
 total-parameters-mismatch.
 
 Reporting policy, so that a checkpoint with 300,000 drifted tensors stays readable:
 
-- Per-tensor codes give one finding per tensor (with `tensor` set) for the first
-  `DETAIL_PER_FILE` tensors of each file and at most `DETAIL_TOTAL` per code; the rest of each
-  file is folded into one summary finding (`tensor` None) with the count, the layers they fall
-  in and a few example names. The full list is always in the tensors table.
+- Per-tensor codes follow the project's fold policy (`inspector.findings.FOLD`): one finding
+  per tensor (with `tensor` set) for the first `per_file` tensors of each file and at most
+  `per_code` per code; the rest of each file is folded into one summary finding (`tensor`
+  None) with the count, the layers they fall in and a few example names. The full list is
+  always in the tensors table.
 - A shard the index names but that is missing, or whose header is unreadable, gets ONE finding
   with the number of tensors the index maps to it; its tensors are never reported one by one.
   Totals are not checked while an indexed shard is unreadable (its bytes are unknown).
@@ -34,31 +35,61 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from pathlib import PurePosixPath
+from typing import TYPE_CHECKING
 
-from inspector.findings import Finding, examples, fold_ranges, make_finding, short_repr
-from inspector.model import IndexDoc
+from inspector.codes import Code, code_set
+from inspector.findings import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    examples,
+    fold,
+    fold_ranges,
+    make_finding,
+    short_repr,
+)
+from inspector.model import IndexDoc, ScannedCheckpoint
+from inspector.naming import layer_expert_numbers
 from inspector.safetensors_header import ShardHeader
 from inspector.units import format_count
 
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
+
 __all__ = [
+    "CODES",
     "DETAIL_PER_FILE",
-    "DETAIL_TOTAL",
+    "MODEL_CODES",
     "HeldTensors",
     "check_duplicates",
     "check_index",
+    "check_index_of",
     "count",
     "describe_names",
     "fold_tensor_issues",
+    "held_of",
     "held_tensors",
-    "name_numbers",
     "normalize_member",
     "normalized_map",
     "parse_count",
     "reconcile_total_parameters",
+    "reconcile_with_model",
 ]
 
-DETAIL_PER_FILE = 20
-DETAIL_TOTAL = 200
+CODES = code_set(
+    Code.INDEX_MISSING_FILE,
+    Code.INDEX_DANGLING_TENSOR,
+    Code.INDEX_WRONG_FILE,
+    Code.UNINDEXED_TENSOR,
+    Code.UNINDEXED_FILE,
+    Code.DUPLICATE_TENSOR,
+    Code.TOTAL_SIZE_MISMATCH,
+    Code.TOTAL_PARAMETERS_MISMATCH,
+)
+# What the model rule `reconcile_with_model` may revise.
+MODEL_CODES = code_set(Code.TOTAL_PARAMETERS_MISMATCH)
+# Tensors listed one by one per file (the fold policy's), for callers that word around it.
+DETAIL_PER_FILE = FOLD.per_file
 
 
 @dataclass(frozen=True)
@@ -141,26 +172,35 @@ def _first_holders(ordered: tuple[ShardHeader, ...]) -> tuple[dict[str, int], di
     return first, copies
 
 
+def held_of(scanned: ScannedCheckpoint) -> HeldTensors:
+    """`held_tensors` of a scan, built once and shared by the index and sidecar checks."""
+    return scanned.derived("held-tensors", lambda: held_tensors(scanned.shards))
+
+
+def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
+    """The index rule: `check_index` on a scan."""
+    return check_index(scanned.shards, scanned.index, held=held_of(scanned))
+
+
 def check_index(
     shards: Sequence[ShardHeader],
     index: IndexDoc | None,
     *,
     held: HeldTensors | None = None,
-    per_file: int = DETAIL_PER_FILE,
-    total: int = DETAIL_TOTAL,
+    policy: FoldPolicy = FOLD,
 ) -> list[Finding]:
     """All index-against-shards findings; only duplicates when there is no index.
 
     `held` (from `held_tensors(shards)`) may be passed to share it with other checks."""
     held = held or held_tensors(shards)
-    findings = check_duplicates(held, index=index, per_file=per_file, total=total)
+    findings = check_duplicates(held, index=index, policy=policy)
     if index is None:
         return findings
     view = _IndexView.of(index.weight_map, held)
     drift = _Drift()
-    findings += _indexed_file_findings(index.file, view, held, drift, total)
-    findings += _listed_tensor_findings(index.file, view, held, drift, per_file, total)
-    findings += _unlisted_findings(index.file, view, held, drift, per_file, total)
+    findings += _indexed_file_findings(index.file, view, held, drift, policy)
+    findings += _listed_tensor_findings(index.file, view, held, drift, policy)
+    findings += _unlisted_findings(index.file, view, held, drift, policy)
     findings += _total_findings(index, held, drift)
     return findings
 
@@ -194,10 +234,12 @@ class _IndexView:
         wmap = _normalized(weight_map)
         listed = dict(Counter(wmap.values()))
         mark = _UNLISTED if None in listed else None
+        lookup: Callable[..., object] = wmap.get
+        targets: dict[str, list[object]]
         if mark is None:
-            targets = {s.file: list(map(wmap.get, s.names)) for s in held.shards}
+            targets = {s.file: list(map(lookup, s.names)) for s in held.shards}
         else:
-            targets = {s.file: list(map(wmap.get, s.names, repeat(mark))) for s in held.shards}
+            targets = {s.file: list(map(lookup, s.names, repeat(mark))) for s in held.shards}
         hits = {file: got.count(file) for file, got in targets.items()}
         return cls(wmap, listed, targets, hits, mark)
 
@@ -237,10 +279,11 @@ class _Drift:
 
 
 def _indexed_file_findings(
-    index_file: str, view: _IndexView, held: HeldTensors, drift: _Drift, total: int
+    index_file: str, view: _IndexView, held: HeldTensors, drift: _Drift, policy: FoldPolicy
 ) -> list[Finding]:
     """index-missing-file for absent shards (a hostile index naming thousands of files gets
-    `total` findings and one summary); one note for each unreadable shard."""
+    `policy.per_code` findings and one summary); one note for each unreadable shard."""
+    total = policy.per_code
     findings = []
     absent: list[str] = []
     unheld = {f for f in view.listed if f not in held.by_file or not held.by_file[f].readable}
@@ -297,8 +340,7 @@ def _listed_tensor_findings(
     view: _IndexView,
     held: HeldTensors,
     drift: _Drift,
-    per_file: int,
-    total: int,
+    policy: FoldPolicy,
 ) -> list[Finding]:
     """index-wrong-file and index-dangling-tensor, folded per file."""
     wrong: dict[str, list[str]] = {}
@@ -313,15 +355,14 @@ def _listed_tensor_findings(
     maybe = _unreadable_note(held)
     wrong_summary = _summary(f"that {index_file} maps to {{file}} are in other shards")
     dangling_summary = _summary(f"that {index_file} maps to {{file}} are in no shard{maybe}")
-    options = {"per_file": per_file, "total": total}
     return fold_tensor_issues(
-        "index-wrong-file", wrong, _wrong_detail(index_file, held), wrong_summary, **options
+        Code.INDEX_WRONG_FILE, wrong, _wrong_detail(index_file, held), wrong_summary, policy
     ) + fold_tensor_issues(
-        "index-dangling-tensor",
+        Code.INDEX_DANGLING_TENSOR,
         dangling,
         _dangling_detail(index_file, maybe),
         dangling_summary,
-        **options,
+        policy,
     )
 
 
@@ -378,8 +419,7 @@ def _unlisted_findings(
     view: _IndexView,
     held: HeldTensors,
     drift: _Drift,
-    per_file: int,
-    total: int,
+    policy: FoldPolicy,
 ) -> list[Finding]:
     """unindexed-tensor in indexed shards; one unindexed-file per file the index never names."""
     unindexed: dict[str, list[str]] = {}
@@ -399,9 +439,7 @@ def _unlisted_findings(
         )
 
     summary = _summary(f"in {{file}} are not listed in {index_file} (loaders ignore them)")
-    return findings + fold_tensor_issues(
-        "unindexed-tensor", unindexed, detail, summary, per_file=per_file, total=total
-    )
+    return findings + fold_tensor_issues(Code.UNINDEXED_TENSOR, unindexed, detail, summary, policy)
 
 
 def _count_unindexed(shard: ShardHeader, missing: list[str], drift: _Drift) -> None:
@@ -409,7 +447,7 @@ def _count_unindexed(shard: ShardHeader, missing: list[str], drift: _Drift) -> N
         return
     wanted = set(missing)
     for name, shape, begin, end in zip(
-        shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+        shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
     ):
         if name in wanted:
             drift.unindexed_bytes += end - begin
@@ -443,8 +481,7 @@ def check_duplicates(
     held: HeldTensors,
     *,
     index: IndexDoc | None,
-    per_file: int = DETAIL_PER_FILE,
-    total: int = DETAIL_TOTAL,
+    policy: FoldPolicy = FOLD,
 ) -> list[Finding]:
     """duplicate-tensor: one name in several shards; whether the copies agree; which wins.
 
@@ -467,9 +504,7 @@ def check_duplicates(
         return _duplicate_message(name, held, positions, wmap if index else None, index)
 
     summary = _summary("in {file} are also in other shards (duplicates)")
-    return fold_tensor_issues(
-        "duplicate-tensor", groups, detail, summary, per_file=per_file, total=total
-    )
+    return fold_tensor_issues(Code.DUPLICATE_TENSOR, groups, detail, summary, policy)
 
 
 def _positions(held: HeldTensors) -> Callable[[int, str], int]:
@@ -497,14 +532,14 @@ def _duplicate_message(
     for i in held.copies[name]:
         shard = held.shards[i]
         j = position(i, name)
-        copies.append((shard.file, shard.dtypes[j], list(shard.shapes[j])))
+        copies.append((shard.file, shard.dtype[j], list(shard.shape[j])))
     files = [c[0] for c in copies]
     kinds = {(c[1], tuple(c[2])) for c in copies}
     if len(kinds) == 1:
         agree = f"all copies are {copies[0][1]} {copies[0][2]}"
     else:
         agree = "the copies DIFFER: " + ", ".join(f"{f} has {d} {s}" for f, d, s in copies)
-    if wmap is None:
+    if wmap is None or index is None:
         used = (
             f"without an index, loaders that read every file in order keep the copy in {max(files)}"
         )
@@ -543,15 +578,15 @@ def _sizes(held: HeldTensors) -> tuple[int, int, int, int]:
 
     Sums over whole columns run in C; only shards holding a later copy of some name are
     walked name by name, to move those entries from the first sums to the second."""
-    all_bytes = sum(sum(s.ends) - sum(s.begins) for s in held.shards)
-    all_numel = sum(sum(map(math.prod, s.shapes)) for s in held.shards)
+    all_bytes = sum(s.tensor_bytes for s in held.shards)
+    all_numel = sum(s.total_numel for s in held.shards)
     copies_bytes = copies_numel = 0
     later = {i for holders in held.copies.values() for i in holders[1:]}
     first = held.first
     for i in sorted(later):
         shard = held.shards[i]
         for name, shape, begin, end in zip(
-            shard.names, shard.shapes, shard.begins, shard.ends, strict=True
+            shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
         ):
             if first[name] != i:
                 copies_bytes += end - begin
@@ -655,6 +690,14 @@ def reconcile_total_parameters(
     return [*rest, make_finding("total-parameters-mismatch", msg, file=index.file)]
 
 
+def reconcile_with_model(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector.checks.registry`): `reconcile_total_parameters` with the
+    parameter count of the model the load verdict built."""
+    return reconcile_total_parameters(findings, scanned.index, verdict.parameters)
+
+
 def parse_count(value: object) -> int | None:
     """A non-negative integer from JSON (some producers write numbers as strings)."""
     if isinstance(value, bool):
@@ -674,36 +717,36 @@ def parse_count(value: object) -> int | None:
 
 
 def fold_tensor_issues(
-    code: str,
+    code: Code,
     groups: Mapping[str, list[str]],
     detail: Callable[[str, str], str],
     summary: Callable[[str, list[str], int], str],
+    policy: FoldPolicy = FOLD,
     *,
-    per_file: int = DETAIL_PER_FILE,
-    total: int = DETAIL_TOTAL,
     file_of: Callable[[str], str] | None = None,
 ) -> list[Finding]:
-    """Findings for tensor problems grouped by file, bounded (see the module docstring).
+    """Findings for tensor problems grouped by file, under the fold policy (`fold`).
 
-    `detail(file, tensor)` is only called for tensors reported one by one;
-    `summary(file, rest, shown)` folds the rest of a file (`shown` were reported singly).
+    `detail(group, tensor)` is only called for tensors reported one by one;
+    `summary(group, rest, shown)` folds the rest of a group (`shown` were reported singly).
     `file_of(group)` gives the finding's file when groups are not file names.
     """
-    findings: list[Finding] = []
-    budget = total
-    for group in sorted(groups):
-        names = sorted(groups[group])
-        file = file_of(group) if file_of else group
-        shown = max(0, min(per_file, budget, len(names)))
-        budget -= shown
-        for name, (layer, expert) in zip(names[:shown], name_numbers(names[:shown]), strict=True):
-            message = detail(group, name)
-            findings.append(
-                make_finding(code, message, file=file, tensor=name, layer=layer, expert=expert)
-            )
-        if shown < len(names):
-            findings.append(make_finding(code, summary(group, names[shown:], shown), file=file))
-    return findings
+    ordered = {group: sorted(names) for group, names in groups.items()}
+
+    def where(group: str | None) -> str:
+        return file_of(group or "") if file_of else group or ""
+
+    def one(group: str | None, name: str) -> Finding:
+        ((layer, expert),) = layer_expert_numbers([name])
+        message = detail(group or "", name)
+        return make_finding(
+            code, message, file=where(group), tensor=name, layer=layer, expert=expert
+        )
+
+    def rest(group: str | None, names: Sequence[str], shown: int) -> Finding:
+        return make_finding(code, summary(group or "", list(names), shown), file=where(group))
+
+    return fold(ordered, one, rest, policy=policy)
 
 
 def _summary(what: str) -> Callable[[str, list[str], int], str]:
@@ -720,7 +763,7 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
 def describe_names(names: Sequence[str]) -> str:
     """'layers 0-63; 3 outside decoder layers; e.g. a, b, c and 997 more': a long name
     list in one line."""
-    numbers = name_numbers(names)
+    numbers = layer_expert_numbers(names)
     layers = {layer for layer, _ in numbers if layer is not None}
     other = len(names) - sum(1 for layer, _ in numbers if layer is not None)
     parts = []
@@ -732,21 +775,6 @@ def describe_names(names: Sequence[str]) -> str:
     more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
     parts.append(f"e.g. {', '.join(first)}{more}")
     return "; ".join(parts)
-
-
-def name_numbers(names: Sequence[str]) -> list[tuple[int | None, int | None]]:
-    """(decoder layer, expert) of each name, by the project's naming rules (vectorised).
-    MTP blocks are not decoder layers, so they get no layer number."""
-    # Imported here: naming pulls in pandas, which a scan without findings never needs.
-    from inspector.naming import parse_names
-
-    parsed = parse_names(list(names))
-    out = []
-    for layer, expert, mtp in zip(
-        parsed.layer.tolist(), parsed.expert.tolist(), parsed.mtp.tolist(), strict=True
-    ):
-        out.append((None if layer < 0 or mtp else layer, None if expert < 0 else expert))
-    return out
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -771,7 +799,8 @@ def normalized_map(weight_map: Mapping[str, str]) -> dict[str, str]:
 def _normalized(weight_map: Mapping[str, str]) -> Mapping[str, str]:
     """`normalized_map` without the copy when nothing changes (read-only use only)."""
     renamed = _renamed(weight_map)
-    return weight_map if renamed is None else renamed
+    # A plain dict: millions of lookups through a read-only view cost half as much again.
+    return dict(weight_map) if renamed is None else renamed
 
 
 def _renamed(weight_map: Mapping[str, str]) -> dict[str, str] | None:

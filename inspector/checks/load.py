@@ -11,12 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from inspector.checks.index import describe_names, name_numbers
+from inspector.checks.index import describe_names
+from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import LoadVerdict, ShapeMismatch, stored_files
+from inspector.naming import layer_expert_numbers
 
-__all__ = ["check_load"]
+__all__ = ["CODES", "add_load_findings", "check_load"]
+
+CODES = code_set(Code.LOAD_MISSING_TENSOR, Code.LOAD_UNEXPECTED_TENSOR, Code.LOAD_SHAPE_MISMATCH)
 
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 
@@ -30,6 +34,13 @@ def check_load(scanned: ScannedCheckpoint, verdict: LoadVerdict) -> list[Finding
     files = stored_files(scanned, (n for names in behind.values() for n in names))
     report = _Report(scanned, verdict, behind, files)
     return report.missing() + report.unexpected() + report.mismatched()
+
+
+def add_load_findings(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector.checks.registry`): `findings` and the verdict's."""
+    return [*findings, *check_load(scanned, verdict)]
 
 
 class _Report:
@@ -58,7 +69,7 @@ class _Report:
     def finding(self, code: str, message: str, key: str, file: str | None) -> Finding:
         stored = self.behind.get(key, ())
         tensor = stored[0] if len(stored) == 1 else key
-        ((layer, expert),) = name_numbers([tensor])
+        ((layer, expert),) = layer_expert_numbers([tensor])
         return make_finding(code, message, file=file, tensor=tensor, layer=layer, expert=expert)
 
     # -- missing ------------------------------------------------------------------------------

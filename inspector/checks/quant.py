@@ -4,35 +4,25 @@ for modules that are gone. Pure."""
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from itertools import compress
 from operator import itemgetter, methodcaller
 from typing import Any
 
 import numpy as np
 
-from inspector.findings import Finding, fold_ranges, make_finding
+from inspector.codes import Code, code_set
+from inspector.dtypes import QUANT_DTYPES
+from inspector.findings import Finding, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import expert_template
 
-__all__ = ["check_quant_config", "quant_section", "quantized_modules"]
+__all__ = ["CODES", "check_quant_config", "quant_section", "quantized_modules"]
+
+CODES = code_set(Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER)
 
 QUANT_FILE = "hf_quant_config.json"
-# Packed or 8-bit float storage only a quantized module uses.
-_QUANT_DTYPES = frozenset(
-    {
-        "U8",
-        "F4",
-        "F6_E2M3",
-        "F6_E3M2",
-        "F8_E5M2",
-        "F8_E4M3",
-        "F8_E8M0",
-        "F8_E4M3FNUZ",
-        "F8_E5M2FNUZ",
-    }
-)
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
 # A name whose last component is a scale param ends with one of these (and vice versa).
 _ENDS_WITH_SCALE = methodcaller("endswith", tuple(f".{p}" for p in sorted(_SCALE_PARAMS)))
@@ -42,15 +32,14 @@ _MODULE = itemgetter(0)
 # Up to this many unlisted-yet-unquantized entries are probed by prefix (each prefix costs
 # every name one more comparison); past it, every module is listed once.
 _PROBE_LIMIT = 32
-_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
 
 
-def quant_section(quant_config: dict[str, Any] | None) -> dict[str, Any]:
+def quant_section(quant_config: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """The `quantization` object (older files keep its keys at the top level)."""
-    if not isinstance(quant_config, dict):
+    if not isinstance(quant_config, Mapping):
         return {}
     section = quant_config.get("quantization")
-    return section if isinstance(section, dict) else quant_config
+    return section if isinstance(section, Mapping) else quant_config
 
 
 def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
@@ -61,14 +50,14 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
     t = scanned.tensors
     names = t["name"].to_numpy(dtype=object)
     wanted = np.fromiter(map(_ENDS_WITH_SCALE, names.tolist()), dtype=bool, count=len(names))
-    packed = np.flatnonzero(t["dtype"].isin(_QUANT_DTYPES).to_numpy(dtype=bool))
+    packed = np.flatnonzero(t["dtype"].isin(QUANT_DTYPES).to_numpy(dtype=bool))
     weights = np.fromiter(map(_ENDS_WITH_WEIGHT, names[packed]), dtype=bool, count=len(packed))
     wanted[packed[weights]] = True
     chosen = names[wanted].tolist()
     modules_of = list(map(_MODULE, map(_RPARTITION, chosen)))
     # First tensor of each module, modules in order of first appearance (as a setdefault loop
     # would give): the reversed update leaves each module's first tensor as its value.
-    modules: dict[str, str] = dict.fromkeys(modules_of)  # type: ignore[arg-type]
+    modules: dict[str, str] = dict.fromkeys(modules_of, "")
     modules.update(zip(reversed(modules_of), reversed(chosen), strict=True))
     modules.pop("", None)  # a name such as ".weight_scale" belongs to no module
     return modules
@@ -78,7 +67,7 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     """quant-config-missing-layer (under MIXED_PRECISION) and quant-config-stale-layer."""
     section = quant_section(scanned.quant_config)
     layers = section.get("quantized_layers")
-    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, dict):
+    if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return []
     excluded = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
     quantized = quantized_modules(scanned)
@@ -89,7 +78,7 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     )
 
 
-def _stale(layers: dict[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
+def _stale(layers: Mapping[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
     """Listed modules no tensor belongs to (a tensor's module is its name up to the last dot).
 
     A quantized module exists, which settles the usual entry. The others are looked up among
@@ -118,10 +107,9 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
     groups: dict[str, list[int]] = defaultdict(list)
     singles: list[str] = []
     for module in modules:
-        match = _EXPERT_ID.search(module)
-        if match:
-            key = module[: match.start()] + ".experts.{E}." + module[match.end() :]
-            groups[key].append(int(match.group(1)))
+        key, expert = expert_template(module)
+        if expert is not None:
+            groups[key].append(expert)
         else:
             singles.append(module)
     what = (
@@ -152,4 +140,9 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
                 expert=ids[0] if len(ids) == 1 else None,
             )
         )
-    return out
+    what_more = (
+        "modules missing from quantized_layers"
+        if code == "quant-config-missing-layer"
+        else "stale quantized_layers entries"
+    )
+    return fold_findings(out, what_more)

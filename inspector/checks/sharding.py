@@ -3,11 +3,14 @@ consolidation that lost its file assignment (seed automodel-2289). Pure."""
 
 from __future__ import annotations
 
+from inspector.codes import Code, code_set
 from inspector.findings import Finding, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
-__all__ = ["check_collapsed_shards"]
+__all__ = ["CODES", "check_collapsed_shards"]
+
+CODES = code_set(Code.MAPPING_COLLAPSED)
 
 
 def check_collapsed_shards(
@@ -23,7 +26,7 @@ def check_collapsed_shards(
         return []
     return [
         make_finding(
-            "mapping-collapsed",
+            Code.MAPPING_COLLAPSED,
             f"{shard.file}: all {len(shard.names):,} tensors ({format_bytes(size)}) are in one "
             f"file, over the {format_bytes(limit)} shard size Hugging Face checkpoints are split "
             "at; a consolidation that lost its output mapping writes this (automodel-2289). "

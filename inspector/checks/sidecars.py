@@ -1,15 +1,16 @@
 """Sidecar drift: Model-Optimizer per-layer `<shard>.json` files against their shards and
-against the merged `model.safetensors.index.json` (FORMATS.md section 3). Pure functions.
+against the merged `model.safetensors.index.json` (docs/formats.md, "Model-Optimizer
+per-layer exports"). Pure functions.
 
-Codes (FINDINGS.md): sidecar-missing, sidecar-unlisted-tensor, sidecar-dangling-tensor,
+Codes (docs/findings.md): sidecar-missing, sidecar-unlisted-tensor, sidecar-dangling-tensor,
 sidecar-total-size-mismatch, sidecar-index-disagree. (`sidecar-unreadable` is reported while
 scanning; a sidecar that exists but cannot be parsed is not also called missing.)
 
-Per-tensor codes follow the bounded reporting policy of `inspector.checks.index`
-(`fold_tensor_issues`). A sidecar whose shard header is unreadable is not compared tensor by
-tensor (the shard's header-unreadable finding says why). Tensors the index maps to a shard
-without a readable sidecar are not called `sidecar-index-disagree`: that shard's
-sidecar-missing / sidecar-unreadable finding already covers them.
+Per-tensor codes follow the project's fold policy (`inspector.findings.FOLD`, through
+`inspector.checks.index.fold_tensor_issues`). A sidecar whose shard header is unreadable is
+not compared tensor by tensor (the shard's header-unreadable finding says why). Tensors the
+index maps to a shard without a readable sidecar are not called `sidecar-index-disagree`:
+that shard's sidecar-missing / sidecar-unreadable finding already covers them.
 """
 
 from __future__ import annotations
@@ -17,24 +18,49 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from inspector.checks.index import (
-    DETAIL_PER_FILE,
-    DETAIL_TOTAL,
     HeldTensors,
     _normalized,
     count,
     describe_names,
     fold_tensor_issues,
+    held_of,
     held_tensors,
     normalized_map,
     parse_count,
 )
-from inspector.findings import Finding, examples, make_finding
-from inspector.model import IndexDoc
+from inspector.codes import Code, code_set
+from inspector.findings import FOLD, Finding, FoldPolicy, examples, fold, make_finding
+from inspector.model import FileRole, IndexDoc, ProblemKind, ScannedCheckpoint
 from inspector.safetensors_header import ShardHeader
 
-__all__ = ["check_sidecars"]
+__all__ = ["CODES", "check_sidecars", "check_sidecars_of"]
+
+CODES = code_set(
+    Code.SIDECAR_MISSING,
+    Code.SIDECAR_UNLISTED_TENSOR,
+    Code.SIDECAR_DANGLING_TENSOR,
+    Code.SIDECAR_TOTAL_SIZE_MISMATCH,
+    Code.SIDECAR_INDEX_DISAGREE,
+)
 
 SIDECAR_SUFFIX = ".json"
+
+
+def check_sidecars_of(scanned: ScannedCheckpoint) -> list[Finding]:
+    """The sidecar rule on a scan; a sidecar the reader could not parse is not also called
+    missing."""
+    unreadable = {
+        p.file.removesuffix(".json")
+        for p in scanned.read_problems
+        if p.role is FileRole.SIDECAR and p.kind is ProblemKind.UNREADABLE
+    }
+    return check_sidecars(
+        scanned.shards,
+        scanned.sidecars,
+        scanned.index,
+        unreadable=unreadable,
+        held=held_of(scanned),
+    )
 
 
 def check_sidecars(
@@ -44,17 +70,16 @@ def check_sidecars(
     *,
     unreadable: Collection[str] = (),
     held: HeldTensors | None = None,
-    per_file: int = DETAIL_PER_FILE,
-    total: int = DETAIL_TOTAL,
+    policy: FoldPolicy = FOLD,
 ) -> list[Finding]:
     """All sidecar findings. `sidecars` maps shard file -> its parsed sidecar; `unreadable`
     names the shard files whose sidecar exists but could not be parsed; `held` may be
     shared with the index checks."""
     held = held or held_tensors(shards)
-    findings = _missing(held, sidecars, unreadable, per_file)
-    findings += _against_shards(held, sidecars, per_file, total)
+    findings = _missing(held, sidecars, unreadable, policy)
+    findings += _against_shards(held, sidecars, policy)
     if index is not None and sidecars:
-        findings += _against_index(sidecars, index, per_file, total)
+        findings += _against_index(sidecars, index, policy)
     return findings
 
 
@@ -65,7 +90,7 @@ def _missing(
     held: HeldTensors,
     sidecars: Mapping[str, IndexDoc],
     unreadable: Collection[str],
-    per_file: int,
+    policy: FoldPolicy,
 ) -> list[Finding]:
     """sidecar-missing both ways: shard without sidecar, sidecar without shard."""
     findings = []
@@ -75,7 +100,7 @@ def _missing(
                 f"{doc.file} describes {shard_file} ({count(len(doc.weight_map))}), but "
                 f"{shard_file} is not in the folder: restore the shard or delete the stale sidecar"
             )
-            findings.append(make_finding("sidecar-missing", msg, file=doc.file))
+            findings.append(make_finding(Code.SIDECAR_MISSING, msg, file=doc.file))
     described = set(sidecars) | set(unreadable)
     if not described:
         return findings
@@ -84,27 +109,29 @@ def _missing(
     lacking = sorted(f for f in top if f not in described)
     have = len([f for f in top if f in described])
     advice = "re-export, or regenerate the sidecar from the shard header (ckpt-inspect repair)"
-    for file in lacking[:per_file]:
+
+    def detail(_group: str | None, file: str) -> Finding:
         msg = (
             f"{file} has no sidecar {file}{SIDECAR_SUFFIX} while {have:,} sibling shards have "
             f"one: the export stopped before writing it or it was deleted; {advice}"
         )
-        findings.append(make_finding("sidecar-missing", msg, file=file))
-    rest = lacking[per_file:]
-    if rest:
+        return make_finding(Code.SIDECAR_MISSING, msg, file=file)
+
+    def summary(_group: str | None, rest: Sequence[str], _shown: int) -> Finding:
         msg = (
             f"{len(rest):,} more shards have no {SIDECAR_SUFFIX} sidecar while {have:,} have "
-            f"one ({examples(rest)}); {advice}"
+            f"one ({examples(list(rest))}); {advice}"
         )
-        findings.append(make_finding("sidecar-missing", msg, file=rest[0]))
-    return findings
+        return make_finding(Code.SIDECAR_MISSING, msg, file=rest[0])
+
+    return findings + fold(lacking, detail, summary, policy=policy)
 
 
 # -- step 2: each sidecar against its own shard ----------------------------------------------
 
 
 def _against_shards(
-    held: HeldTensors, sidecars: Mapping[str, IndexDoc], per_file: int, total: int
+    held: HeldTensors, sidecars: Mapping[str, IndexDoc], policy: FoldPolicy
 ) -> list[Finding]:
     """sidecar-unlisted-tensor, sidecar-dangling-tensor, sidecar-total-size-mismatch."""
     unlisted: dict[str, list[str]] = {}
@@ -132,9 +159,7 @@ def _against_shards(
         if size is not None:
             sizes.append(size)
     return (
-        _fold_unlisted(unlisted, doc_of, per_file, total)
-        + _fold_dangling(dangling, doc_of, per_file, total)
-        + sizes
+        _fold_unlisted(unlisted, doc_of, policy) + _fold_dangling(dangling, doc_of, policy) + sizes
     )
 
 
@@ -153,7 +178,7 @@ def _shard_of(doc: IndexDoc) -> str:
 
 
 def _fold_unlisted(
-    groups: dict[str, list[str]], docs: dict[str, IndexDoc], per_file: int, total: int
+    groups: dict[str, list[str]], docs: dict[str, IndexDoc], policy: FoldPolicy
 ) -> list[Finding]:
     def detail(sidecar: str, name: str) -> str:
         shard = _shard_of(docs[sidecar])
@@ -170,13 +195,11 @@ def _fold_unlisted(
             f"listed in {sidecar}: {describe_names(rest)}; regenerate the sidecar from the shard"
         )
 
-    return fold_tensor_issues(
-        "sidecar-unlisted-tensor", groups, detail, summary, per_file=per_file, total=total
-    )
+    return fold_tensor_issues(Code.SIDECAR_UNLISTED_TENSOR, groups, detail, summary, policy)
 
 
 def _fold_dangling(
-    groups: dict[str, list[str]], docs: dict[str, IndexDoc], per_file: int, total: int
+    groups: dict[str, list[str]], docs: dict[str, IndexDoc], policy: FoldPolicy
 ) -> list[Finding]:
     def detail(sidecar: str, name: str) -> str:
         shard = _shard_of(docs[sidecar])
@@ -192,9 +215,7 @@ def _fold_dangling(
             f"{_shard_of(docs[sidecar])}: {describe_names(rest)}"
         )
 
-    return fold_tensor_issues(
-        "sidecar-dangling-tensor", groups, detail, summary, per_file=per_file, total=total
-    )
+    return fold_tensor_issues(Code.SIDECAR_DANGLING_TENSOR, groups, detail, summary, policy)
 
 
 def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Finding | None:
@@ -206,12 +227,14 @@ def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Fin
     head = f"{doc.file} metadata.total_size"
     if stated is None:
         msg = f"{head} is {doc.metadata['total_size']!r}, not a byte count; expected {actual:,}"
-        return make_finding("sidecar-total-size-mismatch", msg, file=doc.file)
+        return make_finding(Code.SIDECAR_TOTAL_SIZE_MISMATCH, msg, file=doc.file)
     if stated == actual:
         return None
     wanted = set(unlisted)
     unlisted_bytes = sum(
-        e - b for n, b, e in zip(shard.names, shard.begins, shard.ends, strict=True) if n in wanted
+        e - b
+        for n, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True)
+        if n in wanted
     )
     if unlisted and stated == actual - unlisted_bytes:
         why = (
@@ -226,7 +249,7 @@ def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Fin
         f"{head} is {stated:,} but {shard.file} holds {actual:,} tensor bytes (difference "
         f"{stated - actual:+,}); {why}; regenerate the sidecar from the shard"
     )
-    return make_finding("sidecar-total-size-mismatch", msg, file=doc.file)
+    return make_finding(Code.SIDECAR_TOTAL_SIZE_MISMATCH, msg, file=doc.file)
 
 
 # -- step 3: merged sidecars against the index -----------------------------------------------
@@ -235,8 +258,7 @@ def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Fin
 def _against_index(
     sidecars: Mapping[str, IndexDoc],
     index: IndexDoc,
-    per_file: int,
-    total: int,
+    policy: FoldPolicy,
 ) -> list[Finding]:
     """sidecar-index-disagree: tensors in one only, or mapped to different files."""
     merged: dict[str, str] = {}
@@ -257,7 +279,7 @@ def _against_index(
         if name not in merged and file in sidecars:
             groups["only-index"].append(name)
     groups = {k: v for k, v in groups.items() if v}
-    return _fold_disagree(groups, merged, indexed, index.file, per_file, total)
+    return _fold_disagree(groups, merged, indexed, index.file, policy)
 
 
 _DISAGREE = {
@@ -273,8 +295,7 @@ def _fold_disagree(
     merged: dict[str, str],
     indexed: Mapping[str, str],
     index_file: str,
-    per_file: int,
-    total: int,
+    policy: FoldPolicy,
 ) -> list[Finding]:
     def detail(kind: str, name: str) -> str:
         if kind == "only-sidecars":
@@ -294,6 +315,6 @@ def _fold_disagree(
         return f"{more}{count(len(rest), 'more tensor')} {what}: {describe_names(rest)}; {_REBUILD}"
 
     return fold_tensor_issues(
-        "sidecar-index-disagree", groups, detail, summary,
-        per_file=per_file, total=total, file_of=lambda _kind: index_file,
+        Code.SIDECAR_INDEX_DISAGREE, groups, detail, summary, policy,
+        file_of=lambda _kind: index_file,
     )  # fmt: skip

@@ -7,16 +7,19 @@ does not, so a checkpoint without a config is still checked for internal consist
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from inspector.findings import Finding, examples, fold_ranges, make_finding
+from inspector.codes import Code, code_set
+from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.naming_rules import LAYERS_CONTAINER
 
-__all__ = ["check_structure"]
+__all__ = ["CODES", "check_structure"]
 
 
 def _unique(
@@ -26,18 +29,27 @@ def _unique(
     are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
     values = np.asarray(values)
     top = int(values.max()) + 1 if values.size else 0
-    if return_inverse or values.dtype.kind not in "iu" or top > 4 * values.size + 1_000_000:
-        return np.unique(values, return_counts=return_counts, return_inverse=return_inverse)
-    if values.size and int(values.min()) < 0:
-        return np.unique(values, return_counts=return_counts)
+    if return_inverse:
+        return np.unique(values, return_inverse=True)
+    if (
+        values.dtype.kind not in "iu"
+        or top > 4 * values.size + 1_000_000
+        or (values.size and int(values.min()) < 0)
+    ):
+        return np.unique(values, return_counts=True) if return_counts else np.unique(values)
     counts = np.bincount(values, minlength=top)
     present = np.flatnonzero(counts)
     return (present, counts[present]) if return_counts else present
 
 
-# Bounded output on pathological checkpoints: beyond this many findings of one code the rest
-# are summarized in one finding.
-_LIMIT = 200
+CODES = code_set(
+    Code.LAYER_MISSING,
+    Code.MTP_MISSING,
+    Code.EXPERT_MISSING,
+    Code.EXPERT_INCOMPLETE,
+    Code.EXPERT_SHAPE_MISMATCH,
+    Code.LAYER_KEYSET_OUTLIER,
+)
 
 
 def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -64,9 +76,7 @@ def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
 def _stacked(t: pd.DataFrame) -> bool:
     """torch_dist saves homogeneous stacks without a layer number: layer checks can't apply."""
     no_layer = t["layer"].isna()
-    return bool(
-        no_layer.any() and t.loc[no_layer, "name"].str.contains(r"\blayers\.", regex=True).any()
-    )
+    return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
 
 
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -78,17 +88,20 @@ def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     if not missing:
         return []
     where = f"{scanned.spec.source or 'config.json'} declares {n} layers (0-{n - 1})"
-    if len(missing) > 20:
-        return [
-            make_finding(
-                "layer-missing",
-                f"layers {fold_ranges(missing)} have no tensors ({len(missing)} of {n}); {where}",
-            )
-        ]
-    return [
-        make_finding("layer-missing", f"layer {i} has no tensors; {where}", layer=i)
-        for i in missing
-    ]
+
+    def detail(_group: str | None, layer: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING, f"layer {layer} has no tensors; {where}", layer=layer
+        )
+
+    def summary(_group: str | None, rest: Sequence[int], shown: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING,
+            f"{shown:,} listed above and layers {fold_ranges(rest)} have no tensors "
+            f"({len(missing)} of {n} missing); {where}",
+        )
+
+    return fold(missing, detail, summary)
 
 
 def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -219,7 +232,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
                 expert=missing[0] if len(missing) == 1 else None,
             )
         )
-    return out
+    return fold_findings(out, "MoE layers with missing experts")
 
 
 def _file_mode(e: _Experts) -> dict[int, str]:
@@ -290,7 +303,7 @@ def _incomplete_findings(
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
-    return out[:_LIMIT]
+    return fold_findings(out, "expert groups lacking tensors their siblings have")
 
 
 def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
@@ -321,9 +334,7 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
                     expert=experts[0] if len(experts) == 1 else None,
                 )
             )
-            if len(out) >= _LIMIT:
-                return out
-    return out
+    return fold_findings(out, "expert tensors whose shape or dtype differs from their siblings'")
 
 
 # -- key sets ------------------------------------------------------------------------------
@@ -392,4 +403,4 @@ def _decoder_outliers(
                     layer=layer,
                 )
             )
-    return out[:_LIMIT]
+    return fold_findings(out, "layers whose key set differs from their siblings'")

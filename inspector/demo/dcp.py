@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -146,12 +146,12 @@ def _piece(
 
 def _demo_model(
     torch: ModuleType,
-) -> tuple[dict[str, torch.Tensor], dict[str, int | None], dict[str, int]]:
+) -> tuple[dict[str, Any], dict[str, int | None], dict[str, int]]:
     """(tensors in state-dict order, shard dim per tensor, reference output file per tensor).
 
     Reference files: 1 embedding and layer 0 attention, 2 layer 0 MoE, 3 layer 1, 4 head."""
     gen = torch.Generator().manual_seed(0)
-    tensors: dict[str, torch.Tensor] = {}
+    tensors: dict[str, Any] = {}
     dims: dict[str, int | None] = {}
     ref: dict[str, int] = {}
 

@@ -3,8 +3,9 @@
 
 Names follow DeepSeek-V3 in Hugging Face spelling (`model.layers.{L}...`, MLA attention,
 router `mlp.gate`, shared experts, routed experts per expert id). Routed experts of the decoder
-are NVFP4-like (FORMATS.md section 3): packed `weight` U8 [out, in/2], `weight_scale` F8_E4M3
-[out, in/16], scalar F32 `weight_scale_2` and `input_scale`. Everything else is BF16.
+are NVFP4-like (docs/formats.md, "Model-Optimizer per-layer exports"): packed `weight` U8
+[out, in/2], `weight_scale` F8_E4M3 [out, in/16], scalar F32 `weight_scale_2` and
+`input_scale`. Everything else is BF16.
 
 Tensor data is kept as raw little-endian storage (BF16 as uint16 bits, F8_E4M3 as uint8 codes)
 so that any real safetensors writer can be given a view of it (see `safetensors_layouts`).

@@ -1,6 +1,6 @@
 """The safetensors demos: the tiny model of `inspector.demo.model` written with the real
 safetensors writer as a single file, an HF sharded checkpoint, a Model-Optimizer per-layer
-export, and four damaged checkpoints that reproduce the seed bugs (FORMATS.md sections 2-3).
+export, and four damaged checkpoints that reproduce the seed bugs (docs/formats.md).
 
 Every damage is made the way the original bug made it (a sidecar built before the dict was
 mutated, expert ids that collided, a config cut mid-write, a name parser that collapsed every
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -21,6 +20,7 @@ from typing import Any, Literal
 import numpy as np
 
 from inspector.demo.model import DemoModel, DemoTensor, TinyMoeSpec, build_model
+from inspector.naming import layer_expert_numbers
 
 __all__ = [
     "SAFETENSORS_DEMOS",
@@ -159,18 +159,15 @@ def index_doc(
     return {"metadata": metadata, "weight_map": dict(weight_map)}
 
 
-_LAYER = re.compile(r"model\.layers\.(\d+)\.")
-
-
 def per_layer_groups(model: DemoModel) -> list[list[str]]:
     """Model-Optimizer's per-layer plan: one group per decoder layer, the embedding with the
     first, and final norm, output layer and MTP tensors (appended in that order) with the last."""
     layers = model.spec.num_layers
     groups: list[list[str]] = [[] for _ in range(layers)]
-    for name in model.tensors:
-        match = _LAYER.match(name)
-        if match and int(match.group(1)) < layers:
-            groups[int(match.group(1))].append(name)
+    names = list(model.tensors)
+    for name, (layer, _expert) in zip(names, layer_expert_numbers(names), strict=True):
+        if layer is not None and layer < layers:
+            groups[layer].append(name)
         elif name.startswith("model.embed_tokens."):
             groups[0].append(name)
         else:

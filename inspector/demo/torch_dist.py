@@ -1,6 +1,6 @@
-"""A tiny Megatron-LM torch_dist checkpoint (FORMATS.md section 5), written with the real
-writers: `torch.distributed.checkpoint.save` for `.metadata` and the `.distcp` files,
-`torch.save` for `common.pt`. One process, no process group.
+"""A tiny Megatron-LM torch_dist checkpoint (docs/formats.md, "Megatron torch_dist"),
+written with the real writers: `torch.distributed.checkpoint.save` for `.metadata` and the
+`.distcp` files, `torch.save` for `common.pt`. One process, no process group.
 
 The model is a 2-layer MoE GPT (4 experts, SwiGLU) with one MTP layer, named the way Megatron
 saves it: stacked decoder layers with a leading layer axis, experts with an expert axis.

@@ -1,11 +1,10 @@
-"""One module per on-disk layout. Each has `NAME`, `detect(path) -> bool` and
-`scan(path, *, header_cap) -> ScannedCheckpoint`. Detection tries them in `LAYOUTS` order:
-the most specific first."""
+"""One reader module per on-disk layout. Each exposes `LAYOUT`, an implementation of the
+`Layout` protocol (`name`, `detect(path)`, `scan(path, *, options)`). Detection tries them in
+`LAYOUTS` order: the most specific first."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 
 from inspector.layouts import (
     dcp_sharded,
@@ -14,29 +13,32 @@ from inspector.layouts import (
     safetensors_single,
     torch_dist,
 )
+from inspector.layouts.base import Layout, ScanOptions
+from inspector.model import LayoutName
 
-__all__ = ["LAYOUTS", "detect_layout", "layout_by_name"]
+__all__ = ["LAYOUTS", "Layout", "ScanOptions", "detect_layout", "layout_by_name"]
 
-LAYOUTS: tuple[ModuleType, ...] = (
-    torch_dist,
-    dcp_sharded,
-    modelopt_per_layer,
-    hf_sharded,
-    safetensors_single,
+LAYOUTS: tuple[Layout, ...] = (
+    torch_dist.LAYOUT,
+    dcp_sharded.LAYOUT,
+    modelopt_per_layer.LAYOUT,
+    hf_sharded.LAYOUT,
+    safetensors_single.LAYOUT,
 )
 
 
-def detect_layout(path: Path) -> ModuleType | None:
-    """The first layout module that recognises `path`, or None."""
-    for module in LAYOUTS:
-        if module.detect(path):
-            return module
+def detect_layout(path: Path) -> Layout | None:
+    """The first layout that recognises `path`, or None."""
+    for layout in LAYOUTS:
+        if layout.detect(path):
+            return layout
     return None
 
 
-def layout_by_name(name: str) -> ModuleType:
-    for module in LAYOUTS:
-        if name == module.NAME:
-            return module
-    known = ", ".join(m.NAME for m in LAYOUTS)
+def layout_by_name(name: str) -> Layout:
+    """The layout called `name`; a ValueError lists the known names otherwise."""
+    for layout in LAYOUTS:
+        if name == layout.name:
+            return layout
+    known = ", ".join(LayoutName)
     raise ValueError(f"unknown layout {name!r}; expected one of {known}")

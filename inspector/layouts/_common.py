@@ -1,48 +1,79 @@
-"""Reading helpers shared by the layout modules: JSON files, the index, config, shards.
+"""Reading helpers shared by the layout readers: JSON files, the index, config, shards.
 
-Every function returns plain data plus findings; nothing here raises on bad input.
+Every function returns plain data plus `ReadProblem`s; nothing here raises on bad input and
+nothing here judges (the checks do).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, cast
 
-import orjson
+import msgspec
+import numpy as np
 
-from inspector.findings import Finding, make_finding
-from inspector.model import IndexDoc, ModelSpec
+from inspector.columns import Coded, frozen
+from inspector.findings import FOLD, examples
+from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
-from inspector.spec import spec_from_config
+from inspector.spec import SPEC_KEYS, spec_from_config
+from inspector.storage import LocalFile
 
 __all__ = [
     "INDEX_NAME",
     "JSON_CAP",
+    "ConfigFiles",
     "is_safe_member",
     "list_safetensors",
     "read_config_files",
     "read_index_doc",
     "read_json",
     "read_shards",
+    "relative",
+    "shard_names",
+    "weight_map_columns",
 ]
 
 INDEX_NAME = "model.safetensors.index.json"
 # An index of 1.3M tensors is about 100 MB; anything far past that is not an index.
 JSON_CAP = 1_000_000_000
+# msgspec builds the Python objects straight from the bytes; orjson's intermediate document
+# costs about 12x the file size at its peak, 1.2 GB for the index of a million tensors.
+_DECODER = msgspec.json.Decoder()
+
+
+def relative(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
 
 
 def read_json(path: Path, *, cap: int = JSON_CAP) -> tuple[Any, str | None]:
-    """(value, None) or (None, reason). Reads at most `cap` bytes."""
+    """(value, None) or (None, reason). Opens only a regular file, reads at most `cap` bytes."""
+    data, problem = _read_bytes(path, cap)
+    return (None, problem) if data is None else _decode(data)
+
+
+def _read_bytes(path: Path, cap: int) -> tuple[bytes | None, str | None]:
     try:
-        size = path.stat().st_size
-        if size > cap:
-            return None, f"is {size:,} bytes, over the {cap:,}-byte limit for JSON files"
-        return orjson.loads(path.read_bytes()), None
+        with LocalFile(path) as reader:
+            size = reader.size()
+            if size > cap:
+                return None, f"is {size:,} bytes, over the {cap:,}-byte limit for JSON files"
+            return reader.read_range(0, size), None
     except OSError as exc:
         return None, f"cannot be read ({exc.strerror or exc})"
-    except orjson.JSONDecodeError as exc:
+
+
+def _decode(data: bytes) -> tuple[Any, str | None]:
+    try:
+        return _DECODER.decode(data), None
+    except msgspec.DecodeError as exc:
         return None, f"is not valid JSON ({exc}); it may have been truncated by a concurrent writer"
 
 
@@ -66,8 +97,8 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
 
 def read_shards(
     paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP
-) -> list[ShardHeader]:
-    return [read_shard(p, root=root, cap=header_cap) for p in paths]
+) -> tuple[ShardHeader, ...]:
+    return tuple(read_shard(p, root=root, cap=header_cap) for p in paths)
 
 
 def is_safe_member(value: str) -> bool:
@@ -78,105 +109,235 @@ def is_safe_member(value: str) -> bool:
     return not pure.is_absolute() and ".." not in pure.parts and not value.startswith("~")
 
 
+class ShardNames:
+    """The tensor names of some shards, for `read_index_doc`: the index's names are taken
+    from them, so that a name the index and a shard share is one string, not two (about 100
+    bytes per tensor of a million).
+
+    Writers list the index in the shards' order; then each run of index names equals the next
+    run of shard names (one C-level list comparison) and no name is hashed. Otherwise a dict
+    of the shard names takes over for the rest.
+    """
+
+    def __init__(self, shards: Sequence[ShardHeader]) -> None:
+        self.flat = list(chain.from_iterable(s.names for s in shards))
+        self.at = 0
+        self.table: dict[str, str] | None = None
+
+    def __call__(self, keys: list[str]) -> list[str]:
+        if self.table is None:
+            run = self.flat[self.at : self.at + len(keys)]
+            if run == keys:
+                self.at += len(keys)
+                return run
+            self.table = dict(zip(self.flat, self.flat, strict=True))
+        found = list(map(self.table.get, keys))
+        if None in found:  # names no shard holds keep their own string
+            return [f if f is not None else k for f, k in zip(found, keys, strict=True)]
+        return cast(list[str], found)
+
+
+def shard_names(shards: Sequence[ShardHeader]) -> ShardNames:
+    """See `ShardNames`."""
+    return ShardNames(shards)
+
+
 def read_index_doc(
-    path: Path, *, root: Path, unreadable_code: str = "index-unreadable"
-) -> tuple[IndexDoc | None, list[Finding]]:
-    """Parse an index or sidecar. Unsafe `weight_map` paths are findings and are dropped,
-    so nothing downstream ever follows them out of the folder."""
-    rel = path.relative_to(root).as_posix()
-    value, problem = read_json(path)
-    if problem is not None:
-        return None, [make_finding(unreadable_code, f"{rel} {problem}", file=rel)]
-    weight_map = value.get("weight_map") if isinstance(value, dict) else None
-    # Values repeat (hundreds of files for 300k tensors): validate each distinct one once.
-    try:
-        values = set(weight_map.values()) if isinstance(weight_map, dict) else set()
-    except TypeError:  # an object or list as a value: unhashable, and not a file name
-        values = {None}
-    if (
-        not isinstance(weight_map, dict)
-        or not all(type(v) is str for v in values)
-        # orjson object keys are always str; only a hand-built dict could differ
-        or not all(type(k) is str for k in weight_map)
-    ):
-        msg = (
-            f'{rel} is not of the form {{"weight_map": {{tensor: file}}}}; '
-            "regenerate it with `ckpt-inspect repair`"
-        )
-        return None, [make_finding(unreadable_code, msg, file=rel)]
-    unsafe = {v for v in values if not is_safe_member(v)}
-    findings = []
-    safe = weight_map
+    path: Path,
+    *,
+    root: Path,
+    role: FileRole = FileRole.INDEX,
+    names: Callable[[list[str]], list[str]] | None = None,
+) -> tuple[IndexDoc | None, list[ReadProblem]]:
+    """Parse an index or sidecar into columns. Unsafe `weight_map` paths are problems and
+    are dropped, so nothing downstream ever follows them out of the folder. `names` (from
+    `shard_names`) gives the strings to use for names the shards hold."""
+    rel = relative(path, root)
+    not_index = ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')
+    data, problem = _read_bytes(path, JSON_CAP)
+    canonical = names or _same
+    split = weight_map_columns(data, canonical) if data is not None else None
+    value: Any
+    if split is not None:
+        value, keys, files = split
+    else:
+        if data is not None:
+            value, problem = _decode(data)
+        if problem is not None:
+            return None, [ReadProblem(rel, role, problem)]
+        weight_map = value.get("weight_map") if isinstance(value, dict) else None
+        if not isinstance(weight_map, dict):
+            return None, [not_index]
+        # Values repeat (hundreds of files for 300k tensors): coded once, each distinct one
+        # validated once, and the per-entry strings freed with the decoded dict.
+        keys = tuple(canonical(list(weight_map)))
+        try:
+            files = Coded.encode(weight_map.values(), len(keys))
+        except TypeError:  # an object or list as a value: unhashable, and not a file name
+            return None, [not_index]
+        del weight_map
+    del data
+    if not all(type(v) is str for v in files.values):
+        return None, [not_index]
+    problems: list[ReadProblem] = []
+    unsafe = [i for i, f in enumerate(files.values) if not is_safe_member(f)]
     if unsafe:
-        safe = {t: f for t, f in weight_map.items() if f not in unsafe}
-        for tensor, file in weight_map.items():
-            if file in unsafe:
-                findings.append(
-                    make_finding(
-                        "index-unsafe-path",
-                        f"{rel} maps {tensor!r} to {file!r}, which leaves the checkpoint folder; "
-                        "expected a file name inside it (the entry is ignored)",
-                        file=rel,
-                        tensor=tensor,
-                    )
-                )
+        keys, files, problems = _drop_unsafe(rel, role, keys, files, unsafe)
     metadata = value.get("metadata")
-    return IndexDoc(rel, safe, metadata if isinstance(metadata, dict) else {}, value), findings
+    document = {k: (None if k in ("weight_map", "metadata") else v) for k, v in value.items()}
+    doc = IndexDoc(rel, keys, files, metadata if isinstance(metadata, dict) else {}, document)
+    return doc, problems
 
 
-def read_config_files(
-    folder: Path, *, root: Path
-) -> tuple[dict | None, dict | None, ModelSpec, set[str], list[Finding]]:
-    """`config.json` and `hf_quant_config.json` in `folder`.
+def _same(keys: list[str]) -> list[str]:
+    return keys
 
-    Returns (config, quant config, spec, files found, findings)."""
+
+# The weight map of a large index is decoded in pieces (see `weight_map_columns`).
+_PIECE_BYTES = 4 << 20
+_WEIGHT_MAP = re.compile(rb'"weight_map"\s*:\s*\{')
+_PIECE_DECODER = msgspec.json.Decoder(dict[str, str])
+
+
+def weight_map_columns(
+    data: bytes, canonical: Callable[[list[str]], list[str]] = list
+) -> tuple[dict[str, Any], tuple[str, ...], Coded[str]] | None:
+    """(document without its weight map, names, files) of an index laid out as writers lay it
+    out (one entry per line, `weight_map` the last key), decoded a few MB at a time; None for
+    any other layout, which is then decoded whole.
+
+    Why: decoded whole, every entry's file name is a string of its own that is freed once the
+    names are coded; the freed strings sit between the kept names and the allocator cannot
+    return that memory (about 100 bytes per tensor of a million-tensor index). In pieces, each
+    piece reuses the memory the last one freed.
+
+    Sound by construction: the document with the weight map replaced by a random marker must
+    decode with the marker as its `weight_map`, and each piece, cut after a `,` that ends a
+    line (a JSON string cannot hold a raw newline, so it is between two entries), must decode
+    as an object of strings; pieces of members joined by commas are the members of the whole.
+    """
+    if len(data) < _PIECE_BYTES:
+        return None
+    # The last "weight_map" key: a writer puts the map last (a nested one comes earlier).
+    found = _WEIGHT_MAP.match(data, max(data.rfind(b'"weight_map"'), 0))
+    tail = data.rstrip()
+    if found is None or not tail.endswith(b"}"):
+        return None
+    start = found.end()  # just past the weight map's "{"
+    end = data.rfind(b"}", start, len(tail) - 1)  # its "}", when it is the last key
+    if end < start:
+        return None
+    marker = secrets.token_hex(16)
+    document, problem = _decode(data[: start - 1] + f'"{marker}"'.encode() + data[end + 1 :])
+    if (
+        problem is not None
+        or not isinstance(document, dict)
+        or document.get("weight_map") != marker
+    ):
+        return None
+    names: list[str] = []
+    codes: list[np.ndarray] = []
+    index: defaultdict[str, int] = defaultdict()
+    index.default_factory = index.__len__  # a new file's code is the count so far
+    at = start
+    while at < end:
+        cut = data.find(b",\n", min(at + _PIECE_BYTES, end), end)
+        stop = end if cut < 0 else cut
+        try:
+            piece = _PIECE_DECODER.decode(b"{" + data[at:stop] + b"}")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        names.extend(canonical(list(piece)))
+        codes.append(
+            np.fromiter(map(index.__getitem__, piece.values()), dtype=np.int32, count=len(piece))
+        )
+        at = stop + 1
+    if len(set(names)) != len(names):
+        return None  # a name repeated across pieces: the whole decode says which entry wins
+    all_codes = np.concatenate(codes) if codes else np.zeros(0, np.int32)
+    return document, tuple(names), Coded(frozen(all_codes), tuple(index))
+
+
+def _drop_unsafe(
+    rel: str, role: FileRole, names: tuple[str, ...], files: Coded[str], unsafe: list[int]
+) -> tuple[tuple[str, ...], Coded[str], list[ReadProblem]]:
+    """The entries whose file leaves the folder, removed; one problem per entry, bounded
+    (a hostile index may hold millions: past `FOLD.per_code`, one problem for the rest)."""
+    bad = np.isin(files.codes, unsafe)
+    rows = np.flatnonzero(bad)
+    problems = [
+        ReadProblem(
+            rel,
+            role,
+            f"maps {names[i]!r} to {files[i]!r}, which leaves the checkpoint folder; "
+            "expected a file name inside it (the entry is ignored)",
+            ProblemKind.UNSAFE_PATH,
+            tensor=names[i],
+        )
+        for i in rows[: FOLD.per_code].tolist()
+    ]
+    rest = rows[FOLD.per_code :].tolist()
+    if rest:
+        problems.append(
+            ReadProblem(
+                rel,
+                role,
+                f"maps {len(rest):,} more tensors to files outside the checkpoint folder "
+                f"({examples([names[i] for i in rest[:3]])}); those entries are ignored",
+                ProblemKind.UNSAFE_PATH,
+            )
+        )
+    keep = np.flatnonzero(~bad)
+    kept_names = tuple(names[i] for i in keep.tolist())
+    # Re-coded, so that the unsafe names are gone from the table of files too.
+    return kept_names, Coded.encode(files.take(keep).tolist()), problems
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigFiles:
+    """`config.json` and `hf_quant_config.json` of a folder, and what they say."""
+
+    config: Mapping[str, Any] | None = None
+    quant: Mapping[str, Any] | None = None
+    spec: ModelSpec = field(default_factory=ModelSpec)
+    found: frozenset[str] = frozenset()
+    problems: tuple[ReadProblem, ...] = field(default_factory=tuple)
+
+
+def read_config_files(folder: Path, *, root: Path) -> ConfigFiles:
+    """`config.json` and `hf_quant_config.json` in `folder` (names relative to `root`)."""
     found: set[str] = set()
-    findings: list[Finding] = []
+    problems: list[ReadProblem] = []
     docs: dict[str, Any] = {}
     salvaged_spec = ModelSpec()
-    for name, code in (
-        ("config.json", "config-unreadable"),
-        ("hf_quant_config.json", "quant-config-unreadable"),
+    for name, role in (
+        ("config.json", FileRole.CONFIG),
+        ("hf_quant_config.json", FileRole.QUANT_CONFIG),
     ):
         path = folder / name
         if not path.is_file():
             continue
-        rel = path.relative_to(root).as_posix()
+        rel = relative(path, root)
         found.add(rel)
         value, problem = read_json(path)
         if problem is None and not isinstance(value, dict):
             problem = f"holds a JSON {type(value).__name__}, expected an object"
         if problem is not None:
-            salvaged = salvage_json_prefix(path) if name == "config.json" else {}
+            salvaged = salvage_json_prefix(path) if role is FileRole.CONFIG else {}
             if salvaged:
                 salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
-                keep = ", ".join(f"{k}={salvaged[k]}" for k in _SPEC_KEYS if k in salvaged)
+                keep = ", ".join(f"{k}={salvaged[k]}" for k in SPEC_KEYS if k in salvaged)
                 problem += f"; the structure checks use what its readable part says ({keep})"
-            findings.append(
-                make_finding(
-                    code, f"{rel} {problem}; re-write it from the model's config", file=rel
-                )
-            )
+            problems.append(ReadProblem(rel, role, problem))
         else:
             docs[name] = value
     config = docs.get("config.json")
     spec = spec_from_config(config, source="config.json") if config is not None else salvaged_spec
-    return config, docs.get("hf_quant_config.json"), spec, found, findings
+    return ConfigFiles(
+        config, docs.get("hf_quant_config.json"), spec, frozenset(found), tuple(problems)
+    )
 
 
-_SPEC_KEYS = (
-    "model_type",
-    "num_hidden_layers",
-    "n_routed_experts",
-    "num_experts",
-    "num_local_experts",
-    "first_k_dense_replace",
-    "moe_layer_freq",
-    "decoder_sparse_step",
-    "num_nextn_predict_layers",
-    "mtp_num_layers",
-    "hybrid_override_pattern",
-)
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')
 
 
@@ -187,8 +348,8 @@ def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
     experts); the first occurrence of each key wins, so top-level keys before nested ones.
     """
     try:
-        with path.open("rb") as fh:
-            data = fh.read(cap)
+        with LocalFile(path) as reader:
+            data = reader.read_range(0, min(reader.size(), cap))
     except OSError:
         return {}
     out: dict[str, Any] = {}
@@ -197,7 +358,7 @@ def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
         if key in out:
             continue
         try:
-            out[key] = orjson.loads(match.group(2))
-        except orjson.JSONDecodeError:
+            out[key] = _DECODER.decode(match.group(2))
+        except msgspec.DecodeError:
             continue
-    return {k: v for k, v in out.items() if k in _SPEC_KEYS}
+    return {k: v for k, v in out.items() if k in SPEC_KEYS}

@@ -1,4 +1,5 @@
-"""`hf-sharded`: `model.safetensors.index.json` plus shards (FORMATS.md section 2).
+"""`hf-sharded`: `model.safetensors.index.json` plus shards (docs/formats.md, "Hugging Face
+sharded checkpoints").
 
 Also takes a folder of several `.safetensors` files without an index, so that a checkpoint
 whose index was lost is still inspected.
@@ -8,19 +9,20 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from inspector.checks.index import check_index
-from inspector.checks.sharding import check_collapsed_shards
-from inspector.findings import Finding
 from inspector.layouts._common import (
     INDEX_NAME,
     list_safetensors,
     read_config_files,
     read_index_doc,
     read_shards,
+    shard_names,
 )
-from inspector.model import ScannedCheckpoint
+from inspector.layouts.base import LayoutReader, ScanOptions
+from inspector.model import IndexDoc, LayoutName, ReadProblem, ScannedCheckpoint, ShardedInfo
 
-NAME = "hf-sharded"
+__all__ = ["LAYOUT", "detect", "scan"]
+
+NAME = LayoutName.HF_SHARDED
 
 
 def detect(path: Path) -> bool:
@@ -29,42 +31,41 @@ def detect(path: Path) -> bool:
     return (path / INDEX_NAME).is_file() or len(list_safetensors(path)) > 1
 
 
-def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
-    """Read the index, every shard it names that exists, and every stray shard on disk."""
+def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+    """Read every shard on disk, the index, and every other shard the index names."""
     folder = path.parent if path.is_file() else path
-    index, problems = None, []
-    if (folder / INDEX_NAME).is_file():
-        index, problems = read_index_doc(folder / INDEX_NAME, root=folder)
+    cap = options.header_cap
     paths = {p.name: p for p in list_safetensors(folder)}
+    by_file = dict(
+        zip(paths, read_shards(list(paths.values()), root=folder, header_cap=cap), strict=True)
+    )
+    index: IndexDoc | None = None
+    problems: list[ReadProblem] = []
+    has_index = (folder / INDEX_NAME).is_file()
+    if has_index:
+        names = shard_names(tuple(by_file.values()))
+        index, problems = read_index_doc(folder / INDEX_NAME, root=folder, names=names)
+        del names
     # Index entries may live in sub-folders; they were checked to stay inside the folder.
     # Normalised so that './model-1.safetensors' is not read a second time as another shard.
-    for file in sorted(
-        {PurePosixPath(f).as_posix() for f in set(index.weight_map.values())} if index else ()
-    ):
-        candidate = folder / file
-        if file not in paths and candidate.is_file():
-            paths[file] = candidate
-    shards = read_shards([paths[k] for k in sorted(paths)], root=folder, header_cap=header_cap)
-    config, quant, spec, found, config_problems = read_config_files(folder, root=folder)
-    for shard in shards:
-        problems.extend(shard.findings)
-    problems.extend(config_problems)
+    named = {PurePosixPath(f).as_posix() for f in index.files.values} if index else set()
+    extra = [f for f in sorted(named) if f not in by_file and (folder / f).is_file()]
+    more = read_shards([folder / f for f in extra], root=folder, header_cap=cap)
+    by_file.update(zip(extra, more, strict=True))
+    shards = tuple(by_file[k] for k in sorted(by_file))
+    configs = read_config_files(folder, root=folder)
     return ScannedCheckpoint(
         path=folder,
         layout=NAME,
+        info=ShardedInfo(),
         shards=shards,
         index=index,
-        config=config,
-        quant_config=quant,
-        spec=spec,
-        problems=problems,
-        json_files=frozenset(
-            found | ({INDEX_NAME} if index or (folder / INDEX_NAME).is_file() else set())
-        ),
+        config=configs.config,
+        quant_config=configs.quant,
+        spec=configs.spec,
+        read_problems=(*problems, *configs.problems),
+        json_files=configs.found | ({INDEX_NAME} if has_index else set()),
     )
 
 
-def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """Index drift: the index against the shard headers (only duplicates without an index),
-    and every tensor collapsed into one oversized file."""
-    return [*check_index(scanned.shards, scanned.index), *check_collapsed_shards(scanned)]
+LAYOUT = LayoutReader(NAME, detect, scan)

@@ -1,5 +1,6 @@
 """`modelopt-per-layer`: one shard per decoder layer, each with a `<shard>.json` sidecar
-(FORMATS.md section 3), usually with a merged `model.safetensors.index.json`."""
+(docs/formats.md, "Model-Optimizer per-layer exports"), usually with a merged
+`model.safetensors.index.json`."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import dataclasses
 import os
 from pathlib import Path
 
-from inspector.checks.index import check_index, held_tensors
-from inspector.checks.sidecars import check_sidecars
-from inspector.findings import Finding
 from inspector.layouts import hf_sharded
-from inspector.layouts._common import read_index_doc
-from inspector.model import IndexDoc, ScannedCheckpoint
+from inspector.layouts._common import read_index_doc, shard_names
+from inspector.layouts.base import LayoutReader, ScanOptions
+from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
 
-NAME = "modelopt-per-layer"
+__all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan"]
+
+NAME = LayoutName.MODELOPT_PER_LAYER
 SIDECAR_SUFFIX = ".safetensors.json"
 
 
@@ -22,29 +23,19 @@ def detect(path: Path) -> bool:
     return path.is_dir() and bool(_sidecar_paths(path))
 
 
-def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
+def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     """The sharded scan plus every sidecar, keyed by the shard file it describes."""
-    base = hf_sharded.scan(path, header_cap=header_cap)
+    base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
-    problems = list(base.problems)
+    problems = list(base.read_problems)
+    names = shard_names(base.shards)
     for sidecar in _sidecar_paths(base.path):
-        doc, found = read_index_doc(sidecar, root=base.path, unreadable_code="sidecar-unreadable")
+        doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
             sidecars[sidecar.name.removesuffix(".json")] = doc
-    return dataclasses.replace(base, layout=NAME, sidecars=sidecars, problems=problems)
-
-
-def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """Index drift plus sidecar drift (each sidecar against its shard and the index)."""
-    unreadable = {
-        f.file.removesuffix(".json")
-        for f in scanned.problems
-        if f.code == "sidecar-unreadable" and f.file
-    }
-    held = held_tensors(scanned.shards)
-    return check_index(scanned.shards, scanned.index, held=held) + check_sidecars(
-        scanned.shards, scanned.sidecars, scanned.index, unreadable=unreadable, held=held
+    return dataclasses.replace(
+        base, layout=NAME, info=PerLayerInfo(sidecars), read_problems=tuple(problems)
     )
 
 
@@ -54,3 +45,6 @@ def _sidecar_paths(folder: Path) -> list[Path]:
     except OSError:
         return []
     return [folder / n for n in names]
+
+
+LAYOUT = LayoutReader(NAME, detect, scan)

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inspector.findings import Finding
-from inspector.layouts._common import INDEX_NAME, list_safetensors, read_config_files, read_shards
-from inspector.model import ModelSpec, ScannedCheckpoint
+from inspector.layouts._common import (
+    INDEX_NAME,
+    ConfigFiles,
+    list_safetensors,
+    read_config_files,
+    read_shards,
+)
+from inspector.layouts.base import LayoutReader, ScanOptions
+from inspector.model import LayoutName, ScannedCheckpoint, SingleFileInfo
 
-NAME = "safetensors-single"
+__all__ = ["LAYOUT", "detect", "scan"]
+
+NAME = LayoutName.SAFETENSORS_SINGLE
 
 
 def detect(path: Path) -> bool:
@@ -19,33 +27,24 @@ def detect(path: Path) -> bool:
     return len(list_safetensors(path)) == 1
 
 
-def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
+def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     """A lone file is read without the folder's config: the folder may hold more shards."""
-    if path.is_file():
-        shards = read_shards([path], root=path.parent, header_cap=header_cap)
-        config = quant = None
-        spec, found, config_problems = ModelSpec(), set(), []
-        folder = path.parent
-    else:
-        folder = path
-        shards = read_shards(list_safetensors(folder), root=folder, header_cap=header_cap)
-        config, quant, spec, found, config_problems = read_config_files(folder, root=folder)
-    problems = [f for s in shards for f in s.findings] + config_problems
+    lone = path.is_file()
+    folder = path.parent if lone else path
+    paths = [path] if lone else list_safetensors(folder)
+    shards = read_shards(paths, root=folder, header_cap=options.header_cap)
+    configs = ConfigFiles() if lone else read_config_files(folder, root=folder)
     return ScannedCheckpoint(
         path=folder,
         layout=NAME,
+        info=SingleFileInfo(lone_file=lone),
         shards=shards,
-        config=config,
-        quant_config=quant,
-        spec=spec,
-        problems=problems,
-        json_files=frozenset(found),
+        config=configs.config,
+        quant_config=configs.quant,
+        spec=configs.spec,
+        read_problems=configs.problems,
+        json_files=configs.found,
     )
 
 
-def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """One file has no index, sidecars or siblings to cross-check (its header problems are
-    already in `scanned.problems`); it can still be a collapsed consolidation."""
-    from inspector.checks.sharding import check_collapsed_shards
-
-    return check_collapsed_shards(scanned)
+LAYOUT = LayoutReader(NAME, detect, scan)

@@ -1,4 +1,5 @@
-"""`torch-dist`: a Megatron-LM / PyTorch DCP checkpoint folder (FORMATS.md section 5).
+"""`torch-dist`: a Megatron-LM / PyTorch DCP checkpoint folder (docs/formats.md, "Megatron
+torch_dist").
 
     latest_checkpointed_iteration.txt     ("100" -> iter_0000100/, "release" -> release/)
     iter_0000100/ .metadata  __0_0.distcp ...  metadata.json  common.pt
@@ -6,7 +7,8 @@
 Only metadata is read: `.metadata` through the restricted unpickler of
 `inspector.safe_pickle` (nothing it names is imported or run), `metadata.json` as JSON, and
 the common state with `torch.load(weights_only=True)`. Tensor bytes in the `.distcp` files
-are never read; their sizes are compared with the ranges `.metadata` stores.
+are never read; their sizes are recorded for `inspector.checks.torch_dist`, which compares
+them with the ranges `.metadata` stores and judges everything else.
 """
 
 from __future__ import annotations
@@ -14,20 +16,31 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from inspector._gc import gc_paused
-from inspector.findings import Finding, examples, fold_ranges, make_finding
+from inspector.columns import Coded
+from inspector.dtypes import torch_itemsize
+from inspector.findings import examples, short_repr
 from inspector.layouts._common import is_safe_member, read_json
-from inspector.model import LogicalTensors, ScannedCheckpoint, TorchDistInfo, TorchDistTensor
-from inspector.pickle_guard import audit_torch_save, refusal_finding, short_repr
+from inspector.layouts.base import LayoutReader, ScanOptions
+from inspector.model import (
+    FileRole,
+    LayoutName,
+    LogicalTensors,
+    PickledObject,
+    ProblemKind,
+    ReadProblem,
+    ScannedCheckpoint,
+    TensorSummary,
+    TorchDistInfo,
+    TorchDistTensor,
+)
+from inspector.pickle_guard import audit_torch_save
 from inspector.safe_pickle import (
-    TORCH_DTYPES,
     Dims,
     HostilePickleError,
     MetadataFormatError,
@@ -37,19 +50,23 @@ from inspector.safe_pickle import (
     TorchDtype,
     load_dcp_metadata,
 )
-from inspector.units import format_count
+from inspector.storage import LocalFile
 
 __all__ = [
-    "NAME",
+    "COMMON_FILE",
+    "LATEST_FILE",
+    "LAYOUT",
+    "METADATA_FILE",
+    "METADATA_JSON",
+    "RERUN_PREFIX",
     "PickledObject",
     "TensorSummary",
-    "check",
     "detect",
     "iteration_folder_name",
     "scan",
 ]
 
-NAME = "torch-dist"
+NAME = LayoutName.TORCH_DIST
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 METADATA_FILE = ".metadata"
@@ -63,32 +80,7 @@ RERUN_PREFIX = "rerun_state_machine_state/"
 METADATA_CAP = 4_000_000_000
 # Common state holds args, iteration, scheduler and optimizer hyper-parameters: small.
 COMMON_CAP = 512_000_000
-# Per code, after this many per-tensor findings the rest are folded into one.
-_MAX_PER_CODE = 25
-# Exact coverage uses a grid of chunk boundaries; above this many cells only volumes are compared.
-_MAX_CELLS = 4_000_000
 _ITERATION_TEXT = re.compile(r"(\d{1,12}|release)")
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-_DISTCP_RANK = re.compile(r"__(\d+)_\d+\.distcp$")
-
-
-@dataclass(frozen=True, slots=True)
-class TensorSummary:
-    """A tensor found in the common state, by dtype and shape only."""
-
-    dtype: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PickledObject:
-    """An object of a class the common state names but torch does not allow by default
-    (`argparse.Namespace`, Megatron enums). Nothing was imported: this is its pickled form,
-    `qualname(*args)` then `state` (e.g. a Namespace's attribute dict)."""
-
-    qualname: str
-    args: tuple[Any, ...]
-    state: Any
 
 
 # -- detection ------------------------------------------------------------------------
@@ -134,15 +126,18 @@ def iteration_folder_name(text: str) -> str | None:
 # -- scan -----------------------------------------------------------------------------
 
 
-def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
+def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     """Read `.metadata`, `metadata.json`, the common state and the `.distcp` sizes.
 
-    `header_cap` is accepted for the common layout interface; DCP has no safetensors headers.
+    `options.header_cap` does not apply: torch_dist has no safetensors headers.
     """
-    del header_cap
+    del options
     folder = path.parent if path.is_file() else path
     # 1. Which folder holds the checkpoint: this one, or the iteration the tracker names.
-    iteration_dir, problems = ("", []) if _is_dcp_folder(folder) else _resolve_iteration(folder)
+    problems: list[ReadProblem] = []
+    iteration_dir: str | None = ""
+    if not _is_dcp_folder(folder):
+        iteration_dir, problems = _resolve_iteration(folder)
     if iteration_dir is None:
         return _empty_scan(folder, problems)
     ckpt = folder / iteration_dir
@@ -160,7 +155,7 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
         iteration_dir=iteration_dir,
         metadata_json=metadata_json,
         tensors=tensors,
-        byte_keys=byte_keys,
+        byte_keys=tuple(byte_keys),
         storage=storage,
         distcp_sizes=distcp_sizes,
         common=common,
@@ -169,26 +164,26 @@ def scan(path: Path, *, header_cap: int) -> ScannedCheckpoint:
     return ScannedCheckpoint(
         path=folder,
         layout=NAME,
-        shards=[],
-        torch_dist=info,
+        info=info,
         logical=_logical(tensors, storage),
-        problems=problems,
+        read_problems=tuple(problems),
         json_files=frozenset({json_rel} if json_rel else ()),
     )
 
 
-def _empty_scan(folder: Path, problems: list[Finding]) -> ScannedCheckpoint:
-    """No iteration folder to read: the findings say why."""
-    info = TorchDistInfo("", None, {}, [], {}, {}, None)
-    logical = _logical({}, {})
-    return ScannedCheckpoint(folder, NAME, [], torch_dist=info, logical=logical, problems=problems)
+def _empty_scan(folder: Path, problems: list[ReadProblem]) -> ScannedCheckpoint:
+    """No iteration folder to read: the problems say why."""
+    info = TorchDistInfo("", None, {}, (), {}, {}, None)
+    return ScannedCheckpoint(
+        folder, NAME, info, logical=_logical({}, {}), read_problems=tuple(problems)
+    )
 
 
 def _rel(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def _resolve_iteration(parent: Path) -> tuple[str | None, list[Finding]]:
+def _resolve_iteration(parent: Path) -> tuple[str | None, list[ReadProblem]]:
     """The iteration folder `latest_checkpointed_iteration.txt` names, checked to exist inside
     `parent`; otherwise the newest `iter_*` folder with a `.metadata` (or None), and a finding."""
     text = _read_small_text(parent / LATEST_FILE)
@@ -202,14 +197,13 @@ def _resolve_iteration(parent: Path) -> tuple[str | None, list[Finding]]:
     else:
         why = f"names {name}/, which is not a folder inside {parent.name}/"
     then = f"scanning {fallback}/ instead" if fallback else "no iter_* folder to scan instead"
-    msg = f"{LATEST_FILE} {why} ({then}); rewrite it with the iteration of the last complete save"
-    return fallback, [make_finding("torch-dist-metadata-unreadable", msg, file=LATEST_FILE)]
+    return fallback, [ReadProblem(LATEST_FILE, FileRole.ITERATION_TRACKER, f"{why} ({then})")]
 
 
 def _read_small_text(path: Path, *, cap: int = 1024) -> str | None:
     try:
-        with open(path, "rb") as fh:
-            return fh.read(cap).decode("utf-8")
+        with LocalFile(path) as reader:
+            return reader.read_range(0, cap).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -244,25 +238,22 @@ _Storage = dict[tuple[str, tuple[int, ...]], tuple[str, int, int]]
 
 def _read_metadata(
     ckpt: Path, prefix: str
-) -> tuple[dict[str, TorchDistTensor], list[str], _Storage, list[Finding]]:
-    """`.metadata` through the restricted unpickler; every failure is a finding."""
+) -> tuple[dict[str, TorchDistTensor], list[str], _Storage, list[ReadProblem]]:
+    """`.metadata` through the restricted unpickler; every failure is a read problem."""
     rel = _rel(prefix, METADATA_FILE)
     path = ckpt / METADATA_FILE
-    fail = "; the checkpoint cannot be loaded without it: restore it from the original save"
 
-    def unreadable(reason: str) -> tuple[dict, list, dict, list[Finding]]:
-        return (
-            {},
-            [],
-            {},
-            [make_finding("torch-dist-metadata-unreadable", f"{rel} {reason}{fail}", file=rel)],
-        )
+    def unreadable(
+        reason: str, kind: ProblemKind = ProblemKind.UNREADABLE
+    ) -> tuple[dict, list, dict, list[ReadProblem]]:
+        return {}, [], {}, [ReadProblem(rel, FileRole.TORCH_DIST_METADATA, reason, kind)]
 
     try:
-        size = path.stat().st_size
-        if size > METADATA_CAP:
-            return unreadable(f"is {size:,} bytes, over the {METADATA_CAP:,}-byte limit")
-        data = path.read_bytes()
+        with LocalFile(path) as reader:
+            size = reader.size()
+            if size > METADATA_CAP:
+                return unreadable(f"is {size:,} bytes, over the {METADATA_CAP:,}-byte limit")
+            data = reader.read_range(0, size)
     except FileNotFoundError:
         return unreadable("is missing")
     except OSError as exc:
@@ -270,8 +261,9 @@ def _read_metadata(
     with gc_paused():
         try:
             meta = load_dcp_metadata(data)
+        # Before RefusedGlobalError: a refused global that runs code is hostile, not unknown.
         except (HostilePickleError, PickleBombError) as exc:
-            return {}, [], {}, [refusal_finding(rel, exc)]
+            return unreadable(str(exc), refusal_kind(exc))
         except RefusedGlobalError as exc:
             return unreadable(str(exc))
         except MetadataFormatError as exc:
@@ -281,7 +273,7 @@ def _read_metadata(
 
 def _convert_metadata(
     meta: StandIn, *, rel: str, prefix: str
-) -> tuple[dict[str, TorchDistTensor], list[str], _Storage, list[Finding]]:
+) -> tuple[dict[str, TorchDistTensor], list[str], _Storage, list[ReadProblem]]:
     """Stand-ins -> plain model data. Malformed entries are skipped and reported once."""
     entries = meta.get("state_dict_metadata")
     entries = entries if isinstance(entries, dict) else {}
@@ -378,42 +370,38 @@ def _storage_map(raw: Any, prefix: str) -> tuple[_Storage, list[str], list[str]]
 
 def _metadata_problems(
     rel: str, entries: dict, bad: list[str], bad_storage: list[str], unsafe: list[str]
-) -> list[Finding]:
-    code = "torch-dist-metadata-unreadable"
+) -> list[ReadProblem]:
+    role = FileRole.TORCH_DIST_METADATA
     problems = []
     if not entries:
-        problems.append(
-            make_finding(
-                code,
-                f"{rel} lists no state-dict entries (expected the "
-                "tensors and objects of the save); re-save the checkpoint",
-                file=rel,
-            )
-        )
+        reason = "lists no state-dict entries (expected the tensors and objects of the save)"
+        problems.append(ReadProblem(rel, role, reason))
     if bad or bad_storage:
-        msg = (
-            f"{rel} has {len(bad) + len(bad_storage)} malformed entries "
+        reason = (
+            f"has {len(bad) + len(bad_storage)} malformed entries "
             f"({examples(sorted(bad + bad_storage))}): expected tensor metadata with a dtype, "
             "a size and chunks, or a storage record with file, offset and length; they are "
             "skipped, and loading them will fail"
         )
-        problems.append(make_finding(code, msg, file=rel))
+        problems.append(ReadProblem(rel, role, reason, ProblemKind.INVALID_ENTRIES))
     if unsafe:
-        msg = (
-            f"{rel} stores {len(unsafe)} entries at paths outside the checkpoint folder "
+        reason = (
+            f"stores {len(unsafe)} entries at paths outside the checkpoint folder "
             f"({examples(sorted(unsafe))}); expected file names inside it; they are ignored"
         )
-        problems.append(make_finding(code, msg, file=rel))
+        problems.append(ReadProblem(rel, role, reason, ProblemKind.UNSAFE_PATH))
     return problems
 
 
 # -- metadata.json, .distcp sizes ----------------------------------------------------------
 
 
-def _read_metadata_json(ckpt: Path, prefix: str) -> tuple[dict | None, str | None, list[Finding]]:
-    """(doc, relative name if the file exists, findings for an unreadable file).
+def _read_metadata_json(
+    ckpt: Path, prefix: str
+) -> tuple[dict | None, str | None, list[ReadProblem]]:
+    """(doc, relative name if the file exists, problems of an unreadable file).
 
-    Missing or non-torch_dist documents are drift, reported by `check`."""
+    Missing or non-torch_dist documents are drift, judged by `inspector.checks.torch_dist`."""
     path = ckpt / METADATA_JSON
     if not path.is_file():
         return None, None, []
@@ -422,11 +410,7 @@ def _read_metadata_json(ckpt: Path, prefix: str) -> tuple[dict | None, str | Non
     if problem is None and not isinstance(value, dict):
         problem = f"holds a JSON {type(value).__name__}, expected an object"
     if problem is not None:
-        msg = (
-            f'{rel} {problem}; expected {{"sharded_backend": "torch_dist", ...}}: '
-            "rewrite it, or Megatron will not recognise the checkpoint"
-        )
-        return None, rel, [make_finding("torch-dist-metadata-json", msg, file=rel)]
+        return None, rel, [ReadProblem(rel, FileRole.METADATA_JSON, problem)]
     return value, rel, []
 
 
@@ -453,7 +437,7 @@ def _distcp_sizes(folder: Path, prefix: str, storage: _Storage) -> dict[str, int
 
 def _read_common(
     folder: Path, prefix: str, byte_keys: list[str], storage: _Storage
-) -> tuple[dict[str, Any] | None, str | None, list[Finding]]:
+) -> tuple[dict[str, Any] | None, str | None, list[ReadProblem]]:
     """`common.pt`, or the `common_state` object newer Megatron stores in a `.distcp` file."""
     path = folder / prefix / COMMON_FILE
     if path.is_file():
@@ -467,10 +451,11 @@ def _read_common(
 
 
 def _file_bytes(path: Path, cap: int) -> bytes:
-    size = path.stat().st_size
-    if size > cap:
-        raise ValueError(f"is {size:,} bytes, over the {cap:,}-byte limit for common state")
-    return path.read_bytes()
+    with LocalFile(path) as reader:
+        size = reader.size()
+        if size > cap:
+            raise ValueError(f"is {size:,} bytes, over the {cap:,}-byte limit for common state")
+        return reader.read_range(0, size)
 
 
 def _range_bytes(path: Path, start: int, length: int) -> bytes:
@@ -478,9 +463,8 @@ def _range_bytes(path: Path, start: int, length: int) -> bytes:
         raise ValueError(
             f"is {length:,} bytes, over the {COMMON_CAP:,}-byte limit for common state"
         )
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        data = fh.read(length)
+    with LocalFile(path) as reader:
+        data = reader.read_range(start, length)
     if len(data) != length:
         raise ValueError(f"is cut short: {len(data):,} of {length:,} bytes present")
     return data
@@ -488,34 +472,33 @@ def _range_bytes(path: Path, start: int, length: int) -> bytes:
 
 def _load_common(
     rel: str, read: Any, *, unwrap: bool
-) -> tuple[dict[str, Any] | None, str | None, list[Finding]]:
-    code = "torch-dist-common-unreadable"
+) -> tuple[dict[str, Any] | None, str | None, list[ReadProblem]]:
+    role = FileRole.TORCH_DIST_COMMON
     try:
         import torch  # optional dependency: only the common state needs it
     except ImportError:
-        msg = (
-            f"{rel} was not read: reading the common state needs torch "
-            "(pip install 'checkpoint-inspector[torch]'); drift checks against it are skipped"
+        reason = (
+            "was not read: reading the common state needs torch "
+            "(pip install 'checkpoint-inspector[torch]')"
         )
-        return None, rel, [make_finding(code, msg, file=rel)]
+        return None, rel, [ReadProblem(rel, role, reason)]
     try:
         value = _unwrap_bytes_io(torch, _inert_torch_load(torch, read()))
     except (HostilePickleError, PickleBombError) as exc:
-        return None, rel, [refusal_finding(rel, exc)]
+        return None, rel, [ReadProblem(rel, role, str(exc), refusal_kind(exc))]
     # torch.load on untrusted bytes raises many types (UnpicklingError, RuntimeError from the
     # zip reader, ValueError, EOFError...): each one is a finding, never a crash of the scan.
     except Exception as exc:
-        msg = (
-            f"{rel} cannot be read with torch.load(weights_only=True) "
-            f"({type(exc).__name__}: {short_repr(str(exc), limit=300)}); drift checks against it "
-            "are skipped"
+        reason = (
+            "cannot be read with torch.load(weights_only=True) "
+            f"({type(exc).__name__}: {short_repr(str(exc), limit=300)})"
         )
-        return None, rel, [make_finding(code, msg, file=rel)]
+        return None, rel, [ReadProblem(rel, role, reason)]
     if unwrap and isinstance(value, list) and len(value) == 1:
         value = value[0]  # Megatron saves a sharded object's data as a one-item list
     if not isinstance(value, dict):
-        msg = f"{rel} holds a {type(value).__name__}, expected the common state dict"
-        return None, rel, [make_finding(code, msg, file=rel)]
+        reason = f"holds a {type(value).__name__}, expected the common state dict"
+        return None, rel, [ReadProblem(rel, role, reason)]
     return _plain(value, depth=0, seen={}), rel, []
 
 
@@ -596,12 +579,17 @@ def _plain_container(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
     return PickledObject(value.qualname, args, _plain(value.state, depth=depth + 1, seen=seen))
 
 
+def refusal_kind(exc: HostilePickleError | PickleBombError) -> ProblemKind:
+    """The problem kind of a pickle `inspector.pickle_guard` refused (the check names the
+    code: pickle-hostile or pickle-bomb)."""
+    return ProblemKind.HOSTILE if isinstance(exc, HostilePickleError) else ProblemKind.BOMB
+
+
 # -- logical tensors --------------------------------------------------------------------
 
 
 def _logical(tensors: dict[str, TorchDistTensor], storage: _Storage) -> LogicalTensors:
     """One row per tensor key: global shape, bytes, and the file of its first chunk."""
-    itemsize = {st or f"torch.{name}": size for name, (st, size) in TORCH_DTYPES.items()}
     names, files, dtypes, shapes, nbytes = [], [], [], [], []
     for name, tensor in tensors.items():
         first = storage.get((name, tensor.chunks[0][0])) if tensor.chunks else None
@@ -609,371 +597,14 @@ def _logical(tensors: dict[str, TorchDistTensor], storage: _Storage) -> LogicalT
         files.append(first[0] if first else "")
         dtypes.append(tensor.dtype)
         shapes.append(tensor.size)
-        nbytes.append(math.prod(tensor.size) * itemsize.get(tensor.dtype, 0))
-    none = [None] * len(names)
-    return LogicalTensors(names, files, dtypes, shapes, nbytes, none, list(none))
-
-
-# -- checks (pure) --------------------------------------------------------------------
-
-
-def check(scanned: ScannedCheckpoint) -> list[Finding]:
-    """Drift checks of a torch_dist checkpoint, from scanned data only (no IO)."""
-    info = scanned.torch_dist
-    if info is None:
-        return []
-    return [
-        *_check_files(info),
-        *_check_chunks(info),
-        *_check_common_drift(info),
-        *_check_metadata_json(scanned, info),
-    ]
-
-
-def _meta_rel(info: TorchDistInfo) -> str:
-    return _rel(info.iteration_dir, METADATA_FILE)
-
-
-def _check_files(info: TorchDistInfo) -> list[Finding]:
-    """Storage records pointing into missing or short `.distcp` files, and chunks that have
-    no storage record at all."""
-    # 1. The furthest byte each file must hold (one pass; details only for bad files).
-    ends: dict[str, int] = {}
-    for file, start, length in info.storage.values():
-        if ends.get(file, -1) < start + length:
-            ends[file] = start + length
-    bad = {f for f, end in ends.items() if info.distcp_sizes.get(f, -1) < end}
-    found = [_file_finding(file, info) for file in sorted(bad)]
-    # 2. Chunks and objects the metadata lists but stores nowhere.
-    storage = info.storage
-    missing = [
-        (fqn, offsets)
-        for fqn, tensor in info.tensors.items()
-        for offsets, _ in tensor.chunks
-        if (fqn, offsets) not in storage
-    ] + [(key, ()) for key in info.byte_keys if (key, ()) not in storage]
-    rel = _meta_rel(info)
-    per_tensor = [
-        make_finding(
-            "torch-dist-missing-file",
-            f"{fqn}: the chunk at offsets {tuple(offsets)} has no storage record in {rel}, "
-            "so no .distcp file holds its bytes; the save was incomplete: re-save the checkpoint",
-            file=rel,
-            tensor=fqn,
-            layer=_layer(fqn),
-        )
-        for fqn, offsets in missing
-    ]
-    return found + _capped(per_tensor, "torch-dist-missing-file", "chunks without storage")
-
-
-def _file_finding(file: str, info: TorchDistInfo) -> Finding:
-    entries = [(fqn, s + n) for (fqn, _), (f, s, n) in info.storage.items() if f == file]
-    names = sorted({fqn for fqn, _ in entries})
-    size = info.distcp_sizes.get(file)
-    if size is None:
-        msg = (
-            f"{file} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
-            f"({examples(names)}); restore the file from the original save"
-        )
-        return make_finding("torch-dist-missing-file", msg, file=file)
-    past = sorted({fqn for fqn, end in entries if end > size})
-    end = max(e for _, e in entries)
-    msg = (
-        f"{file} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
-        f"{len(past)} entries lie past the end ({examples(past)}): the file was truncated "
-        "(interrupted copy or save?); restore it from the original save"
-    )
-    return make_finding("torch-dist-missing-file", msg, file=file)
-
-
-def _capped(findings: list[Finding], code: str, what: str) -> list[Finding]:
-    if len(findings) <= _MAX_PER_CODE:
-        return findings
-    rest = findings[_MAX_PER_CODE:]
-    tensors = [f.tensor for f in rest if f.tensor]
-    summary = make_finding(
-        code,
-        f"{len(rest)} more {what} ({examples(tensors)}), not listed one by one",
-        file=findings[0].file,
-    )
-    return [*findings[:_MAX_PER_CODE], summary]
-
-
-def _layer(name: str) -> int | None:
-    match = _LAYER.search(name)
-    return int(match.group(1)) if match else None
-
-
-def _check_chunks(info: TorchDistInfo) -> list[Finding]:
-    gaps: list[Finding] = []
-    overlaps: list[Finding] = []
-    rel = _meta_rel(info)
-    for fqn, tensor in info.tensors.items():
-        result = chunk_coverage(tensor.size, tensor.chunks)
-        if result is None:
-            continue
-        code, detail = result
-        msg = (
-            f"{fqn}: the chunks in {rel} {detail}; the save lost or duplicated part of "
-            "this tensor: re-save the checkpoint from a run that holds all ranks"
-        )
-        finding = make_finding(code, msg, file=rel, tensor=fqn, layer=_layer(fqn))
-        (gaps if code == "torch-dist-chunk-gap" else overlaps).append(finding)
-    return [
-        *_capped(gaps, "torch-dist-chunk-gap", "tensors with uncovered regions"),
-        *_capped(overlaps, "torch-dist-chunk-overlap", "tensors with overlapping chunks"),
-    ]
-
-
-_Chunk = tuple[tuple[int, ...], tuple[int, ...]]
-
-
-def chunk_coverage(size: tuple[int, ...], chunks: Iterable[_Chunk]) -> tuple[str, str] | None:
-    """None when the chunks tile `size` exactly; else (code, what is wrong).
-
-    Exact without allocating the tensor: the chunk boundaries cut each axis into intervals,
-    and a grid of counters (one per cell of those intervals) says which regions no chunk or
-    several chunks cover.
-    """
-    chunks = list(chunks)
-    total = math.prod(size)
-    # 1. Chunks outside the global size are corrupt metadata.
-    for offsets, sizes in chunks:
-        if len(offsets) != len(size) or any(
-            o + s > d for o, s, d in zip(offsets, sizes, size, strict=True)
-        ):
-            return "torch-dist-chunk-gap", (
-                f"include offsets {short_repr(offsets)} with sizes {short_repr(sizes)}, "
-                f"outside the global size {short_repr(size)}"
-            )
-    if total == 0:
-        return None
-    # 2. Fast path: one chunk, the whole tensor (the common case by far).
-    if len(chunks) == 1 and all(o == 0 for o in chunks[0][0]) and chunks[0][1] == size:
-        return None
-    if _regular_grid(size, chunks):
-        return None
-    volume = sum(math.prod(s) for _, s in chunks)
-    # 3. Boundary grid; when it is too large, volumes are all we can afford.
-    bounds = [
-        sorted({0, d, *(o[i] for o, _ in chunks), *(o[i] + s[i] for o, s in chunks)})
-        for i, d in enumerate(size)
-    ]
-    # numpy arrays have at most 64 axes: a hostile 400-axis size gets the volume check only.
-    if len(size) > 32 or math.prod(len(b) - 1 for b in bounds) > _MAX_CELLS:
-        if volume == total:
-            return None
-        return _volume_only(volume, total, size)
-    return _grid_coverage(size, chunks, bounds)
-
-
-def _regular_grid(size: tuple[int, ...], chunks: list[_Chunk]) -> bool:
-    """True when the chunks are exactly the cells of a grid partition of `size` (how TP, EP
-    and FSDP shard): along each axis their intervals tile [0, dim) with neither gap nor
-    overlap, and every cell of that grid appears once. Pure Python and fast; anything
-    else goes to the exact counter grid."""
-    cells = 1
-    for d, dim in enumerate(size):
-        pos = 0
-        spans = sorted({(o[d], s[d]) for o, s in chunks})
-        for start, length in spans:
-            if start != pos or length == 0:
-                return False
-            pos = start + length
-        if pos != dim:
-            return False
-        cells *= len(spans)
-    return cells == len(chunks) == len({o for o, _ in chunks})
-
-
-def _volume_only(volume: int, total: int, size: tuple[int, ...]) -> tuple[str, str]:
-    if volume < total:
-        return "torch-dist-chunk-gap", (
-            f"cover at most {format_count(volume)} of the {format_count(total)} elements of "
-            f"the global size {short_repr(size)}"
-        )
-    return "torch-dist-chunk-overlap", (
-        f"hold {format_count(volume)} elements for a global size {short_repr(size)} of "
-        f"{format_count(total)}: chunks overlap"
+        nbytes.append(math.prod(tensor.size) * torch_itemsize(tensor.dtype))
+    return LogicalTensors(
+        tuple(names),
+        Coded.encode(files),
+        Coded.encode(dtypes),
+        Coded.encode(shapes),
+        np.asarray(nbytes, dtype=np.int64),
     )
 
 
-def _grid_coverage(
-    size: tuple[int, ...], chunks: list[_Chunk], bounds: list[list[int]]
-) -> tuple[str, str] | None:
-    counts = np.zeros([len(b) - 1 for b in bounds], dtype=np.int32)
-    index = [{v: i for i, v in enumerate(b)} for b in bounds]
-    for offsets, sizes in chunks:
-        if 0 in sizes:
-            continue
-        box = tuple(
-            slice(index[d][o], index[d][o + s])
-            for d, (o, s) in enumerate(zip(offsets, sizes, strict=True))
-        )
-        counts[box] += 1
-    widths = [np.diff(np.asarray(b, dtype=np.int64)) for b in bounds]
-    cell_volume = np.ones(counts.shape, dtype=np.int64)
-    for d, w in enumerate(widths):
-        cell_volume = cell_volume * w.reshape([-1 if i == d else 1 for i in range(len(widths))])
-    total = math.prod(size)
-    missing = int(cell_volume[counts == 0].sum())
-    if missing:
-        cell = tuple(int(i) for i in np.argwhere(counts == 0)[0])
-        at = tuple(bounds[d][i] for d, i in enumerate(cell))
-        extent = tuple(int(widths[d][i]) for d, i in enumerate(cell))
-        return "torch-dist-chunk-gap", (
-            f"cover {total - missing:,} of the {total:,} elements of the global size {size}; "
-            f"e.g. the block at offsets {at} with sizes {extent} is in no chunk"
-        )
-    doubled = int(cell_volume[counts > 1].sum())
-    if doubled:
-        cell = tuple(int(i) for i in np.argwhere(counts > 1)[0])
-        at = tuple(bounds[d][i] for d, i in enumerate(cell))
-        return "torch-dist-chunk-overlap", (
-            f"overlap: {doubled:,} elements of the global size {size} are in more than one "
-            f"chunk, e.g. at offsets {at}"
-        )
-    return None
-
-
-# -- common-state drift (seed megatron-4448) ------------------------------------------------
-#
-# Keys relied on (Megatron-LM `RerunStateMachine.state_dict` and `save_checkpoint`):
-#   common["rerun_state_machine"] = {"mode": RerunMode, "state": RerunState,
-#                                    "current_iteration": int}  (newer: rank state sharded as
-#   `rerun_state_machine_state/shard_{rank}_{world_size}`); older versions kept only "mode"
-#   in common and sharded per (pp, tp) as `rerun_state_machine_state/shard_{pp}.{tp}_{PP}.{TP}`.
-#   common["args"].world_size / tensor_model_parallel_size / pipeline_model_parallel_size.
-# RerunState.NOT_RUNNING_YET == 0 and RerunMode.DISABLED == "disabled" mean nothing to restore.
-
-
-def _check_common_drift(info: TorchDistInfo) -> list[Finding]:
-    rerun = _field(info.common, "rerun_state_machine")
-    if not isinstance(rerun, dict) or _enum(rerun.get("mode")) in (None, "disabled"):
-        return []
-    state = _enum(rerun.get("state"))
-    if "state" in rerun and state in (0, "NOT_RUNNING_YET", None):
-        return []
-    present = {k[len(RERUN_PREFIX) :] for k in info.byte_keys if k.startswith(RERUN_PREFIX)}
-    if "state" in rerun:
-        world = _world_size(info, present)
-        expected = {f"shard_{r}_{world}": r for r in range(world)} if world else {}
-    else:
-        expected = _pp_tp_grid(info.common)
-    lost = sorted(rank for shard, rank in expected.items() if shard not in present)
-    if present and not lost:
-        return []
-    return [
-        _drift_finding(info, rerun, state, world_size=len(expected), lost=lost, present=present)
-    ]
-
-
-def _drift_finding(
-    info: TorchDistInfo, rerun: dict, state: Any, *, world_size: int, lost: list, present: set
-) -> Finding:
-    common = info.common_file or "the common state"
-    # Values from the common state are untrusted: shown bounded, never str() of a whole tree.
-    said = f"mode {short_repr(_enum(rerun.get('mode')), limit=60)}"
-    if "state" in rerun:
-        iteration = short_repr(rerun.get("current_iteration"), limit=40)
-        said += f", state {_state_name(state)}, iteration {iteration}"
-    if not present:
-        has = f"has no {RERUN_PREFIX}shard_* entries"
-    else:
-        has = f"has {len(present)} {RERUN_PREFIX}shard_* entries"
-    if lost and isinstance(lost[0], int):
-        ranks = "rank" if len(lost) == 1 else "ranks"
-        want = f"{ranks} {fold_ranges(lost)} missing ({len(lost)} of {world_size})"
-    elif lost:
-        shown = examples([str(x) for x in lost])
-        want = f"(pp, tp) shards {shown} missing ({len(lost)} of {world_size})"
-    else:
-        want = "world size unknown, expected one per rank"
-    key = f"{RERUN_PREFIX}shard_X_{world_size}" if world_size else f"{RERUN_PREFIX}shard_*"
-    msg = (
-        f"{common} says the rerun state machine is active ({said}) but {_meta_rel(info)} {has} "
-        f"({want}); loading fails with 'Missing key in checkpoint state_dict: {key}'. "
-        "The save reused a cached plan (--ckpt-assume-constant-structure): load with "
-        "--rerun-mode disabled, or re-save with a Megatron that always emits the rerun state"
-    )
-    return make_finding("torch-dist-common-drift", msg, file=info.common_file or _meta_rel(info))
-
-
-def _field(obj: Any, name: str) -> Any:
-    """`obj[name]` of a dict, or the attribute of a pickled object (e.g. a Namespace)."""
-    if isinstance(obj, dict):
-        return obj.get(name)
-    if isinstance(obj, PickledObject) and isinstance(obj.state, dict):
-        return obj.state.get(name)
-    return getattr(obj, name, None) if obj is not None and not isinstance(obj, (str, int)) else None
-
-
-def _enum(value: Any) -> Any:
-    """An enum member's value, whether pickled (Megatron not installed) or plain."""
-    if isinstance(value, PickledObject):
-        return value.args[0] if len(value.args) == 1 else None
-    return getattr(value, "value", value)
-
-
-_RERUN_STATES = {
-    0: "NOT_RUNNING_YET",
-    1: "INITIAL_RUN",
-    2: "RERUNNING_IN_PLACE",
-    3: "WILL_RERUN_FROM_CHECKPOINT",
-    4: "RERUNNING_FROM_CHECKPOINT",
-    5: "RERUNNING_AGAIN_FROM_CHECKPOINT",
-}
-
-
-def _state_name(state: Any) -> str:
-    return _RERUN_STATES.get(state, str(state)) if isinstance(state, int) else short_repr(state)
-
-
-def _world_size(info: TorchDistInfo, present: set[str]) -> int | None:
-    """From `args.world_size`, else from existing shard keys, else from `__{rank}_*.distcp`."""
-    world = _field(_field(info.common, "args"), "world_size")
-    if type(world) is int and world > 0:
-        return world
-    sizes = {int(m.group(1)) for k in present if (m := re.fullmatch(r"shard_\d+_(\d+)", k))}
-    if len(sizes) == 1:
-        return sizes.pop()
-    ranks = {int(m.group(1)) for f in info.distcp_sizes if (m := _DISTCP_RANK.search(f))}
-    return max(ranks) + 1 if ranks else None
-
-
-def _pp_tp_grid(common: Any) -> dict[str, tuple[int, int]]:
-    """Older Megatron: one rerun shard per (pp, tp) rank pair, from `args`."""
-    args = _field(common, "args")
-    pp = _field(args, "pipeline_model_parallel_size")
-    tp = _field(args, "tensor_model_parallel_size")
-    if not (type(pp) is int and type(tp) is int and pp > 0 and tp > 0):
-        return {}
-    return {f"shard_{p}.{t}_{pp}.{tp}": (p, t) for p in range(pp) for t in range(tp)}
-
-
-# -- metadata.json ------------------------------------------------------------------------
-
-
-def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> list[Finding]:
-    rel = _rel(info.iteration_dir, METADATA_JSON)
-    if rel in scanned.json_files and info.metadata_json is None:
-        return []  # unreadable: already a scan problem
-    if not info.tensors and not info.byte_keys and not info.distcp_sizes:
-        return []  # nothing of the checkpoint was found; the scan problems say why
-    if info.metadata_json is None:
-        msg = (
-            f"{rel} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
-            'write {"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
-            '"common_backend": "torch", "common_backend_version": 1}'
-        )
-        return [make_finding("torch-dist-metadata-json", msg, file=rel)]
-    backend = info.metadata_json.get("sharded_backend")
-    if backend != "torch_dist":
-        msg = (
-            f"{rel} says sharded_backend {backend!r}, but the folder holds a DCP torch_dist "
-            "checkpoint (.metadata and .distcp files); expected 'torch_dist': fix the file "
-            "or Megatron will load it with the wrong strategy"
-        )
-        return [make_finding("torch-dist-metadata-json", msg, file=rel)]
-    return []
+LAYOUT = LayoutReader(NAME, detect, scan)

@@ -19,8 +19,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from inspector.checks.files import read_problem_findings
 from inspector.codes import CODES
 from inspector.findings import Finding
+from inspector.model import FileRole, ReadProblem
 
 __all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata"]
 
@@ -31,8 +33,14 @@ HEADER_CAP = 1 << 16
 
 def _check_findings(findings: tuple[Finding, ...] | list[Finding]) -> None:
     for f in findings:
+        assert isinstance(f, Finding), f
         assert f.code in CODES, f.code
         assert len(f.message) <= MAX_MESSAGE, (f.code, len(f.message), f.message[:200])
+
+
+def _check_problems(problems: tuple[ReadProblem, ...] | list[ReadProblem]) -> None:
+    """A reader's problems, as the findings `check` makes of them."""
+    _check_findings(read_problem_findings(problems))
 
 
 # -- (a) the safetensors header reader --------------------------------------------------------
@@ -75,20 +83,20 @@ def index_json(data: bytes) -> None:
     root = _folder()
     for name in ("model.safetensors.index.json", "x.safetensors.json", "config.json"):
         (root / name).write_bytes(data)
-    doc, findings = read_index_doc(root / "model.safetensors.index.json", root=root)
-    _check_findings(findings)
+    doc, problems = read_index_doc(root / "model.safetensors.index.json", root=root)
+    _check_problems(problems)
     if doc is not None:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in doc.weight_map.items())
         assert all(
             not v.startswith("/") and ".." not in v.split("/") for v in doc.weight_map.values()
         )
-    _sidecar, findings = read_index_doc(
-        root / "x.safetensors.json", root=root, unreadable_code="sidecar-unreadable"
+    _sidecar, problems = read_index_doc(
+        root / "x.safetensors.json", root=root, role=FileRole.SIDECAR
     )
-    _check_findings(findings)
-    config, _quant, _spec, _found, findings = read_config_files(root, root=root)
-    _check_findings(findings)
-    assert config is None or isinstance(config, dict)
+    _check_problems(problems)
+    files = read_config_files(root, root=root)
+    _check_problems(files.problems)
+    assert files.config is None or isinstance(files.config, dict)
     salvage_json_prefix(root / "config.json")
 
 
@@ -120,8 +128,8 @@ def pickle_metadata(data: bytes) -> None:
         assert len(str(exc)) <= MAX_MESSAGE
         return
     assert audit is not None  # nothing unpickles that the audit refused
-    *_, findings = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
-    _check_findings(findings)
+    *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+    _check_problems(problems)
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {

@@ -1,0 +1,339 @@
+"""Megatron torch_dist: do the `.distcp` files hold what `.metadata` stores, do the chunks
+cover every tensor, does the common state agree with the sharded metadata, is
+`metadata.json` the torch_dist one? Pure: the reader recorded sizes and documents.
+
+Codes: torch-dist-missing-file, torch-dist-chunk-gap, torch-dist-chunk-overlap,
+torch-dist-common-drift, torch-dist-metadata-json (docs/findings.md). Unreadable files are
+the reader's problems (`inspector.checks.files`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from inspector.checks.coverage import Chunk, coverage
+from inspector.codes import Code, code_set
+from inspector.findings import Finding, examples, fold, fold_ranges, make_finding, short_repr
+from inspector.layouts.torch_dist import METADATA_FILE, METADATA_JSON, RERUN_PREFIX
+from inspector.model import PickledObject, ScannedCheckpoint, TorchDistInfo
+from inspector.naming import layer_expert_numbers
+from inspector.naming_rules import DISTCP_FILE, RERUN_SHARD_KEY
+from inspector.units import format_count
+
+__all__ = ["CODES", "check_torch_dist", "chunk_coverage"]
+
+CODES = code_set(
+    Code.TORCH_DIST_MISSING_FILE,
+    Code.TORCH_DIST_CHUNK_GAP,
+    Code.TORCH_DIST_CHUNK_OVERLAP,
+    Code.TORCH_DIST_COMMON_DRIFT,
+    Code.TORCH_DIST_METADATA_JSON,
+)
+
+
+def check_torch_dist(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Drift checks of a torch_dist checkpoint, from scanned data only (no IO)."""
+    info = scanned.torch_dist
+    if info is None:
+        return []
+    return [
+        *_check_files(info),
+        *_check_chunks(info),
+        *_check_common_drift(info),
+        *_check_metadata_json(scanned, info),
+    ]
+
+
+def _rel(prefix: str, name: str) -> str:
+    return f"{prefix}/{name}" if prefix else name
+
+
+def _meta_rel(info: TorchDistInfo) -> str:
+    return _rel(info.iteration_dir, METADATA_FILE)
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+def _check_files(info: TorchDistInfo) -> list[Finding]:
+    """Storage records pointing into missing or short `.distcp` files, and chunks that have
+    no storage record at all."""
+    # 1. The furthest byte each file must hold (one pass; details only for bad files).
+    ends: dict[str, int] = {}
+    for file, start, length in info.storage.values():
+        if ends.get(file, -1) < start + length:
+            ends[file] = start + length
+    bad = {f for f, end in ends.items() if info.distcp_sizes.get(f, -1) < end}
+    found = [_file_finding(file, info) for file in sorted(bad)]
+    # 2. Chunks and objects the metadata lists but stores nowhere.
+    storage = info.storage
+    missing = [
+        (fqn, offsets)
+        for fqn, tensor in info.tensors.items()
+        for offsets, _ in tensor.chunks
+        if (fqn, offsets) not in storage
+    ] + [(key, ()) for key in info.byte_keys if (key, ()) not in storage]
+    rel = _meta_rel(info)
+
+    def detail(_file: str | None, item: tuple[str, tuple[int, ...]]) -> Finding:
+        fqn, offsets = item
+        msg = (
+            f"{fqn}: the chunk at offsets {tuple(offsets)} has no storage record in {rel}, "
+            "so no .distcp file holds its bytes; the save was incomplete: re-save the checkpoint"
+        )
+        return _tensor_finding(Code.TORCH_DIST_MISSING_FILE, msg, rel, fqn)
+
+    summary = _summary(Code.TORCH_DIST_MISSING_FILE, rel, "chunks without storage")
+    return found + fold(missing, detail, summary)
+
+
+def _tensor_finding(code: Code, message: str, file: str, fqn: str) -> Finding:
+    ((layer, expert),) = layer_expert_numbers([fqn])
+    return make_finding(code, message, file=file, tensor=fqn, layer=layer, expert=expert)
+
+
+def _summary(
+    code: Code, file: str, what: str
+) -> Callable[[str | None, Sequence[Any], int], Finding]:
+    def summary(_group: str | None, rest: Sequence[Any], _shown: int) -> Finding:
+        tensors = [item[0] for item in rest]
+        message = f"{len(rest):,} more {what} ({examples(tensors)}), not listed one by one"
+        return make_finding(code, message, file=file)
+
+    return summary
+
+
+def _file_finding(file: str, info: TorchDistInfo) -> Finding:
+    entries = [(fqn, s + n) for (fqn, _), (f, s, n) in info.storage.items() if f == file]
+    names = sorted({fqn for fqn, _ in entries})
+    size = info.distcp_sizes.get(file)
+    if size is None:
+        msg = (
+            f"{file} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
+            f"({examples(names)}); restore the file from the original save"
+        )
+        return make_finding(Code.TORCH_DIST_MISSING_FILE, msg, file=file)
+    past = sorted({fqn for fqn, end in entries if end > size})
+    end = max(e for _, e in entries)
+    msg = (
+        f"{file} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
+        f"{len(past)} entries lie past the end ({examples(past)}): the file was truncated "
+        "(interrupted copy or save?); restore it from the original save"
+    )
+    return make_finding(Code.TORCH_DIST_MISSING_FILE, msg, file=file)
+
+
+# -- chunks ----------------------------------------------------------------------------------
+
+
+def _check_chunks(info: TorchDistInfo) -> list[Finding]:
+    gaps: list[tuple[str, str]] = []
+    overlaps: list[tuple[str, str]] = []
+    rel = _meta_rel(info)
+    for fqn, tensor in info.tensors.items():
+        result = chunk_coverage(tensor.size, tensor.chunks)
+        if result is not None:
+            code, what = result
+            (gaps if code is Code.TORCH_DIST_CHUNK_GAP else overlaps).append((fqn, what))
+
+    def detail(code: Code) -> Callable[[str | None, tuple[str, str]], Finding]:
+        def build(_group: str | None, item: tuple[str, str]) -> Finding:
+            fqn, what = item
+            msg = (
+                f"{fqn}: the chunks in {rel} {what}; the save lost or duplicated part of "
+                "this tensor: re-save the checkpoint from a run that holds all ranks"
+            )
+            return _tensor_finding(code, msg, rel, fqn)
+
+        return build
+
+    gap, overlap = Code.TORCH_DIST_CHUNK_GAP, Code.TORCH_DIST_CHUNK_OVERLAP
+    return [
+        *fold(gaps, detail(gap), _summary(gap, rel, "tensors with uncovered regions")),
+        *fold(overlaps, detail(overlap), _summary(overlap, rel, "tensors with overlapping chunks")),
+    ]
+
+
+def chunk_coverage(size: tuple[int, ...], chunks: Iterable[Chunk]) -> tuple[Code, str] | None:
+    """None when the chunks tile `size` exactly; else (code, what is wrong), worded for a
+    torch_dist message ("the chunks in .metadata <what>")."""
+    chunks = list(chunks)
+    result = coverage(size, chunks)
+    # Sizes come from an untrusted .metadata (a hostile one may have 400 axes of 2**40):
+    # shown bounded, counts never printed digit by digit.
+    shown = short_repr(size)
+    if result.outside is not None:
+        offsets, sizes = chunks[result.outside]
+        return Code.TORCH_DIST_CHUNK_GAP, (
+            f"include offsets {short_repr(offsets)} with sizes {short_repr(sizes)}, outside the "
+            f"global size {shown}"
+        )
+    if result.complete:
+        return None
+    total = result.total
+    if not result.exact:
+        if result.volume < total:
+            return Code.TORCH_DIST_CHUNK_GAP, (
+                f"cover at most {format_count(result.volume)} of the {format_count(total)} "
+                f"elements of the global size {shown}"
+            )
+        return Code.TORCH_DIST_CHUNK_OVERLAP, (
+            f"hold {format_count(result.volume)} elements for a global size {shown} of "
+            f"{format_count(total)}: chunks overlap"
+        )
+    if result.covered < total:
+        hole = result.holes[0]
+        at = tuple(a for a, _ in hole)
+        extent = tuple(b - a for a, b in hole)
+        return Code.TORCH_DIST_CHUNK_GAP, (
+            f"cover {result.covered:,} of the {total:,} elements of the global size {size}; "
+            f"e.g. the block at offsets {at} with sizes {extent} is in no chunk"
+        )
+    return Code.TORCH_DIST_CHUNK_OVERLAP, (
+        f"overlap: {result.multiple:,} elements of the global size {size} are in more than one "
+        f"chunk, e.g. at offsets {result.overlap_at}"
+    )
+
+
+# -- common-state drift (seed megatron-4448) ------------------------------------------------
+#
+# Keys relied on (Megatron-LM `RerunStateMachine.state_dict` and `save_checkpoint`):
+#   common["rerun_state_machine"] = {"mode": RerunMode, "state": RerunState,
+#                                    "current_iteration": int}  (newer: rank state sharded as
+#   `rerun_state_machine_state/shard_{rank}_{world_size}`); older versions kept only "mode"
+#   in common and sharded per (pp, tp) as `rerun_state_machine_state/shard_{pp}.{tp}_{PP}.{TP}`.
+#   common["args"].world_size / tensor_model_parallel_size / pipeline_model_parallel_size.
+# RerunState.NOT_RUNNING_YET == 0 and RerunMode.DISABLED == "disabled" mean nothing to restore.
+
+
+def _check_common_drift(info: TorchDistInfo) -> list[Finding]:
+    rerun = _field(info.common, "rerun_state_machine")
+    if not isinstance(rerun, dict) or _enum(rerun.get("mode")) in (None, "disabled"):
+        return []
+    state = _enum(rerun.get("state"))
+    if "state" in rerun and state in (0, "NOT_RUNNING_YET", None):
+        return []
+    present = {k[len(RERUN_PREFIX) :] for k in info.byte_keys if k.startswith(RERUN_PREFIX)}
+    expected: Mapping[str, Any]
+    if "state" in rerun:
+        world = _world_size(info, present)
+        expected = {f"shard_{r}_{world}": r for r in range(world)} if world else {}
+    else:
+        expected = _pp_tp_grid(info.common)
+    lost = sorted(rank for shard, rank in expected.items() if shard not in present)
+    if present and not lost:
+        return []
+    return [
+        _drift_finding(info, rerun, state, world_size=len(expected), lost=lost, present=present)
+    ]
+
+
+def _drift_finding(
+    info: TorchDistInfo, rerun: dict, state: Any, *, world_size: int, lost: list, present: set
+) -> Finding:
+    common = info.common_file or "the common state"
+    # Values from the common state are untrusted: shown bounded, never str() of a whole tree.
+    said = f"mode {short_repr(_enum(rerun.get('mode')), limit=60)}"
+    if "state" in rerun:
+        iteration = short_repr(rerun.get("current_iteration"), limit=40)
+        said += f", state {_state_name(state)}, iteration {iteration}"
+    if not present:
+        has = f"has no {RERUN_PREFIX}shard_* entries"
+    else:
+        has = f"has {len(present)} {RERUN_PREFIX}shard_* entries"
+    if lost and isinstance(lost[0], int):
+        ranks = "rank" if len(lost) == 1 else "ranks"
+        want = f"{ranks} {fold_ranges(lost)} missing ({len(lost)} of {world_size})"
+    elif lost:
+        shown = examples([str(x) for x in lost])
+        want = f"(pp, tp) shards {shown} missing ({len(lost)} of {world_size})"
+    else:
+        want = "world size unknown, expected one per rank"
+    key = f"{RERUN_PREFIX}shard_X_{world_size}" if world_size else f"{RERUN_PREFIX}shard_*"
+    msg = (
+        f"{common} says the rerun state machine is active ({said}) but {_meta_rel(info)} {has} "
+        f"({want}); loading fails with 'Missing key in checkpoint state_dict: {key}'. "
+        "The save reused a cached plan (--ckpt-assume-constant-structure): load with "
+        "--rerun-mode disabled, or re-save with a Megatron that always emits the rerun state"
+    )
+    return make_finding(Code.TORCH_DIST_COMMON_DRIFT, msg, file=info.common_file or _meta_rel(info))
+
+
+def _field(obj: Any, name: str) -> Any:
+    """`obj[name]` of a dict, or the attribute of a pickled object (e.g. a Namespace)."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    if isinstance(obj, PickledObject) and isinstance(obj.state, dict):
+        return obj.state.get(name)
+    return getattr(obj, name, None) if obj is not None and not isinstance(obj, (str, int)) else None
+
+
+def _enum(value: Any) -> Any:
+    """An enum member's value, whether pickled (Megatron not installed) or plain."""
+    if isinstance(value, PickledObject):
+        return value.args[0] if len(value.args) == 1 else None
+    return getattr(value, "value", value)
+
+
+_RERUN_STATES = {
+    0: "NOT_RUNNING_YET",
+    1: "INITIAL_RUN",
+    2: "RERUNNING_IN_PLACE",
+    3: "WILL_RERUN_FROM_CHECKPOINT",
+    4: "RERUNNING_FROM_CHECKPOINT",
+    5: "RERUNNING_AGAIN_FROM_CHECKPOINT",
+}
+
+
+def _state_name(state: Any) -> str:
+    return _RERUN_STATES.get(state, str(state)) if isinstance(state, int) else short_repr(state)
+
+
+def _world_size(info: TorchDistInfo, present: set[str]) -> int | None:
+    """From `args.world_size`, else from existing shard keys, else from `__{rank}_*.distcp`."""
+    world = _field(_field(info.common, "args"), "world_size")
+    if type(world) is int and world > 0:
+        return world
+    sizes = {int(m.group(2)) for k in present if (m := RERUN_SHARD_KEY.fullmatch(k))}
+    if len(sizes) == 1:
+        return sizes.pop()
+    ranks = {int(m.group(1)) for f in info.distcp_sizes if (m := DISTCP_FILE.search(f))}
+    return max(ranks) + 1 if ranks else None
+
+
+def _pp_tp_grid(common: Any) -> dict[str, tuple[int, int]]:
+    """Older Megatron: one rerun shard per (pp, tp) rank pair, from `args`."""
+    args = _field(common, "args")
+    pp = _field(args, "pipeline_model_parallel_size")
+    tp = _field(args, "tensor_model_parallel_size")
+    if not (type(pp) is int and type(tp) is int and pp > 0 and tp > 0):
+        return {}
+    return {f"shard_{p}.{t}_{pp}.{tp}": (p, t) for p in range(pp) for t in range(tp)}
+
+
+# -- metadata.json ------------------------------------------------------------------------
+
+
+def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> list[Finding]:
+    rel = _rel(info.iteration_dir, METADATA_JSON)
+    if rel in scanned.json_files and info.metadata_json is None:
+        return []  # unreadable: already a scan problem
+    if not info.tensors and not info.byte_keys and not info.distcp_sizes:
+        return []  # nothing of the checkpoint was found; the scan problems say why
+    if info.metadata_json is None:
+        msg = (
+            f"{rel} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
+            'write {"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
+            '"common_backend": "torch", "common_backend_version": 1}'
+        )
+        return [make_finding(Code.TORCH_DIST_METADATA_JSON, msg, file=rel)]
+    backend = info.metadata_json.get("sharded_backend")
+    if backend != "torch_dist":
+        msg = (
+            f"{rel} says sharded_backend {backend!r}, but the folder holds a DCP torch_dist "
+            "checkpoint (.metadata and .distcp files); expected 'torch_dist': fix the file "
+            "or Megatron will load it with the wrong strategy"
+        )
+        return [make_finding(Code.TORCH_DIST_METADATA_JSON, msg, file=rel)]
+    return []

@@ -1,0 +1,510 @@
+"""Consolidation planning: which output file each tensor goes to, where each source chunk
+lands, the output headers. Pure: scanned headers in, a frozen plan out."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from inspector.casting import dtype_for_target
+from inspector.codes import Code, code_set
+from inspector.consolidate.assignment import choose_assignment
+from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
+from inspector.errors import PlanRefusedError
+from inspector.findings import Finding, examples
+from inspector.layouts._common import INDEX_NAME
+from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
+
+__all__ = [
+    "BLOCKING",
+    "ConsolidationPlan",
+    "ConsolidationResult",
+    "OutputFile",
+    "Piece",
+    "PlannedTensor",
+    "plan_consolidation",
+]
+
+
+# Findings that make the assembled tensors wrong: consolidation refuses to run on them.
+BLOCKING = code_set(
+    Code.HEADER_UNREADABLE,
+    Code.HEADER_INVALID_ENTRY,
+    Code.UNKNOWN_DTYPE,
+    Code.SIZE_MISMATCH,
+    Code.OFFSET_INVALID,
+    Code.FILE_TRUNCATED,
+    Code.DCP_SHARDING_INFO_MISSING,
+    Code.DCP_COVERAGE_GAP,
+    Code.DCP_CHUNK_OVERLAP,
+    Code.DCP_DTYPE_CONFLICT,
+)
+
+
+OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
+
+
+_METADATA_CAP = 2_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One source chunk of a tensor: where its bytes are, and where it sits in the tensor."""
+
+    file: str
+    src_offset: int  # absolute byte offset of the chunk in `file`
+    nbytes: int
+    offsets: tuple[int, ...]
+    shape: tuple[int, ...]
+    # Byte offset inside the output tensor when the chunk is one contiguous range, else None.
+    dst_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTensor:
+    name: str
+    dtype: str  # source dtype
+    out_dtype: str
+    shape: tuple[int, ...]
+    begin: int  # data offsets in the output file's data section
+    end: int
+    pieces: tuple[Piece, ...]
+
+    @property
+    def contiguous(self) -> bool:
+        """True when every chunk is a plain byte range of the output and no cast is needed."""
+        return self.dtype == self.out_dtype and all(p.dst_offset is not None for p in self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    index: int  # 1-based
+    name: str
+    header: bytes  # the 8-byte length prefix and the padded JSON header
+    tensors: tuple[PlannedTensor, ...]
+
+    @property
+    def data_bytes(self) -> int:
+        return self.tensors[-1].end if self.tensors else 0
+
+    @property
+    def size(self) -> int:
+        return len(self.header) + self.data_bytes
+
+
+@dataclass(frozen=True)
+class ConsolidationPlan:
+    """What `execute` will write, decided from headers only. Print it to review it."""
+
+    source: Path
+    dest: Path
+    outputs: tuple[OutputFile, ...]
+    assignment: str  # which rule chose the output files
+    reason: str  # why that rule applied
+    dtype: str | None  # the cast target (safetensors dtype), if any
+    metadata_files: tuple[str, ...]  # public `.hf_metadata/` files copied to DEST
+    notes: tuple[str, ...] = ()
+    findings: tuple[Finding, ...] = ()  # non-blocking findings of the source
+
+    @property
+    def total_size(self) -> int:
+        return sum(o.data_bytes for o in self.outputs)
+
+    @property
+    def total_parameters(self) -> int:
+        return sum(math.prod(t.shape) for o in self.outputs for t in o.tensors)
+
+    @property
+    def weight_map(self) -> dict[str, str]:
+        return {t.name: o.name for o in self.outputs for t in o.tensors}
+
+    def describe(self) -> str:
+        """A readable summary: every output file, its tensors and bytes, and the reasons."""
+        return describe_plan(self)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def execute(
+        self,
+        *,
+        resume: bool = False,
+        progress: bool = True,
+        verify: bool = True,
+        verify_data: bool = False,
+        workers: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
+        fsync: bool = True,
+    ) -> ConsolidationResult:
+        """Write the outputs, then the index (rank 0), then verify DEST.
+
+        `resume` keeps outputs already complete (same size and header). `verify` re-scans and
+        checks DEST; `verify_data` also compares every tensor's content hash with the source.
+        `workers` threads write separate files (each holds one 8 MB block buffer). Under
+        torchrun, or with `rank`/`world_size`, output i is written by rank i % world_size.
+        `fsync=False` skips flushing each output to disk before its rename: a killed process
+        still never leaves a partial file under a final name, but a power loss may (for
+        scratch destinations that are re-created on failure anyway).
+        """
+        from inspector.consolidate.driver import execute_plan
+
+        return execute_plan(
+            self,
+            resume=resume,
+            progress=progress,
+            verify=verify,
+            verify_data=verify_data,
+            workers=workers,
+            rank=rank,
+            world_size=world_size,
+            fsync=fsync,
+        )
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    """What one process wrote and what the verification of DEST found."""
+
+    dest: Path
+    written: tuple[str, ...]
+    skipped: tuple[str, ...]  # complete outputs left alone by `resume=True`
+    bytes_written: int
+    seconds: float
+    index_file: str | None  # None on ranks other than 0
+    metadata_files: tuple[str, ...]
+    rank: int = 0
+    world_size: int = 1
+    verified: bool = False
+    findings: tuple[Finding, ...] = ()
+    data_checked: int = 0
+    data_mismatches: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No finding and no content mismatch in DEST (True on ranks that did not verify)."""
+        return not self.findings and not self.data_mismatches
+
+    def describe(self) -> str:
+        return describe_result(self)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def plan_consolidation(
+    scanned: ScannedCheckpoint,
+    dest: str | os.PathLike[str],
+    *,
+    mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
+    reference: str | os.PathLike[str] | None = None,
+    max_shard_size: int | str = SHARD_SPLIT_SIZE,
+    dtype: str | None = None,
+) -> ConsolidationPlan:
+    """Plan the consolidation of a scanned DCP-sharded checkpoint into `dest`.
+
+    Output files are assigned by the first rule that applies: `mapping` (JSON {fqn: 1-based
+    index}), `.hf_metadata/fqn_to_file_index_mapping.json`, `reference` (an HF folder or index),
+    a reference index kept in `.hf_metadata/`, else greedy by size in key order. Raises
+    `PlanRefusedError` when the source has gaps, overlaps or conflicting chunks.
+    """
+    # 1. Is there something sound to consolidate?
+    dest_path = _check_dest(scanned, Path(dest))
+    findings = _refuse_on_errors(scanned, explicit=mapping is not None or reference is not None)
+    try:
+        target = dtype_for_target(dtype) if dtype else None
+        limit = parse_size(max_shard_size)
+    except ValueError as exc:
+        raise PlanRefusedError(str(exc)) from None
+    # 2. Every tensor with its chunks located in the source files.
+    sources = _source_tensors(scanned)
+    # 3. Which output file each tensor goes to, and why.
+    out_bytes = {s.name: _out_nbytes(s, target) for s in sources.values()}
+    choice = choose_assignment(scanned, list(sources), out_bytes, mapping, reference, limit)
+    # 4. Headers and offsets of every output.
+    outputs = _build_outputs(sources, choice.groups, target)
+    notes = [*choice.notes, *_size_notes(outputs, limit, choice.rule)]
+    return ConsolidationPlan(
+        source=scanned.path,
+        dest=dest_path,
+        outputs=outputs,
+        assignment=choice.rule,
+        reason=choice.reason,
+        dtype=target,
+        metadata_files=_public_metadata_files(scanned),
+        notes=tuple(notes),
+        findings=tuple(findings),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    chunks: tuple[DcpChunk, ...]
+    locations: tuple[tuple[int, int], ...]  # (absolute offset, nbytes) of each chunk
+
+
+def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
+    if scanned.dcp is None:
+        raise PlanRefusedError(
+            f"{scanned.path}: layout is {scanned.layout}, not DCP-sharded safetensors; "
+            "only a folder of shard-*-model-*.safetensors files with DCP_SHARDING_INFO can be "
+            "consolidated"
+        )
+    resolved = dest.expanduser().resolve()
+    if resolved == scanned.path.resolve():
+        raise PlanRefusedError(
+            f"{dest}: DEST is the source folder; write to a new folder such as "
+            f"{scanned.path / 'consolidated'}"
+        )
+    return resolved
+
+
+def _refuse_on_errors(scanned: ScannedCheckpoint, *, explicit: bool) -> list[Finding]:
+    """Raise on findings that would make the output wrong; return the others."""
+    from inspector.checks.dcp import check_dcp
+
+    found = list(dict.fromkeys([*scanned.problems, *check_dcp(scanned)]))
+    blocking = [f for f in found if f.code in BLOCKING]
+    if not explicit:
+        # Without --mapping/--reference a broken mapping file would silently change the layout.
+        blocking += [f for f in found if f.code == "mapping-unreadable"]
+    if blocking:
+        lines = "\n".join(f"  [{f.code}] {f.message}" for f in blocking[:10])
+        more = f"\n  ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
+        raise PlanRefusedError(
+            f"{scanned.path}: cannot consolidate, {len(blocking)} problem(s) would make the "
+            f"output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
+            "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
+            "then plan again."
+        )
+    return [f for f in found if f not in blocking]
+
+
+def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
+    """Each tensor's chunks with their absolute byte ranges. Pure (headers only)."""
+    where: dict[str, dict[str, tuple[int, int]]] = {}
+    root = scanned.path.resolve()
+    for shard in scanned.shards:
+        if (root / shard.file).resolve().parent != root:
+            raise PlanRefusedError(
+                f"{shard.file}: is a link to a file outside {root}; consolidation reads only "
+                "files inside the checkpoint folder, copy the file in instead of linking it"
+            )
+        start = shard.data_start
+        where[shard.file] = {
+            n: (start + b, e - b)
+            for n, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True)
+        }
+    out: dict[str, _Source] = {}
+    table = _dcp(scanned).table
+    for i, name in enumerate(table.names):
+        chunks = table.chunks(i)
+        locations = tuple(where[c.file][name] for c in chunks)
+        source = _Source(name, chunks[0].dtype, table.full[i], chunks, locations)
+        _check_sub_byte(source)
+        out[name] = source
+    if not out:
+        raise PlanRefusedError(
+            f"{scanned.path}: no tensor chunk could be read from {len(scanned.shards)} file(s); "
+            "nothing to consolidate"
+        )
+    return out
+
+
+def _dcp(scanned: ScannedCheckpoint) -> DcpInfo:
+    if scanned.dcp is None:  # `_check_dest` refused it already
+        raise PlanRefusedError(f"{scanned.path}: not DCP-sharded safetensors")
+    return scanned.dcp
+
+
+def _check_sub_byte(source: _Source) -> None:
+    """Packed dtypes (F4, F6) can only be copied as whole bytes, never split inside one."""
+    bits = DTYPE_BITS[source.dtype]
+    if bits % 8 == 0:
+        return
+    for chunk in source.chunks:
+        start = _linear_offset(chunk.offsets, source.shape)
+        whole = (start * bits) % 8 == 0 and (math.prod(chunk.shape) * bits) % 8 == 0
+        if _contiguous(chunk.shape, source.shape) is False or not whole:
+            raise PlanRefusedError(
+                f"tensor {source.name!r} ({source.dtype}, {bits} bits) has a chunk in "
+                f"{chunk.file} at offsets {list(chunk.offsets)} shape {list(chunk.shape)} that "
+                "does not start and end on a whole byte of the output; packed tensors can only "
+                "be consolidated when sharded along whole bytes, re-save them unsharded"
+            )
+
+
+def _out_nbytes(source: _Source, target: str | None) -> int:
+    dtype = _out_dtype(source.dtype, target)
+    return math.prod(source.shape) * DTYPE_BITS[dtype] // 8
+
+
+def _out_dtype(dtype: str, target: str | None) -> str:
+    return target if target and dtype in FLOAT_DTYPES else dtype
+
+
+def _build_outputs(
+    sources: dict[str, _Source], groups: list[list[str]], target: str | None
+) -> tuple[OutputFile, ...]:
+    count = len(groups)
+    outputs = []
+    for k, group in enumerate(groups, start=1):
+        tensors = []
+        offset = 0
+        for name in group:
+            tensor = _plan_tensor(sources[name], target, offset)
+            tensors.append(tensor)
+            offset = tensor.end
+        name = OUTPUT_NAME.format(i=k, n=count)
+        outputs.append(OutputFile(k, name, _header_bytes(tensors), tuple(tensors)))
+    return tuple(outputs)
+
+
+def _plan_tensor(source: _Source, target: str | None, begin: int) -> PlannedTensor:
+    bits = DTYPE_BITS[source.dtype]
+    pieces = []
+    for chunk, (src_offset, nbytes) in zip(source.chunks, source.locations, strict=True):
+        if not math.prod(chunk.shape):
+            continue  # an empty chunk (more ranks than rows) has nothing to copy
+        dst = None
+        if _contiguous(chunk.shape, source.shape):
+            dst = _linear_offset(chunk.offsets, source.shape) * bits // 8
+        pieces.append(Piece(chunk.file, src_offset, nbytes, chunk.offsets, chunk.shape, dst))
+    out_dtype = _out_dtype(source.dtype, target)
+    end = begin + math.prod(source.shape) * DTYPE_BITS[out_dtype] // 8
+    return PlannedTensor(
+        source.name, source.dtype, out_dtype, source.shape, begin, end, tuple(pieces)
+    )
+
+
+# Cached: the chunks of same-shaped tensors (every expert, every layer) repeat the same
+# (shape, offsets, full shape) triples, and planning 300,000 tensors calls these millions of times.
+@lru_cache(maxsize=1 << 16)
+def _contiguous(chunk: tuple[int, ...], full: tuple[int, ...]) -> bool:
+    """A chunk is one byte range of the full tensor when, after its leading size-1 dims, only
+    its first remaining dim may be partial (row-sharded), every later one complete."""
+    for d, n in enumerate(chunk):
+        if n != 1:
+            return chunk[d + 1 :] == full[d + 1 :]
+    return True
+
+
+@lru_cache(maxsize=1 << 16)
+def _linear_offset(offsets: tuple[int, ...], full: tuple[int, ...]) -> int:
+    linear = 0
+    for o, n in zip(offsets, full, strict=True):
+        linear = linear * n + o
+    return linear
+
+
+def _header_bytes(tensors: Iterable[PlannedTensor]) -> bytes:
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    for t in tensors:
+        header[t.name] = {
+            "dtype": t.out_dtype,
+            "shape": list(t.shape),
+            "data_offsets": [t.begin, t.end],
+        }
+    raw = orjson.dumps(header)
+    # Pad with spaces to 8 bytes so the data section is aligned, as the safetensors writer does.
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[str]:
+    if rule.startswith("greedy"):
+        return []
+    big = [o.name for o in outputs if o.data_bytes > limit and len(o.tensors) > 1]
+    if not big:
+        return []
+    return [f"{len(big)} output file(s) exceed {limit:,} bytes as the {rule} asks: {examples(big)}"]
+
+
+def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+    """Files of `.hf_metadata/` a loader needs (config, tokenizer...), not the run's mappings
+    nor a kept reference index, which would clash with the one we write."""
+    meta_dir = _dcp(scanned).hf_metadata_dir
+    if meta_dir is None:
+        return ()
+    folder = scanned.path / meta_dir
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return ()
+    keep = []
+    for entry in entries:
+        skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
+        skip = skip or entry.name.endswith(".safetensors") or entry.is_symlink()
+        if not skip and entry.is_file() and entry.stat().st_size <= _METADATA_CAP:
+            keep.append(f"{meta_dir}/{entry.name}")
+    return tuple(keep)
+
+
+def describe_plan(plan: ConsolidationPlan) -> str:
+    tensors = sum(len(o.tensors) for o in plan.outputs)
+    column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
+    lines = [
+        f"Consolidation plan: {plan.source} -> {plan.dest}",
+        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters, "
+        f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
+        f"  assignment: {plan.assignment}",
+        f"    why: {plan.reason}",
+        f"  copy: {tensors - column:,} tensor(s) as byte ranges, {column:,} assembled "
+        "(column-sharded or cast)",
+    ]
+    if plan.dtype:
+        cast = sum(1 for o in plan.outputs for t in o.tensors if t.dtype != t.out_dtype)
+        lines.append(f"  cast: {cast:,} floating tensor(s) to {plan.dtype}; others unchanged")
+    # A 250-file plan shows its first and last files; the count says how many were left out.
+    many = len(plan.outputs) > 20
+    for k, output in enumerate(plan.outputs):
+        if many and k == 10:
+            lines.append(f"    ... {len(plan.outputs) - 15} more files")
+        if not many or k < 10 or k >= len(plan.outputs) - 5:
+            lines.append(
+                f"    {output.name}: {len(output.tensors):,} tensors, {format_bytes(output.size)}"
+            )
+    lines.append(f"    {INDEX_NAME} (written last)")
+    if plan.metadata_files:
+        lines.append(
+            f"  copied from the source: {', '.join(Path(f).name for f in plan.metadata_files)}"
+        )
+    lines += [f"  note: {n}" for n in plan.notes]
+    lines += [f"  source {f.severity} [{f.code}]: {f.message}" for f in plan.findings[:10]]
+    return "\n".join(lines)
+
+
+def describe_result(result: ConsolidationResult) -> str:
+    rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
+    who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
+    lines = [
+        f"Consolidated into {result.dest}{who}: wrote {len(result.written)} file(s), "
+        f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
+    ]
+    if result.skipped:
+        kept = examples(list(result.skipped))
+        lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+    if result.index_file:
+        lines.append(f"  index: {result.index_file}")
+    if result.metadata_files:
+        lines.append(f"  copied: {', '.join(result.metadata_files)}")
+    if result.verified:
+        state = "no finding" if not result.findings else f"{len(result.findings)} finding(s)"
+        lines.append(f"  verify: re-scanned and checked the output: {state}")
+        lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
+    if result.data_checked:
+        bad = result.data_mismatches
+        state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
+        lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""The `Layout` protocol every reader implements, and the options a scan takes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from inspector.model import LayoutName, ScannedCheckpoint
+from inspector.safetensors_header import DEFAULT_HEADER_CAP
+
+__all__ = ["Layout", "LayoutReader", "ScanOptions"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScanOptions:
+    """How a scan reads: `header_cap` bounds every safetensors header it reads."""
+
+    header_cap: int = DEFAULT_HEADER_CAP
+
+
+class Layout(Protocol):
+    """An on-disk layout: recognises its folders and reads them into a `ScannedCheckpoint`.
+
+    A reader reads and never judges: what it cannot read is a `ReadProblem` in the result.
+    """
+
+    @property
+    def name(self) -> LayoutName: ...
+
+    def detect(self, path: Path) -> bool:
+        """True when `path` is a checkpoint of this layout. Cheap: names first."""
+        ...
+
+    def scan(self, path: Path, *, options: ScanOptions) -> ScannedCheckpoint:
+        """Read `path` (headers and side files only)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutReader:
+    """A `Layout` made of a reader module's two functions."""
+
+    name: LayoutName
+    detect_fn: Callable[[Path], bool]
+    scan_fn: Callable[[Path, ScanOptions], ScannedCheckpoint]
+
+    def detect(self, path: Path) -> bool:
+        return self.detect_fn(path)
+
+    def scan(self, path: Path, *, options: ScanOptions) -> ScannedCheckpoint:
+        return self.scan_fn(path, options)
