@@ -4,17 +4,18 @@ codes."""
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import inspector
-from inspector.checks import RULES, check
+from inspector.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
 from inspector.codes import Code
+from inspector.model_load import LoadVerdict, ShapeMismatch
 from inspector.scan import scan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,32 +27,66 @@ MODULES = sorted(
 )
 
 
-def _imports_alone(*modules: str) -> subprocess.CompletedProcess[str]:
-    code = "\n".join(f"import {m}" for m in modules)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+ORDERS = [
+    ("inspector.checks", "inspector.scan"),
+    ("inspector.scan", "inspector.checks"),
+    ("inspector.checks", "inspector.layouts"),
+    ("inspector.layouts", "inspector.checks"),
+    ("inspector.model", "inspector.layouts", "inspector.checks"),
+]
 
 
-def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
-    # One interpreter per module: a cycle hidden by the package's import order shows here.
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = dict(zip(MODULES, pool.map(_imports_alone, MODULES), strict=True))
-    failed = {m: r.stderr.strip().splitlines()[-1] for m, r in results.items() if r.returncode}
+@pytest.fixture(scope="module")
+def imported_alone() -> dict[tuple[str, ...], str | None]:
+    """Each module alone, and each order of ORDERS, imported in a process that has no
+    `inspector` module loaded (tests/import_alone.py: forked from a parent that holds only
+    the third-party libraries): group -> None, or the last line of its error."""
+    groups = [(m,) for m in MODULES] + ORDERS
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("import_alone.py"))],
+        input="\n".join(" ".join(g) for g in groups),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    return {tuple(group): error for group, error in rows}
+
+
+def test_every_module_imports_alone(imported_alone: dict) -> None:
+    # One process per module: a cycle hidden by the package's import order shows here.
+    failed = {m: imported_alone[(m,)] for m in MODULES if imported_alone[(m,)] is not None}
     assert failed == {}
 
 
-@pytest.mark.parametrize(
-    "order",
-    [
-        ("inspector.checks", "inspector.scan"),
-        ("inspector.scan", "inspector.checks"),
-        ("inspector.checks", "inspector.layouts"),
-        ("inspector.layouts", "inspector.checks"),
-        ("inspector.model", "inspector.layouts", "inspector.checks"),
-    ],
-)
-def test_checks_scan_and_layouts_import_in_either_order(order: tuple[str, ...]) -> None:
-    result = _imports_alone(*order)
+def test_a_cycle_fails_in_the_import_probe(tmp_path: Path) -> None:
+    """The probe sees what a fresh interpreter sees: a module that only imports after
+    another one fails alone, and the probe's parent holds no module of the project."""
+    package = tmp_path / "inspector_probe_demo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from inspector_probe_demo.b import B\nA = 1\n")
+    (package / "b.py").write_text("from inspector_probe_demo.a import A\nB = 2\n")
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("import_alone.py"))],
+        input="inspector_probe_demo.a\njson\n",
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
+    (a, a_error), (json_group, json_error) = map(json.loads, result.stdout.splitlines())
+    assert a == ["inspector_probe_demo.a"] and "ImportError" in a_error and "circular" in a_error
+    assert json_group == ["json"] and json_error is None
+
+
+@pytest.mark.parametrize("order", ORDERS)
+def test_checks_scan_and_layouts_import_in_either_order(
+    order: tuple[str, ...], imported_alone: dict
+) -> None:
+    assert imported_alone[order] is None
 
 
 def test_layouts_never_import_checks_or_build_findings() -> None:
@@ -74,8 +109,9 @@ def test_layouts_never_import_checks_or_build_findings() -> None:
 
 
 def test_rule_names_are_unique_and_codes_are_real() -> None:
-    assert len({r.name for r in RULES}) == len(RULES)
-    for rule in RULES:
+    rules = [*RULES, *MODEL_RULES]
+    assert len({r.name for r in rules}) == len(rules)
+    for rule in rules:
         assert rule.codes and rule.codes <= set(Code), rule.name
 
 
@@ -102,3 +138,55 @@ def test_every_emitted_code_is_declared_by_its_rule(demo_scans: list) -> None:
                 fired.add(rule.name)
         assert {f.code for f in check(scanned)} <= set(Code)
     assert len(fired) >= 4, fired
+
+
+def _verdict_against(scanned) -> LoadVerdict:
+    """A verdict that finds fault with the scan's own tensors: one missing, one unexpected,
+    one mis-shaped, and a parameter count that agrees with neither the index nor the shards."""
+    names = [n for s in scanned.shards for n in s.names]
+    shape = scanned.shards[0].shapes[0] if scanned.shards else ()
+    return LoadVerdict(
+        architecture="DemoModel",
+        missing=("model.not_stored.weight",),
+        unexpected=tuple(names[:1]),
+        mismatched=tuple(ShapeMismatch(n, tuple(shape), (*shape, 2)) for n in names[1:2]),
+        parameters=7,
+    )
+
+
+def test_every_model_rule_adds_or_revises_only_declared_codes(demo_scans: list) -> None:
+    """Each model rule, given findings and a verdict, changes only findings of the codes it
+    declares; the load rule fires on every loadable demo."""
+    fired = set()
+    for scanned in demo_scans:
+        found = [f for rule in rules_for(scanned.layout) for f in rule.run(scanned)]
+        verdict = _verdict_against(scanned)
+        for rule in model_rules_for(scanned.layout):
+            after = rule.run(scanned, verdict, list(found))
+            changed = {f.code for f in set(after) ^ set(found)}
+            assert changed <= rule.codes, (rule.name, scanned.path.name, changed - rule.codes)
+            if changed:
+                fired.add((rule.name, scanned.layout))
+            found = after
+    assert {name for name, _ in fired} >= {"load"}
+
+
+def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
+    demo_scans: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import inspector.model_load
+
+    built: list[object] = []
+
+    def counting(scanned, *, trust_remote_code=False):
+        built.append(scanned)
+        return _verdict_against(scanned)
+
+    monkeypatch.setattr(inspector.model_load, "load_verdict", counting)
+    scanned = next(s for s in demo_scans if s.layout == "hf-sharded")
+    codes = {f.code for f in check(scanned)}
+    assert len(built) == 1 and {"load-missing-tensor", "load-unexpected-tensor"} <= codes
+    given = _verdict_against(scanned)
+    assert {f.code for f in check(scanned, verdict=given)} == codes and len(built) == 1
+    assert not {f.code for f in check(scanned, model=False)} & {"load-missing-tensor"}
+    assert len(built) == 1
