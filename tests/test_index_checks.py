@@ -367,3 +367,36 @@ def test_index_decoded_in_pieces_equals_the_whole_decode(
     split = _common.weight_map_columns(path.read_bytes())
     # Without newlines (compact) the map is one piece; the others fall back to one decode.
     assert (split is None) == (layout in ("weight_map_first", "duplicate_across_pieces"))
+
+
+@pytest.mark.parametrize("pieces", [False, True])
+def test_bytes_that_are_not_utf8_make_the_index_unreadable_not_the_scan(
+    ckpt: Path, monkeypatch: pytest.MonkeyPatch, pieces: bool
+) -> None:
+    """A string that is not UTF-8 (a fuzz crasher: the JSON decoder raises UnicodeDecodeError
+    there, not its decode error), whole or in the pieces a large index is decoded in."""
+    from inspector.layouts import _common
+
+    if pieces:
+        monkeypatch.setattr(_common, "_PIECE_BYTES", 64)
+    doc = _index(ckpt)
+    text = json.dumps(doc, indent=2).encode()
+    name = next(iter(doc["weight_map"]))
+    (ckpt / INDEX).write_bytes(text.replace(name.encode(), name.encode() + b"\xd8", 1))
+    data = (ckpt / INDEX).read_bytes()
+    assert (len(data) >= _common._PIECE_BYTES) == pieces
+    assert _common.weight_map_columns(data) is None  # no pieces: the whole decode reports it
+    findings = [f for f in scan(ckpt).problems if f.code == "index-unreadable"]
+    assert len(findings) == 1 and "is not valid JSON" in findings[0].message
+
+
+def test_config_salvage_skips_values_that_are_not_utf8(tmp_path: Path) -> None:
+    from inspector.layouts._common import salvage_json_prefix
+
+    (tmp_path / "config.json").write_bytes(
+        b'{"num_hidden_layers": 4, "model_type": "ab\xd8", "num_experts": 8, '
+    )
+    assert salvage_json_prefix(tmp_path / "config.json") == {
+        "num_hidden_layers": 4,
+        "num_experts": 8,
+    }

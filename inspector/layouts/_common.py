@@ -47,6 +47,9 @@ JSON_CAP = 1_000_000_000
 # msgspec builds the Python objects straight from the bytes; orjson's intermediate document
 # costs about 12x the file size at its peak, 1.2 GB for the index of a million tensors.
 _DECODER = msgspec.json.Decoder()
+# msgspec raises UnicodeDecodeError (not DecodeError) for bytes that are not UTF-8 inside a
+# string; both mean "not valid JSON" here.
+_NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
 
 def relative(path: Path, root: Path) -> str:
@@ -73,7 +76,7 @@ def _read_bytes(path: Path, cap: int) -> tuple[bytes | None, str | None]:
 def _decode(data: bytes) -> tuple[Any, str | None]:
     try:
         return _DECODER.decode(data), None
-    except msgspec.DecodeError as exc:
+    except _NOT_JSON as exc:
         return None, f"is not valid JSON ({exc}); it may have been truncated by a concurrent writer"
 
 
@@ -245,7 +248,7 @@ def weight_map_columns(
         stop = end if cut < 0 else cut
         try:
             piece = _PIECE_DECODER.decode(b"{" + data[at:stop] + b"}")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        except (*_NOT_JSON, msgspec.ValidationError):
             return None
         names.extend(canonical(list(piece)))
         codes.append(
@@ -359,6 +362,6 @@ def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
             continue
         try:
             out[key] = _DECODER.decode(match.group(2))
-        except msgspec.DecodeError:
+        except _NOT_JSON:
             continue
     return {k: v for k, v in out.items() if k in SPEC_KEYS}
