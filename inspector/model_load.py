@@ -41,7 +41,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from inspector._gc import gc_paused
+from inspector.findings import short_repr
 from inspector.model import ScannedCheckpoint
+
+# What a config may ask us to build (a hostile config.json could declare a billion layers),
+# the bounds the structure checks use too.
+from inspector.spec import MAX_EXPERTS, MAX_LAYER_EXPERTS, MAX_LAYERS
+from inspector.units import format_count
 
 if TYPE_CHECKING:
     import torch
@@ -60,13 +66,6 @@ __all__ = [
 # Layouts a loader reads as they are. DCP-sharded folders and Megatron torch_dist are
 # consolidated or converted first; their verdict is the one of the result.
 LOADABLE_LAYOUTS = frozenset({"hf-sharded", "safetensors-single", "modelopt-per-layer"})
-
-# What a config may ask us to build. A hostile config.json could declare a billion layers;
-# the largest real models have about a hundred layers and a few hundred experts.
-MAX_LAYERS = 2048
-MAX_EXPERTS = 8192
-# Models that keep one module per expert build layers x experts modules.
-MAX_LAYER_EXPERTS = 250_000
 
 
 def _empty() -> Mapping[str, Any]:
@@ -283,13 +282,16 @@ def _within_bounds(config: Mapping[str, Any], depth: int = 0) -> None:
         # `shared_expert_intermediate_size`.
         if not (name.startswith(("num_", "n_")) or name.endswith(("layers", "experts", "layer"))):
             continue
+        # Shown bounded: the key and the number come from an untrusted file.
         if "layer" in name and value > MAX_LAYERS:
             raise _Skip(
-                f"config.json {key} is {value:,}, over the {MAX_LAYERS:,} this check builds"
+                f"config.json {short_repr(key, limit=80)} is {format_count(value)}, over the "
+                f"{MAX_LAYERS:,} this check builds"
             )
         if "expert" in name and value > MAX_EXPERTS:
             raise _Skip(
-                f"config.json {key} is {value:,}, over the {MAX_EXPERTS:,} this check builds"
+                f"config.json {short_repr(key, limit=80)} is {format_count(value)}, over the "
+                f"{MAX_EXPERTS:,} this check builds"
             )
         if name in ("num_hidden_layers", "num_layers", "n_layer"):
             layers = max(layers, value)

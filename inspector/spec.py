@@ -11,6 +11,11 @@ The rules mirror how the modelling code of each family decides (docs/formats.md,
   the number of layers is the pattern's length (transformers 5 no longer writes
   `num_hidden_layers` for it);
 - otherwise every layer is MoE when the config names an expert count.
+
+config.json is untrusted: a layer or expert count past any real model's (`MAX_LAYERS`,
+`MAX_EXPERTS`, `MAX_LAYER_EXPERTS` expert blocks) is treated as unknown, because the tables
+and structure checks build one entry per declared layer and expert. The load check reports
+such a config as the reason it skipped (`inspector.model_load`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,21 @@ from typing import Any
 
 from inspector.model import ModelSpec
 
-__all__ = ["SPEC_KEYS", "layer_types_from_config", "spec_from_config"]
+__all__ = [
+    "MAX_EXPERTS",
+    "MAX_LAYERS",
+    "MAX_LAYER_EXPERTS",
+    "SPEC_KEYS",
+    "layer_types_from_config",
+    "spec_from_config",
+]
+
+# Counts a config may declare: the largest real models have about a hundred layers and a few
+# hundred experts per MoE layer.
+MAX_LAYERS = 2048
+MAX_EXPERTS = 8192
+# MoE layers x experts: one expert block each.
+MAX_LAYER_EXPERTS = 250_000
 
 _EXPERT_KEYS = (
     "n_routed_experts",
@@ -70,10 +89,14 @@ def spec_from_config(config: Mapping[str, Any] | None, *, source: str = "config.
     num_layers = next((v for k in _LAYER_KEYS if (v := _int(config.get(k)))), None)
     if pattern is not None:
         num_layers = len(pattern)
+    if num_layers is not None and num_layers > MAX_LAYERS:
+        num_layers = None
     experts = next((v for k in _EXPERT_KEYS if (v := _int(config.get(k))) is not None), None)
-    if experts is not None and experts <= 0:
+    if experts is not None and not 0 < experts <= MAX_EXPERTS:
         experts = None
     moe = _moe_layers(config, num_layers, experts, pattern)
+    if experts is not None and moe and len(moe) * experts > MAX_LAYER_EXPERTS:
+        experts = None
     mtp = next((v for k in _MTP_KEYS if (v := _int(config.get(k))) is not None), 0)
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     return ModelSpec(model_type, num_layers, moe, experts, max(mtp, 0), source)

@@ -163,3 +163,24 @@ def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
     assert scanned.spec.mtp_layers == 1
     assert "num_moe_experts=64" in scanned.problems[0].message
     assert "num_mtp_layers=1" in scanned.problems[0].message
+
+
+@pytest.mark.parametrize(
+    ("config", "layers", "experts"),
+    [
+        # A hostile count (JSON integers have no size limit) would build a set per layer.
+        ({"num_hidden_layers": int("7" * 120), "n_routed_experts": 4}, None, 4),
+        ({"num_hidden_layers": 2049, "num_experts": 8}, None, 8),
+        ({"num_hidden_layers": 2048, "num_experts": 8193}, 2048, None),
+        # 61 MoE layers of 8,192 experts: 499,712 expert blocks, over the 250,000 bound.
+        ({"num_hidden_layers": 61, "num_local_experts": 8192}, 61, None),
+        # Kimi K2's size stays: 61 layers of 384 experts.
+        ({"num_hidden_layers": 61, "n_routed_experts": 384}, 61, 384),
+    ],
+)
+def test_counts_past_any_real_model_are_unknown(
+    config: dict, layers: int | None, experts: int | None
+) -> None:
+    spec = spec_from_config(config)
+    assert (spec.num_layers, spec.experts_per_layer) == (layers, experts)
+    assert spec.moe_layers is None or len(spec.moe_layers) <= 2048
