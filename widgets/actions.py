@@ -146,7 +146,10 @@ class ConsolidatePanel:
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
         source = dash.scanned.path
-        self.dest = w.Text(value=str(source / "consolidated"), description="destination")
+        # A remote source is consolidated into a local folder (here, named after it).
+        local = source / "consolidated" if isinstance(source, Path) else None
+        default = local or Path.cwd() / f"{source.name}-consolidated"
+        self.dest = w.Text(value=str(default), description="destination")
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )

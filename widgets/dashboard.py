@@ -33,6 +33,7 @@ from inspector.findings import Finding, findings_to_frame
 from inspector.html_repr import code_help_html, findings_html, frame_html, scanned_html
 from inspector.model import ScannedCheckpoint
 from inspector.scan import scan
+from inspector.storage import Location, RemoteURL
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -51,7 +52,7 @@ class CheckpointState:
 
     @classmethod
     def load(
-        cls, source: str | os.PathLike[str] | ScannedCheckpoint, *, deep: bool = False
+        cls, source: str | os.PathLike[str] | Location | ScannedCheckpoint, *, deep: bool = False
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan) and run every check."""
         scanned = source if isinstance(source, ScannedCheckpoint) else scan(source)
@@ -106,13 +107,13 @@ class Dashboard:
         return self.state.scanned
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | RemoteURL:
         return self.state.scanned.path
 
     def refresh(self) -> None:
-        """Re-scan and re-check the folder, then redraw the open tab; other tabs are rebuilt
-        when next selected."""
-        self.state = CheckpointState.load(self.path)
+        """Re-scan and re-check the folder (a remote one through the same storage, listed
+        afresh), then redraw the open tab; other tabs are rebuilt when next selected."""
+        self.state = CheckpointState.load(Location(self.scanned.location.storage.fresh()))
         self.panels.clear()
         self._draw()
 

@@ -21,6 +21,7 @@ from inspector.errors import PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
 # Findings that make the assembled tensors wrong: consolidation refuses to run on them.
 BLOCKING = code_set(
     Code.HEADER_UNREADABLE,
+    Code.FILE_UNSAFE,
     Code.HEADER_INVALID_ENTRY,
     Code.UNKNOWN_DTYPE,
     Code.SIZE_MISMATCH,
@@ -52,7 +54,7 @@ BLOCKING = code_set(
 OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
 
 
-_METADATA_CAP = 2_000_000_000
+METADATA_CAP = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,7 @@ class OutputFile:
 class ConsolidationPlan:
     """What `execute` will write, decided from headers only. Print it to review it."""
 
-    source: Path
+    source: Path | RemoteURL
     dest: Path
     outputs: tuple[OutputFile, ...]
     assignment: str  # which rule chose the output files
@@ -113,6 +115,17 @@ class ConsolidationPlan:
     metadata_files: tuple[str, ...]  # public `.hf_metadata/` files copied to DEST
     notes: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()  # non-blocking findings of the source
+    # The storage the source was scanned through: every source read goes through it (local
+    # or remote), so consolidation reads what the scan read, under the same rules.
+    storage: Storage | None = None
+
+    @property
+    def source_storage(self) -> Storage:
+        if self.storage is not None:
+            return self.storage
+        if not isinstance(self.source, Path):
+            raise TypeError(f"{self.source}: a remote source needs its storage")
+        return LocalStorage(self.source)
 
     @property
     def total_size(self) -> int:
@@ -234,6 +247,7 @@ def plan_consolidation(
     notes = [*choice.notes, *_size_notes(outputs, limit, choice.rule)]
     return ConsolidationPlan(
         source=scanned.path,
+        storage=scanned.storage,
         dest=dest_path,
         outputs=outputs,
         assignment=choice.rule,
@@ -262,7 +276,7 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
             "consolidated"
         )
     resolved = dest.expanduser().resolve()
-    if resolved == scanned.path.resolve():
+    if isinstance(scanned.path, Path) and resolved == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
             f"{scanned.path / 'consolidated'}"
@@ -294,13 +308,9 @@ def _refuse_on_errors(scanned: ScannedCheckpoint, *, explicit: bool) -> list[Fin
 def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
     """Each tensor's chunks with their absolute byte ranges. Pure (headers only)."""
     where: dict[str, dict[str, tuple[int, int]]] = {}
-    root = scanned.path.resolve()
+    # Which files may be read is the storage's rule, the scan's too: a shard it refused is a
+    # file-unsafe finding, which blocks the plan (BLOCKING) before this point.
     for shard in scanned.shards:
-        if (root / shard.file).resolve().parent != root:
-            raise PlanRefusedError(
-                f"{shard.file}: is a link to a file outside {root}; consolidation reads only "
-                "files inside the checkpoint folder, copy the file in instead of linking it"
-            )
         start = shard.data_start
         where[shard.file] = {
             n: (start + b, e - b)
@@ -437,16 +447,13 @@ def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     meta_dir = _dcp(scanned).hf_metadata_dir
     if meta_dir is None:
         return ()
-    folder = scanned.path / meta_dir
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return ()
     keep = []
-    for entry in entries:
+    for entry in (scanned.location / meta_dir).entries():
         skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
-        skip = skip or entry.name.endswith(".safetensors") or entry.is_symlink()
-        if not skip and entry.is_file() and entry.stat().st_size <= _METADATA_CAP:
+        skip = skip or entry.name.endswith(".safetensors")
+        # Regular files only (the storage refuses FIFOs and links out of the folder).
+        size = entry.size if entry.kind is EntryKind.FILE else None
+        if not skip and size is not None and size <= METADATA_CAP:
             keep.append(f"{meta_dir}/{entry.name}")
     return tuple(keep)
 

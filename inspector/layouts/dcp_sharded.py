@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
 from operator import add
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +58,7 @@ from inspector.model import (
 )
 from inspector.naming_rules import DCP_SHARD_FILE
 from inspector.safetensors_header import ShardHeader, read_shard
+from inspector.storage import Location
 
 __all__ = [
     "HF_METADATA_DIR",
@@ -80,7 +80,7 @@ SHARDING_KEY = "DCP_SHARDING_INFO"
 # -- detect ----------------------------------------------------------------------------------
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     """A DCP-sharded folder, or a checkpoint folder whose `model/` subfolder is one. Cheap:
     file names first, at most one header read."""
     if not path.is_dir():
@@ -88,7 +88,7 @@ def detect(path: Path) -> bool:
     return _dcp_folder(path) is not None
 
 
-def _dcp_folder(path: Path) -> Path | None:
+def _dcp_folder(path: Location) -> Location | None:
     if _looks_dcp(path):
         return path
     model = path / "model"
@@ -97,7 +97,7 @@ def _dcp_folder(path: Path) -> Path | None:
     return None
 
 
-def _looks_dcp(folder: Path) -> bool:
+def _looks_dcp(folder: Location) -> bool:
     files = list_safetensors(folder)
     if any(DCP_SHARD_FILE.match(p.name) for p in files):
         return True
@@ -115,12 +115,15 @@ def _looks_dcp(folder: Path) -> bool:
 # -- scan ------------------------------------------------------------------------------------
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """Read every shard header, the sharding info, `.hf_metadata/` (config, mapping, the
     reference index if kept), and rebuild each tensor's full shape from its chunks."""
     # 1. Which folder, and every header in it.
     folder = _dcp_folder(path) if path.is_dir() else None
     folder = folder or (path if path.is_dir() else path.parent)
+    # Every file is named relative to the DCP folder, read in a storage rooted there (with
+    # the confinement of the folder the user named).
+    folder = Location(folder.as_root())
     shards = read_shards(list_safetensors(folder), root=folder, header_cap=options.header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     table, chunk_problems = chunk_table(shards)
@@ -133,7 +136,8 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
         hf_metadata_dir=HF_METADATA_DIR if (folder / HF_METADATA_DIR).is_dir() else None,
     )
     return ScannedCheckpoint(
-        path=folder,
+        path=folder.path,
+        storage=folder.storage,
         layout=NAME,
         info=dcp,
         shards=shards,
@@ -157,7 +161,7 @@ class _HfMetadata:
     problems: list[ReadProblem]
 
 
-def _read_hf_metadata(folder: Path) -> _HfMetadata:
+def _read_hf_metadata(folder: Location) -> _HfMetadata:
     """NeMo's `.hf_metadata/`; config files directly in the folder when it is absent."""
     meta = folder / HF_METADATA_DIR
     mapping, mapping_file, problems = _read_mapping(meta / MAPPING_NAME, root=folder)
@@ -343,20 +347,20 @@ def logical_tensors(table: ChunkTable) -> LogicalTensors:
 
 
 def _read_mapping(
-    path: Path, *, root: Path
+    path: Location, *, root: Location
 ) -> tuple[dict[str, int] | None, str | None, list[ReadProblem]]:
     """`fqn_to_file_index_mapping.json`: {fqn: 1-based output index}. Entries whose value is
     not a positive integer are problems and dropped."""
     if not path.is_file():
         return None, None, []
     rel = relative(path, root)
-    value, problem = read_json(path)
+    value, problem, kind = read_json(path)
     if problem is None and not isinstance(value, dict):
         problem = (
             f"holds a JSON {type(value).__name__}, expected an object {{tensor: output index}}"
         )
     if problem is not None:
-        return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem)]
+        return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem, kind)]
     mapping = {k: v for k, v in value.items() if type(v) is int and v >= 1}
     bad = [f"{k}={v!r}" for k, v in value.items() if k not in mapping]
     if not bad:

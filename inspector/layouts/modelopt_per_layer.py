@@ -5,13 +5,12 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 
 from inspector.layouts import hf_sharded
 from inspector.layouts._common import read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
+from inspector.storage import EntryKind, Location
 
 __all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan"]
 
@@ -19,18 +18,19 @@ NAME = LayoutName.MODELOPT_PER_LAYER
 SIDECAR_SUFFIX = ".safetensors.json"
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     return path.is_dir() and bool(_sidecar_paths(path))
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """The sharded scan plus every sidecar, keyed by the shard file it describes."""
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
     names = shard_names(base.shards)
-    for sidecar in _sidecar_paths(base.path):
-        doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR, names=names)
+    folder = base.location
+    for sidecar in _sidecar_paths(folder):
+        doc, found = read_index_doc(sidecar, root=folder, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
             sidecars[sidecar.name.removesuffix(".json")] = doc
@@ -39,12 +39,13 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     )
 
 
-def _sidecar_paths(folder: Path) -> list[Path]:
-    try:
-        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(SIDECAR_SUFFIX))
-    except OSError:
-        return []
-    return [folder / n for n in names]
+def _sidecar_paths(folder: Location) -> list[Location]:
+    """Sidecars in `folder`, including entries the storage refuses (reported when read)."""
+    return [
+        folder / e.name
+        for e in folder.entries()
+        if e.name.endswith(SIDECAR_SUFFIX) and e.kind is not EntryKind.DIR
+    ]
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)
