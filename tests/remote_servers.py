@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-__all__ = ["Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
+__all__ = ["FakeHub", "Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
 
 
 @contextlib.contextmanager
@@ -240,7 +240,25 @@ def _response(status: int | str, headers: Any, body: bytes) -> bytes:
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
-class RangeHTTPServer:
+class _Threaded:
+    """A `ThreadingHTTPServer` on 127.0.0.1 (a free port) served from a thread."""
+
+    def _serve(self, handler: type) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class RangeHTTPServer(_Threaded):
     """`http.server` over `root` with `Range: bytes=a-b` answered by 206 (and directory
     listings as HTML links, which fsspec's HTTP file system reads). `content_bytes` counts
     the file bytes sent."""
@@ -304,15 +322,112 @@ class RangeHTTPServer:
                         outer.content_bytes += len(body)
                 return io.BytesIO(body)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._serve(Handler)
 
-    def __enter__(self) -> RangeHTTPServer:
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+# -- a Hugging Face Hub stand-in -------------------------------------------------------------
+
+
+class FakeHub(_Threaded):
+    """The few Hub API routes `huggingface_hub` uses to read a repository (repo info at a
+    revision, the tree listing, file downloads with Range), over local folders: `repos`
+    maps "org/name" to {revision name: (commit sha, folder)}. Counts the file bytes sent and
+    records the revisions asked for."""
+
+    def __init__(self, repos: dict[str, dict[str, tuple[str, Path]]]) -> None:
+        import json as _json
+        from urllib.parse import unquote, urlsplit
+
+        self.repos = repos
+        self.content_bytes = 0
+        self.asked: list[str] = []
+        outer = self
+
+        def lookup(repo: str, rev: str) -> tuple[str, Path] | None:
+            revisions = outer.repos.get(repo, {})
+            if rev in revisions:
+                return revisions[rev]
+            return next((v for v in revisions.values() if v[0] == rev), None)
+
+        class Handler(SimpleHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, value: Any) -> None:
+                body = _json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if status == 404:
+                    self.send_header("X-Error-Code", "RepoNotFound")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_HEAD(self) -> None:
+                self.do_GET()
+
+            def do_GET(self) -> None:
+                parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
+                if parts[:1] == ["api"] and len(parts) >= 6:
+                    repo, what = f"{parts[2]}/{parts[3]}", parts[4]
+                    rest = parts[5:]
+                    # refs/pr/N arrives as one encoded segment or several.
+                    rev, path = rest[0], rest[1:]
+                    if rev == "refs" and len(rest) >= 3:
+                        rev, path = "/".join(rest[:3]), rest[3:]
+                    outer.asked.append(rev)
+                    found = lookup(repo, rev)
+                    if found is None:
+                        return self._json(404, {"error": "Repository not found"})
+                    sha, root = found
+                    if what == "revision":
+                        files = [p for p in root.rglob("*") if p.is_file()]
+                        siblings = [{"rfilename": p.relative_to(root).as_posix()} for p in files]
+                        return self._json(200, {"id": repo, "sha": sha, "siblings": siblings})
+                    if what == "tree":
+                        folder = root.joinpath(*path)
+                        entries = []
+                        for p in sorted(folder.iterdir()):
+                            rel = p.relative_to(root).as_posix()
+                            if p.is_dir():
+                                entries.append({"type": "directory", "path": rel, "oid": "0" * 40})
+                            else:
+                                size = p.stat().st_size
+                                entries.append(
+                                    {"type": "file", "path": rel, "size": size, "oid": "1" * 40}
+                                )
+                        return self._json(200, entries)
+                    return self._json(404, {"error": "not found"})
+                if len(parts) >= 4 and parts[2] == "resolve":
+                    repo, rev, path = f"{parts[0]}/{parts[1]}", parts[3], parts[4:]
+                    if rev == "refs" and len(parts) >= 6:
+                        rev, path = "/".join(parts[3:6]), parts[6:]
+                    found = lookup(repo, rev)
+                    file = found[1].joinpath(*path) if found else None
+                    if file is None or not file.is_file():
+                        return self._json(404, {"error": "Entry not found"})
+                    data = file.read_bytes()
+                    found_range = _RANGE.match(self.headers.get("Range", ""))
+                    if found_range:
+                        first = int(found_range.group(1))
+                        last = min(int(found_range.group(2) or len(data) - 1), len(data) - 1)
+                        body = data[first : last + 1]
+                        self.send_response(206)
+                        self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                    else:
+                        body = data
+                        self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("X-Repo-Commit", found[0] if found else "")
+                    self.send_header("ETag", '"' + "1" * 40 + '"')
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        outer.content_bytes += len(body)
+                        self.wfile.write(body)
+                    return None
+                return self._json(404, {"error": "not found"})
+
+        self._serve(Handler)

@@ -126,10 +126,11 @@ class Sealer:
 def is_complete(path: Path, output: OutputFile) -> bool:
     """A finished output: final name, expected size, and exactly the planned header."""
     try:
-        if path.stat().st_size != output.size:
-            return False
-        with path.open("rb") as fh:
-            return fh.read(len(output.header)) == output.header
+        # Non-blocking, regular files only: DEST may hold anything (a FIFO under an output name).
+        with LocalFile(path) as reader:
+            if reader.size() != output.size:
+                return False
+            return reader.read_range(0, len(output.header)) == output.header
     except OSError:
         return False
 
