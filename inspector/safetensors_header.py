@@ -37,7 +37,14 @@ from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
 from inspector.findings import FOLD, Finding, make_finding
 from inspector.storage import Location, RangeReader, local_location
 
-__all__ = ["DEFAULT_HEADER_CAP", "ShardHeader", "parse_header_bytes", "read_header", "read_shard"]
+__all__ = [
+    "DEFAULT_HEADER_CAP",
+    "ShardHeader",
+    "header_span",
+    "parse_header_bytes",
+    "read_header",
+    "read_shard",
+]
 
 DEFAULT_HEADER_CAP = 100_000_000
 _DUP_MARKER = b'"data_offsets"'
@@ -183,6 +190,16 @@ def read_shard(
         reason = exc.strerror or str(exc)
         msg = f"{rel}: cannot be read ({reason}); check that it is a readable regular file"
         return _unreadable(rel, 0, msg)
+
+
+def header_span(head: bytes, size: int, *, cap: int = DEFAULT_HEADER_CAP) -> int:
+    """How many bytes from the start of a safetensors file `read_header` reads (8 + the
+    header length), known from its first bytes; no more than `head` when the length is over
+    the cap or past the end (the reader then reports it without reading further)."""
+    if len(head) < 8:
+        return len(head)
+    length = struct.unpack("<Q", head[:8])[0]
+    return 8 + length if length <= cap and 8 + length <= size else len(head)
 
 
 def read_header(reader: RangeReader, *, file: str, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:

@@ -112,6 +112,7 @@ class Proxy:
         self._loop.run_forever()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         try:
             while True:
                 try:
@@ -133,7 +134,7 @@ class Proxy:
                     writer.write(_response(status, headers, b"" if method == "HEAD" else data))
                 else:
                     status_line, out_headers, data = await self._forward(
-                        method, path, headers, body
+                        backend, method, path, headers, body
                     )
                     with self._lock:
                         self.body_bytes += len(data)
@@ -143,32 +144,57 @@ class Proxy:
             return
         finally:
             writer.close()
+            for _, back_writer in backend:
+                back_writer.close()
 
     async def _forward(
-        self, method: str, path: str, headers: list[tuple[str, str]], body: bytes
+        self,
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
     ) -> tuple[Any, list[tuple[str, str]], bytes]:
-        back_reader, back_writer = await asyncio.open_connection(*self.backend)
-        try:
-            kept = [
-                (k, v)
-                for k, v in headers
-                if k.lower() not in ("connection", "content-length", "transfer-encoding")
-            ]
-            kept += [("Content-Length", str(len(body))), ("Connection", "close")]
-            lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in kept)]
-            back_writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
-            await back_writer.drain()
-            head = await back_reader.readuntil(b"\r\n\r\n")
-            status_line, out_headers = _parse_response(head)
-            code = int(status_line.split(" ", 2)[1])
-            bodyless = method == "HEAD" or code in (204, 304) or code < 200
-            data = (
-                b""
-                if bodyless
-                else await _read_body(back_reader, out_headers, method=method, request=False)
-            )
-        finally:
+        """One request on this client's backend connection (kept alive when the backend
+        allows it, opened again when it closed)."""
+        kept = [
+            (k, v)
+            for k, v in headers
+            if k.lower() not in ("connection", "content-length", "transfer-encoding")
+        ]
+        kept += [("Content-Length", str(len(body))), ("Connection", "keep-alive")]
+        lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in kept)]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        for attempt in range(2):
+            if not backend:
+                backend.append(await asyncio.open_connection(*self.backend))
+            back_reader, back_writer = backend[0]
+            try:
+                back_writer.write(request)
+                await back_writer.drain()
+                head = await back_reader.readuntil(b"\r\n\r\n")
+                break
+            except (ConnectionError, asyncio.IncompleteReadError):
+                back_writer.close()
+                backend.clear()  # the backend closed the kept connection: open another
+                if attempt:
+                    raise
+        status_line, out_headers = _parse_response(head)
+        code = int(status_line.split(" ", 2)[1])
+        bodyless = method == "HEAD" or code in (204, 304) or code < 200
+        data = (
+            b""
+            if bodyless
+            else await _read_body(back_reader, out_headers, method=method, request=False)
+        )
+        closing = (_get(out_headers, "connection") or "").lower() == "close" or (
+            not bodyless
+            and _get(out_headers, "content-length") is None
+            and "chunked" not in (_get(out_headers, "transfer-encoding") or "").lower()
+        )
+        if closing:
             back_writer.close()
+            backend.clear()
         if bodyless:  # keep the backend's Content-Length: a HEAD tells the size with it
             return status_line, [(k, v) for k, v in out_headers if k.lower() != "connection"], b""
         return status_line, _length_headers(out_headers), data

@@ -399,3 +399,18 @@ def test_cli_commands_take_urls(
 def test_unsupported_scheme_is_refused() -> None:
     with pytest.raises(CannotInspectError, match="unsupported URL scheme"):
         scan("ftp://example.invalid/ckpt")
+
+
+def test_dashboard_takes_a_url_and_refreshes_it(checkpoints: dict[str, Path]) -> None:
+    pytest.importorskip("ipywidgets")
+    from inspector.widgets.dashboard import Dashboard
+
+    name = "modelopt-1422-sidecar-drift"
+    with RangeHTTPServer(checkpoints[f"demo/{name}"].parent) as server:
+        dash = Dashboard(f"{server.url}/{name}/")
+        assert str(dash.path) == f"{server.url}/{name}" and dash.state.findings
+        before = server.requests
+        dash.refresh()  # lists and reads again through the same storage
+        assert server.requests > before and dash.state.findings
+    consolidate = dash.select("Consolidate")
+    assert not consolidate.dest.value.startswith("http")  # a local destination

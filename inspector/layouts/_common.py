@@ -11,6 +11,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
 from pathlib import PurePosixPath
 from typing import Any, cast
@@ -22,7 +23,7 @@ from inspector.columns import Coded, frozen
 from inspector.errors import UnsafeFileError
 from inspector.findings import FOLD, examples
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
-from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
+from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
 from inspector.storage import EntryKind, Location, TooLargeError
 
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigFiles",
     "is_safe_member",
     "list_safetensors",
+    "prefetch",
     "read_capped",
     "read_config_files",
     "read_index_doc",
@@ -101,12 +103,31 @@ def list_safetensors(folder: Location) -> list[Location]:
     ]
 
 
+def prefetch(
+    shards: Sequence[Location],
+    *,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    side: Sequence[Location] = (),
+) -> None:
+    """Remote stores: every shard's header and the side files (whole, under the JSON cap),
+    fetched at once with as many requests in flight as allowed, before any is parsed. The
+    readers then read them from memory; a local storage has nothing to do."""
+    items: list[tuple[Location, Any]] = [(p, partial(header_span, cap=header_cap)) for p in shards]
+    items += [(p, JSON_CAP) for p in side]
+    by_storage: dict[int, list[tuple[Location, Any]]] = {}
+    for item in items:
+        by_storage.setdefault(id(item[0].storage), []).append(item)
+    for group in by_storage.values():
+        storage = group[0][0].storage
+        storage.prefetch([(p.rel, want) for p, want in group], desc="headers")
+
+
 def read_shards(
     paths: Sequence[Location], *, root: Location, header_cap: int = DEFAULT_HEADER_CAP
 ) -> tuple[ShardHeader, ...]:
-    """Every header, read concurrently where the storage allows (remote stores)."""
-    read = lambda p: read_shard(p, root=root, cap=header_cap)  # noqa: E731
-    return tuple(root.storage.map(read, list(paths), desc="shard headers"))
+    """Every header; a remote storage fetches them all at once first (`prefetch`)."""
+    prefetch(paths, header_cap=header_cap)
+    return tuple(read_shard(p, root=root, cap=header_cap) for p in paths)
 
 
 def is_safe_member(value: str) -> bool:

@@ -38,6 +38,7 @@ from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_index_doc,
     read_json,
@@ -105,8 +106,8 @@ def _looks_dcp(folder: Location) -> bool:
         files or (folder / HF_METADATA_DIR / MAPPING_NAME).is_file()
     ):
         return True
-    if not files:
-        return False
+    if not files or (folder / INDEX_NAME).is_file():
+        return False  # DCP's writer leaves no index next to its files
     # Renamed files: the first header tells. Only this one header is read.
     first = read_shard(files[0], root=folder)
     return SHARDING_KEY in (first.metadata or {})
@@ -124,7 +125,11 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     # Every file is named relative to the DCP folder, read in a storage rooted there (with
     # the confinement of the folder the user named).
     folder = Location(folder.as_root())
-    shards = read_shards(list_safetensors(folder), root=folder, header_cap=options.header_cap)
+    files = list_safetensors(folder)
+    kept = folder / HF_METADATA_DIR
+    side = [kept / n for n in (MAPPING_NAME, "config.json", INDEX_NAME)]
+    prefetch(files, header_cap=options.header_cap, side=[*side, folder / "config.json"])
+    shards = read_shards(files, root=folder, header_cap=options.header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     table, chunk_problems = chunk_table(shards)
     # 3. `.hf_metadata/`: mapping, config, reference index.

@@ -12,6 +12,7 @@ from pathlib import PurePosixPath
 from inspector.layouts._common import (
     INDEX_NAME,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_index_doc,
     read_shards,
@@ -21,7 +22,7 @@ from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import IndexDoc, LayoutName, ReadProblem, ScannedCheckpoint, ShardedInfo
 from inspector.storage import Location
 
-__all__ = ["LAYOUT", "detect", "scan"]
+__all__ = ["LAYOUT", "detect", "scan", "side_files"]
 
 NAME = LayoutName.HF_SHARDED
 
@@ -37,6 +38,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     folder = path if path.is_dir() else path.parent
     cap = options.header_cap
     paths = {p.name: p for p in list_safetensors(folder)}
+    prefetch(list(paths.values()), header_cap=cap, side=side_files(folder))
     by_file = dict(
         zip(paths, read_shards(list(paths.values()), root=folder, header_cap=cap), strict=True)
     )
@@ -68,6 +70,11 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         read_problems=(*problems, *configs.problems),
         json_files=configs.found | ({INDEX_NAME} if has_index else set()),
     )
+
+
+def side_files(folder: Location) -> list[Location]:
+    """The JSON files a sharded scan reads whole (fetched with the headers, remotely)."""
+    return [folder / n for n in (INDEX_NAME, "config.json", "hf_quant_config.json")]
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 from inspector.layouts import hf_sharded
-from inspector.layouts._common import read_index_doc, shard_names
+from inspector.layouts._common import list_safetensors, prefetch, read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
 from inspector.storage import EntryKind, Location
@@ -24,6 +24,10 @@ def detect(path: Location) -> bool:
 
 def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """The sharded scan plus every sidecar, keyed by the shard file it describes."""
+    folder = path if path.is_dir() else path.parent
+    # Remote: headers, index, configs and sidecars in one batch of concurrent requests.
+    side = [*hf_sharded.side_files(folder), *_sidecar_paths(folder)]
+    prefetch(list_safetensors(folder), header_cap=options.header_cap, side=side)
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)

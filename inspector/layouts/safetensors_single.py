@@ -6,6 +6,7 @@ from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_shards,
 )
@@ -31,6 +32,8 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     lone = bool(path.rel) and not path.is_dir()
     folder = path.parent if lone else path
     paths = [path] if lone else list_safetensors(folder)
+    side = [] if lone else [folder / "config.json", folder / "hf_quant_config.json"]
+    prefetch(paths, header_cap=options.header_cap, side=side)
     shards = read_shards(paths, root=folder, header_cap=options.header_cap)
     configs = ConfigFiles() if lone else read_config_files(folder, root=folder)
     return ScannedCheckpoint(

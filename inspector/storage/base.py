@@ -169,6 +169,14 @@ class Storage(Protocol):
         progress bar (`desc`) for long remote runs."""
         ...
 
+    def prefetch(
+        self, wanted: Sequence[tuple[str, int | Callable[[bytes, int], int]]], *, desc: str = ""
+    ) -> None:
+        """A hint: fetch the start of these files at once (remote stores), so that opening
+        them later costs no request. `want` per file: a byte count from the start, or a
+        function of the first bytes and the file size. Local storage has nothing to do."""
+        ...
+
 
 def check_member(rel: str) -> str:
     """`rel` as a normalised relative POSIX path that stays under its root; ValueError for an

@@ -262,6 +262,11 @@ class LocalStorage:
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return [self.read_range(*r) for r in ranges]
 
+    def prefetch(
+        self, wanted: Sequence[tuple[str, int | Callable[[bytes, int], int]]], *, desc: str = ""
+    ) -> None:
+        """Nothing to do: a local open costs no round trip."""
+
     def map(self, fn: Callable[[T], U], items: Sequence[T], *, desc: str = "") -> list[U]:
         # Local reads take microseconds: threads would only add contention for the GIL.
         return [fn(item) for item in items]

@@ -52,6 +52,9 @@ __all__ = ["DEFAULT_READ_AHEAD", "FsspecStorage", "RemoteFile", "RemoteOptions",
 
 T = TypeVar("T")
 U = TypeVar("U")
+# How much of a file's start `prefetch` fetches: a byte count, or a function of the first
+# bytes and the file size.
+Want = int | Callable[[bytes, int], int]
 
 DEFAULT_READ_AHEAD = 64 << 10
 DEFAULT_CONCURRENCY = 32
@@ -123,11 +126,30 @@ class _Shared:
     listings: dict[str, tuple[bool, list[Entry]]] = field(default_factory=dict)
     # The last few read-aheads by key: detection reads a header the scan reads again.
     heads: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    # Starts of files fetched ahead by `prefetch`, until the file is opened.
+    prefetched: dict[str, bytes] = field(default_factory=dict)
+    # The longest start of a file a reader needed past its read-ahead so far: shards of one
+    # checkpoint have headers of similar length, so later read-aheads cover it in one GET.
+    needed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def head(self, key: str) -> bytes:
         with self.lock:
-            return self.heads.get(key, b"")
+            found = self.prefetched.pop(key, None)
+        if found is None:
+            with self.lock:
+                return self.heads.get(key, b"")
+        self.keep_head(key, found)  # opened again soon, maybe (a config salvaged after a read)
+        return found
+
+    def read_ahead(self) -> int:
+        # A quarter more than the longest header seen, in whole 4 KiB pages.
+        grown = -(-self.needed * 5 // 4 // 4096) * 4096
+        return max(self.options.read_ahead, grown)
+
+    def saw_prefix(self, length: int) -> None:
+        with self.lock:
+            self.needed = max(self.needed, length)
 
     def keep_head(self, key: str, data: bytes) -> None:
         with self.lock:
@@ -198,7 +220,7 @@ class FsspecStorage:
             return cached
         http = shared.protocol == "http"
         try:
-            infos = self._call(lambda: shared.fs.ls(key + "/" if http else key, detail=True), rel)
+            infos = self._call(lambda: _ls(shared.fs, key + "/" if http else key), rel)
             found = (not http or bool(infos), _entries(infos, key, http=http))
         except (FileNotFoundError, NotADirectoryError):
             found = (not http, [])
@@ -264,6 +286,76 @@ class FsspecStorage:
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return self.map(lambda r: self.read_range(*r), ranges)
 
+    def prefetch(self, wanted: Sequence[tuple[str, Want]], *, desc: str = "") -> None:
+        """Fetch the start of many files at once, `max_concurrency` requests in flight, so
+        that opening them later costs no request. Per file, `want` is how many bytes from the
+        start (an int, e.g. a whole JSON file under its cap), or a function of the first
+        bytes (the read-ahead) and the file size that says how many are needed (a
+        safetensors header's length): the rest is fetched by a second request only then."""
+        jobs: list[tuple[str, str, int, Want]] = []
+        for rel, want in wanted:
+            rel = check_member(rel)
+            key = self._join(rel)
+            entry = self.stat(rel)
+            with self._shared.lock:
+                known = key in self._shared.prefetched or key in self._shared.heads
+            if known or entry is None or entry.kind is not EntryKind.FILE or not entry.size:
+                continue
+            if isinstance(want, int) and entry.size > want:
+                continue  # over the reader's cap: it refuses the file without reading it
+            jobs.append((rel, key, entry.size, want))
+        if not jobs:
+            return
+        fs = self._shared.fs
+        bar = _progress(len(jobs), desc, self.options.progress)
+        try:
+            if getattr(fs, "async_impl", False):
+                from fsspec.asyn import sync
+
+                sync(fs.loop, self._prefetch_async, jobs, bar)
+            else:
+                self.map(lambda job: self._keep(job[1], self._start_of(*job), bar), jobs)
+        finally:
+            bar.close()
+
+    def _start_of(self, rel: str, key: str, size: int, want: Want) -> bytes:
+        first = self.fetch(
+            rel, 0, min(size, want if isinstance(want, int) else self._shared.read_ahead())
+        )
+        need = min(size, want if isinstance(want, int) else want(first, size))
+        if need <= len(first):
+            return first
+        self._shared.saw_prefix(need)
+        return first + self.fetch(rel, len(first), need)
+
+    async def _prefetch_async(self, jobs: list[tuple[str, str, int, Want]], bar: Any) -> None:
+        import asyncio
+
+        fs = self._shared.fs
+        gate = asyncio.Semaphore(self.options.max_concurrency)
+
+        async def fetch(rel: str, key: str, start: int, end: int) -> bytes:
+            async with gate:
+                data = await self._acall(lambda: fs._cat_file(key, start=start, end=end), rel)
+            self._shared.stats.add(len(data))
+            return bytes(data)
+
+        async def one(rel: str, key: str, size: int, want: Want) -> None:
+            ahead = want if isinstance(want, int) else self._shared.read_ahead()
+            first = await fetch(rel, key, 0, min(size, ahead))
+            need = min(size, want if isinstance(want, int) else want(first, size))
+            if need > len(first):
+                self._shared.saw_prefix(need)
+                first += await fetch(rel, key, len(first), need)
+            self._keep(key, first, bar)
+
+        await asyncio.gather(*(one(*job) for job in jobs))
+
+    def _keep(self, key: str, data: bytes, bar: Any) -> None:
+        with self._shared.lock:
+            self._shared.prefetched[key] = data
+        bar.update(1)
+
     def fetch(self, rel: str, start: int, end: int) -> bytes:
         """Bytes [start, end) of file `rel`: one ranged GET, retried on transient errors."""
         if end <= start:
@@ -321,6 +413,24 @@ class FsspecStorage:
                 raise _translate(exc, status, self._show(rel), attempt) from exc
         raise AssertionError("unreachable")  # the loop returns or raises
 
+    async def _acall(self, make: Callable[[], Any], rel: str) -> Any:
+        """`_call` for a coroutine made by `make()` on the file system's own event loop."""
+        import asyncio
+
+        options = self.options
+        for attempt in range(options.retries + 1):
+            try:
+                return await make()
+            except Exception as exc:
+                status = _status(exc)
+                if attempt < options.retries and _transient(exc, status):
+                    self._shared.stats.add(0, retry=True)
+                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
+                    await asyncio.sleep(min(wait_s, 20.0))
+                    continue
+                raise _translate(exc, status, self._show(rel), attempt) from exc
+        raise AssertionError("unreachable")  # the loop returns or raises
+
 
 class RemoteFile:
     """A `RangeReader` over one remote object. The first read near the start fetches the
@@ -343,14 +453,17 @@ class RemoteFile:
         end = min(offset + length, self._size)
         if offset >= end:
             return b""
-        ahead = self._storage.options.read_ahead
+        shared = self._storage._shared
+        ahead = shared.read_ahead()
         if not self._head and offset < ahead:
             self._head = self._storage.fetch(self._rel, 0, min(self._size, max(ahead, end)))
-            self._storage._shared.keep_head(self._key, self._head)
+            shared.keep_head(self._key, self._head)
         head = self._head
         if end <= len(head):
             return head[offset:end]
         if offset < len(head):
+            if offset < 8 + shared.options.read_ahead:
+                shared.saw_prefix(end)  # a header read past the read-ahead
             return head[offset:] + self._storage.fetch(self._rel, len(head), end)
         return self._storage.fetch(self._rel, offset, end)
 
@@ -362,6 +475,14 @@ class RemoteFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ls(fs: Any, key: str) -> Any:
+    """A fresh listing (the file system's own listing cache is not trusted across scans)."""
+    try:
+        return fs.ls(key, detail=True, refresh=True)
+    except TypeError:  # a file system without `refresh`
+        return fs.ls(key, detail=True)
 
 
 def _read_sync(fs: Any, key: str, start: int, end: int) -> bytes:
@@ -516,8 +637,10 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
         if url.endswith("/") or not name.endswith(_FILE_SUFFIXES):
             return Location(root)
         return _file_location(shared, key, shown)
+    # One listing tells a folder (its entries, kept for the scan) from a file (the listing
+    # of a file is the file itself) from nothing at all.
     try:
-        info = root._call(lambda: fs.info(key), "")
+        infos = root._call(lambda: _ls(fs, key), "")
     except FileNotFoundError:
         raise CannotInspectError(f"{shown}: no such object or prefix; check the URL") from None
     except PermissionError:
@@ -525,9 +648,14 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
             f"{shown}: access denied (HTTP 403); check that your credentials may read it "
             f"({_CREDENTIALS_HINT})"
         ) from None
-    if info.get("type") == "directory":
-        return Location(root)
-    return _file_location(shared, key, shown)
+    entries = _entries(infos, key, http=False)
+    itself = [i for i in infos if str(i.get("name", "")).rstrip("/") == key]
+    if not entries and itself and itself[0].get("type") == "file":
+        return _file_location(shared, key, shown)
+    if not entries and not itself:
+        raise CannotInspectError(f"{shown}: no such object or prefix; check the URL")
+    shared.listings[key] = (True, entries)
+    return Location(root)
 
 
 def _file_location(shared: _Shared, key: str, shown: str) -> Location:
@@ -553,7 +681,9 @@ def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, s
             return _hf_filesystem(url, opts)
         if protocol == "s3":
             opts = _s3_defaults(opts, options)
-        fs = fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+        fs = _reused(
+            protocol, opts, lambda: fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+        )
         if protocol == "s3":
             fs.retries = 1  # s3fs' own retry loop (a class attribute): ours applies instead
     except ImportError as exc:
@@ -566,6 +696,26 @@ def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, s
     if protocol == "http":
         return fs, url.rstrip("/")
     return fs, url.split("://", 1)[1].rstrip("/")
+
+
+_FILE_SYSTEMS: dict[str, Any] = {}
+_FILE_SYSTEMS_LOCK = threading.Lock()
+# Environment variables that decide credentials and endpoints: a file system made under
+# other values is not reused (its session would keep the old credentials).
+_CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
+
+
+def _reused(protocol: str, opts: Mapping[str, Any], make: Callable[[], Any]) -> Any:
+    """One file system per protocol, options and credential environment: a later scan in the
+    same process reuses its session and connections (setting one up costs more than a
+    hundred milliseconds), and still lists every folder afresh."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
+    key = repr((protocol, sorted(opts.items(), key=lambda kv: kv[0]), env))
+    with _FILE_SYSTEMS_LOCK:
+        fs = _FILE_SYSTEMS.get(key)
+        if fs is None:
+            fs = _FILE_SYSTEMS[key] = make()
+        return fs
 
 
 def _nested(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -593,6 +743,9 @@ def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]
     config = dict(opts.get("config_kwargs") or {})
     config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
     config.setdefault("max_pool_connections", max(10, options.max_concurrency))
+    # Our requests are built by s3fs from checked paths; botocore's per-request validation
+    # of them costs CPU that hundreds of concurrent header reads feel.
+    config.setdefault("parameter_validation", False)
     opts["config_kwargs"] = config
     return opts
 
@@ -638,5 +791,5 @@ def _hf_filesystem(url: str, opts: dict[str, Any]) -> tuple[Any, str]:
                 "or HF_ENDPOINT"
             ) from None
         sha = info.sha
-    fs = HfFileSystem(skip_instance_cache=True, **opts)
+    fs = _reused("hf", opts, lambda: HfFileSystem(skip_instance_cache=True, **opts))
     return fs, loc.fs_path(sha)
