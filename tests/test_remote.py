@@ -384,7 +384,7 @@ def test_repair_of_a_remote_checkpoint_writes_locally(
 
 
 def test_cli_commands_take_urls(
-    checkpoints: dict[str, Path], proxy: Proxy, capsys: pytest.CaptureFixture[str]
+    checkpoints: dict[str, Path], proxy: Proxy, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     option = ["--storage-option", f"endpoint_url={proxy.url}", "--max-concurrency", "4"]
     url = f"s3://{BUCKET}/demo/modelopt-1422-sidecar-drift"
@@ -394,6 +394,22 @@ def test_cli_commands_take_urls(
     local = str(checkpoints["demo/modelopt-1422-sidecar-drift"])
     assert main(["diff", local, url, *option]) == 0
     assert main(["scan", url, *option]) == 0
+    capsys.readouterr()
+    fixed = tmp_path / "fixed"
+    assert main(["repair", url, "--yes", "--output-dir", str(fixed), *option]) == 0
+    assert "re-check: skipped" in capsys.readouterr().out and any(fixed.iterdir())
+    dcp = f"s3://{BUCKET}/demo/healthy-dcp-sharded"
+    out = tmp_path / "consolidated"
+    assert main(["consolidate", dcp, str(out), "--no-progress", *option]) == 0
+    assert main(["consolidate", dcp, str(out), "--no-progress", "--resume", *option]) == 0
+    assert "resumed: 4 complete file(s) kept" in capsys.readouterr().out
+
+
+def test_progress_bar_when_asked(
+    big: Path, proxy: Proxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    remote(f"s3://{BUCKET}/big", proxy, progress=True)
+    assert "headers" in capsys.readouterr().err
 
 
 def test_unsupported_scheme_is_refused() -> None:

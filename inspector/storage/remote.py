@@ -334,15 +334,18 @@ class FsspecStorage:
         fs = self._shared.fs
         gate = asyncio.Semaphore(self.options.max_concurrency)
 
-        async def fetch(rel: str, key: str, start: int, end: int) -> bytes:
+        async def fetch(rel: str, key: str, start: int, end: int | Callable[[], int]) -> bytes:
             async with gate:
-                data = await self._acall(lambda: fs._cat_file(key, start=start, end=end), rel)
+                # A read-ahead is sized when its request goes out: by then the first headers
+                # may have shown how long this checkpoint's headers are.
+                stop = end if isinstance(end, int) else end()
+                data = await self._acall(lambda: fs._cat_file(key, start=start, end=stop), rel)
             self._shared.stats.add(len(data))
             return bytes(data)
 
         async def one(rel: str, key: str, size: int, want: Want) -> None:
-            ahead = want if isinstance(want, int) else self._shared.read_ahead()
-            first = await fetch(rel, key, 0, min(size, ahead))
+            fixed = want if isinstance(want, int) else None
+            first = await fetch(rel, key, 0, lambda: min(size, fixed or self._shared.read_ahead()))
             need = min(size, want if isinstance(want, int) else want(first, size))
             if need > len(first):
                 self._shared.saw_prefix(need)
@@ -522,13 +525,15 @@ def _progress(total: int, desc: str, enabled: bool | None) -> Any:
         return _NoBar()
     from tqdm.auto import tqdm
 
-    # disable=None: no bar when the output is not a terminal (logs, CI), unless asked.
+    # Auto (None): no bar when the output is not a terminal (logs, CI), and none for runs
+    # shorter than a second; asked for (True): a bar at once.
+    auto = enabled is None
     return tqdm(
         total=total,
         desc=desc,
         unit="file",
-        delay=1.0,
-        disable=None if enabled is None else False,
+        delay=1.0 if auto else 0.0,
+        disable=None if auto else False,
         leave=False,
     )
 
