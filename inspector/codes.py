@@ -389,6 +389,14 @@ class Code(StrEnum):
         _T,
         "Two stored chunks of one tensor overlap.",
     )
+    TORCH_DIST_OBJECT_INCOMPLETE = (
+        "torch-dist-object-incomplete",
+        _E,
+        _T,
+        "A sharded object's keys declare a grid of shards (`<key>/shard_<offsets>_<shape>`, "
+        "e.g. one per rank) but .metadata lacks some of them: the ranks that need them fail "
+        "to load; restore the lost ranks' objects from the original save or re-save.",
+    )
     TORCH_DIST_COMMON_UNREADABLE = (
         "torch-dist-common-unreadable",
         _W,

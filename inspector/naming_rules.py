@@ -23,6 +23,7 @@ __all__ = [
     "LAYERS_CONTAINER",
     "MTP_OWN_KINDS",
     "RERUN_SHARD_KEY",
+    "SHARDED_OBJECT_KEY",
     "Family",
     "expert_template",
 ]
@@ -209,6 +210,10 @@ DCP_SHARD_FILE = re.compile(r"^shard-(\d+)-model-(\d+)-of-(\d+)\.safetensors$")
 HF_SHARD_NUMBER = re.compile(r"-(\d+)-of-(\d+)\.safetensors$")
 # Megatron's per-rank rerun state machine key: `shard_<rank>_<world size>`.
 RERUN_SHARD_KEY = re.compile(r"shard_(\d+)_(\d+)")
+# Any Megatron ShardedObject key: `<key>/shard_<offsets>_<global shape>`, both dot-joined
+# (`rng_state/shard_0.1_1.2`, `decoder.layers.mlp.experts.experts.linear_fc1._extra_state/
+# shard_1.3_2.4`: layer 1 of 2, expert 3 of 4).
+SHARDED_OBJECT_KEY = re.compile(r"(.+)/shard_(\d{1,9}(?:\.\d{1,9})*)_(\d{1,9}(?:\.\d{1,9})*)")
 
 
 def expert_template(module: str) -> tuple[str, int | None]:

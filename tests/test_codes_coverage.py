@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ from inspector.scan import scan
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
+# Checkpoints written by the real libraries (tests/test_golden_writers.py).
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 ITER = "iter_0000100"
 
 
@@ -644,6 +647,25 @@ def test_code_torch_dist_common_drift(tmp_path: Path) -> None:
     folder = write_torch_dist_demo(tmp_path / "run", rerun_drift=True)
     f = one(run(folder), "torch-dist-common-drift")
     assert f.file == f"{ITER}/common.pt" and "rerun_state_machine_state/shard_" in f.message
+
+
+def test_code_torch_dist_object_incomplete(tmp_path: Path) -> None:
+    """megatron-core 0.16.1's own save (the golden fixture, copied), whose `.metadata` then
+    lost one rank's `rng_state` shard: the keys declare a grid of 1 x 2 shards."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(GOLDEN / "megatron" / "healthy", folder)
+    assert run(folder) == []
+    lost = "rng_state/shard_0.1_1.2"
+
+    def drop(meta) -> None:
+        del meta.state_dict_metadata[lost]
+        meta.storage_data = {k: v for k, v in meta.storage_data.items() if k.fqn != lost}
+
+    rewrite_metadata(folder, drop)
+    f = one(run(folder), "torch-dist-object-incomplete")
+    assert f.file == ".metadata" and f.tensor == lost
+    assert "rng_state" in f.message and "1 of 2" in f.message
+    assert {x.code for x in run(folder)} == {"torch-dist-object-incomplete"}
 
 
 def test_code_torch_dist_metadata_json(megatron: Path) -> None:
