@@ -8,8 +8,12 @@ Layer numbering: decoder layers keep their number; MTP layers are numbered after
 (`mtp.layers.{k}.*`; layer-less `mtp.*`, which is MTP block 0; DeepSeek's extra
 `model.layers.{num_hidden_layers + k}.*`). Megatron torch_dist stacked tensors
 (`decoder.layers.*` with a leading layer axis) have no layer in the tensors table but are
-spread over the layers of their leading axis in the layers and experts tables; fused expert
-tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+spread over the layers of their leading axis in the layers and experts tables (without a
+config, MTP blocks are numbered after the layers of that axis); fused expert tensors
+(GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+
+`layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
+torch_dist's sharded objects (`..._extra_state/shard_*`) included.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from inspector.naming import KINDS, NameColumns, parse_names
 from inspector.safetensors_header import ShardHeader
 from inspector.spec import layer_types_from_config
 
-__all__ = ["Tables", "build_tables"]
+__all__ = ["Tables", "build_tables", "layer_keys"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
@@ -52,6 +56,8 @@ class Tables:
     files: pd.DataFrame
     layers: pd.DataFrame
     experts: pd.DataFrame
+    # The layer number of the first MTP block (after the decoder layers).
+    mtp_base: int = 0
 
 
 def build_tables(scanned: ScannedCheckpoint) -> Tables:
@@ -70,15 +76,16 @@ def build_tables(scanned: ScannedCheckpoint) -> Tables:
     spec = scanned.spec
     source = _source(scanned)
     parsed = parse_names(source.names)
-    numbering = _Numbering.of(parsed, spec)
+    depth = _stack_depth(source.shape, parsed)
+    numbering = _Numbering.of(parsed, spec, depth)
     tensors = _tensors_frame(source, parsed, numbering)
     contrib = _contributions(source, parsed, numbering)
     moe = _moe_layers(contrib, spec)
     count = _expected_ids(contrib, spec)
     experts = _experts_frame(contrib, moe, count)
     layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
-    files = _files_frame(scanned, source, numbering)
-    return Tables(tensors, files, layers, experts)
+    files = _files_frame(scanned, source, numbering, depth)
+    return Tables(tensors, files, layers, experts, numbering.mtp_base)
 
 
 # -- 1. where the tensors come from -----------------------------------------------------
@@ -194,17 +201,25 @@ class _Numbering:
     layer: np.ndarray
     is_mtp: np.ndarray
     kind: np.ndarray
-    # The first MTP layer number (spec.num_layers, or the last decoder layer seen + 1).
+    # The first MTP layer number (spec.num_layers, else past the last decoder layer seen,
+    # numbered or stacked).
     mtp_base: int
 
     @staticmethod
-    def of(parsed: NameColumns, spec: ModelSpec) -> _Numbering:
+    def of(
+        parsed: NameColumns, spec: ModelSpec, stack_depth: int = 0, base: int | None = None
+    ) -> _Numbering:
+        """`stack_depth`: the layers stacked tensors hold on their leading axis (torch_dist
+        keeps them without a layer number, so only their shape says how many there are);
+        `base`: the first MTP layer number when another numbering already fixed it."""
         layer = parsed.layer.copy()
         decoder = layer[(layer >= 0) & ~parsed.mtp]
-        if spec.num_layers is not None:
+        if base is not None:
+            pass
+        elif spec.num_layers is not None:
             base = spec.num_layers
         else:
-            base = int(decoder.max()) + 1 if len(decoder) else 0
+            base = max(int(decoder.max()) + 1 if len(decoder) else 0, stack_depth)
         is_mtp = parsed.mtp.copy()
         layer[is_mtp] = base + np.maximum(layer[is_mtp], 0)
         if spec.mtp_layers > 0 and spec.num_layers is not None:
@@ -213,6 +228,13 @@ class _Numbering:
         kind = parsed.kind.codes.astype(np.int64)
         kind[is_mtp & _MTP_OWN[kind]] = _MTP_KIND
         return _Numbering(layer, is_mtp, kind, base)
+
+
+def _stack_depth(shape: Coded[tuple[int, ...]], parsed: NameColumns) -> int:
+    """Decoder layers stacked tensors hold: the largest leading axis of a stacked tensor."""
+    stacked = np.flatnonzero(parsed.stacked & (parsed.layer < 0))
+    depth = _axis(shape, stacked, 0)
+    return int(depth.max()) if len(depth) else 0
 
 
 # -- 3. tensors -------------------------------------------------------------------------
@@ -535,14 +557,14 @@ def _layer_kinds(
 
 
 def _files_frame(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
 ) -> pd.DataFrame:
     """One row per data file: shards (also of DCP layouts) or torch_dist `.distcp` files.
 
     1. the files we know of, with size and header length; 2. what each stores, as
     (file, layer, bytes) entries; 3. per-file counts, byte sums and layer ranges."""
     rows = _file_rows(scanned, source)
-    files, codes, layer, nbytes = _file_entries(scanned, source, numbering)
+    files, codes, layer, nbytes = _file_entries(scanned, source, numbering, depth)
     known = {r[0] for r in rows}
     rows += [(f, None, None, False) for f in files if f not in known]
     names = [r[0] for r in rows]
@@ -591,7 +613,7 @@ def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
 
 
 def _file_entries(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(files, file code, layer, bytes) of what each file stores: the tensors themselves
     for plain shards, the shard headers' chunks for DCP, the storage map for torch_dist."""
@@ -609,5 +631,66 @@ def _file_entries(
         names = [key[0] for key, _ in items]
         codes, distinct = _codes([value[0] for _, value in items])
         nbytes = _int64([value[2] for _, value in items])
-    layer = _Numbering.of(parse_names(names), scanned.spec).layer
+    layer = _Numbering.of(parse_names(names), scanned.spec, depth).layer
     return distinct, codes, layer, nbytes
+
+
+# -- 8. the key set of each layer ---------------------------------------------------------
+
+
+def layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    """What each layer holds, for comparing layers with each other: one row per tensor of a
+    layer (stacked tensors once for each layer of their leading axis) and, for torch_dist,
+    one per sharded object of a layer (`..._extra_state/shard_*`: bytes, not tensors, but
+    part of the state dict a loader demands). Columns: layer, is_mtp, kind, module, param,
+    object (True for the sharded-object rows). Built once per scan."""
+    return scanned.derived("layer-keys", lambda: _layer_keys(scanned))
+
+
+def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    t = scanned.tensors
+    columns = ["layer", "is_mtp", "kind", "module", "param"]
+    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+    own = np.flatnonzero(layer >= 0)
+    stacked = np.flatnonzero(t["stacked"].to_numpy(dtype=bool) & (layer < 0))
+    shapes = t["shape"].to_numpy()[stacked]
+    depth = _capped(_int64([s[0] if len(s) else 0 for s in shapes]))
+    st_rows, st_layer = _spread(stacked, depth)
+    rows = np.concatenate([own, st_rows])
+    frame = t.iloc[rows][columns].reset_index(drop=True)
+    frame["layer"] = np.concatenate([layer[own], st_layer])
+    frame["object"] = False
+    objects = _object_keys(scanned)
+    if objects is not None:
+        frame = pd.concat([frame, objects], ignore_index=True)
+    return frame
+
+
+def _object_keys(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
+    """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
+    numbered names give their layer; a stacked family's first offset is its layer."""
+    from inspector.naming import sharded_object_key
+
+    info = scanned.torch_dist
+    if info is None or not info.byte_keys:
+        return None
+    entries = [p for key in info.byte_keys if (p := sharded_object_key(key)) is not None]
+    if not entries:
+        return None
+    parsed = parse_names([family for family, _, _ in entries])
+    numbering = _Numbering.of(parsed, scanned.spec, base=scanned.tables.mtp_base)
+    layer = numbering.layer.copy()
+    stacked = parsed.stacked & (layer < 0)
+    layer[stacked] = _int64([offsets[0] for _, offsets, _ in entries])[stacked]
+    keep = np.flatnonzero(layer >= 0)
+    frame = pd.DataFrame(
+        {
+            "layer": layer[keep],
+            "is_mtp": numbering.is_mtp[keep],
+            "kind": pd.Categorical.from_codes(numbering.kind[keep], pd.Index(KINDS)),
+            "module": np.asarray(parsed.module)[keep],
+            "param": np.asarray(parsed.param)[keep],
+            "object": True,
+        }
+    )
+    return frame.drop_duplicates(ignore_index=True)

@@ -18,6 +18,7 @@ from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import LAYERS_CONTAINER
+from inspector.tables import layer_keys
 
 __all__ = ["CODES", "check_structure"]
 
@@ -341,25 +342,30 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
 
 
 def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
-    """A layer whose key suffixes differ from the others of its kind (MTP compared by params)."""
-    t = scanned.tensors
-    rows = t[t["layer"].notna().to_numpy(dtype=bool)]
+    """A layer whose keys (`module.param` after the layer prefix, sharded objects included)
+    differ from the others of its kind; an MTP block's standard parts (attention, MLP,
+    experts, router) against the keys of every decoder layer, its own head (enorm, hnorm,
+    eh_proj, final norm) left out."""
+    rows = layer_keys(scanned)
     if rows.empty:
         return []
     layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
     is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
     layer = rows["layer"].to_numpy(dtype=np.int64)
     key, keys = _key_codes(rows)
-    param, params = _category_codes(rows["param"])
     sets = {
         n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
     }
-    by_param = _by_first(layer * len(params) + param, len(params))
     decoder = [n for n in sets if not is_mtp.get(n, False)]
     out = _decoder_outliers(decoder, sets, layer_kind)
-    decoder_params = {params[p] for n in decoder for p in by_param[n]}
+    decoder_keys = set().union(*(sets[n] for n in decoder))
+    head = rows["kind"].to_numpy() == "mtp"
+    block = {
+        n: {keys[k] for k in ks}
+        for n, ks in _by_first(layer[~head] * len(keys) + key[~head], len(keys)).items()
+    }
     for mtp_layer in sorted(n for n in sets if is_mtp.get(n, False)):
-        extra = sorted({params[p] for p in by_param[mtp_layer]} - decoder_params)
+        extra = sorted(block.get(mtp_layer, set()) - decoder_keys)
         if decoder and extra:
             out.append(
                 make_finding(

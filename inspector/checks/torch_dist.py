@@ -342,10 +342,10 @@ def _check_objects(info: TorchDistInfo, *, skip: set[str]) -> list[Finding]:
             family, offsets, shape = parsed
             grids[(family, shape)].add(offsets)
     incomplete = []
-    for (family, shape), offsets in sorted(grids.items()):
-        inside = {o for o in offsets if all(a < b for a, b in zip(o, shape, strict=True))}
-        if len(inside) < math.prod(shape):
-            incomplete.append((family, shape, inside))
+    for (family, grid), cells in sorted(grids.items()):
+        inside = {c for c in cells if all(a < b for a, b in zip(c, grid, strict=True))}
+        if len(inside) < math.prod(grid):
+            incomplete.append((family, grid, inside))
     rel = _meta_rel(info)
 
     def detail(_group: str | None, item: tuple[str, tuple[int, ...], set]) -> Finding:
