@@ -21,6 +21,7 @@ from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import LayoutName as _L
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
@@ -201,12 +202,13 @@ def plan_index(
 
 
 def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
-    """Rebuild each per-layer `<shard>.json` sidecar from its shard's header."""
+    """Rebuild each per-layer JSON sidecar from its shard's header (in place; a missing one
+    is named as its siblings are)."""
     writes = []
     for shard in scanned.shards:
         if not shard.readable:
             continue
-        rel = f"{shard.file}.json"
+        rel = sidecar_name(shard.file, scanned.sidecars)
         existing = scanned.sidecars.get(shard.file)
         raw = dict(existing.raw) if existing else {}
         metadata = dict(existing.metadata) if existing else {}

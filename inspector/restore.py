@@ -37,6 +37,7 @@ from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, _read_text
 from inspector.reshard import _as_single_chunks
@@ -169,7 +170,7 @@ def plan_restore(
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
     writes = [_index_write(scanned, shard, restored, sizes, ours, notes)]
     if scanned.layout == "modelopt-per-layer":
-        writes.append(_sidecar_write(shard, restored, sizes))
+        writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
     return RestorePlan(
         scanned.path,
         reference.path,
@@ -341,11 +342,13 @@ def _index_write(
     return FileWrite(INDEX_NAME, old, json.dumps(raw, indent=2) + "\n", tuple(changes))
 
 
-def _sidecar_write(shard: str, restored: list[str], sizes: dict[str, tuple[int, int]]) -> FileWrite:
-    """The new shard's `<shard>.json`, in the per-layer exporter's schema."""
+def _sidecar_write(
+    rel: str, shard: str, restored: list[str], sizes: dict[str, tuple[int, int]]
+) -> FileWrite:
+    """The new shard's sidecar `rel`, in the per-layer exporter's schema."""
     doc = {
         "metadata": {"total_size": sum(b for b, _ in sizes.values())},
         "weight_map": dict.fromkeys(sorted(restored), shard),
     }
     change = f"sidecar of {shard}: {count(len(restored))}"
-    return FileWrite(f"{shard}.json", None, json.dumps(doc, indent=4) + "\n", (change,))
+    return FileWrite(rel, None, json.dumps(doc, indent=4) + "\n", (change,))

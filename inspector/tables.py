@@ -4,13 +4,13 @@ Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may ho
 tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
 
 Layer numbering: decoder layers keep their number; MTP layers are numbered after them
-(`spec.num_layers + k`), whichever of the three spellings the checkpoint uses
-(`mtp.layers.{k}.*`; layer-less `mtp.*`, which is MTP block 0; DeepSeek's extra
-`model.layers.{num_hidden_layers + k}.*`). Megatron torch_dist stacked tensors
-(`decoder.layers.*` with a leading layer axis) have no layer in the tensors table but are
-spread over the layers of their leading axis in the layers and experts tables (without a
-config, MTP blocks are numbered after the layers of that axis); fused expert tensors
-(GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+(`spec.num_layers + k`), whichever of the four spellings the checkpoint uses
+(`mtp.layers.{k}.*`; Model-Optimizer's `mtp.layers.{num_layers + k}.*`; layer-less `mtp.*`,
+which is MTP block 0; DeepSeek's extra `model.layers.{num_hidden_layers + k}.*`). Megatron
+torch_dist stacked tensors (`decoder.layers.*` with a leading layer axis) have no layer in
+the tensors table but are spread over the layers of their leading axis in the layers and
+experts tables (without a config, MTP blocks are numbered after the layers of that axis);
+fused expert tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
 
 `layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
 torch_dist's sharded objects (`..._extra_state/shard_*`) included.
@@ -221,7 +221,11 @@ class _Numbering:
         else:
             base = max(int(decoder.max()) + 1 if len(decoder) else 0, stack_depth)
         is_mtp = parsed.mtp.copy()
-        layer[is_mtp] = base + np.maximum(layer[is_mtp], 0)
+        # `mtp.layers.{k}` counts MTP blocks from 0 (Megatron), but Model-Optimizer's HF
+        # export numbers them after the decoder (`mtp.layers.{num_layers + k}`): a number
+        # at or past the base is already the global layer number.
+        k = layer[is_mtp]
+        layer[is_mtp] = np.where(k >= base, k, base + np.maximum(k, 0))
         if spec.mtp_layers > 0 and spec.num_layers is not None:
             # DeepSeek spelling: extra `model.layers.{num_hidden_layers + k}` layers.
             is_mtp |= layer >= base
