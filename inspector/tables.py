@@ -31,9 +31,9 @@ from inspector.columns import Coded
 from inspector.model import ModelSpec, ScannedCheckpoint
 from inspector.naming import KINDS, NameColumns, parse_names
 from inspector.safetensors_header import ShardHeader
-from inspector.spec import layer_types_from_config
+from inspector.spec import MAX_EXPERTS, MAX_LAYERS, layer_types_from_config
 
-__all__ = ["Tables", "build_tables", "layer_keys"]
+__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
@@ -69,8 +69,10 @@ def build_tables(scanned: ScannedCheckpoint) -> Tables:
     - files: file, size, header_bytes (the JSON header length N), tensors, tensor_bytes,
       first_layer, last_layer, layers, readable, problems;
     - layers: layer, kind, is_mtp, tensors, bytes, parameters, experts_found,
-      experts_expected, dtypes (decoder layers the config declares but nobody stores are
-      rows with tensors=0; MTP rows are only the stored MTP layers);
+      experts_expected, experts_source (which of `EXPERT_SOURCES` set experts_expected:
+      the config, the layer's router or the sibling layers), dtypes (decoder layers the
+      config declares but nobody stores are rows with tensors=0; MTP rows are only the
+      stored MTP layers);
     - experts: layer, expert, tensors_found, tensors_expected, bytes, missing.
     """
     spec = scanned.spec
@@ -81,7 +83,7 @@ def build_tables(scanned: ScannedCheckpoint) -> Tables:
     tensors = _tensors_frame(source, parsed, numbering)
     contrib = _contributions(source, parsed, numbering)
     moe = _moe_layers(contrib, spec)
-    count = _expected_ids(contrib, spec)
+    count = _expected_ids(contrib, spec, moe, _router_experts(source, parsed, numbering))
     experts = _experts_frame(contrib, moe, count)
     layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
     files = _files_frame(scanned, source, numbering, depth)
@@ -412,37 +414,84 @@ def _moe_layers(contrib: _Contrib, spec: ModelSpec) -> np.ndarray:
     return _group(np.concatenate([declared, contrib.e_layer, routed]))[0]
 
 
-def _expected_ids(contrib: _Contrib, spec: ModelSpec) -> int:
-    """Experts per MoE layer: the config's count, else the highest id seen + 1."""
-    if spec.experts_per_layer is not None:
-        return spec.experts_per_layer
-    return int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+# Where a layer's expected expert count came from, strongest first (ties go to the first).
+EXPERT_SOURCES = ("config", "router", "siblings")
 
 
-def _experts_frame(contrib: _Contrib, moe: np.ndarray, count: int) -> pd.DataFrame:
-    """One row per MoE layer and expert id: the expected ids 0..count-1 and any other id
-    seen. The grid is skipped when a hostile config would make it huge."""
+@dataclass(frozen=True, slots=True)
+class _ExpertCounts:
+    """Experts expected per MoE layer (aligned with the sorted MoE layer numbers) and which
+    source set each: a code into `EXPERT_SOURCES`."""
+
+    count: np.ndarray
+    source: np.ndarray
+
+
+def _router_experts(source: _Source, parsed: NameColumns, numbering: _Numbering) -> dict[int, int]:
+    """layer -> rows of its router weight. The router (`mlp.gate.weight` [E, H],
+    `mlp.router.weight`, Megatron's stacked `decoder.layers.mlp.router.weight` [L, E, H]) is
+    never split by expert parallelism, so it keeps the global expert count when the experts
+    were saved under local ids or the config is unreadable."""
+
+    router = (numbering.kind == KINDS.index("router")) & (parsed.param == "weight")
+    layer = numbering.layer
+    out: dict[int, int] = {}
+    for row in np.flatnonzero(router).tolist():
+        shape = source.shape[row]
+        if layer[row] >= 0 and len(shape) == 2:
+            rows = {int(layer[row]): shape[0]}
+        elif layer[row] < 0 and parsed.stacked[row] and len(shape) == 3:
+            rows = dict.fromkeys(range(min(shape[0], MAX_LAYERS)), shape[1])
+        else:
+            continue
+        for at, experts in rows.items():
+            if 0 < experts <= MAX_EXPERTS:
+                out[at] = max(out.get(at, 0), experts)
+    return out
+
+
+def _expected_ids(
+    contrib: _Contrib, spec: ModelSpec, moe: np.ndarray, routers: dict[int, int]
+) -> _ExpertCounts:
+    """Experts per MoE layer: the most any source says, of the config's count, the layer's
+    router rows and the experts its sibling layers hold (highest id + 1): experts lost from
+    every layer at once (expert-parallel ranks overwriting each other) still show, through
+    the router, when the config is unreadable."""
+    siblings = int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+    config = spec.experts_per_layer or 0
+    router = np.asarray([routers.get(x, 0) for x in moe.tolist()], dtype=np.int64)
+    options = np.stack([np.full(len(moe), config), router, np.full(len(moe), siblings)]).astype(
+        np.int64
+    )
+    return _ExpertCounts(options.max(axis=0), options.argmax(axis=0))
+
+
+def _experts_frame(contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts) -> pd.DataFrame:
+    """One row per MoE layer and expert id: the expected ids 0..count-1 of each layer and
+    any other id seen. The grid is skipped when a hostile config would make it huge."""
     k_layer, k_expert, inverse = _pairs(contrib.e_layer, contrib.e_expert)
     keys = (k_layer << _SHIFT) | k_expert
     grid = np.zeros(0, np.int64)
-    if 0 < len(moe) * count <= _MAX_EXPANSION:
-        grid = ((moe[:, None] << _SHIFT) | np.arange(count, dtype=np.int64)[None, :]).ravel()
+    counts = expected.count
+    if 0 < counts.sum() <= _MAX_EXPANSION:
+        g_layer, g_expert = _spread(moe, counts)
+        grid = (g_layer << _SHIFT) | g_expert
     every = np.union1d(grid, keys)
     at = np.searchsorted(every, keys)
     tensors_found = np.zeros(len(every), np.int64)
     tensors_found[at] = np.bincount(inverse, minlength=len(keys))
     nbytes = np.zeros(len(every), np.int64)
     nbytes[at] = _sums(inverse, len(keys), contrib.e_nbytes)
+    layer = every >> _SHIFT
+    expert = every & ((1 << _SHIFT) - 1)
+    limit = np.zeros(len(every), np.int64)
+    known = np.isin(layer, moe)
+    limit[known] = counts[np.searchsorted(moe, layer[known])]
     frame = pd.DataFrame(
-        {
-            "layer": every >> _SHIFT,
-            "expert": every & ((1 << _SHIFT) - 1),
-            "tensors_found": tensors_found,
-            "bytes": nbytes,
-        }
+        {"layer": layer, "expert": expert, "tensors_found": tensors_found, "bytes": nbytes}
     )
     frame["tensors_expected"] = _majority(frame)
-    frame["missing"] = (tensors_found == 0) & (frame["expert"].to_numpy() < count)
+    frame["missing"] = (tensors_found == 0) & (expert < limit)
     return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
 
 
@@ -469,7 +518,7 @@ def _layers_frame(
     scanned: ScannedCheckpoint,
     numbering: _Numbering,
     moe: np.ndarray,
-    count: int,
+    expected: _ExpertCounts,
 ) -> pd.DataFrame:
     """One row per layer seen or declared (decoder layers, then MTP layers).
 
@@ -499,9 +548,16 @@ def _layers_frame(
             "bytes": spread(_sums(inverse, n, contrib.nbytes)),
             "parameters": spread(_sums(inverse, n, contrib.numel)),
             "experts_found": with_experts.reindex(layers, fill_value=0).to_numpy(np.int64),
-            "experts_expected": np.where(np.isin(layers, moe), count, 0).astype(np.int64),
         }
     )
+    in_moe = np.isin(layers, moe)
+    at_moe = np.searchsorted(moe, layers[in_moe])
+    experts_expected = np.zeros(len(layers), np.int64)
+    experts_expected[in_moe] = expected.count[at_moe]
+    frame["experts_expected"] = experts_expected
+    source = np.full(len(layers), "", dtype=object)
+    source[in_moe] = np.asarray(EXPERT_SOURCES, dtype=object)[expected.source[at_moe]]
+    frame["experts_source"] = source
     dtypes = _value_sets(seen, inverse, contrib.dtype, contrib.dtypes)
     frame["dtypes"] = [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()]
     kinds = _value_sets(seen, inverse, contrib.kind, list(KINDS))
@@ -509,7 +565,7 @@ def _layers_frame(
     frame["kind"] = _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec)
     columns = [
         "layer", "kind", "is_mtp", "tensors", "bytes", "parameters", "experts_found",
-        "experts_expected", "dtypes",
+        "experts_expected", "experts_source", "dtypes",
     ]  # fmt: skip
     return frame[columns]
 

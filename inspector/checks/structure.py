@@ -199,41 +199,50 @@ def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
 
 
 def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
+    """Expert ids a MoE layer lacks, against the most experts any source expects of it (the
+    config, the layer's router, the sibling layers: the layers table's experts_expected)."""
     width = int(e.expert.max()) + 1
     ids_by_layer = {k: set(v) for k, v in _by_first(e.layer * width + e.expert, width).items()}
-    declared = scanned.spec.experts_per_layer
-    if declared is not None:
-        expected, basis = set(range(declared)), f"config declares {declared}"
-    else:
-        biggest = max(ids_by_layer.values(), key=len)
-        expected, basis = set(biggest), f"its sibling layers have {len(biggest)}"
-        if len({len(ids) for ids in ids_by_layer.values()}) == 1:
-            return []
+    layers = scanned.layers
+    numbers = layers["layer"].tolist()
+    expected_of = dict(zip(numbers, layers["experts_expected"].tolist(), strict=True))
+    source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
         present = set(scanned.tensors["layer"].dropna().astype(int))
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
-    layers = scanned.layers
     mtp = set(layers.loc[layers["is_mtp"], "layer"].astype(int)) if len(layers) else set()
     for layer in sorted(moe_layers):
-        missing = sorted(expected - ids_by_layer.get(layer, set()))
+        expected = int(expected_of.get(layer, 0))
+        missing = sorted(set(range(expected)) - ids_by_layer.get(layer, set()))
         if not missing:
             continue
         file = files.get(layer)
+        basis = _expert_basis(source_of.get(layer, ""), expected, layer in mtp)
         out.append(
             make_finding(
                 "expert-missing",
                 f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
-                f"{fold_ranges(missing)} missing ({len(missing)} of "
-                f"{len(expected)}; {basis})" + (f" in {file}" if file else ""),
+                f"{fold_ranges(missing)} missing ({len(missing)} of {expected}; {basis})"
+                + (f" in {file}" if file else ""),
                 file=file,
                 layer=layer,
                 expert=missing[0] if len(missing) == 1 else None,
             )
         )
     return fold_findings(out, "MoE layers with missing experts")
+
+
+def _expert_basis(source: str, expected: int, mtp: bool) -> str:
+    """Which source set the expectation, as the finding says it."""
+    if source == "config":
+        return f"config declares {expected}"
+    if source == "router":
+        block = "block's" if mtp else "layer's"
+        return f"the {block} router weight has {expected} rows, one per expert"
+    return f"its sibling layers hold experts up to id {expected - 1}"
 
 
 def _file_mode(e: _Experts) -> dict[int, str]:
