@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "BUFFER_PARAMS",
     "DCP_SHARD_FILE",
     "DISTCP_FILE",
     "EXPERT_MODULE",
@@ -20,8 +21,11 @@ __all__ = [
     "HF_SHARD_NUMBER",
     "KINDS",
     "KIND_RULES",
+    "KV_SCALE_PARAMS",
     "LAYERS_CONTAINER",
     "MTP_OWN_KINDS",
+    "QUANT_AUX_PARAMS",
+    "QUANT_SIBLING_PARAMS",
     "RERUN_SHARD_KEY",
     "SHARDED_OBJECT_KEY",
     "Family",
@@ -191,6 +195,39 @@ GROUPED_PARAM = re.compile(r"^(.*)\.(weight|bias|_extra_state)#$")
 FUSED_PARAM = re.compile(r"^(gate_up_proj|gate_proj|up_proj|down_proj)(?:_(blocks|scales|bias))?$")
 # the parameter names a trailing number may follow.
 TRAILING_NUMBER = re.compile(r"\.(?:weight|bias|_extra_state)$")
+
+
+# -- parameter names that are not model parameters ----------------------------------------
+
+# Tensors next to a quantized module's weight: created and loaded by the serving engines
+# (Model-Optimizer registers them as buffers; compressed-tensors as parameters).
+QUANT_AUX_PARAMS = frozenset(
+    {
+        "weight_scale",
+        "weight_scale_2",
+        "weight_scale_inv",
+        "input_scale",
+        "pre_quant_scale",
+        "weight_zero_point",
+        "weight_g_idx",
+        "weight_shape",
+        "weight_global_scale",
+        "input_global_scale",
+        "input_zero_point",
+        "output_scale",
+    }
+)
+# Attention KV-cache scales, on the attention module or its k/v projections.
+KV_SCALE_PARAMS = frozenset({"k_scale", "v_scale"})
+# Every param name a quantized module or attention block stores besides its weight.
+QUANT_SIBLING_PARAMS = QUANT_AUX_PARAMS | KV_SCALE_PARAMS
+# Persistent buffers that models register and `save_pretrained` saves, but that are not
+# parameters (`num_parameters()` leaves them out): the MoE router's score-correction bias
+# (DeepSeek-V3, GLM-4-MoE, Nemotron-H), rotary frequencies some older models keep, and
+# batch-norm statistics. Used when no model can be built to say it exactly.
+BUFFER_PARAMS = frozenset(
+    {"e_score_correction_bias", "inv_freq", "running_mean", "running_var", "num_batches_tracked"}
+)
 
 
 # -- names outside the tensor templates --------------------------------------------------
