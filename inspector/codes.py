@@ -279,6 +279,15 @@ class Code(StrEnum):
         "The config declares MTP layers but none are stored; MTP speculative decoding will "
         "not work.",
     )
+    MTP_NOT_STORED = (
+        "mtp-not-stored",
+        _N,
+        _M,
+        "The config declares MTP layers that the writer's model class never stores "
+        "(transformers builds no MTP module for it); fine for transformers. MTP speculative "
+        "decoding in serving engines needs them: restore them with `ckpt-inspect repair "
+        "--from <original release>`.",
+    )
     QUANT_CONFIG_UNREADABLE = (
         "quant-config-unreadable",
         _E,

@@ -29,6 +29,7 @@ __all__ = [
     "MAX_EXPERTS",
     "MAX_LAYERS",
     "MAX_LAYER_EXPERTS",
+    "MTP_NOT_STORED",
     "SPEC_KEYS",
     "layer_types_from_config",
     "spec_from_config",
@@ -59,6 +60,30 @@ _RULE_KEYS = (
     "decoder_sparse_step",
     "interleave_moe_layer_step",
     "mlp_only_layers",
+)
+# Model types whose transformers model class builds no MTP module, so `save_pretrained`
+# never stores the MTP layers their config declares (the classes list them in
+# `_keys_to_ignore_on_load_unexpected`, e.g. DeepSeek-V3 `model\.layers\.61.*`, GLM-4-MoE
+# `model\.layers\.92.*`, Qwen3-Next `^mtp.*`). Used when transformers is not installed to
+# build the model and say it exactly.
+MTP_NOT_STORED = frozenset(
+    {
+        "bailing_hybrid",
+        "deepseek_v3",
+        "deepseek_v32",
+        "ernie4_5_moe",
+        "exaone_moe",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm4v_moe",
+        "glm_moe_dsa",
+        "longcat_flash",
+        "mimo_v2_flash",
+        "nemotron_h",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_next",
+    }
 )
 # Every key `spec_from_config` reads from a (text) config: what must survive when only part
 # of a damaged config.json can be read.

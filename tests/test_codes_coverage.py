@@ -400,7 +400,18 @@ def test_code_layer_keyset_outlier(tmp_path: Path) -> None:
 
 
 def test_code_mtp_missing(tmp_path: Path) -> None:
-    """transformers drops DeepSeek-V3's MTP layer on save while the config still declares it."""
+    """A Model-Optimizer per-layer export stores the MTP block in its last shard; one whose
+    MTP tensors are gone while the config still declares the layer lost them."""
+    config = {"model_type": "deepseek_v3", "num_hidden_layers": 3, "num_nextn_predict_layers": 1}
+    folder = write_modelopt_export(tmp_path / "export", tiny_layer_state_dicts(3), config=config)
+    f = one(run(folder), "mtp-missing")
+    assert "declares 1 MTP layer" in f.message and f.severity == "warning"
+    assert "mtp-not-stored" not in {x.code for x in run(folder)}
+
+
+def test_code_mtp_not_stored(tmp_path: Path) -> None:
+    """transformers' DeepSeek-V3 class builds no MTP module, so save_pretrained never stores
+    the MTP layer the config declares: an info, with or without the model built."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     config = DeepseekV3Config(
@@ -425,8 +436,12 @@ def test_code_mtp_missing(tmp_path: Path) -> None:
     )
     torch.manual_seed(0)
     DeepseekV3ForCausalLM(config).save_pretrained(tmp_path / "ds")
-    f = one(run(tmp_path / "ds"), "mtp-missing")
-    assert "declares 1 MTP layer" in f.message
+    scanned = scan(tmp_path / "ds")
+    for findings in (check(scanned), check(scanned, model=False)):
+        f = one(findings, "mtp-not-stored")
+        assert "declares 1 MTP layer" in f.message and f.severity == "info"
+        assert "repair --from" in f.message
+        assert "mtp-missing" not in {x.code for x in findings}
 
 
 def _quant_export(tmp_path: Path, quantized_layers: dict) -> Path:

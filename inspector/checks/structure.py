@@ -9,18 +9,23 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
-from inspector.model import ScannedCheckpoint
+from inspector.model import LayoutName, ScannedCheckpoint
+from inspector.naming import parse_names
 from inspector.naming_rules import LAYERS_CONTAINER
+from inspector.spec import MTP_NOT_STORED
 from inspector.tables import layer_keys
 
-__all__ = ["CODES", "check_structure"]
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
+
+__all__ = ["CODES", "MODEL_CODES", "check_structure", "revise_mtp_with_model"]
 
 
 def _unique(
@@ -46,11 +51,14 @@ def _unique(
 CODES = code_set(
     Code.LAYER_MISSING,
     Code.MTP_MISSING,
+    Code.MTP_NOT_STORED,
     Code.EXPERT_MISSING,
     Code.EXPERT_INCOMPLETE,
     Code.EXPERT_SHAPE_MISMATCH,
     Code.LAYER_KEYSET_OUTLIER,
 )
+# What `revise_mtp_with_model` may revise.
+MODEL_CODES = code_set(Code.MTP_MISSING, Code.MTP_NOT_STORED)
 
 
 def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -112,14 +120,63 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     has_mtp_tensors = bool((scanned.tensors["kind"] == "mtp").any())
     if declared <= 0 or stored or has_mtp_tensors:
         return []
-    return [
-        make_finding(
-            "mtp-missing",
-            f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP "
-            "speculative decoding will fail. Re-export with the MTP weights (a transformers "
-            "round trip drops them)",
+    never = _saved_by_transformers(scanned) and scanned.spec.model_type in MTP_NOT_STORED
+    return [_mtp_finding(scanned, not_stored=never)]
+
+
+# Layouts `save_pretrained` writes. Megatron, Model-Optimizer exports (per-layer, or with
+# hf_quant_config.json) and DCP outputs store the MTP layers a config declares.
+_PRETRAINED_LAYOUTS = frozenset({LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE})
+
+
+def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:
+    return scanned.layout in _PRETRAINED_LAYOUTS and scanned.quant_config is None
+
+
+def _mtp_finding(scanned: ScannedCheckpoint, *, not_stored: bool, by: str = "") -> Finding:
+    declared = scanned.spec.mtp_layers
+    if not_stored:
+        model = scanned.spec.model_type or "this architecture"
+        return make_finding(
+            Code.MTP_NOT_STORED,
+            f"config declares {declared} MTP layer(s) the writer's model class never stores "
+            f"({model}: transformers builds no MTP module for it{by}); fine for transformers. "
+            "MTP speculative decoding in serving engines needs them: restore them with "
+            "`ckpt-inspect repair --from <original release>`",
         )
-    ]
+    return make_finding(
+        Code.MTP_MISSING,
+        f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP "
+        "speculative decoding will fail. Re-export with the MTP weights (a transformers "
+        "round trip drops them)" + by,
+    )
+
+
+def revise_mtp_with_model(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector.checks.registry`): with the model built from config.json,
+    whether its class stores MTP layers is known exactly, not from the `MTP_NOT_STORED`
+    table: a class with MTP modules misses their keys in the verdict (then the save lost
+    them: mtp-missing), one without never stores them (mtp-not-stored)."""
+    ours = [f for f in findings if f.code in (Code.MTP_MISSING, Code.MTP_NOT_STORED)]
+    if not verdict.ran or not ours or not _saved_by_transformers(scanned):
+        return findings
+    has_mtp = _names_mtp(scanned, verdict.missing)
+    want = Code.MTP_MISSING if has_mtp else Code.MTP_NOT_STORED
+    if all(f.code == want for f in ours):
+        return findings
+    by = f", as the {verdict.architecture or 'model'} built from config.json shows"
+    revised = _mtp_finding(scanned, not_stored=not has_mtp, by=by)
+    return [*(f for f in findings if f not in ours), revised]
+
+
+def _names_mtp(scanned: ScannedCheckpoint, names: Sequence[str]) -> bool:
+    """Any of `names` in an MTP block (`mtp.*`, or a layer past the decoder's)."""
+    parsed = parse_names(list(names))
+    layers = scanned.spec.num_layers
+    past = parsed.layer >= layers if layers is not None else np.zeros(len(names), dtype=bool)
+    return bool((parsed.mtp | (past & ~parsed.mtp)).any())
 
 
 # -- experts -------------------------------------------------------------------------------
