@@ -65,7 +65,13 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     "modelopt/hf-fp8": ("hf-sharded", frozenset()),
     "modelopt/hf-nvfp4": ("hf-sharded", frozenset()),
     "modelopt/mcore-ep1": ("modelopt-per-layer", frozenset()),
-    "modelopt/mcore-ep2": ("modelopt-per-layer", frozenset({"expert-missing"})),
+    # Experts 2-3 of every layer are lost (the real 0.47 bug at EP > 1); transformers then
+    # stacks 2 experts where Qwen3MoeForCausalLM expects 4 and from_pretrained raises on the
+    # size mismatch: the load check (issue 12) reports that consequence too.
+    "modelopt/mcore-ep2": (
+        "modelopt-per-layer",
+        frozenset({"expert-missing", "load-shape-mismatch"}),
+    ),
     "modelopt/modelopt-1631-ep2-truncated-config": (
         "modelopt-per-layer",
         frozenset({"expert-missing", "config-unreadable"}),
