@@ -71,6 +71,7 @@ SHAPE_RULES: tuple[ShapeRule, ...] = (
     _rule("output projection", r"(?:^|\.)self_attn\.o_proj$", _H, _Q),
 )
 _FLOATS = FLOAT_DTYPES | (QUANT_DTYPES & {"F8_E4M3", "F8_E5M2"})
+_INT64 = 1 << 62
 
 
 def raised_shapes(
@@ -178,6 +179,8 @@ def _expert_groups(
     expert tensor smaller than a sibling: the experts of one layer (or MTP block) hold the
     same projections with the same shapes. Grouped with numpy: 300,000 experts are common."""
     rows = np.flatnonzero((parsed.expert >= 0) & (parsed.layer >= 0))
+    # Sizes past int64 (a hostile header) are not compared: each stays its own.
+    rows = rows[[max(shapes[i], default=0) < _INT64 for i in rows.tolist()]]
     if not len(rows):
         return []
     ndim = np.fromiter((len(shapes[i]) for i in rows.tolist()), dtype=np.int64, count=len(rows))
