@@ -563,3 +563,22 @@ def test_lost_rank_is_refused_unless_allowed_partial(
     up = written["model.layers.0.mlp.experts.1.up_proj.weight"]
     assert up.shape == (16, 32) and not up[:, 16:].any()
     assert torch.equal(up[:, :16], saved["model.layers.0.mlp.experts.1.up_proj.weight"][:, :16])
+
+
+def test_collapsed_mapping_follows_the_upstream_the_run_names(tmp_path: Path) -> None:
+    """Seed automodel-2289 as NeMo AutoModel 0.7 wrote it: the recorded mapping sends every
+    tensor to file 1, and consolidate.sh names the upstream model beside the checkpoint. Its
+    index (4 files) is followed without --reference, and the tensors are the writer's."""
+    golden = Path(__file__).parent / "fixtures" / "writers" / "automodel"
+    run = Path(shutil.copytree(golden / "automodel-2289-collapsed-mapping", tmp_path / "run"))
+    plan = plan_consolidation(scan(run / "model"), tmp_path / "out")
+    assert len(plan.outputs) == 4
+    assert plan.assignment.endswith("upstream/model.safetensors.index.json")
+    assert "collapsed mapping" in plan.reason and "consolidate.sh --model-name" in plan.reason
+    plan.execute(progress=False)
+    manifest = json.loads((golden.parent / "MANIFEST.json").read_text())
+    expected = manifest["automodel/automodel-2289-collapsed-mapping"]["writer_state"]
+    written = load_all(tmp_path / "out")
+    assert sorted(written) == sorted(expected)
+    for name, tensor in written.items():
+        assert list(tensor.shape) == expected[name]["shape"], name

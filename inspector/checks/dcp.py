@@ -15,7 +15,14 @@ import numpy as np
 from inspector.checks.coverage import Box, Coverage, coverage
 from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
-from inspector.model import ChunkTable, DcpInfo, IndexDoc, LogicalTensors, ScannedCheckpoint
+from inspector.model import (
+    ChunkTable,
+    DcpInfo,
+    DcpReference,
+    IndexDoc,
+    LogicalTensors,
+    ScannedCheckpoint,
+)
 from inspector.naming import layer_expert_numbers, parse_names
 from inspector.naming_rules import DCP_SHARD_FILE
 from inspector.safetensors_header import ShardHeader
@@ -47,8 +54,7 @@ def check_dcp(scanned: ScannedCheckpoint) -> list[Finding]:
     findings += _coverage_problems(table, _lost_chunks(scanned.shards), dcp.shape_sources)
     findings += _missing_rank_files(scanned.shards)
     if dcp.mapping is not None:
-        reference = scanned.index or (dcp.reference.index if dcp.reference else None)
-        findings += _mapping_problems(dcp, reference, scanned.logical)
+        findings += _mapping_problems(dcp, scanned.index, scanned.logical)
     return findings
 
 
@@ -290,12 +296,14 @@ def _mapping_problems(
         if fqn not in position
     ]
     total = int(np.sum(logical.nbytes)) if logical is not None else 0
+    # The upstream checkpoint the run names, when found: what `consolidate` then follows.
+    named = dcp.reference if dcp.reference and dcp.reference.index else None
     return [
         *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {rel}"),
         *_per_tensor(
             Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {rel} but in no shard"
         ),
-        *_collapsed(mapping, rel, index, total),
+        *_collapsed(mapping, rel, named.index if named else index, total, named),
     ]
 
 
@@ -314,10 +322,15 @@ def _dangling_message(fqn: str, idx: int, rel: str) -> Callable[[], str]:
 
 
 def _collapsed(
-    mapping: Mapping[str, int], rel: str, index: IndexDoc | None, total: int
+    mapping: Mapping[str, int],
+    rel: str,
+    index: IndexDoc | None,
+    total: int,
+    named: DcpReference | None = None,
 ) -> list[Finding]:
     """Every tensor to one output file although the reference had several (seed
-    automodel-2289) or although the output would pass the shard size limit."""
+    automodel-2289) or although the output would pass the shard size limit. `named`: the
+    upstream checkpoint the run names, found on this machine (`index` is its index)."""
     if len(mapping) < 2 or len(set(mapping.values())) != 1:
         return []
     (target,) = set(mapping.values())
@@ -336,9 +349,15 @@ def _collapsed(
     if not reasons:
         return []
     outcome = f"a single file instead of {len(ref_files)}" if len(ref_files) > 1 else "one file"
+    then = f"consolidation would write {outcome}"
+    if named is not None and len(ref_files) > 1:
+        then = (
+            f"consolidators that follow the mapping write {outcome} (`ckpt-inspect "
+            f"consolidate` follows {named.label})"
+        )
     msg = (
         f"{rel} sends all {len(mapping):,} tensors to output file {target} although "
-        f"{' and '.join(reasons)}; consolidation would write {outcome}. Known cause: the "
+        f"{' and '.join(reasons)}; {then}. Known cause: the "
         "output index was parsed from non-standard reference shard names (e.g. "
         "model.safetensors-00001-of-00004.safetensors all read as 1); regenerate the mapping "
         "from the '-NNNNN-of-NNNNN.safetensors' numbers, or pack by size (5 GB per file)"
