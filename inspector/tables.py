@@ -29,7 +29,7 @@ import pandas as pd
 
 from inspector.columns import Coded
 from inspector.model import ModelSpec, ScannedCheckpoint
-from inspector.naming import KINDS, NameColumns, parse_names
+from inspector.naming import KINDS, NameColumns, parse_names, sharded_object_key
 from inspector.safetensors_header import ShardHeader
 from inspector.spec import MAX_EXPERTS, MAX_LAYERS, layer_types_from_config
 
@@ -729,8 +729,6 @@ def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
 def _object_keys(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
     """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
     numbered names give their layer; a stacked family's first offset is its layer."""
-    from inspector.naming import sharded_object_key
-
     info = scanned.torch_dist
     if info is None or not info.byte_keys:
         return None

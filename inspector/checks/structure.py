@@ -133,22 +133,27 @@ def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:
     return scanned.layout in _PRETRAINED_LAYOUTS and scanned.quant_config is None
 
 
-def _mtp_finding(scanned: ScannedCheckpoint, *, not_stored: bool, by: str = "") -> Finding:
+def _mtp_finding(
+    scanned: ScannedCheckpoint, *, not_stored: bool, built: str | None = None
+) -> Finding:
+    """mtp-not-stored or mtp-missing; `built`: the architecture the model rule built."""
     declared = scanned.spec.mtp_layers
     if not_stored:
         model = scanned.spec.model_type or "this architecture"
+        shows = f", as the {built} built from config.json shows" if built else ""
         return make_finding(
             Code.MTP_NOT_STORED,
             f"config declares {declared} MTP layer(s) the writer's model class never stores "
-            f"({model}: transformers builds no MTP module for it{by}); fine for transformers. "
-            "MTP speculative decoding in serving engines needs them: restore them with "
-            "`ckpt-inspect repair --from <original release>`",
+            f"({model}: transformers builds no MTP module for it{shows}); fine for "
+            "transformers. MTP speculative decoding in serving engines needs them: restore "
+            "them with `ckpt-inspect repair --from <original release>`",
         )
+    has = f"; the {built} built from config.json has MTP modules" if built else ""
     return make_finding(
         Code.MTP_MISSING,
-        f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP "
+        f"config declares {declared} MTP layer(s) but no MTP tensor is stored{has}; MTP "
         "speculative decoding will fail. Re-export with the MTP weights (a transformers "
-        "round trip drops them)" + by,
+        "round trip drops them)",
     )
 
 
@@ -166,8 +171,7 @@ def revise_mtp_with_model(
     want = Code.MTP_MISSING if has_mtp else Code.MTP_NOT_STORED
     if all(f.code == want for f in ours):
         return findings
-    by = f", as the {verdict.architecture or 'model'} built from config.json shows"
-    revised = _mtp_finding(scanned, not_stored=not has_mtp, by=by)
+    revised = _mtp_finding(scanned, not_stored=not has_mtp, built=verdict.architecture or "model")
     return [*(f for f in findings if f not in ours), revised]
 
 
