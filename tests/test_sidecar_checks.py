@@ -178,6 +178,9 @@ def test_writer_sidecar_names_are_read_and_repaired_in_place(tmp_path: Path) -> 
     folder = tmp_path / "export"
     shutil.copytree(GOLDEN / "modelopt-1422-sidecar-drift", folder)
     scanned, findings = _check(folder)
+    # Its MTP block is `mtp.layers.2.*` after 2 decoder layers: MTP layer 2, not 2 + 2.
+    layers = scanned.layers
+    assert layers.loc[layers["is_mtp"], "layer"].tolist() == [2]
     assert set(scanned.sidecars) == {
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
