@@ -107,10 +107,16 @@ def remote(url: str, proxy: Proxy, **kwargs) -> ScannedCheckpoint:
 
 
 def comparable(scanned: ScannedCheckpoint, findings: list[Finding]) -> list[tuple]:
+    """Findings with the checkpoint's location (and its run folder's: a DCP run's upstream
+    model sits there) written as placeholders."""
     root = str(scanned.path)
+    run = root.rsplit("/", 1)[0]
+
+    def text(message: str) -> str:
+        return message.replace(root, "<root>").replace(run, "<run>")
+
     return [
-        (f.code, f.severity, f.file, f.tensor, f.layer, f.expert, f.message.replace(root, "<root>"))
-        for f in findings
+        (f.code, f.severity, f.file, f.tensor, f.layer, f.expert, text(f.message)) for f in findings
     ]
 
 

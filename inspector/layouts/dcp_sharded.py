@@ -21,10 +21,14 @@ This module reads; `inspector.checks.dcp` judges (coverage, overlaps, conflicts,
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
 from operator import add
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,6 +37,8 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
 from inspector.dtypes import nbytes_for
+from inspector.errors import UnsafeFileError
+from inspector.expected_shapes import raised_shapes
 from inspector.findings import examples
 from inspector.layouts._common import (
     INDEX_NAME,
@@ -49,6 +55,7 @@ from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import (
     ChunkTable,
     DcpInfo,
+    DcpReference,
     FileRole,
     IndexDoc,
     LayoutName,
@@ -58,8 +65,8 @@ from inspector.model import (
     ScannedCheckpoint,
 )
 from inspector.naming_rules import DCP_SHARD_FILE
-from inspector.safetensors_header import ShardHeader, read_shard
-from inspector.storage import Location
+from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
+from inspector.storage import Location, check_member, hf_cache_snapshots, local_location
 
 __all__ = [
     "HF_METADATA_DIR",
@@ -68,6 +75,8 @@ __all__ = [
     "SHARDING_KEY",
     "chunk_table",
     "detect",
+    "find_reference",
+    "find_stored_reference",
     "logical_tensors",
     "scan",
 ]
@@ -122,6 +131,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     # 1. Which folder, and every header in it.
     folder = _dcp_folder(path) if path.is_dir() else None
     folder = folder or (path if path.is_dir() else path.parent)
+    named = folder  # in the storage of the folder the user named
     # Every file is named relative to the DCP folder, read in a storage rooted there (with
     # the confinement of the folder the user named).
     folder = Location(folder.as_root())
@@ -132,13 +142,35 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     shards = read_shards(files, root=folder, header_cap=options.header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     table, chunk_problems = chunk_table(shards)
-    # 3. `.hf_metadata/`: mapping, config, reference index.
+    # 3. `.hf_metadata/`: mapping, config, reference index; the upstream checkpoint.
     meta = _read_hf_metadata(folder)
+    # The upstream checkpoint: on this machine beside a local checkpoint, in the same store
+    # (inside the folder the user named) beside a remote one.
+    here = folder.path
+    reference = (
+        find_reference(here, meta.configs.config, header_cap=options.header_cap)
+        if isinstance(here, Path)
+        else find_stored_reference(named, meta.configs.config, header_cap=options.header_cap)
+    )
+    # 4. Every other source of the full shapes: a lost last rank shrinks the chunks' extent.
+    full, sources = raised_shapes(
+        table.names,
+        table.full.tolist(),
+        table.dtype.take(table.starts[:-1]).tolist(),
+        config=meta.configs.config,
+        spec=meta.configs.spec,
+        reference=reference.shapes if reference else None,
+        reference_label=reference.label if reference else "",
+    )
+    if sources:
+        table = dataclasses.replace(table, full=Coded.encode(full, len(full)))
     dcp = DcpInfo(
         table,
         mapping=meta.mapping,
         mapping_file=meta.mapping_file,
         hf_metadata_dir=HF_METADATA_DIR if (folder / HF_METADATA_DIR).is_dir() else None,
+        reference=reference,
+        shape_sources=sources,
     )
     return ScannedCheckpoint(
         path=folder.path,
@@ -182,6 +214,125 @@ def _read_hf_metadata(folder: Location) -> _HfMetadata:
     if mapping_file is not None:
         found.add(mapping_file)
     return _HfMetadata(mapping, mapping_file, configs, index, found, problems)
+
+
+# -- the reference checkpoint ---------------------------------------------------------------
+
+# NeMo AutoModel's consolidation script names the upstream model: `--model-name "org/name"`.
+CONSOLIDATE_SCRIPT = "consolidate.sh"
+_MODEL_NAME = re.compile(r"""--model-name[= ]+["']?([^"'\s]+)["']?""")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_SCRIPT_CAP = 1_000_000
+
+
+def find_reference(
+    folder: Path, config: Mapping[str, Any] | None, *, header_cap: int = DEFAULT_HEADER_CAP
+) -> DcpReference | None:
+    """The upstream checkpoint the run names, when it is on this machine: its index and
+    shard headers (read like the checkpoint's own: capped, regular files only).
+
+    Names come from `consolidate.sh --model-name` (beside the checkpoint or in the run
+    folder) and `config.json` `_name_or_path`. A relative name is looked up in the run
+    folder (the checkpoint's parent, where the script runs) and the checkpoint folder; a hub
+    id also in the Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`,
+    `~/.cache/huggingface/hub`: snapshots link to blobs there, as the cache is built)."""
+    scripts = [
+        (local_location(folder / CONSOLIDATE_SCRIPT), CONSOLIDATE_SCRIPT),
+        (local_location(folder.parent / CONSOLIDATE_SCRIPT), f"../{CONSOLIDATE_SCRIPT}"),
+    ]
+    for name, named_by in _reference_names(scripts, config):
+        path = _resolve_reference(name, folder)
+        if path is not None:
+            return _read_reference(local_location(path), str(path), named_by, header_cap)
+    return None
+
+
+def find_stored_reference(
+    folder: Location, config: Mapping[str, Any] | None, *, header_cap: int = DEFAULT_HEADER_CAP
+) -> DcpReference | None:
+    """`find_reference` for a checkpoint in a remote store: the same names, looked up as
+    relative paths in the run folder and the checkpoint folder of the same store, never
+    above the folder the user named (a remote checkpoint has no "this machine" beside it)."""
+    run = folder.parent if folder.rel else None
+    scripts = [(folder / CONSOLIDATE_SCRIPT, CONSOLIDATE_SCRIPT)]
+    if run is not None:
+        scripts.append((run / CONSOLIDATE_SCRIPT, f"../{CONSOLIDATE_SCRIPT}"))
+    for name, named_by in _reference_names(scripts, config):
+        try:
+            rel = check_member(name) if len(name) <= 4096 else ""
+        except ValueError:
+            continue  # absolute or leaving the store: nothing of this store
+        for base in [b for b in (run, folder) if b is not None and rel]:
+            where = base / rel
+            if where.rel != folder.rel and where.is_dir() and _holds_checkpoint(where):
+                return _read_reference(Location(where.as_root()), str(where), named_by, header_cap)
+    return None
+
+
+def _reference_names(
+    scripts: list[tuple[Location, str]], config: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
+    names: list[tuple[str, str]] = []
+    for script, where in scripts:
+        text = _small_text(script, _SCRIPT_CAP)
+        if text is not None:
+            names += [(m.group(1), f"{where} --model-name") for m in _MODEL_NAME.finditer(text)]
+    value = config.get("_name_or_path") if isinstance(config, Mapping) else None
+    if isinstance(value, str) and value:
+        names.append((value, "config.json _name_or_path"))
+    return list(dict.fromkeys(names))
+
+
+def _small_text(path: Location, cap: int) -> str | None:
+    """The first `cap` bytes of a file as text (through its storage: a regular file that
+    does not link out of its folder), or None."""
+    try:
+        with path.open() as reader:
+            return reader.read_range(0, min(reader.size(), cap)).decode("utf-8", "replace")
+    except (OSError, UnsafeFileError):
+        return None
+
+
+def _resolve_reference(name: str, folder: Path) -> Path | None:
+    if "\x00" in name or len(name) > 4096:
+        return None
+    raw = Path(name).expanduser()
+    if raw.is_absolute():
+        candidates = [raw]
+    elif ".." in raw.parts:
+        return None
+    else:
+        candidates = [folder.parent / raw, folder / raw]
+        if _HUB_ID.fullmatch(name):
+            candidates += hf_cache_snapshots(name)
+    here = folder.resolve()
+    for path in candidates:
+        try:
+            if path.is_dir() and path.resolve() != here and _holds_checkpoint(local_location(path)):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def _holds_checkpoint(folder: Location) -> bool:
+    return (folder / INDEX_NAME).is_file() or bool(list_safetensors(folder))
+
+
+def _read_reference(folder: Location, shown: str, named_by: str, header_cap: int) -> DcpReference:
+    """Read like a checkpoint of its own: through a storage rooted at the reference folder,
+    so its links may not leave it either. `shown`: where it is, as people see it."""
+    index = None
+    if (folder / INDEX_NAME).is_file():
+        index, _ = read_index_doc(folder / INDEX_NAME, root=folder)
+        # Named by where it is: it is not a file of the checkpoint.
+        index = dataclasses.replace(index, file=f"{shown}/{INDEX_NAME}") if index else None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for shard in read_shards(list_safetensors(folder), root=folder, header_cap=header_cap):
+        if shard.readable:
+            for name, shape in zip(shard.names, shard.shapes, strict=True):
+                shapes.setdefault(name, tuple(shape))
+    return DcpReference(shown, named_by, index, shapes)
 
 
 # -- chunks ----------------------------------------------------------------------------------

@@ -1,21 +1,30 @@
-"""`modelopt-per-layer`: one shard per decoder layer, each with a `<shard>.json` sidecar
+"""`modelopt-per-layer`: one shard per decoder layer, each with a JSON sidecar
 (docs/formats.md, "Model-Optimizer per-layer exports"), usually with a merged
-`model.safetensors.index.json`."""
+`model.safetensors.index.json`.
+
+Model-Optimizer names the sidecar of `model-00001-of-00004.safetensors`
+`model-00001-of-00004.json` (`save_safetensors_by_layer_index` formats one stem for both
+files); `model-00001-of-00004.safetensors.json` is accepted too."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection, Mapping
 
 from inspector.layouts import hf_sharded
 from inspector.layouts._common import list_safetensors, prefetch, read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
+from inspector.naming_rules import HF_SHARD_NUMBER
 from inspector.storage import EntryKind, Location
 
-__all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan"]
+__all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan", "shard_of_sidecar", "sidecar_name"]
 
 NAME = LayoutName.MODELOPT_PER_LAYER
-SIDECAR_SUFFIX = ".safetensors.json"
+# The suffix the writer puts after the shard's stem (`model-00001-of-00004.json`).
+SIDECAR_SUFFIX = ".json"
+_SHARD = ".safetensors"
+_INDEX = "model.safetensors.index.json"
 
 
 def detect(path: Location) -> bool:
@@ -26,30 +35,60 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """The sharded scan plus every sidecar, keyed by the shard file it describes."""
     folder = path if path.is_dir() else path.parent
     # Remote: headers, index, configs and sidecars in one batch of concurrent requests.
-    side = [*hf_sharded.side_files(folder), *_sidecar_paths(folder)]
+    side = [*hf_sharded.side_files(folder), *_sidecar_paths(folder).values()]
     prefetch(list_safetensors(folder), header_cap=options.header_cap, side=side)
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
     names = shard_names(base.shards)
     folder = base.location
-    for sidecar in _sidecar_paths(folder):
+    for shard, sidecar in _sidecar_paths(folder).items():
         doc, found = read_index_doc(sidecar, root=folder, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
-            sidecars[sidecar.name.removesuffix(".json")] = doc
+            sidecars[shard] = doc
     return dataclasses.replace(
         base, layout=NAME, info=PerLayerInfo(sidecars), read_problems=tuple(problems)
     )
 
 
-def _sidecar_paths(folder: Location) -> list[Location]:
-    """Sidecars in `folder`, including entries the storage refuses (reported when read)."""
-    return [
-        folder / e.name
-        for e in folder.entries()
-        if e.name.endswith(SIDECAR_SUFFIX) and e.kind is not EntryKind.DIR
-    ]
+def shard_of_sidecar(name: str, shards: Collection[str] = ()) -> str | None:
+    """The shard a JSON file of the folder describes, or None when it is no sidecar:
+    `<stem>.json` describes `<stem>.safetensors` when that shard is in `shards` or the stem
+    is numbered like a shard (`-00001-of-00004`: its shard may be the one missing);
+    `<shard>.safetensors.json` always describes `<shard>.safetensors`."""
+    if name == _INDEX or not name.endswith(SIDECAR_SUFFIX):
+        return None
+    stem = name.removesuffix(SIDECAR_SUFFIX)
+    if stem.endswith(_SHARD):
+        return stem
+    shard = stem + _SHARD
+    return shard if shard in shards or HF_SHARD_NUMBER.search(shard) else None
+
+
+def sidecar_name(shard: str, sidecars: Mapping[str, IndexDoc]) -> str:
+    """The sidecar file of `shard`: the one on disk; for a shard without one, the naming
+    its siblings use, else the writer's `<stem>.json`."""
+    doc = sidecars.get(shard)
+    if doc is not None:
+        return doc.file
+    if sidecars and all(d.file.endswith(_SHARD + SIDECAR_SUFFIX) for d in sidecars.values()):
+        return shard + SIDECAR_SUFFIX
+    return shard.removesuffix(_SHARD) + SIDECAR_SUFFIX
+
+
+def _sidecar_paths(folder: Location) -> dict[str, Location]:
+    """shard file -> its sidecar (the writer's `<stem>.json` when both exist), including
+    entries the storage refuses (a FIFO, a link out of the folder: reported when read)."""
+    names = sorted(e.name for e in folder.entries() if e.kind is not EntryKind.DIR)
+    shards = {n for n in names if n.endswith(_SHARD)}
+    found: dict[str, Location] = {}
+    # `<shard>.safetensors.json` sorts after `<stem>.json`: the writer's name comes first.
+    for name in names:
+        shard = shard_of_sidecar(name, shards)
+        if shard is not None:
+            found.setdefault(shard, folder / name)
+    return found
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

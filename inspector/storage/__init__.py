@@ -24,7 +24,7 @@ from inspector.storage.base import (
     TooLargeError,
     check_member,
 )
-from inspector.storage.local import LocalFile, LocalStorage
+from inspector.storage.local import LocalFile, LocalStorage, hf_cache_snapshots
 from inspector.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions
 from inspector.storage.urls import is_remote, scheme_of
 
@@ -43,6 +43,7 @@ __all__ = [
     "TooLargeError",
     "UnsafeFileError",
     "check_member",
+    "hf_cache_snapshots",
     "is_remote",
     "local_location",
     "open_location",

@@ -22,7 +22,7 @@ from typing import TypeVar
 from inspector.errors import UnsafeFileError
 from inspector.storage.base import Entry, EntryKind, IOStats, TooLargeError, check_member
 
-__all__ = ["LocalFile", "LocalStorage", "file_kind"]
+__all__ = ["LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -284,3 +284,32 @@ def _opened_path(fd: int) -> str | None:
     except OSError:
         return None
     return target if target.startswith("/") else None
+
+
+def hf_cache_snapshots(repo_id: str) -> list[Path]:
+    """The snapshots of a Hub model in the local Hugging Face cache (`$HF_HUB_CACHE`,
+    `$HF_HOME/hub`, `~/.cache/huggingface/hub`): the one `refs/main` names first, then the
+    others newest first."""
+    roots = [os.environ.get("HF_HUB_CACHE")]
+    home = os.environ.get("HF_HOME")
+    roots += [str(Path(home) / "hub") if home else None, "~/.cache/huggingface/hub"]
+    folder = "models--" + repo_id.replace("/", "--")
+    out: list[Path] = []
+    for root in filter(None, roots):
+        repo = Path(root).expanduser() / folder
+        try:
+            snapshots = sorted(
+                (e for e in os.scandir(repo / "snapshots") if e.is_dir()),
+                key=lambda e: e.stat().st_mtime,
+                reverse=True,
+            )
+        except OSError:
+            continue
+        try:
+            with LocalFile(repo / "refs" / "main") as reader:
+                wanted = reader.read_range(0, 256).decode("utf-8", "replace").strip()
+        except OSError:
+            wanted = ""
+        out += [Path(e.path) for e in snapshots if e.name == wanted]
+        out += [Path(e.path) for e in snapshots if e.name != wanted]
+    return out
