@@ -436,3 +436,25 @@ def test_dashboard_takes_a_url_and_refreshes_it(checkpoints: dict[str, Path]) ->
         assert server.requests > before and dash.state.findings
     consolidate = dash.select("Consolidate")
     assert not consolidate.dest.value.startswith("http")  # a local destination
+
+
+def test_header_cap_holds_remotely(big: Path, proxy: Proxy) -> None:
+    """A header longer than the cap is refused from its length alone, as locally: its
+    shard costs one read-ahead and never the second read its length would ask for."""
+    shards = sorted(big.glob("*.safetensors"))
+    long_header = shards[-1]
+    ahead = 16 << 10  # shorter than the long header: reading it would take a second GET
+    cap = header_len(long_header) - 100
+    proxy.reset()
+    scanned = remote(f"s3://{BUCKET}/big", proxy, header_cap=cap, read_ahead=ahead)
+    served = proxy.body_bytes
+    local = scan(big, header_cap=cap)
+    assert comparable(scanned, scanned.problems) == comparable(local, local.problems)
+    refused = [f.file for f in scanned.problems if f.code == "header-unreadable"]
+    assert refused == [long_header.name]
+    gets = [p for p in proxy.paths if p.endswith(long_header.name)]
+    assert gets == [f"GET /{BUCKET}/big/{long_header.name}"]
+    # The short headers whole (with what their read-ahead took past them), one read-ahead of
+    # the long one, the index; the listing's XML is the rest.
+    fetched = sum(max(header_len(p), ahead) for p in shards[:-1]) + ahead
+    assert served <= fetched + (big / INDEX).stat().st_size + 16_000
