@@ -27,7 +27,6 @@ import io
 import math
 import os
 import pickle
-import resource
 import select
 import signal
 import sys
@@ -39,6 +38,11 @@ from typing import Any, TypeVar, cast
 
 from inspector.errors import InspectorError
 
+try:
+    import resource
+except ImportError:  # not on Windows: no sandbox there, the audited path is taken
+    resource = None  # type: ignore[assignment]
+
 __all__ = [
     "DEFAULT_SANDBOX",
     "SandboxFailed",
@@ -49,13 +53,11 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-_FATAL = (
-    signal.SIGSEGV,
-    signal.SIGBUS,
-    signal.SIGABRT,
-    signal.SIGFPE,
-    signal.SIGILL,
-    signal.SIGXCPU,
+# Signals a crash or a limit raises in the child (those this platform has).
+_FATAL = tuple(
+    getattr(signal, name)
+    for name in ("SIGSEGV", "SIGBUS", "SIGABRT", "SIGFPE", "SIGILL", "SIGXCPU")
+    if hasattr(signal, name)
 )
 
 
@@ -111,7 +113,12 @@ class SandboxFailed(InspectorError):
 
 def sandbox_available() -> bool:
     """True where `run_bounded` can bound a child (Linux with fork and /proc)."""
-    return sys.platform == "linux" and hasattr(os, "fork") and _address_space() is not None
+    return (
+        sys.platform == "linux"
+        and resource is not None
+        and hasattr(os, "fork")
+        and _address_space() is not None
+    )
 
 
 def run_bounded(
@@ -225,13 +232,20 @@ def _read_reply(fd: int, cap: int, deadline: float) -> bytes:
 
 
 def _wait(pid: int) -> int:
-    """The child's wait status, once it is gone (EINTR is retried by Python)."""
-    return os.waitpid(pid, 0)[1]
+    """The child's wait status, once it is gone (EINTR is retried by Python); -1 when
+    something else in this process (a SIGCHLD handler) reaped it first: then its answer
+    is not trusted and the caller takes its own path."""
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return -1
 
 
 def _describe(status: int, limits: SandboxLimits, size: int) -> str:
     if status == 0:
         return "gave an empty answer"
+    if status == -1:
+        return "was reaped by someone else; its answer is not used"
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         if sig == signal.SIGXCPU:

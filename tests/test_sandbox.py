@@ -168,3 +168,30 @@ def test_the_reply_resolves_only_the_classes_named() -> None:
     with pytest.raises(SandboxFailed, match="could not be read"):
         run_bounded(lambda: ReadProblem("f", FileRole.CONFIG, "r"), size=0, limits=FORCED)
     assert run_bounded(lambda: sys.maxsize, size=0, limits=FORCED) == sys.maxsize
+
+
+def test_the_child_works_from_a_worker_thread_while_others_run() -> None:
+    """Notebooks and thread pools fork from threads, with other threads running: the child
+    takes no lock they may hold, so the answer is the same."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    data = metadata_bytes(50)
+    expected = convert(load_dcp_metadata(data))
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def busy() -> None:
+        while not stop.is_set():
+            with lock:
+                sum(range(1000))
+
+    spinner = threading.Thread(target=busy)
+    spinner.start()
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            results = list(pool.map(lambda _: in_child(data), range(4)))
+    finally:
+        stop.set()
+        spinner.join()
+    assert results == [expected] * 4
