@@ -189,3 +189,11 @@ def test_a_backup_folder_that_is_a_link_is_refused(source: Path, tmp_path: Path)
     with pytest.raises(UnsafeInputError, match="not the backup folder"):
         plan.execute(progress=False, overwrite=True)
     assert list(elsewhere.iterdir()) == [] and snapshot(dest) == before
+
+
+def test_a_dest_that_is_a_file_is_refused(source: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "model.safetensors"
+    dest.write_bytes(b"somebody's file")
+    with pytest.raises(UnsafeInputError, match="DEST exists and is not a folder"):
+        plan_consolidation(scan(source), dest)
+    assert dest.read_bytes() == b"somebody's file"

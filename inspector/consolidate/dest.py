@@ -152,15 +152,17 @@ class Dest:
 
 
 def not_a_folder(path: Path) -> str:
-    target = ""
-    with contextlib.suppress(OSError):
-        target = f" (to {os.readlink(path)})"
-    kind = "a symbolic link" + target if os.path.islink(path) else "not a folder"
-    return (
-        f"{path}: DEST is {kind}; consolidate writes only into a real folder, never through "
-        "a link (one planted in a shared or downloaded folder may point anywhere): pass the "
-        "folder itself, or remove the link"
-    )
+    """Why DEST cannot be written into, with what to do (a link, or not a folder)."""
+    if os.path.islink(path):
+        target = ""
+        with contextlib.suppress(OSError):
+            target = f" (to {os.readlink(path)})"
+        return (
+            f"{path}: DEST is a symbolic link{target}; consolidate writes only into a real "
+            "folder, never through a link (one planted in a shared or downloaded folder may "
+            "point anywhere): pass the folder itself, or remove the link"
+        )
+    return f"{path}: DEST exists and is not a folder; choose a new or empty folder as DEST"
 
 
 def is_complete(dest: Dest, output: OutputFile) -> bool:
