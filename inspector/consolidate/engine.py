@@ -23,21 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from inspector.atomic import fsync_dir, write_atomic
 from inspector.casting import cast_bytes
+from inspector.consolidate.dest import Dest
 from inspector.consolidate.plan import (
     METADATA_CAP,
     ConsolidationPlan,
     OutputFile,
     Piece,
     PlannedTensor,
+    index_bytes,
 )
 from inspector.dtypes import DTYPE_BITS
 from inspector.errors import InspectorError
 from inspector.layouts._common import INDEX_NAME
-from inspector.storage import LocalFile, RangeReader, Storage
+from inspector.storage import LocalFile, RangeReader, Storage, TooLargeError
 
 __all__ = [
     "BLOCK_BYTES",
@@ -45,7 +45,6 @@ __all__ = [
     "Sealer",
     "SourceFiles",
     "copy_metadata",
-    "is_complete",
     "pread_exact",
     "write_index",
     "write_output",
@@ -92,18 +91,18 @@ class Sealer:
     """fsync + rename of finished outputs on a thread of its own, so the disk writes one file
     back while the next is being copied. At most `depth` files wait (bounded open files)."""
 
-    def __init__(self, dest: Path, *, fsync: bool = True, depth: int = 4) -> None:
+    def __init__(self, dest: Dest, *, fsync: bool = True, depth: int = 4) -> None:
         self.dest = dest
         self.fsync = fsync
         self.pool = ThreadPoolExecutor(max_workers=1)
         self.slots = threading.BoundedSemaphore(depth)
         self.pending: list[Any] = []
 
-    def submit(self, fd: int, partial: Path, final: Path) -> None:
+    def submit(self, fd: int, partial: str, final: str) -> None:
         self.slots.acquire()
         self.pending.append(self.pool.submit(self._seal, fd, partial, final))
 
-    def _seal(self, fd: int, partial: Path, final: Path) -> None:
+    def _seal(self, fd: int, partial: str, final: str) -> None:
         try:
             try:
                 if self.fsync:
@@ -111,9 +110,9 @@ class Sealer:
             finally:
                 os.close(fd)
             # Only a complete (and, by default, durable) file ever gets its final name.
-            os.replace(partial, final)
+            self.dest.rename(partial, final)
             if self.fsync:
-                fsync_dir(self.dest)
+                self.dest.sync()
         finally:
             self.slots.release()
 
@@ -123,29 +122,20 @@ class Sealer:
             future.result()
 
 
-def is_complete(path: Path, output: OutputFile) -> bool:
-    """A finished output: final name, expected size, and exactly the planned header."""
-    try:
-        # Non-blocking, regular files only: DEST may hold anything (a FIFO under an output name).
-        with LocalFile(path) as reader:
-            if reader.size() != output.size:
-                return False
-            return reader.read_range(0, len(output.header)) == output.header
-    except OSError:
-        return False
-
-
 def write_output(
     plan: ConsolidationPlan, output: OutputFile, bar: Progress, sealer: Sealer
 ) -> None:
     """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
     renames it, so a crash never leaves a partly written file under the final name."""
-    final = plan.dest / output.name
-    partial = final.with_name(final.name + ".partial")
+    partial = output.name + ".partial"
     sources = SourceFiles(plan.source_storage)
-    # O_NOFOLLOW: a link planted under the partial name must not be written through.
-    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(partial, flags, 0o644)
+    # Created afresh in DEST's descriptor: a stale file or a link planted under the
+    # partial name is removed first, never written through (O_EXCL | O_NOFOLLOW).
+    try:
+        fd = sealer.dest.open_partial(partial)
+    except BaseException:
+        sources.close()
+        raise
     try:
         _pwrite_all(fd, output.header, 0)
         bar.add(len(output.header))
@@ -163,14 +153,14 @@ def write_output(
     except OSError as exc:
         os.close(fd)
         if exc.filename is None:  # a write by descriptor: name the file (ENOSPC, EFBIG...)
-            raise OSError(exc.errno, exc.strerror, str(partial)) from exc
+            raise OSError(exc.errno, exc.strerror, str(plan.dest / partial)) from exc
         raise
     except BaseException:
         os.close(fd)
         raise
     finally:
         sources.close()
-    sealer.submit(fd, partial, final)
+    sealer.submit(fd, partial, output.name)
 
 
 class SourceFiles:
@@ -439,31 +429,26 @@ def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def copy_metadata(plan: ConsolidationPlan) -> tuple[str, ...]:
-    """The plan's `.hf_metadata/` files, read through the source storage (capped, regular
-    files inside the folder), written to DEST as temp files, fsynced and renamed."""
+def copy_metadata(plan: ConsolidationPlan, dest: Dest) -> tuple[str, ...]:
+    """The source's public metadata files (config, tokenizer...) copied into DEST, each
+    read through the source storage (a regular file inside the folder, local or remote,
+    under the cap) and written atomically."""
     copied = []
     storage = plan.source_storage
     for rel in plan.metadata_files:
         name = Path(rel).name
-        data = storage.read_bytes(rel, cap=METADATA_CAP)
-        tmp = plan.dest / (name + ".partial")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(tmp, flags, 0o644)
         try:
-            _pwrite_all(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, plan.dest / name)
+            data = storage.read_bytes(rel, cap=METADATA_CAP)
+        except TooLargeError as exc:
+            raise InspectorError(
+                f"{plan.source / rel}: is {exc.size:,} bytes, over the {METADATA_CAP:,}-byte "
+                "limit for a metadata file; remove it from .hf_metadata or copy it by hand"
+            ) from None
+        dest.write(name, data)
         copied.append(name)
     return tuple(copied)
 
 
-def write_index(plan: ConsolidationPlan) -> str:
-    doc = {
-        "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
-        "weight_map": dict(sorted(plan.weight_map.items())),
-    }
-    write_atomic(plan.dest / INDEX_NAME, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+def write_index(plan: ConsolidationPlan, dest: Dest) -> str:
+    dest.write(INDEX_NAME, index_bytes(plan))
     return INDEX_NAME

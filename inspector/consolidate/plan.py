@@ -17,7 +17,7 @@ from inspector.casting import dtype_for_target
 from inspector.codes import Code, code_set
 from inspector.consolidate.assignment import choose_assignment
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector.errors import PlanRefusedError
+from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
@@ -31,6 +31,7 @@ __all__ = [
     "OutputFile",
     "Piece",
     "PlannedTensor",
+    "index_bytes",
     "plan_consolidation",
 ]
 
@@ -154,6 +155,7 @@ class ConsolidationPlan:
         self,
         *,
         resume: bool = False,
+        overwrite: bool = False,
         progress: bool = True,
         verify: bool = True,
         verify_data: bool = False,
@@ -164,6 +166,11 @@ class ConsolidationPlan:
     ) -> ConsolidationResult:
         """Write the outputs, then the index (rank 0), then verify DEST.
 
+        DEST must be empty or hold only this plan's own output (finished outputs, `.partial`
+        files, the index and copied files with the planned content); anything else is
+        refused (`PlanRefusedError`) unless `overwrite`, which first moves every entry a
+        written file replaces into `DEST/.ckpt-inspect-backup/<time>/`. A DEST that is a
+        link is refused (`UnsafeInputError`).
         `resume` keeps outputs already complete (same size and header). `verify` re-scans and
         checks DEST; `verify_data` also compares every tensor's content hash with the source.
         `workers` threads write separate files (each holds one 8 MB block buffer). Under
@@ -177,6 +184,7 @@ class ConsolidationPlan:
         return execute_plan(
             self,
             resume=resume,
+            overwrite=overwrite,
             progress=progress,
             verify=verify,
             verify_data=verify_data,
@@ -206,6 +214,8 @@ class ConsolidationResult:
     data_mismatches: tuple[str, ...] = ()
     # Tensors the source did not fully hold, written with zeros there (allow_partial).
     partial: tuple[str, ...] = ()
+    backup: Path | None = None  # where `overwrite` moved the entries it replaced
+    replaced: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -293,13 +303,19 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
             "only a folder of shard-*-model-*.safetensors files with DCP_SHARDING_INFO can be "
             "consolidated"
         )
-    resolved = dest.expanduser().resolve()
-    if isinstance(scanned.path, Path) and resolved == scanned.path.resolve():
+    # DEST's parents are resolved, DEST itself is not: a link there is refused, not followed.
+    absolute = Path(os.path.abspath(dest.expanduser()))
+    target = absolute.parent.resolve() / absolute.name
+    if isinstance(scanned.path, Path) and target.resolve() == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
             f"{scanned.path / 'consolidated'}"
         )
-    return resolved
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        from inspector.consolidate.dest import not_a_folder
+
+        raise UnsafeInputError(not_a_folder(target))
+    return target
 
 
 def _refuse_on_errors(
@@ -513,6 +529,15 @@ def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     return tuple(keep)
 
 
+def index_bytes(plan: ConsolidationPlan) -> bytes:
+    """The `model.safetensors.index.json` this plan writes, byte for byte."""
+    doc = {
+        "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
+        "weight_map": dict(sorted(plan.weight_map.items())),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+
+
 def describe_plan(plan: ConsolidationPlan) -> str:
     tensors = sum(len(o.tensors) for o in plan.outputs)
     column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
@@ -557,6 +582,11 @@ def describe_result(result: ConsolidationResult) -> str:
     if result.skipped:
         kept = examples(list(result.skipped))
         lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+    if result.backup is not None:
+        lines.append(
+            f"  replaced {len(result.replaced)} entr{'y' if len(result.replaced) == 1 else 'ies'}"
+            f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
+        )
     if result.index_file:
         lines.append(f"  index: {result.index_file}")
     if result.metadata_files:
