@@ -349,10 +349,37 @@ def test_consolidate_from_s3_equals_local_and_resumes(
     assert result.ok and result.data_checked > 0
     for path in sorted((tmp_path / "local").iterdir()):
         assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
+    assert result.metadata_files  # copied from .hf_metadata/: compared on resume below
     proxy.reset()
-    again = plan_consolidation(remote(f"s3://{BUCKET}/{name}", proxy), tmp_path / "remote")
+    source = remote(f"s3://{BUCKET}/{name}", proxy)
+    scanned = proxy.body_bytes
+    again = plan_consolidation(source, tmp_path / "remote")
     resumed = again.execute(progress=False, resume=True, verify=False)
     assert resumed.written == () and len(resumed.skipped) == len(result.written)
+    # Past the scan, resuming fetched at most the metadata files it compares with DEST's
+    # copies: no chunk of the finished outputs.
+    copied = sum((tmp_path / "remote" / n).stat().st_size for n in result.metadata_files)
+    assert proxy.body_bytes - scanned <= copied
+
+
+def test_consolidate_from_s3_refuses_a_foreign_dest(
+    checkpoints: dict[str, Path], proxy: Proxy, tmp_path: Path
+) -> None:
+    """DEST's rule holds for a remote source: a file this plan does not write stops the run
+    before a byte is fetched; --overwrite moves it to the backup folder first."""
+    name = "demo/healthy-dcp-sharded"
+    dest = tmp_path / "out"
+    dest.mkdir()
+    plan = plan_consolidation(remote(f"s3://{BUCKET}/{name}", proxy), dest)
+    (dest / plan.outputs[0].name).write_bytes(b"someone else's file")
+    proxy.reset()
+    with pytest.raises(PlanRefusedError, match="DEST is not empty"):
+        plan.execute(progress=False, verify=False)
+    assert not [p for p in proxy.paths if p.endswith(".safetensors")]
+    result = plan.execute(progress=False, verify=True, overwrite=True)
+    assert result.ok and result.replaced == (plan.outputs[0].name,)
+    assert result.backup is not None
+    assert (result.backup / plan.outputs[0].name).read_bytes() == b"someone else's file"
 
 
 def test_consolidate_from_s3_column_sharded_bf16(
