@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -257,3 +258,53 @@ def test_consolidate_reads_what_the_scan_reads(dcp_folder: Path, tmp_path: Path)
     assert linked.ok
     for name in expected.written:
         assert (tmp_path / "linked" / name).read_bytes() == (tmp_path / "plain" / name).read_bytes()
+
+
+@pytest.mark.parametrize("kind", ["inside", "link-out", "fifo", "over-cap"])
+def test_the_metadata_child_gets_only_what_the_storage_read(
+    tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large `.metadata` files are unpickled in a bounded child (`inspector.sandbox`), from
+    bytes this process read through the storage: a link out of the folder, a FIFO or a file
+    over the cap is refused before any child runs. The child is forced on for every size
+    here (its threshold is 1 MB) and counted."""
+    import inspector.safe_pickle as safe_pickle
+    from inspector.layouts import torch_dist
+    from inspector.sandbox import SandboxLimits
+
+    children: list[int] = []
+    real = safe_pickle.run_bounded
+
+    def counted(fn: Callable[[], object], *, size: int, **kwargs: object) -> object:
+        children.append(size)
+        return real(fn, size=size, **kwargs)
+
+    monkeypatch.setattr(safe_pickle, "run_bounded", counted)
+    defaults = dict(safe_pickle.read_dcp_metadata.__kwdefaults__ or {})
+    defaults["limits"] = SandboxLimits(min_size=0)
+    monkeypatch.setattr(safe_pickle.read_dcp_metadata, "__kwdefaults__", defaults)
+    folder = write_torch_dist_demo(tmp_path / "run")
+    meta = folder / ITER / ".metadata"
+    healthy = scan(folder)
+    children.clear()
+    outside = tmp_path / "elsewhere.metadata"
+    shutil.copyfile(meta, outside)
+    if kind == "link-out":
+        meta.unlink()
+        meta.symlink_to(outside)
+    elif kind == "fifo":
+        plant(meta, "fifo")
+    elif kind == "over-cap":
+        monkeypatch.setattr(torch_dist, "METADATA_CAP", meta.stat().st_size - 1)
+    scanned = scan(folder)
+    if kind == "inside":
+        assert children == [meta.stat().st_size]
+        assert [t.name for t in scanned.tensors.itertuples()] == [
+            t.name for t in healthy.tensors.itertuples()
+        ]
+        return
+    assert children == []
+    problem = [p for p in scanned.problems if p.file == f"{ITER}/.metadata"]
+    assert len(problem) == 1
+    unreadable = "torch-dist-metadata-unreadable"
+    assert problem[0].code == (unreadable if kind == "over-cap" else "file-unsafe")
