@@ -3,7 +3,8 @@
 - `moto_s3()`: moto's S3 API server (`ThreadedMotoServer`), a real S3 endpoint for s3fs.
 - `Proxy`: an HTTP/1.1 proxy in front of one server that adds a delay to every request
   (a network round trip), counts requests and the response body bytes it passes on (what a
-  client really fetched), records the request paths, and can answer chosen requests itself
+  client really fetched), records the request paths and the most requests it held at once
+  (`peak`), and can answer chosen requests itself
   with an error status (throttling, 403) instead of passing them on.
 - `RangeHTTPServer`: the standard library's file server with HTTP Range support and
   keep-alive, counting the bytes of file content it sends.
@@ -59,8 +60,8 @@ Fault = Callable[[str, str, int], tuple[int, bytes] | None]
 
 
 class Proxy:
-    """See the module docstring. `requests`, `body_bytes` and `paths` are totals since the
-    last `reset()`."""
+    """See the module docstring. `requests`, `body_bytes`, `paths` and `peak` (the most
+    requests in flight at once) are totals since the last `reset()`."""
 
     def __init__(self, backend: str, *, delay: float = 0.0, fault: Fault | None = None) -> None:
         host, _, port = backend.removeprefix("http://").rstrip("/").partition(":")
@@ -70,6 +71,8 @@ class Proxy:
         self.requests = 0
         self.body_bytes = 0
         self.paths: list[str] = []
+        self.peak = 0
+        self._in_flight = 0
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -79,7 +82,7 @@ class Proxy:
 
     def reset(self) -> None:
         with self._lock:
-            self.requests, self.body_bytes, self.paths = 0, 0, []
+            self.requests, self.body_bytes, self.paths, self.peak = 0, 0, [], 0
 
     def __enter__(self) -> Proxy:
         self._thread.start()
@@ -121,31 +124,50 @@ class Proxy:
                     return
                 method, path, headers = _parse_request(head)
                 body = await _read_body(reader, headers, method=method, request=True)
-                if self.delay:
-                    await asyncio.sleep(self.delay)
                 with self._lock:
-                    self.requests += 1
-                    number = self.requests
-                    self.paths.append(f"{method} {path}")
-                answer = self.fault(method, path, number) if self.fault else None
-                if answer is not None:
-                    status, data = answer
-                    headers = {"Content-Type": "application/xml", "Content-Length": str(len(data))}
-                    writer.write(_response(status, headers, b"" if method == "HEAD" else data))
-                else:
-                    status_line, out_headers, data = await self._forward(
-                        backend, method, path, headers, body
-                    )
+                    self._in_flight += 1
+                    self.peak = max(self.peak, self._in_flight)
+                try:
+                    await self._answer(writer, backend, method, path, headers, body)
+                finally:
                     with self._lock:
-                        self.body_bytes += len(data)
-                    writer.write(_response(status_line, out_headers, data))
-                await writer.drain()
+                        self._in_flight -= 1
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
             return
         finally:
             writer.close()
             for _, back_writer in backend:
                 back_writer.close()
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> None:
+        """One request: the delay, the fault rule or the backend, the response written."""
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        with self._lock:
+            self.requests += 1
+            number = self.requests
+            self.paths.append(f"{method} {path}")
+        answer = self.fault(method, path, number) if self.fault else None
+        if answer is not None:
+            status, data = answer
+            sent = {"Content-Type": "application/xml", "Content-Length": str(len(data))}
+            writer.write(_response(status, sent, b"" if method == "HEAD" else data))
+        else:
+            status_line, out_headers, data = await self._forward(
+                backend, method, path, headers, body
+            )
+            with self._lock:
+                self.body_bytes += len(data)
+            writer.write(_response(status_line, out_headers, data))
+        await writer.drain()
 
     async def _forward(
         self,

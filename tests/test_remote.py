@@ -212,6 +212,21 @@ def test_default_read_ahead_costs_one_request_per_shard(big: Path, proxy: Proxy)
     assert len(gets) == 4
 
 
+@pytest.mark.parametrize("limit", [2, 16])
+def test_requests_in_flight_are_bounded(big: Path, endpoint: str, limit: int) -> None:
+    """--max-concurrency bounds the requests in flight, and the scan does fill it: the
+    four headers and the side files go out together."""
+    with Proxy(endpoint, delay=0.05) as slow:
+        scanned = scan(
+            f"s3://{BUCKET}/big",
+            storage_options={"endpoint_url": slow.url},
+            max_concurrency=limit,
+        )
+        peak = slow.peak
+    assert len(scanned.shards) == 4
+    assert peak == limit if limit == 2 else 4 <= peak <= limit
+
+
 # -- errors: retried, or one clear line ---------------------------------------------------------
 
 
