@@ -500,3 +500,33 @@ def test_header_cap_holds_remotely(big: Path, proxy: Proxy) -> None:
     # the long one, the index; the listing's XML is the rest.
     fetched = sum(max(header_len(p), ahead) for p in shards[:-1]) + ahead
     assert served <= fetched + (big / INDEX).stat().st_size + 16_000
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_consolidate_from_s3_keeps_requests_and_memory_bounded(
+    checkpoints: dict[str, Path],
+    endpoint: str,
+    tmp_path: Path,
+    workers: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks are fetched in blocks, at most --max-concurrency at once over all the files
+    being written: memory holds at most that many blocks. Blocks of 4 KiB here, so the
+    demo's tensors take many."""
+    from inspector.consolidate import engine
+
+    monkeypatch.setattr(engine, "_REMOTE_BLOCK", 4096)
+    name = "demo/healthy-dcp-sharded"
+    local = plan_consolidation(scan(checkpoints[name]), tmp_path / "local")
+    local.execute(progress=False, verify=False)
+    with Proxy(endpoint, delay=0.01) as slow:
+        source = scan(
+            f"s3://{BUCKET}/{name}", storage_options={"endpoint_url": slow.url}, max_concurrency=2
+        )
+        plan = plan_consolidation(source, tmp_path / "remote")
+        slow.reset()
+        plan.execute(progress=False, verify=False, workers=workers)
+        peak, requests = slow.peak, slow.requests
+    assert peak == 2 and requests > 2 * len(plan.outputs)
+    for path in sorted((tmp_path / "local").iterdir()):
+        assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name

@@ -132,6 +132,13 @@ class _Shared:
     # checkpoint have headers of similar length, so later read-aheads cover it in one GET.
     needed: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Requests in flight from threads, over every `map` running at once (consolidate writes
+    # several files in parallel, each fetching its blocks concurrently): at most
+    # max_concurrency, so memory holds at most that many fetched blocks.
+    gate: threading.BoundedSemaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = threading.BoundedSemaphore(self.options.max_concurrency)
 
     def head(self, key: str) -> bytes:
         with self.lock:
@@ -405,7 +412,8 @@ class FsspecStorage:
         options = self.options
         for attempt in range(options.retries + 1):
             try:
-                return fn()
+                with self._shared.gate:  # released while a retry waits
+                    return fn()
             except Exception as exc:
                 status = _status(exc)
                 if attempt < options.retries and _transient(exc, status):
