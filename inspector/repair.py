@@ -8,29 +8,35 @@ touched by an index, sidecar or quant-config repair.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
+from inspector.codes import Severity
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
-from inspector.model import ScannedCheckpoint
+from inspector.model import IndexDoc, ScannedCheckpoint
 
 __all__ = [
     "DuplicatePolicy",
     "FileWrite",
     "RepairPlan",
+    "RepairPreview",
     "RepairResult",
     "plan_index",
     "plan_quant_config",
     "plan_repair",
     "plan_sidecars",
+    "preview_repair",
+    "scanned_after",
 ]
 
 DuplicatePolicy = Literal["first", "last", "index"]
@@ -106,6 +112,12 @@ class RepairPlan:
             self.notes + other.notes,
         )
 
+    def preview(
+        self, scanned: ScannedCheckpoint, *, findings: Sequence[Finding] | None = None
+    ) -> RepairPreview:
+        """Which findings executing this plan would fix (see `preview_repair`)."""
+        return preview_repair(self, scanned, findings=findings)
+
     def execute(self, *, backup: bool = True) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
@@ -132,6 +144,85 @@ class RepairPlan:
             )
         remaining = tuple(check(scan(self.root)))
         return RepairResult(tuple(w.path for w in self.writes), backup_dir, remaining)
+
+
+# -- what a plan fixes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairPreview:
+    """The findings a plan fixes, those it leaves, and any it would add: exact, because the
+    checks are pure and were re-run on the checkpoint as the plan leaves it (in memory)."""
+
+    fixes: tuple[Finding, ...]
+    remains: tuple[Finding, ...]
+    introduces: tuple[Finding, ...]
+
+    @property
+    def matters(self) -> bool:
+        """True when the plan fixes an error or a warning (not only info or cosmetics) and
+        adds no finding."""
+        return not self.introduces and any(f.severity != Severity.INFO for f in self.fixes)
+
+
+def preview_repair(
+    plan: RepairPlan, scanned: ScannedCheckpoint, *, findings: Sequence[Finding] | None = None
+) -> RepairPreview:
+    """Which of `findings` (default: `check(scanned)`) the plan fixes, compared by code and
+    location (file, tensor, layer, expert), since a folded message may change its counts."""
+    from inspector.checks import check
+
+    before = list(findings) if findings is not None else check(scanned)
+    after = check(scanned_after(plan, scanned)) if plan.writes else before
+    keys_after = {_where(f) for f in after}
+    keys_before = {_where(f) for f in before}
+    return RepairPreview(
+        fixes=tuple(f for f in before if _where(f) not in keys_after),
+        remains=tuple(f for f in before if _where(f) in keys_after),
+        introduces=tuple(f for f in after if _where(f) not in keys_before),
+    )
+
+
+def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckpoint:
+    """`scanned` as it would be after `plan.execute()`, built in memory: the planned JSON
+    texts replace the index, sidecars and quant config, and the scan's findings about the
+    rewritten files are dropped. Tensor data and shard headers are unchanged by such plans,
+    so the tables (built from the headers) are shared with `scanned`."""
+    index, sidecars, quant = scanned.index, dict(scanned.sidecars), scanned.quant_config
+    rewritten = set()
+    for write in plan.writes:
+        value = json.loads(write.new)
+        rewritten.add(write.path)
+        if write.path == INDEX_NAME:
+            index = _doc(write.path, value)
+        elif write.path == QUANT_FILE:
+            quant = value
+        elif write.path.endswith(".safetensors.json"):
+            sidecars[write.path.removesuffix(".json")] = _doc(write.path, value)
+        else:
+            raise ValueError(f"{write.path}: a repair plan writes no such file; cannot preview it")
+    after = dataclasses.replace(
+        scanned,
+        index=index,
+        sidecars=sidecars,
+        quant_config=quant,
+        problems=[f for f in scanned.problems if f.file not in rewritten],
+        json_files=scanned.json_files | rewritten,
+    )
+    # The tables depend on the shard headers, names and config only, none of which a JSON
+    # repair changes: reuse them instead of rebuilding 300,000 rows.
+    if "tables" in scanned.__dict__:
+        after.__dict__["tables"] = scanned.__dict__["tables"]
+    return after
+
+
+def _doc(path: str, value: dict[str, Any]) -> IndexDoc:
+    # Our own output: a dict with a weight_map of safe, existing shard names.
+    return IndexDoc(path, dict(value["weight_map"]), dict(value.get("metadata") or {}), value)
+
+
+def _where(f: Finding) -> tuple[object, ...]:
+    return (f.code, f.file, f.tensor, f.layer, f.expert)
 
 
 # -- planning ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from inspector._gc import gc_paused
 from inspector.errors import CannotInspectError
 from inspector.layouts import detect_layout, layout_by_name
 from inspector.model import ScannedCheckpoint
+from inspector.progress import reporting
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 
 __all__ = ["scan"]
@@ -19,11 +20,13 @@ def scan(
     *,
     header_cap: int = DEFAULT_HEADER_CAP,
     layout: str | None = None,
+    progress: bool = False,
 ) -> ScannedCheckpoint:
     """Scan a checkpoint folder or a single `.safetensors` file, reading headers only.
 
     Problems in the files become findings in `.problems`; only a path that cannot be
     inspected at all raises `CannotInspectError`. `layout` forces a layout by name.
+    `progress` draws a progress bar over the shard headers (`tqdm.auto`).
     """
     target = Path(path).expanduser()
     if not target.exists():
@@ -35,5 +38,5 @@ def scan(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    with gc_paused():
+    with gc_paused(), reporting(progress):
         return module.scan(target, header_cap=header_cap)

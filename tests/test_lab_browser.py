@@ -10,20 +10,19 @@ test-artifacts/dashboard-*.png. In CI (env CI set) missing browser tooling fails
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
+from browser import (
+    ARTIFACTS,
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    run_all_cells,
+    running_lab,
+    sync_playwright_or_fail,
+)
 
 from inspector.checks import check
 from inspector.scan import scan
@@ -36,28 +35,6 @@ NOTEBOOK = "02-repair-an-index-that-forgot-mtp.ipynb"
 DASHBOARD_COPY = "02-dashboard"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_server(url: str, process: subprocess.Popen, log: Path, *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"JupyterLab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    pytest.fail(
-        f"JupyterLab did not answer {url} within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
-    )
-
-
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     """A running JupyterLab on a temp copy of notebooks/: (base URL, token, work dir)."""
@@ -66,60 +43,15 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     demo, work, root = tmp_path / "demo", tmp_path / "work", tmp_path / "notebooks"
     write_demos(demo, log=lambda _line: None)
     shutil.copytree(ROOT / "notebooks", root)
-    token, port = secrets.token_hex(16), _free_port()
-    env = {
-        **os.environ,
-        "CKPT_DEMO_DIR": str(demo),
-        "CKPT_WORK_DIR": str(work),
-        # Settings, workspaces and runtime files of this server stay in the temp folder.
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
-    }
-    # No "get notified about Jupyter news?" toast over the screenshots (and no fetch of news).
-    notification = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = tmp_path / "jupyterlab.log"
-    command = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]  # fmt: skip
-    if os.geteuid() == 0:  # containers run tests as root; JupyterLab refuses that by default
-        command.append("--allow-root")
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_server(f"{base}/api/status?token={token}", process, log, timeout=60)
-        yield base, token, work
-    finally:
-        _stop(process)
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """End the server and the kernels it started: they share the new session's process group."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    env = {"CKPT_DEMO_DIR": str(demo), "CKPT_WORK_DIR": str(work)}
+    with running_lab(root, tmp_path / "lab", env=env) as server:
+        yield server.base, server.token, work
 
 
 def test_repair_by_clicking_in_jupyterlab(lab: tuple[str, str, Path]):
     sync_playwright = sync_playwright_or_fail()
     base, token, work = lab
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
@@ -161,39 +93,13 @@ def test_repair_by_clicking_in_jupyterlab(lab: tuple[str, str, Path]):
 
 
 def _run_all_cells(page) -> None:
-    """Run > Run All Cells, then wait until the kernel is idle and every cell has run."""
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-    _wait_for_kernel(page, timeout=60)
-    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-    page.wait_for_function(
-        """() => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-        }""",
-        timeout=90_000,
-    )
+    """Run every cell; no cell may print a traceback."""
+    run_all_cells(page, timeout=90)
     page.wait_for_selector(".ckpt-dashboard", timeout=30_000)
     outputs = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in outputs.all_inner_texts() if "Traceback" in t or "Error" in t]
     assert not tracebacks, tracebacks
     page.screenshot(path=str(ARTIFACTS / "dashboard-notebook.png"))
-
-
-def _wait_for_kernel(page, *, timeout: float) -> None:
-    """Until the status bar says the notebook's kernel is idle. A fresh JupyterLab may ask
-    which kernel to start: the dialog's default (the notebook's python3) is accepted."""
-    deadline = time.monotonic() + timeout
-    status = page.locator("#jp-main-statusbar")
-    while time.monotonic() < deadline:
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count() and accept.first.is_visible():
-            accept.first.click()
-        text = status.inner_text() if status.count() else ""
-        if "ipykernel" in text and "Idle" in text:
-            return
-        time.sleep(0.25)
-    pytest.fail(f"the notebook kernel did not become idle within {timeout:.0f} s")
 
 
 def _shoot(page, name: str) -> None:

@@ -14,6 +14,7 @@ import orjson
 
 from inspector.findings import Finding, make_finding
 from inspector.model import IndexDoc, ModelSpec
+from inspector.progress import track
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
 from inspector.spec import spec_from_config
 
@@ -58,7 +59,10 @@ def list_safetensors(folder: Path) -> list[Path]:
 def read_shards(
     paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP
 ) -> list[ShardHeader]:
-    return [read_shard(p, root=root, cap=header_cap) for p in paths]
+    return [
+        read_shard(p, root=root, cap=header_cap)
+        for p in track(paths, desc="shard headers", unit="file")
+    ]
 
 
 def is_safe_member(value: str) -> bool:
