@@ -160,16 +160,18 @@ class RepairPreview:
 
     @property
     def matters(self) -> bool:
-        """True when the plan fixes an error or a warning (not only info or cosmetics) and
-        adds no finding."""
-        return not self.introduces and any(f.severity != Severity.INFO for f in self.fixes)
+        """True when the plan fixes an error or a warning, not only info or cosmetics. (It may
+        still add findings, e.g. an index rebuilt without its sidecars now disagrees with
+        them: `introduces` lists those.)"""
+        return any(f.severity != Severity.INFO for f in self.fixes)
 
 
 def preview_repair(
     plan: RepairPlan, scanned: ScannedCheckpoint, *, findings: Sequence[Finding] | None = None
 ) -> RepairPreview:
     """Which of `findings` (default: `check(scanned)`) the plan fixes, compared by code and
-    location (file, tensor, layer, expert), since a folded message may change its counts."""
+    what they are about (the tensor, else the file; layer, expert), not by message: a folded
+    message may change its counts."""
     from inspector.checks import check
 
     before = list(findings) if findings is not None else check(scanned)
@@ -222,7 +224,11 @@ def _doc(path: str, value: dict[str, Any]) -> IndexDoc:
 
 
 def _where(f: Finding) -> tuple[object, ...]:
-    return (f.code, f.file, f.tensor, f.layer, f.expert)
+    # A finding about a tensor is that tensor's, whichever file it names (a duplicate names
+    # the holder the index points at, which the repair may change); others are their file's.
+    return (
+        (f.code, f.tensor, f.layer, f.expert) if f.tensor else (f.code, f.file, f.layer, f.expert)
+    )
 
 
 # -- planning ------------------------------------------------------------------------------

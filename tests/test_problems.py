@@ -110,6 +110,9 @@ def test_preview_of_the_1422_repair_fixes_every_finding(demos, tmp_path):
         "sidecar-unlisted-tensor",
         "sidecar-total-size-mismatch",
     }
+    # ... and the sidecars now disagree with the rebuilt index, which the preview says.
+    assert {f.code for f in index_only.introduces} == {"sidecar-index-disagree"}
+    assert index_only.matters
     # The preview is what really happens: execute and compare.
     result = plan.execute()
     assert result.remaining == preview.remains == ()
