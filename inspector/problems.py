@@ -234,7 +234,8 @@ def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             for n in held.get(shard, frozenset()) - doc.weight_map.keys()
         }
     )
-    sidecars = sorted({f.file for f in mine if f.file})
+    # The sidecar files themselves (a disagreement finding may name the index instead).
+    sidecars = sorted({f.file for f in mine if f.file and f.file.endswith(".safetensors.json")})
     which = sidecars[0] if len(sidecars) == 1 else f"{len(sidecars)} sidecars"
     index = ctx.scanned.index
     same = index is not None and bool(unlisted) and not (set(unlisted) & index.weight_map.keys())

@@ -108,21 +108,22 @@ class TensorBrowser:
         export_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         import perspective
-        from perspective.widget import PerspectiveWidget
 
         self.scanned = scanned
         self.tensors = scanned.tensors
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
         self.table = perspective.table(grid_frame(self.tensors), name=f"tensors-{id(self)}")
-        self.grid = PerspectiveWidget(
+        self.grid = _grid_class()(
             self.table,
             plugin="Datagrid",
             columns=GRID_COLUMNS,
             settings=False,
             theme="Pro Light",
-            title=None,
+            title=f"tensors of {scanned.path.name}",
         )
-        self.grid.layout = w.Layout(width="100%", height="560px")
+        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing inside
+        # a VBox: a fixed flex basis keeps the grid 560 px tall.
+        self.grid.layout = w.Layout(width="100%", height="560px", flex="0 0 auto")
         self.grid.add_class("ckpt-tensor-grid")
         t = self.tensors
         self.name = w.Text(
@@ -250,6 +251,38 @@ class TensorBrowser:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
+
+
+# perspective-python 5.6 defines the `regular-layout` custom elements without checking whether
+# an earlier copy of its module (another grid on the page: each widget evaluates its own copy)
+# already did, and the second grid fails to render. Its other elements skip a duplicate
+# registration; this prologue gives these three the same treatment.
+_DEFINE_ONCE = """
+{
+  const define = customElements.define.bind(customElements);
+  const once = new Set(["regular-layout", "regular-layout-frame", "regular-layout-tab"]);
+  if (!customElements.__ckptDefineOnce) {
+    customElements.define = (name, cls, options) =>
+      once.has(name) && customElements.get(name) ? undefined : define(name, cls, options);
+    customElements.__ckptDefineOnce = true;
+  }
+}
+"""
+_GRID: type | None = None
+
+
+def _grid_class() -> type:
+    """PerspectiveWidget with the define-once prologue (built once per kernel)."""
+    global _GRID
+    if _GRID is None:
+        import perspective.widget
+        from perspective.widget import PerspectiveWidget
+
+        # The module file itself (anywidget wraps the class attribute in a file watcher).
+        esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+        source = esm.read_text(encoding="utf-8")
+        _GRID = type("TensorGrid", (PerspectiveWidget,), {"_esm": _DEFINE_ONCE + source})
+    return _GRID
 
 
 def _choice(label: str, options: list[Any], css: str, *, width: str = "12em") -> w.Dropdown:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,8 +108,7 @@ class Dashboard:
         from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
         from inspector.widgets.browser import TensorBrowser
 
-        # tqdm.auto draws the scan's progress bar in the cell output while the cell runs.
-        self.state = CheckpointState.load(source, progress=progress)
+        self.state = _load_with_progress(source, progress=progress)
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
@@ -138,8 +138,10 @@ class Dashboard:
             [self.header, rescan],
             layout=w.Layout(justify_content="space-between", align_items="center", width="100%"),
         )
+        from inspector.widgets.autosize import Autosize
+
         self.widget = w.VBox(
-            [top, self.progress, self.tab], layout=w.Layout(width="100%")
+            [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
@@ -147,6 +149,7 @@ class Dashboard:
 
             self._snapshot = Snapshot()
         self._draw()
+        _warm_up()
 
     @property
     def scanned(self) -> ScannedCheckpoint:
@@ -501,7 +504,7 @@ class ExpertsPanel:
         self.expert.add_class("ckpt-expert-pick")
         show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
         show.on_click(lambda _: self.show(self.layer.value, self.expert.value))
-        self.zoom = w.Box(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
+        self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
         if self.figure.data:
@@ -654,6 +657,47 @@ class DriftPanel:
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def _load_with_progress(
+    source: str | os.PathLike[str] | ScannedCheckpoint, *, progress: bool
+) -> CheckpointState:
+    """Load the state; in a notebook, with progress bars in the cell while the scan and the
+    checks run. The bars are drawn into an Output widget whose place in the cell is emptied
+    afterwards, so the saved notebook keeps no dead progress widgets."""
+    kernel = getattr(_shell(), "kernel", None)
+    if not progress or kernel is None:
+        return CheckpointState.load(source, progress=False)
+    from IPython.display import display
+
+    bars = w.Output()
+    handle = display(bars, display_id=True)
+    try:
+        with bars:
+            return CheckpointState.load(source, progress=True)
+    finally:
+        bars.close()
+        handle.update({"text/plain": ""}, raw=True)
+
+
+def _shell() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def _warm_up() -> None:
+    """Import the figure and grid libraries in the background while the Overview is read:
+    plotly's FigureWidget pulls in nbformat and jsonschema (a second or more), which would
+    otherwise be paid by the first click on a tab with a figure."""
+
+    def load() -> None:
+        import perspective.widget  # noqa: F401
+        import plotly.graph_objs._figurewidget  # noqa: F401
+
+    threading.Thread(target=load, daemon=True, name="ckpt-warm-up").start()
+
+
 def figure_widget(figure: Any, css_class: str) -> Any:
     """An interactive copy of `figure` with a stable CSS class, as wide as its output."""
     import plotly.graph_objects as go
@@ -661,6 +705,8 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     widget = go.FigureWidget(figure)
     widget.add_class(css_class)
     widget.layout.autosize = True
+    # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
+    widget._config = {**widget._config, "responsive": True}
     return widget
 
 
