@@ -550,7 +550,9 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
     dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=True)
     dash._snapshot.render = lambda figures: [fake_png for _ in figures]
     dash._ipython_display_()
-    dash._snapshot.wait(30)
+    dash.wait(60)
+    # The worker built every tab ahead of the first click.
+    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Drift"} <= set(dash.panels)
     widget, text, *images = published
     assert "application/vnd.jupyter.widget-view+json" in widget
     assert "static snapshot below" in widget["text/plain"]

@@ -47,6 +47,7 @@ _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
 _FILE_COLUMNS = ["file", "size", "tensors", "tensor_bytes", "first_layer", "last_layer", "problems"]
 _FINDINGS_PER_PROBLEM = 3
+_WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
 _PAGE = 25
 
 
@@ -148,8 +149,12 @@ class Dashboard:
             from inspector.widgets.snapshot import Snapshot
 
             self._snapshot = Snapshot()
+        # Panels are built by the main thread on a click or by the background worker ahead of
+        # it; the lock keeps them from building the same one twice.
+        self._lock = threading.RLock()
+        self._generation = 0
+        self.worker: threading.Thread | None = None
         self._draw()
-        _warm_up()
 
     @property
     def scanned(self) -> ScannedCheckpoint:
@@ -170,10 +175,13 @@ class Dashboard:
             close = getattr(panel, "close", None)
             if close is not None:
                 close()
-        self.panels.clear()
+        with self._lock:
+            self.panels.clear()
+            self._generation += 1
         self._draw()
         if self._snapshot is not None:
             self._snapshot.update(self.state)
+        self._start_worker()
 
     def select(self, title: str) -> Any:
         """Open the tab called `title` and return its panel (built if needed)."""
@@ -182,11 +190,42 @@ class Dashboard:
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use."""
-        if title not in self.panels:
-            panel = self._builders[title]()
-            self.panels[title] = panel
-            self.tab.children[self.TABS.index(title)].children = [panel.widget]
-        return self.panels[title]
+        with self._lock:
+            if title not in self.panels:
+                panel = self._builders[title]()
+                self.panels[title] = panel
+                self.tab.children[self.TABS.index(title)].children = [panel.widget]
+            return self.panels[title]
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the background worker has built every tab and rendered the snapshot's
+        figures (scripts and tests; a person never needs to)."""
+        if self.worker is not None:
+            self.worker.join(timeout)
+
+    def _start_worker(self) -> None:
+        """After the Overview is on screen: build the other tabs ahead of the first click
+        (the heavy ones first), then render the snapshot's figures."""
+        generation = self._generation
+        state = self.state
+
+        def work() -> None:
+            import perspective.widget  # noqa: F401  (imports first: plotly's takes a second)
+            import plotly.graph_objs._figurewidget  # noqa: F401
+
+            for title in ("Tensors", "Experts", "Files", "Layers", "Repair", "Drift"):
+                with self._lock:
+                    if generation != self._generation:
+                        return
+                    self.panel(title)
+            if self._snapshot is not None:
+                self._snapshot.render_figures(state, current=lambda: generation == self._generation)
+
+        # The delay lets the Overview's widgets reach the page and paint before the worker's
+        # imports and widgets compete with them for the kernel and the page.
+        self.worker = threading.Timer(_WORKER_DELAY, work)
+        self.worker.daemon = True
+        self.worker.start()
 
     # -- navigation: where the Overview's and the findings' links lead ---------------------
 
@@ -262,6 +301,7 @@ class Dashboard:
         display(self._widget_bundle(), raw=True)
         if self._snapshot is not None:
             self._snapshot.show(self.state)
+        self._start_worker()
 
     def _widget_bundle(self) -> dict[str, Any]:
         bundle = self.widget._repr_mimebundle_()
@@ -684,18 +724,6 @@ def _shell() -> Any:
     except ImportError:
         return None
     return get_ipython()
-
-
-def _warm_up() -> None:
-    """Import the figure and grid libraries in the background while the Overview is read:
-    plotly's FigureWidget pulls in nbformat and jsonschema (a second or more), which would
-    otherwise be paid by the first click on a tab with a figure."""
-
-    def load() -> None:
-        import perspective.widget  # noqa: F401
-        import plotly.graph_objs._figurewidget  # noqa: F401
-
-    threading.Thread(target=load, daemon=True, name="ckpt-warm-up").start()
 
 
 def figure_widget(figure: Any, css_class: str) -> Any:

@@ -8,8 +8,9 @@ kernel and survive any notebook viewer:
   findings count, as plain tables with inline styles only (an untrusted notebook strips
   `<style>` and scripts, GitHub too);
 - one `image/png` output per figure (expert coverage, shard sizes, bytes per layer), rendered by
-  kaleido with the system's Chrome/Chromium in a background thread, so the dashboard is
-  usable at once. Without kaleido or a browser the HTML says why the figures are missing.
+  kaleido with the system's Chrome/Chromium in the dashboard's background worker, so the
+  dashboard is usable at once. Without kaleido or a browser the HTML says why the figures are
+  missing.
 
 While the live dashboard is on the page, a `<style>` rule (honoured only where the output is
 trusted, i.e. live) hides the snapshot outputs of the same cell; where the widget cannot be
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
     from inspector.widgets.dashboard import CheckpointState
 
-__all__ = ["Snapshot", "render_pngs", "snapshot_figures", "snapshot_html"]
+__all__ = ["Snapshot", "figure_names", "render_pngs", "snapshot_figures", "snapshot_html"]
 
 # Widths of the PNG figures: wide enough for a 512-expert heatmap row to show single experts.
 _WIDTH = 1200
@@ -79,7 +80,7 @@ def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
 
     s = state.scanned
     figures = []
-    if len(s.experts):
+    if len(s.experts):  # keep in step with figure_names
         figures.append(("expert coverage", expert_coverage_heatmap(s.experts, tensors=s.tensors)))
     figures.append(("shard sizes", shard_size_distribution(s.files)))
     figures.append(("bytes per layer", bytes_per_layer(s.tensors)))
@@ -108,55 +109,44 @@ def render_pngs(figures: list[tuple[str, go.Figure]]) -> list[bytes]:
 
 
 class Snapshot:
-    """The snapshot outputs of one dashboard: shown once, updated in place on refresh."""
+    """The snapshot outputs of one dashboard: shown once, updated in place on refresh. The
+    PNG figures are rendered by `render_figures`, which the dashboard calls from its
+    background worker once the tabs are ready (kaleido drives a browser: it should not compete
+    with the first clicks)."""
 
     def __init__(self, *, render: Callable[[list[tuple[str, Any]]], list[bytes]] = render_pngs):
         self.render = render
         self.handles: list[Any] = []
-        self.thread: threading.Thread | None = None
-        self._generation = 0
 
     def show(self, state: CheckpointState) -> None:
-        """Display the snapshot below the widget (figures follow from a background thread)."""
+        """Display the snapshot HTML and a placeholder per figure below the widget."""
         from IPython.display import display
 
-        figures = snapshot_figures(state)
-        html_handle = display(
-            {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
-            raw=True,
-            display_id=True,
-        )
-        # Placeholders keep the figures' places in the output; they are replaced in place.
-        self.handles = [html_handle] + [
+        self.handles = [
+            display(
+                {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
+                raw=True,
+                display_id=True,
+            )
+        ] + [
             display({"text/plain": f"({name}: rendering...)"}, raw=True, display_id=True)
-            for name, _ in figures
+            for name in figure_names(state)
         ]
-        self._start(state, figures)
 
     def update(self, state: CheckpointState) -> None:
-        """Redraw the snapshot for a new state (after a re-scan)."""
+        """Redraw the snapshot HTML for a new state (after a re-scan); figures follow."""
+        if self.handles:
+            self.handles[0].update(
+                {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
+                raw=True,
+            )
+
+    def render_figures(self, state: CheckpointState, *, current: Callable[[], bool]) -> None:
+        """Render the figures of `state` and put them in place (unless `current()` says a
+        newer state has replaced it meanwhile)."""
         if not self.handles:
             return
         figures = snapshot_figures(state)
-        self.handles[0].update(
-            {"text/html": snapshot_html(state, figures_note="figures: rendering...")}, raw=True
-        )
-        self._start(state, figures)
-
-    def wait(self, timeout: float | None = None) -> None:
-        """Until the figures of the latest state are rendered (for tests and scripts)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
-
-    def _start(self, state: CheckpointState, figures: list[tuple[str, Any]]) -> None:
-        self._generation += 1
-        generation = self._generation
-        self.thread = threading.Thread(
-            target=self._fill, args=(state, figures, generation), daemon=True
-        )
-        self.thread.start()
-
-    def _fill(self, state: CheckpointState, figures: list[tuple[str, Any]], generation: int):
         try:
             pngs = self.render(figures)
             note = ""
@@ -166,10 +156,16 @@ class Snapshot:
                 f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
                 "Chrome or Chromium browser (pip install kaleido)."
             )
-        if generation != self._generation:
-            return  # a newer state is being rendered
+        if not current():
+            return
         self.handles[0].update({"text/html": snapshot_html(state, figures_note=note)}, raw=True)
         for handle, (name, _), png in zip(self.handles[1:], figures, pngs, strict=False):
             handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
         for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
             handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+
+
+def figure_names(state: CheckpointState) -> list[str]:
+    """The names of the figures `snapshot_figures` returns, without building them."""
+    names = ["expert coverage"] if len(state.scanned.experts) else []
+    return [*names, "shard sizes", "bytes per layer"]
