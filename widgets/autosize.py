@@ -4,7 +4,8 @@ A plotly FigureWidget sizes itself when it is first drawn and again on a window 
 Drawn inside a dashboard tab, it is drawn before the tab has its width, so it stays at plotly's
 700 px default. This widget (anywidget: a few lines of JavaScript, no build step) watches the
 dashboard's figures with a ResizeObserver and, when one of them changes size (a tab is shown,
-the notebook is resized), sends the window `resize` event the figures already listen to.
+the notebook is resized), sends the window `resize` event the figures already listen to. The
+tensor grid (a `perspective-viewer` built in a hidden tab) is told its new size the same way.
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ export default {
       clearTimeout(timer);
       timer = setTimeout(() => window.dispatchEvent(new Event("resize")), 60);
     };
-    const sizes = new ResizeObserver(poke);
+    const sizes = new ResizeObserver((entries) => {
+      for (const entry of entries) {
+        // A grid built in a hidden tab draws its rows when told it has a size.
+        if (entry.target.notifyResize) entry.target.notifyResize(true);
+      }
+      poke();
+    });
     const watched = new WeakSet();
     const watch = () => {
-      for (const plot of root.querySelectorAll(".js-plotly-plot")) {
-        if (!watched.has(plot)) { watched.add(plot); sizes.observe(plot); }
+      for (const item of root.querySelectorAll(".js-plotly-plot, perspective-viewer")) {
+        if (!watched.has(item)) { watched.add(item); sizes.observe(item); }
       }
     };
     // New figures appear when a tab is built; only new ones are observed.
