@@ -174,3 +174,17 @@ def test_cli_report_writes_html_and_prints_markdown(checkpoint: Path, tmp_path: 
     printed = capsys.readouterr().out
     assert printed.startswith("### Checkpoint inspection") and "`expert-missing`" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+
+
+def test_report_and_markdown_list_problems_with_their_fix(report, checkpoint: Path):
+    text = report[0].read_text(encoding="utf-8")
+    problems = re.findall(r"<tr class='problem sev-(\w+)' data-problem='([\w-]+)'>", text)
+    assert ("error", "experts-missing") in problems
+    section = text.split("<section id='problems'>", 1)[1].split("</section>", 1)[0]
+    assert "re-export from the training checkpoint" in section
+    # Names wrap at their separators, not in the middle of a word.
+    assert "model-<wbr>00004-<wbr>of-<wbr>00004.<wbr>safetensors" in text
+    assert "word-break: break-all" not in text
+    md = markdown_summary(scan(checkpoint), check(scan(checkpoint)))
+    assert "**Problems** (findings grouped by root cause)" in md
+    assert re.search(r"- \*\*error\*\*: .*experts missing.*Fix: re-export", md)
