@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from inspector.model import ScannedCheckpoint
+    from inspector.model_load import LoadVerdict
 
 __all__ = [
     "BYTE_COLUMNS",
@@ -31,6 +32,8 @@ __all__ = [
     "facts_html",
     "findings_html",
     "frame_html",
+    "load_answer",
+    "load_verdict_html",
     "problem_html",
     "problems_html",
     "scanned_html",
@@ -228,12 +231,96 @@ def _dtype_table(dtypes: dict[str, int]) -> str:
 
 
 def problems_html(
-    scanned: ScannedCheckpoint, findings: Sequence[Finding], *, max_rows: int = 50
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    max_rows: int = 50,
+    verdict: LoadVerdict | None = None,
 ) -> str:
-    """The findings grouped into problems (`inspector.problems`): severity, what is wrong,
-    its impact and what fixes it, one row per problem, worst first."""
-    return _wrap(
-        _problems_table(group_problems(scanned, findings), len(findings), max_rows=max_rows)
+    """The findings grouped into problems (`inspector.problems`, with the load `verdict` they
+    were checked with): severity, what is wrong, its impact and what fixes it, one row per
+    problem, worst first."""
+    problems = group_problems(scanned, findings, verdict=verdict)
+    return _wrap(_problems_table(problems, len(findings), max_rows=max_rows))
+
+
+_ANSWER_COLORS = {"yes": "#2ca02c", "ignores": "#b07d00", "no": "#d62728", "unknown": "#7f7f7f"}
+
+
+def load_answer(verdict: LoadVerdict | None) -> str:
+    """The short answer to "will it load?": yes, ignores (loads, but drops stored tensors),
+    no, or unknown (not checked)."""
+    if verdict is None or verdict.loads is None:
+        return "unknown"
+    if not verdict.loads:
+        return "no"
+    return "ignores" if verdict.unexpected else "yes"
+
+
+def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
+    """ "Will it load?" (`inspector.model_load`): the answer, the architecture and what the
+    model code reports, the first `examples` keys of each kind (missing, another shape,
+    unexpected) with their counts, MTP tensors transformers skips, or why the check did not
+    run. Styles are inline: a saved notebook's static snapshot keeps them."""
+    answer = load_answer(verdict)
+    label = {
+        "yes": "yes",
+        "ignores": "yes, ignoring stored tensors",
+        "no": "no",
+        "unknown": "not checked",
+    }[answer]
+    badge = (
+        f"<span style='background:{_ANSWER_COLORS[answer]};color:#fff;border-radius:8px;"
+        f"padding:0 8px'>{_e(label)}</span>"
+    )
+    head = f"<b>Will it load?</b> {badge}"
+    if verdict is None:
+        body = " <span style='color:#666'>the load check was off</span>"
+        return _load_box(answer, head + body)
+    if verdict.skipped is not None:
+        return _load_box(answer, f"{head} <span style='color:#666'>{_e(verdict.skipped)}</span>")
+    notes = []
+    if verdict.transformers_version:
+        notes.append(f"transformers {verdict.transformers_version}")
+    if verdict.parameters is not None:
+        notes.append(f"{verdict.parameters:,} parameters")
+    if verdict.quantization:
+        notes.append(f"quantization: {verdict.quantization}")
+    tail = f" <span style='color:#666'>({_e('; '.join(notes))})</span>" if notes else ""
+    head += f" as <code>{_e(verdict.architecture or '?')}</code>{tail}"
+    kinds = [
+        ("missing", list(verdict.missing), "the model expects them; transformers initialises "
+         "them at random"),
+        (
+            "with another shape",
+            [f"{m.key} {list(m.stored)} (expected {list(m.expected)})" for m in verdict.mismatched],
+            "loading fails",
+        ),
+        ("unexpected", list(verdict.unexpected), "stored, and the model would not load them"),
+        (
+            "MTP tensors transformers skips",
+            list(verdict.mtp_skipped),
+            "serving engines that predict several tokens load them",
+        ),
+    ]  # fmt: skip
+    items = []
+    for kind, keys, why in kinds:
+        if not keys:
+            continue
+        shown = ", ".join(f"<code>{_e(k)}</code>" for k in keys[:examples])
+        more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
+        items.append(
+            f"<li data-kind='{_e(kind)}'><b>{len(keys):,} {_e(kind)}</b> "
+            f"<span style='color:#666'>({_e(why)})</span>: {shown}{more}</li>"
+        )
+    listing = f"<ul style='margin:4px 0'>{''.join(items)}</ul>" if items else ""
+    return _load_box(answer, head + listing)
+
+
+def _load_box(answer: str, body: str) -> str:
+    return (
+        f"<div class='ckpt-load' data-loads='{answer}' style='border-left:4px solid "
+        f"{_ANSWER_COLORS[answer]};padding:4px 10px;margin:6px 0'>{body}</div>"
     )
 
 

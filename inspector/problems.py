@@ -21,6 +21,7 @@ Whether a repair plan really fixes a problem is not guessed here: `inspector.rep
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -124,6 +125,7 @@ _DCP_GAPS = frozenset(
     }
 )
 _MAX_LISTED = 3
+_EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
 
 
 def group_problems(
@@ -200,21 +202,43 @@ class _Context:
             self._held = {s.file: frozenset(s.names) for s in shards if s.readable}
         return self._held
 
-    def load_missing(self, pending: list[Finding], cause: Callable[[str], bool]) -> list[Finding]:
-        """The load check's missing-tensor findings that `cause` explains (it is given the
-        missing key). A folded summary finding names no key: it goes with the cause when the
-        verdict shows that `cause` explains every missing key."""
-        mine = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
+    def load_claim(
+        self, pending: list[Finding], cause: Callable[[str], bool], code: Code
+    ) -> list[Finding]:
+        """The load check's findings of `code` that `cause` explains (it is given the key, or
+        the stored name a finding carries). A folded summary finding names no key: it goes
+        with the cause when the verdict shows that `cause` explains every key of its kind."""
+        mine = [f for f in pending if f.code == code]
         if not mine:
             return []
         claimed = [f for f in mine if f.tensor is not None and cause(f.tensor)]
-        v = self.verdict
-        if v is not None:
-            keys = [k for k in v.missing if cause(k)]
+        if self.verdict is not None:
+            every = _verdict_keys(self.verdict, code)
+            keys = [k for k in every if cause(k)]
             self.explained.update(keys)
-            if len(keys) == len(v.missing):
+            if len(keys) == len(every):
                 claimed += [f for f in mine if f.tensor is None]
         return claimed
+
+    def among(self, names: Collection[str]) -> Callable[[str], bool]:
+        """A `load_claim` cause: the key is one of `names` (stored tensor names), or the
+        checkpoint spells it as some of them (`stored_as`: a model's stacked experts key is
+        stored as `...experts.*.down_proj.weight`)."""
+        stored_as = self.verdict.stored_as if self.verdict is not None else {}
+        templates: set[str] | None = None
+
+        def explains(key: str) -> bool:
+            nonlocal templates
+            if key in names:
+                return True
+            spelled = stored_as.get(key)
+            if spelled is None:
+                return False
+            if templates is None:
+                templates = {_EXPERT_NUMBER.sub(".experts.*.", n) for n in names}
+            return any(p in templates for p in spelled.split(" and "))
+
+        return explains
 
     def describe(self, names: Sequence[str]) -> str:
         """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
@@ -248,7 +272,7 @@ def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem
     # A loader reads only the shards the index names: the model's "missing" tensors that such
     # a shard holds are these same tensors, not a loss.
     hidden = set(missing)
-    unseen = ctx.load_missing(pending, hidden.__contains__)
+    unseen = ctx.load_claim(pending, ctx.among(hidden), Code.LOAD_MISSING_TENSOR)
     files = sorted({f.file for f in mine if f.file})
     described = ctx.describe(missing)
     impact = f"{described} invisible to loaders: a model loaded through the index "
@@ -327,7 +351,7 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
     # ...nor are the model's missing tensors that those files held.
-    dangling += ctx.load_missing(pending, lost_set.__contains__)
+    dangling += ctx.load_claim(pending, ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
     return [
         Problem(
             key="shard-files-missing",
@@ -464,7 +488,7 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     mine = [f for f in pending if f.code in _EXPERTS]
     if not mine:
         return []
-    mine += _load_missing_of_experts(ctx, pending)
+    mine += _load_of_experts(ctx, pending)
     experts = ctx.scanned.experts
     cells: list[tuple[int, int | None]] = []
     title, impact = "", ""
@@ -513,7 +537,8 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 "re-run the exporter",
             ),
             findings=tuple(mine),
-            tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+            # The structure findings' tensors: the load check's are model keys, not stored.
+            tensors=tuple(sorted({f.tensor for f in mine if f.tensor and f.code in _EXPERTS})),
             files=tuple(sorted({f.file for f in mine if f.file})),
             cells=tuple(cells),
         )
@@ -603,29 +628,46 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     return out
 
 
-def _load_missing_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
-    """The model's missing tensors that belong to experts the structure check found missing
-    or incomplete: the experts were never written, one cause."""
+def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
+    """The load check's findings that experts the structure check found missing or
+    incomplete explain (one cause: the experts were never written): their missing tensors,
+    and the stacked expert tensors of their layers, which come out short (transformers
+    stacks a layer's experts into one tensor per projection)."""
     experts = ctx.scanned.experts
     if not len(experts):
         return []
     short = experts[experts["missing"] | (experts["tensors_found"] < experts["tensors_expected"])]
     cells = set(zip(short["layer"].tolist(), short["expert"].tolist(), strict=True))
+    layers = {layer for layer, _ in cells}
     if not cells:
         return []
     from inspector.naming import layer_expert_numbers
 
-    def of_a_short_expert(key: str) -> bool:
-        return layer_expert_numbers([key])[0] in cells
+    all_missing = experts.groupby("layer")["missing"].all()
+    empty = set(all_missing[all_missing].index.tolist())
 
-    return ctx.load_missing(pending, of_a_short_expert)
+    def of_a_short_expert(key: str) -> bool:
+        layer, expert = layer_expert_numbers([key])[0]
+        # A stacked key (no expert number) is missing when its layer has no expert at all.
+        stacked = expert is None and ".experts." in key and layer in empty
+        return (layer, expert) in cells or stacked
+
+    def stacked_in_a_short_layer(key: str) -> bool:
+        layer, expert = layer_expert_numbers([key])[0]
+        return ".experts." in key and layer in layers and expert is None
+
+    return [
+        *ctx.load_claim(pending, of_a_short_expert, Code.LOAD_MISSING_TENSOR),
+        *ctx.load_claim(pending, stacked_in_a_short_layer, Code.LOAD_SHAPE_MISMATCH),
+    ]
 
 
 def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     """What the model code would not load, where no other problem explains it (see the
     module docstring): missing tensors, tensors of another shape, tensors it would drop."""
     v = ctx.verdict
-    arch = (v.architecture if v is not None else None) or "the model"
+    exact = v is not None
+    arch = (v.architecture if v is not None else None) or _architecture(ctx) or "the model"
     out: list[Problem] = []
     missing = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
     if missing:
@@ -634,8 +676,8 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             Problem(
                 key="load-missing-tensors",
                 severity=Severity.ERROR,
-                title=f"{arch} expects {_count(keys, missing)} the checkpoint does not hold"
-                f"{_where(keys)}",
+                title=f"{arch} expects {_count(keys, missing, exact=exact)} the checkpoint "
+                f"does not hold{_named(keys)}",
                 impact="transformers initialises them at random (silently, with a warning in "
                 "a log); serving engines refuse the checkpoint or load garbage",
                 action=Action(
@@ -651,13 +693,15 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         )
     shapes = [f for f in pending if f.code == Code.LOAD_SHAPE_MISMATCH]
     if shapes:
-        keys = _load_keys(shapes, [m.key for m in v.mismatched] if v is not None else None)
+        keys = _load_keys(
+            shapes, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
+        )
         out.append(
             Problem(
                 key="load-shape-mismatch",
                 severity=Severity.ERROR,
-                title=f"{_count(keys, shapes)} stored with another shape than {arch} "
-                f"expects{_where(keys)}",
+                title=f"{_count(keys, shapes, exact=exact)} stored with another shape than "
+                f"{arch} expects{_named(keys)}",
                 impact="loading fails (with ignore_mismatched_sizes, transformers "
                 "re-initialises them at random)",
                 action=Action(
@@ -680,7 +724,7 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             Problem(
                 key="load-unexpected-tensors",
                 severity=Severity.WARNING,
-                title=f"{_count(keys, extra)} {arch} would not load{_where(keys)}",
+                title=f"{_count(keys, extra, exact=exact)} {arch} would not load{_named(keys)}",
                 impact="transformers drops them and strict loaders refuse the checkpoint: "
                 "config.json may name the wrong architecture or sizes, or they are strays",
                 action=Action(
@@ -698,6 +742,22 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     return out
 
 
+def _architecture(ctx: _Context) -> str | None:
+    """The class config.json names (what the load check builds)."""
+    names = (ctx.scanned.config or {}).get("architectures")
+    first = names[0] if isinstance(names, list) and names else None
+    return first if isinstance(first, str) and first else None
+
+
+def _verdict_keys(verdict: LoadVerdict, code: Code) -> tuple[str, ...]:
+    """The verdict's keys behind the load findings of `code`."""
+    if code == Code.LOAD_MISSING_TENSOR:
+        return verdict.missing
+    if code == Code.LOAD_SHAPE_MISMATCH:
+        return tuple(m.key for m in verdict.mismatched)
+    return verdict.unexpected
+
+
 def _load_keys(
     findings: list[Finding], keys: Sequence[str] | None, claimed: Collection[str] = ()
 ) -> tuple[str, ...]:
@@ -708,11 +768,13 @@ def _load_keys(
     return tuple(sorted({f.tensor for f in findings if f.tensor}))
 
 
-def _count(keys: Sequence[str], findings: Sequence[Finding]) -> str:
-    """'3 tensors' / '1 tensor'; without keys (no verdict, every finding folded) 'tensors'."""
+def _count(keys: Sequence[str], findings: Sequence[Finding], *, exact: bool) -> str:
+    """'3 tensors' / '1 tensor'. Not `exact` (the keys are the findings', no verdict) and
+    some were folded into a summary: 'more than 200 tensors'."""
     n = len(keys)
-    if not n:
-        return f"tensors ({len(findings):,} findings)"
+    folded = not exact and any(f.tensor is None for f in findings)
+    if folded:
+        return f"more than {n:,} tensors" if n else "tensors"
     return f"{n:,} tensor{'s' if n != 1 else ''}"
 
 
@@ -894,6 +956,13 @@ def _where(names: Sequence[str]) -> str:
             break
         common.append(a)
     return f" ({'.'.join(common)}.*)" if len(common) >= 2 and len(names) > 1 else ""
+
+
+def _named(names: Sequence[str]) -> str:
+    """' (lm_head.weight)' for one or two names, else their common prefix (see `_where`)."""
+    if 0 < len(names) <= 2:
+        return f" ({', '.join(names)})"
+    return _where(names)
 
 
 def _quote(path: str) -> str:

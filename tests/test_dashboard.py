@@ -34,8 +34,11 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def Dashboard(source, **options):
-    """The dashboard without the notebook-only parts (progress bars, the PNG snapshot)."""
-    return _Dashboard(source, progress=False, snapshot=False, **options)
+    """The dashboard without the notebook-only parts (progress bars, the PNG snapshot), once
+    its load check is done (it runs in a thread while the Overview shows)."""
+    dash = _Dashboard(source, progress=False, snapshot=False, **options)
+    dash.wait()
+    return dash
 
 
 def _copy(demos: Path, name: str, tmp_path: Path) -> Path:
@@ -567,3 +570,88 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
     ]
     assert all(i["image/png"] == fake_png for i in images)
     assert InteractiveShell  # the display hook is IPython's
+
+
+# -- will it load? ------------------------------------------------------------------------------
+
+
+def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
+    """The Overview shows the plain checks while the load verdict is computed in a thread;
+    `state` waits for the verdict, and the Overview is redrawn with it."""
+    import threading
+
+    import inspector.model_load as model_load
+
+    release = threading.Event()
+    real = model_load.load_verdict
+
+    def slow_verdict(scanned, **options):
+        release.wait(60)
+        return real(scanned, **options)
+
+    monkeypatch.setattr(model_load, "load_verdict", slow_verdict)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "Will it load?" in overview and "checking" in overview
+    assert dash.current.pending and dash.tab.titles[DRIFT_TAB] == "Drift (44, checking)"
+    assert "2 problems" in overview  # the plain checks' problems are there already
+    release.set()
+    dash.wait(60)
+    assert not dash.current.pending and dash.current is dash.state
+    assert dash.state.verdict is not None and dash.state.verdict.loads
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "checking" not in overview and "data-loads='yes'" in overview
+    assert "as <code>DeepseekV3ForCausalLM</code>" in overview
+    assert dash.tab.titles[DRIFT_TAB] == "Drift (44)"
+    # The MTP layer transformers skips is named, with a link to its tensors.
+    (mtp,) = _buttons(dash.panels["Overview"].widget, "ckpt-load-mtp")
+    assert mtp.description == "MTP skipped (42)"
+    mtp.click()
+    assert dash.tab.selected_index == dash.TABS.index("Tensors")
+    assert dash.panels["Tensors"].matches() == 42
+
+
+def test_load_check_off_says_so(demos: Path):
+    dash = Dashboard(demos / DRIFT, model=False)
+    assert dash.state.verdict is None and not dash.state.pending
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "data-loads='unknown'" in overview and "the load check was off" in overview
+
+
+def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path):
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from hf_exports import resaved, tiny_deepseek_v3
+
+    stray = "model.layers.0.self_attn.extra_proj.weight"
+
+    def edit(state: dict) -> dict:
+        kept = {k: v for k, v in state.items() if not k.startswith("lm_head.")}
+        return {**kept, stray: torch.zeros(4, 4)}
+
+    folder = resaved(tiny_deepseek_v3(tmp_path / "base"), tmp_path / "damaged", edit)
+    dash = Dashboard(folder, report_dir=tmp_path / "reports")
+    overview = dash.panels["Overview"].widget
+    text = _texts(overview)
+    assert "data-loads='no'" in text and "<b>1 missing</b>" in text and "lm_head.weight" in text
+    assert "<b>1 unexpected</b>" in text
+    # Each problem says what fixes it: restore the head from a reference.
+    assert "expects 1 tensor the checkpoint does not hold (lm_head.weight)" in text
+    assert f"ckpt-inspect repair {folder} --from REF" in text
+    assert _buttons(overview, "ckpt-problem-load-missing-tensors")
+    # Missing tensors are not in the checkpoint: the button lists their findings.
+    (missing,) = _buttons(overview, "ckpt-load-missing")
+    missing.click()
+    drift = dash.panels["Drift"]
+    assert dash.tab.selected_index == DRIFT_TAB and drift.codes == ("load-missing-tensor",)
+    assert [dash.state.findings[i].code for i in drift.shown()] == ["load-missing-tensor"]
+    # The unexpected one is, and the button shows it.
+    (unexpected,) = _buttons(overview, "ckpt-load-unexpected")
+    unexpected.click()
+    assert dash.panels["Tensors"].query.names == (stray,)
+    assert dash.panels["Tensors"].matches() == 1
+    # The Markdown summary and the HTML report carry the verdict.
+    report = dash.select("Report")
+    assert "- will it load: **no**" in report.show_markdown()
+    written = report.write_report()
+    assert written is not None and "<h2>Will it load?</h2>" in written.read_text()

@@ -188,3 +188,24 @@ def test_report_and_markdown_list_problems_with_their_fix(report, checkpoint: Pa
     md = markdown_summary(scan(checkpoint), check(scan(checkpoint)))
     assert "**Problems** (findings grouped by root cause)" in md
     assert re.search(r"- \*\*error\*\*: .*experts missing.*Fix: re-export", md)
+
+
+def test_report_says_whether_it_loads_with_the_names_escaped(checkpoint: Path, tmp_path: Path):
+    from inspector.model_load import LoadVerdict, load_verdict
+
+    scanned = scan(checkpoint)
+    verdict = load_verdict(scanned)  # the config names no class: the check says why not
+    text = write_html_report(
+        scanned, check(scanned, verdict=verdict), tmp_path / "r.html", verdict=verdict
+    ).read_text()
+    load = text[text.index("<section id='load'>") : text.index("<section id='problems'>")]
+    assert "data-loads='unknown'" in load and "not checked" in load
+    assert "config.json names no architecture" in load
+    # A config can name any architecture: what the verdict says is escaped.
+    hostile = LoadVerdict(architecture="<img src=x onerror=alert(1)>", missing=("<b>x</b>",))
+    text = write_html_report(scanned, [], tmp_path / "h.html", verdict=hostile).read_text()
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text
+    # Without a verdict the report makes no claim about loading.
+    bare = write_html_report(scanned, [], tmp_path / "b.html").read_text()
+    assert "<section id='load'>" not in bare

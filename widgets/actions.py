@@ -120,7 +120,14 @@ class RepairPanel:
                 duplicates=self.duplicates.value or None,
                 quant_config=self.quant.value,
             )
-            self.preview = preview_repair(self.plan, state.scanned, findings=state.findings)
+            self.preview = preview_repair(
+                self.plan,
+                state.scanned,
+                findings=state.findings,
+                verdict=state.verdict,
+                model=state.verdict is not None,
+                trust_remote_code=self.dash.trust_remote_code,
+            )
         except _EXPECTED as exc:
             self.plan, self.preview = None, None
             self.verdict.value = _error(exc)
@@ -358,7 +365,9 @@ class ReportPanel:
         """Write the HTML report to the path in the form; returns it, None on failure."""
         state = self.dash.state
         try:
-            target = write_html_report(state.scanned, state.findings, self.path.value.strip())
+            target = write_html_report(
+                state.scanned, state.findings, self.path.value.strip(), verdict=state.verdict
+            )
         except _EXPECTED as exc:
             self.status.value = _error(exc)
             return None
@@ -369,7 +378,7 @@ class ReportPanel:
     def show_markdown(self) -> str:
         """Show the Markdown summary (to paste into a bug report) and return it."""
         state = self.dash.state
-        text = markdown_summary(state.scanned, state.findings)
+        text = markdown_summary(state.scanned, state.findings, verdict=state.verdict)
         self.markdown.value = text
         _hidden(self.markdown, False)
         return text

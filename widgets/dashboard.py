@@ -7,6 +7,12 @@ consolidation, write a report); figures come from `widgets.figures`, tables from
 built the first time they are selected, so a 300,000-tensor checkpoint opens after one scan
 and one check.
 
+The Overview answers "will it load?" with the model code's own verdict
+(`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
+else together, so the Overview is drawn from the plain checks and the verdict is computed in a
+thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
+holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
+
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
 without a kernel. Key widgets carry stable CSS classes (`ckpt-*`) so a browser test can find
@@ -19,9 +25,10 @@ import html
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
@@ -33,6 +40,7 @@ from inspector.html_repr import (
     facts_html,
     findings_html,
     frame_html,
+    load_verdict_html,
     problem_html,
     severity_badge,
 )
@@ -40,6 +48,9 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import Problem, group_problems
 from inspector.query import TensorQuery
 from inspector.scan import scan
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -53,13 +64,18 @@ _PAGE = 25
 
 @dataclass(frozen=True)
 class CheckpointState:
-    """One scan of the checkpoint, its findings and their problems; replaced as a whole on
-    refresh."""
+    """One scan of the checkpoint, its findings and their problems, and the load verdict
+    they were checked with; replaced as a whole on refresh.
+
+    `verdict` is None when the load check is off, or (`pending`) still running: then the
+    findings are the plain checks' only."""
 
     scanned: ScannedCheckpoint
     findings: tuple[Finding, ...]
     frame: pd.DataFrame  # the findings as `findings_to_frame` returns them
     problems: tuple[Problem, ...]
+    verdict: LoadVerdict | None = None
+    pending: bool = False
 
     @classmethod
     def load(
@@ -68,14 +84,37 @@ class CheckpointState:
         *,
         deep: bool = False,
         progress: bool = False,
+        model: bool = True,
+        trust_remote_code: bool = False,
     ) -> CheckpointState:
-        """Scan `source` (unless it is already a scan), run every check, group the findings."""
+        """Scan `source` (unless it is already a scan), compute the load verdict (with
+        `model`), run every check with it, group the findings."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
-        findings = tuple(check(scanned, deep=deep, progress=progress))
-        problems = group_problems(scanned, findings)
-        return cls(scanned, findings, findings_to_frame(findings), problems)
+        verdict = None
+        if model:
+            from inspector.model_load import load_verdict
+
+            verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
+        return cls.checked(scanned, verdict, deep=deep, progress=progress)
+
+    @classmethod
+    def checked(
+        cls,
+        scanned: ScannedCheckpoint,
+        verdict: LoadVerdict | None,
+        *,
+        deep: bool = False,
+        progress: bool = False,
+        pending: bool = False,
+    ) -> CheckpointState:
+        """The state of `scanned` checked with `verdict` (None: without the model rules)."""
+        findings = tuple(
+            check(scanned, deep=deep, model=verdict is not None, verdict=verdict, progress=progress)
+        )
+        problems = group_problems(scanned, findings, verdict=verdict)
+        return cls(scanned, findings, findings_to_frame(findings), problems, verdict, pending)
 
 
 class Dashboard:
@@ -84,6 +123,8 @@ class Dashboard:
     Tabs: Overview, Tensors, Files, Experts, Layers, Drift, Repair, Consolidate, Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
+    `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
+    code ships in the checkpoint folder (see `inspector.model_load`).
     """
 
     TABS = (
@@ -105,11 +146,18 @@ class Dashboard:
         report_dir: str | os.PathLike[str] | None = None,
         progress: bool = True,
         snapshot: bool = True,
+        model: bool = True,
+        trust_remote_code: bool = False,
     ) -> None:
         from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
         from inspector.widgets.browser import TensorBrowser
 
-        self.state = _load_with_progress(source, progress=progress)
+        self.model, self.trust_remote_code = model, trust_remote_code
+        # The plain checks now; the load verdict in a thread (see the module docstring).
+        self.current = _load_with_progress(source, progress=progress, pending=model)
+        self._complete: Future[CheckpointState] = Future()
+        if not model:
+            self._complete.set_result(self.current)
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
@@ -150,38 +198,93 @@ class Dashboard:
 
             self._snapshot = Snapshot()
         # Panels are built by the main thread on a click or by the background worker ahead of
-        # it; the lock keeps them from building the same one twice.
+        # it; the lock keeps them from building the same one twice. A panel may wait for the
+        # load verdict while it holds that lock, so the verdict is published under another.
         self._lock = threading.RLock()
+        self._state_lock = threading.Lock()
         self._generation = 0
         self.worker: threading.Thread | None = None
+        self.verdict_worker: threading.Thread | None = None
         self._draw()
+        if model:
+            self._start_verdict()
+
+    @property
+    def state(self) -> CheckpointState:
+        """The checkpoint's state with the load verdict's findings and problems; waits for
+        the load check when it is still running (a few seconds on a large MoE)."""
+        return self._complete.result()
 
     @property
     def scanned(self) -> ScannedCheckpoint:
-        return self.state.scanned
+        return self.current.scanned
 
     @property
     def path(self) -> Path:
-        return self.state.scanned.path
+        return self.current.scanned.path
 
     def refresh(self) -> None:
-        """Re-scan and re-check the folder, then redraw the open tab; other tabs are rebuilt
-        when next selected. The saved snapshot follows."""
+        """Re-scan and re-check the folder (the load check too: its model is cached by
+        now), then redraw the open tab; other tabs are rebuilt when next selected. The saved
+        snapshot follows."""
         self.progress.clear_output()
         with self.progress:
-            self.state = CheckpointState.load(self.path, progress=True)
+            state = CheckpointState.load(
+                self.path,
+                progress=True,
+                model=self.model,
+                trust_remote_code=self.trust_remote_code,
+            )
         self.progress.clear_output()
         for panel in self.panels.values():
             close = getattr(panel, "close", None)
             if close is not None:
                 close()
-        with self._lock:
+        with self._lock, self._state_lock:
             self.panels.clear()
             self._generation += 1
+            self.current = state
+            if self._complete.done():
+                self._complete = Future()
+            self._complete.set_result(state)
         self._draw()
         if self._snapshot is not None:
             self._snapshot.update(self.state)
         self._start_worker()
+
+    def _start_verdict(self) -> None:
+        """Compute the load verdict in a thread, then check with it and redraw what shows
+        the plain checks' state (header, Overview, snapshot)."""
+        generation, plain = self._generation, self.current
+
+        def work() -> None:
+            try:
+                from inspector.model_load import load_verdict
+
+                verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
+                state = CheckpointState.checked(plain.scanned, verdict)
+            except BaseException as exc:  # a bug: `state` raises it where it is asked for
+                with self._state_lock:
+                    if generation == self._generation:
+                        self._complete.set_exception(exc)
+                raise
+            with self._state_lock:
+                if generation != self._generation:
+                    return  # a refresh replaced the state meanwhile
+                self.current = state
+                self._complete.set_result(state)
+            # Only what shows `current` is redrawn: every other tab waited for this state.
+            with self._lock:
+                if generation != self._generation:
+                    return
+                self._draw_header()
+                self.panels.pop("Overview", None)
+                self.panel("Overview")
+            if self._snapshot is not None:
+                self._snapshot.update(state)
+
+        self.verdict_worker = threading.Thread(target=work, name="ckpt-load-verdict", daemon=True)
+        self.verdict_worker.start()
 
     def select(self, title: str) -> Any:
         """Open the tab called `title` and return its panel (built if needed)."""
@@ -198,8 +301,11 @@ class Dashboard:
             return self.panels[title]
 
     def wait(self, timeout: float | None = None) -> None:
-        """Until the background worker has built every tab and rendered the snapshot's
-        figures (scripts and tests; a person never needs to)."""
+        """Until the load check is done and the background worker has built every tab and
+        rendered the snapshot's figures (scripts and tests; a person never needs to)."""
+        self._complete.exception(timeout)
+        if self.verdict_worker is not None:
+            self.verdict_worker.join(timeout)  # it redraws the Overview after publishing
         if self.worker is not None:
             self.worker.join(timeout)
 
@@ -207,12 +313,12 @@ class Dashboard:
         """After the Overview is on screen: build the other tabs ahead of the first click
         (the heavy ones first), then render the snapshot's figures."""
         generation = self._generation
-        state = self.state
 
         def work() -> None:
             import perspective.widget  # noqa: F401  (imports first: plotly's takes a second)
             import plotly.graph_objs._figurewidget  # noqa: F401
 
+            state = self.state  # with the load verdict: the tabs show its findings too
             for title in ("Tensors", "Experts", "Files", "Layers", "Repair", "Drift"):
                 with self._lock:
                     if generation != self._generation:
@@ -268,7 +374,13 @@ class Dashboard:
     # -- drawing -----------------------------------------------------------------------------
 
     def _draw(self) -> None:
-        s, problems = self.state.scanned, self.state.problems
+        self._draw_header()
+        for box in self.tab.children:
+            box.children = []
+        self.panel(self.TABS[self.tab.selected_index or 0])
+
+    def _draw_header(self) -> None:
+        s, problems = self.current.scanned, self.current.problems
         counts = pd.Series([str(p.severity) for p in problems], dtype=object).value_counts()
         verdict = ", ".join(
             f"{int(counts.get(k, 0))} {k}" for k in ("error", "warning", "info") if counts.get(k)
@@ -284,11 +396,9 @@ class Dashboard:
             f"{verdict}</div>"
         )
         titles = list(self.TABS)
-        titles[self.TABS.index("Drift")] = f"Drift ({len(self.state.findings)})"
+        pending = ", checking" if self.current.pending else ""
+        titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
         self.tab.titles = tuple(titles)
-        for box in self.tab.children:
-            box.children = []
-        self.panel(self.TABS[self.tab.selected_index or 0])
 
     def _on_select(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
@@ -300,7 +410,7 @@ class Dashboard:
 
         display(self._widget_bundle(), raw=True)
         if self._snapshot is not None:
-            self._snapshot.show(self.state)
+            self._snapshot.show(self.current)
         self._start_worker()
 
     def _widget_bundle(self) -> dict[str, Any]:
@@ -316,7 +426,7 @@ class Dashboard:
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         from inspector.widgets.snapshot import snapshot_html
 
-        return {**self._widget_bundle(), "text/html": snapshot_html(self.state)}
+        return {**self._widget_bundle(), "text/html": snapshot_html(self.current)}
 
 
 # -- read-only tabs ---------------------------------------------------------------------------
@@ -324,10 +434,11 @@ class Dashboard:
 
 class OverviewPanel:
     """Problems first (what is wrong, its impact, what fixes it, with buttons that fix it or
-    show it), then the checkpoint's facts."""
+    show it), then whether the model code would load the checkpoint, then its facts. Drawn
+    from `dash.current`: while the load check runs it says so, and is redrawn when done."""
 
     def __init__(self, dash: Dashboard) -> None:
-        state = dash.state
+        state = dash.current
         problems = state.problems
         if problems:
             n_findings = len(state.findings)
@@ -346,11 +457,55 @@ class OverviewPanel:
         self.widget = w.VBox(
             [
                 w.HTML(head).add_class("ckpt-overview-verdict"),
+                _load_box(dash, state),
                 *cards,
                 w.HTML(facts_html(state.scanned, state.findings)).add_class("ckpt-facts"),
             ],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-overview")
+
+
+def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
+    """ "Will it load?": the verdict in words, and a button per kind of key that shows the
+    stored tensors behind it (the findings, for missing ones: no tensor holds them)."""
+    if state.pending:
+        text = (
+            "<div class='ckpt-load' data-loads='pending' style='border-left:4px solid #7f7f7f;"
+            "padding:4px 10px;margin:6px 0'><b>Will it load?</b> <i>checking: building the "
+            "model config.json describes (no weights) and matching it with the stored "
+            "tensors...</i></div>"
+        )
+        return w.VBox([w.HTML(text)]).add_class("ckpt-load-verdict")
+    v = state.verdict
+    buttons: list[w.Button] = []
+    if v is not None and v.ran:
+        if v.missing:
+            missing = button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
+            missing.on_click(lambda _: dash.show_findings(("load-missing-tensor",)))
+            buttons.append(missing)
+        kinds = (
+            ("Another shape", "ckpt-load-mismatched", [m.key for m in v.mismatched]),
+            ("Unexpected", "ckpt-load-unexpected", list(v.unexpected)),
+        )
+        for label, css, keys in kinds:
+            if keys:
+                names = tuple(dict.fromkeys(n for k in keys for n in v.sources.get(k, (k,))))
+                buttons.append(_tensors_button(dash, f"{label} ({len(keys):,})", css, names))
+        if v.mtp_skipped:
+            label = f"MTP skipped ({len(v.mtp_skipped):,})"
+            buttons.append(_tensors_button(dash, label, "ckpt-load-mtp", v.mtp_skipped))
+    box = w.VBox(
+        [w.HTML(load_verdict_html(v)), w.HBox(buttons, layout=w.Layout(flex_flow="row wrap"))],
+        layout=w.Layout(width="100%"),
+    )
+    return box.add_class("ckpt-load-verdict")
+
+
+def _tensors_button(dash: Dashboard, label: str, css: str, names: Sequence[str]) -> w.Button:
+    show = button(label, css, icon="table")
+    query = TensorQuery(names=tuple(names))
+    show.on_click(lambda _: dash.show_tensors(query))
+    return show
 
 
 def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
@@ -698,21 +853,27 @@ class DriftPanel:
 
 
 def _load_with_progress(
-    source: str | os.PathLike[str] | ScannedCheckpoint, *, progress: bool
+    source: str | os.PathLike[str] | ScannedCheckpoint, *, progress: bool, pending: bool
 ) -> CheckpointState:
-    """Load the state; in a notebook, with progress bars in the cell while the scan and the
-    checks run. The bars are drawn into an Output widget whose place in the cell is emptied
-    afterwards, so the saved notebook keeps no dead progress widgets."""
+    """The state of the plain checks (the load verdict `pending`, or off); in a notebook,
+    with progress bars in the cell while the scan and the checks run. The bars are drawn
+    into an Output widget whose place in the cell is emptied afterwards, so the saved
+    notebook keeps no dead progress widgets."""
+
+    def load(progress: bool) -> CheckpointState:
+        state = CheckpointState.load(source, progress=progress, model=False)
+        return replace(state, pending=pending)
+
     kernel = getattr(_shell(), "kernel", None)
     if not progress or kernel is None:
-        return CheckpointState.load(source, progress=False)
+        return load(False)
     from IPython.display import display
 
     bars = w.Output()
     handle = display(bars, display_id=True)
     try:
         with bars:
-            return CheckpointState.load(source, progress=True)
+            return load(True)
     finally:
         bars.close()
         handle.update({"text/plain": ""}, raw=True)

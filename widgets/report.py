@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import plotly.offline
@@ -26,10 +26,14 @@ from inspector.widgets.figures import (
 
 from inspector.atomic import write_atomic
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
+from inspector.html_repr import load_verdict_html
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = ["render_html_report", "write_html_report"]
 
@@ -67,21 +71,33 @@ tr.more td { color: #666; font-style: italic; }
 
 
 def write_html_report(
-    scanned: ScannedCheckpoint, findings: Sequence[Finding], path: str | os.PathLike[str]
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    path: str | os.PathLike[str],
+    *,
+    verdict: LoadVerdict | None = None,
 ) -> Path:
     """Write the report to `path` atomically (temp file, then rename) and return the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, render_html_report(scanned, findings).encode("utf-8"))
+    html_text = render_html_report(scanned, findings, verdict=verdict)
+    write_atomic(target, html_text.encode("utf-8"))
     return target
 
 
-def render_html_report(scanned: ScannedCheckpoint, findings: Sequence[Finding]) -> str:
-    """The report as one HTML string (plotly.js included)."""
+def render_html_report(
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    verdict: LoadVerdict | None = None,
+) -> str:
+    """The report as one HTML string (plotly.js included). With the load `verdict` the
+    findings were checked with, it says whether the model code would load the checkpoint."""
     summary = summarize(scanned, problems=list(findings))
     sections = [
         _summary_section(summary),
-        _problems_section(scanned, findings),
+        _load_section(verdict),
+        _problems_section(scanned, findings, verdict),
         _findings_section(findings),
         _figure_section(
             "expert-heatmap",
@@ -131,9 +147,18 @@ def _summary_section(summary: dict[str, Any]) -> str:
     )
 
 
-def _problems_section(scanned: ScannedCheckpoint, findings: Sequence[Finding]) -> str:
+def _load_section(verdict: LoadVerdict | None) -> str:
+    """Will it load? Absent when the load check did not run (a report without `verdict`)."""
+    if verdict is None:
+        return ""
+    return f"<section id='load'>\n<h2>Will it load?</h2>\n{load_verdict_html(verdict)}\n</section>"
+
+
+def _problems_section(
+    scanned: ScannedCheckpoint, findings: Sequence[Finding], verdict: LoadVerdict | None
+) -> str:
     """The findings grouped into problems: what is wrong, its impact, what fixes it."""
-    problems = group_problems(scanned, findings)
+    problems = group_problems(scanned, findings, verdict=verdict)
     head = "<section id='problems'>\n<h2>Problems</h2>\n"
     if not problems:
         return head + "<p class='muted'>No problems.</p>\n</section>"

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector.html_repr import facts_html, problems_html
+from inspector.html_repr import facts_html, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -51,7 +51,8 @@ _server_started = False
 
 
 def snapshot_html(state: CheckpointState, *, figures_note: str = "") -> str:
-    """The Overview as static HTML: problems with impact and fix, facts, findings count."""
+    """The Overview as static HTML: will it load, problems with impact and fix, facts,
+    findings count."""
     s = state.scanned
     when = time.strftime("%Y-%m-%d %H:%M")
     return (
@@ -62,11 +63,21 @@ def snapshot_html(state: CheckpointState, *, figures_note: str = "") -> str:
         "view)</div>"
         f"<h3 style='margin:6px 0'>{html.escape(s.path.name)}: layout "
         f"{html.escape(s.layout)}</h3>"
-        + problems_html(s, state.findings)
+        + _load_html(state)
+        + problems_html(s, state.findings, verdict=state.verdict)
         + facts_html(s, state.findings)
         + (f"<div style='color:#666'>{html.escape(figures_note)}</div>" if figures_note else "")
         + "</div>"
     )
+
+
+def _load_html(state: CheckpointState) -> str:
+    if state.pending:
+        return (
+            "<div style='border-left:4px solid #7f7f7f;padding:4px 10px;margin:6px 0'>"
+            "<b>Will it load?</b> <i>checking...</i></div>"
+        )
+    return load_verdict_html(state.verdict)
 
 
 def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
