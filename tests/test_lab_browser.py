@@ -3,7 +3,8 @@
 One JupyterLab (local only, random port and token) on a temp copy of notebooks/ runs
 02-repair-an-index-that-forgot-mtp.ipynb from the Run menu, then in the page:
 
-1. the Overview lists the problems, not the findings;
+1. the Overview lists the problems, not the findings, and then says whether the model code
+   would load the checkpoint (the verdict arrives from a thread after the Overview shows);
 2. a finding's "show tensor" link opens the tensor browser on that tensor (the grid draws it);
 3. the tensor browser filters by a name glob (count and grid follow);
 4. the Experts tab draws the heatmap and the zoomed layer;
@@ -88,6 +89,8 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
             browser.close()
 
     assert "2 problems" in overview and "42 MTP tensors (17.1 kB) invisible to loaders" in overview
+    assert "Will it load? yes as DeepseekV3ForCausalLM" in " ".join(overview.split())
+    assert "42 MTP tensors transformers skips" in overview and "MTP skipped (42)" in overview
     assert followed.startswith("mtp.layers.0.")
     assert filtered and all(".experts.3." in name for name in filtered)
     assert "Repaired." in result and "model.safetensors.index.json" in result
@@ -111,6 +114,7 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
     snapshot = [h for h in html_outputs if "ckpt-snapshot" in h]
     assert len(snapshot) == 1 and "misses the same 42" not in snapshot[0]
     assert "sidecar" in snapshot[0] and "rendering..." not in snapshot[0]
+    assert "data-loads='yes'" in snapshot[0] and "checking" not in snapshot[0]
     pngs = [o for o in outputs if "image/png" in o.get("data", {})]
     assert len(pngs) >= 3
     assert not [e for e in errors if "ckpt" in e or "plotly" in e.lower()], errors
@@ -136,6 +140,7 @@ def _overview(page) -> str:
     open_tab(page, "Overview")
     overview = page.locator(".ckpt-overview").first
     overview.locator(".ckpt-problem").first.wait_for(timeout=30_000)
+    overview.locator(".ckpt-load[data-loads='yes']").wait_for(timeout=60_000)
     _shoot(page, "dashboard-overview.png")
     return overview.inner_text()
 
