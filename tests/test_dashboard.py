@@ -15,6 +15,7 @@ from inspector.widgets import Dashboard as _Dashboard
 from inspector.consolidate import reference_assignment
 from inspector.findings import CODE_HELP, CODES, make_finding
 from inspector.html_repr import scanned_html
+from inspector.query import TensorQuery
 from inspector.scan import scan
 
 pytest.importorskip("ipywidgets")
@@ -455,6 +456,20 @@ def test_tensor_browser_filters_sorts_and_exports(demos: Path, tmp_path: Path):
     assert "not a regular expression" in browser.count.value and browser.matches() == 3
     _buttons(browser.widget, "ckpt-tensor-clear")[0].click()
     assert browser.matches() == len(t) and browser.name.value == ""
+
+
+def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
+    """Built ahead of the click, the Tensors tab has its table and controls but no grid: a
+    grid created in a hidden tab draws no rows at a million tensors."""
+    dash = Dashboard(demos / DRIFT)
+    browser = dash.panel("Tensors")  # what the background worker does
+    assert browser.grid is None and browser.matches() == len(dash.scanned.tensors)
+    browser.set_query(TensorQuery(name="mtp.*"))
+    assert browser.matches() == 42 and browser.grid is None
+    dash.tab.selected_index = dash.TABS.index("Tensors")  # a click on the tab
+    assert browser.grid is not None and "ckpt-tensor-grid" in browser.grid._dom_classes
+    assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
+    assert browser._grid_box.children == (browser.grid,)
 
 
 def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):

@@ -98,7 +98,8 @@ def grid_config(query: TensorQuery) -> dict[str, Any]:
 
 class TensorBrowser:
     """Filter controls, a match count, export buttons and the grid. `query` is the current
-    filter; `set_query` changes it (the controls follow)."""
+    filter; `set_query` changes it (the controls follow). With `defer_grid` the grid widget
+    waits for `show_grid` (the table is built at once)."""
 
     def __init__(
         self,
@@ -106,6 +107,7 @@ class TensorBrowser:
         *,
         query: TensorQuery | None = None,
         export_dir: str | os.PathLike[str] | None = None,
+        defer_grid: bool = False,
     ) -> None:
         import perspective
 
@@ -113,18 +115,12 @@ class TensorBrowser:
         self.tensors = scanned.tensors
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
         self.table = perspective.table(grid_frame(self.tensors), name=f"tensors-{id(self)}")
-        self.grid = _grid_class()(
-            self.table,
-            plugin="Datagrid",
-            columns=GRID_COLUMNS,
-            settings=False,
-            theme="Pro Light",
-            title=f"tensors of {scanned.path.name}",
+        # The grid widget is created when it is first shown (see `show_grid`).
+        self.grid: Any = None
+        self._grid_box = w.VBox(
+            [w.HTML("<i>The grid is drawn when the tab is shown.</i>")],
+            layout=w.Layout(width="100%"),
         )
-        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing inside
-        # a VBox: a fixed flex basis keeps the grid 560 px tall.
-        self.grid.layout = w.Layout(width="100%", height="560px", flex="0 0 auto")
-        self.grid.add_class("ckpt-tensor-grid")
         t = self.tensors
         self.name = w.Text(
             placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
@@ -162,13 +158,39 @@ class TensorBrowser:
                 w.HBox([self.name, self.regex, clear], layout=wrap),
                 w.HBox([self.dtype, self.layer, self.expert, self.kind, self.file], layout=wrap),
                 self.count,
-                self.grid,
+                self._grid_box,
                 w.HBox([self.export_name, csv, parquet, self.export_status], layout=wrap),
             ],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-tensor-browser")
         self.query = TensorQuery()
         self.set_query(query or TensorQuery())
+        if not defer_grid:
+            self.show_grid()
+
+    def show_grid(self) -> None:
+        """Create the grid on the table (once). A grid created in a hidden tab loads a
+        million-row table while it has no size and then draws no rows when shown, and its
+        loading stalls the page for the other tabs' widgets: the dashboard builds the table
+        in the background and calls this when the Tensors tab is shown."""
+        if self.grid is not None:
+            return
+        grid = _grid_class()(
+            self.table,
+            plugin="Datagrid",
+            columns=GRID_COLUMNS,
+            settings=False,
+            theme="Pro Light",
+            title=f"tensors of {self.scanned.path.name}",
+        )
+        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing inside
+        # a VBox: a fixed flex basis keeps the grid 560 px tall.
+        grid.layout = w.Layout(width="100%", height="560px", flex="0 0 auto")
+        grid.add_class("ckpt-tensor-grid")
+        config = grid_config(self.query)
+        grid.expressions, grid.filter = config["expressions"], config["filter"]
+        self.grid = grid
+        self._grid_box.children = [grid]
 
     def set_query(self, query: TensorQuery) -> None:
         """Show the tensors `query` selects; the controls show its fields."""
@@ -213,7 +235,8 @@ class TensorBrowser:
 
     def close(self) -> None:
         """Free the grid's table in the kernel."""
-        self.grid.close()
+        if self.grid is not None:
+            self.grid.close()
         self.table.delete()
 
     def _from_controls(self) -> None:
@@ -240,8 +263,9 @@ class TensorBrowser:
             self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
             return
         self.query = query
-        self.grid.expressions = config["expressions"]
-        self.grid.filter = config["filter"]
+        if self.grid is not None:
+            self.grid.expressions = config["expressions"]
+            self.grid.filter = config["filter"]
         total = len(self.tensors)
         n = self.matches() if config["filter"] else total
         self.count.value = (

@@ -139,6 +139,10 @@ class Dashboard:
         "Report",
     )
 
+    # The tabs the background worker builds ahead of the first click: the light ones first,
+    # so that a click meanwhile does not wait for the tensor table (seconds at 1M tensors).
+    PREBUILT = ("Drift", "Files", "Layers", "Experts", "Repair", "Tensors")
+
     def __init__(
         self,
         source: str | os.PathLike[str] | ScannedCheckpoint,
@@ -161,7 +165,9 @@ class Dashboard:
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
-            "Tensors": lambda: TensorBrowser(self.scanned, export_dir=self.report_dir),
+            "Tensors": lambda: TensorBrowser(
+                self.scanned, export_dir=self.report_dir, defer_grid=True
+            ),
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
@@ -289,7 +295,16 @@ class Dashboard:
     def select(self, title: str) -> Any:
         """Open the tab called `title` and return its panel (built if needed)."""
         self.tab.selected_index = self.TABS.index(title)
-        return self.panel(title)
+        return self._shown(title)
+
+    def _shown(self, title: str) -> Any:
+        """The panel of the tab just shown; one that draws on being shown (the tensor grid)
+        is told."""
+        panel = self.panel(title)
+        show = getattr(panel, "show_grid", None)
+        if show is not None:
+            show()
+        return panel
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use."""
@@ -319,7 +334,7 @@ class Dashboard:
             import plotly.graph_objs._figurewidget  # noqa: F401
 
             state = self.state  # with the load verdict: the tabs show its findings too
-            for title in ("Tensors", "Experts", "Files", "Layers", "Repair", "Drift"):
+            for title in self.PREBUILT:
                 with self._lock:
                     if generation != self._generation:
                         return
@@ -402,7 +417,7 @@ class Dashboard:
 
     def _on_select(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
-            self.panel(self.TABS[change["new"]])
+            self._shown(self.TABS[change["new"]])
 
     def _ipython_display_(self) -> None:
         """The live widget, then (when enabled) the static snapshot as further outputs."""
