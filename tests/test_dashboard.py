@@ -472,6 +472,19 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert browser._grid_box.children == (browser.grid,)
 
 
+def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
+    """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
+    grid is created rather than waiting for a click that never comes."""
+    dash = Dashboard(demos / DRIFT)
+    old = dash.select("Tensors")
+    assert old.grid is not None
+    dash.refresh()
+    dash.wait(60)
+    browser = dash.panels["Tensors"]
+    assert browser is not old and browser.grid is not None
+    assert browser._grid_box.children == (browser.grid,)
+
+
 def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):
     """The grid filters in Perspective's engine (RE2), the export in pandas: same rows."""
     from inspector.widgets.browser import TensorBrowser, grid_config

@@ -4,8 +4,9 @@ The widgets hold no logic. Every action is one call into `inspector` (scan, chec
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
 `inspector.html_repr`, the tensor grid from `widgets.browser`. Tabs other than Overview are
-built the first time they are selected, so a 300,000-tensor checkpoint opens after one scan
-and one check.
+built when first selected, or ahead of that by a background worker once the Overview is on
+screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
+checkpoint opens after one scan and the plain checks.
 
 The Overview answers "will it load?" with the model code's own verdict
 (`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
@@ -392,7 +393,7 @@ class Dashboard:
         self._draw_header()
         for box in self.tab.children:
             box.children = []
-        self.panel(self.TABS[self.tab.selected_index or 0])
+        self._shown(self.TABS[self.tab.selected_index or 0])
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
