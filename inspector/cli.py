@@ -214,6 +214,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"greedy packing limit (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
     )
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="cast floating tensors")
+    p.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="consolidate a source that lost rank files anyway: tensors it does not fully hold "
+        "are written with zeros there, and named (exit code 1)",
+    )
     p.add_argument("--resume", action="store_true", help="keep outputs that are already complete")
     p.add_argument("--verify-data", action="store_true", help="compare content hashes at the end")
     p.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
@@ -437,6 +443,7 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
         reference=args.reference,
         max_shard_size=args.max_shard_size,
         dtype=args.dtype,
+        allow_partial=args.allow_partial,
     )
     lead = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 prints
     if lead:

@@ -279,6 +279,15 @@ class Code(StrEnum):
         "The config declares MTP layers but none are stored; MTP speculative decoding will "
         "not work.",
     )
+    MTP_NOT_STORED = (
+        "mtp-not-stored",
+        _N,
+        _M,
+        "The config declares MTP layers that the writer's model class never stores "
+        "(transformers builds no MTP module for it); fine for transformers. MTP speculative "
+        "decoding in serving engines needs them: restore them with `ckpt-inspect repair "
+        "--from <original release>`.",
+    )
     QUANT_CONFIG_UNREADABLE = (
         "quant-config-unreadable",
         _E,
@@ -388,6 +397,14 @@ class Code(StrEnum):
         _E,
         _T,
         "Two stored chunks of one tensor overlap.",
+    )
+    TORCH_DIST_OBJECT_INCOMPLETE = (
+        "torch-dist-object-incomplete",
+        _E,
+        _T,
+        "A sharded object's keys declare a grid of shards (`<key>/shard_<offsets>_<shape>`, "
+        "e.g. one per rank) but .metadata lacks some of them: the ranks that need them fail "
+        "to load; restore the lost ranks' objects from the original save or re-save.",
     )
     TORCH_DIST_COMMON_UNREADABLE = (
         "torch-dist-common-unreadable",

@@ -37,6 +37,7 @@ __all__ = [
     "ChunkTable",
     "DcpChunk",
     "DcpInfo",
+    "DcpReference",
     "FileRole",
     "IndexDoc",
     "LayoutInfo",
@@ -326,18 +327,43 @@ class _ByName(Mapping[str, T]):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class DcpReference:
+    """The reference (upstream) checkpoint a DCP run names (`consolidate.sh --model-name`,
+    `config.json` `_name_or_path`), found on this machine: its index and the shapes its
+    shard headers store."""
+
+    path: str  # where it was found
+    named_by: str  # which file named it, e.g. "consolidate.sh --model-name"
+    index: IndexDoc | None = None
+    shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _set(self, "shapes", readonly(self.shapes))
+
+    @property
+    def label(self) -> str:
+        return f"the reference checkpoint {self.path} (named by {self.named_by})"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class DcpInfo:
     """DCP-sharded safetensors: the chunk table, and `.hf_metadata/`'s file-index mapping
-    (fqn -> 1-based output index) when the run kept one."""
+    (fqn -> 1-based output index) when the run kept one.
+
+    The table's full shapes are the largest any source gives (`inspector.expected_shapes`);
+    `shape_sources` says, for each tensor whose chunks reach less, which source set it."""
 
     table: ChunkTable
     mapping: Mapping[str, int] | None = None
     mapping_file: str | None = None
     hf_metadata_dir: str | None = None
+    reference: DcpReference | None = None
+    shape_sources: Mapping[str, str] = field(default_factory=dict)
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         _set(self, "mapping", readonly(self.mapping))
+        _set(self, "shape_sources", readonly(self.shape_sources))
 
     @classmethod
     def from_chunks(cls, chunks: Mapping[str, Sequence[DcpChunk]], **options: Any) -> DcpInfo:

@@ -43,30 +43,15 @@ from inspector.checks.quant import QUANT_FILE, quant_section
 from inspector.dtypes import DTYPE_BITS, QUANT_DTYPES
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import ShapeMismatch, Stored, _Skip
+from inspector.naming_rules import KV_SCALE_PARAMS, QUANT_AUX_PARAMS, QUANT_SIBLING_PARAMS
 
 __all__ = ["QUANT_PARAMS", "QuantView", "quantization_view"]
 
-# Tensors next to a quantized module's weight: created and loaded by the serving engines.
-_AUX = frozenset(
-    {
-        "weight_scale",
-        "weight_scale_2",
-        "weight_scale_inv",
-        "input_scale",
-        "pre_quant_scale",
-        "weight_zero_point",
-        "weight_g_idx",
-        "weight_shape",
-        "weight_global_scale",
-        "input_global_scale",
-        "input_zero_point",
-        "output_scale",
-    }
-)
-# Attention KV-cache scales, on the attention module or its k/v projections.
-_KV_SCALES = frozenset({"k_scale", "v_scale"})
-# Every param name a quantized module or attention block stores besides its weight.
-QUANT_PARAMS = _AUX | _KV_SCALES
+# Tensors next to a quantized module's weight, attention KV-cache scales, and both: the
+# table is `inspector.naming_rules`.
+_AUX = QUANT_AUX_PARAMS
+_KV_SCALES = KV_SCALE_PARAMS
+QUANT_PARAMS = QUANT_SIBLING_PARAMS
 # Evidence that a module is stored quantized (besides a weight in a packed or 8-bit dtype).
 _EVIDENCE = frozenset({"weight_scale", "weight_scale_2", "weight_scale_inv", "weight_packed"})
 # Integer dtypes compressed-tensors packs several values into.

@@ -31,6 +31,7 @@ from inspector.naming_rules import (
     KINDS,
     MTP_OWN_KINDS,
     QUANTIZER_PARAM,
+    SHARDED_OBJECT_KEY,
     TRAILING_NUMBER,
     Family,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "layer_expert_numbers",
     "parse_name",
     "parse_names",
+    "sharded_object_key",
 ]
 
 
@@ -119,6 +121,18 @@ def layer_expert_numbers(names: Sequence[str]) -> list[tuple[int | None, int | N
         (None if layer < 0 else layer, None if expert < 0 else expert)
         for layer, expert in zip(layers, parsed.expert.tolist(), strict=True)
     ]
+
+
+def sharded_object_key(key: str) -> tuple[str, tuple[int, ...], tuple[int, ...]] | None:
+    """(object key, offsets, global shape) of a Megatron ShardedObject key
+    `<key>/shard_<offsets>_<shape>`, e.g. ('rng_state', (0, 1), (1, 2)) for
+    'rng_state/shard_0.1_1.2'; None for any other key or when the two disagree in length."""
+    match = SHARDED_OBJECT_KEY.fullmatch(key)
+    if match is None:
+        return None
+    offsets = tuple(map(int, match.group(2).split(".")))
+    shape = tuple(map(int, match.group(3).split(".")))
+    return (match.group(1), offsets, shape) if len(offsets) == len(shape) else None
 
 
 # -- one template ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "BUFFER_PARAMS",
     "DCP_SHARD_FILE",
     "DISTCP_FILE",
     "EXPERT_MODULE",
@@ -20,9 +21,13 @@ __all__ = [
     "HF_SHARD_NUMBER",
     "KINDS",
     "KIND_RULES",
+    "KV_SCALE_PARAMS",
     "LAYERS_CONTAINER",
     "MTP_OWN_KINDS",
+    "QUANT_AUX_PARAMS",
+    "QUANT_SIBLING_PARAMS",
     "RERUN_SHARD_KEY",
+    "SHARDED_OBJECT_KEY",
     "Family",
     "expert_template",
 ]
@@ -192,6 +197,39 @@ FUSED_PARAM = re.compile(r"^(gate_up_proj|gate_proj|up_proj|down_proj)(?:_(block
 TRAILING_NUMBER = re.compile(r"\.(?:weight|bias|_extra_state)$")
 
 
+# -- parameter names that are not model parameters ----------------------------------------
+
+# Tensors next to a quantized module's weight: created and loaded by the serving engines
+# (Model-Optimizer registers them as buffers; compressed-tensors as parameters).
+QUANT_AUX_PARAMS = frozenset(
+    {
+        "weight_scale",
+        "weight_scale_2",
+        "weight_scale_inv",
+        "input_scale",
+        "pre_quant_scale",
+        "weight_zero_point",
+        "weight_g_idx",
+        "weight_shape",
+        "weight_global_scale",
+        "input_global_scale",
+        "input_zero_point",
+        "output_scale",
+    }
+)
+# Attention KV-cache scales, on the attention module or its k/v projections.
+KV_SCALE_PARAMS = frozenset({"k_scale", "v_scale"})
+# Every param name a quantized module or attention block stores besides its weight.
+QUANT_SIBLING_PARAMS = QUANT_AUX_PARAMS | KV_SCALE_PARAMS
+# Persistent buffers that models register and `save_pretrained` saves, but that are not
+# parameters (`num_parameters()` leaves them out): the MoE router's score-correction bias
+# (DeepSeek-V3, GLM-4-MoE, Nemotron-H), rotary frequencies some older models keep, and
+# batch-norm statistics. Used when no model can be built to say it exactly.
+BUFFER_PARAMS = frozenset(
+    {"e_score_correction_bias", "inv_freq", "running_mean", "running_var", "num_batches_tracked"}
+)
+
+
 # -- names outside the tensor templates --------------------------------------------------
 
 # `<module>.experts.<id>.<rest>` in a module or tensor name: the expert id, for grouping the
@@ -209,6 +247,10 @@ DCP_SHARD_FILE = re.compile(r"^shard-(\d+)-model-(\d+)-of-(\d+)\.safetensors$")
 HF_SHARD_NUMBER = re.compile(r"-(\d+)-of-(\d+)\.safetensors$")
 # Megatron's per-rank rerun state machine key: `shard_<rank>_<world size>`.
 RERUN_SHARD_KEY = re.compile(r"shard_(\d+)_(\d+)")
+# Any Megatron ShardedObject key: `<key>/shard_<offsets>_<global shape>`, both dot-joined
+# (`rng_state/shard_0.1_1.2`, `decoder.layers.mlp.experts.experts.linear_fc1._extra_state/
+# shard_1.3_2.4`: layer 1 of 2, expert 3 of 4).
+SHARDED_OBJECT_KEY = re.compile(r"(.+)/shard_(\d{1,9}(?:\.\d{1,9})*)_(\d{1,9}(?:\.\d{1,9})*)")
 
 
 def expert_template(module: str) -> tuple[str, int | None]:

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
+from inspector.checks.index import Uncounted, parse_count, uncounted_elements
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.codes import Severity
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
 from inspector.naming_rules import expert_template
@@ -315,7 +317,7 @@ def plan_index(
     metadata = dict(scanned.index.metadata) if scanned.index else {}
     old_meta = dict(metadata)
     metadata["total_size"] = sum(sizes[n][0] for n in chosen)
-    metadata["total_parameters"] = sum(sizes[n][1] for n in chosen)
+    metadata["total_parameters"] = _total_parameters(scanned, old_map, chosen, sizes)
     if metadata["total_parameters"] >= 2**63:
         huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
         why = (
@@ -334,13 +336,38 @@ def plan_index(
     return RepairPlan(scanned.path, (FileWrite(INDEX_NAME, old, new, tuple(changes)),), notes=notes)
 
 
+def _total_parameters(
+    scanned: ScannedCheckpoint,
+    old_map: Mapping[str, str],
+    chosen: Mapping[str, str],
+    sizes: dict[str, tuple[int, int]],
+) -> int:
+    """`total_parameters` of the rebuilt index, counted the way its writer counted the
+    old one (`Uncounted.WAYS`): a healthy value is kept, and tensors added or removed
+    change it by what that writer would count of them. An index without a valid count
+    gets the Model-Optimizer count for a Model-Optimizer export, else transformers'."""
+    tensors = scanned.tensors
+    old = [n for n in old_map if n in sizes]
+    stated = parse_count(scanned.index.metadata.get("total_parameters")) if scanned.index else None
+    default = "scales+buffers" if scanned.quant_config is not None else "buffers"
+    way = default
+    if stated is not None:
+        before = uncounted_elements(tensors, old)
+        stored = sum(sizes[n][1] for n in old)
+        ways = [w for w in Uncounted.WAYS if before.count(stored, w) == stated]
+        way = default if default in ways or not ways else ways[0]
+    after = uncounted_elements(tensors, list(chosen))
+    return after.count(sum(sizes[n][1] for n in chosen), way)
+
+
 def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
-    """Rebuild each per-layer `<shard>.json` sidecar from its shard's header."""
+    """Rebuild each per-layer JSON sidecar from its shard's header (in place; a missing one
+    is named as its siblings are)."""
     writes = []
     for shard in scanned.shards:
         if not shard.readable:
             continue
-        rel = f"{shard.file}.json"
+        rel = sidecar_name(shard.file, scanned.sidecars)
         existing = scanned.sidecars.get(shard.file)
         raw = dict(existing.raw) if existing else {}
         metadata = dict(existing.metadata) if existing else {}

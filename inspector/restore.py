@@ -32,11 +32,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.atomic import STAGING, apply_writes, folder_lock, fresh_staging, recover
-from inspector.checks.index import count, describe_names, parse_count
+from inspector.checks.index import (
+    Uncounted,
+    count,
+    describe_names,
+    parse_count,
+    uncounted_elements,
+)
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, _read_text
 from inspector.reshard import _as_single_chunks
@@ -167,9 +174,10 @@ def plan_restore(
     except PlanRefusedError as exc:
         return dataclasses.replace(base, refused=(*refusals, str(exc)), notes=tuple(notes))
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
-    writes = [_index_write(scanned, shard, restored, sizes, ours, notes)]
+    added = uncounted_elements(reference.tensors, restored)
+    writes = [_index_write(scanned, shard, restored, sizes, ours, added, notes)]
     if scanned.layout == "modelopt-per-layer":
-        writes.append(_sidecar_write(shard, restored, sizes))
+        writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
     return RestorePlan(
         scanned.path,
         reference.path,
@@ -307,6 +315,7 @@ def _index_write(
     restored: list[str],
     sizes: dict[str, tuple[int, int]],
     ours: dict[str, tuple[str, tuple[int, ...]]],
+    added: Uncounted,
     notes: list[str],
 ) -> FileWrite:
     index = scanned.index
@@ -328,8 +337,12 @@ def _index_write(
         changes.append(f"total_size {stated_size:,} -> {metadata['total_size']:,}")
     stated = parse_count(metadata.get("total_parameters"))
     if stated is not None:
-        if stated == sum(math.prod(s) for _, s in ours.values()):
-            metadata["total_parameters"] = stated + added_numel
+        # Counted as the writer counted (`Uncounted.WAYS`): add what it counts of them.
+        held = uncounted_elements(scanned.tensors, list(ours))
+        stored = sum(math.prod(s) for _, s in ours.values())
+        way = held.counts(stored).get(stated)
+        if way is not None:
+            metadata["total_parameters"] = stated + added.count(added_numel, way)
             changes.append(f"total_parameters {stated:,} -> {metadata['total_parameters']:,}")
         else:
             notes.append(
@@ -341,11 +354,13 @@ def _index_write(
     return FileWrite(INDEX_NAME, old, json.dumps(raw, indent=2) + "\n", tuple(changes))
 
 
-def _sidecar_write(shard: str, restored: list[str], sizes: dict[str, tuple[int, int]]) -> FileWrite:
-    """The new shard's `<shard>.json`, in the per-layer exporter's schema."""
+def _sidecar_write(
+    rel: str, shard: str, restored: list[str], sizes: dict[str, tuple[int, int]]
+) -> FileWrite:
+    """The new shard's sidecar `rel`, in the per-layer exporter's schema."""
     doc = {
         "metadata": {"total_size": sum(b for b, _ in sizes.values())},
         "weight_map": dict.fromkeys(sorted(restored), shard),
     }
     change = f"sidecar of {shard}: {count(len(restored))}"
-    return FileWrite(f"{shard}.json", None, json.dumps(doc, indent=4) + "\n", (change,))
+    return FileWrite(rel, None, json.dumps(doc, indent=4) + "\n", (change,))

@@ -8,7 +8,8 @@ Megatron's `MCoreMetadata`). Any other global is refused before it is resolved, 
 hostile file cannot run code. Torch is not needed, nor imported.
 
 The table was derived by disassembling (`pickletools.dis`) the `.metadata` that
-`torch.distributed.checkpoint.save` writes with torch 2.13, plus the names older torch and
+`torch.distributed.checkpoint.save` writes with torch 2.13 and that megatron-core 0.16's
+`dist_checkpointing.save` writes (its save plans ride along), plus the names older torch and
 Megatron versions are known to pickle.
 """
 
@@ -144,9 +145,20 @@ _METADATA_KINDS = (
     "MetadataIndex",
     "StorageMeta",
 )
+# megatron-core's decentralized save planner (0.16) keeps every rank's SavePlan in the
+# pickled Metadata (`all_local_plans`), with the items of each plan and, for a save that
+# reuses a cached plan, the storage prefix of each rank.
+_PLAN_KINDS = ("SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData")
 STAND_INS: dict[str, type[StandIn]] = {
     kind: _stand_in(kind)
-    for kind in (*_METADATA_KINDS, "_StorageInfo", "MCoreMetadata", "MCoreSavePlan")
+    for kind in (
+        *_METADATA_KINDS,
+        *_PLAN_KINDS,
+        "_StorageInfo",
+        "_StoragePrefix",
+        "MCoreMetadata",
+        "MCoreSavePlan",
+    )
 }
 
 
@@ -201,6 +213,13 @@ def _mem_format(value: Any) -> int:
     return value
 
 
+def _write_item_type(value: Any) -> int:
+    """`WriteItemType(2)` (an Enum pickled by value: TENSOR 1, SHARD 2, BYTE_IO 3) -> 2."""
+    if type(value) is not int:
+        raise MetadataFormatError(f"write-item type {value!r} is not an int")
+    return value
+
+
 def _ordered_dict(*args: Any) -> dict[Any, Any]:
     # OrderedDict pickles as REDUCE(OrderedDict, ()) followed by SETITEMS; a plain dict
     # keeps the order and supports SETITEMS.
@@ -226,8 +245,13 @@ def _allowed_globals() -> dict[tuple[str, str], Any]:
     old = "torch.distributed._shard.sharded_tensor.metadata"  # torch < 2.1 TensorProperties
     mcore = "megatron.core.dist_checkpointing.strategies.torch"
     table: dict[tuple[str, str], Any] = {(dcp, k): STAND_INS[k] for k in _METADATA_KINDS}
+    planner = "torch.distributed.checkpoint.planner"
+    filesystem = "torch.distributed.checkpoint.filesystem"
+    table |= {(planner, k): STAND_INS[k] for k in _PLAN_KINDS}
     table |= {
-        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"): STAND_INS["_StorageInfo"],
+        (planner, "WriteItemType"): _write_item_type,
+        (filesystem, "_StorageInfo"): STAND_INS["_StorageInfo"],
+        (filesystem, "_StoragePrefix"): STAND_INS["_StoragePrefix"],
         (old, "TensorProperties"): STAND_INS["TensorProperties"],
         (old, "MEM_FORMAT_ENCODING"): _mem_format,
         (dcp, "_MEM_FORMAT_ENCODING"): _mem_format,

@@ -26,10 +26,13 @@ from typing import Any
 from inspector.model import ModelSpec
 
 __all__ = [
+    "DIM_KEYS",
     "MAX_EXPERTS",
     "MAX_LAYERS",
     "MAX_LAYER_EXPERTS",
+    "MTP_NOT_STORED",
     "SPEC_KEYS",
+    "config_dims",
     "layer_types_from_config",
     "spec_from_config",
 ]
@@ -59,6 +62,30 @@ _RULE_KEYS = (
     "decoder_sparse_step",
     "interleave_moe_layer_step",
     "mlp_only_layers",
+)
+# Model types whose transformers model class builds no MTP module, so `save_pretrained`
+# never stores the MTP layers their config declares (the classes list them in
+# `_keys_to_ignore_on_load_unexpected`, e.g. DeepSeek-V3 `model\.layers\.61.*`, GLM-4-MoE
+# `model\.layers\.92.*`, Qwen3-Next `^mtp.*`). Used when transformers is not installed to
+# build the model and say it exactly.
+MTP_NOT_STORED = frozenset(
+    {
+        "bailing_hybrid",
+        "deepseek_v3",
+        "deepseek_v32",
+        "ernie4_5_moe",
+        "exaone_moe",
+        "glm4_moe",
+        "glm4_moe_lite",
+        "glm4v_moe",
+        "glm_moe_dsa",
+        "longcat_flash",
+        "mimo_v2_flash",
+        "nemotron_h",
+        "qwen3_5",
+        "qwen3_5_moe",
+        "qwen3_next",
+    }
 )
 # Every key `spec_from_config` reads from a (text) config: what must survive when only part
 # of a damaged config.json can be read.
@@ -100,6 +127,34 @@ def spec_from_config(config: Mapping[str, Any] | None, *, source: str = "config.
     mtp = next((v for k in _MTP_KEYS if (v := _int(config.get(k))) is not None), 0)
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
     return ModelSpec(model_type, num_layers, moe, experts, max(mtp, 0), source)
+
+
+# Sizes a config states that fix tensor shapes (`config_dims`), and the largest value of
+# each a real model has (a larger one is not believed).
+DIM_KEYS = {
+    "vocab_size": 1 << 24,
+    "hidden_size": 1 << 20,
+    "head_dim": 1 << 16,
+    "num_attention_heads": 1 << 16,
+    "num_key_value_heads": 1 << 16,
+}
+
+
+def config_dims(config: Mapping[str, Any] | None) -> dict[str, int]:
+    """The sizes of `DIM_KEYS` the (text) config states as positive ints: the DCP reader's
+    lower bounds on embedding, norm and attention shapes. `head_dim` only when stated (it
+    is not always hidden_size / heads); `num_key_value_heads` defaults to the heads."""
+    if not isinstance(config, Mapping):
+        return {}
+    config, _ = _text_config(config, "")
+    dims = {
+        key: value
+        for key, cap in DIM_KEYS.items()
+        if (value := _int(config.get(key))) is not None and 0 < value <= cap
+    }
+    if "num_attention_heads" in dims:
+        dims.setdefault("num_key_value_heads", dims["num_attention_heads"])
+    return dims
 
 
 def layer_types_from_config(config: Mapping[str, Any] | None) -> tuple[str, ...] | None:

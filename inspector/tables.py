@@ -4,12 +4,16 @@ Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may ho
 tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
 
 Layer numbering: decoder layers keep their number; MTP layers are numbered after them
-(`spec.num_layers + k`), whichever of the three spellings the checkpoint uses
-(`mtp.layers.{k}.*`; layer-less `mtp.*`, which is MTP block 0; DeepSeek's extra
-`model.layers.{num_hidden_layers + k}.*`). Megatron torch_dist stacked tensors
-(`decoder.layers.*` with a leading layer axis) have no layer in the tensors table but are
-spread over the layers of their leading axis in the layers and experts tables; fused expert
-tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+(`spec.num_layers + k`), whichever of the four spellings the checkpoint uses
+(`mtp.layers.{k}.*`; Model-Optimizer's `mtp.layers.{num_layers + k}.*`; layer-less `mtp.*`,
+which is MTP block 0; DeepSeek's extra `model.layers.{num_hidden_layers + k}.*`). Megatron
+torch_dist stacked tensors (`decoder.layers.*` with a leading layer axis) have no layer in
+the tensors table but are spread over the layers of their leading axis in the layers and
+experts tables (without a config, MTP blocks are numbered after the layers of that axis);
+fused expert tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+
+`layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
+torch_dist's sharded objects (`..._extra_state/shard_*`) included.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ import pandas as pd
 
 from inspector.columns import Coded
 from inspector.model import ModelSpec, ScannedCheckpoint
-from inspector.naming import KINDS, NameColumns, parse_names
+from inspector.naming import KINDS, NameColumns, parse_names, sharded_object_key
 from inspector.safetensors_header import ShardHeader
-from inspector.spec import layer_types_from_config
+from inspector.spec import MAX_EXPERTS, MAX_LAYERS, layer_types_from_config
 
-__all__ = ["Tables", "build_tables"]
+__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
@@ -52,6 +56,8 @@ class Tables:
     files: pd.DataFrame
     layers: pd.DataFrame
     experts: pd.DataFrame
+    # The layer number of the first MTP block (after the decoder layers).
+    mtp_base: int = 0
 
 
 def build_tables(scanned: ScannedCheckpoint) -> Tables:
@@ -63,22 +69,25 @@ def build_tables(scanned: ScannedCheckpoint) -> Tables:
     - files: file, size, header_bytes (the JSON header length N), tensors, tensor_bytes,
       first_layer, last_layer, layers, readable, problems;
     - layers: layer, kind, is_mtp, tensors, bytes, parameters, experts_found,
-      experts_expected, dtypes (decoder layers the config declares but nobody stores are
-      rows with tensors=0; MTP rows are only the stored MTP layers);
+      experts_expected, experts_source (which of `EXPERT_SOURCES` set experts_expected:
+      the config, the layer's router or the sibling layers), dtypes (decoder layers the
+      config declares but nobody stores are rows with tensors=0; MTP rows are only the
+      stored MTP layers);
     - experts: layer, expert, tensors_found, tensors_expected, bytes, missing.
     """
     spec = scanned.spec
     source = _source(scanned)
     parsed = parse_names(source.names)
-    numbering = _Numbering.of(parsed, spec)
+    depth = _stack_depth(source.shape, parsed)
+    numbering = _Numbering.of(parsed, spec, depth)
     tensors = _tensors_frame(source, parsed, numbering)
     contrib = _contributions(source, parsed, numbering)
     moe = _moe_layers(contrib, spec)
-    count = _expected_ids(contrib, spec)
+    count = _expected_ids(contrib, spec, moe, _router_experts(source, parsed, numbering))
     experts = _experts_frame(contrib, moe, count)
     layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
-    files = _files_frame(scanned, source, numbering)
-    return Tables(tensors, files, layers, experts)
+    files = _files_frame(scanned, source, numbering, depth)
+    return Tables(tensors, files, layers, experts, numbering.mtp_base)
 
 
 # -- 1. where the tensors come from -----------------------------------------------------
@@ -194,25 +203,44 @@ class _Numbering:
     layer: np.ndarray
     is_mtp: np.ndarray
     kind: np.ndarray
-    # The first MTP layer number (spec.num_layers, or the last decoder layer seen + 1).
+    # The first MTP layer number (spec.num_layers, else past the last decoder layer seen,
+    # numbered or stacked).
     mtp_base: int
 
     @staticmethod
-    def of(parsed: NameColumns, spec: ModelSpec) -> _Numbering:
+    def of(
+        parsed: NameColumns, spec: ModelSpec, stack_depth: int = 0, base: int | None = None
+    ) -> _Numbering:
+        """`stack_depth`: the layers stacked tensors hold on their leading axis (torch_dist
+        keeps them without a layer number, so only their shape says how many there are);
+        `base`: the first MTP layer number when another numbering already fixed it."""
         layer = parsed.layer.copy()
         decoder = layer[(layer >= 0) & ~parsed.mtp]
-        if spec.num_layers is not None:
+        if base is not None:
+            pass
+        elif spec.num_layers is not None:
             base = spec.num_layers
         else:
-            base = int(decoder.max()) + 1 if len(decoder) else 0
+            base = max(int(decoder.max()) + 1 if len(decoder) else 0, stack_depth)
         is_mtp = parsed.mtp.copy()
-        layer[is_mtp] = base + np.maximum(layer[is_mtp], 0)
+        # `mtp.layers.{k}` counts MTP blocks from 0 (Megatron), but Model-Optimizer's HF
+        # export numbers them after the decoder (`mtp.layers.{num_layers + k}`): a number
+        # at or past the base is already the global layer number.
+        k = layer[is_mtp]
+        layer[is_mtp] = np.where(k >= base, k, base + np.maximum(k, 0))
         if spec.mtp_layers > 0 and spec.num_layers is not None:
             # DeepSeek spelling: extra `model.layers.{num_hidden_layers + k}` layers.
             is_mtp |= layer >= base
         kind = parsed.kind.codes.astype(np.int64)
         kind[is_mtp & _MTP_OWN[kind]] = _MTP_KIND
         return _Numbering(layer, is_mtp, kind, base)
+
+
+def _stack_depth(shape: Coded[tuple[int, ...]], parsed: NameColumns) -> int:
+    """Decoder layers stacked tensors hold: the largest leading axis of a stacked tensor."""
+    stacked = np.flatnonzero(parsed.stacked & (parsed.layer < 0))
+    depth = _axis(shape, stacked, 0)
+    return int(depth.max()) if len(depth) else 0
 
 
 # -- 3. tensors -------------------------------------------------------------------------
@@ -386,37 +414,84 @@ def _moe_layers(contrib: _Contrib, spec: ModelSpec) -> np.ndarray:
     return _group(np.concatenate([declared, contrib.e_layer, routed]))[0]
 
 
-def _expected_ids(contrib: _Contrib, spec: ModelSpec) -> int:
-    """Experts per MoE layer: the config's count, else the highest id seen + 1."""
-    if spec.experts_per_layer is not None:
-        return spec.experts_per_layer
-    return int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+# Where a layer's expected expert count came from, strongest first (ties go to the first).
+EXPERT_SOURCES = ("config", "router", "siblings")
 
 
-def _experts_frame(contrib: _Contrib, moe: np.ndarray, count: int) -> pd.DataFrame:
-    """One row per MoE layer and expert id: the expected ids 0..count-1 and any other id
-    seen. The grid is skipped when a hostile config would make it huge."""
+@dataclass(frozen=True, slots=True)
+class _ExpertCounts:
+    """Experts expected per MoE layer (aligned with the sorted MoE layer numbers) and which
+    source set each: a code into `EXPERT_SOURCES`."""
+
+    count: np.ndarray
+    source: np.ndarray
+
+
+def _router_experts(source: _Source, parsed: NameColumns, numbering: _Numbering) -> dict[int, int]:
+    """layer -> rows of its router weight. The router (`mlp.gate.weight` [E, H],
+    `mlp.router.weight`, Megatron's stacked `decoder.layers.mlp.router.weight` [L, E, H]) is
+    never split by expert parallelism, so it keeps the global expert count when the experts
+    were saved under local ids or the config is unreadable."""
+
+    router = (numbering.kind == KINDS.index("router")) & (parsed.param == "weight")
+    layer = numbering.layer
+    out: dict[int, int] = {}
+    for row in np.flatnonzero(router).tolist():
+        shape = source.shape[row]
+        if layer[row] >= 0 and len(shape) == 2:
+            rows = {int(layer[row]): shape[0]}
+        elif layer[row] < 0 and parsed.stacked[row] and len(shape) == 3:
+            rows = dict.fromkeys(range(min(shape[0], MAX_LAYERS)), shape[1])
+        else:
+            continue
+        for at, experts in rows.items():
+            if 0 < experts <= MAX_EXPERTS:
+                out[at] = max(out.get(at, 0), experts)
+    return out
+
+
+def _expected_ids(
+    contrib: _Contrib, spec: ModelSpec, moe: np.ndarray, routers: dict[int, int]
+) -> _ExpertCounts:
+    """Experts per MoE layer: the most any source says, of the config's count, the layer's
+    router rows and the experts its sibling layers hold (highest id + 1): experts lost from
+    every layer at once (expert-parallel ranks overwriting each other) still show, through
+    the router, when the config is unreadable."""
+    siblings = int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+    config = spec.experts_per_layer or 0
+    router = np.asarray([routers.get(x, 0) for x in moe.tolist()], dtype=np.int64)
+    options = np.stack([np.full(len(moe), config), router, np.full(len(moe), siblings)]).astype(
+        np.int64
+    )
+    return _ExpertCounts(options.max(axis=0), options.argmax(axis=0))
+
+
+def _experts_frame(contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts) -> pd.DataFrame:
+    """One row per MoE layer and expert id: the expected ids 0..count-1 of each layer and
+    any other id seen. The grid is skipped when a hostile config would make it huge."""
     k_layer, k_expert, inverse = _pairs(contrib.e_layer, contrib.e_expert)
     keys = (k_layer << _SHIFT) | k_expert
     grid = np.zeros(0, np.int64)
-    if 0 < len(moe) * count <= _MAX_EXPANSION:
-        grid = ((moe[:, None] << _SHIFT) | np.arange(count, dtype=np.int64)[None, :]).ravel()
+    counts = expected.count
+    if 0 < counts.sum() <= _MAX_EXPANSION:
+        g_layer, g_expert = _spread(moe, counts)
+        grid = (g_layer << _SHIFT) | g_expert
     every = np.union1d(grid, keys)
     at = np.searchsorted(every, keys)
     tensors_found = np.zeros(len(every), np.int64)
     tensors_found[at] = np.bincount(inverse, minlength=len(keys))
     nbytes = np.zeros(len(every), np.int64)
     nbytes[at] = _sums(inverse, len(keys), contrib.e_nbytes)
+    layer = every >> _SHIFT
+    expert = every & ((1 << _SHIFT) - 1)
+    limit = np.zeros(len(every), np.int64)
+    known = np.isin(layer, moe)
+    limit[known] = counts[np.searchsorted(moe, layer[known])]
     frame = pd.DataFrame(
-        {
-            "layer": every >> _SHIFT,
-            "expert": every & ((1 << _SHIFT) - 1),
-            "tensors_found": tensors_found,
-            "bytes": nbytes,
-        }
+        {"layer": layer, "expert": expert, "tensors_found": tensors_found, "bytes": nbytes}
     )
     frame["tensors_expected"] = _majority(frame)
-    frame["missing"] = (tensors_found == 0) & (frame["expert"].to_numpy() < count)
+    frame["missing"] = (tensors_found == 0) & (expert < limit)
     return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
 
 
@@ -443,7 +518,7 @@ def _layers_frame(
     scanned: ScannedCheckpoint,
     numbering: _Numbering,
     moe: np.ndarray,
-    count: int,
+    expected: _ExpertCounts,
 ) -> pd.DataFrame:
     """One row per layer seen or declared (decoder layers, then MTP layers).
 
@@ -473,9 +548,16 @@ def _layers_frame(
             "bytes": spread(_sums(inverse, n, contrib.nbytes)),
             "parameters": spread(_sums(inverse, n, contrib.numel)),
             "experts_found": with_experts.reindex(layers, fill_value=0).to_numpy(np.int64),
-            "experts_expected": np.where(np.isin(layers, moe), count, 0).astype(np.int64),
         }
     )
+    in_moe = np.isin(layers, moe)
+    at_moe = np.searchsorted(moe, layers[in_moe])
+    experts_expected = np.zeros(len(layers), np.int64)
+    experts_expected[in_moe] = expected.count[at_moe]
+    frame["experts_expected"] = experts_expected
+    source = np.full(len(layers), "", dtype=object)
+    source[in_moe] = np.asarray(EXPERT_SOURCES, dtype=object)[expected.source[at_moe]]
+    frame["experts_source"] = source
     dtypes = _value_sets(seen, inverse, contrib.dtype, contrib.dtypes)
     frame["dtypes"] = [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()]
     kinds = _value_sets(seen, inverse, contrib.kind, list(KINDS))
@@ -483,7 +565,7 @@ def _layers_frame(
     frame["kind"] = _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec)
     columns = [
         "layer", "kind", "is_mtp", "tensors", "bytes", "parameters", "experts_found",
-        "experts_expected", "dtypes",
+        "experts_expected", "experts_source", "dtypes",
     ]  # fmt: skip
     return frame[columns]
 
@@ -535,14 +617,14 @@ def _layer_kinds(
 
 
 def _files_frame(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
 ) -> pd.DataFrame:
     """One row per data file: shards (also of DCP layouts) or torch_dist `.distcp` files.
 
     1. the files we know of, with size and header length; 2. what each stores, as
     (file, layer, bytes) entries; 3. per-file counts, byte sums and layer ranges."""
     rows = _file_rows(scanned, source)
-    files, codes, layer, nbytes = _file_entries(scanned, source, numbering)
+    files, codes, layer, nbytes = _file_entries(scanned, source, numbering, depth)
     known = {r[0] for r in rows}
     rows += [(f, None, None, False) for f in files if f not in known]
     names = [r[0] for r in rows]
@@ -591,7 +673,7 @@ def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
 
 
 def _file_entries(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(files, file code, layer, bytes) of what each file stores: the tensors themselves
     for plain shards, the shard headers' chunks for DCP, the storage map for torch_dist."""
@@ -609,5 +691,64 @@ def _file_entries(
         names = [key[0] for key, _ in items]
         codes, distinct = _codes([value[0] for _, value in items])
         nbytes = _int64([value[2] for _, value in items])
-    layer = _Numbering.of(parse_names(names), scanned.spec).layer
+    layer = _Numbering.of(parse_names(names), scanned.spec, depth).layer
     return distinct, codes, layer, nbytes
+
+
+# -- 8. the key set of each layer ---------------------------------------------------------
+
+
+def layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    """What each layer holds, for comparing layers with each other: one row per tensor of a
+    layer (stacked tensors once for each layer of their leading axis) and, for torch_dist,
+    one per sharded object of a layer (`..._extra_state/shard_*`: bytes, not tensors, but
+    part of the state dict a loader demands). Columns: layer, is_mtp, kind, module, param,
+    object (True for the sharded-object rows). Built once per scan."""
+    return scanned.derived("layer-keys", lambda: _layer_keys(scanned))
+
+
+def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    t = scanned.tensors
+    columns = ["layer", "is_mtp", "kind", "module", "param"]
+    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+    own = np.flatnonzero(layer >= 0)
+    stacked = np.flatnonzero(t["stacked"].to_numpy(dtype=bool) & (layer < 0))
+    shapes = t["shape"].to_numpy()[stacked]
+    depth = _capped(_int64([s[0] if len(s) else 0 for s in shapes]))
+    st_rows, st_layer = _spread(stacked, depth)
+    rows = np.concatenate([own, st_rows])
+    frame = t.iloc[rows][columns].reset_index(drop=True)
+    frame["layer"] = np.concatenate([layer[own], st_layer])
+    frame["object"] = False
+    objects = _object_keys(scanned)
+    if objects is not None:
+        frame = pd.concat([frame, objects], ignore_index=True)
+    return frame
+
+
+def _object_keys(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
+    """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
+    numbered names give their layer; a stacked family's first offset is its layer."""
+    info = scanned.torch_dist
+    if info is None or not info.byte_keys:
+        return None
+    entries = [p for key in info.byte_keys if (p := sharded_object_key(key)) is not None]
+    if not entries:
+        return None
+    parsed = parse_names([family for family, _, _ in entries])
+    numbering = _Numbering.of(parsed, scanned.spec, base=scanned.tables.mtp_base)
+    layer = numbering.layer.copy()
+    stacked = parsed.stacked & (layer < 0)
+    layer[stacked] = _int64([offsets[0] for _, offsets, _ in entries])[stacked]
+    keep = np.flatnonzero(layer >= 0)
+    frame = pd.DataFrame(
+        {
+            "layer": layer[keep],
+            "is_mtp": numbering.is_mtp[keep],
+            "kind": pd.Categorical.from_codes(numbering.kind[keep], pd.Index(KINDS)),
+            "module": np.asarray(parsed.module)[keep],
+            "param": np.asarray(parsed.param)[keep],
+            "object": True,
+        }
+    )
+    return frame.drop_duplicates(ignore_index=True)

@@ -71,13 +71,14 @@ MAPPING: dict[str, int] = {
     for name in tensor_plan()
 }
 
+# What the test model's config says. No vocab_size: its one-row `lm_head` (an empty chunk on
+# rank 2) is no real output head, and the DCP reader holds the head to the vocabulary.
 CONFIG: dict[str, object] = {
     "architectures": ["Qwen3MoeForCausalLM"],
     "model_type": "qwen3_moe",
     "hidden_size": 32,
     "num_hidden_layers": 1,
     "num_experts": 2,
-    "vocab_size": 64,
     "torch_dtype": "bfloat16",
 }
 

@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -40,6 +41,8 @@ from inspector.scan import scan
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
+# Checkpoints written by the real libraries (tests/test_golden_writers.py).
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 ITER = "iter_0000100"
 
 
@@ -397,7 +400,18 @@ def test_code_layer_keyset_outlier(tmp_path: Path) -> None:
 
 
 def test_code_mtp_missing(tmp_path: Path) -> None:
-    """transformers drops DeepSeek-V3's MTP layer on save while the config still declares it."""
+    """A Model-Optimizer per-layer export stores the MTP block in its last shard; one whose
+    MTP tensors are gone while the config still declares the layer lost them."""
+    config = {"model_type": "deepseek_v3", "num_hidden_layers": 3, "num_nextn_predict_layers": 1}
+    folder = write_modelopt_export(tmp_path / "export", tiny_layer_state_dicts(3), config=config)
+    f = one(run(folder), "mtp-missing")
+    assert "declares 1 MTP layer" in f.message and f.severity == "warning"
+    assert "mtp-not-stored" not in {x.code for x in run(folder)}
+
+
+def test_code_mtp_not_stored(tmp_path: Path) -> None:
+    """transformers' DeepSeek-V3 class builds no MTP module, so save_pretrained never stores
+    the MTP layer the config declares: an info, with or without the model built."""
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
 
     config = DeepseekV3Config(
@@ -422,8 +436,12 @@ def test_code_mtp_missing(tmp_path: Path) -> None:
     )
     torch.manual_seed(0)
     DeepseekV3ForCausalLM(config).save_pretrained(tmp_path / "ds")
-    f = one(run(tmp_path / "ds"), "mtp-missing")
-    assert "declares 1 MTP layer" in f.message
+    scanned = scan(tmp_path / "ds")
+    for findings in (check(scanned), check(scanned, model=False)):
+        f = one(findings, "mtp-not-stored")
+        assert "declares 1 MTP layer" in f.message and f.severity == "info"
+        assert "repair --from" in f.message
+        assert "mtp-missing" not in {x.code for x in findings}
 
 
 def _quant_export(tmp_path: Path, quantized_layers: dict) -> Path:
@@ -644,6 +662,25 @@ def test_code_torch_dist_common_drift(tmp_path: Path) -> None:
     folder = write_torch_dist_demo(tmp_path / "run", rerun_drift=True)
     f = one(run(folder), "torch-dist-common-drift")
     assert f.file == f"{ITER}/common.pt" and "rerun_state_machine_state/shard_" in f.message
+
+
+def test_code_torch_dist_object_incomplete(tmp_path: Path) -> None:
+    """megatron-core 0.16.1's own save (the golden fixture, copied), whose `.metadata` then
+    lost one rank's `rng_state` shard: the keys declare a grid of 1 x 2 shards."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(GOLDEN / "megatron" / "healthy", folder)
+    assert run(folder) == []
+    lost = "rng_state/shard_0.1_1.2"
+
+    def drop(meta) -> None:
+        del meta.state_dict_metadata[lost]
+        meta.storage_data = {k: v for k, v in meta.storage_data.items() if k.fqn != lost}
+
+    rewrite_metadata(folder, drop)
+    f = one(run(folder), "torch-dist-object-incomplete")
+    assert f.file == ".metadata" and f.tensor == lost
+    assert "rng_state" in f.message and "1 of 2" in f.message
+    assert {x.code for x in run(folder)} == {"torch-dist-object-incomplete"}
 
 
 def test_code_torch_dist_metadata_json(megatron: Path) -> None:

@@ -532,3 +532,67 @@ def test_default_destination_is_a_sibling_of_the_source(tmp_path: Path) -> None:
     dest = default_destination(src)
     assert dest == tmp_path / "run" / "model-consolidated"
     assert src.resolve() not in dest.resolve().parents
+
+
+# -- a source that lost a rank: refused, or written partial on request (issue 8, item 4) ---------
+
+
+def test_lost_rank_is_refused_unless_allowed_partial(
+    source: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without rank 2's files the chunks make a smaller, self-consistent model; the hidden
+    size and the sibling experts show what is missing. Consolidation refuses; with
+    --allow-partial it writes the full shapes with zeros where no chunk was, says so in the
+    plan and the result, and exits 1."""
+    src = Path(shutil.copytree(source, tmp_path / "model"))
+    for name in src.glob("shard-00002-*.safetensors"):
+        name.unlink()
+    with pytest.raises(PlanRefusedError, match="--allow-partial"):
+        plan_consolidation(scan(src), tmp_path / "refused")
+    # Block buffers are reused between tensors: make every one hold stale bytes.
+    fresh = copy_engine._buffer
+
+    def stale(kind: str, nbytes: int) -> np.ndarray:
+        buf = fresh(kind, nbytes)
+        buf[:] = 0xFF
+        return buf
+
+    monkeypatch.setattr(copy_engine, "_buffer", stale)
+    dest = tmp_path / "out"
+    code = main(["consolidate", str(src), str(dest), "--no-progress", "--allow-partial"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "WARNING --allow-partial:" in out and "PARTIAL" in out
+    assert "WARNING: " in out and "model.layers.0.input_layernorm.weight" in out
+    saved, written = full_tensors(), load_all(dest)
+    norm = written["model.layers.0.input_layernorm.weight"]
+    assert norm.shape == (32,)
+    assert torch.equal(norm[:16], saved["model.layers.0.input_layernorm.weight"][:16])
+    assert not norm[16:].any()
+    # Column-sharded expert 1's up_proj is assembled block by block: the half that rank 2
+    # held is zeros, not the bytes of another tensor left in the block buffer.
+    up = written["model.layers.0.mlp.experts.1.up_proj.weight"]
+    assert up.shape == (16, 32) and not up[:, 16:].any()
+    assert torch.equal(up[:, :16], saved["model.layers.0.mlp.experts.1.up_proj.weight"][:, :16])
+
+
+def test_collapsed_mapping_follows_the_upstream_the_run_names(tmp_path: Path) -> None:
+    """Seed automodel-2289 as NeMo AutoModel 0.7 wrote it: the recorded mapping sends every
+    tensor to file 1, and consolidate.sh names the upstream model beside the checkpoint. Its
+    index (4 files) is followed without --reference, and the tensors are the writer's."""
+    golden = Path(__file__).parent / "fixtures" / "writers" / "automodel"
+    run = Path(shutil.copytree(golden / "automodel-2289-collapsed-mapping", tmp_path / "run"))
+    plan = plan_consolidation(scan(run / "model"), tmp_path / "out")
+    assert len(plan.outputs) == 4
+    assert plan.assignment.endswith("upstream/model.safetensors.index.json")
+    assert "collapsed mapping" in plan.reason and "consolidate.sh --model-name" in plan.reason
+    plan.execute(progress=False)
+    manifest = json.loads((golden.parent / "MANIFEST.json").read_text())
+    expected = manifest["automodel/automodel-2289-collapsed-mapping"]["writer_state"]
+    written = load_all(tmp_path / "out")
+    assert sorted(written) == sorted(expected)
+    for name, tensor in written.items():
+        assert list(tensor.shape) == expected[name]["shape"], name

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from inspector.checks import check
 from inspector.checks.coverage import coverage
 from inspector.checks.dcp import check_dcp
 from inspector.demo.dcp import write_dcp_demo, write_rank_files
@@ -432,3 +433,110 @@ def test_collapsed_demo(tmp_path: Path) -> None:
     found = check_dcp(scanned)
     assert [f.code for f in found] == ["mapping-collapsed"]
     assert "names 4 files" in found[0].message and "instead of 4" in found[0].message
+
+
+# -- a lost rank: every independent source of the full shapes (issue 8, item 4) ----------------
+
+RANK2 = (OUT1_RANK2, OUT2_RANK2)
+
+
+def test_lost_last_rank_is_seen_through_config_and_siblings(model: Path) -> None:
+    """Every file of rank 2 is gone: the chunks of rank 1 alone make smaller, self-consistent
+    shapes. config.json's hidden size and the sibling expert shapes still say how large the
+    tensors are."""
+    for name in RANK2:
+        (model / name).unlink()
+    scanned = scan(model)
+    sources = scanned.dcp.shape_sources
+    full = scanned.dcp.full_shapes
+    assert full["model.layers.0.input_layernorm.weight"] == (32,)
+    assert "config.json says hidden_size 32" in sources["model.layers.0.input_layernorm.weight"]
+    # Expert 0's up_proj is row-sharded, expert 1's column-sharded: each kept another half.
+    for expert in (0, 1):
+        name = f"model.layers.0.mlp.experts.{expert}.up_proj.weight"
+        assert full[name] == (16, 32) and "sibling experts of layer 0" in sources[name]
+    gaps = {f.tensor: f for f in by_code(scanned, "dcp-coverage-gap") if f.tensor}
+    assert {
+        "model.layers.0.input_layernorm.weight",
+        "model.norm.weight",
+        "model.layers.0.mlp.experts.0.up_proj.weight",
+        "model.layers.0.mlp.experts.1.up_proj.weight",
+    } <= set(gaps)
+    assert "every file of the last rank is gone" in gaps["model.norm.weight"].message
+    # The logical tensors and the tables carry the full shapes: experts agree again.
+    assert "expert-shape-mismatch" not in {f.code for f in check(scanned)}
+
+
+def test_a_lost_rank_number_is_a_gap(model: Path) -> None:
+    """Ranks are numbered 1..N without gaps: files of ranks 1 and 3 mean rank 2 lost all of
+    its files (here: rank 2's files renamed as rank 3's, rank 2 gone)."""
+    for name in RANK2:
+        (model / name).rename(model / name.replace("shard-00002-", "shard-00003-"))
+    scanned = scan(model)
+    (lost,) = [f for f in by_code(scanned, "dcp-coverage-gap") if f.tensor is None]
+    assert lost.file == "shard-00002-model-00001-of-00002.safetensors"
+    assert "ranks 2 wrote no file at all" in lost.message
+
+
+def _upstream(folder: Path, *, shards: bool) -> Path:
+    """An upstream HF checkpoint of the test model (save_pretrained's layout)."""
+    folder.mkdir(parents=True)
+    state = {k: v.contiguous() for k, v in full_tensors().items()}
+    split = split_torch_state_dict_into_shards(state, max_shard_size=3000)
+    if shards:
+        for file, names in split.filename_to_tensors.items():
+            save_file({n: state[n] for n in names}, str(folder / file), metadata={"format": "pt"})
+    index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+def test_reference_named_by_consolidate_script_gives_exact_shapes(
+    real: Path, tmp_path: Path
+) -> None:
+    """NeMo's consolidate.sh names the upstream model (`--model-name`); when it is on this
+    machine its shard headers give every tensor's exact shape, the embedding's too."""
+    run = tmp_path / "run"
+    shutil.copytree(real / "model", run / "model")
+    _upstream(run / "upstream", shards=True)
+    (run / "model" / "consolidate.sh").write_text(
+        'python3 tools/offline_hf_consolidation.py --model-name "upstream" --input-dir ./model\n'
+    )
+    assert check_dcp(scan(run / "model")) == []
+    for name in RANK2:
+        (run / "model" / name).unlink()
+    scanned = scan(run / "model")
+    reference = scanned.dcp.reference
+    assert reference is not None and reference.named_by == "consolidate.sh --model-name"
+    assert scanned.dcp.full_shapes["model.embed_tokens.weight"] == (64, 32)
+    source = scanned.dcp.shape_sources["model.embed_tokens.weight"]
+    assert "upstream" in source and "stores it as [64, 32]" in source
+    gaps = {f.tensor for f in by_code(scanned, "dcp-coverage-gap")}
+    assert "model.embed_tokens.weight" in gaps
+
+
+def test_reference_by_hub_id_in_the_cache(
+    real: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_name_or_path` as a hub id: the snapshot `refs/main` names in the Hugging Face cache."""
+    cache = tmp_path / "hub"
+    repo = cache / "models--acme--tiny-moe"
+    _upstream(repo / "snapshots" / "abc123", shards=False)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    model = Path(shutil.copytree(real / "model", tmp_path / "model"))
+    config = json.loads((model / ".hf_metadata" / "config.json").read_text())
+    config["_name_or_path"] = "acme/tiny-moe"
+    (model / ".hf_metadata" / "config.json").write_text(json.dumps(config))
+    edit_mapping(model, lambda m: m.update(dict.fromkeys(m, 1)))
+    scanned = scan(model)
+    reference = scanned.dcp.reference
+    assert reference is not None and reference.path == str(repo / "snapshots" / "abc123")
+    assert reference.named_by == "config.json _name_or_path"
+    (found,) = by_code(scanned, "mapping-collapsed")
+    assert "snapshots/abc123/model.safetensors.index.json names" in found.message
+    # A name that leaves the run folder is not followed.
+    config["_name_or_path"] = "../../etc"
+    (model / ".hf_metadata" / "config.json").write_text(json.dumps(config))
+    assert scan(model).dcp.reference is None

@@ -276,14 +276,35 @@ def test_healthy_save_pretrained_output_loads_clean(
     assert "total-parameters-mismatch" not in codes
 
 
+def test_mtp_the_class_never_builds_is_known_from_the_model(
+    saved: Callable[[str], Saved], tmp_path: Path
+) -> None:
+    """A config outside the MTP_NOT_STORED table that declares an MTP layer: without the
+    model that is mtp-missing; the model built from config.json has no MTP module, so
+    save_pretrained never stores one (mtp-not-stored)."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(saved("qwen3-moe").folder, folder)
+    config = load_json(folder / "config.json")
+    assert config["model_type"] == "qwen3_moe"
+    save_json(folder / "config.json", {**config, "num_nextn_predict_layers": 1})
+    scanned = scan(folder)
+    assert "mtp-missing" in {f.code for f in check(scanned, model=False)}
+    (f,) = [f for f in check(scanned) if f.code.startswith("mtp-")]
+    assert f.code == "mtp-not-stored" and "Qwen3MoeForCausalLM built from config.json" in f.message
+
+
 def test_persistent_buffers_no_longer_read_as_a_parameter_mismatch(
     saved: Callable[[str], Saved],
 ) -> None:
     """DeepSeek-V3 saves its router's score-correction bias, a buffer: the shards hold more
-    elements than the model has parameters, and save_pretrained counts parameters."""
-    scanned = scan(saved("deepseek-v3").folder)
-    without = [f for f in check(scanned, model=False) if f.code == "total-parameters-mismatch"]
-    assert len(without) == 1 and "the shards hold" in without[0].message
+    elements than the model has parameters, and save_pretrained counts parameters. The
+    model says so exactly; without it, the naming rules know the buffer by name (issue 8)."""
+    s = saved("deepseek-v3")
+    scanned = scan(s.folder)
+    t = scanned.tensors
+    buffers = int(t.loc[t["param"] == "e_score_correction_bias", "numel"].sum())
+    assert buffers > 0 and int(t["numel"].sum()) == s.parameters + buffers
+    assert "total-parameters-mismatch" not in {f.code for f in check(scanned, model=False)}
     assert "total-parameters-mismatch" not in {f.code for f in check(scanned)}
 
 

@@ -91,7 +91,9 @@ def test_a_code_no_rule_explains_is_a_problem_in_its_own_words(demos):
     scanned = scan(demos["megatron-3624"])
     (problem,) = group_problems(scanned, check(scanned))
     assert problem.key == "layer-keyset-outlier" and problem.severity == "warning"
-    assert problem.title.startswith("MTP layer 4 carries _extra_state")
+    assert problem.title.startswith(
+        "MTP layer 4 carries self_attention.core_attention._extra_state entries"
+    )
     assert problem.cells == ((4, None),) and problem.action.kind == "review"
 
 

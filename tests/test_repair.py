@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -185,3 +186,42 @@ def test_cli_repair_dry_run_writes_nothing_and_yes_executes(
     assert "mtp.layers.0.enorm.weight" in json.loads((folder / INDEX).read_text())["weight_map"]
     # sidecars were not asked for: they still drift
     assert "sidecar-unlisted-tensor" in {f.code for f in check(scan(folder))}
+
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
+
+
+@pytest.mark.parametrize(
+    ("case", "stated"),
+    [("modelopt/hf-nvfp4", 16_736), ("modelopt/hf-fp8", 29_024), ("transformers/glm4-moe", None)],
+)
+def test_total_parameters_counted_as_its_writer_counts(
+    case: str, stated: int | None, tmp_path: Path
+) -> None:
+    """Model-Optimizer's count leaves out quantization scales (NVFP4: 16,736 of 18,318 stored
+    elements), transformers' leaves out buffers (e_score_correction_bias): both are healthy,
+    without a model to say so, and a rebuilt index keeps the writer's count. A tensor lost
+    from the index comes back counted the same way."""
+    folder = tmp_path / "ckpt"
+    shutil.copytree(GOLDEN / case, folder)
+    index = json.loads((folder / INDEX).read_text())
+    stated = stated or index["metadata"]["total_parameters"]
+    assert index["metadata"]["total_parameters"] == stated
+    scanned = scan(folder)
+    assert int(scanned.tensors["numel"].sum()) > stated
+    assert [f for f in check(scanned, model=False) if f.severity != "info"] == []
+    assert plan_repair(scanned).empty
+    # Drop an entry: the rebuilt index lists it again and restores the writer's count.
+    dropped = next(
+        n for n in index["weight_map"] if n.endswith(("weight_scale", "correction_bias"))
+    )
+    file = index["weight_map"].pop(dropped)
+    (folder / INDEX).write_text(json.dumps(index, indent=2))
+    (write,) = plan_index(scan(folder)).writes
+    assert json.loads(write.new)["metadata"]["total_parameters"] == stated
+    # A count no writer gives is reported with the ways each writer counts.
+    index["metadata"]["total_parameters"] = stated + 1
+    index["weight_map"][dropped] = file
+    (folder / INDEX).write_text(json.dumps(index, indent=2))
+    (f,) = [f for f in check(scan(folder), model=False) if f.code == "total-parameters-mismatch"]
+    assert f"{stated:,} with" in f.message and "none of them this" in f.message

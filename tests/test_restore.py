@@ -52,7 +52,9 @@ def load_codes(folder: Path) -> set[str]:
 
 def test_mtp_lm_head_and_an_expert_come_back(original: Path, tmp_path: Path) -> None:
     broken = resaved(original, tmp_path / "ckpt", lose(MTP, "lm_head.", EXPERT))
-    assert {"load-missing-tensor", "load-shape-mismatch", "mtp-missing"} <= load_codes(broken)
+    # transformers' DeepSeek-V3 class never stores MTP: its loss reads as mtp-not-stored,
+    # the info whose advice is this restore.
+    assert {"load-missing-tensor", "load-shape-mismatch", "mtp-not-stored"} <= load_codes(broken)
     before = digests(broken)
     plan = plan_restore(scan(broken), scan(original), verify_data=True)
     lost = {n for n in state_of(original)[0] if n.startswith((MTP, "lm_head.", EXPERT))}

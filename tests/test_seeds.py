@@ -184,6 +184,32 @@ def test_modelopt_1631_ep_collision(tmp_path: Path) -> None:
     assert run(fixed, model=False) == []
 
 
+def test_modelopt_1631_config_cut_before_the_expert_count(tmp_path: Path) -> None:
+    """The race cut config.json before its expert count: the replicated router still has a
+    row per expert, so every layer's lost experts are seen, and the finding says the router
+    set the expectation. Without routers, the layer holding the most experts sets it."""
+    layers = 2
+    folder = _write_ep_export(tmp_path / "export", ep_bug=True, layers=layers)
+    (folder / "config.json").write_text('{"model_type": "deepseek_v3", "num_hidden_la')
+    missing = of(run(folder, model=False), "expert-missing")
+    assert [f.layer for f in missing] == list(range(layers))
+    for f in missing:
+        assert "experts 64-511 missing (448 of 512; the layer's router weight has 512 rows" in (
+            f.message
+        )
+    # No router and no expert count: the sibling holding the most experts sets it.
+    state = {k: v for k, v in _ep_export_layer(0, ep_bug=False).items() if "mlp.gate." not in k}
+    state |= {k: v for k, v in _ep_export_layer(1, ep_bug=True).items() if "mlp.gate." not in k}
+    siblings = tmp_path / "siblings"
+    siblings.mkdir()
+    save_torch_state_dict(state, siblings, max_shard_size="50MB")
+    (lost,) = of(run(siblings, model=False), "expert-missing")
+    assert lost.layer == 1
+    assert "experts 64-511 missing (448 of 512; its sibling layers hold experts up to id 511)" in (
+        lost.message
+    )
+
+
 # -- automodel-2289: non-standard upstream names all parsed as output file 1 ---------------
 
 REFERENCE_FILES = [f"model.safetensors-{i:05d}-of-00003.safetensors" for i in range(1, 4)]

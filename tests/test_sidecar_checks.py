@@ -161,3 +161,40 @@ def test_many_missing_sidecars_are_folded(tmp_path: Path) -> None:
     assert (
         f"{layers - 1 - DETAIL_PER_FILE} more shards have no .json sidecar" in findings[-1].message
     )
+
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "modelopt"
+
+
+def test_writer_sidecar_names_are_read_and_repaired_in_place(tmp_path: Path) -> None:
+    """nvidia-modelopt 0.47's own export names the sidecar of `model-00002-of-00002.safetensors`
+    `model-00002-of-00002.json`: it is read, its drift (seed modelopt-1422) is found, and the
+    repair rewrites that file instead of adding a `.safetensors.json` beside it; a shard
+    whose sidecar is lost gets one named like its siblings'."""
+    import shutil
+
+    from inspector.repair import plan_repair
+
+    folder = tmp_path / "export"
+    shutil.copytree(GOLDEN / "modelopt-1422-sidecar-drift", folder)
+    scanned, findings = _check(folder)
+    # Its MTP block is `mtp.layers.2.*` after 2 decoder layers: MTP layer 2, not 2 + 2.
+    layers = scanned.layers
+    assert layers.loc[layers["is_mtp"], "layer"].tolist() == [2]
+    assert set(scanned.sidecars) == {
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    }
+    unlisted = [f for f in findings if f.code == "sidecar-unlisted-tensor"]
+    assert {f.file for f in unlisted} == {"model-00002-of-00002.json"}
+    assert all("model-00002-of-00002.safetensors holds" in f.message for f in unlisted[:-1])
+    (folder / "model-00001-of-00002.json").unlink()
+    plan = plan_repair(scan(folder), only={"sidecars", "index"})
+    assert sorted(w.path for w in plan.writes) == [
+        "model-00001-of-00002.json",
+        "model-00002-of-00002.json",
+        INDEX,
+    ]
+    result = plan.execute()
+    assert not list(folder.glob("*.safetensors.json"))
+    assert result.remaining == ()

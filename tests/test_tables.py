@@ -284,6 +284,32 @@ def test_stacked_torch_dist_tensors_spread_over_layers() -> None:
     assert files["tensors"].tolist() == [3] and files["readable"].tolist() == [True]
 
 
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
+
+
+def test_torch_dist_mtp_after_stacked_layers_and_objects_in_layer_keys() -> None:
+    """megatron-core's own save (2 stacked decoder layers, 1 MTP block, no config): the MTP
+    block is layer 2, after the 2 layers of the stacked axis, and the sharded objects
+    (`_extra_state/shard_{layer}_2`, `shard_{layer}.{expert}_2.4`) are keys of their layers."""
+    from inspector.tables import layer_keys
+
+    scanned = scan(GOLDEN / "megatron" / "healthy")
+    layers = scanned.layers
+    assert layers["layer"].tolist() == [0, 1, 2]
+    assert layers["is_mtp"].tolist() == [False, False, True]
+    keys = layer_keys(scanned)
+    objects = keys[keys["object"]]
+    held = {(int(r.layer), f"{r.module}.{r.param}") for r in objects.itertuples()}
+    for layer in (0, 1):
+        assert (layer, "self_attention.linear_proj._extra_state") in held
+        assert (layer, "mlp.experts.experts.linear_fc1._extra_state") in held
+    assert (2, "eh_proj._extra_state") in held
+    assert (2, "self_attention.linear_qkv._extra_state") in held
+    # stacked tensors count once per layer of their leading axis
+    tensors = keys[~keys["object"]]
+    assert (tensors["layer"] == 0).sum() == (tensors["layer"] == 1).sum() == 7
+
+
 def test_empty_checkpoint_has_empty_tables() -> None:
     tables = build_tables(ScannedCheckpoint(Path("."), "hf-sharded", ShardedInfo()))
     assert tables.tensors.empty and tables.files.empty

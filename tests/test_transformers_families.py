@@ -154,7 +154,7 @@ def test_layers_match_config_and_model(saved: Saved) -> None:
     assert dict(zip(decoder["layer"], decoder["bytes"], strict=True)) == saved.layer_bytes
     assert (decoder["tensors"] > 0).all()
     # transformers does not save MTP layers (the DeepSeek-V3 config declares one): no MTP
-    # rows, no MTP tensors; the structure check reports that as mtp-missing.
+    # rows, no MTP tensors; the structure check reports that as mtp-not-stored (an info).
     assert not layers["is_mtp"].any()
     assert not (saved.scanned.tensors["kind"] == "mtp").any()
     assert spec.mtp_layers == getattr(saved.family.config, "num_nextn_predict_layers", 0)

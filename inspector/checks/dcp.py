@@ -15,13 +15,20 @@ import numpy as np
 from inspector.checks.coverage import Box, Coverage, coverage
 from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
-from inspector.model import ChunkTable, DcpInfo, IndexDoc, LogicalTensors, ScannedCheckpoint
+from inspector.model import (
+    ChunkTable,
+    DcpInfo,
+    DcpReference,
+    IndexDoc,
+    LogicalTensors,
+    ScannedCheckpoint,
+)
 from inspector.naming import layer_expert_numbers, parse_names
 from inspector.naming_rules import DCP_SHARD_FILE
 from inspector.safetensors_header import ShardHeader
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
-__all__ = ["CODES", "check_dcp"]
+__all__ = ["CODES", "check_dcp", "uncovered_tensors"]
 
 CODES = code_set(
     Code.DCP_DTYPE_CONFLICT,
@@ -44,7 +51,7 @@ def check_dcp(scanned: ScannedCheckpoint) -> list[Finding]:
         return []
     table = dcp.table
     findings = _dtype_conflicts(table)
-    findings += _coverage_problems(table, _lost_chunks(scanned.shards))
+    findings += _coverage_problems(table, _lost_chunks(scanned.shards), dcp.shape_sources)
     findings += _missing_rank_files(scanned.shards)
     if dcp.mapping is not None:
         findings += _mapping_problems(dcp, scanned.index, scanned.logical)
@@ -102,9 +109,33 @@ def _lost_chunks(shards: Sequence[ShardHeader]) -> set[tuple[str, str]]:
     return lost
 
 
-def _coverage_problems(table: ChunkTable, lost: set[tuple[str, str]]) -> list[Finding]:
+def uncovered_tensors(scanned: ScannedCheckpoint) -> list[str]:
+    """Every tensor of a DCP scan whose chunks leave part of its full shape uncovered (what
+    `consolidate --allow-partial` writes with zeros there)."""
+    dcp = scanned.dcp
+    if dcp is None:
+        return []
+    gaps, _ = _coverage_items(dcp.table, _lost_chunks(scanned.shards), dcp.shape_sources)
+    return [fqn for fqn, _, _ in gaps]
+
+
+def _coverage_problems(
+    table: ChunkTable, lost: set[tuple[str, str]], sources: Mapping[str, str]
+) -> list[Finding]:
+    gaps, overlaps = _coverage_items(table, lost, sources)
+    return [
+        *_per_tensor(Code.DCP_COVERAGE_GAP, gaps, "are not fully covered by their chunks"),
+        *_per_tensor(Code.DCP_CHUNK_OVERLAP, overlaps, "have overlapping chunks"),
+    ]
+
+
+def _coverage_items(
+    table: ChunkTable, lost: set[tuple[str, str]], sources: Mapping[str, str]
+) -> tuple[list[_Item], list[_Item]]:
     """Per tensor, the chunks that have its full shape's number of dimensions (and whose bytes
-    are in the file) must cover it exactly once. Tensors sharded alike share one result."""
+    are in the file) must cover it exactly once. Tensors sharded alike share one result.
+    The full shape is the largest any source gives (`sources`: which one, where it is not
+    the chunks' own extent)."""
     ndims = _ndims(table).tolist()
     full_ndim = [len(f) for f in table.full.values]
     files, offsets, shapes = table.file, table.offsets.values, table.shape.values
@@ -138,26 +169,38 @@ def _coverage_problems(table: ChunkTable, lost: set[tuple[str, str]]) -> list[Fi
             overlaps.append((fqn, files[a], _overlap_message(table, fqn, a, b)))
         if result.covered < result.total:
             chunk_files = sorted({files[r] for r in rows})
-            message = _gap_message(fqn, table.full[i], result, chunk_files, lost)
+            message = _gap_message(fqn, table.full[i], result, chunk_files, lost, sources)
             gaps.append((fqn, first_file, message))
-    return [
-        *_per_tensor(Code.DCP_COVERAGE_GAP, gaps, "are not fully covered by their chunks"),
-        *_per_tensor(Code.DCP_CHUNK_OVERLAP, overlaps, "have overlapping chunks"),
-    ]
+    return gaps, overlaps
 
 
 def _gap_message(
-    fqn: str, full: tuple[int, ...], result: Coverage, files: list[str], lost: set[tuple[str, str]]
+    fqn: str,
+    full: tuple[int, ...],
+    result: Coverage,
+    files: list[str],
+    lost: set[tuple[str, str]],
+    sources: Mapping[str, str],
 ) -> Callable[[], str]:
     def message() -> str:
         holes = "; ".join(_box_text(b) for b in result.holes)
         short = sorted(f for f in files if (f, fqn) in lost)
         cause = f" ({', '.join(short)} is truncated)" if short else ""
+        source = sources.get(fqn)
+        shape = (
+            f"full shape {list(full)}: {source}"
+            if source
+            else (f"full shape {list(full)} from its chunks")
+        )
+        lost_rank = (
+            "; the chunks reach less, as when every file of the last rank is gone (DCP stores "
+            "no full shape, so nothing else shows it): restore the lost rank's files or re-save"
+            if source
+            else "; a rank's file is missing or short, restore it or re-save"
+        )
         return (
-            f"tensor {fqn!r} (full shape {list(full)} from its chunks): chunks "
-            f"cover {result.covered:,} of {result.total:,} elements; uncovered {holes}. Chunks "
-            f"are in {examples(files)}{cause}; a rank's file is missing or short, restore it "
-            "or re-save"
+            f"tensor {fqn!r} ({shape}): chunks cover {result.covered:,} of {result.total:,} "
+            f"elements; uncovered {holes}. Chunks are in {examples(files)}{cause}{lost_rank}"
         )
 
     return message
@@ -183,7 +226,9 @@ def _overlap_message(table: ChunkTable, fqn: str, a: int, b: int) -> Callable[[]
 def _missing_rank_files(shards: Sequence[ShardHeader]) -> list[Finding]:
     """A rank that wrote some output files but not one that other ranks wrote: its chunks
     of those tensors are gone, and if it was the last rank the full shapes silently shrink
-    (they are computed from the chunks present), so the boxes alone cannot tell."""
+    (they are computed from the chunks present), so the boxes alone cannot tell. A rank
+    number below the highest that wrote no file at all lost every file (ranks are numbered
+    from 1 without gaps), and its replicated tensors with them."""
     present: dict[tuple[int, int], str] = {}
     counts: set[int] = set()
     for s in shards:
@@ -196,7 +241,7 @@ def _missing_rank_files(shards: Sequence[ShardHeader]) -> list[Finding]:
     (count,) = counts
     ranks = {r for r, _ in present}
     outputs = {i for _, i in present}
-    findings = []
+    findings = _lost_ranks(ranks, outputs, count)
     for i in sorted(outputs):
         missing = sorted(r for r in ranks if (r, i) not in present)
         if not missing:
@@ -211,6 +256,23 @@ def _missing_rank_files(shards: Sequence[ShardHeader]) -> list[Finding]:
         )
         findings.append(make_finding(Code.DCP_COVERAGE_GAP, msg, file=names[0]))
     return findings
+
+
+def _lost_ranks(ranks: set[int], outputs: set[int], count: int) -> list[Finding]:
+    # Bounded: the highest rank number comes from untrusted file names.
+    top = max(ranks, default=0)
+    lost = [r for r in range(1, min(top, 1_000_000)) if r not in ranks]
+    if not lost:
+        return []
+    first = min(outputs)
+    names = [f"shard-{r:05d}-model-{first:05d}-of-{count:05d}.safetensors" for r in lost]
+    msg = (
+        f"ranks {fold_ranges(lost)} wrote no file at all ({examples(names)} and their other "
+        f"outputs are missing) while ranks {fold_ranges(sorted(ranks))} did: every chunk of "
+        "those ranks is gone, and the tensors only they saved (replicated scalars are written "
+        "by one rank) with them. Restore the files or re-save"
+    )
+    return [make_finding(Code.DCP_COVERAGE_GAP, msg, file=names[0])]
 
 
 # -- mapping ---------------------------------------------------------------------------------
@@ -234,12 +296,14 @@ def _mapping_problems(
         if fqn not in position
     ]
     total = int(np.sum(logical.nbytes)) if logical is not None else 0
+    # The upstream checkpoint the run names, when found: what `consolidate` then follows.
+    named = dcp.reference if dcp.reference and dcp.reference.index else None
     return [
         *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {rel}"),
         *_per_tensor(
             Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {rel} but in no shard"
         ),
-        *_collapsed(mapping, rel, index, total),
+        *_collapsed(mapping, rel, named.index if named else index, total, named),
     ]
 
 
@@ -258,10 +322,15 @@ def _dangling_message(fqn: str, idx: int, rel: str) -> Callable[[], str]:
 
 
 def _collapsed(
-    mapping: Mapping[str, int], rel: str, index: IndexDoc | None, total: int
+    mapping: Mapping[str, int],
+    rel: str,
+    index: IndexDoc | None,
+    total: int,
+    named: DcpReference | None = None,
 ) -> list[Finding]:
     """Every tensor to one output file although the reference had several (seed
-    automodel-2289) or although the output would pass the shard size limit."""
+    automodel-2289) or although the output would pass the shard size limit. `named`: the
+    upstream checkpoint the run names, found on this machine (`index` is its index)."""
     if len(mapping) < 2 or len(set(mapping.values())) != 1:
         return []
     (target,) = set(mapping.values())
@@ -280,9 +349,15 @@ def _collapsed(
     if not reasons:
         return []
     outcome = f"a single file instead of {len(ref_files)}" if len(ref_files) > 1 else "one file"
+    then = f"consolidation would write {outcome}"
+    if named is not None and len(ref_files) > 1:
+        then = (
+            f"consolidators that follow the mapping write {outcome} (`ckpt-inspect "
+            f"consolidate` follows {named.label})"
+        )
     msg = (
         f"{rel} sends all {len(mapping):,} tensors to output file {target} although "
-        f"{' and '.join(reasons)}; consolidation would write {outcome}. Known cause: the "
+        f"{' and '.join(reasons)}; {then}. Known cause: the "
         "output index was parsed from non-standard reference shard names (e.g. "
         "model.safetensors-00001-of-00004.safetensors all read as 1); regenerate the mapping "
         "from the '-NNNNN-of-NNNNN.safetensors' numbers, or pack by size (5 GB per file)"

@@ -30,12 +30,14 @@ import heapq
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress, repeat
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from inspector.codes import Code, code_set
 from inspector.findings import (
@@ -50,10 +52,13 @@ from inspector.findings import (
 )
 from inspector.model import IndexDoc, ScannedCheckpoint
 from inspector.naming import layer_expert_numbers
+from inspector.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector.safetensors_header import ShardHeader
 from inspector.units import format_count
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from inspector.model_load import LoadVerdict
 
 __all__ = [
@@ -61,6 +66,7 @@ __all__ = [
     "DETAIL_PER_FILE",
     "MODEL_CODES",
     "HeldTensors",
+    "Uncounted",
     "check_duplicates",
     "check_index",
     "check_index_of",
@@ -74,6 +80,7 @@ __all__ = [
     "parse_count",
     "reconcile_total_parameters",
     "reconcile_with_model",
+    "uncounted_elements",
 ]
 
 CODES = code_set(
@@ -179,7 +186,60 @@ def held_of(scanned: ScannedCheckpoint) -> HeldTensors:
 
 def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
-    return check_index(scanned.shards, scanned.index, held=held_of(scanned))
+    not_counted = None
+    if scanned.index is not None and "total_parameters" in scanned.index.metadata:
+        not_counted = uncounted_elements(scanned.tensors)
+    return check_index(
+        scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Uncounted:
+    """Stored elements some writers leave out of `total_parameters`: quantization scales
+    (`weight_scale`, `input_scale`... Model-Optimizer registers them as buffers) and the
+    persistent buffers known by name (`e_score_correction_bias`...).
+
+    How each writer counts (`WAYS`): transformers writes `num_parameters()`, buffers left
+    out; Model-Optimizer's export counts its compressed weights per stored element (packed
+    NVFP4: per byte) and leaves out scales and buffers; remote-code models may keep a
+    router bias as a parameter; older writers count every stored element."""
+
+    scales: int = 0
+    buffers: int = 0
+
+    # way -> what it leaves out, in the order a rebuilt index prefers them
+    WAYS: ClassVar[dict[str, str]] = {
+        "buffers": "buffers left out (transformers' num_parameters())",
+        "scales+buffers": "quantization scales and buffers left out (Model-Optimizer)",
+        "scales": "quantization scales left out",
+        "none": "every stored element",
+    }
+
+    def count(self, stored: int, way: str) -> int:
+        """`stored` elements counted the `way` one writer counts them."""
+        scales = self.scales if "scales" in way else 0
+        buffers = self.buffers if "buffers" in way else 0
+        return stored - scales - buffers
+
+    def counts(self, stored: int) -> dict[int, str]:
+        """Each distinct count of `stored` elements -> the first way that gives it."""
+        out: dict[int, str] = {}
+        for way in self.WAYS:
+            out.setdefault(self.count(stored, way), way)
+        return out
+
+
+def uncounted_elements(tensors: pd.DataFrame, names: Collection[str] | None = None) -> Uncounted:
+    """`Uncounted` of a tensors table (each name once), optionally of `names` only."""
+    if names is not None:
+        tensors = tensors[tensors["name"].isin(names)]
+    tensors = tensors.drop_duplicates("name")
+    param = tensors["param"]
+    numel = tensors["numel"].to_numpy(dtype=np.int64)
+    scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
+    buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
+    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()))
 
 
 def check_index(
@@ -187,11 +247,14 @@ def check_index(
     index: IndexDoc | None,
     *,
     held: HeldTensors | None = None,
+    not_counted: Uncounted | None = None,
     policy: FoldPolicy = FOLD,
 ) -> list[Finding]:
     """All index-against-shards findings; only duplicates when there is no index.
 
-    `held` (from `held_tensors(shards)`) may be passed to share it with other checks."""
+    `held` (from `held_tensors(shards)`) may be passed to share it with other checks;
+    `not_counted` (from `uncounted_elements`) tells the writers' ways of counting
+    `total_parameters` apart (without it, only every stored element is accepted)."""
     held = held or held_tensors(shards)
     findings = check_duplicates(held, index=index, policy=policy)
     if index is None:
@@ -201,7 +264,7 @@ def check_index(
     findings += _indexed_file_findings(index.file, view, held, drift, policy)
     findings += _listed_tensor_findings(index.file, view, held, drift, policy)
     findings += _unlisted_findings(index.file, view, held, drift, policy)
-    findings += _total_findings(index, held, drift)
+    findings += _total_findings(index, held, drift, not_counted or Uncounted())
     return findings
 
 
@@ -557,7 +620,9 @@ def _duplicate_message(
 # -- step 4: metadata totals ----------------------------------------------------------------
 
 
-def _total_findings(index: IndexDoc, held: HeldTensors, drift: _Drift) -> list[Finding]:
+def _total_findings(
+    index: IndexDoc, held: HeldTensors, drift: _Drift, not_counted: Uncounted
+) -> list[Finding]:
     """total-size-mismatch and total-parameters-mismatch, each with its likeliest cause."""
     if drift.unknown_files or held.unreadable:
         return []
@@ -567,7 +632,7 @@ def _total_findings(index: IndexDoc, held: HeldTensors, drift: _Drift) -> list[F
     size = _total_size(index, unique_bytes, copies_bytes, file_sizes, drift)
     if size is not None:
         findings.append(size)
-    params = _total_parameters(index, unique_numel, copies_numel, drift)
+    params = _total_parameters(index, unique_numel, copies_numel, drift, not_counted)
     if params is not None:
         findings.append(params)
     return findings
@@ -635,28 +700,39 @@ def _total_size(
     return make_finding("total-size-mismatch", msg, file=index.file)
 
 
-def _total_parameters(index: IndexDoc, unique: int, copies: int, drift: _Drift) -> Finding | None:
+def _total_parameters(
+    index: IndexDoc, unique: int, copies: int, drift: _Drift, not_counted: Uncounted
+) -> Finding | None:
+    """The stated count against each writer's way of counting the stored elements
+    (`Uncounted.counts`): healthy output of any of them is not a finding."""
     if "total_parameters" not in index.metadata:
         return None
     stated = parse_count(index.metadata["total_parameters"])
     head = f"{index.file} metadata.total_parameters"
+    counts = not_counted.counts(unique)
     if stated is None:
         msg = (
             f"{head} is {short_repr(index.metadata['total_parameters'], limit=80)}, not a count; "
-            f"expected {format_count(unique)}"
+            f"expected {format_count(next(iter(counts)))}"
         )
         return make_finding("total-parameters-mismatch", msg, file=index.file)
-    if stated == unique:
+    if stated in counts:
         return None
-    if drift.unindexed_count and stated == unique - drift.unindexed_numel:
+    unlisted = {c - drift.unindexed_numel for c in counts}
+    if drift.unindexed_count and stated in unlisted:
         why = f"it leaves out exactly the {count(drift.unindexed_count)} the index does not list"
     elif copies and stated == unique + copies:
         why = "it counts every copy of the duplicated tensors"
     else:
-        why = (
-            "transformers counts model parameters only (saved buffers are not parameters, and "
-            "packed quantized weights count differently), so check before relying on it"
+        ways = "; ".join(
+            f"{format_count(c)} with {Uncounted.WAYS[way]}" for c, way in counts.items()
         )
+        why = (
+            f"the writers' ways of counting give {ways}, none of them this"
+            if len(counts) > 1
+            else "transformers counts model parameters only, and no stored tensor here is a "
+            "known buffer or a quantization scale"
+        ) + "; check before relying on it"
     msg = (
         f"{head} is {format_count(stated)} but the shards hold {format_count(unique)} elements "
         f"(difference {'+' if stated > unique else ''}{format_count(stated - unique)}); {why}"

@@ -84,6 +84,12 @@ MODEL_RULES: tuple[ModelRule, ...] = (
         index.reconcile_with_model,
         index.MODEL_CODES,
     ),
+    ModelRule(
+        "mtp",
+        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE}),
+        structure.revise_mtp_with_model,
+        structure.MODEL_CODES,
+    ),
     ModelRule("load", None, load.add_load_findings, load.CODES),
 )
 

@@ -1,4 +1,4 @@
-"""Sidecar drift: Model-Optimizer per-layer `<shard>.json` files against their shards and
+"""Sidecar drift: Model-Optimizer per-layer JSON sidecars against their shards and
 against the merged `model.safetensors.index.json` (docs/formats.md, "Model-Optimizer
 per-layer exports"). Pure functions.
 
@@ -30,6 +30,7 @@ from inspector.checks.index import (
 )
 from inspector.codes import Code, code_set
 from inspector.findings import FOLD, Finding, FoldPolicy, examples, fold, make_finding
+from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector.model import FileRole, IndexDoc, ProblemKind, ScannedCheckpoint
 from inspector.safetensors_header import ShardHeader
 
@@ -43,16 +44,16 @@ CODES = code_set(
     Code.SIDECAR_INDEX_DISAGREE,
 )
 
-SIDECAR_SUFFIX = ".json"
-
 
 def check_sidecars_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The sidecar rule on a scan; a sidecar the reader could not parse is not also called
     missing."""
+    shards = {s.file for s in scanned.shards}
     unreadable = {
-        p.file.removesuffix(".json")
+        shard
         for p in scanned.read_problems
         if p.role is FileRole.SIDECAR and p.kind is ProblemKind.UNREADABLE
+        if (shard := shard_of_sidecar(p.file, shards)) is not None
     }
     return check_sidecars(
         scanned.shards,
@@ -112,15 +113,15 @@ def _missing(
 
     def detail(_group: str | None, file: str) -> Finding:
         msg = (
-            f"{file} has no sidecar {file}{SIDECAR_SUFFIX} while {have:,} sibling shards have "
-            f"one: the export stopped before writing it or it was deleted; {advice}"
+            f"{file} has no sidecar {sidecar_name(file, sidecars)} while {have:,} sibling "
+            f"shards have one: the export stopped before writing it or it was deleted; {advice}"
         )
         return make_finding(Code.SIDECAR_MISSING, msg, file=file)
 
     def summary(_group: str | None, rest: Sequence[str], _shown: int) -> Finding:
         msg = (
-            f"{len(rest):,} more shards have no {SIDECAR_SUFFIX} sidecar while {have:,} have "
-            f"one ({examples(list(rest))}); {advice}"
+            f"{len(rest):,} more shards have no .json sidecar while {have:,} have one "
+            f"({examples(list(rest))}); {advice}"
         )
         return make_finding(Code.SIDECAR_MISSING, msg, file=rest[0])
 
@@ -137,12 +138,12 @@ def _against_shards(
     unlisted: dict[str, list[str]] = {}
     dangling: dict[str, list[str]] = {}
     sizes: list[Finding] = []
-    doc_of: dict[str, IndexDoc] = {}
+    shard_of: dict[str, str] = {}
     for shard_file, doc in sidecars.items():
         shard = held.by_file.get(shard_file)
         if shard is None or not shard.readable:
             continue
-        doc_of[doc.file] = doc
+        shard_of[doc.file] = shard_file
         if _same_names(held, shard, doc.weight_map):
             extra, gone = [], []
         else:
@@ -159,7 +160,9 @@ def _against_shards(
         if size is not None:
             sizes.append(size)
     return (
-        _fold_unlisted(unlisted, doc_of, policy) + _fold_dangling(dangling, doc_of, policy) + sizes
+        _fold_unlisted(unlisted, shard_of, policy)
+        + _fold_dangling(dangling, shard_of, policy)
+        + sizes
     )
 
 
@@ -173,15 +176,11 @@ def _same_names(held: HeldTensors, shard: ShardHeader, listed: Mapping[str, str]
     return all(map(listed.__contains__, shard.names))
 
 
-def _shard_of(doc: IndexDoc) -> str:
-    return doc.file.removesuffix(SIDECAR_SUFFIX)
-
-
 def _fold_unlisted(
-    groups: dict[str, list[str]], docs: dict[str, IndexDoc], policy: FoldPolicy
+    groups: dict[str, list[str]], shard_of: dict[str, str], policy: FoldPolicy
 ) -> list[Finding]:
     def detail(sidecar: str, name: str) -> str:
-        shard = _shard_of(docs[sidecar])
+        shard = shard_of[sidecar]
         return (
             f"{shard} holds {name!r} but its sidecar {sidecar} does not list it (the sidecar "
             "was written from a state dict that changed afterwards, e.g. MTP tensors appended): "
@@ -191,7 +190,7 @@ def _fold_unlisted(
     def summary(sidecar: str, rest: list[str], shown: int) -> str:
         more = f"{shown:,} listed above and " if shown else ""
         return (
-            f"{more}{count(len(rest), 'more tensor')} in {_shard_of(docs[sidecar])} are not "
+            f"{more}{count(len(rest), 'more tensor')} in {shard_of[sidecar]} are not "
             f"listed in {sidecar}: {describe_names(rest)}; regenerate the sidecar from the shard"
         )
 
@@ -199,10 +198,10 @@ def _fold_unlisted(
 
 
 def _fold_dangling(
-    groups: dict[str, list[str]], docs: dict[str, IndexDoc], policy: FoldPolicy
+    groups: dict[str, list[str]], shard_of: dict[str, str], policy: FoldPolicy
 ) -> list[Finding]:
     def detail(sidecar: str, name: str) -> str:
-        shard = _shard_of(docs[sidecar])
+        shard = shard_of[sidecar]
         return (
             f"{sidecar} lists {name!r} but {shard} does not hold it: the shard was written "
             "from a different state dict than the sidecar; re-export the layer or drop the entry"
@@ -212,7 +211,7 @@ def _fold_dangling(
         more = f"{shown:,} listed above and " if shown else ""
         return (
             f"{more}{count(len(rest), 'more tensor')} listed in {sidecar} are not in "
-            f"{_shard_of(docs[sidecar])}: {describe_names(rest)}"
+            f"{shard_of[sidecar]}: {describe_names(rest)}"
         )
 
     return fold_tensor_issues(Code.SIDECAR_DANGLING_TENSOR, groups, detail, summary, policy)

@@ -9,17 +9,23 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
-from inspector.model import ScannedCheckpoint
+from inspector.model import LayoutName, ScannedCheckpoint
+from inspector.naming import parse_names
 from inspector.naming_rules import LAYERS_CONTAINER
+from inspector.spec import MTP_NOT_STORED
+from inspector.tables import layer_keys
 
-__all__ = ["CODES", "check_structure"]
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
+
+__all__ = ["CODES", "MODEL_CODES", "check_structure", "revise_mtp_with_model"]
 
 
 def _unique(
@@ -45,11 +51,14 @@ def _unique(
 CODES = code_set(
     Code.LAYER_MISSING,
     Code.MTP_MISSING,
+    Code.MTP_NOT_STORED,
     Code.EXPERT_MISSING,
     Code.EXPERT_INCOMPLETE,
     Code.EXPERT_SHAPE_MISMATCH,
     Code.LAYER_KEYSET_OUTLIER,
 )
+# What `revise_mtp_with_model` may revise.
+MODEL_CODES = code_set(Code.MTP_MISSING, Code.MTP_NOT_STORED)
 
 
 def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
@@ -111,14 +120,67 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     has_mtp_tensors = bool((scanned.tensors["kind"] == "mtp").any())
     if declared <= 0 or stored or has_mtp_tensors:
         return []
-    return [
-        make_finding(
-            "mtp-missing",
-            f"config declares {declared} MTP layer(s) but no MTP tensor is stored; MTP "
-            "speculative decoding will fail. Re-export with the MTP weights (a transformers "
-            "round trip drops them)",
+    never = _saved_by_transformers(scanned) and scanned.spec.model_type in MTP_NOT_STORED
+    return [_mtp_finding(scanned, not_stored=never)]
+
+
+# Layouts `save_pretrained` writes. Megatron, Model-Optimizer exports (per-layer, or with
+# hf_quant_config.json) and DCP outputs store the MTP layers a config declares.
+_PRETRAINED_LAYOUTS = frozenset({LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE})
+
+
+def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:
+    return scanned.layout in _PRETRAINED_LAYOUTS and scanned.quant_config is None
+
+
+def _mtp_finding(
+    scanned: ScannedCheckpoint, *, not_stored: bool, built: str | None = None
+) -> Finding:
+    """mtp-not-stored or mtp-missing; `built`: the architecture the model rule built."""
+    declared = scanned.spec.mtp_layers
+    if not_stored:
+        model = scanned.spec.model_type or "this architecture"
+        shows = f", as the {built} built from config.json shows" if built else ""
+        return make_finding(
+            Code.MTP_NOT_STORED,
+            f"config declares {declared} MTP layer(s) the writer's model class never stores "
+            f"({model}: transformers builds no MTP module for it{shows}); fine for "
+            "transformers. MTP speculative decoding in serving engines needs them: restore "
+            "them with `ckpt-inspect repair --from <original release>`",
         )
-    ]
+    has = f"; the {built} built from config.json has MTP modules" if built else ""
+    return make_finding(
+        Code.MTP_MISSING,
+        f"config declares {declared} MTP layer(s) but no MTP tensor is stored{has}; MTP "
+        "speculative decoding will fail. Re-export with the MTP weights (a transformers "
+        "round trip drops them)",
+    )
+
+
+def revise_mtp_with_model(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector.checks.registry`): with the model built from config.json,
+    whether its class stores MTP layers is known exactly, not from the `MTP_NOT_STORED`
+    table: a class with MTP modules misses their keys in the verdict (then the save lost
+    them: mtp-missing), one without never stores them (mtp-not-stored)."""
+    ours = [f for f in findings if f.code in (Code.MTP_MISSING, Code.MTP_NOT_STORED)]
+    if not verdict.ran or not ours or not _saved_by_transformers(scanned):
+        return findings
+    has_mtp = _names_mtp(scanned, verdict.missing)
+    want = Code.MTP_MISSING if has_mtp else Code.MTP_NOT_STORED
+    if all(f.code == want for f in ours):
+        return findings
+    revised = _mtp_finding(scanned, not_stored=not has_mtp, built=verdict.architecture or "model")
+    return [*(f for f in findings if f not in ours), revised]
+
+
+def _names_mtp(scanned: ScannedCheckpoint, names: Sequence[str]) -> bool:
+    """Any of `names` in an MTP block (`mtp.*`, or a layer past the decoder's)."""
+    parsed = parse_names(list(names))
+    layers = scanned.spec.num_layers
+    past = parsed.layer >= layers if layers is not None else np.zeros(len(names), dtype=bool)
+    return bool((parsed.mtp | (past & ~parsed.mtp)).any())
 
 
 # -- experts -------------------------------------------------------------------------------
@@ -198,41 +260,50 @@ def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
 
 
 def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
+    """Expert ids a MoE layer lacks, against the most experts any source expects of it (the
+    config, the layer's router, the sibling layers: the layers table's experts_expected)."""
     width = int(e.expert.max()) + 1
     ids_by_layer = {k: set(v) for k, v in _by_first(e.layer * width + e.expert, width).items()}
-    declared = scanned.spec.experts_per_layer
-    if declared is not None:
-        expected, basis = set(range(declared)), f"config declares {declared}"
-    else:
-        biggest = max(ids_by_layer.values(), key=len)
-        expected, basis = set(biggest), f"its sibling layers have {len(biggest)}"
-        if len({len(ids) for ids in ids_by_layer.values()}) == 1:
-            return []
+    layers = scanned.layers
+    numbers = layers["layer"].tolist()
+    expected_of = dict(zip(numbers, layers["experts_expected"].tolist(), strict=True))
+    source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
         present = set(scanned.tensors["layer"].dropna().astype(int))
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
-    layers = scanned.layers
     mtp = set(layers.loc[layers["is_mtp"], "layer"].astype(int)) if len(layers) else set()
     for layer in sorted(moe_layers):
-        missing = sorted(expected - ids_by_layer.get(layer, set()))
+        expected = int(expected_of.get(layer, 0))
+        missing = sorted(set(range(expected)) - ids_by_layer.get(layer, set()))
         if not missing:
             continue
         file = files.get(layer)
+        basis = _expert_basis(source_of.get(layer, ""), expected, layer in mtp)
         out.append(
             make_finding(
                 "expert-missing",
                 f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
-                f"{fold_ranges(missing)} missing ({len(missing)} of "
-                f"{len(expected)}; {basis})" + (f" in {file}" if file else ""),
+                f"{fold_ranges(missing)} missing ({len(missing)} of {expected}; {basis})"
+                + (f" in {file}" if file else ""),
                 file=file,
                 layer=layer,
                 expert=missing[0] if len(missing) == 1 else None,
             )
         )
     return fold_findings(out, "MoE layers with missing experts")
+
+
+def _expert_basis(source: str, expected: int, mtp: bool) -> str:
+    """Which source set the expectation, as the finding says it."""
+    if source == "config":
+        return f"config declares {expected}"
+    if source == "router":
+        block = "block's" if mtp else "layer's"
+        return f"the {block} router weight has {expected} rows, one per expert"
+    return f"its sibling layers hold experts up to id {expected - 1}"
 
 
 def _file_mode(e: _Experts) -> dict[int, str]:
@@ -341,25 +412,30 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
 
 
 def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
-    """A layer whose key suffixes differ from the others of its kind (MTP compared by params)."""
-    t = scanned.tensors
-    rows = t[t["layer"].notna().to_numpy(dtype=bool)]
+    """A layer whose keys (`module.param` after the layer prefix, sharded objects included)
+    differ from the others of its kind; an MTP block's standard parts (attention, MLP,
+    experts, router) against the keys of every decoder layer, its own head (enorm, hnorm,
+    eh_proj, final norm) left out."""
+    rows = layer_keys(scanned)
     if rows.empty:
         return []
     layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
     is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
     layer = rows["layer"].to_numpy(dtype=np.int64)
     key, keys = _key_codes(rows)
-    param, params = _category_codes(rows["param"])
     sets = {
         n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
     }
-    by_param = _by_first(layer * len(params) + param, len(params))
     decoder = [n for n in sets if not is_mtp.get(n, False)]
     out = _decoder_outliers(decoder, sets, layer_kind)
-    decoder_params = {params[p] for n in decoder for p in by_param[n]}
+    decoder_keys = set().union(*(sets[n] for n in decoder))
+    head = rows["kind"].to_numpy() == "mtp"
+    block = {
+        n: {keys[k] for k in ks}
+        for n, ks in _by_first(layer[~head] * len(keys) + key[~head], len(keys)).items()
+    }
     for mtp_layer in sorted(n for n in sets if is_mtp.get(n, False)):
-        extra = sorted({params[p] for p in by_param[mtp_layer]} - decoder_params)
+        extra = sorted(block.get(mtp_layer, set()) - decoder_keys)
         if decoder and extra:
             out.append(
                 make_finding(

@@ -3,12 +3,16 @@ cover every tensor, does the common state agree with the sharded metadata, is
 `metadata.json` the torch_dist one? Pure: the reader recorded sizes and documents.
 
 Codes: torch-dist-missing-file, torch-dist-chunk-gap, torch-dist-chunk-overlap,
-torch-dist-common-drift, torch-dist-metadata-json (docs/findings.md). Unreadable files are
+torch-dist-common-drift, torch-dist-object-incomplete, torch-dist-metadata-json
+(docs/findings.md). Unreadable files are
 the reader's problems (`inspector.checks.files`).
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -17,7 +21,7 @@ from inspector.codes import Code, code_set
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding, short_repr
 from inspector.layouts.torch_dist import METADATA_FILE, METADATA_JSON, RERUN_PREFIX
 from inspector.model import PickledObject, ScannedCheckpoint, TorchDistInfo
-from inspector.naming import layer_expert_numbers
+from inspector.naming import layer_expert_numbers, sharded_object_key
 from inspector.naming_rules import DISTCP_FILE, RERUN_SHARD_KEY
 from inspector.units import format_count
 
@@ -28,6 +32,7 @@ CODES = code_set(
     Code.TORCH_DIST_CHUNK_GAP,
     Code.TORCH_DIST_CHUNK_OVERLAP,
     Code.TORCH_DIST_COMMON_DRIFT,
+    Code.TORCH_DIST_OBJECT_INCOMPLETE,
     Code.TORCH_DIST_METADATA_JSON,
 )
 
@@ -37,10 +42,14 @@ def check_torch_dist(scanned: ScannedCheckpoint) -> list[Finding]:
     info = scanned.torch_dist
     if info is None:
         return []
+    drift = _check_common_drift(info)
+    # The drift finding already names the rerun shards the common state needs.
+    judged = {RERUN_PREFIX.rstrip("/")} if drift else set()
     return [
         *_check_files(info),
         *_check_chunks(info),
-        *_check_common_drift(info),
+        *drift,
+        *_check_objects(info, skip=judged),
         *_check_metadata_json(scanned, info),
     ]
 
@@ -310,6 +319,79 @@ def _pp_tp_grid(common: Any) -> dict[str, tuple[int, int]]:
     if not (type(pp) is int and type(tp) is int and pp > 0 and tp > 0):
         return {}
     return {f"shard_{p}.{t}_{pp}.{tp}": (p, t) for p in range(pp) for t in range(tp)}
+
+
+# -- sharded objects ------------------------------------------------------------------------
+#
+# A Megatron ShardedObject is saved as one bytes entry per shard, keyed
+# `{key}/shard_{offsets}_{global shape}` (replicas share a key, so each offset appears once).
+# megatron-core's own sharding validation demands every offset of the grid: a family that
+# declares a grid (e.g. `rerun_state_machine_state/shard_{rank}_{world size}`) must hold all
+# of its cells, whatever the common state says.
+
+# Grid cells visited at most when looking for examples of missing shards (a hostile key may
+# declare a grid of 10**18 cells).
+_GRID_WALK = 100_000
+
+
+def _check_objects(info: TorchDistInfo, *, skip: set[str]) -> list[Finding]:
+    grids: defaultdict[tuple[str, tuple[int, ...]], set[tuple[int, ...]]] = defaultdict(set)
+    for key in info.byte_keys:
+        parsed = sharded_object_key(key)
+        if parsed is not None and parsed[0] not in skip:
+            family, offsets, shape = parsed
+            grids[(family, shape)].add(offsets)
+    incomplete = []
+    for (family, grid), cells in sorted(grids.items()):
+        inside = {c for c in cells if all(a < b for a, b in zip(c, grid, strict=True))}
+        if len(inside) < math.prod(grid):
+            incomplete.append((family, grid, inside))
+    rel = _meta_rel(info)
+
+    def detail(_group: str | None, item: tuple[str, tuple[int, ...], set]) -> Finding:
+        family, shape, inside = item
+        total = math.prod(shape)
+        lost = [_object_key(family, cell, shape) for cell in _missing_cells(shape, inside)]
+        msg = (
+            f"{family}: its keys declare a grid of {format_count(total)} shards (global shape "
+            f"{_dotted(shape)}) but {rel} lists {len(inside):,}; missing "
+            f"{examples(lost)} ({format_count(total - len(inside))} of {format_count(total)}). "
+            "The ranks that own them fail to load ('Missing key in checkpoint state_dict'); "
+            "the save lost them: restore the lost ranks' objects from the original save, or "
+            "re-save"
+        )
+        return make_finding(Code.TORCH_DIST_OBJECT_INCOMPLETE, msg, file=rel, tensor=lost[0])
+
+    def summary(_group: str | None, rest: Sequence[Any], _shown: int) -> Finding:
+        families = [item[0] for item in rest]
+        message = (
+            f"{len(rest):,} more sharded objects lack shards of their declared grid "
+            f"({examples(families)}), not listed one by one"
+        )
+        return make_finding(Code.TORCH_DIST_OBJECT_INCOMPLETE, message, file=rel)
+
+    return fold(incomplete, detail, summary)
+
+
+def _missing_cells(shape: tuple[int, ...], present: set[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """A few grid cells absent from `present`, in order (bounded walk; at least one)."""
+    out = []
+    for cell in itertools.islice(itertools.product(*map(range, shape)), _GRID_WALK):
+        if cell not in present:
+            out.append(cell)
+            if len(out) > 3:
+                break
+    # Only past the walk can a large grid hide its holes: name the shape instead.
+    return out or [tuple(-1 for _ in shape)]
+
+
+def _dotted(values: tuple[int, ...]) -> str:
+    return ".".join(map(str, values))
+
+
+def _object_key(family: str, cell: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    at = _dotted(cell) if min(cell, default=0) >= 0 else "?"
+    return f"{family}/shard_{at}_{_dotted(shape)}"
 
 
 # -- metadata.json ------------------------------------------------------------------------

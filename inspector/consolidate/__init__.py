@@ -56,6 +56,7 @@ def consolidate(
     verify_data: bool = False,
     workers: int = 1,
     fsync: bool = True,
+    allow_partial: bool = False,
 ) -> ConsolidationResult:
     """Scan `src`, plan and execute in one call (for notebooks and scripts)."""
     from inspector.scan import scan
@@ -67,6 +68,7 @@ def consolidate(
         reference=reference,
         max_shard_size=max_shard_size,
         dtype=dtype,
+        allow_partial=allow_partial,
     )
     return plan.execute(
         resume=resume,

@@ -47,6 +47,16 @@ def choose_assignment(
     # explicit reference is then the user's way out, so it wins.
     recorded = dcp.mapping or {}
     collapsed = bool(recorded) and len(set(recorded.values())) == 1
+    named = dcp.reference
+    if collapsed and reference is None and named is not None and named.index is not None:
+        # The upstream model the run names, found on this machine (`find_reference`): its
+        # index is the layout the collapsed mapping should have recorded.
+        table = _index_table(named.index.weight_map)
+        why = (
+            f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
+            f"output files follow {named.label} instead"
+        )
+        return _from_index(names, table, f"reference {named.index.file}", why)
     if recorded and not (collapsed and reference is not None):
         why = "the training run recorded the reference model's file for every tensor"
         return _from_index(names, recorded, f"mapping {dcp.mapping_file}", why)

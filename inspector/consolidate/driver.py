@@ -86,6 +86,7 @@ def execute_plan(
         findings=tuple(findings),
         data_checked=checked,
         data_mismatches=tuple(mismatches),
+        partial=plan.partial,
     )
 
 

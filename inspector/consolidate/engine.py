@@ -238,6 +238,8 @@ def _assemble(
     block = _buffer("block", min(rows_per_block, shape[0]) * row_bytes)
     for r0 in range(0, shape[0], rows_per_block):
         r1 = min(shape[0], r0 + rows_per_block)
+        if tensor.partial:  # the reused buffer holds the last tensor's rows where no chunk is
+            block[: (r1 - r0) * row_bytes] = 0
         view = _byte_view(block[: (r1 - r0) * row_bytes], r1 - r0, shape, item)
         for piece in tensor.pieces:
             _place_rows(sources, piece, view, (r0, r1), item)

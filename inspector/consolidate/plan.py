@@ -78,6 +78,8 @@ class PlannedTensor:
     begin: int  # data offsets in the output file's data section
     end: int
     pieces: tuple[Piece, ...]
+    # The pieces leave regions uncovered (allow_partial): those bytes must be zeros.
+    partial: bool = False
 
     @property
     def contiguous(self) -> bool:
@@ -114,6 +116,8 @@ class ConsolidationPlan:
     metadata_files: tuple[str, ...]  # public `.hf_metadata/` files copied to DEST
     notes: tuple[str, ...] = ()
     findings: tuple[Finding, ...] = ()  # non-blocking findings of the source
+    # allow_partial: tensors written at full shape with zeros where no chunk was found.
+    partial: tuple[str, ...] = ()
 
     @property
     def total_size(self) -> int:
@@ -188,11 +192,14 @@ class ConsolidationResult:
     findings: tuple[Finding, ...] = ()
     data_checked: int = 0
     data_mismatches: tuple[str, ...] = ()
+    # Tensors the source did not fully hold, written with zeros there (allow_partial).
+    partial: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """No finding and no content mismatch in DEST (True on ranks that did not verify)."""
-        return not self.findings and not self.data_mismatches
+        """No finding, no content mismatch and no partial tensor in DEST (findings and
+        mismatches are only known on the rank that verified)."""
+        return not self.findings and not self.data_mismatches and not self.partial
 
     def describe(self) -> str:
         return describe_result(self)
@@ -217,22 +224,27 @@ def plan_consolidation(
     reference: str | os.PathLike[str] | None = None,
     max_shard_size: int | str = SHARD_SPLIT_SIZE,
     dtype: str | None = None,
+    allow_partial: bool = False,
 ) -> ConsolidationPlan:
     """Plan the consolidation of a scanned DCP-sharded checkpoint into `dest`.
 
     Output files are assigned by the first rule that applies: `mapping` (JSON {fqn: 1-based
     index}), `.hf_metadata/fqn_to_file_index_mapping.json`, `reference` (an HF folder or index),
     a reference index kept in `.hf_metadata/`, else greedy by size in key order. Raises
-    `PlanRefusedError` when the source has gaps, overlaps or conflicting chunks.
+    `PlanRefusedError` when the source has gaps, overlaps or conflicting chunks. A coverage
+    gap (a lost rank: full shapes come from every source, `inspector.expected_shapes`) is
+    refused too, unless `allow_partial`: then those tensors are written at their full shape
+    with zeros where no chunk was found, and the plan and the result say which.
     """
     # 1. Is there something sound to consolidate?
     dest_path = _check_dest(scanned, Path(dest))
     explicit = mapping is not None or reference is not None
-    findings = _refuse_on_errors(scanned, explicit=explicit)
+    findings = _refuse_on_errors(scanned, explicit=explicit, allow_partial=allow_partial)
     if explicit:
         # The caller's mapping or reference replaces the recorded mapping: its collapse no
         # longer affects this plan, so it is not repeated as a warning about the plan.
         findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
+    partial = _partial_tensors(scanned, findings)
     try:
         target = dtype_for_target(dtype) if dtype else None
         limit = parse_size(max_shard_size)
@@ -244,8 +256,9 @@ def plan_consolidation(
     out_bytes = {s.name: _out_nbytes(s, target) for s in sources.values()}
     choice = choose_assignment(scanned, list(sources), out_bytes, mapping, reference, limit)
     # 4. Headers and offsets of every output.
-    outputs = _build_outputs(sources, choice.groups, target)
-    notes = [*choice.notes, *_size_notes(outputs, limit, choice.rule)]
+    outputs = _build_outputs(sources, choice.groups, target, set(partial))
+    notes = [*_partial_notes(partial, findings), *choice.notes]
+    notes += _size_notes(outputs, limit, choice.rule)
     return ConsolidationPlan(
         source=scanned.path,
         dest=dest_path,
@@ -256,6 +269,7 @@ def plan_consolidation(
         metadata_files=_public_metadata_files(scanned),
         notes=tuple(notes),
         findings=tuple(findings),
+        partial=tuple(partial),
     )
 
 
@@ -284,25 +298,57 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
     return resolved
 
 
-def _refuse_on_errors(scanned: ScannedCheckpoint, *, explicit: bool) -> list[Finding]:
-    """Raise on findings that would make the output wrong; return the others."""
+def _refuse_on_errors(
+    scanned: ScannedCheckpoint, *, explicit: bool, allow_partial: bool = False
+) -> list[Finding]:
+    """Raise on findings that would make the output wrong; return the others (with
+    `allow_partial`, the coverage gaps too)."""
     from inspector.checks.dcp import check_dcp
 
     found = list(dict.fromkeys([*scanned.problems, *check_dcp(scanned)]))
-    blocking = [f for f in found if f.code in BLOCKING]
+    allowed = {Code.DCP_COVERAGE_GAP} if allow_partial else set()
+    blocking = [f for f in found if f.code in BLOCKING and f.code not in allowed]
     if not explicit:
         # Without --mapping/--reference a broken mapping file would silently change the layout.
         blocking += [f for f in found if f.code == "mapping-unreadable"]
     if blocking:
         lines = "\n".join(f"  [{f.code}] {f.message}" for f in blocking[:10])
         more = f"\n  ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
+        partial = (
+            "; if the loss is known and accepted, --allow-partial writes the tensors with "
+            "zeros where no chunk was found"
+            if any(f.code == Code.DCP_COVERAGE_GAP for f in blocking)
+            else ""
+        )
         raise PlanRefusedError(
             f"{scanned.path}: cannot consolidate, {len(blocking)} problem(s) would make the "
             f"output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
             "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
-            "then plan again."
+            f"then plan again{partial}."
         )
     return [f for f in found if f not in blocking]
+
+
+def _partial_tensors(scanned: ScannedCheckpoint, findings: list[Finding]) -> list[str]:
+    """The tensors a plan allowed to be partial (only when a coverage gap got through)."""
+    if not any(f.code == Code.DCP_COVERAGE_GAP for f in findings):
+        return []
+    from inspector.checks.dcp import uncovered_tensors
+
+    return uncovered_tensors(scanned)
+
+
+def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
+    gaps = [f for f in findings if f.code == Code.DCP_COVERAGE_GAP]
+    if not gaps:
+        return []
+    what = (
+        f"{len(partial):,} tensor(s) are PARTIAL, written at their full shape with ZEROS "
+        f"where no rank's file held data: {examples(partial)}"
+        if partial
+        else "the source lost ranks' files (see its dcp-coverage-gap findings)"
+    )
+    return [f"WARNING --allow-partial: {what}; the output is not the trained model"]
 
 
 def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
@@ -369,7 +415,10 @@ def _out_dtype(dtype: str, target: str | None) -> str:
 
 
 def _build_outputs(
-    sources: dict[str, _Source], groups: list[list[str]], target: str | None
+    sources: dict[str, _Source],
+    groups: list[list[str]],
+    target: str | None,
+    partial: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[OutputFile, ...]:
     count = len(groups)
     outputs = []
@@ -377,7 +426,7 @@ def _build_outputs(
         tensors = []
         offset = 0
         for name in group:
-            tensor = _plan_tensor(sources[name], target, offset)
+            tensor = _plan_tensor(sources[name], target, offset, partial=name in partial)
             tensors.append(tensor)
             offset = tensor.end
         name = OUTPUT_NAME.format(i=k, n=count)
@@ -385,7 +434,9 @@ def _build_outputs(
     return tuple(outputs)
 
 
-def _plan_tensor(source: _Source, target: str | None, begin: int) -> PlannedTensor:
+def _plan_tensor(
+    source: _Source, target: str | None, begin: int, *, partial: bool = False
+) -> PlannedTensor:
     bits = DTYPE_BITS[source.dtype]
     pieces = []
     for chunk, (src_offset, nbytes) in zip(source.chunks, source.locations, strict=True):
@@ -398,7 +449,7 @@ def _plan_tensor(source: _Source, target: str | None, begin: int) -> PlannedTens
     out_dtype = _out_dtype(source.dtype, target)
     end = begin + math.prod(source.shape) * DTYPE_BITS[out_dtype] // 8
     return PlannedTensor(
-        source.name, source.dtype, out_dtype, source.shape, begin, end, tuple(pieces)
+        source.name, source.dtype, out_dtype, source.shape, begin, end, tuple(pieces), partial
     )
 
 
@@ -494,7 +545,7 @@ def describe_plan(plan: ConsolidationPlan) -> str:
         lines.append(
             f"  copied from the source: {', '.join(Path(f).name for f in plan.metadata_files)}"
         )
-    lines += [f"  note: {n}" for n in plan.notes]
+    lines += [f"  {n}" if n.startswith("WARNING") else f"  note: {n}" for n in plan.notes]
     lines += [f"  source {f.severity} [{f.code}]: {f.message}" for f in plan.findings[:10]]
     return "\n".join(lines)
 
@@ -517,6 +568,11 @@ def describe_result(result: ConsolidationResult) -> str:
         state = "no finding" if not result.findings else f"{len(result.findings)} finding(s)"
         lines.append(f"  verify: re-scanned and checked the output: {state}")
         lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
+    if result.partial:
+        lines.append(
+            f"  WARNING: {len(result.partial):,} tensor(s) are PARTIAL (--allow-partial: zeros "
+            f"where the source held no data): {examples(list(result.partial))}"
+        )
     if result.data_checked:
         bad = result.data_mismatches
         state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"

@@ -21,6 +21,10 @@ This module reads; `inspector.checks.dcp` judges (coverage, overlaps, conflicts,
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import pairwise
 from math import prod
@@ -34,6 +38,7 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
 from inspector.dtypes import nbytes_for
+from inspector.expected_shapes import raised_shapes
 from inspector.findings import examples
 from inspector.layouts._common import (
     INDEX_NAME,
@@ -49,6 +54,7 @@ from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import (
     ChunkTable,
     DcpInfo,
+    DcpReference,
     FileRole,
     IndexDoc,
     LayoutName,
@@ -58,7 +64,8 @@ from inspector.model import (
     ScannedCheckpoint,
 )
 from inspector.naming_rules import DCP_SHARD_FILE
-from inspector.safetensors_header import ShardHeader, read_shard
+from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
+from inspector.storage import LocalFile
 
 __all__ = [
     "HF_METADATA_DIR",
@@ -67,6 +74,7 @@ __all__ = [
     "SHARDING_KEY",
     "chunk_table",
     "detect",
+    "find_reference",
     "logical_tensors",
     "scan",
 ]
@@ -124,13 +132,28 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     shards = read_shards(list_safetensors(folder), root=folder, header_cap=options.header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     table, chunk_problems = chunk_table(shards)
-    # 3. `.hf_metadata/`: mapping, config, reference index.
+    # 3. `.hf_metadata/`: mapping, config, reference index; the upstream checkpoint.
     meta = _read_hf_metadata(folder)
+    reference = find_reference(folder, meta.configs.config, header_cap=options.header_cap)
+    # 4. Every other source of the full shapes: a lost last rank shrinks the chunks' extent.
+    full, sources = raised_shapes(
+        table.names,
+        table.full.tolist(),
+        table.dtype.take(table.starts[:-1]).tolist(),
+        config=meta.configs.config,
+        spec=meta.configs.spec,
+        reference=reference.shapes if reference else None,
+        reference_label=reference.label if reference else "",
+    )
+    if sources:
+        table = dataclasses.replace(table, full=Coded.encode(full, len(full)))
     dcp = DcpInfo(
         table,
         mapping=meta.mapping,
         mapping_file=meta.mapping_file,
         hf_metadata_dir=HF_METADATA_DIR if (folder / HF_METADATA_DIR).is_dir() else None,
+        reference=reference,
+        shape_sources=sources,
     )
     return ScannedCheckpoint(
         path=folder,
@@ -173,6 +196,118 @@ def _read_hf_metadata(folder: Path) -> _HfMetadata:
     if mapping_file is not None:
         found.add(mapping_file)
     return _HfMetadata(mapping, mapping_file, configs, index, found, problems)
+
+
+# -- the reference checkpoint ---------------------------------------------------------------
+
+# NeMo AutoModel's consolidation script names the upstream model: `--model-name "org/name"`.
+CONSOLIDATE_SCRIPT = "consolidate.sh"
+_MODEL_NAME = re.compile(r"""--model-name[= ]+["']?([^"'\s]+)["']?""")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_SCRIPT_CAP = 1_000_000
+
+
+def find_reference(
+    folder: Path, config: Mapping[str, Any] | None, *, header_cap: int = DEFAULT_HEADER_CAP
+) -> DcpReference | None:
+    """The upstream checkpoint the run names, when it is on this machine: its index and
+    shard headers (read like the checkpoint's own: capped, regular files only).
+
+    Names come from `consolidate.sh --model-name` (beside the checkpoint or in the run
+    folder) and `config.json` `_name_or_path`. A relative name is looked up in the run
+    folder (the checkpoint's parent, where the script runs) and the checkpoint folder; a hub
+    id also in the Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`,
+    `~/.cache/huggingface/hub`: snapshots link to blobs there, as the cache is built)."""
+    for name, named_by in _reference_names(folder, config):
+        path = _resolve_reference(name, folder)
+        if path is not None:
+            return _read_reference(path, named_by, header_cap)
+    return None
+
+
+def _reference_names(folder: Path, config: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    names: list[tuple[str, str]] = []
+    for script in (folder / CONSOLIDATE_SCRIPT, folder.parent / CONSOLIDATE_SCRIPT):
+        text = _small_text(script, _SCRIPT_CAP)
+        if text is not None:
+            where = CONSOLIDATE_SCRIPT if script.parent == folder else f"../{CONSOLIDATE_SCRIPT}"
+            names += [(m.group(1), f"{where} --model-name") for m in _MODEL_NAME.finditer(text)]
+    value = config.get("_name_or_path") if isinstance(config, Mapping) else None
+    if isinstance(value, str) and value:
+        names.append((value, "config.json _name_or_path"))
+    return list(dict.fromkeys(names))
+
+
+def _small_text(path: Path, cap: int) -> str | None:
+    """The first `cap` bytes of a regular file as text, or None."""
+    try:
+        with LocalFile(path) as reader:
+            return reader.read_range(0, min(reader.size(), cap)).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def _resolve_reference(name: str, folder: Path) -> Path | None:
+    if "\x00" in name or len(name) > 4096:
+        return None
+    raw = Path(name).expanduser()
+    if raw.is_absolute():
+        candidates = [raw]
+    elif ".." in raw.parts:
+        return None
+    else:
+        candidates = [folder.parent / raw, folder / raw]
+        if _HUB_ID.fullmatch(name):
+            candidates += _hub_snapshots(name)
+    here = folder.resolve()
+    for path in candidates:
+        try:
+            if path.is_dir() and path.resolve() != here and _holds_checkpoint(path):
+                return path
+        except OSError:
+            continue
+    return None
+
+
+def _hub_snapshots(repo_id: str) -> list[Path]:
+    """The cached snapshot of a hub model: the one `refs/main` names, else the newest."""
+    roots = [os.environ.get("HF_HUB_CACHE")]
+    home = os.environ.get("HF_HOME")
+    roots += [str(Path(home) / "hub") if home else None, "~/.cache/huggingface/hub"]
+    folder = "models--" + repo_id.replace("/", "--")
+    out: list[Path] = []
+    for root in filter(None, roots):
+        repo = Path(root).expanduser() / folder
+        try:
+            snapshots = sorted(
+                (e for e in os.scandir(repo / "snapshots") if e.is_dir()),
+                key=lambda e: e.stat().st_mtime,
+                reverse=True,
+            )
+        except OSError:
+            continue
+        wanted = (_small_text(repo / "refs" / "main", 256) or "").strip()
+        out += [Path(e.path) for e in snapshots if e.name == wanted]
+        out += [Path(e.path) for e in snapshots if e.name != wanted]
+    return out
+
+
+def _holds_checkpoint(path: Path) -> bool:
+    return (path / INDEX_NAME).is_file() or bool(list_safetensors(path))
+
+
+def _read_reference(path: Path, named_by: str, header_cap: int) -> DcpReference:
+    index = None
+    if (path / INDEX_NAME).is_file():
+        index, _ = read_index_doc(path / INDEX_NAME, root=path)
+        # Named by where it is: it is not a file of the checkpoint.
+        index = dataclasses.replace(index, file=str(path / INDEX_NAME)) if index else None
+    shapes: dict[str, tuple[int, ...]] = {}
+    for shard in read_shards(list_safetensors(path), root=path, header_cap=header_cap):
+        if shard.readable:
+            for name, shape in zip(shard.names, shard.shapes, strict=True):
+                shapes.setdefault(name, tuple(shape))
+    return DcpReference(str(path), named_by, index, shapes)
 
 
 # -- chunks ----------------------------------------------------------------------------------

@@ -1,22 +1,31 @@
-"""`modelopt-per-layer`: one shard per decoder layer, each with a `<shard>.json` sidecar
+"""`modelopt-per-layer`: one shard per decoder layer, each with a JSON sidecar
 (docs/formats.md, "Model-Optimizer per-layer exports"), usually with a merged
-`model.safetensors.index.json`."""
+`model.safetensors.index.json`.
+
+Model-Optimizer names the sidecar of `model-00001-of-00004.safetensors`
+`model-00001-of-00004.json` (`save_safetensors_by_layer_index` formats one stem for both
+files); `model-00001-of-00004.safetensors.json` is accepted too."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from inspector.layouts import hf_sharded
 from inspector.layouts._common import read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
+from inspector.naming_rules import HF_SHARD_NUMBER
 
-__all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan"]
+__all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan", "shard_of_sidecar", "sidecar_name"]
 
 NAME = LayoutName.MODELOPT_PER_LAYER
-SIDECAR_SUFFIX = ".safetensors.json"
+# The suffix the writer puts after the shard's stem (`model-00001-of-00004.json`).
+SIDECAR_SUFFIX = ".json"
+_SHARD = ".safetensors"
+_INDEX = "model.safetensors.index.json"
 
 
 def detect(path: Path) -> bool:
@@ -29,22 +38,55 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
     names = shard_names(base.shards)
-    for sidecar in _sidecar_paths(base.path):
+    for shard, sidecar in _sidecar_paths(base.path).items():
         doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
-            sidecars[sidecar.name.removesuffix(".json")] = doc
+            sidecars[shard] = doc
     return dataclasses.replace(
         base, layout=NAME, info=PerLayerInfo(sidecars), read_problems=tuple(problems)
     )
 
 
-def _sidecar_paths(folder: Path) -> list[Path]:
+def shard_of_sidecar(name: str, shards: Collection[str] = ()) -> str | None:
+    """The shard a JSON file of the folder describes, or None when it is no sidecar:
+    `<stem>.json` describes `<stem>.safetensors` when that shard is in `shards` or the stem
+    is numbered like a shard (`-00001-of-00004`: its shard may be the one missing);
+    `<shard>.safetensors.json` always describes `<shard>.safetensors`."""
+    if name == _INDEX or not name.endswith(SIDECAR_SUFFIX):
+        return None
+    stem = name.removesuffix(SIDECAR_SUFFIX)
+    if stem.endswith(_SHARD):
+        return stem
+    shard = stem + _SHARD
+    return shard if shard in shards or HF_SHARD_NUMBER.search(shard) else None
+
+
+def sidecar_name(shard: str, sidecars: Mapping[str, IndexDoc]) -> str:
+    """The sidecar file of `shard`: the one on disk; for a shard without one, the naming
+    its siblings use, else the writer's `<stem>.json`."""
+    doc = sidecars.get(shard)
+    if doc is not None:
+        return doc.file
+    if sidecars and all(d.file.endswith(_SHARD + SIDECAR_SUFFIX) for d in sidecars.values()):
+        return shard + SIDECAR_SUFFIX
+    return shard.removesuffix(_SHARD) + SIDECAR_SUFFIX
+
+
+def _sidecar_paths(folder: Path) -> dict[str, Path]:
+    """shard file -> its sidecar's path (the writer's `<stem>.json` when both exist)."""
     try:
-        names = sorted(e.name for e in os.scandir(folder) if e.name.endswith(SIDECAR_SUFFIX))
+        names = sorted(e.name for e in os.scandir(folder) if e.is_file())
     except OSError:
-        return []
-    return [folder / n for n in names]
+        return {}
+    shards = {n for n in names if n.endswith(_SHARD)}
+    found: dict[str, Path] = {}
+    # `<shard>.safetensors.json` sorts after `<stem>.json`: the writer's name comes first.
+    for name in names:
+        shard = shard_of_sidecar(name, shards)
+        if shard is not None:
+            found.setdefault(shard, folder / name)
+    return found
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)
