@@ -67,8 +67,10 @@ __all__ = [
     "fresh_staging",
     "fsync_dir",
     "new_backup_dir",
+    "open_fresh",
     "read_journal",
     "recover",
+    "temp_name",
     "write_atomic",
 ]
 
@@ -280,29 +282,52 @@ def _regular_or_absent(folder: _Folder, rel: str, what: str) -> os.stat_result |
 # -- writing ------------------------------------------------------------------------------------
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Temp file beside `path`, fsync, rename, fsync the folder."""
-    tmp = path.with_name(_temp_name(path.name, os.getpid()))
-    _write_synced(tmp, data)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
+    """Temp file beside `path`, fsync, rename, fsync the folder. With `dir_fd`, `path` is a
+    name in that folder and every step goes through the descriptor (no link is followed)."""
+    if dir_fd is None:
+        tmp = path.with_name(_temp_name(path.name, os.getpid()))
+        _write_synced(tmp, data)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+        return
+    tmp_name = temp_name(path.name)
+    _write_synced(Path(tmp_name), data, dir_fd=dir_fd)
+    os.replace(tmp_name, path.name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    with contextlib.suppress(OSError):  # some file systems cannot fsync a folder
+        os.fsync(dir_fd)
+
+
+def temp_name(name: str) -> str:
+    """The temp file this process writes before renaming it to `name`."""
+    return _temp_name(name, os.getpid())
 
 
 def _temp_name(name: str, pid: int) -> str:
     return f".{name}.tmp-{pid}"
 
 
-def _write_synced(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.stat_result:
-    """Create `path` afresh (a stale file or a planted link of that name is removed first,
-    never written through), write, fsync; returns its stat."""
-    name: str | Path = path.name if dir_fd is not None else path
+def open_fresh(
+    name: str | Path, *, dir_fd: int | None = None, flags: int = os.O_WRONLY, mode: int = 0o666
+) -> int:
+    """Create `name` afresh and open it (`flags` plus O_CREAT, O_EXCL, O_NOFOLLOW). A stale
+    file or a planted link of that name is removed first (the link itself, never what it
+    points to); a link planted again in between makes the open fail, so nothing is ever
+    written through a link. A folder of that name is refused."""
     with contextlib.suppress(FileNotFoundError):
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if stat.S_ISDIR(info.st_mode):
-            raise UnsafeInputError(f"{path} is a folder where a temporary file belongs")
+            raise UnsafeInputError(f"{name} is a folder where ckpt-inspect writes a file")
         os.unlink(name, dir_fd=dir_fd)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW
-    fd = os.open(name, flags, 0o666, dir_fd=dir_fd)
+    return os.open(name, flags | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode, dir_fd=dir_fd)
+
+
+def _write_synced(path: Path, data: bytes, *, dir_fd: int | None = None) -> os.stat_result:
+    """Create `path` afresh (`open_fresh`), write, fsync; returns its stat."""
+    try:
+        fd = open_fresh(path.name if dir_fd is not None else path, dir_fd=dir_fd)
+    except UnsafeInputError:
+        raise UnsafeInputError(f"{path} is a folder where a temporary file belongs") from None
     try:
         view = memoryview(data)
         while view:

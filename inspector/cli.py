@@ -221,6 +221,12 @@ def _parser() -> argparse.ArgumentParser:
         "are written with zeros there, and named (exit code 1)",
     )
     p.add_argument("--resume", action="store_true", help="keep outputs that are already complete")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into a DEST holding other files; each one replaced is moved to "
+        "DEST/.ckpt-inspect-backup/<time>/ first",
+    )
     p.add_argument("--verify-data", action="store_true", help="compare content hashes at the end")
     p.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -452,6 +458,7 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
         return EXIT_OK
     result = plan.execute(
         resume=args.resume,
+        overwrite=args.overwrite,
         progress=lead and not args.no_progress,
         verify_data=args.verify_data,
         workers=args.workers,

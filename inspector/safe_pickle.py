@@ -7,6 +7,11 @@ table of inert stand-ins defined here (DCP metadata records, `torch.Size`, dtype
 Megatron's `MCoreMetadata`). Any other global is refused before it is resolved, so a
 hostile file cannot run code. Torch is not needed, nor imported.
 
+`load_dcp_metadata` audits the stream (`inspector.pickle_guard`) before unpickling it;
+`read_dcp_metadata`, what the scan uses, runs large streams without the audit in a child
+process the OS bounds (`inspector.sandbox`) and falls back to the audit when the child
+gives no answer.
+
 The table was derived by disassembling (`pickletools.dis`) the `.metadata` that
 `torch.distributed.checkpoint.save` writes with torch 2.13 and that megatron-core 0.16's
 `dist_checkpointing.save` writes (its save plans ride along), plus the names older torch and
@@ -17,19 +22,28 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any
+from typing import Any, TypeVar
 
 from inspector.dtypes import TORCH_DTYPES  # re-exported: the table lives in inspector.dtypes
 from inspector.errors import UnsafeInputError
 from inspector.pickle_guard import (
+    DEFAULT_LIMITS,
     HostilePickleError,
     PickleBombError,
     PickleFormatError,
     audit_pickle,
     hostile_globals,
     short_repr,
+)
+from inspector.sandbox import (
+    DEFAULT_SANDBOX,
+    SandboxFailed,
+    SandboxLimits,
+    SandboxUnavailable,
+    run_bounded,
 )
 
 __all__ = [
@@ -43,7 +57,10 @@ __all__ = [
     "StandIn",
     "TorchDtype",
     "load_dcp_metadata",
+    "read_dcp_metadata",
 ]
+
+T = TypeVar("T")
 
 _LAYOUTS = frozenset(
     {
@@ -172,6 +189,10 @@ class Dims(tuple):
     __slots__ = ()
 
 
+# Sizes kept from a pickle are printed in reports: none may be wider than the audit allows.
+_INT_BITS = 8 * DEFAULT_LIMITS.max_int_bytes
+
+
 class _SizeReader:
     """`torch.Size(sequence)` -> `Dims`, or a plain tuple when the items are not all
     non-negative ints (the entry holding it is then reported as malformed).
@@ -194,6 +215,13 @@ class _SizeReader:
         except TypeError:  # unhashable items: certainly not ints
             return values
         valid = set(map(type, values)) <= {int} and min(values, default=0) >= 0
+        if valid and max(values, default=0).bit_length() > _INT_BITS:
+            # Only the sandboxed path meets one (the audit refuses it first); refusing here
+            # sends the stream to the audit, which says what it is.
+            raise PickleBombError(
+                f"holds a size wider than {_INT_BITS} bits; no checkpoint stores one: refused",
+                kind="int",
+            )
         result = Dims(values) if valid else values
         self._seen[values] = result
         return result
@@ -307,9 +335,44 @@ def load_dcp_metadata(data: bytes) -> StandIn:
         module, _, attr = name.rpartition(".")
         if (module, attr) not in _ALLOWED and (module, attr) != ("torch", "Size"):
             raise RefusedGlobalError(module, attr)
+    return _unpickle(data)
+
+
+def read_dcp_metadata(
+    data: bytes,
+    convert: Callable[[StandIn], T],
+    *,
+    classes: Iterable[type] = (),
+    limits: SandboxLimits = DEFAULT_SANDBOX,
+) -> T:
+    """`convert(load_dcp_metadata(data))`, fast on large files.
+
+    From `limits.min_size` bytes on (where the sandbox exists), the restricted unpickler
+    and `convert` run without the audit in a child process the OS bounds (CPU time and
+    memory in proportion to the input, `inspector.sandbox`): at C speed, and a bomb only
+    kills the child. `convert` must turn the stand-ins into plain data (containers,
+    scalars, `Dims` and the `classes` named), which is what comes back. When the child
+    gives no result (a refused global, a malformed stream, a limit), the stream takes the
+    audited path here, which raises what `load_dcp_metadata` raises and says precisely
+    what was refused. Smaller files take the audited path directly."""
+    if len(data) >= limits.min_size:
+        try:
+            return run_bounded(
+                lambda: convert(_unpickle(data)),
+                size=len(data),
+                classes=(Dims, *classes),
+                limits=limits,
+            )
+        except (SandboxUnavailable, SandboxFailed):
+            pass
+    return convert(load_dcp_metadata(data))
+
+
+def _unpickle(data: bytes) -> StandIn:
+    """The restricted unpickler alone: allow-listed globals, stand-ins, no audit."""
     try:
         value = _DcpUnpickler(io.BytesIO(data)).load()
-    except (RefusedGlobalError, MetadataFormatError):
+    except (RefusedGlobalError, MetadataFormatError, PickleBombError):
         raise
     # Untrusted bytes can make the unpickler raise almost anything (EOFError, KeyError on a
     # bad memo index, TypeError from a stand-in called wrongly, MemoryError...): all of them

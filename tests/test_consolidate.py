@@ -359,11 +359,22 @@ def test_resume_keeps_complete_outputs_and_redoes_partial_ones(
 def test_resume_rewrites_an_output_whose_header_differs(source: Path, tmp_path: Path) -> None:
     dest = tmp_path / "out"
     plan_consolidation(scan(source), dest).execute(progress=False, verify=False)
-    # Same names, other dtype: the old files have the right names but not the planned header.
+    before = {p.name: p.read_bytes() for p in dest.iterdir()}
+    # Same names, other dtype: the old files have the right names but not the planned header,
+    # so they are not this plan's output: refused, untouched, unless --overwrite.
     plan = plan_consolidation(scan(source), dest, dtype="fp32")
-    result = plan.execute(resume=True, progress=False)
+    with pytest.raises(PlanRefusedError, match="--overwrite") as info:
+        plan.execute(resume=True, progress=False)
+    assert "model-00001-of-00002.safetensors (other content" in str(info.value)
+    assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
+    result = plan.execute(resume=True, overwrite=True, progress=False)
     assert result.skipped == () and len(result.written) == 2
     assert load_all(dest)["model.norm.weight"].dtype == torch.float32
+    # Every replaced file kept, byte for byte; config.json (same content) was not replaced.
+    assert result.backup is not None and result.backup.parent == dest / ".ckpt-inspect-backup"
+    kept = {p.name: p.read_bytes() for p in result.backup.iterdir()}
+    assert kept == {n: b for n, b in before.items() if n != "config.json"}
+    assert f"the originals are in {result.backup}" in str(result)
 
 
 def test_refuses_a_source_with_a_missing_rank_file(source: Path, tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ Two steps, so a person can read what will happen before anything is written:
 
 The package follows the seams of the work: `plan` (pure planning and the plan records),
 `assignment` (which output file each tensor goes to), `engine` (the byte copying),
-`driver` (one process or several under torchrun) and `verify` (re-scan and hash checks).
+`driver` (one process or several under torchrun), `dest` (the output folder: opened without
+following links, refused when it holds anything but this plan's own output unless
+`overwrite`) and `verify` (re-scan and hash checks).
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def consolidate(
     max_shard_size: int | str = SHARD_SPLIT_SIZE,
     dtype: str | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     progress: bool = True,
     verify: bool = True,
     verify_data: bool = False,
@@ -72,6 +75,7 @@ def consolidate(
     )
     return plan.execute(
         resume=resume,
+        overwrite=overwrite,
         progress=progress,
         verify=verify,
         verify_data=verify_data,

@@ -8,11 +8,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from inspector.consolidate.dest import Dest, foreign_entries, is_complete, refusal
 from inspector.consolidate.engine import (
     Progress,
     Sealer,
     copy_metadata,
-    is_complete,
     write_index,
     write_output,
 )
@@ -29,6 +29,7 @@ def execute_plan(
     plan: ConsolidationPlan,
     *,
     resume: bool,
+    overwrite: bool,
     progress: bool,
     verify: bool,
     verify_data: bool,
@@ -38,38 +39,49 @@ def execute_plan(
     fsync: bool,
 ) -> ConsolidationResult:
     started = time.perf_counter()
-    # 1. Which outputs are ours (output i goes to rank i % world_size, as torch does).
     dist = Distributed.start(rank, world_size)
-    plan.dest.mkdir(parents=True, exist_ok=True)
-    mine = [o for o in plan.outputs if o.index % dist.world_size == dist.rank]
-    skipped = [o for o in mine if resume and is_complete(plan.dest / o.name, o)]
-    todo = [o for o in mine if o not in skipped]
-    if dist.rank == 0:
-        # A stale index would make a half-rewritten folder look complete; the new one comes last.
-        (plan.dest / INDEX_NAME).unlink(missing_ok=True)
-    # 2. Write them, each as `<name>.partial` renamed when complete.
-    bar = Progress(sum(o.size for o in todo), progress)
-    try:
-        sealer = Sealer(plan.dest, fsync=fsync)
+    with Dest.open(plan.dest) as dest:
+        # 1. Nothing is written into a DEST that holds anything but this plan's own output,
+        # unless `overwrite`: every rank looks before any rank writes.
+        foreign = foreign_entries(dest, plan)
+        if foreign and not overwrite:
+            raise refusal(plan.dest, foreign)
+        dist.barrier()
+        backup = None
+        replaced = tuple(f.name for f in foreign if f.replaced)
+        if dist.rank == 0:
+            backup = dest.retire(list(replaced))
+            # A stale index would make a half-rewritten folder look complete; the new one
+            # comes last.
+            dest.remove(INDEX_NAME)
+        dist.barrier()
+        # 2. Which outputs are ours (output i goes to rank i % world_size, as torch does),
+        # each written as `<name>.partial` renamed when complete.
+        mine = [o for o in plan.outputs if o.index % dist.world_size == dist.rank]
+        skipped = [o for o in mine if resume and is_complete(dest, o)]
+        todo = [o for o in mine if o not in skipped]
+        bar = Progress(sum(o.size for o in todo), progress)
         try:
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                list(pool.map(lambda o: write_output(plan, o, bar, sealer), todo))
+            sealer = Sealer(dest, fsync=fsync)
+            try:
+                with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                    list(pool.map(lambda o: write_output(plan, o, bar, sealer), todo))
+            finally:
+                sealer.wait()
         finally:
-            sealer.wait()
-    finally:
-        bar.close()
-    # 3. Everyone done: rank 0 copies the metadata files and writes the index last.
-    dist.barrier()
-    index_file: str | None = None
-    copied: tuple[str, ...] = ()
+            bar.close()
+        # 3. Everyone done: rank 0 copies the metadata files and writes the index last.
+        dist.barrier()
+        index_file: str | None = None
+        copied: tuple[str, ...] = ()
+        if dist.rank == 0:
+            copied = copy_metadata(plan, dest)
+            index_file = write_index(plan, dest)
+    # Nobody returns before the index exists; rank 0 then verifies alone (it may take long).
+    dist.finish()
     findings: Sequence[Finding] = ()
     checked = 0
     mismatches: Sequence[str] = ()
-    if dist.rank == 0:
-        copied = copy_metadata(plan)
-        index_file = write_index(plan)
-    # Nobody returns before the index exists; rank 0 then verifies alone (it may take long).
-    dist.finish()
     if dist.rank == 0 and (verify or verify_data):
         findings, checked, mismatches = verify_output(plan, checks=verify, data=verify_data)
     return ConsolidationResult(
@@ -87,6 +99,8 @@ def execute_plan(
         data_checked=checked,
         data_mismatches=tuple(mismatches),
         partial=plan.partial,
+        backup=backup,
+        replaced=replaced if backup is not None else (),
     )
 
 

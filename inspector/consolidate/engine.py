@@ -12,21 +12,27 @@ import errno
 import math
 import mmap
 import os
-import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
-from inspector.atomic import fsync_dir, write_atomic
 from inspector.casting import cast_bytes
-from inspector.consolidate.plan import ConsolidationPlan, OutputFile, Piece, PlannedTensor
+from inspector.consolidate.dest import Dest
+from inspector.consolidate.plan import (
+    METADATA_CAP,
+    ConsolidationPlan,
+    OutputFile,
+    Piece,
+    PlannedTensor,
+    index_bytes,
+)
 from inspector.dtypes import DTYPE_BITS
 from inspector.errors import InspectorError
 from inspector.layouts._common import INDEX_NAME
+from inspector.storage import LocalFile
 
 __all__ = [
     "BLOCK_BYTES",
@@ -34,7 +40,6 @@ __all__ = [
     "Sealer",
     "SourceFiles",
     "copy_metadata",
-    "is_complete",
     "pread_exact",
     "write_index",
     "write_output",
@@ -78,18 +83,18 @@ class Sealer:
     """fsync + rename of finished outputs on a thread of its own, so the disk writes one file
     back while the next is being copied. At most `depth` files wait (bounded open files)."""
 
-    def __init__(self, dest: Path, *, fsync: bool = True, depth: int = 4) -> None:
+    def __init__(self, dest: Dest, *, fsync: bool = True, depth: int = 4) -> None:
         self.dest = dest
         self.fsync = fsync
         self.pool = ThreadPoolExecutor(max_workers=1)
         self.slots = threading.BoundedSemaphore(depth)
         self.pending: list[Any] = []
 
-    def submit(self, fd: int, partial: Path, final: Path) -> None:
+    def submit(self, fd: int, partial: str, final: str) -> None:
         self.slots.acquire()
         self.pending.append(self.pool.submit(self._seal, fd, partial, final))
 
-    def _seal(self, fd: int, partial: Path, final: Path) -> None:
+    def _seal(self, fd: int, partial: str, final: str) -> None:
         try:
             try:
                 if self.fsync:
@@ -97,9 +102,9 @@ class Sealer:
             finally:
                 os.close(fd)
             # Only a complete (and, by default, durable) file ever gets its final name.
-            os.replace(partial, final)
+            self.dest.rename(partial, final)
             if self.fsync:
-                fsync_dir(self.dest)
+                self.dest.sync()
         finally:
             self.slots.release()
 
@@ -109,28 +114,20 @@ class Sealer:
             future.result()
 
 
-def is_complete(path: Path, output: OutputFile) -> bool:
-    """A finished output: final name, expected size, and exactly the planned header."""
-    try:
-        if path.stat().st_size != output.size:
-            return False
-        with path.open("rb") as fh:
-            return fh.read(len(output.header)) == output.header
-    except OSError:
-        return False
-
-
 def write_output(
     plan: ConsolidationPlan, output: OutputFile, bar: Progress, sealer: Sealer
 ) -> None:
     """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
     renames it, so a crash never leaves a partly written file under the final name."""
-    final = plan.dest / output.name
-    partial = final.with_name(final.name + ".partial")
+    partial = output.name + ".partial"
     sources = SourceFiles(plan.source)
-    # O_NOFOLLOW: a link planted under the partial name must not be written through.
-    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(partial, flags, 0o644)
+    # Created afresh in DEST's descriptor: a stale file or a link planted under the
+    # partial name is removed first, never written through (O_EXCL | O_NOFOLLOW).
+    try:
+        fd = sealer.dest.open_partial(partial)
+    except BaseException:
+        sources.close()
+        raise
     try:
         _pwrite_all(fd, output.header, 0)
         bar.add(len(output.header))
@@ -145,14 +142,14 @@ def write_output(
     except OSError as exc:
         os.close(fd)
         if exc.filename is None:  # a write by descriptor: name the file (ENOSPC, EFBIG...)
-            raise OSError(exc.errno, exc.strerror, str(partial)) from exc
+            raise OSError(exc.errno, exc.strerror, str(plan.dest / partial)) from exc
         raise
     except BaseException:
         os.close(fd)
         raise
     finally:
         sources.close()
-    sealer.submit(fd, partial, final)
+    sealer.submit(fd, partial, output.name)
 
 
 class SourceFiles:
@@ -336,23 +333,25 @@ def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def copy_metadata(plan: ConsolidationPlan) -> tuple[str, ...]:
+def copy_metadata(plan: ConsolidationPlan, dest: Dest) -> tuple[str, ...]:
+    """The source's public metadata files (config, tokenizer...) copied into DEST, each
+    read as a regular file without following a link and written atomically."""
     copied = []
     for rel in plan.metadata_files:
         name = Path(rel).name
-        tmp = plan.dest / (name + ".partial")
-        shutil.copyfile(plan.source / rel, tmp, follow_symlinks=False)
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, plan.dest / name)
+        with LocalFile(plan.source / rel) as reader:
+            size = reader.size()
+            if size > METADATA_CAP:
+                raise InspectorError(
+                    f"{plan.source / rel}: is {size:,} bytes, over the {METADATA_CAP:,}-byte "
+                    "limit for a metadata file; remove it from .hf_metadata or copy it by hand"
+                )
+            data = reader.read_range(0, size)
+        dest.write(name, data)
         copied.append(name)
     return tuple(copied)
 
 
-def write_index(plan: ConsolidationPlan) -> str:
-    doc = {
-        "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
-        "weight_map": dict(sorted(plan.weight_map.items())),
-    }
-    write_atomic(plan.dest / INDEX_NAME, orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
+def write_index(plan: ConsolidationPlan, dest: Dest) -> str:
+    dest.write(INDEX_NAME, index_bytes(plan))
     return INDEX_NAME

@@ -17,7 +17,7 @@ from inspector.casting import dtype_for_target
 from inspector.codes import Code, code_set
 from inspector.consolidate.assignment import choose_assignment
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector.errors import PlanRefusedError
+from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
@@ -31,6 +31,7 @@ __all__ = [
     "Piece",
     "PlannedTensor",
     "default_destination",
+    "index_bytes",
     "plan_consolidation",
 ]
 
@@ -53,7 +54,7 @@ BLOCKING = code_set(
 OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
 
 
-_METADATA_CAP = 2_000_000_000
+METADATA_CAP = 2_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +143,7 @@ class ConsolidationPlan:
         self,
         *,
         resume: bool = False,
+        overwrite: bool = False,
         progress: bool = True,
         verify: bool = True,
         verify_data: bool = False,
@@ -152,6 +154,11 @@ class ConsolidationPlan:
     ) -> ConsolidationResult:
         """Write the outputs, then the index (rank 0), then verify DEST.
 
+        DEST must be empty or hold only this plan's own output (finished outputs, `.partial`
+        files, the index and copied files with the planned content); anything else is
+        refused (`PlanRefusedError`) unless `overwrite`, which first moves every entry a
+        written file replaces into `DEST/.ckpt-inspect-backup/<time>/`. A DEST that is a
+        link is refused (`UnsafeInputError`).
         `resume` keeps outputs already complete (same size and header). `verify` re-scans and
         checks DEST; `verify_data` also compares every tensor's content hash with the source.
         `workers` threads write separate files (each holds one 8 MB block buffer). Under
@@ -165,6 +172,7 @@ class ConsolidationPlan:
         return execute_plan(
             self,
             resume=resume,
+            overwrite=overwrite,
             progress=progress,
             verify=verify,
             verify_data=verify_data,
@@ -194,6 +202,8 @@ class ConsolidationResult:
     data_mismatches: tuple[str, ...] = ()
     # Tensors the source did not fully hold, written with zeros there (allow_partial).
     partial: tuple[str, ...] = ()
+    backup: Path | None = None  # where `overwrite` moved the entries it replaced
+    replaced: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -289,13 +299,19 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
             "only a folder of shard-*-model-*.safetensors files with DCP_SHARDING_INFO can be "
             "consolidated"
         )
-    resolved = dest.expanduser().resolve()
-    if resolved == scanned.path.resolve():
+    # DEST's parents are resolved, DEST itself is not: a link there is refused, not followed.
+    absolute = Path(os.path.abspath(dest.expanduser()))
+    target = absolute.parent.resolve() / absolute.name
+    if target.resolve() == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
             f"{default_destination(scanned.path)}"
         )
-    return resolved
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        from inspector.consolidate.dest import not_a_folder
+
+        raise UnsafeInputError(not_a_folder(target))
+    return target
 
 
 def _refuse_on_errors(
@@ -511,9 +527,18 @@ def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     for entry in entries:
         skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
         skip = skip or entry.name.endswith(".safetensors") or entry.is_symlink()
-        if not skip and entry.is_file() and entry.stat().st_size <= _METADATA_CAP:
+        if not skip and entry.is_file() and entry.stat().st_size <= METADATA_CAP:
             keep.append(f"{meta_dir}/{entry.name}")
     return tuple(keep)
+
+
+def index_bytes(plan: ConsolidationPlan) -> bytes:
+    """The `model.safetensors.index.json` this plan writes, byte for byte."""
+    doc = {
+        "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
+        "weight_map": dict(sorted(plan.weight_map.items())),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def describe_plan(plan: ConsolidationPlan) -> str:
@@ -560,6 +585,11 @@ def describe_result(result: ConsolidationResult) -> str:
     if result.skipped:
         kept = examples(list(result.skipped))
         lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+    if result.backup is not None:
+        lines.append(
+            f"  replaced {len(result.replaced)} entr{'y' if len(result.replaced) == 1 else 'ies'}"
+            f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
+        )
     if result.index_file:
         lines.append(f"  index: {result.index_file}")
     if result.metadata_files:

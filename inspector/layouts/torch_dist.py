@@ -48,7 +48,7 @@ from inspector.safe_pickle import (
     RefusedGlobalError,
     StandIn,
     TorchDtype,
-    load_dcp_metadata,
+    read_dcp_metadata,
 )
 from inspector.storage import LocalFile
 
@@ -260,7 +260,13 @@ def _read_metadata(
         return unreadable(f"cannot be read ({exc.strerror or exc})")
     with gc_paused():
         try:
-            meta = load_dcp_metadata(data)
+            # A large file is unpickled and converted in a bounded child (plain data comes
+            # back), a small one audited and unpickled here: the same results either way.
+            return read_dcp_metadata(
+                data,
+                lambda meta: _convert_metadata(meta, rel=rel, prefix=prefix),
+                classes=(TorchDistTensor, ReadProblem, FileRole, ProblemKind),
+            )
         # Before RefusedGlobalError: a refused global that runs code is hostile, not unknown.
         except (HostilePickleError, PickleBombError) as exc:
             return unreadable(str(exc), refusal_kind(exc))
@@ -268,7 +274,6 @@ def _read_metadata(
             return unreadable(str(exc))
         except MetadataFormatError as exc:
             return unreadable(f"{exc} (truncated or corrupt)")
-        return _convert_metadata(meta, rel=rel, prefix=prefix)
 
 
 def _convert_metadata(

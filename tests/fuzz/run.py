@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle")
+NAMES = ("header", "index_json", "pickle", "pickle_sandbox")
 
 
 def main() -> int:

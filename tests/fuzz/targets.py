@@ -5,7 +5,9 @@ reader must keep, whatever the input:
 - it reads at most what its cap allows;
 - every finding names a known code, and no message quotes more than `MAX_MESSAGE`
   characters (a report must not leak a file's content);
-- the pickle path refuses bombs and code-running names before unpickling.
+- the pickle path refuses bombs and code-running names before unpickling;
+- the bounded child that reads large `.metadata` files answers what the audited path
+  answers (or reads, within its limits, a stream the audit refuses as a bomb).
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -15,6 +17,7 @@ corpus replay test (`tests/test_fuzz_corpus.py`).
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +27,7 @@ from inspector.codes import CODES
 from inspector.findings import Finding
 from inspector.model import FileRole, ReadProblem
 
-__all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata"]
+__all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata", "pickle_sandbox"]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
 MAX_MESSAGE = 4_000
@@ -132,8 +135,70 @@ def pickle_metadata(data: bytes) -> None:
     _check_problems(problems)
 
 
+# -- (d) the bounded child against the audited path --------------------------------------------
+
+_ADDRESS = re.compile(r"0x[0-9a-f]+")
+
+
+def pickle_sandbox(data: bytes) -> None:
+    """`.metadata` bytes read through the bounded child (forced, with tight limits) and
+    in this process after the audit: the same result or the same refusal. The child may
+    read a stream the audit refuses as a bomb or as malformed (it finished within its
+    limits, and what comes back is plain data), never one it refuses for its globals."""
+    from inspector.layouts import torch_dist
+    from inspector.model import FileRole, ProblemKind, ReadProblem, TorchDistTensor
+    from inspector.safe_pickle import (
+        HostilePickleError,
+        MetadataFormatError,
+        PickleBombError,
+        RefusedGlobalError,
+        load_dcp_metadata,
+        read_dcp_metadata,
+    )
+    from inspector.sandbox import SandboxLimits, sandbox_available
+
+    if not sandbox_available():
+        return
+    limits = SandboxLimits(min_size=0, cpu_floor=1.0, memory_floor=512 << 20)
+    declared = (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError)
+
+    def convert(meta: object) -> tuple:
+        return torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+
+    def outcome(read: Callable[[], tuple]) -> tuple[tuple | None, Exception | None]:
+        try:
+            return read(), None
+        except declared as exc:
+            assert len(str(exc)) <= MAX_MESSAGE
+            return None, exc
+
+    here, refused = outcome(lambda: convert(load_dcp_metadata(data)))
+    there, refused_there = outcome(
+        lambda: read_dcp_metadata(
+            data,
+            convert,
+            classes=(TorchDistTensor, ReadProblem, FileRole, ProblemKind),
+            limits=limits,
+        )
+    )
+    if refused_there is not None:  # the child gave no answer: the audited path spoke
+        assert refused is not None and type(refused_there) is type(refused)
+        assert str(refused_there) == str(refused)
+        return
+    assert there is not None
+    *_, problems = there
+    _check_problems(problems)
+    if refused is not None:
+        assert isinstance(refused, (PickleBombError, MetadataFormatError)), refused
+        assert not isinstance(refused, (RefusedGlobalError, HostilePickleError))
+        return
+    # Object addresses in quoted values differ between processes; nothing else may.
+    assert _ADDRESS.sub("0x", repr(there)) == _ADDRESS.sub("0x", repr(here))
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
     "pickle": pickle_metadata,
+    "pickle_sandbox": pickle_sandbox,
 }
