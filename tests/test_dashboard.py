@@ -252,6 +252,40 @@ def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     assert "verified: no finding" in form.status.value and not form.run.disabled
 
 
+def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
+    demos: Path, tmp_path: Path
+):
+    """The default destination may already hold something: consolidate refuses to write over
+    what it did not write, and the panel says how to go on, without a traceback."""
+    folder = _copy(demos, DCP_COLLAPSED, tmp_path)
+    form = Dashboard(folder).select("Consolidate")
+    dest = Path(form.dest.value)
+    dest.mkdir()
+    index = dest / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {}}')  # someone else's index, under a name we write
+    (dest / "notes.txt").write_text("mine")
+    assert form.execute() is None
+    status = form.status.value
+    assert "PlanRefusedError" in status and "DEST is not empty: 2 entries" in status
+    assert "Nothing was written" in status and "tick <b>overwrite</b>" in status
+    assert sorted(p.name for p in dest.iterdir()) == ["model.safetensors.index.json", "notes.txt"]
+    assert index.read_text() == '{"weight_map": {}}' and not form.run.disabled
+    # Ticked: what a written file replaces is moved to a backup first, the rest left alone.
+    form.overwrite.value = True
+    result = form.execute()
+    assert result is not None and result.ok and result.replaced == (index.name,)
+    assert result.backup is not None
+    assert (result.backup / index.name).read_text() == '{"weight_map": {}}'
+    assert (dest / "notes.txt").read_text() == "mine"
+    assert "the originals are in" in form.status.value
+    # The folder now holds this plan's own output (and the note): running again is no
+    # overwrite of anything it did not write, so it needs no tick.
+    (dest / "notes.txt").unlink()
+    form.overwrite.value = False
+    again = form.execute()
+    assert again is not None and again.ok and again.backup is None
+
+
 def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
     form = Dashboard(demos / "healthy-hf-sharded").select("Consolidate")
     assert "hf-sharded" in form.widget.children[0].value

@@ -17,7 +17,7 @@ from inspector.widgets.dashboard import button
 from inspector.widgets.report import write_html_report
 
 from inspector.consolidate import default_destination, plan_consolidation
-from inspector.errors import InspectorError
+from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
 from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
 from inspector.markdown import markdown_summary
@@ -253,8 +253,10 @@ def _changes(plan: Any) -> str:
 
 class ConsolidatePanel:
     """Form for `plan_consolidation` + `execute`: destination, mapping or reference, maximum
-    shard size, dtype, workers. Shows the plan, a progress bar while running, and the
-    verification of the written folder."""
+    shard size, dtype, workers, overwrite. Shows the plan, a progress bar while running, and
+    the verification of the written folder. A destination that holds anything but this plan's
+    own output is refused by `execute` unless overwrite is ticked; the refusal is shown with
+    the two ways out."""
 
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
@@ -271,6 +273,12 @@ class ConsolidatePanel:
         self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
         self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
         self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)
+        # The CLI's --overwrite: named so, as the core's refusal message names it.
+        self.overwrite = w.Checkbox(
+            description="overwrite (--overwrite): move what the destination holds to a backup",
+            indent=False,
+            layout=w.Layout(width="90%"),
+        ).add_class("ckpt-consolidate-overwrite")
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
         plan = button("Plan", "ckpt-consolidate-plan")
@@ -292,6 +300,7 @@ class ConsolidatePanel:
                 w.HTML(note),
                 *form,
                 self.verify_data,
+                self.overwrite,
                 w.HBox([plan, self.run]),
                 self.progress,
                 self.status,
@@ -326,10 +335,14 @@ class ConsolidatePanel:
         try:
             with self.progress:
                 result = plan.execute(
-                    progress=True, verify_data=self.verify_data.value, workers=self.workers.value
+                    progress=True,
+                    verify_data=self.verify_data.value,
+                    workers=self.workers.value,
+                    overwrite=self.overwrite.value,
                 )
         except _EXPECTED as exc:
-            self.status.value = _error(exc)
+            self.progress.clear_output()
+            self.status.value = _refused(exc, overwrite=self.overwrite.value)
             return None
         finally:
             self.run.disabled = False
@@ -341,6 +354,19 @@ class ConsolidatePanel:
         if result.findings:
             self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
         return result
+
+
+def _refused(exc: BaseException, *, overwrite: bool) -> str:
+    """Why the consolidation did not run; for a destination that holds other files, what the
+    form offers instead of the CLI flag the message names."""
+    text = _error(exc)
+    if isinstance(exc, PlanRefusedError) and "--overwrite" in str(exc) and not overwrite:
+        text += (
+            "<div class='ckpt-consolidate-refused'>Nothing was written. Choose an empty "
+            "destination above, or tick <b>overwrite</b> to move what is there to a backup "
+            "and consolidate into it.</div>"
+        )
+    return text
 
 
 class ReportPanel:
