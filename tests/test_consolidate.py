@@ -527,8 +527,22 @@ def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> Non
     plan = plan_consolidation(scan(src), tmp_path / "out", reference=reference)
     assert len(plan.outputs) == 4
     assert "collapsed mapping" in plan.describe()
-    # without the reference the recorded mapping still applies (the issue's order)
-    assert len(plan_consolidation(scan(src), tmp_path / "out2").outputs) == 1
+    # The reference dealt with the collapse: the plan no longer warns about it.
+    assert "mapping-collapsed" not in {f.code for f in plan.findings}
+    assert "[mapping-collapsed]" not in plan.describe()
+    # without the reference the recorded mapping still applies (the issue's order), and warns
+    plain = plan_consolidation(scan(src), tmp_path / "out2")
+    assert len(plain.outputs) == 1 and "mapping-collapsed" in {f.code for f in plain.findings}
+
+
+def test_default_destination_is_a_sibling_of_the_source(tmp_path: Path) -> None:
+    from inspector.consolidate import default_destination
+
+    src = tmp_path / "run" / "model"
+    src.mkdir(parents=True)
+    dest = default_destination(src)
+    assert dest == tmp_path / "run" / "model-consolidated"
+    assert src.resolve() not in dest.resolve().parents
 
 
 # -- a source that lost a rank: refused, or written partial on request (issue 8, item 4) ---------

@@ -30,6 +30,7 @@ __all__ = [
     "OutputFile",
     "Piece",
     "PlannedTensor",
+    "default_destination",
     "index_bytes",
     "plan_consolidation",
 ]
@@ -217,6 +218,14 @@ class ConsolidationResult:
         return self.describe()
 
 
+def default_destination(source: str | os.PathLike[str]) -> Path:
+    """Where a consolidation of `source` goes unless told otherwise: a sibling folder
+    `<source>-consolidated`. Not inside the source: the output would sit in (and be copied,
+    backed up and scanned with) the very checkpoint it replaces."""
+    path = Path(source).expanduser().resolve()
+    return path.with_name(f"{path.name}-consolidated")
+
+
 def plan_consolidation(
     scanned: ScannedCheckpoint,
     dest: str | os.PathLike[str],
@@ -239,11 +248,12 @@ def plan_consolidation(
     """
     # 1. Is there something sound to consolidate?
     dest_path = _check_dest(scanned, Path(dest))
-    findings = _refuse_on_errors(
-        scanned,
-        explicit=mapping is not None or reference is not None,
-        allow_partial=allow_partial,
-    )
+    explicit = mapping is not None or reference is not None
+    findings = _refuse_on_errors(scanned, explicit=explicit, allow_partial=allow_partial)
+    if explicit:
+        # The caller's mapping or reference replaces the recorded mapping: its collapse no
+        # longer affects this plan, so it is not repeated as a warning about the plan.
+        findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     partial = _partial_tensors(scanned, findings)
     try:
         target = dtype_for_target(dtype) if dtype else None
@@ -295,7 +305,7 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
     if target.resolve() == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
-            f"{scanned.path / 'consolidated'}"
+            f"{default_destination(scanned.path)}"
         )
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         from inspector.consolidate.dest import not_a_folder

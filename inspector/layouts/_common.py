@@ -22,6 +22,7 @@ import numpy as np
 from inspector.columns import Coded, frozen
 from inspector.findings import FOLD, examples
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
+from inspector.progress import track
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
 from inspector.storage import LocalFile
@@ -101,7 +102,10 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
 def read_shards(
     paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP
 ) -> tuple[ShardHeader, ...]:
-    return tuple(read_shard(p, root=root, cap=header_cap) for p in paths)
+    return tuple(
+        read_shard(p, root=root, cap=header_cap)
+        for p in track(paths, desc="shard headers", unit="file")
+    )
 
 
 def is_safe_member(value: str) -> bool:
