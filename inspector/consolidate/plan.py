@@ -250,10 +250,6 @@ def plan_consolidation(
     dest_path = _check_dest(scanned, Path(dest))
     explicit = mapping is not None or reference is not None
     findings = _refuse_on_errors(scanned, explicit=explicit, allow_partial=allow_partial)
-    if explicit:
-        # The caller's mapping or reference replaces the recorded mapping: its collapse no
-        # longer affects this plan, so it is not repeated as a warning about the plan.
-        findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     partial = _partial_tensors(scanned, findings)
     try:
         target = dtype_for_target(dtype) if dtype else None
@@ -265,6 +261,12 @@ def plan_consolidation(
     # 3. Which output file each tensor goes to, and why.
     out_bytes = {s.name: _out_nbytes(s, target) for s in sources.values()}
     choice = choose_assignment(scanned, list(sources), out_bytes, mapping, reference, limit)
+    if choice.collapse_avoided:
+        # The plan follows the caller's mapping or reference, or the upstream model the run
+        # names, not the collapsed mapping: the collapse no longer affects this plan, so it is
+        # not repeated as a warning about it (its reason says what was followed instead).
+        # `check` still reports the checkpoint's own mapping-collapsed.
+        findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     # 4. Headers and offsets of every output.
     outputs = _build_outputs(sources, choice.groups, target, set(partial))
     notes = [*_partial_notes(partial, findings), *choice.notes]
