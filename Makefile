@@ -25,7 +25,7 @@ demo: $(STAMP)
 	done
 
 test: $(STAMP)
-	$(PY) -m ruff check inspector widgets tests benchmarks
+	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	$(PY) -m mypy
 	$(PY) -m pytest
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
@@ -37,13 +37,13 @@ fuzz: $(STAMP)
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check inspector widgets tests benchmarks
-	$(PY) -m ruff format --check inspector widgets tests benchmarks
+	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
+	$(PY) -m ruff format --check inspector widgets tests benchmarks notebooks
 	$(PY) -m mypy
 
 format: $(STAMP)
-	$(PY) -m ruff format inspector widgets tests benchmarks
-	$(PY) -m ruff check --fix inspector widgets tests benchmarks
+	$(PY) -m ruff format inspector widgets tests benchmarks notebooks
+	$(PY) -m ruff check --fix inspector widgets tests benchmarks notebooks
 
 # docs/findings.md is generated from the code table in inspector/codes.py.
 docs: $(STAMP)

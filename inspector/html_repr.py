@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inspector.findings import CODE_HELP, Finding
+from inspector.problems import Problem, group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
 
@@ -21,16 +22,35 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from inspector.model import ScannedCheckpoint
+    from inspector.model_load import LoadVerdict
 
 __all__ = [
+    "BYTE_COLUMNS",
     "STYLE",
     "code_help_html",
     "diff_html",
+    "facts_html",
     "findings_html",
     "frame_html",
+    "load_answer",
+    "load_verdict_html",
+    "problem_html",
+    "problems_html",
     "scanned_html",
+    "severity_badge",
     "text_html",
 ]
+
+# Columns that hold byte counts: tables show them as "4.1 GB" (decimal, `format_bytes`).
+BYTE_COLUMNS = frozenset({"size", "header_bytes", "tensor_bytes", "nbytes", "bytes", "total_bytes"})
+_KIND_LABELS = {
+    "repair": "fixable here",
+    "restore": "restore from a copy",
+    "re-export": "re-export",
+    "consolidate": "consolidate",
+    "reshard": "re-shard",
+    "review": "review",
+}
 
 _SEVERITIES = ("error", "warning", "info")
 _SEVERITY_COLORS = {"error": "#d62728", "warning": "#b07d00", "info": "#1f77b4"}
@@ -40,12 +60,14 @@ STYLE = (
     "border-bottom:1px solid #e3e3e3}.ckpt-repr th{background:#f6f6f6}"
     ".ckpt-repr .k{color:#666;padding-right:12px}.ckpt-repr code{font-size:12px}"
     ".ckpt-repr td code{white-space:nowrap}"
-    ".ckpt-repr td.name{font-family:monospace;word-break:break-all;min-width:14em;max-width:28em}"
+    ".ckpt-repr td.name{font-family:monospace;min-width:14em;max-width:28em}"
     ".ckpt-repr td.msg{min-width:22em}.ckpt-repr .scroll{max-height:560px;overflow:auto}"
     ".ckpt-repr .sev{border-radius:8px;padding:0 6px;color:#fff;font-size:11px}"
     ".ckpt-repr pre{font-size:12px;max-height:480px;overflow:auto;background:#fafafa;"
     "padding:6px;margin:4px 0}.ckpt-repr .add{color:#22863a}.ckpt-repr .del{color:#b31d28}"
-    ".ckpt-repr .hunk{color:#6f42c1}</style>"
+    ".ckpt-repr .hunk{color:#6f42c1}"
+    ".ckpt-repr td.name{overflow-wrap:anywhere}"
+    ".ckpt-repr .problem td{border-bottom:1px solid #e3e3e3}</style>"
 )
 
 
@@ -57,13 +79,10 @@ def scanned_html(
     are cut at `max_rows` rows (a count says how many more), so a 300,000-tensor checkpoint
     displays as fast as a small one."""
     problems = list(scanned.problems if findings is None else findings)
-    summary = summarize(scanned, problems=problems)
     files = scanned.files
     parts = [
-        f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>",
-        _facts_table(summary),
-        _dtype_table(summary["dtypes"]),
-        _problems_html(problems, max_rows=max_rows),
+        facts_html(scanned, problems),
+        _problems_table(group_problems(scanned, problems), len(problems), max_rows=max_rows),
         _frame_table(
             files,
             columns=["file", "size", "tensors", "first_layer", "last_layer"],
@@ -74,16 +93,29 @@ def scanned_html(
     return _wrap("".join(parts))
 
 
+def facts_html(scanned: ScannedCheckpoint, findings: Sequence[Finding] = ()) -> str:
+    """The checkpoint's path, facts (layout, files, tensors, bytes, parameters, layers) and
+    bytes by dtype, as two small tables."""
+    summary = summarize(scanned, problems=list(findings))
+    return (
+        f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>"
+        + _facts_table(summary)
+        + _dtype_table(summary["dtypes"])
+    )
+
+
 def frame_html(
     frame: pd.DataFrame | None,
     *,
     columns: Sequence[str] | None = None,
     max_rows: int = 200,
     title: str | None = None,
+    start: int = 0,
 ) -> str:
-    """The first `max_rows` rows of `frame` (only the `columns` it has) as an escaped table,
-    followed by "... N more rows" when cut."""
-    return _wrap(_frame_table(frame, columns=columns, max_rows=max_rows, title=title))
+    """Rows `start` to `start + max_rows` of `frame` (only the `columns` it has) as an escaped
+    table; byte-count columns (`BYTE_COLUMNS`) read "4.1 GB". A title counts the rows and says
+    which are shown when the table is cut."""
+    return _wrap(_frame_table(frame, columns=columns, max_rows=max_rows, title=title, start=start))
 
 
 def _frame_table(
@@ -92,14 +124,22 @@ def _frame_table(
     columns: Sequence[str] | None,
     max_rows: int,
     title: str | None,
+    start: int = 0,
 ) -> str:
     if frame is None or frame.empty:
         return f"<div class='k'>{_e(title or 'table')}: no rows</div>"
     wanted = [c for c in (columns or frame.columns) if c in frame.columns]
-    shown = frame[wanted].head(max_rows)
+    shown = frame[wanted].iloc[start : start + max_rows].copy()
+    for column in BYTE_COLUMNS & set(wanted):
+        shown[column] = [
+            "" if _missing(v) else format_bytes(float(v)) for v in shown[column].tolist()
+        ]
     table = shown.to_html(index=False, escape=True, border=0, na_rep="")
-    head = f"<div>{_e(title)} ({len(frame):,})</div>" if title else ""
-    return head + table + _more(len(frame), max_rows, "rows")
+    cut = len(frame) > max_rows
+    which = f"; rows {start + 1:,}-{start + len(shown):,}" if cut and start else ""
+    head = f"<div>{_e(title)} ({len(frame):,}{which})</div>" if title else ""
+    more = _more(len(frame), max_rows, "rows") if not start else ""
+    return head + table + more
 
 
 def findings_html(frame: pd.DataFrame, *, max_rows: int = 500) -> str:
@@ -190,26 +230,140 @@ def _dtype_table(dtypes: dict[str, int]) -> str:
     return f"<table><tr><th>dtype</th><th>bytes</th></tr>{cells}</table>"
 
 
-def _problems_html(problems: list[Finding], *, max_rows: int) -> str:
-    """Findings counted by severity, then one row per code (worst first) with its count and
-    first message."""
+def problems_html(
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    max_rows: int = 50,
+    verdict: LoadVerdict | None = None,
+) -> str:
+    """The findings grouped into problems (`inspector.problems`, with the load `verdict` they
+    were checked with): severity, what is wrong, its impact and what fixes it, one row per
+    problem, worst first."""
+    problems = group_problems(scanned, findings, verdict=verdict)
+    return _wrap(_problems_table(problems, len(findings), max_rows=max_rows))
+
+
+_ANSWER_COLORS = {"yes": "#2ca02c", "ignores": "#b07d00", "no": "#d62728", "unknown": "#7f7f7f"}
+
+
+def load_answer(verdict: LoadVerdict | None) -> str:
+    """The short answer to "will it load?": yes, ignores (loads, but drops stored tensors),
+    no, or unknown (not checked)."""
+    if verdict is None or verdict.loads is None:
+        return "unknown"
+    if not verdict.loads:
+        return "no"
+    return "ignores" if verdict.unexpected else "yes"
+
+
+def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
+    """ "Will it load?" (`inspector.model_load`): the answer, the architecture and what the
+    model code reports, the first `examples` keys of each kind (missing, another shape,
+    unexpected) with their counts, MTP tensors transformers skips, or why the check did not
+    run. Styles are inline: a saved notebook's static snapshot keeps them."""
+    answer = load_answer(verdict)
+    label = {
+        "yes": "yes",
+        "ignores": "yes, ignoring stored tensors",
+        "no": "no",
+        "unknown": "not checked",
+    }[answer]
+    badge = (
+        f"<span style='background:{_ANSWER_COLORS[answer]};color:#fff;border-radius:8px;"
+        f"padding:0 8px'>{_e(label)}</span>"
+    )
+    head = f"<b>Will it load?</b> {badge}"
+    if verdict is None:
+        body = " <span style='color:#666'>the load check was off</span>"
+        return _load_box(answer, head + body)
+    if verdict.skipped is not None:
+        return _load_box(answer, f"{head} <span style='color:#666'>{_e(verdict.skipped)}</span>")
+    notes = []
+    if verdict.transformers_version:
+        notes.append(f"transformers {verdict.transformers_version}")
+    if verdict.parameters is not None:
+        notes.append(f"{verdict.parameters:,} parameters")
+    if verdict.quantization:
+        notes.append(f"quantization: {verdict.quantization}")
+    tail = f" <span style='color:#666'>({_e('; '.join(notes))})</span>" if notes else ""
+    head += f" as <code>{_e(verdict.architecture or '?')}</code>{tail}"
+    kinds = [
+        ("missing", list(verdict.missing), "the model expects them; transformers initialises "
+         "them at random"),
+        (
+            "with another shape",
+            [f"{m.key} {list(m.stored)} (expected {list(m.expected)})" for m in verdict.mismatched],
+            "loading fails",
+        ),
+        ("unexpected", list(verdict.unexpected), "stored, and the model would not load them"),
+        (
+            "MTP tensors transformers skips",
+            list(verdict.mtp_skipped),
+            "serving engines that predict several tokens load them",
+        ),
+    ]  # fmt: skip
+    items = []
+    for kind, keys, why in kinds:
+        if not keys:
+            continue
+        shown = ", ".join(f"<code>{_e(k)}</code>" for k in keys[:examples])
+        more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
+        items.append(
+            f"<li data-kind='{_e(kind)}'><b>{len(keys):,} {_e(kind)}</b> "
+            f"<span style='color:#666'>({_e(why)})</span>: {shown}{more}</li>"
+        )
+    listing = f"<ul style='margin:4px 0'>{''.join(items)}</ul>" if items else ""
+    return _load_box(answer, head + listing)
+
+
+def _load_box(answer: str, body: str) -> str:
+    return (
+        f"<div class='ckpt-load' data-loads='{answer}' style='border-left:4px solid "
+        f"{_ANSWER_COLORS[answer]};padding:4px 10px;margin:6px 0'>{body}</div>"
+    )
+
+
+def problem_html(problem: Problem) -> str:
+    """One problem as a few lines: badge and title, impact, and the action with its command."""
+    action = problem.action
+    tag = _KIND_LABELS.get(action.kind, action.kind)
+    return _wrap(
+        f"<div class='problem' data-problem='{_e(problem.key)}'>{_badge(problem.severity)} "
+        f"<b>{_e(problem.title)}</b><br><span class='k'>impact</span> {_e(problem.impact)}<br>"
+        f"<span class='k'>fix ({_e(tag)})</span> {_e(action.text)} "
+        f"<code>{_e(action.command)}</code></div>"
+    )
+
+
+def _problems_table(problems: Sequence[Problem], n_findings: int, *, max_rows: int) -> str:
     if not problems:
-        return '<div style="color:#2ca02c">findings: none</div>'
+        return '<div style="color:#2ca02c"><b>No problems found.</b></div>'
     counts = Counter(str(p.severity) for p in problems)
     badges = " ".join(f"{counts[s]:,} {_badge(s)}" for s in _SEVERITIES if counts[s])
-    rank = {s: i for i, s in enumerate(_SEVERITIES)}
-    per_code = Counter(p.code for p in problems)
-    first: dict[str, Finding] = {}
-    for p in sorted(problems, key=lambda p: (rank.get(str(p.severity), 3), p.code)):
-        first.setdefault(p.code, p)
     rows = "".join(
-        f"<tr><td>{_badge(p.severity)}</td><td><code>{_e(code)}</code></td>"
-        f"<td>{per_code[code]:,}</td><td>{_e(p.message)}</td></tr>"
-        for code, p in list(first.items())[:max_rows]
+        f"<tr class='problem' data-problem='{_e(p.key)}'><td>{_badge(p.severity)}</td>"
+        f"<td><b>{_e(p.title)}</b></td><td>{_e(p.impact)}</td>"
+        f"<td>{_e(p.action.text)}<br><code>{_e(p.action.command)}</code> "
+        f"<span class='k'>({_e(_KIND_LABELS.get(p.action.kind, p.action.kind))})</span></td>"
+        f"<td>{len(p.findings):,}</td></tr>"
+        for p in problems[:max_rows]
     )
-    head = "<tr><th>severity</th><th>code</th><th>count</th><th>first message</th></tr>"
-    more = _more(len(first), max_rows, "codes")
-    return f"<div>findings: {badges}</div><table>{head}{rows}</table>{more}"
+    head = (
+        "<tr><th>severity</th><th>problem</th><th>impact</th><th>what fixes it</th>"
+        "<th>findings</th></tr>"
+    )
+    plural = "s" if len(problems) != 1 else ""
+    return (
+        f"<div>{len(problems):,} problem{plural}: {badges} "
+        f"<span class='k'>({n_findings:,} findings)</span></div>"
+        f"<table>{head}{rows}</table>{_more(len(problems), max_rows, 'problems')}"
+    )
+
+
+def severity_badge(severity: object) -> str:
+    """A small coloured label: error, warning or info (inline style: shows everywhere)."""
+    return _badge(severity)
 
 
 def _badge(severity: object) -> str:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
+from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
 
@@ -40,6 +41,12 @@ def markdown_summary(
     if not groups:
         lines += ["", "No findings."]
         return "\n".join(lines) + "\n"
+    lines += ["", "**Problems** (findings grouped by root cause)", ""]
+    for p in group_problems(scanned, findings, verdict=verdict):
+        lines.append(
+            f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
+            f"Fix: {_inline(p.action.text)} (`{_code_span(p.action.command)}`)"
+        )
     lines += [
         "",
         "| severity | code | count | layers | experts | files |",

@@ -575,6 +575,21 @@ class ScannedCheckpoint:
         """The header of `file`, if it was read."""
         return self._shards_by_file.get(file)
 
+    def browse(self, **options: Any) -> Any:
+        """The tensor browser (notebook UI, the `ui` extra): every tensor in a sortable grid
+        filtered by name glob or regex, dtype, layer, expert, file and kind, with CSV and
+        Parquet export. Display the result as the last expression of a cell. `options` are
+        the filters (see `inspector.query.TensorQuery`)."""
+        from inspector.ui import ui_function
+
+        return ui_function("browse")(self, **options)
+
+    def dashboard(self, **options: Any) -> Any:
+        """The notebook dashboard of this scan (the `ui` extra); see `inspector.widgets`."""
+        from inspector.ui import ui_function
+
+        return ui_function("dashboard")(self, **options)
+
     def _repr_html_(self) -> str:
         """Notebook display: summary card and small tables (see `inspector.html_repr`)."""
         from inspector.html_repr import scanned_html

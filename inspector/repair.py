@@ -13,32 +13,39 @@ import difflib
 import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.index import Uncounted, parse_count, uncounted_elements
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
+from inspector.codes import Severity
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, JSON_CAP
 from inspector.layouts.modelopt_per_layer import sidecar_name
+from inspector.model import IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
-from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
 from inspector.storage import Location, RemoteURL, TooLargeError, local_location
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = [
     "DuplicatePolicy",
     "FileWrite",
     "RepairPlan",
+    "RepairPreview",
     "RepairResult",
     "plan_index",
     "plan_quant_config",
     "plan_repair",
     "plan_sidecars",
+    "preview_repair",
+    "scanned_after",
 ]
 
 DuplicatePolicy = Literal["first", "last", "index"]
@@ -121,6 +128,25 @@ class RepairPlan:
             self.output_dir,
         )
 
+    def preview(
+        self,
+        scanned: ScannedCheckpoint,
+        *,
+        findings: Sequence[Finding] | None = None,
+        verdict: LoadVerdict | None = None,
+        model: bool = True,
+        trust_remote_code: bool = False,
+    ) -> RepairPreview:
+        """Which findings executing this plan would fix (see `preview_repair`)."""
+        return preview_repair(
+            self,
+            scanned,
+            findings=findings,
+            verdict=verdict,
+            model=model,
+            trust_remote_code=trust_remote_code,
+        )
+
     def execute(self, *, backup: bool = True) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
@@ -156,6 +182,113 @@ class RepairPlan:
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
         return RepairResult(written, backup_dir, tuple(check(scan(target))))
+
+
+# -- what a plan fixes ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairPreview:
+    """The findings a plan fixes, those it leaves, and any it would add: exact, because the
+    checks are pure and were re-run on the checkpoint as the plan leaves it (in memory)."""
+
+    fixes: tuple[Finding, ...]
+    remains: tuple[Finding, ...]
+    introduces: tuple[Finding, ...]
+
+    @property
+    def matters(self) -> bool:
+        """True when the plan fixes an error or a warning, not only info or cosmetics. (It may
+        still add findings, e.g. an index rebuilt without its sidecars now disagrees with
+        them: `introduces` lists those.)"""
+        return any(f.severity != Severity.INFO for f in self.fixes)
+
+
+def preview_repair(
+    plan: RepairPlan,
+    scanned: ScannedCheckpoint,
+    *,
+    findings: Sequence[Finding] | None = None,
+    verdict: LoadVerdict | None = None,
+    model: bool = True,
+    trust_remote_code: bool = False,
+) -> RepairPreview:
+    """Which of `findings` (default: `check(scanned, ...)`) the plan fixes, compared by code
+    and what they are about (the tensor, else the file; layer, expert), not by message: a
+    folded message may change its counts.
+
+    `model`, `trust_remote_code` and `verdict` (the load verdict of `scanned`) are as in
+    `check`. The checkpoint after the plan gets its own verdict when the plan rewrites what a
+    loader reads (the index names the shards it opens, the quantization config says which
+    scales belong); a plan that rewrites only sidecars keeps `verdict`.
+    """
+    from inspector.checks import check
+
+    options: dict[str, Any] = {"model": model, "trust_remote_code": trust_remote_code}
+    before = list(findings) if findings is not None else check(scanned, verdict=verdict, **options)
+    if not plan.writes:
+        after = before
+    else:
+        loader_reads = {w.path for w in plan.writes} & {INDEX_NAME, QUANT_FILE}
+        kept = None if loader_reads else verdict
+        after = check(scanned_after(plan, scanned), verdict=kept, **options)
+    keys_after = {_where(f) for f in after}
+    keys_before = {_where(f) for f in before}
+    return RepairPreview(
+        fixes=tuple(f for f in before if _where(f) not in keys_after),
+        remains=tuple(f for f in before if _where(f) in keys_after),
+        introduces=tuple(f for f in after if _where(f) not in keys_before),
+    )
+
+
+def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckpoint:
+    """`scanned` as it would be after `plan.execute()`, built in memory: the planned JSON
+    texts replace the index, sidecars and quant config, and what the scan could not read in
+    the rewritten files is forgotten. Such plans change no shard header or config.json, so
+    the tables built from them are shared with `scanned` instead of rebuilt for 300,000
+    rows."""
+    index, quant, info = scanned.index, scanned.quant_config, scanned.info
+    sidecars = dict(scanned.sidecars)
+    rewritten = set()
+    for write in plan.writes:
+        value = json.loads(write.new)
+        rewritten.add(write.path)
+        if write.path == INDEX_NAME:
+            index = _doc(write.path, value)
+        elif write.path == QUANT_FILE:
+            quant = value
+        elif write.path.endswith(".safetensors.json") and isinstance(info, PerLayerInfo):
+            sidecars[write.path.removesuffix(".json")] = _doc(write.path, value)
+        else:
+            raise ValueError(f"{write.path}: a repair plan writes no such file; cannot preview it")
+    if isinstance(info, PerLayerInfo):
+        info = PerLayerInfo(sidecars)
+    after = dataclasses.replace(
+        scanned,
+        index=index,
+        info=info,
+        quant_config=quant,
+        read_problems=tuple(p for p in scanned.read_problems if p.file not in rewritten),
+        json_files=scanned.json_files | rewritten,
+    )
+    if "tables" in scanned.__dict__:
+        after.__dict__["tables"] = scanned.__dict__["tables"]
+    return after
+
+
+def _doc(path: str, value: dict[str, Any]) -> IndexDoc:
+    # Our own output (`plan_index`, `plan_sidecars`): an object whose weight_map holds safe
+    # names of existing shards, so none of the reader's defences apply.
+    document = {k: None if k in ("weight_map", "metadata") else v for k, v in value.items()}
+    return IndexDoc.from_map(path, value["weight_map"], value.get("metadata") or {}, document)
+
+
+def _where(f: Finding) -> tuple[object, ...]:
+    # A finding about a tensor is that tensor's, whichever file it names (a duplicate names
+    # the holder the index points at, which the repair may change); others are their file's.
+    return (
+        (f.code, f.tensor, f.layer, f.expert) if f.tensor else (f.code, f.file, f.layer, f.expert)
+    )
 
 
 # -- planning ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from inspector._gc import gc_paused
 from inspector.errors import CannotInspectError
 from inspector.layouts import ScanOptions, detect_layout, layout_by_name
 from inspector.model import ScannedCheckpoint
+from inspector.progress import reporting
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.storage import Location, RemoteOptions, open_location
 from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
@@ -40,6 +41,8 @@ def scan(
     What cannot be read is recorded in the result (`.read_problems`, shown as findings in
     `.problems`); only a path that cannot be inspected at all raises `CannotInspectError`
     (`RemoteAccessError` when a store refuses us). `layout` forces a layout by name.
+    `progress` draws a progress bar over the shard headers (`tqdm.auto`); remotely, over
+    the fetches too (None: there, on a terminal or in a notebook, for scans that last).
     """
     options = RemoteOptions(
         storage_options=dict(storage_options or {}),
@@ -54,5 +57,5 @@ def scan(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    with gc_paused():
+    with gc_paused(), reporting(bool(progress)):
         return reader.scan(target, options=ScanOptions(header_cap=header_cap))

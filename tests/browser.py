@@ -1,18 +1,40 @@
-"""What the browser tests share: Debian's Chromium through Playwright (browsers cannot be
-downloaded here), started the way this machine needs, and a CI rule that it must be there.
+"""What the browser tests (and `benchmarks/bench_dashboard.py`) share: Debian's Chromium through
+Playwright (browsers cannot be downloaded here), a real JupyterLab on a temp folder, and the
+few page actions every test needs (wait for the kernel, run all cells, open a dashboard tab).
 
-Tests import it as `from browser import ...` (pytest puts tests/ on the path)."""
+Tests import it as `from browser import ...` (pytest puts tests/ on the path); the benchmark
+puts tests/ on `sys.path` itself. Screenshots go to `build/test-artifacts/` (CI keeps them).
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+__all__ = [
+    "ARTIFACTS",
+    "CHROMIUM",
+    "CHROMIUM_ARGS",
+    "Lab",
+    "launch_chromium",
+    "open_tab",
+    "run_all_cells",
+    "running_lab",
+    "sync_playwright_or_fail",
+    "wait_for_kernel",
+]
 
-__all__ = ["ARTIFACTS", "CHROMIUM", "CHROMIUM_ARGS", "sync_playwright_or_fail"]
-
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
 # Without the background-networking flags Chromium keeps dialling hosts this closed network
 # refuses.
@@ -28,6 +50,8 @@ CHROMIUM_ARGS = [
 
 def _unavailable(reason: str) -> None:
     """Missing browser tooling fails in CI (where it must be installed) and skips elsewhere."""
+    import pytest
+
     if os.environ.get("CI"):
         pytest.fail(
             f"{reason}; CI must provide it (apt-get install chromium, pip install playwright)"
@@ -44,3 +68,152 @@ def sync_playwright_or_fail():
     except ImportError:
         _unavailable("playwright is not installed")
     return sync_playwright
+
+
+def launch_chromium(pw):
+    """Debian's Chromium, headless, through Playwright."""
+    return pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+
+
+# -- a JupyterLab server -------------------------------------------------------------------------
+
+
+@dataclass
+class Lab:
+    """A running JupyterLab: its base URL, token and notebook folder (not frozen: Playwright
+    marks route handlers, bound methods included, with attributes)."""
+
+    base: str
+    token: str
+    root: Path
+
+    def url(self, notebook: str) -> str:
+        return f"{self.base}/lab/tree/{notebook}?token={self.token}"
+
+    def only_local(self, route) -> None:
+        """A Playwright route handler: the page may reach this server and nothing else."""
+        if route.request.url.startswith(self.base):
+            route.continue_()
+        else:
+            route.abort()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_lab(
+    root: Path, state: Path, *, env: Mapping[str, str] | None = None, timeout: float = 90
+) -> Iterator[Lab]:
+    """JupyterLab on `root` (local only, random port and token); its settings, workspaces and
+    runtime files live under `state`, so a second server with another `state` is a different
+    machine as far as notebook trust goes. Stopped with its kernels on exit."""
+    token, port = secrets.token_hex(16), _free_port()
+    full_env = {
+        **os.environ,
+        **(env or {}),
+        "JUPYTER_CONFIG_DIR": str(state / "config"),
+        "JUPYTER_DATA_DIR": str(state / "data"),
+        "JUPYTER_RUNTIME_DIR": str(state / "runtime"),
+        "JUPYTERLAB_SETTINGS_DIR": str(state / "lab-settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(state / "lab-workspaces"),
+        # The venv's kernelspec and labextensions stay visible with our own data dir.
+        "JUPYTER_PATH": str(Path(sys.prefix) / "share" / "jupyter"),
+    }
+    # No "get notified about Jupyter news?" toast over the screenshots (and no fetch of news).
+    notification = state / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notification.mkdir(parents=True, exist_ok=True)
+    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    log = state / "jupyterlab.log"
+    command = [
+        sys.executable, "-m", "jupyter", "lab", "--no-browser",
+        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]  # fmt: skip
+    if os.geteuid() == 0:  # containers run tests as root; JupyterLab refuses that by default
+        command.append("--allow-root")
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            command, env=full_env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for_server(f"{base}/api/status?token={token}", process, log, timeout=timeout)
+        yield Lab(base, token, root)
+    finally:
+        _stop(process)
+
+
+def _wait_for_server(url: str, process: subprocess.Popen, log: Path, *, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"JupyterLab exited with {process.returncode}:\n{log.read_text()[-3000:]}"
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(
+        f"JupyterLab did not answer {url} within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
+    )
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """End the server and the kernels it started: they share the new session's process group."""
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+# -- page actions ---------------------------------------------------------------------------------
+
+
+def wait_for_kernel(page, *, timeout: float) -> None:
+    """Until the status bar says the notebook's kernel is idle. A fresh JupyterLab may ask
+    which kernel to start: the dialog's default (the notebook's python3) is accepted."""
+    deadline = time.monotonic() + timeout
+    status = page.locator("#jp-main-statusbar")
+    while time.monotonic() < deadline:
+        accept = page.locator(".jp-Dialog .jp-mod-accept")
+        if accept.count() and accept.first.is_visible():
+            accept.first.click()
+        text = status.inner_text() if status.count() else ""
+        if "ipykernel" in text and "Idle" in text:
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"the notebook kernel did not become idle within {timeout:.0f} s")
+
+
+def run_all_cells(page, *, timeout: float = 120) -> None:
+    """Run > Run All Cells, then wait until every code cell shows an execution count."""
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    wait_for_kernel(page, timeout=60)
+    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
+    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""",
+        timeout=timeout * 1000,
+    )
+
+
+def open_tab(page, title: str, *, root: str = ".ckpt-dashboard") -> None:
+    """Click the dashboard tab whose title starts with `title`."""
+    page.locator(f"{root} .ckpt-tabs .lm-TabBar-tab", has_text=title).first.click()

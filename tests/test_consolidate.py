@@ -16,6 +16,7 @@ from dcp_writers import MAPPING, full_tensors, write_dcp_checkpoint
 from safetensors.torch import load_file, save_file
 
 from inspector.casting import cast_bytes
+from inspector.checks import check
 from inspector.cli import main
 from inspector.consolidate import engine as copy_engine
 from inspector.consolidate import plan_consolidation, reference_assignment
@@ -527,8 +528,22 @@ def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> Non
     plan = plan_consolidation(scan(src), tmp_path / "out", reference=reference)
     assert len(plan.outputs) == 4
     assert "collapsed mapping" in plan.describe()
-    # without the reference the recorded mapping still applies (the issue's order)
-    assert len(plan_consolidation(scan(src), tmp_path / "out2").outputs) == 1
+    # The reference dealt with the collapse: the plan no longer warns about it.
+    assert "mapping-collapsed" not in {f.code for f in plan.findings}
+    assert "[mapping-collapsed]" not in plan.describe()
+    # without the reference the recorded mapping still applies (the issue's order), and warns
+    plain = plan_consolidation(scan(src), tmp_path / "out2")
+    assert len(plain.outputs) == 1 and "mapping-collapsed" in {f.code for f in plain.findings}
+
+
+def test_default_destination_is_a_sibling_of_the_source(tmp_path: Path) -> None:
+    from inspector.consolidate import default_destination
+
+    src = tmp_path / "run" / "model"
+    src.mkdir(parents=True)
+    dest = default_destination(src)
+    assert dest == tmp_path / "run" / "model-consolidated"
+    assert src.resolve() not in dest.resolve().parents
 
 
 # -- a source that lost a rank: refused, or written partial on request (issue 8, item 4) ---------
@@ -586,6 +601,10 @@ def test_collapsed_mapping_follows_the_upstream_the_run_names(tmp_path: Path) ->
     assert len(plan.outputs) == 4
     assert plan.assignment.endswith("upstream/model.safetensors.index.json")
     assert "collapsed mapping" in plan.reason and "consolidate.sh --model-name" in plan.reason
+    # The plan does not follow the collapsed mapping, so it does not warn about it; the
+    # checkpoint itself still has the problem, and `check` says so.
+    assert "mapping-collapsed" not in {f.code for f in plan.findings}
+    assert "mapping-collapsed" in {f.code for f in check(scan(run / "model"), model=False)}
     plan.execute(progress=False)
     manifest = json.loads((golden.parent / "MANIFEST.json").read_text())
     expected = manifest["automodel/automodel-2289-collapsed-mapping"]["writer_state"]

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from inspector.widgets import Dashboard
+from inspector.widgets import Dashboard as _Dashboard
 
 from inspector.consolidate import reference_assignment
 from inspector.findings import CODE_HELP, CODES, make_finding
 from inspector.html_repr import scanned_html
+from inspector.query import TensorQuery
 from inspector.scan import scan
 
 pytest.importorskip("ipywidgets")
@@ -33,6 +34,14 @@ def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+def Dashboard(source, **options):
+    """The dashboard without the notebook-only parts (progress bars, the PNG snapshot), once
+    its load check is done (it runs in a thread while the Overview shows)."""
+    dash = _Dashboard(source, progress=False, snapshot=False, **options)
+    dash.wait()
+    return dash
+
+
 def _copy(demos: Path, name: str, tmp_path: Path) -> Path:
     return Path(shutil.copytree(demos / name, tmp_path / name))
 
@@ -46,17 +55,48 @@ def test_every_code_is_explained():
     assert all(len(text) > 20 for text in CODE_HELP.values())
 
 
-def test_opens_with_overview_only_and_counts_findings(demos: Path, tmp_path: Path):
+DRIFT_TAB = _Dashboard.TABS.index("Drift")
+
+
+def _texts(widget) -> str:
+    """Every HTML value and button label inside a widget tree."""
+    out = []
+    stack = [widget]
+    while stack:
+        node = stack.pop()
+        value = getattr(node, "value", None)
+        if isinstance(value, str):
+            out.append(value)
+        if getattr(node, "description", None):
+            out.append(node.description)
+        stack.extend(getattr(node, "children", ()))
+    return "\n".join(out)
+
+
+def _buttons(widget, css: str) -> list:
+    found, stack = [], [widget]
+    while stack:
+        node = stack.pop()
+        if css in getattr(node, "_dom_classes", ()):
+            found.append(node)
+        stack.extend(getattr(node, "children", ()))
+    return found
+
+
+def test_opens_with_overview_only_and_lists_problems_not_findings(demos: Path, tmp_path: Path):
     dash = Dashboard(_copy(demos, DRIFT, tmp_path))
     assert list(dash.panels) == ["Overview"]  # the other tabs wait for their first selection
     n = len(dash.state.findings)
-    assert n > 0 and dash.tab.titles[4] == f"Drift ({n})"
-    overview = dash.panels["Overview"].widget.children[0].value
-    assert "modelopt-per-layer" in overview and "unindexed-tensor" in overview
-    assert "modelopt-per-layer" in dash.header.value and "error" in dash.header.value
+    assert n == 44 and dash.tab.titles[DRIFT_TAB] == f"Drift ({n})"
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "2 problems" in overview and "44 findings" in overview
+    assert "42 MTP tensors (17.1 kB) invisible to loaders" in overview
+    assert "misses the same 42 MTP tensors" in overview and "listed above" not in overview
+    assert "modelopt-per-layer" in overview  # the facts follow the problems
+    assert "2 problems (2 error)" in dash.header.value
     dash.tab.selected_index = dash.TABS.index("Layers")  # what a click on the tab does
     assert "Layers" in dash.panels
-    assert dash.tab.children[3].children == (dash.panels["Layers"].widget,)
+    assert dash.tab.children[4].children == (dash.panels["Layers"].widget,)
 
 
 def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
@@ -83,21 +123,22 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     assert len(backups) == 1
     assert (backups[0] / "model.safetensors.index.json").read_text() == before
     # 3. Every tab was refreshed from a re-scan.
-    assert dash.state.findings == () and dash.tab.titles[4] == "Drift (0)"
+    assert dash.state.findings == () and dash.tab.titles[DRIFT_TAB] == "Drift (0)"
     after = dash.panel("Repair")
     assert after is not repair and "Repaired." in after.result.value
     assert str(backups[0]) in after.result.value and after.plan.empty and after.repair.disabled
     drift_after = dash.select("Drift")
-    assert drift_after is not drift_before and "No findings." in drift_after.table.value
+    assert drift_after is not drift_before and "No findings." in _texts(drift_after.rows)
+    assert "No problems found" in _texts(dash.panel("Overview").widget)
 
 
 def test_rescan_button_picks_up_changes_on_disk(demos: Path, tmp_path: Path):
     folder = _copy(demos, DRIFT, tmp_path)
     dash = Dashboard(folder)
     (folder / "config.json").write_text('{"model_type": "deepseek_v3", "num_hidden')
-    dash.widget.children[0].children[1].click()
+    _buttons(dash.widget, "ckpt-rescan-button")[0].click()
     assert "config-unreadable" in {f.code for f in dash.state.findings}
-    assert "config-unreadable" in dash.panels["Overview"].widget.children[0].value
+    assert "config.json is not valid JSON" in _texts(dash.panels["Overview"].widget)
 
 
 def test_repair_of_a_changed_file_is_refused_and_shown(demos: Path, tmp_path: Path):
@@ -137,33 +178,62 @@ def test_heatmap_click_lists_the_experts_tensors(demos: Path):
     details = experts.details.value
     assert "model.layers.2.mlp.experts.7.down_proj.weight" in details
     assert "model.layers.2.mlp.experts.8." not in details
+    # The zoom shows layer 2 with a labelled cell per expert: 16 rows of 32.
+    zoom = experts.zoom.children[0]
+    assert experts.zoomed == 2 and np.asarray(zoom.data[0].z, dtype=float).shape == (16, 32)
+    assert zoom.data[0].text[9][12] == "300" and zoom.data[0].z[9][12] == 0
     click(3, 300)
     assert "expert-missing" in experts.details.value and "64-511" in experts.details.value
+    # A click on the zoomed layer's cell (row "288-319", column 12) is expert 300 of layer 3.
+    zoom = experts.zoom.children[0]
+    zoom._js2py_pointsCallback = {
+        "event_type": "plotly_click",
+        "points": {
+            "xs": [12],
+            "ys": ["288-319"],
+            "point_indexes": [[9, 12]],
+            "trace_indexes": [0],
+        },
+    }
+    assert (experts.layer.value, experts.expert.value) == (3, 300)
     # The picker does the same without the figure.
     experts.layer.value, experts.expert.value = 1, 0
     experts.widget.children[1].children[2].click()
     assert "model.layers.1.mlp.experts.0.gate_proj.weight" in experts.details.value
+    # show() moves the pickers too (they used to keep their old values).
+    experts.show(3, 5)
+    assert (experts.layer.value, experts.expert.value, experts.zoomed) == (3, 5, 3)
 
 
-def test_drift_filters_by_severity_and_code_and_explains(demos: Path, tmp_path: Path):
+def test_drift_filters_by_severity_and_code_pages_and_explains(demos: Path, tmp_path: Path):
     drift = Dashboard(_copy(demos, DRIFT, tmp_path)).select("Drift")
+    # 44 findings, 25 a page.
+    assert len(drift.rows.children) == 25 and "1-25 of 44" in drift.where.value
+    drift.next.click()
+    assert len(drift.rows.children) == 19 and drift.next.disabled and not drift.prev.disabled
     drift.severity.value = "warning"
-    table = drift.table.value
-    assert 'data-severity="warning"' in table and 'data-severity="error"' not in table
+    assert set(_codes(drift)) == {"total-size-mismatch", "sidecar-total-size-mismatch"}
     drift.severity.value = "all"
     drift.code.value = "unindexed-tensor"
-    assert set(_codes(drift.table.value)) == {"unindexed-tensor"}
+    assert set(_codes(drift)) == {"unindexed-tensor"} and "1-21 of 21" in drift.where.value
     help_text = CODE_HELP["unindexed-tensor"].replace("'", "&#x27;")
     assert help_text in drift.help.value and "sidecar-missing" not in drift.help.value
 
 
-def _codes(table: str) -> list[str]:
-    return [part.split('"', 1)[0] for part in table.split('data-code="')[1:]]
+def _codes(drift) -> list[str]:
+    return [
+        c.removeprefix("ckpt-code-")
+        for row in drift.rows.children
+        for c in row._dom_classes
+        if c.startswith("ckpt-code-")
+    ]
 
 
 def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     folder = _copy(demos, DCP_COLLAPSED, tmp_path)
     form = Dashboard(folder).select("Consolidate")
+    # The default destination is beside the source, not inside it.
+    assert form.dest.value == str(tmp_path / f"{DCP_COLLAPSED}-consolidated")
     # A bad size is refused in the panel, nothing is written.
     form.dest.value = str(tmp_path / "out")
     form.max_size.value = "lots"
@@ -180,6 +250,40 @@ def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     written = scan(tmp_path / "out")
     assert len(written.files) == 4 and sorted(_weight_map(tmp_path / "out")) == sorted(table)
     assert "verified: no finding" in form.status.value and not form.run.disabled
+
+
+def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
+    demos: Path, tmp_path: Path
+):
+    """The default destination may already hold something: consolidate refuses to write over
+    what it did not write, and the panel says how to go on, without a traceback."""
+    folder = _copy(demos, DCP_COLLAPSED, tmp_path)
+    form = Dashboard(folder).select("Consolidate")
+    dest = Path(form.dest.value)
+    dest.mkdir()
+    index = dest / "model.safetensors.index.json"
+    index.write_text('{"weight_map": {}}')  # someone else's index, under a name we write
+    (dest / "notes.txt").write_text("mine")
+    assert form.execute() is None
+    status = form.status.value
+    assert "PlanRefusedError" in status and "DEST is not empty: 2 entries" in status
+    assert "Nothing was written" in status and "tick <b>overwrite</b>" in status
+    assert sorted(p.name for p in dest.iterdir()) == ["model.safetensors.index.json", "notes.txt"]
+    assert index.read_text() == '{"weight_map": {}}' and not form.run.disabled
+    # Ticked: what a written file replaces is moved to a backup first, the rest left alone.
+    form.overwrite.value = True
+    result = form.execute()
+    assert result is not None and result.ok and result.replaced == (index.name,)
+    assert result.backup is not None
+    assert (result.backup / index.name).read_text() == '{"weight_map": {}}'
+    assert (dest / "notes.txt").read_text() == "mine"
+    assert "the originals are in" in form.status.value
+    # The folder now holds this plan's own output (and the note): running again is no
+    # overwrite of anything it did not write, so it needs no tick.
+    (dest / "notes.txt").unlink()
+    form.overwrite.value = False
+    again = form.execute()
+    assert again is not None and again.ok and again.backup is None
 
 
 def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
@@ -205,9 +309,10 @@ def test_torch_dist_checkpoint_opens_every_tab(demos: Path):
     dash = Dashboard(demos / "megatron-4448-rerun-drift")
     for title in dash.TABS:
         dash.select(title)
-    assert _codes(dash.panels["Drift"].table.value) == ["torch-dist-common-drift"]
-    assert "nothing to repair" in dash.panels["Repair"].plan_view.value
-    assert dash.panels["Repair"].repair.disabled
+    assert _codes(dash.panels["Drift"]) == ["torch-dist-common-drift"]
+    repair = dash.panels["Repair"]
+    assert "nothing to repair" in repair.plan_view.value and repair.repair.disabled
+    assert "It cannot fix" in repair.verdict.value and "re-save" in repair.verdict.value
 
 
 def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
@@ -224,15 +329,17 @@ def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
     experts.widget.children[1].children[2].click()
     assert "No MoE layer" in experts.details.value
     assert "No MoE experts" in experts.figure.layout.annotations[0].text
-    assert "No findings." in dash.select("Drift").table.value
+    assert experts.figure.layout.height <= 140  # an empty figure does not take 300 px
+    assert "No findings." in _texts(dash.select("Drift").rows)
+    assert "No problems found" in _texts(dash.panel("Overview").widget)
 
 
 def test_repr_html_summarizes_and_escapes(demos: Path):
     scanned = scan(demos / EP_COLLISION)
     card = scanned._repr_html_()
-    assert "modelopt-per-layer" in card and "config-unreadable" in card
+    assert "modelopt-per-layer" in card and "config.json is not valid JSON" in card
     assert "model-00004-of-00004.safetensors" in card and "512" in card
-    hostile = make_finding("unindexed-tensor", "holds '<script>alert(1)</script>'")
+    hostile = make_finding("layer-keyset-outlier", "holds '<script>alert(1)</script>'")
     card = scanned_html(scanned, findings=[hostile])
     assert "<script>alert" not in card and "&lt;script&gt;alert(1)" in card
 
@@ -250,9 +357,363 @@ def test_duplicate_policy_is_chosen_in_the_repair_tab(write_state_dict):
     repair = dash.select("Repair")
     assert "REFUSED" in repair.plan_view.value and repair.repair.disabled
     repair.duplicates.value = "index"  # keep the copy the index already points to
-    repair.widget.children[1].children[2].click()  # "Plan again"
+    _buttons(repair.widget, "ckpt-plan-button")[0].click()
+    assert "REFUSED" not in repair.plan_view.value
+    # The index already points at that copy: the plan would only add total_parameters, which
+    # fixes nothing, so Repair stays disabled and says what would fix the duplicate instead.
+    assert repair.repair.disabled and "fixes no error or warning" in repair.verdict.value
+    assert "It cannot fix" in repair.verdict.value and "stored in more than one" in (
+        repair.verdict.value
+    )
+
+
+def test_duplicate_policy_repairs_an_index_that_lost_the_tensor(write_state_dict):
+    import torch
+    from safetensors.torch import save_file
+
+    state = {f"model.layers.{i}.mlp.up_proj.weight": torch.ones(16, 16) for i in range(4)}
+    folder = write_state_dict(state, max_shard_size="2KB")
+    name = "model.layers.0.mlp.up_proj.weight"
+    save_file({name: torch.zeros(2, 2)}, folder / "stray.safetensors", metadata={"format": "pt"})
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    home = index["weight_map"].pop(name)
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    dash = Dashboard(folder)
+    repair = dash.select("Repair")
+    assert "REFUSED" in repair.plan_view.value and repair.repair.disabled
+    repair.duplicates.value = "first"
+    _buttons(repair.widget, "ckpt-plan-button")[0].click()
     assert not repair.repair.disabled and "REFUSED" not in repair.plan_view.value
+    assert "This plan fixes" in repair.verdict.value
     repair.repair.click()
     repair.confirm.click()
     assert "Repaired." in dash.panel("Repair").result.value
-    assert _weight_map(folder)[name] != "stray.safetensors"
+    assert _weight_map(folder)[name] == home
+
+
+def test_overview_repair_action_opens_the_planned_repair_and_asks(demos: Path, tmp_path: Path):
+    folder = _copy(demos, DRIFT, tmp_path)
+    dash = Dashboard(folder)
+    overview = dash.panels["Overview"].widget
+    (fix_index, _fix_sidecars) = _buttons(overview, "ckpt-problem-repair")[::-1]
+    assert fix_index.description == "Repair: index"
+    fix_index.click()
+    repair = dash.panels["Repair"]
+    assert dash.tab.selected_index == dash.TABS.index("Repair") and repair.parts == ("index",)
+    assert [w.path for w in repair.plan.writes] == ["model.safetensors.index.json"]
+    # It says exactly what this plan fixes and what it leaves (the sidecar problem).
+    assert "fixes 22 of 44 findings" in repair.verdict.value
+    assert "It cannot fix" in repair.verdict.value and "--only sidecars" in repair.verdict.value
+    assert "It would add 21 findings" in repair.verdict.value
+    assert repair.confirm_box.layout.display is None  # asking already
+    repair.confirm.click()
+    assert any(n.startswith("mtp.") for n in _weight_map(folder))
+    codes = {f.code for f in dash.state.findings}
+    # Said beforehand: the sidecar now also disagrees with the rebuilt index.
+    assert codes == {
+        "sidecar-unlisted-tensor",
+        "sidecar-total-size-mismatch",
+        "sidecar-index-disagree",
+    }
+    assert [p.key for p in dash.state.problems] == ["sidecars-disagree"]
+    # The remaining problem's action still works from the refreshed Overview.
+    (fix,) = _buttons(dash.panel("Overview").widget, "ckpt-problem-repair")
+    assert fix.description == "Repair: sidecars"
+
+
+def test_repair_tab_of_an_unrepairable_checkpoint_says_so_and_is_disabled(demos: Path):
+    dash = Dashboard(demos / EP_COLLISION)
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "448 of 512 experts missing in 4 MoE layers (1-4)" in overview
+    assert _buttons(dash.panels["Overview"].widget, "ckpt-problem-repair") == []
+    repair = dash.select("Repair")
+    assert not repair.plan.empty and repair.repair.disabled  # only total_parameters: cosmetic
+    verdict = repair.verdict.value
+    assert "fixes no error or warning" in verdict and "total_parameters" in verdict
+    assert "re-export from the training checkpoint" in verdict
+    assert "restore config.json" in verdict and "--from REF" in verdict
+    repair.ask()
+    assert repair.confirm_box.layout.display == "none"  # nothing to confirm
+
+
+def test_findings_link_to_their_tensor_heatmap_cell_and_file(demos: Path, tmp_path: Path):
+    dash = Dashboard(_copy(demos, DRIFT, tmp_path))
+    card = _buttons(dash.panels["Overview"].widget, "ckpt-problem-index-misses-tensors")[0]
+    link = _buttons(card, "ckpt-finding-link")[0]
+    assert link.description == "show tensor"
+    link.click()
+    browser = dash.panels["Tensors"]
+    assert dash.tab.selected_index == dash.TABS.index("Tensors")
+    assert len(browser.query.names) == 1 and browser.query.names[0].startswith("mtp.layers.0.")
+    assert browser.matches() == 1 and "<b>1</b> of 387 tensors" in browser.count.value
+    # The problem's tensors button selects all 42.
+    _buttons(card, "ckpt-problem-tensors")[0].click()
+    assert browser.matches() == 42
+    # A finding with a layer leads to the heatmap, zoomed into that layer.
+    ep = Dashboard(demos / EP_COLLISION)
+    missing = next(f for f in ep.state.findings if f.code == "expert-missing")
+    experts = ep.follow(missing)
+    assert ep.tab.selected_index == ep.TABS.index("Experts") and experts.zoomed == missing.layer
+    assert "64-511" in experts.details.value
+    # A finding about a shard file shows that file's tensors.
+    from inspector.findings import make_finding
+
+    on_file = make_finding("trailing-bytes", "x", file="model-00002-of-00004.safetensors")
+    assert dash.follow(on_file).query.file == "model-00002-of-00004.safetensors"
+
+
+def test_tensor_browser_filters_sorts_and_exports(demos: Path, tmp_path: Path):
+    import pandas as pd
+
+    from inspector.query import TensorQuery
+
+    dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path)
+    browser = dash.select("Tensors")
+    t = dash.scanned.tensors
+    assert browser.matches() == len(t) and "ckpt-tensor-grid" in browser.grid._dom_classes
+    browser.name.value = "*.experts.17.*"
+    assert browser.grid.filter == [["name matches", "==", True]]
+    # Layers 1-3 hold 12 tensors per expert (NVFP4: weight and 3 scales per projection) and
+    # the MTP layer's experts 3 (BF16).
+    assert browser.matches() == len(TensorQuery(name="*.experts.17.*").apply(t)) == 39
+    browser.dtype.value, browser.layer.value = "F8_E4M3", 2
+    assert browser.matches() == 3  # the three weight_scale tensors of expert 17 in layer 2
+    browser.export_name.value = str(tmp_path / "fp8")
+    written = browser.export("csv")
+    rows = pd.read_csv(written)
+    assert len(rows) == 3 and set(rows["dtype"]) == {"F8_E4M3"} and set(rows["layer"]) == {2}
+    assert browser.export("parquet").suffix == ".parquet"
+    assert "wrote 3 rows" in browser.export_status.value
+    # A bad regex is reported in the panel, the previous filter stays.
+    browser.regex.value = True
+    browser.name.value = "experts.("
+    assert "not a regular expression" in browser.count.value and browser.matches() == 3
+    _buttons(browser.widget, "ckpt-tensor-clear")[0].click()
+    assert browser.matches() == len(t) and browser.name.value == ""
+
+
+def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
+    """Built ahead of the click, the Tensors tab has its table and controls but no grid: a
+    grid created in a hidden tab draws no rows at a million tensors."""
+    dash = Dashboard(demos / DRIFT)
+    browser = dash.panel("Tensors")  # what the background worker does
+    assert browser.grid is None and browser.matches() == len(dash.scanned.tensors)
+    browser.set_query(TensorQuery(name="mtp.*"))
+    assert browser.matches() == 42 and browser.grid is None
+    dash.tab.selected_index = dash.TABS.index("Tensors")  # a click on the tab
+    assert browser.grid is not None and "ckpt-tensor-grid" in browser.grid._dom_classes
+    assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
+    assert browser._grid_box.children == (browser.grid,)
+
+
+def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
+    """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
+    grid is created rather than waiting for a click that never comes."""
+    dash = Dashboard(demos / DRIFT)
+    old = dash.select("Tensors")
+    assert old.grid is not None
+    dash.refresh()
+    dash.wait(60)
+    browser = dash.panels["Tensors"]
+    assert browser is not old and browser.grid is not None
+    assert browser._grid_box.children == (browser.grid,)
+
+
+def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):
+    """The grid filters in Perspective's engine (RE2), the export in pandas: same rows."""
+    from inspector.widgets.browser import TensorBrowser, grid_config
+
+    from inspector.query import TensorQuery
+
+    scanned = scan(demos / DRIFT)
+    browser = TensorBrowser(scanned)
+    t = scanned.tensors
+    queries = [
+        TensorQuery(name="*.experts.1?.*"),
+        TensorQuery(name="mtp.layers.0"),
+        TensorQuery(name=r"(gate|up)_proj\.weight$", regex=True),
+        TensorQuery(name=r"layers\.[12]\..*scale", regex=True, dtype="F32"),
+        TensorQuery(kind="router"),
+        TensorQuery(expert=3, file="model-00002-of-00004.safetensors"),
+        TensorQuery(name="it's [a-z]*", layer=1),
+    ]
+    for query in queries:
+        browser.set_query(query)
+        view = browser.table.view(**grid_config(query))
+        try:
+            engine = sorted(view.to_columns()["name"])
+        finally:
+            view.delete()
+        assert engine == sorted(query.apply(t)["name"]), query
+    browser.close()
+
+
+def test_files_and_layers_tables_are_paged_with_units(demos: Path):
+    dash = Dashboard(demos / EP_COLLISION)
+    files = dash.select("Files").table
+    html_text = files.html.value
+    assert " kB<" in html_text or " MB<" in html_text  # sizes read with units
+    layers = dash.select("Layers").table
+    assert layers.page_size == 25
+
+
+def test_paged_table_pages():
+    import pandas as pd
+    from inspector.widgets.dashboard import PagedTable
+
+    frame = pd.DataFrame({"file": [f"f{i}" for i in range(60)], "size": range(60)})
+    table = PagedTable(frame, title="files", css_class="x", page_size=25)
+    assert "f24" in table.html.value and "f25" not in table.html.value
+    assert "rows 1-25 of 60" in table.where.value and table.prev.disabled
+    table.next.click()
+    table.next.click()
+    assert "rows 51-60 of 60" in table.where.value and table.next.disabled
+    assert "f59" in table.html.value and "f49" not in table.html.value
+
+
+def test_figures_use_units_on_axes_and_hover(demos: Path):
+    from inspector.widgets.figures import bytes_per_layer, shard_size_distribution
+
+    s = scan(demos / EP_COLLISION)
+    sizes = shard_size_distribution(s.files)
+    assert sizes.layout.yaxis.title.text in ("size (kB)", "size (MB)")
+    assert sizes.data[0].customdata[0][0].endswith(("kB", "MB"))
+    per_layer = bytes_per_layer(s.tensors)
+    assert per_layer.layout.yaxis.title.text.startswith("size (")
+    assert per_layer.layout.width is None and per_layer.layout.autosize
+
+
+def test_header_does_not_clip_the_rescan_button(demos: Path):
+    dash = Dashboard(demos / EP_COLLISION)
+    (rescan,) = _buttons(dash.widget, "ckpt-rescan-button")
+    assert rescan.layout.flex == "0 0 auto" and rescan.layout.min_width == "max-content"
+    assert dash.header.layout.min_width == "0"
+
+
+def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
+    from IPython.core.interactiveshell import InteractiveShell
+
+    published: list[tuple[dict, dict]] = []
+
+    class Handle:
+        def __init__(self, data):
+            self.data = data
+            published.append(data)
+
+        def update(self, data, raw=True):
+            self.data.clear()
+            self.data.update(data)
+
+    def display(data, raw=False, display_id=None):
+        if display_id:
+            return Handle(dict(data))
+        published.append(dict(data))
+        return None
+
+    monkeypatch.setattr("IPython.display.display", display)
+    fake_png = b"\x89PNG\r\n\x1a\nfake"
+    dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=True)
+    dash._snapshot.render = lambda figures: [fake_png for _ in figures]
+    dash._ipython_display_()
+    dash.wait(60)
+    # The worker built every tab ahead of the first click.
+    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Drift"} <= set(dash.panels)
+    widget, text, *images = published
+    assert "application/vnd.jupyter.widget-view+json" in widget
+    assert "static snapshot below" in widget["text/plain"]
+    html_out = text["text/html"]
+    assert "ckpt-snapshot" in html_out and "448 of 512 experts missing" in html_out
+    assert "re-export" in html_out and "config.json is not valid JSON" in html_out
+    assert "<script" not in html_out
+    assert [i["text/plain"] for i in images] == [
+        "(expert coverage)",
+        "(shard sizes)",
+        "(bytes per layer)",
+    ]
+    assert all(i["image/png"] == fake_png for i in images)
+    assert InteractiveShell  # the display hook is IPython's
+
+
+# -- will it load? ------------------------------------------------------------------------------
+
+
+def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
+    """The Overview shows the plain checks while the load verdict is computed in a thread;
+    `state` waits for the verdict, and the Overview is redrawn with it."""
+    import threading
+
+    import inspector.model_load as model_load
+
+    release = threading.Event()
+    real = model_load.load_verdict
+
+    def slow_verdict(scanned, **options):
+        release.wait(60)
+        return real(scanned, **options)
+
+    monkeypatch.setattr(model_load, "load_verdict", slow_verdict)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "Will it load?" in overview and "checking" in overview
+    assert dash.current.pending and dash.tab.titles[DRIFT_TAB] == "Drift (44, checking)"
+    assert "2 problems" in overview  # the plain checks' problems are there already
+    release.set()
+    dash.wait(60)
+    assert not dash.current.pending and dash.current is dash.state
+    assert dash.state.verdict is not None and dash.state.verdict.loads
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "checking" not in overview and "data-loads='yes'" in overview
+    assert "as <code>DeepseekV3ForCausalLM</code>" in overview
+    assert dash.tab.titles[DRIFT_TAB] == "Drift (44)"
+    # The MTP layer transformers skips is named, with a link to its tensors.
+    (mtp,) = _buttons(dash.panels["Overview"].widget, "ckpt-load-mtp")
+    assert mtp.description == "MTP skipped (42)"
+    mtp.click()
+    assert dash.tab.selected_index == dash.TABS.index("Tensors")
+    assert dash.panels["Tensors"].matches() == 42
+
+
+def test_load_check_off_says_so(demos: Path):
+    dash = Dashboard(demos / DRIFT, model=False)
+    assert dash.state.verdict is None and not dash.state.pending
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "data-loads='unknown'" in overview and "the load check was off" in overview
+
+
+def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path):
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    from hf_exports import resaved, tiny_deepseek_v3
+
+    stray = "model.layers.0.self_attn.extra_proj.weight"
+
+    def edit(state: dict) -> dict:
+        kept = {k: v for k, v in state.items() if not k.startswith("lm_head.")}
+        return {**kept, stray: torch.zeros(4, 4)}
+
+    folder = resaved(tiny_deepseek_v3(tmp_path / "base"), tmp_path / "damaged", edit)
+    dash = Dashboard(folder, report_dir=tmp_path / "reports")
+    overview = dash.panels["Overview"].widget
+    text = _texts(overview)
+    assert "data-loads='no'" in text and "<b>1 missing</b>" in text and "lm_head.weight" in text
+    assert "<b>1 unexpected</b>" in text
+    # Each problem says what fixes it: restore the head from a reference.
+    assert "expects 1 tensor the checkpoint does not hold (lm_head.weight)" in text
+    assert f"ckpt-inspect repair {folder} --from REF" in text
+    assert _buttons(overview, "ckpt-problem-load-missing-tensors")
+    # Missing tensors are not in the checkpoint: the button lists their findings.
+    (missing,) = _buttons(overview, "ckpt-load-missing")
+    missing.click()
+    drift = dash.panels["Drift"]
+    assert dash.tab.selected_index == DRIFT_TAB and drift.codes == ("load-missing-tensor",)
+    assert [dash.state.findings[i].code for i in drift.shown()] == ["load-missing-tensor"]
+    # The unexpected one is, and the button shows it.
+    (unexpected,) = _buttons(overview, "ckpt-load-unexpected")
+    unexpected.click()
+    assert dash.panels["Tensors"].query.names == (stray,)
+    assert dash.panels["Tensors"].matches() == 1
+    # The Markdown summary and the HTML report carry the verdict.
+    report = dash.select("Report")
+    assert "- will it load: **no**" in report.show_markdown()
+    written = report.write_report()
+    assert written is not None and "<h2>Will it load?</h2>" in written.read_text()

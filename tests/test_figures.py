@@ -134,6 +134,26 @@ def _files(sizes: list[int], names: list[str] | None = None) -> pd.DataFrame:
 def test_shard_size_outliers_rule():
     sizes = pd.Series([1000, 1000, 1000, 1000, 400, 3500, 0])
     assert shard_size_outliers(sizes).tolist() == [False] * 4 + [False, True, True]
+    # A shard that is small by design (embedding only) is not flagged; a huge one still is.
+    small_ok = pd.Series([False] * 5 + [True, True])
+    assert shard_size_outliers(sizes, small_ok=small_ok).tolist() == [False] * 5 + [True, False]
+
+
+def test_embedding_only_first_shard_of_a_per_layer_export_is_not_an_outlier():
+    files = pd.DataFrame(
+        {
+            "file": [f"model-{i:05d}-of-00005.safetensors" for i in range(1, 6)],
+            "size": [3_000_000, 4_000_000_000, 4_100_000_000, 4_000_000_000, 50_000],
+            "tensors": [1, 900, 900, 900, 0],
+            "first_layer": pd.array([None, 0, 1, 2, None], dtype="Int64"),
+        }
+    )
+    fig = shard_size_distribution(files)
+    colors = list(fig.data[0].marker.color)
+    assert colors[0] != "#d62728"  # the embedding-only shard: small by design
+    assert colors[4] == "#d62728"  # an empty file is still an outlier
+    assert fig.layout.yaxis.title.text == "size (GB)"
+    assert fig.data[0].customdata[1][0] == "4.0 GB"
 
 
 def test_shard_bars_mark_and_annotate_outliers():
@@ -185,8 +205,11 @@ def test_bytes_per_layer_stacks_dtypes_with_other_last():
     by_name = {t.name: t for t in fig.data}
     assert set(by_name) == {"BF16", "F8_E4M3"}
     assert list(by_name["BF16"].x) == ["0", "1", "10", "other"]
-    assert list(by_name["BF16"].y) == [100, 50, 0, 1000]
-    assert list(by_name["F8_E4M3"].y) == [50, 0, 7, 0]
+    # The tallest stack is 1,000 bytes: the axis is in kB (decimal), the hover exact.
+    assert fig.layout.yaxis.title.text == "size (kB)"
+    assert list(by_name["BF16"].y) == [0.1, 0.05, 0.0, 1.0]
+    assert list(by_name["F8_E4M3"].y) == [0.05, 0.0, 0.007, 0.0]
+    assert list(by_name["BF16"].customdata) == ["100 B", "50 B", "0 B", "1.0 kB"]
 
 
 def test_parameters_per_layer_by_kind():
@@ -255,7 +278,10 @@ def test_figures_from_a_real_scan(tmp_path: Path):
     fig = bytes_per_layer(scanned.tensors)
     assert {t.name for t in fig.data} == {"F16", "F32"}
     f16 = next(t for t in fig.data if t.name == "F16")
-    assert list(f16.y) == [4 * 3 * 64, (4 * 3 - 1) * 64, 2 * 3 * 64]
+    # Bytes per layer (768 B at most, counting the F32 q_proj too: 1,024 B) in kB.
+    assert fig.layout.yaxis.title.text == "size (kB)"
+    assert list(f16.y) == [4 * 3 * 64 / 1000, (4 * 3 - 1) * 64 / 1000, 2 * 3 * 64 / 1000]
+    assert list(f16.customdata) == ["768 B", "704 B", "384 B"]
     assert len(shard_size_distribution(scanned.files).data[0].x) == 2
 
 

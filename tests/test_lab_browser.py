@@ -1,31 +1,42 @@
-"""JupyterLab in headless Chromium: run the repair notebook, see the dashboard, repair by clicking.
+"""The dashboard as a person uses it, in a real JupyterLab in headless Chromium.
 
-Starts a real JupyterLab (local only, random port and token) on a temp copy of notebooks/, opens
-02-repair-an-index-that-forgot-mtp.ipynb, runs all cells from the Run menu, checks that the
-dashboard draws the expert heatmap and the findings table, clicks Repair then Confirm in the
-page, and checks ON DISK that the index now lists the MTP tensors. Screenshots go to
-test-artifacts/dashboard-*.png. In CI (env CI set) missing browser tooling fails, never skips.
+One JupyterLab (local only, random port and token) on a temp copy of notebooks/ runs
+02-repair-an-index-that-forgot-mtp.ipynb from the Run menu, then in the page:
+
+1. the Overview lists the problems, not the findings, and then says whether the model code
+   would load the checkpoint (the verdict arrives from a thread after the Overview shows);
+2. a finding's "show tensor" link opens the tensor browser on that tensor (the grid draws it);
+3. the tensor browser filters by a name glob (count and grid follow);
+4. the Experts tab draws the heatmap and the zoomed layer;
+5. the Overview's "Repair: index" action plans the index repair, Confirm writes it: checked ON
+   DISK (MTP tensors in the index, a backup kept);
+6. the notebook is saved, its kernel shut down, and it is reopened: the static snapshot
+   (problems and PNG figures) shows where the widget no longer can, and the .ipynb holds it.
+
+Screenshots go to build/test-artifacts/dashboard-*.png. In CI (env CI set) missing browser
+tooling fails, never skips.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
+from browser import (
+    ARTIFACTS,
+    Lab,
+    launch_chromium,
+    open_tab,
+    run_all_cells,
+    running_lab,
+    sync_playwright_or_fail,
+    wait_for_kernel,
+)
 
-from inspector.checks import check
 from inspector.scan import scan
 
 pytestmark = pytest.mark.browser
@@ -36,143 +47,81 @@ NOTEBOOK = "02-repair-an-index-that-forgot-mtp.ipynb"
 DASHBOARD_COPY = "02-dashboard"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_server(url: str, process: subprocess.Popen, log: Path, *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"JupyterLab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    pytest.fail(
-        f"JupyterLab did not answer {url} within {timeout:.0f} s:\n{log.read_text()[-3000:]}"
-    )
-
-
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
-    """A running JupyterLab on a temp copy of notebooks/: (base URL, token, work dir)."""
+def lab(tmp_path: Path) -> Iterator[tuple[Lab, Path]]:
+    """A running JupyterLab on a temp copy of notebooks/, and the notebooks' work dir."""
     from inspector.demo import write_demos
 
     demo, work, root = tmp_path / "demo", tmp_path / "work", tmp_path / "notebooks"
     write_demos(demo, log=lambda _line: None)
     shutil.copytree(ROOT / "notebooks", root)
-    token, port = secrets.token_hex(16), _free_port()
-    env = {
-        **os.environ,
-        "CKPT_DEMO_DIR": str(demo),
-        "CKPT_WORK_DIR": str(work),
-        # Settings, workspaces and runtime files of this server stay in the temp folder.
-        "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime"),
-        "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "lab-settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "lab-workspaces"),
-    }
-    # No "get notified about Jupyter news?" toast over the screenshots (and no fetch of news).
-    notification = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    notification.mkdir(parents=True)
-    (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
-    log = tmp_path / "jupyterlab.log"
-    command = [
-        sys.executable, "-m", "jupyter", "lab", "--no-browser",
-        "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-    ]  # fmt: skip
-    if os.geteuid() == 0:  # containers run tests as root; JupyterLab refuses that by default
-        command.append("--allow-root")
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for_server(f"{base}/api/status?token={token}", process, log, timeout=60)
-        yield base, token, work
-    finally:
-        _stop(process)
+    env = {"CKPT_DEMO_DIR": str(demo), "CKPT_WORK_DIR": str(work)}
+    with running_lab(root, tmp_path / "lab", env=env) as server:
+        yield server, work
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """End the server and the kernels it started: they share the new session's process group."""
-    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def test_repair_by_clicking_in_jupyterlab(lab: tuple[str, str, Path]):
+def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
     sync_playwright = sync_playwright_or_fail()
-    base, token, work = lab
-    ARTIFACTS.mkdir(exist_ok=True)
+    server, work = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = launch_chromium(pw)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            # Only the local server: nothing may be fetched from elsewhere.
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_() if route.request.url.startswith(base) else route.abort()
-                ),
-            )
-            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", wait_until="domcontentloaded")
+            page.route("**/*", server.only_local)  # nothing may be fetched from elsewhere
+            page.goto(server.url(NOTEBOOK), wait_until="domcontentloaded")
             try:
-                _run_all_cells(page)
-                heatmap_cells = _open_experts(page)
-                findings = _open_drift(page)
-                result_text = _repair_by_clicking(page)
+                _run(page)
+                overview = _overview(page)
+                followed = _follow_a_finding(page)
+                filtered = _filter_tensors(page)
+                _experts(page)
+                result = _repair_from_the_overview(page)
+                _wait_for_snapshot(page)
+                _save(page)
+                reopened = _reopen_without_the_widgets(page, server)
             except Exception:
-                page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"))
+                page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"), full_page=True)
                 raise
         finally:
             browser.close()
 
-    assert heatmap_cells > 0
-    assert findings >= 1
-    assert "Repaired." in result_text and "model.safetensors.index.json" in result_text
-    # On disk: the index and the last sidecar list the MTP tensors, a backup is kept.
+    assert "2 problems" in overview and "42 MTP tensors (17.1 kB) invisible to loaders" in overview
+    assert "Will it load? yes as DeepseekV3ForCausalLM" in " ".join(overview.split())
+    assert "42 MTP tensors transformers skips" in overview and "MTP skipped (42)" in overview
+    assert followed.startswith("mtp.layers.0.")
+    assert filtered and all(".experts.3." in name for name in filtered)
+    assert "Repaired." in result and "model.safetensors.index.json" in result
+    # On disk: the index lists the MTP tensors; the old index is backed up.
     copy = work / DASHBOARD_COPY
     index = json.loads((copy / "model.safetensors.index.json").read_text())
     assert any(name.startswith("mtp.") for name in index["weight_map"])
-    backups = list((copy / ".ckpt-inspect-backup").iterdir())
-    assert len(backups) == 1 and (backups[0] / "model.safetensors.index.json").is_file()
-    old = json.loads((backups[0] / "model.safetensors.index.json").read_text())
+    (backup,) = (copy / ".ckpt-inspect-backup").iterdir()
+    old = json.loads((backup / "model.safetensors.index.json").read_text())
     assert not any(name.startswith("mtp.") for name in old["weight_map"])
-    assert check(scan(copy)) == []
+    assert scan(copy).index.weight_map == index["weight_map"]
+    # Reopened: the snapshot shows the state after the repair, with its figures.
+    assert "model-00004-of-00004.safetensors.json misses" in reopened["text"]
+    assert reopened["images"] >= 3 and not reopened["widget_error_visible"]
+    # The saved file holds it for any viewer: HTML (problems) and PNG outputs.
+    saved = json.loads((server.root / NOTEBOOK).read_text())
+    outputs = [o for c in saved["cells"] for o in c.get("outputs", [])]
+    html_outputs = [
+        "".join(o["data"]["text/html"]) for o in outputs if "text/html" in o.get("data", {})
+    ]
+    snapshot = [h for h in html_outputs if "ckpt-snapshot" in h]
+    assert len(snapshot) == 1 and "misses the same 42" not in snapshot[0]
+    assert "sidecar" in snapshot[0] and "rendering..." not in snapshot[0]
+    assert "data-loads='yes'" in snapshot[0] and "checking" not in snapshot[0]
+    pngs = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(pngs) >= 3
     assert not [e for e in errors if "ckpt" in e or "plotly" in e.lower()], errors
 
 
-def _run_all_cells(page) -> None:
-    """Run > Run All Cells, then wait until the kernel is idle and every cell has run."""
-    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
-    _wait_for_kernel(page, timeout=60)
-    page.locator(".lm-MenuBar-item", has_text="Run").first.click()
-    page.locator(".lm-Menu-item[data-command='runmenu:run-all']").click()
-    page.wait_for_function(
-        """() => {
-            const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
-        }""",
-        timeout=90_000,
-    )
+def _run(page) -> None:
+    run_all_cells(page, timeout=120)
     page.wait_for_selector(".ckpt-dashboard", timeout=30_000)
     outputs = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
     tracebacks = [t for t in outputs.all_inner_texts() if "Traceback" in t or "Error" in t]
@@ -180,78 +129,159 @@ def _run_all_cells(page) -> None:
     page.screenshot(path=str(ARTIFACTS / "dashboard-notebook.png"))
 
 
-def _wait_for_kernel(page, *, timeout: float) -> None:
-    """Until the status bar says the notebook's kernel is idle. A fresh JupyterLab may ask
-    which kernel to start: the dialog's default (the notebook's python3) is accepted."""
-    deadline = time.monotonic() + timeout
-    status = page.locator("#jp-main-statusbar")
-    while time.monotonic() < deadline:
-        accept = page.locator(".jp-Dialog .jp-mod-accept")
-        if accept.count() and accept.first.is_visible():
-            accept.first.click()
-        text = status.inner_text() if status.count() else ""
-        if "ipykernel" in text and "Idle" in text:
-            return
-        time.sleep(0.25)
-    pytest.fail(f"the notebook kernel did not become idle within {timeout:.0f} s")
-
-
 def _shoot(page, name: str) -> None:
     """A screenshot of the whole dashboard widget (scrolled into view)."""
-    dashboard = page.locator(".ckpt-dashboard")
+    dashboard = page.locator(".ckpt-dashboard").first
     dashboard.scroll_into_view_if_needed()
     dashboard.screenshot(path=str(ARTIFACTS / name))
 
 
-def _tab(page, title: str) -> None:
-    page.locator(".ckpt-tabs .lm-TabBar-tab", has_text=title).first.click()
-
-
-def _open_experts(page) -> int:
-    """Open the Experts tab; return the number of cells the drawn heatmap holds."""
-    _tab(page, "Overview")
-    page.locator(".ckpt-overview", has_text="unindexed-tensor").wait_for(timeout=30_000)
+def _overview(page) -> str:
+    open_tab(page, "Overview")
+    overview = page.locator(".ckpt-overview").first
+    overview.locator(".ckpt-problem").first.wait_for(timeout=30_000)
+    overview.locator(".ckpt-load[data-loads='yes']").wait_for(timeout=60_000)
     _shoot(page, "dashboard-overview.png")
-    _tab(page, "Experts")
-    heatmap = page.locator(".ckpt-expert-heatmap")
+    return overview.inner_text()
+
+
+def _follow_a_finding(page) -> str:
+    """Click the first "show tensor" link of the index problem; return the tensor the grid
+    then shows."""
+    card = page.locator(".ckpt-problem-index-misses-tensors").first
+    card.locator(".ckpt-finding-link").first.click()
+    count = page.locator(".ckpt-tensor-count", has_text="1 named tensor")
+    count.wait_for(timeout=60_000)
+    assert "1 of 387 tensors" in count.inner_text()
+    names = _grid_names(page, lambda names: len(names) == 1)
+    _shoot(page, "dashboard-tensor-followed.png")
+    return names[0]
+
+
+def _filter_tensors(page) -> list[str]:
+    """Type a glob into the name filter; return the names the grid shows."""
+    page.locator(".ckpt-tensor-clear").first.click()
+    page.locator(".ckpt-tensor-count", has_text="all tensors").wait_for(timeout=30_000)
+    field = page.locator(".ckpt-tensor-name input").first
+    field.fill("*.experts.3.*")
+    field.press("Enter")
+    count = page.locator(".ckpt-tensor-count", has_text="*.experts.3.*")
+    count.wait_for(timeout=30_000)
+    n = int(count.inner_text().split(" of ")[0].replace(",", ""))
+    assert n == 39, count.inner_text()  # 12 per MoE layer 1-3, 3 in the MTP layer
+    names = _grid_names(page, lambda names: all(".experts.3." in n for n in names))
+    _shoot(page, "dashboard-tensors.png")
+    return names
+
+
+def _grid_names(page, accept) -> list[str]:
+    """The tensor names the Perspective grid has drawn (its first data column)."""
+    deadline = time.monotonic() + 60
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        names = page.evaluate(
+            """() => {
+                const grid = document.querySelector('.ckpt-tensor-grid perspective-viewer');
+                const dg = grid && grid.querySelector('perspective-viewer-datagrid');
+                const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
+                if (!table) return [];
+                return [...table.querySelectorAll('tbody tr')]
+                    .map(tr => [...tr.querySelectorAll('td')].map(td => td.textContent.trim()))
+                    .map(cells => cells.find(c => c.includes('.')) || '')
+                    .filter(Boolean);
+            }"""
+        )
+        if names and accept(names):
+            return names
+        time.sleep(0.25)
+    raise AssertionError(f"the grid did not draw the expected rows: {names}")
+
+
+def _experts(page) -> None:
+    open_tab(page, "Experts")
+    heatmap = page.locator(".ckpt-expert-heatmap").first
     heatmap.locator(".heatmaplayer image").first.wait_for(state="attached", timeout=60_000)
-    # A click on a cell reaches the kernel (FigureWidget.on_click) and lists that expert.
-    heatmap.locator(".nsewdrag").first.click()
-    details = page.locator(".ckpt-expert-details", has_text="tensors (")
-    details.wait_for(timeout=30_000)
-    assert "mlp.experts." in details.inner_text()
-    _shoot(page, "dashboard-experts.png")
-    # The z matrix plotly.js drew (the plot div keeps its full data).
-    return page.evaluate(
-        """() => {
-            const root = document.querySelector('.ckpt-expert-heatmap');
-            const plot = [root, ...root.querySelectorAll('div')].find(e => e._fullData);
-            const z = plot._fullData[0].z;
-            return Array.from(z).reduce((n, row) => n + Array.from(row).length, 0);
-        }"""
+    zoom = page.locator(".ckpt-expert-layer").first
+    zoom.locator(".heatmaplayer image").first.wait_for(state="attached", timeout=60_000)
+    # The heatmap spans the output's width instead of plotly's default 700 px.
+    page.wait_for_function(
+        "() => document.querySelector('.ckpt-expert-heatmap .main-svg')"
+        ".getBoundingClientRect().width > 900",
+        timeout=30_000,
     )
+    _shoot(page, "dashboard-experts.png")
 
 
-def _open_drift(page) -> int:
-    """Open the Drift tab; return the number of finding rows in the table."""
-    _tab(page, "Drift")
-    rows = page.locator(".ckpt-findings-table tr.finding")
-    rows.first.wait_for(timeout=30_000)
-    codes = {rows.nth(i).get_attribute("data-code") for i in range(min(rows.count(), 50))}
-    assert "unindexed-tensor" in codes, codes
-    _shoot(page, "dashboard-drift.png")
-    return rows.count()
-
-
-def _repair_by_clicking(page) -> str:
-    """Repair tab: click Repair, then Confirm; return the result text shown after refresh."""
-    _tab(page, "Repair")
-    page.locator("button.ckpt-repair-button").click()
-    confirm = page.locator("button.ckpt-confirm-button")
-    confirm.wait_for(state="visible", timeout=15_000)
+def _repair_from_the_overview(page) -> str:
+    open_tab(page, "Overview")
+    page.locator(".ckpt-problem-index-misses-tensors .ckpt-problem-repair").first.click()
+    confirm = page.locator("button.ckpt-confirm-button").first
+    confirm.wait_for(state="visible", timeout=60_000)
+    verdict = page.locator(".ckpt-repair-verdict").first.inner_text()
+    assert "This plan fixes 22 of 44 findings" in verdict, verdict
     _shoot(page, "dashboard-confirm.png")
     confirm.click()
-    result = page.locator(".ckpt-repair-result", has_text="Repaired.")
+    result = page.locator(".ckpt-repair-result", has_text="Repaired.").first
     result.wait_for(timeout=60_000)
     _shoot(page, "dashboard-repaired.png")
     return result.inner_text()
+
+
+def _wait_for_snapshot(page) -> None:
+    """Until the snapshot's figures are in the output (hidden while the dashboard is live)."""
+    page.wait_for_function(
+        """() => {
+            const snap = document.querySelector('.ckpt-snapshot');
+            const images = document.querySelectorAll(
+                '.jp-OutputArea-output[data-mime-type="image/png"] img');
+            return snap && !snap.textContent.includes('rendering...') && images.length >= 3;
+        }""",
+        timeout=90_000,
+    )
+    hidden = page.evaluate(
+        "() => getComputedStyle(document.querySelector('.ckpt-snapshot')).display === 'none'"
+        " || document.querySelector('.ckpt-snapshot').offsetParent === null"
+    )
+    assert hidden, "the static snapshot must not show under the live dashboard"
+
+
+def _save(page) -> None:
+    page.keyboard.press("Control+s")
+    page.wait_for_function(
+        "() => !document.querySelector('.jp-NotebookPanel-toolbar, .jp-Toolbar')"
+        " || !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')",
+        timeout=30_000,
+    )
+
+
+def _reopen_without_the_widgets(page, server: Lab) -> dict:
+    """Shut the kernel down, reload the page and reopen the notebook: no widget model
+    survives. Return what the output shows."""
+    page.locator(".lm-MenuBar-item", has_text="Kernel").first.click()
+    page.locator(".lm-Menu-item[data-command='kernelmenu:shutdown']").click()
+    # Some JupyterLab versions ask first.
+    accept = page.locator(".jp-Dialog .jp-mod-accept")
+    try:
+        accept.wait_for(timeout=3_000)
+        accept.click()
+    except Exception:  # no dialog: it shuts down at once
+        pass
+    page.locator("#jp-main-statusbar", has_text="No Kernel").or_(
+        page.locator("#jp-main-statusbar", has_text="Unknown")
+    ).first.wait_for(timeout=30_000)
+    page.goto(server.url(NOTEBOOK), wait_until="domcontentloaded")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Cell", timeout=60_000)
+    wait_for_kernel(page, timeout=60)
+    snapshot = page.locator(".ckpt-snapshot").first
+    snapshot.wait_for(state="visible", timeout=60_000)
+    images = page.locator('.jp-OutputArea-output[data-mime-type="image/png"] img')
+    images.first.wait_for(state="visible", timeout=30_000)
+    snapshot.scroll_into_view_if_needed()
+    area = page.locator(".jp-OutputArea", has=page.locator(".ckpt-snapshot")).first
+    area.screenshot(path=str(ARTIFACTS / "dashboard-snapshot-reopened.png"))
+    error = page.locator(".jp-OutputArea-output.jupyter-widgets", has_text="model not found")
+    return {
+        "text": snapshot.inner_text(),
+        "images": images.count(),
+        "widget_error_visible": error.count() > 0 and error.first.is_visible(),
+    }

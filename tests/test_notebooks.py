@@ -54,9 +54,11 @@ EXPECTED: dict[str, list[str]] = {
         "tensors; columns: name, file, dtype, shape",
         "missing experts: 0 of ",
         "findings: 0\n",
+        "tensor browser: 3 tensors match name ~ *.experts.3.*, dtype F8_E4M3, layer 2",
     ],
     "02-repair-an-index-that-forgot-mtp": [
         "unindexed-tensor",
+        "problems: index-misses-tensors, sidecars-disagree\n",
         "wrote: model.safetensors.index.json",
         "findings left after the repair: 0\n",
         "MTP tensors, e.g. mtp.",

@@ -1,6 +1,6 @@
 """Open the HTML report in headless Chromium with every network request blocked: the expert
 heatmap must render and the findings table must list every finding. Screenshot in
-test-artifacts/report.png."""
+build/test-artifacts/report.png."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_report_renders_offline_in_chromium(tmp_path: Path):
     scanned = scan(write_moe_checkpoint(tmp_path / "tiny-moe"))
     findings = check(scanned)
     report = write_html_report(scanned, findings, tmp_path / "report.html")
-    ARTIFACTS.mkdir(exist_ok=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     requested: list[str] = []
     errors: list[str] = []
 

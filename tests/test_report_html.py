@@ -174,3 +174,38 @@ def test_cli_report_writes_html_and_prints_markdown(checkpoint: Path, tmp_path: 
     printed = capsys.readouterr().out
     assert printed.startswith("### Checkpoint inspection") and "`expert-missing`" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html"]
+
+
+def test_report_and_markdown_list_problems_with_their_fix(report, checkpoint: Path):
+    text = report[0].read_text(encoding="utf-8")
+    problems = re.findall(r"<tr class='problem sev-(\w+)' data-problem='([\w-]+)'>", text)
+    assert ("error", "experts-missing") in problems
+    section = text.split("<section id='problems'>", 1)[1].split("</section>", 1)[0]
+    assert "re-export from the training checkpoint" in section
+    # Names wrap at their separators, not in the middle of a word.
+    assert "model-<wbr>00004-<wbr>of-<wbr>00004.<wbr>safetensors" in text
+    assert "word-break: break-all" not in text
+    md = markdown_summary(scan(checkpoint), check(scan(checkpoint)))
+    assert "**Problems** (findings grouped by root cause)" in md
+    assert re.search(r"- \*\*error\*\*: .*experts missing.*Fix: re-export", md)
+
+
+def test_report_says_whether_it_loads_with_the_names_escaped(checkpoint: Path, tmp_path: Path):
+    from inspector.model_load import LoadVerdict, load_verdict
+
+    scanned = scan(checkpoint)
+    verdict = load_verdict(scanned)  # the config names no class: the check says why not
+    text = write_html_report(
+        scanned, check(scanned, verdict=verdict), tmp_path / "r.html", verdict=verdict
+    ).read_text()
+    load = text[text.index("<section id='load'>") : text.index("<section id='problems'>")]
+    assert "data-loads='unknown'" in load and "not checked" in load
+    assert "config.json names no architecture" in load
+    # A config can name any architecture: what the verdict says is escaped.
+    hostile = LoadVerdict(architecture="<img src=x onerror=alert(1)>", missing=("<b>x</b>",))
+    text = write_html_report(scanned, [], tmp_path / "h.html", verdict=hostile).read_text()
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt;" in text
+    assert "<b>x</b>" not in text and "&lt;b&gt;x&lt;/b&gt;" in text
+    # Without a verdict the report makes no claim about loading.
+    bare = write_html_report(scanned, [], tmp_path / "b.html").read_text()
+    assert "<section id='load'>" not in bare

@@ -16,12 +16,12 @@ import ipywidgets as w
 from inspector.widgets.dashboard import button
 from inspector.widgets.report import write_html_report
 
-from inspector.consolidate import plan_consolidation
-from inspector.errors import InspectorError
+from inspector.consolidate import default_destination, plan_consolidation
+from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
-from inspector.html_repr import diff_html, findings_html, text_html
+from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
 from inspector.markdown import markdown_summary
-from inspector.repair import plan_repair
+from inspector.repair import plan_repair, preview_repair
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
@@ -50,16 +50,27 @@ def _error(exc: BaseException) -> str:
 
 
 class RepairPanel:
-    """The repair plan as words and a diff; Repair asks for confirmation, then executes the plan,
-    shows what was written and where the backups are, and refreshes the dashboard."""
+    """The repair plan as words and a diff, and what it fixes: the findings the plan resolves
+    and those it cannot (with what would fix them), from `preview_repair` re-checking the
+    checkpoint as the plan leaves it. Repair is enabled only when the plan fixes an error or a
+    warning; it asks for confirmation, executes the plan, shows what was written and where
+    the backups are, and refreshes the dashboard."""
+
+    _PARTS = ("index", "sidecars", "quant-config")
 
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
         self.plan: Any = None
+        self.preview: Any = None
+        self.parts: tuple[str, ...] = ()
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
+        self.scope = w.HTML().add_class("ckpt-repair-scope")
+        all_parts = button("Plan all parts", "ckpt-plan-all", icon="expand")
+        all_parts.on_click(lambda _: self.use_parts(()))
         replan = button("Plan again", "ckpt-plan-button", icon="refresh")
         replan.on_click(lambda _: self.make_plan())
+        self.verdict = w.HTML().add_class("ckpt-repair-verdict")
         self.plan_view = w.HTML().add_class("ckpt-repair-plan")
         self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
         self.repair.on_click(lambda _: self.ask())
@@ -70,46 +81,86 @@ class RepairPanel:
         self.cancel.on_click(lambda _: self.ask(cancel=True))
         self.confirm_box = w.VBox([self.question, w.HBox([self.confirm, self.cancel])])
         self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
+        wrap = w.Layout(flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [
                 self.result,
-                w.HBox([self.duplicates, self.quant, replan]),
-                self.plan_view,
+                w.HBox([self.scope, all_parts], layout=wrap),
+                w.HBox([self.duplicates, self.quant, replan], layout=wrap),
+                self.verdict,
                 w.HBox([self.repair]),
                 self.confirm_box,
-            ]
+                self.plan_view,
+            ],
+            layout=w.Layout(width="100%"),
         )
         self.make_plan()
 
+    def use_parts(self, parts: tuple[str, ...]) -> None:
+        """Plan only `parts` (index, sidecars, quant-config); all of them when empty."""
+        self.parts = tuple(parts)
+        if "quant-config" in self.parts:
+            self.quant.value = True
+        self.make_plan()
+
     def make_plan(self) -> None:
-        """Plan from the current scan with the chosen options (nothing is written)."""
+        """Plan from the current scan with the chosen options (nothing is written), and
+        preview what the plan fixes."""
         self.ask(cancel=True)
+        state = self.dash.state
+        self.scope.value = (
+            f"plan: <b>{html.escape(', '.join(self.parts))}</b> only"
+            if self.parts
+            else "plan: every part that applies (index, sidecars; quant config when ticked)"
+        )
         try:
             self.plan = plan_repair(
-                self.dash.scanned,
+                state.scanned,
+                only=set(self.parts) or None,
                 duplicates=self.duplicates.value or None,
                 quant_config=self.quant.value,
             )
+            self.preview = preview_repair(
+                self.plan,
+                state.scanned,
+                findings=state.findings,
+                verdict=state.verdict,
+                model=state.verdict is not None,
+                trust_remote_code=self.dash.trust_remote_code,
+            )
         except _EXPECTED as exc:
-            self.plan = None
-            self.plan_view.value = _error(exc)
+            self.plan, self.preview = None, None
+            self.verdict.value = _error(exc)
+            self.plan_view.value = ""
         else:
+            self.verdict.value = self._verdict_html()
             self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
-        self.repair.disabled = self.plan is None or self.plan.empty
+        self.repair.disabled = not self.worth_it
+
+    @property
+    def worth_it(self) -> bool:
+        """True when the plan writes something and fixes an error or a warning."""
+        return (
+            self.plan is not None
+            and not self.plan.empty
+            and self.preview is not None
+            and self.preview.matters
+        )
 
     def ask(self, *, cancel: bool = False) -> None:
         """Show (or with `cancel`, hide) the confirm / cancel pair."""
-        if not cancel and self.plan is not None and not self.plan.empty:
+        if not cancel and self.worth_it:
             files = ", ".join(wr.path for wr in self.plan.writes)
             self.question.value = (
-                f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>? "
+                f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>"
+                f"? It fixes {len(self.preview.fixes):,} findings. "
                 "The current files are backed up first."
             )
             _hidden(self.confirm_box, False)
             self.repair.disabled = True
             return
         _hidden(self.confirm_box, True)
-        self.repair.disabled = self.plan is None or self.plan.empty
+        self.repair.disabled = not self.worth_it
 
     def execute(self) -> None:
         """Execute the plan, keep the result on the dashboard, and refresh every tab."""
@@ -122,6 +173,64 @@ class RepairPanel:
             return
         self.dash.last_repair = result
         self.dash.refresh()
+
+    def _verdict_html(self) -> str:
+        """What the plan fixes and what it cannot, in problems (with what fixes the rest)."""
+        state, preview = self.dash.state, self.preview
+        fixed = set(preview.fixes)
+        fixes = [p for p in state.problems if fixed & set(p.findings)]
+        rest = [p for p in state.problems if not set(p.findings) <= fixed]
+        lines = []
+        if not state.findings:
+            lines.append(
+                "<b>No findings: nothing to repair.</b>"
+                + (
+                    f" (A plan would only change: {html.escape(_changes(self.plan))}.)"
+                    if self.plan.writes
+                    else ""
+                )
+            )
+        elif self.plan.empty and not self.plan.refused:
+            lines.append(
+                "<b>Nothing to rewrite:</b> no index, sidecar or quant-config repair applies."
+            )
+        elif not preview.matters:
+            lines.append(
+                "<b>This plan fixes no error or warning</b>, so Repair is disabled"
+                + (
+                    f" (it would only change: {html.escape(_changes(self.plan))})."
+                    if self.plan.writes
+                    else "."
+                )
+            )
+        else:
+            lines.append(
+                f"<b>This plan fixes {len(preview.fixes):,} of {len(state.findings):,} "
+                "findings:</b><ul>"
+                + "".join(f"<li>{html.escape(p.title)}</li>" for p in fixes)
+                + "</ul>"
+            )
+        if preview.introduces:
+            lines.append(
+                f"<b style='color:#b07d00'>It would add {len(preview.introduces)} findings</b> "
+                f"({html.escape(', '.join(sorted({f.code for f in preview.introduces})))}) "
+                "until the other parts are repaired too: plan all parts to fix everything "
+                "at once."
+            )
+        if rest:
+            lines.append(
+                "<b>It cannot fix:</b><ul>"
+                + "".join(
+                    f"<li>{severity_badge(p.severity)} {html.escape(p.title)}: "
+                    f"{html.escape(p.action.text)} <code>{html.escape(p.action.command)}</code>"
+                    "</li>"
+                    for p in rest
+                )
+                + "</ul>"
+            )
+        return (
+            "<div style='line-height:1.5'>" + "".join(f"<div>{x}</div>" for x in lines) + "</div>"
+        )
 
     @staticmethod
     def _result_html(result: Any) -> str:
@@ -138,18 +247,22 @@ class RepairPanel:
         )
 
 
+def _changes(plan: Any) -> str:
+    return "; ".join(f"{wr.path}: {', '.join(wr.changes)}" for wr in plan.writes)
+
+
 class ConsolidatePanel:
     """Form for `plan_consolidation` + `execute`: destination, mapping or reference, maximum
-    shard size, dtype, workers. Shows the plan, a progress bar while running, and the
-    verification of the written folder."""
+    shard size, dtype, workers, overwrite. Shows the plan, a progress bar while running, and
+    the verification of the written folder. A destination that holds anything but this plan's
+    own output is refused by `execute` unless overwrite is ticked; the refusal is shown with
+    the two ways out."""
 
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
         source = dash.scanned.path
-        # A remote source is consolidated into a local folder (here, named after it).
-        local = source / "consolidated" if isinstance(source, Path) else None
-        default = local or Path.cwd() / f"{source.name}-consolidated"
-        self.dest = w.Text(value=str(default), description="destination")
+        # Beside the source, not in it: the output must not become part of what it replaces.
+        self.dest = w.Text(value=str(default_destination(source)), description="destination")
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
@@ -160,6 +273,12 @@ class ConsolidatePanel:
         self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
         self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
         self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)
+        # The CLI's --overwrite: named so, as the core's refusal message names it.
+        self.overwrite = w.Checkbox(
+            description="overwrite (--overwrite): move what the destination holds to a backup",
+            indent=False,
+            layout=w.Layout(width="90%"),
+        ).add_class("ckpt-consolidate-overwrite")
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
         plan = button("Plan", "ckpt-consolidate-plan")
@@ -181,6 +300,7 @@ class ConsolidatePanel:
                 w.HTML(note),
                 *form,
                 self.verify_data,
+                self.overwrite,
                 w.HBox([plan, self.run]),
                 self.progress,
                 self.status,
@@ -215,10 +335,14 @@ class ConsolidatePanel:
         try:
             with self.progress:
                 result = plan.execute(
-                    progress=True, verify_data=self.verify_data.value, workers=self.workers.value
+                    progress=True,
+                    verify_data=self.verify_data.value,
+                    workers=self.workers.value,
+                    overwrite=self.overwrite.value,
                 )
         except _EXPECTED as exc:
-            self.status.value = _error(exc)
+            self.progress.clear_output()
+            self.status.value = _refused(exc, overwrite=self.overwrite.value)
             return None
         finally:
             self.run.disabled = False
@@ -230,6 +354,19 @@ class ConsolidatePanel:
         if result.findings:
             self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
         return result
+
+
+def _refused(exc: BaseException, *, overwrite: bool) -> str:
+    """Why the consolidation did not run; for a destination that holds other files, what the
+    form offers instead of the CLI flag the message names."""
+    text = _error(exc)
+    if isinstance(exc, PlanRefusedError) and "--overwrite" in str(exc) and not overwrite:
+        text += (
+            "<div class='ckpt-consolidate-refused'>Nothing was written. Choose an empty "
+            "destination above, or tick <b>overwrite</b> to move what is there to a backup "
+            "and consolidate into it.</div>"
+        )
+    return text
 
 
 class ReportPanel:
@@ -254,7 +391,9 @@ class ReportPanel:
         """Write the HTML report to the path in the form; returns it, None on failure."""
         state = self.dash.state
         try:
-            target = write_html_report(state.scanned, state.findings, self.path.value.strip())
+            target = write_html_report(
+                state.scanned, state.findings, self.path.value.strip(), verdict=state.verdict
+            )
         except _EXPECTED as exc:
             self.status.value = _error(exc)
             return None
@@ -265,7 +404,7 @@ class ReportPanel:
     def show_markdown(self) -> str:
         """Show the Markdown summary (to paste into a bug report) and return it."""
         state = self.dash.state
-        text = markdown_summary(state.scanned, state.findings)
+        text = markdown_summary(state.scanned, state.findings, verdict=state.verdict)
         self.markdown.value = text
         _hidden(self.markdown, False)
         return text

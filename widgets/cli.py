@@ -59,6 +59,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         return EXIT_CANNOT
     default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
-    written = write_html_report(scanned, findings, args.output or default)
+    written = write_html_report(scanned, findings, args.output or default, verdict=verdict)
     print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
     return EXIT_OK

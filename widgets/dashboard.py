@@ -1,87 +1,175 @@
-"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in eight tabs.
+"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
 
-The widgets hold no logic. Every action is one call into `inspector` (scan, check, plan a
-repair, execute it, plan and run a consolidation, write a report); figures come from
-`widgets.figures`, tables from `inspector.html_repr`. Tabs other than Overview are built the
-first time they are selected, so a 300,000-tensor checkpoint opens after one scan and one check.
+The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
+findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
+consolidation, write a report); figures come from `widgets.figures`, tables from
+`inspector.html_repr`, the tensor grid from `widgets.browser`. Tabs other than Overview are
+built when first selected, or ahead of that by a background worker once the Overview is on
+screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
+checkpoint opens after one scan and the plain checks.
 
-Key widgets carry stable CSS classes (`ckpt-*`) so a browser test can find them.
+The Overview answers "will it load?" with the model code's own verdict
+(`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
+else together, so the Overview is drawn from the plain checks and the verdict is computed in a
+thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
+holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
+
+Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
+figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
+without a kernel. Key widgets carry stable CSS classes (`ckpt-*`) so a browser test can find
+them.
 """
 
 from __future__ import annotations
 
+import html
 import os
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
-import plotly.graph_objects as go
-from inspector.widgets.figures import (
-    bytes_per_layer,
-    expert_coverage_heatmap,
-    findings_by_code,
-    parameters_per_layer,
-    shard_size_distribution,
-    shard_size_outliers,
-)
 
 from inspector.checks import check
 from inspector.findings import Finding, findings_to_frame
-from inspector.html_repr import code_help_html, findings_html, frame_html, scanned_html
+from inspector.html_repr import (
+    code_help_html,
+    facts_html,
+    findings_html,
+    frame_html,
+    load_verdict_html,
+    problem_html,
+    severity_badge,
+)
 from inspector.model import ScannedCheckpoint
+from inspector.problems import Problem, group_problems
+from inspector.query import TensorQuery
 from inspector.scan import scan
 from inspector.storage import Location, RemoteURL
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
 _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
 _FILE_COLUMNS = ["file", "size", "tensors", "tensor_bytes", "first_layer", "last_layer", "problems"]
+_FINDINGS_PER_PROBLEM = 3
+_WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
+_PAGE = 25
 
 
 @dataclass(frozen=True)
 class CheckpointState:
-    """One scan of the checkpoint and its findings; replaced as a whole on refresh."""
+    """One scan of the checkpoint, its findings and their problems, and the load verdict
+    they were checked with; replaced as a whole on refresh.
+
+    `verdict` is None when the load check is off, or (`pending`) still running: then the
+    findings are the plain checks' only."""
 
     scanned: ScannedCheckpoint
     findings: tuple[Finding, ...]
     frame: pd.DataFrame  # the findings as `findings_to_frame` returns them
+    problems: tuple[Problem, ...]
+    verdict: LoadVerdict | None = None
+    pending: bool = False
 
     @classmethod
     def load(
-        cls, source: str | os.PathLike[str] | Location | ScannedCheckpoint, *, deep: bool = False
+        cls,
+        source: str | os.PathLike[str] | Location | ScannedCheckpoint,
+        *,
+        deep: bool = False,
+        progress: bool = False,
+        model: bool = True,
+        trust_remote_code: bool = False,
     ) -> CheckpointState:
-        """Scan `source` (unless it is already a scan) and run every check."""
-        scanned = source if isinstance(source, ScannedCheckpoint) else scan(source)
-        findings = tuple(check(scanned, deep=deep))
-        return cls(scanned, findings, findings_to_frame(findings))
+        """Scan `source` (unless it is already a scan), compute the load verdict (with
+        `model`), run every check with it, group the findings."""
+        scanned = (
+            source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
+        )
+        verdict = None
+        if model:
+            from inspector.model_load import load_verdict
+
+            verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
+        return cls.checked(scanned, verdict, deep=deep, progress=progress)
+
+    @classmethod
+    def checked(
+        cls,
+        scanned: ScannedCheckpoint,
+        verdict: LoadVerdict | None,
+        *,
+        deep: bool = False,
+        progress: bool = False,
+        pending: bool = False,
+    ) -> CheckpointState:
+        """The state of `scanned` checked with `verdict` (None: without the model rules)."""
+        findings = tuple(
+            check(scanned, deep=deep, model=verdict is not None, verdict=verdict, progress=progress)
+        )
+        problems = group_problems(scanned, findings, verdict=verdict)
+        return cls(scanned, findings, findings_to_frame(findings), problems, verdict, pending)
 
 
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Files, Experts, Layers, Drift, Repair, Consolidate, Report. `refresh()`
-    re-scans the folder and redraws every tab (the Repair tab calls it after writing).
+    Tabs: Overview, Tensors, Files, Experts, Layers, Drift, Repair, Consolidate, Report.
+    `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
+    writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
+    `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
+    code ships in the checkpoint folder (see `inspector.model_load`).
     """
 
-    TABS = ("Overview", "Files", "Experts", "Layers", "Drift", "Repair", "Consolidate", "Report")
+    TABS = (
+        "Overview",
+        "Tensors",
+        "Files",
+        "Experts",
+        "Layers",
+        "Drift",
+        "Repair",
+        "Consolidate",
+        "Report",
+    )
+
+    # The tabs the background worker builds ahead of the first click: the light ones first,
+    # so that a click meanwhile does not wait for the tensor table (seconds at 1M tensors).
+    PREBUILT = ("Drift", "Files", "Layers", "Experts", "Repair", "Tensors")
 
     def __init__(
         self,
         source: str | os.PathLike[str] | ScannedCheckpoint,
         *,
         report_dir: str | os.PathLike[str] | None = None,
+        progress: bool = True,
+        snapshot: bool = True,
+        model: bool = True,
+        trust_remote_code: bool = False,
     ) -> None:
         from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
+        from inspector.widgets.browser import TensorBrowser
 
-        self.state = CheckpointState.load(source)
+        self.model, self.trust_remote_code = model, trust_remote_code
+        # The plain checks now; the load verdict in a thread (see the module docstring).
+        self.current = _load_with_progress(source, progress=progress, pending=model)
+        self._complete: Future[CheckpointState] = Future()
+        if not model:
+            self._complete.set_result(self.current)
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
-        # Panel builders by tab title; a tab's content is built on first selection.
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
+            "Tensors": lambda: TensorBrowser(
+                self.scanned, export_dir=self.report_dir, defer_grid=True
+            ),
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
@@ -92,115 +180,530 @@ class Dashboard:
         }
         self.panels: dict[str, Any] = {}
         self.last_repair: Any = None
-        self.header = w.HTML().add_class("ckpt-header")
+        self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0")).add_class(
+            "ckpt-header"
+        )
         self.tab = w.Tab(children=[w.VBox() for _ in self.TABS]).add_class("ckpt-tabs")
         self.tab.titles = self.TABS
         self.tab.observe(self._on_select, names="selected_index")
         rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
+        rescan.layout.flex = "0 0 auto"
         rescan.on_click(lambda _: self.refresh())
-        top = w.HBox([self.header, rescan], layout=w.Layout(justify_content="space-between"))
-        self.widget = w.VBox([top, self.tab]).add_class("ckpt-dashboard")
+        # The re-scan's progress bar is drawn here (tqdm.auto writes into the Output widget).
+        self.progress = w.Output().add_class("ckpt-progress")
+        top = w.HBox(
+            [self.header, rescan],
+            layout=w.Layout(justify_content="space-between", align_items="center", width="100%"),
+        )
+        from inspector.widgets.autosize import Autosize
+
+        self.widget = w.VBox(
+            [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
+        ).add_class("ckpt-dashboard")
+        self._snapshot = None
+        if snapshot:
+            from inspector.widgets.snapshot import Snapshot
+
+            self._snapshot = Snapshot()
+        # Panels are built by the main thread on a click or by the background worker ahead of
+        # it; the lock keeps them from building the same one twice. A panel may wait for the
+        # load verdict while it holds that lock, so the verdict is published under another.
+        self._lock = threading.RLock()
+        self._state_lock = threading.Lock()
+        self._generation = 0
+        self.worker: threading.Thread | None = None
+        self.verdict_worker: threading.Thread | None = None
         self._draw()
+        if model:
+            self._start_verdict()
+
+    @property
+    def state(self) -> CheckpointState:
+        """The checkpoint's state with the load verdict's findings and problems; waits for
+        the load check when it is still running (a few seconds on a large MoE)."""
+        return self._complete.result()
 
     @property
     def scanned(self) -> ScannedCheckpoint:
-        return self.state.scanned
+        return self.current.scanned
 
     @property
     def path(self) -> Path | RemoteURL:
-        return self.state.scanned.path
+        return self.current.scanned.path
 
     def refresh(self) -> None:
         """Re-scan and re-check the folder (a remote one through the same storage, listed
-        afresh), then redraw the open tab; other tabs are rebuilt when next selected."""
-        self.state = CheckpointState.load(Location(self.scanned.location.storage.fresh()))
-        self.panels.clear()
+        afresh; the load check too: its model is cached by now), then redraw the open tab;
+        other tabs are rebuilt when next selected. The saved snapshot follows."""
+        self.progress.clear_output()
+        with self.progress:
+            state = CheckpointState.load(
+                Location(self.scanned.location.storage.fresh()),
+                progress=True,
+                model=self.model,
+                trust_remote_code=self.trust_remote_code,
+            )
+        self.progress.clear_output()
+        for panel in self.panels.values():
+            close = getattr(panel, "close", None)
+            if close is not None:
+                close()
+        with self._lock, self._state_lock:
+            self.panels.clear()
+            self._generation += 1
+            self.current = state
+            if self._complete.done():
+                self._complete = Future()
+            self._complete.set_result(state)
         self._draw()
+        if self._snapshot is not None:
+            self._snapshot.update(self.state)
+        self._start_worker()
+
+    def _start_verdict(self) -> None:
+        """Compute the load verdict in a thread, then check with it and redraw what shows
+        the plain checks' state (header, Overview, snapshot)."""
+        generation, plain = self._generation, self.current
+
+        def work() -> None:
+            try:
+                from inspector.model_load import load_verdict
+
+                verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
+                state = CheckpointState.checked(plain.scanned, verdict)
+            except BaseException as exc:  # a bug: `state` raises it where it is asked for
+                with self._state_lock:
+                    if generation == self._generation:
+                        self._complete.set_exception(exc)
+                raise
+            with self._state_lock:
+                if generation != self._generation:
+                    return  # a refresh replaced the state meanwhile
+                self.current = state
+                self._complete.set_result(state)
+            # Only what shows `current` is redrawn: every other tab waited for this state.
+            with self._lock:
+                if generation != self._generation:
+                    return
+                self._draw_header()
+                self.panels.pop("Overview", None)
+                self.panel("Overview")
+            if self._snapshot is not None:
+                self._snapshot.update(state)
+
+        self.verdict_worker = threading.Thread(target=work, name="ckpt-load-verdict", daemon=True)
+        self.verdict_worker.start()
 
     def select(self, title: str) -> Any:
         """Open the tab called `title` and return its panel (built if needed)."""
         self.tab.selected_index = self.TABS.index(title)
-        return self.panel(title)
+        return self._shown(title)
+
+    def _shown(self, title: str) -> Any:
+        """The panel of the tab just shown; one that draws on being shown (the tensor grid)
+        is told."""
+        panel = self.panel(title)
+        show = getattr(panel, "show_grid", None)
+        if show is not None:
+            show()
+        return panel
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use."""
-        if title not in self.panels:
-            panel = self._builders[title]()
-            self.panels[title] = panel
-            self.tab.children[self.TABS.index(title)].children = [panel.widget]
-        return self.panels[title]
+        with self._lock:
+            if title not in self.panels:
+                panel = self._builders[title]()
+                self.panels[title] = panel
+                self.tab.children[self.TABS.index(title)].children = [panel.widget]
+            return self.panels[title]
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the load check is done and the background worker has built every tab and
+        rendered the snapshot's figures (scripts and tests; a person never needs to)."""
+        self._complete.exception(timeout)
+        if self.verdict_worker is not None:
+            self.verdict_worker.join(timeout)  # it redraws the Overview after publishing
+        if self.worker is not None:
+            self.worker.join(timeout)
+
+    def _start_worker(self) -> None:
+        """After the Overview is on screen: build the other tabs ahead of the first click
+        (the heavy ones first), then render the snapshot's figures."""
+        generation = self._generation
+
+        def work() -> None:
+            import perspective.widget  # noqa: F401  (imports first: plotly's takes a second)
+            import plotly.graph_objs._figurewidget  # noqa: F401
+
+            state = self.state  # with the load verdict: the tabs show its findings too
+            for title in self.PREBUILT:
+                with self._lock:
+                    if generation != self._generation:
+                        return
+                    self.panel(title)
+            if self._snapshot is not None:
+                self._snapshot.render_figures(state, current=lambda: generation == self._generation)
+
+        # The delay lets the Overview's widgets reach the page and paint before the worker's
+        # imports and widgets compete with them for the kernel and the page.
+        self.worker = threading.Timer(_WORKER_DELAY, work)
+        self.worker.daemon = True
+        self.worker.start()
+
+    # -- navigation: where the Overview's and the findings' links lead ---------------------
+
+    def show_tensors(self, query: TensorQuery) -> Any:
+        """The Tensors tab, filtered by `query`."""
+        browser = self.select("Tensors")
+        browser.set_query(query)
+        return browser
+
+    def show_cell(self, layer: int, expert: int | None = None) -> Any:
+        """The Experts tab zoomed into `layer` (and `expert`, if given)."""
+        experts = self.select("Experts")
+        experts.show(layer, expert)
+        return experts
+
+    def show_findings(self, codes: Sequence[str] = ()) -> Any:
+        """The Drift tab, showing the findings of `codes` (all when empty)."""
+        drift = self.select("Drift")
+        drift.show_codes(codes)
+        return drift
+
+    def follow(self, finding: Finding) -> Any:
+        """Open what a finding is about: its tensor, its heatmap cell or its file."""
+        shards = set(self.scanned.files["file"].astype(str)) if len(self.scanned.files) else set()
+        if finding.tensor:
+            return self.show_tensors(TensorQuery(names=(finding.tensor,)))
+        if finding.layer is not None and len(self.scanned.experts):
+            return self.show_cell(finding.layer, finding.expert)
+        if finding.file in shards:
+            return self.show_tensors(TensorQuery(file=finding.file))
+        return self.show_findings((finding.code,))
+
+    def repair(self, parts: Sequence[str] = ()) -> Any:
+        """The Repair tab with a plan of `parts` (all when empty), asking for confirmation."""
+        panel = self.select("Repair")
+        panel.use_parts(tuple(parts))
+        panel.ask()
+        return panel
+
+    # -- drawing -----------------------------------------------------------------------------
 
     def _draw(self) -> None:
-        s, frame = self.state.scanned, self.state.frame
-        counts = frame["severity"].value_counts()
-        verdict = ", ".join(f"{int(counts.get(k, 0))} {k}" for k in ("error", "warning", "info"))
-        self.header.value = (
-            f"<b>{_esc(s.path.name)}</b> &nbsp; <code>{_esc(s.path)}</code> &nbsp; "
-            f"layout <b>{_esc(s.layout)}</b> &nbsp; findings: {verdict}"
-        )
-        drift = self.TABS.index("Drift")
-        titles = list(self.TABS)
-        titles[drift] = f"Drift ({len(frame)})"
-        self.tab.titles = tuple(titles)
+        self._draw_header()
         for box in self.tab.children:
             box.children = []
-        self.panel(self.TABS[self.tab.selected_index or 0])
+        self._shown(self.TABS[self.tab.selected_index or 0])
+
+    def _draw_header(self) -> None:
+        s, problems = self.current.scanned, self.current.problems
+        counts = pd.Series([str(p.severity) for p in problems], dtype=object).value_counts()
+        verdict = ", ".join(
+            f"{int(counts.get(k, 0))} {k}" for k in ("error", "warning", "info") if counts.get(k)
+        )
+        verdict = (
+            f"{len(problems)} problem{'s' if len(problems) != 1 else ''} ({verdict})"
+            if problems
+            else "<span style='color:#2ca02c'>no problems</span>"
+        )
+        self.header.value = (
+            f"<div style='overflow-wrap:anywhere'><b>{_esc(s.path.name)}</b> &nbsp; "
+            f"<code>{_esc(s.path)}</code> &nbsp; layout <b>{_esc(s.layout)}</b> &nbsp; "
+            f"{verdict}</div>"
+        )
+        titles = list(self.TABS)
+        pending = ", checking" if self.current.pending else ""
+        titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
+        self.tab.titles = tuple(titles)
 
     def _on_select(self, change: dict[str, Any]) -> None:
         if change["new"] is not None:
-            self.panel(self.TABS[change["new"]])
+            self._shown(self.TABS[change["new"]])
+
+    def _ipython_display_(self) -> None:
+        """The live widget, then (when enabled) the static snapshot as further outputs."""
+        from IPython.display import display
+
+        display(self._widget_bundle(), raw=True)
+        if self._snapshot is not None:
+            self._snapshot.show(self.current)
+        self._start_worker()
+
+    def _widget_bundle(self) -> dict[str, Any]:
+        bundle = self.widget._repr_mimebundle_()
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        # What a viewer without the widget manager shows in place of the live dashboard.
+        data["text/plain"] = (
+            f"Checkpoint dashboard of {self.path} (interactive: needs the running kernel; "
+            "the static snapshot below shows what was found)"
+        )
+        return data
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        return self.widget._repr_mimebundle_(**kwargs)
+        from inspector.widgets.snapshot import snapshot_html
+
+        return {**self._widget_bundle(), "text/html": snapshot_html(self.current)}
 
 
 # -- read-only tabs ---------------------------------------------------------------------------
 
 
 class OverviewPanel:
-    """Layout, shards, tensors, parameters and bytes by dtype, findings by severity and code."""
+    """Problems first (what is wrong, its impact, what fixes it, with buttons that fix it or
+    show it), then whether the model code would load the checkpoint, then its facts. Drawn
+    from `dash.current`: while the load check runs it says so, and is redrawn when done."""
 
     def __init__(self, dash: Dashboard) -> None:
-        state = dash.state
-        summary = w.HTML(scanned_html(state.scanned, findings=state.findings, max_rows=10))
-        by_code = figure_widget(findings_by_code(state.frame), "ckpt-findings-by-code")
-        self.widget = w.VBox([summary.add_class("ckpt-overview"), by_code])
+        state = dash.current
+        problems = state.problems
+        if problems:
+            n_findings = len(state.findings)
+            head = (
+                f"<h3 style='margin:4px 0'>{len(problems)} problem"
+                f"{'s' if len(problems) != 1 else ''} "
+                f"<span style='font-weight:normal;color:#666'>({n_findings:,} findings)</span>"
+                "</h3>"
+            )
+        else:
+            head = (
+                "<h3 style='margin:4px 0;color:#2ca02c'>No problems found</h3>"
+                f"<div style='color:#666'>{len(state.findings)} findings</div>"
+            )
+        cards = [_problem_card(dash, p) for p in problems]
+        self.widget = w.VBox(
+            [
+                w.HTML(head).add_class("ckpt-overview-verdict"),
+                _load_box(dash, state),
+                *cards,
+                w.HTML(facts_html(state.scanned, state.findings)).add_class("ckpt-facts"),
+            ],
+            layout=w.Layout(width="100%"),
+        ).add_class("ckpt-overview")
+
+
+def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
+    """ "Will it load?": the verdict in words, and a button per kind of key that shows the
+    stored tensors behind it (the findings, for missing ones: no tensor holds them)."""
+    if state.pending:
+        text = (
+            "<div class='ckpt-load' data-loads='pending' style='border-left:4px solid #7f7f7f;"
+            "padding:4px 10px;margin:6px 0'><b>Will it load?</b> <i>checking: building the "
+            "model config.json describes (no weights) and matching it with the stored "
+            "tensors...</i></div>"
+        )
+        return w.VBox([w.HTML(text)]).add_class("ckpt-load-verdict")
+    v = state.verdict
+    buttons: list[w.Button] = []
+    if v is not None and v.ran:
+        if v.missing:
+            missing = button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
+            missing.on_click(lambda _: dash.show_findings(("load-missing-tensor",)))
+            buttons.append(missing)
+        kinds = (
+            ("Another shape", "ckpt-load-mismatched", [m.key for m in v.mismatched]),
+            ("Unexpected", "ckpt-load-unexpected", list(v.unexpected)),
+        )
+        for label, css, keys in kinds:
+            if keys:
+                names = tuple(dict.fromkeys(n for k in keys for n in v.sources.get(k, (k,))))
+                buttons.append(_tensors_button(dash, f"{label} ({len(keys):,})", css, names))
+        if v.mtp_skipped:
+            label = f"MTP skipped ({len(v.mtp_skipped):,})"
+            buttons.append(_tensors_button(dash, label, "ckpt-load-mtp", v.mtp_skipped))
+    box = w.VBox(
+        [w.HTML(load_verdict_html(v)), w.HBox(buttons, layout=w.Layout(flex_flow="row wrap"))],
+        layout=w.Layout(width="100%"),
+    )
+    return box.add_class("ckpt-load-verdict")
+
+
+def _tensors_button(dash: Dashboard, label: str, css: str, names: Sequence[str]) -> w.Button:
+    show = button(label, css, icon="table")
+    query = TensorQuery(names=tuple(names))
+    show.on_click(lambda _: dash.show_tensors(query))
+    return show
+
+
+def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
+    """A problem: its text, a button per way to act on it, and its first findings as links."""
+    buttons: list[w.Button] = []
+    action = problem.action
+    if action.kind == "repair":
+        fix = button(
+            f"Repair: {', '.join(action.parts)}",
+            "ckpt-problem-repair",
+            style="warning",
+            icon="wrench",
+        )
+        fix.on_click(lambda _: dash.repair(action.parts))
+        buttons.append(fix)
+    elif action.kind == "consolidate":
+        go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
+        go.on_click(lambda _: dash.select("Consolidate"))
+        buttons.append(go)
+    if problem.tensors:
+        names = problem.tensors
+        show = button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
+        show.on_click(lambda _: dash.show_tensors(TensorQuery(names=names)))
+        buttons.append(show)
+    if problem.cells and len(dash.scanned.experts):
+        layer, expert = problem.cells[0]
+        cell = button("On the heatmap", "ckpt-problem-heatmap", icon="th")
+        cell.on_click(lambda _: dash.show_cell(layer, expert))
+        buttons.append(cell)
+    codes = problem.codes
+    listing = button(f"Findings ({len(problem.findings):,})", "ckpt-problem-findings", icon="list")
+    listing.on_click(lambda _: dash.show_findings(codes))
+    buttons.append(listing)
+    rows = [_finding_row(dash, f) for f in _examples(problem.findings, _FINDINGS_PER_PROBLEM)]
+    box = w.VBox(
+        [
+            w.HTML(problem_html(problem)),
+            w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
+            *rows,
+        ],
+        layout=w.Layout(
+            border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
+        ),
+    ).add_class("ckpt-problem")
+    box.add_class(f"ckpt-problem-{problem.key}")
+    return box
+
+
+def _examples(findings: Sequence[Finding], n: int) -> list[Finding]:
+    """The first `n` findings that name one thing (folded summaries last)."""
+    named = [f for f in findings if f.tensor or f.layer is not None]
+    rest = [f for f in findings if not (f.tensor or f.layer is not None)]
+    return (named + rest)[:n]
+
+
+def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> w.HBox:
+    """One finding: its code and message (with `detail`: severity, file and tensor too), and
+    a link to what it is about."""
+    target = (
+        "tensor"
+        if finding.tensor
+        else "heatmap"
+        if finding.layer is not None and len(dash.scanned.experts)
+        else "file"
+        if finding.file
+        else "findings"
+    )
+    link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right")
+    link.layout.flex = "0 0 auto"
+    link.on_click(lambda _: dash.follow(finding))
+    where = ""
+    if detail:
+        places = [p for p in (finding.file, finding.tensor) if p]
+        where = "".join(
+            f"<br><code style='overflow-wrap:anywhere'>{_esc(p)}</code>" for p in places
+        )
+    badge = severity_badge(finding.severity) + " " if detail else ""
+    text = w.HTML(
+        f"<div style='font-size:12px;line-height:1.4'>{badge}<code>{_esc(finding.code)}</code> "
+        f"{_esc(_short(finding.message))}{where}</div>",
+        layout=w.Layout(flex="1 1 auto", min_width="0"),
+    )
+    row = w.HBox(
+        [text, link],
+        layout=w.Layout(align_items="center", width="100%", border_bottom="1px solid #eee"),
+    )
+    return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
+
+
+class PagedTable:
+    """A DataFrame shown a page of rows at a time (the table of 147 files is not 5,400 px
+    tall), with Previous / Next and where you are."""
+
+    def __init__(
+        self,
+        frame: pd.DataFrame,
+        *,
+        columns: Sequence[str] | None = None,
+        title: str,
+        css_class: str,
+        page_size: int = _PAGE,
+    ) -> None:
+        self.frame, self.columns, self.title = frame, columns, title
+        self.page_size, self.start = page_size, 0
+        self.html = w.HTML().add_class(css_class)
+        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
+        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
+        self.prev.on_click(lambda _: self.goto(self.start - self.page_size))
+        self.next.on_click(lambda _: self.goto(self.start + self.page_size))
+        self.where = w.HTML()
+        pager = w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center"))
+        _hide(pager, len(frame) <= page_size)
+        self.widget = w.VBox([self.html, pager], layout=w.Layout(width="100%"))
+        self.goto(0)
+
+    def goto(self, start: int) -> None:
+        """Show the page that begins at row `start` (clamped to the table)."""
+        last = max(0, (len(self.frame) - 1) // self.page_size * self.page_size)
+        self.start = min(max(0, start), last)
+        self.html.value = frame_html(
+            self.frame,
+            columns=self.columns,
+            max_rows=self.page_size,
+            title=self.title,
+            start=self.start,
+        )
+        end = min(len(self.frame), self.start + self.page_size)
+        self.where.value = f"rows {self.start + 1:,}-{end:,} of {len(self.frame):,}"
+        self.prev.disabled = self.start == 0
+        self.next.disabled = end >= len(self.frame)
 
 
 class FilesPanel:
-    """Shard-size distribution with outliers, then the files table (outliers first)."""
+    """Shard-size distribution with outliers, then the files table (outliers first), paged."""
 
     def __init__(self, dash: Dashboard) -> None:
+        from inspector.widgets.figures import (
+            expected_small,
+            shard_size_distribution,
+            shard_size_outliers,
+        )
+
         files = dash.scanned.files
         figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
         if not files.empty:
-            files = files.assign(outlier=shard_size_outliers(files["size"].fillna(0)))
-            files = files.sort_values("outlier", ascending=False, kind="stable")
-        table = frame_html(files, columns=["outlier", *_FILE_COLUMNS], max_rows=300, title="files")
-        self.widget = w.VBox([figure, w.HTML(table).add_class("ckpt-files-table")])
+            outliers = shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
+            files = files.assign(outlier=outliers).sort_values(
+                "outlier", ascending=False, kind="stable"
+            )
+        self.table = PagedTable(
+            files, columns=["outlier", *_FILE_COLUMNS], title="files", css_class="ckpt-files-table"
+        )
+        self.widget = w.VBox([figure, self.table.widget], layout=w.Layout(width="100%"))
 
 
 class LayersPanel:
-    """Bytes per layer by dtype, parameters per layer by kind, and the layers table."""
+    """Bytes per layer by dtype, parameters per layer by kind, and the layers table, paged."""
 
     def __init__(self, dash: Dashboard) -> None:
+        from inspector.widgets.figures import bytes_per_layer, parameters_per_layer
+
         s = dash.scanned
+        self.table = PagedTable(s.layers, title="layers", css_class="ckpt-layers-table")
         self.widget = w.VBox(
             [
                 figure_widget(bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
                 figure_widget(parameters_per_layer(s.layers), "ckpt-params-per-layer"),
-                w.HTML(frame_html(s.layers, max_rows=400, title="layers")).add_class(
-                    "ckpt-layers-table"
-                ),
-            ]
+                self.table.widget,
+            ],
+            layout=w.Layout(width="100%"),
         )
 
 
 class ExpertsPanel:
-    """Layer x expert coverage heatmap. Hover tells what a cell lacks; clicking a cell (or the
-    layer / expert picker below it) lists that expert's tensors and findings."""
+    """Layer x expert coverage heatmap over the whole model; below it one layer zoomed in (a
+    cell per expert, labelled with its id). Clicking either, or the layer / expert picker,
+    lists that expert's tensors and findings."""
 
     def __init__(self, dash: Dashboard) -> None:
+        from inspector.widgets.figures import expert_coverage_heatmap
+
         self.dash = dash
         s = dash.scanned
         self.figure = figure_widget(
@@ -213,23 +716,41 @@ class ExpertsPanel:
         self.expert.add_class("ckpt-expert-pick")
         show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
         show.on_click(lambda _: self.show(self.layer.value, self.expert.value))
+        self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
+        self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
         if self.figure.data:
             self.figure.data[0].on_click(self._on_click)
         picker = w.HBox([self.layer, self.expert, show])
-        self.widget = w.VBox([self.figure, picker, self.details])
+        self.widget = w.VBox(
+            [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
+        )
+        if layers:
+            self._zoom_into(layers[0])
 
     def show(self, layer: int | None, expert: int | None) -> None:
-        """List the tensors, the expert-table row and the findings of (layer, expert)."""
-        if layer is None or expert is None:
+        """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
+        tensors and findings (or, without an expert, the layer's findings)."""
+        if layer is None:
             self.details.value = "<i>No MoE layer in this checkpoint.</i>"
             return
+        if layer in self.layer.options:
+            self.layer.value = layer
+        if expert is not None:
+            self.expert.value = min(max(expert, self.expert.min), self.expert.max)
+        self._zoom_into(layer)
         s, frame = self.dash.scanned, self.dash.state.frame
+        same_layer = (frame["layer"] == layer).fillna(False)
+        if expert is None:
+            notes = frame[same_layer]
+            self.details.value = f"<h4>layer {layer}</h4>" + (
+                findings_html(notes, max_rows=50) if len(notes) else "<i>No findings.</i>"
+            )
+            return
         t = s.tensors
         mine = t[(t["layer"] == layer) & (t["expert"] == expert)]
         row = s.experts[(s.experts["layer"] == layer) & (s.experts["expert"] == expert)]
         # Findings about this expert, and about its whole layer (e.g. "experts 64-511 missing").
-        same_layer = (frame["layer"] == layer).fillna(False)
         mine_or_all = (frame["expert"] == expert).fillna(False) | frame["expert"].isna()
         notes = frame[same_layer & mine_or_all]
         self.details.value = (
@@ -239,6 +760,20 @@ class ExpertsPanel:
             + (findings_html(notes, max_rows=50) if len(notes) else "")
         )
 
+    def _zoom_into(self, layer: int) -> None:
+        from inspector.widgets.figures import expert_layer_grid
+
+        if layer == self.zoomed:
+            return
+        s = self.dash.scanned
+        grid = figure_widget(
+            expert_layer_grid(s.experts, layer, tensors=s.tensors), "ckpt-expert-layer"
+        )
+        if grid.data:
+            grid.data[0].on_click(self._on_zoom_click)
+        self.zoom.children = [grid]
+        self.zoomed = layer
+
     def _on_click(self, trace: Any, points: Any, _state: Any) -> None:
         # Cell heatmaps have expert numbers on x; binned ones a label "first-last".
         if not points.xs:
@@ -246,16 +781,23 @@ class ExpertsPanel:
         layer = int(points.ys[0])
         x = points.xs[0]
         expert = int(str(x).split("-")[0]) if isinstance(x, str) else int(x)
-        if layer in self.layer.options:
-            self.layer.value = layer
-        self.expert.value = min(max(expert, self.expert.min), self.expert.max)
         self.show(layer, expert)
+
+    def _on_zoom_click(self, trace: Any, points: Any, _state: Any) -> None:
+        # Rows are labelled "first-last" expert; columns are the offset within the row.
+        if not points.xs or self.zoomed is None:
+            return
+        first = int(str(points.ys[0]).split("-")[0])
+        self.show(self.zoomed, first + int(points.xs[0]))
 
 
 class DriftPanel:
-    """The findings table, filterable by severity and code, with every shown code explained."""
+    """The findings, filterable by severity and code, a page at a time; every finding links
+    to its tensor, heatmap cell or file, and every shown code is explained."""
 
     def __init__(self, dash: Dashboard) -> None:
+        self.dash = dash
+        self.findings = dash.state.findings
         self.frame = dash.state.frame
         codes = self.frame["code"].astype(str).value_counts()
         self.severity = w.ToggleButtons(
@@ -265,31 +807,112 @@ class DriftPanel:
             options=[(_ALL, _ALL)] + [(f"{c} ({n})", c) for c, n in sorted(codes.items())],
             description="code",
         ).add_class("ckpt-code-filter")
-        self.table = w.HTML().add_class("ckpt-findings-table")
+        self.rows = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-findings-table")
         self.help = w.HTML().add_class("ckpt-code-help")
+        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
+        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
+        self.where = w.HTML()
+        self.start = 0
+        self.prev.on_click(lambda _: self.render(self.start - _PAGE))
+        self.next.on_click(lambda _: self.render(self.start + _PAGE))
+        self.codes: tuple[str, ...] = ()
         for control in (self.severity, self.code):
-            control.observe(lambda _: self.render(), names="value")
-        self.render()
-        self.widget = w.VBox([w.HBox([self.severity, self.code]), self.table, self.help])
+            control.observe(lambda _: self.render(0), names="value")
+        self.render(0)
+        self.widget = w.VBox(
+            [
+                w.HBox([self.severity, self.code], layout=w.Layout(flex_flow="row wrap")),
+                self.rows,
+                w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center")),
+                self.help,
+            ],
+            layout=w.Layout(width="100%"),
+        )
 
-    def render(self) -> None:
-        """Redraw the table for the current filters."""
-        shown = self.frame
-        if self.severity.value != _ALL:
-            shown = shown[shown["severity"] == self.severity.value]
-        if self.code.value != _ALL:
-            shown = shown[shown["code"] == self.code.value]
-        self.table.value = findings_html(shown)
-        self.help.value = code_help_html(sorted(shown["code"].astype(str).unique()))
+    def show_codes(self, codes: Sequence[str]) -> None:
+        """Show only the findings of `codes` (one code also sets the code filter)."""
+        self.codes = tuple(codes)
+        self.severity.value = _ALL
+        self.code.value = codes[0] if len(codes) == 1 else _ALL
+        self.render(0)
+
+    def shown(self) -> list[int]:
+        """Positions (in `findings`, worst first) of the findings the filters let through."""
+        out = []
+        for i, f in enumerate(self.findings):
+            if self.severity.value != _ALL and str(f.severity) != self.severity.value:
+                continue
+            if self.code.value != _ALL and f.code != self.code.value:
+                continue
+            if self.codes and self.code.value == _ALL and f.code not in self.codes:
+                continue
+            out.append(i)
+        return out
+
+    def render(self, start: int = 0) -> None:
+        """Redraw the page of findings that begins at `start` for the current filters."""
+        shown = self.shown()
+        last = max(0, (len(shown) - 1) // _PAGE * _PAGE)
+        self.start = min(max(0, start), last)
+        page = shown[self.start : self.start + _PAGE]
+        self.rows.children = [
+            _finding_row(self.dash, self.findings[i], detail=True) for i in page
+        ] or [w.HTML("<i>No findings.</i>")]
+        end = self.start + len(page)
+        self.where.value = f"findings {self.start + 1 if page else 0:,}-{end:,} of {len(shown):,}"
+        self.prev.disabled = self.start == 0
+        self.next.disabled = end >= len(shown)
+        codes = sorted({self.findings[i].code for i in shown})
+        self.help.value = code_help_html(codes)
 
 
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def figure_widget(figure: go.Figure, css_class: str) -> go.FigureWidget:
-    """An interactive copy of `figure` with a stable CSS class."""
+def _load_with_progress(
+    source: str | os.PathLike[str] | ScannedCheckpoint, *, progress: bool, pending: bool
+) -> CheckpointState:
+    """The state of the plain checks (the load verdict `pending`, or off); in a notebook,
+    with progress bars in the cell while the scan and the checks run. The bars are drawn
+    into an Output widget whose place in the cell is emptied afterwards, so the saved
+    notebook keeps no dead progress widgets."""
+
+    def load(progress: bool) -> CheckpointState:
+        state = CheckpointState.load(source, progress=progress, model=False)
+        return replace(state, pending=pending)
+
+    kernel = getattr(_shell(), "kernel", None)
+    if not progress or kernel is None:
+        return load(False)
+    from IPython.display import display
+
+    bars = w.Output()
+    handle = display(bars, display_id=True)
+    try:
+        with bars:
+            return load(True)
+    finally:
+        bars.close()
+        handle.update({"text/plain": ""}, raw=True)
+
+
+def _shell() -> Any:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def figure_widget(figure: Any, css_class: str) -> Any:
+    """An interactive copy of `figure` with a stable CSS class, as wide as its output."""
+    import plotly.graph_objects as go
+
     widget = go.FigureWidget(figure)
     widget.add_class(css_class)
+    widget.layout.autosize = True
+    # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
+    widget._config = {**widget._config, "responsive": True}
     return widget
 
 
@@ -297,10 +920,18 @@ def button(description: str, css_class: str, *, style: str = "", icon: str = "")
     """A button with a stable CSS class (`style` is an ipywidgets button_style)."""
     widget = w.Button(description=description, button_style=style, icon=icon)
     widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
+    widget.layout.min_width = "max-content"
     return widget.add_class(css_class)
 
 
-def _esc(value: object) -> str:
-    import html
+def _hide(widget: w.Widget, hidden: bool) -> None:
+    widget.layout.display = "none" if hidden else None
 
+
+def _short(text: str, limit: int = 220) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _esc(value: object) -> str:
     return html.escape(str(value))

@@ -15,13 +15,14 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector.units import format_bytes
+from inspector.units import format_bytes, scale_for
 
 __all__ = [
     "SEVERITY_COLORS",
     "STATE_COLORS",
     "bytes_per_layer",
     "expert_coverage_heatmap",
+    "expert_layer_grid",
     "findings_by_code",
     "parameters_per_layer",
     "shard_size_distribution",
@@ -64,6 +65,70 @@ def expert_coverage_heatmap(
     if len(layers) * n_experts > max_cells:
         return _binned_heatmap(frame, layers, n_experts, max_cells=max_cells)
     return _cell_heatmap(frame, layers, n_experts, tensors=tensors)
+
+
+def expert_layer_grid(
+    experts: pd.DataFrame,
+    layer: int,
+    *,
+    tensors: pd.DataFrame | None = None,
+    columns: int = 32,
+) -> go.Figure:
+    """One MoE layer zoomed in: its experts wrapped into rows of `columns` cells, each cell
+    labelled with its expert id and coloured by state, so a single missing expert of 512 is
+    a cell of its own to see, hover and click. Expert id = row * columns + column."""
+    frame = _expert_states(experts)
+    frame = frame[frame["layer"] == layer]
+    if frame.empty:
+        return _empty_figure(f"Layer {layer}", f"No experts recorded for layer {layer}.")
+    n = int(frame["expert"].max()) + 1
+    rows = math.ceil(n / columns)
+    z = np.full((rows, columns), np.nan)
+    ids = np.full((rows, columns), "", dtype=object)
+    notes = np.full((rows, columns), "", dtype=object)
+    experts_ = frame["expert"].to_numpy()
+    r, c = np.divmod(experts_, columns)
+    z[r, c] = frame["state"].to_numpy()
+    ids[r, c] = experts_.astype(str)
+    labels = np.array(["missing: no tensors", "incomplete", "complete"], dtype=object)
+    counts = np.char.add(
+        np.char.add(frame["found"].to_numpy().astype(str), " of "),
+        frame["expected"].to_numpy().astype(str),
+    )
+    notes[r, c] = np.char.add(
+        np.char.add(labels[frame["state"].to_numpy()].astype(str), "<br>"),
+        np.char.add(counts, " tensors"),
+    )
+    for (lay, expert), lacks in _missing_parts(frame, tensors).items():
+        if lay == layer:
+            notes[expert // columns, expert % columns] = f"incomplete: lacks {lacks}"
+    trace = go.Heatmap(
+        z=z,
+        x=list(range(columns)),
+        y=[f"{i * columns}-{min(n, (i + 1) * columns) - 1}" for i in range(rows)],
+        text=ids,
+        customdata=notes,
+        texttemplate="%{text}",
+        textfont={"size": 9},
+        zmin=-0.5,
+        zmax=2.5,
+        colorscale=_discrete_scale([STATE_COLORS[s] for s in STATES]),
+        showscale=False,
+        xgap=2,
+        ygap=2,
+        hovertemplate="expert %{text}<br>%{customdata}<extra></extra>",
+    )
+    counts_by_state = np.bincount(frame["state"].to_numpy(), minlength=3)
+    title = (
+        f"Layer {layer}: {n} experts, {counts_by_state[2]:,} complete, "
+        f"{counts_by_state[1]:,} incomplete, {counts_by_state[0]:,} missing"
+    )
+    fig = go.Figure(trace)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(autorange="reversed", type="category")
+    return _layout(
+        fig, title, x="expert id = row start + column", y="experts", height=120 + 26 * rows
+    )
 
 
 def _expert_states(experts: pd.DataFrame) -> pd.DataFrame:
@@ -247,84 +312,118 @@ def _discrete_scale(colors: list[str]) -> list[list[object]]:
 # -- shard sizes -------------------------------------------------------------------------------
 
 
-def shard_size_outliers(sizes: pd.Series, *, factor: float = 3.0, tiny: float = 10.0) -> pd.Series:
+def shard_size_outliers(
+    sizes: pd.Series,
+    *,
+    factor: float = 3.0,
+    tiny: float = 10.0,
+    small_ok: pd.Series | None = None,
+) -> pd.Series:
     """True where a size is over `factor` x the median or under median / `tiny`.
 
     The last shard of a greedy split is legitimately smaller than the rest, so the low cut is
     loose (a tenth of the median): it catches empty and truncated files, not the tail shard.
+    Where `small_ok` is True a small size is expected (see `expected_small`) and only the
+    high cut applies.
     """
     values = sizes.astype("float64")
     median = float(values.median()) if len(values) else 0.0
     if median <= 0:
         return pd.Series(False, index=sizes.index)
-    return (values > factor * median) | (values < median / tiny)
+    low = values < median / tiny
+    if small_ok is not None:
+        low &= ~small_ok.to_numpy(dtype=bool)
+    return (values > factor * median) | low
+
+
+def expected_small(files: pd.DataFrame) -> pd.Series:
+    """Shards that are small by design: they hold tensors but none of a decoder layer (the
+    embedding-only first shard or the head-only last shard of a per-layer export)."""
+    if "first_layer" not in files.columns or "tensors" not in files.columns:
+        return pd.Series(False, index=files.index)
+    return files["first_layer"].isna() & (files["tensors"] > 0)
 
 
 def shard_size_distribution(files: pd.DataFrame) -> go.Figure:
     """Shard sizes on disk: one bar per file when there are few, else a histogram; outliers
-    (see `shard_size_outliers`) are drawn in red and annotated with their ratio to the median."""
+    (see `shard_size_outliers`) are drawn in red and annotated with their ratio to the median.
+    Sizes are in decimal units (GB) on the axis and in the hover text."""
     if files is None or files.empty:
         return _empty_figure("Shard sizes", "No shard files.")
-    sizes = files["size"].astype("int64")
+    sizes = files["size"].fillna(0).astype("int64")
     names = files["file"].astype(str).map(_label)
-    outliers = shard_size_outliers(sizes)
+    outliers = shard_size_outliers(sizes, small_ok=expected_small(files))
     median = float(sizes.median())
     title = f"Shard sizes: {len(files):,} files, median {format_bytes(median)}"
     if outliers.any():
         n = int(outliers.sum())
         title += f"; {n} outlier{'s' if n != 1 else ''} (> 3x or < 1/10 of the median)"
+    divisor, unit = scale_for(float(sizes.max()))
     if len(files) <= _MAX_FILE_BARS:
-        fig = _file_bars(names, sizes, outliers, median)
-        return _layout(fig, title, x="file", y="bytes")
-    fig = _size_histogram(names, sizes, outliers, median)
-    return _layout(fig, title, x="bytes", y="files")
+        fig = _file_bars(names, sizes, outliers, median, divisor)
+        return _layout(fig, title, x="file", y=f"size ({unit})")
+    fig = _size_histogram(names, sizes, outliers, median, divisor)
+    return _layout(fig, title, x=f"size ({unit})", y="files")
 
 
-def _file_bars(names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float) -> go.Figure:
+def _file_bars(
+    names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float, divisor: float
+) -> go.Figure:
     colors = np.where(outliers.to_numpy(), "#d62728", "#1f77b4")
+    ratio = (sizes / median if median else sizes * 0).round(2)
     fig = go.Figure(
         go.Bar(
             x=names.tolist(),
-            y=sizes.tolist(),
+            y=(sizes / divisor).tolist(),
             marker={"color": colors.tolist()},
-            customdata=(sizes / median if median else sizes * 0).round(2).tolist(),
-            hovertemplate="%{x}<br>%{y:,} bytes (%{customdata}x median)<extra></extra>",
+            customdata=np.stack([_bytes_text(sizes), ratio.astype(str)], axis=-1).tolist(),
+            hovertemplate="%{x}<br>%{customdata[0]} (%{customdata[1]}x median)<extra></extra>",
             name="shard",
         )
     )
-    fig.add_hline(y=median, line_dash="dot", line_color="#555", annotation_text="median")
+    fig.add_hline(y=median / divisor, line_dash="dot", line_color="#555", annotation_text="median")
     for name, size in zip(names[outliers].tolist(), sizes[outliers].tolist(), strict=True):
-        ratio = size / median if median else 0.0
-        fig.add_annotation(x=name, y=size, text=f"{ratio:.2g}x median", showarrow=True, arrowhead=2)
+        ratio_text = f"{size / median:.2g}x median" if median else "empty"
+        fig.add_annotation(x=name, y=size / divisor, text=ratio_text, showarrow=True, arrowhead=2)
     fig.update_xaxes(type="category", tickangle=-45)
     return fig
 
 
 def _size_histogram(
-    names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float
+    names: pd.Series, sizes: pd.Series, outliers: pd.Series, median: float, divisor: float
 ) -> go.Figure:
+    scaled = sizes / divisor
     fig = go.Figure(
-        go.Histogram(x=sizes.tolist(), nbinsx=60, name="shards", marker_color="#1f77b4")
+        go.Histogram(x=scaled.tolist(), nbinsx=60, name="shards", marker_color="#1f77b4")
     )
     if outliers.any():
         # Outliers also as a red rug under the bars so each one can be hovered by name.
         fig.add_trace(
             go.Scatter(
-                x=sizes[outliers].tolist(),
+                x=scaled[outliers].tolist(),
                 y=[0] * int(outliers.sum()),
                 mode="markers",
                 marker={"color": "#d62728", "size": 10, "symbol": "triangle-up"},
                 text=names[outliers].tolist(),
-                hovertemplate="%{text}<br>%{x:,} bytes<extra>outlier</extra>",
+                customdata=_bytes_text(sizes[outliers]),
+                hovertemplate="%{text}<br>%{customdata}<extra>outlier</extra>",
                 name="outlier",
             )
         )
         shown = sizes[outliers].sort_values(ascending=False).head(5)
         for idx, size in shown.items():
             text = f"{names[idx]}: {size / median:.2g}x median" if median else str(names[idx])
-            fig.add_annotation(x=size, y=0, text=text, showarrow=True, arrowhead=2, ay=-40)
-    fig.add_vline(x=median, line_dash="dot", line_color="#555", annotation_text="median")
+            fig.add_annotation(
+                x=size / divisor, y=0, text=text, showarrow=True, arrowhead=2, ay=-40
+            )
+    fig.add_vline(x=median / divisor, line_dash="dot", line_color="#555", annotation_text="median")
     return fig
+
+
+def _bytes_text(sizes: pd.Series) -> list[str]:
+    """'4.1 GB' per value; a handful of distinct sizes are formatted once each."""
+    texts = {v: format_bytes(v) for v in pd.unique(sizes.to_numpy())}
+    return [texts[v] for v in sizes.to_numpy()]
 
 
 # -- bytes and parameters per layer ------------------------------------------------------------
@@ -336,20 +435,23 @@ def bytes_per_layer(tensors: pd.DataFrame) -> go.Figure:
     if tensors is None or tensors.empty:
         return _empty_figure("Bytes per layer", "No tensors.")
     table = _per_layer(tensors, value="nbytes", by="dtype")
+    # One unit for the whole axis, chosen by the tallest stack.
+    divisor, unit = scale_for(float(table.sum(axis=1).max()))
     fig = go.Figure()
     for dtype in table.columns:
         fig.add_trace(
             go.Bar(
                 x=table.index.tolist(),
-                y=table[dtype].tolist(),
+                y=(table[dtype] / divisor).tolist(),
                 name=_label(dtype),
-                hovertemplate="layer %{x}<br>%{fullData.name}: %{y:,} bytes<extra></extra>",
+                customdata=_bytes_text(table[dtype]),
+                hovertemplate="layer %{x}<br>%{fullData.name}: %{customdata}<extra></extra>",
             )
         )
     fig.update_layout(barmode="stack")
     fig.update_xaxes(type="category")
     title = f"Bytes per layer by dtype ({format_bytes(float(tensors['nbytes'].sum()))} in total)"
-    return _layout(fig, title, x="layer", y="bytes")
+    return _layout(fig, title, x="layer", y=f"size ({unit})")
 
 
 def parameters_per_layer(layers: pd.DataFrame) -> go.Figure:
@@ -444,6 +546,8 @@ def _layout(fig: go.Figure, title: str, *, x: str, y: str, height: int | None = 
     fig.update_layout(
         title={"text": title, "x": 0.01},
         template="plotly_white",
+        # No fixed width: the figure takes the width of its output or page.
+        autosize=True,
         margin={"l": 60, "r": 20, "t": 60, "b": 60},
         xaxis_title=x,
         yaxis_title=y,
@@ -460,7 +564,13 @@ def _empty_figure(title: str, message: str) -> go.Figure:
     )
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", height=240)
+    fig.update_layout(
+        title={"text": title, "x": 0.01},
+        template="plotly_white",
+        autosize=True,
+        height=140,
+        margin={"l": 20, "r": 20, "t": 40, "b": 10},
+    )
     return fig
 
 

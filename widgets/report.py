@@ -12,7 +12,7 @@ import os
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import plotly.offline
@@ -26,9 +26,14 @@ from inspector.widgets.figures import (
 
 from inspector.atomic import write_atomic
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
+from inspector.html_repr import load_verdict_html
 from inspector.model import ScannedCheckpoint
+from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+
+if TYPE_CHECKING:
+    from inspector.model_load import LoadVerdict
 
 __all__ = ["render_html_report", "write_html_report"]
 
@@ -43,7 +48,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color:#
        margin: 0 auto; max-width: 1200px; padding: 24px; }
 h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 18px; margin: 28px 0 8px;
      border-bottom: 1px solid var(--line); padding-bottom: 4px; }
-.path { color:#666; font-family: ui-monospace, monospace; word-break: break-all; }
+.path { color:#666; font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
 .cards { display: flex; flex-wrap: wrap; gap: 8px; margin: 12px 0; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 8px 12px; min-width: 110px; }
 .card b { display: block; font-size: 18px; } .card span { color: #666; font-size: 12px; }
@@ -56,7 +61,8 @@ table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line);
          vertical-align: top; }
 th { background: #f6f6f6; position: sticky; top: 0; }
-td.name { font-family: ui-monospace, monospace; word-break: break-all; }
+td.name { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+.problem td { vertical-align: top; } .problem code { font-size: 12px; }
 tr.group td { background: #fafafa; font-weight: 600; padding-top: 10px; }
 tr.more td { color: #666; font-style: italic; }
 .figure { margin: 8px 0 16px; }
@@ -65,20 +71,33 @@ tr.more td { color: #666; font-style: italic; }
 
 
 def write_html_report(
-    scanned: ScannedCheckpoint, findings: Sequence[Finding], path: str | os.PathLike[str]
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    path: str | os.PathLike[str],
+    *,
+    verdict: LoadVerdict | None = None,
 ) -> Path:
     """Write the report to `path` atomically (temp file, then rename) and return the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(target, render_html_report(scanned, findings).encode("utf-8"))
+    html_text = render_html_report(scanned, findings, verdict=verdict)
+    write_atomic(target, html_text.encode("utf-8"))
     return target
 
 
-def render_html_report(scanned: ScannedCheckpoint, findings: Sequence[Finding]) -> str:
-    """The report as one HTML string (plotly.js included)."""
+def render_html_report(
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    verdict: LoadVerdict | None = None,
+) -> str:
+    """The report as one HTML string (plotly.js included). With the load `verdict` the
+    findings were checked with, it says whether the model code would load the checkpoint."""
     summary = summarize(scanned, problems=list(findings))
     sections = [
         _summary_section(summary),
+        _load_section(verdict),
+        _problems_section(scanned, findings, verdict),
         _findings_section(findings),
         _figure_section(
             "expert-heatmap",
@@ -125,6 +144,37 @@ def _summary_section(summary: dict[str, Any]) -> str:
         f"<section id='summary'>\n<h2>Summary</h2>\n<div class='cards'>{body}</div>\n"
         f"<p><span class='muted'>dtypes:</span> {_e(dtypes or 'none')}</p>\n"
         f"<p>{_severity_badges(summary['problems'])}</p>\n</section>"
+    )
+
+
+def _load_section(verdict: LoadVerdict | None) -> str:
+    """Will it load? Absent when the load check did not run (a report without `verdict`)."""
+    if verdict is None:
+        return ""
+    return f"<section id='load'>\n<h2>Will it load?</h2>\n{load_verdict_html(verdict)}\n</section>"
+
+
+def _problems_section(
+    scanned: ScannedCheckpoint, findings: Sequence[Finding], verdict: LoadVerdict | None
+) -> str:
+    """The findings grouped into problems: what is wrong, its impact, what fixes it."""
+    problems = group_problems(scanned, findings, verdict=verdict)
+    head = "<section id='problems'>\n<h2>Problems</h2>\n"
+    if not problems:
+        return head + "<p class='muted'>No problems.</p>\n</section>"
+    rows = "".join(
+        f"<tr class='problem sev-{p.severity}' data-problem='{_e(p.key)}'>"
+        f"<td><span class='badge'>{p.severity}</span></td><td><b>{_e(p.title)}</b></td>"
+        f"<td>{_e(p.impact)}</td><td>{_e(p.action.text)}<br><code>{_e(p.action.command)}"
+        f"</code></td><td>{len(p.findings):,}</td></tr>"
+        for p in problems
+    )
+    columns = "".join(
+        f"<th>{c}</th>" for c in ("severity", "problem", "impact", "what fixes it", "findings")
+    )
+    return (
+        f"{head}<table id='problems-table'>\n<thead><tr>{columns}</tr></thead>\n"
+        f"<tbody>{rows}</tbody>\n</table>\n</section>"
     )
 
 
@@ -186,8 +236,8 @@ def _finding_row(f: Finding) -> str:
         f"<td><span class='badge'>{f.severity}</span></td>",
         f"<td>{_e(f.code)}</td>",
         f"<td>{_e(f.message)}</td>",
-        f"<td class='name'>{_e(f.file or '')}</td>",
-        f"<td class='name'>{_e(f.tensor or '')}</td>",
+        f"<td class='name'>{_name(f.file or '')}</td>",
+        f"<td class='name'>{_name(f.tensor or '')}</td>",
         f"<td>{'' if f.layer is None else f.layer}</td>",
         f"<td>{'' if f.expert is None else f.expert}</td>",
     )
@@ -209,3 +259,12 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+def _name(value: str) -> str:
+    """A file or tensor name, escaped, that wraps after its dots, dashes, slashes and
+    underscores instead of in the middle of a word."""
+    text = _e(value)
+    for sep in (".", "-", "/", "_"):
+        text = text.replace(sep, sep + "<wbr>")
+    return text

@@ -4,6 +4,8 @@ and, with `model=True`, the model rules (`inspector.checks.registry`). Pure func
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from inspector.checks.registry import (
@@ -16,6 +18,7 @@ from inspector.checks.registry import (
 )
 from inspector.findings import Finding, sort_findings
 from inspector.model import ScannedCheckpoint
+from inspector.progress import reporting, track
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -39,6 +42,7 @@ def check(
     model: bool = True,
     trust_remote_code: bool = False,
     verdict: LoadVerdict | None = None,
+    progress: bool = False,
 ) -> list[Finding]:
     """All findings: those met while scanning, the layout's drift checks, structural checks,
     with `model=True` what the model code itself would load (`inspector.model_load`; skipped
@@ -46,24 +50,50 @@ def check(
     computed by the caller), and with `deep=True` the ones that need tensor data (zeros,
     NaN/Inf, duplicate bytes).
 
-    Sorted worst first, then by code and file; exact duplicates are dropped.
+    Sorted worst first, then by code and file; exact duplicates are dropped. `progress`
+    draws a progress bar over the check stages (`tqdm.auto`).
     """
-    found: list[Finding] = list(scanned.problems)
-    for rule in rules_for(scanned.layout):
-        found.extend(rule.run(scanned))
+    # The stages a progress bar counts: each registered rule, the model rules together
+    # (one verdict serves them all), then the data checks.
+    stages: list[Callable[[list[Finding]], list[Finding]]] = [
+        partial(_plain_rule, rule, scanned) for rule in rules_for(scanned.layout)
+    ]
     model_rules = model_rules_for(scanned.layout) if model else ()
     if model_rules:
-        from inspector.model_load import load_verdict
-
-        # Built once for every model rule: building the model is the expensive part.
-        verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
-        for model_rule in model_rules:
-            found = model_rule.run(scanned, verdict, found)
+        stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
     if deep:
-        from inspector.deep import deep_check
-
-        found += deep_check(scanned)
+        stages.append(partial(_deep, scanned))
+    found: list[Finding] = list(scanned.problems)
+    with reporting(progress):
+        for stage in track(stages, desc="checks", unit="stage"):
+            found = stage(found)
     return sort_findings(found)
+
+
+def _plain_rule(rule: Rule, scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
+    return [*found, *rule.run(scanned)]
+
+
+def _model_rules(
+    rules: tuple[ModelRule, ...],
+    scanned: ScannedCheckpoint,
+    verdict: LoadVerdict | None,
+    trust_remote_code: bool,
+    found: list[Finding],
+) -> list[Finding]:
+    from inspector.model_load import load_verdict
+
+    # Built once for every model rule: building the model is the expensive part.
+    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
+    for rule in rules:
+        found = rule.run(scanned, verdict, found)
+    return found
+
+
+def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
+    from inspector.deep import deep_check
+
+    return [*found, *deep_check(scanned)]
 
 
 def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:

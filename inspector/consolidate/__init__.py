@@ -3,7 +3,7 @@
 
 Two steps, so a person can read what will happen before anything is written:
 
-    plan = plan_consolidation(scan("ckpt/model"), "ckpt/model/consolidated")
+    plan = plan_consolidation(scan("ckpt/model"), "ckpt/model-consolidated")
     print(plan)              # outputs, tensor counts, bytes, and why this assignment
     result = plan.execute()  # writes model-*-of-*.safetensors + model.safetensors.index.json
 
@@ -26,6 +26,7 @@ from inspector.consolidate.plan import (
     OutputFile,
     Piece,
     PlannedTensor,
+    default_destination,
     plan_consolidation,
 )
 from inspector.units import SHARD_SPLIT_SIZE
@@ -37,6 +38,7 @@ __all__ = [
     "Piece",
     "PlannedTensor",
     "consolidate",
+    "default_destination",
     "plan_consolidation",
     "reference_assignment",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from inspector.errors import CannotInspectError, PlanRefusedError
@@ -24,6 +24,9 @@ class Choice:
     reason: str
     groups: list[list[str]]  # tensor names of output 1, 2, ...
     notes: list[str] = field(default_factory=list)
+    # True when the recorded mapping sends everything to one file and this choice follows
+    # something else (the caller's mapping or reference, or the upstream model the run names).
+    collapse_avoided: bool = False
 
 
 def choose_assignment(
@@ -41,11 +44,12 @@ def choose_assignment(
     if mapping is not None:
         table, label = _load_mapping(mapping)
         why = "given by the caller (mapping=...)"
-        return _from_index(names, table, f"mapping {label}", why)
+        choice = _from_index(names, table, f"mapping {label}", why)
+        return replace(choice, collapse_avoided=_collapsed(scanned))
     # A recorded mapping that sends everything to one file is the automodel-2289 collapse: an
     # explicit reference is then the user's way out, so it wins.
     recorded = dcp.mapping or {}
-    collapsed = bool(recorded) and len(set(recorded.values())) == 1
+    collapsed = _collapsed(scanned)
     named = dcp.reference
     if collapsed and reference is None and named is not None and named.index is not None:
         # The upstream model the run names, found on this machine (`find_reference`): its
@@ -55,7 +59,8 @@ def choose_assignment(
             f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
             f"output files follow {named.label} instead"
         )
-        return _from_index(names, table, f"reference {named.index.file}", why)
+        choice = _from_index(names, table, f"reference {named.index.file}", why)
+        return replace(choice, collapse_avoided=True)
     if recorded and not (collapsed and reference is not None):
         why = "the training run recorded the reference model's file for every tensor"
         return _from_index(names, recorded, f"mapping {dcp.mapping_file}", why)
@@ -67,7 +72,8 @@ def choose_assignment(
                 f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
                 "output files follow the reference checkpoint's index instead"
             )
-        return _from_index(names, table, f"reference {label}", why)
+        choice = _from_index(names, table, f"reference {label}", why)
+        return replace(choice, collapse_avoided=collapsed)
     if scanned.index is not None:
         table = _index_table(scanned.index.weight_map)
         why = "no mapping file; output files follow the reference index kept by the run"
@@ -76,6 +82,12 @@ def choose_assignment(
     rule = f"greedy by size in key order, at most {limit:,} bytes per file"
     why = "no mapping, no reference: packed like huggingface_hub's splitter"
     return Choice(rule, why, groups)
+
+
+def _collapsed(scanned: ScannedCheckpoint) -> bool:
+    """The recorded mapping sends every tensor to one file (seed automodel-2289)."""
+    recorded = (scanned.dcp.mapping if scanned.dcp is not None else None) or {}
+    return bool(recorded) and len(set(recorded.values())) == 1
 
 
 def _from_index(names: list[str], table: Mapping[str, int], rule: str, why: str) -> Choice:

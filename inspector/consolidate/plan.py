@@ -21,7 +21,7 @@ from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
-from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage
+from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "OutputFile",
     "Piece",
     "PlannedTensor",
+    "default_destination",
     "index_bytes",
     "plan_consolidation",
 ]
@@ -230,6 +231,17 @@ class ConsolidationResult:
         return self.describe()
 
 
+def default_destination(source: str | os.PathLike[str] | RemoteURL) -> Path:
+    """Where a consolidation of `source` goes unless told otherwise: a sibling folder
+    `<source>-consolidated`. Not inside the source: the output would sit in (and be copied,
+    backed up and scanned with) the very checkpoint it replaces. A remote source's goes
+    into the current folder, named after it (a consolidation writes locally only)."""
+    if isinstance(source, RemoteURL) or (isinstance(source, str) and is_remote(source)):
+        return Path.cwd() / f"{str(source).rstrip('/').rsplit('/', 1)[-1]}-consolidated"
+    path = Path(source).expanduser().resolve()
+    return path.with_name(f"{path.name}-consolidated")
+
+
 def plan_consolidation(
     scanned: ScannedCheckpoint,
     dest: str | os.PathLike[str],
@@ -252,11 +264,8 @@ def plan_consolidation(
     """
     # 1. Is there something sound to consolidate?
     dest_path = _check_dest(scanned, Path(dest))
-    findings = _refuse_on_errors(
-        scanned,
-        explicit=mapping is not None or reference is not None,
-        allow_partial=allow_partial,
-    )
+    explicit = mapping is not None or reference is not None
+    findings = _refuse_on_errors(scanned, explicit=explicit, allow_partial=allow_partial)
     partial = _partial_tensors(scanned, findings)
     try:
         target = dtype_for_target(dtype) if dtype else None
@@ -268,6 +277,12 @@ def plan_consolidation(
     # 3. Which output file each tensor goes to, and why.
     out_bytes = {s.name: _out_nbytes(s, target) for s in sources.values()}
     choice = choose_assignment(scanned, list(sources), out_bytes, mapping, reference, limit)
+    if choice.collapse_avoided:
+        # The plan follows the caller's mapping or reference, or the upstream model the run
+        # names, not the collapsed mapping: the collapse no longer affects this plan, so it is
+        # not repeated as a warning about it (its reason says what was followed instead).
+        # `check` still reports the checkpoint's own mapping-collapsed.
+        findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     # 4. Headers and offsets of every output.
     outputs = _build_outputs(sources, choice.groups, target, set(partial))
     notes = [*_partial_notes(partial, findings), *choice.notes]
@@ -309,7 +324,7 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
     if isinstance(scanned.path, Path) and target.resolve() == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
-            f"{scanned.path / 'consolidated'}"
+            f"{default_destination(scanned.path)}"
         )
     if target.is_symlink() or (target.exists() and not target.is_dir()):
         from inspector.consolidate.dest import not_a_folder

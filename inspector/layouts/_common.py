@@ -23,6 +23,7 @@ from inspector.columns import Coded, frozen
 from inspector.errors import UnsafeFileError
 from inspector.findings import FOLD, examples
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
+from inspector.progress import track
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
 from inspector.storage import EntryKind, Location, TooLargeError
@@ -127,7 +128,10 @@ def read_shards(
 ) -> tuple[ShardHeader, ...]:
     """Every header; a remote storage fetches them all at once first (`prefetch`)."""
     prefetch(paths, header_cap=header_cap)
-    return tuple(read_shard(p, root=root, cap=header_cap) for p in paths)
+    return tuple(
+        read_shard(p, root=root, cap=header_cap)
+        for p in track(paths, desc="shard headers", unit="file")
+    )
 
 
 def is_safe_member(value: str) -> bool:

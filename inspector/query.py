@@ -1,0 +1,179 @@
+"""Find tensors: a query over the tensors table (name pattern, dtype, layer, expert, file, kind)
+and its export to CSV or Parquet. Pure, except `export_tensors`, which writes the one file it is
+asked to write.
+
+    from inspector.query import TensorQuery
+    TensorQuery(name="*.experts.17.*").apply(ckpt.tensors)
+    TensorQuery(dtype="F8_E4M3", layer=40).apply(ckpt.tensors)
+
+Name patterns: text with `*`, `?` or `[...]` is a glob over the whole name; other text is a
+substring; with `regex=True` it is a regular expression searched anywhere in the name. Patterns
+are translated to the regular-expression subset that Python's `re`, RE2 (pyarrow, the
+notebook's grid) and pandas agree on, so every view of one query selects the same rows.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import warnings
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from inspector.errors import InspectorError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["EXPORT_COLUMNS", "TensorQuery", "export_tensors", "name_pattern"]
+
+# The tensors-table columns an export writes (shape as text, e.g. "[7168, 2048]").
+EXPORT_COLUMNS = (
+    "name",
+    "file",
+    "dtype",
+    "shape",
+    "numel",
+    "nbytes",
+    "layer",
+    "expert",
+    "kind",
+    "module",
+    "param",
+)
+_GLOB = re.compile(r"[*?\[]")
+
+
+@dataclass(frozen=True, slots=True)
+class TensorQuery:
+    """Which tensors to show. Empty fields do not filter; all given fields must hold.
+
+    `names` selects exact tensor names (a finding's tensor, a problem's tensors)."""
+
+    name: str = ""
+    regex: bool = False
+    dtype: str | None = None
+    layer: int | None = None
+    expert: int | None = None
+    file: str | None = None
+    kind: str | None = None
+    names: tuple[str, ...] = ()
+
+    def pattern(self) -> str | None:
+        """The name filter as a regular expression (searched), None when there is none."""
+        return name_pattern(self.name, regex=self.regex) if self.name.strip() else None
+
+    def equalities(self) -> dict[str, object]:
+        """The column == value conditions of this query."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in ("dtype", "layer", "expert", "file", "kind")
+            and getattr(self, f.name) is not None
+        }
+
+    def apply(self, tensors: pd.DataFrame) -> pd.DataFrame:
+        """The rows of `tensors` (the tensors table) that match, in table order."""
+        mask = None
+        for column, value in self.equalities().items():
+            hit = (tensors[column] == value).fillna(False).to_numpy(dtype=bool)
+            mask = hit if mask is None else mask & hit
+        if self.names:
+            hit = tensors["name"].isin(set(self.names)).to_numpy(dtype=bool)
+            mask = hit if mask is None else mask & hit
+        pattern = self.pattern()
+        if pattern is not None:
+            # Only the rows that passed the cheap filters go through the regex.
+            rows = tensors if mask is None else tensors.loc[mask]
+            with warnings.catch_warnings():
+                # pandas warns that groups in a user's regex are not extracted: not wanted here.
+                warnings.filterwarnings("ignore", "This pattern is interpreted", UserWarning)
+                found = rows["name"].astype(str).str.contains(pattern, regex=True)
+            return rows.loc[found.to_numpy(dtype=bool)]
+        return tensors if mask is None else tensors.loc[mask]
+
+    def describe(self) -> str:
+        """'name ~ *.experts.17.*, dtype F8_E4M3, layer 40' (or 'all tensors')."""
+        parts = []
+        if self.name.strip():
+            parts.append(f"name {'~ /' + self.name + '/' if self.regex else '~ ' + self.name}")
+        parts += [f"{k} {v}" for k, v in self.equalities().items()]
+        if self.names:
+            parts.append(f"{len(self.names)} named tensor{'s' if len(self.names) != 1 else ''}")
+        return ", ".join(parts) or "all tensors"
+
+
+def name_pattern(text: str, *, regex: bool = False) -> str:
+    """A name filter as a regular expression: a glob (`*`, `?`, `[...]`) matches the whole name,
+    plain text is a substring, `regex=True` is taken as written (and must compile)."""
+    text = text.strip()
+    if regex:
+        try:
+            re.compile(text)
+        except re.error as exc:
+            raise InspectorError(
+                f"name filter {text!r} is not a regular expression ({exc}); "
+                "untick 'regex' to match it as plain text or a glob"
+            ) from None
+        return text
+    if not _GLOB.search(text):
+        return re.escape(text)
+    out, i = ["^"], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "*":
+            out.append(".*")
+        elif ch == "?":
+            out.append(".")
+        elif ch == "[" and text.find("]", i + 2) != -1:
+            # A character class; "[!...]" negates it as in fnmatch.
+            end = text.find("]", i + 2)
+            body = text[i + 1 : end]
+            body = "^" + body[1:] if body.startswith("!") else body
+            out.append("[" + body.replace("\\", "\\\\") + "]")
+            i = end
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out) + "$"
+
+
+def export_tensors(
+    frame: pd.DataFrame, path: str | os.PathLike[str], *, format: str | None = None
+) -> Path:
+    """Write the rows of a tensors table (e.g. `query.apply(ckpt.tensors)`) to `path` as CSV
+    or Parquet (`format`, else the suffix: .csv, .parquet) and return the path. The file is
+    written to a temp name and renamed, so a reader never sees half of it."""
+    from inspector.atomic import write_atomic
+
+    target = Path(path).expanduser()
+    kind = (format or target.suffix.lstrip(".")).lower()
+    if kind not in ("csv", "parquet"):
+        raise InspectorError(
+            f"{target}: cannot tell the export format from {kind or 'no suffix'!r}; "
+            "expected a .csv or .parquet file name (or format='csv' / 'parquet')"
+        )
+    columns = [c for c in EXPORT_COLUMNS if c in frame.columns]
+    out = frame[columns].copy()
+    if "shape" in out.columns:
+        out["shape"] = ["[" + ", ".join(map(str, s)) + "]" for s in out["shape"]]
+    for column in ("file", "dtype", "kind", "module", "param"):
+        if column in out.columns:
+            out[column] = out[column].astype(str)
+    if kind == "csv":
+        data = out.to_csv(index=False).encode("utf-8")
+    else:
+        # pandas writes Parquet through pyarrow, and says so less plainly.
+        if importlib.util.find_spec("pyarrow") is None:
+            raise InspectorError(
+                f"{target}: writing Parquet needs pyarrow; pip install pyarrow, or export to .csv"
+            )
+        buffer = io.BytesIO()
+        out.reset_index(drop=True).to_parquet(buffer, index=False)
+        data = buffer.getvalue()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(target, data)
+    return target

@@ -1,0 +1,145 @@
+"""Problems (findings grouped by root cause, with impact and action) and repair previews (what
+a plan fixes, by re-checking the checkpoint as the plan would leave it), on the seed demos."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from inspector.checks import check
+from inspector.demo.safetensors_layouts import (
+    automodel_2289,
+    healthy_per_layer,
+    megatron_3624,
+    modelopt_1422,
+    modelopt_1631,
+)
+from inspector.problems import group_problems
+from inspector.repair import plan_repair, preview_repair, scanned_after
+from inspector.scan import scan
+
+WRITERS = {
+    "modelopt-1422": modelopt_1422,
+    "modelopt-1631": modelopt_1631,
+    "healthy-per-layer": healthy_per_layer,
+    "megatron-3624": megatron_3624,
+    "automodel-2289": automodel_2289,
+}
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("problem-demos")
+    out = {}
+    for name, write in WRITERS.items():
+        (root / name).mkdir()
+        write(root / name)
+        out[name] = root / name
+    return out
+
+
+def test_seed_1422_is_two_problems_not_44_findings(demos):
+    scanned = scan(demos["modelopt-1422"])
+    findings = check(scanned)
+    assert len(findings) == 44
+    problems = group_problems(scanned, findings)
+    assert [p.key for p in problems] == ["index-misses-tensors", "sidecars-disagree"]
+    index, sidecar = problems
+    # Impact in words and numbers, computed from the shards (the findings fold after 20).
+    assert index.title == "model.safetensors.index.json misses 42 MTP tensors (mtp.layers.0.*)"
+    assert index.impact.startswith("42 MTP tensors (17.1 kB) invisible to loaders")
+    assert len(index.tensors) == 42 and all(t.startswith("mtp.layers.0.") for t in index.tensors)
+    assert sidecar.title.startswith("model-00004-of-00004.safetensors.json misses the same 42")
+    assert set(sidecar.tensors) == set(index.tensors)
+    # The action says what fixes it and that it is fixable here.
+    assert index.action.kind == "repair" and index.action.parts == ("index",)
+    assert sidecar.action.parts == ("sidecars",) and sidecar.repairable
+    assert index.action.command.endswith("--only index")
+    # The stale totals are explained by the same missing tensors.
+    assert {"unindexed-tensor", "total-size-mismatch"} == set(index.codes)
+    assert {"sidecar-unlisted-tensor", "sidecar-total-size-mismatch"} == set(sidecar.codes)
+
+
+def test_seed_1631_says_nothing_here_can_repair_it(demos):
+    scanned = scan(demos["modelopt-1631"])
+    problems = group_problems(scanned, check(scanned))
+    by_key = {p.key: p for p in problems}
+    assert set(by_key) == {"experts-missing", "config-unreadable"}
+    experts = by_key["experts-missing"]
+    assert experts.title == "448 of 512 experts missing in 4 MoE layers (1-4)"
+    assert experts.action.kind == "re-export" and not experts.repairable
+    assert experts.cells == ((1, None), (2, None), (3, None), (4, None))
+    config = by_key["config-unreadable"]
+    assert config.action.kind == "restore" and "--from REF" in config.action.command
+    assert not any(p.repairable for p in problems)
+
+
+def test_every_finding_belongs_to_exactly_one_problem(demos):
+    for folder in demos.values():
+        scanned = scan(folder)
+        findings = check(scanned)
+        problems = group_problems(scanned, findings)
+        grouped = [f for p in problems for f in p.findings]
+        assert sorted(grouped, key=repr) == sorted(findings, key=repr), folder.name
+        assert all(p.title and p.impact and p.action.text for p in problems)
+
+
+def test_a_code_no_rule_explains_is_a_problem_in_its_own_words(demos):
+    scanned = scan(demos["megatron-3624"])
+    (problem,) = group_problems(scanned, check(scanned))
+    assert problem.key == "layer-keyset-outlier" and problem.severity == "warning"
+    assert problem.title.startswith(
+        "MTP layer 4 carries self_attention.core_attention._extra_state entries"
+    )
+    assert problem.cells == ((4, None),) and problem.action.kind == "review"
+
+
+def test_preview_of_the_1422_repair_fixes_every_finding(demos, tmp_path):
+    folder = Path(shutil.copytree(demos["modelopt-1422"], tmp_path / "c"))
+    scanned = scan(folder)
+    findings = check(scanned)
+    plan = plan_repair(scanned)
+    preview = preview_repair(plan, scanned, findings=findings)
+    assert set(preview.fixes) == set(findings) and preview.remains == ()
+    assert preview.introduces == () and preview.matters
+    # Only the index part: the sidecar findings remain, exactly.
+    index_only = plan_repair(scanned, only={"index"}).preview(scanned, findings=findings)
+    assert {f.code for f in index_only.fixes} == {"unindexed-tensor", "total-size-mismatch"}
+    assert {f.code for f in index_only.remains} == {
+        "sidecar-unlisted-tensor",
+        "sidecar-total-size-mismatch",
+    }
+    # ... and the sidecars now disagree with the rebuilt index, which the preview says.
+    assert {f.code for f in index_only.introduces} == {"sidecar-index-disagree"}
+    assert index_only.matters
+    # The preview is what really happens: execute and compare.
+    result = plan.execute()
+    assert result.remaining == preview.remains == ()
+
+
+def test_preview_of_the_1631_plan_fixes_nothing_that_matters(demos):
+    scanned = scan(demos["modelopt-1631"])
+    findings = check(scanned)
+    plan = plan_repair(scanned)
+    assert not plan.empty  # it would add total_parameters to the index: cosmetic
+    preview = plan.preview(scanned, findings=findings)
+    assert preview.fixes == () and set(preview.remains) == set(findings)
+    assert not preview.matters
+
+
+def test_scanned_after_substitutes_the_planned_json_and_shares_the_tables(demos):
+    scanned = scan(demos["modelopt-1422"])
+    tables = scanned.tables
+    plan = plan_repair(scanned)
+    after = scanned_after(plan, scanned)
+    assert after.tables is tables and after is not scanned
+    new_index = json.loads(next(w.new for w in plan.writes if w.path.endswith("index.json")))
+    assert after.index.weight_map == new_index["weight_map"]
+    sidecar = after.sidecars["model-00004-of-00004.safetensors"]
+    assert any(n.startswith("mtp.") for n in sidecar.weight_map)
+    # Nothing on disk changed.
+    assert scan(demos["modelopt-1422"]).index.weight_map == scanned.index.weight_map
+    assert check(after) == []

@@ -1,0 +1,331 @@
+"""The tensor browser: every tensor of a checkpoint in a virtualised grid, filtered by name (glob
+or regex), dtype, layer, expert, file and kind, sortable by any column, with the filtered rows
+exported to CSV or Parquet.
+
+The grid is Perspective's (`perspective-python`, see the README for why): the table lives in
+the kernel and the browser asks for the rows it shows, so a million tensors never travel to the
+page at once. Filtering happens in Perspective's engine from the same `TensorQuery` the core
+applies with pandas (`inspector.query`); the export writes `query.apply(tensors)`, and a test
+keeps the two selections equal.
+
+`browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls (entry point
+`checkpoint_inspector.ui`).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+import pandas as pd
+
+from inspector.errors import InspectorError
+from inspector.model import ScannedCheckpoint
+from inspector.query import TensorQuery, export_tensors
+from inspector.units import format_bytes
+
+__all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
+
+_ANY = "any"
+# Grid columns in display order; `size` is `nbytes` as text ("4.1 GB"), sort by `nbytes`.
+GRID_COLUMNS = [
+    "name",
+    "dtype",
+    "shape",
+    "size",
+    "nbytes",
+    "numel",
+    "layer",
+    "expert",
+    "kind",
+    "file",
+    "module",
+    "param",
+]
+_MATCH = "name matches"
+
+
+def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
+    """A tensor browser over `scanned` (the filters are `TensorQuery` fields)."""
+    return TensorBrowser(scanned, query=TensorQuery(**filters))
+
+
+def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
+    """The tensors table as the grid shows it: text columns as plain strings, nullable layer
+    and expert numbers kept as integers, shapes and sizes as text."""
+    sizes = tensors["nbytes"].to_numpy()
+    # A 300,000-tensor MoE has a few dozen distinct shapes and sizes: format each once.
+    shapes: dict[tuple[int, ...], str] = {}
+    texts: dict[int, str] = {int(v): format_bytes(v) for v in pd.unique(sizes)}
+    return pd.DataFrame(
+        {
+            "name": tensors["name"].astype(str).to_numpy(dtype=object),
+            "dtype": tensors["dtype"].astype(str).to_numpy(dtype=object),
+            "shape": [
+                shapes.get(s) or shapes.setdefault(s, "[" + ", ".join(map(str, s)) + "]")
+                for s in tensors["shape"]
+            ],
+            "size": [texts[v] for v in sizes.tolist()],
+            "nbytes": sizes.astype("int64"),
+            "numel": tensors["numel"].to_numpy(dtype="int64"),
+            "layer": tensors["layer"].astype("Int64"),
+            "expert": tensors["expert"].astype("Int64"),
+            "kind": tensors["kind"].astype(str).to_numpy(dtype=object),
+            "file": tensors["file"].astype(str).to_numpy(dtype=object),
+            "module": tensors["module"].astype(str).to_numpy(dtype=object),
+            "param": tensors["param"].astype(str).to_numpy(dtype=object),
+        }
+    )
+
+
+def grid_config(query: TensorQuery) -> dict[str, Any]:
+    """The query as Perspective viewer settings: `filter` and `expressions`."""
+    filters: list[list[Any]] = [[k, "==", v] for k, v in query.equalities().items()]
+    if query.names:
+        filters.append(["name", "in", list(query.names)])
+    expressions: dict[str, str] = {}
+    pattern = query.pattern()
+    if pattern is not None:
+        # A Perspective string literal: backslashes and quotes escaped; RE2 sees the pattern.
+        literal = pattern.replace("\\", "\\\\").replace("'", "\\'")
+        expressions[_MATCH] = f"match(\"name\", '{literal}')"
+        filters.append([_MATCH, "==", True])
+    return {"filter": filters, "expressions": expressions}
+
+
+class TensorBrowser:
+    """Filter controls, a match count, export buttons and the grid. `query` is the current
+    filter; `set_query` changes it (the controls follow). With `defer_grid` the grid widget
+    waits for `show_grid` (the table is built at once)."""
+
+    def __init__(
+        self,
+        scanned: ScannedCheckpoint,
+        *,
+        query: TensorQuery | None = None,
+        export_dir: str | os.PathLike[str] | None = None,
+        defer_grid: bool = False,
+    ) -> None:
+        import perspective
+
+        self.scanned = scanned
+        self.tensors = scanned.tensors
+        self.export_dir = Path(export_dir) if export_dir else Path.cwd()
+        self.table = perspective.table(grid_frame(self.tensors), name=f"tensors-{id(self)}")
+        # The grid widget is created when it is first shown (see `show_grid`).
+        self.grid: Any = None
+        self._grid_box = w.VBox(
+            [w.HTML("<i>The grid is drawn when the tab is shown.</i>")],
+            layout=w.Layout(width="100%"),
+        )
+        t = self.tensors
+        self.name = w.Text(
+            placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
+            continuous_update=False,
+            layout=w.Layout(flex="1 1 auto", min_width="20em"),
+        ).add_class("ckpt-tensor-name")
+        self.regex = w.Checkbox(description="regex", indent=False, layout=w.Layout(width="5em"))
+        self.dtype = _choice("dtype", _values(t["dtype"]), "ckpt-tensor-dtype")
+        self.layer = _choice("layer", _numbers(t["layer"]), "ckpt-tensor-layer")
+        self.expert = _choice("expert", _numbers(t["expert"]), "ckpt-tensor-expert")
+        self.kind = _choice("kind", _values(t["kind"]), "ckpt-tensor-kind")
+        self.file = _choice("file", _values(t["file"]), "ckpt-tensor-file", width="22em")
+        clear = w.Button(description="Clear", icon="times", layout=w.Layout(width="auto"))
+        clear.add_class("ckpt-tensor-clear")
+        clear.on_click(lambda _: self.set_query(TensorQuery()))
+        self.count = w.HTML().add_class("ckpt-tensor-count")
+        self.export_name = w.Text(
+            value=str(self.export_dir / f"{scanned.path.name or 'checkpoint'}-tensors"),
+            description="export to",
+            layout=w.Layout(width="32em"),
+        )
+        csv = w.Button(description="CSV", icon="download", layout=w.Layout(width="auto"))
+        parquet = w.Button(description="Parquet", icon="download", layout=w.Layout(width="auto"))
+        csv.add_class("ckpt-export-csv").on_click(lambda _: self.export("csv"))
+        parquet.add_class("ckpt-export-parquet").on_click(lambda _: self.export("parquet"))
+        self.export_status = w.HTML().add_class("ckpt-export-status")
+        self._controls = (self.name, self.regex, self.dtype, self.layer, self.expert)
+        self._controls += (self.kind, self.file)
+        self._quiet = False
+        for control in self._controls:
+            control.observe(lambda _: self._from_controls(), names="value")
+        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        self.widget = w.VBox(
+            [
+                w.HBox([self.name, self.regex, clear], layout=wrap),
+                w.HBox([self.dtype, self.layer, self.expert, self.kind, self.file], layout=wrap),
+                self.count,
+                self._grid_box,
+                w.HBox([self.export_name, csv, parquet, self.export_status], layout=wrap),
+            ],
+            layout=w.Layout(width="100%"),
+        ).add_class("ckpt-tensor-browser")
+        self.query = TensorQuery()
+        self.set_query(query or TensorQuery())
+        if not defer_grid:
+            self.show_grid()
+
+    def show_grid(self) -> None:
+        """Create the grid on the table (once). A grid created in a hidden tab loads a
+        million-row table while it has no size and then draws no rows when shown, and its
+        loading stalls the page for the other tabs' widgets: the dashboard builds the table
+        in the background and calls this when the Tensors tab is shown."""
+        if self.grid is not None:
+            return
+        grid = _grid_class()(
+            self.table,
+            plugin="Datagrid",
+            columns=GRID_COLUMNS,
+            settings=False,
+            theme="Pro Light",
+            title=f"tensors of {self.scanned.path.name}",
+        )
+        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing inside
+        # a VBox: a fixed flex basis keeps the grid 560 px tall.
+        grid.layout = w.Layout(width="100%", height="560px", flex="0 0 auto")
+        grid.add_class("ckpt-tensor-grid")
+        config = grid_config(self.query)
+        grid.expressions, grid.filter = config["expressions"], config["filter"]
+        self.grid = grid
+        self._grid_box.children = [grid]
+
+    def set_query(self, query: TensorQuery) -> None:
+        """Show the tensors `query` selects; the controls show its fields."""
+        self._quiet = True
+        try:
+            self.name.value, self.regex.value = query.name, query.regex
+            for control, value in (
+                (self.dtype, query.dtype),
+                (self.layer, query.layer),
+                (self.expert, query.expert),
+                (self.kind, query.kind),
+                (self.file, query.file),
+            ):
+                control.value = value if value in _option_values(control) else None
+        finally:
+            self._quiet = False
+        self._apply(query)
+
+    def matches(self) -> int:
+        """How many tensors the current query selects (counted by the grid's engine)."""
+        config = grid_config(self.query)
+        view = self.table.view(**config)
+        try:
+            return view.num_rows()
+        finally:
+            view.delete()
+
+    def export(self, kind: str) -> Path | None:
+        """Write the rows the current query selects to `<export to>.csv|.parquet`."""
+        base = self.export_name.value.strip()
+        target = Path(base if base.endswith(f".{kind}") else f"{base}.{kind}")
+        try:
+            rows = self.query.apply(self.tensors)
+            written = export_tensors(rows, target, format=kind)
+        except (InspectorError, OSError) as exc:
+            self.export_status.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            return None
+        self.export_status.value = (
+            f"wrote {len(rows):,} rows to <code>{html.escape(str(written))}</code>"
+        )
+        return written
+
+    def close(self) -> None:
+        """Free the grid's table in the kernel."""
+        if self.grid is not None:
+            self.grid.close()
+        self.table.delete()
+
+    def _from_controls(self) -> None:
+        if self._quiet:
+            return
+        self._apply(
+            TensorQuery(
+                name=self.name.value,
+                regex=self.regex.value,
+                dtype=self.dtype.value,
+                layer=self.layer.value,
+                expert=self.expert.value,
+                kind=self.kind.value,
+                file=self.file.value,
+                # Exact names (from a finding) stay until the user clears them.
+                names=self.query.names,
+            )
+        )
+
+    def _apply(self, query: TensorQuery) -> None:
+        try:
+            config = grid_config(query)
+        except InspectorError as exc:
+            self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            return
+        self.query = query
+        if self.grid is not None:
+            self.grid.expressions = config["expressions"]
+            self.grid.filter = config["filter"]
+        total = len(self.tensors)
+        n = self.matches() if config["filter"] else total
+        self.count.value = (
+            f"<b>{n:,}</b> of {total:,} tensors match "
+            f"<span style='color:#666'>({html.escape(query.describe())})</span>"
+        )
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        return self.widget._repr_mimebundle_(**kwargs)
+
+
+# perspective-python 5.6 defines the `regular-layout` custom elements without checking whether
+# an earlier copy of its module (another grid on the page: each widget evaluates its own copy)
+# already did, and the second grid fails to render. Its other elements skip a duplicate
+# registration; this prologue gives these three the same treatment.
+_DEFINE_ONCE = """
+{
+  const define = customElements.define.bind(customElements);
+  const once = new Set(["regular-layout", "regular-layout-frame", "regular-layout-tab"]);
+  if (!customElements.__ckptDefineOnce) {
+    customElements.define = (name, cls, options) =>
+      once.has(name) && customElements.get(name) ? undefined : define(name, cls, options);
+    customElements.__ckptDefineOnce = true;
+  }
+}
+"""
+_GRID: type | None = None
+
+
+def _grid_class() -> type:
+    """PerspectiveWidget with the define-once prologue (built once per kernel)."""
+    global _GRID
+    if _GRID is None:
+        import perspective.widget
+        from perspective.widget import PerspectiveWidget
+
+        # The module file itself (anywidget wraps the class attribute in a file watcher).
+        esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+        source = esm.read_text(encoding="utf-8")
+        _GRID = type("TensorGrid", (PerspectiveWidget,), {"_esm": _DEFINE_ONCE + source})
+    return _GRID
+
+
+def _choice(label: str, options: list[Any], css: str, *, width: str = "12em") -> w.Dropdown:
+    return w.Dropdown(
+        options=[(_ANY, None), *((str(v), v) for v in options)],
+        value=None,
+        description=label,
+        layout=w.Layout(width=width),
+        style={"description_width": "auto"},
+    ).add_class(css)
+
+
+def _option_values(control: w.Dropdown) -> set[Any]:
+    return {value for _, value in control.options}
+
+
+def _values(column: pd.Series) -> list[str]:
+    return sorted({str(v) for v in column.dropna().unique()})
+
+
+def _numbers(column: pd.Series) -> list[int]:
+    return sorted({int(v) for v in column.dropna().unique()})

@@ -1,0 +1,182 @@
+"""The dashboard's static snapshot: what a saved notebook shows without a kernel.
+
+A live dashboard is an ipywidgets view; saved and opened elsewhere (another JupyterLab, nbviewer,
+GitHub) it is nothing but "model not found". So the dashboard also writes outputs that need no
+kernel and survive any notebook viewer:
+
+- one `text/html` output: the problems (what is wrong, impact, what fixes it), the facts and the
+  findings count, as plain tables with inline styles only (an untrusted notebook strips
+  `<style>` and scripts, GitHub too);
+- one `image/png` output per figure (expert coverage, shard sizes, bytes per layer), rendered by
+  kaleido with the system's Chrome/Chromium in the dashboard's background worker, so the
+  dashboard is usable at once. Without kaleido or a browser the HTML says why the figures are
+  missing.
+
+While the live dashboard is on the page, a `<style>` rule (honoured only where the output is
+trusted, i.e. live) hides the snapshot outputs of the same cell; where the widget cannot be
+shown, it hides the "model not found" line instead. Each output has a display id: a re-scan
+(after a repair) updates the snapshot in place, so the saved notebook shows the final state.
+"""
+
+from __future__ import annotations
+
+import atexit
+import html
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from inspector.html_repr import facts_html, load_verdict_html, problems_html
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+    from inspector.widgets.dashboard import CheckpointState
+
+__all__ = ["Snapshot", "figure_names", "render_pngs", "snapshot_figures", "snapshot_html"]
+
+# Widths of the PNG figures: wide enough for a 512-expert heatmap row to show single experts.
+_WIDTH = 1200
+_HIDE_WHEN_LIVE = (
+    "<style>"
+    ".jp-OutputArea:has(.ckpt-dashboard) .jp-OutputArea-child:has(.ckpt-snapshot),"
+    ".jp-OutputArea:has(.ckpt-dashboard) .jp-OutputArea-child:has(.ckpt-snapshot)"
+    " ~ .jp-OutputArea-child:has(.jp-RenderedImage){display:none}"
+    ".jp-OutputArea:has(.ckpt-snapshot):not(:has(.ckpt-dashboard))"
+    " .jp-OutputArea-output.jupyter-widgets{display:none}"
+    "</style>"
+)
+_lock = threading.Lock()
+_server_started = False
+
+
+def snapshot_html(state: CheckpointState, *, figures_note: str = "") -> str:
+    """The Overview as static HTML: will it load, problems with impact and fix, facts,
+    findings count."""
+    s = state.scanned
+    when = time.strftime("%Y-%m-%d %H:%M")
+    return (
+        f"{_HIDE_WHEN_LIVE}<div class='ckpt-snapshot' style='border-left:4px solid #1f77b4;"
+        "padding:4px 12px;margin:4px 0'>"
+        f"<div style='color:#666;font-size:12px'>Static snapshot of the checkpoint dashboard, "
+        f"{html.escape(when)} (saved with the notebook; run the cell for the interactive "
+        "view)</div>"
+        f"<h3 style='margin:6px 0'>{html.escape(s.path.name)}: layout "
+        f"{html.escape(s.layout)}</h3>"
+        + _load_html(state)
+        + problems_html(s, state.findings, verdict=state.verdict)
+        + facts_html(s, state.findings)
+        + (f"<div style='color:#666'>{html.escape(figures_note)}</div>" if figures_note else "")
+        + "</div>"
+    )
+
+
+def _load_html(state: CheckpointState) -> str:
+    if state.pending:
+        return (
+            "<div style='border-left:4px solid #7f7f7f;padding:4px 10px;margin:6px 0'>"
+            "<b>Will it load?</b> <i>checking...</i></div>"
+        )
+    return load_verdict_html(state.verdict)
+
+
+def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
+    """(name, figure) of the figures the snapshot keeps: the same pure figures the dashboard
+    and the HTML report draw."""
+    from inspector.widgets.figures import (
+        bytes_per_layer,
+        expert_coverage_heatmap,
+        shard_size_distribution,
+    )
+
+    s = state.scanned
+    figures = []
+    if len(s.experts):  # keep in step with figure_names
+        figures.append(("expert coverage", expert_coverage_heatmap(s.experts, tensors=s.tensors)))
+    figures.append(("shard sizes", shard_size_distribution(s.files)))
+    figures.append(("bytes per layer", bytes_per_layer(s.tensors)))
+    return figures
+
+
+def render_pngs(figures: list[tuple[str, go.Figure]]) -> list[bytes]:
+    """The figures as PNG images, rendered by kaleido in one long-lived browser."""
+    import kaleido
+
+    global _server_started
+    with _lock:
+        if not _server_started:
+            kaleido.start_sync_server(silence_warnings=True)
+            atexit.register(kaleido.stop_sync_server, silence_warnings=True)
+            _server_started = True
+        out = []
+        for _, fig in figures:
+            height = int(fig.layout.height or 450)
+            out.append(
+                kaleido.calc_fig_sync(
+                    fig, opts={"format": "png", "width": _WIDTH, "height": height}
+                )
+            )
+        return out
+
+
+class Snapshot:
+    """The snapshot outputs of one dashboard: shown once, updated in place on refresh. The
+    PNG figures are rendered by `render_figures`, which the dashboard calls from its
+    background worker once the tabs are ready (kaleido drives a browser: it should not compete
+    with the first clicks)."""
+
+    def __init__(self, *, render: Callable[[list[tuple[str, Any]]], list[bytes]] = render_pngs):
+        self.render = render
+        self.handles: list[Any] = []
+
+    def show(self, state: CheckpointState) -> None:
+        """Display the snapshot HTML and a placeholder per figure below the widget."""
+        from IPython.display import display
+
+        self.handles = [
+            display(
+                {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
+                raw=True,
+                display_id=True,
+            )
+        ] + [
+            display({"text/plain": f"({name}: rendering...)"}, raw=True, display_id=True)
+            for name in figure_names(state)
+        ]
+
+    def update(self, state: CheckpointState) -> None:
+        """Redraw the snapshot HTML for a new state (after a re-scan); figures follow."""
+        if self.handles:
+            self.handles[0].update(
+                {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
+                raw=True,
+            )
+
+    def render_figures(self, state: CheckpointState, *, current: Callable[[], bool]) -> None:
+        """Render the figures of `state` and put them in place (unless `current()` says a
+        newer state has replaced it meanwhile)."""
+        if not self.handles:
+            return
+        figures = snapshot_figures(state)
+        try:
+            pngs = self.render(figures)
+            note = ""
+        except Exception as exc:  # kaleido, the browser it drives, or no browser at all
+            pngs = []
+            note = (
+                f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
+                "Chrome or Chromium browser (pip install kaleido)."
+            )
+        if not current():
+            return
+        self.handles[0].update({"text/html": snapshot_html(state, figures_note=note)}, raw=True)
+        for handle, (name, _), png in zip(self.handles[1:], figures, pngs, strict=False):
+            handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
+        for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
+            handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+
+
+def figure_names(state: CheckpointState) -> list[str]:
+    """The names of the figures `snapshot_figures` returns, without building them."""
+    names = ["expert coverage"] if len(state.scanned.experts) else []
+    return [*names, "shard sizes", "bytes per layer"]
