@@ -28,9 +28,12 @@ __all__ = [
     "PLUGIN_GROUP",
     "add_model_arguments",
     "add_path_arguments",
+    "add_remote_arguments",
     "describe_os_error",
     "main",
+    "remote_kwargs",
     "scan_from_args",
+    "target",
     "verdict_from_args",
 ]
 
@@ -65,10 +68,10 @@ def _fail(message: str) -> None:
     print(f"ckpt-inspect: {' '.join(message.split())}", file=sys.stderr)
 
 
-def _main_path(args: argparse.Namespace) -> Path | None:
+def _main_path(args: argparse.Namespace) -> Path | str | None:
     for name in ("dest", "path", "src", "a", "outdir"):
         value = getattr(args, name, None)
-        if isinstance(value, Path):
+        if isinstance(value, (Path, str)):
             return value
     return None
 
@@ -102,7 +105,7 @@ _OS_ERRORS: dict[int, tuple[str, str]] = {
 }
 
 
-def describe_os_error(exc: OSError, *, command: str, path: Path | None = None) -> str:
+def describe_os_error(exc: OSError, *, command: str, path: Path | str | None = None) -> str:
     """One line for an OSError: command, file, what failed (with the errno name), what to do."""
     what, todo = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "check the file"))
     code = errno.errorcode.get(exc.errno or 0, "")
@@ -139,8 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
-    p.add_argument("a", type=Path, help="first checkpoint")
-    p.add_argument("b", type=Path, help="second checkpoint")
+    p.add_argument("a", type=target, help="first checkpoint (a folder, a file or a URL)")
+    p.add_argument("b", type=target, help="second checkpoint (a folder, a file or a URL)")
     p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")
     p.add_argument(
         "--reference",
@@ -150,12 +153,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    add_remote_arguments(p)
     p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser(
         "repair", help="rebuild index, sidecars, quant config from the shards on disk"
     )
-    p.add_argument("path", type=Path, help="checkpoint folder")
+    p.add_argument("path", type=target, help="checkpoint folder (or URL, with --output-dir)")
+    p.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        help="write the repaired JSON files into this local folder instead of the checkpoint "
+        "(required for a remote checkpoint: nothing is uploaded)",
+    )
     p.add_argument("--dry-run", action="store_true", help="show the plan and stop")
     p.add_argument("--yes", action="store_true", help="execute without asking")
     p.add_argument("--diff", action="store_true", help="also print the plan as a unified diff")
@@ -178,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--from",
         dest="source",
-        type=Path,
+        type=target,
         metavar="REF",
         help="copy the tensors REF has and PATH lost (MTP layers, lm_head, experts) into one "
         "new shard; existing shards are never modified",
@@ -190,6 +201,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    add_remote_arguments(p)
     journal = p.add_mutually_exclusive_group()
     journal.add_argument(
         "--recover",
@@ -204,10 +216,16 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_repair, layout=None)
 
     p = sub.add_parser("consolidate", help="turn DCP-sharded safetensors into an HF checkpoint")
-    p.add_argument("src", type=Path, help="DCP-sharded folder (or a checkpoint with model/)")
-    p.add_argument("dest", type=Path, help="output folder for model-*-of-*.safetensors")
-    p.add_argument("--mapping", type=Path, help="JSON {tensor: 1-based output file index}")
-    p.add_argument("--reference", type=Path, help="HF folder or index whose files to follow")
+    p.add_argument(
+        "src", type=target, help="DCP-sharded folder (or a checkpoint with model/), or a URL"
+    )
+    p.add_argument("dest", type=Path, help="local output folder for model-*-of-*.safetensors")
+    p.add_argument(
+        "--mapping", type=target, help="JSON {tensor: 1-based output file index} (path or URL)"
+    )
+    p.add_argument(
+        "--reference", type=target, help="HF folder or index whose files to follow (or a URL)"
+    )
     p.add_argument(
         "--max-shard-size",
         default=SHARD_SPLIT_SIZE,
@@ -236,6 +254,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not flush outputs to disk before renaming them (scratch destinations)",
     )
+    add_remote_arguments(p)
     p.set_defaults(func=_cmd_consolidate)
 
     p = sub.add_parser("codes", help="list every finding code with its severity and meaning")
@@ -263,9 +282,23 @@ def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
         register(sub)
 
 
+def target(text: str) -> Path | str:
+    """A command-line checkpoint: a URL stays a string (s3://, gs://, hf://, https://), a
+    local path becomes a Path."""
+    from inspector.storage import is_remote
+
+    return text if is_remote(text) else Path(text)
+
+
 def add_path_arguments(p: argparse.ArgumentParser) -> None:
-    """PATH, --json, --header-cap and --layout, as every read-only command takes them."""
-    p.add_argument("path", type=Path, help="checkpoint folder or .safetensors file")
+    """PATH, --json, --header-cap and --layout, as every read-only command takes them, and
+    the options of remote storage (`add_remote_arguments`)."""
+    p.add_argument(
+        "path",
+        type=target,
+        help="checkpoint folder or .safetensors file, or a URL: s3://bucket/prefix, gs://..., "
+        "hf://org/repo[@revision][/subfolder], https://host/folder/",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--header-cap",
@@ -275,6 +308,71 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
         help=f"largest safetensors header to read (default {DEFAULT_HEADER_CAP:,})",
     )
     p.add_argument("--layout", help="force a layout instead of detecting it")
+    add_remote_arguments(p)
+
+
+def add_remote_arguments(p: argparse.ArgumentParser) -> None:
+    """--storage-option, --max-concurrency and --read-ahead (remote checkpoints)."""
+    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+
+    group = p.add_argument_group("remote checkpoints (s3://, gs://, hf://, https://)")
+    group.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        type=_storage_option,
+        metavar="KEY=VALUE",
+        help="passed to the fsspec file system (repeatable; VALUE is JSON when it parses: "
+        "anon=true, endpoint_url=http://..., client_kwargs.region_name=eu-west-1); credentials "
+        "come from the usual places (AWS_PROFILE, AWS_ENDPOINT_URL, gcloud ADC, HF_TOKEN)",
+    )
+    group.add_argument(
+        "--max-concurrency",
+        type=_positive,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help=f"requests in flight at once (default {DEFAULT_CONCURRENCY})",
+    )
+    group.add_argument(
+        "--read-ahead",
+        type=_positive,
+        default=DEFAULT_READ_AHEAD,
+        metavar="BYTES",
+        help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
+        f"request (default {DEFAULT_READ_AHEAD:,})",
+    )
+
+
+def _storage_option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. anon=true")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: expected 1 or more")
+    return value
+
+
+def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `scan` for the remote options of a command."""
+    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+
+    return {
+        "storage_options": dict(getattr(args, "storage_option", None) or []),
+        "max_concurrency": getattr(args, "max_concurrency", DEFAULT_CONCURRENCY),
+        "read_ahead": getattr(args, "read_ahead", DEFAULT_READ_AHEAD),
+    }
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -305,7 +403,7 @@ def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
     """Scan the PATH of a command built with `add_path_arguments`."""
     from inspector.scan import scan
 
-    return scan(args.path, header_cap=args.header_cap, layout=args.layout)
+    return scan(args.path, header_cap=args.header_cap, layout=args.layout, **remote_kwargs(args))
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
@@ -333,8 +431,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from inspector.report_text import format_diff
     from inspector.scan import scan
 
-    a = scan(args.a, header_cap=args.header_cap)
-    b = scan(args.b, header_cap=args.header_cap)
+    a = scan(args.a, header_cap=args.header_cap, **remote_kwargs(args))
+    b = scan(args.b, header_cap=args.header_cap, **remote_kwargs(args))
     result = diff_checkpoints(a, b, data=args.data, reference=args.reference)
     _emit(result.to_dict(), args.json, format_diff)
     if args.reference:
@@ -361,9 +459,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return EXIT_CANNOT
-        plan = plan_restore(
-            scanned, scan(args.source, header_cap=args.header_cap), verify_data=args.verify_data
-        )
+        reference = scan(args.source, header_cap=args.header_cap, **remote_kwargs(args))
+        plan = plan_restore(scanned, reference, verify_data=args.verify_data)
     elif args.verify_data:
         print("ckpt-inspect: --verify-data goes with --from REF", file=sys.stderr)
         return EXIT_CANNOT
@@ -379,7 +476,9 @@ def _cmd_repair(args: argparse.Namespace) -> int:
             return EXIT_CANNOT
         plan = plan_reshard(scanned, max_shard_size=args.max_shard_size)
     else:
-        plan = plan_repair(scanned, only=only, duplicates=args.duplicates)
+        plan = plan_repair(
+            scanned, only=only, duplicates=args.duplicates, output_dir=args.output_dir
+        )
     print(plan.describe())
     if args.diff:
         print(plan.diff())
@@ -395,7 +494,12 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         print(f"verified: {checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
         print(f"backup:  {result.backup_dir}")
-    if result.remaining:
+    if result.remaining is None:
+        print(
+            "re-check: skipped (the checkpoint itself is unchanged; check it once the new "
+            "files are in place)"
+        )
+    elif result.remaining:
         print(f"remaining findings: {len(result.remaining)}")
         for f in result.remaining[:20]:
             print(f"  {f.severity:<7} {f.code:<26} {f.message}")
@@ -410,6 +514,12 @@ def _journal_command(args: argparse.Namespace) -> int:
     from inspector.atomic import JOURNAL, discard_journal, folder_lock, read_journal, recover
 
     root = args.path
+    if not isinstance(root, Path):
+        print(
+            f"ckpt-inspect: {root}: journals are local; run this on the local folder",
+            file=sys.stderr,
+        )
+        return EXIT_CANNOT
     journal = read_journal(root)
     if journal is None:
         print(f"{root}: no unfinished write journal")
@@ -443,7 +553,7 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
     from inspector.consolidate import plan_consolidation
 
     plan = plan_consolidation(
-        _scan_path(args.src),
+        _scan_path(args.src, args),
         args.dest,
         mapping=args.mapping,
         reference=args.reference,
@@ -469,10 +579,10 @@ def _cmd_consolidate(args: argparse.Namespace) -> int:
     return EXIT_OK if result.ok else EXIT_FOUND
 
 
-def _scan_path(path: Path):
+def _scan_path(path: Path | str, args: argparse.Namespace) -> ScannedCheckpoint:
     from inspector.scan import scan
 
-    return scan(path)
+    return scan(path, **remote_kwargs(args))
 
 
 def _cmd_codes(args: argparse.Namespace) -> int:

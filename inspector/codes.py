@@ -465,6 +465,17 @@ class Code(StrEnum):
         "One tensor name in several shards with the same bytes; harmless but wasteful.",
     )
     # -- untrusted input refused ---------------------------------------------------------------
+    FILE_UNSAFE = (
+        "file-unsafe",
+        _E,
+        _U,
+        "A file the checkpoint names or holds is not a regular file (a FIFO, a device, a "
+        "socket), is a link whose target leaves the checkpoint folder, or is a link loop. It "
+        "was not read (a FIFO would hang the reader, /dev/zero exhaust memory, a link to a "
+        "file elsewhere leak it into reports); put the real file in the folder. The Hugging "
+        "Face cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
+        "allowed.",
+    )
     PICKLE_HOSTILE = (
         "pickle-hostile",
         _E,

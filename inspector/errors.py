@@ -5,7 +5,15 @@ Messages name the file, the bad value, what was expected and what to do.
 
 from __future__ import annotations
 
-__all__ = ["CannotInspectError", "InspectorError", "PlanRefusedError", "UnsafeInputError"]
+__all__ = [
+    "UNSAFE_FILE_ADVICE",
+    "CannotInspectError",
+    "InspectorError",
+    "PlanRefusedError",
+    "RemoteAccessError",
+    "UnsafeFileError",
+    "UnsafeInputError",
+]
 
 
 class InspectorError(Exception):
@@ -18,6 +26,30 @@ class CannotInspectError(InspectorError):
 
 class UnsafeInputError(InspectorError):
     """A file asked for something we refuse to do (execute code, leave the folder)."""
+
+
+class UnsafeFileError(UnsafeInputError):
+    """A file the storage layer refuses to open: not a regular file (a FIFO, a device, a
+    socket), a link whose target leaves the checkpoint folder, or a link loop. Nothing of it
+    was read. `file` is relative to the checkpoint folder; `reason` is a clause that follows
+    it ("is a FIFO, not a regular file")."""
+
+    def __init__(self, file: str, reason: str) -> None:
+        super().__init__(f"{file} {reason}; not read")
+        self.file = file
+        self.reason = reason
+
+
+# What a finding about a refused file tells people to do (scan and consolidate say the same).
+UNSAFE_FILE_ADVICE = (
+    "; put the real file in the checkpoint folder (a copy, not a link to a file elsewhere) "
+    "or remove the entry"
+)
+
+
+class RemoteAccessError(InspectorError):
+    """Remote storage refused us or cannot be reached (no credentials, 403, 404 of the
+    checkpoint itself, retries exhausted): the message says which URL and what to do."""
 
 
 class PlanRefusedError(InspectorError):

@@ -26,6 +26,7 @@ import numpy as np
 
 from inspector.columns import Coded, frozen, int64s
 from inspector.safetensors_header import ShardHeader
+from inspector.storage import LocalStorage, Location, RemoteURL, Storage
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,6 +100,8 @@ class FileRole(StrEnum):
     TORCH_DIST_COMMON = "torch-dist-common"
     METADATA_JSON = "metadata-json"
     ITERATION_TRACKER = "iteration-tracker"
+    # A .distcp file the storage map names (its size is compared with the stored ranges).
+    TORCH_DIST_DATA = "torch-dist-data"
 
 
 class ProblemKind(StrEnum):
@@ -114,6 +117,9 @@ class ProblemKind(StrEnum):
     HOSTILE = "hostile"
     # A pickle whose unpickling would take unbounded work or memory: refused before it ran.
     BOMB = "bomb"
+    # The storage refused the file itself (not a regular file, a link leaving the folder, a
+    # link loop): nothing of it was read.
+    UNSAFE_FILE = "unsafe-file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,10 +460,13 @@ _INFO_OF: dict[LayoutName, type] = {
 class ScannedCheckpoint:
     """Everything a scan read: headers, JSON files, config, the layout's own record.
 
-    `path` is the checkpoint folder; every `file` below is relative to it.
+    `path` is the checkpoint folder (a local `Path`, or the `RemoteURL` of a remote one);
+    every `file` below is relative to it. `storage` is the storage rooted there that read
+    it: every later read (tensor data, a repair's old contents, consolidation) goes through
+    it, with the same rules; None means `LocalStorage(path)`.
     """
 
-    path: Path
+    path: Path | RemoteURL
     layout: LayoutName
     info: LayoutInfo
     shards: tuple[ShardHeader, ...] = ()
@@ -469,8 +478,13 @@ class ScannedCheckpoint:
     read_problems: tuple[ReadProblem, ...] = ()
     # Names of JSON files we looked for and found, e.g. {"config.json", "hf_quant_config.json"}.
     json_files: frozenset[str] = frozenset()
+    storage: Storage | None = None
 
     def __post_init__(self) -> None:
+        if self.storage is None:
+            if not isinstance(self.path, Path):
+                raise TypeError(f"{self.path}: a remote checkpoint needs its storage")
+            _set(self, "storage", LocalStorage(self.path))
         _set(self, "layout", LayoutName(self.layout))
         if not isinstance(self.info, _INFO_OF[self.layout]):
             raise TypeError(
@@ -482,6 +496,17 @@ class ScannedCheckpoint:
         _set(self, "config", readonly(self.config))
         _set(self, "quant_config", readonly(self.quant_config))
         _set(self, "json_files", frozenset(self.json_files))
+
+    @property
+    def location(self) -> Location:
+        """The checkpoint folder in its storage (read files as `location / file`)."""
+        assert self.storage is not None  # set in __post_init__
+        return Location(self.storage)
+
+    @property
+    def local_path(self) -> Path | None:
+        """The folder when it is on a local disk (writers need one), else None."""
+        return self.path if isinstance(self.path, Path) else None
 
     # -- layout records -------------------------------------------------------------------
 

@@ -199,7 +199,7 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
             from inspector.model_quant import quantization_view
 
             quant = quantization_view(scanned, stored)
-            built = _built(architecture, scanned.config, scanned.path, trust_remote_code)
+            built = _built(architecture, scanned.config, scanned.local_path, trust_remote_code)
             return _verdict(scanned, architecture, built, quant, stored)
     except _Skip as why:
         return LoadVerdict(architecture=architecture, skipped=str(why))
@@ -255,7 +255,7 @@ def _precondition(scanned: ScannedCheckpoint, architecture: str | None) -> None:
     if scanned.config is None:
         if any(f.endswith("config.json") and "quant" not in f for f in scanned.json_files):
             raise _Skip("config.json cannot be read (see its config-unreadable finding)")
-        if scanned.layout == "safetensors-single" and (scanned.path / "config.json").is_file():
+        if scanned.layout == "safetensors-single" and (scanned.location / "config.json").is_file():
             raise _Skip("a lone .safetensors file was scanned; scan its folder to use config.json")
         raise _Skip("no config.json next to the shards")
     if architecture is None:
@@ -318,13 +318,20 @@ class _Built:
 
 
 def _built(
-    architecture: str | None, config: Mapping[str, Any] | None, folder: Path, trust: bool
+    architecture: str | None, config: Mapping[str, Any] | None, folder: Path | None, trust: bool
 ) -> _Built:
+    """`folder` is None for a remote checkpoint: its modelling code is never fetched."""
     assert architecture is not None and config is not None
     # The scan keeps config.json as a read-only view; orjson serialises plain dicts.
     text = orjson.dumps(dict(config), option=orjson.OPT_SORT_KEYS).decode()
     # Remote code is looked up in the folder, so the folder is part of the key only then.
-    remote = str(folder) if trust and _remote_reference(config, architecture) else None
+    wants_code = trust and _remote_reference(config, architecture)
+    if wants_code and folder is None:
+        raise _Skip(
+            "the config names modelling code in the checkpoint, and the code of a remote "
+            "checkpoint is never fetched or run; check a local copy with --trust-remote-code"
+        )
+    remote = str(folder) if wants_code else None
     return _build(architecture, text, remote)
 
 

@@ -22,12 +22,14 @@ from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.index import Uncounted, parse_count, uncounted_elements
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.codes import Severity
+from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.findings import Finding, examples
-from inspector.layouts._common import INDEX_NAME
+from inspector.layouts._common import INDEX_NAME, JSON_CAP
 from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
 from inspector.naming_rules import expert_template
+from inspector.storage import Location, RemoteURL, TooLargeError, local_location
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -77,17 +79,22 @@ class FileWrite:
 class RepairResult:
     written: tuple[str, ...]
     backup_dir: Path | None
-    remaining: tuple[Finding, ...]
+    # None: not re-checked (the files were written to an output folder, the checkpoint
+    # itself is unchanged).
+    remaining: tuple[Finding, ...] | None
 
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """What a repair would write, and what it refuses to decide."""
+    """What a repair would write, and what it refuses to decide. `root` is the checkpoint
+    (local or remote); the files are written there, or into `output_dir` when one is named
+    (always, for a remote checkpoint: its repaired JSON files are written locally)."""
 
-    root: Path
+    root: Path | RemoteURL
     writes: tuple[FileWrite, ...] = ()
     refused: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    output_dir: Path | None = None
 
     @property
     def empty(self) -> bool:
@@ -97,7 +104,8 @@ class RepairPlan:
         """The plan in words: one block per file, then refusals and notes."""
         if not self.writes and not self.refused:
             return f"{self.root}: nothing to repair"
-        lines = [f"repair plan for {self.root}"]
+        into = f" (written to {self.output_dir})" if self.output_dir is not None else ""
+        lines = [f"repair plan for {self.root}{into}"]
         for w in self.writes:
             lines.append(f"  {'rewrite' if w.old is not None else 'create'} {w.path}")
             lines.extend(f"    - {c}" for c in w.changes)
@@ -117,6 +125,7 @@ class RepairPlan:
             self.writes + other.writes,
             self.refused + other.refused,
             self.notes + other.notes,
+            self.output_dir,
         )
 
     def preview(
@@ -141,29 +150,38 @@ class RepairPlan:
     def execute(self, *, backup: bool = True) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
-        Files changed since the plan was made abort the run: plan again.
+        In place, files changed since the plan was made abort the run: plan again. Into an
+        output folder, the new files are written there (a file already there is backed up)
+        and nothing is re-checked: the checkpoint itself did not change.
         """
         from inspector.checks import check
-        from inspector.errors import InspectorError
         from inspector.scan import scan
 
-        with folder_lock(self.root):
-            for w in self.writes:
-                current = _read_text(self.root / w.path)
-                if current != w.old:
-                    raise InspectorError(
-                        f"{self.root / w.path} changed since the repair was planned; "
-                        "run the repair again to plan from the current files"
-                    )
+        target = self.output_dir if self.output_dir is not None else self.root
+        if not isinstance(target, Path):
+            raise InspectorError(
+                f"{self.root}: a remote checkpoint is not repaired in place; name a local "
+                "folder for the repaired files (--output-dir DIR)"
+            )
+        target.mkdir(parents=True, exist_ok=True)
+        with folder_lock(target):
+            if self.output_dir is None:
+                folder = local_location(target)
+                for w in self.writes:
+                    if _read_text(folder / w.path) != w.old:
+                        raise InspectorError(
+                            f"{target / w.path} changed since the repair was planned; "
+                            "run the repair again to plan from the current files"
+                        )
             backup_dir = (
-                apply_writes(
-                    self.root, [(w.path, w.new.encode()) for w in self.writes], backup=backup
-                )
+                apply_writes(target, [(w.path, w.new.encode()) for w in self.writes], backup=backup)
                 if self.writes
                 else None
             )
-        remaining = tuple(check(scan(self.root)))
-        return RepairResult(tuple(w.path for w in self.writes), backup_dir, remaining)
+        written = tuple(w.path for w in self.writes)
+        if self.output_dir is not None:
+            return RepairResult(written, backup_dir, None)
+        return RepairResult(written, backup_dir, tuple(check(scan(target))))
 
 
 # -- what a plan fixes ------------------------------------------------------------------------
@@ -282,10 +300,19 @@ def plan_repair(
     only: set[str] | None = None,
     duplicates: DuplicatePolicy | None = None,
     quant_config: bool = False,
+    output_dir: str | Path | None = None,
 ) -> RepairPlan:
     """Every JSON repair that applies to this checkpoint (`only` picks among index, sidecars,
     quant-config); quant-config is opt-in (named in `only`, or `quant_config=True`).
-    Re-sharding a collapsed checkpoint is `inspector.reshard.plan_reshard`."""
+    Re-sharding a collapsed checkpoint is `inspector.reshard.plan_reshard`.
+
+    `output_dir` writes the repaired files into that local folder instead of the checkpoint;
+    a remote checkpoint needs one (its files are never uploaded)."""
+    if output_dir is None and scanned.local_path is None:
+        raise PlanRefusedError(
+            f"{scanned.path}: a remote checkpoint is not repaired in place; name a local "
+            "folder for the repaired JSON files (--output-dir DIR) and upload them yourself"
+        )
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
     if "index" in wanted and scanned.layout in (_L.HF_SHARDED, _L.MODELOPT_PER_LAYER):
@@ -294,6 +321,8 @@ def plan_repair(
         plan = plan + plan_sidecars(scanned)
     if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
         plan = plan + plan_quant_config(scanned)
+    if output_dir is not None:
+        plan = dataclasses.replace(plan, output_dir=Path(output_dir).expanduser().resolve())
     return plan
 
 
@@ -329,7 +358,7 @@ def plan_index(
     raw["metadata"] = metadata
     raw["weight_map"] = _keep_order(old_map, chosen)
     new = json.dumps(raw, indent=2) + "\n"
-    old = _read_text(scanned.path / INDEX_NAME)
+    old = _read_text(scanned.location / INDEX_NAME)
     if old is not None and _same_json(old, raw):
         return RepairPlan(scanned.path, notes=notes)
     changes = _map_changes(old_map, chosen) + _meta_changes(old_meta, metadata)
@@ -374,7 +403,7 @@ def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
         metadata["total_size"] = shard.tensor_bytes
         raw["metadata"] = metadata
         raw["weight_map"] = {n: shard.file for n in sorted(shard.names)}
-        old = _read_text(scanned.path / rel)
+        old = _read_text(scanned.location / rel)
         if old is not None and _same_json(old, raw):
             continue
         old_map = existing.weight_map if existing else {}
@@ -406,7 +435,7 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     new_cfg = json.loads(json.dumps(dict(scanned.quant_config or {})))
     target = new_cfg["quantization"] if isinstance(new_cfg.get("quantization"), dict) else new_cfg
     target["quantized_layers"] = dict(sorted({**layers, **added}.items()))
-    old = _read_text(scanned.path / QUANT_FILE)
+    old = _read_text(scanned.location / QUANT_FILE)
     change = f"quantized_layers: {len(added)} entries added ({examples(sorted(added))})"
     write = FileWrite(QUANT_FILE, old, json.dumps(new_cfg, indent=4) + "\n", (change,))
     return RepairPlan(scanned.path, (write,), refused=tuple(refused))
@@ -545,10 +574,21 @@ def _same_json(text: str, value: Any) -> bool:
         return False
 
 
-def _read_text(path: Path) -> str | None:
+def _read_text(path: Location) -> str | None:
+    """The current text of a JSON file a repair replaces (None: absent), read through its
+    storage under the JSON cap. A file the storage refuses stops the plan: it is never
+    read, and a repair never writes over it."""
     try:
-        return path.read_text(encoding="utf-8")
+        data = path.read_bytes(cap=JSON_CAP)
     except FileNotFoundError:
         return None
+    except UnsafeFileError as exc:
+        raise PlanRefusedError(
+            f"{path} {exc.reason}; not read: remove it, then repair again"
+        ) from None
+    except TooLargeError as exc:
+        raise PlanRefusedError(f"{path} is {exc.size:,} bytes, over the JSON cap") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
-        return path.read_bytes().decode("utf-8", "replace")
+        return data.decode("utf-8", "replace")

@@ -30,7 +30,7 @@ from inspector.errors import PlanRefusedError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, LayoutName, ScannedCheckpoint
-from inspector.repair import FileWrite, RepairResult
+from inspector.repair import FileWrite, RepairResult, _read_text
 from inspector.units import SHARD_SPLIT_SIZE, parse_size
 
 __all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
@@ -113,25 +113,31 @@ def plan_reshard(
     scanned: ScannedCheckpoint, *, max_shard_size: int | str = SHARD_SPLIT_SIZE
 ) -> ReshardPlan:
     """Plan splitting the checkpoint's tensors into shards of at most `max_shard_size`."""
+    root = scanned.local_path
+    if root is None:
+        raise PlanRefusedError(
+            f"{scanned.path}: re-sharding writes new shards into the checkpoint folder; run "
+            "it on a local copy"
+        )
     refused = _refusals(scanned)
     if refused:
-        return ReshardPlan(scanned.path, refused=refused)
+        return ReshardPlan(root, refused=refused)
     limit = parse_size(max_shard_size)
     view = _as_single_chunks(scanned)
     try:
-        copy = plan_consolidation(view, scanned.path / STAGING, max_shard_size=limit)
+        copy = plan_consolidation(view, root / STAGING, max_shard_size=limit)
     except PlanRefusedError as exc:
-        return ReshardPlan(scanned.path, refused=(str(exc),))
+        return ReshardPlan(root, refused=(str(exc),))
     retired = tuple(s.file for s in scanned.shards)
     if len(copy.outputs) <= 1 and len(retired) <= 1:
         count = sum(len(s.names) for s in scanned.shards)
         note = f"all {count} tensors fit in one shard of at most {limit:,} bytes"
-        return ReshardPlan(scanned.path, notes=(note,))
+        return ReshardPlan(root, notes=(note,))
     clash = sorted({o.name for o in copy.outputs} & set(retired))
     if clash:
         why = f"new shard names {examples(clash)} equal existing files; rename them first"
-        return ReshardPlan(scanned.path, refused=(why,))
-    return ReshardPlan(scanned.path, copy, retired, _index_write(scanned, copy))
+        return ReshardPlan(root, refused=(why,))
+    return ReshardPlan(root, copy, retired, _index_write(scanned, copy))
 
 
 def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
@@ -176,8 +182,7 @@ def _natural(name: str) -> tuple[object, ...]:
 
 
 def _index_write(scanned: ScannedCheckpoint, copy: ConsolidationPlan) -> FileWrite:
-    path = scanned.path / INDEX_NAME
-    old = path.read_text(encoding="utf-8", errors="replace") if path.exists() else None
+    old = _read_text(scanned.location / INDEX_NAME)
     metadata = dict(scanned.index.metadata) if scanned.index else {}
     metadata.update(total_size=copy.total_size, total_parameters=copy.total_parameters)
     new = json.dumps({"metadata": metadata, "weight_map": copy.weight_map}, indent=2) + "\n"

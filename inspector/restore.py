@@ -47,6 +47,7 @@ from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, _read_text
 from inspector.reshard import _as_single_chunks
+from inspector.storage import RemoteURL, local_location
 
 __all__ = ["RestorePlan", "RestoreResult", "plan_restore"]
 _LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER)
@@ -70,7 +71,7 @@ class RestorePlan:
     """The tensors to copy from the reference, the new shard, and the JSON that changes."""
 
     root: Path
-    reference: Path
+    reference: Path | RemoteURL
     shard: str | None = None
     copy: ConsolidationPlan | None = None
     writes: tuple[FileWrite, ...] = ()
@@ -120,7 +121,7 @@ class RestorePlan:
         with folder_lock(self.root):
             recover(self.root)
             for w in self.writes:
-                if _read_text(self.root / w.path) != w.old:
+                if _read_text(local_location(self.root) / w.path) != w.old:
                     raise InspectorError(
                         f"{self.root / w.path} changed since the restore was planned; plan again"
                     )
@@ -154,8 +155,16 @@ class RestorePlan:
 def plan_restore(
     scanned: ScannedCheckpoint, reference: ScannedCheckpoint, *, verify_data: bool = False
 ) -> RestorePlan:
-    """Plan copying what `scanned` lost back from `reference` (see the module docstring)."""
-    base = RestorePlan(scanned.path, reference.path, verify_data=verify_data)
+    """Plan copying what `scanned` lost back from `reference` (see the module docstring).
+    The checkpoint must be local (the shard is written into it); the reference may be
+    remote (its tensors are then read with ranged requests)."""
+    root = scanned.local_path
+    if root is None:
+        raise PlanRefusedError(
+            f"{scanned.path}: restoring writes a new shard into the checkpoint folder; run it "
+            "on a local copy (the reference may stay remote)"
+        )
+    base = RestorePlan(root, reference.path, verify_data=verify_data)
     refused = _refusals(scanned, reference)
     if refused:
         return dataclasses.replace(base, refused=refused)
@@ -170,7 +179,7 @@ def plan_restore(
         return dataclasses.replace(base, refused=tuple(refusals), notes=tuple(notes))
     shard = _new_shard_name(scanned)
     try:
-        copy = _copy_plan(reference, restored, scanned.path / STAGING, shard)
+        copy = _copy_plan(reference, restored, root / STAGING, shard)
     except PlanRefusedError as exc:
         return dataclasses.replace(base, refused=(*refusals, str(exc)), notes=tuple(notes))
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
@@ -179,7 +188,7 @@ def plan_restore(
     if scanned.layout == "modelopt-per-layer":
         writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
     return RestorePlan(
-        scanned.path,
+        root,
         reference.path,
         shard,
         copy,
@@ -217,7 +226,11 @@ def _refusals(scanned: ScannedCheckpoint, reference: ScannedCheckpoint) -> tuple
     for s in (*scanned.shards, *reference.shards):
         if not s.readable or any(f.code.startswith("header-") for f in s.findings):
             out.append(f"{s.file} has an unreadable or invalid header; fix it first")
-    if scanned.path.resolve() == reference.path.resolve():
+    if (
+        isinstance(scanned.path, Path)
+        and isinstance(reference.path, Path)
+        and scanned.path.resolve() == reference.path.resolve()
+    ):
         out.append(f"{reference.path}: the reference is the checkpoint itself")
     return tuple(out)
 
@@ -291,8 +304,8 @@ def _new_shard_name(scanned: ScannedCheckpoint) -> str:
     taken = {s.file for s in scanned.shards} | set(scanned.index.weight_map.values())
     n = 1
     while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or (
-        scanned.path / name
-    ).exists():
+        scanned.location / name
+    ).stat() is not None:
         n += 1
     return name
 
@@ -350,7 +363,7 @@ def _index_write(
                 "(as transformers does), not the elements stored in the shards"
             )
     raw["metadata"] = metadata
-    old = _read_text(scanned.path / INDEX_NAME)
+    old = _read_text(scanned.location / INDEX_NAME)
     return FileWrite(INDEX_NAME, old, json.dumps(raw, indent=2) + "\n", tuple(changes))
 
 

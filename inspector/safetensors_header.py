@@ -33,10 +33,18 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen, int64s
 from inspector.dtypes import DTYPE_BITS
+from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
 from inspector.findings import FOLD, Finding, make_finding
-from inspector.storage import LocalFile, RangeReader
+from inspector.storage import Location, RangeReader, local_location
 
-__all__ = ["DEFAULT_HEADER_CAP", "ShardHeader", "parse_header_bytes", "read_header", "read_shard"]
+__all__ = [
+    "DEFAULT_HEADER_CAP",
+    "ShardHeader",
+    "header_span",
+    "parse_header_bytes",
+    "read_header",
+    "read_shard",
+]
 
 DEFAULT_HEADER_CAP = 100_000_000
 _DUP_MARKER = b'"data_offsets"'
@@ -161,16 +169,37 @@ def _plain(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
     return None if metadata is None else dict(metadata)
 
 
-def read_shard(path: Path, *, root: Path, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
-    """Open a local file and read its header; an unopenable file is a finding, not a crash."""
+def read_shard(
+    path: Location | Path, *, root: Location | Path, cap: int = DEFAULT_HEADER_CAP
+) -> ShardHeader:
+    """Open a file through its storage and read its header. A file the storage refuses (not
+    a regular file, a link leaving the folder) is a `file-unsafe` finding, one that cannot be
+    opened a `header-unreadable` one: never a crash. Local paths are taken as a file in the
+    folder `root`."""
+    if not isinstance(path, Location) or not isinstance(root, Location):
+        path, root = _locations(Path(str(path)), Path(str(root)))
     rel = _relative(path, root)
     try:
-        with LocalFile(path) as reader:
+        with path.open() as reader:
             return read_header(reader, file=rel, cap=cap)
+    except UnsafeFileError as exc:
+        message = f"{rel}: not read, it {exc.reason}{UNSAFE_FILE_ADVICE}"
+        finding = make_finding("file-unsafe", message, file=rel)
+        return ShardHeader(rel, 0, None, None, findings=(finding,))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         msg = f"{rel}: cannot be read ({reason}); check that it is a readable regular file"
         return _unreadable(rel, 0, msg)
+
+
+def header_span(head: bytes, size: int, *, cap: int = DEFAULT_HEADER_CAP) -> int:
+    """How many bytes from the start of a safetensors file `read_header` reads (8 + the
+    header length), known from its first bytes; no more than `head` when the length is over
+    the cap or past the end (the reader then reports it without reading further)."""
+    if len(head) < 8:
+        return len(head)
+    length = struct.unpack("<Q", head[:8])[0]
+    return 8 + length if length <= cap and 8 + length <= size else len(head)
 
 
 def read_header(reader: RangeReader, *, file: str, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
@@ -609,8 +638,19 @@ def _short(value: object) -> str:
         return f"<{type(value).__name__}>"
 
 
-def _relative(path: Path, root: Path) -> str:
+def _relative(path: Location, root: Location) -> str:
     try:
-        return path.relative_to(root).as_posix()
+        return path.relative_to(root)
     except ValueError:
         return path.name
+
+
+def _locations(path: Path, root: Path) -> tuple[Location, Location]:
+    """A local file and its folder as locations of one storage rooted at `root` (or at the
+    file's own folder when it is not under `root`)."""
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        root, rel = path.parent, path.name
+    folder = local_location(root) if root.is_dir() else local_location(path.parent)
+    return folder / rel if root.is_dir() else folder / path.name, folder

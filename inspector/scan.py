@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 from inspector._gc import gc_paused
 from inspector.errors import CannotInspectError
@@ -11,33 +12,50 @@ from inspector.layouts import ScanOptions, detect_layout, layout_by_name
 from inspector.model import ScannedCheckpoint
 from inspector.progress import reporting
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
+from inspector.storage import Location, RemoteOptions, open_location
+from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
 
 __all__ = ["scan"]
 
 
 def scan(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | Location,
     *,
     header_cap: int = DEFAULT_HEADER_CAP,
     layout: str | None = None,
-    progress: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    max_concurrency: int = DEFAULT_CONCURRENCY,
+    read_ahead: int = DEFAULT_READ_AHEAD,
+    progress: bool | None = None,
 ) -> ScannedCheckpoint:
     """Scan a checkpoint folder or a single `.safetensors` file, reading headers only.
 
+    `path` is a local path or a URL: `s3://bucket/prefix`, `gs://bucket/prefix`,
+    `hf://org/repo[@revision][/subfolder]`, `https://host/folder/` (remote reads need
+    `pip install 'checkpoint-inspector[remote]'`). For remote checkpoints,
+    `storage_options` go to the fsspec file system (`endpoint_url`, `anon`, `profile`,
+    `token`...), at most `max_concurrency` requests are in flight, each shard header costs
+    one ranged read of `read_ahead` bytes (a second only for a longer header), and
+    `progress` shows a bar (None: on a terminal or in a notebook, for scans that last).
+
     What cannot be read is recorded in the result (`.read_problems`, shown as findings in
-    `.problems`); only a path that cannot be inspected at all raises `CannotInspectError`.
-    `layout` forces a layout by name. `progress` draws a progress bar over the shard
-    headers (`tqdm.auto`).
+    `.problems`); only a path that cannot be inspected at all raises `CannotInspectError`
+    (`RemoteAccessError` when a store refuses us). `layout` forces a layout by name.
+    `progress` draws a progress bar over the shard headers (`tqdm.auto`); remotely, over
+    the fetches too (None: there, on a terminal or in a notebook, for scans that last).
     """
-    target = Path(path).expanduser()
-    if not target.exists():
-        raise CannotInspectError(f"{target}: no such file or folder")
-    target = target.resolve()
+    options = RemoteOptions(
+        storage_options=dict(storage_options or {}),
+        max_concurrency=max_concurrency,
+        read_ahead=read_ahead,
+        progress=progress,
+    )
+    target = open_location(path, options=options)
     reader = layout_by_name(layout) if layout else detect_layout(target)
     if reader is None:
         raise CannotInspectError(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    with gc_paused(), reporting(progress):
+    with gc_paused(), reporting(bool(progress)):
         return reader.scan(target, options=ScanOptions(header_cap=header_cap))

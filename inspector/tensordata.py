@@ -1,7 +1,9 @@
 """Reading tensor data, only when a user asks for it (`--deep`, `diff --data`, consolidation).
 
-Shards are memory-mapped read-only; a tensor is a view into the map, so memory stays bounded
-by what the OS pages in. DCP tensors are assembled from their chunks, one tensor at a time.
+Files are opened through the checkpoint's storage (the scan's rules apply). Local shards are
+memory-mapped read-only; a tensor is a view into the map, so memory stays bounded by what the
+OS pages in. Remote tensors are fetched one at a time with ranged reads (large ones in 8 MiB
+blocks, concurrently). DCP tensors are assembled from their chunks, one tensor at a time.
 Every range is checked against the file size before it is touched.
 """
 
@@ -9,17 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 import numpy as np
 import xxhash
 
 from inspector.dtypes import DTYPE_BITS
+from inspector.errors import UnsafeFileError
 from inspector.model import DcpChunk, ScannedCheckpoint
 from inspector.safetensors_header import ShardHeader
+from inspector.storage import LocalFile, Storage
 
 __all__ = ["TensorData", "hash_bytes"]
 
@@ -40,7 +42,7 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     def __init__(self, scanned: ScannedCheckpoint) -> None:
         self.scanned = scanned
-        self._maps: dict[str, mmap.mmap | None] = {}
+        self._maps: dict[str, _Source | None] = {}
         self._where: dict[str, tuple[ShardHeader, int]] = {}
         for shard in scanned.shards:
             for i, name in enumerate(shard.names):
@@ -64,8 +66,10 @@ class TensorData(AbstractContextManager["TensorData"]):
             shard.ends.tolist(),
             strict=True,
         ):
-            if base + e <= len(buf):
-                yield name, dtype, shape, memoryview(buf)[base + b : base + e]
+            if base + e <= buf.size:
+                view = buf.view(base + b, base + e)
+                if view is not None:
+                    yield name, dtype, shape, view
 
     # -- logical tensors ----------------------------------------------------------------
 
@@ -84,9 +88,9 @@ class TensorData(AbstractContextManager["TensorData"]):
         buf = self._map(shard.file)
         start = shard.data_start + int(shard.begins[i])
         end = shard.data_start + int(shard.ends[i])
-        if buf is None or end > len(buf):
+        if buf is None or end > buf.size:
             return None
-        return memoryview(buf)[start:end]
+        return buf.view(start, end)
 
     def tensor_hash(self, name: str) -> str | None:
         data = self.tensor_bytes(name)
@@ -108,42 +112,91 @@ class TensorData(AbstractContextManager["TensorData"]):
                 return None
             start = shard.data_start + int(shard.begins[idx])
             end = shard.data_start + int(shard.ends[idx])
-            if end > len(buf) or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
+            if end > buf.size or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
                 return None
-            src = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
+            view = buf.view(start, end)
+            if view is None:
+                return None
+            src = np.frombuffer(view, dtype=np.uint8)
             where = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
             full[where] = src.reshape(*chunk.shape, item)
         return full.reshape(-1).data
 
     # -- files ----------------------------------------------------------------------------
 
-    def _map(self, file: str) -> mmap.mmap | None:
+    def _map(self, file: str) -> _Source | None:
         if file not in self._maps:
-            self._maps[file] = _open_map(self.scanned.path / file)
+            storage = self.scanned.location.storage
+            self._maps[file] = _open_source(storage, file)
         return self._maps[file]
 
     def close(self) -> None:
         for m in self._maps.values():
             if m is not None:
-                # A view may still be alive; the map is then freed with it.
-                with contextlib.suppress(BufferError):
-                    m.close()
+                m.close()
         self._maps.clear()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _open_map(path: Path) -> mmap.mmap | None:
+class _Source:
+    """Bytes of one file: `size`, and `view(start, end)` (None when it cannot be read)."""
+
+    size = 0
+
+    def view(self, start: int, end: int) -> memoryview | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _Mapped(_Source):
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self.map = mapped
+        self.size = len(mapped)
+
+    def view(self, start: int, end: int) -> memoryview:
+        return memoryview(self.map)[start:end]
+
+    def close(self) -> None:
+        # A view may still be alive; the map is then freed with it.
+        with contextlib.suppress(BufferError):
+            self.map.close()
+
+
+_REMOTE_BLOCK = 8 << 20
+
+
+class _Ranged(_Source):
+    def __init__(self, storage: Storage, file: str, size: int) -> None:
+        self.storage, self.file, self.size = storage, file, size
+
+    def view(self, start: int, end: int) -> memoryview | None:
+        blocks = [
+            (self.file, at, min(_REMOTE_BLOCK, end - at)) for at in range(start, end, _REMOTE_BLOCK)
+        ]
+        try:
+            data = b"".join(self.storage.read_ranges(blocks))
+        except OSError:
+            return None
+        return memoryview(data) if len(data) == end - start else None
+
+
+def _open_source(storage: Storage, file: str) -> _Source | None:
+    """The file through its storage (refused or unreadable files have no bytes)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        reader = storage.open(file)
+    except (OSError, UnsafeFileError):
         return None
     try:
-        if os.fstat(fd).st_size == 0:
+        if not isinstance(reader, LocalFile):
+            return _Ranged(storage, file, reader.size()) if reader.size() else None
+        if reader.size() == 0:
             return None
-        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        return _Mapped(mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ))
     except (OSError, ValueError):
         return None
     finally:
-        os.close(fd)
+        reader.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import pkgutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +191,44 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
     assert {f.code for f in check(scanned, verdict=given)} == codes and len(built) == 1
     assert not {f.code for f in check(scanned, model=False)} & {"load-missing-tensor"}
     assert len(built) == 1
+
+
+# Modules that may touch local files themselves: the storage layer (the one reader), the
+# writers of outputs (journaled repairs, the copy engine's DEST, the demo writers), the
+# load check's gate on modelling code (it looks for links among the folder's .py files), and
+# the sandbox, which reads only its own process's memory use (/proc/self/statm): the child
+# it runs is handed bytes the storage read.
+_OWN_FILE_ACCESS = {
+    "inspector/storage/local.py",
+    "inspector/atomic.py",
+    "inspector/consolidate/engine.py",
+    "inspector/consolidate/driver.py",
+    "inspector/consolidate/dest.py",
+    "inspector/sandbox.py",
+    "inspector/model_load.py",
+    "inspector/demo/__init__.py",
+    "inspector/demo/dcp.py",
+    "inspector/demo/safetensors_layouts.py",
+    "inspector/demo/torch_dist.py",
+}
+_FILE_CALLS = re.compile(
+    r"(?<![.\w])(?<!def )open\(|\bos\.(open|scandir|listdir|stat|lstat|pread|walk)\(|"
+    r"\.read_bytes\(\)|\.read_text\(|\.iterdir\(|\.glob\(|\bshutil\.copy"
+)
+
+
+def test_every_read_goes_through_the_storage_layer() -> None:
+    """`grep` for file access in the core: only the storage layer and writers of outputs."""
+    offenders = {}
+    for path in sorted((ROOT / "inspector").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in _OWN_FILE_ACCESS:
+            continue
+        hits = [
+            f"{n}: {line.strip()}"
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if _FILE_CALLS.search(line.split("#")[0])
+        ]
+        if hits:
+            offenders[rel] = hits
+    assert offenders == {}

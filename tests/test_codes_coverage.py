@@ -708,6 +708,20 @@ class _CallsOsSystem:
         return (os.system, (self.command,))
 
 
+def test_code_file_unsafe(hf: Path, tmp_path: Path) -> None:
+    # A shard moved out of the folder and linked back: never read through the link, and
+    # nothing of the target (here a private file) reaches the report.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=do-not-leak")
+    victim = shards(hf)[0]
+    (hf / victim).unlink()
+    (hf / victim).symlink_to(secret)
+    f = one(run(hf), "file-unsafe")
+    assert f.file == victim and f.severity == "error"
+    assert "outside the checkpoint folder" in f.message and "not read" in f.message
+    assert all("do-not-leak" not in g.message for g in run(hf))
+
+
 def test_code_pickle_hostile(megatron: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     from inspector.demo.torch_dist import RerunState, megatron_common_state, megatron_pickle_names

@@ -29,6 +29,7 @@ from inspector.demo.dcp import write_dcp_demo, write_rank_files
 from inspector.layouts import dcp_sharded, detect_layout
 from inspector.model import DcpChunk, DcpInfo, full_shape
 from inspector.scan import scan
+from inspector.storage import local_location
 
 OUT1_RANK2 = "shard-00002-model-00001-of-00002.safetensors"
 OUT2_RANK1 = "shard-00001-model-00002-of-00002.safetensors"
@@ -86,9 +87,9 @@ def test_what_torch_writes(real: Path) -> None:
 
 
 def test_detect_and_parent_folder(real: Path) -> None:
-    assert dcp_sharded.detect(real / "model")
-    assert dcp_sharded.detect(real)
-    assert detect_layout(real / "model") is dcp_sharded.LAYOUT
+    assert dcp_sharded.detect(local_location(real / "model"))
+    assert dcp_sharded.detect(local_location(real))
+    assert detect_layout(local_location(real / "model")) is dcp_sharded.LAYOUT
     scanned = scan(real)
     assert scanned.layout == "dcp-sharded"
     assert scanned.path == (real / "model").resolve()
@@ -99,12 +100,12 @@ def test_detect_by_metadata_only(model: Path, tmp_path: Path) -> None:
     shutil.rmtree(model / ".hf_metadata")
     for i, path in enumerate(sorted(model.glob("*.safetensors"))):
         path.rename(model / f"rank{i}.safetensors")
-    assert dcp_sharded.detect(model)
+    assert dcp_sharded.detect(local_location(model))
     plain = tmp_path / "plain"
     plain.mkdir()
     save_file({"a": torch.zeros(2)}, str(plain / "model-00001-of-00002.safetensors"))
     save_file({"b": torch.zeros(2)}, str(plain / "model-00002-of-00002.safetensors"))
-    assert not dcp_sharded.detect(plain)
+    assert not dcp_sharded.detect(local_location(plain))
 
 
 def test_scan_rebuilds_full_shapes(real: Path) -> None:

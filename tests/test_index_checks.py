@@ -19,6 +19,7 @@ from inspector.checks.index import DETAIL_PER_FILE, check_index
 from inspector.findings import Finding, FoldPolicy
 from inspector.model import ScannedCheckpoint
 from inspector.scan import scan
+from inspector.storage import local_location
 
 INDEX = "model.safetensors.index.json"
 SHARD_1 = "model-00001-of-00003.safetensors"
@@ -359,7 +360,8 @@ def test_index_decoded_in_pieces_equals_the_whole_decode(
     path = tmp_path / INDEX
     path.write_text(text)
     expected = json.loads(text)
-    parsed, problems = _common.read_index_doc(path, root=tmp_path)
+    root = local_location(tmp_path)
+    parsed, problems = _common.read_index_doc(root / INDEX, root=root)
     assert problems == [] and parsed is not None
     assert dict(parsed.weight_map) == expected["weight_map"]
     assert list(parsed.weight_map) == list(expected["weight_map"])
@@ -396,7 +398,7 @@ def test_config_salvage_skips_values_that_are_not_utf8(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_bytes(
         b'{"num_hidden_layers": 4, "model_type": "ab\xd8", "num_experts": 8, '
     )
-    assert salvage_json_prefix(tmp_path / "config.json") == {
+    assert salvage_json_prefix(local_location(tmp_path) / "config.json") == {
         "num_hidden_layers": 4,
         "num_experts": 8,
     }

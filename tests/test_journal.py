@@ -19,7 +19,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from inspector import atomic
-from inspector.errors import UnsafeInputError
+from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.repair import plan_repair
 from inspector.scan import scan
 
@@ -301,11 +301,20 @@ def test_target_that_is_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
     text = (folder / INDEX).read_text()
     (victim / INDEX).write_text(text)
     (folder / INDEX).unlink()
+    # A link out of the folder is not even read: the plan stops before anything is written.
     (folder / INDEX).symlink_to(victim / INDEX)
+    with pytest.raises(PlanRefusedError, match="outside the checkpoint folder"):
+        plan_repair(scan(folder), only={"index"})
+    assert (victim / INDEX).read_text() == text
+    # A link inside the folder is read, but never written through.
+    (folder / INDEX).unlink()
+    (folder / "kept").mkdir()
+    (folder / "kept" / INDEX).write_text(text)
+    (folder / INDEX).symlink_to(Path("kept") / INDEX)
     plan = plan_repair(scan(folder), only={"index"})
     with pytest.raises(UnsafeInputError, match="symbolic link"):
         plan.execute()
-    assert (victim / INDEX).read_text() == text
+    assert (folder / "kept" / INDEX).read_text() == text
 
 
 def test_reshard_staging_planted_as_a_link_is_refused(tmp_path: Path, victim: Path) -> None:

@@ -286,9 +286,12 @@ def test_unopenable_paths_are_findings(tmp_path: Path) -> None:
     os.mkfifo(fifo)  # opening a FIFO for reading would block without a writer
     folder = tmp_path / "dir.safetensors"
     folder.mkdir()
-    for path in (fifo, folder, tmp_path / "gone.safetensors"):
+    for path in (folder, tmp_path / "gone.safetensors"):
         (finding,) = only(scan(path), "header-unreadable")
         assert finding.file == path.name and "cannot be read" in finding.message
+    # Not a regular file: refused by the storage before anything is read.
+    (finding,) = only(scan(fifo), "file-unsafe")
+    assert finding.file == fifo.name and "is a FIFO, not a regular file" in finding.message
 
 
 # -- header-invalid-entry -------------------------------------------------------------------

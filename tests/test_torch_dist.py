@@ -30,6 +30,7 @@ from inspector.layouts import ScanOptions, torch_dist
 from inspector.layouts.torch_dist import PickledObject
 from inspector.safe_pickle import MetadataFormatError, RefusedGlobalError, load_dcp_metadata
 from inspector.scan import scan
+from inspector.storage import local_location
 
 ITER = "iter_0000100"
 WORLD = 2
@@ -456,7 +457,7 @@ def test_common_state_inside_distcp(tmp_path: Path) -> None:
 
 def test_common_pt_without_torch_is_a_finding(demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
-    scanned = torch_dist.LAYOUT.scan(demo, options=ScanOptions())
+    scanned = torch_dist.LAYOUT.scan(local_location(demo), options=ScanOptions())
     assert codes(scanned.problems) == ["torch-dist-common-unreadable"]
     assert "pip install" in scanned.problems[0].message
     assert len(scanned.torch_dist.tensors) == 21  # .metadata needs no torch

@@ -49,6 +49,7 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import Problem, group_problems
 from inspector.query import TensorQuery
 from inspector.scan import scan
+from inspector.storage import Location, RemoteURL
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -81,7 +82,7 @@ class CheckpointState:
     @classmethod
     def load(
         cls,
-        source: str | os.PathLike[str] | ScannedCheckpoint,
+        source: str | os.PathLike[str] | Location | ScannedCheckpoint,
         *,
         deep: bool = False,
         progress: bool = False,
@@ -227,17 +228,17 @@ class Dashboard:
         return self.current.scanned
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Path | RemoteURL:
         return self.current.scanned.path
 
     def refresh(self) -> None:
-        """Re-scan and re-check the folder (the load check too: its model is cached by
-        now), then redraw the open tab; other tabs are rebuilt when next selected. The saved
-        snapshot follows."""
+        """Re-scan and re-check the folder (a remote one through the same storage, listed
+        afresh; the load check too: its model is cached by now), then redraw the open tab;
+        other tabs are rebuilt when next selected. The saved snapshot follows."""
         self.progress.clear_output()
         with self.progress:
             state = CheckpointState.load(
-                self.path,
+                Location(self.scanned.location.storage.fresh()),
                 progress=True,
                 model=self.model,
                 trust_remote_code=self.trust_remote_code,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from inspector.codes import Code, code_set
+from inspector.errors import UNSAFE_FILE_ADVICE
 from inspector.findings import Finding, examples, fold, make_finding
 from inspector.model import FileRole, ProblemKind, ReadProblem
 
@@ -69,6 +70,8 @@ _TABLE: dict[tuple[FileRole, ProblemKind], tuple[Code, str]] = {
     ),
     (_R.TORCH_DIST_COMMON, _K.HOSTILE): _HOSTILE,
     (_R.TORCH_DIST_COMMON, _K.BOMB): _BOMB,
+    # Whatever the role, a file the storage refused is the same finding: nothing was read.
+    **{(role, _K.UNSAFE_FILE): (Code.FILE_UNSAFE, UNSAFE_FILE_ADVICE) for role in FileRole},
 }
 
 CODES = code_set(*(code for code, _ in _TABLE.values()))

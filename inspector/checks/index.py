@@ -363,7 +363,8 @@ def _indexed_file_findings(
             msg = (
                 f"{index_file} maps {count(len(names))} to {file} "
                 f"(e.g. {examples(sorted(names))}), but the header of {file} cannot be read "
-                "(see its header-unreadable finding): "
+                f"(see its {shard.findings[0].code if shard.findings else 'header-unreadable'} "
+                "finding): "
                 "none of them can be loaded or checked, and the index totals were not checked; "
                 f"re-copy or re-export {file}"
             )

@@ -6,15 +6,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
-from inspector.errors import PlanRefusedError
+from inspector.errors import CannotInspectError, PlanRefusedError
 from inspector.findings import examples
-from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json
+from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json, read_shards
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import HF_SHARD_NUMBER
-from inspector.safetensors_header import read_shard
+from inspector.storage import open_location
 
 __all__ = ["Choice", "choose_assignment", "reference_assignment"]
 
@@ -131,7 +130,10 @@ def _load_mapping(
     if isinstance(mapping, Mapping):
         table, label = dict(mapping), "(in memory)"
     else:
-        value, problem = read_json(Path(mapping))
+        try:
+            value, problem, _ = read_json(open_location(mapping))
+        except CannotInspectError as exc:
+            raise PlanRefusedError(f"mapping {mapping}: {exc}") from None
         if problem is not None:
             raise PlanRefusedError(
                 f"mapping {mapping} {problem}; pass a JSON object {{fqn: index}}"
@@ -147,25 +149,31 @@ def _load_mapping(
 
 
 def reference_assignment(reference: str | os.PathLike[str]) -> tuple[dict[str, int], str]:
-    """{fqn: 1-based output index} from an HF checkpoint folder or its index file.
+    """{fqn: 1-based output index} from an HF checkpoint folder or its index file (local or
+    a URL).
 
     The index of a file comes from `-(\\d+)-of-(\\d+).safetensors` at the end of its name, so
     `model-00002-of-00008.safetensors` and `model.safetensors-00002-of-00008.safetensors` are
     both file 2; names without it fall back to their sorted order.
     """
-    path = Path(reference).expanduser()
-    index_path = path / INDEX_NAME if path.is_dir() else path
+    try:
+        path = open_location(reference)
+    except CannotInspectError as exc:
+        raise PlanRefusedError(f"reference {reference}: {exc}; pass another --reference") from None
+    folder = path.is_dir()
+    index_path = path / INDEX_NAME if folder else path
     if index_path.is_file() and index_path.name.endswith(".json"):
-        value, problem = read_json(index_path)
+        value, problem, _ = read_json(index_path)
         weight_map = value.get("weight_map") if isinstance(value, dict) else None
         if problem is not None or not isinstance(weight_map, dict):
             why = problem or 'is not of the form {"weight_map": {tensor: file}}'
             raise PlanRefusedError(f"reference {index_path} {why}; pass another --reference")
         return _index_table(weight_map), str(index_path)
-    if path.is_dir():
+    if folder:
         weight_map = {}
-        for file in list_safetensors(path):
-            for name in read_shard(file, root=path).names:
+        files = list_safetensors(path)
+        for file, shard in zip(files, read_shards(files, root=path), strict=True):
+            for name in shard.names:
                 weight_map.setdefault(name, file.name)
         if weight_map:
             return _index_table(weight_map), f"{path} (shard headers)"

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from inspector.atomic import BACKUP_DIR, new_backup_dir, open_fresh, write_atomic
 from inspector.consolidate.plan import ConsolidationPlan, OutputFile, index_bytes
-from inspector.errors import PlanRefusedError, UnsafeInputError
+from inspector.errors import PlanRefusedError, UnsafeFileError, UnsafeInputError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
+from inspector.storage import TooLargeError
 
 __all__ = ["Dest", "Foreign", "foreign_entries", "is_complete", "not_a_folder", "refusal"]
 
@@ -195,9 +196,10 @@ class _Planned:
 
 def foreign_entries(dest: Dest, plan: ConsolidationPlan) -> list[Foreign]:
     """Every entry of DEST that is not this plan's own output (see the module docs)."""
-    planned = _planned(plan)
+    names = dest.names()
+    planned = _planned(plan, set(names))
     foreign = []
-    for name in dest.names():
+    for name in names:
         want = planned.get(name) or _temp_of(name, planned)
         why = _not_ours(dest, name, want)
         if why is not None:
@@ -205,7 +207,7 @@ def foreign_entries(dest: Dest, plan: ConsolidationPlan) -> list[Foreign]:
     return foreign
 
 
-def _planned(plan: ConsolidationPlan) -> dict[str, _Planned]:
+def _planned(plan: ConsolidationPlan, present: set[str]) -> dict[str, _Planned]:
     out: dict[str, _Planned] = {}
     for output in plan.outputs:
         out[output.name] = _Planned(output.header, output.size)
@@ -214,9 +216,11 @@ def _planned(plan: ConsolidationPlan) -> dict[str, _Planned]:
     index = index_bytes(plan)
     out[INDEX_NAME] = _Planned(index, len(index))
     for rel in plan.metadata_files:
-        data = _source_bytes(plan.source / rel)
+        name = Path(rel).name
+        # Read (remote: fetched) only when DEST holds an entry under its name to compare.
+        data = _source_bytes(plan, rel) if name in present else None
         if data is not None:
-            out[Path(rel).name] = _Planned(data, len(data))
+            out[name] = _Planned(data, len(data))
     return out
 
 
@@ -250,19 +254,13 @@ def _not_ours(dest: Dest, name: str, want: _Planned | None) -> str | None:
     return None if ok else "other content than this plan writes"
 
 
-def _source_bytes(path: Path) -> bytes | None:
-    """A source metadata file's bytes (regular file, not through a link), or None."""
+def _source_bytes(plan: ConsolidationPlan, rel: str) -> bytes | None:
+    """A source metadata file's bytes, read through the source's storage (a regular file
+    inside the folder, local or remote, under the cap), or None."""
     try:
-        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _NONBLOCK)
-    except OSError:
+        return plan.source_storage.read_bytes(rel, cap=_COMPARE_CAP)
+    except (OSError, TooLargeError, UnsafeFileError):
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _COMPARE_CAP:
-            return None
-        return _read_at_most(fd, _COMPARE_CAP)
-    finally:
-        os.close(fd)
 
 
 def _read_at_most(fd: int, limit: int) -> bytes:

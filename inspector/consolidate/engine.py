@@ -4,6 +4,11 @@ Pieces that are contiguous in the output (whole tensors, row-sharded chunks) go 
 `os.copy_file_range`; column-sharded chunks are placed with one strided numpy assignment per
 chunk and block of rows. Memory stays bounded by the block size, never by the model. Each
 output is written as `<name>.partial` and renamed when complete.
+
+A remote source (S3, GCS, the Hub, HTTP) is read with ranged requests through its storage:
+contiguous pieces in blocks of at most 8 MiB, as many in flight as the storage allows (memory
+stays under their product), each written at its final offset; column-sharded chunks fetch
+every chunk's rows of a block at once, then place them.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from inspector.consolidate.plan import (
 from inspector.dtypes import DTYPE_BITS
 from inspector.errors import InspectorError
 from inspector.layouts._common import INDEX_NAME
-from inspector.storage import LocalFile
+from inspector.storage import LocalFile, RangeReader, Storage, TooLargeError
 
 __all__ = [
     "BLOCK_BYTES",
@@ -52,6 +57,9 @@ BLOCK_BYTES = 8 << 20  # L2/L3-friendly: 8 MB blocks beat 64 MB by 20% on column
 
 
 _COPY_BLOCK = 64 << 20
+# One ranged read of a remote source: large enough to stream at full speed, small enough
+# that max_concurrency of them in flight stay a few hundred MB.
+_REMOTE_BLOCK = 8 << 20
 
 
 class Progress:
@@ -120,7 +128,7 @@ def write_output(
     """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
     renames it, so a crash never leaves a partly written file under the final name."""
     partial = output.name + ".partial"
-    sources = SourceFiles(plan.source)
+    sources = SourceFiles(plan.source_storage)
     # Created afresh in DEST's descriptor: a stale file or a link planted under the
     # partial name is removed first, never written through (O_EXCL | O_NOFOLLOW).
     try:
@@ -134,9 +142,12 @@ def write_output(
         # Size the file up front so every tensor lands at its final offset in any order.
         os.ftruncate(fd, output.size)
         base = len(output.header)
+        if not sources.local:
+            _fetch_contiguous(sources, fd, base, [t for t in output.tensors if t.contiguous], bar)
         for tensor in output.tensors:
             if tensor.contiguous:
-                _copy_pieces(sources, fd, base + tensor.begin, tensor, bar)
+                if sources.local:
+                    _copy_pieces(sources, fd, base + tensor.begin, tensor, bar)
             else:
                 _assemble(sources, fd, base + tensor.begin, tensor, bar)
     except OSError as exc:
@@ -153,25 +164,47 @@ def write_output(
 
 
 class SourceFiles:
-    """Read-only descriptors of source files, opened on first use; paths stay in the folder."""
+    """The source files, opened through the plan's storage on first use, so consolidation
+    reads only what the scan was allowed to read (regular files inside the folder; the
+    storage refuses anything else, as it did for the scan). Local files give descriptors for
+    kernel copies and memory maps; remote ones are read by ranges."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root.resolve()
-        self.fds: dict[str, int] = {}
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.local = storage.is_local
+        self.readers: dict[str, RangeReader] = {}
         self.maps: dict[str, np.ndarray | None] = {}
+        self._lock = threading.Lock()
+
+    def reader(self, file: str) -> RangeReader:
+        with self._lock:
+            if file not in self.readers:
+                self.readers[file] = self.storage.open(file)
+            return self.readers[file]
 
     def fd(self, file: str) -> int:
-        if file not in self.fds:
-            path = (self.root / file).resolve()
-            if path.parent != self.root:
-                raise InspectorError(f"{file}: source path leaves {self.root}; refusing to read it")
-            self.fds[file] = os.open(path, os.O_RDONLY)
-        return self.fds[file]
+        reader = self.reader(file)
+        if not isinstance(reader, LocalFile):
+            raise InspectorError(f"{file}: not a local file; it is read by ranges")
+        return reader.fileno()
+
+    def read(self, file: str, offset: int, count: int) -> bytes:
+        """Exactly `count` bytes from `offset` (a source that ends early is an error)."""
+        data = self.storage.read_range(file, offset, count)
+        if len(data) != count:
+            raise InspectorError(
+                f"{file}: source file ended {count - len(data):,} bytes early at offset "
+                f"{offset + len(data):,}"
+            )
+        return data
 
     def bytes_of(self, file: str) -> np.ndarray | None:
         """The whole file as a read-only byte array over a shared map (pre-faulted), or None
-        where it cannot be mapped. Column chunks are then copied straight from the page cache
-        into the output block: one copy fewer than reading them into a scratch buffer."""
+        where it cannot be mapped (or is remote). Column chunks are then copied straight from
+        the page cache into the output block: one copy fewer than reading them into a
+        scratch buffer."""
+        if not self.local:
+            return None
         if file not in self.maps:
             try:
                 flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
@@ -183,9 +216,32 @@ class SourceFiles:
 
     def close(self) -> None:
         self.maps.clear()  # the arrays own their maps; dropping them unmaps
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
+        for reader in self.readers.values():
+            reader.close()
+        self.readers.clear()
+
+
+def _fetch_contiguous(
+    sources: SourceFiles, fd: int, base: int, tensors: list[PlannedTensor], bar: Progress
+) -> None:
+    """Remote source: every byte range of the contiguous tensors, in blocks fetched
+    concurrently (bounded by the storage) and written at their final offsets."""
+    blocks: list[tuple[str, int, int, int]] = []
+    for tensor in tensors:
+        for piece in tensor.pieces:
+            if piece.dst_offset is None:
+                raise InspectorError(f"{tensor.name}: a piece of a contiguous tensor has no offset")
+            dst = base + tensor.begin + piece.dst_offset
+            for at in range(0, piece.nbytes, _REMOTE_BLOCK):
+                n = min(_REMOTE_BLOCK, piece.nbytes - at)
+                blocks.append((piece.file, piece.src_offset + at, dst + at, n))
+
+    def one(block: tuple[str, int, int, int]) -> None:
+        file, src, dst, n = block
+        _pwrite_all(fd, sources.read(file, src, n), dst)
+        bar.add(n)
+
+    sources.storage.map(one, blocks)
 
 
 def _copy_pieces(
@@ -238,8 +294,11 @@ def _assemble(
         if tensor.partial:  # the reused buffer holds the last tensor's rows where no chunk is
             block[: (r1 - r0) * row_bytes] = 0
         view = _byte_view(block[: (r1 - r0) * row_bytes], r1 - r0, shape, item)
-        for piece in tensor.pieces:
-            _place_rows(sources, piece, view, (r0, r1), item)
+        if sources.local:
+            for piece in tensor.pieces:
+                _place_rows(sources, piece, view, (r0, r1), item)
+        else:
+            _place_remote_rows(sources, tensor.pieces, view, (r0, r1), item)
         data = block[: (r1 - r0) * row_bytes]
         if tensor.out_dtype != tensor.dtype:
             data = cast_bytes(data, tensor.dtype, tensor.out_dtype)
@@ -269,6 +328,19 @@ def _byte_view(buf: np.ndarray, rows: int, shape: tuple[int, ...], item: int) ->
     return buf.reshape(rows, *shape[1:-1], shape[-1] * item)
 
 
+def _rows_of(piece: Piece, rows: tuple[int, int], item: int) -> tuple[int, int, int, int] | None:
+    """(lo, hi, start, size): the chunk's rows inside block `rows` and their byte range in
+    the source (the chunk is row-major in its own shape, so they are one range); None when
+    the chunk has no row in the block."""
+    r0, r1 = rows
+    offsets, shape = (piece.offsets, piece.shape) if piece.shape else ((0,), (1,))
+    lo, hi = max(r0, offsets[0]), min(r1, offsets[0] + shape[0])
+    if lo >= hi:
+        return None
+    row_bytes = math.prod(shape[1:]) * item
+    return lo, hi, piece.src_offset + (lo - offsets[0]) * row_bytes, (hi - lo) * row_bytes
+
+
 def _place_rows(
     sources: SourceFiles,
     piece: Piece,
@@ -276,20 +348,44 @@ def _place_rows(
     rows: tuple[int, int],
     item: int,
 ) -> None:
-    r0, r1 = rows
-    offsets, shape = (piece.offsets, piece.shape) if piece.shape else ((0,), (1,))
-    lo, hi = max(r0, offsets[0]), min(r1, offsets[0] + shape[0])
-    if lo >= hi:
+    found = _rows_of(piece, rows, item)
+    if found is None:
         return
-    # The chunk is row-major in its own shape, so its rows lo..hi are one byte range.
-    row_bytes = math.prod(shape[1:]) * item
-    start, size = piece.src_offset + (lo - offsets[0]) * row_bytes, (hi - lo) * row_bytes
+    lo, hi, start, size = found
     mapped = sources.bytes_of(piece.file)
     if mapped is not None and start + size <= mapped.size:
         raw = mapped[start : start + size]
     else:
         raw = _buffer("scratch", size)
         _pread_into(sources.fd(piece.file), raw, start)
+    _place(piece, view, rows, (lo, hi), raw, item)
+
+
+def _place_remote_rows(
+    sources: SourceFiles,
+    pieces: tuple[Piece, ...],
+    view: np.ndarray,
+    rows: tuple[int, int],
+    item: int,
+) -> None:
+    """Every chunk's rows of one block, fetched at once (one ranged read per chunk)."""
+    wanted = [(p, found) for p in pieces if (found := _rows_of(p, rows, item)) is not None]
+    datas = sources.storage.map(lambda w: sources.read(w[0].file, w[1][2], w[1][3]), wanted)
+    for (piece, (lo, hi, _start, _size)), data in zip(wanted, datas, strict=True):
+        _place(piece, view, rows, (lo, hi), np.frombuffer(data, dtype=np.uint8), item)
+
+
+def _place(
+    piece: Piece,
+    view: np.ndarray,
+    rows: tuple[int, int],
+    got: tuple[int, int],
+    raw: np.ndarray,
+    item: int,
+) -> None:
+    r0 = rows[0]
+    lo, hi = got
+    offsets, shape = (piece.offsets, piece.shape) if piece.shape else ((0,), (1,))
     src = _byte_view(raw, hi - lo, shape, item)
     where = [slice(lo - r0, hi - r0)]
     if len(shape) > 1:
@@ -335,18 +431,19 @@ def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
 
 def copy_metadata(plan: ConsolidationPlan, dest: Dest) -> tuple[str, ...]:
     """The source's public metadata files (config, tokenizer...) copied into DEST, each
-    read as a regular file without following a link and written atomically."""
+    read through the source storage (a regular file inside the folder, local or remote,
+    under the cap) and written atomically."""
     copied = []
+    storage = plan.source_storage
     for rel in plan.metadata_files:
         name = Path(rel).name
-        with LocalFile(plan.source / rel) as reader:
-            size = reader.size()
-            if size > METADATA_CAP:
-                raise InspectorError(
-                    f"{plan.source / rel}: is {size:,} bytes, over the {METADATA_CAP:,}-byte "
-                    "limit for a metadata file; remove it from .hf_metadata or copy it by hand"
-                )
-            data = reader.read_range(0, size)
+        try:
+            data = storage.read_bytes(rel, cap=METADATA_CAP)
+        except TooLargeError as exc:
+            raise InspectorError(
+                f"{plan.source / rel}: is {exc.size:,} bytes, over the {METADATA_CAP:,}-byte "
+                "limit for a metadata file; remove it from .hf_metadata or copy it by hand"
+            ) from None
         dest.write(name, data)
         copied.append(name)
     return tuple(copied)

@@ -21,6 +21,7 @@ from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
 # Findings that make the assembled tensors wrong: consolidation refuses to run on them.
 BLOCKING = code_set(
     Code.HEADER_UNREADABLE,
+    Code.FILE_UNSAFE,
     Code.HEADER_INVALID_ENTRY,
     Code.UNKNOWN_DTYPE,
     Code.SIZE_MISMATCH,
@@ -108,7 +110,7 @@ class OutputFile:
 class ConsolidationPlan:
     """What `execute` will write, decided from headers only. Print it to review it."""
 
-    source: Path
+    source: Path | RemoteURL
     dest: Path
     outputs: tuple[OutputFile, ...]
     assignment: str  # which rule chose the output files
@@ -119,6 +121,17 @@ class ConsolidationPlan:
     findings: tuple[Finding, ...] = ()  # non-blocking findings of the source
     # allow_partial: tensors written at full shape with zeros where no chunk was found.
     partial: tuple[str, ...] = ()
+    # The storage the source was scanned through: every source read goes through it (local
+    # or remote), so consolidation reads what the scan read, under the same rules.
+    storage: Storage | None = None
+
+    @property
+    def source_storage(self) -> Storage:
+        if self.storage is not None:
+            return self.storage
+        if not isinstance(self.source, Path):
+            raise TypeError(f"{self.source}: a remote source needs its storage")
+        return LocalStorage(self.source)
 
     @property
     def total_size(self) -> int:
@@ -218,10 +231,13 @@ class ConsolidationResult:
         return self.describe()
 
 
-def default_destination(source: str | os.PathLike[str]) -> Path:
+def default_destination(source: str | os.PathLike[str] | RemoteURL) -> Path:
     """Where a consolidation of `source` goes unless told otherwise: a sibling folder
     `<source>-consolidated`. Not inside the source: the output would sit in (and be copied,
-    backed up and scanned with) the very checkpoint it replaces."""
+    backed up and scanned with) the very checkpoint it replaces. A remote source's goes
+    into the current folder, named after it (a consolidation writes locally only)."""
+    if isinstance(source, RemoteURL) or (isinstance(source, str) and is_remote(source)):
+        return Path.cwd() / f"{str(source).rstrip('/').rsplit('/', 1)[-1]}-consolidated"
     path = Path(source).expanduser().resolve()
     return path.with_name(f"{path.name}-consolidated")
 
@@ -273,6 +289,7 @@ def plan_consolidation(
     notes += _size_notes(outputs, limit, choice.rule)
     return ConsolidationPlan(
         source=scanned.path,
+        storage=scanned.storage,
         dest=dest_path,
         outputs=outputs,
         assignment=choice.rule,
@@ -304,7 +321,7 @@ def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
     # DEST's parents are resolved, DEST itself is not: a link there is refused, not followed.
     absolute = Path(os.path.abspath(dest.expanduser()))
     target = absolute.parent.resolve() / absolute.name
-    if target.resolve() == scanned.path.resolve():
+    if isinstance(scanned.path, Path) and target.resolve() == scanned.path.resolve():
         raise PlanRefusedError(
             f"{dest}: DEST is the source folder; write to a new folder such as "
             f"{default_destination(scanned.path)}"
@@ -372,13 +389,9 @@ def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
 def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
     """Each tensor's chunks with their absolute byte ranges. Pure (headers only)."""
     where: dict[str, dict[str, tuple[int, int]]] = {}
-    root = scanned.path.resolve()
+    # Which files may be read is the storage's rule, the scan's too: a shard it refused is a
+    # file-unsafe finding, which blocks the plan (BLOCKING) before this point.
     for shard in scanned.shards:
-        if (root / shard.file).resolve().parent != root:
-            raise PlanRefusedError(
-                f"{shard.file}: is a link to a file outside {root}; consolidation reads only "
-                "files inside the checkpoint folder, copy the file in instead of linking it"
-            )
         start = shard.data_start
         where[shard.file] = {
             n: (start + b, e - b)
@@ -520,16 +533,13 @@ def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     meta_dir = _dcp(scanned).hf_metadata_dir
     if meta_dir is None:
         return ()
-    folder = scanned.path / meta_dir
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return ()
     keep = []
-    for entry in entries:
+    for entry in (scanned.location / meta_dir).entries():
         skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
-        skip = skip or entry.name.endswith(".safetensors") or entry.is_symlink()
-        if not skip and entry.is_file() and entry.stat().st_size <= METADATA_CAP:
+        skip = skip or entry.name.endswith(".safetensors")
+        # Regular files only (the storage refuses FIFOs and links out of the folder).
+        size = entry.size if entry.kind is EntryKind.FILE else None
+        if not skip and size is not None and size <= METADATA_CAP:
             keep.append(f"{meta_dir}/{entry.name}")
     return tuple(keep)
 

@@ -3,14 +3,13 @@ every tensor's content hash with the source chunks."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from inspector.casting import cast_bytes
-from inspector.consolidate.engine import SourceFiles, pread_exact
+from inspector.consolidate.engine import SourceFiles
 from inspector.consolidate.plan import ConsolidationPlan, PlannedTensor
 from inspector.findings import Finding
+from inspector.storage import Location, Storage
 
 __all__ = ["verify"]
 
@@ -29,7 +28,7 @@ def verify(
     findings = check(written, model=False) if checks else []
     if not data:
         return findings, 0, []
-    source = scan(plan.source)
+    source = scan(Location(plan.source_storage))
     mismatches: list[str] = []
     checked = 0
     with TensorData(source) as src, TensorData(written) as out:
@@ -37,7 +36,7 @@ def verify(
             for t in output.tensors:
                 raw: memoryview | bytes | np.ndarray | None = src.tensor_bytes(t.name)
                 if raw is None and t.contiguous:
-                    raw = _contiguous_source_bytes(plan.source, t)  # packed F4/F6 tensors
+                    raw = _contiguous_source_bytes(plan.source_storage, t)  # packed F4/F6
                 if raw is not None and t.out_dtype != t.dtype:
                     raw = cast_bytes(np.frombuffer(raw, dtype=np.uint8), t.dtype, t.out_dtype)
                 expected = None if raw is None else hash_bytes(raw)
@@ -47,14 +46,14 @@ def verify(
     return findings, checked, mismatches
 
 
-def _contiguous_source_bytes(root: Path, tensor: PlannedTensor) -> bytes:
+def _contiguous_source_bytes(storage: Storage, tensor: PlannedTensor) -> bytes:
     """The tensor's bytes read piece by piece (verification of byte-copied tensors that the
     element-wise assembler cannot place, such as packed sub-byte dtypes)."""
     out = bytearray(tensor.end - tensor.begin)
-    sources = SourceFiles(root)
+    sources = SourceFiles(storage)
     try:
         for piece in tensor.pieces:
-            data = pread_exact(sources.fd(piece.file), piece.nbytes, piece.src_offset)
+            data = sources.read(piece.file, piece.src_offset, piece.nbytes)
             at = piece.dst_offset or 0  # set on every piece of a contiguous tensor
             out[at : at + piece.nbytes] = data
     finally:

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from inspector.layouts import (
     dcp_sharded,
     hf_sharded,
@@ -15,6 +13,7 @@ from inspector.layouts import (
 )
 from inspector.layouts.base import Layout, ScanOptions
 from inspector.model import LayoutName
+from inspector.storage import Location
 
 __all__ = ["LAYOUTS", "Layout", "ScanOptions", "detect_layout", "layout_by_name"]
 
@@ -27,7 +26,7 @@ LAYOUTS: tuple[Layout, ...] = (
 )
 
 
-def detect_layout(path: Path) -> Layout | None:
+def detect_layout(path: Location) -> Layout | None:
     """The first layout that recognises `path`, or None."""
     for layout in LAYOUTS:
         if layout.detect(path):

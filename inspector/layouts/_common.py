@@ -6,26 +6,27 @@ nothing here judges (the checks do).
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Any, cast
 
 import msgspec
 import numpy as np
 
 from inspector.columns import Coded, frozen
+from inspector.errors import UnsafeFileError
 from inspector.findings import FOLD, examples
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.progress import track
-from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
+from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
-from inspector.storage import LocalFile
+from inspector.storage import EntryKind, Location, TooLargeError
 
 __all__ = [
     "INDEX_NAME",
@@ -33,6 +34,8 @@ __all__ = [
     "ConfigFiles",
     "is_safe_member",
     "list_safetensors",
+    "prefetch",
+    "read_capped",
     "read_config_files",
     "read_index_doc",
     "read_json",
@@ -53,25 +56,34 @@ _DECODER = msgspec.json.Decoder()
 _NOT_JSON = (msgspec.DecodeError, UnicodeDecodeError)
 
 
-def relative(path: Path, root: Path) -> str:
-    return path.relative_to(root).as_posix()
+def relative(path: Location, root: Location) -> str:
+    return path.relative_to(root)
 
 
-def read_json(path: Path, *, cap: int = JSON_CAP) -> tuple[Any, str | None]:
-    """(value, None) or (None, reason). Opens only a regular file, reads at most `cap` bytes."""
-    data, problem = _read_bytes(path, cap)
-    return (None, problem) if data is None else _decode(data)
+def read_json(path: Location, *, cap: int = JSON_CAP) -> tuple[Any, str | None, ProblemKind]:
+    """(value, None, _) or (None, reason, kind). Through the storage: a regular file inside
+    the folder only, at most `cap` bytes; kind UNSAFE_FILE when the storage refused it."""
+    data, problem, kind = read_capped(path, cap, "JSON files")
+    if data is None:
+        return None, problem, kind
+    value, problem = _decode(data)
+    return value, problem, ProblemKind.UNREADABLE
 
 
-def _read_bytes(path: Path, cap: int) -> tuple[bytes | None, str | None]:
+def read_capped(
+    path: Location, cap: int, what: str
+) -> tuple[bytes | None, str | None, ProblemKind]:
+    """(bytes, None, _) or (None, reason, kind): the whole file when it is at most `cap`
+    bytes (`what` names the limit in the reason). Never raises for a bad file."""
     try:
-        with LocalFile(path) as reader:
-            size = reader.size()
-            if size > cap:
-                return None, f"is {size:,} bytes, over the {cap:,}-byte limit for JSON files"
-            return reader.read_range(0, size), None
+        return path.read_bytes(cap=cap), None, ProblemKind.UNREADABLE
+    except TooLargeError as exc:
+        reason = f"is {exc.size:,} bytes, over the {exc.cap:,}-byte limit for {what}"
+        return None, reason, ProblemKind.UNREADABLE
+    except UnsafeFileError as exc:
+        return None, f"{exc.reason}; not read", ProblemKind.UNSAFE_FILE
     except OSError as exc:
-        return None, f"cannot be read ({exc.strerror or exc})"
+        return None, f"cannot be read ({exc.strerror or exc})", ProblemKind.UNREADABLE
 
 
 def _decode(data: bytes) -> tuple[Any, str | None]:
@@ -81,27 +93,41 @@ def _decode(data: bytes) -> tuple[Any, str | None]:
         return None, f"is not valid JSON ({exc}); it may have been truncated by a concurrent writer"
 
 
-def list_safetensors(folder: Path) -> list[Path]:
-    """The `.safetensors` files directly in `folder`, sorted by name."""
-    try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
-        return []
-    return [Path(e.path) for e in entries if e.name.endswith(".safetensors") and _is_file(e)]
+def list_safetensors(folder: Location) -> list[Location]:
+    """The `.safetensors` entries directly in `folder`, sorted by name: files, and entries
+    the storage refuses (a FIFO, a link leaving the folder, a link loop), listed so that
+    reading them reports why instead of skipping them."""
+    return [
+        folder / e.name
+        for e in folder.entries()
+        if e.name.endswith(".safetensors") and e.kind is not EntryKind.DIR
+    ]
 
 
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    """A file, or an entry that cannot even be stat'ed (a symlink loop, ELOOP): listed so
-    that reading it reports why, instead of the listing raising."""
-    try:
-        return entry.is_file()
-    except OSError:
-        return True
+def prefetch(
+    shards: Sequence[Location],
+    *,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    side: Sequence[Location] = (),
+) -> None:
+    """Remote stores: every shard's header and the side files (whole, under the JSON cap),
+    fetched at once with as many requests in flight as allowed, before any is parsed. The
+    readers then read them from memory; a local storage has nothing to do."""
+    items: list[tuple[Location, Any]] = [(p, partial(header_span, cap=header_cap)) for p in shards]
+    items += [(p, JSON_CAP) for p in side]
+    by_storage: dict[int, list[tuple[Location, Any]]] = {}
+    for item in items:
+        by_storage.setdefault(id(item[0].storage), []).append(item)
+    for group in by_storage.values():
+        storage = group[0][0].storage
+        storage.prefetch([(p.rel, want) for p, want in group], desc="headers")
 
 
 def read_shards(
-    paths: list[Path], *, root: Path, header_cap: int = DEFAULT_HEADER_CAP
+    paths: Sequence[Location], *, root: Location, header_cap: int = DEFAULT_HEADER_CAP
 ) -> tuple[ShardHeader, ...]:
+    """Every header; a remote storage fetches them all at once first (`prefetch`)."""
+    prefetch(paths, header_cap=header_cap)
     return tuple(
         read_shard(p, root=root, cap=header_cap)
         for p in track(paths, desc="shard headers", unit="file")
@@ -150,9 +176,9 @@ def shard_names(shards: Sequence[ShardHeader]) -> ShardNames:
 
 
 def read_index_doc(
-    path: Path,
+    path: Location,
     *,
-    root: Path,
+    root: Location,
     role: FileRole = FileRole.INDEX,
     names: Callable[[list[str]], list[str]] | None = None,
 ) -> tuple[IndexDoc | None, list[ReadProblem]]:
@@ -161,7 +187,7 @@ def read_index_doc(
     `shard_names`) gives the strings to use for names the shards hold."""
     rel = relative(path, root)
     not_index = ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')
-    data, problem = _read_bytes(path, JSON_CAP)
+    data, problem, kind = read_capped(path, JSON_CAP, "JSON files")
     canonical = names or _same
     split = weight_map_columns(data, canonical) if data is not None else None
     value: Any
@@ -171,7 +197,7 @@ def read_index_doc(
         if data is not None:
             value, problem = _decode(data)
         if problem is not None:
-            return None, [ReadProblem(rel, role, problem)]
+            return None, [ReadProblem(rel, role, problem, kind)]
         weight_map = value.get("weight_map") if isinstance(value, dict) else None
         if not isinstance(weight_map, dict):
             return None, [not_index]
@@ -311,7 +337,7 @@ class ConfigFiles:
     problems: tuple[ReadProblem, ...] = field(default_factory=tuple)
 
 
-def read_config_files(folder: Path, *, root: Path) -> ConfigFiles:
+def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
     """`config.json` and `hf_quant_config.json` in `folder` (names relative to `root`)."""
     found: set[str] = set()
     problems: list[ReadProblem] = []
@@ -326,16 +352,17 @@ def read_config_files(folder: Path, *, root: Path) -> ConfigFiles:
             continue
         rel = relative(path, root)
         found.add(rel)
-        value, problem = read_json(path)
+        value, problem, kind = read_json(path)
         if problem is None and not isinstance(value, dict):
             problem = f"holds a JSON {type(value).__name__}, expected an object"
         if problem is not None:
-            salvaged = salvage_json_prefix(path) if role is FileRole.CONFIG else {}
+            unsafe = kind is ProblemKind.UNSAFE_FILE
+            salvaged = salvage_json_prefix(path) if role is FileRole.CONFIG and not unsafe else {}
             if salvaged:
                 salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
                 keep = ", ".join(f"{k}={salvaged[k]}" for k in SPEC_KEYS if k in salvaged)
                 problem += f"; the structure checks use what its readable part says ({keep})"
-            problems.append(ReadProblem(rel, role, problem))
+            problems.append(ReadProblem(rel, role, problem, kind))
         else:
             docs[name] = value
     config = docs.get("config.json")
@@ -348,16 +375,16 @@ def read_config_files(folder: Path, *, root: Path) -> ConfigFiles:
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')
 
 
-def salvage_json_prefix(path: Path, *, cap: int = 16_000_000) -> dict[str, Any]:
+def salvage_json_prefix(path: Location, *, cap: int = 16_000_000) -> dict[str, Any]:
     """Scalar `"key": value` pairs from the readable part of a damaged JSON file.
 
     A config truncated by a concurrent writer usually still holds the counts we need (layers,
     experts); the first occurrence of each key wins, so top-level keys before nested ones.
     """
     try:
-        with LocalFile(path) as reader:
+        with path.open() as reader:
             data = reader.read_range(0, min(reader.size(), cap))
-    except OSError:
+    except (OSError, UnsafeFileError):
         return {}
     out: dict[str, Any] = {}
     for match in _SCALAR.finditer(data):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
+from inspector.storage import Location
 
 __all__ = ["Layout", "LayoutReader", "ScanOptions"]
 
@@ -29,12 +29,13 @@ class Layout(Protocol):
     @property
     def name(self) -> LayoutName: ...
 
-    def detect(self, path: Path) -> bool:
-        """True when `path` is a checkpoint of this layout. Cheap: names first."""
+    def detect(self, path: Location) -> bool:
+        """True when `path` (a folder, or a file in its folder's storage) is a checkpoint of
+        this layout. Cheap: names first."""
         ...
 
-    def scan(self, path: Path, *, options: ScanOptions) -> ScannedCheckpoint:
-        """Read `path` (headers and side files only)."""
+    def scan(self, path: Location, *, options: ScanOptions) -> ScannedCheckpoint:
+        """Read `path` (headers and side files only), every file through its storage."""
         ...
 
 
@@ -43,11 +44,11 @@ class LayoutReader:
     """A `Layout` made of a reader module's two functions."""
 
     name: LayoutName
-    detect_fn: Callable[[Path], bool]
-    scan_fn: Callable[[Path, ScanOptions], ScannedCheckpoint]
+    detect_fn: Callable[[Location], bool]
+    scan_fn: Callable[[Location, ScanOptions], ScannedCheckpoint]
 
-    def detect(self, path: Path) -> bool:
+    def detect(self, path: Location) -> bool:
         return self.detect_fn(path)
 
-    def scan(self, path: Path, *, options: ScanOptions) -> ScannedCheckpoint:
+    def scan(self, path: Location, *, options: ScanOptions) -> ScannedCheckpoint:
         return self.scan_fn(path, options)

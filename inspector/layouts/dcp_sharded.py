@@ -22,7 +22,6 @@ This module reads; `inspector.checks.dcp` judges (coverage, overlaps, conflicts,
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,12 +37,14 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
 from inspector.dtypes import nbytes_for
+from inspector.errors import UnsafeFileError
 from inspector.expected_shapes import raised_shapes
 from inspector.findings import examples
 from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_index_doc,
     read_json,
@@ -65,7 +66,7 @@ from inspector.model import (
 )
 from inspector.naming_rules import DCP_SHARD_FILE
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, read_shard
-from inspector.storage import LocalFile
+from inspector.storage import Location, check_member, hf_cache_snapshots, local_location
 
 __all__ = [
     "HF_METADATA_DIR",
@@ -75,6 +76,7 @@ __all__ = [
     "chunk_table",
     "detect",
     "find_reference",
+    "find_stored_reference",
     "logical_tensors",
     "scan",
 ]
@@ -88,7 +90,7 @@ SHARDING_KEY = "DCP_SHARDING_INFO"
 # -- detect ----------------------------------------------------------------------------------
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     """A DCP-sharded folder, or a checkpoint folder whose `model/` subfolder is one. Cheap:
     file names first, at most one header read."""
     if not path.is_dir():
@@ -96,7 +98,7 @@ def detect(path: Path) -> bool:
     return _dcp_folder(path) is not None
 
 
-def _dcp_folder(path: Path) -> Path | None:
+def _dcp_folder(path: Location) -> Location | None:
     if _looks_dcp(path):
         return path
     model = path / "model"
@@ -105,7 +107,7 @@ def _dcp_folder(path: Path) -> Path | None:
     return None
 
 
-def _looks_dcp(folder: Path) -> bool:
+def _looks_dcp(folder: Location) -> bool:
     files = list_safetensors(folder)
     if any(DCP_SHARD_FILE.match(p.name) for p in files):
         return True
@@ -113,8 +115,8 @@ def _looks_dcp(folder: Path) -> bool:
         files or (folder / HF_METADATA_DIR / MAPPING_NAME).is_file()
     ):
         return True
-    if not files:
-        return False
+    if not files or (folder / INDEX_NAME).is_file():
+        return False  # DCP's writer leaves no index next to its files
     # Renamed files: the first header tells. Only this one header is read.
     first = read_shard(files[0], root=folder)
     return SHARDING_KEY in (first.metadata or {})
@@ -123,18 +125,33 @@ def _looks_dcp(folder: Path) -> bool:
 # -- scan ------------------------------------------------------------------------------------
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """Read every shard header, the sharding info, `.hf_metadata/` (config, mapping, the
     reference index if kept), and rebuild each tensor's full shape from its chunks."""
     # 1. Which folder, and every header in it.
     folder = _dcp_folder(path) if path.is_dir() else None
     folder = folder or (path if path.is_dir() else path.parent)
-    shards = read_shards(list_safetensors(folder), root=folder, header_cap=options.header_cap)
+    named = folder  # in the storage of the folder the user named
+    # Every file is named relative to the DCP folder, read in a storage rooted there (with
+    # the confinement of the folder the user named).
+    folder = Location(folder.as_root())
+    files = list_safetensors(folder)
+    kept = folder / HF_METADATA_DIR
+    side = [kept / n for n in (MAPPING_NAME, "config.json", INDEX_NAME)]
+    prefetch(files, header_cap=options.header_cap, side=[*side, folder / "config.json"])
+    shards = read_shards(files, root=folder, header_cap=options.header_cap)
     # 2. Chunks from DCP_SHARDING_INFO, and the full shapes they imply.
     table, chunk_problems = chunk_table(shards)
     # 3. `.hf_metadata/`: mapping, config, reference index; the upstream checkpoint.
     meta = _read_hf_metadata(folder)
-    reference = find_reference(folder, meta.configs.config, header_cap=options.header_cap)
+    # The upstream checkpoint: on this machine beside a local checkpoint, in the same store
+    # (inside the folder the user named) beside a remote one.
+    here = folder.path
+    reference = (
+        find_reference(here, meta.configs.config, header_cap=options.header_cap)
+        if isinstance(here, Path)
+        else find_stored_reference(named, meta.configs.config, header_cap=options.header_cap)
+    )
     # 4. Every other source of the full shapes: a lost last rank shrinks the chunks' extent.
     full, sources = raised_shapes(
         table.names,
@@ -156,7 +173,8 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
         shape_sources=sources,
     )
     return ScannedCheckpoint(
-        path=folder,
+        path=folder.path,
+        storage=folder.storage,
         layout=NAME,
         info=dcp,
         shards=shards,
@@ -180,7 +198,7 @@ class _HfMetadata:
     problems: list[ReadProblem]
 
 
-def _read_hf_metadata(folder: Path) -> _HfMetadata:
+def _read_hf_metadata(folder: Location) -> _HfMetadata:
     """NeMo's `.hf_metadata/`; config files directly in the folder when it is absent."""
     meta = folder / HF_METADATA_DIR
     mapping, mapping_file, problems = _read_mapping(meta / MAPPING_NAME, root=folder)
@@ -218,19 +236,46 @@ def find_reference(
     folder (the checkpoint's parent, where the script runs) and the checkpoint folder; a hub
     id also in the Hugging Face cache (`$HF_HUB_CACHE`, `$HF_HOME/hub`,
     `~/.cache/huggingface/hub`: snapshots link to blobs there, as the cache is built)."""
-    for name, named_by in _reference_names(folder, config):
+    scripts = [
+        (local_location(folder / CONSOLIDATE_SCRIPT), CONSOLIDATE_SCRIPT),
+        (local_location(folder.parent / CONSOLIDATE_SCRIPT), f"../{CONSOLIDATE_SCRIPT}"),
+    ]
+    for name, named_by in _reference_names(scripts, config):
         path = _resolve_reference(name, folder)
         if path is not None:
-            return _read_reference(path, named_by, header_cap)
+            return _read_reference(local_location(path), str(path), named_by, header_cap)
     return None
 
 
-def _reference_names(folder: Path, config: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+def find_stored_reference(
+    folder: Location, config: Mapping[str, Any] | None, *, header_cap: int = DEFAULT_HEADER_CAP
+) -> DcpReference | None:
+    """`find_reference` for a checkpoint in a remote store: the same names, looked up as
+    relative paths in the run folder and the checkpoint folder of the same store, never
+    above the folder the user named (a remote checkpoint has no "this machine" beside it)."""
+    run = folder.parent if folder.rel else None
+    scripts = [(folder / CONSOLIDATE_SCRIPT, CONSOLIDATE_SCRIPT)]
+    if run is not None:
+        scripts.append((run / CONSOLIDATE_SCRIPT, f"../{CONSOLIDATE_SCRIPT}"))
+    for name, named_by in _reference_names(scripts, config):
+        try:
+            rel = check_member(name) if len(name) <= 4096 else ""
+        except ValueError:
+            continue  # absolute or leaving the store: nothing of this store
+        for base in [b for b in (run, folder) if b is not None and rel]:
+            where = base / rel
+            if where.rel != folder.rel and where.is_dir() and _holds_checkpoint(where):
+                return _read_reference(Location(where.as_root()), str(where), named_by, header_cap)
+    return None
+
+
+def _reference_names(
+    scripts: list[tuple[Location, str]], config: Mapping[str, Any] | None
+) -> list[tuple[str, str]]:
     names: list[tuple[str, str]] = []
-    for script in (folder / CONSOLIDATE_SCRIPT, folder.parent / CONSOLIDATE_SCRIPT):
+    for script, where in scripts:
         text = _small_text(script, _SCRIPT_CAP)
         if text is not None:
-            where = CONSOLIDATE_SCRIPT if script.parent == folder else f"../{CONSOLIDATE_SCRIPT}"
             names += [(m.group(1), f"{where} --model-name") for m in _MODEL_NAME.finditer(text)]
     value = config.get("_name_or_path") if isinstance(config, Mapping) else None
     if isinstance(value, str) and value:
@@ -238,12 +283,13 @@ def _reference_names(folder: Path, config: Mapping[str, Any] | None) -> list[tup
     return list(dict.fromkeys(names))
 
 
-def _small_text(path: Path, cap: int) -> str | None:
-    """The first `cap` bytes of a regular file as text, or None."""
+def _small_text(path: Location, cap: int) -> str | None:
+    """The first `cap` bytes of a file as text (through its storage: a regular file that
+    does not link out of its folder), or None."""
     try:
-        with LocalFile(path) as reader:
+        with path.open() as reader:
             return reader.read_range(0, min(reader.size(), cap)).decode("utf-8", "replace")
-    except OSError:
+    except (OSError, UnsafeFileError):
         return None
 
 
@@ -258,56 +304,35 @@ def _resolve_reference(name: str, folder: Path) -> Path | None:
     else:
         candidates = [folder.parent / raw, folder / raw]
         if _HUB_ID.fullmatch(name):
-            candidates += _hub_snapshots(name)
+            candidates += hf_cache_snapshots(name)
     here = folder.resolve()
     for path in candidates:
         try:
-            if path.is_dir() and path.resolve() != here and _holds_checkpoint(path):
+            if path.is_dir() and path.resolve() != here and _holds_checkpoint(local_location(path)):
                 return path
         except OSError:
             continue
     return None
 
 
-def _hub_snapshots(repo_id: str) -> list[Path]:
-    """The cached snapshot of a hub model: the one `refs/main` names, else the newest."""
-    roots = [os.environ.get("HF_HUB_CACHE")]
-    home = os.environ.get("HF_HOME")
-    roots += [str(Path(home) / "hub") if home else None, "~/.cache/huggingface/hub"]
-    folder = "models--" + repo_id.replace("/", "--")
-    out: list[Path] = []
-    for root in filter(None, roots):
-        repo = Path(root).expanduser() / folder
-        try:
-            snapshots = sorted(
-                (e for e in os.scandir(repo / "snapshots") if e.is_dir()),
-                key=lambda e: e.stat().st_mtime,
-                reverse=True,
-            )
-        except OSError:
-            continue
-        wanted = (_small_text(repo / "refs" / "main", 256) or "").strip()
-        out += [Path(e.path) for e in snapshots if e.name == wanted]
-        out += [Path(e.path) for e in snapshots if e.name != wanted]
-    return out
+def _holds_checkpoint(folder: Location) -> bool:
+    return (folder / INDEX_NAME).is_file() or bool(list_safetensors(folder))
 
 
-def _holds_checkpoint(path: Path) -> bool:
-    return (path / INDEX_NAME).is_file() or bool(list_safetensors(path))
-
-
-def _read_reference(path: Path, named_by: str, header_cap: int) -> DcpReference:
+def _read_reference(folder: Location, shown: str, named_by: str, header_cap: int) -> DcpReference:
+    """Read like a checkpoint of its own: through a storage rooted at the reference folder,
+    so its links may not leave it either. `shown`: where it is, as people see it."""
     index = None
-    if (path / INDEX_NAME).is_file():
-        index, _ = read_index_doc(path / INDEX_NAME, root=path)
+    if (folder / INDEX_NAME).is_file():
+        index, _ = read_index_doc(folder / INDEX_NAME, root=folder)
         # Named by where it is: it is not a file of the checkpoint.
-        index = dataclasses.replace(index, file=str(path / INDEX_NAME)) if index else None
+        index = dataclasses.replace(index, file=f"{shown}/{INDEX_NAME}") if index else None
     shapes: dict[str, tuple[int, ...]] = {}
-    for shard in read_shards(list_safetensors(path), root=path, header_cap=header_cap):
+    for shard in read_shards(list_safetensors(folder), root=folder, header_cap=header_cap):
         if shard.readable:
             for name, shape in zip(shard.names, shard.shapes, strict=True):
                 shapes.setdefault(name, tuple(shape))
-    return DcpReference(str(path), named_by, index, shapes)
+    return DcpReference(shown, named_by, index, shapes)
 
 
 # -- chunks ----------------------------------------------------------------------------------
@@ -478,20 +503,20 @@ def logical_tensors(table: ChunkTable) -> LogicalTensors:
 
 
 def _read_mapping(
-    path: Path, *, root: Path
+    path: Location, *, root: Location
 ) -> tuple[dict[str, int] | None, str | None, list[ReadProblem]]:
     """`fqn_to_file_index_mapping.json`: {fqn: 1-based output index}. Entries whose value is
     not a positive integer are problems and dropped."""
     if not path.is_file():
         return None, None, []
     rel = relative(path, root)
-    value, problem = read_json(path)
+    value, problem, kind = read_json(path)
     if problem is None and not isinstance(value, dict):
         problem = (
             f"holds a JSON {type(value).__name__}, expected an object {{tensor: output index}}"
         )
     if problem is not None:
-        return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem)]
+        return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem, kind)]
     mapping = {k: v for k, v in value.items() if type(v) is int and v >= 1}
     bad = [f"{k}={v!r}" for k, v in value.items() if k not in mapping]
     if not bad:

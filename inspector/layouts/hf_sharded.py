@@ -7,11 +7,12 @@ whose index was lost is still inspected.
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from inspector.layouts._common import (
     INDEX_NAME,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_index_doc,
     read_shards,
@@ -19,23 +20,25 @@ from inspector.layouts._common import (
 )
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import IndexDoc, LayoutName, ReadProblem, ScannedCheckpoint, ShardedInfo
+from inspector.storage import Location
 
-__all__ = ["LAYOUT", "detect", "scan"]
+__all__ = ["LAYOUT", "detect", "scan", "side_files"]
 
 NAME = LayoutName.HF_SHARDED
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     if not path.is_dir():
         return path.name == INDEX_NAME
     return (path / INDEX_NAME).is_file() or len(list_safetensors(path)) > 1
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """Read every shard on disk, the index, and every other shard the index names."""
-    folder = path.parent if path.is_file() else path
+    folder = path if path.is_dir() else path.parent
     cap = options.header_cap
     paths = {p.name: p for p in list_safetensors(folder)}
+    prefetch(list(paths.values()), header_cap=cap, side=side_files(folder))
     by_file = dict(
         zip(paths, read_shards(list(paths.values()), root=folder, header_cap=cap), strict=True)
     )
@@ -55,7 +58,8 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     shards = tuple(by_file[k] for k in sorted(by_file))
     configs = read_config_files(folder, root=folder)
     return ScannedCheckpoint(
-        path=folder,
+        path=folder.path,
+        storage=folder.as_root(),
         layout=NAME,
         info=ShardedInfo(),
         shards=shards,
@@ -66,6 +70,11 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
         read_problems=(*problems, *configs.problems),
         json_files=configs.found | ({INDEX_NAME} if has_index else set()),
     )
+
+
+def side_files(folder: Location) -> list[Location]:
+    """The JSON files a sharded scan reads whole (fetched with the headers, remotely)."""
+    return [folder / n for n in (INDEX_NAME, "config.json", "hf_quant_config.json")]
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

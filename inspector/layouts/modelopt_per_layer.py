@@ -9,15 +9,14 @@ files); `model-00001-of-00004.safetensors.json` is accepted too."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Collection, Mapping
-from pathlib import Path
 
 from inspector.layouts import hf_sharded
-from inspector.layouts._common import read_index_doc, shard_names
+from inspector.layouts._common import list_safetensors, prefetch, read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import FileRole, IndexDoc, LayoutName, PerLayerInfo, ScannedCheckpoint
 from inspector.naming_rules import HF_SHARD_NUMBER
+from inspector.storage import EntryKind, Location
 
 __all__ = ["LAYOUT", "SIDECAR_SUFFIX", "detect", "scan", "shard_of_sidecar", "sidecar_name"]
 
@@ -28,18 +27,23 @@ _SHARD = ".safetensors"
 _INDEX = "model.safetensors.index.json"
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     return path.is_dir() and bool(_sidecar_paths(path))
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """The sharded scan plus every sidecar, keyed by the shard file it describes."""
+    folder = path if path.is_dir() else path.parent
+    # Remote: headers, index, configs and sidecars in one batch of concurrent requests.
+    side = [*hf_sharded.side_files(folder), *_sidecar_paths(folder).values()]
+    prefetch(list_safetensors(folder), header_cap=options.header_cap, side=side)
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
     names = shard_names(base.shards)
-    for shard, sidecar in _sidecar_paths(base.path).items():
-        doc, found = read_index_doc(sidecar, root=base.path, role=FileRole.SIDECAR, names=names)
+    folder = base.location
+    for shard, sidecar in _sidecar_paths(folder).items():
+        doc, found = read_index_doc(sidecar, root=folder, role=FileRole.SIDECAR, names=names)
         problems.extend(found)
         if doc is not None:
             sidecars[shard] = doc
@@ -73,14 +77,12 @@ def sidecar_name(shard: str, sidecars: Mapping[str, IndexDoc]) -> str:
     return shard.removesuffix(_SHARD) + SIDECAR_SUFFIX
 
 
-def _sidecar_paths(folder: Path) -> dict[str, Path]:
-    """shard file -> its sidecar's path (the writer's `<stem>.json` when both exist)."""
-    try:
-        names = sorted(e.name for e in os.scandir(folder) if e.is_file())
-    except OSError:
-        return {}
+def _sidecar_paths(folder: Location) -> dict[str, Location]:
+    """shard file -> its sidecar (the writer's `<stem>.json` when both exist), including
+    entries the storage refuses (a FIFO, a link out of the folder: reported when read)."""
+    names = sorted(e.name for e in folder.entries() if e.kind is not EntryKind.DIR)
     shards = {n for n in names if n.endswith(_SHARD)}
-    found: dict[str, Path] = {}
+    found: dict[str, Location] = {}
     # `<shard>.safetensors.json` sorts after `<stem>.json`: the writer's name comes first.
     for name in names:
         shard = shard_of_sidecar(name, shards)

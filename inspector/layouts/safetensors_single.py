@@ -2,40 +2,43 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
     list_safetensors,
+    prefetch,
     read_config_files,
     read_shards,
 )
 from inspector.layouts.base import LayoutReader, ScanOptions
 from inspector.model import LayoutName, ScannedCheckpoint, SingleFileInfo
+from inspector.storage import Location
 
 __all__ = ["LAYOUT", "detect", "scan"]
 
 NAME = LayoutName.SAFETENSORS_SINGLE
 
 
-def detect(path: Path) -> bool:
-    if path.is_file():
+def detect(path: Location) -> bool:
+    if path.rel and not path.is_dir():
         return path.name.endswith(".safetensors")
     if (path / INDEX_NAME).is_file():
         return False
     return len(list_safetensors(path)) == 1
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """A lone file is read without the folder's config: the folder may hold more shards."""
-    lone = path.is_file()
+    lone = bool(path.rel) and not path.is_dir()
     folder = path.parent if lone else path
     paths = [path] if lone else list_safetensors(folder)
+    side = [] if lone else [folder / "config.json", folder / "hf_quant_config.json"]
+    prefetch(paths, header_cap=options.header_cap, side=side)
     shards = read_shards(paths, root=folder, header_cap=options.header_cap)
     configs = ConfigFiles() if lone else read_config_files(folder, root=folder)
     return ScannedCheckpoint(
-        path=folder,
+        path=folder.path,
+        storage=folder.as_root(),
         layout=NAME,
         info=SingleFileInfo(lone_file=lone),
         shards=shards,

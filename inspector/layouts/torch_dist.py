@@ -14,9 +14,7 @@ them with the ranges `.metadata` stores and judges everything else.
 from __future__ import annotations
 
 import math
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +22,7 @@ import numpy as np
 from inspector._gc import gc_paused
 from inspector.columns import Coded
 from inspector.dtypes import torch_itemsize
+from inspector.errors import UnsafeFileError
 from inspector.findings import examples, short_repr
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.layouts.base import LayoutReader, ScanOptions
@@ -50,7 +49,7 @@ from inspector.safe_pickle import (
     TorchDtype,
     read_dcp_metadata,
 )
-from inspector.storage import LocalFile
+from inspector.storage import EntryKind, Location
 
 __all__ = [
     "COMMON_FILE",
@@ -86,26 +85,25 @@ _ITERATION_TEXT = re.compile(r"(\d{1,12}|release)")
 # -- detection ------------------------------------------------------------------------
 
 
-def detect(path: Path) -> bool:
+def detect(path: Location) -> bool:
     """A DCP folder (`.metadata` without safetensors, `*.distcp`, or a torch_dist
     `metadata.json`), or a Megatron save folder with `latest_checkpointed_iteration.txt`."""
-    if path.is_file():
+    if not path.is_dir():
         return path.name == METADATA_FILE and _is_dcp_folder(path.parent)
-    return path.is_dir() and (_is_dcp_folder(path) or (path / LATEST_FILE).is_file())
+    return _is_dcp_folder(path) or (path / LATEST_FILE).is_file()
 
 
-def _is_dcp_folder(folder: Path) -> bool:
-    try:
-        names = [e.name for e in os.scandir(folder) if e.is_file()]
-    except OSError:
-        return False
+def _is_dcp_folder(folder: Location) -> bool:
+    # Refused entries count: a `.metadata` that is a FIFO still marks the folder, and the
+    # scan reports it.
+    names = [e.name for e in folder.entries() if e.kind is not EntryKind.DIR]
     if any(n.endswith(".distcp") for n in names):
         return True
     # DCP's Hugging Face writer also leaves a `.metadata` next to its .safetensors files.
     if METADATA_FILE in names and not any(n.endswith(".safetensors") for n in names):
         return True
     if METADATA_JSON in names:
-        value, problem = read_json(folder / METADATA_JSON, cap=1_000_000)
+        value, problem, _ = read_json(folder / METADATA_JSON, cap=1_000_000)
         return problem is None and isinstance(value, dict) and _is_torch_dist(value)
     return False
 
@@ -126,13 +124,14 @@ def iteration_folder_name(text: str) -> str | None:
 # -- scan -----------------------------------------------------------------------------
 
 
-def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
+def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """Read `.metadata`, `metadata.json`, the common state and the `.distcp` sizes.
 
     `options.header_cap` does not apply: torch_dist has no safetensors headers.
     """
     del options
-    folder = path.parent if path.is_file() else path
+    folder = path if path.is_dir() else path.parent
+    folder = Location(folder.as_root())
     # 1. Which folder holds the checkpoint: this one, or the iteration the tracker names.
     problems: list[ReadProblem] = []
     iteration_dir: str | None = ""
@@ -147,7 +146,8 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     # 3. metadata.json, the .distcp sizes, the common state.
     metadata_json, json_rel, json_problems = _read_metadata_json(ckpt, iteration_dir)
     problems += json_problems
-    distcp_sizes = _distcp_sizes(folder, iteration_dir, storage)
+    distcp_sizes, size_problems = _distcp_sizes(folder, iteration_dir, storage)
+    problems += size_problems
     common, common_file, common_problems = _read_common(folder, iteration_dir, byte_keys, storage)
     problems += common_problems
     # 4. One logical row per tensor key.
@@ -162,7 +162,8 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
         common_file=common_file,
     )
     return ScannedCheckpoint(
-        path=folder,
+        path=folder.path,
+        storage=folder.storage,
         layout=NAME,
         info=info,
         logical=_logical(tensors, storage),
@@ -171,11 +172,16 @@ def scan(path: Path, options: ScanOptions) -> ScannedCheckpoint:
     )
 
 
-def _empty_scan(folder: Path, problems: list[ReadProblem]) -> ScannedCheckpoint:
+def _empty_scan(folder: Location, problems: list[ReadProblem]) -> ScannedCheckpoint:
     """No iteration folder to read: the problems say why."""
     info = TorchDistInfo("", None, {}, (), {}, {}, None)
     return ScannedCheckpoint(
-        folder, NAME, info, logical=_logical({}, {}), read_problems=tuple(problems)
+        folder.path,
+        NAME,
+        info,
+        logical=_logical({}, {}),
+        read_problems=tuple(problems),
+        storage=folder.storage,
     )
 
 
@@ -183,12 +189,13 @@ def _rel(prefix: str, name: str) -> str:
     return f"{prefix}/{name}" if prefix else name
 
 
-def _resolve_iteration(parent: Path) -> tuple[str | None, list[ReadProblem]]:
+def _resolve_iteration(parent: Location) -> tuple[str | None, list[ReadProblem]]:
     """The iteration folder `latest_checkpointed_iteration.txt` names, checked to exist inside
-    `parent`; otherwise the newest `iter_*` folder with a `.metadata` (or None), and a finding."""
+    `parent` (the storage refuses a link out of it); otherwise the newest `iter_*` folder with
+    a `.metadata` (or None), and a finding."""
     text = _read_small_text(parent / LATEST_FILE)
     name = iteration_folder_name(text) if text is not None else None
-    if name is not None and _inside(parent, parent / name) and (parent / name).is_dir():
+    if name is not None and (parent / name).is_dir():
         return name, []
     fallback = _newest_iteration(parent)
     if name is None:
@@ -200,33 +207,20 @@ def _resolve_iteration(parent: Path) -> tuple[str | None, list[ReadProblem]]:
     return fallback, [ReadProblem(LATEST_FILE, FileRole.ITERATION_TRACKER, f"{why} ({then})")]
 
 
-def _read_small_text(path: Path, *, cap: int = 1024) -> str | None:
+def _read_small_text(path: Location, *, cap: int = 1024) -> str | None:
     try:
-        with LocalFile(path) as reader:
+        with path.open() as reader:
             return reader.read_range(0, cap).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnsafeFileError, UnicodeDecodeError):
         return None
 
 
-def _inside(parent: Path, child: Path) -> bool:
-    """True when `child` resolves (symlinks followed) to a path inside `parent`."""
-    try:
-        return child.resolve().is_relative_to(parent.resolve())
-    except (OSError, RuntimeError):
-        return False
-
-
-def _newest_iteration(parent: Path) -> str | None:
-    try:
-        names = [e.name for e in os.scandir(parent) if e.is_dir() and e.name.startswith("iter_")]
-    except OSError:
-        return None
+def _newest_iteration(parent: Location) -> str | None:
+    names = [
+        e.name for e in parent.entries() if e.kind is EntryKind.DIR and e.name.startswith("iter_")
+    ]
     numbered = [
-        (int(n[5:]), n)
-        for n in names
-        if n[5:].isdigit()
-        and (parent / n / METADATA_FILE).is_file()
-        and _inside(parent, parent / n)
+        (int(n[5:]), n) for n in names if n[5:].isdigit() and (parent / n / METADATA_FILE).is_file()
     ]
     return max(numbered)[1] if numbered else None
 
@@ -237,7 +231,7 @@ _Storage = dict[tuple[str, tuple[int, ...]], tuple[str, int, int]]
 
 
 def _read_metadata(
-    ckpt: Path, prefix: str
+    ckpt: Location, prefix: str
 ) -> tuple[dict[str, TorchDistTensor], list[str], _Storage, list[ReadProblem]]:
     """`.metadata` through the restricted unpickler; every failure is a read problem."""
     rel = _rel(prefix, METADATA_FILE)
@@ -249,13 +243,15 @@ def _read_metadata(
         return {}, [], {}, [ReadProblem(rel, FileRole.TORCH_DIST_METADATA, reason, kind)]
 
     try:
-        with LocalFile(path) as reader:
+        with path.open() as reader:
             size = reader.size()
             if size > METADATA_CAP:
                 return unreadable(f"is {size:,} bytes, over the {METADATA_CAP:,}-byte limit")
             data = reader.read_range(0, size)
     except FileNotFoundError:
         return unreadable("is missing")
+    except UnsafeFileError as exc:
+        return unreadable(f"{exc.reason}; not read", ProblemKind.UNSAFE_FILE)
     except OSError as exc:
         return unreadable(f"cannot be read ({exc.strerror or exc})")
     with gc_paused():
@@ -402,7 +398,7 @@ def _metadata_problems(
 
 
 def _read_metadata_json(
-    ckpt: Path, prefix: str
+    ckpt: Location, prefix: str
 ) -> tuple[dict | None, str | None, list[ReadProblem]]:
     """(doc, relative name if the file exists, problems of an unreadable file).
 
@@ -411,37 +407,47 @@ def _read_metadata_json(
     if not path.is_file():
         return None, None, []
     rel = _rel(prefix, METADATA_JSON)
-    value, problem = read_json(path, cap=10_000_000)
+    value, problem, kind = read_json(path, cap=10_000_000)
     if problem is None and not isinstance(value, dict):
         problem = f"holds a JSON {type(value).__name__}, expected an object"
     if problem is not None:
-        return None, rel, [ReadProblem(rel, FileRole.METADATA_JSON, problem)]
+        return None, rel, [ReadProblem(rel, FileRole.METADATA_JSON, problem, kind)]
     return value, rel, []
 
 
-def _distcp_sizes(folder: Path, prefix: str, storage: _Storage) -> dict[str, int]:
+def _distcp_sizes(
+    folder: Location, prefix: str, storage: _Storage
+) -> tuple[dict[str, int], list[ReadProblem]]:
     """Sizes of the `.distcp` files in the checkpoint and of every file the storage map
-    names (relative to the scanned folder); files that do not exist are absent."""
+    names (relative to the scanned folder); files that do not exist are absent, files the
+    storage refuses (a FIFO, a link out of the folder) are absent and reported."""
     sizes: dict[str, int] = {}
-    try:
-        for entry in os.scandir(folder / prefix):
-            if entry.name.endswith(".distcp") and entry.is_file():
-                sizes[_rel(prefix, entry.name)] = entry.stat().st_size
-    except OSError:
-        pass
-    for file in {loc[0] for loc in storage.values()} - sizes.keys():
-        try:
-            sizes[file] = (folder / file).stat().st_size
-        except OSError:
-            continue
-    return sizes
+    refused: dict[str, str] = {}
+    for entry in (folder / prefix).entries():
+        rel = _rel(prefix, entry.name)
+        if entry.name.endswith(".distcp"):
+            if entry.kind is EntryKind.FILE and entry.size is not None:
+                sizes[rel] = entry.size
+            elif entry.kind is EntryKind.REFUSED:
+                refused[rel] = entry.reason or "is not a regular file"
+    for file in sorted({loc[0] for loc in storage.values()} - sizes.keys() - refused.keys()):
+        found = (folder / file).stat()
+        if found is not None and found.kind is EntryKind.FILE and found.size is not None:
+            sizes[file] = found.size
+        elif found is not None and found.kind is EntryKind.REFUSED:
+            refused[file] = found.reason or "is not a regular file"
+    problems = [
+        ReadProblem(f, FileRole.TORCH_DIST_DATA, f"{why}; not read", ProblemKind.UNSAFE_FILE)
+        for f, why in sorted(refused.items())
+    ]
+    return sizes, problems
 
 
 # -- common state ---------------------------------------------------------------------
 
 
 def _read_common(
-    folder: Path, prefix: str, byte_keys: list[str], storage: _Storage
+    folder: Location, prefix: str, byte_keys: list[str], storage: _Storage
 ) -> tuple[dict[str, Any] | None, str | None, list[ReadProblem]]:
     """`common.pt`, or the `common_state` object newer Megatron stores in a `.distcp` file."""
     path = folder / prefix / COMMON_FILE
@@ -455,20 +461,20 @@ def _read_common(
     return None, None, []
 
 
-def _file_bytes(path: Path, cap: int) -> bytes:
-    with LocalFile(path) as reader:
+def _file_bytes(path: Location, cap: int) -> bytes:
+    with path.open() as reader:
         size = reader.size()
         if size > cap:
             raise ValueError(f"is {size:,} bytes, over the {cap:,}-byte limit for common state")
         return reader.read_range(0, size)
 
 
-def _range_bytes(path: Path, start: int, length: int) -> bytes:
+def _range_bytes(path: Location, start: int, length: int) -> bytes:
     if length > COMMON_CAP:
         raise ValueError(
             f"is {length:,} bytes, over the {COMMON_CAP:,}-byte limit for common state"
         )
-    with LocalFile(path) as reader:
+    with path.open() as reader:
         data = reader.read_range(start, length)
     if len(data) != length:
         raise ValueError(f"is cut short: {len(data):,} of {length:,} bytes present")
@@ -489,6 +495,12 @@ def _load_common(
         return None, rel, [ReadProblem(rel, role, reason)]
     try:
         value = _unwrap_bytes_io(torch, _inert_torch_load(torch, read()))
+    except UnsafeFileError as exc:
+        return (
+            None,
+            rel,
+            [ReadProblem(rel, role, f"{exc.reason}; not read", ProblemKind.UNSAFE_FILE)],
+        )
     except (HostilePickleError, PickleBombError) as exc:
         return None, rel, [ReadProblem(rel, role, str(exc), refusal_kind(exc))]
     # torch.load on untrusted bytes raises many types (UnpicklingError, RuntimeError from the

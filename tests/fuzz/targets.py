@@ -82,10 +82,12 @@ def index_json(data: bytes) -> None:
     """The bytes as `model.safetensors.index.json`, as a per-layer sidecar, and as
     `config.json` + `hf_quant_config.json`: findings, never an exception."""
     from inspector.layouts._common import read_config_files, read_index_doc, salvage_json_prefix
+    from inspector.storage import local_location
 
-    root = _folder()
+    folder = _folder()
     for name in ("model.safetensors.index.json", "x.safetensors.json", "config.json"):
-        (root / name).write_bytes(data)
+        (folder / name).write_bytes(data)
+    root = local_location(folder)
     doc, problems = read_index_doc(root / "model.safetensors.index.json", root=root)
     _check_problems(problems)
     if doc is not None:

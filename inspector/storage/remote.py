@@ -1,0 +1,808 @@
+"""Remote checkpoints through fsspec: S3 (s3fs), GCS (gcsfs), the Hugging Face Hub
+(`huggingface_hub.HfFileSystem`) and HTTP(S) (aiohttp). Optional: `pip install
+'checkpoint-inspector[remote]'`; nothing here imports fsspec until a URL is opened.
+
+How it reads:
+
+- A folder is listed once (one request for up to 1,000 entries on S3) and every size comes
+  from that listing, so opening a shard costs no request of its own.
+- A shard header costs one ranged GET of a read-ahead (64 KiB by default) that holds the
+  8-byte length and, usually, the whole header; a second GET fetches the rest only when the
+  header is longer. JSON side files are read whole, after their listed size is checked
+  against the same caps as local ones. Tensor data is read only when asked (`--deep`,
+  `diff --data`, `consolidate`).
+- Many files are read at once (`max_concurrency` requests in flight). Throttling (429, 503
+  SlowDown), other 5xx answers and dropped connections are retried with exponential backoff
+  and jitter; the stores' own retry loops are turned down so one policy applies everywhere.
+- Credentials come from where each ecosystem keeps them (AWS environment variables, profiles
+  and `AWS_ENDPOINT_URL`; gcloud application-default credentials; `HF_TOKEN` or `hf auth
+  login`), plus `storage_options`, passed to the fsspec file system as they are.
+- Containment: names are joined under the root only after `check_member` (no `..`, no
+  absolute path), and an HTTP listing's links are kept only when they name an entry directly
+  in the folder; a `weight_map` cannot make us read anything outside it.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+from inspector.errors import CannotInspectError, RemoteAccessError
+from inspector.storage.base import (
+    Entry,
+    EntryKind,
+    IOStats,
+    Location,
+    RemoteURL,
+    TooLargeError,
+    check_member,
+)
+from inspector.storage.urls import REMOTE_SCHEMES, parse_hf_url, scheme_of
+
+__all__ = ["DEFAULT_READ_AHEAD", "FsspecStorage", "RemoteFile", "RemoteOptions", "open_remote"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+# How much of a file's start `prefetch` fetches: a byte count, or a function of the first
+# bytes and the file size.
+Want = int | Callable[[bytes, int], int]
+
+DEFAULT_READ_AHEAD = 64 << 10
+DEFAULT_CONCURRENCY = 32
+_KEPT_HEADS = 16
+_TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Exception classes (by name, so that no optional library must be importable) that mean the
+# connection failed or timed out: worth another try.
+_TRANSIENT_NAMES = frozenset(
+    {
+        "ClientConnectionError",
+        "ClientConnectorError",
+        "ClientOSError",
+        "ClientPayloadError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "EndpointConnectionError",
+        "ConnectionClosedError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "ResponseStreamingError",
+        "IncompleteRead",
+        "IncompleteReadError",
+        "ChunkedEncodingError",
+        "RemoteDisconnected",
+    }
+)
+_NO_CREDENTIALS = frozenset(
+    {
+        "NoCredentialsError",
+        "PartialCredentialsError",
+        "CredentialRetrievalError",
+        "DefaultCredentialsError",
+        "RefreshError",
+        "LocalTokenNotFoundError",
+    }
+)
+_FILE_SUFFIXES = (".safetensors", ".json", ".metadata", ".distcp", ".pt")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteOptions:
+    """How remote checkpoints are read. `storage_options` go to the fsspec file system as
+    they are (`endpoint_url`, `anon`, `profile`, `token`...)."""
+
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    max_concurrency: int = DEFAULT_CONCURRENCY
+    read_ahead: int = DEFAULT_READ_AHEAD
+    retries: int = 5
+    # First backoff in seconds; each retry doubles it, times a random factor in [0.5, 1.5).
+    retry_wait: float = 0.2
+    # None: a bar on a terminal or in a notebook once a run takes over a second.
+    progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency is {self.max_concurrency}; expected 1 or more")
+        if self.read_ahead < 8:
+            raise ValueError(f"read_ahead is {self.read_ahead} bytes; expected at least 8")
+
+
+@dataclass
+class _Shared:
+    """What the storages of one checkpoint (the root and its sub-folders) share."""
+
+    fs: Any
+    options: RemoteOptions
+    protocol: str
+    stats: IOStats = field(default_factory=IOStats)
+    listings: dict[str, tuple[bool, list[Entry]]] = field(default_factory=dict)
+    # The last few read-aheads by key: detection reads a header the scan reads again.
+    heads: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
+    # Starts of files fetched ahead by `prefetch`, until the file is opened.
+    prefetched: dict[str, bytes] = field(default_factory=dict)
+    # The longest start of a file a reader needed past its read-ahead so far: shards of one
+    # checkpoint have headers of similar length, so later read-aheads cover it in one GET.
+    needed: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Requests in flight from threads, over every `map` running at once (consolidate writes
+    # several files in parallel, each fetching its blocks concurrently): at most
+    # max_concurrency, so memory holds at most that many fetched blocks.
+    gate: threading.BoundedSemaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gate = threading.BoundedSemaphore(self.options.max_concurrency)
+
+    def head(self, key: str) -> bytes:
+        with self.lock:
+            found = self.prefetched.pop(key, None)
+        if found is None:
+            with self.lock:
+                return self.heads.get(key, b"")
+        self.keep_head(key, found)  # opened again soon, maybe (a config salvaged after a read)
+        return found
+
+    def read_ahead(self) -> int:
+        # A quarter more than the longest header seen, in whole 4 KiB pages.
+        grown = -(-self.needed * 5 // 4 // 4096) * 4096
+        return max(self.options.read_ahead, grown)
+
+    def saw_prefix(self, length: int) -> None:
+        with self.lock:
+            self.needed = max(self.needed, length)
+
+    def keep_head(self, key: str, data: bytes) -> None:
+        with self.lock:
+            self.heads[key] = data
+            while len(self.heads) > _KEPT_HEADS:
+                self.heads.popitem(last=False)
+
+
+class FsspecStorage:
+    """A remote folder: `key` is the path the fsspec file system takes, `url` what people
+    see. Build one with `open_remote`."""
+
+    is_local = False
+
+    def __init__(self, shared: _Shared, key: str, url: str) -> None:
+        self._shared = shared
+        self._key = key.rstrip("/")
+        self._url = url.rstrip("/")
+
+    @property
+    def path(self) -> RemoteURL:
+        return RemoteURL(self._url)
+
+    @property
+    def stats(self) -> IOStats:
+        return self._shared.stats
+
+    @property
+    def options(self) -> RemoteOptions:
+        return self._shared.options
+
+    def __repr__(self) -> str:
+        return f"FsspecStorage({self._url!r})"
+
+    def sub(self, rel: str) -> FsspecStorage:
+        rel = check_member(rel)
+        if not rel:
+            return self
+        return FsspecStorage(self._shared, self._join(rel), f"{self._url}/{rel}")
+
+    def fresh(self) -> FsspecStorage:
+        shared = self._shared
+        shared.fs.invalidate_cache()
+        return FsspecStorage(
+            _Shared(shared.fs, shared.options, shared.protocol), self._key, self._url
+        )
+
+    def _join(self, rel: str) -> str:
+        if not rel:
+            return self._key
+        if self._shared.protocol == "http":
+            return f"{self._key}/{quote(rel, safe='/')}"
+        return f"{self._key}/{rel}"
+
+    def _show(self, rel: str) -> str:
+        return f"{self._url}/{rel}" if rel else self._url
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def _listing(self, rel: str) -> tuple[bool, list[Entry]]:
+        """(authoritative, entries) of folder `rel`, listed once. Not authoritative: the store
+        could not list it (an HTTP server without index pages), so absence proves nothing."""
+        key = self._join(rel)
+        shared = self._shared
+        with shared.lock:
+            cached = shared.listings.get(key)
+        if cached is not None:
+            return cached
+        http = shared.protocol == "http"
+        try:
+            infos = self._call(lambda: _ls(shared.fs, key + "/" if http else key), rel)
+            found = (not http or bool(infos), _entries(infos, key, http=http))
+        except (FileNotFoundError, NotADirectoryError):
+            found = (not http, [])
+        except OSError:
+            found = (False, [])
+        with shared.lock:
+            shared.listings[key] = found
+        return found
+
+    def entries(self, rel: str = "") -> list[Entry]:
+        return list(self._listing(check_member(rel))[1])
+
+    def stat(self, rel: str) -> Entry | None:
+        rel = check_member(rel)
+        if not rel:
+            return Entry(self.path.name, EntryKind.DIR)
+        parent, _, name = rel.rpartition("/")
+        authoritative, entries = self._listing(parent)
+        for entry in entries:
+            if entry.name == name:
+                if entry.kind is EntryKind.FILE and entry.size is None:
+                    return self._info(rel, name)
+                return entry
+        return None if authoritative else self._info(rel, name)
+
+    def _info(self, rel: str, name: str) -> Entry | None:
+        """One metadata request (HEAD) for an entry the listing did not describe."""
+        try:
+            info = self._call(lambda: self._shared.fs.info(self._join(rel)), rel)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            return Entry(name, EntryKind.FILE)  # reading it says why
+        if info.get("type") == "directory":
+            return Entry(name, EntryKind.DIR)
+        size = info.get("size")
+        return Entry(name, EntryKind.FILE, size if isinstance(size, int) else None)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def open(self, rel: str) -> RemoteFile:
+        rel = check_member(rel)
+        entry = self.stat(rel)
+        shown = self._show(rel)
+        if entry is None:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown)
+        if entry.kind is EntryKind.DIR:
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
+        if entry.size is None:
+            raise OSError(errno.EIO, "the store does not say how large it is", shown)
+        return RemoteFile(self, rel, entry.size)
+
+    def read_bytes(self, rel: str, *, cap: int) -> bytes:
+        with self.open(rel) as reader:
+            size = reader.size()
+            if size > cap:
+                raise TooLargeError(rel, size, cap)
+            return reader.read_range(0, size) if size else b""
+
+    def read_range(self, rel: str, offset: int, length: int) -> bytes:
+        return self.fetch(check_member(rel), offset, offset + length)
+
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
+        return self.map(lambda r: self.read_range(*r), ranges)
+
+    def prefetch(self, wanted: Sequence[tuple[str, Want]], *, desc: str = "") -> None:
+        """Fetch the start of many files at once, `max_concurrency` requests in flight, so
+        that opening them later costs no request. Per file, `want` is how many bytes from the
+        start (an int, e.g. a whole JSON file under its cap), or a function of the first
+        bytes (the read-ahead) and the file size that says how many are needed (a
+        safetensors header's length): the rest is fetched by a second request only then."""
+        jobs: list[tuple[str, str, int, Want]] = []
+        for rel, want in wanted:
+            rel = check_member(rel)
+            key = self._join(rel)
+            entry = self.stat(rel)
+            with self._shared.lock:
+                known = key in self._shared.prefetched or key in self._shared.heads
+            if known or entry is None or entry.kind is not EntryKind.FILE or not entry.size:
+                continue
+            if isinstance(want, int) and entry.size > want:
+                continue  # over the reader's cap: it refuses the file without reading it
+            jobs.append((rel, key, entry.size, want))
+        if not jobs:
+            return
+        fs = self._shared.fs
+        bar = _progress(len(jobs), desc, self.options.progress)
+        try:
+            if getattr(fs, "async_impl", False):
+                from fsspec.asyn import sync
+
+                sync(fs.loop, self._prefetch_async, jobs, bar)
+            else:
+                self.map(lambda job: self._keep(job[1], self._start_of(*job), bar), jobs)
+        finally:
+            bar.close()
+
+    def _start_of(self, rel: str, key: str, size: int, want: Want) -> bytes:
+        first = self.fetch(
+            rel, 0, min(size, want if isinstance(want, int) else self._shared.read_ahead())
+        )
+        need = min(size, want if isinstance(want, int) else want(first, size))
+        if need <= len(first):
+            return first
+        self._shared.saw_prefix(need)
+        return first + self.fetch(rel, len(first), need)
+
+    async def _prefetch_async(self, jobs: list[tuple[str, str, int, Want]], bar: Any) -> None:
+        import asyncio
+
+        fs = self._shared.fs
+        gate = asyncio.Semaphore(self.options.max_concurrency)
+
+        async def fetch(rel: str, key: str, start: int, end: int | Callable[[], int]) -> bytes:
+            async with gate:
+                # A read-ahead is sized when its request goes out: by then the first headers
+                # may have shown how long this checkpoint's headers are.
+                stop = end if isinstance(end, int) else end()
+                data = await self._acall(lambda: fs._cat_file(key, start=start, end=stop), rel)
+            self._shared.stats.add(len(data))
+            return bytes(data)
+
+        async def one(rel: str, key: str, size: int, want: Want) -> None:
+            fixed = want if isinstance(want, int) else None
+            first = await fetch(rel, key, 0, lambda: min(size, fixed or self._shared.read_ahead()))
+            need = min(size, want if isinstance(want, int) else want(first, size))
+            if need > len(first):
+                self._shared.saw_prefix(need)
+                first += await fetch(rel, key, len(first), need)
+            self._keep(key, first, bar)
+
+        await asyncio.gather(*(one(*job) for job in jobs))
+
+    def _keep(self, key: str, data: bytes, bar: Any) -> None:
+        with self._shared.lock:
+            self._shared.prefetched[key] = data
+        bar.update(1)
+
+    def fetch(self, rel: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of file `rel`: one ranged GET, retried on transient errors."""
+        if end <= start:
+            return b""
+        key = self._join(rel)
+        fs = self._shared.fs
+        if getattr(fs, "async_impl", False):
+            data = self._call(lambda: fs.cat_file(key, start=start, end=end), rel)
+        else:
+            data = self._call(lambda: _read_sync(fs, key, start, end), rel)
+        self._shared.stats.add(len(data))
+        return bytes(data)
+
+    def map(self, fn: Callable[[T], U], items: Sequence[T], *, desc: str = "") -> list[U]:
+        if not items:
+            return []
+        workers = min(self.options.max_concurrency, len(items))
+        bar = _progress(len(items), desc, self.options.progress)
+        try:
+            if workers == 1:
+                out = []
+                for item in items:
+                    out.append(fn(item))
+                    bar.update(1)
+                return out
+            with ThreadPoolExecutor(workers, thread_name_prefix="ckpt-read") as pool:
+                futures = [pool.submit(fn, item) for item in items]
+                for future in futures:
+                    future.add_done_callback(lambda _: bar.update(1))
+                done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+                if any(f.exception() is not None for f in done):
+                    for future in futures:
+                        future.cancel()
+                return [f.result() for f in futures]
+        finally:
+            bar.close()
+
+    # -- errors ----------------------------------------------------------------------------
+
+    def _call(self, fn: Callable[[], T], rel: str) -> T:
+        """`fn()` with retries on throttling, 5xx and dropped connections; other errors as
+        the OSError a local read would give, or `RemoteAccessError` when the store refuses
+        us outright (no credentials) or keeps failing."""
+        options = self.options
+        for attempt in range(options.retries + 1):
+            try:
+                with self._shared.gate:  # released while a retry waits
+                    return fn()
+            except Exception as exc:
+                status = _status(exc)
+                if attempt < options.retries and _transient(exc, status):
+                    self._shared.stats.add(0, retry=True)
+                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
+                    time.sleep(min(wait_s, 20.0))
+                    continue
+                raise _translate(exc, status, self._show(rel), attempt) from exc
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def _acall(self, make: Callable[[], Any], rel: str) -> Any:
+        """`_call` for a coroutine made by `make()` on the file system's own event loop."""
+        import asyncio
+
+        options = self.options
+        for attempt in range(options.retries + 1):
+            try:
+                return await make()
+            except Exception as exc:
+                status = _status(exc)
+                if attempt < options.retries and _transient(exc, status):
+                    self._shared.stats.add(0, retry=True)
+                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
+                    await asyncio.sleep(min(wait_s, 20.0))
+                    continue
+                raise _translate(exc, status, self._show(rel), attempt) from exc
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+
+class RemoteFile:
+    """A `RangeReader` over one remote object. The first read near the start fetches the
+    read-ahead; later reads inside it cost nothing, reads past it fetch only what is missing."""
+
+    def __init__(self, storage: FsspecStorage, rel: str, size: int) -> None:
+        self.name = storage._show(rel)
+        self._storage = storage
+        self._rel = rel
+        self._size = size
+        self._key = storage._join(rel)
+        self._head = storage._shared.head(self._key)
+
+    def size(self) -> int:
+        return self._size
+
+    def read_range(self, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise ValueError(f"{self.name}: negative read range ({offset}, {length})")
+        end = min(offset + length, self._size)
+        if offset >= end:
+            return b""
+        shared = self._storage._shared
+        ahead = shared.read_ahead()
+        if not self._head and offset < ahead:
+            self._head = self._storage.fetch(self._rel, 0, min(self._size, max(ahead, end)))
+            shared.keep_head(self._key, self._head)
+        head = self._head
+        if end <= len(head):
+            return head[offset:end]
+        if offset < len(head):
+            if offset < 8 + shared.options.read_ahead:
+                shared.saw_prefix(end)  # a header read past the read-ahead
+            return head[offset:] + self._storage.fetch(self._rel, len(head), end)
+        return self._storage.fetch(self._rel, offset, end)
+
+    def close(self) -> None:
+        self._head = b""
+
+    def __enter__(self) -> RemoteFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ls(fs: Any, key: str) -> Any:
+    """A fresh listing (the file system's own listing cache is not trusted across scans)."""
+    try:
+        return fs.ls(key, detail=True, refresh=True)
+    except TypeError:  # a file system without `refresh`
+        return fs.ls(key, detail=True)
+
+
+def _read_sync(fs: Any, key: str, start: int, end: int) -> bytes:
+    """One ranged read from a file system without an async `cat_file` (the Hub's): no block
+    cache, so exactly the range is requested."""
+    with fs.open(key, "rb", block_size=end - start, cache_type="none") as fh:
+        fh.seek(start)
+        data: bytes = fh.read(end - start)
+        return data
+
+
+def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
+    """fsspec `ls(detail=True)` records as entries directly in folder `key`. Anything else a
+    store returns (an HTTP page's links to other folders or hosts, the folder itself, names
+    that are not plain) is dropped: nothing outside the folder is ever reached from here."""
+    out: dict[str, Entry] = {}
+    prefix = key.rstrip("/") + "/"
+    for info in infos if isinstance(infos, list) else ():
+        name = str(info.get("name", ""))
+        if not name.startswith(prefix):
+            continue
+        is_dir = info.get("type") == "directory" or name.endswith("/")
+        child = name[len(prefix) :].rstrip("/")
+        if http:
+            child = unquote(child)
+        if not child or "/" in child or child in (".", "..") or "\x00" in child:
+            continue
+        size = info.get("size")
+        kind = EntryKind.DIR if is_dir else EntryKind.FILE
+        out[child] = Entry(child, kind, size if isinstance(size, int) and not is_dir else None)
+    return [out[k] for k in sorted(out)]
+
+
+def _progress(total: int, desc: str, enabled: bool | None) -> Any:
+    """A tqdm.auto bar (terminal or notebook), shown only for runs that last (delay)."""
+    if enabled is False or not desc:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    # Auto (None): no bar when the output is not a terminal (logs, CI), and none for runs
+    # shorter than a second; asked for (True): a bar at once.
+    auto = enabled is None
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit="file",
+        delay=1.0 if auto else 0.0,
+        disable=None if auto else False,
+        leave=False,
+    )
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+# -- errors -------------------------------------------------------------------------------
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    at: BaseException | None = exc
+    while at is not None and at not in seen and len(seen) < 16:
+        seen.append(at)
+        at = at.__cause__ or at.__context__
+    return seen
+
+
+def _status(exc: BaseException) -> int | None:
+    """The HTTP status behind an error of s3fs/botocore, gcsfs, aiohttp or huggingface_hub."""
+    for err in _chain(exc):
+        response = getattr(err, "response", None)
+        if isinstance(response, dict):  # botocore ClientError
+            meta = response.get("ResponseMetadata") or {}
+            code = meta.get("HTTPStatusCode")
+            if isinstance(code, int):
+                return code
+            if (response.get("Error") or {}).get("Code") in ("SlowDown", "Throttling"):
+                return 503
+        for owner in (err, response):
+            for attr in ("status", "status_code", "code"):
+                value = getattr(owner, attr, None)
+                if isinstance(value, int) and 100 <= value < 600:
+                    return value
+    return None
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for err in _chain(exc) for cls in type(err).__mro__}
+
+
+def _transient(exc: BaseException, status: int | None) -> bool:
+    if status is not None:
+        return status in _TRANSIENT_STATUS
+    if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+        return False
+    names = _names(exc)
+    return bool(names & _TRANSIENT_NAMES) or bool(
+        names & {"TimeoutError", "ConnectionError", "ConnectionResetError"}
+    )
+
+
+def _translate(exc: BaseException, status: int | None, url: str, attempt: int) -> Exception:
+    names = _names(exc)
+    if names & _NO_CREDENTIALS:
+        return RemoteAccessError(f"{url}: no credentials found ({exc}); {_CREDENTIALS_HINT}")
+    if status in (401, 403) or isinstance(exc, PermissionError):
+        return PermissionError(errno.EACCES, f"access denied (HTTP {status or 403})", url)
+    if status == 404 or isinstance(exc, FileNotFoundError):
+        return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+    if _transient(exc, status):
+        what = f"HTTP {status}" if status else type(exc).__name__
+        return RemoteAccessError(
+            f"{url}: {what} after {attempt + 1} attempts; the store is throttling or "
+            "unreachable: run again later, or lower --max-concurrency"
+        )
+    if isinstance(exc, OSError):
+        return exc
+    return OSError(errno.EIO, f"{type(exc).__name__}: {exc}", url)
+
+
+_CREDENTIALS_HINT = (
+    "S3: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or pass "
+    "--storage-option anon=true for a public bucket); GCS: run `gcloud auth "
+    "application-default login`; Hugging Face: set HF_TOKEN or run `hf auth login`"
+)
+
+
+# -- opening a URL --------------------------------------------------------------------------
+
+
+def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
+    """The `Location` a remote URL names (a folder, or a file in its folder's storage).
+
+    Raises `CannotInspectError` when nothing is there or the remote extra is missing, and
+    `RemoteAccessError` when the store refuses us (403, no credentials)."""
+    options = options or RemoteOptions()
+    scheme = scheme_of(url)
+    if scheme not in REMOTE_SCHEMES:
+        raise CannotInspectError(
+            f"{url}: not a remote URL (expected s3://, gs://, hf://, https://)"
+        )
+    protocol = REMOTE_SCHEMES[scheme]
+    shown = url.rstrip("/")
+    fs, key = _filesystem(protocol, url, options)
+    shared = _Shared(fs, options, protocol)
+    root = FsspecStorage(shared, key, shown)
+    if protocol == "http":
+        name = shown.rsplit("/", 1)[-1]
+        if url.endswith("/") or not name.endswith(_FILE_SUFFIXES):
+            return Location(root)
+        return _file_location(shared, key, shown)
+    # One listing tells a folder (its entries, kept for the scan) from a file (the listing
+    # of a file is the file itself) from nothing at all.
+    try:
+        infos = root._call(lambda: _ls(fs, key), "")
+    except FileNotFoundError:
+        raise CannotInspectError(f"{shown}: no such object or prefix; check the URL") from None
+    except PermissionError:
+        raise RemoteAccessError(
+            f"{shown}: access denied (HTTP 403); check that your credentials may read it "
+            f"({_CREDENTIALS_HINT})"
+        ) from None
+    entries = _entries(infos, key, http=False)
+    itself = [i for i in infos if str(i.get("name", "")).rstrip("/") == key]
+    if not entries and itself and itself[0].get("type") == "file":
+        return _file_location(shared, key, shown)
+    if not entries and not itself:
+        raise CannotInspectError(f"{shown}: no such object or prefix; check the URL")
+    shared.listings[key] = (True, entries)
+    return Location(root)
+
+
+def _file_location(shared: _Shared, key: str, shown: str) -> Location:
+    parent_key, _, name = key.rstrip("/").rpartition("/")
+    parent_url = shown.rsplit("/", 1)[0]
+    if shared.protocol == "http":
+        name = unquote(name)
+    return Location(FsspecStorage(shared, parent_key, parent_url), check_member(name))
+
+
+def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, str]:
+    """(fsspec file system, the root's key in it)."""
+    try:
+        import fsspec
+    except ImportError:
+        raise CannotInspectError(
+            f"{url}: reading remote checkpoints needs the remote extra: "
+            "pip install 'checkpoint-inspector[remote]'"
+        ) from None
+    opts = _nested(options.storage_options)
+    try:
+        if protocol == "hf":
+            return _hf_filesystem(url, opts)
+        if protocol == "s3":
+            opts = _s3_defaults(opts, options)
+        fs = _reused(
+            protocol, opts, lambda: fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+        )
+        if protocol == "s3":
+            fs.retries = 1  # s3fs' own retry loop (a class attribute): ours applies instead
+    except ImportError as exc:
+        raise CannotInspectError(
+            f"{url}: {protocol} needs a package that is not installed ({exc.name}); "
+            "pip install 'checkpoint-inspector[remote]'"
+        ) from None
+    except TypeError as exc:
+        raise CannotInspectError(f"{url}: a --storage-option is not understood ({exc})") from None
+    if protocol == "http":
+        return fs, url.rstrip("/")
+    return fs, url.split("://", 1)[1].rstrip("/")
+
+
+_FILE_SYSTEMS: dict[str, Any] = {}
+_FILE_SYSTEMS_LOCK = threading.Lock()
+# Environment variables that decide credentials and endpoints: a file system made under
+# other values is not reused (its session would keep the old credentials).
+_CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
+
+
+def _reused(protocol: str, opts: Mapping[str, Any], make: Callable[[], Any]) -> Any:
+    """One file system per protocol, options and credential environment: a later scan in the
+    same process reuses its session and connections (setting one up costs more than a
+    hundred milliseconds), and still lists every folder afresh."""
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
+    key = repr((protocol, sorted(opts.items(), key=lambda kv: kv[0]), env))
+    with _FILE_SYSTEMS_LOCK:
+        fs = _FILE_SYSTEMS.get(key)
+        if fs is None:
+            fs = _FILE_SYSTEMS[key] = make()
+        return fs
+
+
+def _nested(options: Mapping[str, Any]) -> dict[str, Any]:
+    """`{"client_kwargs.region_name": "x"}` -> `{"client_kwargs": {"region_name": "x"}}`."""
+    out: dict[str, Any] = {}
+    for key, value in options.items():
+        *parents, last = key.split(".")
+        at = out
+        for part in parents:
+            at = at.setdefault(part, {})
+            if not isinstance(at, dict):
+                raise CannotInspectError(f"--storage-option {key}: {part} is not a group")
+        at[last] = value
+    return out
+
+
+def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]:
+    """s3fs options: the endpoint from `AWS_ENDPOINT_URL[_S3]`, a connection pool as large as
+    the requests in flight, and our retries instead of s3fs' and botocore's own loops."""
+    opts = dict(opts)
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    client = opts.get("client_kwargs") or {}
+    if endpoint and "endpoint_url" not in opts and "endpoint_url" not in client:
+        opts["endpoint_url"] = endpoint
+    config = dict(opts.get("config_kwargs") or {})
+    config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
+    config.setdefault("max_pool_connections", max(10, options.max_concurrency))
+    # Our requests are built by s3fs from checked paths; botocore's per-request validation
+    # of them costs CPU that hundreds of concurrent header reads feel.
+    config.setdefault("parameter_validation", False)
+    opts["config_kwargs"] = config
+    return opts
+
+
+def _hf_filesystem(url: str, opts: dict[str, Any]) -> tuple[Any, str]:
+    """The Hub's file system and the root's path in it, at the commit the revision names
+    now: resolved once, so every read of the scan sees the same files even if the branch
+    moves meanwhile."""
+    from huggingface_hub import HfApi, HfFileSystem
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    try:
+        loc = parse_hf_url(url)
+    except ValueError as exc:
+        raise CannotInspectError(str(exc)) from None
+    sha = loc.revision
+    if not loc.is_commit:
+        api = HfApi(endpoint=opts.get("endpoint"), token=opts.get("token"))
+        try:
+            info = api.repo_info(loc.repo_id, repo_type=loc.repo_type, revision=loc.revision)
+        except RevisionNotFoundError:
+            raise CannotInspectError(
+                f"{url}: revision {loc.revision!r} not found in {loc.repo_id}; expected a "
+                "branch, a tag, a commit sha or refs/pr/N"
+            ) from None
+        except GatedRepoError:
+            raise RemoteAccessError(
+                f"{url}: {loc.repo_id} is gated; accept its terms on the Hub, then set "
+                "HF_TOKEN or run `hf auth login`"
+            ) from None
+        except RepositoryNotFoundError:
+            raise RemoteAccessError(
+                f"{url}: repository {loc.repo_id} not found, or private without a token; "
+                "check the name, set HF_TOKEN or run `hf auth login`"
+            ) from None
+        except Exception as exc:
+            raise RemoteAccessError(
+                f"{url}: cannot reach the Hub ({type(exc).__name__}: {exc}); check the network "
+                "or HF_ENDPOINT"
+            ) from None
+        sha = info.sha
+    fs = _reused("hf", opts, lambda: HfFileSystem(skip_instance_cache=True, **opts))
+    return fs, loc.fs_path(sha)

@@ -1,0 +1,481 @@
+"""Servers on 127.0.0.1 for the remote-storage tests and `benchmarks/bench_remote.py`.
+
+- `moto_s3()`: moto's S3 API server (`ThreadedMotoServer`), a real S3 endpoint for s3fs.
+- `Proxy`: an HTTP/1.1 proxy in front of one server that adds a delay to every request
+  (a network round trip), counts requests and the response body bytes it passes on (what a
+  client really fetched), records the request paths and the most requests it held at once
+  (`peak`), and can answer chosen requests itself
+  with an error status (throttling, 403) instead of passing them on.
+- `RangeHTTPServer`: the standard library's file server with HTTP Range support and
+  keep-alive, counting the bytes of file content it sends.
+
+Every server binds 127.0.0.1 on a free port and stops with its context manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from http import HTTPStatus
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Self
+
+__all__ = ["FakeHub", "Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
+
+
+@contextlib.contextmanager
+def moto_s3() -> Iterator[str]:
+    """moto's S3 server in this process; yields its endpoint URL."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def s3_error(status: int, code: str, message: str) -> bytes:
+    """An S3 error document, as S3 sends it with a 4xx/5xx status."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message>"
+        "<RequestId>0</RequestId></Error>"
+    ).encode()
+
+
+# A fault rule gets (method, path, request number) and returns None (pass the request on) or
+# (status, body) to answer with.
+Fault = Callable[[str, str, int], tuple[int, bytes] | None]
+
+
+class Proxy:
+    """See the module docstring. `requests`, `body_bytes`, `paths` and `peak` (the most
+    requests in flight at once) are totals since the last `reset()`."""
+
+    def __init__(self, backend: str, *, delay: float = 0.0, fault: Fault | None = None) -> None:
+        host, _, port = backend.removeprefix("http://").rstrip("/").partition(":")
+        self.backend = (host, int(port or 80))
+        self.delay = delay
+        self.fault = fault
+        self.requests = 0
+        self.body_bytes = 0
+        self.paths: list[str] = []
+        self.peak = 0
+        self._in_flight = 0
+        self._lock = threading.Lock()
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._server: asyncio.base_events.Server | None = None
+        self.url = ""
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests, self.body_bytes, self.paths, self.peak = 0, 0, [], 0
+
+    def __enter__(self) -> Proxy:
+        self._thread.start()
+        self._ready.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        async def close() -> None:
+            if self._server is not None:
+                self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def start() -> None:
+            self._server = await asyncio.start_server(self._client, "127.0.0.1", 0)
+            port = self._server.sockets[0].getsockname()[1]
+            self.url = f"http://127.0.0.1:{port}"
+            self._ready.set()
+
+        self._loop.run_until_complete(start())
+        self._loop.run_forever()
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                method, path, headers = _parse_request(head)
+                body = await _read_body(reader, headers, method=method, request=True)
+                with self._lock:
+                    self._in_flight += 1
+                    self.peak = max(self.peak, self._in_flight)
+                try:
+                    await self._answer(writer, backend, method, path, headers, body)
+                finally:
+                    with self._lock:
+                        self._in_flight -= 1
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return
+        finally:
+            writer.close()
+            for _, back_writer in backend:
+                back_writer.close()
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> None:
+        """One request: the delay, the fault rule or the backend, the response written."""
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        with self._lock:
+            self.requests += 1
+            number = self.requests
+            self.paths.append(f"{method} {path}")
+        answer = self.fault(method, path, number) if self.fault else None
+        if answer is not None:
+            status, data = answer
+            sent = {"Content-Type": "application/xml", "Content-Length": str(len(data))}
+            writer.write(_response(status, sent, b"" if method == "HEAD" else data))
+        else:
+            status_line, out_headers, data = await self._forward(
+                backend, method, path, headers, body
+            )
+            with self._lock:
+                self.body_bytes += len(data)
+            writer.write(_response(status_line, out_headers, data))
+        await writer.drain()
+
+    async def _forward(
+        self,
+        backend: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]],
+        method: str,
+        path: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+    ) -> tuple[Any, list[tuple[str, str]], bytes]:
+        """One request on this client's backend connection (kept alive when the backend
+        allows it, opened again when it closed)."""
+        kept = [
+            (k, v)
+            for k, v in headers
+            if k.lower() not in ("connection", "content-length", "transfer-encoding")
+        ]
+        kept += [("Content-Length", str(len(body))), ("Connection", "keep-alive")]
+        lines = [f"{method} {path} HTTP/1.1", *(f"{k}: {v}" for k, v in kept)]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+        for attempt in range(2):
+            if not backend:
+                backend.append(await asyncio.open_connection(*self.backend))
+            back_reader, back_writer = backend[0]
+            try:
+                back_writer.write(request)
+                await back_writer.drain()
+                head = await back_reader.readuntil(b"\r\n\r\n")
+                break
+            except (ConnectionError, asyncio.IncompleteReadError):
+                back_writer.close()
+                backend.clear()  # the backend closed the kept connection: open another
+                if attempt:
+                    raise
+        status_line, out_headers = _parse_response(head)
+        code = int(status_line.split(" ", 2)[1])
+        bodyless = method == "HEAD" or code in (204, 304) or code < 200
+        data = (
+            b""
+            if bodyless
+            else await _read_body(back_reader, out_headers, method=method, request=False)
+        )
+        closing = (_get(out_headers, "connection") or "").lower() == "close" or (
+            not bodyless
+            and _get(out_headers, "content-length") is None
+            and "chunked" not in (_get(out_headers, "transfer-encoding") or "").lower()
+        )
+        if closing:
+            back_writer.close()
+            backend.clear()
+        if bodyless:  # keep the backend's Content-Length: a HEAD tells the size with it
+            return status_line, [(k, v) for k, v in out_headers if k.lower() != "connection"], b""
+        return status_line, _length_headers(out_headers), data
+
+
+def _parse_request(head: bytes) -> tuple[str, str, list[tuple[str, str]]]:
+    first, *rest = head.decode("latin-1").split("\r\n")
+    method, path, _version = first.split(" ", 2)
+    return method, path, _headers(rest)
+
+
+def _parse_response(head: bytes) -> tuple[str, list[tuple[str, str]]]:
+    first, *rest = head.decode("latin-1").split("\r\n")
+    return first, _headers(rest)
+
+
+def _headers(lines: list[str]) -> list[tuple[str, str]]:
+    out = []
+    for line in lines:
+        if ":" in line:
+            key, _, value = line.partition(":")
+            out.append((key.strip(), value.strip()))
+    return out
+
+
+def _get(headers: list[tuple[str, str]], name: str) -> str | None:
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+async def _read_body(
+    reader: asyncio.StreamReader, headers: list[tuple[str, str]], *, method: str, request: bool
+) -> bytes:
+    length = _get(headers, "content-length")
+    if length is not None:
+        return await reader.readexactly(int(length))
+    if "chunked" in (_get(headers, "transfer-encoding") or "").lower():
+        parts = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                return b"".join(parts)
+            parts.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+    return b"" if request else await reader.read()
+
+
+def _length_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [
+        (k, v)
+        for k, v in headers
+        if k.lower() not in ("connection", "content-length", "transfer-encoding")
+    ]
+
+
+def _response(status: int | str, headers: Any, body: bytes) -> bytes:
+    if isinstance(status, int):
+        status = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"
+    pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
+    if not any(k.lower() == "content-length" for k, _ in pairs):
+        pairs.append(("Content-Length", str(len(body))))
+    pairs.append(("Connection", "keep-alive"))
+    lines = [status, *(f"{k}: {v}" for k, v in pairs)]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+# -- a static file server with Range ---------------------------------------------------------
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+class _Threaded:
+    """A `ThreadingHTTPServer` on 127.0.0.1 (a free port) served from a thread."""
+
+    def _serve(self, handler: type) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class RangeHTTPServer(_Threaded):
+    """`http.server` over `root` with `Range: bytes=a-b` answered by 206 (and directory
+    listings as HTML links, which fsspec's HTTP file system reads). `content_bytes` counts
+    the file bytes sent."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.content_bytes = 0
+        self.requests = 0
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=str(outer.root), **kwargs)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def send_head(self) -> Any:
+                with lock:
+                    outer.requests += 1
+                path = self.translate_path(self.path)
+                if os.path.isdir(path):
+                    return super().send_head()
+                try:
+                    with open(path, "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                    return None
+                found = _RANGE.match(self.headers.get("Range", ""))
+                if found is None:
+                    self.send_response(HTTPStatus.OK)
+                    body = data
+                else:
+                    first = (
+                        int(found.group(1))
+                        if found.group(1)
+                        else max(len(data) - int(found.group(2)), 0)
+                    )
+                    last = (
+                        int(found.group(2)) if found.group(1) and found.group(2) else len(data) - 1
+                    )
+                    last = min(last, len(data) - 1)
+                    if first > last:
+                        self.send_error(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                        return None
+                    body = data[first : last + 1]
+                    self.send_response(HTTPStatus.PARTIAL_CONTENT)
+                    self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                self.send_header("Content-Type", "application/octet-stream")
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                import io
+
+                if self.command != "HEAD":
+                    with lock:
+                        outer.content_bytes += len(body)
+                return io.BytesIO(body)
+
+        self._serve(Handler)
+
+
+# -- a Hugging Face Hub stand-in -------------------------------------------------------------
+
+
+class FakeHub(_Threaded):
+    """The few Hub API routes `huggingface_hub` uses to read a repository (repo info at a
+    revision, the tree listing, file downloads with Range), over local folders: `repos`
+    maps "org/name" to {revision name: (commit sha, folder)}. Counts the file bytes sent and
+    records the revisions asked for."""
+
+    def __init__(self, repos: dict[str, dict[str, tuple[str, Path]]]) -> None:
+        import json as _json
+        from urllib.parse import unquote, urlsplit
+
+        self.repos = repos
+        self.content_bytes = 0
+        self.asked: list[str] = []
+        outer = self
+
+        def lookup(repo: str, rev: str) -> tuple[str, Path] | None:
+            revisions = outer.repos.get(repo, {})
+            if rev in revisions:
+                return revisions[rev]
+            return next((v for v in revisions.values() if v[0] == rev), None)
+
+        class Handler(SimpleHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _json(self, status: int, value: Any) -> None:
+                body = _json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                if status == 404:
+                    self.send_header("X-Error-Code", "RepoNotFound")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_HEAD(self) -> None:
+                self.do_GET()
+
+            def do_GET(self) -> None:
+                parts = [unquote(p) for p in urlsplit(self.path).path.split("/") if p]
+                if parts[:1] == ["api"] and len(parts) >= 6:
+                    repo, what = f"{parts[2]}/{parts[3]}", parts[4]
+                    rest = parts[5:]
+                    # refs/pr/N arrives as one encoded segment or several.
+                    rev, path = rest[0], rest[1:]
+                    if rev == "refs" and len(rest) >= 3:
+                        rev, path = "/".join(rest[:3]), rest[3:]
+                    outer.asked.append(rev)
+                    found = lookup(repo, rev)
+                    if found is None:
+                        return self._json(404, {"error": "Repository not found"})
+                    sha, root = found
+                    if what == "revision":
+                        files = [p for p in root.rglob("*") if p.is_file()]
+                        siblings = [{"rfilename": p.relative_to(root).as_posix()} for p in files]
+                        return self._json(200, {"id": repo, "sha": sha, "siblings": siblings})
+                    if what == "tree":
+                        folder = root.joinpath(*path)
+                        entries = []
+                        for p in sorted(folder.iterdir()):
+                            rel = p.relative_to(root).as_posix()
+                            if p.is_dir():
+                                entries.append({"type": "directory", "path": rel, "oid": "0" * 40})
+                            else:
+                                size = p.stat().st_size
+                                entries.append(
+                                    {"type": "file", "path": rel, "size": size, "oid": "1" * 40}
+                                )
+                        return self._json(200, entries)
+                    return self._json(404, {"error": "not found"})
+                if len(parts) >= 4 and parts[2] == "resolve":
+                    repo, rev, path = f"{parts[0]}/{parts[1]}", parts[3], parts[4:]
+                    if rev == "refs" and len(parts) >= 6:
+                        rev, path = "/".join(parts[3:6]), parts[6:]
+                    found = lookup(repo, rev)
+                    file = found[1].joinpath(*path) if found else None
+                    if file is None or not file.is_file():
+                        return self._json(404, {"error": "Entry not found"})
+                    data = file.read_bytes()
+                    found_range = _RANGE.match(self.headers.get("Range", ""))
+                    if found_range:
+                        first = int(found_range.group(1))
+                        last = min(int(found_range.group(2) or len(data) - 1), len(data) - 1)
+                        body = data[first : last + 1]
+                        self.send_response(206)
+                        self.send_header("Content-Range", f"bytes {first}-{last}/{len(data)}")
+                    else:
+                        body = data
+                        self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("X-Repo-Commit", found[0] if found else "")
+                    self.send_header("ETag", '"' + "1" * 40 + '"')
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        outer.content_bytes += len(body)
+                        self.wfile.write(body)
+                    return None
+                return self._json(404, {"error": "not found"})
+
+        self._serve(Handler)

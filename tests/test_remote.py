@@ -1,0 +1,532 @@
+"""Remote checkpoints against real servers on 127.0.0.1: moto's S3 API server with s3fs as the
+client (no mocked calls), behind a proxy that counts what is served and can inject
+throttling or refusals, and the standard library's HTTP server with Range support.
+
+Every demo checkpoint and every golden writer fixture is uploaded and must give the same
+findings as its local copy, case for case (messages compared with the folder's own path or
+URL replaced). HTTPS is the same code path as HTTP in fsspec (aiohttp with TLS); the tests
+use plain HTTP on loopback, where no certificate can be had offline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from remote_servers import Proxy, RangeHTTPServer, moto_s3, s3_error
+
+from inspector.checks import check
+from inspector.cli import main
+from inspector.consolidate import plan_consolidation
+from inspector.demo import write_demos
+from inspector.errors import CannotInspectError, PlanRefusedError, RemoteAccessError
+from inspector.findings import Finding
+from inspector.model import ScannedCheckpoint
+from inspector.repair import plan_repair
+from inspector.scan import scan
+
+pytest.importorskip("s3fs")
+pytest.importorskip("moto")
+pytestmark = pytest.mark.timeout(300)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "writers"
+BUCKET = "ckpts"
+INDEX = "model.safetensors.index.json"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def aws_env() -> Iterator[None]:
+    """Credentials for the local server (moto accepts any), nothing from the user's setup."""
+    saved = dict(os.environ)
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            del os.environ[key]
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    )
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def endpoint(aws_env: None) -> Iterator[str]:
+    with moto_s3() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def bucket(endpoint: str) -> str:
+    import s3fs
+
+    s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True).mkdir(BUCKET)
+    return BUCKET
+
+
+@pytest.fixture(scope="module")
+def proxy(endpoint: str) -> Iterator[Proxy]:
+    with Proxy(endpoint) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def checkpoints(
+    endpoint: str, bucket: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Path]:
+    """Every demo and golden fixture, local, and uploaded to s3://ckpts/<name>/."""
+    import s3fs
+
+    base = tmp_path_factory.mktemp("remote")
+    folders = {f"demo/{p.name}": p for p in write_demos(base / "demo", log=lambda _: None)}
+    manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
+    folders.update({f"fixture/{name}": FIXTURES / name for name in manifest})
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    for name, folder in folders.items():
+        fs.put(str(folder) + "/", f"{BUCKET}/{name}/", recursive=True)
+    return folders
+
+
+def remote(url: str, proxy: Proxy, **kwargs) -> ScannedCheckpoint:
+    return scan(url, storage_options={"endpoint_url": proxy.url}, **kwargs)
+
+
+def comparable(scanned: ScannedCheckpoint, findings: list[Finding]) -> list[tuple]:
+    """Findings with the checkpoint's location (and its run folder's: a DCP run's upstream
+    model sits there) written as placeholders."""
+    root = str(scanned.path)
+    run = root.rsplit("/", 1)[0]
+
+    def text(message: str) -> str:
+        return message.replace(root, "<root>").replace(run, "<run>")
+
+    return [
+        (f.code, f.severity, f.file, f.tensor, f.layer, f.expert, text(f.message)) for f in findings
+    ]
+
+
+def demo_and_fixture_names() -> list[str]:
+    from inspector.demo import demo_names
+
+    manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
+    return [f"demo/{n}" for n in demo_names()] + [f"fixture/{n}" for n in manifest]
+
+
+# -- the same findings as the local copy -----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", demo_and_fixture_names())
+def test_same_findings_as_the_local_copy(
+    name: str, checkpoints: dict[str, Path], proxy: Proxy
+) -> None:
+    local = scan(checkpoints[name])
+    there = remote(f"s3://{BUCKET}/{name}", proxy)
+    assert there.layout == local.layout
+    assert str(there.path) == f"s3://{BUCKET}/{name}" + (
+        "/model" if local.path != checkpoints[name].resolve() else ""
+    )
+    assert [s.names for s in there.shards] == [s.names for s in local.shards]
+    assert comparable(there, check(there)) == comparable(local, check(local))
+
+
+# -- header-only reads ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def big(endpoint: str, bucket: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four shards of 2 MB of tensor data each, one with a header longer than the read-ahead."""
+    import s3fs
+
+    folder = tmp_path_factory.mktemp("big") / "ckpt"
+    folder.mkdir()
+    weight_map = {}
+    for i in range(4):
+        name = f"model-{i + 1:05d}-of-00004.safetensors"
+        tensors = {f"model.layers.{i}.mlp.weight": np.zeros((512, 1024), np.float32)}
+        if i == 3:  # 600 small tensors: a header of about 60 KB
+            tensors |= {
+                f"model.layers.{i}.extra.{k}.bias": np.zeros(2, np.float32) for k in range(600)
+            }
+        save_file(tensors, str(folder / name))
+        weight_map |= dict.fromkeys(tensors, name)
+    (folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    fs.put(str(folder) + "/", f"{BUCKET}/big/", recursive=True)
+    return folder
+
+
+def header_len(path: Path) -> int:
+    with open(path, "rb") as fh:
+        return 8 + struct.unpack("<Q", fh.read(8))[0]
+
+
+def test_header_only_reads_by_bytes_served(big: Path, proxy: Proxy) -> None:
+    shards = sorted(big.glob("*.safetensors"))
+    ahead = 16 << 10  # shorter than the long header: its shard needs a second read
+    proxy.reset()
+    scanned = remote(f"s3://{BUCKET}/big", proxy, read_ahead=ahead)
+    served, paths = proxy.body_bytes, list(proxy.paths)
+    local = scan(big)
+    assert comparable(scanned, check(scanned, model=False)) == comparable(
+        local, check(local, model=False)
+    )
+    headers = sum(header_len(p) for p in shards)
+    data = sum(p.stat().st_size for p in shards)
+    index = (big / INDEX).stat().st_size
+    # Each header once, plus what its read-ahead took beyond it, plus the index whole; the
+    # listing's XML and the root's metadata are the rest. Never tensor data beyond that.
+    read_ahead_extra = sum(max(ahead - header_len(p), 0) for p in shards)
+    assert served <= headers + read_ahead_extra + index + 16_000
+    assert served < data / 50
+    gets = [p for p in paths if p.startswith("GET ") and p.endswith(".safetensors")]
+    long_header = shards[-1].name
+    assert sorted(p.split("/")[-1] for p in gets) == sorted(
+        [s.name for s in shards] + [long_header]
+    )  # one GET per shard, a second only for the header past the read-ahead
+    assert scanned.storage is not None and scanned.storage.stats.bytes <= served
+    # Asked for, the data is read (check --deep reads every tensor's bytes).
+    proxy.reset()
+    deep = [f for f in check(scanned, deep=True, model=False) if f.code == "tensor-all-zero"]
+    assert len(deep) == 4 and proxy.body_bytes >= data - headers
+
+
+def test_default_read_ahead_costs_one_request_per_shard(big: Path, proxy: Proxy) -> None:
+    proxy.reset()
+    remote(f"s3://{BUCKET}/big", proxy)
+    gets = [p for p in proxy.paths if p.startswith("GET ") and p.endswith(".safetensors")]
+    assert len(gets) == 4
+
+
+@pytest.mark.parametrize("limit", [2, 16])
+def test_requests_in_flight_are_bounded(big: Path, endpoint: str, limit: int) -> None:
+    """--max-concurrency bounds the requests in flight, and the scan does fill it: the
+    four headers and the side files go out together."""
+    with Proxy(endpoint, delay=0.05) as slow:
+        scanned = scan(
+            f"s3://{BUCKET}/big",
+            storage_options={"endpoint_url": slow.url},
+            max_concurrency=limit,
+        )
+        peak = slow.peak
+    assert len(scanned.shards) == 4
+    assert peak == limit if limit == 2 else 4 <= peak <= limit
+
+
+# -- errors: retried, or one clear line ---------------------------------------------------------
+
+
+def test_throttling_and_5xx_are_retried(big: Path, endpoint: str) -> None:
+    hits: dict[str, int] = {}
+
+    def flaky(method: str, path: str, n: int) -> tuple[int, bytes] | None:
+        if ".safetensors" not in path:
+            return None
+        hits[path] = hits.get(path, 0) + 1
+        if hits[path] == 1:
+            return 503, s3_error(503, "SlowDown", "Please reduce your request rate.")
+        if hits[path] == 2:
+            return 500, s3_error(500, "InternalError", "We encountered an internal error.")
+        return None
+
+    with Proxy(endpoint, fault=flaky) as failing:
+        scanned = scan(f"s3://{BUCKET}/big", storage_options={"endpoint_url": failing.url})
+    assert [s.readable for s in scanned.shards] == [True] * 4
+    # Every shard and the index failed twice, each failure retried by us (not by botocore).
+    assert len(hits) == 5 and scanned.storage is not None
+    assert scanned.storage.stats.retries == 2 * len(hits)
+
+
+def refuse_all(status: int, code: str) -> object:
+    return lambda method, path, n: (status, s3_error(status, code, "no"))
+
+
+def cli_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    return err
+
+
+def test_access_denied_is_one_line(endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with Proxy(endpoint, fault=refuse_all(403, "AccessDenied")) as denying:
+        line = cli_error(
+            ["scan", f"s3://{BUCKET}/big", "--storage-option", f"endpoint_url={denying.url}"],
+            capsys,
+        )
+    assert f"s3://{BUCKET}/big: access denied (HTTP 403)" in line and "AWS_PROFILE" in line
+
+
+def test_missing_prefix_is_one_line(proxy: Proxy, capsys: pytest.CaptureFixture[str]) -> None:
+    line = cli_error(
+        ["check", f"s3://{BUCKET}/nothing-here", "--storage-option", f"endpoint_url={proxy.url}"],
+        capsys,
+    )
+    assert "no such object or prefix" in line
+
+
+def test_no_credentials_is_one_line(
+    proxy: Proxy, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    line = cli_error(
+        ["scan", f"s3://{BUCKET}/big", "--storage-option", f"endpoint_url={proxy.url}"], capsys
+    )
+    assert "no credentials found" in line and "anon=true" in line
+
+
+def test_retries_exhausted_is_one_line(endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from inspector.storage import RemoteOptions
+    from inspector.storage.remote import open_remote
+
+    with Proxy(endpoint, fault=refuse_all(503, "SlowDown")) as throttling:
+        options = RemoteOptions(
+            storage_options={"endpoint_url": throttling.url}, retries=2, retry_wait=0.01
+        )
+        with pytest.raises(RemoteAccessError, match="HTTP 503 after 3 attempts"):
+            open_remote(f"s3://{BUCKET}/big", options)
+
+
+def test_endpoint_from_aws_endpoint_url(big: Path, proxy: Proxy, monkeypatch) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+    scanned = scan(f"s3://{BUCKET}/big")
+    assert len(scanned.shards) == 4
+
+
+def test_a_weight_map_cannot_send_reads_outside_the_prefix(
+    big: Path, endpoint: str, proxy: Proxy
+) -> None:
+    import s3fs
+
+    doc = json.loads((big / INDEX).read_text())
+    doc["weight_map"]["stolen"] = "../big-secret/model.safetensors"
+    fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+    fs.pipe(f"{BUCKET}/evil/{INDEX}", json.dumps(doc).encode())
+    fs.pipe(f"{BUCKET}/big-secret/model.safetensors", b"secret")
+    proxy.reset()
+    scanned = remote(f"s3://{BUCKET}/evil", proxy)
+    assert "index-unsafe-path" in [f.code for f in scanned.problems]
+    assert all("big-secret" not in p for p in proxy.paths)
+
+
+# -- HTTP(S) ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["healthy-hf-sharded", "modelopt-1422-sidecar-drift", "healthy-torch-dist"]
+)
+def test_http_with_range_requests(name: str, checkpoints: dict[str, Path]) -> None:
+    local_folder = checkpoints[f"demo/{name}"]
+    with RangeHTTPServer(local_folder.parent) as server:
+        there = scan(f"{server.url}/{name}/")
+        served = server.content_bytes
+    local = scan(local_folder)
+    assert comparable(there, check(there, model=False)) == comparable(
+        local, check(local, model=False)
+    )
+    files = sum(p.stat().st_size for p in local_folder.rglob("*") if p.is_file())
+    assert 0 < served < files
+
+
+def test_http_single_file(checkpoints: dict[str, Path]) -> None:
+    folder = checkpoints["demo/healthy-safetensors-single"]
+    with RangeHTTPServer(folder) as server:
+        there = scan(f"{server.url}/model.safetensors")
+    assert there.layout == "safetensors-single" and there.shards[0].readable
+
+
+# -- consolidate and repair from a remote source ---------------------------------------------
+
+
+def test_consolidate_from_s3_equals_local_and_resumes(
+    checkpoints: dict[str, Path], proxy: Proxy, tmp_path: Path
+) -> None:
+    name = "demo/healthy-dcp-sharded"
+    local = plan_consolidation(scan(checkpoints[name]), tmp_path / "local")
+    local.execute(progress=False)
+    there = plan_consolidation(remote(f"s3://{BUCKET}/{name}", proxy), tmp_path / "remote")
+    result = there.execute(progress=False, verify_data=True, workers=2)
+    assert result.ok and result.data_checked > 0
+    for path in sorted((tmp_path / "local").iterdir()):
+        assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
+    assert result.metadata_files  # copied from .hf_metadata/: compared on resume below
+    proxy.reset()
+    source = remote(f"s3://{BUCKET}/{name}", proxy)
+    scanned = proxy.body_bytes
+    again = plan_consolidation(source, tmp_path / "remote")
+    resumed = again.execute(progress=False, resume=True, verify=False)
+    assert resumed.written == () and len(resumed.skipped) == len(result.written)
+    # Past the scan, resuming fetched at most the metadata files it compares with DEST's
+    # copies: no chunk of the finished outputs.
+    copied = sum((tmp_path / "remote" / n).stat().st_size for n in result.metadata_files)
+    assert proxy.body_bytes - scanned <= copied
+
+
+def test_consolidate_from_s3_refuses_a_foreign_dest(
+    checkpoints: dict[str, Path], proxy: Proxy, tmp_path: Path
+) -> None:
+    """DEST's rule holds for a remote source: a file this plan does not write stops the run
+    before a byte is fetched; --overwrite moves it to the backup folder first."""
+    name = "demo/healthy-dcp-sharded"
+    dest = tmp_path / "out"
+    dest.mkdir()
+    plan = plan_consolidation(remote(f"s3://{BUCKET}/{name}", proxy), dest)
+    (dest / plan.outputs[0].name).write_bytes(b"someone else's file")
+    proxy.reset()
+    with pytest.raises(PlanRefusedError, match="DEST is not empty"):
+        plan.execute(progress=False, verify=False)
+    assert not [p for p in proxy.paths if p.endswith(".safetensors")]
+    result = plan.execute(progress=False, verify=True, overwrite=True)
+    assert result.ok and result.replaced == (plan.outputs[0].name,)
+    assert result.backup is not None
+    assert (result.backup / plan.outputs[0].name).read_bytes() == b"someone else's file"
+
+
+def test_consolidate_from_s3_column_sharded_bf16(
+    checkpoints: dict[str, Path], proxy: Proxy, tmp_path: Path
+) -> None:
+    """The golden torch DCP fixture (column-sharded chunks) cast on the way: assembled from
+    ranged reads, the same bytes as from the local copy."""
+    name = "fixture/automodel/healthy"
+    local = plan_consolidation(scan(checkpoints[name]), tmp_path / "local", dtype="bf16")
+    local.execute(progress=False, verify=False)
+    there = plan_consolidation(
+        remote(f"s3://{BUCKET}/{name}", proxy), tmp_path / "remote", dtype="bf16"
+    )
+    there.execute(progress=False, verify=False)
+    for path in sorted((tmp_path / "local").iterdir()):
+        assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def test_repair_of_a_remote_checkpoint_writes_locally(
+    checkpoints: dict[str, Path], proxy: Proxy, tmp_path: Path
+) -> None:
+    name = "demo/modelopt-1422-sidecar-drift"
+    there = remote(f"s3://{BUCKET}/{name}", proxy)
+    with pytest.raises(PlanRefusedError, match="--output-dir"):
+        plan_repair(there)
+    plan = plan_repair(there, output_dir=tmp_path / "repaired")
+    assert not plan.empty and "written to" in plan.describe()
+    result = plan.execute()
+    assert result.remaining is None
+    copy = tmp_path / "copy"
+    shutil.copytree(checkpoints[name], copy)
+    plan_repair(scan(copy)).execute(backup=False)
+    for written in result.written:
+        assert (tmp_path / "repaired" / written).read_text() == (copy / written).read_text()
+
+
+def test_cli_commands_take_urls(
+    checkpoints: dict[str, Path], proxy: Proxy, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    option = ["--storage-option", f"endpoint_url={proxy.url}", "--max-concurrency", "4"]
+    url = f"s3://{BUCKET}/demo/modelopt-1422-sidecar-drift"
+    assert main(["check", url, "--json", "--no-model", *option]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["path"] == url and result["counts"]["error"] > 0
+    local = str(checkpoints["demo/modelopt-1422-sidecar-drift"])
+    assert main(["diff", local, url, *option]) == 0
+    assert main(["scan", url, *option]) == 0
+    capsys.readouterr()
+    fixed = tmp_path / "fixed"
+    assert main(["repair", url, "--yes", "--output-dir", str(fixed), *option]) == 0
+    assert "re-check: skipped" in capsys.readouterr().out and any(fixed.iterdir())
+    dcp = f"s3://{BUCKET}/demo/healthy-dcp-sharded"
+    out = tmp_path / "consolidated"
+    assert main(["consolidate", dcp, str(out), "--no-progress", *option]) == 0
+    assert main(["consolidate", dcp, str(out), "--no-progress", "--resume", *option]) == 0
+    assert "resumed: 4 complete file(s) kept" in capsys.readouterr().out
+
+
+def test_progress_bar_when_asked(
+    big: Path, proxy: Proxy, capsys: pytest.CaptureFixture[str]
+) -> None:
+    remote(f"s3://{BUCKET}/big", proxy, progress=True)
+    assert "headers" in capsys.readouterr().err
+
+
+def test_unsupported_scheme_is_refused() -> None:
+    with pytest.raises(CannotInspectError, match="unsupported URL scheme"):
+        scan("ftp://example.invalid/ckpt")
+
+
+def test_dashboard_takes_a_url_and_refreshes_it(checkpoints: dict[str, Path]) -> None:
+    pytest.importorskip("ipywidgets")
+    from inspector.widgets.dashboard import Dashboard
+
+    name = "modelopt-1422-sidecar-drift"
+    with RangeHTTPServer(checkpoints[f"demo/{name}"].parent) as server:
+        dash = Dashboard(f"{server.url}/{name}/")
+        assert str(dash.path) == f"{server.url}/{name}" and dash.state.findings
+        before = server.requests
+        dash.refresh()  # lists and reads again through the same storage
+        assert server.requests > before and dash.state.findings
+    consolidate = dash.select("Consolidate")
+    assert not consolidate.dest.value.startswith("http")  # a local destination
+
+
+def test_header_cap_holds_remotely(big: Path, proxy: Proxy) -> None:
+    """A header longer than the cap is refused from its length alone, as locally: its
+    shard costs one read-ahead and never the second read its length would ask for."""
+    shards = sorted(big.glob("*.safetensors"))
+    long_header = shards[-1]
+    ahead = 16 << 10  # shorter than the long header: reading it would take a second GET
+    cap = header_len(long_header) - 100
+    proxy.reset()
+    scanned = remote(f"s3://{BUCKET}/big", proxy, header_cap=cap, read_ahead=ahead)
+    served = proxy.body_bytes
+    local = scan(big, header_cap=cap)
+    assert comparable(scanned, scanned.problems) == comparable(local, local.problems)
+    refused = [f.file for f in scanned.problems if f.code == "header-unreadable"]
+    assert refused == [long_header.name]
+    gets = [p for p in proxy.paths if p.endswith(long_header.name)]
+    assert gets == [f"GET /{BUCKET}/big/{long_header.name}"]
+    # The short headers whole (with what their read-ahead took past them), one read-ahead of
+    # the long one, the index; the listing's XML is the rest.
+    fetched = sum(max(header_len(p), ahead) for p in shards[:-1]) + ahead
+    assert served <= fetched + (big / INDEX).stat().st_size + 16_000
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_consolidate_from_s3_keeps_requests_and_memory_bounded(
+    checkpoints: dict[str, Path],
+    endpoint: str,
+    tmp_path: Path,
+    workers: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chunks are fetched in blocks, at most --max-concurrency at once over all the files
+    being written: memory holds at most that many blocks. Blocks of 4 KiB here, so the
+    demo's tensors take many."""
+    from inspector.consolidate import engine
+
+    monkeypatch.setattr(engine, "_REMOTE_BLOCK", 4096)
+    name = "demo/healthy-dcp-sharded"
+    local = plan_consolidation(scan(checkpoints[name]), tmp_path / "local")
+    local.execute(progress=False, verify=False)
+    with Proxy(endpoint, delay=0.01) as slow:
+        source = scan(
+            f"s3://{BUCKET}/{name}", storage_options={"endpoint_url": slow.url}, max_concurrency=2
+        )
+        plan = plan_consolidation(source, tmp_path / "remote")
+        slow.reset()
+        plan.execute(progress=False, verify=False, workers=workers)
+        peak, requests = slow.peak, slow.requests
+    assert peak == 2 and requests > 2 * len(plan.outputs)
+    for path in sorted((tmp_path / "local").iterdir()):
+        assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
