@@ -10,10 +10,11 @@ TORCH_PIN ?= torch==2.13.0
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
-$(STAMP): pyproject.toml
+# tests/constraints.txt pins the few packages whose requirements make the resolver backtrack.
+$(STAMP): pyproject.toml tests/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet "$(TORCH_PIN)"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -c tests/constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 demo: $(STAMP)
