@@ -14,7 +14,6 @@ keeps the two selections equal.
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import ipywidgets as w
 import pandas as pd
 
 from inspector.errors import InspectorError
+from inspector.html_repr import html_text
 from inspector.model import ScannedCheckpoint
 from inspector.query import TensorQuery, export_tensors
 from inspector.units import format_bytes
@@ -226,11 +226,9 @@ class TensorBrowser:
             rows = self.query.apply(self.tensors)
             written = export_tensors(rows, target, format=kind)
         except (InspectorError, OSError) as exc:
-            self.export_status.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.export_status.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return None
-        self.export_status.value = (
-            f"wrote {len(rows):,} rows to <code>{html.escape(str(written))}</code>"
-        )
+        self.export_status.value = f"wrote {len(rows):,} rows to <code>{html_text(written)}</code>"
         return written
 
     def close(self) -> None:
@@ -260,7 +258,7 @@ class TensorBrowser:
         try:
             config = grid_config(query)
         except InspectorError as exc:
-            self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return
         self.query = query
         if self.grid is not None:
@@ -270,7 +268,7 @@ class TensorBrowser:
         n = self.matches() if config["filter"] else total
         self.count.value = (
             f"<b>{n:,}</b> of {total:,} tensors match "
-            f"<span style='color:#666'>({html.escape(query.describe())})</span>"
+            f"<span style='color:#666'>({html_text(query.describe())})</span>"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

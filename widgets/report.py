@@ -7,7 +7,6 @@ escaped, because a hostile checkpoint chooses those strings.
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Sequence
 from itertools import groupby
@@ -26,7 +25,7 @@ from inspector.widgets.figures import (
 
 from inspector.atomic import write_atomic
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
-from inspector.html_repr import load_verdict_html
+from inspector.html_repr import html_text, load_verdict_html
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
@@ -258,7 +257,7 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html_text(value)
 
 
 def _name(value: str) -> str:
