@@ -61,6 +61,18 @@ class Finding:
         d["severity"] = str(self.severity)
         return d
 
+    def __repr__(self) -> str:
+        # A console shows the repr: names bounded and escaped like everywhere else.
+        where = "".join(
+            f", {k}='{legible(v)}'" for k, v in (("file", self.file), ("tensor", self.tensor)) if v
+        )
+        at = "".join(
+            f", {k}={v}"
+            for k, v in (("layer", self.layer), ("expert", self.expert))
+            if v is not None
+        )
+        return f"Finding({self.code}, {self.severity}: '{self.message}'{where}{at})"
+
 
 def make_finding(
     code: Code | str,

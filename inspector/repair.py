@@ -474,14 +474,18 @@ def _choose_files(
         files = [f for f, _, _ in places]
         if not agree and policy is None:
             refused.append(
-                f"{name!r} is in {', '.join(files)} with different dtype or shape; "
+                f"'{legible(name)}' is in {', '.join(map(legible, files))} with different dtype "
+                "or shape; "
                 "choose which copy "
                 "the index keeps with --duplicates first|last|index"
             )
             continue
         pick = _pick(files, old_map.get(name), policy or "index")
         chosen[name] = pick
-        notes.append(f"{name!r} is in {', '.join(files)}; the index keeps {pick}")
+        notes.append(
+            f"'{legible(name)}' is in {', '.join(map(legible, files))}; the index keeps "
+            f"{legible(pick)}"
+        )
     return (
         chosen,
         tuple(refused),

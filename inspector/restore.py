@@ -269,7 +269,9 @@ def _choose(
             restored.append(name)
         elif kind.get(name) == "output_head":
             if tied:
-                notes.append(f"{name} not restored: config.json ties it to the input embedding")
+                notes.append(
+                    f"{legible(name)} not restored: config.json ties it to the input embedding"
+                )
             else:
                 restored.append(name)
         elif name in in_layer:

@@ -21,6 +21,7 @@ from typing import Any
 import ipywidgets as w
 import pandas as pd
 
+from inspector.display import legible
 from inspector.errors import InspectorError
 from inspector.html_repr import html_text
 from inspector.model import ScannedCheckpoint
@@ -55,14 +56,16 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
-    and expert numbers kept as integers, shapes and sizes as text."""
+    and expert numbers kept as integers, shapes and sizes as text. Names are shown legible
+    (`inspector.display.legible`: bounded, control characters escaped), which leaves every
+    name a writer produces as it is; the export writes the exact names."""
     sizes = tensors["nbytes"].to_numpy()
     # A 300,000-tensor MoE has a few dozen distinct shapes and sizes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
     texts: dict[int, str] = {int(v): format_bytes(v) for v in pd.unique(sizes)}
     return pd.DataFrame(
         {
-            "name": tensors["name"].astype(str).to_numpy(dtype=object),
+            "name": _legible(tensors["name"]),
             "dtype": tensors["dtype"].astype(str).to_numpy(dtype=object),
             "shape": [
                 shapes.get(s) or shapes.setdefault(s, "[" + ", ".join(map(str, s)) + "]")
@@ -74,11 +77,15 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
             "layer": tensors["layer"].astype("Int64"),
             "expert": tensors["expert"].astype("Int64"),
             "kind": tensors["kind"].astype(str).to_numpy(dtype=object),
-            "file": tensors["file"].astype(str).to_numpy(dtype=object),
-            "module": tensors["module"].astype(str).to_numpy(dtype=object),
-            "param": tensors["param"].astype(str).to_numpy(dtype=object),
+            "file": _legible(tensors["file"]),
+            "module": _legible(tensors["module"]),
+            "param": _legible(tensors["param"]),
         }
     )
+
+
+def _legible(column: pd.Series) -> list[str]:
+    return [legible(v) for v in column.astype(str).tolist()]
 
 
 def grid_config(query: TensorQuery) -> dict[str, Any]:
