@@ -107,8 +107,7 @@ def _zero_finding(file: str, name: str) -> Finding:
     return make_finding(
         Code.TENSOR_ALL_ZERO,
         f"{legible(file)}: tensor '{legible(name)}' is all zeros; a weight that was never written "
-        "reads back "
-        "as zeros (check the exporter's expert and rank coverage)",
+        "reads back as zeros (check the exporter's expert and rank coverage)",
         file=file,
         tensor=name,
     )

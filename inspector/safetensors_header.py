@@ -555,8 +555,7 @@ def _report_duplicates(raw: bytes, out: _Collector) -> None:
                     out.add(
                         "header-duplicate-key",
                         f"tensor '{legible(key)}' appears twice in the header; readers keep only "
-                        "the "
-                        "last entry, remove the other one",
+                        "the last entry, remove the other one",
                         tensor=key,
                     )
                 seen.add(key)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
 import struct
@@ -465,6 +466,22 @@ def test_a_shard_named_with_a_backslash_is_a_finding_not_a_traceback(tmp_path: P
     single = cli("scan", folder / "model\\copy.safetensors")
     no_traceback(single)
     assert "file-unsafe" in single.stdout
+
+
+def test_a_file_name_that_is_not_utf8_is_a_finding_not_a_crash(tmp_path: Path):
+    """Bytes that are not UTF-8 reach Python as lone surrogates, which no table, JSON file or
+    terminal can hold (they crashed the scan inside pyarrow)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    _shard(folder / "model.safetensors", ["model.layers.0.a"])
+    _shard(Path(os.fsdecode(os.fsencode(folder) + b"/bad\xff\x1b.safetensors")), ["b"])
+    findings = check(scan(folder), model=False)
+    unsafe = [f for f in findings if f.code == "file-unsafe"]
+    assert [f.file for f in unsafe] == ["bad\ufffd\x1b.safetensors"]
+    assert "not valid UTF-8" in unsafe[0].message and unsafe[0].message.isprintable()
+    proc = cli("check", folder, "--no-model")
+    assert proc.returncode == 1
+    _terminal_safe(proc)
 
 
 def test_consolidation_decides_about_names_in_its_plan(tmp_path: Path):

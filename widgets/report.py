@@ -24,6 +24,7 @@ from inspector.widgets.figures import (
 )
 
 from inspector.atomic import write_atomic
+from inspector.display import NAME_LIMIT
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
 from inspector.html_repr import html_text, load_verdict_html
 from inspector.model import ScannedCheckpoint
@@ -263,7 +264,7 @@ def _e(value: object) -> str:
 def _name(value: str) -> str:
     """A file or tensor name, escaped, that wraps after its dots, dashes, slashes and
     underscores instead of in the middle of a word."""
-    text = _e(value)
+    text = html_text(value, limit=NAME_LIMIT)
     for sep in (".", "-", "/", "_"):
         text = text.replace(sep, sep + "<wbr>")
     return text

@@ -90,8 +90,7 @@ def _dtype_conflicts(table: ChunkTable) -> list[Finding]:
             what = "dtype" if len({k[0] for k in kinds}) > 1 else "number of dimensions"
             return (
                 f"tensor '{legible(fqn)}': chunks disagree on {what}: {examples(parts)}; "
-                "consolidation "
-                "would mix them, re-save every rank from one model state"
+                "consolidation would mix them, re-save every rank from one model state"
             )
 
         items.append((fqn, chunks[0].file, message))

@@ -375,8 +375,7 @@ def _indexed_file_findings(
     if rest:
         msg = (
             f"{legible(index_file)} names {count(len(rest), 'more file')} that are not in the "
-            "folder "
-            f"({examples(rest)}); regenerate the index (ckpt-inspect repair)"
+            f"folder ({examples(rest)}); regenerate the index (ckpt-inspect repair)"
         )
         findings.append(make_finding("index-missing-file", msg, file=index_file))
     return findings

@@ -153,8 +153,7 @@ def _check_chunks(info: TorchDistInfo) -> list[Finding]:
             fqn, what = item
             msg = (
                 f"{legible(fqn)}: the chunks in {legible(rel)} {what}; the save lost or duplicated "
-                "part of "
-                "this tensor: re-save the checkpoint from a run that holds all ranks"
+                "part of this tensor: re-save the checkpoint from a run that holds all ranks"
             )
             return _tensor_finding(code, msg, rel, fqn)
 
@@ -357,8 +356,7 @@ def _check_objects(info: TorchDistInfo, *, skip: set[str]) -> list[Finding]:
         lost = [_object_key(family, cell, shape) for cell in _missing_cells(shape, inside)]
         msg = (
             f"{legible(family)}: its keys declare a grid of {format_count(total)} shards (global "
-            "shape "
-            f"{_dotted(shape)}) but {legible(rel)} lists {len(inside):,}; missing "
+            f"shape {_dotted(shape)}) but {legible(rel)} lists {len(inside):,}; missing "
             f"{examples(lost)} ({format_count(total - len(inside))} of {format_count(total)}). "
             "The ranks that own them fail to load ('Missing key in checkpoint state_dict'); "
             "the save lost them: restore the lost ranks' objects from the original save, or "

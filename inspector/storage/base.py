@@ -10,6 +10,7 @@ one entry, with the few path operations the layout readers need.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -182,6 +183,9 @@ class Storage(Protocol):
         ...
 
 
+_NOT_UTF8 = re.compile("[\ud800-\udfff\ufffd]")
+
+
 def member_problem(rel: str) -> str | None:
     """Why `rel` cannot name a file of a checkpoint (a clause that follows the name), or None.
 
@@ -189,9 +193,14 @@ def member_problem(rel: str) -> str | None:
     files give (index and sidecar weight maps, DCP storage paths) and the paths joined under
     a root. A member is a relative POSIX path that stays under its root and means the same
     file to every tool that reads the checkpoint: no absolute path, no `..`, no backslash (a
-    folder separator on Windows and to loaders that normalise paths), no NUL."""
+    folder separator on Windows and to loaders that normalise paths), no NUL, and valid UTF-8
+    (a name the file system holds as other bytes reaches Python as lone surrogates, which no
+    JSON index, hub or table can hold; a listing shows each such byte as U+FFFD, so U+FFFD
+    is refused too)."""
     if "\x00" in rel:
         return "has a NUL character in its name"
+    if not rel.isascii() and _NOT_UTF8.search(rel):
+        return "has a name that is not valid UTF-8"
     if "\\" in rel:
         return (
             "has a backslash in its name, which Windows and loaders that normalise paths read "
@@ -234,8 +243,8 @@ class Location:
     def __truediv__(self, name: str) -> Location:
         joined = f"{self.rel}/{name}" if self.rel else name
         problem = self.refused or member_problem(joined)
-        if problem is not None:
-            return Location(self.storage, joined, problem)
+        if problem is not None:  # never reaches the storage: its name needs only be shown
+            return Location(self.storage, _NOT_UTF8.sub("\ufffd", joined), problem)
         return Location(self.storage, check_member(joined))
 
     def __str__(self) -> str:
@@ -310,4 +319,8 @@ class Location:
 
 def _named(entry: Entry) -> Entry:
     problem = member_problem(entry.name)
-    return entry if problem is None else Entry(entry.name, EntryKind.REFUSED, reason=problem)
+    if problem is None:
+        return entry
+    # Lone surrogates (bytes that are not UTF-8) would break every table the name reaches.
+    name = _NOT_UTF8.sub("\ufffd", entry.name)
+    return Entry(name, EntryKind.REFUSED, reason=problem)
