@@ -320,6 +320,13 @@ def _holds_checkpoint(folder: Location) -> bool:
     return (folder / INDEX_NAME).is_file() or bool(list_safetensors(folder))
 
 
+def _quoted(value: object) -> str:
+    """A JSON value as written: a string in quotes (`'2'` is not the number 2), bounded."""
+    if isinstance(value, str):
+        return f"'{legible(value, limit=80)}'"
+    return short_repr(value, limit=80)
+
+
 def _read_reference(folder: Location, shown: str, named_by: str, header_cap: int) -> DcpReference:
     """Read like a checkpoint of its own: through a storage rooted at the reference folder,
     so its links may not leave it either. `shown`: where it is, as people see it."""
@@ -522,7 +529,7 @@ def _read_mapping(
     bad = [k for k in value if k not in mapping]
     if not bad:
         return mapping, rel, []
-    shown = ", ".join(f"{legible(k)}={short_repr(value[k], limit=80)}" for k in bad[:3])
+    shown = ", ".join(f"{legible(k)}={_quoted(value[k])}" for k in bad[:3])
     more = f" and {len(bad) - 3:,} more" if len(bad) > 3 else ""
     reason = (
         f"has {len(bad)} value(s) that are not positive 1-based output file indices: "
