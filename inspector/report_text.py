@@ -1,4 +1,7 @@
-"""`check` results as a JSON-ready dict and as text grouped by code, worst first."""
+"""`check` results as a JSON-ready dict and as text grouped by code, worst first.
+
+The dicts keep exact names (the `--json` contract); the text shows every name and message
+through `inspector.display.legible` (bounded, control characters escaped)."""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ from collections import Counter
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, Severity, severity_rank
 from inspector.model import ScannedCheckpoint
 
@@ -44,9 +48,9 @@ def check_result(
 def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     """Findings grouped by code, worst first, at most `per_code` messages per code."""
     counts = result["counts"]
-    lines = [f"{result['path']} ({result['layout']})"]
+    lines = [f"{legible(result['path'])} ({result['layout']})"]
     if "load" in result:
-        lines.append(f"load check: {result['load']['summary']}")
+        lines.append(f"load check: {legible(result['load']['summary'], limit=MESSAGE_LIMIT)}")
     if not result["findings"]:
         lines.append("no findings")
         return "\n".join(lines)
@@ -54,7 +58,7 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     for code, group in groupby(result["findings"], key=lambda f: f["code"]):
         items = list(group)
         lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
-        lines.extend(f"  - {f['message']}" for f in items[:per_code])
+        lines.extend(f"  - {legible(f['message'], limit=MESSAGE_LIMIT)}" for f in items[:per_code])
         if len(items) > per_code:
             lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
     return "\n".join(lines)
@@ -62,7 +66,7 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
 
 def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
     """A `diff` result (CheckpointDiff.to_dict()) as text."""
-    lines = [f"A: {d['a']}", f"B: {d['b']}"]
+    lines = [f"A: {legible(d['a'])}", f"B: {legible(d['b'])}"]
     if d["identical"]:
         compared = (
             f", {d['data_compared']:,} tensors have the same bytes" if d["data_compared"] else ""
@@ -71,28 +75,28 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
     for title, names in (("only in A", d["only_a"]), ("only in B", d["only_b"])):
         if names:
             lines.append(f"{title}: {len(names)}")
-            lines.extend(f"  {n}" for n in names[:limit])
+            lines.extend(f"  {legible(n)}" for n in names[:limit])
             if len(names) > limit:
                 lines.append(f"  ... {len(names) - limit} more")
     if d["changed"]:
         lines.append(f"dtype or shape differs: {len(d['changed'])}")
         for c in d["changed"][:limit]:
             lines.append(
-                f"  {c['name']}: {c['a_dtype']} {list(c['a_shape'])}"
-                f" -> {c['b_dtype']} {list(c['b_shape'])}"
+                f"  {legible(c['name'])}: {legible(c['a_dtype'])} {list(c['a_shape'])}"
+                f" -> {legible(c['b_dtype'])} {list(c['b_shape'])}"
             )
     for layer in d["layers"][:limit]:
         parts = []
         if layer["only_a"]:
-            parts.append("only A: " + ", ".join(layer["only_a"][:5]))
+            parts.append("only A: " + ", ".join(map(legible, layer["only_a"][:5])))
         if layer["only_b"]:
-            parts.append("only B: " + ", ".join(layer["only_b"][:5]))
+            parts.append("only B: " + ", ".join(map(legible, layer["only_b"][:5])))
         lines.append(f"layer {layer['layer']} keys differ: " + "; ".join(parts))
     if d["data_compared"]:
         lines.append(
             f"content compared: {d['data_compared']:,} tensors, {len(d['data_differs'])} differ"
         )
-        lines.extend(f"  bytes differ: {n}" for n in d["data_differs"][:limit])
+        lines.extend(f"  bytes differ: {legible(n)}" for n in d["data_differs"][:limit])
     if d["data_unreadable"]:
         lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
     if d.get("reference") is not None:
@@ -104,7 +108,11 @@ def _reference_lines(d: dict[str, Any]) -> list[str]:
     """Each difference against the reference A, expected first."""
     classes = sorted(d["reference"], key=lambda c: not c["expected"])
     lines = ["", "against the reference A:"]
-    lines += [f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} {c['detail']}" for c in classes]
+    lines += [
+        f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} "
+        f"{legible(c['detail'], limit=MESSAGE_LIMIT)}"
+        for c in classes
+    ]
     n = d["unexpected"]
     lines.append(
         f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"

@@ -1,10 +1,12 @@
-"""The scan summary: a plain dict (the `--json` contract) and its readable rendering."""
+"""The scan summary: a plain dict (the `--json` contract, exact names) and its readable
+rendering (names and messages through `inspector.display.legible`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.units import format_bytes
@@ -54,12 +56,13 @@ def summarize(
 def format_summary(summary: dict[str, Any], *, max_problems: int = 20) -> str:
     """A few aligned lines a person reads in a terminal."""
     lines = [
-        f"checkpoint  {summary['path']}",
+        f"checkpoint  {legible(summary['path'])}",
         f"layout      {summary['layout']}",
         f"files       {summary['files']:,}",
         f"tensors     {summary['tensors']:,}  ({format_bytes(summary['total_bytes'])}, "
         f"{summary['parameters']:,} parameters)",
-        "dtypes      " + ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
+        "dtypes      "
+        + ", ".join(f"{legible(k)} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
         _layers_line(summary),
     ]
     if summary["moe_layers"]:
@@ -103,7 +106,8 @@ def _problem_lines(problems: list[dict[str, Any]], limit: int) -> list[str]:
     )
     lines = [f"problems    {len(problems)} ({head})"]
     for p in problems[:limit]:
-        lines.append(f"  {p['severity']:<7} {p['code']:<26} {p['message']}")
+        message = legible(p["message"], limit=MESSAGE_LIMIT)
+        lines.append(f"  {p['severity']:<7} {p['code']:<26} {message}")
     if len(problems) > limit:
         lines.append(f"  ... {len(problems) - limit} more (use --json for all)")
     return lines

@@ -8,7 +8,6 @@ notebook as a traceback.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from inspector.widgets.report import write_html_report
 from inspector.consolidate import default_destination, plan_consolidation
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
-from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
+from inspector.html_repr import diff_html, findings_html, html_text, severity_badge, text_html
 from inspector.markdown import markdown_summary
 from inspector.repair import plan_repair, preview_repair
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
@@ -46,7 +45,7 @@ def _hidden(widget: w.Widget, hidden: bool) -> None:
 
 
 def _error(exc: BaseException) -> str:
-    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html.escape(str(exc))}</div>'
+    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html_text(exc)}</div>'
 
 
 class RepairPanel:
@@ -109,7 +108,7 @@ class RepairPanel:
         self.ask(cancel=True)
         state = self.dash.state
         self.scope.value = (
-            f"plan: <b>{html.escape(', '.join(self.parts))}</b> only"
+            f"plan: <b>{html_text(', '.join(self.parts))}</b> only"
             if self.parts
             else "plan: every part that applies (index, sidecars; quant config when ticked)"
         )
@@ -152,7 +151,7 @@ class RepairPanel:
         if not cancel and self.worth_it:
             files = ", ".join(wr.path for wr in self.plan.writes)
             self.question.value = (
-                f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>"
+                f"Rewrite {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
                 f"? It fixes {len(self.preview.fixes):,} findings. "
                 "The current files are backed up first."
             )
@@ -185,7 +184,7 @@ class RepairPanel:
             lines.append(
                 "<b>No findings: nothing to repair.</b>"
                 + (
-                    f" (A plan would only change: {html.escape(_changes(self.plan))}.)"
+                    f" (A plan would only change: {html_text(_changes(self.plan))}.)"
                     if self.plan.writes
                     else ""
                 )
@@ -198,7 +197,7 @@ class RepairPanel:
             lines.append(
                 "<b>This plan fixes no error or warning</b>, so Repair is disabled"
                 + (
-                    f" (it would only change: {html.escape(_changes(self.plan))})."
+                    f" (it would only change: {html_text(_changes(self.plan))})."
                     if self.plan.writes
                     else "."
                 )
@@ -207,13 +206,13 @@ class RepairPanel:
             lines.append(
                 f"<b>This plan fixes {len(preview.fixes):,} of {len(state.findings):,} "
                 "findings:</b><ul>"
-                + "".join(f"<li>{html.escape(p.title)}</li>" for p in fixes)
+                + "".join(f"<li>{html_text(p.title)}</li>" for p in fixes)
                 + "</ul>"
             )
         if preview.introduces:
             lines.append(
                 f"<b style='color:#b07d00'>It would add {len(preview.introduces)} findings</b> "
-                f"({html.escape(', '.join(sorted({f.code for f in preview.introduces})))}) "
+                f"({html_text(', '.join(sorted({f.code for f in preview.introduces})))}) "
                 "until the other parts are repaired too: plan all parts to fix everything "
                 "at once."
             )
@@ -221,8 +220,8 @@ class RepairPanel:
             lines.append(
                 "<b>It cannot fix:</b><ul>"
                 + "".join(
-                    f"<li>{severity_badge(p.severity)} {html.escape(p.title)}: "
-                    f"{html.escape(p.action.text)} <code>{html.escape(p.action.command)}</code>"
+                    f"<li>{severity_badge(p.severity)} {html_text(p.title)}: "
+                    f"{html_text(p.action.text)} <code>{html_text(p.action.command)}</code>"
                     "</li>"
                     for p in rest
                 )
@@ -236,8 +235,8 @@ class RepairPanel:
     def _result_html(result: Any) -> str:
         if result is None:
             return ""
-        written = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in result.written)
-        backup = html.escape(str(result.backup_dir)) if result.backup_dir else "none"
+        written = "".join(f"<li><code>{html_text(p)}</code></li>" for p in result.written)
+        backup = html_text(result.backup_dir) if result.backup_dir else "none"
         remaining = findings_to_frame(result.remaining)
         return (
             '<div style="border-left:4px solid #2ca02c;padding-left:8px">'
@@ -292,7 +291,7 @@ class ConsolidatePanel:
         if dash.scanned.dcp is None:
             note = (
                 f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html.escape(dash.scanned.layout)}, so planning will refuse.</i>"
+                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
             )
         form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
         self.widget = w.VBox(
@@ -398,7 +397,7 @@ class ReportPanel:
             self.status.value = _error(exc)
             return None
         size = target.stat().st_size
-        self.status.value = f"Wrote <code>{html.escape(str(target))}</code> ({size:,} bytes)."
+        self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."
         return target
 
     def show_markdown(self) -> str:

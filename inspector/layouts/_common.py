@@ -13,20 +13,20 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from pathlib import PurePosixPath
 from typing import Any, cast
 
 import msgspec
 import numpy as np
 
 from inspector.columns import Coded, frozen
+from inspector.display import legible
 from inspector.errors import UnsafeFileError
-from inspector.findings import FOLD, examples
+from inspector.findings import FOLD, examples, short_repr
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.progress import track
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
-from inspector.storage import EntryKind, Location, TooLargeError
+from inspector.storage import EntryKind, Location, TooLargeError, member_problem
 
 __all__ = [
     "INDEX_NAME",
@@ -115,6 +115,7 @@ def prefetch(
     readers then read them from memory; a local storage has nothing to do."""
     items: list[tuple[Location, Any]] = [(p, partial(header_span, cap=header_cap)) for p in shards]
     items += [(p, JSON_CAP) for p in side]
+    items = [(p, want) for p, want in items if p.refused is None]  # never fetched, reported
     by_storage: dict[int, list[tuple[Location, Any]]] = {}
     for item in items:
         by_storage.setdefault(id(item[0].storage), []).append(item)
@@ -135,11 +136,10 @@ def read_shards(
 
 
 def is_safe_member(value: str) -> bool:
-    """True when a `weight_map` value names a file inside the checkpoint folder."""
-    if not value or "\x00" in value or "\\" in value:
-        return False
-    pure = PurePosixPath(value)
-    return not pure.is_absolute() and ".." not in pure.parts and not value.startswith("~")
+    """True when a `weight_map` value names a file inside the checkpoint folder: the storage's
+    rule for every member name (`member_problem`), and no leading `~` (a home folder to tools
+    that expand it)."""
+    return bool(value) and member_problem(value) is None and not value.startswith("~")
 
 
 class ShardNames:
@@ -302,7 +302,8 @@ def _drop_unsafe(
         ReadProblem(
             rel,
             role,
-            f"maps {names[i]!r} to {files[i]!r}, which leaves the checkpoint folder; "
+            f"maps '{legible(names[i])}' to '{legible(files[i])}', which leaves the checkpoint "
+            "folder; "
             "expected a file name inside it (the entry is ignored)",
             ProblemKind.UNSAFE_PATH,
             tensor=names[i],
@@ -360,7 +361,9 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
             salvaged = salvage_json_prefix(path) if role is FileRole.CONFIG and not unsafe else {}
             if salvaged:
                 salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
-                keep = ", ".join(f"{k}={salvaged[k]}" for k in SPEC_KEYS if k in salvaged)
+                keep = ", ".join(
+                    f"{k}={short_repr(salvaged[k], limit=80)}" for k in SPEC_KEYS if k in salvaged
+                )
                 problem += f"; the structure checks use what its readable part says ({keep})"
             problems.append(ReadProblem(rel, role, problem, kind))
         else:

@@ -23,6 +23,7 @@ from inspector.storage.base import (
     Storage,
     TooLargeError,
     check_member,
+    member_problem,
 )
 from inspector.storage.local import LocalFile, LocalStorage, hf_cache_snapshots
 from inspector.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions
@@ -46,6 +47,7 @@ __all__ = [
     "hf_cache_snapshots",
     "is_remote",
     "local_location",
+    "member_problem",
     "open_location",
 ]
 
@@ -82,4 +84,4 @@ def local_location(path: str | os.PathLike[str]) -> Location:
     path = Path(path)
     if path.is_dir():
         return Location(LocalStorage(path))
-    return Location(LocalStorage(path.parent), check_member(path.name))
+    return Location(LocalStorage(path.parent)) / path.name

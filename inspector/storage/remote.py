@@ -676,7 +676,7 @@ def _file_location(shared: _Shared, key: str, shown: str) -> Location:
     parent_url = shown.rsplit("/", 1)[0]
     if shared.protocol == "http":
         name = unquote(name)
-    return Location(FsspecStorage(shared, parent_key, parent_url), check_member(name))
+    return Location(FsspecStorage(shared, parent_key, parent_url)) / name
 
 
 def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, str]:

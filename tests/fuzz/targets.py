@@ -3,8 +3,9 @@ reader must keep, whatever the input:
 
 - it raises nothing but the errors the reader declares (findings carry the rest);
 - it reads at most what its cap allows;
-- every finding names a known code, and no message quotes more than `MAX_MESSAGE`
-  characters (a report must not leak a file's content);
+- every finding names a known code, no message quotes more than `MAX_MESSAGE` characters (a
+  report must not leak a file's content) and none holds a control character (names are shown
+  through `inspector.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
 - the bounded child that reads large `.metadata` files answers what the audited path
   answers (or reads, within its limits, a stream the audit refuses as a bomb).
@@ -39,6 +40,7 @@ def _check_findings(findings: tuple[Finding, ...] | list[Finding]) -> None:
         assert isinstance(f, Finding), f
         assert f.code in CODES, f.code
         assert len(f.message) <= MAX_MESSAGE, (f.code, len(f.message), f.message[:200])
+        assert f.message.isprintable(), (f.code, f.message[:200])
 
 
 def _check_problems(problems: tuple[ReadProblem, ...] | list[ReadProblem]) -> None:
