@@ -30,6 +30,7 @@ from inspector.checks import check
 from inspector.demo.torch_dist import write_torch_dist_demo
 from inspector.findings import Finding
 from inspector.layouts._common import MAX_JSON_DEPTH, decode_json
+from inspector.model_load import load_verdict
 from inspector.scan import scan
 
 ITER = "iter_0000100"
@@ -94,6 +95,9 @@ def test_hf_files_nested_too_deep(
     found = findings_of(hf, code)
     assert len(found) == 1 and found[0].file == file
     assert LIMIT_TEXT in found[0].message
+    if file == "config.json":  # the load check says why it did not run, nothing more
+        verdict = load_verdict(scan(hf))
+        assert verdict.skipped is not None and "cannot be read" in verdict.skipped
 
 
 def test_a_deep_but_readable_config_is_read(hf: Path) -> None:
