@@ -31,7 +31,9 @@ from inspector.storage import EntryKind, Location, TooLargeError, member_problem
 __all__ = [
     "INDEX_NAME",
     "JSON_CAP",
+    "MAX_JSON_DEPTH",
     "ConfigFiles",
+    "decode_json",
     "is_safe_member",
     "list_safetensors",
     "prefetch",
@@ -48,6 +50,11 @@ __all__ = [
 INDEX_NAME = "model.safetensors.index.json"
 # An index of 1.3M tensors is about 100 MB; anything far past that is not an index.
 JSON_CAP = 1_000_000_000
+# How deep arrays and objects may nest in a JSON file: real writers nest a few levels (a
+# quantization config inside a text config inside config.json). Anything read stays well
+# within what the code that walks and writes it back can take (orjson serialises 254 levels,
+# Python's recursion limit is about 1,000, shared with the caller's own frames).
+MAX_JSON_DEPTH = 128
 # msgspec builds the Python objects straight from the bytes; orjson's intermediate document
 # costs about 12x the file size at its peak, 1.2 GB for the index of a million tensors.
 _DECODER = msgspec.json.Decoder()
@@ -87,10 +94,54 @@ def read_capped(
 
 
 def _decode(data: bytes) -> tuple[Any, str | None]:
+    value, problem = decode_json(data)
+    if problem is not None and problem != _TOO_DEEP:
+        problem += "; it may have been truncated by a concurrent writer"
+    return value, problem
+
+
+_TOO_DEEP = (
+    f"nests arrays and objects more than {MAX_JSON_DEPTH} levels deep, the limit for JSON "
+    "files (writers nest a few); not read"
+)
+
+
+def decode_json(data: bytes | str) -> tuple[Any, str | None]:
+    """(value, None) or (None, why not: "is not valid JSON (...)", or nested deeper than
+    `MAX_JSON_DEPTH`). Every JSON file and JSON string a checkpoint holds is decoded here.
+
+    The decoder recurses in C once per level and stops with RecursionError at Python's
+    recursion limit (shared with the caller's frames): that error is a depth refusal too,
+    and a decoded value is measured level by level (`_deeper_than`)."""
     try:
-        return _DECODER.decode(data), None
+        value = _DECODER.decode(data)
     except _NOT_JSON as exc:
-        return None, f"is not valid JSON ({exc}); it may have been truncated by a concurrent writer"
+        return None, f"is not valid JSON ({exc})"
+    except RecursionError:
+        return None, _TOO_DEEP
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        return None, _TOO_DEEP
+    return value, None
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when `value` nests lists and dicts more than `limit` levels deep. One level at a
+    time, no recursion; a container whose members hold no container (a weight map of a
+    million strings) is passed over by one C-level pass over their types."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for container in level:
+            members = container.values() if type(container) is dict else container
+            kinds = set(map(type, members))
+            if dict in kinds or list in kinds:
+                below.extend(m for m in members if type(m) is dict or type(m) is list)
+        level = below
+    return False
 
 
 def list_safetensors(folder: Location) -> list[Location]:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
@@ -44,6 +43,7 @@ from inspector.findings import examples, short_repr
 from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
+    decode_json,
     list_safetensors,
     prefetch,
     read_config_files,
@@ -436,10 +436,9 @@ def _sharding_info(shard: ShardHeader) -> tuple[dict[str, Any], str | None]:
             f"has no {SHARDING_KEY} in __metadata__, so its {len(shard.names)} tensors "
             "cannot be placed in the full tensors"
         )
-    try:
-        info = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return {}, f"has a {SHARDING_KEY} that is not valid JSON ({exc})"
+    info, problem = decode_json(raw)
+    if problem is not None:
+        return {}, f"has a {SHARDING_KEY} that {problem}"
     if not isinstance(info, dict):
         kind = type(info).__name__
         return {}, (

@@ -8,7 +8,9 @@ reader must keep, whatever the input:
   through `inspector.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
 - the bounded child that reads large `.metadata` files answers what the audited path
-  answers (or reads, within its limits, a stream the audit refuses as a bomb).
+  answers (or reads, within its limits, a stream the audit refuses as a bomb);
+- config.json through the load check never asks on the terminal, never opens a socket or
+  starts a process, and finishes within `LOAD_SECONDS`.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -17,9 +19,15 @@ corpus replay test (`tests/test_fuzz_corpus.py`).
 
 from __future__ import annotations
 
+import builtins
+import contextlib
+import io
 import os
 import re
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,8 +35,18 @@ from inspector.checks.files import read_problem_findings
 from inspector.codes import CODES
 from inspector.findings import Finding
 from inspector.model import FileRole, ReadProblem
+from inspector.sealed import REFUSED_EVENT
 
-__all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata", "pickle_sandbox"]
+__all__ = [
+    "MAX_MESSAGE",
+    "PREPARE",
+    "TARGETS",
+    "header",
+    "index_json",
+    "load_config",
+    "pickle_metadata",
+    "pickle_sandbox",
+]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
 MAX_MESSAGE = 4_000
@@ -75,9 +93,14 @@ def _folder() -> Path:
     """One scratch checkpoint folder per process (in RAM where there is /dev/shm)."""
     global _FOLDER
     if _FOLDER is None:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        _FOLDER = Path(tempfile.mkdtemp(prefix="ckpt-fuzz-", dir=base))
+        _FOLDER = _scratch("ckpt-fuzz-")
     return _FOLDER
+
+
+def _scratch(prefix: str) -> Path:
+    """A new temp folder, in RAM where there is /dev/shm."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def index_json(data: bytes) -> None:
@@ -200,9 +223,128 @@ def pickle_sandbox(data: bytes) -> None:
     assert _ADDRESS.sub("0x", repr(there)) == _ADDRESS.sub("0x", repr(here))
 
 
+# -- (e) config.json through the load check ----------------------------------------------------
+
+# One load check may take this long: building the largest model a config may declare (2,048
+# layers) takes a few seconds on a busy machine.
+LOAD_SECONDS = 30.0
+_CHECKPOINT: Path | None = None
+# Acts of the thread running `load_config`, seen by an audit hook: socket use, processes,
+# terminal reads, and what the seal refused (the seal's own hook may run first and refuse).
+_WATCHED: tuple[int, list[str]] | None = None
+_FORBIDDEN = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "builtins.input")
+_FORBIDDEN_REFUSALS = ("the network", "an answer from the terminal", "starting a process")
+
+
+def _watch(event: str, args: tuple) -> None:
+    if _WATCHED is None or _WATCHED[0] != threading.get_ident():
+        return
+    if event.startswith(_FORBIDDEN):
+        _WATCHED[1].append(f"{event} {str(args)[:200]}")
+    elif event == REFUSED_EVENT and str(args[0]).startswith(_FORBIDDEN_REFUSALS):
+        _WATCHED[1].append(f"refused: {args[0]}")
+
+
+sys.addaudithook(_watch)
+
+
+def _checkpoint() -> Path:
+    """A tiny Llama written by transformers' `save_pretrained`, once per process (in RAM
+    where there is /dev/shm); torch and transformers are imported and one model is built, so
+    the first input costs about what every other does."""
+    global _CHECKPOINT
+    if _CHECKPOINT is None:
+        import torch
+        import transformers
+
+        from inspector.model_load import load_verdict
+        from inspector.scan import scan
+
+        folder = _scratch("ckpt-fuzz-load-")
+        config = transformers.LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+        torch.manual_seed(0)
+        with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
+            transformers.LlamaForCausalLM(config).save_pretrained(folder)
+        assert load_verdict(scan(folder)).loads
+        # The message of a sub-config AutoModel cannot build names every type it can, which
+        # imports every configuration module of transformers once (seconds): done here.
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+        assert MODEL_MAPPING.keys()
+        _CHECKPOINT = folder
+    return _CHECKPOINT
+
+
+class _NoTerminal:
+    """stdin and input() while an input runs: reading the terminal fails the target."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def read(self, *_: object) -> str:
+        self.reads.append("sys.stdin")
+        raise AssertionError("the load check read stdin")
+
+    readline = read
+
+    def isatty(self) -> bool:
+        return True
+
+    def input(self, prompt: object = "") -> str:
+        self.reads.append(f"input({str(prompt)[:200]!r})")
+        raise AssertionError("the load check asked on the terminal")
+
+
+def load_config(data: bytes) -> None:
+    """The bytes as config.json of a tiny checkpoint transformers wrote, through `scan`, the
+    load check (also with --trust-remote-code) and `check`: no exception, known codes and
+    bounded messages, a skip reason of bounded length, nothing asked on the terminal, no
+    socket, no process, within `LOAD_SECONDS`."""
+    global _WATCHED
+    from inspector.checks import check
+    from inspector.model_load import load_verdict
+    from inspector.scan import scan
+
+    folder = _checkpoint()
+    (folder / "config.json").write_bytes(data)
+    terminal, acts = _NoTerminal(), []
+    saved = sys.stdin, builtins.input
+    sys.stdin, builtins.input = terminal, terminal.input  # type: ignore[assignment]
+    _WATCHED = (threading.get_ident(), acts)
+    try:
+        start = time.monotonic()
+        scanned = scan(folder)
+        for trust in (False, True):
+            verdict = load_verdict(scanned, trust_remote_code=trust)
+            assert verdict.skipped is None or len(verdict.skipped) <= MAX_MESSAGE
+        _check_findings(check(scanned, verdict=verdict))
+        took = time.monotonic() - start
+    finally:
+        _WATCHED = None
+        sys.stdin, builtins.input = saved
+    assert not terminal.reads, terminal.reads
+    assert not acts, acts
+    assert took < LOAD_SECONDS, f"the load check took {took:.1f} s"
+
+
+def _prepare_load_config() -> None:
+    _checkpoint()
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
     "pickle": pickle_metadata,
     "pickle_sandbox": pickle_sandbox,
+    "load_config": load_config,
 }
+# Set-up a target needs once per process (imports, a checkpoint), done before the first
+# input is timed.
+PREPARE: dict[str, Callable[[], None]] = {"load_config": _prepare_load_config}
