@@ -424,11 +424,14 @@ def test_building_findings_does_not_copy_a_huge_name():
     assert all(f.tensor is name for f in found[:200])
 
 
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over fork+exec, so a child of a large pytest
+# process would report its parent's size.
 _MEASURED = (
-    "import resource, sys\n"
+    "import re, sys\n"
     "from inspector.cli import main\n"
     "code = main(sys.argv[1:])\n"
-    "print(f'maxrss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', file=sys.stderr)\n"
+    "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
+    "print(f'maxrss {hwm}', file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
