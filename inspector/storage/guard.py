@@ -316,7 +316,7 @@ def s3_http_session_class() -> type:
     region redirects still apply), a redirect to another origin is refused by name, and
     bodies botocore reads whole (listing pages, errors) are capped. Object data is read by
     the storage in bounded chunks."""
-    from aiobotocore.httpsession import AIOHTTPSession  # type: ignore[import-untyped]
+    from aiobotocore.httpsession import AIOHTTPSession
 
     class GuardedAIOHTTPSession(AIOHTTPSession):
         async def _get_session(self, proxy_url: Any) -> Any:

@@ -528,12 +528,16 @@ class FsspecStorage:
                 if scope.expired():
                     raise _late(self._show(rel), options) from exc
                 status = _status(exc)
-                if attempt < options.retries and _transient(exc, status):
+                wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
+                wait_s = min(wait_s, 20.0)
+                # Retried while the wait leaves time before the deadline.
+                if (
+                    attempt < options.retries
+                    and _transient(exc, status)
+                    and loop.time() + wait_s < deadline
+                ):
                     self._shared.stats.add(0, retry=True)
-                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
-                    if loop.time() + wait_s >= deadline:
-                        raise _late(self._show(rel), options) from exc
-                    await asyncio.sleep(min(wait_s, 20.0))
+                    await asyncio.sleep(wait_s)
                     continue
                 raise _translate(exc, status, self._show(rel), rel, attempt, options) from exc
         raise AssertionError("unreachable")  # the loop returns or raises
@@ -646,8 +650,11 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _status(exc: BaseException) -> int | None:
-    """The HTTP status behind an error of s3fs/botocore, gcsfs, aiohttp or huggingface_hub."""
+    """The HTTP status behind an error of s3fs/botocore, gcsfs or aiohttp (not the status
+    aiohttp's own parser errors carry: a body cut short is a dropped connection)."""
     for err in _chain(exc):
+        if any(c.__name__ == "HttpProcessingError" for c in type(err).__mro__):
+            continue
         response = getattr(err, "response", None)
         if isinstance(response, dict):  # botocore ClientError
             meta = response.get("ResponseMetadata") or {}
@@ -713,8 +720,8 @@ def _translate(
     if _transient(exc, status):
         what = f"HTTP {status}" if status else type(exc).__name__
         return RemoteAccessError(
-            f"{url}: {what} after {attempt + 1} attempts; the store is throttling or "
-            "unreachable: run again later, or lower --max-concurrency"
+            f"{url}: {what} after {attempt + 1} attempts; the store is throttling, "
+            "unreachable or cuts its answers short: run again later, or lower --max-concurrency"
         )
     if isinstance(exc, OSError):
         return exc
@@ -815,7 +822,7 @@ def _file_location(shared: _Shared, key: str, shown: str) -> Location:
 def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, str]:
     """(the store's backend, the root's key in it)."""
     try:
-        import fsspec
+        import fsspec  # noqa: F401
     except ImportError:
         raise CannotInspectError(
             f"{url}: reading remote checkpoints needs the remote extra: "
@@ -837,12 +844,7 @@ def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, 
             made.setdefault("requests_timeout", socket_timeout(timeout))
         elif protocol == "http":
             made["get_client"] = guarded_client(policy, timeout)
-        fs = _reused(
-            protocol,
-            opts,
-            options,
-            lambda: fsspec.filesystem(protocol, skip_instance_cache=True, **made),
-        )
+        fs = _reused(protocol, opts, options, lambda: _file_system(protocol, made))
         if protocol == "s3":
             fs.retries = 1  # s3fs' own retry loop (a class attribute): ours applies instead
     except ImportError as exc:
@@ -856,6 +858,20 @@ def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, 
         return HttpBackend(fs), url.rstrip("/")
     backend = S3Backend(fs) if protocol == "s3" else GcsBackend(fs)
     return backend, url.split("://", 1)[1].rstrip("/")
+
+
+def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
+    """fsspec's file system for `protocol`. For GCS, gcsfs' JSON API client itself: gcsfs
+    otherwise makes its experimental gRPC client the default, whose requests (a storage
+    layout lookup before reads, with its own 30 s timeouts and retries) would not go through
+    our guarded session."""
+    import fsspec
+
+    if protocol == "gcs":
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(skip_instance_cache=True, **opts)
+    return fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
 
 
 _FILE_SYSTEMS: dict[str, Any] = {}
