@@ -45,6 +45,7 @@ __all__ = [
     "guarded_session_kwargs",
     "on_hub",
     "origin",
+    "quoted",
     "s3_http_session_class",
     "socket_timeout",
     "take",
@@ -77,12 +78,22 @@ class RemoteAnswerError(OSError):
         super().__init__(errno.EPROTO, reason, url)
 
 
+def quoted(text: str, limit: int = 300) -> str:
+    """Text a server chose (a location, a parser's complaint quoting its bytes), as a
+    message may quote it: control characters shown as `?`, at most `limit` characters."""
+    shown = "".join(c if c.isprintable() else "?" for c in text[: limit + 1])
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
 class RedirectRefused(RemoteAnswerError):
     """A redirect to an origin the policy does not allow; nothing was requested there."""
 
     def __init__(self, source: str, target: str) -> None:
-        self.source = origin(source)
-        self.target = origin(target) if urlsplit(target).scheme else target
+        self.source = quoted(origin(source))
+        try:
+            self.target = quoted(origin(target))
+        except ValueError:
+            self.target = quoted(target)
         super().__init__(
             f"is redirected by the server to another origin ({self.source} -> {self.target}); "
             f"only redirects within {self.source} are followed (--allow-redirect "

@@ -70,6 +70,7 @@ from inspector.storage.guard import (
     guarded_session_kwargs,
     on_hub,
     origin,
+    quoted,
     s3_http_session_class,
     socket_timeout,
 )
@@ -194,6 +195,8 @@ class _Shared:
     protocol: str
     stats: IOStats = field(default_factory=IOStats)
     listings: dict[str, tuple[bool, list[Entry]]] = field(default_factory=dict)
+    # Entries described by a metadata request (HEAD), by key: asked once per scan.
+    described: dict[str, Entry | None] = field(default_factory=dict)
     # The last few read-aheads by key: detection reads a header the scan reads again.
     heads: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
     # Starts of files fetched ahead by `prefetch` (or why they could not be), until opened.
@@ -332,21 +335,31 @@ class FsspecStorage:
         return None if authoritative else self._info(rel, name)
 
     def _info(self, rel: str, name: str) -> Entry | None:
-        """One metadata request (HEAD) for an entry the listing did not describe. A redirect
-        to another origin makes it a refused entry; other failures leave its size unknown
-        and say why when it is opened."""
+        """One metadata request (HEAD) for an entry the listing did not describe, once per
+        scan. A redirect to another origin makes it a refused entry; other failures leave
+        its size unknown and say why when it is opened."""
+        key = self._join(rel)
+        shared = self._shared
+        with shared.lock:
+            if key in shared.described:
+                return shared.described[key]
         try:
-            info = self._run(partial(self._shared.backend.info, self._join(rel)), rel)
+            info = self._run(partial(shared.backend.info, key), rel)
         except (FileNotFoundError, NotADirectoryError):
-            return None
+            found = None
         except UnsafeFileError as exc:
-            return Entry(name, EntryKind.REFUSED, reason=exc.reason)
+            found = Entry(name, EntryKind.REFUSED, reason=exc.reason)
         except OSError as exc:
-            return Entry(name, EntryKind.FILE, reason=exc.strerror or str(exc))
-        if info.get("type") == "directory":
-            return Entry(name, EntryKind.DIR)
-        size = info.get("size")
-        return Entry(name, EntryKind.FILE, size if isinstance(size, int) else None)
+            found = Entry(name, EntryKind.FILE, reason=exc.strerror or str(exc))
+        else:
+            size = info.get("size")
+            if info.get("type") == "directory":
+                found = Entry(name, EntryKind.DIR)
+            else:
+                found = Entry(name, EntryKind.FILE, size if isinstance(size, int) else None)
+        with shared.lock:
+            shared.described[key] = found
+        return found
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -591,7 +604,8 @@ class RemoteFile:
 def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
     """fsspec `ls(detail=True)` records as entries directly in folder `key`. Anything else a
     store returns (an HTTP page's links to other folders or hosts, the folder itself, names
-    that are not plain) is dropped: nothing outside the folder is ever reached from here."""
+    that are not plain: a NUL, a backslash) is dropped: nothing outside the folder is ever
+    reached from here, and every name kept can be joined under it (`check_member`)."""
     out: dict[str, Entry] = {}
     prefix = key.rstrip("/") + "/"
     for info in infos if isinstance(infos, list) else ():
@@ -602,7 +616,7 @@ def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
         child = name[len(prefix) :].rstrip("/")
         if http:
             child = unquote(child)
-        if not child or "/" in child or child in (".", "..") or "\x00" in child:
+        if not child or "/" in child or child in (".", "..") or "\x00" in child or "\\" in child:
             continue
         size = info.get("size")
         kind = EntryKind.DIR if is_dir else EntryKind.FILE
@@ -724,8 +738,8 @@ def _translate(
             "unreachable or cuts its answers short: run again later, or lower --max-concurrency"
         )
     if isinstance(exc, OSError):
-        return exc
-    return OSError(errno.EIO, f"{type(exc).__name__}: {exc}", url)
+        return OSError(exc.errno or errno.EIO, quoted(exc.strerror or str(exc)), url)
+    return OSError(errno.EIO, f"{type(exc).__name__}: {quoted(str(exc))}", url)
 
 
 def _late(url: str, options: RemoteOptions) -> RemoteAccessError:
@@ -983,8 +997,9 @@ def _pin_revision(root: FsspecStorage, url: str) -> None:
         except (FileNotFoundError, PermissionError) as exc:
             raise _hub_refusal(url, str(exc.__cause__)) from None
         except (OSError, UnsafeFileError) as exc:
+            reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror or exc
             raise RemoteAccessError(
-                f"{url}: cannot reach the Hub ({exc}); check the network or HF_ENDPOINT"
+                f"{url}: cannot reach the Hub ({reason}); check the network or HF_ENDPOINT"
             ) from None
     assert sha is not None
     backend.pin(sha, dataclasses.replace(loc, path="").fs_path(sha))

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle", "pickle_sandbox")
+NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "remote_answer")
 
 
 def main() -> int:
@@ -130,7 +130,10 @@ def _child(name: str, libfuzzer_args: list[str]) -> int:
         import inspector.layouts.torch_dist
         import inspector.pickle_guard
         import inspector.safe_pickle
-        import inspector.safetensors_header  # noqa: F401
+        import inspector.safetensors_header
+        import inspector.storage.backends
+        import inspector.storage.guard
+        import inspector.storage.remote  # noqa: F401
     sys.path.insert(0, str(HERE.parent))
     from fuzz.targets import TARGETS
 
