@@ -193,12 +193,11 @@ async def take(read: Callable[[int], Awaitable[bytes]], limit: int) -> bytes:
     return b"".join(parts)
 
 
-def _over_cap(length: int | str) -> RemoteAnswerError:
-    size = f"{length:,} bytes" if isinstance(length, int) else length
-    return RemoteAnswerError(
-        f"the server's answer is {size}, over the {ANSWER_CAP:,}-byte limit for a listing "
-        "or an API answer (an endless or hostile answer)"
-    )
+def _over_cap(length: int | None) -> RemoteAnswerError:
+    """An answer past `ANSWER_CAP`: announced as `length` bytes, or going on past it."""
+    limit = f"the {ANSWER_CAP:,}-byte limit for a listing or an API answer"
+    what = f"is {length:,} bytes, over {limit}" if length is not None else f"goes on past {limit}"
+    return RemoteAnswerError(f"the server's answer {what} (an endless or hostile answer)")
 
 
 async def bounded_body(response: Any) -> bytes:
@@ -219,7 +218,7 @@ async def bounded_body(response: Any) -> bytes:
             limit = ANSWER_CAP + 1
         body = await take(response.content.read, limit)
         if asked is None and status < 300 and len(body) > ANSWER_CAP:
-            raise _over_cap(f"over {ANSWER_CAP:,} bytes")
+            raise _over_cap(None)
     except BaseException:
         response.close()
         raise

@@ -752,8 +752,9 @@ def _late(url: str, options: RemoteOptions) -> RemoteAccessError:
 
 def _unlistable(url: str, exc: OSError | UnsafeFileError) -> RemoteAccessError:
     """A folder listing the guard refused, as one line."""
-    reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror
-    return RemoteAccessError(f"{url}: cannot be listed: it {reason}".replace("it the ", "the "))
+    reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror or str(exc)
+    subject = "" if reason.startswith("the ") else "it "  # "it answered...", "the listing..."
+    return RemoteAccessError(f"{url}: cannot be listed: {subject}{reason}")
 
 
 _CREDENTIALS_HINT = (
