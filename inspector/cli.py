@@ -329,8 +329,14 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_remote_arguments(p: argparse.ArgumentParser) -> None:
-    """--storage-option, --max-concurrency and --read-ahead (remote checkpoints)."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    """--storage-option, --max-concurrency, --read-ahead, --timeout, --read-timeout and
+    --allow-redirect (remote checkpoints)."""
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     group = p.add_argument_group("remote checkpoints (s3://, gs://, hf://, https://)")
     group.add_argument(
@@ -358,6 +364,31 @@ def add_remote_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
         f"request (default {DEFAULT_READ_AHEAD:,})",
     )
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="longest one request (a listing, a read of up to 8 MiB) may take, retries "
+        f"included; a server that trickles or stalls ends there (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--read-timeout",
+        type=_seconds,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="SECONDS",
+        help="longest a connection may bring no byte before the request is tried again "
+        f"(default {DEFAULT_READ_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--allow-redirect",
+        action="append",
+        default=[],
+        type=_origin,
+        metavar="ORIGIN",
+        help="also follow redirects to ORIGIN (https://host[:port]; repeatable); by default "
+        "a redirect is followed only within the origin a request went to",
+    )
 
 
 def _storage_option(text: str) -> tuple[str, object]:
@@ -381,14 +412,41 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 seconds")
+    return value
+
+
+def _origin(text: str) -> str:
+    from inspector.storage.guard import origin
+
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `scan` for the remote options of a command."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     return {
         "storage_options": dict(getattr(args, "storage_option", None) or []),
         "max_concurrency": getattr(args, "max_concurrency", DEFAULT_CONCURRENCY),
         "read_ahead": getattr(args, "read_ahead", DEFAULT_READ_AHEAD),
+        "timeout": getattr(args, "timeout", DEFAULT_TIMEOUT),
+        "read_timeout": getattr(args, "read_timeout", DEFAULT_READ_TIMEOUT),
+        "allow_redirects": tuple(getattr(args, "allow_redirect", None) or ()),
     }
 
 

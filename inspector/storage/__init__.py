@@ -4,7 +4,9 @@
 into a `Location` in a `Storage` rooted at the checkpoint folder. `LocalStorage` enforces the
 hostile-input rules for local files in one place (non-blocking opens, regular files only,
 caps, nothing read through a link that leaves the folder); `FsspecStorage` reads remote
-stores with ranged, concurrent, retried requests. See docs/architecture.md and SECURITY.md.
+stores with ranged, concurrent, retried requests, each bounded by the server guard
+(`guard.py`: bodies capped at what was asked, same-origin redirects, timeouts). See
+docs/architecture.md and SECURITY.md.
 """
 
 from __future__ import annotations

@@ -67,7 +67,8 @@ class EntryKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry of a folder. `size` is known for files (None where a store does not say);
-    `reason` says why a REFUSED entry is refused, as a clause after its name."""
+    `reason` says why a REFUSED entry is refused, as a clause after its name (for a remote
+    file of unknown size, why the store did not say it)."""
 
     name: str
     kind: EntryKind

@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "load_config")
+NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "load_config", "remote_answer")
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.
 TIMEOUTS = {"load_config": 40}
@@ -136,7 +136,10 @@ def _child(name: str, libfuzzer_args: list[str]) -> int:
         import inspector.pickle_guard
         import inspector.safe_pickle
         import inspector.safetensors_header
-        import inspector.sealed  # noqa: F401
+        import inspector.sealed
+        import inspector.storage.backends
+        import inspector.storage.guard
+        import inspector.storage.remote  # noqa: F401
     sys.path.insert(0, str(HERE.parent))
     from fuzz.targets import PREPARE, TARGETS
 

@@ -11,6 +11,8 @@ reader must keep, whatever the input:
   answers (or reads, within its limits, a stream the audit refuses as a bomb);
 - config.json through the load check never asks on the terminal, never opens a socket or
   starts a process, and finishes within `LOAD_SECONDS`.
+- a remote server's answers (status, headers, body: any bytes) give the remote reader
+  only its declared errors, never more bytes than were asked, in bounded time.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -19,6 +21,7 @@ corpus replay test (`tests/test_fuzz_corpus.py`).
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import io
@@ -33,9 +36,12 @@ from pathlib import Path
 
 from inspector.checks.files import read_problem_findings
 from inspector.codes import CODES
+from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
 from inspector.findings import Finding
 from inspector.model import FileRole, ReadProblem
 from inspector.sealed import REFUSED_EVENT
+from inspector.storage import Location, TooLargeError
+from inspector.storage.guard import MAX_LISTING as _MAX_LISTING
 
 __all__ = [
     "MAX_MESSAGE",
@@ -46,6 +52,7 @@ __all__ = [
     "load_config",
     "pickle_metadata",
     "pickle_sandbox",
+    "remote_answer",
 ]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
@@ -336,6 +343,128 @@ def load_config(data: bytes) -> None:
 
 def _prepare_load_config() -> None:
     _checkpoint()
+# -- (f) a remote server's answers --------------------------------------------------------------
+
+# Statuses a structured input picks from (its first byte).
+_STATUSES = (200, 206, 204, 301, 302, 303, 307, 308, 304, 400, 401, 403, 404, 416, 429, 500, 503)
+
+
+class _AnswerServer:
+    """A server on 127.0.0.1 that answers every request with the same bytes (`answer`),
+    then closes the connection, or holds it open and silent for `hold` seconds."""
+
+    def __init__(self) -> None:
+        self.answer = b""
+        self.hold = 0.0
+        self.requests = 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
+                writer.write(self.answer)
+                await writer.drain()
+                if self.hold:
+                    await asyncio.sleep(self.hold)
+            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                pass
+            finally:
+                writer.close()
+
+        async def start() -> None:
+            server = await asyncio.start_server(client, "127.0.0.1", 0)
+            self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(start())
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+
+
+_SERVER: _AnswerServer | None = None
+# What the remote reader may raise: OS errors (FileNotFoundError, PermissionError, the
+# guard's RemoteAnswerError...), a refused file, a store that fails for good, a cap.
+_DECLARED = (OSError, UnsafeFileError, RemoteAccessError, CannotInspectError, TooLargeError)
+
+
+def _compose(data: bytes, url: str) -> tuple[bytes, float]:
+    """The answer an input stands for: the bytes themselves when they start like an HTTP
+    answer; otherwise a status (first byte), headers chosen by the bits of the second (a
+    chunked body, a Content-Length that lies, a Content-Range, a redirect within or out of
+    the origin, a connection held open) and the rest as the body. Returns (bytes, hold)."""
+    if data.startswith(b"HTTP/"):
+        return data, 0.0
+    data = data + b"\0\0" if len(data) < 2 else data
+    status, flags, body = _STATUSES[data[0] % len(_STATUSES)], data[1], data[2:]
+    lines = [f"HTTP/1.1 {status} X"]
+    if flags & 1:
+        lines.append("Transfer-Encoding: chunked")
+        framed = (f"{len(body):x}\r\n".encode() + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
+    else:
+        length = len(body) + (1000 if flags & 2 else 0) - (len(body) // 2 if flags & 4 else 0)
+        lines.append(f"Content-Length: {length}")
+        framed = body
+    if flags & 8:
+        first = 100 if flags & 16 else 0
+        lines.append(f"Content-Range: bytes {first}-{first + len(body) - 1}/{len(body) + first}")
+    if flags & 32:
+        lines.append("Location: " + ("/ckpt/moved" if flags & 64 else "http://127.0.0.2:9/x"))
+    lines.append(f'Link: <{url}/api/next?cursor=1>; rel="next"')
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return head + framed, (0.15 if flags & 128 else 0.0)
+
+
+def remote_answer(data: bytes) -> None:
+    """Every request answered with the input (see `_compose`), through the remote reader
+    as a scan uses it: an HTTP folder (listing, HEAD, ranged reads, a whole-file read), a
+    single-file URL, and a Hub repository (revision, tree, resolve). Only declared errors,
+    with messages of bounded length; never more bytes than asked; within the deadlines."""
+    from inspector.storage import RemoteOptions
+    from inspector.storage.remote import open_remote
+
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _AnswerServer()
+    server = _SERVER
+    server.answer, server.hold = _compose(data, server.url)
+    quick = {"retries": 1, "retry_wait": 0.01, "timeout": 0.5, "read_timeout": 0.1}
+    hub = {"endpoint": server.url, "token": False}
+    start = time.monotonic()
+    for url, options in (
+        (f"{server.url}/ckpt/", RemoteOptions(**quick)),
+        (f"{server.url}/ckpt/model.safetensors", RemoteOptions(**quick)),
+        ("hf://org/repo", RemoteOptions(**quick, storage_options=hub)),
+    ):
+        try:
+            location = open_remote(url, options)
+            folder = location.parent if location.rel else location
+            entries = folder.entries()
+            assert len(entries) <= _MAX_LISTING
+            names = [location.name] if location.rel else [e.name for e in entries[:2]]
+        except _DECLARED as exc:
+            assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
+            continue
+        for name in names or ["model.safetensors"]:
+            _read_some(folder / name)
+    assert time.monotonic() - start < 6.0, "an input took longer than its deadlines allow"
+
+
+def _read_some(file: Location) -> None:
+    """Ranged reads and a whole-file read of one remote file: at most what was asked."""
+    try:
+        with file.open() as reader:
+            for offset, length in ((0, 64), (100, 50), (0, 200_000)):
+                got = reader.read_range(offset, length)
+                assert len(got) <= length, (offset, length, len(got))
+        assert len(file.read_bytes(cap=1 << 20)) <= 1 << 20
+    except _DECLARED as exc:
+        assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
@@ -344,6 +473,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "pickle": pickle_metadata,
     "pickle_sandbox": pickle_sandbox,
     "load_config": load_config,
+    "remote_answer": remote_answer,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
