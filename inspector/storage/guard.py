@@ -30,6 +30,8 @@ from functools import cache
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from inspector.display import legible
+
 __all__ = [
     "ANSWER_CAP",
     "ERROR_CAP",
@@ -78,11 +80,14 @@ class RemoteAnswerError(OSError):
         super().__init__(errno.EPROTO, reason, url)
 
 
-def quoted(text: str, limit: int = 300) -> str:
-    """Text a server chose (a location, a parser's complaint quoting its bytes), as a
-    message may quote it: control characters shown as `?`, at most `limit` characters."""
-    shown = "".join(c if c.isprintable() else "?" for c in text[: limit + 1])
-    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+def quoted(text: str) -> str:
+    """Text a server chose (a location, a parser's complaint quoting its bytes), as a message
+    may quote it: through the one display function, at most `QUOTE_LIMIT` characters."""
+    return legible(text, limit=QUOTE_LIMIT)
+
+
+# Server text in a message is cut shorter than a name: it is context, not the subject.
+QUOTE_LIMIT = 300
 
 
 class RedirectRefused(RemoteAnswerError):

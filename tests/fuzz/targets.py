@@ -343,6 +343,8 @@ def load_config(data: bytes) -> None:
 
 def _prepare_load_config() -> None:
     _checkpoint()
+
+
 # -- (f) a remote server's answers --------------------------------------------------------------
 
 # Statuses a structured input picks from (its first byte).
