@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from inspector import filenames
 from inspector.errors import InspectorError, UnsafeInputError
 
 __all__ = [
@@ -74,11 +75,12 @@ __all__ = [
     "write_atomic",
 ]
 
-LOCK = ".ckpt-inspect.lock"
-JOURNAL = ".ckpt-inspect-journal.json"
-BACKUP_DIR = ".ckpt-inspect-backup"
-# Re-sharding copies new shards here (inside the checkpoint) before swapping them in.
-STAGING = ".ckpt-inspect-reshard"
+# The lock, journal, backups and the staging folder re-sharding copies new shards into
+# before swapping them in: all inside the checkpoint, named in the one table of file names.
+LOCK = filenames.LOCK
+JOURNAL = filenames.JOURNAL
+BACKUP_DIR = filenames.BACKUP_DIR
+STAGING = filenames.STAGING
 
 _FORMAT = "ckpt-inspect-journal"
 _VERSION = 2

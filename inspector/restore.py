@@ -44,8 +44,8 @@ from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.layouts.modelopt_per_layer import sidecar_name
-from inspector.model import LayoutName, ScannedCheckpoint
-from inspector.repair import FileWrite, _read_text
+from inspector.model import FileRole, LayoutName, ScannedCheckpoint
+from inspector.repair import FileWrite, _read_text, unowned_target
 from inspector.reshard import _as_single_chunks
 from inspector.storage import RemoteURL, local_location
 
@@ -178,6 +178,19 @@ def plan_restore(
     if not restored:
         return dataclasses.replace(base, refused=tuple(refusals), notes=tuple(notes))
     shard = _new_shard_name(scanned)
+    per_layer = scanned.layout is LayoutName.MODELOPT_PER_LAYER
+    sidecar = sidecar_name(shard, scanned.sidecars) if per_layer else None
+    unowned = [
+        why
+        for why in (
+            unowned_target(scanned, INDEX_NAME, FileRole.INDEX),
+            unowned_target(scanned, shard, None),
+            unowned_target(scanned, sidecar, FileRole.SIDECAR, shard=shard) if sidecar else None,
+        )
+        if why
+    ]
+    if unowned:
+        return dataclasses.replace(base, refused=(*refusals, *unowned), notes=tuple(notes))
     try:
         copy = _copy_plan(reference, restored, root / STAGING, shard)
     except PlanRefusedError as exc:
@@ -185,8 +198,8 @@ def plan_restore(
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
     added = uncounted_elements(reference.tensors, restored)
     writes = [_index_write(scanned, shard, restored, sizes, ours, added, notes)]
-    if scanned.layout == "modelopt-per-layer":
-        writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
+    if sidecar is not None:
+        writes.append(_sidecar_write(sidecar, shard, restored, sizes))
     return RestorePlan(
         root,
         reference.path,
@@ -297,17 +310,25 @@ def _choose(
 
 def _new_shard_name(scanned: ScannedCheckpoint) -> str:
     """`<prefix>-restored-00001.safetensors` after the shards' own prefix (`model`), the first
-    number free: listed by the index, loaded by every loader, never a DCP rank file name."""
+    number free (and its sidecar name too, in a per-layer export): listed by the index,
+    loaded by every loader, never a DCP rank file name."""
     prefixes = {m.group(1) for s in scanned.shards if (m := _SHARD_PREFIX.match(s.file))}
     prefix = prefixes.pop() if len(prefixes) == 1 else "model"
     assert scanned.index is not None  # refused without one (`_refusals`)
     taken = {s.file for s in scanned.shards} | set(scanned.index.weight_map.values())
     n = 1
-    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or (
-        scanned.location / name
-    ).stat() is not None:
+    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or any(
+        (scanned.location / f).stat() is not None for f in _files_of(name, scanned)
+    ):
         n += 1
     return name
+
+
+def _files_of(shard: str, scanned: ScannedCheckpoint) -> list[str]:
+    """The files a restored `shard` adds: itself, and its sidecar in a per-layer export."""
+    if scanned.layout is LayoutName.MODELOPT_PER_LAYER:
+        return [shard, sidecar_name(shard, scanned.sidecars)]
+    return [shard]
 
 
 def _copy_plan(

@@ -14,6 +14,7 @@ import numpy as np
 
 from inspector.checks.coverage import Box, Coverage, coverage
 from inspector.codes import Code, code_set
+from inspector.filenames import DCP_MAPPING_NAME
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
 from inspector.model import (
     ChunkTable,
@@ -38,7 +39,7 @@ CODES = code_set(
     Code.MAPPING_DANGLING_TENSOR,
     Code.MAPPING_COLLAPSED,
 )
-MAPPING_NAME = "fqn_to_file_index_mapping.json"
+MAPPING_NAME = DCP_MAPPING_NAME
 
 # (tensor name, file of the finding, message builder) of one per-tensor problem.
 _Item = tuple[str, str, Callable[[], str]]

@@ -14,6 +14,7 @@ import numpy as np
 
 from inspector.codes import Code, code_set
 from inspector.dtypes import QUANT_DTYPES
+from inspector.filenames import QUANT_CONFIG_NAME
 from inspector.findings import Finding, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
@@ -22,7 +23,7 @@ __all__ = ["CODES", "check_quant_config", "quant_section", "quantized_modules"]
 
 CODES = code_set(Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER)
 
-QUANT_FILE = "hf_quant_config.json"
+QUANT_FILE = QUANT_CONFIG_NAME
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
 # A name whose last component is a scale param ends with one of these (and vice versa).
 _ENDS_WITH_SCALE = methodcaller("endswith", tuple(f".{p}" for p in sorted(_SCALE_PARAMS)))

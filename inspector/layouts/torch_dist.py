@@ -23,6 +23,12 @@ from inspector._gc import gc_paused
 from inspector.columns import Coded
 from inspector.dtypes import torch_itemsize
 from inspector.errors import UnsafeFileError
+from inspector.filenames import (
+    TORCH_DIST_COMMON,
+    TORCH_DIST_LATEST,
+    TORCH_DIST_METADATA,
+    TORCH_DIST_METADATA_JSON,
+)
 from inspector.findings import examples, short_repr
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.layouts.base import LayoutReader, ScanOptions
@@ -67,10 +73,10 @@ __all__ = [
 
 NAME = LayoutName.TORCH_DIST
 
-LATEST_FILE = "latest_checkpointed_iteration.txt"
-METADATA_FILE = ".metadata"
-METADATA_JSON = "metadata.json"
-COMMON_FILE = "common.pt"
+LATEST_FILE = TORCH_DIST_LATEST
+METADATA_FILE = TORCH_DIST_METADATA
+METADATA_JSON = TORCH_DIST_METADATA_JSON
+COMMON_FILE = TORCH_DIST_COMMON
 # Newer Megatron keeps the common state inside the .distcp files as this sharded object.
 COMMON_STATE_KEY = "common_state/shard_0_1"
 RERUN_PREFIX = "rerun_state_machine_state/"
