@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.index import Uncounted, parse_count, uncounted_elements
-from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
+from inspector.checks.quant import (
+    MAX_WILDCARDS,
+    QUANT_FILE,
+    exclude_matcher,
+    quant_section,
+    quantized_modules,
+)
 from inspector.codes import Severity
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.filenames import WELL_KNOWN, is_well_known
@@ -444,11 +450,14 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     layers = section.get("quantized_layers")
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
-    missing = [m for m in quantized_modules(scanned) if m not in layers]
-    from inspector.checks.quant import _excluded  # shared rule: exclude patterns
-
-    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
-    missing = [m for m in missing if not _excluded(m, patterns)]
+    excluded = exclude_matcher(section)
+    if excluded is None:
+        why = (
+            f"{QUANT_FILE}: exclude_modules holds more than {MAX_WILDCARDS:,} wildcard "
+            "patterns; which modules it excludes is not decided (see check-budget-exceeded)"
+        )
+        return RepairPlan(scanned.path, refused=(why,))
+    missing = [m for m in quantized_modules(scanned) if m not in layers and not excluded(m)]
     added, refused = _sibling_configs(missing, layers)
     unowned = unowned_target(scanned, QUANT_FILE, FileRole.QUANT_CONFIG)
     if unowned:
@@ -551,20 +560,21 @@ def _choose_files(
         files = [f for f, _, _ in places]
         if not agree and policy is None:
             refused.append(
-                f"{name!r} is in {', '.join(files)} with different dtype or shape; "
+                f"{name!r} is in {examples(files)} with different dtype or shape; "
                 "choose which copy "
                 "the index keeps with --duplicates first|last|index"
             )
             continue
         pick = _pick(files, old_map.get(name), policy or "index")
         chosen[name] = pick
-        notes.append(f"{name!r} is in {', '.join(files)}; the index keeps {pick}")
-    return (
-        chosen,
-        tuple(refused),
-        tuple(notes[:20])
-        + ((f"... {len(notes) - 20} more duplicates",) if len(notes) > 20 else ()),
-    )
+        notes.append(f"{name!r} is in {examples(files)}; the index keeps {pick}")
+    return chosen, _at_most(refused, "tensors refused"), _at_most(notes, "duplicates")
+
+
+def _at_most(lines: list[str], what: str, limit: int = 20) -> tuple[str, ...]:
+    """The first `limit` lines and one for the rest: a hostile folder may make 100,000."""
+    rest = len(lines) - limit
+    return tuple(lines[:limit]) + ((f"... {rest} more {what}",) if rest > 0 else ())
 
 
 def _keep_order(old: Mapping[str, str], new: dict[str, str]) -> dict[str, str]:
@@ -625,9 +635,13 @@ def _sibling_configs(
         by_group[expert_template(module)[0]].append(cfg)
     added: dict[str, Any] = {}
     refused: list[str] = []
+    # The distinct configs of each group, serialised once per group (not per module).
+    distinct: dict[str, set[str]] = {}
     for module in missing:
         group = expert_template(module)[0]
-        configs = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
+        if group not in distinct:
+            distinct[group] = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
+        configs = distinct[group]
         if group != module and len(configs) == 1:
             added[module] = json.loads(next(iter(configs)))
         else:

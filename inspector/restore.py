@@ -54,6 +54,8 @@ _LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER)
 # Every number that is a whole dotted component: a tensor's template across layers/experts.
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _SHARD_PREFIX = re.compile(r"^(.*?)-\d+-of-\d+\.safetensors$")
+# Refusal reasons listed one per line; the rest are one line.
+_REFUSAL_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -275,6 +277,7 @@ def _choose(
     tied = bool((scanned.config or {}).get("tie_word_embeddings"))
     restored: list[str] = []
     refused: dict[str, list[str]] = defaultdict(list)
+    formats: dict[str, str] = {}
     notes: list[str] = []
     for name in lost:
         if name in mtp:
@@ -285,23 +288,33 @@ def _choose(
             else:
                 restored.append(name)
         elif name in in_layer:
-            found = siblings.get(_template(name))
+            template = _template(name)
+            found = siblings.get(template)
             if not found:
                 refused["no sibling in the checkpoint shows its stored format"].append(name)
             elif theirs[name] not in found:
+                if template not in formats:  # described once per template, a few formats
+                    formats[template] = examples([f"{d} {list(s)}" for d, s in sorted(found)])
                 refused[
                     "the reference stores it as "
                     f"{theirs[name][0]} {list(theirs[name][1])}, its siblings in the checkpoint "
-                    f"are {', '.join(f'{d} {list(s)}' for d, s in sorted(found))}"
+                    f"are {formats[template]}"
                 ].append(name)
             else:
                 restored.append(name)
         else:
             restored.append(name)
+    groups = list(refused.items())
     lines = [
         f"{count(len(names))} not restored, {why}: {describe_names(names)}"
-        for why, names in refused.items()
+        for why, names in groups[:_REFUSAL_LINES]
     ]
+    if len(groups) > _REFUSAL_LINES:
+        rest = [n for _, names in groups[_REFUSAL_LINES:] for n in names]
+        lines.append(
+            f"{count(len(rest))} more not restored, for {len(groups) - _REFUSAL_LINES:,} more "
+            f"reasons like those above: {describe_names(rest)}"
+        )
     return restored, lines, notes
 
 

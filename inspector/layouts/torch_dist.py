@@ -287,11 +287,12 @@ def _convert_metadata(
     tensors: dict[str, TorchDistTensor] = {}
     byte_keys: list[str] = []
     bad: list[str] = []
+    chunk_lists: _ChunkLists = {}
     for key, entry in entries.items():
         kind = entry.kind if isinstance(entry, StandIn) else None
         if isinstance(key, str) and kind == "BytesStorageMetadata":
             byte_keys.append(key)
-        elif isinstance(key, str) and (tensor := _tensor_entry(entry)) is not None:
+        elif isinstance(key, str) and (tensor := _tensor_entry(entry, chunk_lists)) is not None:
             tensors[key] = tensor
         else:
             bad.append(short_repr(key))
@@ -300,11 +301,18 @@ def _convert_metadata(
     return tensors, byte_keys, storage, problems
 
 
-def _tensor_entry(entry: Any) -> TorchDistTensor | None:
+# (id of an unpickled chunk list, number of dimensions) -> its chunks, or None if malformed.
+_ChunkLists = dict[tuple[int, int], tuple[tuple[Dims, Dims], ...] | None]
+
+
+def _tensor_entry(entry: Any, chunk_lists: _ChunkLists) -> TorchDistTensor | None:
     """A `TensorStorageMetadata` stand-in as a `TorchDistTensor`, or None if malformed.
 
     Shapes are `Dims` (checked when unpickled), so this loop only tests types: it runs for
-    every chunk of every tensor, millions of times on a large checkpoint."""
+    every chunk of every tensor, millions of times on a large checkpoint. A chunk list the
+    pickle shares between tensors (its memo repeats one list for a few bytes) is converted
+    once and stays one shared tuple (`chunk_lists`, by identity: the unpickled lists live
+    as long as the conversion), so the work and the result are linear in the file."""
     if not isinstance(entry, StandIn) or entry.kind != "TensorStorageMetadata":
         return None
     state = entry.state
@@ -317,7 +325,14 @@ def _tensor_entry(entry: Any) -> TorchDistTensor | None:
     raw_chunks = state.get("chunks")
     if type(dtype) is not TorchDtype or type(size) is not Dims or type(raw_chunks) is not list:
         return None
-    ndim = len(size)
+    key = (id(raw_chunks), len(size))
+    if key not in chunk_lists:
+        chunk_lists[key] = _chunk_list(raw_chunks, len(size))
+    chunks = chunk_lists[key]
+    return None if chunks is None else TorchDistTensor(dtype.safetensors, size, chunks)
+
+
+def _chunk_list(raw_chunks: list[Any], ndim: int) -> tuple[tuple[Dims, Dims], ...] | None:
     chunks = []
     for chunk in raw_chunks:
         # Hot loop: EAFP instead of isinstance checks; a non-stand-in has no usable `.state`.
@@ -331,7 +346,7 @@ def _tensor_entry(entry: Any) -> TorchDistTensor | None:
         if len(offsets) != ndim or len(sizes) != ndim:
             return None
         chunks.append((offsets, sizes))
-    return TorchDistTensor(dtype.safetensors, size, tuple(chunks))
+    return tuple(chunks)
 
 
 def _byte_range(start: Any, length: Any) -> bool:
