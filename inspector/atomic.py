@@ -51,12 +51,12 @@ from typing import Any
 import orjson
 
 from inspector import filenames
+from inspector.errors import InspectorError, UnsafeInputError
 
 try:
     import fcntl
 except ImportError:  # Windows: the lock is an exclusive create (`_exclusive_lock`)
     fcntl = None  # type: ignore[assignment]
-from inspector.errors import InspectorError, UnsafeInputError
 
 __all__ = [
     "BACKUP_DIR",
@@ -141,9 +141,17 @@ def _take_lock(root: Path) -> int:
     a lock on the folder itself, so two processes never remove each other's fresh lock)
     and never read or written; a folder there is refused in one line."""
     lock = root / LOCK
+    flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK | _CLOEXEC
     for _ in range(_LOCK_TRIES):
+        created = True
         try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _NONBLOCK | _CLOEXEC, 0o644)
+            try:
+                fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                created = False
+                fd = os.open(lock, flags)
+        except FileNotFoundError:
+            continue  # removed by its holder since
         except OSError as exc:
             if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EMLINK):
                 raise _cannot_write(root, exc) from None
@@ -160,7 +168,7 @@ def _take_lock(root: Path) -> int:
         if state == "planted":
             _clear_planted(root)
         elif state == "no-flock":
-            return _exclusive_lock(root)
+            return _exclusive_lock(root, created)
     raise InspectorError(f"{lock}: cannot take the lock; run again")
 
 
@@ -235,13 +243,29 @@ def _clear_planted(root: Path) -> None:
             return
         if stat.S_ISDIR(entry.st_mode):
             raise InspectorError(f"{lock} is a folder, not a lock file; remove it, then run again")
-        if stat.S_ISREG(entry.st_mode) and entry.st_nlink == 1:
-            return  # a lock file now
+        if stat.S_ISREG(entry.st_mode) and (entry.st_nlink == 1 or _held(dfd)):
+            return  # a lock file now, or one a holder has (a link made to it since)
         # A link, FIFO, socket or device: nobody locks one (`_take_lock` refuses them).
         # A second name of another file: removing the name leaves that file as it is.
         os.unlink(LOCK, dir_fd=dfd)
     finally:
         os.close(dfd)
+
+
+def _held(dfd: int) -> bool:
+    """True when a process holds the flock of the regular file named like the lock."""
+    try:
+        fd = os.open(LOCK, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return False
+    try:
+        assert fcntl is not None  # `_clear_planted` runs only where flock works
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _flock_briefly(fd: int, *, seconds: float = 5.0) -> bool:
@@ -271,25 +295,26 @@ def _entry_kind(path: Path) -> str:
     return next((what for test, what in kinds if test(mode)), "not a regular file")
 
 
-def _exclusive_lock(root: Path) -> int:
-    """Where flock is unsupported: the lock is the exclusive creation of the file. A lock
-    left by a process that is gone is not taken over (two processes judging it dead at
-    once would both take it): it names its pid and is removed by hand."""
+def _exclusive_lock(root: Path, created: bool) -> int:
+    """Where flock is unsupported: the lock is the exclusive creation of the file (`created`
+    says whether this process just created it). A lock left by a process that is gone is
+    not taken over (two processes judging it dead at once would both take it): it names
+    its pid and is removed by hand."""
     lock = root / LOCK
-    try:
-        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW | _CLOEXEC, 0o644)
-    except FileExistsError:
+    if not created:
         raise InspectorError(
             f"{lock}: another ckpt-inspect process (pid {_lock_pid(lock)}) is writing this "
             "checkpoint (this file system cannot lock files, so a lock left by a process that "
             "is gone stays); wait for it, or delete the lock file if that process is gone"
-        ) from None
+        )
+    try:
+        fd = os.open(lock, os.O_WRONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise _cannot_write(root, exc) from None
-    try:
-        os.write(fd, str(os.getpid()).encode())
-    finally:
-        os.close(fd)
     return -1
 
 

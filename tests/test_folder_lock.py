@@ -191,3 +191,21 @@ def test_a_folder_as_lock_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(InspectorError, match="is a folder"), atomic.folder_lock(folder):
         pass
     assert (folder / atomic.LOCK / "inner").is_dir()
+
+
+def test_without_flock_an_exclusive_create_stands_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file system that cannot flock: the lock is the file's exclusive creation; a second
+    taker is refused, and a lock left behind is not taken over (it names its pid)."""
+    monkeypatch.setattr(atomic, "fcntl", None)
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    with atomic.folder_lock(folder):
+        assert (folder / atomic.LOCK).read_text() == str(os.getpid())
+        with pytest.raises(InspectorError, match="cannot lock files"), atomic.folder_lock(folder):
+            pass
+    assert not (folder / atomic.LOCK).exists()
+    (folder / atomic.LOCK).write_text("4242")
+    with pytest.raises(InspectorError, match="pid 4242"), atomic.folder_lock(folder):
+        pass
