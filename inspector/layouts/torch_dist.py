@@ -303,16 +303,19 @@ def _convert_metadata(
 
 # (id of an unpickled chunk list, number of dimensions) -> its chunks, or None if malformed.
 _ChunkLists = dict[tuple[int, int], tuple[tuple[Dims, Dims], ...] | None]
+# Chunk lists up to this long are converted for each tensor that names them.
+_SHORT_LIST = 64
 
 
 def _tensor_entry(entry: Any, chunk_lists: _ChunkLists) -> TorchDistTensor | None:
     """A `TensorStorageMetadata` stand-in as a `TorchDistTensor`, or None if malformed.
 
     Shapes are `Dims` (checked when unpickled), so this loop only tests types: it runs for
-    every chunk of every tensor, millions of times on a large checkpoint. A chunk list the
-    pickle shares between tensors (its memo repeats one list for a few bytes) is converted
-    once and stays one shared tuple (`chunk_lists`, by identity: the unpickled lists live
-    as long as the conversion), so the work and the result are linear in the file."""
+    every chunk of every tensor, millions of times on a large checkpoint. A long chunk list
+    the pickle shares between tensors (its memo repeats one list for a few bytes) is
+    converted once and stays one shared tuple (`chunk_lists`, by identity: the unpickled
+    lists live as long as the conversion), so the work and the result are linear in the
+    file."""
     if not isinstance(entry, StandIn) or entry.kind != "TensorStorageMetadata":
         return None
     state = entry.state
@@ -325,10 +328,13 @@ def _tensor_entry(entry: Any, chunk_lists: _ChunkLists) -> TorchDistTensor | Non
     raw_chunks = state.get("chunks")
     if type(dtype) is not TorchDtype or type(size) is not Dims or type(raw_chunks) is not list:
         return None
-    key = (id(raw_chunks), len(size))
-    if key not in chunk_lists:
-        chunk_lists[key] = _chunk_list(raw_chunks, len(size))
-    chunks = chunk_lists[key]
+    if len(raw_chunks) <= _SHORT_LIST:  # as many as ranks: converting beats looking up
+        chunks = _chunk_list(raw_chunks, len(size))
+    else:
+        key = (id(raw_chunks), len(size))
+        if key not in chunk_lists:
+            chunk_lists[key] = _chunk_list(raw_chunks, len(size))
+        chunks = chunk_lists[key]
     return None if chunks is None else TorchDistTensor(dtype.safetensors, size, chunks)
 
 
