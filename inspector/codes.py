@@ -494,6 +494,15 @@ class Code(StrEnum):
         "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
         "Refused before unpickling; the file was crafted or is corrupt.",
     )
+    CHECK_BUDGET_EXCEEDED = (
+        "check-budget-exceeded",
+        _W,
+        _U,
+        "A check would need more work than any real checkpoint asks for (e.g. the chunks of "
+        "one tensor form no grid over millions of boundaries): it stopped at its budget, so "
+        "what the finding names was NOT verified. A real writer never produces this; the file "
+        "was crafted or is corrupt: re-save the checkpoint.",
+    )
 
 
 def code_of(value: str | Code) -> Code:

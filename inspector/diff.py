@@ -20,6 +20,7 @@ from inspector.display import legible
 from inspector.dtypes import FLOAT_DTYPES
 from inspector.model import ScannedCheckpoint
 from inspector.model_quant import QUANT_PARAMS
+from inspector.naming import LONG_NAME
 from inspector.tensordata import TensorData
 
 __all__ = [
@@ -273,8 +274,9 @@ class _Classifier:
             for name in per:
                 if m := _PER_EXPERT.match(name):
                     groups[m.group("base")].add(name)
+            under = _under_experts(fused)
             for base, names in sorted(groups.items()):
-                whole = {n for n in fused if n.startswith(f"{base}.") and not _PER_EXPERT.match(n)}
+                whole = under.get(base, set()) & fused
                 if not whole:
                     continue
                 numel_per = sum(math.prod(sig_per[n][1]) for n in names)
@@ -332,6 +334,22 @@ class _Classifier:
         if self.notes.get(kind):
             detail += "; " + "; ".join(self.notes[kind][:3])
         return DiffClass(kind, expected, names, detail)
+
+
+def _under_experts(names: set[str]) -> dict[str, set[str]]:
+    """`...experts` module -> the names below it that are not per expert: each name filed
+    under every `.experts` component it has (one pass over the names, instead of one pass
+    per expert module). Names longer than any real tensor's are filed nowhere: each prefix
+    is a copy, and a hostile name could hold millions."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        if len(name) > LONG_NAME or _PER_EXPERT.match(name):
+            continue
+        at = name.find(".experts.")
+        while at >= 0:
+            out[name[: at + len(".experts")]].add(name)
+            at = name.find(".experts.", at + 1)
+    return out
 
 
 def _mtp(scanned: ScannedCheckpoint, names: set[str]) -> set[str]:

@@ -45,8 +45,8 @@ from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.layouts.modelopt_per_layer import sidecar_name
-from inspector.model import LayoutName, ScannedCheckpoint
-from inspector.repair import FileWrite, _read_text
+from inspector.model import FileRole, LayoutName, ScannedCheckpoint
+from inspector.repair import FileWrite, _read_text, unowned_target
 from inspector.reshard import _as_single_chunks
 from inspector.storage import RemoteURL, local_location
 
@@ -55,6 +55,8 @@ _LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER)
 # Every number that is a whole dotted component: a tensor's template across layers/experts.
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _SHARD_PREFIX = re.compile(r"^(.*?)-\d+-of-\d+\.safetensors$")
+# Refusal reasons listed one per line; the rest are one line.
+_REFUSAL_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,19 @@ def plan_restore(
     if not restored:
         return dataclasses.replace(base, refused=tuple(refusals), notes=tuple(notes))
     shard = _new_shard_name(scanned)
+    per_layer = scanned.layout is LayoutName.MODELOPT_PER_LAYER
+    sidecar = sidecar_name(shard, scanned.sidecars) if per_layer else None
+    unowned = [
+        why
+        for why in (
+            unowned_target(scanned, INDEX_NAME, FileRole.INDEX),
+            unowned_target(scanned, shard, None),
+            unowned_target(scanned, sidecar, FileRole.SIDECAR, shard=shard) if sidecar else None,
+        )
+        if why
+    ]
+    if unowned:
+        return dataclasses.replace(base, refused=(*refusals, *unowned), notes=tuple(notes))
     try:
         copy = _copy_plan(reference, restored, root / STAGING, shard)
     except PlanRefusedError as exc:
@@ -186,8 +201,8 @@ def plan_restore(
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
     added = uncounted_elements(reference.tensors, restored)
     writes = [_index_write(scanned, shard, restored, sizes, ours, added, notes)]
-    if scanned.layout == "modelopt-per-layer":
-        writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
+    if sidecar is not None:
+        writes.append(_sidecar_write(sidecar, shard, restored, sizes))
     return RestorePlan(
         root,
         reference.path,
@@ -263,6 +278,7 @@ def _choose(
     tied = bool((scanned.config or {}).get("tie_word_embeddings"))
     restored: list[str] = []
     refused: dict[str, list[str]] = defaultdict(list)
+    formats: dict[str, str] = {}
     notes: list[str] = []
     for name in lost:
         if name in mtp:
@@ -275,23 +291,33 @@ def _choose(
             else:
                 restored.append(name)
         elif name in in_layer:
-            found = siblings.get(_template(name))
+            template = _template(name)
+            found = siblings.get(template)
             if not found:
                 refused["no sibling in the checkpoint shows its stored format"].append(name)
             elif theirs[name] not in found:
+                if template not in formats:  # described once per template, a few formats
+                    formats[template] = examples([f"{d} {list(s)}" for d, s in sorted(found)])
                 refused[
                     "the reference stores it as "
                     f"{theirs[name][0]} {list(theirs[name][1])}, its siblings in the checkpoint "
-                    f"are {', '.join(f'{d} {list(s)}' for d, s in sorted(found))}"
+                    f"are {formats[template]}"
                 ].append(name)
             else:
                 restored.append(name)
         else:
             restored.append(name)
+    groups = list(refused.items())
     lines = [
         f"{count(len(names))} not restored, {why}: {describe_names(names)}"
-        for why, names in refused.items()
+        for why, names in groups[:_REFUSAL_LINES]
     ]
+    if len(groups) > _REFUSAL_LINES:
+        rest = [n for _, names in groups[_REFUSAL_LINES:] for n in names]
+        lines.append(
+            f"{count(len(rest))} more not restored, for {len(groups) - _REFUSAL_LINES:,} more "
+            f"reasons like those above: {describe_names(rest)}"
+        )
     return restored, lines, notes
 
 
@@ -300,17 +326,25 @@ def _choose(
 
 def _new_shard_name(scanned: ScannedCheckpoint) -> str:
     """`<prefix>-restored-00001.safetensors` after the shards' own prefix (`model`), the first
-    number free: listed by the index, loaded by every loader, never a DCP rank file name."""
+    number free (and its sidecar name too, in a per-layer export): listed by the index,
+    loaded by every loader, never a DCP rank file name."""
     prefixes = {m.group(1) for s in scanned.shards if (m := _SHARD_PREFIX.match(s.file))}
     prefix = prefixes.pop() if len(prefixes) == 1 else "model"
     assert scanned.index is not None  # refused without one (`_refusals`)
     taken = {s.file for s in scanned.shards} | set(scanned.index.weight_map.values())
     n = 1
-    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or (
-        scanned.location / name
-    ).stat() is not None:
+    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or any(
+        (scanned.location / f).stat() is not None for f in _files_of(name, scanned)
+    ):
         n += 1
     return name
+
+
+def _files_of(shard: str, scanned: ScannedCheckpoint) -> list[str]:
+    """The files a restored `shard` adds: itself, and its sidecar in a per-layer export."""
+    if scanned.layout is LayoutName.MODELOPT_PER_LAYER:
+        return [shard, sidecar_name(shard, scanned.sidecars)]
+    return [shard]
 
 
 def _copy_plan(

@@ -51,6 +51,7 @@ BLOCKING = code_set(
     Code.DCP_COVERAGE_GAP,
     Code.DCP_CHUNK_OVERLAP,
     Code.DCP_DTYPE_CONFLICT,
+    Code.CHECK_BUDGET_EXCEEDED,
 )
 
 

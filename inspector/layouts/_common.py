@@ -21,6 +21,7 @@ import numpy as np
 from inspector.columns import Coded, frozen
 from inspector.display import legible
 from inspector.errors import UnsafeFileError
+from inspector.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector.findings import FOLD, examples, short_repr
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.progress import track
@@ -47,7 +48,6 @@ __all__ = [
     "weight_map_columns",
 ]
 
-INDEX_NAME = "model.safetensors.index.json"
 # An index of 1.3M tensors is about 100 MB; anything far past that is not an index.
 JSON_CAP = 1_000_000_000
 # How deep arrays and objects may nest in a JSON file: real writers nest a few levels (a
@@ -396,8 +396,8 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
     docs: dict[str, Any] = {}
     salvaged_spec = ModelSpec()
     for name, role in (
-        ("config.json", FileRole.CONFIG),
-        ("hf_quant_config.json", FileRole.QUANT_CONFIG),
+        (CONFIG_NAME, FileRole.CONFIG),
+        (QUANT_CONFIG_NAME, FileRole.QUANT_CONFIG),
     ):
         path = folder / name
         if not path.is_file():
@@ -419,11 +419,9 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
             problems.append(ReadProblem(rel, role, problem, kind))
         else:
             docs[name] = value
-    config = docs.get("config.json")
-    spec = spec_from_config(config, source="config.json") if config is not None else salvaged_spec
-    return ConfigFiles(
-        config, docs.get("hf_quant_config.json"), spec, frozenset(found), tuple(problems)
-    )
+    config = docs.get(CONFIG_NAME)
+    spec = spec_from_config(config, source=CONFIG_NAME) if config is not None else salvaged_spec
+    return ConfigFiles(config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems))
 
 
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')

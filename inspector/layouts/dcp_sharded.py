@@ -39,6 +39,7 @@ from inspector.display import legible
 from inspector.dtypes import nbytes_for
 from inspector.errors import UnsafeFileError
 from inspector.expected_shapes import raised_shapes
+from inspector.filenames import DCP_MAPPING_NAME
 from inspector.findings import examples, short_repr
 from inspector.layouts._common import (
     INDEX_NAME,
@@ -84,7 +85,7 @@ __all__ = [
 
 NAME = LayoutName.DCP_SHARDED
 HF_METADATA_DIR = ".hf_metadata"
-MAPPING_NAME = "fqn_to_file_index_mapping.json"
+MAPPING_NAME = DCP_MAPPING_NAME
 SHARDING_KEY = "DCP_SHARDING_INFO"
 
 
