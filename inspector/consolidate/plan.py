@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, parameters_of
 from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 
@@ -124,6 +125,8 @@ class ConsolidationPlan:
     # The storage the source was scanned through: every source read goes through it (local
     # or remote), so consolidation reads what the scan read, under the same rules.
     storage: Storage | None = None
+    # The source's config.json (how packed weights count as parameters).
+    config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def source_storage(self) -> Storage:
@@ -139,7 +142,14 @@ class ConsolidationPlan:
 
     @property
     def total_parameters(self) -> int:
-        return sum(math.prod(t.shape) for o in self.outputs for t in o.tensors)
+        """The parameters of the output, counted as everywhere (`inspector.parameters`)."""
+        tensors = [t for o in self.outputs for t in o.tensors]
+        return parameters_of(
+            [t.name for t in tensors],
+            [t.out_dtype for t in tensors],
+            [t.shape for t in tensors],
+            config=self.config,
+        )
 
     @property
     def weight_map(self) -> dict[str, str]:
@@ -299,6 +309,7 @@ def plan_consolidation(
         notes=tuple(notes),
         findings=tuple(findings),
         partial=tuple(partial),
+        config=scanned.config,
     )
 
 
@@ -558,7 +569,7 @@ def describe_plan(plan: ConsolidationPlan) -> str:
     column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
     lines = [
         f"Consolidation plan: {plan.source} -> {plan.dest}",
-        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters, "
+        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters ({PARAMETER_RULE}), "
         f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
