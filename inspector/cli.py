@@ -125,7 +125,9 @@ def _parser() -> argparse.ArgumentParser:
     add_path_arguments(p)
     p.set_defaults(func=_cmd_scan)
 
-    p = sub.add_parser("check", help="report every drift and structural problem; CI gate")
+    p = sub.add_parser(
+        "check", help="report every finding (drift, structure, will it load) and its fix; CI gate"
+    )
     add_path_arguments(p)
     p.add_argument(
         "--fail-on",

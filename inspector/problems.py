@@ -31,6 +31,7 @@ from inspector.codes import Code, Severity, code_of, severity_rank
 from inspector.findings import Finding, fold_ranges
 from inspector.model import ScannedCheckpoint
 from inspector.units import format_bytes
+from inspector.words import shell_word
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -966,7 +967,4 @@ def _named(names: Sequence[str]) -> str:
 
 
 def _quote(path: str) -> str:
-    """A path as a shell word (quoted only when it needs it)."""
-    import shlex
-
-    return shlex.quote(path)
+    return shell_word(path)

@@ -585,7 +585,7 @@ class _Collector:
                 self.items.append(
                     make_finding(
                         code,
-                        f"{self.file}: {more:,} more {code} problems{eg}, not listed one by one",
+                        f"{self.file}: {more:,} more {code} findings{eg}, not listed one by one",
                         file=self.file,
                     )
                 )

@@ -410,7 +410,7 @@ def test_mapping_that_omits_tensors_puts_them_in_the_last_file(
     last = plan.outputs[-1]
     assert {t.name for t in last.tensors} == set(names[3:])
     text = str(plan)
-    assert f"{len(names) - 4} tensor(s) absent from the mapping" in text
+    assert f"{len(names) - 4} tensors absent from the mapping" in text
     assert "model.tied.weight" in text  # the dangling name is reported, not written
 
 
@@ -482,7 +482,7 @@ def test_one_call_consolidate_for_notebooks(source: Path, tmp_path: Path) -> Non
         got["model.layers.0.mlp.gate.expert_counts"],
         full_tensors()["model.layers.0.mlp.gate.expert_counts"],
     )
-    assert "wrote 2 file(s)" in str(result)
+    assert "wrote 2 files" in str(result)
 
 
 def test_verify_data_catches_a_flipped_byte(source: Path, tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def test_every_code_is_explained():
     assert all(len(text) > 20 for text in CODE_HELP.values())
 
 
-DRIFT_TAB = _Dashboard.TABS.index("Drift")
+FINDINGS_TAB = _Dashboard.TABS.index("Findings")
 
 
 def _texts(widget) -> str:
@@ -87,13 +87,13 @@ def test_opens_with_overview_only_and_lists_problems_not_findings(demos: Path, t
     dash = Dashboard(_copy(demos, DRIFT, tmp_path))
     assert list(dash.panels) == ["Overview"]  # the other tabs wait for their first selection
     n = len(dash.state.findings)
-    assert n == 44 and dash.tab.titles[DRIFT_TAB] == f"Drift ({n})"
+    assert n == 44 and dash.tab.titles[FINDINGS_TAB] == f"Findings ({n})"
     overview = _texts(dash.panels["Overview"].widget)
-    assert "2 problems" in overview and "44 findings" in overview
+    assert "2 issues" in overview and "44 findings" in overview
     assert "42 MTP tensors (17.1 kB) invisible to loaders" in overview
     assert "misses the same 42 MTP tensors" in overview and "listed above" not in overview
     assert "modelopt-per-layer" in overview  # the facts follow the problems
-    assert "2 problems (2 error)" in dash.header.value
+    assert "2 issues (2 errors)" in dash.header.value
     dash.tab.selected_index = dash.TABS.index("Layers")  # what a click on the tab does
     assert "Layers" in dash.panels
     assert dash.tab.children[4].children == (dash.panels["Layers"].widget,)
@@ -105,7 +105,7 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     folder = _copy(demos, DRIFT, tmp_path)
     before = (folder / "model.safetensors.index.json").read_text()
     dash = Dashboard(folder)
-    drift_before = dash.select("Drift")
+    drift_before = dash.select("Findings")
     repair = dash.select("Repair")
     assert "mtp.layers.0" in repair.plan_view.value and "+" in repair.plan_view.value
     # 1. Repair only asks; Cancel writes nothing.
@@ -123,13 +123,13 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     assert len(backups) == 1
     assert (backups[0] / "model.safetensors.index.json").read_text() == before
     # 3. Every tab was refreshed from a re-scan.
-    assert dash.state.findings == () and dash.tab.titles[DRIFT_TAB] == "Drift (0)"
+    assert dash.state.findings == () and dash.tab.titles[FINDINGS_TAB] == "Findings (0)"
     after = dash.panel("Repair")
     assert after is not repair and "Repaired." in after.result.value
     assert str(backups[0]) in after.result.value and after.plan.empty and after.repair.disabled
-    drift_after = dash.select("Drift")
+    drift_after = dash.select("Findings")
     assert drift_after is not drift_before and "No findings." in _texts(drift_after.rows)
-    assert "No problems found" in _texts(dash.panel("Overview").widget)
+    assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
 def test_rescan_button_picks_up_changes_on_disk(demos: Path, tmp_path: Path):
@@ -206,7 +206,7 @@ def test_heatmap_click_lists_the_experts_tensors(demos: Path):
 
 
 def test_drift_filters_by_severity_and_code_pages_and_explains(demos: Path, tmp_path: Path):
-    drift = Dashboard(_copy(demos, DRIFT, tmp_path)).select("Drift")
+    drift = Dashboard(_copy(demos, DRIFT, tmp_path)).select("Findings")
     # 44 findings, 25 a page.
     assert len(drift.rows.children) == 25 and "1-25 of 44" in drift.where.value
     drift.next.click()
@@ -309,7 +309,7 @@ def test_torch_dist_checkpoint_opens_every_tab(demos: Path):
     dash = Dashboard(demos / "megatron-4448-rerun-drift")
     for title in dash.TABS:
         dash.select(title)
-    assert _codes(dash.panels["Drift"]) == ["torch-dist-common-drift"]
+    assert _codes(dash.panels["Findings"]) == ["torch-dist-common-drift"]
     repair = dash.panels["Repair"]
     assert "nothing to repair" in repair.plan_view.value and repair.repair.disabled
     assert "It cannot fix" in repair.verdict.value and "re-save" in repair.verdict.value
@@ -330,8 +330,8 @@ def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
     assert "No MoE layer" in experts.details.value
     assert "No MoE experts" in experts.figure.layout.annotations[0].text
     assert experts.figure.layout.height <= 140  # an empty figure does not take 300 px
-    assert "No findings." in _texts(dash.select("Drift").rows)
-    assert "No problems found" in _texts(dash.panel("Overview").widget)
+    assert "No findings." in _texts(dash.select("Findings").rows)
+    assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
 def test_repr_html_summarizes_and_escapes(demos: Path):
@@ -617,7 +617,7 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
     dash._ipython_display_()
     dash.wait(60)
     # The worker built every tab ahead of the first click.
-    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Drift"} <= set(dash.panels)
+    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Findings"} <= set(dash.panels)
     widget, text, *images = published
     assert "application/vnd.jupyter.widget-view+json" in widget
     assert "static snapshot below" in widget["text/plain"]
@@ -655,8 +655,8 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview
-    assert dash.current.pending and dash.tab.titles[DRIFT_TAB] == "Drift (44, checking)"
-    assert "2 problems" in overview  # the plain checks' problems are there already
+    assert dash.current.pending and dash.tab.titles[FINDINGS_TAB] == "Findings (44...)"
+    assert "2 issues" in overview  # the plain checks' issues are there already
     release.set()
     dash.wait(60)
     assert not dash.current.pending and dash.current is dash.state
@@ -664,7 +664,7 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     overview = _texts(dash.panels["Overview"].widget)
     assert "checking" not in overview and "data-loads='yes'" in overview
     assert "as <code>DeepseekV3ForCausalLM</code>" in overview
-    assert dash.tab.titles[DRIFT_TAB] == "Drift (44)"
+    assert dash.tab.titles[FINDINGS_TAB] == "Findings (44)"
     # The MTP layer transformers skips is named, with a link to its tensors.
     (mtp,) = _buttons(dash.panels["Overview"].widget, "ckpt-load-mtp")
     assert mtp.description == "MTP skipped (42)"
@@ -704,8 +704,8 @@ def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path
     # Missing tensors are not in the checkpoint: the button lists their findings.
     (missing,) = _buttons(overview, "ckpt-load-missing")
     missing.click()
-    drift = dash.panels["Drift"]
-    assert dash.tab.selected_index == DRIFT_TAB and drift.codes == ("load-missing-tensor",)
+    drift = dash.panels["Findings"]
+    assert dash.tab.selected_index == FINDINGS_TAB and drift.codes == ("load-missing-tensor",)
     assert [dash.state.findings[i].code for i in drift.shown()] == ["load-missing-tensor"]
     # The unexpected one is, and the button shows it.
     (unexpected,) = _buttons(overview, "ckpt-load-unexpected")

@@ -102,7 +102,9 @@ def test_rules_for_each_packing():
         }
     }
     packed = ["m.weight_packed", "m.weight_scale", "m.weight_shape"]
-    assert parameters_of(packed, ["I32", "BF16", "I64"], [(4, 2), (4, 1), (2,)], config=config) == 64
+    assert (
+        parameters_of(packed, ["I32", "BF16", "I64"], [(4, 2), (4, 1), (2,)], config=config) == 64
+    )
     assert parameters_of(packed, ["I32", "BF16", "I64"], [(4, 2), (4, 1), (2,)]) == 8
     # MXFP4 (gpt-oss): *_blocks two values a byte, *_scales not parameters.
     mx = ["e.gate_up_proj_blocks", "e.gate_up_proj_scales", "e.gate_up_proj_bias"]

@@ -23,6 +23,7 @@ from inspector.html_repr import diff_html, findings_html, severity_badge, text_h
 from inspector.markdown import markdown_summary
 from inspector.repair import plan_repair, preview_repair
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector.words import plural
 
 if TYPE_CHECKING:
     from inspector.widgets.dashboard import Dashboard
@@ -153,7 +154,7 @@ class RepairPanel:
             files = ", ".join(wr.path for wr in self.plan.writes)
             self.question.value = (
                 f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>"
-                f"? It fixes {len(self.preview.fixes):,} findings. "
+                f"? It fixes {plural(len(self.preview.fixes), 'finding')}. "
                 "The current files are backed up first."
             )
             _hidden(self.confirm_box, False)
@@ -175,7 +176,7 @@ class RepairPanel:
         self.dash.refresh()
 
     def _verdict_html(self) -> str:
-        """What the plan fixes and what it cannot, in problems (with what fixes the rest)."""
+        """What the plan fixes and what it cannot, in issues (with what fixes the rest)."""
         state, preview = self.dash.state, self.preview
         fixed = set(preview.fixes)
         fixes = [p for p in state.problems if fixed & set(p.findings)]
@@ -205,14 +206,15 @@ class RepairPanel:
             )
         else:
             lines.append(
-                f"<b>This plan fixes {len(preview.fixes):,} of {len(state.findings):,} "
-                "findings:</b><ul>"
+                f"<b>This plan fixes {len(preview.fixes):,} of "
+                f"{plural(len(state.findings), 'finding')}:</b><ul>"
                 + "".join(f"<li>{html.escape(p.title)}</li>" for p in fixes)
                 + "</ul>"
             )
         if preview.introduces:
             lines.append(
-                f"<b style='color:#b07d00'>It would add {len(preview.introduces)} findings</b> "
+                f"<b style='color:#b07d00'>It would add "
+                f"{plural(len(preview.introduces), 'finding')}</b> "
                 f"({html.escape(', '.join(sorted({f.code for f in preview.introduces})))}) "
                 "until the other parts are repaired too: plan all parts to fix everything "
                 "at once."

@@ -1,5 +1,8 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
 
+Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
+one root cause with its fix (the Overview lists issues, the Findings tab findings).
+
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
@@ -25,6 +28,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -50,6 +54,7 @@ from inspector.problems import Problem, group_problems
 from inspector.query import TensorQuery
 from inspector.scan import scan
 from inspector.storage import Location, RemoteURL
+from inspector.words import FINDING, ISSUE, plural, severity_counts
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -122,7 +127,7 @@ class CheckpointState:
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Tensors, Files, Experts, Layers, Drift, Repair, Consolidate, Report.
+    Tabs: Overview, Tensors, Files, Experts, Layers, Findings, Repair, Consolidate, Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
@@ -135,7 +140,7 @@ class Dashboard:
         "Files",
         "Experts",
         "Layers",
-        "Drift",
+        "Findings",
         "Repair",
         "Consolidate",
         "Report",
@@ -143,7 +148,7 @@ class Dashboard:
 
     # The tabs the background worker builds ahead of the first click: the light ones first,
     # so that a click meanwhile does not wait for the tensor table (seconds at 1M tensors).
-    PREBUILT = ("Drift", "Files", "Layers", "Experts", "Repair", "Tensors")
+    PREBUILT = ("Findings", "Files", "Layers", "Experts", "Repair", "Tensors")
 
     def __init__(
         self,
@@ -173,7 +178,7 @@ class Dashboard:
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
-            "Drift": lambda: DriftPanel(self),
+            "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),
             "Report": lambda: ReportPanel(self),
@@ -365,10 +370,10 @@ class Dashboard:
         return experts
 
     def show_findings(self, codes: Sequence[str] = ()) -> Any:
-        """The Drift tab, showing the findings of `codes` (all when empty)."""
-        drift = self.select("Drift")
-        drift.show_codes(codes)
-        return drift
+        """The Findings tab, showing the findings of `codes` (all when empty)."""
+        panel = self.select("Findings")
+        panel.show_codes(codes)
+        return panel
 
     def follow(self, finding: Finding) -> Any:
         """Open what a finding is about: its tensor, its heatmap cell or its file."""
@@ -398,23 +403,24 @@ class Dashboard:
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
-        counts = pd.Series([str(p.severity) for p in problems], dtype=object).value_counts()
-        verdict = ", ".join(
-            f"{int(counts.get(k, 0))} {k}" for k in ("error", "warning", "info") if counts.get(k)
-        )
+        counts = Counter(str(p.severity) for p in problems)
         verdict = (
-            f"{len(problems)} problem{'s' if len(problems) != 1 else ''} ({verdict})"
+            f"{plural(len(problems), ISSUE)} ({severity_counts(counts)})"
             if problems
-            else "<span style='color:#2ca02c'>no problems</span>"
+            else "<span style='color:#2ca02c'>no issues</span>"
         )
+        if self.current.pending:
+            verdict += " <i style='color:#666'>(checking whether it loads...)</i>"
         self.header.value = (
             f"<div style='overflow-wrap:anywhere'><b>{_esc(s.path.name)}</b> &nbsp; "
             f"<code>{_esc(s.path)}</code> &nbsp; layout <b>{_esc(s.layout)}</b> &nbsp; "
             f"{verdict}</div>"
         )
         titles = list(self.TABS)
-        pending = ", checking" if self.current.pending else ""
-        titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
+        # Short enough for the tab (JupyterLab cuts titles past ~16 characters); while the
+        # load check runs, the count may still grow: "...".
+        more = "..." if self.current.pending else ""
+        titles[self.TABS.index("Findings")] = f"Findings ({len(self.current.findings):,}{more})"
         self.tab.titles = tuple(titles)
 
     def _on_select(self, change: dict[str, Any]) -> None:
@@ -450,25 +456,23 @@ class Dashboard:
 
 
 class OverviewPanel:
-    """Problems first (what is wrong, its impact, what fixes it, with buttons that fix it or
+    """Issues first (what is wrong, its impact, what fixes it, with buttons that fix it or
     show it), then whether the model code would load the checkpoint, then its facts. Drawn
     from `dash.current`: while the load check runs it says so, and is redrawn when done."""
 
     def __init__(self, dash: Dashboard) -> None:
         state = dash.current
         problems = state.problems
+        findings = plural(len(state.findings), FINDING)
         if problems:
-            n_findings = len(state.findings)
             head = (
-                f"<h3 style='margin:4px 0'>{len(problems)} problem"
-                f"{'s' if len(problems) != 1 else ''} "
-                f"<span style='font-weight:normal;color:#666'>({n_findings:,} findings)</span>"
-                "</h3>"
+                f"<h3 style='margin:4px 0'>{plural(len(problems), ISSUE)} "
+                f"<span style='font-weight:normal;color:#666'>({findings})</span></h3>"
             )
         else:
             head = (
-                "<h3 style='margin:4px 0;color:#2ca02c'>No problems found</h3>"
-                f"<div style='color:#666'>{len(state.findings)} findings</div>"
+                "<h3 style='margin:4px 0;color:#2ca02c'>No issues found</h3>"
+                f"<div style='color:#666'>{findings}</div>"
             )
         cards = [_problem_card(dash, p) for p in problems]
         self.widget = w.VBox(
@@ -791,7 +795,7 @@ class ExpertsPanel:
         self.show(self.zoomed, first + int(points.xs[0]))
 
 
-class DriftPanel:
+class FindingsPanel:
     """The findings, filterable by severity and code, a page at a time; every finding links
     to its tensor, heatmap cell or file, and every shown code is explained."""
 

@@ -14,6 +14,7 @@ from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json, r
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import HF_SHARD_NUMBER
 from inspector.storage import open_location
+from inspector.words import plural
 
 __all__ = ["Choice", "choose_assignment", "reference_assignment"]
 
@@ -110,13 +111,13 @@ def _from_index(names: list[str], table: Mapping[str, int], rule: str, why: str)
     if unmapped:
         groups[-1].extend(unmapped)
         notes.append(
-            f"{len(unmapped)} tensor(s) absent from the {rule} were added to the last output "
+            f"{plural(len(unmapped), 'tensor')} absent from the {rule}: added to the last output "
             f"file: {examples(unmapped)}"
         )
     dangling = [n for n in table if n not in present]
     if dangling:
         notes.append(
-            f"{len(dangling)} name(s) in the {rule} are not in the source and are skipped "
+            f"{plural(len(dangling), 'name')} in the {rule} not in the source: skipped "
             f"(tied or removed weights?): {examples(dangling)}"
         )
     if len(order) != max(order) or order[0] != 1:

@@ -24,6 +24,7 @@ from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
 from inspector.parameters import PARAMETER_RULE, parameters_of
 from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
+from inspector.words import plural
 
 __all__ = [
     "BLOCKING",
@@ -367,8 +368,8 @@ def _refuse_on_errors(
             else ""
         )
         raise PlanRefusedError(
-            f"{scanned.path}: cannot consolidate, {len(blocking)} problem(s) would make the "
-            f"output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
+            f"{scanned.path}: cannot consolidate, {plural(len(blocking), 'finding')} would make "
+            f"the output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
             "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
             f"then plan again{partial}."
         )
@@ -389,7 +390,7 @@ def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
     if not gaps:
         return []
     what = (
-        f"{len(partial):,} tensor(s) are PARTIAL, written at their full shape with ZEROS "
+        f"PARTIAL {plural(len(partial), 'tensor')}, written at their full shape with ZEROS "
         f"where no rank's file held data: {examples(partial)}"
         if partial
         else "the source lost ranks' files (see its dcp-coverage-gap findings)"
@@ -418,8 +419,8 @@ def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
         out[name] = source
     if not out:
         raise PlanRefusedError(
-            f"{scanned.path}: no tensor chunk could be read from {len(scanned.shards)} file(s); "
-            "nothing to consolidate"
+            f"{scanned.path}: no tensor chunk could be read from "
+            f"{plural(len(scanned.shards), 'file')}; nothing to consolidate"
         )
     return out
 
@@ -535,7 +536,8 @@ def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[
     big = [o.name for o in outputs if o.data_bytes > limit and len(o.tensors) > 1]
     if not big:
         return []
-    return [f"{len(big)} output file(s) exceed {limit:,} bytes as the {rule} asks: {examples(big)}"]
+    files = plural(len(big), "output file")
+    return [f"{files} over {limit:,} bytes as the {rule} asks: {examples(big)}"]
 
 
 def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
@@ -570,15 +572,15 @@ def describe_plan(plan: ConsolidationPlan) -> str:
     lines = [
         f"Consolidation plan: {plan.source} -> {plan.dest}",
         f"  {tensors:,} tensors, {plan.total_parameters:,} parameters ({PARAMETER_RULE}), "
-        f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
+        f"{format_bytes(plan.total_size)} in {plural(len(plan.outputs), 'file')}",
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
-        f"  copy: {tensors - column:,} tensor(s) as byte ranges, {column:,} assembled "
+        f"  copy: {plural(tensors - column, 'tensor')} as byte ranges, {column:,} assembled "
         "(column-sharded or cast)",
     ]
     if plan.dtype:
         cast = sum(1 for o in plan.outputs for t in o.tensors if t.dtype != t.out_dtype)
-        lines.append(f"  cast: {cast:,} floating tensor(s) to {plan.dtype}; others unchanged")
+        lines.append(f"  cast: {plural(cast, 'floating tensor')} to {plan.dtype}; others unchanged")
     # A 250-file plan shows its first and last files; the count says how many were left out.
     many = len(plan.outputs) > 20
     for k, output in enumerate(plan.outputs):
@@ -602,15 +604,15 @@ def describe_result(result: ConsolidationResult) -> str:
     rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
     who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
     lines = [
-        f"Consolidated into {result.dest}{who}: wrote {len(result.written)} file(s), "
+        f"Consolidated into {result.dest}{who}: wrote {plural(len(result.written), 'file')}, "
         f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
     ]
     if result.skipped:
         kept = examples(list(result.skipped))
-        lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+        lines.append(f"  resumed: {plural(len(result.skipped), 'complete file')} kept: {kept}")
     if result.backup is not None:
         lines.append(
-            f"  replaced {len(result.replaced)} entr{'y' if len(result.replaced) == 1 else 'ies'}"
+            f"  replaced {plural(len(result.replaced), 'entry')}"
             f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
         )
     if result.index_file:
@@ -618,12 +620,12 @@ def describe_result(result: ConsolidationResult) -> str:
     if result.metadata_files:
         lines.append(f"  copied: {', '.join(result.metadata_files)}")
     if result.verified:
-        state = "no finding" if not result.findings else f"{len(result.findings)} finding(s)"
+        state = "no finding" if not result.findings else plural(len(result.findings), "finding")
         lines.append(f"  verify: re-scanned and checked the output: {state}")
         lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
     if result.partial:
         lines.append(
-            f"  WARNING: {len(result.partial):,} tensor(s) are PARTIAL (--allow-partial: zeros "
+            f"  WARNING: PARTIAL {plural(len(result.partial), 'tensor')} (--allow-partial: zeros "
             f"where the source held no data): {examples(list(result.partial))}"
         )
     if result.data_checked:
