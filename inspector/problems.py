@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Literal
 from inspector.codes import Code, Severity, code_of, severity_rank
 from inspector.findings import Finding, fold_ranges
 from inspector.model import ScannedCheckpoint
+from inspector.references import consolidation_reference
 from inspector.units import format_bytes
-from inspector.words import shell_word
+from inspector.words import plural, shell_word
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -593,6 +594,20 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         )
     collapsed = [f for f in pending if f.code == Code.MAPPING_COLLAPSED]
     if collapsed and ctx.scanned.dcp is not None:
+        ref = consolidation_reference(ctx.scanned)
+        if ref is not None:
+            text = (
+                f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+                "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
+                "by default"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
+        else:
+            text = (
+                "consolidate with the reference model's index instead of the recorded "
+                "mapping; without one, consolidation packs by size (5 GB per file)"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
         out.append(
             Problem(
                 key="mapping-collapsed",
@@ -600,12 +615,7 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 title="the recorded file-index mapping sends every tensor to one output file",
                 impact="a consolidation that follows it writes one huge file instead of the "
                 "reference model's shards",
-                action=Action(
-                    "consolidate",
-                    "consolidate with the reference model's index (the Consolidate tab's "
-                    "reference field) instead of the recorded mapping",
-                    f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
-                ),
+                action=Action("consolidate", text, command),
                 findings=tuple(collapsed),
                 files=tuple(sorted({f.file for f in collapsed if f.file})),
             )

@@ -252,6 +252,30 @@ def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     assert "verified: no finding" in form.status.value and not form.run.disabled
 
 
+def test_consolidate_from_the_overview_prefills_the_reference_the_finding_names(
+    demos: Path, tmp_path: Path
+):
+    """automodel-2289: the Overview's Consolidate... opened a form with an empty reference,
+    and its plan wrote the collapse the Overview had just flagged. The form now holds the
+    reference index the run kept, its plan has the reference's 4 files, and the issue's fix
+    names the same reference."""
+    folder = _copy(demos, DCP_COLLAPSED, tmp_path)
+    kept = folder / ".hf_metadata" / "model.safetensors.index.json"
+    dash = Dashboard(folder)
+    (issue,) = [p for p in dash.state.problems if p.key == "mapping-collapsed"]
+    assert issue.action.command.endswith(f"--reference {kept}")
+    (go,) = _buttons(dash.panel("Overview").widget, "ckpt-problem-consolidate")
+    go.click()
+    assert dash.tab.selected_index == dash.TABS.index("Consolidate")
+    form = dash.panels["Consolidate"]
+    assert form.reference.value == str(kept)
+    assert "mapping-collapsed" in _texts(form.widget) and "names 4 files" in _texts(form.widget)
+    form.dest.value = str(tmp_path / "out")
+    result = form.execute()
+    assert result is not None and result.ok and len(scan(tmp_path / "out").files) == 4
+    assert "verified: no finding" in form.status.value
+
+
 def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
     demos: Path, tmp_path: Path
 ):

@@ -58,7 +58,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "02-repair-an-index-that-forgot-mtp": [
         "unindexed-tensor",
-        "problems: index-misses-tensors, sidecars-disagree\n",
+        "issues: index-misses-tensors, sidecars-disagree\n",
         "wrote: model.safetensors.index.json",
         "findings left after the repair: 0\n",
         "MTP tensors, e.g. mtp.",

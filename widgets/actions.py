@@ -21,6 +21,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
 from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
 from inspector.markdown import markdown_summary
+from inspector.references import consolidation_reference
 from inspector.repair import plan_repair, preview_repair
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector.words import plural
@@ -268,7 +269,14 @@ class ConsolidatePanel:
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
-        self.reference = w.Text(placeholder="optional: HF folder or index", description="reference")
+        # A recorded mapping that collapses every tensor into one file is replaced by the
+        # reference its finding names (`inspector.references`): shown, so it can be changed.
+        suggested = consolidation_reference(dash.scanned)
+        self.reference = w.Text(
+            value=suggested.path if suggested is not None else "",
+            placeholder="optional: HF folder or index",
+            description="reference",
+        ).add_class("ckpt-consolidate-reference")
         self.max_size = w.Text(
             value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
         )
@@ -291,6 +299,12 @@ class ConsolidatePanel:
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
         self.status = w.HTML().add_class("ckpt-consolidate-status")
         note = ""
+        if suggested is not None:
+            note = (
+                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
+                f"the reference is {html.escape(suggested.label)}, which names "
+                f"{plural(suggested.files, 'file')}.</i>"
+            )
         if dash.scanned.dcp is None:
             note = (
                 f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
@@ -348,7 +362,13 @@ class ConsolidatePanel:
             return None
         finally:
             self.run.disabled = False
-        verdict = "verified: no finding" if result.ok else "verification found problems"
+        verdict = (
+            "verified: no finding"
+            if result.ok
+            else f"verification: {plural(len(result.findings), 'finding')}"
+            + (", partial tensors" if result.partial else "")
+            + (", content differs" if result.data_mismatches else "")
+        )
         color = "#2ca02c" if result.ok else "#d62728"
         self.status.value = f'<div style="color:{color}"><b>{verdict}</b></div>' + text_html(
             result.describe()

@@ -22,6 +22,7 @@ from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
 from inspector.parameters import PARAMETER_RULE, parameters_of
+from inspector.references import Reference, layout_reference
 from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 from inspector.words import plural
@@ -128,6 +129,9 @@ class ConsolidationPlan:
     storage: Storage | None = None
     # The source's config.json (how packed weights count as parameters).
     config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The file layout a known reference gives the output (`inspector.references`): the
+    # verification flags an output collapsed into one file against it.
+    layout: Reference | None = None
 
     @property
     def source_storage(self) -> Storage:
@@ -311,6 +315,7 @@ def plan_consolidation(
         findings=tuple(findings),
         partial=tuple(partial),
         config=scanned.config,
+        layout=layout_reference(scanned),
     )
 
 
