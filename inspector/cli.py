@@ -140,6 +140,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
     )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --json: list every name of the load verdict (by default each list keeps "
+        "its first few names and its count)",
+    )
     add_model_arguments(p)
     p.set_defaults(func=_cmd_check)
 
@@ -423,7 +429,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
-    result = check_result(scanned, findings, verdict=verdict)
+    result = check_result(scanned, findings, verdict=verdict, full=args.full)
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
 

@@ -30,10 +30,11 @@ import contextlib
 import importlib.util
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -181,29 +182,52 @@ class LoadVerdict:
             parts.append(f"{rest:+,} in {why}")
         return f"{model} in the model, {stored:,} stored ({'; '.join(parts)})"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every field, mismatches as {key, stored, expected}."""
+    def to_dict(self, *, limit: int | None = None) -> dict[str, Any]:
+        """JSON-ready: every field, mismatches as {key, stored, expected}, and `counts` of
+        every list and map. With `limit`, each list and map keeps its first `limit` entries
+        (a 300,000-tensor NVFP4 checkpoint expects 296,028 quantization tensors: `check
+        --json` stays small, `--full` lists them all); `complete` says whether nothing was
+        left out."""
+        lists: dict[str, Sequence[Any]] = {
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "mismatched": self.mismatched,
+            "mtp_skipped": self.mtp_skipped,
+            "quantization_expected": self.quantization_expected,
+        }
+        maps: dict[str, Mapping[str, Any]] = {
+            "sources": self.sources,
+            "stored_as": self.stored_as,
+            "reasons": self.reasons,
+        }
+        counts = {k: len(v) for k, v in {**lists, **maps}.items()}
+
+        def first(items: Iterable[Any]) -> list[Any]:
+            return list(islice(items, limit) if limit is not None else items)
+
         return {
             "architecture": self.architecture,
             "skipped": self.skipped,
             "loads": self.loads,
-            "missing": list(self.missing),
-            "unexpected": list(self.unexpected),
+            "missing": first(self.missing),
+            "unexpected": first(self.unexpected),
             "mismatched": [
                 {"key": m.key, "stored": list(m.stored), "expected": list(m.expected)}
-                for m in self.mismatched
+                for m in first(self.mismatched)
             ],
-            "mtp_skipped": list(self.mtp_skipped),
-            "quantization_expected": list(self.quantization_expected),
+            "mtp_skipped": first(self.mtp_skipped),
+            "quantization_expected": first(self.quantization_expected),
             "parameters": self.parameters,
             "stored_parameters": self.stored_parameters,
             "mtp_parameters": self.mtp_parameters,
             "parameters_rule": PARAMETER_RULE,
             "quantization": self.quantization,
             "transformers_version": self.transformers_version,
-            "sources": {k: list(v) for k, v in self.sources.items()},
-            "stored_as": dict(self.stored_as),
-            "reasons": dict(self.reasons),
+            "sources": {k: list(v) for k, v in first(self.sources.items())},
+            "stored_as": dict(first(self.stored_as.items())),
+            "reasons": dict(first(self.reasons.items())),
+            "counts": counts,
+            "complete": limit is None or all(n <= limit for n in counts.values()),
         }
 
 
