@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Literal
 
 from inspector.codes import Code, Severity, code_of, severity_rank
 from inspector.findings import Finding, fold_ranges
-from inspector.model import ScannedCheckpoint
-from inspector.references import consolidation_reference
+from inspector.model import LayoutName, ScannedCheckpoint
+from inspector.references import Reference, consolidation_reference, restore_reference
 from inspector.units import format_bytes
 from inspector.words import plural, shell_word
 
@@ -127,6 +127,8 @@ _DCP_GAPS = frozenset(
     }
 )
 _MAX_LISTED = 3
+# Layouts `repair --from REF` restores tensors into (`inspector.restore`).
+_RESTORES_INTO = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
 _EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
 
 
@@ -242,6 +244,30 @@ class _Context:
 
         return explains
 
+    def reference(self) -> Reference | None:
+        """A checkpoint on this machine that may hold what this one lost (`inspector.
+        references.restore_reference`)."""
+        return restore_reference(self.scanned)
+
+    def candidate(self) -> str:
+        """' (a candidate: <what and where>)' when a reference is known, else ''."""
+        ref = self.reference()
+        return f" (a candidate: {ref.label})" if ref is not None else ""
+
+    def restore_command(self) -> str:
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        return f"ckpt-inspect repair {self.path} --from {source}"
+
+    def copy_command(self, files: Sequence[str]) -> str:
+        """`cp REF/<file> PATH/<file>` for the first files (the reference's when known)."""
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        root = self.path
+        shown = [f"cp {source}/{_quote(f)} {root}/{_quote(f)}" for f in files[:_MAX_LISTED]]
+        more = f"; ... ({len(files) - _MAX_LISTED} more)" if len(files) > _MAX_LISTED else ""
+        return "; ".join(shown) + more
+
     def describe(self, names: Sequence[str]) -> str:
         """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
         sizes = self.sizes()
@@ -275,6 +301,12 @@ def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem
     # a shard holds are these same tensors, not a loss.
     hidden = set(missing)
     unseen = ctx.load_claim(pending, ctx.among(hidden), Code.LOAD_MISSING_TENSOR)
+    # Sidecars that list what their shards hold and disagree with the index say the same:
+    # the index is the stale one (after `repair --only sidecars`, advising the sidecars
+    # again would send the user round in a circle).
+    own = [f for f in pending if f.code in _SIDECARS and f.code != Code.SIDECAR_INDEX_DISAGREE]
+    if not own:
+        totals += [f for f in pending if f.code == Code.SIDECAR_INDEX_DISAGREE]
     files = sorted({f.file for f in mine if f.file})
     described = ctx.describe(missing)
     impact = f"{described} invisible to loaders: a model loaded through the index "
@@ -311,6 +343,8 @@ def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     # The sidecar files themselves (a disagreement finding may name the index instead).
     sidecars = sorted({f.file for f in mine if f.file and f.file.endswith(".safetensors.json")})
     which = sidecars[0] if len(sidecars) == 1 else f"{len(sidecars)} sidecars"
+    if not sidecars:
+        which = "the sidecars"
     index = ctx.scanned.index
     same = index is not None and bool(unlisted) and not (set(unlisted) & index.weight_map.keys())
     if unlisted:
@@ -364,8 +398,8 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
             action=Action(
                 "restore",
                 f"copy {names} again from the source (rebuilding the index would only hide the "
-                "loss), or restore them from a reference copy",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
+                ctx.restore_command(),
             ),
             findings=tuple(mine + dangling),
             tensors=tuple(lost),
@@ -453,9 +487,9 @@ def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             impact=impact,
             action=Action(
                 "restore",
-                f"copy {shown} again from the source, or re-export "
+                f"copy {shown} again from the source{ctx.candidate()}, or re-export "
                 f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                ctx.copy_command(files),
             ),
             findings=tuple(mine),
             files=tuple(files),
@@ -476,9 +510,9 @@ def _config_unreadable(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             "what its readable part says",
             action=Action(
                 "restore",
-                "restore config.json from the training run or the original model; it cannot "
-                "be rebuilt from the shards",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                "restore config.json from the training run or the original model"
+                f"{ctx.candidate()}; it cannot be rebuilt from the shards",
+                ctx.copy_command(["config.json"]),
             ),
             findings=tuple(mine),
             files=tuple(sorted({f.file for f in mine if f.file})),
@@ -531,12 +565,14 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             severity=Severity.ERROR,
             title=title or f"{len(mine)} expert findings",
             impact=impact or "experts are missing or incomplete",
-            action=Action(
-                "re-export",
+            action=_lost_tensors_action(
+                ctx,
+                "the missing weights are not in this folder: copy them back from a checkpoint "
+                "that holds them in this format (the one this export was made from, another "
+                "export of the same model); an expert is restored where its siblings here have "
+                "the same dtype and shape",
                 "re-export from the training checkpoint (for an expert-parallel export: with "
-                "global expert ids); the missing weights are not in this folder, so no repair "
-                "here can restore them",
-                "re-run the exporter",
+                "global expert ids)",
             ),
             findings=tuple(mine),
             # The structure findings' tensors: the load check's are model keys, not stored.
@@ -691,11 +727,7 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 f"does not hold{_named(keys)}",
                 impact="transformers initialises them at random (silently, with a warning in "
                 "a log); serving engines refuse the checkpoint or load garbage",
-                action=Action(
-                    "restore",
-                    _restore_text(ctx, keys),
-                    f"ckpt-inspect repair {ctx.path} --from REF",
-                ),
+                action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
                 findings=tuple(missing),
                 # The tensors are not in the checkpoint: the browser cannot show them, the
                 # heatmap shows their layers.
@@ -810,8 +842,8 @@ def _cells(keys: Sequence[str]) -> tuple[tuple[int, int | None], ...]:
 def _restore_text(ctx: _Context, keys: Sequence[str]) -> str:
     text = (
         "copy them back from a reference that holds them (the checkpoint this one was made "
-        "from, or the original model); a reference of another dtype is refused where the "
-        "copy would not match its siblings"
+        f"from, or the original model){ctx.candidate()}; a reference of another dtype is "
+        "refused where the copy would not match its siblings"
     )
     config = ctx.scanned.config or {}
     head = any(k.rpartition(".")[0].endswith("lm_head") for k in keys)
@@ -839,13 +871,16 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         title = (
             lead if len(items) == 1 else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
         )
+        action = Action(kind, text or help_text.rstrip("."), _command(ctx, kind))
+        if known in _RESTORABLE:
+            action = _lost_tensors_action(ctx, _RESTORABLE[known], text)
         out.append(
             Problem(
                 key=code,
                 severity=_worst(items),
                 title=title if len(title) <= 200 else title[:197] + "...",
                 impact=first,
-                action=Action(kind, text or help_text.rstrip("."), _command(ctx, kind)),
+                action=action,
                 findings=tuple(items),
                 tensors=tuple(sorted({f.tensor for f in items if f.tensor})),
                 files=tuple(sorted({f.file for f in items if f.file})),
@@ -858,7 +893,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
 # What fixes a code that no grouping rule explains; codes not listed get "review" and their
 # help text.
 _ACTIONS: dict[Code, tuple[ActionKind, str]] = {
-    Code.LAYER_MISSING: ("re-export", "re-export: the layer's weights are not in this folder"),
+    Code.LAYER_MISSING: ("re-export", "re-export the layer from the training checkpoint"),
     Code.MTP_MISSING: (
         "re-export",
         "re-export with the MTP layers, or set the config's MTP layer count to 0 if the model "
@@ -933,9 +968,29 @@ def _repair(ctx: _Context, part: str, text: str) -> Action:
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
 
+# Codes whose tensors `repair --from REF` copies back from a reference (what it restores,
+# `inspector.restore`), with what the reference must hold.
+_RESTORABLE: dict[Code, str] = {
+    Code.LAYER_MISSING: "the layer's weights are not in this folder: copy them back from a "
+    "checkpoint that holds them in this format (the one this export was made from)",
+    Code.MTP_MISSING: "copy the MTP layers back from the checkpoint this one was made from "
+    "(transformers drops them on save; serving engines load them)",
+}
+
+
+def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
+    """`repair --from REF` for tensors a reference can supply (a layout restores into:
+    `inspector.restore`), naming the candidate reference when one is known; `otherwise`
+    (re-export) where it cannot."""
+    if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
+        text = f"{restore}{ctx.candidate()}; or {otherwise}" if otherwise else restore
+        return Action("restore", text, ctx.restore_command())
+    return Action("re-export", otherwise or restore, "re-run the exporter")
+
+
 def _command(ctx: _Context, kind: ActionKind) -> str:
     return {
-        "restore": f"ckpt-inspect repair {ctx.path} --from REF",
+        "restore": ctx.restore_command(),
         "re-export": "re-run the exporter",
         "consolidate": f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
     }.get(kind, f"ckpt-inspect check {ctx.path}")

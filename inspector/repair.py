@@ -25,7 +25,7 @@ from inspector.codes import Severity
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, JSON_CAP
-from inspector.layouts.modelopt_per_layer import sidecar_name
+from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector.model import IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
 from inspector.naming_rules import expert_template
@@ -250,6 +250,7 @@ def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckp
     rows."""
     index, quant, info = scanned.index, scanned.quant_config, scanned.info
     sidecars = dict(scanned.sidecars)
+    shards = {s.file for s in scanned.shards}
     rewritten = set()
     for write in plan.writes:
         value = json.loads(write.new)
@@ -258,8 +259,9 @@ def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckp
             index = _doc(write.path, value)
         elif write.path == QUANT_FILE:
             quant = value
-        elif write.path.endswith(".safetensors.json") and isinstance(info, PerLayerInfo):
-            sidecars[write.path.removesuffix(".json")] = _doc(write.path, value)
+        elif isinstance(info, PerLayerInfo) and (shard := shard_of_sidecar(write.path, shards)):
+            # `<shard>.safetensors.json`, or the writer's `<stem>.json`.
+            sidecars[shard] = _doc(write.path, value)
         else:
             raise ValueError(f"{write.path}: a repair plan writes no such file; cannot preview it")
     if isinstance(info, PerLayerInfo):

@@ -9,12 +9,20 @@ from typing import TYPE_CHECKING, Any
 
 from inspector.findings import Finding, Severity, severity_rank
 from inspector.model import ScannedCheckpoint
-from inspector.words import severity_counts
+from inspector.problems import Problem, group_problems
+from inspector.words import plural, severity_counts, shell_word
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
 
-__all__ = ["JSON_NAMES", "check_result", "format_check", "format_diff"]
+__all__ = [
+    "JSON_NAMES",
+    "check_result",
+    "format_check",
+    "format_diff",
+    "issue_dict",
+    "issue_lines",
+]
 
 # A layer key of one expert ("mlp.experts.17.down_proj.weight").
 _EXPERT_KEY = re.compile(r"(?:.*\.)?experts\.\d+\.")
@@ -35,7 +43,9 @@ def check_result(
     plus `"load"` (the load verdict, `LoadVerdict.to_dict()` and its one-line `summary`) when
     the model-aware check ran or was skipped.
 
-    `counts` has one entry per severity and per code. The verdict's lists (missing,
+    `counts` has one entry per severity and per code; `issues` are the findings grouped by
+    root cause, each with its fix (`inspector.problems`), worst first; `repair_all` is the
+    command that repairs every issue `repair` can, when there is one. The verdict's lists (missing,
     unexpected, quantization-expected... names) keep their first `JSON_NAMES` entries, with
     their full counts under `load.counts`, unless `full`; findings are bounded already (the
     fold policy, `inspector.findings.FOLD`).
@@ -51,6 +61,10 @@ def check_result(
             "by_code": dict(Counter(f.code for f in ordered)),
         },
     }
+    problems = group_problems(scanned, findings, verdict=verdict)
+    result["issues"] = [issue_dict(p) for p in problems]
+    if any(p.action.kind in ("repair", "reshard") for p in problems):
+        result["repair_all"] = f"ckpt-inspect repair {shell_word(str(scanned.path))}"
     if verdict is not None:
         limit = None if full else JSON_NAMES
         load: dict[str, Any] = {"summary": verdict.summary(), **verdict.to_dict(limit=limit)}
@@ -68,6 +82,11 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
         lines.append("no findings")
         return "\n".join(lines)
     lines.append(severity_counts(counts, zeros=True))
+    lines += issue_lines(result.get("issues", []))
+    if result.get("repair_all"):
+        lines.append(
+            f"repair every issue above that `repair` fixes, at once: {result['repair_all']}"
+        )
     for code, group in groupby(result["findings"], key=lambda f: f["code"]):
         items = list(group)
         lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
@@ -75,6 +94,33 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
         if len(items) > per_code:
             lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
     return "\n".join(lines)
+
+
+def issue_dict(problem: Problem) -> dict[str, Any]:
+    """One issue (`Problem`) as JSON: what, how bad, its impact and its fix."""
+    return {
+        "key": problem.key,
+        "severity": str(problem.severity),
+        "title": problem.title,
+        "impact": problem.impact,
+        "fix": problem.action.text,
+        "fix_kind": problem.action.kind,
+        "command": problem.action.command,
+        "findings": len(problem.findings),
+        "codes": list(problem.codes),
+    }
+
+
+def issue_lines(issues: list[dict[str, Any]]) -> list[str]:
+    """The issues as text: severity and title, then the fix and its command, indented."""
+    if not issues:
+        return []
+    lines = ["", f"{plural(len(issues), 'issue')} (findings grouped by root cause):"]
+    for i in issues:
+        lines.append(f"  {i['severity']:<7} {i['title']}")
+        lines.append(f"          fix: {i['fix']}")
+        lines.append(f"          {i['command']}")
+    return lines
 
 
 def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:

@@ -112,7 +112,14 @@ def test_json_contract(capsys, drifted: Path) -> None:
     code, out, _ = cli(capsys, "check", str(drifted), "--json")
     assert code == 1
     doc = json.loads(out)
-    assert set(doc) == {"path", "layout", "findings", "counts", "load"}
+    assert set(doc) == {"path", "layout", "findings", "counts", "load", "issues", "repair_all"}
+    # The issues: root causes with their fix, the command that repairs them all.
+    issues = {i["key"]: i for i in doc["issues"]}
+    assert set(issues) == {"index-misses-tensors", "index-stale"}
+    assert all(i["fix_kind"] == "repair" for i in issues.values())
+    assert issues["index-stale"]["command"].endswith("--only index")
+    assert sum(i["findings"] for i in issues.values()) == len(doc["findings"])
+    assert doc["repair_all"] == f"ckpt-inspect repair {drifted.resolve()}"
     # No config.json: the model-aware load check says why it did not run, and finds nothing.
     assert doc["load"]["skipped"] == "no config.json next to the shards"
     assert doc["load"]["loads"] is None and doc["load"]["missing"] == []
