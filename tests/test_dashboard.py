@@ -741,3 +741,73 @@ def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path
     assert "- will it load: **no**" in report.show_markdown()
     written = report.write_report()
     assert written is not None and "<h2>Will it load?</h2>" in written.read_text()
+
+
+def _lost_expert(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny DeepSeek-V3 saved by transformers (the reference, beside it) and a copy that
+    lost expert 1 of layer 2; its config.json names the reference (`_name_or_path`)."""
+    from hf_exports import resaved, tiny_deepseek_v3
+
+    original = tiny_deepseek_v3(tmp_path / "original", layers=3)
+    lost = "model.layers.2.mlp.experts.1."
+
+    def lose(state: dict) -> dict:
+        return {k: v for k, v in state.items() if not k.startswith(lost)}
+
+    broken = resaved(original, tmp_path / "broken", lose)
+    config = json.loads((broken / "config.json").read_text())
+    config["_name_or_path"] = "original"
+    (broken / "config.json").write_text(json.dumps(config))
+    return original, broken
+
+
+def test_lost_experts_are_offered_back_and_shown_where_they_are_missing(tmp_path: Path):
+    """The Overview said lost experts cannot be restored; a fused name's "show tensor" found
+    0 tensors; filtering the missing expert showed 0 rows without a word. Now the issue
+    offers the restore from the candidate reference, the fused name shows the stored
+    experts of that projection, and a filter that selects the missing expert says so."""
+    original, broken = _lost_expert(tmp_path)
+    dash = Dashboard(broken)
+    overview = dash.panels["Overview"].widget
+    (issue,) = [p for p in dash.state.problems if p.key == "experts-missing"]
+    assert issue.action.command == f"ckpt-inspect repair {broken} --from {original}"
+    assert "re-run the exporter" not in _texts(overview)
+    # A fused transformers name lands on the stored tensors behind it, with the missing one.
+    fused = next(f for f in dash.state.findings if f.tensor and f.tensor.endswith("down_proj"))
+    browser = dash.follow(fused)
+    assert browser.matches() == 3
+    count = browser.count.value
+    assert "expert 1 of layer 2 is missing (expert-missing)" in count
+    browser.set_query(TensorQuery(layer=2, expert=1))
+    assert browser.matches() == 0
+    assert "expert 1 of layer 2 is missing (expert-missing)" in browser.count.value
+    browser.set_query(TensorQuery(layer=2, expert=3))
+    assert browser.matches() > 0 and "missing" not in browser.count.value
+    # Restore from...: the Repair tab plans the copy from the candidate and asks.
+    (restore,) = _buttons(overview, "ckpt-problem-restore")
+    restore.click()
+    repair = dash.panels["Repair"]
+    assert dash.tab.selected_index == dash.TABS.index("Repair")
+    assert repair.source.value == str(original) and len(repair.plan.restored) == 3
+    assert repair.worth_it and repair.confirm_box.layout.display is None
+    repair.confirm.click()
+    assert "Repaired." in dash.panel("Repair").result.value
+    assert [f for f in dash.state.findings if f.severity != "info"] == []
+
+
+def test_repair_all_from_the_overview_fixes_both_parts_at_once(demos: Path, tmp_path: Path):
+    """Repairing the index first left the sidecar to repair next; Repair all plans both,
+    previews that nothing is left, and leaves no issue."""
+    folder = _copy(demos, DRIFT, tmp_path)
+    dash = Dashboard(folder)
+    (fix_all,) = _buttons(dash.panels["Overview"].widget, "ckpt-repair-all")
+    fix_all.click()
+    repair = dash.panels["Repair"]
+    assert {w.path for w in repair.plan.writes} == {
+        "model.safetensors.index.json",
+        "model-00004-of-00004.safetensors.json",
+    }
+    assert "fixes 44 of 44 findings" in repair.verdict.value
+    assert "It cannot fix" not in repair.verdict.value
+    repair.confirm.click()
+    assert dash.state.findings == () and dash.state.problems == ()

@@ -51,7 +51,8 @@ from inspector.html_repr import (
 )
 from inspector.model import ScannedCheckpoint
 from inspector.problems import Problem, group_problems
-from inspector.query import TensorQuery
+from inspector.query import TensorQuery, query_for_finding
+from inspector.references import restore_reference
 from inspector.scan import scan
 from inspector.storage import Location, RemoteURL
 from inspector.words import FINDING, ISSUE, plural, severity_counts
@@ -376,10 +377,13 @@ class Dashboard:
         return panel
 
     def follow(self, finding: Finding) -> Any:
-        """Open what a finding is about: its tensor, its heatmap cell or its file."""
+        """Open what a finding is about: its tensor (as stored: a model key of the load check
+        or a fused expert name shows the stored tensors behind it), its heatmap cell or its
+        file."""
         shards = set(self.scanned.files["file"].astype(str)) if len(self.scanned.files) else set()
         if finding.tensor:
-            return self.show_tensors(TensorQuery(names=(finding.tensor,)))
+            verdict = self.current.verdict
+            return self.show_tensors(query_for_finding(finding, self.scanned.tensors, verdict))
         if finding.layer is not None and len(self.scanned.experts):
             return self.show_cell(finding.layer, finding.expert)
         if finding.file in shards:
@@ -391,6 +395,15 @@ class Dashboard:
         panel = self.select("Repair")
         panel.use_parts(tuple(parts))
         panel.ask()
+        return panel
+
+    def restore(self, source: str = "") -> Any:
+        """The Repair tab planning to copy lost tensors back from `source` (the candidate
+        reference when known; otherwise the field waits for one)."""
+        panel = self.select("Repair")
+        if source:
+            panel.use_restore(source)
+            panel.ask()
         return panel
 
     # -- drawing -----------------------------------------------------------------------------
@@ -475,9 +488,15 @@ class OverviewPanel:
                 f"<div style='color:#666'>{findings}</div>"
             )
         cards = [_problem_card(dash, p) for p in problems]
+        actions = []
+        if any(p.action.kind in ("repair", "reshard") for p in problems):
+            fix_all = button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
+            fix_all.on_click(lambda _: dash.repair(("all",)))
+            actions.append(fix_all)
         self.widget = w.VBox(
             [
                 w.HTML(head).add_class("ckpt-overview-verdict"),
+                w.HBox(actions),
                 _load_box(dash, state),
                 *cards,
                 w.HTML(facts_html(state.scanned, state.findings)).add_class("ckpt-facts"),
@@ -542,6 +561,15 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
         )
         fix.on_click(lambda _: dash.repair(action.parts))
         buttons.append(fix)
+    elif action.kind == "restore" and " --from " in action.command:
+        found = restore_reference(dash.scanned)
+        back = button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
+        back.on_click(lambda _: dash.restore(found.path if found is not None else ""))
+        buttons.append(back)
+    elif action.kind == "reshard":
+        split = button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
+        split.on_click(lambda _: dash.repair(("all",)))
+        buttons.append(split)
     elif action.kind == "consolidate":
         go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
         go.on_click(lambda _: dash.select("Consolidate"))
