@@ -64,7 +64,15 @@ __all__ = ["CheckpointState", "Dashboard"]
 
 _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
-_FILE_COLUMNS = ["file", "size", "tensors", "tensor_bytes", "first_layer", "last_layer", "problems"]
+_FILE_COLUMNS = [
+    "file",
+    "size",
+    "tensors",
+    "tensor_bytes",
+    "first_layer",
+    "last_layer",
+    "read findings",
+]
 _FINDINGS_PER_PROBLEM = 3
 _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
 _PAGE = 25
@@ -697,7 +705,8 @@ class FilesPanel:
             shard_size_outliers,
         )
 
-        files = dash.scanned.files
+        # What the scan could not read of each file (the tables' `problems`), by its name.
+        files = dash.scanned.files.rename(columns={"problems": "read findings"})
         figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
         if not files.empty:
             outliers = shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
