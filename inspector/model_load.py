@@ -184,10 +184,10 @@ class LoadVerdict:
 
     def to_dict(self, *, limit: int | None = None) -> dict[str, Any]:
         """JSON-ready: every field, mismatches as {key, stored, expected}, and `counts` of
-        every list and map. With `limit`, each list and map keeps its first `limit` entries
-        (a 300,000-tensor NVFP4 checkpoint expects 296,028 quantization tensors: `check
-        --json` stays small, `--full` lists them all); `complete` says whether nothing was
-        left out."""
+        every list and map. With `limit`, each list and map (and each key's list of stored
+        tensors in `sources`) keeps its first `limit` entries: a 300,000-tensor NVFP4
+        checkpoint expects 296,028 quantization tensors, and `check --json` stays small
+        (`--full` lists them all); `complete` says whether nothing was left out."""
         lists: dict[str, Sequence[Any]] = {
             "missing": self.missing,
             "unexpected": self.unexpected,
@@ -223,11 +223,15 @@ class LoadVerdict:
             "parameters_rule": PARAMETER_RULE,
             "quantization": self.quantization,
             "transformers_version": self.transformers_version,
-            "sources": {k: list(v) for k, v in first(self.sources.items())},
+            "sources": {k: first(v) for k, v in first(self.sources.items())},
             "stored_as": dict(first(self.stored_as.items())),
             "reasons": dict(first(self.reasons.items())),
             "counts": counts,
-            "complete": limit is None or all(n <= limit for n in counts.values()),
+            "complete": limit is None
+            or (
+                all(n <= limit for n in counts.values())
+                and all(len(v) <= limit for v in self.sources.values())
+            ),
         }
 
 
