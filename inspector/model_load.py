@@ -44,7 +44,7 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.findings import short_repr
 from inspector.model import ScannedCheckpoint
-from inspector.parameters import PARAMETER_RULE, count_parameters
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
 
 # What a config may ask us to build (a hostile config.json could declare a billion layers),
 # the bounds the structure checks use too.
@@ -812,7 +812,7 @@ def _verdict(
         mtp_skipped=tuple(mtp_skipped),
         quantization_expected=quant.expected,
         parameters=built.parameters,
-        stored_parameters=count_parameters(t, config=scanned.config),
+        stored_parameters=scan_parameters(scanned),
         mtp_parameters=count_parameters(t[in_mtp], config=scanned.config) if in_mtp.any() else 0,
         quantization=quant.method,
         transformers_version=built.version,

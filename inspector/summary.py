@@ -11,7 +11,7 @@ from typing import Any
 
 from inspector.findings import Finding, severity_rank
 from inspector.model import ScannedCheckpoint
-from inspector.parameters import PARAMETER_RULE, count_parameters
+from inspector.parameters import PARAMETER_RULE, scan_parameters
 from inspector.units import format_bytes
 from inspector.words import layers_text, plural, severity_counts, shell_word
 
@@ -43,7 +43,7 @@ def summarize(
         "files": len(scanned.files),
         "tensors": len(tensors),
         "total_bytes": int(tensors["nbytes"].sum()),
-        "parameters": count_parameters(tensors, config=scanned.config),
+        "parameters": scan_parameters(scanned),
         "parameters_rule": PARAMETER_RULE,
         "layers": len(decoder),
         "moe_layers": len(moe),

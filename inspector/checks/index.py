@@ -53,7 +53,7 @@ from inspector.findings import (
 from inspector.model import IndexDoc, ScannedCheckpoint
 from inspector.naming import layer_expert_numbers
 from inspector.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
-from inspector.parameters import PARAMETER_RULE, count_parameters
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
 from inspector.safetensors_header import ShardHeader
 from inspector.units import format_count
 
@@ -189,7 +189,7 @@ def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
-        not_counted = uncounted_elements(scanned.tensors, config=scanned.config)
+        not_counted = uncounted_elements(scanned.tensors, values=scan_parameters(scanned))
     return check_index(
         scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
     )
@@ -243,9 +243,11 @@ def uncounted_elements(
     names: Collection[str] | None = None,
     *,
     config: Mapping[str, object] | None = None,
+    values: int | None = None,
 ) -> Uncounted:
     """`Uncounted` of a tensors table (each name once), optionally of `names` only;
-    `config` (config.json) as `inspector.parameters.count_parameters` takes it."""
+    `config` (config.json) as `inspector.parameters.count_parameters` takes it, `values`
+    the count when the caller has it already."""
     if names is not None:
         tensors = tensors[tensors["name"].isin(names)]
     tensors = tensors.drop_duplicates("name")
@@ -253,7 +255,8 @@ def uncounted_elements(
     numel = tensors["numel"].to_numpy(dtype=np.int64)
     scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
     buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
-    values = count_parameters(tensors, config=config)
+    if values is None:
+        values = count_parameters(tensors, config=config)
     return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()), values)
 
 

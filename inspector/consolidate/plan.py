@@ -7,7 +7,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,7 @@ class ConsolidationPlan:
     def total_size(self) -> int:
         return sum(o.data_bytes for o in self.outputs)
 
-    @property
+    @cached_property
     def total_parameters(self) -> int:
         """The parameters of the output, counted as everywhere (`inspector.parameters`)."""
         tensors = [t for o in self.outputs for t in o.tensors]
