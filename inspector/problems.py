@@ -983,7 +983,7 @@ def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
     `inspector.restore`), naming the candidate reference when one is known; `otherwise`
     (re-export) where it cannot."""
     if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
-        text = f"{restore}{ctx.candidate()}; or {otherwise}" if otherwise else restore
+        text = restore + ctx.candidate() + (f"; or {otherwise}" if otherwise else "")
         return Action("restore", text, ctx.restore_command())
     return Action("re-export", otherwise or restore, "re-run the exporter")
 
