@@ -39,7 +39,7 @@ TAB_READY = {
     "Files": ".ckpt-shard-sizes .main-svg",
     "Experts": ".ckpt-expert-heatmap .heatmaplayer image",
     "Layers": ".ckpt-bytes-per-layer .main-svg",
-    "Drift": ".ckpt-findings-table",
+    "Findings": ".ckpt-findings-table",
     "Repair": ".ckpt-repair-verdict div",
     "Consolidate": ".ckpt-consolidate-button",
     "Report": ".ckpt-report-button",
