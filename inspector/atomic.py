@@ -50,6 +50,7 @@ from typing import Any
 
 import orjson
 
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, UnsafeInputError
 
 __all__ = [
@@ -495,7 +496,7 @@ class Journal:
         if len(self.entries) > limit:
             lines.append(f"    ... {len(self.entries) - limit} more")
         lines += [f"  problem: {p}" for p in self.problems[:limit]]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
 
 def apply_renames(root: Path, renames: Sequence[tuple[str, str]]) -> list[str]:

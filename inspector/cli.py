@@ -6,10 +6,12 @@ import argparse
 import errno
 import json
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import LINE_LIMIT, legible
 from inspector.errors import InspectorError
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
@@ -61,12 +63,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail(f"{args.command}: interrupted")
         return 130
+    except Exception as exc:  # a bug: exit 1 would read as "findings" to CI, a traceback
+        _fail(_internal_error(args.command, exc))  # would flood its log
     return EXIT_CANNOT
 
 
+def _internal_error(command: str, exc: Exception) -> str:
+    """One line for an exception no code path expected: where it was raised and what it
+    says, enough for a bug report."""
+    where = traceback.extract_tb(exc.__traceback__)[-1:]
+    at = f" at {Path(where[0].filename).name}:{where[0].lineno}" if where else ""
+    return (
+        f"{command}: internal error{at} ({type(exc).__name__}: {exc}); the command did not "
+        "finish: please report this with the command that failed"
+    )
+
+
 def _fail(message: str) -> None:
-    # One line: a message that spans lines would be cut apart by log collectors.
-    print(f"ckpt-inspect: {' '.join(message.split())}", file=sys.stderr)
+    # One line: a message that spans lines would be cut apart by log collectors. It may quote
+    # several findings (a refused plan), each bounded already: the line is bounded as a whole.
+    line = legible(" ".join(message.split()), limit=LINE_LIMIT)
+    print(f"ckpt-inspect: {line}", file=sys.stderr)
 
 
 def _main_path(args: argparse.Namespace) -> Path | str | None:
@@ -111,7 +128,7 @@ def describe_os_error(exc: OSError, *, command: str, path: Path | str | None = N
     what, todo = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "check the file"))
     code = errno.errorcode.get(exc.errno or 0, "")
     file = exc.filename if exc.filename is not None else path
-    where = f"{file}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    where = legible(file) + (f" -> {legible(exc.filename2)}" if exc.filename2 is not None else "")
     return f"{command}: {where or 'a file'}: {what}{f' [{code}]' if code else ''}; {todo}"
 
 
@@ -325,8 +342,14 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_remote_arguments(p: argparse.ArgumentParser) -> None:
-    """--storage-option, --max-concurrency and --read-ahead (remote checkpoints)."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    """--storage-option, --max-concurrency, --read-ahead, --timeout, --read-timeout and
+    --allow-redirect (remote checkpoints)."""
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     group = p.add_argument_group("remote checkpoints (s3://, gs://, hf://, https://)")
     group.add_argument(
@@ -354,6 +377,31 @@ def add_remote_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
         f"request (default {DEFAULT_READ_AHEAD:,})",
     )
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="longest one request (a listing, a read of up to 8 MiB) may take, retries "
+        f"included; a server that trickles or stalls ends there (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--read-timeout",
+        type=_seconds,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="SECONDS",
+        help="longest a connection may bring no byte before the request is tried again "
+        f"(default {DEFAULT_READ_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--allow-redirect",
+        action="append",
+        default=[],
+        type=_origin,
+        metavar="ORIGIN",
+        help="also follow redirects to ORIGIN (https://host[:port]; repeatable); by default "
+        "a redirect is followed only within the origin a request went to",
+    )
 
 
 def _storage_option(text: str) -> tuple[str, object]:
@@ -377,14 +425,41 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 seconds")
+    return value
+
+
+def _origin(text: str) -> str:
+    from inspector.storage.guard import origin
+
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `scan` for the remote options of a command."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     return {
         "storage_options": dict(getattr(args, "storage_option", None) or []),
         "max_concurrency": getattr(args, "max_concurrency", DEFAULT_CONCURRENCY),
         "read_ahead": getattr(args, "read_ahead", DEFAULT_READ_AHEAD),
+        "timeout": getattr(args, "timeout", DEFAULT_TIMEOUT),
+        "read_timeout": getattr(args, "read_timeout", DEFAULT_READ_TIMEOUT),
+        "allow_redirects": tuple(getattr(args, "allow_redirect", None) or ()),
     }
 
 
@@ -515,12 +590,12 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         print("not applied (use --yes to apply without asking)")
         return EXIT_FOUND
     result = plan.execute(backup=not args.no_backup)
-    print(f"written: {', '.join(result.written)}")
+    print(f"written: {', '.join(map(legible, result.written))}")
     checked = getattr(result, "data_checked", 0)  # a restore's data check
     if checked:
         print(f"verified: {checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
-        print(f"backup:  {result.backup_dir}")
+        print(f"backup:  {legible(result.backup_dir)}")
     if result.remaining is None:
         print(
             "re-check: skipped (the checkpoint itself is unchanged; check it once the new "
@@ -574,13 +649,13 @@ def _journal_command(args: argparse.Namespace) -> int:
     root = args.path
     if not isinstance(root, Path):
         print(
-            f"ckpt-inspect: {root}: journals are local; run this on the local folder",
+            f"ckpt-inspect: {legible(root)}: journals are local; run this on the local folder",
             file=sys.stderr,
         )
         return EXIT_CANNOT
     journal = read_journal(root)
     if journal is None:
-        print(f"{root}: no unfinished write journal")
+        print(f"{legible(root)}: no unfinished write journal")
         return EXIT_OK
     print(journal.describe())
     verb = "finish" if args.recover else "remove"
@@ -592,10 +667,12 @@ def _journal_command(args: argparse.Namespace) -> int:
     with folder_lock(root):
         if args.discard_journal:
             discard_journal(root)
-            print(f"removed {root / JOURNAL}; the files it names are untouched")
+            print(f"removed {legible(root / JOURNAL)}; the files it names are untouched")
             return EXIT_OK
         done = recover(root, confirmed=True)
-    print(f"renamed {len(done)} files" + (f": {', '.join(done[:20])}" if done else ""))
+    print(
+        f"renamed {len(done)} files" + (f": {', '.join(map(legible, done[:20]))}" if done else "")
+    )
     return EXIT_OK
 
 

@@ -470,10 +470,12 @@ class Code(StrEnum):
         _E,
         _U,
         "A file the checkpoint names or holds is not a regular file (a FIFO, a device, a "
-        "socket), is a link whose target leaves the checkpoint folder, or is a link loop. It "
-        "was not read (a FIFO would hang the reader, /dev/zero exhaust memory, a link to a "
-        "file elsewhere leak it into reports); put the real file in the folder. The Hugging "
-        "Face cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
+        "socket), is a link whose target leaves the checkpoint folder, or is a link loop; "
+        "remotely, the server redirects it to another origin. It was not read (a FIFO would "
+        "hang the reader, /dev/zero exhaust memory, a link to a file elsewhere leak it into "
+        "reports, a redirect serve another server's file as this checkpoint); put the real "
+        "file in the folder (or trust the origin with --allow-redirect). The Hugging Face "
+        "cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
         "allowed.",
     )
     PICKLE_HOSTILE = (

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inspector.display import legible
 from inspector.dtypes import FLOAT_DTYPES
 from inspector.model import ScannedCheckpoint
 from inspector.model_quant import QUANT_PARAMS
@@ -298,7 +299,8 @@ class _Classifier:
                 elif kind == "experts-fused" and numel_fused < numel_per:
                     target = "experts-lost"
                     self.notes[target].append(
-                        f"{base}: {len(experts)} experts stored per expert, fused to {leading}"
+                        f"{legible(base)}: {len(experts)} experts stored per expert, fused to "
+                        f"{leading}"
                     )
                 else:
                     target = "shape-changed"

@@ -3,16 +3,17 @@ tables. Pure: data in, string out.
 
 No notebook package is imported here: Jupyter calls `_repr_html_` and shows the string, the
 dashboard puts the strings in HTML widgets. Every string that comes from the checkpoint (paths,
-file and tensor names, messages) is escaped, because a hostile checkpoint chooses those strings.
+file and tensor names, messages) goes through `inspector.display.legible` (bounded, control
+characters escaped, HTML-escaped), because a hostile checkpoint chooses those strings.
 """
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import MESSAGE_LIMIT, NAME_LIMIT, legible
 from inspector.findings import CODE_HELP, Finding
 from inspector.problems import Problem, group_problems
 from inspector.summary import summarize
@@ -33,6 +34,7 @@ __all__ = [
     "facts_html",
     "findings_html",
     "frame_html",
+    "html_text",
     "load_answer",
     "load_verdict_html",
     "problem_html",
@@ -140,6 +142,9 @@ def _frame_table(
         return f"<div class='k'>{_e(title or 'table')}: no rows</div>"
     wanted = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame[wanted].iloc[start : start + max_rows].copy()
+    for column in wanted:  # names and other text: bounded and control characters escaped
+        if shown[column].dtype.kind == "O":
+            shown[column] = [v if _missing(v) else legible(v) for v in shown[column].tolist()]
     for column in BYTE_COLUMNS & set(wanted):
         shown[column] = [
             "" if _missing(v) else format_bytes(float(v)) for v in shown[column].tolist()
@@ -168,8 +173,8 @@ def findings_html(frame: pd.DataFrame, *, max_rows: int = 500) -> str:
             f'<tr class="finding" data-code="{_e(code)}" data-severity="{_e(sev)}">'
             f"<td>{_badge(sev)}</td>"
             f'<td title="{_e(CODE_HELP.get(code, ""))}"><code>{_e(code)}</code></td>'
-            f"<td class='msg'>{_e(r.message)}</td><td class='name'>{_e(_blank(r.file))}</td>"
-            f"<td class='name'>{_e(_blank(r.tensor))}</td><td>{where}</td></tr>"
+            f"<td class='msg'>{_e(r.message)}</td><td class='name'>{_name(_blank(r.file))}</td>"
+            f"<td class='name'>{_name(_blank(r.tensor))}</td><td>{where}</td></tr>"
         )
     head = (
         "<tr><th>severity</th><th>code</th><th>message</th><th>file</th><th>tensor</th>"
@@ -209,8 +214,8 @@ def diff_html(diff: str, *, max_chars: int = 200_000) -> str:
 
 
 def text_html(text: str) -> str:
-    """Preformatted text (plans, results), escaped."""
-    return _wrap(f"<pre>{_e(text)}</pre>")
+    """Preformatted text (plans, results), escaped line by line."""
+    return _wrap(f"<pre>{legible(text, target='html', limit=MESSAGE_LIMIT, lines=True)}</pre>")
 
 
 def _facts_table(s: dict[str, Any]) -> str:
@@ -297,7 +302,7 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
     if verdict.quantization:
         notes.append(f"quantization: {verdict.quantization}")
     tail = f" <span style='color:#666'>({_e('; '.join(notes))})</span>" if notes else ""
-    head += f" as <code>{_e(verdict.architecture or '?')}</code>{tail}"
+    head += f" as <code>{_name(verdict.architecture or '?')}</code>{tail}"
     kinds = [
         ("missing", list(verdict.missing), "the model expects them; transformers initialises "
          "them at random"),
@@ -317,7 +322,7 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
     for kind, keys, why in kinds:
         if not keys:
             continue
-        shown = ", ".join(f"<code>{_e(k)}</code>" for k in keys[:examples])
+        shown = ", ".join(f"<code>{_name(k)}</code>" for k in keys[:examples])
         more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
         items.append(
             f"<li data-kind='{_e(kind)}'><b>{len(keys):,} {_e(kind)}</b> "
@@ -410,5 +415,16 @@ def _blank(value: object) -> object:
     return "" if _missing(value) else value
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value))
+def html_text(value: object, *, limit: int = MESSAGE_LIMIT) -> str:
+    """Checkpoint text (a name, a path, a message, an error) for HTML element text or an
+    attribute value: `legible` for HTML (at most `limit` characters, control characters
+    escaped, `&<>"'` escaped). The dashboard and the report build their HTML with it."""
+    return legible(value, target="html", limit=limit)
+
+
+_e = html_text
+
+
+def _name(value: object) -> str:
+    """A file or tensor name for an element or an attribute value (`legible`)."""
+    return legible(value, target="html", limit=NAME_LIMIT)

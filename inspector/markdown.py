@@ -1,4 +1,9 @@
-"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure."""
+"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure.
+
+A checkpoint chooses its names, and the summary is rendered where people open it (GitHub,
+nbconvert's mistune, JupyterLab): every name is an inline code span and every message
+escaped Markdown text (`inspector.display.legible`, targets "markdown-code" and
+"markdown"), so nothing in a name becomes HTML, a link, an image, math or a table cell."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from collections.abc import Sequence
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import legible
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
@@ -34,7 +40,7 @@ def markdown_summary(
     mis-shaped, or why the check was skipped), a table of findings per code (severity,
     count, folded layers, experts and files) and the first `examples` messages of each code."""
     summary = summarize(scanned, findings=list(findings))
-    lines = [f"### Checkpoint inspection: `{_code_span(scanned.path.name)}`", ""]
+    lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
     lines += _facts(summary)
     if verdict is not None:
         lines += _load_lines(verdict, examples)
@@ -47,7 +53,7 @@ def markdown_summary(
     for p in group_problems(scanned, findings, verdict=verdict):
         lines.append(
             f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
-            f"Fix: {_inline(p.action.text)} (`{_code_span(p.action.command)}`)"
+            f"Fix: {_inline(p.action.text)} ({_code(p.action.command)})"
         )
     lines += [
         "",
@@ -86,7 +92,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
 
 def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
     """'- will it load: ...' and, when it does not, the first keys of each kind."""
-    arch = f"`{_code_span(verdict.architecture or '?')}`"
+    arch = _code(verdict.architecture or "?")
     if verdict.skipped is not None:
         return [f"- will it load: not checked ({_inline(verdict.skipped)})"]
     notes = []
@@ -111,7 +117,7 @@ def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
     )
     for kind, keys in kinds:
         if keys:
-            shown = ", ".join(f"`{_code_span(k)}`" for k in keys[:examples])
+            shown = ", ".join(_code(k) for k in keys[:examples])
             more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
             lines.append(f"  - {len(keys):,} {kind}: {shown}{more}")
     return lines
@@ -121,7 +127,7 @@ def _table_row(code: str, items: list[Finding]) -> str:
     layers = fold_ranges((f.layer for f in items if f.layer is not None), limit=6)
     experts = fold_ranges((f.expert for f in items if f.expert is not None), limit=6)
     files = sorted({f.file for f in items if f.file})
-    shown = ", ".join(f"`{_code_span(name)}`" for name in files[:2])
+    shown = ", ".join(_code(name) for name in files[:2])
     if len(files) > 2:
         shown += f" and {len(files) - 2} more"
     cells = [str(items[0].severity), f"`{code}`", f"{len(items):,}", layers, experts, shown]
@@ -129,16 +135,15 @@ def _table_row(code: str, items: list[Finding]) -> str:
 
 
 def _inline(text: str) -> str:
-    """One line, bounded length."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_MESSAGE else flat[: _MAX_MESSAGE - 3] + "..."
+    """Text from the checkpoint's findings as one line of escaped Markdown, bounded."""
+    return legible(" ".join(text.split()), target="markdown", limit=_MAX_MESSAGE)
+
+
+def _code(name: str) -> str:
+    """A name as an inline code span nothing in it can break out of."""
+    return legible(name, target="markdown-code")
 
 
 def _cell(text: str) -> str:
-    """A table cell: a `|` inside would split the cell, so it is escaped."""
-    return _inline(text).replace("|", "\\|") or " "
-
-
-def _code_span(text: str) -> str:
-    # A backtick inside a file name would close the code span early.
-    return text.replace("`", "'")
+    """A table cell, built from Markdown already escaped (a code span escapes its `|`)."""
+    return text or " "

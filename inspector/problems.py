@@ -21,6 +21,7 @@ Whether a repair plan really fixes a problem is not guessed here: `inspector.rep
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from inspector.codes import Code, Severity, code_of, severity_rank
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, fold_ranges
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.references import Reference, consolidation_reference, restore_reference
@@ -155,9 +157,25 @@ def group_problems(
     problems.extend(_per_code(ctx, pending))
     return tuple(
         sorted(
-            problems,
+            map(_legible, problems),
             key=lambda p: (severity_rank(p.severity), not p.repairable, -len(p.findings), p.key),
         )
+    )
+
+
+def _legible(problem: Problem) -> Problem:
+    """The problem's words as people read them (`legible`: bounded, control characters
+    escaped), whatever names the rules put in them; its tensors and files stay exact."""
+    action = problem.action
+    return dataclasses.replace(
+        problem,
+        title=legible(problem.title, limit=MESSAGE_LIMIT),
+        impact=legible(problem.impact, limit=MESSAGE_LIMIT),
+        action=dataclasses.replace(
+            action,
+            text=legible(action.text, limit=MESSAGE_LIMIT),
+            command=legible(action.command, limit=MESSAGE_LIMIT),
+        ),
     )
 
 
@@ -179,7 +197,7 @@ class _Context:
 
     @property
     def path(self) -> str:
-        return _quote(str(self.scanned.path))
+        return legible(_quote(str(self.scanned.path)))
 
     def sizes(self) -> dict[str, int]:
         """Tensor name -> bytes, from the shard headers (the first holder wins)."""
@@ -382,7 +400,8 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
     on_disk = {s.file for s in ctx.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
-    names = ", ".join(gone[:_MAX_LISTED]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+    names = ", ".join(map(legible, gone[:_MAX_LISTED]))
+    names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
     # Same-named dangling tensors are the missing files' contents, not a second problem.
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
@@ -471,7 +490,7 @@ def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
-    shown = ", ".join(files[:_MAX_LISTED]) + (
+    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
         f" and {len(files) - 3} more" if len(files) > 3 else ""
     )
     severity = _worst(mine)
@@ -714,7 +733,7 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     module docstring): missing tensors, tensors of another shape, tensors it would drop."""
     v = ctx.verdict
     exact = v is not None
-    arch = (v.architecture if v is not None else None) or _architecture(ctx) or "the model"
+    arch = legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
     out: list[Problem] = []
     missing = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
     if missing:
@@ -1021,13 +1040,13 @@ def _where(names: Sequence[str]) -> str:
         if a != b:
             break
         common.append(a)
-    return f" ({'.'.join(common)}.*)" if len(common) >= 2 and len(names) > 1 else ""
+    return f" ({legible('.'.join(common))}.*)" if len(common) >= 2 and len(names) > 1 else ""
 
 
 def _named(names: Sequence[str]) -> str:
     """' (lm_head.weight)' for one or two names, else their common prefix (see `_where`)."""
     if 0 < len(names) <= 2:
-        return f" ({', '.join(names)})"
+        return f" ({', '.join(map(legible, names))})"
     return _where(names)
 
 

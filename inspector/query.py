@@ -14,6 +14,7 @@ notebook's grid) and pandas agree on, so every view of one query selects the sam
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import io
 import os
@@ -23,6 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.display import CELL_LIMIT, legible
 from inspector.errors import InspectorError
 from inspector.words import layers_text
 
@@ -164,7 +166,13 @@ def export_tensors(
 ) -> Path:
     """Write the rows of a tensors table (e.g. `query.apply(ckpt.tensors)`) to `path` as CSV
     or Parquet (`format`, else the suffix: .csv, .parquet) and return the path. The file is
-    written to a temp name and renamed, so a reader never sees half of it."""
+    written to a temp name and renamed, so a reader never sees half of it.
+
+    Parquet keeps every name exactly. CSV is opened in spreadsheets, so its text cells go
+    through `legible` for CSV: a name a spreadsheet would run as a formula (`=HYPERLINK(...)`,
+    `=cmd|...`, `+`, `-`, `@SUM(...)`) starts with `'`, control characters (a leading tab or
+    carriage return too) are escaped, a cell holds at most `CELL_LIMIT` characters, and every
+    text cell is quoted. Healthy names are written unchanged."""
     from inspector.atomic import write_atomic
 
     target = Path(path).expanduser()
@@ -182,7 +190,10 @@ def export_tensors(
         if column in out.columns:
             out[column] = out[column].astype(str)
     if kind == "csv":
-        data = out.to_csv(index=False).encode("utf-8")
+        for column in out.columns:
+            if out[column].dtype.kind == "O":
+                out[column] = out[column].map(_csv_cell)
+        data = out.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode("utf-8")
     else:
         # pandas writes Parquet through pyarrow, and says so less plainly.
         if importlib.util.find_spec("pyarrow") is None:
@@ -284,3 +295,7 @@ def _sibling_names(
         dtypes = first["dtype"].astype(str).tolist()
         out[int(first["layer"].iloc[0])] = list(zip(names, dtypes, strict=True))
     return out
+
+
+def _csv_cell(value: object) -> object:
+    return legible(value, target="csv", limit=CELL_LIMIT) if isinstance(value, str) else value

@@ -22,6 +22,7 @@ from inspector.atomic import apply_writes, folder_lock
 from inspector.checks.index import parse_count, uncounted_elements
 from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
 from inspector.codes import Severity
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, JSON_CAP
@@ -73,7 +74,8 @@ class FileWrite:
         )
         if len(lines) > max_lines:
             lines = [*lines[:max_lines], f"... {len(lines) - max_lines} more diff lines\n"]
-        return "".join(lines)
+        # One output line per diff line, whatever line break ended it in the file.
+        return "".join(legible(line.rstrip("\n"), limit=MESSAGE_LIMIT) + "\n" for line in lines)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class RepairPlan:
             lines.extend(f"    - {c}" for c in w.changes)
         lines.extend(f"  REFUSED: {r}" for r in self.refused)
         lines.extend(f"  note: {n}" for n in self.notes)
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return "".join(w.diff() for w in self.writes)
@@ -470,14 +472,18 @@ def _choose_files(
         files = [f for f, _, _ in places]
         if not agree and policy is None:
             refused.append(
-                f"{name!r} is in {', '.join(files)} with different dtype or shape; "
+                f"'{legible(name)}' is in {', '.join(map(legible, files))} with different dtype "
+                "or shape; "
                 "choose which copy "
                 "the index keeps with --duplicates first|last|index"
             )
             continue
         pick = _pick(files, old_map.get(name), policy or "index")
         chosen[name] = pick
-        notes.append(f"{name!r} is in {', '.join(files)}; the index keeps {pick}")
+        notes.append(
+            f"'{legible(name)}' is in {', '.join(map(legible, files))}; the index keeps "
+            f"{legible(pick)}"
+        )
     return (
         chosen,
         tuple(refused),

@@ -1,4 +1,7 @@
-"""`check` results as a JSON-ready dict and as text grouped by code, worst first."""
+"""`check` results as a JSON-ready dict and as text grouped by code, worst first.
+
+The dicts keep exact names (the `--json` contract); the text shows every name and message
+through `inspector.display.legible` (bounded, control characters escaped)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from collections import Counter
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, Severity, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.problems import Problem, group_problems
@@ -75,22 +79,21 @@ def check_result(
 def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     """Findings grouped by code, worst first, at most `per_code` messages per code."""
     counts = result["counts"]
-    lines = [f"{result['path']} ({result['layout']})"]
+    lines = [f"{legible(result['path'])} ({result['layout']})"]
     if "load" in result:
-        lines.append(f"load check: {result['load']['summary']}")
+        lines.append(f"load check: {legible(result['load']['summary'], limit=MESSAGE_LIMIT)}")
     if not result["findings"]:
         lines.append("no findings")
         return "\n".join(lines)
     lines.append(severity_counts(counts, zeros=True))
     lines += issue_lines(result.get("issues", []))
     if result.get("repair_all"):
-        lines.append(
-            f"repair every issue above that `repair` fixes, at once: {result['repair_all']}"
-        )
+        every = legible(result["repair_all"], limit=MESSAGE_LIMIT)
+        lines.append(f"repair every issue above that `repair` fixes, at once: {every}")
     for code, group in groupby(result["findings"], key=lambda f: f["code"]):
         items = list(group)
         lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
-        lines.extend(f"  - {f['message']}" for f in items[:per_code])
+        lines.extend(f"  - {legible(f['message'], limit=MESSAGE_LIMIT)}" for f in items[:per_code])
         if len(items) > per_code:
             lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
     return "\n".join(lines)
@@ -117,15 +120,15 @@ def issue_lines(issues: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["", f"{plural(len(issues), 'issue')} (findings grouped by root cause):"]
     for i in issues:
-        lines.append(f"  {i['severity']:<7} {i['title']}")
-        lines.append(f"          fix: {i['fix']}")
-        lines.append(f"          {i['command']}")
+        lines.append(f"  {i['severity']:<7} {legible(i['title'], limit=MESSAGE_LIMIT)}")
+        lines.append(f"          fix: {legible(i['fix'], limit=MESSAGE_LIMIT)}")
+        lines.append(f"          {legible(i['command'], limit=MESSAGE_LIMIT)}")
     return lines
 
 
 def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
     """A `diff` result (CheckpointDiff.to_dict()) as text."""
-    lines = [f"A: {d['a']}", f"B: {d['b']}"]
+    lines = [f"A: {legible(d['a'])}", f"B: {legible(d['b'])}"]
     if d["identical"]:
         compared = (
             f", {d['data_compared']:,} tensors have the same bytes" if d["data_compared"] else ""
@@ -136,13 +139,15 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
         if names:
             # By layer and expert ("layer 40: experts 17-19 (36 tensors)"), as `check` says it.
             lines.append(f"only in {side.upper()}: {len(names):,}")
-            lines.extend(f"  {line}" for line in d[f"only_{side}_places"])
+            lines.extend(
+                f"  {legible(line, limit=MESSAGE_LIMIT)}" for line in d[f"only_{side}_places"]
+            )
     if d["changed"]:
         lines.append(f"dtype or shape differs: {len(d['changed'])}")
         for c in d["changed"][:limit]:
             lines.append(
-                f"  {c['name']}: {c['a_dtype']} {list(c['a_shape'])}"
-                f" -> {c['b_dtype']} {list(c['b_shape'])}"
+                f"  {legible(c['name'])}: {legible(c['a_dtype'])} {list(c['a_shape'])}"
+                f" -> {legible(c['b_dtype'])} {list(c['b_shape'])}"
             )
     shown = 0
     for layer in d["layers"]:
@@ -152,7 +157,7 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
             for side in ("only_a", "only_b")
         }
         parts = [
-            f"only {side[-1].upper()}: " + ", ".join(keys[:5])
+            f"only {side[-1].upper()}: " + ", ".join(map(legible, keys[:5]))
             for side, keys in only.items()
             if keys
         ]
@@ -163,7 +168,7 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
         lines.append(
             f"content compared: {d['data_compared']:,} tensors, {len(d['data_differs'])} differ"
         )
-        lines.extend(f"  bytes differ: {n}" for n in d["data_differs"][:limit])
+        lines.extend(f"  bytes differ: {legible(n)}" for n in d["data_differs"][:limit])
     if d["data_unreadable"]:
         lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
     if d.get("reference") is not None:
@@ -175,7 +180,11 @@ def _reference_lines(d: dict[str, Any]) -> list[str]:
     """Each difference against the reference A, expected first."""
     classes = sorted(d["reference"], key=lambda c: not c["expected"])
     lines = ["", "against the reference A:"]
-    lines += [f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} {c['detail']}" for c in classes]
+    lines += [
+        f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} "
+        f"{legible(c['detail'], limit=MESSAGE_LIMIT)}"
+        for c in classes
+    ]
     n = d["unexpected"]
     lines.append(
         f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"

@@ -26,6 +26,7 @@ from inspector.atomic import (
     recover,
 )
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
@@ -72,7 +73,7 @@ class ReshardPlan:
             ]
         lines += [f"  REFUSED: {r}" for r in self.refused]
         lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return self.index.diff() if self.index else ""

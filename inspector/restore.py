@@ -34,6 +34,7 @@ from pathlib import Path
 from inspector.atomic import STAGING, apply_writes, folder_lock, fresh_staging, recover
 from inspector.checks.index import count, describe_names, parse_count
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
@@ -96,7 +97,7 @@ class RestorePlan:
                 lines.append("  verify: every copied tensor's bytes against the reference")
         lines += [f"  REFUSED: {r}" for r in self.refused]
         lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return "".join(w.diff() for w in self.writes)
@@ -270,7 +271,9 @@ def _choose(
             restored.append(name)
         elif kind.get(name) == "output_head":
             if tied:
-                notes.append(f"{name} not restored: config.json ties it to the input embedding")
+                notes.append(
+                    f"{legible(name)} not restored: config.json ties it to the input embedding"
+                )
             else:
                 restored.append(name)
         elif name in in_layer:

@@ -1,4 +1,5 @@
-"""The scan summary: a plain dict (the `--json` contract) and its readable rendering.
+"""The scan summary: a plain dict (the `--json` contract, exact names) and its readable
+rendering (names and messages through `inspector.display.legible`).
 
 A scan reads headers and JSON files and runs no check, so its summary never says "no
 problems": it says what it could not read (`read_findings`) and that the checks did not run
@@ -9,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.parameters import PARAMETER_RULE, scan_parameters
@@ -70,12 +72,13 @@ def summarize(
 def format_summary(summary: dict[str, Any], *, max_findings: int = 20) -> str:
     """A few aligned lines a person reads in a terminal."""
     lines = [
-        f"checkpoint  {summary['path']}",
+        f"checkpoint  {legible(summary['path'])}",
         f"layout      {summary['layout']}",
         f"files       {summary['files']:,}",
         f"tensors     {summary['tensors']:,}  ({format_bytes(summary['total_bytes'])})",
         f"parameters  {summary['parameters']:,}  ({summary['parameters_rule']})",
-        "dtypes      " + ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
+        "dtypes      "
+        + ", ".join(f"{legible(k)} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
         _layers_line(summary),
     ]
     if summary["moe_layers"]:
@@ -122,8 +125,9 @@ def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
     else:
         lines.append("read        every shard header and JSON file was read")
     if not summary["checked"]:
+        command = legible(summary["check_command"], limit=MESSAGE_LIMIT)
         lines.append(
-            f"checks      not run by scan; `{summary['check_command']}` runs every check "
+            f"checks      not run by scan; `{command}` runs every check "
             "(drift, missing tensors, will it load)"
         )
         return lines
@@ -139,7 +143,10 @@ def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
 
 
 def _listed(findings: list[dict[str, Any]], limit: int) -> list[str]:
-    lines = [f"  {f['severity']:<7} {f['code']:<26} {f['message']}" for f in findings[:limit]]
+    lines = [
+        f"  {f['severity']:<7} {f['code']:<26} {legible(f['message'], limit=MESSAGE_LIMIT)}"
+        for f in findings[:limit]
+    ]
     if len(findings) > limit:
         lines.append(f"  ... {len(findings) - limit:,} more (use --json for all)")
     return lines

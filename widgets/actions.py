@@ -8,7 +8,6 @@ notebook as a traceback.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +18,7 @@ from inspector.widgets.report import write_html_report
 from inspector.consolidate import default_destination, plan_consolidation
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
-from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
+from inspector.html_repr import diff_html, findings_html, html_text, severity_badge, text_html
 from inspector.markdown import markdown_summary
 from inspector.references import consolidation_reference, restore_reference
 from inspector.repair import RepairPlan, plan_repair, preview_repair
@@ -51,7 +50,7 @@ def _hidden(widget: w.Widget, hidden: bool) -> None:
 
 
 def _error(exc: BaseException) -> str:
-    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html.escape(str(exc))}</div>'
+    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html_text(exc)}</div>'
 
 
 class RepairPanel:
@@ -139,10 +138,10 @@ class RepairPanel:
         state = self.dash.state
         if self.restoring is not None:
             self.scope.value = (
-                f"plan: restore lost tensors from <code>{html.escape(self.restoring)}</code>"
+                f"plan: restore lost tensors from <code>{html_text(self.restoring)}</code>"
             )
         elif self.parts:
-            self.scope.value = f"plan: <b>{html.escape(', '.join(self.parts))}</b> only"
+            self.scope.value = f"plan: <b>{html_text(', '.join(self.parts))}</b> only"
         else:
             self.scope.value = (
                 "plan: all parts at once (index, sidecars, quantization config; the re-shard "
@@ -210,7 +209,7 @@ class RepairPanel:
                 else ""
             )
             self.question.value = (
-                f"Write {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>"
+                f"Write {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
                 f"?{fixes} The current files are backed up first."
             )
             _hidden(self.confirm_box, False)
@@ -254,7 +253,7 @@ class RepairPanel:
             lines.append(
                 "<b>No findings: nothing to repair.</b>"
                 + (
-                    f" (A plan would only change: {html.escape(_changes(self.plan))}.)"
+                    f" (A plan would only change: {html_text(_changes(self.plan))}.)"
                     if self.plan.writes
                     else ""
                 )
@@ -267,7 +266,7 @@ class RepairPanel:
             lines.append(
                 "<b>This plan fixes no error or warning</b>, so Repair is disabled"
                 + (
-                    f" (it would only change: {html.escape(_changes(self.plan))})."
+                    f" (it would only change: {html_text(_changes(self.plan))})."
                     if self.plan.writes
                     else "."
                 )
@@ -276,14 +275,14 @@ class RepairPanel:
             lines.append(
                 f"<b>This plan fixes {len(preview.fixes):,} of "
                 f"{plural(len(state.findings), 'finding')}:</b><ul>"
-                + "".join(f"<li>{html.escape(p.title)}</li>" for p in fixes)
+                + "".join(f"<li>{html_text(p.title)}</li>" for p in fixes)
                 + "</ul>"
             )
         if preview.introduces:
             lines.append(
                 f"<b style='color:#b07d00'>It would add "
                 f"{plural(len(preview.introduces), 'finding')}</b> "
-                f"({html.escape(', '.join(sorted({f.code for f in preview.introduces})))}) "
+                f"({html_text(', '.join(sorted({f.code for f in preview.introduces})))}) "
                 "until the other parts are repaired too: plan all parts to fix everything "
                 "at once."
             )
@@ -291,8 +290,8 @@ class RepairPanel:
             lines.append(
                 "<b>It cannot fix:</b><ul>"
                 + "".join(
-                    f"<li>{severity_badge(p.severity)} {html.escape(p.title)}: "
-                    f"{html.escape(p.action.text)} <code>{html.escape(p.action.command)}</code>"
+                    f"<li>{severity_badge(p.severity)} {html_text(p.title)}: "
+                    f"{html_text(p.action.text)} <code>{html_text(p.action.command)}</code>"
                     "</li>"
                     for p in rest
                 )
@@ -306,8 +305,8 @@ class RepairPanel:
     def _result_html(result: Any) -> str:
         if result is None:
             return ""
-        written = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in result.written)
-        backup = html.escape(str(result.backup_dir)) if result.backup_dir else "none"
+        written = "".join(f"<li><code>{html_text(p)}</code></li>" for p in result.written)
+        backup = html_text(result.backup_dir) if result.backup_dir else "none"
         remaining = findings_to_frame(result.remaining)
         return (
             '<div style="border-left:4px solid #2ca02c;padding-left:8px">'
@@ -369,13 +368,13 @@ class ConsolidatePanel:
         if suggested is not None:
             note = (
                 "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
-                f"the reference is {html.escape(suggested.label)}, which names "
+                f"the reference is {html_text(suggested.label)}, which names "
                 f"{plural(suggested.files, 'file')}.</i>"
             )
         if dash.scanned.dcp is None:
             note = (
                 f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html.escape(dash.scanned.layout)}, so planning will refuse.</i>"
+                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
             )
         form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
         self.widget = w.VBox(
@@ -487,7 +486,7 @@ class ReportPanel:
             self.status.value = _error(exc)
             return None
         size = target.stat().st_size
-        self.status.value = f"Wrote <code>{html.escape(str(target))}</code> ({size:,} bytes)."
+        self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."
         return target
 
     def show_markdown(self) -> str:

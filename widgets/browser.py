@@ -14,7 +14,6 @@ keeps the two selections equal.
 
 from __future__ import annotations
 
-import html
 import os
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,9 @@ from typing import Any
 import ipywidgets as w
 import pandas as pd
 
+from inspector.display import legible
 from inspector.errors import InspectorError
+from inspector.html_repr import html_text
 from inspector.model import ScannedCheckpoint
 from inspector.query import TensorQuery, export_tensors, missing_notes
 from inspector.units import format_bytes
@@ -55,14 +56,16 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
-    and expert numbers kept as integers, shapes and sizes as text."""
+    and expert numbers kept as integers, shapes and sizes as text. Names are shown legible
+    (`inspector.display.legible`: bounded, control characters escaped), which leaves every
+    name a writer produces as it is; the export writes the exact names."""
     sizes = tensors["nbytes"].to_numpy()
     # A 300,000-tensor MoE has a few dozen distinct shapes and sizes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
     texts: dict[int, str] = {int(v): format_bytes(v) for v in pd.unique(sizes)}
     return pd.DataFrame(
         {
-            "name": tensors["name"].astype(str).to_numpy(dtype=object),
+            "name": _legible(tensors["name"]),
             "dtype": tensors["dtype"].astype(str).to_numpy(dtype=object),
             "shape": [
                 shapes.get(s) or shapes.setdefault(s, "[" + ", ".join(map(str, s)) + "]")
@@ -74,11 +77,15 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
             "layer": tensors["layer"].astype("Int64"),
             "expert": tensors["expert"].astype("Int64"),
             "kind": tensors["kind"].astype(str).to_numpy(dtype=object),
-            "file": tensors["file"].astype(str).to_numpy(dtype=object),
-            "module": tensors["module"].astype(str).to_numpy(dtype=object),
-            "param": tensors["param"].astype(str).to_numpy(dtype=object),
+            "file": _legible(tensors["file"]),
+            "module": _legible(tensors["module"]),
+            "param": _legible(tensors["param"]),
         }
     )
+
+
+def _legible(column: pd.Series) -> list[str]:
+    return [legible(v) for v in column.astype(str).tolist()]
 
 
 def grid_config(query: TensorQuery) -> dict[str, Any]:
@@ -226,11 +233,9 @@ class TensorBrowser:
             rows = self.query.apply(self.tensors)
             written = export_tensors(rows, target, format=kind)
         except (InspectorError, OSError) as exc:
-            self.export_status.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.export_status.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return None
-        self.export_status.value = (
-            f"wrote {len(rows):,} rows to <code>{html.escape(str(written))}</code>"
-        )
+        self.export_status.value = f"wrote {len(rows):,} rows to <code>{html_text(written)}</code>"
         return written
 
     def close(self) -> None:
@@ -260,7 +265,7 @@ class TensorBrowser:
         try:
             config = grid_config(query)
         except InspectorError as exc:
-            self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return
         self.query = query
         if self.grid is not None:
@@ -270,12 +275,12 @@ class TensorBrowser:
         n = self.matches() if config["filter"] else total
         # What the filter would show were the checkpoint whole: a missing expert says so.
         missing = "".join(
-            f"<div class='ckpt-tensor-missing' style='color:#d62728'>{html.escape(note)}</div>"
+            f"<div class='ckpt-tensor-missing' style='color:#d62728'>{html_text(note)}</div>"
             for note in missing_notes(query, self.scanned)
         )
         self.count.value = (
             f"<b>{n:,}</b> of {total:,} tensors match "
-            f"<span style='color:#666'>({html.escape(query.describe())})</span>{missing}"
+            f"<span style='color:#666'>({html_text(query.describe())})</span>{missing}"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

@@ -17,6 +17,7 @@ from inspector.cli import (
     scan_from_args,
     verdict_from_args,
 )
+from inspector.display import legible
 
 __all__ = ["register"]
 
@@ -60,5 +61,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
         return EXIT_CANNOT
     default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
     written = write_html_report(scanned, findings, args.output or default, verdict=verdict)
-    print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
+    print(f"wrote {legible(written)}", file=sys.stderr if args.markdown else sys.stdout)
     return EXIT_OK

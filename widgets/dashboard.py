@@ -25,7 +25,6 @@ them.
 
 from __future__ import annotations
 
-import html
 import os
 import threading
 from collections import Counter
@@ -45,6 +44,7 @@ from inspector.html_repr import (
     facts_html,
     findings_html,
     frame_html,
+    html_text,
     load_verdict_html,
     problem_html,
     severity_badge,
@@ -975,4 +975,4 @@ def _short(text: str, limit: int = 220) -> str:
 
 
 def _esc(value: object) -> str:
-    return html.escape(str(value))
+    return html_text(value)

@@ -7,7 +7,6 @@ escaped, because a hostile checkpoint chooses those strings.
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Sequence
 from itertools import groupby
@@ -25,8 +24,9 @@ from inspector.widgets.figures import (
 )
 
 from inspector.atomic import write_atomic
+from inspector.display import NAME_LIMIT
 from inspector.findings import Finding, findings_to_frame, severity_rank
-from inspector.html_repr import load_verdict_html
+from inspector.html_repr import html_text, load_verdict_html
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
@@ -259,13 +259,13 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html_text(value)
 
 
 def _name(value: str) -> str:
     """A file or tensor name, escaped, that wraps after its dots, dashes, slashes and
     underscores instead of in the middle of a word."""
-    text = _e(value)
+    text = html_text(value, limit=NAME_LIMIT)
     for sep in (".", "-", "/", "_"):
         text = text.replace(sep, sep + "<wbr>")
     return text

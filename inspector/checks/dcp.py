@@ -14,6 +14,7 @@ import numpy as np
 
 from inspector.checks.coverage import Box, Coverage, coverage
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
 from inspector.model import (
     ChunkTable,
@@ -85,11 +86,11 @@ def _dtype_conflicts(table: ChunkTable) -> list[Finding]:
 
         def message(fqn: str = fqn, chunks: tuple = chunks) -> str:
             kinds = {(c.dtype, len(c.shape)) for c in chunks}
-            parts = [f"{c.dtype} {list(c.shape)} in {c.file}" for c in chunks]
+            parts = [f"{c.dtype} {list(c.shape)} in {legible(c.file)}" for c in chunks]
             what = "dtype" if len({k[0] for k in kinds}) > 1 else "number of dimensions"
             return (
-                f"tensor {fqn!r}: chunks disagree on {what}: {examples(parts)}; consolidation "
-                "would mix them, re-save every rank from one model state"
+                f"tensor '{legible(fqn)}': chunks disagree on {what}: {examples(parts)}; "
+                "consolidation would mix them, re-save every rank from one model state"
             )
 
         items.append((fqn, chunks[0].file, message))
@@ -185,7 +186,7 @@ def _gap_message(
     def message() -> str:
         holes = "; ".join(_box_text(b) for b in result.holes)
         short = sorted(f for f in files if (f, fqn) in lost)
-        cause = f" ({', '.join(short)} is truncated)" if short else ""
+        cause = f" ({', '.join(map(legible, short))} is truncated)" if short else ""
         source = sources.get(fqn)
         shape = (
             f"full shape {list(full)}: {source}"
@@ -199,7 +200,8 @@ def _gap_message(
             else "; a rank's file is missing or short, restore it or re-save"
         )
         return (
-            f"tensor {fqn!r} ({shape}): chunks cover {result.covered:,} of {result.total:,} "
+            f"tensor '{legible(fqn)}' ({shape}): chunks cover {result.covered:,} of "
+            f"{result.total:,} "
             f"elements; uncovered {holes}. Chunks are in {examples(files)}{cause}{lost_rank}"
         )
 
@@ -215,8 +217,9 @@ def _overlap_message(table: ChunkTable, fqn: str, a: int, b: int) -> Callable[[]
         oa, sa, fa = table.offsets[a], table.shape[a], table.file[a]
         ob, sb, fb = table.offsets[b], table.shape[b], table.file[b]
         return (
-            f"tensor {fqn!r}: chunk at offsets {list(oa)} shape {list(sa)} in {fa} overlaps "
-            f"chunk at offsets {list(ob)} shape {list(sb)} in {fb}; consolidation keeps "
+            f"tensor '{legible(fqn)}': chunk at offsets {list(oa)} shape {list(sa)} in "
+            f"{legible(fa)} overlaps "
+            f"chunk at offsets {list(ob)} shape {list(sb)} in {legible(fb)}; consolidation keeps "
             "whichever it copies last, re-save from one sharding plan"
         )
 
@@ -299,9 +302,9 @@ def _mapping_problems(
     # The upstream checkpoint the run names, when found: what `consolidate` then follows.
     named = dcp.reference if dcp.reference and dcp.reference.index else None
     return [
-        *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {rel}"),
+        *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {legible(rel)}"),
         *_per_tensor(
-            Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {rel} but in no shard"
+            Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {legible(rel)} but in no shard"
         ),
         *_collapsed(mapping, rel, named.index if named else index, total, named),
     ]
@@ -309,14 +312,14 @@ def _mapping_problems(
 
 def _unmapped_message(fqn: str, file: str, rel: str) -> Callable[[], str]:
     return lambda: (
-        f"tensor {fqn!r} is in {file} but has no output index in {rel}; "
+        f"tensor '{legible(fqn)}' is in {legible(file)} but has no output index in {legible(rel)}; "
         "consolidation has no output file for it, add it to the mapping"
     )
 
 
 def _dangling_message(fqn: str, idx: int, rel: str) -> Callable[[], str]:
     return lambda: (
-        f"{rel} maps {fqn!r} to output {idx} but no shard holds it (a tied alias "
+        f"{legible(rel)} maps '{legible(fqn)}' to output {idx} but no shard holds it (a tied alias "
         "such as lm_head.weight, or a lost rank?); drop it from the mapping or restore it"
     )
 
@@ -338,7 +341,7 @@ def _collapsed(
     reasons = []
     if index is not None and len(ref_files) > 1:
         reasons.append(
-            f"the reference index {index.file} names {len(ref_files)} files "
+            f"the reference index {legible(index.file)} names {len(ref_files)} files "
             f"({examples(ref_files, limit=2)})"
         )
     if total > SHARD_SPLIT_SIZE:
@@ -356,7 +359,7 @@ def _collapsed(
             f"consolidate` follows {named.label})"
         )
     msg = (
-        f"{rel} sends all {len(mapping):,} tensors to output file {target} although "
+        f"{legible(rel)} sends all {len(mapping):,} tensors to output file {target} although "
         f"{' and '.join(reasons)}; {then}. Known cause: the "
         "output index was parsed from non-standard reference shard names (e.g. "
         "model.safetensors-00001-of-00004.safetensors all read as 1); regenerate the mapping "

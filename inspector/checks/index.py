@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import (
     FOLD,
     Finding,
@@ -379,19 +380,20 @@ def _indexed_file_findings(
         elif not shard.readable:
             drift.unknown_files.append(file)
             msg = (
-                f"{index_file} maps {count(len(names))} to {file} "
-                f"(e.g. {examples(sorted(names))}), but the header of {file} cannot be read "
+                f"{legible(index_file)} maps {count(len(names))} to {legible(file)} "
+                f"(e.g. {examples(sorted(names))}), but the header of {legible(file)} cannot "
+                "be read "
                 f"(see its {shard.findings[0].code if shard.findings else 'header-unreadable'} "
                 "finding): "
                 "none of them can be loaded or checked, and the index totals were not checked; "
-                f"re-copy or re-export {file}"
+                f"re-copy or re-export {legible(file)}"
             )
             findings.append(make_finding("index-dangling-tensor", msg, file=file))
     rest = absent[total:]
     if rest:
         msg = (
-            f"{index_file} names {count(len(rest), 'more file')} that are not in the folder "
-            f"({examples(rest)}); regenerate the index (ckpt-inspect repair)"
+            f"{legible(index_file)} names {count(len(rest), 'more file')} that are not in the "
+            f"folder ({examples(rest)}); regenerate the index (ckpt-inspect repair)"
         )
         findings.append(make_finding("index-missing-file", msg, file=index_file))
     return findings
@@ -407,8 +409,9 @@ def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensor
             "shard may have been renamed"
         )
     msg = (
-        f"{index_file} maps {count(len(names))} to {file} (e.g. {examples(sorted(names))}), but "
-        f"{file} is not in the checkpoint folder{where}; loaders will fail or leave those "
+        f"{legible(index_file)} maps {count(len(names))} to {legible(file)} "
+        f"(e.g. {examples(sorted(names))}), but {legible(file)} is not in the checkpoint "
+        f"folder{where}; loaders will fail or leave those "
         "weights uninitialised: restore the file, or regenerate the index (ckpt-inspect repair)"
     )
     return make_finding("index-missing-file", msg, file=file)
@@ -435,8 +438,10 @@ def _listed_tensor_findings(
             (wrong if name in held.first else dangling).setdefault(file, []).append(name)
     drift.unheld_count += sum(map(len, dangling.values()))
     maybe = _unreadable_note(held)
-    wrong_summary = _summary(f"that {index_file} maps to {{file}} are in other shards")
-    dangling_summary = _summary(f"that {index_file} maps to {{file}} are in no shard{maybe}")
+    wrong_summary = _summary(f"that {legible(index_file)} maps to {{file}} are in other shards")
+    dangling_summary = _summary(
+        f"that {legible(index_file)} maps to {{file}} are in no shard{maybe}"
+    )
     return fold_tensor_issues(
         Code.INDEX_WRONG_FILE, wrong, _wrong_detail(index_file, held), wrong_summary, policy
     ) + fold_tensor_issues(
@@ -466,9 +471,10 @@ def _short_files(view: _IndexView, held: HeldTensors) -> set[str]:
 
 def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], str]:
     def detail(file: str, name: str) -> str:
-        actual = ", ".join(held.holders(name))
+        actual = ", ".join(map(legible, held.holders(name)))
         return (
-            f"{index_file} maps {name!r} to {file}, which does not hold it; it is in {actual}: "
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, which does not "
+            f"hold it; it is in {actual}: "
             "loaders will look in the wrong file and fail; point the index at "
             f"{actual} (ckpt-inspect repair)"
         )
@@ -479,7 +485,8 @@ def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], st
 def _dangling_detail(index_file: str, maybe: str) -> Callable[[str, str], str]:
     def detail(file: str, name: str) -> str:
         return (
-            f"{index_file} maps {name!r} to {file}, but no shard holds it{maybe}; loaders will "
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, but no shard "
+            f"holds it{maybe}; loaders will "
             "fail or leave it uninitialised: restore the tensor or drop it from the index"
         )
 
@@ -516,11 +523,12 @@ def _unlisted_findings(
 
     def detail(file: str, name: str) -> str:
         return (
-            f"{file} holds {name!r}, which {index_file} does not list: loaders that follow the "
+            f"{legible(file)} holds '{legible(name)}', which {legible(index_file)} does not "
+            "list: loaders that follow the "
             "index ignore it; add it to the index (ckpt-inspect repair) or remove it"
         )
 
-    summary = _summary(f"in {{file}} are not listed in {index_file} (loaders ignore them)")
+    summary = _summary(f"in {{file}} are not listed in {legible(index_file)} (loaders ignore them)")
     return findings + fold_tensor_issues(Code.UNINDEXED_TENSOR, unindexed, detail, summary, policy)
 
 
@@ -550,7 +558,8 @@ def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> 
         if copies:
             content += f", {copies:,} of them mapped by the index to other shards"
     msg = (
-        f"{shard.file} holds {content}, but {index_file} never names {shard.file}: loaders "
+        f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
+        f"{legible(shard.file)}: loaders "
         "that follow the index will not read it; add it to the index or move it out"
     )
     return make_finding("unindexed-file", msg, file=shard.file)
@@ -618,21 +627,28 @@ def _duplicate_message(
     files = [c[0] for c in copies]
     kinds = {(c[1], tuple(c[2])) for c in copies}
     if len(kinds) == 1:
-        agree = f"all copies are {copies[0][1]} {copies[0][2]}"
+        agree = f"all copies are {legible(copies[0][1])} {copies[0][2]}"
     else:
-        agree = "the copies DIFFER: " + ", ".join(f"{f} has {d} {s}" for f, d, s in copies)
+        agree = "the copies DIFFER: " + ", ".join(
+            f"{legible(f)} has {legible(d)} {s}" for f, d, s in copies
+        )
     if wmap is None or index is None:
         used = (
-            f"without an index, loaders that read every file in order keep the copy in {max(files)}"
+            "without an index, loaders that read every file in order keep the copy in "
+            f"{legible(max(files))}"
         )
     elif (target := wmap.get(name)) in files:
-        used = f"loaders use {target}, as {index.file} says"
+        used = f"loaders use {legible(target)}, as {legible(index.file)} says"
     elif target is None:
-        used = f"{index.file} lists it nowhere, so loaders that follow the index ignore every copy"
+        used = (
+            f"{legible(index.file)} lists it nowhere, so loaders that follow the index ignore "
+            "every copy"
+        )
     else:
-        used = f"{index.file} points to {target}, which holds no copy"
+        used = f"{legible(index.file)} points to {legible(target)}, which holds no copy"
     return (
-        f"{name!r} is in {len(files)} shards ({', '.join(files)}); {agree}; {used}: keep one copy"
+        f"'{legible(name)}' is in {len(files)} shards ({', '.join(map(legible, files))}); "
+        f"{agree}; {used}: keep one copy"
     )
 
 
@@ -684,7 +700,7 @@ def _total_size(
     if "total_size" not in index.metadata:
         return None
     stated = parse_count(index.metadata["total_size"])
-    head = f"{index.file} metadata.total_size"
+    head = f"{legible(index.file)} metadata.total_size"
     if stated is None:
         shown = short_repr(index.metadata["total_size"], limit=80)
         msg = f"{head} is {shown}, not a byte count; expected {unique:,}"
@@ -727,7 +743,7 @@ def _total_parameters(
     if "total_parameters" not in index.metadata:
         return None
     stated = parse_count(index.metadata["total_parameters"])
-    head = f"{index.file} metadata.total_parameters"
+    head = f"{legible(index.file)} metadata.total_parameters"
     counts = not_counted.counts(unique)
     if stated is None:
         msg = (
@@ -850,7 +866,8 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
     def build(file: str, rest: list[str], shown: int) -> str:
         more = f"{shown:,} listed above and " if shown else ""
         rest_count = count(len(rest), "more tensor")
-        return f"{more}{rest_count} {what.replace('{file}', file)}: {describe_names(rest)}"
+        where = what.replace("{file}", legible(file))
+        return f"{more}{rest_count} {where}: {describe_names(rest)}"
 
     return build
 
@@ -868,7 +885,7 @@ def describe_names(names: Sequence[str]) -> str:
         parts.append(f"{other:,} outside decoder layers")
     first = heapq.nsmallest(3, names)
     more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
-    parts.append(f"e.g. {', '.join(first)}{more}")
+    parts.append(f"e.g. {', '.join(map(legible, first))}{more}")
     return "; ".join(parts)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.dtypes import QUANT_DTYPES
 from inspector.findings import Finding, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
@@ -125,7 +126,10 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
     )
     out = [
         make_finding(
-            code, f"{QUANT_FILE}: {m} {what}{todo}", file=QUANT_FILE, tensor=tensor_of.get(m)
+            code,
+            f"{QUANT_FILE}: {legible(m)} {what}{todo}",
+            file=QUANT_FILE,
+            tensor=tensor_of.get(m),
         )
         for m in singles
     ]
@@ -133,8 +137,8 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
         out.append(
             make_finding(
                 code,
-                f"{QUANT_FILE}: {key} for experts {fold_ranges(ids)} ({len(ids)} modules) {what}"
-                f" ({listed} entries listed){todo}",
+                f"{QUANT_FILE}: {legible(key)} for experts {fold_ranges(ids)} ({len(ids)} modules) "
+                f"{what} ({listed} entries listed){todo}",
                 file=QUANT_FILE,
                 tensor=tensor_of.get(key.replace("{E}", str(ids[0]))),
                 expert=ids[0] if len(ids) == 1 else None,

@@ -18,6 +18,7 @@ from typing import Any
 
 from inspector.checks.coverage import Chunk, coverage
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding, short_repr
 from inspector.layouts.torch_dist import METADATA_FILE, METADATA_JSON, RERUN_PREFIX
 from inspector.model import PickledObject, ScannedCheckpoint, TorchDistInfo
@@ -88,7 +89,8 @@ def _check_files(info: TorchDistInfo) -> list[Finding]:
     def detail(_file: str | None, item: tuple[str, tuple[int, ...]]) -> Finding:
         fqn, offsets = item
         msg = (
-            f"{fqn}: the chunk at offsets {tuple(offsets)} has no storage record in {rel}, "
+            f"{legible(fqn)}: the chunk at offsets {tuple(offsets)} has no storage record in "
+            f"{legible(rel)}, "
             "so no .distcp file holds its bytes; the save was incomplete: re-save the checkpoint"
         )
         return _tensor_finding(Code.TORCH_DIST_MISSING_FILE, msg, rel, fqn)
@@ -119,14 +121,14 @@ def _file_finding(file: str, info: TorchDistInfo) -> Finding:
     size = info.distcp_sizes.get(file)
     if size is None:
         msg = (
-            f"{file} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
+            f"{legible(file)} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
             f"({examples(names)}); restore the file from the original save"
         )
         return make_finding(Code.TORCH_DIST_MISSING_FILE, msg, file=file)
     past = sorted({fqn for fqn, end in entries if end > size})
     end = max(e for _, e in entries)
     msg = (
-        f"{file} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
+        f"{legible(file)} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
         f"{len(past)} entries lie past the end ({examples(past)}): the file was truncated "
         "(interrupted copy or save?); restore it from the original save"
     )
@@ -150,8 +152,8 @@ def _check_chunks(info: TorchDistInfo) -> list[Finding]:
         def build(_group: str | None, item: tuple[str, str]) -> Finding:
             fqn, what = item
             msg = (
-                f"{fqn}: the chunks in {rel} {what}; the save lost or duplicated part of "
-                "this tensor: re-save the checkpoint from a run that holds all ranks"
+                f"{legible(fqn)}: the chunks in {legible(rel)} {what}; the save lost or duplicated "
+                "part of this tensor: re-save the checkpoint from a run that holds all ranks"
             )
             return _tensor_finding(code, msg, rel, fqn)
 
@@ -353,8 +355,8 @@ def _check_objects(info: TorchDistInfo, *, skip: set[str]) -> list[Finding]:
         total = math.prod(shape)
         lost = [_object_key(family, cell, shape) for cell in _missing_cells(shape, inside)]
         msg = (
-            f"{family}: its keys declare a grid of {format_count(total)} shards (global shape "
-            f"{_dotted(shape)}) but {rel} lists {len(inside):,}; missing "
+            f"{legible(family)}: its keys declare a grid of {format_count(total)} shards (global "
+            f"shape {_dotted(shape)}) but {legible(rel)} lists {len(inside):,}; missing "
             f"{examples(lost)} ({format_count(total - len(inside))} of {format_count(total)}). "
             "The ranks that own them fail to load ('Missing key in checkpoint state_dict'); "
             "the save lost them: restore the lost ranks' objects from the original save, or "
@@ -405,7 +407,7 @@ def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> lis
         return []  # nothing of the checkpoint was found; the scan problems say why
     if info.metadata_json is None:
         msg = (
-            f"{rel} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
+            f"{legible(rel)} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
             'write {"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
             '"common_backend": "torch", "common_backend_version": 1}'
         )
@@ -413,7 +415,8 @@ def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> lis
     backend = info.metadata_json.get("sharded_backend")
     if backend != "torch_dist":
         msg = (
-            f"{rel} says sharded_backend {backend!r}, but the folder holds a DCP torch_dist "
+            f"{legible(rel)} says sharded_backend '{legible(backend)}', but the folder holds a DCP "
+            "torch_dist "
             "checkpoint (.metadata and .distcp files); expected 'torch_dist': fix the file "
             "or Megatron will load it with the wrong strategy"
         )

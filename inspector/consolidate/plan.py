@@ -16,6 +16,7 @@ import orjson
 from inspector.casting import dtype_for_target
 from inspector.codes import Code, code_set
 from inspector.consolidate.assignment import choose_assignment
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
 from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
@@ -300,7 +301,8 @@ def plan_consolidation(
         findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     # 4. Headers and offsets of every output.
     outputs = _build_outputs(sources, choice.groups, target, set(partial))
-    notes = [*_partial_notes(partial, findings), *choice.notes]
+    metadata_files, skipped = _public_metadata_files(scanned)
+    notes = [*_partial_notes(partial, findings), *choice.notes, *skipped]
     notes += _size_notes(outputs, limit, choice.rule)
     return ConsolidationPlan(
         source=scanned.path,
@@ -310,7 +312,7 @@ def plan_consolidation(
         assignment=choice.rule,
         reason=choice.reason,
         dtype=target,
-        metadata_files=_public_metadata_files(scanned),
+        metadata_files=metadata_files,
         notes=tuple(notes),
         findings=tuple(findings),
         partial=tuple(partial),
@@ -364,8 +366,8 @@ def _refuse_on_errors(
         # Without --mapping/--reference a broken mapping file would silently change the layout.
         blocking += [f for f in found if f.code == "mapping-unreadable"]
     if blocking:
-        lines = "\n".join(f"  [{f.code}] {f.message}" for f in blocking[:10])
-        more = f"\n  ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
+        lines = "; ".join(f"[{f.code}] {f.message}" for f in blocking[:10])
+        more = f"; ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
         partial = (
             "; if the loss is known and accepted, --allow-partial writes the tensors with "
             "zeros where no chunk was found"
@@ -374,7 +376,7 @@ def _refuse_on_errors(
         )
         raise PlanRefusedError(
             f"{scanned.path}: cannot consolidate, {plural(len(blocking), 'finding')} would make "
-            f"the output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
+            f"the output wrong or incomplete: {lines}{more}. Fix the source (re-save the missing "
             "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
             f"then plan again{partial}."
         )
@@ -545,21 +547,29 @@ def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[
     return [f"{files} over {limit:,} bytes as the {rule} asks: {examples(big)}"]
 
 
-def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[tuple[str, ...], list[str]]:
     """Files of `.hf_metadata/` a loader needs (config, tokenizer...), not the run's mappings
-    nor a kept reference index, which would clash with the one we write."""
+    nor a kept reference index, which would clash with the one we write; and a note for each
+    such file that is not copied (decided here, so executing the plan never meets it)."""
     meta_dir = _dcp(scanned).hf_metadata_dir
     if meta_dir is None:
-        return ()
-    keep = []
+        return (), []
+    keep, notes = [], []
     for entry in (scanned.location / meta_dir).entries():
         skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
-        skip = skip or entry.name.endswith(".safetensors")
-        # Regular files only (the storage refuses FIFOs and links out of the folder).
-        size = entry.size if entry.kind is EntryKind.FILE else None
-        if not skip and size is not None and size <= METADATA_CAP:
-            keep.append(f"{meta_dir}/{entry.name}")
-    return tuple(keep)
+        if skip or entry.name.endswith(".safetensors") or entry.kind is EntryKind.DIR:
+            continue
+        # Regular files under plain names only: the storage refuses FIFOs, links out of the
+        # folder and names such as `a\\b.json` (`member_problem`).
+        rel = f"{meta_dir}/{entry.name}"
+        if entry.kind is EntryKind.REFUSED:
+            notes.append(f"not copied: {legible(rel)} {entry.reason}")
+        elif entry.size is None or entry.size > METADATA_CAP:
+            size = "of unknown size" if entry.size is None else f"over {format_bytes(METADATA_CAP)}"
+            notes.append(f"not copied: {legible(rel)} is {size}")
+        else:
+            keep.append(rel)
+    return tuple(keep), notes
 
 
 def index_bytes(plan: ConsolidationPlan) -> bytes:
@@ -602,7 +612,7 @@ def describe_plan(plan: ConsolidationPlan) -> str:
         )
     lines += [f"  {n}" if n.startswith("WARNING") else f"  note: {n}" for n in plan.notes]
     lines += [f"  source {f.severity} [{f.code}]: {f.message}" for f in plan.findings[:10]]
-    return "\n".join(lines)
+    return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
 
 def describe_result(result: ConsolidationResult) -> str:
@@ -637,4 +647,4 @@ def describe_result(result: ConsolidationResult) -> str:
         bad = result.data_mismatches
         state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
         lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
-    return "\n".join(lines)
+    return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)

@@ -32,17 +32,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
+from inspector.display import legible
 from inspector.dtypes import nbytes_for
 from inspector.errors import UnsafeFileError
 from inspector.expected_shapes import raised_shapes
-from inspector.findings import examples
+from inspector.findings import examples, short_repr
 from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
+    decode_json,
     list_safetensors,
     prefetch,
     read_config_files,
@@ -323,6 +324,13 @@ def _holds_checkpoint(folder: Location) -> bool:
     return (folder / INDEX_NAME).is_file() or bool(list_safetensors(folder))
 
 
+def _quoted(value: object) -> str:
+    """A JSON value as written: a string in quotes (`'2'` is not the number 2), bounded."""
+    if isinstance(value, str):
+        return f"'{legible(value, limit=80)}'"
+    return short_repr(value, limit=80)
+
+
 def _read_reference(folder: Location, shown: str, named_by: str, header_cap: int) -> DcpReference:
     """Read like a checkpoint of its own: through a storage rooted at the reference folder,
     so its links may not leave it either. `shown`: where it is, as people see it."""
@@ -374,7 +382,7 @@ def _chunk_table(shards: tuple[ShardHeader, ...]) -> tuple[ChunkTable, list[Read
             if found is None:
                 missing.append(name)
             elif len(found) != len(dims := shapes[row]):
-                wrong_rank.append(f"{name} (offsets {list(found)} for shape {list(dims)})")
+                wrong_rank.append(f"{legible(name)} (offsets {list(found)} for shape {list(dims)})")
             else:
                 rows.append(row)
                 names.append(name)
@@ -432,10 +440,9 @@ def _sharding_info(shard: ShardHeader) -> tuple[dict[str, Any], str | None]:
             f"has no {SHARDING_KEY} in __metadata__, so its {len(shard.names)} tensors "
             "cannot be placed in the full tensors"
         )
-    try:
-        info = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return {}, f"has a {SHARDING_KEY} that is not valid JSON ({exc})"
+    info, problem = decode_json(raw)
+    if problem is not None:
+        return {}, f"has a {SHARDING_KEY} that {problem}"
     if not isinstance(info, dict):
         kind = type(info).__name__
         return {}, (
@@ -522,12 +529,14 @@ def _read_mapping(
     if problem is not None:
         return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem, kind)]
     mapping = {k: v for k, v in value.items() if type(v) is int and v >= 1}
-    bad = [f"{k}={v!r}" for k, v in value.items() if k not in mapping]
+    bad = [k for k in value if k not in mapping]
     if not bad:
         return mapping, rel, []
+    shown = ", ".join(f"{legible(k)}={_quoted(value[k])}" for k in bad[:3])
+    more = f" and {len(bad) - 3:,} more" if len(bad) > 3 else ""
     reason = (
         f"has {len(bad)} value(s) that are not positive 1-based output file indices: "
-        f"{examples(bad)}; those tensors have no output file"
+        f"{shown}{more}; those tensors have no output file"
     )
     return mapping, rel, [ReadProblem(rel, FileRole.MAPPING, reason, ProblemKind.INVALID_ENTRIES)]
 
