@@ -411,9 +411,10 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
         Problem(
             key="shard-files-missing",
             severity=Severity.ERROR,
-            title=f"{len(gone)} shard file{'s' if len(gone) != 1 else ''} named by the index "
+            title=f"{plural(len(gone), 'shard file')} named by the index "
             f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
-            impact=f"{len(lost):,} tensors are lost: loading fails or leaves them uninitialised",
+            impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them "
+            "uninitialised",
             action=Action(
                 "restore",
                 f"copy {names} again from the source (rebuilding the index would only hide the "
@@ -566,14 +567,14 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             counts = set(per_layer.tolist())
             each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
             parts.append(
-                f"{each} experts missing in {len(layers)} MoE layer"
-                f"{'s' if len(layers) != 1 else ''} ({fold_ranges(layers, limit=6)})"
+                f"{each} experts missing in {plural(len(layers), 'MoE layer')} "
+                f"({fold_ranges(layers, limit=6)})"
             )
         if len(partial):
-            parts.append(f"{len(partial):,} experts incomplete")
+            parts.append(f"{plural(len(partial), 'expert')} incomplete")
         title = "; ".join(parts) or "experts differ from their siblings"
         impact = (
-            f"{len(missing):,} experts (about {format_bytes(mean * len(missing))}) were never "
+            f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
             "written: the model cannot be loaded as its config declares"
             if len(missing)
             else "some experts lack tensors or have odd shapes: loading fails for them"
@@ -582,16 +583,14 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         Problem(
             key="experts-missing",
             severity=Severity.ERROR,
-            title=title or f"{len(mine)} expert findings",
+            title=title or plural(len(mine), "expert finding"),
             impact=impact or "experts are missing or incomplete",
             action=_lost_tensors_action(
                 ctx,
-                "the missing weights are not in this folder: copy them back from a checkpoint "
-                "that holds them in this format (the one this export was made from, another "
-                "export of the same model); an expert is restored where its siblings here have "
-                "the same dtype and shape",
-                "re-export from the training checkpoint (for an expert-parallel export: with "
-                "global expert ids)",
+                "copy them back from a checkpoint that holds them in this format (the export's "
+                "source, another export of the same model): an expert is restored where its "
+                "siblings here share its dtype and shape",
+                "re-export from the training checkpoint (expert-parallel: with global ids)",
             ),
             findings=tuple(mine),
             # The structure findings' tensors: the load check's are model keys, not stored.
@@ -610,8 +609,7 @@ def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem
         Problem(
             key="quant-config-missing-layers",
             severity=Severity.ERROR,
-            title=f"hf_quant_config.json lacks {len(mine):,} quantized module"
-            f"{'s' if len(mine) != 1 else ''}",
+            title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
             impact="loaders treat those modules as unquantized and misread their weights",
             action=_repair(
                 ctx,
@@ -837,7 +835,7 @@ def _count(keys: Sequence[str], findings: Sequence[Finding], *, exact: bool) -> 
     folded = not exact and any(f.tensor is None for f in findings)
     if folded:
         return f"more than {n:,} tensors" if n else "tensors"
-    return f"{n:,} tensor{'s' if n != 1 else ''}"
+    return plural(n, "tensor")
 
 
 def _stored(ctx: _Context, keys: Sequence[str], findings: Sequence[Finding]) -> tuple[str, ...]:
