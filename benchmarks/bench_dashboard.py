@@ -8,7 +8,7 @@ work the dashboard cannot avoid before its Overview: scan + the plain checks
 (`CheckpointState.load(..., model=False)`); the Overview time is printed as a ratio to it. The
 load verdict (building the model config.json describes) comes after the Overview, from a
 thread: its time in this process (first, with the model built, and warm) and the time until
-the page shows it are printed too. Targets: Overview < 3 s, a tab switch < 0.5 s, and the 1M
+the page shows it are printed too. Targets: Overview < 2 s, a tab switch < 0.5 s, and the 1M
 page stays responsive (its longest main-thread task, from the Long Tasks API, is printed).
 
 Run: .venv/bin/python benchmarks/bench_dashboard.py [--skip-1m]
@@ -17,6 +17,7 @@ Run: .venv/bin/python benchmarks/bench_dashboard.py [--skip-1m]
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -30,7 +31,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from _synthetic import SyntheticSpec, ensure_checkpoint, spec_for  # noqa: E402
 from browser import launch_chromium, running_lab, wait_for_kernel  # noqa: E402
 
-OVERVIEW_TARGET = 3.0
+OVERVIEW_TARGET = 2.0
 TAB_TARGET = 0.5
 # What each tab shows once it is drawn.
 TAB_READY = {
@@ -38,7 +39,7 @@ TAB_READY = {
     "Files": ".ckpt-shard-sizes .main-svg",
     "Experts": ".ckpt-expert-heatmap .heatmaplayer image",
     "Layers": ".ckpt-bytes-per-layer .main-svg",
-    "Drift": ".ckpt-findings-table",
+    "Findings": ".ckpt-findings-table",
     "Repair": ".ckpt-repair-verdict div",
     "Consolidate": ".ckpt-consolidate-button",
     "Report": ".ckpt-report-button",
@@ -116,8 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-1m", action="store_true", help="only the 300k checkpoint")
     parser.add_argument("--only-1m", action="store_true", help="only the 1M checkpoint")
+    parser.add_argument(
+        "--lost",
+        default="",
+        metavar="LAYER:FIRST-LAST",
+        help="experts the 300k checkpoint lost (e.g. 40:17-19: the Overview then has an "
+        "issue to show and a restore to offer)",
+    )
     args = parser.parse_args(argv)
-    specs = [] if args.only_1m else [("300k", spec_for(tensors=300_000, shards=147))]
+    small = dataclasses.replace(spec_for(tensors=300_000, shards=147), lost=args.lost)
+    specs = [] if args.only_1m else [("300k" + (f" lost {args.lost}" if args.lost else ""), small)]
     if not args.skip_1m:
         # 163 layers of 6,174 tensors: about a million (spec_for stops at 100 layers).
         specs.append(("1M", SyntheticSpec(layers=163, shards=490)))

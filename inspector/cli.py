@@ -17,6 +17,7 @@ from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
+    from inspector.findings import Finding
     from inspector.model import ScannedCheckpoint
     from inspector.model_load import LoadVerdict
     from inspector.repair import RepairPlan
@@ -142,7 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     add_path_arguments(p)
     p.set_defaults(func=_cmd_scan)
 
-    p = sub.add_parser("check", help="report every drift and structural problem; CI gate")
+    p = sub.add_parser(
+        "check", help="report every finding (drift, structure, will it load) and its fix; CI gate"
+    )
     add_path_arguments(p)
     p.add_argument(
         "--fail-on",
@@ -154,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         "--deep",
         action="store_true",
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --json: list every name of the load verdict (by default each list keeps "
+        "its first few names and its count)",
     )
     add_model_arguments(p)
     p.set_defaults(func=_cmd_check)
@@ -174,7 +183,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser(
-        "repair", help="rebuild index, sidecars, quant config from the shards on disk"
+        "repair",
+        help="rebuild index, sidecars, quant config from the shards on disk (all at once by "
+        "default); restore lost tensors from a reference (--from REF)",
     )
     p.add_argument("path", type=target, help="checkpoint folder (or URL, with --output-dir)")
     p.add_argument(
@@ -190,8 +201,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         action="append",
-        choices=("index", "sidecars", "quant-config", "reshard"),
-        help="repair only this part (repeatable); quant-config is opt-in",
+        choices=("all", "index", "sidecars", "quant-config", "reshard"),
+        help="repair only this part (repeatable); the default, all, plans the index, the "
+        "sidecars and the quantization config together (or the re-shard of a checkpoint "
+        "collapsed into one file), so no part is left disagreeing with another",
     )
     p.add_argument(
         "--duplicates",
@@ -496,7 +509,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
-    result = check_result(scanned, findings, verdict=verdict)
+    result = check_result(scanned, findings, verdict=verdict, full=args.full)
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
 
@@ -517,17 +530,19 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _cmd_repair(args: argparse.Namespace) -> int:
     from inspector.repair import plan_repair
+    from inspector.repair_all import plan_all
 
     if args.recover or args.discard_journal:
         return _journal_command(args)
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
+    every = only is None or "all" in only
     plan: RepairPlan | ReshardPlan | RestorePlan
     if args.source is not None:
         from inspector.restore import plan_restore
         from inspector.scan import scan
 
-        if only or args.duplicates:
+        if not every or (only and len(only) > 1) or args.duplicates:
             print(
                 "ckpt-inspect: --from restores tensors on its own; run --only/--duplicates "
                 "repairs separately",
@@ -539,6 +554,16 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     elif args.verify_data:
         print("ckpt-inspect: --verify-data goes with --from REF", file=sys.stderr)
         return EXIT_CANNOT
+    elif every and only is not None and len(only) > 1:
+        print("ckpt-inspect: --only all plans every part; name no other", file=sys.stderr)
+        return EXIT_CANNOT
+    elif every:
+        plan = plan_all(
+            scanned,
+            duplicates=args.duplicates,
+            max_shard_size=args.max_shard_size,
+            output_dir=args.output_dir,
+        )
     elif only and "reshard" in only:
         from inspector.reshard import plan_reshard
 
@@ -557,6 +582,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     print(plan.describe())
     if args.diff:
         print(plan.diff())
+    if not plan.empty:
+        print(_preview_text(plan, scanned))
     if plan.empty or args.dry_run:
         return EXIT_FOUND if plan.refused else EXIT_OK
     if not args.yes and not _confirm("apply this plan?"):
@@ -575,12 +602,43 @@ def _cmd_repair(args: argparse.Namespace) -> int:
             "files are in place)"
         )
     elif result.remaining:
-        print(f"remaining findings: {len(result.remaining)}")
-        for f in result.remaining[:20]:
-            print(f"  {f.severity:<7} {f.code:<26} {f.message}")
+        print(_remaining_text(scan_from_args(args), list(result.remaining)))
     else:
         print("re-check: no findings")
     return EXIT_FOUND if plan.refused else EXIT_OK
+
+
+def _preview_text(plan: RepairPlan | ReshardPlan | RestorePlan, scanned: ScannedCheckpoint) -> str:
+    """What the plan fixes and the issues left after it with their fixes: the checks re-run
+    on the planned JSON in memory (`preview_repair`). Plans that write shards are checked
+    once they ran."""
+    from inspector.problems import group_problems
+    from inspector.repair import RepairPlan, preview_repair, scanned_after
+    from inspector.report_text import issue_dict, issue_lines
+    from inspector.words import plural
+
+    if not isinstance(plan, RepairPlan):
+        return "preview: this plan writes shards; the checks run on the result once it is written"
+    preview = preview_repair(plan, scanned)
+    after = scanned_after(plan, scanned)
+    left = group_problems(after, preview.remains + preview.introduces)
+    lines = [
+        "preview (every check re-run on the planned files, in memory): fixes "
+        f"{plural(len(preview.fixes), 'finding')}"
+        + (f", adds {plural(len(preview.introduces), 'finding')}" if preview.introduces else "")
+    ]
+    lines += issue_lines([issue_dict(p) for p in left]) or ["  nothing is left to fix"]
+    return "\n".join(lines)
+
+
+def _remaining_text(scanned: ScannedCheckpoint, remaining: list[Finding]) -> str:
+    """The findings left after a repair, as issues with their fixes."""
+    from inspector.problems import group_problems
+    from inspector.report_text import issue_dict, issue_lines
+    from inspector.words import plural
+
+    issues = [issue_dict(p) for p in group_problems(scanned, remaining)]
+    return "\n".join([f"remaining: {plural(len(remaining), 'finding')}", *issue_lines(issues)])
 
 
 def _journal_command(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ escaped Markdown text (`inspector.display.legible`, targets "markdown-code" and
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.words import severity_counts
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -37,7 +39,7 @@ def markdown_summary(
     """Layout and counts, the load verdict (will it load? what is missing, unexpected or
     mis-shaped, or why the check was skipped), a table of findings per code (severity,
     count, folded layers, experts and files) and the first `examples` messages of each code."""
-    summary = summarize(scanned, problems=list(findings))
+    summary = summarize(scanned, findings=list(findings))
     lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
     lines += _facts(summary)
     if verdict is not None:
@@ -47,7 +49,7 @@ def markdown_summary(
     if not groups:
         lines += ["", "No findings."]
         return "\n".join(lines) + "\n"
-    lines += ["", "**Problems** (findings grouped by root cause)", ""]
+    lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
     for p in group_problems(scanned, findings, verdict=verdict):
         lines.append(
             f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
@@ -77,21 +79,14 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         layers += f"; config declares {declared}"
     facts = [
         f"- layout: `{s['layout']}`",
-        f"- files: {s['files']:,}; tensors: {s['tensors']:,} "
-        f"({format_bytes(s['total_bytes'])}, {s['parameters']:,} parameters)",
+        f"- files: {s['files']:,}; tensors: {s['tensors']:,} ({format_bytes(s['total_bytes'])}); "
+        f"parameters: {s['parameters']:,} ({s['parameters_rule']})",
         f"- layers: {layers}",
     ]
     if s["moe_layers"]:
         facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
-    problems = s["problems"]
-    counts = {
-        sev: sum(p["severity"] == sev for p in problems) for sev in ("error", "warning", "info")
-    }
-    plural = {"error": "errors", "warning": "warnings", "info": "info"}
-    facts.append(
-        "- findings: "
-        + ", ".join(f"{n} {sev if n == 1 else plural[sev]}" for sev, n in counts.items())
-    )
+    counts = Counter(f["severity"] for f in s["findings"])
+    facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts
 
 
@@ -102,7 +97,7 @@ def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
         return [f"- will it load: not checked ({_inline(verdict.skipped)})"]
     notes = []
     if verdict.parameters is not None:
-        notes.append(f"{verdict.parameters:,} parameters")
+        notes.append(verdict.parameters_text())
     if verdict.quantization:
         notes.append(f"quantization: {_inline(verdict.quantization)}")
     if verdict.mtp_skipped:

@@ -31,10 +31,11 @@ import contextlib
 import importlib.util
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,7 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.findings import short_repr
 from inspector.model import ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
 from inspector.sealed import import_from_folder, sealed
 
 # What a config may ask us to build (a hostile config.json could declare a billion layers),
@@ -102,6 +104,9 @@ class LoadVerdict:
       accounts for;
     - `parameters`: the model's parameter count as `save_pretrained` writes it
       (`num_parameters()`: parameters only, tied weights once, buffers not counted);
+    - `stored_parameters`: the checkpoint's own count, the one the scan shows
+      (`inspector.parameters`), and `mtp_parameters` the part of it in MTP tensors
+      transformers skips: `parameters_text()` compares them;
     - `skipped`: why the check did not run (then every tuple is empty).
     """
 
@@ -113,6 +118,8 @@ class LoadVerdict:
     mtp_skipped: tuple[str, ...] = ()
     quantization_expected: tuple[str, ...] = ()
     parameters: int | None = None
+    stored_parameters: int | None = None
+    mtp_parameters: int = 0
     quantization: str | None = None
     transformers_version: str | None = None
     # Reported key -> the stored tensors it was built from (unexpected and mismatched keys).
@@ -148,7 +155,7 @@ class LoadVerdict:
         if self.quantization:
             extra.append(f"quantization: {self.quantization}")
         if self.parameters is not None:
-            extra.append(f"{self.parameters:,} parameters")
+            extra.append(self.parameters_text())
         tail = f" ({'; '.join(extra)})" if extra else ""
         if self.loads:
             head = f"loads as {self.architecture}"
@@ -157,26 +164,76 @@ class LoadVerdict:
             return head + tail
         return f"does NOT load cleanly as {self.architecture}: {', '.join(parts)}{tail}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every field, mismatches as {key, stored, expected}."""
+    def parameters_text(self) -> str:
+        """'28,496 parameters' when the model and the checkpoint count the same (values:
+        `inspector.parameters.PARAMETER_RULE`), else both and what the difference is, e.g.
+        '28,496 parameters in the model, 37,040 stored (8,544 in MTP layers transformers
+        skips)'. Empty when the check did not run."""
+        if self.parameters is None:
+            return ""
+        model = f"{self.parameters:,} parameters"
+        stored = self.stored_parameters
+        if stored is None or stored == self.parameters:
+            return model
+        parts = []
+        if self.mtp_parameters:
+            parts.append(f"{self.mtp_parameters:,} in MTP tensors transformers skips")
+        rest = stored - self.mtp_parameters - self.parameters
+        if rest:
+            why = "tensors the model does not load" if rest > 0 else "tensors the checkpoint lacks"
+            parts.append(f"{rest:+,} in {why}")
+        return f"{model} in the model, {stored:,} stored ({'; '.join(parts)})"
+
+    def to_dict(self, *, limit: int | None = None) -> dict[str, Any]:
+        """JSON-ready: every field, mismatches as {key, stored, expected}, and `counts` of
+        every list and map. With `limit`, each list and map (and each key's list of stored
+        tensors in `sources`) keeps its first `limit` entries: a 300,000-tensor NVFP4
+        checkpoint expects 296,028 quantization tensors, and `check --json` stays small
+        (`--full` lists them all); `complete` says whether nothing was left out."""
+        lists: dict[str, Sequence[Any]] = {
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "mismatched": self.mismatched,
+            "mtp_skipped": self.mtp_skipped,
+            "quantization_expected": self.quantization_expected,
+        }
+        maps: dict[str, Mapping[str, Any]] = {
+            "sources": self.sources,
+            "stored_as": self.stored_as,
+            "reasons": self.reasons,
+        }
+        counts = {k: len(v) for k, v in {**lists, **maps}.items()}
+
+        def first(items: Iterable[Any]) -> list[Any]:
+            return list(islice(items, limit) if limit is not None else items)
+
         return {
             "architecture": self.architecture,
             "skipped": self.skipped,
             "loads": self.loads,
-            "missing": list(self.missing),
-            "unexpected": list(self.unexpected),
+            "missing": first(self.missing),
+            "unexpected": first(self.unexpected),
             "mismatched": [
                 {"key": m.key, "stored": list(m.stored), "expected": list(m.expected)}
-                for m in self.mismatched
+                for m in first(self.mismatched)
             ],
-            "mtp_skipped": list(self.mtp_skipped),
-            "quantization_expected": list(self.quantization_expected),
+            "mtp_skipped": first(self.mtp_skipped),
+            "quantization_expected": first(self.quantization_expected),
             "parameters": self.parameters,
+            "stored_parameters": self.stored_parameters,
+            "mtp_parameters": self.mtp_parameters,
+            "parameters_rule": PARAMETER_RULE,
             "quantization": self.quantization,
             "transformers_version": self.transformers_version,
-            "sources": {k: list(v) for k, v in self.sources.items()},
-            "stored_as": dict(self.stored_as),
-            "reasons": dict(self.reasons),
+            "sources": {k: first(v) for k, v in first(self.sources.items())},
+            "stored_as": dict(first(self.stored_as.items())),
+            "reasons": dict(first(self.reasons.items())),
+            "counts": counts,
+            "complete": limit is None
+            or (
+                all(n <= limit for n in counts.values())
+                and all(len(v) <= limit for v in self.sources.values())
+            ),
         }
 
 
@@ -859,6 +916,8 @@ def _verdict(
     reasons = dict(quant.reasons)
     reasons.update((k, v) for k, v in loaded.errors.items() if k in loaded.missing)
     missing = sorted(loaded.missing) + list(quant.missing)
+    t = scanned.tensors
+    in_mtp = t["name"].isin(set(mtp_skipped)).to_numpy(dtype=bool)
     return LoadVerdict(
         architecture=architecture,
         missing=tuple(missing),
@@ -867,6 +926,8 @@ def _verdict(
         mtp_skipped=tuple(mtp_skipped),
         quantization_expected=quant.expected,
         parameters=built.parameters,
+        stored_parameters=scan_parameters(scanned),
+        mtp_parameters=count_parameters(t[in_mtp], config=scanned.config) if in_mtp.any() else 0,
         quantization=quant.method,
         transformers_version=built.version,
         sources=MappingProxyType({k: v for k, v in sources.items() if k not in all_mtp}),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
-from inspector.checks.index import Uncounted, parse_count, uncounted_elements
+from inspector.checks.index import parse_count, uncounted_elements
 from inspector.checks.quant import (
     MAX_WILDCARDS,
     QUANT_FILE,
@@ -43,6 +43,7 @@ from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector.model import FileRole, IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
 from inspector.naming_rules import expert_template
+from inspector.parameters import count_parameters
 from inspector.storage import EntryKind, Location, RemoteURL, TooLargeError, local_location
 
 if TYPE_CHECKING:
@@ -369,14 +370,14 @@ def plan_index(
     metadata = dict(scanned.index.metadata) if scanned.index else {}
     old_meta = dict(metadata)
     metadata["total_size"] = sum(sizes[n][0] for n in chosen)
-    metadata["total_parameters"] = _total_parameters(scanned, old_map, chosen, sizes)
-    if metadata["total_parameters"] >= 2**63:
-        huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
+    huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
+    if huge:
         why = (
             f"tensor shapes {examples(huge)} multiply out past 2**63 elements, which no file "
             "holds (see size-mismatch); fix or remove those shards before rebuilding the index"
         )
         return RepairPlan(scanned.path, refused=(why,), notes=notes)
+    metadata["total_parameters"] = _total_parameters(scanned, old_map, chosen, sizes)
     raw = dict(scanned.index.raw) if scanned.index else {}
     raw["metadata"] = metadata
     raw["weight_map"] = _keep_order(old_map, chosen)
@@ -394,22 +395,17 @@ def _total_parameters(
     chosen: Mapping[str, str],
     sizes: dict[str, tuple[int, int]],
 ) -> int:
-    """`total_parameters` of the rebuilt index, counted the way its writer counted the
-    old one (`Uncounted.WAYS`): a healthy value is kept, and tensors added or removed
-    change it by what that writer would count of them. An index without a valid count
-    gets the Model-Optimizer count for a Model-Optimizer export, else transformers'."""
+    """`total_parameters` of the rebuilt index: the parameters the project counts
+    (`inspector.parameters`, the number the scan, the reports and the load check show), or
+    the stated one when the index keeps its tensors and states them right the way its writer
+    counts (`Uncounted.WAYS`): a healthy file is not rewritten for a convention."""
     tensors = scanned.tensors
-    old = [n for n in old_map if n in sizes]
     stated = parse_count(scanned.index.metadata.get("total_parameters")) if scanned.index else None
-    default = "scales+buffers" if scanned.quant_config is not None else "buffers"
-    way = default
-    if stated is not None:
-        before = uncounted_elements(tensors, old)
-        stored = sum(sizes[n][1] for n in old)
-        ways = [w for w in Uncounted.WAYS if before.count(stored, w) == stated]
-        way = default if default in ways or not ways else ways[0]
-    after = uncounted_elements(tensors, list(chosen))
-    return after.count(sum(sizes[n][1] for n in chosen), way)
+    if stated is not None and old_map.keys() == chosen.keys():
+        before = uncounted_elements(tensors, list(chosen), config=scanned.config)
+        if stated in before.counts(sum(sizes[n][1] for n in chosen)):
+            return stated
+    return count_parameters(tensors[tensors["name"].isin(list(chosen))], config=scanned.config)
 
 
 def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:

@@ -32,13 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.atomic import STAGING, apply_writes, folder_lock, fresh_staging, recover
-from inspector.checks.index import (
-    Uncounted,
-    count,
-    describe_names,
-    parse_count,
-    uncounted_elements,
-)
+from inspector.checks.index import count, describe_names, parse_count
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError
@@ -46,6 +40,7 @@ from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import FileRole, LayoutName, ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, parameters_of
 from inspector.repair import FileWrite, _read_text, unowned_target
 from inspector.reshard import _as_single_chunks
 from inspector.storage import RemoteURL, local_location
@@ -199,8 +194,15 @@ def plan_restore(
     except PlanRefusedError as exc:
         return dataclasses.replace(base, refused=(*refusals, str(exc)), notes=tuple(notes))
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
-    added = uncounted_elements(reference.tensors, restored)
-    writes = [_index_write(scanned, shard, restored, sizes, ours, added, notes)]
+    # What the index will list: the project's one parameter count of it (values).
+    after = {**ours, **{t.name: (t.out_dtype, t.shape) for t in copy.outputs[0].tensors}}
+    params = parameters_of(
+        list(after),
+        [d for d, _ in after.values()],
+        [s for _, s in after.values()],
+        config=scanned.config,
+    )
+    writes = [_index_write(scanned, shard, restored, sizes, params)]
     if sidecar is not None:
         writes.append(_sidecar_write(sidecar, shard, restored, sizes))
     return RestorePlan(
@@ -364,9 +366,7 @@ def _index_write(
     shard: str,
     restored: list[str],
     sizes: dict[str, tuple[int, int]],
-    ours: dict[str, tuple[str, tuple[int, ...]]],
-    added: Uncounted,
-    notes: list[str],
+    parameters: int,
 ) -> FileWrite:
     index = scanned.index
     assert index is not None
@@ -380,25 +380,14 @@ def _index_write(
     if moved:
         changes.append(f"{len(moved)} of them were listed but held by no shard")
     added_bytes = sum(b for b, _ in sizes.values())
-    added_numel = sum(n for _, n in sizes.values())
     stated_size = parse_count(metadata.get("total_size"))
     if stated_size is not None:
         metadata["total_size"] = stated_size + added_bytes
         changes.append(f"total_size {stated_size:,} -> {metadata['total_size']:,}")
     stated = parse_count(metadata.get("total_parameters"))
-    if stated is not None:
-        # Counted as the writer counted (`Uncounted.WAYS`): add what it counts of them.
-        held = uncounted_elements(scanned.tensors, list(ours))
-        stored = sum(math.prod(s) for _, s in ours.values())
-        way = held.counts(stored).get(stated)
-        if way is not None:
-            metadata["total_parameters"] = stated + added.count(added_numel, way)
-            changes.append(f"total_parameters {stated:,} -> {metadata['total_parameters']:,}")
-        else:
-            notes.append(
-                "total_parameters is left as written: it counts the model's parameters "
-                "(as transformers does), not the elements stored in the shards"
-            )
+    if stated is not None and stated != parameters:
+        metadata["total_parameters"] = parameters
+        changes.append(f"total_parameters {stated:,} -> {parameters:,} ({PARAMETER_RULE})")
     raw["metadata"] = metadata
     old = _read_text(scanned.location / INDEX_NAME)
     return FileWrite(INDEX_NAME, old, json.dumps(raw, indent=2) + "\n", tuple(changes))

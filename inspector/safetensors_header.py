@@ -603,7 +603,7 @@ class _Collector:
                 self.items.append(
                     make_finding(
                         code,
-                        f"{legible(self.file)}: {more:,} more {code} problems{eg}, not listed one "
+                        f"{legible(self.file)}: {more:,} more {code} findings{eg}, not listed one "
                         "by one",
                         file=self.file,
                     )

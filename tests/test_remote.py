@@ -462,7 +462,7 @@ def test_cli_commands_take_urls(
     out = tmp_path / "consolidated"
     assert main(["consolidate", dcp, str(out), "--no-progress", *option]) == 0
     assert main(["consolidate", dcp, str(out), "--no-progress", "--resume", *option]) == 0
-    assert "resumed: 4 complete file(s) kept" in capsys.readouterr().out
+    assert "resumed: 4 complete files kept" in capsys.readouterr().out
 
 
 def test_progress_bar_when_asked(

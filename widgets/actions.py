@@ -20,8 +20,13 @@ from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
 from inspector.html_repr import diff_html, findings_html, html_text, severity_badge, text_html
 from inspector.markdown import markdown_summary
-from inspector.repair import plan_repair, preview_repair
+from inspector.references import consolidation_reference, restore_reference
+from inspector.repair import RepairPlan, plan_repair, preview_repair
+from inspector.repair_all import plan_all
+from inspector.restore import RestorePlan, plan_restore
+from inspector.scan import scan
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector.words import plural
 
 if TYPE_CHECKING:
     from inspector.widgets.dashboard import Dashboard
@@ -51,9 +56,13 @@ def _error(exc: BaseException) -> str:
 class RepairPanel:
     """The repair plan as words and a diff, and what it fixes: the findings the plan resolves
     and those it cannot (with what would fix them), from `preview_repair` re-checking the
-    checkpoint as the plan leaves it. Repair is enabled only when the plan fixes an error or a
-    warning; it asks for confirmation, executes the plan, shows what was written and where
-    the backups are, and refreshes the dashboard."""
+    checkpoint as the plan leaves it. By default the plan is every part at once
+    (`inspector.repair_all.plan_all`), so what is left is never the next part of the same
+    repair; lost tensors are restored from a reference (`inspector.restore.plan_restore`,
+    the field pre-filled with the candidate `inspector.references` knows). Repair is enabled
+    only when the plan fixes an error or a warning (or writes tensors back); it asks for
+    confirmation, executes the plan, shows what was written and where the backups are, and
+    refreshes the dashboard."""
 
     _PARTS = ("index", "sidecars", "quant-config")
 
@@ -62,11 +71,22 @@ class RepairPanel:
         self.plan: Any = None
         self.preview: Any = None
         self.parts: tuple[str, ...] = ()
+        # The reference `repair --from` copies lost tensors from (None: a repair plan).
+        self.restoring: str | None = None
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
         self.scope = w.HTML().add_class("ckpt-repair-scope")
-        all_parts = button("Plan all parts", "ckpt-plan-all", icon="expand")
+        all_parts = button("Repair all", "ckpt-plan-all", icon="expand")
         all_parts.on_click(lambda _: self.use_parts(()))
+        candidate = restore_reference(dash.scanned)
+        self.source = w.Text(
+            value=candidate.path if candidate is not None else "",
+            placeholder="a checkpoint that holds the lost tensors (folder or URL)",
+            description="restore from",
+            layout=w.Layout(width="60%"),
+        ).add_class("ckpt-restore-source")
+        restore = button("Plan restore", "ckpt-plan-restore", icon="download")
+        restore.on_click(lambda _: self.use_restore(self.source.value.strip()))
         replan = button("Plan again", "ckpt-plan-button", icon="refresh")
         replan.on_click(lambda _: self.make_plan())
         self.verdict = w.HTML().add_class("ckpt-repair-verdict")
@@ -86,6 +106,7 @@ class RepairPanel:
                 self.result,
                 w.HBox([self.scope, all_parts], layout=wrap),
                 w.HBox([self.duplicates, self.quant, replan], layout=wrap),
+                w.HBox([self.source, restore], layout=wrap),
                 self.verdict,
                 w.HBox([self.repair]),
                 self.confirm_box,
@@ -96,10 +117,18 @@ class RepairPanel:
         self.make_plan()
 
     def use_parts(self, parts: tuple[str, ...]) -> None:
-        """Plan only `parts` (index, sidecars, quant-config); all of them when empty."""
-        self.parts = tuple(parts)
+        """Plan only `parts` (index, sidecars, quant-config); all of them when empty or
+        "all"."""
+        self.parts = () if "all" in parts else tuple(parts)
+        self.restoring = None
         if "quant-config" in self.parts:
             self.quant.value = True
+        self.make_plan()
+
+    def use_restore(self, source: str) -> None:
+        """Plan copying the tensors this checkpoint lost back from `source`."""
+        self.source.value = source
+        self.restoring = source
         self.make_plan()
 
     def make_plan(self) -> None:
@@ -107,26 +136,29 @@ class RepairPanel:
         preview what the plan fixes."""
         self.ask(cancel=True)
         state = self.dash.state
-        self.scope.value = (
-            f"plan: <b>{html_text(', '.join(self.parts))}</b> only"
-            if self.parts
-            else "plan: every part that applies (index, sidecars; quant config when ticked)"
-        )
+        if self.restoring is not None:
+            self.scope.value = (
+                f"plan: restore lost tensors from <code>{html_text(self.restoring)}</code>"
+            )
+        elif self.parts:
+            self.scope.value = f"plan: <b>{html_text(', '.join(self.parts))}</b> only"
+        else:
+            self.scope.value = (
+                "plan: all parts at once (index, sidecars, quantization config; the re-shard "
+                "of a checkpoint collapsed into one file)"
+            )
         try:
-            self.plan = plan_repair(
-                state.scanned,
-                only=set(self.parts) or None,
-                duplicates=self.duplicates.value or None,
-                quant_config=self.quant.value,
-            )
-            self.preview = preview_repair(
-                self.plan,
-                state.scanned,
-                findings=state.findings,
-                verdict=state.verdict,
-                model=state.verdict is not None,
-                trust_remote_code=self.dash.trust_remote_code,
-            )
+            self.plan = self._plan(state)
+            self.preview = None
+            if isinstance(self.plan, RepairPlan):
+                self.preview = preview_repair(
+                    self.plan,
+                    state.scanned,
+                    findings=state.findings,
+                    verdict=state.verdict,
+                    model=state.verdict is not None,
+                    trust_remote_code=self.dash.trust_remote_code,
+                )
         except _EXPECTED as exc:
             self.plan, self.preview = None, None
             self.verdict.value = _error(exc)
@@ -136,24 +168,49 @@ class RepairPanel:
             self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
         self.repair.disabled = not self.worth_it
 
+    def _new_shards(self) -> list[str]:
+        """The shards a restore or re-shard plan writes."""
+        copy = getattr(self.plan, "copy", None)
+        return [o.name for o in copy.outputs] if copy is not None else []
+
+    def _plan(self, state: Any) -> Any:
+        """The plan the panel's options ask for (see `make_plan`)."""
+        if self.restoring is not None:
+            if not self.restoring:
+                raise InspectorError(
+                    "name the checkpoint to restore from: a folder or URL that holds the "
+                    "tensors this one lost"
+                )
+            return plan_restore(state.scanned, scan(self.restoring))
+        if not self.parts:
+            return plan_all(state.scanned, duplicates=self.duplicates.value or None)
+        return plan_repair(
+            state.scanned,
+            only=set(self.parts),
+            duplicates=self.duplicates.value or None,
+            quant_config=self.quant.value,
+        )
+
     @property
     def worth_it(self) -> bool:
-        """True when the plan writes something and fixes an error or a warning."""
-        return (
-            self.plan is not None
-            and not self.plan.empty
-            and self.preview is not None
-            and self.preview.matters
-        )
+        """True when the plan writes something and fixes an error or a warning (a plan that
+        writes shards, re-shard or restore, is checked once it ran)."""
+        if self.plan is None or self.plan.empty:
+            return False
+        return self.preview is None or self.preview.matters
 
     def ask(self, *, cancel: bool = False) -> None:
         """Show (or with `cancel`, hide) the confirm / cancel pair."""
         if not cancel and self.worth_it:
-            files = ", ".join(wr.path for wr in self.plan.writes)
+            files = ", ".join([*self._new_shards(), *(wr.path for wr in self.plan.writes)])
+            fixes = (
+                f" It fixes {plural(len(self.preview.fixes), 'finding')}."
+                if self.preview is not None
+                else ""
+            )
             self.question.value = (
-                f"Rewrite {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
-                f"? It fixes {len(self.preview.fixes):,} findings. "
-                "The current files are backed up first."
+                f"Write {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
+                f"?{fixes} The current files are backed up first."
             )
             _hidden(self.confirm_box, False)
             self.repair.disabled = True
@@ -174,8 +231,20 @@ class RepairPanel:
         self.dash.refresh()
 
     def _verdict_html(self) -> str:
-        """What the plan fixes and what it cannot, in problems (with what fixes the rest)."""
+        """What the plan fixes and what it cannot, in issues (with what fixes the rest)."""
         state, preview = self.dash.state, self.preview
+        if preview is None:
+            what = (
+                f"restores {plural(len(self.plan.restored), 'tensor')}"
+                if isinstance(self.plan, RestorePlan)
+                else "writes new shards"
+            )
+            return (
+                f"<div style='line-height:1.5'><b>This plan {what}</b> (nothing is written "
+                "until you confirm); the checks run on the result once it is written.</div>"
+                if not self.plan.empty
+                else "<div><b>Nothing to write:</b> see the plan below for why.</div>"
+            )
         fixed = set(preview.fixes)
         fixes = [p for p in state.problems if fixed & set(p.findings)]
         rest = [p for p in state.problems if not set(p.findings) <= fixed]
@@ -204,14 +273,15 @@ class RepairPanel:
             )
         else:
             lines.append(
-                f"<b>This plan fixes {len(preview.fixes):,} of {len(state.findings):,} "
-                "findings:</b><ul>"
+                f"<b>This plan fixes {len(preview.fixes):,} of "
+                f"{plural(len(state.findings), 'finding')}:</b><ul>"
                 + "".join(f"<li>{html_text(p.title)}</li>" for p in fixes)
                 + "</ul>"
             )
         if preview.introduces:
             lines.append(
-                f"<b style='color:#b07d00'>It would add {len(preview.introduces)} findings</b> "
+                f"<b style='color:#b07d00'>It would add "
+                f"{plural(len(preview.introduces), 'finding')}</b> "
                 f"({html_text(', '.join(sorted({f.code for f in preview.introduces})))}) "
                 "until the other parts are repaired too: plan all parts to fix everything "
                 "at once."
@@ -265,7 +335,14 @@ class ConsolidatePanel:
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
-        self.reference = w.Text(placeholder="optional: HF folder or index", description="reference")
+        # A recorded mapping that collapses every tensor into one file is replaced by the
+        # reference its finding names (`inspector.references`): shown, so it can be changed.
+        suggested = consolidation_reference(dash.scanned)
+        self.reference = w.Text(
+            value=suggested.path if suggested is not None else "",
+            placeholder="optional: HF folder or index",
+            description="reference",
+        ).add_class("ckpt-consolidate-reference")
         self.max_size = w.Text(
             value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
         )
@@ -288,6 +365,12 @@ class ConsolidatePanel:
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
         self.status = w.HTML().add_class("ckpt-consolidate-status")
         note = ""
+        if suggested is not None:
+            note = (
+                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
+                f"the reference is {html_text(suggested.label)}, which names "
+                f"{plural(suggested.files, 'file')}.</i>"
+            )
         if dash.scanned.dcp is None:
             note = (
                 f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
@@ -345,7 +428,13 @@ class ConsolidatePanel:
             return None
         finally:
             self.run.disabled = False
-        verdict = "verified: no finding" if result.ok else "verification found problems"
+        verdict = (
+            "verified: no finding"
+            if result.ok
+            else f"verification: {plural(len(result.findings), 'finding')}"
+            + (", partial tensors" if result.partial else "")
+            + (", content differs" if result.data_mismatches else "")
+        )
         color = "#2ca02c" if result.ok else "#d62728"
         self.status.value = f'<div style="color:{color}"><b>{verdict}</b></div>' + text_html(
             result.describe()

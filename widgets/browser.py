@@ -25,7 +25,7 @@ from inspector.display import legible
 from inspector.errors import InspectorError
 from inspector.html_repr import html_text
 from inspector.model import ScannedCheckpoint
-from inspector.query import TensorQuery, export_tensors
+from inspector.query import TensorQuery, export_tensors, missing_notes
 from inspector.units import format_bytes
 
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
@@ -273,9 +273,14 @@ class TensorBrowser:
             self.grid.filter = config["filter"]
         total = len(self.tensors)
         n = self.matches() if config["filter"] else total
+        # What the filter would show were the checkpoint whole: a missing expert says so.
+        missing = "".join(
+            f"<div class='ckpt-tensor-missing' style='color:#d62728'>{html_text(note)}</div>"
+            for note in missing_notes(query, self.scanned)
+        )
         self.count.value = (
             f"<b>{n:,}</b> of {total:,} tensors match "
-            f"<span style='color:#666'>({html_text(query.describe())})</span>"
+            f"<span style='color:#666'>({html_text(query.describe())})</span>{missing}"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

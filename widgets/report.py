@@ -25,12 +25,13 @@ from inspector.widgets.figures import (
 
 from inspector.atomic import write_atomic
 from inspector.display import NAME_LIMIT
-from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
+from inspector.findings import Finding, findings_to_frame, severity_rank
 from inspector.html_repr import html_text, load_verdict_html
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.words import SEVERITY_ORDER, layers_text, plural
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -93,7 +94,7 @@ def render_html_report(
 ) -> str:
     """The report as one HTML string (plotly.js included). With the load `verdict` the
     findings were checked with, it says whether the model code would load the checkpoint."""
-    summary = summarize(scanned, problems=list(findings))
+    summary = summarize(scanned, findings=list(findings))
     sections = [
         _summary_section(summary),
         _load_section(verdict),
@@ -143,7 +144,8 @@ def _summary_section(summary: dict[str, Any]) -> str:
     return (
         f"<section id='summary'>\n<h2>Summary</h2>\n<div class='cards'>{body}</div>\n"
         f"<p><span class='muted'>dtypes:</span> {_e(dtypes or 'none')}</p>\n"
-        f"<p>{_severity_badges(summary['problems'])}</p>\n</section>"
+        f"<p><span class='muted'>parameters:</span> {_e(summary['parameters_rule'])}</p>\n"
+        f"<p>{_severity_badges(summary['findings'])}</p>\n</section>"
     )
 
 
@@ -157,11 +159,12 @@ def _load_section(verdict: LoadVerdict | None) -> str:
 def _problems_section(
     scanned: ScannedCheckpoint, findings: Sequence[Finding], verdict: LoadVerdict | None
 ) -> str:
-    """The findings grouped into problems: what is wrong, its impact, what fixes it."""
+    """The findings grouped into issues (root causes): what is wrong, its impact, what fixes
+    it."""
     problems = group_problems(scanned, findings, verdict=verdict)
-    head = "<section id='problems'>\n<h2>Problems</h2>\n"
+    head = "<section id='problems'>\n<h2>Issues</h2>\n"
     if not problems:
-        return head + "<p class='muted'>No problems.</p>\n</section>"
+        return head + "<p class='muted'>No issues.</p>\n</section>"
     rows = "".join(
         f"<tr class='problem sev-{p.severity}' data-problem='{_e(p.key)}'>"
         f"<td><span class='badge'>{p.severity}</span></td><td><b>{_e(p.title)}</b></td>"
@@ -170,7 +173,7 @@ def _problems_section(
         for p in problems
     )
     columns = "".join(
-        f"<th>{c}</th>" for c in ("severity", "problem", "impact", "what fixes it", "findings")
+        f"<th>{c}</th>" for c in ("severity", "issue", "impact", "what fixes it", "findings")
     )
     return (
         f"{head}<table id='problems-table'>\n<thead><tr>{columns}</tr></thead>\n"
@@ -186,17 +189,15 @@ def _experts_text(summary: dict[str, Any]) -> str:
     low = [layer for layer, n in found.items() if expected is not None and n < expected]
     if not low:
         return f"{expected}"
-    return f"{expected} expected; fewer in layers {fold_ranges(low, limit=4)}"
+    return f"{expected} expected; fewer in {layers_text(low, limit=4)}"
 
 
-def _severity_badges(problems: list[dict[str, Any]]) -> str:
-    if not problems:
+def _severity_badges(findings: list[dict[str, Any]]) -> str:
+    if not findings:
         return "<span class='badge ok'>no findings</span>"
-    counts = {s: sum(p["severity"] == s for p in problems) for s in ("error", "warning", "info")}
+    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITY_ORDER}
     return " ".join(
-        f"<span class='badge sev-{s}'>{n} {s}{'s' if n != 1 else ''}</span>"
-        for s, n in counts.items()
-        if n
+        f"<span class='badge sev-{s}'>{_e(plural(n, s))}</span>" for s, n in counts.items() if n
     )
 
 

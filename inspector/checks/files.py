@@ -101,7 +101,7 @@ def _summary(code: Code) -> Callable[[str | None, Sequence[ReadProblem], int], F
     def summary(file: str | None, rest: Sequence[ReadProblem], shown: int) -> Finding:
         tensors = [p.tensor for p in rest if p.tensor]
         eg = f" ({examples(tensors)})" if tensors else ""
-        message = f"{legible(file)}: {len(rest):,} more {code} problems{eg}, not listed one by one"
+        message = f"{legible(file)}: {len(rest):,} more {code} findings{eg}, not listed one by one"
         return make_finding(code, message, file=file)
 
     return summary

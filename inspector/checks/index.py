@@ -54,6 +54,7 @@ from inspector.findings import (
 from inspector.model import IndexDoc, ScannedCheckpoint
 from inspector.naming import layer_expert_numbers
 from inspector.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
 from inspector.safetensors_header import ShardHeader
 from inspector.units import format_count
 
@@ -189,7 +190,7 @@ def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
-        not_counted = uncounted_elements(scanned.tensors)
+        not_counted = uncounted_elements(scanned.tensors, values=scan_parameters(scanned))
     return check_index(
         scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
     )
@@ -201,16 +202,21 @@ class Uncounted:
     (`weight_scale`, `input_scale`... Model-Optimizer registers them as buffers) and the
     persistent buffers known by name (`e_score_correction_bias`...).
 
-    How each writer counts (`WAYS`): transformers writes `num_parameters()`, buffers left
-    out; Model-Optimizer's export counts its compressed weights per stored element (packed
-    NVFP4: per byte) and leaves out scales and buffers; remote-code models may keep a
-    router bias as a parameter; older writers count every stored element."""
+    How each writer counts (`WAYS`): this project writes the values
+    (`inspector.parameters`: packed 4-bit weights unpacked, scales and buffers left out);
+    transformers writes `num_parameters()`, buffers left out; Model-Optimizer's export counts
+    its compressed weights per stored element (packed NVFP4: per byte) and leaves out scales
+    and buffers; remote-code models may keep a router bias as a parameter; older writers
+    count every stored element. `values` is the project's count of the same tensors (None:
+    not known, counted as "buffers")."""
 
     scales: int = 0
     buffers: int = 0
+    values: int | None = None
 
-    # way -> what it leaves out, in the order a rebuilt index prefers them
+    # way -> what it leaves out, the project's own count first
     WAYS: ClassVar[dict[str, str]] = {
+        "values": f"the values counted ({PARAMETER_RULE})",
         "buffers": "buffers left out (transformers' num_parameters())",
         "scales+buffers": "quantization scales and buffers left out (Model-Optimizer)",
         "scales": "quantization scales left out",
@@ -219,6 +225,8 @@ class Uncounted:
 
     def count(self, stored: int, way: str) -> int:
         """`stored` elements counted the `way` one writer counts them."""
+        if way == "values":
+            return self.values if self.values is not None else stored - self.buffers
         scales = self.scales if "scales" in way else 0
         buffers = self.buffers if "buffers" in way else 0
         return stored - scales - buffers
@@ -231,8 +239,16 @@ class Uncounted:
         return out
 
 
-def uncounted_elements(tensors: pd.DataFrame, names: Collection[str] | None = None) -> Uncounted:
-    """`Uncounted` of a tensors table (each name once), optionally of `names` only."""
+def uncounted_elements(
+    tensors: pd.DataFrame,
+    names: Collection[str] | None = None,
+    *,
+    config: Mapping[str, object] | None = None,
+    values: int | None = None,
+) -> Uncounted:
+    """`Uncounted` of a tensors table (each name once), optionally of `names` only;
+    `config` (config.json) as `inspector.parameters.count_parameters` takes it, `values`
+    the count when the caller has it already."""
     if names is not None:
         tensors = tensors[tensors["name"].isin(names)]
     tensors = tensors.drop_duplicates("name")
@@ -240,7 +256,9 @@ def uncounted_elements(tensors: pd.DataFrame, names: Collection[str] | None = No
     numel = tensors["numel"].to_numpy(dtype=np.int64)
     scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
     buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
-    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()))
+    if values is None:
+        values = count_parameters(tensors, config=config)
+    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()), values)
 
 
 def check_index(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,11 @@ from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, parameters_of
+from inspector.references import Reference, layout_reference
 from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
+from inspector.words import plural
 
 __all__ = [
     "BLOCKING",
@@ -126,6 +129,11 @@ class ConsolidationPlan:
     # The storage the source was scanned through: every source read goes through it (local
     # or remote), so consolidation reads what the scan read, under the same rules.
     storage: Storage | None = None
+    # The source's config.json (how packed weights count as parameters).
+    config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The file layout a known reference gives the output (`inspector.references`): the
+    # verification flags an output collapsed into one file against it.
+    layout: Reference | None = None
 
     @property
     def source_storage(self) -> Storage:
@@ -139,9 +147,16 @@ class ConsolidationPlan:
     def total_size(self) -> int:
         return sum(o.data_bytes for o in self.outputs)
 
-    @property
+    @cached_property
     def total_parameters(self) -> int:
-        return sum(math.prod(t.shape) for o in self.outputs for t in o.tensors)
+        """The parameters of the output, counted as everywhere (`inspector.parameters`)."""
+        tensors = [t for o in self.outputs for t in o.tensors]
+        return parameters_of(
+            [t.name for t in tensors],
+            [t.out_dtype for t in tensors],
+            [t.shape for t in tensors],
+            config=self.config,
+        )
 
     @property
     def weight_map(self) -> dict[str, str]:
@@ -302,6 +317,8 @@ def plan_consolidation(
         notes=tuple(notes),
         findings=tuple(findings),
         partial=tuple(partial),
+        config=scanned.config,
+        layout=layout_reference(scanned),
     )
 
 
@@ -359,8 +376,8 @@ def _refuse_on_errors(
             else ""
         )
         raise PlanRefusedError(
-            f"{scanned.path}: cannot consolidate, {len(blocking)} problem(s) would make the "
-            f"output wrong or incomplete: {lines}{more}. Fix the source (re-save the missing "
+            f"{scanned.path}: cannot consolidate, {plural(len(blocking), 'finding')} would make "
+            f"the output wrong or incomplete: {lines}{more}. Fix the source (re-save the missing "
             "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
             f"then plan again{partial}."
         )
@@ -381,7 +398,7 @@ def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
     if not gaps:
         return []
     what = (
-        f"{len(partial):,} tensor(s) are PARTIAL, written at their full shape with ZEROS "
+        f"PARTIAL {plural(len(partial), 'tensor')}, written at their full shape with ZEROS "
         f"where no rank's file held data: {examples(partial)}"
         if partial
         else "the source lost ranks' files (see its dcp-coverage-gap findings)"
@@ -410,8 +427,8 @@ def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
         out[name] = source
     if not out:
         raise PlanRefusedError(
-            f"{scanned.path}: no tensor chunk could be read from {len(scanned.shards)} file(s); "
-            "nothing to consolidate"
+            f"{scanned.path}: no tensor chunk could be read from "
+            f"{plural(len(scanned.shards), 'file')}; nothing to consolidate"
         )
     return out
 
@@ -527,7 +544,8 @@ def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[
     big = [o.name for o in outputs if o.data_bytes > limit and len(o.tensors) > 1]
     if not big:
         return []
-    return [f"{len(big)} output file(s) exceed {limit:,} bytes as the {rule} asks: {examples(big)}"]
+    files = plural(len(big), "output file")
+    return [f"{files} over {limit:,} bytes as the {rule} asks: {examples(big)}"]
 
 
 def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[tuple[str, ...], list[str]]:
@@ -569,16 +587,16 @@ def describe_plan(plan: ConsolidationPlan) -> str:
     column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
     lines = [
         f"Consolidation plan: {plan.source} -> {plan.dest}",
-        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters, "
-        f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
+        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters ({PARAMETER_RULE}), "
+        f"{format_bytes(plan.total_size)} in {plural(len(plan.outputs), 'file')}",
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
-        f"  copy: {tensors - column:,} tensor(s) as byte ranges, {column:,} assembled "
+        f"  copy: {plural(tensors - column, 'tensor')} as byte ranges, {column:,} assembled "
         "(column-sharded or cast)",
     ]
     if plan.dtype:
         cast = sum(1 for o in plan.outputs for t in o.tensors if t.dtype != t.out_dtype)
-        lines.append(f"  cast: {cast:,} floating tensor(s) to {plan.dtype}; others unchanged")
+        lines.append(f"  cast: {plural(cast, 'floating tensor')} to {plan.dtype}; others unchanged")
     # A 250-file plan shows its first and last files; the count says how many were left out.
     many = len(plan.outputs) > 20
     for k, output in enumerate(plan.outputs):
@@ -602,15 +620,15 @@ def describe_result(result: ConsolidationResult) -> str:
     rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
     who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
     lines = [
-        f"Consolidated into {result.dest}{who}: wrote {len(result.written)} file(s), "
+        f"Consolidated into {result.dest}{who}: wrote {plural(len(result.written), 'file')}, "
         f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
     ]
     if result.skipped:
         kept = examples(list(result.skipped))
-        lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+        lines.append(f"  resumed: {plural(len(result.skipped), 'complete file')} kept: {kept}")
     if result.backup is not None:
         lines.append(
-            f"  replaced {len(result.replaced)} entr{'y' if len(result.replaced) == 1 else 'ies'}"
+            f"  replaced {plural(len(result.replaced), 'entry')}"
             f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
         )
     if result.index_file:
@@ -618,12 +636,12 @@ def describe_result(result: ConsolidationResult) -> str:
     if result.metadata_files:
         lines.append(f"  copied: {', '.join(result.metadata_files)}")
     if result.verified:
-        state = "no finding" if not result.findings else f"{len(result.findings)} finding(s)"
+        state = "no finding" if not result.findings else plural(len(result.findings), "finding")
         lines.append(f"  verify: re-scanned and checked the output: {state}")
         lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
     if result.partial:
         lines.append(
-            f"  WARNING: {len(result.partial):,} tensor(s) are PARTIAL (--allow-partial: zeros "
+            f"  WARNING: PARTIAL {plural(len(result.partial), 'tensor')} (--allow-partial: zeros "
             f"where the source held no data): {examples(list(result.partial))}"
         )
     if result.data_checked:

@@ -80,6 +80,7 @@ __all__ = [
     "find_reference",
     "find_stored_reference",
     "logical_tensors",
+    "resolve_reference",
     "scan",
 ]
 
@@ -243,7 +244,7 @@ def find_reference(
         (local_location(folder.parent / CONSOLIDATE_SCRIPT), f"../{CONSOLIDATE_SCRIPT}"),
     ]
     for name, named_by in _reference_names(scripts, config):
-        path = _resolve_reference(name, folder)
+        path = resolve_reference(name, folder)
         if path is not None:
             return _read_reference(local_location(path), str(path), named_by, header_cap)
     return None
@@ -295,7 +296,10 @@ def _small_text(path: Location, cap: int) -> str | None:
         return None
 
 
-def _resolve_reference(name: str, folder: Path) -> Path | None:
+def resolve_reference(name: str, folder: Path) -> Path | None:
+    """The checkpoint folder a model name (`--model-name`, `_name_or_path`) stands for on this
+    machine: an absolute path, a path relative to the run folder (`folder`'s parent) or
+    `folder`, or a hub id's snapshot in the Hugging Face cache; never `folder` itself."""
     if "\x00" in name or len(name) > 4096:
         return None
     raw = Path(name).expanduser()
