@@ -81,6 +81,32 @@ class Code(StrEnum):
         "The safetensors header cannot be read (too short, length past the end or over the "
         "cap, not a JSON object): the file is truncated or not safetensors; re-copy it.",
     )
+    BIN_LEGACY_FORMAT = (
+        "bin-legacy-format",
+        _E,
+        _S,
+        "A PyTorch .bin/.pt file in the pre-1.6 torch.save format (one pickle stream, or a tar "
+        "archive) instead of the zip archive: its tensors are listed from its pickles, but its "
+        "data is not read (no --deep, consolidation or repair from it). Convert it: load it "
+        "with torch >= 1.6 (torch.load(path, weights_only=True)) and save it again with "
+        "safetensors' save_file (or torch.save).",
+    )
+    BIN_UNREADABLE = (
+        "bin-unreadable",
+        _E,
+        _S,
+        "A PyTorch .bin/.pt file cannot be read: not a zip archive, no <prefix>/data.pkl "
+        "record, a truncated or corrupt central directory, or a data.pkl that is not a dict "
+        "of tensors (refused by the restricted unpickler, nothing ran). Re-copy or re-save it.",
+    )
+    BIN_RECORD_MISSING = (
+        "bin-record-missing",
+        _E,
+        _S,
+        "A tensor of a PyTorch .bin file points at storage bytes the archive lacks: its "
+        "data/<key> record is absent, shorter than the storage, or the tensor runs past it. "
+        "torch.load fails on it; re-copy the file or re-save it from the source.",
+    )
     HEADER_INVALID_ENTRY = (
         "header-invalid-entry",
         _E,
@@ -306,6 +332,26 @@ class Code(StrEnum):
         _W,
         _M,
         "A quantized_layers entry names a module with no tensors.",
+    )
+    QUANT_SCHEME_MISMATCH = (
+        "quant-scheme-mismatch",
+        _E,
+        _M,
+        "A module is stored quantized differently from what the quantization config says: a "
+        "plain weight where its scheme packs it, a tensor its scheme needs missing (scale, "
+        "zero point, global scale, weight_shape, block scales), a scale or packed shape that "
+        "disagrees with the group or block size, or scales on a module the config leaves "
+        "unquantized. Serving engines refuse it or load wrong values; re-export the module "
+        "with the scheme the config names, or fix the config to what was exported.",
+    )
+    QUANT_RECIPE_MISMATCH = (
+        "quant-recipe-mismatch",
+        _W,
+        _M,
+        "recipe.yaml and config.json's quantization_config resolve to different sets of "
+        "quantized modules or different schemes (compared module by module, not literally: "
+        "llm-compressor rewrites the ignore list). One of them was edited after the export; "
+        "re-export, or make the two agree so the recipe reproduces this checkpoint.",
     )
     # -- DCP-sharded safetensors ------------------------------------------------------------
     DCP_SHARDING_INFO_MISSING = (

@@ -49,6 +49,7 @@ __all__ = [
     "PerLayerInfo",
     "PickledObject",
     "ProblemKind",
+    "PytorchBinInfo",
     "ReadProblem",
     "ScannedCheckpoint",
     "ShardHeader",
@@ -83,6 +84,7 @@ class LayoutName(StrEnum):
     MODELOPT_PER_LAYER = "modelopt-per-layer"
     DCP_SHARDED = "dcp-sharded"
     TORCH_DIST = "torch-dist"
+    PYTORCH_BIN = "pytorch-bin"
 
 
 # -- what a reader could not read -----------------------------------------------------------
@@ -243,6 +245,14 @@ class SingleFileInfo:
 @dataclass(frozen=True, slots=True)
 class ShardedInfo:
     """`hf-sharded`: everything is in the shards and the index."""
+
+
+@dataclass(frozen=True, slots=True)
+class PytorchBinInfo:
+    """`torch.save` files (`pytorch_model.bin`, or shards with `pytorch_model.bin.index.json`):
+    `lone_file` when one file was scanned without its folder."""
+
+    lone_file: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,7 +453,7 @@ class TorchDistInfo:
         _set(self, "byte_keys", tuple(self.byte_keys))
 
 
-LayoutInfo = SingleFileInfo | ShardedInfo | PerLayerInfo | DcpInfo | TorchDistInfo
+LayoutInfo = SingleFileInfo | ShardedInfo | PerLayerInfo | DcpInfo | TorchDistInfo | PytorchBinInfo
 
 _INFO_OF: dict[LayoutName, type] = {
     LayoutName.SAFETENSORS_SINGLE: SingleFileInfo,
@@ -451,6 +461,7 @@ _INFO_OF: dict[LayoutName, type] = {
     LayoutName.MODELOPT_PER_LAYER: PerLayerInfo,
     LayoutName.DCP_SHARDED: DcpInfo,
     LayoutName.TORCH_DIST: TorchDistInfo,
+    LayoutName.PYTORCH_BIN: PytorchBinInfo,
 }
 
 
@@ -480,6 +491,8 @@ class ScannedCheckpoint:
     # Names of JSON files we looked for and found, e.g. {"config.json", "hf_quant_config.json"}.
     json_files: frozenset[str] = frozenset()
     storage: Storage | None = None
+    # llm-compressor's recipe.yaml: its QuantizationModifiers (inspector.recipe), or None.
+    recipe: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.storage is None:

@@ -853,6 +853,51 @@ def test_code_duplicate_tensor_identical(tmp_path: Path) -> None:
     assert "duplicate-tensor-content" not in {x.code for x in findings}
 
 
+# -- PyTorch .bin files (torch.save wrote them; tests/test_pytorch_bin.py has more) -----------
+
+
+def test_code_bin_legacy_format() -> None:
+    f = one(run(GOLDEN / "torch-save" / "legacy-non-zip"), "bin-legacy-format")
+    assert f.file == "pytorch_model.bin" and "weights_only=True" in f.message
+
+
+def test_code_bin_unreadable(tmp_path: Path) -> None:
+    torch.save({"w": bf16(2, 2)}, tmp_path / "pytorch_model.bin")
+    data = (tmp_path / "pytorch_model.bin").read_bytes()
+    (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    f = one(run(tmp_path), "bin-unreadable")
+    assert f.file == "pytorch_model.bin" and "zip" in f.message
+
+
+def test_code_bin_record_missing(tmp_path: Path) -> None:
+    import zipfile
+
+    torch.save({"a": bf16(2, 2), "b": bf16(3, 2)}, tmp_path / "src.bin")
+    with (
+        zipfile.ZipFile(tmp_path / "src.bin") as zin,
+        zipfile.ZipFile(tmp_path / "pytorch_model.bin", "w") as zout,
+    ):
+        for info in zin.infolist():
+            if not info.filename.endswith("/data/1"):
+                zout.writestr(info.filename, zin.read(info))
+    (tmp_path / "src.bin").unlink()
+    f = one(run(tmp_path), "bin-record-missing")
+    assert f.tensor == "b" and "data/1" in f.message
+
+
+# -- compressed-tensors (llm-compressor wrote them; tests/test_compressed_tensors.py has more) -
+
+
+def test_code_quant_scheme_mismatch() -> None:
+    f = one(run(GOLDEN / "llmcompressor" / "targeted-module-unquantized"), "quant-scheme-mismatch")
+    assert "model.layers.0.mlp" in f.message and "weight_packed" in f.message
+
+
+def test_code_quant_recipe_mismatch() -> None:
+    f = one(run(GOLDEN / "llmcompressor" / "recipe-ignore-drift"), "quant-recipe-mismatch")
+    assert f.file == "recipe.yaml" and "model.layers.0.mlp.down_proj" in f.message
+
+
 # -- the contract: every code has its test ----------------------------------------------------
 
 

@@ -17,7 +17,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from inspector.checks import dcp, index, load, quant, sharding, sidecars, structure, torch_dist
+from inspector.checks import (
+    compressed_tensors,
+    dcp,
+    index,
+    load,
+    quant,
+    sharding,
+    sidecars,
+    structure,
+    torch_dist,
+)
 from inspector.codes import Code
 from inspector.findings import Finding
 from inspector.model import LayoutName, ScannedCheckpoint
@@ -44,7 +54,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "index",
-        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
         index.check_index_of,
         index.CODES,
     ),
@@ -61,6 +71,12 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-dist", frozenset({_L.TORCH_DIST}), torch_dist.check_torch_dist, torch_dist.CODES),
     Rule("structure", None, structure.check_structure, structure.CODES),
     Rule("quant-config", None, quant.check_quant_config, quant.CODES),
+    Rule(
+        "compressed-tensors",
+        None,
+        compressed_tensors.check_compressed_tensors,
+        compressed_tensors.CODES,
+    ),
 )
 
 
@@ -80,13 +96,13 @@ class ModelRule:
 MODEL_RULES: tuple[ModelRule, ...] = (
     ModelRule(
         "total-parameters",
-        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
         index.reconcile_with_model,
         index.MODEL_CODES,
     ),
     ModelRule(
         "mtp",
-        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE}),
+        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE, _L.PYTORCH_BIN}),
         structure.revise_mtp_with_model,
         structure.MODEL_CODES,
     ),

@@ -127,7 +127,9 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
 
 # Layouts `save_pretrained` writes. Megatron, Model-Optimizer exports (per-layer, or with
 # hf_quant_config.json) and DCP outputs store the MTP layers a config declares.
-_PRETRAINED_LAYOUTS = frozenset({LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE})
+_PRETRAINED_LAYOUTS = frozenset(
+    {LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE, LayoutName.PYTORCH_BIN}
+)
 
 
 def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:

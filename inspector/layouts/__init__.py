@@ -8,6 +8,7 @@ from inspector.layouts import (
     dcp_sharded,
     hf_sharded,
     modelopt_per_layer,
+    pytorch_bin,
     safetensors_single,
     torch_dist,
 )
@@ -23,6 +24,7 @@ LAYOUTS: tuple[Layout, ...] = (
     modelopt_per_layer.LAYOUT,
     hf_sharded.LAYOUT,
     safetensors_single.LAYOUT,
+    pytorch_bin.LAYOUT,
 )
 
 

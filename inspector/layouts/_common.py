@@ -25,6 +25,7 @@ from inspector.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector.findings import FOLD, examples, short_repr
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.progress import track
+from inspector.recipe import RECIPE_CAP, RECIPE_NAME, QuantModifier, parse_recipe
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
 from inspector.storage import EntryKind, Location, TooLargeError, member_problem
@@ -387,6 +388,7 @@ class ConfigFiles:
     spec: ModelSpec = field(default_factory=ModelSpec)
     found: frozenset[str] = frozenset()
     problems: tuple[ReadProblem, ...] = field(default_factory=tuple)
+    recipe: tuple[QuantModifier, ...] | None = None
 
 
 def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
@@ -421,7 +423,29 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
             docs[name] = value
     config = docs.get(CONFIG_NAME)
     spec = spec_from_config(config, source=CONFIG_NAME) if config is not None else salvaged_spec
-    return ConfigFiles(config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems))
+    recipe = _read_recipe(folder, root, found, problems)
+    return ConfigFiles(
+        config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems), recipe
+    )
+
+
+def _read_recipe(
+    folder: Location, root: Location, found: set[str], problems: list[ReadProblem]
+) -> tuple[QuantModifier, ...] | None:
+    """llm-compressor's `recipe.yaml`, when there is one (its modifiers, bounded)."""
+    path = folder / RECIPE_NAME
+    if not path.is_file():
+        return None
+    rel = relative(path, root)
+    found.add(rel)
+    data, problem, kind = read_capped(path, RECIPE_CAP, "recipes")
+    modifiers: tuple[QuantModifier, ...] = ()
+    if data is not None:
+        modifiers, problem = parse_recipe(data)
+    if problem is not None:
+        problems.append(ReadProblem(rel, FileRole.QUANT_CONFIG, problem, kind))
+        return None
+    return modifiers
 
 
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')
