@@ -14,7 +14,7 @@ from inspector.cli import main
 from inspector.demo.safetensors_layouts import modelopt_1422
 from inspector.markdown import markdown_summary
 from inspector.model_load import load_verdict
-from inspector.parameters import PARAMETER_RULE, count_parameters, parameters_of
+from inspector.parameters import PARAMETER_RULE, count_parameters, parameters_of, scan_parameters
 from inspector.repair import plan_repair
 from inspector.scan import scan
 from inspector.summary import summarize
@@ -79,6 +79,24 @@ def test_the_count_is_the_models_own_on_every_real_writer(case: str):
         pytest.skip(f"no complete model to compare with: {verdict.summary()}")
     ours = count_parameters(scanned.tensors, config=scanned.config)
     assert ours == verdict.parameters + verdict.mtp_parameters
+
+
+@pytest.mark.parametrize(
+    "case",
+    sorted(
+        c
+        for c, e in json.loads((GOLDEN / "MANIFEST.json").read_text()).items()
+        if "parameters" in e
+        and e.get("format") in ("pytorch-bin", "compressed-tensors", "mxfp4", "fp8-block")
+    ),
+)
+def test_the_count_is_the_source_models_on_every_later_format(case: str):
+    """The manifest's `parameters` is the source model's `num_parameters()` before it was
+    quantized or converted: .bin tied weights once, compressed-tensors packed weights at each
+    group's own bit width (mixed precision), MXFP4 blocks two values a byte, block-FP8 scales
+    (fused per expert too) left out."""
+    entry = json.loads((GOLDEN / "MANIFEST.json").read_text())[case]
+    assert scan_parameters(scan(GOLDEN / case)) == entry["parameters"]
 
 
 def test_packed_nvfp4_counts_two_values_a_byte_and_no_scales():

@@ -25,7 +25,6 @@ tensor_group) or [ceil(out/b0), ceil(in/b1)] (block) entries; asymmetric weights
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from inspector.codes import Code, code_set
 from inspector.display import legible
 from inspector.findings import FOLD, Finding, examples, make_finding
 from inspector.model import ScannedCheckpoint
+from inspector.quant_targets import TargetMatcher, group_targets, is_linear, strings
 from inspector.recipe import RECIPE_NAME, QuantModifier
 
 __all__ = ["CODES", "check_compressed_tensors", "compressed_tensors_config", "module_tensors"]
@@ -61,7 +61,6 @@ QUANT_PARAMS = frozenset(
         "output_zero_point",
     }
 )
-_EMBEDDING = re.compile(r"(^|\.)(embed\w*|wte|wpe|word_embeddings)$")
 # Patterns per config: a regex per entry, each run over every module.
 MAX_PATTERNS = 4_096
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
@@ -87,45 +86,6 @@ def module_tensors(scanned: ScannedCheckpoint) -> dict[str, dict[str, tuple[str,
     return out
 
 
-def _is_linear(module: str, params: Mapping[str, tuple[str, tuple[int, ...]]]) -> bool:
-    if _EMBEDDING.search(module):
-        return False
-    if "weight_packed" in params:
-        return True
-    weight = params.get("weight")
-    return weight is not None and len(weight[1]) == 2
-
-
-class _Matcher:
-    """One list of targets or ignore entries, resolved against module names."""
-
-    def __init__(self, entries: Sequence[str]) -> None:
-        self.names = {e for e in entries if not e.startswith("re:") and e != "Linear"}
-        self.regexes = []
-        for e in entries:
-            if e.startswith("re:"):
-                try:
-                    self.regexes.append(re.compile(e[3:]))
-                except re.error:
-                    continue  # a bad pattern matches nothing, as in the library's matcher
-        self.linear = "Linear" in entries
-
-    def __call__(self, module: str, linear: bool) -> bool:
-        if module in self.names or (self.linear and linear):
-            return True
-        # A class name other than Linear (e.g. `MixtralSparseMoeBlock`) cannot be resolved
-        # from tensor names; only its module-name forms are matched.
-        return any(r.match(module) for r in self.regexes)
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, str)]
-    return []
-
-
 @dataclass(frozen=True, slots=True)
 class _Scheme:
     group: str
@@ -135,13 +95,10 @@ class _Scheme:
     nvfp4_input: bool
 
 
-def _schemes(section: Mapping[str, Any]) -> list[tuple[_Matcher, _Scheme]]:
-    groups = section.get("config_groups")
+def _schemes(section: Mapping[str, Any]) -> list[tuple[TargetMatcher, _Scheme]]:
     out = []
     default = section.get("format")
-    for name, group in groups.items() if isinstance(groups, Mapping) else ():
-        if not isinstance(group, Mapping):
-            continue
+    for name, matcher, group in group_targets(section):
         weights = group.get("weights")
         fmt = group.get("format") or default
         acts = group.get("input_activations")
@@ -149,9 +106,9 @@ def _schemes(section: Mapping[str, Any]) -> list[tuple[_Matcher, _Scheme]]:
         local = isinstance(acts, Mapping) and acts.get("dynamic") == "local"
         out.append(
             (
-                _Matcher(_strings(group.get("targets"))),
+                matcher,
                 _Scheme(
-                    str(name),
+                    name,
                     str(fmt),
                     weights if isinstance(weights, Mapping) else {},
                     static,
@@ -168,7 +125,7 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
     if section is None:
         return []
     schemes = _schemes(section)
-    ignore_entries = _strings(section.get("ignore"))
+    ignore_entries = strings(section.get("ignore"))
     if len(ignore_entries) + sum(len(m.regexes) for m, _ in schemes) > MAX_PATTERNS:
         return [
             make_finding(
@@ -178,13 +135,13 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
                 file="config.json",
             )
         ]
-    ignore = _Matcher(ignore_entries)
+    ignore = TargetMatcher(ignore_entries)
     modules = module_tensors(scanned)
     mismatched: list[tuple[str, str]] = []
     unlisted: list[tuple[str, str]] = []
     planned: dict[str, str] = {}
     for module, params in modules.items():
-        linear = _is_linear(module, params)
+        linear = is_linear(module, params)
         if not linear and not (set(params) & QUANT_PARAMS):
             continue
         scheme = None
@@ -357,12 +314,14 @@ def _recipe(
 ) -> list[Finding]:
     """The modules the recipe quantizes against those config.json quantizes."""
     by_recipe: set[str] = set()
-    matchers: list[tuple[_Matcher, list[_Matcher]]] = []
+    matchers: list[tuple[TargetMatcher, list[TargetMatcher]]] = []
     for modifier in recipe:
-        targets = [_Matcher(t) for t in modifier.groups.values()] or [_Matcher(modifier.targets)]
-        matchers.append((_Matcher(modifier.ignore), targets))
+        targets = [TargetMatcher(t) for t in modifier.groups.values()] or [
+            TargetMatcher(modifier.targets)
+        ]
+        matchers.append((TargetMatcher(modifier.ignore), targets))
     for module, params in modules.items():
-        linear = _is_linear(module, params)
+        linear = is_linear(module, params)
         if not linear:
             continue
         for ignore, targets in matchers:
