@@ -27,13 +27,7 @@ READER_PENDING: dict[str, str] = {
 }
 
 # case -> the check its expected codes need, which does not exist yet
-CHECK_PENDING: dict[str, str] = {
-    "mxfp4/scales-missing": "no MXFP4 blocks/scales check yet (quant-scheme-mismatch)",
-    "mxfp4/scales-transposed": "no MXFP4 blocks/scales check yet (quant-scheme-mismatch)",
-    "fp8-block/scale-inv-transposed": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-    "fp8-block/expert-scale-missing": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-    "fp8-block/transformers-fp8-save": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-}
+CHECK_PENDING: dict[str, str] = {}
 
 
 def pending(case: str) -> str | None:

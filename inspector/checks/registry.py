@@ -23,6 +23,7 @@ from inspector.checks import (
     index,
     load,
     quant,
+    quant_blocks,
     sharding,
     sidecars,
     structure,
@@ -77,6 +78,7 @@ RULES: tuple[Rule, ...] = (
         compressed_tensors.check_compressed_tensors,
         compressed_tensors.CODES,
     ),
+    Rule("block-quant", None, quant_blocks.check_block_quant, quant_blocks.CODES),
 )
 
 
