@@ -6,7 +6,8 @@ bin-record-missing, pickle-hostile, pickle-bomb, file-unsafe)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from inspector.display import legible
 from inspector.dtypes import TORCH_DTYPES
@@ -27,7 +28,9 @@ from inspector.torch_bin import (
     read_bin,
 )
 
-__all__ = ["BinShard", "read_bin_columns", "read_bin_shard"]
+__all__ = ["BinShard", "open_columns", "read_bin_columns", "read_bin_shard"]
+
+S = TypeVar("S", bound=ShardHeader)
 
 
 class BinShard(ShardHeader):
@@ -39,6 +42,8 @@ class BinShard(ShardHeader):
     tensors are listed but whose data is never read (begins and ends are 0)."""
 
     __slots__ = ("legacy", "strides")
+    legacy: bool
+    strides: dict[str, tuple[int, ...]]
 
     @property
     def data_start(self) -> int:
@@ -59,17 +64,30 @@ def _dtype(name: str) -> str:
 
 def read_bin_shard(path: Location, *, root: Location) -> BinShard:
     """One `.bin` file as shard columns; what cannot be read is a finding, never a raise."""
+    return open_columns(path, root, read_bin_columns, _unreadable, "bin-unreadable")
+
+
+def open_columns(
+    path: Location,
+    root: Location,
+    columns: Callable[[ByteSource, str], S],
+    unreadable: Callable[[str, int, Finding], S],
+    code: str,
+) -> S:
+    """`columns(reader, rel)` of a file opened through its storage; a file the storage
+    refuses is `file-unsafe`, one that cannot be opened `code`: `unreadable(rel, 0, finding)`
+    (shared by the readers of .bin and GGUF files)."""
     rel = path.relative_to(root)
     try:
         with path.open() as reader:
-            return read_bin_columns(reader, rel)
+            return columns(reader, rel)
     except UnsafeFileError as exc:
         message = f"{legible(rel)}: not read, it {exc.reason}{UNSAFE_FILE_ADVICE}"
-        return _unreadable(rel, 0, make_finding("file-unsafe", message, file=rel))
+        return unreadable(rel, 0, make_finding("file-unsafe", message, file=rel))
     except OSError as exc:
         reason = exc.strerror or str(exc)
         msg = f"{legible(rel)}: cannot be read ({reason}); check that it is a readable regular file"
-        return _unreadable(rel, 0, make_finding("bin-unreadable", msg, file=rel))
+        return unreadable(rel, 0, make_finding(code, msg, file=rel))
 
 
 def _unreadable(rel: str, size: int, finding: Finding) -> BinShard:

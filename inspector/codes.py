@@ -107,6 +107,46 @@ class Code(StrEnum):
         "data/<key> record is absent, shorter than the storage, or the tensor runs past it. "
         "torch.load fails on it; re-copy the file or re-save it from the source.",
     )
+    GGUF_UNREADABLE = (
+        "gguf-unreadable",
+        _E,
+        _S,
+        "A GGUF file's header cannot be read: no GGUF magic, a version other than 2 or 3, a "
+        "header truncated inside its metadata or tensor infos, an unknown value type, or a "
+        "count or length over the reader's limits. Re-download or re-convert the file.",
+    )
+    GGUF_UNKNOWN_TYPE = (
+        "gguf-unknown-type",
+        _E,
+        _S,
+        "A GGUF tensor has a ggml type id the format does not define (a removed or future "
+        "quantization), or a first dimension that is not a whole number of its type's "
+        "blocks: llama.cpp refuses the file. Re-convert it with a current llama.cpp / gguf.",
+    )
+    GGUF_SPLIT_MISSING = (
+        "gguf-split-missing",
+        _E,
+        _I,
+        "A split GGUF model (NAME-0000i-of-0000N.gguf) lacks parts that split.count declares: "
+        "llama.cpp cannot open it. Download the missing parts.",
+    )
+    GGUF_SPLIT_TENSOR_COUNT_MISMATCH = (
+        "gguf-split-tensor-count-mismatch",
+        _E,
+        _I,
+        "The parts of a split GGUF model hold a different number of tensors from what "
+        "split.tensors.count says (llama.cpp: 'corrupted model: N tensors expected but M "
+        "found'). A part is stale or from another conversion; re-download or re-split.",
+    )
+    GGUF_SPLIT_INCONSISTENT = (
+        "gguf-split-inconsistent",
+        _E,
+        _I,
+        "The parts of a split GGUF model disagree: different split.count or "
+        "split.tensors.count, a split.no that is not the file's number minus one, or a "
+        "part without split metadata. Parts of two conversions were mixed; re-download or "
+        "re-split them together.",
+    )
     HEADER_INVALID_ENTRY = (
         "header-invalid-entry",
         _E,

@@ -41,6 +41,7 @@ __all__ = [
     "DcpInfo",
     "DcpReference",
     "FileRole",
+    "GgufInfo",
     "IndexDoc",
     "LayoutInfo",
     "LayoutName",
@@ -85,6 +86,7 @@ class LayoutName(StrEnum):
     DCP_SHARDED = "dcp-sharded"
     TORCH_DIST = "torch-dist"
     PYTORCH_BIN = "pytorch-bin"
+    GGUF = "gguf"
 
 
 # -- what a reader could not read -----------------------------------------------------------
@@ -251,6 +253,15 @@ class ShardedInfo:
 class PytorchBinInfo:
     """`torch.save` files (`pytorch_model.bin`, or shards with `pytorch_model.bin.index.json`):
     `lone_file` when one file was scanned without its folder."""
+
+    lone_file: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GgufInfo:
+    """GGUF files (single, or split parts `NAME-0000i-of-0000N.gguf`); each shard is an
+    `inspector.gguf_shard.GgufShard` carrying its metadata. `lone_file` when one file was
+    scanned without its folder."""
 
     lone_file: bool = False
 
@@ -453,7 +464,15 @@ class TorchDistInfo:
         _set(self, "byte_keys", tuple(self.byte_keys))
 
 
-LayoutInfo = SingleFileInfo | ShardedInfo | PerLayerInfo | DcpInfo | TorchDistInfo | PytorchBinInfo
+LayoutInfo = (
+    SingleFileInfo
+    | ShardedInfo
+    | PerLayerInfo
+    | DcpInfo
+    | TorchDistInfo
+    | PytorchBinInfo
+    | GgufInfo
+)
 
 _INFO_OF: dict[LayoutName, type] = {
     LayoutName.SAFETENSORS_SINGLE: SingleFileInfo,
@@ -462,6 +481,7 @@ _INFO_OF: dict[LayoutName, type] = {
     LayoutName.DCP_SHARDED: DcpInfo,
     LayoutName.TORCH_DIST: TorchDistInfo,
     LayoutName.PYTORCH_BIN: PytorchBinInfo,
+    LayoutName.GGUF: GgufInfo,
 }
 
 

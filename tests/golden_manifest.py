@@ -22,9 +22,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "writers"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text())
 
 # format -> why no case of it can be scanned yet
-READER_PENDING: dict[str, str] = {
-    "gguf": "no reader for GGUF files yet (single and split)",
-}
+READER_PENDING: dict[str, str] = {}
 
 # case -> the check its expected codes need, which does not exist yet
 CHECK_PENDING: dict[str, str] = {}

@@ -898,6 +898,51 @@ def test_code_quant_recipe_mismatch() -> None:
     assert f.file == "recipe.yaml" and "model.layers.0.mlp.down_proj" in f.message
 
 
+# -- GGUF (gguf's GGUFWriter wrote them; tests/test_gguf.py has more) --------------------------
+
+
+def test_code_gguf_unreadable(tmp_path: Path) -> None:
+    data = (GOLDEN / "gguf" / "single" / "tiny-qwen3moe-Q4_0.gguf").read_bytes()
+    (tmp_path / "m.gguf").write_bytes(data[:1000])  # cut inside the metadata
+    f = one(run(tmp_path), "gguf-unreadable")
+    assert f.file == "m.gguf" and "truncated" in f.message
+
+
+def test_code_gguf_unknown_type(tmp_path: Path) -> None:
+    src = GOLDEN / "gguf" / "single" / "tiny-qwen3moe-Q4_0.gguf"
+    data = bytearray(src.read_bytes())
+    # token_embd.weight's type (Q8_0 = 8) becomes 4, the removed Q4_2.
+    at = data.index(b"token_embd.weight") + len("token_embd.weight") + 4 + 2 * 8
+    assert struct.unpack_from("<I", data, at)[0] == 8
+    struct.pack_into("<I", data, at, 4)
+    (tmp_path / "m.gguf").write_bytes(bytes(data))
+    f = one(run(tmp_path), "gguf-unknown-type")
+    assert "token_embd.weight" in f.message and "type id 4" in f.message
+
+
+def test_code_gguf_split_missing() -> None:
+    f = one(run(GOLDEN / "gguf" / "split-part-missing"), "gguf-split-missing")
+    assert "tiny-qwen3moe-Q4_0-00002-of-00003.gguf" in f.message
+
+
+def test_code_gguf_split_tensor_count_mismatch() -> None:
+    folder = GOLDEN / "gguf" / "split-tensor-count-mismatch"
+    f = one(run(folder), "gguf-split-tensor-count-mismatch")
+    assert "27" in f.message and "26" in f.message
+
+
+def test_code_gguf_split_inconsistent(tmp_path: Path) -> None:
+    """Part 2 renamed to part 3's number and part 3 dropped: its split.no says 1."""
+    split = GOLDEN / "gguf" / "split"
+    for n in (1, 2):
+        shutil.copy(split / f"tiny-qwen3moe-Q4_0-0000{n}-of-00003.gguf", tmp_path)
+    (tmp_path / "tiny-qwen3moe-Q4_0-00002-of-00003.gguf").rename(
+        tmp_path / "tiny-qwen3moe-Q4_0-00003-of-00003.gguf"
+    )
+    f = one(run(tmp_path), "gguf-split-inconsistent")
+    assert "split.no 1, expected 2" in f.message
+
+
 # -- the contract: every code has its test ----------------------------------------------------
 
 

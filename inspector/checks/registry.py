@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from inspector.checks import (
     compressed_tensors,
     dcp,
+    gguf,
     index,
     load,
     quant,
@@ -79,6 +80,7 @@ RULES: tuple[Rule, ...] = (
         compressed_tensors.CODES,
     ),
     Rule("block-quant", None, quant_blocks.check_block_quant, quant_blocks.CODES),
+    Rule("gguf", frozenset({_L.GGUF}), gguf.check_gguf, gguf.CODES),
 )
 
 

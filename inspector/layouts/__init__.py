@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from inspector.layouts import (
     dcp_sharded,
+    gguf,
     hf_sharded,
     modelopt_per_layer,
     pytorch_bin,
@@ -25,6 +26,7 @@ LAYOUTS: tuple[Layout, ...] = (
     hf_sharded.LAYOUT,
     safetensors_single.LAYOUT,
     pytorch_bin.LAYOUT,
+    gguf.LAYOUT,
 )
 
 

@@ -47,6 +47,7 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "gguf",
     "header",
     "index_json",
     "load_config",
@@ -495,6 +496,27 @@ def torch_bin(data: bytes) -> None:
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
 
 
+# -- (h) GGUF headers -------------------------------------------------------------------------
+
+GGUF_CAP = 1 << 20
+
+
+def gguf(data: bytes) -> None:
+    """The bytes as a GGUF file: shard columns with findings, never an exception; at most the
+    cap read (the parser reads in 1 MiB blocks, so one block past it at most)."""
+    from test_header_fuzz import CountingReader
+
+    from inspector.gguf_shard import read_gguf_columns
+
+    reader = CountingReader(data)
+    shard = read_gguf_columns(reader, "fuzz.gguf", cap=GGUF_CAP)
+    assert reader.bytes_read <= GGUF_CAP, reader.bytes_read
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    assert all(0 <= b <= e for b, e in zip(shard.begins, shard.ends, strict=True))
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -503,6 +525,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "load_config": load_config,
     "remote_answer": remote_answer,
     "torch_bin": torch_bin,
+    "gguf": gguf,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
