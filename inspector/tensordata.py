@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -37,6 +37,13 @@ def hash_bytes(view: memoryview | bytes | np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _strided(shard: ShardHeader) -> Mapping[str, tuple[int, ...]]:
+    """The tensors of a `.bin` shard whose elements are not one contiguous run (a transposed
+    or sliced view torch.save kept as is); their bytes are not read as a row-major run."""
+    strides: Mapping[str, tuple[int, ...]] = getattr(shard, "strides", None) or {}
+    return strides
+
+
 class TensorData(AbstractContextManager["TensorData"]):
     """Byte access to the tensors of a scanned checkpoint. Use as a context manager."""
 
@@ -58,6 +65,7 @@ class TensorData(AbstractContextManager["TensorData"]):
         if buf is None:
             return
         base = shard.data_start
+        strided = _strided(shard)
         for name, dtype, shape, b, e in zip(
             shard.names,
             shard.dtypes,
@@ -66,7 +74,7 @@ class TensorData(AbstractContextManager["TensorData"]):
             shard.ends.tolist(),
             strict=True,
         ):
-            if base + e <= buf.size:
+            if base + e <= buf.size and name not in strided:
                 view = buf.view(base + b, base + e)
                 if view is not None:
                     yield name, dtype, shape, view
@@ -85,6 +93,8 @@ class TensorData(AbstractContextManager["TensorData"]):
         if where is None:
             return None
         shard, i = where
+        if name in _strided(shard):
+            return None  # a strided view saved by torch.save: not one run of bytes
         buf = self._map(shard.file)
         start = shard.data_start + int(shard.begins[i])
         end = shard.data_start + int(shard.ends[i])

@@ -157,6 +157,10 @@ def test_strided_views_are_placed_in_their_storage(tmp_path: Path) -> None:
     assert shard.shapes == [(8, 5), (8,)]
     assert shard.strides == {"t": (1, 8)}  # type: ignore[attr-defined]
     assert int(shard.begins[1]) - int(shard.begins[0]) == 2 * 8 * 4  # row 2 of the storage
+    with TensorData(scan(tmp_path)) as data:
+        row = data.tensor_bytes("row")
+        assert row is not None and bytes(row) == base[2].numpy().tobytes()
+        assert data.tensor_bytes("t") is None  # never read as a row-major run
 
 
 def test_safetensors_beside_bin_win(tmp_path: Path) -> None:
