@@ -364,8 +364,10 @@ class Code(StrEnum):
         "quant-config-missing-layer",
         _E,
         _M,
-        "A quantized module has no quantized_layers entry and no matching exclude pattern; "
-        "loaders treat it as unquantized.",
+        "A module stored quantized that the quantization config does not list "
+        "(hf_quant_config.json: no quantized_layers entry and no matching exclude pattern; "
+        "compressed-tensors config.json: ignored, or targeted by no config group); loaders "
+        "treat it as unquantized.",
     )
     QUANT_CONFIG_STALE_LAYER = (
         "quant-config-stale-layer",

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Literal
 
 from inspector.codes import Code, Severity, code_of, severity_rank
 from inspector.display import MESSAGE_LIMIT, legible
+from inspector.filenames import CONFIG_NAME
 from inspector.findings import Finding, fold_ranges
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.references import Reference, consolidation_reference, restore_reference
@@ -602,7 +603,10 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
 
 
 def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER]
+    # hf_quant_config.json's (repaired here); a compressed-tensors config.json's go per code.
+    mine = [
+        f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER and f.file != CONFIG_NAME
+    ]
     if not mine:
         return []
     return [
@@ -960,6 +964,11 @@ _ACTIONS: dict[Code, tuple[ActionKind, str]] = {
         "consolidate with a reference index instead of the unreadable mapping",
     ),
     Code.UNINDEXED_FILE: ("review", "remove the stray file, or rebuild the index to include it"),
+    Code.QUANT_CONFIG_MISSING_LAYER: (
+        "review",
+        "take the modules out of config.json's ignore list (or add them to a group's targets), "
+        "or re-export them unquantized",
+    ),
 }
 
 
