@@ -180,20 +180,42 @@ def test_readme_links_resolve_and_cover_every_page() -> None:
     assert pages <= linked, f"pages the README does not link: {sorted(pages - linked)}"
 
 
+def _external_link_problem(target: str) -> str | None:
+    """Why `target` is not a well-formed external link (None: it is, or it is relative)."""
+    parts = urlsplit(target)
+    if not parts.scheme:
+        return "protocol-relative" if target.startswith("//") else None
+    if parts.scheme != "https":
+        return "not https"
+    if not re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+)+", parts.hostname or ""):
+        return "no public host name"
+    if re.search(r"[\s<>\"'`]", target) or target.endswith((".", ",", ";", ":")):
+        return "stray characters"
+    return None
+
+
+@pytest.mark.parametrize(
+    ("target", "problem"),
+    [
+        ("https://huggingface.co/docs/safetensors", None),
+        ("cli.md#will-it-load", None),
+        ("http://example.com/x", "not https"),
+        ("//example.com/x", "protocol-relative"),
+        ("https://localhost/x", "no public host name"),
+        ("https:/example.com", "no public host name"),
+        ("https://example.com/x.", "stray characters"),
+    ],
+)
+def test_the_link_check_tells_a_malformed_link(target: str, problem: str | None) -> None:
+    assert _external_link_problem(target) == problem
+
+
 @pytest.mark.parametrize("page", ALL_MARKDOWN, ids=lambda p: p.name)
 def test_external_links_are_well_formed_https(page: Path) -> None:
     for inline, bare in LINK.findall(page.read_text()):
         target = inline or bare
-        parts = urlsplit(target)
-        if not parts.scheme:
-            assert not target.startswith("//"), f"{page.name}: protocol-relative link {target}"
-            continue
-        assert parts.scheme == "https", f"{page.name}: {target} is not https"
-        host = parts.hostname or ""
-        assert re.fullmatch(r"[a-z0-9-]+(\.[a-z0-9-]+)+", host), (
-            f"{page.name}: bad host in {target}"
-        )
-        assert not re.search(r"[\s<>\"'`]", target), f"{page.name}: malformed {target}"
+        problem = _external_link_problem(target)
+        assert problem is None, f"{page.name}: {target}: {problem}"
 
 
 def test_screenshot_is_a_small_png() -> None:
