@@ -46,7 +46,7 @@ format: $(STAMP)
 	$(PY) -m ruff format inspector widgets tests benchmarks notebooks
 	$(PY) -m ruff check --fix inspector widgets tests benchmarks notebooks
 
-# docs/findings.md is generated from the code table in inspector/codes.py.
+# docs/findings.md is generated from the code table in inspector/_internal/findings/codes.py.
 docs: $(STAMP)
 	$(PY) -m inspector codes --markdown > docs/findings.md
 

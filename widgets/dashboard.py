@@ -1,20 +1,20 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
 
-Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
-one root cause with its fix (the Overview lists issues, the Findings tab findings).
+Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
+findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
 
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector.html_repr`, the tensor grid from `widgets.browser`. Tabs other than Overview are
-built when first selected, or ahead of that by a background worker once the Overview is on
+`inspector._internal.report.html`, the tensor grid from `widgets.browser`. Tabs other than Overview
+are built when first selected, or ahead of that by a background worker once the Overview is on
 screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
 checkpoint opens after one scan and the plain checks.
 
 The Overview answers "will it load?" with the model code's own verdict
-(`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
-else together, so the Overview is drawn from the plain checks and the verdict is computed in a
-thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
+(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more than
+everything else together, so the Overview is drawn from the plain checks and the verdict is computed
+in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
 holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
@@ -36,10 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
+from inspector.widgets.controls import button
 
-from inspector.checks import check
-from inspector.findings import Finding, findings_to_frame
-from inspector.html_repr import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.findings.finding import Finding, findings_to_frame
+from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.findings.references import restore_reference
+from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.html import (
     code_help_html,
     facts_html,
     findings_html,
@@ -49,16 +55,11 @@ from inspector.html_repr import (
     problem_html,
     severity_badge,
 )
-from inspector.model import ScannedCheckpoint
-from inspector.problems import Problem, group_problems
-from inspector.query import TensorQuery, query_for_finding
-from inspector.references import restore_reference
-from inspector.scan import scan
-from inspector.storage import Location, RemoteURL
-from inspector.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.storage import Location, RemoteURL
 
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -110,7 +111,7 @@ class CheckpointState:
         )
         verdict = None
         if model:
-            from inspector.model_load import load_verdict
+            from inspector._internal.load.verdict import load_verdict
 
             verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
         return cls.checked(scanned, verdict, deep=deep, progress=progress)
@@ -140,7 +141,7 @@ class Dashboard:
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
-    code ships in the checkpoint folder (see `inspector.model_load`).
+    code ships in the checkpoint folder (see `inspector._internal.load.verdict`).
     """
 
     TABS = (
@@ -281,7 +282,7 @@ class Dashboard:
 
         def work() -> None:
             try:
-                from inspector.model_load import load_verdict
+                from inspector._internal.load.verdict import load_verdict
 
                 verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
                 state = CheckpointState.checked(plain.scanned, verdict)
@@ -955,14 +956,6 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
     widget._config = {**widget._config, "responsive": True}
     return widget
-
-
-def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
-    """A button with a stable CSS class (`style` is an ipywidgets button_style)."""
-    widget = w.Button(description=description, button_style=style, icon=icon)
-    widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
-    widget.layout.min_width = "max-content"
-    return widget.add_class(css_class)
 
 
 def _hide(widget: w.Widget, hidden: bool) -> None:

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector.display import legible
-from inspector.units import format_bytes, scale_for
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import format_bytes, scale_for
 
 __all__ = [
     "SEVERITY_COLORS",

@@ -23,18 +23,18 @@ from inspector.widgets.figures import (
     shard_size_distribution,
 )
 
-from inspector.atomic import write_atomic
-from inspector.display import NAME_LIMIT
-from inspector.findings import Finding, findings_to_frame, severity_rank
-from inspector.html_repr import html_text, load_verdict_html
-from inspector.model import ScannedCheckpoint
-from inspector.problems import group_problems
-from inspector.summary import summarize
-from inspector.units import format_bytes
-from inspector.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import NAME_LIMIT
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.report.html import html_text, load_verdict_html
+from inspector._internal.report.summary import summarize
 
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["render_html_report", "write_html_report"]
 
