@@ -1,4 +1,4 @@
-# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/, pytest).
+# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/ and widgets/, pytest).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -479,3 +479,17 @@ def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
         Code.TENSOR_ALL_ZERO.fix.kind,
         Code.TENSOR_ALL_ZERO.fix.text,
     )
+
+
+def test_the_cli_is_one_module_per_command() -> None:
+    """Each command of `ckpt-inspect` is a module of `inspector/_internal/cli/` with
+    `add_parser` and `run`, and the parser offers exactly those (and the plugins')."""
+    from inspector._internal.cli.main import COMMANDS, _parser
+
+    cli = ROOT / "inspector" / "_internal" / "cli"
+    modules = {p.stem for p in cli.glob("*.py")} - {"__init__", "main", "args"}
+    assert {m.__name__.rsplit(".", 1)[1] for m in COMMANDS} == modules
+    for module in COMMANDS:
+        assert callable(module.add_parser) and callable(module.run), module.__name__
+    (sub,) = [a for a in _parser()._actions if a.dest == "command"]
+    assert set(sub.choices) - {"report"} == modules

@@ -516,12 +516,12 @@ def test_a_rank_file_named_with_a_backslash_refuses_the_plan_before_writing(tmp_
 
 def test_an_unexpected_error_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path: Path):
     """A bug must not read as findings to CI (exit 1) nor flood its log with a traceback."""
-    import inspector._internal.report.summary
+    import inspector._internal.cli.scan
 
     def broken(*_a, **_k):
         raise ValueError("something no code path expected")
 
-    monkeypatch.setattr(inspector._internal.report.summary, "summarize", broken)
+    monkeypatch.setattr(inspector._internal.cli.scan, "summarize", broken)
     _shard(tmp_path / "model.safetensors", ["model.layers.0.a"])
     assert main(["scan", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

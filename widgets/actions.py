@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
-from inspector.widgets.controls import button
-from inspector.widgets.report import write_html_report
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
@@ -34,8 +32,11 @@ from inspector._internal.report.html import (
 from inspector._internal.report.markdown import markdown_summary
 from inspector.errors import InspectorError, PlanRefusedError
 
+from .controls import button
+from .report import write_html_report
+
 if TYPE_CHECKING:
-    from inspector.widgets.dashboard import Dashboard
+    from .dashboard import Dashboard
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 

@@ -154,8 +154,8 @@ class TensorBrowser:
         csv.add_class("ckpt-export-csv").on_click(lambda _: self.export("csv"))
         parquet.add_class("ckpt-export-parquet").on_click(lambda _: self.export("parquet"))
         self.export_status = w.HTML().add_class("ckpt-export-status")
-        self._controls = (self.name, self.regex, self.dtype, self.layer, self.expert)
-        self._controls += (self.kind, self.file)
+        self._controls: tuple[w.Widget, ...] = (self.name, self.regex, self.dtype, self.layer)
+        self._controls += (self.expert, self.kind, self.file)
         self._quiet = False
         for control in self._controls:
             control.observe(lambda _: self._from_controls(), names="value")

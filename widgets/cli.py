@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector._internal.cli.main import (
+from inspector._internal.cli.args import (
     EXIT_CANNOT,
     EXIT_OK,
     add_model_arguments,
@@ -49,7 +49,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if args.output is None:
             return EXIT_OK
     try:
-        from inspector.widgets.report import write_html_report
+        from .report import write_html_report
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "plotly":
             raise

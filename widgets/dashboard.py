@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
-from inspector.widgets.controls import button
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -57,6 +56,8 @@ from inspector._internal.report.html import (
 )
 from inspector._internal.report.query import TensorQuery, query_for_finding
 from inspector._internal.storage import Location, RemoteURL
+
+from .controls import button
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -170,8 +171,8 @@ class Dashboard:
         model: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
-        from inspector.widgets.browser import TensorBrowser
+        from .actions import ConsolidatePanel, RepairPanel, ReportPanel
+        from .browser import TensorBrowser
 
         self.model, self.trust_remote_code = model, trust_remote_code
         # The plain checks now; the load verdict in a thread (see the module docstring).
@@ -210,14 +211,14 @@ class Dashboard:
             [self.header, rescan],
             layout=w.Layout(justify_content="space-between", align_items="center", width="100%"),
         )
-        from inspector.widgets.autosize import Autosize
+        from .autosize import Autosize
 
         self.widget = w.VBox(
             [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
-            from inspector.widgets.snapshot import Snapshot
+            from .snapshot import Snapshot
 
             self._snapshot = Snapshot()
         # Panels are built by the main thread on a click or by the background worker ahead of
@@ -469,7 +470,7 @@ class Dashboard:
         return data
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        from inspector.widgets.snapshot import snapshot_html
+        from .snapshot import snapshot_html
 
         return {**self._widget_bundle(), "text/html": snapshot_html(self.current)}
 
@@ -700,7 +701,7 @@ class FilesPanel:
     """Shard-size distribution with outliers, then the files table (outliers first), paged."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import (
+        from .figures import (
             expected_small,
             shard_size_distribution,
             shard_size_outliers,
@@ -724,7 +725,7 @@ class LayersPanel:
     """Bytes per layer by dtype, parameters per layer by kind, and the layers table, paged."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import bytes_per_layer, parameters_per_layer
+        from .figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
         self.table = PagedTable(s.layers, title="layers", css_class="ckpt-layers-table")
@@ -744,7 +745,7 @@ class ExpertsPanel:
     lists that expert's tensors and findings."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import expert_coverage_heatmap
+        from .figures import expert_coverage_heatmap
 
         self.dash = dash
         s = dash.scanned
@@ -803,7 +804,7 @@ class ExpertsPanel:
         )
 
     def _zoom_into(self, layer: int) -> None:
-        from inspector.widgets.figures import expert_layer_grid
+        from .figures import expert_layer_grid
 
         if layer == self.zoomed:
             return

@@ -412,8 +412,10 @@ def _size_histogram(
             )
         )
         shown = sizes[outliers].sort_values(ascending=False).head(5)
+        label_of = names.to_dict()
         for idx, size in shown.items():
-            text = f"{names[idx]}: {size / median:.2g}x median" if median else str(names[idx])
+            name = label_of[idx]
+            text = f"{name}: {size / median:.2g}x median" if median else str(name)
             fig.add_annotation(
                 x=size / divisor, y=0, text=text, showarrow=True, arrowhead=2, ay=-40
             )

@@ -15,13 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import plotly.offline
-from inspector.widgets.figures import (
-    bytes_per_layer,
-    expert_coverage_heatmap,
-    findings_by_code,
-    parameters_per_layer,
-    shard_size_distribution,
-)
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import NAME_LIMIT
@@ -32,6 +25,14 @@ from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plur
 from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.report.html import html_text, load_verdict_html
 from inspector._internal.report.summary import summarize
+
+from .figures import (
+    bytes_per_layer,
+    expert_coverage_heatmap,
+    findings_by_code,
+    parameters_per_layer,
+    shard_size_distribution,
+)
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict

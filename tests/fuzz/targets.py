@@ -139,7 +139,7 @@ def index_json(data: bytes) -> None:
     )
     _check_problems(problems)
     files = read_config_files(root, root=root)
-    _check_problems(files.read_findings)
+    _check_problems(files.problems)
     assert files.config is None or isinstance(files.config, dict)
     salvage_json_prefix(root / "config.json")
 
