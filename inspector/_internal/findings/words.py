@@ -163,7 +163,7 @@ def describe_names(names: Sequence[str]) -> str:
 
 # A refusal shows this many codes, each with its count and its first message cut to this length.
 REFUSAL_CODES = 3
-REFUSAL_MESSAGE = 160
+REFUSAL_MESSAGE = 400
 
 
 def refusal_digest(findings: Sequence[Finding], *, path: object) -> str:
