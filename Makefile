@@ -1,5 +1,5 @@
-# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/, the
-# documentation site, pytest).
+# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/ and
+# widgets/, the documentation site, pytest).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -59,7 +59,8 @@ $(DOCS_STAMP): $(STAMP)
 	$(PY) -m pip install --quiet -c tests/constraints.txt -e ".[docs]"
 	touch $(DOCS_STAMP)
 
-# docs/findings.md is generated from the code table (`ckpt-inspect codes --markdown`) first.
+# docs/findings.md is generated from the code table in inspector/_internal/findings/codes.py
+# (`ckpt-inspect codes --markdown`) first.
 docs: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m inspector codes --markdown > docs/findings.md
 	$(MKDOCS_BUILD)

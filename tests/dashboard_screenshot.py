@@ -27,7 +27,7 @@ from browser import (
     sync_playwright_or_fail,
 )
 
-from inspector.demo import write_demos
+from inspector._internal.demo import write_demos
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "02-repair-an-index-that-forgot-mtp.ipynb"

@@ -21,7 +21,7 @@ import pytest
 
 import inspector
 from inspector import scan, widgets
-from inspector.cli import main
+from inspector._internal.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

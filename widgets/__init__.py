@@ -11,15 +11,15 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the lazy names are, for type checkers and the API pages
-    from inspector.widgets.dashboard import Dashboard
-    from inspector.widgets.figures import (
+    from .dashboard import Dashboard
+    from .figures import (
         bytes_per_layer,
         expert_coverage_heatmap,
         findings_by_code,
         parameters_per_layer,
         shard_size_distribution,
     )
-    from inspector.widgets.report import write_html_report
+    from .report import write_html_report
 
 __all__ = [
     "Dashboard",
