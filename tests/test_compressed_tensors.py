@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from inspector.checks import check
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "llmcompressor"
 

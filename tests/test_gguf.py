@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from test_header_fuzz import CountingReader
 
-from inspector.checks import check
-from inspector.gguf_header import ArrayInfo, read_gguf
-from inspector.gguf_shard import read_gguf_columns
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.formats.gguf_header import ArrayInfo, read_gguf
+from inspector._internal.formats.gguf_shard import read_gguf_columns
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())

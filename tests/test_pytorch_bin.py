@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.bin_shard import read_bin_shard
-from inspector.checks import check
-from inspector.scan import scan
-from inspector.storage import local_location
-from inspector.tensordata import TensorData
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.formats.bin_shard import read_bin_shard
+from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.storage import local_location
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 
@@ -83,7 +83,7 @@ def test_no_storage_byte_is_read(tmp_path: Path) -> None:
             read.append(length)
             return self.data[offset : offset + length]
 
-    from inspector.bin_shard import read_bin_columns
+    from inspector._internal.formats.bin_shard import read_bin_columns
 
     shard = read_bin_columns(Counting((tmp_path / "x.bin").read_bytes()), "x.bin")
     assert shard.names == ("big",) and not shard.findings
