@@ -16,8 +16,10 @@ import torch
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.findings.issues import group_problems
 from inspector._internal.formats.bin_shard import read_bin_shard
 from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.plans.repair import plan_repair
 from inspector._internal.storage import local_location
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
@@ -179,3 +181,22 @@ def test_training_args_bin_is_not_a_weight_file(tmp_path: Path) -> None:
     (tmp_path / "m" / "training_args.bin").write_bytes(buf.getvalue())
     scanned = scan(tmp_path / "m")
     assert [s.file for s in scanned.shards] == ["pytorch_model.bin"]
+
+
+@pytest.mark.parametrize("case", ["sharded-index-dangling", "sharded-shard-missing"])
+def test_bin_index_findings_never_point_at_a_repair_that_writes_nothing(
+    tmp_path: Path, case: str
+) -> None:
+    """`repair` rebuilds safetensors indexes only: an issue of a `.bin` folder whose fix
+    says `repair` must name a repair that plans a write, never a no-op."""
+    folder = tmp_path / case
+    shutil.copytree(GOLDEN / "transformers4" / case, folder)
+    ckpt = scan(str(folder))
+    problems = group_problems(ckpt, check(ckpt, model=False))
+    assert problems
+    for problem in problems:
+        if problem.action.kind == "repair":
+            plan = plan_repair(ckpt, only=set(problem.action.parts))
+            assert plan.writes, (problem.key, problem.action)
+        else:
+            assert "repair --only" not in problem.action.command, problem

@@ -46,7 +46,7 @@ from inspector._internal.findings.words import plural, shell_word
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
 
-__all__ = ["Action", "ActionKind", "Problem", "group_problems"]
+__all__ = ["INDEX_REBUILT_FOR", "Action", "ActionKind", "Problem", "group_problems"]
 
 # The kinds of fix a code names (`Code.fix`).
 ActionKind = FixKind
@@ -956,7 +956,19 @@ _RULES: tuple[Callable[[_Context, list[Finding]], list[Problem]], ...] = (
 # -- helpers ---------------------------------------------------------------------------------
 
 
+# The layouts whose index `repair --only index` rebuilds (`inspector._internal.plans.repair`
+# plans it for these only): a `.bin` folder's `pytorch_model.bin.index.json` is not rebuilt.
+INDEX_REBUILT_FOR = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
+
+
 def _repair(ctx: _Context, part: str, text: str) -> Action:
+    if part == "index" and ctx.scanned.layout not in INDEX_REBUILT_FOR:
+        return Action(
+            "re-export",
+            "re-save the model with save_pretrained, which writes the shards and their index "
+            "together (ckpt-inspect rebuilds safetensors indexes only)",
+            "re-run the exporter",
+        )
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
 

@@ -50,6 +50,7 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.findings.codes import Severity
 from inspector._internal.findings.finding import Finding, examples
+from inspector._internal.findings.issues import INDEX_REBUILT_FOR
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector._internal.plans.atomic import apply_writes, folder_lock
@@ -350,7 +351,7 @@ def plan_repair(
         )
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
-    if "index" in wanted and scanned.layout in (_L.HF_SHARDED, _L.MODELOPT_PER_LAYER):
+    if "index" in wanted and scanned.layout in INDEX_REBUILT_FOR:
         plan = plan + plan_index(scanned, duplicates=duplicates)
     if "sidecars" in wanted and scanned.layout is _L.MODELOPT_PER_LAYER:
         plan = plan + plan_sidecars(scanned)
