@@ -7,7 +7,11 @@ from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
-from inspector._internal.plans.consolidate import consolidate, plan_consolidation
+from inspector._internal.plans.consolidate import (
+    ConsolidationOptions,
+    consolidate,
+    plan_consolidation,
+)
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.repair_all import plan_all
 from inspector._internal.plans.reshard import plan_reshard
@@ -18,6 +22,7 @@ from inspector.errors import CannotInspectError, InspectorError, PlanRefusedErro
 __all__ = [
     "CODES",
     "CannotInspectError",
+    "ConsolidationOptions",
     "Finding",
     "InspectorError",
     "LoadVerdict",
