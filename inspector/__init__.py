@@ -7,6 +7,7 @@ from inspector.consolidate import plan_consolidation
 from inspector.diff import diff_checkpoints
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 from inspector.findings import CODES, Finding, Severity, findings_to_frame
+from inspector.integrity import Verification, verify, write_manifest
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import LoadVerdict, load_verdict
 from inspector.repair import plan_repair
@@ -23,6 +24,7 @@ __all__ = [
     "PlanRefusedError",
     "ScannedCheckpoint",
     "Severity",
+    "Verification",
     "check",
     "diff_checkpoints",
     "findings_to_frame",
@@ -32,6 +34,8 @@ __all__ = [
     "plan_reshard",
     "plan_restore",
     "scan",
+    "verify",
+    "write_manifest",
 ]
 
 __version__ = "0.1.0"

@@ -295,8 +295,16 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
     p.add_argument("outdir", type=Path)
     p.set_defaults(func=_cmd_demo)
+    _add_integrity_commands(sub)
     _add_plugin_commands(sub)
     return parser
+
+
+def _add_integrity_commands(sub: argparse._SubParsersAction) -> None:
+    # `verify` and `manifest` live with their core module, which builds on this one's helpers.
+    from inspector.integrity.cli import register
+
+    register(sub)
 
 
 # Commands that other packages of the distribution add (the HTML `report` comes from

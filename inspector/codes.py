@@ -53,8 +53,9 @@ GROUPS = (
     "What the model code itself would load",
     "Tensor data (check --deep)",
     "Files the checkpoint cannot safely give us",
+    "Content against a source (ckpt-inspect verify)",
 )
-_S, _I, _P, _M, _D, _T, _L, _X, _U = GROUPS
+_S, _I, _P, _M, _D, _T, _L, _X, _U, _V = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -502,6 +503,68 @@ class Code(StrEnum):
         "one tensor form no grid over millions of boundaries): it stopped at its budget, so "
         "what the finding names was NOT verified. A real writer never produces this; the file "
         "was crafted or is corrupt: re-save the checkpoint.",
+    )
+
+    # -- content against a source (verify) ----------------------------------------------------
+    FILE_SIZE_MISMATCH = (
+        "file-size-mismatch",
+        _E,
+        _V,
+        "A file's size differs from what the source (the manifest, the Hub's listing, the other "
+        "checkpoint) records: an interrupted or stitched copy. Copy the file again from the "
+        "source, then run `ckpt-inspect verify` again.",
+    )
+    FILE_HASH_MISMATCH = (
+        "file-hash-mismatch",
+        _E,
+        _V,
+        "A file has the recorded size but not the recorded SHA-256: its bytes were damaged in "
+        "transfer or on disk (or the source changed since). Copy the file again from the "
+        "source; `--level tensor` names the tensors that differ.",
+    )
+    FILE_MISSING_VS_SOURCE = (
+        "file-missing-vs-source",
+        _E,
+        _V,
+        "The source records a file this copy does not have (an incomplete download or upload); "
+        "copy it from the source.",
+    )
+    FILE_EXTRA_VS_SOURCE = (
+        "file-extra-vs-source",
+        _W,
+        _V,
+        "This copy has a file the source does not record: a leftover or a file added after the "
+        "source was recorded. Remove it, or write the manifest again if it belongs.",
+    )
+    TENSOR_HASH_MISMATCH = (
+        "tensor-hash-mismatch",
+        _E,
+        _V,
+        "A tensor's content hash (or its dtype or shape) differs from the source's: its values "
+        "changed. Copy its file again from the source, or restore the tensor with "
+        "`ckpt-inspect repair --from SOURCE`.",
+    )
+    TENSOR_MISSING_VS_SOURCE = (
+        "tensor-missing-vs-source",
+        _E,
+        _V,
+        "The source holds a tensor this checkpoint does not; restore it with `ckpt-inspect "
+        "repair --from SOURCE`.",
+    )
+    TENSOR_EXTRA_VS_SOURCE = (
+        "tensor-extra-vs-source",
+        _W,
+        _V,
+        "This checkpoint holds a tensor the source does not record; it was added after the "
+        "source was recorded, or the checkpoint is not the one the source describes.",
+    )
+    MANIFEST_UNREADABLE = (
+        "manifest-unreadable",
+        _E,
+        _V,
+        "The content manifest cannot be used (not JSON, another format or version, a name "
+        "leaving the folder, a malformed size or hash, over a limit): nothing was verified "
+        "against it. Write it again with `ckpt-inspect manifest` from a copy you trust.",
     )
 
 
