@@ -18,6 +18,7 @@ from inspector.findings import CODE_HELP, Finding
 from inspector.problems import Problem, group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.verified import verification_line
 from inspector.words import plural
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ def facts_html(scanned: ScannedCheckpoint, findings: Sequence[Finding] = ()) -> 
     summary = summarize(scanned, findings=list(findings))
     return (
         f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>"
+        + f"<div class='ckpt-verified'>{_e(verification_line(scanned))}</div>"
         + _facts_table(summary)
         + _dtype_table(summary["dtypes"])
     )

@@ -18,6 +18,7 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.verified import verification_line
 from inspector.words import severity_counts
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def markdown_summary(
     count, folded layers, experts and files) and the first `examples` messages of each code."""
     summary = summarize(scanned, findings=list(findings))
     lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
-    lines += _facts(summary)
+    lines += [*_facts(summary), f"- {_inline(verification_line(scanned))}"]
     if verdict is not None:
         lines += _load_lines(verdict, examples)
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))

@@ -346,3 +346,33 @@ def test_an_s3_upload_against_the_local_original(tmp_path: Path) -> None:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+# -- the "verified" line: Overview facts, HTML report, Markdown summary -----------------------
+
+
+def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
+    from inspector.html_repr import facts_html
+    from inspector.markdown import markdown_summary
+    from inspector.widgets.report import render_html_report
+
+    def lines(scanned: object) -> tuple[str, str, str]:
+        return (
+            facts_html(scanned),  # type: ignore[arg-type]
+            render_html_report(scanned, []),  # type: ignore[arg-type]
+            markdown_summary(scanned, []),  # type: ignore[arg-type]
+        )
+
+    for text in lines(scan(copy)):
+        assert "not verified: no ckpt-inspect-manifest.json" in text
+    write_manifest(copy)
+    for text in lines(scan(copy)):
+        assert "not verified yet: the folder keeps ckpt-inspect-manifest.json" in text
+    result = verify(copy, level="tensor")
+    for text in lines(scan(copy)):
+        assert f"verified {result.when} at level tensor against manifest" in text
+        assert "7 files" not in text and "41 tensors, all match" in text
+    zeros_over_range(copy / SHARD, copy / OTHER)
+    verify(copy, level="hash")
+    for text in lines(scan(copy)):
+        assert "at level hash" in text and "1 error finding(s)" in text

@@ -31,6 +31,7 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.verified import verification_line
 from inspector.words import SEVERITY_ORDER, layers_text, plural
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def render_html_report(
     summary = summarize(scanned, findings=list(findings))
     sections = [
         _summary_section(summary),
+        f"<p class='verified'>{_e(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(findings),

@@ -58,6 +58,7 @@ from inspector.storage import (
     open_location,
 )
 from inspector.storage.urls import scheme_of
+from inspector.verified import record_verification
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -255,7 +256,7 @@ def verify(
     else:
         run.files(hashes=level == "hash")
     findings = sort_findings(run.folded())
-    return Verification(
+    result = Verification(
         path=str(root.path),
         source=legible(source.shown, limit=300),
         source_kind=source.kind,
@@ -269,6 +270,8 @@ def verify(
         seconds=time.monotonic() - started,
         note=run.note,
     )
+    record_verification(result)
+    return result
 
 
 def _options(
