@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from inspector.widgets.report import render_html_report
 from remote_servers import FakeHub
 
 from inspector import verify, write_manifest
@@ -18,7 +19,9 @@ from inspector.checks import check
 from inspector.cli import main
 from inspector.consolidate import plan_consolidation
 from inspector.filenames import MANIFEST_NAME, is_well_known
+from inspector.html_repr import facts_html
 from inspector.integrity import ManifestError, parse_manifest
+from inspector.markdown import markdown_summary
 from inspector.reshard import plan_reshard
 from inspector.scan import scan
 
@@ -352,10 +355,6 @@ def test_an_s3_upload_against_the_local_original(tmp_path: Path) -> None:
 
 
 def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
-    from inspector.html_repr import facts_html
-    from inspector.markdown import markdown_summary
-    from inspector.widgets.report import render_html_report
-
     def lines(scanned: object) -> tuple[str, str, str]:
         return (
             facts_html(scanned),  # type: ignore[arg-type]
