@@ -38,6 +38,7 @@ from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
 from inspector.filenames import WELL_KNOWN, is_well_known
 from inspector.findings import Finding, examples
+from inspector.integrity.refresh import refresh_manifest
 from inspector.layouts._common import INDEX_NAME, JSON_CAP
 from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector.model import FileRole, IndexDoc, PerLayerInfo, ScannedCheckpoint
@@ -198,6 +199,7 @@ class RepairPlan:
         written = tuple(w.path for w in self.writes)
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
+        refresh_manifest(target, written=written)
         return RepairResult(written, backup_dir, tuple(check(scan(target))))
 
 

@@ -29,6 +29,7 @@ from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
+from inspector.integrity.refresh import refresh_manifest
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, FileRole, LayoutName, ScannedCheckpoint
 from inspector.repair import FileWrite, RepairResult, _read_text, unowned_target
@@ -105,8 +106,9 @@ class ReshardPlan:
             new = [(f"{STAGING}/{o.name}", o.name) for o in self.copy.outputs]
             apply_renames(self.root, [*moves, *new, (f"{STAGING}/{INDEX_NAME}", INDEX_NAME)])
             shutil.rmtree(staging, ignore_errors=True)
-        remaining = tuple(check(scan(self.root)))
         written = (*(o.name for o in self.copy.outputs), INDEX_NAME)
+        refresh_manifest(self.root, written=written)
+        remaining = tuple(check(scan(self.root)))
         return RepairResult(written, backup_dir, remaining)
 
 

@@ -37,6 +37,7 @@ from inspector.consolidate import ConsolidationPlan, plan_consolidation
 from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
+from inspector.integrity.refresh import refresh_manifest
 from inspector.layouts._common import INDEX_NAME
 from inspector.layouts.modelopt_per_layer import sidecar_name
 from inspector.model import FileRole, LayoutName, ScannedCheckpoint
@@ -145,8 +146,9 @@ class RestorePlan:
                 )
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-        remaining = tuple(check(scan(self.root)))
         written = (self.shard, *(w.path for w in self.writes))
+        refresh_manifest(self.root, written=written)
+        remaining = tuple(check(scan(self.root)))
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 
 

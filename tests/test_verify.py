@@ -375,3 +375,55 @@ def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
     verify(copy, level="hash")
     for text in lines(scan(copy)):
         assert "at level hash" in text and "1 error finding(s)" in text
+
+
+# -- writers keep the manifest true: re-sharding, repair, consolidation ------------------------
+
+
+def test_reshard_refreshes_the_manifest_and_keeps_every_tensor_hash(copy: Path) -> None:
+    write_manifest(copy)
+    plan = plan_reshard(scan(copy), max_shard_size="8kB")
+    plan.execute()
+    manifest = parse_manifest((copy / MANIFEST_NAME).read_bytes())
+    on_disk = {p.name for p in copy.iterdir() if p.is_file() and p.name != MANIFEST_NAME}
+    assert set(manifest.files) == on_disk
+    for level in ("size", "hash", "tensor"):
+        assert verify(copy, level=level).findings == (), level
+
+
+def test_reshard_of_a_damaged_shard_still_names_the_tensor(copy: Path) -> None:
+    write_manifest(copy)
+    _, _, spans = data_region(copy / SHARD)
+    lo, hi = zeros_over_range(copy / SHARD, copy / OTHER)
+    plan_reshard(scan(copy), max_shard_size="8kB").execute()
+    # The new shards were hashed as written, but the tensors keep what was recorded.
+    assert verify(copy, level="hash").findings == ()
+    result = verify(copy, level="tensor")
+    assert codes(result) == {"tensor-hash-mismatch"}
+    assert {f.tensor for f in result.findings} <= touched(spans, lo, hi)
+
+
+def test_repair_refreshes_only_what_it_wrote(copy: Path) -> None:
+    from inspector.repair import plan_repair
+
+    write_manifest(copy)
+    index = copy / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"].pop(next(iter(doc["weight_map"])))
+    index.write_text(json.dumps(doc))
+    zeros_over_range(copy / SHARD, copy / OTHER)  # damage the repair did not make
+    plan_repair(scan(copy)).execute()
+    result = verify(copy, level="hash")
+    # The rebuilt index is recorded anew; the damaged shard still fails its recorded hash.
+    assert [(f.code, f.file) for f in result.findings] == [("file-hash-mismatch", SHARD)]
+
+
+def test_consolidation_carries_the_source_manifest(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(DCP, src)
+    write_manifest(src)
+    dest = tmp_path / "out"
+    plan_consolidation(scan(src), dest).execute(progress=False, verify=False)
+    assert (dest / MANIFEST_NAME).is_file()
+    for level in ("size", "hash", "tensor"):
+        assert verify(dest, level=level).findings == (), level

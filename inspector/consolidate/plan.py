@@ -19,7 +19,9 @@ from inspector.consolidate.assignment import choose_assignment
 from inspector.display import MESSAGE_LIMIT, legible
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
 from inspector.errors import PlanRefusedError, UnsafeInputError
+from inspector.filenames import STAGING
 from inspector.findings import Finding, examples
+from inspector.integrity.refresh import refresh_manifest, source_manifest
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
 from inspector.parameters import PARAMETER_RULE, parameters_of
@@ -199,7 +201,7 @@ class ConsolidationPlan:
         """
         from inspector.consolidate.driver import execute_plan
 
-        return execute_plan(
+        result = execute_plan(
             self,
             resume=resume,
             overwrite=overwrite,
@@ -211,6 +213,13 @@ class ConsolidationPlan:
             world_size=world_size,
             fsync=fsync,
         )
+        # The source's manifest, carried to DEST: its tensor hashes still say what the values
+        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
+        if self.dest.name != STAGING and (rank if rank is not None else int(os.environ.get("RANK", "0"))) == 0:
+            kept = source_manifest(self.source_storage)
+            if kept is not None:
+                refresh_manifest(self.dest, written=result.written, previous=kept)
+        return result
 
 
 @dataclass(frozen=True)
