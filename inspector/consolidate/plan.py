@@ -215,7 +215,10 @@ class ConsolidationPlan:
         )
         # The source's manifest, carried to DEST: its tensor hashes still say what the values
         # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
-        if self.dest.name != STAGING and (rank if rank is not None else int(os.environ.get("RANK", "0"))) == 0:
+        if (
+            self.dest.name != STAGING
+            and (rank if rank is not None else int(os.environ.get("RANK", "0"))) == 0
+        ):
             kept = source_manifest(self.source_storage)
             if kept is not None:
                 refresh_manifest(self.dest, written=result.written, previous=kept)
