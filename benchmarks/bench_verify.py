@@ -30,7 +30,7 @@ import numpy as np
 from remote_servers import FakeHub
 from safetensors.numpy import save_file
 
-from inspector.integrity import verify, write_manifest
+from inspector._internal.integrity import verify, write_manifest
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "verify"
 TENSOR_MB = 4
@@ -105,7 +105,7 @@ def hashlib_pool(files: list[Path], pool: Pool) -> None:
 
 def peak_rss_mb(folder: Path, level: str) -> float:
     code = (
-        "import resource, sys; from inspector.integrity import verify; "
+        "import resource, sys; from inspector._internal.integrity import verify; "
         f"r = verify({str(folder)!r}, level={level!r}); assert r.ok, r.findings; "
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )

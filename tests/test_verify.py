@@ -15,15 +15,15 @@ from inspector.widgets.report import render_html_report
 from remote_servers import FakeHub
 
 from inspector import verify, write_manifest
-from inspector.checks import check
-from inspector.cli import main
-from inspector.consolidate import plan_consolidation
-from inspector.filenames import MANIFEST_NAME, is_well_known
-from inspector.html_repr import facts_html
-from inspector.integrity import ManifestError, parse_manifest
-from inspector.markdown import markdown_summary
-from inspector.reshard import plan_reshard
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import MANIFEST_NAME, is_well_known
+from inspector._internal.integrity import ManifestError, parse_manifest
+from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.reshard import plan_reshard
+from inspector._internal.report.html import facts_html
+from inspector._internal.report.markdown import markdown_summary
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MIXTRAL = GOLDEN / "transformers" / "mixtral"
@@ -404,7 +404,7 @@ def test_reshard_of_a_damaged_shard_still_names_the_tensor(copy: Path) -> None:
 
 
 def test_repair_refreshes_only_what_it_wrote(copy: Path) -> None:
-    from inspector.repair import plan_repair
+    from inspector._internal.plans.repair import plan_repair
 
     write_manifest(copy)
     index = copy / "model.safetensors.index.json"
