@@ -441,9 +441,12 @@ class _Run:
             progress=self.progress,
         )
         unrecorded = 0
+        # The names that have a row already (a source copy that could not be hashed), looked
+        # up per file: a scan of the rows for each file was quadratic in the folder's files.
+        shown = {r[1] for r in self.rows}
         for rel, size in same:
             if rel not in expected:
-                if not any(r[1] == rel for r in self.rows):
+                if rel not in shown:
                     unrecorded += 1
                     self._file_row(rel, "unchecked", size, size)
                 continue
