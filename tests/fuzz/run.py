@@ -27,7 +27,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "load_config", "remote_answer")
+NAMES = (
+    "header",
+    "index_json",
+    "pickle",
+    "pickle_sandbox",
+    "load_config",
+    "remote_answer",
+    "manifest",
+)
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.
 TIMEOUTS = {"load_config": 40}
