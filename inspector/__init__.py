@@ -6,6 +6,7 @@ from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
 from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.integrity.verify import Verification, verify, write_manifest
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
 from inspector._internal.plans.consolidate import (
     ConsolidationOptions,
@@ -31,6 +32,7 @@ __all__ = [
     "ScannedCheckpoint",
     "Severity",
     "TensorQuery",
+    "Verification",
     "check",
     "consolidate",
     "diff_checkpoints",
@@ -44,6 +46,8 @@ __all__ = [
     "plan_reshard",
     "plan_restore",
     "scan",
+    "verify",
+    "write_manifest",
 ]
 
 __version__ = "0.1.0"

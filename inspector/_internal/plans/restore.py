@@ -40,6 +40,7 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.words import describe_names, plural, shell_word
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.atomic import (
     STAGING,
@@ -153,8 +154,9 @@ class RestorePlan:
                 )
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-        remaining = tuple(check(scan(self.root)))
         written = (self.shard, *(w.path for w in self.writes))
+        refresh_manifest(self.root, written=written)
+        remaining = tuple(check(scan(self.root)))
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 
 

@@ -18,13 +18,14 @@ from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, ScannedChe
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.filenames import INDEX_NAME, STAGING
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.references import Reference, layout_reference
 from inspector._internal.findings.words import plural, refusal_digest
 from inspector._internal.formats.casting import dtype_for_target
+from inspector._internal.integrity.refresh import refresh_manifest, source_manifest
 from inspector._internal.plans.consolidate.assignment import choose_assignment
 from inspector._internal.plans.consolidate.dest import not_a_folder
 from inspector._internal.plans.consolidate.driver import execute_plan
@@ -144,7 +145,18 @@ class ConsolidationPlan:
         (`UnsafeInputError`). Under torchrun, or with `rank`/`world_size`, output i is
         written by rank i % world_size.
         """
-        return execute_plan(self, Execution.of(options))
+        run = Execution.of(options)
+        result = execute_plan(self, run)
+        # The source's manifest, carried to DEST: its tensor hashes still say what the values
+        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
+        if (
+            self.dest.name != STAGING
+            and (run.rank if run.rank is not None else int(os.environ.get("RANK", "0"))) == 0
+        ):
+            kept = source_manifest(self.source_storage)
+            if kept is not None:
+                refresh_manifest(self.dest, written=result.written, previous=kept)
+        return result
 
 
 def default_destination(source: str | os.PathLike[str] | RemoteURL) -> Path:
