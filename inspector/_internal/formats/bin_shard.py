@@ -6,7 +6,7 @@ bin-record-missing, pickle-hostile, pickle-bomb, file-unsafe)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TypeVar
 
 from inspector._internal.common.display import legible
@@ -28,7 +28,7 @@ from inspector._internal.formats.torch_bin import (
 from inspector._internal.storage import Location
 from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
 
-__all__ = ["BinShard", "open_columns", "read_bin_columns", "read_bin_shard"]
+__all__ = ["BinShard", "open_columns", "read_bin_columns", "read_bin_shard", "strides_of"]
 
 S = TypeVar("S", bound=ShardHeader)
 
@@ -48,6 +48,12 @@ class BinShard(ShardHeader):
     @property
     def data_start(self) -> int:
         return 0
+
+
+def strides_of(shard: ShardHeader) -> Mapping[str, tuple[int, ...]]:
+    """The entries of `shard` that are strided `.bin` views (name -> element strides): their
+    elements are not one row-major run from their begin. Empty for any other shard."""
+    return shard.strides if isinstance(shard, BinShard) else {}
 
 
 def _set(shard: ShardHeader, **values: object) -> BinShard:

@@ -22,8 +22,9 @@ from typing import Any
 
 import xxhash
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
+from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
 from inspector._internal.storage import EntryKind, LocalFile, Storage
@@ -39,6 +40,7 @@ __all__ = [
     "tensor_digest",
     "tensor_spans",
     "tensors_of",
+    "unspanned_digests",
 ]
 
 BLOCK = 8 << 20
@@ -130,7 +132,8 @@ def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
 def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, int]]]:
     """file -> (tensor, start, end) absolute byte ranges, sorted and non-overlapping, of the
     tensors whose bytes lie whole in one file (not DCP). Entries that overlap another or run
-    past the file are left out (their hash stays unknown; `check` reports them)."""
+    past the file are left out (their hash stays unknown; `check` reports them), and so are
+    strided `.bin` views, whose bytes are not one run (`unspanned_digests` hashes those)."""
     if scanned.dcp is not None:
         return {}
     seen: set[str] = set()
@@ -138,8 +141,9 @@ def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, i
     for shard in scanned.shards:
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
+        strided = strides_of(shard)
         for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
-            if name in seen or b > e or base + e > shard.file_size:
+            if name in seen or name in strided or b > e or base + e > shard.file_size:
                 continue
             seen.add(name)
             spans.append((name, base + b, base + e))
@@ -167,13 +171,28 @@ def tensor_digest(data: memoryview | bytes) -> str:
 
 
 def dcp_digests(scanned: ScannedCheckpoint, names: Sequence[str]) -> dict[str, str | None]:
-    """Content hashes of DCP tensors, each assembled from its chunks (None: unreadable)."""
+    """Content hashes of tensors read one at a time (`TensorData`): DCP tensors assembled
+    from their chunks, strided `.bin` views gathered from their storage (None: unreadable)."""
     out: dict[str, str | None] = {}
     with TensorData(scanned) as data:
         for name in names:
             raw = data.tensor_bytes(name)
             out[name] = None if raw is None else tensor_digest(raw)
     return out
+
+
+def unspanned_digests(
+    scanned: ScannedCheckpoint, digests: Mapping[str, str | None]
+) -> dict[str, str | None]:
+    """`.bin` files only: the content hashes span hashing could not give, read tensor by
+    tensor. A `torch.save` file legitimately holds strided views and several names on one
+    storage (tied weights, slices of one buffer), whose byte ranges overlap; each is still
+    one tensor with values of its own. (In a safetensors file overlapping entries are
+    damage, and stay unhashed.)"""
+    if scanned.layout != LayoutName.PYTORCH_BIN:
+        return {}
+    names = [n for s in scanned.shards for n in s.names if digests.get(n) is None]
+    return dcp_digests(scanned, list(dict.fromkeys(names))) if names else {}
 
 
 # -- files ------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from inspector._internal.integrity.hashing import (
     list_files,
     tensor_spans,
     tensors_of,
+    unspanned_digests,
 )
 from inspector._internal.integrity.manifest import (
     MANIFEST_CAP,
@@ -602,6 +603,7 @@ def _tensor_hashes(
     """Every logical tensor of `scanned` with its content hash (None: unreadable), and the
     bytes read."""
     records = tensors_of(scanned)
+    digests: dict[str, str | None]
     if scanned.dcp is not None:
         digests = dcp_digests(scanned, list(records))
         read = sum(int(s.file_size) for s in scanned.shards)
@@ -624,6 +626,7 @@ def _tensor_hashes(
         for d in done.values():
             digests.update(d.tensors)
         read = sum(d.read for d in done.values())
+        digests.update(unspanned_digests(scanned, digests))
     out = {
         name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
         for name, r in records.items()
@@ -686,6 +689,7 @@ def build_manifest(
         digests.update(d.tensors)
     if scanned.dcp is not None:
         digests = dict(dcp_digests(scanned, list(records)))
+    digests.update(unspanned_digests(scanned, digests))
     files = {
         rel: FileRecord(int(listing.files[rel] or 0), done[rel].sha256) for rel in listing.files
     }
