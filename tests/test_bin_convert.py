@@ -113,3 +113,43 @@ def test_deep_judges_only_the_elements_a_view_covers(tmp_path: Path) -> None:
         ("tensor-nonfinite", "row3"),
         ("tensor-nonfinite", "t"),
     ]
+
+
+# -- remote: bounded ranged reads ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A 9 MB `.bin` of 300 small tensors around two 2 MB ones, with strided views and a
+    sparse one (11 elements 400 kB apart in a 4 MB storage)."""
+    folder = tmp_path_factory.mktemp("http") / "model"
+    folder.mkdir()
+    g = torch.Generator().manual_seed(1)
+    state = {f"layers.{i}.norm.weight": torch.randn(16, generator=g) for i in range(150)}
+    state["big.a"] = torch.randn(512, 1024, generator=g)
+    state |= views()
+    state["sparse"] = torch.randn(1 << 20, generator=g)[::100_000]
+    state |= {f"layers.{i}.norm.weight": torch.randn(16, generator=g) for i in range(150, 300)}
+    state["big.b"] = torch.randn(1024, 512, generator=g).t()
+    torch.save(state, folder / "pytorch_model.bin")
+    return folder, state
+
+
+def test_remote_bin_header_takes_a_few_bounded_reads(
+    served: tuple[Path, dict[str, torch.Tensor]],
+) -> None:
+    """The tail (end record and directory), the pickle and the local headers in merged
+    windows: a handful of requests and a few hundred KB for a file of 300+ records, not a
+    request per record nor the file."""
+    folder, state = served
+    local = scan(folder).shards[0]
+    with RangeHTTPServer(folder.parent) as server:
+        there = scan(f"{server.url}/model/")
+        requests, sent = server.requests, server.content_bytes
+    shard = there.shards[0]
+    assert shard.names == local.names == tuple(state) and not shard.findings
+    assert shard.begins.tolist() == local.begins.tolist()
+    assert shard.ends.tolist() == local.ends.tolist()
+    size = (folder / "pytorch_model.bin").stat().st_size
+    assert requests <= 12, requests
+    assert sent < size // 10, (sent, size)

@@ -22,6 +22,7 @@ from inspector._internal.formats.torch_bin import (
     BinRefusedError,
     BinTensor,
     ByteSource,
+    ManyRanges,
     list_legacy,
     read_bin,
 )
@@ -69,8 +70,19 @@ def _dtype(name: str) -> str:
 
 
 def read_bin_shard(path: Location, *, root: Location) -> BinShard:
-    """One `.bin` file as shard columns; what cannot be read is a finding, never a raise."""
-    return open_columns(path, root, read_bin_columns, _unreadable, "bin-unreadable")
+    """One `.bin` file as shard columns; what cannot be read is a finding, never a raise. On
+    a remote storage the local headers of its records are fetched concurrently."""
+    storage = path.storage
+    many: ManyRanges | None = None
+    if not storage.is_local and not path.refused:
+
+        def many(ranges: Sequence[tuple[int, int]]) -> list[bytes]:
+            return storage.read_ranges([(path.rel, offset, n) for offset, n in ranges])
+
+    def columns(reader: ByteSource, rel: str) -> BinShard:
+        return read_bin_columns(reader, rel, many=many)
+
+    return open_columns(path, root, columns, _unreadable, "bin-unreadable")
 
 
 def open_columns(
@@ -100,13 +112,15 @@ def _unreadable(rel: str, size: int, finding: Finding) -> BinShard:
     return _set(BinShard(rel, size, None, None, findings=(finding,)), legacy=False, strides={})
 
 
-def read_bin_columns(reader: ByteSource, rel: str, *, cap: int = BIN_HEADER_CAP) -> BinShard:
+def read_bin_columns(
+    reader: ByteSource, rel: str, *, cap: int = BIN_HEADER_CAP, many: ManyRanges | None = None
+) -> BinShard:
     """The shard columns of one open `.bin` file (`rel` names it in findings); at most `cap`
-    bytes of it read."""
+    bytes of it read (`many`: see `read_bin`)."""
     size = reader.size()
     shown = legible(rel)
     try:
-        archive = read_bin(reader, cap=cap)
+        archive = read_bin(reader, cap=cap, many=many)
     except BinLegacyError as exc:
         return _legacy(reader, rel, size, tar=str(exc) == "tar", cap=cap)
     except (BinFormatError, BinRefusedError) as exc:

@@ -11,6 +11,16 @@ the file may name is looked up in a fixed table of inert stand-ins (`torch._util
 _rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more),
 any other global is refused, and no storage byte is read.
 
+Reads are few and bounded, which matters on a remote store where each is a round trip: the
+tail of the file (`TAIL_BYTES`: the end record and, usually, the whole central directory) in
+one read, the rest of a longer directory in one more, `data.pkl` in one (it is the first
+record: usually inside the read-ahead a remote file keeps of its start), then the local
+headers of the storage records, all issued at once through `many` when the caller gives it (a
+remote storage's concurrent ranged reads). Headers at most `_HEADER_GAP` apart (the records
+of norms and biases between them are that small) are read as one window of at most
+`HEADER_WINDOW` bytes: those few KB of small storages are the only tensor bytes a scan
+reads, and only the headers count against the budget.
+
 The pre-1.6 stream (magic number pickle, protocol, system info, the object, the storage keys,
 then the raw storages) is recognised and reported as `BinLegacyError`: its tensors are listed
 from the pickles (which precede the data), but its data is never read.
@@ -23,7 +33,7 @@ import math
 import pickle
 import struct
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,8 +52,10 @@ class ByteSource(Protocol):
 
 __all__ = [
     "BIN_HEADER_CAP",
+    "HEADER_WINDOW",
     "LEGACY_MAGIC",
     "STORAGE_DTYPES",
+    "TAIL_BYTES",
     "BinArchive",
     "BinFormatError",
     "BinLegacyError",
@@ -51,6 +63,7 @@ __all__ = [
     "BinTensor",
     "ByteSource",
     "LegacyListing",
+    "ManyRanges",
     "list_legacy",
     "read_bin",
 ]
@@ -66,6 +79,18 @@ ZIP_MAGIC = b"PK\x03\x04"
 # `torch.save(..., _use_new_zipfile_serialization=False)`: PROTO 2, LONG1 of the magic number.
 LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
 _LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
+# The file's tail read first: the end of central directory record (22 bytes, 98 with the
+# zip64 records) and the central directory before it (about 100 bytes a record).
+TAIL_BYTES = 64 << 10
+# Local headers closer than `_HEADER_GAP` are fetched in one read of at most `HEADER_WINDOW`
+# bytes (small storages sit between them); `_EXTRA_GUESS` bytes are read for each header's
+# extra field (torch pads it to a 64-byte boundary; a zip64 block adds 20).
+HEADER_WINDOW = 256 << 10
+_HEADER_GAP = 4 << 10
+_EXTRA_GUESS = 160
+
+# Reads of many (offset, length) ranges of the same file at once, answered in order.
+ManyRanges = Callable[[Sequence[tuple[int, int]]], list[bytes]]
 
 # torch storage class -> torch dtype name (typed storages of the zip and legacy formats).
 STORAGE_DTYPES: Mapping[str, str] = {
@@ -168,6 +193,13 @@ class _Budgeted(io.RawIOBase):
         self._size = reader.size()
         self._pos = 0
         self.left = budget
+        self._tail = b""  # the last bytes of the file, once `keep_tail` read them
+
+    def keep_tail(self, length: int) -> None:
+        """Read the last `length` bytes once: the reads zipfile makes of the end record and
+        the directory are then served from them."""
+        length = min(length, self._size)
+        self._tail = self.pread(self._size - length, length)
 
     def readable(self) -> bool:
         return True
@@ -196,7 +228,17 @@ class _Budgeted(io.RawIOBase):
         buffer[: len(data)] = data
         return len(data)
 
-    def pread(self, offset: int, size: int) -> bytes:
+    def pread(self, offset: int, size: int, *, cost: int | None = None) -> bytes:
+        """`size` bytes at `offset`, `cost` of them (default all) counted in the budget."""
+        self.charge(size if cost is None else cost)
+        tail_at = self._size - len(self._tail)
+        if self._tail and offset + size > tail_at:
+            head = self._reader.read_range(offset, tail_at - offset) if offset < tail_at else b""
+            return head + self._tail[max(0, offset - tail_at) : offset + size - tail_at]
+        return self._reader.read_range(offset, size) if size else b""
+
+    def charge(self, size: int) -> None:
+        """Count `size` bytes against the budget (raising once it is spent)."""
         if size > self.left:
             raise BinFormatError(
                 "asks for more header bytes than the limit for .bin archives "
@@ -204,7 +246,6 @@ class _Budgeted(io.RawIOBase):
                 "checkpoint needs far less: the file is corrupt or crafted"
             )
         self.left -= size
-        return self._reader.read_range(offset, size) if size else b""
 
 
 # -- the restricted unpickler ----------------------------------------------------------------
@@ -417,10 +458,13 @@ def _tensors(value: Any) -> tuple[list[BinTensor], dict[str, str]]:
 # -- the archive -----------------------------------------------------------------------------
 
 
-def read_bin(reader: ByteSource, *, cap: int = BIN_HEADER_CAP) -> BinArchive:
+def read_bin(
+    reader: ByteSource, *, cap: int = BIN_HEADER_CAP, many: ManyRanges | None = None
+) -> BinArchive:
     """The header of a `torch.save` zip. Raises `BinLegacyError` for the pre-1.6 format,
     `BinFormatError` for anything unreadable, `BinRefusedError` / `HostilePickleError` /
-    `PickleBombError` for a data.pkl that is refused. Reads at most `cap` bytes."""
+    `PickleBombError` for a data.pkl that is refused. Reads at most `cap` bytes; `many`
+    fetches the storage records' local headers concurrently (else one after the other)."""
     size = reader.size()
     head = reader.read_range(0, min(size, len(LEGACY_MAGIC)))
     if head[:4] != ZIP_MAGIC:
@@ -434,6 +478,7 @@ def read_bin(reader: ByteSource, *, cap: int = BIN_HEADER_CAP) -> BinArchive:
         )
     fh = _Budgeted(reader, cap)
     try:
+        fh.keep_tail(TAIL_BYTES)
         with zipfile.ZipFile(fh) as archive:
             infos = archive.infolist()
     except BinFormatError:
@@ -455,12 +500,16 @@ def read_bin(reader: ByteSource, *, cap: int = BIN_HEADER_CAP) -> BinArchive:
     value, storages = _unpickle(data, legacy=False)
     tensors, skipped = _tensors(value)
     order = by_name.get(f"{prefix}/byteorder")
-    byteorder = _record_bytes(fh, order, size).decode("ascii", "replace") if order else "little"
-    records: dict[str, tuple[int, int]] = {}
-    for key in storages:
-        info = by_name.get(f"{prefix}/data/{key}")
-        if info is not None:
-            records[key] = (_data_offset(fh, info, size), info.file_size)
+    wanted = [i for key in storages if (i := by_name.get(f"{prefix}/data/{key}")) is not None]
+    starts = _data_offsets(fh, [*wanted, *([order] if order else [])], size, many)
+    byteorder = "little"
+    if order is not None:
+        byteorder = fh.pread(starts[order.filename], order.file_size).decode("ascii", "replace")
+    records = {
+        key: (starts[info.filename], info.file_size)
+        for key in storages
+        if (info := by_name.get(f"{prefix}/data/{key}")) is not None
+    }
     return BinArchive(
         prefix,
         tuple(tensors),
@@ -479,7 +528,11 @@ def _itemsize(storage: _Storage) -> int:
 def _data_offset(fh: _Budgeted, info: zipfile.ZipInfo, size: int) -> int:
     """Where a record's bytes start: after its local header, name and extra field (whose
     lengths differ from the central directory's: torch pads the local one)."""
-    local = fh.pread(info.header_offset, _LOCAL_HEADER.size)
+    return _checked_start(info, fh.pread(info.header_offset, _LOCAL_HEADER.size), size)
+
+
+def _checked_start(info: zipfile.ZipInfo, local: bytes, size: int) -> int:
+    """The record's data offset from its local header's first 30 bytes, checked."""
     if len(local) < _LOCAL_HEADER.size:
         raise BinFormatError(f"is truncated inside the local header of {info.filename[:200]}")
     magic, name_len, extra_len = _LOCAL_HEADER.unpack(local)
@@ -491,6 +544,48 @@ def _data_offset(fh: _Budgeted, info: zipfile.ZipInfo, size: int) -> int:
     if start + info.file_size > size:
         raise BinFormatError(f"is truncated: {info.filename[:200]} runs past the end of the file")
     return start
+
+
+def _data_offsets(
+    fh: _Budgeted, infos: list[zipfile.ZipInfo], size: int, many: ManyRanges | None
+) -> dict[str, int]:
+    """Where each record's bytes start (`_data_offset`), from its local header: headers less
+    than `_HEADER_GAP` apart are read in one window of at most `HEADER_WINDOW` bytes, and the
+    windows all at once through `many`."""
+    infos = sorted(infos, key=lambda i: i.header_offset)
+    windows: list[tuple[int, int, list[zipfile.ZipInfo]]] = []
+    costs: list[int] = []
+    for info in infos:
+        start = info.header_offset
+        want = _LOCAL_HEADER.size + len(info.orig_filename) + _EXTRA_GUESS
+        end = min(size, start + want)
+        if windows:
+            lo, hi, members = windows[-1]
+            if start <= hi + _HEADER_GAP and end - lo <= HEADER_WINDOW:
+                windows[-1] = (lo, max(hi, end), [*members, info])
+                costs[-1] += want
+                continue
+        windows.append((start, end, [info]))
+        costs.append(want)
+    spans = [(lo, max(0, hi - lo)) for lo, hi, _ in windows]
+    if many is not None and len(spans) > 1:
+        for cost in costs:
+            fh.charge(cost)
+        datas = many(spans)
+    else:
+        datas = [fh.pread(lo, n, cost=c) for (lo, n), c in zip(spans, costs, strict=True)]
+    out: dict[str, int] = {}
+    for (lo, _, members), data in zip(windows, datas, strict=True):
+        for info in members:
+            at = info.header_offset - lo
+            local = data[at : at + _LOCAL_HEADER.size]
+            if len(local) == _LOCAL_HEADER.size:
+                name_len, extra_len = _LOCAL_HEADER.unpack(local)[1:]
+                if at + _LOCAL_HEADER.size + name_len + extra_len <= len(data):
+                    out[info.filename] = _checked_start(info, local, size)
+                    continue
+            out[info.filename] = _data_offset(fh, info, size)  # a header longer than guessed
+    return out
 
 
 def _record_bytes(fh: _Budgeted, info: zipfile.ZipInfo, size: int) -> bytes:
