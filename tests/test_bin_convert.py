@@ -96,6 +96,146 @@ def views() -> dict[str, torch.Tensor]:
     }
 
 
+# -- consolidate: .bin -> safetensors --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("case", "files"),
+    [
+        ("torch-save/storage-layouts", ["model.safetensors"]),
+        ("torch-save/state-dict", ["config.json", "model.safetensors"]),
+        (
+            "transformers4/llama-single",
+            ["config.json", "generation_config.json", "model.safetensors"],
+        ),
+        (
+            "transformers4/mixtral-sharded",
+            [
+                "config.json",
+                "generation_config.json",
+                *(f"model-0000{i}-of-00008.safetensors" for i in range(1, 9)),
+                ST_INDEX,
+            ],
+        ),
+    ],
+)
+def test_consolidate_writes_every_bin_tensor_bit_exact(
+    case: str, files: list[str], tmp_path: Path
+) -> None:
+    """Every tensor torch.load gives (strided, shared, 0-d, empty, every dtype) is written
+    with its values byte for byte; one `.bin` file per output, `model.safetensors` alone."""
+    dest = tmp_path / "out"
+    plan = plan_consolidation(scan(FIXTURES / case), dest)
+    result = plan.execute(progress=False, verify_data=True)
+    assert result.ok and result.data_mismatches == ()
+    assert sorted(p.name for p in dest.iterdir()) == sorted(files)
+    tensors, meta = written(dest)
+    expected = facts(case)
+    aliases = {k: v for k, v in meta.items() if k != "format"}
+    assert set(tensors) | set(aliases) == set(expected) and not set(tensors) & set(aliases)
+    assert result.data_checked == len(tensors)
+    for name, (_, shape, data) in tensors.items():
+        assert shape == expected[name]["shape"], name
+        assert hashlib.sha256(data).hexdigest() == expected[name]["sha256"], name
+    assert loud(check(scan(dest), model=False)) == []
+    if ST_INDEX in files:
+        index = json.loads((dest / ST_INDEX).read_text())
+        assert index["metadata"]["total_parameters"] == MANIFEST[case]["parameters"]
+
+
+def test_tied_head_left_out_as_safetensors_records_it(tmp_path: Path) -> None:
+    """torch.save(model.state_dict()) keeps lm_head.weight on the embedding's storage: the
+    output holds the embedding once, records the alias, and loads clean (tied); with
+    tie_word_embeddings false both names are written, each its own copy."""
+    config = json.loads((FIXTURES / "torch-save" / "state-dict" / "config.json").read_text())
+    # config.save_pretrained wrote no `architectures`: name the class so the load check runs.
+    for tied in (True, False):
+        src = tmp_path / f"src-{tied}"
+        shutil.copytree(FIXTURES / "torch-save" / "state-dict", src)
+        new = {**config, "architectures": ["LlamaForCausalLM"], "tie_word_embeddings": tied}
+        (src / "config.json").write_text(json.dumps(new))
+        dest = tmp_path / f"out-{tied}"
+        plan = plan_consolidation(scan(src), dest)
+        assert plan.execute(progress=False, verify_data=True).ok
+        tensors, meta = written(dest)
+        scanned = scan(dest)
+        verdict = load_verdict(scanned)  # transformers builds the model and ties its head
+        assert verdict.skipped is None and not verdict.missing and not verdict.unexpected
+        assert loud(check(scanned, verdict=verdict)) == [], tied
+        if tied:
+            assert plan.aliases == {"lm_head.weight": "model.embed_tokens.weight"}
+            assert "tied: 1 name left out" in str(plan)
+            assert meta == {"format": "pt", "lm_head.weight": "model.embed_tokens.weight"}
+            assert "lm_head.weight" not in tensors
+        else:
+            assert plan.aliases == {} and meta == {"format": "pt"}
+            assert tensors["lm_head.weight"][2] == tensors["model.embed_tokens.weight"][2]
+
+
+def test_strided_views_are_gathered_block_by_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tiny block forces many blocks per view: each one's rows are gathered from the
+    storage exactly (and a cast applies to the gathered values)."""
+    state = views()
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    monkeypatch.setattr(copy_engine, "BLOCK_BYTES", 24)
+    plan = plan_consolidation(scan(tmp_path), tmp_path / "out")
+    strided = sorted(t.name for o in plan.outputs for t in o.tensors if not t.contiguous)
+    assert strided == ["every_third", "expanded", "fused.t", "half.t", "k.weight", "permuted"]
+    assert plan.execute(progress=False, verify_data=True).ok
+    tensors, _ = written(tmp_path / "out")
+    assert {n: tensors[n][2] for n in state} == {n: raw(t) for n, t in state.items()}
+    cast = plan_consolidation(scan(tmp_path), tmp_path / "bf16", dtype="bf16")
+    assert cast.execute(progress=False, verify_data=True).ok
+    tensors, _ = written(tmp_path / "bf16")
+    assert tensors["fused.t"][2] == raw(state["fused.t"].to(torch.bfloat16))
+
+
+def test_conversion_refused_where_the_output_could_not_be_the_model(tmp_path: Path) -> None:
+    with pytest.raises(PlanRefusedError, match="bin-legacy-format"):
+        plan_consolidation(scan(FIXTURES / "torch-save" / "legacy-non-zip"), tmp_path / "a")
+    missing = FIXTURES / "transformers4" / "sharded-shard-missing"
+    with pytest.raises(PlanRefusedError, match=r"index-missing-file.*repair --only index"):
+        plan_consolidation(scan(missing), tmp_path / "b")
+    torch.save({"z": torch.zeros(2, dtype=torch.complex128)}, tmp_path / "c.bin")
+    with pytest.raises(PlanRefusedError, match=r"z \(complex128\)"):
+        plan_consolidation(scan(tmp_path), tmp_path / "c")
+
+
+# -- repair --only reshard: the conversion in place ------------------------------------------
+
+
+def test_repair_reshard_converts_a_bin_folder_in_place(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    case = "transformers4/llama-sharded"
+    folder = tmp_path / "llama"
+    shutil.copytree(FIXTURES / case, folder)
+    assert main(["repair", str(folder), "--only", "reshard", "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "no index: one file" in out and "re-check: no findings" in out
+    names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    assert names == ["config.json", "generation_config.json", "model.safetensors"]
+    backup = next((folder / ".ckpt-inspect-backup").iterdir())
+    assert sorted(p.name for p in backup.iterdir()) == sorted(
+        [BIN_INDEX, *(f"pytorch_model-0000{i}-of-00003.bin" for i in (1, 2, 3))]
+    )
+    tensors, _ = written(folder)
+    expected = facts(case)
+    assert {n: hashlib.sha256(t[2]).hexdigest() for n, t in tensors.items()} == {
+        n: t["sha256"] for n, t in expected.items()
+    }
+    # With a size limit: several shards and their index, greedy in model order.
+    folder = tmp_path / "tied"
+    shutil.copytree(FIXTURES / "torch-save" / "state-dict", folder)
+    plan = plan_reshard(scan(folder), max_shard_size="10kB")
+    assert len(plan.copy.outputs) == 3 and plan.index is not None  # type: ignore[union-attr]
+    result = plan.execute()
+    assert loud(list(result.remaining or ())) == []
+    assert json.loads((folder / ST_INDEX).read_text())["metadata"]["total_parameters"] == 5712
+
+
 # -- strided views read element by element (--deep, verify) ---------------------------------
 
 
@@ -113,6 +253,22 @@ def test_deep_judges_only_the_elements_a_view_covers(tmp_path: Path) -> None:
         ("tensor-nonfinite", "row3"),
         ("tensor-nonfinite", "t"),
     ]
+
+
+def test_verify_hashes_strided_and_shared_bin_tensors(tmp_path: Path) -> None:
+    """Tensor hashes of a `.bin` folder are those of the values torch.load gives, so the
+    folder and its safetensors conversion verify against each other, tensor by tensor."""
+    src = tmp_path / "bin"
+    torch.save(views(), tmp_path / "x.bin")
+    src.mkdir()
+    (tmp_path / "x.bin").rename(src / "pytorch_model.bin")
+    manifest = json.loads(write_manifest(src).read_text())
+    for name, t in views().items():
+        assert manifest["tensors"][name]["hash"] == xxhash.xxh3_128(raw(t)).hexdigest(), name
+    plan_consolidation(scan(src), tmp_path / "st").execute(progress=False)
+    for a, b in ((tmp_path / "st", src), (src, tmp_path / "st")):
+        result = verify(a, against=str(b), level="tensor")
+        assert result.ok and result.findings == (), [f.message for f in result.findings]
 
 
 # -- remote: bounded ranged reads ------------------------------------------------------------
@@ -153,3 +309,23 @@ def test_remote_bin_header_takes_a_few_bounded_reads(
     size = (folder / "pytorch_model.bin").stat().st_size
     assert requests <= 12, requests
     assert sent < size // 10, (sent, size)
+
+
+def test_remote_bin_views_are_read_and_converted_exactly(
+    served: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path
+) -> None:
+    folder, state = served
+    with RangeHTTPServer(folder.parent) as server:
+        there = scan(f"{server.url}/model/")
+        before = server.content_bytes
+        with TensorData(there) as data:
+            sparse = data.tensor_bytes("sparse")
+            fetched = server.content_bytes - before
+            got = {n: bytes(data.tensor_bytes(n) or b"-") for n in views()}
+        assert sparse is not None and bytes(sparse) == raw(state["sparse"])
+        assert fetched < 4096, fetched  # the runs holding 11 values, not the 4 MB storage
+        assert got == {n: raw(state[n]) for n in views()}
+        result = plan_consolidation(there, tmp_path / "out").execute(progress=False)
+    assert result.ok
+    tensors, _ = written(tmp_path / "out")
+    assert {n: t[2] for n, t in tensors.items()} == {n: raw(t) for n, t in state.items()}

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Unpack
 
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.common.units import SHARD_SPLIT_SIZE
 from inspector._internal.plans.consolidate.assignment import reference_assignment
 from inspector._internal.plans.consolidate.plan import (
     ConsolidationPlan,
@@ -56,7 +55,7 @@ def consolidate(
     *,
     mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
     reference: str | os.PathLike[str] | None = None,
-    max_shard_size: int | str = SHARD_SPLIT_SIZE,
+    max_shard_size: int | str | None = None,
     dtype: str | None = None,
     allow_partial: bool = False,
     **options: Unpack[ConsolidationOptions],

@@ -218,8 +218,9 @@ def _planned(plan: ConsolidationPlan, present: set[str]) -> dict[str, _Planned]:
         out[output.name] = _Planned(output.header, output.size)
         # Written header first, then sized: a crash may cut it anywhere.
         out[output.name + ".partial"] = _Planned(output.header, output.size, cut=True)
-    index = index_bytes(plan)
-    out[INDEX_NAME] = _Planned(index, len(index))
+    if plan.index_file:
+        index = index_bytes(plan)
+        out[INDEX_NAME] = _Planned(index, len(index))
     for rel in plan.metadata_files:
         name = Path(rel).name
         # Read (remote: fetched) only when DEST holds an entry under its name to compare.

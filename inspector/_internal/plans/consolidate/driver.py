@@ -69,7 +69,7 @@ def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult
         copied: tuple[str, ...] = ()
         if dist.rank == 0:
             copied = copy_metadata(plan, dest)
-            index_file = write_index(plan, dest)
+            index_file = write_index(plan, dest) if plan.index_file else None
     # Nobody returns before the index exists; rank 0 then verifies alone (it may take long).
     dist.finish()
     findings: Sequence[Finding] = ()
