@@ -236,6 +236,33 @@ def test_repair_reshard_converts_a_bin_folder_in_place(
     assert json.loads((folder / ST_INDEX).read_text())["metadata"]["total_parameters"] == 5712
 
 
+# -- repair --only index on pytorch_model.bin.index.json -------------------------------------
+
+
+def test_drifted_bin_index_is_rebuilt_from_the_files(tmp_path: Path) -> None:
+    """Entries pointing at the wrong file, a dropped entry and a name no file holds: the
+    rebuilt index is the one transformers wrote."""
+    folder = tmp_path / "llama"
+    shutil.copytree(FIXTURES / "transformers4" / "llama-sharded", folder)
+    original = json.loads((folder / BIN_INDEX).read_text())
+    drifted = json.loads(json.dumps(original))
+    wmap = drifted["weight_map"]
+    wmap["model.norm.weight"] = "pytorch_model-00001-of-00003.bin"
+    del wmap["model.layers.0.mlp.up_proj.weight"]
+    wmap["model.layers.9.mlp.up_proj.weight"] = "pytorch_model-00002-of-00003.bin"
+    (folder / BIN_INDEX).write_text(json.dumps(drifted, indent=2))
+    scanned = scan(folder)
+    before = {f.code for f in check(scanned, model=False)}
+    assert {"index-wrong-file", "unindexed-tensor", "index-dangling-tensor"} <= before
+    problem = next(p for p in group_problems(scanned, check(scanned)) if p.key == "index-stale")
+    assert problem.action.command.endswith("--only index")
+    plan = plan_repair(scanned, only=set(problem.action.parts))
+    assert [w.path for w in plan.writes] == [BIN_INDEX]
+    result = plan.execute()
+    assert loud(list(result.remaining or ())) == []
+    assert json.loads((folder / BIN_INDEX).read_text()) == original
+
+
 # -- strided views read element by element (--deep, verify) ---------------------------------
 
 

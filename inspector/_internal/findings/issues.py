@@ -957,8 +957,11 @@ _RULES: tuple[Callable[[_Context, list[Finding]], list[Problem]], ...] = (
 
 
 # The layouts whose index `repair --only index` rebuilds (`inspector._internal.plans.repair`
-# plans it for these only): a `.bin` folder's `pytorch_model.bin.index.json` is not rebuilt.
-INDEX_REBUILT_FOR = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
+# plans it for these only): `model.safetensors.index.json` of sharded safetensors, and
+# `pytorch_model.bin.index.json` of sharded `.bin` checkpoints.
+INDEX_REBUILT_FOR = frozenset(
+    {LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER, LayoutName.PYTORCH_BIN}
+)
 
 
 def _repair(ctx: _Context, part: str, text: str) -> Action:
@@ -966,7 +969,8 @@ def _repair(ctx: _Context, part: str, text: str) -> Action:
         return Action(
             "re-export",
             "re-save the model with save_pretrained, which writes the shards and their index "
-            "together (ckpt-inspect rebuilds safetensors indexes only)",
+            "together (ckpt-inspect rebuilds the index of sharded safetensors and .bin "
+            "checkpoints only)",
             "re-run the exporter",
         )
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
