@@ -143,6 +143,23 @@ def test_consolidate_writes_every_bin_tensor_bit_exact(
         assert index["metadata"]["total_parameters"] == MANIFEST[case]["parameters"]
 
 
+def test_cli_consolidate_keeps_the_bin_files_unless_a_size_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = str(FIXTURES / "transformers4" / "llama-sharded")
+    assert main(["consolidate", src, str(tmp_path / "a"), "--no-progress", "--verify-data"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "assignment: source .bin files" in out
+        and "21 tensor hashes vs the source: all match" in out
+    )
+    assert len(list((tmp_path / "a").glob("model-0000?-of-00003.safetensors"))) == 3
+    args = ["consolidate", src, str(tmp_path / "b"), "--no-progress", "--max-shard-size", "1MB"]
+    assert main(args) == 0
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.safetensors")) == ["model.safetensors"]
+    assert not (tmp_path / "b" / ST_INDEX).exists()
+
+
 def test_tied_head_left_out_as_safetensors_records_it(tmp_path: Path) -> None:
     """torch.save(model.state_dict()) keeps lm_head.weight on the embedding's storage: the
     output holds the embedding once, records the alias, and loads clean (tied); with
@@ -296,6 +313,11 @@ def test_verify_hashes_strided_and_shared_bin_tensors(tmp_path: Path) -> None:
     for a, b in ((tmp_path / "st", src), (src, tmp_path / "st")):
         result = verify(a, against=str(b), level="tensor")
         assert result.ok and result.findings == (), [f.message for f in result.findings]
+    # A legacy stream's data is never read: its tensors have no hash, never that of no bytes.
+    legacy = tmp_path / "legacy"
+    shutil.copytree(FIXTURES / "torch-save" / "legacy-non-zip", legacy)
+    records = json.loads(write_manifest(legacy).read_text())["tensors"]
+    assert records and {r["hash"] for r in records.values()} == {None}
 
 
 # -- remote: bounded ranged reads ------------------------------------------------------------

@@ -29,7 +29,14 @@ from inspector._internal.formats.torch_bin import (
 from inspector._internal.storage import Location
 from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
 
-__all__ = ["BinShard", "open_columns", "read_bin_columns", "read_bin_shard", "strides_of"]
+__all__ = [
+    "BinShard",
+    "data_unread",
+    "open_columns",
+    "read_bin_columns",
+    "read_bin_shard",
+    "strides_of",
+]
 
 S = TypeVar("S", bound=ShardHeader)
 
@@ -55,6 +62,12 @@ def strides_of(shard: ShardHeader) -> Mapping[str, tuple[int, ...]]:
     """The entries of `shard` that are strided `.bin` views (name -> element strides): their
     elements are not one row-major run from their begin. Empty for any other shard."""
     return shard.strides if isinstance(shard, BinShard) else {}
+
+
+def data_unread(shard: ShardHeader) -> bool:
+    """True for a legacy (pre-1.6) `.bin` stream: its tensors are listed, their bytes are
+    never read (begins and ends are 0, not where any data is)."""
+    return isinstance(shard, BinShard) and shard.legacy
 
 
 def _set(shard: ShardHeader, **values: object) -> BinShard:

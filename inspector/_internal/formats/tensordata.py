@@ -22,7 +22,7 @@ import xxhash
 
 from inspector._internal.checkpoint.scanned import DcpChunk, ScannedCheckpoint
 from inspector._internal.common.dtypes import DTYPE_BITS
-from inspector._internal.formats.bin_shard import strides_of
+from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.storage import LocalFile, Storage
 from inspector.errors import UnsafeFileError
@@ -130,7 +130,7 @@ class TensorData(AbstractContextManager["TensorData"]):
         self, shard: ShardHeader
     ) -> Iterator[tuple[str, str, tuple[int, ...], memoryview]]:
         """(name, dtype, shape, bytes) of every entry of `shard` whose bytes are on disk."""
-        buf = self._map(shard.file)
+        buf = None if data_unread(shard) else self._map(shard.file)
         if buf is None:
             return
         base = shard.data_start
@@ -164,7 +164,7 @@ class TensorData(AbstractContextManager["TensorData"]):
         if where is None:
             return None
         shard, i = where
-        buf = self._map(shard.file)
+        buf = None if data_unread(shard) else self._map(shard.file)
         start = shard.data_start + int(shard.begins[i])
         end = shard.data_start + int(shard.ends[i])
         strides = strides_of(shard).get(name)

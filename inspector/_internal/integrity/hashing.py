@@ -24,7 +24,7 @@ import xxhash
 
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
-from inspector._internal.formats.bin_shard import strides_of
+from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
 from inspector._internal.storage import EntryKind, LocalFile, Storage
@@ -142,6 +142,8 @@ def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, i
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
         strided = strides_of(shard)
+        if data_unread(shard):  # a legacy `.bin` stream: no tensor's bytes are known
+            continue
         for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
             if name in seen or name in strided or b > e or base + e > shard.file_size:
                 continue

@@ -1,5 +1,5 @@
 """Consolidate DCP-sharded safetensors into a Hugging Face checkpoint (docs/formats.md,
-"DCP-sharded safetensors").
+"DCP-sharded safetensors"), or convert a PyTorch `.bin` checkpoint into one ("PyTorch .bin").
 
 Two steps, so a person can read what will happen before anything is written:
 
@@ -9,7 +9,8 @@ Two steps, so a person can read what will happen before anything is written:
 
 The package follows the seams of the work: `plan` (pure planning and the plan records),
 `assignment` (which output file each tensor goes to), `engine` (the byte copying),
-`driver` (one process or several under torchrun), `dest` (the output folder: opened without
+`driver` (one process or several under torchrun), `sources` (what is not DCP: one chunk per
+tensor, a `.bin` checkpoint's views and tied names), `dest` (the output folder: opened without
 following links, refused when it holds anything but this plan's own output unless
 `overwrite`) and `verify` (re-scan and hash checks).
 """

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.formats.casting import cast_bytes
@@ -382,7 +383,9 @@ def _fetch_view(
 ) -> np.ndarray:
     data = read_view(sources.storage, piece.file, start, shape, piece.strides or (), item)
     if data is None:
-        raise InspectorError(f"{piece.file}: source file ended early inside a strided view")
+        raise InspectorError(
+            f"{legible(piece.file)}: source file ended early inside a strided view"
+        )
     return data
 
 
