@@ -247,8 +247,8 @@ def verify(
     bytes) and every rank returns the same result; every rank must call it alike."""
     if level not in LEVELS:
         raise ValueError(f"level {level!r}; expected one of {', '.join(LEVELS)}")
-    started = time.monotonic()
     ranks = Distributed.start() if distributed else Distributed.alone()
+    started = time.monotonic()  # once every rank has joined: their start-up is not the work
     options = _options(
         progress, storage_options, max_concurrency, timeout, read_timeout, allow_redirects
     )
