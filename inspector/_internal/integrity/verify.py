@@ -316,12 +316,12 @@ class _Run:
         mine: Listing,
         source: _Source,
         *,
-        ranks: Distributed,
         workers: int | None,
         progress: bool,
+        ranks: Distributed | None = None,
     ) -> None:
         self.storage, self.mine, self.source = storage, mine, source
-        self.ranks = ranks
+        self.ranks = ranks or Distributed.alone()
         self.workers, self.progress = workers, progress
         self.rows: list[tuple[Any, ...]] = []
         self.findings: list[Finding] = []
