@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import torch
 from dcp_writers import full_tensors
 from safetensors.torch import load_file
 from test_consolidate import dcp_source
+
+from inspector import verify, write_manifest
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -46,8 +49,11 @@ def torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
 def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactory) -> None:
-    source = dcp_source(tmp_path_factory)
     work = tmp_path_factory.mktemp("torchrun")
+    # The source keeps a content manifest: DEST gets its own, every rank's outputs in it.
+    source = work / "model"
+    shutil.copytree(dcp_source(tmp_path_factory), source)
+    write_manifest(source)
     names = list(full_tensors())
     # Three outputs: rank 1 writes files 1 and 3, rank 0 file 2 (and the index).
     mapping = {n: 1 + k % 3 for k, n in enumerate(names)}
@@ -74,6 +80,7 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
 
     files = sorted(p.name for p in dest.iterdir())
     assert files == [
+        "ckpt-inspect-manifest.json",
         "config.json",
         "model-00001-of-00003.safetensors",
         "model-00002-of-00003.safetensors",
@@ -89,3 +96,6 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
         got.update(load_file(file))
     for name, tensor in full_tensors().items():
         assert torch.equal(got[name], tensor), name
+    for level in ("size", "hash", "tensor"):
+        assert verify(dest, level=level).findings == (), level
+    assert verify(dest, against=str(source), level="tensor").findings == ()
