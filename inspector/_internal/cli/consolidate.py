@@ -5,7 +5,6 @@ each rank writes its share)."""
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from inspector._internal.cli.args import (
@@ -17,6 +16,7 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "run"]
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         allow_partial=args.allow_partial,
     )
-    lead = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 prints
+    lead = is_lead()  # under torchrun only rank 0 prints
     if lead:
         print(plan)
     if args.dry_run:

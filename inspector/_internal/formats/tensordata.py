@@ -28,22 +28,33 @@ from inspector._internal.storage import LocalFile, Storage
 from inspector.errors import UnsafeFileError
 
 __all__ = [
+    "TENSOR_HASH",
     "TensorData",
     "gather_view",
-    "hash_bytes",
     "read_view",
     "strided_view",
+    "tensor_digest",
+    "tensor_hasher",
     "view_runs",
     "view_span",
 ]
 
 _HASH_BLOCK = 64 << 20
+# The project's one content hash of a tensor's row-major bytes (docs/verify.md says why):
+# the manifest records it, `verify --level tensor`, `consolidate --verify-data`, `repair
+# --from --verify-data`, `diff --data` and `check --deep` compare it.
+TENSOR_HASH = "xxh3-128"
 
 
-def hash_bytes(view: memoryview | bytes | np.ndarray) -> str:
-    """xxh3-64 of a buffer, fed in blocks so huge tensors never need a copy."""
+def tensor_hasher() -> xxhash.xxh3_128:
+    """A fresh `TENSOR_HASH`, for bytes that arrive in pieces (a file streamed in blocks)."""
+    return xxhash.xxh3_128()
+
+
+def tensor_digest(view: memoryview | bytes | np.ndarray) -> str:
+    """`TENSOR_HASH` of a whole buffer, fed in blocks so huge tensors never need a copy."""
     mv = (view.data if isinstance(view, np.ndarray) else memoryview(view)).cast("B")
-    h = xxhash.xxh3_64()
+    h = tensor_hasher()
     for start in range(0, len(mv), _HASH_BLOCK):
         h.update(mv[start : start + _HASH_BLOCK])
     return h.hexdigest()
@@ -178,7 +189,7 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     def tensor_hash(self, name: str) -> str | None:
         data = self.tensor_bytes(name)
-        return None if data is None else hash_bytes(data)
+        return None if data is None else tensor_digest(data)
 
     def _assemble(
         self, name: str, chunks: Sequence[DcpChunk], shape: tuple[int, ...]

@@ -55,6 +55,7 @@ from inspector._internal.common.filenames import (
 from inspector._internal.findings.codes import Severity
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.issues import INDEX_REBUILT_FOR
+from inspector._internal.findings.words import plural
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
@@ -573,9 +574,11 @@ def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     bad = [s.file for s in scanned.shards if not s.readable]
     if not bad:
         return ()
+    those = "that file" if len(bad) == 1 else "those files"
     return (
-        f"shard(s) {', '.join(bad)} have unreadable headers: rebuilding the index from disk would "
-        "drop their tensors; restore or remove those files first",
+        f"{plural(len(bad), 'shard')} with an unreadable header ({', '.join(bad)}): rebuilding "
+        f"the index from disk would drop the tensors of {those}; restore or remove "
+        f"{'it' if len(bad) == 1 else 'them'} first",
     )
 
 

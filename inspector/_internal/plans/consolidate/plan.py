@@ -169,17 +169,16 @@ class ConsolidationPlan:
         (`UnsafeInputError`). Under torchrun, or with `rank`/`world_size`, output i is
         written by rank i % world_size.
         """
-        run = Execution.of(options)
-        result = execute_plan(self, run)
+        result = execute_plan(self, Execution.of(options))
         # The source's manifest, carried to DEST: its tensor hashes still say what the values
-        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
-        if (
-            self.dest.name != STAGING
-            and (run.rank if run.rank is not None else int(os.environ.get("RANK", "0"))) == 0
-        ):
+        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own: every
+        # one of them was written by this plan (by any rank, or by an earlier run that
+        # `resume` kept), so each is hashed as it is now. Without a source manifest, one
+        # kept in DEST is brought up to date the same way.
+        if self.dest.name != STAGING and result.rank == 0:
+            written = (*(o.name for o in self.outputs), INDEX_NAME, *result.metadata_files)
             kept = source_manifest(self.source_storage)
-            if kept is not None:
-                refresh_manifest(self.dest, written=result.written, previous=kept)
+            refresh_manifest(self.dest, written=written, previous=kept)
         return result
 
 

@@ -229,6 +229,6 @@ def describe_result(result: ConsolidationResult) -> str:
         )
     if result.data_checked:
         bad = result.data_mismatches
-        state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
+        state = "all match" if not bad else f"{plural(len(bad), 'mismatch')}: {examples(list(bad))}"
         lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
     return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
