@@ -37,10 +37,10 @@ from inspector._internal.checkpoint.quant_targets import (
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import FOLD, Finding, examples, make_finding
-from inspector._internal.formats.recipe import RECIPE_NAME, QuantModifier
+from inspector._internal.formats.recipe import QuantModifier
 
 __all__ = ["CODES", "check_compressed_tensors", "compressed_tensors_config", "module_tensors"]
 
@@ -136,7 +136,7 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
         return [
             make_finding(
                 "check-budget-exceeded",
-                f"config.json quantization_config lists more than {MAX_PATTERNS:,} targets and "
+                f"{CONFIG_NAME} quantization_config lists more than {MAX_PATTERNS:,} targets and "
                 "ignore entries; the compressed-tensors modules were NOT checked",
                 file=CONFIG_NAME,
             )
@@ -157,7 +157,7 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
         if scheme is None:
             if stored is not None and linear:
                 why = "ignores it" if ignore(module, linear) else "targets it in no config group"
-                unlisted.append((module, f"is stored {stored} but config.json {why}"))
+                unlisted.append((module, f"is stored {stored} but {CONFIG_NAME} {why}"))
             continue
         planned[module] = scheme.group
         problem = _against_scheme(params, scheme)
@@ -286,17 +286,17 @@ def _fold(code: Code, items: list[tuple[str, str]]) -> list[Finding]:
     what = {
         Code.QUANT_SCHEME_MISMATCH: (
             "serving engines build the module the config describes and find other tensors: "
-            "re-export the module with its group's scheme, or fix config.json to what was "
+            f"re-export the module with its group's scheme, or fix {CONFIG_NAME} to what was "
             "exported"
         ),
         Code.QUANT_CONFIG_MISSING_LAYER: (
             "loaders build it unquantized and find quantized tensors: remove it from "
-            "config.json's ignore (or add it to a group's targets), or re-export it "
+            f"{CONFIG_NAME}'s ignore (or add it to a group's targets), or re-export it "
             "unquantized"
         ),
     }[code]
     findings = [
-        make_finding(code, f"config.json: '{legible(m)}' {why}; {what}", file=CONFIG_NAME)
+        make_finding(code, f"{CONFIG_NAME}: '{legible(m)}' {why}; {what}", file=CONFIG_NAME)
         for m, why in items[: FOLD.per_code]
     ]
     rest = items[FOLD.per_code :]
@@ -304,7 +304,7 @@ def _fold(code: Code, items: list[tuple[str, str]]) -> list[Finding]:
         findings.append(
             make_finding(
                 code,
-                f"config.json: {len(rest):,} more modules the same way "
+                f"{CONFIG_NAME}: {len(rest):,} more modules the same way "
                 f"({examples([m for m, _ in rest[:3]])}); {what}",
                 file=CONFIG_NAME,
             )
@@ -343,12 +343,12 @@ def _recipe(
     parts = []
     if only_recipe:
         parts.append(
-            f"quantizes {len(only_recipe):,} modules config.json leaves unquantized "
+            f"quantizes {len(only_recipe):,} modules {CONFIG_NAME} leaves unquantized "
             f"({examples(only_recipe)})"
         )
     if only_config:
         parts.append(
-            f"leaves unquantized {len(only_config):,} modules config.json quantizes "
+            f"leaves unquantized {len(only_config):,} modules {CONFIG_NAME} quantizes "
             f"({examples(only_config)})"
         )
     return [

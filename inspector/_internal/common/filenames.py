@@ -25,6 +25,7 @@ __all__ = [
     "LOCK",
     "MANIFEST_NAME",
     "QUANT_CONFIG_NAME",
+    "RECIPE_NAME",
     "STAGING",
     "TORCH_DIST_COMMON",
     "TORCH_DIST_LATEST",
@@ -39,6 +40,8 @@ BIN_INDEX_NAME = "pytorch_model.bin.index.json"
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
 QUANT_CONFIG_NAME = "hf_quant_config.json"
+# llm-compressor's record of the quantization it ran, beside a compressed-tensors export.
+RECIPE_NAME = "recipe.yaml"
 # PyTorch DCP's Hugging Face writer: `.hf_metadata/fqn_to_file_index_mapping.json`, with the
 # config and index of the model it was saved from beside it.
 HF_METADATA_DIR = ".hf_metadata"
@@ -70,6 +73,7 @@ WELL_KNOWN: Mapping[str, str] = MappingProxyType(
         CONFIG_NAME: "the model config",
         GENERATION_CONFIG_NAME: "the generation config",
         QUANT_CONFIG_NAME: "the Model-Optimizer quantization config",
+        RECIPE_NAME: "the llm-compressor recipe",
         "quantization_config.json": "a quantization config",
         "quant_config.json": "a quantization config",
         "adapter_config.json": "the PEFT adapter config",

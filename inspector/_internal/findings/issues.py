@@ -621,12 +621,12 @@ def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem
             Problem(
                 key="quant-config-missing-layers-config",
                 severity=Severity.ERROR,
-                title=f"config.json's quantization_config leaves out "
+                title=f"{CONFIG_NAME}'s quantization_config leaves out "
                 f"{plural(len(in_config), 'quantized module')}",
                 impact="loaders treat those modules as unquantized and misread their weights",
                 action=Action(
                     "review",
-                    "take the modules out of config.json's ignore list (or add them to a "
+                    f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
                     "group's targets), or re-export them unquantized",
                     _command(ctx, "review"),
                 ),

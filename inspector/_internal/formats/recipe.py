@@ -13,9 +13,8 @@ import yaml
 
 from inspector._internal.findings.finding import short_repr
 
-__all__ = ["RECIPE_CAP", "RECIPE_NAME", "QuantModifier", "parse_recipe"]
+__all__ = ["RECIPE_CAP", "QuantModifier", "parse_recipe"]
 
-RECIPE_NAME = "recipe.yaml"
 RECIPE_CAP = 4_000_000
 # How deep the modifiers may sit (stage -> modifiers group -> modifier) and how many there may be.
 _MAX_DEPTH = 6

@@ -200,19 +200,19 @@ def dcp_digests(
 
 def unspanned_digests(
     scanned: ScannedCheckpoint,
+    records: Mapping[str, TensorRecord],
     digests: Mapping[str, str | None],
     *,
     ranks: Distributed | None = None,
 ) -> dict[str, str | None]:
-    """`.bin` files only: the content hashes span hashing could not give, read tensor by
-    tensor. A `torch.save` file legitimately holds strided views and several names on one
-    storage (tied weights, slices of one buffer), whose byte ranges overlap; each is still
-    one tensor with values of its own. (In a safetensors file overlapping entries are
-    damage, and stay unhashed.)"""
+    """`.bin` files only: the content hashes span hashing could not give to `records`
+    (`tensors_of(scanned)`), read tensor by tensor. A `torch.save` file legitimately holds
+    strided views and several names on one storage (tied weights, slices of one buffer),
+    whose byte ranges overlap; each is still one tensor with values of its own. (In a
+    safetensors file overlapping entries are damage, and stay unhashed.)"""
     if scanned.layout != LayoutName.PYTORCH_BIN:
         return {}
-    records = tensors_of(scanned)
-    missing = {n: records[n] for s in scanned.shards for n in s.names if digests.get(n) is None}
+    missing = {n: r for n, r in records.items() if digests.get(n) is None}
     return dcp_digests(scanned, missing, ranks=ranks) if missing else {}
 
 

@@ -645,7 +645,7 @@ def _tensor_hashes(
         for d in done.values():
             digests.update(d.tensors)
         read = sum(d.read for d in done.values())
-        digests.update(unspanned_digests(scanned, digests, ranks=ranks))
+        digests.update(unspanned_digests(scanned, records, digests, ranks=ranks))
     out = {
         name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
         for name, r in records.items()
@@ -712,7 +712,7 @@ def build_manifest(
         digests.update(d.tensors)
     if scanned.dcp is not None:
         digests = dcp_digests(scanned, records, ranks=ranks)
-    digests.update(unspanned_digests(scanned, digests, ranks=ranks))
+    digests.update(unspanned_digests(scanned, records, digests, ranks=ranks))
     # Every file read whole (its size is what was read): the same on every rank.
     files = {rel: FileRecord(d.read, d.sha256) for rel, d in sorted(done.items())}
     tensors = {
