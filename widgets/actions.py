@@ -14,10 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 from inspector.widgets.dashboard import button
+from inspector.widgets.guard import EXPECTED_ERRORS as _EXPECTED
+from inspector.widgets.guard import captured, guarded
+from inspector.widgets.guard import error_html as _error
 from inspector.widgets.report import write_html_report
 
 from inspector.consolidate import default_destination, plan_consolidation
-from inspector.errors import InspectorError, PlanRefusedError
+from inspector.errors import PlanRefusedError
 from inspector.findings import findings_to_frame
 from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
 from inspector.markdown import markdown_summary
@@ -29,8 +32,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 
-# What a panel catches and shows; anything else is a bug and should surface as one.
-_EXPECTED = (InspectorError, ValueError, OSError)
 # ipywidgets treats a None value as "nothing selected", so "" stands for "no policy".
 _DUPLICATES = [
     ("refuse (decide yourself)", ""),
@@ -43,10 +44,6 @@ _DTYPES = [("keep", ""), ("BF16", "BF16"), ("F16", "F16"), ("F32", "F32")]
 
 def _hidden(widget: w.Widget, hidden: bool) -> None:
     widget.layout.display = "none" if hidden else None
-
-
-def _error(exc: BaseException) -> str:
-    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html.escape(str(exc))}</div>'
 
 
 class RepairPanel:
@@ -66,21 +63,21 @@ class RepairPanel:
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
         self.scope = w.HTML().add_class("ckpt-repair-scope")
-        all_parts = button("Plan all parts", "ckpt-plan-all", icon="expand")
-        all_parts.on_click(lambda _: self.use_parts(()))
-        replan = button("Plan again", "ckpt-plan-button", icon="refresh")
-        replan.on_click(lambda _: self.make_plan())
         self.verdict = w.HTML().add_class("ckpt-repair-verdict")
+        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
+        all_parts = button("Plan all parts", "ckpt-plan-all", icon="expand")
+        all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
+        replan = button("Plan again", "ckpt-plan-button", icon="refresh")
+        replan.on_click(guarded(lambda: self.make_plan(), self.verdict))
         self.plan_view = w.HTML().add_class("ckpt-repair-plan")
         self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
-        self.repair.on_click(lambda _: self.ask())
+        self.repair.on_click(guarded(lambda: self.ask(), self.verdict))
         self.question = w.HTML().add_class("ckpt-confirm-question")
         self.confirm = button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
-        self.confirm.on_click(lambda _: self.execute())
+        self.confirm.on_click(guarded(lambda: self.execute(), self.result))
         self.cancel = button("Cancel", "ckpt-cancel-button")
-        self.cancel.on_click(lambda _: self.ask(cancel=True))
+        self.cancel.on_click(guarded(lambda: self.ask(cancel=True), self.verdict))
         self.confirm_box = w.VBox([self.question, w.HBox([self.confirm, self.cancel])])
-        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [
@@ -281,13 +278,13 @@ class ConsolidatePanel:
         ).add_class("ckpt-consolidate-overwrite")
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
+        self.status = w.HTML().add_class("ckpt-consolidate-status")
         plan = button("Plan", "ckpt-consolidate-plan")
-        plan.on_click(lambda _: self.make_plan())
+        plan.on_click(guarded(lambda: self.make_plan(), self.status))
         self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
-        self.run.on_click(lambda _: self.execute())
+        self.run.on_click(guarded(lambda: self.execute(), self.status))
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
-        self.status = w.HTML().add_class("ckpt-consolidate-status")
         note = ""
         if dash.scanned.dcp is None:
             note = (
@@ -333,13 +330,15 @@ class ConsolidatePanel:
         self.run.disabled = True
         self.progress.clear_output()
         try:
-            with self.progress:
-                result = plan.execute(
+            result = captured(
+                self.progress,
+                lambda: plan.execute(
                     progress=True,
                     verify_data=self.verify_data.value,
                     workers=self.workers.value,
                     overwrite=self.overwrite.value,
-                )
+                ),
+            )
         except _EXPECTED as exc:
             self.progress.clear_output()
             self.status.value = _refused(exc, overwrite=self.overwrite.value)
@@ -377,11 +376,11 @@ class ReportPanel:
         name = dash.scanned.path.name or "checkpoint"
         self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
         self.path.layout.width = "90%"
-        write = button("Write HTML report", "ckpt-report-button", icon="file")
-        write.on_click(lambda _: self.write_report())
-        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
-        summary.on_click(lambda _: self.show_markdown())
         self.status = w.HTML().add_class("ckpt-report-status")
+        write = button("Write HTML report", "ckpt-report-button", icon="file")
+        write.on_click(guarded(lambda: self.write_report(), self.status))
+        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
+        summary.on_click(guarded(lambda: self.show_markdown(), self.status))
         self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
         self.markdown.add_class("ckpt-markdown")
         _hidden(self.markdown, True)

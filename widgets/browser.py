@@ -21,6 +21,7 @@ from typing import Any
 
 import ipywidgets as w
 import pandas as pd
+from inspector.widgets.guard import guarded
 
 from inspector.errors import InspectorError
 from inspector.model import ScannedCheckpoint
@@ -122,6 +123,8 @@ class TensorBrowser:
             layout=w.Layout(width="100%"),
         )
         t = self.tensors
+        self.count = w.HTML().add_class("ckpt-tensor-count")
+        self.export_status = w.HTML().add_class("ckpt-export-status")
         self.name = w.Text(
             placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
             continuous_update=False,
@@ -135,8 +138,7 @@ class TensorBrowser:
         self.file = _choice("file", _values(t["file"]), "ckpt-tensor-file", width="22em")
         clear = w.Button(description="Clear", icon="times", layout=w.Layout(width="auto"))
         clear.add_class("ckpt-tensor-clear")
-        clear.on_click(lambda _: self.set_query(TensorQuery()))
-        self.count = w.HTML().add_class("ckpt-tensor-count")
+        clear.on_click(guarded(lambda: self.set_query(TensorQuery()), self.count))
         self.export_name = w.Text(
             value=str(self.export_dir / f"{scanned.path.name or 'checkpoint'}-tensors"),
             description="export to",
@@ -144,14 +146,17 @@ class TensorBrowser:
         )
         csv = w.Button(description="CSV", icon="download", layout=w.Layout(width="auto"))
         parquet = w.Button(description="Parquet", icon="download", layout=w.Layout(width="auto"))
-        csv.add_class("ckpt-export-csv").on_click(lambda _: self.export("csv"))
-        parquet.add_class("ckpt-export-parquet").on_click(lambda _: self.export("parquet"))
-        self.export_status = w.HTML().add_class("ckpt-export-status")
+        csv.add_class("ckpt-export-csv").on_click(
+            guarded(lambda: self.export("csv"), self.export_status)
+        )
+        parquet.add_class("ckpt-export-parquet").on_click(
+            guarded(lambda: self.export("parquet"), self.export_status)
+        )
         self._controls = (self.name, self.regex, self.dtype, self.layer, self.expert)
         self._controls += (self.kind, self.file)
         self._quiet = False
         for control in self._controls:
-            control.observe(lambda _: self._from_controls(), names="value")
+            control.observe(guarded(self._from_controls, self.count), names="value")
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [

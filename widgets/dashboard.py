@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
+from inspector.widgets.guard import captured, guarded
+from inspector.widgets.snapshot import headless
 
 from inspector.checks import check
 from inspector.findings import Finding, findings_to_frame
@@ -126,7 +128,10 @@ class Dashboard:
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
-    code ships in the checkpoint folder (see `inspector.model_load`).
+    code ships in the checkpoint folder (see `inspector.model_load`). `wait=True` makes the
+    cell wait for the load check and the snapshot's figures before it ends, as it does by
+    itself when the notebook is executed headless (nbclient, `jupyter nbconvert --execute`,
+    papermill): the saved notebook then holds the finished snapshot.
     """
 
     TABS = (
@@ -154,11 +159,15 @@ class Dashboard:
         snapshot: bool = True,
         model: bool = True,
         trust_remote_code: bool = False,
+        wait: bool | None = None,
     ) -> None:
         from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
         from inspector.widgets.browser import TensorBrowser
 
         self.model, self.trust_remote_code = model, trust_remote_code
+        # Whether displaying waits for the finished snapshot; None: when the run is headless.
+        self.wait_when_headless = wait
+        self._headless = False
         # The plain checks now; the load verdict in a thread (see the module docstring).
         self.current = _load_with_progress(source, progress=progress, pending=model)
         self._complete: Future[CheckpointState] = Future()
@@ -185,10 +194,13 @@ class Dashboard:
         )
         self.tab = w.Tab(children=[w.VBox() for _ in self.TABS]).add_class("ckpt-tabs")
         self.tab.titles = self.TABS
-        self.tab.observe(self._on_select, names="selected_index")
-        rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
+        # What went wrong with the last action that has no status line of its own (a
+        # re-scan, a button of the Overview, building a tab): one line under the header.
+        self.notice = w.HTML().add_class("ckpt-notice")
+        self.tab.observe(guarded(self._on_select, self.notice, clear=True), names="selected_index")
+        self.rescan = rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
         rescan.layout.flex = "0 0 auto"
-        rescan.on_click(lambda _: self.refresh())
+        rescan.on_click(guarded(self.refresh, self.notice, clear=True))
         # The re-scan's progress bar is drawn here (tqdm.auto writes into the Output widget).
         self.progress = w.Output().add_class("ckpt-progress")
         top = w.HBox(
@@ -198,7 +210,7 @@ class Dashboard:
         from inspector.widgets.autosize import Autosize
 
         self.widget = w.VBox(
-            [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
+            [top, self.notice, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
@@ -234,16 +246,22 @@ class Dashboard:
     def refresh(self) -> None:
         """Re-scan and re-check the folder (a remote one through the same storage, listed
         afresh; the load check too: its model is cached by now), then redraw the open tab;
-        other tabs are rebuilt when next selected. The saved snapshot follows."""
+        other tabs are rebuilt when next selected. The saved snapshot follows. When the
+        scan fails (the folder is gone), the error is raised and the dashboard keeps showing
+        the previous state."""
         self.progress.clear_output()
-        with self.progress:
-            state = CheckpointState.load(
-                Location(self.scanned.location.storage.fresh()),
-                progress=True,
-                model=self.model,
-                trust_remote_code=self.trust_remote_code,
+        try:
+            state = captured(
+                self.progress,
+                lambda: CheckpointState.load(
+                    Location(self.scanned.location.storage.fresh()),
+                    progress=True,
+                    model=self.model,
+                    trust_remote_code=self.trust_remote_code,
+                ),
             )
-        self.progress.clear_output()
+        finally:
+            self.progress.clear_output()
         for panel in self.panels.values():
             close = getattr(panel, "close", None)
             if close is not None:
@@ -258,6 +276,10 @@ class Dashboard:
         self._draw()
         if self._snapshot is not None:
             self._snapshot.update(self.state)
+            if self._headless:
+                generation = self._generation
+                self._snapshot.render_figures(state, current=lambda: generation == self._generation)
+                return
         self._start_worker()
 
     def _start_verdict(self) -> None:
@@ -417,15 +439,27 @@ class Dashboard:
         titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
         self.tab.titles = tuple(titles)
 
-    def _on_select(self, change: dict[str, Any]) -> None:
-        if change["new"] is not None:
-            self._shown(self.TABS[change["new"]])
+    def _on_select(self) -> None:
+        if self.tab.selected_index is not None:
+            self._shown(self.TABS[self.tab.selected_index])
 
     def _ipython_display_(self) -> None:
-        """The live widget, then (when enabled) the static snapshot as further outputs."""
+        """The live widget, then (when enabled) the static snapshot as further outputs. In
+        a headless run the cell waits for the load check and renders the figures before it
+        ends (see `widgets.snapshot`); the other tabs are built when first shown."""
         from IPython.display import display
 
         display(self._widget_bundle(), raw=True)
+        self._headless = (
+            self.wait_when_headless if self.wait_when_headless is not None else headless()
+        )
+        if self._headless:
+            self._complete.exception()  # the load verdict; a bug in it is raised by `state`
+            if self.verdict_worker is not None:
+                self.verdict_worker.join()  # it updates what shows `current`
+            if self._snapshot is not None:
+                self._snapshot.show(self.state, finished=True)
+            return
         if self._snapshot is not None:
             self._snapshot.show(self.current)
         self._start_worker()
@@ -498,7 +532,9 @@ def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
     if v is not None and v.ran:
         if v.missing:
             missing = button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
-            missing.on_click(lambda _: dash.show_findings(("load-missing-tensor",)))
+            missing.on_click(
+                guarded(lambda: dash.show_findings(("load-missing-tensor",)), dash.notice)
+            )
             buttons.append(missing)
         kinds = (
             ("Another shape", "ckpt-load-mismatched", [m.key for m in v.mismatched]),
@@ -521,7 +557,7 @@ def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
 def _tensors_button(dash: Dashboard, label: str, css: str, names: Sequence[str]) -> w.Button:
     show = button(label, css, icon="table")
     query = TensorQuery(names=tuple(names))
-    show.on_click(lambda _: dash.show_tensors(query))
+    show.on_click(guarded(lambda: dash.show_tensors(query), dash.notice))
     return show
 
 
@@ -536,25 +572,25 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
             style="warning",
             icon="wrench",
         )
-        fix.on_click(lambda _: dash.repair(action.parts))
+        fix.on_click(guarded(lambda: dash.repair(action.parts), dash.notice))
         buttons.append(fix)
     elif action.kind == "consolidate":
         go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
-        go.on_click(lambda _: dash.select("Consolidate"))
+        go.on_click(guarded(lambda: dash.select("Consolidate"), dash.notice))
         buttons.append(go)
     if problem.tensors:
         names = problem.tensors
         show = button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
-        show.on_click(lambda _: dash.show_tensors(TensorQuery(names=names)))
+        show.on_click(guarded(lambda: dash.show_tensors(TensorQuery(names=names)), dash.notice))
         buttons.append(show)
     if problem.cells and len(dash.scanned.experts):
         layer, expert = problem.cells[0]
         cell = button("On the heatmap", "ckpt-problem-heatmap", icon="th")
-        cell.on_click(lambda _: dash.show_cell(layer, expert))
+        cell.on_click(guarded(lambda: dash.show_cell(layer, expert), dash.notice))
         buttons.append(cell)
     codes = problem.codes
     listing = button(f"Findings ({len(problem.findings):,})", "ckpt-problem-findings", icon="list")
-    listing.on_click(lambda _: dash.show_findings(codes))
+    listing.on_click(guarded(lambda: dash.show_findings(codes), dash.notice))
     buttons.append(listing)
     rows = [_finding_row(dash, f) for f in _examples(problem.findings, _FINDINGS_PER_PROBLEM)]
     box = w.VBox(
@@ -592,7 +628,7 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     )
     link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right")
     link.layout.flex = "0 0 auto"
-    link.on_click(lambda _: dash.follow(finding))
+    link.on_click(guarded(lambda: dash.follow(finding), dash.notice))
     where = ""
     if detail:
         places = [p for p in (finding.file, finding.tensor) if p]
@@ -715,12 +751,16 @@ class ExpertsPanel:
         self.expert = w.BoundedIntText(min=0, max=max(top, 0), description="expert")
         self.expert.add_class("ckpt-expert-pick")
         show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
-        show.on_click(lambda _: self.show(self.layer.value, self.expert.value))
+        show.on_click(
+            guarded(lambda: self.show(self.layer.value, self.expert.value), self.dash.notice)
+        )
         self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
         if self.figure.data:
-            self.figure.data[0].on_click(self._on_click)
+            self.figure.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_click(*args), dash.notice)()
+            )
         picker = w.HBox([self.layer, self.expert, show])
         self.widget = w.VBox(
             [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
@@ -770,7 +810,9 @@ class ExpertsPanel:
             expert_layer_grid(s.experts, layer, tensors=s.tensors), "ckpt-expert-layer"
         )
         if grid.data:
-            grid.data[0].on_click(self._on_zoom_click)
+            grid.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_zoom_click(*args), self.dash.notice)()
+            )
         self.zoom.children = [grid]
         self.zoomed = layer
 
@@ -813,11 +855,11 @@ class DriftPanel:
         self.next = button("Next", "ckpt-page-next", icon="chevron-right")
         self.where = w.HTML()
         self.start = 0
-        self.prev.on_click(lambda _: self.render(self.start - _PAGE))
-        self.next.on_click(lambda _: self.render(self.start + _PAGE))
+        self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
+        self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
         self.codes: tuple[str, ...] = ()
         for control in (self.severity, self.code):
-            control.observe(lambda _: self.render(0), names="value")
+            control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
         self.render(0)
         self.widget = w.VBox(
             [
@@ -889,8 +931,7 @@ def _load_with_progress(
     bars = w.Output()
     handle = display(bars, display_id=True)
     try:
-        with bars:
-            return load(True)
+        return captured(bars, lambda: load(True))
     finally:
         bars.close()
         handle.update({"text/plain": ""}, raw=True)
