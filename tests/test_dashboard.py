@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -95,8 +96,9 @@ def test_opens_with_overview_only_and_lists_problems_not_findings(demos: Path, t
     assert "modelopt-per-layer" in overview  # the facts follow the problems
     assert "2 problems (2 error)" in dash.header.value
     dash.tab.selected_index = dash.TABS.index("Layers")  # what a click on the tab does
-    assert "Layers" in dash.panels
-    assert dash.tab.children[4].children == (dash.panels["Layers"].widget,)
+    layers = dash.panel("Layers")  # built by the thread the click started: waits for it
+    assert dash.panels["Layers"] is layers
+    assert dash.tab.children[4].children == (layers.widget,)
 
 
 def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
@@ -303,6 +305,10 @@ def test_report_tab_writes_html_and_shows_markdown(demos: Path, tmp_path: Path):
     report.widget.children[1].children[1].click()
     assert report.markdown.value.startswith("### Checkpoint inspection")
     assert "`expert-missing`" in report.markdown.value and report.markdown.layout.display is None
+    # The light report, to attach to a bug report: plotly.js from its CDN, not embedded.
+    report.figures.value = "cdn"
+    report.widget.children[1].children[0].click()
+    assert target.stat().st_size < 500_000 and "cdn.plot.ly" in target.read_text()
 
 
 def test_torch_dist_checkpoint_opens_every_tab(demos: Path):
@@ -548,27 +554,116 @@ def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):
     browser.close()
 
 
-def test_files_and_layers_tables_are_paged_with_units(demos: Path):
+def test_files_grid_counts_the_findings_that_name_each_file(demos: Path):
+    """The Files tab is a grid with people's column names and numbers that sort as numbers;
+    its findings column agrees with the findings (the shard an expert-missing finding names
+    counts it), and the filters narrow it."""
     dash = Dashboard(demos / EP_COLLISION)
     files = dash.select("Files").table
-    html_text = files.html.value
-    assert " kB<" in html_text or " MB<" in html_text  # sizes read with units
+    frame = files.frame
+    assert list(frame.columns[:4]) == ["file", "findings", "size", "outlier"]
+    assert "tensor_bytes" not in frame.columns and "data size" in frame.columns
+    assert frame["size"].dtype == "Int64" and frame["data size"].dtype == "int64"
+    named = [f for f in dash.state.findings if f.code == "expert-missing"]
+    assert named and all(f.file for f in named)
+    counts = dict(zip(frame["file"], frame["findings"], strict=True))
+    for f in named:
+        assert counts[f.file] >= sum(g.file == f.file for g in dash.state.findings) > 0
+    # The grid's own sort puts the files with findings first.
+    shown = files.rows()
+    assert list(shown["findings"]) == sorted(shown["findings"], reverse=True)
+    files.flags["with findings"].value = True
+    assert files.matches() == int((frame["findings"] > 0).sum()) < len(frame)
+    assert f"<b>{files.matches()}</b> of {len(frame)} files" in files.count.value
+    files.flags["with findings"].value = False
+    files.text.value = "*-00002-*"
+    assert files.matches() == 1 and set(files.rows()["file"]) == {
+        n for n in frame["file"] if "-00002-" in n
+    }
+    files.regex.value, files.text.value = True, "[unclosed"
+    assert "not a regular expression" in files.count.value
+
+
+def test_layers_grid_names_columns_for_people_and_filters_by_kind(demos: Path):
+    dash = Dashboard(demos / DRIFT)
     layers = dash.select("Layers").table
-    assert layers.page_size == 25
+    frame = layers.frame
+    assert {"is_mtp", "experts_found", "bytes"}.isdisjoint(frame.columns)
+    assert {"MTP", "experts found", "size", "findings"} <= set(frame.columns)
+    assert set(frame["MTP"]) == {"yes", "no"}
+    assert frame["size"].tolist() == dash.scanned.layers["bytes"].tolist()
+    layers.choices["kind"].value = "moe"
+    assert layers.matches() == int((frame["kind"] == "moe").sum()) > 0
+    assert layers.grid is not None and layers.grid.filter == [["kind", "==", "moe"]]
 
 
-def test_paged_table_pages():
-    import pandas as pd
-    from inspector.widgets.dashboard import PagedTable
+def test_tensor_grid_sizes_are_numbers(demos: Path):
+    """The grid sorts `size` in its engine: as bytes, not as the text "22.0 MB"."""
+    from inspector.widgets.browser import GRID_COLUMNS, grid_frame
+    from inspector.widgets.grid import is_bytes_column
 
-    frame = pd.DataFrame({"file": [f"f{i}" for i in range(60)], "size": range(60)})
-    table = PagedTable(frame, title="files", css_class="x", page_size=25)
-    assert "f24" in table.html.value and "f25" not in table.html.value
-    assert "rows 1-25 of 60" in table.where.value and table.prev.disabled
-    table.next.click()
-    table.next.click()
-    assert "rows 51-60 of 60" in table.where.value and table.next.disabled
-    assert "f59" in table.html.value and "f49" not in table.html.value
+    frame = grid_frame(scan(demos / DRIFT).tensors)
+    assert frame["size"].dtype == "int64" and is_bytes_column("size")
+    assert "nbytes" not in GRID_COLUMNS and "elements" in GRID_COLUMNS
+
+
+def test_experts_tab_opens_on_the_faulty_layer(tmp_path: Path, monkeypatch):
+    """Layer 3 of 4 lost experts 4-7 (every other layer is whole): the Experts tab opens
+    zoomed into layer 3, not into the first MoE layer."""
+    import test_report_html
+
+    monkeypatch.setattr(test_report_html, "LOST_PART", None)  # layer 1 keeps all its parts
+    dash = Dashboard(test_report_html.write_moe_checkpoint(tmp_path / "moe"))
+    missing = [f for f in dash.state.findings if f.code == "expert-missing"]
+    assert [f.layer for f in missing] == [3]
+    experts = dash.select("Experts")
+    assert experts.zoomed == 3 and experts.layer.value == 3
+    assert min(experts.layer.options) < 3
+
+
+def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeypatch):
+    """A click on a tab that is not built yet shows a spinner at once and builds it in a
+    thread (the kernel answers the next click meanwhile); the panel replaces the spinner."""
+    import threading
+
+    from inspector.widgets import dashboard as module
+
+    gate = threading.Event()
+    real = module.LayersPanel
+
+    def slow(dash):
+        assert gate.wait(30)  # the build takes as long as the test says
+        return real(dash)
+
+    dash = Dashboard(demos / DRIFT)
+    monkeypatch.setitem(dash._builders, "Layers", lambda: slow(dash))
+    index = dash.TABS.index("Layers")
+    dash.tab.selected_index = index  # returns although the build is blocked
+    (spinner,) = dash.tab.children[index].children
+    assert "ckpt-tab-loading" in spinner.value and "layers" in spinner.value
+    dash.tab.selected_index = dash.TABS.index("Files")  # the next click is answered too
+    assert dash.tab.children[dash.TABS.index("Files")].children
+    gate.set()
+    layers = dash.panel("Layers")
+    assert dash.tab.children[index].children == (layers.widget,)
+
+
+def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch):
+    from inspector.errors import InspectorError
+
+    dash = Dashboard(demos / DRIFT)
+
+    def broken():
+        raise InspectorError("model-00001-of-00004.safetensors: cannot read it")
+
+    monkeypatch.setitem(dash._builders, "Layers", broken)
+    index = dash.TABS.index("Layers")
+    dash.tab.selected_index = index
+    deadline = time.monotonic() + 30
+    while "ckpt-error" not in str(getattr(dash.tab.children[index].children[0], "value", "")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "cannot read it" in dash.tab.children[index].children[0].value
 
 
 def test_figures_use_units_on_axes_and_hover(demos: Path):

@@ -3,16 +3,20 @@
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector.html_repr`, the tensor grid from `widgets.browser`. Tabs other than Overview are
-built when first selected, or ahead of that by a background worker once the Overview is on
-screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
-checkpoint opens after one scan and the plain checks.
+`inspector.html_repr`, the grids (tensors, files, layers) from `widgets.grid` and
+`widgets.browser`. Tabs other than Overview are built ahead of the first click by a
+background worker once the Overview is on screen (a grid's widget itself waits until its tab
+is shown), so a 300,000-tensor checkpoint opens after one scan and the plain checks. A click
+never waits for that worker: a tab that is not built yet shows a spinner at once and is built
+in a thread (`_on_select`), so the kernel answers the next click meanwhile.
 
 The Overview answers "will it load?" with the model code's own verdict
 (`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
 else together, so the Overview is drawn from the plain checks and the verdict is computed in a
 thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
-holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
+holds its findings and problems too. The Overview, Tensors, Files, Layers and Experts tabs are
+drawn from `dash.current` (Files and Layers recount their findings when the verdict arrives:
+`when_checked`); Drift and Repair list the load check's findings, so they wait for `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
@@ -25,6 +29,7 @@ from __future__ import annotations
 import html
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -33,11 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
-from inspector.widgets.guard import captured, guarded
+from inspector.widgets.grid import FrameGrid, GridCells, yes_no
+from inspector.widgets.guard import EXPECTED_ERRORS, captured, error_html, guarded
 from inspector.widgets.snapshot import headless
 
 from inspector.checks import check
-from inspector.findings import Finding, findings_to_frame
+from inspector.findings import Finding, findings_per_file, findings_to_frame, severity_rank
 from inspector.html_repr import (
     code_help_html,
     facts_html,
@@ -60,7 +66,6 @@ __all__ = ["CheckpointState", "Dashboard"]
 
 _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
-_FILE_COLUMNS = ["file", "size", "tensors", "tensor_bytes", "first_layer", "last_layer", "problems"]
 _FINDINGS_PER_PROBLEM = 3
 _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
 _PAGE = 25
@@ -146,9 +151,12 @@ class Dashboard:
         "Report",
     )
 
-    # The tabs the background worker builds ahead of the first click: the light ones first,
-    # so that a click meanwhile does not wait for the tensor table (seconds at 1M tensors).
-    PREBUILT = ("Drift", "Files", "Layers", "Experts", "Repair", "Tensors")
+    # The tabs the background worker builds ahead of the first click. Those drawn from the
+    # plain checks come first (the tensor table, seconds at 1M tensors, first of all); those
+    # that list the load check's findings wait for it. A click never waits for the worker: a
+    # tab not built yet shows a spinner and is built in a thread of its own (`_on_select`).
+    PREBUILT = ("Tensors", "Layers", "Files", "Experts")
+    PREBUILT_WITH_VERDICT = ("Drift", "Repair")
 
     def __init__(
         self,
@@ -177,7 +185,7 @@ class Dashboard:
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
             "Tensors": lambda: TensorBrowser(
-                self.scanned, export_dir=self.report_dir, defer_grid=True
+                self.scanned, export_dir=self.report_dir, defer_grid=True, cells=False
             ),
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
@@ -210,18 +218,21 @@ class Dashboard:
         from inspector.widgets.autosize import Autosize
 
         self.widget = w.VBox(
-            [top, self.notice, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
+            [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
+            layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
             from inspector.widgets.snapshot import Snapshot
 
             self._snapshot = Snapshot()
-        # Panels are built by the main thread on a click or by the background worker ahead of
-        # it; the lock keeps them from building the same one twice. A panel may wait for the
-        # load verdict while it holds that lock, so the verdict is published under another.
+        # Panels are built by the background worker ahead of a click, by a thread a click
+        # starts, or by a caller of `panel`; `_pending` holds one future per panel, claimed
+        # under the lock by whoever builds it first, so none is built twice and nobody holds
+        # the lock while building. The load verdict is published under its own lock.
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
+        self._pending: dict[str, Future[Any]] = {}
         self._generation = 0
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
@@ -268,6 +279,7 @@ class Dashboard:
                 close()
         with self._lock, self._state_lock:
             self.panels.clear()
+            self._pending.clear()
             self._generation += 1
             self.current = state
             if self._complete.done():
@@ -303,13 +315,15 @@ class Dashboard:
                     return  # a refresh replaced the state meanwhile
                 self.current = state
                 self._complete.set_result(state)
-            # Only what shows `current` is redrawn: every other tab waited for this state.
+            # What shows `current` is redrawn: the Overview; the Files and Layers tabs update
+            # their findings counts themselves (see `on_verdict`); the rest waited for it.
             with self._lock:
                 if generation != self._generation:
                     return
                 self._draw_header()
                 self.panels.pop("Overview", None)
-                self.panel("Overview")
+                self._pending.pop("Overview", None)
+            self.panel("Overview")
             if self._snapshot is not None:
                 self._snapshot.update(state)
 
@@ -324,20 +338,95 @@ class Dashboard:
     def _shown(self, title: str) -> Any:
         """The panel of the tab just shown; one that draws on being shown (the tensor grid)
         is told."""
-        panel = self.panel(title)
-        show = getattr(panel, "show_grid", None)
-        if show is not None:
-            show()
-        return panel
+        return _show_grid(self.panel(title))
 
     def panel(self, title: str) -> Any:
-        """The panel object of tab `title`, built on first use."""
+        """The panel object of tab `title`, built on first use (here, or by the thread that
+        is building it already: then this waits for it)."""
+        future, mine, generation = self._claim(title)
+        if mine:
+            self._build(title, future, generation)
+        return future.result()
+
+    def _claim(self, title: str) -> tuple[Future[Any], bool, int]:
+        """The future of panel `title`; True when the caller must build it."""
         with self._lock:
-            if title not in self.panels:
-                panel = self._builders[title]()
+            future = self._pending.get(title)
+            if future is not None:
+                return future, False, self._generation
+            future = self._pending[title] = Future()
+            return future, True, self._generation
+
+    def _build(self, title: str, future: Future[Any], generation: int) -> None:
+        """Build panel `title`, put it in its tab (unless a re-scan replaced the state
+        meanwhile) and resolve `future` with it."""
+        try:
+            panel = self._builders[title]()
+        except BaseException as exc:
+            with self._lock:
+                if self._pending.get(title) is future:
+                    del self._pending[title]  # the next click tries again
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            current = generation == self._generation and self._pending.get(title) is future
+            if current:
                 self.panels[title] = panel
                 self.tab.children[self.TABS.index(title)].children = [panel.widget]
-            return self.panels[title]
+        if not current and hasattr(panel, "close"):
+            panel.close()
+        future.set_result(panel)
+
+    def _on_select(self) -> None:
+        """A tab was clicked: show its panel if it is built, else a spinner at once while a
+        thread builds it (or waits for the worker that is building it). The kernel answers
+        the next click meanwhile."""
+        index = self.tab.selected_index
+        if index is None:
+            return
+        title = self.TABS[index]
+        box = self.tab.children[index]
+        with self._lock:
+            built = self.panels.get(title)
+            if built is None:
+                future = self._pending.get(title)
+                mine = future is None
+                if future is None:
+                    future = self._pending[title] = Future()
+                generation = self._generation
+                box.children = [_loading(self, title)]
+        if built is not None:
+            _show_grid(built)
+            return
+
+        def build() -> None:
+            try:
+                if mine:
+                    self._build(title, future, generation)
+                panel = future.result()
+                if self.tab.selected_index == index:
+                    _show_grid(panel)
+            except Exception as exc:
+                expected = isinstance(exc, EXPECTED_ERRORS)
+                box.children = [w.HTML(error_html(exc, bug=not expected))]
+                if not expected:
+                    raise
+
+        threading.Thread(target=build, name=f"ckpt-build-{title}", daemon=True).start()
+
+    def when_checked(self, callback: Callable[[CheckpointState], object]) -> None:
+        """Call `callback(state)` when the load check's findings arrive, for a panel drawn
+        from the plain checks' state; nothing when they are in already (or the check is off),
+        nor for a state a re-scan replaced meanwhile."""
+        if not self.current.pending:
+            return
+        generation, complete = self._generation, self._complete
+
+        def done(future: Future[CheckpointState]) -> None:
+            if future.exception() is None and generation == self._generation:
+                guarded(lambda: callback(future.result()), self.notice)()
+
+        complete.add_done_callback(done)
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the load check is done and the background worker has built every tab and
@@ -349,27 +438,33 @@ class Dashboard:
             self.worker.join(timeout)
 
     def _start_worker(self) -> None:
-        """After the Overview is on screen: build the other tabs ahead of the first click
-        (the heavy ones first), then render the snapshot's figures."""
+        """After the Overview is on screen: import what the other tabs need at once, build
+        them ahead of the first click, then render the snapshot's figures."""
         generation = self._generation
+        started = time.monotonic()
 
         def work() -> None:
-            import perspective.widget  # noqa: F401  (imports first: plotly's takes a second)
+            # plotly's FigureWidget imports nbformat and jsonschema: seconds, in the kernel
+            # only once. Started now, they are done before most first clicks.
+            import perspective.widget  # noqa: F401
             import plotly.graph_objs._figurewidget  # noqa: F401
 
-            state = self.state  # with the load verdict: the tabs show its findings too
+            # The delay lets the Overview's widgets reach the page and paint before the
+            # worker's widgets compete with them for the page.
+            time.sleep(max(0.0, _WORKER_DELAY - (time.monotonic() - started)))
             for title in self.PREBUILT:
-                with self._lock:
-                    if generation != self._generation:
-                        return
-                    self.panel(title)
+                if generation != self._generation:
+                    return
+                self.panel(title)
+            state = self.state  # with the load verdict: these tabs list its findings too
+            for title in self.PREBUILT_WITH_VERDICT:
+                if generation != self._generation:
+                    return
+                self.panel(title)
             if self._snapshot is not None:
                 self._snapshot.render_figures(state, current=lambda: generation == self._generation)
 
-        # The delay lets the Overview's widgets reach the page and paint before the worker's
-        # imports and widgets compete with them for the kernel and the page.
-        self.worker = threading.Timer(_WORKER_DELAY, work)
-        self.worker.daemon = True
+        self.worker = threading.Thread(target=work, name="ckpt-prebuild", daemon=True)
         self.worker.start()
 
     # -- navigation: where the Overview's and the findings' links lead ---------------------
@@ -438,10 +533,6 @@ class Dashboard:
         pending = ", checking" if self.current.pending else ""
         titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
         self.tab.titles = tuple(titles)
-
-    def _on_select(self) -> None:
-        if self.tab.selected_index is not None:
-            self._shown(self.TABS[self.tab.selected_index])
 
     def _ipython_display_(self) -> None:
         """The live widget, then (when enabled) the static snapshot as further outputs. In
@@ -607,6 +698,14 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
     return box
 
 
+def _worst_layer(findings: Sequence[Finding], layers: Sequence[int]) -> int:
+    """The layer the Experts tab opens on: the first of `layers` with the worst finding
+    about it (an `expert-missing` error in layer 40 beats an info note in layer 3), else
+    the first layer."""
+    candidates = [(severity_rank(f.severity), f.layer) for f in findings if f.layer in layers]
+    return int(min(candidates)[1]) if candidates else layers[0]
+
+
 def _examples(findings: Sequence[Finding], n: int) -> list[Finding]:
     """The first `n` findings that name one thing (folded summaries last)."""
     named = [f for f in findings if f.tensor or f.layer is not None]
@@ -648,51 +747,10 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
 
 
-class PagedTable:
-    """A DataFrame shown a page of rows at a time (the table of 147 files is not 5,400 px
-    tall), with Previous / Next and where you are."""
-
-    def __init__(
-        self,
-        frame: pd.DataFrame,
-        *,
-        columns: Sequence[str] | None = None,
-        title: str,
-        css_class: str,
-        page_size: int = _PAGE,
-    ) -> None:
-        self.frame, self.columns, self.title = frame, columns, title
-        self.page_size, self.start = page_size, 0
-        self.html = w.HTML().add_class(css_class)
-        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
-        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
-        self.prev.on_click(lambda _: self.goto(self.start - self.page_size))
-        self.next.on_click(lambda _: self.goto(self.start + self.page_size))
-        self.where = w.HTML()
-        pager = w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center"))
-        _hide(pager, len(frame) <= page_size)
-        self.widget = w.VBox([self.html, pager], layout=w.Layout(width="100%"))
-        self.goto(0)
-
-    def goto(self, start: int) -> None:
-        """Show the page that begins at row `start` (clamped to the table)."""
-        last = max(0, (len(self.frame) - 1) // self.page_size * self.page_size)
-        self.start = min(max(0, start), last)
-        self.html.value = frame_html(
-            self.frame,
-            columns=self.columns,
-            max_rows=self.page_size,
-            title=self.title,
-            start=self.start,
-        )
-        end = min(len(self.frame), self.start + self.page_size)
-        self.where.value = f"rows {self.start + 1:,}-{end:,} of {len(self.frame):,}"
-        self.prev.disabled = self.start == 0
-        self.next.disabled = end >= len(self.frame)
-
-
 class FilesPanel:
-    """Shard-size distribution with outliers, then the files table (outliers first), paged."""
+    """Shard-size distribution with outliers, then every file in a sortable, filterable grid:
+    sizes, what it stores, and how many findings name it (`findings_per_file`: the counts
+    agree with the findings; recounted when the load check's findings arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from inspector.widgets.figures import (
@@ -701,27 +759,76 @@ class FilesPanel:
             shard_size_outliers,
         )
 
+        self.dash = dash
         files = dash.scanned.files
         figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
-        if not files.empty:
-            outliers = shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
-            files = files.assign(outlier=outliers).sort_values(
-                "outlier", ascending=False, kind="stable"
-            )
-        self.table = PagedTable(
-            files, columns=["outlier", *_FILE_COLUMNS], title="files", css_class="ckpt-files-table"
+        self.outliers = (
+            shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
+            if len(files)
+            else pd.Series(False, index=files.index)
+        )
+        self.table = FrameGrid(
+            self.frame(dash.current),
+            title="files",
+            css_class="ckpt-files-table",
+            text="file",
+            flags={
+                "with findings": ["findings", ">", 0],
+                "size outliers": ["outlier", "==", "yes"],
+            },
+            sort=[["findings", "desc"], ["outlier", "desc"], ["file", "asc"]],
+            what="files",
+            cells=False,
         )
         self.widget = w.VBox([figure, self.table.widget], layout=w.Layout(width="100%"))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+
+    def frame(self, state: CheckpointState) -> pd.DataFrame:
+        """The files table as the grid shows it, with the findings of `state` counted."""
+        f = state.scanned.files
+        counts = findings_per_file(state.findings, f["file"].astype(str))
+        return pd.DataFrame(
+            {
+                "file": f["file"].astype(str).to_numpy(dtype=object),
+                "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
+                "size": f["size"].astype("Int64"),
+                "outlier": yes_no(self.outliers),
+                "tensors": f["tensors"].astype("int64"),
+                "data size": f["tensor_bytes"].astype("int64"),
+                "header size": f["header_bytes"].astype("Int64"),
+                "first layer": f["first_layer"].astype("Int64"),
+                "last layer": f["last_layer"].astype("Int64"),
+                "layers": f["layers"].astype("int64"),
+                "readable": yes_no(f["readable"]),
+            }
+        ).reset_index(drop=True)
+
+    def show_grid(self) -> None:
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()
 
 
 class LayersPanel:
-    """Bytes per layer by dtype, parameters per layer by kind, and the layers table, paged."""
+    """Bytes per layer by dtype, parameters per layer by kind, then every layer in a sortable,
+    filterable grid with its findings counted (recounted when the load check's arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from inspector.widgets.figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
-        self.table = PagedTable(s.layers, title="layers", css_class="ckpt-layers-table")
+        self.table = FrameGrid(
+            self.frame(dash.current),
+            title="layers",
+            css_class="ckpt-layers-table",
+            text="dtypes",
+            choices=("kind", "MTP"),
+            flags={"with findings": ["findings", ">", 0]},
+            sort=[["layer", "asc"]],
+            what="layers",
+            cells=False,
+        )
         self.widget = w.VBox(
             [
                 figure_widget(bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
@@ -730,6 +837,35 @@ class LayersPanel:
             ],
             layout=w.Layout(width="100%"),
         )
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+
+    @staticmethod
+    def frame(state: CheckpointState) -> pd.DataFrame:
+        """The layers table as the grid shows it, with the findings about each layer."""
+        layers = state.scanned.layers
+        counts = state.frame["layer"].dropna().astype("int64").value_counts()
+        text = {c: layers[c].astype(str).to_numpy(dtype=object) for c in ("kind", "dtypes")}
+        return pd.DataFrame(
+            {
+                "layer": layers["layer"].astype("int64"),
+                "kind": text["kind"],
+                "MTP": yes_no(layers["is_mtp"]),
+                "findings": layers["layer"].map(counts).fillna(0).astype("int64"),
+                "tensors": layers["tensors"].astype("int64"),
+                "size": layers["bytes"].astype("int64"),
+                "parameters": layers["parameters"].astype("int64"),
+                "experts found": layers["experts_found"].astype("int64"),
+                "experts expected": layers["experts_expected"].astype("int64"),
+                "experts per": layers["experts_source"].astype(str).to_numpy(dtype=object),
+                "dtypes": text["dtypes"],
+            }
+        ).reset_index(drop=True)
+
+    def show_grid(self) -> None:
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()
 
 
 class ExpertsPanel:
@@ -766,7 +902,8 @@ class ExpertsPanel:
             [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
         if layers:
-            self._zoom_into(layers[0])
+            self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
+            self._zoom_into(self.opening)
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
@@ -779,7 +916,7 @@ class ExpertsPanel:
         if expert is not None:
             self.expert.value = min(max(expert, self.expert.min), self.expert.max)
         self._zoom_into(layer)
-        s, frame = self.dash.scanned, self.dash.state.frame
+        s, frame = self.dash.scanned, self.dash.current.frame
         same_layer = (frame["layer"] == layer).fillna(False)
         if expert is None:
             notes = frame[same_layer]
@@ -963,6 +1100,32 @@ def button(description: str, css_class: str, *, style: str = "", icon: str = "")
     widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
     widget.layout.min_width = "max-content"
     return widget.add_class(css_class)
+
+
+def _show_grid(panel: Any) -> Any:
+    """Tell a panel that draws on being shown (a grid) that its tab is shown."""
+    show = getattr(panel, "show_grid", None)
+    if show is not None:
+        show()
+    return panel
+
+
+def _loading(dash: Dashboard, title: str) -> w.HTML:
+    """What a tab shows while it is built: a spinner and what is being built."""
+    s = dash.current.scanned
+    what = {
+        "Tensors": f"the table of {len(s.tensors):,} tensors",
+        "Files": f"the table of {len(s.files):,} files",
+        "Layers": f"the table of {len(s.layers):,} layers",
+        "Experts": "the expert heatmap",
+    }.get(title, "this tab")
+    waits = title in Dashboard.PREBUILT_WITH_VERDICT and dash.current.pending
+    note = " (it lists the load check's findings: waiting for the load check)" if waits else ""
+    return w.HTML(
+        "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
+        "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+        f"Building {html.escape(what)}...{html.escape(note)}</div>"
+    )
 
 
 def _hide(widget: w.Widget, hidden: bool) -> None:
