@@ -369,7 +369,9 @@ def _refused(exc: BaseException, *, overwrite: bool) -> str:
 
 
 class ReportPanel:
-    """Buttons that write the self-contained HTML report and show the Markdown summary."""
+    """Buttons that write the self-contained HTML report and show the Markdown summary; the
+    report's figures are interactive with plotly.js embedded (offline, about 5 MB), loaded
+    from its CDN (small enough to attach) or PNG images."""
 
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
@@ -381,17 +383,33 @@ class ReportPanel:
         write.on_click(guarded(lambda: self.write_report(), self.status))
         summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
         summary.on_click(guarded(lambda: self.show_markdown(), self.status))
+        self.figures = w.Dropdown(
+            options=[
+                ("interactive, plotly.js embedded (offline, ~5 MB)", "embedded"),
+                ("light: plotly.js from its CDN (to attach)", "cdn"),
+                ("PNG images (offline, not interactive)", "png"),
+            ],
+            value="embedded",
+            description="figures",
+            layout=w.Layout(width="28em"),
+        ).add_class("ckpt-report-figures")
         self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
         self.markdown.add_class("ckpt-markdown")
         _hidden(self.markdown, True)
-        self.widget = w.VBox([self.path, w.HBox([write, summary]), self.status, self.markdown])
+        self.widget = w.VBox(
+            [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
+        )
 
     def write_report(self) -> Path | None:
         """Write the HTML report to the path in the form; returns it, None on failure."""
         state = self.dash.state
         try:
             target = write_html_report(
-                state.scanned, state.findings, self.path.value.strip(), verdict=state.verdict
+                state.scanned,
+                state.findings,
+                self.path.value.strip(),
+                verdict=state.verdict,
+                figures=self.figures.value,
             )
         except _EXPECTED as exc:
             self.status.value = _error(exc)
