@@ -77,30 +77,56 @@ lab: $(STAMP) $(LAB_DEMO) lab-notebooks
 	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
 		--ServerApp.root_dir="$(abspath $(LAB_DIR))" $(if $(filter 0,$(shell id -u)),--allow-root)
 
-# The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP)
-# live in their own virtual environment, pinned by tests/writers/constraints.txt; `make test`
-# never needs them: the tests read the committed fixtures and MANIFEST.json.
+# The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP,
+# gguf) live in their own virtual environment, pinned by tests/writers/constraints.txt; two
+# writers whose pins conflict with it have one each: transformers 4.x for PyTorch .bin
+# (constraints-tf4.txt) and llm-compressor / compressed-tensors (constraints-llmc.txt).
+# `make test` never needs them: the tests read the committed fixtures and MANIFEST.json.
 WRITERS_VENV ?= build/writers-venv
 WPY := $(WRITERS_VENV)/bin/python
 WSTAMP := $(WRITERS_VENV)/.installed-stamp
 WRITERS_PINS := tests/writers/constraints.txt
-WRITER_SCRIPTS := write_megatron write_modelopt write_automodel write_torch_dcp write_transformers
+TF4_VENV ?= build/writers-venv-tf4
+TF4_STAMP := $(TF4_VENV)/.installed-stamp
+LLMC_VENV ?= build/writers-venv-llmc
+LLMC_STAMP := $(LLMC_VENV)/.installed-stamp
+# venv:script, run in this order (each script rewrites all of its cases).
+WRITER_RUNS := $(WRITERS_VENV):write_megatron $(WRITERS_VENV):write_modelopt \
+	$(WRITERS_VENV):write_automodel $(WRITERS_VENV):write_torch_dcp \
+	$(WRITERS_VENV):write_transformers $(WRITERS_VENV):write_quant_layouts \
+	$(WRITERS_VENV):write_gguf $(TF4_VENV):write_bin $(LLMC_VENV):write_llmcompressor
 
 $(WSTAMP): $(WRITERS_PINS)
 	$(PYTHON) -m venv $(WRITERS_VENV)
 	$(WPY) -m pip install --quiet "$(TORCH_PIN)"
 	$(WPY) -m pip install --quiet -c $(WRITERS_PINS) megatron-core nvidia-modelopt transformers \
-		safetensors psutil requests
+		safetensors psutil requests accelerate gguf
 	$(WPY) -m pip install --quiet --no-deps -c $(WRITERS_PINS) nemo-automodel
 	touch $(WSTAMP)
 
-# Rewrites every golden fixture and tests/fixtures/writers/MANIFEST.json from scratch (a few
-# minutes on 2 cores). PYTHONHASHSEED pins set/dict orders that Python-side writers may use.
-fixtures: $(WSTAMP)
+$(TF4_STAMP): tests/writers/constraints-tf4.txt
+	$(PYTHON) -m venv $(TF4_VENV)
+	$(TF4_VENV)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(TF4_VENV)/bin/python -m pip install --quiet -c tests/writers/constraints-tf4.txt \
+		transformers safetensors numpy
+	touch $(TF4_STAMP)
+
+$(LLMC_STAMP): tests/writers/constraints-llmc.txt
+	$(PYTHON) -m venv $(LLMC_VENV)
+	$(LLMC_VENV)/bin/python -m pip install --quiet "$(TORCH_PIN)"
+	$(LLMC_VENV)/bin/python -m pip install --quiet -c tests/writers/constraints-llmc.txt \
+		llmcompressor
+	touch $(LLMC_STAMP)
+
+# Rewrites every golden fixture and tests/fixtures/writers/MANIFEST.json from scratch (about
+# ten minutes on 2 cores, most of it imports). PYTHONHASHSEED pins set/dict orders that
+# Python-side writers may use.
+fixtures: $(WSTAMP) $(TF4_STAMP) $(LLMC_STAMP)
 	rm -rf tests/fixtures/writers
-	@for s in $(WRITER_SCRIPTS); do \
-		echo "== $$s"; \
-		PYTHONHASHSEED=0 PYTHONWARNINGS=ignore $(WPY) tests/writers/$$s.py || exit 1; \
+	@for run in $(WRITER_RUNS); do \
+		venv=$${run%%:*}; s=$${run#*:}; \
+		echo "== $$s ($$venv)"; \
+		PYTHONHASHSEED=0 PYTHONWARNINGS=ignore $$venv/bin/python tests/writers/$$s.py || exit 1; \
 	done
 	@du -sh tests/fixtures/writers
 

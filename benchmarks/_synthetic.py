@@ -51,15 +51,28 @@ class SyntheticSpec:
     dense_intermediate: int = 18432
     vocab: int = 129280
     group_size: int = 16
+    # Experts an exporter lost, "<layer>:<first>-<last>" (e.g. "40:17-19"); "" for none.
+    lost: str = ""
 
     @property
     def key(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        # `lost` joins the key only when set, so the caches of whole checkpoints keep theirs.
+        fields = {k: v for k, v in asdict(self).items() if k != "lost" or v}
+        blob = json.dumps(fields, sort_keys=True).encode()
+        tag = f"-lost{self.lost.replace(':', 'x')}" if self.lost else ""
         # "v2": shards are cut into exactly `shards` files since the 1M-tensor case.
         return (
-            f"moe-v2-l{self.layers}-e{self.experts}-s{self.shards}-"
+            f"moe-v2-l{self.layers}-e{self.experts}-s{self.shards}{tag}-"
             + hashlib.sha1(blob).hexdigest()[:10]
         )
+
+    def lost_experts(self) -> tuple[int, set[int]]:
+        """(layer, expert ids) of `lost`; (-1, empty) when nothing is lost."""
+        if not self.lost:
+            return -1, set()
+        layer, _, ids = self.lost.partition(":")
+        first, _, last = ids.partition("-")
+        return int(layer), set(range(int(first), int(last or first) + 1))
 
 
 def spec_for(*, tensors: int | None = None, shards: int | None = None) -> SyntheticSpec:
@@ -95,7 +108,7 @@ def tensor_count(spec: SyntheticSpec) -> int:
     return 3 + decoder + spec.mtp_layers * moe + mtp
 
 
-def _with(spec: SyntheticSpec, **changes: int) -> SyntheticSpec:
+def _with(spec: SyntheticSpec, **changes: int | str) -> SyntheticSpec:
     return SyntheticSpec(**{**asdict(spec), **changes})
 
 
@@ -127,7 +140,10 @@ def _layer(spec: SyntheticSpec, layer: int) -> Iterator[tuple[str, str, tuple[in
     else:
         yield f"{p}.mlp.gate.weight", "BF16", (spec.experts, h)
         yield f"{p}.mlp.gate.e_score_correction_bias", "F32", (spec.experts,)
+        lost_layer, lost = spec.lost_experts()
         for expert in range(spec.experts):
+            if layer == lost_layer and expert in lost:
+                continue  # never written, as an exporter that lost them writes nothing
             yield from _nvfp4_mlp(f"{p}.mlp.experts.{expert}", spec)
         yield from _nvfp4_mlp(f"{p}.mlp.shared_experts", spec)
     if layer >= spec.layers:

@@ -26,6 +26,7 @@ Run: .venv/bin/python benchmarks/bench_dashboard.py [--skip-1m] [--delays 0,1,3,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -56,7 +57,7 @@ TAB_READY = {
     "Files": ".ckpt-shard-sizes .main-svg",
     "Experts": ".ckpt-expert-heatmap .heatmaplayer image",
     "Layers": ".ckpt-bytes-per-layer .main-svg",
-    "Drift": ".ckpt-findings-table",
+    "Findings": ".ckpt-findings-table",
     "Repair": ".ckpt-repair-verdict div",
     "Consolidate": ".ckpt-consolidate-button",
     "Report": ".ckpt-report-button",
@@ -142,9 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only-first-click", action="store_true", help="only the first-click runs (300k)"
     )
+    parser.add_argument(
+        "--lost",
+        default="",
+        metavar="LAYER:FIRST-LAST",
+        help="experts the 300k checkpoint lost (e.g. 40:17-19: the Overview then has an "
+        "issue to show and a restore to offer)",
+    )
     args = parser.parse_args(argv)
     delays = [float(d) for d in args.delays.split(",") if d.strip()]
-    specs = [] if args.only_1m else [("300k", spec_for(tensors=300_000, shards=147))]
+    small = dataclasses.replace(spec_for(tensors=300_000, shards=147), lost=args.lost)
+    specs = [] if args.only_1m else [("300k" + (f" lost {args.lost}" if args.lost else ""), small)]
     if not args.skip_1m:
         # 163 layers of 6,174 tensors: about a million (spec_for stops at 100 layers).
         specs.append(("1M", SyntheticSpec(layers=163, shards=490)))
@@ -217,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                 _report(label, results[label])
             page.close()
             _shutdown_kernels(lab)
-            if delays and specs and specs[0][0] == "300k":
+            if delays and specs and specs[0][0].startswith("300k"):
                 clicks = [_first_click(browser, lab, folders[0], delay) for delay in delays]
                 results["300k first clicks"] = clicks
                 _report_clicks(clicks)

@@ -1,7 +1,7 @@
 """The few writers: atomic file replacement with backups, under a folder lock.
 
 Protocol of `apply_writes` (each step survives a kill):
-1. take `.ckpt-inspect.lock` (O_EXCL; a lock whose process is gone is taken over);
+1. take `.ckpt-inspect.lock` (flock: the kernel releases it when its holder dies);
 2. copy every file to be replaced into `.ckpt-inspect-backup/<timestamp>/`;
 3. write every new content to a temp file beside its target and fsync it;
 4. write a journal naming the temp -> target renames (to a temp name, fsync, rename), fsync;
@@ -50,7 +50,14 @@ from typing import Any
 
 import orjson
 
+from inspector import filenames
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, UnsafeInputError
+
+try:
+    import fcntl
+except ImportError:  # Windows: the lock is an exclusive create (`_exclusive_lock`)
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = [
     "BACKUP_DIR",
@@ -74,11 +81,12 @@ __all__ = [
     "write_atomic",
 ]
 
-LOCK = ".ckpt-inspect.lock"
-JOURNAL = ".ckpt-inspect-journal.json"
-BACKUP_DIR = ".ckpt-inspect-backup"
-# Re-sharding copies new shards here (inside the checkpoint) before swapping them in.
-STAGING = ".ckpt-inspect-reshard"
+# The lock, journal, backups and the staging folder re-sharding copies new shards into
+# before swapping them in: all inside the checkpoint, named in the one table of file names.
+LOCK = filenames.LOCK
+JOURNAL = filenames.JOURNAL
+BACKUP_DIR = filenames.BACKUP_DIR
+STAGING = filenames.STAGING
 
 _FORMAT = "ckpt-inspect-journal"
 _VERSION = 2
@@ -99,29 +107,216 @@ class JournalError(UnsafeInputError):
 
 @contextlib.contextmanager
 def folder_lock(root: Path) -> Iterator[None]:
-    """Exclusive lock on a checkpoint folder for the duration of a write."""
-    lock = root / LOCK
-    for _ in range(2):
-        try:
-            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY | _NOFOLLOW, 0o644)
-            break
-        except FileExistsError:
-            if _lock_alive(lock):
-                raise InspectorError(
-                    f"{lock}: another ckpt-inspect process (pid {_lock_pid(lock)}) is writing this "
-                    "checkpoint; wait for it, or delete the lock file if that process is gone"
-                ) from None
-            lock.unlink(missing_ok=True)
-        except OSError as exc:
-            raise _cannot_write(root, exc) from None
-    else:
-        raise InspectorError(f"{lock}: cannot take the lock; delete it if no repair is running")
+    """Exclusive lock on a checkpoint folder for the duration of a write.
+
+    The lock is `fcntl.flock` on `.ckpt-inspect.lock` (hand-written rather than `filelock`:
+    the file must be checked as the descriptor that is locked, see `_take_lock`). The
+    kernel drops it when its holder exits, however it exits: a lock a killed run left
+    behind is free, and no process ever judges another one dead (that judgement raced
+    when two did it at once). The holder removes the file while it still holds the lock;
+    a process that locked the removed file sees it is gone and starts again. Where flock
+    is unsupported (some network file systems), an exclusive create stands in, and a lock
+    left behind there must be removed by hand.
+    """
+    fd = _take_lock(root)
     try:
-        os.write(fd, str(os.getpid()).encode())
-        os.close(fd)
         yield
     finally:
-        lock.unlink(missing_ok=True)
+        _drop_lock(root, fd)
+
+
+# Attempts to take the lock: a holder finishing, or a planted entry removed, costs one.
+_LOCK_TRIES = 20
+# Errors of flock where the file system does not support it.
+_NO_FLOCK = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def _take_lock(root: Path) -> int:
+    """The descriptor of the locked `.ckpt-inspect.lock`, its content our pid (-1: the
+    exclusive-create stand-in holds it).
+
+    Only a regular file of one link, opened without following a link and without blocking,
+    is ever locked or written: a FIFO, a socket, a link (to `/dev/zero`, or out of the
+    folder) or a second name of another file planted as the lock is removed as it is (under
+    a lock on the folder itself, so two processes never remove each other's fresh lock)
+    and never read or written; a folder there is refused in one line."""
+    lock = root / LOCK
+    flags = os.O_RDWR | _NOFOLLOW | _NONBLOCK | _CLOEXEC
+    for _ in range(_LOCK_TRIES):
+        created = True
+        try:
+            try:
+                fd = os.open(lock, flags | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                created = False
+                fd = os.open(lock, flags)
+        except FileNotFoundError:
+            continue  # removed by its holder since
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR, errno.EMLINK):
+                raise _cannot_write(root, exc) from None
+            _clear_planted(root)  # a link, a socket or a folder
+            continue
+        try:
+            state = _lock_open_file(lock, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        if state == "locked":
+            return fd
+        os.close(fd)
+        if state == "planted":
+            _clear_planted(root)
+        elif state == "no-flock":
+            return _exclusive_lock(root, created)
+    raise InspectorError(f"{lock}: cannot take the lock; run again")
+
+
+def _lock_open_file(lock: Path, fd: int) -> str:
+    """Lock the opened `fd` of `lock`: "locked" (and our pid written), "planted" (no lock
+    file), "gone" (replaced since it was opened: try again) or "no-flock" (unsupported)."""
+    opened = os.fstat(fd)
+    if not stat.S_ISREG(opened.st_mode) or opened.st_nlink != 1:
+        return "planted"
+    if fcntl is None:
+        return "no-flock"
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pid = _lock_pid(lock)
+        who = f"another ckpt-inspect process (pid {pid})" if pid else "another ckpt-inspect process"
+        raise InspectorError(
+            f"{lock}: {who} is writing this checkpoint; wait for it to finish, then run again"
+        ) from None
+    except OSError as exc:
+        if exc.errno in _NO_FLOCK:
+            return "no-flock"
+        raise _cannot_write(lock.parent, exc) from None
+    # The file locked must still be the lock: its last holder removes it (it may have,
+    # between our open and our lock), and the next one then makes a new one.
+    try:
+        now = os.lstat(lock)
+    except FileNotFoundError:
+        return "gone"
+    if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+        return "gone"
+    os.ftruncate(fd, 0)
+    os.write(fd, str(os.getpid()).encode())
+    return "locked"
+
+
+def _drop_lock(root: Path, fd: int) -> None:
+    """Remove the lock file while still holding it (when it is still ours), then release."""
+    try:
+        if fd < 0:  # the exclusive-create stand-in
+            (root / LOCK).unlink(missing_ok=True)
+            return
+        with contextlib.suppress(OSError):
+            mine, now = os.fstat(fd), os.lstat(root / LOCK)
+            if (mine.st_dev, mine.st_ino) == (now.st_dev, now.st_ino):
+                os.unlink(root / LOCK)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def _clear_planted(root: Path) -> None:
+    """Remove what is planted as the lock when it is no lock file (it may be one again by
+    now: another process may have cleared it and locked a fresh file, which is kept).
+
+    Removers take an flock on the folder itself, so one never removes the lock another
+    has just made; where the folder cannot be locked, the entry is refused instead."""
+    lock = root / LOCK
+    try:
+        dfd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise _cannot_write(root, exc) from None
+    try:
+        if not _flock_briefly(dfd):
+            raise InspectorError(
+                f"{lock} is {_entry_kind(lock)}, not a lock file, and the folder cannot be "
+                "locked to replace it; remove it, then run again"
+            )
+        try:
+            entry = os.lstat(LOCK, dir_fd=dfd)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(entry.st_mode):
+            raise InspectorError(f"{lock} is a folder, not a lock file; remove it, then run again")
+        if stat.S_ISREG(entry.st_mode) and (entry.st_nlink == 1 or _held(dfd)):
+            return  # a lock file now, or one a holder has (a link made to it since)
+        # A link, FIFO, socket or device: nobody locks one (`_take_lock` refuses them).
+        # A second name of another file: removing the name leaves that file as it is.
+        os.unlink(LOCK, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def _held(dfd: int) -> bool:
+    """True when a process holds the flock of the regular file named like the lock."""
+    try:
+        fd = os.open(LOCK, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return False
+    try:
+        assert fcntl is not None  # `_clear_planted` runs only where flock works
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _flock_briefly(fd: int, *, seconds: float = 5.0) -> bool:
+    """An exclusive flock on `fd` within `seconds` (others hold it only for a few system
+    calls); False when the file system cannot lock it or it stays held."""
+    if fcntl is None:
+        return False
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        except OSError:
+            return False
+
+
+def _entry_kind(path: Path) -> str:
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return "gone"
+    kinds = ((stat.S_ISLNK, "a link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((what for test, what in kinds if test(mode)), "not a regular file")
+
+
+def _exclusive_lock(root: Path, created: bool) -> int:
+    """Where flock is unsupported: the lock is the exclusive creation of the file (`created`
+    says whether this process just created it). A lock left by a process that is gone is
+    not taken over (two processes judging it dead at once would both take it): it names
+    its pid and is removed by hand."""
+    lock = root / LOCK
+    if not created:
+        raise InspectorError(
+            f"{lock}: another ckpt-inspect process (pid {_lock_pid(lock)}) is writing this "
+            "checkpoint (this file system cannot lock files, so a lock left by a process that "
+            "is gone stays); wait for it, or delete the lock file if that process is gone"
+        )
+    try:
+        fd = os.open(lock, os.O_WRONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise _cannot_write(root, exc) from None
+    return -1
 
 
 def _cannot_write(root: Path, exc: OSError) -> InspectorError:
@@ -146,28 +341,6 @@ def _lock_pid(lock: Path) -> int | None:
         return int(text.strip() or b"0") or None
     except ValueError:
         return None
-
-
-def _lock_alive(lock: Path) -> bool:
-    try:
-        if not stat.S_ISREG(lock.lstat().st_mode):
-            return False  # we only ever create a regular file: a link or FIFO is not a lock
-    except OSError:
-        return False
-    pid = _lock_pid(lock)
-    if pid is None:
-        # Being written this instant by its owner, or junk: treat a fresh one as alive.
-        try:
-            return time.time() - lock.lstat().st_mtime < 5
-        except OSError:
-            return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return not isinstance(pid, int) or pid > 0
-    return True
 
 
 def _read_small(path: Path, cap: int) -> bytes | None:
@@ -495,7 +668,7 @@ class Journal:
         if len(self.entries) > limit:
             lines.append(f"    ... {len(self.entries) - limit} more")
         lines += [f"  problem: {p}" for p in self.problems[:limit]]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
 
 def apply_renames(root: Path, renames: Sequence[tuple[str, str]]) -> list[str]:

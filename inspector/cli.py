@@ -6,15 +6,18 @@ import argparse
 import errno
 import json
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import LINE_LIMIT, legible
 from inspector.errors import InspectorError
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
 
 if TYPE_CHECKING:
+    from inspector.findings import Finding
     from inspector.model import ScannedCheckpoint
     from inspector.model_load import LoadVerdict
     from inspector.repair import RepairPlan
@@ -60,12 +63,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _fail(f"{args.command}: interrupted")
         return 130
+    except Exception as exc:  # a bug: exit 1 would read as "findings" to CI, a traceback
+        _fail(_internal_error(args.command, exc))  # would flood its log
     return EXIT_CANNOT
 
 
+def _internal_error(command: str, exc: Exception) -> str:
+    """One line for an exception no code path expected: where it was raised and what it
+    says, enough for a bug report."""
+    where = traceback.extract_tb(exc.__traceback__)[-1:]
+    at = f" at {Path(where[0].filename).name}:{where[0].lineno}" if where else ""
+    return (
+        f"{command}: internal error{at} ({type(exc).__name__}: {exc}); the command did not "
+        "finish: please report this with the command that failed"
+    )
+
+
 def _fail(message: str) -> None:
-    # One line: a message that spans lines would be cut apart by log collectors.
-    print(f"ckpt-inspect: {' '.join(message.split())}", file=sys.stderr)
+    # One line: a message that spans lines would be cut apart by log collectors. It may quote
+    # several findings (a refused plan), each bounded already: the line is bounded as a whole.
+    line = legible(" ".join(message.split()), limit=LINE_LIMIT)
+    print(f"ckpt-inspect: {line}", file=sys.stderr)
 
 
 def _main_path(args: argparse.Namespace) -> Path | str | None:
@@ -110,7 +128,7 @@ def describe_os_error(exc: OSError, *, command: str, path: Path | str | None = N
     what, todo = _OS_ERRORS.get(exc.errno or 0, (exc.strerror or str(exc), "check the file"))
     code = errno.errorcode.get(exc.errno or 0, "")
     file = exc.filename if exc.filename is not None else path
-    where = f"{file}" + (f" -> {exc.filename2}" if exc.filename2 is not None else "")
+    where = legible(file) + (f" -> {legible(exc.filename2)}" if exc.filename2 is not None else "")
     return f"{command}: {where or 'a file'}: {what}{f' [{code}]' if code else ''}; {todo}"
 
 
@@ -125,7 +143,9 @@ def _parser() -> argparse.ArgumentParser:
     add_path_arguments(p)
     p.set_defaults(func=_cmd_scan)
 
-    p = sub.add_parser("check", help="report every drift and structural problem; CI gate")
+    p = sub.add_parser(
+        "check", help="report every finding (drift, structure, will it load) and its fix; CI gate"
+    )
     add_path_arguments(p)
     p.add_argument(
         "--fail-on",
@@ -137,6 +157,12 @@ def _parser() -> argparse.ArgumentParser:
         "--deep",
         action="store_true",
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --json: list every name of the load verdict (by default each list keeps "
+        "its first few names and its count)",
     )
     add_model_arguments(p)
     p.set_defaults(func=_cmd_check)
@@ -157,7 +183,9 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_diff)
 
     p = sub.add_parser(
-        "repair", help="rebuild index, sidecars, quant config from the shards on disk"
+        "repair",
+        help="rebuild index, sidecars, quant config from the shards on disk (all at once by "
+        "default); restore lost tensors from a reference (--from REF)",
     )
     p.add_argument("path", type=target, help="checkpoint folder (or URL, with --output-dir)")
     p.add_argument(
@@ -173,8 +201,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--only",
         action="append",
-        choices=("index", "sidecars", "quant-config", "reshard"),
-        help="repair only this part (repeatable); quant-config is opt-in",
+        choices=("all", "index", "sidecars", "quant-config", "reshard"),
+        help="repair only this part (repeatable); the default, all, plans the index, the "
+        "sidecars and the quantization config together (or the re-shard of a checkpoint "
+        "collapsed into one file), so no part is left disagreeing with another",
     )
     p.add_argument(
         "--duplicates",
@@ -312,8 +342,14 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_remote_arguments(p: argparse.ArgumentParser) -> None:
-    """--storage-option, --max-concurrency and --read-ahead (remote checkpoints)."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    """--storage-option, --max-concurrency, --read-ahead, --timeout, --read-timeout and
+    --allow-redirect (remote checkpoints)."""
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     group = p.add_argument_group("remote checkpoints (s3://, gs://, hf://, https://)")
     group.add_argument(
@@ -341,6 +377,31 @@ def add_remote_arguments(p: argparse.ArgumentParser) -> None:
         help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
         f"request (default {DEFAULT_READ_AHEAD:,})",
     )
+    group.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="longest one request (a listing, a read of up to 8 MiB) may take, retries "
+        f"included; a server that trickles or stalls ends there (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--read-timeout",
+        type=_seconds,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="SECONDS",
+        help="longest a connection may bring no byte before the request is tried again "
+        f"(default {DEFAULT_READ_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--allow-redirect",
+        action="append",
+        default=[],
+        type=_origin,
+        metavar="ORIGIN",
+        help="also follow redirects to ORIGIN (https://host[:port]; repeatable); by default "
+        "a redirect is followed only within the origin a request went to",
+    )
 
 
 def _storage_option(text: str) -> tuple[str, object]:
@@ -364,14 +425,41 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 seconds")
+    return value
+
+
+def _origin(text: str) -> str:
+    from inspector.storage.guard import origin
+
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The keyword arguments of `scan` for the remote options of a command."""
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    from inspector.storage.remote import (
+        DEFAULT_CONCURRENCY,
+        DEFAULT_READ_AHEAD,
+        DEFAULT_READ_TIMEOUT,
+        DEFAULT_TIMEOUT,
+    )
 
     return {
         "storage_options": dict(getattr(args, "storage_option", None) or []),
         "max_concurrency": getattr(args, "max_concurrency", DEFAULT_CONCURRENCY),
         "read_ahead": getattr(args, "read_ahead", DEFAULT_READ_AHEAD),
+        "timeout": getattr(args, "timeout", DEFAULT_TIMEOUT),
+        "read_timeout": getattr(args, "read_timeout", DEFAULT_READ_TIMEOUT),
+        "allow_redirects": tuple(getattr(args, "allow_redirect", None) or ()),
     }
 
 
@@ -421,7 +509,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
-    result = check_result(scanned, findings, verdict=verdict)
+    result = check_result(scanned, findings, verdict=verdict, full=args.full)
     _emit(result, args.json, format_check)
     return _exit_for(result["counts"], args.fail_on)
 
@@ -442,17 +530,19 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _cmd_repair(args: argparse.Namespace) -> int:
     from inspector.repair import plan_repair
+    from inspector.repair_all import plan_all
 
     if args.recover or args.discard_journal:
         return _journal_command(args)
     scanned = scan_from_args(args)
     only = set(args.only) if args.only else None
+    every = only is None or "all" in only
     plan: RepairPlan | ReshardPlan | RestorePlan
     if args.source is not None:
         from inspector.restore import plan_restore
         from inspector.scan import scan
 
-        if only or args.duplicates:
+        if not every or (only and len(only) > 1) or args.duplicates:
             print(
                 "ckpt-inspect: --from restores tensors on its own; run --only/--duplicates "
                 "repairs separately",
@@ -464,6 +554,16 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     elif args.verify_data:
         print("ckpt-inspect: --verify-data goes with --from REF", file=sys.stderr)
         return EXIT_CANNOT
+    elif every and only is not None and len(only) > 1:
+        print("ckpt-inspect: --only all plans every part; name no other", file=sys.stderr)
+        return EXIT_CANNOT
+    elif every:
+        plan = plan_all(
+            scanned,
+            duplicates=args.duplicates,
+            max_shard_size=args.max_shard_size,
+            output_dir=args.output_dir,
+        )
     elif only and "reshard" in only:
         from inspector.reshard import plan_reshard
 
@@ -482,30 +582,63 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     print(plan.describe())
     if args.diff:
         print(plan.diff())
+    if not plan.empty:
+        print(_preview_text(plan, scanned))
     if plan.empty or args.dry_run:
         return EXIT_FOUND if plan.refused else EXIT_OK
     if not args.yes and not _confirm("apply this plan?"):
         print("not applied (use --yes to apply without asking)")
         return EXIT_FOUND
     result = plan.execute(backup=not args.no_backup)
-    print(f"written: {', '.join(result.written)}")
+    print(f"written: {', '.join(map(legible, result.written))}")
     checked = getattr(result, "data_checked", 0)  # a restore's data check
     if checked:
         print(f"verified: {checked:,} copied tensors hold the reference's bytes")
     if result.backup_dir:
-        print(f"backup:  {result.backup_dir}")
+        print(f"backup:  {legible(result.backup_dir)}")
     if result.remaining is None:
         print(
             "re-check: skipped (the checkpoint itself is unchanged; check it once the new "
             "files are in place)"
         )
     elif result.remaining:
-        print(f"remaining findings: {len(result.remaining)}")
-        for f in result.remaining[:20]:
-            print(f"  {f.severity:<7} {f.code:<26} {f.message}")
+        print(_remaining_text(scan_from_args(args), list(result.remaining)))
     else:
         print("re-check: no findings")
     return EXIT_FOUND if plan.refused else EXIT_OK
+
+
+def _preview_text(plan: RepairPlan | ReshardPlan | RestorePlan, scanned: ScannedCheckpoint) -> str:
+    """What the plan fixes and the issues left after it with their fixes: the checks re-run
+    on the planned JSON in memory (`preview_repair`). Plans that write shards are checked
+    once they ran."""
+    from inspector.problems import group_problems
+    from inspector.repair import RepairPlan, preview_repair, scanned_after
+    from inspector.report_text import issue_dict, issue_lines
+    from inspector.words import plural
+
+    if not isinstance(plan, RepairPlan):
+        return "preview: this plan writes shards; the checks run on the result once it is written"
+    preview = preview_repair(plan, scanned)
+    after = scanned_after(plan, scanned)
+    left = group_problems(after, preview.remains + preview.introduces)
+    lines = [
+        "preview (every check re-run on the planned files, in memory): fixes "
+        f"{plural(len(preview.fixes), 'finding')}"
+        + (f", adds {plural(len(preview.introduces), 'finding')}" if preview.introduces else "")
+    ]
+    lines += issue_lines([issue_dict(p) for p in left]) or ["  nothing is left to fix"]
+    return "\n".join(lines)
+
+
+def _remaining_text(scanned: ScannedCheckpoint, remaining: list[Finding]) -> str:
+    """The findings left after a repair, as issues with their fixes."""
+    from inspector.problems import group_problems
+    from inspector.report_text import issue_dict, issue_lines
+    from inspector.words import plural
+
+    issues = [issue_dict(p) for p in group_problems(scanned, remaining)]
+    return "\n".join([f"remaining: {plural(len(remaining), 'finding')}", *issue_lines(issues)])
 
 
 def _journal_command(args: argparse.Namespace) -> int:
@@ -516,13 +649,13 @@ def _journal_command(args: argparse.Namespace) -> int:
     root = args.path
     if not isinstance(root, Path):
         print(
-            f"ckpt-inspect: {root}: journals are local; run this on the local folder",
+            f"ckpt-inspect: {legible(root)}: journals are local; run this on the local folder",
             file=sys.stderr,
         )
         return EXIT_CANNOT
     journal = read_journal(root)
     if journal is None:
-        print(f"{root}: no unfinished write journal")
+        print(f"{legible(root)}: no unfinished write journal")
         return EXIT_OK
     print(journal.describe())
     verb = "finish" if args.recover else "remove"
@@ -534,10 +667,12 @@ def _journal_command(args: argparse.Namespace) -> int:
     with folder_lock(root):
         if args.discard_journal:
             discard_journal(root)
-            print(f"removed {root / JOURNAL}; the files it names are untouched")
+            print(f"removed {legible(root / JOURNAL)}; the files it names are untouched")
             return EXIT_OK
         done = recover(root, confirmed=True)
-    print(f"renamed {len(done)} files" + (f": {', '.join(done[:20])}" if done else ""))
+    print(
+        f"renamed {len(done)} files" + (f": {', '.join(map(legible, done[:20]))}" if done else "")
+    )
     return EXIT_OK
 
 

@@ -470,10 +470,12 @@ class Code(StrEnum):
         _E,
         _U,
         "A file the checkpoint names or holds is not a regular file (a FIFO, a device, a "
-        "socket), is a link whose target leaves the checkpoint folder, or is a link loop. It "
-        "was not read (a FIFO would hang the reader, /dev/zero exhaust memory, a link to a "
-        "file elsewhere leak it into reports); put the real file in the folder. The Hugging "
-        "Face cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
+        "socket), is a link whose target leaves the checkpoint folder, or is a link loop; "
+        "remotely, the server redirects it to another origin. It was not read (a FIFO would "
+        "hang the reader, /dev/zero exhaust memory, a link to a file elsewhere leak it into "
+        "reports, a redirect serve another server's file as this checkpoint); put the real "
+        "file in the folder (or trust the origin with --allow-redirect). The Hugging Face "
+        "cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
         "allowed.",
     )
     PICKLE_HOSTILE = (
@@ -491,6 +493,15 @@ class Code(StrEnum):
         "A pickle would take unbounded work or memory to unpickle (shared references that "
         "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
         "Refused before unpickling; the file was crafted or is corrupt.",
+    )
+    CHECK_BUDGET_EXCEEDED = (
+        "check-budget-exceeded",
+        _W,
+        _U,
+        "A check would need more work than any real checkpoint asks for (e.g. the chunks of "
+        "one tensor form no grid over millions of boundaries): it stopped at its budget, so "
+        "what the finding names was NOT verified. A real writer never produces this; the file "
+        "was crafted or is corrupt: re-save the checkpoint.",
     )
 
 

@@ -9,6 +9,7 @@ from collections import defaultdict
 import numpy as np
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.dtypes import FLOAT_VIEWS, NONFINITE_BITS
 from inspector.findings import Finding, fold_findings, make_finding
 from inspector.model import ScannedCheckpoint
@@ -42,7 +43,8 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
                     out.append(
                         make_finding(
                             Code.TENSOR_NONFINITE,
-                            f"{shard.file}: tensor {name!r} ({dtype}) holds NaN or Inf values",
+                            f"{legible(shard.file)}: tensor '{legible(name)}' ({dtype}) holds NaN "
+                            "or Inf values",
                             file=shard.file,
                             tensor=name,
                         )
@@ -104,8 +106,8 @@ def _nonfinite(view: memoryview, dtype: str) -> bool:
 def _zero_finding(file: str, name: str) -> Finding:
     return make_finding(
         Code.TENSOR_ALL_ZERO,
-        f"{file}: tensor {name!r} is all zeros; a weight that was never written reads back "
-        "as zeros (check the exporter's expert and rank coverage)",
+        f"{legible(file)}: tensor '{legible(name)}' is all zeros; a weight that was never written "
+        "reads back as zeros (check the exporter's expert and rank coverage)",
         file=file,
         tensor=name,
     )
@@ -123,7 +125,8 @@ def _duplicate_findings(hashes: dict[str, dict[str, str]]) -> list[Finding]:
         out.append(
             make_finding(
                 code,
-                f"tensor {name!r} is stored in {', '.join(files)} with {verdict}",
+                f"tensor '{legible(name)}' is stored in {', '.join(map(legible, files))} with "
+                f"{verdict}",
                 file=files[-1],
                 tensor=name,
             )

@@ -16,10 +16,13 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inspector.display import legible
 from inspector.dtypes import FLOAT_DTYPES
 from inspector.model import ScannedCheckpoint
 from inspector.model_quant import QUANT_PARAMS
+from inspector.naming import LONG_NAME
 from inspector.tensordata import TensorData
+from inspector.words import places_text
 
 __all__ = [
     "REFERENCE_KINDS",
@@ -108,8 +111,13 @@ class CheckpointDiff:
         return tuple(c for c in self.reference or () if not c.expected)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field, plus `identical`, `only_a_places` / `only_b_places` (the names
+        summarised by layer and expert: `inspector.words.places_text`) and, against a
+        reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical
+        d["only_a_places"] = places_text(self.only_a)
+        d["only_b_places"] = places_text(self.only_b)
         if self.reference is not None:
             d["unexpected"] = len(self.unexpected)
         return d
@@ -215,6 +223,7 @@ class _Classifier:
         self.a, self.b, self.ta, self.tb = a, b, ta, tb
         self.out: dict[str, list[str]] = defaultdict(list)
         self.notes: dict[str, list[str]] = defaultdict(list)
+        self.mtp = _mtp(a, set(ta)) | _mtp(b, set(tb))
 
     def classify(
         self,
@@ -255,7 +264,13 @@ class _Classifier:
         self.take("quantized", lost, packed_from)
         added -= {f"{n}_packed" for n in packed_from}
         self.take("quantization-scales-added", added, scales_b | (packed_b & added))
-        scales_a = {n for n in lost if n.rpartition(".")[2] in QUANT_PARAMS}
+
+        # Scales B lost while keeping their weight; a module lost whole (an expert, a layer)
+        # is that loss, classified with its weight below, not a loss of scales.
+        def kept(name: str) -> bool:
+            return any(f"{module(name)}.{w}" in self.tb for w in ("weight", "weight_packed"))
+
+        scales_a = {n for n in lost if n.rpartition(".")[2] in QUANT_PARAMS and kept(n)}
         dequantized = {
             n for n in scales_a if self.tb.get(f"{module(n)}.weight", ("",))[0] in FLOAT_DTYPES
         }
@@ -272,8 +287,9 @@ class _Classifier:
             for name in per:
                 if m := _PER_EXPERT.match(name):
                     groups[m.group("base")].add(name)
+            under = _under_experts(fused)
             for base, names in sorted(groups.items()):
-                whole = {n for n in fused if n.startswith(f"{base}.") and not _PER_EXPERT.match(n)}
+                whole = under.get(base, set()) & fused
                 if not whole:
                     continue
                 numel_per = sum(math.prod(sig_per[n][1]) for n in names)
@@ -285,7 +301,8 @@ class _Classifier:
                 elif kind == "experts-fused" and numel_fused < numel_per:
                     target = "experts-lost"
                     self.notes[target].append(
-                        f"{base}: {len(experts)} experts stored per expert, fused to {leading}"
+                        f"{legible(base)}: {len(experts)} experts stored per expert, fused to "
+                        f"{leading}"
                     )
                 else:
                     target = "shape-changed"
@@ -322,14 +339,29 @@ class _Classifier:
         lost.clear()
 
     def _build(self, kind: str) -> DiffClass:
-        from inspector.checks.index import describe_names
-
         expected, what = REFERENCE_KINDS[kind]
         names = tuple(self.out[kind])
-        detail = f"{what}: {len(names):,} tensors ({describe_names(list(names))})"
+        places = places_text(names, limit=4, mtp=self.mtp)
+        detail = f"{what}: {'; '.join(places)}"
         if self.notes.get(kind):
             detail += "; " + "; ".join(self.notes[kind][:3])
         return DiffClass(kind, expected, names, detail)
+
+
+def _under_experts(names: set[str]) -> dict[str, set[str]]:
+    """`...experts` module -> the names below it that are not per expert: each name filed
+    under every `.experts` component it has (one pass over the names, instead of one pass
+    per expert module). Names longer than any real tensor's are filed nowhere: each prefix
+    is a copy, and a hostile name could hold millions."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        if len(name) > LONG_NAME or _PER_EXPERT.match(name):
+            continue
+        at = name.find(".experts.")
+        while at >= 0:
+            out[name[: at + len(".experts")]].add(name)
+            at = name.find(".experts.", at + 1)
+    return out
 
 
 def _mtp(scanned: ScannedCheckpoint, names: set[str]) -> set[str]:

@@ -1,9 +1,13 @@
 """The project's exceptions. Scans turn problems into findings; these are for the rest.
 
-Messages name the file, the bad value, what was expected and what to do.
+Messages name the file, the bad value, what was expected and what to do. A message is what
+people read: it goes through `inspector.display.legible` (one line, bounded, control
+characters escaped), whatever names the raiser put in it.
 """
 
 from __future__ import annotations
+
+from inspector.display import LINE_LIMIT, legible
 
 __all__ = [
     "UNSAFE_FILE_ADVICE",
@@ -18,6 +22,9 @@ __all__ = [
 
 class InspectorError(Exception):
     """Base class of every error this package raises on purpose."""
+
+    def __init__(self, message: object = "", *args: object) -> None:
+        super().__init__(legible(message, limit=LINE_LIMIT), *args)
 
 
 class CannotInspectError(InspectorError):
@@ -35,15 +42,16 @@ class UnsafeFileError(UnsafeInputError):
     it ("is a FIFO, not a regular file")."""
 
     def __init__(self, file: str, reason: str) -> None:
-        super().__init__(f"{file} {reason}; not read")
+        super().__init__(f"{legible(file)} {reason}; not read")
         self.file = file
         self.reason = reason
 
 
-# What a finding about a refused file tells people to do (scan and consolidate say the same).
+# What a finding about a refused file tells people to do (scan and consolidate say the same):
+# a FIFO, a link leaving the folder and a name no loader reads the same way are all fixed so.
 UNSAFE_FILE_ADVICE = (
-    "; put the real file in the checkpoint folder (a copy, not a link to a file elsewhere) "
-    "or remove the entry"
+    "; put the real file in the checkpoint folder under a plain name (a copy, not a link to "
+    "a file elsewhere) or remove the entry"
 )
 
 

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from inspector.codes import CODE_HELP, CODES, Code, Severity, code_of, severity_rank
+from inspector.display import MESSAGE_LIMIT, legible
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -62,6 +63,18 @@ class Finding:
         d["severity"] = str(self.severity)
         return d
 
+    def __repr__(self) -> str:
+        # A console shows the repr: names bounded and escaped like everywhere else.
+        where = "".join(
+            f", {k}='{legible(v)}'" for k, v in (("file", self.file), ("tensor", self.tensor)) if v
+        )
+        at = "".join(
+            f", {k}={v}"
+            for k, v in (("layer", self.layer), ("expert", self.expert))
+            if v is not None
+        )
+        return f"Finding({self.code}, {self.severity}: '{self.message}'{where}{at})"
+
 
 def make_finding(
     code: Code | str,
@@ -72,9 +85,15 @@ def make_finding(
     layer: int | None = None,
     expert: int | None = None,
 ) -> Finding:
-    """A finding whose severity comes from the code table (an unknown code raises: a bug)."""
+    """A finding whose severity comes from the code table (an unknown code raises: a bug).
+
+    The message is what people read: it goes through `legible` (at most `MESSAGE_LIMIT`
+    characters, control characters escaped), whatever names the check put in it. `file` and
+    `tensor` stay exact (they are data: tables, filters and `--json` match on them); every
+    renderer shows them through `legible` too."""
     known = code_of(code)
-    return Finding(known.value, known.severity, message, file, tensor, layer, expert)
+    text = legible(message, limit=MESSAGE_LIMIT)
+    return Finding(known.value, known.severity, text, file, tensor, layer, expert)
 
 
 def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
@@ -214,10 +233,11 @@ def _piece(start: int, end: int) -> str:
 
 
 def examples(items: Sequence[str], *, limit: int = 3) -> str:
-    """'a, b, c and 12 more': the first few of a long list, for messages."""
-    shown = ", ".join(items[:limit])
+    """'a, b, c and 12 more': the first few of a long list (of names), for messages; each
+    through `legible`."""
+    first = ", ".join(map(legible, items[:limit]))
     rest = len(items) - limit
-    return f"{shown} and {rest} more" if rest > 0 else shown
+    return f"{first} and {rest} more" if rest > 0 else first
 
 
 # Values from checkpoint files quoted in messages: bounded, so a finding never echoes much of
@@ -232,9 +252,13 @@ _SHORT.maxlong = 40
 
 def short_repr(value: Any, *, limit: int = 200) -> str:
     """A bounded description of an untrusted value: visits at most a few hundred nodes
-    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time)."""
+    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time).
+    A string is shown as a name is (`inspector.display.legible`: head and tail, control
+    characters escaped)."""
+    if type(value) is str:
+        return legible(value, limit=limit)
     try:
-        text = value if type(value) is str else _SHORT.repr(value)
+        text = _SHORT.repr(value)
     except Exception as exc:  # a hostile __repr__ cannot exist (nothing is imported), but
         text = f"<{type(value).__name__}: {type(exc).__name__}>"  # never let one escape
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -3,20 +3,22 @@ tables. Pure: data in, string out.
 
 No notebook package is imported here: Jupyter calls `_repr_html_` and shows the string, the
 dashboard puts the strings in HTML widgets. Every string that comes from the checkpoint (paths,
-file and tensor names, messages) is escaped, because a hostile checkpoint chooses those strings.
+file and tensor names, messages) goes through `inspector.display.legible` (bounded, control
+characters escaped, HTML-escaped), because a hostile checkpoint chooses those strings.
 """
 
 from __future__ import annotations
 
-import html
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import MESSAGE_LIMIT, NAME_LIMIT, legible
 from inspector.findings import CODE_HELP, Finding
 from inspector.problems import Problem, group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.words import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,6 +34,7 @@ __all__ = [
     "facts_html",
     "findings_html",
     "frame_html",
+    "html_text",
     "load_answer",
     "load_verdict_html",
     "problem_html",
@@ -74,15 +77,24 @@ STYLE = (
 def scanned_html(
     scanned: ScannedCheckpoint, *, findings: Sequence[Finding] | None = None, max_rows: int = 8
 ) -> str:
-    """A summary card of a scan: facts, bytes by dtype, findings by severity (the scan's own
-    problems unless `findings` is given) and the first `max_rows` files and findings. Tables
-    are cut at `max_rows` rows (a count says how many more), so a 300,000-tensor checkpoint
-    displays as fast as a small one."""
-    problems = list(scanned.problems if findings is None else findings)
+    """A summary card of a scan: facts, bytes by dtype, the issues (`findings` grouped by
+    root cause; without `findings`, what the scan could not read, and that the checks did not
+    run) and the first `max_rows` files. Tables are cut at `max_rows` rows (a count says how
+    many more), so a 300,000-tensor checkpoint displays as fast as a small one."""
     files = scanned.files
+    if findings is None:
+        read = list(scanned.problems)
+        issues = _not_checked(len(read)) + (
+            _problems_table(group_problems(scanned, read), len(read), max_rows=max_rows)
+            if read
+            else ""
+        )
+    else:
+        problems = group_problems(scanned, findings)
+        issues = _problems_table(problems, len(findings), max_rows=max_rows)
     parts = [
-        facts_html(scanned, problems),
-        _problems_table(group_problems(scanned, problems), len(problems), max_rows=max_rows),
+        facts_html(scanned, findings or ()),
+        issues,
         _frame_table(
             files,
             columns=["file", "size", "tensors", "first_layer", "last_layer"],
@@ -96,7 +108,7 @@ def scanned_html(
 def facts_html(scanned: ScannedCheckpoint, findings: Sequence[Finding] = ()) -> str:
     """The checkpoint's path, facts (layout, files, tensors, bytes, parameters, layers) and
     bytes by dtype, as two small tables."""
-    summary = summarize(scanned, problems=list(findings))
+    summary = summarize(scanned, findings=list(findings))
     return (
         f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>"
         + _facts_table(summary)
@@ -130,6 +142,9 @@ def _frame_table(
         return f"<div class='k'>{_e(title or 'table')}: no rows</div>"
     wanted = [c for c in (columns or frame.columns) if c in frame.columns]
     shown = frame[wanted].iloc[start : start + max_rows].copy()
+    for column in wanted:  # names and other text: bounded and control characters escaped
+        if shown[column].dtype.kind == "O":
+            shown[column] = [v if _missing(v) else legible(v) for v in shown[column].tolist()]
     for column in BYTE_COLUMNS & set(wanted):
         shown[column] = [
             "" if _missing(v) else format_bytes(float(v)) for v in shown[column].tolist()
@@ -158,8 +173,8 @@ def findings_html(frame: pd.DataFrame, *, max_rows: int = 500) -> str:
             f'<tr class="finding" data-code="{_e(code)}" data-severity="{_e(sev)}">'
             f"<td>{_badge(sev)}</td>"
             f'<td title="{_e(CODE_HELP.get(code, ""))}"><code>{_e(code)}</code></td>'
-            f"<td class='msg'>{_e(r.message)}</td><td class='name'>{_e(_blank(r.file))}</td>"
-            f"<td class='name'>{_e(_blank(r.tensor))}</td><td>{where}</td></tr>"
+            f"<td class='msg'>{_e(r.message)}</td><td class='name'>{_name(_blank(r.file))}</td>"
+            f"<td class='name'>{_name(_blank(r.tensor))}</td><td>{where}</td></tr>"
         )
     head = (
         "<tr><th>severity</th><th>code</th><th>message</th><th>file</th><th>tensor</th>"
@@ -199,8 +214,8 @@ def diff_html(diff: str, *, max_chars: int = 200_000) -> str:
 
 
 def text_html(text: str) -> str:
-    """Preformatted text (plans, results), escaped."""
-    return _wrap(f"<pre>{_e(text)}</pre>")
+    """Preformatted text (plans, results), escaped line by line."""
+    return _wrap(f"<pre>{legible(text, target='html', limit=MESSAGE_LIMIT, lines=True)}</pre>")
 
 
 def _facts_table(s: dict[str, Any]) -> str:
@@ -212,7 +227,7 @@ def _facts_table(s: dict[str, Any]) -> str:
         ("files", f"{s['files']:,}"),
         ("tensors", f"{s['tensors']:,}"),
         ("bytes", format_bytes(s["total_bytes"])),
-        ("parameters", f"{s['parameters']:,}"),
+        ("parameters", f"{s['parameters']:,} ({s['parameters_rule']})"),
         ("layers", layers),
     ]
     if s["moe_layers"]:
@@ -283,11 +298,11 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
     if verdict.transformers_version:
         notes.append(f"transformers {verdict.transformers_version}")
     if verdict.parameters is not None:
-        notes.append(f"{verdict.parameters:,} parameters")
+        notes.append(verdict.parameters_text())
     if verdict.quantization:
         notes.append(f"quantization: {verdict.quantization}")
     tail = f" <span style='color:#666'>({_e('; '.join(notes))})</span>" if notes else ""
-    head += f" as <code>{_e(verdict.architecture or '?')}</code>{tail}"
+    head += f" as <code>{_name(verdict.architecture or '?')}</code>{tail}"
     kinds = [
         ("missing", list(verdict.missing), "the model expects them; transformers initialises "
          "them at random"),
@@ -307,7 +322,7 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
     for kind, keys, why in kinds:
         if not keys:
             continue
-        shown = ", ".join(f"<code>{_e(k)}</code>" for k in keys[:examples])
+        shown = ", ".join(f"<code>{_name(k)}</code>" for k in keys[:examples])
         more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
         items.append(
             f"<li data-kind='{_e(kind)}'><b>{len(keys):,} {_e(kind)}</b> "
@@ -325,7 +340,7 @@ def _load_box(answer: str, body: str) -> str:
 
 
 def problem_html(problem: Problem) -> str:
-    """One problem as a few lines: badge and title, impact, and the action with its command."""
+    """One issue (`Problem`): badge and title, impact, and the action with its command."""
     action = problem.action
     tag = _KIND_LABELS.get(action.kind, action.kind)
     return _wrap(
@@ -336,11 +351,20 @@ def problem_html(problem: Problem) -> str:
     )
 
 
+def _not_checked(read: int) -> str:
+    """A scan alone ran no check: it says so instead of "no issues"."""
+    what = f"{plural(read, 'finding')} while reading files; " if read else "every file was read; "
+    return (
+        f"<div class='k'>{_e(what)}the checks did not run: <code>check(scan(path))</code> or "
+        "<code>ckpt-inspect check PATH</code> runs them</div>"
+    )
+
+
 def _problems_table(problems: Sequence[Problem], n_findings: int, *, max_rows: int) -> str:
     if not problems:
-        return '<div style="color:#2ca02c"><b>No problems found.</b></div>'
+        return '<div style="color:#2ca02c"><b>No issues found.</b></div>'
     counts = Counter(str(p.severity) for p in problems)
-    badges = " ".join(f"{counts[s]:,} {_badge(s)}" for s in _SEVERITIES if counts[s])
+    badges = " ".join(_badge(s, plural(counts[s], s)) for s in _SEVERITIES if counts[s])
     rows = "".join(
         f"<tr class='problem' data-problem='{_e(p.key)}'><td>{_badge(p.severity)}</td>"
         f"<td><b>{_e(p.title)}</b></td><td>{_e(p.impact)}</td>"
@@ -350,14 +374,14 @@ def _problems_table(problems: Sequence[Problem], n_findings: int, *, max_rows: i
         for p in problems[:max_rows]
     )
     head = (
-        "<tr><th>severity</th><th>problem</th><th>impact</th><th>what fixes it</th>"
+        "<tr><th>severity</th><th>issue</th><th>impact</th><th>what fixes it</th>"
         "<th>findings</th></tr>"
     )
-    plural = "s" if len(problems) != 1 else ""
     return (
-        f"<div>{len(problems):,} problem{plural}: {badges} "
-        f"<span class='k'>({n_findings:,} findings)</span></div>"
-        f"<table>{head}{rows}</table>{_more(len(problems), max_rows, 'problems')}"
+        f"<div>{_e(plural(len(problems), 'issue'))}: {badges} "
+        f"<span class='k'>({_e(plural(n_findings, 'finding'))})</span></div>"
+        f"<table>{head}{rows}</table>"
+        f"{_more(len(problems), max_rows, plural(2, 'issue', number=False))}"
     )
 
 
@@ -366,10 +390,10 @@ def severity_badge(severity: object) -> str:
     return _badge(severity)
 
 
-def _badge(severity: object) -> str:
+def _badge(severity: object, text: str | None = None) -> str:
     sev = str(severity)
     color = _SEVERITY_COLORS.get(sev, "#7f7f7f")
-    return f'<span class="sev" style="background:{color}">{_e(sev)}</span>'
+    return f'<span class="sev" style="background:{color}">{_e(text or sev)}</span>'
 
 
 def _more(total: int, shown: int, what: str) -> str:
@@ -391,5 +415,16 @@ def _blank(value: object) -> object:
     return "" if _missing(value) else value
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value))
+def html_text(value: object, *, limit: int = MESSAGE_LIMIT) -> str:
+    """Checkpoint text (a name, a path, a message, an error) for HTML element text or an
+    attribute value: `legible` for HTML (at most `limit` characters, control characters
+    escaped, `&<>"'` escaped). The dashboard and the report build their HTML with it."""
+    return legible(value, target="html", limit=limit)
+
+
+_e = html_text
+
+
+def _name(value: object) -> str:
+    """A file or tensor name for an element or an attribute value (`legible`)."""
+    return legible(value, target="html", limit=NAME_LIMIT)

@@ -1,16 +1,24 @@
-"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure."""
+"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure.
+
+A checkpoint chooses its names, and the summary is rendered where people open it (GitHub,
+nbconvert's mistune, JupyterLab): every name is an inline code span and every message
+escaped Markdown text (`inspector.display.legible`, targets "markdown-code" and
+"markdown"), so nothing in a name becomes HTML, a link, an image, math or a table cell."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
+from inspector.display import legible
 from inspector.findings import Finding, fold_ranges, severity_rank
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.words import severity_counts
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -31,8 +39,8 @@ def markdown_summary(
     """Layout and counts, the load verdict (will it load? what is missing, unexpected or
     mis-shaped, or why the check was skipped), a table of findings per code (severity,
     count, folded layers, experts and files) and the first `examples` messages of each code."""
-    summary = summarize(scanned, problems=list(findings))
-    lines = [f"### Checkpoint inspection: `{_code_span(scanned.path.name)}`", ""]
+    summary = summarize(scanned, findings=list(findings))
+    lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
     lines += _facts(summary)
     if verdict is not None:
         lines += _load_lines(verdict, examples)
@@ -41,11 +49,11 @@ def markdown_summary(
     if not groups:
         lines += ["", "No findings."]
         return "\n".join(lines) + "\n"
-    lines += ["", "**Problems** (findings grouped by root cause)", ""]
+    lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
     for p in group_problems(scanned, findings, verdict=verdict):
         lines.append(
             f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
-            f"Fix: {_inline(p.action.text)} (`{_code_span(p.action.command)}`)"
+            f"Fix: {_inline(p.action.text)} ({_code(p.action.command)})"
         )
     lines += [
         "",
@@ -71,32 +79,25 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         layers += f"; config declares {declared}"
     facts = [
         f"- layout: `{s['layout']}`",
-        f"- files: {s['files']:,}; tensors: {s['tensors']:,} "
-        f"({format_bytes(s['total_bytes'])}, {s['parameters']:,} parameters)",
+        f"- files: {s['files']:,}; tensors: {s['tensors']:,} ({format_bytes(s['total_bytes'])}); "
+        f"parameters: {s['parameters']:,} ({s['parameters_rule']})",
         f"- layers: {layers}",
     ]
     if s["moe_layers"]:
         facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
-    problems = s["problems"]
-    counts = {
-        sev: sum(p["severity"] == sev for p in problems) for sev in ("error", "warning", "info")
-    }
-    plural = {"error": "errors", "warning": "warnings", "info": "info"}
-    facts.append(
-        "- findings: "
-        + ", ".join(f"{n} {sev if n == 1 else plural[sev]}" for sev, n in counts.items())
-    )
+    counts = Counter(f["severity"] for f in s["findings"])
+    facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts
 
 
 def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
     """'- will it load: ...' and, when it does not, the first keys of each kind."""
-    arch = f"`{_code_span(verdict.architecture or '?')}`"
+    arch = _code(verdict.architecture or "?")
     if verdict.skipped is not None:
         return [f"- will it load: not checked ({_inline(verdict.skipped)})"]
     notes = []
     if verdict.parameters is not None:
-        notes.append(f"{verdict.parameters:,} parameters")
+        notes.append(verdict.parameters_text())
     if verdict.quantization:
         notes.append(f"quantization: {_inline(verdict.quantization)}")
     if verdict.mtp_skipped:
@@ -116,7 +117,7 @@ def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
     )
     for kind, keys in kinds:
         if keys:
-            shown = ", ".join(f"`{_code_span(k)}`" for k in keys[:examples])
+            shown = ", ".join(_code(k) for k in keys[:examples])
             more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
             lines.append(f"  - {len(keys):,} {kind}: {shown}{more}")
     return lines
@@ -126,7 +127,7 @@ def _table_row(code: str, items: list[Finding]) -> str:
     layers = fold_ranges((f.layer for f in items if f.layer is not None), limit=6)
     experts = fold_ranges((f.expert for f in items if f.expert is not None), limit=6)
     files = sorted({f.file for f in items if f.file})
-    shown = ", ".join(f"`{_code_span(name)}`" for name in files[:2])
+    shown = ", ".join(_code(name) for name in files[:2])
     if len(files) > 2:
         shown += f" and {len(files) - 2} more"
     cells = [str(items[0].severity), f"`{code}`", f"{len(items):,}", layers, experts, shown]
@@ -134,16 +135,15 @@ def _table_row(code: str, items: list[Finding]) -> str:
 
 
 def _inline(text: str) -> str:
-    """One line, bounded length."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= _MAX_MESSAGE else flat[: _MAX_MESSAGE - 3] + "..."
+    """Text from the checkpoint's findings as one line of escaped Markdown, bounded."""
+    return legible(" ".join(text.split()), target="markdown", limit=_MAX_MESSAGE)
+
+
+def _code(name: str) -> str:
+    """A name as an inline code span nothing in it can break out of."""
+    return legible(name, target="markdown-code")
 
 
 def _cell(text: str) -> str:
-    """A table cell: a `|` inside would split the cell, so it is escaped."""
-    return _inline(text).replace("|", "\\|") or " "
-
-
-def _code_span(text: str) -> str:
-    # A backtick inside a file name would close the code span early.
-    return text.replace("`", "'")
+    """A table cell, built from Markdown already escaped (a code span escapes its `|`)."""
+    return text or " "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from inspector.columns import Coded, frozen, int64s
+from inspector.display import legible
 from inspector.safetensors_header import ShardHeader
 from inspector.storage import LocalStorage, Location, RemoteURL, Storage
 
@@ -589,6 +590,14 @@ class ScannedCheckpoint:
         from inspector.ui import ui_function
 
         return ui_function("dashboard")(self, **options)
+
+    def __repr__(self) -> str:
+        """A line a console shows: where, what layout, how much (a path is shown legible)."""
+        problems = len(self.read_problems) + sum(len(s.findings) for s in self.shards)
+        return (
+            f"<ScannedCheckpoint {legible(self.path)} ({self.layout}): {len(self.shards):,} "
+            f"shard files, {problems:,} read problems>"
+        )
 
     def _repr_html_(self) -> str:
         """Notebook display: summary card and small tables (see `inspector.html_repr`)."""

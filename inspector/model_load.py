@@ -1,7 +1,8 @@
 """Will it load? What transformers itself would report for a checkpoint, without tensor data.
 
 `load_verdict(scanned)` builds the model that `config.json` names on the `meta` device (no
-weights, no network, remote code only when allowed and only from the checkpoint folder), runs
+weights; sealed by `inspector.sealed`: no prompt, no network, no write outside a private temp
+folder; modelling code only the folder's own, and only when allowed), runs
 transformers' own key renaming and weight conversions over the stored names, dtypes and
 shapes (meta tensors stand in for the data), and returns what `from_pretrained(...,
 output_loading_info=True)` would return: missing, unexpected and mismatched keys, in the
@@ -30,10 +31,11 @@ import contextlib
 import importlib.util
 import logging
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path, PurePosixPath
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -43,6 +45,8 @@ import orjson
 from inspector._gc import gc_paused
 from inspector.findings import short_repr
 from inspector.model import ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
+from inspector.sealed import import_from_folder, sealed
 
 # What a config may ask us to build (a hostile config.json could declare a billion layers),
 # the bounds the structure checks use too.
@@ -100,6 +104,9 @@ class LoadVerdict:
       accounts for;
     - `parameters`: the model's parameter count as `save_pretrained` writes it
       (`num_parameters()`: parameters only, tied weights once, buffers not counted);
+    - `stored_parameters`: the checkpoint's own count, the one the scan shows
+      (`inspector.parameters`), and `mtp_parameters` the part of it in MTP tensors
+      transformers skips: `parameters_text()` compares them;
     - `skipped`: why the check did not run (then every tuple is empty).
     """
 
@@ -111,6 +118,8 @@ class LoadVerdict:
     mtp_skipped: tuple[str, ...] = ()
     quantization_expected: tuple[str, ...] = ()
     parameters: int | None = None
+    stored_parameters: int | None = None
+    mtp_parameters: int = 0
     quantization: str | None = None
     transformers_version: str | None = None
     # Reported key -> the stored tensors it was built from (unexpected and mismatched keys).
@@ -146,7 +155,7 @@ class LoadVerdict:
         if self.quantization:
             extra.append(f"quantization: {self.quantization}")
         if self.parameters is not None:
-            extra.append(f"{self.parameters:,} parameters")
+            extra.append(self.parameters_text())
         tail = f" ({'; '.join(extra)})" if extra else ""
         if self.loads:
             head = f"loads as {self.architecture}"
@@ -155,26 +164,76 @@ class LoadVerdict:
             return head + tail
         return f"does NOT load cleanly as {self.architecture}: {', '.join(parts)}{tail}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: every field, mismatches as {key, stored, expected}."""
+    def parameters_text(self) -> str:
+        """'28,496 parameters' when the model and the checkpoint count the same (values:
+        `inspector.parameters.PARAMETER_RULE`), else both and what the difference is, e.g.
+        '28,496 parameters in the model, 37,040 stored (8,544 in MTP layers transformers
+        skips)'. Empty when the check did not run."""
+        if self.parameters is None:
+            return ""
+        model = f"{self.parameters:,} parameters"
+        stored = self.stored_parameters
+        if stored is None or stored == self.parameters:
+            return model
+        parts = []
+        if self.mtp_parameters:
+            parts.append(f"{self.mtp_parameters:,} in MTP tensors transformers skips")
+        rest = stored - self.mtp_parameters - self.parameters
+        if rest:
+            why = "tensors the model does not load" if rest > 0 else "tensors the checkpoint lacks"
+            parts.append(f"{rest:+,} in {why}")
+        return f"{model} in the model, {stored:,} stored ({'; '.join(parts)})"
+
+    def to_dict(self, *, limit: int | None = None) -> dict[str, Any]:
+        """JSON-ready: every field, mismatches as {key, stored, expected}, and `counts` of
+        every list and map. With `limit`, each list and map (and each key's list of stored
+        tensors in `sources`) keeps its first `limit` entries: a 300,000-tensor NVFP4
+        checkpoint expects 296,028 quantization tensors, and `check --json` stays small
+        (`--full` lists them all); `complete` says whether nothing was left out."""
+        lists: dict[str, Sequence[Any]] = {
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "mismatched": self.mismatched,
+            "mtp_skipped": self.mtp_skipped,
+            "quantization_expected": self.quantization_expected,
+        }
+        maps: dict[str, Mapping[str, Any]] = {
+            "sources": self.sources,
+            "stored_as": self.stored_as,
+            "reasons": self.reasons,
+        }
+        counts = {k: len(v) for k, v in {**lists, **maps}.items()}
+
+        def first(items: Iterable[Any]) -> list[Any]:
+            return list(islice(items, limit) if limit is not None else items)
+
         return {
             "architecture": self.architecture,
             "skipped": self.skipped,
             "loads": self.loads,
-            "missing": list(self.missing),
-            "unexpected": list(self.unexpected),
+            "missing": first(self.missing),
+            "unexpected": first(self.unexpected),
             "mismatched": [
                 {"key": m.key, "stored": list(m.stored), "expected": list(m.expected)}
-                for m in self.mismatched
+                for m in first(self.mismatched)
             ],
-            "mtp_skipped": list(self.mtp_skipped),
-            "quantization_expected": list(self.quantization_expected),
+            "mtp_skipped": first(self.mtp_skipped),
+            "quantization_expected": first(self.quantization_expected),
             "parameters": self.parameters,
+            "stored_parameters": self.stored_parameters,
+            "mtp_parameters": self.mtp_parameters,
+            "parameters_rule": PARAMETER_RULE,
             "quantization": self.quantization,
             "transformers_version": self.transformers_version,
-            "sources": {k: list(v) for k, v in self.sources.items()},
-            "stored_as": dict(self.stored_as),
-            "reasons": dict(self.reasons),
+            "sources": {k: first(v) for k, v in first(self.sources.items())},
+            "stored_as": dict(first(self.stored_as.items())),
+            "reasons": dict(first(self.reasons.items())),
+            "counts": counts,
+            "complete": limit is None
+            or (
+                all(n <= limit for n in counts.values())
+                and all(len(v) <= limit for v in self.sources.values())
+            ),
         }
 
 
@@ -199,8 +258,11 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
             from inspector.model_quant import quantization_view
 
             quant = quantization_view(scanned, stored)
-            built = _built(architecture, scanned.config, scanned.local_path, trust_remote_code)
-            return _verdict(scanned, architecture, built, quant, stored)
+            # transformers' code runs sealed: no prompt, no network, no write outside a
+            # private temp folder (inspector.sealed).
+            with sealed():
+                built = _built(architecture, scanned.config, scanned.local_path, trust_remote_code)
+                return _verdict(scanned, architecture, built, quant, stored)
     except _Skip as why:
         return LoadVerdict(architecture=architecture, skipped=str(why))
 
@@ -320,35 +382,143 @@ class _Built:
 def _built(
     architecture: str | None, config: Mapping[str, Any] | None, folder: Path | None, trust: bool
 ) -> _Built:
-    """`folder` is None for a remote checkpoint: its modelling code is never fetched."""
+    """`folder` is None for a remote checkpoint: its modelling code is never fetched.
+
+    Code references are decided here, never by transformers: the top-level `auto_map` with
+    `trust` (the folder's own files only), every other one never (`_for_transformers`). The
+    build itself runs sealed, so whatever path a config opens inside transformers, it cannot
+    prompt, reach the network or write outside a private temp folder; a build that needed
+    one of those is skipped with what it needed."""
     assert architecture is not None and config is not None
-    # The scan keeps config.json as a read-only view; orjson serialises plain dicts.
-    text = orjson.dumps(dict(config), option=orjson.OPT_SORT_KEYS).decode()
-    # Remote code is looked up in the folder, so the folder is part of the key only then.
-    wants_code = trust and _remote_reference(config, architecture)
-    if wants_code and folder is None:
-        raise _Skip(
-            "the config names modelling code in the checkpoint, and the code of a remote "
-            "checkpoint is never fetched or run; check a local copy with --trust-remote-code"
+    plain, nested_code = _for_transformers(config)
+    text = orjson.dumps(plain, option=orjson.OPT_SORT_KEYS).decode()
+    reference = _remote_reference(config, architecture)
+    code = None
+    if trust and reference:
+        if folder is None:
+            raise _Skip(
+                "the config names modelling code in the checkpoint, and the code of a remote "
+                "checkpoint is never fetched or run; check a local copy with --trust-remote-code"
+            )
+        auto_map = config.get("auto_map")
+        config_ref = auto_map.get("AutoConfig") if isinstance(auto_map, Mapping) else None
+        code = (
+            str(folder),
+            _local_reference(str(folder), reference),
+            _local_reference(str(folder), config_ref),
         )
-    remote = str(folder) if wants_code else None
-    return _build(architecture, text, remote)
+    with sealed() as seal:
+        try:
+            return _build(architecture, text, code, reference is not None)
+        except _Skip as why:
+            needed = seal.needed(why.__cause__)
+            if needed is not None:
+                raise _Skip(
+                    f"building {architecture} from config.json needs {needed}; the load check "
+                    "runs offline, never asks for input and writes nothing outside its temp "
+                    "folder"
+                ) from None
+            if nested_code and why.__cause__ is not None:
+                where, ref = nested_code[0]
+                raise _Skip(
+                    f"{why}; config.json {where} names modelling code ({short_repr(ref, limit=80)})"
+                    " for a part of the model, and the load check runs no such code (only the "
+                    "folder's own top-level auto_map, with --trust-remote-code)"
+                ) from None
+            raise
+
+
+# How deep config.json may nest, and how many values it may hold, for the load check to
+# build from it: real configs nest a few levels (a quantization or vision config inside a
+# text config) and hold at most some hundred thousand values (per-module quantization).
+MAX_CONFIG_DEPTH = 32
+MAX_CONFIG_VALUES = 2_000_000
+
+
+def _for_transformers(config: Mapping[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """config.json as transformers is given it: every `auto_map` removed, at any depth.
+
+    transformers resolves a nested `auto_map` by itself (`AutoModel.from_config` of a
+    sub-config passes no `trust_remote_code`): it asks on the terminal, then fetches and
+    imports the code from the repository the sub-config names. Without one it builds the
+    sub-model from its own classes, as it does for a type it ships, or fails (a skip here).
+    One pass, bounded: past `MAX_CONFIG_DEPTH` levels or `MAX_CONFIG_VALUES` values the check
+    is skipped. Returns (the config, [(where, reference)] of the nested code references)."""
+    nested: list[tuple[str, str]] = []
+    left = MAX_CONFIG_VALUES
+
+    def walk(value: Any, path: tuple[Any, ...]) -> Any:
+        nonlocal left
+        if len(path) >= MAX_CONFIG_DEPTH:
+            raise _Skip(
+                f"config.json nests more than {MAX_CONFIG_DEPTH} levels deep (at "
+                f"{_where(path)}); real configs nest a few, and this check builds none deeper"
+            )
+        left -= len(value)
+        if left < 0:
+            raise _Skip(
+                f"config.json holds more than {MAX_CONFIG_VALUES:,} values; this check builds "
+                "no config that large"
+            )
+        if isinstance(value, Mapping):
+            out = {}
+            for key, item in value.items():
+                if key == "auto_map":
+                    if path:
+                        nested.extend((f"{_where(path)}.auto_map", r) for r in _references(item))
+                    continue
+                out[key] = walk(item, (*path, key)) if isinstance(item, Mapping | list) else item
+            return out
+        return [walk(item, (*path, i)) if isinstance(item, Mapping | list) else item
+                for i, item in enumerate(value)]  # fmt: skip
+
+    return walk(config, ()), nested
+
+
+def _references(auto_map: object) -> list[str]:
+    """The code references an `auto_map` value names (`module.Class`, `repo--module.Class`,
+    or lists of them, as tokenizers have)."""
+    if not isinstance(auto_map, Mapping):
+        return [short_repr(auto_map, limit=80)]
+    refs = []
+    for value in auto_map.values():
+        for ref in value if isinstance(value, list) else [value]:
+            if isinstance(ref, str) and ref:
+                refs.append(ref)
+    return refs or [short_repr(dict(auto_map), limit=80)]
+
+
+def _where(path: tuple[Any, ...]) -> str:
+    """A config path for a message (`vision_config.layers[3]`), each key bounded."""
+    parts = []
+    for key in path:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        else:
+            parts.append(("." if parts else "") + short_repr(str(key), limit=40))
+    text = "".join(parts)
+    return short_repr(text, limit=200)
 
 
 @lru_cache(maxsize=4)
-def _build(architecture: str, config_text: str, remote_folder: str | None) -> _Built:
+def _build(
+    architecture: str, config_text: str, code: tuple[str, str, str] | None, referenced: bool
+) -> _Built:
+    """The meta model. `code` is (folder, model class reference, config class reference)
+    of the folder's own code, already checked; `referenced`: config.json names code for
+    the architecture (for the skip reason when it is not allowed)."""
     import torch
     import transformers
 
     config_dict = orjson.loads(config_text)
     with _quiet():
-        model_cls, config_cls = _classes(architecture, config_dict, remote_folder)
+        model_cls, config_cls = _classes(architecture, code, referenced)
         try:
             # transformers writes Infinity and NaN as {"__float__": ...} objects.
             decode = getattr(config_cls, "_decode_special_floats", lambda value: value)
             config_dict = decode(config_dict)
             own_type = getattr(config_cls, "model_type", "")
-            if remote_folder is None and own_type:
+            if code is None and own_type:
                 # The architecture is built as transformers defines it, so its key renaming
                 # and conversions (looked up by model_type) are that architecture's even when
                 # the config names a derived type (Kimi K2's `kimi_k2` is DeepSeek-V3).
@@ -363,26 +533,26 @@ def _build(architecture: str, config_text: str, remote_folder: str | None) -> _B
             raise _Skip(
                 f"transformers {transformers.__version__} cannot build {architecture} from "
                 f"config.json ({type(exc).__name__}: {_one_line(exc)})"
-            ) from None
+            ) from exc
     model.eval()
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     return _Built(model, shapes, model.num_parameters(), transformers.__version__)
 
 
 def _classes(
-    architecture: str, config: dict[str, Any], remote_folder: str | None
+    architecture: str, code: tuple[str, str, str] | None, referenced: bool
 ) -> tuple[Any, Any]:
     """(model class, config class) for `architecture`: transformers' own, or with
     `trust_remote_code` the checkpoint folder's `auto_map` classes (typed Any: classes made
     from the folder's code have no static type)."""
     import transformers
 
-    if remote_folder is not None:
-        return _remote_classes(architecture, config, remote_folder)
+    if code is not None:
+        return _folder_classes(*code)
     model_cls = getattr(transformers, architecture, None) if architecture.isidentifier() else None
     if isinstance(model_cls, type) and issubclass(model_cls, transformers.PreTrainedModel):
         return model_cls, model_cls.config_class
-    if _remote_reference(config, architecture):
+    if referenced:
         raise _Skip(
             f"{architecture} is defined by code in the checkpoint folder (auto_map); allow it "
             "with --trust-remote-code"
@@ -393,7 +563,7 @@ def _classes(
 def _remote_reference(config: Mapping[str, Any], architecture: str) -> str | None:
     """The `auto_map` reference (`module.Class`) of the model class, if the config has one."""
     auto_map = config.get("auto_map")
-    if not isinstance(auto_map, dict):
+    if not isinstance(auto_map, Mapping):
         return None
     for key in ("AutoModelForCausalLM", "AutoModel"):
         ref = auto_map.get(key)
@@ -405,29 +575,30 @@ def _remote_reference(config: Mapping[str, Any], architecture: str) -> str | Non
     return refs[0] if refs else None
 
 
-def _remote_classes(architecture: str, config: dict[str, Any], folder: str) -> tuple[Any, Any]:
-    from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-    model_ref = _local_reference(folder, _remote_reference(config, architecture))
-    config_ref = _local_reference(folder, (config.get("auto_map") or {}).get("AutoConfig"))
+def _folder_classes(folder: str, model_ref: str, config_ref: str) -> tuple[Any, Any]:
+    """The classes the folder's own files define, imported from the folder alone
+    (`inspector.sealed.import_from_folder`: never through transformers' modules cache)."""
     try:
-        model_cls = get_class_from_dynamic_module(model_ref, folder, local_files_only=True)
-        config_cls = get_class_from_dynamic_module(config_ref, folder, local_files_only=True)
+        classes = []
+        for ref in (model_ref, config_ref):
+            module, _, name = ref.rpartition(".")
+            classes.append(getattr(import_from_folder(folder, module), name))
     except Exception as exc:  # remote code is arbitrary: any failure is a skip
         raise _Skip(
             f"the checkpoint's own code ({model_ref}) cannot be imported "
             f"({type(exc).__name__}: {_one_line(exc)})"
         ) from None
-    return model_cls, config_cls
+    return classes[0], classes[1]
 
 
 def _local_reference(folder: str, ref: object) -> str:
     """`ref` when it names a module file in the checkpoint folder; otherwise a skip."""
     # `repo--module.Class` names code in another repository: never fetched.
     if not isinstance(ref, str) or "--" in ref or not _local_module(folder, ref):
+        name = repr(short_repr(ref, limit=120)) if isinstance(ref, str) else short_repr(ref)
         raise _Skip(
-            f"auto_map names {ref!r}, which is not a module file in the checkpoint folder; "
-            "only code that sits in the folder is run"
+            f"auto_map names {name}, which is not a module file in the checkpoint folder; only "
+            "code that sits in the folder is run"
         )
     return ref
 
@@ -745,6 +916,8 @@ def _verdict(
     reasons = dict(quant.reasons)
     reasons.update((k, v) for k, v in loaded.errors.items() if k in loaded.missing)
     missing = sorted(loaded.missing) + list(quant.missing)
+    t = scanned.tensors
+    in_mtp = t["name"].isin(set(mtp_skipped)).to_numpy(dtype=bool)
     return LoadVerdict(
         architecture=architecture,
         missing=tuple(missing),
@@ -753,6 +926,8 @@ def _verdict(
         mtp_skipped=tuple(mtp_skipped),
         quantization_expected=quant.expected,
         parameters=built.parameters,
+        stored_parameters=scan_parameters(scanned),
+        mtp_parameters=count_parameters(t[in_mtp], config=scanned.config) if in_mtp.any() else 0,
         quantization=quant.method,
         transformers_version=built.version,
         sources=MappingProxyType({k: v for k, v in sources.items() if k not in all_mtp}),

@@ -18,6 +18,7 @@ import re
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +41,7 @@ __all__ = [
     "FAMILIES",
     "KINDS",
     "KIND_RULES",
+    "LONG_NAME",
     "Family",
     "NameColumns",
     "ParsedName",
@@ -155,6 +157,21 @@ class _Info:
     keep_slots: tuple[int, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the rules say of a template before its kind: steps 1-3 of `_analyze`."""
+
+    family: Family
+    layer_slot: int
+    expert_slot: int
+    module: str
+    param: str
+    # A trailing number that is not an expert id: it stays in the param as `#`.
+    marked: bool
+    fused: bool
+    keep_slots: tuple[int, ...]
+
+
 def _analyze(template: str) -> _Info:
     """Apply FAMILIES and KIND_RULES to one template.
 
@@ -163,6 +180,12 @@ def _analyze(template: str) -> _Info:
     3. an expert number (or a fused expert tensor) is taken out of the module;
     4. the kind comes from KIND_RULES (or the family), MTP-specific parts become "mtp".
     """
+    shape = _shape(template)
+    return _finish(shape, shape.module, shape.param, shape.family.kind or _kind(_path(shape)))
+
+
+def _shape(template: str) -> _Shape:
+    """Steps 1-3 of `_analyze`."""
     family, match = next((f, m) for f in FAMILIES if (m := f.prefix.match(template)))
     layer_slot = -1
     if "layer" in family.prefix.groupindex and match.start("layer") >= 0:
@@ -170,25 +193,34 @@ def _analyze(template: str) -> _Info:
     base = template.count("#", 0, match.end())
     module, param, grouped = _split_param(template[match.end() :])
     module, param, expert_slot, fused = _experts(module, param, grouped, base)
-    kind = family.kind or _kind(f"{module}.{param}" if module else param)
+    keep = _kept_slots(template[match.end() :], base, expert_slot)
+    marked = grouped and expert_slot < 0
+    return _Shape(family, layer_slot, expert_slot, module, param, marked, fused, keep)
+
+
+def _path(shape: _Shape, module: str | None = None, param: str | None = None) -> str:
+    """The text KIND_RULES judge: module and param of the template (or the ones given)."""
+    module = shape.module if module is None else module
+    param = shape.param if param is None else param
+    return f"{module}.{param}" if module else param
+
+
+def _finish(shape: _Shape, module: str, param: str, kind: str) -> _Info:
+    """Step 4 of `_analyze`: the `_Info` of `shape` with this module, param and kind."""
+    family = shape.family
     if family.mtp and kind in MTP_OWN_KINDS:
         kind = "mtp"
-    if grouped and expert_slot < 0:
-        param += "#"  # a trailing number that is not an expert id stays in the param
-    keep = _kept_slots(template[match.end() :], base, expert_slot)
-    if kind != "expert":
-        fused = False
     return _Info(
-        layer_slot,
-        expert_slot,
+        shape.layer_slot,
+        shape.expert_slot,
         module,
-        param,
+        param + "#" if shape.marked else param,
         kind,
         family.name,
-        fused,
+        shape.fused and kind == "expert",
         family.mtp,
         family.stacked,
-        keep,
+        shape.keep_slots,
     )
 
 
@@ -223,6 +255,25 @@ def _kind(path: str) -> str:
     return next((kind for kind, rule in KIND_RULES if rule.search(path)), "other")
 
 
+# KIND_RULES matching line by line: `_kinds` runs each over many paths joined by newlines
+# (the rules never match a newline, so a match lies within one path).
+_KIND_LINES = tuple(re.compile(rule.pattern, re.MULTILINE) for _, rule in KIND_RULES)
+_KIND_NAMES = (*(kind for kind, _ in KIND_RULES), "other")
+
+
+def _kinds(paths: list[str]) -> list[str]:
+    """`_kind` of each of `paths`, with one pass of each rule over all of them."""
+    text = "\n".join(paths)
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    starts = np.cumsum(lengths + 1) - lengths - 1
+    best = np.full(len(paths), len(KIND_RULES), dtype=np.int64)
+    for r, rule in enumerate(_KIND_LINES):
+        hits = np.fromiter((m.start() for m in rule.finditer(text)), dtype=np.int64)
+        if len(hits):
+            np.minimum.at(best, np.searchsorted(starts, hits, side="right") - 1, r)
+    return [_KIND_NAMES[i] for i in best.tolist()]
+
+
 def _kept_slots(rest: str, base: int, expert_slot: int) -> tuple[int, ...]:
     slots = [base + i for i in range(rest.count("#"))]
     return tuple(s for s in slots if s != expert_slot)
@@ -238,6 +289,14 @@ _MAX_DIGITS = 9  # longer digit runs are not layer or expert numbers (keys fit i
 _CHUNK = 1 << 15
 # Digits inside words fold into one int64 key up to this many (10**18 < 2**63).
 _MAX_KEY_DIGITS = 18
+# A group whose digits inside words tell more templates apart than this (real names have a
+# few: `w1`-`w3`, `linear_fc1`/`fc2`) is analysed once, its kind rules run over all its
+# templates at once (`_fill_variants`): 200,000 names `t0`..`t199999` cost seconds, not
+# 200,000 analyses.
+_MANY_TEMPLATES = 32
+# Names longer than this (no real tensor's) are each their own template, their numbers not
+# cut out: a name of 90M characters holding 45M numbers costs one pass, not 45M slots.
+LONG_NAME = 1_000
 
 
 def parse_names(names: list[str]) -> NameColumns:
@@ -343,6 +402,10 @@ def _fill_group(
 
     Every digit the group needs (number slots first, then digits inside words) is
     gathered in one numpy call; the word digits then tell the templates apart."""
+    if len(group) > LONG_NAME:
+        for row in rows.tolist():
+            out.assign(np.asarray([row]), _analyze(names[row]), [])
+        return
     slots, word = _digit_runs(group)
     positions = [p for a, b in slots for p in range(a, b)] + word
     digits = chars.codes(rows, positions, len(group)) if positions else np.zeros((len(rows), 0))
@@ -350,30 +413,120 @@ def _fill_group(
     for a, b in slots:
         values.append(_numbers(digits[:, at : at + b - a]))
         at += b - a
-    for head, mask in _word_templates(digits[:, at:] if word else None):
-        info = _info(_template(names[int(rows[head])], slots))
-        if mask is None:
-            out.assign(rows, info, values)
-        else:
-            out.assign(rows[mask], info, [v[mask] for v in values])
+    firsts, inverse = _word_keys(digits[:, at:] if word else None)
+    if inverse is None:
+        out.assign(rows, _info(_template(names[int(rows[0])], slots)), values)
+    elif len(firsts) > _MANY_TEMPLATES:
+        variants = _Variants(rows, firsts, inverse, digits[:, at:])
+        _fill_variants(group, names, slots, word, variants, values, out)
+    else:
+        for members in _members(inverse):
+            info = _info(_template(names[int(rows[members[0]])], slots))
+            out.assign(rows[members], info, [v[members] for v in values])
 
 
-def _word_templates(keys: np.ndarray | None) -> list[tuple[int, np.ndarray | None]]:
-    """(first row, row mask; None: every row) per distinct set of digits inside words.
+def _word_keys(keys: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(first row of each distinct set of digits inside words, which set each row has), in
+    key order; (_, None) when every row has the same.
 
     Usually all rows agree (`w1`, `weight_scale_2`), which one comparison shows; the digits
     are otherwise folded into one int64 key, as `np.unique` over rows is slow."""
     if keys is None:
-        return [(0, None)]
+        return np.zeros(1, dtype=np.intp), None
     if keys.shape[1] <= _MAX_KEY_DIGITS:
         flat = _numbers(keys)
         if (flat == flat[0]).all():
-            return [(0, None)]
-        _, first, inverse = np.unique(flat, return_index=True, return_inverse=True)
+            return np.zeros(1, dtype=np.intp), None
+        _, firsts, inverse = np.unique(flat, return_index=True, return_inverse=True)
     else:
-        _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    return [(int(head), inverse == sub) for sub, head in enumerate(first)]
+        _, firsts, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    return firsts, inverse.reshape(-1)
+
+
+def _members(inverse: np.ndarray) -> list[np.ndarray]:
+    """The rows of each value of `inverse`, in value order, each ascending: one stable sort,
+    never a mask over every row per value."""
+    order = np.argsort(inverse, kind="stable")
+    cuts = np.flatnonzero(np.diff(inverse[order])) + 1
+    return list(np.split(order, cuts))
+
+
+@dataclass(frozen=True, slots=True)
+class _Variants:
+    """The templates of one group that differ only in digits inside words: `firsts[v]` is
+    the first row (into `rows`) of template v, `inverse[i]` the template of row i, `digits`
+    the word digits' character codes per row."""
+
+    rows: np.ndarray
+    firsts: np.ndarray
+    inverse: np.ndarray
+    digits: np.ndarray
+
+
+def _fill_variants(
+    group: str,
+    names: list[str],
+    slots: list[tuple[int, int]],
+    word: list[int],
+    variants: _Variants,
+    values: list[np.ndarray],
+    out: _Columns,
+) -> None:
+    """Many templates that differ only in digits inside words, analysed as one.
+
+    What FAMILIES, the param split and the expert rules decide does not depend on those
+    digits (no rule names a digit there, and a letter no name of the group holds matches
+    every rule a digit matches: `\\w`, never `[a-z_]`, `#` or `.`), so the template is
+    analysed once with that letter in their place; each template's module and param then
+    get its own digits back, and KIND_RULES (which do name digits: `w1`, `linear_fc2`)
+    judge all of them in one pass (`_kinds`)."""
+    mark = _absent_letter(group)
+    first = list(names[int(variants.rows[variants.firsts[0]])])
+    for p in word:
+        first[p] = mark
+    shape = _shape(_template("".join(first), slots))
+    n_mod, n_par = shape.module.count(mark), shape.param.count(mark)
+    # Module and param hold the last of the word digits (the prefix the family strips
+    # holds the others), in text order.
+    own = variants.digits[variants.firsts][:, len(word) - n_mod - n_par :]
+    modules = _with_digits(shape.module, mark, own[:, :n_mod])
+    params = _with_digits(shape.param, mark, own[:, n_mod:])
+    family = shape.family
+    if family.kind:
+        kinds = [family.kind] * len(modules)
+    else:
+        kinds = _kinds([_path(shape, m, p) for m, p in zip(modules, params, strict=True)])
+    if family.mtp:
+        kinds = ["mtp" if k in MTP_OWN_KINDS else k for k in kinds]
+    columns: dict[str, list[Any]] = {
+        "module": modules,
+        "param": [p + "#" for p in params] if shape.marked else params,
+        "kind": kinds,
+        "fused": [shape.fused and k == "expert" for k in kinds],
+    }
+    first_info = _finish(shape, modules[0], params[0], kinds[0])
+    out.assign_variants(variants.rows, first_info, columns, variants.inverse, values)
+
+
+def _absent_letter(text: str) -> str:
+    """A letter (`\\w`, no ASCII) that `text` does not hold."""
+    used = set(text)
+    return next(c for c in map(chr, range(0x4E00, 0x9FFF)) if c not in used)
+
+
+def _with_digits(text: str, mark: str, digits: np.ndarray) -> list[str]:
+    """`text` once per row of `digits` (character codes), its `mark` characters replaced in
+    order by that row's digits: one array operation for all rows."""
+    count = len(digits)
+    if mark not in text:
+        return [text] * count
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    grid = np.repeat(codes[None, :], count, axis=0)
+    grid[:, np.flatnonzero(codes == ord(mark))] = digits
+    texts: list[str] = grid.view(f"<U{len(codes)}").reshape(-1).tolist()
+    if text.endswith("\x00"):  # numpy drops trailing NULs of its strings: put them back
+        texts = [t.ljust(len(codes), "\x00") for t in texts]
+    return texts
 
 
 def _info(template: str) -> _Info:
@@ -425,34 +578,69 @@ class _Columns:
         self.layer = np.full(n, -1, dtype=np.int64)
         self.expert = np.full(n, -1, dtype=np.int64)
         self.tid = np.zeros(n, dtype=np.int64)
-        self.infos: list[_Info] = []
+        # Per template, in the order assigned: module, param, kind, family and the flags.
+        self.of_template: dict[str, list[Any]] = {key: [] for key in _PER_TEMPLATE}
         # Rows whose module/param keep numbers of their own (rare): row -> text.
         self.overrides: dict[str, dict[int, str]] = {"module": {}, "param": {}}
 
     def assign(self, rows: np.ndarray, info: _Info, values: list[np.ndarray]) -> None:
+        self._slots(rows, info, values)
+        self.tid[rows] = len(self.of_template["module"])
+        for key, column in self.of_template.items():
+            column.append(getattr(info, key))
+        if info.keep_slots:
+            self._keep_numbers(rows, info.module, info.param, info.keep_slots, values)
+
+    def assign_variants(
+        self,
+        rows: np.ndarray,
+        first: _Info,
+        columns: dict[str, list[Any]],
+        inverse: np.ndarray,
+        values: list[np.ndarray],
+    ) -> None:
+        """`assign` for templates that share their slots and family (`_fill_variants`):
+        `first` is the first one, `columns` gives each one's module, param, kind and fused
+        flag, and row i has template `inverse[i]`."""
+        self._slots(rows, first, values)
+        self.tid[rows] = len(self.of_template["module"]) + inverse
+        count = len(columns["module"])
+        for key, column in self.of_template.items():
+            column.extend(columns[key] if key in columns else [getattr(first, key)] * count)
+        if first.keep_slots:
+            modules, params = columns["module"], columns["param"]
+            for members in _members(inverse):
+                v = int(inverse[members[0]])
+                kept = [x[members] for x in values]
+                self._keep_numbers(rows[members], modules[v], params[v], first.keep_slots, kept)
+
+    def _slots(self, rows: np.ndarray, info: _Info, values: list[np.ndarray]) -> None:
         if info.layer_slot >= 0:
             self.layer[rows] = values[info.layer_slot]
         if info.expert_slot >= 0:
             self.expert[rows] = values[info.expert_slot]
-        self.tid[rows] = len(self.infos)
-        self.infos.append(info)
-        if info.keep_slots:
-            self._keep_numbers(rows, info, values)
 
-    def _keep_numbers(self, rows: np.ndarray, info: _Info, values: list[np.ndarray]) -> None:
+    def _keep_numbers(
+        self,
+        rows: np.ndarray,
+        module: str,
+        param: str,
+        keep_slots: tuple[int, ...],
+        values: list[np.ndarray],
+    ) -> None:
         """Numbers that are neither layer nor expert go back into module/param."""
-        if (info.module + info.param).count("#") != len(info.keep_slots):
+        if (module + param).count("#") != len(keep_slots):
             return
-        kept = [values[s] for s in info.keep_slots]
-        split = info.module.count("#")
+        kept = [values[s] for s in keep_slots]
+        split = module.count("#")
         for j, row in enumerate(rows.tolist()):
             numbers = [str(int(k[j])) for k in kept]
-            self.overrides["module"][row] = _refill(info.module, numbers[:split])
-            self.overrides["param"][row] = _refill(info.param, numbers[split:])
+            self.overrides["module"][row] = _refill(module, numbers[:split])
+            self.overrides["param"][row] = _refill(param, numbers[split:])
 
     def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical[str]:
         index = {v: i for i, v in enumerate(first)}
-        small = [index.setdefault(getattr(info, key), len(index)) for info in self.infos]
+        small = [index.setdefault(v, len(index)) for v in self.of_template[key]]
         codes = np.asarray(small, dtype=np.int64)[self.tid] if small else self.tid.copy()
         overrides = self.overrides.get(key, {})
         for row, value in overrides.items():
@@ -461,7 +649,7 @@ class _Columns:
         return frame.remove_unused_categories() if overrides else frame
 
     def _flag(self, key: str) -> np.ndarray:
-        small = np.asarray([getattr(info, key) for info in self.infos] or [False], dtype=bool)
+        small = np.asarray(self.of_template[key] or [False], dtype=bool)
         return small[self.tid]
 
     def done(self) -> NameColumns:
@@ -476,6 +664,9 @@ class _Columns:
             self._flag("mtp"),
             self._flag("stacked"),
         )
+
+
+_PER_TEMPLATE = ("module", "param", "kind", "family", "fused", "mtp", "stacked")
 
 
 def _refill(text: str, numbers: list[str]) -> str:

@@ -21,6 +21,7 @@ Whether a repair plan really fixes a problem is not guessed here: `inspector.rep
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -28,9 +29,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from inspector.codes import Code, Severity, code_of, severity_rank
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.findings import Finding, fold_ranges
-from inspector.model import ScannedCheckpoint
+from inspector.model import LayoutName, ScannedCheckpoint
+from inspector.references import Reference, consolidation_reference, restore_reference
 from inspector.units import format_bytes
+from inspector.words import plural, shell_word
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -125,6 +129,8 @@ _DCP_GAPS = frozenset(
     }
 )
 _MAX_LISTED = 3
+# Layouts `repair --from REF` restores tensors into (`inspector.restore`).
+_RESTORES_INTO = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
 _EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
 
 
@@ -151,9 +157,25 @@ def group_problems(
     problems.extend(_per_code(ctx, pending))
     return tuple(
         sorted(
-            problems,
+            map(_legible, problems),
             key=lambda p: (severity_rank(p.severity), not p.repairable, -len(p.findings), p.key),
         )
+    )
+
+
+def _legible(problem: Problem) -> Problem:
+    """The problem's words as people read them (`legible`: bounded, control characters
+    escaped), whatever names the rules put in them; its tensors and files stay exact."""
+    action = problem.action
+    return dataclasses.replace(
+        problem,
+        title=legible(problem.title, limit=MESSAGE_LIMIT),
+        impact=legible(problem.impact, limit=MESSAGE_LIMIT),
+        action=dataclasses.replace(
+            action,
+            text=legible(action.text, limit=MESSAGE_LIMIT),
+            command=legible(action.command, limit=MESSAGE_LIMIT),
+        ),
     )
 
 
@@ -175,7 +197,7 @@ class _Context:
 
     @property
     def path(self) -> str:
-        return _quote(str(self.scanned.path))
+        return legible(_quote(str(self.scanned.path)))
 
     def sizes(self) -> dict[str, int]:
         """Tensor name -> bytes, from the shard headers (the first holder wins)."""
@@ -240,6 +262,30 @@ class _Context:
 
         return explains
 
+    def reference(self) -> Reference | None:
+        """A checkpoint on this machine that may hold what this one lost (`inspector.
+        references.restore_reference`)."""
+        return restore_reference(self.scanned)
+
+    def candidate(self) -> str:
+        """' (a candidate: <what and where>)' when a reference is known, else ''."""
+        ref = self.reference()
+        return f" (a candidate: {ref.label})" if ref is not None else ""
+
+    def restore_command(self) -> str:
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        return f"ckpt-inspect repair {self.path} --from {source}"
+
+    def copy_command(self, files: Sequence[str]) -> str:
+        """`cp REF/<file> PATH/<file>` for the first files (the reference's when known)."""
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        root = self.path
+        shown = [f"cp {source}/{_quote(f)} {root}/{_quote(f)}" for f in files[:_MAX_LISTED]]
+        more = f"; ... ({len(files) - _MAX_LISTED} more)" if len(files) > _MAX_LISTED else ""
+        return "; ".join(shown) + more
+
     def describe(self, names: Sequence[str]) -> str:
         """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
         sizes = self.sizes()
@@ -273,6 +319,12 @@ def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem
     # a shard holds are these same tensors, not a loss.
     hidden = set(missing)
     unseen = ctx.load_claim(pending, ctx.among(hidden), Code.LOAD_MISSING_TENSOR)
+    # Sidecars that list what their shards hold and disagree with the index say the same:
+    # the index is the stale one (after `repair --only sidecars`, advising the sidecars
+    # again would send the user round in a circle).
+    own = [f for f in pending if f.code in _SIDECARS and f.code != Code.SIDECAR_INDEX_DISAGREE]
+    if not own:
+        totals += [f for f in pending if f.code == Code.SIDECAR_INDEX_DISAGREE]
     files = sorted({f.file for f in mine if f.file})
     described = ctx.describe(missing)
     impact = f"{described} invisible to loaders: a model loaded through the index "
@@ -309,6 +361,8 @@ def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     # The sidecar files themselves (a disagreement finding may name the index instead).
     sidecars = sorted({f.file for f in mine if f.file and f.file.endswith(".safetensors.json")})
     which = sidecars[0] if len(sidecars) == 1 else f"{len(sidecars)} sidecars"
+    if not sidecars:
+        which = "the sidecars"
     index = ctx.scanned.index
     same = index is not None and bool(unlisted) and not (set(unlisted) & index.weight_map.keys())
     if unlisted:
@@ -346,7 +400,8 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
     on_disk = {s.file for s in ctx.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
-    names = ", ".join(gone[:_MAX_LISTED]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+    names = ", ".join(map(legible, gone[:_MAX_LISTED]))
+    names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
     # Same-named dangling tensors are the missing files' contents, not a second problem.
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
@@ -356,14 +411,15 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
         Problem(
             key="shard-files-missing",
             severity=Severity.ERROR,
-            title=f"{len(gone)} shard file{'s' if len(gone) != 1 else ''} named by the index "
+            title=f"{plural(len(gone), 'shard file')} named by the index "
             f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
-            impact=f"{len(lost):,} tensors are lost: loading fails or leaves them uninitialised",
+            impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them "
+            "uninitialised",
             action=Action(
                 "restore",
                 f"copy {names} again from the source (rebuilding the index would only hide the "
-                "loss), or restore them from a reference copy",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
+                ctx.restore_command(),
             ),
             findings=tuple(mine + dangling),
             tensors=tuple(lost),
@@ -435,7 +491,7 @@ def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
-    shown = ", ".join(files[:_MAX_LISTED]) + (
+    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
         f" and {len(files) - 3} more" if len(files) > 3 else ""
     )
     severity = _worst(mine)
@@ -451,9 +507,9 @@ def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             impact=impact,
             action=Action(
                 "restore",
-                f"copy {shown} again from the source, or re-export "
+                f"copy {shown} again from the source{ctx.candidate()}, or re-export "
                 f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                ctx.copy_command(files),
             ),
             findings=tuple(mine),
             files=tuple(files),
@@ -474,9 +530,9 @@ def _config_unreadable(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             "what its readable part says",
             action=Action(
                 "restore",
-                "restore config.json from the training run or the original model; it cannot "
-                "be rebuilt from the shards",
-                f"ckpt-inspect repair {ctx.path} --from REF",
+                "restore config.json from the training run or the original model"
+                f"{ctx.candidate()}; it cannot be rebuilt from the shards",
+                ctx.copy_command(["config.json"]),
             ),
             findings=tuple(mine),
             files=tuple(sorted({f.file for f in mine if f.file})),
@@ -511,14 +567,14 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             counts = set(per_layer.tolist())
             each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
             parts.append(
-                f"{each} experts missing in {len(layers)} MoE layer"
-                f"{'s' if len(layers) != 1 else ''} ({fold_ranges(layers, limit=6)})"
+                f"{each} experts missing in {plural(len(layers), 'MoE layer')} "
+                f"({fold_ranges(layers, limit=6)})"
             )
         if len(partial):
-            parts.append(f"{len(partial):,} experts incomplete")
+            parts.append(f"{plural(len(partial), 'expert')} incomplete")
         title = "; ".join(parts) or "experts differ from their siblings"
         impact = (
-            f"{len(missing):,} experts (about {format_bytes(mean * len(missing))}) were never "
+            f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
             "written: the model cannot be loaded as its config declares"
             if len(missing)
             else "some experts lack tensors or have odd shapes: loading fails for them"
@@ -527,14 +583,14 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         Problem(
             key="experts-missing",
             severity=Severity.ERROR,
-            title=title or f"{len(mine)} expert findings",
+            title=title or plural(len(mine), "expert finding"),
             impact=impact or "experts are missing or incomplete",
-            action=Action(
-                "re-export",
-                "re-export from the training checkpoint (for an expert-parallel export: with "
-                "global expert ids); the missing weights are not in this folder, so no repair "
-                "here can restore them",
-                "re-run the exporter",
+            action=_lost_tensors_action(
+                ctx,
+                "copy them back from a checkpoint that holds them in this format (the export's "
+                "source, another export of the same model): an expert is restored where its "
+                "siblings here share its dtype and shape",
+                "re-export from the training checkpoint (expert-parallel: with global ids)",
             ),
             findings=tuple(mine),
             # The structure findings' tensors: the load check's are model keys, not stored.
@@ -553,8 +609,7 @@ def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem
         Problem(
             key="quant-config-missing-layers",
             severity=Severity.ERROR,
-            title=f"hf_quant_config.json lacks {len(mine):,} quantized module"
-            f"{'s' if len(mine) != 1 else ''}",
+            title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
             impact="loaders treat those modules as unquantized and misread their weights",
             action=_repair(
                 ctx,
@@ -592,6 +647,20 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         )
     collapsed = [f for f in pending if f.code == Code.MAPPING_COLLAPSED]
     if collapsed and ctx.scanned.dcp is not None:
+        ref = consolidation_reference(ctx.scanned)
+        if ref is not None:
+            text = (
+                f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+                "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
+                "by default"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
+        else:
+            text = (
+                "consolidate with the reference model's index instead of the recorded "
+                "mapping; without one, consolidation packs by size (5 GB per file)"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
         out.append(
             Problem(
                 key="mapping-collapsed",
@@ -599,12 +668,7 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 title="the recorded file-index mapping sends every tensor to one output file",
                 impact="a consolidation that follows it writes one huge file instead of the "
                 "reference model's shards",
-                action=Action(
-                    "consolidate",
-                    "consolidate with the reference model's index (the Consolidate tab's "
-                    "reference field) instead of the recorded mapping",
-                    f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
-                ),
+                action=Action("consolidate", text, command),
                 findings=tuple(collapsed),
                 files=tuple(sorted({f.file for f in collapsed if f.file})),
             )
@@ -667,7 +731,7 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     module docstring): missing tensors, tensors of another shape, tensors it would drop."""
     v = ctx.verdict
     exact = v is not None
-    arch = (v.architecture if v is not None else None) or _architecture(ctx) or "the model"
+    arch = legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
     out: list[Problem] = []
     missing = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
     if missing:
@@ -680,11 +744,7 @@ def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 f"does not hold{_named(keys)}",
                 impact="transformers initialises them at random (silently, with a warning in "
                 "a log); serving engines refuse the checkpoint or load garbage",
-                action=Action(
-                    "restore",
-                    _restore_text(ctx, keys),
-                    f"ckpt-inspect repair {ctx.path} --from REF",
-                ),
+                action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
                 findings=tuple(missing),
                 # The tensors are not in the checkpoint: the browser cannot show them, the
                 # heatmap shows their layers.
@@ -775,7 +835,7 @@ def _count(keys: Sequence[str], findings: Sequence[Finding], *, exact: bool) -> 
     folded = not exact and any(f.tensor is None for f in findings)
     if folded:
         return f"more than {n:,} tensors" if n else "tensors"
-    return f"{n:,} tensor{'s' if n != 1 else ''}"
+    return plural(n, "tensor")
 
 
 def _stored(ctx: _Context, keys: Sequence[str], findings: Sequence[Finding]) -> tuple[str, ...]:
@@ -799,8 +859,8 @@ def _cells(keys: Sequence[str]) -> tuple[tuple[int, int | None], ...]:
 def _restore_text(ctx: _Context, keys: Sequence[str]) -> str:
     text = (
         "copy them back from a reference that holds them (the checkpoint this one was made "
-        "from, or the original model); a reference of another dtype is refused where the "
-        "copy would not match its siblings"
+        f"from, or the original model){ctx.candidate()}; a reference of another dtype is "
+        "refused where the copy would not match its siblings"
     )
     config = ctx.scanned.config or {}
     head = any(k.rpartition(".")[0].endswith("lm_head") for k in keys)
@@ -828,13 +888,16 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         title = (
             lead if len(items) == 1 else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
         )
+        action = Action(kind, text or help_text.rstrip("."), _command(ctx, kind))
+        if known in _RESTORABLE:
+            action = _lost_tensors_action(ctx, _RESTORABLE[known], text)
         out.append(
             Problem(
                 key=code,
                 severity=_worst(items),
                 title=title if len(title) <= 200 else title[:197] + "...",
                 impact=first,
-                action=Action(kind, text or help_text.rstrip("."), _command(ctx, kind)),
+                action=action,
                 findings=tuple(items),
                 tensors=tuple(sorted({f.tensor for f in items if f.tensor})),
                 files=tuple(sorted({f.file for f in items if f.file})),
@@ -847,7 +910,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
 # What fixes a code that no grouping rule explains; codes not listed get "review" and their
 # help text.
 _ACTIONS: dict[Code, tuple[ActionKind, str]] = {
-    Code.LAYER_MISSING: ("re-export", "re-export: the layer's weights are not in this folder"),
+    Code.LAYER_MISSING: ("re-export", "re-export the layer from the training checkpoint"),
     Code.MTP_MISSING: (
         "re-export",
         "re-export with the MTP layers, or set the config's MTP layer count to 0 if the model "
@@ -922,9 +985,29 @@ def _repair(ctx: _Context, part: str, text: str) -> Action:
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
 
+# Codes whose tensors `repair --from REF` copies back from a reference (what it restores,
+# `inspector.restore`), with what the reference must hold.
+_RESTORABLE: dict[Code, str] = {
+    Code.LAYER_MISSING: "the layer's weights are not in this folder: copy them back from a "
+    "checkpoint that holds them in this format (the one this export was made from)",
+    Code.MTP_MISSING: "copy the MTP layers back from the checkpoint this one was made from "
+    "(transformers drops them on save; serving engines load them)",
+}
+
+
+def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
+    """`repair --from REF` for tensors a reference can supply (a layout restores into:
+    `inspector.restore`), naming the candidate reference when one is known; `otherwise`
+    (re-export) where it cannot."""
+    if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
+        text = restore + ctx.candidate() + (f"; or {otherwise}" if otherwise else "")
+        return Action("restore", text, ctx.restore_command())
+    return Action("re-export", otherwise or restore, "re-run the exporter")
+
+
 def _command(ctx: _Context, kind: ActionKind) -> str:
     return {
-        "restore": f"ckpt-inspect repair {ctx.path} --from REF",
+        "restore": ctx.restore_command(),
         "re-export": "re-run the exporter",
         "consolidate": f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
     }.get(kind, f"ckpt-inspect check {ctx.path}")
@@ -955,18 +1038,15 @@ def _where(names: Sequence[str]) -> str:
         if a != b:
             break
         common.append(a)
-    return f" ({'.'.join(common)}.*)" if len(common) >= 2 and len(names) > 1 else ""
+    return f" ({legible('.'.join(common))}.*)" if len(common) >= 2 and len(names) > 1 else ""
 
 
 def _named(names: Sequence[str]) -> str:
     """' (lm_head.weight)' for one or two names, else their common prefix (see `_where`)."""
     if 0 < len(names) <= 2:
-        return f" ({', '.join(names)})"
+        return f" ({', '.join(map(legible, names))})"
     return _where(names)
 
 
 def _quote(path: str) -> str:
-    """A path as a shell word (quoted only when it needs it)."""
-    import shlex
-
-    return shlex.quote(path)
+    return shell_word(path)

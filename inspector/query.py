@@ -14,6 +14,7 @@ notebook's grid) and pandas agree on, so every view of one query selects the sam
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import io
 import os
@@ -23,12 +24,25 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector.display import CELL_LIMIT, legible
 from inspector.errors import InspectorError
+from inspector.words import layers_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["EXPORT_COLUMNS", "TensorQuery", "export_tensors", "name_pattern"]
+    from inspector.findings import Finding
+    from inspector.model import ScannedCheckpoint
+    from inspector.model_load import LoadVerdict
+
+__all__ = [
+    "EXPORT_COLUMNS",
+    "TensorQuery",
+    "export_tensors",
+    "missing_notes",
+    "name_pattern",
+    "query_for_finding",
+]
 
 # The tensors-table columns an export writes (shape as text, e.g. "[7168, 2048]").
 EXPORT_COLUMNS = (
@@ -45,6 +59,12 @@ EXPORT_COLUMNS = (
     "param",
 )
 _GLOB = re.compile(r"[*?\[]")
+# `.experts.<id>.` in a stored name; `.experts.` followed by no number: a fused (stacked)
+# name as transformers keeps it in memory (`model.layers.40.mlp.experts.down_proj`).
+_EXPERT_ID = re.compile(r"\.experts\.(\d+)\.")
+_FUSED = re.compile(r"\.experts\.(?!\d+(?:\.|$))")
+# Missing experts whose names a note tries against a filter, at most.
+_MISSING_CAP = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +166,13 @@ def export_tensors(
 ) -> Path:
     """Write the rows of a tensors table (e.g. `query.apply(ckpt.tensors)`) to `path` as CSV
     or Parquet (`format`, else the suffix: .csv, .parquet) and return the path. The file is
-    written to a temp name and renamed, so a reader never sees half of it."""
+    written to a temp name and renamed, so a reader never sees half of it.
+
+    Parquet keeps every name exactly. CSV is opened in spreadsheets, so its text cells go
+    through `legible` for CSV: a name a spreadsheet would run as a formula (`=HYPERLINK(...)`,
+    `=cmd|...`, `+`, `-`, `@SUM(...)`) starts with `'`, control characters (a leading tab or
+    carriage return too) are escaped, a cell holds at most `CELL_LIMIT` characters, and every
+    text cell is quoted. Healthy names are written unchanged."""
     from inspector.atomic import write_atomic
 
     target = Path(path).expanduser()
@@ -164,7 +190,10 @@ def export_tensors(
         if column in out.columns:
             out[column] = out[column].astype(str)
     if kind == "csv":
-        data = out.to_csv(index=False).encode("utf-8")
+        for column in out.columns:
+            if out[column].dtype.kind == "O":
+                out[column] = out[column].map(_csv_cell)
+        data = out.to_csv(index=False, quoting=csv.QUOTE_NONNUMERIC).encode("utf-8")
     else:
         # pandas writes Parquet through pyarrow, and says so less plainly.
         if importlib.util.find_spec("pyarrow") is None:
@@ -177,3 +206,96 @@ def export_tensors(
     target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(target, data)
     return target
+
+
+def query_for_finding(
+    finding: Finding, tensors: pd.DataFrame, verdict: LoadVerdict | None = None
+) -> TensorQuery:
+    """The tensors a finding is about, as the checkpoint stores them: its tensor when it is
+    stored; for a model key of the load check, the stored tensors behind it (the verdict's
+    `sources`, or how the checkpoint spells a missing key, `stored_as`); for a fused
+    transformers name (`...mlp.experts.down_proj`), every expert's tensors of it
+    (`...mlp.experts.*.down_proj.*`)."""
+    name = finding.tensor or ""
+    if not name or bool(tensors["name"].eq(name).any()):
+        return TensorQuery(names=(name,)) if name else TensorQuery()
+    if verdict is not None and verdict.sources.get(name):
+        return TensorQuery(names=tuple(verdict.sources[name]))
+    spelled = verdict.stored_as.get(name) if verdict is not None else None
+    if spelled:
+        globs = [name_pattern(p) for p in spelled.split(" and ")]
+        return TensorQuery(name="|".join(f"(?:{g})" for g in globs), regex=True)
+    if _FUSED.search(name):
+        stem = _FUSED.sub(".experts.*.", name, count=1)
+        return TensorQuery(name=f"{stem}.*" if not stem.endswith("*") else stem)
+    return TensorQuery(names=(name,))
+
+
+def missing_notes(query: TensorQuery, scanned: ScannedCheckpoint) -> list[str]:
+    """What a filter would show if the checkpoint were whole: the missing experts (the
+    experts table's `missing`, from the structure check) whose tensor names the filter
+    selects, e.g. 'expert 17 of layer 40 is missing (expert-missing)'. Names are those of a
+    sibling expert of the same layer, renumbered. Empty for a query without a filter."""
+    if not (query.equalities() or query.names or query.pattern()):
+        return []
+    experts = scanned.experts
+    if not len(experts) or query.kind not in (None, "expert") or query.file is not None:
+        return []
+    gone = experts[experts["missing"]]
+    if query.layer is not None:
+        gone = gone[gone["layer"] == query.layer]
+    if query.expert is not None:
+        gone = gone[gone["expert"] == query.expert]
+    if not len(gone) or len(gone) > _MISSING_CAP:
+        return []
+    siblings = _sibling_names(scanned, set(gone["layer"].tolist()))
+    pattern = query.pattern()
+    wanted = set(query.names)
+    # Named tensors of some experts (a fused name's stored tensors) stand for that
+    # projection of every expert of the layer, the missing ones too.
+    shapes = {_EXPERT_ID.sub(".experts.*.", n, count=1) for n in wanted}
+    found: dict[int, list[int]] = {}
+    for layer, expert in zip(gone["layer"].tolist(), gone["expert"].tolist(), strict=True):
+        names = [
+            (_EXPERT_ID.sub(f".experts.{expert}.", n, count=1), d)
+            for n, d in siblings.get(layer, ())
+        ]
+        hit = any(
+            (query.dtype is None or d == query.dtype)
+            and (not wanted or _EXPERT_ID.sub(".experts.*.", n, count=1) in shapes)
+            and (pattern is None or re.search(pattern, n))
+            for n, d in names
+        )
+        if hit:
+            found.setdefault(int(layer), []).append(int(expert))
+    # Layers missing the same experts share a note: "expert 70 of layers 1-4 is missing".
+    by_ids: dict[tuple[int, ...], list[int]] = {}
+    for layer, ids in sorted(found.items()):
+        by_ids.setdefault(tuple(ids), []).append(layer)
+    notes = []
+    for numbers, layers in by_ids.items():
+        verb = "is" if len(numbers) == 1 else "are"
+        notes.append(
+            f"{layers_text(numbers, noun='expert')} of {layers_text(layers)} {verb} missing "
+            "(expert-missing)"
+        )
+    return notes
+
+
+def _sibling_names(
+    scanned: ScannedCheckpoint, layers: set[int]
+) -> dict[int, list[tuple[str, str]]]:
+    """(name, dtype) of one present expert's tensors in each of `layers`."""
+    t = scanned.tensors
+    rows = t[t["layer"].isin(layers) & t["expert"].notna()]
+    out: dict[int, list[tuple[str, str]]] = {}
+    for _, group in rows.groupby("layer", observed=True):
+        first = group[group["expert"] == group["expert"].iloc[0]]
+        names = first["name"].astype(str).tolist()
+        dtypes = first["dtype"].astype(str).tolist()
+        out[int(first["layer"].iloc[0])] = list(zip(names, dtypes, strict=True))
+    return out
+
+
+def _csv_cell(value: object) -> object:
+    return legible(value, target="csv", limit=CELL_LIMIT) if isinstance(value, str) else value

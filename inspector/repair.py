@@ -4,6 +4,12 @@ Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only
 takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
 (see `inspector.atomic`), re-scans and reports the findings that remain. Tensor data is never
 touched by an index, sidecar or quant-config repair.
+
+A plan writes only over a file whose role it established (`unowned_target`): the index and
+the quantization config by their well-known names, a sidecar only where the scan read that
+shard's sidecar. Anything else already at a name the plan would write (`config.json` where a
+`config.safetensors` would want its `config.json` sidecar, a folder, a file the scan did not
+read in that role) is refused in one line and left alone.
 """
 
 from __future__ import annotations
@@ -19,17 +25,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector.atomic import apply_writes, folder_lock
-from inspector.checks.index import Uncounted, parse_count, uncounted_elements
-from inspector.checks.quant import QUANT_FILE, quant_section, quantized_modules
+from inspector.checks.index import parse_count, uncounted_elements
+from inspector.checks.quant import (
+    MAX_WILDCARDS,
+    QUANT_FILE,
+    exclude_matcher,
+    quant_section,
+    quantized_modules,
+)
 from inspector.codes import Severity
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError, UnsafeFileError
+from inspector.filenames import WELL_KNOWN, is_well_known
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME, JSON_CAP
-from inspector.layouts.modelopt_per_layer import sidecar_name
-from inspector.model import IndexDoc, PerLayerInfo, ScannedCheckpoint
+from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
+from inspector.model import FileRole, IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector.model import LayoutName as _L
 from inspector.naming_rules import expert_template
-from inspector.storage import Location, RemoteURL, TooLargeError, local_location
+from inspector.parameters import count_parameters
+from inspector.storage import EntryKind, Location, RemoteURL, TooLargeError, local_location
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -46,6 +61,7 @@ __all__ = [
     "plan_sidecars",
     "preview_repair",
     "scanned_after",
+    "unowned_target",
 ]
 
 DuplicatePolicy = Literal["first", "last", "index"]
@@ -72,7 +88,8 @@ class FileWrite:
         )
         if len(lines) > max_lines:
             lines = [*lines[:max_lines], f"... {len(lines) - max_lines} more diff lines\n"]
-        return "".join(lines)
+        # One output line per diff line, whatever line break ended it in the file.
+        return "".join(legible(line.rstrip("\n"), limit=MESSAGE_LIMIT) + "\n" for line in lines)
 
 
 @dataclass(frozen=True)
@@ -111,7 +128,7 @@ class RepairPlan:
             lines.extend(f"    - {c}" for c in w.changes)
         lines.extend(f"  REFUSED: {r}" for r in self.refused)
         lines.extend(f"  note: {n}" for n in self.notes)
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return "".join(w.diff() for w in self.writes)
@@ -249,16 +266,20 @@ def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckp
     rows."""
     index, quant, info = scanned.index, scanned.quant_config, scanned.info
     sidecars = dict(scanned.sidecars)
+    shards = {s.file for s in scanned.shards}
     rewritten = set()
     for write in plan.writes:
         value = json.loads(write.new)
         rewritten.add(write.path)
+        # The writer's `<stem>.json` and `<shard>.json` alike: the one rule of which shard
+        # a sidecar describes.
+        shard = shard_of_sidecar(write.path, shards)
         if write.path == INDEX_NAME:
             index = _doc(write.path, value)
         elif write.path == QUANT_FILE:
             quant = value
-        elif write.path.endswith(".safetensors.json") and isinstance(info, PerLayerInfo):
-            sidecars[write.path.removesuffix(".json")] = _doc(write.path, value)
+        elif shard is not None and isinstance(info, PerLayerInfo):
+            sidecars[shard] = _doc(write.path, value)
         else:
             raise ValueError(f"{write.path}: a repair plan writes no such file; cannot preview it")
     if isinstance(info, PerLayerInfo):
@@ -338,6 +359,9 @@ def plan_index(
     refused = _unreadable_shards(scanned)
     if refused:
         return RepairPlan(scanned.path, refused=refused)
+    unowned = unowned_target(scanned, INDEX_NAME, FileRole.INDEX)
+    if unowned:
+        return RepairPlan(scanned.path, refused=(unowned,))
     old_map = scanned.index.weight_map if scanned.index else {}
     chosen, refused, notes = _choose_files(scanned, old_map, duplicates)
     if refused:
@@ -346,14 +370,14 @@ def plan_index(
     metadata = dict(scanned.index.metadata) if scanned.index else {}
     old_meta = dict(metadata)
     metadata["total_size"] = sum(sizes[n][0] for n in chosen)
-    metadata["total_parameters"] = _total_parameters(scanned, old_map, chosen, sizes)
-    if metadata["total_parameters"] >= 2**63:
-        huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
+    huge = sorted(n for n in chosen if sizes[n][1] >= 2**63)
+    if huge:
         why = (
             f"tensor shapes {examples(huge)} multiply out past 2**63 elements, which no file "
             "holds (see size-mismatch); fix or remove those shards before rebuilding the index"
         )
         return RepairPlan(scanned.path, refused=(why,), notes=notes)
+    metadata["total_parameters"] = _total_parameters(scanned, old_map, chosen, sizes)
     raw = dict(scanned.index.raw) if scanned.index else {}
     raw["metadata"] = metadata
     raw["weight_map"] = _keep_order(old_map, chosen)
@@ -371,32 +395,32 @@ def _total_parameters(
     chosen: Mapping[str, str],
     sizes: dict[str, tuple[int, int]],
 ) -> int:
-    """`total_parameters` of the rebuilt index, counted the way its writer counted the
-    old one (`Uncounted.WAYS`): a healthy value is kept, and tensors added or removed
-    change it by what that writer would count of them. An index without a valid count
-    gets the Model-Optimizer count for a Model-Optimizer export, else transformers'."""
+    """`total_parameters` of the rebuilt index: the parameters the project counts
+    (`inspector.parameters`, the number the scan, the reports and the load check show), or
+    the stated one when the index keeps its tensors and states them right the way its writer
+    counts (`Uncounted.WAYS`): a healthy file is not rewritten for a convention."""
     tensors = scanned.tensors
-    old = [n for n in old_map if n in sizes]
     stated = parse_count(scanned.index.metadata.get("total_parameters")) if scanned.index else None
-    default = "scales+buffers" if scanned.quant_config is not None else "buffers"
-    way = default
-    if stated is not None:
-        before = uncounted_elements(tensors, old)
-        stored = sum(sizes[n][1] for n in old)
-        ways = [w for w in Uncounted.WAYS if before.count(stored, w) == stated]
-        way = default if default in ways or not ways else ways[0]
-    after = uncounted_elements(tensors, list(chosen))
-    return after.count(sum(sizes[n][1] for n in chosen), way)
+    if stated is not None and old_map.keys() == chosen.keys():
+        before = uncounted_elements(tensors, list(chosen), config=scanned.config)
+        if stated in before.counts(sum(sizes[n][1] for n in chosen)):
+            return stated
+    return count_parameters(tensors[tensors["name"].isin(list(chosen))], config=scanned.config)
 
 
 def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
     """Rebuild each per-layer JSON sidecar from its shard's header (in place; a missing one
     is named as its siblings are)."""
     writes = []
+    refused = []
     for shard in scanned.shards:
         if not shard.readable:
             continue
         rel = sidecar_name(shard.file, scanned.sidecars)
+        unowned = unowned_target(scanned, rel, FileRole.SIDECAR, shard=shard.file)
+        if unowned:
+            refused.append(unowned)
+            continue
         existing = scanned.sidecars.get(shard.file)
         raw = dict(existing.raw) if existing else {}
         metadata = dict(existing.metadata) if existing else {}
@@ -414,7 +438,7 @@ def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
         writes.append(
             FileWrite(rel, old, json.dumps(raw, indent=4) + "\n", tuple(changes or ["rewrite"]))
         )
-    return RepairPlan(scanned.path, tuple(writes))
+    return RepairPlan(scanned.path, tuple(writes), refused=tuple(refused))
 
 
 def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
@@ -424,13 +448,19 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     layers = section.get("quantized_layers")
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
-    missing = [m for m in quantized_modules(scanned) if m not in layers]
-    from inspector.checks.quant import _excluded  # shared rule: exclude patterns
-
-    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
-    missing = [m for m in missing if not _excluded(m, patterns)]
+    excluded = exclude_matcher(section)
+    if excluded is None:
+        why = (
+            f"{QUANT_FILE}: exclude_modules holds more than {MAX_WILDCARDS:,} wildcard "
+            "patterns; which modules it excludes is not decided (see check-budget-exceeded)"
+        )
+        return RepairPlan(scanned.path, refused=(why,))
+    missing = [m for m in quantized_modules(scanned) if m not in layers and not excluded(m)]
     added, refused = _sibling_configs(missing, layers)
-    if not added:
+    unowned = unowned_target(scanned, QUANT_FILE, FileRole.QUANT_CONFIG)
+    if unowned:
+        refused.insert(0, unowned)
+    if not added or unowned:
         return RepairPlan(scanned.path, refused=tuple(refused))
     new_cfg = json.loads(json.dumps(dict(scanned.quant_config or {})))
     target = new_cfg["quantization"] if isinstance(new_cfg.get("quantization"), dict) else new_cfg
@@ -439,6 +469,62 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     change = f"quantized_layers: {len(added)} entries added ({examples(sorted(added))})"
     write = FileWrite(QUANT_FILE, old, json.dumps(new_cfg, indent=4) + "\n", (change,))
     return RepairPlan(scanned.path, (write,), refused=tuple(refused))
+
+
+# -- which files a plan may write ----------------------------------------------------------
+
+# The roles a repair writes, and the one name each has when the name alone fixes it.
+_NAMED = {FileRole.INDEX: INDEX_NAME, FileRole.QUANT_CONFIG: QUANT_FILE}
+
+
+def unowned_target(
+    scanned: ScannedCheckpoint, rel: str, role: FileRole | None, *, shard: str | None = None
+) -> str | None:
+    """None when a plan may write `rel` (relative to the checkpoint) in `role`; else one
+    line saying why not, for the plan's refusals.
+
+    A plan may write over a file only when the scan established its role: the index and the
+    quantization config by their well-known names; a sidecar where the scan read `rel` as
+    the sidecar of `shard` (or tried to and could not parse it). `role` None is a new file
+    the plan creates (a restored shard): only its absence allows it. A well-known name
+    (`inspector.filenames`) is never written in another role, even where it is absent."""
+    entry = (scanned.location / rel).stat()
+    named = _NAMED.get(role) if role is not None else None
+    what = f"the {role}" + (f" of {shard}" if shard else "") if role else "a new file"
+    if role in _NAMED and rel != named:
+        raise ValueError(f"{rel}: a repair writes the {role} only as {named}")
+    if named is None and is_well_known(rel):
+        known = WELL_KNOWN.get(rel.rsplit("/", 1)[-1], "an index")
+        return (
+            f"{rel} is {known}, never {what}: it is not written (rename "
+            f"{shard or 'the file'} if it belongs to this checkpoint, then repair again)"
+        )
+    # A file the storage refuses (a FIFO, a link out of the folder) stops the whole plan
+    # when its old text is read (`_read_text`), naming why.
+    if entry is None or entry.kind is EntryKind.REFUSED:
+        return None
+    if entry.kind is EntryKind.DIR:
+        return f"{rel} is a folder, not {what}: it is not replaced; move it away, then repair again"
+    if named is not None:
+        return None
+    if role is FileRole.SIDECAR and shard is not None and _read_as_sidecar(scanned, rel, shard):
+        return None
+    return (
+        f"{rel} exists and the scan did not read it as {what}: it is not overwritten; move "
+        "it away if it is stale, then repair again"
+    )
+
+
+def _read_as_sidecar(scanned: ScannedCheckpoint, rel: str, shard: str) -> bool:
+    """True when the scan read `rel` as the sidecar of `shard`, or tried to and could not
+    parse it (a damaged sidecar is what a repair rewrites)."""
+    doc = scanned.sidecars.get(shard)
+    if doc is not None:
+        return doc.file == rel
+    shards = {s.file for s in scanned.shards}
+    return shard_of_sidecar(rel, shards) == shard and any(
+        p.file == rel and p.role is FileRole.SIDECAR for p in scanned.read_problems
+    )
 
 
 # -- helpers -------------------------------------------------------------------------------
@@ -472,20 +558,21 @@ def _choose_files(
         files = [f for f, _, _ in places]
         if not agree and policy is None:
             refused.append(
-                f"{name!r} is in {', '.join(files)} with different dtype or shape; "
+                f"'{legible(name)}' is in {examples(files)} with different dtype or shape; "
                 "choose which copy "
                 "the index keeps with --duplicates first|last|index"
             )
             continue
         pick = _pick(files, old_map.get(name), policy or "index")
         chosen[name] = pick
-        notes.append(f"{name!r} is in {', '.join(files)}; the index keeps {pick}")
-    return (
-        chosen,
-        tuple(refused),
-        tuple(notes[:20])
-        + ((f"... {len(notes) - 20} more duplicates",) if len(notes) > 20 else ()),
-    )
+        notes.append(f"'{legible(name)}' is in {examples(files)}; the index keeps {legible(pick)}")
+    return chosen, _at_most(refused, "tensors refused"), _at_most(notes, "duplicates")
+
+
+def _at_most(lines: list[str], what: str, limit: int = 20) -> tuple[str, ...]:
+    """The first `limit` lines and one for the rest: a hostile folder may make 100,000."""
+    rest = len(lines) - limit
+    return tuple(lines[:limit]) + ((f"... {rest} more {what}",) if rest > 0 else ())
 
 
 def _keep_order(old: Mapping[str, str], new: dict[str, str]) -> dict[str, str]:
@@ -546,9 +633,13 @@ def _sibling_configs(
         by_group[expert_template(module)[0]].append(cfg)
     added: dict[str, Any] = {}
     refused: list[str] = []
+    # The distinct configs of each group, serialised once per group (not per module).
+    distinct: dict[str, set[str]] = {}
     for module in missing:
         group = expert_template(module)[0]
-        configs = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
+        if group not in distinct:
+            distinct[group] = {json.dumps(c, sort_keys=True) for c in by_group.get(group, [])}
+        configs = distinct[group]
         if group != module and len(configs) == 1:
             added[module] = json.loads(next(iter(configs)))
         else:

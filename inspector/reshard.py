@@ -26,11 +26,12 @@ from inspector.atomic import (
     recover,
 )
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import PlanRefusedError
 from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME
-from inspector.model import DcpChunk, DcpInfo, LayoutName, ScannedCheckpoint
-from inspector.repair import FileWrite, RepairResult, _read_text
+from inspector.model import DcpChunk, DcpInfo, FileRole, LayoutName, ScannedCheckpoint
+from inspector.repair import FileWrite, RepairResult, _read_text, unowned_target
 from inspector.units import SHARD_SPLIT_SIZE, parse_size
 
 __all__ = ["STAGING", "ReshardPlan", "plan_reshard"]
@@ -72,7 +73,7 @@ class ReshardPlan:
             ]
         lines += [f"  REFUSED: {r}" for r in self.refused]
         lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return self.index.diff() if self.index else ""
@@ -137,6 +138,17 @@ def plan_reshard(
     if clash:
         why = f"new shard names {examples(clash)} equal existing files; rename them first"
         return ReshardPlan(root, refused=(why,))
+    # Every name the swap writes: the index, and new shards where no retired one is.
+    unowned = [
+        why
+        for why in (
+            unowned_target(scanned, INDEX_NAME, FileRole.INDEX),
+            *(unowned_target(scanned, o.name, None) for o in copy.outputs),
+        )
+        if why
+    ]
+    if unowned:
+        return ReshardPlan(root, refused=tuple(unowned))
     return ReshardPlan(root, copy, retired, _index_write(scanned, copy))
 
 

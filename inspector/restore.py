@@ -32,20 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector.atomic import STAGING, apply_writes, folder_lock, fresh_staging, recover
-from inspector.checks.index import (
-    Uncounted,
-    count,
-    describe_names,
-    parse_count,
-    uncounted_elements,
-)
+from inspector.checks.index import count, describe_names, parse_count
 from inspector.consolidate import ConsolidationPlan, plan_consolidation
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.layouts.modelopt_per_layer import sidecar_name
-from inspector.model import LayoutName, ScannedCheckpoint
-from inspector.repair import FileWrite, _read_text
+from inspector.model import FileRole, LayoutName, ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, parameters_of
+from inspector.repair import FileWrite, _read_text, unowned_target
 from inspector.reshard import _as_single_chunks
 from inspector.storage import RemoteURL, local_location
 
@@ -54,6 +50,8 @@ _LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER)
 # Every number that is a whole dotted component: a tensor's template across layers/experts.
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.|$)")
 _SHARD_PREFIX = re.compile(r"^(.*?)-\d+-of-\d+\.safetensors$")
+# Refusal reasons listed one per line; the rest are one line.
+_REFUSAL_LINES = 20
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ class RestorePlan:
                 lines.append("  verify: every copied tensor's bytes against the reference")
         lines += [f"  REFUSED: {r}" for r in self.refused]
         lines += [f"  note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
     def diff(self) -> str:
         return "".join(w.diff() for w in self.writes)
@@ -178,15 +176,35 @@ def plan_restore(
     if not restored:
         return dataclasses.replace(base, refused=tuple(refusals), notes=tuple(notes))
     shard = _new_shard_name(scanned)
+    per_layer = scanned.layout is LayoutName.MODELOPT_PER_LAYER
+    sidecar = sidecar_name(shard, scanned.sidecars) if per_layer else None
+    unowned = [
+        why
+        for why in (
+            unowned_target(scanned, INDEX_NAME, FileRole.INDEX),
+            unowned_target(scanned, shard, None),
+            unowned_target(scanned, sidecar, FileRole.SIDECAR, shard=shard) if sidecar else None,
+        )
+        if why
+    ]
+    if unowned:
+        return dataclasses.replace(base, refused=(*refusals, *unowned), notes=tuple(notes))
     try:
         copy = _copy_plan(reference, restored, root / STAGING, shard)
     except PlanRefusedError as exc:
         return dataclasses.replace(base, refused=(*refusals, str(exc)), notes=tuple(notes))
     sizes = {t.name: (t.end - t.begin, math.prod(t.shape)) for t in copy.outputs[0].tensors}
-    added = uncounted_elements(reference.tensors, restored)
-    writes = [_index_write(scanned, shard, restored, sizes, ours, added, notes)]
-    if scanned.layout == "modelopt-per-layer":
-        writes.append(_sidecar_write(sidecar_name(shard, scanned.sidecars), shard, restored, sizes))
+    # What the index will list: the project's one parameter count of it (values).
+    after = {**ours, **{t.name: (t.out_dtype, t.shape) for t in copy.outputs[0].tensors}}
+    params = parameters_of(
+        list(after),
+        [d for d, _ in after.values()],
+        [s for _, s in after.values()],
+        config=scanned.config,
+    )
+    writes = [_index_write(scanned, shard, restored, sizes, params)]
+    if sidecar is not None:
+        writes.append(_sidecar_write(sidecar, shard, restored, sizes))
     return RestorePlan(
         root,
         reference.path,
@@ -262,33 +280,46 @@ def _choose(
     tied = bool((scanned.config or {}).get("tie_word_embeddings"))
     restored: list[str] = []
     refused: dict[str, list[str]] = defaultdict(list)
+    formats: dict[str, str] = {}
     notes: list[str] = []
     for name in lost:
         if name in mtp:
             restored.append(name)
         elif kind.get(name) == "output_head":
             if tied:
-                notes.append(f"{name} not restored: config.json ties it to the input embedding")
+                notes.append(
+                    f"{legible(name)} not restored: config.json ties it to the input embedding"
+                )
             else:
                 restored.append(name)
         elif name in in_layer:
-            found = siblings.get(_template(name))
+            template = _template(name)
+            found = siblings.get(template)
             if not found:
                 refused["no sibling in the checkpoint shows its stored format"].append(name)
             elif theirs[name] not in found:
+                if template not in formats:  # described once per template, a few formats
+                    formats[template] = examples([f"{d} {list(s)}" for d, s in sorted(found)])
                 refused[
                     "the reference stores it as "
                     f"{theirs[name][0]} {list(theirs[name][1])}, its siblings in the checkpoint "
-                    f"are {', '.join(f'{d} {list(s)}' for d, s in sorted(found))}"
+                    f"are {formats[template]}"
                 ].append(name)
             else:
                 restored.append(name)
         else:
             restored.append(name)
+    groups = list(refused.items())
     lines = [
         f"{count(len(names))} not restored, {why}: {describe_names(names)}"
-        for why, names in refused.items()
+        for why, names in groups[:_REFUSAL_LINES]
     ]
+    if len(groups) > _REFUSAL_LINES:
+        rest = [n for _, names in groups[_REFUSAL_LINES:] for n in names]
+        lines.append(
+            f"{count(len(rest))} more not restored, for {len(groups) - _REFUSAL_LINES:,} more "
+            f"reasons like those above: {describe_names(rest)}"
+        )
     return restored, lines, notes
 
 
@@ -297,17 +328,25 @@ def _choose(
 
 def _new_shard_name(scanned: ScannedCheckpoint) -> str:
     """`<prefix>-restored-00001.safetensors` after the shards' own prefix (`model`), the first
-    number free: listed by the index, loaded by every loader, never a DCP rank file name."""
+    number free (and its sidecar name too, in a per-layer export): listed by the index,
+    loaded by every loader, never a DCP rank file name."""
     prefixes = {m.group(1) for s in scanned.shards if (m := _SHARD_PREFIX.match(s.file))}
     prefix = prefixes.pop() if len(prefixes) == 1 else "model"
     assert scanned.index is not None  # refused without one (`_refusals`)
     taken = {s.file for s in scanned.shards} | set(scanned.index.weight_map.values())
     n = 1
-    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or (
-        scanned.location / name
-    ).stat() is not None:
+    while (name := f"{prefix}-restored-{n:05d}.safetensors") in taken or any(
+        (scanned.location / f).stat() is not None for f in _files_of(name, scanned)
+    ):
         n += 1
     return name
+
+
+def _files_of(shard: str, scanned: ScannedCheckpoint) -> list[str]:
+    """The files a restored `shard` adds: itself, and its sidecar in a per-layer export."""
+    if scanned.layout is LayoutName.MODELOPT_PER_LAYER:
+        return [shard, sidecar_name(shard, scanned.sidecars)]
+    return [shard]
 
 
 def _copy_plan(
@@ -327,9 +366,7 @@ def _index_write(
     shard: str,
     restored: list[str],
     sizes: dict[str, tuple[int, int]],
-    ours: dict[str, tuple[str, tuple[int, ...]]],
-    added: Uncounted,
-    notes: list[str],
+    parameters: int,
 ) -> FileWrite:
     index = scanned.index
     assert index is not None
@@ -343,25 +380,14 @@ def _index_write(
     if moved:
         changes.append(f"{len(moved)} of them were listed but held by no shard")
     added_bytes = sum(b for b, _ in sizes.values())
-    added_numel = sum(n for _, n in sizes.values())
     stated_size = parse_count(metadata.get("total_size"))
     if stated_size is not None:
         metadata["total_size"] = stated_size + added_bytes
         changes.append(f"total_size {stated_size:,} -> {metadata['total_size']:,}")
     stated = parse_count(metadata.get("total_parameters"))
-    if stated is not None:
-        # Counted as the writer counted (`Uncounted.WAYS`): add what it counts of them.
-        held = uncounted_elements(scanned.tensors, list(ours))
-        stored = sum(math.prod(s) for _, s in ours.values())
-        way = held.counts(stored).get(stated)
-        if way is not None:
-            metadata["total_parameters"] = stated + added.count(added_numel, way)
-            changes.append(f"total_parameters {stated:,} -> {metadata['total_parameters']:,}")
-        else:
-            notes.append(
-                "total_parameters is left as written: it counts the model's parameters "
-                "(as transformers does), not the elements stored in the shards"
-            )
+    if stated is not None and stated != parameters:
+        metadata["total_parameters"] = parameters
+        changes.append(f"total_parameters {stated:,} -> {parameters:,} ({PARAMETER_RULE})")
     raw["metadata"] = metadata
     old = _read_text(scanned.location / INDEX_NAME)
     return FileWrite(INDEX_NAME, old, json.dumps(raw, indent=2) + "\n", tuple(changes))

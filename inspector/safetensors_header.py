@@ -32,6 +32,7 @@ import orjson
 
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen, int64s
+from inspector.display import legible
 from inspector.dtypes import DTYPE_BITS
 from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
 from inspector.findings import FOLD, Finding, make_finding
@@ -183,12 +184,12 @@ def read_shard(
         with path.open() as reader:
             return read_header(reader, file=rel, cap=cap)
     except UnsafeFileError as exc:
-        message = f"{rel}: not read, it {exc.reason}{UNSAFE_FILE_ADVICE}"
+        message = f"{legible(rel)}: not read, it {exc.reason}{UNSAFE_FILE_ADVICE}"
         finding = make_finding("file-unsafe", message, file=rel)
         return ShardHeader(rel, 0, None, None, findings=(finding,))
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        msg = f"{rel}: cannot be read ({reason}); check that it is a readable regular file"
+        msg = f"{legible(rel)}: cannot be read ({reason}); check that it is a readable regular file"
         return _unreadable(rel, 0, msg)
 
 
@@ -211,19 +212,19 @@ def read_header(reader: RangeReader, *, file: str, cap: int = DEFAULT_HEADER_CAP
     size = reader.size()
     prefix = reader.read_range(0, 8) if size >= 8 else b""
     if len(prefix) < 8:
-        msg = f"{file}: file is {size} bytes, shorter than the 8-byte header length prefix"
+        msg = f"{legible(file)}: file is {size} bytes, shorter than the 8-byte header length prefix"
         return _unreadable(file, size, msg)
     (header_len,) = struct.unpack("<Q", prefix)
     if header_len > cap:
         msg = (
-            f"{file}: header length {header_len:,} bytes is over the limit of {cap:,}; "
+            f"{legible(file)}: header length {header_len:,} bytes is over the limit of {cap:,}; "
             "if the file is trusted, raise the header cap (--header-cap)"
         )
         return _unreadable(file, size, msg)
     raw = reader.read_range(8, header_len) if 8 + header_len <= size else b""
     if len(raw) < header_len:
         msg = (
-            f"{file}: header length {header_len:,} runs past the end of the {size:,}-byte "
+            f"{legible(file)}: header length {header_len:,} runs past the end of the {size:,}-byte "
             f"file (at most {max(size - 8, 0):,} header bytes); the file is truncated or "
             "not safetensors"
         )
@@ -277,11 +278,15 @@ def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
     if not isinstance(header, dict):
         names: dict[type, str] = {list: "array", str: "string"}
         kind = names.get(type(header), type(header).__name__)
-        return {}, f"{file}: header is a JSON {kind} ({_short(header)}), expected an object"
+        return (
+            {},
+            f"{legible(file)}: header is a JSON {kind} ({_short(header)}), expected an object",
+        )
     if not raw.startswith(b"{"):
         # Valid JSON with leading whitespace: the reference reader still rejects it.
         return {}, (
-            f"{file}: header starts with {raw[:8]!r}, not '{{' as the format requires; strict "
+            f"{legible(file)}: header starts with {raw[:8]!r}, not "
+            f"'{{' as the format requires; strict "
             "readers reject it, rewrite the header without the leading bytes"
         )
     return header, None
@@ -294,16 +299,18 @@ def _not_json(raw: bytes, file: str, exc: orjson.JSONDecodeError) -> str:
     except UnicodeDecodeError as bad:
         where = raw[bad.start : bad.start + 4]
         return (
-            f"{file}: header is not UTF-8 (byte {where[:1]!r} at offset {bad.start:,}, "
+            f"{legible(file)}: header is not UTF-8 (byte {where[:1]!r} at offset {bad.start:,}, "
             f"in {raw[max(bad.start - 12, 0) : bad.start + 4]!r}); the file is damaged"
         )
     if not raw.lstrip().startswith(b"{"):
         return (
-            f"{file}: header does not start with '{{' (starts with {raw[:16]!r}); not safetensors"
+            f"{legible(file)}: header does not start with "
+            f"'{{' (starts with {raw[:16]!r}); not safetensors"
         )
     pos = getattr(exc, "pos", 0) or 0
     return (
-        f"{file}: header is not valid JSON ({exc.msg} near {raw[max(pos - 20, 0) : pos + 20]!r}); "
+        f"{legible(file)}: header is not valid JSON ({exc.msg} near "
+        f"{raw[max(pos - 20, 0) : pos + 20]!r}); "
         "the file is damaged, re-export it"
     )
 
@@ -324,7 +331,8 @@ def _metadata(value: object, out: _Collector) -> Mapping[str, str] | None:
         if not isinstance(val, str):
             out.add(
                 "header-invalid-entry",
-                f"__metadata__[{key!r}] is {type(val).__name__} {_short(val)}, expected a string",
+                f"__metadata__['{legible(key)}'] is {type(val).__name__} {_short(val)}, expected a "
+                "string",
                 tensor="__metadata__",
             )
     return MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)})
@@ -400,7 +408,7 @@ def _entries(header: dict, out: _Collector) -> _Columns:
             known = ", ".join(DTYPE_BITS)
             out.add(
                 "unknown-dtype",
-                f"tensor {name!r} has dtype {_short(dtype)}, not a safetensors dtype "
+                f"tensor '{legible(name)}' has dtype {_short(dtype)}, not a safetensors dtype "
                 f"(expected one of {known})",
                 tensor=name,
             )
@@ -430,7 +438,11 @@ def _locate(
         shape = item["shape"]
         begin, end = item["data_offsets"]
     except (TypeError, KeyError, ValueError, IndexError):
-        out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
+        out.add(
+            "header-invalid-entry",
+            f"tensor '{legible(name)}': {_entry_problem(entry)}",
+            tensor=name,
+        )
         return None
     if not (
         type(dtype) is str
@@ -441,7 +453,11 @@ def _locate(
         and type(end) is int
         and 0 <= begin <= end
     ):
-        out.add("header-invalid-entry", f"tensor {name!r}: {_entry_problem(entry)}", tensor=name)
+        out.add(
+            "header-invalid-entry",
+            f"tensor '{legible(name)}': {_entry_problem(entry)}",
+            tensor=name,
+        )
         return None
     return dtype, tuple(shape), begin, end
 
@@ -471,7 +487,7 @@ def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
     expected, holder = 0, None
     for begin, end, i in sorted(zip(begins, ends, range(len(names)), strict=True)):
         if begin > expected:
-            after = f"after tensor {names[holder]!r} " if holder is not None else ""
+            after = f"after tensor '{legible(names[holder])}' " if holder is not None else ""
             problems.append(
                 (
                     i,
@@ -481,10 +497,10 @@ def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
             )
         elif begin < expected and holder is not None:
             if (begins[holder], ends[holder]) == (begin, end):
-                what = f"point at the same bytes as tensor {names[holder]!r}"
+                what = f"point at the same bytes as tensor '{legible(names[holder])}'"
             else:
                 what = (
-                    f"start {expected - begin:,} bytes inside tensor {names[holder]!r} "
+                    f"start {expected - begin:,} bytes inside tensor '{legible(names[holder])}' "
                     f"[{begins[holder]:,}, {expected:,}] (expected it to start at {expected:,})"
                 )
             problems.append((i, what))
@@ -501,7 +517,7 @@ def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
         detail = "; ".join(p for p in (what, past) if p)
         out.add(
             "offset-invalid",
-            f"tensor {names[i]!r} data_offsets [{begins[i]:,}, {ends[i]:,}] {detail}; "
+            f"tensor '{legible(names[i])}' data_offsets [{begins[i]:,}, {ends[i]:,}] {detail}; "
             "loaders reject the file, re-export it",
             tensor=names[i],
         )
@@ -538,8 +554,8 @@ def _report_duplicates(raw: bytes, out: _Collector) -> None:
                 if key in seen:
                     out.add(
                         "header-duplicate-key",
-                        f"tensor {key!r} appears twice in the header; readers keep only the "
-                        "last entry, remove the other one",
+                        f"tensor '{legible(key)}' appears twice in the header; readers keep only "
+                        "the last entry, remove the other one",
                         tensor=key,
                     )
                 seen.add(key)
@@ -571,7 +587,9 @@ class _Collector:
         self.counts[code] = n
         if n <= FOLD.per_file:
             self.items.append(
-                make_finding(code, f"{self.file}: {message}", file=self.file, tensor=tensor)
+                make_finding(
+                    code, f"{legible(self.file)}: {message}", file=self.file, tensor=tensor
+                )
             )
         elif tensor is not None and len(self.folded.setdefault(code, [])) < 3:
             self.folded[code].append(tensor)
@@ -581,11 +599,12 @@ class _Collector:
             if n > FOLD.per_file:
                 more = n - FOLD.per_file
                 names = self.folded.get(code)
-                eg = f" (e.g. {', '.join(map(repr, names))})" if names else ""
+                eg = " (e.g. " + ", ".join(f"'{legible(n)}'" for n in names) + ")" if names else ""
                 self.items.append(
                     make_finding(
                         code,
-                        f"{self.file}: {more:,} more {code} problems{eg}, not listed one by one",
+                        f"{legible(self.file)}: {more:,} more {code} findings{eg}, not listed one "
+                        "by one",
                         file=self.file,
                     )
                 )
@@ -625,7 +644,7 @@ def _size_problem(
     want = f"{bits // 8:,}" if bits % 8 == 0 else f"{bits / 8:,} (not a whole number of bytes)"
     dims = _short(list(shape))
     return (
-        f"tensor {name!r} data_offsets [{begin:,}, {end:,}] span {end - begin:,} bytes "
+        f"tensor '{legible(name)}' data_offsets [{begin:,}, {end:,}] span {end - begin:,} bytes "
         f"but {dtype} {dims} needs {want}"
     )
 

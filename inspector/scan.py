@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inspector._gc import gc_paused
@@ -13,7 +13,12 @@ from inspector.model import ScannedCheckpoint
 from inspector.progress import reporting
 from inspector.safetensors_header import DEFAULT_HEADER_CAP
 from inspector.storage import Location, RemoteOptions, open_location
-from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+from inspector.storage.remote import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_READ_AHEAD,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+)
 
 __all__ = ["scan"]
 
@@ -27,6 +32,9 @@ def scan(
     max_concurrency: int = DEFAULT_CONCURRENCY,
     read_ahead: int = DEFAULT_READ_AHEAD,
     progress: bool | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    read_timeout: float = DEFAULT_READ_TIMEOUT,
+    allow_redirects: Sequence[str] = (),
 ) -> ScannedCheckpoint:
     """Scan a checkpoint folder or a single `.safetensors` file, reading headers only.
 
@@ -37,6 +45,10 @@ def scan(
     `token`...), at most `max_concurrency` requests are in flight, each shard header costs
     one ranged read of `read_ahead` bytes (a second only for a longer header), and
     `progress` shows a bar (None: on a terminal or in a notebook, for scans that last).
+    Servers are not trusted: a request (a listing, a read of up to 8 MiB) may take at most
+    `timeout` seconds with its retries, a connection may bring no byte for at most
+    `read_timeout` seconds, and redirects are followed within the origin a request went to
+    and to the `allow_redirects` origins only (SECURITY.md).
 
     What cannot be read is recorded in the result (`.read_problems`, shown as findings in
     `.problems`); only a path that cannot be inspected at all raises `CannotInspectError`
@@ -49,6 +61,9 @@ def scan(
         max_concurrency=max_concurrency,
         read_ahead=read_ahead,
         progress=progress,
+        timeout=timeout,
+        read_timeout=read_timeout,
+        allow_redirects=tuple(allow_redirects),
     )
     target = open_location(path, options=options)
     reader = layout_by_name(layout) if layout else detect_layout(target)

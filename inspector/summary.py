@@ -1,24 +1,35 @@
-"""The scan summary: a plain dict (the `--json` contract) and its readable rendering."""
+"""The scan summary: a plain dict (the `--json` contract, exact names) and its readable
+rendering (names and messages through `inspector.display.legible`).
+
+A scan reads headers and JSON files and runs no check, so its summary never says "no
+problems": it says what it could not read (`read_findings`) and that the checks did not run
+(`checked: false`, with the command that runs them). The words are `inspector.words`'."""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
-from inspector.findings import Finding, fold_ranges, severity_rank
+from inspector.display import MESSAGE_LIMIT, legible
+from inspector.findings import Finding, severity_rank
 from inspector.model import ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, scan_parameters
 from inspector.units import format_bytes
+from inspector.words import layers_text, plural, severity_counts, shell_word
 
 __all__ = ["format_summary", "summarize"]
 
 
 def summarize(
-    scanned: ScannedCheckpoint, *, problems: list[Finding] | None = None
+    scanned: ScannedCheckpoint, *, findings: list[Finding] | None = None
 ) -> dict[str, Any]:
     """The scan as one JSON-ready object.
 
-    Keys: path, layout, files, tensors, total_bytes, parameters, layers, moe_layers,
-    experts_per_layer, mtp_layers, dtypes, experts_found, problems.
+    Keys: path, layout, files, tensors, total_bytes, parameters (values, counted as
+    `parameters_rule` says: `inspector.parameters`), layers, moe_layers, experts_per_layer,
+    mtp_layers, dtypes, experts_found, config, read_findings (what the scan could not read or
+    parse: a part of what `check` reports), checked, check_command; and findings (every
+    finding, worst first) when `findings` (from `check`) are given: then `checked` is true.
     """
     tensors, layers = scanned.tensors, scanned.layers
     decoder = layers[~layers["is_mtp"]] if len(layers) else layers
@@ -27,14 +38,15 @@ def summarize(
     spec = scanned.spec
     expected = spec.experts_per_layer or (max(found.values()) if found else None)
     by_dtype = tensors.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)
-    issues = scanned.problems if problems is None else problems
-    return {
+    read = sorted(scanned.problems, key=lambda f: severity_rank(f.severity))
+    out = {
         "path": str(scanned.path),
         "layout": scanned.layout,
         "files": len(scanned.files),
         "tensors": len(tensors),
         "total_bytes": int(tensors["nbytes"].sum()),
-        "parameters": int(tensors["numel"].sum()),
+        "parameters": scan_parameters(scanned),
+        "parameters_rule": PARAMETER_RULE,
         "layers": len(decoder),
         "moe_layers": len(moe),
         "experts_per_layer": expected,
@@ -47,24 +59,31 @@ def summarize(
             "experts_per_layer": spec.experts_per_layer,
             "mtp_layers": spec.mtp_layers,
         },
-        "problems": [_problem(f) for f in sorted(issues, key=lambda f: severity_rank(f.severity))],
+        "read_findings": [_finding(f) for f in read],
+        "checked": findings is not None,
+        "check_command": f"ckpt-inspect check {shell_word(str(scanned.path))}",
     }
+    if findings is not None:
+        ordered = sorted(findings, key=lambda f: severity_rank(f.severity))
+        out["findings"] = [_finding(f) for f in ordered]
+    return out
 
 
-def format_summary(summary: dict[str, Any], *, max_problems: int = 20) -> str:
+def format_summary(summary: dict[str, Any], *, max_findings: int = 20) -> str:
     """A few aligned lines a person reads in a terminal."""
     lines = [
-        f"checkpoint  {summary['path']}",
+        f"checkpoint  {legible(summary['path'])}",
         f"layout      {summary['layout']}",
         f"files       {summary['files']:,}",
-        f"tensors     {summary['tensors']:,}  ({format_bytes(summary['total_bytes'])}, "
-        f"{summary['parameters']:,} parameters)",
-        "dtypes      " + ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
+        f"tensors     {summary['tensors']:,}  ({format_bytes(summary['total_bytes'])})",
+        f"parameters  {summary['parameters']:,}  ({summary['parameters_rule']})",
+        "dtypes      "
+        + ", ".join(f"{legible(k)} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
         _layers_line(summary),
     ]
     if summary["moe_layers"]:
         lines.append(_experts_line(summary))
-    lines.extend(_problem_lines(summary["problems"], max_problems))
+    lines.extend(_finding_lines(summary, max_findings))
     return "\n".join(lines)
 
 
@@ -86,30 +105,54 @@ def _experts_line(summary: dict[str, Any]) -> str:
     if len(counts) == 1 and expected in counts:
         return f"experts     {expected} per MoE layer, all present"
     parts = [
-        f"{n} in layers {fold_ranges(layer for layer, c in found.items() if c == n)}"
+        f"{n} in {layers_text(layer for layer, c in found.items() if c == n)}"
         for n in sorted(counts)
     ]
     return f"experts     expected {expected} per MoE layer; found " + "; ".join(parts)
 
 
-def _problem_lines(problems: list[dict[str, Any]], limit: int) -> list[str]:
-    if not problems:
-        return ["problems    none"]
-    counts = Counter(p["severity"] for p in problems)
-    head = ", ".join(
-        f"{counts[s]} {s}{'s' if counts[s] != 1 else ''}"
-        for s in ("error", "warning", "info")
-        if counts[s]
+def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
+    """What the scan could not read, and whether the checks ran (and what they found)."""
+    read: list[dict[str, Any]] = summary["read_findings"]
+    lines = []
+    if read:
+        counts = Counter(f["severity"] for f in read)
+        lines.append(
+            f"read        {plural(len(read), 'finding')} while reading files "
+            f"({severity_counts(counts)})"
+        )
+        lines.extend(_listed(read, limit))
+    else:
+        lines.append("read        every shard header and JSON file was read")
+    if not summary["checked"]:
+        command = legible(summary["check_command"], limit=MESSAGE_LIMIT)
+        lines.append(
+            f"checks      not run by scan; `{command}` runs every check "
+            "(drift, missing tensors, will it load)"
+        )
+        return lines
+    found: list[dict[str, Any]] = summary["findings"]
+    counts = Counter(f["severity"] for f in found)
+    lines.append(
+        f"findings    {plural(len(found), 'finding')} ({severity_counts(counts)})"
+        if found
+        else "findings    none"
     )
-    lines = [f"problems    {len(problems)} ({head})"]
-    for p in problems[:limit]:
-        lines.append(f"  {p['severity']:<7} {p['code']:<26} {p['message']}")
-    if len(problems) > limit:
-        lines.append(f"  ... {len(problems) - limit} more (use --json for all)")
+    lines.extend(_listed(found, limit))
     return lines
 
 
-def _problem(f: Finding) -> dict[str, Any]:
+def _listed(findings: list[dict[str, Any]], limit: int) -> list[str]:
+    lines = [
+        f"  {f['severity']:<7} {f['code']:<26} {legible(f['message'], limit=MESSAGE_LIMIT)}"
+        for f in findings[:limit]
+    ]
+    if len(findings) > limit:
+        lines.append(f"  ... {len(findings) - limit:,} more (use --json for all)")
+    return lines
+
+
+def _finding(f: Finding) -> dict[str, Any]:
     return {
         "code": f.code,
         "severity": str(f.severity),

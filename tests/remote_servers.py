@@ -5,9 +5,12 @@
   (a network round trip), counts requests and the response body bytes it passes on (what a
   client really fetched), records the request paths and the most requests it held at once
   (`peak`), and can answer chosen requests itself
-  with an error status (throttling, 403) instead of passing them on.
+  with an error status (throttling, 403) instead of passing them on, or with a hostile
+  `Answer` (a body that never ends, trickles or stalls, a lying Content-Length, a redirect).
 - `RangeHTTPServer`: the standard library's file server with HTTP Range support and
   keep-alive, counting the bytes of file content it sends.
+- `FakeHub`, `FakeGCS`: the few routes of the Hugging Face Hub and of the GCS JSON API that
+  a scan uses, over local folders.
 
 Every server binds 127.0.0.1 on a free port and stops with its context manager.
 """
@@ -20,12 +23,13 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["FakeHub", "Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
+__all__ = ["Answer", "FakeGCS", "FakeHub", "Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
 
 
 @contextlib.contextmanager
@@ -54,9 +58,62 @@ def s3_error(status: int, code: str, message: str) -> bytes:
     ).encode()
 
 
-# A fault rule gets (method, path, request number) and returns None (pass the request on) or
-# (status, body) to answer with.
-Fault = Callable[[str, str, int], tuple[int, bytes] | None]
+@dataclass
+class Answer:
+    """What a hostile server answers. `body` is sent after the headers, then:
+    `forever`: the same bytes again and again (a body that never ends, sent chunked unless
+    `length` says otherwise); `rate`: at that many bytes a second (a trickle); `stall`: the
+    connection stays open and silent. `length` is the Content-Length announced (None: the
+    body's; "chunked": chunked encoding): a lie when it differs from what is sent."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    length: int | str | None = None
+    forever: bool = False
+    rate: float | None = None
+    stall: bool = False
+    close: bool = False  # the connection is closed after what is sent
+
+
+async def _send_answer(
+    writer: asyncio.StreamWriter, answer: Answer, method: str, count: Callable[[int], None]
+) -> None:
+    """Write `answer`, calling `count` with the body bytes as they are written (until the
+    client hangs up)."""
+    chunked = answer.length == "chunked" or (answer.forever and answer.length is None)
+    headers = dict(answer.headers)
+    if chunked:
+        headers["Transfer-Encoding"] = "chunked"
+    else:
+        headers["Content-Length"] = str(
+            answer.length if answer.length is not None else len(answer.body)
+        )
+    writer.write(_response(answer.status, headers, b""))
+    await writer.drain()
+    if method != "HEAD" and answer.body:
+        step = 1 if answer.rate else max(len(answer.body), 1)
+        while True:
+            for at in range(0, len(answer.body), step):
+                piece = answer.body[at : at + step]
+                writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece)
+                await writer.drain()
+                count(len(piece))
+                if answer.rate:
+                    await asyncio.sleep(len(piece) / answer.rate)
+            if not answer.forever:
+                break
+    if answer.stall:
+        await asyncio.sleep(3600)
+    if answer.close:
+        raise ConnectionResetError("the answer closes the connection")
+    if chunked:
+        writer.write(b"0\r\n\r\n")
+
+
+# A fault rule gets (method, path, request number) and returns None (pass the request on),
+# (status, body) to answer with, or an `Answer`.
+Fault = Callable[[str, str, int], "tuple[int, bytes] | Answer | None"]
 
 
 class Proxy:
@@ -83,6 +140,10 @@ class Proxy:
     def reset(self) -> None:
         with self._lock:
             self.requests, self.body_bytes, self.paths, self.peak = 0, 0, [], 0
+
+    def _sent(self, n: int) -> None:
+        with self._lock:
+            self.body_bytes += n
 
     def __enter__(self) -> Proxy:
         self._thread.start()
@@ -156,7 +217,9 @@ class Proxy:
             number = self.requests
             self.paths.append(f"{method} {path}")
         answer = self.fault(method, path, number) if self.fault else None
-        if answer is not None:
+        if isinstance(answer, Answer):
+            await _send_answer(writer, answer, method, self._sent)
+        elif answer is not None:
             status, data = answer
             sent = {"Content-Type": "application/xml", "Content-Length": str(len(data))}
             writer.write(_response(status, sent, b"" if method == "HEAD" else data))
@@ -276,9 +339,11 @@ def _response(status: int | str, headers: Any, body: bytes) -> bytes:
     if isinstance(status, int):
         status = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"
     pairs = list(headers.items()) if isinstance(headers, dict) else list(headers)
-    if not any(k.lower() == "content-length" for k, _ in pairs):
+    framed = ("content-length", "transfer-encoding")
+    if not any(k.lower() in framed for k, _ in pairs):
         pairs.append(("Content-Length", str(len(body))))
-    pairs.append(("Connection", "keep-alive"))
+    if not any(k.lower() == "connection" for k, _ in pairs):
+        pairs.append(("Connection", "keep-alive"))
     lines = [status, *(f"{k}: {v}" for k, v in pairs)]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
@@ -477,5 +542,103 @@ class FakeHub(_Threaded):
                         self.wfile.write(body)
                     return None
                 return self._json(404, {"error": "not found"})
+
+        self._serve(Handler)
+
+
+# -- a Google Cloud Storage stand-in ---------------------------------------------------------
+
+
+class FakeGCS(_Threaded):
+    """The few routes of the GCS JSON API gcsfs uses to read a bucket (`endpoint_url` of
+    gcsfs, with `token="anon"`): objects listed by prefix and delimiter (pages of at most
+    `maxResults`, or `page_size`), an object's metadata, and media downloads with Range,
+    over local folders: `buckets` maps a bucket name to its folder. Counts the file bytes
+    sent and the listing pages served."""
+
+    def __init__(self, buckets: dict[str, Path], *, page_size: int = 1000) -> None:
+        import json as _json
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        self.buckets = buckets
+        self.page_size = page_size
+        self.pages = 0
+        self.content_bytes = 0
+        outer = self
+
+        class Handler(SimpleHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for key, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def _json(self, status: int, value: Any) -> None:
+                body = _json.dumps(value).encode()
+                self._send(status, body, {"Content-Type": "application/json"})
+
+            def _meta(self, bucket: str, key: str, file: Path) -> dict[str, Any]:
+                size = file.stat().st_size
+                return {"kind": "storage#object", "bucket": bucket, "name": key, "size": str(size)}
+
+            def do_HEAD(self) -> None:
+                self.do_GET()
+
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                parts = [unquote(p) for p in url.path.split("/") if p]
+                media = parts[:1] == ["download"]
+                if media:
+                    parts = parts[1:]
+                if parts[:3] != ["storage", "v1", "b"] or len(parts) < 4:
+                    return self._json(404, {"error": {"code": 404, "message": "Not Found"}})
+                bucket, rest = parts[3], parts[4:]
+                root = outer.buckets.get(bucket)
+                if root is None:
+                    return self._json(404, {"error": {"code": 404, "message": "No such bucket"}})
+                if not rest:
+                    return self._json(200, {"kind": "storage#bucket", "name": bucket})
+                if rest == ["o"]:
+                    return self._list(bucket, root, query)
+                key = "/".join(rest[1:])
+                file = root / key
+                if rest[0] != "o" or not file.is_file():
+                    return self._json(404, {"error": {"code": 404, "message": "No such object"}})
+                if not media:
+                    return self._json(200, self._meta(bucket, key, file))
+                data = file.read_bytes()
+                found = _RANGE.match(self.headers.get("Range", ""))
+                if found is None:
+                    return self._send(200, data, {"Content-Type": "application/octet-stream"})
+                first = int(found.group(1))
+                last = min(int(found.group(2) or len(data) - 1), len(data) - 1)
+                outer.content_bytes += last + 1 - first
+                head = {"Content-Range": f"bytes {first}-{last}/{len(data)}"}
+                return self._send(206, data[first : last + 1], head)
+
+            def _list(self, bucket: str, root: Path, query: dict[str, str]) -> None:
+                prefix = query.get("prefix", "")
+                folder = root / prefix.rstrip("/") if prefix else root
+                names: list[tuple[str, Path]] = []
+                if folder.is_dir() and (not prefix or prefix.endswith("/")):
+                    names = [(prefix + p.name, p) for p in sorted(folder.iterdir())]
+                limit = min(int(query.get("maxResults", 1000)), outer.page_size)
+                start = int(query.get("pageToken", "0"))
+                outer.pages += 1
+                page = names[start : start + limit]
+                out: dict[str, Any] = {"kind": "storage#objects"}
+                out["items"] = [self._meta(bucket, n, p) for n, p in page if p.is_file()]
+                out["prefixes"] = [n + "/" for n, p in page if p.is_dir()]
+                if start + limit < len(names):
+                    out["nextPageToken"] = str(start + limit)
+                return self._json(200, out)
 
         self._serve(Handler)

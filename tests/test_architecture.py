@@ -195,9 +195,10 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 
 # Modules that may touch local files themselves: the storage layer (the one reader), the
 # writers of outputs (journaled repairs, the copy engine's DEST, the demo writers), the
-# load check's gate on modelling code (it looks for links among the folder's .py files), and
-# the sandbox, which reads only its own process's memory use (/proc/self/statm): the child
-# it runs is handed bytes the storage read.
+# load check's gate on modelling code (it looks for links among the folder's .py files) and
+# the importer of that code (it checks each file it imports is a regular file reached through
+# no link), and the sandbox, which reads only its own process's memory use
+# (/proc/self/statm): the child it runs is handed bytes the storage read.
 _OWN_FILE_ACCESS = {
     "inspector/storage/local.py",
     "inspector/atomic.py",
@@ -206,6 +207,7 @@ _OWN_FILE_ACCESS = {
     "inspector/consolidate/dest.py",
     "inspector/sandbox.py",
     "inspector/model_load.py",
+    "inspector/sealed.py",
     "inspector/demo/__init__.py",
     "inspector/demo/dcp.py",
     "inspector/demo/safetensors_layouts.py",

@@ -102,7 +102,7 @@ def test_human_output_grouped_by_code_worst_first(capsys, drifted: Path) -> None
         "total-size-mismatch",
     ]
     assert headings[-1].startswith("WARNING") and all(h.startswith("ERROR") for h in headings[:-1])
-    assert "2 errors, 1 warnings, 0 info" in out
+    assert "2 errors, 1 warning, 0 info" in out
     # Each message sits under its code's heading.
     body = out.split("ERROR unindexed-tensor")[1].split("WARNING")[0]
     assert "model.embed_tokens.weight" in body and "mtp.fc.weight" not in body
@@ -112,7 +112,14 @@ def test_json_contract(capsys, drifted: Path) -> None:
     code, out, _ = cli(capsys, "check", str(drifted), "--json")
     assert code == 1
     doc = json.loads(out)
-    assert set(doc) == {"path", "layout", "findings", "counts", "load"}
+    assert set(doc) == {"path", "layout", "findings", "counts", "load", "issues", "repair_all"}
+    # The issues: root causes with their fix, the command that repairs them all.
+    issues = {i["key"]: i for i in doc["issues"]}
+    assert set(issues) == {"index-misses-tensors", "index-stale"}
+    assert all(i["fix_kind"] == "repair" for i in issues.values())
+    assert issues["index-stale"]["command"].endswith("--only index")
+    assert sum(i["findings"] for i in issues.values()) == len(doc["findings"])
+    assert doc["repair_all"] == f"ckpt-inspect repair {drifted.resolve()}"
     # No config.json: the model-aware load check says why it did not run, and finds nothing.
     assert doc["load"]["skipped"] == "no config.json next to the shards"
     assert doc["load"]["loads"] is None and doc["load"]["missing"] == []
@@ -273,3 +280,24 @@ def test_diff_data_finds_changed_bytes(capsys, healthy: Path, tmp_path: Path) ->
     doc = json.loads(out)
     assert code == 1 and doc["data_differs"] == ["model.layers.0.self_attn.qkv_proj.weight"]
     assert doc["data_compared"] == len(state)
+
+
+def test_check_json_stays_small_and_full_lists_every_name(capsys) -> None:
+    """`check --json` on a 297k-tensor NVFP4 checkpoint was 18 MB for 3 findings: the load
+    verdict listed its 296,028 expected quantization tensors. Each list now keeps its first
+    few names and its count; `--full` lists them all."""
+    from inspector.report_text import JSON_NAMES
+
+    nvfp4 = Path(__file__).parent / "fixtures" / "writers" / "modelopt" / "hf-nvfp4"
+    code, out, _ = cli(capsys, "check", str(nvfp4), "--json")
+    load = json.loads(out)["load"]
+    assert code == 0 and load["loads"] is True
+    expected = load["counts"]["quantization_expected"]
+    assert expected > JSON_NAMES and len(load["quantization_expected"]) == JSON_NAMES
+    assert load["complete"] is False
+    _, full_out, _ = cli(capsys, "check", str(nvfp4), "--json", "--full")
+    full = json.loads(full_out)["load"]
+    assert len(full["quantization_expected"]) == expected and full["complete"] is True
+    assert full["quantization_expected"][:JSON_NAMES] == load["quantization_expected"]
+    # The default does not grow with the checkpoint: a fixed number of names per list.
+    assert len(out) < len(full_out) and len(out) < 12_000

@@ -658,6 +658,25 @@ def test_code_torch_dist_chunk_overlap(megatron: Path) -> None:
     assert f.tensor == NORM and "8 elements" in f.message
 
 
+def test_code_check_budget_exceeded(megatron: Path) -> None:
+    """A tensor cut into 4,200 irregular chunks (no grid, no single-axis split, over 4M
+    boundary cells) whose volume matches: not proven either way, and said so."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+
+    def strips(meta) -> None:
+        entry = meta.state_dict_metadata[NORM]
+        entry.size = torch.Size([4200, 4200])
+        entry.chunks[:] = [
+            ChunkStorageMetadata(torch.Size(o), torch.Size(s))
+            for i in range(2100)
+            for o, s in (((2 * i, 0), (2, i + 1)), ((2 * i, i + 1), (2, 4199 - i)))
+        ]
+
+    rewrite_metadata(megatron / ITER, strips)
+    f = one(run(megatron), "check-budget-exceeded")
+    assert f.tensor == NORM and "NOT verified" in f.message and "4,200 listed" in f.message
+
+
 def test_code_torch_dist_common_drift(tmp_path: Path) -> None:
     folder = write_torch_dist_demo(tmp_path / "run", rerun_drift=True)
     f = one(run(folder), "torch-dist-common-drift")

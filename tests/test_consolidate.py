@@ -410,7 +410,7 @@ def test_mapping_that_omits_tensors_puts_them_in_the_last_file(
     last = plan.outputs[-1]
     assert {t.name for t in last.tensors} == set(names[3:])
     text = str(plan)
-    assert f"{len(names) - 4} tensor(s) absent from the mapping" in text
+    assert f"{len(names) - 4} tensors absent from the mapping" in text
     assert "model.tied.weight" in text  # the dangling name is reported, not written
 
 
@@ -482,7 +482,7 @@ def test_one_call_consolidate_for_notebooks(source: Path, tmp_path: Path) -> Non
         got["model.layers.0.mlp.gate.expert_counts"],
         full_tensors()["model.layers.0.mlp.gate.expert_counts"],
     )
-    assert "wrote 2 file(s)" in str(result)
+    assert "wrote 2 files" in str(result)
 
 
 def test_verify_data_catches_a_flipped_byte(source: Path, tmp_path: Path) -> None:
@@ -531,9 +531,64 @@ def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> Non
     # The reference dealt with the collapse: the plan no longer warns about it.
     assert "mapping-collapsed" not in {f.code for f in plan.findings}
     assert "[mapping-collapsed]" not in plan.describe()
-    # without the reference the recorded mapping still applies (the issue's order), and warns
-    plain = plan_consolidation(scan(src), tmp_path / "out2")
-    assert len(plain.outputs) == 1 and "mapping-collapsed" in {f.code for f in plain.findings}
+
+
+def test_default_consolidation_of_a_collapsed_mapping_follows_the_reference_it_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """automodel-2289 without --reference: the recorded mapping sends every tensor to one
+    file while the run kept the reference index (4 files) in `.hf_metadata/`. The default
+    plan follows that index and says so (it wrote one file and "verified: no finding"
+    before); an output that still collapses is flagged by the verification."""
+    from inspector.demo.dcp import write_dcp_demo
+
+    src = write_dcp_demo(tmp_path / "src", collapsed=True)
+    kept = src / ".hf_metadata" / "model.safetensors.index.json"
+    plan = plan_consolidation(scan(src), tmp_path / "out")
+    assert len(plan.outputs) == 4
+    assert plan.assignment == "reference .hf_metadata/model.safetensors.index.json"
+    assert "(mapping-collapsed)" in plan.reason and f"--reference {kept}" in plan.reason
+    assert "mapping-collapsed" not in {f.code for f in plan.findings}
+    result = plan.execute(progress=False)
+    assert result.ok and len(scan(tmp_path / "out").files) == 4
+    # The CLI's default is the same plan.
+    assert main(["consolidate", str(src), str(tmp_path / "cli"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "in 4 files" in out and "(mapping-collapsed)" in out
+    # Following the collapsed mapping on purpose is possible, and not called clean.
+    recorded = src / ".hf_metadata" / "fqn_to_file_index_mapping.json"
+    collapsed = plan_consolidation(scan(src), tmp_path / "one", mapping=recorded)
+    assert len(collapsed.outputs) == 1
+    flagged = collapsed.execute(progress=False)
+    assert not flagged.ok
+    (finding,) = [f for f in flagged.findings if f.code == "mapping-collapsed"]
+    assert "names 4 files" in finding.message and f"--reference {kept}" in finding.message
+    assert "verify: re-scanned and checked the output: 1 finding" in flagged.describe()
+
+
+def test_a_collapse_over_the_split_size_without_a_reference_is_packed_by_size(
+    tmp_path: Path,
+) -> None:
+    """No reference anywhere and one file would pass 5 GB: the default packs by size instead
+    of writing the collapse."""
+    import dataclasses
+
+    from inspector.consolidate.assignment import choose_assignment
+    from inspector.demo.dcp import write_dcp_demo
+
+    src = write_dcp_demo(tmp_path / "src", collapsed=True)
+    (src / ".hf_metadata" / "model.safetensors.index.json").unlink()
+    scanned = scan(src)
+    big = [n * 1000 + 400_000_000 for n in scanned.logical.nbytes]
+    huge = dataclasses.replace(scanned, logical=dataclasses.replace(scanned.logical, nbytes=big))
+    names = list(huge.tensors["name"])
+    sizes = dict(zip(names, huge.tensors["nbytes"].tolist(), strict=True))
+    choice = choose_assignment(huge, names, sizes, None, None, parse_size("5GB"))
+    assert choice.rule.startswith("greedy by size") and len(choice.groups) > 1
+    assert "(mapping-collapsed)" in choice.reason and choice.collapse_avoided
+    # Small, and nothing names several files: one file is right, the mapping is followed.
+    small = choose_assignment(scanned, names, dict.fromkeys(names, 1), None, None, 10**9)
+    assert small.rule.startswith("mapping") and len(small.groups) == 1
 
 
 def test_default_destination_is_a_sibling_of_the_source(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
 
     # Only rank 0 prints: its plan, then its share of the work and the verification.
     assert proc.stdout.count("Consolidation plan") == 1
-    assert "(rank 0 of 2): wrote 1 file(s)" in proc.stdout
+    assert "(rank 0 of 2): wrote 1 file," in proc.stdout
     assert "verify: re-scanned and checked the output: no finding" in proc.stdout
     assert f"verify data: {len(names)} tensor hashes vs the source: all match" in proc.stdout
 

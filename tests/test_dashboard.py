@@ -56,7 +56,7 @@ def test_every_code_is_explained():
     assert all(len(text) > 20 for text in CODE_HELP.values())
 
 
-DRIFT_TAB = _Dashboard.TABS.index("Drift")
+FINDINGS_TAB = _Dashboard.TABS.index("Findings")
 
 
 def _texts(widget) -> str:
@@ -88,13 +88,13 @@ def test_opens_with_overview_only_and_lists_problems_not_findings(demos: Path, t
     dash = Dashboard(_copy(demos, DRIFT, tmp_path))
     assert list(dash.panels) == ["Overview"]  # the other tabs wait for their first selection
     n = len(dash.state.findings)
-    assert n == 44 and dash.tab.titles[DRIFT_TAB] == f"Drift ({n})"
+    assert n == 44 and dash.tab.titles[FINDINGS_TAB] == f"Findings ({n})"
     overview = _texts(dash.panels["Overview"].widget)
-    assert "2 problems" in overview and "44 findings" in overview
+    assert "2 issues" in overview and "44 findings" in overview
     assert "42 MTP tensors (17.1 kB) invisible to loaders" in overview
     assert "misses the same 42 MTP tensors" in overview and "listed above" not in overview
     assert "modelopt-per-layer" in overview  # the facts follow the problems
-    assert "2 problems (2 error)" in dash.header.value
+    assert "2 issues (2 errors)" in dash.header.value
     dash.tab.selected_index = dash.TABS.index("Layers")  # what a click on the tab does
     layers = dash.panel("Layers")  # built by the thread the click started: waits for it
     assert dash.panels["Layers"] is layers
@@ -107,7 +107,7 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     folder = _copy(demos, DRIFT, tmp_path)
     before = (folder / "model.safetensors.index.json").read_text()
     dash = Dashboard(folder)
-    drift_before = dash.select("Drift")
+    drift_before = dash.select("Findings")
     repair = dash.select("Repair")
     assert "mtp.layers.0" in repair.plan_view.value and "+" in repair.plan_view.value
     # 1. Repair only asks; Cancel writes nothing.
@@ -125,13 +125,13 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     assert len(backups) == 1
     assert (backups[0] / "model.safetensors.index.json").read_text() == before
     # 3. Every tab was refreshed from a re-scan.
-    assert dash.state.findings == () and dash.tab.titles[DRIFT_TAB] == "Drift (0)"
+    assert dash.state.findings == () and dash.tab.titles[FINDINGS_TAB] == "Findings (0)"
     after = dash.panel("Repair")
     assert after is not repair and "Repaired." in after.result.value
     assert str(backups[0]) in after.result.value and after.plan.empty and after.repair.disabled
-    drift_after = dash.select("Drift")
+    drift_after = dash.select("Findings")
     assert drift_after is not drift_before and "No findings." in _texts(drift_after.rows)
-    assert "No problems found" in _texts(dash.panel("Overview").widget)
+    assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
 def test_rescan_button_picks_up_changes_on_disk(demos: Path, tmp_path: Path):
@@ -208,7 +208,7 @@ def test_heatmap_click_lists_the_experts_tensors(demos: Path):
 
 
 def test_drift_filters_by_severity_and_code_pages_and_explains(demos: Path, tmp_path: Path):
-    drift = Dashboard(_copy(demos, DRIFT, tmp_path)).select("Drift")
+    drift = Dashboard(_copy(demos, DRIFT, tmp_path)).select("Findings")
     # 44 findings, 25 a page.
     assert len(drift.rows.children) == 25 and "1-25 of 44" in drift.where.value
     drift.next.click()
@@ -252,6 +252,30 @@ def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     written = scan(tmp_path / "out")
     assert len(written.files) == 4 and sorted(_weight_map(tmp_path / "out")) == sorted(table)
     assert "verified: no finding" in form.status.value and not form.run.disabled
+
+
+def test_consolidate_from_the_overview_prefills_the_reference_the_finding_names(
+    demos: Path, tmp_path: Path
+):
+    """automodel-2289: the Overview's Consolidate... opened a form with an empty reference,
+    and its plan wrote the collapse the Overview had just flagged. The form now holds the
+    reference index the run kept, its plan has the reference's 4 files, and the issue's fix
+    names the same reference."""
+    folder = _copy(demos, DCP_COLLAPSED, tmp_path)
+    kept = folder / ".hf_metadata" / "model.safetensors.index.json"
+    dash = Dashboard(folder)
+    (issue,) = [p for p in dash.state.problems if p.key == "mapping-collapsed"]
+    assert issue.action.command.endswith(f"--reference {kept}")
+    (go,) = _buttons(dash.panel("Overview").widget, "ckpt-problem-consolidate")
+    go.click()
+    assert dash.tab.selected_index == dash.TABS.index("Consolidate")
+    form = dash.panels["Consolidate"]
+    assert form.reference.value == str(kept)
+    assert "mapping-collapsed" in _texts(form.widget) and "names 4 files" in _texts(form.widget)
+    form.dest.value = str(tmp_path / "out")
+    result = form.execute()
+    assert result is not None and result.ok and len(scan(tmp_path / "out").files) == 4
+    assert "verified: no finding" in form.status.value
 
 
 def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
@@ -315,7 +339,7 @@ def test_torch_dist_checkpoint_opens_every_tab(demos: Path):
     dash = Dashboard(demos / "megatron-4448-rerun-drift")
     for title in dash.TABS:
         dash.select(title)
-    assert _codes(dash.panels["Drift"]) == ["torch-dist-common-drift"]
+    assert _codes(dash.panels["Findings"]) == ["torch-dist-common-drift"]
     repair = dash.panels["Repair"]
     assert "nothing to repair" in repair.plan_view.value and repair.repair.disabled
     assert "It cannot fix" in repair.verdict.value and "re-save" in repair.verdict.value
@@ -336,8 +360,8 @@ def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
     assert "No MoE layer" in experts.details.value
     assert "No MoE experts" in experts.figure.layout.annotations[0].text
     assert experts.figure.layout.height <= 140  # an empty figure does not take 300 px
-    assert "No findings." in _texts(dash.select("Drift").rows)
-    assert "No problems found" in _texts(dash.panel("Overview").widget)
+    assert "No findings." in _texts(dash.select("Findings").rows)
+    assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
 def test_repr_html_summarizes_and_escapes(demos: Path):
@@ -712,7 +736,7 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
     dash._ipython_display_()
     dash.wait(60)
     # The worker built every tab ahead of the first click.
-    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Drift"} <= set(dash.panels)
+    assert {"Tensors", "Experts", "Files", "Layers", "Repair", "Findings"} <= set(dash.panels)
     widget, text, *images = published
     assert "application/vnd.jupyter.widget-view+json" in widget
     assert "static snapshot below" in widget["text/plain"]
@@ -750,8 +774,8 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview
-    assert dash.current.pending and dash.tab.titles[DRIFT_TAB] == "Drift (44, checking)"
-    assert "2 problems" in overview  # the plain checks' problems are there already
+    assert dash.current.pending and dash.tab.titles[FINDINGS_TAB] == "Findings (44...)"
+    assert "2 issues" in overview  # the plain checks' issues are there already
     release.set()
     dash.wait(60)
     assert not dash.current.pending and dash.current is dash.state
@@ -759,7 +783,7 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     overview = _texts(dash.panels["Overview"].widget)
     assert "checking" not in overview and "data-loads='yes'" in overview
     assert "as <code>DeepseekV3ForCausalLM</code>" in overview
-    assert dash.tab.titles[DRIFT_TAB] == "Drift (44)"
+    assert dash.tab.titles[FINDINGS_TAB] == "Findings (44)"
     # The MTP layer transformers skips is named, with a link to its tensors.
     (mtp,) = _buttons(dash.panels["Overview"].widget, "ckpt-load-mtp")
     assert mtp.description == "MTP skipped (42)"
@@ -799,8 +823,8 @@ def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path
     # Missing tensors are not in the checkpoint: the button lists their findings.
     (missing,) = _buttons(overview, "ckpt-load-missing")
     missing.click()
-    drift = dash.panels["Drift"]
-    assert dash.tab.selected_index == DRIFT_TAB and drift.codes == ("load-missing-tensor",)
+    drift = dash.panels["Findings"]
+    assert dash.tab.selected_index == FINDINGS_TAB and drift.codes == ("load-missing-tensor",)
     assert [dash.state.findings[i].code for i in drift.shown()] == ["load-missing-tensor"]
     # The unexpected one is, and the button shows it.
     (unexpected,) = _buttons(overview, "ckpt-load-unexpected")
@@ -812,3 +836,73 @@ def test_overview_links_what_will_not_load_and_says_how_to_fix_it(tmp_path: Path
     assert "- will it load: **no**" in report.show_markdown()
     written = report.write_report()
     assert written is not None and "<h2>Will it load?</h2>" in written.read_text()
+
+
+def _lost_expert(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny DeepSeek-V3 saved by transformers (the reference, beside it) and a copy that
+    lost expert 1 of layer 2; its config.json names the reference (`_name_or_path`)."""
+    from hf_exports import resaved, tiny_deepseek_v3
+
+    original = tiny_deepseek_v3(tmp_path / "original", layers=3)
+    lost = "model.layers.2.mlp.experts.1."
+
+    def lose(state: dict) -> dict:
+        return {k: v for k, v in state.items() if not k.startswith(lost)}
+
+    broken = resaved(original, tmp_path / "broken", lose)
+    config = json.loads((broken / "config.json").read_text())
+    config["_name_or_path"] = "original"
+    (broken / "config.json").write_text(json.dumps(config))
+    return original, broken
+
+
+def test_lost_experts_are_offered_back_and_shown_where_they_are_missing(tmp_path: Path):
+    """The Overview said lost experts cannot be restored; a fused name's "show tensor" found
+    0 tensors; filtering the missing expert showed 0 rows without a word. Now the issue
+    offers the restore from the candidate reference, the fused name shows the stored
+    experts of that projection, and a filter that selects the missing expert says so."""
+    original, broken = _lost_expert(tmp_path)
+    dash = Dashboard(broken)
+    overview = dash.panels["Overview"].widget
+    (issue,) = [p for p in dash.state.problems if p.key == "experts-missing"]
+    assert issue.action.command == f"ckpt-inspect repair {broken} --from {original}"
+    assert "re-run the exporter" not in _texts(overview)
+    # A fused transformers name lands on the stored tensors behind it, with the missing one.
+    fused = next(f for f in dash.state.findings if f.tensor and f.tensor.endswith("down_proj"))
+    browser = dash.follow(fused)
+    assert browser.matches() == 3
+    count = browser.count.value
+    assert "expert 1 of layer 2 is missing (expert-missing)" in count
+    browser.set_query(TensorQuery(layer=2, expert=1))
+    assert browser.matches() == 0
+    assert "expert 1 of layer 2 is missing (expert-missing)" in browser.count.value
+    browser.set_query(TensorQuery(layer=2, expert=3))
+    assert browser.matches() > 0 and "missing" not in browser.count.value
+    # Restore from...: the Repair tab plans the copy from the candidate and asks.
+    (restore,) = _buttons(overview, "ckpt-problem-restore")
+    restore.click()
+    repair = dash.panels["Repair"]
+    assert dash.tab.selected_index == dash.TABS.index("Repair")
+    assert repair.source.value == str(original) and len(repair.plan.restored) == 3
+    assert repair.worth_it and repair.confirm_box.layout.display is None
+    repair.confirm.click()
+    assert "Repaired." in dash.panel("Repair").result.value
+    assert [f for f in dash.state.findings if f.severity != "info"] == []
+
+
+def test_repair_all_from_the_overview_fixes_both_parts_at_once(demos: Path, tmp_path: Path):
+    """Repairing the index first left the sidecar to repair next; Repair all plans both,
+    previews that nothing is left, and leaves no issue."""
+    folder = _copy(demos, DRIFT, tmp_path)
+    dash = Dashboard(folder)
+    (fix_all,) = _buttons(dash.panels["Overview"].widget, "ckpt-repair-all")
+    fix_all.click()
+    repair = dash.panels["Repair"]
+    assert {w.path for w in repair.plan.writes} == {
+        "model.safetensors.index.json",
+        "model-00004-of-00004.safetensors.json",
+    }
+    assert "fixes 44 of 44 findings" in repair.verdict.value
+    assert "It cannot fix" not in repair.verdict.value
+    repair.confirm.click()
+    assert dash.state.findings == () and dash.state.problems == ()

@@ -236,6 +236,8 @@ def test_dtype_and_ndim_conflicts(model: Path) -> None:
         ("drop-info", "no DCP_SHARDING_INFO"),
         ("not-json", "not valid JSON"),
         ("not-object", "JSON list"),
+        ("too-deep", "levels deep"),  # past the JSON depth budget
+        ("past-recursion", "levels deep"),  # past Python's recursion limit
         ("no-offsets", "no valid saved_offsets"),
         ("wrong-length", "length differs"),
     ],
@@ -245,8 +247,11 @@ def test_sharding_info_missing(model: Path, damage: str, expect: str) -> None:
     target = "model.layers.0.self_attn.mask"
     if damage == "drop-info":
         rewrite(path, metadata={"format": "pt"})
-    elif damage in ("not-json", "not-object"):
-        raw = "{truncated" if damage == "not-json" else "[1, 2]"
+    elif damage in ("not-json", "not-object", "too-deep", "past-recursion"):
+        depth = 300 if damage == "too-deep" else 100_000
+        raw = {"not-json": "{truncated", "not-object": "[1, 2]"}.get(
+            damage, "[" * depth + "]" * depth
+        )
         rewrite(path, metadata={"DCP_SHARDING_INFO": raw, "DCP_VERSION": "1.0", "format": "pt"})
     elif damage == "no-offsets":
         rewrite(path, edit_info=lambda info: info[target].pop("saved_offsets"))

@@ -40,7 +40,9 @@ def test_quantized_export_differs_only_as_expected(original: Path, tmp_path: Pat
     assert kinds(result) == {"quantization-scales-added": True, "quantized": True}
     quantized = next(c for c in result.reference if c.kind == "quantized")
     assert "model.layers.1.mlp.experts.0.up_proj.weight" in quantized.names
-    assert "layers 1-3" in quantized.detail  # the MTP layer's experts are quantized too
+    # The MTP layer's experts are quantized too, and said to be MTP.
+    assert "layers 1-2: experts 0-3" in quantized.detail
+    assert "MTP layer 3: experts 0-3" in quantized.detail
 
 
 def test_mtp_added_and_experts_fused_are_expected(original: Path, tmp_path: Path) -> None:
@@ -99,3 +101,30 @@ def test_cli_exit_code_follows_the_unexpected_differences(
     assert doc["unexpected"] == 1
     (lost,) = [c for c in doc["reference"] if not c["expected"]]
     assert lost["kind"] == "lm-head-lost" and lost["names"] == ["lm_head.weight"]
+
+
+def test_lost_experts_of_a_quantized_export_are_one_loss_by_layer_and_expert(
+    original: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Experts 1-2 of layer 2 lost from an NVFP4 export: `diff` listed every name and
+    `--reference` split the one loss into "experts lost" (the weights) and "quantization
+    scales lost" (their scales). Both say it once, by layer and expert, as `check` does."""
+    nvfp4 = modelopt_export(original, tmp_path / "nvfp4", "NVFP4", experts_only=True)
+    lost = _drop("model.layers.2.mlp.experts.1.", "model.layers.2.mlp.experts.2.")
+    broken = modelopt_export(original, tmp_path / "lost", "NVFP4", experts_only=True, edit=lost)
+    gone = sorted(set(scan(nvfp4).tensors["name"]) - set(scan(broken).tensors["name"]))
+    assert len(gone) == 2 * 3 * 4  # 2 experts x 3 projections x weight and 3 scales
+    result = diff_checkpoints(scan(nvfp4), scan(broken), reference=True)
+    assert kinds(result) == {"experts-lost": False}
+    (loss,) = result.unexpected
+    assert sorted(loss.names) == gone
+    assert loss.detail == "experts lost: layer 2: experts 1-2 (24 tensors, 12 per expert)"
+    assert main(["diff", str(nvfp4), str(broken)]) == 1
+    out = capsys.readouterr().out
+    assert "only in A: 24\n  layer 2: experts 1-2 (24 tensors, 12 per expert)\n" in out
+    assert not any(name in out for name in gone)
+    assert "keys differ" not in out  # whole experts are said once, above
+    assert main(["diff", str(nvfp4), str(broken), "--reference"]) == 1
+    out = capsys.readouterr().out
+    assert "UNEXPECTED experts lost: layer 2: experts 1-2" in out
+    assert "quantization scales lost" not in out

@@ -3,15 +3,16 @@
 One JupyterLab (local only, random port and token) on a temp copy of notebooks/ runs
 02-repair-an-index-that-forgot-mtp.ipynb from the Run menu, then in the page:
 
-1. the Overview lists the problems, not the findings, and then says whether the model code
-   would load the checkpoint (the verdict arrives from a thread after the Overview shows);
+1. the Overview lists the issues (root causes), not the findings, offers Repair all, and then
+   says whether the model code would load the checkpoint (the verdict arrives from a thread
+   after the Overview shows); every tab title fits its tab (the findings tab's was cut off);
 2. a finding's "show tensor" link opens the tensor browser on that tensor (the grid draws it);
 3. the tensor browser filters by a name glob (count and grid follow);
 4. the Experts tab draws the heatmap and the zoomed layer;
 5. the Overview's "Repair: index" action plans the index repair, Confirm writes it: checked ON
    DISK (MTP tensors in the index, a backup kept);
 6. the notebook is saved, its kernel shut down, and it is reopened: the static snapshot
-   (problems and PNG figures) shows where the widget no longer can, and the .ipynb holds it.
+   (issues and PNG figures) shows where the widget no longer can, and the .ipynb holds it.
 
 Screenshots go to build/test-artifacts/dashboard-*.png. In CI (env CI set) missing browser
 tooling fails, never skips.
@@ -75,6 +76,7 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
             try:
                 _run(page)
                 overview = _overview(page)
+                cut = _cut_tab_titles(page)
                 followed = _follow_a_finding(page)
                 filtered = _filter_tensors(page)
                 _experts(page)
@@ -88,7 +90,9 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
         finally:
             browser.close()
 
-    assert "2 problems" in overview and "42 MTP tensors (17.1 kB) invisible to loaders" in overview
+    assert "2 issues" in overview and "42 MTP tensors (17.1 kB) invisible to loaders" in overview
+    assert "Repair all" in overview and "problem" not in overview.lower()
+    assert cut == [], f"tab titles cut off: {cut}"
     assert "Will it load? yes as DeepseekV3ForCausalLM" in " ".join(overview.split())
     assert "42 MTP tensors transformers skips" in overview and "MTP skipped (42)" in overview
     assert followed.startswith("mtp.layers.0.")
@@ -143,6 +147,27 @@ def _overview(page) -> str:
     overview.locator(".ckpt-load[data-loads='yes']").wait_for(timeout=60_000)
     _shoot(page, "dashboard-overview.png")
     return overview.inner_text()
+
+
+def _cut_tab_titles(page) -> list[str]:
+    """The dashboard's tab titles whose text does not fit their tab (drawn with an
+    ellipsis)."""
+    page.locator(".ckpt-tabs .lm-TabBar-tab", has_text="Findings (").first.wait_for(timeout=30_000)
+    measured = page.evaluate(
+        """() => {
+            const labels = [...document.querySelectorAll('.ckpt-tabs .lm-TabBar-tabLabel')];
+            const cut = label => label.scrollWidth > label.clientWidth + 1;
+            // The title the findings tab had while the load check ran, in the same label.
+            const label = labels.find(l => l.textContent.startsWith('Findings ('));
+            const title = label.textContent;
+            label.textContent = 'Drift (44, checking)';
+            const old = cut(label);
+            label.textContent = title;
+            return {labels: labels.length, old, cut: labels.filter(cut).map(l => l.textContent)};
+        }"""
+    )
+    assert measured["labels"] == 9 and measured["old"], measured  # the measure sees a cut
+    return measured["cut"]
 
 
 def _follow_a_finding(page) -> str:

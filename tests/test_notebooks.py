@@ -58,7 +58,7 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "02-repair-an-index-that-forgot-mtp": [
         "unindexed-tensor",
-        "problems: index-misses-tensors, sidecars-disagree\n",
+        "issues: index-misses-tensors, sidecars-disagree\n",
         "wrote: model.safetensors.index.json",
         "findings left after the repair: 0\n",
         "MTP tensors, e.g. mtp.",
@@ -71,8 +71,8 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "04-rerun-a-collapsed-consolidation": [
         "[mapping-collapsed]",
-        "in 1 file(s)",
-        "in 4 file(s)",
+        "in 1 file\n",
+        "in 4 files\n",
         "verify: re-scanned and checked the output: no finding",
         "tensor hashes vs the source: all match",
         "hf-sharded: 4 files, 0 findings\n",

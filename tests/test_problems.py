@@ -63,17 +63,21 @@ def test_seed_1422_is_two_problems_not_44_findings(demos):
     assert {"sidecar-unlisted-tensor", "sidecar-total-size-mismatch"} == set(sidecar.codes)
 
 
-def test_seed_1631_says_nothing_here_can_repair_it(demos):
+def test_seed_1631_says_what_restores_it(demos):
+    """No JSON repair here fixes seed 1631; what does is said: the lost experts come back
+    from a reference (`repair --from REF`, or a re-export), config.json is copied back."""
     scanned = scan(demos["modelopt-1631"])
     problems = group_problems(scanned, check(scanned))
     by_key = {p.key: p for p in problems}
     assert set(by_key) == {"experts-missing", "config-unreadable"}
     experts = by_key["experts-missing"]
     assert experts.title == "448 of 512 experts missing in 4 MoE layers (1-4)"
-    assert experts.action.kind == "re-export" and not experts.repairable
+    assert experts.action.kind == "restore" and not experts.repairable
+    assert experts.action.command.endswith("--from REF") and "re-export" in experts.action.text
     assert experts.cells == ((1, None), (2, None), (3, None), (4, None))
     config = by_key["config-unreadable"]
-    assert config.action.kind == "restore" and "--from REF" in config.action.command
+    assert config.action.kind == "restore"
+    assert config.action.command.startswith("cp REF/config.json ")
     assert not any(p.repairable for p in problems)
 
 

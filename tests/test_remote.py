@@ -15,7 +15,8 @@ import os
 import shutil
 import struct
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,8 @@ from safetensors.numpy import save_file
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from remote_servers import Proxy, RangeHTTPServer, moto_s3, s3_error
+from golden_manifest import unreadable
+from remote_servers import Answer, Proxy, RangeHTTPServer, moto_s3, s3_error
 
 from inspector.checks import check
 from inspector.cli import main
@@ -35,6 +37,7 @@ from inspector.findings import Finding
 from inspector.model import ScannedCheckpoint
 from inspector.repair import plan_repair
 from inspector.scan import scan
+from inspector.storage.guard import origin
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -120,11 +123,20 @@ def comparable(scanned: ScannedCheckpoint, findings: list[Finding]) -> list[tupl
     ]
 
 
-def demo_and_fixture_names() -> list[str]:
+def demo_and_fixture_names() -> list[object]:
+    """Every demo and golden fixture; a fixture of a format with no reader yet is a strict
+    expected failure with the reason (`tests/golden_manifest.py`), never a silent skip."""
     from inspector.demo import demo_names
 
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
-    return [f"demo/{n}" for n in demo_names()] + [f"fixture/{n}" for n in manifest]
+    fixtures = [
+        pytest.param(
+            f"fixture/{n}",
+            marks=[pytest.mark.xfail(strict=True, reason=why)] if (why := unreadable(n)) else [],
+        )
+        for n in manifest
+    ]
+    return [f"demo/{n}" for n in demo_names()] + fixtures
 
 
 # -- the same findings as the local copy -----------------------------------------------------
@@ -450,7 +462,7 @@ def test_cli_commands_take_urls(
     out = tmp_path / "consolidated"
     assert main(["consolidate", dcp, str(out), "--no-progress", *option]) == 0
     assert main(["consolidate", dcp, str(out), "--no-progress", "--resume", *option]) == 0
-    assert "resumed: 4 complete file(s) kept" in capsys.readouterr().out
+    assert "resumed: 4 complete files kept" in capsys.readouterr().out
 
 
 def test_progress_bar_when_asked(
@@ -530,3 +542,114 @@ def test_consolidate_from_s3_keeps_requests_and_memory_bounded(
     assert peak == 2 and requests > 2 * len(plan.outputs)
     for path in sorted((tmp_path / "local").iterdir()):
         assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+# -- hostile S3 answers (the HTTP and Hub cases: tests/test_remote_hostile.py) ---------------
+
+FAST = {"timeout": 3.0, "read_timeout": 1.0}
+FAST_ARGS = ["--timeout", "3", "--read-timeout", "1"]
+
+
+def on_shards(answer: Callable[[str], Answer]) -> Callable[[str, str, int], Answer | None]:
+    """A fault rule answering every GET of a shard of s3://ckpts/big with `answer(path)`."""
+
+    def rule(method: str, path: str, n: int) -> Answer | None:
+        if method == "GET" and path.startswith(f"/{BUCKET}/big/") and path.endswith(".safetensors"):
+            return answer(path)
+        return None
+
+    return rule
+
+
+def test_s3_range_ignored_costs_only_the_asked_prefix(big: Path, endpoint: str) -> None:
+    """GetObject with a Range answered 200 with the whole object, then again without end:
+    the read-ahead from byte 0 is taken from it and nothing more; the long header's second
+    read (from further in) is refused by name."""
+
+    def whole(path: str) -> Answer:
+        body = (big / path.rsplit("/", 1)[1]).read_bytes()
+        head = {"ETag": '"0"', "Content-Type": "binary/octet-stream"}
+        return Answer(200, head, body, forever=True)
+
+    with Proxy(endpoint, fault=on_shards(whole)) as hostile:
+        start = time.monotonic()
+        scanned = scan(
+            f"s3://{BUCKET}/big",
+            storage_options={"endpoint_url": hostile.url},
+            read_ahead=16 << 10,
+            **FAST,
+        )
+        took = time.monotonic() - start
+    assert took < 15
+    assert [s.readable for s in scanned.shards] == [True, True, True, False]
+    refused = [f for f in scanned.problems if f.file == scanned.shards[-1].file]
+    assert refused[0].code == "header-unreadable" and "ignores Range" in refused[0].message
+
+
+def test_s3_redirect_to_another_origin_is_refused(big: Path, endpoint: str) -> None:
+    """aiohttp would follow a 307 to another host by itself (aiobotocore does not stop it):
+    the guarded session refuses it, naming both origins, and the other host gets nothing."""
+    with Proxy(endpoint) as other:
+        away = on_shards(lambda path: Answer(307, {"Location": other.url + path}))
+        with Proxy(endpoint, fault=away) as hostile:
+            scanned = scan(f"s3://{BUCKET}/big", storage_options={"endpoint_url": hostile.url})
+        assert other.requests == 0
+    unsafe = [f for f in scanned.problems if f.code == "file-unsafe"]
+    assert len(unsafe) == 4
+    assert f"({origin(hostile.url)} -> {origin(other.url)})" in unsafe[0].message
+
+
+def test_s3_stalled_body_is_one_line(
+    big: Path, endpoint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stall = on_shards(lambda path: Answer(200, {"ETag": '"0"'}, b"", length=1 << 20, stall=True))
+    with Proxy(endpoint, fault=stall) as hostile:
+        start = time.monotonic()
+        option = f"endpoint_url={hostile.url}"
+        line = cli_error(
+            ["scan", f"s3://{BUCKET}/big", "--storage-option", option, *FAST_ARGS], capsys
+        )
+        took = time.monotonic() - start
+    assert took < 10
+    assert "(--read-timeout)" in line or "(--timeout" in line
+
+
+def listing_page(n: int, *, keys: int) -> bytes:
+    rows = "".join(
+        f"<Contents><Key>big/p{n}-{i}.json</Key><Size>2</Size></Contents>" for i in range(keys)
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?><ListBucketResult '
+        'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Name>{BUCKET}</Name><Prefix>big/</Prefix><KeyCount>{keys}</KeyCount>"
+        f"<MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>"
+        f"<NextContinuationToken>t{n}</NextContinuationToken>{rows}</ListBucketResult>"
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (lambda n: Answer(200, body=listing_page(n, keys=1000)), "goes on past 200,000 entries"),
+        (lambda n: Answer(200, body=listing_page(n, keys=0)), "goes on past 1,000 pages"),
+        (
+            lambda n: Answer(200, body=b"<?xml", length=100_000_000, stall=True),
+            "over the 16,777,216-byte limit",
+        ),
+    ],
+    ids=["entries", "pages", "one-huge-page"],
+)
+def test_s3_endless_listing_is_one_line(
+    endpoint: str, bucket: str, answer, expected: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def rule(method: str, path: str, n: int) -> Answer | None:
+        return answer(n) if "list-type=2" in path else None
+
+    with Proxy(endpoint, fault=rule) as hostile:
+        start = time.monotonic()
+        option = f"endpoint_url={hostile.url}"
+        line = cli_error(
+            ["scan", f"s3://{BUCKET}/big", "--storage-option", option, *FAST_ARGS[2:]], capsys
+        )
+        took = time.monotonic() - start
+    assert expected in line and "cannot be listed" in line and took < 60

@@ -15,6 +15,8 @@ from safetensors.torch import save_file
 
 from inspector import atomic, check, scan
 from inspector.cli import main
+from inspector.model_load import load_verdict
+from inspector.parameters import count_parameters
 from inspector.repair import plan_index, plan_repair, plan_sidecars
 
 INDEX = "model.safetensors.index.json"
@@ -199,9 +201,11 @@ def test_total_parameters_counted_as_its_writer_counts(
     case: str, stated: int | None, tmp_path: Path
 ) -> None:
     """Model-Optimizer's count leaves out quantization scales (NVFP4: 16,736 of 18,318 stored
-    elements), transformers' leaves out buffers (e_score_correction_bias): both are healthy,
-    without a model to say so, and a rebuilt index keeps the writer's count. A tensor lost
-    from the index comes back counted the same way."""
+    elements, packed weights per byte), transformers' leaves out buffers
+    (e_score_correction_bias): both are healthy, without a model to say so, and a repair
+    that changes nothing else keeps the writer's count. An index rebuilt with a tensor back
+    states the one count the project shows everywhere (values: NVFP4 unpacked, scales and
+    buffers left out), which is the model's own count, and is clean too."""
     folder = tmp_path / "ckpt"
     shutil.copytree(GOLDEN / case, folder)
     index = json.loads((folder / INDEX).read_text())
@@ -211,14 +215,19 @@ def test_total_parameters_counted_as_its_writer_counts(
     assert int(scanned.tensors["numel"].sum()) > stated
     assert [f for f in check(scanned, model=False) if f.severity != "info"] == []
     assert plan_repair(scanned).empty
-    # Drop an entry: the rebuilt index lists it again and restores the writer's count.
+    # Drop an entry: the rebuilt index lists it again, with the project's count.
     dropped = next(
         n for n in index["weight_map"] if n.endswith(("weight_scale", "correction_bias"))
     )
     file = index["weight_map"].pop(dropped)
     (folder / INDEX).write_text(json.dumps(index, indent=2))
     (write,) = plan_index(scan(folder)).writes
-    assert json.loads(write.new)["metadata"]["total_parameters"] == stated
+    rebuilt = json.loads(write.new)["metadata"]["total_parameters"]
+    ours = count_parameters(scanned.tensors, config=scanned.config)
+    assert rebuilt == ours == load_verdict(scanned).parameters
+    assert f"total_parameters {stated} -> {ours}" in write.changes or stated == ours
+    (folder / INDEX).write_text(write.new)
+    assert [f for f in check(scan(folder)) if f.severity != "info"] == []
     # A count no writer gives is reported with the ways each writer counts.
     index["metadata"]["total_parameters"] = stated + 1
     index["weight_map"][dropped] = file

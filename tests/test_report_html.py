@@ -186,8 +186,8 @@ def test_report_and_markdown_list_problems_with_their_fix(report, checkpoint: Pa
     assert "model-<wbr>00004-<wbr>of-<wbr>00004.<wbr>safetensors" in text
     assert "word-break: break-all" not in text
     md = markdown_summary(scan(checkpoint), check(scan(checkpoint)))
-    assert "**Problems** (findings grouped by root cause)" in md
-    assert re.search(r"- \*\*error\*\*: .*experts missing.*Fix: re-export", md)
+    assert "**Issues** (findings grouped by root cause, each with its fix)" in md
+    assert re.search(r"- \*\*error\*\*: .*experts missing.*Fix: copy them back.*--from REF", md)
 
 
 def test_report_says_whether_it_loads_with_the_names_escaped(checkpoint: Path, tmp_path: Path):

@@ -498,7 +498,7 @@ def test_findings_per_code_are_capped(tmp_path: Path) -> None:
     found = only(scan(path), "unknown-dtype")
     # The project's one fold policy: FOLD.per_file listed, the rest in one summary.
     assert len(found) == FOLD.per_file + 1
-    assert f"{60 - FOLD.per_file} more unknown-dtype problems" in found[-1].message
+    assert f"{60 - FOLD.per_file} more unknown-dtype findings" in found[-1].message
 
 
 def test_hostile_shape_with_many_huge_dims_is_fast(tmp_path: Path) -> None:

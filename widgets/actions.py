@@ -8,7 +8,6 @@ notebook as a traceback.
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,12 +19,17 @@ from inspector.widgets.guard import error_html as _error
 from inspector.widgets.report import write_html_report
 
 from inspector.consolidate import default_destination, plan_consolidation
-from inspector.errors import PlanRefusedError
+from inspector.errors import InspectorError, PlanRefusedError
 from inspector.findings import findings_to_frame
-from inspector.html_repr import diff_html, findings_html, severity_badge, text_html
+from inspector.html_repr import diff_html, findings_html, html_text, severity_badge, text_html
 from inspector.markdown import markdown_summary
-from inspector.repair import plan_repair, preview_repair
+from inspector.references import consolidation_reference, restore_reference
+from inspector.repair import RepairPlan, plan_repair, preview_repair
+from inspector.repair_all import plan_all
+from inspector.restore import RestorePlan, plan_restore
+from inspector.scan import scan
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector.words import plural
 
 if TYPE_CHECKING:
     from inspector.widgets.dashboard import Dashboard
@@ -49,9 +53,13 @@ def _hidden(widget: w.Widget, hidden: bool) -> None:
 class RepairPanel:
     """The repair plan as words and a diff, and what it fixes: the findings the plan resolves
     and those it cannot (with what would fix them), from `preview_repair` re-checking the
-    checkpoint as the plan leaves it. Repair is enabled only when the plan fixes an error or a
-    warning; it asks for confirmation, executes the plan, shows what was written and where
-    the backups are, and refreshes the dashboard."""
+    checkpoint as the plan leaves it. By default the plan is every part at once
+    (`inspector.repair_all.plan_all`), so what is left is never the next part of the same
+    repair; lost tensors are restored from a reference (`inspector.restore.plan_restore`,
+    the field pre-filled with the candidate `inspector.references` knows). Repair is enabled
+    only when the plan fixes an error or a warning (or writes tensors back); it asks for
+    confirmation, executes the plan, shows what was written and where the backups are, and
+    refreshes the dashboard."""
 
     _PARTS = ("index", "sidecars", "quant-config")
 
@@ -60,13 +68,24 @@ class RepairPanel:
         self.plan: Any = None
         self.preview: Any = None
         self.parts: tuple[str, ...] = ()
+        # The reference `repair --from` copies lost tensors from (None: a repair plan).
+        self.restoring: str | None = None
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
         self.scope = w.HTML().add_class("ckpt-repair-scope")
         self.verdict = w.HTML().add_class("ckpt-repair-verdict")
         self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
-        all_parts = button("Plan all parts", "ckpt-plan-all", icon="expand")
+        all_parts = button("Repair all", "ckpt-plan-all", icon="expand")
         all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
+        candidate = restore_reference(dash.scanned)
+        self.source = w.Text(
+            value=candidate.path if candidate is not None else "",
+            placeholder="a checkpoint that holds the lost tensors (folder or URL)",
+            description="restore from",
+            layout=w.Layout(width="60%"),
+        ).add_class("ckpt-restore-source")
+        restore = button("Plan restore", "ckpt-plan-restore", icon="download")
+        restore.on_click(guarded(lambda: self.use_restore(self.source.value.strip()), self.verdict))
         replan = button("Plan again", "ckpt-plan-button", icon="refresh")
         replan.on_click(guarded(lambda: self.make_plan(), self.verdict))
         self.plan_view = w.HTML().add_class("ckpt-repair-plan")
@@ -84,6 +103,7 @@ class RepairPanel:
                 self.result,
                 w.HBox([self.scope, all_parts], layout=wrap),
                 w.HBox([self.duplicates, self.quant, replan], layout=wrap),
+                w.HBox([self.source, restore], layout=wrap),
                 self.verdict,
                 w.HBox([self.repair]),
                 self.confirm_box,
@@ -94,10 +114,18 @@ class RepairPanel:
         self.make_plan()
 
     def use_parts(self, parts: tuple[str, ...]) -> None:
-        """Plan only `parts` (index, sidecars, quant-config); all of them when empty."""
-        self.parts = tuple(parts)
+        """Plan only `parts` (index, sidecars, quant-config); all of them when empty or
+        "all"."""
+        self.parts = () if "all" in parts else tuple(parts)
+        self.restoring = None
         if "quant-config" in self.parts:
             self.quant.value = True
+        self.make_plan()
+
+    def use_restore(self, source: str) -> None:
+        """Plan copying the tensors this checkpoint lost back from `source`."""
+        self.source.value = source
+        self.restoring = source
         self.make_plan()
 
     def make_plan(self) -> None:
@@ -105,26 +133,29 @@ class RepairPanel:
         preview what the plan fixes."""
         self.ask(cancel=True)
         state = self.dash.state
-        self.scope.value = (
-            f"plan: <b>{html.escape(', '.join(self.parts))}</b> only"
-            if self.parts
-            else "plan: every part that applies (index, sidecars; quant config when ticked)"
-        )
+        if self.restoring is not None:
+            self.scope.value = (
+                f"plan: restore lost tensors from <code>{html_text(self.restoring)}</code>"
+            )
+        elif self.parts:
+            self.scope.value = f"plan: <b>{html_text(', '.join(self.parts))}</b> only"
+        else:
+            self.scope.value = (
+                "plan: all parts at once (index, sidecars, quantization config; the re-shard "
+                "of a checkpoint collapsed into one file)"
+            )
         try:
-            self.plan = plan_repair(
-                state.scanned,
-                only=set(self.parts) or None,
-                duplicates=self.duplicates.value or None,
-                quant_config=self.quant.value,
-            )
-            self.preview = preview_repair(
-                self.plan,
-                state.scanned,
-                findings=state.findings,
-                verdict=state.verdict,
-                model=state.verdict is not None,
-                trust_remote_code=self.dash.trust_remote_code,
-            )
+            self.plan = self._plan(state)
+            self.preview = None
+            if isinstance(self.plan, RepairPlan):
+                self.preview = preview_repair(
+                    self.plan,
+                    state.scanned,
+                    findings=state.findings,
+                    verdict=state.verdict,
+                    model=state.verdict is not None,
+                    trust_remote_code=self.dash.trust_remote_code,
+                )
         except _EXPECTED as exc:
             self.plan, self.preview = None, None
             self.verdict.value = _error(exc)
@@ -134,24 +165,49 @@ class RepairPanel:
             self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
         self.repair.disabled = not self.worth_it
 
+    def _new_shards(self) -> list[str]:
+        """The shards a restore or re-shard plan writes."""
+        copy = getattr(self.plan, "copy", None)
+        return [o.name for o in copy.outputs] if copy is not None else []
+
+    def _plan(self, state: Any) -> Any:
+        """The plan the panel's options ask for (see `make_plan`)."""
+        if self.restoring is not None:
+            if not self.restoring:
+                raise InspectorError(
+                    "name the checkpoint to restore from: a folder or URL that holds the "
+                    "tensors this one lost"
+                )
+            return plan_restore(state.scanned, scan(self.restoring))
+        if not self.parts:
+            return plan_all(state.scanned, duplicates=self.duplicates.value or None)
+        return plan_repair(
+            state.scanned,
+            only=set(self.parts),
+            duplicates=self.duplicates.value or None,
+            quant_config=self.quant.value,
+        )
+
     @property
     def worth_it(self) -> bool:
-        """True when the plan writes something and fixes an error or a warning."""
-        return (
-            self.plan is not None
-            and not self.plan.empty
-            and self.preview is not None
-            and self.preview.matters
-        )
+        """True when the plan writes something and fixes an error or a warning (a plan that
+        writes shards, re-shard or restore, is checked once it ran)."""
+        if self.plan is None or self.plan.empty:
+            return False
+        return self.preview is None or self.preview.matters
 
     def ask(self, *, cancel: bool = False) -> None:
         """Show (or with `cancel`, hide) the confirm / cancel pair."""
         if not cancel and self.worth_it:
-            files = ", ".join(wr.path for wr in self.plan.writes)
+            files = ", ".join([*self._new_shards(), *(wr.path for wr in self.plan.writes)])
+            fixes = (
+                f" It fixes {plural(len(self.preview.fixes), 'finding')}."
+                if self.preview is not None
+                else ""
+            )
             self.question.value = (
-                f"Rewrite {html.escape(files)} in <code>{html.escape(str(self.plan.root))}</code>"
-                f"? It fixes {len(self.preview.fixes):,} findings. "
-                "The current files are backed up first."
+                f"Write {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
+                f"?{fixes} The current files are backed up first."
             )
             _hidden(self.confirm_box, False)
             self.repair.disabled = True
@@ -172,8 +228,20 @@ class RepairPanel:
         self.dash.refresh()
 
     def _verdict_html(self) -> str:
-        """What the plan fixes and what it cannot, in problems (with what fixes the rest)."""
+        """What the plan fixes and what it cannot, in issues (with what fixes the rest)."""
         state, preview = self.dash.state, self.preview
+        if preview is None:
+            what = (
+                f"restores {plural(len(self.plan.restored), 'tensor')}"
+                if isinstance(self.plan, RestorePlan)
+                else "writes new shards"
+            )
+            return (
+                f"<div style='line-height:1.5'><b>This plan {what}</b> (nothing is written "
+                "until you confirm); the checks run on the result once it is written.</div>"
+                if not self.plan.empty
+                else "<div><b>Nothing to write:</b> see the plan below for why.</div>"
+            )
         fixed = set(preview.fixes)
         fixes = [p for p in state.problems if fixed & set(p.findings)]
         rest = [p for p in state.problems if not set(p.findings) <= fixed]
@@ -182,7 +250,7 @@ class RepairPanel:
             lines.append(
                 "<b>No findings: nothing to repair.</b>"
                 + (
-                    f" (A plan would only change: {html.escape(_changes(self.plan))}.)"
+                    f" (A plan would only change: {html_text(_changes(self.plan))}.)"
                     if self.plan.writes
                     else ""
                 )
@@ -195,22 +263,23 @@ class RepairPanel:
             lines.append(
                 "<b>This plan fixes no error or warning</b>, so Repair is disabled"
                 + (
-                    f" (it would only change: {html.escape(_changes(self.plan))})."
+                    f" (it would only change: {html_text(_changes(self.plan))})."
                     if self.plan.writes
                     else "."
                 )
             )
         else:
             lines.append(
-                f"<b>This plan fixes {len(preview.fixes):,} of {len(state.findings):,} "
-                "findings:</b><ul>"
-                + "".join(f"<li>{html.escape(p.title)}</li>" for p in fixes)
+                f"<b>This plan fixes {len(preview.fixes):,} of "
+                f"{plural(len(state.findings), 'finding')}:</b><ul>"
+                + "".join(f"<li>{html_text(p.title)}</li>" for p in fixes)
                 + "</ul>"
             )
         if preview.introduces:
             lines.append(
-                f"<b style='color:#b07d00'>It would add {len(preview.introduces)} findings</b> "
-                f"({html.escape(', '.join(sorted({f.code for f in preview.introduces})))}) "
+                f"<b style='color:#b07d00'>It would add "
+                f"{plural(len(preview.introduces), 'finding')}</b> "
+                f"({html_text(', '.join(sorted({f.code for f in preview.introduces})))}) "
                 "until the other parts are repaired too: plan all parts to fix everything "
                 "at once."
             )
@@ -218,8 +287,8 @@ class RepairPanel:
             lines.append(
                 "<b>It cannot fix:</b><ul>"
                 + "".join(
-                    f"<li>{severity_badge(p.severity)} {html.escape(p.title)}: "
-                    f"{html.escape(p.action.text)} <code>{html.escape(p.action.command)}</code>"
+                    f"<li>{severity_badge(p.severity)} {html_text(p.title)}: "
+                    f"{html_text(p.action.text)} <code>{html_text(p.action.command)}</code>"
                     "</li>"
                     for p in rest
                 )
@@ -233,8 +302,8 @@ class RepairPanel:
     def _result_html(result: Any) -> str:
         if result is None:
             return ""
-        written = "".join(f"<li><code>{html.escape(p)}</code></li>" for p in result.written)
-        backup = html.escape(str(result.backup_dir)) if result.backup_dir else "none"
+        written = "".join(f"<li><code>{html_text(p)}</code></li>" for p in result.written)
+        backup = html_text(result.backup_dir) if result.backup_dir else "none"
         remaining = findings_to_frame(result.remaining)
         return (
             '<div style="border-left:4px solid #2ca02c;padding-left:8px">'
@@ -263,7 +332,14 @@ class ConsolidatePanel:
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
-        self.reference = w.Text(placeholder="optional: HF folder or index", description="reference")
+        # A recorded mapping that collapses every tensor into one file is replaced by the
+        # reference its finding names (`inspector.references`): shown, so it can be changed.
+        suggested = consolidation_reference(dash.scanned)
+        self.reference = w.Text(
+            value=suggested.path if suggested is not None else "",
+            placeholder="optional: HF folder or index",
+            description="reference",
+        ).add_class("ckpt-consolidate-reference")
         self.max_size = w.Text(
             value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
         )
@@ -286,10 +362,16 @@ class ConsolidatePanel:
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
         note = ""
+        if suggested is not None:
+            note = (
+                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
+                f"the reference is {html_text(suggested.label)}, which names "
+                f"{plural(suggested.files, 'file')}.</i>"
+            )
         if dash.scanned.dcp is None:
             note = (
                 f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html.escape(dash.scanned.layout)}, so planning will refuse.</i>"
+                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
             )
         form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
         self.widget = w.VBox(
@@ -345,7 +427,13 @@ class ConsolidatePanel:
             return None
         finally:
             self.run.disabled = False
-        verdict = "verified: no finding" if result.ok else "verification found problems"
+        verdict = (
+            "verified: no finding"
+            if result.ok
+            else f"verification: {plural(len(result.findings), 'finding')}"
+            + (", partial tensors" if result.partial else "")
+            + (", content differs" if result.data_mismatches else "")
+        )
         color = "#2ca02c" if result.ok else "#d62728"
         self.status.value = f'<div style="color:{color}"><b>{verdict}</b></div>' + text_html(
             result.describe()
@@ -415,7 +503,7 @@ class ReportPanel:
             self.status.value = _error(exc)
             return None
         size = target.stat().st_size
-        self.status.value = f"Wrote <code>{html.escape(str(target))}</code> ({size:,} bytes)."
+        self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."
         return target
 
     def show_markdown(self) -> str:

@@ -14,7 +14,6 @@ keeps the two selections equal.
 
 from __future__ import annotations
 
-import html
 import os
 import threading
 from pathlib import Path
@@ -25,9 +24,11 @@ import pandas as pd
 from inspector.widgets.grid import GridCells, choice, make_grid, match_expression, table_name
 from inspector.widgets.guard import guarded
 
+from inspector.display import legible
 from inspector.errors import InspectorError
+from inspector.html_repr import html_text
 from inspector.model import ScannedCheckpoint
-from inspector.query import TensorQuery, export_tensors
+from inspector.query import TensorQuery, export_tensors, missing_notes
 
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
 
@@ -56,12 +57,15 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
-    and expert numbers kept as integers, shapes as text, sizes and element counts as numbers."""
+    and expert numbers kept as integers, shapes as text, sizes and element counts as numbers.
+    Names are shown legible (`inspector.display.legible`: bounded, control characters
+    escaped), which leaves every name a writer produces as it is; the export writes the exact
+    names."""
     # A 300,000-tensor MoE has a few dozen distinct shapes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
     return pd.DataFrame(
         {
-            "name": tensors["name"].astype(str).to_numpy(dtype=object),
+            "name": _legible(tensors["name"]),
             "dtype": tensors["dtype"].astype(str).to_numpy(dtype=object),
             "shape": [
                 shapes.get(s) or shapes.setdefault(s, "[" + ", ".join(map(str, s)) + "]")
@@ -72,11 +76,15 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
             "layer": tensors["layer"].astype("Int64"),
             "expert": tensors["expert"].astype("Int64"),
             "kind": tensors["kind"].astype(str).to_numpy(dtype=object),
-            "file": tensors["file"].astype(str).to_numpy(dtype=object),
-            "module": tensors["module"].astype(str).to_numpy(dtype=object),
-            "param": tensors["param"].astype(str).to_numpy(dtype=object),
+            "file": _legible(tensors["file"]),
+            "module": _legible(tensors["module"]),
+            "param": _legible(tensors["param"]),
         }
     )
+
+
+def _legible(column: pd.Series) -> list[str]:
+    return [legible(v) for v in column.astype(str).tolist()]
 
 
 def grid_config(query: TensorQuery) -> dict[str, Any]:
@@ -230,11 +238,9 @@ class TensorBrowser:
             rows = self.query.apply(self.tensors)
             written = export_tensors(rows, target, format=kind)
         except (InspectorError, OSError) as exc:
-            self.export_status.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.export_status.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return None
-        self.export_status.value = (
-            f"wrote {len(rows):,} rows to <code>{html.escape(str(written))}</code>"
-        )
+        self.export_status.value = f"wrote {len(rows):,} rows to <code>{html_text(written)}</code>"
         return written
 
     def close(self) -> None:
@@ -264,7 +270,7 @@ class TensorBrowser:
         try:
             config = grid_config(query)
         except InspectorError as exc:
-            self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+            self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return
         with self._grid_lock:  # a grid being created takes this query or gets it here
             self.query = query
@@ -273,9 +279,14 @@ class TensorBrowser:
                 self.grid.filter = config["filter"]
         total = len(self.tensors)
         n = self.matches() if config["filter"] else total
+        # What the filter would show were the checkpoint whole: a missing expert says so.
+        missing = "".join(
+            f"<div class='ckpt-tensor-missing' style='color:#d62728'>{html_text(note)}</div>"
+            for note in missing_notes(query, self.scanned)
+        )
         self.count.value = (
             f"<b>{n:,}</b> of {total:,} tensors match "
-            f"<span style='color:#666'>({html.escape(query.describe())})</span>"
+            f"<span style='color:#666'>({html_text(query.describe())})</span>{missing}"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

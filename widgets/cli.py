@@ -17,6 +17,7 @@ from inspector.cli import (
     scan_from_args,
     verdict_from_args,
 )
+from inspector.display import legible
 
 __all__ = ["register"]
 
@@ -77,5 +78,5 @@ def _cmd_report(args: argparse.Namespace) -> int:
     written = write_html_report(
         scanned, findings, args.output or default, verdict=verdict, figures=args.figures
     )
-    print(f"wrote {written}", file=sys.stderr if args.markdown else sys.stdout)
+    print(f"wrote {legible(written)}", file=sys.stderr if args.markdown else sys.stdout)
     return EXIT_OK

@@ -1,5 +1,8 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
 
+Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
+one root cause with its fix (the Overview lists issues, the Findings tab findings).
+
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
@@ -16,7 +19,7 @@ else together, so the Overview is drawn from the plain checks and the verdict is
 thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
 holds its findings and problems too. The Overview, Tensors, Files, Layers and Experts tabs are
 drawn from `dash.current` (Files and Layers recount their findings when the verdict arrives:
-`when_checked`); Drift and Repair list the load check's findings, so they wait for `dash.state`.
+`when_checked`); Findings and Repair list the load check's findings, so they wait for `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
@@ -26,10 +29,10 @@ them.
 
 from __future__ import annotations
 
-import html
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -43,21 +46,25 @@ from inspector.widgets.guard import EXPECTED_ERRORS, captured, error_html, guard
 from inspector.widgets.snapshot import headless
 
 from inspector.checks import check
+from inspector.display import legible
 from inspector.findings import Finding, findings_per_file, findings_to_frame, severity_rank
 from inspector.html_repr import (
     code_help_html,
     facts_html,
     findings_html,
     frame_html,
+    html_text,
     load_verdict_html,
     problem_html,
     severity_badge,
 )
 from inspector.model import ScannedCheckpoint
 from inspector.problems import Problem, group_problems
-from inspector.query import TensorQuery
+from inspector.query import TensorQuery, query_for_finding
+from inspector.references import restore_reference
 from inspector.scan import scan
 from inspector.storage import Location, RemoteURL
+from inspector.words import FINDING, ISSUE, plural, severity_counts
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -129,7 +136,7 @@ class CheckpointState:
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Tensors, Files, Experts, Layers, Drift, Repair, Consolidate, Report.
+    Tabs: Overview, Tensors, Files, Experts, Layers, Findings, Repair, Consolidate, Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
@@ -145,7 +152,7 @@ class Dashboard:
         "Files",
         "Experts",
         "Layers",
-        "Drift",
+        "Findings",
         "Repair",
         "Consolidate",
         "Report",
@@ -156,7 +163,7 @@ class Dashboard:
     # that list the load check's findings wait for it. A click never waits for the worker: a
     # tab not built yet shows a spinner and is built in a thread of its own (`_on_select`).
     PREBUILT = ("Tensors", "Layers", "Files", "Experts")
-    PREBUILT_WITH_VERDICT = ("Drift", "Repair")
+    PREBUILT_WITH_VERDICT = ("Findings", "Repair")
 
     def __init__(
         self,
@@ -190,7 +197,7 @@ class Dashboard:
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
-            "Drift": lambda: DriftPanel(self),
+            "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),
             "Report": lambda: ReportPanel(self),
@@ -482,16 +489,19 @@ class Dashboard:
         return experts
 
     def show_findings(self, codes: Sequence[str] = ()) -> Any:
-        """The Drift tab, showing the findings of `codes` (all when empty)."""
-        drift = self.select("Drift")
-        drift.show_codes(codes)
-        return drift
+        """The Findings tab, showing the findings of `codes` (all when empty)."""
+        panel = self.select("Findings")
+        panel.show_codes(codes)
+        return panel
 
     def follow(self, finding: Finding) -> Any:
-        """Open what a finding is about: its tensor, its heatmap cell or its file."""
+        """Open what a finding is about: its tensor (as stored: a model key of the load check
+        or a fused expert name shows the stored tensors behind it), its heatmap cell or its
+        file."""
         shards = set(self.scanned.files["file"].astype(str)) if len(self.scanned.files) else set()
         if finding.tensor:
-            return self.show_tensors(TensorQuery(names=(finding.tensor,)))
+            verdict = self.current.verdict
+            return self.show_tensors(query_for_finding(finding, self.scanned.tensors, verdict))
         if finding.layer is not None and len(self.scanned.experts):
             return self.show_cell(finding.layer, finding.expert)
         if finding.file in shards:
@@ -505,6 +515,15 @@ class Dashboard:
         panel.ask()
         return panel
 
+    def restore(self, source: str = "") -> Any:
+        """The Repair tab planning to copy lost tensors back from `source` (the candidate
+        reference when known; otherwise the field waits for one)."""
+        panel = self.select("Repair")
+        if source:
+            panel.use_restore(source)
+            panel.ask()
+        return panel
+
     # -- drawing -----------------------------------------------------------------------------
 
     def _draw(self) -> None:
@@ -515,23 +534,24 @@ class Dashboard:
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
-        counts = pd.Series([str(p.severity) for p in problems], dtype=object).value_counts()
-        verdict = ", ".join(
-            f"{int(counts.get(k, 0))} {k}" for k in ("error", "warning", "info") if counts.get(k)
-        )
+        counts = Counter(str(p.severity) for p in problems)
         verdict = (
-            f"{len(problems)} problem{'s' if len(problems) != 1 else ''} ({verdict})"
+            f"{plural(len(problems), ISSUE)} ({severity_counts(counts)})"
             if problems
-            else "<span style='color:#2ca02c'>no problems</span>"
+            else "<span style='color:#2ca02c'>no issues</span>"
         )
+        if self.current.pending:
+            verdict += " <i style='color:#666'>(checking whether it loads...)</i>"
         self.header.value = (
             f"<div style='overflow-wrap:anywhere'><b>{_esc(s.path.name)}</b> &nbsp; "
             f"<code>{_esc(s.path)}</code> &nbsp; layout <b>{_esc(s.layout)}</b> &nbsp; "
             f"{verdict}</div>"
         )
         titles = list(self.TABS)
-        pending = ", checking" if self.current.pending else ""
-        titles[self.TABS.index("Drift")] = f"Drift ({len(self.current.findings)}{pending})"
+        # Short enough for the tab (JupyterLab cuts titles past ~16 characters); while the
+        # load check runs, the count may still grow: "...".
+        more = "..." if self.current.pending else ""
+        titles[self.TABS.index("Findings")] = f"Findings ({len(self.current.findings):,}{more})"
         self.tab.titles = tuple(titles)
 
     def _ipython_display_(self) -> None:
@@ -575,30 +595,34 @@ class Dashboard:
 
 
 class OverviewPanel:
-    """Problems first (what is wrong, its impact, what fixes it, with buttons that fix it or
+    """Issues first (what is wrong, its impact, what fixes it, with buttons that fix it or
     show it), then whether the model code would load the checkpoint, then its facts. Drawn
     from `dash.current`: while the load check runs it says so, and is redrawn when done."""
 
     def __init__(self, dash: Dashboard) -> None:
         state = dash.current
         problems = state.problems
+        findings = plural(len(state.findings), FINDING)
         if problems:
-            n_findings = len(state.findings)
             head = (
-                f"<h3 style='margin:4px 0'>{len(problems)} problem"
-                f"{'s' if len(problems) != 1 else ''} "
-                f"<span style='font-weight:normal;color:#666'>({n_findings:,} findings)</span>"
-                "</h3>"
+                f"<h3 style='margin:4px 0'>{plural(len(problems), ISSUE)} "
+                f"<span style='font-weight:normal;color:#666'>({findings})</span></h3>"
             )
         else:
             head = (
-                "<h3 style='margin:4px 0;color:#2ca02c'>No problems found</h3>"
-                f"<div style='color:#666'>{len(state.findings)} findings</div>"
+                "<h3 style='margin:4px 0;color:#2ca02c'>No issues found</h3>"
+                f"<div style='color:#666'>{findings}</div>"
             )
         cards = [_problem_card(dash, p) for p in problems]
+        actions = []
+        if any(p.action.kind in ("repair", "reshard") for p in problems):
+            fix_all = button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
+            fix_all.on_click(lambda _: dash.repair(("all",)))
+            actions.append(fix_all)
         self.widget = w.VBox(
             [
                 w.HTML(head).add_class("ckpt-overview-verdict"),
+                w.HBox(actions),
                 _load_box(dash, state),
                 *cards,
                 w.HTML(facts_html(state.scanned, state.findings)).add_class("ckpt-facts"),
@@ -665,6 +689,15 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
         )
         fix.on_click(guarded(lambda: dash.repair(action.parts), dash.notice))
         buttons.append(fix)
+    elif action.kind == "restore" and " --from " in action.command:
+        found = restore_reference(dash.scanned)
+        back = button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
+        back.on_click(lambda _: dash.restore(found.path if found is not None else ""))
+        buttons.append(back)
+    elif action.kind == "reshard":
+        split = button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
+        split.on_click(lambda _: dash.repair(("all",)))
+        buttons.append(split)
     elif action.kind == "consolidate":
         go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
         go.on_click(guarded(lambda: dash.select("Consolidate"), dash.notice))
@@ -789,7 +822,7 @@ class FilesPanel:
         counts = findings_per_file(state.findings, f["file"].astype(str))
         return pd.DataFrame(
             {
-                "file": f["file"].astype(str).to_numpy(dtype=object),
+                "file": [legible(v) for v in f["file"].astype(str).tolist()],
                 "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
                 "size": f["size"].astype("Int64"),
                 "outlier": yes_no(self.outliers),
@@ -970,7 +1003,7 @@ class ExpertsPanel:
         self.show(self.zoomed, first + int(points.xs[0]))
 
 
-class DriftPanel:
+class FindingsPanel:
     """The findings, filterable by severity and code, a page at a time; every finding links
     to its tensor, heatmap cell or file, and every shown code is explained."""
 
@@ -1124,7 +1157,7 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
     return w.HTML(
         "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
         "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
-        f"Building {html.escape(what)}...{html.escape(note)}</div>"
+        f"Building {html_text(what)}...{html_text(note)}</div>"
     )
 
 
@@ -1138,4 +1171,4 @@ def _short(text: str, limit: int = 220) -> str:
 
 
 def _esc(value: object) -> str:
-    return html.escape(str(value))
+    return html_text(value)

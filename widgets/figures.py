@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from inspector.display import legible
 from inspector.units import format_bytes, scale_for
 
 __all__ = [
@@ -575,9 +576,10 @@ def _empty_figure(title: str, message: str) -> go.Figure:
 
 
 def _label(text: object) -> str:
-    """Checkpoint-chosen text for a figure: plotly.js renders tags such as <a href> in labels,
-    so `<`, `>` and `&` are escaped (plotly.js shows the entities as the plain characters)."""
-    return html.escape(str(text), quote=False)
+    """Checkpoint-chosen text for a figure: bounded, control characters escaped (`legible`),
+    and, since plotly.js renders tags such as <a href> in labels, `<`, `>` and `&` escaped
+    (plotly.js shows the entities as the plain characters)."""
+    return html.escape(legible(text), quote=False)
 
 
 def _height(n_rows: int) -> int:

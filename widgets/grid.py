@@ -32,7 +32,9 @@ import pandas as pd
 import traitlets
 from inspector.widgets.guard import guarded
 
+from inspector.display import legible
 from inspector.errors import InspectorError
+from inspector.html_repr import html_text
 from inspector.query import name_pattern
 from inspector.units import DECIMAL_UNITS
 
@@ -248,9 +250,9 @@ def make_grid(table: Any, *, columns: Sequence[str], title: str, css_class: str,
 
 
 def choice(label: str, options: Sequence[Any], css: str, *, width: str = "12em") -> w.Dropdown:
-    """A filter dropdown: `any`, then each option."""
+    """A filter dropdown: `any`, then each option (shown legible: a file name may be hostile)."""
     return w.Dropdown(
-        options=[(ANY, None), *((str(v), v) for v in options)],
+        options=[(ANY, None), *((legible(v), v) for v in options)],
         value=None,
         description=label,
         layout=w.Layout(width=width),
@@ -362,7 +364,7 @@ class FrameGrid:
                     self.text_column, self.text.value, regex=self.regex.value
                 )
             except InspectorError as exc:
-                self.count.value = f"<span style='color:#d62728'>{html.escape(str(exc))}</span>"
+                self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
                 return
             expressions[name] = expression
             filters.append([name, "==", True])

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import ipywidgets as w
 
 from inspector.errors import InspectorError
+from inspector.html_repr import html_text
 
 __all__ = ["EXPECTED_ERRORS", "captured", "error_html", "guarded"]
 
@@ -36,12 +37,13 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (InspectorError, ValueError, 
 
 def error_html(exc: BaseException, *, bug: bool = False) -> str:
     """`exc` as one line for the page: its type and the core's message (which names the
-    file, the bad value and what to do); a bug says so."""
+    file, the bad value and what to do), legible (`inspector.html_repr.html_text`: the
+    message may quote a hostile name); a bug says so."""
     prefix = "Unexpected error (a bug; the traceback is in the kernel log): " if bug else ""
     return (
         '<div class="ckpt-error" style="color:#d62728;overflow-wrap:anywhere">'
         f"{html.escape(prefix)}<b>{html.escape(type(exc).__name__)}</b>: "
-        f"{html.escape(str(exc))}</div>"
+        f"{html_text(exc)}</div>"
     )
 
 

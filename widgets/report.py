@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import html
 import os
 from collections.abc import Sequence
 from itertools import groupby
@@ -36,12 +35,14 @@ from inspector.widgets.figures import (
 )
 
 from inspector.atomic import write_atomic
+from inspector.display import NAME_LIMIT
 from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
-from inspector.html_repr import load_verdict_html
+from inspector.html_repr import html_text, load_verdict_html
 from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.words import SEVERITY_ORDER, layers_text, plural
 
 if TYPE_CHECKING:
     from inspector.model_load import LoadVerdict
@@ -118,7 +119,7 @@ def render_html_report(
     load the checkpoint."""
     if figures not in FIGURE_MODES:
         raise ValueError(f"figures={figures!r}: expected one of {', '.join(FIGURE_MODES)}")
-    summary = summarize(scanned, problems=list(findings))
+    summary = summarize(scanned, findings=list(findings))
     charts = [
         ("findings-chart", "", findings_by_code(findings_to_frame(findings)) if findings else None),
         (
@@ -226,7 +227,8 @@ def _summary_section(summary: dict[str, Any]) -> str:
     return (
         f"<section id='summary'>\n<h2>Summary</h2>\n<div class='cards'>{body}</div>\n"
         f"<p><span class='muted'>dtypes:</span> {_e(dtypes or 'none')}</p>\n"
-        f"<p>{_severity_badges(summary['problems'])}</p>\n</section>"
+        f"<p><span class='muted'>parameters:</span> {_e(summary['parameters_rule'])}</p>\n"
+        f"<p>{_severity_badges(summary['findings'])}</p>\n</section>"
     )
 
 
@@ -240,11 +242,12 @@ def _load_section(verdict: LoadVerdict | None) -> str:
 def _problems_section(
     scanned: ScannedCheckpoint, findings: Sequence[Finding], verdict: LoadVerdict | None
 ) -> str:
-    """The findings grouped into problems: what is wrong, its impact, what fixes it."""
+    """The findings grouped into issues (root causes): what is wrong, its impact, what fixes
+    it."""
     problems = group_problems(scanned, findings, verdict=verdict)
-    head = "<section id='problems'>\n<h2>Problems</h2>\n"
+    head = "<section id='problems'>\n<h2>Issues</h2>\n"
     if not problems:
-        return head + "<p class='muted'>No problems.</p>\n</section>"
+        return head + "<p class='muted'>No issues.</p>\n</section>"
     rows = "".join(
         f"<tr class='problem sev-{p.severity}' data-problem='{_e(p.key)}'>"
         f"<td><span class='badge'>{p.severity}</span></td><td><b>{_e(p.title)}</b></td>"
@@ -253,7 +256,7 @@ def _problems_section(
         for p in problems
     )
     columns = "".join(
-        f"<th>{c}</th>" for c in ("severity", "problem", "impact", "what fixes it", "findings")
+        f"<th>{c}</th>" for c in ("severity", "issue", "impact", "what fixes it", "findings")
     )
     return (
         f"{head}<table id='problems-table'>\n<thead><tr>{columns}</tr></thead>\n"
@@ -269,17 +272,15 @@ def _experts_text(summary: dict[str, Any]) -> str:
     low = [layer for layer, n in found.items() if expected is not None and n < expected]
     if not low:
         return f"{expected}"
-    return f"{expected} expected; fewer in layers {fold_ranges(low, limit=4)}"
+    return f"{expected} expected; fewer in {layers_text(low, limit=4)}"
 
 
-def _severity_badges(problems: list[dict[str, Any]]) -> str:
-    if not problems:
+def _severity_badges(findings: list[dict[str, Any]]) -> str:
+    if not findings:
         return "<span class='badge ok'>no findings</span>"
-    counts = {s: sum(p["severity"] == s for p in problems) for s in ("error", "warning", "info")}
+    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITY_ORDER}
     return " ".join(
-        f"<span class='badge sev-{s}'>{n} {s}{'s' if n != 1 else ''}</span>"
-        for s, n in counts.items()
-        if n
+        f"<span class='badge sev-{s}'>{_e(plural(n, s))}</span>" for s, n in counts.items() if n
     )
 
 
@@ -360,13 +361,13 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 
 def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+    return html_text(value)
 
 
 def _name(value: str) -> str:
     """A file or tensor name, escaped, that wraps after its dots, dashes, slashes and
     underscores instead of in the middle of a word."""
-    text = _e(value)
+    text = html_text(value, limit=NAME_LIMIT)
     for sep in (".", "-", "/", "_"):
         text = text.replace(sep, sep + "<wbr>")
     return text

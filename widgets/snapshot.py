@@ -26,13 +26,12 @@ check and renders the figures before it ends, so the saved snapshot is the finis
 from __future__ import annotations
 
 import atexit
-import html
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector.html_repr import facts_html, load_verdict_html, problems_html
+from inspector.html_repr import facts_html, html_text, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -73,14 +72,14 @@ def snapshot_html(state: CheckpointState, *, figures_note: str = "") -> str:
         f"{_HIDE_WHEN_LIVE}<div class='ckpt-snapshot' style='border-left:4px solid #1f77b4;"
         "padding:4px 12px;margin:4px 0'>"
         f"<div style='color:#666;font-size:12px'>Static snapshot of the checkpoint dashboard, "
-        f"{html.escape(when)} (saved with the notebook; run the cell for the interactive "
+        f"{html_text(when)} (saved with the notebook; run the cell for the interactive "
         "view)</div>"
-        f"<h3 style='margin:6px 0'>{html.escape(s.path.name)}: layout "
-        f"{html.escape(s.layout)}</h3>"
+        f"<h3 style='margin:6px 0'>{html_text(s.path.name)}: layout "
+        f"{html_text(s.layout)}</h3>"
         + _load_html(state)
         + problems_html(s, state.findings, verdict=state.verdict)
         + facts_html(s, state.findings)
-        + (f"<div style='color:#666'>{html.escape(figures_note)}</div>" if figures_note else "")
+        + (f"<div style='color:#666'>{html_text(figures_note)}</div>" if figures_note else "")
         + "</div>"
     )
 

@@ -1,7 +1,7 @@
 """Do a tensor's stored chunks cover its full shape exactly once? The one coverage algorithm,
 used by the DCP and the torch_dist checks. Pure.
 
-Exact, never allocates the tensor, and bounded on hostile input. In order:
+Exact, never allocates the tensor, and near-linear in the chunks on any input. In order:
 
 1. a chunk outside the full shape is reported at once (corrupt metadata);
 2. a regular grid (how TP, EP and FSDP shard: along each axis the chunks' intervals tile
@@ -9,30 +9,46 @@ Exact, never allocates the tensor, and bounded on hostile input. In order:
 3. chunks that differ along one axis only (row- or column-sharded, possibly with a gap) are
    one sorted interval sweep along it;
 4. otherwise a grid of counters over the chunk boundaries (one cell per box between
-   consecutive boundaries on every axis) says exactly which regions no chunk or several
-   chunks cover, up to `MAX_CELLS` cells and 32 axes;
-5. past that only volumes are compared (`exact` False).
+   consecutive boundaries on every axis that some chunk does not span) says exactly which
+   regions no chunk or several chunks cover. Each distinct chunk adds +-1 at its corners
+   of a difference grid and one running sum per axis turns that into counts, so the work
+   is the corners (`MAX_CORNERS`) plus the grid (`MAX_CELLS`), never chunks x cells;
+5. past those budgets only volumes are compared (`exact` False): fewer elements than the
+   tensor is a gap and more an overlap, for certain; an equal volume is not proven
+   (`verified` False), which the checks report as `check-budget-exceeded`.
+
+A chunk listed several times (a pickle's memo can repeat one chunk 300,000 times for a few
+bytes each) is one distinct chunk with a count: the first repeat is the overlap reported.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import compress, islice
 from math import prod
+from operator import add, le
 
 import numpy as np
 
-__all__ = ["MAX_CELLS", "Box", "Chunk", "Coverage", "coverage"]
+__all__ = ["MAX_CELLS", "MAX_CORNERS", "Box", "Chunk", "Coverage", "coverage"]
 
 # (offsets, sizes) of one stored chunk.
 Chunk = tuple[tuple[int, ...], tuple[int, ...]]
 # A region as (start, stop) per axis.
 Box = tuple[tuple[int, int], ...]
 
-# Cells of the exact counter grid; past this only volumes are compared.
+# Points of the exact counter grid (boundaries per axis multiplied); past this, or past
+# `MAX_CORNERS`, only volumes are compared. Real checkpoints need a few hundred at most:
+# everything but a hostile file is a regular grid or a one-axis split.
 MAX_CELLS = 4_000_000
+# Corner updates of the counter grid: distinct chunks x 2 ** (axes some chunk does not span).
+MAX_CORNERS = 16_000_000
 # Uncovered regions kept for a message; counting them all could be huge.
 MAX_HOLES = 3
+# Cell volumes past this are summed as Python integers (a hostile shape of 2**40 x 2**40).
+_INT64_SAFE = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +59,8 @@ class Coverage:
     unless `exact` is False, when only the sum of chunk volumes, `volume`, is known). `holes`
     are a few uncovered boxes; `overlap` the first pair of overlapping chunks (indices into
     the input) and `overlap_at` where they meet; `outside` the first chunk that does not fit
-    the full shape (then nothing else was computed).
+    the full shape (then nothing else was computed). `verified` is False when the chunks'
+    volume equals the tensor's but the budget did not allow proving they tile it.
     """
 
     total: int
@@ -55,6 +72,12 @@ class Coverage:
     overlap_at: tuple[int, ...] | None = None
     outside: int | None = None
     exact: bool = True
+
+    @property
+    def verified(self) -> bool:
+        """False when nothing tells whether the chunks tile the tensor: not exact, and the
+        volumes agree."""
+        return self.exact or self.outside is not None or self.volume != self.total
 
     @property
     def complete(self) -> bool:
@@ -70,13 +93,19 @@ def coverage(full: tuple[int, ...], chunks: Iterable[Chunk]) -> Coverage:
     """How `chunks` ((offsets, sizes) each) cover a tensor of shape `full`."""
     chunks = list(chunks)
     total = prod(full)
-    volume = sum(prod(s) for _, s in chunks)
+    # Each distinct chunk is judged once and its volume counted times its repeats.
+    counts = Counter(chunks)
+    volume = sum(prod(s) * n for (_, s), n in counts.items())
     # 1. Chunks that do not fit are corrupt metadata; nothing else can be trusted.
-    for i, (offsets, sizes) in enumerate(chunks):
-        if len(offsets) != len(full) or len(sizes) != len(full):
-            return Coverage(total, volume, outside=i)
-        if any(o + s > d for o, s, d in zip(offsets, sizes, full, strict=True)):
-            return Coverage(total, volume, outside=i)
+    ndim = len(full)
+    for chunk in counts:
+        offsets, sizes = chunk
+        if (
+            len(offsets) != ndim
+            or len(sizes) != ndim
+            or not all(map(le, map(add, offsets, sizes), full))
+        ):
+            return Coverage(total, volume, outside=chunks.index(chunk))
     if total == 0:
         return Coverage(total, volume)
     live = [i for i, (_, sizes) in enumerate(chunks) if 0 not in sizes]
@@ -86,25 +115,27 @@ def coverage(full: tuple[int, ...], chunks: Iterable[Chunk]) -> Coverage:
         pair = (live[0], live[1]) if len(live) > 1 else None
         return Coverage(1, volume, 1, int(len(live) > 1), (), pair, () if pair else None)
     boxes = [chunks[i] for i in live]
+    # The live chunks once each, in the order they are first listed.
+    distinct = [c for c in counts if 0 not in c[1]]
     # 2. The common case by far: a regular grid (one chunk is the grid of one cell).
-    if _regular_grid(full, boxes):
+    if len(distinct) == len(boxes) and _regular_grid(full, distinct):
         return Coverage(total, volume, covered=total)
     # 3. One axis varies and the others span the tensor: one interval sweep.
-    varying = [d for d in range(len(full)) if len({(o[d], s[d]) for o, s in boxes}) > 1]
+    varying = [d for d in range(len(full)) if len({(o[d], s[d]) for o, s in distinct}) > 1]
     axis = varying[0] if varying else 0
     first_o, first_s = boxes[0]
     spans = all(first_o[d] == 0 and first_s[d] == full[d] for d in range(len(full)) if d != axis)
     if len(varying) <= 1 and spans:
         return _sweep(full, boxes, live, axis, volume)
-    # 4. The exact counter grid, or 5. volumes only.
+    # 4. The exact counter grid over the axes some chunk does not span, or 5. volumes only.
+    axes = [d for d, n in enumerate(full) if any(o[d] != 0 or s[d] != n for o, s in distinct)]
     bounds = [
-        sorted({0, d, *(o[i] for o, _ in boxes), *(o[i] + s[i] for o, s in boxes)})
-        for i, d in enumerate(full)
+        sorted({0, full[d], *(o[d] for o, _ in distinct), *(o[d] + s[d] for o, s in distinct)})
+        for d in axes
     ]
-    # numpy arrays have at most 64 axes: a hostile 400-axis shape gets the volume check only.
-    if len(full) > 32 or prod(len(b) - 1 for b in bounds) > MAX_CELLS:
+    if prod(len(b) for b in bounds) > MAX_CELLS or len(distinct) << len(axes) > MAX_CORNERS:
         return Coverage(total, volume, exact=False)
-    return _grid(full, boxes, live, bounds, volume)
+    return _grid(full, boxes, live, axes, bounds, volume)
 
 
 def _regular_grid(full: tuple[int, ...], chunks: Sequence[Chunk]) -> bool:
@@ -175,37 +206,96 @@ def _with(box: Box, axis: int, span: tuple[int, int]) -> Box:
 
 
 def _grid(
-    full: tuple[int, ...], boxes: list[Chunk], live: list[int], bounds: list[list[int]], volume: int
+    full: tuple[int, ...],
+    boxes: list[Chunk],
+    live: list[int],
+    axes: list[int],
+    bounds: list[list[int]],
+    volume: int,
 ) -> Coverage:
-    """A counter per cell of the boundary grid: 0 uncovered, 2+ overlapped."""
-    counts = np.zeros([len(b) - 1 for b in bounds], dtype=np.int32)
+    """A counter per cell of the boundary grid over `axes` (0 uncovered, 2+ overlapped),
+    from a difference grid: each distinct box adds its count at its 2**len(axes) corners
+    with alternating signs, and a running sum along every axis gives the counters."""
+    counts = Counter(boxes)
     index = [{v: i for i, v in enumerate(b)} for b in bounds]
-    for offsets, sizes in boxes:
-        cell = tuple(
-            slice(index[d][o], index[d][o + s])
-            for d, (o, s) in enumerate(zip(offsets, sizes, strict=True))
-        )
-        counts[cell] += 1
-    cell_volume: np.ndarray = np.ones(counts.shape, dtype=np.int64)
-    widths = [np.diff(np.asarray(b, dtype=np.int64)) for b in bounds]
-    for d, w in enumerate(widths):
-        cell_volume = cell_volume * w.reshape([-1 if i == d else 1 for i in range(len(widths))])
+    shape = tuple(len(b) for b in bounds)
+    # Per distinct box and axis: the number of its first and of its one-past-last boundary.
+    ends = np.asarray(
+        [
+            [index[k][o[d] + s[d] * upper] for k, d in enumerate(axes)]
+            for upper in (0, 1)
+            for o, s in counts
+        ],
+        dtype=np.int64,
+    ).reshape(2, len(counts), len(axes))
+    strides = np.asarray([prod(shape[k + 1 :]) for k in range(len(shape))], dtype=np.int64)
+    lo = ends[0] @ strides
+    # Per axis, how far (in flat positions) each box's upper corner is from its lower one.
+    steps = [(ends[1][:, k] - ends[0][:, k]) * strides[k] for k in range(len(axes))]
+    weight = np.fromiter(counts.values(), dtype=np.int64, count=len(counts))
+    diff = np.zeros(prod(shape), dtype=np.int64)
+    for corner in range(1 << len(axes)):
+        flat = lo.copy()
+        odd = False
+        for k in range(len(axes)):
+            if corner >> k & 1:
+                flat += steps[k]
+                odd = not odd
+        np.add.at(diff, flat, -weight if odd else weight)
+    grid = diff.reshape(shape)
+    for k in range(len(axes)):
+        np.cumsum(grid, axis=k, out=grid)
+    cells = grid[tuple(slice(0, n - 1) for n in shape)]
     total = prod(full)
-    missing = int(cell_volume[counts == 0].sum())
-    multiple = int(cell_volume[counts > 1].sum())
+    # Elements per cell: the product of its widths, times the axes every chunk spans.
+    spanned = prod(n for d, n in enumerate(full) if d not in axes)
+    widths = [np.diff(np.asarray(b, dtype=object)) for b in bounds]
+    uncovered, several = cells == 0, cells > 1
+    missing = _volume_where(uncovered, widths, total) * spanned
+    multiple = _volume_where(several, widths, total) * spanned
+    first_holes = np.flatnonzero(uncovered)[:MAX_HOLES]
     holes = tuple(
-        tuple((bounds[d][i], bounds[d][i + 1]) for d, i in enumerate(cell))
-        for cell in np.argwhere(counts == 0)[:MAX_HOLES].tolist()
+        _full_box(full, axes, bounds, _cell(i, cells.shape)) for i in first_holes.tolist()
     )
     overlap: tuple[int, int] | None = None
     at: tuple[int, ...] | None = None
     if multiple:
-        cell = np.argwhere(counts > 1)[0].tolist()
-        at = tuple(bounds[d][i] for d, i in enumerate(cell))
-        inside = [
-            k
-            for k, (o, s) in enumerate(boxes)
-            if all(o[d] <= at[d] < o[d] + s[d] for d in range(len(full)))
-        ]
-        overlap = (live[inside[0]], live[inside[1]])
+        cell = _cell(int(np.argmax(several)), cells.shape)
+        at = tuple(a for a, _ in _full_box(full, axes, bounds, cell))
+        # The first two listed chunks that hold `at` (each distinct chunk tested once).
+        holds = {
+            box for box in counts if all(o <= a < o + s for o, s, a in zip(*box, at, strict=True))
+        }
+        first, second = islice(compress(live, map(holds.__contains__, boxes)), 2)
+        overlap = (first, second)
     return Coverage(total, volume, total - missing, multiple, holes, overlap, at)
+
+
+def _volume_where(mask: np.ndarray, widths: list[np.ndarray], total: int) -> int:
+    """Elements in the cells where `mask` is set (a cell holds the product of its widths
+    along each axis). Within int64, one array of cell volumes; a hostile shape past it
+    is contracted axis by axis in Python integers (bounded by `MAX_CELLS`)."""
+    if not mask.any():
+        return 0
+    if total < _INT64_SAFE:
+        volume = np.ones(mask.shape, dtype=np.int64)
+        for k, w in enumerate(widths):
+            shape = [-1 if i == k else 1 for i in range(len(widths))]
+            volume = volume * w.astype(np.int64).reshape(shape)
+        return int(volume[mask].sum())
+    acc: np.ndarray = mask.astype(object)
+    for w in reversed(widths):
+        acc = (acc * w).sum(axis=-1)
+    return int(acc)
+
+
+def _cell(flat: int, shape: tuple[int, ...]) -> list[int]:
+    return [int(i) for i in np.unravel_index(flat, shape)]
+
+
+def _full_box(
+    full: tuple[int, ...], axes: list[int], bounds: list[list[int]], cell: Sequence[int]
+) -> Box:
+    """The region of one counter cell, in every axis of the tensor."""
+    spans = {d: (bounds[k][cell[k]], bounds[k][cell[k] + 1]) for k, d in enumerate(axes)}
+    return tuple(spans.get(d, (0, n)) for d, n in enumerate(full))

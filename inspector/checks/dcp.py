@@ -2,19 +2,31 @@
 mapping send the tensors where the reference model had them? Pure.
 
 Codes: dcp-dtype-conflict, dcp-coverage-gap, dcp-chunk-overlap, mapping-unmapped-tensor,
-mapping-dangling-tensor, mapping-collapsed (docs/findings.md). `dcp-sharding-info-missing`
+mapping-dangling-tensor, mapping-collapsed, and check-budget-exceeded for chunks no budgeted
+check can prove (docs/findings.md). `dcp-sharding-info-missing`
 and `mapping-unreadable` come from the reader's problems (`inspector.checks.files`).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from inspector.checks.coverage import Box, Coverage, coverage
+from inspector.checks.coverage import MAX_CELLS, Box, Coverage, coverage
 from inspector.codes import Code, code_set
-from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
+from inspector.display import legible
+from inspector.filenames import DCP_MAPPING_NAME
+from inspector.findings import (
+    FOLD,
+    Finding,
+    examples,
+    fold,
+    fold_ranges,
+    make_finding,
+    short_repr,
+)
 from inspector.model import (
     ChunkTable,
     DcpInfo,
@@ -26,7 +38,7 @@ from inspector.model import (
 from inspector.naming import layer_expert_numbers, parse_names
 from inspector.naming_rules import DCP_SHARD_FILE
 from inspector.safetensors_header import ShardHeader
-from inspector.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector.units import SHARD_SPLIT_SIZE, format_bytes, format_count
 
 __all__ = ["CODES", "check_dcp", "uncovered_tensors"]
 
@@ -37,8 +49,9 @@ CODES = code_set(
     Code.MAPPING_UNMAPPED_TENSOR,
     Code.MAPPING_DANGLING_TENSOR,
     Code.MAPPING_COLLAPSED,
+    Code.CHECK_BUDGET_EXCEEDED,
 )
-MAPPING_NAME = "fqn_to_file_index_mapping.json"
+MAPPING_NAME = DCP_MAPPING_NAME
 
 # (tensor name, file of the finding, message builder) of one per-tensor problem.
 _Item = tuple[str, str, Callable[[], str]]
@@ -85,11 +98,11 @@ def _dtype_conflicts(table: ChunkTable) -> list[Finding]:
 
         def message(fqn: str = fqn, chunks: tuple = chunks) -> str:
             kinds = {(c.dtype, len(c.shape)) for c in chunks}
-            parts = [f"{c.dtype} {list(c.shape)} in {c.file}" for c in chunks]
+            parts = [f"{c.dtype} {list(c.shape)} in {legible(c.file)}" for c in chunks]
             what = "dtype" if len({k[0] for k in kinds}) > 1 else "number of dimensions"
             return (
-                f"tensor {fqn!r}: chunks disagree on {what}: {examples(parts)}; consolidation "
-                "would mix them, re-save every rank from one model state"
+                f"tensor '{legible(fqn)}': chunks disagree on {what}: {examples(parts)}; "
+                "consolidation would mix them, re-save every rank from one model state"
             )
 
         items.append((fqn, chunks[0].file, message))
@@ -115,27 +128,30 @@ def uncovered_tensors(scanned: ScannedCheckpoint) -> list[str]:
     dcp = scanned.dcp
     if dcp is None:
         return []
-    gaps, _ = _coverage_items(dcp.table, _lost_chunks(scanned.shards), dcp.shape_sources)
+    gaps, _, _ = _coverage_items(dcp.table, _lost_chunks(scanned.shards), dcp.shape_sources)
     return [fqn for fqn, _, _ in gaps]
 
 
 def _coverage_problems(
     table: ChunkTable, lost: set[tuple[str, str]], sources: Mapping[str, str]
 ) -> list[Finding]:
-    gaps, overlaps = _coverage_items(table, lost, sources)
+    gaps, overlaps, unverified = _coverage_items(table, lost, sources)
     return [
         *_per_tensor(Code.DCP_COVERAGE_GAP, gaps, "are not fully covered by their chunks"),
         *_per_tensor(Code.DCP_CHUNK_OVERLAP, overlaps, "have overlapping chunks"),
+        *_per_tensor(Code.CHECK_BUDGET_EXCEEDED, unverified, "have chunks too irregular to verify"),
     ]
 
 
 def _coverage_items(
     table: ChunkTable, lost: set[tuple[str, str]], sources: Mapping[str, str]
-) -> tuple[list[_Item], list[_Item]]:
-    """Per tensor, the chunks that have its full shape's number of dimensions (and whose bytes
-    are in the file) must cover it exactly once. Tensors sharded alike share one result.
-    The full shape is the largest any source gives (`sources`: which one, where it is not
-    the chunks' own extent)."""
+) -> tuple[list[_Item], list[_Item], list[_Item]]:
+    """(gaps, overlaps, unverified): per tensor, the chunks that have its full shape's number
+    of dimensions (and whose bytes are in the file) must cover it exactly once. Tensors
+    sharded alike share one result. The full shape is the largest any source gives
+    (`sources`: which one, where it is not the chunks' own extent). Chunks too irregular
+    for the check's budget (`inspector.checks.coverage`) are judged by their volume; when
+    it matches, they are `unverified`."""
     ndims = _ndims(table).tolist()
     full_ndim = [len(f) for f in table.full.values]
     files, offsets, shapes = table.file, table.offsets.values, table.shape.values
@@ -146,6 +162,7 @@ def _coverage_items(
     known: dict[tuple[int, ...], Coverage] = {}
     gaps: list[_Item] = []
     overlaps: list[_Item] = []
+    unverified: list[_Item] = []
     width = max(len(shapes), 1)
     for i, fqn in enumerate(table.names):
         rows = table.rows(i)
@@ -164,6 +181,15 @@ def _coverage_items(
         if result.total == 0:
             continue
         first_file = files[rows[0]]
+        if not result.exact:
+            item = (fqn, first_file, _volume_message(fqn, table.full[i], result, len(kept)))
+            if result.volume > result.total:
+                overlaps.append(item)
+            elif result.volume < result.total:
+                gaps.append(item)
+            else:
+                unverified.append(item)
+            continue
         if result.overlap is not None:
             a, b = (kept[k] for k in result.overlap)
             overlaps.append((fqn, files[a], _overlap_message(table, fqn, a, b)))
@@ -171,7 +197,7 @@ def _coverage_items(
             chunk_files = sorted({files[r] for r in rows})
             message = _gap_message(fqn, table.full[i], result, chunk_files, lost, sources)
             gaps.append((fqn, first_file, message))
-    return gaps, overlaps
+    return gaps, overlaps, unverified
 
 
 def _gap_message(
@@ -185,7 +211,7 @@ def _gap_message(
     def message() -> str:
         holes = "; ".join(_box_text(b) for b in result.holes)
         short = sorted(f for f in files if (f, fqn) in lost)
-        cause = f" ({', '.join(short)} is truncated)" if short else ""
+        cause = f" ({', '.join(map(legible, short))} is truncated)" if short else ""
         source = sources.get(fqn)
         shape = (
             f"full shape {list(full)}: {source}"
@@ -199,8 +225,33 @@ def _gap_message(
             else "; a rank's file is missing or short, restore it or re-save"
         )
         return (
-            f"tensor {fqn!r} ({shape}): chunks cover {result.covered:,} of {result.total:,} "
+            f"tensor '{legible(fqn)}' ({shape}): chunks cover {result.covered:,} of "
+            f"{result.total:,} "
             f"elements; uncovered {holes}. Chunks are in {examples(files)}{cause}{lost_rank}"
+        )
+
+    return message
+
+
+def _volume_message(
+    fqn: str, full: tuple[int, ...], result: Coverage, chunks: int
+) -> Callable[[], str]:
+    def message() -> str:
+        held = f"{chunks:,} chunks hold {format_count(result.volume)} elements"
+        shape = f"full shape {short_repr(list(full))}, {format_count(result.total)} elements"
+        if result.volume > result.total:
+            what = "more than the tensor has, so some overlap"
+        elif result.volume < result.total:
+            what = "fewer than the tensor has, so part of it is in no chunk"
+        else:
+            what = (
+                "as many as the tensor has, but they form no grid the check could follow "
+                f"within its budget (at most {MAX_CELLS:,} cells), so whether they cover it "
+                "exactly once is NOT verified; no real save shards a tensor like this"
+            )
+        return (
+            f"tensor {fqn!r} ({shape}): its {held}, {what}. The file was crafted or is "
+            "corrupt: re-save the checkpoint"
         )
 
     return message
@@ -215,8 +266,9 @@ def _overlap_message(table: ChunkTable, fqn: str, a: int, b: int) -> Callable[[]
         oa, sa, fa = table.offsets[a], table.shape[a], table.file[a]
         ob, sb, fb = table.offsets[b], table.shape[b], table.file[b]
         return (
-            f"tensor {fqn!r}: chunk at offsets {list(oa)} shape {list(sa)} in {fa} overlaps "
-            f"chunk at offsets {list(ob)} shape {list(sb)} in {fb}; consolidation keeps "
+            f"tensor '{legible(fqn)}': chunk at offsets {list(oa)} shape {list(sa)} in "
+            f"{legible(fa)} overlaps "
+            f"chunk at offsets {list(ob)} shape {list(sb)} in {legible(fb)}; consolidation keeps "
             "whichever it copies last, re-save from one sharding plan"
         )
 
@@ -240,22 +292,36 @@ def _missing_rank_files(shards: Sequence[ShardHeader]) -> list[Finding]:
         return []
     (count,) = counts
     ranks = {r for r, _ in present}
-    outputs = {i for _, i in present}
-    findings = _lost_ranks(ranks, outputs, count)
-    for i in sorted(outputs):
-        missing = sorted(r for r in ranks if (r, i) not in present)
-        if not missing:
-            continue
-        writers = sorted(r for r in ranks if (r, i) in present)
-        names = [f"shard-{r:05d}-model-{i:05d}-of-{count:05d}.safetensors" for r in missing]
+    writers: dict[int, set[int]] = defaultdict(set)
+    for r, i in present:
+        writers[i].add(r)
+    findings = _lost_ranks(ranks, set(writers), count)
+    # Only outputs some rank lacks, and only the first few spelled out: file names are
+    # untrusted, and ranks x outputs could be millions.
+    short = [i for i in sorted(writers) if len(writers[i]) < len(ranks)]
+    for i in short[: FOLD.per_file]:
+        missing = sorted(ranks - writers[i])
+        names = [_rank_file(r, i, count) for r in missing[:3]]
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         msg = (
-            f"{examples(names)} missing or unreadable: ranks {fold_ranges(writers)} wrote output "
-            f"file {i} but ranks {fold_ranges(missing)} did not, though they wrote other outputs; "
-            f"tensors of output {i} lack those ranks' chunks (full shapes may be understated). "
-            "Restore the file(s) or re-save"
+            f"{', '.join(names)}{more} missing or unreadable: ranks {fold_ranges(writers[i])} "
+            f"wrote output file {i} but ranks {fold_ranges(missing)} did not, though they wrote "
+            f"other outputs; tensors of output {i} lack those ranks' chunks (full shapes may be "
+            "understated). Restore the file(s) or re-save"
         )
         findings.append(make_finding(Code.DCP_COVERAGE_GAP, msg, file=names[0]))
+    rest = short[FOLD.per_file :]
+    if rest:
+        msg = (
+            f"{len(rest):,} more output files (numbers {fold_ranges(rest)}) lack some ranks' "
+            "files, as above. Restore the files or re-save"
+        )
+        findings.append(make_finding(Code.DCP_COVERAGE_GAP, msg))
     return findings
+
+
+def _rank_file(rank: int, output: int, count: int) -> str:
+    return f"shard-{rank:05d}-model-{output:05d}-of-{count:05d}.safetensors"
 
 
 def _lost_ranks(ranks: set[int], outputs: set[int], count: int) -> list[Finding]:
@@ -265,9 +331,10 @@ def _lost_ranks(ranks: set[int], outputs: set[int], count: int) -> list[Finding]
     if not lost:
         return []
     first = min(outputs)
-    names = [f"shard-{r:05d}-model-{first:05d}-of-{count:05d}.safetensors" for r in lost]
+    names = [_rank_file(r, first, count) for r in lost[:3]]
+    more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
     msg = (
-        f"ranks {fold_ranges(lost)} wrote no file at all ({examples(names)} and their other "
+        f"ranks {fold_ranges(lost)} wrote no file at all ({', '.join(names)}{more} and their other "
         f"outputs are missing) while ranks {fold_ranges(sorted(ranks))} did: every chunk of "
         "those ranks is gone, and the tensors only they saved (replicated scalars are written "
         "by one rank) with them. Restore the files or re-save"
@@ -299,9 +366,9 @@ def _mapping_problems(
     # The upstream checkpoint the run names, when found: what `consolidate` then follows.
     named = dcp.reference if dcp.reference and dcp.reference.index else None
     return [
-        *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {rel}"),
+        *_per_tensor(Code.MAPPING_UNMAPPED_TENSOR, unmapped, f"are absent from {legible(rel)}"),
         *_per_tensor(
-            Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {rel} but in no shard"
+            Code.MAPPING_DANGLING_TENSOR, dangling, f"are listed in {legible(rel)} but in no shard"
         ),
         *_collapsed(mapping, rel, named.index if named else index, total, named),
     ]
@@ -309,14 +376,14 @@ def _mapping_problems(
 
 def _unmapped_message(fqn: str, file: str, rel: str) -> Callable[[], str]:
     return lambda: (
-        f"tensor {fqn!r} is in {file} but has no output index in {rel}; "
+        f"tensor '{legible(fqn)}' is in {legible(file)} but has no output index in {legible(rel)}; "
         "consolidation has no output file for it, add it to the mapping"
     )
 
 
 def _dangling_message(fqn: str, idx: int, rel: str) -> Callable[[], str]:
     return lambda: (
-        f"{rel} maps {fqn!r} to output {idx} but no shard holds it (a tied alias "
+        f"{legible(rel)} maps '{legible(fqn)}' to output {idx} but no shard holds it (a tied alias "
         "such as lm_head.weight, or a lost rank?); drop it from the mapping or restore it"
     )
 
@@ -338,7 +405,7 @@ def _collapsed(
     reasons = []
     if index is not None and len(ref_files) > 1:
         reasons.append(
-            f"the reference index {index.file} names {len(ref_files)} files "
+            f"the reference index {legible(index.file)} names {len(ref_files)} files "
             f"({examples(ref_files, limit=2)})"
         )
     if total > SHARD_SPLIT_SIZE:
@@ -356,7 +423,7 @@ def _collapsed(
             f"consolidate` follows {named.label})"
         )
     msg = (
-        f"{rel} sends all {len(mapping):,} tensors to output file {target} although "
+        f"{legible(rel)} sends all {len(mapping):,} tensors to output file {target} although "
         f"{' and '.join(reasons)}; {then}. Known cause: the "
         "output index was parsed from non-standard reference shard names (e.g. "
         "model.safetensors-00001-of-00004.safetensors all read as 1); regenerate the mapping "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.errors import UNSAFE_FILE_ADVICE
 from inspector.findings import Finding, examples, fold, make_finding
 from inspector.model import FileRole, ProblemKind, ReadProblem
@@ -92,7 +93,7 @@ def read_problem_findings(problems: Iterable[ReadProblem]) -> list[Finding]:
 
 def _detail(_file: str | None, problem: ReadProblem) -> Finding:
     code, advice = _TABLE[(problem.role, problem.kind)]
-    message = f"{problem.file} {problem.reason}{advice}"
+    message = f"{legible(problem.file)} {problem.reason}{advice}"
     return make_finding(code, message, file=problem.file, tensor=problem.tensor)
 
 
@@ -100,7 +101,7 @@ def _summary(code: Code) -> Callable[[str | None, Sequence[ReadProblem], int], F
     def summary(file: str | None, rest: Sequence[ReadProblem], shown: int) -> Finding:
         tensors = [p.tensor for p in rest if p.tensor]
         eg = f" ({examples(tensors)})" if tensors else ""
-        message = f"{file}: {len(rest):,} more {code} problems{eg}, not listed one by one"
+        message = f"{legible(file)}: {len(rest):,} more {code} findings{eg}, not listed one by one"
         return make_finding(code, message, file=file)
 
     return summary

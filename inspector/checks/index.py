@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import (
     FOLD,
     Finding,
@@ -53,6 +54,7 @@ from inspector.findings import (
 from inspector.model import IndexDoc, ScannedCheckpoint
 from inspector.naming import layer_expert_numbers
 from inspector.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
+from inspector.parameters import PARAMETER_RULE, count_parameters, scan_parameters
 from inspector.safetensors_header import ShardHeader
 from inspector.units import format_count
 
@@ -188,7 +190,7 @@ def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
-        not_counted = uncounted_elements(scanned.tensors)
+        not_counted = uncounted_elements(scanned.tensors, values=scan_parameters(scanned))
     return check_index(
         scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
     )
@@ -200,16 +202,21 @@ class Uncounted:
     (`weight_scale`, `input_scale`... Model-Optimizer registers them as buffers) and the
     persistent buffers known by name (`e_score_correction_bias`...).
 
-    How each writer counts (`WAYS`): transformers writes `num_parameters()`, buffers left
-    out; Model-Optimizer's export counts its compressed weights per stored element (packed
-    NVFP4: per byte) and leaves out scales and buffers; remote-code models may keep a
-    router bias as a parameter; older writers count every stored element."""
+    How each writer counts (`WAYS`): this project writes the values
+    (`inspector.parameters`: packed 4-bit weights unpacked, scales and buffers left out);
+    transformers writes `num_parameters()`, buffers left out; Model-Optimizer's export counts
+    its compressed weights per stored element (packed NVFP4: per byte) and leaves out scales
+    and buffers; remote-code models may keep a router bias as a parameter; older writers
+    count every stored element. `values` is the project's count of the same tensors (None:
+    not known, counted as "buffers")."""
 
     scales: int = 0
     buffers: int = 0
+    values: int | None = None
 
-    # way -> what it leaves out, in the order a rebuilt index prefers them
+    # way -> what it leaves out, the project's own count first
     WAYS: ClassVar[dict[str, str]] = {
+        "values": f"the values counted ({PARAMETER_RULE})",
         "buffers": "buffers left out (transformers' num_parameters())",
         "scales+buffers": "quantization scales and buffers left out (Model-Optimizer)",
         "scales": "quantization scales left out",
@@ -218,6 +225,8 @@ class Uncounted:
 
     def count(self, stored: int, way: str) -> int:
         """`stored` elements counted the `way` one writer counts them."""
+        if way == "values":
+            return self.values if self.values is not None else stored - self.buffers
         scales = self.scales if "scales" in way else 0
         buffers = self.buffers if "buffers" in way else 0
         return stored - scales - buffers
@@ -230,8 +239,16 @@ class Uncounted:
         return out
 
 
-def uncounted_elements(tensors: pd.DataFrame, names: Collection[str] | None = None) -> Uncounted:
-    """`Uncounted` of a tensors table (each name once), optionally of `names` only."""
+def uncounted_elements(
+    tensors: pd.DataFrame,
+    names: Collection[str] | None = None,
+    *,
+    config: Mapping[str, object] | None = None,
+    values: int | None = None,
+) -> Uncounted:
+    """`Uncounted` of a tensors table (each name once), optionally of `names` only;
+    `config` (config.json) as `inspector.parameters.count_parameters` takes it, `values`
+    the count when the caller has it already."""
     if names is not None:
         tensors = tensors[tensors["name"].isin(names)]
     tensors = tensors.drop_duplicates("name")
@@ -239,7 +256,9 @@ def uncounted_elements(tensors: pd.DataFrame, names: Collection[str] | None = No
     numel = tensors["numel"].to_numpy(dtype=np.int64)
     scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
     buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
-    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()))
+    if values is None:
+        values = count_parameters(tensors, config=config)
+    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()), values)
 
 
 def check_index(
@@ -361,19 +380,20 @@ def _indexed_file_findings(
         elif not shard.readable:
             drift.unknown_files.append(file)
             msg = (
-                f"{index_file} maps {count(len(names))} to {file} "
-                f"(e.g. {examples(sorted(names))}), but the header of {file} cannot be read "
+                f"{legible(index_file)} maps {count(len(names))} to {legible(file)} "
+                f"(e.g. {examples(sorted(names))}), but the header of {legible(file)} cannot "
+                "be read "
                 f"(see its {shard.findings[0].code if shard.findings else 'header-unreadable'} "
                 "finding): "
                 "none of them can be loaded or checked, and the index totals were not checked; "
-                f"re-copy or re-export {file}"
+                f"re-copy or re-export {legible(file)}"
             )
             findings.append(make_finding("index-dangling-tensor", msg, file=file))
     rest = absent[total:]
     if rest:
         msg = (
-            f"{index_file} names {count(len(rest), 'more file')} that are not in the folder "
-            f"({examples(rest)}); regenerate the index (ckpt-inspect repair)"
+            f"{legible(index_file)} names {count(len(rest), 'more file')} that are not in the "
+            f"folder ({examples(rest)}); regenerate the index (ckpt-inspect repair)"
         )
         findings.append(make_finding("index-missing-file", msg, file=index_file))
     return findings
@@ -389,8 +409,9 @@ def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensor
             "shard may have been renamed"
         )
     msg = (
-        f"{index_file} maps {count(len(names))} to {file} (e.g. {examples(sorted(names))}), but "
-        f"{file} is not in the checkpoint folder{where}; loaders will fail or leave those "
+        f"{legible(index_file)} maps {count(len(names))} to {legible(file)} "
+        f"(e.g. {examples(sorted(names))}), but {legible(file)} is not in the checkpoint "
+        f"folder{where}; loaders will fail or leave those "
         "weights uninitialised: restore the file, or regenerate the index (ckpt-inspect repair)"
     )
     return make_finding("index-missing-file", msg, file=file)
@@ -417,8 +438,10 @@ def _listed_tensor_findings(
             (wrong if name in held.first else dangling).setdefault(file, []).append(name)
     drift.unheld_count += sum(map(len, dangling.values()))
     maybe = _unreadable_note(held)
-    wrong_summary = _summary(f"that {index_file} maps to {{file}} are in other shards")
-    dangling_summary = _summary(f"that {index_file} maps to {{file}} are in no shard{maybe}")
+    wrong_summary = _summary(f"that {legible(index_file)} maps to {{file}} are in other shards")
+    dangling_summary = _summary(
+        f"that {legible(index_file)} maps to {{file}} are in no shard{maybe}"
+    )
     return fold_tensor_issues(
         Code.INDEX_WRONG_FILE, wrong, _wrong_detail(index_file, held), wrong_summary, policy
     ) + fold_tensor_issues(
@@ -448,9 +471,10 @@ def _short_files(view: _IndexView, held: HeldTensors) -> set[str]:
 
 def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], str]:
     def detail(file: str, name: str) -> str:
-        actual = ", ".join(held.holders(name))
+        actual = ", ".join(map(legible, held.holders(name)))
         return (
-            f"{index_file} maps {name!r} to {file}, which does not hold it; it is in {actual}: "
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, which does not "
+            f"hold it; it is in {actual}: "
             "loaders will look in the wrong file and fail; point the index at "
             f"{actual} (ckpt-inspect repair)"
         )
@@ -461,7 +485,8 @@ def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], st
 def _dangling_detail(index_file: str, maybe: str) -> Callable[[str, str], str]:
     def detail(file: str, name: str) -> str:
         return (
-            f"{index_file} maps {name!r} to {file}, but no shard holds it{maybe}; loaders will "
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, but no shard "
+            f"holds it{maybe}; loaders will "
             "fail or leave it uninitialised: restore the tensor or drop it from the index"
         )
 
@@ -498,11 +523,12 @@ def _unlisted_findings(
 
     def detail(file: str, name: str) -> str:
         return (
-            f"{file} holds {name!r}, which {index_file} does not list: loaders that follow the "
+            f"{legible(file)} holds '{legible(name)}', which {legible(index_file)} does not "
+            "list: loaders that follow the "
             "index ignore it; add it to the index (ckpt-inspect repair) or remove it"
         )
 
-    summary = _summary(f"in {{file}} are not listed in {index_file} (loaders ignore them)")
+    summary = _summary(f"in {{file}} are not listed in {legible(index_file)} (loaders ignore them)")
     return findings + fold_tensor_issues(Code.UNINDEXED_TENSOR, unindexed, detail, summary, policy)
 
 
@@ -532,7 +558,8 @@ def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> 
         if copies:
             content += f", {copies:,} of them mapped by the index to other shards"
     msg = (
-        f"{shard.file} holds {content}, but {index_file} never names {shard.file}: loaders "
+        f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
+        f"{legible(shard.file)}: loaders "
         "that follow the index will not read it; add it to the index or move it out"
     )
     return make_finding("unindexed-file", msg, file=shard.file)
@@ -600,21 +627,28 @@ def _duplicate_message(
     files = [c[0] for c in copies]
     kinds = {(c[1], tuple(c[2])) for c in copies}
     if len(kinds) == 1:
-        agree = f"all copies are {copies[0][1]} {copies[0][2]}"
+        agree = f"all copies are {legible(copies[0][1])} {copies[0][2]}"
     else:
-        agree = "the copies DIFFER: " + ", ".join(f"{f} has {d} {s}" for f, d, s in copies)
+        agree = "the copies DIFFER: " + ", ".join(
+            f"{legible(f)} has {legible(d)} {s}" for f, d, s in copies
+        )
     if wmap is None or index is None:
         used = (
-            f"without an index, loaders that read every file in order keep the copy in {max(files)}"
+            "without an index, loaders that read every file in order keep the copy in "
+            f"{legible(max(files))}"
         )
     elif (target := wmap.get(name)) in files:
-        used = f"loaders use {target}, as {index.file} says"
+        used = f"loaders use {legible(target)}, as {legible(index.file)} says"
     elif target is None:
-        used = f"{index.file} lists it nowhere, so loaders that follow the index ignore every copy"
+        used = (
+            f"{legible(index.file)} lists it nowhere, so loaders that follow the index ignore "
+            "every copy"
+        )
     else:
-        used = f"{index.file} points to {target}, which holds no copy"
+        used = f"{legible(index.file)} points to {legible(target)}, which holds no copy"
     return (
-        f"{name!r} is in {len(files)} shards ({', '.join(files)}); {agree}; {used}: keep one copy"
+        f"'{legible(name)}' is in {len(files)} shards ({', '.join(map(legible, files))}); "
+        f"{agree}; {used}: keep one copy"
     )
 
 
@@ -666,7 +700,7 @@ def _total_size(
     if "total_size" not in index.metadata:
         return None
     stated = parse_count(index.metadata["total_size"])
-    head = f"{index.file} metadata.total_size"
+    head = f"{legible(index.file)} metadata.total_size"
     if stated is None:
         shown = short_repr(index.metadata["total_size"], limit=80)
         msg = f"{head} is {shown}, not a byte count; expected {unique:,}"
@@ -709,7 +743,7 @@ def _total_parameters(
     if "total_parameters" not in index.metadata:
         return None
     stated = parse_count(index.metadata["total_parameters"])
-    head = f"{index.file} metadata.total_parameters"
+    head = f"{legible(index.file)} metadata.total_parameters"
     counts = not_counted.counts(unique)
     if stated is None:
         msg = (
@@ -832,7 +866,8 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
     def build(file: str, rest: list[str], shown: int) -> str:
         more = f"{shown:,} listed above and " if shown else ""
         rest_count = count(len(rest), "more tensor")
-        return f"{more}{rest_count} {what.replace('{file}', file)}: {describe_names(rest)}"
+        where = what.replace("{file}", legible(file))
+        return f"{more}{rest_count} {where}: {describe_names(rest)}"
 
     return build
 
@@ -850,7 +885,7 @@ def describe_names(names: Sequence[str]) -> str:
         parts.append(f"{other:,} outside decoder layers")
     first = heapq.nsmallest(3, names)
     more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
-    parts.append(f"e.g. {', '.join(first)}{more}")
+    parts.append(f"e.g. {', '.join(map(legible, first))}{more}")
     return "; ".join(parts)
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from inspector.checks.index import describe_names
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import Finding, examples, fold, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.model_load import LoadVerdict, ShapeMismatch, stored_files
@@ -53,7 +54,7 @@ class _Report:
     ) -> None:
         self.scanned = scanned
         self.verdict = verdict
-        self.arch = verdict.architecture or "the model"
+        self.arch = legible(verdict.architecture or "the model")
         self.behind = behind
         self.files = files
 
@@ -79,15 +80,18 @@ class _Report:
 
         def detail(_: str | None, key: str) -> Finding:
             spelled = v.stored_as.get(key)
-            where = f" (a checkpoint stores it as {spelled})" if spelled else ""
+            where = f" (a checkpoint stores it as {legible(spelled)})" if spelled else ""
             why = v.reasons.get(key)
             if why:  # a quantization scale, or a key transformers cannot convert
                 msg = (
-                    f"{key!r}{where} is missing: {why}; restore what is missing "
+                    f"'{legible(key)}'{where} is missing: {why}; restore what is missing "
                     "(ckpt-inspect repair --from REF)"
                 )
             else:
-                msg = f"{self.arch} expects {key!r}{where}, which the checkpoint does not hold"
+                msg = (
+                    f"{self.arch} expects '{legible(key)}'{where}, which the checkpoint does "
+                    "not hold"
+                )
                 msg += self._missing_hint(key)
             return self.finding("load-missing-tensor", msg, key, None)
 
@@ -125,9 +129,9 @@ class _Report:
 
         def detail(group: str | None, key: str) -> Finding:
             stored = self.behind.get(key, (key,))
-            where = f"{group} holds" if group else "the checkpoint holds"
-            what = repr(stored[0]) if len(stored) == 1 else f"{len(stored)} tensors"
-            read = f" (transformers reads it as {key!r})" if stored != (key,) else ""
+            where = f"{legible(group)} holds" if group else "the checkpoint holds"
+            what = f"'{legible(stored[0])}'" if len(stored) == 1 else f"{len(stored)} tensors"
+            read = f" (transformers reads it as '{legible(key)}')" if stored != (key,) else ""
             msg = (
                 f"{where} {what}{read}, which {self.arch} does not load: transformers drops it "
                 "and strict loaders refuse it; remove it, or check that config.json names the "
@@ -138,7 +142,7 @@ class _Report:
         def summary(group: str | None, rest: Sequence[str], shown: int) -> Finding:
             more = f"{shown:,} listed above and " if shown else ""
             names = [n for k in rest for n in self.behind.get(k, (k,))]
-            where = f" in {group}" if group else ""
+            where = f" in {legible(group)}" if group else ""
             msg = (
                 f"{more}{len(rest):,} more tensors{where} that {self.arch} does not load: "
                 f"{describe_names(names)}"
@@ -156,7 +160,7 @@ class _Report:
         def detail(group: str | None, key: str) -> Finding:
             m = items[key]
             msg = (
-                f"{key!r} is stored as {list(m.stored)}{self._stacked(m)} but {self.arch} "
+                f"'{legible(key)}' is stored as {list(m.stored)}{self._stacked(m)} but {self.arch} "
                 f"expects {list(m.expected)}"
             )
             why = v.reasons.get(key)
@@ -169,7 +173,7 @@ class _Report:
 
         def summary(group: str | None, rest: Sequence[str], shown: int) -> Finding:
             more = f"{shown:,} listed above and " if shown else ""
-            where = f" in {group}" if group else ""
+            where = f" in {legible(group)}" if group else ""
             msg = (
                 f"{more}{len(rest):,} more tensors{where} have another shape than {self.arch} "
                 f"expects: {describe_names(list(rest))}"

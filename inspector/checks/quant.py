@@ -4,8 +4,9 @@ for modules that are gone. Pure."""
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections import defaultdict
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from itertools import compress
 from operator import itemgetter, methodcaller
 from typing import Any
@@ -13,16 +14,27 @@ from typing import Any
 import numpy as np
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.dtypes import QUANT_DTYPES
+from inspector.filenames import QUANT_CONFIG_NAME
 from inspector.findings import Finding, fold_findings, fold_ranges, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import expert_template
 
-__all__ = ["CODES", "check_quant_config", "quant_section", "quantized_modules"]
+__all__ = [
+    "CODES",
+    "MAX_WILDCARDS",
+    "check_quant_config",
+    "exclude_matcher",
+    "quant_section",
+    "quantized_modules",
+]
 
-CODES = code_set(Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER)
+CODES = code_set(
+    Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER, Code.CHECK_BUDGET_EXCEEDED
+)
 
-QUANT_FILE = "hf_quant_config.json"
+QUANT_FILE = QUANT_CONFIG_NAME
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
 # A name whose last component is a scale param ends with one of these (and vice versa).
 _ENDS_WITH_SCALE = methodcaller("endswith", tuple(f".{p}" for p in sorted(_SCALE_PARAMS)))
@@ -69,13 +81,14 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     layers = section.get("quantized_layers")
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return []
-    excluded = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
     quantized = quantized_modules(scanned)
-    missing = [m for m in quantized if m not in layers and not _excluded(m, excluded)]
+    excluded = exclude_matcher(section)
     stale = _stale(layers, quantized, scanned.tensors["name"].tolist())
-    return _fold("quant-config-missing-layer", missing, quantized, len(layers)) + _fold(
-        "quant-config-stale-layer", stale, {}, len(layers)
-    )
+    found = _fold("quant-config-stale-layer", stale, {}, len(layers))
+    if excluded is None:
+        return [_too_many_patterns(section), *found]
+    missing = [m for m in quantized if m not in layers and not excluded(m)]
+    return _fold("quant-config-missing-layer", missing, quantized, len(layers)) + found
 
 
 def _stale(layers: Mapping[str, Any], quantized: Collection[str], names: list[str]) -> list[str]:
@@ -95,11 +108,47 @@ def _stale(layers: Mapping[str, Any], quantized: Collection[str], names: list[st
     return [m for m in unsure if m not in known]
 
 
-def _excluded(module: str, patterns: list[str]) -> bool:
-    return any(
-        fnmatch.fnmatchcase(module, p) or fnmatch.fnmatchcase(module + ".weight", p)
-        for p in patterns
+# Wildcard `exclude_modules` patterns matched against every quantized module; real exports
+# list a few dozen (the rest are exact names, looked up in a set).
+MAX_WILDCARDS = 1_024
+
+
+def exclude_matcher(section: Mapping[str, Any]) -> Callable[[str], bool] | None:
+    """Whether `exclude_modules` excludes a module (matched as the module and as
+    `<module>.weight`); None when it holds more than `MAX_WILDCARDS` wildcard patterns.
+
+    Exact names are one set look-up; the wildcard patterns are one compiled regex (fnmatch's
+    translation, which never backtracks without bound): each module costs one match, never
+    one per pattern, and no pattern is compiled twice."""
+    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
+    exact = {p for p in patterns if not _WILDCARD.search(p)}
+    wild = sorted({p for p in patterns if _WILDCARD.search(p)})
+    if len(wild) > MAX_WILDCARDS:
+        return None
+    regex = re.compile("|".join(map(fnmatch.translate, wild))) if wild else None
+
+    def excluded(module: str) -> bool:
+        weight = f"{module}.weight"
+        if module in exact or weight in exact:
+            return True
+        return regex is not None and bool(regex.match(module) or regex.match(weight))
+
+    return excluded
+
+
+_WILDCARD = re.compile(r"[*?\[]")
+
+
+def _too_many_patterns(section: Mapping[str, Any]) -> Finding:
+    patterns = section.get("exclude_modules") or []
+    wild = sum(1 for p in patterns if isinstance(p, str) and _WILDCARD.search(p))
+    msg = (
+        f"{QUANT_FILE}: exclude_modules holds {wild:,} wildcard patterns, more than the "
+        f"{MAX_WILDCARDS:,} the check matches against every module, so modules missing from "
+        "quantized_layers were NOT checked; no real export lists that many: the file was "
+        "crafted or is corrupt"
     )
+    return make_finding(Code.CHECK_BUDGET_EXCEEDED, msg, file=QUANT_FILE)
 
 
 def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int) -> list[Finding]:
@@ -125,7 +174,10 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
     )
     out = [
         make_finding(
-            code, f"{QUANT_FILE}: {m} {what}{todo}", file=QUANT_FILE, tensor=tensor_of.get(m)
+            code,
+            f"{QUANT_FILE}: {legible(m)} {what}{todo}",
+            file=QUANT_FILE,
+            tensor=tensor_of.get(m),
         )
         for m in singles
     ]
@@ -133,8 +185,8 @@ def _fold(code: str, modules: list[str], tensor_of: dict[str, str], listed: int)
         out.append(
             make_finding(
                 code,
-                f"{QUANT_FILE}: {key} for experts {fold_ranges(ids)} ({len(ids)} modules) {what}"
-                f" ({listed} entries listed){todo}",
+                f"{QUANT_FILE}: {legible(key)} for experts {fold_ranges(ids)} ({len(ids)} modules) "
+                f"{what} ({listed} entries listed){todo}",
                 file=QUANT_FILE,
                 tensor=tensor_of.get(key.replace("{E}", str(ids[0]))),
                 expert=ids[0] if len(ids) == 1 else None,

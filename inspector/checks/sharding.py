@@ -4,6 +4,7 @@ consolidation that lost its file assignment (seed automodel-2289). Pure."""
 from __future__ import annotations
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import Finding, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes
@@ -27,7 +28,8 @@ def check_collapsed_shards(
     return [
         make_finding(
             Code.MAPPING_COLLAPSED,
-            f"{shard.file}: all {len(shard.names):,} tensors ({format_bytes(size)}) are in one "
+            f"{legible(shard.file)}: all {len(shard.names):,} tensors ({format_bytes(size)}) are "
+            "in one "
             f"file, over the {format_bytes(limit)} shard size Hugging Face checkpoints are split "
             "at; a consolidation that lost its output mapping writes this (automodel-2289). "
             "Split it with `ckpt-inspect repair --only reshard`",

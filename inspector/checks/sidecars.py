@@ -29,7 +29,16 @@ from inspector.checks.index import (
     parse_count,
 )
 from inspector.codes import Code, code_set
-from inspector.findings import FOLD, Finding, FoldPolicy, examples, fold, make_finding
+from inspector.display import legible
+from inspector.findings import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    examples,
+    fold,
+    make_finding,
+    short_repr,
+)
 from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector.model import FileRole, IndexDoc, ProblemKind, ScannedCheckpoint
 from inspector.safetensors_header import ShardHeader
@@ -98,8 +107,10 @@ def _missing(
     for shard_file, doc in sorted(sidecars.items()):
         if shard_file not in held.by_file:
             msg = (
-                f"{doc.file} describes {shard_file} ({count(len(doc.weight_map))}), but "
-                f"{shard_file} is not in the folder: restore the shard or delete the stale sidecar"
+                f"{legible(doc.file)} describes {legible(shard_file)} "
+                f"({count(len(doc.weight_map))}), but "
+                f"{legible(shard_file)} is not in the folder: restore the shard or delete the "
+                "stale sidecar"
             )
             findings.append(make_finding(Code.SIDECAR_MISSING, msg, file=doc.file))
     described = set(sidecars) | set(unreadable)
@@ -113,7 +124,8 @@ def _missing(
 
     def detail(_group: str | None, file: str) -> Finding:
         msg = (
-            f"{file} has no sidecar {sidecar_name(file, sidecars)} while {have:,} sibling "
+            f"{legible(file)} has no sidecar {legible(sidecar_name(file, sidecars))} while "
+            f"{have:,} sibling "
             f"shards have one: the export stopped before writing it or it was deleted; {advice}"
         )
         return make_finding(Code.SIDECAR_MISSING, msg, file=file)
@@ -182,7 +194,8 @@ def _fold_unlisted(
     def detail(sidecar: str, name: str) -> str:
         shard = shard_of[sidecar]
         return (
-            f"{shard} holds {name!r} but its sidecar {sidecar} does not list it (the sidecar "
+            f"{legible(shard)} holds '{legible(name)}' but its sidecar {legible(sidecar)} does not "
+            "list it (the sidecar "
             "was written from a state dict that changed afterwards, e.g. MTP tensors appended): "
             "it is missing from the merged index too; regenerate the sidecar from the shard"
         )
@@ -190,8 +203,9 @@ def _fold_unlisted(
     def summary(sidecar: str, rest: list[str], shown: int) -> str:
         more = f"{shown:,} listed above and " if shown else ""
         return (
-            f"{more}{count(len(rest), 'more tensor')} in {shard_of[sidecar]} are not "
-            f"listed in {sidecar}: {describe_names(rest)}; regenerate the sidecar from the shard"
+            f"{more}{count(len(rest), 'more tensor')} in {legible(shard_of[sidecar])} are not "
+            f"listed in {legible(sidecar)}: {describe_names(rest)}; regenerate the sidecar from "
+            "the shard"
         )
 
     return fold_tensor_issues(Code.SIDECAR_UNLISTED_TENSOR, groups, detail, summary, policy)
@@ -203,15 +217,16 @@ def _fold_dangling(
     def detail(sidecar: str, name: str) -> str:
         shard = shard_of[sidecar]
         return (
-            f"{sidecar} lists {name!r} but {shard} does not hold it: the shard was written "
+            f"{legible(sidecar)} lists '{legible(name)}' but {legible(shard)} does not hold it: "
+            "the shard was written "
             "from a different state dict than the sidecar; re-export the layer or drop the entry"
         )
 
     def summary(sidecar: str, rest: list[str], shown: int) -> str:
         more = f"{shown:,} listed above and " if shown else ""
         return (
-            f"{more}{count(len(rest), 'more tensor')} listed in {sidecar} are not in "
-            f"{shard_of[sidecar]}: {describe_names(rest)}"
+            f"{more}{count(len(rest), 'more tensor')} listed in {legible(sidecar)} are not in "
+            f"{legible(shard_of[sidecar])}: {describe_names(rest)}"
         )
 
     return fold_tensor_issues(Code.SIDECAR_DANGLING_TENSOR, groups, detail, summary, policy)
@@ -223,9 +238,10 @@ def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Fin
         return None
     actual = shard.tensor_bytes
     stated = parse_count(doc.metadata["total_size"])
-    head = f"{doc.file} metadata.total_size"
+    head = f"{legible(doc.file)} metadata.total_size"
     if stated is None:
-        msg = f"{head} is {doc.metadata['total_size']!r}, not a byte count; expected {actual:,}"
+        shown = short_repr(doc.metadata["total_size"], limit=80)
+        msg = f"{head} is {shown}, not a byte count; expected {actual:,}"
         return make_finding(Code.SIDECAR_TOTAL_SIZE_MISMATCH, msg, file=doc.file)
     if stated == actual:
         return None
@@ -245,7 +261,7 @@ def _size_finding(doc: IndexDoc, shard: ShardHeader, unlisted: list[str]) -> Fin
     else:
         why = "no unlisted tensor or file size explains it"
     msg = (
-        f"{head} is {stated:,} but {shard.file} holds {actual:,} tensor bytes (difference "
+        f"{head} is {stated:,} but {legible(shard.file)} holds {actual:,} tensor bytes (difference "
         f"{stated - actual:+,}); {why}; regenerate the sidecar from the shard"
     )
     return make_finding(Code.SIDECAR_TOTAL_SIZE_MISMATCH, msg, file=doc.file)
@@ -298,14 +314,20 @@ def _fold_disagree(
 ) -> list[Finding]:
     def detail(kind: str, name: str) -> str:
         if kind == "only-sidecars":
-            where = f"the sidecar of {merged[name]} lists {name!r} but {index_file} does not"
+            where = (
+                f"the sidecar of {legible(merged[name])} lists '{legible(name)}' but "
+                f"{legible(index_file)} does not"
+            )
         elif kind == "only-index":
             where = (
-                f"{index_file} maps {name!r} to {indexed[name]} but that shard's sidecar "
-                "does not list it"
+                f"{legible(index_file)} maps '{legible(name)}' to {legible(indexed[name])} but "
+                "that shard's sidecar does not list it"
             )
         else:
-            where = f"{index_file} maps {name!r} to {indexed[name]}, the sidecars to {merged[name]}"
+            where = (
+                f"{legible(index_file)} maps '{legible(name)}' to {legible(indexed[name])}, "
+                f"the sidecars to {legible(merged[name])}"
+            )
         return f"{where}: the index was not merged from these sidecars; {_REBUILD}"
 
     def summary(kind: str, rest: list[str], shown: int) -> str:

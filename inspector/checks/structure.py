@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from inspector.codes import Code, code_set
+from inspector.display import legible
 from inspector.findings import Finding, examples, fold, fold_findings, fold_ranges, make_finding
 from inspector.model import LayoutName, ScannedCheckpoint
 from inspector.naming import parse_names
@@ -96,7 +97,7 @@ def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     missing = [i for i in range(n) if i not in present]
     if not missing:
         return []
-    where = f"{scanned.spec.source or 'config.json'} declares {n} layers (0-{n - 1})"
+    where = f"{legible(scanned.spec.source or 'config.json')} declares {n} layers (0-{n - 1})"
 
     def detail(_group: str | None, layer: int) -> Finding:
         return make_finding(
@@ -140,15 +141,15 @@ def _mtp_finding(
     declared = scanned.spec.mtp_layers
     if not_stored:
         model = scanned.spec.model_type or "this architecture"
-        shows = f", as the {built} built from config.json shows" if built else ""
+        shows = f", as the {legible(built)} built from config.json shows" if built else ""
         return make_finding(
             Code.MTP_NOT_STORED,
             f"config declares {declared} MTP layer(s) the writer's model class never stores "
-            f"({model}: transformers builds no MTP module for it{shows}); fine for "
+            f"({legible(model)}: transformers builds no MTP module for it{shows}); fine for "
             "transformers. MTP speculative decoding in serving engines needs them: restore "
             "them with `ckpt-inspect repair --from <original release>`",
         )
-    has = f"; the {built} built from config.json has MTP modules" if built else ""
+    has = f"; the {legible(built)} built from config.json has MTP modules" if built else ""
     return make_finding(
         Code.MTP_MISSING,
         f"config declares {declared} MTP layer(s) but no MTP tensor is stored{has}; MTP "
@@ -287,7 +288,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
                 "expert-missing",
                 f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
                 f"{fold_ranges(missing)} missing ({len(missing)} of {expected}; {basis})"
-                + (f" in {file}" if file else ""),
+                + (f" in {legible(file)}" if file else ""),
                 file=file,
                 layer=layer,
                 expert=missing[0] if len(missing) == 1 else None,
@@ -397,8 +398,8 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
             out.append(
                 make_finding(
                     "expert-shape-mismatch",
-                    f"layer {layer}: {e.keys[key]} of experts {fold_ranges(experts)} is "
-                    f"{sig_value}, expected {common} like its siblings",
+                    f"layer {layer}: {legible(e.keys[key])} of experts {fold_ranges(experts)} is "
+                    f"{legible(sig_value)}, expected {legible(common)} like its siblings",
                     file=str(e.rows["file"].iat[rows[0]]),
                     tensor=str(e.rows["name"].iat[rows[0]]),
                     layer=layer,

@@ -3,8 +3,9 @@ cover every tensor, does the common state agree with the sharded metadata, is
 `metadata.json` the torch_dist one? Pure: the reader recorded sizes and documents.
 
 Codes: torch-dist-missing-file, torch-dist-chunk-gap, torch-dist-chunk-overlap,
-torch-dist-common-drift, torch-dist-object-incomplete, torch-dist-metadata-json
-(docs/findings.md). Unreadable files are
+torch-dist-common-drift, torch-dist-object-incomplete, torch-dist-metadata-json, and
+check-budget-exceeded for chunks no budgeted check can prove (docs/findings.md). Unreadable
+files are
 the reader's problems (`inspector.checks.files`).
 """
 
@@ -12,13 +13,22 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from inspector.checks.coverage import Chunk, coverage
+from inspector.checks.coverage import MAX_CELLS, Chunk, coverage
 from inspector.codes import Code, code_set
-from inspector.findings import Finding, examples, fold, fold_ranges, make_finding, short_repr
+from inspector.display import legible
+from inspector.findings import (
+    FOLD,
+    Finding,
+    examples,
+    fold,
+    fold_ranges,
+    make_finding,
+    short_repr,
+)
 from inspector.layouts.torch_dist import METADATA_FILE, METADATA_JSON, RERUN_PREFIX
 from inspector.model import PickledObject, ScannedCheckpoint, TorchDistInfo
 from inspector.naming import layer_expert_numbers, sharded_object_key
@@ -34,6 +44,7 @@ CODES = code_set(
     Code.TORCH_DIST_COMMON_DRIFT,
     Code.TORCH_DIST_OBJECT_INCOMPLETE,
     Code.TORCH_DIST_METADATA_JSON,
+    Code.CHECK_BUDGET_EXCEEDED,
 )
 
 
@@ -65,6 +76,10 @@ def _meta_rel(info: TorchDistInfo) -> str:
 # -- files -----------------------------------------------------------------------------------
 
 
+# Chunk lists longer than this are looked up by distinct offsets (`_check_files`).
+_SHORT_LIST = 64
+
+
 def _check_files(info: TorchDistInfo) -> list[Finding]:
     """Storage records pointing into missing or short `.distcp` files, and chunks that have
     no storage record at all."""
@@ -75,25 +90,44 @@ def _check_files(info: TorchDistInfo) -> list[Finding]:
             ends[file] = start + length
     bad = {f for f, end in ends.items() if info.distcp_sizes.get(f, -1) < end}
     found = [_file_finding(file, info) for file in sorted(bad)]
-    # 2. Chunks and objects the metadata lists but stores nowhere.
+    # 2. Chunks and objects the metadata lists but stores nowhere: counted, and only the few
+    # a message names kept (tensors may share a chunk list of 300,000 entries).
     storage = info.storage
-    missing = [
-        (fqn, offsets)
-        for fqn, tensor in info.tensors.items()
-        for offsets, _ in tensor.chunks
-        if (fqn, offsets) not in storage
-    ] + [(key, ()) for key in info.byte_keys if (key, ()) not in storage]
+    keep = FOLD.per_file + 3
+    missing: list[tuple[str, tuple[int, ...]]] = []
+    count = 0
+    listed = (
+        *((fqn, tensor.chunks) for fqn, tensor in info.tensors.items()),
+        *((key, (((), ()),)) for key in info.byte_keys),
+    )
+    # A long chunk list is looked up once per distinct offsets (with how often each is
+    # listed), and counted once for all the tensors that share it.
+    offsets_of: dict[int, Counter[tuple[int, ...]]] = {}
+    for fqn, chunks in listed:
+        pairs: Iterable[tuple[tuple[int, ...], int]]
+        if len(chunks) > _SHORT_LIST:
+            if id(chunks) not in offsets_of:
+                offsets_of[id(chunks)] = Counter(offsets for offsets, _ in chunks)
+            pairs = offsets_of[id(chunks)].items()
+        else:
+            pairs = ((offsets, 1) for offsets, _ in chunks)
+        for offsets, times in pairs:
+            if (fqn, offsets) not in storage:
+                count += times
+                if len(missing) < keep:
+                    missing.append((fqn, offsets))
     rel = _meta_rel(info)
 
     def detail(_file: str | None, item: tuple[str, tuple[int, ...]]) -> Finding:
         fqn, offsets = item
         msg = (
-            f"{fqn}: the chunk at offsets {tuple(offsets)} has no storage record in {rel}, "
+            f"{legible(fqn)}: the chunk at offsets {tuple(offsets)} has no storage record in "
+            f"{legible(rel)}, "
             "so no .distcp file holds its bytes; the save was incomplete: re-save the checkpoint"
         )
         return _tensor_finding(Code.TORCH_DIST_MISSING_FILE, msg, rel, fqn)
 
-    summary = _summary(Code.TORCH_DIST_MISSING_FILE, rel, "chunks without storage")
+    summary = _summary(Code.TORCH_DIST_MISSING_FILE, rel, "chunks without storage", total=count)
     return found + fold(missing, detail, summary)
 
 
@@ -103,11 +137,15 @@ def _tensor_finding(code: Code, message: str, file: str, fqn: str) -> Finding:
 
 
 def _summary(
-    code: Code, file: str, what: str
+    code: Code, file: str, what: str, *, total: int | None = None
 ) -> Callable[[str | None, Sequence[Any], int], Finding]:
-    def summary(_group: str | None, rest: Sequence[Any], _shown: int) -> Finding:
-        tensors = [item[0] for item in rest]
-        message = f"{len(rest):,} more {what} ({examples(tensors)}), not listed one by one"
+    """The fold summary; `total` counts every item when only the first few were kept."""
+
+    def summary(_group: str | None, rest: Sequence[Any], shown: int) -> Finding:
+        more = len(rest) if total is None else total - shown
+        named = examples([item[0] for item in rest[:3]])
+        named += f" and {more - 3} more" if more > 3 else ""
+        message = f"{more:,} more {what} ({named}), not listed one by one"
         return make_finding(code, message, file=file)
 
     return summary
@@ -119,14 +157,14 @@ def _file_finding(file: str, info: TorchDistInfo) -> Finding:
     size = info.distcp_sizes.get(file)
     if size is None:
         msg = (
-            f"{file} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
+            f"{legible(file)} is missing; {_meta_rel(info)} stores {len(entries)} entries there "
             f"({examples(names)}); restore the file from the original save"
         )
         return make_finding(Code.TORCH_DIST_MISSING_FILE, msg, file=file)
     past = sorted({fqn for fqn, end in entries if end > size})
     end = max(e for _, e in entries)
     msg = (
-        f"{file} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
+        f"{legible(file)} is {size:,} bytes but {_meta_rel(info)} stores data up to byte {end:,}; "
         f"{len(past)} entries lie past the end ({examples(past)}): the file was truncated "
         "(interrupted copy or save?); restore it from the original save"
     )
@@ -137,30 +175,59 @@ def _file_finding(file: str, info: TorchDistInfo) -> Finding:
 
 
 def _check_chunks(info: TorchDistInfo) -> list[Finding]:
-    gaps: list[tuple[str, str]] = []
-    overlaps: list[tuple[str, str]] = []
+    found: dict[Code, list[tuple[str, str]]] = defaultdict(list)
     rel = _meta_rel(info)
+    # Tensors sharded alike share one result: a `.metadata` may give many tensors one chunk
+    # list (the pickle memo repeats it for a few bytes; the reader keeps it one object),
+    # which is then judged once, and found by identity before it is hashed.
+    known: dict[tuple[tuple[int, ...], tuple[Chunk, ...]], tuple[Code, str] | None] = {}
+    same: dict[tuple[tuple[int, ...], int], tuple[Code, str] | None] = {}
     for fqn, tensor in info.tensors.items():
-        result = chunk_coverage(tensor.size, tensor.chunks)
+        at = (tensor.size, id(tensor.chunks))
+        if at not in same:
+            key = (tensor.size, tensor.chunks)
+            if key not in known:
+                known[key] = chunk_coverage(tensor.size, tensor.chunks)
+            same[at] = known[key]
+        result = same[at]
         if result is not None:
             code, what = result
-            (gaps if code is Code.TORCH_DIST_CHUNK_GAP else overlaps).append((fqn, what))
+            found[code].append((fqn, what))
 
     def detail(code: Code) -> Callable[[str | None, tuple[str, str]], Finding]:
         def build(_group: str | None, item: tuple[str, str]) -> Finding:
             fqn, what = item
             msg = (
-                f"{fqn}: the chunks in {rel} {what}; the save lost or duplicated part of "
-                "this tensor: re-save the checkpoint from a run that holds all ranks"
+                f"{legible(fqn)}: the chunks in {legible(rel)} {what}; the save lost or duplicated "
+                "part of this tensor: re-save the checkpoint from a run that holds all ranks"
             )
             return _tensor_finding(code, msg, rel, fqn)
 
         return build
 
+    def unverified(_group: str | None, item: tuple[str, str]) -> Finding:
+        fqn, what = item
+        msg = (
+            f"{fqn}: the chunks in {rel} {what}; whether they cover it exactly once is NOT "
+            "verified. No real save shards a tensor like this: the file was crafted or is "
+            "corrupt, re-save the checkpoint"
+        )
+        return _tensor_finding(Code.CHECK_BUDGET_EXCEEDED, msg, rel, fqn)
+
     gap, overlap = Code.TORCH_DIST_CHUNK_GAP, Code.TORCH_DIST_CHUNK_OVERLAP
+    budget = Code.CHECK_BUDGET_EXCEEDED
     return [
-        *fold(gaps, detail(gap), _summary(gap, rel, "tensors with uncovered regions")),
-        *fold(overlaps, detail(overlap), _summary(overlap, rel, "tensors with overlapping chunks")),
+        *fold(found[gap], detail(gap), _summary(gap, rel, "tensors with uncovered regions")),
+        *fold(
+            found[overlap],
+            detail(overlap),
+            _summary(overlap, rel, "tensors with overlapping chunks"),
+        ),
+        *fold(
+            found[budget],
+            unverified,
+            _summary(budget, rel, "tensors whose chunks were not verified"),
+        ),
     ]
 
 
@@ -178,9 +245,15 @@ def chunk_coverage(size: tuple[int, ...], chunks: Iterable[Chunk]) -> tuple[Code
             f"include offsets {short_repr(offsets)} with sizes {short_repr(sizes)}, outside the "
             f"global size {shown}"
         )
+    total = result.total
+    if not result.verified:
+        return Code.CHECK_BUDGET_EXCEEDED, (
+            f"({len(chunks):,} listed) form no grid the check could follow within its budget "
+            f"(at most {MAX_CELLS:,} cells); they hold as many elements as the global size "
+            f"{shown}"
+        )
     if result.complete:
         return None
-    total = result.total
     if not result.exact:
         if result.volume < total:
             return Code.TORCH_DIST_CHUNK_GAP, (
@@ -353,8 +426,8 @@ def _check_objects(info: TorchDistInfo, *, skip: set[str]) -> list[Finding]:
         total = math.prod(shape)
         lost = [_object_key(family, cell, shape) for cell in _missing_cells(shape, inside)]
         msg = (
-            f"{family}: its keys declare a grid of {format_count(total)} shards (global shape "
-            f"{_dotted(shape)}) but {rel} lists {len(inside):,}; missing "
+            f"{legible(family)}: its keys declare a grid of {format_count(total)} shards (global "
+            f"shape {_dotted(shape)}) but {legible(rel)} lists {len(inside):,}; missing "
             f"{examples(lost)} ({format_count(total - len(inside))} of {format_count(total)}). "
             "The ranks that own them fail to load ('Missing key in checkpoint state_dict'); "
             "the save lost them: restore the lost ranks' objects from the original save, or "
@@ -405,7 +478,7 @@ def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> lis
         return []  # nothing of the checkpoint was found; the scan problems say why
     if info.metadata_json is None:
         msg = (
-            f"{rel} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
+            f"{legible(rel)} is missing; Megatron needs it to recognise a torch_dist checkpoint: "
             'write {"sharded_backend": "torch_dist", "sharded_backend_version": 1, '
             '"common_backend": "torch", "common_backend_version": 1}'
         )
@@ -413,7 +486,8 @@ def _check_metadata_json(scanned: ScannedCheckpoint, info: TorchDistInfo) -> lis
     backend = info.metadata_json.get("sharded_backend")
     if backend != "torch_dist":
         msg = (
-            f"{rel} says sharded_backend {backend!r}, but the folder holds a DCP torch_dist "
+            f"{legible(rel)} says sharded_backend '{legible(backend)}', but the folder holds a DCP "
+            "torch_dist "
             "checkpoint (.metadata and .distcp files); expected 'torch_dist': fix the file "
             "or Megatron will load it with the wrong strategy"
         )

@@ -13,7 +13,9 @@ from inspector.findings import examples
 from inspector.layouts._common import INDEX_NAME, list_safetensors, read_json, read_shards
 from inspector.model import ScannedCheckpoint
 from inspector.naming_rules import HF_SHARD_NUMBER
+from inspector.references import collapsed_mapping, consolidation_reference
 from inspector.storage import open_location
+from inspector.words import plural
 
 __all__ = ["Choice", "choose_assignment", "reference_assignment"]
 
@@ -47,7 +49,8 @@ def choose_assignment(
         choice = _from_index(names, table, f"mapping {label}", why)
         return replace(choice, collapse_avoided=_collapsed(scanned))
     # A recorded mapping that sends everything to one file is the automodel-2289 collapse: an
-    # explicit reference is then the user's way out, so it wins.
+    # explicit reference is then the user's way out, so it wins; without one, the default
+    # never writes the collapse its own check reports.
     recorded = dcp.mapping or {}
     collapsed = _collapsed(scanned)
     named = dcp.reference
@@ -61,6 +64,27 @@ def choose_assignment(
         )
         choice = _from_index(names, table, f"reference {named.index.file}", why)
         return replace(choice, collapse_avoided=True)
+    if reference is None and collapsed_mapping(scanned):
+        kept = consolidation_reference(scanned)
+        if kept is not None and scanned.index is not None:
+            # The reference index the run kept in `.hf_metadata/`: the one the
+            # mapping-collapsed finding names.
+            table = _index_table(scanned.index.weight_map)
+            why = (
+                f"{dcp.mapping_file} sends every tensor to one file (mapping-collapsed); "
+                f"output files follow {kept.label} instead ({plural(kept.files, 'file')}; "
+                f"--reference {kept.path})"
+            )
+            choice = _from_index(names, table, f"reference {scanned.index.file}", why)
+            return replace(choice, collapse_avoided=True)
+        groups = _greedy(names, nbytes, limit)
+        rule = f"greedy by size in key order, at most {limit:,} bytes per file"
+        why = (
+            f"{dcp.mapping_file} sends every tensor to one file over the split size "
+            "(mapping-collapsed) and no reference index is known: packed like "
+            "huggingface_hub's splitter (pass --reference to follow a model's files)"
+        )
+        return Choice(rule, why, groups, collapse_avoided=True)
     if recorded and not (collapsed and reference is not None):
         why = "the training run recorded the reference model's file for every tensor"
         return _from_index(names, recorded, f"mapping {dcp.mapping_file}", why)
@@ -110,13 +134,13 @@ def _from_index(names: list[str], table: Mapping[str, int], rule: str, why: str)
     if unmapped:
         groups[-1].extend(unmapped)
         notes.append(
-            f"{len(unmapped)} tensor(s) absent from the {rule} were added to the last output "
+            f"{plural(len(unmapped), 'tensor')} absent from the {rule}: added to the last output "
             f"file: {examples(unmapped)}"
         )
     dangling = [n for n in table if n not in present]
     if dangling:
         notes.append(
-            f"{len(dangling)} name(s) in the {rule} are not in the source and are skipped "
+            f"{plural(len(dangling), 'name')} in the {rule} not in the source: skipped "
             f"(tied or removed weights?): {examples(dangling)}"
         )
     if len(order) != max(order) or order[0] != 1:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -16,13 +16,17 @@ import orjson
 from inspector.casting import dtype_for_target
 from inspector.codes import Code, code_set
 from inspector.consolidate.assignment import choose_assignment
+from inspector.display import MESSAGE_LIMIT, legible
 from inspector.dtypes import DTYPE_BITS, FLOAT_DTYPES
 from inspector.errors import PlanRefusedError, UnsafeInputError
 from inspector.findings import Finding, examples
 from inspector.layouts._common import INDEX_NAME
 from inspector.model import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector.parameters import PARAMETER_RULE, parameters_of
+from inspector.references import Reference, layout_reference
 from inspector.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
+from inspector.words import plural
 
 __all__ = [
     "BLOCKING",
@@ -50,6 +54,7 @@ BLOCKING = code_set(
     Code.DCP_COVERAGE_GAP,
     Code.DCP_CHUNK_OVERLAP,
     Code.DCP_DTYPE_CONFLICT,
+    Code.CHECK_BUDGET_EXCEEDED,
 )
 
 
@@ -124,6 +129,11 @@ class ConsolidationPlan:
     # The storage the source was scanned through: every source read goes through it (local
     # or remote), so consolidation reads what the scan read, under the same rules.
     storage: Storage | None = None
+    # The source's config.json (how packed weights count as parameters).
+    config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # The file layout a known reference gives the output (`inspector.references`): the
+    # verification flags an output collapsed into one file against it.
+    layout: Reference | None = None
 
     @property
     def source_storage(self) -> Storage:
@@ -137,9 +147,16 @@ class ConsolidationPlan:
     def total_size(self) -> int:
         return sum(o.data_bytes for o in self.outputs)
 
-    @property
+    @cached_property
     def total_parameters(self) -> int:
-        return sum(math.prod(t.shape) for o in self.outputs for t in o.tensors)
+        """The parameters of the output, counted as everywhere (`inspector.parameters`)."""
+        tensors = [t for o in self.outputs for t in o.tensors]
+        return parameters_of(
+            [t.name for t in tensors],
+            [t.out_dtype for t in tensors],
+            [t.shape for t in tensors],
+            config=self.config,
+        )
 
     @property
     def weight_map(self) -> dict[str, str]:
@@ -285,7 +302,8 @@ def plan_consolidation(
         findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     # 4. Headers and offsets of every output.
     outputs = _build_outputs(sources, choice.groups, target, set(partial))
-    notes = [*_partial_notes(partial, findings), *choice.notes]
+    metadata_files, skipped = _public_metadata_files(scanned)
+    notes = [*_partial_notes(partial, findings), *choice.notes, *skipped]
     notes += _size_notes(outputs, limit, choice.rule)
     return ConsolidationPlan(
         source=scanned.path,
@@ -295,10 +313,12 @@ def plan_consolidation(
         assignment=choice.rule,
         reason=choice.reason,
         dtype=target,
-        metadata_files=_public_metadata_files(scanned),
+        metadata_files=metadata_files,
         notes=tuple(notes),
         findings=tuple(findings),
         partial=tuple(partial),
+        config=scanned.config,
+        layout=layout_reference(scanned),
     )
 
 
@@ -347,8 +367,8 @@ def _refuse_on_errors(
         # Without --mapping/--reference a broken mapping file would silently change the layout.
         blocking += [f for f in found if f.code == "mapping-unreadable"]
     if blocking:
-        lines = "\n".join(f"  [{f.code}] {f.message}" for f in blocking[:10])
-        more = f"\n  ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
+        lines = "; ".join(f"[{f.code}] {f.message}" for f in blocking[:10])
+        more = f"; ... and {len(blocking) - 10} more" if len(blocking) > 10 else ""
         partial = (
             "; if the loss is known and accepted, --allow-partial writes the tensors with "
             "zeros where no chunk was found"
@@ -356,8 +376,8 @@ def _refuse_on_errors(
             else ""
         )
         raise PlanRefusedError(
-            f"{scanned.path}: cannot consolidate, {len(blocking)} problem(s) would make the "
-            f"output wrong or incomplete:\n{lines}{more}\nFix the source (re-save the missing "
+            f"{scanned.path}: cannot consolidate, {plural(len(blocking), 'finding')} would make "
+            f"the output wrong or incomplete: {lines}{more}. Fix the source (re-save the missing "
             "or damaged rank files) or pass --mapping/--reference for a broken mapping file, "
             f"then plan again{partial}."
         )
@@ -378,7 +398,7 @@ def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
     if not gaps:
         return []
     what = (
-        f"{len(partial):,} tensor(s) are PARTIAL, written at their full shape with ZEROS "
+        f"PARTIAL {plural(len(partial), 'tensor')}, written at their full shape with ZEROS "
         f"where no rank's file held data: {examples(partial)}"
         if partial
         else "the source lost ranks' files (see its dcp-coverage-gap findings)"
@@ -407,8 +427,8 @@ def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
         out[name] = source
     if not out:
         raise PlanRefusedError(
-            f"{scanned.path}: no tensor chunk could be read from {len(scanned.shards)} file(s); "
-            "nothing to consolidate"
+            f"{scanned.path}: no tensor chunk could be read from "
+            f"{plural(len(scanned.shards), 'file')}; nothing to consolidate"
         )
     return out
 
@@ -524,24 +544,33 @@ def _size_notes(outputs: tuple[OutputFile, ...], limit: int, rule: str) -> list[
     big = [o.name for o in outputs if o.data_bytes > limit and len(o.tensors) > 1]
     if not big:
         return []
-    return [f"{len(big)} output file(s) exceed {limit:,} bytes as the {rule} asks: {examples(big)}"]
+    files = plural(len(big), "output file")
+    return [f"{files} over {limit:,} bytes as the {rule} asks: {examples(big)}"]
 
 
-def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[tuple[str, ...], list[str]]:
     """Files of `.hf_metadata/` a loader needs (config, tokenizer...), not the run's mappings
-    nor a kept reference index, which would clash with the one we write."""
+    nor a kept reference index, which would clash with the one we write; and a note for each
+    such file that is not copied (decided here, so executing the plan never meets it)."""
     meta_dir = _dcp(scanned).hf_metadata_dir
     if meta_dir is None:
-        return ()
-    keep = []
+        return (), []
+    keep, notes = [], []
     for entry in (scanned.location / meta_dir).entries():
         skip = entry.name.startswith("fqn_to_") or entry.name == INDEX_NAME
-        skip = skip or entry.name.endswith(".safetensors")
-        # Regular files only (the storage refuses FIFOs and links out of the folder).
-        size = entry.size if entry.kind is EntryKind.FILE else None
-        if not skip and size is not None and size <= METADATA_CAP:
-            keep.append(f"{meta_dir}/{entry.name}")
-    return tuple(keep)
+        if skip or entry.name.endswith(".safetensors") or entry.kind is EntryKind.DIR:
+            continue
+        # Regular files under plain names only: the storage refuses FIFOs, links out of the
+        # folder and names such as `a\\b.json` (`member_problem`).
+        rel = f"{meta_dir}/{entry.name}"
+        if entry.kind is EntryKind.REFUSED:
+            notes.append(f"not copied: {legible(rel)} {entry.reason}")
+        elif entry.size is None or entry.size > METADATA_CAP:
+            size = "of unknown size" if entry.size is None else f"over {format_bytes(METADATA_CAP)}"
+            notes.append(f"not copied: {legible(rel)} is {size}")
+        else:
+            keep.append(rel)
+    return tuple(keep), notes
 
 
 def index_bytes(plan: ConsolidationPlan) -> bytes:
@@ -558,16 +587,16 @@ def describe_plan(plan: ConsolidationPlan) -> str:
     column = sum(1 for o in plan.outputs for t in o.tensors if not t.contiguous)
     lines = [
         f"Consolidation plan: {plan.source} -> {plan.dest}",
-        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters, "
-        f"{format_bytes(plan.total_size)} in {len(plan.outputs)} file(s)",
+        f"  {tensors:,} tensors, {plan.total_parameters:,} parameters ({PARAMETER_RULE}), "
+        f"{format_bytes(plan.total_size)} in {plural(len(plan.outputs), 'file')}",
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
-        f"  copy: {tensors - column:,} tensor(s) as byte ranges, {column:,} assembled "
+        f"  copy: {plural(tensors - column, 'tensor')} as byte ranges, {column:,} assembled "
         "(column-sharded or cast)",
     ]
     if plan.dtype:
         cast = sum(1 for o in plan.outputs for t in o.tensors if t.dtype != t.out_dtype)
-        lines.append(f"  cast: {cast:,} floating tensor(s) to {plan.dtype}; others unchanged")
+        lines.append(f"  cast: {plural(cast, 'floating tensor')} to {plan.dtype}; others unchanged")
     # A 250-file plan shows its first and last files; the count says how many were left out.
     many = len(plan.outputs) > 20
     for k, output in enumerate(plan.outputs):
@@ -584,22 +613,22 @@ def describe_plan(plan: ConsolidationPlan) -> str:
         )
     lines += [f"  {n}" if n.startswith("WARNING") else f"  note: {n}" for n in plan.notes]
     lines += [f"  source {f.severity} [{f.code}]: {f.message}" for f in plan.findings[:10]]
-    return "\n".join(lines)
+    return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
 
 
 def describe_result(result: ConsolidationResult) -> str:
     rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
     who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
     lines = [
-        f"Consolidated into {result.dest}{who}: wrote {len(result.written)} file(s), "
+        f"Consolidated into {result.dest}{who}: wrote {plural(len(result.written), 'file')}, "
         f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
     ]
     if result.skipped:
         kept = examples(list(result.skipped))
-        lines.append(f"  resumed: {len(result.skipped)} complete file(s) kept: {kept}")
+        lines.append(f"  resumed: {plural(len(result.skipped), 'complete file')} kept: {kept}")
     if result.backup is not None:
         lines.append(
-            f"  replaced {len(result.replaced)} entr{'y' if len(result.replaced) == 1 else 'ies'}"
+            f"  replaced {plural(len(result.replaced), 'entry')}"
             f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
         )
     if result.index_file:
@@ -607,16 +636,16 @@ def describe_result(result: ConsolidationResult) -> str:
     if result.metadata_files:
         lines.append(f"  copied: {', '.join(result.metadata_files)}")
     if result.verified:
-        state = "no finding" if not result.findings else f"{len(result.findings)} finding(s)"
+        state = "no finding" if not result.findings else plural(len(result.findings), "finding")
         lines.append(f"  verify: re-scanned and checked the output: {state}")
         lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
     if result.partial:
         lines.append(
-            f"  WARNING: {len(result.partial):,} tensor(s) are PARTIAL (--allow-partial: zeros "
+            f"  WARNING: PARTIAL {plural(len(result.partial), 'tensor')} (--allow-partial: zeros "
             f"where the source held no data): {examples(list(result.partial))}"
         )
     if result.data_checked:
         bad = result.data_mismatches
         state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
         lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
-    return "\n".join(lines)
+    return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from inspector.casting import cast_bytes
+from inspector.codes import Code
 from inspector.consolidate.engine import SourceFiles
 from inspector.consolidate.plan import ConsolidationPlan, PlannedTensor
-from inspector.findings import Finding
+from inspector.findings import Finding, make_finding
+from inspector.layouts._common import INDEX_NAME
 from inspector.storage import Location, Storage
+from inspector.words import plural
 
 __all__ = ["verify"]
 
@@ -26,6 +29,8 @@ def verify(
     # What consolidation is answerable for; whether the model named by config.json loads the
     # tensors is the same before and after, and is `ckpt-inspect check DEST`'s to say.
     findings = check(written, model=False) if checks else []
+    if checks:
+        findings += _collapsed_output(plan)
     if not data:
         return findings, 0, []
     source = scan(Location(plan.source_storage))
@@ -44,6 +49,23 @@ def verify(
                 if expected is None or expected != out.tensor_hash(t.name):
                     mismatches.append(t.name)
     return findings, checked, mismatches
+
+
+def _collapsed_output(plan: ConsolidationPlan) -> list[Finding]:
+    """`mapping-collapsed` for an output written as one file although the reference the
+    source knows names several: the collapse the source's check reports, reproduced (an
+    explicit all-in-one mapping does it), is not a clean result."""
+    layout = plan.layout
+    if layout is None or layout.files < 2 or len(plan.outputs) != 1:
+        return []
+    n = sum(len(o.tensors) for o in plan.outputs)
+    message = (
+        f"the output holds all {plural(n, 'tensor')} in {plan.outputs[0].name} although "
+        f"{layout.label} names {plural(layout.files, 'file')}: the consolidation followed a "
+        f"collapsed assignment ({plan.assignment}); consolidate again with --reference "
+        f"{layout.path}"
+    )
+    return [make_finding(Code.MAPPING_COLLAPSED, message, file=INDEX_NAME)]
 
 
 def _contiguous_source_bytes(storage: Storage, tensor: PlannedTensor) -> bytes:

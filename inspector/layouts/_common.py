@@ -13,25 +13,28 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from pathlib import PurePosixPath
 from typing import Any, cast
 
 import msgspec
 import numpy as np
 
 from inspector.columns import Coded, frozen
+from inspector.display import legible
 from inspector.errors import UnsafeFileError
-from inspector.findings import FOLD, examples
+from inspector.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from inspector.findings import FOLD, examples, short_repr
 from inspector.model import FileRole, IndexDoc, ModelSpec, ProblemKind, ReadProblem
 from inspector.progress import track
 from inspector.safetensors_header import DEFAULT_HEADER_CAP, ShardHeader, header_span, read_shard
 from inspector.spec import SPEC_KEYS, spec_from_config
-from inspector.storage import EntryKind, Location, TooLargeError
+from inspector.storage import EntryKind, Location, TooLargeError, member_problem
 
 __all__ = [
     "INDEX_NAME",
     "JSON_CAP",
+    "MAX_JSON_DEPTH",
     "ConfigFiles",
+    "decode_json",
     "is_safe_member",
     "list_safetensors",
     "prefetch",
@@ -45,9 +48,13 @@ __all__ = [
     "weight_map_columns",
 ]
 
-INDEX_NAME = "model.safetensors.index.json"
 # An index of 1.3M tensors is about 100 MB; anything far past that is not an index.
 JSON_CAP = 1_000_000_000
+# How deep arrays and objects may nest in a JSON file: real writers nest a few levels (a
+# quantization config inside a text config inside config.json). Anything read stays well
+# within what the code that walks and writes it back can take (orjson serialises 254 levels,
+# Python's recursion limit is about 1,000, shared with the caller's own frames).
+MAX_JSON_DEPTH = 128
 # msgspec builds the Python objects straight from the bytes; orjson's intermediate document
 # costs about 12x the file size at its peak, 1.2 GB for the index of a million tensors.
 _DECODER = msgspec.json.Decoder()
@@ -87,10 +94,54 @@ def read_capped(
 
 
 def _decode(data: bytes) -> tuple[Any, str | None]:
+    value, problem = decode_json(data)
+    if problem is not None and problem != _TOO_DEEP:
+        problem += "; it may have been truncated by a concurrent writer"
+    return value, problem
+
+
+_TOO_DEEP = (
+    f"nests arrays and objects more than {MAX_JSON_DEPTH} levels deep, the limit for JSON "
+    "files (writers nest a few); not read"
+)
+
+
+def decode_json(data: bytes | str) -> tuple[Any, str | None]:
+    """(value, None) or (None, why not: "is not valid JSON (...)", or nested deeper than
+    `MAX_JSON_DEPTH`). Every JSON file and JSON string a checkpoint holds is decoded here.
+
+    The decoder recurses in C once per level and stops with RecursionError at Python's
+    recursion limit (shared with the caller's frames): that error is a depth refusal too,
+    and a decoded value is measured level by level (`_deeper_than`)."""
     try:
-        return _DECODER.decode(data), None
+        value = _DECODER.decode(data)
     except _NOT_JSON as exc:
-        return None, f"is not valid JSON ({exc}); it may have been truncated by a concurrent writer"
+        return None, f"is not valid JSON ({exc})"
+    except RecursionError:
+        return None, _TOO_DEEP
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        return None, _TOO_DEEP
+    return value, None
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """True when `value` nests lists and dicts more than `limit` levels deep. One level at a
+    time, no recursion; a container whose members hold no container (a weight map of a
+    million strings) is passed over by one C-level pass over their types."""
+    level = [value] if type(value) is dict or type(value) is list else []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        below: list[Any] = []
+        for container in level:
+            members = container.values() if type(container) is dict else container
+            kinds = set(map(type, members))
+            if dict in kinds or list in kinds:
+                below.extend(m for m in members if type(m) is dict or type(m) is list)
+        level = below
+    return False
 
 
 def list_safetensors(folder: Location) -> list[Location]:
@@ -115,6 +166,7 @@ def prefetch(
     readers then read them from memory; a local storage has nothing to do."""
     items: list[tuple[Location, Any]] = [(p, partial(header_span, cap=header_cap)) for p in shards]
     items += [(p, JSON_CAP) for p in side]
+    items = [(p, want) for p, want in items if p.refused is None]  # never fetched, reported
     by_storage: dict[int, list[tuple[Location, Any]]] = {}
     for item in items:
         by_storage.setdefault(id(item[0].storage), []).append(item)
@@ -135,11 +187,10 @@ def read_shards(
 
 
 def is_safe_member(value: str) -> bool:
-    """True when a `weight_map` value names a file inside the checkpoint folder."""
-    if not value or "\x00" in value or "\\" in value:
-        return False
-    pure = PurePosixPath(value)
-    return not pure.is_absolute() and ".." not in pure.parts and not value.startswith("~")
+    """True when a `weight_map` value names a file inside the checkpoint folder: the storage's
+    rule for every member name (`member_problem`), and no leading `~` (a home folder to tools
+    that expand it)."""
+    return bool(value) and member_problem(value) is None and not value.startswith("~")
 
 
 class ShardNames:
@@ -302,7 +353,8 @@ def _drop_unsafe(
         ReadProblem(
             rel,
             role,
-            f"maps {names[i]!r} to {files[i]!r}, which leaves the checkpoint folder; "
+            f"maps '{legible(names[i])}' to '{legible(files[i])}', which leaves the checkpoint "
+            "folder; "
             "expected a file name inside it (the entry is ignored)",
             ProblemKind.UNSAFE_PATH,
             tensor=names[i],
@@ -344,8 +396,8 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
     docs: dict[str, Any] = {}
     salvaged_spec = ModelSpec()
     for name, role in (
-        ("config.json", FileRole.CONFIG),
-        ("hf_quant_config.json", FileRole.QUANT_CONFIG),
+        (CONFIG_NAME, FileRole.CONFIG),
+        (QUANT_CONFIG_NAME, FileRole.QUANT_CONFIG),
     ):
         path = folder / name
         if not path.is_file():
@@ -360,16 +412,16 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
             salvaged = salvage_json_prefix(path) if role is FileRole.CONFIG and not unsafe else {}
             if salvaged:
                 salvaged_spec = spec_from_config(salvaged, source=f"{rel} (salvaged)")
-                keep = ", ".join(f"{k}={salvaged[k]}" for k in SPEC_KEYS if k in salvaged)
+                keep = ", ".join(
+                    f"{k}={short_repr(salvaged[k], limit=80)}" for k in SPEC_KEYS if k in salvaged
+                )
                 problem += f"; the structure checks use what its readable part says ({keep})"
             problems.append(ReadProblem(rel, role, problem, kind))
         else:
             docs[name] = value
-    config = docs.get("config.json")
-    spec = spec_from_config(config, source="config.json") if config is not None else salvaged_spec
-    return ConfigFiles(
-        config, docs.get("hf_quant_config.json"), spec, frozenset(found), tuple(problems)
-    )
+    config = docs.get(CONFIG_NAME)
+    spec = spec_from_config(config, source=CONFIG_NAME) if config is not None else salvaged_spec
+    return ConfigFiles(config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems))
 
 
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')

@@ -32,17 +32,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from inspector._gc import gc_paused
 from inspector.columns import Coded, frozen
+from inspector.display import legible
 from inspector.dtypes import nbytes_for
 from inspector.errors import UnsafeFileError
 from inspector.expected_shapes import raised_shapes
-from inspector.findings import examples
+from inspector.filenames import DCP_MAPPING_NAME
+from inspector.findings import examples, short_repr
 from inspector.layouts._common import (
     INDEX_NAME,
     ConfigFiles,
+    decode_json,
     list_safetensors,
     prefetch,
     read_config_files,
@@ -78,12 +80,13 @@ __all__ = [
     "find_reference",
     "find_stored_reference",
     "logical_tensors",
+    "resolve_reference",
     "scan",
 ]
 
 NAME = LayoutName.DCP_SHARDED
 HF_METADATA_DIR = ".hf_metadata"
-MAPPING_NAME = "fqn_to_file_index_mapping.json"
+MAPPING_NAME = DCP_MAPPING_NAME
 SHARDING_KEY = "DCP_SHARDING_INFO"
 
 
@@ -241,7 +244,7 @@ def find_reference(
         (local_location(folder.parent / CONSOLIDATE_SCRIPT), f"../{CONSOLIDATE_SCRIPT}"),
     ]
     for name, named_by in _reference_names(scripts, config):
-        path = _resolve_reference(name, folder)
+        path = resolve_reference(name, folder)
         if path is not None:
             return _read_reference(local_location(path), str(path), named_by, header_cap)
     return None
@@ -293,7 +296,10 @@ def _small_text(path: Location, cap: int) -> str | None:
         return None
 
 
-def _resolve_reference(name: str, folder: Path) -> Path | None:
+def resolve_reference(name: str, folder: Path) -> Path | None:
+    """The checkpoint folder a model name (`--model-name`, `_name_or_path`) stands for on this
+    machine: an absolute path, a path relative to the run folder (`folder`'s parent) or
+    `folder`, or a hub id's snapshot in the Hugging Face cache; never `folder` itself."""
     if "\x00" in name or len(name) > 4096:
         return None
     raw = Path(name).expanduser()
@@ -317,6 +323,13 @@ def _resolve_reference(name: str, folder: Path) -> Path | None:
 
 def _holds_checkpoint(folder: Location) -> bool:
     return (folder / INDEX_NAME).is_file() or bool(list_safetensors(folder))
+
+
+def _quoted(value: object) -> str:
+    """A JSON value as written: a string in quotes (`'2'` is not the number 2), bounded."""
+    if isinstance(value, str):
+        return f"'{legible(value, limit=80)}'"
+    return short_repr(value, limit=80)
 
 
 def _read_reference(folder: Location, shown: str, named_by: str, header_cap: int) -> DcpReference:
@@ -370,7 +383,7 @@ def _chunk_table(shards: tuple[ShardHeader, ...]) -> tuple[ChunkTable, list[Read
             if found is None:
                 missing.append(name)
             elif len(found) != len(dims := shapes[row]):
-                wrong_rank.append(f"{name} (offsets {list(found)} for shape {list(dims)})")
+                wrong_rank.append(f"{legible(name)} (offsets {list(found)} for shape {list(dims)})")
             else:
                 rows.append(row)
                 names.append(name)
@@ -428,10 +441,9 @@ def _sharding_info(shard: ShardHeader) -> tuple[dict[str, Any], str | None]:
             f"has no {SHARDING_KEY} in __metadata__, so its {len(shard.names)} tensors "
             "cannot be placed in the full tensors"
         )
-    try:
-        info = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return {}, f"has a {SHARDING_KEY} that is not valid JSON ({exc})"
+    info, problem = decode_json(raw)
+    if problem is not None:
+        return {}, f"has a {SHARDING_KEY} that {problem}"
     if not isinstance(info, dict):
         kind = type(info).__name__
         return {}, (
@@ -518,12 +530,14 @@ def _read_mapping(
     if problem is not None:
         return None, rel, [ReadProblem(rel, FileRole.MAPPING, problem, kind)]
     mapping = {k: v for k, v in value.items() if type(v) is int and v >= 1}
-    bad = [f"{k}={v!r}" for k, v in value.items() if k not in mapping]
+    bad = [k for k in value if k not in mapping]
     if not bad:
         return mapping, rel, []
+    shown = ", ".join(f"{legible(k)}={_quoted(value[k])}" for k in bad[:3])
+    more = f" and {len(bad) - 3:,} more" if len(bad) > 3 else ""
     reason = (
         f"has {len(bad)} value(s) that are not positive 1-based output file indices: "
-        f"{examples(bad)}; those tensors have no output file"
+        f"{shown}{more}; those tensors have no output file"
     )
     return mapping, rel, [ReadProblem(rel, FileRole.MAPPING, reason, ProblemKind.INVALID_ENTRIES)]
 

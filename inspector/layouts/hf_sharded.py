@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from inspector.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector.layouts._common import (
     INDEX_NAME,
     list_safetensors,
@@ -74,7 +75,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
 
 def side_files(folder: Location) -> list[Location]:
     """The JSON files a sharded scan reads whole (fetched with the headers, remotely)."""
-    return [folder / n for n in (INDEX_NAME, "config.json", "hf_quant_config.json")]
+    return [folder / n for n in (INDEX_NAME, CONFIG_NAME, QUANT_CONFIG_NAME)]
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

@@ -4,13 +4,16 @@
 
 Model-Optimizer names the sidecar of `model-00001-of-00004.safetensors`
 `model-00001-of-00004.json` (`save_safetensors_by_layer_index` formats one stem for both
-files); `model-00001-of-00004.safetensors.json` is accepted too."""
+files); `model-00001-of-00004.safetensors.json` is accepted too. A well-known file
+(`inspector.filenames`: `config.json`, `hf_quant_config.json`, the tokenizer files...) is
+never a sidecar, whatever `.safetensors` file shares its stem."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping
 
+from inspector.filenames import is_well_known
 from inspector.layouts import hf_sharded
 from inspector.layouts._common import list_safetensors, prefetch, read_index_doc, shard_names
 from inspector.layouts.base import LayoutReader, ScanOptions
@@ -24,7 +27,6 @@ NAME = LayoutName.MODELOPT_PER_LAYER
 # The suffix the writer puts after the shard's stem (`model-00001-of-00004.json`).
 SIDECAR_SUFFIX = ".json"
 _SHARD = ".safetensors"
-_INDEX = "model.safetensors.index.json"
 
 
 def detect(path: Location) -> bool:
@@ -56,8 +58,9 @@ def shard_of_sidecar(name: str, shards: Collection[str] = ()) -> str | None:
     """The shard a JSON file of the folder describes, or None when it is no sidecar:
     `<stem>.json` describes `<stem>.safetensors` when that shard is in `shards` or the stem
     is numbered like a shard (`-00001-of-00004`: its shard may be the one missing);
-    `<shard>.safetensors.json` always describes `<shard>.safetensors`."""
-    if name == _INDEX or not name.endswith(SIDECAR_SUFFIX):
+    `<shard>.safetensors.json` always describes `<shard>.safetensors`. A well-known file
+    (`config.json` beside `config.safetensors`) describes none."""
+    if is_well_known(name) or not name.endswith(SIDECAR_SUFFIX):
         return None
     stem = name.removesuffix(SIDECAR_SUFFIX)
     if stem.endswith(_SHARD):
@@ -68,13 +71,15 @@ def shard_of_sidecar(name: str, shards: Collection[str] = ()) -> str | None:
 
 def sidecar_name(shard: str, sidecars: Mapping[str, IndexDoc]) -> str:
     """The sidecar file of `shard`: the one on disk; for a shard without one, the naming
-    its siblings use, else the writer's `<stem>.json`."""
+    its siblings use, else the writer's `<stem>.json`, unless that is a well-known file
+    (`config.safetensors` -> `config.safetensors.json`, never `config.json`)."""
     doc = sidecars.get(shard)
     if doc is not None:
         return doc.file
     if sidecars and all(d.file.endswith(_SHARD + SIDECAR_SUFFIX) for d in sidecars.values()):
         return shard + SIDECAR_SUFFIX
-    return shard.removesuffix(_SHARD) + SIDECAR_SUFFIX
+    stem = shard.removesuffix(_SHARD) + SIDECAR_SUFFIX
+    return shard + SIDECAR_SUFFIX if is_well_known(stem) else stem
 
 
 def _sidecar_paths(folder: Location) -> dict[str, Location]:

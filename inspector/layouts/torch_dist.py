@@ -23,6 +23,12 @@ from inspector._gc import gc_paused
 from inspector.columns import Coded
 from inspector.dtypes import torch_itemsize
 from inspector.errors import UnsafeFileError
+from inspector.filenames import (
+    TORCH_DIST_COMMON,
+    TORCH_DIST_LATEST,
+    TORCH_DIST_METADATA,
+    TORCH_DIST_METADATA_JSON,
+)
 from inspector.findings import examples, short_repr
 from inspector.layouts._common import is_safe_member, read_json
 from inspector.layouts.base import LayoutReader, ScanOptions
@@ -67,10 +73,10 @@ __all__ = [
 
 NAME = LayoutName.TORCH_DIST
 
-LATEST_FILE = "latest_checkpointed_iteration.txt"
-METADATA_FILE = ".metadata"
-METADATA_JSON = "metadata.json"
-COMMON_FILE = "common.pt"
+LATEST_FILE = TORCH_DIST_LATEST
+METADATA_FILE = TORCH_DIST_METADATA
+METADATA_JSON = TORCH_DIST_METADATA_JSON
+COMMON_FILE = TORCH_DIST_COMMON
 # Newer Megatron keeps the common state inside the .distcp files as this sharded object.
 COMMON_STATE_KEY = "common_state/shard_0_1"
 RERUN_PREFIX = "rerun_state_machine_state/"
@@ -281,11 +287,12 @@ def _convert_metadata(
     tensors: dict[str, TorchDistTensor] = {}
     byte_keys: list[str] = []
     bad: list[str] = []
+    chunk_lists: _ChunkLists = {}
     for key, entry in entries.items():
         kind = entry.kind if isinstance(entry, StandIn) else None
         if isinstance(key, str) and kind == "BytesStorageMetadata":
             byte_keys.append(key)
-        elif isinstance(key, str) and (tensor := _tensor_entry(entry)) is not None:
+        elif isinstance(key, str) and (tensor := _tensor_entry(entry, chunk_lists)) is not None:
             tensors[key] = tensor
         else:
             bad.append(short_repr(key))
@@ -294,11 +301,21 @@ def _convert_metadata(
     return tensors, byte_keys, storage, problems
 
 
-def _tensor_entry(entry: Any) -> TorchDistTensor | None:
+# (id of an unpickled chunk list, number of dimensions) -> its chunks, or None if malformed.
+_ChunkLists = dict[tuple[int, int], tuple[tuple[Dims, Dims], ...] | None]
+# Chunk lists up to this long are converted for each tensor that names them.
+_SHORT_LIST = 64
+
+
+def _tensor_entry(entry: Any, chunk_lists: _ChunkLists) -> TorchDistTensor | None:
     """A `TensorStorageMetadata` stand-in as a `TorchDistTensor`, or None if malformed.
 
     Shapes are `Dims` (checked when unpickled), so this loop only tests types: it runs for
-    every chunk of every tensor, millions of times on a large checkpoint."""
+    every chunk of every tensor, millions of times on a large checkpoint. A long chunk list
+    the pickle shares between tensors (its memo repeats one list for a few bytes) is
+    converted once and stays one shared tuple (`chunk_lists`, by identity: the unpickled
+    lists live as long as the conversion), so the work and the result are linear in the
+    file."""
     if not isinstance(entry, StandIn) or entry.kind != "TensorStorageMetadata":
         return None
     state = entry.state
@@ -311,7 +328,17 @@ def _tensor_entry(entry: Any) -> TorchDistTensor | None:
     raw_chunks = state.get("chunks")
     if type(dtype) is not TorchDtype or type(size) is not Dims or type(raw_chunks) is not list:
         return None
-    ndim = len(size)
+    if len(raw_chunks) <= _SHORT_LIST:  # as many as ranks: converting beats looking up
+        chunks = _chunk_list(raw_chunks, len(size))
+    else:
+        key = (id(raw_chunks), len(size))
+        if key not in chunk_lists:
+            chunk_lists[key] = _chunk_list(raw_chunks, len(size))
+        chunks = chunk_lists[key]
+    return None if chunks is None else TorchDistTensor(dtype.safetensors, size, chunks)
+
+
+def _chunk_list(raw_chunks: list[Any], ndim: int) -> tuple[tuple[Dims, Dims], ...] | None:
     chunks = []
     for chunk in raw_chunks:
         # Hot loop: EAFP instead of isinstance checks; a non-stand-in has no usable `.state`.
@@ -325,7 +352,7 @@ def _tensor_entry(entry: Any) -> TorchDistTensor | None:
         if len(offsets) != ndim or len(sizes) != ndim:
             return None
         chunks.append((offsets, sizes))
-    return TorchDistTensor(dtype.safetensors, size, tuple(chunks))
+    return tuple(chunks)
 
 
 def _byte_range(start: Any, length: Any) -> bool:

@@ -4,7 +4,9 @@
 into a `Location` in a `Storage` rooted at the checkpoint folder. `LocalStorage` enforces the
 hostile-input rules for local files in one place (non-blocking opens, regular files only,
 caps, nothing read through a link that leaves the folder); `FsspecStorage` reads remote
-stores with ranged, concurrent, retried requests. See docs/architecture.md and SECURITY.md.
+stores with ranged, concurrent, retried requests, each bounded by the server guard
+(`guard.py`: bodies capped at what was asked, same-origin redirects, timeouts). See
+docs/architecture.md and SECURITY.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from inspector.storage.base import (
     Storage,
     TooLargeError,
     check_member,
+    member_problem,
 )
 from inspector.storage.local import LocalFile, LocalStorage, hf_cache_snapshots
 from inspector.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions
@@ -46,6 +49,7 @@ __all__ = [
     "hf_cache_snapshots",
     "is_remote",
     "local_location",
+    "member_problem",
     "open_location",
 ]
 
@@ -82,4 +86,4 @@ def local_location(path: str | os.PathLike[str]) -> Location:
     path = Path(path)
     if path.is_dir():
         return Location(LocalStorage(path))
-    return Location(LocalStorage(path.parent), check_member(path.name))
+    return Location(LocalStorage(path.parent)) / path.name

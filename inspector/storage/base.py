@@ -10,12 +10,16 @@ one entry, with the few path operations the layout readers need.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from threading import Lock
 from typing import Protocol, TypeVar
+
+from inspector.display import legible
+from inspector.errors import UnsafeFileError
 
 __all__ = [
     "Entry",
@@ -27,6 +31,7 @@ __all__ = [
     "Storage",
     "TooLargeError",
     "check_member",
+    "member_problem",
 ]
 
 T = TypeVar("T")
@@ -62,7 +67,8 @@ class EntryKind(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One entry of a folder. `size` is known for files (None where a store does not say);
-    `reason` says why a REFUSED entry is refused, as a clause after its name."""
+    `reason` says why a REFUSED entry is refused, as a clause after its name (for a remote
+    file of unknown size, why the store did not say it)."""
 
     name: str
     kind: EntryKind
@@ -178,17 +184,45 @@ class Storage(Protocol):
         ...
 
 
+_NOT_UTF8 = re.compile("[\ud800-\udfff\ufffd]")
+
+
+def member_problem(rel: str) -> str | None:
+    """Why `rel` cannot name a file of a checkpoint (a clause that follows the name), or None.
+
+    The one rule for every name a reader meets: the names a folder lists, the names JSON
+    files give (index and sidecar weight maps, DCP storage paths) and the paths joined under
+    a root. A member is a relative POSIX path that stays under its root and means the same
+    file to every tool that reads the checkpoint: no absolute path, no `..`, no backslash (a
+    folder separator on Windows and to loaders that normalise paths), no NUL, and valid UTF-8
+    (a name the file system holds as other bytes reaches Python as lone surrogates, which no
+    JSON index, hub or table can hold; a listing shows each such byte as U+FFFD, so U+FFFD
+    is refused too)."""
+    if "\x00" in rel:
+        return "has a NUL character in its name"
+    if not rel.isascii() and _NOT_UTF8.search(rel):
+        return "has a name that is not valid UTF-8"
+    if "\\" in rel:
+        return (
+            "has a backslash in its name, which Windows and loaders that normalise paths read "
+            "as a folder separator"
+        )
+    if rel.startswith("/"):
+        return "is an absolute path"
+    if ".." in rel.split("/"):
+        return "leaves the folder through '..'"
+    return None
+
+
 def check_member(rel: str) -> str:
-    """`rel` as a normalised relative POSIX path that stays under its root; ValueError for an
-    absolute path, `..`, an empty part, a backslash or a NUL (nothing that could leave it)."""
-    if not rel:
-        return ""
-    if "\x00" in rel or "\\" in rel or rel.startswith("/"):
-        raise ValueError(f"{rel!r}: expected a relative path inside the checkpoint folder")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise ValueError(f"{rel!r}: expected a relative path inside the checkpoint folder")
-    return "/".join(parts)
+    """`rel` as a normalised relative POSIX path that stays under its root (empty and `.`
+    parts dropped); ValueError when `member_problem` refuses it."""
+    problem = member_problem(rel)
+    if problem is not None:
+        raise ValueError(
+            f"'{legible(rel)}' {problem}; expected a relative path inside the checkpoint folder"
+        )
+    return "/".join(p for p in rel.split("/") if p not in ("", "."))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,13 +230,22 @@ class Location:
     """One entry of a storage: `storage` and a path relative to its root ("" is the root).
 
     The path operations the layout readers use (`/`, `name`, `parent`, `is_file`...), each
-    answered by the storage, so every check the storage makes applies."""
+    answered by the storage, so every check the storage makes applies.
+
+    A path `member_problem` refuses (a listed file named `a\\b.safetensors`, a joined `..`)
+    is still a location, `refused` saying why: it is listed and reported like a FIFO or a link
+    leaving the folder (an entry of kind REFUSED; opening or reading it raises
+    `UnsafeFileError`, a `file-unsafe` finding) and never reaches the storage."""
 
     storage: Storage
     rel: str = ""
+    refused: str | None = None
 
     def __truediv__(self, name: str) -> Location:
         joined = f"{self.rel}/{name}" if self.rel else name
+        problem = self.refused or member_problem(joined)
+        if problem is not None:  # never reaches the storage: its name needs only be shown
+            return Location(self.storage, _NOT_UTF8.sub("\ufffd", joined), problem)
         return Location(self.storage, check_member(joined))
 
     def __str__(self) -> str:
@@ -237,6 +280,8 @@ class Location:
         return self.rel[len(root.rel) + 1 :]
 
     def stat(self) -> Entry | None:
+        if self.refused is not None:
+            return Entry(self.name, EntryKind.REFUSED, reason=self.refused)
         return self.storage.stat(self.rel)
 
     def is_dir(self) -> bool:
@@ -250,14 +295,33 @@ class Location:
         return entry is not None and entry.kind is not EntryKind.DIR
 
     def entries(self) -> list[Entry]:
-        return self.storage.entries(self.rel)
+        """The folder's entries; one whose name `member_problem` refuses is REFUSED."""
+        if self.refused is not None:
+            return []
+        return [_named(e) for e in self.storage.entries(self.rel)]
 
     def open(self) -> RangeReader:
+        self._check()
         return self.storage.open(self.rel)
 
     def read_bytes(self, *, cap: int) -> bytes:
+        self._check()
         return self.storage.read_bytes(self.rel, cap=cap)
 
     def as_root(self) -> Storage:
         """A storage rooted at this folder (same confinement as its own)."""
+        self._check()
         return self.storage.sub(self.rel) if self.rel else self.storage
+
+    def _check(self) -> None:
+        if self.refused is not None:
+            raise UnsafeFileError(self.rel, self.refused)
+
+
+def _named(entry: Entry) -> Entry:
+    problem = member_problem(entry.name)
+    if problem is None:
+        return entry
+    # Lone surrogates (bytes that are not UTF-8) would break every table the name reaches.
+    name = _NOT_UTF8.sub("\ufffd", entry.name)
+    return Entry(name, EntryKind.REFUSED, reason=problem)

@@ -1,6 +1,7 @@
-"""Remote checkpoints through fsspec: S3 (s3fs), GCS (gcsfs), the Hugging Face Hub
-(`huggingface_hub.HfFileSystem`) and HTTP(S) (aiohttp). Optional: `pip install
-'checkpoint-inspector[remote]'`; nothing here imports fsspec until a URL is opened.
+"""Remote checkpoints: S3 (s3fs), GCS (gcsfs), the Hugging Face Hub (its HTTP API) and
+HTTP(S), all on aiohttp sessions carrying the guard of `inspector/storage/guard.py`.
+Optional: `pip install 'checkpoint-inspector[remote]'`; nothing here imports fsspec or
+aiohttp until a URL is opened.
 
 How it reads:
 
@@ -10,13 +11,20 @@ How it reads:
   8-byte length and, usually, the whole header; a second GET fetches the rest only when the
   header is longer. JSON side files are read whole, after their listed size is checked
   against the same caps as local ones. Tensor data is read only when asked (`--deep`,
-  `diff --data`, `consolidate`).
+  `diff --data`, `consolidate`). A read longer than 8 MiB is made of 8 MiB requests.
 - Many files are read at once (`max_concurrency` requests in flight). Throttling (429, 503
-  SlowDown), other 5xx answers and dropped connections are retried with exponential backoff
-  and jitter; the stores' own retry loops are turned down so one policy applies everywhere.
+  SlowDown), other 5xx answers, dropped connections and reads that time out are retried
+  with exponential backoff and jitter; the stores' own retry loops are turned down so one
+  policy applies everywhere.
+- Nothing a server answers can hold us or fill memory: every body is capped at what was
+  asked, a read bringing nothing for `read_timeout` seconds ends the attempt, an operation
+  (retries included) ends at its `timeout`, and redirects stay on the origin (`guard.py`).
+  A file the server will not give properly is a finding about that file; a store that
+  cannot be listed or keeps failing is one line.
 - Credentials come from where each ecosystem keeps them (AWS environment variables, profiles
   and `AWS_ENDPOINT_URL`; gcloud application-default credentials; `HF_TOKEN` or `hf auth
-  login`), plus `storage_options`, passed to the fsspec file system as they are.
+  login`), plus `storage_options`, passed to the fsspec file system as they are (for
+  `hf://`: `endpoint` and `token`).
 - Containment: names are joined under the root only after `check_member` (no `..`, no
   absolute path), and an HTTP listing's links are kept only when they name an entry directly
   in the folder; a `weight_map` cannot make us read anything outside it.
@@ -24,19 +32,27 @@ How it reads:
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import errno
 import os
 import random
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
-from inspector.errors import CannotInspectError, RemoteAccessError
+from inspector.errors import (
+    CannotInspectError,
+    InspectorError,
+    RemoteAccessError,
+    UnsafeFileError,
+)
+from inspector.storage.backends import Backend, GcsBackend, HttpBackend, HubBackend, S3Backend
 from inspector.storage.base import (
     Entry,
     EntryKind,
@@ -46,9 +62,29 @@ from inspector.storage.base import (
     TooLargeError,
     check_member,
 )
+from inspector.storage.guard import (
+    RedirectPolicy,
+    RedirectRefused,
+    RemoteAnswerError,
+    guarded_client,
+    guarded_session_kwargs,
+    on_hub,
+    origin,
+    quoted,
+    s3_http_session_class,
+    socket_timeout,
+)
 from inspector.storage.urls import REMOTE_SCHEMES, parse_hf_url, scheme_of
 
-__all__ = ["DEFAULT_READ_AHEAD", "FsspecStorage", "RemoteFile", "RemoteOptions", "open_remote"]
+__all__ = [
+    "DEFAULT_READ_AHEAD",
+    "DEFAULT_READ_TIMEOUT",
+    "DEFAULT_TIMEOUT",
+    "FsspecStorage",
+    "RemoteFile",
+    "RemoteOptions",
+    "open_remote",
+]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -58,6 +94,12 @@ Want = int | Callable[[bytes, int], int]
 
 DEFAULT_READ_AHEAD = 64 << 10
 DEFAULT_CONCURRENCY = 32
+# Seconds one operation (a listing, a ranged read of at most `_BLOCK` bytes) may take,
+# retries included; seconds a socket read may bring nothing before the attempt ends.
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_READ_TIMEOUT = 30.0
+# The longest single request: longer reads are made of several (each with its deadline).
+_BLOCK = 8 << 20
 _KEPT_HEADS = 16
 _TRANSIENT_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 # Exception classes (by name, so that no optional library must be importable) that mean the
@@ -70,6 +112,7 @@ _TRANSIENT_NAMES = frozenset(
         "ClientPayloadError",
         "ServerDisconnectedError",
         "ServerTimeoutError",
+        "SocketTimeoutError",
         "EndpointConnectionError",
         "ConnectionClosedError",
         "ReadTimeoutError",
@@ -79,6 +122,18 @@ _TRANSIENT_NAMES = frozenset(
         "IncompleteReadError",
         "ChunkedEncodingError",
         "RemoteDisconnected",
+        "FSTimeoutError",
+    }
+)
+_TIMEOUT_NAMES = frozenset(
+    {
+        "ServerTimeoutError",
+        "SocketTimeoutError",
+        "ReadTimeoutError",
+        "ConnectTimeoutError",
+        "ConnectionTimeoutError",
+        "FSTimeoutError",
+        "TimeoutError",
     }
 )
 _NO_CREDENTIALS = frozenset(
@@ -107,27 +162,45 @@ class RemoteOptions:
     retry_wait: float = 0.2
     # None: a bar on a terminal or in a notebook once a run takes over a second.
     progress: bool | None = None
+    # Seconds one operation may take, retries included (a listing, a ranged read of at
+    # most 8 MiB); seconds a read may bring no byte before its attempt ends.
+    timeout: float = DEFAULT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    # Origins (`https://host[:port]`) redirects may go to besides the one a request went to.
+    allow_redirects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency is {self.max_concurrency}; expected 1 or more")
         if self.read_ahead < 8:
             raise ValueError(f"read_ahead is {self.read_ahead} bytes; expected at least 8")
+        for name in ("timeout", "read_timeout"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ValueError(f"{name} is {value} seconds; expected more than 0")
+        allowed = tuple(sorted({origin(o) for o in self.allow_redirects}))
+        object.__setattr__(self, "allow_redirects", allowed)
+
+    def policy(self, *, hub: bool = False) -> RedirectPolicy:
+        """Where redirects may go (`hub`: also Hugging Face's file hosts, see guard.py)."""
+        return RedirectPolicy(frozenset(self.allow_redirects), hub=hub)
 
 
 @dataclass
 class _Shared:
     """What the storages of one checkpoint (the root and its sub-folders) share."""
 
-    fs: Any
+    backend: Backend
     options: RemoteOptions
     protocol: str
     stats: IOStats = field(default_factory=IOStats)
     listings: dict[str, tuple[bool, list[Entry]]] = field(default_factory=dict)
+    # Entries described by a metadata request (HEAD), by key: asked once per scan.
+    described: dict[str, Entry | None] = field(default_factory=dict)
     # The last few read-aheads by key: detection reads a header the scan reads again.
     heads: OrderedDict[str, bytes] = field(default_factory=OrderedDict)
-    # Starts of files fetched ahead by `prefetch`, until the file is opened.
-    prefetched: dict[str, bytes] = field(default_factory=dict)
+    # Starts of files fetched ahead by `prefetch` (or why they could not be), until opened.
+    prefetched: dict[str, bytes | Exception] = field(default_factory=dict)
     # The longest start of a file a reader needed past its read-ahead so far: shards of one
     # checkpoint have headers of similar length, so later read-aheads cover it in one GET.
     needed: int = 0
@@ -141,11 +214,15 @@ class _Shared:
         self.gate = threading.BoundedSemaphore(self.options.max_concurrency)
 
     def head(self, key: str) -> bytes:
+        """What `prefetch` fetched of a file (raising what fetching it raised), or the last
+        read-ahead kept for it."""
         with self.lock:
             found = self.prefetched.pop(key, None)
         if found is None:
             with self.lock:
                 return self.heads.get(key, b"")
+        if isinstance(found, Exception):
+            raise found
         self.keep_head(key, found)  # opened again soon, maybe (a config salvaged after a read)
         return found
 
@@ -166,8 +243,8 @@ class _Shared:
 
 
 class FsspecStorage:
-    """A remote folder: `key` is the path the fsspec file system takes, `url` what people
-    see. Build one with `open_remote`."""
+    """A remote folder: `key` is the path its store's backend takes, `url` what people see.
+    Build one with `open_remote`."""
 
     is_local = False
 
@@ -199,9 +276,9 @@ class FsspecStorage:
 
     def fresh(self) -> FsspecStorage:
         shared = self._shared
-        shared.fs.invalidate_cache()
+        shared.backend.invalidate()
         return FsspecStorage(
-            _Shared(shared.fs, shared.options, shared.protocol), self._key, self._url
+            _Shared(shared.backend, shared.options, shared.protocol), self._key, self._url
         )
 
     def _join(self, rel: str) -> str:
@@ -218,7 +295,9 @@ class FsspecStorage:
 
     def _listing(self, rel: str) -> tuple[bool, list[Entry]]:
         """(authoritative, entries) of folder `rel`, listed once. Not authoritative: the store
-        could not list it (an HTTP server without index pages), so absence proves nothing."""
+        could not list it (an HTTP server without index pages), so absence proves nothing.
+        A listing the guard refuses (too long, a redirect elsewhere) is one line
+        (`RemoteAccessError`): nothing in the folder can be trusted to be complete."""
         key = self._join(rel)
         shared = self._shared
         with shared.lock:
@@ -227,10 +306,12 @@ class FsspecStorage:
             return cached
         http = shared.protocol == "http"
         try:
-            infos = self._call(lambda: _ls(shared.fs, key + "/" if http else key), rel)
+            infos = self._run(partial(shared.backend.listdir, key), rel)
             found = (not http or bool(infos), _entries(infos, key, http=http))
         except (FileNotFoundError, NotADirectoryError):
             found = (not http, [])
+        except (RemoteAnswerError, UnsafeFileError) as exc:
+            raise _unlistable(self._show(rel), exc) from None
         except OSError:
             found = (False, [])
         with shared.lock:
@@ -254,17 +335,31 @@ class FsspecStorage:
         return None if authoritative else self._info(rel, name)
 
     def _info(self, rel: str, name: str) -> Entry | None:
-        """One metadata request (HEAD) for an entry the listing did not describe."""
+        """One metadata request (HEAD) for an entry the listing did not describe, once per
+        scan. A redirect to another origin makes it a refused entry; other failures leave
+        its size unknown and say why when it is opened."""
+        key = self._join(rel)
+        shared = self._shared
+        with shared.lock:
+            if key in shared.described:
+                return shared.described[key]
         try:
-            info = self._call(lambda: self._shared.fs.info(self._join(rel)), rel)
+            info = self._run(partial(shared.backend.info, key), rel)
         except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError:
-            return Entry(name, EntryKind.FILE)  # reading it says why
-        if info.get("type") == "directory":
-            return Entry(name, EntryKind.DIR)
-        size = info.get("size")
-        return Entry(name, EntryKind.FILE, size if isinstance(size, int) else None)
+            found = None
+        except UnsafeFileError as exc:
+            found = Entry(name, EntryKind.REFUSED, reason=exc.reason)
+        except OSError as exc:
+            found = Entry(name, EntryKind.FILE, reason=exc.strerror or str(exc))
+        else:
+            size = info.get("size")
+            if info.get("type") == "directory":
+                found = Entry(name, EntryKind.DIR)
+            else:
+                found = Entry(name, EntryKind.FILE, size if isinstance(size, int) else None)
+        with shared.lock:
+            shared.described[key] = found
+        return found
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -276,8 +371,11 @@ class FsspecStorage:
             raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), shown)
         if entry.kind is EntryKind.DIR:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), shown)
+        if entry.kind is EntryKind.REFUSED:
+            raise UnsafeFileError(rel, entry.reason or "is refused by the storage")
         if entry.size is None:
-            raise OSError(errno.EIO, "the store does not say how large it is", shown)
+            reason = entry.reason or "the store does not say how large it is"
+            raise OSError(errno.EIO, reason, shown)
         return RemoteFile(self, rel, entry.size)
 
     def read_bytes(self, rel: str, *, cap: int) -> bytes:
@@ -288,7 +386,12 @@ class FsspecStorage:
             return reader.read_range(0, size) if size else b""
 
     def read_range(self, rel: str, offset: int, length: int) -> bytes:
-        return self.fetch(check_member(rel), offset, offset + length)
+        rel = check_member(rel)
+        entry = self.stat(rel)
+        end = offset + length
+        if entry is not None and entry.size is not None:
+            end = min(end, entry.size)  # fewer bytes only at the end of the file
+        return self.fetch(rel, offset, end)
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return self.map(lambda r: self.read_range(*r), ranges)
@@ -313,71 +416,74 @@ class FsspecStorage:
             jobs.append((rel, key, entry.size, want))
         if not jobs:
             return
-        fs = self._shared.fs
         bar = _progress(len(jobs), desc, self.options.progress)
         try:
-            if getattr(fs, "async_impl", False):
-                from fsspec.asyn import sync
-
-                sync(fs.loop, self._prefetch_async, jobs, bar)
-            else:
-                self.map(lambda job: self._keep(job[1], self._start_of(*job), bar), jobs)
+            self._sync(self._prefetch_async, jobs, bar)
         finally:
             bar.close()
 
-    def _start_of(self, rel: str, key: str, size: int, want: Want) -> bytes:
-        first = self.fetch(
-            rel, 0, min(size, want if isinstance(want, int) else self._shared.read_ahead())
-        )
-        need = min(size, want if isinstance(want, int) else want(first, size))
-        if need <= len(first):
-            return first
-        self._shared.saw_prefix(need)
-        return first + self.fetch(rel, len(first), need)
-
     async def _prefetch_async(self, jobs: list[tuple[str, str, int, Want]], bar: Any) -> None:
-        import asyncio
-
-        fs = self._shared.fs
         gate = asyncio.Semaphore(self.options.max_concurrency)
 
-        async def fetch(rel: str, key: str, start: int, end: int | Callable[[], int]) -> bytes:
+        async def fetch(rel: str, start: int, end: int | Callable[[], int]) -> bytes:
             async with gate:
                 # A read-ahead is sized when its request goes out: by then the first headers
                 # may have shown how long this checkpoint's headers are.
-                stop = end if isinstance(end, int) else end()
-                data = await self._acall(lambda: fs._cat_file(key, start=start, end=stop), rel)
-            self._shared.stats.add(len(data))
-            return bytes(data)
+                return await self._aread(rel, start, end if isinstance(end, int) else end())
 
         async def one(rel: str, key: str, size: int, want: Want) -> None:
             fixed = want if isinstance(want, int) else None
-            first = await fetch(rel, key, 0, lambda: min(size, fixed or self._shared.read_ahead()))
-            need = min(size, want if isinstance(want, int) else want(first, size))
-            if need > len(first):
-                self._shared.saw_prefix(need)
-                first += await fetch(rel, key, len(first), need)
+            try:
+                first = await fetch(rel, 0, lambda: min(size, fixed or self._shared.read_ahead()))
+                need = min(size, want if isinstance(want, int) else want(first, size))
+                if need > len(first):
+                    self._shared.saw_prefix(need)
+                    first += await fetch(rel, len(first), need)
+            except (OSError, UnsafeFileError) as exc:
+                self._keep(key, exc, bar)  # this file's problem: reported when it is read
+                return
             self._keep(key, first, bar)
 
-        await asyncio.gather(*(one(*job) for job in jobs))
+        # A failure that ends the run (throttled or timed out for good, no credentials)
+        # cancels the fetches still going.
+        tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
-    def _keep(self, key: str, data: bytes, bar: Any) -> None:
+    def _keep(self, key: str, data: bytes | Exception, bar: Any) -> None:
         with self._shared.lock:
             self._shared.prefetched[key] = data
         bar.update(1)
 
     def fetch(self, rel: str, start: int, end: int) -> bytes:
-        """Bytes [start, end) of file `rel`: one ranged GET, retried on transient errors."""
+        """Bytes [start, end) of file `rel` (`end` at most its size): ranged GETs of at most
+        8 MiB, each retried on transient errors within its deadline."""
         if end <= start:
             return b""
+        with self._shared.gate:
+            return self._sync(self._aread, rel, start, end)
+
+    async def _aread(self, rel: str, start: int, end: int) -> bytes:
         key = self._join(rel)
-        fs = self._shared.fs
-        if getattr(fs, "async_impl", False):
-            data = self._call(lambda: fs.cat_file(key, start=start, end=end), rel)
-        else:
-            data = self._call(lambda: _read_sync(fs, key, start, end), rel)
-        self._shared.stats.add(len(data))
-        return bytes(data)
+        read = self._shared.backend.read
+        parts = []
+        for at in range(start, end, _BLOCK):
+            stop = min(end, at + _BLOCK)
+            data = await self._acall(partial(read, key, at, stop), rel)
+            self._shared.stats.add(len(data))
+            if len(data) != stop - at:
+                raise RemoteAnswerError(
+                    f"sent {len(data):,} of the {stop - at:,} bytes asked (bytes {at:,}-"
+                    f"{stop - 1:,}): the server cut the answer, or the file changed during "
+                    "the scan",
+                    self._show(rel),
+                )
+            parts.append(bytes(data))
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def map(self, fn: Callable[[T], U], items: Sequence[T], *, desc: str = "") -> list[U]:
         if not items:
@@ -405,41 +511,48 @@ class FsspecStorage:
 
     # -- errors ----------------------------------------------------------------------------
 
-    def _call(self, fn: Callable[[], T], rel: str) -> T:
-        """`fn()` with retries on throttling, 5xx and dropped connections; other errors as
-        the OSError a local read would give, or `RemoteAccessError` when the store refuses
-        us outright (no credentials) or keeps failing."""
-        options = self.options
-        for attempt in range(options.retries + 1):
-            try:
-                with self._shared.gate:  # released while a retry waits
-                    return fn()
-            except Exception as exc:
-                status = _status(exc)
-                if attempt < options.retries and _transient(exc, status):
-                    self._shared.stats.add(0, retry=True)
-                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
-                    time.sleep(min(wait_s, 20.0))
-                    continue
-                raise _translate(exc, status, self._show(rel), attempt) from exc
-        raise AssertionError("unreachable")  # the loop returns or raises
+    def _sync(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """`await fn(*args)` on the store's event loop, from this thread."""
+        from fsspec.asyn import sync
 
-    async def _acall(self, make: Callable[[], Any], rel: str) -> Any:
-        """`_call` for a coroutine made by `make()` on the file system's own event loop."""
-        import asyncio
+        result: T = sync(self._shared.backend.loop, fn, *args)
+        return result
 
+    def _run(self, make: Callable[[], Awaitable[T]], rel: str) -> T:
+        """`_acall` from this thread, within the gate on requests in flight."""
+        with self._shared.gate:
+            return self._sync(self._acall, make, rel)
+
+    async def _acall(self, make: Callable[[], Awaitable[T]], rel: str) -> T:
+        """`await make()` with retries on throttling, 5xx, dropped connections and read
+        timeouts, all within the operation's deadline (`options.timeout`); other errors as
+        the OSError a local read would give (`UnsafeFileError` for a redirect to another
+        origin), or `RemoteAccessError` when the store refuses us outright (no
+        credentials), keeps failing or misses the deadline."""
         options = self.options
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + options.timeout
         for attempt in range(options.retries + 1):
+            scope = asyncio.timeout(max(deadline - loop.time(), 0.0))
             try:
-                return await make()
+                async with scope:
+                    return await make()
             except Exception as exc:
+                if scope.expired():
+                    raise _late(self._show(rel), options) from exc
                 status = _status(exc)
-                if attempt < options.retries and _transient(exc, status):
+                wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
+                wait_s = min(wait_s, 20.0)
+                # Retried while the wait leaves time before the deadline.
+                if (
+                    attempt < options.retries
+                    and _transient(exc, status)
+                    and loop.time() + wait_s < deadline
+                ):
                     self._shared.stats.add(0, retry=True)
-                    wait_s = options.retry_wait * (2**attempt) * random.uniform(0.5, 1.5)
-                    await asyncio.sleep(min(wait_s, 20.0))
+                    await asyncio.sleep(wait_s)
                     continue
-                raise _translate(exc, status, self._show(rel), attempt) from exc
+                raise _translate(exc, status, self._show(rel), rel, attempt, options) from exc
         raise AssertionError("unreachable")  # the loop returns or raises
 
 
@@ -488,27 +601,11 @@ class RemoteFile:
         self.close()
 
 
-def _ls(fs: Any, key: str) -> Any:
-    """A fresh listing (the file system's own listing cache is not trusted across scans)."""
-    try:
-        return fs.ls(key, detail=True, refresh=True)
-    except TypeError:  # a file system without `refresh`
-        return fs.ls(key, detail=True)
-
-
-def _read_sync(fs: Any, key: str, start: int, end: int) -> bytes:
-    """One ranged read from a file system without an async `cat_file` (the Hub's): no block
-    cache, so exactly the range is requested."""
-    with fs.open(key, "rb", block_size=end - start, cache_type="none") as fh:
-        fh.seek(start)
-        data: bytes = fh.read(end - start)
-        return data
-
-
 def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
     """fsspec `ls(detail=True)` records as entries directly in folder `key`. Anything else a
     store returns (an HTTP page's links to other folders or hosts, the folder itself, names
-    that are not plain) is dropped: nothing outside the folder is ever reached from here."""
+    that are not plain: a NUL, a backslash) is dropped: nothing outside the folder is ever
+    reached from here, and every name kept can be joined under it (`check_member`)."""
     out: dict[str, Entry] = {}
     prefix = key.rstrip("/") + "/"
     for info in infos if isinstance(infos, list) else ():
@@ -519,7 +616,7 @@ def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
         child = name[len(prefix) :].rstrip("/")
         if http:
             child = unquote(child)
-        if not child or "/" in child or child in (".", "..") or "\x00" in child:
+        if not child or "/" in child or child in (".", "..") or "\x00" in child or "\\" in child:
             continue
         size = info.get("size")
         kind = EntryKind.DIR if is_dir else EntryKind.FILE
@@ -567,8 +664,11 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 
 def _status(exc: BaseException) -> int | None:
-    """The HTTP status behind an error of s3fs/botocore, gcsfs, aiohttp or huggingface_hub."""
+    """The HTTP status behind an error of s3fs/botocore, gcsfs or aiohttp (not the status
+    aiohttp's own parser errors carry: a body cut short is a dropped connection)."""
     for err in _chain(exc):
+        if any(c.__name__ == "HttpProcessingError" for c in type(err).__mro__):
+            continue
         response = getattr(err, "response", None)
         if isinstance(response, dict):  # botocore ClientError
             meta = response.get("ResponseMetadata") or {}
@@ -600,7 +700,24 @@ def _transient(exc: BaseException, status: int | None) -> bool:
     )
 
 
-def _translate(exc: BaseException, status: int | None, url: str, attempt: int) -> Exception:
+def _refusal(exc: BaseException) -> RemoteAnswerError | None:
+    """The answer the guard refused behind an error (the stores wrap it in their own)."""
+    return next((e for e in _chain(exc) if isinstance(e, RemoteAnswerError)), None)
+
+
+def _translate(
+    exc: BaseException,
+    status: int | None,
+    url: str,
+    rel: str,
+    attempt: int,
+    options: RemoteOptions,
+) -> Exception:
+    refused = _refusal(exc)
+    if isinstance(refused, RedirectRefused):
+        return UnsafeFileError(rel or url, refused.strerror or str(refused))
+    if refused is not None:
+        return RemoteAnswerError(refused.strerror or str(refused), url)
     names = _names(exc)
     if names & _NO_CREDENTIALS:
         return RemoteAccessError(f"{url}: no credentials found ({exc}); {_CREDENTIALS_HINT}")
@@ -608,15 +725,36 @@ def _translate(exc: BaseException, status: int | None, url: str, attempt: int) -
         return PermissionError(errno.EACCES, f"access denied (HTTP {status or 403})", url)
     if status == 404 or isinstance(exc, FileNotFoundError):
         return FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+    if _transient(exc, status) and names & _TIMEOUT_NAMES:
+        return RemoteAccessError(
+            f"{url}: no data for {options.read_timeout:g} s (--read-timeout) in "
+            f"{attempt + 1} attempts; the server stalls: run again later, or raise "
+            "--read-timeout"
+        )
     if _transient(exc, status):
         what = f"HTTP {status}" if status else type(exc).__name__
         return RemoteAccessError(
-            f"{url}: {what} after {attempt + 1} attempts; the store is throttling or "
-            "unreachable: run again later, or lower --max-concurrency"
+            f"{url}: {what} after {attempt + 1} attempts; the store is throttling, "
+            "unreachable or cuts its answers short: run again later, or lower --max-concurrency"
         )
     if isinstance(exc, OSError):
-        return exc
-    return OSError(errno.EIO, f"{type(exc).__name__}: {exc}", url)
+        return OSError(exc.errno or errno.EIO, quoted(exc.strerror or str(exc)), url)
+    return OSError(errno.EIO, f"{type(exc).__name__}: {quoted(str(exc))}", url)
+
+
+def _late(url: str, options: RemoteOptions) -> RemoteAccessError:
+    return RemoteAccessError(
+        f"{url}: no complete answer within {options.timeout:g} s (--timeout, one request "
+        "with its retries); the server stalls or is too slow: run again later, or raise "
+        "--timeout"
+    )
+
+
+def _unlistable(url: str, exc: OSError | UnsafeFileError) -> RemoteAccessError:
+    """A folder listing the guard refused, as one line."""
+    reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror or str(exc)
+    subject = "" if reason.startswith("the ") else "it "  # "it answered...", "the listing..."
+    return RemoteAccessError(f"{url}: cannot be listed: {subject}{reason}")
 
 
 _CREDENTIALS_HINT = (
@@ -633,7 +771,8 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
     """The `Location` a remote URL names (a folder, or a file in its folder's storage).
 
     Raises `CannotInspectError` when nothing is there or the remote extra is missing, and
-    `RemoteAccessError` when the store refuses us (403, no credentials)."""
+    `RemoteAccessError` when the store refuses us (403, no credentials) or its answers are
+    refused (see guard.py)."""
     options = options or RemoteOptions()
     scheme = scheme_of(url)
     if scheme not in REMOTE_SCHEMES:
@@ -642,33 +781,49 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
         )
     protocol = REMOTE_SCHEMES[scheme]
     shown = url.rstrip("/")
-    fs, key = _filesystem(protocol, url, options)
-    shared = _Shared(fs, options, protocol)
+    backend, key = _backend(protocol, url, options)
+    shared = _Shared(backend, options, protocol)
     root = FsspecStorage(shared, key, shown)
     if protocol == "http":
         name = shown.rsplit("/", 1)[-1]
         if url.endswith("/") or not name.endswith(_FILE_SUFFIXES):
             return Location(root)
         return _file_location(shared, key, shown)
-    # One listing tells a folder (its entries, kept for the scan) from a file (the listing
-    # of a file is the file itself) from nothing at all.
+    if protocol == "hf":
+        _pin_revision(root, url)
+        key = root._key
+    # One listing tells a folder (its entries, kept for the scan) from anything else; a
+    # file is then described by one metadata request.
     try:
-        infos = root._call(lambda: _ls(fs, key), "")
+        infos = root._run(partial(backend.listdir, key), "")
+    except FileNotFoundError:
+        infos = []
+    except PermissionError:
+        raise _denied(shown) from None
+    except (RemoteAnswerError, UnsafeFileError) as exc:
+        raise _unlistable(shown, exc) from None
+    entries = _entries(infos, key, http=False)
+    if entries:
+        shared.listings[key] = (True, entries)
+        return Location(root)
+    try:
+        itself = root._run(partial(backend.info, key), "")
     except FileNotFoundError:
         raise CannotInspectError(f"{shown}: no such object or prefix; check the URL") from None
     except PermissionError:
-        raise RemoteAccessError(
-            f"{shown}: access denied (HTTP 403); check that your credentials may read it "
-            f"({_CREDENTIALS_HINT})"
-        ) from None
-    entries = _entries(infos, key, http=False)
-    itself = [i for i in infos if str(i.get("name", "")).rstrip("/") == key]
-    if not entries and itself and itself[0].get("type") == "file":
-        return _file_location(shared, key, shown)
-    if not entries and not itself:
+        raise _denied(shown) from None
+    except (RemoteAnswerError, UnsafeFileError) as exc:
+        raise _unlistable(shown, exc) from None
+    if itself.get("type") != "file":
         raise CannotInspectError(f"{shown}: no such object or prefix; check the URL")
-    shared.listings[key] = (True, entries)
-    return Location(root)
+    return _file_location(shared, key, shown)
+
+
+def _denied(shown: str) -> RemoteAccessError:
+    return RemoteAccessError(
+        f"{shown}: access denied (HTTP 403); check that your credentials may read it "
+        f"({_CREDENTIALS_HINT})"
+    )
 
 
 def _file_location(shared: _Shared, key: str, shown: str) -> Location:
@@ -676,13 +831,13 @@ def _file_location(shared: _Shared, key: str, shown: str) -> Location:
     parent_url = shown.rsplit("/", 1)[0]
     if shared.protocol == "http":
         name = unquote(name)
-    return Location(FsspecStorage(shared, parent_key, parent_url), check_member(name))
+    return Location(FsspecStorage(shared, parent_key, parent_url)) / name
 
 
-def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, str]:
-    """(fsspec file system, the root's key in it)."""
+def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, str]:
+    """(the store's backend, the root's key in it)."""
     try:
-        import fsspec
+        import fsspec  # noqa: F401
     except ImportError:
         raise CannotInspectError(
             f"{url}: reading remote checkpoints needs the remote extra: "
@@ -691,12 +846,20 @@ def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, s
     opts = _nested(options.storage_options)
     try:
         if protocol == "hf":
-            return _hf_filesystem(url, opts)
+            return _hub_backend(url, opts, options)
+        policy = options.policy()
+        timeout = options.read_timeout
+        made = dict(opts)
         if protocol == "s3":
-            opts = _s3_defaults(opts, options)
-        fs = _reused(
-            protocol, opts, lambda: fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
-        )
+            made = _s3_defaults(made, options)
+        elif protocol == "gcs":
+            made["session_kwargs"] = guarded_session_kwargs(
+                made.get("session_kwargs") or {}, policy=policy, read_timeout=timeout
+            )
+            made.setdefault("requests_timeout", socket_timeout(timeout))
+        elif protocol == "http":
+            made["get_client"] = guarded_client(policy, timeout)
+        fs = _reused(protocol, opts, options, lambda: _file_system(protocol, made))
         if protocol == "s3":
             fs.retries = 1  # s3fs' own retry loop (a class attribute): ours applies instead
     except ImportError as exc:
@@ -707,8 +870,23 @@ def _filesystem(protocol: str, url: str, options: RemoteOptions) -> tuple[Any, s
     except TypeError as exc:
         raise CannotInspectError(f"{url}: a --storage-option is not understood ({exc})") from None
     if protocol == "http":
-        return fs, url.rstrip("/")
-    return fs, url.split("://", 1)[1].rstrip("/")
+        return HttpBackend(fs), url.rstrip("/")
+    backend = S3Backend(fs) if protocol == "s3" else GcsBackend(fs)
+    return backend, url.split("://", 1)[1].rstrip("/")
+
+
+def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
+    """fsspec's file system for `protocol`. For GCS, gcsfs' JSON API client itself: gcsfs
+    otherwise makes its experimental gRPC client the default, whose requests (a storage
+    layout lookup before reads, with its own 30 s timeouts and retries) would not go through
+    our guarded session."""
+    import fsspec
+
+    if protocol == "gcs":
+        from gcsfs.core import GCSFileSystem
+
+        return GCSFileSystem(skip_instance_cache=True, **opts)
+    return fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
 
 
 _FILE_SYSTEMS: dict[str, Any] = {}
@@ -718,12 +896,15 @@ _FILE_SYSTEMS_LOCK = threading.Lock()
 _CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
 
 
-def _reused(protocol: str, opts: Mapping[str, Any], make: Callable[[], Any]) -> Any:
-    """One file system per protocol, options and credential environment: a later scan in the
-    same process reuses its session and connections (setting one up costs more than a
-    hundred milliseconds), and still lists every folder afresh."""
+def _reused(
+    protocol: str, opts: Mapping[str, Any], options: RemoteOptions, make: Callable[[], Any]
+) -> Any:
+    """One file system per protocol, options, guard settings and credential environment: a
+    later scan in the same process reuses its session and connections (setting one up
+    costs more than a hundred milliseconds), and still lists every folder afresh."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
-    key = repr((protocol, sorted(opts.items(), key=lambda kv: kv[0]), env))
+    guard = (options.read_timeout, options.allow_redirects, options.max_concurrency)
+    key = repr((protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env))
     with _FILE_SYSTEMS_LOCK:
         fs = _FILE_SYSTEMS.get(key)
         if fs is None:
@@ -747,7 +928,8 @@ def _nested(options: Mapping[str, Any]) -> dict[str, Any]:
 
 def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]:
     """s3fs options: the endpoint from `AWS_ENDPOINT_URL[_S3]`, a connection pool as large as
-    the requests in flight, and our retries instead of s3fs' and botocore's own loops."""
+    the requests in flight, our retries instead of s3fs' and botocore's own loops, the read
+    timeout, and the guarded HTTP session (no redirect followed, bodies capped)."""
     opts = dict(opts)
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     client = opts.get("client_kwargs") or {}
@@ -756,6 +938,9 @@ def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]
     config = dict(opts.get("config_kwargs") or {})
     config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
     config.setdefault("max_pool_connections", max(10, options.max_concurrency))
+    config.setdefault("connect_timeout", options.read_timeout)
+    config.setdefault("read_timeout", options.read_timeout)
+    config["http_session_cls"] = s3_http_session_class()
     # Our requests are built by s3fs from checked paths; botocore's per-request validation
     # of them costs CPU that hundreds of concurrent header reads feel.
     config.setdefault("parameter_validation", False)
@@ -763,46 +948,79 @@ def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]
     return opts
 
 
-def _hf_filesystem(url: str, opts: dict[str, Any]) -> tuple[Any, str]:
-    """The Hub's file system and the root's path in it, at the commit the revision names
-    now: resolved once, so every read of the scan sees the same files even if the branch
-    moves meanwhile."""
-    from huggingface_hub import HfApi, HfFileSystem
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+_HUB_OPTIONS = frozenset({"endpoint", "token"})
+
+
+def _hub_backend(url: str, opts: dict[str, Any], options: RemoteOptions) -> tuple[Backend, str]:
+    """The Hub's backend for the repository `url` names (its revision is pinned by
+    `_pin_revision` once the storage exists), and the root's key."""
+    from fsspec.implementations.http import HTTPFileSystem
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers
 
     try:
         loc = parse_hf_url(url)
     except ValueError as exc:
         raise CannotInspectError(str(exc)) from None
+    unknown = sorted(set(opts) - _HUB_OPTIONS)
+    if unknown:
+        raise CannotInspectError(
+            f"{url}: --storage-option {', '.join(unknown)} is not understood for hf:// "
+            "(expected endpoint=URL, token=TOKEN)"
+        )
+    endpoint = str(opts.get("endpoint") or constants.ENDPOINT).rstrip("/")
+    policy = options.policy(hub=on_hub(endpoint))
+    fs = _reused(
+        "hf",
+        {"endpoint": endpoint},
+        options,
+        lambda: HTTPFileSystem(
+            get_client=guarded_client(policy, options.read_timeout), skip_instance_cache=True
+        ),
+    )
+    headers = build_hf_headers(token=opts.get("token"))
+    backend = HubBackend(
+        fs, endpoint=endpoint, repo_type=loc.repo_type, repo_id=loc.repo_id, headers=headers
+    )
+    return backend, loc.fs_path()
+
+
+def _pin_revision(root: FsspecStorage, url: str) -> None:
+    """Resolve an `hf://` revision to its commit once, so that every read of the scan sees
+    the same files even if the branch moves meanwhile; the root's key then names the commit."""
+    loc = parse_hf_url(url)
+    backend = root._shared.backend
+    assert isinstance(backend, HubBackend)
     sha = loc.revision
     if not loc.is_commit:
-        api = HfApi(endpoint=opts.get("endpoint"), token=opts.get("token"))
         try:
-            info = api.repo_info(loc.repo_id, repo_type=loc.repo_type, revision=loc.revision)
-        except RevisionNotFoundError:
-            raise CannotInspectError(
-                f"{url}: revision {loc.revision!r} not found in {loc.repo_id}; expected a "
-                "branch, a tag, a commit sha or refs/pr/N"
-            ) from None
-        except GatedRepoError:
+            sha = root._run(partial(backend.revision, loc.revision), "")
+        except (FileNotFoundError, PermissionError) as exc:
+            raise _hub_refusal(url, str(exc.__cause__)) from None
+        except (OSError, UnsafeFileError) as exc:
+            reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror or exc
             raise RemoteAccessError(
-                f"{url}: {loc.repo_id} is gated; accept its terms on the Hub, then set "
-                "HF_TOKEN or run `hf auth login`"
+                f"{url}: cannot reach the Hub ({reason}); check the network or HF_ENDPOINT"
             ) from None
-        except RepositoryNotFoundError:
-            raise RemoteAccessError(
-                f"{url}: repository {loc.repo_id} not found, or private without a token; "
-                "check the name, set HF_TOKEN or run `hf auth login`"
-            ) from None
-        except Exception as exc:
-            raise RemoteAccessError(
-                f"{url}: cannot reach the Hub ({type(exc).__name__}: {exc}); check the network "
-                "or HF_ENDPOINT"
-            ) from None
-        sha = info.sha
-    fs = _reused("hf", opts, lambda: HfFileSystem(skip_instance_cache=True, **opts))
-    return fs, loc.fs_path(sha)
+    assert sha is not None
+    backend.pin(sha, dataclasses.replace(loc, path="").fs_path(sha))
+    root._key = loc.fs_path(sha)
+
+
+def _hub_refusal(url: str, answer: str) -> InspectorError:
+    """The Hub's refusal to say which commit a revision names, by its error code."""
+    loc = parse_hf_url(url)
+    if "RevisionNotFound" in answer:
+        return CannotInspectError(
+            f"{url}: revision {loc.revision!r} not found in {loc.repo_id}; expected a "
+            "branch, a tag, a commit sha or refs/pr/N"
+        )
+    if "GatedRepo" in answer:
+        return RemoteAccessError(
+            f"{url}: {loc.repo_id} is gated; accept its terms on the Hub, then set HF_TOKEN "
+            "or run `hf auth login`"
+        )
+    return RemoteAccessError(
+        f"{url}: repository {loc.repo_id} not found, or private without a token; check the "
+        "name, set HF_TOKEN or run `hf auth login`"
+    )

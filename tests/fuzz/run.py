@@ -26,7 +26,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle", "pickle_sandbox")
+NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "load_config", "remote_answer")
+# Seconds one input may take, where a target needs more than --timeout: the load check
+# builds models of up to 2,048 layers.
+TIMEOUTS = {"load_config": 40}
 
 
 def main() -> int:
@@ -86,7 +89,7 @@ def _atheris(name: str, seconds: float, args: argparse.Namespace) -> bool:
             str(work),
             str(CORPUS / name),
             f"-max_total_time={max(1, int(seconds))}",
-            f"-timeout={args.timeout}",
+            f"-timeout={max(args.timeout, TIMEOUTS.get(name, 0))}",
             f"-rss_limit_mb={args.rss_mb}",
             f"-seed={args.seed}",
             "-max_len=65536",
@@ -128,13 +131,21 @@ def _child(name: str, libfuzzer_args: list[str]) -> int:
     with atheris.instrument_imports(include=["inspector"]):
         import inspector.layouts._common
         import inspector.layouts.torch_dist
+        import inspector.model_load
+        import inspector.model_quant
         import inspector.pickle_guard
         import inspector.safe_pickle
-        import inspector.safetensors_header  # noqa: F401
+        import inspector.safetensors_header
+        import inspector.sealed
+        import inspector.storage.backends
+        import inspector.storage.guard
+        import inspector.storage.remote  # noqa: F401
     sys.path.insert(0, str(HERE.parent))
-    from fuzz.targets import TARGETS
+    from fuzz.targets import PREPARE, TARGETS
 
     target = TARGETS[name]
+    if name in PREPARE:
+        PREPARE[name]()
     atheris.Setup([sys.argv[0], *libfuzzer_args], target)
     atheris.Fuzz()
     return 0
@@ -150,9 +161,12 @@ def _hypothesis(name: str, seconds: float, args: argparse.Namespace) -> bool:
     from hypothesis import strategies as st
 
     sys.path.insert(0, str(HERE.parent))
-    from fuzz.targets import TARGETS
+    from fuzz.targets import PREPARE, TARGETS
 
     target = TARGETS[name]
+    if name in PREPARE:
+        PREPARE[name]()
+    timeout = max(args.timeout, TIMEOUTS.get(name, 0))
     seeds = [p.read_bytes() for p in sorted((CORPUS / name).iterdir()) if p.is_file()]
     deadline = time.monotonic() + seconds
     count = {"runs": 0, "slow": 0}
@@ -189,9 +203,9 @@ def _hypothesis(name: str, seconds: float, args: argparse.Namespace) -> bool:
             count["runs"] += 1
             start = time.monotonic()
             target(data)
-            if time.monotonic() - start > args.timeout:
+            if time.monotonic() - start > timeout:
                 count["slow"] += 1
-                raise AssertionError(f"one input took over {args.timeout} s")
+                raise AssertionError(f"one input took over {timeout} s")
 
         run()
 

@@ -3,11 +3,16 @@ reader must keep, whatever the input:
 
 - it raises nothing but the errors the reader declares (findings carry the rest);
 - it reads at most what its cap allows;
-- every finding names a known code, and no message quotes more than `MAX_MESSAGE`
-  characters (a report must not leak a file's content);
+- every finding names a known code, no message quotes more than `MAX_MESSAGE` characters (a
+  report must not leak a file's content) and none holds a control character (names are shown
+  through `inspector.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
 - the bounded child that reads large `.metadata` files answers what the audited path
-  answers (or reads, within its limits, a stream the audit refuses as a bomb).
+  answers (or reads, within its limits, a stream the audit refuses as a bomb);
+- config.json through the load check never asks on the terminal, never opens a socket or
+  starts a process, and finishes within `LOAD_SECONDS`.
+- a remote server's answers (status, headers, body: any bytes) give the remote reader
+  only its declared errors, never more bytes than were asked, in bounded time.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -16,18 +21,39 @@ corpus replay test (`tests/test_fuzz_corpus.py`).
 
 from __future__ import annotations
 
+import asyncio
+import builtins
+import contextlib
+import io
 import os
 import re
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from inspector.checks.files import read_problem_findings
 from inspector.codes import CODES
+from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
 from inspector.findings import Finding
 from inspector.model import FileRole, ReadProblem
+from inspector.sealed import REFUSED_EVENT
+from inspector.storage import Location, TooLargeError
+from inspector.storage.guard import MAX_LISTING as _MAX_LISTING
 
-__all__ = ["MAX_MESSAGE", "TARGETS", "header", "index_json", "pickle_metadata", "pickle_sandbox"]
+__all__ = [
+    "MAX_MESSAGE",
+    "PREPARE",
+    "TARGETS",
+    "header",
+    "index_json",
+    "load_config",
+    "pickle_metadata",
+    "pickle_sandbox",
+    "remote_answer",
+]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
 MAX_MESSAGE = 4_000
@@ -39,6 +65,7 @@ def _check_findings(findings: tuple[Finding, ...] | list[Finding]) -> None:
         assert isinstance(f, Finding), f
         assert f.code in CODES, f.code
         assert len(f.message) <= MAX_MESSAGE, (f.code, len(f.message), f.message[:200])
+        assert f.message.isprintable(), (f.code, f.message[:200])
 
 
 def _check_problems(problems: tuple[ReadProblem, ...] | list[ReadProblem]) -> None:
@@ -73,9 +100,14 @@ def _folder() -> Path:
     """One scratch checkpoint folder per process (in RAM where there is /dev/shm)."""
     global _FOLDER
     if _FOLDER is None:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") else None
-        _FOLDER = Path(tempfile.mkdtemp(prefix="ckpt-fuzz-", dir=base))
+        _FOLDER = _scratch("ckpt-fuzz-")
     return _FOLDER
+
+
+def _scratch(prefix: str) -> Path:
+    """A new temp folder, in RAM where there is /dev/shm."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
 
 
 def index_json(data: bytes) -> None:
@@ -198,9 +230,253 @@ def pickle_sandbox(data: bytes) -> None:
     assert _ADDRESS.sub("0x", repr(there)) == _ADDRESS.sub("0x", repr(here))
 
 
+# -- (e) config.json through the load check ----------------------------------------------------
+
+# One load check may take this long: building the largest model a config may declare (2,048
+# layers) takes a few seconds on a busy machine.
+LOAD_SECONDS = 30.0
+_CHECKPOINT: Path | None = None
+# Acts of the thread running `load_config`, seen by an audit hook: socket use, processes,
+# terminal reads, and what the seal refused (the seal's own hook may run first and refuse).
+_WATCHED: tuple[int, list[str]] | None = None
+_FORBIDDEN = ("socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "builtins.input")
+_FORBIDDEN_REFUSALS = ("the network", "an answer from the terminal", "starting a process")
+
+
+def _watch(event: str, args: tuple) -> None:
+    if _WATCHED is None or _WATCHED[0] != threading.get_ident():
+        return
+    if event.startswith(_FORBIDDEN):
+        _WATCHED[1].append(f"{event} {str(args)[:200]}")
+    elif event == REFUSED_EVENT and str(args[0]).startswith(_FORBIDDEN_REFUSALS):
+        _WATCHED[1].append(f"refused: {args[0]}")
+
+
+sys.addaudithook(_watch)
+
+
+def _checkpoint() -> Path:
+    """A tiny Llama written by transformers' `save_pretrained`, once per process (in RAM
+    where there is /dev/shm); torch and transformers are imported and one model is built, so
+    the first input costs about what every other does."""
+    global _CHECKPOINT
+    if _CHECKPOINT is None:
+        import torch
+        import transformers
+
+        from inspector.model_load import load_verdict
+        from inspector.scan import scan
+
+        folder = _scratch("ckpt-fuzz-load-")
+        config = transformers.LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+        )
+        torch.manual_seed(0)
+        with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
+            transformers.LlamaForCausalLM(config).save_pretrained(folder)
+        assert load_verdict(scan(folder)).loads
+        # The message of a sub-config AutoModel cannot build names every type it can, which
+        # imports every configuration module of transformers once (seconds): done here.
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+        assert MODEL_MAPPING.keys()
+        _CHECKPOINT = folder
+    return _CHECKPOINT
+
+
+class _NoTerminal:
+    """stdin and input() while an input runs: reading the terminal fails the target."""
+
+    def __init__(self) -> None:
+        self.reads: list[str] = []
+
+    def read(self, *_: object) -> str:
+        self.reads.append("sys.stdin")
+        raise AssertionError("the load check read stdin")
+
+    readline = read
+
+    def isatty(self) -> bool:
+        return True
+
+    def input(self, prompt: object = "") -> str:
+        self.reads.append(f"input({str(prompt)[:200]!r})")
+        raise AssertionError("the load check asked on the terminal")
+
+
+def load_config(data: bytes) -> None:
+    """The bytes as config.json of a tiny checkpoint transformers wrote, through `scan`, the
+    load check (also with --trust-remote-code) and `check`: no exception, known codes and
+    bounded messages, a skip reason of bounded length, nothing asked on the terminal, no
+    socket, no process, within `LOAD_SECONDS`."""
+    global _WATCHED
+    from inspector.checks import check
+    from inspector.model_load import load_verdict
+    from inspector.scan import scan
+
+    folder = _checkpoint()
+    (folder / "config.json").write_bytes(data)
+    terminal, acts = _NoTerminal(), []
+    saved = sys.stdin, builtins.input
+    sys.stdin, builtins.input = terminal, terminal.input  # type: ignore[assignment]
+    _WATCHED = (threading.get_ident(), acts)
+    try:
+        start = time.monotonic()
+        scanned = scan(folder)
+        for trust in (False, True):
+            verdict = load_verdict(scanned, trust_remote_code=trust)
+            assert verdict.skipped is None or len(verdict.skipped) <= MAX_MESSAGE
+        _check_findings(check(scanned, verdict=verdict))
+        took = time.monotonic() - start
+    finally:
+        _WATCHED = None
+        sys.stdin, builtins.input = saved
+    assert not terminal.reads, terminal.reads
+    assert not acts, acts
+    assert took < LOAD_SECONDS, f"the load check took {took:.1f} s"
+
+
+def _prepare_load_config() -> None:
+    _checkpoint()
+
+
+# -- (f) a remote server's answers --------------------------------------------------------------
+
+# Statuses a structured input picks from (its first byte).
+_STATUSES = (200, 206, 204, 301, 302, 303, 307, 308, 304, 400, 401, 403, 404, 416, 429, 500, 503)
+
+
+class _AnswerServer:
+    """A server on 127.0.0.1 that answers every request with the same bytes (`answer`),
+    then closes the connection, or holds it open and silent for `hold` seconds."""
+
+    def __init__(self) -> None:
+        self.answer = b""
+        self.hold = 0.0
+        self.requests = 0
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+                self.requests += 1
+                writer.write(self.answer)
+                await writer.drain()
+                if self.hold:
+                    await asyncio.sleep(self.hold)
+            except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+                pass
+            finally:
+                writer.close()
+
+        async def start() -> None:
+            server = await asyncio.start_server(client, "127.0.0.1", 0)
+            self.url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+            ready.set()
+
+        def run() -> None:
+            asyncio.set_event_loop(self.loop)
+            self.loop.run_until_complete(start())
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True).start()
+        ready.wait(10)
+
+
+_SERVER: _AnswerServer | None = None
+# What the remote reader may raise: OS errors (FileNotFoundError, PermissionError, the
+# guard's RemoteAnswerError...), a refused file, a store that fails for good, a cap.
+_DECLARED = (OSError, UnsafeFileError, RemoteAccessError, CannotInspectError, TooLargeError)
+
+
+def _compose(data: bytes, url: str) -> tuple[bytes, float]:
+    """The answer an input stands for: the bytes themselves when they start like an HTTP
+    answer; otherwise a status (first byte), headers chosen by the bits of the second (a
+    chunked body, a Content-Length that lies, a Content-Range, a redirect within or out of
+    the origin, a connection held open) and the rest as the body. Returns (bytes, hold)."""
+    if data.startswith(b"HTTP/"):
+        return data, 0.0
+    data = data + b"\0\0" if len(data) < 2 else data
+    status, flags, body = _STATUSES[data[0] % len(_STATUSES)], data[1], data[2:]
+    lines = [f"HTTP/1.1 {status} X"]
+    if flags & 1:
+        lines.append("Transfer-Encoding: chunked")
+        framed = (f"{len(body):x}\r\n".encode() + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
+    else:
+        length = len(body) + (1000 if flags & 2 else 0) - (len(body) // 2 if flags & 4 else 0)
+        lines.append(f"Content-Length: {length}")
+        framed = body
+    if flags & 8:
+        first = 100 if flags & 16 else 0
+        lines.append(f"Content-Range: bytes {first}-{first + len(body) - 1}/{len(body) + first}")
+    if flags & 32:
+        lines.append("Location: " + ("/ckpt/moved" if flags & 64 else "http://127.0.0.2:9/x"))
+    lines.append(f'Link: <{url}/api/next?cursor=1>; rel="next"')
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode()
+    return head + framed, (0.15 if flags & 128 else 0.0)
+
+
+def remote_answer(data: bytes) -> None:
+    """Every request answered with the input (see `_compose`), through the remote reader
+    as a scan uses it: an HTTP folder (listing, HEAD, ranged reads, a whole-file read), a
+    single-file URL, and a Hub repository (revision, tree, resolve). Only declared errors,
+    with messages of bounded length; never more bytes than asked; within the deadlines."""
+    from inspector.storage import RemoteOptions
+    from inspector.storage.remote import open_remote
+
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _AnswerServer()
+    server = _SERVER
+    server.answer, server.hold = _compose(data, server.url)
+    quick = {"retries": 1, "retry_wait": 0.01, "timeout": 0.5, "read_timeout": 0.1}
+    hub = {"endpoint": server.url, "token": False}
+    start = time.monotonic()
+    for url, options in (
+        (f"{server.url}/ckpt/", RemoteOptions(**quick)),
+        (f"{server.url}/ckpt/model.safetensors", RemoteOptions(**quick)),
+        ("hf://org/repo", RemoteOptions(**quick, storage_options=hub)),
+    ):
+        try:
+            location = open_remote(url, options)
+            folder = location.parent if location.rel else location
+            entries = folder.entries()
+            assert len(entries) <= _MAX_LISTING
+            names = [location.name] if location.rel else [e.name for e in entries[:2]]
+        except _DECLARED as exc:
+            assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
+            continue
+        for name in names or ["model.safetensors"]:
+            _read_some(folder / name)
+    assert time.monotonic() - start < 6.0, "an input took longer than its deadlines allow"
+
+
+def _read_some(file: Location) -> None:
+    """Ranged reads and a whole-file read of one remote file: at most what was asked."""
+    try:
+        with file.open() as reader:
+            for offset, length in ((0, 64), (100, 50), (0, 200_000)):
+                got = reader.read_range(offset, length)
+                assert len(got) <= length, (offset, length, len(got))
+        assert len(file.read_bytes(cap=1 << 20)) <= 1 << 20
+    except _DECLARED as exc:
+        assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
     "pickle": pickle_metadata,
     "pickle_sandbox": pickle_sandbox,
+    "load_config": load_config,
+    "remote_answer": remote_answer,
 }
+# Set-up a target needs once per process (imports, a checkpoint), done before the first
+# input is timed.
+PREPARE: dict[str, Callable[[], None]] = {"load_config": _prepare_load_config}

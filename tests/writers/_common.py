@@ -46,8 +46,10 @@ def case_dir(writer: str, case: str) -> Path:
 
 
 def command(script: str) -> str:
-    """How to regenerate a case: the script alone (each script rewrites all of its cases)."""
-    return f"build/writers-venv/bin/python tests/writers/{script}"
+    """How to regenerate a case: the script alone (each script rewrites all of its cases), run
+    by the interpreter of the writers' virtual environment it needs (`build/writers-venv`, or
+    a sibling such as `build/writers-venv-tf4` for a writer whose pins conflict with it)."""
+    return f"build/{Path(sys.prefix).name}/bin/python tests/writers/{script}"
 
 
 def folder_bytes(folder: Path) -> int:
@@ -65,9 +67,17 @@ def record(
     damage: str | None = None,
     seed: str | None = None,
     extra: dict[str, Any] | None = None,
+    fmt: str | None = None,
+    expected: list[str] | None = None,
+    expected_words: str | None = None,
 ) -> None:
     """Add or replace the manifest entry `<writer>/<case>` (read-modify-write of one JSON file;
-    scripts run one after another, never at the same time)."""
+    scripts run one after another, never at the same time).
+
+    `fmt` names the on-disk format when it is not one the first writers produced
+    (`pytorch-bin`, `compressed-tensors`, `mxfp4`, `fp8-block`, `gguf`); `expected` is the
+    exact set of error and warning codes a check must report on the case (empty: healthy) and
+    `expected_words` says why, for the cases whose expectations live in the manifest."""
     import torch
 
     folder = FIXTURES / writer / case
@@ -87,12 +97,49 @@ def record(
         "damage": damage,
         "bytes": size,
     }
+    if fmt is not None:
+        entry["format"] = fmt
+    if expected is not None:
+        if sorted(set(expected)) != sorted(expected) or bool(expected) == healthy:
+            raise SystemExit(f"{writer}/{case}: expected codes {expected} vs healthy={healthy}")
+        entry["expected_codes"] = sorted(expected)
+        entry["expected_findings"] = expected_words
     entry.update(extra or {})
     manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
     manifest[f"{writer}/{case}"] = entry
     MANIFEST.parent.mkdir(parents=True, exist_ok=True)
     MANIFEST.write_text(json.dumps(dict(sorted(manifest.items())), indent=2) + "\n")
     print(f"[{writer}/{case}] {size} bytes: {description}")
+
+
+def record_expected(
+    writer: str,
+    case: str,
+    *,
+    package: str,
+    script: str,
+    fmt: str,
+    description: str,
+    expected: list[str],
+    words: str,
+    damage: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> None:
+    """`record` for a case whose expectations live in the manifest: healthy exactly when no
+    error or warning code is expected."""
+    record(
+        writer,
+        case,
+        package=package,
+        script=script,
+        description=description,
+        healthy=not expected,
+        damage=damage,
+        extra=extra,
+        fmt=fmt,
+        expected=expected,
+        expected_words=words,
+    )
 
 
 def tensor_sha256(tensor: Any) -> str:
@@ -127,6 +174,21 @@ def safetensors_folder_hashes(folder: Path) -> dict[str, dict[str, Any]]:
     out: dict[str, Any] = {}
     for path in sorted(folder.glob("*.safetensors")):
         out.update(state_dict_hashes(load_file(str(path))))
+    return dict(sorted(out.items()))
+
+
+def safetensors_listing(folder: Path) -> dict[str, list[Any]]:
+    """{name: [dtype, shape]} of every tensor of every `.safetensors` file in `folder`, from
+    the headers: what a quantized case holds, for the manifest."""
+    from safetensors import safe_open
+
+    out: dict[str, list[Any]] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            names = f.keys()
+            for name in names:
+                view = f.get_slice(name)
+                out[name] = [view.get_dtype(), list(view.get_shape())]
     return dict(sorted(out.items()))
 
 

@@ -1,0 +1,168 @@
+"""How a name from a checkpoint is shown to a person: `legible`, the one function every file
+name, tensor name, path, key and message goes through on its way to a terminal, a log, a
+report (text, Markdown, HTML), a CSV export or the dashboard.
+
+A checkpoint chooses its names, so a name may be 90 million characters long, carry terminal
+escape sequences (`ESC ]0;title BEL` sets the window title, `ESC [2K` erases a line, `\\r`
+and `\\b` overwrite what was printed, a newline forges an `ERROR` line in a CI log), Unicode
+controls that reorder text (U+202E shows `exe.txt` for `txt.exe`), or markup and formulas
+(`<img onerror=...>`, `[link](...)`, `=HYPERLINK(...)`). `legible`:
+
+1. shortens: at most `limit` characters, keeping the head and the tail of the name and saying
+   how many characters were cut between them (the end of a tensor name or path is as telling
+   as its start). Only a bounded window at each end is ever looked at, so a 90M-character
+   name costs a few hundred characters of work and memory, not a copy of the name;
+2. escapes every character Python does not consider printable (`str.isprintable`: C0 and
+   C1 controls, DEL, line and paragraph separators, Unicode format characters such as the
+   bidi overrides and isolates U+202A-U+202E, U+2066-U+2069, zero-width characters, lone
+   surrogates, unassigned and private-use code points, spaces other than U+0020) as
+   `\\x1b`, `\\n`, `\\u202e`, `\\U000e0001`. The escape is for people, not a serialisation:
+   a backslash already in a name stays as it is, so escaping twice changes nothing and text
+   that is already legible passes through unchanged;
+3. escapes for the target:
+   - `"text"` (terminal, log, plain report): nothing more;
+   - `"html"`: `&`, `<`, `>` and quotes, for element text and attribute values;
+   - `"markdown"`, inline text (a message in a list item or a table cell): no HTML (`&`, `<`,
+     `>` as entities), no emphasis, strikethrough, code span, link, image, task box or table
+     cell (`*`, `~`, `` ` ``, `[`, `]`, `|` and `_` at a word boundary backslash-escaped), no
+     autolink (`://`, `www.` and `@` broken by an escape), no block (a leading `#`, `+`,
+     `-`, `=`, `:` or `1.` escaped), and no math: `$` and `\\` become one-character code
+     spans, because nbconvert's renderer (mistune with its math plugin) turns `\\(...\\)`
+     into math that MathJax typesets from the page text, escaped or not, and GitHub renders
+     `$...$` too; code is never typeset;
+   - `"markdown-code"`: the name as an inline code span, fenced with more backticks than it
+     holds, so nothing in it is Markdown, HTML or math; `|` is escaped for table cells;
+   - `"csv"`: a cell a spreadsheet would read as a formula (starting with `=`, `+`, `-` or
+     `@`) gets a leading `'` (the OWASP rule; a leading tab or carriage return is escaped
+     already). The CSV writer quotes every text cell too, so a `;` or tab inside a name
+     cannot start a new cell in a locale that splits on it.
+
+The exact names stay in the data (tables, `Finding.file`/`tensor`, `--json`, Parquet): only
+what a person reads is shortened and escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from functools import lru_cache
+from typing import Literal
+
+__all__ = ["CELL_LIMIT", "LINE_LIMIT", "MESSAGE_LIMIT", "NAME_LIMIT", "Target", "legible"]
+
+Target = Literal["text", "html", "markdown", "markdown-code", "csv"]
+
+# A name (file, tensor, path, key): real tensor names are under 120 characters, deep paths of
+# the Hugging Face cache under 200.
+NAME_LIMIT = 256
+# A message or one line of a plan, built from a few names and words.
+MESSAGE_LIMIT = 2_000
+# One line that quotes several messages (an error that refuses a plan names its findings).
+LINE_LIMIT = 8_000
+# A CSV cell: spreadsheets cut cells at 32,767 characters.
+CELL_LIMIT = 32_000
+# Below this a cut name would be mostly the note saying how much was cut.
+_MIN_LIMIT = 40
+
+_CUT = "...({:,} characters cut)..."
+_FORMULA_START = frozenset("=+-@")
+# Markdown inline text (see the module docstring): what each character (or run) becomes. A
+# backslash-escaped ASCII punctuation character starts nothing in CommonMark, GFM and mistune.
+# `_` starts emphasis only at a word boundary (`down_proj` never does, `._orig_` does);
+# `://` and `www.` start autolinks; a run of `\\` and `$` becomes one code span.
+_MARKDOWN_ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_MARKDOWN_INLINE = re.compile(
+    r"[\\$]+|[&<>`*~\[\]|@]|(?<![^\W_])_|_(?![^\W_])|:(?=//)|(?<=\b[Ww]{3})\."
+)
+# These start a block at the beginning of a line (a heading, a list, a definition).
+_MARKDOWN_BLOCK = re.compile(r"[#+\-=:]|[0-9]{1,9}(?=[.)])")
+_BACKTICKS = re.compile(r"`+")
+
+
+def legible(
+    value: object, *, target: Target = "text", limit: int = NAME_LIMIT, lines: bool = False
+) -> str:
+    """`value` (a name, a path, a message; anything else as its `str`) as a person may see
+    it: at most `limit` characters (head and tail kept, "...(N characters cut)..." between
+    them), every non-printable character escaped, then escaped for `target` (see the module
+    docstring). `lines=True` keeps the newlines of multi-line text whose line breaks are its
+    own (text built from legible parts, such as a plan's description) and applies `limit` to
+    each line; every other line break (`\\r`, `\\x0b`, `\\x85`, U+2028...) is escaped.
+    Text that quotes a name is made legible line by line before the lines are joined, or a
+    newline in the name would survive as a line break."""
+    if limit < _MIN_LIMIT:
+        raise ValueError(f"limit {limit}: expected at least {_MIN_LIMIT} characters")
+    text = value if isinstance(value, str) else str(value)
+    if lines and "\n" in text:
+        return "\n".join(legible(line, target=target, limit=limit) for line in text.split("\n"))
+    text = _fit(text, limit)
+    if target == "text":
+        return text
+    if target == "html":
+        return html.escape(text, quote=True)
+    if target == "markdown":
+        return _markdown(text)
+    if target == "markdown-code":
+        return _code_span(text)
+    if target == "csv":
+        return "'" + text if text[:1] in _FORMULA_START else text
+    raise ValueError(f"target {target!r}: expected text, html, markdown, markdown-code or csv")
+
+
+def _markdown(text: str) -> str:
+    escaped = _MARKDOWN_INLINE.sub(_markdown_escape, text)
+    start = _MARKDOWN_BLOCK.match(escaped)
+    if start is None:
+        return escaped
+    at = start.end() if start[0][0].isdigit() else 0  # `1.` -> `1\.`, `# x` -> `\# x`
+    return escaped[:at] + "\\" + escaped[at:]
+
+
+def _markdown_escape(match: re.Match[str]) -> str:
+    found = match[0]
+    if found[0] in "\\$":
+        return f"`{found}`"
+    return _MARKDOWN_ENTITIES.get(found) or "\\" + found
+
+
+def _code_span(text: str) -> str:
+    # CommonMark: a span opened by N backticks closes at the next run of exactly N; one space
+    # inside each end is dropped when both are there, so padding lets the content start or
+    # end with a backtick (or a space) and still be shown whole.
+    if not text:
+        return "` `"
+    fence = "`" * (1 + max((len(run) for run in _BACKTICKS.findall(text)), default=0))
+    body = text.replace("|", "\\|")
+    pad = " " if text[0] in "` " or text[-1] in "` " else ""
+    return f"{fence}{pad}{body}{pad}{fence}"
+
+
+def _fit(text: str, limit: int) -> str:
+    """At most `limit` printable characters: escaped, and cut in the middle when long."""
+    if len(text) <= limit and text.isprintable():
+        return text  # the common case: one C-level pass, no copy
+    # Only a window of `limit` characters at each end can be shown: never look further.
+    front = [_escape(c) for c in text[:limit]]
+    if len(text) <= limit and sum(map(len, front)) <= limit:
+        return "".join(front)
+    back = [_escape(c) for c in text[-limit:]]
+    budget = limit - len(_CUT.format(len(text)))
+    head = _take(front, budget - budget // 3)
+    tail = _take(back[::-1], budget - sum(map(len, front[:head])))
+    cut = len(text) - head - tail
+    return "".join(front[:head]) + _CUT.format(cut) + "".join(back[len(back) - tail :])
+
+
+def _take(units: list[str], budget: int) -> int:
+    """How many leading `units` fit in `budget` characters (an escape is never split)."""
+    used = 0
+    for n, unit in enumerate(units):
+        used += len(unit)
+        if used > budget:
+            return n
+    return len(units)
+
+
+@lru_cache(maxsize=4096)
+def _escape(char: str) -> str:
+    return char if char.isprintable() else repr(char)[1:-1]

@@ -1,0 +1,281 @@
+"""Small hostile files cost seconds and hundreds of MB at most: each test builds the input and
+runs the real scan and check in a child process that reports its wall time and how far its
+peak resident memory grew.
+
+- a 1.5 MB torch_dist `.metadata` whose tensors share one chunk list of 300,000 memo
+  references (coverage used to add over up to 4M cells per chunk, once per tensor: 294 s
+  for 4 tensors, about 50 min for 40);
+- a valid 13 MB shard of 200,000 tensors `t0`..`t199999` (name parsing built a mask over
+  every name per distinct in-word number: memory ran out);
+- DCP rank files naming a rank and an output each (ranks x outputs was walked).
+
+The bounds are generous for a loaded 2-core machine; before, each took minutes or ran out
+of memory.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from safetensors.numpy import save_file
+
+from inspector import naming
+from inspector.checks import coverage as cov
+from inspector.checks.dcp import _missing_rank_files
+from inspector.naming import parse_name, parse_names
+
+SECONDS = 20
+GROWN_BYTES = 400_000_000
+
+_PROBE = textwrap.dedent(
+    """
+    import json, sys, time
+    from inspector.checks import check
+    from inspector.scan import scan
+
+    def memory(field):  # this process's resident memory (VmRSS) or its peak (VmHWM), bytes
+        lines = open("/proc/self/status").read().splitlines()
+        return next(int(x.split()[1]) * 1024 for x in lines if x.startswith(field + ":"))
+
+    before = memory("VmRSS")
+    start = time.perf_counter()
+    scanned = scan(sys.argv[1])
+    found = check(scanned, model=False)
+    tables = len(scanned.tensors)
+    seconds = time.perf_counter() - start
+    codes = sorted({f.code for f in found})
+    print(json.dumps({
+        "seconds": seconds, "grown": memory("VmHWM") - before, "codes": codes,
+        "tensors": tables,
+    }))
+    """
+)
+
+
+def probe(folder: Path, *, timeout: float = 600) -> dict:
+    """Scan and check `folder` in a fresh process: seconds, how far its peak resident memory
+    grew past its size after the imports (Linux /proc; a large `.metadata` is unpickled in a
+    child the kernel bounds, see SECURITY.md), the codes found, the number of tensors."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# -- torch_dist chunks shared through the pickle memo ----------------------------------------
+
+
+def shared_chunks_metadata(tensors: int, references: int = 300_000) -> bytes:
+    """`.metadata` (torch's own DCP classes, pickled as `FileSystemWriter` does) whose
+    `tensors` tensors of shape 4000 x 4000 share ONE chunk list: 995 small distinct chunks on
+    the diagonal, which make a counter grid of about 4M cells, then the whole tensor as one
+    chunk object referenced over and over (a few bytes per reference)."""
+    from torch.distributed.checkpoint.metadata import (
+        ChunkStorageMetadata,
+        Metadata,
+        TensorProperties,
+        TensorStorageMetadata,
+    )
+
+    small = [
+        ChunkStorageMetadata(torch.Size([4 * i, 4 * i]), torch.Size([1, 1])) for i in range(995)
+    ]
+    whole = ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([4000, 4000]))
+    chunks = small + [whole] * (references - len(small))
+    properties = TensorProperties(dtype=torch.bfloat16)
+    entries = {
+        f"decoder.layers.{i}.mlp.linear_fc1.weight": TensorStorageMetadata(
+            properties, torch.Size([4000, 4000]), chunks
+        )
+        for i in range(tensors)
+    }
+    return pickle.dumps(Metadata(state_dict_metadata=entries))
+
+
+@pytest.mark.parametrize("tensors", [4, 40])
+def test_tensors_sharing_one_chunk_list_of_300000_references(tmp_path: Path, tensors: int) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    data = shared_chunks_metadata(tensors)
+    assert len(data) < 2_000_000
+    (folder / ".metadata").write_bytes(data)
+    result = probe(folder)
+    assert result["seconds"] < SECONDS, result
+    assert result["grown"] < GROWN_BYTES, result
+    # The chunks overlap (the whole tensor is listed many times): found, not hidden.
+    assert "torch-dist-chunk-overlap" in result["codes"], result
+
+
+def test_coverage_of_a_shared_list_is_computed_once_and_near_linear() -> None:
+    small = [((4 * i, 4 * i), (1, 1)) for i in range(995)]
+    chunks = small + [((0, 0), (4000, 4000))] * 299_005
+    result = cov.coverage((4000, 4000), chunks)
+    assert result.exact and result.covered == 16_000_000
+    assert result.overlap == (0, 995) and result.multiple == 16_000_000
+
+
+def test_chunks_past_the_budget_end_in_a_finding_when_their_volume_matches() -> None:
+    """Irregular chunks past the counter grid's budget are judged by volume; an equal volume
+    is not a proof: `verified` is False, which the checks report (check-budget-exceeded)."""
+    from inspector.checks.torch_dist import chunk_coverage
+
+    # 2,100 strips of 2 rows, each cut at another column: over 4M grid points. Widening
+    # the first strip's left chunk and narrowing another strip's right one makes an overlap
+    # and a hole of 2 elements each: the volume still matches.
+    chunks = []
+    for i in range(2100):
+        cut = i + 1
+        chunks += [((2 * i, 0), (2, cut)), ((2 * i, cut), (2, 4200 - cut))]
+    chunks[0] = ((0, 0), (2, 2))
+    chunks[11] = ((10, 6), (2, 4200 - 6 - 1))
+    result = cov.coverage((4200, 4200), chunks)
+    assert not result.exact and not result.verified and result.volume == result.total
+    code, what = chunk_coverage((4200, 4200), chunks) or (None, "")
+    assert code == "check-budget-exceeded" and "budget" in what
+
+
+# -- 200,000 names with numbers inside words ----------------------------------------------
+
+
+def test_200000_names_with_numbers_inside_words(tmp_path: Path) -> None:
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    tensors = {f"t{i}": np.zeros((1,), np.uint8) for i in range(200_000)}
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    result = probe(folder)
+    assert result["tensors"] == 200_000
+    assert result["seconds"] < SECONDS, result
+    assert result["grown"] < GROWN_BYTES, result
+
+
+def test_a_name_of_a_million_numbers_is_one_template() -> None:
+    name = "a." + ".".join(["1"] * 1_000_000) + ".weight"
+    parsed = parse_names([name, "model.layers.3.mlp.w1.weight"])
+    assert parsed.row(0).layer is None and parsed.row(1).layer == 3
+
+
+_WORDS = st.sampled_from(
+    ["w", "fc", "linear_fc", "q", "norm", "expert_", "layer", "t", "mlp.w", "self_attn.q", "ln_"]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    prefix=st.sampled_from(["model.layers.#.", "decoder.layers.#.", "mtp.layers.#.", "", "x#."]),
+    word=_WORDS,
+    tail=st.sampled_from([".weight", "_proj.weight", ".bias", "", "_quantizer._amax"]),
+    count=st.integers(1, 120),
+)
+def test_many_templates_in_one_group_parse_as_each_name_alone(
+    prefix: str, word: str, tail: str, count: int
+) -> None:
+    """The one-pass analysis of a group of templates that differ in digits inside words
+    (`_fill_variants`) gives what each name parsed alone gives."""
+    names = [prefix.replace("#", str(i % 7)) + f"{word}{10 + i}{tail}" for i in range(count)]
+    many = parse_names(names)
+    for i, name in enumerate(names):
+        assert many.row(i, name) == parse_name(name)
+
+
+def test_kind_rules_in_one_pass_agree_with_each_path() -> None:
+    paths = ["mlp.w1", "self_attn.q_proj", "x.norm7", "t12", "mixer.A_log", "a.ln_3", "experts"]
+    assert naming._kinds(paths) == [naming._kind(p) for p in paths]
+
+
+# -- DCP rank files ------------------------------------------------------------------------
+
+
+def test_rank_files_on_a_diagonal_cost_linear_work() -> None:
+    """20,000 rank files, each rank writing only its own output: every output lacks 19,999
+    ranks' files. The findings stay few, and the work linear."""
+    import time
+
+    n = 20_000
+    shards = [
+        SimpleNamespace(file=f"shard-{r:05d}-model-{r:05d}-of-{n:05d}.safetensors", readable=True)
+        for r in range(1, n + 1)
+    ]
+    start = time.perf_counter()
+    found = _missing_rank_files(shards)  # type: ignore[arg-type]
+    assert time.perf_counter() - start < SECONDS
+    assert 1 < len(found) <= 22
+    assert "19,980 more output files" in found[-1].message
+
+
+# -- other rules over untrusted structure ---------------------------------------------------
+
+
+def test_diff_against_a_reference_with_20000_expert_modules(tmp_path: Path) -> None:
+    """Experts fused in B of 20,000 distinct `...experts` modules in A: one pass over the
+    names (each fused name used to be compared with every expert module)."""
+    import time
+
+    from inspector.diff import diff_checkpoints
+    from inspector.scan import scan
+
+    n = 20_000
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    one = np.zeros((1,), np.float32)
+    save_file({f"m{i}.experts.0.w": one for i in range(n)}, str(a / "model.safetensors"))
+    save_file({f"m{i}.experts.w": one for i in range(n)}, str(b / "model.safetensors"))
+    start = time.perf_counter()
+    result = diff_checkpoints(scan(a), scan(b), reference=True)
+    assert time.perf_counter() - start < SECONDS
+    kinds = {c.kind: len(c.names) for c in result.reference or ()}
+    assert kinds == {"experts-fused": n}
+
+
+def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> None:
+    """`exclude_modules` with 5,000 wildcard patterns against 2,000 quantized modules: not
+    matched pattern by pattern (10M fnmatch calls, each recompiling past fnmatch's cache);
+    over the budget the check says what it did not check, and the repair refuses."""
+    from inspector.checks import check
+    from inspector.checks.quant import exclude_matcher
+    from inspector.repair import plan_repair
+    from inspector.scan import scan
+
+    folder = tmp_path / "q"
+    folder.mkdir()
+    weights = {
+        f"model.layers.{i}.mlp.up_proj.weight": np.zeros((1,), np.uint8) for i in range(2000)
+    }
+    scales = {
+        f"model.layers.{i}.mlp.up_proj.weight_scale": np.ones((1,), np.float32) for i in range(2000)
+    }
+    save_file({**weights, **scales}, str(folder / "model.safetensors"))
+    doc = {
+        "quantization": {
+            "quant_algo": "MIXED_PRECISION",
+            "quantized_layers": {},
+            "exclude_modules": [f"model.layers.{i}.*.gate*" for i in range(5000)],
+        }
+    }
+    (folder / "hf_quant_config.json").write_text(json.dumps(doc))
+    scanned = scan(folder)
+    found = [f for f in check(scanned, model=False) if f.code == "check-budget-exceeded"]
+    assert len(found) == 1 and "NOT checked" in found[0].message
+    plan = plan_repair(scanned, only={"quant-config"})
+    assert not plan.writes and "wildcard" in plan.refused[0]
+    # Within the budget, exact names and globs exclude as before (the module, or its weight).
+    section = {"exclude_modules": ["model.layers.0.mlp.up_proj", "model.layers.1?.*.weight"]}
+    excluded = exclude_matcher(section)
+    assert excluded is not None
+    assert excluded("model.layers.0.mlp.up_proj") and excluded("model.layers.12.mlp.up_proj")
+    assert not excluded("model.layers.2.mlp.up_proj") and not excluded("model.layers.100.mlp")

@@ -1,0 +1,113 @@
+"""One parameter count for one checkpoint: the scan, the reports, the load check and every
+index a repair writes count the values (packed 4-bit weights unpacked, quantization scales and
+buffers left out: `inspector.parameters`), and say so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inspector.checks import check
+from inspector.cli import main
+from inspector.demo.safetensors_layouts import modelopt_1422
+from inspector.markdown import markdown_summary
+from inspector.model_load import load_verdict
+from inspector.parameters import PARAMETER_RULE, count_parameters, parameters_of
+from inspector.repair import plan_repair
+from inspector.scan import scan
+from inspector.summary import summarize
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
+INDEX = "model.safetensors.index.json"
+
+
+def test_seed_1422_scan_load_check_and_repair_give_one_number(tmp_path: Path, capsys):
+    """Before: scan 29,152 (stored elements, U8 bytes as elements), the load check 28,496
+    (the model transformers builds, without its MTP layer) and the repaired index 27,824
+    (scales left out, packed bytes counted once)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    modelopt_1422(folder)
+    scanned = scan(folder)
+    ours = count_parameters(scanned.tensors, config=scanned.config)
+    assert ours != int(scanned.tensors["numel"].sum())  # NVFP4 experts: 2 values a byte
+    assert summarize(scanned)["parameters"] == ours
+    verdict = load_verdict(scanned)
+    assert verdict.stored_parameters == ours
+    # The model transformers builds has no MTP layer: the difference is said, not hidden.
+    assert verdict.parameters is not None and verdict.mtp_parameters > 0
+    assert verdict.parameters + verdict.mtp_parameters == ours
+    assert verdict.parameters_text() == (
+        f"{verdict.parameters:,} parameters in the model, {ours:,} stored "
+        f"({verdict.mtp_parameters:,} in MTP tensors transformers skips)"
+    )
+    (write,) = [w for w in plan_repair(scanned).writes if w.path == INDEX]
+    assert json.loads(write.new)["metadata"]["total_parameters"] == ours
+    # The CLI says the number and the rule everywhere it shows one.
+    assert main(["scan", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"parameters  {ours:,}  ({PARAMETER_RULE})" in out
+    main(["check", str(folder)])
+    out = capsys.readouterr().out
+    assert f"{ours:,} stored" in out
+    md = markdown_summary(scanned, check(scanned, verdict=verdict), verdict=verdict)
+    assert f"parameters: {ours:,} ({PARAMETER_RULE})" in md
+    # The repaired index is clean, with the model and without.
+    (folder / INDEX).write_text(write.new)
+    after = scan(folder)
+    codes = {f.code for f in check(after)} | {f.code for f in check(after, model=False)}
+    assert "total-parameters-mismatch" not in codes
+
+
+@pytest.mark.parametrize(
+    "case",
+    sorted(
+        p.relative_to(GOLDEN).as_posix()
+        for p in GOLDEN.glob("*/*")
+        if (p / "config.json").is_file() and (p / INDEX).is_file()
+    ),
+)
+def test_the_count_is_the_models_own_on_every_real_writer(case: str):
+    """Where the load check builds the model, our count of a complete checkpoint is the
+    model's `num_parameters()` plus the MTP tensors transformers skips: NVFP4 U8 unpacked,
+    FP8 and NVFP4 scales and router buffers left out."""
+    scanned = scan(GOLDEN / case)
+    verdict = load_verdict(scanned)
+    if verdict.parameters is None or not verdict.loads or verdict.unexpected:
+        pytest.skip(f"no complete model to compare with: {verdict.summary()}")
+    ours = count_parameters(scanned.tensors, config=scanned.config)
+    assert ours == verdict.parameters + verdict.mtp_parameters
+
+
+def test_packed_nvfp4_counts_two_values_a_byte_and_no_scales():
+    scanned = scan(GOLDEN / "modelopt" / "hf-nvfp4")
+    t = scanned.tensors
+    assert set(t["dtype"].astype(str)) >= {"U8", "F8_E4M3"}
+    assert count_parameters(t, config=scanned.config) == 29_024 > int(t["numel"].sum())
+
+
+def test_rules_for_each_packing():
+    # Model-Optimizer NVFP4: a U8 weight beside weight_scale_2.
+    nvfp4 = ["m.weight", "m.weight_scale", "m.weight_scale_2", "m.input_scale"]
+    assert parameters_of(nvfp4, ["U8", "F8_E4M3", "F32", "F32"], [(4, 8), (4, 1), (), ()]) == 64
+    # A U8 tensor without evidence of packing is what it stores.
+    assert parameters_of(["m.weight"], ["U8"], [(4, 8)]) == 32
+    # compressed-tensors: I32 weight_packed holds 32 / num_bits values.
+    config = {
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "config_groups": {"g": {"weights": {"num_bits": 4}}},
+        }
+    }
+    packed = ["m.weight_packed", "m.weight_scale", "m.weight_shape"]
+    assert (
+        parameters_of(packed, ["I32", "BF16", "I64"], [(4, 2), (4, 1), (2,)], config=config) == 64
+    )
+    assert parameters_of(packed, ["I32", "BF16", "I64"], [(4, 2), (4, 1), (2,)]) == 8
+    # MXFP4 (gpt-oss): *_blocks two values a byte, *_scales not parameters.
+    mx = ["e.gate_up_proj_blocks", "e.gate_up_proj_scales", "e.gate_up_proj_bias"]
+    assert parameters_of(mx, ["U8", "U8", "BF16"], [(2, 4, 1, 16), (2, 4, 1), (2, 4)]) == 264
+    # Buffers are not parameters; a name stored twice counts once.
+    assert parameters_of(["g.e_score_correction_bias", "x", "x"], ["F32"] * 3, [(8,)] * 3) == 8
