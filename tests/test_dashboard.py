@@ -318,6 +318,34 @@ def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
     assert form.make_plan() is None and "not DCP-sharded" in form.status.value
 
 
+def _buttons(widget) -> list:
+    import ipywidgets as w
+
+    found = [widget] if isinstance(widget, w.Button) else []
+    for child in getattr(widget, "children", ()):
+        found += _buttons(child)
+    return found
+
+
+@pytest.mark.parametrize("demo", [DRIFT, EP_COLLISION, DCP_COLLAPSED])
+def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: str):
+    """In a live kernel an exception raised by a click handler goes to the kernel log and
+    the page shows nothing: every button of every tab runs its action through `guarded`,
+    which shows the error in the tab."""
+    dash = Dashboard(demos / demo)
+    for title in dash.TABS:
+        dash.panel(title)
+    buttons = _buttons(dash.widget)
+    assert len(buttons) > 10
+    bare = [
+        b.description
+        for b in buttons
+        for handler in b._click_handlers.callbacks
+        if handler.__qualname__ != "guarded.<locals>.handler"
+    ]
+    assert not bare, bare
+
+
 def test_report_tab_writes_html_and_shows_markdown(demos: Path, tmp_path: Path):
     dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path / "reports")
     report = dash.select("Report")

@@ -617,7 +617,7 @@ class OverviewPanel:
         actions = []
         if any(p.action.kind in ("repair", "reshard") for p in problems):
             fix_all = button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
-            fix_all.on_click(lambda _: dash.repair(("all",)))
+            fix_all.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
             actions.append(fix_all)
         self.widget = w.VBox(
             [
@@ -692,11 +692,13 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
     elif action.kind == "restore" and " --from " in action.command:
         found = restore_reference(dash.scanned)
         back = button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
-        back.on_click(lambda _: dash.restore(found.path if found is not None else ""))
+        back.on_click(
+            guarded(lambda: dash.restore(found.path if found is not None else ""), dash.notice)
+        )
         buttons.append(back)
     elif action.kind == "reshard":
         split = button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
-        split.on_click(lambda _: dash.repair(("all",)))
+        split.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
         buttons.append(split)
     elif action.kind == "consolidate":
         go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
