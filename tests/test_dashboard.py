@@ -75,11 +75,15 @@ def _texts(widget) -> str:
 
 
 def _buttons(widget, css: str) -> list:
+    return [node for node in _widgets(widget) if css in getattr(node, "_dom_classes", ())]
+
+
+def _widgets(widget) -> list:
+    """`widget` and every widget inside it."""
     found, stack = [], [widget]
     while stack:
         node = stack.pop()
-        if css in getattr(node, "_dom_classes", ()):
-            found.append(node)
+        found.append(node)
         stack.extend(getattr(node, "children", ()))
     return found
 
@@ -318,15 +322,6 @@ def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
     assert form.make_plan() is None and "not DCP-sharded" in form.status.value
 
 
-def _buttons(widget) -> list:
-    import ipywidgets as w
-
-    found = [widget] if isinstance(widget, w.Button) else []
-    for child in getattr(widget, "children", ()):
-        found += _buttons(child)
-    return found
-
-
 @pytest.mark.parametrize("demo", [DRIFT, EP_COLLISION, DCP_COLLAPSED])
 def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: str):
     """In a live kernel an exception raised by a click handler goes to the kernel log and
@@ -335,7 +330,9 @@ def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: st
     dash = Dashboard(demos / demo)
     for title in dash.TABS:
         dash.panel(title)
-    buttons = _buttons(dash.widget)
+    import ipywidgets as w
+
+    buttons = [b for b in _widgets(dash.widget) if isinstance(b, w.Button)]
     assert len(buttons) > 10
     bare = [
         b.description
