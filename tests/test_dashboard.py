@@ -697,6 +697,34 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
     assert dash.tab.children[index].children == (layers.widget,)
 
 
+def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monkeypatch):
+    """ipykernel gives a message the parent in its `ContextVar`; a thread without its own
+    context took the parent of whatever the kernel handled meanwhile, and when that handler
+    drew progress bars into an Output (a consolidation, the next dashboard's scan), the page
+    swallowed the thread's widgets: a grid or figure that never drew."""
+    import contextvars
+    import threading
+
+    parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
+    gate, seen = threading.Event(), []
+
+    def build():
+        assert gate.wait(30)
+        seen.append(parent.get("none"))
+        from inspector.widgets.dashboard import LayersPanel
+
+        return LayersPanel(dash)
+
+    dash = Dashboard(demos / DRIFT)
+    monkeypatch.setitem(dash._builders, "Layers", build)
+    parent.set("the tab click")
+    dash.tab.selected_index = dash.TABS.index("Layers")
+    parent.set("a consolidation drawing progress bars")  # the kernel's next message
+    gate.set()
+    dash.panel("Layers")
+    assert seen == ["the tab click"]
+
+
 def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch):
     from inspector.errors import InspectorError
 

@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from contextvars import copy_context
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -334,7 +335,7 @@ class Dashboard:
             if self._snapshot is not None:
                 self._snapshot.update(state)
 
-        self.verdict_worker = threading.Thread(target=work, name="ckpt-load-verdict", daemon=True)
+        self.verdict_worker = _thread(work, "ckpt-load-verdict")
         self.verdict_worker.start()
 
     def select(self, title: str) -> Any:
@@ -419,7 +420,7 @@ class Dashboard:
                 if not expected:
                     raise
 
-        threading.Thread(target=build, name=f"ckpt-build-{title}", daemon=True).start()
+        _thread(build, f"ckpt-build-{title}").start()
 
     def when_checked(self, callback: Callable[[CheckpointState], object]) -> None:
         """Call `callback(state)` when the load check's findings arrive, for a panel drawn
@@ -471,7 +472,7 @@ class Dashboard:
             if self._snapshot is not None:
                 self._snapshot.render_figures(state, current=lambda: generation == self._generation)
 
-        self.worker = threading.Thread(target=work, name="ckpt-prebuild", daemon=True)
+        self.worker = _thread(work, "ckpt-prebuild")
         self.worker.start()
 
     # -- navigation: where the Overview's and the findings' links lead ---------------------
@@ -1127,6 +1128,16 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
     widget._config = {**widget._config, "responsive": True}
     return widget
+
+
+def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """A daemon thread whose widget messages keep the parent of the message that started it
+    (the cell, or the click). Without its own context a thread's messages take the parent of
+    whatever message the kernel handles at the moment (ipykernel's shell context); when that
+    handler draws progress bars into an `Output` (`captured`: a consolidation, a refresh,
+    the next dashboard's scan), the page's Output swallows every message with that parent,
+    so a grid or figure the thread created or updated meanwhile never appeared."""
+    return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
 
 
 def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
