@@ -158,35 +158,6 @@ def test_repair_of_a_changed_file_is_refused_and_shown(demos: Path, tmp_path: Pa
     assert _weight_map(folder) == {}
 
 
-def test_tabs_built_ahead_of_a_click_create_their_figure_widgets_when_shown(demos: Path):
-    """Every plotly FigureWidget sends plotly.js (about 5 MB) to the page, which compiles it
-    per widget: built by the background worker before any click, the figures of Files, Layers
-    and Experts froze the page and one that missed anywidget's 2 s window never drew."""
-    import plotly.graph_objects as go
-
-    def figures(panel) -> list:
-        return [x for x in _widgets(panel.widget) if isinstance(x, go.FigureWidget)]
-
-    dash = Dashboard(demos / EP_COLLISION)
-    dash.wait()
-    panels = {title: dash.panel(title) for title in ("Files", "Layers", "Experts")}  # built
-    assert {title: figures(panel) for title, panel in panels.items()} == {
-        "Files": [],
-        "Layers": [],
-        "Experts": [],
-    }
-    expected = {
-        "Files": ["ckpt-shard-sizes"],
-        "Layers": ["ckpt-bytes-per-layer", "ckpt-params-per-layer"],
-        "Experts": ["ckpt-expert-heatmap", "ckpt-expert-layer"],
-    }
-    for title, panel in panels.items():
-        dash.select(title)
-        dash.select(title)  # shown again: nothing is created twice
-        classes = [c for f in figures(panel) for c in f._dom_classes if c.startswith("ckpt-")]
-        assert sorted(classes) == sorted(expected[title]), title
-
-
 def test_heatmap_click_lists_the_experts_tensors(demos: Path):
     dash = Dashboard(demos / EP_COLLISION)
     experts = dash.select("Experts")

@@ -8,11 +8,10 @@ findings into problems, plan a repair and preview what it fixes, execute it, pla
 consolidation, write a report); figures come from `widgets.figures`, tables from
 `inspector.html_repr`, the grids (tensors, files, layers) from `widgets.grid` and
 `widgets.browser`. Tabs other than Overview are built ahead of the first click by a
-background worker once the Overview is on screen (its grid and figure widgets themselves wait
-until the tab is shown: `LazyFigures`), so a 300,000-tensor checkpoint opens after one scan and
-the plain checks. A click never waits for that worker: a tab that is not built yet shows a
-spinner at once and is built in a thread (`_on_select`), so the kernel answers the next click
-meanwhile.
+background worker once the Overview is on screen (a grid's widget itself waits until its tab
+is shown), so a 300,000-tensor checkpoint opens after one scan and the plain checks. A click
+never waits for that worker: a tab that is not built yet shows a spinner at once and is built
+in a thread (`_on_select`), so the kernel answers the next click meanwhile.
 
 The Overview answers "will it load?" with the model code's own verdict
 (`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
@@ -798,9 +797,7 @@ class FilesPanel:
 
         self.dash = dash
         files = dash.scanned.files
-        self.figures = LazyFigures(
-            lambda: [figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")]
-        )
+        figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
         self.outliers = (
             shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
             if len(files)
@@ -819,9 +816,7 @@ class FilesPanel:
             what="files",
             cells=False,
         )
-        self.widget = w.VBox(
-            [self.figures.widget, self.table.widget], layout=w.Layout(width="100%")
-        )
+        self.widget = w.VBox([figure, self.table.widget], layout=w.Layout(width="100%"))
         dash.when_checked(lambda state: self.table.replace(self.frame(state)))
 
     def frame(self, state: CheckpointState) -> pd.DataFrame:
@@ -845,7 +840,6 @@ class FilesPanel:
         ).reset_index(drop=True)
 
     def show_grid(self) -> None:
-        self.figures.show()
         self.table.show_grid()
 
     def close(self) -> None:
@@ -871,14 +865,13 @@ class LayersPanel:
             what="layers",
             cells=False,
         )
-        self.figures = LazyFigures(
-            lambda: [
+        self.widget = w.VBox(
+            [
                 figure_widget(bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
                 figure_widget(parameters_per_layer(s.layers), "ckpt-params-per-layer"),
-            ]
-        )
-        self.widget = w.VBox(
-            [self.figures.widget, self.table.widget], layout=w.Layout(width="100%")
+                self.table.widget,
+            ],
+            layout=w.Layout(width="100%"),
         )
         dash.when_checked(lambda state: self.table.replace(self.frame(state)))
 
@@ -905,7 +898,6 @@ class LayersPanel:
         ).reset_index(drop=True)
 
     def show_grid(self) -> None:
-        self.figures.show()
         self.table.show_grid()
 
     def close(self) -> None:
@@ -915,15 +907,16 @@ class LayersPanel:
 class ExpertsPanel:
     """Layer x expert coverage heatmap over the whole model; below it one layer zoomed in (a
     cell per expert, labelled with its id). Clicking either, or the layer / expert picker,
-    lists that expert's tensors and findings. The figures are created when the tab is first
-    shown (`show_grid`, see `LazyFigures`)."""
+    lists that expert's tensors and findings."""
 
     def __init__(self, dash: Dashboard) -> None:
+        from inspector.widgets.figures import expert_coverage_heatmap
+
         self.dash = dash
         s = dash.scanned
-        self.figure: Any = None  # the heatmap, once shown
-        self.heatmap = w.VBox(layout=w.Layout(width="100%"))
-        self._figure_lock = threading.Lock()
+        self.figure = figure_widget(
+            expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap"
+        )
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
         self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
@@ -936,33 +929,17 @@ class ExpertsPanel:
         self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
+        if self.figure.data:
+            self.figure.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_click(*args), dash.notice)()
+            )
         picker = w.HBox([self.layer, self.expert, show])
         self.widget = w.VBox(
-            [self.heatmap, picker, self.zoom, self.details], layout=w.Layout(width="100%")
+            [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
-        self.opening: int | None = None
         if layers:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
-
-    def show_grid(self) -> None:
-        """The tab is shown: create the heatmap and the zoom into the opening layer (once)."""
-        from inspector.widgets.figures import expert_coverage_heatmap
-
-        with self._figure_lock:
-            if self.figure is not None:
-                return
-            s = self.dash.scanned
-            figure = figure_widget(
-                expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap"
-            )
-            if figure.data:
-                figure.data[0].on_click(
-                    lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
-                )
-            self.heatmap.children = [figure]
-            self.figure = figure
-            if self.opening is not None and self.zoomed is None:
-                self._zoom_into(self.opening)
+            self._zoom_into(self.opening)
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
@@ -1161,28 +1138,6 @@ def _thread(target: Callable[[], None], name: str) -> threading.Thread:
     the next dashboard's scan), the page's Output swallows every message with that parent,
     so a grid or figure the thread created or updated meanwhile never appeared."""
     return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
-
-
-class LazyFigures:
-    """Figure widgets made by `make` when their tab is first shown (`show`), not when the
-    panel is built. Every plotly FigureWidget carries plotly.js (about 5 MB) as its module,
-    which the page receives and compiles once per widget, on its main thread: made ahead of
-    the first click by the background worker, five of them froze the page for seconds while
-    the grids loaded, and a widget whose module missed anywidget's 2 s initialisation window
-    never drew."""
-
-    def __init__(self, make: Callable[[], list[Any]]) -> None:
-        self.widget = w.VBox(layout=w.Layout(width="100%"))
-        self._make: Callable[[], list[Any]] | None = make
-        self._lock = threading.Lock()
-
-    def show(self) -> None:
-        """Create the figures, the first time only (a click and `select` may race)."""
-        with self._lock:
-            if self._make is None:
-                return
-            self.widget.children = self._make()
-            self._make = None
 
 
 def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
