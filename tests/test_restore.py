@@ -15,13 +15,13 @@ from hf_exports import modelopt_export, resaved, state_of, tiny_deepseek_v3
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file
 
-from inspector.checks import check
-from inspector.cli import main
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.load.verdict import load_verdict
+from inspector._internal.plans.repair import plan_repair
+from inspector._internal.plans.restore import plan_restore
 from inspector.errors import InspectorError
-from inspector.model_load import load_verdict
-from inspector.repair import plan_repair
-from inspector.restore import plan_restore
-from inspector.scan import scan
 
 transformers = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def test_tied_head_is_not_restored(original: Path, tmp_path: Path) -> None:
 
 
 def test_per_layer_export_gets_a_sidecar_for_the_new_shard(tmp_path: Path) -> None:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     write_demos(tmp_path / "demos", log=lambda *_: None)
     healthy = tmp_path / "demos" / "healthy-modelopt-per-layer"
@@ -151,3 +151,22 @@ def test_cli_repair_from(original: Path, tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "hold the reference's bytes" in out and "re-check: no findings" in out
     assert main(["repair", str(broken), "--verify-data"]) == 2
+
+
+def test_unreadable_shards_are_one_refusal_line_however_many(
+    original: Path, tmp_path: Path
+) -> None:
+    """A reference whose shards are all truncated is refused in one line that counts them,
+    names the first few and points to `check`, not one line per shard."""
+    broken = resaved(original, tmp_path / "ckpt", lose(MTP))
+    reference = tmp_path / "reference"
+    shutil.copytree(original, reference)
+    shards = sorted(reference.glob("*.safetensors"))
+    for shard in shards:
+        shard.write_bytes(shard.read_bytes()[:7])  # shorter than the header's length prefix
+    plan = plan_restore(scan(broken), scan(reference))
+    assert plan.empty
+    lines = [r for r in plan.refused if "unreadable or invalid header" in r]
+    assert len(lines) == 1, plan.refused
+    assert lines[0].startswith(f"{len(shards)} shards of ") and "ckpt-inspect check" in lines[0]
+    assert shards[0].name in lines[0] and len(lines[0]) < 600

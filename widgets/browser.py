@@ -5,8 +5,8 @@ exported to CSV or Parquet.
 The grid is Perspective's (`perspective-python`, see the README for why): the table lives in
 the kernel and the browser asks for the rows it shows, so a million tensors never travel to the
 page at once. Filtering happens in Perspective's engine from the same `TensorQuery` the core
-applies with pandas (`inspector.query`); the export writes `query.apply(tensors)`, and a test
-keeps the two selections equal.
+applies with pandas (`inspector._internal.report.query`); the export writes
+`query.apply(tensors)`, and a test keeps the two selections equal.
 
 `browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls (entry point
 `checkpoint_inspector.ui`).
@@ -21,14 +21,15 @@ from typing import Any
 
 import ipywidgets as w
 import pandas as pd
-from inspector.widgets.grid import GridCells, choice, make_grid, match_expression, table_name
-from inspector.widgets.guard import guarded
 
-from inspector.display import legible
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import legible
+from inspector._internal.report.html import html_text
+from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
 from inspector.errors import InspectorError
-from inspector.html_repr import html_text
-from inspector.model import ScannedCheckpoint
-from inspector.query import TensorQuery, export_tensors, missing_notes
+
+from .grid import GridCells, choice, make_grid, match_expression, table_name
+from .guard import guarded
 
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
 
@@ -58,9 +59,9 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
     and expert numbers kept as integers, shapes as text, sizes and element counts as numbers.
-    Names are shown legible (`inspector.display.legible`: bounded, control characters
-    escaped), which leaves every name a writer produces as it is; the export writes the exact
-    names."""
+    Names are shown legible (`inspector._internal.common.display.legible`: bounded, control
+    characters escaped), which leaves every name a writer produces as it is; the export writes
+    the exact names."""
     # A 300,000-tensor MoE has a few dozen distinct shapes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
     return pd.DataFrame(
@@ -158,8 +159,8 @@ class TensorBrowser:
         parquet.add_class("ckpt-export-parquet").on_click(
             guarded(lambda: self.export("parquet"), self.export_status)
         )
-        self._controls = (self.name, self.regex, self.dtype, self.layer, self.expert)
-        self._controls += (self.kind, self.file)
+        self._controls: tuple[w.Widget, ...] = (self.name, self.regex, self.dtype, self.layer)
+        self._controls += (self.expert, self.kind, self.file)
         self._quiet = False
         for control in self._controls:
             control.observe(guarded(self._from_controls, self.count), names="value")

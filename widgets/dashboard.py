@@ -1,12 +1,12 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
 
-Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
-one root cause with its fix (the Overview lists issues, the Findings tab findings).
+Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
+findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
 
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector.html_repr`, the grids (tensors, files, layers) from `widgets.grid` and
+`inspector._internal.report.html`, the grids (tensors, files, layers) from `widgets.grid` and
 `widgets.browser`. Tabs other than Overview are built ahead of the first click by a
 background worker once the Overview is on screen (a grid's widget itself waits until its tab
 is shown), so a 300,000-tensor checkpoint opens after one scan and the plain checks. A click
@@ -14,12 +14,13 @@ never waits for that worker: a tab that is not built yet shows a spinner at once
 in a thread (`_on_select`), so the kernel answers the next click meanwhile.
 
 The Overview answers "will it load?" with the model code's own verdict
-(`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
-else together, so the Overview is drawn from the plain checks and the verdict is computed in a
-thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
-holds its findings and problems too. The Overview, Tensors, Files, Layers and Experts tabs are
-drawn from `dash.current` (Files and Layers recount their findings when the verdict arrives:
-`when_checked`); Findings and Repair list the load check's findings, so they wait for `dash.state`.
+(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
+than everything else together, so the Overview is drawn from the plain checks and the verdict
+is computed in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for
+the verdict and holds its findings and problems too. The Overview, Tensors, Files, Layers and
+Experts tabs are drawn from `dash.current` (Files and Layers recount their findings when the
+verdict arrives: `when_checked`); Findings and Repair list the load check's findings, so they
+wait for `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
@@ -42,14 +43,21 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
-from inspector.widgets.grid import FrameGrid, GridCells, yes_no
-from inspector.widgets.guard import EXPECTED_ERRORS, captured, error_html, guarded
-from inspector.widgets.snapshot import headless
 
-from inspector.checks import check
-from inspector.display import legible
-from inspector.findings import Finding, findings_per_file, findings_to_frame, severity_rank
-from inspector.html_repr import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.common.display import legible
+from inspector._internal.findings.finding import (
+    Finding,
+    findings_per_file,
+    findings_to_frame,
+    severity_rank,
+)
+from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.findings.references import restore_reference
+from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.html import (
     code_help_html,
     facts_html,
     findings_html,
@@ -59,16 +67,16 @@ from inspector.html_repr import (
     problem_html,
     severity_badge,
 )
-from inspector.model import ScannedCheckpoint
-from inspector.problems import Problem, group_problems
-from inspector.query import TensorQuery, query_for_finding
-from inspector.references import restore_reference
-from inspector.scan import scan
-from inspector.storage import Location, RemoteURL
-from inspector.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.storage import Location, RemoteURL
+
+from .controls import button
+from .grid import FrameGrid, GridCells, yes_no
+from .guard import EXPECTED_ERRORS, captured, error_html, guarded
+from .snapshot import headless
 
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -111,7 +119,7 @@ class CheckpointState:
         )
         verdict = None
         if model:
-            from inspector.model_load import load_verdict
+            from inspector._internal.load.verdict import load_verdict
 
             verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
         return cls.checked(scanned, verdict, deep=deep, progress=progress)
@@ -141,7 +149,8 @@ class Dashboard:
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
-    code ships in the checkpoint folder (see `inspector.model_load`). `wait=True` makes the
+    code ships in the checkpoint folder (see
+    `inspector._internal.load.verdict`). `wait=True` makes the
     cell wait for the load check and the snapshot's figures before it ends, as it does by
     itself when the notebook is executed headless (nbclient, `jupyter nbconvert --execute`,
     papermill): the saved notebook then holds the finished snapshot.
@@ -177,8 +186,8 @@ class Dashboard:
         trust_remote_code: bool = False,
         wait: bool | None = None,
     ) -> None:
-        from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
-        from inspector.widgets.browser import TensorBrowser
+        from .actions import ConsolidatePanel, RepairPanel, ReportPanel
+        from .browser import TensorBrowser
 
         self.model, self.trust_remote_code = model, trust_remote_code
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
@@ -223,7 +232,7 @@ class Dashboard:
             [self.header, rescan],
             layout=w.Layout(justify_content="space-between", align_items="center", width="100%"),
         )
-        from inspector.widgets.autosize import Autosize
+        from .autosize import Autosize
 
         self.widget = w.VBox(
             [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
@@ -231,7 +240,7 @@ class Dashboard:
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
-            from inspector.widgets.snapshot import Snapshot
+            from .snapshot import Snapshot
 
             self._snapshot = Snapshot()
         # Panels are built by the background worker ahead of a click, by a thread a click
@@ -309,7 +318,7 @@ class Dashboard:
 
         def work() -> None:
             try:
-                from inspector.model_load import load_verdict
+                from inspector._internal.load.verdict import load_verdict
 
                 verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
                 state = CheckpointState.checked(plain.scanned, verdict)
@@ -397,10 +406,9 @@ class Dashboard:
         with self._lock:
             built = self.panels.get(title)
             if built is None:
-                future = self._pending.get(title)
-                mine = future is None
-                if future is None:
-                    future = self._pending[title] = Future()
+                claimed = self._pending.get(title)
+                mine = claimed is None
+                future: Future[Any] = self._pending.setdefault(title, claimed or Future())
                 generation = self._generation
                 box.children = [_loading(self, title)]
         if built is not None:
@@ -587,7 +595,7 @@ class Dashboard:
         return data
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        from inspector.widgets.snapshot import snapshot_html
+        from .snapshot import snapshot_html
 
         return {**self._widget_bundle(), "text/html": snapshot_html(self.current)}
 
@@ -738,8 +746,12 @@ def _worst_layer(findings: Sequence[Finding], layers: Sequence[int]) -> int:
     """The layer the Experts tab opens on: the first of `layers` with the worst finding
     about it (an `expert-missing` error in layer 40 beats an info note in layer 3), else
     the first layer."""
-    candidates = [(severity_rank(f.severity), f.layer) for f in findings if f.layer in layers]
-    return int(min(candidates)[1]) if candidates else layers[0]
+    candidates = [
+        (severity_rank(f.severity), f.layer)
+        for f in findings
+        if f.layer is not None and f.layer in layers
+    ]
+    return min(candidates)[1] if candidates else layers[0]
 
 
 def _examples(findings: Sequence[Finding], n: int) -> list[Finding]:
@@ -789,7 +801,7 @@ class FilesPanel:
     agree with the findings; recounted when the load check's findings arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import (
+        from .figures import (
             expected_small,
             shard_size_distribution,
             shard_size_outliers,
@@ -851,7 +863,7 @@ class LayersPanel:
     filterable grid with its findings counted (recounted when the load check's arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import bytes_per_layer, parameters_per_layer
+        from .figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
         self.table = FrameGrid(
@@ -910,7 +922,7 @@ class ExpertsPanel:
     lists that expert's tensors and findings."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import expert_coverage_heatmap
+        from .figures import expert_coverage_heatmap
 
         self.dash = dash
         s = dash.scanned
@@ -974,7 +986,7 @@ class ExpertsPanel:
         )
 
     def _zoom_into(self, layer: int) -> None:
-        from inspector.widgets.figures import expert_layer_grid
+        from .figures import expert_layer_grid
 
         if layer == self.zoomed:
             return
@@ -1138,14 +1150,6 @@ def _thread(target: Callable[[], None], name: str) -> threading.Thread:
     the next dashboard's scan), the page's Output swallows every message with that parent,
     so a grid or figure the thread created or updated meanwhile never appeared."""
     return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
-
-
-def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
-    """A button with a stable CSS class (`style` is an ipywidgets button_style)."""
-    widget = w.Button(description=description, button_style=style, icon=icon)
-    widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
-    widget.layout.min_width = "max-content"
-    return widget.add_class(css_class)
 
 
 def _show_grid(panel: Any) -> Any:

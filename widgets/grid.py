@@ -5,10 +5,10 @@ above it, with people's column names and values formatted for reading.
 
 Numbers stay numbers in the grid, so they sort as numbers; only how they are drawn changes.
 A column whose name is `size` or ends in ` size` holds bytes and is drawn as the rest of the
-project writes bytes (`inspector.units.format_bytes`: decimal, "22.0 MB"): Perspective's own
-number formats (Intl.NumberFormat) have no byte units, so `GridCells`, a few lines of
-JavaScript, rewrites those cells' text after each draw through the datagrid's style listener.
-Counts get thousands separators from Perspective itself.
+project writes bytes (`inspector._internal.common.units.format_bytes`: decimal, "22.0 MB"):
+Perspective's own number formats (Intl.NumberFormat) have no byte units, so `GridCells`, a few
+lines of JavaScript, rewrites those cells' text after each draw through the datagrid's style
+listener. Counts get thousands separators from Perspective itself.
 
 `FrameGrid(frame, ...)` is a DataFrame in such a grid with a text filter (a glob, plain text
 or a regular expression over one column), a dropdown per category column and a row count;
@@ -30,13 +30,14 @@ import anywidget
 import ipywidgets as w
 import pandas as pd
 import traitlets
-from inspector.widgets.guard import guarded
 
-from inspector.display import legible
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import DECIMAL_UNITS
+from inspector._internal.report.html import html_text
+from inspector._internal.report.query import name_pattern
 from inspector.errors import InspectorError
-from inspector.html_repr import html_text
-from inspector.query import name_pattern
-from inspector.units import DECIMAL_UNITS
+
+from .guard import guarded
 
 __all__ = [
     "GRID_HEIGHT",
@@ -70,7 +71,8 @@ def yes_no(column: pd.Series) -> pd.Series:
 
 def match_expression(column: str, text: str, *, regex: bool = False) -> tuple[str, str]:
     """(name, Perspective expression) that is True where `column` matches `text` as the
-    tensor browser matches names (`inspector.query.name_pattern`: glob, text or regex)."""
+    tensor browser matches names (`inspector._internal.report.query.name_pattern`: glob, text
+    or regex)."""
     pattern = name_pattern(text, regex=regex)
     # A Perspective string literal: backslashes and quotes escaped; RE2 sees the pattern.
     literal = pattern.replace("\\", "\\\\").replace("'", "\\'")
@@ -85,7 +87,8 @@ _CELLS_ESM = (
 const UNITS = """
     + _UNITS_JS
     + """;
-// inspector.units.format_bytes: whole bytes below 1 kB, else one decimal, decimal units.
+// inspector._internal.common.units.format_bytes: whole bytes below 1 kB, else one decimal,
+// decimal units.
 function formatBytes(v) {
   if (typeof v !== "number" || !Number.isFinite(v)) return null;
   let value = v;

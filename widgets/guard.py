@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import ipywidgets as w
 
+from inspector._internal.report.html import html_text
 from inspector.errors import InspectorError
-from inspector.html_repr import html_text
 
 __all__ = ["EXPECTED_ERRORS", "captured", "error_html", "guarded"]
 
@@ -37,7 +37,7 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (InspectorError, ValueError, 
 
 def error_html(exc: BaseException, *, bug: bool = False) -> str:
     """`exc` as one line for the page: its type and the core's message (which names the
-    file, the bad value and what to do), legible (`inspector.html_repr.html_text`: the
+    file, the bad value and what to do), legible (`inspector._internal.report.html.html_text`: the
     message may quote a hostile name); a bug says so."""
     prefix = "Unexpected error (a bug; the traceback is in the kernel log): " if bug else ""
     return (
@@ -61,7 +61,7 @@ def captured(output: w.Output, action: Callable[[], T]) -> T:
 
 def guarded(
     action: Callable[[], object], status: w.HTML, *, clear: bool = False
-) -> Callable[[Any], None]:
+) -> Callable[..., None]:
     """A click (or change, or figure click) handler that runs `action()` (its arguments are
     ignored) and shows its error in `status`
     instead of losing it in the kernel log. With `clear`, `status` shows nothing but this

@@ -26,7 +26,24 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import plotly.graph_objects as go
 import plotly.offline
-from inspector.widgets.figures import (
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import NAME_LIMIT
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import (
+    Finding,
+    findings_to_frame,
+    fold_ranges,
+    severity_rank,
+)
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.integrity.verified import verification_line
+from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.report.html import html_text, load_verdict_html
+from inspector._internal.report.summary import summarize
+
+from .figures import (
     bytes_per_layer,
     expert_coverage_heatmap,
     findings_by_code,
@@ -34,18 +51,8 @@ from inspector.widgets.figures import (
     shard_size_distribution,
 )
 
-from inspector.atomic import write_atomic
-from inspector.display import NAME_LIMIT
-from inspector.findings import Finding, findings_to_frame, fold_ranges, severity_rank
-from inspector.html_repr import html_text, load_verdict_html
-from inspector.model import ScannedCheckpoint
-from inspector.problems import group_problems
-from inspector.summary import summarize
-from inspector.units import format_bytes
-from inspector.words import SEVERITY_ORDER, layers_text, plural
-
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["FIGURE_MODES", "render_html_report", "write_html_report"]
 
@@ -134,6 +141,7 @@ def render_html_report(
     drawn = _draw(figures, [(name, fig) for name, _, fig in charts if fig is not None])
     sections = [
         _summary_section(summary),
+        f"<p class='verified'>{_e(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
@@ -195,7 +203,7 @@ def _draw(figures: Figures, charts: list[tuple[str, go.Figure]]) -> dict[str, st
     """Each chart's HTML by name: a plotly `<div>` or a PNG `<img>`."""
     if figures != "png":
         return {name: _figure_div(f"{name}-figure", fig) for name, fig in charts}
-    from inspector.widgets.snapshot import render_pngs
+    from .snapshot import render_pngs
 
     pngs = render_pngs(charts)
     return {
@@ -322,10 +330,10 @@ def _missing_experts(scanned: ScannedCheckpoint) -> dict[int, str]:
     if experts.empty:
         return {}
     lost = experts[experts["missing"]]
-    return {
-        int(layer): fold_ranges(int(e) for e in group["expert"])
-        for layer, group in lost.groupby("layer")
-    }
+    by_layer: dict[int, list[int]] = {}
+    for layer, expert in zip(lost["layer"].tolist(), lost["expert"].tolist(), strict=True):
+        by_layer.setdefault(int(layer), []).append(int(expert))
+    return {layer: fold_ranges(ids) for layer, ids in sorted(by_layer.items())}
 
 
 def _experts_cell(f: Finding, missing: dict[int, str]) -> str:
