@@ -74,6 +74,14 @@ def _texts(widget) -> str:
     return "\n".join(out)
 
 
+def _until(condition, timeout: float = 30) -> None:
+    """Until `condition()` holds (what a thread a tab click started does), at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
 def _buttons(widget, css: str) -> list:
     return [node for node in _widgets(widget) if css in getattr(node, "_dom_classes", ())]
 
@@ -556,9 +564,46 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     browser.set_query(TensorQuery(name="mtp.*"))
     assert browser.matches() == 42 and browser.grid is None
     dash.tab.selected_index = dash.TABS.index("Tensors")  # a click on the tab
-    assert browser.grid is not None and "ckpt-tensor-grid" in browser.grid._dom_classes
+    _until(lambda: browser.grid is not None)  # made by the thread the click started
+    assert "ckpt-tensor-grid" in browser.grid._dom_classes
     assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
     assert browser._grid_box.children == (browser.grid,)
+
+
+def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
+    demos: Path, monkeypatch
+):
+    """A figure made while its tab is on screen used to draw empty axes: plotly's widget
+    opened its comm before it held its figure and sent the data as a later update, which a
+    busy page's anywidget model lost. Now a tab's figures are made when it is first shown,
+    each in one comm_open that holds its data, layout and CSS class, and with a module of a
+    few lines: plotly.js travels in its state and the page evaluates it once."""
+    import comm
+
+    opened: dict[str, dict] = {}
+    create = comm.create_comm
+
+    def recording(**kwargs):
+        made = create(**kwargs)
+        opened[made.comm_id] = kwargs["data"]["state"]
+        return made
+
+    monkeypatch.setattr(comm, "create_comm", recording)
+    dash = Dashboard(demos / DRIFT)
+    files, layers = dash.panel("Files"), dash.panel("Layers")  # what the worker builds
+    assert files.figures.widgets == [] and layers.figures.widgets == []
+    dash.select("Files")
+    (figure,) = files.figures.widgets
+    state = opened[figure.model_id]
+    assert state["_widget_data"][0]["type"] == "bar" and len(state["_widget_data"][0]["x"]) == 4
+    assert state["_widget_layout"]["title"]["text"].startswith("Shard sizes")
+    assert state["_widget_layout"]["autosize"] is True and state["_config"]["responsive"]
+    assert "ckpt-shard-sizes" in state["_dom_classes"]
+    assert len(state["_esm"]) < 5_000 and len(state["_shared_source"]) > 1_000_000
+    experts = dash.select("Experts")
+    heatmap = opened[experts.figure.model_id]
+    assert heatmap["_widget_data"][0]["type"] == "heatmap" and heatmap["_esm"] == state["_esm"]
+    assert layers.figures.widgets == []  # not shown yet
 
 
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
@@ -736,10 +781,7 @@ def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch)
     monkeypatch.setitem(dash._builders, "Layers", broken)
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index
-    deadline = time.monotonic() + 30
-    while "ckpt-error" not in str(getattr(dash.tab.children[index].children[0], "value", "")):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    _until(lambda: "ckpt-error" in str(getattr(dash.tab.children[index].children[0], "value", "")))
     assert "cannot read it" in dash.tab.children[index].children[0].value
 
 

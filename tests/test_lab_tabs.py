@@ -7,12 +7,17 @@ page:
 
 1. Consolidate into the occupied destination: the tab says nothing was written and how to go
    on, and no traceback shows (in a live kernel the progress Output swallowed the error);
-2. Files: a grid with people's column names, sizes drawn "12.3 kB" that sort as bytes when
-   the header is clicked (descending first, as Perspective does), and the shard the
-   expert-missing finding names counts it;
-3. Layers: the same grid (MTP "yes"/"no", "experts found");
-4. Experts: opens zoomed into layer 3, the faulty one;
-5. Tensors: `size` sorts as bytes.
+2. Files: its figure draws its bars (made when the tab is shown, it holds its data from its
+   first state: it never draws empty axes), then a grid with people's column names, sizes
+   drawn "12.3 kB" that sort as bytes when the header is clicked (descending first, as
+   Perspective does), and the shard the expert-missing finding names counts it;
+3. Layers: both figures draw their bars, then the same grid (MTP "yes"/"no", "experts found");
+4. Experts: the heatmap draws, and the zoom opens on layer 3, the faulty one;
+5. Tensors: `size` sorts as bytes;
+6. Repair: the plan, made when the tab is first shown.
+
+Across all of it the page evaluated plotly.js once (`widgets.esm`) and anywidget initialised
+every model in time.
 
 Screenshots go to build/test-artifacts/tabs-*.png.
 """
@@ -91,6 +96,10 @@ def test_tabs_in_jupyterlab(lab: Lab):
                 layers = _layers(page)
                 zoom = _experts(page)
                 sizes = _tensor_sizes(page)
+                plan = _repair_plan(page)
+                plotly_modules = page.evaluate(
+                    "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
+                )
             except Exception:
                 _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
                 raise
@@ -109,7 +118,13 @@ def test_tabs_in_jupyterlab(lab: Lab):
     assert "Layer 3:" in zoom and "experts" in zoom
     assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 1
     assert 256 in sizes and 2000 in sizes  # 256 B below 2.0 kB: sorted by bytes, not as text
-    assert not [e for e in errors if "ckpt" in e or "plotly" in e.lower()], errors
+    assert files["figure"]["bars"] > 0 and "Shard sizes" in files["figure"]["title"]
+    assert all(f["bars"] > 0 for f in layers["figures"]), layers["figures"]
+    assert "Planning" not in plan and "when the tab is shown" not in plan, plan
+    assert "This plan" in plan or "Nothing to" in plan or "No findings" in plan, plan
+    assert plotly_modules == 1
+    noted = ("ckpt", "plotly", "anywidget")
+    assert not [e for e in errors if any(n in e.lower() for n in noted)], errors
 
 
 def _dash(page, n: int):
@@ -137,6 +152,28 @@ def _consolidate_refused(page) -> dict:
     progress = dash.locator(".ckpt-consolidate-progress").inner_text()
     _shoot(page, 0, "tabs-consolidate-refused.png")
     return {"status": status.inner_text(), "traceback": "Traceback" in progress}
+
+
+def _figure(page, css: str) -> dict:
+    """What the plotly figure with CSS class `css` in the second dashboard drew, once it drew
+    data: its title, its bars and its heatmap images."""
+    script = """(css) => {
+        const dash = document.querySelectorAll('.ckpt-dashboard')[1];
+        const el = dash && dash.querySelector('.' + css);
+        if (!el) return null;
+        const title = el.querySelector('.gtitle');
+        return {
+            title: title ? title.textContent : '',
+            bars: el.querySelectorAll('.barlayer .point path, .barlayer path').length,
+            images: el.querySelectorAll('.heatmaplayer image').length,
+        };
+    }"""
+    page.wait_for_function(
+        f"(css) => {{ const f = ({script})(css); return f && (f.bars > 0 || f.images > 0); }}",
+        arg=css,
+        timeout=90_000,
+    )
+    return page.evaluate(script, css)
 
 
 def _grid_cells(page, grid: str) -> dict:
@@ -205,6 +242,7 @@ def _click_header(page, grid: str, name: str) -> None:
 
 def _files(page) -> dict:
     _open(page, 1, "Files")
+    figure = _figure(page, "ckpt-shard-sizes")
     grid = "ckpt-files-table"
     cells = _wait_rows(page, grid, lambda c: "size" in c["headers"] and _drawn_as_bytes(c))
     # The shard the expert-missing finding names counts it.
@@ -218,6 +256,7 @@ def _files(page) -> dict:
         "size_texts": texts,
         "sizes": [_bytes(t) for t in texts],
         "findings_of_named_shard": named,
+        "figure": figure,
     }
 
 
@@ -238,18 +277,30 @@ def _sorted_by_size(cells: dict) -> bool:
 
 def _layers(page) -> dict:
     _open(page, 1, "Layers")
+    figures = [_figure(page, "ckpt-bytes-per-layer"), _figure(page, "ckpt-params-per-layer")]
     grid = "ckpt-layers-table"
     cells = _wait_rows(page, grid, lambda c: "MTP" in c["headers"])
     page.screenshot(path=str(ARTIFACTS / "tabs-layers.png"))
-    return cells
+    return {**cells, "figures": figures}
 
 
 def _experts(page) -> str:
     _open(page, 1, "Experts")
+    _figure(page, "ckpt-expert-heatmap")  # its heatmap image drawn
+    _figure(page, "ckpt-expert-layer")
     zoom = _dash(page, 1).locator(".ckpt-expert-layer .gtitle").first
     zoom.wait_for(timeout=60_000)
     _shoot(page, 1, "tabs-experts.png")
     return zoom.text_content() or ""
+
+
+def _repair_plan(page) -> str:
+    """The Repair tab's verdict once its plan is made (on the tab's first show)."""
+    _open(page, 1, "Repair")
+    verdict = _dash(page, 1).locator(".ckpt-repair-verdict")
+    verdict.locator("div:not(.ckpt-repair-planning)").first.wait_for(timeout=120_000)
+    _shoot(page, 1, "tabs-repair.png")
+    return verdict.inner_text()
 
 
 def _tensor_sizes(page) -> list[float]:

@@ -205,6 +205,10 @@ class TensorBrowser:
             )
             self._grid_box.children = [self.grid]
 
+    def on_shown(self) -> None:
+        """Its tab is shown (the dashboard's hook): the grid."""
+        self.show_grid()
+
     def set_query(self, query: TensorQuery) -> None:
         """Show the tensors `query` selects; the controls show its fields."""
         self._quiet = True

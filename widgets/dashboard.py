@@ -73,6 +73,7 @@ from inspector._internal.storage import Location, RemoteURL
 from .controls import button
 from .grid import FrameGrid, GridCells, yes_no
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
+from .plot import FigureBox, figure_widget
 from .snapshot import headless
 
 if TYPE_CHECKING:
@@ -353,9 +354,9 @@ class Dashboard:
         return self._shown(title)
 
     def _shown(self, title: str) -> Any:
-        """The panel of the tab just shown; one that draws on being shown (the tensor grid)
-        is told."""
-        return _show_grid(self.panel(title))
+        """The panel of the tab just shown; one that draws on being shown (grids, figures,
+        the repair plan) is told."""
+        return _on_shown(self.panel(title))
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use (here, or by the thread that
@@ -395,9 +396,10 @@ class Dashboard:
         future.set_result(panel)
 
     def _on_select(self) -> None:
-        """A tab was clicked: show its panel if it is built, else a spinner at once while a
-        thread builds it (or waits for the worker that is building it). The kernel answers
-        the next click meanwhile."""
+        """A tab was clicked: show its panel, built by a thread (a spinner shows at once
+        while it builds it, or waits for the worker that is building it), which then tells
+        the panel it is shown (it makes its grid and figures, or plans the repair, the first
+        time). The kernel answers the next click meanwhile."""
         index = self.tab.selected_index
         if index is None:
             return
@@ -405,15 +407,12 @@ class Dashboard:
         box = self.tab.children[index]
         with self._lock:
             built = self.panels.get(title)
+            claimed = self._pending.get(title)
+            mine = built is None and claimed is None
+            future: Future[Any] = self._pending.setdefault(title, claimed or Future())
+            generation = self._generation
             if built is None:
-                claimed = self._pending.get(title)
-                mine = claimed is None
-                future: Future[Any] = self._pending.setdefault(title, claimed or Future())
-                generation = self._generation
                 box.children = [_loading(self, title)]
-        if built is not None:
-            _show_grid(built)
-            return
 
         def build() -> None:
             try:
@@ -421,10 +420,13 @@ class Dashboard:
                     self._build(title, future, generation)
                 panel = future.result()
                 if self.tab.selected_index == index:
-                    _show_grid(panel)
+                    _on_shown(panel)
             except Exception as exc:
                 expected = isinstance(exc, EXPECTED_ERRORS)
-                box.children = [w.HTML(error_html(exc, bug=not expected))]
+                if built is None:
+                    box.children = [w.HTML(error_html(exc, bug=not expected))]
+                else:
+                    self.notice.value = error_html(exc, bug=not expected)
                 if not expected:
                     raise
 
@@ -519,17 +521,20 @@ class Dashboard:
 
     def repair(self, parts: Sequence[str] = ()) -> Any:
         """The Repair tab with a plan of `parts` (all when empty), asking for confirmation."""
-        panel = self.select("Repair")
-        panel.use_parts(tuple(parts))
+        panel = self.panel("Repair")
+        panel.use_parts(tuple(parts))  # before the tab shows: it is planned once
+        self.select("Repair")
         panel.ask()
         return panel
 
     def restore(self, source: str = "") -> Any:
         """The Repair tab planning to copy lost tensors back from `source` (the candidate
         reference when known; otherwise the field waits for one)."""
-        panel = self.select("Repair")
+        panel = self.panel("Repair")
         if source:
             panel.use_restore(source)
+        self.select("Repair")
+        if source:
             panel.ask()
         return panel
 
@@ -809,7 +814,7 @@ class FilesPanel:
 
         self.dash = dash
         files = dash.scanned.files
-        figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
+        self.figures = FigureBox([(shard_size_distribution(files), "ckpt-shard-sizes")])
         self.outliers = (
             shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
             if len(files)
@@ -828,7 +833,7 @@ class FilesPanel:
             what="files",
             cells=False,
         )
-        self.widget = w.VBox([figure, self.table.widget], layout=w.Layout(width="100%"))
+        self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
         dash.when_checked(lambda state: self.table.replace(self.frame(state)))
 
     def frame(self, state: CheckpointState) -> pd.DataFrame:
@@ -851,7 +856,8 @@ class FilesPanel:
             }
         ).reset_index(drop=True)
 
-    def show_grid(self) -> None:
+    def on_shown(self) -> None:
+        self.figures.show()
         self.table.show_grid()
 
     def close(self) -> None:
@@ -877,14 +883,13 @@ class LayersPanel:
             what="layers",
             cells=False,
         )
-        self.widget = w.VBox(
+        self.figures = FigureBox(
             [
-                figure_widget(bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
-                figure_widget(parameters_per_layer(s.layers), "ckpt-params-per-layer"),
-                self.table.widget,
-            ],
-            layout=w.Layout(width="100%"),
+                (bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
+                (parameters_per_layer(s.layers), "ckpt-params-per-layer"),
+            ]
         )
+        self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
         dash.when_checked(lambda state: self.table.replace(self.frame(state)))
 
     @staticmethod
@@ -909,7 +914,8 @@ class LayersPanel:
             }
         ).reset_index(drop=True)
 
-    def show_grid(self) -> None:
+    def on_shown(self) -> None:
+        self.figures.show()
         self.table.show_grid()
 
     def close(self) -> None:
@@ -919,16 +925,19 @@ class LayersPanel:
 class ExpertsPanel:
     """Layer x expert coverage heatmap over the whole model; below it one layer zoomed in (a
     cell per expert, labelled with its id). Clicking either, or the layer / expert picker,
-    lists that expert's tensors and findings."""
+    lists that expert's tensors and findings. The figure widgets are made when the tab is
+    first shown (`on_shown`; `figure` is None until then)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from .figures import expert_coverage_heatmap
 
         self.dash = dash
         s = dash.scanned
-        self.figure = figure_widget(
-            expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap"
+        self.heatmap = FigureBox(
+            [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
         )
+        self.figure: Any = None
+        self._shown = threading.Lock()
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
         self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
@@ -941,17 +950,28 @@ class ExpertsPanel:
         self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
-        if self.figure.data:
-            self.figure.data[0].on_click(
-                lambda *args: guarded(lambda: self._on_click(*args), dash.notice)()
-            )
         picker = w.HBox([self.layer, self.expert, show])
         self.widget = w.VBox(
-            [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
+            [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
+        self.opening: int | None = None
         if layers:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
-            self._zoom_into(self.opening)
+
+    def on_shown(self) -> None:
+        """Make the heatmap (clicks on it show an expert) and the zoom into the opening layer
+        (once)."""
+        with self._shown:
+            if self.figure is not None:
+                return
+            (figure,) = self.heatmap.show()
+            if figure.data:
+                figure.data[0].on_click(
+                    lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
+                )
+            self.figure = figure
+            if self.opening is not None and self.zoomed is None:
+                self._zoom_into(self.opening)
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
@@ -1130,18 +1150,6 @@ def _shell() -> Any:
     return get_ipython()
 
 
-def figure_widget(figure: Any, css_class: str) -> Any:
-    """An interactive copy of `figure` with a stable CSS class, as wide as its output."""
-    import plotly.graph_objects as go
-
-    widget = go.FigureWidget(figure)
-    widget.add_class(css_class)
-    widget.layout.autosize = True
-    # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
-    widget._config = {**widget._config, "responsive": True}
-    return widget
-
-
 def _thread(target: Callable[[], None], name: str) -> threading.Thread:
     """A daemon thread whose widget messages keep the parent of the message that started it
     (the cell, or the click). Without its own context a thread's messages take the parent of
@@ -1152,11 +1160,12 @@ def _thread(target: Callable[[], None], name: str) -> threading.Thread:
     return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
 
 
-def _show_grid(panel: Any) -> Any:
-    """Tell a panel that draws on being shown (a grid) that its tab is shown."""
-    show = getattr(panel, "show_grid", None)
-    if show is not None:
-        show()
+def _on_shown(panel: Any) -> Any:
+    """Tell a panel that draws on being shown (a grid, a figure, the repair plan) that its tab
+    is shown."""
+    shown = getattr(panel, "on_shown", None)
+    if shown is not None:
+        shown()
     return panel
 
 

@@ -17,10 +17,8 @@ the tensor browser (`widgets.browser`) builds its richer filters on the same pie
 
 from __future__ import annotations
 
-import hashlib
 import html
 import itertools
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -37,6 +35,7 @@ from inspector._internal.report.html import html_text
 from inspector._internal.report.query import name_pattern
 from inspector.errors import InspectorError
 
+from .esm import SOURCE_TRAIT, shared_module, shared_source
 from .guard import guarded
 
 __all__ = [
@@ -178,32 +177,11 @@ _DEFINE_ONCE = """
   }
 }
 """
-# anywidget imports a widget's module from its `_esm` text through a new blob URL for every
-# widget, so each grid would evaluate its own copy of Perspective's 6 MB module (and compile
-# its WebAssembly): seconds of a busy page per grid, and the dashboard has three. And anywidget
-# gives a model 2 s to load its module: on a busy page that large module misses it, and the
-# grid never draws. Each grid's module is this stub instead: it loads at once, starts the one
-# import of the real module the page needs (shared by every grid, keyed by the module's hash
-# so two versions never mix) and waits for it in `render`, which has no such limit.
-_SHARED_MODULE = """
-const key = %(key)s;
-const load = () =>
-  (window[key] ??= import(
-    URL.createObjectURL(new Blob([%(source)s], { type: "text/javascript" }))
-  ));
-load();
-export default {
-  async render(context) {
-    const shared = await load();
-    return await shared.default.render(context);
-  },
-};
-"""
 _GRID: type | None = None
 
 
 def grid_class() -> type:
-    """PerspectiveWidget whose module is evaluated once per page (see `_SHARED_MODULE`) and
+    """PerspectiveWidget whose module is evaluated once per page (`widgets.esm`) and
     whose first state names its table (built once per kernel)."""
     global _GRID
     if _GRID is None:
@@ -213,24 +191,23 @@ def grid_class() -> type:
         # The module file itself (anywidget wraps the class attribute in a file watcher).
         esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
         source = _DEFINE_ONCE + esm.read_text(encoding="utf-8")
-        key = "__ckptPerspective_" + hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
-        stub = _SHARED_MODULE % {"key": json.dumps(key), "source": json.dumps(source)}
+        stub = shared_module(source, name="perspective", waiting="Loading the grid...")
 
         def __init__(
             self: Any, data: Any, *, layout: Any = None, classes: Sequence[str] = (), **kwargs: Any
         ) -> None:
             # The table's name, the size and the CSS classes go into the widget's first state.
             # Perspective's view reads the name when it renders, which on a busy page can come
-            # before a later update; and anywidget drops the view's listeners for later
-            # changes when the module it waited for arrives, so a size or class set after
-            # creation may never reach the page (the grid then has no height and no rows).
+            # before a later update; and every later update waits for the model's module and
+            # is lost when that took over anywidget's 2 s (`widgets.esm`), so a size or class
+            # set after creation may never reach the page (no height and no rows then).
             self.table_name = data.get_name()
             if layout is not None:
                 self.layout = layout
             self._dom_classes = tuple(classes)
             PerspectiveWidget.__init__(self, data, **kwargs)
 
-        attributes = {"_esm": stub, "__init__": __init__}
+        attributes = {"_esm": stub, SOURCE_TRAIT: shared_source(source), "__init__": __init__}
         _GRID = type("TensorGrid", (PerspectiveWidget,), attributes)
     return _GRID
 
