@@ -606,6 +606,36 @@ def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
     assert layers.figures.widgets == []  # not shown yet
 
 
+def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkeypatch):
+    """Planning every part and re-checking the result takes seconds of the kernel at 300,000
+    tensors: the background worker builds the Repair tab without planning; its first show
+    plans, once."""
+    from inspector.widgets import actions
+
+    calls: list[str] = []
+    plan_all = actions.plan_all
+
+    def counted(*args, **kwargs):
+        calls.append("all")
+        return plan_all(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "plan_all", counted)
+    dash = Dashboard(demos / DRIFT)
+    repair = dash.panel("Repair")  # what the background worker does
+    assert calls == [] and repair.plan is None and repair.repair.disabled
+    assert "when the tab is shown" in repair.verdict.value
+    assert dash.select("Repair") is repair and calls == ["all"]
+    assert "mtp.layers.0" in repair.plan_view.value and not repair.repair.disabled
+    dash.select("Overview")
+    dash.select("Repair")
+    assert calls == ["all"]  # planned once
+    # From the Overview, "Repair: index" plans the index alone, without planning all first.
+    other = Dashboard(demos / DRIFT)
+    calls.clear()
+    assert other.repair(("index",)).parts == ("index",) and calls == []
+    assert "model.safetensors.index.json" in other.panel("Repair").plan_view.value
+
+
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
     """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
     grid is created rather than waiting for a click that never comes."""

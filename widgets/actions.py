@@ -8,6 +8,7 @@ notebook as a traceback.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,11 @@ class RepairPanel:
     (`inspector._internal.plans.restore.plan_restore`, the field pre-filled with the candidate
     `inspector._internal.findings.references` knows). Repair is enabled only when the plan fixes an
     error or a warning (or writes tensors back); it asks for confirmation, executes the plan, shows
-    what was written and where the backups are, and refreshes the dashboard."""
+    what was written and where the backups are, and refreshes the dashboard.
+
+    The plan is made when the tab is first shown (`on_shown`), by the thread the tab click
+    started, with a spinner meanwhile: on 300,000 tensors planning and re-checking takes
+    seconds of the kernel's time, which a person who never opens the tab should not pay."""
 
     _PARTS = ("index", "sidecars", "quant-config")
 
@@ -74,6 +79,10 @@ class RepairPanel:
         self.dash = dash
         self.plan: Any = None
         self.preview: Any = None
+        # Whether a plan was made (or is being made); the lock keeps two threads (a tab
+        # click's and a button's) from planning at once.
+        self.planned = False
+        self._planning = threading.RLock()
         self.parts: tuple[str, ...] = ()
         # The reference `repair --from` copies lost tensors from (None: a repair plan).
         self.restoring: str | None = None
@@ -118,27 +127,51 @@ class RepairPanel:
             ],
             layout=w.Layout(width="100%"),
         )
-        self.make_plan()
+        self.verdict.value = "<i style='color:#666'>The plan is made when the tab is shown.</i>"
+        self.repair.disabled = True
+        _hidden(self.confirm_box, True)
+
+    def on_shown(self) -> None:
+        """Its tab is shown (the dashboard's hook): make the plan, the first time."""
+        with self._planning:
+            if not self.planned:
+                self.make_plan()
 
     def use_parts(self, parts: tuple[str, ...]) -> None:
         """Plan only `parts` (index, sidecars, quant-config); all of them when empty or
-        "all"."""
-        self.parts = () if "all" in parts else tuple(parts)
-        self.restoring = None
-        if "quant-config" in self.parts:
-            self.quant.value = True
-        self.make_plan()
+        "all". Before the tab was first shown, only the choice is made: showing it plans."""
+        with self._planning:
+            self.parts = () if "all" in parts else tuple(parts)
+            self.restoring = None
+            if "quant-config" in self.parts:
+                self.quant.value = True
+            if self.planned:
+                self.make_plan()
 
     def use_restore(self, source: str) -> None:
-        """Plan copying the tensors this checkpoint lost back from `source`."""
-        self.source.value = source
-        self.restoring = source
-        self.make_plan()
+        """Plan copying the tensors this checkpoint lost back from `source` (when the tab
+        was shown before; else showing it plans)."""
+        with self._planning:
+            self.source.value = source
+            self.restoring = source
+            if self.planned:
+                self.make_plan()
 
     def make_plan(self) -> None:
         """Plan from the current scan with the chosen options (nothing is written), and
         preview what the plan fixes."""
-        self.ask(cancel=True)
+        with self._planning:
+            self.planned = True
+            self.ask(cancel=True)
+            self.repair.disabled = True
+            self.verdict.value = (
+                "<div class='ckpt-repair-planning' style='color:#555'>"
+                "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+                "Planning the repair and re-checking what it fixes...</div>"
+            )
+            self._make_plan()
+
+    def _make_plan(self) -> None:
         state = self.dash.state
         if self.restoring is not None:
             self.scope.value = (
