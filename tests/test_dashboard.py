@@ -772,6 +772,16 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
     assert dash.tab.children[index].children == (layers.widget,)
 
 
+def test_every_tab_holds_its_spinner_before_the_kernel_hears_of_a_click(demos: Path):
+    """The page switches tabs by itself: an unbuilt tab shows the spinner it was drawn with,
+    even while the kernel is too busy to answer the click yet."""
+    dash = Dashboard(demos / DRIFT)  # not displayed: no background worker, nothing clicked
+    for title, box in zip(dash.TABS[1:], dash.tab.children[1:], strict=True):
+        (spinner,) = box.children
+        assert "ckpt-tab-loading" in spinner.value and "Building" in spinner.value, title
+    assert "Building the table of 387 tensors" in dash.tab.children[1].children[0].value
+
+
 def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monkeypatch):
     """ipykernel gives a message the parent in its `ContextVar`; a thread without its own
     context took the parent of whatever the kernel handled meanwhile, and when that handler

@@ -8,10 +8,13 @@ findings into problems, plan a repair and preview what it fixes, execute it, pla
 consolidation, write a report); figures come from `widgets.figures`, tables from
 `inspector._internal.report.html`, the grids (tensors, files, layers) from `widgets.grid` and
 `widgets.browser`. Tabs other than Overview are built ahead of the first click by a
-background worker once the Overview is on screen (a grid's widget itself waits until its tab
-is shown), so a 300,000-tensor checkpoint opens after one scan and the plain checks. A click
-never waits for that worker: a tab that is not built yet shows a spinner at once and is built
-in a thread (`_on_select`), so the kernel answers the next click meanwhile.
+background worker once the Overview is on screen, so a 300,000-tensor checkpoint opens after
+one scan and the plain checks. What costs the page or the kernel seconds waits until its tab
+is first shown (`on_shown`): the grid and figure widgets (`widgets.plot`; a figure drawn into
+a hidden tab has no size, and the page evaluates plotly.js only when a figure is wanted) and
+the repair plan. A click never waits for the worker: a tab that is not built yet shows the
+spinner it was drawn with (the page switches tabs by itself) and is built in a thread
+(`_on_select`), so the kernel answers the next click meanwhile.
 
 The Overview answers "will it load?" with the model code's own verdict
 (`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
@@ -542,8 +545,10 @@ class Dashboard:
 
     def _draw(self) -> None:
         self._draw_header()
-        for box in self.tab.children:
-            box.children = []
+        # Every tab holds its spinner until its panel is built: a click shows it at once,
+        # from the page alone, however busy the kernel is.
+        for title, box in zip(self.TABS, self.tab.children, strict=True):
+            box.children = [_loading(self, title)]
         self._shown(self.TABS[self.tab.selected_index or 0])
 
     def _draw_header(self) -> None:
