@@ -584,11 +584,19 @@ class Dashboard:
             self.wait_when_headless if self.wait_when_headless is not None else headless()
         )
         if self._headless:
+            snapshot, rendered = self._snapshot, Future[tuple[list[bytes], str]]()
+            if snapshot is not None:
+                # kaleido's browser renders the figures while the load check builds the model.
+                plain = self.current
+                render = _thread(
+                    lambda: _resolve(rendered, lambda: snapshot.render_now(plain)), "ckpt-png"
+                )
+                render.start()
             self._complete.exception()  # the load verdict; a bug in it is raised by `state`
             if self.verdict_worker is not None:
                 self.verdict_worker.join()  # it updates what shows `current`
-            if self._snapshot is not None:
-                self._snapshot.show(self.state, finished=True)
+            if snapshot is not None:
+                snapshot.show(self.state, rendered=rendered.result())
             return
         if self._snapshot is not None:
             self._snapshot.show(self.current)
@@ -1163,6 +1171,14 @@ def _thread(target: Callable[[], None], name: str) -> threading.Thread:
     the next dashboard's scan), the page's Output swallows every message with that parent,
     so a grid or figure the thread created or updated meanwhile never appeared."""
     return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
+
+
+def _resolve(future: Future[Any], work: Callable[[], Any]) -> None:
+    """Resolve `future` with `work()`, or with the exception it raised."""
+    try:
+        future.set_result(work())
+    except BaseException as exc:
+        future.set_exception(exc)
 
 
 def _on_shown(panel: Any) -> Any:

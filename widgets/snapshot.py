@@ -143,18 +143,16 @@ class Snapshot:
         self.render = render
         self.handles: list[Any] = []
 
-    def show(self, state: CheckpointState, *, finished: bool = False) -> None:
+    def show(
+        self, state: CheckpointState, *, rendered: tuple[list[bytes], str] | None = None
+    ) -> None:
         """Display the snapshot HTML and one output per figure below the widget: placeholders
-        that `render_figures` fills in later, or with `finished` (a headless run, where
-        nothing would be listening later) the figures rendered now."""
+        that `render_figures` fills in later, or, `rendered` (a headless run, where nothing
+        would be listening later), the figures `render_now` made."""
         from IPython.display import display
 
-        figures: list[tuple[str, Any]] = []
-        pngs: list[bytes] = []
-        note = "figures: rendering..."
-        if finished:
-            figures = snapshot_figures(state)
-            pngs, note = self._render(figures)
+        finished = rendered is not None
+        pngs, note = rendered if rendered is not None else ([], "figures: rendering...")
         self.handles = [
             display(
                 {"text/html": snapshot_html(state, figures_note=note)},
@@ -191,6 +189,11 @@ class Snapshot:
             handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
         for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
             handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+
+    def render_now(self, state: CheckpointState) -> tuple[list[bytes], str]:
+        """The figures of `state` as PNGs, and the note about them (see `_render`). They come
+        from the scan alone, so a headless run renders them while the load check runs."""
+        return self._render(snapshot_figures(state))
 
     def _render(self, figures: list[tuple[str, Any]]) -> tuple[list[bytes], str]:
         """The figures as PNGs and the note the snapshot shows about them ("" when all are
