@@ -1,4 +1,4 @@
-"""The dashboard's error paths and its saved snapshot in a real kernel (nbclient, ipykernel).
+"""The dashboard's error paths in a real kernel (nbclient, ipykernel).
 
 Outside a kernel ipywidgets behaves differently in the two ways that matter here: an
 `Output` context (`with out:`) swallows the exception raised in it only when IPython runs,
@@ -7,16 +7,15 @@ run the dashboard in an ipykernel started by nbclient, click its buttons there (
 dispatches to the same handlers as the frontend's click message) and read what the widgets
 then show, printed by the cell.
 
-The second half executes a notebook headless (nbclient, and `jupyter nbconvert --execute`
-as a person would) and checks the snapshot it saved: the finished one, not "checking...".
+A notebook executed headless (nbclient, which `jupyter nbconvert --execute` and papermill
+run) saves the finished snapshot: tests/test_notebooks.py checks it on every example notebook
+it executes, and opens one exported to HTML in Chromium.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -118,94 +117,3 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
     assert DCP_COLLAPSED in missing["error"]
     errors = [o for c in book.cells for o in c.outputs if o.output_type == "error"]
     assert errors == []
-
-
-# -- a notebook executed headless saves the finished snapshot ---------------------------------
-
-
-def _snapshot_outputs(book: nbformat.NotebookNode) -> tuple[str, int]:
-    """The saved snapshot's HTML and how many PNG figures were saved with it."""
-    outputs = [o for c in book.cells if c.cell_type == "code" for o in c.outputs]
-    html = [
-        "".join(o["data"]["text/html"])
-        for o in outputs
-        if "text/html" in o.get("data", {}) and "ckpt-snapshot" in "".join(o["data"]["text/html"])
-    ]
-    assert len(html) == 1, f"{len(html)} snapshots saved"
-    return html[0], sum("image/png" in o.get("data", {}) for o in outputs)
-
-
-def _dashboard_notebook(folder: Path) -> nbformat.NotebookNode:
-    return _notebook(
-        f"from inspector.widgets import Dashboard\nDashboard({str(folder)!r})",
-        "print('the cell after the dashboard')",
-    )
-
-
-def _assert_finished(snapshot: str, pngs: int) -> None:
-    assert "checking..." not in snapshot and "rendering..." not in snapshot
-    assert "data-loads='yes'" in snapshot  # the model code's verdict, not "pending"
-    assert "42 MTP tensors" in snapshot and "figures not saved" not in snapshot
-    assert pngs == 3  # expert coverage, shard sizes, bytes per layer
-
-
-def test_nbclient_run_saves_the_finished_snapshot(demos: Path, tmp_path: Path):
-    book = _execute(_dashboard_notebook(demos / DRIFT), tmp_path)
-    _assert_finished(*_snapshot_outputs(book))
-
-
-@pytest.mark.browser
-def test_nbconvert_execute_saves_the_finished_snapshot_and_its_html_shows_it(
-    demos: Path, tmp_path: Path
-):
-    """What a person runs in CI or a batch job: `jupyter nbconvert --execute`, then the HTML
-    export opened in Chromium (no network: the widget manager cannot load, the snapshot is
-    what shows)."""
-    from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
-
-    sync_playwright = sync_playwright_or_fail()
-    source = tmp_path / "dashboard.ipynb"
-    nbformat.write(_dashboard_notebook(demos / DRIFT), source)
-    jupyter = [sys.executable, "-m", "jupyter", "nbconvert"]
-    subprocess.run(
-        [*jupyter, "--to", "notebook", "--execute", "--output", "executed.ipynb", str(source)],
-        check=True,
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=300,
-    )
-    executed = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
-    _assert_finished(*_snapshot_outputs(executed))
-    subprocess.run(
-        [*jupyter, "--to", "html", str(tmp_path / "executed.ipynb")],
-        check=True,
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=120,
-    )
-    page_file = tmp_path / "executed.html"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_() if route.request.url.startswith("file://") else route.abort()
-                ),
-            )
-            page.goto(page_file.as_uri(), wait_until="load")
-            snapshot = page.locator(".ckpt-snapshot").first
-            snapshot.wait_for(state="visible", timeout=30_000)
-            text = " ".join(snapshot.inner_text().split())
-            shown = page.evaluate(
-                "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
-                ".filter(img => img.complete && img.naturalWidth > 0 && img.offsetParent)"
-                ".length"
-            )
-            page.screenshot(path=str(ARTIFACTS / "headless-snapshot-nbconvert.png"), full_page=True)
-        finally:
-            browser.close()
-    assert "Will it load? yes" in text and "checking" not in text, text
-    assert "rendering" not in text and shown == 3
