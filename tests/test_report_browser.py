@@ -1,9 +1,10 @@
 """Open the HTML report in headless Chromium with every network request blocked: the expert
 heatmap must render and the findings table must list every finding. Screenshot in
-build/test-artifacts/report.png."""
+build/test-artifacts/report.png. The tests share one checkpoint and one browser."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,40 +18,52 @@ from inspector._internal.checks import check
 pytestmark = pytest.mark.browser
 
 
-def test_report_renders_offline_in_chromium(tmp_path: Path):
+@pytest.fixture(scope="module")
+def moe(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """The small MoE checkpoint (layer 3 lost experts 4-7), scanned and checked once."""
+    folder = tmp_path_factory.mktemp("report") / "tiny-moe"
+    scanned = scan(write_moe_checkpoint(folder))
+    return scanned, check(scanned)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
     sync_playwright = sync_playwright_or_fail()
-    scanned = scan(write_moe_checkpoint(tmp_path / "tiny-moe"))
-    findings = check(scanned)
-    report = write_html_report(scanned, findings, tmp_path / "report.html")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+def test_report_renders_offline_in_chromium(moe: tuple, browser, tmp_path: Path):
+    scanned, findings = moe
+    report = write_html_report(scanned, findings, tmp_path / "report.html")
     requested: list[str] = []
     errors: list[str] = []
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            # The report must need nothing but itself: anything not file:// is refused.
-            page.route("**/*", _only_files(requested))
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(report.as_uri(), wait_until="load")
-            page.wait_for_selector(
-                "#expert-heatmap .js-plotly-plot .heatmaplayer image",
-                state="attached",
-                timeout=30_000,
-            )
-            # The z plotly.js decoded from its base64 typed-array encoding, as plain arrays.
-            z = page.evaluate(
-                "Array.from(document.getElementById('expert-heatmap-figure')._fullData[0].z,"
-                " row => Array.from(row))"
-            )
-            rows = page.locator("#findings-table tr.finding")
-            codes = [rows.nth(i).get_attribute("data-code") for i in range(rows.count())]
-            missing_row = page.locator("#findings-table tr.finding[data-code='expert-missing'] td")
-            missing_cells = missing_row.all_inner_texts()
-            page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
-        finally:
-            browser.close()
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    # The report must need nothing but itself: anything not file:// is refused.
+    page.route("**/*", _only_files(requested))
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(report.as_uri(), wait_until="load")
+    page.wait_for_selector(
+        "#expert-heatmap .js-plotly-plot .heatmaplayer image",
+        state="attached",
+        timeout=30_000,
+    )
+    # The z plotly.js decoded from its base64 typed-array encoding, as plain arrays.
+    z = page.evaluate(
+        "Array.from(document.getElementById('expert-heatmap-figure')._fullData[0].z,"
+        " row => Array.from(row))"
+    )
+    rows = page.locator("#findings-table tr.finding")
+    codes = [rows.nth(i).get_attribute("data-code") for i in range(rows.count())]
+    missing_row = page.locator("#findings-table tr.finding[data-code='expert-missing'] td")
+    missing_cells = missing_row.all_inner_texts()
+    page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    page.close()
 
     assert requested == [], f"the report tried to reach the network: {requested}"
     assert errors == [], f"JavaScript errors in the report: {errors}"
@@ -89,45 +102,39 @@ _BREAKS_INSIDE_WORDS = """() => {
 }"""
 
 
-def test_names_in_the_findings_table_wrap_between_words(tmp_path: Path):
+def test_names_in_the_findings_table_wrap_between_words(moe: tuple, browser, tmp_path: Path):
     """In a narrow window the file column wraps "model-00002-of-00003.safetensors" after its
     separators, never inside "safetensors"."""
-    sync_playwright = sync_playwright_or_fail()
-    scanned = scan(write_moe_checkpoint(tmp_path / "tiny-moe"))
-    report = write_html_report(scanned, check(scanned), tmp_path / "report.html")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 760, "height": 900})
-            page.route("**/*", _only_files())
-            page.goto(report.as_uri(), wait_until="load")
-            table = page.locator("#findings-table")
-            table.scroll_into_view_if_needed()
-            wrapped = page.evaluate(
-                "() => [...document.querySelectorAll('#findings-table td.name')]"
-                ".filter(td => td.getClientRects().length && td.offsetHeight > 24).length"
-            )
-            bad = page.evaluate(_BREAKS_INSIDE_WORDS)
-            table.screenshot(path=str(ARTIFACTS / "report-findings-narrow.png"))
-        finally:
-            browser.close()
+    scanned, findings = moe
+    report = write_html_report(scanned, findings, tmp_path / "report.html")
+    page = browser.new_page(viewport={"width": 760, "height": 900})
+    page.route("**/*", _only_files())
+    page.goto(report.as_uri(), wait_until="load")
+    table = page.locator("#findings-table")
+    table.scroll_into_view_if_needed()
+    wrapped = page.evaluate(
+        "() => [...document.querySelectorAll('#findings-table td.name')]"
+        ".filter(td => td.getClientRects().length && td.offsetHeight > 24).length"
+    )
+    bad = page.evaluate(_BREAKS_INSIDE_WORDS)
+    table.screenshot(path=str(ARTIFACTS / "report-findings-narrow.png"))
+    page.close()
     assert wrapped > 0, "the window is narrow enough that some names wrap"
     assert bad == [], bad
 
 
-def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(tmp_path: Path):
+def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(
+    moe: tuple, browser, tmp_path: Path
+):
     """`--light`: with the CDN reachable (served here from plotly.py's own copy, so the SRI
     hash is checked for real) the heatmap draws; offline the report says the figures are
     missing and how to get them."""
     import plotly.offline
     from inspector.widgets.report import plotly_cdn_url
 
-    sync_playwright = sync_playwright_or_fail()
-    scanned = scan(write_moe_checkpoint(tmp_path / "tiny-moe"))
-    report = write_html_report(scanned, check(scanned), tmp_path / "light.html", figures="cdn")
+    scanned, findings = moe
+    report = write_html_report(scanned, findings, tmp_path / "light.html", figures="cdn")
     bundle = plotly.offline.get_plotlyjs()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     served: list[str] = []
 
     def cdn(route) -> None:
@@ -143,30 +150,25 @@ def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(tmp_path: Path)
         else:
             _only_files()(route)
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            online = browser.new_page(viewport={"width": 1280, "height": 900})
-            online.route("**/*", cdn)
-            online.goto(report.as_uri(), wait_until="load")
-            online.wait_for_selector(
-                "#expert-heatmap .js-plotly-plot .heatmaplayer image",
-                state="attached",
-                timeout=30_000,
-            )
-            note_online = online.locator("#figures-note").inner_text()
-            online.screenshot(path=str(ARTIFACTS / "report-light.png"))
-            offline = browser.new_page(viewport={"width": 1280, "height": 900})
-            offline.route("**/*", _only_files())
-            offline.goto(report.as_uri(), wait_until="load")
-            missing = offline.locator(".cdn-missing")
-            missing.wait_for(state="visible", timeout=30_000)
-            note_offline = offline.locator("#figures-note").inner_text()
-            offline.locator("#figures-note").screenshot(
-                path=str(ARTIFACTS / "report-light-offline.png")
-            )
-        finally:
-            browser.close()
+    online = browser.new_page(viewport={"width": 1280, "height": 900})
+    online.route("**/*", cdn)
+    online.goto(report.as_uri(), wait_until="load")
+    online.wait_for_selector(
+        "#expert-heatmap .js-plotly-plot .heatmaplayer image",
+        state="attached",
+        timeout=30_000,
+    )
+    note_online = online.locator("#figures-note").inner_text()
+    online.screenshot(path=str(ARTIFACTS / "report-light.png"))
+    offline = browser.new_page(viewport={"width": 1280, "height": 900})
+    offline.route("**/*", _only_files())
+    offline.goto(report.as_uri(), wait_until="load")
+    missing = offline.locator(".cdn-missing")
+    missing.wait_for(state="visible", timeout=30_000)
+    note_offline = offline.locator("#figures-note").inner_text()
+    offline.locator("#figures-note").screenshot(path=str(ARTIFACTS / "report-light-offline.png"))
+    online.close()
+    offline.close()
     assert served == [plotly_cdn_url()]
     assert "cdn.plot.ly" in note_online and "could not be loaded" not in note_online
     assert "could not be loaded" in note_offline and "ckpt-inspect report PATH" in note_offline
