@@ -148,6 +148,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     folder = CACHE / "ckpt"
+    started = os.getloadavg()
     files = build(folder, args.shards, args.shard_mb)
     total = sum(f.stat().st_size for f in files)
     warm(files)
@@ -162,6 +163,8 @@ def main() -> int:
     base = min(base, base2)
     mb = total / 1e6
     print(f"checkpoint: {len(files)} shards, {mb:,.0f} MB, {os.cpu_count()} cores")
+    # Ratios are measured side by side, but a shared machine's load says how far to trust them.
+    print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*started))
     print(f"sha256sum, one process per core : {base:6.2f} s  {mb / base:7,.0f} MB/s")
     print(
         f"hashlib sha256, 1 process/core  : {strong:6.2f} s  {mb / strong:7,.0f} MB/s  "
@@ -189,6 +192,7 @@ def main() -> int:
         f"--level size vs 163-shard Hub repo: {files_listed} files compared in {seconds:.2f} s, "
         f"{sent} file bytes downloaded (target 0)"
     )
+    print("load average (1, 5, 15 min) at the end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return 0
 
 

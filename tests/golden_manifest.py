@@ -22,26 +22,10 @@ FIXTURES = Path(__file__).parent / "fixtures" / "writers"
 MANIFEST: dict[str, dict[str, Any]] = json.loads((FIXTURES / "MANIFEST.json").read_text())
 
 # format -> why no case of it can be scanned yet
-READER_PENDING: dict[str, str] = {
-    "pytorch-bin": "no reader for PyTorch .bin checkpoints yet (zip archive + data.pkl; the "
-    "legacy pickle stream is to be refused)",
-    "gguf": "no reader for GGUF files yet (single and split)",
-}
+READER_PENDING: dict[str, str] = {}
 
 # case -> the check its expected codes need, which does not exist yet
-CHECK_PENDING: dict[str, str] = {
-    "llmcompressor/recipe-ignore-drift": "no recipe.yaml against config.json check yet "
-    "(quant-recipe-mismatch)",
-    "llmcompressor/targeted-module-unquantized": "no per-module compressed-tensors scheme check "
-    "yet (quant-scheme-mismatch)",
-    "llmcompressor/lm-head-scales-exported": "compressed-tensors `ignore` is not compared with "
-    "the modules stored quantized yet (quant-config-missing-layer)",
-    "mxfp4/scales-missing": "no MXFP4 blocks/scales check yet (quant-scheme-mismatch)",
-    "mxfp4/scales-transposed": "no MXFP4 blocks/scales check yet (quant-scheme-mismatch)",
-    "fp8-block/scale-inv-transposed": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-    "fp8-block/expert-scale-missing": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-    "fp8-block/transformers-fp8-save": "no block-FP8 scheme check yet (quant-scheme-mismatch)",
-}
+CHECK_PENDING: dict[str, str] = {}
 
 
 def pending(case: str) -> str | None:

@@ -859,6 +859,96 @@ def test_code_duplicate_tensor_identical(tmp_path: Path) -> None:
     assert "duplicate-tensor-content" not in {x.code for x in findings}
 
 
+# -- PyTorch .bin files (torch.save wrote them; tests/test_pytorch_bin.py has more) -----------
+
+
+def test_code_bin_legacy_format() -> None:
+    f = one(run(GOLDEN / "torch-save" / "legacy-non-zip"), "bin-legacy-format")
+    assert f.file == "pytorch_model.bin" and "weights_only=True" in f.message
+
+
+def test_code_bin_unreadable(tmp_path: Path) -> None:
+    torch.save({"w": bf16(2, 2)}, tmp_path / "pytorch_model.bin")
+    data = (tmp_path / "pytorch_model.bin").read_bytes()
+    (tmp_path / "pytorch_model.bin").write_bytes(data[: len(data) // 2])
+    f = one(run(tmp_path), "bin-unreadable")
+    assert f.file == "pytorch_model.bin" and "zip" in f.message
+
+
+def test_code_bin_record_missing(tmp_path: Path) -> None:
+    import zipfile
+
+    torch.save({"a": bf16(2, 2), "b": bf16(3, 2)}, tmp_path / "src.bin")
+    with (
+        zipfile.ZipFile(tmp_path / "src.bin") as zin,
+        zipfile.ZipFile(tmp_path / "pytorch_model.bin", "w") as zout,
+    ):
+        for info in zin.infolist():
+            if not info.filename.endswith("/data/1"):
+                zout.writestr(info.filename, zin.read(info))
+    (tmp_path / "src.bin").unlink()
+    f = one(run(tmp_path), "bin-record-missing")
+    assert f.tensor == "b" and "data/1" in f.message
+
+
+# -- compressed-tensors (llm-compressor wrote them; tests/test_compressed_tensors.py has more) -
+
+
+def test_code_quant_scheme_mismatch() -> None:
+    f = one(run(GOLDEN / "llmcompressor" / "targeted-module-unquantized"), "quant-scheme-mismatch")
+    assert "model.layers.0.mlp" in f.message and "weight_packed" in f.message
+
+
+def test_code_quant_recipe_mismatch() -> None:
+    f = one(run(GOLDEN / "llmcompressor" / "recipe-ignore-drift"), "quant-recipe-mismatch")
+    assert f.file == "recipe.yaml" and "model.layers.0.mlp.down_proj" in f.message
+
+
+# -- GGUF (gguf's GGUFWriter wrote them; tests/test_gguf.py has more) --------------------------
+
+
+def test_code_gguf_unreadable(tmp_path: Path) -> None:
+    data = (GOLDEN / "gguf" / "single" / "tiny-qwen3moe-Q4_0.gguf").read_bytes()
+    (tmp_path / "m.gguf").write_bytes(data[:1000])  # cut inside the metadata
+    f = one(run(tmp_path), "gguf-unreadable")
+    assert f.file == "m.gguf" and "truncated" in f.message
+
+
+def test_code_gguf_unknown_type(tmp_path: Path) -> None:
+    src = GOLDEN / "gguf" / "single" / "tiny-qwen3moe-Q4_0.gguf"
+    data = bytearray(src.read_bytes())
+    # token_embd.weight's type (Q8_0 = 8) becomes 4, the removed Q4_2.
+    at = data.index(b"token_embd.weight") + len("token_embd.weight") + 4 + 2 * 8
+    assert struct.unpack_from("<I", data, at)[0] == 8
+    struct.pack_into("<I", data, at, 4)
+    (tmp_path / "m.gguf").write_bytes(bytes(data))
+    f = one(run(tmp_path), "gguf-unknown-type")
+    assert "token_embd.weight" in f.message and "type id 4" in f.message
+
+
+def test_code_gguf_split_missing() -> None:
+    f = one(run(GOLDEN / "gguf" / "split-part-missing"), "gguf-split-missing")
+    assert "tiny-qwen3moe-Q4_0-00002-of-00003.gguf" in f.message
+
+
+def test_code_gguf_split_tensor_count_mismatch() -> None:
+    folder = GOLDEN / "gguf" / "split-tensor-count-mismatch"
+    f = one(run(folder), "gguf-split-tensor-count-mismatch")
+    assert "27" in f.message and "26" in f.message
+
+
+def test_code_gguf_split_inconsistent(tmp_path: Path) -> None:
+    """Part 2 renamed to part 3's number and part 3 dropped: its split.no says 1."""
+    split = GOLDEN / "gguf" / "split"
+    for n in (1, 2):
+        shutil.copy(split / f"tiny-qwen3moe-Q4_0-0000{n}-of-00003.gguf", tmp_path)
+    (tmp_path / "tiny-qwen3moe-Q4_0-00002-of-00003.gguf").rename(
+        tmp_path / "tiny-qwen3moe-Q4_0-00003-of-00003.gguf"
+    )
+    f = one(run(tmp_path), "gguf-split-inconsistent")
+    assert "split.no 1, expected 2" in f.message
+
+
 # -- content against a source (verify) ----------------------------------------------------------
 
 

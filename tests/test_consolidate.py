@@ -507,7 +507,7 @@ def test_verify_data_catches_a_flipped_byte(source: Path, tmp_path: Path) -> Non
     result = plan.execute(resume=True, progress=False, verify_data=True)
     assert result.written == () and len(result.skipped) == 2
     assert result.data_mismatches == (tensor.name,)
-    assert not result.ok and f"1 differ: {tensor.name}" in str(result)
+    assert not result.ok and f"1 mismatch: {tensor.name}" in str(result)
 
 
 def test_copy_without_copy_file_range_gives_the_same_files(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from dcp_writers import full_tensors
 from safetensors.torch import load_file
 from test_consolidate import dcp_source
 
+from inspector import verify, write_manifest
+
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
@@ -25,17 +28,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
-def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactory) -> None:
-    source = dcp_source(tmp_path_factory)
-    work = tmp_path_factory.mktemp("torchrun")
-    names = list(full_tensors())
-    # Three outputs: rank 1 writes files 1 and 3, rank 0 file 2 (and the index).
-    mapping = {n: 1 + k % 3 for k, n in enumerate(names)}
-    (work / "map.json").write_text(json.dumps(mapping))
-    dest = work / "out"
+def torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`torchrun --nproc-per-node 2 ARGS...` on 127.0.0.1 (a free port), one OpenMP thread
+    per rank; stdout and stderr captured."""
     port = _free_port()
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), **(env or {})}
     env["OMP_NUM_THREADS"] = "1"
     cmd = [
         str(TORCHRUN),
@@ -45,6 +42,24 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
         "127.0.0.1",
         "--master-port",
         str(port),
+        *args,
+    ]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
+def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    work = tmp_path_factory.mktemp("torchrun")
+    # The source keeps a content manifest: DEST gets its own, every rank's outputs in it.
+    source = work / "model"
+    shutil.copytree(dcp_source(tmp_path_factory), source)
+    write_manifest(source)
+    names = list(full_tensors())
+    # Three outputs: rank 1 writes files 1 and 3, rank 0 file 2 (and the index).
+    mapping = {n: 1 + k % 3 for k, n in enumerate(names)}
+    (work / "map.json").write_text(json.dumps(mapping))
+    dest = work / "out"
+    proc = torchrun(
         "-m",
         "inspector",
         "consolidate",
@@ -54,8 +69,7 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
         str(work / "map.json"),
         "--no-progress",
         "--verify-data",
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     # Only rank 0 prints: its plan, then its share of the work and the verification.
@@ -66,6 +80,7 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
 
     files = sorted(p.name for p in dest.iterdir())
     assert files == [
+        "ckpt-inspect-manifest.json",
         "config.json",
         "model-00001-of-00003.safetensors",
         "model-00002-of-00003.safetensors",
@@ -81,3 +96,6 @@ def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactor
         got.update(load_file(file))
     for name, tensor in full_tensors().items():
         assert torch.equal(got[name], tensor), name
+    for level in ("size", "hash", "tensor"):
+        assert verify(dest, level=level).findings == (), level
+    assert verify(dest, against=str(source), level="tensor").findings == ()

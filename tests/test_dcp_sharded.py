@@ -169,7 +169,7 @@ def test_missing_first_rank_file_leaves_gaps(model: Path) -> None:
     assert "lm_head.weight" in by_tensor
     file_level = [f for f in gaps if f.tensor is None]
     assert [f.file for f in file_level] == [OUT2_RANK1]
-    assert "ranks 2 wrote output file 2 but ranks 1 did not" in file_level[0].message
+    assert "rank 2 wrote output file 2 but rank 1 did not" in file_level[0].message
 
 
 def test_missing_last_rank_file_is_named(model: Path) -> None:

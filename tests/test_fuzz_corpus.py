@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fuzz.run import NAMES
 from fuzz.targets import PREPARE, TARGETS
 
 CORPUS = Path(__file__).parent / "fuzz" / "corpus"
@@ -21,6 +22,12 @@ CASES = sorted(
 
 def test_every_target_has_a_corpus() -> None:
     assert {target for target, _ in CASES} == set(TARGETS)
+
+
+def test_the_fuzz_run_runs_every_target() -> None:
+    """`make fuzz` and CI run the targets `run.py` names: a target missing there is only ever
+    replayed from its corpus, never fuzzed."""
+    assert sorted(NAMES) == sorted(TARGETS)
 
 
 @pytest.mark.timeout(120)  # a target's one-time set-up (PREPARE) included

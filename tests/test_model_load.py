@@ -363,7 +363,7 @@ def test_dropped_experts_are_named_in_the_mismatch(
     findings = load_findings(folder)
     assert {f.code for f in findings} == {"load-shape-mismatch"}
     for f in findings:
-        assert f.layer == 1 and "experts 0, 2-3; expert(s) 1 missing" in f.message
+        assert f.layer == 1 and "experts 0, 2-3; expert 1 missing" in f.message
         assert f.file is not None and f.file.endswith(".safetensors")
 
 

@@ -13,6 +13,7 @@ from inspector._internal.checkpoint.parameters import (
     PARAMETER_RULE,
     count_parameters,
     parameters_of,
+    scan_parameters,
 )
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
@@ -83,6 +84,28 @@ def test_the_count_is_the_models_own_on_every_real_writer(case: str):
         pytest.skip(f"no complete model to compare with: {verdict.summary()}")
     ours = count_parameters(scanned.tensors, config=scanned.config)
     assert ours == verdict.parameters + verdict.mtp_parameters
+
+
+@pytest.mark.parametrize(
+    "case",
+    sorted(
+        c
+        for c, e in json.loads((GOLDEN / "MANIFEST.json").read_text()).items()
+        if "parameters" in e
+        and e.get("format") in ("pytorch-bin", "compressed-tensors", "mxfp4", "fp8-block", "gguf")
+        and not e.get("not_intact")
+        and not e.get("lost")
+    ),
+)
+def test_the_count_is_the_source_models_on_every_later_format(case: str):
+    """The manifest's `parameters` is the source model's `num_parameters()` before it was
+    quantized or converted: .bin tied weights once, compressed-tensors packed weights at each
+    group's own bit width (mixed precision), MXFP4 blocks two values a byte, block-FP8 scales
+    (fused per expert too) left out, GGUF prod(ne) whatever the ggml type."""
+    entry = json.loads((GOLDEN / "MANIFEST.json").read_text())[case]
+    # GGUF: the values of the files present (a replaced split part may hold fewer).
+    expected = entry.get("elements_in_intact_files", entry["parameters"])
+    assert scan_parameters(scan(GOLDEN / case)) == expected
 
 
 def test_packed_nvfp4_counts_two_values_a_byte_and_no_scales():

@@ -6,6 +6,7 @@ stand-in's tree listing (nothing downloaded)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -374,7 +375,7 @@ def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
     zeros_over_range(copy / SHARD, copy / OTHER)
     verify(copy, level="hash")
     for text in lines(scan(copy)):
-        assert "at level hash" in text and "1 error finding(s)" in text
+        assert "at level hash" in text and "1 error finding" in text
 
 
 # -- writers keep the manifest true: re-sharding, repair, consolidation ------------------------
@@ -444,5 +445,217 @@ def test_a_source_without_hashes_lists_each_file_once_in_linear_time(tmp_path: P
     run.files(hashes=True)
     assert [r[1] for r in run.rows] == sorted(files)
     assert {r[4] for r in run.rows} == {"unchecked"}
-    assert run.note.startswith("20,000 file(s) compared by size only")
+    assert run.note.startswith("20,000 files compared by size only")
     assert run.findings == []
+
+
+# -- every command that rewrites files keeps the manifest true, from the CLI -------------------
+
+
+def _lose_a_tensor(folder: Path) -> str:
+    """`folder` (a Mixtral copy) without one tensor of its last shard, as an export that lost
+    it; returns its name."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    shard = folder / "model-00004-of-00004.safetensors"
+    with safe_open(str(shard), "pt") as handle:
+        metadata = handle.metadata()
+    tensors = load_file(shard)
+    lost = "model.norm.weight"
+    del tensors[lost]
+    save_file(tensors, str(shard), metadata=metadata)
+    index = folder / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    del doc["weight_map"][lost]
+    index.write_text(json.dumps(doc))
+    return lost
+
+
+def _manifest_is_true(folder: Path, *, against: Path | None = None) -> None:
+    manifest = parse_manifest((folder / MANIFEST_NAME).read_bytes())
+    on_disk = {
+        p.relative_to(folder).as_posix()
+        for p in folder.rglob("*")
+        if p.is_file() and p.name != MANIFEST_NAME and ".ckpt-inspect-backup" not in p.parts
+    }
+    assert set(manifest.files) == on_disk
+    assert set(manifest.tensors) == set(scan(folder).tensors["name"])
+    for level in ("size", "hash", "tensor"):
+        assert verify(folder, level=level).findings == (), level
+    if against is not None:
+        assert verify(folder, against=str(against), level="tensor").findings == ()
+
+
+@pytest.mark.parametrize("command", ["index", "reshard", "from"])
+def test_cli_repair_reshard_and_restore_refresh_the_manifest(
+    copy: Path, tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if command == "index":
+        index = copy / "model.safetensors.index.json"
+        doc = json.loads(index.read_text())
+        doc["weight_map"].pop(next(iter(doc["weight_map"])))
+        index.write_text(json.dumps(doc))
+        args = ["--only", "index"]
+    elif command == "reshard":
+        args = ["--only", "reshard", "--max-shard-size", "8kB"]
+    else:
+        _lose_a_tensor(copy)
+        args = ["--from", str(MIXTRAL), "--verify-data"]
+    write_manifest(copy)
+    before = parse_manifest((copy / MANIFEST_NAME).read_bytes())
+    assert main(["repair", str(copy), *args, "--yes"]) == 0, capsys.readouterr().out
+    written = capsys.readouterr().out.split("written: ", 1)[1].splitlines()[0].split(", ")
+    after = parse_manifest((copy / MANIFEST_NAME).read_bytes())
+    assert set(written) <= set(after.files)
+    # What the command did not write keeps its recorded entry; what it wrote is recorded anew.
+    for rel, rec in after.files.items():
+        if rel not in written and rel in before.files:
+            assert rec == before.files[rel], rel
+    _manifest_is_true(copy, against=MIXTRAL)
+
+
+def _dcp_with_manifest(tmp_path: Path) -> Path:
+    src = tmp_path / "src"
+    shutil.copytree(DCP, src)
+    write_manifest(src)
+    return src
+
+
+@pytest.mark.parametrize("extra", [[], ["--dtype", "fp16"]], ids=["same-dtype", "cast"])
+def test_cli_consolidation_writes_the_manifest_and_runs_again_over_it(
+    tmp_path: Path, extra: list[str]
+) -> None:
+    src = _dcp_with_manifest(tmp_path)
+    dest = tmp_path / "out"
+    run = ["consolidate", str(src), str(dest), "--no-progress", "--verify-data", *extra]
+    assert main(run) == 0
+    _manifest_is_true(dest, against=None if extra else src)
+    # Its own manifest in DEST is part of its output: running again (a resume, or a
+    # re-run after an interruption) is not refused over it, and leaves it true.
+    assert main([*run, "--resume"]) == 0
+    _manifest_is_true(dest, against=None if extra else src)
+    # A DEST manifest is refreshed even when the source has none (the outputs were
+    # rewritten under it).
+    (src / MANIFEST_NAME).unlink()
+    assert main([*run, "--overwrite"]) == 0
+    _manifest_is_true(dest)
+
+
+def test_consolidation_records_what_it_copied_not_what_the_source_kept(tmp_path: Path) -> None:
+    """The source's manifest records `config.json` at its root; DEST's `config.json` is the
+    copy of `.hf_metadata/config.json`, another file: DEST's manifest records what was
+    written there, not the source's entry of the same name."""
+    src = tmp_path / "src"
+    shutil.copytree(DCP, src)
+    (src / ".hf_metadata").mkdir()
+    (src / ".hf_metadata" / "config.json").write_text('{"model_type": "llama", "step": 2}')
+    (src / "config.json").write_text('{"model_type": "llama", "step": 1}')
+    write_manifest(src)
+    dest = tmp_path / "out"
+    plan_consolidation(scan(src), dest).execute(progress=False)
+    assert json.loads((dest / "config.json").read_text())["step"] == 2
+    _manifest_is_true(dest, against=src)
+
+
+# -- one tensor hash for the whole project: manifest, verify, consolidate --verify-data, diff --
+
+
+def test_one_tensor_hash_everywhere(copy: Path) -> None:
+    """The hash `diff --data`, `--deep` and `consolidate --verify-data` take from `TensorData`
+    is the manifest's, and no other module hashes tensors with its own function."""
+    from inspector._internal.formats.tensordata import TensorData
+
+    manifest = parse_manifest(write_manifest(copy).read_bytes())
+    with TensorData(scan(copy)) as data:
+        for name, record in manifest.tensors.items():
+            assert data.tensor_hash(name) == record.hash, name
+    package = Path(__file__).resolve().parent.parent / "inspector"
+    users = sorted(
+        p.relative_to(package).as_posix()
+        for p in package.rglob("*.py")
+        if "xxhash" in p.read_text(encoding="utf-8")
+    )
+    assert users == ["_internal/formats/tensordata.py"]
+
+
+@pytest.mark.parametrize("where", ["output", "source-read"])
+def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """The output's bytes of one tensor changed between writing and verification (a bad
+    disk, a concurrent writer), or the verification's read of the source gave other bytes:
+    `--verify-data` names that tensor and only it."""
+    from inspector._internal.formats.tensordata import TensorData
+    from inspector._internal.plans.consolidate import driver
+
+    dest = tmp_path / "out"
+    plan = plan_consolidation(scan(DCP), dest)
+    victim = sorted(t.name for o in plan.outputs for t in o.tensors)[3]
+    real_verify = driver.verify_output
+
+    def damage_then_verify(*args: object, **kwargs: bool) -> object:
+        out = scan(dest)
+        shard = next(s for s in out.shards if victim in s.names)
+        at = shard.data_start + int(shard.begins[shard.names.index(victim)])
+        data = bytearray((dest / shard.file).read_bytes())
+        data[at] ^= 0x40
+        (dest / shard.file).write_bytes(data)
+        return real_verify(*args, **kwargs)  # type: ignore[arg-type]
+
+    if where == "output":
+        monkeypatch.setattr(driver, "verify_output", damage_then_verify)
+    else:
+        real_bytes = TensorData.tensor_bytes
+
+        def wrong_source(self: TensorData, name: str) -> memoryview | None:
+            raw = real_bytes(self, name)
+            if raw is None or name != victim or self.scanned.dcp is None:
+                return raw
+            changed = bytearray(raw)
+            changed[-1] ^= 0x01
+            return memoryview(bytes(changed))
+
+        monkeypatch.setattr(TensorData, "tensor_bytes", wrong_source)
+    result = plan.execute(progress=False, verify_data=True)
+    assert result.data_mismatches == (victim,)
+    assert not result.ok and result.data_checked == len(plan.weight_map)
+    assert f"1 mismatch: {victim}" in str(result)
+
+
+def test_verify_speaks_in_counted_plurals(copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_words import bad_forms
+
+    write_manifest(copy)
+    flip_byte(copy / SHARD, copy / OTHER)
+    for level in ("hash", "tensor"):
+        assert main(["verify", str(copy), "--level", level]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"\b1 error finding\b(?!s)", out), out
+    assert bad_forms(out) == [], bad_forms(out)
+    # No text the core or the UI shows (a string literal, docstrings aside) says "(s)".
+    root = Path(__file__).resolve().parent.parent
+    wrong = [
+        f"{path.relative_to(root)}:{line}"
+        for folder in ("inspector", "widgets")
+        for path in sorted((root / folder).rglob("*.py"))
+        for line, text in _shown_strings(path)
+        if re.search(r"[a-z]\(s\)", text.replace("http(s)", ""))
+    ]
+    assert wrong == [], wrong
+
+
+def _shown_strings(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, text) of every string literal of a module (f-strings' literal parts included),
+    docstrings left out."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docs.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node.lineno, node.value

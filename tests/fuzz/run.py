@@ -35,6 +35,8 @@ NAMES = (
     "load_config",
     "remote_answer",
     "manifest",
+    "torch_bin",
+    "gguf",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.

@@ -50,6 +50,7 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "gguf",
     "header",
     "index_json",
     "load_config",
@@ -57,6 +58,7 @@ __all__ = [
     "pickle_metadata",
     "pickle_sandbox",
     "remote_answer",
+    "torch_bin",
 ]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
@@ -482,6 +484,54 @@ def _read_some(file: Location) -> None:
         assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
 
 
+# -- (g) PyTorch .bin archives ----------------------------------------------------------------
+
+
+BIN_CAP = 1 << 20
+
+
+def torch_bin(data: bytes) -> None:
+    """The bytes as a `torch.save` file: shard columns with findings, never an exception; at
+    most the cap read; every tensor's byte range inside the file; nothing imported."""
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.bin_shard import read_bin_columns
+
+    reader = CountingReader(data)
+    modules = set(sys.modules)
+    shard = read_bin_columns(reader, "fuzz.bin", cap=BIN_CAP)
+    assert reader.bytes_read <= 2 * BIN_CAP + 64, reader.bytes_read
+    new = {m for m in set(sys.modules) - modules if not m.startswith(("encodings.", "zipfile"))}
+    assert not new, new  # nothing the file names is ever imported
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
+
+
+# -- (h) GGUF headers -------------------------------------------------------------------------
+
+GGUF_CAP = 1 << 20
+
+
+def gguf(data: bytes) -> None:
+    """The bytes as a GGUF file: shard columns with findings, never an exception; at most the
+    cap read (the parser reads in 1 MiB blocks, so one block past it at most)."""
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.gguf_shard import read_gguf_columns
+
+    reader = CountingReader(data)
+    shard = read_gguf_columns(reader, "fuzz.gguf", cap=GGUF_CAP)
+    assert reader.bytes_read <= GGUF_CAP, reader.bytes_read
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    assert all(0 <= b <= e for b, e in zip(shard.begins, shard.ends, strict=True))
+
+
+# -- (i) content manifests ----------------------------------------------------------------------
+
 _MANIFEST_FOLDER: Path | None = None
 
 
@@ -536,6 +586,8 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "pickle_sandbox": pickle_sandbox,
     "load_config": load_config,
     "remote_answer": remote_answer,
+    "torch_bin": torch_bin,
+    "gguf": gguf,
     "manifest": manifest,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "BIN_SHARD_NUMBER",
     "BUFFER_PARAMS",
     "DCP_SHARD_FILE",
     "DISTCP_FILE",
@@ -245,6 +246,8 @@ DCP_SHARD_FILE = re.compile(r"^shard-(\d+)-model-(\d+)-of-(\d+)\.safetensors$")
 # The file number of an HF shard: `model-00002-of-00008.safetensors` and the non-standard
 # `model.safetensors-00002-of-00008.safetensors` both end with it.
 HF_SHARD_NUMBER = re.compile(r"-(\d+)-of-(\d+)\.safetensors$")
+# The same for transformers' `.bin` shards: `pytorch_model-00002-of-00008.bin`.
+BIN_SHARD_NUMBER = re.compile(r"-(\d+)-of-(\d+)\.(?:bin|pt|pth)$")
 # Megatron's per-rank rerun state machine key: `shard_<rank>_<world size>`.
 RERUN_SHARD_KEY = re.compile(r"shard_(\d+)_(\d+)")
 # Any Megatron ShardedObject key: `<key>/shard_<offsets>_<global shape>`, both dot-joined

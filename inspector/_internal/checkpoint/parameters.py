@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.quant_targets import group_targets
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.common.dtypes import DTYPE_BITS
 
@@ -51,7 +52,7 @@ _PACKED_INTO = frozenset({"U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"})
 _NOT_PARAMETERS = QUANT_SIBLING_PARAMS | BUFFER_PARAMS
 # A module storing one of these holds FP4 (NVFP4) values in its integer weight.
 _FP4_EVIDENCE = frozenset({"weight_scale_2", "weight_global_scale"})
-_BLOCKS, _SCALES = "_blocks", "_scales"
+_BLOCKS, _SCALES, _SCALE_INV = "_blocks", "_scales", "_scale_inv"
 # A hostile shape may multiply past what int64 holds; no real tensor comes near this.
 _NUMEL_CAP = 2**62
 
@@ -73,11 +74,23 @@ def count_parameters(
     return int(_values(names, tensors["dtype"], numel, _packed_bits(config)).sum())
 
 
+def _tied_once(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    """The tensors table with tied names counted once: in a `.bin` file tied weights
+    (`lm_head.weight` and the embedding) are one storage under two names, the same bytes
+    (file, begin, end); transformers' `num_parameters()` counts them once."""
+    t = scanned.tensors
+    if scanned.layout != LayoutName.PYTORCH_BIN or not len(t):
+        return t
+    spans = t[t["end"] > t["begin"]]
+    tied = spans.duplicated(["file", "begin", "end", "dtype"])
+    return t.drop(index=spans.index[tied.to_numpy()]) if tied.any() else t
+
+
 def scan_parameters(scanned: ScannedCheckpoint) -> int:
     """`count_parameters` of every tensor of a scan, counted once per scan (the scan summary,
     the index check and the load check all show it)."""
     return scanned.derived(
-        "parameters", lambda: count_parameters(scanned.tensors, config=scanned.config)
+        "parameters", lambda: count_parameters(_tied_once(scanned), config=scanned.config)
     )
 
 
@@ -94,7 +107,9 @@ def parameters_of(
     return count_parameters(frame, config=config)
 
 
-def _values(names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: int) -> np.ndarray:
+def _values(
+    names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: Callable[[str], int] | None
+) -> np.ndarray:
     """Values per tensor: 0 for scales and buffers, numel x values per element for packed
     4-bit weights, numel otherwise. Names are split once; every other test runs on the few
     distinct params and dtypes (factorized), and the module of a name is taken only for
@@ -109,7 +124,8 @@ def _values(names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: int) -
     def per_kind(test: Callable[[str], bool]) -> np.ndarray:
         return np.array([test(k) for k in kinds], dtype=bool)[codes]
 
-    not_counted = per_kind(lambda k: k in _NOT_PARAMETERS)
+    # `*_scale_inv`: block-FP8 scales, also fused per expert (`gate_up_proj_scale_inv`).
+    not_counted = per_kind(lambda k: k in _NOT_PARAMETERS or k.endswith(_SCALE_INV))
     blocks = per_kind(lambda k: k.endswith(_BLOCKS))
     scales = per_kind(lambda k: k.endswith(_SCALES))
     weight = per_kind(lambda k: k == "weight")
@@ -141,9 +157,10 @@ def _values(names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: int) -
         in_fp4[hits] = True
     values_per = np.ones(len(names), dtype=np.int64)
     values_per[in_fp4] = element_bits[in_fp4] // 4
-    if bits:
-        packed = integer & packed_weight & ~in_fp4
-        values_per[packed] = np.maximum(element_bits[packed] // bits, 1)
+    if bits is not None:
+        packed = np.flatnonzero(integer & packed_weight & ~in_fp4)
+        per_value = np.array([bits(module(r)) for r in packed.tolist()], dtype=np.int64)
+        values_per[packed] = np.maximum(element_bits[packed] // np.maximum(per_value, 1), 1)
     mx = integer & blocks
     values_per[mx] = element_bits[mx] // 4
     out = numel * values_per
@@ -151,21 +168,27 @@ def _values(names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: int) -
     return out
 
 
-def _packed_bits(config: Mapping[str, Any] | None) -> int:
-    """compressed-tensors' bits per packed weight value: the config's one `num_bits` (4 when
-    it names none or several); 0 without a compressed-tensors config."""
+def _packed_bits(config: Mapping[str, Any] | None) -> Callable[[str], int] | None:
+    """compressed-tensors' bits per packed weight value of a module: the `num_bits` of the
+    first config group that targets it (a mixed-precision checkpoint packs 8-bit and 4-bit
+    groups side by side), else the config's one `num_bits` (4 when it names none or several);
+    None without a compressed-tensors config."""
     qc = config.get("quantization_config") if isinstance(config, Mapping) else None
     if not isinstance(qc, Mapping) or qc.get("quant_method") != "compressed-tensors":
-        return 0
-    groups = qc.get("config_groups") if isinstance(qc, Mapping) else None
-    found = set()
-    if isinstance(groups, Mapping):
-        for group in groups.values():
-            weights = group.get("weights") if isinstance(group, Mapping) else None
-            bits = weights.get("num_bits") if isinstance(weights, Mapping) else None
-            if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits <= 64:
-                found.add(bits)
-    return found.pop() if len(found) == 1 else 4
+        return None
+    groups = []
+    for _, matcher, group in group_targets(qc):
+        weights = group.get("weights")
+        bits = weights.get("num_bits") if isinstance(weights, Mapping) else None
+        if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits <= 64:
+            groups.append((matcher, bits))
+    found = {b for _, b in groups}
+    default = found.pop() if len(found) == 1 else 4
+
+    def bits_of(module: str) -> int:
+        return next((b for m, b in groups if m(module, True)), default)
+
+    return bits_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,12 +43,14 @@ __all__ = [
     "DcpChunk",
     "DcpInfo",
     "DcpReference",
+    "GgufInfo",
     "IndexDoc",
     "LayoutInfo",
     "LayoutName",
     "LogicalTensors",
     "PerLayerInfo",
     "PickledObject",
+    "PytorchBinInfo",
     "ScannedCheckpoint",
     "ShardHeader",
     "ShardedInfo",
@@ -82,6 +84,8 @@ class LayoutName(StrEnum):
     MODELOPT_PER_LAYER = "modelopt-per-layer"
     DCP_SHARDED = "dcp-sharded"
     TORCH_DIST = "torch-dist"
+    PYTORCH_BIN = "pytorch-bin"
+    GGUF = "gguf"
 
 
 # -- documents ------------------------------------------------------------------------------
@@ -178,6 +182,23 @@ class SingleFileInfo:
 @dataclass(frozen=True, slots=True)
 class ShardedInfo:
     """`hf-sharded`: everything is in the shards and the index."""
+
+
+@dataclass(frozen=True, slots=True)
+class PytorchBinInfo:
+    """`torch.save` files (`pytorch_model.bin`, or shards with `pytorch_model.bin.index.json`):
+    `lone_file` when one file was scanned without its folder."""
+
+    lone_file: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GgufInfo:
+    """GGUF files (single, or split parts `NAME-0000i-of-0000N.gguf`); each shard is an
+    `inspector.gguf_shard.GgufShard` carrying its metadata. `lone_file` when one file was
+    scanned without its folder."""
+
+    lone_file: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,7 +400,15 @@ class TorchDistInfo:
         _set(self, "byte_keys", tuple(self.byte_keys))
 
 
-LayoutInfo = SingleFileInfo | ShardedInfo | PerLayerInfo | DcpInfo | TorchDistInfo
+LayoutInfo = (
+    SingleFileInfo
+    | ShardedInfo
+    | PerLayerInfo
+    | DcpInfo
+    | TorchDistInfo
+    | PytorchBinInfo
+    | GgufInfo
+)
 
 _INFO_OF: dict[LayoutName, type] = {
     LayoutName.SAFETENSORS_SINGLE: SingleFileInfo,
@@ -387,6 +416,8 @@ _INFO_OF: dict[LayoutName, type] = {
     LayoutName.MODELOPT_PER_LAYER: PerLayerInfo,
     LayoutName.DCP_SHARDED: DcpInfo,
     LayoutName.TORCH_DIST: TorchDistInfo,
+    LayoutName.PYTORCH_BIN: PytorchBinInfo,
+    LayoutName.GGUF: GgufInfo,
 }
 
 
@@ -416,6 +447,8 @@ class ScannedCheckpoint:
     # Names of JSON files we looked for and found, e.g. {"config.json", "hf_quant_config.json"}.
     json_files: frozenset[str] = frozenset()
     storage: Storage | None = None
+    # llm-compressor's recipe.yaml: its QuantizationModifiers (inspector.recipe), or None.
+    recipe: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.storage is None:

@@ -38,6 +38,7 @@ from inspector._internal.findings.finding import (
     make_finding,
     short_repr,
 )
+from inspector._internal.findings.words import layers_text
 from inspector._internal.formats.safetensors import ShardHeader
 
 __all__ = ["CODES", "check_dcp", "uncovered_tensors"]
@@ -302,11 +303,14 @@ def _missing_rank_files(shards: Sequence[ShardHeader]) -> list[Finding]:
         missing = sorted(ranks - writers[i])
         names = [_rank_file(r, i, count) for r in missing[:3]]
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        one = len(missing) == 1
         msg = (
-            f"{', '.join(names)}{more} missing or unreadable: ranks {fold_ranges(writers[i])} "
-            f"wrote output file {i} but ranks {fold_ranges(missing)} did not, though they wrote "
-            f"other outputs; tensors of output {i} lack those ranks' chunks (full shapes may be "
-            "understated). Restore the file(s) or re-save"
+            f"{', '.join(names)}{more} missing or unreadable: "
+            f"{layers_text(writers[i], noun='rank')} wrote output file {i} but "
+            f"{layers_text(missing, noun='rank')} did not, though {'it' if one else 'they'} "
+            f"wrote other outputs; tensors of output {i} lack {'its' if one else 'their'} "
+            f"chunks (full shapes may be understated). Restore "
+            f"{'that file' if one else 'those files'} or re-save"
         )
         findings.append(make_finding(Code.DCP_COVERAGE_GAP, msg, file=names[0]))
     rest = short[FOLD.per_file :]

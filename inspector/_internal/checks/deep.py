@@ -13,7 +13,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_VIEWS, NONFINITE_BITS
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
-from inspector._internal.formats.tensordata import TensorData, hash_bytes
+from inspector._internal.formats.tensordata import TensorData, tensor_digest
 
 __all__ = ["CODES", "deep_check"]
 
@@ -50,7 +50,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
                         )
                     )
                 if name in duplicated:
-                    hashes[name][shard.file] = hash_bytes(view)
+                    hashes[name][shard.file] = tensor_digest(view)
             out.extend(zeros)
     out = fold_findings(
         [f for f in out if f.code == Code.TENSOR_ALL_ZERO], "tensors that are all zeros"

@@ -17,7 +17,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples, fold, fold_ranges, make_finding
-from inspector._internal.findings.words import describe_names
+from inspector._internal.findings.words import describe_names, layers_text
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, stored_files
 
@@ -194,7 +194,7 @@ class _Report:
             return f" (built from {len(stored)} stored tensors: {examples(list(stored))})"
         declared = self.scanned.spec.experts_per_layer
         absent = set(range(declared)) - ids if declared else set()
-        gaps = f"; expert(s) {fold_ranges(absent)} missing" if absent else ""
+        gaps = f"; {layers_text(absent, noun='expert')} missing" if absent else ""
         return (
             f" (stacked by transformers from {len(stored)} stored tensors of experts "
             f"{fold_ranges(ids)}{gaps})"

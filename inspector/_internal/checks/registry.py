@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING
 
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import (
+    compressed_tensors,
     dcp,
+    gguf,
     index,
     load,
     quant,
+    quant_blocks,
     sharding,
     sidecars,
     structure,
@@ -53,7 +56,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "index",
-        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
         index.check_index_of,
         index.CODES,
     ),
@@ -70,6 +73,14 @@ RULES: tuple[Rule, ...] = (
     Rule("torch-dist", frozenset({_L.TORCH_DIST}), torch_dist.check_torch_dist, torch_dist.CODES),
     Rule("structure", None, structure.check_structure, structure.CODES),
     Rule("quant-config", None, quant.check_quant_config, quant.CODES),
+    Rule(
+        "compressed-tensors",
+        None,
+        compressed_tensors.check_compressed_tensors,
+        compressed_tensors.CODES,
+    ),
+    Rule("block-quant", None, quant_blocks.check_block_quant, quant_blocks.CODES),
+    Rule("gguf", frozenset({_L.GGUF}), gguf.check_gguf, gguf.CODES),
 )
 
 
@@ -89,13 +100,13 @@ class ModelRule:
 MODEL_RULES: tuple[ModelRule, ...] = (
     ModelRule(
         "total-parameters",
-        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
         index.reconcile_with_model,
         index.MODEL_CODES,
     ),
     ModelRule(
         "mtp",
-        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE}),
+        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE, _L.PYTORCH_BIN}),
         structure.revise_mtp_with_model,
         structure.MODEL_CODES,
     ),

@@ -30,6 +30,7 @@ from inspector._internal.findings.finding import (
     fold_ranges,
     make_finding,
 )
+from inspector._internal.findings.words import plural
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -135,7 +136,9 @@ def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
 
 # Layouts `save_pretrained` writes. Megatron, Model-Optimizer exports (per-layer, or with
 # hf_quant_config.json) and DCP outputs store the MTP layers a config declares.
-_PRETRAINED_LAYOUTS = frozenset({LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE})
+_PRETRAINED_LAYOUTS = frozenset(
+    {LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE, LayoutName.PYTORCH_BIN}
+)
 
 
 def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:
@@ -152,15 +155,15 @@ def _mtp_finding(
         shows = f", as the {legible(built)} built from config.json shows" if built else ""
         return make_finding(
             Code.MTP_NOT_STORED,
-            f"config declares {declared} MTP layer(s) the writer's model class never stores "
-            f"({legible(model)}: transformers builds no MTP module for it{shows}); fine for "
+            f"config declares {plural(declared, 'MTP layer')} the writer's model class never "
+            f"stores ({legible(model)}: transformers builds no MTP module for it{shows}); fine for "
             "transformers. MTP speculative decoding in serving engines needs them: restore "
             "them with `ckpt-inspect repair --from <original release>`",
         )
     has = f"; the {legible(built)} built from config.json has MTP modules" if built else ""
     return make_finding(
         Code.MTP_MISSING,
-        f"config declares {declared} MTP layer(s) but no MTP tensor is stored{has}; MTP "
+        f"config declares {plural(declared, 'MTP layer')} but no MTP tensor is stored{has}; MTP "
         "speculative decoding will fail. Re-export with the MTP weights (a transformers "
         "round trip drops them)",
     )

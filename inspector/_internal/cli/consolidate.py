@@ -1,10 +1,10 @@
-"""`ckpt-inspect consolidate SRC DEST`: DCP-sharded safetensors into a Hugging Face
-checkpoint (plan, print, execute; under torchrun each rank writes its share)."""
+"""`ckpt-inspect consolidate SRC DEST`: DCP-sharded safetensors, or a PyTorch `.bin`
+checkpoint, into a Hugging Face safetensors checkpoint (plan, print, execute; under torchrun
+each rank writes its share)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from inspector._internal.cli.args import (
@@ -16,17 +16,23 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Add the `consolidate` command to the CLI's subcommands."""
-    p = sub.add_parser("consolidate", help="turn DCP-sharded safetensors into an HF checkpoint")
-    p.add_argument(
-        "src", type=target, help="DCP-sharded folder (or a checkpoint with model/), or a URL"
+    p = sub.add_parser(
+        "consolidate",
+        help="turn DCP-sharded safetensors or a .bin checkpoint into an HF safetensors checkpoint",
     )
-    p.add_argument("dest", type=Path, help="local output folder for model-*-of-*.safetensors")
+    p.add_argument(
+        "src",
+        type=target,
+        help="DCP-sharded folder (or a checkpoint with model/), a .bin checkpoint, or a URL",
+    )
+    p.add_argument("dest", type=Path, help="local output folder for the .safetensors files")
     p.add_argument(
         "--mapping", type=target, help="JSON {tensor: 1-based output file index} (path or URL)"
     )
@@ -35,8 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--max-shard-size",
-        default=SHARD_SPLIT_SIZE,
-        help=f"greedy packing limit (default {format_bytes(SHARD_SPLIT_SIZE, digits=0)})",
+        default=None,
+        help="greedy packing limit (default "
+        f"{format_bytes(SHARD_SPLIT_SIZE, digits=0)}; a .bin checkpoint keeps its own files "
+        "unless this is given)",
     )
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), help="cast floating tensors")
     p.add_argument(
@@ -75,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         allow_partial=args.allow_partial,
     )
-    lead = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 prints
+    lead = is_lead()  # under torchrun only rank 0 prints
     if lead:
         print(plan)
     if args.dry_run:

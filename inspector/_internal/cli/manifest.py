@@ -1,5 +1,6 @@
 """`ckpt-inspect manifest`: write a checkpoint's content manifest (per file size + SHA-256,
-per tensor content hash)."""
+per tensor content hash). Under torchrun the ranks share the reading; rank 0 alone writes
+and prints."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from inspector._internal.cli.verify import progress_wanted
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.integrity.verify import write_manifest
+from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "run"]
 
@@ -35,7 +37,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     path = args.path if isinstance(args.path, str) else str(args.path)
     dest = write_manifest(
-        path, output=args.output, workers=args.workers, progress=progress_wanted()
+        path,
+        output=args.output,
+        workers=args.workers,
+        progress=progress_wanted(),
+        distributed=True,
     )
-    print(f"wrote {legible(dest)}")
+    if is_lead():
+        print(f"wrote {legible(dest)}")
     return EXIT_OK

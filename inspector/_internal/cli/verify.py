@@ -1,5 +1,6 @@
 """`ckpt-inspect verify`: are the bytes what a manifest, the Hub's listing or another copy
-recorded? Argument parsing over `inspector._internal.integrity.verify`."""
+recorded? Argument parsing over `inspector._internal.integrity.verify`. Under torchrun the
+ranks share the reading; rank 0 alone prints, and every rank exits with the same code."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from inspector._internal.cli.args import (
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.integrity.verify import LEVELS, Verification, verify
+from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "format_verification", "progress_wanted", "run"]
 
@@ -68,12 +70,13 @@ def run(args: argparse.Namespace) -> int:
         level=args.level,
         workers=args.workers,
         progress=progress_wanted(),
+        distributed=True,
         **kw,
     )
-    if args.json:
+    if is_lead() and args.json:
         json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
-    else:
+    elif is_lead():
         print(format_verification(result))
     if args.fail_on == "never":
         return EXIT_OK

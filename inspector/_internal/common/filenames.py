@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 __all__ = [
     "BACKUP_DIR",
+    "BIN_INDEX_NAME",
     "CONFIG_NAME",
     "DCP_MAPPING_NAME",
     "GENERATION_CONFIG_NAME",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 INDEX_NAME = "model.safetensors.index.json"
+BIN_INDEX_NAME = "pytorch_model.bin.index.json"
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
 QUANT_CONFIG_NAME = "hf_quant_config.json"
@@ -64,7 +66,7 @@ INDEX_SUFFIX = ".index.json"
 WELL_KNOWN: Mapping[str, str] = MappingProxyType(
     {
         INDEX_NAME: "the safetensors weight-map index",
-        "pytorch_model.bin.index.json": "the PyTorch weight-map index",
+        BIN_INDEX_NAME: "the PyTorch weight-map index",
         CONFIG_NAME: "the model config",
         GENERATION_CONFIG_NAME: "the generation config",
         QUANT_CONFIG_NAME: "the Model-Optimizer quantization config",

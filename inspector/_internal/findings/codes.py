@@ -101,6 +101,72 @@ class Code(StrEnum):
         "The safetensors header cannot be read (too short, length past the end or over the "
         "cap, not a JSON object): the file is truncated or not safetensors; re-copy it.",
     )
+    BIN_LEGACY_FORMAT = (
+        "bin-legacy-format",
+        _E,
+        _S,
+        "A PyTorch .bin/.pt file in the pre-1.6 torch.save format (one pickle stream, or a tar "
+        "archive) instead of the zip archive: its tensors are listed from its pickles, but its "
+        "data is not read (no --deep, consolidation or repair from it). Convert it: load it "
+        "with torch >= 1.6 (torch.load(path, weights_only=True)) and save it again with "
+        "safetensors' save_file (or torch.save).",
+    )
+    BIN_UNREADABLE = (
+        "bin-unreadable",
+        _E,
+        _S,
+        "A PyTorch .bin/.pt file cannot be read: not a zip archive, no <prefix>/data.pkl "
+        "record, a truncated or corrupt central directory, or a data.pkl that is not a dict "
+        "of tensors (refused by the restricted unpickler, nothing ran). Re-copy or re-save it.",
+    )
+    BIN_RECORD_MISSING = (
+        "bin-record-missing",
+        _E,
+        _S,
+        "A tensor of a PyTorch .bin file points at storage bytes the archive lacks: its "
+        "data/<key> record is absent, shorter than the storage, or the tensor runs past it. "
+        "torch.load fails on it; re-copy the file or re-save it from the source.",
+    )
+    GGUF_UNREADABLE = (
+        "gguf-unreadable",
+        _E,
+        _S,
+        "A GGUF file's header cannot be read: no GGUF magic, a version other than 2 or 3, a "
+        "header truncated inside its metadata or tensor infos, an unknown value type, or a "
+        "count or length over the reader's limits. Re-download or re-convert the file.",
+    )
+    GGUF_UNKNOWN_TYPE = (
+        "gguf-unknown-type",
+        _E,
+        _S,
+        "A GGUF tensor has a ggml type id the format does not define (a removed or future "
+        "quantization), or a first dimension that is not a whole number of its type's "
+        "blocks: llama.cpp refuses the file. Re-convert it with a current llama.cpp / gguf.",
+    )
+    GGUF_SPLIT_MISSING = (
+        "gguf-split-missing",
+        _E,
+        _I,
+        "A split GGUF model (NAME-0000i-of-0000N.gguf) lacks parts that split.count declares: "
+        "llama.cpp cannot open it. Download the missing parts.",
+    )
+    GGUF_SPLIT_TENSOR_COUNT_MISMATCH = (
+        "gguf-split-tensor-count-mismatch",
+        _E,
+        _I,
+        "The parts of a split GGUF model hold a different number of tensors from what "
+        "split.tensors.count says (llama.cpp: 'corrupted model: N tensors expected but M "
+        "found'). A part is stale or from another conversion; re-download or re-split.",
+    )
+    GGUF_SPLIT_INCONSISTENT = (
+        "gguf-split-inconsistent",
+        _E,
+        _I,
+        "The parts of a split GGUF model disagree: different split.count or "
+        "split.tensors.count, a split.no that is not the file's number minus one, or a "
+        "part without split metadata. Parts of two conversions were mixed; re-download or "
+        "re-split them together.",
+    )
     HEADER_INVALID_ENTRY = (
         "header-invalid-entry",
         _E,
@@ -318,14 +384,36 @@ class Code(StrEnum):
         "quant-config-missing-layer",
         _E,
         _M,
-        "A quantized module has no quantized_layers entry and no matching exclude pattern; "
-        "loaders treat it as unquantized.",
+        "A module stored quantized that the quantization config does not list "
+        "(hf_quant_config.json: no quantized_layers entry and no matching exclude pattern; "
+        "compressed-tensors config.json: ignored, or targeted by no config group); loaders "
+        "treat it as unquantized.",
     )
     QUANT_CONFIG_STALE_LAYER = (
         "quant-config-stale-layer",
         _W,
         _M,
         "A quantized_layers entry names a module with no tensors.",
+    )
+    QUANT_SCHEME_MISMATCH = (
+        "quant-scheme-mismatch",
+        _E,
+        _M,
+        "A module is stored quantized differently from what the quantization config says: a "
+        "plain weight where its scheme packs it, a tensor its scheme needs missing (scale, "
+        "zero point, global scale, weight_shape, block scales), a scale or packed shape that "
+        "disagrees with the group or block size, or scales on a module the config leaves "
+        "unquantized. Serving engines refuse it or load wrong values; re-export the module "
+        "with the scheme the config names, or fix the config to what was exported.",
+    )
+    QUANT_RECIPE_MISMATCH = (
+        "quant-recipe-mismatch",
+        _W,
+        _M,
+        "recipe.yaml and config.json's quantization_config resolve to different sets of "
+        "quantized modules or different schemes (compared module by module, not literally: "
+        "llm-compressor rewrites the ignore list). One of them was edited after the export; "
+        "re-export, or make the two agree so the recipe reproduces this checkpoint.",
     )
     # -- DCP-sharded safetensors ------------------------------------------------------------
     DCP_SHARDING_INFO_MISSING = (
@@ -771,6 +859,31 @@ _FIXES: dict[str, Fix] = {
         "re-export", "re-save the checkpoint: a real writer never produces this"
     ),
     "unindexed-file": Fix("review", "remove the stray file, or rebuild the index to include it"),
+    # -- PyTorch .bin files
+    "bin-legacy-format": Fix(
+        "re-export",
+        "load it with torch >= 1.6 (torch.load(path, weights_only=True)) and save it again "
+        "with safetensors' save_file or torch.save",
+    ),
+    "bin-unreadable": Fix("restore", "re-copy the file from its source, or re-save it"),
+    "bin-record-missing": Fix("restore", "re-copy the file, or re-save it from the source"),
+    # -- GGUF files
+    "gguf-unreadable": Fix("restore", "re-download or re-convert the file"),
+    "gguf-unknown-type": Fix("re-export", "re-convert it with a current llama.cpp / gguf"),
+    "gguf-split-missing": Fix("restore", "download the missing parts"),
+    "gguf-split-tensor-count-mismatch": Fix(
+        "restore", "re-download the parts, or re-split the model"
+    ),
+    "gguf-split-inconsistent": Fix(
+        "restore", "re-download the parts, or re-split them together from one conversion"
+    ),
+    # -- compressed-tensors and block-scaled quantization
+    "quant-scheme-mismatch": Fix(
+        "re-export",
+        "re-export the module with the scheme the config names, or fix the config to what "
+        "was exported",
+    ),
+    "quant-recipe-mismatch": Fix("review", "re-export, or make recipe.yaml and config.json agree"),
     # -- content against a source (verify)
     "file-size-mismatch": Fix(
         "restore", "copy the file again from the source, then run `ckpt-inspect verify` again"

@@ -46,7 +46,7 @@ from inspector._internal.findings.words import plural, shell_word
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
 
-__all__ = ["Action", "ActionKind", "Problem", "group_problems"]
+__all__ = ["INDEX_REBUILT_FOR", "Action", "ActionKind", "Problem", "group_problems"]
 
 # The kinds of fix a code names (`Code.fix`).
 ActionKind = FixKind
@@ -610,10 +610,34 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
 
 
 def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER]
+    # hf_quant_config.json's are repaired here; a compressed-tensors config.json is the
+    # model's own config, which no repair rewrites: the fix is a choice left to the person.
+    found = [f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER]
+    in_config = [f for f in found if f.file == CONFIG_NAME]
+    mine = [f for f in found if f.file != CONFIG_NAME]
+    out = []
+    if in_config:
+        out.append(
+            Problem(
+                key="quant-config-missing-layers-config",
+                severity=Severity.ERROR,
+                title=f"config.json's quantization_config leaves out "
+                f"{plural(len(in_config), 'quantized module')}",
+                impact="loaders treat those modules as unquantized and misread their weights",
+                action=Action(
+                    "review",
+                    "take the modules out of config.json's ignore list (or add them to a "
+                    "group's targets), or re-export them unquantized",
+                    _command(ctx, "review"),
+                ),
+                findings=tuple(in_config),
+                tensors=tuple(sorted({f.tensor for f in in_config if f.tensor})),
+                files=(CONFIG_NAME,),
+            )
+        )
     if not mine:
-        return []
-    return [
+        return out
+    out.append(
         Problem(
             key="quant-config-missing-layers",
             severity=Severity.ERROR,
@@ -629,7 +653,8 @@ def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem
             tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
             files=(QUANT_CONFIG_NAME,),
         )
-    ]
+    )
+    return out
 
 
 def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
@@ -931,7 +956,23 @@ _RULES: tuple[Callable[[_Context, list[Finding]], list[Problem]], ...] = (
 # -- helpers ---------------------------------------------------------------------------------
 
 
+# The layouts whose index `repair --only index` rebuilds (`inspector._internal.plans.repair`
+# plans it for these only): `model.safetensors.index.json` of sharded safetensors, and
+# `pytorch_model.bin.index.json` of sharded `.bin` checkpoints.
+INDEX_REBUILT_FOR = frozenset(
+    {LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER, LayoutName.PYTORCH_BIN}
+)
+
+
 def _repair(ctx: _Context, part: str, text: str) -> Action:
+    if part == "index" and ctx.scanned.layout not in INDEX_REBUILT_FOR:
+        return Action(
+            "re-export",
+            "re-save the model with save_pretrained, which writes the shards and their index "
+            "together (ckpt-inspect rebuilds the index of sharded safetensors and .bin "
+            "checkpoints only)",
+            "re-run the exporter",
+        )
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
 

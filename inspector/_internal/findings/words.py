@@ -46,7 +46,7 @@ READ_ERROR = "read error"
 SEVERITY_ORDER = ("error", "warning", "info")
 
 # Nouns whose plural is not the noun + "s" ("info" is a mass noun: "3 info").
-_IRREGULAR = {"info": "info", "index": "indices", "entry": "entries"}
+_IRREGULAR = {"info": "info", "index": "indices", "entry": "entries", "mismatch": "mismatches"}
 
 
 def plural(n: int, noun: str, *, many: str | None = None, number: bool = True) -> str:

@@ -2,16 +2,21 @@
 
 A file is read front to back in 8 MiB blocks (a reused buffer, `preadv` locally; ranged reads
 through the storage remotely, so the server guard applies); each block feeds the file's
-SHA-256 and, for the tensors whose bytes it holds, each tensor's xxh3-128. Files are hashed
-in parallel (hashlib and xxhash release the GIL on large buffers), largest first; memory is
-one block per worker whatever the checkpoint's size. A DCP tensor is assembled from its
-chunks (`TensorData`) before it is hashed, so its hash is that of the tensor a consolidated
-output holds.
+SHA-256 and, for the tensors whose bytes it holds, each tensor's content hash (the project's
+one tensor hash, `tensor_hasher`). Files are hashed in parallel (both hashes release the GIL
+on large buffers), largest first; memory is one block per worker whatever the checkpoint's
+size. A DCP tensor is assembled from its chunks (`TensorData`) before it is hashed, so its
+hash is that of the tensor a consolidated output holds.
+
+Under torchrun (`ranks`, the engine consolidation uses: `plans.ranks`) each file, or each DCP
+tensor, is read by one rank, the shares balanced by bytes, and every rank receives every
+share's digests, so every rank builds the same result; rank 0 alone prints and writes it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import threading
@@ -20,12 +25,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import xxhash
+import msgspec
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.common.dtypes import nbytes_for
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
-from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.formats.bin_shard import data_unread, strides_of
+from inspector._internal.formats.tensordata import TensorData, tensor_digest, tensor_hasher
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
+from inspector._internal.plans.ranks import Distributed
 from inspector._internal.storage import EntryKind, LocalFile, Storage
 from inspector.errors import CannotInspectError, UnsafeFileError
 
@@ -34,11 +42,12 @@ __all__ = [
     "FileDigest",
     "Listing",
     "Progress",
+    "dcp_digests",
     "hash_files",
     "list_files",
-    "tensor_digest",
     "tensor_spans",
     "tensors_of",
+    "unspanned_digests",
 ]
 
 BLOCK = 8 << 20
@@ -130,7 +139,8 @@ def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
 def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, int]]]:
     """file -> (tensor, start, end) absolute byte ranges, sorted and non-overlapping, of the
     tensors whose bytes lie whole in one file (not DCP). Entries that overlap another or run
-    past the file are left out (their hash stays unknown; `check` reports them)."""
+    past the file are left out (their hash stays unknown; `check` reports them), and so are
+    strided `.bin` views, whose bytes are not one run (`unspanned_digests` hashes those)."""
     if scanned.dcp is not None:
         return {}
     seen: set[str] = set()
@@ -138,8 +148,11 @@ def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, i
     for shard in scanned.shards:
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
+        strided = strides_of(shard)
+        if data_unread(shard):  # a legacy `.bin` stream: no tensor's bytes are known
+            continue
         for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
-            if name in seen or b > e or base + e > shard.file_size:
+            if name in seen or name in strided or b > e or base + e > shard.file_size:
                 continue
             seen.add(name)
             spans.append((name, base + b, base + e))
@@ -157,23 +170,50 @@ def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, i
     return out
 
 
-def tensor_digest(data: memoryview | bytes) -> str:
-    """xxh3-128 of a tensor's row-major bytes."""
-    h = xxhash.xxh3_128()
-    mv = memoryview(data).cast("B")
-    for at in range(0, len(mv), BLOCK):
-        h.update(mv[at : at + BLOCK])
-    return h.hexdigest()
-
-
-def dcp_digests(scanned: ScannedCheckpoint, names: Sequence[str]) -> dict[str, str | None]:
-    """Content hashes of DCP tensors, each assembled from its chunks (None: unreadable)."""
+def dcp_digests(
+    scanned: ScannedCheckpoint,
+    records: Mapping[str, TensorRecord],
+    *,
+    ranks: Distributed | None = None,
+) -> dict[str, str | None]:
+    """Content hashes of the tensors `records` names, read one at a time (`TensorData`): DCP
+    tensors assembled from their chunks, strided `.bin` views gathered from their storage
+    (None: unreadable). With `ranks`, each tensor by one rank (shares balanced by the
+    tensor's bytes), and every rank gets them all."""
+    ranks = ranks or Distributed.alone()
+    names = list(records)
+    if ranks.world_size > 1:
+        sized = [(n, nbytes_for(records[n].dtype, math.prod(records[n].shape)) or 0) for n in names]
+        names = [name for name, _ in _agreed(ranks, sized)]
     out: dict[str, str | None] = {}
     with TensorData(scanned) as data:
         for name in names:
             raw = data.tensor_bytes(name)
             out[name] = None if raw is None else tensor_digest(raw)
-    return out
+    if ranks.world_size == 1:
+        return out
+    gathered: dict[str, str | None] = {}
+    for part in ranks.all_gather_bytes(msgspec.json.encode(out)):
+        gathered.update(msgspec.json.decode(part, type=dict[str, str | None]))
+    return gathered
+
+
+def unspanned_digests(
+    scanned: ScannedCheckpoint,
+    digests: Mapping[str, str | None],
+    *,
+    ranks: Distributed | None = None,
+) -> dict[str, str | None]:
+    """`.bin` files only: the content hashes span hashing could not give, read tensor by
+    tensor. A `torch.save` file legitimately holds strided views and several names on one
+    storage (tied weights, slices of one buffer), whose byte ranges overlap; each is still
+    one tensor with values of its own. (In a safetensors file overlapping entries are
+    damage, and stay unhashed.)"""
+    if scanned.layout != LayoutName.PYTORCH_BIN:
+        return {}
+    records = tensors_of(scanned)
+    missing = {n: records[n] for s in scanned.shards for n in s.names if digests.get(n) is None}
+    return dcp_digests(scanned, missing, ranks=ranks) if missing else {}
 
 
 # -- files ------------------------------------------------------------------------------------
@@ -226,10 +266,17 @@ def hash_files(
     workers: int | None = None,
     progress: bool = False,
     desc: str = "hashing",
+    ranks: Distributed | None = None,
 ) -> dict[str, FileDigest]:
     """Read each (file, size) of `jobs` once: its SHA-256 when `sha256`, the git blob SHA-1
     for the files in `blob_sha1` (what the Hub records for files kept in git), and the
-    content hash of the tensors `spans` places in it. Files in parallel, largest first."""
+    content hash of the tensors `spans` places in it. Files in parallel, largest first.
+    With `ranks`, each file is read by one rank (shares balanced by bytes) and every rank
+    gets every file's digest."""
+    ranks = ranks or Distributed.alone()
+    if ranks.world_size > 1:
+        jobs = _agreed(ranks, jobs)
+        progress = progress and ranks.lead
     spans = spans or {}
     if workers is None:
         workers = (os.cpu_count() or 1) if storage.is_local else 16
@@ -256,7 +303,21 @@ def hash_files(
                 results = list(pool.map(one, order))
     finally:
         bar.close()
-    return {r.file: r for r in results}
+    if ranks.world_size == 1:
+        return {r.file: r for r in results}
+    out: dict[str, FileDigest] = {}
+    for part in ranks.all_gather_bytes(msgspec.json.encode(results)):
+        for digest in msgspec.json.decode(part, type=list[FileDigest]):
+            out[digest.file] = digest
+    return out
+
+
+def _agreed(ranks: Distributed, items: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
+    """This rank's share of rank 0's `items` (what to read, with its bytes): rank 0's list is
+    the one split, so an item two ranks listed differently (a file written meanwhile) is
+    still read by exactly one rank. Ranks exchange JSON, never pickles."""
+    theirs = ranks.broadcast_bytes(msgspec.json.encode(list(items)) if ranks.lead else b"")
+    return ranks.share(msgspec.json.decode(theirs, type=list[tuple[str, int]]))
 
 
 def _hash_one(
@@ -351,7 +412,7 @@ class _TensorFeed:
             name, start, stop = self._spans[self._next]
             self._next += 1
             at = max(at, start)
-            self._open = (name, stop, xxhash.xxh3_128())
+            self._open = (name, stop, tensor_hasher())
 
     def finish(self, size: int) -> dict[str, str]:
         """Hashes of every tensor read whole (empty tensors at the very end included)."""
@@ -359,5 +420,5 @@ class _TensorFeed:
             name, start, stop = self._spans[self._next]
             self._next += 1
             if start == stop == size:
-                self.done[name] = xxhash.xxh3_128().hexdigest()
+                self.done[name] = tensor_hasher().hexdigest()
         return self.done

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from inspector._internal.common.display import legible
+from inspector._internal.formats.tensordata import TENSOR_HASH
 from inspector._internal.layouts._common import decode_json
 from inspector._internal.storage import member_problem
 
@@ -40,7 +41,6 @@ __all__ = [
 
 FORMAT = "checkpoint-inspector-manifest"
 VERSION = 1
-TENSOR_HASH = "xxh3-128"
 # The largest manifest read: a 1M-tensor checkpoint's manifest is about 250 MB of JSON. The
 # decoded form is what bounds memory; past these counts no real checkpoint goes.
 MANIFEST_CAP = 512 << 20

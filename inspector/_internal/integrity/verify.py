@@ -29,6 +29,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.findings.codes import Code, Severity, code_of
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding, sort_findings
+from inspector._internal.findings.words import plural
 from inspector._internal.integrity.hashing import (
     FileDigest,
     Listing,
@@ -37,9 +38,11 @@ from inspector._internal.integrity.hashing import (
     list_files,
     tensor_spans,
     tensors_of,
+    unspanned_digests,
 )
 from inspector._internal.integrity.manifest import (
     MANIFEST_CAP,
+    TENSOR_HASH,
     FileRecord,
     Manifest,
     ManifestError,
@@ -50,6 +53,7 @@ from inspector._internal.integrity.manifest import (
 from inspector._internal.integrity.verified import record_verification
 from inspector._internal.layouts._common import read_capped
 from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.plans.ranks import Distributed
 from inspector._internal.storage import (
     Location,
     RemoteOptions,
@@ -108,9 +112,11 @@ class Verification:
     def line(self) -> str:
         """One line for the Overview, the HTML report and the Markdown summary: what was
         verified, against what, when, and the outcome."""
-        what = f"{self.files:,} files" + (f", {self.tensors:,} tensors" if self.tensors else "")
+        what = plural(self.files, "file") + (
+            f", {plural(self.tensors, 'tensor')}" if self.tensors else ""
+        )
         errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
-        outcome = "all match" if self.ok else f"{errors:,} error finding(s)"
+        outcome = "all match" if self.ok else plural(errors, "error finding")
         return legible(
             f"verified {self.when} at level {self.level} against {self.source}: {what}, "
             f"{outcome}" + (f" ({self.note})" if self.note else ""),
@@ -231,14 +237,19 @@ def verify(
     timeout: float | None = None,
     read_timeout: float | None = None,
     allow_redirects: Sequence[str] = (),
+    distributed: bool = False,
 ) -> Verification:
     """Compare the checkpoint at `path` with `against` (a manifest file, `hf://org/repo[@rev]`
     or another checkpoint folder, local or remote; None: the folder's own manifest, else
     header extents only) at `level` (`size`, `hash` or `tensor`). Returns the findings and a
-    table; raises `CannotInspectError` when `path` or `against` cannot be reached."""
+    table; raises `CannotInspectError` when `path` or `against` cannot be reached.
+
+    `distributed`: the ranks of this torchrun job share the reading (files balanced by
+    bytes) and every rank returns the same result; every rank must call it alike."""
     if level not in LEVELS:
         raise ValueError(f"level {level!r}; expected one of {', '.join(LEVELS)}")
-    started = time.monotonic()
+    ranks = Distributed.start() if distributed else Distributed.alone()
+    started = time.monotonic()  # once every rank has joined: their start-up is not the work
     options = _options(
         progress, storage_options, max_concurrency, timeout, read_timeout, allow_redirects
     )
@@ -246,7 +257,7 @@ def verify(
     storage = root.as_root()
     mine = list_files(storage)
     source = _source(against, root, options)
-    run = _Run(storage, mine, source, workers=workers, progress=bool(progress))
+    run = _Run(storage, mine, source, ranks=ranks, workers=workers, progress=bool(progress))
     if source.problem is not None:
         run.findings.append(source.problem)
     elif source.kind == "none":
@@ -308,8 +319,10 @@ class _Run:
         *,
         workers: int | None,
         progress: bool,
+        ranks: Distributed | None = None,
     ) -> None:
         self.storage, self.mine, self.source = storage, mine, source
+        self.ranks = ranks or Distributed.alone()
         self.workers, self.progress = workers, progress
         self.rows: list[tuple[Any, ...]] = []
         self.findings: list[Finding] = []
@@ -411,6 +424,7 @@ class _Run:
                 workers=self.workers,
                 progress=self.progress,
                 desc="hashing the source",
+                ranks=self.ranks,
             )
             for rel, d in theirs.items():
                 self.bytes_read += d.read
@@ -439,6 +453,7 @@ class _Run:
             blob_sha1=blob,
             workers=self.workers,
             progress=self.progress,
+            ranks=self.ranks,
         )
         unrecorded = 0
         # The names that have a row already (a source copy that could not be hashed), looked
@@ -471,20 +486,24 @@ class _Run:
             else:
                 self._file_row(rel, "ok", want, found)
         if unrecorded:
-            self.note = f"{unrecorded:,} file(s) compared by size only: the source records no hash"
+            self.note = (
+                f"{plural(unrecorded, 'file')} compared by size only: the source records no hash"
+            )
 
     # -- tensors -------------------------------------------------------------------------
 
     def tensors(self, root: Location) -> None:
         self._refused()
         scanned = scan(root)
-        mine = _tensor_hashes(scanned, workers=self.workers, progress=self.progress)
+        mine = _tensor_hashes(scanned, self.ranks, workers=self.workers, progress=self.progress)
         self.bytes_read += mine[1]
         src = self.source
         theirs = src.tensors
         if theirs is None and src.storage is not None:
             other = scan(Location(src.storage))
-            theirs, read = _tensor_hashes(other, workers=self.workers, progress=self.progress)
+            theirs, read = _tensor_hashes(
+                other, self.ranks, workers=self.workers, progress=self.progress
+            )
             self.bytes_read += read
         if theirs is None or (not mine[0] and not theirs):
             self.note = "no tensors to compare (the source records none): files compared"
@@ -555,7 +574,7 @@ class _Run:
                 elif a.hash != b.hash:
                     self._tensor(
                         Code.TENSOR_HASH_MISMATCH,
-                        f"{name} in {a.file}: content differs from {shown} (xxh3-128 "
+                        f"{name} in {a.file}: content differs from {shown} ({TENSOR_HASH} "
                         f"{a.hash}, expected {b.hash})",
                         name,
                         a.file,
@@ -597,13 +616,14 @@ def _bytes(n: int | None) -> str:
 
 
 def _tensor_hashes(
-    scanned: ScannedCheckpoint, *, workers: int | None, progress: bool
+    scanned: ScannedCheckpoint, ranks: Distributed, *, workers: int | None, progress: bool
 ) -> tuple[dict[str, TensorRecord], int]:
     """Every logical tensor of `scanned` with its content hash (None: unreadable), and the
-    bytes read."""
+    bytes read (by every rank)."""
     records = tensors_of(scanned)
+    digests: dict[str, str | None]
     if scanned.dcp is not None:
-        digests = dcp_digests(scanned, list(records))
+        digests = dcp_digests(scanned, records, ranks=ranks)
         read = sum(int(s.file_size) for s in scanned.shards)
     else:
         spans = tensor_spans(scanned)
@@ -619,11 +639,13 @@ def _tensor_hashes(
             workers=workers,
             progress=progress,
             desc="hashing tensors",
+            ranks=ranks,
         )
         digests = {}
         for d in done.values():
             digests.update(d.tensors)
         read = sum(d.read for d in done.values())
+        digests.update(unspanned_digests(scanned, digests, ranks=ranks))
     out = {
         name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
         for name, r in records.items()
@@ -647,9 +669,12 @@ def build_manifest(
     workers: int | None = None,
     progress: bool | None = None,
     options: RemoteOptions | None = None,
+    ranks: Distributed | None = None,
 ) -> Manifest:
     """The manifest of the checkpoint at `path`: every file's size and SHA-256 and every
-    tensor's dtype, shape, file and content hash, in one read of each file."""
+    tensor's dtype, shape, file and content hash, in one read of each file (with `ranks`,
+    each file read by one rank of the job; every rank returns the whole manifest)."""
+    ranks = ranks or Distributed.alone()
     options = options or RemoteOptions(progress=progress)
     root = _root(path, options)
     storage = root.as_root()
@@ -675,6 +700,7 @@ def build_manifest(
         workers=workers,
         progress=bool(progress),
         desc="manifest",
+        ranks=ranks,
     )
     for d in done.values():
         if d.error is not None:
@@ -685,10 +711,10 @@ def build_manifest(
     for d in done.values():
         digests.update(d.tensors)
     if scanned.dcp is not None:
-        digests = dict(dcp_digests(scanned, list(records)))
-    files = {
-        rel: FileRecord(int(listing.files[rel] or 0), done[rel].sha256) for rel in listing.files
-    }
+        digests = dcp_digests(scanned, records, ranks=ranks)
+    digests.update(unspanned_digests(scanned, digests, ranks=ranks))
+    # Every file read whole (its size is what was read): the same on every rank.
+    files = {rel: FileRecord(d.read, d.sha256) for rel, d in sorted(done.items())}
     tensors = {
         name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
         for name, r in records.items()
@@ -703,19 +729,27 @@ def write_manifest(
     output: str | Path | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    distributed: bool = False,
 ) -> Path:
     """Write the manifest of the local checkpoint folder `path`, atomically (temp file,
-    fsync, rename), to `output` or to `MANIFEST_NAME` inside the folder; returns where."""
+    fsync, rename), to `output` or to `MANIFEST_NAME` inside the folder; returns where.
+
+    `distributed`: the ranks of this torchrun job share the reading (files balanced by
+    bytes), rank 0 writes, and no rank returns before the file is in place; every rank must
+    call it alike (a training loop that saves from every rank calls it from every rank)."""
     if output is None and isinstance(path, str) and is_remote(path):
         raise CannotInspectError(
             f"{path}: a remote checkpoint's manifest is written locally; give -o FILE (then "
             f"upload it into the checkpoint folder as {MANIFEST_NAME})"
         )
-    manifest = build_manifest(path, workers=workers, progress=progress)
     dest = Path(output) if output is not None else Path(path) / MANIFEST_NAME
-    if dest.is_dir() or dest.is_symlink():
+    if dest.is_dir() or dest.is_symlink():  # before any file is read
         raise CannotInspectError(
             f"{dest} is a folder or a link; the manifest is only written as a regular file"
         )
-    write_atomic(dest, manifest_bytes(manifest))
+    ranks = Distributed.start() if distributed else Distributed.alone()
+    manifest = build_manifest(path, workers=workers, progress=progress, ranks=ranks)
+    if ranks.lead:
+        write_atomic(dest, manifest_bytes(manifest))
+    ranks.finish()
     return dest

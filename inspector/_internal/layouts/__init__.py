@@ -7,8 +7,10 @@ from __future__ import annotations
 from inspector._internal.checkpoint.scanned import LayoutName
 from inspector._internal.layouts import (
     dcp_sharded,
+    gguf,
     hf_sharded,
     modelopt_per_layer,
+    pytorch_bin,
     safetensors_single,
     torch_dist,
 )
@@ -23,6 +25,8 @@ LAYOUTS: tuple[Layout, ...] = (
     modelopt_per_layer.LAYOUT,
     hf_sharded.LAYOUT,
     safetensors_single.LAYOUT,
+    pytorch_bin.LAYOUT,
+    gguf.LAYOUT,
 )
 
 

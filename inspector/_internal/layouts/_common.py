@@ -26,6 +26,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector._internal.common.progress import track
 from inspector._internal.findings.finding import FOLD, examples, short_repr
+from inspector._internal.formats.recipe import RECIPE_CAP, RECIPE_NAME, QuantModifier, parse_recipe
 from inspector._internal.formats.safetensors import (
     DEFAULT_HEADER_CAP,
     ShardHeader,
@@ -392,6 +393,7 @@ class ConfigFiles:
     spec: ModelSpec = field(default_factory=ModelSpec)
     found: frozenset[str] = frozenset()
     problems: tuple[ReadProblem, ...] = field(default_factory=tuple)
+    recipe: tuple[QuantModifier, ...] | None = None
 
 
 def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
@@ -426,7 +428,29 @@ def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:
             docs[name] = value
     config = docs.get(CONFIG_NAME)
     spec = spec_from_config(config, source=CONFIG_NAME) if config is not None else salvaged_spec
-    return ConfigFiles(config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems))
+    recipe = _read_recipe(folder, root, found, problems)
+    return ConfigFiles(
+        config, docs.get(QUANT_CONFIG_NAME), spec, frozenset(found), tuple(problems), recipe
+    )
+
+
+def _read_recipe(
+    folder: Location, root: Location, found: set[str], problems: list[ReadProblem]
+) -> tuple[QuantModifier, ...] | None:
+    """llm-compressor's `recipe.yaml`, when there is one (its modifiers, bounded)."""
+    path = folder / RECIPE_NAME
+    if not path.is_file():
+        return None
+    rel = relative(path, root)
+    found.add(rel)
+    data, problem, kind = read_capped(path, RECIPE_CAP, "recipes")
+    modifiers: tuple[QuantModifier, ...] = ()
+    if data is not None:
+        modifiers, problem = parse_recipe(data)
+    if problem is not None:
+        problems.append(ReadProblem(rel, FileRole.QUANT_CONFIG, problem, kind))
+        return None
+    return modifiers
 
 
 _SCALAR = re.compile(rb'"(\w+)"\s*:\s*(-?\d+|true|false|"[^"\\]{0,4096}")\s*[,}\n]')

@@ -55,6 +55,7 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.findings.finding import examples, short_repr
+from inspector._internal.findings.words import plural
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP, ShardHeader, read_shard
 from inspector._internal.layouts._common import (
     ConfigFiles,
@@ -478,8 +479,8 @@ def _offset_problems(file: str, missing: list[str], wrong_rank: list[str]) -> li
                 file,
                 role,
                 f"has a {SHARDING_KEY} with no valid saved_offsets (a list of non-negative "
-                f"integers) for {len(missing)} tensor(s) the file holds: {examples(missing)}; "
-                "these chunks cannot be placed",
+                f"integers) for {plural(len(missing), 'tensor')} the file holds: "
+                f"{examples(missing)}; these chunks cannot be placed",
                 kind,
                 tensor=missing[0] if len(missing) == 1 else None,
             )
@@ -490,7 +491,7 @@ def _offset_problems(file: str, missing: list[str], wrong_rank: list[str]) -> li
                 file,
                 role,
                 "has saved_offsets whose length differs from the chunk's number of dimensions "
-                f"for {len(wrong_rank)} tensor(s): {examples(wrong_rank)}",
+                f"for {plural(len(wrong_rank), 'tensor')}: {examples(wrong_rank)}",
                 kind,
                 tensor=wrong_rank[0].split(" ")[0] if len(wrong_rank) == 1 else None,
             )
@@ -534,7 +535,8 @@ def _read_mapping(
     shown = ", ".join(f"{legible(k)}={_quoted(value[k])}" for k in bad[:3])
     more = f" and {len(bad) - 3:,} more" if len(bad) > 3 else ""
     reason = (
-        f"has {len(bad)} value(s) that are not positive 1-based output file indices: "
+        f"has {plural(len(bad), 'value')} that {'is' if len(bad) == 1 else 'are'} not positive "
+        "1-based output file indices: "
         f"{shown}{more}; those tensors have no output file"
     )
     return mapping, rel, [ReadProblem(rel, FileRole.MAPPING, reason, ProblemKind.INVALID_ENTRIES)]

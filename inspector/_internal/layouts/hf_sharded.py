@@ -74,6 +74,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         quant_config=configs.quant,
         spec=configs.spec,
         read_problems=(*problems, *configs.problems),
+        recipe=configs.recipe,
         json_files=configs.found | ({INDEX_NAME} if has_index else set()),
     )
 

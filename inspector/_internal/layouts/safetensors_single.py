@@ -46,6 +46,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         quant_config=configs.quant,
         spec=configs.spec,
         read_problems=configs.problems,
+        recipe=configs.recipe,
         json_files=configs.found,
     )
 

@@ -74,7 +74,9 @@ __all__ = [
 
 # Layouts a loader reads as they are. DCP-sharded folders and Megatron torch_dist are
 # consolidated or converted first; their verdict is the one of the result.
-LOADABLE_LAYOUTS = frozenset({"hf-sharded", "safetensors-single", "modelopt-per-layer"})
+LOADABLE_LAYOUTS = frozenset(
+    {"hf-sharded", "safetensors-single", "modelopt-per-layer", "pytorch-bin"}
+)
 
 
 def _empty() -> Mapping[str, Any]:

@@ -1,4 +1,7 @@
 """Repair plans: rebuild JSON files from what is really on disk. Plan, print, then execute.
+The index rebuilt is the layout's own: `model.safetensors.index.json`, or
+`pytorch_model.bin.index.json` for sharded PyTorch `.bin` checkpoints (the same schema, read
+from the `.bin` files' headers).
 
 Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only writer: it
 takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
@@ -44,6 +47,7 @@ from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
     INDEX_NAME,
     QUANT_CONFIG_NAME,
     WELL_KNOWN,
@@ -51,6 +55,8 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.findings.codes import Severity
 from inspector._internal.findings.finding import Finding, examples
+from inspector._internal.findings.issues import INDEX_REBUILT_FOR
+from inspector._internal.findings.words import plural
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
@@ -73,6 +79,7 @@ __all__ = [
     "RepairPlan",
     "RepairPreview",
     "RepairResult",
+    "index_name",
     "plan_index",
     "plan_quant_config",
     "plan_repair",
@@ -263,7 +270,11 @@ def preview_repair(
     if not plan.writes:
         after = before
     else:
-        loader_reads = {w.path for w in plan.writes} & {INDEX_NAME, QUANT_CONFIG_NAME}
+        loader_reads = {w.path for w in plan.writes} & {
+            INDEX_NAME,
+            BIN_INDEX_NAME,
+            QUANT_CONFIG_NAME,
+        }
         kept = None if loader_reads else verdict
         after = check(scanned_after(plan, scanned), verdict=kept, **options)
     keys_after = {_where(f) for f in after}
@@ -291,7 +302,7 @@ def scanned_after(plan: RepairPlan, scanned: ScannedCheckpoint) -> ScannedCheckp
         # The writer's `<stem>.json` and `<shard>.json` alike: the one rule of which shard
         # a sidecar describes.
         shard = shard_of_sidecar(write.path, shards)
-        if write.path == INDEX_NAME:
+        if write.path == index_name(scanned):
             index = _doc(write.path, value)
         elif write.path == QUANT_CONFIG_NAME:
             quant = value
@@ -353,7 +364,7 @@ def plan_repair(
         )
     plan = RepairPlan(scanned.path)
     wanted = only or {"index", "sidecars", "quant-config"}
-    if "index" in wanted and scanned.layout in (_L.HF_SHARDED, _L.MODELOPT_PER_LAYER):
+    if "index" in wanted and scanned.layout in INDEX_REBUILT_FOR:
         plan = plan + plan_index(scanned, duplicates=duplicates)
     if "sidecars" in wanted and scanned.layout is _L.MODELOPT_PER_LAYER:
         plan = plan + plan_sidecars(scanned)
@@ -364,10 +375,16 @@ def plan_repair(
     return plan
 
 
+def index_name(scanned: ScannedCheckpoint) -> str:
+    """The index file of this checkpoint's layout: `pytorch_model.bin.index.json` for `.bin`
+    files, `model.safetensors.index.json` otherwise."""
+    return BIN_INDEX_NAME if scanned.layout is _L.PYTORCH_BIN else INDEX_NAME
+
+
 def plan_index(
     scanned: ScannedCheckpoint, *, duplicates: DuplicatePolicy | None = None
 ) -> RepairPlan:
-    """Rebuild `model.safetensors.index.json` from the shard headers.
+    """Rebuild the index (`index_name`) from the shard headers.
 
     Tensors added, removed and moved are listed; `total_size` and `total_parameters` are
     recomputed; other metadata keys are kept. A tensor in two shards with different dtype or
@@ -376,7 +393,8 @@ def plan_index(
     refused = _unreadable_shards(scanned)
     if refused:
         return RepairPlan(scanned.path, refused=refused)
-    unowned = unowned_target(scanned, INDEX_NAME, FileRole.INDEX)
+    name = index_name(scanned)
+    unowned = unowned_target(scanned, name, FileRole.INDEX)
     if unowned:
         return RepairPlan(scanned.path, refused=(unowned,))
     old_map = scanned.index.weight_map if scanned.index else {}
@@ -399,11 +417,11 @@ def plan_index(
     raw["metadata"] = metadata
     raw["weight_map"] = _keep_order(old_map, chosen)
     new = json.dumps(raw, indent=2) + "\n"
-    old = read_current_text(scanned.location / INDEX_NAME)
+    old = read_current_text(scanned.location / name)
     if old is not None and _same_json(old, raw):
         return RepairPlan(scanned.path, notes=notes)
     changes = _map_changes(old_map, chosen) + _meta_changes(old_meta, metadata)
-    return RepairPlan(scanned.path, (FileWrite(INDEX_NAME, old, new, tuple(changes)),), notes=notes)
+    return RepairPlan(scanned.path, (FileWrite(name, old, new, tuple(changes)),), notes=notes)
 
 
 def _total_parameters(
@@ -490,8 +508,12 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
 
 # -- which files a plan may write ----------------------------------------------------------
 
-# The roles a repair writes, and the one name each has when the name alone fixes it.
-_NAMED = {FileRole.INDEX: INDEX_NAME, FileRole.QUANT_CONFIG: QUANT_CONFIG_NAME}
+# The roles a repair writes, and the names each has when the name alone fixes it (the index:
+# the layout's own, `index_name`).
+_NAMED = {
+    FileRole.INDEX: (INDEX_NAME, BIN_INDEX_NAME),
+    FileRole.QUANT_CONFIG: (QUANT_CONFIG_NAME,),
+}
 
 
 def unowned_target(
@@ -507,10 +529,11 @@ def unowned_target(
     (`inspector._internal.common.filenames`) is never written in another role, even where it is
     absent."""
     entry = (scanned.location / rel).stat()
-    named = _NAMED.get(role) if role is not None else None
+    names = _NAMED.get(role, ()) if role is not None else ()
+    named = rel if rel in names else None
     what = f"the {role}" + (f" of {shard}" if shard else "") if role else "a new file"
-    if role in _NAMED and rel != named:
-        raise ValueError(f"{rel}: a repair writes the {role} only as {named}")
+    if names and named is None:
+        raise ValueError(f"{rel}: a repair writes the {role} only as {' or '.join(names)}")
     if named is None and is_well_known(rel):
         known = WELL_KNOWN.get(rel.rsplit("/", 1)[-1], "an index")
         return (
@@ -552,9 +575,11 @@ def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
     bad = [s.file for s in scanned.shards if not s.readable]
     if not bad:
         return ()
+    those = "that file" if len(bad) == 1 else "those files"
     return (
-        f"shard(s) {', '.join(bad)} have unreadable headers: rebuilding the index from disk would "
-        "drop their tensors; restore or remove those files first",
+        f"{plural(len(bad), 'shard')} with an unreadable header ({', '.join(bad)}): rebuilding "
+        f"the index from disk would drop the tensors of {those}; restore or remove "
+        f"{'it' if len(bad) == 1 else 'them'} first",
     )
 
 

@@ -1,6 +1,9 @@
 """Re-shard a checkpoint whose tensors collapsed into one file (seed automodel-2289) into
 `model-XXXXX-of-YYYYY.safetensors` shards under a size limit, by huggingface_hub's rules:
-greedy in key order, decimal units, a tensor over the limit alone in its shard.
+greedy in key order, decimal units, a tensor over the limit alone in its shard. A PyTorch
+`.bin` checkpoint is converted the same way, into safetensors shards (one file is written as
+`model.safetensors` with no index, as `save_pretrained` writes it): its `.bin` files and
+`pytorch_model.bin.index.json` are retired into the backup folder.
 
 The copy is done by the consolidation engine into a staging folder inside the checkpoint;
 the old shards and index then move into the backup folder and the new ones into place as one
@@ -11,18 +14,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
-from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, LayoutName, ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
-from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
 from inspector._internal.findings.finding import examples
 from inspector._internal.integrity.refresh import refresh_manifest
@@ -35,6 +36,7 @@ from inspector._internal.plans.atomic import (
     recover,
 )
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
+from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import (
     FileWrite,
     RepairResult,
@@ -45,7 +47,7 @@ from inspector.errors import PlanRefusedError
 
 __all__ = ["STAGING", "ReshardPlan", "as_single_chunks", "plan_reshard"]
 
-_LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE)
+_LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE, LayoutName.PYTORCH_BIN)
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,18 @@ class ReshardPlan:
             lines = [f"{self.root}: nothing to re-shard"]
         else:
             outs = self.copy.outputs
+            index = (
+                [f"  rewrite {INDEX_NAME}", *(f"    - {c}" for c in self.index.changes)]
+                if self.index
+                else [f"  no index: one file, as save_pretrained writes it ({outs[0].name})"]
+            )
             lines = [
                 f"re-shard plan for {self.root}",
                 f"  retire {', '.join(self.retired)} (moved to the backup folder, not deleted)",
                 f"  write {len(outs)} shards ({self.copy.assignment}):",
                 *(f"    {o.name}: {len(o.tensors)} tensors, {o.size:,} bytes" for o in outs),
-                f"  rewrite {INDEX_NAME}",
-                *(f"    - {c}" for c in (self.index.changes if self.index else ())),
+                *index,
+                *(f"  note: {n}" for n in self.copy.notes),
             ]
         lines += [f"  REFUSED: {r}" for r in self.refused]
         lines += [f"  note: {n}" for n in self.notes]
@@ -107,12 +114,14 @@ class ReshardPlan:
             self.copy.execute(progress=progress, verify=False)
             backup_dir = new_backup_dir(self.root)
             rel_backup = backup_dir.relative_to(self.root).as_posix()
-            moves = [(f, f"{rel_backup}/{f}") for f in (*self.retired, INDEX_NAME)]
+            old = (*self.retired, INDEX_NAME, BIN_INDEX_NAME)
+            moves = [(f, f"{rel_backup}/{f}") for f in old]
             moves = [m for m in moves if (self.root / m[0]).exists()]
-            new = [(f"{STAGING}/{o.name}", o.name) for o in self.copy.outputs]
-            apply_renames(self.root, [*moves, *new, (f"{STAGING}/{INDEX_NAME}", INDEX_NAME)])
+            index = (self.copy.index_file,) if self.copy.index_file else ()
+            new = [(f"{STAGING}/{n}", n) for n in (*(o.name for o in self.copy.outputs), *index)]
+            apply_renames(self.root, [*moves, *new])
             shutil.rmtree(staging, ignore_errors=True)
-        written = (*(o.name for o in self.copy.outputs), INDEX_NAME)
+        written = (*(o.name for o in self.copy.outputs), *index)
         refresh_manifest(self.root, written=written)
         remaining = tuple(check(scan(self.root)))
         return RepairResult(written, backup_dir, remaining)
@@ -132,13 +141,18 @@ def plan_reshard(
     if refused:
         return ReshardPlan(root, refused=refused)
     limit = parse_size(max_shard_size)
-    view = as_single_chunks(scanned)
+    converting = scanned.layout is LayoutName.PYTORCH_BIN
+    # A `.bin` checkpoint is converted as it is (its tied names and strided views are the
+    # consolidation's to decide); others are copied tensor by tensor in model order.
+    view = scanned if converting else as_single_chunks(scanned)
     try:
         copy = plan_consolidation(view, root / STAGING, max_shard_size=limit)
     except PlanRefusedError as exc:
         return ReshardPlan(root, refused=(str(exc),))
+    # Re-sharding in place keeps the folder's config and tokenizer where they are.
+    copy = dataclasses.replace(copy, metadata_files=())
     retired = tuple(s.file for s in scanned.shards)
-    if len(copy.outputs) <= 1 and len(retired) <= 1:
+    if not converting and len(copy.outputs) <= 1 and len(retired) <= 1:
         count = sum(len(s.names) for s in scanned.shards)
         note = f"all {count} tensors fit in one shard of at most {limit:,} bytes"
         return ReshardPlan(root, notes=(note,))
@@ -157,7 +171,8 @@ def plan_reshard(
     ]
     if unowned:
         return ReshardPlan(root, refused=tuple(unowned))
-    return ReshardPlan(root, copy, retired, _index_write(scanned, copy))
+    index = _index_write(scanned, copy) if copy.index_file else None
+    return ReshardPlan(root, copy, retired, index)
 
 
 def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
@@ -176,29 +191,6 @@ def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
         why = f"tensors {examples(dup)} are in several shards; repair the index first"
         return (f"{why} (ckpt-inspect repair --only index --duplicates ...)",)
     return ()
-
-
-def as_single_chunks(
-    scanned: ScannedCheckpoint, *, only: Collection[str] | None = None
-) -> ScannedCheckpoint:
-    """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
-    layer 10), so the consolidation engine does the copying; `only` keeps those names."""
-    chunks: dict[str, list[DcpChunk]] = {}
-    entries = [
-        (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
-        for s in scanned.shards
-        for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
-        if only is None or name in only
-    ]
-    for name, chunk in sorted(entries, key=lambda e: _natural(e[0])):
-        chunks[name] = [chunk]
-    return dataclasses.replace(
-        scanned, layout=LayoutName.DCP_SHARDED, info=DcpInfo.from_chunks(chunks), index=None
-    )
-
-
-def _natural(name: str) -> tuple[object, ...]:
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
 def _index_write(scanned: ScannedCheckpoint, copy: ConsolidationPlan) -> FileWrite:

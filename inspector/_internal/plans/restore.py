@@ -50,8 +50,8 @@ from inspector._internal.plans.atomic import (
     recover,
 )
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
+from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import FileWrite, read_current_text, unowned_target
-from inspector._internal.plans.reshard import as_single_chunks
 from inspector._internal.storage import RemoteURL, local_location
 from inspector.errors import InspectorError, PlanRefusedError
 

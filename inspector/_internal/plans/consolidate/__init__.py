@@ -1,5 +1,5 @@
 """Consolidate DCP-sharded safetensors into a Hugging Face checkpoint (docs/formats.md,
-"DCP-sharded safetensors").
+"DCP-sharded safetensors"), or convert a PyTorch `.bin` checkpoint into one ("PyTorch .bin").
 
 Two steps, so a person can read what will happen before anything is written:
 
@@ -9,7 +9,8 @@ Two steps, so a person can read what will happen before anything is written:
 
 The package follows the seams of the work: `plan` (pure planning and the plan records),
 `assignment` (which output file each tensor goes to), `engine` (the byte copying),
-`driver` (one process or several under torchrun), `dest` (the output folder: opened without
+`driver` (one process or several under torchrun), `sources` (what is not DCP: one chunk per
+tensor, a `.bin` checkpoint's views and tied names), `dest` (the output folder: opened without
 following links, refused when it holds anything but this plan's own output unless
 `overwrite`) and `verify` (re-scan and hash checks).
 """
@@ -21,7 +22,6 @@ from collections.abc import Mapping
 from typing import Unpack
 
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.common.units import SHARD_SPLIT_SIZE
 from inspector._internal.plans.consolidate.assignment import reference_assignment
 from inspector._internal.plans.consolidate.plan import (
     ConsolidationPlan,
@@ -56,7 +56,7 @@ def consolidate(
     *,
     mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
     reference: str | os.PathLike[str] | None = None,
-    max_shard_size: int | str = SHARD_SPLIT_SIZE,
+    max_shard_size: int | str | None = None,
     dtype: str | None = None,
     allow_partial: bool = False,
     **options: Unpack[ConsolidationOptions],

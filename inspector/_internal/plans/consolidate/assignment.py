@@ -39,8 +39,12 @@ def choose_assignment(
     mapping: str | os.PathLike[str] | Mapping[str, int] | None,
     reference: str | os.PathLike[str] | None,
     limit: int,
+    *,
+    files: Mapping[str, int] | None = None,
 ) -> Choice:
-    """The first assignment rule that applies (see `plan_consolidation`)."""
+    """The first assignment rule that applies (see `plan_consolidation`); `files` is the
+    1-based number of the source file of each tensor where the source's own files are to be
+    followed (a `.bin` checkpoint converted without a size limit)."""
     dcp = scanned.dcp
     if dcp is None:
         raise PlanRefusedError(f"{scanned.path}: not DCP-sharded safetensors")
@@ -99,6 +103,12 @@ def choose_assignment(
             )
         choice = _from_index(names, table, f"reference {label}", why)
         return replace(choice, collapse_avoided=collapsed)
+    if files is not None:
+        why = (
+            "one output file per .bin file, in their order (as the Hub's conversion writes "
+            "them); --max-shard-size packs by size instead"
+        )
+        return _from_index(names, files, "source .bin files", why)
     if scanned.index is not None:
         table = _index_table(scanned.index.weight_map)
         why = "no mapping file; output files follow the reference index kept by the run"

@@ -10,7 +10,8 @@ someone planted a link. So:
 - Before anything is written, every entry of DEST is checked to be this very plan's own
   output, recognised by name AND content: a finished output whose size and header are the
   plan's, a `.partial` whose bytes so far match the planned header, the index or a copied
-  metadata file with exactly the planned bytes, or a temp file holding a prefix of them.
+  metadata file with exactly the planned bytes, or a temp file holding a prefix of them,
+  and the content manifest (rewritten, from the source's or its own, after the outputs).
   Anything else makes the consolidation refuse, unless `overwrite`: then every entry that
   a name we write would replace is first moved, as it is (a link stays a link, nothing is
   read through it), into `DEST/.ckpt-inspect-backup/<time>/`, as repairs keep theirs.
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.filenames import INDEX_NAME, MANIFEST_NAME
 from inspector._internal.findings.finding import examples
 from inspector._internal.plans.atomic import BACKUP_DIR, new_backup_dir, open_fresh, write_atomic
 from inspector._internal.plans.consolidate.records import OutputFile, index_bytes
@@ -218,8 +219,9 @@ def _planned(plan: ConsolidationPlan, present: set[str]) -> dict[str, _Planned]:
         out[output.name] = _Planned(output.header, output.size)
         # Written header first, then sized: a crash may cut it anywhere.
         out[output.name + ".partial"] = _Planned(output.header, output.size, cut=True)
-    index = index_bytes(plan)
-    out[INDEX_NAME] = _Planned(index, len(index))
+    if plan.index_file:
+        index = index_bytes(plan)
+        out[INDEX_NAME] = _Planned(index, len(index))
     for rel in plan.metadata_files:
         name = Path(rel).name
         # Read (remote: fetched) only when DEST holds an entry under its name to compare.
@@ -250,7 +252,11 @@ def _not_ours(dest: Dest, name: str, want: _Planned | None) -> str | None:
     if not stat.S_ISREG(info.st_mode):
         return "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
     if want is None:
-        return "not a file this consolidation writes"
+        # The content manifest (or a temp file of its atomic write) is ours: it is rewritten
+        # once the outputs are (`ConsolidationPlan.execute`).
+        match = _TEMP.fullmatch(name)
+        ours = name == MANIFEST_NAME or (match is not None and match["name"] == MANIFEST_NAME)
+        return None if ours else "not a file this consolidation writes"
     if want.cut:
         got = dest.read(name, min(info.st_size, len(want.head)))
         ok = info.st_size <= want.size and got is not None and want.head.startswith(got)

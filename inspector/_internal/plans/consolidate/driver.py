@@ -3,7 +3,6 @@ barriers, the index written last by rank 0, then verification."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,13 +20,13 @@ from inspector._internal.plans.consolidate.engine import (
 )
 from inspector._internal.plans.consolidate.records import ConsolidationResult, Execution
 from inspector._internal.plans.consolidate.verify import verify as verify_output
-from inspector.errors import InspectorError
+from inspector._internal.plans.ranks import Distributed
 
 if TYPE_CHECKING:
     # Only a type: the plan imports this module to execute itself.
     from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
-__all__ = ["Distributed", "execute_plan"]
+__all__ = ["execute_plan"]
 
 
 def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult:
@@ -69,7 +68,7 @@ def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult
         copied: tuple[str, ...] = ()
         if dist.rank == 0:
             copied = copy_metadata(plan, dest)
-            index_file = write_index(plan, dest)
+            index_file = write_index(plan, dest) if plan.index_file else None
     # Nobody returns before the index exists; rank 0 then verifies alone (it may take long).
     dist.finish()
     findings: Sequence[Finding] = ()
@@ -95,41 +94,3 @@ def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult
         backup=backup,
         replaced=replaced if backup is not None else (),
     )
-
-
-class Distributed:
-    """Rank and world size from the arguments or torchrun's environment; a gloo group on CPU
-    when several processes share the work (created only if none exists)."""
-
-    def __init__(self, rank: int, world_size: int, owns_group: bool) -> None:
-        self.rank, self.world_size, self.owns_group = rank, world_size, owns_group
-
-    @classmethod
-    def start(cls, rank: int | None, world_size: int | None) -> Distributed:
-        env_world = int(os.environ.get("WORLD_SIZE", "1"))
-        world = world_size if world_size is not None else env_world
-        me = rank if rank is not None else int(os.environ.get("RANK", "0"))
-        if world <= 1:
-            return cls(0, 1, False)
-        if not 0 <= me < world:
-            raise InspectorError(f"rank {me} is outside world size {world}")
-        import torch.distributed as dist
-
-        owns = not dist.is_initialized()
-        if owns:
-            dist.init_process_group("gloo", rank=me, world_size=world)
-        return cls(dist.get_rank(), dist.get_world_size(), owns)
-
-    def barrier(self) -> None:
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-
-    def finish(self) -> None:
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
-            if self.owns_group:
-                dist.destroy_process_group()

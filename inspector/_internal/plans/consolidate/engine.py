@@ -2,13 +2,16 @@
 
 Pieces that are contiguous in the output (whole tensors, row-sharded chunks) go through
 `os.copy_file_range`; column-sharded chunks are placed with one strided numpy assignment per
-chunk and block of rows. Memory stays bounded by the block size, never by the model. Each
-output is written as `<name>.partial` and renamed when complete.
+chunk and block of rows, and so are strided `.bin` views (a transposed or sliced tensor
+`torch.save` kept as it was), gathered from their storage record. Memory stays bounded by the
+block size, never by the model. Each output is written as `<name>.partial` and renamed when
+complete.
 
 A remote source (S3, GCS, the Hub, HTTP) is read with ranged requests through its storage:
 contiguous pieces in blocks of at most 8 MiB, as many in flight as the storage allows (memory
 stays under their product), each written at its final offset; column-sharded chunks fetch
-every chunk's rows of a block at once, then place them.
+every chunk's rows of a block at once, then place them; a strided view is fetched as the byte
+runs that hold its elements, whole when its span is under `_STRIDED_WHOLE`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.formats.casting import cast_bytes
+from inspector._internal.formats.tensordata import read_view, strided_view, view_span
 from inspector._internal.plans.consolidate.dest import Dest
 from inspector._internal.plans.consolidate.records import (
     METADATA_CAP,
@@ -63,6 +68,9 @@ _COPY_BLOCK = 64 << 20
 # One ranged read of a remote source: large enough to stream at full speed, small enough
 # that max_concurrency of them in flight stay a few hundred MB.
 _REMOTE_BLOCK = 8 << 20
+# A remote strided view up to this size is fetched once, not once per block of rows (a
+# transposed weight's rows are spread over its whole storage).
+_STRIDED_WHOLE = 256 << 20
 
 
 class Progress:
@@ -292,12 +300,15 @@ def _assemble(
     row_bytes = math.prod(shape[1:]) * item
     rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
     block = _buffer("block", min(rows_per_block, shape[0]) * row_bytes)
+    whole = None if sources.local else _whole_strided(sources, tensor, item)
     for r0 in range(0, shape[0], rows_per_block):
         r1 = min(shape[0], r0 + rows_per_block)
         if tensor.partial:  # the reused buffer holds the last tensor's rows where no chunk is
             block[: (r1 - r0) * row_bytes] = 0
         view = _byte_view(block[: (r1 - r0) * row_bytes], r1 - r0, shape, item)
-        if sources.local:
+        if whole is not None:
+            block[: (r1 - r0) * row_bytes] = whole[r0 * row_bytes : r1 * row_bytes]
+        elif sources.local:
             for piece in tensor.pieces:
                 _place_rows(sources, piece, view, (r0, r1), item)
         else:
@@ -344,6 +355,56 @@ def _rows_of(piece: Piece, rows: tuple[int, int], item: int) -> tuple[int, int, 
     return lo, hi, piece.src_offset + (lo - offsets[0]) * row_bytes, (hi - lo) * row_bytes
 
 
+def _strided_rows(
+    piece: Piece, rows: tuple[int, int], item: int
+) -> tuple[int, int, tuple[int, ...]]:
+    """(start, span, shape): where rows [r0, r1) of a strided view (a piece that is the whole
+    tensor) start in the source, the bytes of the storage they span, and their shape."""
+    strides = piece.strides or ()
+    r0, r1 = rows
+    shape = (r1 - r0, *piece.shape[1:])
+    return piece.src_offset + r0 * strides[0] * item, view_span(shape, strides) * item, shape
+
+
+def _whole_strided(sources: SourceFiles, tensor: PlannedTensor, item: int) -> np.ndarray | None:
+    """A remote strided view's row-major bytes, fetched once when its span is small enough
+    (else None: each block of rows fetches the runs it needs)."""
+    piece = tensor.pieces[0] if len(tensor.pieces) == 1 else None
+    if piece is None or piece.strides is None or not piece.shape:
+        return None
+    start, span, shape = _strided_rows(piece, (0, piece.shape[0]), item)
+    if span > _STRIDED_WHOLE:
+        return None
+    return _fetch_view(sources, piece, start, shape, item)
+
+
+def _fetch_view(
+    sources: SourceFiles, piece: Piece, start: int, shape: tuple[int, ...], item: int
+) -> np.ndarray:
+    data = read_view(sources.storage, piece.file, start, shape, piece.strides or (), item)
+    if data is None:
+        raise InspectorError(
+            f"{legible(piece.file)}: source file ended early inside a strided view"
+        )
+    return data
+
+
+def _place_strided(
+    sources: SourceFiles, piece: Piece, view: np.ndarray, rows: tuple[int, int], item: int
+) -> None:
+    """Rows [r0, r1) of a strided view gathered into the block (`view` holds exactly them)."""
+    start, span, shape = _strided_rows(piece, rows, item)
+    flat = view.reshape(-1)
+    if not span:
+        return
+    mapped = sources.bytes_of(piece.file) if sources.local else None
+    if mapped is None or start + span > mapped.size:
+        flat[:] = _fetch_view(sources, piece, start, shape, item)
+        return
+    picked = strided_view(mapped[start : start + span], shape, piece.strides or (), item)
+    flat.reshape(*shape, item)[...] = picked
+
+
 def _place_rows(
     sources: SourceFiles,
     piece: Piece,
@@ -351,6 +412,9 @@ def _place_rows(
     rows: tuple[int, int],
     item: int,
 ) -> None:
+    if piece.strides is not None:
+        _place_strided(sources, piece, view, rows, item)
+        return
     found = _rows_of(piece, rows, item)
     if found is None:
         return
@@ -371,7 +435,12 @@ def _place_remote_rows(
     rows: tuple[int, int],
     item: int,
 ) -> None:
-    """Every chunk's rows of one block, fetched at once (one ranged read per chunk)."""
+    """Every chunk's rows of one block, fetched at once (one ranged read per chunk); a
+    strided view's rows by the runs holding them."""
+    for piece in pieces:
+        if piece.strides is not None:
+            _place_strided(sources, piece, view, rows, item)
+    pieces = tuple(p for p in pieces if p.strides is None)
     wanted = [(p, found) for p in pieces if (found := _rows_of(p, rows, item)) is not None]
     datas = sources.storage.map(lambda w: sources.read(w[0].file, w[1][2], w[1][3]), wanted)
     for (piece, (lo, hi, _start, _size)), data in zip(wanted, datas, strict=True):

@@ -1,5 +1,7 @@
 """Consolidation planning: which output file each tensor goes to, where each source chunk
-lands, the output headers. Pure: scanned headers in, a frozen plan out."""
+lands, the output headers. Pure: scanned headers in, a frozen plan out. A PyTorch `.bin`
+checkpoint is planned the same way, each tensor one chunk (`sources.bin_source`): its
+conversion to safetensors."""
 
 from __future__ import annotations
 
@@ -14,7 +16,12 @@ from typing import Any, Unpack
 import orjson
 
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of
-from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import (
+    DcpChunk,
+    DcpInfo,
+    LayoutName,
+    ScannedCheckpoint,
+)
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
@@ -24,13 +31,13 @@ from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.references import Reference, layout_reference
 from inspector._internal.findings.words import plural, refusal_digest
+from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.formats.casting import dtype_for_target
 from inspector._internal.integrity.refresh import refresh_manifest, source_manifest
 from inspector._internal.plans.consolidate.assignment import choose_assignment
 from inspector._internal.plans.consolidate.dest import not_a_folder
 from inspector._internal.plans.consolidate.driver import execute_plan
 from inspector._internal.plans.consolidate.records import (
-    METADATA_CAP,
     ConsolidationOptions,
     ConsolidationResult,
     Execution,
@@ -38,7 +45,9 @@ from inspector._internal.plans.consolidate.records import (
     Piece,
     PlannedTensor,
     index_bytes,
+    not_copied,
 )
+from inspector._internal.plans.consolidate.sources import BinSource, bin_source
 from inspector._internal.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
 from inspector.errors import PlanRefusedError, UnsafeInputError
 
@@ -69,10 +78,19 @@ BLOCKING = code_set(
     Code.DCP_CHUNK_OVERLAP,
     Code.DCP_DTYPE_CONFLICT,
     Code.CHECK_BUDGET_EXCEEDED,
+    # A `.bin` source (`sources.bin_source` refuses these first, with its own words).
+    Code.BIN_UNREADABLE,
+    Code.BIN_LEGACY_FORMAT,
+    Code.BIN_RECORD_MISSING,
+    Code.PICKLE_HOSTILE,
+    Code.PICKLE_BOMB,
 )
 
 
 OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
+# A `.bin` checkpoint converted into one file is named as `save_pretrained` names it, with no
+# index beside it.
+SINGLE_NAME = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,12 @@ class ConsolidationPlan:
     # (`inspector._internal.findings.references`): the verification flags an output collapsed into
     # one file against it.
     layout: Reference | None = None
+    # The index written last, or None: a `.bin` checkpoint converted into one file
+    # (`model.safetensors`) has none, as `save_pretrained` writes none.
+    index_file: str | None = INDEX_NAME
+    # Tied names of a `.bin` source left out of the output -> the name written in their place
+    # (recorded in that output's `__metadata__`).
+    aliases: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def source_storage(self) -> Storage:
@@ -145,17 +169,16 @@ class ConsolidationPlan:
         (`UnsafeInputError`). Under torchrun, or with `rank`/`world_size`, output i is
         written by rank i % world_size.
         """
-        run = Execution.of(options)
-        result = execute_plan(self, run)
+        result = execute_plan(self, Execution.of(options))
         # The source's manifest, carried to DEST: its tensor hashes still say what the values
-        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
-        if (
-            self.dest.name != STAGING
-            and (run.rank if run.rank is not None else int(os.environ.get("RANK", "0"))) == 0
-        ):
+        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own: every
+        # one of them was written by this plan (by any rank, or by an earlier run that
+        # `resume` kept), so each is hashed as it is now. Without a source manifest, one
+        # kept in DEST is brought up to date the same way.
+        if self.dest.name != STAGING and result.rank == 0:
+            written = (*(o.name for o in self.outputs), INDEX_NAME, *result.metadata_files)
             kept = source_manifest(self.source_storage)
-            if kept is not None:
-                refresh_manifest(self.dest, written=result.written, previous=kept)
+            refresh_manifest(self.dest, written=written, previous=kept)
         return result
 
 
@@ -176,36 +199,47 @@ def plan_consolidation(
     *,
     mapping: str | os.PathLike[str] | Mapping[str, int] | None = None,
     reference: str | os.PathLike[str] | None = None,
-    max_shard_size: int | str = SHARD_SPLIT_SIZE,
+    max_shard_size: int | str | None = None,
     dtype: str | None = None,
     allow_partial: bool = False,
 ) -> ConsolidationPlan:
-    """Plan the consolidation of a scanned DCP-sharded checkpoint into `dest`.
+    """Plan the consolidation of a scanned DCP-sharded checkpoint into `dest`, or the
+    conversion of a PyTorch `.bin` checkpoint into safetensors.
 
     Output files are assigned by the first rule that applies: `mapping` (JSON {fqn: 1-based
     index}), `.hf_metadata/fqn_to_file_index_mapping.json`, `reference` (an HF folder or index),
-    a reference index kept in `.hf_metadata/`, else greedy by size in key order. Raises
-    `PlanRefusedError` when the source has gaps, overlaps or conflicting chunks. A coverage
+    a reference index kept in `.hf_metadata/`, a `.bin` source's own files (one output per
+    file, unless `max_shard_size` is given), else greedy by size in key order (at most
+    `max_shard_size`, default 5 GB). Raises `PlanRefusedError` when the source has gaps,
+    overlaps or conflicting chunks. A coverage
     gap (a lost rank: full shapes come from every source,
     `inspector._internal.layouts.expected_shapes`) is refused too, unless `allow_partial`: then
     those tensors are written at their full shape with zeros where no chunk was found, and the plan
-    and the result say which.
+    and the result say which. A `.bin` source is refused when a file cannot be read, a tensor
+    has a dtype safetensors cannot hold, or its index names tensors no file holds.
     """
     # 1. Is there something sound to consolidate?
+    converted: BinSource | None = None
+    if scanned.layout is LayoutName.PYTORCH_BIN:
+        converted = bin_source(scanned)
+        scanned = converted.view
     dest_path = _check_dest(scanned, Path(dest))
     explicit = mapping is not None or reference is not None
     findings = _refuse_on_errors(scanned, explicit=explicit, allow_partial=allow_partial)
     partial = _partial_tensors(scanned, findings)
     try:
         target = dtype_for_target(dtype) if dtype else None
-        limit = parse_size(max_shard_size)
+        limit = parse_size(SHARD_SPLIT_SIZE if max_shard_size is None else max_shard_size)
     except ValueError as exc:
         raise PlanRefusedError(str(exc)) from None
     # 2. Every tensor with its chunks located in the source files.
     sources = _source_tensors(scanned)
     # 3. Which output file each tensor goes to, and why.
     out_bytes = {s.name: _out_nbytes(s, target) for s in sources.values()}
-    choice = choose_assignment(scanned, list(sources), out_bytes, mapping, reference, limit)
+    own_files = converted.files if converted is not None and max_shard_size is None else None
+    choice = choose_assignment(
+        scanned, list(sources), out_bytes, mapping, reference, limit, files=own_files
+    )
     if choice.collapse_avoided:
         # The plan follows the caller's mapping or reference, or the upstream model the run
         # names, not the collapsed mapping: the collapse no longer affects this plan, so it is
@@ -213,8 +247,15 @@ def plan_consolidation(
         # `check` still reports the checkpoint's own mapping-collapsed.
         findings = [f for f in findings if f.code != Code.MAPPING_COLLAPSED]
     # 4. Headers and offsets of every output.
-    outputs = _build_outputs(sources, choice.groups, target, set(partial))
-    metadata_files, skipped = _public_metadata_files(scanned)
+    aliases = dict(converted.aliases) if converted is not None else {}
+    single = converted is not None and len(choice.groups) == 1
+    outputs = _build_outputs(
+        sources, choice.groups, target, set(partial), aliases=aliases, single=single
+    )
+    if converted is not None:
+        metadata_files, skipped = converted.side_files, list(converted.notes)
+    else:
+        metadata_files, skipped = _public_metadata_files(scanned)
     notes = [*_partial_notes(partial, findings), *choice.notes, *skipped]
     notes += _size_notes(outputs, limit, choice.rule)
     return ConsolidationPlan(
@@ -231,6 +272,8 @@ def plan_consolidation(
         partial=tuple(partial),
         config=scanned.config,
         layout=layout_reference(scanned),
+        index_file=None if single else INDEX_NAME,
+        aliases=aliases,
     )
 
 
@@ -241,14 +284,16 @@ class _Source:
     shape: tuple[int, ...]
     chunks: tuple[DcpChunk, ...]
     locations: tuple[tuple[int, int], ...]  # (absolute offset, nbytes) of each chunk
+    # Element strides of a strided `.bin` view (one chunk: the whole tensor), else None.
+    strides: tuple[int, ...] | None = None
 
 
 def _check_dest(scanned: ScannedCheckpoint, dest: Path) -> Path:
     if scanned.dcp is None:
         raise PlanRefusedError(
             f"{scanned.path}: layout is {scanned.layout}, not DCP-sharded safetensors; "
-            "only a folder of shard-*-model-*.safetensors files with DCP_SHARDING_INFO can be "
-            "consolidated"
+            "only a folder of shard-*-model-*.safetensors files with DCP_SHARDING_INFO, or a "
+            "PyTorch .bin checkpoint, can be consolidated"
         )
     # DEST's parents are resolved, DEST itself is not: a link there is refused, not followed.
     absolute = Path(os.path.abspath(dest.expanduser()))
@@ -314,6 +359,7 @@ def _partial_notes(partial: list[str], findings: list[Finding]) -> list[str]:
 def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
     """Each tensor's chunks with their absolute byte ranges. Pure (headers only)."""
     where: dict[str, dict[str, tuple[int, int]]] = {}
+    strided: dict[str, tuple[int, ...]] = {}
     # Which files may be read is the storage's rule, the scan's too: a shard it refused is a
     # file-unsafe finding, which blocks the plan (BLOCKING) before this point.
     for shard in scanned.shards:
@@ -322,12 +368,14 @@ def _source_tensors(scanned: ScannedCheckpoint) -> dict[str, _Source]:
             n: (start + b, e - b)
             for n, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True)
         }
+        strided.update(strides_of(shard))  # `.bin` only: one chunk per name, one file
     out: dict[str, _Source] = {}
     table = _dcp(scanned).table
     for i, name in enumerate(table.names):
         chunks = table.chunks(i)
         locations = tuple(where[c.file][name] for c in chunks)
-        source = _Source(name, chunks[0].dtype, table.full[i], chunks, locations)
+        strides = strided.get(name) if len(chunks) == 1 else None
+        source = _Source(name, chunks[0].dtype, table.full[i], chunks, locations, strides)
         _check_sub_byte(source)
         out[name] = source
     if not out:
@@ -375,18 +423,29 @@ def _build_outputs(
     groups: list[list[str]],
     target: str | None,
     partial: set[str] | frozenset[str] = frozenset(),
+    *,
+    aliases: Mapping[str, str] | None = None,
+    single: bool = False,
 ) -> tuple[OutputFile, ...]:
+    """The output files; `aliases` (left out -> kept) go into the `__metadata__` of the
+    output holding the kept name; `single` names one output `model.safetensors`."""
     count = len(groups)
+    kept_by: dict[str, dict[str, str]] = {}
+    for left, kept in (aliases or {}).items():
+        kept_by.setdefault(kept, {})[left] = kept
     outputs = []
     for k, group in enumerate(groups, start=1):
         tensors = []
         offset = 0
+        recorded: dict[str, str] = {}
         for name in group:
             tensor = _plan_tensor(sources[name], target, offset, partial=name in partial)
             tensors.append(tensor)
             offset = tensor.end
-        name = OUTPUT_NAME.format(i=k, n=count)
-        outputs.append(OutputFile(k, name, _header_bytes(tensors), tuple(tensors)))
+            recorded.update(kept_by.get(name, {}))
+        name = SINGLE_NAME if single else OUTPUT_NAME.format(i=k, n=count)
+        header = _header_bytes(tensors, dict(sorted(recorded.items())))
+        outputs.append(OutputFile(k, name, header, tuple(tensors)))
     return tuple(outputs)
 
 
@@ -399,9 +458,11 @@ def _plan_tensor(
         if not math.prod(chunk.shape):
             continue  # an empty chunk (more ranks than rows) has nothing to copy
         dst = None
-        if _contiguous(chunk.shape, source.shape):
+        if source.strides is None and _contiguous(chunk.shape, source.shape):
             dst = _linear_offset(chunk.offsets, source.shape) * bits // 8
-        pieces.append(Piece(chunk.file, src_offset, nbytes, chunk.offsets, chunk.shape, dst))
+        pieces.append(
+            Piece(chunk.file, src_offset, nbytes, chunk.offsets, chunk.shape, dst, source.strides)
+        )
     out_dtype = _out_dtype(source.dtype, target)
     end = begin + math.prod(source.shape) * DTYPE_BITS[out_dtype] // 8
     return PlannedTensor(
@@ -429,8 +490,9 @@ def _linear_offset(offsets: tuple[int, ...], full: tuple[int, ...]) -> int:
     return linear
 
 
-def _header_bytes(tensors: Iterable[PlannedTensor]) -> bytes:
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+def _header_bytes(tensors: Iterable[PlannedTensor], aliases: Mapping[str, str]) -> bytes:
+    # safetensors' own record of shared tensors left out: {left out: kept}.
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", **aliases}}
     for t in tensors:
         header[t.name] = {
             "dtype": t.out_dtype,
@@ -468,13 +530,11 @@ def _public_metadata_files(scanned: ScannedCheckpoint) -> tuple[tuple[str, ...],
         # Regular files under plain names only: the storage refuses FIFOs, links out of the
         # folder and names such as `a\\b.json` (`member_problem`).
         rel = f"{meta_dir}/{entry.name}"
-        if entry.kind is EntryKind.REFUSED:
-            notes.append(f"not copied: {legible(rel)} {entry.reason}")
-        elif entry.size is None or entry.size > METADATA_CAP:
-            size = "of unknown size" if entry.size is None else f"over {format_bytes(METADATA_CAP)}"
-            notes.append(f"not copied: {legible(rel)} is {size}")
-        else:
+        why = not_copied(entry, rel)
+        if why is None:
             keep.append(rel)
+        else:
+            notes.append(why)
     return tuple(keep), notes
 
 
@@ -488,7 +548,7 @@ def describe_plan(plan: ConsolidationPlan) -> str:
         f"  assignment: {plan.assignment}",
         f"    why: {plan.reason}",
         f"  copy: {plural(tensors - column, 'tensor')} as byte ranges, {column:,} assembled "
-        "(column-sharded or cast)",
+        "(column-sharded, strided or cast)",
     ]
     if plan.dtype:
         cast = sum(1 for o in plan.outputs for t in o.tensors if t.dtype != t.out_dtype)
@@ -502,7 +562,8 @@ def describe_plan(plan: ConsolidationPlan) -> str:
             lines.append(
                 f"    {output.name}: {len(output.tensors):,} tensors, {format_bytes(output.size)}"
             )
-    lines.append(f"    {INDEX_NAME} (written last)")
+    if plan.index_file:
+        lines.append(f"    {plan.index_file} (written last)")
     if plan.metadata_files:
         lines.append(
             f"  copied from the source: {', '.join(Path(f).name for f in plan.metadata_files)}"

@@ -17,6 +17,7 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.words import plural
+from inspector._internal.storage import Entry, EntryKind
 
 if TYPE_CHECKING:
     from inspector._internal.plans.consolidate.plan import ConsolidationPlan
@@ -31,10 +32,23 @@ __all__ = [
     "PlannedTensor",
     "describe_result",
     "index_bytes",
+    "not_copied",
 ]
 
 
 METADATA_CAP = 2_000_000_000
+
+
+def not_copied(entry: Entry, rel: str) -> str | None:
+    """Why a metadata file (`rel` in the source) is not copied beside the outputs, or None:
+    refused by the storage (a FIFO, a link out of the folder), or of unknown size or over
+    `METADATA_CAP`. Decided when planning, so executing the plan never meets it."""
+    if entry.kind is EntryKind.REFUSED:
+        return f"not copied: {legible(rel)} {entry.reason}"
+    if entry.size is None or entry.size > METADATA_CAP:
+        size = "of unknown size" if entry.size is None else f"over {format_bytes(METADATA_CAP)}"
+        return f"not copied: {legible(rel)} is {size}"
+    return None
 
 
 class ConsolidationOptions(TypedDict, total=False):
@@ -102,6 +116,9 @@ class Piece:
     shape: tuple[int, ...]
     # Byte offset inside the output tensor when the chunk is one contiguous range, else None.
     dst_offset: int | None
+    # Element strides of a `.bin` view whose elements are not one row-major run from
+    # `src_offset` (a transposed or sliced tensor torch.save kept as it was), else None.
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +229,6 @@ def describe_result(result: ConsolidationResult) -> str:
         )
     if result.data_checked:
         bad = result.data_mismatches
-        state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
+        state = "all match" if not bad else f"{plural(len(bad), 'mismatch')}: {examples(list(bad))}"
         lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
     return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)

@@ -14,7 +14,7 @@ from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, make_finding
 from inspector._internal.findings.words import plural
 from inspector._internal.formats.casting import cast_bytes
-from inspector._internal.formats.tensordata import TensorData, hash_bytes
+from inspector._internal.formats.tensordata import TensorData, tensor_digest
 from inspector._internal.plans.consolidate.engine import SourceFiles
 from inspector._internal.plans.consolidate.records import PlannedTensor
 from inspector._internal.storage import Location, Storage
@@ -49,7 +49,7 @@ def verify(
                     raw = _contiguous_source_bytes(plan.source_storage, t)  # packed F4/F6
                 if raw is not None and t.out_dtype != t.dtype:
                     raw = cast_bytes(np.frombuffer(raw, dtype=np.uint8), t.dtype, t.out_dtype)
-                expected = None if raw is None else hash_bytes(raw)
+                expected = None if raw is None else tensor_digest(raw)
                 checked += 1
                 if expected is None or expected != out.tensor_hash(t.name):
                     mismatches.append(t.name)

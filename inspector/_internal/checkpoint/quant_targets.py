@@ -1,0 +1,67 @@
+"""compressed-tensors' target and ignore entries, resolved against module names: the one
+matcher the compressed-tensors check and the parameter count share.
+
+An entry is `re:<regex>` (`re.match` on the module name: anchored at the start only), an exact
+module name, or a class name. Class names are resolved from the tensors: a `Linear` is a
+module with a 2-D `weight` (or the packed tensors of a quantized one) that is not an embedding
+(its last component starts with `embed`, or is `wte`, `wpe`, `word_embeddings`). Other class
+names cannot be resolved from names and match nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["EMBEDDING", "TargetMatcher", "group_targets", "is_linear", "strings"]
+
+EMBEDDING = re.compile(r"(^|\.)(embed\w*|wte|wpe|word_embeddings)$")
+
+
+def is_linear(module: str, params: Mapping[str, tuple[str, tuple[int, ...]]]) -> bool:
+    """Whether a module whose tensors are `params` ({param: (dtype, shape)}) is a Linear."""
+    if EMBEDDING.search(module):
+        return False
+    if "weight_packed" in params:
+        return True
+    weight = params.get("weight")
+    return weight is not None and len(weight[1]) == 2
+
+
+class TargetMatcher:
+    """One list of targets or ignore entries; `matcher(module, linear)`."""
+
+    def __init__(self, entries: Sequence[str]) -> None:
+        self.names = {e for e in entries if not e.startswith("re:") and e != "Linear"}
+        self.regexes: list[re.Pattern[str]] = []
+        for e in entries:
+            if e.startswith("re:"):
+                try:
+                    self.regexes.append(re.compile(e[3:]))
+                except re.error:
+                    continue  # a bad pattern matches nothing, as in the library's matcher
+        self.linear = "Linear" in entries
+
+    def __call__(self, module: str, linear: bool) -> bool:
+        if module in self.names or (self.linear and linear):
+            return True
+        return any(r.match(module) for r in self.regexes)
+
+
+def strings(value: Any) -> list[str]:
+    """The names of a `targets` / `ignore` value (one string or a list)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return []
+
+
+def group_targets(section: Mapping[str, Any]) -> list[tuple[str, TargetMatcher, Mapping[str, Any]]]:
+    """(group name, its targets, the group) of a `quantization_config`, in order."""
+    groups = section.get("config_groups")
+    out = []
+    for name, group in groups.items() if isinstance(groups, Mapping) else ():
+        if isinstance(group, Mapping):
+            out.append((str(name), TargetMatcher(strings(group.get("targets"))), group))
+    return out

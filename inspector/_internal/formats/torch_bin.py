@@ -1,0 +1,621 @@
+"""Read the header of a PyTorch `.bin` / `.pt` file (`torch.save`) without its tensor data.
+
+Since torch 1.6 `torch.save` writes a zip archive of STORED records (docs/formats.md,
+"PyTorch .bin"): `<prefix>/data.pkl` (the pickled object, protocol 2), one record
+`<prefix>/data/<key>` per storage (its raw bytes, each starting on a 64-byte boundary),
+`byteorder`, `version`, ... This module reads the zip's central directory (standard library
+`zipfile`, through a file object that refuses to read more than a budget), the local header
+of each storage record (for the absolute data offset) and `data.pkl`, which it audits
+(`formats.pickle_guard`) and unpickles with a restricted unpickler of its own: every global
+the file may name is looked up in a fixed table of inert stand-ins (`torch._utils.
+_rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more),
+any other global is refused, and no storage byte is read.
+
+Reads are few and bounded, which matters on a remote store where each is a round trip: the
+tail of the file (`TAIL_BYTES`: the end record and, usually, the whole central directory) in
+one read, the rest of a longer directory in one more, `data.pkl` in one (it is the first
+record: usually inside the read-ahead a remote file keeps of its start), then the local
+headers of the storage records, all issued at once through `many` when the caller gives it (a
+remote storage's concurrent ranged reads). Headers at most `_HEADER_GAP` apart (the records
+of norms and biases between them are that small) are read as one window of at most
+`HEADER_WINDOW` bytes: those few KB of small storages are the only tensor bytes a scan
+reads, and only the headers count against the budget.
+
+The pre-1.6 stream (magic number pickle, protocol, system info, the object, the storage keys,
+then the raw storages) is recognised and reported as `BinLegacyError`: its tensors are listed
+from the pickles (which precede the data), but its data is never read.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import struct
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from inspector._internal.common.dtypes import TORCH_DTYPES
+from inspector._internal.formats.pickle_guard import PickleFormatError, check_pickle, short_repr
+from inspector.errors import UnsafeInputError
+
+
+class ByteSource(Protocol):
+    """What the reader needs of a file: its size and ranged reads (a `RangeReader` is one)."""
+
+    def size(self) -> int: ...
+
+    def read_range(self, offset: int, length: int) -> bytes: ...
+
+
+__all__ = [
+    "BIN_HEADER_CAP",
+    "HEADER_WINDOW",
+    "LEGACY_MAGIC",
+    "STORAGE_DTYPES",
+    "TAIL_BYTES",
+    "BinArchive",
+    "BinFormatError",
+    "BinLegacyError",
+    "BinRefusedError",
+    "BinTensor",
+    "ByteSource",
+    "LegacyListing",
+    "ManyRanges",
+    "list_legacy",
+    "read_bin",
+]
+
+# How many bytes of a file the header reader may read in all: the zip's directories, local
+# headers and data.pkl. A million tensors need about 150 MB.
+BIN_HEADER_CAP = 400_000_000
+# How many records a zip may list (each storage is one): far past any real checkpoint.
+MAX_RECORDS = 10_000_000
+# Dimensions of one tensor (torch allows 64).
+MAX_DIMS = 64
+ZIP_MAGIC = b"PK\x03\x04"
+# `torch.save(..., _use_new_zipfile_serialization=False)`: PROTO 2, LONG1 of the magic number.
+LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
+_LOCAL_HEADER = struct.Struct("<4s22xHH")  # signature ... name length, extra length
+# The file's tail read first: the end of central directory record (22 bytes, 98 with the
+# zip64 records) and the central directory before it (about 100 bytes a record).
+TAIL_BYTES = 64 << 10
+# Local headers closer than `_HEADER_GAP` are fetched in one read of at most `HEADER_WINDOW`
+# bytes (small storages sit between them); `_EXTRA_GUESS` bytes are read for each header's
+# extra field (torch pads it to a 64-byte boundary; a zip64 block adds 20).
+HEADER_WINDOW = 256 << 10
+_HEADER_GAP = 4 << 10
+_EXTRA_GUESS = 160
+
+# Reads of many (offset, length) ranges of the same file at once, answered in order.
+ManyRanges = Callable[[Sequence[tuple[int, int]]], list[bytes]]
+
+# torch storage class -> torch dtype name (typed storages of the zip and legacy formats).
+STORAGE_DTYPES: Mapping[str, str] = {
+    "FloatStorage": "float32",
+    "DoubleStorage": "float64",
+    "HalfStorage": "float16",
+    "BFloat16Storage": "bfloat16",
+    "LongStorage": "int64",
+    "IntStorage": "int32",
+    "ShortStorage": "int16",
+    "CharStorage": "int8",
+    "ByteStorage": "uint8",
+    "BoolStorage": "bool",
+    "ComplexFloatStorage": "complex64",
+    "ComplexDoubleStorage": "complex128",
+}
+_QUANTIZED_STORAGES = frozenset(
+    {"QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"}
+)
+
+
+class BinFormatError(ValueError):
+    """Not a readable `torch.save` archive; the message is a clause after the file name."""
+
+
+class BinRefusedError(UnsafeInputError):
+    """data.pkl names a global outside the allow-list (not hostile, just not a tensor
+    dict); nothing was run."""
+
+
+class BinLegacyError(ValueError):
+    """The pre-1.6 non-zip stream (or an older tar archive): not read."""
+
+
+@dataclass(frozen=True, slots=True)
+class BinTensor:
+    """One tensor of data.pkl: where its elements are, in elements of `dtype`."""
+
+    name: str
+    dtype: str  # torch dtype name (float32, bfloat16, float8_e4m3fn...)
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    storage_offset: int
+    storage_key: str
+    requires_grad: bool
+
+    @property
+    def itemsize(self) -> int:
+        return TORCH_DTYPES[self.dtype][1]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def span(self) -> int:
+        """Elements of the storage the tensor touches, from its offset (0 when empty)."""
+        if 0 in self.shape:
+            return 0
+        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.stride, strict=True))
+
+    @property
+    def contiguous(self) -> bool:
+        expect = 1
+        for n, s in zip(reversed(self.shape), reversed(self.stride), strict=True):
+            if n != 1 and s != expect:
+                return False
+            expect *= n
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class BinArchive:
+    """What a `torch.save` zip says: its tensors and where each storage's bytes are."""
+
+    prefix: str
+    tensors: tuple[BinTensor, ...]
+    # storage key -> (absolute offset of its record's data, record bytes); keys data.pkl
+    # names but the archive lacks are absent.
+    records: Mapping[str, tuple[int, int]]
+    # storage key -> (torch dtype of the storage, bytes it declares)
+    storages: Mapping[str, tuple[str, int]]
+    byteorder: str
+    pickle_bytes: int
+    # Entries of data.pkl that are not tensors (a nested dict, a number): name -> type name.
+    skipped: Mapping[str, str]
+
+
+# -- a file object over a range reader, with a budget ---------------------------------------
+
+
+class _Budgeted(io.RawIOBase):
+    """A seekable read-only view of a `ByteSource` that raises `BinFormatError` once more
+    than `budget` bytes have been read (zipfile reads the whole central directory a hostile
+    end record asks for)."""
+
+    def __init__(self, reader: ByteSource, budget: int) -> None:
+        super().__init__()
+        self._reader = reader
+        self._size = reader.size()
+        self._pos = 0
+        self.left = budget
+        self._tail = b""  # the last bytes of the file, once `keep_tail` read them
+
+    def keep_tail(self, length: int) -> None:
+        """Read the last `length` bytes once: the reads zipfile makes of the end record and
+        the directory are then served from them."""
+        length = min(length, self._size)
+        self._tail = self.pread(self._size - length, length)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            size = self._size - self._pos
+        size = max(0, min(size, self._size - self._pos))
+        data = self.pread(self._pos, size)
+        self._pos += len(data)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def pread(self, offset: int, size: int, *, cost: int | None = None) -> bytes:
+        """`size` bytes at `offset`, `cost` of them (default all) counted in the budget."""
+        self.charge(size if cost is None else cost)
+        tail_at = self._size - len(self._tail)
+        if self._tail and offset + size > tail_at:
+            head = self._reader.read_range(offset, tail_at - offset) if offset < tail_at else b""
+            return head + self._tail[max(0, offset - tail_at) : offset + size - tail_at]
+        return self._reader.read_range(offset, size) if size else b""
+
+    def charge(self, size: int) -> None:
+        """Count `size` bytes against the budget (raising once it is spent)."""
+        if size > self.left:
+            raise BinFormatError(
+                "asks for more header bytes than the limit for .bin archives "
+                f"({BIN_HEADER_CAP:,} bytes of directories and data.pkl); a real "
+                "checkpoint needs far less: the file is corrupt or crafted"
+            )
+        self.left -= size
+
+
+# -- the restricted unpickler ----------------------------------------------------------------
+
+
+class _StorageType:
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: str | None) -> None:
+        self.dtype = dtype  # None: UntypedStorage, bytes (the tensor's dtype comes from v3)
+
+
+class _Storage:
+    __slots__ = ("dtype", "key", "numel")
+
+    def __init__(self, key: str, dtype: str | None, numel: int) -> None:
+        self.key, self.dtype, self.numel = key, dtype, numel
+
+
+class _Tensor:
+    __slots__ = ("dtype", "offset", "requires_grad", "shape", "storage", "stride")
+
+    def __init__(
+        self, storage: _Storage, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
+    ) -> None:
+        self.storage, self.offset, self.shape, self.stride = storage, offset, shape, stride
+        self.dtype = storage.dtype
+        self.requires_grad = False
+
+
+class _StateDict(dict[Any, Any]):
+    """`collections.OrderedDict` stand-in: a dict that also takes BUILD's `_metadata`."""
+
+
+def _ints(value: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple | list) or len(value) > MAX_DIMS:
+        raise BinFormatError(f"data.pkl has a tensor {what} that is not a short tuple of ints")
+    if not all(type(v) is int and v >= 0 for v in value):
+        raise BinFormatError(f"data.pkl has a tensor {what} with a negative or non-int item")
+    return tuple(value)
+
+
+def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None) -> _Tensor:
+    if not isinstance(storage, _Storage):
+        raise BinFormatError("data.pkl rebuilds a tensor from something that is not a storage")
+    if type(offset) is not int or offset < 0:
+        raise BinFormatError("data.pkl has a tensor with a negative or non-int storage offset")
+    shape, strides = _ints(size, "size"), _ints(stride, "stride")
+    if len(shape) != len(strides):
+        raise BinFormatError("data.pkl has a tensor whose size and stride differ in length")
+    tensor = _Tensor(storage, offset, shape, strides)
+    if dtype is not None:
+        tensor.dtype = dtype
+    if tensor.dtype is None:
+        raise BinFormatError("data.pkl has a tensor on an untyped storage with no dtype")
+    return tensor
+
+
+def _rebuild_tensor_v2(
+    storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
+) -> _Tensor:
+    tensor = _rebuild(storage, offset, size, stride, None)
+    tensor.requires_grad = requires_grad is True
+    return tensor
+
+
+def _rebuild_tensor_v3(
+    storage: Any,
+    offset: Any,
+    size: Any,
+    stride: Any,
+    requires_grad: Any,
+    hooks: Any,
+    dtype: Any,
+    *_: Any,
+) -> _Tensor:
+    if not isinstance(dtype, _Dtype):
+        raise BinFormatError("data.pkl rebuilds a tensor with a dtype that is not a torch dtype")
+    tensor = _rebuild(storage, offset, size, stride, dtype.name)
+    tensor.requires_grad = requires_grad is True
+    return tensor
+
+
+def _rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> _Tensor:
+    if not isinstance(data, _Tensor):
+        raise BinFormatError("data.pkl makes a parameter of something that is not a tensor")
+    data.requires_grad = requires_grad is True
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class _Dtype:
+    name: str
+
+
+def _ordered_dict(*args: Any) -> _StateDict:
+    return _StateDict(*args) if args and isinstance(args[0], list | tuple) else _StateDict()
+
+
+def _allowed() -> dict[tuple[str, str], Any]:
+    utils = "torch._utils"
+    table: dict[tuple[str, str], Any] = {
+        (utils, "_rebuild_tensor_v2"): _rebuild_tensor_v2,
+        (utils, "_rebuild_tensor_v3"): _rebuild_tensor_v3,
+        (utils, "_rebuild_parameter"): _rebuild_parameter,
+        (utils, "_rebuild_parameter_with_state"): _rebuild_parameter,
+        ("collections", "OrderedDict"): _ordered_dict,
+        ("torch.storage", "UntypedStorage"): _StorageType(None),
+        ("torch", "UntypedStorage"): _StorageType(None),
+    }
+    table |= {("torch", cls): _StorageType(dt) for cls, dt in STORAGE_DTYPES.items()}
+    table |= {("torch", name): _Dtype(name) for name in TORCH_DTYPES}
+    return table
+
+
+_ALLOWED = _allowed()
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, data: bytes, *, legacy: bool) -> None:
+        super().__init__(io.BytesIO(data))
+        self.legacy = legacy
+        self.storages: dict[str, _Storage] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch" and name in _QUANTIZED_STORAGES:
+            raise BinFormatError(
+                f"data.pkl holds quantized tensors (torch.{name}), which have no byte layout "
+                "a safetensors reader knows; dequantize them before saving"
+            )
+        try:
+            return _ALLOWED[(module, name)]
+        except (KeyError, TypeError):
+            shown = short_repr(f"{module}.{name}", limit=160)
+            raise BinRefusedError(
+                f"data.pkl names {shown}, which is not part of a tensor dict; refused, not executed"
+            ) from None
+
+    def persistent_load(self, pid: Any) -> _Storage:
+        size = 6 if self.legacy else 5
+        if not isinstance(pid, tuple) or len(pid) != size or pid[0] != "storage":
+            raise BinFormatError("data.pkl has a persistent id that is not a storage reference")
+        kind, key, numel = pid[1], pid[2], pid[4]
+        if not isinstance(kind, _StorageType) or type(key) is not str or len(key) > 1000:
+            raise BinFormatError("data.pkl has a malformed storage reference")
+        if type(numel) is not int or numel < 0:
+            raise BinFormatError(f"data.pkl gives storage {key!r:.40} a bad size")
+        if self.legacy and pid[5] is not None:
+            raise BinFormatError("data.pkl holds a storage view (pre-1.6 format); not read")
+        known = self.storages.get(key)
+        if known is not None:
+            return known
+        storage = _Storage(key, kind.dtype, numel)
+        self.storages[key] = storage
+        return storage
+
+
+def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, _Storage]]:
+    """The audited, restricted unpickling of one pickle (`data` holds exactly it)."""
+    try:
+        check_pickle(data)  # HostilePickleError / PickleBombError propagate
+    except PickleFormatError as exc:
+        raise BinFormatError(f"data.pkl is not a readable pickle ({exc})") from None
+    unpickler = _Unpickler(data, legacy=legacy)
+    try:
+        value = unpickler.load()
+    except (BinFormatError, BinRefusedError):
+        raise
+    except Exception as exc:  # untrusted bytes: any error means "not readable"
+        raise BinFormatError(
+            f"data.pkl is not a readable pickle ({type(exc).__name__}: {short_repr(str(exc))})"
+        ) from None
+    return value, unpickler.storages
+
+
+def _tensors(value: Any) -> tuple[list[BinTensor], dict[str, str]]:
+    """The tensors of a state dict (`{name: tensor}`); a model wrapped in {"state_dict": ..}
+    or {"model": ...} is unwrapped once. Other entries are listed as skipped."""
+    if not isinstance(value, dict):
+        raise BinFormatError(f"data.pkl holds a {type(value).__name__}, expected a dict of tensors")
+    if not any(isinstance(v, _Tensor) for v in value.values()):
+        for wrapper in ("state_dict", "model", "module"):
+            inner = value.get(wrapper)
+            if isinstance(inner, dict) and any(isinstance(v, _Tensor) for v in inner.values()):
+                value = inner
+                break
+    tensors: list[BinTensor] = []
+    skipped: dict[str, str] = {}
+    for name, item in value.items():
+        if not isinstance(name, str):
+            skipped[repr(name)[:200]] = type(item).__name__
+        elif isinstance(item, _Tensor):
+            assert item.dtype is not None
+            tensors.append(
+                BinTensor(
+                    name,
+                    item.dtype,
+                    item.shape,
+                    item.stride,
+                    item.offset,
+                    item.storage.key,
+                    item.requires_grad,
+                )
+            )
+        else:
+            skipped[name] = type(item).__name__
+    return tensors, skipped
+
+
+# -- the archive -----------------------------------------------------------------------------
+
+
+def read_bin(
+    reader: ByteSource, *, cap: int = BIN_HEADER_CAP, many: ManyRanges | None = None
+) -> BinArchive:
+    """The header of a `torch.save` zip. Raises `BinLegacyError` for the pre-1.6 format,
+    `BinFormatError` for anything unreadable, `BinRefusedError` / `HostilePickleError` /
+    `PickleBombError` for a data.pkl that is refused. Reads at most `cap` bytes; `many`
+    fetches the storage records' local headers concurrently (else one after the other)."""
+    size = reader.size()
+    head = reader.read_range(0, min(size, len(LEGACY_MAGIC)))
+    if head[:4] != ZIP_MAGIC:
+        if head == LEGACY_MAGIC:
+            raise BinLegacyError("legacy")
+        if size >= 262 and reader.read_range(257, 5) == b"ustar":
+            raise BinLegacyError("tar")
+        raise BinFormatError(
+            f"is not a torch.save archive (starts with {head[:4].hex()}, expected "
+            f"{ZIP_MAGIC.hex()}, a zip)"
+        )
+    fh = _Budgeted(reader, cap)
+    try:
+        fh.keep_tail(TAIL_BYTES)
+        with zipfile.ZipFile(fh) as archive:
+            infos = archive.infolist()
+    except BinFormatError:
+        raise
+    # zipfile raises many kinds on a corrupt directory (BadZipFile, NotImplementedError for a
+    # version it does not know, struct.error, UnicodeDecodeError...): all mean "unreadable".
+    except Exception as exc:
+        raise BinFormatError(
+            f"is not a readable zip archive ({short_repr(str(exc))}); it may be truncated"
+        ) from None
+    if len(infos) > MAX_RECORDS:
+        raise BinFormatError(f"lists {len(infos):,} records, over the {MAX_RECORDS:,} limit")
+    pkl = next((i for i in infos if i.filename.endswith("/data.pkl")), None)
+    if pkl is None:
+        raise BinFormatError("holds no <prefix>/data.pkl record: not a torch.save archive")
+    prefix = pkl.filename[: -len("/data.pkl")]
+    by_name = {i.filename: i for i in infos}
+    data = _record_bytes(fh, pkl, size)
+    value, storages = _unpickle(data, legacy=False)
+    tensors, skipped = _tensors(value)
+    order = by_name.get(f"{prefix}/byteorder")
+    wanted = [i for key in storages if (i := by_name.get(f"{prefix}/data/{key}")) is not None]
+    starts = _data_offsets(fh, [*wanted, *([order] if order else [])], size, many)
+    byteorder = "little"
+    if order is not None:
+        byteorder = fh.pread(starts[order.filename], order.file_size).decode("ascii", "replace")
+    records = {
+        key: (starts[info.filename], info.file_size)
+        for key in storages
+        if (info := by_name.get(f"{prefix}/data/{key}")) is not None
+    }
+    return BinArchive(
+        prefix,
+        tuple(tensors),
+        records,
+        {k: (s.dtype or "uint8", s.numel * _itemsize(s)) for k, s in storages.items()},
+        byteorder.strip(),
+        len(data),
+        skipped,
+    )
+
+
+def _itemsize(storage: _Storage) -> int:
+    return 1 if storage.dtype is None else TORCH_DTYPES[storage.dtype][1]
+
+
+def _data_offset(fh: _Budgeted, info: zipfile.ZipInfo, size: int) -> int:
+    """Where a record's bytes start: after its local header, name and extra field (whose
+    lengths differ from the central directory's: torch pads the local one)."""
+    return _checked_start(info, fh.pread(info.header_offset, _LOCAL_HEADER.size), size)
+
+
+def _checked_start(info: zipfile.ZipInfo, local: bytes, size: int) -> int:
+    """The record's data offset from its local header's first 30 bytes, checked."""
+    if len(local) < _LOCAL_HEADER.size:
+        raise BinFormatError(f"is truncated inside the local header of {info.filename[:200]}")
+    magic, name_len, extra_len = _LOCAL_HEADER.unpack(local)
+    if magic != ZIP_MAGIC:
+        raise BinFormatError(f"has no local header where {info.filename[:200]} should start")
+    start = info.header_offset + _LOCAL_HEADER.size + name_len + extra_len
+    if info.compress_type != zipfile.ZIP_STORED:
+        raise BinFormatError(f"compresses {info.filename[:200]}; torch.save stores records")
+    if start + info.file_size > size:
+        raise BinFormatError(f"is truncated: {info.filename[:200]} runs past the end of the file")
+    return start
+
+
+def _data_offsets(
+    fh: _Budgeted, infos: list[zipfile.ZipInfo], size: int, many: ManyRanges | None
+) -> dict[str, int]:
+    """Where each record's bytes start (`_data_offset`), from its local header: headers less
+    than `_HEADER_GAP` apart are read in one window of at most `HEADER_WINDOW` bytes, and the
+    windows all at once through `many`."""
+    infos = sorted(infos, key=lambda i: i.header_offset)
+    windows: list[tuple[int, int, list[zipfile.ZipInfo]]] = []
+    costs: list[int] = []
+    for info in infos:
+        start = info.header_offset
+        want = _LOCAL_HEADER.size + len(info.orig_filename) + _EXTRA_GUESS
+        end = min(size, start + want)
+        if windows:
+            lo, hi, members = windows[-1]
+            if start <= hi + _HEADER_GAP and end - lo <= HEADER_WINDOW:
+                windows[-1] = (lo, max(hi, end), [*members, info])
+                costs[-1] += want
+                continue
+        windows.append((start, end, [info]))
+        costs.append(want)
+    spans = [(lo, max(0, hi - lo)) for lo, hi, _ in windows]
+    if many is not None and len(spans) > 1:
+        for cost in costs:
+            fh.charge(cost)
+        datas = many(spans)
+    else:
+        datas = [fh.pread(lo, n, cost=c) for (lo, n), c in zip(spans, costs, strict=True)]
+    out: dict[str, int] = {}
+    for (lo, _, members), data in zip(windows, datas, strict=True):
+        for info in members:
+            at = info.header_offset - lo
+            local = data[at : at + _LOCAL_HEADER.size]
+            if len(local) == _LOCAL_HEADER.size:
+                name_len, extra_len = _LOCAL_HEADER.unpack(local)[1:]
+                if at + _LOCAL_HEADER.size + name_len + extra_len <= len(data):
+                    out[info.filename] = _checked_start(info, local, size)
+                    continue
+            out[info.filename] = _data_offset(fh, info, size)  # a header longer than guessed
+    return out
+
+
+def _record_bytes(fh: _Budgeted, info: zipfile.ZipInfo, size: int) -> bytes:
+    start = _data_offset(fh, info, size)
+    return fh.pread(start, info.file_size)
+
+
+# -- the legacy stream ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LegacyListing:
+    """The tensors of a pre-1.6 stream, read from its pickles alone."""
+
+    tensors: tuple[BinTensor, ...]
+    pickle_bytes: int
+
+
+def list_legacy(reader: ByteSource, *, cap: int = BIN_HEADER_CAP) -> LegacyListing:
+    """Names, dtypes and shapes of a legacy stream's tensors (its pickles precede the data);
+    raises like `read_bin`. Reads at most `cap` bytes."""
+    data = reader.read_range(0, min(reader.size(), cap))
+    pos = 0
+    value: Any = None
+    for step in range(4):  # magic number, protocol, system info, the object
+        try:
+            end = check_pickle(data, start=pos).end
+        except PickleFormatError as exc:
+            raise BinFormatError(f"is a truncated legacy torch.save stream ({exc})") from None
+        value, _ = _unpickle(data[pos:end], legacy=step == 3)
+        pos = end
+    tensors, _ = _tensors(value)
+    return LegacyListing(tuple(tensors), pos)
