@@ -9,7 +9,7 @@ MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --s
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab bench docs docs-screenshot clean fixtures
+.PHONY: demo test fuzz lint format lab lab-notebooks bench docs docs-screenshot clean fixtures
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -78,11 +78,24 @@ LAB_DEMO := $(DEMO_DIR)/modelopt-1422-sidecar-drift/README.txt
 $(LAB_DEMO): | $(STAMP)
 	$(PY) -m inspector demo $(DEMO_DIR)
 
-# JupyterLab on notebooks/ (local only); the kernelspec is this venv's python.
-lab: $(STAMP) $(LAB_DEMO)
+# JupyterLab (local only) rooted in LAB_DIR, outside the clone: what the notebooks write
+# (exports, reports, repaired copies) lands there, never in the repository. The example
+# notebooks are copied there once; a notebook a person edited there is kept. The kernelspec
+# is this venv's python.
+LAB_DIR ?= $(HOME)/checkpoint-inspector-lab
+lab-notebooks:
+	@case "$(abspath $(LAB_DIR))/" in "$(CURDIR)/"*) \
+		echo "LAB_DIR=$(LAB_DIR) is inside the repository: choose a folder outside it"; exit 2;; esac
+	mkdir -p "$(LAB_DIR)"
+	@for nb in notebooks/*.ipynb; do \
+		[ -e "$(LAB_DIR)/$${nb##*/}" ] || cp "$$nb" "$(LAB_DIR)/" || exit 1; \
+	done
+	@echo "notebooks in $(abspath $(LAB_DIR))"
+
+lab: $(STAMP) $(LAB_DEMO) lab-notebooks
 	$(PY) -m ipykernel install --sys-prefix >/dev/null
 	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
-		--ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+		--ServerApp.root_dir="$(abspath $(LAB_DIR))" $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP,
 # gguf) live in their own virtual environment, pinned by tests/writers/constraints.txt; two

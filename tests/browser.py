@@ -27,6 +27,7 @@ __all__ = [
     "CHROMIUM_ARGS",
     "Lab",
     "launch_chromium",
+    "open_notebook",
     "open_tab",
     "run_all_cells",
     "running_lab",
@@ -181,6 +182,17 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 # -- page actions ---------------------------------------------------------------------------------
+
+
+def open_notebook(browser, lab: Lab, notebook: str, errors: list[str] | None = None):
+    """A new 1400 x 1000 page on `notebook` of `lab` that may reach nothing but the server
+    (JavaScript errors appended to `errors`)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    if errors is not None:
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.route("**/*", lab.only_local)
+    page.goto(lab.url(notebook), wait_until="domcontentloaded")
+    return page
 
 
 def wait_for_kernel(page, *, timeout: float) -> None:

@@ -24,3 +24,14 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
         return target
 
     return write
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo checkpoints (`inspector.demo`), written once per session; tests that change
+    one work on a copy."""
+    from inspector._internal.demo import write_demos
+
+    target = tmp_path_factory.mktemp("demo-checkpoints")
+    write_demos(target, log=lambda _line: None)
+    return target

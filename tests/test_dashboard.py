@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,12 +74,24 @@ def _texts(widget) -> str:
     return "\n".join(out)
 
 
+def _until(condition, timeout: float = 30) -> None:
+    """Until `condition()` holds (what a thread a tab click started does), at most `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
 def _buttons(widget, css: str) -> list:
+    return [node for node in _widgets(widget) if css in getattr(node, "_dom_classes", ())]
+
+
+def _widgets(widget) -> list:
+    """`widget` and every widget inside it."""
     found, stack = [], [widget]
     while stack:
         node = stack.pop()
-        if css in getattr(node, "_dom_classes", ()):
-            found.append(node)
+        found.append(node)
         stack.extend(getattr(node, "children", ()))
     return found
 
@@ -95,8 +108,9 @@ def test_opens_with_overview_only_and_lists_problems_not_findings(demos: Path, t
     assert "modelopt-per-layer" in overview  # the facts follow the problems
     assert "2 issues (2 errors)" in dash.header.value
     dash.tab.selected_index = dash.TABS.index("Layers")  # what a click on the tab does
-    assert "Layers" in dash.panels
-    assert dash.tab.children[4].children == (dash.panels["Layers"].widget,)
+    layers = dash.panel("Layers")  # built by the thread the click started: waits for it
+    assert dash.panels["Layers"] is layers
+    assert dash.tab.children[4].children == (layers.widget,)
 
 
 def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
@@ -316,6 +330,27 @@ def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
     assert form.make_plan() is None and "not DCP-sharded" in form.status.value
 
 
+@pytest.mark.parametrize("demo", [DRIFT, EP_COLLISION, DCP_COLLAPSED])
+def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: str):
+    """In a live kernel an exception raised by a click handler goes to the kernel log and
+    the page shows nothing: every button of every tab runs its action through `guarded`,
+    which shows the error in the tab."""
+    dash = Dashboard(demos / demo)
+    for title in dash.TABS:
+        dash.panel(title)
+    import ipywidgets as w
+
+    buttons = [b for b in _widgets(dash.widget) if isinstance(b, w.Button)]
+    assert len(buttons) > 10
+    bare = [
+        b.description
+        for b in buttons
+        for handler in b._click_handlers.callbacks
+        if handler.__qualname__ != "guarded.<locals>.handler"
+    ]
+    assert not bare, bare
+
+
 def test_report_tab_writes_html_and_shows_markdown(demos: Path, tmp_path: Path):
     dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path / "reports")
     report = dash.select("Report")
@@ -327,6 +362,10 @@ def test_report_tab_writes_html_and_shows_markdown(demos: Path, tmp_path: Path):
     report.widget.children[1].children[1].click()
     assert report.markdown.value.startswith("### Checkpoint inspection")
     assert "`expert-missing`" in report.markdown.value and report.markdown.layout.display is None
+    # The light report, to attach to a bug report: plotly.js from its CDN, not embedded.
+    report.figures.value = "cdn"
+    report.widget.children[1].children[0].click()
+    assert target.stat().st_size < 500_000 and "cdn.plot.ly" in target.read_text()
 
 
 def test_torch_dist_checkpoint_opens_every_tab(demos: Path):
@@ -525,9 +564,76 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     browser.set_query(TensorQuery(name="mtp.*"))
     assert browser.matches() == 42 and browser.grid is None
     dash.tab.selected_index = dash.TABS.index("Tensors")  # a click on the tab
-    assert browser.grid is not None and "ckpt-tensor-grid" in browser.grid._dom_classes
+    _until(lambda: browser.grid is not None)  # made by the thread the click started
+    assert "ckpt-tensor-grid" in browser.grid._dom_classes
     assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
     assert browser._grid_box.children == (browser.grid,)
+
+
+def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
+    demos: Path, monkeypatch
+):
+    """A figure made while its tab is on screen used to draw empty axes: plotly's widget
+    opened its comm before it held its figure and sent the data as a later update, which a
+    busy page's anywidget model lost. Now a tab's figures are made when it is first shown,
+    each in one comm_open that holds its data, layout and CSS class, and with a module of a
+    few lines: plotly.js travels in its state and the page evaluates it once."""
+    import comm
+
+    opened: dict[str, dict] = {}
+    create = comm.create_comm
+
+    def recording(**kwargs):
+        made = create(**kwargs)
+        opened[made.comm_id] = kwargs["data"]["state"]
+        return made
+
+    monkeypatch.setattr(comm, "create_comm", recording)
+    dash = Dashboard(demos / DRIFT)
+    files, layers = dash.panel("Files"), dash.panel("Layers")  # what the worker builds
+    assert files.figures.widgets == [] and layers.figures.widgets == []
+    dash.select("Files")
+    (figure,) = files.figures.widgets
+    state = opened[figure.model_id]
+    assert state["_widget_data"][0]["type"] == "bar" and len(state["_widget_data"][0]["x"]) == 4
+    assert state["_widget_layout"]["title"]["text"].startswith("Shard sizes")
+    assert state["_widget_layout"]["autosize"] is True and state["_config"]["responsive"]
+    assert "ckpt-shard-sizes" in state["_dom_classes"]
+    assert len(state["_esm"]) < 5_000 and len(state["_shared_source"]) > 1_000_000
+    experts = dash.select("Experts")
+    heatmap = opened[experts.figure.model_id]
+    assert heatmap["_widget_data"][0]["type"] == "heatmap" and heatmap["_esm"] == state["_esm"]
+    assert layers.figures.widgets == []  # not shown yet
+
+
+def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkeypatch):
+    """Planning every part and re-checking the result takes seconds of the kernel at 300,000
+    tensors: the background worker builds the Repair tab without planning; its first show
+    plans, once."""
+    from inspector.widgets import actions
+
+    calls: list[str] = []
+    plan_all = actions.plan_all
+
+    def counted(*args, **kwargs):
+        calls.append("all")
+        return plan_all(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "plan_all", counted)
+    dash = Dashboard(demos / DRIFT)
+    repair = dash.panel("Repair")  # what the background worker does
+    assert calls == [] and repair.plan is None and repair.repair.disabled
+    assert "when the tab is shown" in repair.verdict.value
+    assert dash.select("Repair") is repair and calls == ["all"]
+    assert "mtp.layers.0" in repair.plan_view.value and not repair.repair.disabled
+    dash.select("Overview")
+    dash.select("Repair")
+    assert calls == ["all"]  # planned once
+    # From the Overview, "Repair: index" plans the index alone, without planning all first.
+    other = Dashboard(demos / DRIFT)
+    calls.clear()
+    assert other.repair(("index",)).parts == ("index",) and calls == []
+    assert "model.safetensors.index.json" in other.panel("Repair").plan_view.value
 
 
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
@@ -572,27 +678,151 @@ def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):
     browser.close()
 
 
-def test_files_and_layers_tables_are_paged_with_units(demos: Path):
+def test_files_grid_counts_the_findings_that_name_each_file(demos: Path):
+    """The Files tab is a grid with people's column names and numbers that sort as numbers;
+    its findings column agrees with the findings (the shard an expert-missing finding names
+    counts it), and the filters narrow it."""
     dash = Dashboard(demos / EP_COLLISION)
     files = dash.select("Files").table
-    html_text = files.html.value
-    assert " kB<" in html_text or " MB<" in html_text  # sizes read with units
+    frame = files.frame
+    assert list(frame.columns[:4]) == ["file", "findings", "size", "outlier"]
+    assert "tensor_bytes" not in frame.columns and "data size" in frame.columns
+    assert frame["size"].dtype == "Int64" and frame["data size"].dtype == "int64"
+    named = [f for f in dash.state.findings if f.code == "expert-missing"]
+    assert named and all(f.file for f in named)
+    counts = dict(zip(frame["file"], frame["findings"], strict=True))
+    for f in named:
+        assert counts[f.file] >= sum(g.file == f.file for g in dash.state.findings) > 0
+    # The grid's own sort puts the files with findings first.
+    shown = files.rows()
+    assert list(shown["findings"]) == sorted(shown["findings"], reverse=True)
+    files.flags["with findings"].value = True
+    assert files.matches() == int((frame["findings"] > 0).sum()) < len(frame)
+    assert f"<b>{files.matches()}</b> of {len(frame)} files" in files.count.value
+    files.flags["with findings"].value = False
+    files.text.value = "*-00002-*"
+    assert files.matches() == 1 and set(files.rows()["file"]) == {
+        n for n in frame["file"] if "-00002-" in n
+    }
+    files.regex.value, files.text.value = True, "[unclosed"
+    assert "not a regular expression" in files.count.value
+
+
+def test_layers_grid_names_columns_for_people_and_filters_by_kind(demos: Path):
+    dash = Dashboard(demos / DRIFT)
     layers = dash.select("Layers").table
-    assert layers.page_size == 25
+    frame = layers.frame
+    assert {"is_mtp", "experts_found", "bytes"}.isdisjoint(frame.columns)
+    assert {"MTP", "experts found", "size", "findings"} <= set(frame.columns)
+    assert set(frame["MTP"]) == {"yes", "no"}
+    assert frame["size"].tolist() == dash.scanned.layers["bytes"].tolist()
+    layers.choices["kind"].value = "moe"
+    assert layers.matches() == int((frame["kind"] == "moe").sum()) > 0
+    assert layers.grid is not None and layers.grid.filter == [["kind", "==", "moe"]]
 
 
-def test_paged_table_pages():
-    import pandas as pd
-    from inspector.widgets.dashboard import PagedTable
+def test_tensor_grid_sizes_are_numbers(demos: Path):
+    """The grid sorts `size` in its engine: as bytes, not as the text "22.0 MB"."""
+    from inspector.widgets.browser import GRID_COLUMNS, grid_frame
+    from inspector.widgets.grid import is_bytes_column
 
-    frame = pd.DataFrame({"file": [f"f{i}" for i in range(60)], "size": range(60)})
-    table = PagedTable(frame, title="files", css_class="x", page_size=25)
-    assert "f24" in table.html.value and "f25" not in table.html.value
-    assert "rows 1-25 of 60" in table.where.value and table.prev.disabled
-    table.next.click()
-    table.next.click()
-    assert "rows 51-60 of 60" in table.where.value and table.next.disabled
-    assert "f59" in table.html.value and "f49" not in table.html.value
+    frame = grid_frame(scan(demos / DRIFT).tensors)
+    assert frame["size"].dtype == "int64" and is_bytes_column("size")
+    assert "nbytes" not in GRID_COLUMNS and "elements" in GRID_COLUMNS
+
+
+def test_experts_tab_opens_on_the_faulty_layer(tmp_path: Path, monkeypatch):
+    """Layer 3 of 4 lost experts 4-7 (every other layer is whole): the Experts tab opens
+    zoomed into layer 3, not into the first MoE layer."""
+    import test_report_html
+
+    monkeypatch.setattr(test_report_html, "LOST_PART", None)  # layer 1 keeps all its parts
+    dash = Dashboard(test_report_html.write_moe_checkpoint(tmp_path / "moe"))
+    missing = [f for f in dash.state.findings if f.code == "expert-missing"]
+    assert [f.layer for f in missing] == [3]
+    experts = dash.select("Experts")
+    assert experts.zoomed == 3 and experts.layer.value == 3
+    assert min(experts.layer.options) < 3
+
+
+def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeypatch):
+    """A click on a tab that is not built yet shows a spinner at once and builds it in a
+    thread (the kernel answers the next click meanwhile); the panel replaces the spinner."""
+    import threading
+
+    from inspector.widgets import dashboard as module
+
+    gate = threading.Event()
+    real = module.LayersPanel
+
+    def slow(dash):
+        assert gate.wait(30)  # the build takes as long as the test says
+        return real(dash)
+
+    dash = Dashboard(demos / DRIFT)
+    monkeypatch.setitem(dash._builders, "Layers", lambda: slow(dash))
+    index = dash.TABS.index("Layers")
+    dash.tab.selected_index = index  # returns although the build is blocked
+    (spinner,) = dash.tab.children[index].children
+    assert "ckpt-tab-loading" in spinner.value and "layers" in spinner.value
+    dash.tab.selected_index = dash.TABS.index("Files")  # the next click is answered too
+    assert dash.tab.children[dash.TABS.index("Files")].children
+    gate.set()
+    layers = dash.panel("Layers")
+    assert dash.tab.children[index].children == (layers.widget,)
+
+
+def test_every_tab_holds_its_spinner_before_the_kernel_hears_of_a_click(demos: Path):
+    """The page switches tabs by itself: an unbuilt tab shows the spinner it was drawn with,
+    even while the kernel is too busy to answer the click yet."""
+    dash = Dashboard(demos / DRIFT)  # not displayed: no background worker, nothing clicked
+    for title, box in zip(dash.TABS[1:], dash.tab.children[1:], strict=True):
+        (spinner,) = box.children
+        assert "ckpt-tab-loading" in spinner.value and "Building" in spinner.value, title
+    assert "Building the table of 387 tensors" in dash.tab.children[1].children[0].value
+
+
+def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monkeypatch):
+    """ipykernel gives a message the parent in its `ContextVar`; a thread without its own
+    context took the parent of whatever the kernel handled meanwhile, and when that handler
+    drew progress bars into an Output (a consolidation, the next dashboard's scan), the page
+    swallowed the thread's widgets: a grid or figure that never drew."""
+    import contextvars
+    import threading
+
+    parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
+    gate, seen = threading.Event(), []
+
+    def build():
+        assert gate.wait(30)
+        seen.append(parent.get("none"))
+        from inspector.widgets.dashboard import LayersPanel
+
+        return LayersPanel(dash)
+
+    dash = Dashboard(demos / DRIFT)
+    monkeypatch.setitem(dash._builders, "Layers", build)
+    parent.set("the tab click")
+    dash.tab.selected_index = dash.TABS.index("Layers")
+    parent.set("a consolidation drawing progress bars")  # the kernel's next message
+    gate.set()
+    dash.panel("Layers")
+    assert seen == ["the tab click"]
+
+
+def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch):
+    from inspector.errors import InspectorError
+
+    dash = Dashboard(demos / DRIFT)
+
+    def broken():
+        raise InspectorError("model-00001-of-00004.safetensors: cannot read it")
+
+    monkeypatch.setitem(dash._builders, "Layers", broken)
+    index = dash.TABS.index("Layers")
+    dash.tab.selected_index = index
+    _until(lambda: "ckpt-error" in str(getattr(dash.tab.children[index].children[0], "value", "")))
+    assert "cannot read it" in dash.tab.children[index].children[0].value
 
 
 def test_figures_use_units_on_axes_and_hover(demos: Path):

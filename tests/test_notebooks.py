@@ -86,6 +86,14 @@ EXPECTED: dict[str, list[str]] = {
 }
 
 
+def _html(output) -> str:
+    return "".join(output.get("data", {}).get("text/html", ""))
+
+
+def _plain(output) -> str:
+    return "".join(output.get("data", {}).get("text/plain", ""))
+
+
 def _text(outputs: list) -> str:
     """Everything a reader sees as text: streams, plain and HTML results."""
     parts = []
@@ -115,8 +123,14 @@ def test_every_notebook_is_stored_without_outputs():
                 assert "assert " not in "".join(cell["source"]), path.name
 
 
-@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
-def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], monkeypatch):
+# Notebooks executed by `test_notebook_runs_top_to_bottom`, kept for the HTML export test.
+_EXECUTED: dict[str, nbformat.NotebookNode] = {}
+# The one exported to HTML and opened in Chromium.
+EXPORTED = "01-explore-a-checkpoint"
+
+
+def _execute(path: Path, kernel_env: dict[str, str], monkeypatch) -> nbformat.NotebookNode:
+    """`path` executed headless by nbclient (what nbconvert --execute and papermill run)."""
     for key, value in kernel_env.items():
         monkeypatch.setenv(key, value)
     book = nbformat.read(path, as_version=4)
@@ -127,6 +141,13 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], mon
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()  # raises CellExecutionError, naming the cell, on the first error
+    _EXECUTED[path.stem] = book
+    return book
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], monkeypatch):
+    book = _execute(path, kernel_env, monkeypatch)
     outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = _text(outputs)
@@ -138,5 +159,61 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], mon
             o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
         ]
         assert views, f"{path.name}: no widget was displayed"
+        # Executed headless (nbclient, as nbconvert and papermill do), the dashboard saved its
+        # finished snapshot: the load verdict and the PNG figures, not "checking..." or
+        # "rendering..." placeholders that nothing would fill in after the last cell.
+        snapshots = [html for o in outputs if "ckpt-snapshot" in (html := _html(o))]
+        assert snapshots, f"{path.name}: no snapshot was saved"
+        for html in snapshots:
+            assert "checking..." not in html and "rendering..." not in html, path.name
+        placeholders = [t for o in outputs if "rendering...)" in (t := _plain(o))]
+        assert placeholders == [] and any("image/png" in o.get("data", {}) for o in outputs)
     # The working copies are where the env var says (the demo folder itself stays untouched).
     assert not (Path(kernel_env["CKPT_DEMO_DIR"]) / ".ckpt-inspect-backup").exists()
+
+
+@pytest.mark.browser
+def test_an_executed_notebook_saved_as_html_shows_its_snapshot(
+    kernel_env: dict[str, str], monkeypatch, tmp_path: Path
+):
+    """What a person shares after `jupyter nbconvert --execute` and `--to html`: opened
+    without the widget manager or the network, the page shows the dashboard's finished
+    snapshot and its PNG figures. The notebook executed above is reused (run alone, this
+    executes it)."""
+    from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
+    from nbconvert import HTMLExporter
+
+    sync_playwright = sync_playwright_or_fail()
+    book = _EXECUTED.get(EXPORTED)
+    if book is None:
+        book = _execute(NOTEBOOKS / f"{EXPORTED}.ipynb", kernel_env, monkeypatch)
+    outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.outputs]
+    pngs = sum("image/png" in o.get("data", {}) for o in outputs)
+    page_file = tmp_path / f"{EXPORTED}.html"
+    page_file.write_text(HTMLExporter().from_notebook_node(book)[0], encoding="utf-8")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            local = "file://"
+            page.route(
+                "**/*",
+                lambda route: (
+                    route.continue_() if route.request.url.startswith(local) else route.abort()
+                ),
+            )
+            page.goto(page_file.as_uri(), wait_until="load")
+            snapshot = page.locator(".ckpt-snapshot").first
+            snapshot.wait_for(state="visible", timeout=30_000)
+            text = " ".join(snapshot.inner_text().split())
+            shown = page.evaluate(
+                "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
+                ".filter(img => img.complete && img.naturalWidth > 0 && img.offsetParent)"
+                ".length"
+            )
+            page.screenshot(path=str(ARTIFACTS / "headless-snapshot-html.png"), full_page=True)
+        finally:
+            browser.close()
+    assert "Will it load?" in text and "checking" not in text and "rendering" not in text, text
+    assert pngs >= 3 and shown == pngs

@@ -210,3 +210,63 @@ def test_report_says_whether_it_loads_with_the_names_escaped(checkpoint: Path, t
     # Without a verdict the report makes no claim about loading.
     bare = write_html_report(scanned, [], tmp_path / "b.html").read_text()
     assert "<section id='load'>" not in bare
+
+
+def test_expert_missing_rows_name_the_missing_experts(report):
+    """The experts column of a layer that lost several experts says which, from the same
+    experts table the finding was made from."""
+    text = report[0].read_text(encoding="utf-8")
+    row = re.search(r"<tr class='finding sev-error' data-code='expert-missing'>(.*?)</tr>", text)
+    assert row is not None
+    assert re.search(r"<td>3</td><td class='experts'>4-7</td>$", row.group(1)), row.group(1)
+    incomplete = re.search(
+        r"<tr class='finding sev-error' data-code='expert-incomplete'>(.*?)</tr>", text
+    )
+    assert incomplete is not None and "<td class='experts'>2</td>" in incomplete.group(1)
+
+
+def test_file_names_wrap_between_words_not_inside_them(report):
+    text = report[0].read_text(encoding="utf-8")
+    rule = re.search(r"td\.name \{([^}]*)\}", text)
+    assert rule is not None and "anywhere" not in rule.group(1) and "break-all" not in rule.group(1)
+    # Wrap points after the separators of every shard name the table shows.
+    assert re.search(r"model-<wbr>\d{5}-<wbr>of-<wbr>\d{5}\.<wbr>safetensors", text)
+
+
+@pytest.mark.parametrize("figures", ["cdn", "png"])
+def test_light_reports_are_small_enough_to_attach(
+    demo_checkpoints: Path, tmp_path: Path, figures: str
+):
+    """Every demo checkpoint's light report is under 500 kB (the full one is about 5 MB):
+    `--light` loads plotly.js from its CDN and says so; `--figures png` draws PNG images."""
+    bundle = plotly.offline.get_plotlyjs()
+    demos = sorted(p for p in demo_checkpoints.iterdir() if (p / "README.txt").is_file())
+    assert len(demos) >= 8
+    for demo in demos[:: 1 if figures == "cdn" else 4]:  # PNGs need a browser: a few
+        out = tmp_path / f"{demo.name}.html"
+        flag = ["--light"] if figures == "cdn" else ["--figures", "png"]
+        assert main(["report", str(demo), "-o", str(out), "--no-model", *flag]) == 0
+        text = out.read_text(encoding="utf-8")
+        assert out.stat().st_size < 500_000, (demo.name, out.stat().st_size)
+        assert bundle not in text and "id='figures-note'" in text
+        if figures == "cdn":
+            version = plotly.offline.get_plotlyjs_version()
+            tag = re.search(r"<script charset='utf-8' src='([^']+)' integrity='([^']+)'", text)
+            assert (
+                tag is not None and tag.group(1) == f"https://cdn.plot.ly/plotly-{version}.min.js"
+            )
+            assert tag.group(2).startswith("sha384-")
+            assert "need internet access" in text and text.count("Plotly.newPlot(") >= 4
+        else:
+            assert "<script" not in text and "Plotly.newPlot(" not in text
+            assert text.count("src='data:image/png;base64,") >= 4
+
+
+def test_full_report_stays_the_offline_default(checkpoint: Path, tmp_path: Path):
+    from inspector.widgets.report import render_html_report
+
+    scanned = scan(checkpoint)
+    text = render_html_report(scanned, check(scanned))
+    assert plotly.offline.get_plotlyjs() in text and "figures-note" not in text
+    with pytest.raises(ValueError, match="figures='svg'"):
+        render_html_report(scanned, [], figures="svg")  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ notebook as a traceback.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ from inspector._internal.report.markdown import markdown_summary
 from inspector.errors import InspectorError, PlanRefusedError
 
 from .controls import button
+from .guard import EXPECTED_ERRORS as _EXPECTED
+from .guard import captured, guarded
+from .guard import error_html as _error
 from .report import write_html_report
 
 if TYPE_CHECKING:
@@ -40,8 +44,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 
-# What a panel catches and shows; anything else is a bug and should surface as one.
-_EXPECTED = (InspectorError, ValueError, OSError)
 # ipywidgets treats a None value as "nothing selected", so "" stands for "no policy".
 _DUPLICATES = [
     ("refuse (decide yourself)", ""),
@@ -56,10 +58,6 @@ def _hidden(widget: w.Widget, hidden: bool) -> None:
     widget.layout.display = "none" if hidden else None
 
 
-def _error(exc: BaseException) -> str:
-    return f'<div style="color:#d62728"><b>{type(exc).__name__}</b>: {html_text(exc)}</div>'
-
-
 class RepairPanel:
     """The repair plan as words and a diff, and what it fixes: the findings the plan resolves
     and those it cannot (with what would fix them), from `preview_repair` re-checking the
@@ -69,7 +67,11 @@ class RepairPanel:
     (`inspector._internal.plans.restore.plan_restore`, the field pre-filled with the candidate
     `inspector._internal.findings.references` knows). Repair is enabled only when the plan fixes an
     error or a warning (or writes tensors back); it asks for confirmation, executes the plan, shows
-    what was written and where the backups are, and refreshes the dashboard."""
+    what was written and where the backups are, and refreshes the dashboard.
+
+    The plan is made when the tab is first shown (`on_shown`), by the thread the tab click
+    started, with a spinner meanwhile: on 300,000 tensors planning and re-checking takes
+    seconds of the kernel's time, which a person who never opens the tab should not pay."""
 
     _PARTS = ("index", "sidecars", "quant-config")
 
@@ -77,14 +79,20 @@ class RepairPanel:
         self.dash = dash
         self.plan: Any = None
         self.preview: Any = None
+        # Whether a plan was made (or is being made); the lock keeps two threads (a tab
+        # click's and a button's) from planning at once.
+        self.planned = False
+        self._planning = threading.RLock()
         self.parts: tuple[str, ...] = ()
         # The reference `repair --from` copies lost tensors from (None: a repair plan).
         self.restoring: str | None = None
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
         self.scope = w.HTML().add_class("ckpt-repair-scope")
+        self.verdict = w.HTML().add_class("ckpt-repair-verdict")
+        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
         all_parts = button("Repair all", "ckpt-plan-all", icon="expand")
-        all_parts.on_click(lambda _: self.use_parts(()))
+        all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
         candidate = restore_reference(dash.scanned)
         self.source = w.Text(
             value=candidate.path if candidate is not None else "",
@@ -93,20 +101,18 @@ class RepairPanel:
             layout=w.Layout(width="60%"),
         ).add_class("ckpt-restore-source")
         restore = button("Plan restore", "ckpt-plan-restore", icon="download")
-        restore.on_click(lambda _: self.use_restore(self.source.value.strip()))
+        restore.on_click(guarded(lambda: self.use_restore(self.source.value.strip()), self.verdict))
         replan = button("Plan again", "ckpt-plan-button", icon="refresh")
-        replan.on_click(lambda _: self.make_plan())
-        self.verdict = w.HTML().add_class("ckpt-repair-verdict")
+        replan.on_click(guarded(lambda: self.make_plan(), self.verdict))
         self.plan_view = w.HTML().add_class("ckpt-repair-plan")
         self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
-        self.repair.on_click(lambda _: self.ask())
+        self.repair.on_click(guarded(lambda: self.ask(), self.verdict))
         self.question = w.HTML().add_class("ckpt-confirm-question")
         self.confirm = button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
-        self.confirm.on_click(lambda _: self.execute())
+        self.confirm.on_click(guarded(lambda: self.execute(), self.result))
         self.cancel = button("Cancel", "ckpt-cancel-button")
-        self.cancel.on_click(lambda _: self.ask(cancel=True))
+        self.cancel.on_click(guarded(lambda: self.ask(cancel=True), self.verdict))
         self.confirm_box = w.VBox([self.question, w.HBox([self.confirm, self.cancel])])
-        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [
@@ -121,27 +127,51 @@ class RepairPanel:
             ],
             layout=w.Layout(width="100%"),
         )
-        self.make_plan()
+        self.verdict.value = "<i style='color:#666'>The plan is made when the tab is shown.</i>"
+        self.repair.disabled = True
+        _hidden(self.confirm_box, True)
+
+    def on_shown(self) -> None:
+        """Its tab is shown (the dashboard's hook): make the plan, the first time."""
+        with self._planning:
+            if not self.planned:
+                self.make_plan()
 
     def use_parts(self, parts: tuple[str, ...]) -> None:
         """Plan only `parts` (index, sidecars, quant-config); all of them when empty or
-        "all"."""
-        self.parts = () if "all" in parts else tuple(parts)
-        self.restoring = None
-        if "quant-config" in self.parts:
-            self.quant.value = True
-        self.make_plan()
+        "all". Before the tab was first shown, only the choice is made: showing it plans."""
+        with self._planning:
+            self.parts = () if "all" in parts else tuple(parts)
+            self.restoring = None
+            if "quant-config" in self.parts:
+                self.quant.value = True
+            if self.planned:
+                self.make_plan()
 
     def use_restore(self, source: str) -> None:
-        """Plan copying the tensors this checkpoint lost back from `source`."""
-        self.source.value = source
-        self.restoring = source
-        self.make_plan()
+        """Plan copying the tensors this checkpoint lost back from `source` (when the tab
+        was shown before; else showing it plans)."""
+        with self._planning:
+            self.source.value = source
+            self.restoring = source
+            if self.planned:
+                self.make_plan()
 
     def make_plan(self) -> None:
         """Plan from the current scan with the chosen options (nothing is written), and
         preview what the plan fixes."""
-        self.ask(cancel=True)
+        with self._planning:
+            self.planned = True
+            self.ask(cancel=True)
+            self.repair.disabled = True
+            self.verdict.value = (
+                "<div class='ckpt-repair-planning' style='color:#555'>"
+                "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+                "Planning the repair and re-checking what it fixes...</div>"
+            )
+            self._make_plan()
+
+    def _make_plan(self) -> None:
         state = self.dash.state
         if self.restoring is not None:
             self.scope.value = (
@@ -365,13 +395,13 @@ class ConsolidatePanel:
         ).add_class("ckpt-consolidate-overwrite")
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
+        self.status = w.HTML().add_class("ckpt-consolidate-status")
         plan = button("Plan", "ckpt-consolidate-plan")
-        plan.on_click(lambda _: self.make_plan())
+        plan.on_click(guarded(lambda: self.make_plan(), self.status))
         self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
-        self.run.on_click(lambda _: self.execute())
+        self.run.on_click(guarded(lambda: self.execute(), self.status))
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
-        self.status = w.HTML().add_class("ckpt-consolidate-status")
         note = ""
         if suggested is not None:
             note = (
@@ -423,13 +453,15 @@ class ConsolidatePanel:
         self.run.disabled = True
         self.progress.clear_output()
         try:
-            with self.progress:
-                result = plan.execute(
+            result = captured(
+                self.progress,
+                lambda: plan.execute(
                     progress=True,
                     verify_data=self.verify_data.value,
                     workers=self.workers.value,
                     overwrite=self.overwrite.value,
-                )
+                ),
+            )
         except _EXPECTED as exc:
             self.progress.clear_output()
             self.status.value = _refused(exc, overwrite=self.overwrite.value)
@@ -466,29 +498,47 @@ def _refused(exc: BaseException, *, overwrite: bool) -> str:
 
 
 class ReportPanel:
-    """Buttons that write the self-contained HTML report and show the Markdown summary."""
+    """Buttons that write the self-contained HTML report and show the Markdown summary; the
+    report's figures are interactive with plotly.js embedded (offline, about 5 MB), loaded
+    from its CDN (small enough to attach) or PNG images."""
 
     def __init__(self, dash: Dashboard) -> None:
         self.dash = dash
         name = dash.scanned.path.name or "checkpoint"
         self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
         self.path.layout.width = "90%"
-        write = button("Write HTML report", "ckpt-report-button", icon="file")
-        write.on_click(lambda _: self.write_report())
-        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
-        summary.on_click(lambda _: self.show_markdown())
         self.status = w.HTML().add_class("ckpt-report-status")
+        write = button("Write HTML report", "ckpt-report-button", icon="file")
+        write.on_click(guarded(lambda: self.write_report(), self.status))
+        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
+        summary.on_click(guarded(lambda: self.show_markdown(), self.status))
+        self.figures = w.Dropdown(
+            options=[
+                ("interactive, plotly.js embedded (offline, ~5 MB)", "embedded"),
+                ("light: plotly.js from its CDN (to attach)", "cdn"),
+                ("PNG images (offline, not interactive)", "png"),
+            ],
+            value="embedded",
+            description="figures",
+            layout=w.Layout(width="28em"),
+        ).add_class("ckpt-report-figures")
         self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
         self.markdown.add_class("ckpt-markdown")
         _hidden(self.markdown, True)
-        self.widget = w.VBox([self.path, w.HBox([write, summary]), self.status, self.markdown])
+        self.widget = w.VBox(
+            [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
+        )
 
     def write_report(self) -> Path | None:
         """Write the HTML report to the path in the form; returns it, None on failure."""
         state = self.dash.state
         try:
             target = write_html_report(
-                state.scanned, state.findings, self.path.value.strip(), verdict=state.verdict
+                state.scanned,
+                state.findings,
+                self.path.value.strip(),
+                verdict=state.verdict,
+                figures=self.figures.value,
             )
         except _EXPECTED as exc:
             self.status.value = _error(exc)

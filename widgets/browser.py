@@ -15,6 +15,7 @@ applies with pandas (`inspector._internal.report.query`); the export writes
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +24,24 @@ import pandas as pd
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
-from inspector._internal.common.units import format_bytes
 from inspector._internal.report.html import html_text
 from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
 from inspector.errors import InspectorError
 
+from .grid import GridCells, choice, make_grid, match_expression, table_name
+from .guard import guarded
+
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
 
 _ANY = "any"
-# Grid columns in display order; `size` is `nbytes` as text ("4.1 GB"), sort by `nbytes`.
+# Grid columns in display order; `size` is the tensor's bytes (a number: it sorts as one, and
+# is drawn "4.1 GB", see `widgets.grid`), `elements` its numel.
 GRID_COLUMNS = [
     "name",
     "dtype",
     "shape",
     "size",
-    "nbytes",
-    "numel",
+    "elements",
     "layer",
     "expert",
     "kind",
@@ -46,7 +49,6 @@ GRID_COLUMNS = [
     "module",
     "param",
 ]
-_MATCH = "name matches"
 
 
 def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
@@ -56,13 +58,12 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
-    and expert numbers kept as integers, shapes and sizes as text. Names are shown legible
-    (`inspector._internal.common.display.legible`: bounded, control characters escaped), which
-    leaves every name a writer produces as it is; the export writes the exact names."""
-    sizes = tensors["nbytes"].to_numpy()
-    # A 300,000-tensor MoE has a few dozen distinct shapes and sizes: format each once.
+    and expert numbers kept as integers, shapes as text, sizes and element counts as numbers.
+    Names are shown legible (`inspector._internal.common.display.legible`: bounded, control
+    characters escaped), which leaves every name a writer produces as it is; the export writes
+    the exact names."""
+    # A 300,000-tensor MoE has a few dozen distinct shapes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
-    texts: dict[int, str] = {int(v): format_bytes(v) for v in pd.unique(sizes)}
     return pd.DataFrame(
         {
             "name": _legible(tensors["name"]),
@@ -71,9 +72,8 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
                 shapes.get(s) or shapes.setdefault(s, "[" + ", ".join(map(str, s)) + "]")
                 for s in tensors["shape"]
             ],
-            "size": [texts[v] for v in sizes.tolist()],
-            "nbytes": sizes.astype("int64"),
-            "numel": tensors["numel"].to_numpy(dtype="int64"),
+            "size": tensors["nbytes"].to_numpy(dtype="int64"),
+            "elements": tensors["numel"].to_numpy(dtype="int64"),
             "layer": tensors["layer"].astype("Int64"),
             "expert": tensors["expert"].astype("Int64"),
             "kind": tensors["kind"].astype(str).to_numpy(dtype=object),
@@ -94,19 +94,18 @@ def grid_config(query: TensorQuery) -> dict[str, Any]:
     if query.names:
         filters.append(["name", "in", list(query.names)])
     expressions: dict[str, str] = {}
-    pattern = query.pattern()
-    if pattern is not None:
-        # A Perspective string literal: backslashes and quotes escaped; RE2 sees the pattern.
-        literal = pattern.replace("\\", "\\\\").replace("'", "\\'")
-        expressions[_MATCH] = f"match(\"name\", '{literal}')"
-        filters.append([_MATCH, "==", True])
+    if query.pattern() is not None:
+        name, expression = match_expression("name", query.name, regex=query.regex)
+        expressions[name] = expression
+        filters.append([name, "==", True])
     return {"filter": filters, "expressions": expressions}
 
 
 class TensorBrowser:
     """Filter controls, a match count, export buttons and the grid. `query` is the current
     filter; `set_query` changes it (the controls follow). With `defer_grid` the grid widget
-    waits for `show_grid` (the table is built at once)."""
+    waits for `show_grid` (the table is built at once); `cells=False` inside a dashboard,
+    whose `GridCells` draws the byte columns."""
 
     def __init__(
         self,
@@ -115,35 +114,38 @@ class TensorBrowser:
         query: TensorQuery | None = None,
         export_dir: str | os.PathLike[str] | None = None,
         defer_grid: bool = False,
+        cells: bool = True,
     ) -> None:
         import perspective
 
         self.scanned = scanned
         self.tensors = scanned.tensors
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
-        self.table = perspective.table(grid_frame(self.tensors), name=f"tensors-{id(self)}")
+        self.table = perspective.table(grid_frame(self.tensors), name=table_name("tensors"))
         # The grid widget is created when it is first shown (see `show_grid`).
         self.grid: Any = None
+        self._grid_lock = threading.Lock()
         self._grid_box = w.VBox(
             [w.HTML("<i>The grid is drawn when the tab is shown.</i>")],
             layout=w.Layout(width="100%"),
         )
         t = self.tensors
+        self.count = w.HTML().add_class("ckpt-tensor-count")
+        self.export_status = w.HTML().add_class("ckpt-export-status")
         self.name = w.Text(
             placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
             continuous_update=False,
             layout=w.Layout(flex="1 1 auto", min_width="20em"),
         ).add_class("ckpt-tensor-name")
         self.regex = w.Checkbox(description="regex", indent=False, layout=w.Layout(width="5em"))
-        self.dtype = _choice("dtype", _values(t["dtype"]), "ckpt-tensor-dtype")
-        self.layer = _choice("layer", _numbers(t["layer"]), "ckpt-tensor-layer")
-        self.expert = _choice("expert", _numbers(t["expert"]), "ckpt-tensor-expert")
-        self.kind = _choice("kind", _values(t["kind"]), "ckpt-tensor-kind")
-        self.file = _choice("file", _values(t["file"]), "ckpt-tensor-file", width="22em")
+        self.dtype = choice("dtype", _values(t["dtype"]), "ckpt-tensor-dtype")
+        self.layer = choice("layer", _numbers(t["layer"]), "ckpt-tensor-layer")
+        self.expert = choice("expert", _numbers(t["expert"]), "ckpt-tensor-expert")
+        self.kind = choice("kind", _values(t["kind"]), "ckpt-tensor-kind")
+        self.file = choice("file", _values(t["file"]), "ckpt-tensor-file", width="22em")
         clear = w.Button(description="Clear", icon="times", layout=w.Layout(width="auto"))
         clear.add_class("ckpt-tensor-clear")
-        clear.on_click(lambda _: self.set_query(TensorQuery()))
-        self.count = w.HTML().add_class("ckpt-tensor-count")
+        clear.on_click(guarded(lambda: self.set_query(TensorQuery()), self.count))
         self.export_name = w.Text(
             value=str(self.export_dir / f"{scanned.path.name or 'checkpoint'}-tensors"),
             description="export to",
@@ -151,25 +153,35 @@ class TensorBrowser:
         )
         csv = w.Button(description="CSV", icon="download", layout=w.Layout(width="auto"))
         parquet = w.Button(description="Parquet", icon="download", layout=w.Layout(width="auto"))
-        csv.add_class("ckpt-export-csv").on_click(lambda _: self.export("csv"))
-        parquet.add_class("ckpt-export-parquet").on_click(lambda _: self.export("parquet"))
-        self.export_status = w.HTML().add_class("ckpt-export-status")
+        csv.add_class("ckpt-export-csv").on_click(
+            guarded(lambda: self.export("csv"), self.export_status)
+        )
+        parquet.add_class("ckpt-export-parquet").on_click(
+            guarded(lambda: self.export("parquet"), self.export_status)
+        )
         self._controls: tuple[w.Widget, ...] = (self.name, self.regex, self.dtype, self.layer)
         self._controls += (self.expert, self.kind, self.file)
         self._quiet = False
         for control in self._controls:
-            control.observe(lambda _: self._from_controls(), names="value")
+            control.observe(guarded(self._from_controls, self.count), names="value")
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
-        self.widget = w.VBox(
-            [
-                w.HBox([self.name, self.regex, clear], layout=wrap),
-                w.HBox([self.dtype, self.layer, self.expert, self.kind, self.file], layout=wrap),
-                self.count,
-                self._grid_box,
-                w.HBox([self.export_name, csv, parquet, self.export_status], layout=wrap),
-            ],
-            layout=w.Layout(width="100%"),
-        ).add_class("ckpt-tensor-browser")
+        self.widget = (
+            w.VBox(
+                [
+                    w.HBox([self.name, self.regex, clear], layout=wrap),
+                    w.HBox(
+                        [self.dtype, self.layer, self.expert, self.kind, self.file], layout=wrap
+                    ),
+                    self.count,
+                    self._grid_box,
+                    w.HBox([self.export_name, csv, parquet, self.export_status], layout=wrap),
+                    *([GridCells()] if cells else []),
+                ],
+                layout=w.Layout(width="100%"),
+            )
+            .add_class("ckpt-tensor-browser")
+            .add_class("ckpt-grid-box")
+        )
         self.query = TensorQuery()
         self.set_query(query or TensorQuery())
         if not defer_grid:
@@ -179,25 +191,23 @@ class TensorBrowser:
         """Create the grid on the table (once). A grid created in a hidden tab loads a
         million-row table while it has no size and then draws no rows when shown, and its
         loading stalls the page for the other tabs' widgets: the dashboard builds the table
-        in the background and calls this when the Tensors tab is shown."""
-        if self.grid is not None:
-            return
-        grid = _grid_class()(
-            self.table,
-            plugin="Datagrid",
-            columns=GRID_COLUMNS,
-            settings=False,
-            theme="Pro Light",
-            title=f"tensors of {self.scanned.path.name}",
-        )
-        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing inside
-        # a VBox: a fixed flex basis keeps the grid 560 px tall.
-        grid.layout = w.Layout(width="100%", height="560px", flex="0 0 auto")
-        grid.add_class("ckpt-tensor-grid")
-        config = grid_config(self.query)
-        grid.expressions, grid.filter = config["expressions"], config["filter"]
-        self.grid = grid
-        self._grid_box.children = [grid]
+        in the background and calls this when the Tensors tab is shown. Safe to call from
+        two threads at once (a tab click's and the caller of `Dashboard.select`)."""
+        with self._grid_lock:
+            if self.grid is not None:
+                return
+            self.grid = make_grid(
+                self.table,
+                columns=GRID_COLUMNS,
+                title=f"tensors of {self.scanned.path.name}",
+                css_class="ckpt-tensor-grid",
+                **grid_config(self.query),
+            )
+            self._grid_box.children = [self.grid]
+
+    def on_shown(self) -> None:
+        """Its tab is shown (the dashboard's hook): the grid."""
+        self.show_grid()
 
     def set_query(self, query: TensorQuery) -> None:
         """Show the tensors `query` selects; the controls show its fields."""
@@ -267,10 +277,11 @@ class TensorBrowser:
         except InspectorError as exc:
             self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
             return
-        self.query = query
-        if self.grid is not None:
-            self.grid.expressions = config["expressions"]
-            self.grid.filter = config["filter"]
+        with self._grid_lock:  # a grid being created takes this query or gets it here
+            self.query = query
+            if self.grid is not None:
+                self.grid.expressions = config["expressions"]
+                self.grid.filter = config["filter"]
         total = len(self.tensors)
         n = self.matches() if config["filter"] else total
         # What the filter would show were the checkpoint whole: a missing expert says so.
@@ -285,48 +296,6 @@ class TensorBrowser:
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         return self.widget._repr_mimebundle_(**kwargs)
-
-
-# perspective-python 5.6 defines the `regular-layout` custom elements without checking whether
-# an earlier copy of its module (another grid on the page: each widget evaluates its own copy)
-# already did, and the second grid fails to render. Its other elements skip a duplicate
-# registration; this prologue gives these three the same treatment.
-_DEFINE_ONCE = """
-{
-  const define = customElements.define.bind(customElements);
-  const once = new Set(["regular-layout", "regular-layout-frame", "regular-layout-tab"]);
-  if (!customElements.__ckptDefineOnce) {
-    customElements.define = (name, cls, options) =>
-      once.has(name) && customElements.get(name) ? undefined : define(name, cls, options);
-    customElements.__ckptDefineOnce = true;
-  }
-}
-"""
-_GRID: type | None = None
-
-
-def _grid_class() -> type:
-    """PerspectiveWidget with the define-once prologue (built once per kernel)."""
-    global _GRID
-    if _GRID is None:
-        import perspective.widget
-        from perspective.widget import PerspectiveWidget
-
-        # The module file itself (anywidget wraps the class attribute in a file watcher).
-        esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
-        source = esm.read_text(encoding="utf-8")
-        _GRID = type("TensorGrid", (PerspectiveWidget,), {"_esm": _DEFINE_ONCE + source})
-    return _GRID
-
-
-def _choice(label: str, options: list[Any], css: str, *, width: str = "12em") -> w.Dropdown:
-    return w.Dropdown(
-        options=[(_ANY, None), *((str(v), v) for v in options)],
-        value=None,
-        description=label,
-        layout=w.Layout(width=width),
-        style={"description_width": "auto"},
-    ).add_class(css)
 
 
 def _option_values(control: w.Dropdown) -> set[Any]:

@@ -28,6 +28,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_path_arguments(p)
     p.add_argument("-o", "--output", type=Path, help="HTML file (default: <name>-report.html)")
     p.add_argument(
+        "--figures",
+        choices=("embedded", "cdn", "png"),
+        default="embedded",
+        help="how the figures are drawn: plotly.js embedded (default, about 5 MB, offline), "
+        "loaded from its CDN (small, needs internet to draw), or PNG images (small, offline, "
+        "needs kaleido and Chrome/Chromium)",
+    )
+    p.add_argument(
+        "--light",
+        dest="figures",
+        action="store_const",
+        const="cdn",
+        help="a report small enough to attach: the same as --figures cdn",
+    )
+    p.add_argument(
         "--markdown",
         action="store_true",
         help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
@@ -60,6 +75,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         )
         return EXIT_CANNOT
     default = Path(f"{scanned.path.name.removesuffix('.safetensors')}-report.html")
-    written = write_html_report(scanned, findings, args.output or default, verdict=verdict)
+    written = write_html_report(
+        scanned, findings, args.output or default, verdict=verdict, figures=args.figures
+    )
     print(f"wrote {legible(written)}", file=sys.stderr if args.markdown else sys.stdout)
     return EXIT_OK

@@ -6,16 +6,24 @@ findings of one root cause with its fix (the Overview lists issues, the Findings
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector._internal.report.html`, the tensor grid from `widgets.browser`. Tabs other than Overview
-are built when first selected, or ahead of that by a background worker once the Overview is on
-screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
-checkpoint opens after one scan and the plain checks.
+`inspector._internal.report.html`, the grids (tensors, files, layers) from `widgets.grid` and
+`widgets.browser`. Tabs other than Overview are built ahead of the first click by a
+background worker once the Overview is on screen, so a 300,000-tensor checkpoint opens after
+one scan and the plain checks. What costs the page or the kernel seconds waits until its tab
+is first shown (`on_shown`): the grid and figure widgets (`widgets.plot`; a figure drawn into
+a hidden tab has no size, and the page evaluates plotly.js only when a figure is wanted) and
+the repair plan. A click never waits for the worker: a tab that is not built yet shows the
+spinner it was drawn with (the page switches tabs by itself) and is built in a thread
+(`_on_select`), so the kernel answers the next click meanwhile.
 
 The Overview answers "will it load?" with the model code's own verdict
-(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more than
-everything else together, so the Overview is drawn from the plain checks and the verdict is computed
-in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
-holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
+(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
+than everything else together, so the Overview is drawn from the plain checks and the verdict
+is computed in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for
+the verdict and holds its findings and problems too. The Overview, Tensors, Files, Layers and
+Experts tabs are drawn from `dash.current` (Files and Layers recount their findings when the
+verdict arrives: `when_checked`); Findings and Repair list the load check's findings, so they
+wait for `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
@@ -27,9 +35,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from contextvars import copy_context
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +50,13 @@ import pandas as pd
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
-from inspector._internal.findings.finding import Finding, findings_to_frame
+from inspector._internal.common.display import legible
+from inspector._internal.findings.finding import (
+    Finding,
+    findings_per_file,
+    findings_to_frame,
+    severity_rank,
+)
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.references import restore_reference
 from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
@@ -58,6 +74,10 @@ from inspector._internal.report.query import TensorQuery, query_for_finding
 from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button
+from .grid import FrameGrid, GridCells, yes_no
+from .guard import EXPECTED_ERRORS, captured, error_html, guarded
+from .plot import FigureBox, figure_widget
+from .snapshot import headless
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -66,15 +86,6 @@ __all__ = ["CheckpointState", "Dashboard"]
 
 _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
-_FILE_COLUMNS = [
-    "file",
-    "size",
-    "tensors",
-    "tensor_bytes",
-    "first_layer",
-    "last_layer",
-    "read findings",
-]
 _FINDINGS_PER_PROBLEM = 3
 _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
 _PAGE = 25
@@ -142,7 +153,11 @@ class Dashboard:
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
-    code ships in the checkpoint folder (see `inspector._internal.load.verdict`).
+    code ships in the checkpoint folder (see
+    `inspector._internal.load.verdict`). `wait=True` makes the
+    cell wait for the load check and the snapshot's figures before it ends, as it does by
+    itself when the notebook is executed headless (nbclient, `jupyter nbconvert --execute`,
+    papermill): the saved notebook then holds the finished snapshot.
     """
 
     TABS = (
@@ -157,9 +172,12 @@ class Dashboard:
         "Report",
     )
 
-    # The tabs the background worker builds ahead of the first click: the light ones first,
-    # so that a click meanwhile does not wait for the tensor table (seconds at 1M tensors).
-    PREBUILT = ("Findings", "Files", "Layers", "Experts", "Repair", "Tensors")
+    # The tabs the background worker builds ahead of the first click. Those drawn from the
+    # plain checks come first (the tensor table, seconds at 1M tensors, first of all); those
+    # that list the load check's findings wait for it. A click never waits for the worker: a
+    # tab not built yet shows a spinner and is built in a thread of its own (`_on_select`).
+    PREBUILT = ("Tensors", "Layers", "Files", "Experts")
+    PREBUILT_WITH_VERDICT = ("Findings", "Repair")
 
     def __init__(
         self,
@@ -170,11 +188,15 @@ class Dashboard:
         snapshot: bool = True,
         model: bool = True,
         trust_remote_code: bool = False,
+        wait: bool | None = None,
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
         from .browser import TensorBrowser
 
         self.model, self.trust_remote_code = model, trust_remote_code
+        # Whether displaying waits for the finished snapshot; None: when the run is headless.
+        self.wait_when_headless = wait
+        self._headless = False
         # The plain checks now; the load verdict in a thread (see the module docstring).
         self.current = _load_with_progress(source, progress=progress, pending=model)
         self._complete: Future[CheckpointState] = Future()
@@ -184,7 +206,7 @@ class Dashboard:
         self._builders: dict[str, Callable[[], Any]] = {
             "Overview": lambda: OverviewPanel(self),
             "Tensors": lambda: TensorBrowser(
-                self.scanned, export_dir=self.report_dir, defer_grid=True
+                self.scanned, export_dir=self.report_dir, defer_grid=True, cells=False
             ),
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
@@ -201,10 +223,13 @@ class Dashboard:
         )
         self.tab = w.Tab(children=[w.VBox() for _ in self.TABS]).add_class("ckpt-tabs")
         self.tab.titles = self.TABS
-        self.tab.observe(self._on_select, names="selected_index")
-        rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
+        # What went wrong with the last action that has no status line of its own (a
+        # re-scan, a button of the Overview, building a tab): one line under the header.
+        self.notice = w.HTML().add_class("ckpt-notice")
+        self.tab.observe(guarded(self._on_select, self.notice, clear=True), names="selected_index")
+        self.rescan = rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
         rescan.layout.flex = "0 0 auto"
-        rescan.on_click(lambda _: self.refresh())
+        rescan.on_click(guarded(self.refresh, self.notice, clear=True))
         # The re-scan's progress bar is drawn here (tqdm.auto writes into the Output widget).
         self.progress = w.Output().add_class("ckpt-progress")
         top = w.HBox(
@@ -214,18 +239,21 @@ class Dashboard:
         from .autosize import Autosize
 
         self.widget = w.VBox(
-            [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
+            [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
+            layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
             from .snapshot import Snapshot
 
             self._snapshot = Snapshot()
-        # Panels are built by the main thread on a click or by the background worker ahead of
-        # it; the lock keeps them from building the same one twice. A panel may wait for the
-        # load verdict while it holds that lock, so the verdict is published under another.
+        # Panels are built by the background worker ahead of a click, by a thread a click
+        # starts, or by a caller of `panel`; `_pending` holds one future per panel, claimed
+        # under the lock by whoever builds it first, so none is built twice and nobody holds
+        # the lock while building. The load verdict is published under its own lock.
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
+        self._pending: dict[str, Future[Any]] = {}
         self._generation = 0
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
@@ -250,22 +278,29 @@ class Dashboard:
     def refresh(self) -> None:
         """Re-scan and re-check the folder (a remote one through the same storage, listed
         afresh; the load check too: its model is cached by now), then redraw the open tab;
-        other tabs are rebuilt when next selected. The saved snapshot follows."""
+        other tabs are rebuilt when next selected. The saved snapshot follows. When the
+        scan fails (the folder is gone), the error is raised and the dashboard keeps showing
+        the previous state."""
         self.progress.clear_output()
-        with self.progress:
-            state = CheckpointState.load(
-                Location(self.scanned.location.storage.fresh()),
-                progress=True,
-                model=self.model,
-                trust_remote_code=self.trust_remote_code,
+        try:
+            state = captured(
+                self.progress,
+                lambda: CheckpointState.load(
+                    Location(self.scanned.location.storage.fresh()),
+                    progress=True,
+                    model=self.model,
+                    trust_remote_code=self.trust_remote_code,
+                ),
             )
-        self.progress.clear_output()
+        finally:
+            self.progress.clear_output()
         for panel in self.panels.values():
             close = getattr(panel, "close", None)
             if close is not None:
                 close()
         with self._lock, self._state_lock:
             self.panels.clear()
+            self._pending.clear()
             self._generation += 1
             self.current = state
             if self._complete.done():
@@ -274,6 +309,10 @@ class Dashboard:
         self._draw()
         if self._snapshot is not None:
             self._snapshot.update(self.state)
+            if self._headless:
+                generation = self._generation
+                self._snapshot.render_figures(state, current=lambda: generation == self._generation)
+                return
         self._start_worker()
 
     def _start_verdict(self) -> None:
@@ -297,17 +336,19 @@ class Dashboard:
                     return  # a refresh replaced the state meanwhile
                 self.current = state
                 self._complete.set_result(state)
-            # Only what shows `current` is redrawn: every other tab waited for this state.
+            # What shows `current` is redrawn: the Overview; the Files and Layers tabs update
+            # their findings counts themselves (see `on_verdict`); the rest waited for it.
             with self._lock:
                 if generation != self._generation:
                     return
                 self._draw_header()
                 self.panels.pop("Overview", None)
-                self.panel("Overview")
+                self._pending.pop("Overview", None)
+            self.panel("Overview")
             if self._snapshot is not None:
                 self._snapshot.update(state)
 
-        self.verdict_worker = threading.Thread(target=work, name="ckpt-load-verdict", daemon=True)
+        self.verdict_worker = _thread(work, "ckpt-load-verdict")
         self.verdict_worker.start()
 
     def select(self, title: str) -> Any:
@@ -316,22 +357,97 @@ class Dashboard:
         return self._shown(title)
 
     def _shown(self, title: str) -> Any:
-        """The panel of the tab just shown; one that draws on being shown (the tensor grid)
-        is told."""
-        panel = self.panel(title)
-        show = getattr(panel, "show_grid", None)
-        if show is not None:
-            show()
-        return panel
+        """The panel of the tab just shown; one that draws on being shown (grids, figures,
+        the repair plan) is told."""
+        return _on_shown(self.panel(title))
 
     def panel(self, title: str) -> Any:
-        """The panel object of tab `title`, built on first use."""
+        """The panel object of tab `title`, built on first use (here, or by the thread that
+        is building it already: then this waits for it)."""
+        future, mine, generation = self._claim(title)
+        if mine:
+            self._build(title, future, generation)
+        return future.result()
+
+    def _claim(self, title: str) -> tuple[Future[Any], bool, int]:
+        """The future of panel `title`; True when the caller must build it."""
         with self._lock:
-            if title not in self.panels:
-                panel = self._builders[title]()
+            future = self._pending.get(title)
+            if future is not None:
+                return future, False, self._generation
+            future = self._pending[title] = Future()
+            return future, True, self._generation
+
+    def _build(self, title: str, future: Future[Any], generation: int) -> None:
+        """Build panel `title`, put it in its tab (unless a re-scan replaced the state
+        meanwhile) and resolve `future` with it."""
+        try:
+            panel = self._builders[title]()
+        except BaseException as exc:
+            with self._lock:
+                if self._pending.get(title) is future:
+                    del self._pending[title]  # the next click tries again
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            current = generation == self._generation and self._pending.get(title) is future
+            if current:
                 self.panels[title] = panel
                 self.tab.children[self.TABS.index(title)].children = [panel.widget]
-            return self.panels[title]
+        if not current and hasattr(panel, "close"):
+            panel.close()
+        future.set_result(panel)
+
+    def _on_select(self) -> None:
+        """A tab was clicked: show its panel, built by a thread (a spinner shows at once
+        while it builds it, or waits for the worker that is building it), which then tells
+        the panel it is shown (it makes its grid and figures, or plans the repair, the first
+        time). The kernel answers the next click meanwhile."""
+        index = self.tab.selected_index
+        if index is None:
+            return
+        title = self.TABS[index]
+        box = self.tab.children[index]
+        with self._lock:
+            built = self.panels.get(title)
+            claimed = self._pending.get(title)
+            mine = built is None and claimed is None
+            future: Future[Any] = self._pending.setdefault(title, claimed or Future())
+            generation = self._generation
+            if built is None:
+                box.children = [_loading(self, title)]
+
+        def build() -> None:
+            try:
+                if mine:
+                    self._build(title, future, generation)
+                panel = future.result()
+                if self.tab.selected_index == index:
+                    _on_shown(panel)
+            except Exception as exc:
+                expected = isinstance(exc, EXPECTED_ERRORS)
+                if built is None:
+                    box.children = [w.HTML(error_html(exc, bug=not expected))]
+                else:
+                    self.notice.value = error_html(exc, bug=not expected)
+                if not expected:
+                    raise
+
+        _thread(build, f"ckpt-build-{title}").start()
+
+    def when_checked(self, callback: Callable[[CheckpointState], object]) -> None:
+        """Call `callback(state)` when the load check's findings arrive, for a panel drawn
+        from the plain checks' state; nothing when they are in already (or the check is off),
+        nor for a state a re-scan replaced meanwhile."""
+        if not self.current.pending:
+            return
+        generation, complete = self._generation, self._complete
+
+        def done(future: Future[CheckpointState]) -> None:
+            if future.exception() is None and generation == self._generation:
+                guarded(lambda: callback(future.result()), self.notice)()
+
+        complete.add_done_callback(done)
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the load check is done and the background worker has built every tab and
@@ -343,27 +459,33 @@ class Dashboard:
             self.worker.join(timeout)
 
     def _start_worker(self) -> None:
-        """After the Overview is on screen: build the other tabs ahead of the first click
-        (the heavy ones first), then render the snapshot's figures."""
+        """After the Overview is on screen: import what the other tabs need at once, build
+        them ahead of the first click, then render the snapshot's figures."""
         generation = self._generation
+        started = time.monotonic()
 
         def work() -> None:
-            import perspective.widget  # noqa: F401  (imports first: plotly's takes a second)
+            # plotly's FigureWidget imports nbformat and jsonschema: seconds, in the kernel
+            # only once. Started now, they are done before most first clicks.
+            import perspective.widget  # noqa: F401
             import plotly.graph_objs._figurewidget  # noqa: F401
 
-            state = self.state  # with the load verdict: the tabs show its findings too
+            # The delay lets the Overview's widgets reach the page and paint before the
+            # worker's widgets compete with them for the page.
+            time.sleep(max(0.0, _WORKER_DELAY - (time.monotonic() - started)))
             for title in self.PREBUILT:
-                with self._lock:
-                    if generation != self._generation:
-                        return
-                    self.panel(title)
+                if generation != self._generation:
+                    return
+                self.panel(title)
+            state = self.state  # with the load verdict: these tabs list its findings too
+            for title in self.PREBUILT_WITH_VERDICT:
+                if generation != self._generation:
+                    return
+                self.panel(title)
             if self._snapshot is not None:
                 self._snapshot.render_figures(state, current=lambda: generation == self._generation)
 
-        # The delay lets the Overview's widgets reach the page and paint before the worker's
-        # imports and widgets compete with them for the kernel and the page.
-        self.worker = threading.Timer(_WORKER_DELAY, work)
-        self.worker.daemon = True
+        self.worker = _thread(work, "ckpt-prebuild")
         self.worker.start()
 
     # -- navigation: where the Overview's and the findings' links lead ---------------------
@@ -402,17 +524,20 @@ class Dashboard:
 
     def repair(self, parts: Sequence[str] = ()) -> Any:
         """The Repair tab with a plan of `parts` (all when empty), asking for confirmation."""
-        panel = self.select("Repair")
-        panel.use_parts(tuple(parts))
+        panel = self.panel("Repair")
+        panel.use_parts(tuple(parts))  # before the tab shows: it is planned once
+        self.select("Repair")
         panel.ask()
         return panel
 
     def restore(self, source: str = "") -> Any:
         """The Repair tab planning to copy lost tensors back from `source` (the candidate
         reference when known; otherwise the field waits for one)."""
-        panel = self.select("Repair")
+        panel = self.panel("Repair")
         if source:
             panel.use_restore(source)
+        self.select("Repair")
+        if source:
             panel.ask()
         return panel
 
@@ -420,8 +545,10 @@ class Dashboard:
 
     def _draw(self) -> None:
         self._draw_header()
-        for box in self.tab.children:
-            box.children = []
+        # Every tab holds its spinner until its panel is built: a click shows it at once,
+        # from the page alone, however busy the kernel is.
+        for title, box in zip(self.TABS, self.tab.children, strict=True):
+            box.children = [_loading(self, title)]
         self._shown(self.TABS[self.tab.selected_index or 0])
 
     def _draw_header(self) -> None:
@@ -446,15 +573,31 @@ class Dashboard:
         titles[self.TABS.index("Findings")] = f"Findings ({len(self.current.findings):,}{more})"
         self.tab.titles = tuple(titles)
 
-    def _on_select(self, change: dict[str, Any]) -> None:
-        if change["new"] is not None:
-            self._shown(self.TABS[change["new"]])
-
     def _ipython_display_(self) -> None:
-        """The live widget, then (when enabled) the static snapshot as further outputs."""
+        """The live widget, then (when enabled) the static snapshot as further outputs. In
+        a headless run the cell waits for the load check and renders the figures before it
+        ends (see `widgets.snapshot`); the other tabs are built when first shown."""
         from IPython.display import display
 
         display(self._widget_bundle(), raw=True)
+        self._headless = (
+            self.wait_when_headless if self.wait_when_headless is not None else headless()
+        )
+        if self._headless:
+            snapshot, rendered = self._snapshot, Future[tuple[list[bytes], str]]()
+            if snapshot is not None:
+                # kaleido's browser renders the figures while the load check builds the model.
+                plain = self.current
+                render = _thread(
+                    lambda: _resolve(rendered, lambda: snapshot.render_now(plain)), "ckpt-png"
+                )
+                render.start()
+            self._complete.exception()  # the load verdict; a bug in it is raised by `state`
+            if self.verdict_worker is not None:
+                self.verdict_worker.join()  # it updates what shows `current`
+            if snapshot is not None:
+                snapshot.show(self.state, rendered=rendered.result())
+            return
         if self._snapshot is not None:
             self._snapshot.show(self.current)
         self._start_worker()
@@ -501,7 +644,7 @@ class OverviewPanel:
         actions = []
         if any(p.action.kind in ("repair", "reshard") for p in problems):
             fix_all = button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
-            fix_all.on_click(lambda _: dash.repair(("all",)))
+            fix_all.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
             actions.append(fix_all)
         self.widget = w.VBox(
             [
@@ -531,7 +674,9 @@ def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
     if v is not None and v.ran:
         if v.missing:
             missing = button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
-            missing.on_click(lambda _: dash.show_findings(("load-missing-tensor",)))
+            missing.on_click(
+                guarded(lambda: dash.show_findings(("load-missing-tensor",)), dash.notice)
+            )
             buttons.append(missing)
         kinds = (
             ("Another shape", "ckpt-load-mismatched", [m.key for m in v.mismatched]),
@@ -554,7 +699,7 @@ def _load_box(dash: Dashboard, state: CheckpointState) -> w.VBox:
 def _tensors_button(dash: Dashboard, label: str, css: str, names: Sequence[str]) -> w.Button:
     show = button(label, css, icon="table")
     query = TensorQuery(names=tuple(names))
-    show.on_click(lambda _: dash.show_tensors(query))
+    show.on_click(guarded(lambda: dash.show_tensors(query), dash.notice))
     return show
 
 
@@ -569,34 +714,36 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
             style="warning",
             icon="wrench",
         )
-        fix.on_click(lambda _: dash.repair(action.parts))
+        fix.on_click(guarded(lambda: dash.repair(action.parts), dash.notice))
         buttons.append(fix)
     elif action.kind == "restore" and " --from " in action.command:
         found = restore_reference(dash.scanned)
         back = button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
-        back.on_click(lambda _: dash.restore(found.path if found is not None else ""))
+        back.on_click(
+            guarded(lambda: dash.restore(found.path if found is not None else ""), dash.notice)
+        )
         buttons.append(back)
     elif action.kind == "reshard":
         split = button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
-        split.on_click(lambda _: dash.repair(("all",)))
+        split.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
         buttons.append(split)
     elif action.kind == "consolidate":
         go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
-        go.on_click(lambda _: dash.select("Consolidate"))
+        go.on_click(guarded(lambda: dash.select("Consolidate"), dash.notice))
         buttons.append(go)
     if problem.tensors:
         names = problem.tensors
         show = button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
-        show.on_click(lambda _: dash.show_tensors(TensorQuery(names=names)))
+        show.on_click(guarded(lambda: dash.show_tensors(TensorQuery(names=names)), dash.notice))
         buttons.append(show)
     if problem.cells and len(dash.scanned.experts):
         layer, expert = problem.cells[0]
         cell = button("On the heatmap", "ckpt-problem-heatmap", icon="th")
-        cell.on_click(lambda _: dash.show_cell(layer, expert))
+        cell.on_click(guarded(lambda: dash.show_cell(layer, expert), dash.notice))
         buttons.append(cell)
     codes = problem.codes
     listing = button(f"Findings ({len(problem.findings):,})", "ckpt-problem-findings", icon="list")
-    listing.on_click(lambda _: dash.show_findings(codes))
+    listing.on_click(guarded(lambda: dash.show_findings(codes), dash.notice))
     buttons.append(listing)
     rows = [_finding_row(dash, f) for f in _examples(problem.findings, _FINDINGS_PER_PROBLEM)]
     box = w.VBox(
@@ -611,6 +758,18 @@ def _problem_card(dash: Dashboard, problem: Problem) -> w.VBox:
     ).add_class("ckpt-problem")
     box.add_class(f"ckpt-problem-{problem.key}")
     return box
+
+
+def _worst_layer(findings: Sequence[Finding], layers: Sequence[int]) -> int:
+    """The layer the Experts tab opens on: the first of `layers` with the worst finding
+    about it (an `expert-missing` error in layer 40 beats an info note in layer 3), else
+    the first layer."""
+    candidates = [
+        (severity_rank(f.severity), f.layer)
+        for f in findings
+        if f.layer is not None and f.layer in layers
+    ]
+    return min(candidates)[1] if candidates else layers[0]
 
 
 def _examples(findings: Sequence[Finding], n: int) -> list[Finding]:
@@ -634,7 +793,7 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     )
     link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right")
     link.layout.flex = "0 0 auto"
-    link.on_click(lambda _: dash.follow(finding))
+    link.on_click(guarded(lambda: dash.follow(finding), dash.notice))
     where = ""
     if detail:
         places = [p for p in (finding.file, finding.tensor) if p]
@@ -654,51 +813,10 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
 
 
-class PagedTable:
-    """A DataFrame shown a page of rows at a time (the table of 147 files is not 5,400 px
-    tall), with Previous / Next and where you are."""
-
-    def __init__(
-        self,
-        frame: pd.DataFrame,
-        *,
-        columns: Sequence[str] | None = None,
-        title: str,
-        css_class: str,
-        page_size: int = _PAGE,
-    ) -> None:
-        self.frame, self.columns, self.title = frame, columns, title
-        self.page_size, self.start = page_size, 0
-        self.html = w.HTML().add_class(css_class)
-        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
-        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
-        self.prev.on_click(lambda _: self.goto(self.start - self.page_size))
-        self.next.on_click(lambda _: self.goto(self.start + self.page_size))
-        self.where = w.HTML()
-        pager = w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center"))
-        _hide(pager, len(frame) <= page_size)
-        self.widget = w.VBox([self.html, pager], layout=w.Layout(width="100%"))
-        self.goto(0)
-
-    def goto(self, start: int) -> None:
-        """Show the page that begins at row `start` (clamped to the table)."""
-        last = max(0, (len(self.frame) - 1) // self.page_size * self.page_size)
-        self.start = min(max(0, start), last)
-        self.html.value = frame_html(
-            self.frame,
-            columns=self.columns,
-            max_rows=self.page_size,
-            title=self.title,
-            start=self.start,
-        )
-        end = min(len(self.frame), self.start + self.page_size)
-        self.where.value = f"rows {self.start + 1:,}-{end:,} of {len(self.frame):,}"
-        self.prev.disabled = self.start == 0
-        self.next.disabled = end >= len(self.frame)
-
-
 class FilesPanel:
-    """Shard-size distribution with outliers, then the files table (outliers first), paged."""
+    """Shard-size distribution with outliers, then every file in a sortable, filterable grid:
+    sizes, what it stores, and how many findings name it (`findings_per_file`: the counts
+    agree with the findings; recounted when the load check's findings arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from .figures import (
@@ -707,69 +825,166 @@ class FilesPanel:
             shard_size_outliers,
         )
 
-        # What the scan could not read of each file (the tables' `problems`), by its name.
-        files = dash.scanned.files.rename(columns={"problems": "read findings"})
-        figure = figure_widget(shard_size_distribution(files), "ckpt-shard-sizes")
-        if not files.empty:
-            outliers = shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
-            files = files.assign(outlier=outliers).sort_values(
-                "outlier", ascending=False, kind="stable"
-            )
-        self.table = PagedTable(
-            files, columns=["outlier", *_FILE_COLUMNS], title="files", css_class="ckpt-files-table"
+        self.dash = dash
+        files = dash.scanned.files
+        self.figures = FigureBox([(shard_size_distribution(files), "ckpt-shard-sizes")])
+        self.outliers = (
+            shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
+            if len(files)
+            else pd.Series(False, index=files.index)
         )
-        self.widget = w.VBox([figure, self.table.widget], layout=w.Layout(width="100%"))
+        self.table = FrameGrid(
+            self.frame(dash.current),
+            title="files",
+            css_class="ckpt-files-table",
+            text="file",
+            flags={
+                "with findings": ["findings", ">", 0],
+                "size outliers": ["outlier", "==", "yes"],
+            },
+            sort=[["findings", "desc"], ["outlier", "desc"], ["file", "asc"]],
+            what="files",
+            cells=False,
+        )
+        self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+
+    def frame(self, state: CheckpointState) -> pd.DataFrame:
+        """The files table as the grid shows it, with the findings of `state` counted."""
+        f = state.scanned.files
+        counts = findings_per_file(state.findings, f["file"].astype(str))
+        return pd.DataFrame(
+            {
+                "file": [legible(v) for v in f["file"].astype(str).tolist()],
+                "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
+                "size": f["size"].astype("Int64"),
+                "outlier": yes_no(self.outliers),
+                "tensors": f["tensors"].astype("int64"),
+                "data size": f["tensor_bytes"].astype("int64"),
+                "header size": f["header_bytes"].astype("Int64"),
+                "first layer": f["first_layer"].astype("Int64"),
+                "last layer": f["last_layer"].astype("Int64"),
+                "layers": f["layers"].astype("int64"),
+                "readable": yes_no(f["readable"]),
+            }
+        ).reset_index(drop=True)
+
+    def on_shown(self) -> None:
+        self.figures.show()
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()
 
 
 class LayersPanel:
-    """Bytes per layer by dtype, parameters per layer by kind, and the layers table, paged."""
+    """Bytes per layer by dtype, parameters per layer by kind, then every layer in a sortable,
+    filterable grid with its findings counted (recounted when the load check's arrive)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from .figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
-        self.table = PagedTable(s.layers, title="layers", css_class="ckpt-layers-table")
-        self.widget = w.VBox(
-            [
-                figure_widget(bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
-                figure_widget(parameters_per_layer(s.layers), "ckpt-params-per-layer"),
-                self.table.widget,
-            ],
-            layout=w.Layout(width="100%"),
+        self.table = FrameGrid(
+            self.frame(dash.current),
+            title="layers",
+            css_class="ckpt-layers-table",
+            text="dtypes",
+            choices=("kind", "MTP"),
+            flags={"with findings": ["findings", ">", 0]},
+            sort=[["layer", "asc"]],
+            what="layers",
+            cells=False,
         )
+        self.figures = FigureBox(
+            [
+                (bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
+                (parameters_per_layer(s.layers), "ckpt-params-per-layer"),
+            ]
+        )
+        self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+
+    @staticmethod
+    def frame(state: CheckpointState) -> pd.DataFrame:
+        """The layers table as the grid shows it, with the findings about each layer."""
+        layers = state.scanned.layers
+        counts = state.frame["layer"].dropna().astype("int64").value_counts()
+        text = {c: layers[c].astype(str).to_numpy(dtype=object) for c in ("kind", "dtypes")}
+        return pd.DataFrame(
+            {
+                "layer": layers["layer"].astype("int64"),
+                "kind": text["kind"],
+                "MTP": yes_no(layers["is_mtp"]),
+                "findings": layers["layer"].map(counts).fillna(0).astype("int64"),
+                "tensors": layers["tensors"].astype("int64"),
+                "size": layers["bytes"].astype("int64"),
+                "parameters": layers["parameters"].astype("int64"),
+                "experts found": layers["experts_found"].astype("int64"),
+                "experts expected": layers["experts_expected"].astype("int64"),
+                "experts per": layers["experts_source"].astype(str).to_numpy(dtype=object),
+                "dtypes": text["dtypes"],
+            }
+        ).reset_index(drop=True)
+
+    def on_shown(self) -> None:
+        self.figures.show()
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()
 
 
 class ExpertsPanel:
     """Layer x expert coverage heatmap over the whole model; below it one layer zoomed in (a
     cell per expert, labelled with its id). Clicking either, or the layer / expert picker,
-    lists that expert's tensors and findings."""
+    lists that expert's tensors and findings. The figure widgets are made when the tab is
+    first shown (`on_shown`; `figure` is None until then)."""
 
     def __init__(self, dash: Dashboard) -> None:
         from .figures import expert_coverage_heatmap
 
         self.dash = dash
         s = dash.scanned
-        self.figure = figure_widget(
-            expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap"
+        self.heatmap = FigureBox(
+            [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
         )
+        self.figure: Any = None
+        self._shown = threading.Lock()
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
         self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
         self.expert = w.BoundedIntText(min=0, max=max(top, 0), description="expert")
         self.expert.add_class("ckpt-expert-pick")
         show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
-        show.on_click(lambda _: self.show(self.layer.value, self.expert.value))
+        show.on_click(
+            guarded(lambda: self.show(self.layer.value, self.expert.value), self.dash.notice)
+        )
         self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
         self.details = w.HTML().add_class("ckpt-expert-details")
-        if self.figure.data:
-            self.figure.data[0].on_click(self._on_click)
         picker = w.HBox([self.layer, self.expert, show])
         self.widget = w.VBox(
-            [self.figure, picker, self.zoom, self.details], layout=w.Layout(width="100%")
+            [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
+        self.opening: int | None = None
         if layers:
-            self._zoom_into(layers[0])
+            self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
+
+    def on_shown(self) -> None:
+        """Make the heatmap (clicks on it show an expert) and the zoom into the opening layer
+        (once)."""
+        with self._shown:
+            if self.figure is not None:
+                return
+            (figure,) = self.heatmap.show()
+            if figure.data:
+                figure.data[0].on_click(
+                    lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
+                )
+            self.figure = figure
+            if self.opening is not None and self.zoomed is None:
+                self._zoom_into(self.opening)
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
@@ -782,7 +997,7 @@ class ExpertsPanel:
         if expert is not None:
             self.expert.value = min(max(expert, self.expert.min), self.expert.max)
         self._zoom_into(layer)
-        s, frame = self.dash.scanned, self.dash.state.frame
+        s, frame = self.dash.scanned, self.dash.current.frame
         same_layer = (frame["layer"] == layer).fillna(False)
         if expert is None:
             notes = frame[same_layer]
@@ -813,7 +1028,9 @@ class ExpertsPanel:
             expert_layer_grid(s.experts, layer, tensors=s.tensors), "ckpt-expert-layer"
         )
         if grid.data:
-            grid.data[0].on_click(self._on_zoom_click)
+            grid.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_zoom_click(*args), self.dash.notice)()
+            )
         self.zoom.children = [grid]
         self.zoomed = layer
 
@@ -856,11 +1073,11 @@ class FindingsPanel:
         self.next = button("Next", "ckpt-page-next", icon="chevron-right")
         self.where = w.HTML()
         self.start = 0
-        self.prev.on_click(lambda _: self.render(self.start - _PAGE))
-        self.next.on_click(lambda _: self.render(self.start + _PAGE))
+        self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
+        self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
         self.codes: tuple[str, ...] = ()
         for control in (self.severity, self.code):
-            control.observe(lambda _: self.render(0), names="value")
+            control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
         self.render(0)
         self.widget = w.VBox(
             [
@@ -932,8 +1149,7 @@ def _load_with_progress(
     bars = w.Output()
     handle = display(bars, display_id=True)
     try:
-        with bars:
-            return load(True)
+        return captured(bars, lambda: load(True))
     finally:
         bars.close()
         handle.update({"text/plain": ""}, raw=True)
@@ -947,16 +1163,49 @@ def _shell() -> Any:
     return get_ipython()
 
 
-def figure_widget(figure: Any, css_class: str) -> Any:
-    """An interactive copy of `figure` with a stable CSS class, as wide as its output."""
-    import plotly.graph_objects as go
+def _thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """A daemon thread whose widget messages keep the parent of the message that started it
+    (the cell, or the click). Without its own context a thread's messages take the parent of
+    whatever message the kernel handles at the moment (ipykernel's shell context); when that
+    handler draws progress bars into an `Output` (`captured`: a consolidation, a refresh,
+    the next dashboard's scan), the page's Output swallows every message with that parent,
+    so a grid or figure the thread created or updated meanwhile never appeared."""
+    return threading.Thread(target=copy_context().run, args=(target,), name=name, daemon=True)
 
-    widget = go.FigureWidget(figure)
-    widget.add_class(css_class)
-    widget.layout.autosize = True
-    # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
-    widget._config = {**widget._config, "responsive": True}
-    return widget
+
+def _resolve(future: Future[Any], work: Callable[[], Any]) -> None:
+    """Resolve `future` with `work()`, or with the exception it raised."""
+    try:
+        future.set_result(work())
+    except BaseException as exc:
+        future.set_exception(exc)
+
+
+def _on_shown(panel: Any) -> Any:
+    """Tell a panel that draws on being shown (a grid, a figure, the repair plan) that its tab
+    is shown."""
+    shown = getattr(panel, "on_shown", None)
+    if shown is not None:
+        shown()
+    return panel
+
+
+def _loading(dash: Dashboard, title: str) -> w.HTML:
+    """What a tab shows while it is built: a spinner and what is being built."""
+    s = dash.current.scanned
+    what = {
+        "Tensors": f"the table of {len(s.tensors):,} tensors",
+        "Files": f"the table of {len(s.files):,} files",
+        "Layers": f"the table of {len(s.layers):,} layers",
+        "Experts": "the expert heatmap",
+    }.get(title, "this tab")
+    waits = title in Dashboard.PREBUILT_WITH_VERDICT and dash.current.pending
+    note = " (it lists the load check's findings: waiting for the load check)" if waits else ""
+    return w.HTML(
+        "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
+        "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+        f"Building {html_text(what)}...{html_text(note)}</div>"
+    )
 
 
 def _hide(widget: w.Widget, hidden: bool) -> None:

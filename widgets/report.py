@@ -1,17 +1,28 @@
-"""One self-contained HTML report of a scanned checkpoint: opens offline, no external URL.
+"""One HTML report of a scanned checkpoint, in one file. How its figures are drawn:
 
-plotly.js is embedded once in the page head; every figure is a bare `<div>` plus its
-`Plotly.newPlot` call. All text from the checkpoint (file and tensor names, messages) is
-escaped, because a hostile checkpoint chooses those strings.
+- `figures="embedded"` (the default): plotly.js (about 4.6 MB) is embedded once in the page
+  head and every figure is a bare `<div>` plus its `Plotly.newPlot` call: the report opens
+  offline and names no external URL;
+- `figures="cdn"` (`report --light`): the same interactive figures, with plotly.js loaded
+  from its CDN (cdn.plot.ly, pinned by version and checked by its SRI hash); the report says
+  so at the top, and says when the figures could not load (offline). Small enough to attach
+  to a bug report;
+- `figures="png"`: each figure as a PNG image rendered by kaleido (which drives a Chrome or
+  Chromium): small, offline, not interactive.
+
+All text from the checkpoint (file and tensor names, messages) is escaped, because a hostile
+checkpoint chooses those strings.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 from collections.abc import Sequence
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import plotly.graph_objects as go
 import plotly.offline
@@ -19,7 +30,12 @@ import plotly.offline
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import NAME_LIMIT
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
+from inspector._internal.findings.finding import (
+    Finding,
+    findings_to_frame,
+    fold_ranges,
+    severity_rank,
+)
 from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
 from inspector._internal.integrity.verified import verification_line
@@ -38,7 +54,10 @@ from .figures import (
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
 
-__all__ = ["render_html_report", "write_html_report"]
+__all__ = ["FIGURE_MODES", "render_html_report", "write_html_report"]
+
+Figures = Literal["embedded", "cdn", "png"]
+FIGURE_MODES: tuple[Figures, ...] = ("embedded", "cdn", "png")
 
 # Rows shown per finding code; the rest are counted (the JSON output of `check` has them all).
 _ROWS_PER_CODE = 200
@@ -64,11 +83,16 @@ table { border-collapse: collapse; width: 100%; font-size: 13px; }
 th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line);
          vertical-align: top; }
 th { background: #f6f6f6; position: sticky; top: 0; }
-td.name { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+/* Names wrap after their dots, dashes, slashes and underscores (<wbr>), never inside a word:
+   `anywhere` would let the column shrink to one letter and cut "safetensors" in two. */
+td.name { font-family: ui-monospace, monospace; overflow-wrap: break-word; word-break: normal; }
 .problem td { vertical-align: top; } .problem code { font-size: 12px; }
 tr.group td { background: #fafafa; font-weight: 600; padding-top: 10px; }
 tr.more td { color: #666; font-style: italic; }
-.figure { margin: 8px 0 16px; }
+.figure { margin: 8px 0 16px; } .figure img { max-width: 100%; height: auto; }
+.note { border-left: 4px solid var(--info); padding: 4px 10px; background: #f4f8fc; }
+.cdn-missing { display: none; color: var(--err); }
+.no-plotly .cdn-missing { display: block; }
 .muted { color: #666; }
 """
 
@@ -79,11 +103,13 @@ def write_html_report(
     path: str | os.PathLike[str],
     *,
     verdict: LoadVerdict | None = None,
+    figures: Figures = "embedded",
 ) -> Path:
-    """Write the report to `path` atomically (temp file, then rename) and return the path."""
+    """Write the report to `path` atomically (temp file, then rename) and return the path.
+    `figures` says how the figures are drawn (see the module docstring)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    html_text = render_html_report(scanned, findings, verdict=verdict)
+    html_text = render_html_report(scanned, findings, verdict=verdict, figures=figures)
     write_atomic(target, html_text.encode("utf-8"))
     return target
 
@@ -93,36 +119,98 @@ def render_html_report(
     findings: Sequence[Finding],
     *,
     verdict: LoadVerdict | None = None,
+    figures: Figures = "embedded",
 ) -> str:
-    """The report as one HTML string (plotly.js included). With the load `verdict` the
-    findings were checked with, it says whether the model code would load the checkpoint."""
+    """The report as one HTML string (with plotly.js unless `figures` says otherwise). With
+    the load `verdict` the findings were checked with, it says whether the model code would
+    load the checkpoint."""
+    if figures not in FIGURE_MODES:
+        raise ValueError(f"figures={figures!r}: expected one of {', '.join(FIGURE_MODES)}")
     summary = summarize(scanned, findings=list(findings))
+    charts = [
+        ("findings-chart", "", findings_by_code(findings_to_frame(findings)) if findings else None),
+        (
+            "expert-heatmap",
+            "Expert coverage",
+            expert_coverage_heatmap(scanned.experts, tensors=scanned.tensors),
+        ),
+        ("shard-sizes", "Shard sizes", shard_size_distribution(scanned.files)),
+        ("bytes-per-layer", "Bytes per layer", bytes_per_layer(scanned.tensors)),
+        ("parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)),
+    ]
+    drawn = _draw(figures, [(name, fig) for name, _, fig in charts if fig is not None])
     sections = [
         _summary_section(summary),
         f"<p class='verified'>{_e(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
-        _findings_section(findings),
-        _figure_section(
-            "expert-heatmap",
-            "Expert coverage",
-            expert_coverage_heatmap(scanned.experts, tensors=scanned.tensors),
-        ),
-        _figure_section("shard-sizes", "Shard sizes", shard_size_distribution(scanned.files)),
-        _figure_section("bytes-per-layer", "Bytes per layer", bytes_per_layer(scanned.tensors)),
-        _figure_section(
-            "parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)
-        ),
+        _findings_section(scanned, findings, drawn.get("findings-chart", "")),
+        *(_figure_section(name, title, drawn[name]) for name, title, _ in charts[1:]),
     ]
     title = f"Checkpoint report: {scanned.path.name}"
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n"
-        f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>\n"
+        f"<title>{_e(title)}</title>\n<style>{_CSS}</style>\n{_plotly_script(figures)}"
         f"</head>\n<body>\n<h1>{_e(title)}</h1>\n<div class='path'>{_e(str(scanned.path))}</div>\n"
+        + _figures_note(figures)
         + "\n".join(sections)
         + "\n</body>\n</html>\n"
     )
+
+
+def _plotly_script(figures: Figures) -> str:
+    """The `<script>` that brings plotly.js: embedded, from its CDN (pinned to the version
+    plotly.py bundles, with that file's SRI hash), or none for PNG figures."""
+    if figures == "png":
+        return ""
+    if figures == "embedded":
+        return f"<script type='text/javascript'>{plotly.offline.get_plotlyjs()}</script>\n"
+    digest = hashlib.sha384(plotly.offline.get_plotlyjs().encode("utf-8")).digest()
+    integrity = "sha384-" + base64.b64encode(digest).decode("ascii")
+    return (
+        f"<script charset='utf-8' src='{_e(plotly_cdn_url())}' integrity='{integrity}' "
+        "crossorigin='anonymous' "
+        "onerror=\"document.documentElement.classList.add('no-plotly')\"></script>\n"
+    )
+
+
+def plotly_cdn_url() -> str:
+    """Where the light report loads plotly.js from: the version plotly.py bundles."""
+    return f"https://cdn.plot.ly/plotly-{plotly.offline.get_plotlyjs_version()}.min.js"
+
+
+def _figures_note(figures: Figures) -> str:
+    """What the reader needs to know about the figures of a report that does not embed
+    plotly.js."""
+    if figures == "cdn":
+        url = _e(plotly_cdn_url())
+        return (
+            "<p class='note' id='figures-note'>Light report: the interactive figures load "
+            f"plotly.js from <code>{url}</code> and need internet access. "
+            "<span class='cdn-missing'><b>plotly.js could not be loaded: the figures are "
+            "missing.</b> Write the full report (<code>ckpt-inspect report PATH</code>, "
+            "plotly.js embedded) to read it offline.</span></p>\n"
+        )
+    if figures == "png":
+        return (
+            "<p class='note' id='figures-note'>Figures are PNG images (not interactive); "
+            "<code>ckpt-inspect report PATH</code> writes them interactive.</p>\n"
+        )
+    return ""
+
+
+def _draw(figures: Figures, charts: list[tuple[str, go.Figure]]) -> dict[str, str]:
+    """Each chart's HTML by name: a plotly `<div>` or a PNG `<img>`."""
+    if figures != "png":
+        return {name: _figure_div(f"{name}-figure", fig) for name, fig in charts}
+    from .snapshot import render_pngs
+
+    pngs = render_pngs(charts)
+    return {
+        name: f"<div class='figure' id='{name}-figure'><img alt='{_e(name)}' "
+        f"src='data:image/png;base64,{base64.b64encode(png).decode('ascii')}'></div>"
+        for (name, _), png in zip(charts, pngs, strict=True)
+    }
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -204,11 +292,11 @@ def _severity_badges(findings: list[dict[str, Any]]) -> str:
     )
 
 
-def _findings_section(findings: Sequence[Finding]) -> str:
+def _findings_section(scanned: ScannedCheckpoint, findings: Sequence[Finding], chart: str) -> str:
     head = "<section id='findings'>\n<h2>Findings</h2>\n"
     if not findings:
         return head + "<p class='muted' id='no-findings'>No findings.</p>\n</section>"
-    chart = _figure_div("findings-chart", findings_by_code(findings_to_frame(findings)))
+    missing = _missing_experts(scanned)
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     rows: list[str] = []
     for code, group in groupby(ordered, key=lambda f: f.code):
@@ -218,7 +306,7 @@ def _findings_section(findings: Sequence[Finding]) -> str:
             f"<tr class='group sev-{severity}' data-code='{_e(code)}'><td colspan='7'>"
             f"<span class='badge'>{severity}</span> {_e(code)} ({len(items):,})</td></tr>"
         )
-        rows.extend(_finding_row(f) for f in items[:_ROWS_PER_CODE])
+        rows.extend(_finding_row(f, missing) for f in items[:_ROWS_PER_CODE])
         if len(items) > _ROWS_PER_CODE:
             rest = len(items) - _ROWS_PER_CODE
             rows.append(
@@ -227,7 +315,7 @@ def _findings_section(findings: Sequence[Finding]) -> str:
             )
     columns = "".join(
         f"<th>{c}</th>"
-        for c in ("severity", "code", "message", "file", "tensor", "layer", "expert")
+        for c in ("severity", "code", "message", "file", "tensor", "layer", "experts")
     )
     return (
         f"{head}{chart}\n<table id='findings-table'>\n<thead><tr>{columns}</tr></thead>\n"
@@ -235,7 +323,29 @@ def _findings_section(findings: Sequence[Finding]) -> str:
     )
 
 
-def _finding_row(f: Finding) -> str:
+def _missing_experts(scanned: ScannedCheckpoint) -> dict[int, str]:
+    """Per MoE layer, its missing expert ids folded ("17-19"), from the experts table the
+    `expert-missing` finding was made from."""
+    experts = scanned.experts
+    if experts.empty:
+        return {}
+    lost = experts[experts["missing"]]
+    by_layer: dict[int, list[int]] = {}
+    for layer, expert in zip(lost["layer"].tolist(), lost["expert"].tolist(), strict=True):
+        by_layer.setdefault(int(layer), []).append(int(expert))
+    return {layer: fold_ranges(ids) for layer, ids in sorted(by_layer.items())}
+
+
+def _experts_cell(f: Finding, missing: dict[int, str]) -> str:
+    """The expert(s) a finding is about: its own, or for a layer that lost several, which."""
+    if f.expert is not None:
+        return str(f.expert)
+    if f.code == "expert-missing" and f.layer is not None:
+        return _e(missing.get(f.layer, ""))
+    return ""
+
+
+def _finding_row(f: Finding, missing: dict[int, str]) -> str:
     cells = (
         f"<td><span class='badge'>{f.severity}</span></td>",
         f"<td>{_e(f.code)}</td>",
@@ -243,16 +353,13 @@ def _finding_row(f: Finding) -> str:
         f"<td class='name'>{_name(f.file or '')}</td>",
         f"<td class='name'>{_name(f.tensor or '')}</td>",
         f"<td>{'' if f.layer is None else f.layer}</td>",
-        f"<td>{'' if f.expert is None else f.expert}</td>",
+        f"<td class='experts'>{_experts_cell(f, missing)}</td>",
     )
     return f"<tr class='finding sev-{f.severity}' data-code='{_e(f.code)}'>{''.join(cells)}</tr>"
 
 
-def _figure_section(section_id: str, title: str, fig: go.Figure) -> str:
-    return (
-        f"<section id='{section_id}'>\n<h2>{_e(title)}</h2>\n"
-        f"{_figure_div(f'{section_id}-figure', fig)}\n</section>"
-    )
+def _figure_section(section_id: str, title: str, drawn: str) -> str:
+    return f"<section id='{section_id}'>\n<h2>{_e(title)}</h2>\n{drawn}\n</section>"
 
 
 def _figure_div(div_id: str, fig: go.Figure) -> str:

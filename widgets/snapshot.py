@@ -16,6 +16,11 @@ While the live dashboard is on the page, a `<style>` rule (honoured only where t
 trusted, i.e. live) hides the snapshot outputs of the same cell; where the widget cannot be
 shown, it hides the "model not found" line instead. Each output has a display id: a re-scan
 (after a repair) updates the snapshot in place, so the saved notebook shows the final state.
+
+A notebook executed headless (nbclient, `jupyter nbconvert --execute`, papermill: see
+`headless`) has no page that would receive those later updates: the executor saves the
+outputs as they are when the last cell ends. There the dashboard's cell waits for the load
+check and renders the figures before it ends, so the saved snapshot is the finished one.
 """
 
 from __future__ import annotations
@@ -33,7 +38,14 @@ if TYPE_CHECKING:
 
     from .dashboard import CheckpointState
 
-__all__ = ["Snapshot", "figure_names", "render_pngs", "snapshot_figures", "snapshot_html"]
+__all__ = [
+    "Snapshot",
+    "figure_names",
+    "headless",
+    "render_pngs",
+    "snapshot_figures",
+    "snapshot_html",
+]
 
 # Widths of the PNG figures: wide enough for a 512-expert heatmap row to show single experts.
 _WIDTH = 1200
@@ -41,7 +53,9 @@ _HIDE_WHEN_LIVE = (
     "<style>"
     ".jp-OutputArea:has(.ckpt-dashboard) .jp-OutputArea-child:has(.ckpt-snapshot),"
     ".jp-OutputArea:has(.ckpt-dashboard) .jp-OutputArea-child:has(.ckpt-snapshot)"
-    " ~ .jp-OutputArea-child:has(.jp-RenderedImage){display:none}"
+    " ~ .jp-OutputArea-child:has(.jp-RenderedImage),"
+    ".jp-OutputArea:has(.ckpt-dashboard) .jp-OutputArea-child:has(.ckpt-snapshot)"
+    " ~ .jp-OutputArea-child:has(.jp-RenderedText[data-mime-type='text/plain']){display:none}"
     ".jp-OutputArea:has(.ckpt-snapshot):not(:has(.ckpt-dashboard))"
     " .jp-OutputArea-output.jupyter-widgets{display:none}"
     "</style>"
@@ -129,20 +143,29 @@ class Snapshot:
         self.render = render
         self.handles: list[Any] = []
 
-    def show(self, state: CheckpointState) -> None:
-        """Display the snapshot HTML and a placeholder per figure below the widget."""
+    def show(
+        self, state: CheckpointState, *, rendered: tuple[list[bytes], str] | None = None
+    ) -> None:
+        """Display the snapshot HTML and one output per figure below the widget: placeholders
+        that `render_figures` fills in later, or, `rendered` (a headless run, where nothing
+        would be listening later), the figures `render_now` made."""
         from IPython.display import display
 
+        finished = rendered is not None
+        pngs, note = rendered if rendered is not None else ([], "figures: rendering...")
         self.handles = [
             display(
-                {"text/html": snapshot_html(state, figures_note="figures: rendering...")},
+                {"text/html": snapshot_html(state, figures_note=note)},
                 raw=True,
                 display_id=True,
             )
-        ] + [
-            display({"text/plain": f"({name}: rendering...)"}, raw=True, display_id=True)
-            for name in figure_names(state)
         ]
+        for i, name in enumerate(figure_names(state)):
+            if i < len(pngs):
+                data = {"image/png": pngs[i], "text/plain": f"({name})"}
+            else:
+                data = {"text/plain": f"({name}: {'not rendered' if finished else 'rendering...'})"}
+            self.handles.append(display(data, raw=True, display_id=True))
 
     def update(self, state: CheckpointState) -> None:
         """Redraw the snapshot HTML for a new state (after a re-scan); figures follow."""
@@ -158,15 +181,7 @@ class Snapshot:
         if not self.handles:
             return
         figures = snapshot_figures(state)
-        try:
-            pngs = self.render(figures)
-            note = ""
-        except Exception as exc:  # kaleido, the browser it drives, or no browser at all
-            pngs = []
-            note = (
-                f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
-                "Chrome or Chromium browser (pip install kaleido)."
-            )
+        pngs, note = self._render(figures)
         if not current():
             return
         self.handles[0].update({"text/html": snapshot_html(state, figures_note=note)}, raw=True)
@@ -174,6 +189,44 @@ class Snapshot:
             handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
         for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
             handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+
+    def render_now(self, state: CheckpointState) -> tuple[list[bytes], str]:
+        """The figures of `state` as PNGs, and the note about them (see `_render`). They come
+        from the scan alone, so a headless run renders them while the load check runs."""
+        return self._render(snapshot_figures(state))
+
+    def _render(self, figures: list[tuple[str, Any]]) -> tuple[list[bytes], str]:
+        """The figures as PNGs and the note the snapshot shows about them ("" when all are
+        there; why not, when kaleido or its browser failed)."""
+        try:
+            return self.render(figures), ""
+        except Exception as exc:  # kaleido, the browser it drives, or no browser at all
+            return [], (
+                f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
+                "Chrome or Chromium browser (pip install kaleido)."
+            )
+
+
+def headless() -> bool:
+    """True when the running cell was sent by a client that no person watches: nbclient
+    (`jupyter nbconvert --execute`, papermill) executes with `allow_stdin` false and stops
+    listening when the last cell ends, so outputs that a thread would fill in later are
+    saved unfinished. JupyterLab, Notebook and VS Code send `allow_stdin` true. False
+    outside a kernel."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    kernel = getattr(get_ipython(), "kernel", None)
+    if kernel is None:
+        return False
+    try:
+        parent = kernel.get_parent()
+    except Exception:  # an old or unusual kernel: assume a person is watching
+        return False
+    if not isinstance(parent, dict) or parent.get("msg_type") != "execute_request":
+        return False
+    return not parent.get("content", {}).get("allow_stdin", True)
 
 
 def figure_names(state: CheckpointState) -> list[str]:

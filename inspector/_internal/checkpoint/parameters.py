@@ -31,6 +31,7 @@ import pandas as pd
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.quant_targets import group_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.common.dtypes import DTYPE_BITS
 
 __all__ = [
@@ -244,7 +245,7 @@ def uncounted_elements(
     `config` (config.json) as `inspector._internal.checkpoint.parameters.count_parameters` takes it,
     `values` the count when the caller has it already."""
     if names is not None:
-        tensors = tensors[tensors["name"].isin(names)]
+        tensors = tensors[rows_named(tensors, names)]
     tensors = tensors.drop_duplicates("name")
     param = tensors["param"]
     numel = tensors["numel"].to_numpy(dtype=np.int64)

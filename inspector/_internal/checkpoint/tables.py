@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
 from typing import TYPE_CHECKING
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     # Only a type: the scanned checkpoint builds its tables with this module.
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 
-__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys"]
+__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys", "rows_named"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
@@ -72,6 +73,15 @@ class Tables:
     experts: pd.DataFrame
     # The layer number of the first MTP block (after the decoder layers).
     mtp_base: int = 0
+
+
+def rows_named(tensors: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
+    """A boolean mask of the rows of `tensors` whose `name` is one of `names`. A set lookup
+    per row: pandas' `isin` on an Arrow string column converts every wanted name to an Arrow
+    scalar first, 10 s for the 300,000 names of an index, this a fraction of a second."""
+    wanted = names if isinstance(names, AbstractSet) else set(names)
+    column = tensors["name"].tolist()
+    return np.fromiter((n in wanted for n in column), dtype=bool, count=len(column))
 
 
 def build_tables(scanned: ScannedCheckpoint) -> Tables:

@@ -12,6 +12,7 @@ there are and where. The full lists are always in the tables.
 
 from __future__ import annotations
 
+import re
 import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -39,6 +40,7 @@ __all__ = [
     "FoldPolicy",
     "Severity",
     "examples",
+    "findings_per_file",
     "findings_to_frame",
     "fold",
     "fold_findings",
@@ -192,6 +194,28 @@ def findings_to_frame(findings: Iterable[Finding]) -> pd.DataFrame:
     )
     frame["code"] = frame["code"].astype("category")
     return frame.sort_values(["severity", "code"], kind="stable").reset_index(drop=True)
+
+
+# A word of a message that may be a file name: no space, no quote or bracket around it.
+_WORD = re.compile(r"[^\s'\"`()\[\]{}<>,;]+")
+
+
+def findings_per_file(findings: Iterable[Finding], files: Iterable[str]) -> dict[str, int]:
+    """How many findings name each of `files`: as their `file`, or in their message (a
+    sidecar finding names the shard it disagrees with, a folded one the file it is in).
+    A finding counts once for every file it names, so the files table agrees with the
+    findings: the shard an `expert-missing` finding names counts it."""
+    known = set(files)
+    counts = dict.fromkeys(known, 0)
+    for f in findings:
+        named = {f.file} if f.file in known else set()
+        for word in _WORD.findall(f.message):
+            word = word.rstrip(".:")
+            if word in known:
+                named.add(word)
+        for name in named:
+            counts[name] += 1
+    return counts
 
 
 def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:

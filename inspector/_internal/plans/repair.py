@@ -43,6 +43,7 @@ from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import IndexDoc, PerLayerInfo, ScannedCheckpoint
 from inspector._internal.checkpoint.scanned import LayoutName as _L
+from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import (
@@ -436,10 +437,10 @@ def _total_parameters(
     tensors = scanned.tensors
     stated = parse_count(scanned.index.metadata.get("total_parameters")) if scanned.index else None
     if stated is not None and old_map.keys() == chosen.keys():
-        before = uncounted_elements(tensors, list(chosen), config=scanned.config)
+        before = uncounted_elements(tensors, chosen.keys(), config=scanned.config)
         if stated in before.counts(sum(sizes[n][1] for n in chosen)):
             return stated
-    return count_parameters(tensors[tensors["name"].isin(list(chosen))], config=scanned.config)
+    return count_parameters(tensors[rows_named(tensors, chosen.keys())], config=scanned.config)
 
 
 def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.common.display import CELL_LIMIT, legible
 from inspector._internal.findings.words import layers_text
 from inspector._internal.plans.atomic import write_atomic
@@ -103,7 +104,7 @@ class TensorQuery:
             hit = (tensors[column] == value).fillna(False).to_numpy(dtype=bool)
             mask = hit if mask is None else mask & hit
         if self.names:
-            hit = tensors["name"].isin(set(self.names)).to_numpy(dtype=bool)
+            hit = rows_named(tensors, self.names)
             mask = hit if mask is None else mask & hit
         pattern = self.pattern()
         if pattern is not None:

@@ -1,0 +1,313 @@
+"""The dashboard's tabs as a person meets them, in a real JupyterLab in headless Chromium.
+
+One JupyterLab (local only, random port and token) runs a notebook with two dashboards: a
+collapsed DCP consolidation (seed 2289) whose default consolidation destination already holds
+someone's files, and a small Qwen3-MoE checkpoint whose layer 3 lost experts 4-7. Then in the
+page:
+
+1. Consolidate into the occupied destination: the tab says nothing was written and how to go
+   on, and no traceback shows (in a live kernel the progress Output swallowed the error);
+2. Files: its figure draws its bars (made when the tab is shown, it holds its data from its
+   first state: it never draws empty axes), then a grid with people's column names, sizes
+   drawn "12.3 kB" that sort as bytes when the header is clicked (descending first, as
+   Perspective does), and the shard the expert-missing finding names counts it;
+3. Layers: both figures draw their bars, then the same grid (MTP "yes"/"no", "experts found");
+4. Experts: the heatmap draws, and the zoom opens on layer 3, the faulty one;
+5. Tensors: `size` sorts as bytes;
+6. Repair: the plan, made when the tab is first shown.
+
+Across all of it the page evaluated plotly.js once (`widgets.esm`) and anywidget initialised
+every model in time.
+
+Screenshots go to build/test-artifacts/tabs-*.png.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser import (
+    ARTIFACTS,
+    Lab,
+    launch_chromium,
+    open_notebook,
+    run_all_cells,
+    running_lab,
+    sync_playwright_or_fail,
+)
+
+pytestmark = pytest.mark.browser
+
+DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
+NOTEBOOK = "tabs.ipynb"
+UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+
+
+@pytest.fixture
+def lab(tmp_path: Path, demo_checkpoints: Path, monkeypatch) -> Iterator[Lab]:
+    import test_report_html
+
+    monkeypatch.setattr(test_report_html, "LOST_PART", None)  # only layer 3 is damaged
+    moe = test_report_html.write_moe_checkpoint(tmp_path / "qwen3-moe-lost-experts")
+    dcp = Path(shutil.copytree(demo_checkpoints / DCP_COLLAPSED, tmp_path / DCP_COLLAPSED))
+    occupied = tmp_path / f"{DCP_COLLAPSED}-consolidated"  # the default destination
+    occupied.mkdir()
+    (occupied / "notes.txt").write_text("mine")
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_code_cell(
+            textwrap.dedent(
+                f"""
+                from inspector.widgets import Dashboard
+                dcp = Dashboard({str(dcp)!r})
+                dcp
+                """
+            ).strip()
+        ),
+        nbformat.v4.new_code_cell(f"moe = Dashboard({str(moe)!r})\nmoe"),
+    ]
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(book, root / NOTEBOOK)
+    with running_lab(root, tmp_path / "lab") as server:
+        yield server
+
+
+def test_tabs_in_jupyterlab(lab: Lab):
+    sync_playwright = sync_playwright_or_fail()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            page = open_notebook(browser, lab, NOTEBOOK, errors)
+            try:
+                run_all_cells(page, timeout=240)
+                page.wait_for_selector(".ckpt-dashboard >> nth=1", timeout=60_000)
+                refused = _consolidate_refused(page)
+                files = _files(page)
+                layers = _layers(page)
+                zoom = _experts(page)
+                sizes = _tensor_sizes(page)
+                plan = _repair_plan(page)
+                plotly_modules = page.evaluate(
+                    "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
+                )
+            except Exception:
+                _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
+                raise
+        finally:
+            browser.close()
+
+    assert "Nothing was written" in refused["status"] and "overwrite" in refused["status"]
+    assert "PlanRefusedError" in refused["status"] and not refused["traceback"]
+    assert {"file", "findings", "size", "data size", "outlier"} <= set(files["headers"])
+    assert "tensor_bytes" not in files["headers"] and "problems" not in files["headers"]
+    assert files["sizes"] == sorted(files["sizes"], reverse=True) and len(set(files["sizes"])) > 1
+    assert all(re.fullmatch(r"\d+(\.\d)? (B|kB|MB|GB)", t) for t in files["size_texts"])
+    assert files["findings_of_named_shard"] > 0, files
+    assert {"layer", "MTP", "experts found", "size", "findings"} <= set(layers["headers"])
+    assert "is_mtp" not in layers["headers"]
+    assert "Layer 3:" in zoom and "experts" in zoom
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 1
+    assert 256 in sizes and 2000 in sizes  # 256 B below 2.0 kB: sorted by bytes, not as text
+    assert files["figure"]["bars"] > 0 and "Shard sizes" in files["figure"]["title"]
+    assert all(f["bars"] > 0 for f in layers["figures"]), layers["figures"]
+    assert "Planning" not in plan and "when the tab is shown" not in plan, plan
+    assert "This plan" in plan or "Nothing to" in plan or "No findings" in plan, plan
+    assert plotly_modules == 1
+    noted = ("ckpt", "plotly", "anywidget")
+    assert not [e for e in errors if any(n in e.lower() for n in noted)], errors
+
+
+def _dash(page, n: int):
+    return page.locator(".ckpt-dashboard").nth(n)
+
+
+def _open(page, n: int, title: str) -> None:
+    """Click tab `title` of dashboard `n`."""
+    _dash(page, n).locator(".ckpt-tabs .lm-TabBar-tab", has_text=title).first.click()
+
+
+def _shoot(page, n: int, name: str) -> None:
+    dash = _dash(page, n)
+    dash.scroll_into_view_if_needed()
+    dash.screenshot(path=str(ARTIFACTS / name))
+
+
+def _consolidate_refused(page) -> dict:
+    """Consolidate the DCP checkpoint into its occupied default destination."""
+    dash = _dash(page, 0)
+    _open(page, 0, "Consolidate")
+    dash.locator("button.ckpt-consolidate-button").click()
+    status = dash.locator(".ckpt-consolidate-status", has_text="Nothing was written")
+    status.wait_for(timeout=120_000)
+    progress = dash.locator(".ckpt-consolidate-progress").inner_text()
+    _shoot(page, 0, "tabs-consolidate-refused.png")
+    return {"status": status.inner_text(), "traceback": "Traceback" in progress}
+
+
+def _figure(page, css: str) -> dict:
+    """What the plotly figure with CSS class `css` in the second dashboard drew, once it drew
+    data: its title, its bars and its heatmap images."""
+    script = """(css) => {
+        const dash = document.querySelectorAll('.ckpt-dashboard')[1];
+        const el = dash && dash.querySelector('.' + css);
+        if (!el) return null;
+        const title = el.querySelector('.gtitle');
+        return {
+            title: title ? title.textContent : '',
+            bars: el.querySelectorAll('.barlayer .point path, .barlayer path').length,
+            images: el.querySelectorAll('.heatmaplayer image').length,
+        };
+    }"""
+    page.wait_for_function(
+        f"(css) => {{ const f = ({script})(css); return f && (f.bars > 0 || f.images > 0); }}",
+        arg=css,
+        timeout=90_000,
+    )
+    return page.evaluate(script, css)
+
+
+def _grid_cells(page, grid: str) -> dict:
+    """Column headers and rows (cell texts) the Perspective grid with CSS class `grid` in the
+    second dashboard has drawn."""
+    return page.evaluate(
+        """(css) => {
+            const dash = document.querySelectorAll('.ckpt-dashboard')[1];
+            const viewer = dash && dash.querySelector('.' + css + ' perspective-viewer');
+            const dg = viewer && viewer.querySelector('perspective-viewer-datagrid');
+            const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
+            if (!table) return {headers: [], rows: []};
+            const row = table.querySelector('thead tr:last-child');
+            const headers = row ? [...row.querySelectorAll('th')].map(
+                th => th.textContent.trim()) : [];
+            const rows = [...table.querySelectorAll('tbody tr')].map(
+                tr => [...tr.querySelectorAll('th, td')].map(td => td.textContent.trim()));
+            return {headers, rows};
+        }""",
+        grid,
+    )
+
+
+def _wait_rows(page, grid: str, accept=lambda cells: True) -> dict:
+    # The grid draws rows only where it is on screen (JupyterLab skips cells out of view).
+    box = _dash(page, 1).locator(f".{grid}").first
+    box.wait_for(state="attached", timeout=120_000)
+    box.scroll_into_view_if_needed()
+    page.wait_for_function(
+        """(css) => {
+            const dash = document.querySelectorAll('.ckpt-dashboard')[1];
+            const viewer = dash && dash.querySelector('.' + css + ' perspective-viewer');
+            const dg = viewer && viewer.querySelector('perspective-viewer-datagrid');
+            const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
+            return table && table.querySelectorAll('tbody td').length > 0;
+        }""",
+        arg=grid,
+        timeout=90_000,
+    )
+    for _ in range(120):
+        cells = _grid_cells(page, grid)
+        if accept(cells):
+            return cells
+        page.wait_for_timeout(250)
+    raise AssertionError(f"{grid} did not draw what was expected: {cells}")
+
+
+def _column(cells: dict, name: str) -> list[str]:
+    """The texts of column `name` (headers and rows may carry a row-header cell first)."""
+    i = cells["headers"].index(name)
+    offset = len(cells["rows"][0]) - len(cells["headers"]) if cells["rows"] else 0
+    return [r[i + offset] for r in cells["rows"] if len(r) > i + offset]
+
+
+def _bytes(text: str) -> float:
+    number, unit = text.split()
+    return float(number) * UNITS[unit]
+
+
+def _click_header(page, grid: str, name: str) -> None:
+    """A real mouse click on the header that sorts column `name` (Playwright's locators see
+    into the datagrid's shadow root)."""
+    header = _dash(page, 1).locator(f".{grid} th.psp-sort-enabled")
+    header.filter(has_text=re.compile(rf"^\s*{re.escape(name)}\s*$")).first.click()
+
+
+def _files(page) -> dict:
+    _open(page, 1, "Files")
+    figure = _figure(page, "ckpt-shard-sizes")
+    grid = "ckpt-files-table"
+    cells = _wait_rows(page, grid, lambda c: "size" in c["headers"] and _drawn_as_bytes(c))
+    # The shard the expert-missing finding names counts it.
+    named = max(int(n.replace(",", "")) for n in _column(cells, "findings"))
+    _click_header(page, grid, "size")  # a first click sorts descending, by bytes
+    cells = _wait_rows(page, grid, _sorted_by_size)
+    texts = _column(cells, "size")
+    page.screenshot(path=str(ARTIFACTS / "tabs-files.png"))
+    return {
+        "headers": cells["headers"],
+        "size_texts": texts,
+        "sizes": [_bytes(t) for t in texts],
+        "findings_of_named_shard": named,
+        "figure": figure,
+    }
+
+
+def _drawn_as_bytes(cells: dict) -> bool:
+    """True once `GridCells` has drawn the size column as "10.8 kB"."""
+    texts = _column(cells, "size")
+    return bool(texts) and all(re.fullmatch(r"\d+(\.\d)? (B|kB|MB|GB)", t) for t in texts)
+
+
+def _sorted_by_size(cells: dict) -> bool:
+    """True when the rows go from the largest size to the smallest, and differ."""
+    try:
+        sizes = [_bytes(t) for t in _column(cells, "size")]
+    except (ValueError, KeyError, IndexError):
+        return False
+    return sizes == sorted(sizes, reverse=True) and len(set(sizes)) > 1
+
+
+def _layers(page) -> dict:
+    _open(page, 1, "Layers")
+    figures = [_figure(page, "ckpt-bytes-per-layer"), _figure(page, "ckpt-params-per-layer")]
+    grid = "ckpt-layers-table"
+    cells = _wait_rows(page, grid, lambda c: "MTP" in c["headers"])
+    page.screenshot(path=str(ARTIFACTS / "tabs-layers.png"))
+    return {**cells, "figures": figures}
+
+
+def _experts(page) -> str:
+    _open(page, 1, "Experts")
+    _figure(page, "ckpt-expert-heatmap")  # its heatmap image drawn
+    _figure(page, "ckpt-expert-layer")
+    zoom = _dash(page, 1).locator(".ckpt-expert-layer .gtitle").first
+    zoom.wait_for(timeout=60_000)
+    _shoot(page, 1, "tabs-experts.png")
+    return zoom.text_content() or ""
+
+
+def _repair_plan(page) -> str:
+    """The Repair tab's verdict once its plan is made (on the tab's first show)."""
+    _open(page, 1, "Repair")
+    verdict = _dash(page, 1).locator(".ckpt-repair-verdict")
+    verdict.locator("div:not(.ckpt-repair-planning)").first.wait_for(timeout=120_000)
+    _shoot(page, 1, "tabs-repair.png")
+    return verdict.inner_text()
+
+
+def _tensor_sizes(page) -> list[float]:
+    _open(page, 1, "Tensors")
+    grid = "ckpt-tensor-grid"
+    _wait_rows(page, grid, lambda c: "size" in c["headers"])
+    _click_header(page, grid, "size")  # descending, by bytes
+    cells = _wait_rows(page, grid, _sorted_by_size)
+    page.screenshot(path=str(ARTIFACTS / "tabs-tensors-sorted.png"))
+    return [_bytes(t) for t in _column(cells, "size")]

@@ -1,0 +1,119 @@
+"""The dashboard's error paths in a real kernel (nbclient, ipykernel).
+
+Outside a kernel ipywidgets behaves differently in the two ways that matter here: an
+`Output` context (`with out:`) swallows the exception raised in it only when IPython runs,
+and a button's handler error reaches the page only if the handler shows it. So these tests
+run the dashboard in an ipykernel started by nbclient, click its buttons there (`click()`
+dispatches to the same handlers as the frontend's click message) and read what the widgets
+then show, printed by the cell.
+
+A notebook executed headless (nbclient, which `jupyter nbconvert --execute` and papermill
+run) saves the finished snapshot: tests/test_notebooks.py checks it on every example notebook
+it executes, and opens one exported to HTML in Chromium.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+pytest.importorskip("ipywidgets")
+
+DRIFT = "modelopt-1422-sidecar-drift"
+DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
+
+
+@pytest.fixture
+def demos(demo_checkpoints: Path) -> Path:
+    return demo_checkpoints
+
+
+def _notebook(*cells: str) -> nbformat.NotebookNode:
+    book = nbformat.v4.new_notebook()
+    book.cells = [nbformat.v4.new_code_cell(textwrap.dedent(c).strip()) for c in cells]
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    return book
+
+
+def _execute(book: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
+    NotebookClient(
+        book, kernel_name="python3", timeout=240, resources={"metadata": {"path": str(cwd)}}
+    ).execute()
+    return book
+
+
+def _printed(cell: nbformat.NotebookNode) -> dict:
+    """The JSON object the cell printed last."""
+    text = "".join(o.text for o in cell.outputs if o.output_type == "stream")
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
+    demos: Path, tmp_path: Path
+):
+    """A refused consolidation, a re-scan of a folder that is gone and a dashboard on a
+    missing path: each says what went wrong where the person looks, in the core's words,
+    and the dashboard stays usable. (Whether a traceback shows in the progress area only
+    a page can tell: tests/test_lab_browser.py looks.)"""
+    folder = shutil.copytree(demos / DCP_COLLAPSED, tmp_path / DCP_COLLAPSED)
+    book = _notebook(
+        f"""
+        import json, shutil
+        from pathlib import Path
+        from inspector.widgets import Dashboard
+        folder = Path({str(folder)!r})
+        dash = Dashboard(folder, snapshot=False)
+        dash.wait()
+
+        def by_class(widget, css):  # the widgets under `widget` with CSS class `css`
+            found = [widget] if css in getattr(widget, "_dom_classes", ()) else []
+            for child in getattr(widget, "children", ()):
+                found += by_class(child, css)
+            return found
+        """,
+        # The default destination holds someone else's files: the plan is refused.
+        """
+        form = dash.select("Consolidate")
+        dest = Path(form.dest.value)
+        dest.mkdir()
+        (dest / "notes.txt").write_text("mine")
+        form.run.click()
+        print(json.dumps({"status": form.status.value, "disabled": form.run.disabled,
+                          "dest": sorted(p.name for p in dest.iterdir())}))
+        """,
+        # The folder vanished: the re-scan fails, the dashboard keeps what it showed.
+        """
+        shutil.move(str(folder), str(folder) + "-moved")
+        by_class(dash.widget, "ckpt-rescan-button")[0].click()
+        notice = "".join(w.value for w in by_class(dash.widget, "ckpt-notice"))
+        print(json.dumps({"notice": notice, "files": len(dash.current.scanned.files)}))
+        """,
+        # A dashboard on a path that does not exist raises the core's error, not a crash
+        # about a missing state.
+        """
+        try:
+            Dashboard(folder, snapshot=False)
+        except Exception as exc:
+            error = type(exc).__name__ + ": " + str(exc)
+        print(json.dumps({"error": error}))
+        """,
+    )
+    _execute(book, tmp_path)
+    consolidate, rescan, missing = (_printed(c) for c in book.cells[1:])
+    assert "PlanRefusedError" in consolidate["status"], consolidate
+    assert "Nothing was written" in consolidate["status"], consolidate
+    assert "tick <b>overwrite</b>" in consolidate["status"]
+    assert consolidate["disabled"] is False
+    assert consolidate["dest"] == ["notes.txt"]
+    assert "ckpt-error" in rescan["notice"] and DCP_COLLAPSED in rescan["notice"], rescan
+    assert rescan["files"] > 0
+    assert missing["error"].startswith("CannotInspectError"), missing
+    assert DCP_COLLAPSED in missing["error"]
+    errors = [o for c in book.cells for o in c.outputs if o.output_type == "error"]
+    assert errors == []

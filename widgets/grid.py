@@ -1,0 +1,411 @@
+"""Grids over tables, the same for tensors, files and layers: Perspective's virtualised
+datagrid (server mode: the table stays in the kernel, the page asks for the rows it draws),
+sorted by clicking a column header (shift-click adds a second key), filtered by the controls
+above it, with people's column names and values formatted for reading.
+
+Numbers stay numbers in the grid, so they sort as numbers; only how they are drawn changes.
+A column whose name is `size` or ends in ` size` holds bytes and is drawn as the rest of the
+project writes bytes (`inspector._internal.common.units.format_bytes`: decimal, "22.0 MB"):
+Perspective's own number formats (Intl.NumberFormat) have no byte units, so `GridCells`, a few
+lines of JavaScript, rewrites those cells' text after each draw through the datagrid's style
+listener. Counts get thousands separators from Perspective itself.
+
+`FrameGrid(frame, ...)` is a DataFrame in such a grid with a text filter (a glob, plain text
+or a regular expression over one column), a dropdown per category column and a row count;
+the tensor browser (`widgets.browser`) builds its richer filters on the same pieces.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anywidget
+import ipywidgets as w
+import pandas as pd
+import traitlets
+
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import DECIMAL_UNITS
+from inspector._internal.report.html import html_text
+from inspector._internal.report.query import name_pattern
+from inspector.errors import InspectorError
+
+from .esm import SOURCE_TRAIT, shared_module, shared_source
+from .guard import guarded
+
+__all__ = [
+    "GRID_HEIGHT",
+    "FrameGrid",
+    "GridCells",
+    "arrow_bytes",
+    "choice",
+    "grid_class",
+    "is_bytes_column",
+    "make_grid",
+    "match_expression",
+    "table_name",
+    "yes_no",
+]
+
+ANY = "any"
+_TABLE_NUMBERS = itertools.count(1)
+GRID_HEIGHT = "560px"
+_MATCH = "{column} matches"
+
+
+def is_bytes_column(name: str) -> bool:
+    """True for a column drawn as bytes: `size`, or a name ending in ` size`."""
+    return name == "size" or name.endswith(" size")
+
+
+def yes_no(column: pd.Series) -> pd.Series:
+    """A boolean column as the grid shows it: "yes" / "no" (sortable and filterable text)."""
+    return column.fillna(False).astype(bool).map({True: "yes", False: "no"}).astype(object)
+
+
+def match_expression(column: str, text: str, *, regex: bool = False) -> tuple[str, str]:
+    """(name, Perspective expression) that is True where `column` matches `text` as the
+    tensor browser matches names (`inspector._internal.report.query.name_pattern`: glob, text
+    or regex)."""
+    pattern = name_pattern(text, regex=regex)
+    # A Perspective string literal: backslashes and quotes escaped; RE2 sees the pattern.
+    literal = pattern.replace("\\", "\\\\").replace("'", "\\'")
+    return _MATCH.format(column=column), f"match(\"{column}\", '{literal}')"
+
+
+# -- the byte cells ---------------------------------------------------------------------------
+
+_UNITS_JS = "[" + ", ".join(f'"{u}"' for u in DECIMAL_UNITS) + "]"
+_CELLS_ESM = (
+    """
+const UNITS = """
+    + _UNITS_JS
+    + """;
+// inspector._internal.common.units.format_bytes: whole bytes below 1 kB, else one decimal,
+// decimal units.
+function formatBytes(v) {
+  if (typeof v !== "number" || !Number.isFinite(v)) return null;
+  let value = v;
+  for (let i = 0; i < UNITS.length; i++) {
+    if (Math.abs(value) < 1000 || i === UNITS.length - 1)
+      return i === 0 ? `${Math.trunc(value)} B` : `${value.toFixed(1)} ${UNITS[i]}`;
+    value /= 1000;
+  }
+  return null;
+}
+const isBytes = (name) => name === "size" || name.endsWith(" size");
+
+function restyle(table) {
+  for (const td of table.querySelectorAll("tbody td")) {
+    const meta = table.getMeta(td);
+    const path = meta && meta.column_header;
+    const name = path && path[path.length - 1];
+    if (name && isBytes(String(name))) {
+      // `value` is the text Perspective drew ("43,680"), `user` the number behind it.
+      const raw = meta.user;
+      const text = raw === null || raw === undefined || raw === "" ? null : formatBytes(+raw);
+      if (text !== null && td.textContent !== text) td.textContent = text;
+    }
+  }
+}
+
+function attach(viewer, tries) {
+  if (viewer.__ckptCells) return;
+  try {
+    // The datagrid plugin element (a child of the viewer once it has drawn) owns the table.
+    const plugin = viewer.querySelector("perspective-viewer-datagrid");
+    const table =
+      plugin &&
+      (plugin.regular_table || (plugin.shadowRoot || plugin).querySelector("regular-table"));
+    if (!table || !table.addStyleListener) throw new Error("no datagrid yet");
+    viewer.__ckptCells = true;
+    // Runs after the datagrid's own listener (added first), on every draw and scroll.
+    table.addStyleListener(() => restyle(table));
+    restyle(table);
+  } catch (e) {
+    if (tries < 120) setTimeout(() => attach(viewer, tries + 1), 250);
+  }
+}
+
+export default {
+  render({ el }) {
+    el.style.display = "none";
+    const root = el.closest(".ckpt-grid-box") || el.parentElement || document.body;
+    const watch = () => {
+      for (const viewer of root.querySelectorAll("perspective-viewer")) attach(viewer, 0);
+    };
+    const added = new MutationObserver(watch);
+    added.observe(root, { childList: true, subtree: true });
+    watch();
+    return () => added.disconnect();
+  },
+};
+"""
+)
+
+
+class GridCells(anywidget.AnyWidget):
+    """Draws the byte columns of the grids in its box (`.ckpt-grid-box`, else its parent
+    element) as "22.0 MB"; put one in the box (it draws nothing). The dashboard has one for
+    all its tabs, made with it: an anywidget model made while a grid's large module loads
+    may miss anywidget's 2 s initialisation window."""
+
+    _esm = _CELLS_ESM
+    # Synced so that the model exists on the page before the first grid (nothing to set).
+    version = traitlets.Unicode("1").tag(sync=True)
+
+
+# -- Perspective's widget, once per kernel ---------------------------------------------------
+
+# perspective-python 5.6 defines the `regular-layout` custom elements without checking whether
+# an earlier copy of its module (another grid on the page) already did, and the second grid
+# fails to render. Its other elements skip a duplicate registration; this prologue gives these
+# three the same treatment.
+_DEFINE_ONCE = """
+{
+  const define = customElements.define.bind(customElements);
+  const once = new Set(["regular-layout", "regular-layout-frame", "regular-layout-tab"]);
+  if (!customElements.__ckptDefineOnce) {
+    customElements.define = (name, cls, options) =>
+      once.has(name) && customElements.get(name) ? undefined : define(name, cls, options);
+    customElements.__ckptDefineOnce = true;
+  }
+}
+"""
+_GRID: type | None = None
+
+
+def grid_class() -> type:
+    """PerspectiveWidget whose module is evaluated once per page (`widgets.esm`) and
+    whose first state names its table (built once per kernel)."""
+    global _GRID
+    if _GRID is None:
+        import perspective.widget
+        from perspective.widget import PerspectiveWidget
+
+        # The module file itself (anywidget wraps the class attribute in a file watcher).
+        esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+        source = _DEFINE_ONCE + esm.read_text(encoding="utf-8")
+        stub = shared_module(source, name="perspective", waiting="Loading the grid...")
+
+        def __init__(
+            self: Any, data: Any, *, layout: Any = None, classes: Sequence[str] = (), **kwargs: Any
+        ) -> None:
+            # The table's name, the size and the CSS classes go into the widget's first state.
+            # Perspective's view reads the name when it renders, which on a busy page can come
+            # before a later update; and every later update waits for the model's module and
+            # is lost when that took over anywidget's 2 s (`widgets.esm`), so a size or class
+            # set after creation may never reach the page (no height and no rows then).
+            self.table_name = data.get_name()
+            if layout is not None:
+                self.layout = layout
+            self._dom_classes = tuple(classes)
+            PerspectiveWidget.__init__(self, data, **kwargs)
+
+        attributes = {"_esm": stub, SOURCE_TRAIT: shared_source(source), "__init__": __init__}
+        _GRID = type("TensorGrid", (PerspectiveWidget,), attributes)
+    return _GRID
+
+
+def make_grid(table: Any, *, columns: Sequence[str], title: str, css_class: str, **config: Any):
+    """A datagrid on the Perspective `table`, `GRID_HEIGHT` tall, with CSS class `css_class`."""
+    return grid_class()(
+        table,
+        # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing
+        # inside a VBox: a fixed flex basis keeps the grid at its height.
+        layout=w.Layout(width="100%", height=GRID_HEIGHT, flex="0 0 auto"),
+        classes=(css_class,),
+        plugin="Datagrid",
+        columns=list(columns),
+        settings=False,
+        theme="Pro Light",
+        title=title,
+        **config,
+    )
+
+
+def choice(label: str, options: Sequence[Any], css: str, *, width: str = "12em") -> w.Dropdown:
+    """A filter dropdown: `any`, then each option (shown legible: a file name may be hostile)."""
+    return w.Dropdown(
+        options=[(ANY, None), *((legible(v), v) for v in options)],
+        value=None,
+        description=label,
+        layout=w.Layout(width=width),
+        style={"description_width": "auto"},
+    ).add_class(css)
+
+
+# -- a DataFrame in a grid --------------------------------------------------------------------
+
+
+class FrameGrid:
+    """`frame` (its columns already named and typed for people) in a sortable grid, with a
+    text filter over column `text` (glob, plain text or, ticked, a regular expression), a
+    dropdown per column of `choices`, a toggle per (label, filter) of `flags` (a Perspective
+    filter such as `["findings", ">", 0]`) and the number of rows shown; `cells=False` when a
+    `GridCells` around it draws its byte columns already (the dashboard's). The grid widget is
+    created by `show_grid` (the dashboard calls it when the tab is shown: a grid created in
+    a hidden tab has no size to draw rows into)."""
+
+    def __init__(
+        self,
+        frame: pd.DataFrame,
+        *,
+        title: str,
+        css_class: str,
+        text: str,
+        choices: Sequence[str] = (),
+        flags: Mapping[str, list[Any]] | None = None,
+        sort: Sequence[Sequence[str]] = (),
+        what: str = "rows",
+        cells: bool = True,
+    ) -> None:
+        import perspective
+
+        self.frame, self.title, self.css_class, self.what = frame, title, css_class, what
+        self.text_column, self.sort = text, [list(s) for s in sort]
+        self.table = perspective.table(arrow_bytes(frame), name=table_name(css_class))
+        self.grid: Any = None
+        self._lock = threading.Lock()
+        self.count = w.HTML().add_class(f"{css_class}-count")
+        self.text = w.Text(
+            placeholder=f"{text}: glob, text, or tick regex",
+            continuous_update=False,
+            layout=w.Layout(flex="1 1 auto", min_width="16em"),
+        ).add_class(f"{css_class}-text")
+        self.regex = w.Checkbox(description="regex", indent=False, layout=w.Layout(width="5em"))
+        self.choices = {
+            c: choice(c, sorted(frame[c].dropna().unique().tolist()), f"{css_class}-{_css(c)}")
+            for c in choices
+        }
+        self.flags = {
+            label: w.ToggleButton(description=label, layout=w.Layout(width="auto")).add_class(
+                f"{css_class}-flag"
+            )
+            for label in (flags or {})
+        }
+        self._flag_filters = dict(flags or {})
+        for control in (self.text, self.regex, *self.choices.values(), *self.flags.values()):
+            control.observe(guarded(self.apply, self.count), names="value")
+        self._box = w.VBox(
+            [w.HTML(f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>")],
+            layout=w.Layout(width="100%"),
+        )
+        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        self.widget = w.VBox(
+            [
+                w.HBox(
+                    [self.text, self.regex, *self.choices.values(), *self.flags.values()],
+                    layout=wrap,
+                ),
+                self.count,
+                self._box,
+                *([GridCells()] if cells else []),
+            ],
+            layout=w.Layout(width="100%"),
+        ).add_class("ckpt-grid-box")
+        self.config: dict[str, Any] = {"filter": [], "expressions": {}}
+        self.apply()
+
+    def replace(self, frame: pd.DataFrame) -> None:
+        """Show `frame` (same columns) instead: the grid keeps its sort and filters."""
+        self.frame = frame
+        self.table.replace(arrow_bytes(frame))
+        self.apply()
+
+    def show_grid(self) -> None:
+        """Create the grid widget (once; safe from two threads at once)."""
+        with self._lock:
+            if self.grid is not None:
+                return
+            self.grid = make_grid(
+                self.table,
+                columns=list(self.frame.columns),
+                title=self.title,
+                css_class=self.css_class,
+                sort=self.sort,
+                filter=self.config["filter"],
+                expressions=self.config["expressions"],
+            )
+            self._box.children = [self.grid]
+
+    def apply(self) -> None:
+        """Filter the grid by the controls and count the rows shown."""
+        filters: list[list[Any]] = []
+        expressions: dict[str, str] = {}
+        if self.text.value.strip():
+            try:
+                name, expression = match_expression(
+                    self.text_column, self.text.value, regex=self.regex.value
+                )
+            except InspectorError as exc:
+                self.count.value = f"<span style='color:#d62728'>{html_text(exc)}</span>"
+                return
+            expressions[name] = expression
+            filters.append([name, "==", True])
+        for column, control in self.choices.items():
+            if control.value is not None:
+                filters.append([column, "==", control.value])
+        for label, toggle in self.flags.items():
+            if toggle.value:
+                filters.append(list(self._flag_filters[label]))
+        with self._lock:  # a grid being created takes these filters or gets them here
+            self.config = {"filter": filters, "expressions": expressions}
+            if self.grid is not None:
+                self.grid.expressions = expressions
+                self.grid.filter = filters
+        self.count.value = (
+            f"<b>{self.matches():,}</b> of {len(self.frame):,} {html.escape(self.what)} "
+            "<span style='color:#666'>(click a column header to sort)</span>"
+        )
+
+    def matches(self) -> int:
+        """How many rows the current filters let through (counted by the grid's engine)."""
+        if not self.config["filter"]:
+            return len(self.frame)
+        view = self.table.view(**self.config)
+        try:
+            return view.num_rows()
+        finally:
+            view.delete()
+
+    def rows(self) -> pd.DataFrame:
+        """The rows the grid shows, in its sort order (what a test or an export reads)."""
+        view = self.table.view(**self.config, sort=self.sort)
+        try:
+            return pd.DataFrame(view.to_columns())[list(self.frame.columns)]
+        finally:
+            view.delete()
+
+    def close(self) -> None:
+        """Free the grid's table in the kernel."""
+        if self.grid is not None:
+            self.grid.close()
+        self.table.delete()
+
+
+def table_name(prefix: str) -> str:
+    """A name no other table in this kernel's Perspective server has (or had: an `id()` is
+    reused once its object is gone, and a grid binds to its table by name)."""
+    return f"{prefix}-{next(_TABLE_NUMBERS)}"
+
+
+def arrow_bytes(frame: pd.DataFrame) -> bytes:
+    """`frame` as an Arrow IPC stream, what a Perspective table loads and replaces its rows
+    with (without the pandas index, which Perspective would add as a column)."""
+    import pyarrow as pa
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _css(label: str) -> str:
+    return "-".join(label.split())

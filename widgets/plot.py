@@ -1,0 +1,100 @@
+"""Plotly figures as widgets in the dashboard: plotly's own `FigureWidget` (hover, zoom, and the
+clicks a heatmap cell answers), with two changes that a dashboard of several figures needs.
+
+- Its module is plotly.js with its widget, 5 MB, evaluated by the page once per figure, and
+  its model must load it within anywidget's 2 s or lose every later update: here the module
+  is evaluated once per page, when the first figure is drawn (`widgets.esm`).
+- It opens its comm before it holds its figure, and sends the data and the layout as updates
+  right after. A view that renders before those updates reach it (a figure made while its tab
+  is on screen: the page is fast enough to render it at once) draws empty axes, and plotly's
+  data handler does nothing when the data arrives later. Here the comm opens once the figure,
+  its size policy and its CSS class are set, so the first state holds them all.
+
+The dashboard makes a tab's figures when the tab is first shown, so a figure is never drawn
+into a hidden tab with no size, and plotly.js is evaluated only when a figure is wanted (not
+while a person opens the Tensors tab). `Autosize` re-measures them as the tab changes size.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as w
+
+from .esm import SOURCE_TRAIT, shared_module, shared_source
+
+__all__ = ["FigureBox", "figure_widget"]
+
+_FIGURE: type | None = None
+_LOCK = threading.Lock()
+
+
+def figure_widget(figure: Any, css_class: str) -> Any:
+    """An interactive copy of the plotly `figure` with a stable CSS class, as wide as its
+    output (see the module docstring)."""
+    layout = {**figure.layout.to_plotly_json(), "autosize": True}
+    return _figure_class()(data=figure.data, layout=layout, css_class=css_class)
+
+
+def _figure_class() -> type:
+    """`FigureWidget` with the shared module and a first state that holds the figure (built
+    once per kernel: importing plotly's widget takes a second)."""
+    global _FIGURE
+    with _LOCK:
+        if _FIGURE is None:
+            import plotly
+            import plotly.graph_objects as go
+
+            bundle = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
+            source = bundle.read_text(encoding="utf-8")
+            stub = shared_module(
+                source, name="plotly", waiting="Drawing the figure (loading plotly.js)..."
+            )
+
+            def __init__(self: Any, *, data: Any, layout: Any, css_class: str) -> None:
+                self._hold_comm = True  # `open` waits until the figure is set (see below)
+                go.FigureWidget.__init__(self, data=data, layout=layout)
+                self.add_class(css_class)
+                # Re-measure on window resize events (which `Autosize` sends when a figure
+                # gets its width).
+                self._config = {**self._config, "responsive": True}
+                self._hold_comm = False
+                self.open()
+
+            def open(self: Any) -> None:
+                if not getattr(self, "_hold_comm", False):
+                    go.FigureWidget.open(self)
+
+            attributes = {
+                "_esm": stub,
+                SOURCE_TRAIT: shared_source(source),
+                "__init__": __init__,
+                "open": open,
+                "__doc__": None,
+            }
+            _FIGURE = type("DashboardFigure", (go.FigureWidget,), attributes)
+        return _FIGURE
+
+
+class FigureBox:
+    """The figures of a tab, made into widgets when the tab is first shown (`show`); until
+    then a line that says so. Safe to show from two threads at once."""
+
+    def __init__(self, figures: list[tuple[Any, str]]) -> None:
+        self._figures = figures
+        self.widgets: list[Any] = []
+        self._lock = threading.Lock()
+        self.box = w.VBox(
+            [w.HTML("<i style='color:#666'>The figures are drawn when the tab is shown.</i>")],
+            layout=w.Layout(width="100%"),
+        )
+
+    def show(self) -> list[Any]:
+        """The figure widgets (made on the first call), in the order given."""
+        with self._lock:
+            if not self.widgets:
+                self.widgets = [figure_widget(f, css) for f, css in self._figures]
+                self.box.children = tuple(self.widgets)
+            return self.widgets
