@@ -51,7 +51,7 @@ GROUPS = (
     "DCP-sharded safetensors",
     "Megatron torch_dist",
     "What the model code itself would load",
-    "Tensor data (check --deep)",
+    "Tensor data (check --deep, check --values)",
     "Files the checkpoint cannot safely give us",
 )
 _S, _I, _P, _M, _D, _T, _L, _X, _U = GROUPS
@@ -463,6 +463,28 @@ class Code(StrEnum):
         _N,
         _X,
         "One tensor name in several shards with the same bytes; harmless but wasteful.",
+    )
+    TENSOR_UNINITIALISED = (
+        "tensor-uninitialised",
+        _E,
+        _X,
+        "A tensor's bits look like memory that was never written (torch.empty left as is): a "
+        "large share of subnormal values, of magnitudes no weight reaches (> 1e30 in BF16/F32) "
+        "or one repeated bit pattern, where the same tensor in the sibling layers or experts "
+        "shows none. The converter skipped it (an unmapped expert, a name it did not know): "
+        "re-export that tensor from the source checkpoint, or restore it with `ckpt-inspect "
+        "repair --from REF`. (`check --values sample|full`)",
+    )
+    TENSOR_VALUES_OUTLIER = (
+        "tensor-values-outlier",
+        _W,
+        _X,
+        "A tensor's statistics are orders of magnitude off the same tensor in its sibling "
+        "layers or experts (robust median and MAD over the siblings): std 0 where they vary, "
+        "std 10x or more away, or absmax 100x or more away. A rescaled, half-converted or "
+        "mis-mapped tensor makes a model that loads but talks gibberish: compare it with the "
+        "source checkpoint (`ckpt-inspect diff --data`) and re-export it; `ckpt.values` shows "
+        "the statistics of every sibling. (`check --values sample|full`)",
     )
     # -- untrusted input refused ---------------------------------------------------------------
     FILE_UNSAFE = (

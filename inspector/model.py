@@ -558,6 +558,15 @@ class ScannedCheckpoint:
         return self.tables.tensors
 
     @property
+    def values(self) -> pd.DataFrame:
+        """One row per tensor with its value statistics and sibling judgement (reads tensor
+        data: the table of the last `check(values=...)`, full preferred, else a sample;
+        `inspector.values.value_table` for a chosen mode, budget or seed)."""
+        from inspector.values import cached_value_table
+
+        return cached_value_table(self)
+
+    @property
     def files(self) -> pd.DataFrame:
         """One row per shard file."""
         return self.tables.files

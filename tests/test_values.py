@@ -1,0 +1,342 @@
+"""`check --values sample|full`: value statistics decoded bit for bit, judged against
+siblings. Healthy output of every real writer gets none of the value findings; real writers'
+output damaged as converters and loaders damage it (an expert left at never-written memory,
+a layer zeroed, a tensor scaled by 1000, NaN in one block, an FP8 scale all zero) is caught
+by `full` always, and by `sample` in the sense docs/values.md states."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from golden_manifest import FIXTURES, MANIFEST, unreadable
+
+from inspector import check, scan
+from inspector.values import CODES, SampleBudget, value_table, values_check
+from inspector.values.decode import decoder_for
+from inspector.values.reading import windows_of
+from inspector.values.stats import Accumulator
+
+VALUE_CODES = {c.value for c in CODES}
+HEALTHY = [
+    case
+    for case, entry in sorted(MANIFEST.items())
+    if entry.get("healthy") and unreadable(case) is None
+]
+
+
+# -- decoding -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "torch_dtype"),
+    [
+        ("F8_E4M3", torch.float8_e4m3fn),
+        ("F8_E5M2", torch.float8_e5m2),
+        ("F8_E4M3FNUZ", torch.float8_e4m3fnuz),
+        ("F8_E5M2FNUZ", torch.float8_e5m2fnuz),
+        ("F8_E8M0", torch.float8_e8m0fnu),
+    ],
+)
+def test_fp8_decodes_every_byte_as_torch_does(dtype: str, torch_dtype: torch.dtype) -> None:
+    codes = torch.arange(256, dtype=torch.uint8)
+    expected = codes.view(torch_dtype).to(torch.float32).numpy()
+    decoder = decoder_for("w", dtype)
+    assert decoder is not None and decoder.decode is not None
+    ours = decoder.decode(codes.numpy())
+    np.testing.assert_array_equal(ours, expected)  # NaN positions must agree too
+
+
+def test_bf16_and_f16_decode_as_torch_does() -> None:
+    words = torch.arange(65536, dtype=torch.int32).to(torch.uint16)
+    for dtype, torch_dtype in (("BF16", torch.bfloat16), ("F16", torch.float16)):
+        decoder = decoder_for("w", dtype)
+        assert decoder is not None and decoder.decode is not None
+        expected = words.view(torch_dtype).to(torch.float32).numpy()
+        np.testing.assert_array_equal(decoder.decode(words.numpy()), expected)
+
+
+def test_mxfp4_u8_scales_decode_as_e8m0_and_packed_weights_are_not_decoded() -> None:
+    scales = decoder_for("model.layers.0.mlp.experts.gate_up_proj_scales", "U8")
+    assert scales is not None and scales.decode is not None
+    assert scales.decode(np.array([127, 128, 0xFF], np.uint8)).tolist()[:2] == [1.0, 2.0]
+    blocks = decoder_for("model.layers.0.mlp.experts.gate_up_proj_blocks", "U8")
+    assert blocks is not None and blocks.decode is None
+
+
+def test_statistics_match_numpy_with_nan_and_inf() -> None:
+    rng = np.random.default_rng(1)
+    values = rng.normal(0.5, 2.0, 100_000).astype(np.float32)
+    values[[3, 70_000]] = np.nan
+    values[5] = np.inf
+    values[10:20] = 0
+    acc = Accumulator(decoder_for("w", "F32"))
+    for part in np.array_split(values, 7):  # blocks, as a stream reads them
+        acc.add(part.tobytes())
+    stats = acc.result()
+    finite = values[np.isfinite(values)]
+    assert (stats.nan, stats.inf, stats.elements) == (2, 1, 100_000)
+    assert stats.min == finite.min() and stats.max == finite.max()
+    assert stats.mean == pytest.approx(finite.mean(), rel=1e-5)
+    assert stats.std == pytest.approx(finite.std(), rel=1e-5)
+    assert stats.zero_frac == pytest.approx(10 / len(finite))
+
+
+# -- healthy real writers: none of the value findings --------------------------------------
+
+
+@pytest.mark.parametrize("case", HEALTHY)
+def test_healthy_writers_give_no_value_finding(case: str) -> None:
+    scanned = scan(FIXTURES / case)
+    for mode in ("full", "sample"):
+        found = values_check(scanned, mode)
+        assert found == [], (mode, [f.message for f in found])
+    table = value_table(scanned, "full")
+    assert len(table) == 0 or table["decoded"].any()
+
+
+def test_the_values_table_carries_the_tensor_columns() -> None:
+    scanned = scan(FIXTURES / "transformers" / "mixtral")
+    check(scanned, values="full", model=False)
+    table = scanned.values
+    assert set(table["mode"]) == {"full"}
+    assert {"layer", "expert", "kind", "std", "absmax", "zero_frac", "finding"} <= set(table)
+    assert set(table["name"]) == set(scanned.tensors["name"])
+    expert = table[table["name"] == "model.layers.1.block_sparse_moe.experts.2.w1.weight"]
+    assert (int(expert["layer"].iat[0]), int(expert["expert"].iat[0])) == (1, 2)
+    assert int(expert["siblings"].iat[0]) == 7  # 4 experts x 2 layers, itself excluded
+
+
+# -- damage real writers' output -----------------------------------------------------------
+
+
+def _copy(case: str, tmp_path: Path) -> Path:
+    target = tmp_path / case.replace("/", "-")
+    shutil.copytree(FIXTURES / case, target)
+    return target
+
+
+def _damage(folder: Path, name: str, change: Callable[[np.ndarray], np.ndarray]) -> None:
+    """Rewrite tensor `name` in place (same dtype and size) with `change(values)`."""
+    for path in sorted(folder.glob("*.safetensors")):
+        raw = path.read_bytes()
+        size = struct.unpack("<Q", raw[:8])[0]
+        header = json.loads(raw[8 : 8 + size])
+        if name not in header:
+            continue
+        entry = header[name]
+        begin, end = (8 + size + o for o in entry["data_offsets"])
+        dtype = {"F32": np.float32, "BF16": np.uint16, "F8_E4M3": np.uint8}[entry["dtype"]]
+        values = np.frombuffer(raw[begin:end], dtype=dtype).copy()
+        new = np.ascontiguousarray(change(values)).tobytes()
+        assert len(new) == end - begin
+        with path.open("r+b") as f:
+            f.seek(begin)
+            f.write(new)
+        return
+    raise AssertionError(f"{name} is in no shard of {folder}")
+
+
+def _garbage_bits(values: np.ndarray) -> np.ndarray:
+    """Heap memory that held unrelated data: arbitrary bit patterns."""
+    return np.random.default_rng(7).integers(0, 2**32, len(values), dtype=np.uint32)
+
+
+def _integer_words(values: np.ndarray) -> np.ndarray:
+    """Memory that held small int64 counters and lengths, read as float32."""
+    counters = np.arange(len(values) // 2, dtype=np.int64) % 4096
+    return counters.view(np.uint32)
+
+
+def _fill_word(values: np.ndarray) -> np.ndarray:
+    """A debug allocator's fill pattern (0xCDCDCDCD)."""
+    return np.full(len(values), 0xCDCDCDCD, dtype=np.uint32)
+
+
+EXPERT = "model.layers.1.block_sparse_moe.experts.2.w1.weight"
+
+
+@pytest.mark.parametrize("memory", [_garbage_bits, _integer_words, _fill_word])
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_an_expert_left_at_never_written_memory(
+    memory: Callable, mode: str, tmp_path: Path
+) -> None:
+    folder = _copy("transformers/mixtral", tmp_path)
+    _damage(folder, EXPERT, lambda v: memory(v).view(np.float32))
+    found = check(scan(folder), values=mode, model=False)
+    mine = [f for f in found if f.tensor == EXPERT]
+    assert mine and {f.code for f in mine} <= {"tensor-uninitialised", "tensor-nonfinite"}, [
+        f.message for f in found
+    ]
+    if memory is not _garbage_bits:  # garbage may hold NaN bit patterns; the others do not
+        assert [f.code for f in mine] == ["tensor-uninitialised"]
+    assert {f.tensor for f in found if f.code in VALUE_CODES} == {EXPERT}
+
+
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_layer_zeroed(mode: str, tmp_path: Path) -> None:
+    folder = _copy("transformers/qwen3-moe", tmp_path)
+    layer = [n for n in scan(folder).tensors["name"] if n.startswith("model.layers.1.")]
+    for name in layer:
+        _damage(folder, name, np.zeros_like)
+    found = check(scan(folder), values=mode, model=False)
+    zero = {f.tensor for f in found if f.code == "tensor-all-zero"}
+    folded = [f for f in found if f.code == "tensor-all-zero" and f.tensor is None]
+    assert zero | set() <= set(layer) and (zero == set(layer) or folded)
+    assert {f.code for f in found if f.code in VALUE_CODES} == {"tensor-all-zero"}
+
+
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_tensor_scaled_by_1000(mode: str, tmp_path: Path) -> None:
+    folder = _copy("transformers/mixtral", tmp_path)
+    _damage(folder, EXPERT, lambda v: v * np.float32(1000))
+    found = [f for f in check(scan(folder), values=mode, model=False) if f.code in VALUE_CODES]
+    assert [(f.code, f.tensor) for f in found] == [("tensor-values-outlier", EXPERT)]
+    assert "1,000x above" in found[0].message or "above its siblings" in found[0].message
+
+
+def test_nan_in_one_block_is_caught_by_full(tmp_path: Path) -> None:
+    folder = _copy("transformers/qwen3-moe", tmp_path)
+    name = "model.layers.1.mlp.experts.3.down_proj.weight"
+
+    def block(v: np.ndarray) -> np.ndarray:
+        v[40:48] = np.nan
+        return v
+
+    _damage(folder, name, block)
+    found = [f for f in check(scan(folder), values="full", model=False) if f.code in VALUE_CODES]
+    assert [(f.code, f.tensor) for f in found] == [("tensor-nonfinite", name)]
+    assert "8 NaN" in found[0].message
+
+
+@pytest.mark.parametrize(
+    ("case", "scale"),
+    [
+        ("fp8-block/deepseek-v3", "model.layers.1.mlp.experts.1.gate_proj.weight_scale_inv"),
+        ("modelopt/hf-fp8", "model.layers.1.mlp.experts.0.down_proj.weight_scale"),
+    ],
+)
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_an_fp8_scale_all_zero(case: str, scale: str, mode: str, tmp_path: Path) -> None:
+    folder = _copy(case, tmp_path)
+    _damage(folder, scale, np.zeros_like)
+    found = [f for f in check(scan(folder), values=mode, model=False) if f.code in VALUE_CODES]
+    assert [(f.code, f.tensor) for f in found] == [("tensor-all-zero", scale)]
+
+
+# -- sampling: the stated guarantee, with a fixed seed over many tensors --------------------
+
+_MB = 1 << 20
+
+
+def _weights(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "normal":
+        return rng.normal(0, 0.02, n).astype(np.float32)
+    if kind == "student-t":  # heavy tails, as trained weights have
+        return (rng.standard_t(3, n) * 0.01).astype(np.float32)
+    # a real writer's weights, tiled with noise to 1 MB
+    real = scan(FIXTURES / "transformers" / "mixtral")
+    table = value_table(real, "full")
+    std = float(table[table["name"] == EXPERT]["std"].iat[0])
+    return (rng.normal(0, std, n) * rng.choice([0.5, 1, 2], n)).astype(np.float32)
+
+
+def _sample_stats(data: bytes, dtype: str, seed: int, name: str):
+    acc = Accumulator(decoder_for(name, dtype))
+    decoder = acc.decoder
+    assert decoder is not None
+    for at, length in windows_of(name, "f", 0, len(data), decoder.itemsize, SampleBudget(), seed):
+        acc.add(data[at : at + length])
+    return acc.result()
+
+
+@pytest.mark.parametrize("kind", ["normal", "student-t", "writer"])
+def test_sample_sees_a_100x_rescale_and_whole_zero_or_nan(kind: str) -> None:
+    """1 MB BF16 tensors, 1,000 sampled placements each (seeds 0-999): a 100x rescale moves
+    the sampled std at least 10x (the outlier threshold) every time; whole-zero and
+    whole-NaN tensors read as such every time."""
+    rng = np.random.default_rng(2026)
+    values = _weights(kind, _MB // 2, rng)
+    healthy = (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    scaled = ((values * 100).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    true_std = float(values.std())
+    misses = 0
+    for seed in range(1000):
+        a = _sample_stats(healthy, "BF16", seed, f"layers.{seed}.w")
+        b = _sample_stats(scaled, "BF16", seed + 10_000, f"layers.{seed}.w")
+        # flagged when >= 10x off the siblings' median, which healthy samples put near true_std
+        misses += not (b.std / true_std >= 10 and a.std / true_std < 10**0.5)
+    assert misses == 0
+    zeros, nans = bytes(_MB), np.full(_MB // 2, 0x7FC0, np.uint16).tobytes()
+    for seed in range(200):
+        assert _sample_stats(zeros, "BF16", seed, "w").all_zero
+        assert _sample_stats(nans, "BF16", seed, "w").nan > 0
+
+
+def _write_bf16(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """A safetensors file of BF16 tensors given as their uint16 words (safetensors.numpy has
+    no bfloat16; the layout is the format's own: length, JSON header, data)."""
+    header, offset = {}, 0
+    for name, words in tensors.items():
+        header[name] = {
+            "dtype": "BF16",
+            "shape": [len(words)],
+            "data_offsets": [offset, offset + words.nbytes],
+        }
+        offset += words.nbytes
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with path.open("wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        for words in tensors.values():
+            f.write(words.tobytes())
+
+
+def test_sample_end_to_end_over_many_seeds(tmp_path: Path) -> None:
+    """A checkpoint of 1 MB BF16 sibling tensors (24 layers) with one rescaled by 100x, one
+    zeroed and one NaN: every seed of `sample` finds exactly those three."""
+    rng = np.random.default_rng(5)
+    tensors = {}
+    for layer in range(24):
+        w = rng.normal(0, 0.02, _MB // 2).astype(np.float32)
+        if layer == 5:
+            w *= 100
+        if layer == 9:
+            w[:] = 0
+        if layer == 13:
+            w[:] = np.nan
+        tensors[f"model.layers.{layer}.mlp.down_proj.weight"] = (w.view(np.uint32) >> 16).astype(
+            np.uint16
+        )
+    _write_bf16(tmp_path / "model.safetensors", tensors)
+    scanned = scan(tmp_path)
+    expected = {
+        ("tensor-values-outlier", "model.layers.5.mlp.down_proj.weight"),
+        ("tensor-all-zero", "model.layers.9.mlp.down_proj.weight"),
+        ("tensor-nonfinite", "model.layers.13.mlp.down_proj.weight"),
+    }
+    for seed in range(40):
+        found = values_check(scanned, "sample", seed=seed)
+        assert {(f.code, f.tensor) for f in found} == expected, seed
+    table = value_table(scanned, "sample", seed=3)
+    assert (table["elements"] == 1024).all()  # 8 windows of 256 bytes of each 1 MB tensor
+
+
+def test_transformers_fp8_save_leaves_never_written_scales() -> None:
+    """The real writer's own damage: transformers' FP8 save gives the bfloat16 projections a
+    weight_scale_inv it never writes (torch.empty): 1e-38, 4.6e-41, 7.4e19."""
+    scanned = scan(FIXTURES / "fp8-block" / "transformers-fp8-save")
+    for mode in ("full", "sample"):
+        found = values_check(scanned, mode)
+        codes = {f.code for f in found}
+        assert codes == {"tensor-uninitialised"}, [f.message for f in found]
+        named = {f.tensor for f in found if f.tensor}
+        assert "model.layers.0.self_attn.kv_b_proj.weight_scale_inv" in named or any(
+            f.tensor is None for f in found
+        )
