@@ -340,3 +340,99 @@ def test_transformers_fp8_save_leaves_never_written_scales() -> None:
         assert "model.layers.0.self_attn.kv_b_proj.weight_scale_inv" in named or any(
             f.tensor is None for f in found
         )
+
+
+# -- remote, CLI, report --------------------------------------------------------------------
+
+
+def test_remote_values_equal_local_and_read_only_the_windows(tmp_path: Path) -> None:
+    """Over HTTP ranged reads: the same statistics as locally; sample reads a bounded
+    number of bytes per tensor, full every byte."""
+    from remote_servers import RangeHTTPServer
+
+    rng = np.random.default_rng(11)
+    tensors = {
+        f"model.layers.{layer}.mlp.down_proj.weight": (
+            rng.normal(0, 0.02, _MB // 2).astype(np.float32).view(np.uint32) >> 16
+        ).astype(np.uint16)
+        for layer in range(4)
+    }
+    tensors["model.layers.2.mlp.down_proj.weight"][1000:1010] = 0x7FC0  # NaN in one block
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    _write_bf16(folder / "model.safetensors", tensors)
+    local = scan(folder)
+    with RangeHTTPServer(tmp_path) as server:
+        there = scan(f"{server.url}/ckpt/")
+        before = server.content_bytes
+        sampled = value_table(there, "sample")
+        sample_bytes = server.content_bytes - before
+        full = value_table(there, "full")
+        found = values_check(there, "full")
+    assert sample_bytes < 4 * SampleBudget().per_tensor + 64 * 1024
+    columns = ["name", "elements", "min", "max", "mean", "std", "nan", "zero_frac"]
+    expected = value_table(local, "full")[columns]
+    assert full[columns].equals(expected)
+    assert (sampled["elements"] == 1024).all()
+    assert sampled[columns[1:]].equals(value_table(local, "sample")[columns[1:]])
+    assert [(f.code, f.tensor) for f in found] == [
+        ("tensor-nonfinite", "model.layers.2.mlp.down_proj.weight")
+    ]
+
+
+def test_cli_check_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from inspector.cli import main
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    _damage(folder, EXPERT, lambda v: v * np.float32(1000))
+    assert main(["check", str(folder), "--no-model", "--values", "sample", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    codes = {f["code"] for f in result["findings"]}
+    assert "tensor-values-outlier" in codes
+    assert main(["check", str(folder), "--no-model"]) == 0
+    assert "tensor-values-outlier" not in capsys.readouterr().out  # headers only by default
+    assert main(["check", str(folder), "--values", "full", "--fail-on", "warning"]) == 1
+
+
+def test_values_heatmap_marks_outliers_and_the_report_shows_it(tmp_path: Path) -> None:
+    from inspector.widgets.figures import values_heatmap
+    from inspector.widgets.report import render_html_report
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    _damage(folder, EXPERT, lambda v: v * np.float32(1000))
+    scanned = scan(folder)
+    before = render_html_report(scanned, check(scanned, model=False))
+    assert "values-heatmap" not in before  # a report never reads tensor data itself
+    findings = check(scanned, values="full", model=False)
+    fig = values_heatmap(scanned.values, metric="absmax")
+    heat, *marks = fig.data
+    assert "w1.weight" in " ".join(map(str, heat.x)) and "layer 1" in heat.y
+    assert any("e2" in str(x) for x in heat.x)  # one column per expert
+    (mark,) = [m for m in marks if m.name == "tensor-values-outlier"]
+    assert list(mark.customdata) == [EXPERT]
+    assert EXPERT in {n for row in heat.customdata for n in row}
+    html = render_html_report(scanned, findings)
+    assert "values-heatmap-figure" in html and "tensor-values-outlier" in html
+
+
+def test_dashboard_values_view(tmp_path: Path) -> None:
+    from inspector.widgets.dashboard import Dashboard
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    _damage(folder, EXPERT, lambda v: v * np.float32(1000))
+    dash = Dashboard(folder, model=False, snapshot=False, progress=False)
+    panel = dash.select("Values")
+    assert panel.table is None and not panel.plot.children  # nothing read until asked
+    panel.sample.click()
+    assert panel.table is not None and set(panel.table["mode"]) == {"sample"}
+    assert "1 out of line" in panel.status.value
+    (figure,) = panel.plot.children
+    assert any(t.name == "tensor-values-outlier" for t in figure.data[1:])
+    panel.metric.value = "absmax"
+    assert "absmax" in panel.plot.children[0].layout.title.text
+    panel.show(EXPERT)
+    assert "x above its siblings" in panel.details.value and "w1.weight" in panel.details.value
+    scanned = scan(folder)
+    check(scanned, values="full", model=False)
+    shown = Dashboard(scanned, model=False, snapshot=False, progress=False).select("Values")
+    assert shown.table is not None and set(shown.table["mode"]) == {"full"}

@@ -1,4 +1,4 @@
-"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
+"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in ten tabs.
 
 Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
 one root cause with its fix (the Overview lists issues, the Findings tab findings).
@@ -149,6 +149,7 @@ class Dashboard:
         "Files",
         "Experts",
         "Layers",
+        "Values",
         "Findings",
         "Repair",
         "Consolidate",
@@ -171,6 +172,7 @@ class Dashboard:
     ) -> None:
         from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
         from inspector.widgets.browser import TensorBrowser
+        from inspector.widgets.values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
         # The plain checks now; the load verdict in a thread (see the module docstring).
@@ -187,6 +189,7 @@ class Dashboard:
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
+            "Values": lambda: ValuesPanel(self.scanned, figure=figure_widget),
             "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),

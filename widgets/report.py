@@ -21,6 +21,7 @@ from inspector.widgets.figures import (
     findings_by_code,
     parameters_per_layer,
     shard_size_distribution,
+    values_heatmap,
 )
 
 from inspector.atomic import write_atomic
@@ -31,6 +32,7 @@ from inspector.model import ScannedCheckpoint
 from inspector.problems import group_problems
 from inspector.summary import summarize
 from inspector.units import format_bytes
+from inspector.values import computed_value_table
 from inspector.words import SEVERITY_ORDER, layers_text, plural
 
 if TYPE_CHECKING:
@@ -111,6 +113,11 @@ def render_html_report(
             "parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)
         ),
     ]
+    values = computed_value_table(scanned)  # only when a check read them: reports read no data
+    if values is not None:
+        sections.append(
+            _figure_section("values-heatmap", "Tensor values", values_heatmap(values, metric="std"))
+        )
     title = f"Checkpoint report: {scanned.path.name}"
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"

@@ -1,0 +1,203 @@
+"""Value statistics benchmark (`check --values`), three measurements side by side in one run:
+
+    python benchmarks/bench_values.py                     # all three
+    python benchmarks/bench_values.py --only full --gb 2  # one of full / sample / remote
+
+1. `full` throughput against a minimal NumPy pass over the same BF16 bytes: 64 MB chunks
+   widened to float32, sum and sum of squares, one process per core (multiprocessing), run
+   right before and after ours on the same page-cached files; ratio = ours / baseline
+   throughput (target >= 0.7).
+2. `sample` on a 300,000-tensor local checkpoint (the sparse synthetic DeepSeek-V3-like
+   checkpoint of `_synthetic.py`): seconds for `value_table(scanned, "sample")` after the
+   scan (target < 10 s).
+3. `sample` through the 20 ms latency proxy of `bench_remote.py` (real s3fs against a
+   read-only S3 server): seconds against the round-trip floor for the requests it makes,
+   ceil(requests / concurrency) x round trip (target within 3x), and the bytes read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from _synthetic import CACHE_DIR, ensure_checkpoint, spec_for
+
+from inspector.scan import scan
+from inspector.values import value_table
+
+_CHUNK = 64 << 20
+
+
+def bf16_checkpoint(gigabytes: float, files: int) -> Path:
+    """Real BF16 values (normal, std 0.02) in `files` shards of 64 MB tensors, cached."""
+    folder = CACHE_DIR / f"values-bf16-{gigabytes:g}gb-{files}"
+    done = folder / ".complete"
+    if done.is_file():
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    per_file = int(gigabytes * (1 << 30)) // files
+    tensors = max(1, per_file // _CHUNK)
+    for f in range(files):
+        header: dict[str, object] = {}
+        offset = 0
+        for t in range(tensors):
+            name = f"model.layers.{f * tensors + t}.mlp.down_proj.weight"
+            header[name] = {
+                "dtype": "BF16",
+                "shape": [_CHUNK // 2 // 4096, 4096],
+                "data_offsets": [offset, offset + _CHUNK],
+            }
+            offset += _CHUNK
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)
+        with open(folder / f"model-{f + 1:05d}-of-{files:05d}.safetensors", "wb") as fh:
+            fh.write(len(raw).to_bytes(8, "little") + raw)
+            for _ in range(tensors):
+                words = rng.normal(0, 0.02, _CHUNK // 2).astype(np.float32).view(np.uint32) >> 16
+                fh.write(words.astype(np.uint16).tobytes())
+    done.write_text("ok")
+    return folder
+
+
+def _baseline_file(path: str) -> tuple[float, float, int]:
+    """The minimal pass over one file: 64 MB chunks, widened, sum and sum of squares."""
+    total = squares = 0.0
+    size = 0
+    with open(path, "rb") as fh:
+        n = int.from_bytes(fh.read(8), "little")
+        fh.seek(8 + n)
+        while chunk := fh.read(_CHUNK):
+            x = (np.frombuffer(chunk, np.uint16).astype(np.uint32) << 16).view(np.float32)
+            total += float(x.sum())
+            squares += float((x * x).sum())
+            size += len(chunk)
+    return total, squares, size
+
+
+def baseline(folder: Path, cores: int) -> tuple[float, int]:
+    files = sorted(str(p) for p in folder.glob("*.safetensors"))
+    start = time.perf_counter()
+    with multiprocessing.Pool(cores) as pool:
+        sizes = [r[2] for r in pool.map(_baseline_file, files)]
+    return time.perf_counter() - start, sum(sizes)
+
+
+def bench_full(gigabytes: float, runs: int) -> None:
+    cores = os.cpu_count() or 1
+    folder = bf16_checkpoint(gigabytes, files=2 * cores)
+    scanned = scan(folder)
+    value_table(scanned, "full", workers=cores)  # warm the page cache
+    base_s, ours_s = math.inf, math.inf
+    nbytes = 0
+    for _ in range(runs):
+        seconds, nbytes = baseline(folder, cores)
+        base_s = min(base_s, seconds)
+        start = time.perf_counter()
+        table = value_table(scan(folder), "full", workers=cores)
+        ours_s = min(ours_s, time.perf_counter() - start)
+    assert len(table) and (table["finding"] == "").all()
+    ratio = base_s / ours_s
+    print(
+        f"full: {nbytes / 1e9:.2f} GB BF16 in {len(table)} tensors, {cores} cores, best of {runs}\n"
+        f"  numpy baseline (widen, sum, sum of squares; {cores} processes): {base_s:6.2f} s "
+        f"= {nbytes / base_s / 1e9:5.2f} GB/s\n"
+        f"  check --values full (scan included):                         {ours_s:6.2f} s "
+        f"= {nbytes / ours_s / 1e9:5.2f} GB/s\n"
+        f"  ours / baseline throughput = {ratio:.2f}  (target >= 0.7: "
+        f"{'met' if ratio >= 0.7 else 'MISSED'})"
+    )
+
+
+def bench_sample(tensors: int) -> None:
+    folder = ensure_checkpoint(spec_for(tensors=tensors))
+    start = time.perf_counter()
+    scanned = scan(folder)
+    scan_s = time.perf_counter() - start
+    start = time.perf_counter()
+    table = value_table(scanned, "sample")
+    sample_s = time.perf_counter() - start
+    print(
+        f"sample (local): {len(table):,} tensors in {len(scanned.shards)} shards: scan "
+        f"{scan_s:.2f} s, values sample {sample_s:.2f} s (target < 10 s: "
+        f"{'met' if sample_s < 10 else 'MISSED'}); {int(table['elements'].sum()):,} values read"
+    )
+
+
+def bench_remote(tensors: int, shards: int, delay: float) -> None:
+    import bench_remote as br
+
+    from inspector.storage.remote import DEFAULT_CONCURRENCY
+
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    folder = ensure_checkpoint(spec_for(tensors=tensors, shards=shards))
+    server = subprocess.Popen(
+        [sys.executable, br.__file__, "--serve", str(folder.parent), "--delay", str(delay)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        urls = json.loads(server.stdout.readline())
+        proxy, direct = urls["proxy"], urls["direct"]
+        first = sorted(folder.glob("*.safetensors"))[0].name
+        rtt = br.round_trip(proxy, f"{folder.name}/{first}")
+        url = f"s3://{br.BUCKET}/{folder.name}"
+        scanned = scan(url, storage_options={"endpoint_url": proxy})
+        before = br.server_stats(direct)
+        start = time.perf_counter()
+        table = value_table(scanned, "sample")
+        seconds = time.perf_counter() - start
+        after = br.server_stats(direct)
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        server.wait(10)
+    requests = after["requests"] - before["requests"] - 1
+    fetched = after["bytes"] - before["bytes"]
+    floor = math.ceil(requests / DEFAULT_CONCURRENCY) * rtt
+    print(
+        f"sample (remote, {delay * 1000:.0f} ms proxy): {len(table):,} tensors in {shards} shards, "
+        f"{requests:,} requests, {fetched / 1e6:.1f} MB read, {seconds:.2f} s; floor "
+        f"ceil({requests} / {DEFAULT_CONCURRENCY}) x {rtt * 1000:.1f} ms = {floor:.2f} s; "
+        f"ratio {seconds / floor:.2f} (target <= 3: {'met' if seconds <= 3 * floor else 'MISSED'})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--only", choices=("full", "sample", "remote"))
+    parser.add_argument("--gb", type=float, default=1.0, help="size of the full-read checkpoint")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tensors", type=int, default=300_000)
+    parser.add_argument("--remote-tensors", type=int, default=30_000)
+    parser.add_argument("--remote-shards", type=int, default=163)
+    parser.add_argument("--delay", type=float, default=0.020)
+    args = parser.parse_args()
+    if args.only in (None, "full"):
+        bench_full(args.gb, args.runs)
+    if args.only in (None, "sample"):
+        bench_sample(args.tensors)
+    if args.only in (None, "remote"):
+        bench_remote(args.remote_tensors, args.remote_shards, args.delay)
+
+
+if __name__ == "__main__":
+    main()
