@@ -71,6 +71,18 @@ class TensorData(AbstractContextManager["TensorData"]):
                 if view is not None:
                     yield name, dtype, shape, view
 
+    def local_bytes(self, file: str, *, scattered: bool = False) -> np.ndarray | None:
+        """The whole of a local, memory-mapped `file` as a read-only uint8 array (no copy),
+        or None for a remote or unreadable file (read those with ranged reads). With
+        `scattered`, the OS is told reads will be small and far apart (no read-ahead: a
+        sampled window then costs one page, not the read-ahead window around it)."""
+        source = self._map(file)
+        if not isinstance(source, _Mapped):
+            return None
+        if scattered and hasattr(mmap, "MADV_RANDOM"):
+            source.map.madvise(mmap.MADV_RANDOM)
+        return np.frombuffer(source.map, dtype=np.uint8)
+
     # -- logical tensors ----------------------------------------------------------------
 
     def tensor_bytes(self, name: str) -> memoryview | None:

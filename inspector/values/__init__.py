@@ -22,7 +22,8 @@ from inspector.display import legible
 from inspector.findings import Finding, fold_findings, make_finding
 from inspector.model import ScannedCheckpoint
 from inspector.values.judge import judge, sibling_key
-from inspector.values.reading import Mode, SampleBudget, read_accumulators
+from inspector.values.reading import Mode, SampleBudget, read_records
+from inspector.values.segments import PARTIAL, finish
 from inspector.values.stats import TensorStats
 
 __all__ = [
@@ -92,17 +93,16 @@ def _build(
     seed: int,
     workers: int | None,
 ) -> pd.DataFrame:
-    accs = read_accumulators(
+    records = read_records(
         scanned, mode, budget=budget or SampleBudget(), seed=seed, workers=workers
     )
+    if records["name"].duplicated().any():  # DCP chunks or copies of one tensor
+        records = records.groupby("name", sort=False).agg(PARTIAL).reset_index()
+    stats = pd.concat([records[["name"]], finish(records)], axis=1)
     tensors = scanned.tensors
     columns = ["name", "file", "dtype", "numel", *[c for c in _NAMING if c in tensors]]
     info = tensors[columns].drop_duplicates("name").set_index("name")
-    rows = []
-    for name, acc in accs.items():
-        stats = acc.result()
-        rows.append({"name": name, **{f: getattr(stats, f) for f in _STATS}})
-    table = pd.DataFrame(rows, columns=["name", *_STATS]).join(info, on="name", how="left")
+    table = stats.join(info, on="name", how="left")
     table = table[[*columns, *_STATS]].sort_values("name", kind="stable").reset_index(drop=True)
     table.insert(len(columns), "mode", mode)
     return judge(table)

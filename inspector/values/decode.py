@@ -88,6 +88,7 @@ _DECODERS: dict[str, Decoder] = {
 _RAW = {1: "u1", 2: "<u2", 4: "<u4", 8: "<u8"}
 _INT_WIDTH = {"U8": 1, "I8": 1, "BOOL": 1, "I16": 2, "U16": 2, "I32": 4, "U32": 4}
 _INT_WIDTH |= {"I64": 8, "U64": 8, "F4": 1, "F6_E2M3": 1, "F6_E3M2": 1, "C64": 8}
+_UNDECODED = {width: Decoder(width, word, None) for width, word in _RAW.items()}
 
 
 def decoder_for(name: str, dtype: str) -> Decoder | None:
@@ -97,4 +98,4 @@ def decoder_for(name: str, dtype: str) -> Decoder | None:
     if dtype in _DECODERS:
         return _DECODERS[dtype]
     width = _INT_WIDTH.get(dtype)
-    return None if width is None else Decoder(width, _RAW[width], None)
+    return None if width is None else _UNDECODED[width]

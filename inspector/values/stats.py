@@ -17,8 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from inspector.values.decode import Decoder
+from inspector.values.segments import finish
 
 __all__ = ["Accumulator", "TensorStats"]
 
@@ -127,61 +129,49 @@ class Accumulator:
         for words in other.words:
             self._keep(words)
 
-    def result(self) -> TensorStats:
+    def partial(self) -> dict[str, float | int | bool]:
+        """This tensor's partial record (`inspector.values.segments.PARTIAL` columns)."""
         words = np.concatenate(self.words) if self.words else np.zeros(0, np.uint8)
         dec = self.decoder
+        decoded = dec is not None and dec.decode is not None
+        record: dict[str, float | int | bool] = {
+            "elements": self.count,
+            "decoded": decoded and self.count > 0,
+            "finite": self.finite,
+            "total": self.total,
+            "squares": self.squares,
+            "low": self.low,
+            "high": self.high,
+            "zeros": self.zeros,
+            "nan": self.nan,
+            "inf": self.inf,
+            "nonzero_bytes": self.nonzero_bytes,
+            "sub_n": 0,
+            "tiny_n": 0,
+            "huge_n": 0,
+            "absmin": np.inf,
+            "repeat": _repeat_share(words),
+        }
         if dec is not None and dec.decode is not None and len(words):
-            # NaN/Inf words are reported as such, not as a repeated pattern
             with np.errstate(invalid="ignore", over="ignore"):
-                repeat = _repeat_share(words[np.isfinite(dec.decode(words))])
-        else:
-            repeat = _repeat_share(words)
-        if dec is None or dec.decode is None or not self.count:
-            return TensorStats(
-                elements=self.count,
-                decoded=False,
-                min=np.nan,
-                max=np.nan,
-                mean=np.nan,
-                std=np.nan,
-                absmax=np.nan,
-                zero_frac=np.nan,
-                nan=0,
-                inf=0,
-                tiny_frac=np.nan,
-                huge_frac=np.nan,
-                repeat_frac=repeat,
-                absmin=np.nan,
-                all_zero=bool(self.count) and not self.nonzero_bytes,
+                x = dec.decode(words).astype(np.float64)
+            finite = np.isfinite(x)
+            # NaN/Inf words are reported as such, not as a repeated pattern
+            size = np.abs(x[finite])
+            nonzero = size[size > 0]
+            record.update(
+                sub_n=len(size),
+                tiny_n=int(np.count_nonzero((size > 0) & (size < dec.tiny))),
+                huge_n=int(np.count_nonzero(size >= dec.huge)),
+                absmin=float(nonzero.min()) if len(nonzero) else np.inf,
+                repeat=_repeat_share(words[finite]),
             )
-        n = max(self.finite, 1)
-        mean = self.total / n
-        var = max(self.squares / n - mean * mean, 0.0)
-        with np.errstate(invalid="ignore", over="ignore"):
-            sub = np.abs(dec.decode(words).astype(np.float64))
-        sub = sub[np.isfinite(sub)]
-        tiny = float(np.mean((sub > 0) & (sub < dec.tiny))) if len(sub) else 0.0
-        huge = float(np.mean(sub >= dec.huge)) if len(sub) else 0.0
-        nonzero = sub[sub > 0]
-        absmin = float(nonzero.min()) if len(nonzero) else np.nan
-        has = self.finite > 0
-        return TensorStats(
-            elements=self.count,
-            decoded=True,
-            min=self.low if has else np.nan,
-            max=self.high if has else np.nan,
-            mean=mean if has else np.nan,
-            std=float(np.sqrt(var)) if has else np.nan,
-            absmax=max(abs(self.low), abs(self.high)) if has else np.nan,
-            zero_frac=self.zeros / n if has else np.nan,
-            nan=self.nan,
-            inf=self.inf,
-            tiny_frac=tiny,
-            huge_frac=huge,
-            repeat_frac=repeat,
-            absmin=absmin,
-            all_zero=has and self.zeros == self.finite and not (self.nan or self.inf),
-        )
+        return record
+
+    def result(self) -> TensorStats:
+        """The statistics of everything added (as one row of `ckpt.values`)."""
+        row = finish(pd.DataFrame([self.partial()])).iloc[0]
+        return TensorStats(**{f: row[f] for f in TensorStats.__dataclass_fields__})
 
 
 def _repeat_share(words: np.ndarray) -> float:
