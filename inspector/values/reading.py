@@ -84,7 +84,8 @@ def read_records(
     """Partial records (`segments.PARTIAL` columns and `name`), one per tensor and file
     holding (a chunk of) it; records of one name add up (`segments.finish`)."""
     local = scanned.local_path is not None
-    workers = workers or (os.cpu_count() or 1 if local else 8)
+    # Remote: one file at a time, each read with the storage's own concurrent ranged reads
+    workers = workers or (os.cpu_count() or 1) if local else 1
     shards = [s for s in scanned.shards if s.names]
     storage = scanned.location.storage
     frames: list[pd.DataFrame] = []
