@@ -1,12 +1,15 @@
-# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/, pytest).
+# Two commands on a fresh machine: `make demo` and `make test` (ruff, mypy on inspector/ and
+# widgets/, the documentation site, pytest).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+DOCS_STAMP := $(VENV)/.docs-stamp
+MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir build/site
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab bench docs clean fixtures
+.PHONY: demo test fuzz lint format lab bench docs docs-screenshot clean fixtures
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -25,9 +28,10 @@ demo: $(STAMP)
 		echo; $(PY) -m inspector check "$$d" --fail-on never || exit 1; \
 	done
 
-test: $(STAMP)
+test: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	$(PY) -m mypy
+	$(MKDOCS_BUILD)
 	$(PY) -m pytest
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
@@ -46,9 +50,25 @@ format: $(STAMP)
 	$(PY) -m ruff format inspector widgets tests benchmarks notebooks
 	$(PY) -m ruff check --fix inspector widgets tests benchmarks notebooks
 
-# docs/findings.md is generated from the code table in inspector/codes.py.
-docs: $(STAMP)
+# The documentation site: docs/ (mkdocs.yml) built into build/site with warnings as errors
+# (strict: a broken internal link or anchor, a page outside the nav, a docstring the API
+# pages cannot render all fail; tests/test_docs.py checks the README's links and that external
+# links are well-formed, without fetching them). The docs tools are the `docs` extra, added to
+# the same virtual environment (the API pages import nothing, but read the installed package).
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c tests/constraints.txt -e ".[docs]"
+	touch $(DOCS_STAMP)
+
+# docs/findings.md is generated from the code table in inspector/_internal/findings/codes.py
+# (`ckpt-inspect codes --markdown`) first.
+docs: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m inspector codes --markdown > docs/findings.md
+	$(MKDOCS_BUILD)
+	@echo "the site is in build/site (open build/site/index.html)"
+
+# docs/dashboard.png, the README's picture: the real dashboard in JupyterLab and Chromium.
+docs-screenshot: $(STAMP)
+	$(PY) tests/dashboard_screenshot.py docs/dashboard.png
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scan.py

@@ -33,7 +33,8 @@ __all__ = [
 
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
 _COMPLETE = ".complete"
-# Bits per element of the dtypes this generator uses (a subset of `inspector.dtypes`).
+# Bits per element of the dtypes this generator uses (a subset of
+# `inspector._internal.common.dtypes`).
 _BITS = {"U8": 8, "F8_E4M3": 8, "BF16": 16, "F32": 32}
 
 

@@ -130,8 +130,8 @@ def child(tool: str, src: Path, out: Path, subset: str) -> dict[str, float]:
     names = column_float_names() if subset == "column" else None
     # Imports happen before the clock starts: we time the work, not loading torch or pandas.
     if tool.startswith("ours"):
-        import inspector.checks
-        import inspector.consolidate  # noqa: F401
+        import inspector._internal.checks
+        import inspector._internal.plans.consolidate  # noqa: F401
     elif tool == "torch":
         import torch.distributed.checkpoint._consolidate_hf_safetensors  # noqa: F401
     base = _peak_rss_mb()
@@ -171,8 +171,8 @@ def _peak_rss_mb() -> float:
 def _run_ours(
     src: Path, out: Path, names: list[str] | None, *, workers: int, fsync: bool = True
 ) -> None:
-    from inspector.consolidate import plan_consolidation
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.plans.consolidate import plan_consolidation
 
     scanned = scan(src)
     if names is not None:

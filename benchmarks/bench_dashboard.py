@@ -68,8 +68,8 @@ def baseline(folder: Path, *, runs: int = 3) -> float:
 def verdict_times(folder: Path) -> tuple[float, float]:
     """(first, warm) seconds of the load verdict in this process: the first builds the meta
     model (and imports transformers and torch), the second finds it cached."""
-    from inspector.model_load import load_verdict
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.load.verdict import load_verdict
 
     scanned = scan(folder)
     times = []

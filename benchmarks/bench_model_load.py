@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import CACHE_DIR, _attention, _mlp_shapes, _write_shard
 from bench_scan import best_of
 
-from inspector.checks import check
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
 
 TARGET_SECONDS = 3.0
 _COMPLETE = ".complete"
@@ -138,13 +138,13 @@ def ensure_checkpoint() -> Path:
 
 _CHILD = """
 import sys, time
-from inspector.checks import check
-from inspector.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.checkpoint.scan import scan
 scanned = scan(sys.argv[1])
 check(scanned, model=False)  # warm the page cache and the imports of the core
 start = time.perf_counter()
 if sys.argv[2] == "build":  # torch, transformers and the model's module imported, then built
-    from inspector import model_load
+    from inspector._internal.load import verdict as model_load
     model_load._built(scanned.config["architectures"][0], scanned.config, scanned.path, False)
 else:
     check(scan(sys.argv[1]), model=sys.argv[2] == "model")
@@ -184,7 +184,7 @@ def main() -> None:
     import transformers  # noqa: F401
 
     imports = time.perf_counter() - start
-    from inspector import model_load
+    from inspector._internal.load import verdict as model_load
 
     scanned = scan(folder)
 

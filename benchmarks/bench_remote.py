@@ -6,8 +6,8 @@ proxy that adds 20 ms to every request, read with s3fs.
     python benchmarks/bench_remote.py --runs 3 --loop-runs 1 --concurrency 32
 
 Printed in one run:
-  - our full scan (`inspector.scan` of the s3:// URL: listing, detection, every header, the
-    index and configs), best of --runs;
+  - our full scan (`inspector._internal.checkpoint.scan` of the s3:// URL: listing, detection, every
+    header, the index and configs), best of --runs;
   - the sequential per-shard header fetch, the obvious loop: list, then for each shard read
     the 8-byte length, then the header, and parse it;
   - the physical floor: ceil(shards / concurrency) x the measured round trip;
@@ -232,9 +232,9 @@ def main() -> None:
 
     from _synthetic import ensure_checkpoint, spec_for
 
-    from inspector.checks import check
-    from inspector.scan import scan
-    from inspector.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synthetic import ensure_checkpoint, spec_for
 
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
 
 TARGET_RATIO = 2.0
 BIG_TENSORS, BIG_SHARDS = 1_000_000, 2_000
@@ -175,7 +175,7 @@ def _report(
     shard_tensors = sum(len(s.names) for s in scanned.shards)
     print(
         f"  {n_tensors:,} tensors in headers, {shard_tensors:,} read by the scan, "
-        f"{len(scanned.problems)} findings, layout {scanned.layout}"
+        f"{len(scanned.read_findings)} findings, layout {scanned.layout}"
     )
     print(f"best of {args.runs} (warm page cache):")
     print(f"  floor (open, read length + header, json.loads)    {t_floor:8.3f} s")
@@ -223,7 +223,7 @@ def _in_child(folder: Path, what: str) -> int:
 def _child(folder: Path, what: str) -> int:
     """Print one measurement: the RSS high-water mark above the size after imports, or the
     tracemalloc peak, of the full scan (or of the floor)."""
-    import inspector.tables  # noqa: F401 (imported before the baseline: the scan needs it)
+    import inspector._internal.checkpoint.tables  # noqa: F401 (imported before the baseline: the scan needs it)
 
     fn = floor if what == "floor" else scan_tables
     if what == "rss":

@@ -47,10 +47,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inspector import safe_pickle
-from inspector._gc import gc_paused
-from inspector.layouts import torch_dist
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.common.gc import gc_paused
+from inspector._internal.formats import safe_pickle
+from inspector._internal.layouts import torch_dist
 
 TARGET_RATIO = 2.0
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"
@@ -174,7 +174,8 @@ def read_audited(data: bytes, convert: Callable[[Any], object] = _convert) -> ob
 
 def read_sandboxed(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
     """What the scan does: the bounded child for a large file."""
-    from inspector.model import FileRole, ProblemKind, ReadProblem, TorchDistTensor
+    from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
+    from inspector._internal.checkpoint.scanned import TorchDistTensor
 
     classes = (TorchDistTensor, ReadProblem, FileRole, ProblemKind)
     return safe_pickle.read_dcp_metadata(data, convert, classes=classes)

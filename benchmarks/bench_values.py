@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _synthetic import CACHE_DIR, ensure_checkpoint, spec_for
 
-from inspector.scan import scan
-from inspector.values import value_table
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks.values import value_table
 
 _CHUNK = 64 << 20
 
@@ -140,7 +140,7 @@ def bench_sample(tensors: int) -> None:
 def bench_remote(tensors: int, shards: int, delay: float) -> None:
     import bench_remote as br
 
-    from inspector.storage.remote import DEFAULT_CONCURRENCY
+    from inspector._internal.storage.remote import DEFAULT_CONCURRENCY
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -1,18 +1,19 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-from inspector.checks import check
-
-# `inspector.consolidate` stays the module (a same-named function here would shadow it).
-from inspector.consolidate import plan_consolidation
-from inspector.diff import diff_checkpoints
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
+from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.plans.consolidate import consolidate, plan_consolidation
+from inspector._internal.plans.repair import plan_repair
+from inspector._internal.plans.repair_all import plan_all
+from inspector._internal.plans.reshard import plan_reshard
+from inspector._internal.plans.restore import plan_restore
+from inspector._internal.report.query import TensorQuery, export_tensors
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
-from inspector.findings import CODES, Finding, Severity, findings_to_frame
-from inspector.model import ScannedCheckpoint
-from inspector.model_load import LoadVerdict, load_verdict
-from inspector.repair import plan_repair
-from inspector.reshard import plan_reshard
-from inspector.restore import plan_restore
-from inspector.scan import scan
 
 __all__ = [
     "CODES",
@@ -21,12 +22,18 @@ __all__ = [
     "InspectorError",
     "LoadVerdict",
     "PlanRefusedError",
+    "Problem",
     "ScannedCheckpoint",
     "Severity",
+    "TensorQuery",
     "check",
+    "consolidate",
     "diff_checkpoints",
+    "export_tensors",
     "findings_to_frame",
+    "group_problems",
     "load_verdict",
+    "plan_all",
     "plan_consolidation",
     "plan_repair",
     "plan_reshard",

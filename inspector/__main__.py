@@ -1,3 +1,3 @@
-from inspector.cli import main
+from inspector._internal.cli.main import main
 
 raise SystemExit(main())

@@ -1,13 +1,14 @@
 """The project's exceptions. Scans turn problems into findings; these are for the rest.
 
 Messages name the file, the bad value, what was expected and what to do. A message is what
-people read: it goes through `inspector.display.legible` (one line, bounded, control
-characters escaped), whatever names the raiser put in it.
+people read: it goes through `inspector._internal.common.display.legible` (one line, bounded,
+control characters escaped), whatever names the raiser put in it.
 """
 
 from __future__ import annotations
 
-from inspector.display import LINE_LIMIT, legible
+from inspector._internal.common.display import LINE_LIMIT, legible
+from inspector._internal.findings.codes import Code
 
 __all__ = [
     "UNSAFE_FILE_ADVICE",
@@ -49,10 +50,8 @@ class UnsafeFileError(UnsafeInputError):
 
 # What a finding about a refused file tells people to do (scan and consolidate say the same):
 # a FIFO, a link leaving the folder and a name no loader reads the same way are all fixed so.
-UNSAFE_FILE_ADVICE = (
-    "; put the real file in the checkpoint folder under a plain name (a copy, not a link to "
-    "a file elsewhere) or remove the entry"
-)
+# What to do about a file the storage refused: the fix of its code, as a message's tail.
+UNSAFE_FILE_ADVICE = f"; {Code.FILE_UNSAFE.fix.text}"
 
 
 class RemoteAccessError(InspectorError):

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from hf_exports import modelopt_export, tiny_deepseek_v3
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.demo import write_demos
-from inspector.problems import group_problems
-from inspector.repair import plan_repair, scanned_after
-from inspector.repair_all import ALL_PARTS, plan_all
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.demo import write_demos
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.plans.repair import plan_repair, scanned_after
+from inspector._internal.plans.repair_all import ALL_PARTS, plan_all
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 

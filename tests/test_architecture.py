@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 import inspector
-from inspector.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
-from inspector.codes import Code
-from inspector.model_load import LoadVerdict, ShapeMismatch
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
+from inspector._internal.findings.codes import Code
+from inspector._internal.load.stored import ShapeMismatch
+from inspector._internal.load.verdict import LoadVerdict
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
@@ -29,11 +30,15 @@ MODULES = sorted(
 
 
 ORDERS = [
-    ("inspector.checks", "inspector.scan"),
-    ("inspector.scan", "inspector.checks"),
-    ("inspector.checks", "inspector.layouts"),
-    ("inspector.layouts", "inspector.checks"),
-    ("inspector.model", "inspector.layouts", "inspector.checks"),
+    ("inspector._internal.checks", "inspector._internal.checkpoint.scan"),
+    ("inspector._internal.checkpoint.scan", "inspector._internal.checks"),
+    ("inspector._internal.checks", "inspector._internal.layouts"),
+    ("inspector._internal.layouts", "inspector._internal.checks"),
+    (
+        "inspector._internal.checkpoint.scanned",
+        "inspector._internal.layouts",
+        "inspector._internal.checks",
+    ),
 ]
 
 
@@ -101,9 +106,9 @@ def test_layouts_never_import_checks_or_build_findings() -> None:
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             for name in names:
-                if name.startswith("inspector.checks") or name in (
-                    "inspector.findings.Finding",
-                    "inspector.findings.make_finding",
+                if name.startswith("inspector._internal.checks") or name in (
+                    "inspector._internal.findings.finding.Finding",
+                    "inspector._internal.findings.finding.make_finding",
                 ):
                     offenders.append(f"{path.name}: {name}")
     assert offenders == []
@@ -118,7 +123,7 @@ def test_rule_names_are_unique_and_codes_are_real() -> None:
 
 @pytest.fixture(scope="module")
 def demo_scans(tmp_path_factory: pytest.TempPathFactory) -> list:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     folder = tmp_path_factory.mktemp("demos")
     write_demos(folder, log=lambda _line: None)
@@ -175,7 +180,7 @@ def test_every_model_rule_adds_or_revises_only_declared_codes(demo_scans: list) 
 def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
     demo_scans: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import inspector.model_load
+    import inspector._internal.checks
 
     built: list[object] = []
 
@@ -183,7 +188,7 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
         built.append(scanned)
         return _verdict_against(scanned)
 
-    monkeypatch.setattr(inspector.model_load, "load_verdict", counting)
+    monkeypatch.setattr(inspector._internal.checks, "load_verdict", counting)
     scanned = next(s for s in demo_scans if s.layout == "hf-sharded")
     codes = {f.code for f in check(scanned)}
     assert len(built) == 1 and {"load-missing-tensor", "load-unexpected-tensor"} <= codes
@@ -200,18 +205,18 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 # no link), and the sandbox, which reads only its own process's memory use
 # (/proc/self/statm): the child it runs is handed bytes the storage read.
 _OWN_FILE_ACCESS = {
-    "inspector/storage/local.py",
-    "inspector/atomic.py",
-    "inspector/consolidate/engine.py",
-    "inspector/consolidate/driver.py",
-    "inspector/consolidate/dest.py",
-    "inspector/sandbox.py",
-    "inspector/model_load.py",
-    "inspector/sealed.py",
-    "inspector/demo/__init__.py",
-    "inspector/demo/dcp.py",
-    "inspector/demo/safetensors_layouts.py",
-    "inspector/demo/torch_dist.py",
+    "inspector/_internal/storage/local.py",
+    "inspector/_internal/plans/atomic.py",
+    "inspector/_internal/plans/consolidate/engine.py",
+    "inspector/_internal/plans/consolidate/driver.py",
+    "inspector/_internal/plans/consolidate/dest.py",
+    "inspector/_internal/formats/sandbox.py",
+    "inspector/_internal/load/verdict.py",
+    "inspector/_internal/load/sealed.py",
+    "inspector/_internal/demo/__init__.py",
+    "inspector/_internal/demo/dcp.py",
+    "inspector/_internal/demo/safetensors_layouts.py",
+    "inspector/_internal/demo/torch_dist.py",
 }
 _FILE_CALLS = re.compile(
     r"(?<![.\w])(?<!def )open\(|\bos\.(open|scandir|listdir|stat|lstat|pread|walk)\(|"
@@ -234,3 +239,257 @@ def test_every_read_goes_through_the_storage_layer() -> None:
         if hits:
             offenders[rel] = hits
     assert offenders == {}
+
+
+# -- the import graph, read from the source (imports inside functions included) -----------
+
+
+def _module_files() -> dict[str, Path]:
+    """Every module of the core and the UI, by dotted name (`widgets/` is `inspector.widgets`)."""
+    out = {}
+    for root, package in (
+        (ROOT / "inspector", "inspector"),
+        (ROOT / "widgets", "inspector.widgets"),
+    ):
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join((package, *parts))] = path
+    return out
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:` (types only, never executed)."""
+    hidden = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                hidden.update(id(n) for n in ast.walk(child))
+    return hidden
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, str]]:
+    """(imported module or `module.name`, the name) for every import statement of `module`,
+    at any depth (inside functions too), except the ones under `if TYPE_CHECKING:`."""
+    tree = ast.parse(path.read_text())
+    hidden = _type_checking_only(tree)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, "") for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package
+                for _ in range(node.level - 1):
+                    anchor = anchor.rpartition(".")[0]
+                base = f"{anchor}.{base}" if base else anchor
+            out += [(base, a.name) for a in node.names]
+    return out
+
+
+def _import_graph(files: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
+    """module -> the project modules it imports; and the private names imported across
+    modules (`from a import _x`, a not the importer)."""
+
+    def owner(name: str) -> str | None:
+        while name and name not in files:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    private = []
+    for module, path in files.items():
+        edges = set()
+        for base, name in _imports(module, path):
+            if not base.startswith("inspector"):
+                continue
+            target = owner(f"{base}.{name}") if f"{base}.{name}" in files else owner(base)
+            if target and target != module:
+                edges.add(target)
+            if name.startswith("_") and target != module and f"{base}.{name}" not in files:
+                private.append(f"{module}: from {base} import {name}")
+        graph[module] = edges
+    return graph, private
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycle_anywhere_even_inside_functions() -> None:
+    """Every import statement of every module, those inside functions included (only
+    `if TYPE_CHECKING:` blocks, which never run, are left out), makes a graph without a
+    cycle: each module can be read knowing only the modules below it."""
+    graph, _ = _import_graph(_module_files())
+    assert _cycles(graph) == []
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    _, private = _import_graph(_module_files())
+    assert private == []
+
+
+def test_the_import_graph_sees_cycles_and_private_names(tmp_path: Path) -> None:
+    """The checker itself: a cycle closed by an import inside a function is a cycle, one
+    under `if TYPE_CHECKING:` is not, and a private name taken from another module shows."""
+    (tmp_path / "a.py").write_text("def f():\n    from inspector.b import g\n")
+    (tmp_path / "b.py").write_text("from inspector.c import _h\n")
+    (tmp_path / "c.py").write_text("import inspector.a\n_h = 1\n")
+    (tmp_path / "d.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import inspector.e\n"
+    )
+    (tmp_path / "e.py").write_text("import inspector.d\n")
+    files = {f"inspector.{p.stem}": p for p in sorted(tmp_path.glob("*.py"))}
+    graph, private = _import_graph(files)
+    assert _cycles(graph) == [["inspector.a", "inspector.b", "inspector.c"]]
+    assert private == ["inspector.b: from inspector.c import _h"]
+
+
+def test_well_known_file_names_come_from_the_one_table() -> None:
+    """No string literal in the core or the UI spells a well-known file name (or the DCP
+    `.hf_metadata` folder) except `inspector/_internal/common/filenames.py`, the one table
+    of them: prose in messages and docstrings may name them, code takes the constant."""
+    from inspector._internal.common.filenames import HF_METADATA_DIR, WELL_KNOWN
+
+    names = set(WELL_KNOWN) | {HF_METADATA_DIR}
+    table = ROOT / "inspector" / "_internal" / "common" / "filenames.py"
+    offenders = []
+    for path in sorted([*(ROOT / "inspector").rglob("*.py"), *(ROOT / "widgets").rglob("*.py")]):
+        if path == table:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and (node.value in names or node.value.split("/")[0] == HF_METADATA_DIR)
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert offenders == []
+
+
+def test_docs_architecture_lists_every_module_and_no_other() -> None:
+    """docs/architecture.md's module list is the tree: a module added, moved or removed
+    without its line there fails here."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Modules", 1)[1].split("```")[1]
+    listed = {line.split()[0] for line in block.splitlines() if line.strip()}
+    on_disk = {
+        p.relative_to(ROOT).as_posix()
+        for root in ("inspector", "widgets")
+        for p in (ROOT / root).rglob("*.py")
+    }
+    assert sorted(listed - on_disk) == [] and sorted(on_disk - listed) == []
+
+
+def test_the_public_surface_is_the_documented_one() -> None:
+    """Outside `inspector/_internal/` the package holds only the documented public modules;
+    `inspector/__init__.py` exports exactly what docs/architecture.md names."""
+    public = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "inspector").glob("*.py"))
+    assert public == ["inspector/__init__.py", "inspector/__main__.py", "inspector/errors.py"]
+    assert sorted(p.name for p in (ROOT / "inspector").iterdir() if p.is_dir()) in (
+        ["_internal"],
+        ["__pycache__", "_internal"],
+    )
+    surface = (ROOT / "docs" / "architecture.md").read_text().split("## The public surface")[1]
+    surface = surface.split("\n## ")[0]
+    for name in inspector.__all__:
+        if name not in ("CannotInspectError", "InspectorError", "PlanRefusedError"):
+            assert f"`{name}`" in surface, name
+
+
+def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
+    demo_scans: list,
+) -> None:
+    """The fix of a finding lives in one place, `Code.fix`: every code has one; an issue no
+    grouping rule explains takes its kind and text from it; a file a reader could not read
+    is reported with its code's fix as the message's tail."""
+    from typing import get_args
+
+    from inspector._internal.checkpoint.read_problems import (
+        FileRole,
+        ReadProblem,
+        read_problem_findings,
+    )
+    from inspector._internal.findings.codes import FixKind
+    from inspector._internal.findings.finding import make_finding
+    from inspector._internal.findings.issues import group_problems
+
+    for code in Code:
+        assert code.fix.kind in get_args(FixKind) and code.fix.text.strip(), code
+    (finding,) = read_problem_findings([ReadProblem("config.json", FileRole.CONFIG, "is empty")])
+    assert finding.code == "config-unreadable"
+    assert finding.message.endswith(f"; {Code.CONFIG_UNREADABLE.fix.text}")
+    zero = make_finding(Code.TENSOR_ALL_ZERO, "model.layers.0.w is all zeros", file="a.safetensors")
+    scanned = next(s for s in demo_scans if s.layout == "hf-sharded")
+    (issue,) = group_problems(scanned, [zero])
+    assert (issue.action.kind, issue.action.text) == (
+        Code.TENSOR_ALL_ZERO.fix.kind,
+        Code.TENSOR_ALL_ZERO.fix.text,
+    )
+
+
+def test_the_cli_is_one_module_per_command() -> None:
+    """Each command of `ckpt-inspect` is a module of `inspector/_internal/cli/` with
+    `add_parser` and `run`, and the parser offers exactly those (and the plugins')."""
+    from inspector._internal.cli.main import COMMANDS, _parser
+
+    cli = ROOT / "inspector" / "_internal" / "cli"
+    modules = {p.stem for p in cli.glob("*.py")} - {"__init__", "main", "args"}
+    assert {m.__name__.rsplit(".", 1)[1] for m in COMMANDS} == modules
+    for module in COMMANDS:
+        assert callable(module.add_parser) and callable(module.run), module.__name__
+    (sub,) = [a for a in _parser()._actions if a.dest == "command"]
+    assert set(sub.choices) - {"report"} == modules

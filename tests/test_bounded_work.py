@@ -30,10 +30,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from inspector import naming
-from inspector.checks import coverage as cov
-from inspector.checks.dcp import _missing_rank_files
-from inspector.naming import parse_name, parse_names
+from inspector._internal.checkpoint import naming
+from inspector._internal.checkpoint.naming import parse_name, parse_names
+from inspector._internal.checks import coverage as cov
+from inspector._internal.checks.dcp import _missing_rank_files
 
 SECONDS = 20
 GROWN_BYTES = 400_000_000
@@ -41,8 +41,8 @@ GROWN_BYTES = 400_000_000
 _PROBE = textwrap.dedent(
     """
     import json, sys, time
-    from inspector.checks import check
-    from inspector.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.checkpoint.scan import scan
 
     def memory(field):  # this process's resident memory (VmRSS) or its peak (VmHWM), bytes
         lines = open("/proc/self/status").read().splitlines()
@@ -132,7 +132,7 @@ def test_coverage_of_a_shared_list_is_computed_once_and_near_linear() -> None:
 def test_chunks_past_the_budget_end_in_a_finding_when_their_volume_matches() -> None:
     """Irregular chunks past the counter grid's budget are judged by volume; an equal volume
     is not a proof: `verified` is False, which the checks report (check-budget-exceeded)."""
-    from inspector.checks.torch_dist import chunk_coverage
+    from inspector._internal.checks.torch_dist import chunk_coverage
 
     # 2,100 strips of 2 rows, each cut at another column: over 4M grid points. Widening
     # the first strip's left chunk and narrowing another strip's right one makes an overlap
@@ -225,8 +225,8 @@ def test_diff_against_a_reference_with_20000_expert_modules(tmp_path: Path) -> N
     names (each fused name used to be compared with every expert module)."""
     import time
 
-    from inspector.diff import diff_checkpoints
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks.diff import diff_checkpoints
 
     n = 20_000
     a, b = tmp_path / "a", tmp_path / "b"
@@ -246,10 +246,10 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     """`exclude_modules` with 5,000 wildcard patterns against 2,000 quantized modules: not
     matched pattern by pattern (10M fnmatch calls, each recompiling past fnmatch's cache);
     over the budget the check says what it did not check, and the repair refuses."""
-    from inspector.checks import check
-    from inspector.checks.quant import exclude_matcher
-    from inspector.repair import plan_repair
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.quant_config import exclude_matcher
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.plans.repair import plan_repair
 
     folder = tmp_path / "q"
     folder.mkdir()

@@ -15,7 +15,7 @@ from huggingface_hub import save_torch_state_dict
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file, save_file
 
-from inspector.cli import main
+from inspector._internal.cli.main import main
 
 H = 8
 FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert"}
@@ -286,7 +286,7 @@ def test_check_json_stays_small_and_full_lists_every_name(capsys) -> None:
     """`check --json` on a 297k-tensor NVFP4 checkpoint was 18 MB for 3 findings: the load
     verdict listed its 296,028 expected quantization tensors. Each list now keeps its first
     few names and its count; `--full` lists them all."""
-    from inspector.report_text import JSON_NAMES
+    from inspector._internal.report.text import JSON_NAMES
 
     nvfp4 = Path(__file__).parent / "fixtures" / "writers" / "modelopt" / "hf-nvfp4"
     code, out, _ = cli(capsys, "check", str(nvfp4), "--json")

@@ -154,7 +154,7 @@ def test_repair_in_a_read_only_folder(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def dcp_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     return write_dcp_demo(tmp_path_factory.mktemp("dcp") / "model")
 

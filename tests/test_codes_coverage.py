@@ -1,9 +1,9 @@
-"""Every finding code, produced by the full `inspector.checks.check()` from a checkpoint that a
-real writer wrote (safetensors `save_file`, huggingface_hub / transformers, PyTorch DCP) and
+"""Every finding code, produced by the full `inspector._internal.checks.check()` from a checkpoint
+that a real writer wrote (safetensors `save_file`, huggingface_hub / transformers, PyTorch DCP) and
 that was then damaged the way real exports go wrong.
 
 One test per code, named `test_code_<code with _ for ->`; the last test proves that every
-code in `inspector.findings.CODES` and in docs/findings.md has its test here.
+code in `inspector._internal.findings.finding.CODES` and in docs/findings.md has its test here.
 """
 
 from __future__ import annotations
@@ -32,12 +32,12 @@ from modelopt_writer import (
 )
 from safetensors.torch import load_file, save_file
 
-from inspector.checks import check
-from inspector.codes import codes_markdown
-from inspector.demo.dcp import write_rank_files
-from inspector.demo.torch_dist import write_torch_dist_demo
-from inspector.findings import CODES, Finding
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.dcp import write_rank_files
+from inspector._internal.demo.torch_dist import write_torch_dist_demo
+from inspector._internal.findings.codes import codes_markdown
+from inspector._internal.findings.finding import CODES, Finding
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -743,7 +743,11 @@ def test_code_file_unsafe(hf: Path, tmp_path: Path) -> None:
 
 def test_code_pickle_hostile(megatron: Path, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
-    from inspector.demo.torch_dist import RerunState, megatron_common_state, megatron_pickle_names
+    from inspector._internal.demo.torch_dist import (
+        RerunState,
+        megatron_common_state,
+        megatron_pickle_names,
+    )
 
     state = megatron_common_state(world_size=1, rerun_state=RerunState.NOT_RUNNING_YET)
     state["optimizer"] = _CallsOsSystem(f"touch {marker}")

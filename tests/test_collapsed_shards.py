@@ -8,9 +8,9 @@ import struct
 from pathlib import Path
 
 from inspector import check, scan
-from inspector.checks.sharding import check_collapsed_shards
-from inspector.demo import write_demos
-from inspector.reshard import plan_reshard
+from inspector._internal.checks.sharding import check_collapsed_shards
+from inspector._internal.demo import write_demos
+from inspector._internal.plans.reshard import plan_reshard
 
 
 def test_collapsed_demo_is_flagged_against_a_smaller_limit_and_reshard_clears_it(

@@ -15,14 +15,14 @@ import torch
 from dcp_writers import MAPPING, full_tensors, write_dcp_checkpoint
 from safetensors.torch import load_file, save_file
 
-from inspector.casting import cast_bytes
-from inspector.checks import check
-from inspector.cli import main
-from inspector.consolidate import engine as copy_engine
-from inspector.consolidate import plan_consolidation, reference_assignment
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.common.units import parse_size
+from inspector._internal.formats.casting import cast_bytes
+from inspector._internal.plans.consolidate import engine as copy_engine
+from inspector._internal.plans.consolidate import plan_consolidation, reference_assignment
 from inspector.errors import PlanRefusedError
-from inspector.scan import scan
-from inspector.units import parse_size
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TORCH_DTYPE = {
@@ -472,7 +472,7 @@ def test_refuses_truncated_shards_and_links_out_of_the_folder(source: Path, tmp_
 
 
 def test_one_call_consolidate_for_notebooks(source: Path, tmp_path: Path) -> None:
-    from inspector.consolidate import consolidate
+    from inspector._internal.plans.consolidate import consolidate
 
     result = consolidate(source, tmp_path / "out", progress=False, dtype="bf16", workers=2)
     assert result.ok and len(result.written) == 2
@@ -521,7 +521,7 @@ def test_copy_without_copy_file_range_gives_the_same_files(
 def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> None:
     """automodel-2289: the run recorded a mapping that sends everything to file 1; a reference
     index given by the user restores the 4 output files."""
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
     reference = src / ".hf_metadata" / "model.safetensors.index.json"
@@ -540,7 +540,7 @@ def test_default_consolidation_of_a_collapsed_mapping_follows_the_reference_it_n
     file while the run kept the reference index (4 files) in `.hf_metadata/`. The default
     plan follows that index and says so (it wrote one file and "verified: no finding"
     before); an output that still collapses is flagged by the verification."""
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
     kept = src / ".hf_metadata" / "model.safetensors.index.json"
@@ -573,8 +573,8 @@ def test_a_collapse_over_the_split_size_without_a_reference_is_packed_by_size(
     of writing the collapse."""
     import dataclasses
 
-    from inspector.consolidate.assignment import choose_assignment
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
+    from inspector._internal.plans.consolidate.assignment import choose_assignment
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
     (src / ".hf_metadata" / "model.safetensors.index.json").unlink()
@@ -592,7 +592,7 @@ def test_a_collapse_over_the_split_size_without_a_reference_is_packed_by_size(
 
 
 def test_default_destination_is_a_sibling_of_the_source(tmp_path: Path) -> None:
-    from inspector.consolidate import default_destination
+    from inspector._internal.plans.consolidate import default_destination
 
     src = tmp_path / "run" / "model"
     src.mkdir(parents=True)

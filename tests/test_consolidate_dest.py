@@ -13,11 +13,11 @@ import torch
 from dcp_writers import MAPPING, full_tensors
 from test_consolidate import _reference, dcp_source, load_all
 
-from inspector.cli import main
-from inspector.consolidate import ConsolidationPlan, plan_consolidation
-from inspector.consolidate.dest import Dest
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.cli.main import main
+from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
+from inspector._internal.plans.consolidate.dest import Dest
 from inspector.errors import PlanRefusedError, UnsafeInputError
-from inspector.scan import scan
 
 ONE_FILE = "model-00001-of-00001.safetensors"
 BACKUP = ".ckpt-inspect-backup"

@@ -1,4 +1,4 @@
-"""The one coverage algorithm (`inspector.checks.coverage`) against a brute-force count of
+"""The one coverage algorithm (`inspector._internal.checks.coverage`) against a brute-force count of
 every element, on any boxes: each of its paths (regular grid, one-axis sweep, counter grid,
 volume-only) must agree with the truth or say it is not exact."""
 
@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inspector.checks import coverage as cov
+from inspector._internal.checks import coverage as cov
 
 dims = st.lists(st.integers(1, 6), min_size=1, max_size=3)
 

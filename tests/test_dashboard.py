@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from inspector.widgets import Dashboard as _Dashboard
 
-from inspector.consolidate import reference_assignment
-from inspector.findings import CODE_HELP, CODES, make_finding
-from inspector.html_repr import scanned_html
-from inspector.query import TensorQuery
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
+from inspector._internal.plans.consolidate import reference_assignment
+from inspector._internal.report.html import scanned_html
+from inspector._internal.report.query import TensorQuery
 
 pytest.importorskip("ipywidgets")
 
@@ -27,7 +27,7 @@ DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
 
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     target = tmp_path_factory.mktemp("demos")
     write_demos(target, log=lambda _line: None)
@@ -480,7 +480,7 @@ def test_findings_link_to_their_tensor_heatmap_cell_and_file(demos: Path, tmp_pa
     assert ep.tab.selected_index == ep.TABS.index("Experts") and experts.zoomed == missing.layer
     assert "64-511" in experts.details.value
     # A finding about a shard file shows that file's tensors.
-    from inspector.findings import make_finding
+    from inspector._internal.findings.finding import make_finding
 
     on_file = make_finding("trailing-bytes", "x", file="model-00002-of-00004.safetensors")
     assert dash.follow(on_file).query.file == "model-00002-of-00004.safetensors"
@@ -489,7 +489,7 @@ def test_findings_link_to_their_tensor_heatmap_cell_and_file(demos: Path, tmp_pa
 def test_tensor_browser_filters_sorts_and_exports(demos: Path, tmp_path: Path):
     import pandas as pd
 
-    from inspector.query import TensorQuery
+    from inspector._internal.report.query import TensorQuery
 
     dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path)
     browser = dash.select("Tensors")
@@ -547,7 +547,7 @@ def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):
     """The grid filters in Perspective's engine (RE2), the export in pandas: same rows."""
     from inspector.widgets.browser import TensorBrowser, grid_config
 
-    from inspector.query import TensorQuery
+    from inspector._internal.report.query import TensorQuery
 
     scanned = scan(demos / DRIFT)
     browser = TensorBrowser(scanned)
@@ -666,7 +666,7 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     `state` waits for the verdict, and the Overview is redrawn with it."""
     import threading
 
-    import inspector.model_load as model_load
+    import inspector._internal.load.verdict as model_load
 
     release = threading.Event()
     real = model_load.load_verdict

@@ -22,14 +22,14 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from inspector.checks import check
-from inspector.checks.coverage import coverage
-from inspector.checks.dcp import check_dcp
-from inspector.demo.dcp import write_dcp_demo, write_rank_files
-from inspector.layouts import dcp_sharded, detect_layout
-from inspector.model import DcpChunk, DcpInfo, full_shape
-from inspector.scan import scan
-from inspector.storage import local_location
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, full_shape
+from inspector._internal.checks import check
+from inspector._internal.checks.coverage import coverage
+from inspector._internal.checks.dcp import check_dcp
+from inspector._internal.demo.dcp import write_dcp_demo, write_rank_files
+from inspector._internal.layouts import dcp_sharded, detect_layout
+from inspector._internal.storage import local_location
 
 OUT1_RANK2 = "shard-00002-model-00001-of-00002.safetensors"
 OUT2_RANK1 = "shard-00001-model-00002-of-00002.safetensors"
@@ -51,11 +51,11 @@ def model(real: Path, tmp_path: Path) -> Path:
 
 
 def codes(scanned) -> list[str]:
-    return [f.code for f in [*scanned.problems, *check_dcp(scanned)]]
+    return [f.code for f in [*scanned.read_findings, *check_dcp(scanned)]]
 
 
 def by_code(scanned, code: str):
-    return [f for f in [*scanned.problems, *check_dcp(scanned)] if f.code == code]
+    return [f for f in [*scanned.read_findings, *check_dcp(scanned)] if f.code == code]
 
 
 def rewrite(path: Path, *, edit_info=None, edit_tensors=None, metadata=None) -> None:
@@ -136,7 +136,7 @@ def test_scan_rebuilds_full_shapes(real: Path) -> None:
         assert len(scanned.dcp.chunks[name]) == (2 if sharded else 1), name
     assert scanned.dcp.mapping == MAPPING
     assert scanned.spec.experts_per_layer == 2
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert check_dcp(scanned) == []
 
 
@@ -305,7 +305,7 @@ def test_mapping_bad_values_and_bad_json(model: Path) -> None:
     path = model / ".hf_metadata" / "fqn_to_file_index_mapping.json"
     path.write_text(path.read_text()[:40])
     scanned = scan(model)
-    assert [f.code for f in scanned.problems] == ["mapping-unreadable"]
+    assert [f.code for f in scanned.read_findings] == ["mapping-unreadable"]
     assert scanned.dcp.mapping is None
 
 
@@ -426,7 +426,7 @@ def test_demo_is_clean_and_quick(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert sorted(set(scanned.dcp.mapping.values())) == [1, 2, 3, 4]
     assert len(scanned.shards) == 8
     assert scanned.dcp.full_shapes["lm_head.weight"] == (256, 64)
-    assert scanned.problems == [] and check_dcp(scanned) == []
+    assert scanned.read_findings == [] and check_dcp(scanned) == []
 
 
 def test_collapsed_demo(tmp_path: Path) -> None:

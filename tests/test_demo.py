@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector.demo import demo_names, write_demos
-from inspector.demo.model import GROUP_SIZE, TinyMoeSpec, build_model
-from inspector.demo.safetensors_layouts import save_shard, split_greedy
-from inspector.model import ScannedCheckpoint
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.demo import demo_names, write_demos
+from inspector._internal.demo.model import GROUP_SIZE, TinyMoeSpec, build_model
+from inspector._internal.demo.safetensors_layouts import save_shard, split_greedy
 
 INDEX = "model.safetensors.index.json"
 _EXPERT = re.compile(
@@ -97,7 +97,7 @@ def test_write_demos_prints_one_line_per_demo_and_reruns_in_place(tmp_path, caps
 def test_healthy_demo_scans_clean_and_matches_the_model(demos, name, layout, spec):
     scanned = scan(demos[name])
     assert scanned.layout == layout
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     found = _names(scanned)
     assert len(found) == _expected_count(spec)
     model = build_model(spec)
@@ -171,7 +171,7 @@ def test_quantized_experts_are_nvfp4_and_match_the_quant_config(demos):
 def test_1422_last_sidecar_and_index_omit_the_mtp_tensors_the_shard_holds(demos):
     scanned = scan(demos["modelopt-1422-sidecar-drift"])
     assert scanned.layout == "modelopt-per-layer"
-    assert scanned.problems == []  # the damage is a disagreement, not a broken file
+    assert scanned.read_findings == []  # the damage is a disagreement, not a broken file
     last = scanned.shard("model-00004-of-00004.safetensors")
     sidecar = scanned.sidecars[last.file]
     hidden = set(last.names) - set(sidecar.weight_map)
@@ -195,7 +195,7 @@ def test_1631_config_is_truncated_and_only_experts_0_to_63_exist(demos):
     assert '"n_routed_experts": 512' in text
     scanned = scan(folder)
     assert scanned.layout == "modelopt-per-layer"
-    assert [p.code for p in scanned.problems] == ["config-unreadable"]
+    assert [p.code for p in scanned.read_findings] == ["config-unreadable"]
     experts: dict[str, set[int]] = defaultdict(set)
     found = _names(scanned)
     for name in found:
@@ -214,7 +214,7 @@ def test_1631_config_is_truncated_and_only_experts_0_to_63_exist(demos):
 def test_2289_every_tensor_collapsed_into_one_file_while_reference_had_four(demos):
     folder = demos["automodel-2289-collapsed"]
     scanned = scan(folder)
-    assert scanned.layout == "hf-sharded" and scanned.problems == []
+    assert scanned.layout == "hf-sharded" and scanned.read_findings == []
     assert [s.file for s in scanned.shards] == ["model-00001-of-00001.safetensors"]
     assert set(scanned.index.weight_map.values()) == {"model-00001-of-00001.safetensors"}
     reference = _read(folder / "reference" / INDEX)
@@ -229,7 +229,7 @@ def test_2289_every_tensor_collapsed_into_one_file_while_reference_had_four(demo
 
 def test_3624_only_the_mtp_layer_carries_extra_state(demos):
     scanned = scan(demos["megatron-3624-mtp-extra-state"])
-    assert scanned.layout == "hf-sharded" and scanned.problems == []
+    assert scanned.layout == "hf-sharded" and scanned.read_findings == []
     found = _names(scanned)
     extra = [n for n in found if n.endswith("_extra_state")]
     assert extra == ["mtp.layers.0.transformer_layer.self_attention.core_attention._extra_state"]
@@ -286,4 +286,4 @@ def test_demos_from_other_writers_are_detected(demos, name, layout, healthy):
     assert scanned.layout == layout
     assert (demos[name] / "README.txt").is_file()
     if healthy:
-        assert scanned.problems == []
+        assert scanned.read_findings == []

@@ -20,8 +20,8 @@ from inspector.widgets.figures import (
 )
 from safetensors.numpy import save_file
 
-from inspector.findings import findings_to_frame, make_finding
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.findings.finding import findings_to_frame, make_finding
 
 PROJS = ("gate_proj", "up_proj", "down_proj")
 
@@ -291,12 +291,12 @@ def test_widgets_package_is_lazy():
     code = (
         "import sys, inspector.widgets as widgets\n"
         "assert 'plotly' not in sys.modules and 'ipywidgets' not in sys.modules\n"
-        "import inspector.widgets.figures, inspector.markdown\n"
+        "import inspector.widgets.figures, inspector._internal.report.markdown\n"
         "assert 'ipywidgets' not in sys.modules\n"
         "assert callable(widgets.expert_coverage_heatmap)\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
-    core = "import sys, inspector.markdown\nassert 'plotly' not in sys.modules\n"
+    core = "import sys, inspector._internal.report.markdown\nassert 'plotly' not in sys.modules\n"
     subprocess.run([sys.executable, "-c", core], check=True, cwd=Path(__file__).parents[1])
 
 

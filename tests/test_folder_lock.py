@@ -1,4 +1,5 @@
-"""The folder lock (`inspector.atomic.folder_lock`) under contention, with real processes.
+"""The folder lock (`inspector._internal.plans.atomic.folder_lock`) under contention, with real
+processes.
 
 Each trial starts several processes at once (forked from one driver, released together by
 closing a pipe) that each try to take the lock of one folder; a holder appends `enter` and
@@ -19,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from inspector import atomic
+from inspector._internal.plans import atomic
 from inspector.errors import InspectorError
 
 _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from inspector.atomic import LOCK, folder_lock
+    from inspector._internal.plans.atomic import LOCK, folder_lock
     from inspector.errors import InspectorError
 
     folder, log, trials, procs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
@@ -108,7 +109,7 @@ _HOLDER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from inspector.atomic import folder_lock
+    from inspector._internal.plans.atomic import folder_lock
 
     with folder_lock(Path(sys.argv[1])):
         print("held", flush=True)

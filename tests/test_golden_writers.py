@@ -32,8 +32,8 @@ import pytest
 from golden_manifest import FIXTURES, MANIFEST, params
 
 from inspector import check, scan
+from inspector._internal.findings.finding import Severity
 from inspector.errors import InspectorError
-from inspector.findings import Severity
 
 golden = pytest.mark.golden
 
@@ -200,7 +200,7 @@ def test_golden_codes(case: str) -> None:
 def test_golden_consolidation_bit_exact(case: str, tmp_path: Path) -> None:
     """Our consolidation equals the writer's own full state dict, and every consolidator of
     the writer's ecosystem that ran when the fixture was written (NeMo's, PyTorch's)."""
-    from inspector.consolidate import consolidate
+    from inspector._internal.plans.consolidate import consolidate
 
     entry = MANIFEST[case]
     reference = FIXTURES / case / entry["reference"] if "reference" in entry else None
@@ -233,7 +233,7 @@ def test_golden_torch_consolidator_live(tmp_path: Path) -> None:
 def test_golden_consolidation_refuses_lost_rank(case: str, tmp_path: Path) -> None:
     """A DCP output whose last rank's files are all gone must not consolidate into a
     smaller model."""
-    from inspector.consolidate import consolidate
+    from inspector._internal.plans.consolidate import consolidate
 
     with pytest.raises(InspectorError):
         consolidate(checkpoint_path(case), tmp_path / "out", progress=False)

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save
 
-from inspector.dtypes import DTYPE_BITS
-from inspector.findings import CODES
-from inspector.safetensors_header import ShardHeader, parse_header_bytes, read_header
+from inspector._internal.common.dtypes import DTYPE_BITS
+from inspector._internal.findings.finding import CODES
+from inspector._internal.formats.safetensors import ShardHeader, parse_header_bytes, read_header
 
 SHARD_CODES = {
     "header-unreadable",

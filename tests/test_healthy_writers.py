@@ -1,8 +1,8 @@
 """A healthy checkpoint from each real writer produces NO finding at all through the full
-`inspector.checks.check()`, headers-only and with `deep=True`: transformers `save_pretrained`
-(tiny MoE configs), PyTorch DCP `HuggingFaceStorageWriter` from 2 processes, DCP `save` of a
-Megatron torch_dist checkpoint, plain safetensors `save_file`, and a Model-Optimizer-style
-per-layer export."""
+`inspector._internal.checks.check()`, headers-only and with `deep=True`: transformers
+`save_pretrained` (tiny MoE configs), PyTorch DCP `HuggingFaceStorageWriter` from 2 processes, DCP
+`save` of a Megatron torch_dist checkpoint, plain safetensors `save_file`, and a
+Model-Optimizer-style per-layer export."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from dcp_writers import tensor_plan, write_dcp_checkpoint
 from modelopt_writer import mtp_tensors, tiny_layer_state_dicts, write_modelopt_export
 from safetensors.torch import save_file
 
-from inspector.checks import check
-from inspector.demo.torch_dist import write_torch_dist_demo
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.torch_dist import write_torch_dist_demo
 
 
 def assert_clean(folder: Path, *, layout: str) -> None:

@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from inspector.checks import check
-from inspector.consolidate import plan_consolidation
-from inspector.demo.dcp import write_dcp_demo
-from inspector.demo.torch_dist import write_torch_dist_demo
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.dcp import write_dcp_demo
+from inspector._internal.demo.torch_dist import write_torch_dist_demo
+from inspector._internal.findings.finding import Finding
+from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.repair import plan_repair
 from inspector.errors import PlanRefusedError
-from inspector.findings import Finding
-from inspector.repair import plan_repair
-from inspector.scan import scan
 
 pytestmark = pytest.mark.timeout(60)  # a FIFO that is opened blocking would hang forever
 
@@ -98,7 +98,7 @@ def test_index_that_is_a_fifo_is_reported_not_ignored(sharded: Path) -> None:
     """It used to vanish: the scan saw no index and reported nothing about it."""
     plant(sharded / INDEX, "fifo")
     scanned = scan(sharded)
-    assert scanned.index is None and INDEX in unsafe(scanned.problems)
+    assert scanned.index is None and INDEX in unsafe(scanned.read_findings)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
@@ -107,7 +107,7 @@ def test_sidecar_that_is_special(sharded: Path, kind: str) -> None:
     plant(sidecar, kind)
     scanned = scan(sharded)
     assert scanned.layout == "modelopt-per-layer"
-    assert list(unsafe(scanned.problems)) == [sidecar.name]
+    assert list(unsafe(scanned.read_findings)) == [sidecar.name]
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
@@ -126,7 +126,7 @@ def test_distcp_named_by_metadata_that_is_a_fifo(tmp_path: Path) -> None:
     (folder / ITER / "common.pt").unlink()  # the common state is then looked up in .distcp
     plant(folder / ITER / "__0_0.distcp", "fifo")
     scanned = scan(folder)
-    assert f"{ITER}/__0_0.distcp" in unsafe(scanned.problems)
+    assert f"{ITER}/__0_0.distcp" in unsafe(scanned.read_findings)
 
 
 def test_dcp_mapping_and_config_that_are_special(tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_dcp_mapping_and_config_that_are_special(tmp_path: Path) -> None:
     meta = folder / ".hf_metadata"
     plant(meta / "fqn_to_file_index_mapping.json", "fifo")
     plant(meta / "config.json", "dev-zero")
-    found = unsafe(scan(folder).problems)
+    found = unsafe(scan(folder).read_findings)
     assert sorted(found) == [
         ".hf_metadata/config.json",
         ".hf_metadata/fqn_to_file_index_mapping.json",
@@ -165,7 +165,7 @@ def test_config_linked_to_a_sibling_folder(sharded: Path, secret: Path) -> None:
     (sharded / "config.json").symlink_to(Path("..") / "outside" / secret.name)
     scanned = scan(sharded)
     assert scanned.config is None and scanned.spec.num_layers is None  # not even salvaged
-    assert list(unsafe(scanned.problems)) == ["config.json"]
+    assert list(unsafe(scanned.read_findings)) == ["config.json"]
     no_leak(check(scanned, model=False))
 
 
@@ -220,7 +220,7 @@ def test_hf_cache_link_into_another_repository_is_refused(sharded: Path, tmp_pat
     shutil.copyfile(sharded / "config.json", other / "cafe")
     (snapshot / "config.json").unlink()
     (snapshot / "config.json").symlink_to(other / "cafe")
-    assert list(unsafe(scan(snapshot).problems)) == ["config.json"]
+    assert list(unsafe(scan(snapshot).read_findings)) == ["config.json"]
 
 
 # -- scan and consolidate agree --------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_consolidate_refuses_what_the_scan_refuses(dcp_folder: Path, tmp_path: P
     shutil.move(dcp_folder / RANK, moved)
     (dcp_folder / RANK).symlink_to(moved)
     scanned = scan(dcp_folder)
-    assert list(unsafe(scanned.problems)) == [RANK]
+    assert list(unsafe(scanned.read_findings)) == [RANK]
     with pytest.raises(PlanRefusedError, match="file-unsafe"):
         plan_consolidation(scanned, tmp_path / "out")
 
@@ -253,7 +253,7 @@ def test_consolidate_reads_what_the_scan_reads(dcp_folder: Path, tmp_path: Path)
     shutil.move(dcp_folder / RANK, dcp_folder / "ranks" / RANK)
     (dcp_folder / RANK).symlink_to(Path("ranks") / RANK)
     scanned = scan(dcp_folder)
-    assert unsafe(scanned.problems) == {}
+    assert unsafe(scanned.read_findings) == {}
     linked = plan_consolidation(scanned, tmp_path / "linked").execute(progress=False)
     assert linked.ok
     for name in expected.written:
@@ -264,13 +264,13 @@ def test_consolidate_reads_what_the_scan_reads(dcp_folder: Path, tmp_path: Path)
 def test_the_metadata_child_gets_only_what_the_storage_read(
     tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Large `.metadata` files are unpickled in a bounded child (`inspector.sandbox`), from
-    bytes this process read through the storage: a link out of the folder, a FIFO or a file
-    over the cap is refused before any child runs. The child is forced on for every size
-    here (its threshold is 1 MB) and counted."""
-    import inspector.safe_pickle as safe_pickle
-    from inspector.layouts import torch_dist
-    from inspector.sandbox import SandboxLimits
+    """Large `.metadata` files are unpickled in a bounded child
+    (`inspector._internal.formats.sandbox`), from bytes this process read through the storage: a
+    link out of the folder, a FIFO or a file over the cap is refused before any child runs. The
+    child is forced on for every size here (its threshold is 1 MB) and counted."""
+    import inspector._internal.formats.safe_pickle as safe_pickle
+    from inspector._internal.formats.sandbox import SandboxLimits
+    from inspector._internal.layouts import torch_dist
 
     children: list[int] = []
     real = safe_pickle.run_bounded
@@ -304,7 +304,7 @@ def test_the_metadata_child_gets_only_what_the_storage_read(
         ]
         return
     assert children == []
-    problem = [p for p in scanned.problems if p.file == f"{ITER}/.metadata"]
+    problem = [p for p in scanned.read_findings if p.file == f"{ITER}/.metadata"]
     assert len(problem) == 1
     unreadable = "torch-dist-metadata-unreadable"
     assert problem[0].code == (unreadable if kind == "over-cap" else "file-unsafe")

@@ -3,8 +3,8 @@
 Before, a value nested past Python's recursion limit made the decoder raise RecursionError
 (a traceback from `scan`), and a config nested 300 levels deep broke the load check when it
 serialised the config. Now every JSON file and JSON string is decoded by one function with a
-nesting budget (`inspector.layouts._common.decode_json`, `MAX_JSON_DEPTH` levels): past it,
-the file gets its usual "unreadable" finding naming the limit, and nothing else breaks.
+nesting budget (`inspector._internal.layouts._common.decode_json`, `MAX_JSON_DEPTH` levels): past
+it, the file gets its usual "unreadable" finding naming the limit, and nothing else breaks.
 The checkpoints are written by the real writers (huggingface_hub, the Model-Optimizer
 layout writer, Megatron's torch_dist demo writer), then one JSON file is given a deep value.
 """
@@ -26,12 +26,12 @@ from modelopt_writer import (
 )
 from test_codes_coverage import moe_config, moe_model, write_hf
 
-from inspector.checks import check
-from inspector.demo.torch_dist import write_torch_dist_demo
-from inspector.findings import Finding
-from inspector.layouts._common import MAX_JSON_DEPTH, decode_json
-from inspector.model_load import load_verdict
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.torch_dist import write_torch_dist_demo
+from inspector._internal.findings.finding import Finding
+from inspector._internal.layouts._common import MAX_JSON_DEPTH, decode_json
+from inspector._internal.load.verdict import load_verdict
 
 ITER = "iter_0000100"
 # Past the budget but within what the decoder can recurse, and far past Python's limit.
@@ -105,7 +105,7 @@ def test_a_deep_but_readable_config_is_read(hf: Path) -> None:
     (tests/test_hostile_load_check.py)."""
     with_deep_value(hf / "config.json", MAX_JSON_DEPTH - 1, lambda d: d)  # inside the top
     scanned = scan(hf)
-    assert scanned.problems == [] and scanned.config is not None
+    assert scanned.read_findings == [] and scanned.config is not None
     assert not [f for f in check(scanned, model=False) if f.code == "config-unreadable"]
 
 
@@ -131,5 +131,5 @@ def test_torch_dist_metadata_json_nested_too_deep(tmp_path: Path, depth: int) ->
     folder = write_torch_dist_demo(tmp_path / "megatron")
     with_deep_value(folder / ITER / "metadata.json", depth, lambda d: d)
     scanned = scan(folder)
-    assert [p.code for p in scanned.problems] == ["torch-dist-metadata-json"]
-    assert LIMIT_TEXT in scanned.problems[0].message
+    assert [p.code for p in scanned.read_findings] == ["torch-dist-metadata-json"]
+    assert LIMIT_TEXT in scanned.read_findings[0].message

@@ -16,7 +16,7 @@ then their config.json is edited the way a hostile or careless publisher would:
 Every test runs with sockets that fail the test when used (in this process, and in the CLI
 run in a terminal through a `sitecustomize` that blocks them), the user's Hugging Face cache
 pointed at a temp folder that must stay untouched, and an audit hook that records every act
-the seal refused (`inspector.sealed.REFUSED_EVENT`).
+the seal refused (`inspector._internal.load.sealed.REFUSED_EVENT`).
 """
 
 from __future__ import annotations
@@ -38,10 +38,15 @@ from pathlib import Path
 
 import pytest
 
-from inspector.checks import check
-from inspector.model_load import MAX_CONFIG_DEPTH, LoadVerdict, clear_model_cache, load_verdict
-from inspector.scan import scan
-from inspector.sealed import REFUSED_EVENT, Refused, sealed
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.load.sealed import REFUSED_EVENT, Refused, sealed
+from inspector._internal.load.verdict import (
+    MAX_CONFIG_DEPTH,
+    LoadVerdict,
+    clear_model_cache,
+    load_verdict,
+)
 
 T = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -2,8 +2,8 @@
 
 A checkpoint names its files and tensors, and every name reaches a person: the terminal, a CI
 log, the Markdown summary pasted into a bug report, the HTML report, the CSV export, the
-dashboard. Each goes through one function, `inspector.display.legible`: at most a few
-hundred characters (head and tail kept), control characters escaped, then escaped for the
+dashboard. Each goes through one function, `inspector._internal.common.display.legible`: at most a
+few hundred characters (head and tail kept), control characters escaped, then escaped for the
 target. The tests build hostile folders (a tensor name of millions of characters, names and
 file names carrying terminal escape sequences, bidi overrides, a forged `ERROR` line, HTML,
 Markdown links and images, spreadsheet formulas) and run every command on them: no raw
@@ -30,14 +30,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli_errors import cli, no_traceback
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.display import MESSAGE_LIMIT, NAME_LIMIT, legible
-from inspector.findings import make_finding, short_repr
-from inspector.html_repr import findings_html, problems_html, scanned_html
-from inspector.markdown import markdown_summary
-from inspector.query import export_tensors
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible
+from inspector._internal.findings.finding import make_finding, short_repr
+from inspector._internal.report.html import findings_html, problems_html, scanned_html
+from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.report.query import export_tensors
 
 INDEX = "model.safetensors.index.json"
 # What a terminal, a log viewer or a text renderer acts on: C0 controls (ESC, CR, BS, BEL,
@@ -261,8 +261,8 @@ def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Pa
 def test_html_views_escape_and_bound_names(hostile: Path):
     scanned = scan(hostile)
     findings = check(scanned, model=False)
-    from inspector.findings import findings_to_frame
-    from inspector.html_repr import frame_html
+    from inspector._internal.findings.finding import findings_to_frame
+    from inspector._internal.report.html import frame_html
 
     for html in (
         scanned_html(scanned, findings=findings),
@@ -331,7 +331,7 @@ def _terminal_safe(proc: subprocess.CompletedProcess, *, limit: int = 100_000) -
 def dcp_hostile(tmp_path_factory) -> Path:
     """DCP-sharded safetensors whose `.hf_metadata/` holds a file named with escape sequences
     and whose recorded mapping names a tensor no shard holds, with escapes and markup."""
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     folder = write_dcp_demo(tmp_path_factory.mktemp("dcp") / "run")
     meta = folder / ".hf_metadata"
@@ -396,7 +396,7 @@ def test_an_error_line_shows_the_name_escaped(tmp_path: Path):
 
 def test_problems_and_findings_hold_exact_names_but_show_escaped_ones(hostile: Path):
     """The data stays exact (tables, filters and --json match on it); the words are legible."""
-    from inspector.problems import group_problems
+    from inspector._internal.findings.issues import group_problems
 
     scanned = scan(hostile)
     findings = check(scanned, model=False)
@@ -428,7 +428,7 @@ def test_building_findings_does_not_copy_a_huge_name():
 # process would report its parent's size.
 _MEASURED = (
     "import re, sys\n"
-    "from inspector.cli import main\n"
+    "from inspector._internal.cli.main import main\n"
     "code = main(sys.argv[1:])\n"
     "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
     "print(f'maxrss {hwm}', file=sys.stderr)\n"
@@ -490,7 +490,7 @@ def test_a_file_name_that_is_not_utf8_is_a_finding_not_a_crash(tmp_path: Path):
 def test_consolidation_decides_about_names_in_its_plan(tmp_path: Path):
     """A metadata file DEST cannot be given is named in the plan and not copied; the
     consolidation writes every shard and the index (it used to stop after the shards)."""
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     source = write_dcp_demo(tmp_path / "run")
     shutil.copy(source / ".hf_metadata" / "config.json", source / ".hf_metadata" / "tok\\en.json")
@@ -503,7 +503,7 @@ def test_consolidation_decides_about_names_in_its_plan(tmp_path: Path):
 
 
 def test_a_rank_file_named_with_a_backslash_refuses_the_plan_before_writing(tmp_path: Path):
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     source = write_dcp_demo(tmp_path / "run")
     first = sorted(source.glob("shard-*.safetensors"))[0]
@@ -516,12 +516,12 @@ def test_a_rank_file_named_with_a_backslash_refuses_the_plan_before_writing(tmp_
 
 def test_an_unexpected_error_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path: Path):
     """A bug must not read as findings to CI (exit 1) nor flood its log with a traceback."""
-    import inspector.summary
+    import inspector._internal.cli.scan
 
     def broken(*_a, **_k):
         raise ValueError("something no code path expected")
 
-    monkeypatch.setattr(inspector.summary, "summarize", broken)
+    monkeypatch.setattr(inspector._internal.cli.scan, "summarize", broken)
     _shard(tmp_path / "model.safetensors", ["model.layers.0.a"])
     assert main(["scan", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -532,7 +532,7 @@ def test_an_unexpected_error_is_one_line_and_exit_2(monkeypatch, capsys, tmp_pat
 def test_fuzz_findings_check_rejects_control_characters():
     from fuzz.targets import _check_findings
 
-    from inspector.findings import Finding, Severity
+    from inspector._internal.findings.finding import Finding, Severity
 
     _check_findings([make_finding("file-unsafe", f"a{ESCAPES}")])  # made legible
     with pytest.raises(AssertionError):

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.checks import check
-from inspector.pickle_guard import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.formats.pickle_guard import (
     HostilePickleError,
     PickleBombError,
     audit_pickle,
@@ -24,8 +25,7 @@ from inspector.pickle_guard import (
     hostile_globals,
     short_repr,
 )
-from inspector.safe_pickle import RefusedGlobalError, load_dcp_metadata
-from inspector.scan import scan
+from inspector._internal.formats.safe_pickle import RefusedGlobalError, load_dcp_metadata
 
 # Pickle opcodes used to hand-build streams that Python could not build as objects (the
 # tuple-DAG dict would hang in hashing before it could be pickled).
@@ -195,7 +195,7 @@ def test_common_pt_naming_code_runners_is_hostile(tmp_path: Path, func: object, 
 
 def test_common_state_inside_distcp_naming_os_system_is_hostile(tmp_path: Path) -> None:
     """Newer Megatron stores the common state as a byte object in a `.distcp` file."""
-    from inspector.demo.torch_dist import save_megatron_dcp
+    from inspector._internal.demo.torch_dist import save_megatron_dcp
 
     marker = tmp_path / "pwned"
     blob = io.BytesIO(torch_bytes([{"args": _Reduces(__import__("os").system, f"touch {marker}")}]))

@@ -14,12 +14,12 @@ import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import save_file
 
-from inspector.checks import check_layout
-from inspector.checks.index import DETAIL_PER_FILE, check_index
-from inspector.findings import Finding, FoldPolicy
-from inspector.model import ScannedCheckpoint
-from inspector.scan import scan
-from inspector.storage import local_location
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check_layout
+from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
+from inspector._internal.findings.finding import Finding, FoldPolicy
+from inspector._internal.storage import local_location
 
 INDEX = "model.safetensors.index.json"
 SHARD_1 = "model-00001-of-00003.safetensors"
@@ -74,7 +74,7 @@ def test_healthy_checkpoint_has_no_findings(ckpt: Path) -> None:
     scanned, findings = _check(ckpt)
     assert scanned.layout == "hf-sharded"
     assert len(scanned.shards) == 3
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert findings == []
 
 
@@ -90,7 +90,7 @@ def test_healthy_transformers_checkpoint_with_total_parameters(tmp_path: Path) -
     assert "total_parameters" in _index(tmp_path)["metadata"]
     scanned, findings = _check(tmp_path)
     assert len(scanned.shards) > 1
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert findings == []
 
 
@@ -243,7 +243,7 @@ def test_unreadable_shard_is_reported_once(ckpt: Path) -> None:
     data = (ckpt / SHARD_1).read_bytes()
     (ckpt / SHARD_1).write_bytes(b"\xff" * 8 + data[8:])  # header length past the end of file
     scanned, findings = _check(ckpt)
-    assert [f.code for f in scanned.problems] == ["header-unreadable"]
+    assert [f.code for f in scanned.read_findings] == ["header-unreadable"]
     assert _codes(findings) == ["index-dangling-tensor"]
     assert findings[0].file == SHARD_1 and findings[0].tensor is None
     assert f"maps {len(listed):,} tensors to {SHARD_1}" in findings[0].message
@@ -258,7 +258,7 @@ def test_unsafe_paths_are_refused_and_nothing_outside_is_read(tmp_path: Path, ck
     doc["weight_map"]["passwd"] = "/etc/passwd"
     _write_index(ckpt, doc)
     scanned, findings = _check(ckpt)
-    unsafe = sorted(f.tensor for f in scanned.problems if f.code == "index-unsafe-path")
+    unsafe = sorted(f.tensor for f in scanned.read_findings if f.code == "index-unsafe-path")
     assert unsafe == ["other.weight", "passwd", "secret.weight"]
     assert all("outside" not in s.file and "passwd" not in s.file for s in scanned.shards)
     assert len(scanned.shards) == 3
@@ -341,7 +341,7 @@ def test_index_decoded_in_pieces_equals_the_whole_decode(
 ) -> None:
     """A large index is decoded a few MB at a time when it is laid out as writers do; any
     other layout falls back to one decode. Both must give what a JSON reader gives."""
-    from inspector.layouts import _common
+    from inspector._internal.layouts import _common
 
     monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
     weight_map = {
@@ -377,7 +377,7 @@ def test_bytes_that_are_not_utf8_make_the_index_unreadable_not_the_scan(
 ) -> None:
     """A string that is not UTF-8 (a fuzz crasher: the JSON decoder raises UnicodeDecodeError
     there, not its decode error), whole or in the pieces a large index is decoded in."""
-    from inspector.layouts import _common
+    from inspector._internal.layouts import _common
 
     if pieces:
         monkeypatch.setattr(_common, "_PIECE_BYTES", 64)
@@ -388,12 +388,12 @@ def test_bytes_that_are_not_utf8_make_the_index_unreadable_not_the_scan(
     data = (ckpt / INDEX).read_bytes()
     assert (len(data) >= _common._PIECE_BYTES) == pieces
     assert _common.weight_map_columns(data) is None  # no pieces: the whole decode reports it
-    findings = [f for f in scan(ckpt).problems if f.code == "index-unreadable"]
+    findings = [f for f in scan(ckpt).read_findings if f.code == "index-unreadable"]
     assert len(findings) == 1 and "is not valid JSON" in findings[0].message
 
 
 def test_config_salvage_skips_values_that_are_not_utf8(tmp_path: Path) -> None:
-    from inspector.layouts._common import salvage_json_prefix
+    from inspector._internal.layouts._common import salvage_json_prefix
 
     (tmp_path / "config.json").write_bytes(
         b'{"num_hidden_layers": 4, "model_type": "ab\xd8", "num_experts": 8, '

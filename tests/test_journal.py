@@ -18,10 +18,10 @@ import orjson
 import pytest
 from safetensors.numpy import save_file
 
-from inspector import atomic
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.plans import atomic
+from inspector._internal.plans.repair import plan_repair
 from inspector.errors import PlanRefusedError, UnsafeInputError
-from inspector.repair import plan_repair
-from inspector.scan import scan
 
 INDEX = "model.safetensors.index.json"
 
@@ -318,7 +318,7 @@ def test_target_that_is_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
 
 
 def test_reshard_staging_planted_as_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
-    from inspector.reshard import STAGING, plan_reshard
+    from inspector._internal.plans.reshard import STAGING, plan_reshard
 
     folder = tmp_path / "ckpt"
     folder.mkdir()

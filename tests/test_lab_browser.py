@@ -38,7 +38,7 @@ from browser import (
     wait_for_kernel,
 )
 
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
 
 pytestmark = pytest.mark.browser
 
@@ -51,7 +51,7 @@ DASHBOARD_COPY = "02-dashboard"
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[Lab, Path]]:
     """A running JupyterLab on a temp copy of notebooks/, and the notebooks' work dir."""
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     demo, work, root = tmp_path / "demo", tmp_path / "work", tmp_path / "notebooks"
     write_demos(demo, log=lambda _line: None)

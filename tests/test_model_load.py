@@ -24,10 +24,10 @@ from hf_exports import modelopt_export, resaved, with_deepseek_mtp
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.model_load import LoadVerdict, clear_model_cache, load_verdict
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.load.verdict import LoadVerdict, clear_model_cache, load_verdict
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -426,7 +426,7 @@ def test_qwen3_next_mtp_block_is_named_not_reported(
 
 @pytest.fixture(scope="module")
 def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     out = tmp_path_factory.mktemp("demos")
     write_demos(out, log=lambda *_: None)
@@ -688,7 +688,7 @@ def test_kimi_style_config_uses_transformers_own_class(
 
 
 def test_layouts_a_loader_does_not_read_are_skipped(tmp_path: Path) -> None:
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     verdict = load_verdict(scan(write_dcp_demo(tmp_path / "dcp")))
     assert verdict.skipped is not None and "dcp-sharded layout" in verdict.skipped
@@ -745,7 +745,7 @@ def test_trust_remote_code_runs_only_the_folders_own_code(
 
 
 def test_the_meta_model_is_built_once_per_config(saved: Callable[[str], Saved]) -> None:
-    from inspector import model_load
+    from inspector._internal.load import verdict as model_load
 
     clear_model_cache()
     scanned = scan(saved("qwen3").folder)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inspector.naming import KINDS, parse_name, parse_names
+from inspector._internal.checkpoint.naming import KINDS, parse_name, parse_names
 
 
 def _c(
@@ -319,7 +319,7 @@ def test_300k_names_parse_fast() -> None:
 def test_chunks_and_hostile_names_parse_like_single_names(monkeypatch) -> None:
     """Names are grouped chunk by chunk; chunk borders, non-ASCII names, `#`, newlines and
     non-string names must not change any result (compared with one name at a time)."""
-    import inspector.naming as naming
+    import inspector._internal.checkpoint.naming as naming
 
     names = [
         "model.layers.3.mlp.experts.17.down_proj.weight",

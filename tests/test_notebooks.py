@@ -23,7 +23,7 @@ KERNEL = "python3"
 
 @pytest.fixture(scope="session")
 def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     target = tmp_path_factory.mktemp("demo")
     write_demos(target, log=lambda _line: None)

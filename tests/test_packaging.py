@@ -37,7 +37,7 @@ def test_ui_is_inspector_widgets_and_plugs_report_into_the_cli() -> None:
     (entry,) = [e for e in entry_points(group="checkpoint_inspector.commands")]
     assert (entry.name, entry.value) == ("report", "inspector.widgets.cli:register")
     code = (
-        "import sys, inspector.cli, inspector.widgets\n"
+        "import sys, inspector._internal.cli.main, inspector.widgets\n"
         "assert 'ipywidgets' not in sys.modules and 'plotly' not in sys.modules\n"
         "assert 'widgets' not in sys.modules\n"
     )

@@ -1,6 +1,6 @@
 """One parameter count for one checkpoint: the scan, the reports, the load check and every
 index a repair writes count the values (packed 4-bit weights unpacked, quantization scales and
-buffers left out: `inspector.parameters`), and say so."""
+buffers left out: `inspector._internal.checkpoint.parameters`), and say so."""
 
 from __future__ import annotations
 
@@ -9,15 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.demo.safetensors_layouts import modelopt_1422
-from inspector.markdown import markdown_summary
-from inspector.model_load import load_verdict
-from inspector.parameters import PARAMETER_RULE, count_parameters, parameters_of
-from inspector.repair import plan_repair
-from inspector.scan import scan
-from inspector.summary import summarize
+from inspector._internal.checkpoint.parameters import (
+    PARAMETER_RULE,
+    count_parameters,
+    parameters_of,
+)
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.demo.safetensors_layouts import modelopt_1422
+from inspector._internal.load.verdict import load_verdict
+from inspector._internal.plans.repair import plan_repair
+from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.report.summary import summarize
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 INDEX = "model.safetensors.index.json"

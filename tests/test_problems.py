@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from inspector.checks import check
-from inspector.demo.safetensors_layouts import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.safetensors_layouts import (
     automodel_2289,
     healthy_per_layer,
     megatron_3624,
     modelopt_1422,
     modelopt_1631,
 )
-from inspector.problems import group_problems
-from inspector.repair import plan_repair, preview_repair, scanned_after
-from inspector.scan import scan
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.plans.repair import plan_repair, preview_repair, scanned_after
 
 WRITERS = {
     "modelopt-1422": modelopt_1422,

@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inspector.checks import check
-from inspector.demo.safetensors_layouts import healthy_per_layer
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.safetensors_layouts import healthy_per_layer
+from inspector._internal.report.query import TensorQuery, export_tensors, name_pattern
 from inspector.errors import InspectorError
-from inspector.query import TensorQuery, export_tensors, name_pattern
-from inspector.scan import scan
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +92,8 @@ def test_scan_and_check_draw_progress_only_when_asked(scanned, capsys):
 
 
 def test_browse_without_the_ui_says_what_to_install(scanned, monkeypatch):
-    import inspector.ui
+    import inspector._internal.checkpoint.ui
 
-    monkeypatch.setattr(inspector.ui, "entry_points", lambda **_: [])
+    monkeypatch.setattr(inspector._internal.checkpoint.ui, "entry_points", lambda **_: [])
     with pytest.raises(InspectorError, match=r"pip install 'checkpoint-inspector\[ui\]'"):
         scanned.browse()

@@ -28,16 +28,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from golden_manifest import unreadable
 from remote_servers import Answer, Proxy, RangeHTTPServer, moto_s3, s3_error
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.consolidate import plan_consolidation
-from inspector.demo import write_demos
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.demo import write_demos
+from inspector._internal.findings.finding import Finding
+from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.repair import plan_repair
+from inspector._internal.storage.guard import origin
 from inspector.errors import CannotInspectError, PlanRefusedError, RemoteAccessError
-from inspector.findings import Finding
-from inspector.model import ScannedCheckpoint
-from inspector.repair import plan_repair
-from inspector.scan import scan
-from inspector.storage.guard import origin
 
 pytest.importorskip("s3fs")
 pytest.importorskip("moto")
@@ -126,7 +126,7 @@ def comparable(scanned: ScannedCheckpoint, findings: list[Finding]) -> list[tupl
 def demo_and_fixture_names() -> list[object]:
     """Every demo and golden fixture; a fixture of a format with no reader yet is a strict
     expected failure with the reason (`tests/golden_manifest.py`), never a silent skip."""
-    from inspector.demo import demo_names
+    from inspector._internal.demo import demo_names
 
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
     fixtures = [
@@ -303,8 +303,8 @@ def test_no_credentials_is_one_line(
 
 
 def test_retries_exhausted_is_one_line(endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from inspector.storage import RemoteOptions
-    from inspector.storage.remote import open_remote
+    from inspector._internal.storage import RemoteOptions
+    from inspector._internal.storage.remote import open_remote
 
     with Proxy(endpoint, fault=refuse_all(503, "SlowDown")) as throttling:
         options = RemoteOptions(
@@ -332,7 +332,7 @@ def test_a_weight_map_cannot_send_reads_outside_the_prefix(
     fs.pipe(f"{BUCKET}/big-secret/model.safetensors", b"secret")
     proxy.reset()
     scanned = remote(f"s3://{BUCKET}/evil", proxy)
-    assert "index-unsafe-path" in [f.code for f in scanned.problems]
+    assert "index-unsafe-path" in [f.code for f in scanned.read_findings]
     assert all("big-secret" not in p for p in proxy.paths)
 
 
@@ -503,8 +503,8 @@ def test_header_cap_holds_remotely(big: Path, proxy: Proxy) -> None:
     scanned = remote(f"s3://{BUCKET}/big", proxy, header_cap=cap, read_ahead=ahead)
     served = proxy.body_bytes
     local = scan(big, header_cap=cap)
-    assert comparable(scanned, scanned.problems) == comparable(local, local.problems)
-    refused = [f.file for f in scanned.problems if f.code == "header-unreadable"]
+    assert comparable(scanned, scanned.read_findings) == comparable(local, local.read_findings)
+    refused = [f.file for f in scanned.read_findings if f.code == "header-unreadable"]
     assert refused == [long_header.name]
     gets = [p for p in proxy.paths if p.endswith(long_header.name)]
     assert gets == [f"GET /{BUCKET}/big/{long_header.name}"]
@@ -525,7 +525,7 @@ def test_consolidate_from_s3_keeps_requests_and_memory_bounded(
     """Chunks are fetched in blocks, at most --max-concurrency at once over all the files
     being written: memory holds at most that many blocks. Blocks of 4 KiB here, so the
     demo's tensors take many."""
-    from inspector.consolidate import engine
+    from inspector._internal.plans.consolidate import engine
 
     monkeypatch.setattr(engine, "_REMOTE_BLOCK", 4096)
     name = "demo/healthy-dcp-sharded"
@@ -582,7 +582,7 @@ def test_s3_range_ignored_costs_only_the_asked_prefix(big: Path, endpoint: str) 
         took = time.monotonic() - start
     assert took < 15
     assert [s.readable for s in scanned.shards] == [True, True, True, False]
-    refused = [f for f in scanned.problems if f.file == scanned.shards[-1].file]
+    refused = [f for f in scanned.read_findings if f.file == scanned.shards[-1].file]
     assert refused[0].code == "header-unreadable" and "ignores Range" in refused[0].message
 
 
@@ -594,7 +594,7 @@ def test_s3_redirect_to_another_origin_is_refused(big: Path, endpoint: str) -> N
         with Proxy(endpoint, fault=away) as hostile:
             scanned = scan(f"s3://{BUCKET}/big", storage_options={"endpoint_url": hostile.url})
         assert other.requests == 0
-    unsafe = [f for f in scanned.problems if f.code == "file-unsafe"]
+    unsafe = [f for f in scanned.read_findings if f.code == "file-unsafe"]
     assert len(unsafe) == 4
     assert f"({origin(hostile.url)} -> {origin(other.url)})" in unsafe[0].message
 

@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from remote_servers import Answer, FakeGCS, FakeHub, Proxy, RangeHTTPServer
 
-from inspector.checks import check
-from inspector.cli import main
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.storage.guard import ANSWER_CAP, MAX_LISTING, RedirectPolicy, origin
 from inspector.errors import RemoteAccessError
-from inspector.scan import scan
-from inspector.storage.guard import ANSWER_CAP, MAX_LISTING, RedirectPolicy, origin
 
 pytest.importorskip("aiohttp")
 pytestmark = pytest.mark.timeout(120)
@@ -154,7 +154,7 @@ def test_range_ignored_past_byte_0_is_refused_by_name(
     shard saying why; the other shards are read."""
     with served(origin_server, whole_file_forever(site)) as proxy:
         there = scan(f"{proxy.url}/ckpt/", read_ahead=4096, **FAST)
-    problems = {f.file: f for f in there.problems}
+    problems = {f.file: f for f in there.read_findings}
     assert [s.readable for s in there.shards] == [True, True, False]
     refused = problems["model-00003-of-00003.safetensors"]
     assert refused.code == "header-unreadable"
@@ -277,8 +277,8 @@ def test_a_redirect_of_the_url_itself_to_another_origin_is_refused(
     ):
         there = scan(f"{proxy.url}/ckpt/model-00001-of-00003.safetensors", **FAST)
         assert other.requests == 0
-    assert [f.code for f in there.problems] == ["file-unsafe"]
-    assert "is redirected by the server to another origin" in there.problems[0].message
+    assert [f.code for f in there.read_findings] == ["file-unsafe"]
+    assert "is redirected by the server to another origin" in there.read_findings[0].message
 
 
 def test_a_redirect_within_the_origin_is_followed(
@@ -346,7 +346,7 @@ def test_a_content_length_shorter_than_the_range_is_a_finding(
 
     with served(origin_server, rule) as proxy:
         there = scan(f"{proxy.url}/ckpt/", **FAST)
-    bad = [f for f in there.problems if f.file == "model-00001-of-00003.safetensors"]
+    bad = [f for f in there.read_findings if f.file == "model-00001-of-00003.safetensors"]
     assert [f.code for f in bad] == ["header-unreadable"]
     assert "sent 10 of the" in bad[0].message
     assert [s.readable for s in there.shards] == [False, True, True]
@@ -358,8 +358,8 @@ _CHILD = textwrap.dedent(
     """
     import json, resource, sys, time
     import aiohttp, fsspec  # noqa: F401  (imported before the baseline)
-    from inspector.cli import main
-    import inspector.storage.remote  # noqa: F401
+    from inspector._internal.cli.main import main
+    import inspector._internal.storage.remote  # noqa: F401
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.monotonic()
     code = main(sys.argv[1:])
@@ -469,7 +469,7 @@ def test_hub_resolve_redirected_to_another_origin(
                 "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **FAST
             )
             assert cdn.requests == 3
-    unsafe = [f for f in refused.problems if f.code == "file-unsafe"]
+    unsafe = [f for f in refused.read_findings if f.code == "file-unsafe"]
     assert len(unsafe) == 3
     assert f"({origin(endpoint.url)} -> {origin(cdn.url)})" in unsafe[0].message
     assert comparable(allowed, check(allowed, model=False)) == local
@@ -542,7 +542,7 @@ def test_gcs_hostile_answers(site: Path) -> None:
             options = {"endpoint_url": front.url, "token": "anon"}
             there = scan("gs://b/ckpt", storage_options=options, read_ahead=4096, **FAST)
         assert other.requests == 0
-    found = {f.file: f for f in there.problems}
+    found = {f.file: f for f in there.read_findings}
     assert found["model-00001-of-00003.safetensors"].code == "file-unsafe"
     assert "another origin" in found["model-00001-of-00003.safetensors"].message
     assert found["model-00003-of-00003.safetensors"].code == "header-unreadable"

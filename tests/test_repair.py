@@ -13,11 +13,12 @@ import torch
 from modelopt_writer import mtp_tensors, tiny_layer_state_dicts, write_modelopt_export
 from safetensors.torch import save_file
 
-from inspector import atomic, check, scan
-from inspector.cli import main
-from inspector.model_load import load_verdict
-from inspector.parameters import count_parameters
-from inspector.repair import plan_index, plan_repair, plan_sidecars
+from inspector import check, scan
+from inspector._internal.checkpoint.parameters import count_parameters
+from inspector._internal.cli.main import main
+from inspector._internal.load.verdict import load_verdict
+from inspector._internal.plans import atomic
+from inspector._internal.plans.repair import plan_index, plan_repair, plan_sidecars
 
 INDEX = "model.safetensors.index.json"
 REPAIRABLE = {

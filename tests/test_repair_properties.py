@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
-from inspector import atomic, check, scan
-from inspector.repair import plan_repair
+from inspector import check, scan
+from inspector._internal.plans import atomic
+from inspector._internal.plans.repair import plan_repair
 
 INDEX = "model.safetensors.index.json"
 INDEX_CODES = {

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from inspector import check, scan
-from inspector.cli import main
-from inspector.demo import write_demos
-from inspector.repair import plan_quant_config, plan_repair
+from inspector._internal.cli.main import main
+from inspector._internal.demo import write_demos
+from inspector._internal.plans.repair import plan_quant_config, plan_repair
 
 QUANT = "hf_quant_config.json"
 

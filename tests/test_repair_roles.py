@@ -14,11 +14,11 @@ import pytest
 from safetensors.numpy import save_file
 from test_journal import cli, drifted
 
-from inspector.checks import check
-from inspector.filenames import WELL_KNOWN, is_well_known
-from inspector.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
-from inspector.repair import plan_repair
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.common.filenames import WELL_KNOWN, is_well_known
+from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
+from inspector._internal.plans.repair import plan_repair
 
 INDEX = "model.safetensors.index.json"
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "modelopt"

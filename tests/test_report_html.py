@@ -14,11 +14,11 @@ from inspector.widgets.report import write_html_report
 from safetensors.numpy import save_file
 from transformers import Qwen3MoeConfig
 
-from inspector.checks import check
-from inspector.cli import main
-from inspector.findings import make_finding
-from inspector.markdown import markdown_summary
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.findings.finding import make_finding
+from inspector._internal.report.markdown import markdown_summary
 
 LAYERS, EXPERTS = 4, 8
 LOST_EXPERTS = {3: range(4, 8)}  # layer 3 kept experts 0-3 only
@@ -191,7 +191,7 @@ def test_report_and_markdown_list_problems_with_their_fix(report, checkpoint: Pa
 
 
 def test_report_says_whether_it_loads_with_the_names_escaped(checkpoint: Path, tmp_path: Path):
-    from inspector.model_load import LoadVerdict, load_verdict
+    from inspector._internal.load.verdict import LoadVerdict, load_verdict
 
     scanned = scan(checkpoint)
     verdict = load_verdict(scanned)  # the config names no class: the check says why not

@@ -11,9 +11,9 @@ import pytest
 from safetensors.numpy import save_file
 
 from inspector import check, scan
-from inspector.cli import main
-from inspector.diff import diff_checkpoints
-from inspector.reshard import plan_reshard
+from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.cli.main import main
+from inspector._internal.plans.reshard import plan_reshard
 
 INDEX = "model.safetensors.index.json"
 
@@ -76,7 +76,7 @@ def test_reshard_is_a_no_op_when_everything_fits(tmp_path: Path) -> None:
 
 
 def test_reshard_refuses_dcp_sharded_input(tmp_path: Path) -> None:
-    from inspector.demo.dcp import write_dcp_demo
+    from inspector._internal.demo.dcp import write_dcp_demo
 
     folder = write_dcp_demo(tmp_path / "dcp")
     plan = plan_reshard(scan(folder))

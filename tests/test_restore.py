@@ -15,13 +15,13 @@ from hf_exports import modelopt_export, resaved, state_of, tiny_deepseek_v3
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file
 
-from inspector.checks import check
-from inspector.cli import main
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.load.verdict import load_verdict
+from inspector._internal.plans.repair import plan_repair
+from inspector._internal.plans.restore import plan_restore
 from inspector.errors import InspectorError
-from inspector.model_load import load_verdict
-from inspector.repair import plan_repair
-from inspector.restore import plan_restore
-from inspector.scan import scan
 
 transformers = pytest.importorskip("transformers")
 
@@ -109,7 +109,7 @@ def test_tied_head_is_not_restored(original: Path, tmp_path: Path) -> None:
 
 
 def test_per_layer_export_gets_a_sidecar_for_the_new_shard(tmp_path: Path) -> None:
-    from inspector.demo import write_demos
+    from inspector._internal.demo import write_demos
 
     write_demos(tmp_path / "demos", log=lambda *_: None)
     healthy = tmp_path / "demos" / "healthy-modelopt-per-layer"

@@ -19,16 +19,16 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 from safetensors.torch import save_file as save_torch
 
-from inspector.dtypes import DTYPE_BITS
-from inspector.findings import FOLD
-from inspector.safetensors_header import (
+from inspector._internal.common.dtypes import DTYPE_BITS
+from inspector._internal.findings.finding import FOLD
+from inspector._internal.formats.safetensors import (
     DEFAULT_HEADER_CAP,
     ShardHeader,
     parse_header_bytes,
     read_header,
     read_shard,
 )
-from inspector.storage import LocalFile
+from inspector._internal.storage import LocalFile
 
 NAME = "model.safetensors"
 

@@ -1,5 +1,5 @@
-"""The bounded child that reads large `.metadata` files (`inspector.sandbox`): it computes in
-another process, a bomb kills only the child and the stream then takes the audited path,
+"""The bounded child that reads large `.metadata` files (`inspector._internal.formats.sandbox`): it
+computes in another process, a bomb kills only the child and the stream then takes the audited path,
 which names what was refused; a healthy file gives exactly what the audited path gives.
 
 The limits are made small here (`FORCED`) so that small hand-built files take the child
@@ -17,9 +17,9 @@ import pytest
 import torch
 from test_hostile_pickles import _Reduces, dag_key_metadata, deep_key_metadata
 
-from inspector.layouts import torch_dist
-from inspector.model import FileRole, ProblemKind, ReadProblem, TorchDistTensor
-from inspector.safe_pickle import (
+from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
+from inspector._internal.checkpoint.scanned import TorchDistTensor
+from inspector._internal.formats.safe_pickle import (
     Dims,
     HostilePickleError,
     MetadataFormatError,
@@ -29,12 +29,13 @@ from inspector.safe_pickle import (
     load_dcp_metadata,
     read_dcp_metadata,
 )
-from inspector.sandbox import (
+from inspector._internal.formats.sandbox import (
     SandboxFailed,
     SandboxLimits,
     run_bounded,
     sandbox_available,
 )
+from inspector._internal.layouts import torch_dist
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="the sandbox is Linux-only")
 

@@ -1,6 +1,6 @@
 """Regression tests named after the seed bugs (docs/formats.md), each checkpoint built
 with the real writer and damaged the way the original bug damaged it, then run through the
-full `inspector.checks.check()`. Plus the classic index drifts of a sharded checkpoint."""
+full `inspector._internal.checks.check()`. Plus the classic index drifts of a sharded checkpoint."""
 
 from __future__ import annotations
 
@@ -23,16 +23,16 @@ from modelopt_writer import (
 )
 from safetensors.torch import save_file
 
-from inspector.checks import check
-from inspector.demo.dcp import write_rank_files
-from inspector.demo.torch_dist import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.demo.dcp import write_rank_files
+from inspector._internal.demo.torch_dist import (
     RerunState,
     megatron_common_state,
     megatron_pickle_names,
     save_megatron_dcp,
 )
-from inspector.findings import Finding
-from inspector.scan import scan
+from inspector._internal.findings.finding import Finding
 
 HIDDEN = 8
 

@@ -16,11 +16,11 @@ from modelopt_writer import (
     write_modelopt_export,
 )
 
-from inspector.checks import check_layout
-from inspector.checks.index import DETAIL_PER_FILE
-from inspector.findings import Finding
-from inspector.model import ScannedCheckpoint
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check_layout
+from inspector._internal.checks.index import DETAIL_PER_FILE
+from inspector._internal.findings.finding import Finding
 
 LAYERS = 3
 LAST = shard_name(LAYERS, LAYERS)
@@ -48,7 +48,7 @@ def _by_code(findings: list[Finding], code: str) -> list[Finding]:
 def test_healthy_export_has_no_findings(export: Path) -> None:
     scanned, findings = _check(export)
     assert set(scanned.sidecars) == {shard_name(i, LAYERS) for i in range(1, LAYERS + 1)}
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert findings == []
 
 
@@ -59,7 +59,7 @@ def test_late_mtp_tensors_reproduce_the_1422_drift(tmp_path: Path) -> None:
     )
     mtp_bytes = sum(t.nbytes for t in mtp.values())
     scanned, findings = _check(folder)
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     unlisted = _by_code(findings, "sidecar-unlisted-tensor")
     assert sorted(f.tensor for f in unlisted) == sorted(mtp)
     assert {f.file for f in unlisted} == {f"{LAST}.json"}
@@ -146,7 +146,9 @@ def test_unreadable_sidecar_is_not_also_missing(export: Path) -> None:
     path = export / f"{FIRST}.json"
     path.write_text(path.read_text()[:40])  # truncated by a concurrent writer
     scanned, findings = _check(export)
-    assert [(f.code, f.file) for f in scanned.problems] == [("sidecar-unreadable", f"{FIRST}.json")]
+    assert [(f.code, f.file) for f in scanned.read_findings] == [
+        ("sidecar-unreadable", f"{FIRST}.json")
+    ]
     assert findings == []
 
 
@@ -173,7 +175,7 @@ def test_writer_sidecar_names_are_read_and_repaired_in_place(tmp_path: Path) -> 
     whose sidecar is lost gets one named like its siblings'."""
     import shutil
 
-    from inspector.repair import plan_repair
+    from inspector._internal.plans.repair import plan_repair
 
     folder = tmp_path / "export"
     shutil.copytree(GOLDEN / "modelopt-1422-sidecar-drift", folder)

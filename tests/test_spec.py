@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from inspector.spec import layer_types_from_config, spec_from_config
+from inspector._internal.checkpoint.spec import layer_types_from_config, spec_from_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -148,7 +148,7 @@ def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
     reads, Megatron-style `num_moe_experts` and `num_mtp_layers` included."""
     from safetensors.torch import save_file
 
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.scan import scan
 
     save_file({"model.norm.weight": torch.zeros(4)}, str(tmp_path / "model.safetensors"))
     text = json.dumps(
@@ -158,11 +158,11 @@ def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
     )  # fmt: skip
     (tmp_path / "config.json").write_text(text[: text.index('"vocab_size"')])
     scanned = scan(tmp_path)
-    assert [p.code for p in scanned.problems] == ["config-unreadable"]
+    assert [p.code for p in scanned.read_findings] == ["config-unreadable"]
     assert (scanned.spec.num_layers, scanned.spec.experts_per_layer) == (6, 64)
     assert scanned.spec.mtp_layers == 1
-    assert "num_moe_experts=64" in scanned.problems[0].message
-    assert "num_mtp_layers=1" in scanned.problems[0].message
+    assert "num_moe_experts=64" in scanned.read_findings[0].message
+    assert "num_mtp_layers=1" in scanned.read_findings[0].message
 
 
 @pytest.mark.parametrize(

@@ -14,14 +14,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from remote_servers import FakeHub
 
-from inspector.checks import check
-from inspector.cli import _parser
-from inspector.demo import write_demos
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import _parser
+from inspector._internal.demo import write_demos
+from inspector._internal.storage import EntryKind, LocalStorage, check_member, is_remote
+from inspector._internal.storage.remote import _nested
+from inspector._internal.storage.urls import HfLocation, parse_hf_url
 from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
-from inspector.scan import scan
-from inspector.storage import EntryKind, LocalStorage, check_member, is_remote
-from inspector.storage.remote import _nested
-from inspector.storage.urls import HfLocation, parse_hf_url
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 PR_SHA = "f" * 40

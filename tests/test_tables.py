@@ -13,18 +13,18 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from inspector.columns import Coded
-from inspector.model import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import (
     LogicalTensors,
-    ModelSpec,
     ScannedCheckpoint,
     ShardedInfo,
     TorchDistInfo,
     TorchDistTensor,
 )
-from inspector.safetensors_header import ShardHeader
-from inspector.scan import scan
-from inspector.tables import build_tables
+from inspector._internal.checkpoint.spec import ModelSpec
+from inspector._internal.checkpoint.tables import build_tables
+from inspector._internal.common.columns import Coded
+from inspector._internal.formats.safetensors import ShardHeader
 
 transformers = pytest.importorskip("transformers")
 
@@ -67,7 +67,7 @@ def test_missing_and_incomplete_experts(write_state_dict) -> None:
     folder = write_state_dict(state, max_shard_size="4KB")
     _qwen3_moe_config(3, 4, mlp_only=[0]).save_pretrained(folder)
     scanned = scan(folder)
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     experts = scanned.experts.set_index(["layer", "expert"])
     assert len(experts) == 8  # layers 1 and 2, experts 0-3
     assert experts.loc[(2, 3)].tolist() == [0, 3, 0, True]
@@ -234,7 +234,7 @@ def test_truncated_shard_counts_its_problem(write_state_dict) -> None:
     files = scanned.files.set_index("file")
     assert files.loc[victim.name, "problems"] == 1
     assert files.loc[victim.name, "readable"]
-    assert files["problems"].sum() == len(scanned.problems) == 1
+    assert files["problems"].sum() == len(scanned.read_findings) == 1
 
 
 def _torch_dist_scan() -> ScannedCheckpoint:
@@ -291,7 +291,7 @@ def test_torch_dist_mtp_after_stacked_layers_and_objects_in_layer_keys() -> None
     """megatron-core's own save (2 stacked decoder layers, 1 MTP block, no config): the MTP
     block is layer 2, after the 2 layers of the stacked axis, and the sharded objects
     (`_extra_state/shard_{layer}_2`, `shard_{layer}.{expert}_2.4`) are keys of their layers."""
-    from inspector.tables import layer_keys
+    from inspector._internal.checkpoint.tables import layer_keys
 
     scanned = scan(GOLDEN / "megatron" / "healthy")
     layers = scanned.layers
@@ -358,7 +358,7 @@ def test_numel_is_the_shape_product_even_when_sizes_lie(tmp_path: Path) -> None:
     or a dtype still gets the product of each shape."""
     from safetensors.torch import save_file
 
-    from inspector.safetensors_header import read_shard
+    from inspector._internal.formats.safetensors import read_shard
 
     good = tmp_path / "good.safetensors"
     save_file(

@@ -18,19 +18,23 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from inspector.checks.torch_dist import check_torch_dist, chunk_coverage
-from inspector.demo.torch_dist import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks.torch_dist import check_torch_dist, chunk_coverage
+from inspector._internal.demo.torch_dist import (
     RerunState,
     megatron_common_state,
     megatron_pickle_names,
     save_megatron_dcp,
     write_torch_dist_demo,
 )
-from inspector.layouts import ScanOptions, torch_dist
-from inspector.layouts.torch_dist import PickledObject
-from inspector.safe_pickle import MetadataFormatError, RefusedGlobalError, load_dcp_metadata
-from inspector.scan import scan
-from inspector.storage import local_location
+from inspector._internal.formats.safe_pickle import (
+    MetadataFormatError,
+    RefusedGlobalError,
+    load_dcp_metadata,
+)
+from inspector._internal.layouts import ScanOptions, torch_dist
+from inspector._internal.layouts.torch_dist import PickledObject
+from inspector._internal.storage import local_location
 
 ITER = "iter_0000100"
 WORLD = 2
@@ -41,7 +45,7 @@ def codes(findings) -> list[str]:
 
 
 def all_findings(scanned) -> list:
-    return [*scanned.problems, *check_torch_dist(scanned)]
+    return [*scanned.read_findings, *check_torch_dist(scanned)]
 
 
 # -- fixtures: real checkpoints --------------------------------------------------------------
@@ -157,7 +161,7 @@ def test_demo_scans_as_torch_dist_with_megatron_names(demo: Path) -> None:
     assert info.common["args"].state["world_size"] == 1
     assert info.common["rerun_state_machine"]["state"].args == (0,)
     assert info.common_file == f"{ITER}/common.pt"
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert check_torch_dist(scanned) == []
 
 
@@ -255,7 +259,7 @@ def test_chunk_overlap(two_rank: Path) -> None:
 
 def test_rerun_active_without_shards_is_drift(tmp_path: Path) -> None:
     scanned = scan(write_torch_dist_demo(tmp_path / "run", rerun_drift=True))
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     found = check_torch_dist(scanned)
     assert codes(found) == ["torch-dist-common-drift"]
     msg = found[0].message
@@ -290,7 +294,7 @@ def test_metadata_json_drift(demo: Path, content: str | None, expect: str) -> No
     if content is not None:
         path.write_text(content)
     scanned = scan(demo)
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     found = check_torch_dist(scanned)
     assert codes(found) == ["torch-dist-metadata-json"]
     assert expect in found[0].message and found[0].file == f"{ITER}/metadata.json"
@@ -299,8 +303,8 @@ def test_metadata_json_drift(demo: Path, content: str | None, expect: str) -> No
 def test_truncated_metadata_json_is_one_scan_problem(demo: Path) -> None:
     (demo / ITER / "metadata.json").write_text('{"sharded_backend": "torch_di')
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-json"]
-    assert "not valid JSON" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-json"]
+    assert "not valid JSON" in scanned.read_findings[0].message
     assert check_torch_dist(scanned) == []  # not reported twice
 
 
@@ -323,11 +327,11 @@ def test_malicious_metadata_is_refused_and_not_executed(demo: Path, tmp_path: Pa
     scanned = scan(demo)
     assert not marker.exists()
     # A global that runs code is reported as a hostile file, not merely an unreadable one.
-    assert codes(scanned.problems) == ["pickle-hostile"]
-    msg = scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["pickle-hostile"]
+    msg = scanned.read_findings[0].message
     assert f"names {os.system.__module__}.system" in msg
     assert "refused before unpickling (nothing ran)" in msg
-    assert scanned.problems[0].file == f"{ITER}/.metadata"
+    assert scanned.read_findings[0].file == f"{ITER}/.metadata"
     assert scanned.torch_dist.tensors == {}
 
 
@@ -340,7 +344,7 @@ def test_payload_hidden_inside_real_metadata_is_refused(demo: Path, tmp_path: Pa
     rewrite_metadata(demo / ITER, hide_payload)
     scanned = scan(demo)
     assert not marker.exists()
-    assert codes(scanned.problems) == ["pickle-hostile"]
+    assert codes(scanned.read_findings) == ["pickle-hostile"]
     with pytest.raises(RefusedGlobalError):
         load_dcp_metadata((demo / ITER / ".metadata").read_bytes())
 
@@ -373,7 +377,7 @@ def test_megatron_mcore_metadata_is_read_without_megatron(
     monkeypatch.delitem(sys.modules, module)  # the reader must not need it
     assert b"MCoreMetadata" in (folder / ".metadata").read_bytes()
     scanned = scan(demo)
-    assert scanned.problems == []
+    assert scanned.read_findings == []
     assert len(scanned.torch_dist.tensors) == 21
 
 
@@ -389,16 +393,16 @@ def test_truncated_metadata(demo: Path, cut: float) -> None:
     data = path.read_bytes()
     path.write_bytes(data[: int(len(data) * cut)])
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
-    assert "truncated or corrupt" in scanned.problems[0].message
-    assert scanned.problems[0].file == f"{ITER}/.metadata"
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-unreadable"]
+    assert "truncated or corrupt" in scanned.read_findings[0].message
+    assert scanned.read_findings[0].file == f"{ITER}/.metadata"
 
 
 def test_metadata_that_is_not_dcp_metadata(demo: Path) -> None:
     (demo / ITER / ".metadata").write_bytes(pickle.dumps({"state_dict_metadata": {}}))
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
-    assert "expected a DCP Metadata object" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-unreadable"]
+    assert "expected a DCP Metadata object" in scanned.read_findings[0].message
 
 
 def test_storage_path_leaving_the_folder_is_dropped(demo: Path) -> None:
@@ -411,8 +415,8 @@ def test_storage_path_leaving_the_folder_is_dropped(demo: Path) -> None:
 
     rewrite_metadata(demo / ITER, redirect)
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
-    assert "outside the checkpoint folder" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-unreadable"]
+    assert "outside the checkpoint folder" in scanned.read_findings[0].message
     assert all("outside" not in loc[0] for loc in scanned.torch_dist.storage.values())
     # With its storage record gone, the tensor's chunk has nowhere to be read from.
     found = check_torch_dist(scanned)
@@ -422,7 +426,7 @@ def test_storage_path_leaving_the_folder_is_dropped(demo: Path) -> None:
 def test_safe_unpickler_never_imports_torch(demo: Path) -> None:
     script = (
         "import sys; sys.modules['torch'] = None\n"
-        "from inspector.safe_pickle import load_dcp_metadata\n"
+        "from inspector._internal.formats.safe_pickle import load_dcp_metadata\n"
         f"meta = load_dcp_metadata(open({str(demo / ITER / '.metadata')!r}, 'rb').read())\n"
         "entries = meta.get('state_dict_metadata')\n"
         "print(len(entries), entries['output_layer.weight'].get('size'))\n"
@@ -458,15 +462,15 @@ def test_common_state_inside_distcp(tmp_path: Path) -> None:
 def test_common_pt_without_torch_is_a_finding(demo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "torch", None)
     scanned = torch_dist.LAYOUT.scan(local_location(demo), options=ScanOptions())
-    assert codes(scanned.problems) == ["torch-dist-common-unreadable"]
-    assert "pip install" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-common-unreadable"]
+    assert "pip install" in scanned.read_findings[0].message
     assert len(scanned.torch_dist.tensors) == 21  # .metadata needs no torch
 
 
 def test_corrupt_common_pt(demo: Path) -> None:
     (demo / ITER / "common.pt").write_bytes(b"PK\x03\x04 broken zip")
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-common-unreadable"]
+    assert codes(scanned.read_findings) == ["torch-dist-common-unreadable"]
     assert scanned.torch_dist.common is None
 
 
@@ -477,8 +481,8 @@ def test_corrupt_common_pt(demo: Path) -> None:
 def test_bad_tracker_text_falls_back_to_newest_iteration(demo: Path, text: str) -> None:
     (demo / "latest_checkpointed_iteration.txt").write_text(text)
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
-    assert f"scanning {ITER}/ instead" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-unreadable"]
+    assert f"scanning {ITER}/ instead" in scanned.read_findings[0].message
     assert scanned.torch_dist.iteration_dir == ITER and len(scanned.torch_dist.tensors) == 21
 
 
@@ -495,8 +499,8 @@ def test_iteration_symlink_out_of_the_folder_is_not_followed(demo: Path, tmp_pat
     (demo / ITER).rename(outside)
     (demo / ITER).symlink_to(outside, target_is_directory=True)
     scanned = scan(demo)
-    assert codes(scanned.problems) == ["torch-dist-metadata-unreadable"]
-    assert "not a folder inside" in scanned.problems[0].message
+    assert codes(scanned.read_findings) == ["torch-dist-metadata-unreadable"]
+    assert "not a folder inside" in scanned.read_findings[0].message
     assert scanned.torch_dist.tensors == {}
 
 

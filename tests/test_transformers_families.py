@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector.model import ScannedCheckpoint
-from inspector.scan import scan
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 
 transformers = pytest.importorskip("transformers")
 
@@ -133,7 +133,7 @@ def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 
 def test_scan_is_clean_and_sharded(saved: Saved) -> None:
-    assert saved.scanned.problems == []
+    assert saved.scanned.read_findings == []
     assert saved.scanned.layout == "hf-sharded"
     assert len(saved.scanned.shards) > 1
     # Names on disk differ from the in-memory ones (transformers converts on save), so

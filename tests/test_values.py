@@ -19,11 +19,11 @@ import torch
 from golden_manifest import FIXTURES, MANIFEST, unreadable
 
 from inspector import check, scan
-from inspector.values import CODES, SampleBudget, value_table, values_check
-from inspector.values.decode import decoder_for
-from inspector.values.reading import windows_of
-from inspector.values.segments import finish, segment_records
-from inspector.values.stats import Accumulator
+from inspector._internal.checks.values import CODES, SampleBudget, value_table, values_check
+from inspector._internal.formats.value_decode import decoder_for
+from inspector._internal.formats.value_reading import windows_of
+from inspector._internal.formats.value_segments import finish, segment_records
+from inspector._internal.formats.value_stats import Accumulator
 
 VALUE_CODES = {c.value for c in CODES}
 HEALTHY = [
@@ -384,7 +384,7 @@ def test_remote_values_equal_local_and_read_only_the_windows(tmp_path: Path) -> 
 
 
 def test_cli_check_values(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from inspector.cli import main
+    from inspector._internal.cli.main import main
 
     folder = _copy("transformers/mixtral", tmp_path)
     _damage(folder, EXPERT, lambda v: v * np.float32(1000))

@@ -1,7 +1,7 @@
-"""One vocabulary (`inspector.words`): a finding is one coded observation, an issue the findings
-of one root cause with its fix, severities error / warning / info, counts pluralised by one
-helper. Every text a person reads on the demo checkpoints (the CLI's outputs, the Markdown
-summary, the HTML report, every dashboard tab) is scanned for the forms that broke it:
+"""One vocabulary (`inspector._internal.findings.words`): a finding is one coded observation, an
+issue the findings of one root cause with its fix, severities error / warning / info, counts
+pluralised by one helper. Every text a person reads on the demo checkpoints (the CLI's outputs, the
+Markdown summary, the HTML report, every dashboard tab) is scanned for the forms that broke it:
 "problems none" from a scan that ran no check, "1 problem (1 findings)", "2 problems
 (2 error)", "found 253 in layers 40", the "Drift" tab."""
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from inspector.cli import main
-from inspector.demo import write_demos
-from inspector.words import layers_text, plural, severity_counts
+from inspector._internal.cli.main import main
+from inspector._internal.demo import write_demos
+from inspector._internal.findings.words import layers_text, plural, severity_counts
 
 pytest.importorskip("ipywidgets")
 
@@ -130,3 +130,32 @@ def test_dashboard_strings_speak_one_vocabulary(demos: Path) -> None:
         found += [f"{name}: {bad}" for bad in bad_forms(visible(text))]
         assert "Findings (" in dash.tab.titles[dash.TABS.index("Findings")]
     assert not found, "\n".join(found)
+
+
+def test_a_refusal_of_many_findings_stays_one_screen() -> None:
+    """21 findings of 5 codes (a consolidation refusal): how many, the first three codes with
+    counts and a cut first message, how many codes more, and the command that lists them
+    all, in a few hundred characters however long the messages are."""
+    from inspector._internal.findings.finding import make_finding
+    from inspector._internal.findings.words import refusal_digest
+
+    codes = ["dcp-coverage-gap"] * 15 + [
+        "dcp-chunk-overlap",
+        "dcp-dtype-conflict",
+        "dcp-dtype-conflict",
+        "mapping-unreadable",
+        "dcp-sharding-info-missing",
+        "dcp-sharding-info-missing",
+    ]
+    found = [
+        make_finding(c, f"tensor {i} " + "x" * 3_000, file="a.safetensors")
+        for i, c in enumerate(codes)
+    ]
+    text = refusal_digest(found, path="/data/run 1")
+    assert text.startswith("21 findings: dcp-coverage-gap x15 (e.g. tensor 0 ")
+    assert (
+        "dcp-chunk-overlap (tensor 15 " in text and "dcp-dtype-conflict x2 (e.g. tensor 16 " in text
+    )
+    assert "mapping-unreadable" not in text and "; and 2 more codes;" in text
+    assert text.endswith("`ckpt-inspect check '/data/run 1'` lists them all")
+    assert len(text) < 1_500 and "\n" not in text

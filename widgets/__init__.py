@@ -8,7 +8,18 @@ ipywidgets is imported only when a widget is first used.
 from __future__ import annotations
 
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what the lazy names are, for type checkers and the API pages
+    from .dashboard import Dashboard
+    from .figures import (
+        bytes_per_layer,
+        expert_coverage_heatmap,
+        findings_by_code,
+        parameters_per_layer,
+        shard_size_distribution,
+    )
+    from .report import write_html_report
 
 __all__ = [
     "Dashboard",

@@ -12,24 +12,31 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
-from inspector.widgets.dashboard import button
-from inspector.widgets.report import write_html_report
 
-from inspector.consolidate import default_destination, plan_consolidation
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector._internal.findings.finding import findings_to_frame
+from inspector._internal.findings.references import consolidation_reference, restore_reference
+from inspector._internal.findings.words import plural
+from inspector._internal.plans.consolidate import default_destination, plan_consolidation
+from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
+from inspector._internal.plans.repair_all import plan_all
+from inspector._internal.plans.restore import RestorePlan, plan_restore
+from inspector._internal.report.html import (
+    diff_html,
+    findings_html,
+    html_text,
+    severity_badge,
+    text_html,
+)
+from inspector._internal.report.markdown import markdown_summary
 from inspector.errors import InspectorError, PlanRefusedError
-from inspector.findings import findings_to_frame
-from inspector.html_repr import diff_html, findings_html, html_text, severity_badge, text_html
-from inspector.markdown import markdown_summary
-from inspector.references import consolidation_reference, restore_reference
-from inspector.repair import RepairPlan, plan_repair, preview_repair
-from inspector.repair_all import plan_all
-from inspector.restore import RestorePlan, plan_restore
-from inspector.scan import scan
-from inspector.units import SHARD_SPLIT_SIZE, format_bytes
-from inspector.words import plural
+
+from .controls import button
+from .report import write_html_report
 
 if TYPE_CHECKING:
-    from inspector.widgets.dashboard import Dashboard
+    from .dashboard import Dashboard
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 
@@ -57,12 +64,12 @@ class RepairPanel:
     """The repair plan as words and a diff, and what it fixes: the findings the plan resolves
     and those it cannot (with what would fix them), from `preview_repair` re-checking the
     checkpoint as the plan leaves it. By default the plan is every part at once
-    (`inspector.repair_all.plan_all`), so what is left is never the next part of the same
-    repair; lost tensors are restored from a reference (`inspector.restore.plan_restore`,
-    the field pre-filled with the candidate `inspector.references` knows). Repair is enabled
-    only when the plan fixes an error or a warning (or writes tensors back); it asks for
-    confirmation, executes the plan, shows what was written and where the backups are, and
-    refreshes the dashboard."""
+    (`inspector._internal.plans.repair_all.plan_all`), so what is left is never the next part of the
+    same repair; lost tensors are restored from a reference
+    (`inspector._internal.plans.restore.plan_restore`, the field pre-filled with the candidate
+    `inspector._internal.findings.references` knows). Repair is enabled only when the plan fixes an
+    error or a warning (or writes tensors back); it asks for confirmation, executes the plan, shows
+    what was written and where the backups are, and refreshes the dashboard."""
 
     _PARTS = ("index", "sidecars", "quant-config")
 
@@ -336,7 +343,8 @@ class ConsolidatePanel:
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
         # A recorded mapping that collapses every tensor into one file is replaced by the
-        # reference its finding names (`inspector.references`): shown, so it can be changed.
+        # reference its finding names (`inspector._internal.findings.references`): shown, so it can
+        # be changed.
         suggested = consolidation_reference(dash.scanned)
         self.reference = w.Text(
             value=suggested.path if suggested is not None else "",

@@ -5,8 +5,8 @@ exported to CSV or Parquet.
 The grid is Perspective's (`perspective-python`, see the README for why): the table lives in
 the kernel and the browser asks for the rows it shows, so a million tensors never travel to the
 page at once. Filtering happens in Perspective's engine from the same `TensorQuery` the core
-applies with pandas (`inspector.query`); the export writes `query.apply(tensors)`, and a test
-keeps the two selections equal.
+applies with pandas (`inspector._internal.report.query`); the export writes
+`query.apply(tensors)`, and a test keeps the two selections equal.
 
 `browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls (entry point
 `checkpoint_inspector.ui`).
@@ -21,12 +21,12 @@ from typing import Any
 import ipywidgets as w
 import pandas as pd
 
-from inspector.display import legible
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import format_bytes
+from inspector._internal.report.html import html_text
+from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
 from inspector.errors import InspectorError
-from inspector.html_repr import html_text
-from inspector.model import ScannedCheckpoint
-from inspector.query import TensorQuery, export_tensors, missing_notes
-from inspector.units import format_bytes
 
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
 
@@ -57,8 +57,8 @@ def browse(scanned: ScannedCheckpoint, **filters: Any) -> TensorBrowser:
 def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     """The tensors table as the grid shows it: text columns as plain strings, nullable layer
     and expert numbers kept as integers, shapes and sizes as text. Names are shown legible
-    (`inspector.display.legible`: bounded, control characters escaped), which leaves every
-    name a writer produces as it is; the export writes the exact names."""
+    (`inspector._internal.common.display.legible`: bounded, control characters escaped), which
+    leaves every name a writer produces as it is; the export writes the exact names."""
     sizes = tensors["nbytes"].to_numpy()
     # A 300,000-tensor MoE has a few dozen distinct shapes and sizes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
@@ -154,8 +154,8 @@ class TensorBrowser:
         csv.add_class("ckpt-export-csv").on_click(lambda _: self.export("csv"))
         parquet.add_class("ckpt-export-parquet").on_click(lambda _: self.export("parquet"))
         self.export_status = w.HTML().add_class("ckpt-export-status")
-        self._controls = (self.name, self.regex, self.dtype, self.layer, self.expert)
-        self._controls += (self.kind, self.file)
+        self._controls: tuple[w.Widget, ...] = (self.name, self.regex, self.dtype, self.layer)
+        self._controls += (self.expert, self.kind, self.file)
         self._quiet = False
         for control in self._controls:
             control.observe(lambda _: self._from_controls(), names="value")

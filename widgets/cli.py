@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector.cli import (
+from inspector._internal.cli.args import (
     EXIT_CANNOT,
     EXIT_OK,
     add_model_arguments,
@@ -17,7 +17,7 @@ from inspector.cli import (
     scan_from_args,
     verdict_from_args,
 )
-from inspector.display import legible
+from inspector._internal.common.display import legible
 
 __all__ = ["register"]
 
@@ -37,19 +37,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from inspector.checks import check
+    from inspector._internal.checks import check
 
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(scanned, model=verdict is not None, verdict=verdict)
     if args.markdown:
-        from inspector.markdown import markdown_summary
+        from inspector._internal.report.markdown import markdown_summary
 
         sys.stdout.write(markdown_summary(scanned, findings, verdict=verdict))
         if args.output is None:
             return EXIT_OK
     try:
-        from inspector.widgets.report import write_html_report
+        from .report import write_html_report
     except ModuleNotFoundError as exc:
         if (exc.name or "").partition(".")[0] != "plotly":
             raise

@@ -1,20 +1,20 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in ten tabs.
 
-Words follow `inspector.words`: a finding is one coded observation, an issue the findings of
-one root cause with its fix (the Overview lists issues, the Findings tab findings).
+Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
+findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
 
 The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
 findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
 consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector.html_repr`, the tensor grid from `widgets.browser`. Tabs other than Overview are
-built when first selected, or ahead of that by a background worker once the Overview is on
+`inspector._internal.report.html`, the tensor grid from `widgets.browser`. Tabs other than Overview
+are built when first selected, or ahead of that by a background worker once the Overview is on
 screen (the tensor grid's widget itself waits until its tab is shown), so a 300,000-tensor
 checkpoint opens after one scan and the plain checks.
 
 The Overview answers "will it load?" with the model code's own verdict
-(`inspector.model_load`). Building the model takes seconds on a large MoE, more than everything
-else together, so the Overview is drawn from the plain checks and the verdict is computed in a
-thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
+(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more than
+everything else together, so the Overview is drawn from the plain checks and the verdict is computed
+in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for the verdict and
 holds its findings and problems too. Every tab but the Overview is built from `dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
@@ -37,9 +37,14 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 import pandas as pd
 
-from inspector.checks import check
-from inspector.findings import Finding, findings_to_frame
-from inspector.html_repr import (
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.findings.finding import Finding, findings_to_frame
+from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.findings.references import restore_reference
+from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.html import (
     code_help_html,
     facts_html,
     findings_html,
@@ -49,16 +54,13 @@ from inspector.html_repr import (
     problem_html,
     severity_badge,
 )
-from inspector.model import ScannedCheckpoint
-from inspector.problems import Problem, group_problems
-from inspector.query import TensorQuery, query_for_finding
-from inspector.references import restore_reference
-from inspector.scan import scan
-from inspector.storage import Location, RemoteURL
-from inspector.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.storage import Location, RemoteURL
+
+from .controls import button
 
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -110,7 +112,7 @@ class CheckpointState:
         )
         verdict = None
         if model:
-            from inspector.model_load import load_verdict
+            from inspector._internal.load.verdict import load_verdict
 
             verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
         return cls.checked(scanned, verdict, deep=deep, progress=progress)
@@ -140,7 +142,7 @@ class Dashboard:
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
-    code ships in the checkpoint folder (see `inspector.model_load`).
+    code ships in the checkpoint folder (see `inspector._internal.load.verdict`).
     """
 
     TABS = (
@@ -170,9 +172,9 @@ class Dashboard:
         model: bool = True,
         trust_remote_code: bool = False,
     ) -> None:
-        from inspector.widgets.actions import ConsolidatePanel, RepairPanel, ReportPanel
-        from inspector.widgets.browser import TensorBrowser
-        from inspector.widgets.values_panel import ValuesPanel
+        from .actions import ConsolidatePanel, RepairPanel, ReportPanel
+        from .browser import TensorBrowser
+        from .values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
         # The plain checks now; the load verdict in a thread (see the module docstring).
@@ -212,14 +214,14 @@ class Dashboard:
             [self.header, rescan],
             layout=w.Layout(justify_content="space-between", align_items="center", width="100%"),
         )
-        from inspector.widgets.autosize import Autosize
+        from .autosize import Autosize
 
         self.widget = w.VBox(
             [top, self.progress, self.tab, Autosize()], layout=w.Layout(width="100%")
         ).add_class("ckpt-dashboard")
         self._snapshot = None
         if snapshot:
-            from inspector.widgets.snapshot import Snapshot
+            from .snapshot import Snapshot
 
             self._snapshot = Snapshot()
         # Panels are built by the main thread on a click or by the background worker ahead of
@@ -284,7 +286,7 @@ class Dashboard:
 
         def work() -> None:
             try:
-                from inspector.model_load import load_verdict
+                from inspector._internal.load.verdict import load_verdict
 
                 verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
                 state = CheckpointState.checked(plain.scanned, verdict)
@@ -471,7 +473,7 @@ class Dashboard:
         return data
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        from inspector.widgets.snapshot import snapshot_html
+        from .snapshot import snapshot_html
 
         return {**self._widget_bundle(), "text/html": snapshot_html(self.current)}
 
@@ -702,7 +704,7 @@ class FilesPanel:
     """Shard-size distribution with outliers, then the files table (outliers first), paged."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import (
+        from .figures import (
             expected_small,
             shard_size_distribution,
             shard_size_outliers,
@@ -726,7 +728,7 @@ class LayersPanel:
     """Bytes per layer by dtype, parameters per layer by kind, and the layers table, paged."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import bytes_per_layer, parameters_per_layer
+        from .figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
         self.table = PagedTable(s.layers, title="layers", css_class="ckpt-layers-table")
@@ -746,7 +748,7 @@ class ExpertsPanel:
     lists that expert's tensors and findings."""
 
     def __init__(self, dash: Dashboard) -> None:
-        from inspector.widgets.figures import expert_coverage_heatmap
+        from .figures import expert_coverage_heatmap
 
         self.dash = dash
         s = dash.scanned
@@ -805,7 +807,7 @@ class ExpertsPanel:
         )
 
     def _zoom_into(self, layer: int) -> None:
-        from inspector.widgets.figures import expert_layer_grid
+        from .figures import expert_layer_grid
 
         if layer == self.zoomed:
             return
@@ -958,14 +960,6 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     # Re-measure on resize events (which `Autosize` sends when a figure gets its width).
     widget._config = {**widget._config, "responsive": True}
     return widget
-
-
-def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
-    """A button with a stable CSS class (`style` is an ipywidgets button_style)."""
-    widget = w.Button(description=description, button_style=style, icon=icon)
-    widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
-    widget.layout.min_width = "max-content"
-    return widget.add_class(css_class)
 
 
 def _hide(widget: w.Widget, hidden: bool) -> None:

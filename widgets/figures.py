@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector.display import legible
-from inspector.units import format_bytes, scale_for
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import format_bytes, scale_for
 
 __all__ = [
     "SEVERITY_COLORS",
@@ -414,8 +414,10 @@ def _size_histogram(
             )
         )
         shown = sizes[outliers].sort_values(ascending=False).head(5)
+        label_of = names.to_dict()
         for idx, size in shown.items():
-            text = f"{names[idx]}: {size / median:.2g}x median" if median else str(names[idx])
+            name = label_of[idx]
+            text = f"{name}: {size / median:.2g}x median" if median else str(name)
             fig.add_annotation(
                 x=size / divisor, y=0, text=text, showarrow=True, arrowhead=2, ay=-40
             )

@@ -15,7 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 import plotly.offline
-from inspector.widgets.figures import (
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks.values import computed_value_table
+from inspector._internal.common.display import NAME_LIMIT
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.report.html import html_text, load_verdict_html
+from inspector._internal.report.summary import summarize
+
+from .figures import (
     bytes_per_layer,
     expert_coverage_heatmap,
     findings_by_code,
@@ -24,19 +36,8 @@ from inspector.widgets.figures import (
     values_heatmap,
 )
 
-from inspector.atomic import write_atomic
-from inspector.display import NAME_LIMIT
-from inspector.findings import Finding, findings_to_frame, severity_rank
-from inspector.html_repr import html_text, load_verdict_html
-from inspector.model import ScannedCheckpoint
-from inspector.problems import group_problems
-from inspector.summary import summarize
-from inspector.units import format_bytes
-from inspector.values import computed_value_table
-from inspector.words import SEVERITY_ORDER, layers_text, plural
-
 if TYPE_CHECKING:
-    from inspector.model_load import LoadVerdict
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["render_html_report", "write_html_report"]
 

@@ -26,11 +26,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector.html_repr import facts_html, html_text, load_verdict_html, problems_html
+from inspector._internal.report.html import facts_html, html_text, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
-    from inspector.widgets.dashboard import CheckpointState
+
+    from .dashboard import CheckpointState
 
 __all__ = ["Snapshot", "figure_names", "render_pngs", "snapshot_figures", "snapshot_html"]
 
@@ -82,7 +83,7 @@ def _load_html(state: CheckpointState) -> str:
 def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
     """(name, figure) of the figures the snapshot keeps: the same pure figures the dashboard
     and the HTML report draw."""
-    from inspector.widgets.figures import (
+    from .figures import (
         bytes_per_layer,
         expert_coverage_heatmap,
         shard_size_distribution,

@@ -1,9 +1,10 @@
-"""The dashboard's Values view: value statistics of every tensor (`inspector.values`) as the
-layer x tensor-kind heatmap of `widgets.figures.values_heatmap` (std or absmax), outliers
-marked; a click on a cell shows that tensor's row of `ckpt.values`.
+"""The dashboard's Values view: value statistics of every tensor
+(`inspector._internal.checks.values`) as the layer x tensor-kind heatmap of
+`widgets.figures.values_heatmap` (std or absmax), outliers marked; a click on a cell shows that
+tensor's row of `ckpt.values`.
 
-Nothing is read until asked: the table a `check(values=...)` already computed is shown at
-once, otherwise the Sample and Full buttons each call `inspector.values.value_table`.
+Nothing is read until asked: the table a `check(values=...)` already computed is shown at once,
+otherwise the Sample and Full buttons each call `inspector._internal.checks.values.value_table`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import pandas as pd
-from inspector.widgets.figures import METRICS, values_heatmap
 
-from inspector.html_repr import frame_html
-from inspector.values import computed_value_table, value_table
+from inspector._internal.checks.values import computed_value_table, value_table
+from inspector._internal.report.html import frame_html
+
+from .figures import METRICS, values_heatmap
 
 if TYPE_CHECKING:
-    from inspector.model import ScannedCheckpoint
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 
 __all__ = ["ValuesPanel"]
 

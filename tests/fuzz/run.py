@@ -129,17 +129,17 @@ def _child(name: str, libfuzzer_args: list[str]) -> int:
 
     sys.path.insert(0, str(REPO))
     with atheris.instrument_imports(include=["inspector"]):
-        import inspector.layouts._common
-        import inspector.layouts.torch_dist
-        import inspector.model_load
-        import inspector.model_quant
-        import inspector.pickle_guard
-        import inspector.safe_pickle
-        import inspector.safetensors_header
-        import inspector.sealed
-        import inspector.storage.backends
-        import inspector.storage.guard
-        import inspector.storage.remote  # noqa: F401
+        import inspector._internal.formats.pickle_guard
+        import inspector._internal.formats.safe_pickle
+        import inspector._internal.formats.safetensors
+        import inspector._internal.layouts._common
+        import inspector._internal.layouts.torch_dist
+        import inspector._internal.load.quant
+        import inspector._internal.load.sealed
+        import inspector._internal.load.verdict
+        import inspector._internal.storage.backends
+        import inspector._internal.storage.guard
+        import inspector._internal.storage.remote  # noqa: F401
     sys.path.insert(0, str(HERE.parent))
     from fuzz.targets import PREPARE, TARGETS
 

@@ -5,7 +5,7 @@ reader must keep, whatever the input:
 - it reads at most what its cap allows;
 - every finding names a known code, no message quotes more than `MAX_MESSAGE` characters (a
   report must not leak a file's content) and none holds a control character (names are shown
-  through `inspector.display.legible`);
+  through `inspector._internal.common.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
 - the bounded child that reads large `.metadata` files answers what the audited path
   answers (or reads, within its limits, a stream the audit refuses as a bomb);
@@ -34,14 +34,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from inspector.checks.files import read_problem_findings
-from inspector.codes import CODES
+from inspector._internal.checkpoint.read_problems import (
+    FileRole,
+    ReadProblem,
+    read_problem_findings,
+)
+from inspector._internal.findings.codes import CODES
+from inspector._internal.findings.finding import Finding
+from inspector._internal.load.sealed import REFUSED_EVENT
+from inspector._internal.storage import Location, TooLargeError
+from inspector._internal.storage.guard import MAX_LISTING as _MAX_LISTING
 from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
-from inspector.findings import Finding
-from inspector.model import FileRole, ReadProblem
-from inspector.sealed import REFUSED_EVENT
-from inspector.storage import Location, TooLargeError
-from inspector.storage.guard import MAX_LISTING as _MAX_LISTING
 
 __all__ = [
     "MAX_MESSAGE",
@@ -80,7 +83,7 @@ def header(data: bytes) -> None:
     """`read_header` on any bytes: a ShardHeader with findings, never an exception."""
     from test_header_fuzz import CountingReader  # the byte-counting reader of the header tests
 
-    from inspector.safetensors_header import read_header
+    from inspector._internal.formats.safetensors import read_header
 
     reader = CountingReader(data)
     shard = read_header(reader, file="fuzz.safetensors", cap=HEADER_CAP)
@@ -113,8 +116,12 @@ def _scratch(prefix: str) -> Path:
 def index_json(data: bytes) -> None:
     """The bytes as `model.safetensors.index.json`, as a per-layer sidecar, and as
     `config.json` + `hf_quant_config.json`: findings, never an exception."""
-    from inspector.layouts._common import read_config_files, read_index_doc, salvage_json_prefix
-    from inspector.storage import local_location
+    from inspector._internal.layouts._common import (
+        read_config_files,
+        read_index_doc,
+        salvage_json_prefix,
+    )
+    from inspector._internal.storage import local_location
 
     folder = _folder()
     for name in ("model.safetensors.index.json", "x.safetensors.json", "config.json"):
@@ -143,15 +150,19 @@ def index_json(data: bytes) -> None:
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
     torch_dist reader does: declared refusals only, and a bounded walk."""
-    from inspector.layouts import torch_dist
-    from inspector.pickle_guard import PickleFormatError, audit_pickle, hostile_globals
-    from inspector.safe_pickle import (
+    from inspector._internal.formats.pickle_guard import (
+        PickleFormatError,
+        audit_pickle,
+        hostile_globals,
+    )
+    from inspector._internal.formats.safe_pickle import (
         HostilePickleError,
         MetadataFormatError,
         PickleBombError,
         RefusedGlobalError,
         load_dcp_metadata,
     )
+    from inspector._internal.layouts import torch_dist
 
     try:
         audit = audit_pickle(data)
@@ -179,9 +190,9 @@ def pickle_sandbox(data: bytes) -> None:
     in this process after the audit: the same result or the same refusal. The child may
     read a stream the audit refuses as a bomb or as malformed (it finished within its
     limits, and what comes back is plain data), never one it refuses for its globals."""
-    from inspector.layouts import torch_dist
-    from inspector.model import FileRole, ProblemKind, ReadProblem, TorchDistTensor
-    from inspector.safe_pickle import (
+    from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
+    from inspector._internal.checkpoint.scanned import TorchDistTensor
+    from inspector._internal.formats.safe_pickle import (
         HostilePickleError,
         MetadataFormatError,
         PickleBombError,
@@ -189,7 +200,8 @@ def pickle_sandbox(data: bytes) -> None:
         load_dcp_metadata,
         read_dcp_metadata,
     )
-    from inspector.sandbox import SandboxLimits, sandbox_available
+    from inspector._internal.formats.sandbox import SandboxLimits, sandbox_available
+    from inspector._internal.layouts import torch_dist
 
     if not sandbox_available():
         return
@@ -264,8 +276,8 @@ def _checkpoint() -> Path:
         import torch
         import transformers
 
-        from inspector.model_load import load_verdict
-        from inspector.scan import scan
+        from inspector._internal.checkpoint.scan import scan
+        from inspector._internal.load.verdict import load_verdict
 
         folder = _scratch("ckpt-fuzz-load-")
         config = transformers.LlamaConfig(
@@ -315,9 +327,9 @@ def load_config(data: bytes) -> None:
     bounded messages, a skip reason of bounded length, nothing asked on the terminal, no
     socket, no process, within `LOAD_SECONDS`."""
     global _WATCHED
-    from inspector.checks import check
-    from inspector.model_load import load_verdict
-    from inspector.scan import scan
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.load.verdict import load_verdict
 
     folder = _checkpoint()
     (folder / "config.json").write_bytes(data)
@@ -427,8 +439,8 @@ def remote_answer(data: bytes) -> None:
     as a scan uses it: an HTTP folder (listing, HEAD, ranged reads, a whole-file read), a
     single-file URL, and a Hub repository (revision, tree, resolve). Only declared errors,
     with messages of bounded length; never more bytes than asked; within the deadlines."""
-    from inspector.storage import RemoteOptions
-    from inspector.storage.remote import open_remote
+    from inspector._internal.storage import RemoteOptions
+    from inspector._internal.storage.remote import open_remote
 
     global _SERVER
     if _SERVER is None:

@@ -1,0 +1,247 @@
+"""How many parameters a checkpoint stores: one count, one rule, used everywhere.
+
+The count is of **values**: a packed 4-bit weight counts the values it holds, not its bytes
+(Model-Optimizer NVFP4 stores two E2M1 codes per U8 element, compressed-tensors packs eight
+4-bit values into an I32), and what is not a parameter is left out: quantization scales
+(`weight_scale`, `input_scale`, ..., MXFP4 `*_scales`) and the persistent buffers known by
+name (`e_score_correction_bias`, ...). That is what the model built from config.json counts
+(`num_parameters()`, what transformers writes as `total_parameters`), so the scan, the
+reports, the load check and every index this project writes give one number for one
+checkpoint (`PARAMETER_RULE` says how, wherever the number is shown).
+
+A weight is taken as packed 4-bit when its module says so: a Model-Optimizer NVFP4 module
+stores `weight_scale_2`, a compressed-tensors NVFP4 one `weight_global_scale`; a
+`weight_packed` holds the quantization config's `num_bits` per value (4 when it does not
+say; only with a compressed-tensors config); MXFP4 `*_blocks` (gpt-oss) hold two values a
+byte. Column-wise: no Python loop over
+the tensors.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.dtypes import DTYPE_BITS
+
+__all__ = [
+    "PARAMETER_RULE",
+    "Uncounted",
+    "count_parameters",
+    "parameters_of",
+    "parse_count",
+    "scan_parameters",
+    "uncounted_elements",
+]
+
+PARAMETER_RULE = "values; packed 4-bit weights unpacked; quantization scales and buffers left out"
+
+# Integer dtypes 4-bit values are packed into.
+_PACKED_INTO = frozenset({"U8", "I8", "U16", "I16", "U32", "I32", "U64", "I64"})
+# Quantization scales and persistent buffers: stored, not parameters.
+_NOT_PARAMETERS = QUANT_SIBLING_PARAMS | BUFFER_PARAMS
+# A module storing one of these holds FP4 (NVFP4) values in its integer weight.
+_FP4_EVIDENCE = frozenset({"weight_scale_2", "weight_global_scale"})
+_BLOCKS, _SCALES = "_blocks", "_scales"
+# A hostile shape may multiply past what int64 holds; no real tensor comes near this.
+_NUMEL_CAP = 2**62
+
+
+def count_parameters(
+    tensors: pd.DataFrame,
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> int:
+    """The parameters (values, see the module docstring) of a tensors table: each name once;
+    columns `name`, `dtype`, `numel`. `config` is config.json: a compressed-tensors
+    `quantization_config` says how many bits a `weight_packed` value has (without one, a
+    `weight_packed` is counted as stored)."""
+    if not len(tensors):
+        return 0
+    tensors = tensors.drop_duplicates("name") if tensors["name"].duplicated().any() else tensors
+    names = tensors["name"].astype(str).tolist()
+    numel = tensors["numel"].to_numpy(dtype=np.int64)
+    return int(_values(names, tensors["dtype"], numel, _packed_bits(config)).sum())
+
+
+def scan_parameters(scanned: ScannedCheckpoint) -> int:
+    """`count_parameters` of every tensor of a scan, counted once per scan (the scan summary,
+    the index check and the load check all show it)."""
+    return scanned.derived(
+        "parameters", lambda: count_parameters(scanned.tensors, config=scanned.config)
+    )
+
+
+def parameters_of(
+    names: Sequence[str],
+    dtypes: Sequence[str],
+    shapes: Sequence[Sequence[int]],
+    *,
+    config: Mapping[str, Any] | None = None,
+) -> int:
+    """`count_parameters` of tensors given as names, dtypes and shapes (a plan's output)."""
+    numel = [min(math.prod(s), _NUMEL_CAP) for s in shapes]
+    frame = pd.DataFrame({"name": list(names), "dtype": list(dtypes), "numel": numel})
+    return count_parameters(frame, config=config)
+
+
+def _values(names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: int) -> np.ndarray:
+    """Values per tensor: 0 for scales and buffers, numel x values per element for packed
+    4-bit weights, numel otherwise. Names are split once; every other test runs on the few
+    distinct params and dtypes (factorized), and the module of a name is taken only for
+    the rows packing depends on, so 300,000 tensors cost a few tenths of a second."""
+    params = [n[n.rfind(".") + 1 :] for n in names]
+    numbered: dict[str, int] = {}
+    codes = np.fromiter(
+        (numbered.setdefault(p, len(numbered)) for p in params), dtype=np.int64, count=len(params)
+    )
+    kinds = list(numbered)
+
+    def per_kind(test: Callable[[str], bool]) -> np.ndarray:
+        return np.array([test(k) for k in kinds], dtype=bool)[codes]
+
+    not_counted = per_kind(lambda k: k in _NOT_PARAMETERS)
+    blocks = per_kind(lambda k: k.endswith(_BLOCKS))
+    scales = per_kind(lambda k: k.endswith(_SCALES))
+    weight = per_kind(lambda k: k == "weight")
+    packed_weight = per_kind(lambda k: k == "weight_packed")
+    evidence = per_kind(lambda k: k in _FP4_EVIDENCE)
+    # A categorical column (the tensors table's) gives its codes for free.
+    as_category = dtypes.astype("category")
+    dtype_codes = as_category.cat.codes.to_numpy()
+    dtype_kinds = [str(d) for d in as_category.cat.categories]
+    integer = np.array([d in _PACKED_INTO for d in dtype_kinds], dtype=bool)[dtype_codes]
+    element_bits = np.array([DTYPE_BITS.get(d, 8) for d in dtype_kinds], dtype=np.int64)[
+        dtype_codes
+    ]
+
+    def module(row: int) -> str:
+        return names[row].rpartition(".")[0]
+
+    if scales.any() and blocks.any():
+        # MXFP4: `<proj>_scales` next to `<proj>_blocks` in the same module.
+        stems = {(module(r), params[r][: -len(_BLOCKS)]) for r in np.flatnonzero(blocks).tolist()}
+        for row in np.flatnonzero(scales).tolist():
+            if (module(row), params[row][: -len(_SCALES)]) in stems:
+                not_counted[row] = True
+    candidates = np.flatnonzero(integer & (weight | packed_weight))
+    in_fp4 = np.zeros(len(names), dtype=bool)
+    if len(candidates) and evidence.any():
+        fp4_modules = {module(r) for r in np.flatnonzero(evidence).tolist()}
+        hits = [r for r in candidates.tolist() if module(r) in fp4_modules]
+        in_fp4[hits] = True
+    values_per = np.ones(len(names), dtype=np.int64)
+    values_per[in_fp4] = element_bits[in_fp4] // 4
+    if bits:
+        packed = integer & packed_weight & ~in_fp4
+        values_per[packed] = np.maximum(element_bits[packed] // bits, 1)
+    mx = integer & blocks
+    values_per[mx] = element_bits[mx] // 4
+    out = numel * values_per
+    out[not_counted] = 0
+    return out
+
+
+def _packed_bits(config: Mapping[str, Any] | None) -> int:
+    """compressed-tensors' bits per packed weight value: the config's one `num_bits` (4 when
+    it names none or several); 0 without a compressed-tensors config."""
+    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
+    if not isinstance(qc, Mapping) or qc.get("quant_method") != "compressed-tensors":
+        return 0
+    groups = qc.get("config_groups") if isinstance(qc, Mapping) else None
+    found = set()
+    if isinstance(groups, Mapping):
+        for group in groups.values():
+            weights = group.get("weights") if isinstance(group, Mapping) else None
+            bits = weights.get("num_bits") if isinstance(weights, Mapping) else None
+            if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits <= 64:
+                found.add(bits)
+    return found.pop() if len(found) == 1 else 4
+
+
+@dataclass(frozen=True, slots=True)
+class Uncounted:
+    """Stored elements some writers leave out of `total_parameters`: quantization scales
+    (`weight_scale`, `input_scale`... Model-Optimizer registers them as buffers) and the
+    persistent buffers known by name (`e_score_correction_bias`...).
+
+    How each writer counts (`WAYS`): this project writes the values
+    (`inspector._internal.checkpoint.parameters`: packed 4-bit weights unpacked, scales and buffers
+    left out); transformers writes `num_parameters()`, buffers left out; Model-Optimizer's export
+    counts its compressed weights per stored element (packed NVFP4: per byte) and leaves out scales
+    and buffers; remote-code models may keep a router bias as a parameter; older writers
+    count every stored element. `values` is the project's count of the same tensors (None:
+    not known, counted as "buffers")."""
+
+    scales: int = 0
+    buffers: int = 0
+    values: int | None = None
+
+    # way -> what it leaves out, the project's own count first
+    WAYS: ClassVar[dict[str, str]] = {
+        "values": f"the values counted ({PARAMETER_RULE})",
+        "buffers": "buffers left out (transformers' num_parameters())",
+        "scales+buffers": "quantization scales and buffers left out (Model-Optimizer)",
+        "scales": "quantization scales left out",
+        "none": "every stored element",
+    }
+
+    def count(self, stored: int, way: str) -> int:
+        """`stored` elements counted the `way` one writer counts them."""
+        if way == "values":
+            return self.values if self.values is not None else stored - self.buffers
+        scales = self.scales if "scales" in way else 0
+        buffers = self.buffers if "buffers" in way else 0
+        return stored - scales - buffers
+
+    def counts(self, stored: int) -> dict[int, str]:
+        """Each distinct count of `stored` elements -> the first way that gives it."""
+        out: dict[int, str] = {}
+        for way in self.WAYS:
+            out.setdefault(self.count(stored, way), way)
+        return out
+
+
+def uncounted_elements(
+    tensors: pd.DataFrame,
+    names: Collection[str] | None = None,
+    *,
+    config: Mapping[str, object] | None = None,
+    values: int | None = None,
+) -> Uncounted:
+    """`Uncounted` of a tensors table (each name once), optionally of `names` only;
+    `config` (config.json) as `inspector._internal.checkpoint.parameters.count_parameters` takes it,
+    `values` the count when the caller has it already."""
+    if names is not None:
+        tensors = tensors[tensors["name"].isin(names)]
+    tensors = tensors.drop_duplicates("name")
+    param = tensors["param"]
+    numel = tensors["numel"].to_numpy(dtype=np.int64)
+    scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
+    buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
+    if values is None:
+        values = count_parameters(tensors, config=config)
+    return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()), values)
+
+
+def parse_count(value: object) -> int | None:
+    """A non-negative integer from JSON (some producers write numbers as strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    # ASCII digits only, at most 20 of them: str.isdigit() accepts "²", which int() refuses,
+    # and int() refuses strings over 4300 digits.
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,20}", value.strip()):
+        return int(value.strip())
+    return None

@@ -1,0 +1,768 @@
+"""The four tables of a scanned checkpoint: tensors, files, layers, experts. Pure.
+
+Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may hold 300,000
+tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
+
+Layer numbering: decoder layers keep their number; MTP layers are numbered after them
+(`spec.num_layers + k`), whichever of the four spellings the checkpoint uses
+(`mtp.layers.{k}.*`; Model-Optimizer's `mtp.layers.{num_layers + k}.*`; layer-less `mtp.*`,
+which is MTP block 0; DeepSeek's extra `model.layers.{num_hidden_layers + k}.*`). Megatron
+torch_dist stacked tensors (`decoder.layers.*` with a leading layer axis) have no layer in
+the tensors table but are spread over the layers of their leading axis in the layers and
+experts tables (without a config, MTP blocks are numbered after the layers of that axis);
+fused expert tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
+
+`layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
+torch_dist's sharded objects (`..._extra_state/shard_*`) included.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from inspector._internal.checkpoint.naming import (
+    KINDS,
+    NameColumns,
+    parse_names,
+    sharded_object_key,
+)
+from inspector._internal.checkpoint.spec import (
+    MAX_EXPERTS,
+    MAX_LAYERS,
+    ModelSpec,
+    layer_types_from_config,
+)
+from inspector._internal.common.columns import Coded
+from inspector._internal.formats.safetensors import ShardHeader
+
+if TYPE_CHECKING:
+    # Only a type: the scanned checkpoint builds its tables with this module.
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+
+__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys"]
+
+_INT64_MAX = np.iinfo(np.int64).max
+# Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
+_MTP_OWN = np.isin(np.asarray(KINDS), ("norm", "embedding", "output_head", "other"))
+_MTP_KIND = KINDS.index("mtp")
+_ROUTED = [KINDS.index("expert"), KINDS.index("router")]
+# Hostile shapes or configs must not make the expansions allocate without bound.
+_MAX_EXPANSION = 5_000_000
+# Layer and expert numbers have at most 9 digits (naming), so (layer << 30 | expert) fits.
+_SHIFT = 30
+# Value ranges up to this (plus 4 per value) are grouped by counting instead of sorting.
+_DENSE = 1 << 16
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The four tables; see `build_tables` for their columns."""
+
+    tensors: pd.DataFrame
+    files: pd.DataFrame
+    layers: pd.DataFrame
+    experts: pd.DataFrame
+    # The layer number of the first MTP block (after the decoder layers).
+    mtp_base: int = 0
+
+
+def build_tables(scanned: ScannedCheckpoint) -> Tables:
+    """Build the tables of `scanned`.
+
+    - tensors: name, file, dtype, shape, numel, nbytes, begin, end, layer, expert, module,
+      param, kind, family, is_mtp, fused, stacked (one row per tensor: the logical tensors
+      when the layout has them, else every shard entry);
+    - files: file, size, header_bytes (the JSON header length N), tensors, tensor_bytes,
+      first_layer, last_layer, layers, readable, problems;
+    - layers: layer, kind, is_mtp, tensors, bytes, parameters, experts_found,
+      experts_expected, experts_source (which of `EXPERT_SOURCES` set experts_expected:
+      the config, the layer's router or the sibling layers), dtypes (decoder layers the
+      config declares but nobody stores are rows with tensors=0; MTP rows are only the
+      stored MTP layers);
+    - experts: layer, expert, tensors_found, tensors_expected, bytes, missing.
+    """
+    spec = scanned.spec
+    source = _source(scanned)
+    parsed = parse_names(source.names)
+    depth = _stack_depth(source.shape, parsed)
+    numbering = _Numbering.of(parsed, spec, depth)
+    tensors = _tensors_frame(source, parsed, numbering)
+    contrib = _contributions(source, parsed, numbering)
+    moe = _moe_layers(contrib, spec)
+    count = _expected_ids(contrib, spec, moe, _router_experts(source, parsed, numbering))
+    experts = _experts_frame(contrib, moe, count)
+    layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
+    files = _files_frame(scanned, source, numbering, depth)
+    return Tables(tensors, files, layers, experts, numbering.mtp_base)
+
+
+# -- 1. where the tensors come from -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    names: list[str]
+    file_codes: np.ndarray
+    files: list[str]
+    dtype_codes: np.ndarray
+    dtypes: list[str]
+    shape: Coded[tuple[int, ...]]
+    numel: np.ndarray
+    nbytes: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    # True where begin/end are unknown (logical tensors not stored as one byte range).
+    no_range: np.ndarray
+
+
+def _source(scanned: ScannedCheckpoint) -> _Source:
+    """The logical tensors if the layout built them, else every shard's header entries."""
+    if scanned.logical is not None:
+        lt = scanned.logical
+        n = len(lt.name)
+        has_range = lt.begin is not None and lt.end is not None
+        return _Source(
+            list(lt.name),
+            lt.file.codes.astype(np.int64),
+            list(lt.file.values),
+            lt.dtype.codes.astype(np.int64),
+            list(lt.dtype.values),
+            lt.shape,
+            _shape_numel(lt.shape),
+            np.asarray(lt.nbytes, dtype=np.int64),
+            np.asarray(lt.begin, dtype=np.int64) if has_range else np.zeros(n, np.int64),
+            np.asarray(lt.end, dtype=np.int64) if has_range else np.zeros(n, np.int64),
+            np.full(n, not has_range, dtype=bool),
+        )
+    return _shard_source(scanned.shards)
+
+
+def _shard_source(shards: Sequence[ShardHeader]) -> _Source:
+    """Every shard's header entries: the columns are concatenated, never expanded into
+    Python objects (names are the shards' own strings, shapes their shared tuples)."""
+    index: dict[str, int] = {}
+    per_shard = [index.setdefault(s.file, len(index)) for s in shards]
+    counts = [len(s.names) for s in shards]
+    names = list(chain.from_iterable(s.names for s in shards))
+    begin = _concat([s.begins for s in shards])
+    end = _concat([s.ends for s in shards])
+    dtype = Coded.concat([s.dtype for s in shards])
+    shape = Coded.concat([s.shape for s in shards])
+    return _Source(
+        names,
+        np.repeat(np.asarray(per_shard, dtype=np.int64), counts),
+        list(index),
+        dtype.codes.astype(np.int64),
+        list(dtype.values),
+        shape,
+        _shape_numel(shape),
+        end - begin,
+        begin,
+        end,
+        np.zeros(len(names), dtype=bool),
+    )
+
+
+def _concat(arrays: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+
+
+def _shape_numel(shape: Coded[tuple[int, ...]]) -> np.ndarray:
+    """Elements per row: each distinct shape multiplied out once (clamped to int64 for
+    hostile shapes)."""
+    per_shape = _int64([min(math.prod(s), _INT64_MAX) for s in shape.values] or [0])
+    return per_shape[shape.codes]
+
+
+def _codes(values: Iterable[str], count: int = -1) -> tuple[np.ndarray, list[str]]:
+    """(int64 codes, distinct values in first-seen order). A dict pass in C: a value the
+    dict does not have yet gets the dict's current length as its code. `count` is
+    `len(values)` when `values` is an iterator."""
+    if count < 0:
+        values = list(values)
+        count = len(values)
+    index: defaultdict[str, int] = defaultdict()
+    index.default_factory = index.__len__
+    codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=count)
+    return codes, [str(u) for u in index]
+
+
+def _int64(values: Iterable[int]) -> np.ndarray:
+    """int64 array; values past int64 (a hostile header) are clamped instead of raising.
+    `np.fromiter` with a known count is about twice as fast as `np.asarray` on a list."""
+    values = values if isinstance(values, list) else list(values)
+    try:
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except OverflowError:
+        lo, hi = np.iinfo(np.int64).min, _INT64_MAX
+        return np.asarray([min(max(v, lo), hi) for v in values], dtype=np.int64)
+
+
+# -- 2. layer numbering -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Numbering:
+    """Global layer number per tensor (-1: none), which rows are MTP, and kind codes with
+    MTP-head parts relabelled "mtp"."""
+
+    layer: np.ndarray
+    is_mtp: np.ndarray
+    kind: np.ndarray
+    # The first MTP layer number (spec.num_layers, else past the last decoder layer seen,
+    # numbered or stacked).
+    mtp_base: int
+
+    @staticmethod
+    def of(
+        parsed: NameColumns, spec: ModelSpec, stack_depth: int = 0, base: int | None = None
+    ) -> _Numbering:
+        """`stack_depth`: the layers stacked tensors hold on their leading axis (torch_dist
+        keeps them without a layer number, so only their shape says how many there are);
+        `base`: the first MTP layer number when another numbering already fixed it."""
+        layer = parsed.layer.copy()
+        decoder = layer[(layer >= 0) & ~parsed.mtp]
+        if base is not None:
+            pass
+        elif spec.num_layers is not None:
+            base = spec.num_layers
+        else:
+            base = max(int(decoder.max()) + 1 if len(decoder) else 0, stack_depth)
+        is_mtp = parsed.mtp.copy()
+        # `mtp.layers.{k}` counts MTP blocks from 0 (Megatron), but Model-Optimizer's HF
+        # export numbers them after the decoder (`mtp.layers.{num_layers + k}`): a number
+        # at or past the base is already the global layer number.
+        k = layer[is_mtp]
+        layer[is_mtp] = np.where(k >= base, k, base + np.maximum(k, 0))
+        if spec.mtp_layers > 0 and spec.num_layers is not None:
+            # DeepSeek spelling: extra `model.layers.{num_hidden_layers + k}` layers.
+            is_mtp |= layer >= base
+        kind = parsed.kind.codes.astype(np.int64)
+        kind[is_mtp & _MTP_OWN[kind]] = _MTP_KIND
+        return _Numbering(layer, is_mtp, kind, base)
+
+
+def _stack_depth(shape: Coded[tuple[int, ...]], parsed: NameColumns) -> int:
+    """Decoder layers stacked tensors hold: the largest leading axis of a stacked tensor."""
+    stacked = np.flatnonzero(parsed.stacked & (parsed.layer < 0))
+    depth = _axis(shape, stacked, 0)
+    return int(depth.max()) if len(depth) else 0
+
+
+# -- 3. tensors -------------------------------------------------------------------------
+
+
+def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) -> pd.DataFrame:
+    n = len(source.names)
+    return pd.DataFrame(
+        {
+            "name": np.fromiter(source.names, dtype=object, count=n),
+            "file": pd.Categorical.from_codes(source.file_codes, pd.Index(source.files)),
+            "dtype": pd.Categorical.from_codes(source.dtype_codes, pd.Index(source.dtypes)),
+            "shape": _shape_column(source.shape),
+            "numel": source.numel,
+            "nbytes": source.nbytes,
+            "begin": pd.arrays.IntegerArray(source.begin, source.no_range.copy()),
+            "end": pd.arrays.IntegerArray(source.end, source.no_range.copy()),
+            "layer": pd.arrays.IntegerArray(numbering.layer, numbering.layer < 0),
+            "expert": pd.arrays.IntegerArray(parsed.expert, parsed.expert < 0),
+            "module": parsed.module,
+            "param": parsed.param,
+            "kind": pd.Categorical.from_codes(numbering.kind, pd.Index(KINDS)),
+            "family": parsed.family,
+            "is_mtp": numbering.is_mtp,
+            "fused": parsed.fused,
+            "stacked": parsed.stacked,
+        },
+        # Every column is a fresh array nobody else writes to; copying them costs ~20 ms.
+        copy=False,
+    )
+
+
+def _shape_column(shape: Coded[tuple[int, ...]]) -> np.ndarray:
+    """The shapes as an object column whose rows point at the shared tuples (8 bytes a row,
+    no tuple per row)."""
+    table = np.empty(len(shape.values), dtype=object)
+    for i, value in enumerate(shape.values):
+        table[i] = value
+    return table[shape.codes]
+
+
+# -- 4. what each tensor contributes to layers and experts ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Contrib:
+    """Per-layer rows (one per tensor and layer) and per-expert rows (one per tensor, layer
+    and expert) after spreading stacked and fused tensors over their axes."""
+
+    layer: np.ndarray
+    nbytes: np.ndarray
+    numel: np.ndarray
+    dtype: np.ndarray
+    kind: np.ndarray
+    is_mtp: np.ndarray
+    dtypes: list[str]
+    e_layer: np.ndarray
+    e_expert: np.ndarray
+    e_nbytes: np.ndarray
+
+
+def _contributions(source: _Source, parsed: NameColumns, numbering: _Numbering) -> _Contrib:
+    """1. a tensor with a layer counts once for it; 2. a stacked tensor counts once for
+    each index of its leading axis, with its bytes split evenly; 3. expert rows follow."""
+    layer = numbering.layer
+    own = np.flatnonzero(layer >= 0)
+    stacked = np.flatnonzero(parsed.stacked & (layer < 0))
+    depth = _axis(source.shape, stacked, 0)
+    st_rows, st_layer = _spread(stacked, depth)
+    rows = np.concatenate([own, st_rows])
+    share = np.concatenate([np.ones(len(own), np.int64), np.repeat(np.maximum(depth, 1), depth)])
+    e_layer, e_expert, e_nbytes = _expert_rows(source, parsed, layer)
+    return _Contrib(
+        np.concatenate([layer[own], st_layer]),
+        source.nbytes[rows] // share,
+        source.numel[rows] // share,
+        source.dtype_codes[rows],
+        numbering.kind[rows],
+        numbering.is_mtp[rows],
+        source.dtypes,
+        e_layer,
+        e_expert,
+        e_nbytes,
+    )
+
+
+def _expert_rows(source: _Source, parsed: NameColumns, layer: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(layer, expert, bytes) per expert a tensor holds: numbered expert tensors hold one;
+    fused ones (expert axis 0) and stacked fused ones (layer axis 0, expert axis 1) many."""
+    expert, fused, shapes = parsed.expert, parsed.fused, source.shape
+    numbered = np.flatnonzero((expert >= 0) & (layer >= 0))
+    flat = np.flatnonzero(fused & (layer >= 0))
+    width = _axis(shapes, flat, 0)
+    f_rows, f_expert = _spread(flat, width)
+    deep = np.flatnonzero(fused & parsed.stacked & (layer < 0))
+    d_width = _axis(shapes, deep, 1)
+    cells = _capped(_axis(shapes, deep, 0) * d_width)
+    d_rows, d_index = _spread(deep, cells)
+    d_cols = np.repeat(np.maximum(d_width, 1), cells)
+    rows = np.concatenate([numbered, f_rows, d_rows])
+    share = np.concatenate(
+        [
+            np.ones(len(numbered), np.int64),
+            np.repeat(np.maximum(width, 1), width),
+            np.repeat(np.maximum(cells, 1), cells),
+        ]
+    )
+    return (
+        np.concatenate([layer[numbered], layer[f_rows], d_index // d_cols]),
+        np.concatenate([expert[numbered], f_expert, d_index % d_cols]),
+        source.nbytes[rows] // share,
+    )
+
+
+def _axis(shape: Coded[tuple[int, ...]], rows: np.ndarray, axis: int) -> np.ndarray:
+    """Size of `axis` of each row's shape (0 when it has no such axis), capped."""
+    sizes = _int64([min(s[axis], _INT64_MAX) if len(s) > axis else 0 for s in shape.values] or [0])
+    return _capped(sizes[shape.codes[rows]] if len(rows) else np.zeros(0, np.int64))
+
+
+def _capped(sizes: np.ndarray) -> np.ndarray:
+    """The sizes, or all zeros when spreading over them would exceed the expansion cap."""
+    if len(sizes) and (sizes.max() > _MAX_EXPANSION or sizes.sum() > _MAX_EXPANSION):
+        return np.zeros(len(sizes), np.int64)
+    return sizes
+
+
+def _spread(rows: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row repeated `size` times, with the index 0..size-1 of each copy."""
+    repeated = np.repeat(rows, sizes)
+    starts = np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return repeated, np.arange(len(repeated), dtype=np.int64) - starts
+
+
+def _group(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct values, position of each value among them), like `np.unique` with
+    `return_inverse`. Small non-negative ints (layer and expert numbers, codes) are counted
+    instead of sorted: a few ms instead of ~50 ms for 600,000 values."""
+    values = np.asarray(values, dtype=np.int64)
+    if len(values) and values.min() >= 0 and values.max() < _DENSE + 4 * len(values):
+        present = np.zeros(int(values.max()) + 1, dtype=bool)
+        present[values] = True
+        rank = np.cumsum(present) - 1
+        return np.flatnonzero(present), rank[values]
+    distinct, inverse = np.unique(values, return_inverse=True)
+    return distinct, inverse.reshape(-1)
+
+
+def _pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct (a, b) pairs sorted by a then b, as two arrays, and each row's pair."""
+    a_values, a_rank = _group(a)
+    b_values, b_rank = _group(b)
+    width = max(len(b_values), 1)
+    keys, inverse = _group(a_rank * width + b_rank)
+    return a_values[keys // width], b_values[keys % width], inverse
+
+
+def _sums(inverse: np.ndarray, n: int, values: np.ndarray) -> np.ndarray:
+    """Per-group sums. Float accumulation is exact below 2**53 bytes (9 PB) per group."""
+    return np.rint(np.bincount(inverse, weights=values, minlength=n)).astype(np.int64)
+
+
+# -- 5. experts -------------------------------------------------------------------------
+
+
+def _moe_layers(contrib: _Contrib, spec: ModelSpec) -> np.ndarray:
+    """Decoder layers the config calls MoE, plus every layer holding expert or router
+    tensors (DeepSeek's MTP block is MoE too)."""
+    declared = np.asarray(sorted(spec.moe_layers or ()), dtype=np.int64)
+    routed = contrib.layer[np.isin(contrib.kind, _ROUTED)]
+    return _group(np.concatenate([declared, contrib.e_layer, routed]))[0]
+
+
+# Where a layer's expected expert count came from, strongest first (ties go to the first).
+EXPERT_SOURCES = ("config", "router", "siblings")
+
+
+@dataclass(frozen=True, slots=True)
+class _ExpertCounts:
+    """Experts expected per MoE layer (aligned with the sorted MoE layer numbers) and which
+    source set each: a code into `EXPERT_SOURCES`."""
+
+    count: np.ndarray
+    source: np.ndarray
+
+
+def _router_experts(source: _Source, parsed: NameColumns, numbering: _Numbering) -> dict[int, int]:
+    """layer -> rows of its router weight. The router (`mlp.gate.weight` [E, H],
+    `mlp.router.weight`, Megatron's stacked `decoder.layers.mlp.router.weight` [L, E, H]) is
+    never split by expert parallelism, so it keeps the global expert count when the experts
+    were saved under local ids or the config is unreadable."""
+
+    router = (numbering.kind == KINDS.index("router")) & (parsed.param == "weight")
+    layer = numbering.layer
+    out: dict[int, int] = {}
+    for row in np.flatnonzero(router).tolist():
+        shape = source.shape[row]
+        if layer[row] >= 0 and len(shape) == 2:
+            rows = {int(layer[row]): shape[0]}
+        elif layer[row] < 0 and parsed.stacked[row] and len(shape) == 3:
+            rows = dict.fromkeys(range(min(shape[0], MAX_LAYERS)), shape[1])
+        else:
+            continue
+        for at, experts in rows.items():
+            if 0 < experts <= MAX_EXPERTS:
+                out[at] = max(out.get(at, 0), experts)
+    return out
+
+
+def _expected_ids(
+    contrib: _Contrib, spec: ModelSpec, moe: np.ndarray, routers: dict[int, int]
+) -> _ExpertCounts:
+    """Experts per MoE layer: the most any source says, of the config's count, the layer's
+    router rows and the experts its sibling layers hold (highest id + 1): experts lost from
+    every layer at once (expert-parallel ranks overwriting each other) still show, through
+    the router, when the config is unreadable."""
+    siblings = int(contrib.e_expert.max()) + 1 if len(contrib.e_expert) else 0
+    config = spec.experts_per_layer or 0
+    router = np.asarray([routers.get(x, 0) for x in moe.tolist()], dtype=np.int64)
+    options = np.stack([np.full(len(moe), config), router, np.full(len(moe), siblings)]).astype(
+        np.int64
+    )
+    return _ExpertCounts(options.max(axis=0), options.argmax(axis=0))
+
+
+def _experts_frame(contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts) -> pd.DataFrame:
+    """One row per MoE layer and expert id: the expected ids 0..count-1 of each layer and
+    any other id seen. The grid is skipped when a hostile config would make it huge."""
+    k_layer, k_expert, inverse = _pairs(contrib.e_layer, contrib.e_expert)
+    keys = (k_layer << _SHIFT) | k_expert
+    grid = np.zeros(0, np.int64)
+    counts = expected.count
+    if 0 < counts.sum() <= _MAX_EXPANSION:
+        g_layer, g_expert = _spread(moe, counts)
+        grid = (g_layer << _SHIFT) | g_expert
+    every = np.union1d(grid, keys)
+    at = np.searchsorted(every, keys)
+    tensors_found = np.zeros(len(every), np.int64)
+    tensors_found[at] = np.bincount(inverse, minlength=len(keys))
+    nbytes = np.zeros(len(every), np.int64)
+    nbytes[at] = _sums(inverse, len(keys), contrib.e_nbytes)
+    layer = every >> _SHIFT
+    expert = every & ((1 << _SHIFT) - 1)
+    limit = np.zeros(len(every), np.int64)
+    known = np.isin(layer, moe)
+    limit[known] = counts[np.searchsorted(moe, layer[known])]
+    frame = pd.DataFrame(
+        {"layer": layer, "expert": expert, "tensors_found": tensors_found, "bytes": nbytes}
+    )
+    frame["tensors_expected"] = _majority(frame)
+    frame["missing"] = (tensors_found == 0) & (expert < limit)
+    return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
+
+
+def _majority(frame: pd.DataFrame) -> np.ndarray:
+    """Per layer, the most common non-zero tensors-per-expert count (ties: the larger);
+    a layer without any expert tensor takes the most common count over all layers."""
+    present = frame[frame["tensors_found"] > 0]
+    if present.empty:
+        return np.zeros(len(frame), np.int64)
+    pairs = present.groupby(["layer", "tensors_found"]).size().rename("n").reset_index()
+    pairs = pairs.sort_values(["layer", "n", "tensors_found"])
+    per_layer = pairs.groupby("layer")["tensors_found"].last()
+    overall = Counter(present["tensors_found"].tolist())
+    fallback = max(overall.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    return frame["layer"].map(per_layer).fillna(fallback).to_numpy(dtype=np.int64)
+
+
+# -- 6. layers --------------------------------------------------------------------------
+
+
+def _layers_frame(
+    contrib: _Contrib,
+    experts: pd.DataFrame,
+    scanned: ScannedCheckpoint,
+    numbering: _Numbering,
+    moe: np.ndarray,
+    expected: _ExpertCounts,
+) -> pd.DataFrame:
+    """One row per layer seen or declared (decoder layers, then MTP layers).
+
+    1. aggregate the per-layer contributions; 2. add declared layers without tensors;
+    3. experts found / expected from the experts table; 4. dtypes and kind per layer.
+    """
+    seen, inverse = _group(contrib.layer)
+    n = len(seen)
+    # Declared decoder layers appear even without tensors (layer-missing); declared MTP
+    # layers do not: their absence is the mtp-missing finding, and is_mtp rows are stored ones.
+    declared = np.arange(scanned.spec.num_layers or 0)
+    layers = np.union1d(seen, declared).astype(np.int64)
+    at = np.searchsorted(layers, seen)
+
+    def spread(values: np.ndarray, dtype: type = np.int64) -> np.ndarray:
+        out: np.ndarray = np.zeros(len(layers), dtype=dtype)
+        out[at] = values
+        return out
+
+    is_mtp = spread(np.bincount(inverse, weights=contrib.is_mtp, minlength=n) > 0, bool)
+    with_experts = experts[experts["tensors_found"] > 0].groupby("layer").size()
+    frame = pd.DataFrame(
+        {
+            "layer": layers,
+            "is_mtp": is_mtp,
+            "tensors": spread(np.bincount(inverse, minlength=n)),
+            "bytes": spread(_sums(inverse, n, contrib.nbytes)),
+            "parameters": spread(_sums(inverse, n, contrib.numel)),
+            "experts_found": with_experts.reindex(layers, fill_value=0).to_numpy(np.int64),
+        }
+    )
+    in_moe = np.isin(layers, moe)
+    at_moe = np.searchsorted(moe, layers[in_moe])
+    experts_expected = np.zeros(len(layers), np.int64)
+    experts_expected[in_moe] = expected.count[at_moe]
+    frame["experts_expected"] = experts_expected
+    source = np.full(len(layers), "", dtype=object)
+    source[in_moe] = np.asarray(EXPERT_SOURCES, dtype=object)[expected.source[at_moe]]
+    frame["experts_source"] = source
+    dtypes = _value_sets(seen, inverse, contrib.dtype, contrib.dtypes)
+    frame["dtypes"] = [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()]
+    kinds = _value_sets(seen, inverse, contrib.kind, list(KINDS))
+    types = layer_types_from_config(scanned.config)
+    frame["kind"] = _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec)
+    columns = [
+        "layer", "kind", "is_mtp", "tensors", "bytes", "parameters", "experts_found",
+        "experts_expected", "experts_source", "dtypes",
+    ]  # fmt: skip
+    return frame[columns]
+
+
+def _value_sets(
+    seen: np.ndarray, inverse: np.ndarray, codes: np.ndarray, names: list[str]
+) -> dict[int, set[str]]:
+    """layer -> the distinct values (by code) its contributions have."""
+    width = max(len(names), 1)
+    pairs = _group(inverse.astype(np.int64) * width + codes)[0]
+    out: dict[int, set[str]] = {}
+    for group, code in zip((pairs // width).tolist(), (pairs % width).tolist(), strict=True):
+        out.setdefault(int(seen[group]), set()).add(names[code])
+    return out
+
+
+_TENSOR_KINDS = (("mamba", "mamba"), ("dense_mlp", "dense"), ("attention", "attention"))
+
+
+def _layer_kinds(
+    layers: np.ndarray,
+    is_mtp: np.ndarray,
+    kinds: dict[int, set[str]],
+    moe: np.ndarray,
+    types: tuple[str, ...] | None,
+    spec: ModelSpec,
+) -> list[str]:
+    """mtp > moe (config or experts present) > the config's block pattern > what the
+    tensors show (mamba, dense, attention) > "dense" for a declared layer > "other"."""
+    moe_set = set(moe.tolist())
+    declared = spec.num_layers if spec.moe_layers is not None else None
+    out: list[str] = []
+    for layer, mtp in zip(layers.tolist(), is_mtp.tolist(), strict=True):
+        present = kinds.get(layer, set())
+        if mtp:
+            out.append("mtp")
+        elif layer in moe_set:
+            out.append("moe")
+        elif types is not None and 0 <= layer < len(types):
+            out.append(types[layer])
+        elif label := next((lb for k, lb in _TENSOR_KINDS if k in present), None):
+            out.append(label)
+        else:
+            out.append("dense" if declared is not None and layer < declared else "other")
+    return out
+
+
+# -- 7. files ---------------------------------------------------------------------------
+
+
+def _files_frame(
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
+) -> pd.DataFrame:
+    """One row per data file: shards (also of DCP layouts) or torch_dist `.distcp` files.
+
+    1. the files we know of, with size and header length; 2. what each stores, as
+    (file, layer, bytes) entries; 3. per-file counts, byte sums and layer ranges."""
+    rows = _file_rows(scanned, source)
+    files, codes, layer, nbytes = _file_entries(scanned, source, numbering, depth)
+    known = {r[0] for r in rows}
+    rows += [(f, None, None, False) for f in files if f not in known]
+    names = [r[0] for r in rows]
+    position = {f: i for i, f in enumerate(names)}
+    # Entries' file codes -> row positions in the frame.
+    where = np.asarray([position[f] for f in files], dtype=np.int64)[codes] if len(codes) else codes
+    n = len(rows)
+    first, last, distinct = _layer_ranges(where, layer, n)
+    problems = Counter(f.file for f in scanned.read_findings if f.file is not None)
+    return pd.DataFrame(
+        {
+            "file": pd.array(names, dtype=object),
+            "size": pd.array([r[1] for r in rows], dtype="Int64"),
+            "header_bytes": pd.array([r[2] for r in rows], dtype="Int64"),
+            "tensors": np.bincount(where, minlength=n).astype(np.int64),
+            "tensor_bytes": _sums(where, n, nbytes),
+            "first_layer": pd.arrays.IntegerArray(first, first < 0),
+            "last_layer": pd.arrays.IntegerArray(last, last < 0),
+            "layers": distinct,
+            "readable": np.asarray([bool(r[3]) for r in rows], dtype=bool),
+            "problems": np.asarray([problems.get(f, 0) for f in names], dtype=np.int64),
+        }
+    )
+
+
+def _layer_ranges(where: np.ndarray, layer: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """Per file: first layer, last layer (-1: none) and the number of distinct layers."""
+    has = layer >= 0
+    files, layers, _ = _pairs(where[has], layer[has])
+    first = np.full(n, -1, np.int64)
+    last = np.full(n, -1, np.int64)
+    # Pairs come sorted by (file, layer): the last write per file is its largest layer.
+    last[files] = layers
+    first[files[::-1]] = layers[::-1]
+    return first, last, np.bincount(files, minlength=n).astype(np.int64)
+
+
+def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
+    """(file, size on disk, JSON header length, readable) of every data file we know of."""
+    if scanned.shards:
+        return [(s.file, s.file_size, s.header_len, s.readable) for s in scanned.shards]
+    if scanned.torch_dist is not None:
+        sizes = scanned.torch_dist.distcp_sizes
+        return [(f, size, None, True) for f, size in sorted(sizes.items())]
+    return [(f, None, None, True) for f in source.files]
+
+
+def _file_entries(
+    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
+) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """(files, file code, layer, bytes) of what each file stores: the tensors themselves
+    for plain shards, the shard headers' chunks for DCP, the storage map for torch_dist."""
+    if scanned.logical is None or not (scanned.shards or scanned.torch_dist):
+        return source.files, source.file_codes, numbering.layer, source.nbytes
+    if scanned.shards:
+        names = list(chain.from_iterable(s.names for s in scanned.shards))
+        counts = [len(s.names) for s in scanned.shards]
+        codes = np.repeat(np.arange(len(scanned.shards), dtype=np.int64), counts)
+        distinct = [s.file for s in scanned.shards]
+        nbytes = _concat([s.ends - s.begins for s in scanned.shards])
+    else:
+        info = scanned.torch_dist
+        items = list(info.storage.items()) if info is not None else []
+        names = [key[0] for key, _ in items]
+        codes, distinct = _codes([value[0] for _, value in items])
+        nbytes = _int64([value[2] for _, value in items])
+    layer = _Numbering.of(parse_names(names), scanned.spec, depth).layer
+    return distinct, codes, layer, nbytes
+
+
+# -- 8. the key set of each layer ---------------------------------------------------------
+
+
+def layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    """What each layer holds, for comparing layers with each other: one row per tensor of a
+    layer (stacked tensors once for each layer of their leading axis) and, for torch_dist,
+    one per sharded object of a layer (`..._extra_state/shard_*`: bytes, not tensors, but
+    part of the state dict a loader demands). Columns: layer, is_mtp, kind, module, param,
+    object (True for the sharded-object rows). Built once per scan."""
+    return scanned.derived("layer-keys", lambda: _layer_keys(scanned))
+
+
+def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    t = scanned.tensors
+    columns = ["layer", "is_mtp", "kind", "module", "param"]
+    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+    own = np.flatnonzero(layer >= 0)
+    stacked = np.flatnonzero(t["stacked"].to_numpy(dtype=bool) & (layer < 0))
+    shapes = t["shape"].to_numpy()[stacked]
+    depth = _capped(_int64([s[0] if len(s) else 0 for s in shapes]))
+    st_rows, st_layer = _spread(stacked, depth)
+    rows = np.concatenate([own, st_rows])
+    frame = t.iloc[rows][columns].reset_index(drop=True)
+    frame["layer"] = np.concatenate([layer[own], st_layer])
+    frame["object"] = False
+    objects = _object_keys(scanned)
+    if objects is not None:
+        frame = pd.concat([frame, objects], ignore_index=True)
+    return frame
+
+
+def _object_keys(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
+    """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
+    numbered names give their layer; a stacked family's first offset is its layer."""
+    info = scanned.torch_dist
+    if info is None or not info.byte_keys:
+        return None
+    entries = [p for key in info.byte_keys if (p := sharded_object_key(key)) is not None]
+    if not entries:
+        return None
+    parsed = parse_names([family for family, _, _ in entries])
+    numbering = _Numbering.of(parsed, scanned.spec, base=scanned.tables.mtp_base)
+    layer = numbering.layer.copy()
+    stacked = parsed.stacked & (layer < 0)
+    layer[stacked] = _int64([offsets[0] for _, offsets, _ in entries])[stacked]
+    keep = np.flatnonzero(layer >= 0)
+    frame = pd.DataFrame(
+        {
+            "layer": layer[keep],
+            "is_mtp": numbering.is_mtp[keep],
+            "kind": pd.Categorical.from_codes(numbering.kind[keep], pd.Index(KINDS)),
+            "module": np.asarray(parsed.module)[keep],
+            "param": np.asarray(parsed.param)[keep],
+            "object": True,
+        }
+    )
+    return frame.drop_duplicates(ignore_index=True)

@@ -1,0 +1,122 @@
+"""Every judgement about a checkpoint lives here, one module per concern; the layout readers
+only read. `check(scanned)` runs the scan's problems, every rule registered for the layout
+and, with `model=True`, the model rules (`inspector._internal.checks.registry`). Pure functions
+only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Literal
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks.deep import deep_check
+from inspector._internal.checks.registry import (
+    MODEL_RULES,
+    RULES,
+    ModelRule,
+    Rule,
+    model_rules_for,
+    rules_for,
+)
+from inspector._internal.checks.values import values_check
+from inspector._internal.common.progress import reporting, track
+from inspector._internal.findings.finding import Finding, sort_findings
+from inspector._internal.load.verdict import load_verdict
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = [
+    "MODEL_RULES",
+    "RULES",
+    "ModelRule",
+    "Rule",
+    "check",
+    "check_layout",
+    "model_rules_for",
+    "rules_for",
+]
+
+
+def check(
+    scanned: ScannedCheckpoint,
+    *,
+    deep: bool = False,
+    values: Literal["sample", "full"] | None = None,
+    model: bool = True,
+    trust_remote_code: bool = False,
+    verdict: LoadVerdict | None = None,
+    progress: bool = False,
+) -> list[Finding]:
+    """All findings: those met while scanning, the layout's drift checks, structural checks,
+    with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
+    skipped without transformers or for an architecture it does not know; `verdict` reuses one
+    computed by the caller), and with `deep=True` the ones that need tensor data (zeros,
+    NaN/Inf, duplicate bytes). `values="sample"` or `"full"` reads tensor values for their
+    statistics (`inspector._internal.checks.values`: NaN/Inf, all-zero, never-written and
+    outlier tensors against their siblings; the table is then `scanned.values`).
+
+    Sorted worst first, then by code and file; exact duplicates are dropped. `progress`
+    draws a progress bar over the check stages (`tqdm.auto`).
+    """
+    # The stages a progress bar counts: each registered rule, the model rules together
+    # (one verdict serves them all), then the data checks.
+    stages: list[Callable[[list[Finding]], list[Finding]]] = [
+        partial(_plain_rule, rule, scanned) for rule in rules_for(scanned.layout)
+    ]
+    model_rules = model_rules_for(scanned.layout) if model else ()
+    if model_rules:
+        stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
+    if deep:
+        stages.append(partial(_deep, scanned))
+    if values is not None:
+        stages.append(partial(_values, scanned, values))
+    found: list[Finding] = list(scanned.read_findings)
+    with reporting(progress):
+        for stage in track(stages, desc="checks", unit="stage"):
+            found = stage(found)
+    return sort_findings(found)
+
+
+def _plain_rule(rule: Rule, scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
+    return [*found, *rule.run(scanned)]
+
+
+def _model_rules(
+    rules: tuple[ModelRule, ...],
+    scanned: ScannedCheckpoint,
+    verdict: LoadVerdict | None,
+    trust_remote_code: bool,
+    found: list[Finding],
+) -> list[Finding]:
+
+    # Built once for every model rule: building the model is the expensive part.
+    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
+    for rule in rules:
+        found = rule.run(scanned, verdict, found)
+    return found
+
+
+def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
+
+    return [*found, *deep_check(scanned)]
+
+
+def _values(
+    scanned: ScannedCheckpoint, mode: Literal["sample", "full"], found: list[Finding]
+) -> list[Finding]:
+    # With --deep too, a tensor already reported as zero or NaN is not reported twice.
+    seen = {(f.code, f.tensor) for f in found if f.tensor}
+    return [*found, *(f for f in values_check(scanned, mode) if (f.code, f.tensor) not in seen)]
+
+
+def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:
+    """Only the rules registered for this layout by name (not the structure and quant-config
+    rules every layout runs), unsorted; the scan's own problems are not included."""
+    return [
+        f
+        for rule in rules_for(scanned.layout)
+        if rule.layouts is not None
+        for f in rule.run(scanned)
+    ]

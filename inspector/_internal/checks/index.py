@@ -1,0 +1,698 @@
+"""Index drift: `model.safetensors.index.json` against the shard headers. Pure functions.
+
+Codes (docs/findings.md): index-missing-file, index-dangling-tensor, index-wrong-file,
+unindexed-tensor, unindexed-file, duplicate-tensor, total-size-mismatch,
+total-parameters-mismatch.
+
+Reporting policy, so that a checkpoint with 300,000 drifted tensors stays readable:
+
+- Per-tensor codes follow the project's fold policy (`inspector._internal.findings.finding.FOLD`):
+  one finding per tensor (with `tensor` set) for the first `per_file` tensors of each file and at
+  most
+  `per_code` per code; the rest of each file is folded into one summary finding (`tensor`
+  None) with the count, the layers they fall in and a few example names. The full list is
+  always in the tensors table.
+- A shard the index names but that is missing, or whose header is unreadable, gets ONE finding
+  with the number of tensors the index maps to it; its tensors are never reported one by one.
+  Totals are not checked while an indexed shard is unreadable (its bytes are unknown).
+- A `.safetensors` file the index never names gets one `unindexed-file` finding with the count
+  of its tensors; they are not also reported as `unindexed-tensor`.
+- Without an index, several shards are only checked for `duplicate-tensor`: nothing else says
+  which file should hold what, and loaders that read every file still load each copy.
+
+Everything is built from dicts and sets: linear in tensors, and on the usual path (the index
+agrees with a shard) one C-level lookup per tensor (`map`, `list.count`, `sum`) with no Python
+loop over names; only the files that disagree are walked name by name to explain it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress, repeat
+from typing import TYPE_CHECKING
+
+from inspector._internal.checkpoint.held import HeldTensors, held_of, held_tensors, normalized
+from inspector._internal.checkpoint.naming import layer_expert_numbers
+from inspector._internal.checkpoint.parameters import (
+    Uncounted,
+    parse_count,
+    scan_parameters,
+    uncounted_elements,
+)
+from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import format_count
+from inspector._internal.findings.codes import Code, code_set
+from inspector._internal.findings.finding import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    examples,
+    fold,
+    make_finding,
+    short_repr,
+)
+from inspector._internal.findings.words import describe_names, plural
+from inspector._internal.formats.safetensors import ShardHeader
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = [
+    "CODES",
+    "DETAIL_PER_FILE",
+    "MODEL_CODES",
+    "check_duplicates",
+    "check_index",
+    "check_index_of",
+    "fold_tensor_issues",
+    "reconcile_total_parameters",
+    "reconcile_with_model",
+]
+
+CODES = code_set(
+    Code.INDEX_MISSING_FILE,
+    Code.INDEX_DANGLING_TENSOR,
+    Code.INDEX_WRONG_FILE,
+    Code.UNINDEXED_TENSOR,
+    Code.UNINDEXED_FILE,
+    Code.DUPLICATE_TENSOR,
+    Code.TOTAL_SIZE_MISMATCH,
+    Code.TOTAL_PARAMETERS_MISMATCH,
+)
+# What the model rule `reconcile_with_model` may revise.
+MODEL_CODES = code_set(Code.TOTAL_PARAMETERS_MISMATCH)
+# Tensors listed one by one per file (the fold policy's), for callers that word around it.
+DETAIL_PER_FILE = FOLD.per_file
+
+
+def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
+    """The index rule: `check_index` on a scan."""
+    not_counted = None
+    if scanned.index is not None and "total_parameters" in scanned.index.metadata:
+        not_counted = uncounted_elements(scanned.tensors, values=scan_parameters(scanned))
+    return check_index(
+        scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
+    )
+
+
+def check_index(
+    shards: Sequence[ShardHeader],
+    index: IndexDoc | None,
+    *,
+    held: HeldTensors | None = None,
+    not_counted: Uncounted | None = None,
+    policy: FoldPolicy = FOLD,
+) -> list[Finding]:
+    """All index-against-shards findings; only duplicates when there is no index.
+
+    `held` (from `held_tensors(shards)`) may be passed to share it with other checks;
+    `not_counted` (from `uncounted_elements`) tells the writers' ways of counting
+    `total_parameters` apart (without it, only every stored element is accepted)."""
+    held = held or held_tensors(shards)
+    findings = check_duplicates(held, index=index, policy=policy)
+    if index is None:
+        return findings
+    view = _IndexView.of(index.weight_map, held)
+    drift = _Drift()
+    findings += _indexed_file_findings(index.file, view, held, drift, policy)
+    findings += _listed_tensor_findings(index.file, view, held, drift, policy)
+    findings += _unlisted_findings(index.file, view, held, drift, policy)
+    findings += _total_findings(index, held, drift, not_counted or Uncounted())
+    return findings
+
+
+# -- the index seen from the shards, computed once ------------------------------------------
+
+# What `targets` holds for a name the index does not list when None is a value of the map
+# (never after `read_index_doc`, which only keeps str values; then None is used, which lets
+# the lookup be the cheaper one-argument `map(wmap.get, ...)`).
+_UNLISTED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _IndexView:
+    """The normalised weight map and, per held file, what the index says of its names.
+
+    `listed` counts the entries per file; `targets[file]` is the index's file for each name of
+    that shard (`_UNLISTED` if none), `hits[file]` how many of them point back to it. A file
+    whose `hits` equal its `listed` count (and whose names are distinct) holds every entry
+    the index gives it, so it needs no per-name walk.
+    """
+
+    wmap: Mapping[str, str]
+    listed: dict[str, int]
+    targets: dict[str, list[object]]
+    hits: dict[str, int]
+    unlisted_mark: object
+
+    @classmethod
+    def of(cls, weight_map: Mapping[str, str], held: HeldTensors) -> _IndexView:
+        wmap = normalized(weight_map)
+        listed = dict(Counter(wmap.values()))
+        mark = _UNLISTED if None in listed else None
+        lookup: Callable[..., object] = wmap.get
+        targets: dict[str, list[object]]
+        if mark is None:
+            targets = {s.file: list(map(lookup, s.names)) for s in held.shards}
+        else:
+            targets = {s.file: list(map(lookup, s.names, repeat(mark))) for s in held.shards}
+        hits = {file: got.count(file) for file, got in targets.items()}
+        return cls(wmap, listed, targets, hits, mark)
+
+    def names_at(self, files: set[str]) -> dict[str, list[str]]:
+        """The names the index maps to each of `files`, in index order."""
+        if not files:
+            return {}
+        groups: dict[str, list[str]] = {f: [] for f in files}
+        wmap = self.wmap
+        for name in compress(wmap.keys(), map(files.__contains__, wmap.values())):
+            groups[wmap[name]].append(name)
+        return groups
+
+    def unlisted(self, shard: ShardHeader) -> list[str]:
+        """The names of `shard` the index does not list, in header order."""
+        got, mark = self.targets[shard.file], self.unlisted_mark
+        if mark not in got:
+            return []
+        return [n for n, g in zip(shard.names, got, strict=True) if g is mark]
+
+
+# -- facts gathered while checking, for the totals' explanations ----------------------------
+
+
+class _Drift:
+    """Counts the per-tensor checks leave behind for the totals' explanations."""
+
+    def __init__(self) -> None:
+        self.unindexed_bytes = 0
+        self.unindexed_numel = 0
+        self.unindexed_count = 0
+        self.unheld_count = 0
+        self.unknown_files: list[str] = []
+
+
+# -- step 1: each file the index names -------------------------------------------------------
+
+
+def _indexed_file_findings(
+    index_file: str, view: _IndexView, held: HeldTensors, drift: _Drift, policy: FoldPolicy
+) -> list[Finding]:
+    """index-missing-file for absent shards (a hostile index naming thousands of files gets
+    `policy.per_code` findings and one summary); one note for each unreadable shard."""
+    total = policy.per_code
+    findings = []
+    absent: list[str] = []
+    unheld = {f for f in view.listed if f not in held.by_file or not held.by_file[f].readable}
+    listed = view.names_at(unheld)
+    for file, names in sorted(listed.items()):
+        shard = held.by_file.get(file)
+        if shard is None:
+            drift.unheld_count += len(names)
+            absent.append(file)
+            if len(absent) <= total:
+                findings.append(_missing_file(index_file, file, names, held))
+        elif not shard.readable:
+            drift.unknown_files.append(file)
+            msg = (
+                f"{legible(index_file)} maps {plural(len(names), 'tensor')} to {legible(file)} "
+                f"(e.g. {examples(sorted(names))}), but the header of {legible(file)} cannot "
+                "be read "
+                f"(see its {shard.findings[0].code if shard.findings else 'header-unreadable'} "
+                "finding): "
+                "none of them can be loaded or checked, and the index totals were not checked; "
+                f"re-copy or re-export {legible(file)}"
+            )
+            findings.append(make_finding("index-dangling-tensor", msg, file=file))
+    rest = absent[total:]
+    if rest:
+        msg = (
+            f"{legible(index_file)} names {plural(len(rest), 'more file')} that are not in the "
+            f"folder ({examples(rest)}); regenerate the index (ckpt-inspect repair)"
+        )
+        findings.append(make_finding("index-missing-file", msg, file=index_file))
+    return findings
+
+
+def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:
+    elsewhere = [n for n in names if n in held.first]
+    where = ""
+    if elsewhere:
+        files = sorted({f for n in elsewhere for f in held.holders(n)})
+        where = (
+            f"; {len(elsewhere):,} of them are in other shards ({examples(files)}), so the "
+            "shard may have been renamed"
+        )
+    msg = (
+        f"{legible(index_file)} maps {plural(len(names), 'tensor')} to {legible(file)} "
+        f"(e.g. {examples(sorted(names))}), but {legible(file)} is not in the checkpoint "
+        f"folder{where}; loaders will fail or leave those "
+        "weights uninitialised: restore the file, or regenerate the index (ckpt-inspect repair)"
+    )
+    return make_finding("index-missing-file", msg, file=file)
+
+
+# -- step 2: each tensor the index lists, in a readable shard -------------------------------
+
+
+def _listed_tensor_findings(
+    index_file: str,
+    view: _IndexView,
+    held: HeldTensors,
+    drift: _Drift,
+    policy: FoldPolicy,
+) -> list[Finding]:
+    """index-wrong-file and index-dangling-tensor, folded per file."""
+    wrong: dict[str, list[str]] = {}
+    dangling: dict[str, list[str]] = {}
+    for file, names in view.names_at(_short_files(view, held)).items():
+        present, invalid = held.present(file), held.invalid[file]
+        for name in names:
+            if name in present or name in invalid:
+                continue
+            (wrong if name in held.first else dangling).setdefault(file, []).append(name)
+    drift.unheld_count += sum(map(len, dangling.values()))
+    maybe = _unreadable_note(held)
+    wrong_summary = _summary(f"that {legible(index_file)} maps to {{file}} are in other shards")
+    dangling_summary = _summary(
+        f"that {legible(index_file)} maps to {{file}} are in no shard{maybe}"
+    )
+    return fold_tensor_issues(
+        Code.INDEX_WRONG_FILE, wrong, _wrong_detail(index_file, held), wrong_summary, policy
+    ) + fold_tensor_issues(
+        Code.INDEX_DANGLING_TENSOR,
+        dangling,
+        _dangling_detail(index_file, maybe),
+        dangling_summary,
+        policy,
+    )
+
+
+def _short_files(view: _IndexView, held: HeldTensors) -> set[str]:
+    """Readable files the index maps names to that they may not hold: fewer of the shard's
+    names point back to it than the index lists there (or its names repeat, so the count
+    proves nothing)."""
+    short = set()
+    for file, listed in view.listed.items():
+        shard = held.by_file.get(file)
+        if shard is None or not shard.readable:
+            continue
+        if view.hits[file] != listed or (
+            not held.distinct and len(held.present(file)) != len(shard.names)
+        ):
+            short.add(file)
+    return short
+
+
+def _wrong_detail(index_file: str, held: HeldTensors) -> Callable[[str, str], str]:
+    def detail(file: str, name: str) -> str:
+        actual = ", ".join(map(legible, held.holders(name)))
+        return (
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, which does not "
+            f"hold it; it is in {actual}: "
+            "loaders will look in the wrong file and fail; point the index at "
+            f"{actual} (ckpt-inspect repair)"
+        )
+
+    return detail
+
+
+def _dangling_detail(index_file: str, maybe: str) -> Callable[[str, str], str]:
+    def detail(file: str, name: str) -> str:
+        return (
+            f"{legible(index_file)} maps '{legible(name)}' to {legible(file)}, but no shard "
+            f"holds it{maybe}; loaders will "
+            "fail or leave it uninitialised: restore the tensor or drop it from the index"
+        )
+
+    return detail
+
+
+def _unreadable_note(held: HeldTensors) -> str:
+    unknown = held.unreadable
+    if not unknown:
+        return ""
+    return f" (unless it is in {examples(unknown)}, whose header cannot be read)"
+
+
+# -- step 3: what the shards hold that the index does not list -------------------------------
+
+
+def _unlisted_findings(
+    index_file: str,
+    view: _IndexView,
+    held: HeldTensors,
+    drift: _Drift,
+    policy: FoldPolicy,
+) -> list[Finding]:
+    """unindexed-tensor in indexed shards; one unindexed-file per file the index never names."""
+    unindexed: dict[str, list[str]] = {}
+    findings: list[Finding] = []
+    for shard in held.shards:
+        missing = view.unlisted(shard)
+        _count_unindexed(shard, missing, drift)
+        if shard.file not in view.listed:
+            findings.append(_unindexed_file(index_file, shard, missing))
+        elif missing:
+            unindexed[shard.file] = missing
+
+    def detail(file: str, name: str) -> str:
+        return (
+            f"{legible(file)} holds '{legible(name)}', which {legible(index_file)} does not "
+            "list: loaders that follow the "
+            "index ignore it; add it to the index (ckpt-inspect repair) or remove it"
+        )
+
+    summary = _summary(f"in {{file}} are not listed in {legible(index_file)} (loaders ignore them)")
+    return findings + fold_tensor_issues(Code.UNINDEXED_TENSOR, unindexed, detail, summary, policy)
+
+
+def _count_unindexed(shard: ShardHeader, missing: list[str], drift: _Drift) -> None:
+    if not missing:
+        return
+    wanted = set(missing)
+    for name, shape, begin, end in zip(
+        shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
+    ):
+        if name in wanted:
+            drift.unindexed_bytes += end - begin
+            drift.unindexed_numel += math.prod(shape)
+    drift.unindexed_count += len(missing)
+
+
+def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> Finding:
+    if not shard.readable:
+        content = "tensors that cannot be listed (its header is unreadable)"
+    elif not shard.names:
+        content = "no tensors"
+    else:
+        copies = len(shard.names) - len(missing)
+        content = f"{plural(len(shard.names), 'tensor')} ({describe_names(shard.names)})"
+        if missing:
+            content += f", {len(missing):,} of them listed nowhere in the index"
+        if copies:
+            content += f", {copies:,} of them mapped by the index to other shards"
+    msg = (
+        f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
+        f"{legible(shard.file)}: loaders "
+        "that follow the index will not read it; add it to the index or move it out"
+    )
+    return make_finding("unindexed-file", msg, file=shard.file)
+
+
+# -- duplicates (with or without an index) ----------------------------------------------------
+
+
+def check_duplicates(
+    held: HeldTensors,
+    *,
+    index: IndexDoc | None,
+    policy: FoldPolicy = FOLD,
+) -> list[Finding]:
+    """duplicate-tensor: one name in several shards; whether the copies agree; which wins.
+
+    The finding's `file` is a copy loaders do NOT use: with an index, any holder it does not
+    point to; without one, every holder but the last in name order (loaders that read all
+    files in order keep the last copy).
+    """
+    if not held.copies:
+        return []
+    wmap = normalized(index.weight_map) if index else {}
+    groups: dict[str, list[str]] = {}
+    for name, idx in held.copies.items():
+        files = [held.shards[i].file for i in idx]
+        used = wmap.get(name) if index else max(files)
+        stray = next((f for f in sorted(files) if f != used), files[0])
+        groups.setdefault(stray, []).append(name)
+    positions = _positions(held)
+
+    def detail(file: str, name: str) -> str:
+        return _duplicate_message(name, held, positions, wmap if index else None, index)
+
+    summary = _summary("in {file} are also in other shards (duplicates)")
+    return fold_tensor_issues(Code.DUPLICATE_TENSOR, groups, detail, summary, policy)
+
+
+def _positions(held: HeldTensors) -> Callable[[int, str], int]:
+    """Entry position of a name in a shard, with each shard's lookup built on first need."""
+    cache: dict[int, dict[str, int]] = {}
+
+    def lookup(shard_index: int, name: str) -> int:
+        table = cache.get(shard_index)
+        if table is None:
+            names = held.shards[shard_index].names
+            table = cache[shard_index] = {n: i for i, n in enumerate(names)}
+        return table[name]
+
+    return lookup
+
+
+def _duplicate_message(
+    name: str,
+    held: HeldTensors,
+    position: Callable[[int, str], int],
+    wmap: Mapping[str, str] | None,
+    index: IndexDoc | None,
+) -> str:
+    copies = []
+    for i in held.copies[name]:
+        shard = held.shards[i]
+        j = position(i, name)
+        copies.append((shard.file, shard.dtype[j], list(shard.shape[j])))
+    files = [c[0] for c in copies]
+    kinds = {(c[1], tuple(c[2])) for c in copies}
+    if len(kinds) == 1:
+        agree = f"all copies are {legible(copies[0][1])} {copies[0][2]}"
+    else:
+        agree = "the copies DIFFER: " + ", ".join(
+            f"{legible(f)} has {legible(d)} {s}" for f, d, s in copies
+        )
+    if wmap is None or index is None:
+        used = (
+            "without an index, loaders that read every file in order keep the copy in "
+            f"{legible(max(files))}"
+        )
+    elif (target := wmap.get(name)) in files:
+        used = f"loaders use {legible(target)}, as {legible(index.file)} says"
+    elif target is None:
+        used = (
+            f"{legible(index.file)} lists it nowhere, so loaders that follow the index ignore "
+            "every copy"
+        )
+    else:
+        used = f"{legible(index.file)} points to {legible(target)}, which holds no copy"
+    return (
+        f"'{legible(name)}' is in {len(files)} shards ({', '.join(map(legible, files))}); "
+        f"{agree}; {used}: keep one copy"
+    )
+
+
+# -- step 4: metadata totals ----------------------------------------------------------------
+
+
+def _total_findings(
+    index: IndexDoc, held: HeldTensors, drift: _Drift, not_counted: Uncounted
+) -> list[Finding]:
+    """total-size-mismatch and total-parameters-mismatch, each with its likeliest cause."""
+    if drift.unknown_files or held.unreadable:
+        return []
+    unique_bytes, unique_numel, copies_bytes, copies_numel = _sizes(held)
+    file_sizes = sum(s.file_size for s in held.shards)
+    findings = []
+    size = _total_size(index, unique_bytes, copies_bytes, file_sizes, drift)
+    if size is not None:
+        findings.append(size)
+    params = _total_parameters(index, unique_numel, copies_numel, drift, not_counted)
+    if params is not None:
+        findings.append(params)
+    return findings
+
+
+def _sizes(held: HeldTensors) -> tuple[int, int, int, int]:
+    """(bytes, elements) of the first copy of every name, then of the other copies.
+
+    Sums over whole columns run in C; only shards holding a later copy of some name are
+    walked name by name, to move those entries from the first sums to the second."""
+    all_bytes = sum(s.tensor_bytes for s in held.shards)
+    all_numel = sum(s.total_numel for s in held.shards)
+    copies_bytes = copies_numel = 0
+    later = {i for holders in held.copies.values() for i in holders[1:]}
+    first = held.first
+    for i in sorted(later):
+        shard = held.shards[i]
+        for name, shape, begin, end in zip(
+            shard.names, shard.shapes, shard.begins.tolist(), shard.ends.tolist(), strict=True
+        ):
+            if first[name] != i:
+                copies_bytes += end - begin
+                copies_numel += math.prod(shape)
+    return all_bytes - copies_bytes, all_numel - copies_numel, copies_bytes, copies_numel
+
+
+def _total_size(
+    index: IndexDoc, unique: int, copies: int, file_sizes: int, drift: _Drift
+) -> Finding | None:
+    if "total_size" not in index.metadata:
+        return None
+    stated = parse_count(index.metadata["total_size"])
+    head = f"{legible(index.file)} metadata.total_size"
+    if stated is None:
+        shown = short_repr(index.metadata["total_size"], limit=80)
+        msg = f"{head} is {shown}, not a byte count; expected {unique:,}"
+        return make_finding("total-size-mismatch", msg, file=index.file)
+    if stated == unique:
+        return None
+    diff = stated - unique
+    causes = [
+        (
+            file_sizes,
+            "it equals the sum of the shard FILE sizes (headers included), a convention "
+            "some producers use; the tensors themselves weigh less",
+        ),
+        (
+            unique - drift.unindexed_bytes,
+            f"it is short by exactly the bytes of the "
+            f"{plural(drift.unindexed_count, 'tensor')} the index does not list: the index was "
+            "written before they were added",
+        ),
+        (unique + copies, "it counts every copy of the duplicated tensors"),
+    ]
+    why = next((text for value, text in causes if value == stated and value != unique), None)
+    if why is None and diff > 0 and drift.unheld_count:
+        unheld = plural(drift.unheld_count, "tensor")
+        why = f"the {unheld} the index lists but no shard holds may account for it"
+    why = why or f"neither the sum of file sizes ({file_sizes:,}) nor a known drift explains it"
+    msg = (
+        f"{head} is {stated:,} but the shards hold {unique:,} tensor bytes (difference "
+        f"{diff:+,}); {why}; regenerate the index (ckpt-inspect repair) to fix the total"
+    )
+    return make_finding("total-size-mismatch", msg, file=index.file)
+
+
+def _total_parameters(
+    index: IndexDoc, unique: int, copies: int, drift: _Drift, not_counted: Uncounted
+) -> Finding | None:
+    """The stated count against each writer's way of counting the stored elements
+    (`Uncounted.counts`): healthy output of any of them is not a finding."""
+    if "total_parameters" not in index.metadata:
+        return None
+    stated = parse_count(index.metadata["total_parameters"])
+    head = f"{legible(index.file)} metadata.total_parameters"
+    counts = not_counted.counts(unique)
+    if stated is None:
+        msg = (
+            f"{head} is {short_repr(index.metadata['total_parameters'], limit=80)}, not a count; "
+            f"expected {format_count(next(iter(counts)))}"
+        )
+        return make_finding("total-parameters-mismatch", msg, file=index.file)
+    if stated in counts:
+        return None
+    unlisted = {c - drift.unindexed_numel for c in counts}
+    if drift.unindexed_count and stated in unlisted:
+        unlisted_count = plural(drift.unindexed_count, "tensor")
+        why = f"it leaves out exactly the {unlisted_count} the index does not list"
+    elif copies and stated == unique + copies:
+        why = "it counts every copy of the duplicated tensors"
+    else:
+        ways = "; ".join(
+            f"{format_count(c)} with {Uncounted.WAYS[way]}" for c, way in counts.items()
+        )
+        why = (
+            f"the writers' ways of counting give {ways}, none of them this"
+            if len(counts) > 1
+            else "transformers counts model parameters only, and no stored tensor here is a "
+            "known buffer or a quantization scale"
+        ) + "; check before relying on it"
+    msg = (
+        f"{head} is {format_count(stated)} but the shards hold {format_count(unique)} elements "
+        f"(difference {'+' if stated > unique else ''}{format_count(stated - unique)}); {why}"
+    )
+    return make_finding("total-parameters-mismatch", msg, file=index.file)
+
+
+def reconcile_total_parameters(
+    findings: list[Finding], index: IndexDoc | None, model_parameters: int | None
+) -> list[Finding]:
+    """`total_parameters` judged against the exact count of the model built from config.json.
+
+    transformers writes `num_parameters()`: parameters only, a tied weight once, buffers
+    (saved in the shards) not at all, so a healthy `save_pretrained` index differs from the
+    shards' element count whenever the model has persistent buffers. A stated count equal to
+    the model's is right; one that matches neither the model nor the shards says both."""
+    if index is None or model_parameters is None:
+        return findings
+    stated = parse_count(index.metadata.get("total_parameters"))
+    ours = [f for f in findings if f.code == "total-parameters-mismatch" and f.file == index.file]
+    if stated is None or not ours:
+        return findings
+    rest = [f for f in findings if f not in ours]
+    if stated == model_parameters:
+        return rest
+    msg = (
+        f"{ours[0].message}; the model built from config.json has {model_parameters:,} "
+        "parameters (what transformers writes: parameters only, tied weights once, buffers "
+        "not counted)"
+    )
+    return [*rest, make_finding("total-parameters-mismatch", msg, file=index.file)]
+
+
+def reconcile_with_model(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector._internal.checks.registry`): `reconcile_total_parameters` with the
+    parameter count of the model the load verdict built."""
+    return reconcile_total_parameters(findings, scanned.index, verdict.parameters)
+
+
+# -- folding ------------------------------------------------------------------------------
+
+
+def fold_tensor_issues(
+    code: Code,
+    groups: Mapping[str, list[str]],
+    detail: Callable[[str, str], str],
+    summary: Callable[[str, list[str], int], str],
+    policy: FoldPolicy = FOLD,
+    *,
+    file_of: Callable[[str], str] | None = None,
+) -> list[Finding]:
+    """Findings for tensor problems grouped by file, under the fold policy (`fold`).
+
+    `detail(group, tensor)` is only called for tensors reported one by one;
+    `summary(group, rest, shown)` folds the rest of a group (`shown` were reported singly).
+    `file_of(group)` gives the finding's file when groups are not file names.
+    """
+    ordered = {group: sorted(names) for group, names in groups.items()}
+
+    def where(group: str | None) -> str:
+        return file_of(group or "") if file_of else group or ""
+
+    def one(group: str | None, name: str) -> Finding:
+        ((layer, expert),) = layer_expert_numbers([name])
+        message = detail(group or "", name)
+        return make_finding(
+            code, message, file=where(group), tensor=name, layer=layer, expert=expert
+        )
+
+    def rest(group: str | None, names: Sequence[str], shown: int) -> Finding:
+        return make_finding(code, summary(group or "", list(names), shown), file=where(group))
+
+    return fold(ordered, one, rest, policy=policy)
+
+
+def _summary(what: str) -> Callable[[str, list[str], int], str]:
+    """A summary builder: '{n} [more ]tensors {what} ({layers, examples})'."""
+
+    def build(file: str, rest: list[str], shown: int) -> str:
+        more = f"{shown:,} listed above and " if shown else ""
+        rest_count = plural(len(rest), "more tensor")
+        where = what.replace("{file}", legible(file))
+        return f"{more}{rest_count} {where}: {describe_names(rest)}"
+
+    return build
+
+
+# -- helpers -------------------------------------------------------------------------------

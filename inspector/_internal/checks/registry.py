@@ -1,0 +1,113 @@
+"""Which rule runs for which layout: one typed table, one module per concern.
+
+A rule declares the codes it may emit (a test checks every emitted code is declared). To add
+a check, write a module in `inspector/_internal/checks/` with a function `ScannedCheckpoint ->
+findings` and register it here with the layouts it applies to (None: every layout).
+
+Model rules judge the checkpoint against the model its config.json builds
+(`inspector._internal.load.verdict`). Building that model is the costly part, so `check` computes
+the verdict once (or takes the caller's) and hands it to each model rule, after the plain rules:
+a model rule may also revise their findings with the model's exact facts (the index's
+`total_parameters` against the model's own count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.checks import (
+    dcp,
+    index,
+    load,
+    quant,
+    sharding,
+    sidecars,
+    structure,
+    torch_dist,
+)
+from inspector._internal.findings.codes import Code
+from inspector._internal.findings.finding import Finding
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = ["MODEL_RULES", "RULES", "ModelRule", "Rule", "model_rules_for", "rules_for"]
+
+_L = LayoutName
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A check: `run(scanned)` gives findings whose codes are all in `codes`; it runs on the
+    `layouts` named (None: every layout)."""
+
+    name: str
+    layouts: frozenset[LayoutName] | None
+    run: Callable[[ScannedCheckpoint], Iterable[Finding]]
+    codes: frozenset[Code]
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "index",
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        index.check_index_of,
+        index.CODES,
+    ),
+    Rule(
+        "sidecars", frozenset({_L.MODELOPT_PER_LAYER}), sidecars.check_sidecars_of, sidecars.CODES
+    ),
+    Rule(
+        "collapsed-shards",
+        frozenset({_L.SAFETENSORS_SINGLE, _L.HF_SHARDED}),
+        sharding.check_collapsed_shards,
+        sharding.CODES,
+    ),
+    Rule("dcp", frozenset({_L.DCP_SHARDED}), dcp.check_dcp, dcp.CODES),
+    Rule("torch-dist", frozenset({_L.TORCH_DIST}), torch_dist.check_torch_dist, torch_dist.CODES),
+    Rule("structure", None, structure.check_structure, structure.CODES),
+    Rule("quant-config", None, quant.check_quant_config, quant.CODES),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRule:
+    """A check against the model built from config.json: `run(scanned, verdict, found)` gets
+    the load verdict and the findings so far and returns them, revised where the model knows
+    better, with its own added; the codes it adds or revises are all in `codes`. It runs on
+    the `layouts` named (None: every layout)."""
+
+    name: str
+    layouts: frozenset[LayoutName] | None
+    run: Callable[[ScannedCheckpoint, LoadVerdict, list[Finding]], list[Finding]]
+    codes: frozenset[Code]
+
+
+MODEL_RULES: tuple[ModelRule, ...] = (
+    ModelRule(
+        "total-parameters",
+        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER}),
+        index.reconcile_with_model,
+        index.MODEL_CODES,
+    ),
+    ModelRule(
+        "mtp",
+        frozenset({_L.HF_SHARDED, _L.SAFETENSORS_SINGLE}),
+        structure.revise_mtp_with_model,
+        structure.MODEL_CODES,
+    ),
+    ModelRule("load", None, load.add_load_findings, load.CODES),
+)
+
+
+def rules_for(layout: LayoutName) -> tuple[Rule, ...]:
+    """The rules registered for `layout`, in table order."""
+    return tuple(r for r in RULES if r.layouts is None or layout in r.layouts)
+
+
+def model_rules_for(layout: LayoutName) -> tuple[ModelRule, ...]:
+    """The model rules registered for `layout`, in table order."""
+    return tuple(r for r in MODEL_RULES if r.layouts is None or layout in r.layouts)

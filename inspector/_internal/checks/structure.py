@@ -1,0 +1,491 @@
+"""Model structure against `config.json`: layers, experts, MTP, per-layer key sets. Pure.
+
+Expected facts come from the config when it says them and from the siblings' majority when it
+does not, so a checkpoint without a config is still checked for internal consistency.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from inspector._internal.checkpoint.naming import parse_names
+from inspector._internal.checkpoint.naming_rules import LAYERS_CONTAINER
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.checkpoint.spec import MTP_NOT_STORED
+from inspector._internal.checkpoint.tables import layer_keys
+from inspector._internal.common.display import legible
+from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.findings.codes import Code, code_set
+from inspector._internal.findings.finding import (
+    Finding,
+    examples,
+    fold,
+    fold_findings,
+    fold_ranges,
+    make_finding,
+)
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = ["CODES", "MODEL_CODES", "check_structure", "revise_mtp_with_model"]
+
+
+def _unique(
+    values: np.ndarray, *, return_counts: bool = False, return_inverse: bool = False
+) -> Any:
+    """`np.unique` for the non-negative integer codes used here: a bincount when the codes
+    are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
+    values = np.asarray(values)
+    top = int(values.max()) + 1 if values.size else 0
+    if return_inverse:
+        return np.unique(values, return_inverse=True)
+    if (
+        values.dtype.kind not in "iu"
+        or top > 4 * values.size + 1_000_000
+        or (values.size and int(values.min()) < 0)
+    ):
+        return np.unique(values, return_counts=True) if return_counts else np.unique(values)
+    counts = np.bincount(values, minlength=top)
+    present = np.flatnonzero(counts)
+    return (present, counts[present]) if return_counts else present
+
+
+CODES = code_set(
+    Code.LAYER_MISSING,
+    Code.MTP_MISSING,
+    Code.MTP_NOT_STORED,
+    Code.EXPERT_MISSING,
+    Code.EXPERT_INCOMPLETE,
+    Code.EXPERT_SHAPE_MISMATCH,
+    Code.LAYER_KEYSET_OUTLIER,
+)
+# What `revise_mtp_with_model` may revise.
+MODEL_CODES = code_set(Code.MTP_MISSING, Code.MTP_NOT_STORED)
+
+
+def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
+    """layer-missing, mtp-missing, expert-missing, expert-incomplete, expert-shape-mismatch,
+    layer-keyset-outlier."""
+    t = scanned.tensors
+    if t.empty:
+        return []
+    out: list[Finding] = []
+    out += _layer_missing(scanned)
+    out += _mtp_missing(scanned)
+    experts = _expert_rows(t)
+    if not experts.empty:
+        out += _expert_missing(scanned, experts)
+        out += _expert_incomplete(experts)
+        out += _expert_shape_mismatch(experts)
+    out += _keyset_outliers(scanned)
+    return out
+
+
+# -- layers --------------------------------------------------------------------------------
+
+
+def _stacked(t: pd.DataFrame) -> bool:
+    """torch_dist saves homogeneous stacks without a layer number: layer checks can't apply."""
+    no_layer = t["layer"].isna()
+    return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
+
+
+def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
+    n = scanned.spec.num_layers
+    if n is None or _stacked(scanned.tensors):
+        return []
+    present = set(scanned.tensors["layer"].dropna().astype(int))
+    missing = [i for i in range(n) if i not in present]
+    if not missing:
+        return []
+    where = f"{legible(scanned.spec.source or CONFIG_NAME)} declares {n} layers (0-{n - 1})"
+
+    def detail(_group: str | None, layer: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING, f"layer {layer} has no tensors; {where}", layer=layer
+        )
+
+    def summary(_group: str | None, rest: Sequence[int], shown: int) -> Finding:
+        return make_finding(
+            Code.LAYER_MISSING,
+            f"{shown:,} listed above and layers {fold_ranges(rest)} have no tensors "
+            f"({len(missing)} of {n} missing); {where}",
+        )
+
+    return fold(missing, detail, summary)
+
+
+def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
+    declared = scanned.spec.mtp_layers
+    layers = scanned.layers
+    stored = int(layers["is_mtp"].sum()) if len(layers) else 0
+    has_mtp_tensors = bool((scanned.tensors["kind"] == "mtp").any())
+    if declared <= 0 or stored or has_mtp_tensors:
+        return []
+    never = _saved_by_transformers(scanned) and scanned.spec.model_type in MTP_NOT_STORED
+    return [_mtp_finding(scanned, not_stored=never)]
+
+
+# Layouts `save_pretrained` writes. Megatron, Model-Optimizer exports (per-layer, or with
+# hf_quant_config.json) and DCP outputs store the MTP layers a config declares.
+_PRETRAINED_LAYOUTS = frozenset({LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE})
+
+
+def _saved_by_transformers(scanned: ScannedCheckpoint) -> bool:
+    return scanned.layout in _PRETRAINED_LAYOUTS and scanned.quant_config is None
+
+
+def _mtp_finding(
+    scanned: ScannedCheckpoint, *, not_stored: bool, built: str | None = None
+) -> Finding:
+    """mtp-not-stored or mtp-missing; `built`: the architecture the model rule built."""
+    declared = scanned.spec.mtp_layers
+    if not_stored:
+        model = scanned.spec.model_type or "this architecture"
+        shows = f", as the {legible(built)} built from config.json shows" if built else ""
+        return make_finding(
+            Code.MTP_NOT_STORED,
+            f"config declares {declared} MTP layer(s) the writer's model class never stores "
+            f"({legible(model)}: transformers builds no MTP module for it{shows}); fine for "
+            "transformers. MTP speculative decoding in serving engines needs them: restore "
+            "them with `ckpt-inspect repair --from <original release>`",
+        )
+    has = f"; the {legible(built)} built from config.json has MTP modules" if built else ""
+    return make_finding(
+        Code.MTP_MISSING,
+        f"config declares {declared} MTP layer(s) but no MTP tensor is stored{has}; MTP "
+        "speculative decoding will fail. Re-export with the MTP weights (a transformers "
+        "round trip drops them)",
+    )
+
+
+def revise_mtp_with_model(
+    scanned: ScannedCheckpoint, verdict: LoadVerdict, findings: list[Finding]
+) -> list[Finding]:
+    """The model rule (`inspector._internal.checks.registry`): with the model built from
+    config.json, whether its class stores MTP layers is known exactly, not from the `MTP_NOT_STORED`
+    table: a class with MTP modules misses their keys in the verdict (then the save lost
+    them: mtp-missing), one without never stores them (mtp-not-stored)."""
+    ours = [f for f in findings if f.code in (Code.MTP_MISSING, Code.MTP_NOT_STORED)]
+    if not verdict.ran or not ours or not _saved_by_transformers(scanned):
+        return findings
+    has_mtp = _names_mtp(scanned, verdict.missing)
+    want = Code.MTP_MISSING if has_mtp else Code.MTP_NOT_STORED
+    if all(f.code == want for f in ours):
+        return findings
+    revised = _mtp_finding(scanned, not_stored=not has_mtp, built=verdict.architecture or "model")
+    return [*(f for f in findings if f not in ours), revised]
+
+
+def _names_mtp(scanned: ScannedCheckpoint, names: Sequence[str]) -> bool:
+    """Any of `names` in an MTP block (`mtp.*`, or a layer past the decoder's)."""
+    parsed = parse_names(list(names))
+    layers = scanned.spec.num_layers
+    past = parsed.layer >= layers if layers is not None else np.zeros(len(names), dtype=bool)
+    return bool((parsed.mtp | (past & ~parsed.mtp)).any())
+
+
+# -- experts -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Experts:
+    """The expert tensors as integer-coded numpy columns: grouping 300,000 rows is done with
+    `np.unique` on combined codes, and Python only loops over the distinct groups."""
+
+    rows: pd.DataFrame
+    layer: np.ndarray
+    expert: np.ndarray
+    key: np.ndarray  # index into `keys`
+    keys: list[str]
+    sig: np.ndarray  # index into `sigs`
+    sigs: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return len(self.layer) == 0
+
+
+def _expert_rows(t: pd.DataFrame) -> _Experts:
+    mask = (t["kind"] == "expert").to_numpy(dtype=bool) & t["expert"].notna().to_numpy(dtype=bool)
+    mask &= t["layer"].notna().to_numpy(dtype=bool)
+    rows = t[mask]
+    key, keys = _key_codes(rows)
+    sig, sigs = _sig_codes(rows)
+    return _Experts(
+        rows=rows,
+        layer=rows["layer"].to_numpy(dtype=np.int64),
+        expert=rows["expert"].to_numpy(dtype=np.int64),
+        key=key,
+        keys=keys,
+        sig=sig,
+        sigs=sigs,
+    )
+
+
+def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
+    """(codes, labels) of a column; a missing value gets the label 'nan' (as `astype(str)`)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy(dtype=np.int64)
+        labels = [str(c) for c in column.cat.categories]
+    else:
+        codes, uniques = pd.factorize(column, use_na_sentinel=True)
+        labels = [str(u) for u in uniques]
+    return np.where(codes < 0, len(labels), codes), [*labels, "nan"]
+
+
+def _key_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """`module.param` of each row as a code; each distinct pair is joined once."""
+    module, modules = _category_codes(rows["module"])
+    param, params = _category_codes(rows["param"])
+    pairs, inverse = np.unique(module * len(params) + param, return_inverse=True)
+    keys = [f"{modules[p // len(params)]}.{params[p % len(params)]}" for p in pairs.tolist()]
+    return inverse.reshape(-1), keys
+
+
+def _sig_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
+    dtype, dtypes = _category_codes(rows["dtype"])
+    shape, shapes = pd.factorize(rows["shape"].map(tuple))
+    pairs, inverse = np.unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
+    n = max(len(shapes), 1)
+    sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
+    return inverse.reshape(-1), sigs
+
+
+def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
+    """Distinct `first * width + second` codes -> {first: [second, ...]} (sorted)."""
+    out: dict[int, list[int]] = defaultdict(list)
+    for code in _unique(codes).tolist():
+        out[code // width].append(code % width)
+    return out
+
+
+def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
+    """Expert ids a MoE layer lacks, against the most experts any source expects of it (the
+    config, the layer's router, the sibling layers: the layers table's experts_expected)."""
+    width = int(e.expert.max()) + 1
+    ids_by_layer = {k: set(v) for k, v in _by_first(e.layer * width + e.expert, width).items()}
+    layers = scanned.layers
+    numbers = layers["layer"].tolist()
+    expected_of = dict(zip(numbers, layers["experts_expected"].tolist(), strict=True))
+    source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
+    moe_layers = set(ids_by_layer)
+    if scanned.spec.moe_layers is not None:
+        present = set(scanned.tensors["layer"].dropna().astype(int))
+        moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
+    out = []
+    files = _file_mode(e)
+    mtp = set(layers.loc[layers["is_mtp"], "layer"].astype(int)) if len(layers) else set()
+    for layer in sorted(moe_layers):
+        expected = int(expected_of.get(layer, 0))
+        missing = sorted(set(range(expected)) - ids_by_layer.get(layer, set()))
+        if not missing:
+            continue
+        file = files.get(layer)
+        basis = _expert_basis(source_of.get(layer, ""), expected, layer in mtp)
+        out.append(
+            make_finding(
+                "expert-missing",
+                f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
+                f"{fold_ranges(missing)} missing ({len(missing)} of {expected}; {basis})"
+                + (f" in {legible(file)}" if file else ""),
+                file=file,
+                layer=layer,
+                expert=missing[0] if len(missing) == 1 else None,
+            )
+        )
+    return fold_findings(out, "MoE layers with missing experts")
+
+
+def _expert_basis(source: str, expected: int, mtp: bool) -> str:
+    """Which source set the expectation, as the finding says it."""
+    if source == "config":
+        return f"config declares {expected}"
+    if source == "router":
+        block = "block's" if mtp else "layer's"
+        return f"the {block} router weight has {expected} rows, one per expert"
+    return f"its sibling layers hold experts up to id {expected - 1}"
+
+
+def _file_mode(e: _Experts) -> dict[int, str]:
+    """The file holding most of each layer's expert tensors (ties: the first by name)."""
+    file, files = _category_codes(e.rows["file"])
+    order = np.argsort(np.array(files, dtype=object), kind="stable")
+    rank = np.empty(len(files), dtype=np.int64)
+    rank[order] = np.arange(len(files))
+    width = len(files)
+    codes, counts = _unique(e.layer * width + rank[file], return_counts=True)
+    best: dict[int, tuple[int, int]] = {}
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+        layer, r = divmod(code, width)
+        if layer not in best or count > best[layer][0]:
+            best[layer] = (count, r)
+    return {layer: files[int(order[r])] for layer, (_, r) in best.items()}
+
+
+def _expert_incomplete(e: _Experts) -> list[Finding]:
+    """An expert with fewer parameter tensors than the union its layer's experts agree on."""
+    n_keys, width = len(e.keys), int(e.expert.max()) + 1
+    triples = _unique((e.layer * width + e.expert) * n_keys + e.key)
+    owner, key = np.divmod(triples, n_keys)  # owner = layer * width + expert
+    layer = owner // width
+    experts_of = {k: len(v) for k, v in _by_first(owner, width).items()}
+    # How many experts of its layer hold each key; a key most experts have is expected of
+    # all, a rare key is not demanded.
+    lk, lk_counts = _unique(layer * n_keys + key, return_counts=True)
+    expected: dict[int, set[int]] = defaultdict(set)
+    for code, count in zip(lk.tolist(), lk_counts.tolist(), strict=True):
+        if count * 2 > experts_of[code // n_keys]:
+            expected[code // n_keys].add(code % n_keys)
+    is_expected = np.isin(
+        layer * n_keys + key, [lyr * n_keys + k for lyr in expected for k in expected[lyr]]
+    )
+    owners, held = _unique(owner[is_expected], return_counts=True)
+    held_of = dict(zip(owners.tolist(), held.tolist(), strict=True))
+    all_owners = _unique(owner).tolist()
+    short = [o for o in all_owners if held_of.get(o, 0) < len(expected.get(o // width, ()))]
+    return _incomplete_findings(e, short, owner, key, width, expected, experts_of)
+
+
+def _incomplete_findings(
+    e: _Experts,
+    short: list[int],
+    owner: np.ndarray,
+    key: np.ndarray,
+    width: int,
+    expected: dict[int, set[int]],
+    experts_of: dict[int, int],
+) -> list[Finding]:
+    groups: dict[int, dict[frozenset[str], list[int]]] = defaultdict(lambda: defaultdict(list))
+    for code in short:
+        layer, expert = divmod(code, width)
+        have = set(key[owner == code].tolist())
+        lacking = frozenset(e.keys[k] for k in expected[layer] - have)
+        groups[layer][lacking].append(expert)
+    out: list[Finding] = []
+    for layer in sorted(groups):
+        for lacking, experts in groups[layer].items():
+            out.append(
+                make_finding(
+                    "expert-incomplete",
+                    f"layer {layer}: experts {fold_ranges(experts)} lack "
+                    f"{examples(sorted(lacking))} that {experts_of[layer] - len(experts)} sibling "
+                    "experts have",
+                    layer=layer,
+                    expert=experts[0] if len(experts) == 1 else None,
+                )
+            )
+    return fold_findings(out, "expert groups lacking tensors their siblings have")
+
+
+def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
+    n_keys, n_sigs = len(e.keys), len(e.sigs)
+    codes, counts = _unique((e.layer * n_keys + e.key) * n_sigs + e.sig, return_counts=True)
+    by_group: dict[int, dict[int, int]] = defaultdict(dict)
+    for code, count in zip(codes.tolist(), counts.tolist(), strict=True):
+        by_group[code // n_sigs][code % n_sigs] = count
+    odd = [g for g, sigs in by_group.items() if len(sigs) > 1]
+    out: list[Finding] = []
+    for group in sorted(odd, key=lambda g: (g // n_keys, e.keys[g % n_keys])):
+        layer, key = divmod(group, n_keys)
+        counts_of = {e.sigs[s]: c for s, c in by_group[group].items()}
+        top = max(counts_of.values())
+        common = min(s for s, c in counts_of.items() if c == top)
+        for sig_value in sorted(s for s in counts_of if s != common):
+            sig = e.sigs.index(sig_value)
+            rows = np.flatnonzero((e.layer == layer) & (e.key == key) & (e.sig == sig))
+            experts = sorted(e.expert[rows].tolist())
+            out.append(
+                make_finding(
+                    "expert-shape-mismatch",
+                    f"layer {layer}: {legible(e.keys[key])} of experts {fold_ranges(experts)} is "
+                    f"{legible(sig_value)}, expected {legible(common)} like its siblings",
+                    file=str(e.rows["file"].iat[rows[0]]),
+                    tensor=str(e.rows["name"].iat[rows[0]]),
+                    layer=layer,
+                    expert=experts[0] if len(experts) == 1 else None,
+                )
+            )
+    return fold_findings(out, "expert tensors whose shape or dtype differs from their siblings'")
+
+
+# -- key sets ------------------------------------------------------------------------------
+
+
+def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
+    """A layer whose keys (`module.param` after the layer prefix, sharded objects included)
+    differ from the others of its kind; an MTP block's standard parts (attention, MLP,
+    experts, router) against the keys of every decoder layer, its own head (enorm, hnorm,
+    eh_proj, final norm) left out."""
+    rows = layer_keys(scanned)
+    if rows.empty:
+        return []
+    layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
+    is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
+    layer = rows["layer"].to_numpy(dtype=np.int64)
+    key, keys = _key_codes(rows)
+    sets = {
+        n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
+    }
+    decoder = [n for n in sets if not is_mtp.get(n, False)]
+    out = _decoder_outliers(decoder, sets, layer_kind)
+    decoder_keys = set().union(*(sets[n] for n in decoder))
+    head = rows["kind"].to_numpy() == "mtp"
+    block = {
+        n: {keys[k] for k in ks}
+        for n, ks in _by_first(layer[~head] * len(keys) + key[~head], len(keys)).items()
+    }
+    for mtp_layer in sorted(n for n in sets if is_mtp.get(n, False)):
+        extra = sorted(block.get(mtp_layer, set()) - decoder_keys)
+        if decoder and extra:
+            out.append(
+                make_finding(
+                    "layer-keyset-outlier",
+                    f"MTP layer {mtp_layer} carries {examples(extra)} entries that no decoder "
+                    "layer has; the MTP block built its state dict differently "
+                    "(check the exporter)",
+                    layer=mtp_layer,
+                )
+            )
+    return out
+
+
+def _decoder_outliers(
+    layers: list[int], sets: dict[int, set[str]], kinds: dict[int, str]
+) -> list[Finding]:
+    out: list[Finding] = []
+    by_kind: dict[str, list[int]] = defaultdict(list)
+    for layer in layers:
+        by_kind[kinds.get(layer, "other")].append(layer)
+    for kind, members in by_kind.items():
+        if len(members) < 3:
+            continue
+        frozen = {n: frozenset(sets[n]) for n in members}
+        common, votes = Counter(frozen.values()).most_common(1)[0]
+        if votes * 2 <= len(members):
+            continue
+        for layer in sorted(members):
+            extra, lacking = sorted(frozen[layer] - common), sorted(common - frozen[layer])
+            if not extra and not lacking:
+                continue
+            parts = [
+                f"extra {examples(extra)}" if extra else "",
+                f"lacks {examples(lacking)}" if lacking else "",
+            ]
+            out.append(
+                make_finding(
+                    "layer-keyset-outlier",
+                    f"layer {layer} ({kind}): key set differs from {votes} sibling {kind} layers: "
+                    + "; ".join(p for p in parts if p),
+                    layer=layer,
+                )
+            )
+    return fold_findings(out, "layers whose key set differs from their siblings'")

@@ -1,0 +1,1 @@
+"""The ckpt-inspect command: one module per command."""

@@ -1,0 +1,230 @@
+"""What the commands share: the checkpoint argument, the options of reading (local and
+remote) and of the load check, and how a command prints its result and exits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
+from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.storage import is_remote
+from inspector._internal.storage.guard import origin
+from inspector._internal.storage.remote import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_READ_AHEAD,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+)
+
+__all__ = [
+    "EXIT_CANNOT",
+    "EXIT_FOUND",
+    "EXIT_OK",
+    "add_model_arguments",
+    "add_path_arguments",
+    "add_remote_arguments",
+    "confirm",
+    "emit",
+    "exit_for",
+    "remote_kwargs",
+    "scan_from_args",
+    "scan_path",
+    "target",
+    "verdict_from_args",
+]
+
+
+EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
+
+
+def target(text: str) -> Path | str:
+    """A command-line checkpoint: a URL stays a string (s3://, gs://, hf://, https://), a
+    local path becomes a Path."""
+    return text if is_remote(text) else Path(text)
+
+
+def add_path_arguments(p: argparse.ArgumentParser) -> None:
+    """PATH, --json, --header-cap and --layout, as every read-only command takes them, and
+    the options of remote storage (`add_remote_arguments`)."""
+    p.add_argument(
+        "path",
+        type=target,
+        help="checkpoint folder or .safetensors file, or a URL: s3://bucket/prefix, gs://..., "
+        "hf://org/repo[@revision][/subfolder], https://host/folder/",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--header-cap",
+        type=int,
+        default=DEFAULT_HEADER_CAP,
+        metavar="BYTES",
+        help=f"largest safetensors header to read (default {DEFAULT_HEADER_CAP:,})",
+    )
+    p.add_argument("--layout", help="force a layout instead of detecting it")
+    add_remote_arguments(p)
+
+
+def add_remote_arguments(p: argparse.ArgumentParser) -> None:
+    """--storage-option, --max-concurrency, --read-ahead, --timeout, --read-timeout and
+    --allow-redirect (remote checkpoints)."""
+    group = p.add_argument_group("remote checkpoints (s3://, gs://, hf://, https://)")
+    group.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        type=storage_option,
+        metavar="KEY=VALUE",
+        help="passed to the fsspec file system (repeatable; VALUE is JSON when it parses: "
+        "anon=true, endpoint_url=http://..., client_kwargs.region_name=eu-west-1); credentials "
+        "come from the usual places (AWS_PROFILE, AWS_ENDPOINT_URL, gcloud ADC, HF_TOKEN)",
+    )
+    group.add_argument(
+        "--max-concurrency",
+        type=positive,
+        default=DEFAULT_CONCURRENCY,
+        metavar="N",
+        help=f"requests in flight at once (default {DEFAULT_CONCURRENCY})",
+    )
+    group.add_argument(
+        "--read-ahead",
+        type=positive,
+        default=DEFAULT_READ_AHEAD,
+        metavar="BYTES",
+        help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
+        f"request (default {DEFAULT_READ_AHEAD:,})",
+    )
+    group.add_argument(
+        "--timeout",
+        type=seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="longest one request (a listing, a read of up to 8 MiB) may take, retries "
+        f"included; a server that trickles or stalls ends there (default {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--read-timeout",
+        type=seconds,
+        default=DEFAULT_READ_TIMEOUT,
+        metavar="SECONDS",
+        help="longest a connection may bring no byte before the request is tried again "
+        f"(default {DEFAULT_READ_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--allow-redirect",
+        action="append",
+        default=[],
+        type=origin_option,
+        metavar="ORIGIN",
+        help="also follow redirects to ORIGIN (https://host[:port]; repeatable); by default "
+        "a redirect is followed only within the origin a request went to",
+    )
+
+
+def storage_option(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE, e.g. anon=true")
+    try:
+        parsed: object = json.loads(value)
+    except ValueError:
+        parsed = value
+    return key.strip(), parsed
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: expected 1 or more")
+    return value
+
+
+def seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 seconds")
+    return value
+
+
+def origin_option(text: str) -> str:
+    try:
+        return origin(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of `scan` for the remote options of a command."""
+    return {
+        "storage_options": dict(getattr(args, "storage_option", None) or []),
+        "max_concurrency": getattr(args, "max_concurrency", DEFAULT_CONCURRENCY),
+        "read_ahead": getattr(args, "read_ahead", DEFAULT_READ_AHEAD),
+        "timeout": getattr(args, "timeout", DEFAULT_TIMEOUT),
+        "read_timeout": getattr(args, "read_timeout", DEFAULT_READ_TIMEOUT),
+        "allow_redirects": tuple(getattr(args, "allow_redirect", None) or ()),
+    }
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """--no-model and --trust-remote-code, as every command that runs `check()` takes them."""
+    p.add_argument(
+        "--no-model",
+        dest="model",
+        action="store_false",
+        help="skip the model-aware load check (building the model named by config.json)",
+    )
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let the load check run modelling code that sits in the checkpoint folder",
+    )
+
+
+def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> LoadVerdict | None:
+    """The load verdict a command built with `add_model_arguments` asked for (None: --no-model)."""
+    if not args.model:
+        return None
+
+    return load_verdict(scanned, trust_remote_code=args.trust_remote_code)
+
+
+def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
+    """Scan the PATH of a command built with `add_path_arguments`."""
+    return scan(args.path, header_cap=args.header_cap, layout=args.layout, **remote_kwargs(args))
+
+
+def scan_path(path: Path | str, args: argparse.Namespace) -> ScannedCheckpoint:
+    return scan(path, **remote_kwargs(args))
+
+
+def exit_for(counts: dict[str, int], fail_on: str) -> int:
+    if fail_on == "never":
+        return EXIT_OK
+    worst = ("error",) if fail_on == "error" else ("error", "warning")
+    return EXIT_FOUND if any(counts.get(s, 0) for s in worst) else EXIT_OK
+
+
+def emit(obj: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], str]) -> None:
+    if as_json:
+        json.dump(obj, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(render(obj))
+
+
+def confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")

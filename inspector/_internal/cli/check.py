@@ -1,0 +1,67 @@
+"""`ckpt-inspect check`: every finding and its fix; the CI gate (`--fail-on`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from inspector._internal.checks import check
+from inspector._internal.cli.args import (
+    add_model_arguments,
+    add_path_arguments,
+    emit,
+    exit_for,
+    scan_from_args,
+    verdict_from_args,
+)
+from inspector._internal.report.text import check_result, format_check
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `check` command to the CLI's subcommands."""
+    p = sub.add_parser(
+        "check", help="report every finding (drift, structure, will it load) and its fix; CI gate"
+    )
+    add_path_arguments(p)
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "never"),
+        default="error",
+        help="exit 1 when a finding of this severity or worse exists (default: error)",
+    )
+    p.add_argument(
+        "--deep",
+        action="store_true",
+        help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
+    )
+    p.add_argument(
+        "--values",
+        choices=("sample", "full"),
+        help="read tensor values for per-tensor statistics judged against the sibling layers "
+        "and experts (NaN/Inf, all-zero, never-written, outlier tensors): `sample` reads a few "
+        "small windows of each tensor, `full` every byte (see the docs' Tensor values page)",
+    )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="with --json: list every name of the load verdict (by default each list keeps "
+        "its first few names and its count)",
+    )
+    add_model_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    scanned = scan_from_args(args)
+    verdict = verdict_from_args(args, scanned)
+    findings = check(
+        scanned,
+        deep=args.deep,
+        values=args.values,
+        model=verdict is not None,
+        verdict=verdict,
+    )
+    result = check_result(scanned, findings, verdict=verdict, full=args.full)
+    emit(result, args.json, format_check)
+    return exit_for(result["counts"], args.fail_on)

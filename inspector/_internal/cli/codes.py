@@ -1,0 +1,41 @@
+"""`ckpt-inspect codes`: every finding code with its severity, meaning and fix."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from inspector._internal.cli.args import EXIT_OK, emit
+from inspector._internal.findings.codes import Code, codes_markdown
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `codes` command to the CLI's subcommands."""
+    p = sub.add_parser("codes", help="list every finding code with its severity and meaning")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.markdown:
+        sys.stdout.write(codes_markdown())
+        return EXIT_OK
+    table = {
+        c.value: {
+            "severity": c.severity.value,
+            "group": c.group,
+            "help": c.help,
+            "fix": {"kind": c.fix.kind, "text": c.fix.text},
+        }
+        for c in Code
+    }
+    if args.json:
+        emit(table, True, str)
+        return EXIT_OK
+    width = max(map(len, table))
+    for code, row in table.items():
+        print(f"{code:<{width}}  {row['severity']:<7}  {row['help']}")
+    return EXIT_OK

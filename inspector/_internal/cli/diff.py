@@ -1,0 +1,48 @@
+"""`ckpt-inspect diff A B`: what differs between two checkpoints."""
+
+from __future__ import annotations
+
+import argparse
+
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.cli.args import (
+    EXIT_FOUND,
+    EXIT_OK,
+    add_remote_arguments,
+    emit,
+    remote_kwargs,
+    target,
+)
+from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
+from inspector._internal.report.text import format_diff
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `diff` command to the CLI's subcommands."""
+    p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
+    p.add_argument("a", type=target, help="first checkpoint (a folder, a file or a URL)")
+    p.add_argument("b", type=target, help="second checkpoint (a folder, a file or a URL)")
+    p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="A is the checkpoint B was derived from: classify each difference as expected "
+        "(quantization, experts fused, MTP added) or not; exit 1 only for unexpected ones",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    add_remote_arguments(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    a = scan(args.a, header_cap=args.header_cap, **remote_kwargs(args))
+    b = scan(args.b, header_cap=args.header_cap, **remote_kwargs(args))
+    result = diff_checkpoints(a, b, data=args.data, reference=args.reference)
+    emit(result.to_dict(), args.json, format_diff)
+    if args.reference:
+        return EXIT_FOUND if result.unexpected or result.data_unreadable else EXIT_OK
+    return EXIT_OK if result.identical else EXIT_FOUND

@@ -1,0 +1,805 @@
+"""The finding codes: one table, the stable interface of every check.
+
+Each `Code` member is the code string itself (a `StrEnum`, so `Code.INDEX_MISSING_FILE ==
+"index-missing-file"`), with its severity, the group it is listed under, a one-line help
+text that says what it means, and its fix (`Code.fix`: the kind of action and what to do).
+`ckpt-inspect codes`, `docs/findings.md`, the dashboard and the reports all read this table; nothing
+else lists codes.
+
+Codes are never renamed or removed: CI scripts gate on them. Add new ones freely.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Literal
+
+__all__ = [
+    "CODES",
+    "CODE_HELP",
+    "GROUPS",
+    "Code",
+    "Fix",
+    "FixKind",
+    "Severity",
+    "code_of",
+    "code_set",
+    "codes_in_group",
+    "codes_markdown",
+    "severity_rank",
+]
+
+
+class Severity(StrEnum):
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+_RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2}
+
+
+def severity_rank(severity: str) -> int:
+    """0 for error, 1 for warning, 2 for info: sort key, worst first."""
+    return _RANK[Severity(severity)]
+
+
+# Section titles, in the order `docs/findings.md` and `ckpt-inspect codes` list them.
+GROUPS = (
+    "Shard integrity",
+    "Index against shards",
+    "Per-layer sidecars",
+    "Model structure against config.json and hf_quant_config.json",
+    "DCP-sharded safetensors",
+    "Megatron torch_dist",
+    "What the model code itself would load",
+    "Tensor data (check --deep, check --values)",
+    "Files the checkpoint cannot safely give us",
+)
+_S, _I, _P, _M, _D, _T, _L, _X, _U = GROUPS
+_E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
+
+
+# What kind of action fixes a finding: a repair plan, restoring files or tensors from a source,
+# re-exporting from the training run, consolidating, re-sharding, or a person's review.
+FixKind = Literal["repair", "restore", "re-export", "consolidate", "reshard", "review"]
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """What fixes a finding of a code: the kind of action and, in words, what to do."""
+
+    kind: FixKind
+    text: str
+
+
+class Code(StrEnum):
+    """A finding code: `.severity`, `.group`, `.help` and `.fix` come with it."""
+
+    severity: Severity
+    group: str
+    help: str
+    fix: Fix
+
+    def __new__(cls, value: str, severity: Severity, group: str, text: str) -> Code:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.severity = severity
+        member.group = group
+        member.help = text
+        return member
+
+    # -- shard integrity (any safetensors file) ---------------------------------------------
+    HEADER_UNREADABLE = (
+        "header-unreadable",
+        _E,
+        _S,
+        "The safetensors header cannot be read (too short, length past the end or over the "
+        "cap, not a JSON object): the file is truncated or not safetensors; re-copy it.",
+    )
+    HEADER_INVALID_ENTRY = (
+        "header-invalid-entry",
+        _E,
+        _S,
+        "A tensor entry lacks or mistypes dtype, shape or data_offsets: the writer produced a "
+        "broken header; re-export the shard.",
+    )
+    HEADER_DUPLICATE_KEY = (
+        "header-duplicate-key",
+        _W,
+        _S,
+        "The same tensor name appears twice in one header; loaders keep one of them silently.",
+    )
+    UNKNOWN_DTYPE = (
+        "unknown-dtype",
+        _E,
+        _S,
+        "A dtype outside the safetensors list; no standard loader can read it.",
+    )
+    SIZE_MISMATCH = (
+        "size-mismatch",
+        _E,
+        _S,
+        "A tensor's byte range does not match prod(shape) x dtype size: the header is wrong or "
+        "the data is packed differently than declared.",
+    )
+    OFFSET_INVALID = (
+        "offset-invalid",
+        _E,
+        _S,
+        "Data offsets leave a gap, overlap or run past the data section; the shard is corrupt.",
+    )
+    FILE_TRUNCATED = (
+        "file-truncated",
+        _E,
+        _S,
+        "The file is shorter than its header says (interrupted copy or write); re-copy or "
+        "re-export it.",
+    )
+    TRAILING_BYTES = (
+        "trailing-bytes",
+        _W,
+        _S,
+        "The file is longer than its header says; strict readers reject it.",
+    )
+    # -- index against shards ---------------------------------------------------------------
+    INDEX_UNREADABLE = (
+        "index-unreadable",
+        _E,
+        _I,
+        "model.safetensors.index.json is not valid JSON or lacks a weight_map; rebuild it with "
+        "`ckpt-inspect repair`.",
+    )
+    INDEX_UNSAFE_PATH = (
+        "index-unsafe-path",
+        _E,
+        _I,
+        "The index points outside the checkpoint folder; never load it as is.",
+    )
+    INDEX_MISSING_FILE = (
+        "index-missing-file",
+        _E,
+        _I,
+        "The index names a shard that is not on disk; its tensors would stay uninitialised. "
+        "Copy the shard or rebuild the index.",
+    )
+    INDEX_DANGLING_TENSOR = (
+        "index-dangling-tensor",
+        _E,
+        _I,
+        "The index lists a tensor no shard holds; loading fails or leaves it uninitialised.",
+    )
+    INDEX_WRONG_FILE = (
+        "index-wrong-file",
+        _E,
+        _I,
+        "The index maps a tensor to the wrong shard; rebuild the index.",
+    )
+    UNINDEXED_TENSOR = (
+        "unindexed-tensor",
+        _E,
+        _I,
+        "A shard holds a tensor the index does not list, so loaders silently ignore it (e.g. "
+        "lost MTP weights); rebuild the index.",
+    )
+    UNINDEXED_FILE = (
+        "unindexed-file",
+        _W,
+        _I,
+        "A .safetensors file the index never names: a leftover or a forgotten shard.",
+    )
+    DUPLICATE_TENSOR = (
+        "duplicate-tensor",
+        _E,
+        _I,
+        "One tensor name in several shards; loaders keep whichever they read last. Decide "
+        "which copy is right, then repair.",
+    )
+    TOTAL_SIZE_MISMATCH = (
+        "total-size-mismatch",
+        _W,
+        _I,
+        "metadata.total_size differs from the sum of tensor bytes; usually harmless, but it "
+        "can reveal missing or extra tensors.",
+    )
+    TOTAL_PARAMETERS_MISMATCH = (
+        "total-parameters-mismatch",
+        _W,
+        _I,
+        "metadata.total_parameters differs from what the writer would have counted (model "
+        "parameters; saved buffers and quantization scales are not parameters).",
+    )
+    # -- per-layer sidecars -----------------------------------------------------------------
+    SIDECAR_MISSING = (
+        "sidecar-missing",
+        _E,
+        _P,
+        "A per-layer shard has no .json sidecar, or a sidecar has no shard.",
+    )
+    SIDECAR_UNLISTED_TENSOR = (
+        "sidecar-unlisted-tensor",
+        _E,
+        _P,
+        "A shard holds a tensor its sidecar does not list (the sidecar was written before the "
+        "tensor was added); the merged index misses it too.",
+    )
+    SIDECAR_DANGLING_TENSOR = (
+        "sidecar-dangling-tensor",
+        _E,
+        _P,
+        "A sidecar lists a tensor its shard does not hold.",
+    )
+    SIDECAR_TOTAL_SIZE_MISMATCH = (
+        "sidecar-total-size-mismatch",
+        _W,
+        _P,
+        "A sidecar's total_size differs from its shard's tensor bytes.",
+    )
+    SIDECAR_INDEX_DISAGREE = (
+        "sidecar-index-disagree",
+        _E,
+        _P,
+        "The merged sidecars and model.safetensors.index.json disagree.",
+    )
+    SIDECAR_UNREADABLE = (
+        "sidecar-unreadable",
+        _E,
+        _P,
+        "A per-layer sidecar is not valid JSON or lacks a weight_map.",
+    )
+    # -- model structure --------------------------------------------------------------------
+    CONFIG_UNREADABLE = (
+        "config-unreadable",
+        _E,
+        _M,
+        "config.json is not valid JSON (e.g. truncated by concurrent writers); restore it from "
+        "the training run.",
+    )
+    LAYER_MISSING = (
+        "layer-missing",
+        _E,
+        _M,
+        "A layer that config.json declares has no tensors.",
+    )
+    EXPERT_MISSING = (
+        "expert-missing",
+        _E,
+        _M,
+        "An MoE layer lacks expert ids the config, the router or its sibling layers declare "
+        "(e.g. EP ranks overwrote each other); re-export from the training checkpoint.",
+    )
+    EXPERT_INCOMPLETE = (
+        "expert-incomplete",
+        _E,
+        _M,
+        "An expert has fewer tensors than its siblings (a projection or a quantization scale "
+        "is missing).",
+    )
+    EXPERT_SHAPE_MISMATCH = (
+        "expert-shape-mismatch",
+        _E,
+        _M,
+        "An expert tensor's shape or dtype differs from its siblings'.",
+    )
+    LAYER_KEYSET_OUTLIER = (
+        "layer-keyset-outlier",
+        _W,
+        _M,
+        "A layer's set of tensor suffixes differs from the other layers of its kind (extra "
+        "_extra_state, partly quantized).",
+    )
+    MTP_MISSING = (
+        "mtp-missing",
+        _W,
+        _M,
+        "The config declares MTP layers but none are stored; MTP speculative decoding will "
+        "not work.",
+    )
+    MTP_NOT_STORED = (
+        "mtp-not-stored",
+        _N,
+        _M,
+        "The config declares MTP layers that the writer's model class never stores "
+        "(transformers builds no MTP module for it); fine for transformers. MTP speculative "
+        "decoding in serving engines needs them: restore them with `ckpt-inspect repair "
+        "--from <original release>`.",
+    )
+    QUANT_CONFIG_UNREADABLE = (
+        "quant-config-unreadable",
+        _E,
+        _M,
+        "hf_quant_config.json is not valid JSON.",
+    )
+    QUANT_CONFIG_MISSING_LAYER = (
+        "quant-config-missing-layer",
+        _E,
+        _M,
+        "A quantized module has no quantized_layers entry and no matching exclude pattern; "
+        "loaders treat it as unquantized.",
+    )
+    QUANT_CONFIG_STALE_LAYER = (
+        "quant-config-stale-layer",
+        _W,
+        _M,
+        "A quantized_layers entry names a module with no tensors.",
+    )
+    # -- DCP-sharded safetensors ------------------------------------------------------------
+    DCP_SHARDING_INFO_MISSING = (
+        "dcp-sharding-info-missing",
+        _E,
+        _D,
+        "A DCP shard lacks DCP_SHARDING_INFO (or offsets for one of its tensors); its chunks "
+        "cannot be placed.",
+    )
+    DCP_COVERAGE_GAP = (
+        "dcp-coverage-gap",
+        _E,
+        _D,
+        "A tensor's chunks do not cover its full shape: a rank's file is missing or short.",
+    )
+    DCP_CHUNK_OVERLAP = (
+        "dcp-chunk-overlap",
+        _E,
+        _D,
+        "Two chunks of one tensor overlap.",
+    )
+    DCP_DTYPE_CONFLICT = (
+        "dcp-dtype-conflict",
+        _E,
+        _D,
+        "Chunks of one tensor disagree on dtype or number of dimensions.",
+    )
+    MAPPING_UNMAPPED_TENSOR = (
+        "mapping-unmapped-tensor",
+        _W,
+        _D,
+        "A tensor is absent from fqn_to_file_index_mapping.json; consolidation has to place "
+        "it itself.",
+    )
+    MAPPING_DANGLING_TENSOR = (
+        "mapping-dangling-tensor",
+        _W,
+        _D,
+        "The file-index mapping lists a tensor no shard holds (e.g. a tied alias).",
+    )
+    MAPPING_COLLAPSED = (
+        "mapping-collapsed",
+        _W,
+        _D,
+        "Every tensor maps to one output file, or the output would exceed the shard size "
+        "limit; consolidate with a reference index or greedy packing.",
+    )
+    MAPPING_UNREADABLE = (
+        "mapping-unreadable",
+        _E,
+        _D,
+        "fqn_to_file_index_mapping.json is not valid JSON or not {fqn: index}.",
+    )
+    # -- Megatron torch_dist ----------------------------------------------------------------
+    TORCH_DIST_METADATA_UNREADABLE = (
+        "torch-dist-metadata-unreadable",
+        _E,
+        _T,
+        "The torch_dist .metadata is missing, corrupt or pickles classes outside the DCP "
+        "metadata (refused, never executed).",
+    )
+    TORCH_DIST_MISSING_FILE = (
+        "torch-dist-missing-file",
+        _E,
+        _T,
+        "A .distcp file the metadata points into is missing or too short.",
+    )
+    TORCH_DIST_CHUNK_GAP = (
+        "torch-dist-chunk-gap",
+        _E,
+        _T,
+        "A tensor's chunks do not cover its global size.",
+    )
+    TORCH_DIST_COMMON_DRIFT = (
+        "torch-dist-common-drift",
+        _E,
+        _T,
+        "Common state and sharded metadata disagree (e.g. the rerun state machine is active "
+        "but its shards were not saved); loading will fail.",
+    )
+    TORCH_DIST_METADATA_JSON = (
+        "torch-dist-metadata-json",
+        _W,
+        _T,
+        "metadata.json is missing, unreadable or not torch_dist.",
+    )
+    TORCH_DIST_CHUNK_OVERLAP = (
+        "torch-dist-chunk-overlap",
+        _E,
+        _T,
+        "Two stored chunks of one tensor overlap.",
+    )
+    TORCH_DIST_OBJECT_INCOMPLETE = (
+        "torch-dist-object-incomplete",
+        _E,
+        _T,
+        "A sharded object's keys declare a grid of shards (`<key>/shard_<offsets>_<shape>`, "
+        "e.g. one per rank) but .metadata lacks some of them: the ranks that need them fail "
+        "to load; restore the lost ranks' objects from the original save or re-save.",
+    )
+    TORCH_DIST_COMMON_UNREADABLE = (
+        "torch-dist-common-unreadable",
+        _W,
+        _T,
+        "common.pt cannot be read with weights_only=True.",
+    )
+    # -- what the model code itself would load ----------------------------------------------
+    LOAD_MISSING_TENSOR = (
+        "load-missing-tensor",
+        _E,
+        _L,
+        "The model built from config.json expects a tensor (or, under the quantization config, "
+        "a scale) the checkpoint lacks, after tied weights and the model's own ignore lists: "
+        "transformers would re-initialise it at random, serving engines fail or load garbage; "
+        "restore it (`ckpt-inspect repair --from REF`) or fix config.json.",
+    )
+    LOAD_UNEXPECTED_TENSOR = (
+        "load-unexpected-tensor",
+        _W,
+        _L,
+        "The checkpoint holds a tensor the model built from config.json would not load "
+        "(transformers drops it; strict loaders refuse it): a config that names the wrong "
+        "architecture or sizes, or a stray tensor; MTP layers are not reported.",
+    )
+    LOAD_SHAPE_MISMATCH = (
+        "load-shape-mismatch",
+        _E,
+        _L,
+        "A stored tensor (after transformers' own conversion, e.g. experts stacked) has another "
+        "shape than the model built from config.json: loading fails, or with "
+        "ignore_mismatched_sizes the weight is re-initialised; fix config.json or the tensor.",
+    )
+    # -- tensor data ------------------------------------------------------------------------
+    TENSOR_ALL_ZERO = (
+        "tensor-all-zero",
+        _W,
+        _X,
+        "A tensor holds only zeros: often a tensor that was never written.",
+    )
+    TENSOR_NONFINITE = (
+        "tensor-nonfinite",
+        _E,
+        _X,
+        "A tensor holds NaN or Inf values.",
+    )
+    DUPLICATE_TENSOR_CONTENT = (
+        "duplicate-tensor-content",
+        _E,
+        _X,
+        "One tensor name in several shards with DIFFERENT bytes; loaders keep whichever they "
+        "read last.",
+    )
+    DUPLICATE_TENSOR_IDENTICAL = (
+        "duplicate-tensor-identical",
+        _N,
+        _X,
+        "One tensor name in several shards with the same bytes; harmless but wasteful.",
+    )
+    TENSOR_UNINITIALISED = (
+        "tensor-uninitialised",
+        _E,
+        _X,
+        "A tensor's bits look like memory that was never written (torch.empty left as is): a "
+        "large share of subnormal values, of magnitudes no weight reaches (> 1e30 in BF16/F32) "
+        "or one repeated bit pattern, where the same tensor in the sibling layers or experts "
+        "shows none. The converter skipped it (an unmapped expert, a name it did not know): "
+        "re-export that tensor from the source checkpoint, or restore it with `ckpt-inspect "
+        "repair --from REF`. (`check --values sample|full`)",
+    )
+    TENSOR_VALUES_OUTLIER = (
+        "tensor-values-outlier",
+        _W,
+        _X,
+        "A tensor's statistics are orders of magnitude off the same tensor in its sibling "
+        "layers or experts (robust median and MAD over the siblings): std 0 where they vary, "
+        "std 10x or more away, or absmax 100x or more away. A rescaled, half-converted or "
+        "mis-mapped tensor makes a model that loads but talks gibberish: compare it with the "
+        "source checkpoint (`ckpt-inspect diff --data`) and re-export it; `ckpt.values` shows "
+        "the statistics of every sibling. (`check --values sample|full`)",
+    )
+    # -- untrusted input refused ---------------------------------------------------------------
+    FILE_UNSAFE = (
+        "file-unsafe",
+        _E,
+        _U,
+        "A file the checkpoint names or holds is not a regular file (a FIFO, a device, a "
+        "socket), is a link whose target leaves the checkpoint folder, or is a link loop; "
+        "remotely, the server redirects it to another origin. It was not read (a FIFO would "
+        "hang the reader, /dev/zero exhaust memory, a link to a file elsewhere leak it into "
+        "reports, a redirect serve another server's file as this checkpoint); put the real "
+        "file in the folder (or trust the origin with --allow-redirect). The Hugging Face "
+        "cache layout (snapshots/<rev>/ linking into the same repository's blobs/) is "
+        "allowed.",
+    )
+    PICKLE_HOSTILE = (
+        "pickle-hostile",
+        _E,
+        _U,
+        "A pickle (.metadata, common.pt, common state) names callables that run code or reach "
+        "the system (subprocess.Popen, eval, os.system...). Refused before unpickling, nothing "
+        "ran; do not load this checkpoint with plain torch.load or pickle.",
+    )
+    PICKLE_BOMB = (
+        "pickle-bomb",
+        _E,
+        _U,
+        "A pickle would take unbounded work or memory to unpickle (shared references that "
+        "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
+        "Refused before unpickling; the file was crafted or is corrupt.",
+    )
+    CHECK_BUDGET_EXCEEDED = (
+        "check-budget-exceeded",
+        _W,
+        _U,
+        "A check would need more work than any real checkpoint asks for (e.g. the chunks of "
+        "one tensor form no grid over millions of boundaries): it stopped at its budget, so "
+        "what the finding names was NOT verified. A real writer never produces this; the file "
+        "was crafted or is corrupt: re-save the checkpoint.",
+    )
+
+
+# The fix of every code (a test checks each code has one). Issues (`findings/issues.py`), the
+# CLI, the reports and docs/findings.md take it from here.
+_FIXES: dict[str, Fix] = {
+    # -- shard integrity
+    "header-unreadable": Fix("restore", "re-copy the shard from its source, or re-export it"),
+    "header-invalid-entry": Fix(
+        "re-export", "re-export the shard: its writer produced a broken header"
+    ),
+    "header-duplicate-key": Fix(
+        "re-export", "re-export the shard so that each tensor name appears once"
+    ),
+    "unknown-dtype": Fix("re-export", "re-export the tensor in a safetensors dtype a loader reads"),
+    "size-mismatch": Fix("re-export", "re-export the shard: the header and the data disagree"),
+    "offset-invalid": Fix("restore", "re-copy the shard from its source, or re-export it"),
+    "file-truncated": Fix(
+        "restore", "re-copy the shard (an interrupted copy or write), or re-export it"
+    ),
+    "trailing-bytes": Fix("restore", "re-copy the shard from its source, or re-export it"),
+    # -- index against shards
+    "index-unreadable": Fix(
+        "repair", "rebuild the index from the shard headers (`ckpt-inspect repair`)"
+    ),
+    "index-unsafe-path": Fix(
+        "repair",
+        "do not load the index as is: rebuild it from the shard headers (`ckpt-inspect repair`)",
+    ),
+    "index-missing-file": Fix(
+        "restore",
+        "copy the missing shard again, or rebuild the index without it (`ckpt-inspect repair`)",
+    ),
+    "index-dangling-tensor": Fix(
+        "repair", "rebuild the index from the shard headers (`ckpt-inspect repair`)"
+    ),
+    "index-wrong-file": Fix(
+        "repair", "rebuild the index from the shard headers (`ckpt-inspect repair`)"
+    ),
+    "unindexed-tensor": Fix(
+        "repair", "rebuild the index so that it lists every stored tensor (`ckpt-inspect repair`)"
+    ),
+    "duplicate-tensor": Fix(
+        "review", "decide which copy is right, remove the other, then rebuild the index"
+    ),
+    "total-size-mismatch": Fix(
+        "repair", "rebuild the index, which recomputes metadata.total_size (`ckpt-inspect repair`)"
+    ),
+    "total-parameters-mismatch": Fix(
+        "repair",
+        "rebuild the index, which recounts metadata.total_parameters (`ckpt-inspect repair`)",
+    ),
+    # -- per-layer sidecars
+    "sidecar-missing": Fix(
+        "repair", "rebuild the sidecars from their shards (`ckpt-inspect repair --only sidecars`)"
+    ),
+    "sidecar-unlisted-tensor": Fix(
+        "repair",
+        "rebuild each sidecar from its shard's header (`ckpt-inspect repair --only sidecars`)",
+    ),
+    "sidecar-dangling-tensor": Fix(
+        "repair",
+        "rebuild each sidecar from its shard's header (`ckpt-inspect repair --only sidecars`)",
+    ),
+    "sidecar-total-size-mismatch": Fix(
+        "repair",
+        "rebuild each sidecar from its shard's header (`ckpt-inspect repair --only sidecars`)",
+    ),
+    "sidecar-index-disagree": Fix(
+        "repair", "rebuild the sidecars and the index from the shards (`ckpt-inspect repair`)"
+    ),
+    "sidecar-unreadable": Fix(
+        "repair",
+        "rebuild the sidecar from its shard's header (`ckpt-inspect repair --only sidecars`)",
+    ),
+    # -- model structure
+    "config-unreadable": Fix(
+        "restore", "restore config.json from the training run or the original release"
+    ),
+    "layer-missing": Fix("re-export", "re-export the layer from the training checkpoint"),
+    "expert-missing": Fix("re-export", "re-export the experts from the training checkpoint"),
+    "expert-incomplete": Fix(
+        "re-export", "re-export the expert with all its projections and scales"
+    ),
+    "expert-shape-mismatch": Fix(
+        "re-export", "re-export the expert; its siblings show the expected shape and dtype"
+    ),
+    "mtp-missing": Fix(
+        "re-export",
+        "re-export with the MTP layers, or set the config's MTP layer count to 0 if the "
+        "model has none",
+    ),
+    "mtp-not-stored": Fix(
+        "restore",
+        "restore the MTP layers with `ckpt-inspect repair --from <original release>` if "
+        "serving needs them",
+    ),
+    "layer-keyset-outlier": Fix(
+        "review",
+        "compare the layer's keys with its siblings' in the Tensors tab; the exporter "
+        "built that layer's state dict differently",
+    ),
+    "quant-config-missing-layer": Fix(
+        "repair", "add the modules to quantized_layers (`ckpt-inspect repair --only quant-config`)"
+    ),
+    "quant-config-stale-layer": Fix(
+        "review", "remove the stale quantized_layers entries, or restore the modules' tensors"
+    ),
+    "quant-config-unreadable": Fix("restore", "restore hf_quant_config.json from the export"),
+    # -- DCP
+    "dcp-sharding-info-missing": Fix(
+        "re-export",
+        "re-save the rank's file with the DCP writer, or move a stray non-DCP file out of"
+        " the folder",
+    ),
+    "dcp-coverage-gap": Fix(
+        "restore", "copy the missing or short rank files again, or re-save the checkpoint"
+    ),
+    "dcp-chunk-overlap": Fix("re-export", "re-save the checkpoint from the training job"),
+    "dcp-dtype-conflict": Fix("re-export", "re-save the checkpoint from the training job"),
+    "mapping-collapsed": Fix(
+        "consolidate",
+        "consolidate with a reference index or greedy packing (`ckpt-inspect consolidate`)",
+    ),
+    "mapping-unmapped-tensor": Fix(
+        "consolidate",
+        "consolidation places them itself; give a reference index to decide their files",
+    ),
+    "mapping-dangling-tensor": Fix("review", "harmless for consolidation (e.g. a tied alias)"),
+    "mapping-unreadable": Fix(
+        "consolidate", "consolidate with a reference index instead of the unreadable mapping"
+    ),
+    # -- torch_dist
+    "torch-dist-missing-file": Fix("restore", "copy the missing or short .distcp files again"),
+    "torch-dist-metadata-unreadable": Fix("restore", "copy .metadata again, or re-save"),
+    "torch-dist-chunk-gap": Fix("re-export", "re-save the checkpoint from the training job"),
+    "torch-dist-chunk-overlap": Fix("re-export", "re-save the checkpoint from the training job"),
+    "torch-dist-metadata-json": Fix(
+        "review", "re-save with Megatron's distributed checkpointing, which writes metadata.json"
+    ),
+    "torch-dist-common-unreadable": Fix("restore", "copy common.pt again, or re-save"),
+    "torch-dist-common-drift": Fix(
+        "re-export",
+        "re-save the checkpoint from the training job; the finding says which state "
+        "disagrees and how to load it meanwhile",
+    ),
+    "torch-dist-object-incomplete": Fix(
+        "restore", "restore the lost ranks' objects from the original save, or re-save"
+    ),
+    # -- load
+    "load-missing-tensor": Fix(
+        "restore", "restore the tensor (`ckpt-inspect repair --from REF`) or fix config.json"
+    ),
+    "load-unexpected-tensor": Fix(
+        "review",
+        "check that config.json names the right architecture and sizes, or remove the stray tensor",
+    ),
+    "load-shape-mismatch": Fix(
+        "review", "fix config.json or re-export the tensor with the model's shape"
+    ),
+    # -- deep
+    "tensor-all-zero": Fix(
+        "re-export", "re-export: a tensor that was never written saves as zeros"
+    ),
+    "tensor-nonfinite": Fix("re-export", "re-export from a step whose weights are finite"),
+    "duplicate-tensor-content": Fix(
+        "review",
+        "decide which copy is right, remove the other shard's copy, then rebuild the index",
+    ),
+    "duplicate-tensor-identical": Fix("review", "harmless: remove the extra copy to save space"),
+    "tensor-uninitialised": Fix(
+        "re-export",
+        "re-export that tensor from the source checkpoint (the converter skipped it), or "
+        "restore it from a healthy copy (`ckpt-inspect repair --from REF`)",
+    ),
+    "tensor-values-outlier": Fix(
+        "re-export",
+        "compare it with the source checkpoint (`ckpt-inspect diff --data`) and re-export it; "
+        "`ckpt.values` shows the statistics of every sibling",
+    ),
+    # -- unsafe input
+    "file-unsafe": Fix(
+        "review",
+        "put the real file in the checkpoint folder under a plain name (a copy, not a link "
+        "to a file elsewhere) or remove the entry",
+    ),
+    "pickle-hostile": Fix(
+        "review",
+        "do not load this checkpoint with plain torch.load or pickle, and tell whoever shared it",
+    ),
+    "pickle-bomb": Fix(
+        "restore", "the file was crafted or is corrupt: restore it from the original save"
+    ),
+    "check-budget-exceeded": Fix(
+        "re-export", "re-save the checkpoint: a real writer never produces this"
+    ),
+    "unindexed-file": Fix("review", "remove the stray file, or rebuild the index to include it"),
+}
+
+for _code in Code:
+    _code.fix = _FIXES[_code.value]
+
+
+def code_of(value: str | Code) -> Code:
+    """The `Code` whose string is `value`; a ValueError names an unknown one (a bug)."""
+    try:
+        return _BY_VALUE[value]
+    except KeyError:
+        raise ValueError(f"{value!r} is not a finding code") from None
+
+
+def code_set(*codes: str | Code) -> frozenset[Code]:
+    """Codes checked at import time: a misspelt code in a rule's set fails loudly."""
+    return frozenset(map(code_of, codes))
+
+
+_BY_VALUE: dict[str, Code] = {c.value: c for c in Code}
+
+# Read-only views for callers that want plain mappings (the public `CODES` predates `Code`).
+CODES: Mapping[str, Severity] = MappingProxyType({c.value: c.severity for c in Code})
+CODE_HELP: Mapping[str, str] = MappingProxyType({c.value: c.help for c in Code})
+
+
+def codes_in_group(group: str) -> Iterable[Code]:
+    """The codes listed under `group`, in table order."""
+    return (c for c in Code if c.group == group)
+
+
+def codes_markdown() -> str:
+    """The code reference as Markdown (`docs/findings.md` is this text; a test keeps them
+    equal, and `ckpt-inspect codes --markdown` prints it)."""
+    lines = [
+        "# Finding codes",
+        "",
+        "Every problem checkpoint-inspector reports is a finding with a stable `code`, a "
+        "`severity` (`error`, `warning`, `info`), a message a person can act on, and where "
+        "known the `file`, `tensor`, `layer` and `expert` it concerns. Codes are an interface: "
+        "CI scripts gate on them (`ckpt-inspect check --fail-on`), reports group by them and "
+        "repairs are planned from them. A code is never renamed or removed; new ones are added.",
+        "",
+        "Generated from `inspector._internal.findings.codes.Code` by `make docs` "
+        "(or `ckpt-inspect codes --markdown`); edit the table there, not this file.",
+    ]
+    for group in GROUPS:
+        rows = list(codes_in_group(group))
+        if not rows:
+            continue
+        lines += [
+            "",
+            f"## {group}",
+            "",
+            "| code | severity | meaning | fix |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| `{c.value}` | {c.severity.value} | {c.help.replace('|', '/')} "
+            f"| {c.fix.kind}: {c.fix.text.replace('|', '/')} |"
+            for c in rows
+        ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,248 @@
+"""Findings: the typed result of every check, and the one policy for how many are listed.
+
+Codes, severities and help texts live in `inspector._internal.findings.codes`; this module builds
+findings from them and folds long lists ("experts 64-511 missing (448 of 512)", "180 more tensors
+...").
+
+One policy (`FOLD`) bounds how many findings of one kind are listed one by one: a hostile or
+badly drifted checkpoint gives at most `per_file` findings per code and file and `per_code`
+per code, and the rest of each group becomes one summary finding that says how many more
+there are and where. The full lists are always in the tables.
+"""
+
+from __future__ import annotations
+
+import reprlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.findings.codes import (
+    CODE_HELP,
+    CODES,
+    Code,
+    Severity,
+    code_of,
+    severity_rank,
+)
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "CODES",
+    "CODE_HELP",
+    "FOLD",
+    "Code",
+    "Finding",
+    "FoldPolicy",
+    "Severity",
+    "examples",
+    "findings_to_frame",
+    "fold",
+    "fold_findings",
+    "fold_ranges",
+    "make_finding",
+    "severity_rank",
+    "short_repr",
+    "sort_findings",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem, with where it is. `file` is relative to the checkpoint folder."""
+
+    code: str
+    severity: Severity
+    message: str
+    file: str | None = None
+    tensor: str | None = None
+    layer: int | None = None
+    expert: int | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["severity"] = str(self.severity)
+        return d
+
+    def __repr__(self) -> str:
+        # A console shows the repr: names bounded and escaped like everywhere else.
+        where = "".join(
+            f", {k}='{legible(v)}'" for k, v in (("file", self.file), ("tensor", self.tensor)) if v
+        )
+        at = "".join(
+            f", {k}={v}"
+            for k, v in (("layer", self.layer), ("expert", self.expert))
+            if v is not None
+        )
+        return f"Finding({self.code}, {self.severity}: '{self.message}'{where}{at})"
+
+
+def make_finding(
+    code: Code | str,
+    message: str,
+    *,
+    file: str | None = None,
+    tensor: str | None = None,
+    layer: int | None = None,
+    expert: int | None = None,
+) -> Finding:
+    """A finding whose severity comes from the code table (an unknown code raises: a bug).
+
+    The message is what people read: it goes through `legible` (at most `MESSAGE_LIMIT`
+    characters, control characters escaped), whatever names the check put in it. `file` and
+    `tensor` stay exact (they are data: tables, filters and `--json` match on them); every
+    renderer shows them through `legible` too."""
+    known = code_of(code)
+    text = legible(message, limit=MESSAGE_LIMIT)
+    return Finding(known.value, known.severity, text, file, tensor, layer, expert)
+
+
+def sort_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """Exact duplicates dropped, then worst first, by code, file and tensor."""
+    unique = dict.fromkeys(findings)
+    return sorted(
+        unique, key=lambda f: (severity_rank(f.severity), f.code, f.file or "", f.tensor or "")
+    )
+
+
+# -- how many findings of one kind are listed ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FoldPolicy:
+    """How many findings of one code are listed one by one: `per_file` per file (or group),
+    `per_code` in all; the rest of each group is folded into one summary finding."""
+
+    per_file: int = 20
+    per_code: int = 200
+
+
+FOLD = FoldPolicy()
+
+
+def fold(
+    groups: Mapping[str, Sequence[T]] | Sequence[T],
+    detail: Callable[[str | None, T], Finding],
+    summary: Callable[[str | None, Sequence[T], int], Finding],
+    *,
+    policy: FoldPolicy = FOLD,
+) -> list[Finding]:
+    """Findings for many items of one kind (one code), bounded by `policy`.
+
+    `groups` maps a group (usually a file) to its items, or is one ungrouped sequence.
+    `detail(group, item)` builds the finding of an item listed on its own and is only called
+    for those; `summary(group, rest, shown)` builds the finding that folds the rest of a group
+    (`shown` of its items were listed before it). Groups are visited in sorted order.
+    """
+    if not isinstance(groups, Mapping):
+        groups = {"": groups} if groups else {}
+    findings: list[Finding] = []
+    budget = policy.per_code
+    for group in sorted(groups):
+        items = groups[group]
+        key = group or None
+        shown = max(0, min(policy.per_file, budget, len(items)))
+        budget -= shown
+        findings.extend(detail(key, item) for item in items[:shown])
+        if shown < len(items):
+            findings.append(summary(key, items[shown:], shown))
+    return findings
+
+
+def fold_findings(
+    findings: Sequence[Finding], what: str, *, policy: FoldPolicy = FOLD
+) -> list[Finding]:
+    """Findings already built (one code), bounded by `policy` per file: the rest of a file
+    becomes one summary, "N more <what> (layers ..., e.g. ...)"."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.file or "", []).append(f)
+
+    def summary(file: str | None, rest: Sequence[Finding], shown: int) -> Finding:
+        layers = fold_ranges(f.layer for f in rest if f.layer is not None)
+        tensors = [f.tensor for f in rest if f.tensor]
+        parts = [f"layers {layers}"] if layers else []
+        if tensors:
+            parts.append(f"e.g. {examples(tensors)}")
+        where = f" ({'; '.join(parts)})" if parts else ""
+        more = f"{shown:,} listed above and " if shown else ""
+        return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
+
+    return fold(groups, lambda _file, f: f, summary, policy=policy)
+
+
+_COLUMNS = ["code", "severity", "message", "file", "tensor", "layer", "expert"]
+
+
+def findings_to_frame(findings: Iterable[Finding]) -> pd.DataFrame:
+    """The findings as a DataFrame, worst first, with categorical code and severity."""
+    import pandas as pd
+
+    rows = [f.to_dict() for f in findings]
+    frame = pd.DataFrame(rows, columns=_COLUMNS)
+    frame["layer"] = frame["layer"].astype("Int64")
+    frame["expert"] = frame["expert"].astype("Int64")
+    frame["severity"] = pd.Categorical(
+        frame["severity"], categories=[s.value for s in Severity], ordered=True
+    )
+    frame["code"] = frame["code"].astype("category")
+    return frame.sort_values(["severity", "code"], kind="stable").reset_index(drop=True)
+
+
+def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:
+    """'0-3, 7, 9-511': sorted unique ints folded into ranges, at most `limit` pieces."""
+    ordered = sorted(set(values))
+    pieces: list[str] = []
+    if ordered:
+        start = prev = ordered[0]
+        for v in ordered[1:]:
+            if v == prev + 1:
+                prev = v
+            else:
+                pieces.append(_piece(start, prev))
+                start = prev = v
+        pieces.append(_piece(start, prev))
+    if len(pieces) > limit:
+        return ", ".join(pieces[:limit]) + f", ... ({len(pieces) - limit} more ranges)"
+    return ", ".join(pieces)
+
+
+def _piece(start: int, end: int) -> str:
+    return str(start) if start == end else f"{start}-{end}"
+
+
+def examples(items: Sequence[str], *, limit: int = 3) -> str:
+    """'a, b, c and 12 more': the first few of a long list (of names), for messages; each
+    through `legible`."""
+    first = ", ".join(map(legible, items[:limit]))
+    rest = len(items) - limit
+    return f"{first} and {rest} more" if rest > 0 else first
+
+
+# Values from checkpoint files quoted in messages: bounded, so a finding never echoes much of
+# a file and never walks a whole (possibly shared, deep) structure to print it.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel = 3
+_SHORT.maxtuple = _SHORT.maxlist = _SHORT.maxset = _SHORT.maxfrozenset = 6
+_SHORT.maxdict = 4
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlong = 40
+
+
+def short_repr(value: Any, *, limit: int = 200) -> str:
+    """A bounded description of an untrusted value: visits at most a few hundred nodes
+    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time).
+    A string is shown as a name is (`inspector._internal.common.display.legible`: head and tail,
+    control characters escaped)."""
+    if type(value) is str:
+        return legible(value, limit=limit)
+    try:
+        text = _SHORT.repr(value)
+    except Exception as exc:  # a hostile __repr__ cannot exist (nothing is imported), but
+        text = f"<{type(value).__name__}: {type(exc).__name__}>"  # never let one escape
+    return text if len(text) <= limit else text[: limit - 3] + "..."

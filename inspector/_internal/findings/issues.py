@@ -1,0 +1,1002 @@
+"""Problems: findings grouped into root causes, each with its impact and the action that fixes it.
+
+A check reports every symptom it sees: on a Model-Optimizer export whose last shard gained 42
+MTP tensors after its JSON files were written, that is 21 `unindexed-tensor` and 21
+`sidecar-unlisted-tensor` findings plus two stale totals. A person wants two lines: "the index
+misses 42 MTP tensors: they are invisible to loaders; rebuild it" and "the sidecar misses the
+same 42". `group_problems` turns findings into such problems. Pure: scanned data and findings
+in, problems out; the counts in titles come from the scanned data (the findings themselves
+are folded after 20 per file, see `inspector._internal.findings.finding.FOLD`).
+
+The load check's findings (`inspector._internal.checks.load`) join the problem that causes them:
+tensors a loader cannot see because the index does not name their shard belong to the index, tensors
+of shard files that are gone to those files, experts never written to the missing experts;
+what is left is a problem of its own ("the model expects 3 tensors the checkpoint lacks:
+restore them with `repair --from REF`"). Given the load verdict, titles count every key, not
+only the findings listed before the fold.
+
+Whether a repair plan really fixes a problem is not guessed here:
+`inspector._internal.plans.repair`'s
+`preview_repair` re-checks the checkpoint as the plan would leave it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from inspector._internal.checkpoint.naming import layer_expert_numbers
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.codes import Code, FixKind, Severity, code_of, severity_rank
+from inspector._internal.findings.finding import Finding, fold_ranges
+from inspector._internal.findings.references import (
+    Reference,
+    consolidation_reference,
+    restore_reference,
+)
+from inspector._internal.findings.words import plural, shell_word
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = ["Action", "ActionKind", "Problem", "group_problems"]
+
+# The kinds of fix a code names (`Code.fix`).
+ActionKind = FixKind
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What fixes a problem: in words, as a command, and (for `repair`) which plan parts."""
+
+    kind: ActionKind
+    text: str
+    command: str
+    # Parts of `plan_repair(only=...)` ("index", "sidecars", "quant-config") for kind "repair".
+    parts: tuple[str, ...] = ()
+
+    @property
+    def here(self) -> bool:
+        """True when `ckpt-inspect repair` (the dashboard's Repair tab) carries it out."""
+        return self.kind == "repair"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One root cause. `tensors`, `files` and `cells` say where it shows: tensor names (all of
+    them when known), files, and (layer, expert) cells of the expert heatmap (expert None:
+    the whole layer)."""
+
+    key: str
+    severity: Severity
+    title: str
+    impact: str
+    action: Action
+    findings: tuple[Finding, ...]
+    tensors: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    cells: tuple[tuple[int, int | None], ...] = ()
+
+    @property
+    def codes(self) -> tuple[str, ...]:
+        """The distinct codes of its findings, in first-seen order."""
+        return tuple(dict.fromkeys(f.code for f in self.findings))
+
+    @property
+    def repairable(self) -> bool:
+        return self.action.here
+
+
+# Codes that describe one root cause each; `_RULES` below decides which problem takes them.
+_SHARD_DAMAGE = frozenset(
+    {
+        Code.HEADER_UNREADABLE,
+        Code.HEADER_INVALID_ENTRY,
+        Code.HEADER_DUPLICATE_KEY,
+        Code.UNKNOWN_DTYPE,
+        Code.SIZE_MISMATCH,
+        Code.OFFSET_INVALID,
+        Code.FILE_TRUNCATED,
+        Code.TRAILING_BYTES,
+    }
+)
+_INDEX_STALE = frozenset(
+    {
+        Code.INDEX_UNREADABLE,
+        Code.INDEX_UNSAFE_PATH,
+        Code.INDEX_DANGLING_TENSOR,
+        Code.INDEX_WRONG_FILE,
+        Code.TOTAL_SIZE_MISMATCH,
+        Code.TOTAL_PARAMETERS_MISMATCH,
+    }
+)
+_SIDECARS = frozenset(
+    {
+        Code.SIDECAR_MISSING,
+        Code.SIDECAR_UNLISTED_TENSOR,
+        Code.SIDECAR_DANGLING_TENSOR,
+        Code.SIDECAR_TOTAL_SIZE_MISMATCH,
+        Code.SIDECAR_INDEX_DISAGREE,
+        Code.SIDECAR_UNREADABLE,
+    }
+)
+_EXPERTS = frozenset({Code.EXPERT_MISSING, Code.EXPERT_INCOMPLETE, Code.EXPERT_SHAPE_MISMATCH})
+_DCP_GAPS = frozenset(
+    {
+        Code.DCP_SHARDING_INFO_MISSING,
+        Code.DCP_COVERAGE_GAP,
+        Code.DCP_CHUNK_OVERLAP,
+        Code.DCP_DTYPE_CONFLICT,
+    }
+)
+_MAX_LISTED = 3
+# Layouts `repair --from REF` restores tensors into (`inspector._internal.plans.restore`).
+_RESTORES_INTO = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
+_EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
+
+
+def group_problems(
+    scanned: ScannedCheckpoint,
+    findings: Iterable[Finding],
+    *,
+    verdict: LoadVerdict | None = None,
+) -> tuple[Problem, ...]:
+    """The findings of `scanned` as problems, worst first (then the ones fixable here first).
+
+    Every finding belongs to exactly one problem; a finding no rule explains becomes a problem
+    of its own code, titled by the code's help text. `verdict` is the load verdict the
+    findings were checked with (`check(..., verdict=...)`): the load problems then count and
+    list every key it reports, not only the findings listed before the fold.
+    """
+    pending = list(dict.fromkeys(findings))
+    ctx = _Context(scanned, verdict)
+    problems: list[Problem] = []
+    for rule in _RULES:
+        problems.extend(rule(ctx, pending))
+        claimed = {f for p in problems for f in p.findings}
+        pending = [f for f in pending if f not in claimed]
+    problems.extend(_per_code(ctx, pending))
+    return tuple(
+        sorted(
+            map(_legible, problems),
+            key=lambda p: (severity_rank(p.severity), not p.repairable, -len(p.findings), p.key),
+        )
+    )
+
+
+def _legible(problem: Problem) -> Problem:
+    """The problem's words as people read them (`legible`: bounded, control characters
+    escaped), whatever names the rules put in them; its tensors and files stay exact."""
+    action = problem.action
+    return dataclasses.replace(
+        problem,
+        title=legible(problem.title, limit=MESSAGE_LIMIT),
+        impact=legible(problem.impact, limit=MESSAGE_LIMIT),
+        action=dataclasses.replace(
+            action,
+            text=legible(action.text, limit=MESSAGE_LIMIT),
+            command=legible(action.command, limit=MESSAGE_LIMIT),
+        ),
+    )
+
+
+# -- the scanned data the rules need --------------------------------------------------------
+
+
+@dataclass
+class _Context:
+    """The scanned checkpoint plus lookups built on first use (a 300,000-tensor checkpoint
+    builds none of them when it has no finding that needs them)."""
+
+    scanned: ScannedCheckpoint
+    verdict: LoadVerdict | None = None
+    _sizes: dict[str, int] | None = field(default=None, repr=False)
+    _mtp: frozenset[str] | None = field(default=None, repr=False)
+    _held: dict[str, frozenset[str]] | None = field(default=None, repr=False)
+    # Missing keys (of the verdict) that a problem other than the load one explains.
+    explained: set[str] = field(default_factory=set, repr=False)
+
+    @property
+    def path(self) -> str:
+        return legible(_quote(str(self.scanned.path)))
+
+    def sizes(self) -> dict[str, int]:
+        """Tensor name -> bytes, from the shard headers (the first holder wins)."""
+        if self._sizes is None:
+            sizes: dict[str, int] = {}
+            for shard in self.scanned.shards:
+                sizes_here = (shard.ends - shard.begins).tolist()
+                for name, size in zip(shard.names, sizes_here, strict=True):
+                    sizes.setdefault(name, size)
+            self._sizes = sizes
+        return self._sizes
+
+    def mtp(self) -> frozenset[str]:
+        """Names of the MTP tensors (the tensors table knows every spelling)."""
+        if self._mtp is None:
+            t = self.scanned.tensors
+            self._mtp = frozenset(t.loc[t["is_mtp"], "name"].tolist()) if len(t) else frozenset()
+        return self._mtp
+
+    def held(self) -> dict[str, frozenset[str]]:
+        """Shard file -> the tensor names its header holds (readable shards only)."""
+        if self._held is None:
+            shards = self.scanned.shards
+            self._held = {s.file: frozenset(s.names) for s in shards if s.readable}
+        return self._held
+
+    def load_claim(
+        self, pending: list[Finding], cause: Callable[[str], bool], code: Code
+    ) -> list[Finding]:
+        """The load check's findings of `code` that `cause` explains (it is given the key, or
+        the stored name a finding carries). A folded summary finding names no key: it goes
+        with the cause when the verdict shows that `cause` explains every key of its kind."""
+        mine = [f for f in pending if f.code == code]
+        if not mine:
+            return []
+        claimed = [f for f in mine if f.tensor is not None and cause(f.tensor)]
+        if self.verdict is not None:
+            every = _verdict_keys(self.verdict, code)
+            keys = [k for k in every if cause(k)]
+            self.explained.update(keys)
+            if len(keys) == len(every):
+                claimed += [f for f in mine if f.tensor is None]
+        return claimed
+
+    def among(self, names: Collection[str]) -> Callable[[str], bool]:
+        """A `load_claim` cause: the key is one of `names` (stored tensor names), or the
+        checkpoint spells it as some of them (`stored_as`: a model's stacked experts key is
+        stored as `...experts.*.down_proj.weight`)."""
+        stored_as = self.verdict.stored_as if self.verdict is not None else {}
+        templates: set[str] | None = None
+
+        def explains(key: str) -> bool:
+            nonlocal templates
+            if key in names:
+                return True
+            spelled = stored_as.get(key)
+            if spelled is None:
+                return False
+            if templates is None:
+                templates = {_EXPERT_NUMBER.sub(".experts.*.", n) for n in names}
+            return any(p in templates for p in spelled.split(" and "))
+
+        return explains
+
+    def reference(self) -> Reference | None:
+        """A checkpoint on this machine that may hold what this one lost (`inspector.
+        references.restore_reference`)."""
+        return restore_reference(self.scanned)
+
+    def candidate(self) -> str:
+        """' (a candidate: <what and where>)' when a reference is known, else ''."""
+        ref = self.reference()
+        return f" (a candidate: {ref.label})" if ref is not None else ""
+
+    def restore_command(self) -> str:
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        return f"ckpt-inspect repair {self.path} --from {source}"
+
+    def copy_command(self, files: Sequence[str]) -> str:
+        """`cp REF/<file> PATH/<file>` for the first files (the reference's when known)."""
+        ref = self.reference()
+        source = _quote(ref.path) if ref is not None else "REF"
+        root = self.path
+        shown = [f"cp {source}/{_quote(f)} {root}/{_quote(f)}" for f in files[:_MAX_LISTED]]
+        more = f"; ... ({len(files) - _MAX_LISTED} more)" if len(files) > _MAX_LISTED else ""
+        return "; ".join(shown) + more
+
+    def describe(self, names: Sequence[str]) -> str:
+        """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
+        sizes = self.sizes()
+        total = sum(sizes.get(n, 0) for n in names)
+        mtp = self.mtp()
+        n_mtp = sum(1 for n in names if n in mtp)
+        what = "MTP tensors" if n_mtp == len(names) and names else "tensors"
+        if 0 < n_mtp < len(names):
+            what = f"tensors ({n_mtp} of them MTP)"
+        if len(names) == 1:
+            what = what.replace("tensors", "tensor", 1)
+        return f"{len(names):,} {what} ({format_bytes(total)})"
+
+
+# -- grouping rules --------------------------------------------------------------------------
+
+
+def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """Shards hold tensors the index does not list (and the stale totals that follow)."""
+    mine = [f for f in pending if f.code in (Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE)]
+    index = ctx.scanned.index
+    if not mine or index is None:
+        return []
+    listed = index.weight_map.keys()
+    missing = sorted({n for names in ctx.held().values() for n in names} - listed)
+    # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
+    totals = [
+        f for f in pending if f.code in (Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH)
+    ]
+    # A loader reads only the shards the index names: the model's "missing" tensors that such
+    # a shard holds are these same tensors, not a loss.
+    hidden = set(missing)
+    unseen = ctx.load_claim(pending, ctx.among(hidden), Code.LOAD_MISSING_TENSOR)
+    # Sidecars that list what their shards hold and disagree with the index say the same:
+    # the index is the stale one (after `repair --only sidecars`, advising the sidecars
+    # again would send the user round in a circle).
+    own = [f for f in pending if f.code in _SIDECARS and f.code != Code.SIDECAR_INDEX_DISAGREE]
+    if not own:
+        totals += [f for f in pending if f.code == Code.SIDECAR_INDEX_DISAGREE]
+    files = sorted({f.file for f in mine if f.file})
+    described = ctx.describe(missing)
+    impact = f"{described} invisible to loaders: a model loaded through the index "
+    impact += "silently lacks them"
+    if unseen:
+        impact += " (the load check reports them missing)"
+    return [
+        Problem(
+            key="index-misses-tensors",
+            severity=Severity.ERROR,
+            title=f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
+            impact=impact,
+            action=_repair(ctx, "index", f"rebuild {index.file} from the shard headers"),
+            findings=tuple(mine + totals + unseen),
+            tensors=tuple(missing),
+            files=tuple(files),
+        )
+    ]
+
+
+def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """Per-layer sidecars that do not describe their shards."""
+    mine = [f for f in pending if f.code in _SIDECARS]
+    if not mine:
+        return []
+    held = ctx.held()
+    unlisted = sorted(
+        {
+            n
+            for shard, doc in ctx.scanned.sidecars.items()
+            for n in held.get(shard, frozenset()) - doc.weight_map.keys()
+        }
+    )
+    # The sidecar files themselves (a disagreement finding may name the index instead).
+    sidecars = sorted({f.file for f in mine if f.file and f.file.endswith(".safetensors.json")})
+    which = sidecars[0] if len(sidecars) == 1 else f"{len(sidecars)} sidecars"
+    if not sidecars:
+        which = "the sidecars"
+    index = ctx.scanned.index
+    same = index is not None and bool(unlisted) and not (set(unlisted) & index.weight_map.keys())
+    if unlisted:
+        title = f"{which} {'misses' if len(sidecars) == 1 else 'miss'} "
+        title += f"{'the same ' if same else ''}{ctx.describe(unlisted).split(' (')[0]}"
+        title += _where(unlisted)
+        impact = (
+            f"{ctx.describe(unlisted)} unlisted: tools that read the per-layer sidecars "
+            "(Model-Optimizer re-import, per-layer loaders) miss them"
+        )
+    else:
+        codes = Counter(f.code for f in mine)
+        title = f"{which} disagree with their shards ({_codes_text(codes)})"
+        impact = "per-layer loaders read wrong or incomplete tensor lists"
+    return [
+        Problem(
+            key="sidecars-disagree",
+            severity=_worst(mine),
+            title=title,
+            impact=impact,
+            action=_repair(ctx, "sidecars", "rebuild each sidecar from its shard's header"),
+            findings=tuple(mine),
+            tensors=tuple(unlisted),
+            files=tuple(sidecars),
+        )
+    ]
+
+
+def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """The index names shards that are not on disk: their tensors are gone."""
+    mine = [f for f in pending if f.code == Code.INDEX_MISSING_FILE]
+    if not mine:
+        return []
+    index = ctx.scanned.index
+    on_disk = {s.file for s in ctx.scanned.shards}
+    gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
+    lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
+    names = ", ".join(map(legible, gone[:_MAX_LISTED]))
+    names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+    # Same-named dangling tensors are the missing files' contents, not a second problem.
+    lost_set = set(lost)
+    dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
+    # ...nor are the model's missing tensors that those files held.
+    dangling += ctx.load_claim(pending, ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
+    return [
+        Problem(
+            key="shard-files-missing",
+            severity=Severity.ERROR,
+            title=f"{plural(len(gone), 'shard file')} named by the index "
+            f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
+            impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them "
+            "uninitialised",
+            action=Action(
+                "restore",
+                f"copy {names} again from the source (rebuilding the index would only hide the "
+                f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
+                ctx.restore_command(),
+            ),
+            findings=tuple(mine + dangling),
+            tensors=tuple(lost),
+            files=tuple(gone),
+        )
+    ]
+
+
+def _index_stale(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """The index is unreadable, points wrong, or carries stale totals."""
+    mine = [f for f in pending if f.code in _INDEX_STALE]
+    if not mine:
+        return []
+    codes = Counter(f.code for f in mine)
+    cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
+    index_file = next((f.file for f in mine if f.file), INDEX_NAME)
+    if cosmetic:
+        title = f"{index_file} has stale totals ({_codes_text(codes)})"
+        impact = "cosmetic: loaders do not use the totals, but size checks and tools that "
+        impact += "pre-allocate from them do"
+    elif Code.INDEX_UNREADABLE in codes:
+        title = f"{index_file} cannot be read"
+        impact = "no loader can open the checkpoint through its index"
+    else:
+        title = f"{index_file} points at the wrong places ({_codes_text(codes)})"
+        impact = "loading fails, or reads tensors from files that do not hold them"
+    return [
+        Problem(
+            key="index-stale",
+            severity=_worst(mine),
+            title=title,
+            impact=impact,
+            action=_repair(ctx, "index", f"rebuild {index_file} from the shard headers"),
+            findings=tuple(mine),
+            tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+            files=(index_file,),
+        )
+    ]
+
+
+def _duplicates(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    mine = [f for f in pending if f.code == Code.DUPLICATE_TENSOR]
+    if not mine:
+        return []
+    names = sorted({f.tensor for f in mine if f.tensor})
+    return [
+        Problem(
+            key="duplicate-tensors",
+            severity=Severity.ERROR,
+            title=f"{len(names) or len(mine):,} tensor names are stored in more than one shard",
+            impact="loaders keep whichever copy they read last",
+            action=_repair(
+                ctx,
+                "index",
+                "decide which copy is right (duplicates policy: first, last or the index's), "
+                "then rebuild the index",
+            ),
+            findings=tuple(mine),
+            tensors=tuple(names),
+            files=tuple(sorted({f.file for f in mine if f.file})),
+        )
+    ]
+
+
+def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    mine = [f for f in pending if f.code in _SHARD_DAMAGE]
+    if not mine:
+        return []
+    files = sorted({f.file for f in mine if f.file})
+    counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
+    held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
+    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
+        f" and {len(files) - 3} more" if len(files) > 3 else ""
+    )
+    severity = _worst(mine)
+    impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
+    if severity != Severity.ERROR:
+        impact = "strict readers reject the file; lenient ones load it"
+    return [
+        Problem(
+            key="shards-damaged",
+            severity=severity,
+            title=f"{len(files)} shard{'s are' if len(files) != 1 else ' is'} damaged: {shown} "
+            f"({_codes_text(Counter(f.code for f in mine))})",
+            impact=impact,
+            action=Action(
+                "restore",
+                f"copy {shown} again from the source{ctx.candidate()}, or re-export "
+                f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
+                ctx.copy_command(files),
+            ),
+            findings=tuple(mine),
+            files=tuple(files),
+        )
+    ]
+
+
+def _config_unreadable(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    mine = [f for f in pending if f.code == Code.CONFIG_UNREADABLE]
+    if not mine:
+        return []
+    return [
+        Problem(
+            key="config-unreadable",
+            severity=Severity.ERROR,
+            title="config.json is not valid JSON (truncated or overwritten)",
+            impact="transformers cannot load the model (AutoConfig fails); the checks here use "
+            "what its readable part says",
+            action=Action(
+                "restore",
+                "restore config.json from the training run or the original model"
+                f"{ctx.candidate()}; it cannot be rebuilt from the shards",
+                ctx.copy_command([CONFIG_NAME]),
+            ),
+            findings=tuple(mine),
+            files=tuple(sorted({f.file for f in mine if f.file})),
+        )
+    ]
+
+
+def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    mine = [f for f in pending if f.code in _EXPERTS]
+    if not mine:
+        return []
+    mine += _load_of_experts(ctx, pending)
+    experts = ctx.scanned.experts
+    cells: list[tuple[int, int | None]] = []
+    title, impact = "", ""
+    if len(experts):
+        missing = experts[experts["missing"]]
+        partial = experts[
+            ~experts["missing"] & (experts["tensors_found"] < experts["tensors_expected"])
+        ]
+        per_layer = missing.groupby("layer").size()
+        expected = int(experts.groupby("layer")["expert"].size().max())
+        layers = sorted(int(v) for v in per_layer.index)
+        cells = [(layer, None) for layer in layers]
+        pairs = zip(partial["layer"].tolist(), partial["expert"].tolist(), strict=True)
+        cells += [(int(layer), int(expert)) for layer, expert in pairs][:1000]
+        # Bytes that should be there: each missing expert weighs what its present siblings do.
+        present = experts[~experts["missing"]]
+        mean = float(present["bytes"].mean()) if len(present) else 0.0
+        parts = []
+        if len(missing):
+            counts = set(per_layer.tolist())
+            each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
+            parts.append(
+                f"{each} experts missing in {plural(len(layers), 'MoE layer')} "
+                f"({fold_ranges(layers, limit=6)})"
+            )
+        if len(partial):
+            parts.append(f"{plural(len(partial), 'expert')} incomplete")
+        title = "; ".join(parts) or "experts differ from their siblings"
+        impact = (
+            f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
+            "written: the model cannot be loaded as its config declares"
+            if len(missing)
+            else "some experts lack tensors or have odd shapes: loading fails for them"
+        )
+    return [
+        Problem(
+            key="experts-missing",
+            severity=Severity.ERROR,
+            title=title or plural(len(mine), "expert finding"),
+            impact=impact or "experts are missing or incomplete",
+            action=_lost_tensors_action(
+                ctx,
+                "copy them back from a checkpoint that holds them in this format (the export's "
+                "source, another export of the same model): an expert is restored where its "
+                "siblings here share its dtype and shape",
+                "re-export from the training checkpoint (expert-parallel: with global ids)",
+            ),
+            findings=tuple(mine),
+            # The structure findings' tensors: the load check's are model keys, not stored.
+            tensors=tuple(sorted({f.tensor for f in mine if f.tensor and f.code in _EXPERTS})),
+            files=tuple(sorted({f.file for f in mine if f.file})),
+            cells=tuple(cells),
+        )
+    ]
+
+
+def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    mine = [f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER]
+    if not mine:
+        return []
+    return [
+        Problem(
+            key="quant-config-missing-layers",
+            severity=Severity.ERROR,
+            title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
+            impact="loaders treat those modules as unquantized and misread their weights",
+            action=_repair(
+                ctx,
+                "quant-config",
+                "add the missing quantized_layers entries from their sibling experts' configs "
+                "(opt-in: review the diff)",
+            ),
+            findings=tuple(mine),
+            tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+            files=(QUANT_CONFIG_NAME,),
+        )
+    ]
+
+
+def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    out: list[Problem] = []
+    gaps = [f for f in pending if f.code in _DCP_GAPS]
+    if gaps:
+        out.append(
+            Problem(
+                key="dcp-chunks-broken",
+                severity=Severity.ERROR,
+                title=f"DCP chunks do not tile {len({f.tensor for f in gaps}):,} tensors "
+                f"({_codes_text(Counter(f.code for f in gaps))})",
+                impact="consolidation refuses; a rank's file is missing or short",
+                action=Action(
+                    "restore",
+                    "copy the missing or short rank files again, or re-save the checkpoint",
+                    "re-save from the training job",
+                ),
+                findings=tuple(gaps),
+                tensors=tuple(sorted({f.tensor for f in gaps if f.tensor})),
+                files=tuple(sorted({f.file for f in gaps if f.file})),
+            )
+        )
+    collapsed = [f for f in pending if f.code == Code.MAPPING_COLLAPSED]
+    if collapsed and ctx.scanned.dcp is not None:
+        ref = consolidation_reference(ctx.scanned)
+        if ref is not None:
+            text = (
+                f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+                "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
+                "by default"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
+        else:
+            text = (
+                "consolidate with the reference model's index instead of the recorded "
+                "mapping; without one, consolidation packs by size (5 GB per file)"
+            )
+            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
+        out.append(
+            Problem(
+                key="mapping-collapsed",
+                severity=Severity.WARNING,
+                title="the recorded file-index mapping sends every tensor to one output file",
+                impact="a consolidation that follows it writes one huge file instead of the "
+                "reference model's shards",
+                action=Action("consolidate", text, command),
+                findings=tuple(collapsed),
+                files=tuple(sorted({f.file for f in collapsed if f.file})),
+            )
+        )
+    elif collapsed:
+        out.append(
+            Problem(
+                key="shards-collapsed",
+                severity=Severity.WARNING,
+                title="every tensor sits in one file over the 5 GB split size",
+                impact="loaders read one huge file; hubs and tools expect shards",
+                action=Action(
+                    "reshard",
+                    "split it into shards of at most 5 GB",
+                    f"ckpt-inspect repair {ctx.path} --only reshard",
+                ),
+                findings=tuple(collapsed),
+                files=tuple(sorted({f.file for f in collapsed if f.file})),
+            )
+        )
+    return out
+
+
+def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
+    """The load check's findings that experts the structure check found missing or
+    incomplete explain (one cause: the experts were never written): their missing tensors,
+    and the stacked expert tensors of their layers, which come out short (transformers
+    stacks a layer's experts into one tensor per projection)."""
+    experts = ctx.scanned.experts
+    if not len(experts):
+        return []
+    short = experts[experts["missing"] | (experts["tensors_found"] < experts["tensors_expected"])]
+    cells = set(zip(short["layer"].tolist(), short["expert"].tolist(), strict=True))
+    layers = {layer for layer, _ in cells}
+    if not cells:
+        return []
+
+    all_missing = experts.groupby("layer")["missing"].all()
+    empty = set(all_missing[all_missing].index.tolist())
+
+    def of_a_short_expert(key: str) -> bool:
+        layer, expert = layer_expert_numbers([key])[0]
+        # A stacked key (no expert number) is missing when its layer has no expert at all.
+        stacked = expert is None and ".experts." in key and layer in empty
+        return (layer, expert) in cells or stacked
+
+    def stacked_in_a_short_layer(key: str) -> bool:
+        layer, expert = layer_expert_numbers([key])[0]
+        return ".experts." in key and layer in layers and expert is None
+
+    return [
+        *ctx.load_claim(pending, of_a_short_expert, Code.LOAD_MISSING_TENSOR),
+        *ctx.load_claim(pending, stacked_in_a_short_layer, Code.LOAD_SHAPE_MISMATCH),
+    ]
+
+
+def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """What the model code would not load, where no other problem explains it (see the
+    module docstring): missing tensors, tensors of another shape, tensors it would drop."""
+    v = ctx.verdict
+    exact = v is not None
+    arch = legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
+    out: list[Problem] = []
+    missing = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
+    if missing:
+        keys = _load_keys(missing, v.missing if v is not None else None, ctx.explained)
+        out.append(
+            Problem(
+                key="load-missing-tensors",
+                severity=Severity.ERROR,
+                title=f"{arch} expects {_count(keys, missing, exact=exact)} the checkpoint "
+                f"does not hold{_named(keys)}",
+                impact="transformers initialises them at random (silently, with a warning in "
+                "a log); serving engines refuse the checkpoint or load garbage",
+                action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
+                findings=tuple(missing),
+                # The tensors are not in the checkpoint: the browser cannot show them, the
+                # heatmap shows their layers.
+                cells=_cells(keys),
+            )
+        )
+    shapes = [f for f in pending if f.code == Code.LOAD_SHAPE_MISMATCH]
+    if shapes:
+        keys = _load_keys(
+            shapes, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
+        )
+        out.append(
+            Problem(
+                key="load-shape-mismatch",
+                severity=Severity.ERROR,
+                title=f"{_count(keys, shapes, exact=exact)} stored with another shape than "
+                f"{arch} expects{_named(keys)}",
+                impact="loading fails (with ignore_mismatched_sizes, transformers "
+                "re-initialises them at random)",
+                action=Action(
+                    "review",
+                    "compare config.json (hidden and expert sizes, head counts) with the model "
+                    "these weights come from: a wrong config is fixed there, a wrong tensor by "
+                    "re-exporting",
+                    f"ckpt-inspect diff REF {ctx.path} --reference",
+                ),
+                findings=tuple(shapes),
+                tensors=_stored(ctx, keys, shapes),
+                files=tuple(sorted({f.file for f in shapes if f.file})),
+                cells=_cells(keys),
+            )
+        )
+    extra = [f for f in pending if f.code == Code.LOAD_UNEXPECTED_TENSOR]
+    if extra:
+        keys = _load_keys(extra, v.unexpected if v is not None else None)
+        out.append(
+            Problem(
+                key="load-unexpected-tensors",
+                severity=Severity.WARNING,
+                title=f"{_count(keys, extra, exact=exact)} {arch} would not load{_named(keys)}",
+                impact="transformers drops them and strict loaders refuse the checkpoint: "
+                "config.json may name the wrong architecture or sizes, or they are strays",
+                action=Action(
+                    "review",
+                    "check that config.json describes the model these weights belong to; "
+                    "remove stray tensors only once sure they are not needed",
+                    f"ckpt-inspect diff REF {ctx.path} --reference",
+                ),
+                findings=tuple(extra),
+                tensors=_stored(ctx, keys, extra),
+                files=tuple(sorted({f.file for f in extra if f.file})),
+                cells=_cells(keys),
+            )
+        )
+    return out
+
+
+def _architecture(ctx: _Context) -> str | None:
+    """The class config.json names (what the load check builds)."""
+    names = (ctx.scanned.config or {}).get("architectures")
+    first = names[0] if isinstance(names, list) and names else None
+    return first if isinstance(first, str) and first else None
+
+
+def _verdict_keys(verdict: LoadVerdict, code: Code) -> tuple[str, ...]:
+    """The verdict's keys behind the load findings of `code`."""
+    if code == Code.LOAD_MISSING_TENSOR:
+        return verdict.missing
+    if code == Code.LOAD_SHAPE_MISMATCH:
+        return tuple(m.key for m in verdict.mismatched)
+    return verdict.unexpected
+
+
+def _load_keys(
+    findings: list[Finding], keys: Sequence[str] | None, claimed: Collection[str] = ()
+) -> tuple[str, ...]:
+    """Every key of one kind: the verdict's (all of them, but those another problem
+    claimed) when given, else the findings' (those listed before the fold)."""
+    if keys is not None:
+        return tuple(k for k in keys if k not in claimed)
+    return tuple(sorted({f.tensor for f in findings if f.tensor}))
+
+
+def _count(keys: Sequence[str], findings: Sequence[Finding], *, exact: bool) -> str:
+    """'3 tensors' / '1 tensor'. Not `exact` (the keys are the findings', no verdict) and
+    some were folded into a summary: 'more than 200 tensors'."""
+    n = len(keys)
+    folded = not exact and any(f.tensor is None for f in findings)
+    if folded:
+        return f"more than {n:,} tensors" if n else "tensors"
+    return plural(n, "tensor")
+
+
+def _stored(ctx: _Context, keys: Sequence[str], findings: Sequence[Finding]) -> tuple[str, ...]:
+    """The stored tensors behind model keys (what the tensor browser can show)."""
+    v = ctx.verdict
+    names = [n for k in keys for n in (v.sources.get(k, (k,)) if v is not None else (k,))]
+    names += [f.tensor for f in findings if f.tensor]
+    return tuple(sorted(set(names)))
+
+
+def _cells(keys: Sequence[str]) -> tuple[tuple[int, int | None], ...]:
+    """The (layer, expert) heatmap cells of numbered keys, first 1,000."""
+
+    cells = dict.fromkeys(
+        (layer, expert) for layer, expert in layer_expert_numbers(list(keys)) if layer is not None
+    )
+    return tuple(list(cells)[:1000])
+
+
+def _restore_text(ctx: _Context, keys: Sequence[str]) -> str:
+    text = (
+        "copy them back from a reference that holds them (the checkpoint this one was made "
+        f"from, or the original model){ctx.candidate()}; a reference of another dtype is "
+        "refused where the copy would not match its siblings"
+    )
+    config = ctx.scanned.config or {}
+    head = any(k.rpartition(".")[0].endswith("lm_head") for k in keys)
+    if head and config.get("tie_word_embeddings") is False:
+        text += (
+            "; config.json unties the output head from the input embedding: restore lm_head, "
+            "or set tie_word_embeddings true if the model was trained tied"
+        )
+    return text
+
+
+def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+    """What no rule explains: one problem per code, in the code's own words."""
+    by_code: dict[str, list[Finding]] = defaultdict(list)
+    for f in pending:
+        by_code[f.code].append(f)
+    out = []
+    for code, items in by_code.items():
+        known = _known(code)
+        kind, text = (known.fix.kind, known.fix.text) if known else ("review", "")
+        help_text = known.help if known else items[0].message
+        first = help_text.split("; ")[0].split(": ")[0].rstrip(".")
+        layers = sorted({f.layer for f in items if f.layer is not None})
+        lead = items[0].message.split("; ")[0]
+        title = (
+            lead if len(items) == 1 else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
+        )
+        action = Action(kind, text or help_text.rstrip("."), _command(ctx, kind))
+        if known in _RESTORABLE:
+            action = _lost_tensors_action(ctx, _RESTORABLE[known], text)
+        out.append(
+            Problem(
+                key=code,
+                severity=_worst(items),
+                title=title if len(title) <= 200 else title[:197] + "...",
+                impact=first,
+                action=action,
+                findings=tuple(items),
+                tensors=tuple(sorted({f.tensor for f in items if f.tensor})),
+                files=tuple(sorted({f.file for f in items if f.file})),
+                cells=tuple((layer, None) for layer in layers),
+            )
+        )
+    return out
+
+
+_RULES: tuple[Callable[[_Context, list[Finding]], list[Problem]], ...] = (
+    _shards_damaged,
+    _shard_files_missing,
+    _index_misses_tensors,
+    _index_stale,
+    _duplicates,
+    _sidecars_disagree,
+    _config_unreadable,
+    _experts_missing,
+    _quant_config_missing,
+    _dcp,
+    _load,
+)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _repair(ctx: _Context, part: str, text: str) -> Action:
+    return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
+
+
+# Codes whose tensors `repair --from REF` copies back from a reference (what it restores,
+# `inspector._internal.plans.restore`), with what the reference must hold.
+_RESTORABLE: dict[Code, str] = {
+    Code.LAYER_MISSING: "the layer's weights are not in this folder: copy them back from a "
+    "checkpoint that holds them in this format (the one this export was made from)",
+    Code.MTP_MISSING: "copy the MTP layers back from the checkpoint this one was made from "
+    "(transformers drops them on save; serving engines load them)",
+}
+
+
+def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
+    """`repair --from REF` for tensors a reference can supply (a layout restores into:
+    `inspector._internal.plans.restore`), naming the candidate reference when one is known;
+    `otherwise` (re-export) where it cannot."""
+    if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
+        text = restore + ctx.candidate() + (f"; or {otherwise}" if otherwise else "")
+        return Action("restore", text, ctx.restore_command())
+    return Action("re-export", otherwise or restore, "re-run the exporter")
+
+
+def _command(ctx: _Context, kind: ActionKind) -> str:
+    return {
+        "restore": ctx.restore_command(),
+        "re-export": "re-run the exporter",
+        "consolidate": f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
+    }.get(kind, f"ckpt-inspect check {ctx.path}")
+
+
+def _known(code: str) -> Code | None:
+    try:
+        return code_of(code)
+    except ValueError:  # a finding built by hand with a code of its own
+        return None
+
+
+def _worst(findings: Iterable[Finding]) -> Severity:
+    return min((Severity(f.severity) for f in findings), key=severity_rank)
+
+
+def _codes_text(codes: Counter) -> str:
+    return ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in codes.most_common())
+
+
+def _where(names: Sequence[str]) -> str:
+    """': mtp.layers.0.*' when every name shares a dotted prefix of two parts or more."""
+    if not names:
+        return ""
+    first, last = min(names), max(names)
+    common = []
+    for a, b in zip(first.split("."), last.split("."), strict=False):
+        if a != b:
+            break
+        common.append(a)
+    return f" ({legible('.'.join(common))}.*)" if len(common) >= 2 and len(names) > 1 else ""
+
+
+def _named(names: Sequence[str]) -> str:
+    """' (lm_head.weight)' for one or two names, else their common prefix (see `_where`)."""
+    if 0 < len(names) <= 2:
+        return f" ({', '.join(map(legible, names))})"
+    return _where(names)
+
+
+def _quote(path: str) -> str:
+    return shell_word(path)

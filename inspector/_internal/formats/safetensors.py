@@ -1,0 +1,675 @@
+"""Read and validate one safetensors header without touching the tensor data.
+
+Layout (docs/formats.md, "safetensors"): 8-byte little-endian header length N, N bytes of
+JSON, data. Every rule the reference reader enforces becomes a finding here instead of an
+exception, and a hostile file can make us read at most `8 + cap` bytes.
+
+This format parser is the one reader that judges while it reads (see docs/architecture.md):
+the shard-integrity findings fall out of the single validating pass, as in the reference
+reader, and a second pass over a million entries to judge them again would double the cost.
+
+Speed matters (300,000+ tensors per checkpoint): a well-formed header is validated in bulk
+with C-level builtins (`map`, `set`, list comparisons) and only a header that fails a bulk
+check goes through the per-entry path that explains each problem.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import reprlib
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import chain, repeat
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import orjson
+
+from inspector._internal.common.columns import Coded, frozen, int64s
+from inspector._internal.common.display import legible
+from inspector._internal.common.dtypes import DTYPE_BITS
+from inspector._internal.common.gc import gc_paused
+from inspector._internal.findings.finding import FOLD, Finding, make_finding
+from inspector._internal.storage import Location, RangeReader, local_location
+from inspector.errors import UNSAFE_FILE_ADVICE, UnsafeFileError
+
+__all__ = [
+    "DEFAULT_HEADER_CAP",
+    "ShardHeader",
+    "header_span",
+    "parse_header_bytes",
+    "read_header",
+    "read_shard",
+]
+
+DEFAULT_HEADER_CAP = 100_000_000
+_DUP_MARKER = b'"data_offsets"'
+# Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
+# 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.
+_FAST_MAX_DIMS = 16
+# Past this element count a tensor cannot fit any file; the exact product is not needed.
+_HUGE_NUMEL = 1 << 72
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+_SHORT.maxlist = 8
+_SHORT.maxdict = 4
+_SHORT.maxlevel = 3
+
+# names, dtypes, shapes, begins, ends of the located entries
+_Columns = tuple[list[str], list[str], list[Any], list[int], list[int]]
+
+
+_EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
+_NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
+_NO_SHAPES: Coded[tuple[int, ...]] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ShardHeader:
+    """What one safetensors header says, as columns: names, dtype and shape codes (each
+    distinct dtype and shape stored once), begin and end offsets as int64 arrays.
+
+    Only entries that are well formed enough to locate are in the columns; the others are
+    findings. `header_len` is None when the header could not be read at all.
+    """
+
+    file: str
+    file_size: int
+    header_len: int | None
+    metadata: Mapping[str, str] | None
+    names: tuple[str, ...] = ()
+    dtype: Coded[str] = _NO_DTYPES
+    shape: Coded[tuple[int, ...]] = _NO_SHAPES
+    begins: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    ends: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    findings: tuple[Finding, ...] = ()
+
+    @classmethod
+    def from_columns(
+        cls,
+        file: str,
+        file_size: int,
+        header_len: int | None,
+        metadata: Mapping[str, str] | None,
+        names: Sequence[str],
+        dtypes: Sequence[str],
+        shapes: Sequence[Sequence[int]],
+        begins: Sequence[int],
+        ends: Sequence[int],
+        findings: tuple[Finding, ...] = (),
+    ) -> ShardHeader:
+        """A header from plain per-entry lists."""
+        n = len(names)
+        return cls(
+            file,
+            file_size,
+            header_len,
+            metadata
+            if metadata is None or isinstance(metadata, MappingProxyType)
+            else MappingProxyType(dict(metadata)),
+            tuple(names),
+            Coded.encode(dtypes, n),
+            Coded.encode(map(tuple, shapes), n),
+            int64s(begins, n),
+            int64s(ends, n),
+            findings,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        """Equal headers say the same of the same file (columns compared by value)."""
+        if not isinstance(other, ShardHeader):
+            return NotImplemented
+        return (
+            (self.file, self.file_size, self.header_len, self.names, self.findings)
+            == (other.file, other.file_size, other.header_len, other.names, other.findings)
+            and _plain(self.metadata) == _plain(other.metadata)
+            and self.dtypes == other.dtypes
+            and self.shapes == other.shapes
+            and np.array_equal(self.begins, other.begins)
+            and np.array_equal(self.ends, other.ends)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    @property
+    def readable(self) -> bool:
+        return self.header_len is not None
+
+    @property
+    def data_start(self) -> int:
+        return 8 + (self.header_len or 0)
+
+    @property
+    def tensor_bytes(self) -> int:
+        return int(self.ends.sum()) - int(self.begins.sum())
+
+    @property
+    def total_numel(self) -> int:
+        """Elements of all entries (each distinct shape multiplied out once)."""
+        counts = np.bincount(self.shape.codes, minlength=len(self.shape.values)).tolist()
+        return sum(math.prod(s) * n for s, n in zip(self.shape.values, counts, strict=True))
+
+    @property
+    def dtypes(self) -> list[str]:
+        """Each entry's dtype (a list built on access)."""
+        return self.dtype.tolist()
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Each entry's shape (a list built on access; equal shapes are one tuple)."""
+        return self.shape.tolist()
+
+
+def _plain(metadata: Mapping[str, str] | None) -> dict[str, str] | None:
+    return None if metadata is None else dict(metadata)
+
+
+def read_shard(
+    path: Location | Path, *, root: Location | Path, cap: int = DEFAULT_HEADER_CAP
+) -> ShardHeader:
+    """Open a file through its storage and read its header. A file the storage refuses (not
+    a regular file, a link leaving the folder) is a `file-unsafe` finding, one that cannot be
+    opened a `header-unreadable` one: never a crash. Local paths are taken as a file in the
+    folder `root`."""
+    if not isinstance(path, Location) or not isinstance(root, Location):
+        path, root = _locations(Path(str(path)), Path(str(root)))
+    rel = _relative(path, root)
+    try:
+        with path.open() as reader:
+            return read_header(reader, file=rel, cap=cap)
+    except UnsafeFileError as exc:
+        message = f"{legible(rel)}: not read, it {exc.reason}{UNSAFE_FILE_ADVICE}"
+        finding = make_finding("file-unsafe", message, file=rel)
+        return ShardHeader(rel, 0, None, None, findings=(finding,))
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        msg = f"{legible(rel)}: cannot be read ({reason}); check that it is a readable regular file"
+        return _unreadable(rel, 0, msg)
+
+
+def header_span(head: bytes, size: int, *, cap: int = DEFAULT_HEADER_CAP) -> int:
+    """How many bytes from the start of a safetensors file `read_header` reads (8 + the
+    header length), known from its first bytes; no more than `head` when the length is over
+    the cap or past the end (the reader then reports it without reading further)."""
+    if len(head) < 8:
+        return len(head)
+    length = struct.unpack("<Q", head[:8])[0]
+    return 8 + length if length <= cap and 8 + length <= size else len(head)
+
+
+def read_header(reader: RangeReader, *, file: str, cap: int = DEFAULT_HEADER_CAP) -> ShardHeader:
+    """Read the length prefix and header through `reader` and validate them.
+
+    Reads at most `8 + cap` bytes whatever the file says, and checks the length against the
+    cap and the file size before reading, so a length such as 2**63 costs nothing.
+    """
+    size = reader.size()
+    prefix = reader.read_range(0, 8) if size >= 8 else b""
+    if len(prefix) < 8:
+        msg = f"{legible(file)}: file is {size} bytes, shorter than the 8-byte header length prefix"
+        return _unreadable(file, size, msg)
+    (header_len,) = struct.unpack("<Q", prefix)
+    if header_len > cap:
+        msg = (
+            f"{legible(file)}: header length {header_len:,} bytes is over the limit of {cap:,}; "
+            "if the file is trusted, raise the header cap (--header-cap)"
+        )
+        return _unreadable(file, size, msg)
+    raw = reader.read_range(8, header_len) if 8 + header_len <= size else b""
+    if len(raw) < header_len:
+        msg = (
+            f"{legible(file)}: header length {header_len:,} runs past the end of the {size:,}-byte "
+            f"file (at most {max(size - 8, 0):,} header bytes); the file is truncated or "
+            "not safetensors"
+        )
+        return _unreadable(file, size, msg)
+    return parse_header_bytes(raw, file=file, file_size=size)
+
+
+def parse_header_bytes(raw: bytes, *, file: str, file_size: int) -> ShardHeader:
+    """Validate header bytes (already read) against the file size. Pure."""
+    # The decoded JSON lives only inside `_parse`, so it is freed before the GC resumes and
+    # the collection that follows never has to walk it.
+    with gc_paused():
+        return _parse(raw, file, file_size)
+
+
+# -- steps ---------------------------------------------------------------------------------
+
+
+def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
+    """1. decode the JSON; 2. check `__metadata__`; 3. look for duplicate names when the raw
+    bytes hint at one; 4. take the columns in bulk, or entry by entry when a bulk check fails;
+    5. check that the offsets tile the data section and the file length."""
+    header, problem = _decode(raw, file)
+    if problem is not None:
+        return _unreadable(file, file_size, problem)
+    out = _Collector(file)
+    metadata = _metadata(header.pop("__metadata__", None), out)
+    if raw.count(_DUP_MARKER) > len(header):
+        _report_duplicates(raw, out)
+    columns = _bulk_columns(header)
+    if columns is not None:
+        _check_length(file_size, len(raw), columns[4], tiled=True, out=out)
+    else:
+        columns = _entries(header, out)
+        # An entry that cannot be located may own the bytes around the others: gaps and the
+        # file length cannot be judged, and the file is already an error.
+        if len(columns[0]) == len(header):
+            tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
+            _check_length(file_size, len(raw), columns[4], tiled=tiled, out=out)
+    return ShardHeader.from_columns(
+        file, file_size, len(raw), metadata, *columns, findings=out.done()
+    )
+
+
+def _decode(raw: bytes, file: str) -> tuple[dict, str | None]:
+    """(header, None) or ({}, why the header is unreadable)."""
+    try:
+        header = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return {}, _not_json(raw, file, exc)
+    if not isinstance(header, dict):
+        names: dict[type, str] = {list: "array", str: "string"}
+        kind = names.get(type(header), type(header).__name__)
+        return (
+            {},
+            f"{legible(file)}: header is a JSON {kind} ({_short(header)}), expected an object",
+        )
+    if not raw.startswith(b"{"):
+        # Valid JSON with leading whitespace: the reference reader still rejects it.
+        return {}, (
+            f"{legible(file)}: header starts with {raw[:8]!r}, not "
+            f"'{{' as the format requires; strict "
+            "readers reject it, rewrite the header without the leading bytes"
+        )
+    return header, None
+
+
+def _not_json(raw: bytes, file: str, exc: orjson.JSONDecodeError) -> str:
+    """Why undecodable bytes are unreadable: bad UTF-8, not safetensors, or damaged JSON."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        where = raw[bad.start : bad.start + 4]
+        return (
+            f"{legible(file)}: header is not UTF-8 (byte {where[:1]!r} at offset {bad.start:,}, "
+            f"in {raw[max(bad.start - 12, 0) : bad.start + 4]!r}); the file is damaged"
+        )
+    if not raw.lstrip().startswith(b"{"):
+        return (
+            f"{legible(file)}: header does not start with "
+            f"'{{' (starts with {raw[:16]!r}); not safetensors"
+        )
+    pos = getattr(exc, "pos", 0) or 0
+    return (
+        f"{legible(file)}: header is not valid JSON ({exc.msg} near "
+        f"{raw[max(pos - 20, 0) : pos + 20]!r}); "
+        "the file is damaged, re-export it"
+    )
+
+
+def _metadata(value: object, out: _Collector) -> Mapping[str, str] | None:
+    """`__metadata__` must map strings to strings; other values are findings and dropped."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        out.add(
+            "header-invalid-entry",
+            f"__metadata__ is {type(value).__name__} {_short(value)}, "
+            "expected an object of strings",
+            tensor="__metadata__",
+        )
+        return None
+    for key, val in value.items():
+        if not isinstance(val, str):
+            out.add(
+                "header-invalid-entry",
+                f"__metadata__['{legible(key)}'] is {type(val).__name__} {_short(val)}, expected a "
+                "string",
+                tensor="__metadata__",
+            )
+    return MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)})
+
+
+def _bulk_columns(header: dict) -> _Columns | None:
+    """The columns of a header with no problem at all, checked in bulk; None on any doubt.
+
+    Every check here is a C-level pass over a column (no Python code per entry): the entries
+    are dicts with the three keys (`itemgetter` raises on anything else), dtypes are known,
+    shapes are short lists of non-negative ints, offsets are pairs of non-negative ints,
+    sizes match, and the ranges tile from 0.
+    """
+    if not header:
+        return [], [], [], [], []
+    try:
+        entries = list(header.values())
+        dtypes = list(map(operator.itemgetter("dtype"), entries))
+        raw_shapes = list(map(operator.itemgetter("shape"), entries))
+        offsets = list(map(operator.itemgetter("data_offsets"), entries))
+        if not set(dtypes) <= DTYPE_BITS.keys() or set(map(type, raw_shapes)) != {list}:
+            return None
+        if max(map(len, raw_shapes)) > _FAST_MAX_DIMS or set(map(len, offsets)) != {2}:
+            return None
+        begins = list(map(operator.itemgetter(0), offsets))
+        ends = list(map(operator.itemgetter(1), offsets))
+        dims = list(chain.from_iterable(raw_shapes))
+        # One type pass over every number; signs: begins are checked by the tiling (the
+        # smallest is 0), ends by the size check (end - begin = size >= 0), dims here.
+        if set(map(type, chain(begins, ends, dims))) != {int} or (dims and min(dims) < 0):
+            return None
+        nbytes = list(map(operator.sub, ends, begins))
+        bits = map(operator.mul, map(math.prod, raw_shapes), map(DTYPE_BITS.__getitem__, dtypes))
+        if list(bits) != list(map(operator.lshift, nbytes, repeat(3))):
+            return None
+        if not _tiles(begins, ends, nbytes):
+            return None
+    except (KeyError, TypeError, IndexError):
+        return None
+    return list(header), dtypes, raw_shapes, begins, ends
+
+
+def _tiles(begins: list[int], ends: list[int], nbytes: list[int]) -> bool:
+    """True when the ranges, sorted, run from 0 with each starting where the last ended.
+
+    With no empty range, sorting begins and ends separately is enough (the range starting
+    at 0 must be the one ending first, and so on by induction) and much cheaper than
+    sorting pairs; empty ranges need the pairs.
+    """
+    if 0 in nbytes:
+        order = sorted(zip(begins, ends, strict=True))
+        starts = list(map(operator.itemgetter(0), order))
+        stops = list(map(operator.itemgetter(1), order))
+    else:
+        starts, stops = sorted(begins), sorted(ends)
+    return starts[0] == 0 and starts[1:] == stops[:-1]
+
+
+def _entries(header: dict, out: _Collector) -> _Columns:
+    """The slow path: each entry checked on its own, each problem a finding."""
+    names: list[str] = []
+    dtypes: list[str] = []
+    shapes: list[tuple[int, ...]] = []
+    begins: list[int] = []
+    ends: list[int] = []
+    for name, entry in header.items():
+        located = _locate(name, entry, out)
+        if located is None:
+            continue
+        dtype, shape, begin, end = located
+        bits = DTYPE_BITS.get(dtype)
+        if bits is None:
+            known = ", ".join(DTYPE_BITS)
+            out.add(
+                "unknown-dtype",
+                f"tensor '{legible(name)}' has dtype {_short(dtype)}, not a safetensors dtype "
+                f"(expected one of {known})",
+                tensor=name,
+            )
+        else:
+            total_bits = _numel(shape) * bits
+            if total_bits % 8 or total_bits // 8 != end - begin:
+                out.add(
+                    "size-mismatch",
+                    _size_problem(name, dtype, shape, begin, end, total_bits),
+                    tensor=name,
+                )
+        names.append(name)
+        dtypes.append(dtype)
+        shapes.append(shape)
+        begins.append(begin)
+        ends.append(end)
+    return names, dtypes, shapes, begins, ends
+
+
+def _locate(
+    name: str, entry: object, out: _Collector
+) -> tuple[str, tuple[int, ...], int, int] | None:
+    """(dtype, shape, begin, end) of a well-typed entry, else a header-invalid-entry finding."""
+    item: Any = entry
+    try:
+        dtype = item["dtype"]
+        shape = item["shape"]
+        begin, end = item["data_offsets"]
+    except (TypeError, KeyError, ValueError, IndexError):
+        out.add(
+            "header-invalid-entry",
+            f"tensor '{legible(name)}': {_entry_problem(entry)}",
+            tensor=name,
+        )
+        return None
+    if not (
+        type(dtype) is str
+        and type(shape) is list
+        and all(type(d) is int and d >= 0 for d in shape)
+        and type(item["data_offsets"]) is list
+        and type(begin) is int
+        and type(end) is int
+        and 0 <= begin <= end
+    ):
+        out.add(
+            "header-invalid-entry",
+            f"tensor '{legible(name)}': {_entry_problem(entry)}",
+            tensor=name,
+        )
+        return None
+    return dtype, tuple(shape), begin, end
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    """prod(shape), stopping early once it is past any possible file size."""
+    if len(shape) <= _FAST_MAX_DIMS:
+        return math.prod(shape)
+    if 0 in shape:
+        return 0
+    n = 1
+    for d in shape:
+        n *= d
+        if n > _HUGE_NUMEL:
+            return n
+    return n
+
+
+def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
+    """Offsets must tile [0, last end) exactly: no gap, no overlap, no shared bytes.
+
+    Returns True when they do. When they do not, tensors running past the data section are
+    reported here too: the header is inconsistent, so the file is not simply truncated.
+    """
+    names, _, _, begins, ends = columns
+    problems: list[tuple[int, str]] = []
+    expected, holder = 0, None
+    for begin, end, i in sorted(zip(begins, ends, range(len(names)), strict=True)):
+        if begin > expected:
+            after = f"after tensor '{legible(names[holder])}' " if holder is not None else ""
+            problems.append(
+                (
+                    i,
+                    f"leave a gap of {begin - expected:,} unused bytes {after}"
+                    f"(expected it to start at {expected:,})",
+                )
+            )
+        elif begin < expected and holder is not None:
+            if (begins[holder], ends[holder]) == (begin, end):
+                what = f"point at the same bytes as tensor '{legible(names[holder])}'"
+            else:
+                what = (
+                    f"start {expected - begin:,} bytes inside tensor '{legible(names[holder])}' "
+                    f"[{begins[holder]:,}, {expected:,}] (expected it to start at {expected:,})"
+                )
+            problems.append((i, what))
+        if end > expected:
+            expected, holder = end, i
+    if not problems:
+        return True
+    reported = {i for i, _ in problems}
+    problems += [(i, "") for i, end in enumerate(ends) if end > data_len and i not in reported]
+    for i, what in problems:
+        past = (
+            f"run past the end of the {data_len:,}-byte data section" if ends[i] > data_len else ""
+        )
+        detail = "; ".join(p for p in (what, past) if p)
+        out.add(
+            "offset-invalid",
+            f"tensor '{legible(names[i])}' data_offsets [{begins[i]:,}, {ends[i]:,}] {detail}; "
+            "loaders reject the file, re-export it",
+            tensor=names[i],
+        )
+    return False
+
+
+def _check_length(
+    file_size: int, header_len: int, ends: list[int], *, tiled: bool, out: _Collector
+) -> None:
+    """The file must be exactly `8 + header + data`; a short file only counts as truncated
+    when the offsets are consistent (otherwise `_check_tiling` already said what is wrong)."""
+    expected = 8 + header_len + (max(ends) if ends else 0)
+    if file_size < expected and tiled:
+        out.add(
+            "file-truncated",
+            f"file is {file_size:,} bytes but its header needs {expected:,} "
+            f"({expected - file_size:,} bytes missing); the write was cut short, re-export it",
+        )
+    elif file_size > expected:
+        out.add(
+            "trailing-bytes",
+            f"file is {file_size:,} bytes, {file_size - expected:,} more than its header "
+            f"describes ({expected:,}); loaders reject the file, cut it to {expected:,} bytes",
+        )
+
+
+def _report_duplicates(raw: bytes, out: _Collector) -> None:
+    """Slow path, only taken when the marker count says a key may repeat."""
+    seen: set[str] = set()
+
+    def hook(pairs: list[tuple[str, object]]) -> dict:
+        for key, value in pairs:
+            if isinstance(value, dict) and "data_offsets" in value:
+                if key in seen:
+                    out.add(
+                        "header-duplicate-key",
+                        f"tensor '{legible(key)}' appears twice in the header; readers keep only "
+                        "the last entry, remove the other one",
+                        tensor=key,
+                    )
+                seen.add(key)
+        return dict(pairs)
+
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
+    except (ValueError, RecursionError):
+        # orjson accepted the header; stdlib json may still refuse very deep nesting.
+        return
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+class _Collector:
+    """Findings of one file under the fold policy: `FOLD.per_file` per code are listed, the
+    rest of each code is counted and folded into one summary finding, so a hostile header
+    cannot turn into millions of findings."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.items: list[Finding] = []
+        self.counts: dict[str, int] = {}
+        self.folded: dict[str, list[str]] = {}
+
+    def add(self, code: str, message: str, *, tensor: str | None = None) -> None:
+        n = self.counts.get(code, 0) + 1
+        self.counts[code] = n
+        if n <= FOLD.per_file:
+            self.items.append(
+                make_finding(
+                    code, f"{legible(self.file)}: {message}", file=self.file, tensor=tensor
+                )
+            )
+        elif tensor is not None and len(self.folded.setdefault(code, [])) < 3:
+            self.folded[code].append(tensor)
+
+    def done(self) -> tuple[Finding, ...]:
+        for code, n in self.counts.items():
+            if n > FOLD.per_file:
+                more = n - FOLD.per_file
+                names = self.folded.get(code)
+                eg = " (e.g. " + ", ".join(f"'{legible(n)}'" for n in names) + ")" if names else ""
+                self.items.append(
+                    make_finding(
+                        code,
+                        f"{legible(self.file)}: {more:,} more {code} findings{eg}, not listed one "
+                        "by one",
+                        file=self.file,
+                    )
+                )
+        return tuple(self.items)
+
+
+def _unreadable(file: str, size: int, message: str) -> ShardHeader:
+    return ShardHeader(
+        file, size, None, None, findings=(make_finding("header-unreadable", message, file=file),)
+    )
+
+
+def _entry_problem(entry: object) -> str:
+    if not isinstance(entry, dict):
+        return f"entry is {type(entry).__name__} {_short(entry)}, expected an object"
+    problems = []
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(dtype, str):
+        problems.append(f"dtype {_short(dtype)} (expected a string)")
+    if not (isinstance(shape, list) and all(type(d) is int and d >= 0 for d in shape)):
+        problems.append(f"shape {_short(shape)} (expected a list of non-negative integers)")
+    if not (
+        isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(o) is int and o >= 0 for o in offsets)
+        and offsets[0] <= offsets[1]
+    ):
+        problems.append(
+            f"data_offsets {_short(offsets)} (expected [begin, end] with 0 <= begin <= end)"
+        )
+    return "entry has " + "; ".join(problems or ["an unexpected form"])
+
+
+def _size_problem(
+    name: str, dtype: str, shape: tuple[int, ...], begin: int, end: int, bits: int
+) -> str:
+    want = f"{bits // 8:,}" if bits % 8 == 0 else f"{bits / 8:,} (not a whole number of bytes)"
+    dims = _short(list(shape))
+    return (
+        f"tensor '{legible(name)}' data_offsets [{begin:,}, {end:,}] span {end - begin:,} bytes "
+        f"but {dtype} {dims} needs {want}"
+    )
+
+
+def _short(value: object) -> str:
+    """A bounded repr: safe for hostile values (deep nesting, huge lists, long strings)."""
+    try:
+        return _SHORT.repr(value)
+    except (RecursionError, ValueError):
+        return f"<{type(value).__name__}>"
+
+
+def _relative(path: Location, root: Location) -> str:
+    try:
+        return path.relative_to(root)
+    except ValueError:
+        return path.name
+
+
+def _locations(path: Path, root: Path) -> tuple[Location, Location]:
+    """A local file and its folder as locations of one storage rooted at `root` (or at the
+    file's own folder when it is not under `root`)."""
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        root, rel = path.parent, path.name
+    folder = local_location(root) if root.is_dir() else local_location(path.parent)
+    return folder / rel if root.is_dir() else folder / path.name, folder

@@ -1,0 +1,160 @@
+"""The records a consolidation plan is made of and what executing it returns: planned
+tensors and their source pieces, output files, the result, and the index a plan writes.
+Imports nothing of the consolidation's other modules, so the writer (`engine`, `dest`,
+`driver`, `verify`) and the planner (`plan`) both build on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import orjson
+
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import Finding, examples
+from inspector._internal.findings.words import plural
+
+if TYPE_CHECKING:
+    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
+
+__all__ = [
+    "METADATA_CAP",
+    "ConsolidationResult",
+    "OutputFile",
+    "Piece",
+    "PlannedTensor",
+    "describe_result",
+    "index_bytes",
+]
+
+
+METADATA_CAP = 2_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One source chunk of a tensor: where its bytes are, and where it sits in the tensor."""
+
+    file: str
+    src_offset: int  # absolute byte offset of the chunk in `file`
+    nbytes: int
+    offsets: tuple[int, ...]
+    shape: tuple[int, ...]
+    # Byte offset inside the output tensor when the chunk is one contiguous range, else None.
+    dst_offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedTensor:
+    name: str
+    dtype: str  # source dtype
+    out_dtype: str
+    shape: tuple[int, ...]
+    begin: int  # data offsets in the output file's data section
+    end: int
+    pieces: tuple[Piece, ...]
+    # The pieces leave regions uncovered (allow_partial): those bytes must be zeros.
+    partial: bool = False
+
+    @property
+    def contiguous(self) -> bool:
+        """True when every chunk is a plain byte range of the output and no cast is needed."""
+        return self.dtype == self.out_dtype and all(p.dst_offset is not None for p in self.pieces)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFile:
+    index: int  # 1-based
+    name: str
+    header: bytes  # the 8-byte length prefix and the padded JSON header
+    tensors: tuple[PlannedTensor, ...]
+
+    @property
+    def data_bytes(self) -> int:
+        return self.tensors[-1].end if self.tensors else 0
+
+    @property
+    def size(self) -> int:
+        return len(self.header) + self.data_bytes
+
+
+@dataclass(frozen=True)
+class ConsolidationResult:
+    """What one process wrote and what the verification of DEST found."""
+
+    dest: Path
+    written: tuple[str, ...]
+    skipped: tuple[str, ...]  # complete outputs left alone by `resume=True`
+    bytes_written: int
+    seconds: float
+    index_file: str | None  # None on ranks other than 0
+    metadata_files: tuple[str, ...]
+    rank: int = 0
+    world_size: int = 1
+    verified: bool = False
+    findings: tuple[Finding, ...] = ()
+    data_checked: int = 0
+    data_mismatches: tuple[str, ...] = ()
+    # Tensors the source did not fully hold, written with zeros there (allow_partial).
+    partial: tuple[str, ...] = ()
+    backup: Path | None = None  # where `overwrite` moved the entries it replaced
+    replaced: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """No finding, no content mismatch and no partial tensor in DEST (findings and
+        mismatches are only known on the rank that verified)."""
+        return not self.findings and not self.data_mismatches and not self.partial
+
+    def describe(self) -> str:
+        return describe_result(self)
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+def index_bytes(plan: ConsolidationPlan) -> bytes:
+    """The `model.safetensors.index.json` this plan writes, byte for byte."""
+    doc = {
+        "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
+        "weight_map": dict(sorted(plan.weight_map.items())),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n"
+
+
+def describe_result(result: ConsolidationResult) -> str:
+    rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
+    who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
+    lines = [
+        f"Consolidated into {result.dest}{who}: wrote {plural(len(result.written), 'file')}, "
+        f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
+    ]
+    if result.skipped:
+        kept = examples(list(result.skipped))
+        lines.append(f"  resumed: {plural(len(result.skipped), 'complete file')} kept: {kept}")
+    if result.backup is not None:
+        lines.append(
+            f"  replaced {plural(len(result.replaced), 'entry')}"
+            f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
+        )
+    if result.index_file:
+        lines.append(f"  index: {result.index_file}")
+    if result.metadata_files:
+        lines.append(f"  copied: {', '.join(result.metadata_files)}")
+    if result.verified:
+        state = "no finding" if not result.findings else plural(len(result.findings), "finding")
+        lines.append(f"  verify: re-scanned and checked the output: {state}")
+        lines += [f"    [{f.code}] {f.message}" for f in result.findings[:20]]
+    if result.partial:
+        lines.append(
+            f"  WARNING: PARTIAL {plural(len(result.partial), 'tensor')} (--allow-partial: zeros "
+            f"where the source held no data): {examples(list(result.partial))}"
+        )
+    if result.data_checked:
+        bad = result.data_mismatches
+        state = "all match" if not bad else f"{len(bad)} differ: {examples(list(bad))}"
+        lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
+    return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)

@@ -1,0 +1,209 @@
+"""Re-shard a checkpoint whose tensors collapsed into one file (seed automodel-2289) into
+`model-XXXXX-of-YYYYY.safetensors` shards under a size limit, by huggingface_hub's rules:
+greedy in key order, decimal units, a tensor over the limit alone in its shard.
+
+The copy is done by the consolidation engine into a staging folder inside the checkpoint;
+the old shards and index then move into the backup folder and the new ones into place as one
+journaled batch of renames. No shard is modified in place, and nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from inspector._internal.checkpoint.read_problems import FileRole
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, LayoutName, ScannedCheckpoint
+from inspector._internal.checks import check
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
+from inspector._internal.findings.finding import examples
+from inspector._internal.plans.atomic import (
+    STAGING,
+    apply_renames,
+    folder_lock,
+    fresh_staging,
+    new_backup_dir,
+    recover,
+)
+from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
+from inspector._internal.plans.repair import (
+    FileWrite,
+    RepairResult,
+    read_current_text,
+    unowned_target,
+)
+from inspector.errors import PlanRefusedError
+
+__all__ = ["STAGING", "ReshardPlan", "as_single_chunks", "plan_reshard"]
+
+_LAYOUTS = (LayoutName.HF_SHARDED, LayoutName.SAFETENSORS_SINGLE)
+
+
+@dataclass(frozen=True)
+class ReshardPlan:
+    """Which shards are retired, which are written, and the index that results."""
+
+    root: Path
+    copy: ConsolidationPlan | None = None
+    retired: tuple[str, ...] = ()
+    index: FileWrite | None = None
+    refused: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.copy is None
+
+    @property
+    def writes(self) -> tuple[FileWrite, ...]:
+        return (self.index,) if self.index else ()
+
+    def describe(self) -> str:
+        if self.copy is None:
+            lines = [f"{self.root}: nothing to re-shard"]
+        else:
+            outs = self.copy.outputs
+            lines = [
+                f"re-shard plan for {self.root}",
+                f"  retire {', '.join(self.retired)} (moved to the backup folder, not deleted)",
+                f"  write {len(outs)} shards ({self.copy.assignment}):",
+                *(f"    {o.name}: {len(o.tensors)} tensors, {o.size:,} bytes" for o in outs),
+                f"  rewrite {INDEX_NAME}",
+                *(f"    - {c}" for c in (self.index.changes if self.index else ())),
+            ]
+        lines += [f"  REFUSED: {r}" for r in self.refused]
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
+
+    def diff(self) -> str:
+        return self.index.diff() if self.index else ""
+
+    def __str__(self) -> str:
+        return self.describe()
+
+    def execute(self, *, backup: bool = True, progress: bool = False) -> RepairResult:
+        """Copy into staging, then swap in one journaled batch; re-scan and re-check.
+
+        The retired shards always go to the backup folder (`backup` is accepted for symmetry
+        with other plans): re-sharding never deletes tensor data.
+        """
+
+        if self.copy is None:
+            return RepairResult((), None, tuple(check(scan(self.root))))
+        with folder_lock(self.root):
+            recover(self.root)
+            # A planted link named like the staging folder would send the copy out of the
+            # checkpoint: fresh_staging refuses it and creates a real folder.
+            staging = fresh_staging(self.root)
+            self.copy.execute(progress=progress, verify=False)
+            backup_dir = new_backup_dir(self.root)
+            rel_backup = backup_dir.relative_to(self.root).as_posix()
+            moves = [(f, f"{rel_backup}/{f}") for f in (*self.retired, INDEX_NAME)]
+            moves = [m for m in moves if (self.root / m[0]).exists()]
+            new = [(f"{STAGING}/{o.name}", o.name) for o in self.copy.outputs]
+            apply_renames(self.root, [*moves, *new, (f"{STAGING}/{INDEX_NAME}", INDEX_NAME)])
+            shutil.rmtree(staging, ignore_errors=True)
+        remaining = tuple(check(scan(self.root)))
+        written = (*(o.name for o in self.copy.outputs), INDEX_NAME)
+        return RepairResult(written, backup_dir, remaining)
+
+
+def plan_reshard(
+    scanned: ScannedCheckpoint, *, max_shard_size: int | str = SHARD_SPLIT_SIZE
+) -> ReshardPlan:
+    """Plan splitting the checkpoint's tensors into shards of at most `max_shard_size`."""
+    root = scanned.local_path
+    if root is None:
+        raise PlanRefusedError(
+            f"{scanned.path}: re-sharding writes new shards into the checkpoint folder; run "
+            "it on a local copy"
+        )
+    refused = _refusals(scanned)
+    if refused:
+        return ReshardPlan(root, refused=refused)
+    limit = parse_size(max_shard_size)
+    view = as_single_chunks(scanned)
+    try:
+        copy = plan_consolidation(view, root / STAGING, max_shard_size=limit)
+    except PlanRefusedError as exc:
+        return ReshardPlan(root, refused=(str(exc),))
+    retired = tuple(s.file for s in scanned.shards)
+    if len(copy.outputs) <= 1 and len(retired) <= 1:
+        count = sum(len(s.names) for s in scanned.shards)
+        note = f"all {count} tensors fit in one shard of at most {limit:,} bytes"
+        return ReshardPlan(root, notes=(note,))
+    clash = sorted({o.name for o in copy.outputs} & set(retired))
+    if clash:
+        why = f"new shard names {examples(clash)} equal existing files; rename them first"
+        return ReshardPlan(root, refused=(why,))
+    # Every name the swap writes: the index, and new shards where no retired one is.
+    unowned = [
+        why
+        for why in (
+            unowned_target(scanned, INDEX_NAME, FileRole.INDEX),
+            *(unowned_target(scanned, o.name, None) for o in copy.outputs),
+        )
+        if why
+    ]
+    if unowned:
+        return ReshardPlan(root, refused=tuple(unowned))
+    return ReshardPlan(root, copy, retired, _index_write(scanned, copy))
+
+
+def _refusals(scanned: ScannedCheckpoint) -> tuple[str, ...]:
+    if scanned.layout not in _LAYOUTS:
+        dcp = scanned.layout is LayoutName.DCP_SHARDED
+        hint = " (use `ckpt-inspect consolidate`)" if dcp else ""
+        return (f"{scanned.path}: layout {scanned.layout} cannot be re-sharded{hint}",)
+    bad = [s.file for s in scanned.shards if not s.readable or s.findings]
+    if bad:
+        return (f"shards {examples(bad)} have integrity findings; fix them before re-sharding",)
+    seen: set[str] = set()
+    dup: list[str] = []
+    for name in (n for s in scanned.shards for n in s.names):
+        (dup.append if name in seen else seen.add)(name)
+    if dup:
+        why = f"tensors {examples(dup)} are in several shards; repair the index first"
+        return (f"{why} (ckpt-inspect repair --only index --duplicates ...)",)
+    return ()
+
+
+def as_single_chunks(
+    scanned: ScannedCheckpoint, *, only: Collection[str] | None = None
+) -> ScannedCheckpoint:
+    """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
+    layer 10), so the consolidation engine does the copying; `only` keeps those names."""
+    chunks: dict[str, list[DcpChunk]] = {}
+    entries = [
+        (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
+        for s in scanned.shards
+        for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
+        if only is None or name in only
+    ]
+    for name, chunk in sorted(entries, key=lambda e: _natural(e[0])):
+        chunks[name] = [chunk]
+    return dataclasses.replace(
+        scanned, layout=LayoutName.DCP_SHARDED, info=DcpInfo.from_chunks(chunks), index=None
+    )
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def _index_write(scanned: ScannedCheckpoint, copy: ConsolidationPlan) -> FileWrite:
+    old = read_current_text(scanned.location / INDEX_NAME)
+    metadata = dict(scanned.index.metadata) if scanned.index else {}
+    metadata.update(total_size=copy.total_size, total_parameters=copy.total_parameters)
+    new = json.dumps({"metadata": metadata, "weight_map": copy.weight_map}, indent=2) + "\n"
+    files = sorted(set(copy.weight_map.values()))
+    change = f"{len(copy.weight_map)} tensors mapped to {len(files)} shards ({examples(files)})"
+    return FileWrite(INDEX_NAME, old, new, (change,))

@@ -1,0 +1,1 @@
+"""Renderers of scans and findings: terminal text, Markdown, HTML, the notebook repr."""

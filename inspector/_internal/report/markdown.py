@@ -1,0 +1,149 @@
+"""A short Markdown summary of a scan and its findings, to paste into a bug report. Pure.
+
+A checkpoint chooses its names, and the summary is rendered where people open it (GitHub,
+nbconvert's mistune, JupyterLab): every name is an inline code span and every message
+escaped Markdown text (`inspector._internal.common.display.legible`, targets "markdown-code" and
+"markdown"), so nothing in a name becomes HTML, a link, an image, math or a table cell."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import legible
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import Finding, fold_ranges, severity_rank
+from inspector._internal.findings.issues import group_problems
+from inspector._internal.findings.words import severity_counts
+from inspector._internal.report.summary import summarize
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = ["markdown_summary"]
+
+# Long messages are cut so one finding cannot flood the paste.
+_MAX_MESSAGE = 300
+
+
+def markdown_summary(
+    scanned: ScannedCheckpoint,
+    findings: Sequence[Finding],
+    *,
+    examples: int = 3,
+    verdict: LoadVerdict | None = None,
+) -> str:
+    """Layout and counts, the load verdict (will it load? what is missing, unexpected or
+    mis-shaped, or why the check was skipped), a table of findings per code (severity,
+    count, folded layers, experts and files) and the first `examples` messages of each code."""
+    summary = summarize(scanned, findings=list(findings))
+    lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
+    lines += _facts(summary)
+    if verdict is not None:
+        lines += _load_lines(verdict, examples)
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
+    if not groups:
+        lines += ["", "No findings."]
+        return "\n".join(lines) + "\n"
+    lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
+    for p in group_problems(scanned, findings, verdict=verdict):
+        lines.append(
+            f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
+            f"Fix: {_inline(p.action.text)} ({_code(p.action.command)})"
+        )
+    lines += [
+        "",
+        "| severity | code | count | layers | experts | files |",
+        "|---|---|---:|---|---|---|",
+    ]
+    lines += [_table_row(code, items) for code, items in groups]
+    for code, items in groups:
+        lines += ["", f"**{code}** ({len(items):,})"]
+        lines += [f"- {_inline(f.message)}" for f in items[:examples]]
+        if len(items) > examples:
+            lines.append(f"- ... {len(items) - examples:,} more")
+    return "\n".join(lines) + "\n"
+
+
+def _facts(summary: dict[str, Any]) -> list[str]:
+    s = summary
+    layers = f"{s['layers']} decoder ({s['moe_layers']} MoE)"
+    if s["mtp_layers"]:
+        layers += f" + {s['mtp_layers']} MTP"
+    declared = s["config"]["num_layers"]
+    if declared is not None and declared != s["layers"]:
+        layers += f"; config declares {declared}"
+    facts = [
+        f"- layout: `{s['layout']}`",
+        f"- files: {s['files']:,}; tensors: {s['tensors']:,} ({format_bytes(s['total_bytes'])}); "
+        f"parameters: {s['parameters']:,} ({s['parameters_rule']})",
+        f"- layers: {layers}",
+    ]
+    if s["moe_layers"]:
+        facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
+    counts = Counter(f["severity"] for f in s["findings"])
+    facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
+    return facts
+
+
+def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
+    """'- will it load: ...' and, when it does not, the first keys of each kind."""
+    arch = _code(verdict.architecture or "?")
+    if verdict.skipped is not None:
+        return [f"- will it load: not checked ({_inline(verdict.skipped)})"]
+    notes = []
+    if verdict.parameters is not None:
+        notes.append(verdict.parameters_text())
+    if verdict.quantization:
+        notes.append(f"quantization: {_inline(verdict.quantization)}")
+    if verdict.mtp_skipped:
+        notes.append(f"{len(verdict.mtp_skipped):,} MTP tensors transformers skips")
+    tail = f" ({'; '.join(notes)})" if notes else ""
+    if verdict.loads and not verdict.unexpected:
+        return [f"- will it load: yes, as {arch}{tail}"]
+    answer = "yes, with tensors it ignores" if verdict.loads else "**no**"
+    lines = [f"- will it load: {answer}, as {arch}{tail}"]
+    kinds = (
+        ("missing", list(verdict.missing)),
+        (
+            "with another shape",
+            [f"{m.key} {list(m.stored)} (expected {list(m.expected)})" for m in verdict.mismatched],
+        ),
+        ("unexpected", list(verdict.unexpected)),
+    )
+    for kind, keys in kinds:
+        if keys:
+            shown = ", ".join(_code(k) for k in keys[:examples])
+            more = f" and {len(keys) - examples:,} more" if len(keys) > examples else ""
+            lines.append(f"  - {len(keys):,} {kind}: {shown}{more}")
+    return lines
+
+
+def _table_row(code: str, items: list[Finding]) -> str:
+    layers = fold_ranges((f.layer for f in items if f.layer is not None), limit=6)
+    experts = fold_ranges((f.expert for f in items if f.expert is not None), limit=6)
+    files = sorted({f.file for f in items if f.file})
+    shown = ", ".join(_code(name) for name in files[:2])
+    if len(files) > 2:
+        shown += f" and {len(files) - 2} more"
+    cells = [str(items[0].severity), f"`{code}`", f"{len(items):,}", layers, experts, shown]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _inline(text: str) -> str:
+    """Text from the checkpoint's findings as one line of escaped Markdown, bounded."""
+    return legible(" ".join(text.split()), target="markdown", limit=_MAX_MESSAGE)
+
+
+def _code(name: str) -> str:
+    """A name as an inline code span nothing in it can break out of."""
+    return legible(name, target="markdown-code")
+
+
+def _cell(text: str) -> str:
+    """A table cell, built from Markdown already escaped (a code span escapes its `|`)."""
+    return text or " "

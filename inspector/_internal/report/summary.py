@@ -1,0 +1,165 @@
+"""The scan summary: a plain dict (the `--json` contract, exact names) and its readable
+rendering (names and messages through `inspector._internal.common.display.legible`).
+
+A scan reads headers and JSON files and runs no check, so its summary never says "no
+problems": it says what it could not read (`read_findings`) and that the checks did not run
+(`checked: false`, with the command that runs them). The words are
+`inspector._internal.findings.words`'."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from inspector._internal.checkpoint.parameters import PARAMETER_RULE, scan_parameters
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.units import format_bytes
+from inspector._internal.findings.finding import Finding, severity_rank
+from inspector._internal.findings.words import layers_text, plural, severity_counts, shell_word
+
+__all__ = ["format_summary", "summarize"]
+
+
+def summarize(
+    scanned: ScannedCheckpoint, *, findings: list[Finding] | None = None
+) -> dict[str, Any]:
+    """The scan as one JSON-ready object.
+
+    Keys: path, layout, files, tensors, total_bytes, parameters (values, counted as
+    `parameters_rule` says: `inspector._internal.checkpoint.parameters`), layers, moe_layers,
+    experts_per_layer, mtp_layers, dtypes, experts_found, config, read_findings (what the scan could
+    not read or parse: a part of what `check` reports), checked, check_command; and findings (every
+    finding, worst first) when `findings` (from `check`) are given: then `checked` is true.
+    """
+    tensors, layers = scanned.tensors, scanned.layers
+    decoder = layers[~layers["is_mtp"]] if len(layers) else layers
+    moe = decoder[decoder["kind"] == "moe"] if len(decoder) else decoder
+    found = dict(zip(moe["layer"].tolist(), moe["experts_found"].tolist(), strict=True))
+    spec = scanned.spec
+    expected = spec.experts_per_layer or (max(found.values()) if found else None)
+    by_dtype = tensors.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)
+    read = sorted(scanned.read_findings, key=lambda f: severity_rank(f.severity))
+    out = {
+        "path": str(scanned.path),
+        "layout": scanned.layout,
+        "files": len(scanned.files),
+        "tensors": len(tensors),
+        "total_bytes": int(tensors["nbytes"].sum()),
+        "parameters": scan_parameters(scanned),
+        "parameters_rule": PARAMETER_RULE,
+        "layers": len(decoder),
+        "moe_layers": len(moe),
+        "experts_per_layer": expected,
+        "mtp_layers": int(layers["is_mtp"].sum()) if len(layers) else 0,
+        "dtypes": {str(k): int(v) for k, v in by_dtype.items()},
+        "experts_found": found,
+        "config": {
+            "model_type": spec.model_type,
+            "num_layers": spec.num_layers,
+            "experts_per_layer": spec.experts_per_layer,
+            "mtp_layers": spec.mtp_layers,
+        },
+        "read_findings": [_finding(f) for f in read],
+        "checked": findings is not None,
+        "check_command": f"ckpt-inspect check {shell_word(str(scanned.path))}",
+    }
+    if findings is not None:
+        ordered = sorted(findings, key=lambda f: severity_rank(f.severity))
+        out["findings"] = [_finding(f) for f in ordered]
+    return out
+
+
+def format_summary(summary: dict[str, Any], *, max_findings: int = 20) -> str:
+    """A few aligned lines a person reads in a terminal."""
+    lines = [
+        f"checkpoint  {legible(summary['path'])}",
+        f"layout      {summary['layout']}",
+        f"files       {summary['files']:,}",
+        f"tensors     {summary['tensors']:,}  ({format_bytes(summary['total_bytes'])})",
+        f"parameters  {summary['parameters']:,}  ({summary['parameters_rule']})",
+        "dtypes      "
+        + ", ".join(f"{legible(k)} {format_bytes(v)}" for k, v in summary["dtypes"].items()),
+        _layers_line(summary),
+    ]
+    if summary["moe_layers"]:
+        lines.append(_experts_line(summary))
+    lines.extend(_finding_lines(summary, max_findings))
+    return "\n".join(lines)
+
+
+def _layers_line(summary: dict[str, Any]) -> str:
+    layers, moe, mtp = summary["layers"], summary["moe_layers"], summary["mtp_layers"]
+    text = f"layers      {layers} decoder ({moe} MoE)"
+    if mtp:
+        text += f" + {mtp} MTP"
+    declared = summary["config"]["num_layers"]
+    if declared is not None and declared != layers:
+        text += f"; config.json declares {declared}"
+    return text
+
+
+def _experts_line(summary: dict[str, Any]) -> str:
+    found: dict[int, int] = summary["experts_found"]
+    expected = summary["experts_per_layer"]
+    counts = Counter(found.values())
+    if len(counts) == 1 and expected in counts:
+        return f"experts     {expected} per MoE layer, all present"
+    parts = [
+        f"{n} in {layers_text(layer for layer, c in found.items() if c == n)}"
+        for n in sorted(counts)
+    ]
+    return f"experts     expected {expected} per MoE layer; found " + "; ".join(parts)
+
+
+def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
+    """What the scan could not read, and whether the checks ran (and what they found)."""
+    read: list[dict[str, Any]] = summary["read_findings"]
+    lines = []
+    if read:
+        counts = Counter(f["severity"] for f in read)
+        lines.append(
+            f"read        {plural(len(read), 'finding')} while reading files "
+            f"({severity_counts(counts)})"
+        )
+        lines.extend(_listed(read, limit))
+    else:
+        lines.append("read        every shard header and JSON file was read")
+    if not summary["checked"]:
+        command = legible(summary["check_command"], limit=MESSAGE_LIMIT)
+        lines.append(
+            f"checks      not run by scan; `{command}` runs every check "
+            "(drift, missing tensors, will it load)"
+        )
+        return lines
+    found: list[dict[str, Any]] = summary["findings"]
+    counts = Counter(f["severity"] for f in found)
+    lines.append(
+        f"findings    {plural(len(found), 'finding')} ({severity_counts(counts)})"
+        if found
+        else "findings    none"
+    )
+    lines.extend(_listed(found, limit))
+    return lines
+
+
+def _listed(findings: list[dict[str, Any]], limit: int) -> list[str]:
+    lines = [
+        f"  {f['severity']:<7} {f['code']:<26} {legible(f['message'], limit=MESSAGE_LIMIT)}"
+        for f in findings[:limit]
+    ]
+    if len(findings) > limit:
+        lines.append(f"  ... {len(findings) - limit:,} more (use --json for all)")
+    return lines
+
+
+def _finding(f: Finding) -> dict[str, Any]:
+    return {
+        "code": f.code,
+        "severity": str(f.severity),
+        "message": f.message,
+        "file": f.file,
+        "tensor": f.tensor,
+        "layer": f.layer,
+        "expert": f.expert,
+    }

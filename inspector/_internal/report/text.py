@@ -1,0 +1,192 @@
+"""`check` results as a JSON-ready dict and as text grouped by code, worst first.
+
+The dicts keep exact names (the `--json` contract); the text shows every name and message
+through `inspector._internal.common.display.legible` (bounded, control characters escaped)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.findings.finding import Finding, Severity, severity_rank
+from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.findings.words import plural, severity_counts, shell_word
+
+if TYPE_CHECKING:
+    from inspector._internal.load.verdict import LoadVerdict
+
+__all__ = [
+    "JSON_NAMES",
+    "check_result",
+    "format_check",
+    "format_diff",
+    "issue_dict",
+    "issue_lines",
+]
+
+# A layer key of one expert ("mlp.experts.17.down_proj.weight").
+_EXPERT_KEY = re.compile(r"(?:.*\.)?experts\.\d+\.")
+
+
+# Names listed per list of the load verdict in `check --json` unless `--full` asks for all.
+JSON_NAMES = 10
+
+
+def check_result(
+    scanned: ScannedCheckpoint,
+    findings: list[Finding],
+    *,
+    verdict: LoadVerdict | None = None,
+    full: bool = False,
+) -> dict[str, Any]:
+    """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract),
+    plus `"load"` (the load verdict, `LoadVerdict.to_dict()` and its one-line `summary`) when
+    the model-aware check ran or was skipped.
+
+    `counts` has one entry per severity and per code; `issues` are the findings grouped by
+    root cause, each with its fix (`inspector._internal.findings.issues`), worst first; `repair_all`
+    is the command that repairs every issue `repair` can, when there is one. The verdict's lists
+    (missing, unexpected, quantization-expected... names) keep their first `JSON_NAMES` entries,
+    with their full counts under `load.counts`, unless `full`; findings are bounded already (the
+    fold policy, `inspector._internal.findings.finding.FOLD`).
+    """
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    by_severity = Counter(str(f.severity) for f in ordered)
+    result = {
+        "path": str(scanned.path),
+        "layout": scanned.layout,
+        "findings": [f.to_dict() for f in ordered],
+        "counts": {
+            **{s.value: by_severity.get(s.value, 0) for s in Severity},
+            "by_code": dict(Counter(f.code for f in ordered)),
+        },
+    }
+    problems = group_problems(scanned, findings, verdict=verdict)
+    result["issues"] = [issue_dict(p) for p in problems]
+    if any(p.action.kind in ("repair", "reshard") for p in problems):
+        result["repair_all"] = f"ckpt-inspect repair {shell_word(str(scanned.path))}"
+    if verdict is not None:
+        limit = None if full else JSON_NAMES
+        load: dict[str, Any] = {"summary": verdict.summary(), **verdict.to_dict(limit=limit)}
+        result["load"] = load
+    return result
+
+
+def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
+    """Findings grouped by code, worst first, at most `per_code` messages per code."""
+    counts = result["counts"]
+    lines = [f"{legible(result['path'])} ({result['layout']})"]
+    if "load" in result:
+        lines.append(f"load check: {legible(result['load']['summary'], limit=MESSAGE_LIMIT)}")
+    if not result["findings"]:
+        lines.append("no findings")
+        return "\n".join(lines)
+    lines.append(severity_counts(counts, zeros=True))
+    lines += issue_lines(result.get("issues", []))
+    if result.get("repair_all"):
+        every = legible(result["repair_all"], limit=MESSAGE_LIMIT)
+        lines.append(f"repair every issue above that `repair` fixes, at once: {every}")
+    for code, group in groupby(result["findings"], key=lambda f: f["code"]):
+        items = list(group)
+        lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
+        lines.extend(f"  - {legible(f['message'], limit=MESSAGE_LIMIT)}" for f in items[:per_code])
+        if len(items) > per_code:
+            lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
+    return "\n".join(lines)
+
+
+def issue_dict(problem: Problem) -> dict[str, Any]:
+    """One issue (`Problem`) as JSON: what, how bad, its impact and its fix."""
+    return {
+        "key": problem.key,
+        "severity": str(problem.severity),
+        "title": problem.title,
+        "impact": problem.impact,
+        "fix": problem.action.text,
+        "fix_kind": problem.action.kind,
+        "command": problem.action.command,
+        "findings": len(problem.findings),
+        "codes": list(problem.codes),
+    }
+
+
+def issue_lines(issues: list[dict[str, Any]]) -> list[str]:
+    """The issues as text: severity and title, then the fix and its command, indented."""
+    if not issues:
+        return []
+    lines = ["", f"{plural(len(issues), 'issue')} (findings grouped by root cause):"]
+    for i in issues:
+        lines.append(f"  {i['severity']:<7} {legible(i['title'], limit=MESSAGE_LIMIT)}")
+        lines.append(f"          fix: {legible(i['fix'], limit=MESSAGE_LIMIT)}")
+        lines.append(f"          {legible(i['command'], limit=MESSAGE_LIMIT)}")
+    return lines
+
+
+def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
+    """A `diff` result (CheckpointDiff.to_dict()) as text."""
+    lines = [f"A: {legible(d['a'])}", f"B: {legible(d['b'])}"]
+    if d["identical"]:
+        compared = (
+            f", {d['data_compared']:,} tensors have the same bytes" if d["data_compared"] else ""
+        )
+        return "\n".join([*lines, f"identical tensor names, dtypes and shapes{compared}"])
+    for side in ("a", "b"):
+        names = d[f"only_{side}"]
+        if names:
+            # By layer and expert ("layer 40: experts 17-19 (36 tensors)"), as `check` says it.
+            lines.append(f"only in {side.upper()}: {len(names):,}")
+            lines.extend(
+                f"  {legible(line, limit=MESSAGE_LIMIT)}" for line in d[f"only_{side}_places"]
+            )
+    if d["changed"]:
+        lines.append(f"dtype or shape differs: {len(d['changed'])}")
+        for c in d["changed"][:limit]:
+            lines.append(
+                f"  {legible(c['name'])}: {legible(c['a_dtype'])} {list(c['a_shape'])}"
+                f" -> {legible(c['b_dtype'])} {list(c['b_shape'])}"
+            )
+    shown = 0
+    for layer in d["layers"]:
+        # Whole experts lost or added are said above; the rest of a layer's keys here.
+        only = {
+            side: [k for k in layer[side] if not _EXPERT_KEY.match(k)]
+            for side in ("only_a", "only_b")
+        }
+        parts = [
+            f"only {side[-1].upper()}: " + ", ".join(map(legible, keys[:5]))
+            for side, keys in only.items()
+            if keys
+        ]
+        if parts and shown < limit:
+            lines.append(f"layer {layer['layer']} keys differ: " + "; ".join(parts))
+            shown += 1
+    if d["data_compared"]:
+        lines.append(
+            f"content compared: {d['data_compared']:,} tensors, {len(d['data_differs'])} differ"
+        )
+        lines.extend(f"  bytes differ: {legible(n)}" for n in d["data_differs"][:limit])
+    if d["data_unreadable"]:
+        lines.append(f"content not readable for {len(d['data_unreadable'])} tensors")
+    if d.get("reference") is not None:
+        lines += _reference_lines(d)
+    return "\n".join(lines)
+
+
+def _reference_lines(d: dict[str, Any]) -> list[str]:
+    """Each difference against the reference A, expected first."""
+    classes = sorted(d["reference"], key=lambda c: not c["expected"])
+    lines = ["", "against the reference A:"]
+    lines += [
+        f"  {'expected  ' if c['expected'] else 'UNEXPECTED'} "
+        f"{legible(c['detail'], limit=MESSAGE_LIMIT)}"
+        for c in classes
+    ]
+    n = d["unexpected"]
+    lines.append(
+        f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"
+    )
+    return lines

@@ -1,0 +1,87 @@
+"""Storage: the one way the package reads a checkpoint's files, local or remote.
+
+`open_location(target)` turns a local path or a URL (`s3://`, `gs://`, `hf://`, `https://`)
+into a `Location` in a `Storage` rooted at the checkpoint folder. `LocalStorage` enforces the
+hostile-input rules for local files in one place (non-blocking opens, regular files only,
+caps, nothing read through a link that leaves the folder); `FsspecStorage` reads remote
+stores with ranged, concurrent, retried requests, each bounded by the server guard
+(`guard.py`: bodies capped at what was asked, same-origin redirects, timeouts). See
+docs/architecture.md and SECURITY.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from inspector._internal.storage.base import (
+    Entry,
+    EntryKind,
+    IOStats,
+    Location,
+    RangeReader,
+    RemoteURL,
+    Storage,
+    TooLargeError,
+    check_member,
+    member_problem,
+)
+from inspector._internal.storage.local import LocalFile, LocalStorage, hf_cache_snapshots
+from inspector._internal.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions, open_remote
+from inspector._internal.storage.urls import is_remote, scheme_of
+from inspector.errors import CannotInspectError, UnsafeFileError
+
+__all__ = [
+    "DEFAULT_READ_AHEAD",
+    "Entry",
+    "EntryKind",
+    "IOStats",
+    "LocalFile",
+    "LocalStorage",
+    "Location",
+    "RangeReader",
+    "RemoteOptions",
+    "RemoteURL",
+    "Storage",
+    "TooLargeError",
+    "UnsafeFileError",
+    "check_member",
+    "hf_cache_snapshots",
+    "is_remote",
+    "local_location",
+    "member_problem",
+    "open_location",
+]
+
+
+def open_location(
+    target: str | os.PathLike[str] | Location, *, options: RemoteOptions | None = None
+) -> Location:
+    """The checkpoint `target` names: a local path (a folder or a file in it) or a URL.
+
+    A local target is taken as the user named it (links in its own path are followed, it
+    is their choice); inside it, the storage's rules apply. Raises `CannotInspectError`
+    when nothing is there."""
+    if isinstance(target, Location):
+        return target
+    if isinstance(target, str) and is_remote(target):
+        return open_remote(target, options)
+    if isinstance(target, str) and scheme_of(target) == "file":
+        target = target[len("file://") :]
+    elif isinstance(target, str) and scheme_of(target) is not None:
+        raise CannotInspectError(
+            f"{target}: unsupported URL scheme; expected a local path, s3://, gs://, hf:// "
+            "or https://"
+        )
+    path = Path(target).expanduser()
+    if not path.exists():
+        raise CannotInspectError(f"{path}: no such file or folder")
+    return local_location(path.resolve())
+
+
+def local_location(path: str | os.PathLike[str]) -> Location:
+    """A local folder as the root of its own storage, or a file in its folder's storage."""
+    path = Path(path)
+    if path.is_dir():
+        return Location(LocalStorage(path))
+    return Location(LocalStorage(path.parent)) / path.name

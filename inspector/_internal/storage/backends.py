@@ -1,0 +1,376 @@
+"""The three things a remote storage asks of a store, one class per store: list a folder,
+describe one entry, read a byte range. Each is a coroutine on the file system's event loop
+(fsspec's), and each goes through the guard of `inspector/_internal/storage/guard.py`:
+
+- `HttpBackend`: HTTP(S) through fsspec's `HTTPFileSystem` session (aiohttp), with our
+  listing (the links of the folder's index page) and our HEAD, so that every answer is
+  bounded and checked;
+- `S3Backend`: s3fs, with our paginated listing (at most `MAX_LISTING` entries) and our
+  ranged `GetObject` whose streamed body is read no further than the range;
+- `GcsBackend`: gcsfs, with our paginated listing; its reads go through the bounded session;
+- `HubBackend`: the Hugging Face Hub's own routes (the commit of a revision, the tree of a
+  folder page by page, `resolve` downloads with Range) on a bounded session; the token and
+  headers come from `huggingface_hub`.
+
+A listing is returned as fsspec-style records (`name`, `size`, `type`); FileNotFoundError
+means nothing is there, `RemoteAnswerError` an answer we refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import re
+from typing import Any, Protocol
+from urllib.parse import quote, urljoin, urlsplit
+
+from inspector._internal.storage.guard import (
+    RemoteAnswerError,
+    answer_length,
+    check_listing_size,
+    take,
+)
+
+__all__ = ["Backend", "GcsBackend", "HttpBackend", "HubBackend", "S3Backend"]
+
+# Links of an HTML index page (what servers' directory listings are).
+_HREF = re.compile(r"""href\s*=\s*["']([^"'<>\s]+)["']""", re.IGNORECASE)
+_PAGE = 1000
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+class Backend(Protocol):
+    """A store, as the remote storage uses it."""
+
+    loop: asyncio.AbstractEventLoop
+
+    async def listdir(self, key: str) -> list[dict[str, Any]]:
+        """Records of the entries directly in folder `key`; FileNotFoundError if absent."""
+        ...
+
+    async def info(self, key: str) -> dict[str, Any]:
+        """The record of entry `key`; FileNotFoundError if absent."""
+        ...
+
+    async def read(self, key: str, start: int, end: int) -> bytes:
+        """Bytes [start, end) of file `key` (fewer only at its end)."""
+        ...
+
+    def invalidate(self) -> None:
+        """Forget what the store's client remembers (listings)."""
+        ...
+
+
+def _raise_for_status(response: Any, url: str) -> None:
+    """An error answer as the OSError a local read would give; a redirect that reached us
+    (not followed: no location, or not allowed) as an answer we refuse."""
+    status = response.status
+    if status < 300:
+        return
+    if status == 404:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), url)
+    if status in (401, 403):
+        raise PermissionError(errno.EACCES, f"access denied (HTTP {status})", url)
+    if status < 400:
+        raise RemoteAnswerError(f"answered with a redirect (HTTP {status}) that is not followed")
+    response.raise_for_status()
+
+
+def _record(name: str, size: Any, *, directory: bool = False) -> dict[str, Any]:
+    if directory:
+        return {"name": name, "size": 0, "type": "directory"}
+    return {"name": name, "size": int(size) if str(size).isdigit() else None, "type": "file"}
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+
+class HttpBackend:
+    """Plain HTTP(S) servers: a folder is its index page, a file's size comes from HEAD."""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+        self.loop = fs.loop
+
+    def _kwargs(self, extra_headers: dict[str, str] | None = None) -> dict[str, Any]:
+        kw = dict(self._fs.kwargs)
+        kw["headers"] = {**(kw.get("headers") or {}), **(extra_headers or {})}
+        return kw
+
+    async def listdir(self, key: str) -> list[dict[str, Any]]:
+        folder = key.rstrip("/") + "/"
+        session = await self._fs.set_session()
+        async with session.get(self._fs.encode_url(folder), **self._kwargs()) as response:
+            _raise_for_status(response, folder)
+            text = (await response.read()).decode("utf-8", "replace")
+        out: dict[str, dict[str, Any]] = {}
+        for found in _HREF.finditer(text):
+            link = urljoin(folder, found.group(1)).split("#", 1)[0].split("?", 1)[0]
+            child = link[len(folder) :] if link.startswith(folder) else ""
+            if not child or "/" in child.rstrip("/") or link in out:
+                continue  # the folder itself, a parent, another folder or host: not ours
+            out[link] = _record(link.rstrip("/"), None, directory=link.endswith("/"))
+            check_listing_size(len(out), folder)
+        return list(out.values())
+
+    async def info(self, key: str) -> dict[str, Any]:
+        session = await self._fs.set_session()
+        status = 0
+        # HEAD; for a server that does not allow it, the first byte.
+        for method, extra in (("HEAD", {}), ("GET", {"Range": "bytes=0-0"})):
+            request = session.request(
+                method, self._fs.encode_url(key), allow_redirects=True, **self._kwargs(extra)
+            )
+            async with request as response:
+                status = response.status
+                if method == "HEAD" and status >= 400 and status not in (401, 403, 404):
+                    continue
+                _raise_for_status(response, key)
+                return _record(key, _size_of(response))
+        raise OSError(errno.EIO, f"HTTP {status}", key)
+
+    async def read(self, key: str, start: int, end: int) -> bytes:
+        session = await self._fs.set_session()
+        ranged = self._kwargs({"Range": f"bytes={start}-{end - 1}"})
+        async with session.get(self._fs.encode_url(key), **ranged) as response:
+            _raise_for_status(response, key)
+            data: bytes = await response.read()
+            return data
+
+    def invalidate(self) -> None:
+        self._fs.invalidate_cache()
+
+
+def _size_of(response: Any) -> int | None:
+    """A file's size from an answer's headers: Content-Range's total, or Content-Length of a
+    whole, unencoded answer."""
+    total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
+    if response.status == 206:
+        return int(total) if total.isdigit() else None
+    length = response.headers.get("Content-Length") or ""
+    encoded = response.headers.get("Content-Encoding", "identity") not in ("identity", "")
+    return int(length) if length.isdigit() and not encoded else None
+
+
+# -- S3 and GCS ---------------------------------------------------------------------------------
+
+
+class _Bucket:
+    """A bucket store through its fsspec file system: our paginated listing (bounded), the
+    file system's own metadata request."""
+
+    scheme = ""
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+        self.loop = fs.loop
+
+    async def _page(
+        self, bucket: str, prefix: str, token: str | None
+    ) -> tuple[list[tuple[str, Any]], list[str], str | None]:
+        """One page of the folder `prefix`: (files as (key, size), sub-folder prefixes,
+        the token of the next page or None)."""
+        raise NotImplementedError
+
+    async def listdir(self, key: str) -> list[dict[str, Any]]:
+        bucket, path, _ = self._fs.split_path(key)
+        prefix = path.rstrip("/") + "/" if path else ""
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        pages = 0
+        while True:
+            files, folders, token = await self._page(bucket, prefix, token)
+            out += [_record(f"{bucket}/{name}", size) for name, size in files]
+            out += [_record(f"{bucket}/{p.rstrip('/')}", 0, directory=True) for p in folders]
+            pages += 1
+            check_listing_size(len(out), f"{self.scheme}://{bucket}/{prefix}", pages=pages)
+            if not token:
+                break
+        if not out:
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), key)
+        return out
+
+    async def info(self, key: str) -> dict[str, Any]:
+        return dict(await self._fs._info(key))
+
+    def invalidate(self) -> None:
+        self._fs.invalidate_cache()
+
+
+class S3Backend(_Bucket):
+    """S3 and S3-compatible stores through s3fs (credentials, regions, endpoints are its);
+    a ranged `GetObject` whose streamed body is read no further than the range."""
+
+    scheme = "s3"
+
+    async def _page(
+        self, bucket: str, prefix: str, token: str | None
+    ) -> tuple[list[tuple[str, Any]], list[str], str | None]:
+        more = {"ContinuationToken": token} if token else {}
+        page = await self._fs._call_s3(
+            "list_objects_v2", Bucket=bucket, Prefix=prefix, Delimiter="/", MaxKeys=_PAGE, **more
+        )
+        files = [(str(i.get("Key", "")), i.get("Size")) for i in page.get("Contents") or ()]
+        folders = [str(i.get("Prefix", "")) for i in page.get("CommonPrefixes") or ()]
+        following = page.get("NextContinuationToken") if page.get("IsTruncated") else None
+        return files, folders, following
+
+    async def read(self, key: str, start: int, end: int) -> bytes:
+        bucket, path, version = self._fs.split_path(key)
+        answer = await self._fs._call_s3(
+            "get_object",
+            Bucket=bucket,
+            Key=path,
+            Range=f"bytes={start}-{end - 1}",
+            **({"VersionId": version} if version else {}),
+        )
+        body = answer["Body"]
+        try:
+            status = int((answer.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0)
+            want = answer_length(status, answer.get("ContentRange"), start, end - 1)
+            return await take(body.read, want)
+        finally:
+            body.close()
+
+
+class GcsBackend(_Bucket):
+    """Google Cloud Storage through gcsfs (its credentials); its reads go through its
+    session, which is built with our guard."""
+
+    scheme = "gs"
+
+    async def _page(
+        self, bucket: str, prefix: str, token: str | None
+    ) -> tuple[list[tuple[str, Any]], list[str], str | None]:
+        page = await self._fs._call(
+            "GET",
+            "b/{}/o",
+            bucket,
+            json_out=True,
+            prefix=prefix or None,
+            delimiter="/",
+            maxResults=_PAGE,
+            pageToken=token,
+        )
+        files = [(str(i.get("name", "")), i.get("size")) for i in page.get("items") or ()]
+        return files, [str(p) for p in page.get("prefixes") or ()], page.get("nextPageToken")
+
+    async def read(self, key: str, start: int, end: int) -> bytes:
+        data: bytes = await self._fs._cat_file(key, start=start, end=end)
+        return data
+
+
+# -- the Hugging Face Hub ----------------------------------------------------------------------
+
+
+class HubBackend:
+    """One Hub repository at one commit. Keys are `prefix/path` where `prefix` is the
+    repository's path as `hf://` URLs write it (`[datasets/]org/name@sha`). Requests go
+    through `fs`, an fsspec HTTP file system whose session carries our guard."""
+
+    def __init__(
+        self, fs: Any, *, endpoint: str, repo_type: str, repo_id: str, headers: dict[str, str]
+    ) -> None:
+        self._fs = fs
+        self.loop = fs.loop
+        self.endpoint = endpoint.rstrip("/")
+        self.repo_type = repo_type
+        self.repo_id = repo_id
+        self.prefix = ""
+        self.sha = ""
+        self._headers = headers
+
+    def _api(self, what: str, revision: str, path: str = "") -> str:
+        tail = "/" + quote(path, safe="") if path else ""
+        return (
+            f"{self.endpoint}/api/{self.repo_type}s/{self.repo_id}/{what}/"
+            f"{quote(revision, safe='')}{tail}"
+        )
+
+    async def _json(self, url: str) -> tuple[Any, str | None]:
+        """(the JSON answer, the URL of its next page from the Link header)."""
+        session = await self._fs.set_session()
+        async with session.get(url, headers=self._headers) as response:
+            _hub_status(response, url)
+            data = await response.read()
+            link = response.links.get("next", {}).get("url")
+        try:
+            return json.loads(data), str(link) if link else None
+        except ValueError:
+            raise RemoteAnswerError("the Hub's answer is not JSON", url) from None
+
+    async def revision(self, revision: str | None) -> str:
+        """The commit sha `revision` (None: the default branch) names now."""
+        url = self._api("revision", revision or "main") + "?expand=sha"
+        value, _ = await self._json(url)
+        sha = value.get("sha") if isinstance(value, dict) else None
+        if not isinstance(sha, str) or not _SHA.fullmatch(sha):
+            raise RemoteAnswerError("the Hub's answer names no commit sha", url)
+        return sha
+
+    def pin(self, sha: str, prefix: str) -> None:
+        """Read at commit `sha`; keys start with `prefix`."""
+        self.sha, self.prefix = sha, prefix.rstrip("/")
+
+    def _path(self, key: str) -> str:
+        key = key.rstrip("/")
+        if key == self.prefix:
+            return ""
+        if not key.startswith(self.prefix + "/"):
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), key)
+        return key[len(self.prefix) + 1 :]
+
+    async def listdir(self, key: str) -> list[dict[str, Any]]:
+        url: str | None = self._api("tree", self.sha, self._path(key))
+        out: list[dict[str, Any]] = []
+        pages = 0
+        while url is not None:
+            page, next_url = await self._json(url)
+            pages += 1
+            for item in page if isinstance(page, list) else ():
+                if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+                    continue
+                name = f"{self.prefix}/{item['path']}"
+                out.append(_record(name, item.get("size"), directory=item.get("type") != "file"))
+            check_listing_size(len(out), url, pages=pages)
+            if next_url is not None and urlsplit(next_url).netloc != urlsplit(url).netloc:
+                raise RemoteAnswerError(
+                    f"the listing's next page is on another host ({next_url})", url
+                )
+            url = next_url
+        return out
+
+    async def info(self, key: str) -> dict[str, Any]:
+        path = self._path(key)
+        if not path:
+            return {"name": self.prefix, "size": 0, "type": "directory"}
+        parent = f"{self.prefix}/{path.rpartition('/')[0]}".rstrip("/")
+        for record in await self.listdir(parent):
+            if record["name"] == f"{self.prefix}/{path}":
+                return record
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), key)
+
+    async def read(self, key: str, start: int, end: int) -> bytes:
+        kind = "" if self.repo_type == "model" else f"{self.repo_type}s/"
+        url = f"{self.endpoint}/{kind}{self.repo_id}/resolve/{self.sha}/{quote(self._path(key))}"
+        session = await self._fs.set_session()
+        headers = {**self._headers, "Range": f"bytes={start}-{end - 1}"}
+        async with session.get(url, headers=headers) as response:
+            _hub_status(response, url)
+            data: bytes = await response.read()
+            return data
+
+    def invalidate(self) -> None:
+        pass  # nothing is remembered between listings
+
+
+def _hub_status(response: Any, url: str) -> None:
+    """The Hub's error answers, by its `X-Error-Code` header where it gives one."""
+    code = response.headers.get("X-Error-Code", "")
+    if response.status in (401, 403, 404) and code in ("RepoNotFound", "GatedRepo"):
+        raise PermissionError(errno.EACCES, f"{code} (HTTP {response.status})", url)
+    if response.status == 404 or code in ("RevisionNotFound", "EntryNotFound"):
+        raise FileNotFoundError(errno.ENOENT, f"{code or 'not found'} (HTTP 404)", url)
+    _raise_for_status(response, url)
