@@ -6,8 +6,13 @@ from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
 from inspector._internal.findings.issues import Problem, group_problems
+from inspector._internal.integrity.verify import Verification, verify, write_manifest
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
-from inspector._internal.plans.consolidate import consolidate, plan_consolidation
+from inspector._internal.plans.consolidate import (
+    ConsolidationOptions,
+    consolidate,
+    plan_consolidation,
+)
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.repair_all import plan_all
 from inspector._internal.plans.reshard import plan_reshard
@@ -18,6 +23,7 @@ from inspector.errors import CannotInspectError, InspectorError, PlanRefusedErro
 __all__ = [
     "CODES",
     "CannotInspectError",
+    "ConsolidationOptions",
     "Finding",
     "InspectorError",
     "LoadVerdict",
@@ -26,6 +32,7 @@ __all__ = [
     "ScannedCheckpoint",
     "Severity",
     "TensorQuery",
+    "Verification",
     "check",
     "consolidate",
     "diff_checkpoints",
@@ -39,6 +46,8 @@ __all__ = [
     "plan_reshard",
     "plan_restore",
     "scan",
+    "verify",
+    "write_manifest",
 ]
 
 __version__ = "0.1.0"

@@ -508,10 +508,7 @@ class FakeHub(_Threaded):
                             if p.is_dir():
                                 entries.append({"type": "directory", "path": rel, "oid": "0" * 40})
                             else:
-                                size = p.stat().st_size
-                                entries.append(
-                                    {"type": "file", "path": rel, "size": size, "oid": "1" * 40}
-                                )
+                                entries.append(_tree_file(p, rel))
                         return self._json(200, entries)
                     return self._json(404, {"error": "not found"})
                 if len(parts) >= 4 and parts[2] == "resolve":
@@ -544,6 +541,37 @@ class FakeHub(_Threaded):
                 return self._json(404, {"error": "not found"})
 
         self._serve(Handler)
+
+
+# Files the Hub keeps in LFS / Xet storage (the default .gitattributes of a model repository
+# tracks these suffixes; anything over 10 MiB is refused by git pushes).
+_LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx")
+
+
+def _tree_file(path: Path, rel: str) -> dict[str, Any]:
+    """A file's entry in the Hub's tree listing, as `huggingface_hub.hf_api.RepoFile` reads
+    it: `oid` is the git blob SHA-1 (of the LFS pointer for LFS files), `lfs.oid` the SHA-256
+    of the content, `lfs.size` its size, `lfs.pointerSize` the pointer's, and `xetHash` the
+    Xet content hash of files stored on Xet."""
+    import hashlib
+
+    data = path.read_bytes()
+    size = len(data)
+    if not rel.endswith(_LFS_SUFFIXES) and size < 10 << 20:
+        blob = hashlib.sha1(b"blob %d\x00" % size + data).hexdigest()
+        return {"type": "file", "oid": blob, "size": size, "path": rel}
+    sha = hashlib.sha256(data).hexdigest()
+    pointer = (
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {size}\n"
+    ).encode()
+    return {
+        "type": "file",
+        "oid": hashlib.sha1(b"blob %d\x00" % len(pointer) + pointer).hexdigest(),
+        "size": size,
+        "lfs": {"oid": sha, "size": size, "pointerSize": len(pointer)},
+        "xetHash": hashlib.blake2b(data, digest_size=32).hexdigest(),
+        "path": rel,
+    }
 
 
 # -- a Google Cloud Storage stand-in ---------------------------------------------------------

@@ -34,10 +34,12 @@ from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.demo.dcp import write_rank_files
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
+from inspector._internal.integrity.verify import verify, write_manifest
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -878,6 +880,83 @@ def test_code_tensor_values_outlier(tmp_path: Path) -> None:
     for mode in ("sample", "full"):
         f = one(check(scan(folder), values=mode), "tensor-values-outlier")
         assert f.tensor == "model.layers.1.self_attn.q_proj.weight" and "above" in f.message
+
+
+# -- content against a source (verify) ----------------------------------------------------------
+
+
+def verified(folder: Path, level: str = "hash", against: Path | None = None) -> list[Finding]:
+    return list(
+        verify(folder, level=level, against=None if against is None else str(against)).findings
+    )
+
+
+def test_code_file_size_mismatch(hf: Path) -> None:
+    write_manifest(hf)
+    victim = shards(hf)[0]
+    data = (hf / victim).read_bytes()
+    (hf / victim).write_bytes(data[:-100])
+    f = one(verified(hf, "size"), "file-size-mismatch")
+    assert f.file == victim and f"{len(data):,} bytes" in f.message
+
+
+def test_code_file_hash_mismatch(hf: Path) -> None:
+    write_manifest(hf)
+    victim = shards(hf)[1]
+    data = bytearray((hf / victim).read_bytes())
+    data[-10] ^= 0x40  # one flipped bit in the last tensor's bytes: same size
+    (hf / victim).write_bytes(data)
+    assert run(hf) == [] and verified(hf, "size") == []
+    f = one(verified(hf), "file-hash-mismatch")
+    assert f.file == victim and "same size, different bytes" in f.message
+
+
+def test_code_file_missing_vs_source(hf: Path) -> None:
+    write_manifest(hf)
+    (hf / INDEX).unlink()
+    assert one(verified(hf, "size"), "file-missing-vs-source").file == INDEX
+
+
+def test_code_file_extra_vs_source(hf: Path) -> None:
+    write_manifest(hf)
+    (hf / "README.md").write_text("# notes\n")
+    f = one(verified(hf, "size"), "file-extra-vs-source")
+    assert f.file == "README.md" and f.severity == "warning"
+
+
+def test_code_tensor_hash_mismatch(hf: Path, tmp_path: Path) -> None:
+    manifest = write_manifest(hf)
+    sd = dense_model()
+    sd["model.layers.1.mlp.down_proj.weight"] = sd["model.layers.1.mlp.down_proj.weight"] * 2
+    other = write_hf(tmp_path / "other", sd, shard=300)  # the writer again, sharded otherwise
+    f = one(verified(other, "tensor", against=manifest), "tensor-hash-mismatch")
+    assert f.tensor == "model.layers.1.mlp.down_proj.weight" and f.layer == 1
+    assert [g.code for g in verified(other, "tensor", against=manifest)] == [f.code]
+
+
+def test_code_tensor_missing_vs_source(hf: Path, tmp_path: Path) -> None:
+    sd = dense_model()
+    del sd["model.norm.weight"]
+    other = write_hf(tmp_path / "other", sd)
+    f = one(verified(other, "tensor", against=hf), "tensor-missing-vs-source")
+    assert f.tensor == "model.norm.weight"
+
+
+def test_code_tensor_extra_vs_source(hf: Path, tmp_path: Path) -> None:
+    sd = dense_model()
+    sd["model.extra.weight"] = bf16(H)
+    other = write_hf(tmp_path / "other", sd)
+    f = one(verified(other, "tensor", against=hf), "tensor-extra-vs-source")
+    assert f.tensor == "model.extra.weight" and f.severity == "warning"
+
+
+def test_code_manifest_unreadable(hf: Path) -> None:
+    (hf / MANIFEST_NAME).write_text(
+        '{"format": "checkpoint-inspector-manifest", "version": 1, '
+        '"files": {"../outside": {"size": 1}}}'
+    )
+    f = one(verified(hf), "manifest-unreadable")
+    assert f.file == MANIFEST_NAME and "inside the checkpoint folder" in f.message
 
 
 # -- the contract: every code has its test ----------------------------------------------------

@@ -4,9 +4,12 @@ with PyTorch's own consolidation."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import shutil
+import typing
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +18,7 @@ import torch
 from dcp_writers import MAPPING, full_tensors, write_dcp_checkpoint
 from safetensors.torch import load_file, save_file
 
+from inspector import ConsolidationOptions, consolidate
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
@@ -22,6 +26,8 @@ from inspector._internal.common.units import parse_size
 from inspector._internal.formats.casting import cast_bytes
 from inspector._internal.plans.consolidate import engine as copy_engine
 from inspector._internal.plans.consolidate import plan_consolidation, reference_assignment
+from inspector._internal.plans.consolidate.plan import ConsolidationPlan
+from inspector._internal.plans.consolidate.records import Execution
 from inspector.errors import PlanRefusedError
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -667,3 +673,17 @@ def test_collapsed_mapping_follows_the_upstream_the_run_names(tmp_path: Path) ->
     assert sorted(written) == sorted(expected)
     for name, tensor in written.items():
         assert list(tensor.shape) == expected[name]["shape"], name
+
+
+def test_the_execution_options_are_one_set_with_their_defaults_in_one_place() -> None:
+    """`consolidate()`, `ConsolidationPlan.execute()` and the driver take one set of options
+    (`ConsolidationOptions`), resolved once against the defaults `Execution` holds."""
+    fields = [f.name for f in dataclasses.fields(Execution)]
+    assert fields == list(typing.get_type_hints(ConsolidationOptions))
+    for function in (consolidate, ConsolidationPlan.execute):
+        spelled = set(inspect.signature(function).parameters)
+        assert not spelled & set(fields), f"{function.__qualname__} spells options out again"
+    run = Execution.of({"workers": 3, "fsync": False})
+    assert (run.workers, run.fsync, run.verify, run.resume) == (3, False, True, False)
+    with pytest.raises(TypeError):
+        Execution.of({"wokers": 3})  # type: ignore[typeddict-unknown-key]

@@ -155,7 +155,8 @@ def test_markdown_summary_counts_and_ranges(checkpoint: Path):
 def test_markdown_without_findings_is_short(checkpoint: Path):
     md = markdown_summary(scan(checkpoint), [])
     assert md.rstrip().endswith("No findings.")
-    assert "| severity |" not in md and len(md.splitlines()) < 10
+    assert "| severity |" not in md and len(md.splitlines()) < 11
+    assert "- not verified: no ckpt-inspect-manifest.json" in md
 
 
 def test_markdown_escapes_table_pipes(checkpoint: Path):

@@ -151,3 +151,22 @@ def test_cli_repair_from(original: Path, tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "hold the reference's bytes" in out and "re-check: no findings" in out
     assert main(["repair", str(broken), "--verify-data"]) == 2
+
+
+def test_unreadable_shards_are_one_refusal_line_however_many(
+    original: Path, tmp_path: Path
+) -> None:
+    """A reference whose shards are all truncated is refused in one line that counts them,
+    names the first few and points to `check`, not one line per shard."""
+    broken = resaved(original, tmp_path / "ckpt", lose(MTP))
+    reference = tmp_path / "reference"
+    shutil.copytree(original, reference)
+    shards = sorted(reference.glob("*.safetensors"))
+    for shard in shards:
+        shard.write_bytes(shard.read_bytes()[:7])  # shorter than the header's length prefix
+    plan = plan_restore(scan(broken), scan(reference))
+    assert plan.empty
+    lines = [r for r in plan.refused if "unreadable or invalid header" in r]
+    assert len(lines) == 1, plan.refused
+    assert lines[0].startswith(f"{len(shards)} shards of ") and "ckpt-inspect check" in lines[0]
+    assert shards[0].name in lines[0] and len(lines[0]) < 600

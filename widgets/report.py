@@ -23,6 +23,7 @@ from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
 from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.integrity.verified import verification_line
 from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.report.html import html_text, load_verdict_html
 from inspector._internal.report.summary import summarize
@@ -100,6 +101,7 @@ def render_html_report(
     summary = summarize(scanned, findings=list(findings))
     sections = [
         _summary_section(summary),
+        f"<p class='verified'>{_e(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(findings),

@@ -21,12 +21,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CORPUS = HERE / "corpus"
-NAMES = ("header", "index_json", "pickle", "pickle_sandbox", "load_config", "remote_answer")
+NAMES = (
+    "header",
+    "index_json",
+    "pickle",
+    "pickle_sandbox",
+    "load_config",
+    "remote_answer",
+    "manifest",
+)
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.
 TIMEOUTS = {"load_config": 40}
@@ -40,6 +49,13 @@ def main() -> int:
     parser.add_argument("--rss-mb", type=int, default=2048, help="memory limit of the run")
     parser.add_argument("--seed", type=int, default=1, help="fixed for reproducible CI runs")
     parser.add_argument("--keep", action="store_true", help="keep new corpus entries")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="atheris targets run at once (each is its own process; most of a short run is "
+        "its start-up)",
+    )
     parser.add_argument("--engine", choices=("auto", "atheris", "hypothesis"), default="auto")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -50,11 +66,12 @@ def main() -> int:
         engine = "atheris" if _has_atheris() else "hypothesis"
     targets = args.target or list(NAMES)
     per = args.seconds / len(targets)
-    failed = False
-    for name in targets:
-        run = _atheris if engine == "atheris" else _hypothesis
-        failed |= not run(name, per, args)
-    return 1 if failed else 0
+    if engine == "atheris":  # separate processes: run side by side, each for its share
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            results = list(pool.map(lambda name: _atheris(name, per, args), targets))
+    else:  # hypothesis runs in this process: one target at a time
+        results = [_hypothesis(name, per, args) for name in targets]
+    return 0 if all(results) else 1
 
 
 def _has_atheris() -> bool:

@@ -53,6 +53,7 @@ __all__ = [
     "header",
     "index_json",
     "load_config",
+    "manifest",
     "pickle_metadata",
     "pickle_sandbox",
     "remote_answer",
@@ -481,6 +482,53 @@ def _read_some(file: Location) -> None:
         assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:300]
 
 
+_MANIFEST_FOLDER: Path | None = None
+
+
+def _manifest_folder() -> Path:
+    """A one-shard checkpoint safetensors wrote, once per process (in RAM where there is
+    /dev/shm), that each input's manifest is placed in."""
+    global _MANIFEST_FOLDER
+    if _MANIFEST_FOLDER is None:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        folder = _scratch("ckpt-fuzz-manifest-")
+        tensors = {"model.layers.0.mlp.weight": np.arange(64, dtype=np.float32).reshape(8, 8)}
+        save_file(tensors, str(folder / "model.safetensors"))
+        _MANIFEST_FOLDER = folder
+    return _MANIFEST_FOLDER
+
+
+def _prepare_manifest() -> None:
+    _manifest_folder()
+
+
+def manifest(data: bytes) -> None:
+    """The bytes as a content manifest: `parse_manifest` gives a manifest or refuses it with
+    `ManifestError` (a bounded reason without control characters), never another error;
+    every name it accepts stays inside the folder; and `verify` against it, as the file in a
+    checkpoint folder, gives findings of known codes only."""
+    from inspector._internal.integrity import ManifestError, parse_manifest, verify
+    from inspector._internal.storage import member_problem
+
+    try:
+        parsed = parse_manifest(data)
+    except ManifestError as exc:
+        reason = str(exc)
+        assert len(reason) <= MAX_MESSAGE and reason.isprintable(), reason[:200]
+    else:
+        for name in parsed.files:
+            assert member_problem(name) is None, name
+        for record in parsed.tensors.values():
+            assert record.file in parsed.files
+    folder = _manifest_folder()
+    (folder / "ckpt-inspect-manifest.json").write_bytes(data)
+    for level in ("size", "tensor"):
+        result = verify(folder, level=level)
+        _check_findings(list(result.findings))
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -488,7 +536,11 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "pickle_sandbox": pickle_sandbox,
     "load_config": load_config,
     "remote_answer": remote_answer,
+    "manifest": manifest,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
-PREPARE: dict[str, Callable[[], None]] = {"load_config": _prepare_load_config}
+PREPARE: dict[str, Callable[[], None]] = {
+    "load_config": _prepare_load_config,
+    "manifest": _prepare_manifest,
+}

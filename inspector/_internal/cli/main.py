@@ -12,7 +12,17 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from inspector._internal.cli import check, codes, consolidate, demo, diff, repair, scan
+from inspector._internal.cli import (
+    check,
+    codes,
+    consolidate,
+    demo,
+    diff,
+    manifest,
+    repair,
+    scan,
+    verify,
+)
 from inspector._internal.cli.args import EXIT_CANNOT, EXIT_OK
 from inspector._internal.common.display import LINE_LIMIT, legible
 from inspector.errors import InspectorError
@@ -21,7 +31,7 @@ __all__ = ["COMMANDS", "PLUGIN_GROUP", "describe_os_error", "main"]
 
 
 # The commands, in the order `ckpt-inspect --help` lists them.
-COMMANDS = (scan, check, diff, repair, consolidate, codes, demo)
+COMMANDS = (scan, check, diff, verify, manifest, repair, consolidate, codes, demo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

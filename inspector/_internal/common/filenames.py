@@ -22,6 +22,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "JOURNAL",
     "LOCK",
+    "MANIFEST_NAME",
     "QUANT_CONFIG_NAME",
     "STAGING",
     "TORCH_DIST_COMMON",
@@ -50,6 +51,9 @@ TORCH_DIST_LATEST = "latest_checkpointed_iteration.txt"
 LOCK = ".ckpt-inspect.lock"
 JOURNAL = ".ckpt-inspect-journal.json"
 BACKUP_DIR = ".ckpt-inspect-backup"
+# The content manifest `ckpt-inspect manifest` writes (docs/verify.md): visible, so that it is
+# uploaded and copied with the checkpoint and a copy can be verified against it.
+MANIFEST_NAME = "ckpt-inspect-manifest.json"
 STAGING = ".ckpt-inspect-reshard"
 
 # Every `<weights>.index.json` (`model.safetensors.index.json`, `pytorch_model.bin.index.json`,
@@ -91,6 +95,7 @@ WELL_KNOWN: Mapping[str, str] = MappingProxyType(
         TORCH_DIST_LATEST: "the Megatron iteration tracker",
         LOCK: "checkpoint-inspector's lock",
         JOURNAL: "checkpoint-inspector's write journal",
+        MANIFEST_NAME: "checkpoint-inspector's content manifest",
     }
 )
 

@@ -22,7 +22,7 @@ __all__ = ["demo_names", "write_demos"]
 _EXTERNAL: tuple[tuple[str, str, str, str, dict[str, bool]], ...] = (
     (
         "healthy-torch-dist",
-        "Megatron torch_dist, no problems",
+        "Megatron torch_dist, no findings",
         "torch_dist",
         "write_torch_dist_demo",
         {},
@@ -34,7 +34,7 @@ _EXTERNAL: tuple[tuple[str, str, str, str, dict[str, bool]], ...] = (
         "write_torch_dist_demo",
         {"rerun_drift": True},
     ),
-    ("healthy-dcp-sharded", "DCP-sharded safetensors, no problems", "dcp", "write_dcp_demo", {}),
+    ("healthy-dcp-sharded", "DCP-sharded safetensors, no findings", "dcp", "write_dcp_demo", {}),
     (
         "automodel-2289-dcp-mapping-collapsed",
         "DCP shards whose file-index mapping sends every tensor to file 1",

@@ -377,10 +377,10 @@ layer's key set differs from its sibling layers'.""",
 
 
 SAFETENSORS_DEMOS: tuple[Demo, ...] = (
-    Demo("healthy-safetensors-single", "one model.safetensors, no problems", healthy_single),
-    Demo("healthy-hf-sharded", "HF shards + index, no problems", healthy_sharded),
+    Demo("healthy-safetensors-single", "one model.safetensors, no findings", healthy_single),
+    Demo("healthy-hf-sharded", "HF shards + index, no findings", healthy_sharded),
     Demo(
-        "healthy-modelopt-per-layer", "per-layer shards + sidecars, no problems", healthy_per_layer
+        "healthy-modelopt-per-layer", "per-layer shards + sidecars, no findings", healthy_per_layer
     ),
     Demo(
         "modelopt-1422-sidecar-drift",

@@ -58,8 +58,9 @@ GROUPS = (
     "What the model code itself would load",
     "Tensor data (check --deep, check --values)",
     "Files the checkpoint cannot safely give us",
+    "Content against a source (ckpt-inspect verify)",
 )
-_S, _I, _P, _M, _D, _T, _L, _X, _U = GROUPS
+_S, _I, _P, _M, _D, _T, _L, _X, _U, _V = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -545,6 +546,68 @@ class Code(StrEnum):
         "was crafted or is corrupt: re-save the checkpoint.",
     )
 
+    # -- content against a source (verify) ----------------------------------------------------
+    FILE_SIZE_MISMATCH = (
+        "file-size-mismatch",
+        _E,
+        _V,
+        "A file's size differs from what the source (the manifest, the Hub's listing, the other "
+        "checkpoint) records: an interrupted or stitched copy. Copy the file again from the "
+        "source, then run `ckpt-inspect verify` again.",
+    )
+    FILE_HASH_MISMATCH = (
+        "file-hash-mismatch",
+        _E,
+        _V,
+        "A file has the recorded size but not the recorded SHA-256: its bytes were damaged in "
+        "transfer or on disk (or the source changed since). Copy the file again from the "
+        "source; `--level tensor` names the tensors that differ.",
+    )
+    FILE_MISSING_VS_SOURCE = (
+        "file-missing-vs-source",
+        _E,
+        _V,
+        "The source records a file this copy does not have (an incomplete download or upload); "
+        "copy it from the source.",
+    )
+    FILE_EXTRA_VS_SOURCE = (
+        "file-extra-vs-source",
+        _W,
+        _V,
+        "This copy has a file the source does not record: a leftover or a file added after the "
+        "source was recorded. Remove it, or write the manifest again if it belongs.",
+    )
+    TENSOR_HASH_MISMATCH = (
+        "tensor-hash-mismatch",
+        _E,
+        _V,
+        "A tensor's content hash (or its dtype or shape) differs from the source's: its values "
+        "changed. Copy its file again from the source, or restore the tensor with "
+        "`ckpt-inspect repair --from SOURCE`.",
+    )
+    TENSOR_MISSING_VS_SOURCE = (
+        "tensor-missing-vs-source",
+        _E,
+        _V,
+        "The source holds a tensor this checkpoint does not; restore it with `ckpt-inspect "
+        "repair --from SOURCE`.",
+    )
+    TENSOR_EXTRA_VS_SOURCE = (
+        "tensor-extra-vs-source",
+        _W,
+        _V,
+        "This checkpoint holds a tensor the source does not record; it was added after the "
+        "source was recorded, or the checkpoint is not the one the source describes.",
+    )
+    MANIFEST_UNREADABLE = (
+        "manifest-unreadable",
+        _E,
+        _V,
+        "The content manifest cannot be used (not JSON, another format or version, a name "
+        "leaving the folder, a malformed size or hash, over a limit): nothing was verified "
+        "against it. Write it again with `ckpt-inspect manifest` from a copy you trust.",
+    )
+
 
 # The fix of every code (a test checks each code has one). Issues (`findings/issues.py`), the
 # CLI, the reports and docs/findings.md take it from here.
@@ -740,6 +803,33 @@ _FIXES: dict[str, Fix] = {
         "re-export", "re-save the checkpoint: a real writer never produces this"
     ),
     "unindexed-file": Fix("review", "remove the stray file, or rebuild the index to include it"),
+    # -- content against a source (verify)
+    "file-size-mismatch": Fix(
+        "restore", "copy the file again from the source, then run `ckpt-inspect verify` again"
+    ),
+    "file-hash-mismatch": Fix(
+        "restore",
+        "copy the file again from the source; `verify --level tensor` names the tensors that "
+        "differ",
+    ),
+    "file-missing-vs-source": Fix("restore", "copy the file from the source"),
+    "file-extra-vs-source": Fix(
+        "review", "remove the file, or write the manifest again if it belongs"
+    ),
+    "tensor-hash-mismatch": Fix(
+        "restore",
+        "copy its file again from the source, or restore the tensor with "
+        "`ckpt-inspect repair --from SOURCE`",
+    ),
+    "tensor-missing-vs-source": Fix(
+        "restore", "restore it with `ckpt-inspect repair --from SOURCE`"
+    ),
+    "tensor-extra-vs-source": Fix(
+        "review", "check that the source is the one this checkpoint was made from"
+    ),
+    "manifest-unreadable": Fix(
+        "review", "write it again with `ckpt-inspect manifest` from a copy you trust"
+    ),
 }
 
 for _code in Code:

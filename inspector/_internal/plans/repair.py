@@ -50,6 +50,7 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.findings.codes import Severity
 from inspector._internal.findings.finding import Finding, examples
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector._internal.plans.atomic import apply_writes, folder_lock
@@ -213,6 +214,7 @@ class RepairPlan:
         written = tuple(w.path for w in self.writes)
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
+        refresh_manifest(target, written=written)
         return RepairResult(written, backup_dir, tuple(check(scan(target))))
 
 

@@ -25,6 +25,7 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
 from inspector._internal.findings.finding import examples
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.atomic import (
     STAGING,
     apply_renames,
@@ -111,8 +112,9 @@ class ReshardPlan:
             new = [(f"{STAGING}/{o.name}", o.name) for o in self.copy.outputs]
             apply_renames(self.root, [*moves, *new, (f"{STAGING}/{INDEX_NAME}", INDEX_NAME)])
             shutil.rmtree(staging, ignore_errors=True)
-        remaining = tuple(check(scan(self.root)))
         written = (*(o.name for o in self.copy.outputs), INDEX_NAME)
+        refresh_manifest(self.root, written=written)
+        remaining = tuple(check(scan(self.root)))
         return RepairResult(written, backup_dir, remaining)
 
 

@@ -39,7 +39,8 @@ from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import describe_names, plural
+from inspector._internal.findings.words import describe_names, plural, shell_word
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.atomic import (
     STAGING,
@@ -153,8 +154,9 @@ class RestorePlan:
                 )
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-        remaining = tuple(check(scan(self.root)))
         written = (self.shard, *(w.path for w in self.writes))
+        refresh_manifest(self.root, written=written)
+        remaining = tuple(check(scan(self.root)))
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 
 
@@ -249,9 +251,18 @@ def _refusals(scanned: ScannedCheckpoint, reference: ScannedCheckpoint) -> tuple
             f"{reference.path}: a {reference.layout} reference cannot be copied from; consolidate "
             "or convert it to safetensors first"
         )
-    for s in (*scanned.shards, *reference.shards):
-        if not s.readable or any(f.code.startswith("header-") for f in s.findings):
-            out.append(f"{s.file} has an unreadable or invalid header; fix it first")
+    for ckpt in (scanned, reference):
+        bad = [
+            s.file
+            for s in ckpt.shards
+            if not s.readable or any(f.code.startswith("header-") for f in s.findings)
+        ]
+        if bad:  # one line however many: `check` lists them all
+            out.append(
+                f"{plural(len(bad), 'shard')} of {ckpt.path} with an unreadable or invalid "
+                f"header ({examples(bad)}); fix them first (`ckpt-inspect check "
+                f"{shell_word(str(ckpt.path))}` lists them all)"
+            )
     if (
         isinstance(scanned.path, Path)
         and isinstance(reference.path, Path)

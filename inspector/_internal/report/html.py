@@ -19,6 +19,7 @@ from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.words import plural
+from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.summary import summarize
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ def facts_html(scanned: ScannedCheckpoint, findings: Sequence[Finding] = ()) -> 
     summary = summarize(scanned, findings=list(findings))
     return (
         f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>"
+        + f"<div class='ckpt-verified'>{_e(verification_line(scanned))}</div>"
         + _facts_table(summary)
         + _dtype_table(summary["dtypes"])
     )

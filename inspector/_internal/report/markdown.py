@@ -18,6 +18,7 @@ from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, fold_ranges, severity_rank
 from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import severity_counts
+from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.summary import summarize
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def markdown_summary(
     count, folded layers, experts and files) and the first `examples` messages of each code."""
     summary = summarize(scanned, findings=list(findings))
     lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
-    lines += _facts(summary)
+    lines += [*_facts(summary), f"- {_inline(verification_line(scanned))}"]
     if verdict is not None:
         lines += _load_lines(verdict, examples)
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))

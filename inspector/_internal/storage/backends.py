@@ -39,6 +39,7 @@ __all__ = ["Backend", "GcsBackend", "HttpBackend", "HubBackend", "S3Backend"]
 _HREF = re.compile(r"""href\s*=\s*["']([^"'<>\s]+)["']""", re.IGNORECASE)
 _PAGE = 1000
 _SHA = re.compile(r"[0-9a-f]{40}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class Backend(Protocol):
@@ -333,7 +334,8 @@ class HubBackend:
                 if not isinstance(item, dict) or not isinstance(item.get("path"), str):
                     continue
                 name = f"{self.prefix}/{item['path']}"
-                out.append(_record(name, item.get("size"), directory=item.get("type") != "file"))
+                record = _record(name, item.get("size"), directory=item.get("type") != "file")
+                out.append(record | _hub_checksums(item) if record["type"] == "file" else record)
             check_listing_size(len(out), url, pages=pages)
             if next_url is not None and urlsplit(next_url).netloc != urlsplit(url).netloc:
                 raise RemoteAnswerError(
@@ -364,6 +366,20 @@ class HubBackend:
 
     def invalidate(self) -> None:
         pass  # nothing is remembered between listings
+
+
+def _hub_checksums(item: dict[str, Any]) -> dict[str, str]:
+    """The checksums a Hub tree entry records, as huggingface_hub's `RepoFile` reads them:
+    `lfs.oid` is the SHA-256 of an LFS or Xet file's content, `oid` the git blob SHA-1 of a
+    file kept in git. Anything not of that form is left out (never trusted as a checksum)."""
+    out: dict[str, str] = {}
+    lfs = item.get("lfs")
+    sha = lfs.get("oid") if isinstance(lfs, dict) else None
+    if isinstance(sha, str) and _SHA256.fullmatch(sha):
+        out["sha256"] = sha
+    elif isinstance(item.get("oid"), str) and _SHA.fullmatch(item["oid"]):
+        out["blob_sha1"] = item["oid"]
+    return out
 
 
 def _hub_status(response: Any, url: str) -> None:

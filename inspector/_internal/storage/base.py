@@ -68,12 +68,15 @@ class EntryKind(StrEnum):
 class Entry:
     """One entry of a folder. `size` is known for files (None where a store does not say);
     `reason` says why a REFUSED entry is refused, as a clause after its name (for a remote
-    file of unknown size, why the store did not say it)."""
+    file of unknown size, why the store did not say it). `sha256` and `blob_sha1` are the
+    checksums a store's listing records for a file (the Hub's `lfs.oid` and git `oid`)."""
 
     name: str
     kind: EntryKind
     size: int | None = None
     reason: str | None = None
+    sha256: str | None = None
+    blob_sha1: str | None = None
 
 
 class TooLargeError(ValueError):

@@ -627,7 +627,10 @@ def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
             continue
         size = info.get("size")
         kind = EntryKind.DIR if is_dir else EntryKind.FILE
-        out[child] = Entry(child, kind, size if isinstance(size, int) and not is_dir else None)
+        sums = {k: info[k] for k in ("sha256", "blob_sha1") if not is_dir and k in info}
+        out[child] = Entry(
+            child, kind, size if isinstance(size, int) and not is_dir else None, **sums
+        )
     return [out[k] for k in sorted(out)]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Unpack
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.common.units import SHARD_SPLIT_SIZE
@@ -28,6 +29,7 @@ from inspector._internal.plans.consolidate.plan import (
     plan_consolidation,
 )
 from inspector._internal.plans.consolidate.records import (
+    ConsolidationOptions,
     ConsolidationResult,
     OutputFile,
     Piece,
@@ -35,6 +37,7 @@ from inspector._internal.plans.consolidate.records import (
 )
 
 __all__ = [
+    "ConsolidationOptions",
     "ConsolidationPlan",
     "ConsolidationResult",
     "OutputFile",
@@ -55,16 +58,11 @@ def consolidate(
     reference: str | os.PathLike[str] | None = None,
     max_shard_size: int | str = SHARD_SPLIT_SIZE,
     dtype: str | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    verify: bool = True,
-    verify_data: bool = False,
-    workers: int = 1,
-    fsync: bool = True,
     allow_partial: bool = False,
+    **options: Unpack[ConsolidationOptions],
 ) -> ConsolidationResult:
-    """Scan `src`, plan and execute in one call (for notebooks and scripts)."""
+    """Scan `src`, plan and execute in one call (for notebooks and scripts); `options` as
+    `ConsolidationPlan.execute` takes them."""
     plan = plan_consolidation(
         scan(src),
         dest,
@@ -74,12 +72,4 @@ def consolidate(
         dtype=dtype,
         allow_partial=allow_partial,
     )
-    return plan.execute(
-        resume=resume,
-        overwrite=overwrite,
-        progress=progress,
-        verify=verify,
-        verify_data=verify_data,
-        workers=workers,
-        fsync=fsync,
-    )
+    return plan.execute(**options)

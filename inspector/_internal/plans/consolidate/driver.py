@@ -19,7 +19,7 @@ from inspector._internal.plans.consolidate.engine import (
     write_index,
     write_output,
 )
-from inspector._internal.plans.consolidate.records import ConsolidationResult
+from inspector._internal.plans.consolidate.records import ConsolidationResult, Execution
 from inspector._internal.plans.consolidate.verify import verify as verify_output
 from inspector.errors import InspectorError
 
@@ -30,26 +30,14 @@ if TYPE_CHECKING:
 __all__ = ["Distributed", "execute_plan"]
 
 
-def execute_plan(
-    plan: ConsolidationPlan,
-    *,
-    resume: bool,
-    overwrite: bool,
-    progress: bool,
-    verify: bool,
-    verify_data: bool,
-    workers: int,
-    rank: int | None,
-    world_size: int | None,
-    fsync: bool,
-) -> ConsolidationResult:
+def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult:
     started = time.perf_counter()
-    dist = Distributed.start(rank, world_size)
+    dist = Distributed.start(run.rank, run.world_size)
     with Dest.open(plan.dest) as dest:
         # 1. Nothing is written into a DEST that holds anything but this plan's own output,
         # unless `overwrite`: every rank looks before any rank writes.
         foreign = foreign_entries(dest, plan)
-        if foreign and not overwrite:
+        if foreign and not run.overwrite:
             raise refusal(plan.dest, foreign)
         dist.barrier()
         backup = None
@@ -63,13 +51,13 @@ def execute_plan(
         # 2. Which outputs are ours (output i goes to rank i % world_size, as torch does),
         # each written as `<name>.partial` renamed when complete.
         mine = [o for o in plan.outputs if o.index % dist.world_size == dist.rank]
-        skipped = [o for o in mine if resume and is_complete(dest, o)]
+        skipped = [o for o in mine if run.resume and is_complete(dest, o)]
         todo = [o for o in mine if o not in skipped]
-        bar = Progress(sum(o.size for o in todo), progress)
+        bar = Progress(sum(o.size for o in todo), run.progress)
         try:
-            sealer = Sealer(dest, fsync=fsync)
+            sealer = Sealer(dest, fsync=run.fsync)
             try:
-                with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                with ThreadPoolExecutor(max_workers=max(1, run.workers)) as pool:
                     list(pool.map(lambda o: write_output(plan, o, bar, sealer), todo))
             finally:
                 sealer.wait()
@@ -87,8 +75,8 @@ def execute_plan(
     findings: Sequence[Finding] = ()
     checked = 0
     mismatches: Sequence[str] = ()
-    if dist.rank == 0 and (verify or verify_data):
-        findings, checked, mismatches = verify_output(plan, checks=verify, data=verify_data)
+    if dist.rank == 0 and (run.verify or run.verify_data):
+        findings, checked, mismatches = verify_output(plan, checks=run.verify, data=run.verify_data)
     return ConsolidationResult(
         dest=plan.dest,
         written=tuple(o.name for o in todo),
@@ -99,7 +87,7 @@ def execute_plan(
         metadata_files=copied,
         rank=dist.rank,
         world_size=dist.world_size,
-        verified=dist.rank == 0 and verify,
+        verified=dist.rank == 0 and run.verify,
         findings=tuple(findings),
         data_checked=checked,
         data_mismatches=tuple(mismatches),

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import orjson
 
@@ -18,19 +18,22 @@ from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, ScannedChe
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.filenames import INDEX_NAME, STAGING
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples
 from inspector._internal.findings.references import Reference, layout_reference
 from inspector._internal.findings.words import plural, refusal_digest
 from inspector._internal.formats.casting import dtype_for_target
+from inspector._internal.integrity.refresh import refresh_manifest, source_manifest
 from inspector._internal.plans.consolidate.assignment import choose_assignment
 from inspector._internal.plans.consolidate.dest import not_a_folder
 from inspector._internal.plans.consolidate.driver import execute_plan
 from inspector._internal.plans.consolidate.records import (
     METADATA_CAP,
+    ConsolidationOptions,
     ConsolidationResult,
+    Execution,
     OutputFile,
     Piece,
     PlannedTensor,
@@ -132,46 +135,28 @@ class ConsolidationPlan:
     def __str__(self) -> str:
         return self.describe()
 
-    def execute(
-        self,
-        *,
-        resume: bool = False,
-        overwrite: bool = False,
-        progress: bool = True,
-        verify: bool = True,
-        verify_data: bool = False,
-        workers: int = 1,
-        rank: int | None = None,
-        world_size: int | None = None,
-        fsync: bool = True,
-    ) -> ConsolidationResult:
-        """Write the outputs, then the index (rank 0), then verify DEST.
+    def execute(self, **options: Unpack[ConsolidationOptions]) -> ConsolidationResult:
+        """Write the outputs, then the index (rank 0), then verify DEST (the options:
+        `Execution`).
 
         DEST must be empty or hold only this plan's own output (finished outputs, `.partial`
         files, the index and copied files with the planned content); anything else is
-        refused (`PlanRefusedError`) unless `overwrite`, which first moves every entry a
-        written file replaces into `DEST/.ckpt-inspect-backup/<time>/`. A DEST that is a
-        link is refused (`UnsafeInputError`).
-        `resume` keeps outputs already complete (same size and header). `verify` re-scans and
-        checks DEST; `verify_data` also compares every tensor's content hash with the source.
-        `workers` threads write separate files (each holds one 8 MB block buffer). Under
-        torchrun, or with `rank`/`world_size`, output i is written by rank i % world_size.
-        `fsync=False` skips flushing each output to disk before its rename: a killed process
-        still never leaves a partial file under a final name, but a power loss may (for
-        scratch destinations that are re-created on failure anyway).
+        refused (`PlanRefusedError`) unless `overwrite`. A DEST that is a link is refused
+        (`UnsafeInputError`). Under torchrun, or with `rank`/`world_size`, output i is
+        written by rank i % world_size.
         """
-        return execute_plan(
-            self,
-            resume=resume,
-            overwrite=overwrite,
-            progress=progress,
-            verify=verify,
-            verify_data=verify_data,
-            workers=workers,
-            rank=rank,
-            world_size=world_size,
-            fsync=fsync,
-        )
+        run = Execution.of(options)
+        result = execute_plan(self, run)
+        # The source's manifest, carried to DEST: its tensor hashes still say what the values
+        # are (`verify DEST --level tensor` proves the copy), the files are DEST's own.
+        if (
+            self.dest.name != STAGING
+            and (run.rank if run.rank is not None else int(os.environ.get("RANK", "0"))) == 0
+        ):
+            kept = source_manifest(self.source_storage)
+            if kept is not None:
+                refresh_manifest(self.dest, written=result.written, previous=kept)
+        return result
 
 
 def default_destination(source: str | os.PathLike[str] | RemoteURL) -> Path:

@@ -6,9 +6,10 @@ Imports nothing of the consolidation's other modules, so the writer (`engine`, `
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import orjson
 
@@ -22,7 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METADATA_CAP",
+    "ConsolidationOptions",
     "ConsolidationResult",
+    "Execution",
     "OutputFile",
     "Piece",
     "PlannedTensor",
@@ -32,6 +35,60 @@ __all__ = [
 
 
 METADATA_CAP = 2_000_000_000
+
+
+class ConsolidationOptions(TypedDict, total=False):
+    """How a plan is executed: the one set of options `consolidate()` and
+    `ConsolidationPlan.execute()` take as keywords (the driver gets them resolved against
+    their defaults, `Execution`). Every option is optional:
+
+    - `resume` keeps outputs already complete (same size and header).
+    - `overwrite`: DEST must be empty or hold only this plan's own output; anything else is
+      refused unless `overwrite`, which first moves every entry a written file replaces into
+      `DEST/.ckpt-inspect-backup/<time>/`.
+    - `progress` shows a progress bar (tqdm).
+    - `verify` re-scans and checks DEST; `verify_data` also compares every tensor's content
+      hash with the source.
+    - `workers` threads write separate files (each holds one 8 MB block buffer).
+    - `rank`/`world_size`: output i is written by rank i % world_size (under torchrun they
+      come from the environment).
+    - `fsync=False` skips flushing each output to disk before its rename: a killed process
+      still never leaves a partial file under a final name, but a power loss may (for scratch
+      destinations that are re-created on failure anyway).
+
+    Defaults: `resume`, `overwrite` and `verify_data` off; `progress`, `verify` and `fsync`
+    on; one worker; `rank`/`world_size` from torchrun's environment, else 0 of 1.
+    """
+
+    resume: bool
+    overwrite: bool
+    progress: bool
+    verify: bool
+    verify_data: bool
+    workers: int
+    rank: int | None
+    world_size: int | None
+    fsync: bool
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Execution:
+    """`ConsolidationOptions` resolved against their defaults (a field per option)."""
+
+    resume: bool = False
+    overwrite: bool = False
+    progress: bool = True
+    verify: bool = True
+    verify_data: bool = False
+    workers: int = 1
+    rank: int | None = None
+    world_size: int | None = None
+    fsync: bool = True
+
+    @classmethod
+    def of(cls, options: ConsolidationOptions) -> Execution:
+        """The options given, the defaults for the rest."""
+        return dataclasses.replace(cls(), **options)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,41 @@
+"""`ckpt-inspect manifest`: write a checkpoint's content manifest (per file size + SHA-256,
+per tensor content hash)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from inspector._internal.cli.args import EXIT_OK, target
+from inspector._internal.cli.verify import progress_wanted
+from inspector._internal.common.display import legible
+from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.integrity.verify import write_manifest
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `manifest` command to the CLI's subcommands."""
+    p = sub.add_parser(
+        "manifest",
+        help="write a content manifest (per file size + SHA-256, per tensor content hash)",
+    )
+    p.add_argument("path", type=target, help="checkpoint folder, or a URL with -o")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help=f"where to write it (default: {MANIFEST_NAME} inside the folder)",
+    )
+    p.add_argument("--workers", type=int, metavar="N", help="files hashed at once")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    path = args.path if isinstance(args.path, str) else str(args.path)
+    dest = write_manifest(
+        path, output=args.output, workers=args.workers, progress=progress_wanted()
+    )
+    print(f"wrote {legible(dest)}")
+    return EXIT_OK

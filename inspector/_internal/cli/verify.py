@@ -1,0 +1,94 @@
+"""`ckpt-inspect verify`: are the bytes what a manifest, the Hub's listing or another copy
+recorded? Argument parsing over `inspector._internal.integrity.verify`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from inspector._internal.cli.args import (
+    EXIT_FOUND,
+    EXIT_OK,
+    add_remote_arguments,
+    remote_kwargs,
+    target,
+)
+from inspector._internal.common.display import legible
+from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.integrity.verify import LEVELS, Verification, verify
+
+__all__ = ["add_parser", "format_verification", "progress_wanted", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `verify` command to the CLI's subcommands."""
+    p = sub.add_parser(
+        "verify",
+        help="are the bytes right? compare with a manifest, the Hub's listing or another copy",
+    )
+    p.add_argument("path", type=target, help="checkpoint folder, or a URL (s3://, hf://, ...)")
+    p.add_argument(
+        "--against",
+        metavar="SOURCE",
+        help=f"a manifest file; hf://org/repo[@revision] (the Hub's own sizes and SHA-256, "
+        "nothing downloaded); or another checkpoint folder or URL. Default: the folder's "
+        f"{MANIFEST_NAME}, else header extents only",
+    )
+    p.add_argument(
+        "--level",
+        choices=LEVELS,
+        default="hash",
+        help="size: file lists and sizes (listings only); hash: SHA-256 of every file "
+        "(default); tensor: content hash of every tensor, whatever the sharding",
+    )
+    p.add_argument(
+        "--fail-on",
+        choices=("error", "warning", "never"),
+        default="error",
+        help="exit 1 when a finding of this severity or worse exists (default: error)",
+    )
+    p.add_argument("--workers", type=int, metavar="N", help="files hashed at once")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_remote_arguments(p)
+    p.set_defaults(func=run)
+
+
+def progress_wanted() -> bool:
+    """Progress bars only when a person watches stderr."""
+    return sys.stderr.isatty()
+
+
+def run(args: argparse.Namespace) -> int:
+    kw = remote_kwargs(args)
+    kw.pop("read_ahead", None)
+    result = verify(
+        args.path,
+        against=args.against,
+        level=args.level,
+        workers=args.workers,
+        progress=progress_wanted(),
+        **kw,
+    )
+    if args.json:
+        json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    else:
+        print(format_verification(result))
+    if args.fail_on == "never":
+        return EXIT_OK
+    worst = ("error",) if args.fail_on == "error" else ("error", "warning")
+    return EXIT_FOUND if any(f.severity in worst for f in result.findings) else EXIT_OK
+
+
+def format_verification(result: Verification) -> str:
+    """The result as people read it on a terminal."""
+    lines = [result.line()]
+    for f in result.findings:
+        lines.append(f"  {f.severity.value:7} {f.code}: {legible(f.message)}")
+    if result.bytes_read:
+        rate = result.bytes_read / max(result.seconds, 1e-9) / 1e6
+        lines.append(
+            f"  read {result.bytes_read:,} bytes in {result.seconds:.1f} s ({rate:,.0f} MB/s)"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,363 @@
+"""Content hashes of a checkpoint's files and tensors, in one streamed pass per file.
+
+A file is read front to back in 8 MiB blocks (a reused buffer, `preadv` locally; ranged reads
+through the storage remotely, so the server guard applies); each block feeds the file's
+SHA-256 and, for the tensors whose bytes it holds, each tensor's xxh3-128. Files are hashed
+in parallel (hashlib and xxhash release the GIL on large buffers), largest first; memory is
+one block per worker whatever the checkpoint's size. A DCP tensor is assembled from its
+chunks (`TensorData`) before it is hashed, so its hash is that of the tensor a consolidated
+output holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
+from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
+from inspector._internal.storage import EntryKind, LocalFile, Storage
+from inspector.errors import CannotInspectError, UnsafeFileError
+
+__all__ = [
+    "BLOCK",
+    "FileDigest",
+    "Listing",
+    "Progress",
+    "hash_files",
+    "list_files",
+    "tensor_digest",
+    "tensor_spans",
+    "tensors_of",
+]
+
+BLOCK = 8 << 20
+_MAX_DEPTH = 32
+# Folders and files that are not the checkpoint: ours (lock, journal, backups, staging, the
+# manifest itself), a download's cache (`hf download --local-dir` keeps `.cache/huggingface`)
+# and version control.
+_SKIP_DIRS = frozenset({BACKUP_DIR, STAGING, ".cache", ".git"})
+_SKIP_FILES = frozenset({LOCK, JOURNAL, MANIFEST_NAME})
+_TEMP = re.compile(r"\..+\.tmp-\d+")
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """Files of a checkpoint folder (relative POSIX path -> size, None if the store did not
+    say) and entries refused by the storage (path -> why). `sha256` and `blob_sha1` are what
+    the store itself records for a file (the Hub's listing), never computed here."""
+
+    files: Mapping[str, int | None]
+    refused: Mapping[str, str] = field(default_factory=dict)
+    sha256: Mapping[str, str] = field(default_factory=dict)
+    blob_sha1: Mapping[str, str] = field(default_factory=dict)
+
+
+def list_files(storage: Storage) -> Listing:
+    """Every file under the storage's root (listings only, no file is read), breadth first,
+    at most `MAX_FILES` files and `_MAX_DEPTH` folders deep."""
+    files: dict[str, int | None] = {}
+    refused: dict[str, str] = {}
+    sha256: dict[str, str] = {}
+    blob: dict[str, str] = {}
+    todo: list[tuple[str, int]] = [("", 0)]
+    while todo:
+        folder, depth = todo.pop()
+        for entry in storage.entries(folder):
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.kind is EntryKind.DIR:
+                if entry.name in _SKIP_DIRS and not folder:
+                    continue
+                if depth + 1 >= _MAX_DEPTH:
+                    raise CannotInspectError(
+                        f"{storage.path}: folders nest more than {_MAX_DEPTH} levels deep "
+                        f"(at {rel}); a checkpoint nests a few: check for a link loop"
+                    )
+                todo.append((rel, depth + 1))
+                continue
+            if (entry.name in _SKIP_FILES and not folder) or _TEMP.fullmatch(entry.name):
+                continue
+            if entry.kind is EntryKind.REFUSED:
+                refused[rel] = entry.reason or "is refused by the storage"
+                continue
+            size = entry.size
+            if size is None:
+                stat = storage.stat(rel)
+                size = stat.size if stat is not None else None
+            files[rel] = size
+            if entry.sha256:
+                sha256[rel] = entry.sha256
+            if entry.blob_sha1:
+                blob[rel] = entry.blob_sha1
+            if len(files) > MAX_FILES:
+                raise CannotInspectError(
+                    f"{storage.path}: more than {MAX_FILES:,} files; a checkpoint holds fewer: "
+                    "verify its model folder"
+                )
+    return Listing(dict(sorted(files.items())), refused, sha256, blob)
+
+
+# -- tensors ----------------------------------------------------------------------------------
+
+
+def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
+    """Name -> dtype, shape and file of every logical tensor (hash not yet known). For DCP the
+    full tensor assembled from its chunks (its first chunk's file); otherwise each entry of a
+    safetensors header (the first shard that holds a name)."""
+    out: dict[str, TensorRecord] = {}
+    dcp = scanned.dcp
+    if dcp is not None:
+        shapes = dcp.full_shapes
+        for name, chunks in dcp.chunks.items():
+            out[name] = TensorRecord(chunks[0].dtype, tuple(shapes[name]), chunks[0].file)
+        return out
+    for shard in scanned.shards:
+        for name, dtype, shape in zip(shard.names, shard.dtypes, shard.shapes, strict=True):
+            out.setdefault(name, TensorRecord(dtype, tuple(shape), shard.file))
+    return out
+
+
+def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, int]]]:
+    """file -> (tensor, start, end) absolute byte ranges, sorted and non-overlapping, of the
+    tensors whose bytes lie whole in one file (not DCP). Entries that overlap another or run
+    past the file are left out (their hash stays unknown; `check` reports them)."""
+    if scanned.dcp is not None:
+        return {}
+    seen: set[str] = set()
+    out: dict[str, list[tuple[str, int, int]]] = {}
+    for shard in scanned.shards:
+        spans: list[tuple[str, int, int]] = []
+        base = shard.data_start
+        for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
+            if name in seen or b > e or base + e > shard.file_size:
+                continue
+            seen.add(name)
+            spans.append((name, base + b, base + e))
+        spans.sort(key=lambda s: (s[1], s[2]))
+        kept: list[tuple[str, int, int]] = []
+        end = 0
+        for span in spans:
+            if span[1] < end:  # overlaps the one before: neither is a tensor of its own
+                if kept and kept[-1][2] > span[1]:
+                    kept.pop()
+                continue
+            kept.append(span)
+            end = span[2]
+        out[shard.file] = kept
+    return out
+
+
+def tensor_digest(data: memoryview | bytes) -> str:
+    """xxh3-128 of a tensor's row-major bytes."""
+    h = xxhash.xxh3_128()
+    mv = memoryview(data).cast("B")
+    for at in range(0, len(mv), BLOCK):
+        h.update(mv[at : at + BLOCK])
+    return h.hexdigest()
+
+
+def dcp_digests(scanned: ScannedCheckpoint, names: Sequence[str]) -> dict[str, str | None]:
+    """Content hashes of DCP tensors, each assembled from its chunks (None: unreadable)."""
+    out: dict[str, str | None] = {}
+    with TensorData(scanned) as data:
+        for name in names:
+            raw = data.tensor_bytes(name)
+            out[name] = None if raw is None else tensor_digest(raw)
+    return out
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FileDigest:
+    """What reading one file gave: its SHA-256 (when asked), the content hash of each of its
+    tensors, the bytes read, or why it could not be read (`error`, `unsafe` for a refusal)."""
+
+    file: str
+    sha256: str | None = None
+    blob_sha1: str | None = None
+    tensors: Mapping[str, str] = field(default_factory=dict)
+    read: int = 0
+    error: str | None = None
+    unsafe: bool = False
+
+
+class Progress:
+    """A byte progress bar shared by the workers (tqdm.auto; nothing when off)."""
+
+    def __init__(self, total: int, desc: str, enabled: bool) -> None:
+        self._bar: Any = None
+        self._lock = threading.Lock()
+        if enabled and total:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(
+                total=total, desc=desc, unit="B", unit_scale=True, leave=False, dynamic_ncols=True
+            )
+
+    def update(self, n: int) -> None:
+        if self._bar is not None:
+            with self._lock:
+                self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def hash_files(
+    storage: Storage,
+    jobs: Sequence[tuple[str, int]],
+    *,
+    sha256: bool,
+    spans: Mapping[str, Sequence[tuple[str, int, int]]] | None = None,
+    blob_sha1: frozenset[str] = frozenset(),
+    workers: int | None = None,
+    progress: bool = False,
+    desc: str = "hashing",
+) -> dict[str, FileDigest]:
+    """Read each (file, size) of `jobs` once: its SHA-256 when `sha256`, the git blob SHA-1
+    for the files in `blob_sha1` (what the Hub records for files kept in git), and the
+    content hash of the tensors `spans` places in it. Files in parallel, largest first."""
+    spans = spans or {}
+    if workers is None:
+        workers = (os.cpu_count() or 1) if storage.is_local else 16
+    order = sorted(jobs, key=lambda j: -j[1])
+    bar = Progress(sum(size for _, size in order), desc, progress)
+
+    def one(job: tuple[str, int]) -> FileDigest:
+        rel, size = job
+        return _hash_one(
+            storage,
+            rel,
+            size,
+            sha256=sha256,
+            blob=rel in blob_sha1,
+            spans=spans.get(rel, ()),
+            bar=bar,
+        )
+
+    try:
+        if workers <= 1 or len(order) <= 1:
+            results = [one(j) for j in order]
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers, len(order))) as pool:
+                results = list(pool.map(one, order))
+    finally:
+        bar.close()
+    return {r.file: r for r in results}
+
+
+def _hash_one(
+    storage: Storage,
+    rel: str,
+    size: int,
+    *,
+    sha256: bool,
+    blob: bool,
+    spans: Sequence[tuple[str, int, int]],
+    bar: Progress,
+) -> FileDigest:
+    sha = hashlib.sha256() if sha256 else None
+    git = hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False) if blob else None
+    feed = _TensorFeed(spans)
+    read = 0
+    try:
+        for block in _blocks(storage, rel, size):
+            if sha is not None:
+                sha.update(block)
+            if git is not None:
+                git.update(block)
+            feed.update(read, block)
+            read += len(block)
+            bar.update(len(block))
+    except UnsafeFileError as exc:
+        return FileDigest(rel, read=read, error=exc.reason, unsafe=True)
+    except OSError as exc:
+        return FileDigest(rel, read=read, error=f"cannot be read ({exc.strerror or exc})")
+    if read != size:
+        return FileDigest(rel, read=read, error=f"ended after {read:,} of {size:,} bytes")
+    return FileDigest(
+        rel,
+        sha256=sha.hexdigest() if sha is not None else None,
+        blob_sha1=git.hexdigest() if git is not None else None,
+        tensors=feed.finish(size),
+        read=read,
+    )
+
+
+def _blocks(storage: Storage, rel: str, size: int) -> Iterator[memoryview]:
+    """The file's bytes in blocks of `BLOCK`, up to `size` (a file that grew is read to the
+    size it was listed with; one that shrank ends early)."""
+    with storage.open(rel) as reader:
+        if isinstance(reader, LocalFile):
+            buf = bytearray(min(BLOCK, max(size, 1)))
+            view = memoryview(buf)
+            fd = reader.fileno()
+            at = 0
+            while at < size:
+                n = os.preadv(fd, [view[: min(BLOCK, size - at)]], at)
+                if n == 0:
+                    return
+                yield view[:n]
+                at += n
+            return
+        at = 0
+        while at < size:
+            data = reader.read_range(at, min(BLOCK, size - at))
+            if not data:
+                return
+            yield memoryview(data)
+            at += len(data)
+
+
+class _TensorFeed:
+    """Feeds each block's bytes to the hashes of the tensors they belong to. Spans are sorted
+    and disjoint, so one tensor is open at a time: linear in the file's size."""
+
+    def __init__(self, spans: Sequence[tuple[str, int, int]]) -> None:
+        self._spans = spans
+        self._next = 0
+        self._open: tuple[str, int, Any] | None = None
+        self.done: dict[str, str] = {}
+
+    def update(self, pos: int, block: memoryview) -> None:
+        end = pos + len(block)
+        at = pos
+        while True:
+            if self._open is not None:
+                name, stop, h = self._open
+                take = min(stop, end)
+                if take > at:
+                    h.update(block[at - pos : take - pos])
+                    at = take
+                if take < stop:
+                    return
+                self.done[name] = h.hexdigest()
+                self._open = None
+            if self._next >= len(self._spans) or self._spans[self._next][1] >= end:
+                return
+            name, start, stop = self._spans[self._next]
+            self._next += 1
+            at = max(at, start)
+            self._open = (name, stop, xxhash.xxh3_128())
+
+    def finish(self, size: int) -> dict[str, str]:
+        """Hashes of every tensor read whole (empty tensors at the very end included)."""
+        while self._next < len(self._spans) and self._spans[self._next][1] >= size:
+            name, start, stop = self._spans[self._next]
+            self._next += 1
+            if start == stop == size:
+                self.done[name] = xxhash.xxh3_128().hexdigest()
+        return self.done

@@ -1,0 +1,448 @@
+"""`verify` and `manifest` on checkpoints the real writers wrote (golden fixtures), damaged the
+way transfers damage them, against every kind of source: the folder's manifest, another
+checkpoint (local, re-sharded, consolidated from DCP, uploaded to moto's S3) and the Hub
+stand-in's tree listing (nothing downloaded)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from inspector.widgets.report import render_html_report
+from remote_servers import FakeHub
+
+from inspector import verify, write_manifest
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import MANIFEST_NAME, is_well_known
+from inspector._internal.integrity import ManifestError, parse_manifest
+from inspector._internal.plans.consolidate import plan_consolidation
+from inspector._internal.plans.reshard import plan_reshard
+from inspector._internal.report.html import facts_html
+from inspector._internal.report.markdown import markdown_summary
+
+GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
+MIXTRAL = GOLDEN / "transformers" / "mixtral"
+DCP = GOLDEN / "torch-dcp" / "healthy"
+SHARD = "model-00002-of-00004.safetensors"
+OTHER = "model-00003-of-00004.safetensors"
+SHA = "c" * 40
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "mixtral"
+    shutil.copytree(MIXTRAL, folder)
+    return folder
+
+
+def codes(result: object) -> set[str]:
+    return {f.code for f in result.findings}  # type: ignore[attr-defined]
+
+
+def data_region(file: Path) -> tuple[int, int, dict[str, tuple[int, int]]]:
+    """(data start, file size, tensor -> absolute byte range) from the shard's own header."""
+    header = scan(file.parent).shard(file.name)
+    assert header is not None
+    base = header.data_start
+    spans = {
+        n: (base + int(b), base + int(e))
+        for n, b, e in zip(header.names, header.begins, header.ends, strict=True)
+    }
+    return base, header.file_size, spans
+
+
+def touched(spans: dict[str, tuple[int, int]], lo: int, hi: int) -> set[str]:
+    return {n for n, (b, e) in spans.items() if b < hi and lo < e}
+
+
+# -- damage as transfers do it: each keeps the size; returns the byte range it changed --------
+
+
+def flip_byte(file: Path, other: Path) -> tuple[int, int]:
+    start, size, _ = data_region(file)
+    at = (start + size) // 2
+    data = bytearray(file.read_bytes())
+    data[at] ^= 0xFF
+    file.write_bytes(data)
+    return at, at + 1
+
+
+def block_from_other_shard(file: Path, other: Path) -> tuple[int, int]:
+    start, size, _ = data_region(file)
+    at = (start + size) // 2 - 2048
+    data = bytearray(file.read_bytes())
+    donor = other.read_bytes()
+    data[at : at + 4096] = donor[at : at + 4096]
+    assert bytes(data) != file.read_bytes()
+    file.write_bytes(data)
+    return at, at + 4096
+
+
+def zeros_over_range(file: Path, other: Path) -> tuple[int, int]:
+    start, size, _ = data_region(file)
+    at = start + (size - start) // 3
+    data = bytearray(file.read_bytes())
+    data[at : at + 4096] = bytes(4096)
+    file.write_bytes(data)
+    return at, at + 4096
+
+
+def truncated_then_padded(file: Path, other: Path) -> tuple[int, int]:
+    start, size, _ = data_region(file)
+    keep = (start + size) // 2
+    data = file.read_bytes()[:keep] + bytes(size - keep)
+    file.write_bytes(data)
+    return keep, size
+
+
+DAMAGE: list[Callable[[Path, Path], tuple[int, int]]] = [
+    flip_byte,
+    block_from_other_shard,
+    zeros_over_range,
+    truncated_then_padded,
+]
+
+
+# -- the manifest ---------------------------------------------------------------------------
+
+
+def test_manifest_records_every_file_and_tensor_and_check_knows_it(copy: Path) -> None:
+    before = check(scan(copy), model=False)
+    dest = write_manifest(copy)
+    assert dest == copy / MANIFEST_NAME and is_well_known(MANIFEST_NAME)
+    manifest = parse_manifest(dest.read_bytes())
+    files = {p.name for p in MIXTRAL.iterdir()}
+    assert set(manifest.files) == files
+    import hashlib
+
+    for name, rec in manifest.files.items():
+        data = (MIXTRAL / name).read_bytes()
+        assert rec.size == len(data) and rec.sha256 == hashlib.sha256(data).hexdigest()
+    scanned = scan(copy)
+    assert set(manifest.tensors) == set(scanned.tensors["name"])
+    assert all(t.hash is not None for t in manifest.tensors.values())
+    # The manifest is a file check knows: nothing new is reported about the folder.
+    assert check(scan(copy), model=False) == before
+    # Atomic: no temp file left, and a second run replaces it.
+    write_manifest(copy)
+    assert sorted(p.name for p in copy.iterdir() if p.name.startswith(".")) == []
+
+
+def test_healthy_copy_verifies_at_every_level(copy: Path) -> None:
+    write_manifest(copy)
+    for level in ("size", "hash", "tensor"):
+        result = verify(copy, level=level)
+        assert result.ok and result.findings == (), (level, result.findings)
+        assert result.source_kind == "manifest" and result.mismatches == 0
+    assert verify(copy, level="size").bytes_read == 0
+    tensor = verify(copy, level="tensor")
+    assert tensor.tensors == len(parse_manifest((copy / MANIFEST_NAME).read_bytes()).tensors)
+    assert "verified" in tensor.line() and "all match" in tensor.line()
+
+
+@pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__)
+def test_each_level_catches_what_it_should(
+    copy: Path, damage: Callable[[Path, Path], tuple[int, int]]
+) -> None:
+    write_manifest(copy)
+    _, _, spans = data_region(copy / SHARD)
+    lo, hi = damage(copy / SHARD, copy / OTHER)
+    # `check` reads headers only: same size, so nothing to see.
+    assert not [f for f in check(scan(copy), model=False) if f.severity == "error"]
+    # size: listings only, same sizes.
+    assert verify(copy, level="size").ok
+    # hash: the file, and only it.
+    hashed = verify(copy, level="hash")
+    assert codes(hashed) == {"file-hash-mismatch"}
+    assert [f.file for f in hashed.findings] == [SHARD]
+    # tensor: exactly the tensors whose bytes were changed, with their layers.
+    result = verify(copy, level="tensor")
+    assert codes(result) == {"tensor-hash-mismatch"}
+    named = {f.tensor for f in result.findings}
+    assert named and named <= touched(spans, lo, hi)
+    assert all(f.file == SHARD for f in result.findings)
+    assert all(f.layer is not None for f in result.findings if ".layers." in (f.tensor or ""))
+
+
+def test_truncated_missing_and_extra_files(copy: Path) -> None:
+    write_manifest(copy)
+    data = (copy / SHARD).read_bytes()
+    (copy / SHARD).write_bytes(data[: len(data) - 4096])
+    (copy / OTHER).unlink()
+    (copy / "notes.txt").write_text("added later\n")
+    result = verify(copy, level="size")
+    found = {(f.code, f.file) for f in result.findings}
+    assert found == {
+        ("file-size-mismatch", SHARD),
+        ("file-missing-vs-source", OTHER),
+        ("file-extra-vs-source", "notes.txt"),
+    }
+    assert result.bytes_read == 0
+    tensor = verify(copy, level="tensor")
+    assert "tensor-missing-vs-source" in codes(tensor)
+
+
+def test_against_another_local_checkpoint_and_a_resharded_copy(copy: Path, tmp_path: Path) -> None:
+    assert verify(copy, against=str(MIXTRAL), level="hash").ok
+    resharded = tmp_path / "resharded"
+    shutil.copytree(MIXTRAL, resharded)
+    plan = plan_reshard(scan(resharded), max_shard_size="8kB")
+    assert not plan.refused, plan.refused
+    plan.execute()
+    shards = {p.name for p in resharded.glob("*.safetensors")}
+    assert shards and shards != {p.name for p in MIXTRAL.glob("*.safetensors")}
+    # Files differ, tensors do not.
+    assert not verify(resharded, against=str(MIXTRAL), level="hash").ok
+    same = verify(resharded, against=str(MIXTRAL), level="tensor")
+    assert same.ok and same.findings == () and same.source_kind == "checkpoint"
+    # One changed tensor is named, with its layer.
+    _, _, spans = data_region(copy / SHARD)
+    name, (b, _e) = next((n, s) for n, s in sorted(spans.items()) if ".layers." in n)
+    data = bytearray((copy / SHARD).read_bytes())
+    data[b] ^= 0x01
+    (copy / SHARD).write_bytes(data)
+    result = verify(resharded, against=str(copy), level="tensor")
+    assert [(f.code, f.tensor) for f in result.findings] == [("tensor-hash-mismatch", name)]
+    assert result.findings[0].layer is not None
+
+
+def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) -> None:
+    dest = tmp_path / "out"
+    plan_consolidation(scan(DCP), dest).execute(progress=False, verify=False)
+    result = verify(dest, against=str(DCP), level="tensor")
+    assert result.ok and result.findings == (), result.findings
+    assert result.tensors == len(scan(dest).tensors)
+    # A manifest of the DCP source records the logical tensors the output holds.
+    src = tmp_path / "src"
+    shutil.copytree(DCP, src)
+    write_manifest(src)
+    assert verify(dest, against=str(src / MANIFEST_NAME), level="tensor").ok
+
+
+# -- hostile manifests ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        (b"{", "not valid JSON"),
+        (b'{"format": "other"}', "not a checkpoint manifest"),
+        (b'{"format": "checkpoint-inspector-manifest", "version": 9, "files": {}}', "version"),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, '
+            b'"files": {"../../etc/passwd": {"size": 1, "sha256": null}}}',
+            "inside the checkpoint folder",
+        ),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, '
+            b'"files": {"/etc/passwd": {"size": 1}}}',
+            "absolute path",
+        ),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, '
+            b'"files": {"a": {"size": -1}}}',
+            "size",
+        ),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, '
+            b'"files": {"a": {"size": 1, "sha256": "zz"}}}',
+            "64 hex digits",
+        ),
+        (b"[" * 100_000, "levels deep"),
+    ],
+)
+def test_hostile_manifest_is_unreadable_and_nothing_is_verified(
+    copy: Path, document: bytes, reason: str
+) -> None:
+    with pytest.raises(ManifestError, match=reason):
+        parse_manifest(document)
+    (copy / MANIFEST_NAME).write_bytes(document)
+    result = verify(copy, level="hash")
+    assert codes(result) == {"manifest-unreadable"}
+    assert reason in result.findings[0].message
+    assert main(["verify", str(copy)]) == 1
+
+
+# -- the CLI --------------------------------------------------------------------------------
+
+
+def test_cli_manifest_and_verify_exit_codes(
+    copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "elsewhere.json"
+    assert main(["manifest", str(copy), "-o", str(out)]) == 0
+    assert not (copy / MANIFEST_NAME).exists() and out.is_file()
+    assert main(["verify", str(copy), "--against", str(out)]) == 0
+    assert "all match" in capsys.readouterr().out
+    zeros_over_range(copy / SHARD, copy / OTHER)
+    assert main(["verify", str(copy), "--against", str(out), "--level", "size"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(copy), "--against", str(out), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is False and doc["findings"][0]["code"] == "file-hash-mismatch"
+    assert doc["findings"][0]["file"] == SHARD
+    # No manifest, no source: the header extents, and a note that says what to do.
+    capsys.readouterr()
+    assert main(["verify", str(copy)]) == 0
+    assert "ckpt-inspect manifest" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "absent")]) == 2
+
+
+# -- remote: the Hub's own listing, an upload to S3 ---------------------------------------------
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    with FakeHub({"org/mixtral": {"main": (SHA, MIXTRAL)}}) as server:
+        yield server
+
+
+def test_against_the_hub_listing_reads_no_file(copy: Path, hub: FakeHub) -> None:
+    options = {"storage_options": {"endpoint": hub.url, "token": False}}
+    for level in ("size", "hash"):
+        result = verify(copy, against="hf://org/mixtral", level=level, **options)
+        assert result.ok and result.findings == (), (level, result.findings)
+        assert result.source_kind == "hub"
+    assert hub.content_bytes == 0
+    # Every file was compared by what the Hub records: SHA-256 for LFS, git SHA-1 otherwise.
+    hashed = verify(copy, against="hf://org/mixtral", level="hash", **options)
+    assert set(hashed.table["status"]) == {"ok"} and len(hashed.table) == 7
+    block_from_other_shard(copy / SHARD, copy / OTHER)
+    (copy / "config.json").write_text((copy / "config.json").read_text().replace("1", "2", 1))
+    damaged = verify(copy, against="hf://org/mixtral@main", level="hash", **options)
+    assert {(f.code, f.file) for f in damaged.findings} == {
+        ("file-hash-mismatch", SHARD),
+        ("file-hash-mismatch", "config.json"),
+    }
+    assert hub.content_bytes == 0
+
+
+def test_an_s3_upload_against_the_local_original(tmp_path: Path) -> None:
+    import os
+
+    from remote_servers import moto_s3
+
+    saved = dict(os.environ)
+    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
+    try:
+        with moto_s3() as endpoint:
+            import s3fs
+
+            fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
+            fs.mkdir("uploads")
+            upload = tmp_path / "upload"
+            shutil.copytree(MIXTRAL, upload)
+            zeros_over_range(upload / SHARD, upload / OTHER)
+            fs.put(str(upload) + "/", "uploads/mixtral/", recursive=True)
+            options = {"storage_options": {"endpoint_url": endpoint}}
+            url = "s3://uploads/mixtral"
+            assert verify(url, against=str(MIXTRAL), level="size", **options).ok
+            result = verify(url, against=str(MIXTRAL), level="hash", **options)
+            assert [(f.code, f.file) for f in result.findings] == [("file-hash-mismatch", SHARD)]
+            tensor = verify(url, against=str(MIXTRAL), level="tensor", **options)
+            assert codes(tensor) == {"tensor-hash-mismatch"}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+# -- the "verified" line: Overview facts, HTML report, Markdown summary -----------------------
+
+
+def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
+    def lines(scanned: object) -> tuple[str, str, str]:
+        return (
+            facts_html(scanned),  # type: ignore[arg-type]
+            render_html_report(scanned, []),  # type: ignore[arg-type]
+            markdown_summary(scanned, []),  # type: ignore[arg-type]
+        )
+
+    for text in lines(scan(copy)):
+        assert "not verified: no ckpt-inspect-manifest.json" in text
+    write_manifest(copy)
+    for text in lines(scan(copy)):
+        assert "not verified yet: the folder keeps ckpt-inspect-manifest.json" in text
+    result = verify(copy, level="tensor")
+    for text in lines(scan(copy)):
+        assert f"verified {result.when} at level tensor against manifest" in text
+        assert "7 files" not in text and "41 tensors, all match" in text
+    zeros_over_range(copy / SHARD, copy / OTHER)
+    verify(copy, level="hash")
+    for text in lines(scan(copy)):
+        assert "at level hash" in text and "1 error finding(s)" in text
+
+
+# -- writers keep the manifest true: re-sharding, repair, consolidation ------------------------
+
+
+def test_reshard_refreshes_the_manifest_and_keeps_every_tensor_hash(copy: Path) -> None:
+    write_manifest(copy)
+    plan = plan_reshard(scan(copy), max_shard_size="8kB")
+    plan.execute()
+    manifest = parse_manifest((copy / MANIFEST_NAME).read_bytes())
+    on_disk = {p.name for p in copy.iterdir() if p.is_file() and p.name != MANIFEST_NAME}
+    assert set(manifest.files) == on_disk
+    for level in ("size", "hash", "tensor"):
+        assert verify(copy, level=level).findings == (), level
+
+
+def test_reshard_of_a_damaged_shard_still_names_the_tensor(copy: Path) -> None:
+    write_manifest(copy)
+    _, _, spans = data_region(copy / SHARD)
+    lo, hi = zeros_over_range(copy / SHARD, copy / OTHER)
+    plan_reshard(scan(copy), max_shard_size="8kB").execute()
+    # The new shards were hashed as written, but the tensors keep what was recorded.
+    assert verify(copy, level="hash").findings == ()
+    result = verify(copy, level="tensor")
+    assert codes(result) == {"tensor-hash-mismatch"}
+    assert {f.tensor for f in result.findings} <= touched(spans, lo, hi)
+
+
+def test_repair_refreshes_only_what_it_wrote(copy: Path) -> None:
+    from inspector._internal.plans.repair import plan_repair
+
+    write_manifest(copy)
+    index = copy / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    doc["weight_map"].pop(next(iter(doc["weight_map"])))
+    index.write_text(json.dumps(doc))
+    zeros_over_range(copy / SHARD, copy / OTHER)  # damage the repair did not make
+    plan_repair(scan(copy)).execute()
+    result = verify(copy, level="hash")
+    # The rebuilt index is recorded anew; the damaged shard still fails its recorded hash.
+    assert [(f.code, f.file) for f in result.findings] == [("file-hash-mismatch", SHARD)]
+
+
+def test_consolidation_carries_the_source_manifest(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    shutil.copytree(DCP, src)
+    write_manifest(src)
+    dest = tmp_path / "out"
+    plan_consolidation(scan(src), dest).execute(progress=False, verify=False)
+    assert (dest / MANIFEST_NAME).is_file()
+    for level in ("size", "hash", "tensor"):
+        assert verify(dest, level=level).findings == (), level
+
+
+def test_a_source_without_hashes_lists_each_file_once_in_linear_time(tmp_path: Path) -> None:
+    """A source that records sizes but no hash (an old manifest, a listing): every file is one
+    `unchecked` row and the note counts them. 20,000 files: the row lookup per file was a scan
+    of all rows (minutes here), now a set (well under a second; figures in the commit)."""
+    from inspector._internal.integrity.hashing import Listing
+    from inspector._internal.integrity.manifest import FileRecord
+    from inspector._internal.integrity.verify import _Run, _Source
+    from inspector._internal.storage import LocalStorage
+
+    files: dict[str, int | None] = {f"shard-{i:05d}.safetensors": 100 for i in range(20_000)}
+    source = _Source(kind="manifest", shown="m", files={k: FileRecord(100) for k in files})
+    run = _Run(LocalStorage(tmp_path), Listing(files=files), source, workers=1, progress=False)
+    run.files(hashes=True)
+    assert [r[1] for r in run.rows] == sorted(files)
+    assert {r[4] for r in run.rows} == {"unchecked"}
+    assert run.note.startswith("20,000 file(s) compared by size only")
+    assert run.findings == []
