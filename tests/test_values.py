@@ -260,7 +260,7 @@ def _sampled(data: np.ndarray, seeds: range) -> pd.DataFrame:
     pieces = [np.concatenate([raw[a : a + n] for a, n in w]) for w in windows]
     words = np.concatenate(pieces).view(np.uint16)
     starts = np.arange(len(pieces)) * (len(pieces[0]) // 2)
-    return finish(segment_records(words, starts, decoder))
+    return finish(pd.DataFrame(segment_records(words, starts, decoder)))
 
 
 @pytest.mark.parametrize("kind", ["normal", "student-t", "writer"])

@@ -16,6 +16,7 @@ sampling and what it guarantees.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -24,7 +25,7 @@ from inspector._internal.checks.values_judge import judge, sibling_key
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_of, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
-from inspector._internal.formats.value_reading import Mode, SampleBudget, read_records
+from inspector._internal.formats.value_reading import Mode, SampleBudget, Unread, read_records
 from inspector._internal.formats.value_segments import PARTIAL, finish
 from inspector._internal.formats.value_stats import TensorStats
 
@@ -47,6 +48,8 @@ CODES = code_set(
     Code.TENSOR_ALL_ZERO,
     Code.TENSOR_UNINITIALISED,
     Code.TENSOR_VALUES_OUTLIER,
+    Code.TENSOR_UNREADABLE,
+    Code.FILE_TRUNCATED,
 )
 _STATS = list(TensorStats.__dataclass_fields__)
 _NAMING = ["layer", "expert", "kind"]
@@ -95,19 +98,79 @@ def _build(
     seed: int,
     workers: int | None,
 ) -> pd.DataFrame:
-    records = read_records(
+    records, unread = read_records(
         scanned, mode, budget=budget or SampleBudget(), seed=seed, workers=workers
     )
-    if records["name"].duplicated().any():  # DCP chunks or copies of one tensor
+    lost = {u.name for u in unread}
+    if lost:  # a tensor with a chunk that cannot be read has no statistics at all
+        records = records[~records["name"].isin(lost)]
+    names = records["name"].tolist()
+    if len(set(names)) != len(names):  # DCP chunks or copies of one tensor
         records = records.groupby("name", sort=False).agg(PARTIAL).reset_index()
-    stats = pd.concat([records[["name"]], finish(records)], axis=1)
+    stats = pd.concat(
+        [records[["name"]].reset_index(drop=True), finish(records.reset_index(drop=True))], axis=1
+    )
     tensors = scanned.tensors
     columns = ["name", "file", "dtype", "numel", *[c for c in _NAMING if c in tensors]]
-    info = tensors[columns].drop_duplicates("name").set_index("name")
-    table = stats.join(info, on="name", how="left")
-    table = table[[*columns, *_STATS]].sort_values("name", kind="stable").reset_index(drop=True)
+    # Each record's row of `ckpt.tensors` (its first, for a name in several files): a dict
+    # lookup, where a join on 300,000 strings costs seconds.
+    listed = tensors["name"].tolist()
+    row = dict(zip(reversed(listed), range(len(listed) - 1, -1, -1), strict=True))
+    names = stats["name"].tolist()
+    at = np.fromiter(map(row.get, names, [-1] * len(names)), np.int64, len(names))
+    table = tensors[columns[1:]].iloc[np.maximum(at, 0)].reset_index(drop=True)
+    table.loc[at < 0, columns[1:]] = None
+    table.insert(0, "name", names)
+    table = pd.concat([table, stats[_STATS].reset_index(drop=True)], axis=1)
+    info = tensors[columns].drop_duplicates("name").set_index("name") if unread else None
     table.insert(len(columns), "mode", mode)
-    return judge(table)
+    table = judge(table)
+    if info is not None:
+        table = pd.concat([table, _unread_rows(unread, info, mode)], ignore_index=True)
+    return table.sort_values("name", kind="stable").reset_index(drop=True)
+
+
+def _unread_rows(unread: list[Unread], info: pd.DataFrame, mode: Mode) -> pd.DataFrame:
+    """One row per tensor whose bytes could not be read: no statistics, the finding that
+    says so (`file-truncated` for bytes past the end of the file, else `tensor-unreadable`)
+    and why."""
+    first = {u.name: u for u in reversed(unread)}  # the first problem of each tensor
+    rows = []
+    for name, u in sorted(first.items()):
+        if u.truncated:
+            code = Code.FILE_TRUNCATED
+            why = (
+                f"{u.why}: its values were not read (the write or copy was cut short; "
+                "re-copy or re-export the file)"
+            )
+        else:
+            code = Code.TENSOR_UNREADABLE
+            why = (
+                f"its bytes could not be read ({u.why}): its values were not checked; "
+                "re-copy the file or check the disk or the connection, then check again"
+            )
+        rows.append(
+            {
+                "name": name,
+                "file": u.file,
+                "dtype": u.dtype,
+                "mode": mode,
+                "elements": 0,
+                "decoded": False,
+                "all_zero": False,
+                "nan": 0,
+                "inf": 0,
+                "siblings": 0,
+                "siblings_zero": False,
+                "finding": code.value,
+                "why": why,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    for column in ("numel", *_NAMING):
+        if column in info:
+            frame[column] = frame["name"].map(info[column])
+    return frame
 
 
 def values_check(
@@ -121,7 +184,13 @@ def values_check(
     table = value_table(scanned, mode, budget=budget, seed=seed)
     read = "sampled values" if mode == "sample" else "values"
     by_code: dict[Code, list[Finding]] = {code: [] for code in CODES}
-    for row in table.itertuples(index=False):
+    flagged = (
+        (table["nan"] > 0)
+        | (table["inf"] > 0)
+        | table["all_zero"].astype(bool)
+        | (table["finding"] != "")
+    )
+    for row in table[flagged.to_numpy()].itertuples(index=False):
         file, name = str(row.file), str(row.name)
         where = f"{legible(file)}: tensor '{legible(name)}' ({row.dtype})"
         layer = _int(getattr(row, "layer", None))
@@ -156,6 +225,8 @@ def values_check(
         (Code.TENSOR_ALL_ZERO, "tensors that are all zeros"),
         (Code.TENSOR_UNINITIALISED, "tensors that look never written"),
         (Code.TENSOR_VALUES_OUTLIER, "tensors whose values are out of line with their siblings"),
+        (Code.TENSOR_UNREADABLE, "tensors whose bytes could not be read"),
+        (Code.FILE_TRUNCATED, "tensors past the end of their file"),
     ):
         out += fold_findings(by_code[code], what)
     return out

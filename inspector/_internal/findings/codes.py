@@ -506,6 +506,15 @@ class Code(StrEnum):
         "source checkpoint (`ckpt-inspect diff --data`) and re-export it; `ckpt.values` shows "
         "the statistics of every sibling. (`check --values sample|full`)",
     )
+    TENSOR_UNREADABLE = (
+        "tensor-unreadable",
+        _E,
+        _X,
+        "A tensor's bytes could not be read (an I/O error, a file that cannot be opened, a "
+        "remote read that failed or came back short): its values were not checked. Re-copy "
+        "the file from its source, or check the disk or the connection, then run `check "
+        "--values` again. (Bytes past the end of a truncated file are `file-truncated`.)",
+    )
     # -- untrusted input refused ---------------------------------------------------------------
     FILE_UNSAFE = (
         "file-unsafe",
@@ -785,6 +794,11 @@ _FIXES: dict[str, Fix] = {
         "re-export",
         "compare it with the source checkpoint (`ckpt-inspect diff --data`) and re-export it; "
         "`ckpt.values` shows the statistics of every sibling",
+    ),
+    "tensor-unreadable": Fix(
+        "restore",
+        "re-copy the file from its source (or check the disk or the connection), then run "
+        "`check --values` again",
     ),
     # -- unsafe input
     "file-unsafe": Fix(

@@ -1,10 +1,17 @@
-"""Statistics of many short tensors at once: the sampled windows of every tensor of a shard
-(or its small tensors read whole) laid end to end, reduced per segment with numpy's
-`reduceat`. This is what makes `sample` cost microseconds per tensor instead of a Python
-loop's hundreds (300,000 tensors in seconds).
+"""Statistics of many short tensors at once, with no Python loop per tensor (300,000 tensors
+in seconds):
 
-A segment's record is partial (sums and counts), so records of one tensor from several
-files (DCP chunks) add up; `finish` turns merged records into the statistics columns.
+- `row_records`: the sampled windows of many tensors, one row per tensor (every row the same
+  length), reduced along the rows;
+- `segment_records`: tensors read whole, of any length, laid end to end and reduced per
+  segment with numpy's `reduceat`.
+
+One-byte dtypes (FP8, E8M0 scales, packed U8 weights) are first counted into a 256-bin
+histogram per tensor (one pass over the bytes); every statistic then comes from the counts
+and the format's 256 decoded values, exactly.
+
+A record is partial (sums and counts), so records of one tensor from several files (DCP
+chunks) add up; `finish` turns merged records into the statistics columns.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import pandas as pd
 
 from inspector._internal.formats.value_decode import Decoder
 
-__all__ = ["PARTIAL", "finish", "segment_records"]
+__all__ = ["PARTIAL", "Records", "finish", "row_records", "segment_records"]
 
 # Partial record columns and how records of one tensor merge.
 PARTIAL: dict[str, str] = {
@@ -37,20 +44,194 @@ PARTIAL: dict[str, str] = {
 }
 
 
-def segment_records(words: np.ndarray, starts: np.ndarray, decoder: Decoder) -> pd.DataFrame:
+Records = dict[str, np.ndarray]  # PARTIAL columns, one entry per tensor
+
+
+def row_records(words: np.ndarray, decoder: Decoder) -> Records:
+    """One partial record per row of `words` (n tensors x the raw element words read of
+    each, in `decoder`'s dtype; rows non-empty)."""
+    n, length = words.shape
+    if decoder.itemsize == 1 and decoder.decode is not None:
+        return _byte_records(_histograms(words.ravel(), length), decoder)
+    out: dict[str, np.ndarray] = {
+        "elements": np.full(n, length, np.int64),
+        "nonzero_bytes": (words != 0).any(axis=1),
+    }
+    if decoder.decode is None:
+        out["decoded"] = np.zeros(n, bool)
+        sub = words[:, :: _stride(length)]
+        out["repeat"] = _repeat_rows(sub, None) / sub.shape[1]
+        return _fill(out, n)
+    assert decoder.decode is not None
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = decoder.decode(words)
+        # Sums in float64 from the decoded values (exact for every 8/16-bit float); a NaN
+        # or Inf makes its row's sums non-finite, and only such rows are looked at again.
+        total = x.sum(axis=1, dtype=np.float64)
+        squares = np.einsum("ij,ij->i", x, x, dtype=np.float64)
+        low, high = x.min(axis=1), x.max(axis=1)
+        count = np.full(n, length, np.int64)
+        nan, inf = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        finite: np.ndarray | None = None
+        bad = np.flatnonzero(~np.isfinite(total + squares))
+        if len(bad):
+            finite = np.isfinite(x)
+            part, ok = x[bad], finite[bad]
+            value = np.where(ok, part, 0).astype(np.float64)
+            count[bad] = ok.sum(axis=1)
+            nan[bad] = np.isnan(part).sum(axis=1)
+            inf[bad] = np.isinf(part).sum(axis=1)
+            total[bad] = value.sum(axis=1)
+            squares[bad] = np.einsum("ij,ij->i", value, value)
+            low[bad] = np.where(ok, part, np.inf).min(axis=1)
+            high[bad] = np.where(ok, part, -np.inf).max(axis=1)
+        out["decoded"] = np.ones(n, bool)
+        out["finite"], out["nan"], out["inf"] = count, nan, inf
+        out["total"], out["squares"], out["low"], out["high"] = total, squares, low, high
+        out["zeros"] = (x == 0).sum(axis=1)
+        # The signatures of never-written memory, on an evenly strided subsample.
+        step = _stride(length)
+        sub, sub_ok = x[:, ::step], None if finite is None else finite[:, ::step]
+        size = np.abs(sub if sub_ok is None else np.where(sub_ok, sub, 0))
+        sub_n = np.full(n, sub.shape[1], np.int64) if sub_ok is None else sub_ok.sum(axis=1)
+        out["sub_n"] = sub_n
+        out["tiny_n"] = ((size > 0) & (size < decoder.tiny)).sum(axis=1)
+        out["huge_n"] = (size >= decoder.huge).sum(axis=1)
+        out["absmin"] = np.where(size > 0, size, np.inf).min(axis=1)
+        best = _repeat_rows(words[:, ::step], sub_ok)
+        out["repeat"] = np.where(sub_n > 0, best / np.maximum(sub_n, 1), 0.0)
+    return out
+
+
+_REPEAT_WORDS = 256
+
+
+def _stride(length: int) -> int:
+    """Step of the evenly strided subsample of at most `_REPEAT_WORDS` words of a row."""
+    return max(1, -(-length // _REPEAT_WORDS))
+
+
+def _repeat_rows(words: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
+    """Per row: how often its most common non-zero word occurs (among `keep`)."""
+    if keep is not None:
+        words = np.where(keep, words, 0)
+    ordered = np.sort(words, axis=1, kind="stable")  # radix sort for 16-bit words
+    n, length = ordered.shape
+    at = np.arange(length, dtype=np.int32)
+    first = np.ones((n, length), bool)
+    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
+    run_start = np.maximum.accumulate(np.where(first, at, 0), axis=1)
+    run = at - run_start + 1  # length of the run so far, at each word
+    return np.where(ordered != 0, run, 0).max(axis=1)
+
+
+def _histograms(data: np.ndarray, lengths: np.ndarray | int) -> np.ndarray:
+    """(n, 256) counts of each byte value per segment, for segments of `lengths` bytes laid
+    end to end in `data` (n = len(lengths), or n rows of `lengths` bytes each)."""
+    index: np.ndarray
+    if isinstance(lengths, int):
+        n = len(data) // lengths
+        index = data.reshape(n, lengths).astype(np.intp)
+        index += (np.arange(n, dtype=np.intp) * 256)[:, None]
+    else:
+        n = len(lengths)
+        index = np.repeat(np.arange(n, dtype=np.intp) * 256, lengths)
+        index += data
+    return np.bincount(index.ravel(), minlength=n * 256).reshape(n, 256)
+
+
+_CODES = np.arange(256, dtype=np.uint8)
+
+
+def _byte_records(counts: np.ndarray, decoder: Decoder) -> dict[str, np.ndarray]:
+    """Partial records of one-byte words from their per-tensor histograms: each statistic is
+    the counts weighted by what each of the 256 bytes decodes to."""
+    n = len(counts)
+    elements = counts.sum(axis=1)
+    present = counts > 0
+    out: dict[str, np.ndarray] = {
+        "elements": elements,
+        "nonzero_bytes": np.asarray(present[:, 1:].any(axis=1)),
+    }
+    if decoder.decode is None:
+        out["decoded"] = np.zeros(n, bool)
+        out["repeat"] = counts[:, 1:].max(axis=1) / np.maximum(elements, 1)
+        return _fill(out, n)
+    value = decoder.decode(_CODES).astype(np.float64)
+    finite = np.isfinite(value)
+    clean = np.where(finite, value, 0.0)
+    size = np.abs(clean)
+    # One matrix product for every count and sum (float64 holds counts exactly).
+    columns = np.stack(
+        [
+            finite,
+            np.isnan(value),
+            np.isinf(value),
+            clean,
+            clean * clean,
+            finite & (value == 0),
+            (size > 0) & (size < decoder.tiny),
+            size >= decoder.huge,
+        ],
+        axis=1,
+    ).astype(np.float64)
+    sums = counts.astype(np.float64) @ columns
+    count = sums[:, 0].astype(np.int64)
+    out["decoded"] = np.ones(n, bool)
+    out["finite"] = count
+    out["nan"] = sums[:, 1].astype(np.int64)
+    out["inf"] = sums[:, 2].astype(np.int64)
+    out["total"] = sums[:, 3]
+    out["squares"] = sums[:, 4]
+    out["zeros"] = sums[:, 5].astype(np.int64)
+    out["sub_n"] = count
+    out["tiny_n"] = sums[:, 6].astype(np.int64)
+    out["huge_n"] = sums[:, 7].astype(np.int64)
+    out["low"], out["high"] = _extremes(present, value, finite)
+    out["absmin"] = _extremes(present, size, finite & (size > 0))[0]
+    best = np.where(finite & (_CODES != 0), counts, 0).max(axis=1)
+    out["repeat"] = np.where(count > 0, best / np.maximum(count, 1), 0.0)
+    return out
+
+
+def _extremes(
+    present: np.ndarray, value: np.ndarray, eligible: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the smallest and largest `value` among the eligible byte codes present
+    (inf and -inf where none is)."""
+    codes = np.flatnonzero(eligible)
+    codes = codes[np.argsort(value[codes], kind="stable")]
+    if not len(codes):
+        n = len(present)
+        return np.full(n, np.inf), np.full(n, -np.inf)
+    ranked = present[:, codes]  # columns from the smallest value to the largest
+    has = ranked.any(axis=1)
+    low = value[codes[ranked.argmax(axis=1)]]
+    high = value[codes[len(codes) - 1 - ranked[:, ::-1].argmax(axis=1)]]
+    return np.where(has, low, np.inf), np.where(has, high, -np.inf)
+
+
+def _fill(out: dict[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """The columns an undecoded dtype has no value for, as NaN."""
+    for column in PARTIAL:
+        out.setdefault(column, np.full(n, np.nan))
+    return out
+
+
+def segment_records(words: np.ndarray, starts: np.ndarray, decoder: Decoder) -> Records:
     """One partial record per segment `[starts[i], starts[i + 1])` of `words` (raw element
     words of `decoder`'s dtype; every segment non-empty)."""
     n = len(starts)
     lengths = np.diff(np.append(starts, len(words)))
+    if decoder.itemsize == 1 and n:
+        return _byte_records(_histograms(words, lengths), decoder)
     out: dict[str, np.ndarray] = {"elements": lengths}
     nonzero_word = words != 0
     out["nonzero_bytes"] = np.logical_or.reduceat(nonzero_word, starts) if n else lengths > 0
     if decoder.decode is None:
         out["decoded"] = np.zeros(n, bool)
         out["repeat"] = _repeat(words, np.ones(len(words), bool), starts, lengths)
-        for column in PARTIAL:
-            out.setdefault(column, np.full(n, np.nan))
-        return pd.DataFrame(out)
+        return _fill(out, n)
     with np.errstate(invalid="ignore", over="ignore"):
         x = decoder.decode(words)  # float32 holds every 8/16-bit float exactly
         finite = np.isfinite(x)
@@ -71,10 +252,7 @@ def segment_records(words: np.ndarray, starts: np.ndarray, decoder: Decoder) -> 
         out["huge_n"] = np.add.reduceat(size >= decoder.huge, starts)
         out["absmin"] = np.minimum.reduceat(np.where(size > 0, size, np.inf), starts)
     out["repeat"] = _repeat(words, finite, starts, lengths)
-    return pd.DataFrame(out)
-
-
-_REPEAT_WORDS = 256
+    return out
 
 
 def _repeat(
@@ -155,7 +333,3 @@ def finish(records: pd.DataFrame) -> pd.DataFrame:
     frame["tiny_frac"] = frame["tiny_frac"].fillna(0.0).where(decoded)
     frame["huge_frac"] = frame["huge_frac"].fillna(0.0).where(decoded)
     return frame
-
-
-def _column(records: pd.DataFrame, name: str) -> np.ndarray:
-    return records[name].to_numpy(np.float64)

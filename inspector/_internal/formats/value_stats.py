@@ -69,13 +69,18 @@ class Accumulator:
     def add(self, data: memoryview | bytes | np.ndarray) -> None:
         """Take the raw bytes of whole elements of the tensor."""
         raw = np.frombuffer(data, dtype=np.uint8)
+        if self.decoder is not None:
+            size = self.decoder.itemsize
+            raw = raw[: len(raw) - len(raw) % size]
         if self.decoder is None or self.decoder.decode is None:
-            self.count += len(raw)
+            # Undecoded: elements are the dtype's words (bytes for an unknown dtype), as in
+            # sample mode.
+            words = raw if self.decoder is None else raw.view(self.decoder.word)
+            self.count += len(words)
             self.nonzero_bytes = self.nonzero_bytes or bool(raw.any())
-            self._keep(raw)
+            self._keep(words)
             return
-        size = self.decoder.itemsize
-        words = raw[: len(raw) - len(raw) % size].view(self.decoder.word)
+        words = raw.view(self.decoder.word)
         self._keep(words)
         for start in range(0, len(words), _PIECE):
             self._piece(words[start : start + _PIECE])

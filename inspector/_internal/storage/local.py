@@ -262,6 +262,17 @@ class LocalStorage:
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return [self.read_range(*r) for r in ranges]
 
+    def try_read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]]
+    ) -> list[bytes | OSError | UnsafeFileError]:
+        out: list[bytes | OSError | UnsafeFileError] = []
+        for r in ranges:
+            try:
+                out.append(self.read_range(*r))
+            except (OSError, UnsafeFileError) as exc:
+                out.append(exc)
+        return out
+
     def prefetch(
         self, wanted: Sequence[tuple[str, int | Callable[[bytes, int], int]]], *, desc: str = ""
     ) -> None:
