@@ -882,6 +882,17 @@ def test_code_tensor_values_outlier(tmp_path: Path) -> None:
         assert f.tensor == "model.layers.1.self_attn.q_proj.weight" and "above" in f.message
 
 
+def test_code_tensor_unreadable(tmp_path: Path) -> None:
+    # The shard is replaced after the scan by something that is not a file.
+    folder = write_single(tmp_path / "r", dense_model(2))
+    scanned = scan(folder)
+    shard = next(folder.glob("*.safetensors"))
+    shard.unlink()
+    shard.mkdir()
+    f = one(check(scanned, values="sample", model=False), "tensor-unreadable")
+    assert f.file == shard.name and "could not be read" in f.message
+
+
 # -- content against a source (verify) ----------------------------------------------------------
 
 

@@ -6,7 +6,9 @@ by `full` always, and by `sample` in the sense docs/values.md states."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import shutil
 import struct
 from collections.abc import Callable
@@ -26,10 +28,15 @@ from inspector._internal.formats.value_segments import finish, segment_records
 from inspector._internal.formats.value_stats import Accumulator
 
 VALUE_CODES = {c.value for c in CODES}
-HEALTHY = [
-    case
-    for case, entry in sorted(MANIFEST.items())
-    if entry.get("healthy") and unreadable(case) is None
+# Golden fixtures whose values the real writer itself damaged (tested on their own below).
+VALUES_DAMAGED = {
+    "fp8-block/transformers-fp8-save": "transformers' FP8 save leaves the weight_scale_inv "
+    "of its bfloat16 projections at torch.empty bits",
+}
+# Every golden fixture a reader scans: healthy, or damaged in structure only (a lost file,
+# a stale index, a truncated config): its tensor values are the real writer's.
+WRITERS_VALUES = [
+    case for case in sorted(MANIFEST) if unreadable(case) is None and case not in VALUES_DAMAGED
 ]
 
 
@@ -93,8 +100,10 @@ def test_statistics_match_numpy_with_nan_and_inf() -> None:
 # -- healthy real writers: none of the value findings --------------------------------------
 
 
-@pytest.mark.parametrize("case", HEALTHY)
-def test_healthy_writers_give_no_value_finding(case: str) -> None:
+@pytest.mark.parametrize("case", WRITERS_VALUES)
+def test_real_writers_values_give_no_value_finding(case: str) -> None:
+    """No tensor-uninitialised, tensor-values-outlier, tensor-all-zero or tensor-nonfinite
+    (nor any other value finding) on what a real writer wrote, in either mode."""
     scanned = scan(FIXTURES / case)
     for mode in ("full", "sample"):
         found = values_check(scanned, mode)
@@ -343,6 +352,113 @@ def test_transformers_fp8_save_leaves_never_written_scales() -> None:
         assert "model.layers.0.self_attn.kv_b_proj.weight_scale_inv" in named or any(
             f.tensor is None for f in found
         )
+
+
+# -- bytes that cannot be read: a finding naming the file and the tensor, never a gap -------
+
+
+def _entries(path: Path) -> dict[str, tuple[int, int]]:
+    """Absolute [start, end) of every tensor of a safetensors file."""
+    raw = path.read_bytes()
+    size = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8 : 8 + size])
+    return {
+        name: (8 + size + e["data_offsets"][0], 8 + size + e["data_offsets"][1])
+        for name, e in header.items()
+        if name != "__metadata__"
+    }
+
+
+def _every_tensor_has_a_row(scanned: object, mode: str) -> pd.DataFrame:
+    table = value_table(scanned, mode)  # type: ignore[arg-type]
+    assert sorted(table["name"]) == sorted(set(scanned.tensors["name"]))  # type: ignore[attr-defined]
+    return table
+
+
+@pytest.mark.parametrize("mode", ["sample", "full"])
+def test_a_truncated_shard_names_the_tensor_past_its_end(mode: str, tmp_path: Path) -> None:
+    folder = _copy("transformers/qwen3-moe", tmp_path)
+    shard = max(folder.glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    spans = _entries(shard)
+    last = max(spans, key=lambda n: spans[n][1])
+    start, end = spans[last]
+    os.truncate(shard, start + (end - start) // 2)  # an interrupted copy, in the last tensor
+    scanned = scan(folder)
+    found = [f for f in values_check(scanned, mode) if f.code == "file-truncated"]
+    assert [(f.file, f.tensor) for f in found] == [(shard.name, last)]
+    assert "past the end" in found[0].message and shard.name in found[0].message
+    table = _every_tensor_has_a_row(scanned, mode)
+    row = table[table["name"] == last].iloc[0]
+    assert row["finding"] == "file-truncated" and row["elements"] == 0
+    assert (table[table["name"] != last]["elements"] > 0).all()
+
+
+@pytest.mark.parametrize("mode", ["sample", "full"])
+def test_a_shard_that_cannot_be_opened_names_its_tensors(mode: str, tmp_path: Path) -> None:
+    """The file was replaced after the scan (here by a folder): every tensor of it is
+    reported unreadable with why; the other shards are read."""
+    folder = _copy("transformers/qwen3-moe", tmp_path)
+    scanned = scan(folder)
+    shards = sorted(folder.glob("*.safetensors"))
+    victim = shards[0]
+    mine = set(_entries(victim))
+    victim.unlink()
+    victim.mkdir()
+    found = [f for f in values_check(scanned, mode) if f.code == "tensor-unreadable"]
+    assert found and {f.file for f in found} == {victim.name}
+    named = {f.tensor for f in found if f.tensor}
+    assert named <= mine and (named == mine or any(f.tensor is None for f in found))
+    table = _every_tensor_has_a_row(scanned, mode)
+    lost = table[table["finding"] == "tensor-unreadable"]
+    assert set(lost["name"]) == mine and set(lost["file"]) == {victim.name}
+    assert (table[~table["name"].isin(mine)]["elements"] > 0).all()
+
+
+def test_an_io_error_in_one_tensor_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that fails with EIO inside one tensor's bytes (a bad sector): that tensor is
+    `tensor-unreadable` with the system's reason, its neighbours have their statistics."""
+    folder = _copy("transformers/mixtral", tmp_path)
+    shard = next(p for p in folder.glob("*.safetensors") if EXPERT in _entries(p))
+    start, end = _entries(shard)[EXPERT]
+    inode = shard.stat().st_ino
+    real = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        if os.fstat(fd).st_ino == inode and offset < end and offset + n > start:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real(fd, n, offset)
+
+    scanned = scan(folder)
+    monkeypatch.setattr(os, "pread", pread)
+    found = [f for f in values_check(scanned, "sample") if f.code in VALUE_CODES]
+    assert [(f.code, f.file, f.tensor) for f in found] == [
+        ("tensor-unreadable", shard.name, EXPERT)
+    ]
+    assert os.strerror(errno.EIO) in found[0].message
+    table = _every_tensor_has_a_row(scanned, "sample")
+    assert (table[table["name"] != EXPERT]["elements"] > 0).all()
+
+
+def test_remote_bytes_refused_are_named(tmp_path: Path) -> None:
+    """The server refuses the data ranges (here after the scan): each tensor of the file is
+    reported with the server's answer, in both modes."""
+    from remote_servers import Proxy, RangeHTTPServer
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    names = set(scan(folder).tensors["name"])
+    with RangeHTTPServer(tmp_path) as server, Proxy(server.url) as proxy:
+        there = scan(f"{proxy.url}/{folder.name}/")
+        proxy.fault = lambda method, path, n: (
+            (403, b"no") if method == "GET" and path.endswith(".safetensors") else None
+        )
+        for mode in ("sample", "full"):
+            found = [f for f in values_check(there, mode) if f.code in VALUE_CODES]
+            assert {f.code for f in found} == {"tensor-unreadable"}
+            assert "access denied (HTTP 403)" in found[0].message
+            table = _every_tensor_has_a_row(there, mode)
+            assert set(table[table["finding"] == "tensor-unreadable"]["name"]) == names
 
 
 # -- remote, CLI, report --------------------------------------------------------------------

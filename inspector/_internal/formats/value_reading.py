@@ -120,10 +120,11 @@ def read_records(
 
         def one(shard: ShardHeader) -> _Found:
             if mode == "full" and local:
-                return _full_local(_File.mapped(shard, storage, data))
+                file = _File.mapped(shard, storage, data)
+                return file.lost() if file.problem is not None else _full_local(file)
             with _File.opened(shard, storage, local) as file:
                 if file.problem is not None:
-                    return _Found(unread=file.unread(np.arange(len(shard.names)), file.problem))
+                    return file.lost()
                 return _full_remote(file) if mode == "full" else _sample(file, budget, seed)
 
         for part in pool.map(one, shards):
@@ -227,6 +228,10 @@ class _File:
                 out.append(exc)
         return out, all(isinstance(piece, bytes) for piece in out)
 
+    def lost(self) -> _Found:
+        """Every tensor of a file that cannot be read at all, and why."""
+        return _Found(unread=self.unread(np.arange(len(self.shard.names)), self.problem))
+
     def unread(self, rows: np.ndarray, why: str | None) -> list[Unread]:
         """`Unread` records of these entries (non-empty ones): past the end of the file
         when they are (whatever `why`), otherwise unreadable because of `why`."""
@@ -237,7 +242,7 @@ class _File:
             start, end = int(self.start[row]), int(self.end[row])
             if end <= start:
                 continue
-            truncated = end > self.size
+            truncated = self.problem is None and end > self.size
             reason = (
                 f"its bytes {start:,}-{end - 1:,} lie past the end of the {self.size:,}-byte file"
                 if truncated
@@ -415,8 +420,12 @@ class _Bytes:
         starts = np.concatenate([wstart, file.start[group.whole]])
         ends = np.concatenate([wstart + budget.window_bytes, file.end[group.whole]])
         keep = ends <= file.size  # bytes past the end are not asked for
-        first, last = _coalesce(starts[keep], ends[keep])
+        starts, ends = starts[keep], ends[keep]
+        first, last = _coalesce(starts, ends)
         pieces, complete = file.read(first.tolist(), (last - first).tolist())
+        refused = not complete and len(pieces) > 64 and not any(type(p) is bytes for p in pieces)
+        if not complete and not refused:  # a failed request's ranges again, one by one:
+            first, pieces = _one_by_one(file, starts, ends, first, last, pieces)  # only bad fail
         problems = ["past the end of the file"]
         blobs: list[bytes] = []
         if complete:
@@ -458,6 +467,34 @@ class _Bytes:
 
     def why(self, problem: int) -> str | None:
         return None if problem == _PAST_END else self.problems[problem]
+
+
+def _one_by_one(
+    file: _File,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    first: np.ndarray,
+    last: np.ndarray,
+    pieces: list[bytes | OSError | UnsafeFileError],
+) -> tuple[np.ndarray, list[bytes | OSError | UnsafeFileError]]:
+    """The pieces with each failed one replaced by its ranges read one at a time, so that
+    a bad sector or a refused range costs only the tensors it holds (piece starts stay
+    sorted)."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], ends[order]
+    out_first: list[int] = []
+    out: list[bytes | OSError | UnsafeFileError] = []
+    for i, piece in enumerate(pieces):
+        if isinstance(piece, bytes):
+            out_first.append(int(first[i]))
+            out.append(piece)
+            continue
+        lo, hi = np.searchsorted(starts, [first[i], last[i]], side="left")
+        a, b = starts[lo:hi], ends[lo:hi]
+        again, _ = file.read(a.tolist(), (b - a).tolist())
+        out_first += a.tolist()
+        out += again
+    return np.array(out_first, np.int64), out
 
 
 def _why(exc: OSError) -> str:

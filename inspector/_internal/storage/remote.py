@@ -37,6 +37,7 @@ import dataclasses
 import errno
 import os
 import random
+import ssl
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -939,8 +940,53 @@ def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, 
         raise CannotInspectError(f"{url}: a --storage-option is not understood ({exc})") from None
     if protocol == "http":
         return HttpBackend(fs), url.rstrip("/")
-    backend = S3Backend(fs) if protocol == "s3" else GcsBackend(fs)
+    if protocol == "s3":
+        backend: Backend = S3Backend(fs, _direct_reads(opts, options))
+    else:
+        backend = GcsBackend(fs)
     return backend, url.split("://", 1)[1].rstrip("/")
+
+
+# Options and environment under which botocore reaches S3 otherwise than a plain HTTPS
+# session would (a proxy, a client certificate, extra request parameters, its own
+# session): reads then all go through GetObject.
+_NOT_DIRECT_OPTIONS = frozenset(
+    {"requester_pays", "s3_additional_kwargs", "cache_regions", "use_ssl", "session"}
+)
+_NOT_DIRECT_ENV = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+
+
+def _direct_reads(opts: Mapping[str, Any], options: RemoteOptions) -> tuple[Any, Any] | None:
+    """The fsspec HTTP file system (guarded session) that reads S3 objects through presigned
+    URLs and the TLS verification botocore would apply (`verify`, `AWS_CA_BUNDLE`), or None
+    where botocore must make every request itself."""
+    client = opts.get("client_kwargs") or {}
+    config = opts.get("config_kwargs") or {}
+    if (
+        _NOT_DIRECT_OPTIONS & set(opts)
+        or "config" in client
+        or {"proxies", "client_cert"} & set(config)
+        or any(os.environ.get(name) for name in _NOT_DIRECT_ENV)
+    ):
+        return None
+    from fsspec.implementations.http import HTTPFileSystem
+
+    verify = client.get("verify", os.environ.get("AWS_CA_BUNDLE") or True)
+    tls: Any = None  # aiohttp's default verification
+    if verify is False:
+        tls = False
+    elif isinstance(verify, str):
+        tls = ssl.create_default_context(cafile=verify)
+    policy, timeout = options.policy(), options.read_timeout
+    fs = _reused(
+        "s3-direct",
+        opts,
+        options,
+        lambda: HTTPFileSystem(
+            get_client=guarded_client(policy, timeout), skip_instance_cache=True
+        ),
+    )
+    return fs, tls
 
 
 def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
