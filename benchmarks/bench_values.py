@@ -44,13 +44,27 @@ from inspector._internal.checks.values import value_table
 _CHUNK = 64 << 20
 
 
+def _fresh(name: str) -> tuple[Path, bool]:
+    """The cache folder `name`, and whether it must be written (not complete yet)."""
+    folder = CACHE_DIR / name
+    if (folder / ".complete").is_file():
+        return folder, False
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder, True
+
+
+def _header(header: dict[str, object]) -> bytes:
+    """A safetensors file's length and JSON header (padded to 8 bytes)."""
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
 def bf16_checkpoint(gigabytes: float, files: int) -> Path:
     """Real BF16 values (normal, std 0.02) in `files` shards of 64 MB tensors, cached."""
-    folder = CACHE_DIR / f"values-bf16-{gigabytes:g}gb-{files}"
-    done = folder / ".complete"
-    if done.is_file():
+    folder, write = _fresh(f"values-bf16-{gigabytes:g}gb-{files}")
+    if not write:
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     per_file = int(gigabytes * (1 << 30)) // files
     tensors = max(1, per_file // _CHUNK)
@@ -65,14 +79,12 @@ def bf16_checkpoint(gigabytes: float, files: int) -> Path:
                 "data_offsets": [offset, offset + _CHUNK],
             }
             offset += _CHUNK
-        raw = json.dumps(header).encode()
-        raw += b" " * (-len(raw) % 8)
         with open(folder / f"model-{f + 1:05d}-of-{files:05d}.safetensors", "wb") as fh:
-            fh.write(len(raw).to_bytes(8, "little") + raw)
+            fh.write(_header(header))
             for _ in range(tensors):
                 words = rng.normal(0, 0.02, _CHUNK // 2).astype(np.float32).view(np.uint32) >> 16
                 fh.write(words.astype(np.uint16).tobytes())
-    done.write_text("ok")
+    (folder / ".complete").write_text("ok")
     return folder
 
 
@@ -127,11 +139,9 @@ def bench_full(gigabytes: float, runs: int) -> None:
 
 def dense_checkpoint(tensors: int, files: int) -> Path:
     """`tensors` BF16 tensors of 8 KiB with normal values (std 0.02), in `files` shards."""
-    folder = CACHE_DIR / f"values-dense-{tensors}-{files}"
-    done = folder / ".complete"
-    if done.is_file():
+    folder, write = _fresh(f"values-dense-{tensors}-{files}")
+    if not write:
         return folder
-    folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1)
     per_file = -(-tensors // files)
     for f in range(files):
@@ -144,13 +154,11 @@ def dense_checkpoint(tensors: int, files: int) -> Path:
             name: {"dtype": "BF16", "shape": [64, 64], "data_offsets": [i * 8192, (i + 1) * 8192]}
             for i, name in enumerate(names)
         }
-        raw = json.dumps(header).encode()
-        raw += b" " * (-len(raw) % 8)
         values = rng.standard_normal(len(names) * 4096, np.float32) * np.float32(0.02)
         with open(folder / f"model-{f + 1:05d}-of-{files:05d}.safetensors", "wb") as fh:
-            fh.write(len(raw).to_bytes(8, "little") + raw)
+            fh.write(_header(header))
             fh.write((values.view(np.uint32) >> 16).astype(np.uint16).tobytes())
-    done.write_text("ok")
+    (folder / ".complete").write_text("ok")
     return folder
 
 
