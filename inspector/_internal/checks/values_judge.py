@@ -46,7 +46,7 @@ HUGE_SHARE = 0.02
 REPEAT_SHARE = 0.5
 SCALE_LOW = 1e-30
 SCALE_HIGH = 1e10
-_SCALE_NAME = re.compile(r"(scale|scale_inv|scale_2|_scales)$")
+_SCALE_ENDINGS = ("scale", "scale_inv", "scale_2", "_scales")
 _MAD_SCALE = 1.4826  # MAD of a normal distribution -> its standard deviation
 
 _NUMBER = re.compile(r"(?<=\.)\d+(?=\.)|(?<=\.)\d+$|^\d+(?=\.)")
@@ -231,7 +231,7 @@ def _uninitialised(
 
 
 def _absurd_scales(out: pd.DataFrame, names: list[str]) -> np.ndarray:
-    scale = np.fromiter(map(_SCALE_NAME.search, names), bool, len(names))
+    scale = np.fromiter((n.endswith(_SCALE_ENDINGS) for n in names), bool, len(names))
     scale &= out["dtype"].isin(_HUGE_DTYPES).to_numpy() & out["decoded"].to_numpy(bool)
     scale &= ~out["all_zero"].to_numpy(bool)
     with np.errstate(invalid="ignore"):

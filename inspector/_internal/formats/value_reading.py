@@ -64,6 +64,7 @@ _SAMPLE_FILES = 8  # local files sampled at once (their reads overlap on the dis
 _COALESCE_GAP = 4096  # sampled windows closer than this are fetched in one request
 _COALESCE_MAX = 1 << 20  # the longest such request
 _SAMPLE_BATCH = 4096  # tensors planned, read and reduced at once (bounded memory)
+_SMALL_READ = 16 << 10  # ranges up to this long are read with `pread`, longer with `preadv`
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,37 @@ class _File:
         finally:
             if file._reader is not None:
                 file._reader.close()
+
+    def read_into(
+        self, starts: np.ndarray, lengths: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """A local file's ranges read straight into one buffer (one `preadv` each, no copy
+        after): (the buffer, the bytes each range brought, where each range starts in it);
+        None for a remote file or when a read fails (`read` then says which)."""
+        reader = self._reader
+        if not isinstance(reader, LocalFile):
+            return None
+        at = np.zeros(len(lengths), np.int64)
+        np.cumsum(lengths[:-1], out=at[1:])
+        fd = reader.fileno()
+        try:
+            if len(lengths) and lengths.max() <= _SMALL_READ:  # windows: `pread` costs least
+                spans = zip(starts.tolist(), lengths.tolist(), strict=True)
+                pieces = [os.pread(fd, n, a) for a, n in spans]
+                got = np.fromiter(map(len, pieces), np.int64, len(pieces))
+                if (got == lengths).all():
+                    return np.frombuffer(b"".join(pieces), np.uint8), got, at
+                data = np.zeros(int(lengths.sum()), np.uint8)  # a short read at the end
+                for p, piece in zip(at.tolist(), pieces, strict=True):
+                    data[p : p + len(piece)] = np.frombuffer(piece, np.uint8)
+                return data, got, at
+            data = np.empty(int(lengths.sum()), np.uint8)
+            view = data.data  # long ranges straight into one buffer: no copy after
+            into = zip(at.tolist(), lengths.tolist(), starts.tolist(), strict=True)
+            got = np.array([os.preadv(fd, [view[p : p + n]], a) for p, n, a in into], np.int64)
+        except OSError:
+            return None
+        return data, got, at
 
     def read(
         self, starts: list[int], lengths: list[int]
@@ -371,8 +403,8 @@ def _reduce(file: _File, group: _Group, got: _Bytes, budget: SampleBudget, found
         ok = (why < 0).all(axis=1)
         found.unread += _lost(file, group.sampled[~ok], why[~ok].max(axis=1), got)
         if ok.any():
-            windows = sliding_window_view(got.data, budget.window_bytes)[where[ok].ravel()]
-            words = windows.reshape(int(ok.sum()), -1).view(decoder.word)
+            words = _gather(got.data, where[ok].ravel(), budget.window_bytes)
+            words = words.reshape(int(ok.sum()), -1).view(decoder.word)
             found.add([names[r] for r in group.sampled[ok].tolist()], row_records(words, decoder))
     if len(group.whole):
         start = file.start[group.whole]
@@ -389,6 +421,17 @@ def _reduce(file: _File, group: _Group, got: _Bytes, budget: SampleBudget, found
             starts = np.concatenate([[0], np.cumsum(length // decoder.itemsize)[:-1]])
             records = segment_records(words, starts.astype(np.int64), decoder)
             found.add([names[r] for r in group.whole[ok].tolist()], records)
+
+
+def _gather(data: np.ndarray, where: np.ndarray, width: int) -> np.ndarray:
+    """(len(where), width) bytes of `data` from each position; a view when they are laid
+    end to end already (windows read one request each), a copy otherwise."""
+    n = len(where)
+    if n and where[0] == 0 and len(data) >= n * width:
+        laid = np.arange(0, n * width, width, dtype=np.int64)
+        if np.array_equal(where, laid):
+            return data[: n * width].reshape(n, width)
+    return sliding_window_view(data, width)[where]
 
 
 def _lost(file: _File, rows: np.ndarray, problems: np.ndarray, got: _Bytes) -> list[Unread]:
@@ -422,6 +465,10 @@ class _Bytes:
         keep = ends <= file.size  # bytes past the end are not asked for
         starts, ends = starts[keep], ends[keep]
         first, last = _coalesce(starts, ends)
+        direct = file.read_into(first, last - first)
+        if direct is not None:
+            data, got, at = direct
+            return cls(data, first, got, at)
         pieces, complete = file.read(first.tolist(), (last - first).tolist())
         refused = not complete and len(pieces) > 64 and not any(type(p) is bytes for p in pieces)
         if not complete and not refused:  # a failed request's ranges again, one by one:

@@ -53,12 +53,10 @@ def row_records(words: np.ndarray, decoder: Decoder) -> Records:
     n, length = words.shape
     if decoder.itemsize == 1 and decoder.decode is not None:
         return _byte_records(_histograms(words.ravel(), length), decoder)
-    out: dict[str, np.ndarray] = {
-        "elements": np.full(n, length, np.int64),
-        "nonzero_bytes": (words != 0).any(axis=1),
-    }
+    out: dict[str, np.ndarray] = {"elements": np.full(n, length, np.int64)}
     if decoder.decode is None:
         out["decoded"] = np.zeros(n, bool)
+        out["nonzero_bytes"] = (words != 0).any(axis=1)
         sub = words[:, :: _stride(length)]
         out["repeat"] = _repeat_rows(sub, None) / sub.shape[1]
         return _fill(out, n)
@@ -89,6 +87,7 @@ def row_records(words: np.ndarray, decoder: Decoder) -> Records:
         out["finite"], out["nan"], out["inf"] = count, nan, inf
         out["total"], out["squares"], out["low"], out["high"] = total, squares, low, high
         out["zeros"] = (x == 0).sum(axis=1)
+        out["nonzero_bytes"] = out["zeros"] < length  # (all_zero of decoded rows: zeros)
         # The signatures of never-written memory, on an evenly strided subsample.
         step = _stride(length)
         sub, sub_ok = x[:, ::step], None if finite is None else finite[:, ::step]
@@ -115,14 +114,17 @@ def _repeat_rows(words: np.ndarray, keep: np.ndarray | None) -> np.ndarray:
     """Per row: how often its most common non-zero word occurs (among `keep`)."""
     if keep is not None:
         words = np.where(keep, words, 0)
-    ordered = np.sort(words, axis=1, kind="stable")  # radix sort for 16-bit words
-    n, length = ordered.shape
-    at = np.arange(length, dtype=np.int32)
-    first = np.ones((n, length), bool)
-    first[:, 1:] = ordered[:, 1:] != ordered[:, :-1]
-    run_start = np.maximum.accumulate(np.where(first, at, 0), axis=1)
-    run = at - run_start + 1  # length of the run so far, at each word
-    return np.where(ordered != 0, run, 0).max(axis=1)
+    n, length = words.shape
+    if not n or not length:
+        return np.zeros(n, np.int64)
+    flat = np.sort(words, axis=1, kind="stable").ravel()  # radix sort for 16-bit words
+    first = np.ones(len(flat), bool)  # where a run of equal words starts (and every row)
+    np.not_equal(flat[1:], flat[:-1], out=first[1:])
+    first[::length] = True
+    start = np.flatnonzero(first)
+    run = np.diff(start, append=len(flat))
+    run[flat[start] == 0] = 0
+    return np.maximum.reduceat(run, np.searchsorted(start, np.arange(n) * length))
 
 
 def _histograms(data: np.ndarray, lengths: np.ndarray | int) -> np.ndarray:
