@@ -207,19 +207,18 @@ class _File:
     def read_into(
         self, starts: np.ndarray, lengths: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-        """A local file's ranges read straight into one buffer (one `preadv` each, no copy
-        after): (the buffer, the bytes each range brought, where each range starts in it);
-        None for a remote file or when a read fails (`read` then says which)."""
+        """A local file's ranges in one buffer, one system call each (`pread` for short
+        ranges, `preadv` straight into the buffer for long ones): (the buffer, the bytes
+        each range brought, where each range starts in it); None for a remote file or when
+        a read fails (`read` then says which)."""
         reader = self._reader
         if not isinstance(reader, LocalFile):
             return None
         at = np.zeros(len(lengths), np.int64)
         np.cumsum(lengths[:-1], out=at[1:])
-        fd = reader.fileno()
         try:
             if len(lengths) and lengths.max() <= _SMALL_READ:  # windows: `pread` costs least
-                spans = zip(starts.tolist(), lengths.tolist(), strict=True)
-                pieces = [os.pread(fd, n, a) for a, n in spans]
+                pieces = reader.read_many(starts.tolist(), lengths.tolist())
                 got = np.fromiter(map(len, pieces), np.int64, len(pieces))
                 if (got == lengths).all():
                     return np.frombuffer(b"".join(pieces), np.uint8), got, at
@@ -228,9 +227,8 @@ class _File:
                     data[p : p + len(piece)] = np.frombuffer(piece, np.uint8)
                 return data, got, at
             data = np.empty(int(lengths.sum()), np.uint8)
-            view = data.data  # long ranges straight into one buffer: no copy after
-            into = zip(at.tolist(), lengths.tolist(), starts.tolist(), strict=True)
-            got = np.array([os.preadv(fd, [view[p : p + n]], a) for p, n, a in into], np.int64)
+            into = reader.read_many_into(data.data, at.tolist(), starts.tolist(), lengths.tolist())
+            got = np.array(into, np.int64)
         except OSError:
             return None
         return data, got, at
@@ -247,9 +245,8 @@ class _File:
             )
             return out, all(isinstance(piece, bytes) for piece in out)
         if isinstance(reader, LocalFile):
-            fd, pread = reader.fileno(), os.pread
-            try:  # one system call per range, no Python work around it
-                return [pread(fd, n, a) for a, n in zip(starts, lengths, strict=True)], True
+            try:
+                return list(reader.read_many(starts, lengths)), True
             except OSError:
                 pass  # the slow way below says which range failed
         out = []
