@@ -949,6 +949,40 @@ def test_code_gguf_split_inconsistent(tmp_path: Path) -> None:
     assert "split.no 1, expected 2" in f.message
 
 
+def test_code_tensor_uninitialised(tmp_path: Path) -> None:
+    # Never-written memory: arbitrary bit patterns where the other layers hold weights.
+    garbage = torch.randint(-(2**15), 2**15, (H, H), generator=torch.Generator().manual_seed(3))
+    state = dense_model(4) | {
+        "model.layers.2.mlp.down_proj.weight": garbage.to(torch.int16).view(torch.bfloat16)
+    }
+    folder = write_single(tmp_path / "u", state)
+    assert "tensor-uninitialised" not in {f.code for f in run(folder, deep=True)}
+    f = one(check(scan(folder), values="full"), "tensor-uninitialised")
+    assert f.tensor == "model.layers.2.mlp.down_proj.weight" and "siblings" in f.message
+
+
+def test_code_tensor_values_outlier(tmp_path: Path) -> None:
+    state = dense_model(4)
+    state["model.layers.1.self_attn.q_proj.weight"] = (
+        state["model.layers.1.self_attn.q_proj.weight"].float() * 1000
+    ).to(torch.bfloat16)
+    folder = write_single(tmp_path / "o", state)
+    for mode in ("sample", "full"):
+        f = one(check(scan(folder), values=mode), "tensor-values-outlier")
+        assert f.tensor == "model.layers.1.self_attn.q_proj.weight" and "above" in f.message
+
+
+def test_code_tensor_unreadable(tmp_path: Path) -> None:
+    # The shard is replaced after the scan by something that is not a file.
+    folder = write_single(tmp_path / "r", dense_model(2))
+    scanned = scan(folder)
+    shard = next(folder.glob("*.safetensors"))
+    shard.unlink()
+    shard.mkdir()
+    f = one(check(scanned, values="sample", model=False), "tensor-unreadable")
+    assert f.file == shard.name and "could not be read" in f.message
+
+
 # -- content against a source (verify) ----------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from remote_servers import Answer, Proxy, RangeHTTPServer, moto_s3, s3_error
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
+from inspector._internal.checks.values import value_table
 from inspector._internal.cli.main import main
 from inspector._internal.demo import write_demos
 from inspector._internal.findings.finding import Finding
@@ -103,6 +104,12 @@ def checkpoints(
     for name, folder in folders.items():
         fs.put(str(folder) + "/", f"{BUCKET}/{name}/", recursive=True)
     return folders
+
+
+def plain(paths: list[str]) -> list[str]:
+    """Requested paths without their query strings (ranged reads of object data go to
+    presigned URLs)."""
+    return [p.split("?", 1)[0] for p in paths]
 
 
 def remote(url: str, proxy: Proxy, **kwargs) -> ScannedCheckpoint:
@@ -192,7 +199,7 @@ def test_header_only_reads_by_bytes_served(big: Path, proxy: Proxy) -> None:
     ahead = 16 << 10  # shorter than the long header: its shard needs a second read
     proxy.reset()
     scanned = remote(f"s3://{BUCKET}/big", proxy, read_ahead=ahead)
-    served, paths = proxy.body_bytes, list(proxy.paths)
+    served, paths = proxy.body_bytes, plain(proxy.paths)
     local = scan(big)
     assert comparable(scanned, check(scanned, model=False)) == comparable(
         local, check(local, model=False)
@@ -220,7 +227,7 @@ def test_header_only_reads_by_bytes_served(big: Path, proxy: Proxy) -> None:
 def test_default_read_ahead_costs_one_request_per_shard(big: Path, proxy: Proxy) -> None:
     proxy.reset()
     remote(f"s3://{BUCKET}/big", proxy)
-    gets = [p for p in proxy.paths if p.startswith("GET ") and p.endswith(".safetensors")]
+    gets = [p for p in plain(proxy.paths) if p.startswith("GET ") and p.endswith(".safetensors")]
     assert len(gets) == 4
 
 
@@ -246,6 +253,7 @@ def test_throttling_and_5xx_are_retried(big: Path, endpoint: str) -> None:
     hits: dict[str, int] = {}
 
     def flaky(method: str, path: str, n: int) -> tuple[int, bytes] | None:
+        path = path.split("?", 1)[0]  # a presigned read's query string apart
         if ".safetensors" not in path:
             return None
         hits[path] = hits.get(path, 0) + 1
@@ -402,7 +410,7 @@ def test_consolidate_from_s3_refuses_a_foreign_dest(
     proxy.reset()
     with pytest.raises(PlanRefusedError, match="DEST is not empty"):
         plan.execute(progress=False, verify=False)
-    assert not [p for p in proxy.paths if p.endswith(".safetensors")]
+    assert not [p for p in plain(proxy.paths) if p.endswith(".safetensors")]
     result = plan.execute(progress=False, verify=True, overwrite=True)
     assert result.ok and result.replaced == (plan.outputs[0].name,)
     assert result.backup is not None
@@ -506,7 +514,7 @@ def test_header_cap_holds_remotely(big: Path, proxy: Proxy) -> None:
     assert comparable(scanned, scanned.read_findings) == comparable(local, local.read_findings)
     refused = [f.file for f in scanned.read_findings if f.code == "header-unreadable"]
     assert refused == [long_header.name]
-    gets = [p for p in proxy.paths if p.endswith(long_header.name)]
+    gets = [p for p in plain(proxy.paths) if p.endswith(long_header.name)]
     assert gets == [f"GET /{BUCKET}/big/{long_header.name}"]
     # The short headers whole (with what their read-ahead took past them), one read-ahead of
     # the long one, the index; the listing's XML is the rest.
@@ -544,6 +552,55 @@ def test_consolidate_from_s3_keeps_requests_and_memory_bounded(
         assert (tmp_path / "remote" / path.name).read_bytes() == path.read_bytes(), path.name
 
 
+# -- object data through presigned URLs ---------------------------------------------------------
+
+VALUE_COLUMNS = ["name", "elements", "min", "max", "mean", "std", "nan", "zero_frac", "all_zero"]
+
+
+def signed(paths: list[str]) -> list[str]:
+    return [p for p in paths if "Signature=" in p]
+
+
+def test_s3_object_data_is_read_through_presigned_urls(
+    checkpoints: dict[str, Path], endpoint: str
+) -> None:
+    """Ranged reads of object data are plain GETs of presigned URLs (botocore's per-request
+    work is the cost of many small reads); the values are the local copy's."""
+    name = "fixture/transformers/mixtral"
+    expected = value_table(scan(checkpoints[name]), "full")[VALUE_COLUMNS]
+    with Proxy(endpoint) as proxy:
+        there = remote(f"s3://{BUCKET}/{name}", proxy)
+        proxy.reset()
+        table = value_table(there, "full")
+        reads = list(proxy.paths)
+    assert table[VALUE_COLUMNS].equals(expected)
+    assert reads and signed(reads) == [p for p in reads if p.startswith("GET ")]
+
+
+def test_s3_presigned_reads_refused_fall_back_to_get_object(
+    checkpoints: dict[str, Path], endpoint: str
+) -> None:
+    """A store that refuses the presigned URLs (an expired signature, another region): the
+    read is made again with GetObject, whose answer stands, and GetObject reads everything
+    from then on."""
+    name = "fixture/transformers/mixtral"
+    expected = value_table(scan(checkpoints[name]), "sample")[VALUE_COLUMNS]
+
+    def refuse_signed(method: str, path: str, n: int) -> tuple[int, bytes] | None:
+        if "Signature=" in path:
+            return 403, s3_error(403, "AccessDenied", "Request has expired")
+        return None
+
+    with Proxy(endpoint, fault=refuse_signed) as proxy:
+        there = remote(f"s3://{BUCKET}/{name}", proxy)
+        scan_signed = len(signed(proxy.paths))
+        proxy.reset()
+        table = value_table(there, "sample")
+        later = signed(proxy.paths)
+    assert table[VALUE_COLUMNS].equals(expected)
+    assert 1 <= scan_signed <= 32 and later == []  # refused once (per request in flight)
+
+
 # -- hostile S3 answers (the HTTP and Hub cases: tests/test_remote_hostile.py) ---------------
 
 FAST = {"timeout": 3.0, "read_timeout": 1.0}
@@ -554,6 +611,7 @@ def on_shards(answer: Callable[[str], Answer]) -> Callable[[str, str, int], Answ
     """A fault rule answering every GET of a shard of s3://ckpts/big with `answer(path)`."""
 
     def rule(method: str, path: str, n: int) -> Answer | None:
+        path = path.split("?", 1)[0]  # a presigned read's query string apart
         if method == "GET" and path.startswith(f"/{BUCKET}/big/") and path.endswith(".safetensors"):
             return answer(path)
         return None

@@ -1,4 +1,4 @@
-"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in nine tabs.
+"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in ten tabs.
 
 Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
 findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
@@ -166,6 +166,7 @@ class Dashboard:
         "Files",
         "Experts",
         "Layers",
+        "Values",
         "Findings",
         "Repair",
         "Consolidate",
@@ -192,6 +193,7 @@ class Dashboard:
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
         from .browser import TensorBrowser
+        from .values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
@@ -211,6 +213,7 @@ class Dashboard:
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
+            "Values": lambda: ValuesPanel(self.scanned, figure=figure_widget),
             "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "parameters_per_layer",
     "shard_size_distribution",
     "shard_size_outliers",
+    "values_heatmap",
 ]
 
 # Cell states of the coverage heatmap, in z order (0, 1, 2).
@@ -540,6 +542,147 @@ def findings_by_code(findings: pd.DataFrame) -> go.Figure:
     return _layout(
         fig, f"Findings by code ({len(findings):,})", x="findings", y="code", height=height
     )
+
+
+# -- tensor values (`ckpt.values`) -------------------------------------------------------------
+# Layer x tensor kind, coloured by log10 of std or absmax, one column per expert for MoE
+# tensors, outliers marked. Each cell carries its tensor's name as `customdata`, so a click
+# can show that tensor's row.
+
+METRICS = ("std", "absmax")
+_MARK = {"tensor-values-outlier": "#f2a900", "tensor-uninitialised": "#d62728"}
+_NAN_MARK = "#7f0000"
+# Columns beyond this many: experts of one tensor kind are folded into one column (its cell
+# shows the expert furthest from the siblings' median) so the figure stays drawable.
+_MAX_COLUMNS = 1_500
+_LAYER_PART = re.compile(r"^.*?\.(\d+)\.")
+
+
+def values_heatmap(values: pd.DataFrame, *, metric: str = "std") -> go.Figure:
+    """Layers (rows) x tensor kinds (columns) of log10(`metric`), per expert for MoE tensors;
+    NaN/Inf and all-zero tensors drawn dark, outliers and never-written tensors marked."""
+    title = f"Tensor values: log10 {metric} per layer and tensor kind"
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: expected one of {', '.join(METRICS)}")
+    if values is None or values.empty or not values["decoded"].any():
+        return _empty_figure(title, "No value statistics (run check --values sample|full)")
+    frame = values[values["decoded"]].copy()
+    frame["column"] = [_column(n, e) for n, e in zip(frame["name"], _experts(frame), strict=True)]
+    frame["row"] = [_row(n, layer) for n, layer in zip(frame["name"], _layers(frame), strict=True)]
+    if frame["column"].nunique() > _MAX_COLUMNS:
+        frame["column"] = [_column(n, None) for n in frame["name"]]
+        frame = frame.sort_values("finding", ascending=False, kind="stable")
+    frame = frame.drop_duplicates(["row", "column"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frame["z"] = np.log10(frame[metric].astype(float))
+    frame.loc[~np.isfinite(frame["z"]), "z"] = np.nan
+    rows = sorted(frame["row"].unique(), key=_row_key)
+    columns = sorted(frame["column"].unique(), key=_column_key)
+    grid = frame.pivot(index="row", columns="column", values="z").reindex(
+        index=rows, columns=columns
+    )
+    names = frame.pivot(index="row", columns="column", values="name").reindex(
+        index=rows, columns=columns
+    )
+    hover = frame.assign(text=[_hover(r, metric) for r in frame.itertuples(index=False)])
+    text = hover.pivot(index="row", columns="column", values="text").reindex(
+        index=rows, columns=columns
+    )
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.to_numpy(),
+            x=[_label(c) for c in columns],
+            y=[_label(r) for r in rows],
+            customdata=names.fillna("").to_numpy(),
+            text=text.fillna("").to_numpy(),
+            hovertemplate="%{text}<extra></extra>",
+            colorscale="Viridis",
+            colorbar={"title": f"log10 {metric}"},
+            hoverongaps=False,
+        )
+    )
+    marked = frame[(frame["finding"] != "") | (frame["nan"] + frame["inf"] > 0) | frame["all_zero"]]
+    for label, part, color in _marks(marked):
+        fig.add_trace(
+            go.Scatter(
+                x=[_label(c) for c in part["column"]],
+                y=[_label(r) for r in part["row"]],
+                mode="markers",
+                marker={"symbol": "x", "size": 12, "color": color, "line": {"width": 2}},
+                name=label,
+                customdata=part["name"].tolist(),
+                text=[_hover(r, metric) for r in part.itertuples(index=False)],
+                hovertemplate="%{text}<extra></extra>",
+            )
+        )
+    _layout(fig, title, x="tensor kind", y="layer", height=_height(len(rows)))
+    fig.update_xaxes(type="category", tickangle=-45, automargin=True)
+    fig.update_yaxes(type="category", autorange="reversed")
+    return fig
+
+
+def _marks(marked: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str]]:
+    out = []
+    bad = marked["nan"] + marked["inf"] > 0
+    if bad.any():
+        out.append(("NaN/Inf", marked[bad], _NAN_MARK))
+    zero = marked["all_zero"] & ~bad
+    if zero.any():
+        out.append(("all zero", marked[zero], "#444444"))
+    for code, color in _MARK.items():
+        part = marked[(marked["finding"] == code) & ~bad & ~zero]
+        if len(part):
+            out.append((code, part, color))
+    return out
+
+
+def _experts(frame: pd.DataFrame) -> list[int | None]:
+    if "expert" not in frame:
+        return [None] * len(frame)
+    return [None if pd.isna(e) or int(e) < 0 else int(e) for e in frame["expert"]]
+
+
+def _layers(frame: pd.DataFrame) -> list[int | None]:
+    if "layer" not in frame:
+        return [None] * len(frame)
+    return [None if pd.isna(v) or int(v) < 0 else int(v) for v in frame["layer"]]
+
+
+def _column(name: str, expert: int | None) -> str:
+    """The tensor kind: the name after its layer number, the expert number kept (or folded
+    to '#')."""
+    match = _LAYER_PART.match(name)
+    rest = name[match.end() :] if match else name
+    if expert is None:
+        return re.sub(r"(?<=\.)\d+(?=\.)", "#", rest)
+    return re.sub(rf"(?<=\.){expert}(?=\.)", f"e{expert}", rest, count=1)
+
+
+def _row(name: str, layer: int | None) -> str:
+    return f"layer {layer}" if layer is not None else "other"
+
+
+def _row_key(row: str) -> tuple[int, int]:
+    return (0, int(row.split()[1])) if row.startswith("layer ") else (1, 0)
+
+
+def _column_key(column: str) -> tuple[str, int]:
+    match = re.search(r"\.e(\d+)\.", f".{column}")
+    base = re.sub(r"(?<=\.)e\d+(?=\.)", "#", column)
+    return (base, int(match.group(1)) if match else -1)
+
+
+def _hover(row: object, metric: str) -> str:
+    get = row.__getattribute__
+    parts = [
+        f"<b>{_label(get('name'))}</b>",
+        f"{metric} {get(metric):.3g} (siblings' median {get('sibling_' + metric):.3g})",
+        f"min {get('min'):.3g}, max {get('max'):.3g}, mean {get('mean'):.3g}",
+        f"zeros {get('zero_frac'):.1%}, NaN {get('nan'):,}, Inf {get('inf'):,}",
+    ]
+    if get("finding"):
+        parts.append(f"{get('finding')}: {_label(get('why'))}")
+    return "<br>".join(parts)
 
 
 # -- shared helpers ----------------------------------------------------------------------------

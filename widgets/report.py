@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 import plotly.offline
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import NAME_LIMIT
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import (
@@ -49,6 +50,7 @@ from .figures import (
     findings_by_code,
     parameters_per_layer,
     shard_size_distribution,
+    values_heatmap,
 )
 
 if TYPE_CHECKING:
@@ -147,6 +149,11 @@ def render_html_report(
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
         *(_figure_section(name, title, drawn[name]) for name, title, _ in charts[1:]),
     ]
+    values = computed_value_table(scanned)  # only when a check read them: reports read no data
+    if values is not None:
+        sections.append(
+            _figure_section("values-heatmap", "Tensor values", values_heatmap(values, metric="std"))
+        )
     title = f"Checkpoint report: {scanned.path.name}"
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"

@@ -28,7 +28,7 @@ import numpy as np
 from inspector._internal.checkpoint.read_problems import ReadProblem, read_problem_findings
 from inspector._internal.checkpoint.spec import ModelSpec
 from inspector._internal.checkpoint.tables import Tables, build_tables
-from inspector._internal.checkpoint.ui import html_view, ui_function
+from inspector._internal.checkpoint.ui import core_function, html_view, ui_function
 from inspector._internal.common.columns import Coded, frozen, int64s
 from inspector._internal.common.display import legible
 from inspector._internal.findings.finding import Finding
@@ -521,6 +521,16 @@ class ScannedCheckpoint:
     def tensors(self) -> pd.DataFrame:
         """One row per tensor: name, file, dtype, shape, numel, nbytes, offsets, naming."""
         return self.tables.tensors
+
+    @property
+    def values(self) -> pd.DataFrame:
+        """One row per tensor with its value statistics and sibling judgement (reads tensor
+        data: the table of the last `check(values=...)`, full preferred, else a sample;
+        `inspector._internal.checks.values.value_table` for a chosen mode, budget or seed).
+        The judging code sits above the scanned checkpoint, so it is found by name like the
+        notebook display (`inspector._internal.checkpoint.ui.core_function`)."""
+        table: pd.DataFrame = core_function("values")(self)
+        return table
 
     @property
     def files(self) -> pd.DataFrame:

@@ -6,7 +6,9 @@ without the extra the calls say what to install instead of failing on an import 
 The notebook display of a scan (`ckpt._repr_html_()`) is found the same way, under the name
 `html` (`inspector._internal.report.html.scanned_html`, registered by the core's own
 pyproject.toml): the renderer groups findings into issues, which needs the checks, and the
-scanned checkpoint sits below them and imports nothing above it.
+scanned checkpoint sits below them and imports nothing above it. `ckpt.values` finds the
+value statistics (`values`, `inspector._internal.checks.values.cached_value_table`) the same
+way, for the same reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from inspector.errors import InspectorError
 
-__all__ = ["UI_GROUP", "html_view", "ui_function"]
+__all__ = ["UI_GROUP", "core_function", "html_view", "ui_function"]
 
 UI_GROUP = "checkpoint_inspector.ui"
 _INSTALL = "pip install 'checkpoint-inspector[ui]'"
@@ -51,3 +53,17 @@ def html_view(scanned: object) -> str:
         return f"<pre>{html.escape(repr(scanned))}</pre>"
     view: Callable[[object], str] = next(iter(found)).load()
     return view(scanned)
+
+
+def core_function(name: str) -> Callable[..., Any]:
+    """The core's own entry `name` of `UI_GROUP` (code above the scanned checkpoint, e.g.
+    "values"); InspectorError saying how to install the entry points when they are missing
+    (a source tree on `sys.path` without `pip install -e .`)."""
+    found = entry_points(group=UI_GROUP, name=name)
+    if not found:
+        raise InspectorError(
+            f"{name} needs checkpoint-inspector's entry points, which are not installed; "
+            "pip install checkpoint-inspector (or `pip install -e .` in a clone)"
+        )
+    function: Callable[..., Any] = next(iter(found)).load()
+    return function

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.deep import deep_check
@@ -19,6 +19,7 @@ from inspector._internal.checks.registry import (
     model_rules_for,
     rules_for,
 )
+from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
 from inspector._internal.findings.finding import Finding, sort_findings
 from inspector._internal.load.verdict import load_verdict
@@ -42,6 +43,7 @@ def check(
     scanned: ScannedCheckpoint,
     *,
     deep: bool = False,
+    values: Literal["sample", "full"] | None = None,
     model: bool = True,
     trust_remote_code: bool = False,
     verdict: LoadVerdict | None = None,
@@ -51,7 +53,9 @@ def check(
     with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
     skipped without transformers or for an architecture it does not know; `verdict` reuses one
     computed by the caller), and with `deep=True` the ones that need tensor data (zeros,
-    NaN/Inf, duplicate bytes).
+    NaN/Inf, duplicate bytes). `values="sample"` or `"full"` reads tensor values for their
+    statistics (`inspector._internal.checks.values`: NaN/Inf, all-zero, never-written and
+    outlier tensors against their siblings; the table is then `scanned.values`).
 
     Sorted worst first, then by code and file; exact duplicates are dropped. `progress`
     draws a progress bar over the check stages (`tqdm.auto`).
@@ -66,6 +70,8 @@ def check(
         stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
     if deep:
         stages.append(partial(_deep, scanned))
+    if values is not None:
+        stages.append(partial(_values, scanned, values))
     found: list[Finding] = list(scanned.read_findings)
     with reporting(progress):
         for stage in track(stages, desc="checks", unit="stage"):
@@ -95,6 +101,14 @@ def _model_rules(
 def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
 
     return [*found, *deep_check(scanned)]
+
+
+def _values(
+    scanned: ScannedCheckpoint, mode: Literal["sample", "full"], found: list[Finding]
+) -> list[Finding]:
+    # With --deep too, a tensor already reported as zero or NaN is not reported twice.
+    seen = {(f.code, f.tensor) for f in found if f.tensor}
+    return [*found, *(f for f in values_check(scanned, mode) if (f.code, f.tensor) not in seen)]
 
 
 def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:

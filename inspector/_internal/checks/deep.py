@@ -15,7 +15,7 @@ from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
 from inspector._internal.formats.tensordata import TensorData, tensor_digest
 
-__all__ = ["CODES", "deep_check"]
+__all__ = ["CODES", "deep_check", "zero_allowed"]
 
 _BLOCK = 16 << 20  # bytes per step: bounded memory whatever the tensor size
 CODES = code_set(
@@ -35,7 +35,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
         for shard in scanned.shards:
             zeros: list[Finding] = []
             for name, dtype, _shape, view in data.shard_entries(shard):
-                if _skip_zero(name) or not len(view):
+                if zero_allowed(name) or not len(view):
                     pass
                 elif not _any_nonzero(view):
                     zeros.append(_zero_finding(shard.file, name))
@@ -79,7 +79,7 @@ def _duplicated_names(scanned: ScannedCheckpoint) -> set[str]:
     return dup
 
 
-def _skip_zero(name: str) -> bool:
+def zero_allowed(name: str) -> bool:
     """Biases and TransformerEngine extra state are legitimately zero."""
     last = name.rsplit(".", 1)[-1]
     return last.endswith("bias") or last.startswith("_extra_state")

@@ -36,6 +36,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="also read tensor data: all-zero and NaN/Inf tensors, bytes of duplicated tensors",
     )
     p.add_argument(
+        "--values",
+        choices=("sample", "full"),
+        help="read tensor values for per-tensor statistics judged against the sibling layers "
+        "and experts (NaN/Inf, all-zero, never-written, outlier tensors): `sample` reads a few "
+        "small windows of each tensor, `full` every byte (see the docs' Tensor values page)",
+    )
+    p.add_argument(
         "--full",
         action="store_true",
         help="with --json: list every name of the load verdict (by default each list keeps "
@@ -48,7 +55,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
-    findings = check(scanned, deep=args.deep, model=verdict is not None, verdict=verdict)
+    findings = check(
+        scanned,
+        deep=args.deep,
+        values=args.values,
+        model=verdict is not None,
+        verdict=verdict,
+    )
     result = check_result(scanned, findings, verdict=verdict, full=args.full)
     emit(result, args.json, format_check)
     return exit_for(result["counts"], args.fail_on)

@@ -56,7 +56,7 @@ GROUPS = (
     "DCP-sharded safetensors",
     "Megatron torch_dist",
     "What the model code itself would load",
-    "Tensor data (check --deep)",
+    "Tensor data (check --deep, check --values)",
     "Files the checkpoint cannot safely give us",
     "Content against a source (ckpt-inspect verify)",
 )
@@ -572,6 +572,37 @@ class Code(StrEnum):
         _X,
         "One tensor name in several shards with the same bytes; harmless but wasteful.",
     )
+    TENSOR_UNINITIALISED = (
+        "tensor-uninitialised",
+        _E,
+        _X,
+        "A tensor's bits look like memory that was never written (torch.empty left as is): a "
+        "large share of subnormal values, of magnitudes no weight reaches (> 1e30 in BF16/F32) "
+        "or one repeated bit pattern, where the same tensor in the sibling layers or experts "
+        "shows none. The converter skipped it (an unmapped expert, a name it did not know): "
+        "re-export that tensor from the source checkpoint, or restore it with `ckpt-inspect "
+        "repair --from REF`. (`check --values sample|full`)",
+    )
+    TENSOR_VALUES_OUTLIER = (
+        "tensor-values-outlier",
+        _W,
+        _X,
+        "A tensor's statistics are orders of magnitude off the same tensor in its sibling "
+        "layers or experts (robust median and MAD over the siblings): std 0 where they vary, "
+        "std 10x or more away, or absmax 100x or more away. A rescaled, half-converted or "
+        "mis-mapped tensor makes a model that loads but talks gibberish: compare it with the "
+        "source checkpoint (`ckpt-inspect diff --data`) and re-export it; `ckpt.values` shows "
+        "the statistics of every sibling. (`check --values sample|full`)",
+    )
+    TENSOR_UNREADABLE = (
+        "tensor-unreadable",
+        _E,
+        _X,
+        "A tensor's bytes could not be read (an I/O error, a file that cannot be opened, a "
+        "remote read that failed or came back short): its values were not checked. Re-copy "
+        "the file from its source, or check the disk or the connection, then run `check "
+        "--values` again. (Bytes past the end of a truncated file are `file-truncated`.)",
+    )
     # -- untrusted input refused ---------------------------------------------------------------
     FILE_UNSAFE = (
         "file-unsafe",
@@ -842,6 +873,21 @@ _FIXES: dict[str, Fix] = {
         "decide which copy is right, remove the other shard's copy, then rebuild the index",
     ),
     "duplicate-tensor-identical": Fix("review", "harmless: remove the extra copy to save space"),
+    "tensor-uninitialised": Fix(
+        "re-export",
+        "re-export that tensor from the source checkpoint (the converter skipped it), or "
+        "restore it from a healthy copy (`ckpt-inspect repair --from REF`)",
+    ),
+    "tensor-values-outlier": Fix(
+        "re-export",
+        "compare it with the source checkpoint (`ckpt-inspect diff --data`) and re-export it; "
+        "`ckpt.values` shows the statistics of every sibling",
+    ),
+    "tensor-unreadable": Fix(
+        "restore",
+        "re-copy the file from its source (or check the disk or the connection), then run "
+        "`check --values` again",
+    ),
     # -- unsafe input
     "file-unsafe": Fix(
         "review",

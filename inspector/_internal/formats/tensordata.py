@@ -130,10 +130,10 @@ class TensorData(AbstractContextManager["TensorData"]):
     def __init__(self, scanned: ScannedCheckpoint) -> None:
         self.scanned = scanned
         self._maps: dict[str, _Source | None] = {}
-        self._where: dict[str, tuple[ShardHeader, int]] = {}
-        for shard in scanned.shards:
-            for i, name in enumerate(shard.names):
-                self._where.setdefault(name, (shard, i))
+        self._problems: dict[str, str] = {}
+        # Where each tensor is, built when a tensor is first asked for by name (reading
+        # whole shards does not need it).
+        self._where: dict[str, tuple[ShardHeader, int]] | None = None
 
     # -- raw entries of one shard -------------------------------------------------------
 
@@ -161,6 +161,18 @@ class TensorData(AbstractContextManager["TensorData"]):
             if view is not None:
                 yield name, dtype, shape, view
 
+    def local_bytes(self, file: str, *, scattered: bool = False) -> np.ndarray | None:
+        """The whole of a local, memory-mapped `file` as a read-only uint8 array (no copy),
+        or None for a remote or unreadable file (read those with ranged reads). With
+        `scattered`, the OS is told reads will be small and far apart (no read-ahead: a
+        sampled window then costs one page, not the read-ahead window around it)."""
+        source = self._map(file)
+        if not isinstance(source, _Mapped):
+            return None
+        if scattered and hasattr(mmap, "MADV_RANDOM"):
+            source.map.madvise(mmap.MADV_RANDOM)
+        return np.frombuffer(source.map, dtype=np.uint8)
+
     # -- logical tensors ----------------------------------------------------------------
 
     def tensor_bytes(self, name: str) -> memoryview | None:
@@ -171,6 +183,11 @@ class TensorData(AbstractContextManager["TensorData"]):
         dcp = self.scanned.dcp
         if dcp is not None and name in dcp.chunks:
             return self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
+        if self._where is None:
+            self._where = {}
+            for shard in self.scanned.shards:
+                for i, tensor in enumerate(shard.names):
+                    self._where.setdefault(tensor, (shard, i))
         where = self._where.get(name)
         if where is None:
             return None
@@ -219,10 +236,19 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     # -- files ----------------------------------------------------------------------------
 
+    def problem(self, file: str) -> str | None:
+        """Why `file`'s bytes cannot be read at all (it cannot be opened or mapped), or None."""
+        self._map(file)
+        return self._problems.get(file)
+
     def _map(self, file: str) -> _Source | None:
         if file not in self._maps:
             storage = self.scanned.location.storage
-            self._maps[file] = _open_source(storage, file)
+            source = _open_source(storage, file)
+            if isinstance(source, str):
+                self._problems[file] = source
+                source = None
+            self._maps[file] = source
         return self._maps[file]
 
     def close(self) -> None:
@@ -350,19 +376,22 @@ def read_view(
     return None if raw is None else gather_view(raw, shape, strides, item)
 
 
-def _open_source(storage: Storage, file: str) -> _Source | None:
-    """The file through its storage (refused or unreadable files have no bytes)."""
+def _open_source(storage: Storage, file: str) -> _Source | str | None:
+    """The file through its storage; why not for a refused or unreadable file (an empty
+    file has no bytes: None)."""
     try:
         reader = storage.open(file)
-    except (OSError, UnsafeFileError):
-        return None
+    except UnsafeFileError as exc:
+        return f"it {exc.reason}"
+    except OSError as exc:
+        return exc.strerror or str(exc)
     try:
         if not isinstance(reader, LocalFile):
             return _Ranged(storage, file, reader.size()) if reader.size() else None
         if reader.size() == 0:
             return None
         return _Mapped(mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ))
-    except (OSError, ValueError):
-        return None
+    except (OSError, ValueError) as exc:
+        return getattr(exc, "strerror", None) or str(exc)
     finally:
         reader.close()

@@ -202,9 +202,25 @@ class _Bucket:
 
 class S3Backend(_Bucket):
     """S3 and S3-compatible stores through s3fs (credentials, regions, endpoints are its);
-    a ranged `GetObject` whose streamed body is read no further than the range."""
+    a ranged `GetObject` whose streamed body is read no further than the range.
+
+    Ranged reads of object data go, where they can, as plain ranged GETs of a presigned URL
+    (signed once per object every few minutes by the same client, with the same
+    credentials) through `direct`, a guarded aiohttp session: botocore's per-request work
+    (signing, event hooks, parsing) costs milliseconds of CPU, more than a round trip's
+    share when many small windows are read at once. An answer that is not the range asked
+    for (an expired URL, another region, a refusal) is read again through `GetObject`,
+    whose answer stands, and a store that needs that once is read through it from then on.
+    """
 
     scheme = "s3"
+
+    def __init__(self, fs: Any, direct: tuple[Any, Any] | None = None) -> None:
+        super().__init__(fs)
+        # The fsspec HTTP file system with the guarded session and the TLS verification
+        # (an `ssl` argument of aiohttp), or None: every read through GetObject.
+        self._direct = direct
+        self._signed: dict[str, tuple[float, str]] = {}
 
     async def _page(
         self, bucket: str, prefix: str, token: str | None
@@ -219,6 +235,10 @@ class S3Backend(_Bucket):
         return files, folders, following
 
     async def read(self, key: str, start: int, end: int) -> bytes:
+        if self._direct is not None:
+            data = await self._read_direct(key, start, end)
+            if data is not None:
+                return data
         bucket, path, version = self._fs.split_path(key)
         answer = await self._fs._call_s3(
             "get_object",
@@ -234,6 +254,64 @@ class S3Backend(_Bucket):
             return await take(body.read, want)
         finally:
             body.close()
+
+    async def _read_direct(self, key: str, start: int, end: int) -> bytes | None:
+        """The range through the presigned URL, or None when `GetObject` must answer."""
+        assert self._direct is not None
+        direct, tls = self._direct
+        url = await self._presigned(key)
+        session = await direct.set_session()
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+        extra = {} if tls is None else {"ssl": tls}
+        try:
+            async with session.get(
+                url, headers=headers, allow_redirects=False, **extra
+            ) as response:
+                status = response.status
+                if status == 206:
+                    data: bytes = await response.read()  # bounded: the range (guard.py)
+                    return data
+        except RemoteAnswerError:
+            raise
+        except Exception as exc:  # no message may carry the URL: it holds a signature
+            raise _DirectError(f"{type(exc).__name__} while reading a byte range") from exc
+        self._signed.pop(key, None)
+        if status >= 500 or status in (408, 429):  # passing: retried with backoff
+            raise _DirectError(f"HTTP {status}", status)
+        # Not the range (an expired URL, another region, a refusal, a server ignoring
+        # Range): GetObject answers, from now on.
+        self._direct = None
+        return None
+
+    async def _presigned(self, key: str) -> str:
+        now = asyncio.get_running_loop().time()
+        found = self._signed.get(key)
+        if found is not None and now - found[0] < _RESIGN_AFTER:
+            return found[1]
+        bucket, path, version = self._fs.split_path(key)
+        client = await self._fs.set_session()
+        params = {"Bucket": bucket, "Key": path, **({"VersionId": version} if version else {})}
+        url = str(
+            await client.generate_presigned_url("get_object", Params=params, ExpiresIn=_SIGNED_FOR)
+        )
+        self._signed[key] = (now, url)
+        return url
+
+
+# A presigned URL is valid for `_SIGNED_FOR` seconds and signed again after `_RESIGN_AFTER`
+# (credentials that refresh are picked up then).
+_SIGNED_FOR = 3600
+_RESIGN_AFTER = 300.0
+
+
+class _DirectError(OSError):
+    """A failed direct read, its message without the request's URL (which holds a
+    signature); the original error is its cause, and `status` the HTTP status where there
+    is one (retries judge by them)."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(errno.EIO, reason)
+        self.status = status
 
 
 class GcsBackend(_Bucket):

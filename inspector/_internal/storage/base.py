@@ -173,6 +173,14 @@ class Storage(Protocol):
         """(file, offset, length) ranges, read concurrently where the store allows."""
         ...
 
+    def try_read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]]
+    ) -> list[bytes | OSError | UnsafeFileError]:
+        """`read_ranges`, with the error of each range that cannot be read in its place
+        (the others are still read). An error that ends the whole run (`RemoteAccessError`:
+        no credentials, a store that keeps failing) is raised."""
+        ...
+
     def map(self, fn: Callable[[T], U], items: Sequence[T], *, desc: str = "") -> list[U]:
         """`[fn(x) for x in items]`, with as many in flight as this storage allows and a
         progress bar (`desc`) for long remote runs."""

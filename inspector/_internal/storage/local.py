@@ -72,6 +72,22 @@ class LocalFile:
             length -= len(chunk)
         return b"".join(chunks) if len(chunks) != 1 else chunks[0]
 
+    def read_many(self, offsets: Sequence[int], lengths: Sequence[int]) -> list[bytes]:
+        """Many short ranges, one `pread` each and no Python work around them (300,000
+        sampled windows in a fraction of a second); fewer bytes only at the end of the
+        file. OSError when any read fails (`read_range` then tells which)."""
+        fd, pread = self._fd, os.pread
+        return [pread(fd, n, a) for a, n in zip(offsets, lengths, strict=True)]
+
+    def read_many_into(
+        self, buffer: memoryview, at: Sequence[int], offsets: Sequence[int], lengths: Sequence[int]
+    ) -> list[int]:
+        """Long ranges read straight into `buffer` at positions `at` (`preadv`: no copy
+        after), the bytes each brought (fewer only at the end of the file)."""
+        fd, preadv = self._fd, os.preadv
+        spans = zip(at, lengths, offsets, strict=True)
+        return [preadv(fd, [buffer[p : p + n]], a) for p, n, a in spans]
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -261,6 +277,17 @@ class LocalStorage:
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
         return [self.read_range(*r) for r in ranges]
+
+    def try_read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]]
+    ) -> list[bytes | OSError | UnsafeFileError]:
+        out: list[bytes | OSError | UnsafeFileError] = []
+        for r in ranges:
+            try:
+                out.append(self.read_range(*r))
+            except (OSError, UnsafeFileError) as exc:
+                out.append(exc)
+        return out
 
     def prefetch(
         self, wanted: Sequence[tuple[str, int | Callable[[bytes, int], int]]], *, desc: str = ""

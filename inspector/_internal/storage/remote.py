@@ -37,6 +37,7 @@ import dataclasses
 import errno
 import os
 import random
+import ssl
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -216,9 +217,18 @@ class _Shared:
     # several files in parallel, each fetching its blocks concurrently): at most
     # max_concurrency, so memory holds at most that many fetched blocks.
     gate: threading.BoundedSemaphore = field(init=False)
+    # Requests in flight on the store's event loop (every ranged read goes through it): at
+    # most max_concurrency whatever the threads and coroutines asking. Made on the loop.
+    _requests: asyncio.Semaphore | None = None
 
     def __post_init__(self) -> None:
         self.gate = threading.BoundedSemaphore(self.options.max_concurrency)
+
+    def requests(self) -> asyncio.Semaphore:
+        """The gate on requests in flight (only ever used on the store's loop)."""
+        if self._requests is None:
+            self._requests = asyncio.Semaphore(self.options.max_concurrency)
+        return self._requests
 
     def head(self, key: str) -> bytes:
         """What `prefetch` fetched of a file (raising what fetching it raised), or the last
@@ -401,7 +411,51 @@ class FsspecStorage:
         return self.fetch(rel, offset, end)
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int]]) -> list[bytes]:
-        return self.map(lambda r: self.read_range(*r), ranges)
+        out: list[bytes] = []
+        for data in self.try_read_ranges(ranges):
+            if not isinstance(data, bytes):
+                raise data
+            out.append(data)
+        return out
+
+    def try_read_ranges(
+        self, ranges: Sequence[tuple[str, int, int]]
+    ) -> list[bytes | OSError | UnsafeFileError]:
+        """The ranges read as coroutines on the store's event loop, `max_concurrency` in
+        flight (one thread waits; no thread per request: a request then costs the loop
+        only the store client's own work)."""
+        jobs: list[tuple[str, int, int]] = []
+        sizes: dict[str, int | None] = {}
+        for rel, offset, length in ranges:
+            rel = check_member(rel)
+            if rel not in sizes:
+                entry = self.stat(rel)
+                sizes[rel] = entry.size if entry is not None else None
+            size = sizes[rel]
+            end = offset + length if size is None else min(offset + length, size)
+            jobs.append((rel, offset, end))
+        if not jobs:
+            return []
+        return self._sync(self._read_all, jobs)
+
+    async def _read_all(
+        self, jobs: list[tuple[str, int, int]]
+    ) -> list[bytes | OSError | UnsafeFileError]:
+        out: list[bytes | OSError | UnsafeFileError] = [b""] * len(jobs)
+        todo = iter(range(len(jobs)))
+
+        async def worker() -> None:
+            for i in todo:  # shared: each job is taken by one worker
+                rel, start, end = jobs[i]
+                if end <= start:
+                    continue
+                try:
+                    out[i] = await self._aread(rel, start, end)
+                except (OSError, UnsafeFileError) as exc:
+                    out[i] = exc  # this range's problem; the others are still read
+
+        await _all([worker() for _ in range(min(self.options.max_concurrency, len(jobs)))])
+        return out
 
     def prefetch(self, wanted: Sequence[tuple[str, Want]], *, desc: str = "") -> None:
         """Fetch the start of many files at once, `max_concurrency` requests in flight, so
@@ -451,15 +505,7 @@ class FsspecStorage:
                 return
             self._keep(key, first, bar)
 
-        # A failure that ends the run (throttled or timed out for good, no credentials)
-        # cancels the fetches still going.
-        tasks = [asyncio.ensure_future(one(*job)) for job in jobs]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await _all([one(*job) for job in jobs])
 
     def _keep(self, key: str, data: bytes | Exception, bar: Any) -> None:
         with self._shared.lock:
@@ -480,7 +526,8 @@ class FsspecStorage:
         parts = []
         for at in range(start, end, _BLOCK):
             stop = min(end, at + _BLOCK)
-            data = await self._acall(partial(read, key, at, stop), rel)
+            async with self._shared.requests():
+                data = await self._acall(partial(read, key, at, stop), rel)
             self._shared.stats.add(len(data))
             if len(data) != stop - at:
                 raise RemoteAnswerError(
@@ -606,6 +653,18 @@ class RemoteFile:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+async def _all(coroutines: list[Awaitable[None]]) -> None:
+    """Run coroutines concurrently; a failure that ends the run (throttled or timed out for
+    good, no credentials) cancels the ones still going."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _entries(infos: Any, key: str, *, http: bool) -> list[Entry]:
@@ -881,8 +940,53 @@ def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, 
         raise CannotInspectError(f"{url}: a --storage-option is not understood ({exc})") from None
     if protocol == "http":
         return HttpBackend(fs), url.rstrip("/")
-    backend = S3Backend(fs) if protocol == "s3" else GcsBackend(fs)
+    if protocol == "s3":
+        backend: Backend = S3Backend(fs, _direct_reads(opts, options))
+    else:
+        backend = GcsBackend(fs)
     return backend, url.split("://", 1)[1].rstrip("/")
+
+
+# Options and environment under which botocore reaches S3 otherwise than a plain HTTPS
+# session would (a proxy, a client certificate, extra request parameters, its own
+# session): reads then all go through GetObject.
+_NOT_DIRECT_OPTIONS = frozenset(
+    {"requester_pays", "s3_additional_kwargs", "cache_regions", "use_ssl", "session"}
+)
+_NOT_DIRECT_ENV = ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy")
+
+
+def _direct_reads(opts: Mapping[str, Any], options: RemoteOptions) -> tuple[Any, Any] | None:
+    """The fsspec HTTP file system (guarded session) that reads S3 objects through presigned
+    URLs and the TLS verification botocore would apply (`verify`, `AWS_CA_BUNDLE`), or None
+    where botocore must make every request itself."""
+    client = opts.get("client_kwargs") or {}
+    config = opts.get("config_kwargs") or {}
+    if (
+        _NOT_DIRECT_OPTIONS & set(opts)
+        or "config" in client
+        or {"proxies", "client_cert"} & set(config)
+        or any(os.environ.get(name) for name in _NOT_DIRECT_ENV)
+    ):
+        return None
+    from fsspec.implementations.http import HTTPFileSystem
+
+    verify = client.get("verify", os.environ.get("AWS_CA_BUNDLE") or True)
+    tls: Any = None  # aiohttp's default verification
+    if verify is False:
+        tls = False
+    elif isinstance(verify, str):
+        tls = ssl.create_default_context(cafile=verify)
+    policy, timeout = options.policy(), options.read_timeout
+    fs = _reused(
+        "s3-direct",
+        opts,
+        options,
+        lambda: HTTPFileSystem(
+            get_client=guarded_client(policy, timeout), skip_instance_cache=True
+        ),
+    )
+    return fs, tls
 
 
 def _file_system(protocol: str, opts: dict[str, Any]) -> Any:

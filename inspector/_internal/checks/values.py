@@ -1,0 +1,239 @@
+"""Are the values sane? Per-tensor value statistics, sampled or full, judged against siblings.
+
+`value_table(scanned, "sample" | "full")` reads tensor data (see
+`inspector._internal.formats.value_reading` for which bytes,
+`inspector._internal.formats.value_decode` for how they are decoded), computes per tensor min,
+max, mean, std, absmax, the share of zeros, NaN and Inf counts and the signatures of
+never-written memory (`inspector._internal.formats.value_stats`), joins the tensor's layer,
+expert and kind from `scanned.tensors` and judges it against its siblings
+(`inspector._internal.checks.values_judge`). The table is kept with the scan: `scanned.values`
+returns it.
+
+`values_check(scanned, mode)` turns the table into findings: tensor-nonfinite,
+tensor-all-zero, tensor-uninitialised and tensor-values-outlier. docs/values.md describes the
+sampling and what it guarantees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks.deep import zero_allowed
+from inspector._internal.checks.values_judge import judge, sibling_key
+from inspector._internal.common.display import legible
+from inspector._internal.findings.codes import Code, code_of, code_set
+from inspector._internal.findings.finding import Finding, fold_findings, make_finding
+from inspector._internal.formats.value_reading import Mode, SampleBudget, Unread, read_records
+from inspector._internal.formats.value_segments import PARTIAL, finish
+from inspector._internal.formats.value_stats import TensorStats
+
+__all__ = [
+    "CODES",
+    "MODES",
+    "Mode",
+    "SampleBudget",
+    "TensorStats",
+    "cached_value_table",
+    "computed_value_table",
+    "sibling_key",
+    "value_table",
+    "values_check",
+]
+
+MODES: tuple[Mode, ...] = ("sample", "full")
+CODES = code_set(
+    Code.TENSOR_NONFINITE,
+    Code.TENSOR_ALL_ZERO,
+    Code.TENSOR_UNINITIALISED,
+    Code.TENSOR_VALUES_OUTLIER,
+    Code.TENSOR_UNREADABLE,
+    Code.FILE_TRUNCATED,
+)
+_STATS = list(TensorStats.__dataclass_fields__)
+_NAMING = ["layer", "expert", "kind"]
+
+
+def value_table(
+    scanned: ScannedCheckpoint,
+    mode: Mode = "sample",
+    *,
+    budget: SampleBudget | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+) -> pd.DataFrame:
+    """One row per tensor whose bytes could be read: name, file, dtype, numel, layer,
+    expert, kind, the statistics (`TensorStats` fields), `mode`, the sibling judgement
+    (`siblings`, `sibling_std`, `sibling_absmax`) and `finding` (a code or "") with `why`.
+    Computed once per mode and kept with the scan (default budget and seed)."""
+    if mode not in MODES:
+        raise ValueError(f"values mode {mode!r}: expected one of {', '.join(MODES)}")
+    if budget is None and seed == 0 and workers is None:
+        return scanned.derived(f"values:{mode}", lambda: _build(scanned, mode, None, 0, None))
+    return _build(scanned, mode, budget, seed, workers)
+
+
+def computed_value_table(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
+    """The table a check already computed for this scan (full preferred), or None: reports
+    show values only when they were asked for, they never read tensor data themselves."""
+    memo = scanned.__dict__.get("_derived", {})
+    for key in ("values:full", "values:sample"):
+        if key in memo:
+            table: pd.DataFrame = memo[key]
+            return table
+    return None
+
+
+def cached_value_table(scanned: ScannedCheckpoint) -> pd.DataFrame:
+    """The table a check already computed (full preferred), else a sampled one."""
+    table = computed_value_table(scanned)
+    return value_table(scanned, "sample") if table is None else table
+
+
+def _build(
+    scanned: ScannedCheckpoint,
+    mode: Mode,
+    budget: SampleBudget | None,
+    seed: int,
+    workers: int | None,
+) -> pd.DataFrame:
+    records, unread = read_records(
+        scanned, mode, budget=budget or SampleBudget(), seed=seed, workers=workers
+    )
+    lost = {u.name for u in unread}
+    if lost:  # a tensor with a chunk that cannot be read has no statistics at all
+        records = records[~records["name"].isin(lost)]
+    names = records["name"].tolist()
+    if len(set(names)) != len(names):  # DCP chunks or copies of one tensor
+        records = records.groupby("name", sort=False).agg(PARTIAL).reset_index()
+    stats = pd.concat(
+        [records[["name"]].reset_index(drop=True), finish(records.reset_index(drop=True))], axis=1
+    )
+    tensors = scanned.tensors
+    columns = ["name", "file", "dtype", "numel", *[c for c in _NAMING if c in tensors]]
+    # Each record's row of `ckpt.tensors` (its first, for a name in several files): a dict
+    # lookup, where a join on 300,000 strings costs seconds.
+    listed = tensors["name"].tolist()
+    row = dict(zip(reversed(listed), range(len(listed) - 1, -1, -1), strict=True))
+    names = stats["name"].tolist()
+    at = np.fromiter(map(row.get, names, [-1] * len(names)), np.int64, len(names))
+    table = tensors[columns[1:]].iloc[np.maximum(at, 0)].reset_index(drop=True)
+    table.loc[at < 0, columns[1:]] = None
+    table.insert(0, "name", names)
+    table = pd.concat([table, stats[_STATS].reset_index(drop=True)], axis=1)
+    info = tensors[columns].drop_duplicates("name").set_index("name") if unread else None
+    table.insert(len(columns), "mode", mode)
+    table = judge(table)
+    if info is not None:
+        table = pd.concat([table, _unread_rows(unread, info, mode)], ignore_index=True)
+    return table.sort_values("name", kind="stable").reset_index(drop=True)
+
+
+def _unread_rows(unread: list[Unread], info: pd.DataFrame, mode: Mode) -> pd.DataFrame:
+    """One row per tensor whose bytes could not be read: no statistics, the finding that
+    says so (`file-truncated` for bytes past the end of the file, else `tensor-unreadable`)
+    and why."""
+    first = {u.name: u for u in reversed(unread)}  # the first problem of each tensor
+    rows = []
+    for name, u in sorted(first.items()):
+        if u.truncated:
+            code = Code.FILE_TRUNCATED
+            why = (
+                f"{u.why}: its values were not read (the write or copy was cut short; "
+                "re-copy or re-export the file)"
+            )
+        else:
+            code = Code.TENSOR_UNREADABLE
+            why = (
+                f"its bytes could not be read ({u.why}): its values were not checked; "
+                "re-copy the file or check the disk or the connection, then check again"
+            )
+        rows.append(
+            {
+                "name": name,
+                "file": u.file,
+                "dtype": u.dtype,
+                "mode": mode,
+                "elements": 0,
+                "decoded": False,
+                "all_zero": False,
+                "nan": 0,
+                "inf": 0,
+                "siblings": 0,
+                "siblings_zero": False,
+                "finding": code.value,
+                "why": why,
+            }
+        )
+    frame = pd.DataFrame(rows)
+    for column in ("numel", *_NAMING):
+        if column in info:
+            frame[column] = frame["name"].map(info[column])
+    return frame
+
+
+def values_check(
+    scanned: ScannedCheckpoint,
+    mode: Mode = "sample",
+    *,
+    budget: SampleBudget | None = None,
+    seed: int = 0,
+) -> list[Finding]:
+    """Findings from the value table: NaN/Inf, all-zero, never-written and outlier tensors."""
+    table = value_table(scanned, mode, budget=budget, seed=seed)
+    read = "sampled values" if mode == "sample" else "values"
+    by_code: dict[Code, list[Finding]] = {code: [] for code in CODES}
+    flagged = (
+        (table["nan"] > 0)
+        | (table["inf"] > 0)
+        | table["all_zero"].astype(bool)
+        | (table["finding"] != "")
+    )
+    for row in table[flagged.to_numpy()].itertuples(index=False):
+        file, name = str(row.file), str(row.name)
+        where = f"{legible(file)}: tensor '{legible(name)}' ({row.dtype})"
+        layer = _int(getattr(row, "layer", None))
+        expert = _int(getattr(row, "expert", None))
+        found: list[tuple[Code, str]] = []
+        if row.nan or row.inf:
+            found.append(
+                (
+                    Code.TENSOR_NONFINITE,
+                    f"{where} holds {row.nan:,} NaN and {row.inf:,} Inf among {row.elements:,} "
+                    f"{read}",
+                )
+            )
+        if row.all_zero and not (zero_allowed(name) or row.siblings_zero):
+            found.append(
+                (
+                    Code.TENSOR_ALL_ZERO,
+                    f"{where}: all {row.elements:,} {read} are zero; a weight that was never "
+                    "written reads back as zeros (check the exporter's expert and rank coverage)",
+                )
+            )
+        if row.finding:
+            code = code_of(str(row.finding))
+            found.append((code, f"{where}: {row.why}"))
+        for code, message in found:
+            by_code[code].append(
+                make_finding(code, message, file=file, tensor=name, layer=layer, expert=expert)
+            )
+    out: list[Finding] = []
+    for code, what in (
+        (Code.TENSOR_NONFINITE, "tensors holding NaN or Inf"),
+        (Code.TENSOR_ALL_ZERO, "tensors that are all zeros"),
+        (Code.TENSOR_UNINITIALISED, "tensors that look never written"),
+        (Code.TENSOR_VALUES_OUTLIER, "tensors whose values are out of line with their siblings"),
+        (Code.TENSOR_UNREADABLE, "tensors whose bytes could not be read"),
+        (Code.FILE_TRUNCATED, "tensors past the end of their file"),
+    ):
+        out += fold_findings(by_code[code], what)
+    return out
+
+
+def _int(value: object) -> int | None:
+    if value is None or pd.isna(value):  # type: ignore[call-overload]
+        return None
+    number = int(value)  # type: ignore[call-overload]
+    return number if number >= 0 else None

@@ -1,0 +1,109 @@
+"""The dashboard's Values view: value statistics of every tensor
+(`inspector._internal.checks.values`) as the layer x tensor-kind heatmap of
+`widgets.figures.values_heatmap` (std or absmax), outliers marked; a click on a cell shows that
+tensor's row of `ckpt.values`.
+
+Nothing is read until asked: the table a `check(values=...)` already computed is shown at once,
+otherwise the Sample and Full buttons each call `inspector._internal.checks.values.value_table`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as w
+import pandas as pd
+
+from inspector._internal.checks.values import computed_value_table, value_table
+from inspector._internal.report.html import frame_html
+
+from .figures import METRICS, values_heatmap
+
+if TYPE_CHECKING:
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+
+__all__ = ["ValuesPanel"]
+
+_ROW_COLUMNS = [
+    "name",
+    "dtype",
+    "mode",
+    "elements",
+    "min",
+    "max",
+    "mean",
+    "std",
+    "absmax",
+    "zero_frac",
+    "nan",
+    "inf",
+    "sibling_std",
+    "sibling_absmax",
+    "finding",
+    "why",
+]
+
+
+class ValuesPanel:
+    """Metric picker, Sample / Full buttons, the heatmap and the clicked tensor's row."""
+
+    def __init__(self, scanned: ScannedCheckpoint, *, figure: Any) -> None:
+        # `figure` turns a plotly figure into a widget (the dashboard's `figure_widget`).
+        self.scanned = scanned
+        self._figure = figure
+        self.table: pd.DataFrame | None = computed_value_table(scanned)
+        self.metric = w.ToggleButtons(options=list(METRICS), value="std", description="colour")
+        self.metric.add_class("ckpt-values-metric")
+        self.metric.observe(lambda _c: self._draw(), names="value")
+        self.sample = w.Button(description="Sample values").add_class("ckpt-values-sample")
+        self.full = w.Button(description="Read all values").add_class("ckpt-values-full")
+        self.sample.on_click(lambda _b: self.compute("sample"))
+        self.full.on_click(lambda _b: self.compute("full"))
+        self.status = w.HTML().add_class("ckpt-values-status")
+        self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-values-plot")
+        self.details = w.HTML().add_class("ckpt-values-details")
+        self.widget = w.VBox(
+            [w.HBox([self.metric, self.sample, self.full]), self.status, self.plot, self.details],
+            layout=w.Layout(width="100%"),
+        )
+        self._draw()
+
+    def compute(self, mode: str) -> None:
+        """Read the values (`sample` or `full`) and redraw."""
+        self.status.value = f"<i>Reading values ({mode})...</i>"
+        self.table = value_table(self.scanned, "full" if mode == "full" else "sample")
+        self._draw()
+
+    def show(self, name: str) -> None:
+        """Show the row of tensor `name`."""
+        if self.table is None:
+            return
+        row = self.table[self.table["name"] == name]
+        self.details.value = frame_html(row, columns=_ROW_COLUMNS, max_rows=1, title=name)
+
+    def _draw(self) -> None:
+        if self.table is None:
+            self.status.value = (
+                "<i>No values read yet: sample a few windows of every tensor, or read them "
+                "all (see docs/values.md).</i>"
+            )
+            self.plot.children = []
+            return
+        flagged = int((self.table["finding"] != "").sum())
+        mode = str(self.table["mode"].iat[0]) if len(self.table) else "-"
+        self.status.value = (
+            f"{len(self.table):,} tensors ({mode}); {flagged:,} out of line with their siblings"
+        )
+        widget = self._figure(values_heatmap(self.table, metric=self.metric.value), "ckpt-values")
+        for trace in widget.data:
+            trace.on_click(self._on_click)
+        self.plot.children = [widget]
+
+    def _on_click(self, trace: Any, points: Any, _state: Any) -> None:
+        if not points.point_inds:
+            return
+        index = points.point_inds[0]
+        data = trace.customdata
+        name = data[index[0]][index[1]] if isinstance(index, (list, tuple)) else data[index]
+        if name:
+            self.show(str(name))
