@@ -21,6 +21,7 @@ from inspector._internal.checks.registry import (
 )
 from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
+from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, sort_findings
 from inspector._internal.load.verdict import load_verdict
 
@@ -106,9 +107,19 @@ def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
 def _values(
     scanned: ScannedCheckpoint, mode: Literal["sample", "full"], found: list[Finding]
 ) -> list[Finding]:
-    # With --deep too, a tensor already reported as zero or NaN is not reported twice.
+    # With --deep too, a tensor already reported as zero or NaN is not reported twice; nor
+    # are the tensors of a file the structure check already found short (it names them).
     seen = {(f.code, f.tensor) for f in found if f.tensor}
-    return [*found, *(f for f in values_check(scanned, mode) if (f.code, f.tensor) not in seen)]
+    short = {f.file for f in found if f.code == Code.FILE_TRUNCATED.value}
+    return [
+        *found,
+        *(
+            f
+            for f in values_check(scanned, mode)
+            if (f.code, f.tensor) not in seen
+            and not (f.code == Code.FILE_TRUNCATED.value and f.file in short)
+        ),
+    ]
 
 
 def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:
