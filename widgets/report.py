@@ -140,6 +140,9 @@ def render_html_report(
         ("bytes-per-layer", "Bytes per layer", bytes_per_layer(scanned.tensors)),
         ("parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)),
     ]
+    values = computed_value_table(scanned)  # only when a check read them: reports read no data
+    if values is not None:
+        charts.append(("values-heatmap", "Tensor values", values_heatmap(values, metric="std")))
     drawn = _draw(figures, [(name, fig) for name, _, fig in charts if fig is not None])
     sections = [
         _summary_section(summary),
@@ -149,11 +152,6 @@ def render_html_report(
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
         *(_figure_section(name, title, drawn[name]) for name, title, _ in charts[1:]),
     ]
-    values = computed_value_table(scanned)  # only when a check read them: reports read no data
-    if values is not None:
-        sections.append(
-            _figure_section("values-heatmap", "Tensor values", values_heatmap(values, metric="std"))
-        )
     title = f"Checkpoint report: {scanned.path.name}"
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"

@@ -18,6 +18,7 @@ from inspector._internal.checks.values import computed_value_table, value_table
 from inspector._internal.report.html import frame_html
 
 from .figures import METRICS, values_heatmap
+from .guard import captured, guarded
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -54,16 +55,25 @@ class ValuesPanel:
         self.table: pd.DataFrame | None = computed_value_table(scanned)
         self.metric = w.ToggleButtons(options=list(METRICS), value="std", description="colour")
         self.metric.add_class("ckpt-values-metric")
-        self.metric.observe(lambda _c: self._draw(), names="value")
+        self.status = w.HTML().add_class("ckpt-values-status")
+        # Every handler through `guarded`: in a live kernel an error would otherwise reach
+        # only the kernel log, and the click would seem to do nothing.
+        self.metric.observe(guarded(self._draw, self.status), names="value")
         self.sample = w.Button(description="Sample values").add_class("ckpt-values-sample")
         self.full = w.Button(description="Read all values").add_class("ckpt-values-full")
-        self.sample.on_click(lambda _b: self.compute("sample"))
-        self.full.on_click(lambda _b: self.compute("full"))
-        self.status = w.HTML().add_class("ckpt-values-status")
+        self.sample.on_click(guarded(lambda: self.compute("sample"), self.status))
+        self.full.on_click(guarded(lambda: self.compute("full"), self.status))
+        self.progress = w.Output()  # the read's progress bar (tqdm)
         self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-values-plot")
         self.details = w.HTML().add_class("ckpt-values-details")
         self.widget = w.VBox(
-            [w.HBox([self.metric, self.sample, self.full]), self.status, self.plot, self.details],
+            [
+                w.HBox([self.metric, self.sample, self.full]),
+                self.status,
+                self.progress,
+                self.plot,
+                self.details,
+            ],
             layout=w.Layout(width="100%"),
         )
         self._draw()
@@ -71,7 +81,10 @@ class ValuesPanel:
     def compute(self, mode: str) -> None:
         """Read the values (`sample` or `full`) and redraw."""
         self.status.value = f"<i>Reading values ({mode})...</i>"
-        self.table = value_table(self.scanned, "full" if mode == "full" else "sample")
+        self.progress.clear_output()
+        read = "full" if mode == "full" else "sample"
+        self.table = captured(self.progress, lambda: value_table(self.scanned, read))
+        self.progress.clear_output()
         self._draw()
 
     def show(self, name: str) -> None:
@@ -96,7 +109,7 @@ class ValuesPanel:
         )
         widget = self._figure(values_heatmap(self.table, metric=self.metric.value), "ckpt-values")
         for trace in widget.data:
-            trace.on_click(self._on_click)
+            trace.on_click(lambda *args: guarded(lambda: self._on_click(*args), self.status)())
         self.plot.children = [widget]
 
     def _on_click(self, trace: Any, points: Any, _state: Any) -> None:
