@@ -468,7 +468,13 @@ def test_folder_code_runs_from_the_folder_compiled_from_source_writing_nothing(
 
     verdict = load_verdict(scan(folder), trust_remote_code=True)
     assert verdict.loads and verdict.architecture == "TinyForCausalLM"
-    imported = [m for n, m in sys.modules.items() if n.endswith(".modeling_tiny")]
+    # This folder's module only: another test may have imported a `modeling_tiny` of its own.
+    imported = [
+        m
+        for n, m in list(sys.modules.items())
+        if n.endswith(".modeling_tiny")
+        and Path(getattr(m, "__file__", None) or "/").parent == folder
+    ]
     assert imported and all(m.TinyForCausalLM.mark == "source" for m in imported)
     assert files_under(folder) == before
     guard.assert_clean()
