@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+import compileall
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile the project's modules to bytecode once, before any test. The suite starts
+    hundreds of Python processes (the CLI, notebook kernels, the import probe's children);
+    where PYTHONDONTWRITEBYTECODE is set, as in many CI images, each of them would compile
+    the whole package from source again: about half a second of CPU per process."""
+    for folder in ("inspector", "widgets"):
+        compileall.compile_dir(ROOT / folder, quiet=1)
 
 
 @pytest.fixture
