@@ -32,8 +32,13 @@ test: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	$(PY) -m mypy
 	$(MKDOCS_BUILD)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
+
+# The tests run in this many processes (pytest-xdist), each taking a whole test file at a time
+# so a file's module fixtures (models built by real writers) are built once. `make test
+# PYTEST_WORKERS=0` runs them in this process.
+PYTEST_WORKERS ?= 2
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
 # not installed), bounded in time; `make fuzz FUZZ_SECONDS=3600` for a longer hunt.
