@@ -577,3 +577,34 @@ def test_a_shard_cut_short_before_its_tensors_is_reported_once(tmp_path: Path) -
         cut = table[table["file"] == shard.name]
         assert len(cut) and (cut["finding"] == "file-truncated").all()
         assert (table[table["file"] != shard.name]["finding"] == "").all()
+
+
+def test_full_read_of_a_file_cut_while_it_is_read_reports_instead_of_crashing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process cuts a shard short in the middle of the full read. Read through a
+    memory map that kills the process (SIGBUS); read with `preadv` the reads come back
+    short: those tensors are unread with the reason, the rest are read."""
+    from inspector._internal.storage.local import LocalFile
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    shard = folder / "model-00002-of-00004.safetensors"
+    header_end = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
+    scanned = scan(folder)
+    real = LocalFile.read_many_into
+    cut: list[int] = []
+
+    def cutting(self: LocalFile, buffer, at, offsets, lengths):  # type: ignore[no-untyped-def]
+        if os.path.basename(self.name) == shard.name and not cut:
+            cut.append(header_end + 1000)
+            os.truncate(shard, cut[0])  # the other process, between two reads
+        return real(self, buffer, at, offsets, lengths)
+
+    monkeypatch.setattr(LocalFile, "read_many_into", cutting)
+    table = value_table(scanned, "full")
+    assert cut, "the full read never read the shard"
+    lost = table[table["file"] == shard.name]
+    unread = lost[lost["finding"] == "tensor-unreadable"]
+    assert len(unread) and unread["why"].str.contains("got shorter while it was read").all()
+    assert (lost[lost["finding"] == ""]["elements"] > 0).all()  # read before the cut
+    assert (table[table["file"] != shard.name]["finding"] == "").all()

@@ -40,7 +40,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.formats.value_decode import Decoder, decoder_for
 from inspector._internal.formats.value_segments import (
     PARTIAL,
@@ -117,16 +116,15 @@ def read_records(
     shards = [s for s in scanned.shards if s.names]
     storage = scanned.location.storage
     found = _Found()
-    with TensorData(scanned) as data, ThreadPoolExecutor(max(1, min(workers, len(shards)))) as pool:
+    with ThreadPoolExecutor(max(1, min(workers, len(shards)))) as pool:
 
         def one(shard: ShardHeader) -> _Found:
-            if mode == "full" and local:
-                file = _File.mapped(shard, storage, data)
-                return file.lost() if file.problem is not None else _full_local(file)
             with _File.opened(shard, storage, local) as file:
                 if file.problem is not None:
                     return file.lost()
-                return _full_remote(file) if mode == "full" else _sample(file, budget, seed)
+                if mode == "sample":
+                    return _sample(file, budget, seed)
+                return _full_local(file) if local else _full_remote(file)
 
         for part in pool.map(one, shards):
             found.extend(part)
@@ -162,7 +160,8 @@ class _Found:
 class _File:
     """One shard's tensors as arrays (absolute byte offsets, dtypes), and its bytes: ranged
     reads (`read`: `pread` of a local file, the storage's concurrent requests for a remote
-    one), or the memory map of a local file (`buf`, full mode)."""
+    one). Never a memory map: a file cut short while it is read would kill the process with
+    SIGBUS where a read returns fewer bytes."""
 
     def __init__(self, shard: ShardHeader, storage: Storage) -> None:
         self.shard = shard
@@ -171,18 +170,8 @@ class _File:
         self.start = shard.begins + shard.data_start
         self.end = shard.ends + shard.data_start
         self.size = shard.file_size
-        self.buf: np.ndarray | None = None
         self.problem: str | None = None  # why nothing of the file can be read
         self._reader: RangeReader | None = None
-
-    @classmethod
-    def mapped(cls, shard: ShardHeader, storage: Storage, data: TensorData) -> _File:
-        file = cls(shard, storage)
-        buf = data.local_bytes(shard.file)
-        file.problem = None if buf is not None else data.problem(shard.file)
-        file.buf = buf if buf is not None else np.zeros(0, np.uint8)  # unreadable or empty
-        file.size = len(file.buf)
-        return file
 
     @classmethod
     @contextmanager
@@ -574,9 +563,13 @@ def _coalesce(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _full_local(file: _File) -> _Found:
-    shard = file.shard
-    assert file.buf is not None
+    """Every tensor of a local file, read block by block into one buffer (`preadv`, no copy).
+    A tensor whose read fails, or comes back short because the file shrank since the scan,
+    is unread with the reason; the other tensors are read."""
+    shard, reader = file.shard, file._reader
+    assert isinstance(reader, LocalFile)
     found = _Found(unread=file.unread(np.flatnonzero(file.end > file.size), None))
+    buffer = np.empty(_FULL_BLOCK, np.uint8)
     names, rows = [], []
     for row in np.flatnonzero(file.end <= file.size).tolist():
         start, end = int(file.start[row]), int(file.end[row])
@@ -586,9 +579,21 @@ def _full_local(file: _File) -> _Found:
         acc = Accumulator(decoder_for(shard.names[row], dtype))
         item = acc.decoder.itemsize if acc.decoder is not None else 1
         block = _FULL_BLOCK - _FULL_BLOCK % item
-        view = file.buf[start:end]
-        for at in range(0, len(view), block):
-            acc.add(view[at : at + block])
+        why = None
+        for at in range(start, end, block):
+            length = min(block, end - at)
+            try:
+                (got,) = reader.read_many_into(buffer.data, [0], [at], [length])
+            except OSError as exc:
+                why = _why(exc)
+                break
+            if got < length:
+                why = f"the file ended at byte {at + got:,}: it got shorter while it was read"
+                break
+            acc.add(buffer[:length])
+        if why is not None:
+            found.unread += file.unread(np.array([row]), why)
+            continue
         names.append(shard.names[row])
         rows.append(acc.partial())
     if rows:
