@@ -9,7 +9,7 @@ otherwise the Sample and Full buttons each call `inspector._internal.checks.valu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets as w
 import pandas as pd
@@ -82,7 +82,7 @@ class ValuesPanel:
         """Read the values (`sample` or `full`) and redraw."""
         self.status.value = f"<i>Reading values ({mode})...</i>"
         self.progress.clear_output()
-        read = "full" if mode == "full" else "sample"
+        read: Literal["sample", "full"] = "full" if mode == "full" else "sample"
         self.table = captured(self.progress, lambda: value_table(self.scanned, read))
         self.progress.clear_output()
         self._draw()
