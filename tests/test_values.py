@@ -547,7 +547,13 @@ def test_dashboard_values_view(tmp_path: Path) -> None:
     dash = Dashboard(folder, model=False, snapshot=False, progress=False)
     panel = dash.select("Values")
     assert panel.table is None and not panel.plot.children  # nothing read until asked
+    assert "tensor-values-outlier" not in set(dash.state.frame["code"])
     panel.sample.click()
+    # The value findings join the others: the Overview's issues and the Findings tab.
+    assert "tensor-values-outlier" in set(dash.state.frame["code"])
+    assert any("tensor-values-outlier" in {f.code for f in p.findings} for p in dash.state.problems)
+    assert dash.values == "sample"
+    panel = dash.select("Values")  # rebuilt from the new state
     assert panel.table is not None and set(panel.table["mode"]) == {"sample"}
     assert "1 out of line" in panel.status.value
     (figure,) = panel.plot.children
@@ -558,8 +564,10 @@ def test_dashboard_values_view(tmp_path: Path) -> None:
     assert "x above its siblings" in panel.details.value and "w1.weight" in panel.details.value
     scanned = scan(folder)
     check(scanned, values="full", model=False)
-    shown = Dashboard(scanned, model=False, snapshot=False, progress=False).select("Values")
+    again = Dashboard(scanned, model=False, snapshot=False, progress=False)
+    shown = again.select("Values")
     assert shown.table is not None and set(shown.table["mode"]) == {"full"}
+    assert again.values == "full" and "tensor-values-outlier" in set(again.state.frame["code"])
 
 
 def test_a_shard_cut_short_before_its_tensors_is_reported_once(tmp_path: Path) -> None:

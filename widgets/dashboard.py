@@ -42,7 +42,7 @@ from concurrent.futures import Future
 from contextvars import copy_context
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets as w
 import pandas as pd
@@ -50,6 +50,7 @@ import pandas as pd
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
+from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible
 from inspector._internal.findings.finding import (
     Finding,
@@ -112,12 +113,14 @@ class CheckpointState:
         source: str | os.PathLike[str] | Location | ScannedCheckpoint,
         *,
         deep: bool = False,
+        values: Literal["sample", "full"] | None = None,
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan), compute the load verdict (with
-        `model`), run every check with it, group the findings."""
+        `model`), run every check with it (the value checks too, with `values`), group the
+        findings."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
@@ -126,7 +129,7 @@ class CheckpointState:
             from inspector._internal.load.verdict import load_verdict
 
             verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
-        return cls.checked(scanned, verdict, deep=deep, progress=progress)
+        return cls.checked(scanned, verdict, deep=deep, values=values, progress=progress)
 
     @classmethod
     def checked(
@@ -135,12 +138,22 @@ class CheckpointState:
         verdict: LoadVerdict | None,
         *,
         deep: bool = False,
+        values: Literal["sample", "full"] | None = None,
         progress: bool = False,
         pending: bool = False,
     ) -> CheckpointState:
-        """The state of `scanned` checked with `verdict` (None: without the model rules)."""
+        """The state of `scanned` checked with `verdict` (None: without the model rules) and,
+        with `values`, its tensors' values (read once per scan and mode: see
+        `inspector._internal.checks.values`)."""
         findings = tuple(
-            check(scanned, deep=deep, model=verdict is not None, verdict=verdict, progress=progress)
+            check(
+                scanned,
+                deep=deep,
+                values=values,
+                model=verdict is not None,
+                verdict=verdict,
+                progress=progress,
+            )
         )
         problems = group_problems(scanned, findings, verdict=verdict)
         return cls(scanned, findings, findings_to_frame(findings), problems, verdict, pending)
@@ -196,11 +209,16 @@ class Dashboard:
         from .values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
+        # Set by the Values tab: every later check (the load verdict's, a re-scan) reads
+        # the values too, so their findings stay with the others.
+        self.values = _values_read(source)
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
         self.wait_when_headless = wait
         self._headless = False
         # The plain checks now; the load verdict in a thread (see the module docstring).
-        self.current = _load_with_progress(source, progress=progress, pending=model)
+        self.current = _load_with_progress(
+            source, progress=progress, pending=model, values=self.values
+        )
         self._complete: Future[CheckpointState] = Future()
         if not model:
             self._complete.set_result(self.current)
@@ -213,7 +231,9 @@ class Dashboard:
             "Files": lambda: FilesPanel(self),
             "Experts": lambda: ExpertsPanel(self),
             "Layers": lambda: LayersPanel(self),
-            "Values": lambda: ValuesPanel(self.scanned, figure=figure_widget),
+            "Values": lambda: ValuesPanel(
+                self.scanned, figure=figure_widget, check_values=self.check_values
+            ),
             "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),
@@ -290,6 +310,7 @@ class Dashboard:
                 self.progress,
                 lambda: CheckpointState.load(
                     Location(self.scanned.location.storage.fresh()),
+                    values=self.values,
                     progress=True,
                     model=self.model,
                     trust_remote_code=self.trust_remote_code,
@@ -297,6 +318,30 @@ class Dashboard:
             )
         finally:
             self.progress.clear_output()
+        self._replace(state)
+
+    def check_values(self, mode: Literal["sample", "full"]) -> None:
+        """Read the tensors' values (`sample`: a few windows of each; `full`: every byte)
+        and check them with everything else (after the load check, waited for): their
+        findings join the Overview's issues and the Findings tab, and the open tab is
+        redrawn. Later re-scans read them again."""
+        self.values = mode
+        self.progress.clear_output()
+        try:
+            done = self.state
+            state = captured(
+                self.progress,
+                lambda: CheckpointState.checked(
+                    done.scanned, done.verdict, values=mode, progress=True
+                ),
+            )
+        finally:
+            self.progress.clear_output()
+        self._replace(state)
+
+    def _replace(self, state: CheckpointState) -> None:
+        """Show `state` instead of the current one: every panel is rebuilt (the open one
+        now, the others when next selected)."""
         for panel in self.panels.values():
             close = getattr(panel, "close", None)
             if close is not None:
@@ -328,7 +373,7 @@ class Dashboard:
                 from inspector._internal.load.verdict import load_verdict
 
                 verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
-                state = CheckpointState.checked(plain.scanned, verdict)
+                state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for
                 with self._state_lock:
                     if generation == self._generation:
@@ -1132,8 +1177,25 @@ class FindingsPanel:
 # -- helpers ----------------------------------------------------------------------------------
 
 
+def _values_read(
+    source: str | os.PathLike[str] | ScannedCheckpoint,
+) -> Literal["sample", "full"] | None:
+    """The values mode a check already read for a scan passed in (`check(scanned,
+    values=...)` before the dashboard), so that their findings show with the others."""
+    if not isinstance(source, ScannedCheckpoint):
+        return None
+    table = computed_value_table(source)
+    if table is None or not len(table):
+        return None
+    return "full" if (table["mode"] == "full").any() else "sample"
+
+
 def _load_with_progress(
-    source: str | os.PathLike[str] | ScannedCheckpoint, *, progress: bool, pending: bool
+    source: str | os.PathLike[str] | ScannedCheckpoint,
+    *,
+    progress: bool,
+    pending: bool,
+    values: Literal["sample", "full"] | None = None,
 ) -> CheckpointState:
     """The state of the plain checks (the load verdict `pending`, or off); in a notebook,
     with progress bars in the cell while the scan and the checks run. The bars are drawn
@@ -1141,7 +1203,7 @@ def _load_with_progress(
     notebook keeps no dead progress widgets."""
 
     def load(progress: bool) -> CheckpointState:
-        state = CheckpointState.load(source, progress=progress, model=False)
+        state = CheckpointState.load(source, progress=progress, model=False, values=values)
         return replace(state, pending=pending)
 
     kernel = getattr(_shell(), "kernel", None)

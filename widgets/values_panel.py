@@ -9,6 +9,7 @@ otherwise the Sample and Full buttons each call `inspector._internal.checks.valu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets as w
@@ -48,10 +49,19 @@ _ROW_COLUMNS = [
 class ValuesPanel:
     """Metric picker, Sample / Full buttons, the heatmap and the clicked tensor's row."""
 
-    def __init__(self, scanned: ScannedCheckpoint, *, figure: Any) -> None:
-        # `figure` turns a plotly figure into a widget (the dashboard's `figure_widget`).
+    def __init__(
+        self,
+        scanned: ScannedCheckpoint,
+        *,
+        figure: Any,
+        check_values: Callable[[Literal["sample", "full"]], None] | None = None,
+    ) -> None:
+        # `figure` turns a plotly figure into a widget (the dashboard's `figure_widget`);
+        # `check_values` reads and checks the values (the dashboard's, whose findings then
+        # show everywhere); without it the panel reads them into its own table.
         self.scanned = scanned
         self._figure = figure
+        self._check_values = check_values
         self.table: pd.DataFrame | None = computed_value_table(scanned)
         self.metric = w.ToggleButtons(options=list(METRICS), value="std", description="colour")
         self.metric.add_class("ckpt-values-metric")
@@ -83,6 +93,10 @@ class ValuesPanel:
         self.status.value = f"<i>Reading values ({mode})...</i>"
         self.progress.clear_output()
         read: Literal["sample", "full"] = "full" if mode == "full" else "sample"
+        if self._check_values is not None:
+            self._check_values(read)  # the dashboard redraws this tab from the new state
+            self.table = computed_value_table(self.scanned)
+            return
         self.table = captured(self.progress, lambda: value_table(self.scanned, read))
         self.progress.clear_output()
         self._draw()
