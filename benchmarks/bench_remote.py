@@ -37,6 +37,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from email.utils import formatdate
 from pathlib import Path
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -179,6 +181,25 @@ def serve(root: Path, delay: float) -> None:
 # -- the client --------------------------------------------------------------------------------
 
 
+@contextmanager
+def serving(root: Path, delay: float) -> Iterator[dict[str, str]]:
+    """The S3 server and its delaying proxy over `root`, in a child process (`serve`), for
+    the length of the block: yields their URLs (`proxy`, `direct`)."""
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(root), "--delay", str(delay)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        yield json.loads(server.stdout.readline())
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        server.wait(10)
+
+
 def server_stats(direct: str) -> dict[str, int]:
     host, port = urlsplit(direct).hostname, urlsplit(direct).port
     conn = http.client.HTTPConnection(host, port)
@@ -250,15 +271,7 @@ def main() -> None:
         (folder / n).stat().st_size
         for n in ("model.safetensors.index.json", "config.json", "hf_quant_config.json")
     )
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(folder.parent), "--delay", str(args.delay)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        urls = json.loads(server.stdout.readline())
+    with serving(folder.parent, args.delay) as urls:
         proxy, direct, prefix = urls["proxy"], urls["direct"], folder.name
         url = f"s3://{BUCKET}/{prefix}"
         options = {"endpoint_url": proxy}
@@ -283,10 +296,6 @@ def main() -> None:
         for _ in range(args.loop_runs):
             seconds, loop_tensors = sequential_loop(proxy, prefix)
             loop = min(loop, seconds)
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(10)
     allowed = 1.2 * headers + len(shards) * DEFAULT_READ_AHEAD
     print(
         f"checkpoint: {len(shards)} shards, {tensors:,} tensors ({loop_tensors:,} in the loop), "

@@ -25,7 +25,6 @@ import json
 import math
 import multiprocessing
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -198,15 +197,7 @@ def bench_remote(tensors: int, shards: int, delay: float) -> None:
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     folder = ensure_checkpoint(spec_for(tensors=tensors, shards=shards))
-    server = subprocess.Popen(
-        [sys.executable, br.__file__, "--serve", str(folder.parent), "--delay", str(delay)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        urls = json.loads(server.stdout.readline())
+    with br.serving(folder.parent, delay) as urls:
         proxy, direct = urls["proxy"], urls["direct"]
         first = sorted(folder.glob("*.safetensors"))[0].name
         rtt = br.round_trip(proxy, f"{folder.name}/{first}")
@@ -217,10 +208,6 @@ def bench_remote(tensors: int, shards: int, delay: float) -> None:
         table = value_table(scanned, "sample")
         seconds = time.perf_counter() - start
         after = br.server_stats(direct)
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(10)
     requests = after["requests"] - before["requests"] - 1
     fetched = after["bytes"] - before["bytes"]
     floor = math.ceil(requests / DEFAULT_CONCURRENCY) * rtt
