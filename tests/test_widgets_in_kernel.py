@@ -103,9 +103,28 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
             error = type(exc).__name__ + ": " + str(exc)
         print(json.dumps({"error": error}))
         """,
+        # The load check (seconds of imports holding the GIL) starts once the Overview's
+        # messages are sent, not while the kernel still sends them.
+        """
+        import time
+        from IPython.display import display
+        import inspector._internal.load.verdict as verdict_module
+        real, started = verdict_module.load_verdict, []
+        def spy(*args, **kwargs):
+            started.append(time.monotonic())
+            return real(*args, **kwargs)
+        verdict_module.load_verdict = spy
+        shown = Dashboard(Path(str(folder) + "-moved"), snapshot=False, wait=False)
+        time.sleep(0.5)
+        before = len(started)
+        display(shown)
+        shown.wait()
+        print(json.dumps({"before": before, "after": len(started),
+                          "pending": shown.current.pending}))
+        """,
     )
     _execute(book, tmp_path)
-    consolidate, rescan, missing = (_printed(c) for c in book.cells[1:])
+    consolidate, rescan, missing, held = (_printed(c) for c in book.cells[1:])
     assert "PlanRefusedError" in consolidate["status"], consolidate
     assert "Nothing was written" in consolidate["status"], consolidate
     assert "tick <b>overwrite</b>" in consolidate["status"]
@@ -115,5 +134,6 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
     assert rescan["files"] > 0
     assert missing["error"].startswith("CannotInspectError"), missing
     assert DCP_COLLAPSED in missing["error"]
+    assert held == {"before": 0, "after": 1, "pending": False}, held
     errors = [o for c in book.cells for o in c.outputs if o.output_type == "error"]
     assert errors == []

@@ -89,6 +89,9 @@ _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
 _FINDINGS_PER_PROBLEM = 3
 _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
+# The longest the load check waits for the Overview to be sent, in a kernel (a dashboard made
+# but not displayed, or whose `widget` is displayed by hand, starts it after this).
+_VERDICT_HOLD = 3.0
 _PAGE = 25
 
 
@@ -280,6 +283,11 @@ class Dashboard:
         self._generation = 0
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
+        # Set once the Overview's messages are sent (`_ipython_display_`); until then the load
+        # check waits (see `_start_verdict`). Outside a kernel nothing is sent: it is set.
+        self._overview_sent = threading.Event()
+        if getattr(_shell(), "kernel", None) is None:
+            self._overview_sent.set()
         self._draw()
         if model:
             self._start_verdict()
@@ -288,6 +296,7 @@ class Dashboard:
     def state(self) -> CheckpointState:
         """The checkpoint's state with the load verdict's findings and problems; waits for
         the load check when it is still running (a few seconds on a large MoE)."""
+        self._overview_sent.set()  # whoever asks for it waits for nothing else
         return self._complete.result()
 
     @property
@@ -365,10 +374,18 @@ class Dashboard:
 
     def _start_verdict(self) -> None:
         """Compute the load verdict in a thread, then check with it and redraw what shows
-        the plain checks' state (header, Overview, snapshot)."""
+        the plain checks' state (header, Overview, snapshot).
+
+        The thread starts by importing transformers and torch, seconds of CPU that hold the
+        GIL: started as the Overview is displayed, it starved the kernel's IOPub thread,
+        which sends the Overview's widgets to the page, and the cell's own thread, which
+        writes the snapshot (measured at 300,000 tensors: 20 ms of work took 0.2-0.5 s).
+        So it waits until those messages are sent (`_overview_sent`, at most
+        `_VERDICT_HOLD` seconds)."""
         generation, plain = self._generation, self.current
 
         def work() -> None:
+            self._overview_sent.wait(_VERDICT_HOLD)
             try:
                 from inspector._internal.load.verdict import load_verdict
 
@@ -500,6 +517,7 @@ class Dashboard:
     def wait(self, timeout: float | None = None) -> None:
         """Until the load check is done and the background worker has built every tab and
         rendered the snapshot's figures (scripts and tests; a person never needs to)."""
+        self._overview_sent.set()
         self._complete.exception(timeout)
         if self.verdict_worker is not None:
             self.verdict_worker.join(timeout)  # it redraws the Overview after publishing
@@ -632,6 +650,7 @@ class Dashboard:
             self.wait_when_headless if self.wait_when_headless is not None else headless()
         )
         if self._headless:
+            self._overview_sent.set()  # nobody watches: the load check goes at once
             snapshot, rendered = self._snapshot, Future[tuple[list[bytes], str]]()
             if snapshot is not None:
                 # kaleido's browser renders the figures while the load check builds the model.
@@ -648,6 +667,10 @@ class Dashboard:
             return
         if self._snapshot is not None:
             self._snapshot.show(self.current)
+        # The threads that import seconds' worth of modules (the load check's, the worker's)
+        # start once the Overview and the snapshot are on their way to the page.
+        _iopub_sent()
+        self._overview_sent.set()
         self._start_worker()
 
     def _widget_bundle(self) -> dict[str, Any]:
@@ -1226,6 +1249,18 @@ def _shell() -> Any:
     except ImportError:
         return None
     return get_ipython()
+
+
+def _iopub_sent(timeout: float = 10.0) -> None:
+    """Wait until the kernel's IOPub thread has sent every message queued so far (it sends
+    them in order; nothing to wait for outside a kernel)."""
+    kernel = getattr(_shell(), "kernel", None)
+    schedule = getattr(getattr(kernel, "iopub_thread", None), "schedule", None)
+    if schedule is None:
+        return
+    sent = threading.Event()
+    schedule(sent.set)
+    sent.wait(timeout)
 
 
 def _thread(target: Callable[[], None], name: str) -> threading.Thread:
