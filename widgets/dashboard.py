@@ -884,7 +884,22 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
 
 
-class FilesPanel:
+class _FiguresAndGrid:
+    """A tab of figures (`figures`, a FigureBox) above a grid (`table`, a FrameGrid): both
+    drawn when the tab is first shown, the grid closed with the tab."""
+
+    figures: FigureBox
+    table: FrameGrid
+
+    def on_shown(self) -> None:
+        self.figures.show()
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()
+
+
+class FilesPanel(_FiguresAndGrid):
     """Shard-size distribution with outliers, then every file in a sortable, filterable grid:
     sizes, what it stores, and how many findings name it (`findings_per_file`: the counts
     agree with the findings; recounted when the load check's findings arrive)."""
@@ -940,15 +955,8 @@ class FilesPanel:
             }
         ).reset_index(drop=True)
 
-    def on_shown(self) -> None:
-        self.figures.show()
-        self.table.show_grid()
 
-    def close(self) -> None:
-        self.table.close()
-
-
-class LayersPanel:
+class LayersPanel(_FiguresAndGrid):
     """Bytes per layer by dtype, parameters per layer by kind, then every layer in a sortable,
     filterable grid with its findings counted (recounted when the load check's arrive)."""
 
@@ -997,13 +1005,6 @@ class LayersPanel:
                 "dtypes": text["dtypes"],
             }
         ).reset_index(drop=True)
-
-    def on_shown(self) -> None:
-        self.figures.show()
-        self.table.show_grid()
-
-    def close(self) -> None:
-        self.table.close()
 
 
 class ExpertsPanel:
