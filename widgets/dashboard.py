@@ -165,7 +165,8 @@ class CheckpointState:
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Tensors, Files, Experts, Layers, Findings, Repair, Consolidate, Report.
+    Tabs: Overview, Tensors, Files, Experts, Layers, Values, Findings, Repair, Consolidate,
+    Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
