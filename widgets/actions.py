@@ -34,9 +34,7 @@ from inspector._internal.report.markdown import markdown_summary
 from inspector.errors import InspectorError, PlanRefusedError
 
 from .controls import button
-from .guard import EXPECTED_ERRORS as _EXPECTED
-from .guard import captured, guarded
-from .guard import error_html as _error
+from .guard import EXPECTED_ERRORS, captured, error_html, guarded
 from .report import write_html_report
 
 if TYPE_CHECKING:
@@ -196,9 +194,9 @@ class RepairPanel:
                     model=state.verdict is not None,
                     trust_remote_code=self.dash.trust_remote_code,
                 )
-        except _EXPECTED as exc:
+        except EXPECTED_ERRORS as exc:
             self.plan, self.preview = None, None
-            self.verdict.value = _error(exc)
+            self.verdict.value = error_html(exc)
             self.plan_view.value = ""
         else:
             self.verdict.value = self._verdict_html()
@@ -260,8 +258,8 @@ class RepairPanel:
         _hidden(self.confirm_box, True)
         try:
             result = self.plan.execute()
-        except _EXPECTED as exc:
-            self.result.value = _error(exc)
+        except EXPECTED_ERRORS as exc:
+            self.result.value = error_html(exc)
             self.make_plan()
             return
         self.dash.last_repair = result
@@ -438,8 +436,8 @@ class ConsolidatePanel:
                 max_shard_size=self.max_size.value.strip(),
                 dtype=self.dtype.value or None,
             )
-        except _EXPECTED as exc:
-            self.status.value = _error(exc)
+        except EXPECTED_ERRORS as exc:
+            self.status.value = error_html(exc)
             return None
         self.status.value = text_html(plan.describe())
         return plan
@@ -462,7 +460,7 @@ class ConsolidatePanel:
                     overwrite=self.overwrite.value,
                 ),
             )
-        except _EXPECTED as exc:
+        except EXPECTED_ERRORS as exc:
             self.progress.clear_output()
             self.status.value = _refused(exc, overwrite=self.overwrite.value)
             return None
@@ -487,7 +485,7 @@ class ConsolidatePanel:
 def _refused(exc: BaseException, *, overwrite: bool) -> str:
     """Why the consolidation did not run; for a destination that holds other files, what the
     form offers instead of the CLI flag the message names."""
-    text = _error(exc)
+    text = error_html(exc)
     if isinstance(exc, PlanRefusedError) and "--overwrite" in str(exc) and not overwrite:
         text += (
             "<div class='ckpt-consolidate-refused'>Nothing was written. Choose an empty "
@@ -540,8 +538,8 @@ class ReportPanel:
                 verdict=state.verdict,
                 figures=self.figures.value,
             )
-        except _EXPECTED as exc:
-            self.status.value = _error(exc)
+        except EXPECTED_ERRORS as exc:
+            self.status.value = error_html(exc)
             return None
         size = target.stat().st_size
         self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."

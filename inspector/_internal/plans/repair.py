@@ -41,8 +41,12 @@ from inspector._internal.checkpoint.quant_config import (
 )
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.checkpoint.scanned import IndexDoc, PerLayerInfo, ScannedCheckpoint
-from inspector._internal.checkpoint.scanned import LayoutName as _L
+from inspector._internal.checkpoint.scanned import (
+    IndexDoc,
+    LayoutName,
+    PerLayerInfo,
+    ScannedCheckpoint,
+)
 from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
@@ -366,7 +370,7 @@ def plan_repair(
     wanted = only or {"index", "sidecars", "quant-config"}
     if "index" in wanted and scanned.layout in INDEX_REBUILT_FOR:
         plan = plan + plan_index(scanned, duplicates=duplicates)
-    if "sidecars" in wanted and scanned.layout is _L.MODELOPT_PER_LAYER:
+    if "sidecars" in wanted and scanned.layout is LayoutName.MODELOPT_PER_LAYER:
         plan = plan + plan_sidecars(scanned)
     if "quant-config" in wanted and (quant_config or (only and "quant-config" in only)):
         plan = plan + plan_quant_config(scanned)
@@ -378,7 +382,7 @@ def plan_repair(
 def index_name(scanned: ScannedCheckpoint) -> str:
     """The index file of this checkpoint's layout: `pytorch_model.bin.index.json` for `.bin`
     files, `model.safetensors.index.json` otherwise."""
-    return BIN_INDEX_NAME if scanned.layout is _L.PYTORCH_BIN else INDEX_NAME
+    return BIN_INDEX_NAME if scanned.layout is LayoutName.PYTORCH_BIN else INDEX_NAME
 
 
 def plan_index(
