@@ -370,7 +370,7 @@ def test_coverage_is_exact(spec) -> None:
 
 
 def test_check_is_fast_and_folds(tmp_path: Path) -> None:
-    """60k tensors on 8 ranks, one rank's chunks lost: quick, and at most 21 findings."""
+    """60k tensors on 8 ranks, one rank's chunks lost: near-linear, and at most 21 findings."""
     chunks: dict[str, list[DcpChunk]] = {}
     for i in range(60_000):
         name = f"model.layers.{i // 600}.mlp.experts.{i % 600 // 3}.w{i % 3}.weight"
@@ -386,7 +386,9 @@ def test_check_is_fast_and_folds(tmp_path: Path) -> None:
     assert big.dcp.full_shapes[name] == (32, 64)  # rebuilt from the chunks
     start = time.process_time()
     found = check_dcp(big)
-    assert time.process_time() - start < 3
+    # About 2 s of CPU when linear; a walk quadratic in the tensors or ranks takes minutes.
+    # The bound catches that, not a loaded machine (it failed at 3 s under CI's load).
+    assert time.process_time() - start < 20
     assert len(found) == 21 and all(f.code == "dcp-coverage-gap" for f in found)
     assert "[12:16, 0:64]" in found[0].message
     assert (
@@ -418,7 +420,9 @@ def test_demo_files_match_the_real_writer(real: Path, tmp_path: Path) -> None:
 def test_demo_is_clean_and_quick(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     start = time.perf_counter()
     dest = write_dcp_demo(tmp_path / "dcp")
-    assert time.perf_counter() - start < 3
+    # Well under a second (it writes with the project's own code, no torch); the bound is
+    # wide so a loaded CI machine cannot trip it.
+    assert time.perf_counter() - start < 15
     assert capsys.readouterr() == ("", "")
     assert (dest / "README.txt").read_text().startswith("Demo: a DCP-sharded checkpoint")
     scanned = scan(dest)
