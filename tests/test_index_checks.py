@@ -18,7 +18,7 @@ from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
 from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
-from inspector._internal.findings.finding import Finding, FoldPolicy
+from inspector._internal.findings.finding import Finding, FoldPolicy, fold_listed
 from inspector._internal.storage import local_location
 
 INDEX = "model.safetensors.index.json"
@@ -402,3 +402,25 @@ def test_config_salvage_skips_values_that_are_not_utf8(tmp_path: Path) -> None:
         "num_hidden_layers": 4,
         "num_experts": 8,
     }
+
+
+def test_fold_listed_lists_the_first_items_then_counts_the_rest() -> None:
+    """The fold the .bin, compressed-tensors and block-quant checks share: per_code items as
+    findings of their own (with their tensor), one finding for the rest, in the same file."""
+    items = [(f"t{i}", "why") for i in range(5)]
+    found = fold_listed(
+        "bin-record-missing",
+        items,
+        file="f.bin",
+        tensor=lambda item: item[0],
+        message=lambda item: f"{item[0]}: {item[1]}",
+        rest=lambda left: f"{len(left)} more ({left[0][0]}...)",
+        policy=FoldPolicy(per_code=3),
+    )
+    assert [f.message for f in found] == ["t0: why", "t1: why", "t2: why", "2 more (t3...)"]
+    assert [f.tensor for f in found] == ["t0", "t1", "t2", None]
+    assert {(f.file, f.code) for f in found} == {("f.bin", "bin-record-missing")}
+    exact = fold_listed(
+        "bin-record-missing", items[:3], file="f", message=str, rest=str, policy=FoldPolicy(3, 3)
+    )
+    assert len(exact) == 3  # nothing left over: no summary

@@ -39,7 +39,12 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import FOLD, Finding, examples, make_finding
+from inspector._internal.findings.finding import (
+    Finding,
+    examples,
+    fold_listed,
+    make_finding,
+)
 from inspector._internal.formats.recipe import QuantModifier
 
 __all__ = ["CODES", "check_compressed_tensors", "compressed_tensors_config", "module_tensors"]
@@ -295,21 +300,16 @@ def _fold(code: Code, items: list[tuple[str, str]]) -> list[Finding]:
             "unquantized"
         ),
     }[code]
-    findings = [
-        make_finding(code, f"{CONFIG_NAME}: '{legible(m)}' {why}; {what}", file=CONFIG_NAME)
-        for m, why in items[: FOLD.per_code]
-    ]
-    rest = items[FOLD.per_code :]
-    if rest:
-        findings.append(
-            make_finding(
-                code,
-                f"{CONFIG_NAME}: {len(rest):,} more modules the same way "
-                f"({examples([m for m, _ in rest[:3]])}); {what}",
-                file=CONFIG_NAME,
-            )
-        )
-    return findings
+    return fold_listed(
+        code,
+        items,
+        file=CONFIG_NAME,
+        message=lambda item: f"{CONFIG_NAME}: '{legible(item[0])}' {item[1]}; {what}",
+        rest=lambda left: (
+            f"{CONFIG_NAME}: {len(left):,} more modules the same way "
+            f"({examples([m for m, _ in left[:3]])}); {what}"
+        ),
+    )
 
 
 def _recipe(

@@ -22,7 +22,11 @@ from inspector._internal.checks.compressed_tensors import module_tensors
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import FOLD, Finding, examples, make_finding
+from inspector._internal.findings.finding import (
+    Finding,
+    examples,
+    fold_listed,
+)
 
 __all__ = ["CODES", "check_block_quant"]
 
@@ -140,22 +144,13 @@ def _fold(head: str, items: list[tuple[str, str]]) -> list[Finding]:
         "loaders dequantize it wrongly or refuse it; re-export the module (quantized with its "
         "scales, or unquantized without them)"
     )
-    findings = [
-        make_finding(
-            Code.QUANT_SCHEME_MISMATCH,
-            f"{head}: '{legible(m)}' {why}; {advice}",
-            file=CONFIG_NAME,
-        )
-        for m, why in items[: FOLD.per_code]
-    ]
-    rest = items[FOLD.per_code :]
-    if rest:
-        findings.append(
-            make_finding(
-                Code.QUANT_SCHEME_MISMATCH,
-                f"{head}: {len(rest):,} more modules the same way "
-                f"({examples([m for m, _ in rest[:3]])}); {advice}",
-                file=CONFIG_NAME,
-            )
-        )
-    return findings
+    return fold_listed(
+        Code.QUANT_SCHEME_MISMATCH,
+        items,
+        file=CONFIG_NAME,
+        message=lambda item: f"{head}: '{legible(item[0])}' {item[1]}; {advice}",
+        rest=lambda left: (
+            f"{head}: {len(left):,} more modules the same way "
+            f"({examples([m for m, _ in left[:3]])}); {advice}"
+        ),
+    )

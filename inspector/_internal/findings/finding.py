@@ -44,6 +44,7 @@ __all__ = [
     "findings_to_frame",
     "fold",
     "fold_findings",
+    "fold_listed",
     "fold_ranges",
     "make_finding",
     "severity_rank",
@@ -176,6 +177,29 @@ def fold_findings(
         return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
 
     return fold(groups, lambda _file, f: f, summary, policy=policy)
+
+
+def fold_listed(
+    code: Code | str,
+    items: Sequence[T],
+    *,
+    file: str,
+    message: Callable[[T], str],
+    rest: Callable[[Sequence[T]], str],
+    tensor: Callable[[T], str | None] = lambda _item: None,
+    policy: FoldPolicy = FOLD,
+) -> list[Finding]:
+    """One finding per item (`message(item)`, `tensor(item)`) for the first
+    `policy.per_code` items of one code in `file`, then one finding for the rest
+    (`rest(items left)`)."""
+    found = [
+        make_finding(code, message(item), file=file, tensor=tensor(item))
+        for item in items[: policy.per_code]
+    ]
+    left = items[policy.per_code :]
+    if left:
+        found.append(make_finding(code, rest(left), file=file))
+    return found
 
 
 _COLUMNS = ["code", "severity", "message", "file", "tensor", "layer", "expert"]

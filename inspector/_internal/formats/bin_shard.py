@@ -11,7 +11,12 @@ from typing import TypeVar
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
-from inspector._internal.findings.finding import FOLD, Finding, examples, make_finding
+from inspector._internal.findings.finding import (
+    Finding,
+    examples,
+    fold_listed,
+    make_finding,
+)
 from inspector._internal.formats.pickle_guard import HostilePickleError, PickleBombError
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.torch_bin import (
@@ -242,24 +247,18 @@ def _columns(archive: BinArchive, rel: str, size: int) -> BinShard:
 
 
 def _lost_findings(rel: str, lost: list[tuple[str, str]]) -> list[Finding]:
-    findings = [
-        make_finding(
-            "bin-record-missing",
-            f"{legible(rel)}: '{legible(name)}' has no bytes in the archive: {why}; torch.load "
-            "fails on this file; re-copy it or re-save it from the source",
-            file=rel,
-            tensor=name,
-        )
-        for name, why in lost[: FOLD.per_code]
-    ]
-    rest = lost[FOLD.per_code :]
-    if rest:
-        findings.append(
-            make_finding(
-                "bin-record-missing",
-                f"{legible(rel)}: {len(rest):,} more tensors have no bytes in the archive "
-                f"({examples([n for n, _ in rest[:3]])}); re-copy the file",
-                file=rel,
-            )
-        )
-    return findings
+    return fold_listed(
+        "bin-record-missing",
+        lost,
+        file=rel,
+        tensor=lambda item: item[0],
+        message=lambda item: (
+            f"{legible(rel)}: '{legible(item[0])}' has no bytes in the "
+            f"archive: {item[1]}; torch.load fails on this file; re-copy it or re-save it from "
+            "the source"
+        ),
+        rest=lambda left: (
+            f"{legible(rel)}: {len(left):,} more tensors have no bytes in the "
+            f"archive ({examples([n for n, _ in left[:3]])}); re-copy the file"
+        ),
+    )
