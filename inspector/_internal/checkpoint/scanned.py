@@ -444,7 +444,7 @@ class ScannedCheckpoint:
     spec: ModelSpec = field(default_factory=ModelSpec)
     logical: LogicalTensors | None = None
     read_problems: tuple[ReadProblem, ...] = ()
-    # Names of JSON files we looked for and found, e.g. {"config.json", "hf_quant_config.json"}.
+    # Names of JSON files we looked for and found, e.g. `config.json` and `hf_quant_config.json`.
     json_files: frozenset[str] = frozenset()
     storage: Storage | None = None
     # llm-compressor's recipe.yaml: its QuantizationModifiers (inspector.recipe), or None.

@@ -1,6 +1,6 @@
 """What a `config.json` says should exist: layers, MoE layers, experts, MTP layers. Pure.
 
-The rules mirror how the modelling code of each family decides (docs/formats.md, "config.json"):
+The rules mirror how the modelling code of each family decides (docs/formats.md, `config.json`):
 - Qwen2/3-MoE: layer i is MoE when i is not in `mlp_only_layers` and
   `(i + 1) % decoder_sparse_step == 0`;
 - DeepSeek-V2/V3, Kimi, GLM-MoE: MoE when `i >= first_k_dense_replace` and
@@ -50,7 +50,7 @@ class ModelSpec:
     moe_layers: frozenset[int] | None = None
     experts_per_layer: int | None = None
     mtp_layers: int = 0
-    # Where the facts came from, e.g. "config.json" or "config.json:text_config".
+    # Where the facts came from, e.g. `config.json` or `config.json:text_config`.
     source: str | None = None
 
 

@@ -80,7 +80,7 @@ Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
 
 
 def compressed_tensors_config(config: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """config.json's `quantization_config` when it is a compressed-tensors one."""
+    """The `quantization_config` of `config.json` when it is a compressed-tensors one."""
     section = config.get("quantization_config") if isinstance(config, Mapping) else None
     if isinstance(section, Mapping) and section.get("quant_method") == "compressed-tensors":
         return section
