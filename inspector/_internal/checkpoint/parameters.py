@@ -32,6 +32,7 @@ from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIB
 from inspector._internal.checkpoint.quant_targets import group_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.tables import rows_named
+from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "parameters_of",
     "parse_count",
     "scan_parameters",
+    "scan_uncounted",
     "uncounted_elements",
 ]
 
@@ -68,10 +70,26 @@ def count_parameters(
     `weight_packed` is counted as stored)."""
     if not len(tensors):
         return 0
-    tensors = tensors.drop_duplicates("name") if tensors["name"].duplicated().any() else tensors
-    names = tensors["name"].astype(str).tolist()
+    return _count(*_each_name_once(tensors), config)
+
+
+def _count(tensors: pd.DataFrame, names: list[str], config: Mapping[str, Any] | None) -> int:
+    """`count_parameters` of a table whose names are distinct (`names` its name column)."""
+    if not len(tensors):
+        return 0
     numel = tensors["numel"].to_numpy(dtype=np.int64)
     return int(_values(names, tensors["dtype"], numel, _packed_bits(config)).sum())
+
+
+def _each_name_once(tensors: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(`tensors` with each name's first row only, its names). Duplicates are looked for
+    with a set of the names, not pandas' `duplicated`: that factorizes the Arrow string
+    column, a fifth of a second at 300,000 names, for a table that almost never has any."""
+    names = tensors["name"].astype(str).tolist()
+    if len(set(names)) < len(names):
+        tensors = tensors.drop_duplicates("name")
+        names = tensors["name"].astype(str).tolist()
+    return tensors, names
 
 
 def _tied_once(scanned: ScannedCheckpoint) -> pd.DataFrame:
@@ -90,8 +108,22 @@ def scan_parameters(scanned: ScannedCheckpoint) -> int:
     """`count_parameters` of every tensor of a scan, counted once per scan (the scan summary,
     the index check and the load check all show it)."""
     return scanned.derived(
-        "parameters", lambda: count_parameters(_tied_once(scanned), config=scanned.config)
+        "parameters", lambda: _count(*_named_once(scanned, _tied_once(scanned)), scanned.config)
     )
+
+
+def scan_uncounted(scanned: ScannedCheckpoint) -> Uncounted:
+    """`uncounted_elements` of every tensor of a scan, with `scan_parameters` as its values."""
+    table, _ = _named_once(scanned, scanned.tensors)
+    return _uncounted(table, scan_parameters(scanned))
+
+
+def _named_once(scanned: ScannedCheckpoint, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """`_each_name_once` of `table`, kept with the scan when `table` is its tensors table (the
+    parameter count and the index check's uncounted elements both need it)."""
+    if table is not scanned.tensors:
+        return _each_name_once(table)
+    return scanned.derived("tensors-each-name-once", lambda: _each_name_once(table))
 
 
 def parameters_of(
@@ -115,11 +147,8 @@ def _values(
     distinct params and dtypes (factorized), and the module of a name is taken only for
     the rows packing depends on, so 300,000 tensors cost a few tenths of a second."""
     params = [n[n.rfind(".") + 1 :] for n in names]
-    numbered: dict[str, int] = {}
-    codes = np.fromiter(
-        (numbered.setdefault(p, len(numbered)) for p in params), dtype=np.int64, count=len(params)
-    )
-    kinds = list(numbered)
+    coded = Coded.encode(params, len(params))
+    codes, kinds = coded.codes, coded.values
 
     def per_kind(test: Callable[[str], bool]) -> np.ndarray:
         return np.array([test(k) for k in kinds], dtype=bool)[codes]
@@ -140,26 +169,32 @@ def _values(
         dtype_codes
     ]
 
-    def module(row: int) -> str:
-        return names[row].rpartition(".")[0]
+    def modules(rows: np.ndarray) -> list[str]:
+        return [names[r].rpartition(".")[0] for r in rows.tolist()]
 
     if scales.any() and blocks.any():
         # MXFP4: `<proj>_scales` next to `<proj>_blocks` in the same module.
-        stems = {(module(r), params[r][: -len(_BLOCKS)]) for r in np.flatnonzero(blocks).tolist()}
-        for row in np.flatnonzero(scales).tolist():
-            if (module(row), params[row][: -len(_SCALES)]) in stems:
+        rows = np.flatnonzero(blocks)
+        stems = {
+            (m, params[r][: -len(_BLOCKS)])
+            for m, r in zip(modules(rows), rows.tolist(), strict=True)
+        }
+        rows = np.flatnonzero(scales)
+        for m, row in zip(modules(rows), rows.tolist(), strict=True):
+            if (m, params[row][: -len(_SCALES)]) in stems:
                 not_counted[row] = True
     candidates = np.flatnonzero(integer & (weight | packed_weight))
     in_fp4 = np.zeros(len(names), dtype=bool)
     if len(candidates) and evidence.any():
-        fp4_modules = {module(r) for r in np.flatnonzero(evidence).tolist()}
-        hits = [r for r in candidates.tolist() if module(r) in fp4_modules]
-        in_fp4[hits] = True
+        fp4_modules = set(modules(np.flatnonzero(evidence)))
+        in_fp4[candidates] = np.fromiter(
+            map(fp4_modules.__contains__, modules(candidates)), dtype=bool, count=len(candidates)
+        )
     values_per = np.ones(len(names), dtype=np.int64)
     values_per[in_fp4] = element_bits[in_fp4] // 4
     if bits is not None:
         packed = np.flatnonzero(integer & packed_weight & ~in_fp4)
-        per_value = np.array([bits(module(r)) for r in packed.tolist()], dtype=np.int64)
+        per_value = np.array([bits(m) for m in modules(packed)], dtype=np.int64)
         values_per[packed] = np.maximum(element_bits[packed] // np.maximum(per_value, 1), 1)
     mx = integer & blocks
     values_per[mx] = element_bits[mx] // 4
@@ -246,13 +281,16 @@ def uncounted_elements(
     `values` the count when the caller has it already."""
     if names is not None:
         tensors = tensors[rows_named(tensors, names)]
-    tensors = tensors.drop_duplicates("name")
+    tensors, listed = _each_name_once(tensors)
+    return _uncounted(tensors, _count(tensors, listed, config) if values is None else values)
+
+
+def _uncounted(tensors: pd.DataFrame, values: int) -> Uncounted:
+    """`Uncounted` of a table whose names are distinct."""
     param = tensors["param"]
     numel = tensors["numel"].to_numpy(dtype=np.int64)
     scales = param.isin(QUANT_SIBLING_PARAMS).to_numpy(dtype=bool)
     buffers = param.isin(BUFFER_PARAMS).to_numpy(dtype=bool)
-    if values is None:
-        values = count_parameters(tensors, config=config)
     return Uncounted(int(numel[scales].sum()), int(numel[buffers].sum()), values)
 
 
