@@ -17,6 +17,7 @@ from safetensors.torch import save_file
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
+from inspector._internal.checks import index as index_check
 from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
 from inspector._internal.findings.finding import Finding, FoldPolicy, fold_listed
 from inspector._internal.storage import local_location
@@ -424,3 +425,69 @@ def test_fold_listed_lists_the_first_items_then_counts_the_rest() -> None:
         "bin-record-missing", items[:3], file="f", message=str, rest=str, policy=FoldPolicy(3, 3)
     )
     assert len(exact) == 3  # nothing left over: no summary
+
+
+def _drifts(folder: Path) -> dict[str, object]:
+    """Ways the index and shards stop agreeing entry for entry, each applied to a copy."""
+    doc = _index(folder)
+    wmap = doc["weight_map"]
+    name = sorted(wmap)[3]
+    other = SHARD_1 if wmap[name] != SHARD_1 else SHARD_3
+    empty = {"metadata": {"format": "pt"}}
+    return {
+        "healthy": None,
+        "entry dropped": {**doc, "weight_map": {k: v for k, v in wmap.items() if k != name}},
+        "entry to the wrong file": {**doc, "weight_map": {**wmap, name: other}},
+        "entry no shard holds": {**doc, "weight_map": {**wmap, "model.gone.weight": SHARD_1}},
+        "entry to a missing file": {**doc, "weight_map": {**wmap, name: "model-gone.safetensors"}},
+        "file named as ./file": {**doc, "weight_map": {k: f"./{v}" for k, v in wmap.items()}},
+        "a shard holding nothing": ("empty.safetensors", empty),
+        "a shard listed nowhere": ("extra.safetensors", {"model.extra.weight": np.ones(2)}),
+        "a name in two shards": ("copy.safetensors", {name: np.ones(2)}),
+    }
+
+
+_DRIFTS = (
+    "healthy",
+    "entry dropped",
+    "entry to the wrong file",
+    "entry no shard holds",
+    "entry to a missing file",
+    "file named as ./file",
+    "a shard holding nothing",
+    "a shard listed nowhere",
+    "a name in two shards",
+)
+_AGREEING = ("healthy", "file named as ./file")
+
+
+@pytest.mark.parametrize("drift", _DRIFTS)
+def test_agreeing_index_shortcut_gives_what_the_walk_gives(
+    ckpt: Path, drift: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index check skips its per-name walk when index and shards agree entry for entry;
+    on every drift it must fall back, and the findings must be those of the walk."""
+    change = _drifts(ckpt)[drift]
+    if isinstance(change, tuple):
+        file, tensors = change
+        if "metadata" in tensors:
+            (ckpt / file).write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")
+        else:
+            safetensors.numpy.save_file(tensors, str(ckpt / file))
+    elif change is not None:
+        _write_index(ckpt, change)
+    scanned = scan(ckpt)
+    took = []
+    real = index_check._agrees
+
+    def spy(index: object, held: object) -> bool:
+        took.append(real(index, held))  # type: ignore[arg-type]
+        return took[-1]
+
+    monkeypatch.setattr(index_check, "_agrees", spy)
+    fast = check_index(scanned.shards, scanned.index)
+    monkeypatch.setattr(index_check, "_agrees", lambda index, held: False)
+    walked = check_index(scanned.shards, scanned.index)
+    assert took == [drift in _AGREEING]
+    assert fast == walked
+    assert bool(fast) == (drift not in _AGREEING)

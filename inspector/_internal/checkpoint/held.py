@@ -126,8 +126,11 @@ def normalized_map(weight_map: Mapping[str, str]) -> dict[str, str]:
 def normalized(weight_map: Mapping[str, str]) -> Mapping[str, str]:
     """`normalized_map` without the copy when nothing changes (read-only use only)."""
     renamed = _renamed(weight_map)
+    if renamed is not None:
+        return renamed
     # A plain dict: millions of lookups through a read-only view cost half as much again.
-    return dict(weight_map) if renamed is None else renamed
+    # One given as a dict (`IndexDoc.lookup_map`) is shared, not copied.
+    return weight_map if type(weight_map) is dict else dict(weight_map)
 
 
 def _renamed(weight_map: Mapping[str, str]) -> dict[str, str] | None:

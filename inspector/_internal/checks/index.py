@@ -34,13 +34,20 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from typing import TYPE_CHECKING
 
-from inspector._internal.checkpoint.held import HeldTensors, held_of, held_tensors, normalized
+import numpy as np
+
+from inspector._internal.checkpoint.held import (
+    HeldTensors,
+    held_of,
+    held_tensors,
+    normalize_member,
+    normalized,
+)
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.parameters import (
     Uncounted,
     parse_count,
-    scan_parameters,
-    uncounted_elements,
+    scan_uncounted,
 )
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
 from inspector._internal.common.display import legible
@@ -93,7 +100,7 @@ def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
-        not_counted = uncounted_elements(scanned.tensors, values=scan_parameters(scanned))
+        not_counted = scan_uncounted(scanned)
     return check_index(
         scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
     )
@@ -116,7 +123,9 @@ def check_index(
     findings = check_duplicates(held, index=index, policy=policy)
     if index is None:
         return findings
-    view = _IndexView.of(index.weight_map, held)
+    if _agrees(index, held):
+        return findings + _total_findings(index, held, _Drift(), not_counted or Uncounted())
+    view = _IndexView.of(index.lookup_map(), held)
     drift = _Drift()
     findings += _indexed_file_findings(index.file, view, held, drift, policy)
     findings += _listed_tensor_findings(index.file, view, held, drift, policy)
@@ -126,6 +135,28 @@ def check_index(
 
 
 # -- the index seen from the shards, computed once ------------------------------------------
+
+
+def _agrees(index: IndexDoc, held: HeldTensors) -> bool:
+    """True when the index and the shards agree entry for entry, so that only the totals are
+    left to check: every shard readable, well formed and named by the index, no name held
+    twice, as many names listed as held, and each listed name held by the file it is mapped
+    to. Array work over the index's file codes and one C-level lookup per name: a healthy
+    300,000-tensor index costs no dict of its own and no walk (a fifth of a second less)."""
+    if not held.distinct or held.unreadable or any(held.invalid.values()):
+        return False
+    if len(index.names) != len(held.first):
+        return False
+    position = {s.file: i for i, s in enumerate(held.shards)}
+    mapped = [position.get(normalize_member(f), -1) for f in index.files.values]
+    if -1 in mapped or len(set(mapped)) < len(held.shards):
+        return False
+    holder = np.fromiter(
+        map(held.first.get, index.names, repeat(-1)), dtype=np.int64, count=len(index.names)
+    )
+    expected = np.asarray(mapped, dtype=np.int64)[index.files.codes]
+    return bool(np.array_equal(holder, expected))
+
 
 # What `targets` holds for a name the index does not list when None is a value of the map
 # (never after `read_index_doc`, which only keeps str values; then None is used, which lets
@@ -420,7 +451,7 @@ def check_duplicates(
     """
     if not held.copies:
         return []
-    wmap = normalized(index.weight_map) if index else {}
+    wmap = normalized(index.lookup_map()) if index else {}
     groups: dict[str, list[str]] = {}
     for name, idx in held.copies.items():
         files = [held.shards[i].file for i in idx]

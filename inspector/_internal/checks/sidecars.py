@@ -275,7 +275,7 @@ def _against_index(
     for shard_file in sorted(sidecars):
         merged.update(normalized_map(sidecars[shard_file].weight_map))
     groups: dict[str, list[str]] = {"only-sidecars": [], "only-index": [], "different": []}
-    indexed = normalized(index.weight_map)
+    indexed = normalized(index.lookup_map())
     if merged == indexed:  # the usual case, compared at C speed
         return []
     for name, file in merged.items():
