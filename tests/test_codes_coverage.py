@@ -392,6 +392,7 @@ def test_code_expert_shape_mismatch(tmp_path: Path) -> None:
     folder = write_hf(tmp_path / "m", state, config=moe_config())
     f = one(run(folder), "expert-shape-mismatch")
     assert (f.layer, f.expert) == (0, 1) and "[8, 9]" in f.message and "[8, 8]" in f.message
+    assert f.tensor == "model.layers.0.mlp.experts.1.up_proj.weight"
 
 
 def test_code_layer_keyset_outlier(tmp_path: Path) -> None:

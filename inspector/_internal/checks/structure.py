@@ -203,7 +203,8 @@ class _Experts:
     """The expert tensors as integer-coded numpy columns: grouping 300,000 rows is done with
     `np.unique` on combined codes, and Python only loops over the distinct groups."""
 
-    rows: pd.DataFrame
+    rows: pd.DataFrame  # the expert rows of the tensors table, without their names
+    names: pd.Series  # the whole table's name column, by the same index
     layer: np.ndarray
     expert: np.ndarray
     key: np.ndarray  # index into `keys`
@@ -219,11 +220,14 @@ class _Experts:
 def _expert_rows(t: pd.DataFrame) -> _Experts:
     mask = (t["kind"] == "expert").to_numpy(dtype=bool) & t["expert"].notna().to_numpy(dtype=bool)
     mask &= t["layer"].notna().to_numpy(dtype=bool)
-    rows = t[mask]
+    # Every column but the names: taking 150,000 strings out of the Arrow name column costs
+    # more than all the grouping below; the few findings look their names up (`name_at`).
+    rows = t.loc[mask, [c for c in t.columns if c != "name"]]
     key, keys = _key_codes(rows)
     sig, sigs = _sig_codes(rows)
     return _Experts(
         rows=rows,
+        names=t["name"],
         layer=rows["layer"].to_numpy(dtype=np.int64),
         expert=rows["expert"].to_numpy(dtype=np.int64),
         key=key,
@@ -412,7 +416,7 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
                     f"layer {layer}: {legible(e.keys[key])} of experts {fold_ranges(experts)} is "
                     f"{legible(sig_value)}, expected {legible(common)} like its siblings",
                     file=str(e.rows["file"].iat[rows[0]]),
-                    tensor=str(e.rows["name"].iat[rows[0]]),
+                    tensor=str(e.names.loc[e.rows.index[rows[0]]]),
                     layer=layer,
                     expert=experts[0] if len(experts) == 1 else None,
                 )
