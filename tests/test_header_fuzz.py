@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from unittest import mock
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -14,6 +15,7 @@ from safetensors.numpy import save
 
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.findings.finding import CODES
+from inspector._internal.formats import safetensors as safetensors_format
 from inspector._internal.formats.safetensors import ShardHeader, parse_header_bytes, read_header
 
 SHARD_CODES = {
@@ -255,3 +257,57 @@ def test_generated_valid_headers_round_trip(generated, padding) -> None:
     if data_len:
         shorter = parse_header_bytes(raw, file="gen.safetensors", file_size=7 + len(raw) + data_len)
         assert [f.code for f in shorter.findings] == ["file-truncated"]
+
+
+# -- the bulk path says what the per-entry path says ------------------------------------------
+
+EDGE_NUMBERS = st.sampled_from([-1, 0, 1, 3, 2**31, 2**60, 2**62, 2**63 - 1, 2**63, 2**64 - 1])
+EDGE_VALUES = (
+    EDGE_NUMBERS
+    | st.lists(EDGE_NUMBERS, max_size=3)
+    | st.sampled_from([True, 1.0, "BF16", "F4", "X", None, [1, True], [0.5]])
+    | JSON_VALUES
+)
+
+
+@FUZZ
+@given(
+    generated_headers(),
+    st.lists(
+        st.tuples(
+            st.integers(0, 19),
+            st.sampled_from(["dtype", "shape", "data_offsets", "offset+1", "begin", "end"]),
+            EDGE_VALUES,
+        ),
+        max_size=3,
+    ),
+    st.integers(-2, 2),
+)
+def test_bulk_path_reads_what_the_per_entry_path_reads(generated, edits, size_change) -> None:
+    """Every header, valid or damaged where the bulk checks look (dtype, shape, offsets,
+    sizes, tiling, int64 range), reads the same with the bulk path as without it: the bulk
+    path only takes what the per-entry path would accept, and says the same of the file."""
+    header, data_len = generated
+    names = [k for k in header if k != "__metadata__"]
+    for which, field, value in edits if names else []:
+        entry = header[names[which % len(names)]]
+        if field in ("dtype", "shape", "data_offsets"):
+            entry[field] = value
+            continue
+        offsets = entry["data_offsets"]
+        if not (isinstance(offsets, list) and len(offsets) == 2):
+            continue  # an earlier edit replaced them
+        begin, end = offsets
+        if field == "begin":
+            entry["data_offsets"] = [value, end]
+        elif field == "end":
+            entry["data_offsets"] = [begin, value]
+        elif type(end) is int:
+            entry["data_offsets"] = [begin, end + 1]
+    raw = json.dumps(header).encode()
+    size = max(8 + len(raw) + data_len + size_change, 0)
+    bulk = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
+    with mock.patch.object(safetensors_format, "_bulk_columns", lambda _header: None):
+        walked = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
+    assert bulk == walked
+    assert bulk.dtype.values == walked.dtype.values and bulk.shape.values == walked.shape.values

@@ -22,7 +22,7 @@ import reprlib
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -54,6 +54,10 @@ _DUP_MARKER = b'"data_offsets"'
 _FAST_MAX_DIMS = 16
 # Past this element count a tensor cannot fit any file; the exact product is not needed.
 _HUGE_NUMEL = 1 << 72
+# Bit counts at or past this do not fit the int64 columns the bulk path checks with numpy;
+# no file reaches the offset (1 EiB), and below it 8 x a size is an int64 too.
+_INT64_END = 1 << 63
+_MAX_OFFSET = 1 << 60
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = 60
 _SHORT.maxother = 60
@@ -254,16 +258,19 @@ def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
     metadata = _metadata(header.pop("__metadata__", None), out)
     if raw.count(_DUP_MARKER) > len(header):
         _report_duplicates(raw, out)
-    columns = _bulk_columns(header)
-    if columns is not None:
-        _check_length(file_size, len(raw), columns[4], tiled=True, out=out)
-    else:
-        columns = _entries(header, out)
-        # An entry that cannot be located may own the bytes around the others: gaps and the
-        # file length cannot be judged, and the file is already an error.
-        if len(columns[0]) == len(header):
-            tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
-            _check_length(file_size, len(raw), columns[4], tiled=tiled, out=out)
+    bulk = _bulk_columns(header)
+    if bulk is not None:
+        names, dtype, shape, begins, ends = bulk
+        _check_length(file_size, len(raw), int(ends.max()) if len(ends) else 0, out=out)
+        return ShardHeader(
+            file, file_size, len(raw), metadata, names, dtype, shape, begins, ends, out.done()
+        )
+    columns = _entries(header, out)
+    # An entry that cannot be located may own the bytes around the others: gaps and the
+    # file length cannot be judged, and the file is already an error.
+    if len(columns[0]) == len(header):
+        tiled = _check_tiling(columns, file_size - 8 - len(raw), out)
+        _check_length(file_size, len(raw), max(columns[4], default=0), tiled=tiled, out=out)
     return ShardHeader.from_columns(
         file, file_size, len(raw), metadata, *columns, findings=out.done()
     )
@@ -338,57 +345,66 @@ def _metadata(value: object, out: _Collector) -> Mapping[str, str] | None:
     return MappingProxyType({k: v for k, v in value.items() if isinstance(v, str)})
 
 
-def _bulk_columns(header: dict) -> _Columns | None:
+def _bulk_columns(
+    header: dict,
+) -> tuple[tuple[str, ...], Coded[str], Coded[tuple[int, ...]], np.ndarray, np.ndarray] | None:
     """The columns of a header with no problem at all, checked in bulk; None on any doubt.
 
-    Every check here is a C-level pass over a column (no Python code per entry): the entries
-    are dicts with the three keys (`itemgetter` raises on anything else), dtypes are known,
-    shapes are short lists of non-negative ints, offsets are pairs of non-negative ints,
-    sizes match, and the ranges tile from 0.
+    No Python code runs per entry: the entries are dicts with the three keys (`itemgetter`
+    raises on anything else); dtypes and shapes are coded in one dict pass each and judged
+    once per distinct value (known dtypes; short shapes of non-negative ints); offsets are
+    pairs of ints that fit int64; sizes match and the ranges tile from 0, both checked with
+    numpy on the offset arrays. The result is what `ShardHeader` holds, so nothing is coded
+    twice.
     """
     if not header:
-        return [], [], [], [], []
+        return (), _NO_DTYPES, _NO_SHAPES, _EMPTY_I64, _EMPTY_I64
     try:
         entries = list(header.values())
-        dtypes = list(map(operator.itemgetter("dtype"), entries))
+        n = len(entries)
+        dtype = Coded.encode(map(operator.itemgetter("dtype"), entries), n)
         raw_shapes = list(map(operator.itemgetter("shape"), entries))
         offsets = list(map(operator.itemgetter("data_offsets"), entries))
-        if not set(dtypes) <= DTYPE_BITS.keys() or set(map(type, raw_shapes)) != {list}:
+        if not set(dtype.values) <= DTYPE_BITS.keys() or set(map(type, raw_shapes)) != {list}:
             return None
-        if max(map(len, raw_shapes)) > _FAST_MAX_DIMS or set(map(len, offsets)) != {2}:
+        shape = Coded.encode(map(tuple, raw_shapes), n)
+        if not all(map(_plain_shape, shape.values)) or set(map(len, offsets)) != {2}:
             return None
-        begins = list(map(operator.itemgetter(0), offsets))
-        ends = list(map(operator.itemgetter(1), offsets))
-        dims = list(chain.from_iterable(raw_shapes))
-        # One type pass over every number; signs: begins are checked by the tiling (the
-        # smallest is 0), ends by the size check (end - begin = size >= 0), dims here.
-        if set(map(type, chain(begins, ends, dims))) != {int} or (dims and min(dims) < 0):
+        begin_list = list(map(operator.itemgetter(0), offsets))
+        end_list = list(map(operator.itemgetter(1), offsets))
+        # One type pass over every offset, then their range: no end past `_MAX_OFFSET`
+        # and no negative begin, so that `8 * (end - begin)` stays inside int64.
+        if set(map(type, chain(begin_list, end_list))) != {int}:
             return None
-        nbytes = list(map(operator.sub, ends, begins))
-        bits = map(operator.mul, map(math.prod, raw_shapes), map(DTYPE_BITS.__getitem__, dtypes))
-        if list(bits) != list(map(operator.lshift, nbytes, repeat(3))):
-            return None
-        if not _tiles(begins, ends, nbytes):
+        if max(end_list) >= _MAX_OFFSET or min(begin_list) < 0:
             return None
     except (KeyError, TypeError, IndexError):
         return None
-    return list(header), dtypes, raw_shapes, begins, ends
+    numel = [math.prod(s) for s in shape.values]
+    bits = [DTYPE_BITS[d] for d in dtype.values]
+    if max(numel) * max(bits) >= _INT64_END:  # only a hostile shape; the slow path says so
+        return None
+    begins, ends = int64s(begin_list, n), int64s(end_list, n)
+    sizes = ends - begins
+    stored = np.asarray(numel, np.int64)[shape.codes] * np.asarray(bits, np.int64)[dtype.codes]
+    if not np.array_equal(stored, sizes * 8) or not _tiles(begins, ends):
+        return None
+    return tuple(header), dtype, shape, begins, ends
 
 
-def _tiles(begins: list[int], ends: list[int], nbytes: list[int]) -> bool:
-    """True when the ranges, sorted, run from 0 with each starting where the last ended.
+def _plain_shape(shape: tuple[Any, ...]) -> bool:
+    """A shape the bulk path takes: at most `_FAST_MAX_DIMS` non-negative ints."""
+    if len(shape) > _FAST_MAX_DIMS:
+        return False
+    return not shape or (set(map(type, shape)) == {int} and min(shape) >= 0)
 
-    With no empty range, sorting begins and ends separately is enough (the range starting
-    at 0 must be the one ending first, and so on by induction) and much cheaper than
-    sorting pairs; empty ranges need the pairs.
-    """
-    if 0 in nbytes:
-        order = sorted(zip(begins, ends, strict=True))
-        starts = list(map(operator.itemgetter(0), order))
-        stops = list(map(operator.itemgetter(1), order))
-    else:
-        starts, stops = sorted(begins), sorted(ends)
-    return starts[0] == 0 and starts[1:] == stops[:-1]
+
+def _tiles(begins: np.ndarray, ends: np.ndarray) -> bool:
+    """True when the ranges, sorted by (begin, end), run from 0 with each starting where the
+    last ended (empty ranges included)."""
+    order = np.lexsort((ends, begins))
+    starts, stops = begins[order], ends[order]
+    return bool(starts[0] == 0 and np.array_equal(starts[1:], stops[:-1]))
 
 
 def _entries(header: dict, out: _Collector) -> _Columns:
@@ -525,11 +541,12 @@ def _check_tiling(columns: _Columns, data_len: int, out: _Collector) -> bool:
 
 
 def _check_length(
-    file_size: int, header_len: int, ends: list[int], *, tiled: bool, out: _Collector
+    file_size: int, header_len: int, data_end: int, *, tiled: bool = True, out: _Collector
 ) -> None:
-    """The file must be exactly `8 + header + data`; a short file only counts as truncated
-    when the offsets are consistent (otherwise `_check_tiling` already said what is wrong)."""
-    expected = 8 + header_len + (max(ends) if ends else 0)
+    """The file must be exactly `8 + header + data` (`data_end`: the largest end offset); a
+    short file only counts as truncated when the offsets are consistent (otherwise
+    `_check_tiling` already said what is wrong)."""
+    expected = 8 + header_len + data_end
     if file_size < expected and tiled:
         out.add(
             "file-truncated",
