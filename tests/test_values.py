@@ -616,3 +616,66 @@ def test_full_read_of_a_file_cut_while_it_is_read_reports_instead_of_crashing(
     assert len(unread) and unread["why"].str.contains("got shorter while it was read").all()
     assert (lost[lost["finding"] == ""]["elements"] > 0).all()  # read before the cut
     assert (table[table["file"] != shard.name]["finding"] == "").all()
+
+
+def test_more_sample_windows_catch_a_small_nan_span_the_default_misses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One NaN in a 16 KiB tensor: the default 8 windows (2 KiB) miss it where it lies,
+    `--sample-windows 64` reads every stratum's 256 bytes (all of it) and names it; another
+    seed reads other bytes; the budget is capped and refused with --values full."""
+    from safetensors.torch import save_file
+
+    from inspector._internal.cli.main import main
+
+    name = "model.layers.2.mlp.down_proj.weight"
+    gen = torch.Generator().manual_seed(0)
+    weights = {
+        f"model.layers.{layer}.mlp.down_proj.weight": torch.randn(8192, generator=gen).to(
+            torch.bfloat16
+        )
+        / 50
+        for layer in range(4)
+    }
+    missed_at = None
+    for at in range(100, 8192, 997):  # a spot the default windows do not read
+        damaged = dict(weights, **{name: weights[name].clone()})
+        damaged[name][at] = float("nan")
+        save_file(damaged, str(tmp_path / "model.safetensors"))
+        if not [f for f in check(scan(tmp_path), values="sample", model=False) if f.tensor]:
+            missed_at = at
+            break
+    assert missed_at is not None
+    found = check(scan(tmp_path), values="sample", sample_windows=64, model=False)
+    assert [(f.code, f.tensor) for f in found] == [("tensor-nonfinite", name)]
+    assert "1 NaN" in found[0].message
+    scanned = scan(tmp_path)
+    seed = next((s for s in range(1, 400) if values_check(scanned, "sample", seed=s)), None)
+    assert seed is not None, "some other seed puts a window on the NaN"
+
+    argv = ["check", str(tmp_path), "--no-model", "--json"]
+    assert main([*argv, "--sample-windows", "64"]) == 1  # implies --values sample
+    assert [f["code"] for f in json.loads(capsys.readouterr().out)["findings"]] == [
+        "tensor-nonfinite"
+    ]
+    assert main([*argv, "--values", "sample", "--sample-seed", str(seed)]) == 1
+    capsys.readouterr()
+    assert main([*argv, "--values", "full", "--sample-windows", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--values full reads every byte" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as exit_code:
+        main([*argv, "--sample-windows", "5000"])
+    assert exit_code.value.code == 2
+    assert "at most 4,096" in capsys.readouterr().err
+
+
+def test_a_table_read_with_its_own_budget_is_the_one_reports_show(tmp_path: Path) -> None:
+    from inspector._internal.checks.values import computed_value_table
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    scanned = scan(folder)
+    assert computed_value_table(scanned) is None
+    check(scanned, values="sample", sample_windows=2, model=False)
+    table = computed_value_table(scanned)
+    assert table is not None and table is value_table(scanned, "sample", budget=SampleBudget(2))
+    assert table is not value_table(scanned, "sample")  # the default budget is its own table

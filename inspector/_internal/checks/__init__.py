@@ -23,6 +23,7 @@ from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, sort_findings
+from inspector._internal.formats.value_reading import SampleBudget
 from inspector._internal.load.verdict import load_verdict
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ def check(
     trust_remote_code: bool = False,
     verdict: LoadVerdict | None = None,
     progress: bool = False,
+    sample_windows: int | None = None,
+    sample_seed: int = 0,
 ) -> list[Finding]:
     """All findings: those met while scanning, the layout's drift checks, structural checks,
     with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
@@ -57,6 +60,8 @@ def check(
     NaN/Inf, duplicate bytes). `values="sample"` or `"full"` reads tensor values for their
     statistics (`inspector._internal.checks.values`: NaN/Inf, all-zero, never-written and
     outlier tensors against their siblings; the table is then `scanned.values`).
+    `sample_windows` (default 8) and `sample_seed` (default 0) change what `"sample"` reads
+    of each tensor: more windows catch smaller damaged spans, another seed other offsets.
 
     Sorted worst first, then by code and file; exact duplicates are dropped. `progress`
     draws a progress bar over the check stages (`tqdm.auto`).
@@ -72,7 +77,8 @@ def check(
     if deep:
         stages.append(partial(_deep, scanned))
     if values is not None:
-        stages.append(partial(_values, scanned, values))
+        budget = None if sample_windows is None else SampleBudget(windows=sample_windows)
+        stages.append(partial(_values, scanned, values, budget, sample_seed))
     found: list[Finding] = list(scanned.read_findings)
     with reporting(progress):
         for stage in track(stages, desc="checks", unit="stage"):
@@ -105,7 +111,11 @@ def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
 
 
 def _values(
-    scanned: ScannedCheckpoint, mode: Literal["sample", "full"], found: list[Finding]
+    scanned: ScannedCheckpoint,
+    mode: Literal["sample", "full"],
+    budget: SampleBudget | None,
+    seed: int,
+    found: list[Finding],
 ) -> list[Finding]:
     # With --deep too, a tensor already reported as zero or NaN is not reported twice; nor
     # are the tensors of a file the structure check already found short (it names them).
@@ -115,7 +125,7 @@ def _values(
         *found,
         *(
             f
-            for f in values_check(scanned, mode)
+            for f in values_check(scanned, mode, budget=budget, seed=seed)
             if (f.code, f.tensor) not in seen
             and not (f.code == Code.FILE_TRUNCATED.value and f.file in short)
         ),

@@ -66,21 +66,27 @@ def value_table(
     """One row per tensor whose bytes could be read: name, file, dtype, numel, layer,
     expert, kind, the statistics (`TensorStats` fields), `mode`, the sibling judgement
     (`siblings`, `sibling_std`, `sibling_absmax`) and `finding` (a code or "") with `why`.
-    Computed once per mode and kept with the scan (default budget and seed)."""
+    Computed once per mode, budget and seed and kept with the scan (`workers` only changes
+    the speed; a table read with it set is not kept)."""
     if mode not in MODES:
         raise ValueError(f"values mode {mode!r}: expected one of {', '.join(MODES)}")
-    if budget is None and seed == 0 and workers is None:
-        return scanned.derived(f"values:{mode}", lambda: _build(scanned, mode, None, 0, None))
-    return _build(scanned, mode, budget, seed, workers)
+    if workers is not None:
+        return _build(scanned, mode, budget, seed, workers)
+    key = f"values:{mode}"
+    if mode == "sample" and (budget not in (None, SampleBudget()) or seed):
+        chosen = budget or SampleBudget()
+        key += f":{chosen.windows}x{chosen.window_bytes}:seed{seed}"
+    return scanned.derived(key, lambda: _build(scanned, mode, budget, seed, None))
 
 
 def computed_value_table(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
     """The table a check already computed for this scan (full preferred), or None: reports
     show values only when they were asked for, they never read tensor data themselves."""
     memo = scanned.__dict__.get("_derived", {})
-    for key in ("values:full", "values:sample"):
-        if key in memo:
-            table: pd.DataFrame = memo[key]
+    for mode in ("full", "sample"):  # the last table read of the mode (any budget and seed)
+        keys = [k for k in memo if k == f"values:{mode}" or k.startswith(f"values:{mode}:")]
+        if keys:
+            table: pd.DataFrame = memo[keys[-1]]
             return table
     return None
 

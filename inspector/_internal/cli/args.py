@@ -13,6 +13,7 @@ from typing import Any
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
+from inspector._internal.formats.value_reading import SampleBudget
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
 from inspector._internal.storage import is_remote
 from inspector._internal.storage.guard import origin
@@ -145,6 +146,16 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: expected 1 or more")
+    return value
+
+
+def sample_windows(text: str) -> int:
+    value = positive(text)
+    if value > SampleBudget.MAX_WINDOWS:
+        raise argparse.ArgumentTypeError(
+            f"{value:,} windows: expected at most {SampleBudget.MAX_WINDOWS:,} a tensor "
+            "(for more, read every byte with --values full)"
+        )
     return value
 
 

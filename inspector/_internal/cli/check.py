@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Literal
 
 from inspector._internal.checks import check
 from inspector._internal.cli.args import (
@@ -10,10 +11,12 @@ from inspector._internal.cli.args import (
     add_path_arguments,
     emit,
     exit_for,
+    sample_windows,
     scan_from_args,
     verdict_from_args,
 )
 from inspector._internal.report.text import check_result, format_check
+from inspector.errors import InspectorError
 
 __all__ = ["add_parser", "run"]
 
@@ -43,6 +46,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "small windows of each tensor, `full` every byte (see the docs' Tensor values page)",
     )
     p.add_argument(
+        "--sample-windows",
+        type=sample_windows,
+        metavar="N",
+        help="windows --values sample reads per tensor, which it implies (default 8 of 256 "
+        "bytes; more catch smaller damaged spans, at N x 256 bytes a tensor)",
+    )
+    p.add_argument(
+        "--sample-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="where the windows of --values sample fall, which it implies (default 0; the "
+        "same seed reads the same bytes, another seed other ones)",
+    )
+    p.add_argument(
         "--full",
         action="store_true",
         help="with --json: list every name of the load verdict (by default each list keeps "
@@ -53,12 +71,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    sampling = args.sample_windows is not None or args.sample_seed != 0
+    if sampling and args.values == "full":
+        raise InspectorError(
+            "check: --sample-windows and --sample-seed choose what --values sample reads, "
+            "but --values full reads every byte; drop them or use --values sample"
+        )
+    values: Literal["sample", "full"] | None = (
+        "sample" if sampling and args.values is None else args.values
+    )
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(
         scanned,
         deep=args.deep,
-        values=args.values,
+        values=values,
+        sample_windows=args.sample_windows,
+        sample_seed=args.sample_seed,
         model=verdict is not None,
         verdict=verdict,
     )

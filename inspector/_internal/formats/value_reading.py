@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import ClassVar, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -73,11 +73,19 @@ class SampleBudget:
     windows: int = 8
     window_bytes: int = 256
 
+    # A budget is asked for by a person (`check --sample-windows`): past this many windows
+    # (1 MiB a tensor at 256 bytes each) a sample costs more than reading in full mode.
+    MAX_WINDOWS: ClassVar[int] = 4096
+
     def __post_init__(self) -> None:
-        if self.windows < 1 or self.window_bytes < 8 or self.window_bytes % 8:
+        if (
+            not 1 <= self.windows <= self.MAX_WINDOWS
+            or self.window_bytes < 8
+            or self.window_bytes % 8
+        ):
             raise ValueError(
-                f"sample budget {self.windows} x {self.window_bytes} bytes: expected at least "
-                "one window of a multiple of 8 bytes"
+                f"sample budget {self.windows} x {self.window_bytes} bytes: expected 1 to "
+                f"{self.MAX_WINDOWS:,} windows of a multiple of 8 bytes"
             )
 
     @property
