@@ -741,7 +741,8 @@ def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
     depth = _capped(_int64([s[0] if len(s) else 0 for s in shapes]))
     st_rows, st_layer = _spread(stacked, depth)
     rows = np.concatenate([own, st_rows])
-    frame = t.iloc[rows][columns].reset_index(drop=True)
+    # Columns first: taking rows of every column would copy the Arrow name column too.
+    frame = t[columns].iloc[rows].reset_index(drop=True)
     frame["layer"] = np.concatenate([layer[own], st_layer])
     frame["object"] = False
     objects = _object_keys(scanned)
