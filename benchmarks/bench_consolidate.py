@@ -172,20 +172,18 @@ def _run_ours(
     src: Path, out: Path, names: list[str] | None, *, workers: int, fsync: bool = True
 ) -> None:
     from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checkpoint.scanned import DcpInfo
     from inspector._internal.plans.consolidate import plan_consolidation
 
     scanned = scan(src)
     if names is not None:
         # The same subset PyTorch gets: only these tensors are visible to the plan.
         dcp = scanned.dcp
-        keep = {n: dcp.chunks[n] for n in names}
-        sub = replace(
-            dcp,
-            chunks=keep,
-            full_shapes={n: dcp.full_shapes[n] for n in names},
-            mapping={n: dcp.mapping[n] for n in names},
+        assert dcp is not None and dcp.mapping is not None
+        sub = DcpInfo.from_chunks(
+            {n: dcp.chunks[n] for n in names}, mapping={n: dcp.mapping[n] for n in names}
         )
-        scanned = replace(scanned, dcp=sub)
+        scanned = replace(scanned, info=sub)
     plan = plan_consolidation(scanned, out)
     plan.execute(progress=False, verify=False, workers=workers, fsync=fsync)
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import compileall
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from inspector._internal.plans.consolidate.engine import SourceFiles
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,3 +50,26 @@ def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("demo-checkpoints")
     write_demos(target, log=lambda _line: None)
     return target
+
+
+@pytest.fixture
+def cut_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], dict[str, int]]:
+    """Factory: from now on, "another process" cuts the first source file a copy opens
+    (consolidate, re-shard, `repair --from`), in folder `folder`, to half its size as soon as
+    the copy has opened it. Returns {file: the size it was cut to}, filled when that happens."""
+
+    def install(folder: Path) -> dict[str, int]:
+        real = SourceFiles.reader
+        cut: dict[str, int] = {}
+
+        def cutting(self: SourceFiles, file: str):  # type: ignore[no-untyped-def]
+            reader = real(self, file)
+            if not cut:
+                cut[file] = (folder / file).stat().st_size // 2
+                os.truncate(folder / file, cut[file])
+            return reader
+
+        monkeypatch.setattr(SourceFiles, "reader", cutting)
+        return cut
+
+    return install

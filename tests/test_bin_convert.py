@@ -14,6 +14,7 @@ import json
 import shutil
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +222,28 @@ def test_conversion_refused_where_the_output_could_not_be_the_model(tmp_path: Pa
 
 
 # -- repair --only reshard: the conversion in place ------------------------------------------
+
+
+def test_reshard_of_a_source_cut_while_it_is_copied_changes_nothing(
+    tmp_path: Path,
+    cut_on_open: Callable[[Path], dict[str, int]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Another process cuts a `.bin` shard in half as soon as the re-shard opens it: the copy
+    comes back short. One line names the shard, where it ended and what to do; the staged
+    output is removed and the folder holds what it held (nothing moved, nothing new)."""
+    folder = tmp_path / "llama"
+    shutil.copytree(FIXTURES / "transformers4/llama-sharded", folder)
+    before = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    cut = cut_on_open(folder)
+    assert main(["repair", str(folder), "--only", "reshard", "--yes"]) == 2
+    ((file, at),) = cut.items()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(folder / file) in err, err
+    assert f"the file ended at byte {at:,}: it got shorter while it was read" in err
+    assert copy_engine.AGAIN in err
+    after = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*"))
+    assert after == before
 
 
 def test_repair_reshard_converts_a_bin_folder_in_place(

@@ -5,16 +5,19 @@ worst first; `--json` shape; `--fail-on` exit codes (0 below the threshold, 1 at
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+from golden_manifest import FIXTURES
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file, save_file
 
+from inspector import scan
 from inspector._internal.cli.main import main
 
 H = 8
@@ -221,6 +224,87 @@ def test_deep_reports_zero_nan_and_duplicated_bytes(capsys, tmp_path: Path) -> N
     assert ("duplicate-tensor-content", "mtp.layers.0.eh_proj.weight") in found
     code, out, _ = cli(capsys, "check", str(folder), "--deep")
     assert "INFO duplicate-tensor-identical" in out and "the same bytes" in out
+
+
+# Another process cuts a shard short while `--deep` reads it, before it reads entry WHEN (in
+# file order). The check runs in a child process, so a signal would end the child, not the
+# test run.
+_CUT_WHILE_READ = """
+import json, os, sys
+from inspector import check, scan
+from inspector._internal.formats.tensordata import TensorData
+
+folder, shard, cut, when = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+scanned = scan(folder)
+real = TensorData.shard_entries
+
+def cutting(self, header):
+    for i, entry in enumerate(real(self, header)):
+        if header.file == shard and i == when:
+            os.truncate(os.path.join(folder, shard), cut)
+        yield entry
+
+TensorData.shard_entries = cutting
+found = check(scanned, model=False, deep=True)
+print(json.dumps([[f.code, f.file, f.tensor, f.message] for f in found]))
+"""
+
+
+def _large_shards(folder: Path) -> tuple[str, dict[str, tuple[int, int]]]:
+    """Two shards of three 2 MiB tensors each (safetensors' own writer); the first one's
+    name and where each of its tensors lies in it."""
+    folder.mkdir()
+    for k in range(2):
+        state = {f"model.layers.{3 * k + i}.mlp.weight": bf16(1024, 1024, seed=i) for i in range(3)}
+        save_file(state, str(folder / f"model-0000{k + 1}-of-00002.safetensors"))
+    return "model-00001-of-00002.safetensors", _spans(folder / "model-00001-of-00002.safetensors")
+
+
+def _spans(path: Path) -> dict[str, tuple[int, int]]:
+    """Where each tensor of a safetensors file lies in it, [start, end), as the scan reads it."""
+    (shard,) = scan(path).shards
+    at = shard.data_start
+    return {
+        name: (at + b, at + e)
+        for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True)
+    }
+
+
+@pytest.mark.parametrize("case", ["large-tensors", "small-tensors"])
+def test_deep_read_of_a_file_cut_while_it_is_read_reports_instead_of_dying(
+    tmp_path: Path, case: str
+) -> None:
+    """Read through a memory map, the tensors past the new end of the file killed the
+    process with SIGBUS (no finding, no message). Read with `preadv` they come back short:
+    each is `tensor-unreadable` with the reason the values reader gives, the tensors read
+    before the cut (and the other shards) are checked as usual. Large tensors are read
+    block by block, the cut after the first one is read; small ones many per read, the cut
+    before the first is read, inside the first block."""
+    folder = tmp_path / "model"
+    if case == "large-tensors":
+        shard, spans = _large_shards(folder)
+        second = sorted(spans.values())[1]
+        cut, when = second[0] + 1000, 1
+    else:
+        shutil.copytree(FIXTURES / "transformers/mixtral", folder)
+        shard = "model-00002-of-00004.safetensors"
+        spans = _spans(folder / shard)
+        cut, when = min(a for a, _ in spans.values()) + 4096 + 100, 0
+    run = subprocess.run(
+        [sys.executable, "-c", _CUT_WHILE_READ, str(folder), shard, str(cut), str(when)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, f"the check died (exit {run.returncode}): {run.stderr[-2000:]}"
+    found = json.loads(run.stdout)
+    assert {f[0] for f in found} == {"tensor-unreadable"}, found
+    assert {f[1] for f in found} == {shard}
+    why = f"the file ended at byte {cut:,}: it got shorter while it was read"
+    listed = {f[2]: f[3] for f in found if f[2]}
+    assert listed and all(why in message for message in listed.values()), listed
+    cut_off = {name for name, (_, end) in spans.items() if end > cut}
+    assert set(listed) <= cut_off and len(listed) == min(len(cut_off), 20)
 
 
 # -- diff ---------------------------------------------------------------------------------------

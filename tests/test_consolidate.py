@@ -9,7 +9,10 @@ import inspect
 import json
 import os
 import shutil
+import subprocess
+import sys
 import typing
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +31,7 @@ from inspector._internal.plans.consolidate import engine as copy_engine
 from inspector._internal.plans.consolidate import plan_consolidation, reference_assignment
 from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 from inspector._internal.plans.consolidate.records import Execution
-from inspector.errors import PlanRefusedError
+from inspector.errors import InspectorError, PlanRefusedError
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 TORCH_DTYPE = {
@@ -522,6 +525,88 @@ def test_copy_without_copy_file_range_gives_the_same_files(
     for output in plan.outputs:
         kernel = (tmp_path / "kernel" / output.name).read_bytes()
         assert kernel == (tmp_path / "blocks" / output.name).read_bytes()
+
+
+# A source shard cut short by another process while its column chunks are copied: the first
+# chunk of a file is read whole, then the file is truncated to nothing before its next chunk.
+# Run as the CLI in a child process, so a signal ends the child, not the test run.
+_CUT_WHILE_COPIED = """
+import os, sys
+from inspector._internal.cli.main import main
+from inspector._internal.plans.consolidate import engine
+
+src, dest = sys.argv[1], sys.argv[2]
+real = engine._rows_of
+seen = set()
+
+def cutting(piece, rows, item):
+    found = real(piece, rows, item)
+    if found is not None:
+        if piece.file in seen and "cut" not in seen:
+            os.truncate(os.path.join(src, piece.file), 0)
+            seen.add("cut")
+        seen.add(piece.file)
+    return found
+
+engine._rows_of = cutting
+sys.exit(main(["consolidate", src, dest, "--no-progress"]))
+"""
+
+
+def test_source_cut_while_its_columns_are_copied_fails_cleanly_instead_of_dying(
+    source: Path, tmp_path: Path
+) -> None:
+    """Column chunks were copied out of a memory map of the source shard: a shard truncated
+    by another process meanwhile killed the process with SIGBUS (no message, the half-written
+    output left behind). Read with `preadv` the read comes back short: one line names the
+    shard, where it ended and what to do, exit 2, and DEST holds no partial output."""
+    src = tmp_path / "model"
+    shutil.copytree(source, src)
+    dest = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, "-c", _CUT_WHILE_COPIED, str(src), str(dest)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, f"exit {run.returncode}: {run.stderr[-2000:]}"
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1, run.stderr
+    cut = [p.name for p in src.glob("*.safetensors") if p.stat().st_size == 0]
+    assert len(cut) == 1
+    assert str(src / cut[0]) in lines[0]
+    assert "the file ended at byte 0: it got shorter while it was read" in lines[0]
+    assert copy_engine.AGAIN in lines[0]
+    assert not list(dest.glob("*.partial")) and not (dest / "model.safetensors.index.json").exists()
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "pread"])
+def test_source_cut_while_its_bytes_are_copied_leaves_no_partial_output(
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cut_on_open: Callable[[Path], dict[str, int]],
+    kernel: bool,
+) -> None:
+    """A source shard that another process cuts in half as soon as the copy opens it: the
+    byte copy (the kernel's, or blocks read and written) comes back short. The plan's execute
+    raises the project's error naming the shard, the byte where it ended and what to do; the
+    partial output is removed and nothing gets a final name."""
+    src = tmp_path / "model"
+    shutil.copytree(source, src)
+    monkeypatch.setitem(copy_engine._KERNEL_COPY, "ok", kernel)
+    cut = cut_on_open(src)
+    plan = plan_consolidation(scan(src), tmp_path / "out")
+    with pytest.raises(InspectorError) as raised:
+        plan.execute(progress=False, verify=False)
+    ((file, at),) = cut.items()
+    message = str(raised.value)
+    assert "\n" not in message and str(src / file) in message, message
+    assert f"the file ended at byte {at:,}: it got shorter while it was read" in message
+    assert copy_engine.AGAIN in message
+    left = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert not [n for n in left if n.endswith(".partial")], left
+    assert "model.safetensors.index.json" not in left
 
 
 def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.verdict import load_verdict
+from inspector._internal.plans.consolidate.engine import AGAIN
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.restore import plan_restore
 from inspector.errors import InspectorError
@@ -151,6 +153,29 @@ def test_cli_repair_from(original: Path, tmp_path: Path, capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "hold the reference's bytes" in out and "re-check: no findings" in out
     assert main(["repair", str(broken), "--verify-data"]) == 2
+
+
+def test_a_reference_cut_while_it_is_copied_changes_nothing(
+    original: Path, tmp_path: Path, cut_on_open: Callable[[Path], dict[str, int]]
+) -> None:
+    """Another process cuts the reference's shard in half as soon as the restore opens it:
+    the copy comes back short. The restore raises the project's error naming the shard, the
+    byte where it ended and what to do; the checkpoint is as it was (no new shard, the same
+    index, no staging folder left)."""
+    reference = tmp_path / "reference"
+    shutil.copytree(original, reference)
+    broken = resaved(original, tmp_path / "ckpt", lose(MTP))
+    before = {p.name: p.read_bytes() for p in broken.iterdir() if p.is_file()}
+    plan = plan_restore(scan(broken), scan(reference))
+    cut = cut_on_open(reference)
+    with pytest.raises(InspectorError) as raised:
+        plan.execute()
+    ((file, at),) = cut.items()
+    message = str(raised.value)
+    assert str(reference / file) in message and AGAIN in message, message
+    assert f"the file ended at byte {at:,}: it got shorter while it was read" in message
+    assert sorted(p.name for p in broken.iterdir()) == sorted(before)
+    assert {n: (broken / n).read_bytes() for n in before} == before
 
 
 def test_unreadable_shards_are_one_refusal_line_however_many(

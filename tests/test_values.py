@@ -599,16 +599,16 @@ def test_full_read_of_a_file_cut_while_it_is_read_reports_instead_of_crashing(
     shard = folder / "model-00002-of-00004.safetensors"
     header_end = 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]
     scanned = scan(folder)
-    real = LocalFile.read_many_into
+    real = LocalFile.read_into
     cut: list[int] = []
 
-    def cutting(self: LocalFile, buffer, at, offsets, lengths):  # type: ignore[no-untyped-def]
+    def cutting(self: LocalFile, buffer: memoryview, offset: int) -> None:
         if os.path.basename(self.name) == shard.name and not cut:
             cut.append(header_end + 1000)
             os.truncate(shard, cut[0])  # the other process, between two reads
-        return real(self, buffer, at, offsets, lengths)
+        real(self, buffer, offset)
 
-    monkeypatch.setattr(LocalFile, "read_many_into", cutting)
+    monkeypatch.setattr(LocalFile, "read_into", cutting)
     table = value_table(scanned, "full")
     assert cut, "the full read never read the shard"
     lost = table[table["file"] == shard.name]

@@ -106,8 +106,15 @@ def _model_rules(
 
 
 def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:
+    # The tensors of a file the structure check already found short are not reported again
+    # (it names them); those of a file that got shorter since the scan are.
+    return [*found, *_unless_short(found, deep_check(scanned))]
 
-    return [*found, *deep_check(scanned)]
+
+def _unless_short(found: list[Finding], new: list[Finding]) -> list[Finding]:
+    """`new` without `file-truncated` findings of files `found` already reports short."""
+    short = {f.file for f in found if f.code == Code.FILE_TRUNCATED.value}
+    return [f for f in new if not (f.code == Code.FILE_TRUNCATED.value and f.file in short)]
 
 
 def _values(
@@ -120,16 +127,12 @@ def _values(
     # With --deep too, a tensor already reported as zero or NaN is not reported twice; nor
     # are the tensors of a file the structure check already found short (it names them).
     seen = {(f.code, f.tensor) for f in found if f.tensor}
-    short = {f.file for f in found if f.code == Code.FILE_TRUNCATED.value}
-    return [
-        *found,
-        *(
-            f
-            for f in values_check(scanned, mode, budget=budget, seed=seed)
-            if (f.code, f.tensor) not in seen
-            and not (f.code == Code.FILE_TRUNCATED.value and f.file in short)
-        ),
+    new = [
+        f
+        for f in values_check(scanned, mode, budget=budget, seed=seed)
+        if (f.code, f.tensor) not in seen
     ]
+    return [*found, *_unless_short(found, new)]
 
 
 def check_layout(scanned: ScannedCheckpoint) -> list[Finding]:

@@ -21,6 +21,7 @@ import pandas as pd
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.deep import zero_allowed
+from inspector._internal.checks.unread import UNREAD_FOLDS, unread_verdict
 from inspector._internal.checks.values_judge import judge, sibling_key
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_of, code_set
@@ -143,18 +144,7 @@ def _unread_rows(unread: list[Unread], info: pd.DataFrame, mode: Mode) -> pd.Dat
     first = {u.name: u for u in reversed(unread)}  # the first problem of each tensor
     rows = []
     for name, u in sorted(first.items()):
-        if u.truncated:
-            code = Code.FILE_TRUNCATED
-            why = (
-                f"{u.why}: its values were not read (the write or copy was cut short; "
-                "re-copy or re-export the file)"
-            )
-        else:
-            code = Code.TENSOR_UNREADABLE
-            why = (
-                f"its bytes could not be read ({u.why}): its values were not checked; "
-                "re-copy the file or check the disk or the connection, then check again"
-            )
+        code, why = unread_verdict(u)
         rows.append(
             {
                 "name": name,
@@ -231,8 +221,7 @@ def values_check(
         (Code.TENSOR_ALL_ZERO, "tensors that are all zeros"),
         (Code.TENSOR_UNINITIALISED, "tensors that look never written"),
         (Code.TENSOR_VALUES_OUTLIER, "tensors whose values are out of line with their siblings"),
-        (Code.TENSOR_UNREADABLE, "tensors whose bytes could not be read"),
-        (Code.FILE_TRUNCATED, "tensors past the end of their file"),
+        *UNREAD_FOLDS,
     ):
         out += fold_findings(by_code[code], what)
     return out

@@ -599,9 +599,10 @@ class Code(StrEnum):
         _E,
         _X,
         "A tensor's bytes could not be read (an I/O error, a file that cannot be opened, a "
-        "remote read that failed or came back short): its values were not checked. Re-copy "
-        "the file from its source, or check the disk or the connection, then run `check "
-        "--values` again. (Bytes past the end of a truncated file are `file-truncated`.)",
+        "read that came back short because the file got shorter while it was read, or a "
+        "remote read that failed): its values were not checked. Re-copy the file from its "
+        "source, or check the disk or the connection, then run `check --values` or `check "
+        "--deep` again. (Bytes past the end of a truncated file are `file-truncated`.)",
     )
     # -- untrusted input refused ---------------------------------------------------------------
     FILE_UNSAFE = (
@@ -886,7 +887,7 @@ _FIXES: dict[str, Fix] = {
     "tensor-unreadable": Fix(
         "restore",
         "re-copy the file from its source (or check the disk or the connection), then run "
-        "`check --values` again",
+        "`check --values` or `check --deep` again",
     ),
     # -- unsafe input
     "file-unsafe": Fix(

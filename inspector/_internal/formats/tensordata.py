@@ -1,21 +1,25 @@
-"""Reading tensor data, only when a user asks for it (`--deep`, `diff --data`, consolidation).
+"""Reading tensor data, only when a user asks for it (`--deep`, `diff --data`, tensor hashes,
+consolidation's verification).
 
-Files are opened through the checkpoint's storage (the scan's rules apply). Local shards are
-memory-mapped read-only; a tensor is a view into the map, so memory stays bounded by what the
-OS pages in. Remote tensors are fetched one at a time with ranged reads (large ones in 8 MiB
-blocks, concurrently). DCP tensors are assembled from their chunks, one tensor at a time.
+Files are opened through the checkpoint's storage (the scan's rules apply). A tensor is
+streamed in blocks of at most 1 MiB (`blocks`: one buffer reused block after block, so memory
+stays bounded by the block, not by the tensor); local shards are read with `preadv` straight
+into it, remote ones with ranged reads (8 MiB each, several in flight). Nothing is
+memory-mapped: a file another process cuts short while it is read then gives a short read,
+an `OSError` naming the byte where the file ended (`FileShrankError`), where a map would kill
+the process with SIGBUS. DCP tensors are assembled from their chunks, one tensor at a time.
 A strided `.bin` view (a transposed or sliced tensor `torch.save` kept as it was) is gathered
 from its storage record element by element into row-major order: exactly the elements the
-view covers, what `torch.load(...).contiguous()` holds; remotely only the byte runs holding
-them are fetched. Every range is checked against the file size before it is touched.
+view covers, what `torch.load(...).contiguous()` holds; only the byte runs holding them are
+read. Every range is checked against the file size before it is touched.
 """
 
 from __future__ import annotations
 
-import contextlib
-import mmap
-from collections.abc import Iterator, Sequence
+import errno
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
+from typing import NamedTuple
 
 import numpy as np
 import xxhash
@@ -24,12 +28,17 @@ from inspector._internal.checkpoint.scanned import DcpChunk, ScannedCheckpoint
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.storage import LocalFile, Storage
+from inspector._internal.storage import FileShrankError, LocalFile, Storage
 from inspector.errors import UnsafeFileError
+
+# The tuple `TensorData.shard_entries` yields: name, dtype, shape, the entry's bytes in blocks.
+Entry = tuple[str, str, tuple[int, ...], Iterator[memoryview]]
 
 __all__ = [
     "TENSOR_HASH",
+    "Entry",
     "TensorData",
+    "blocks_digest",
     "gather_view",
     "read_view",
     "strided_view",
@@ -60,6 +69,18 @@ def tensor_digest(view: memoryview | bytes | np.ndarray) -> str:
     return h.hexdigest()
 
 
+def blocks_digest(blocks: Iterable[memoryview | bytes | np.ndarray]) -> str:
+    """`TENSOR_HASH` of bytes that arrive in blocks (the same digest as of the whole)."""
+    h = tensor_hasher()
+    for block in blocks:
+        h.update(block.data if isinstance(block, np.ndarray) else block)
+    return h.hexdigest()
+
+
+# A local tensor is streamed in blocks of this many bytes (a multiple of every element size):
+# a block read into a buffer that stays in the CPU's cache is then checked or hashed there,
+# about as fast as the same work on the page cache through a memory map (16 MiB: 2x slower).
+_BLOCK = 1 << 20
 # A remote strided view is fetched as the byte runs that hold its elements, runs closer than
 # this merged into one request; past `_MAX_RUNS` requests its whole span is read instead.
 _RUN_GAP = 64 << 10
@@ -125,64 +146,100 @@ def view_runs(
 
 
 class TensorData(AbstractContextManager["TensorData"]):
-    """Byte access to the tensors of a scanned checkpoint. Use as a context manager."""
+    """Byte access to the tensors of a scanned checkpoint. Use as a context manager.
+
+    Reads raise nothing: a tensor that cannot be read is None (`tensor_bytes`,
+    `tensor_hash`), except the blocks of `shard_entries` and `tensor_blocks`, which raise
+    `OSError` when a read fails or comes back short (`FileShrankError`: the file got shorter
+    since it was opened), for callers that report why."""
 
     def __init__(self, scanned: ScannedCheckpoint) -> None:
         self.scanned = scanned
-        self._maps: dict[str, _Source | None] = {}
+        self._sources: dict[str, _Source | None] = {}
         self._problems: dict[str, str] = {}
         # Where each tensor is, built when a tensor is first asked for by name (reading
         # whole shards does not need it).
         self._where: dict[str, tuple[ShardHeader, int]] | None = None
+        # Reused by every read (fresh buffers would cost their page faults each time).
+        self._buffers: dict[tuple[str, int], memoryview] = {}
 
     # -- raw entries of one shard -------------------------------------------------------
 
-    def shard_entries(
-        self, shard: ShardHeader
-    ) -> Iterator[tuple[str, str, tuple[int, ...], memoryview]]:
-        """(name, dtype, shape, bytes) of every entry of `shard` whose bytes are on disk."""
-        buf = None if data_unread(shard) else self._map(shard.file)
-        if buf is None:
+    def shard_entries(self, shard: ShardHeader) -> Iterator[Entry]:
+        """(name, dtype, shape, blocks) of every entry of `shard` whose bytes lie inside the
+        file as it was opened (`size`), in file order: `blocks` reads the entry's row-major
+        bytes when iterated (before the next entry is asked for), block by block, each valid
+        until the next is read, and raises `OSError` when a read fails or comes back short.
+        Entries smaller than a block are read many at a time (one read of the file per
+        block's worth of them)."""
+        source = None if data_unread(shard) else self._source(shard.file)
+        if source is None:
             return
-        base = shard.data_start
         strided = strides_of(shard)
-        for name, dtype, shape, b, e in zip(
-            shard.names,
-            shard.dtypes,
-            shard.shapes,
-            shard.begins.tolist(),
-            shard.ends.tolist(),
-            strict=True,
+        names, dtypes, shapes = shard.names, shard.dtypes, shard.shapes
+        order = np.argsort(shard.begins, kind="stable")
+        starts = shard.begins[order] + shard.data_start
+        ends = shard.ends[order] + shard.data_start
+        small = (starts <= ends) & (ends - starts <= source.block) & (ends <= source.size)
+        if strided:
+            small &= ~np.isin(np.asarray(names, dtype=object)[order], list(strided))
+        window = _Window(source, self._buffer("window", source.block), starts[small], ends[small])
+        for row, start, end, few in zip(
+            order.tolist(), starts.tolist(), ends.tolist(), small.tolist(), strict=True
         ):
-            if name in strided:
-                view = _gathered(buf, base + b, e - b, shape, strided[name])
-            else:
-                view = buf.view(base + b, base + e) if base + e <= buf.size else None
-            if view is not None:
-                yield name, dtype, shape, view
+            name = names[row]
+            if few:
+                yield name, dtypes[row], shapes[row], window.entry(start, end)
+            elif name in strided:
+                found = _strided(source, start, end - start, shapes[row], strided[name])
+                if found is not None:
+                    yield name, dtypes[row], shapes[row], iter(found)
+            elif end <= source.size:
+                buffer = self._buffer("blocks", source.block)
+                yield name, dtypes[row], shapes[row], source.blocks(start, end, buffer)
 
-    def local_bytes(self, file: str, *, scattered: bool = False) -> np.ndarray | None:
-        """The whole of a local, memory-mapped `file` as a read-only uint8 array (no copy),
-        or None for a remote or unreadable file (read those with ranged reads). With
-        `scattered`, the OS is told reads will be small and far apart (no read-ahead: a
-        sampled window then costs one page, not the read-ahead window around it)."""
-        source = self._map(file)
-        if not isinstance(source, _Mapped):
-            return None
-        if scattered and hasattr(mmap, "MADV_RANDOM"):
-            source.map.madvise(mmap.MADV_RANDOM)
-        return np.frombuffer(source.map, dtype=np.uint8)
+    def size(self, file: str) -> int | None:
+        """`file`'s size when it was opened for reading, or None when it cannot be read."""
+        source = self._source(file)
+        return None if source is None else source.size
 
     # -- logical tensors ----------------------------------------------------------------
 
-    def tensor_bytes(self, name: str) -> memoryview | None:
-        """Row-major bytes of the full logical tensor, or None if it cannot be read.
+    def tensor_blocks(self, name: str) -> Iterable[memoryview] | None:
+        """Row-major bytes of the full logical tensor in blocks (a safetensors tensor
+        streamed, block after block, each valid until the next is read; a DCP tensor
+        assembled from its chunks and a strided view gathered, whole), or None when it is
+        not found or lies outside its file. Iterating raises `OSError` when a read fails or
+        comes back short."""
+        found = self._locate(name)
+        if isinstance(found, _Run):
+            buffer = self._buffer("blocks", found.source.block)
+            return found.source.blocks(found.start, found.end, buffer)
+        return found
 
-        Safetensors layouts give a zero-copy view; DCP chunks are assembled into one buffer.
-        """
+    def tensor_bytes(self, name: str) -> memoryview | None:
+        """Row-major bytes of the full logical tensor in one buffer, or None if it cannot be
+        read. The buffer holds the whole tensor: `tensor_hash` streams instead."""
+        found = self._locate(name)
+        try:
+            if isinstance(found, _Run):
+                out = np.empty(found.end - found.start, dtype=np.uint8)
+                found.source.read_into(out.data, found.start)
+                return out.data
+            parts = None if found is None else list(found)
+        except OSError:
+            return None
+        if parts is None:
+            return None
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+
+    def _locate(self, name: str) -> _Run | Iterable[memoryview] | None:
+        """Where the tensor's bytes are: one run of a file, or (DCP, strided views) its bytes
+        to be assembled or gathered; None when it is not found or lies outside its file."""
         dcp = self.scanned.dcp
         if dcp is not None and name in dcp.chunks:
-            return self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
+            whole = self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
+            return None if whole is None else (whole,)
         if self._where is None:
             self._where = {}
             for shard in self.scanned.shards:
@@ -192,21 +249,25 @@ class TensorData(AbstractContextManager["TensorData"]):
         if where is None:
             return None
         shard, i = where
-        buf = None if data_unread(shard) else self._map(shard.file)
+        source = None if data_unread(shard) else self._source(shard.file)
+        if source is None:
+            return None
         start = shard.data_start + int(shard.begins[i])
         end = shard.data_start + int(shard.ends[i])
         strides = strides_of(shard).get(name)
-        if buf is None:
-            return None
         if strides is not None:  # a strided view saved by torch.save: gathered
-            return _gathered(buf, start, end - start, shard.shapes[i], strides)
-        if end > buf.size:
-            return None
-        return buf.view(start, end)
+            return _strided(source, start, end - start, shard.shapes[i], strides)
+        return _Run(source, start, end) if end <= source.size else None
 
     def tensor_hash(self, name: str) -> str | None:
-        data = self.tensor_bytes(name)
-        return None if data is None else tensor_digest(data)
+        """`TENSOR_HASH` of the tensor's row-major bytes, streamed (None: cannot be read)."""
+        blocks = self.tensor_blocks(name)
+        if blocks is None:
+            return None
+        try:
+            return blocks_digest(blocks)
+        except OSError:
+            return None
 
     def _assemble(
         self, name: str, chunks: Sequence[DcpChunk], shape: tuple[int, ...]
@@ -219,17 +280,18 @@ class TensorData(AbstractContextManager["TensorData"]):
         for chunk in chunks:
             shard = self.scanned.shard(chunk.file)
             idx = shard.names.index(name) if shard is not None and name in shard.names else -1
-            buf = self._map(chunk.file) if idx >= 0 else None
-            if buf is None or shard is None:
+            source = self._source(chunk.file) if idx >= 0 else None
+            if source is None or shard is None:
                 return None
             start = shard.data_start + int(shard.begins[idx])
             end = shard.data_start + int(shard.ends[idx])
-            if end > buf.size or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
+            if end > source.size or end - start != item * int(np.prod(chunk.shape, dtype=np.int64)):
                 return None
-            view = buf.view(start, end)
-            if view is None:
+            src = np.empty(end - start, dtype=np.uint8)
+            try:
+                source.read_into(src.data, start)
+            except OSError:
                 return None
-            src = np.frombuffer(view, dtype=np.uint8)
             where = tuple(slice(o, o + n) for o, n in zip(chunk.offsets, chunk.shape, strict=True))
             full[where] = src.reshape(*chunk.shape, item)
         return full.reshape(-1).data
@@ -237,107 +299,196 @@ class TensorData(AbstractContextManager["TensorData"]):
     # -- files ----------------------------------------------------------------------------
 
     def problem(self, file: str) -> str | None:
-        """Why `file`'s bytes cannot be read at all (it cannot be opened or mapped), or None."""
-        self._map(file)
+        """Why `file`'s bytes cannot be read at all (it cannot be opened), or None."""
+        self._source(file)
         return self._problems.get(file)
 
-    def _map(self, file: str) -> _Source | None:
-        if file not in self._maps:
+    def _source(self, file: str) -> _Source | None:
+        if file not in self._sources:
             storage = self.scanned.location.storage
             source = _open_source(storage, file)
             if isinstance(source, str):
                 self._problems[file] = source
                 source = None
-            self._maps[file] = source
-        return self._maps[file]
+            self._sources[file] = source
+        return self._sources[file]
+
+    def _buffer(self, kind: str, size: int) -> memoryview:
+        """The reused buffer `kind` ("window": small entries read many at a time, "blocks":
+        a larger tensor's blocks) of `size` bytes, made on first use."""
+        key = (kind, size)
+        if key not in self._buffers:
+            self._buffers[key] = np.empty(size, dtype=np.uint8).data
+        return self._buffers[key]
 
     def close(self) -> None:
-        for m in self._maps.values():
-            if m is not None:
-                m.close()
-        self._maps.clear()
+        for source in self._sources.values():
+            if source is not None:
+                source.close()
+        self._sources.clear()
+        self._buffers.clear()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _gathered(
-    buf: _Source, start: int, nbytes: int, shape: Sequence[int], strides: Sequence[int]
-) -> memoryview | None:
+def _strided(
+    source: _Source, start: int, nbytes: int, shape: Sequence[int], strides: Sequence[int]
+) -> Iterable[memoryview] | None:
     """The row-major bytes of the strided view whose first element is at `start` and whose
-    elements take `nbytes` (None when its span runs past the file or cannot be read)."""
+    elements take `nbytes`, gathered when iterated (one block); None when its span runs past
+    the file or its sizes disagree."""
     numel = int(np.prod(shape, dtype=np.int64))
     if numel == 0:
-        return memoryview(b"")
+        return (memoryview(b""),)
     item = nbytes // numel
     span = view_span(shape, strides) * item
-    if item <= 0 or nbytes != numel * item or start + span > buf.size:
+    if item <= 0 or nbytes != numel * item or start + span > source.size:
         return None
-    runs = view_runs(shape, strides, item) if isinstance(buf, _Ranged) else None
-    raw = buf.span(start, span, runs)
-    return None if raw is None else gather_view(raw, shape, strides, item).data
+    runs = view_runs(shape, strides, item)
+
+    def gathered() -> Iterator[memoryview]:
+        raw = source.span(start, span, runs)
+        yield gather_view(raw, shape, strides, item).data
+
+    return gathered()
+
+
+class _Run(NamedTuple):
+    """Bytes [start, end) of one file."""
+
+    source: _Source
+    start: int
+    end: int
 
 
 class _Source:
-    """Bytes of one file: `size`, and `view(start, end)` (None when it cannot be read)."""
+    """Bytes of one file: `size` (when it was opened), `read_into(buffer, offset)` (exactly
+    `len(buffer)` bytes, else `OSError`) and what is built on it; `block`, the bytes it is
+    best read in."""
 
     size = 0
+    block = _BLOCK
 
-    def view(self, start: int, end: int) -> memoryview | None:
+    def read_into(self, buffer: memoryview, offset: int) -> None:
         raise NotImplementedError
 
-    def span(
-        self, start: int, length: int, runs: list[tuple[int, int]] | None
-    ) -> np.ndarray | None:
+    def blocks(self, start: int, end: int, buffer: memoryview) -> Iterator[memoryview]:
+        """Bytes [start, end) in blocks of at most `len(buffer)` bytes, read into `buffer`
+        when iterated: a block is valid until the next one is read."""
+        for at in range(start, end, len(buffer)):
+            block = buffer[: min(len(buffer), end - at)]
+            self.read_into(block, at)
+            yield block
+
+    def span(self, start: int, length: int, runs: list[tuple[int, int]] | None) -> np.ndarray:
         """`length` bytes from `start` as a byte array where at least the bytes of `runs`
-        (relative ranges; None: all of them) are the file's."""
-        view = self.view(start, start + length)
-        return None if view is None else np.frombuffer(view, dtype=np.uint8)
+        (relative ranges; None: all of them) are the file's; zeros elsewhere (those pages
+        are never touched, so never allocated)."""
+        out = np.zeros(length, dtype=np.uint8)
+        for lo, hi in [(0, length)] if runs is None else runs:
+            self.read_into(out.data[lo:hi], start + lo)
+        return out
 
     def close(self) -> None:
         pass
 
 
-class _Mapped(_Source):
-    def __init__(self, mapped: mmap.mmap) -> None:
-        self.map = mapped
-        self.size = len(mapped)
+class _Window:
+    """A block of one file read once for the small entries inside it (`starts`, `ends`: all
+    of them, in file order; most are in the block read for an earlier one). A read covers
+    the small entries that fit in the buffer from where it starts, no further (not the
+    first bytes of a large entry after them, read on its own). A read that comes back short
+    keeps what it brought: the entries inside that part are still served."""
 
-    def view(self, start: int, end: int) -> memoryview:
-        return memoryview(self.map)[start:end]
+    def __init__(
+        self, source: _Source, buffer: memoryview, starts: np.ndarray, ends: np.ndarray
+    ) -> None:
+        self.source, self.buffer = source, buffer
+        self.starts, self.ends = starts, ends
+        self.start = self.got = 0
+        self.error: OSError | None = None
+
+    def entry(self, start: int, end: int) -> Iterator[memoryview]:
+        """Bytes [start, end) (at most a block), read when iterated; `OSError` when the
+        file could not be read that far."""
+        if not (self.start <= start and end <= self.start + self.got):
+            self._load(start)
+        if end > self.start + self.got:
+            assert self.error is not None  # a load stops short only on an error
+            raise self.error
+        yield self.buffer[start - self.start : end - self.start]
+
+    def _load(self, start: int) -> None:
+        limit = start + len(self.buffer)
+        lo, hi = np.searchsorted(self.starts, [start, limit], side="left").tolist()
+        within = self.ends[lo:hi]
+        n = int(within[within <= limit].max()) - start  # the entry asked for is among them
+        self.start, self.got, self.error = start, 0, None
+        try:
+            self.source.read_into(self.buffer[:n], start)
+            self.got = n
+        except FileShrankError as exc:  # the bytes before where it ended were read
+            self.got, self.error = max(0, exc.at - start), exc
+        except OSError as exc:
+            self.error = exc
+
+
+class _Local(_Source):
+    """A local file, read with `preadv` through its open descriptor."""
+
+    def __init__(self, reader: LocalFile) -> None:
+        self.reader = reader
+        self.size = reader.size()
+
+    def read_into(self, buffer: memoryview, offset: int) -> None:
+        self.reader.read_into(buffer, offset)
 
     def close(self) -> None:
-        # A view may still be alive; the map is then freed with it.
-        with contextlib.suppress(BufferError):
-            self.map.close()
+        self.reader.close()
 
 
 _REMOTE_BLOCK = 8 << 20
 
 
 class _Ranged(_Source):
+    """A remote file, read by ranges: a block is fetched as several ranged reads in flight
+    at once."""
+
+    block = 8 * _REMOTE_BLOCK
+
     def __init__(self, storage: Storage, file: str, size: int) -> None:
         self.storage, self.file, self.size = storage, file, size
 
-    def view(self, start: int, end: int) -> memoryview | None:
-        blocks = [
-            (self.file, at, min(_REMOTE_BLOCK, end - at)) for at in range(start, end, _REMOTE_BLOCK)
+    def read_into(self, buffer: memoryview, offset: int) -> None:
+        end = offset + len(buffer)
+        ranges = [
+            (self.file, at, min(_REMOTE_BLOCK, end - at))
+            for at in range(offset, end, _REMOTE_BLOCK)
         ]
         try:
-            data = b"".join(self.storage.read_ranges(blocks))
-        except OSError:
-            return None
-        return memoryview(data) if len(data) == end - start else None
+            datas = self.storage.read_ranges(ranges)
+        except UnsafeFileError as exc:
+            raise OSError(errno.EACCES, f"it {exc.reason}", self.file) from None
+        for (_, at, n), data in zip(ranges, datas, strict=True):
+            if len(data) != n:
+                raise OSError(errno.EIO, _short(at, len(data), n), self.file)
+            buffer[at - offset : at - offset + n] = data
 
-    def span(
-        self, start: int, length: int, runs: list[tuple[int, int]] | None
-    ) -> np.ndarray | None:
+    def span(self, start: int, length: int, runs: list[tuple[int, int]] | None) -> np.ndarray:
         if runs is None:
             return super().span(start, length, runs)
         try:
-            return read_runs(self.storage, self.file, start, length, runs)
-        except OSError:
-            return None
+            raw = read_runs(self.storage, self.file, start, length, runs)
+        except UnsafeFileError as exc:
+            raise OSError(errno.EACCES, f"it {exc.reason}", self.file) from None
+        if raw is None:
+            raise OSError(errno.EIO, "a ranged read brought fewer bytes than asked", self.file)
+        return raw
+
+
+def _short(at: int, got: int, asked: int) -> str:
+    return f"the read at byte {at:,} brought {got:,} bytes, fewer than the {asked:,} asked"
 
 
 def read_runs(
@@ -377,8 +528,8 @@ def read_view(
 
 
 def _open_source(storage: Storage, file: str) -> _Source | str | None:
-    """The file through its storage; why not for a refused or unreadable file (an empty
-    file has no bytes: None)."""
+    """The file through its storage (a local one kept open until `close`); why not for a
+    refused or unreadable file (an empty file has no bytes: None)."""
     try:
         reader = storage.open(file)
     except UnsafeFileError as exc:
@@ -386,12 +537,11 @@ def _open_source(storage: Storage, file: str) -> _Source | str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     try:
-        if not isinstance(reader, LocalFile):
-            return _Ranged(storage, file, reader.size()) if reader.size() else None
-        if reader.size() == 0:
-            return None
-        return _Mapped(mmap.mmap(reader.fileno(), 0, access=mmap.ACCESS_READ))
-    except (OSError, ValueError) as exc:
-        return getattr(exc, "strerror", None) or str(exc)
-    finally:
+        size = reader.size()
+    except OSError as exc:
         reader.close()
+        return exc.strerror or str(exc)
+    if isinstance(reader, LocalFile) and size:
+        return _Local(reader)  # kept open: its descriptor is read from
+    reader.close()
+    return _Ranged(storage, file, size) if size else None

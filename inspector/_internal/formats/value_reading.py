@@ -9,15 +9,18 @@ larger than the whole budget is read whole. What that guarantees is in docs/valu
 Sampling is planned for a whole batch of tensors at once (numpy arrays of offsets, no Python
 work per tensor), so 300,000 tensors take seconds:
 
-- local files are memory-mapped; every window of a batch is copied out of the map in one
-  gather (the OS is told reads are scattered: no read-ahead), files in parallel;
+- local files: every window of a batch read into one buffer, one `pread` per window (one
+  `preadv` straight into the buffer per longer range), files in parallel;
 - remote files: the windows of a batch, neighbouring ones joined into one ranged request, are
   fetched by the storage as coroutines on its event loop (`try_read_ranges`: at most
   `max_concurrency` requests in flight, each under the remote guard's caps, timeouts and
   retries), a few files at a time.
 
-`full` reads local shards through memory maps in 16 MiB blocks and remote ones as a stream
-of 8 MiB ranged requests over the data section, a bounded number in flight per file.
+`full` reads local shards in 16 MiB blocks into one reused buffer (`preadv`) and remote ones
+as a stream of 8 MiB ranged requests over the data section, a bounded number in flight per
+file. Nothing is memory-mapped: a file another process cuts short while it is read gives a
+short read (the tensors it cut are unread, with the reason), where a map would kill the
+process with SIGBUS.
 
 A tensor whose bytes cannot be read is never skipped silently: it comes back as an
 `Unread` (its bytes lie past the end of a truncated file, or reading them failed and why),
@@ -103,6 +106,19 @@ class Unread:
     dtype: str
     truncated: bool
     why: str
+
+    @classmethod
+    def past_end(cls, file: str, name: str, dtype: str, span: tuple[int, int], size: int) -> Unread:
+        """Bytes [start, end) that lie past the end of the `size`-byte file (it was short
+        when it was opened)."""
+        start, end = span
+        why = f"its bytes {start:,}-{end - 1:,} lie past the end of the {size:,}-byte file"
+        return cls(file, name, dtype, True, why)
+
+    @classmethod
+    def failed(cls, file: str, name: str, dtype: str, exc: OSError) -> Unread:
+        """Bytes whose read failed or came back short (`FileShrankError`)."""
+        return cls(file, name, dtype, False, _why(exc))
 
 
 def read_records(
@@ -268,14 +284,12 @@ class _File:
             start, end = int(self.start[row]), int(self.end[row])
             if end <= start:
                 continue
-            truncated = self.problem is None and end > self.size
-            reason = (
-                f"its bytes {start:,}-{end - 1:,} lie past the end of the {self.size:,}-byte file"
-                if truncated
-                else why or "its bytes could not be read"
-            )
-            name = self.shard.names[row]
-            out.append(Unread(self.name, name, dtypes[codes[row]], truncated, reason))
+            name, dtype = self.shard.names[row], dtypes[codes[row]]
+            if self.problem is None and end > self.size:
+                out.append(Unread.past_end(self.name, name, dtype, (start, end), self.size))
+            else:
+                reason = why or "its bytes could not be read"
+                out.append(Unread(self.name, name, dtype, False, reason))
         return out
 
 
@@ -446,13 +460,13 @@ _PAST_END = 0  # problem code: past the end of what the file holds
 
 @dataclass
 class _Bytes:
-    """The bytes of one file a batch reads, and where each range is in `data`: the file
-    itself (a memory map), or the pieces fetched from a remote store laid end to end."""
+    """The bytes of one file a batch reads, and where each range is in `data`: the pieces
+    read (one buffer for a local file) or fetched from a remote store, laid end to end."""
 
     data: np.ndarray
-    starts: np.ndarray | None = None  # file offset of each piece (sorted); None: the file
-    got: np.ndarray | None = None  # bytes each piece brought
-    at: np.ndarray | None = None  # where each piece is in `data`
+    starts: np.ndarray  # file offset of each piece (sorted)
+    got: np.ndarray  # bytes each piece brought
+    at: np.ndarray  # where each piece is in `data`
     problems: tuple[str, ...] = ("past the end of the file",)
 
     @classmethod
@@ -497,10 +511,6 @@ class _Bytes:
         """Per range (file offset, length): its position in `data` and -1, or 0 and the
         index of its problem (`why`)."""
         end = offsets + length
-        if self.starts is None:
-            ok = end <= len(self.data)
-            return np.where(ok, offsets, 0), np.where(ok, -1, _PAST_END)
-        assert self.got is not None and self.at is not None
         if len(self.starts) == 0:  # every range asked for lies past the end of the file
             none = np.zeros(np.shape(offsets), np.int64)
             return none, none + _PAST_END
@@ -593,12 +603,9 @@ def _full_local(file: _File) -> _Found:
         for at in range(start, end, block):
             length = min(block, end - at)
             try:
-                (got,) = reader.read_many_into(buffer.data, [0], [at], [length])
-            except OSError as exc:
+                reader.read_into(buffer.data[:length], at)
+            except OSError as exc:  # FileShrankError: it got shorter while it was read
                 why = _why(exc)
-                break
-            if got < length:
-                why = f"the file ended at byte {at + got:,}: it got shorter while it was read"
                 break
             acc.add(buffer[:length])
         if why is not None:

@@ -111,7 +111,12 @@ class ReshardPlan:
             # A planted link named like the staging folder would send the copy out of the
             # checkpoint: fresh_staging refuses it and creates a real folder.
             staging = fresh_staging(self.root)
-            self.copy.execute(progress=progress, verify=False)
+            try:
+                self.copy.execute(progress=progress, verify=False)
+            except BaseException:
+                # A copy that failed (a source cut short while it was read) leaves nothing.
+                shutil.rmtree(staging, ignore_errors=True)
+                raise
             backup_dir = new_backup_dir(self.root)
             rel_backup = backup_dir.relative_to(self.root).as_posix()
             old = (*self.retired, INDEX_NAME, BIN_INDEX_NAME)

@@ -26,7 +26,12 @@ from inspector._internal.storage.base import (
     check_member,
     member_problem,
 )
-from inspector._internal.storage.local import LocalFile, LocalStorage, hf_cache_snapshots
+from inspector._internal.storage.local import (
+    FileShrankError,
+    LocalFile,
+    LocalStorage,
+    hf_cache_snapshots,
+)
 from inspector._internal.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions, open_remote
 from inspector._internal.storage.urls import is_remote, scheme_of
 from inspector.errors import CannotInspectError, UnsafeFileError
@@ -35,6 +40,7 @@ __all__ = [
     "DEFAULT_READ_AHEAD",
     "Entry",
     "EntryKind",
+    "FileShrankError",
     "IOStats",
     "LocalFile",
     "LocalStorage",

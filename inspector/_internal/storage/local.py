@@ -22,7 +22,7 @@ from typing import TypeVar
 from inspector._internal.storage.base import Entry, EntryKind, IOStats, TooLargeError, check_member
 from inspector.errors import UnsafeFileError
 
-__all__ = ["LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
+__all__ = ["FileShrankError", "LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -33,6 +33,19 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # A Hugging Face cache repository folder: models--org--name (also datasets--, spaces--).
 _HF_REPO = re.compile(r"(models|datasets|spaces)--.+")
 _PROC_FD = Path("/proc/self/fd")
+
+
+class FileShrankError(OSError):
+    """A local file ended before bytes it held when it was opened: another process cut it
+    short (or is still writing it) while it was read. `at` is the byte it ended at. Tensor
+    data is read with `pread`/`preadv` for this reason: through a memory map, the same cut
+    kills the process with SIGBUS."""
+
+    def __init__(self, name: str, at: int) -> None:
+        super().__init__(
+            errno.EIO, f"the file ended at byte {at:,}: it got shorter while it was read", name
+        )
+        self.at = at
 
 
 class LocalFile:
@@ -56,8 +69,21 @@ class LocalFile:
         return self._size
 
     def fileno(self) -> int:
-        """The descriptor (memory maps and kernel copies of tensor data use it)."""
+        """The descriptor (kernel copies of tensor data use it)."""
         return self._fd
+
+    def read_into(self, buffer: memoryview, offset: int) -> None:
+        """Exactly `len(buffer)` bytes from `offset` straight into `buffer` (`preadv`, in as
+        many calls as the system needs: one moves at most about 2 GiB); `FileShrankError`
+        when the file ends first."""
+        view = buffer.cast("B") if buffer.format != "B" or buffer.ndim != 1 else buffer
+        fd, preadv = self._fd, os.preadv
+        done, total = 0, len(view)
+        while done < total:
+            n = preadv(fd, [view[done:]], offset + done)
+            if n == 0:
+                raise FileShrankError(self.name, min(offset + done, os.fstat(fd).st_size))
+            done += n
 
     def read_range(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0:

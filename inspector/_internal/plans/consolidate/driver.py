@@ -3,9 +3,10 @@ barriers, the index written last by rank 0, then verification."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from inspector._internal.common.filenames import INDEX_NAME
@@ -18,7 +19,11 @@ from inspector._internal.plans.consolidate.engine import (
     write_index,
     write_output,
 )
-from inspector._internal.plans.consolidate.records import ConsolidationResult, Execution
+from inspector._internal.plans.consolidate.records import (
+    ConsolidationResult,
+    Execution,
+    OutputFile,
+)
 from inspector._internal.plans.consolidate.verify import verify as verify_output
 from inspector._internal.plans.ranks import Distributed
 
@@ -27,6 +32,33 @@ if TYPE_CHECKING:
     from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = ["execute_plan"]
+
+
+def _write_all(
+    plan: ConsolidationPlan, todo: list[OutputFile], bar: Progress, sealer: Sealer, workers: int
+) -> None:
+    """Every output of `todo`, `workers` at a time. The first that fails stops the run: the
+    outputs not started are not written (those being written finish), and its error is
+    raised."""
+    failed = threading.Event()
+
+    def one(output: OutputFile) -> None:
+        if failed.is_set():  # taken from the queue after a failure, before it was cancelled
+            return
+        try:
+            write_output(plan, output, bar, sealer)
+        except BaseException:
+            failed.set()
+            raise
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(one, o) for o in todo]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            future.cancel()
+    for future in futures:
+        if not future.cancelled():
+            future.result()  # the first failure, in plan order
 
 
 def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult:
@@ -56,8 +88,7 @@ def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult
         try:
             sealer = Sealer(dest, fsync=run.fsync)
             try:
-                with ThreadPoolExecutor(max_workers=max(1, run.workers)) as pool:
-                    list(pool.map(lambda o: write_output(plan, o, bar, sealer), todo))
+                _write_all(plan, todo, bar, sealer, run.workers)
             finally:
                 sealer.wait()
         finally:

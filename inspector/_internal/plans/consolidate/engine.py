@@ -1,11 +1,18 @@
 """The copy engine: writes one planned output file.
 
 Pieces that are contiguous in the output (whole tensors, row-sharded chunks) go through
-`os.copy_file_range`; column-sharded chunks are placed with one strided numpy assignment per
-chunk and block of rows, and so are strided `.bin` views (a transposed or sliced tensor
-`torch.save` kept as it was), gathered from their storage record. Memory stays bounded by the
-block size, never by the model. Each output is written as `<name>.partial` and renamed when
+`os.copy_file_range` (where the kernel cannot, blocks read with `preadv` into one reused buffer
+and written); column-sharded chunks are read with `preadv` (each chunk's rows of a block in one
+call) and placed with one strided numpy assignment per chunk and block of rows; strided `.bin`
+views (a transposed or sliced tensor `torch.save` kept as it was) are gathered from their
+storage record, read once. Memory stays bounded by the block size (a strided view: by its
+storage), never by the model. Each output is written as `<name>.partial` and renamed when
 complete.
+
+No source is memory-mapped: a source shard that another process cuts short while it is
+copied gives a short read (`FileShrankError`), where a map would kill the process with
+SIGBUS. The output being written is then removed and the plan's execute raises an
+`InspectorError` naming the shard, the byte where it ended and what to do.
 
 A remote source (S3, GCS, the Hub, HTTP) is read with ranged requests through its storage:
 contiguous pieces in blocks of at most 8 MiB, as many in flight as the storage allows (memory
@@ -18,7 +25,6 @@ from __future__ import annotations
 
 import errno
 import math
-import mmap
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +37,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.formats.casting import cast_bytes
-from inspector._internal.formats.tensordata import read_view, strided_view, view_span
+from inspector._internal.formats.tensordata import read_view, view_span
 from inspector._internal.plans.consolidate.dest import Dest
 from inspector._internal.plans.consolidate.records import (
     METADATA_CAP,
@@ -40,7 +46,13 @@ from inspector._internal.plans.consolidate.records import (
     PlannedTensor,
     index_bytes,
 )
-from inspector._internal.storage import LocalFile, RangeReader, Storage, TooLargeError
+from inspector._internal.storage import (
+    FileShrankError,
+    LocalFile,
+    RangeReader,
+    Storage,
+    TooLargeError,
+)
 from inspector.errors import InspectorError
 
 if TYPE_CHECKING:
@@ -48,12 +60,12 @@ if TYPE_CHECKING:
     from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = [
+    "AGAIN",
     "BLOCK_BYTES",
     "Progress",
     "Sealer",
     "SourceFiles",
     "copy_metadata",
-    "pread_exact",
     "write_index",
     "write_output",
 ]
@@ -65,6 +77,8 @@ BLOCK_BYTES = 8 << 20  # L2/L3-friendly: 8 MB blocks beat 64 MB by 20% on column
 
 
 _COPY_BLOCK = 64 << 20
+# What to do about a source that ended early (consolidate, repair --from, re-shard).
+AGAIN = "run the command again once the source file is complete"
 # One ranged read of a remote source: large enough to stream at full speed, small enough
 # that max_concurrency of them in flight stay a few hundred MB.
 _REMOTE_BLOCK = 8 << 20
@@ -118,6 +132,9 @@ class Sealer:
             try:
                 if self.fsync:
                     os.fsync(fd)
+            except BaseException:
+                self.dest.remove(partial)  # never left behind half-durable
+                raise
             finally:
                 os.close(fd)
             # Only a complete (and, by default, durable) file ever gets its final name.
@@ -137,7 +154,9 @@ def write_output(
     plan: ConsolidationPlan, output: OutputFile, bar: Progress, sealer: Sealer
 ) -> None:
     """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
-    renames it, so a crash never leaves a partly written file under the final name."""
+    renames it, so a crash never leaves a partly written file under the final name. When the
+    copy fails the partial file is removed (a source that got shorter while it was read is an
+    `InspectorError` saying which and what to do)."""
     partial = output.name + ".partial"
     sources = SourceFiles(plan.source_storage)
     # Created afresh in DEST's descriptor: a stale file or a link planted under the
@@ -161,30 +180,41 @@ def write_output(
                     _copy_pieces(sources, fd, base + tensor.begin, tensor, bar)
             else:
                 _assemble(sources, fd, base + tensor.begin, tensor, bar)
+    except FileShrankError as exc:
+        _discard(sealer.dest, fd, partial)
+        raise InspectorError(
+            f"{exc.filename}: {exc.strerror} (another process cut it short, or is still "
+            f"writing it); {output.name} was not written: {AGAIN}"
+        ) from None
     except OSError as exc:
-        os.close(fd)
+        _discard(sealer.dest, fd, partial)
         if exc.filename is None:  # a write by descriptor: name the file (ENOSPC, EFBIG...)
             raise OSError(exc.errno, exc.strerror, str(plan.dest / partial)) from exc
         raise
     except BaseException:
-        os.close(fd)
+        _discard(sealer.dest, fd, partial)
         raise
     finally:
         sources.close()
     sealer.submit(fd, partial, output.name)
 
 
+def _discard(dest: Dest, fd: int, partial: str) -> None:
+    """Close and remove an output whose copy failed: nothing half-written stays in DEST."""
+    os.close(fd)
+    dest.remove(partial)
+
+
 class SourceFiles:
     """The source files, opened through the plan's storage on first use, so consolidation
     reads only what the scan was allowed to read (regular files inside the folder; the
     storage refuses anything else, as it did for the scan). Local files give descriptors for
-    kernel copies and memory maps; remote ones are read by ranges."""
+    kernel copies and `preadv`; remote ones are read by ranges."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self.local = storage.is_local
         self.readers: dict[str, RangeReader] = {}
-        self.maps: dict[str, np.ndarray | None] = {}
         self._lock = threading.Lock()
 
     def reader(self, file: str) -> RangeReader:
@@ -193,40 +223,23 @@ class SourceFiles:
                 self.readers[file] = self.storage.open(file)
             return self.readers[file]
 
-    def fd(self, file: str) -> int:
+    def local_file(self, file: str) -> LocalFile:
         reader = self.reader(file)
         if not isinstance(reader, LocalFile):
             raise InspectorError(f"{file}: not a local file; it is read by ranges")
-        return reader.fileno()
+        return reader
 
     def read(self, file: str, offset: int, count: int) -> bytes:
         """Exactly `count` bytes from `offset` (a source that ends early is an error)."""
         data = self.storage.read_range(file, offset, count)
         if len(data) != count:
             raise InspectorError(
-                f"{file}: source file ended {count - len(data):,} bytes early at offset "
-                f"{offset + len(data):,}"
+                f"{legible(file)}: the source file ended at byte {offset + len(data):,}, "
+                f"{count - len(data):,} bytes early; {AGAIN}"
             )
         return data
 
-    def bytes_of(self, file: str) -> np.ndarray | None:
-        """The whole file as a read-only byte array over a shared map (pre-faulted), or None
-        where it cannot be mapped (or is remote). Column chunks are then copied straight from
-        the page cache into the output block: one copy fewer than reading them into a
-        scratch buffer."""
-        if not self.local:
-            return None
-        if file not in self.maps:
-            try:
-                flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
-                mm = mmap.mmap(self.fd(file), 0, flags=flags, prot=mmap.PROT_READ)
-                self.maps[file] = np.frombuffer(mm, dtype=np.uint8)
-            except (OSError, ValueError):
-                self.maps[file] = None
-        return self.maps[file]
-
     def close(self) -> None:
-        self.maps.clear()  # the arrays own their maps; dropping them unmaps
         for reader in self.readers.values():
             reader.close()
         self.readers.clear()
@@ -261,17 +274,18 @@ def _copy_pieces(
     for piece in tensor.pieces:
         if piece.dst_offset is None:
             raise InspectorError(f"{tensor.name}: a piece of a contiguous tensor has no offset")
-        _copy_range(
-            sources.fd(piece.file), piece.src_offset, fd, start + piece.dst_offset, piece.nbytes
-        )
+        source = sources.local_file(piece.file)
+        _copy_range(source, piece.src_offset, fd, start + piece.dst_offset, piece.nbytes)
         bar.add(piece.nbytes)
 
 
 _KERNEL_COPY = {"ok": hasattr(os, "copy_file_range")}
 
 
-def _copy_range(src: int, src_off: int, dst: int, dst_off: int, count: int) -> None:
-    """Copy bytes file to file in the kernel; pread/pwrite in large blocks where unsupported."""
+def _copy_range(source: LocalFile, src_off: int, dst: int, dst_off: int, count: int) -> None:
+    """Copy bytes file to file in the kernel; where it cannot, blocks read with `preadv` into
+    one reused buffer and written. A source that ends early is a `FileShrankError`."""
+    src = source.fileno()
     while count > 0 and _KERNEL_COPY["ok"]:
         try:
             n = os.copy_file_range(src, dst, min(count, 1 << 30), src_off, dst_off)
@@ -281,10 +295,11 @@ def _copy_range(src: int, src_off: int, dst: int, dst_off: int, count: int) -> N
             _KERNEL_COPY["ok"] = False  # e.g. across file systems: fall back for good
             break
         if n == 0:
-            raise InspectorError(f"source file ended {count:,} bytes early at offset {src_off:,}")
+            raise FileShrankError(source.name, min(src_off, os.fstat(src).st_size))
         src_off, dst_off, count = src_off + n, dst_off + n, count - n
     while count > 0:
-        block = pread_exact(src, min(count, _COPY_BLOCK), src_off)
+        block = _buffer("copy", min(count, _COPY_BLOCK))
+        source.read_into(block.data, src_off)
         _pwrite_all(dst, block, dst_off)
         src_off, dst_off, count = src_off + len(block), dst_off + len(block), count - len(block)
 
@@ -300,7 +315,7 @@ def _assemble(
     row_bytes = math.prod(shape[1:]) * item
     rows_per_block = max(1, BLOCK_BYTES // max(1, row_bytes))
     block = _buffer("block", min(rows_per_block, shape[0]) * row_bytes)
-    whole = None if sources.local else _whole_strided(sources, tensor, item)
+    whole = _whole_strided(sources, tensor, item)
     for r0 in range(0, shape[0], rows_per_block):
         r1 = min(shape[0], r0 + rows_per_block)
         if tensor.partial:  # the reused buffer holds the last tensor's rows where no chunk is
@@ -324,9 +339,10 @@ _THREAD_BUFFERS = threading.local()
 
 
 def _buffer(kind: str, nbytes: int) -> np.ndarray:
-    """A reusable byte buffer of this thread ("block" for assembled rows, "scratch" for chunk
-    reads when a source cannot be mapped). Reuse saves the page faults of fresh allocations,
-    which cost more than the copy itself; the scratch one is only made when needed."""
+    """A reusable byte buffer of this thread ("block" for assembled rows, "scratch" for the
+    chunk rows read into it, "copy" for byte copies the kernel cannot do). Reuse saves the
+    page faults of fresh allocations, which cost more than the copy itself; each is only
+    made when needed."""
     held = getattr(_THREAD_BUFFERS, kind, None)
     if held is None or held.size < nbytes:
         held = np.empty(nbytes, dtype=np.uint8)
@@ -367,13 +383,15 @@ def _strided_rows(
 
 
 def _whole_strided(sources: SourceFiles, tensor: PlannedTensor, item: int) -> np.ndarray | None:
-    """A remote strided view's row-major bytes, fetched once when its span is small enough
-    (else None: each block of rows fetches the runs it needs)."""
+    """A strided view's row-major bytes, read once: always from a local source (a block of
+    a transposed view's rows spans its whole storage, so reading it per block would read the
+    storage once per block), from a remote one when its span is small enough (else None:
+    each block of rows fetches the runs it needs)."""
     piece = tensor.pieces[0] if len(tensor.pieces) == 1 else None
     if piece is None or piece.strides is None or not piece.shape:
         return None
     start, span, shape = _strided_rows(piece, (0, piece.shape[0]), item)
-    if span > _STRIDED_WHOLE:
+    if span > _STRIDED_WHOLE and not sources.local:
         return None
     return _fetch_view(sources, piece, start, shape, item)
 
@@ -384,7 +402,8 @@ def _fetch_view(
     data = read_view(sources.storage, piece.file, start, shape, piece.strides or (), item)
     if data is None:
         raise InspectorError(
-            f"{legible(piece.file)}: source file ended early inside a strided view"
+            f"{legible(piece.file)}: the source file ended inside the strided view that starts "
+            f"at byte {start:,}; {AGAIN}"
         )
     return data
 
@@ -394,15 +413,8 @@ def _place_strided(
 ) -> None:
     """Rows [r0, r1) of a strided view gathered into the block (`view` holds exactly them)."""
     start, span, shape = _strided_rows(piece, rows, item)
-    flat = view.reshape(-1)
-    if not span:
-        return
-    mapped = sources.bytes_of(piece.file) if sources.local else None
-    if mapped is None or start + span > mapped.size:
-        flat[:] = _fetch_view(sources, piece, start, shape, item)
-        return
-    picked = strided_view(mapped[start : start + span], shape, piece.strides or (), item)
-    flat.reshape(*shape, item)[...] = picked
+    if span:
+        view.reshape(-1)[:] = _fetch_view(sources, piece, start, shape, item)
 
 
 def _place_rows(
@@ -419,12 +431,8 @@ def _place_rows(
     if found is None:
         return
     lo, hi, start, size = found
-    mapped = sources.bytes_of(piece.file)
-    if mapped is not None and start + size <= mapped.size:
-        raw = mapped[start : start + size]
-    else:
-        raw = _buffer("scratch", size)
-        _pread_into(sources.fd(piece.file), raw, start)
+    raw = _buffer("scratch", size)
+    sources.local_file(piece.file).read_into(raw.data, start)
     _place(piece, view, rows, (lo, hi), raw, item)
 
 
@@ -464,34 +472,6 @@ def _place(
         where += [slice(o, o + n) for o, n in zip(offsets[1:-1], shape[1:-1], strict=True)]
         where.append(slice(offsets[-1] * item, (offsets[-1] + shape[-1]) * item))
     view[tuple(where)] = src
-
-
-def _pread_into(fd: int, buf: np.ndarray, offset: int) -> None:
-    view = buf.data.cast("B")
-    while view:
-        n = os.preadv(fd, [view], offset)
-        if n == 0:
-            raise InspectorError(
-                f"source file ended {len(view):,} bytes early at offset {offset:,}"
-            )
-        view, offset = view[n:], offset + n
-
-
-def pread_exact(fd: int, count: int, offset: int) -> bytes:
-    data = os.pread(fd, count, offset)
-    if len(data) == count:
-        return data
-    parts = [data]
-    got = len(data)
-    while got < count:
-        more = os.pread(fd, count - got, offset + got)
-        if not more:
-            raise InspectorError(
-                f"source file ended {count - got:,} bytes early at offset {offset + got:,}"
-            )
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
 
 
 def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
