@@ -7,12 +7,15 @@ control characters escaped), whatever names the raiser put in it.
 
 from __future__ import annotations
 
+import errno
+
 from inspector._internal.common.display import LINE_LIMIT, legible
 from inspector._internal.findings.codes import Code
 
 __all__ = [
     "UNSAFE_FILE_ADVICE",
     "CannotInspectError",
+    "FileShrankError",
     "InspectorError",
     "PlanRefusedError",
     "RemoteAccessError",
@@ -61,3 +64,16 @@ class RemoteAccessError(InspectorError):
 
 class PlanRefusedError(InspectorError):
     """A repair or consolidation plan cannot decide something without a user policy."""
+
+
+class FileShrankError(OSError):
+    """A local file ended before bytes it held when it was opened: another process cut it
+    short (or is still writing it) while it was read. `at` is the byte it ended at. Tensor
+    data is read with `pread`/`preadv` for this reason: through a memory map, the same cut
+    kills the process with SIGBUS."""
+
+    def __init__(self, name: str, at: int) -> None:
+        super().__init__(
+            errno.EIO, f"the file ended at byte {at:,}: it got shorter while it was read", name
+        )
+        self.at = at

@@ -28,8 +28,8 @@ from inspector._internal.checkpoint.scanned import DcpChunk, ScannedCheckpoint
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.storage import FileShrankError, LocalFile, Storage
-from inspector.errors import UnsafeFileError
+from inspector._internal.storage import LocalFile, Storage
+from inspector.errors import FileShrankError, UnsafeFileError
 
 # The tuple `TensorData.shard_entries` yields: name, dtype, shape, the entry's bytes in blocks.
 Entry = tuple[str, str, tuple[int, ...], Iterator[memoryview]]

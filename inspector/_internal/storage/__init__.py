@@ -27,7 +27,6 @@ from inspector._internal.storage.base import (
     member_problem,
 )
 from inspector._internal.storage.local import (
-    FileShrankError,
     LocalFile,
     LocalStorage,
     hf_cache_snapshots,
@@ -40,7 +39,6 @@ __all__ = [
     "DEFAULT_READ_AHEAD",
     "Entry",
     "EntryKind",
-    "FileShrankError",
     "IOStats",
     "LocalFile",
     "LocalStorage",

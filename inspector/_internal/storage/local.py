@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from inspector._internal.storage.base import Entry, EntryKind, IOStats, TooLargeError, check_member
-from inspector.errors import UnsafeFileError
+from inspector.errors import FileShrankError, UnsafeFileError
 
-__all__ = ["FileShrankError", "LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
+__all__ = ["LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -33,19 +33,6 @@ _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 # A Hugging Face cache repository folder: models--org--name (also datasets--, spaces--).
 _HF_REPO = re.compile(r"(models|datasets|spaces)--.+")
 _PROC_FD = Path("/proc/self/fd")
-
-
-class FileShrankError(OSError):
-    """A local file ended before bytes it held when it was opened: another process cut it
-    short (or is still writing it) while it was read. `at` is the byte it ended at. Tensor
-    data is read with `pread`/`preadv` for this reason: through a memory map, the same cut
-    kills the process with SIGBUS."""
-
-    def __init__(self, name: str, at: int) -> None:
-        super().__init__(
-            errno.EIO, f"the file ended at byte {at:,}: it got shorter while it was read", name
-        )
-        self.at = at
 
 
 class LocalFile:

@@ -47,13 +47,12 @@ from inspector._internal.plans.consolidate.records import (
     index_bytes,
 )
 from inspector._internal.storage import (
-    FileShrankError,
     LocalFile,
     RangeReader,
     Storage,
     TooLargeError,
 )
-from inspector.errors import InspectorError
+from inspector.errors import FileShrankError, InspectorError
 
 if TYPE_CHECKING:
     # Only a type: the plan imports this module to execute itself.
