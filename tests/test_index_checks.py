@@ -19,7 +19,13 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
 from inspector._internal.checks import index as index_check
 from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
-from inspector._internal.findings.finding import Finding, FoldPolicy, fold_listed
+from inspector._internal.findings.finding import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    fold_listed,
+    fold_modules,
+)
 from inspector._internal.storage import local_location
 
 INDEX = "model.safetensors.index.json"
@@ -425,6 +431,21 @@ def test_fold_listed_lists_the_first_items_then_counts_the_rest() -> None:
         "bin-record-missing", items[:3], file="f", message=str, rest=str, policy=FoldPolicy(3, 3)
     )
     assert len(exact) == 3  # nothing left over: no summary
+
+
+def test_fold_modules_says_each_module_then_counts_the_rest_with_examples() -> None:
+    """The compressed-tensors and block-quant config checks word their module lists so."""
+    items = [(f"model.layers.{i}.mlp", "is quantized") for i in range(FOLD.per_code + 2)]
+    found = fold_modules(
+        "quant-scheme-mismatch", items, head="config.json", advice="re-export", file="c.json"
+    )
+    assert len(found) == FOLD.per_code + 1
+    assert found[0].message == "config.json: 'model.layers.0.mlp' is quantized; re-export"
+    first, second = items[FOLD.per_code][0], items[FOLD.per_code + 1][0]
+    assert found[-1].message == (
+        f"config.json: 2 more modules the same way ({first}, {second}); re-export"
+    )
+    assert {(f.file, f.code) for f in found} == {("c.json", "quant-scheme-mismatch")}
 
 
 def _drifts(folder: Path) -> dict[str, object]:

@@ -36,13 +36,12 @@ from inspector._internal.checkpoint.quant_targets import (
     strings,
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import (
     Finding,
     examples,
-    fold_listed,
+    fold_modules,
     make_finding,
 )
 from inspector._internal.formats.recipe import QuantModifier
@@ -300,16 +299,7 @@ def _fold(code: Code, items: list[tuple[str, str]]) -> list[Finding]:
             "unquantized"
         ),
     }[code]
-    return fold_listed(
-        code,
-        items,
-        file=CONFIG_NAME,
-        message=lambda item: f"{CONFIG_NAME}: '{legible(item[0])}' {item[1]}; {what}",
-        rest=lambda left: (
-            f"{CONFIG_NAME}: {len(left):,} more modules the same way "
-            f"({examples([m for m, _ in left[:3]])}); {what}"
-        ),
-    )
+    return fold_modules(code, items, head=CONFIG_NAME, advice=what, file=CONFIG_NAME)
 
 
 def _recipe(

@@ -19,13 +19,11 @@ from typing import Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.compressed_tensors import module_tensors
-from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import (
     Finding,
-    examples,
-    fold_listed,
+    fold_modules,
 )
 
 __all__ = ["CODES", "check_block_quant"]
@@ -144,13 +142,6 @@ def _fold(head: str, items: list[tuple[str, str]]) -> list[Finding]:
         "loaders dequantize it wrongly or refuse it; re-export the module (quantized with its "
         "scales, or unquantized without them)"
     )
-    return fold_listed(
-        Code.QUANT_SCHEME_MISMATCH,
-        items,
-        file=CONFIG_NAME,
-        message=lambda item: f"{head}: '{legible(item[0])}' {item[1]}; {advice}",
-        rest=lambda left: (
-            f"{head}: {len(left):,} more modules the same way "
-            f"({examples([m for m, _ in left[:3]])}); {advice}"
-        ),
+    return fold_modules(
+        Code.QUANT_SCHEME_MISMATCH, items, head=head, advice=advice, file=CONFIG_NAME
     )

@@ -45,6 +45,7 @@ __all__ = [
     "fold",
     "fold_findings",
     "fold_listed",
+    "fold_modules",
     "fold_ranges",
     "make_finding",
     "severity_rank",
@@ -200,6 +201,23 @@ def fold_listed(
     if left:
         found.append(make_finding(code, rest(left), file=file))
     return found
+
+
+def fold_modules(
+    code: Code | str, items: Sequence[tuple[str, str]], *, head: str, advice: str, file: str
+) -> list[Finding]:
+    """`fold_listed` of (module, what is wrong with it) pairs of one config check: each said
+    as "{head}: 'module' {what}; {advice}", the rest counted with a few examples."""
+    return fold_listed(
+        code,
+        items,
+        file=file,
+        message=lambda item: f"{head}: '{legible(item[0])}' {item[1]}; {advice}",
+        rest=lambda left: (
+            f"{head}: {len(left):,} more modules the same way "
+            f"({examples([m for m, _ in left[:3]])}); {advice}"
+        ),
+    )
 
 
 _COLUMNS = ["code", "severity", "message", "file", "tensor", "layer", "expert"]
