@@ -28,10 +28,10 @@ loop over names; only the files that disagree are walked name by name to explain
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, repeat
+from functools import cached_property
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -125,7 +125,7 @@ def check_index(
         return findings
     if _agrees(index, held):
         return findings + _total_findings(index, held, _Drift(), not_counted or Uncounted())
-    view = _IndexView.of(index.lookup_map(), held)
+    view = _IndexView.of(index, held)
     drift = _Drift()
     findings += _indexed_file_findings(index.file, view, held, drift, policy)
     findings += _listed_tensor_findings(index.file, view, held, drift, policy)
@@ -158,58 +158,88 @@ def _agrees(index: IndexDoc, held: HeldTensors) -> bool:
     return bool(np.array_equal(holder, expected))
 
 
-# What `targets` holds for a name the index does not list when None is a value of the map
-# (never after `read_index_doc`, which only keeps str values; then None is used, which lets
-# the lookup be the cheaper one-argument `map(wmap.get, ...)`).
-_UNLISTED = object()
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class _IndexView:
-    """The normalised weight map and, per held file, what the index says of its names.
+    """What the index says of each file, worked out from its file codes.
 
-    `listed` counts the entries per file; `targets[file]` is the index's file for each name of
-    that shard (`_UNLISTED` if none), `hits[file]` how many of them point back to it. A file
-    whose `hits` equal its `listed` count (and whose names are distinct) holds every entry
-    the index gives it, so it needs no per-name walk.
+    `listed` counts the entries per (normalised) file; `hits[file]` how many names of the
+    held shard `file` the index maps back to it. A file whose `hits` equal its `listed` count
+    (and whose names are distinct) holds every entry the index gives it, so it needs no
+    per-name walk. When no name is held twice, both come from one C-level lookup per index
+    name in the held map and array counts: no dict of the index, no lookup per shard name.
+    Otherwise (`by_name`) each shard name is looked up in the normalised weight map.
     """
 
-    wmap: Mapping[str, str]
+    index: IndexDoc
+    held: HeldTensors
+    files: list[str]  # the normalised file of each file code
     listed: dict[str, int]
-    targets: dict[str, list[object]]
     hits: dict[str, int]
-    unlisted_mark: object
+    # Distinct names: per held shard, how many of its names the index lists (to any file).
+    listed_of: dict[str, int]
+    # Names held twice: per held shard, the index's file for each of its names (None: none).
+    by_name: dict[str, list[str | None]] | None
 
     @classmethod
-    def of(cls, weight_map: Mapping[str, str], held: HeldTensors) -> _IndexView:
-        wmap = normalized(weight_map)
-        listed = dict(Counter(wmap.values()))
-        mark = _UNLISTED if None in listed else None
-        lookup: Callable[..., object] = wmap.get
-        targets: dict[str, list[object]]
-        if mark is None:
-            targets = {s.file: list(map(lookup, s.names)) for s in held.shards}
-        else:
-            targets = {s.file: list(map(lookup, s.names, repeat(mark))) for s in held.shards}
-        hits = {file: got.count(file) for file, got in targets.items()}
-        return cls(wmap, listed, targets, hits, mark)
+    def of(cls, index: IndexDoc, held: HeldTensors) -> _IndexView:
+        files = [normalize_member(f) for f in index.files.values]
+        listed: dict[str, int] = {}
+        per_code = np.bincount(index.files.codes, minlength=len(files)).tolist()
+        for file, count in zip(files, per_code, strict=True):
+            if count:
+                listed[file] = listed.get(file, 0) + count
+        if not held.distinct:
+            wmap = normalized(index.lookup_map())
+            by_name = {s.file: list(map(wmap.get, s.names)) for s in held.shards}
+            hits = {file: got.count(file) for file, got in by_name.items()}
+            return cls(index, held, files, listed, hits, {}, by_name)
+        position = {s.file: i for i, s in enumerate(held.shards)}
+        shard_of_code = np.asarray([position.get(f, -1) for f in files] or [-1], np.int64)
+        holder = np.fromiter(
+            map(held.first.get, index.names, repeat(-1)), dtype=np.int64, count=len(index.names)
+        )
+        expected = shard_of_code[index.files.codes] if len(holder) else holder
+        back = expected[(holder == expected) & (expected >= 0)]
+        n = len(held.shards)
+        hit_counts = np.bincount(back, minlength=n).tolist()
+        listed_counts = np.bincount(holder[holder >= 0], minlength=n).tolist()
+        names = [s.file for s in held.shards]
+        return cls(
+            index,
+            held,
+            files,
+            listed,
+            dict(zip(names, hit_counts, strict=True)),
+            dict(zip(names, listed_counts, strict=True)),
+            None,
+        )
 
     def names_at(self, files: set[str]) -> dict[str, list[str]]:
         """The names the index maps to each of `files`, in index order."""
         if not files:
             return {}
         groups: dict[str, list[str]] = {f: [] for f in files}
-        wmap = self.wmap
-        for name in compress(wmap.keys(), map(files.__contains__, wmap.values())):
-            groups[wmap[name]].append(name)
+        codes = [c for c, f in enumerate(self.files) if f in files]
+        rows = np.flatnonzero(np.isin(self.index.files.codes, codes))
+        names = self.index.names
+        for row, code in zip(rows.tolist(), self.index.files.codes[rows].tolist(), strict=True):
+            groups[self.files[code]].append(names[row])
         return groups
 
     def unlisted(self, shard: ShardHeader) -> list[str]:
         """The names of `shard` the index does not list, in header order."""
-        got, mark = self.targets[shard.file], self.unlisted_mark
-        if mark not in got:
+        if self.by_name is not None:
+            got = self.by_name[shard.file]
+            if None not in got:
+                return []
+            return [n for n, g in zip(shard.names, got, strict=True) if g is None]
+        if self.listed_of[shard.file] == len(shard.names):
             return []
-        return [n for n, g in zip(shard.names, got, strict=True) if g is mark]
+        return [n for n in shard.names if n not in self._index_names]
+
+    @cached_property
+    def _index_names(self) -> frozenset[str]:
+        return frozenset(self.index.names)
 
 
 # -- facts gathered while checking, for the totals' explanations ----------------------------
