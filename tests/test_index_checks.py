@@ -499,15 +499,15 @@ def test_agreeing_index_shortcut_gives_what_the_walk_gives(
         _write_index(ckpt, change)
     scanned = scan(ckpt)
     took = []
-    real = index_check._agrees
+    real = index_check._IndexView.agrees
 
-    def spy(index: object, held: object) -> bool:
-        took.append(real(index, held))  # type: ignore[arg-type]
+    def spy(view: index_check._IndexView) -> bool:
+        took.append(real(view))
         return took[-1]
 
-    monkeypatch.setattr(index_check, "_agrees", spy)
+    monkeypatch.setattr(index_check._IndexView, "agrees", spy)
     fast = check_index(scanned.shards, scanned.index)
-    monkeypatch.setattr(index_check, "_agrees", lambda index, held: False)
+    monkeypatch.setattr(index_check._IndexView, "agrees", lambda view: False)
     walked = check_index(scanned.shards, scanned.index)
     assert took == [drift in _AGREEING]
     assert fast == walked
