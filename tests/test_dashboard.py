@@ -896,16 +896,16 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     `state` waits for the verdict, and the Overview is redrawn with it."""
     import threading
 
-    import inspector._internal.load.verdict as model_load
+    import inspector._internal.load.child as load_child
 
     release = threading.Event()
-    real = model_load.load_verdict
+    real = load_child.verdict_apart
 
     def slow_verdict(scanned, **options):
         release.wait(60)
         return real(scanned, **options)
 
-    monkeypatch.setattr(model_load, "load_verdict", slow_verdict)
+    monkeypatch.setattr(load_child, "verdict_apart", slow_verdict)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview

@@ -103,17 +103,18 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
             error = type(exc).__name__ + ": " + str(exc)
         print(json.dumps({"error": error}))
         """,
-        # The load check (seconds of imports holding the GIL) starts once the Overview's
-        # messages are sent, not while the kernel still sends them.
+        # The load check's work in this kernel (its answer parsed and checked with; the whole
+        # check for a remote checkpoint) starts once the Overview's messages are sent, not
+        # while the kernel still sends them.
         """
         import time
         from IPython.display import display
-        import inspector._internal.load.verdict as verdict_module
-        real, started = verdict_module.load_verdict, []
+        import inspector._internal.load.child as load_child
+        real, started = load_child.verdict_apart, []
         def spy(*args, **kwargs):
             started.append(time.monotonic())
             return real(*args, **kwargs)
-        verdict_module.load_verdict = spy
+        load_child.verdict_apart = spy
         shown = Dashboard(Path(str(folder) + "-moved"), snapshot=False, wait=False)
         time.sleep(0.5)
         before = len(started)

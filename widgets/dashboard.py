@@ -19,7 +19,9 @@ spinner it was drawn with (the page switches tabs by itself) and is built in a t
 The Overview answers "will it load?" with the model code's own verdict
 (`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
 than everything else together, so the Overview is drawn from the plain checks and the verdict
-is computed in a thread meanwhile: `dash.current` is what is on screen, `dash.state` waits for
+is computed meanwhile, by a child process for a local folder (`inspector._internal.load.child`,
+started with the scan so that it imports torch and transformers on another core), waited for
+by a thread: `dash.current` is what is on screen, `dash.state` waits for
 the verdict and holds its findings and problems too. The Overview, Tensors, Files, Layers and
 Experts tabs are drawn from `dash.current` (Files and Layers recount their findings when the
 verdict arrives: `when_checked`); Findings and Repair list the load check's findings, so they
@@ -61,6 +63,7 @@ from inspector._internal.findings.finding import (
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.references import restore_reference
 from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.load import child as load_child
 from inspector._internal.report.html import (
     code_help_html,
     facts_html,
@@ -129,9 +132,7 @@ class CheckpointState:
         )
         verdict = None
         if model:
-            from inspector._internal.load.verdict import load_verdict
-
-            verdict = load_verdict(scanned, trust_remote_code=trust_remote_code)
+            verdict = load_child.verdict_apart(scanned, trust_remote_code=trust_remote_code)
         return cls.checked(scanned, verdict, deep=deep, values=values, progress=progress)
 
     @classmethod
@@ -219,6 +220,9 @@ class Dashboard:
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
         self.wait_when_headless = wait
         self._headless = False
+        if model and _local(source):
+            # It imports torch and transformers on another core while this one scans.
+            load_child.start_verdict_process()
         # The plain checks now; the load verdict in a thread (see the module docstring).
         self.current = _load_with_progress(
             source, progress=progress, pending=model, values=self.values
@@ -374,23 +378,26 @@ class Dashboard:
         self._start_worker()
 
     def _start_verdict(self) -> None:
-        """Compute the load verdict in a thread, then check with it and redraw what shows
+        """Get the load verdict from a thread, then check with it and redraw what shows
         the plain checks' state (header, Overview, snapshot).
 
-        The thread starts by importing transformers and torch, seconds of CPU that hold the
-        GIL: started as the Overview is displayed, it starved the kernel's IOPub thread,
-        which sends the Overview's widgets to the page, and the cell's own thread, which
-        writes the snapshot (measured at 300,000 tensors: 20 ms of work took 0.2-0.5 s).
-        So it waits until those messages are sent (`_overview_sent`, at most
-        `_VERDICT_HOLD` seconds)."""
+        For a local folder the verdict is computed by a child process
+        (`inspector._internal.load.child`): its imports of transformers and torch and the
+        model build (10 s of CPU at 300,000 tensors) used to hold this kernel's GIL, so a
+        tab clicked meanwhile answered late; the thread only waits for the child's answer.
+        A remote checkpoint's verdict is computed in the thread. Either way the thread waits
+        until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
+        seconds): work that holds the GIL as the Overview is displayed starves the kernel's
+        IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
+        tensors: 20 ms of the snapshot's work took 0.2-0.5 s)."""
         generation, plain = self._generation, self.current
 
         def work() -> None:
             self._overview_sent.wait(_VERDICT_HOLD)
             try:
-                from inspector._internal.load.verdict import load_verdict
-
-                verdict = load_verdict(plain.scanned, trust_remote_code=self.trust_remote_code)
+                verdict = load_child.verdict_apart(
+                    plain.scanned, trust_remote_code=self.trust_remote_code
+                )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for
                 with self._state_lock:
@@ -1243,6 +1250,13 @@ def _load_with_progress(
     finally:
         bars.close()
         handle.update({"text/plain": ""}, raw=True)
+
+
+def _local(source: str | os.PathLike[str] | ScannedCheckpoint) -> bool:
+    """Whether `source` names a local folder (the load check then runs in a child process)."""
+    if isinstance(source, ScannedCheckpoint):
+        return source.local_path is not None
+    return not (isinstance(source, str) and "://" in source)
 
 
 def _shell() -> Any:

@@ -68,6 +68,7 @@ __all__ = [
     "LoadVerdict",
     "clear_model_cache",
     "load_verdict",
+    "prepare_load_check",
     "stored_files",
     "stored_tensors",
 ]
@@ -230,6 +231,92 @@ class LoadVerdict:
             ),
         }
 
+    @classmethod
+    def from_dict(cls, data: object) -> LoadVerdict:
+        """The verdict whose complete `to_dict()` (no `limit`) is `data`, checked field by
+        field. It comes from another process (`inspector._internal.load.child`) that ran
+        transformers on an untrusted config, and with `--trust-remote-code` the folder's own
+        code: a field of the wrong type raises ValueError instead of reaching a report."""
+        if not isinstance(data, Mapping) or data.get("complete") is not True:
+            raise ValueError("a load verdict must be the complete to_dict() of one")
+        mismatched = []
+        for m in _items(data, "mismatched", Mapping):
+            mismatched.append(
+                ShapeMismatch(
+                    _text(m.get("key")), _shape(m.get("stored")), _shape(m.get("expected"))
+                )
+            )
+        sources = _field(data, "sources", Mapping)
+        return cls(
+            architecture=_optional(data.get("architecture"), str),
+            skipped=_optional(data.get("skipped"), str),
+            missing=_texts(data, "missing"),
+            unexpected=_texts(data, "unexpected"),
+            mismatched=tuple(mismatched),
+            mtp_skipped=_texts(data, "mtp_skipped"),
+            quantization_expected=_texts(data, "quantization_expected"),
+            parameters=_optional(data.get("parameters"), int),
+            stored_parameters=_optional(data.get("stored_parameters"), int),
+            mtp_parameters=_integer(data.get("mtp_parameters")),
+            quantization=_optional(data.get("quantization"), str),
+            transformers_version=_optional(data.get("transformers_version"), str),
+            sources=MappingProxyType(
+                {_text(k): tuple(map(_text, _sequence(v))) for k, v in sources.items()}
+            ),
+            stored_as=MappingProxyType(_text_map(data, "stored_as")),
+            reasons=MappingProxyType(_text_map(data, "reasons")),
+        )
+
+
+def _field(data: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = data.get(name)
+    if not isinstance(value, kind):
+        raise ValueError(f"load verdict field {name!r}: expected {kind.__name__}")
+    return value
+
+
+def _sequence(value: object) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"load verdict: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _items(data: Mapping[str, Any], name: str, kind: type) -> list[Any]:
+    items = _field(data, name, list)
+    if not all(isinstance(v, kind) for v in items):
+        raise ValueError(f"load verdict field {name!r}: expected a list of {kind.__name__}")
+    return items
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"load verdict: expected a string, got {type(value).__name__}")
+    return value
+
+
+def _texts(data: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    return tuple(_items(data, name, str))
+
+
+def _text_map(data: Mapping[str, Any], name: str) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in _field(data, name, Mapping).items()}
+
+
+def _integer(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"load verdict: expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _shape(value: object) -> tuple[int, ...]:
+    return tuple(_integer(v) for v in _sequence(value))
+
+
+def _optional(value: object, kind: type) -> Any:
+    if value is None:
+        return None
+    return _integer(value) if kind is int else _text(value)
+
 
 def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False) -> LoadVerdict:
     """The model code's verdict on `scanned` (see the module docstring).
@@ -253,6 +340,17 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
                 return _verdict(scanned, architecture, built, quant, stored)
     except LoadSkipped as why:
         return LoadVerdict(architecture=architecture, skipped=str(why))
+
+
+def prepare_load_check() -> None:
+    """Import what every verdict needs (torch, transformers and its model base class: 6 s on
+    2 shared cores) ahead of the first one; nothing when they are not installed."""
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        return
+    transformers.PreTrainedModel  # noqa: B018 (transformers imports it on first access)
 
 
 def clear_model_cache() -> None:

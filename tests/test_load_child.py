@@ -1,0 +1,189 @@
+"""The load verdict computed in a child process (`inspector._internal.load.child`): the verdict
+the process itself would give, with torch and transformers never imported by the caller; a
+folder that changed after the caller's scan is said, not answered for; a child out of time
+gives a skipped verdict and the next request a fresh child; the answer is read as untrusted
+data, field by field."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import MappingProxyType
+
+import orjson
+import pytest
+from hf_exports import resaved
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.demo import write_demos
+from inspector._internal.load import child as load_child
+from inspector._internal.load.child import verdict_apart
+from inspector._internal.load.stored import ShapeMismatch
+from inspector._internal.load.verdict import LoadVerdict, load_verdict
+
+HEALTHY = "healthy-hf-sharded"
+SCALE = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("demos")
+    write_demos(target, log=lambda _line: None)
+    return target
+
+
+def _same(a: LoadVerdict, b: LoadVerdict) -> bool:
+    maps = ("sources", "stored_as", "reasons")
+    return a == b and all(dict(getattr(a, m)) == dict(getattr(b, m)) for m in maps)
+
+
+def test_the_child_gives_the_verdict_this_process_gives(demos: Path, tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    lost = resaved(demos / HEALTHY, tmp_path / "lost",
+                   lambda s: {k: v for k, v in s.items() if k != SCALE})  # fmt: skip
+    for folder in (demos / HEALTHY, demos / "modelopt-1422-sidecar-drift", lost):
+        scanned = scan(folder)
+        apart, here = verdict_apart(scanned), load_verdict(scanned)
+        assert _same(apart, here), folder.name
+        assert apart.ran and apart.architecture
+    assert verdict_apart(scan(lost)).missing == (SCALE,)
+
+
+def test_the_caller_never_imports_torch_or_transformers(demos: Path) -> None:
+    pytest.importorskip("transformers")
+    code = (
+        "import sys\n"
+        "from inspector._internal.checkpoint.scan import scan\n"
+        "from inspector._internal.load.child import verdict_apart\n"
+        "v = verdict_apart(scan(sys.argv[1]))\n"
+        "print(v.ran, v.loads, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(demos / HEALTHY)],
+        capture_output=True, text=True, timeout=600, check=True,
+    ).stdout.split()  # fmt: skip
+    assert out == ["True", "True", "False", "False"]
+
+
+def test_a_folder_changed_after_the_scan_is_said_not_answered_for(
+    demos: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("transformers")
+    folder = Path(shutil.copytree(demos / HEALTHY, tmp_path / "ckpt"))
+    scanned = scan(folder)
+    other = resaved(folder, tmp_path / "other",
+                    lambda s: {k: v for k, v in s.items() if k != SCALE})  # fmt: skip
+    shutil.rmtree(folder)
+    shutil.move(other, folder)
+    verdict = verdict_apart(scanned)
+    assert not verdict.ran and "changed while the load check read them" in verdict.skipped
+    assert not verdict.missing and str(folder) in verdict.skipped
+    # Scanned again, the folder gets its own verdict.
+    assert verdict_apart(scan(folder)).missing == (SCALE,)
+    # A folder gone since the scan: the same.
+    shutil.rmtree(folder)
+    gone = verdict_apart(scanned)
+    assert not gone.ran and "changed while the load check read them" in gone.skipped
+
+
+def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    scanned = scan(demos / HEALTHY)
+    first = load_child._CHILD.start()
+    monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
+    late = verdict_apart(scanned)
+    assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
+    assert first.poll() is not None  # ended, not left running
+    monkeypatch.undo()
+    assert _same(verdict_apart(scanned), load_verdict(scanned))
+    assert load_child._CHILD.start() is not first
+
+
+_GOOD = LoadVerdict(
+    architecture="DeepseekV3ForCausalLM",
+    missing=("a.weight_scale",),
+    unexpected=("b",),
+    mismatched=(ShapeMismatch("c", (4, 2), (4, 3)),),
+    mtp_skipped=("model.layers.3.x",),
+    quantization_expected=("d", "e"),
+    parameters=28_496,
+    stored_parameters=37_040,
+    mtp_parameters=8_544,
+    quantization="NVFP4",
+    transformers_version="5.0.0",
+    sources=MappingProxyType({"b": ("b", "b2")}),
+    stored_as=MappingProxyType({"a.weight_scale": "a.weight_scale"}),
+    reasons=MappingProxyType({"a.weight_scale": "NVFP4 needs it"}),
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("missing", "a"),
+        ("missing", [1]),
+        ("parameters", "3"),
+        ("parameters", True),
+        ("mtp_parameters", None),
+        ("architecture", 5),
+        ("mismatched", [{"key": "c", "stored": ["4"], "expected": [4]}]),
+        ("mismatched", [{"key": None, "stored": [4], "expected": [4]}]),
+        ("mismatched", ["c"]),
+        ("sources", {"b": "b"}),
+        ("sources", ["b"]),
+        ("reasons", {"a": 1}),
+        ("complete", False),
+    ],
+)
+def test_an_answer_of_the_wrong_shape_is_refused(name: str, bad: object) -> None:
+    good = _GOOD.to_dict()
+    assert _same(LoadVerdict.from_dict(good), _GOOD)
+    with pytest.raises(ValueError):
+        LoadVerdict.from_dict({**good, name: bad})
+
+
+def test_an_answer_that_is_not_an_object_is_refused() -> None:
+    for bad in ([_GOOD.to_dict()], "verdict", None, _GOOD.to_dict(limit=0)):
+        with pytest.raises(ValueError):
+            LoadVerdict.from_dict(bad)
+
+
+_names = st.lists(st.text(max_size=12), max_size=4).map(tuple)
+_shapes = st.lists(st.integers(0, 1 << 40), max_size=4).map(tuple)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.builds(
+        LoadVerdict,
+        architecture=st.none() | st.text(max_size=20),
+        skipped=st.none() | st.text(max_size=40),
+        missing=_names,
+        unexpected=_names,
+        mismatched=st.lists(
+            st.builds(ShapeMismatch, st.text(max_size=8), _shapes, _shapes), max_size=3
+        ).map(tuple),
+        mtp_skipped=_names,
+        quantization_expected=_names,
+        parameters=st.none() | st.integers(0, 1 << 62),
+        stored_parameters=st.none() | st.integers(0, 1 << 62),
+        mtp_parameters=st.integers(0, 1 << 62),
+        quantization=st.none() | st.text(max_size=20),
+        transformers_version=st.none() | st.text(max_size=8),
+        sources=st.dictionaries(st.text(max_size=8), _names, max_size=3).map(MappingProxyType),
+        stored_as=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3).map(
+            MappingProxyType
+        ),
+        reasons=st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3).map(
+            MappingProxyType
+        ),
+    )
+)
+def test_a_verdict_crosses_to_its_caller_unchanged(verdict: LoadVerdict) -> None:
+    assert _same(LoadVerdict.from_dict(orjson.loads(orjson.dumps(verdict.to_dict()))), verdict)
