@@ -33,7 +33,7 @@ from test_cli_errors import cli, no_traceback
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible
+from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
 from inspector._internal.findings.finding import make_finding, short_repr
 from inspector._internal.report.html import findings_html, problems_html, scanned_html
 from inspector._internal.report.markdown import markdown_summary
@@ -135,6 +135,17 @@ def test_legible_is_bounded_printable_and_stable(text: str, limit: int):
     if len(text) <= limit and text.isprintable():
         assert shown == text
     assert "<" not in legible(text, target="html", limit=limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(max_size=300) | st.integers() | st.none(), max_size=20),
+    st.sampled_from([40, 80, NAME_LIMIT]),
+)
+def test_legible_each_is_legible_of_each(values: list, limit: int):
+    """The grids' bulk form (its common case tested inline) shows what `legible` shows."""
+    assert legible_each(values, limit=limit) == [legible(v, limit=limit) for v in values]
+    assert legible_each([ESCAPES, "x" * 300]) == [legible(ESCAPES), legible("x" * 300)]
 
 
 def test_csv_cells_that_spreadsheets_run_are_neutralised():

@@ -23,7 +23,7 @@ import ipywidgets as w
 import pandas as pd
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.common.display import legible
+from inspector._internal.common.display import legible_each
 from inspector._internal.report.html import html_text
 from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
 from inspector.errors import InspectorError
@@ -85,7 +85,7 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
 
 
 def _legible(column: pd.Series) -> list[str]:
-    return [legible(v) for v in column.astype(str).tolist()]
+    return legible_each(column.astype(str).tolist())
 
 
 def grid_config(query: TensorQuery) -> dict[str, Any]:

@@ -39,8 +39,9 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from contextvars import copy_context
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,7 +54,7 @@ from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
-from inspector._internal.common.display import legible
+from inspector._internal.common.display import legible_each
 from inspector._internal.findings.finding import (
     Finding,
     findings_per_file,
@@ -95,6 +96,8 @@ _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the oth
 # The longest the load check waits for the Overview to be sent, in a kernel (a dashboard made
 # but not displayed, or whose `widget` is displayed by hand, starts it after this).
 _VERDICT_HOLD = 3.0
+# The longest the background worker waits for what a person asked for before it goes on.
+_YIELD_SECONDS = 30.0
 _PAGE = 25
 
 
@@ -286,6 +289,9 @@ class Dashboard:
         self._state_lock = threading.Lock()
         self._pending: dict[str, Future[Any]] = {}
         self._generation = 0
+        # Work a person asked for that is under way (see `_asked`).
+        self._asked_count = 0
+        self._asked_done = threading.Condition()
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
         # Set once the Overview's messages are sent (`_ipython_display_`); until then the load
@@ -432,7 +438,30 @@ class Dashboard:
     def _shown(self, title: str) -> Any:
         """The panel of the tab just shown; one that draws on being shown (grids, figures,
         the repair plan) is told."""
-        return _on_shown(self.panel(title))
+        with self._asked():
+            return _on_shown(self.panel(title))
+
+    @contextmanager
+    def _asked(self) -> Iterator[None]:
+        """Around work a person asked for (a tab clicked, a link followed): the background
+        worker starts no other tab meanwhile (`_yield_to_asked`)."""
+        with self._asked_done:
+            self._asked_count += 1
+        try:
+            yield
+        finally:
+            with self._asked_done:
+                self._asked_count -= 1
+                self._asked_done.notify_all()
+
+    def _yield_to_asked(self) -> None:
+        """The background worker waits here before each tab it builds ahead: while a tab a
+        person clicked is built and drawn, a tab nobody asked for yet would share the
+        kernel's one interpreter with it (measured at 300,000 tensors: the Tensors tab
+        clicked at once drew its rows after 10.6 s). At most `_YIELD_SECONDS`, so that a
+        stuck action never stops the worker."""
+        with self._asked_done:
+            self._asked_done.wait_for(lambda: self._asked_count == 0, timeout=_YIELD_SECONDS)
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use (here, or by the thread that
@@ -492,11 +521,12 @@ class Dashboard:
 
         def build() -> None:
             try:
-                if mine:
-                    self._build(title, future, generation)
-                panel = future.result()
-                if self.tab.selected_index == index:
-                    _on_shown(panel)
+                with self._asked():
+                    if mine:
+                        self._build(title, future, generation)
+                    panel = future.result()
+                    if self.tab.selected_index == index:
+                        _on_shown(panel)
             except Exception as exc:
                 expected = isinstance(exc, EXPECTED_ERRORS)
                 if built is None:
@@ -541,21 +571,27 @@ class Dashboard:
         def work() -> None:
             # plotly's FigureWidget imports nbformat and jsonschema: seconds, in the kernel
             # only once. Started now, they are done before most first clicks.
+            self._yield_to_asked()
             import perspective.widget  # noqa: F401
+
+            self._yield_to_asked()
             import plotly.graph_objs._figurewidget  # noqa: F401
 
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
             time.sleep(max(0.0, _WORKER_DELAY - (time.monotonic() - started)))
             for title in self.PREBUILT:
+                self._yield_to_asked()
                 if generation != self._generation:
                     return
                 self.panel(title)
             state = self.state  # with the load verdict: these tabs list its findings too
             for title in self.PREBUILT_WITH_VERDICT:
+                self._yield_to_asked()
                 if generation != self._generation:
                     return
                 self.panel(title)
+            self._yield_to_asked()
             if self._snapshot is not None:
                 self._snapshot.render_figures(state, current=lambda: generation == self._generation)
 
@@ -949,7 +985,7 @@ class FilesPanel(_FiguresAndGrid):
         counts = findings_per_file(state.findings, f["file"].astype(str))
         return pd.DataFrame(
             {
-                "file": [legible(v) for v in f["file"].astype(str).tolist()],
+                "file": legible_each(f["file"].astype(str).tolist()),
                 "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
                 "size": f["size"].astype("Int64"),
                 "outlier": yes_no(self.outliers),

@@ -45,10 +45,19 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Literal
 
-__all__ = ["CELL_LIMIT", "LINE_LIMIT", "MESSAGE_LIMIT", "NAME_LIMIT", "Target", "legible"]
+__all__ = [
+    "CELL_LIMIT",
+    "LINE_LIMIT",
+    "MESSAGE_LIMIT",
+    "NAME_LIMIT",
+    "Target",
+    "legible",
+    "legible_each",
+]
 
 Target = Literal["text", "html", "markdown", "markdown-code", "csv"]
 
@@ -107,6 +116,18 @@ def legible(
     if target == "csv":
         return "'" + text if text[:1] in _FORMULA_START else text
     raise ValueError(f"target {target!r}: expected text, html, markdown, markdown-code or csv")
+
+
+def legible_each(values: Iterable[object], *, limit: int = NAME_LIMIT) -> list[str]:
+    """`legible(v, limit=limit)` of each of `values`, as text. The common case, a string
+    short enough and printable, is itself: tested inline, without a call per value (the
+    Tensors grid's four name columns at 300,000 tensors: 2 s of calls on 2 shared cores)."""
+    if limit < _MIN_LIMIT:
+        raise ValueError(f"limit {limit}: expected at least {_MIN_LIMIT} characters")
+    return [
+        v if type(v) is str and len(v) <= limit and v.isprintable() else legible(v, limit=limit)
+        for v in values
+    ]
 
 
 def _markdown(text: str) -> str:
