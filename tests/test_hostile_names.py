@@ -148,6 +148,21 @@ def test_legible_each_is_legible_of_each(values: list, limit: int):
     assert legible_each([ESCAPES, "x" * 300]) == [legible(ESCAPES), legible("x" * 300)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=300) | st.sampled_from(["a.weight", "x" * 257]), max_size=12))
+def test_the_grids_columns_show_what_legible_shows(values: list[str]):
+    """The Tensors grid's name columns (kept as they are when every value is already
+    legible, categories made legible once) show `legible` of each value."""
+    from inspector.widgets.browser import _legible
+
+    expected = legible_each(values)
+    for dtype in ("str", "category"):
+        assert [str(v) for v in _legible(pd.Series(values, dtype=dtype))] == expected, dtype
+    # A slice of a column (an Arrow array with an offset into its data) too.
+    column = pd.Series(["\x1b[2J", *values, "b.weight"], dtype="str").iloc[1:]
+    assert [str(v) for v in _legible(column)] == legible_each([*values, "b.weight"])
+
+
 def test_csv_cells_that_spreadsheets_run_are_neutralised():
     for formula in FORMULAS:
         assert legible(formula, target="csv") == "'" + formula

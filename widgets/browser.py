@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.common.display import legible_each
+from inspector._internal.common.display import NAME_LIMIT, legible_each
 from inspector._internal.report.html import html_text
 from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
 from inspector.errors import InspectorError
@@ -84,8 +87,49 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _legible(column: pd.Series) -> list[str]:
+def _legible(column: pd.Series) -> Any:
+    """`legible_each` of the column's values, as a column of the grid's frame. The common
+    cases skip a Python string per row (at 300,000 tensors the four name columns took 0.9 s
+    through Python lists): a categorical column (files, modules, parameter kinds) has each
+    category made legible once; a text column whose every value is short and printable (what
+    every writer produces, and then `legible` is each value itself) is kept as it is, which
+    one pass over its Arrow data decides."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        if len(codes) and codes.min() >= 0:
+            shown = legible_each(column.cat.categories.astype(str).tolist())
+            return np.asarray(shown, dtype=object)[codes]
+    elif _shown_as_is(column):
+        return column.array
     return legible_each(column.astype(str).tolist())
+
+
+def _shown_as_is(column: pd.Series) -> bool:
+    """Whether `legible` leaves every value of a text column as it is: no value is missing or
+    longer than `NAME_LIMIT` characters, and all are printable. A string is printable when
+    each of its characters is, so the concatenation of the values, which Arrow holds as one
+    UTF-8 range, is tested in one call."""
+    try:
+        array = pa.array(column.array)
+    except (pa.ArrowException, TypeError):
+        return False
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if pa.types.is_string(array.type):
+        width: type[np.integer[Any]] = np.int32
+    elif pa.types.is_large_string(array.type):
+        width = np.int64
+    else:
+        return False
+    if array.null_count or not len(array):
+        return not array.null_count
+    if pc.max(pc.utf8_length(array)).as_py() > NAME_LIMIT:
+        return False
+    _, offsets_buffer, data = array.buffers()
+    first = array.offset
+    offsets = np.frombuffer(offsets_buffer, dtype=width)[first : first + len(array) + 1]
+    text = memoryview(data)[int(offsets[0]) : int(offsets[-1])]
+    return bytes(text).decode("utf-8").isprintable()
 
 
 def grid_config(query: TensorQuery) -> dict[str, Any]:
