@@ -18,8 +18,9 @@ model cached) and ends with this process (its requests pipe closes).
 
 The answer is read as untrusted data: the child ran transformers on an untrusted config (and,
 with `trust_remote_code`, the folder's own code), so it is JSON, capped in size and time, and
-checked field by field (`LoadVerdict.from_dict`); never unpickled. A remote checkpoint, or a
-platform without the child, gets the verdict in this process (`load_verdict`).
+checked field by field (`LoadVerdict.from_dict`); never unpickled. A remote checkpoint, or
+Windows (where a pipe cannot be waited on with a deadline), gets the verdict in this process
+(`load_verdict`).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     with the child's traceback; a child that crashed or ran out of time gives a skipped
     verdict that says so."""
     folder = scanned.local_path
-    if folder is None or scanned.layout not in LOADABLE_LAYOUTS:
+    if folder is None or scanned.layout not in LOADABLE_LAYOUTS or sys.platform == "win32":
         return load_verdict(scanned, trust_remote_code=trust_remote_code)
     request = {
         "path": str(folder),
