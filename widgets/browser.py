@@ -126,6 +126,8 @@ def _shown_as_is(column: pd.Series) -> bool:
     if pc.max(pc.utf8_length(array)).as_py() > NAME_LIMIT:
         return False
     _, offsets_buffer, data = array.buffers()
+    if data is None:  # every value is empty
+        return True
     first = array.offset
     offsets = np.frombuffer(offsets_buffer, dtype=width)[first : first + len(array) + 1]
     text = memoryview(data)[int(offsets[0]) : int(offsets[-1])]

@@ -457,9 +457,9 @@ class Dashboard:
     def _yield_to_asked(self) -> None:
         """The background worker waits here before each tab it builds ahead: while a tab a
         person clicked is built and drawn, a tab nobody asked for yet would share the
-        kernel's one interpreter with it (measured at 300,000 tensors: the Tensors tab
-        clicked at once drew its rows after 10.6 s). At most `_YIELD_SECONDS`, so that a
-        stuck action never stops the worker."""
+        kernel's one interpreter (the GIL) with it. An import the worker has begun cannot
+        be paused: plotly's widget, the longest, imports nbformat (1.8 s on 2 shared
+        cores). At most `_YIELD_SECONDS`, so that a stuck action never stops the worker."""
         with self._asked_done:
             self._asked_done.wait_for(lambda: self._asked_count == 0, timeout=_YIELD_SECONDS)
 
