@@ -95,14 +95,55 @@ def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
 ) -> None:
     pytest.importorskip("transformers")
     scanned = scan(demos / HEALTHY)
-    first = load_child._CHILD.start()
+    load_child.start_verdict_process()
+    first = load_child._CHILD._process
+    assert first is not None
     monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
     late = verdict_apart(scanned)
     assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
     assert first.poll() is not None  # ended, not left running
     monkeypatch.undo()
     assert _same(verdict_apart(scanned), load_verdict(scanned))
-    assert load_child._CHILD.start() is not first
+    assert load_child._CHILD._process not in (None, first)
+
+
+class _FakeChild(load_child._Child):
+    """A child that reads the request, then runs `script` (a hostile or broken child)."""
+
+    def __init__(self, script: str) -> None:
+        super().__init__()
+        self.script = script
+
+    def _started(self) -> subprocess.Popen[bytes]:
+        if self._process is None or self._process.poll() is not None:
+            code = "import sys\nsys.stdin.readline()\n" + self.script
+            self._process = subprocess.Popen(
+                [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+            )
+        return self._process
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [
+        ("print('not json', flush=True)", "answered with no verdict"),
+        ("print('[1, 2]', flush=True)", "answered with no verdict"),
+        (
+            'print(\'{"verdict": {"complete": true, "missing": 5}}\', flush=True)',
+            "answered with no verdict: load verdict field 'mismatched'",
+        ),
+        ("sys.exit(3)", "its process ended without an answer (exit status 3)"),
+        ("sys.stdout.write('x' * 100); sys.stdout.flush(); sys.exit(0)", "ended without"),
+    ],
+)
+def test_a_child_that_answers_no_verdict_gives_a_skipped_one(
+    demos: Path, monkeypatch: pytest.MonkeyPatch, script: str, said: str
+) -> None:
+    fake = _FakeChild(script)
+    monkeypatch.setattr(load_child, "_CHILD", fake)
+    verdict = verdict_apart(scan(demos / HEALTHY))
+    assert not verdict.ran and said in verdict.skipped, verdict.skipped
+    assert fake._process is None  # ended: what it writes next cannot be trusted
 
 
 _GOOD = LoadVerdict(

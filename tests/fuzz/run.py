@@ -35,6 +35,7 @@ NAMES = (
     "load_config",
     "remote_answer",
     "manifest",
+    "load_answer",
     "torch_bin",
     "gguf",
 )

@@ -53,6 +53,7 @@ __all__ = [
     "gguf",
     "header",
     "index_json",
+    "load_answer",
     "load_config",
     "manifest",
     "pickle_metadata",
@@ -579,6 +580,22 @@ def manifest(data: bytes) -> None:
         _check_findings(list(result.findings))
 
 
+def load_answer(data: bytes) -> None:
+    """The bytes as the answer of the load check's child process (which ran transformers and
+    maybe a folder's own code): read as the dashboard reads it, it gives a dict or `NoAnswer`,
+    then a verdict or ValueError, never another error; a verdict read back survives its own
+    round trip."""
+    from inspector._internal.load.child import NoAnswer, read_answer
+    from inspector._internal.load.verdict import LoadVerdict
+
+    try:
+        answer = read_answer(data)
+        verdict = LoadVerdict.from_dict(answer.get("verdict"))
+    except (NoAnswer, ValueError):
+        return
+    assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -589,6 +606,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "torch_bin": torch_bin,
     "gguf": gguf,
     "manifest": manifest,
+    "load_answer": load_answer,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.

@@ -49,7 +49,14 @@ from inspector._internal.load.verdict import (
 )
 from inspector.errors import InspectorError
 
-__all__ = ["VERDICT_SECONDS", "start_verdict_process", "verdict_apart", "verdict_digest"]
+__all__ = [
+    "VERDICT_SECONDS",
+    "NoAnswer",
+    "read_answer",
+    "start_verdict_process",
+    "verdict_apart",
+    "verdict_digest",
+]
 
 # How long a verdict may take in the child before it is ended (the 671B DeepSeek-V3 config
 # builds in about a second; a million tensors match in seconds).
@@ -99,11 +106,15 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     }
     try:
         answer = _CHILD.ask(request)
-    except _NoAnswer as why:
+    except NoAnswer as why:
         return LoadVerdict(skipped=str(why))
     if "error" in answer:
         raise RuntimeError(f"the load check failed in its process:\n{answer['error']}")
-    verdict = LoadVerdict.from_dict(answer.get("verdict"))
+    try:
+        verdict = LoadVerdict.from_dict(answer.get("verdict"))
+    except ValueError as exc:
+        _CHILD.close()  # what it writes next cannot be trusted either
+        return LoadVerdict(skipped=f"the load check's process answered with no verdict: {exc}")
     if answer.get("digest") != verdict_digest(scanned):
         return LoadVerdict(
             architecture=verdict.architecture,
@@ -120,9 +131,18 @@ class _Child:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> subprocess.Popen[bytes]:
-        with self._lock:
-            return self._started()
+    def start(self) -> None:
+        """Start the child unless it runs. Never waits: while a request holds the lock, the
+        child runs already. A child that cannot start is started again by `ask`, which
+        says why it could not."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._started()
+        except OSError:
+            pass
+        finally:
+            self._lock.release()
 
     def _started(self) -> subprocess.Popen[bytes]:
         if self._process is not None and self._process.poll() is None:
@@ -142,8 +162,14 @@ class _Child:
         return self._process
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The child's answer to `request`: a dict, with `error` (a bug's traceback) or the
+        verdict and its digest. `NoAnswer` when the child could not start, ended, ran out
+        of time or wrote something else than one JSON object (it is ended then)."""
         with self._lock:
-            process = self._started()
+            try:
+                process = self._started()
+            except OSError as exc:
+                raise NoAnswer(f"the load check's process could not start: {exc}") from None
             assert process.stdin is not None and process.stdout is not None
             try:
                 process.stdin.write(orjson.dumps(request) + b"\n")
@@ -151,11 +177,12 @@ class _Child:
                 line = _read_line(process.stdout, deadline=time.monotonic() + VERDICT_SECONDS)
             except (OSError, TimeoutError) as exc:
                 self._end(process)
-                raise _NoAnswer(_why_ended(process, exc)) from None
-            answer = orjson.loads(line)
-            if not isinstance(answer, dict):
-                raise ValueError("the load check's process answered with something else")
-            return answer
+                raise NoAnswer(_why_ended(process, exc)) from None
+            try:
+                return read_answer(line)
+            except NoAnswer:
+                self._end(process)
+                raise
 
     def _end(self, process: subprocess.Popen[bytes]) -> None:
         process.kill()
@@ -166,6 +193,18 @@ class _Child:
         with self._lock:
             if self._process is not None:
                 self._end(self._process)
+
+
+def read_answer(line: bytes) -> dict[str, Any]:
+    """The child's answer line as a dict (see `_Child.ask`); `NoAnswer` when it is not one
+    JSON object."""
+    try:
+        answer = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise NoAnswer("the load check's process answered with no verdict")
+    return answer
 
 
 def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
@@ -197,8 +236,9 @@ def _why_ended(process: subprocess.Popen[bytes], exc: BaseException) -> str:
     return f"the load check's process gave no verdict: {exc}{status}"
 
 
-class _NoAnswer(Exception):
-    """The child ended or ran out of time before it answered; the message says which."""
+class NoAnswer(Exception):
+    """The child gave no verdict: it could not start, ended or ran out of time before it
+    answered, or answered something else than one JSON object; the message says which."""
 
 
 _CHILD = _Child()
