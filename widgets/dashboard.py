@@ -129,13 +129,25 @@ class CheckpointState:
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan), compute the load verdict (with
         `model`), run every check with it (the value checks too, with `values`), group the
-        findings."""
+        findings. The plain checks run while the load check's child process computes the
+        verdict (their results are kept with the scan, so the checks with the verdict only
+        add the model rules)."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
         verdict = None
         if model:
-            verdict = load_child.verdict_apart(scanned, trust_remote_code=trust_remote_code)
+            asked: Future[LoadVerdict] = Future()
+            thread = _thread(
+                lambda: _resolve(
+                    asked,
+                    lambda: load_child.verdict_apart(scanned, trust_remote_code=trust_remote_code),
+                ),
+                "ckpt-load-verdict",
+            )
+            thread.start()
+            check(scanned, deep=deep, values=values, model=False, progress=progress)
+            verdict = asked.result()
         return cls.checked(scanned, verdict, deep=deep, values=values, progress=progress)
 
     @classmethod
