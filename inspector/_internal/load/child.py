@@ -41,6 +41,7 @@ import orjson
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import legible
 from inspector._internal.load.verdict import (
     LOADABLE_LAYOUTS,
     LoadVerdict,
@@ -118,8 +119,8 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     if answer.get("digest") != verdict_digest(scanned):
         return LoadVerdict(
             architecture=verdict.architecture,
-            skipped=f"the files of {folder} changed while the load check read them; "
-            "re-scan to check them again",
+            skipped=f"the files of {legible(str(folder))} changed while the load check read "
+            "them; re-scan to check them again",
         )
     return verdict
 
