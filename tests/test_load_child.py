@@ -19,7 +19,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.demo import write_demos
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.stored import ShapeMismatch
@@ -29,11 +28,10 @@ HEALTHY = "healthy-hf-sharded"
 SCALE = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
 
 
-@pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("demos")
-    write_demos(target, log=lambda _line: None)
-    return target
+@pytest.fixture
+def demos(demo_checkpoints: Path) -> Path:
+    """The session's demo checkpoints; every test here that changes one works on a copy."""
+    return demo_checkpoints
 
 
 def _same(a: LoadVerdict, b: LoadVerdict) -> bool:
