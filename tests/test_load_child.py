@@ -17,7 +17,9 @@ import pytest
 from hf_exports import resaved
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from inspector.widgets.dashboard import CheckpointState
 
+import inspector._internal.checks as checks
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
@@ -226,3 +228,20 @@ _shapes = st.lists(st.integers(0, 1 << 40), max_size=4).map(tuple)
 )
 def test_a_verdict_crosses_to_its_caller_unchanged(verdict: LoadVerdict) -> None:
     assert _same(LoadVerdict.from_dict(orjson.loads(orjson.dumps(verdict.to_dict()))), verdict)
+
+
+def test_a_dashboard_state_reads_tensor_data_once(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`CheckpointState.load` runs the plain checks while the child computes the verdict,
+    then checks with it: `deep` reads the tensors' bytes in the second pass only."""
+    real, calls = checks.deep_check, []
+
+    def counted(scanned):
+        calls.append(scanned)
+        return real(scanned)
+
+    monkeypatch.setattr(checks, "deep_check", counted)
+    state = CheckpointState.load(demos / HEALTHY, deep=True)
+    assert len(calls) == 1
+    assert state.verdict is not None and state.verdict.ran
