@@ -184,10 +184,14 @@ def _stop(process: subprocess.Popen) -> None:
 # -- page actions ---------------------------------------------------------------------------------
 
 
-def open_notebook(browser, lab: Lab, notebook: str, errors: list[str] | None = None):
+def open_notebook(
+    browser, lab: Lab, notebook: str, errors: list[str] | None = None, *, init_script: str = ""
+):
     """A new 1400 x 1000 page on `notebook` of `lab` that may reach nothing but the server
-    (JavaScript errors appended to `errors`)."""
+    (JavaScript errors appended to `errors`; `init_script` runs before the page's own)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    if init_script:
+        page.add_init_script(init_script)
     if errors is not None:
         page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.route("**/*", lab.only_local)

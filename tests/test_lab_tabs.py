@@ -17,7 +17,9 @@ page:
 6. Repair: the plan, made when the tab is first shown.
 
 Across all of it the page evaluated plotly.js once (`widgets.esm`) and anywidget initialised
-every model in time.
+every model in time, although the page froze for 3 s as each of the Files tab's widget models
+was made (`FREEZE`): in CI a grid made while plotly.js evaluated missed anywidget's 2 s of wall
+time, so its rows never came and "[anywidget] Failed to initialize model." was on the page.
 
 Screenshots go to build/test-artifacts/tabs-*.png.
 """
@@ -47,6 +49,23 @@ pytestmark = pytest.mark.browser
 DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
 NOTEBOOK = "tabs.ipynb"
 UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+# Freezes the page for 3 s right after anywidget starts loading a small widget module (a
+# model's own `_esm`, not plotly.js or Perspective) while `window.__ckptFreezes` > 0: a busy
+# page, on cue.
+FREEZE = """
+const objectUrl = URL.createObjectURL.bind(URL);
+URL.createObjectURL = (blob) => {
+  const url = objectUrl(blob);
+  if (window.__ckptFreezes > 0 && blob.size < 100000) {
+    window.__ckptFreezes -= 1;
+    queueMicrotask(() => {
+      const end = performance.now() + 3000;
+      while (performance.now() < end);
+    });
+  }
+  return url;
+};
+"""
 
 
 @pytest.fixture
@@ -87,12 +106,14 @@ def test_tabs_in_jupyterlab(lab: Lab):
     with sync_playwright() as pw:
         browser = launch_chromium(pw)
         try:
-            page = open_notebook(browser, lab, NOTEBOOK, errors)
+            page = open_notebook(browser, lab, NOTEBOOK, errors, init_script=FREEZE)
             try:
                 run_all_cells(page, timeout=240)
                 page.wait_for_selector(".ckpt-dashboard >> nth=1", timeout=60_000)
                 refused = _consolidate_refused(page)
+                page.evaluate("window.__ckptFreezes = 2")  # the Files tab's figure and grid
                 files = _files(page)
+                frozen = page.evaluate("2 - window.__ckptFreezes")
                 layers = _layers(page)
                 zoom = _experts(page)
                 sizes = _tensor_sizes(page)
@@ -123,6 +144,7 @@ def test_tabs_in_jupyterlab(lab: Lab):
     assert "Planning" not in plan and "when the tab is shown" not in plan, plan
     assert "This plan" in plan or "Nothing to" in plan or "No findings" in plan, plan
     assert plotly_modules == 1
+    assert frozen == 2
     noted = ("ckpt", "plotly", "anywidget")
     assert not [e for e in errors if any(n in e.lower() for n in noted)], errors
 

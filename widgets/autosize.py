@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import anywidget
 
+from .esm import patient
+
 __all__ = ["Autosize"]
 
 _ESM = """
@@ -50,4 +52,4 @@ export default {
 class Autosize(anywidget.AnyWidget):
     """Put one inside a dashboard's top-level box (it draws nothing)."""
 
-    _esm = _ESM
+    _esm = patient(_ESM)

@@ -16,6 +16,17 @@ module's hash, so two versions never mix), shared by every widget of the kind, a
 it in `render`, which has no time limit, showing what it waits for meanwhile. A module whose
 default export is a factory (plotly's) is called per view, and its `initialize` runs before
 its `render`, as anywidget would have done.
+
+That 2 s is wall time, so it also fails a small module when the page is frozen by another
+widget's large one: a grid made while plotly.js evaluates (5.9 s of one task, measured in
+JupyterLab on this project's 2-core test machine) misses it, drops the rows the kernel sends
+it and leaves "[anywidget] Failed to initialize model." on the page. Every widget module of the
+dashboard therefore starts with `PATIENCE` (`patient(esm)`): run by the first of them on the
+page, it makes anywidget's 2 s count only the time the page could run (a frozen stretch counts
+as one 100 ms tick), so a module that is really broken still fails after 2 s of a live page.
+It changes only calls of `AbortSignal.timeout(2000)` made from anywidget's own code (its
+script's address names it, as JupyterLab and Notebook serve it); other calls, and anywidget
+served from elsewhere, keep the browser's timeout.
 """
 
 from __future__ import annotations
@@ -25,10 +36,38 @@ import json
 
 import traitlets
 
-__all__ = ["SOURCE_TRAIT", "shared_module", "shared_source"]
+__all__ = ["PATIENCE", "SOURCE_TRAIT", "patient", "shared_module", "shared_source"]
 
 # The trait of a widget that holds its real module's text.
 SOURCE_TRAIT = "_shared_source"
+
+PATIENCE = """
+if (!globalThis.__ckptPatientTimeout) {
+  globalThis.__ckptPatientTimeout = true;
+  const timeout = AbortSignal.timeout.bind(AbortSignal);
+  AbortSignal.timeout = (ms) => {
+    if (ms !== 2000 || !String(new Error().stack).includes("anywidget")) return timeout(ms);
+    const controller = new AbortController();
+    let left = ms;
+    let last = performance.now();
+    const tick = () => {
+      const now = performance.now();
+      left -= Math.min(now - last, 100);  // a frozen page counts as one tick
+      last = now;
+      if (left > 0) setTimeout(tick, 50);
+      else controller.abort(new DOMException("signal timed out", "TimeoutError"));
+    };
+    setTimeout(tick, 50);
+    return controller.signal;
+  };
+}
+"""
+
+
+def patient(esm: str) -> str:
+    """The widget module `esm` preceded by `PATIENCE` (see the module docstring)."""
+    return PATIENCE + esm
+
 
 _STUB = """
 const key = %(key)s;
@@ -67,7 +106,7 @@ def shared_module(source: str, *, name: str, waiting: str) -> str:
     trait (see the module docstring); `name` keys it on the page together with the module's
     hash, `waiting` is the text shown while the first widget of the kind waits for it."""
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
-    return _STUB % {
+    return PATIENCE + _STUB % {
         "key": json.dumps(f"__ckpt_{name}_{digest}"),
         "trait": json.dumps(SOURCE_TRAIT),
         "waiting": json.dumps(waiting),

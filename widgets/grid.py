@@ -35,7 +35,7 @@ from inspector._internal.report.html import html_text
 from inspector._internal.report.query import name_pattern
 from inspector.errors import InspectorError
 
-from .esm import SOURCE_TRAIT, shared_module, shared_source
+from .esm import SOURCE_TRAIT, patient, shared_module, shared_source
 from .guard import guarded
 
 __all__ = [
@@ -155,7 +155,7 @@ class GridCells(anywidget.AnyWidget):
     all its tabs, made with it: an anywidget model made while a grid's large module loads
     may miss anywidget's 2 s initialisation window."""
 
-    _esm = _CELLS_ESM
+    _esm = patient(_CELLS_ESM)
     # Synced so that the model exists on the page before the first grid (nothing to set).
     version = traitlets.Unicode("1").tag(sync=True)
 
