@@ -105,11 +105,13 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
         """,
         # The load check's work in this kernel (its answer parsed and checked with; the whole
         # check for a remote checkpoint) starts once the Overview's messages are sent, not
-        # while the kernel still sends them.
+        # while the kernel still sends them; its child process is not started before either
+        # (started with the scan, its imports slowed the Overview).
         """
         import time
         from IPython.display import display
         import inspector._internal.load.child as load_child
+        load_child._CHILD.close()
         real, started = load_child.verdict_apart, []
         def spy(*args, **kwargs):
             started.append(time.monotonic())
@@ -118,10 +120,11 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
         shown = Dashboard(Path(str(folder) + "-moved"), snapshot=False, wait=False)
         time.sleep(0.5)
         before = len(started)
+        child_before = load_child._CHILD._process is not None
         display(shown)
         shown.wait()
         print(json.dumps({"before": before, "after": len(started),
-                          "pending": shown.current.pending}))
+                          "pending": shown.current.pending, "child_before": child_before}))
         """,
     )
     _execute(book, tmp_path)
@@ -135,6 +138,6 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
     assert rescan["files"] > 0
     assert missing["error"].startswith("CannotInspectError"), missing
     assert DCP_COLLAPSED in missing["error"]
-    assert held == {"before": 0, "after": 1, "pending": False}, held
+    assert held == {"before": 0, "after": 1, "pending": False, "child_before": False}, held
     errors = [o for c in book.cells for o in c.outputs if o.output_type == "error"]
     assert errors == []

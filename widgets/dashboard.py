@@ -20,12 +20,13 @@ The Overview answers "will it load?" with the model code's own verdict
 (`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
 than everything else together, so the Overview is drawn from the plain checks and the verdict
 is computed meanwhile, by a child process for a local folder (`inspector._internal.load.child`,
-started with the scan so that it imports torch and transformers on another core), waited for
-by a thread: `dash.current` is what is on screen, `dash.state` waits for
-the verdict and holds its findings and problems too. The Overview, Tensors, Files, Layers and
-Experts tabs are drawn from `dash.current` (Files and Layers recount their findings when the
-verdict arrives: `when_checked`); Findings and Repair list the load check's findings, so they
-wait for `dash.state`.
+started once the Overview is sent: started with the scan, its imports of torch and transformers
+made the Overview about 1 s later at 300,000 tensors on 2 cores), waited for by a thread:
+`dash.current` is what is on screen, `dash.state` waits for the verdict and holds its findings
+and problems too. The Overview, Tensors, Files, Layers and Experts tabs are drawn from
+`dash.current` (Files and Layers recount their findings when the verdict arrives:
+`when_checked`); Findings and Repair list the load check's findings, so they wait for
+`dash.state`.
 
 Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
 figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
@@ -237,9 +238,6 @@ class Dashboard:
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
         self.wait_when_headless = wait
         self._headless = False
-        if model and _local(source):
-            # It imports torch and transformers on another core while this one scans.
-            load_child.start_verdict_process()
         # The plain checks now; the load verdict in a thread (see the module docstring).
         self.current = _load_with_progress(
             source, progress=progress, pending=model, values=self.values
@@ -409,7 +407,10 @@ class Dashboard:
         until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
         seconds): work that holds the GIL as the Overview is displayed starves the kernel's
         IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
-        tensors: 20 ms of the snapshot's work took 0.2-0.5 s)."""
+        tensors: 20 ms of the snapshot's work took 0.2-0.5 s). The child starts then too:
+        started with the scan, its imports slowed the scan and the page on the 2 shared cores
+        (measured side by side at 300,000 tensors: Overview 5.50-6.31 s against 6.35-7.28 s,
+        for a verdict 2-3 s later)."""
         generation, plain = self._generation, self.current
 
         def work() -> None:
@@ -1300,13 +1301,6 @@ def _load_with_progress(
     finally:
         bars.close()
         handle.update({"text/plain": ""}, raw=True)
-
-
-def _local(source: str | os.PathLike[str] | ScannedCheckpoint) -> bool:
-    """Whether `source` names a local folder (the load check then runs in a child process)."""
-    if isinstance(source, ScannedCheckpoint):
-        return source.local_path is not None
-    return not (isinstance(source, str) and "://" in source)
 
 
 def _shell() -> Any:

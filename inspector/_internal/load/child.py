@@ -6,15 +6,16 @@ In a notebook kernel that work held the GIL for seconds after the dashboard's Ov
 clicked meanwhile answered after 1.5 s, and its grid after 10 s. A child process takes that
 work to another core, and the kernel only waits on a pipe.
 
-How: `start_verdict_process()` starts one child per process (the dashboard starts it with
-the scan, so that the child imports torch and transformers meanwhile); `verdict_apart(scanned)`
-asks it for the verdict of a local folder. The child scans the folder itself (passing the
-scan would mean pickling it) and answers with the verdict and a digest of what the verdict
-read: the layout, config.json, the quantization config, the JSON files found, the index's
-shard set, and every shard's names, dtypes and shapes. When the digest is not the one of the
-caller's scan, the folder changed in between, and the verdict says so instead of answering
-for other files. The child is kept for the next verdict (a re-scan after a repair finds its
-model cached) and ends with this process (its requests pipe closes).
+How: `start_verdict_process()` starts one child per process, or the first request does (the
+dashboard asks once its Overview is sent; started with the scan, the child's imports slowed
+the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder. The child
+scans the folder itself (passing the scan would mean pickling it) and answers with the
+verdict and a digest of what the verdict read: the layout, config.json, the quantization
+config, the JSON files found, the index's shard set, and every shard's names, dtypes and
+shapes. When the digest is not the one of the caller's scan, the folder changed in between,
+and the verdict says so instead of answering for other files. The child is kept for the next
+verdict (a re-scan after a repair finds its model cached) and ends with this process (its
+requests pipe closes).
 
 The answer is read as untrusted data: the child ran transformers on an untrusted config (and,
 with `trust_remote_code`, the folder's own code), so it is JSON, capped in size and time, and
@@ -88,7 +89,7 @@ def verdict_digest(scanned: ScannedCheckpoint) -> str:
 
 def start_verdict_process() -> None:
     """Start the child now (when it is not running), so that it imports torch and
-    transformers while this process scans."""
+    transformers before the first request."""
     _CHILD.start()
 
 
