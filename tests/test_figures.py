@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -305,3 +306,27 @@ def test_heatmap_never_has_fewer_than_one_bin(max_cells: int):
     fig = expert_coverage_heatmap(_experts(10, 6), max_cells=max_cells)
     assert np.asarray(fig.data[0].z).shape == (10, 1)
     assert np.asarray(fig.data[0].z)[0, 0] == 1.0
+
+
+def test_the_figure_widget_puts_off_nbformat_until_a_figure_is_shown():
+    """plotly's widget imports its renderers, which import nbformat (then jsonschema, whose
+    format checkers build a lark grammar: 1.8-3.8 s of the kernel's CPU) only to check its
+    version when `fig.show()` renders a MIME bundle. The dashboard's figures import neither;
+    `fig.show()` still finds nbformat, in a fresh interpreter."""
+    code = """
+import json, sys
+from IPython.core.interactiveshell import InteractiveShell
+from inspector.widgets.plot import figure_widget
+import plotly.graph_objects as go
+InteractiveShell.instance()
+widget = figure_widget(go.Figure(go.Bar(y=[1, 2])), "ckpt-test")
+before = {m: m in sys.modules for m in ("nbformat", "jsonschema")}
+go.Figure(go.Bar(y=[3])).show(renderer="plotly_mimetype")
+after = {m: m in sys.modules for m in ("nbformat", "jsonschema")}
+print(json.dumps({"before": before, "after": after, "bars": len(widget.data)}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["before"] == {"nbformat": False, "jsonschema": False}, result
+    assert result["after"]["nbformat"] is True, result
+    assert result["bars"] == 1

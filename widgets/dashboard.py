@@ -82,7 +82,7 @@ from inspector._internal.storage import Location, RemoteURL
 from .controls import button
 from .grid import FrameGrid, GridCells, yes_no
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
-from .plot import FigureBox, figure_widget
+from .plot import FigureBox, figure_widget, import_figure_widget
 from .snapshot import headless
 
 if TYPE_CHECKING:
@@ -473,8 +473,8 @@ class Dashboard:
         """The background worker waits here before each tab it builds ahead: while a tab a
         person clicked is built and drawn, a tab nobody asked for yet would share the
         kernel's one interpreter (the GIL) with it. An import the worker has begun cannot
-        be paused: plotly's widget, the longest, imports nbformat (1.8 s on 2 shared
-        cores). At most `_YIELD_SECONDS`, so that a stuck action never stops the worker."""
+        be paused (plotly's widget, the longest). At most `_YIELD_SECONDS`, so that a stuck
+        action never stops the worker."""
         with self._asked_done:
             self._asked_done.wait_for(lambda: self._asked_count == 0, timeout=_YIELD_SECONDS)
 
@@ -584,13 +584,13 @@ class Dashboard:
         started = time.monotonic()
 
         def work() -> None:
-            # plotly's FigureWidget imports nbformat and jsonschema: seconds, in the kernel
-            # only once. Started now, they are done before most first clicks.
+            # Importing Perspective's and plotly's widgets takes a second or more, in the
+            # kernel only once. Started now, they are done before most first clicks.
             self._yield_to_asked()
             import perspective.widget  # noqa: F401
 
             self._yield_to_asked()
-            import plotly.graph_objs._figurewidget  # noqa: F401
+            import_figure_widget()
 
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.

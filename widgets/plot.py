@@ -13,10 +13,19 @@ clicks a heatmap cell answers), with two changes that a dashboard of several fig
 The dashboard makes a tab's figures when the tab is first shown, so a figure is never drawn
 into a hidden tab with no size, and plotly.js is evaluated only when a figure is wanted (not
 while a person opens the Tensors tab). `Autosize` re-measures them as the tab changes size.
+
+Importing plotly's widget (`import_figure_widget`) imports its renderers, which import
+nbformat only to check its version when a figure is shown as a MIME bundle (`fig.show()`);
+nbformat imports jsonschema, whose format checkers build `rfc3987_syntax`'s lark grammar at
+import: 1.8-3.8 s of the kernel's CPU, measured here, for nothing a dashboard uses. So the
+renderers get a stand-in that imports nbformat on its first use: a `fig.show()` still finds
+it, and pays for it then, as it would have.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import threading
 from pathlib import Path
 from typing import Any
@@ -25,10 +34,11 @@ import ipywidgets as w
 
 from .esm import SOURCE_TRAIT, shared_module, shared_source
 
-__all__ = ["FigureBox", "figure_widget"]
+__all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
 
 _FIGURE: type | None = None
 _LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
 
 
 def figure_widget(figure: Any, css_class: str) -> Any:
@@ -38,6 +48,39 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     return _figure_class()(data=figure.data, layout=layout, css_class=css_class)
 
 
+class _OnFirstUse:
+    """Stands for the module `name`, imported at the first attribute asked of it."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+def import_figure_widget() -> Any:
+    """plotly's `FigureWidget`, imported with nbformat put off until a renderer uses it
+    (see the module docstring); a plain import when plotly's renderers are imported already
+    or nbformat is not installed (plotly then says it is missing, as it always did)."""
+    import plotly.optional_imports as optional
+
+    get_module = optional.get_module
+    stand_in = _OnFirstUse("nbformat")
+
+    def put_off(name: str, should_load: bool = True) -> Any:
+        if name == "nbformat" and should_load and importlib.util.find_spec(name) is not None:
+            return stand_in
+        return get_module(name, should_load)
+
+    with _IMPORT_LOCK:
+        optional.get_module = put_off
+        try:
+            from plotly.graph_objs._figurewidget import FigureWidget
+        finally:
+            optional.get_module = get_module
+    return FigureWidget
+
+
 def _figure_class() -> type:
     """`FigureWidget` with the shared module and a first state that holds the figure (built
     once per kernel: importing plotly's widget takes a second)."""
@@ -45,7 +88,8 @@ def _figure_class() -> type:
     with _LOCK:
         if _FIGURE is None:
             import plotly
-            import plotly.graph_objects as go
+
+            figure_widget_class = import_figure_widget()
 
             bundle = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
             source = bundle.read_text(encoding="utf-8")
@@ -55,7 +99,7 @@ def _figure_class() -> type:
 
             def __init__(self: Any, *, data: Any, layout: Any, css_class: str) -> None:
                 self._hold_comm = True  # `open` waits until the figure is set (see below)
-                go.FigureWidget.__init__(self, data=data, layout=layout)
+                figure_widget_class.__init__(self, data=data, layout=layout)
                 self.add_class(css_class)
                 # Re-measure on window resize events (which `Autosize` sends when a figure
                 # gets its width).
@@ -65,7 +109,7 @@ def _figure_class() -> type:
 
             def open(self: Any) -> None:
                 if not getattr(self, "_hold_comm", False):
-                    go.FigureWidget.open(self)
+                    figure_widget_class.open(self)
 
             attributes = {
                 "_esm": stub,
@@ -74,7 +118,7 @@ def _figure_class() -> type:
                 "open": open,
                 "__doc__": None,
             }
-            _FIGURE = type("DashboardFigure", (go.FigureWidget,), attributes)
+            _FIGURE = type("DashboardFigure", (figure_widget_class,), attributes)
         return _FIGURE
 
 
