@@ -21,7 +21,7 @@ That 2 s is wall time, so it also fails a small module when the page is frozen b
 widget's large one: a grid made while plotly.js evaluates (5.9 s of one task, measured in
 JupyterLab on this project's 2-core test machine) misses it, drops the rows the kernel sends
 it and leaves "[anywidget] Failed to initialize model." on the page. Every widget module of the
-dashboard therefore starts with `PATIENCE` (`patient(esm)`): run by the first of them on the
+dashboard therefore starts with a prologue (`patient(esm)`): run by the first of them on the
 page, it makes anywidget's 2 s count only the time the page could run (a frozen stretch counts
 as one 100 ms tick), so a module that is really broken still fails after 2 s of a live page.
 It changes only calls of `AbortSignal.timeout(2000)` made from anywidget's own code (its
@@ -36,12 +36,12 @@ import json
 
 import traitlets
 
-__all__ = ["PATIENCE", "SOURCE_TRAIT", "patient", "shared_module", "shared_source"]
+__all__ = ["SOURCE_TRAIT", "patient", "shared_module", "shared_source"]
 
 # The trait of a widget that holds its real module's text.
 SOURCE_TRAIT = "_shared_source"
 
-PATIENCE = """
+_PATIENCE = """
 if (!globalThis.__ckptPatientTimeout) {
   globalThis.__ckptPatientTimeout = true;
   const timeout = AbortSignal.timeout.bind(AbortSignal);
@@ -65,8 +65,8 @@ if (!globalThis.__ckptPatientTimeout) {
 
 
 def patient(esm: str) -> str:
-    """The widget module `esm` preceded by `PATIENCE` (see the module docstring)."""
-    return PATIENCE + esm
+    """The widget module `esm` preceded by `_PATIENCE` (see the module docstring)."""
+    return _PATIENCE + esm
 
 
 _STUB = """
@@ -106,11 +106,14 @@ def shared_module(source: str, *, name: str, waiting: str) -> str:
     trait (see the module docstring); `name` keys it on the page together with the module's
     hash, `waiting` is the text shown while the first widget of the kind waits for it."""
     digest = hashlib.sha256(source.encode("utf-8")).hexdigest()[:16]
-    return PATIENCE + _STUB % {
-        "key": json.dumps(f"__ckpt_{name}_{digest}"),
-        "trait": json.dumps(SOURCE_TRAIT),
-        "waiting": json.dumps(waiting),
-    }
+    return patient(
+        _STUB
+        % {
+            "key": json.dumps(f"__ckpt_{name}_{digest}"),
+            "trait": json.dumps(SOURCE_TRAIT),
+            "waiting": json.dumps(waiting),
+        }
+    )
 
 
 def shared_source(source: str) -> traitlets.Unicode:
