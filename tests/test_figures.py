@@ -310,7 +310,7 @@ def test_heatmap_never_has_fewer_than_one_bin(max_cells: int):
 
 def test_the_figure_widget_puts_off_nbformat_until_a_figure_is_shown():
     """plotly's widget imports its renderers, which import nbformat (then jsonschema, whose
-    format checkers build a lark grammar: 1.8-3.8 s of the kernel's CPU) only to check its
+    format checkers build a lark grammar: 1.8-4.2 s of the kernel's CPU) only to check its
     version when `fig.show()` renders a MIME bundle. The dashboard's figures import neither;
     `fig.show()` still finds nbformat, in a fresh interpreter."""
     code = """

@@ -17,9 +17,9 @@ while a person opens the Tensors tab). `Autosize` re-measures them as the tab ch
 Importing plotly's widget (`import_figure_widget`) imports its renderers, which import
 nbformat only to check its version when a figure is shown as a MIME bundle (`fig.show()`);
 nbformat imports jsonschema, whose format checkers build `rfc3987_syntax`'s lark grammar at
-import: 1.8-3.8 s of the kernel's CPU, measured here, for nothing a dashboard uses. So the
-renderers get a stand-in that imports nbformat on its first use: a `fig.show()` still finds
-it, and pays for it then, as it would have.
+import: 1.8-4.2 s of the kernel's CPU, measured here on different days, for nothing a
+dashboard uses. So the renderers get a stand-in that imports nbformat on its first use: a
+`fig.show()` still finds it, and pays for it then, as it would have.
 """
 
 from __future__ import annotations
