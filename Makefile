@@ -9,7 +9,8 @@ MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --s
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab lab-notebooks bench docs docs-screenshot clean fixtures
+.PHONY: demo test fuzz lint format lab lab-notebooks bench docs docs-screenshot clean fixtures \
+	vendor-plotly
 
 # torch is installed before the project so that the `torch>=...` requirement is already
 # satisfied and pip never resolves a CUDA build.
@@ -157,3 +158,13 @@ fixtures: $(WSTAMP) $(TF4_STAMP) $(LLMC_STAMP)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache
+
+# plotly.js's cartesian bundle, fetched again from npm and checked against the sha256 that
+# widgets/vendor/README.md records (the dashboard's figures load it: widgets/plot.py).
+PLOTLY_CARTESIAN := plotly.js-cartesian-dist-min-4.1.1
+PLOTLY_CARTESIAN_SHA256 := 79542150855a52c567260e3137095dbe2b744e6d702a5cabe67da246942fba7a
+vendor-plotly:
+	curl -sSL https://registry.npmjs.org/plotly.js-cartesian-dist-min/-/$(PLOTLY_CARTESIAN).tgz \
+		| tar -xzO package/plotly-cartesian.min.js > widgets/vendor/plotly-cartesian.min.js.new
+	echo "$(PLOTLY_CARTESIAN_SHA256)  widgets/vendor/plotly-cartesian.min.js.new" | sha256sum -c -
+	mv widgets/vendor/plotly-cartesian.min.js.new widgets/vendor/plotly-cartesian.min.js
