@@ -8,7 +8,8 @@ One JupyterLab (local only, random port and token) on a temp copy of notebooks/ 
    after the Overview shows); every tab title fits its tab (the findings tab's was cut off);
 2. a finding's "show tensor" link opens the tensor browser on that tensor (the grid draws it);
 3. the tensor browser filters by a name glob (count and grid follow);
-4. the Experts tab draws the heatmap and the zoomed layer;
+4. the Experts tab draws the heatmap and the zoomed layer; hovering a cell shows its label and
+   clicking it lists that expert's tensors (the click travels from plotly.js to the kernel);
 5. the Overview's "Repair: index" action plans the index repair, Confirm writes it: checked ON
    DISK (MTP tensors in the index, a backup kept);
 6. the notebook is saved, its kernel shut down, and it is reopened: the static snapshot
@@ -21,6 +22,7 @@ tooling fails, never skips.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -81,6 +83,7 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
                 followed = _follow_a_finding(page)
                 filtered = _filter_tensors(page)
                 _experts(page)
+                (layer, expert), details = _click_a_heatmap_cell(page)
                 result = _repair_from_the_overview(page)
                 _wait_for_snapshot(page)
                 _save(page)
@@ -98,6 +101,10 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
     assert "42 MTP tensors transformers skips" in overview and "MTP skipped (42)" in overview
     assert followed.startswith("mtp.layers.0.")
     assert filtered and all(".experts.3." in name for name in filtered)
+    # The clicked cell's expert, and no other, is listed.
+    assert (layer, expert) == ("1", "1"), (layer, expert)
+    assert "model.layers.1.mlp.experts.1.down_proj.weight" in details, details
+    assert ".experts.2." not in details and "model.layers.2." not in details
     assert "Repaired." in result and "model.safetensors.index.json" in result
     # On disk: the index lists the MTP tensors; the old index is backed up.
     copy = work / DASHBOARD_COPY
@@ -237,6 +244,40 @@ def _experts(page) -> None:
         timeout=30_000,
     )
     _shoot(page, "dashboard-experts.png")
+
+
+# The middle of the heatmap's second cell of its bottom row, on the page: the plot area
+# (plotly's drag rectangle) divided into the trace's rows and columns.
+_CELL = """() => {
+    const gd = document.querySelector('.ckpt-expert-heatmap.js-plotly-plot');
+    const area = gd.querySelector('.nsewdrag').getBoundingClientRect();
+    const trace = gd.data[0];
+    const width = area.width / trace.x.length, height = area.height / trace.y.length;
+    return {x: area.left + 1.5 * width, y: area.bottom - 0.5 * height};
+}"""
+
+
+def _click_a_heatmap_cell(page) -> tuple[tuple[str, str], str]:
+    """Hover a cell of the drawn heatmap, as a person does, and read its label; then click it:
+    the click, sent back to the kernel as plotly's widget sends it, lists that expert."""
+    cell = page.evaluate(_CELL)
+    page.mouse.move(cell["x"], cell["y"])
+    label = page.locator(".ckpt-expert-heatmap .hoverlayer .hovertext").first
+    label.wait_for(timeout=30_000)
+    # Its first line (plotly draws each line of a label as a `tspan.line`).
+    first = label.locator("tspan.line").first.text_content() or ""
+    found = re.fullmatch(r"layer (\d+), expert (\d+)", first.strip())
+    assert found, first
+    layer, expert = found.groups()
+    page.mouse.click(cell["x"], cell["y"])
+    details = page.locator(".ckpt-expert-details", has_text=f"layer {layer}, expert {expert}")
+    details.first.wait_for(timeout=60_000)
+    _shoot(page, "dashboard-experts-clicked.png")
+    # The dashboard's plotly.js keeps to itself: a full plotly.js another output loads (3D,
+    # maps) is never replaced by it.
+    globals_left = page.evaluate("() => [typeof window.Plotly, typeof window.moduleName]")
+    assert globals_left == ["undefined", "undefined"], globals_left
+    return (layer, expert), details.first.inner_text()
 
 
 def _repair_from_the_overview(page) -> str:

@@ -14,8 +14,8 @@ and the real module travels in the widget's state (`shared_source(source)`, a tr
 the widget is first drawn, the stub imports the real module once per page (keyed by the
 module's hash, so two versions never mix), shared by every widget of the kind, and waits for
 it in `render`, which has no time limit, showing what it waits for meanwhile. A module whose
-default export is a factory (plotly's) is called per view, and its `initialize` runs before
-its `render`, as anywidget would have done.
+default export is a factory (as plotly's own widget's is) is called per view, and its
+`initialize` runs before its `render`, as anywidget would have done.
 
 That 2 s is wall time, so it also fails a small module when the page is frozen by another
 widget's large one: a grid made while plotly.js evaluates (5.9 s of one task, measured in

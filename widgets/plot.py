@@ -1,9 +1,17 @@
-"""Plotly figures as widgets in the dashboard: plotly's own `FigureWidget` (hover, zoom, and the
-clicks a heatmap cell answers), with two changes that a dashboard of several figures needs.
+"""Plotly figures as widgets in the dashboard: plotly's own `FigureWidget` in the kernel (its
+figure, and the clicks a heatmap cell answers), with three changes that a dashboard of several
+figures needs.
 
 - Its module is plotly.js with its widget, 5 MB, evaluated by the page once per figure, and
   its model must load it within anywidget's 2 s or lose every later update: here the module
   is evaluated once per page, when the first figure is drawn (`widgets.esm`).
+- That one evaluation of the whole of plotly.js (every trace type, 3D and maps included) froze
+  the page for 2.1 s in an idle Chromium here and 4-6 s while the kernel worked. The
+  dashboard draws bars, histograms, scatters and heatmaps only, so its module is plotly.js's
+  own cartesian bundle (`vendor/`, 1.5 MB, 0.8 s in the same Chromium) with a small front
+  end (`_FRONT`) that speaks the widget's messages: it draws the figure from the widget's
+  state, applies restyle, relayout and update messages, and sends clicks, hovers and
+  selections back as plotly's widget does, so `trace.on_click` and the rest work unchanged.
 - It opens its comm before it holds its figure, and sends the data and the layout as updates
   right after. A view that renders before those updates reach it (a figure made while its tab
   is on screen: the page is fast enough to render it at once) draws empty axes, and plotly's
@@ -39,6 +47,120 @@ __all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
 _FIGURE: type | None = None
 _LOCK = threading.Lock()
 _IMPORT_LOCK = threading.Lock()
+
+# plotly.js's cartesian bundle as its authors publish it (npm `plotly.js-cartesian-dist-min`;
+# `vendor/README.md` says which version, its sha256, and how to fetch it again).
+_BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
+
+# The figure's front end (see the module docstring). The bundle is run inside a function that
+# hands it a CommonJS `module` of its own, so no AMD loader on the page takes it; it also sets
+# `window.Plotly`, which is put back as it was, so a full plotly.js that another output of the
+# notebook loads (3D, maps) is never replaced by this smaller one. The widget's state comes as
+# plotly's serializers send it: numeric 1-D arrays as {dtype, shape, buffer} and `Undefined` as
+# "_undefined_"; clicks, hovers and selections go back as the points message plotly's widget
+# sends (`_js2py_pointsCallback`).
+_FRONT = """
+const Plotly = (() => {
+  const module = { exports: {} };
+  const exports = module.exports;
+  const define = undefined;
+  const kept = Object.getOwnPropertyDescriptor(window, "Plotly");
+  (function () {
+%(bundle)s
+  }).call(window);
+  const plotly = module.exports.newPlot ? module.exports : window.Plotly;
+  if (kept) Object.defineProperty(window, "Plotly", kept);
+  else delete window.Plotly;
+  return plotly;
+})();
+
+const TYPED = {
+  int8: Int8Array, int16: Int16Array, int32: Int32Array, uint8: Uint8Array,
+  uint16: Uint16Array, uint32: Uint32Array, float32: Float32Array, float64: Float64Array,
+};
+
+function fromKernel(value) {
+  if (value === "_undefined_") return undefined;
+  if (Array.isArray(value)) return value.map(fromKernel);
+  if (value && typeof value === "object") {
+    const view = value.buffer;
+    if (view instanceof DataView && TYPED[value.dtype]) {
+      const bytes = view.buffer.slice(view.byteOffset, view.byteOffset + view.byteLength);
+      return new TYPED[value.dtype](bytes);
+    }
+    if (ArrayBuffer.isView(value) || value instanceof ArrayBuffer) return value;
+    const out = {};
+    for (const [key, item] of Object.entries(value)) out[key] = fromKernel(item);
+    return out;
+  }
+  return value;
+}
+
+function pointsMessage(type, event) {
+  const points = { trace_indexes: [], point_indexes: [], xs: [], ys: [] };
+  for (const point of event?.points ?? []) {
+    points.trace_indexes.push(point.curveNumber);
+    points.point_indexes.push(point.pointNumbers ?? point.pointNumber);
+    points.xs.push(point.x);
+    points.ys.push(point.y);
+  }
+  const mouse = event?.event;
+  const message = { event_type: type, points };
+  if (mouse && "button" in mouse) {
+    message.device_state = {
+      ctrl: mouse.ctrlKey, alt: mouse.altKey, shift: mouse.shiftKey, meta: mouse.metaKey,
+      button: mouse.button, buttons: mouse.buttons,
+    };
+  }
+  if (event?.range) {
+    const { x, y } = event.range;
+    message.selector = { type: "box", selector_state: { xrange: x, yrange: y } };
+  } else if (event?.lassoPoints) {
+    const { x, y } = event.lassoPoints;
+    message.selector = { type: "lasso", selector_state: { xs: x, ys: y } };
+  }
+  return message;
+}
+
+export default {
+  async render({ model, el }) {
+    const state = (name) => fromKernel(model.get(name));
+    await Plotly.newPlot(el, state("_widget_data"), state("_widget_layout"), state("_config"));
+    const events = ["click", "hover", "unhover", "selected", "deselect"].map((e) => `plotly_${e}`);
+    for (const type of events) {
+      el.on(type, (event) => {
+        model.set("_js2py_pointsCallback", pointsMessage(type, event));
+        model.save_changes();
+      });
+    }
+    const edits = {
+      _py2js_restyle: (m) => Plotly.restyle(el, m.restyle_data, m.restyle_traces),
+      _py2js_relayout: (m) => Plotly.relayout(el, m.relayout_data),
+      _py2js_update: (m) => Plotly.update(el, m.style_data, m.layout_data, m.style_traces),
+      _py2js_addTraces: (m) => Plotly.addTraces(el, m.trace_data),
+      _py2js_deleteTraces: (m) => Plotly.deleteTraces(el, m.delete_inds),
+      _py2js_moveTraces: (m) => Plotly.moveTraces(el, m.current_trace_inds, m.new_trace_inds),
+      _py2js_animate: (m) => Plotly.animate(
+        el, { data: m.style_data, layout: m.layout_data, traces: m.style_traces }, m.animation_opts
+      ),
+    };
+    const handlers = Object.entries(edits).map(([name, apply]) => {
+      const handler = () => { const m = state(name); if (m) apply(m); };
+      model.on(`change:${name}`, handler);
+      return [name, handler];
+    });
+    return () => {
+      for (const [name, handler] of handlers) model.off(`change:${name}`, handler);
+      Plotly.purge(el);
+    };
+  },
+};
+"""
+
+
+def figure_module() -> str:
+    """The real module of the dashboard's figures: `_FRONT` with plotly.js's cartesian bundle."""
+    return _FRONT % {"bundle": _BUNDLE.read_text(encoding="utf-8")}
 
 
 def figure_widget(figure: Any, css_class: str) -> Any:
@@ -87,12 +209,8 @@ def _figure_class() -> type:
     global _FIGURE
     with _LOCK:
         if _FIGURE is None:
-            import plotly
-
             figure_widget_class = import_figure_widget()
-
-            bundle = Path(plotly.__file__).parent / "package_data" / "widgetbundle.js"
-            source = bundle.read_text(encoding="utf-8")
+            source = figure_module()
             stub = shared_module(
                 source, name="plotly", waiting="Drawing the figure (loading plotly.js)..."
             )
