@@ -10,6 +10,7 @@ import numpy as np
 import plotly.offline
 import pytest
 from huggingface_hub import split_state_dict_into_shards_factory
+from inspector.widgets.plotlyjs import cartesian_bundle
 from inspector.widgets.report import write_html_report
 from safetensors.numpy import save_file
 from transformers import Qwen3MoeConfig
@@ -96,10 +97,11 @@ def test_report_is_one_self_contained_file(report):
     assert path.is_file() and path.name == "report.html"
     assert not [p for p in path.parent.iterdir() if p != path], "no temp file may be left behind"
     text = path.read_text(encoding="utf-8")
-    # plotly.js exactly once (its own code mentions map tile servers it never calls for these
-    # charts); outside it, the page names no URL at all and loads nothing by reference.
-    bundle = plotly.offline.get_plotlyjs()
-    assert text.count(bundle) == 1
+    # plotly.js's cartesian bundle exactly once (its own code names URLs it never calls for
+    # these charts); outside it, the page names no URL at all and loads nothing by reference.
+    bundle = cartesian_bundle()
+    assert text.count(bundle) == 1 and plotly.offline.get_plotlyjs() not in text
+    assert path.stat().st_size < 2_000_000  # the whole of plotly.js made it 5 MB
     page = text.replace(bundle, "")
     assert not re.search(r"https?:|//[\w.-]+\.\w+/", page, re.I)
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
@@ -237,9 +239,9 @@ def test_file_names_wrap_between_words_not_inside_them(report):
 def test_light_reports_are_small_enough_to_attach(
     demo_checkpoints: Path, tmp_path: Path, figures: str
 ):
-    """Every demo checkpoint's light report is under 500 kB (the full one is about 5 MB):
+    """Every demo checkpoint's light report is under 500 kB (the full one is about 1.5 MB):
     `--light` loads plotly.js from its CDN and says so; `--figures png` draws PNG images."""
-    bundle = plotly.offline.get_plotlyjs()
+    bundle = cartesian_bundle()
     demos = sorted(p for p in demo_checkpoints.iterdir() if (p / "README.txt").is_file())
     assert len(demos) >= 8
     for demo in demos[:: 1 if figures == "cdn" else 4]:  # PNGs need a browser: a few
@@ -248,7 +250,8 @@ def test_light_reports_are_small_enough_to_attach(
         assert main(["report", str(demo), "-o", str(out), "--no-model", *flag]) == 0
         text = out.read_text(encoding="utf-8")
         assert out.stat().st_size < 500_000, (demo.name, out.stat().st_size)
-        assert bundle not in text and "id='figures-note'" in text
+        assert bundle not in text and plotly.offline.get_plotlyjs() not in text
+        assert "id='figures-note'" in text
         if figures == "cdn":
             version = plotly.offline.get_plotlyjs_version()
             tag = re.search(r"<script charset='utf-8' src='([^']+)' integrity='([^']+)'", text)
@@ -267,6 +270,6 @@ def test_full_report_stays_the_offline_default(checkpoint: Path, tmp_path: Path)
 
     scanned = scan(checkpoint)
     text = render_html_report(scanned, check(scanned))
-    assert plotly.offline.get_plotlyjs() in text and "figures-note" not in text
+    assert cartesian_bundle() in text and "figures-note" not in text
     with pytest.raises(ValueError, match="figures='svg'"):
         render_html_report(scanned, [], figures="svg")  # type: ignore[arg-type]

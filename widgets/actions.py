@@ -497,7 +497,7 @@ def _refused(exc: BaseException, *, overwrite: bool) -> str:
 
 class ReportPanel:
     """Buttons that write the self-contained HTML report and show the Markdown summary; the
-    report's figures are interactive with plotly.js embedded (offline, about 5 MB), loaded
+    report's figures are interactive with plotly.js embedded (offline, about 1.5 MB), loaded
     from its CDN (small enough to attach) or PNG images."""
 
     def __init__(self, dash: Dashboard) -> None:
@@ -512,7 +512,7 @@ class ReportPanel:
         summary.on_click(guarded(lambda: self.show_markdown(), self.status))
         self.figures = w.Dropdown(
             options=[
-                ("interactive, plotly.js embedded (offline, ~5 MB)", "embedded"),
+                ("interactive, plotly.js embedded (offline, ~1.5 MB)", "embedded"),
                 ("light: plotly.js from its CDN (to attach)", "cdn"),
                 ("PNG images (offline, not interactive)", "png"),
             ],

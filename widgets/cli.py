@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--figures",
         choices=("embedded", "cdn", "png"),
         default="embedded",
-        help="how the figures are drawn: plotly.js embedded (default, about 5 MB, offline), "
+        help="how the figures are drawn: plotly.js embedded (default, about 1.5 MB, offline), "
         "loaded from its CDN (small, needs internet to draw), or PNG images (small, offline, "
         "needs kaleido and Chrome/Chromium)",
     )

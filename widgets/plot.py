@@ -8,7 +8,7 @@ figures needs.
 - That one evaluation of the whole of plotly.js (every trace type, 3D and maps included) froze
   the page for 2.1 s in an idle Chromium here and 4-6 s while the kernel worked. The
   dashboard draws bars, histograms, scatters and heatmaps only, so its module is plotly.js's
-  own cartesian bundle (`vendor/`, 1.5 MB, 0.8 s in the same Chromium) with a small front
+  own cartesian bundle (`plotlyjs`: 1.5 MB, 0.8 s in the same Chromium) with a small front
   end (`_FRONT`) that speaks the widget's messages: it draws the figure from the widget's
   state, applies restyle, relayout and update messages, and sends clicks, hovers and
   selections back as plotly's widget does, so `trace.on_click` and the rest work unchanged.
@@ -35,22 +35,18 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
-from pathlib import Path
 from typing import Any
 
 import ipywidgets as w
 
 from .esm import SOURCE_TRAIT, shared_module, shared_source
+from .plotlyjs import cartesian_bundle
 
 __all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
 
 _FIGURE: type | None = None
 _LOCK = threading.Lock()
 _IMPORT_LOCK = threading.Lock()
-
-# plotly.js's cartesian bundle as its authors publish it (npm `plotly.js-cartesian-dist-min`;
-# `vendor/README.md` says which version, its sha256, and how to fetch it again).
-_BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
 
 # The figure's front end (see the module docstring). The bundle is run inside a function that
 # hands it a CommonJS `module` of its own, so no AMD loader on the page takes it; it also sets
@@ -160,7 +156,7 @@ export default {
 
 def figure_module() -> str:
     """The real module of the dashboard's figures: `_FRONT` with plotly.js's cartesian bundle."""
-    return _FRONT % {"bundle": _BUNDLE.read_text(encoding="utf-8")}
+    return _FRONT % {"bundle": cartesian_bundle()}
 
 
 def figure_widget(figure: Any, css_class: str) -> Any:
