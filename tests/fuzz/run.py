@@ -15,13 +15,15 @@ many cases ran, crashes, hangs, and the peak RSS.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+import traceback
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -56,22 +58,21 @@ def main() -> int:
         "--jobs",
         type=int,
         default=min(2, os.cpu_count() or 1),
-        help="atheris targets run at once (each is its own process; most of a short run is "
-        "its start-up)",
+        help="atheris targets run at once (each is its own process, forked once the package "
+        "is instrumented)",
     )
     parser.add_argument("--engine", choices=("auto", "atheris", "hypothesis"), default="auto")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    args, rest = parser.parse_known_args()
-    if args.child:
-        return _child(args.child, rest)
+    parser.add_argument("--fork-server", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.fork_server:
+        return _fork_server(args.fork_server)
     engine = args.engine
     if engine == "auto":
         engine = "atheris" if _has_atheris() else "hypothesis"
     targets = args.target or list(NAMES)
     per = args.seconds / len(targets)
-    if engine == "atheris":  # separate processes: run side by side, each for its share
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            results = list(pool.map(lambda name: _atheris(name, per, args), targets))
+    if engine == "atheris":  # a process per target, side by side, each for its share
+        results = _atheris_all(targets, per, args)
     else:  # hypothesis runs in this process: one target at a time
         results = [_hypothesis(name, per, args) for name in targets]
     return 0 if all(results) else 1
@@ -92,34 +93,60 @@ def _out_dir(name: str) -> Path:
 
 
 # -- atheris (libFuzzer) ------------------------------------------------------------------
+#
+# Instrumenting the package for coverage takes about 10 s of CPU, against 1 s for a plain
+# import: done once per target, it was most of a short CI run (10 targets). So one process
+# (`--fork-server`) instruments it once and forks a child per target, `--jobs` at a time;
+# each child fuzzes one target with libFuzzer, its output in a log of its own.
 
 
-def _atheris(name: str, seconds: float, args: argparse.Namespace) -> bool:
-    out = _out_dir(name)
-    with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as scratch:
-        # New corpus entries go to a scratch folder first (libFuzzer writes into the first
-        # corpus folder); the committed corpus is only read.
-        work = out / "corpus" if args.keep else Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            str(Path(__file__).resolve()),
-            "--child",
-            name,
-            str(work),
-            str(CORPUS / name),
-            f"-max_total_time={max(1, int(seconds))}",
-            f"-timeout={max(args.timeout, TIMEOUTS.get(name, 0))}",
-            f"-rss_limit_mb={args.rss_mb}",
-            f"-seed={args.seed}",
-            "-max_len=65536",
-            f"-artifact_prefix={out}/",
-            "-print_final_stats=1",
-        ]
-        start = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        took = time.monotonic() - start
-    log = proc.stdout + proc.stderr
+def _atheris_all(names: list[str], seconds: float, args: argparse.Namespace) -> list[bool]:
+    with tempfile.TemporaryDirectory(prefix="fuzz-") as scratch:
+        plan = []
+        for name in names:
+            out = _out_dir(name)
+            # New corpus entries go to a scratch folder first (libFuzzer writes into the
+            # first corpus folder); the committed corpus is only read.
+            work = out / "corpus" if args.keep else Path(scratch) / name
+            work.mkdir(parents=True, exist_ok=True)
+            argv = [
+                str(work),
+                str(CORPUS / name),
+                f"-max_total_time={max(1, int(seconds))}",
+                f"-timeout={max(args.timeout, TIMEOUTS.get(name, 0))}",
+                f"-rss_limit_mb={args.rss_mb}",
+                f"-seed={args.seed}",
+                "-max_len=65536",
+                f"-artifact_prefix={out}/",
+                "-print_final_stats=1",
+            ]
+            plan.append({"name": name, "argv": argv, "log": str(Path(scratch) / f"{name}.log")})
+        spec = json.dumps({"jobs": max(1, args.jobs), "plan": plan})
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--fork-server", spec]
+        server = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        ended = {}
+        for line in server.stdout.splitlines():
+            if line.startswith("{"):
+                record = json.loads(line)
+                ended[record["name"]] = record
+            else:
+                print(line)
+        results = []
+        for item in plan:
+            record = ended.get(item["name"])
+            log_path = Path(item["log"])
+            log = log_path.read_text(errors="replace") if log_path.is_file() else ""
+            if record is None:  # the server itself failed before this target ended
+                print(f"fuzz {item['name']}: FAILED, the fork server exited {server.returncode}")
+                print(server.stderr[-6000:], file=sys.stderr)
+                results.append(False)
+                continue
+            results.append(_summary(item["name"], log, record["code"], record["took"]))
+    return results
+
+
+def _summary(name: str, log: str, returncode: int, took: float) -> bool:
+    """Print what one target's libFuzzer run did; True when it found nothing."""
     runs = _stat(log, "number_of_executed_units")
     rss = _stat(log, "peak_rss_mb")
     errors = re.findall(r"ERROR: libFuzzer: ([\w -]+)", log)
@@ -127,11 +154,11 @@ def _atheris(name: str, seconds: float, args: argparse.Namespace) -> bool:
     oom = sum(e.startswith("out-of-memory") for e in errors)
     crashes = len(errors) - hangs - oom
     artifacts = re.findall(r"Test unit written to (\S+)", log)
-    ok = proc.returncode == 0 and not errors
+    ok = returncode == 0 and not errors
     print(
         f"fuzz {name}: atheris, {runs} cases in {took:.0f} s, {crashes} crashes, {hangs} hangs, "
         f"{oom} over memory, peak RSS {rss} MB"
-        + ("" if ok else f"; FAILED (exit {proc.returncode}), inputs: {', '.join(artifacts)}")
+        + ("" if ok else f"; FAILED (exit {returncode}), inputs: {', '.join(artifacts)}")
     )
     if not ok:
         print(log[-6000:], file=sys.stderr)
@@ -143,10 +170,13 @@ def _stat(log: str, key: str) -> str:
     return found[-1] if found else "?"
 
 
-def _child(name: str, libfuzzer_args: list[str]) -> int:
-    """Inside the atheris process: instrument the package, then fuzz one target."""
+def _fork_server(spec_text: str) -> int:
+    """Instrument the package once, then fuzz each target of the plan in a forked child (see
+    above); one JSON line per target on stdout as it ends: its name, exit code and seconds."""
     import atheris
 
+    spec = json.loads(spec_text)
+    started = time.monotonic()
     sys.path.insert(0, str(REPO))
     with atheris.instrument_imports(include=["inspector"]):
         import inspector._internal.formats.pickle_guard
@@ -163,11 +193,39 @@ def _child(name: str, libfuzzer_args: list[str]) -> int:
     sys.path.insert(0, str(HERE.parent))
     from fuzz.targets import PREPARE, TARGETS
 
-    target = TARGETS[name]
-    if name in PREPARE:
-        PREPARE[name]()
-    atheris.Setup([sys.argv[0], *libfuzzer_args], target)
-    atheris.Fuzz()
+    print(f"fuzz: the package instrumented once, in {time.monotonic() - started:.0f} s")
+    pending = list(spec["plan"])
+    running: dict[int, tuple[dict, float]] = {}
+    while pending or running:
+        while pending and len(running) < spec["jobs"]:
+            item = pending.pop(0)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:  # the child: libFuzzer exits the process when its time is up
+                try:
+                    log = os.open(item["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                    os.dup2(log, 1)
+                    os.dup2(log, 2)
+                    name = item["name"]
+                    if name in PREPARE:
+                        PREPARE[name]()
+                    atheris.Setup([sys.argv[0], *item["argv"]], TARGETS[name])
+                    atheris.Fuzz()
+                except BaseException:
+                    traceback.print_exc()
+                # Only an exception gets here (the target raised: atheris printed it). Exit
+                # through C's `exit`, as the interpreter does, never back into this loop: its
+                # exit handler is libFuzzer's, which writes the input that did it.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                ctypes.CDLL(None).exit(1)
+            running[pid] = (item, time.monotonic())
+        pid, status = os.wait()
+        item, began = running.pop(pid)
+        code = os.waitstatus_to_exitcode(status)
+        took = time.monotonic() - began
+        print(json.dumps({"name": item["name"], "code": code, "took": took}), flush=True)
     return 0
 
 
