@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -330,3 +331,43 @@ print(json.dumps({"before": before, "after": after, "bars": len(widget.data)}))
     assert result["before"] == {"nbformat": False, "jsonschema": False}, result
     assert result["after"]["nbformat"] is True, result
     assert result["bars"] == 1
+
+
+def test_dashboard_figures_load_the_cartesian_bundle_and_refuse_later_edits():
+    """The page gets plotly.js's cartesian bundle (every trace type the figures use), never
+    the whole of plotly.js; a figure is drawn once from its first state, so an edit from the
+    kernel is refused with what to do instead of silently never reaching the page."""
+    import plotly.graph_objects as go
+    import plotly.offline
+    from inspector.widgets.figures import expert_coverage_heatmap, shard_size_distribution
+    from inspector.widgets.plot import figure_module, figure_widget
+    from inspector.widgets.plotlyjs import cartesian_bundle
+
+    module = figure_module()
+    assert cartesian_bundle() in module and plotly.offline.get_plotlyjs() not in module
+    assert "plotly.js (cartesian - minified) v" in cartesian_bundle()[:200]
+    # Every trace type the UI's code makes (`go.Bar(...)`: type "bar") is one the bundle
+    # registers: a 3D or map trace added to a figure would draw nothing.
+    held = set(re.findall(r'moduleType:"trace",name:"(\w+)"', cartesian_bundle()))
+    widgets = Path(figure_module.__code__.co_filename).parent
+    made = {
+        kind.lower()
+        for source in widgets.glob("*.py")
+        for kind in re.findall(r"\bgo\.([A-Z]\w*)\(", source.read_text())
+        if kind not in ("Figure", "Layout")
+    }
+    assert made and made <= held, (made - held, held)
+    figure = figure_widget(go.Figure(go.Bar(x=[1, 2], y=[3, 4])), "ckpt-probe")
+    state = figure.get_state()
+    assert state["_shared_source"] == module and "ckpt-probe" in state["_dom_classes"]
+    for edit in (
+        lambda: setattr(figure.data[0].marker, "color", "red"),
+        lambda: figure.update_layout(title="edited"),
+        lambda: figure.add_trace(go.Bar(x=[1], y=[1])),
+    ):
+        with pytest.raises(TypeError, match=r"drawn once .*figure_widget"):
+            edit()
+    # The figure functions' own output is drawn with no edit at all.
+    empty = pd.DataFrame(columns=["layer", "expert", "tensors_found", "tensors_expected"])
+    figure_widget(expert_coverage_heatmap(empty), "ckpt-expert-heatmap")
+    figure_widget(shard_size_distribution(pd.DataFrame()), "ckpt-shard-sizes")

@@ -9,9 +9,11 @@ figures needs.
   the page for 2.1 s in an idle Chromium here and 4-6 s while the kernel worked. The
   dashboard draws bars, histograms, scatters and heatmaps only, so its module is plotly.js's
   own cartesian bundle (`plotlyjs`: 1.5 MB, 0.8 s in the same Chromium) with a small front
-  end (`_FRONT`) that speaks the widget's messages: it draws the figure from the widget's
-  state, applies restyle, relayout and update messages, and sends clicks, hovers and
-  selections back as plotly's widget does, so `trace.on_click` and the rest work unchanged.
+  end (`_FRONT`): it draws the figure from the widget's first state and sends clicks, hovers
+  and selections back as plotly's widget does, so `trace.on_click` and the rest work
+  unchanged. A dashboard figure is made once, whole, and never edited (a new layer's zoom is
+  a new figure), so the front end applies no later edit; one made from the kernel is refused
+  with a message instead of being lost on the way (`_drawn_once`).
 - It opens its comm before it holds its figure, and sends the data and the layout as updates
   right after. A view that renders before those updates reach it (a figure made while its tab
   is on screen: the page is fast enough to render it at once) draws empty axes, and plotly's
@@ -129,29 +131,30 @@ export default {
         model.save_changes();
       });
     }
-    const edits = {
-      _py2js_restyle: (m) => Plotly.restyle(el, m.restyle_data, m.restyle_traces),
-      _py2js_relayout: (m) => Plotly.relayout(el, m.relayout_data),
-      _py2js_update: (m) => Plotly.update(el, m.style_data, m.layout_data, m.style_traces),
-      _py2js_addTraces: (m) => Plotly.addTraces(el, m.trace_data),
-      _py2js_deleteTraces: (m) => Plotly.deleteTraces(el, m.delete_inds),
-      _py2js_moveTraces: (m) => Plotly.moveTraces(el, m.current_trace_inds, m.new_trace_inds),
-      _py2js_animate: (m) => Plotly.animate(
-        el, { data: m.style_data, layout: m.layout_data, traces: m.style_traces }, m.animation_opts
-      ),
-    };
-    const handlers = Object.entries(edits).map(([name, apply]) => {
-      const handler = () => { const m = state(name); if (m) apply(m); };
-      model.on(`change:${name}`, handler);
-      return [name, handler];
-    });
-    return () => {
-      for (const [name, handler] of handlers) model.off(`change:${name}`, handler);
-      Plotly.purge(el);
-    };
+    return () => Plotly.purge(el);
   },
 };
 """
+
+
+# How plotly's widget sends an edit of a shown figure to the page (none reaches `_FRONT`).
+_EDIT_MESSAGES = (
+    "_send_restyle_msg",
+    "_send_relayout_msg",
+    "_send_update_msg",
+    "_send_addTraces_msg",
+    "_send_deleteTraces_msg",
+    "_send_moveTraces_msg",
+    "_send_animate_msg",
+)
+
+
+def _drawn_once(*_args: Any, **_kwargs: Any) -> None:
+    """Stands for plotly's edit messages on a dashboard figure (see the module docstring)."""
+    raise TypeError(
+        "a dashboard figure is drawn once from its first state and cannot be edited after it "
+        "is made: make a new one with inspector.widgets.plot.figure_widget(figure, css_class)"
+    )
 
 
 def figure_module() -> str:
@@ -231,6 +234,7 @@ def _figure_class() -> type:
                 "__init__": __init__,
                 "open": open,
                 "__doc__": None,
+                **{name: _drawn_once for name in _EDIT_MESSAGES},
             }
             _FIGURE = type("DashboardFigure", (figure_widget_class,), attributes)
         return _FIGURE
