@@ -1,7 +1,7 @@
 """A large anywidget module evaluated once per page, however many widgets use it.
 
 anywidget imports a widget's module from its `_esm` text through a new blob URL for every
-widget, so each plotly figure evaluates its own copy of plotly.js with its widget (5 MB) and
+widget, so each plotly figure evaluated its own copy of plotly.js with its widget (5 MB) and
 each Perspective grid its own Perspective (6 MB, with its WebAssembly). A Chrome trace of the
 dashboard at 300,000 tensors showed it: one `v8.evaluateModule` task of 4-8 s per figure on a
 busy 2-core machine, the page frozen meanwhile. Worse, anywidget gives a model 2 s to load its
@@ -13,9 +13,9 @@ So such a widget's `_esm` is `shared_module(...)`, a stub of a few lines that lo
 and the real module travels in the widget's state (`shared_source(source)`, a trait). When
 the widget is first drawn, the stub imports the real module once per page (keyed by the
 module's hash, so two versions never mix), shared by every widget of the kind, and waits for
-it in `render`, which has no time limit, showing what it waits for meanwhile. A module whose
-default export is a factory (as plotly's own widget's is) is called per view, and its
-`initialize` runs before its `render`, as anywidget would have done.
+it in `render`, which has no time limit, showing what it waits for meanwhile; then the real
+module's `render` draws the view. (Both modules shared here, Perspective's and the figures'
+`plot._FRONT`, export an object with a `render` only: no factory, no `initialize`.)
 
 That 2 s is wall time, so it also fails a small module when the page is frozen by another
 widget's large one: a grid made while plotly.js evaluates (5.9 s of one task, measured in
@@ -92,10 +92,7 @@ export default {
     }
     const shared = await load(model);
     waiting?.remove();
-    let widget = shared.default;
-    if (typeof widget === "function") widget = await widget();
-    await widget.initialize?.({ model, experimental: context.experimental });
-    return await widget.render?.(context);
+    return await shared.default.render(context);
   },
 };
 """
