@@ -13,6 +13,7 @@ from inspector._internal.cli.args import (
     EXIT_CANNOT,
     EXIT_FOUND,
     EXIT_OK,
+    add_model_arguments,
     add_remote_arguments,
     confirm,
     remote_kwargs,
@@ -91,6 +92,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --from: compare every copied tensor's bytes with REF before anything moves",
     )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
+    add_model_arguments(p)
     p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
     add_remote_arguments(p)
     journal = p.add_mutually_exclusive_group()
@@ -154,13 +156,15 @@ def run(args: argparse.Namespace) -> int:
     if args.diff:
         print(plan.diff())
     if not plan.empty:
-        print(_preview_text(plan, scanned))
+        print(_preview_text(plan, scanned, args))
     if plan.empty or args.dry_run:
         return EXIT_FOUND if plan.refused else EXIT_OK
     if not args.yes and not confirm("apply this plan?"):
         print("not applied (use --yes to apply without asking)")
         return EXIT_FOUND
-    result = plan.execute(backup=not args.no_backup)
+    result = plan.execute(
+        backup=not args.no_backup, model=args.model, trust_remote_code=args.trust_remote_code
+    )
     print(f"written: {', '.join(map(legible, result.written))}")
     checked = getattr(result, "data_checked", 0)  # a restore's data check
     if checked:
@@ -179,13 +183,19 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FOUND if plan.refused else EXIT_OK
 
 
-def _preview_text(plan: RepairPlan | ReshardPlan | RestorePlan, scanned: ScannedCheckpoint) -> str:
+def _preview_text(
+    plan: RepairPlan | ReshardPlan | RestorePlan,
+    scanned: ScannedCheckpoint,
+    args: argparse.Namespace,
+) -> str:
     """What the plan fixes and the issues left after it with their fixes: the checks re-run
     on the planned JSON in memory (`preview_repair`). Plans that write shards are checked
     once they ran."""
     if not isinstance(plan, RepairPlan):
         return "preview: this plan writes shards; the checks run on the result once it is written"
-    preview = preview_repair(plan, scanned)
+    preview = preview_repair(
+        plan, scanned, model=args.model, trust_remote_code=args.trust_remote_code
+    )
     after = scanned_after(plan, scanned)
     left = group_problems(after, preview.remains + preview.introduces)
     lines = [

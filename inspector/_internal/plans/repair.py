@@ -194,12 +194,17 @@ class RepairPlan:
             trust_remote_code=trust_remote_code,
         )
 
-    def execute(self, *, backup: bool = True) -> RepairResult:
+    def execute(
+        self, *, backup: bool = True, model: bool = True, trust_remote_code: bool = False
+    ) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
         In place, files changed since the plan was made abort the run: plan again. Into an
         output folder, the new files are written there (a file already there is backed up)
         and nothing is re-checked: the checkpoint itself did not change.
+
+        `model` and `trust_remote_code` are as in `check`, for the re-check (`model=False`:
+        the plain rules only, without building the model).
         """
 
         target = self.output_dir if self.output_dir is not None else self.root
@@ -227,7 +232,8 @@ class RepairPlan:
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
         refresh_manifest(target, written=written)
-        return RepairResult(written, backup_dir, tuple(check(scan(target))))
+        remaining = check(scan(target), model=model, trust_remote_code=trust_remote_code)
+        return RepairResult(written, backup_dir, tuple(remaining))
 
 
 # -- what a plan fixes ------------------------------------------------------------------------

@@ -97,15 +97,27 @@ class ReshardPlan:
     def __str__(self) -> str:
         return self.describe()
 
-    def execute(self, *, backup: bool = True, progress: bool = False) -> RepairResult:
+    def execute(
+        self,
+        *,
+        backup: bool = True,
+        progress: bool = False,
+        model: bool = True,
+        trust_remote_code: bool = False,
+    ) -> RepairResult:
         """Copy into staging, then swap in one journaled batch; re-scan and re-check.
 
         The retired shards always go to the backup folder (`backup` is accepted for symmetry
-        with other plans): re-sharding never deletes tensor data.
+        with other plans): re-sharding never deletes tensor data. `model` and
+        `trust_remote_code` are as in `check`, for the re-check.
         """
 
         if self.copy is None:
-            return RepairResult((), None, tuple(check(scan(self.root))))
+            return RepairResult(
+                (),
+                None,
+                tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code)),
+            )
         with folder_lock(self.root):
             recover(self.root)
             # A planted link named like the staging folder would send the copy out of the
@@ -128,7 +140,7 @@ class ReshardPlan:
             shutil.rmtree(staging, ignore_errors=True)
         written = (*(o.name for o in self.copy.outputs), *index)
         refresh_manifest(self.root, written=written)
-        remaining = tuple(check(scan(self.root)))
+        remaining = tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code))
         return RepairResult(written, backup_dir, remaining)
 
 
