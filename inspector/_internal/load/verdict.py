@@ -639,7 +639,8 @@ def _classes(
         return _folder_classes(*code)
     model_cls = getattr(transformers, architecture, None) if architecture.isidentifier() else None
     if isinstance(model_cls, type) and issubclass(model_cls, transformers.PreTrainedModel):
-        return model_cls, model_cls.config_class
+        found: Any = model_cls  # transformers is not followed by mypy (pyproject.toml)
+        return found, found.config_class
     if referenced:
         raise LoadSkipped(
             f"{architecture} is defined by code in the checkpoint folder (auto_map); allow it "
