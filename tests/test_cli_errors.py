@@ -14,27 +14,17 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shlex
 import shutil
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import UNSHARE, cli
 from safetensors.numpy import save_file
 
 INDEX = "model.safetensors.index.json"
-
-
-def cli(*args: object, wrap: str | None = None, **popen: object) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "inspector", *map(str, args)]
-    if wrap is not None:  # a shell prefix run in a user namespace, then the CLI
-        cmd = [*_UNSHARE, "sh", "-c", f"{wrap} && exec {shlex.join(cmd)}"]
-    return subprocess.run(
-        cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, **popen
-    )
 
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:
@@ -49,7 +39,7 @@ def one_error_line(proc: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-_UNSHARE = ["unshare", "--user", "--map-root-user", "--mount"]
+_UNSHARE = UNSHARE
 
 
 def _namespaces_work() -> bool:

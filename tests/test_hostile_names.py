@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from commands import cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_cli_errors import cli, no_traceback
+from test_cli_errors import no_traceback
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check

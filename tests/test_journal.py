@@ -9,13 +9,13 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+from commands import cli
 from safetensors.numpy import save_file
 
 from inspector._internal.checkpoint.scan import scan
@@ -38,16 +38,6 @@ def drifted(folder: Path) -> Path:
     weight_map.pop("model.layers.2.mlp.weight")
     (folder / INDEX).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder
-
-
-def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "inspector", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

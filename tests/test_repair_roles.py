@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from commands import cli
 from safetensors.numpy import save_file
-from test_journal import cli, drifted
+from test_journal import drifted
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
