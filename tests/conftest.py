@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import compileall
 import os
+import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +14,53 @@ import pytest
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+# nbformat (read by the notebook tests and by nbclient) imports jsonschema, whose format
+# checkers build rfc3987-syntax's lark grammar on import: about 2 s of CPU in every test
+# process, for an IRI format no notebook schema uses. Without the module, jsonschema simply
+# leaves that format unchecked.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+# The test files that take longest, longest first (`pytest --durations`, by file): pytest-xdist
+# hands them out first, so that no long file starts when the others are done. Files not named
+# here follow in collection order. Only the speed of the run depends on this list.
+HEAVIEST_FIRST = (
+    "test_browser_pages.py",
+    "test_notebooks.py",
+    "test_hostile_names.py",
+    "test_remote.py",
+    "test_dashboard.py",
+    "test_repair_roles.py",
+    "test_hostile_load_check.py",
+    "test_model_load.py",
+    "test_remote_hostile.py",
+    "test_consolidate.py",
+    "test_values.py",
+    "test_architecture.py",
+    "test_load_child.py",
+    "test_cli_errors.py",
+    "test_bounded_work.py",
+    "test_report_html.py",
+    "test_dcp_sharded.py",
+    "test_torch_dist.py",
+    "test_figures.py",
+    "test_fuzz_corpus.py",
+    "test_consolidate_torchrun.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Heaviest files first (HEAVIEST_FIRST), each file's tests in their own order."""
+    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's `--dist loadfile` would reorder files by how many tests each holds: keep
+    # the order above instead.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -41,15 +90,55 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every process of this test run sees: under pytest-xdist, the parent of the
+    workers' own temp folders; alone, this process's temp folder."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
+) -> Path:
+    """`shared_dir/name`, made by `make(folder)` in the first process of the run that asks
+    for it, under a file lock; the other processes wait for it, then use it as it is."""
+    from filelock import FileLock
+
+    root = shared_dir(tmp_path_factory)
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo checkpoints (`inspector.demo`), written once per session; tests that change
-    one work on a copy."""
+    """The demo checkpoints (`inspector.demo`), written once per test run and shared by every
+    process of it: read them, never change them. A test that changes one works on a copy
+    (`copy_demos`, a few milliseconds)."""
     from inspector._internal.demo import write_demos
 
-    target = tmp_path_factory.mktemp("demo-checkpoints")
-    write_demos(target, log=lambda _line: None)
-    return target
+    return once_per_run(
+        tmp_path_factory, "demo-checkpoints", lambda folder: write_demos(folder, log=lambda _: None)
+    )
+
+
+@pytest.fixture(scope="session")
+def copy_demos(demo_checkpoints: Path) -> Callable[[Path], list[Path]]:
+    """Factory: a private copy of every demo checkpoint under a folder, as `write_demos` would
+    leave it there (same folders, same bytes); returns the folders in writing order."""
+    from inspector._internal.demo import demo_names
+
+    def copy(target: Path) -> list[Path]:
+        target.mkdir(parents=True, exist_ok=True)
+        names = [n for n in demo_names() if (demo_checkpoints / n).is_dir()]
+        return [Path(shutil.copytree(demo_checkpoints / n, target / n)) for n in names]
+
+    return copy
 
 
 @pytest.fixture

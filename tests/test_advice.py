@@ -16,7 +16,6 @@ from hf_exports import modelopt_export, tiny_deepseek_v3
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.demo import write_demos
 from inspector._internal.findings.issues import group_problems
 from inspector._internal.plans.repair import plan_repair, scanned_after
 from inspector._internal.plans.repair_all import ALL_PARTS, plan_all
@@ -25,9 +24,9 @@ GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     target = tmp_path_factory.mktemp("advice-demos")
-    write_demos(target, log=lambda _line: None)
+    copy_demos(target)
     return target
 
 

@@ -125,12 +125,8 @@ def test_rule_names_are_unique_and_codes_are_real() -> None:
 
 
 @pytest.fixture(scope="module")
-def demo_scans(tmp_path_factory: pytest.TempPathFactory) -> list:
-    from inspector._internal.demo import write_demos
-
-    folder = tmp_path_factory.mktemp("demos")
-    write_demos(folder, log=lambda _line: None)
-    return [scan(p) for p in sorted(folder.iterdir()) if p.is_dir()]
+def demo_scans(demo_checkpoints: Path) -> list:
+    return [scan(p) for p in sorted(demo_checkpoints.iterdir()) if p.is_dir()]
 
 
 def test_every_emitted_code_is_declared_by_its_rule(demo_scans: list) -> None:

@@ -9,14 +9,13 @@ from pathlib import Path
 
 from inspector import check, scan
 from inspector._internal.checks.sharding import check_collapsed_shards
-from inspector._internal.demo import write_demos
 from inspector._internal.plans.reshard import plan_reshard
 
 
 def test_collapsed_demo_is_flagged_against_a_smaller_limit_and_reshard_clears_it(
-    tmp_path: Path,
+    tmp_path: Path, copy_demos
 ) -> None:
-    write_demos(tmp_path, log=lambda *_: None)
+    copy_demos(tmp_path)
     folder = tmp_path / "automodel-2289-collapsed"
     scanned = scan(folder)
     assert check_collapsed_shards(scanned) == []  # 78 kB: fine at the 5 GB default

@@ -27,11 +27,9 @@ DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector._internal.demo import write_demos
-
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     target = tmp_path_factory.mktemp("demos")
-    write_demos(target, log=lambda _line: None)
+    copy_demos(target)
     return target
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.demo import demo_names, write_demos
+from inspector._internal.demo import SAFETENSORS_DEMOS, demo_names, write_demos
 from inspector._internal.demo.model import GROUP_SIZE, TinyMoeSpec, build_model
 from inspector._internal.demo.safetensors_layouts import save_shard, split_greedy
 
@@ -23,9 +23,9 @@ _EXPERT = re.compile(
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("demos")
-    return {p.name: p for p in write_demos(out, log=lambda _: None)}
+def demos(demo_checkpoints: Path) -> dict[str, Path]:
+    """The session's demos (written by `write_demos` once per test run), read only."""
+    return {n: demo_checkpoints / n for n in demo_names() if (demo_checkpoints / n).is_dir()}
 
 
 def _names(scanned: ScannedCheckpoint) -> dict[str, tuple[str, str, tuple[int, ...]]]:
@@ -56,8 +56,19 @@ def _read(path: Path) -> dict:
 # -- write_demos -----------------------------------------------------------------------------
 
 
-def test_write_demos_prints_one_line_per_demo_and_reruns_in_place(tmp_path, capsys):
-    first = {p.name: p for p in write_demos(tmp_path)}
+def test_write_demos_prints_one_line_per_demo_and_reruns_in_place(
+    tmp_path, capsys, demos, copy_demos
+):
+    # What an earlier `write_demos(tmp_path)` left (the session's demos were written by it).
+    first = {p.name: p for p in copy_demos(tmp_path)}
+    assert list(first) == list(demos)
+    shard = first["healthy-hf-sharded"] / "model-00001-of-00004.safetensors"
+    before = shard.read_bytes()
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "other-checkpoint").mkdir()
+    stale = first["healthy-hf-sharded"] / "stale.safetensors"
+    stale.write_bytes(b"x")
+    again = write_demos(tmp_path)
     lines = [
         line
         for line in capsys.readouterr().out.splitlines()
@@ -65,22 +76,20 @@ def test_write_demos_prints_one_line_per_demo_and_reruns_in_place(tmp_path, caps
     ]
     assert sorted(line.split()[1] for line in lines) == sorted(demo_names())
     assert set(first) <= set(demo_names())
-    for folder in first.values():
+    for folder in again:
         readme = (folder / "README.txt").read_text()
         assert folder.name in readme and len(readme) > 40
-    shard = first["healthy-hf-sharded"] / "model-00001-of-00004.safetensors"
-    before = shard.read_bytes()
-    (tmp_path / "notes.txt").write_text("mine")
-    (tmp_path / "other-checkpoint").mkdir()
-    stale = first["healthy-hf-sharded"] / "stale.safetensors"
-    stale.write_bytes(b"x")
-    again = write_demos(tmp_path, log=lambda _: None)
     assert [p.name for p in again] == list(first)
     assert (tmp_path / "notes.txt").read_text() == "mine"
     assert (tmp_path / "other-checkpoint").is_dir()
     assert not stale.exists()
-    # Deterministic: the same seed gives the same bytes.
+    # Deterministic: the same seed gives the same bytes, in every file of every demo our own
+    # writer makes (torch's DCP writers put a fresh id into each run's metadata).
     assert shard.read_bytes() == before
+    for name in (d.name for d in SAFETENSORS_DEMOS):
+        folder = demos[name]
+        for file in sorted(f for f in folder.rglob("*") if f.is_file()):
+            assert (tmp_path / name / file.relative_to(folder)).read_bytes() == file.read_bytes()
 
 
 # -- healthy ---------------------------------------------------------------------------------

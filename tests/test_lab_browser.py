@@ -52,12 +52,10 @@ DASHBOARD_COPY = "02-dashboard"
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[tuple[Lab, Path]]:
+def lab(tmp_path: Path, copy_demos) -> Iterator[tuple[Lab, Path]]:
     """A running JupyterLab on a temp copy of notebooks/, and the notebooks' work dir."""
-    from inspector._internal.demo import write_demos
-
     demo, work, root = tmp_path / "demo", tmp_path / "work", tmp_path / "notebooks"
-    write_demos(demo, log=lambda _line: None)
+    copy_demos(demo)
     shutil.copytree(ROOT / "notebooks", root)
     env = {"CKPT_DEMO_DIR": str(demo), "CKPT_WORK_DIR": str(work)}
     with running_lab(root, tmp_path / "lab", env=env) as server:

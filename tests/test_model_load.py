@@ -425,11 +425,9 @@ def test_qwen3_next_mtp_block_is_named_not_reported(
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector._internal.demo import write_demos
-
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     out = tmp_path_factory.mktemp("demos")
-    write_demos(out, log=lambda *_: None)
+    copy_demos(out)
     return out
 
 

@@ -22,11 +22,9 @@ KERNEL = "python3"
 
 
 @pytest.fixture(scope="session")
-def demo_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from inspector._internal.demo import write_demos
-
+def demo_dir(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     target = tmp_path_factory.mktemp("demo")
-    write_demos(target, log=lambda _line: None)
+    copy_demos(target)
     return target
 
 

@@ -33,7 +33,6 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import value_table
 from inspector._internal.cli.main import main
-from inspector._internal.demo import write_demos
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.repair import plan_repair
@@ -91,13 +90,13 @@ def proxy(endpoint: str) -> Iterator[Proxy]:
 
 @pytest.fixture(scope="module")
 def checkpoints(
-    endpoint: str, bucket: str, tmp_path_factory: pytest.TempPathFactory
+    endpoint: str, bucket: str, tmp_path_factory: pytest.TempPathFactory, copy_demos
 ) -> dict[str, Path]:
     """Every demo and golden fixture, local, and uploaded to s3://ckpts/<name>/."""
     import s3fs
 
     base = tmp_path_factory.mktemp("remote")
-    folders = {f"demo/{p.name}": p for p in write_demos(base / "demo", log=lambda _: None)}
+    folders = {f"demo/{p.name}": p for p in copy_demos(base / "demo")}
     manifest = json.loads((FIXTURES / "MANIFEST.json").read_text())
     folders.update({f"fixture/{name}": FIXTURES / name for name in manifest})
     fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)

@@ -11,16 +11,15 @@ import pytest
 
 from inspector import check, scan
 from inspector._internal.cli.main import main
-from inspector._internal.demo import write_demos
 from inspector._internal.plans.repair import plan_quant_config, plan_repair
 
 QUANT = "hf_quant_config.json"
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     out = tmp_path_factory.mktemp("demos")
-    write_demos(out, log=lambda *_: None)
+    copy_demos(out)
     return out
 
 

@@ -110,10 +110,8 @@ def test_tied_head_is_not_restored(original: Path, tmp_path: Path) -> None:
     assert plan.empty and "ties it to the input embedding" in plan.notes[0]
 
 
-def test_per_layer_export_gets_a_sidecar_for_the_new_shard(tmp_path: Path) -> None:
-    from inspector._internal.demo import write_demos
-
-    write_demos(tmp_path / "demos", log=lambda *_: None)
+def test_per_layer_export_gets_a_sidecar_for_the_new_shard(tmp_path: Path, copy_demos) -> None:
+    copy_demos(tmp_path / "demos")
     healthy = tmp_path / "demos" / "healthy-modelopt-per-layer"
     mtp = "mtp."  # the Megatron-export spelling of its MTP layer
     broken = resaved(healthy, tmp_path / "ckpt", lose(mtp))

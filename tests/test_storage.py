@@ -17,7 +17,6 @@ from remote_servers import FakeHub
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser
-from inspector._internal.demo import write_demos
 from inspector._internal.storage import EntryKind, LocalStorage, check_member, is_remote
 from inspector._internal.storage.remote import _nested
 from inspector._internal.storage.urls import HfLocation, parse_hf_url
@@ -99,9 +98,9 @@ def test_which_targets_are_remote() -> None:
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("hub")
-    return {p.name: p for p in write_demos(base, log=lambda _: None)}
+    return {p.name: p for p in copy_demos(base)}
 
 
 def test_hf_scan_pins_the_revision_once(demos: dict[str, Path]) -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from inspector._internal.cli.main import main
-from inspector._internal.demo import write_demos
 from inspector._internal.findings.words import layers_text, plural, severity_counts
 
 pytest.importorskip("ipywidgets")
@@ -67,9 +66,9 @@ def test_the_helpers_count_and_fold_as_people_read():
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
     target = tmp_path_factory.mktemp("words-demos")
-    write_demos(target, log=lambda _line: None)
+    copy_demos(target)
     return target
 
 
