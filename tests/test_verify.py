@@ -228,6 +228,15 @@ def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) ->
 # -- hostile manifests ----------------------------------------------------------------------
 
 
+_REC = {"size": 1, "sha256": "0" * 64}
+
+
+def _manifest_of(files: dict) -> bytes:
+    return json.dumps(
+        {"format": "checkpoint-inspector-manifest", "version": 1, "files": files}
+    ).encode()
+
+
 @pytest.mark.parametrize(
     ("document", "reason"),
     [
@@ -255,6 +264,31 @@ def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) ->
             "64 hex digits",
         ),
         (b"[" * 100_000, "levels deep"),
+        # issue 31: a file without a SHA-256 would be compared by size only.
+        (_manifest_of({"a": {"size": 1, "sha256": None}}), "expected 64 hex digits"),
+        (_manifest_of({"a": {"size": 1}}), "expected 64 hex digits"),
+        # issue 31: one spelling per file.
+        (_manifest_of({"a/./b": _REC}), "not in normal form"),
+        (_manifest_of({"./a": _REC}), "not in normal form"),
+        (_manifest_of({"a//b": _REC}), "not in normal form"),
+        (_manifest_of({"a/": _REC}), "not in normal form"),
+        (_manifest_of({".": _REC}), "not in normal form"),
+        (_manifest_of({"a/../b": _REC}), "'..'"),
+        (_manifest_of({"a\\b": _REC}), "backslash"),
+        (_manifest_of({"": _REC}), "empty"),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, "files": {"a": '
+            + json.dumps(_REC).encode()
+            + b', "a": '
+            + json.dumps(_REC).encode()
+            + b"}}",
+            "twice",
+        ),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, "files": {}, '
+            b'"files": {"a": ' + json.dumps(_REC).encode() + b"}}",
+            "twice",
+        ),
     ],
 )
 def test_hostile_manifest_is_unreadable_and_nothing_is_verified(
