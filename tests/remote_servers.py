@@ -445,13 +445,20 @@ class FakeHub(_Threaded):
     """The few Hub API routes `huggingface_hub` uses to read a repository (repo info at a
     revision, the tree listing, file downloads with Range), over local folders: `repos`
     maps "org/name" to {revision name: (commit sha, folder)}. Counts the file bytes sent and
-    records the revisions asked for."""
+    records the revisions asked for. `entry`, when given, rewrites each file's entry of the
+    tree listing (a hostile or incomplete Hub: checksums missing or malformed)."""
 
-    def __init__(self, repos: dict[str, dict[str, tuple[str, Path]]]) -> None:
+    def __init__(
+        self,
+        repos: dict[str, dict[str, tuple[str, Path]]],
+        *,
+        entry: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
         import json as _json
         from urllib.parse import unquote, urlsplit
 
         self.repos = repos
+        edit = entry or (lambda item: item)
         self.content_bytes = 0
         self.asked: list[str] = []
         outer = self
@@ -508,7 +515,7 @@ class FakeHub(_Threaded):
                             if p.is_dir():
                                 entries.append({"type": "directory", "path": rel, "oid": "0" * 40})
                             else:
-                                entries.append(_tree_file(p, rel))
+                                entries.append(edit(_tree_file(p, rel)))
                         return self._json(200, entries)
                     return self._json(404, {"error": "not found"})
                 if len(parts) >= 4 and parts[2] == "resolve":

@@ -1026,6 +1026,27 @@ def test_code_file_extra_vs_source(hf: Path) -> None:
     assert f.file == "README.md" and f.severity == "warning"
 
 
+def test_code_file_not_verified(hf: Path) -> None:
+    """The Hub stand-in's listing without `lfs.oid` for one shard: its size matches, its
+    bytes are not compared, and that is said."""
+    from remote_servers import FakeHub
+
+    victim = shards(hf)[0]
+
+    def no_checksum(item: dict) -> dict:
+        if item["path"] == victim:
+            item.pop("lfs")
+            item.pop("oid")
+        return item
+
+    with FakeHub({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
+        options = {"endpoint": hub.url, "token": False}
+        result = verify(hf, against="hf://org/hf", storage_options=options)
+    f = one(list(result.findings), "file-not-verified")
+    assert f.file == victim and f.severity == "warning" and "not compared" in f.message
+    assert result.ok and not result.all_match
+
+
 def test_code_tensor_hash_mismatch(hf: Path, tmp_path: Path) -> None:
     manifest = write_manifest(hf)
     sd = dense_model()

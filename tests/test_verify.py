@@ -140,10 +140,17 @@ def test_healthy_copy_verifies_at_every_level(copy: Path) -> None:
         result = verify(copy, level=level)
         assert result.ok and result.findings == (), (level, result.findings)
         assert result.source_kind == "manifest" and result.mismatches == 0
-    assert verify(copy, level="size").bytes_read == 0
+    size = verify(copy, level="size")
+    assert size.bytes_read == 0
+    # "all match" only where every byte a loader reads was compared with a recorded hash:
+    # sizes say nothing of the bytes, and level tensor leaves config.json uncompared.
+    assert "all sizes match" in size.line() and not size.all_match
+    assert verify(copy, level="hash").all_match
+    assert "all match" in verify(copy, level="hash").line()
     tensor = verify(copy, level="tensor")
     assert tensor.tensors == len(parse_manifest((copy / MANIFEST_NAME).read_bytes()).tensors)
-    assert "verified" in tensor.line() and "all match" in tensor.line()
+    assert "verified" in tensor.line() and "all tensors match" in tensor.line()
+    assert "config.json, generation_config.json" in tensor.note and not tensor.all_match
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=lambda d: d.__name__)
@@ -228,6 +235,15 @@ def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) ->
 # -- hostile manifests ----------------------------------------------------------------------
 
 
+_REC = {"size": 1, "sha256": "0" * 64}
+
+
+def _manifest_of(files: dict) -> bytes:
+    return json.dumps(
+        {"format": "checkpoint-inspector-manifest", "version": 1, "files": files}
+    ).encode()
+
+
 @pytest.mark.parametrize(
     ("document", "reason"),
     [
@@ -255,6 +271,31 @@ def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) ->
             "64 hex digits",
         ),
         (b"[" * 100_000, "levels deep"),
+        # issue 31: a file without a SHA-256 would be compared by size only.
+        (_manifest_of({"a": {"size": 1, "sha256": None}}), "expected 64 hex digits"),
+        (_manifest_of({"a": {"size": 1}}), "expected 64 hex digits"),
+        # issue 31: one spelling per file.
+        (_manifest_of({"a/./b": _REC}), "not in normal form"),
+        (_manifest_of({"./a": _REC}), "not in normal form"),
+        (_manifest_of({"a//b": _REC}), "not in normal form"),
+        (_manifest_of({"a/": _REC}), "not in normal form"),
+        (_manifest_of({".": _REC}), "not in normal form"),
+        (_manifest_of({"a/../b": _REC}), "'..'"),
+        (_manifest_of({"a\\b": _REC}), "backslash"),
+        (_manifest_of({"": _REC}), "empty"),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, "files": {"a": '
+            + json.dumps(_REC).encode()
+            + b', "a": '
+            + json.dumps(_REC).encode()
+            + b"}}",
+            "twice",
+        ),
+        (
+            b'{"format": "checkpoint-inspector-manifest", "version": 1, "files": {}, '
+            b'"files": {"a": ' + json.dumps(_REC).encode() + b"}}",
+            "twice",
+        ),
     ],
 )
 def test_hostile_manifest_is_unreadable_and_nothing_is_verified(
@@ -371,7 +412,7 @@ def test_verified_line_in_overview_report_and_summary(copy: Path) -> None:
     result = verify(copy, level="tensor")
     for text in lines(scan(copy)):
         assert f"verified {result.when} at level tensor against manifest" in text
-        assert "7 files" not in text and "41 tensors, all match" in text
+        assert "7 files" not in text and "41 tensors, all tensors match" in text
     zeros_over_range(copy / SHARD, copy / OTHER)
     verify(copy, level="hash")
     for text in lines(scan(copy)):
@@ -431,9 +472,10 @@ def test_consolidation_carries_the_source_manifest(tmp_path: Path) -> None:
 
 
 def test_a_source_without_hashes_lists_each_file_once_in_linear_time(tmp_path: Path) -> None:
-    """A source that records sizes but no hash (an old manifest, a listing): every file is one
-    `unchecked` row and the note counts them. 20,000 files: the row lookup per file was a scan
-    of all rows (minutes here), now a set (well under a second; figures in the commit)."""
+    """A source that records sizes but no hash (a Hub listing without checksums): every file
+    is one `unchecked` row, a `file-not-verified` finding (folded), and the note counts them.
+    20,000 files: the row lookup per file was a scan of all rows (minutes here), now a set
+    (well under a second; figures in the commit)."""
     from inspector._internal.integrity.hashing import Listing
     from inspector._internal.integrity.manifest import FileRecord
     from inspector._internal.integrity.verify import _Run, _Source
@@ -445,8 +487,11 @@ def test_a_source_without_hashes_lists_each_file_once_in_linear_time(tmp_path: P
     run.files(hashes=True)
     assert [r[1] for r in run.rows] == sorted(files)
     assert {r[4] for r in run.rows} == {"unchecked"}
-    assert run.note.startswith("20,000 files compared by size only")
-    assert run.findings == []
+    assert run.notes[0].startswith("20,000 files compared by size only")
+    assert {f.code for f in run.findings} == {"file-not-verified"} and len(run.findings) == 20_000
+    folded = run.folded()
+    assert len(folded) == 201
+    assert folded[-1].message.startswith("19,800 more files (e.g. shard-00200")
 
 
 # -- every command that rewrites files keeps the manifest true, from the CLI -------------------
@@ -659,3 +704,273 @@ def _shown_strings(path: Path) -> Iterator[tuple[int, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
             yield node.lineno, node.value
+
+
+# -- issue 31: "all match" only when every byte a loader reads was compared ------------------
+
+
+def _two_shards(write_state_dict: Callable[..., Path]) -> Path:
+    """huggingface_hub's writer, two shards: `x.weight` and `z.weight` in the first (so the
+    index keeps naming it whatever one entry says), `y.weight` in the second; a manifest."""
+    import torch
+
+    state = {
+        "x.weight": torch.arange(64, dtype=torch.float32).reshape(8, 8),
+        "z.weight": torch.zeros(8, 8),
+        "y.weight": torch.ones(8, 24),
+    }
+    folder = write_state_dict(state, folder="good", max_shard_size=600)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"].values()) == set(_SHARDS)
+    assert index["weight_map"]["x.weight"] == index["weight_map"]["z.weight"]
+    write_manifest(folder)
+    return folder
+
+
+def _send_x_elsewhere(good: Path, shard: str, value: float) -> Path:
+    """A copy of `good` with a new shard (safetensors' own writer) holding `x.weight` filled
+    with `value`, and the index's `x.weight` pointed at it."""
+    import torch
+    from safetensors.torch import save_file
+
+    bad = good.parent / f"bad-{shard}"
+    shutil.copytree(good, bad)
+    save_file({"x.weight": torch.full((8, 8), value)}, str(bad / shard), metadata={"format": "pt"})
+    path = bad / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"]["x.weight"] = shard
+    path.write_text(json.dumps(index))
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("shard", "kept"),
+    [
+        # Sorts last: transformers keeps its copy (the attack of issue 31, item 2).
+        ("model-00003-of-00003.safetensors", "new"),
+        # Sorts first: transformers keeps the old copy, huggingface_hub's loader either.
+        ("a-model.safetensors", "old"),
+    ],
+)
+def test_a_tensor_sent_to_other_bytes_is_never_all_match(
+    write_state_dict: Callable[..., Path],
+    capsys: pytest.CaptureFixture[str],
+    shard: str,
+    kept: str,
+) -> None:
+    """Before: the tensor hash was taken from the first shard in scan order holding the
+    name, so `verify --level tensor` said "2 files, 2 tensors, all match" (exit 0) while
+    transformers loaded the new values. Now every copy in a shard a loader reads is
+    compared, the name held twice is a finding, and the manifest records the copy
+    transformers keeps (`loaded_shards`: the last file in name order, whatever the index
+    entry says)."""
+    from inspector._internal.integrity.hashing import loaded_shards
+
+    good = _two_shards(write_state_dict)
+    bad = _send_x_elsewhere(good, shard, 7.0)
+    first = _holder(good, "x.weight")
+    scanned = scan(bad)
+    assert [s.file for s in loaded_shards(scanned)] == sorted([*_SHARDS, shard])
+    for against in (None, str(good)):
+        result = verify(bad, level="tensor", against=against)
+        assert not result.ok and not result.all_match, result.line()
+        assert "all match" not in result.line()
+        found = {(f.code, f.file, f.tensor) for f in result.findings}
+        assert ("tensor-hash-mismatch", shard, "x.weight") in found
+        assert ("duplicate-tensor", min(first, shard), "x.weight") in found
+        # The copy that kept its bytes is compared too, and matches.
+        assert ("tensor", "x.weight", first, None, "ok") in {r[:5] for r in result.rows}
+        assert main(["verify", str(bad), "--level", "tensor"]) == 1
+    out = capsys.readouterr().out
+    assert "transformers keeps the copy in " + max(first, shard) in out
+    # A manifest of the attacked folder records the copy transformers loads.
+    manifest = parse_manifest(write_manifest(bad).read_bytes())
+    assert manifest.tensors["x.weight"].file == (shard if kept == "new" else first)
+
+
+def test_same_bytes_in_a_second_shard_are_still_a_duplicate(
+    write_state_dict: Callable[..., Path],
+) -> None:
+    good = _two_shards(write_state_dict)
+    bad = _send_x_elsewhere(good, "model-00003-of-00003.safetensors", 0.0)
+    import torch
+    from safetensors.torch import save_file
+
+    # The same values as the original copy: every copy matches, the name held twice is said.
+    x = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    save_file({"x.weight": x}, str(bad / "model-00003-of-00003.safetensors"))
+    result = verify(bad, level="tensor", against=str(good))
+    assert [f.code for f in result.findings] == ["duplicate-tensor"]
+    assert {r[4] for r in result.rows} == {"ok"} and not result.all_match
+
+
+_SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+
+
+def _holder(folder: Path, name: str) -> str:
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    return str(index["weight_map"][name])
+
+
+def test_an_index_entry_leaving_the_folder_is_never_all_match(
+    write_state_dict: Callable[..., Path],
+) -> None:
+    """transformers would read `../outside.safetensors`; the scan refuses it, so the tensor a
+    loader gets is unknown: said (`index-unsafe-path`), never "all match"."""
+    import torch
+    from safetensors.torch import save_file
+
+    good = _two_shards(write_state_dict)
+    bad = good.parent / "bad"
+    shutil.copytree(good, bad)
+    save_file({"x.weight": torch.full((8, 8), 7.0)}, str(good.parent / "outside.safetensors"))
+    path = bad / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"]["x.weight"] = "../outside.safetensors"
+    path.write_text(json.dumps(index))
+    result = verify(bad, level="tensor")
+    assert "index-unsafe-path" in codes(result) and not result.ok
+    assert "all match" not in result.line()
+    # Even where the manifest recorded that very index: the bytes outside were never compared.
+    write_manifest(bad)
+    recorded = verify(bad, level="hash")
+    assert codes(recorded) == {"index-unsafe-path"} and not recorded.all_match
+
+
+def test_a_file_the_source_does_not_list_is_never_all_match(
+    write_state_dict: Callable[..., Path],
+) -> None:
+    """At level hash a file the manifest does not record is a warning, and the line names
+    the warning instead of "all match" (before: "all match", as only errors counted); at
+    level tensor the tensors of a shard a loader reads are all compared, and one the source
+    does not record is a warning too."""
+    import torch
+    from safetensors.torch import save_file
+
+    good = _two_shards(write_state_dict)
+    bad = good.parent / "bad"
+    shutil.copytree(good, bad)
+    save_file({"w.weight": torch.ones(4)}, str(bad / "model-00003-of-00003.safetensors"))
+    path = bad / "model.safetensors.index.json"
+    index = json.loads(path.read_text())
+    index["weight_map"]["w.weight"] = "model-00003-of-00003.safetensors"
+    path.write_text(json.dumps(index))
+    write_manifest(good)  # the folder's own manifest is the good one's
+    shutil.copy(good / MANIFEST_NAME, bad / MANIFEST_NAME)
+    for level in ("size", "hash", "tensor"):
+        result = verify(bad, level=level, against=str(good / MANIFEST_NAME))
+        assert not result.all_match and "all match" not in result.line(), level
+        assert "warning finding" in result.line() or not result.ok, level
+    extra = verify(bad, level="tensor", against=str(good))
+    assert ("tensor-extra-vs-source", "w.weight") in {(f.code, f.tensor) for f in extra.findings}
+    assert main(["verify", str(bad), "--level", "tensor", "--fail-on", "warning"]) == 1
+
+
+# -- item 4: a source without a hash -------------------------------------------------------
+
+
+def test_a_listing_without_checksums_never_says_match(copy: Path) -> None:
+    """A Hub listing entry without `lfs.oid` (or with one of the wrong length, whose `oid` is
+    the pointer's SHA-1, not the content's) left "all match (compared by size only)", exit
+    0, over a damaged file. Now: `file-not-verified` (a warning: exit 1 under --fail-on
+    warning), and `--download` hashes the Hub's copy, which names the damage."""
+
+    def no_checksum(item: dict) -> dict:
+        if item["path"] == SHARD:
+            item["lfs"].pop("oid")
+        if item["path"] == OTHER:
+            item["lfs"]["oid"] = item["lfs"]["oid"][:40]  # the length of a SHA-1
+        return item
+
+    block_from_other_shard(copy / SHARD, copy / OTHER)
+    with FakeHub({"org/mixtral": {"main": (SHA, MIXTRAL)}}, entry=no_checksum) as hub:
+        options = {"storage_options": {"endpoint": hub.url, "token": False}}
+        result = verify(copy, against="hf://org/mixtral", level="hash", **options)
+        assert result.ok and not result.all_match and hub.content_bytes == 0
+        assert {(f.code, f.file) for f in result.findings} == {
+            ("file-not-verified", SHARD),
+            ("file-not-verified", OTHER),
+        }
+        assert "2 warning findings" in result.line() and "all match" not in result.line()
+        args = ["verify", str(copy), "--against", "hf://org/mixtral"]
+        args += ["--storage-option", f"endpoint={hub.url}", "--storage-option", "token=false"]
+        assert main(args) == 0
+        assert main([*args, "--fail-on", "warning"]) == 1
+        downloaded = verify(copy, against="hf://org/mixtral", download=True, **options)
+        assert {(f.code, f.file) for f in downloaded.findings} == {("file-hash-mismatch", SHARD)}
+        # Only the two files without a checksum were read.
+        assert hub.content_bytes == sum((MIXTRAL / f).stat().st_size for f in (SHARD, OTHER))
+
+
+# -- item 5: the Hub at level tensor downloads only when asked -----------------------------
+
+
+def test_hub_tensor_level_without_a_manifest_downloads_nothing(
+    copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: `--level tensor` against a repository without a manifest scanned and hashed
+    every weight on the Hub (docs/verify.md said nothing is downloaded), and a published
+    manifest that did not parse was ignored in silence before the same download."""
+    broken = tmp_path / "broken"
+    shutil.copytree(MIXTRAL, broken)
+    (broken / MANIFEST_NAME).write_text('{"format": "checkpoint-inspector-manifest"')
+    repos = {"org/plain": {"main": (SHA, MIXTRAL)}, "org/broken": {"main": (SHA, broken)}}
+    zeros_over_range(copy / SHARD, copy / OTHER)
+    with FakeHub(repos) as hub:
+        options = {"storage_options": {"endpoint": hub.url, "token": False}}
+        plain = verify(copy, against="hf://org/plain", level="tensor", **options)
+        assert hub.content_bytes == 0
+        assert plain.level == "hash" and "keeps no ckpt-inspect-manifest.json" in plain.note
+        assert [(f.code, f.file) for f in plain.findings] == [("file-hash-mismatch", SHARD)]
+        bad = verify(copy, against="hf://org/broken", level="tensor", **options)
+        assert hub.content_bytes == (broken / MANIFEST_NAME).stat().st_size  # that file only
+        assert codes(bad) == {"manifest-unreadable", "file-hash-mismatch"}
+        assert bad.level == "hash" and "cannot be used" in bad.note
+        # Asked: the weights are read and the tensors compared.
+        args = ["verify", str(copy), "--against", "hf://org/plain", "--level", "tensor"]
+        args += ["--storage-option", f"endpoint={hub.url}", "--storage-option", "token=false"]
+        capsys.readouterr()
+        assert main([*args, "--download", "--json"]) == 1
+        doc = json.loads(capsys.readouterr().out)
+        assert doc["level"] == "tensor" and hub.content_bytes > 0
+        assert {f["code"] for f in doc["findings"]} == {"tensor-hash-mismatch"}
+
+
+# -- item 8: verify without a source prints what check prints, bounded -----------------------
+
+
+def test_many_damaged_files_print_a_bounded_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """1,000 empty shards and no source: 1,001 lines before, 800 of them "header-unreadable:
+    1 more files" (20,000 gave 857 KB); now the heading, ten messages and a count, as
+    `check` prints them, with every finding in --json."""
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    for i in range(1000):
+        (folder / f"model-{i:05d}-of-01000.safetensors").touch()
+    assert main(["verify", str(folder)]) == 1
+    out = capsys.readouterr().out
+    assert len(out.splitlines()) <= 15 and "1 more files" not in out, out
+    assert "ERROR header-unreadable (1000)" in out and "... 990 more (use --json for all)" in out
+    assert main(["verify", str(folder), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["findings"]) == 1000 and not doc["all_match"]
+
+
+def test_many_mismatching_files_fold_into_one_summary(copy: Path) -> None:
+    """300 files that differ from the manifest: 200 listed (the policy's per-code count),
+    the other 100 one summary (before: one "1 more files" finding each past the 200th)."""
+    from inspector._internal.integrity.manifest import FileRecord, Manifest, manifest_bytes
+
+    names = [f"extra-{i:04d}.json" for i in range(300)]
+    for name in names:
+        (copy / name).write_text("{}")
+    write_manifest(copy)
+    manifest = parse_manifest((copy / MANIFEST_NAME).read_bytes())
+    wrong = {n: FileRecord(2, "0" * 64) if n in names else r for n, r in manifest.files.items()}
+    (copy / MANIFEST_NAME).write_bytes(manifest_bytes(Manifest(wrong, manifest.tensors)))
+    result = verify(copy, level="hash")
+    assert [f.code for f in result.findings] == ["file-hash-mismatch"] * 201
+    (summary,) = [f for f in result.findings if f.file is None]
+    assert summary.message.startswith("100 more files (e.g. extra-0200")

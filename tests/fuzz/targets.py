@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from inspector._internal.checkpoint.read_problems import (
     FileRole,
@@ -534,19 +535,24 @@ def gguf(data: bytes) -> None:
 # -- (i) content manifests ----------------------------------------------------------------------
 
 _MANIFEST_FOLDER: Path | None = None
+# What the folder holds: its true manifest, the only one `verify` may call "all match".
+_MANIFEST_TRUTH: Any = None
 
 
 def _manifest_folder() -> Path:
     """A one-shard checkpoint safetensors wrote, once per process (in RAM where there is
     /dev/shm), that each input's manifest is placed in."""
-    global _MANIFEST_FOLDER
+    global _MANIFEST_FOLDER, _MANIFEST_TRUTH
     if _MANIFEST_FOLDER is None:
         import numpy as np
         from safetensors.numpy import save_file
 
+        from inspector._internal.integrity import build_manifest
+
         folder = _scratch("ckpt-fuzz-manifest-")
         tensors = {"model.layers.0.mlp.weight": np.arange(64, dtype=np.float32).reshape(8, 8)}
         save_file(tensors, str(folder / "model.safetensors"))
+        _MANIFEST_TRUTH = build_manifest(folder)
         _MANIFEST_FOLDER = folder
     return _MANIFEST_FOLDER
 
@@ -558,26 +564,41 @@ def _prepare_manifest() -> None:
 def manifest(data: bytes) -> None:
     """The bytes as a content manifest: `parse_manifest` gives a manifest or refuses it with
     `ManifestError` (a bounded reason without control characters), never another error;
-    every name it accepts stays inside the folder; and `verify` against it, as the file in a
-    checkpoint folder, gives findings of known codes only."""
+    every file name it accepts stays inside the folder and is spelled in normal form, with a
+    SHA-256; and `verify` against it, as the file in a checkpoint folder, gives findings of
+    known codes only, and says "all match" only when the manifest records exactly what the
+    folder holds (every file's size and SHA-256 at level hash, every tensor's dtype, shape
+    and hash at level tensor)."""
     from inspector._internal.integrity import ManifestError, parse_manifest, verify
-    from inspector._internal.storage import member_problem
+    from inspector._internal.storage import check_member, member_problem
 
+    parsed = None
     try:
         parsed = parse_manifest(data)
     except ManifestError as exc:
         reason = str(exc)
         assert len(reason) <= MAX_MESSAGE and reason.isprintable(), reason[:200]
     else:
-        for name in parsed.files:
-            assert member_problem(name) is None, name
+        for name, file in parsed.files.items():
+            assert member_problem(name) is None and check_member(name) == name, name
+            assert isinstance(file.sha256, str) and len(file.sha256) == 64, name
         for record in parsed.tensors.values():
             assert record.file in parsed.files
     folder = _manifest_folder()
     (folder / "ckpt-inspect-manifest.json").write_bytes(data)
-    for level in ("size", "tensor"):
+    truth = _MANIFEST_TRUTH
+    for level in ("size", "hash", "tensor"):
         result = verify(folder, level=level)
         _check_findings(list(result.findings))
+        if not result.all_match:
+            assert "all match" not in result.line(), result.line()
+            continue
+        assert parsed is not None and level != "size", result.line()
+        if level == "hash":
+            assert dict(parsed.files) == dict(truth.files), parsed.files
+        else:
+            got = {n: (t.dtype, t.shape, t.hash) for n, t in parsed.tensors.items()}
+            assert got == {n: (t.dtype, t.shape, t.hash) for n, t in truth.tensors.items()}
 
 
 def load_answer(data: bytes) -> None:

@@ -15,10 +15,10 @@ from inspector._internal.cli.args import (
     remote_kwargs,
     target,
 )
-from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.integrity.verify import LEVELS, Verification, verify
 from inspector._internal.plans.ranks import is_lead
+from inspector._internal.report.text import finding_lines
 
 __all__ = ["add_parser", "format_verification", "progress_wanted", "run"]
 
@@ -50,6 +50,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default="error",
         help="exit 1 when a finding of this severity or worse exists (default: error)",
     )
+    p.add_argument(
+        "--download",
+        action="store_true",
+        help="with --against hf://...: read the repository's files where what it records "
+        "is not enough (no tensor hashes at --level tensor without its manifest, no checksum "
+        "for a file); by default nothing is downloaded",
+    )
     p.add_argument("--workers", type=int, metavar="N", help="files hashed at once")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_remote_arguments(p)
@@ -68,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         args.path,
         against=args.against,
         level=args.level,
+        download=args.download,
         workers=args.workers,
         progress=progress_wanted(),
         distributed=True,
@@ -86,9 +94,10 @@ def run(args: argparse.Namespace) -> int:
 
 def format_verification(result: Verification) -> str:
     """The result as people read it on a terminal."""
+    # Grouped and bounded as `check` prints them: 20,000 damaged files are a heading, ten
+    # messages and a count, not 20,000 lines.
     lines = [result.line()]
-    for f in result.findings:
-        lines.append(f"  {f.severity.value:7} {f.code}: {legible(f.message)}")
+    lines += finding_lines([f.to_dict() for f in result.findings])
     if result.bytes_read:
         rate = result.bytes_read / max(result.seconds, 1e-9) / 1e6
         lines.append(

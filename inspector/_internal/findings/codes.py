@@ -675,6 +675,15 @@ class Code(StrEnum):
         "This copy has a file the source does not record: a leftover or a file added after the "
         "source was recorded. Remove it, or write the manifest again if it belongs.",
     )
+    FILE_NOT_VERIFIED = (
+        "file-not-verified",
+        _W,
+        _V,
+        "The source records this file's size but no checksum (a Hub listing entry without "
+        "lfs.oid or a git oid of the right form): the size matched, the bytes were NOT "
+        "compared. Verify against a manifest, or read the source's copy with `verify "
+        "--download`.",
+    )
     TENSOR_HASH_MISMATCH = (
         "tensor-hash-mismatch",
         _E,
@@ -954,6 +963,11 @@ _FIXES: dict[str, Fix] = {
     ),
     "tensor-extra-vs-source": Fix(
         "review", "check that the source is the one this checkpoint was made from"
+    ),
+    "file-not-verified": Fix(
+        "review",
+        "verify against a manifest written from a copy you trust, or run `ckpt-inspect "
+        "verify --download` to hash the source's copy",
     ),
     "manifest-unreadable": Fix(
         "review", "write it again with `ckpt-inspect manifest` from a copy you trust"

@@ -43,6 +43,7 @@ __all__ = [
     "findings_per_file",
     "findings_to_frame",
     "fold",
+    "fold_by_file",
     "fold_findings",
     "fold_listed",
     "fold_modules",
@@ -178,6 +179,34 @@ def fold_findings(
         return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
 
     return fold(groups, lambda _file, f: f, summary, policy=policy)
+
+
+def fold_by_file(
+    findings: Sequence[Finding], what: str, *, policy: FoldPolicy = FOLD
+) -> list[Finding]:
+    """`fold_findings` for findings of one code spread over many files: the files past the
+    per-code budget share one summary instead of one each. With a finding per file (a
+    damaged copy of 20,000 shards), `fold_findings` still gives one summary per file past
+    the budget; here that is `per_code` findings and one count."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.file or "", []).append(f)
+    budget, kept, rest = policy.per_code, [], []
+    for file in sorted(groups):
+        if budget > 0:
+            kept += groups[file]
+            budget -= min(policy.per_file, len(groups[file]))
+        else:
+            rest.append(file)
+    out = fold_findings(kept, what, policy=policy)
+    if rest:
+        left = [f for file in rest for f in groups[file]]
+        where = f" in {len(rest):,} more files" if len(rest) != len(left) else ""
+        named = [f.tensor or f.file or "" for f in left]
+        out.append(
+            make_finding(left[0].code, f"{len(left):,} more {what}{where} (e.g. {examples(named)})")
+        )
+    return out
 
 
 def fold_listed(

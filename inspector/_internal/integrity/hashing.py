@@ -22,16 +22,24 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any
 
 import msgspec
 
+from inspector._internal.checkpoint.held import normalize_member
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.dtypes import nbytes_for
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
 from inspector._internal.formats.bin_shard import data_unread, strides_of
-from inspector._internal.formats.tensordata import TensorData, tensor_digest, tensor_hasher
+from inspector._internal.formats.safetensors import ShardHeader
+from inspector._internal.formats.tensordata import (
+    TensorData,
+    blocks_digest,
+    tensor_digest,
+    tensor_hasher,
+)
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
 from inspector._internal.plans.ranks import Distributed
 from inspector._internal.storage import EntryKind, LocalFile, Storage
@@ -44,7 +52,10 @@ __all__ = [
     "Progress",
     "dcp_digests",
     "hash_files",
+    "hashed_tensors",
     "list_files",
+    "loaded_shards",
+    "tensor_copies",
     "tensor_spans",
     "tensors_of",
     "unspanned_digests",
@@ -119,10 +130,31 @@ def list_files(storage: Storage) -> Listing:
 # -- tensors ----------------------------------------------------------------------------------
 
 
+def loaded_shards(scanned: ScannedCheckpoint) -> tuple[ShardHeader, ...]:
+    """The shards a loader reads, in the order it reads them: a name several of them hold
+    ends up with the copy of the last (not DCP, whose tensors are assembled from chunks).
+
+    With an index, the files its weight map names, once each, in name order, whatever
+    tensor each entry names: transformers reads `sorted(set(index["weight_map"].values()))`
+    (`transformers.utils.hub.get_checkpoint_shard_files`) and puts every tensor of every such
+    file into one dict, file after file (`PreTrainedModel._load_pretrained_model`), so a
+    copy in a later file replaces an earlier one even where the index points to the earlier
+    file; huggingface_hub's `load_torch_model` (`_load_sharded_checkpoint`) reads the same
+    files in the order of a Python set, so any copy may be the one it keeps. A file the
+    index never names is never read. Without an index, every shard in name order (one
+    `model.safetensors`, the parts of a GGUF, a folder whose index was lost)."""
+    index = scanned.index
+    if index is None or scanned.dcp is not None:
+        return scanned.shards
+    named = {normalize_member(f) for f in index.files.values}
+    return tuple(s for s in scanned.shards if s.file in named)
+
+
 def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
-    """Name -> dtype, shape and file of every logical tensor (hash not yet known). For DCP the
-    full tensor assembled from its chunks (its first chunk's file); otherwise each entry of a
-    safetensors header (the first shard that holds a name)."""
+    """Name -> dtype, shape and file of every logical tensor a loader gets (hash not yet
+    known). For DCP the full tensor assembled from its chunks (its first chunk's file);
+    otherwise the header entry of the last shard a loader reads that holds the name
+    (`loaded_shards`): the copy transformers keeps."""
     out: dict[str, TensorRecord] = {}
     dcp = scanned.dcp
     if dcp is not None:
@@ -130,31 +162,54 @@ def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
         for name, chunks in dcp.chunks.items():
             out[name] = TensorRecord(chunks[0].dtype, tuple(shapes[name]), chunks[0].file)
         return out
-    for shard in scanned.shards:
+    for shard in loaded_shards(scanned):
         for name, dtype, shape in zip(shard.names, shard.dtypes, shard.shapes, strict=True):
-            out.setdefault(name, TensorRecord(dtype, tuple(shape), shard.file))
+            out[name] = TensorRecord(dtype, tuple(shape), shard.file)
     return out
+
+
+def tensor_copies(scanned: ScannedCheckpoint) -> dict[str, list[TensorRecord]]:
+    """Name -> every copy the shards a loader reads hold, in the order it reads them, for
+    the names held by more than one of them (usually none: the dict is then empty). Which
+    copy a loader keeps depends on the loader (`loaded_shards`), so each is compared."""
+    if scanned.dcp is not None:
+        return {}
+    shards = loaded_shards(scanned)
+    first: dict[str, int] = {}
+    for i, shard in enumerate(shards):
+        first.update(zip(shard.names, repeat(i)))
+    if len(first) == sum(len(s.names) for s in shards):  # no name repeats: the usual case
+        return {}
+    copies: dict[str, list[TensorRecord]] = {}
+    seen: dict[str, TensorRecord] = {}
+    for shard in shards:
+        for name, dtype, shape in zip(shard.names, shard.dtypes, shard.shapes, strict=True):
+            record = TensorRecord(dtype, tuple(shape), shard.file)
+            before = seen.setdefault(name, record)
+            if before is not record:
+                copies.setdefault(name, [before]).append(record)
+    return copies
 
 
 def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, int]]]:
     """file -> (tensor, start, end) absolute byte ranges, sorted and non-overlapping, of the
-    tensors whose bytes lie whole in one file (not DCP). Entries that overlap another or run
-    past the file are left out (their hash stays unknown; `check` reports them), and so are
-    strided `.bin` views, whose bytes are not one run (`unspanned_digests` hashes those)."""
+    tensors whose bytes lie whole in one file, in the shards a loader reads (not DCP): every
+    copy of a name several of them hold, each in its own file. Entries that overlap another
+    or run past the file are left out (their hash stays unknown; `check` reports them), and
+    so are strided `.bin` views, whose bytes are not one run (`unspanned_digests` hashes
+    those)."""
     if scanned.dcp is not None:
         return {}
-    seen: set[str] = set()
     out: dict[str, list[tuple[str, int, int]]] = {}
-    for shard in scanned.shards:
+    for shard in loaded_shards(scanned):
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
         strided = strides_of(shard)
         if data_unread(shard):  # a legacy `.bin` stream: no tensor's bytes are known
             continue
         for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
-            if name in seen or name in strided or b > e or base + e > shard.file_size:
+            if name in strided or b > e or base + e > shard.file_size:
                 continue
-            seen.add(name)
             spans.append((name, base + b, base + e))
         spans.sort(key=lambda s: (s[1], s[2]))
         kept: list[tuple[str, int, int]] = []
@@ -200,20 +255,73 @@ def dcp_digests(
 
 def unspanned_digests(
     scanned: ScannedCheckpoint,
-    records: Mapping[str, TensorRecord],
-    digests: Mapping[str, str | None],
+    digests: Mapping[str, Mapping[str, str | None]],
     *,
     ranks: Distributed | None = None,
-) -> dict[str, str | None]:
-    """`.bin` files only: the content hashes span hashing could not give to `records`
-    (`tensors_of(scanned)`), read tensor by tensor. A `torch.save` file legitimately holds
-    strided views and several names on one storage (tied weights, slices of one buffer),
-    whose byte ranges overlap; each is still one tensor with values of its own. (In a
-    safetensors file overlapping entries are damage, and stay unhashed.)"""
+) -> dict[str, dict[str, str | None]]:
+    """`.bin` files only: file -> name -> the content hash span hashing could not give to a
+    tensor of a shard a loader reads (`digests`: what it gave, by file), read entry by entry.
+    A `torch.save` file legitimately holds strided views and several names on one storage
+    (tied weights, slices of one buffer), whose byte ranges overlap; each is still one tensor
+    with values of its own. (In a safetensors file overlapping entries are damage, and stay
+    unhashed.) With `ranks`, each shard's missing entries are read by one rank."""
     if scanned.layout != LayoutName.PYTORCH_BIN:
         return {}
-    missing = {n: r for n, r in records.items() if digests.get(n) is None}
-    return dcp_digests(scanned, missing, ranks=ranks) if missing else {}
+    ranks = ranks or Distributed.alone()
+    shards = {s.file: s for s in loaded_shards(scanned)}
+    missing = {
+        file: {n for n in s.names if digests.get(file, {}).get(n) is None}
+        for file, s in shards.items()
+    }
+    jobs = [(file, int(shards[file].tensor_bytes)) for file, names in missing.items() if names]
+    if ranks.world_size > 1:
+        jobs = _agreed(ranks, jobs)
+    out: dict[str, dict[str, str | None]] = {}
+    with TensorData(scanned) as data:
+        for file, _ in jobs:
+            shard, names = shards.get(file), missing.get(file, set())
+            if shard is None:
+                continue
+            got: dict[str, str | None] = dict.fromkeys(names)
+            for name, _dtype, _shape, blocks in data.shard_entries(shard):
+                if name in names:
+                    try:
+                        got[name] = blocks_digest(blocks)
+                    except OSError:
+                        got[name] = None
+            out[file] = got
+    if ranks.world_size == 1:
+        return out
+    gathered: dict[str, dict[str, str | None]] = {}
+    for part in ranks.all_gather_bytes(msgspec.json.encode(out)):
+        gathered.update(msgspec.json.decode(part, type=dict[str, dict[str, str | None]]))
+    return gathered
+
+
+def hashed_tensors(
+    scanned: ScannedCheckpoint,
+    by_file: Mapping[str, Mapping[str, str | None]],
+    *,
+    ranks: Distributed | None = None,
+) -> tuple[dict[str, TensorRecord], dict[str, list[TensorRecord]]]:
+    """The tensors a loader gets (`tensors_of`), each with its content hash (None:
+    unreadable), and every copy of the names several shards it reads hold
+    (`tensor_copies`), each with its own. `by_file` is what span hashing gave (file -> name
+    -> hash, `hash_files`); the `.bin` entries it could not give are read here
+    (`unspanned_digests`), DCP tensors assembled from their chunks (`dcp_digests`)."""
+    records = tensors_of(scanned)
+    if scanned.dcp is not None:
+        digests = dcp_digests(scanned, records, ranks=ranks)
+        return {n: replace(r, hash=digests.get(n)) for n, r in records.items()}, {}
+    merged = {file: dict(found) for file, found in by_file.items()}
+    for file, found in unspanned_digests(scanned, merged, ranks=ranks).items():
+        merged.setdefault(file, {}).update(found)
+
+    def hashed(name: str, record: TensorRecord) -> TensorRecord:
+        return replace(record, hash=merged.get(record.file, {}).get(name))
+
+    copies = {n: [hashed(n, c) for c in cs] for n, cs in tensor_copies(scanned).items()}
+    return {n: hashed(n, r) for n, r in records.items()}, copies
 
 
 # -- files ------------------------------------------------------------------------------------

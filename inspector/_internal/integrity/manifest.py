@@ -5,14 +5,17 @@ hash of its row-major bytes (xxh3-128, docs/verify.md says why), so that two che
 sharded differently, or a DCP source and its consolidated output, compare tensor by tensor.
 
 A manifest is untrusted input like every other file of a checkpoint: `parse_manifest` reads
-it under caps (size, entries, name lengths, JSON depth), accepts only names that stay inside
-the folder (`member_problem`) and hashes of the right form, and refuses the whole manifest
-with one reason (`ManifestError`, a `manifest-unreadable` finding) at the first bad entry:
-a manifest that is partly wrong cannot vouch for anything.
+it under caps (size, entries, name lengths, JSON depth), accepts only file names that stay
+inside the folder and are spelled in normal form (`check_member`: one spelling per file, so
+that `a/./b` and `a/b` cannot be two entries), no key given twice, a SHA-256 for every file
+and hashes of the right form, and refuses the whole manifest with one reason
+(`ManifestError`, a `manifest-unreadable` finding) at the first bad entry: a manifest that is
+partly wrong cannot vouch for anything.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +26,7 @@ import msgspec
 from inspector._internal.common.display import legible
 from inspector._internal.formats.tensordata import TENSOR_HASH
 from inspector._internal.layouts._common import decode_json
-from inspector._internal.storage import member_problem
+from inspector._internal.storage import check_member, member_problem
 
 __all__ = [
     "FORMAT",
@@ -59,6 +62,10 @@ class ManifestError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class FileRecord:
+    """A file's size and SHA-256. A manifest always records the SHA-256; None only for what
+    another source records (a Hub listing entry without a checksum, or with the git SHA-1
+    `verify` keeps beside it): such a file is never "match" by its size alone."""
+
     size: int
     sha256: str | None = None
 
@@ -124,6 +131,7 @@ def parse_manifest(data: bytes) -> Manifest:
         raise ManifestError(f'has tensor_hash {_shown(algorithm)}; expected "{TENSOR_HASH}"')
     files = _files(value.get("files"))
     tensors = _tensors(value.get("tensors", {}), files)
+    _no_repeated_keys(data, files, tensors)
     created, tool = value.get("created", ""), value.get("tool", "")
     return Manifest(
         files,
@@ -143,17 +151,29 @@ def _files(raw: Any) -> dict[str, FileRecord]:
         where = f"file '{legible(name)}'"
         _name(name, where)
         problem = member_problem(name)
-        if problem is not None or name != name.strip("/") or "//" in name:
+        if problem is not None:
             raise ManifestError(
-                f"names {where}, which {problem or 'is not a plain relative path'}; a "
-                "manifest may only name files inside the checkpoint folder"
+                f"names {where}, which {problem}; a manifest may only name files inside the "
+                "checkpoint folder"
+            )
+        # One spelling per file: `a/./b`, `./a`, `a//b` or `a/` would be a second entry for
+        # a file the folder lists once (as `check_member` spells it), and `manifest` never
+        # writes them.
+        plain = check_member(name)
+        if plain != name:
+            raise ManifestError(
+                f"names {where}, which is not in normal form (the folder lists it as "
+                f"'{legible(plain)}'); a manifest spells each file one way: relative, '/' "
+                "between names, no empty or '.' part"
             )
         if not isinstance(rec, dict):
             raise ManifestError(f"has no size for {where}")
         size, sha = rec.get("size"), rec.get("sha256")
         if type(size) is not int or size < 0:
             raise ManifestError(f"gives {where} the size {_shown(size)}; expected bytes >= 0")
-        if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        # Required: `manifest` records every file's SHA-256, and a file without one would be
+        # compared by its size alone, which vouches for nothing.
+        if not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
             raise ManifestError(f"gives {where} the sha256 {_shown(sha)}; expected 64 hex digits")
         out[name] = FileRecord(size, sha)
     return out
@@ -185,6 +205,46 @@ def _tensors(raw: Any, files: Mapping[str, FileRecord]) -> dict[str, TensorRecor
             raise ManifestError(f"gives {where} the hash {_shown(digest)}; expected 32 hex digits")
         out[name] = TensorRecord(dtype, tuple(shape), file, digest)
     return out
+
+
+def _no_repeated_keys(
+    data: bytes, files: Mapping[str, FileRecord], tensors: Mapping[str, TensorRecord]
+) -> None:
+    """Refuse a key given twice in one object (a file or tensor listed twice, two "files"
+    objects...): the decoder keeps the last silently, so what a person reads in the file
+    would not be what is verified. Each file entry holds one `"sha256"` key, each tensor one
+    `"hash"`, the document one `"files"` and one `"tensors"`; only when the bytes hold more
+    of them (a key given twice, or a name that quotes one) is the document decoded again,
+    pair by pair."""
+    if (
+        data.count(b'"sha256"') <= len(files)
+        and data.count(b'"hash"') <= len(tensors)
+        and data.count(b'"files"') <= 1
+        and data.count(b'"tensors"') <= 1
+    ):
+        return
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(items)
+        if len(out) != len(items) and not repeated:
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    repeated.append(key)
+                    break
+                seen.add(key)
+        return out
+
+    try:  # decoded once already: valid JSON, nested within the bounds
+        json.loads(data, object_pairs_hook=pairs)
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(f"is not valid JSON ({legible(str(exc), limit=200)})") from None
+    if repeated:
+        raise ManifestError(
+            f"gives the key '{legible(repeated[0])}' twice in one object; a manifest lists "
+            "each file and tensor once"
+        )
 
 
 def _name(name: str, where: str) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from inspector._internal.checkpoint.scan import scan
+from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.integrity.hashing import hash_files, list_files, tensor_spans, tensors_of
 from inspector._internal.integrity.manifest import (
@@ -28,7 +29,7 @@ from inspector._internal.integrity.manifest import (
 )
 from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.storage import LocalStorage, Storage, TooLargeError
-from inspector.errors import UnsafeFileError
+from inspector.errors import CannotInspectError, UnsafeFileError
 
 __all__ = ["read_kept_manifest", "refresh_manifest", "source_manifest"]
 
@@ -67,13 +68,19 @@ def refresh_manifest(
     spans = {f: s for f, s in tensor_spans(scanned).items() if f in stale}
     jobs = [(rel, int(listing.files[rel] or 0)) for rel in sorted(stale)]
     done = hash_files(storage, jobs, sha256=True, spans=spans)
+    for d in done.values():
+        if d.error is not None or d.sha256 is None:  # a manifest never records a file unhashed
+            raise CannotInspectError(
+                f"{folder}/{legible(d.file)} {d.error or 'was not hashed'}; the manifest was "
+                f"not refreshed: write it again with `ckpt-inspect manifest {folder}`"
+            )
     files = {
         rel: FileRecord(int(size or 0), done[rel].sha256) if rel in stale else old.files[rel]
         for rel, size in listing.files.items()
     }
-    fresh: dict[str, str] = {}
-    for d in done.values():
-        fresh.update(d.tensors)
+    # By file: a name several shards hold has one hash per copy, and the record is the copy
+    # a loader gets (`tensors_of`).
+    fresh = {rel: d.tensors for rel, d in done.items()}
     tensors: dict[str, TensorRecord] = {}
     for name, r in records.items():
         if r.file not in files:
@@ -82,7 +89,7 @@ def refresh_manifest(
         if before is not None and (before.dtype, before.shape) == (r.dtype, r.shape):
             digest = before.hash
         elif r.file in stale:
-            digest = fresh.get(name)
+            digest = fresh.get(r.file, {}).get(name)
         else:
             digest = None
         tensors[name] = TensorRecord(r.dtype, r.shape, r.file, digest)

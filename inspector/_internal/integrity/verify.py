@@ -28,17 +28,21 @@ from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.findings.codes import Code, Severity, code_of
-from inspector._internal.findings.finding import Finding, fold_findings, make_finding, sort_findings
+from inspector._internal.findings.finding import (
+    Finding,
+    examples,
+    fold_by_file,
+    make_finding,
+    sort_findings,
+)
 from inspector._internal.findings.words import plural
 from inspector._internal.integrity.hashing import (
     FileDigest,
     Listing,
-    dcp_digests,
     hash_files,
+    hashed_tensors,
     list_files,
     tensor_spans,
-    tensors_of,
-    unspanned_digests,
 )
 from inspector._internal.integrity.manifest import (
     MANIFEST_CAP,
@@ -72,6 +76,8 @@ __all__ = ["LEVELS", "Level", "Verification", "build_manifest", "verify", "write
 Level = Literal["size", "hash", "tensor"]
 LEVELS: tuple[Level, ...] = ("size", "hash", "tensor")
 _TABLE_COLUMNS = ["kind", "name", "file", "layer", "status", "expected", "found"]
+# What the line says when nothing was found and every byte a loader reads was compared.
+ALL_MATCH = "all match"
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,12 @@ class Verification:
     """What `verify` found. `source` names what was compared against, `source_kind` is
     `manifest`, `hub`, `checkpoint` or `none`; `table` has one row per file or tensor
     compared (`status`: ok, size-mismatch, hash-mismatch, missing, extra, unreadable,
-    unchecked); `note` says where the level asked for could not fully apply."""
+    unchecked); `note` says where the level asked for could not fully apply. `level` is the
+    level that ran (a Hub repository without tensor hashes is verified at `hash`).
+
+    `clean` is what the line says when nothing is found: "all match" only when every byte a
+    loader reads was compared with a hash the source records (`all_match`); otherwise what
+    was compared ("all sizes match", "all tensors match", ...)."""
 
     path: str
     source: str
@@ -93,11 +104,21 @@ class Verification:
     bytes_read: int = 0
     seconds: float = 0.0
     note: str = ""
+    clean: str = ALL_MATCH
 
     @property
     def ok(self) -> bool:
         """No error: everything compared matched."""
         return not any(f.severity is Severity.ERROR for f in self.findings)
+
+    @property
+    def all_match(self) -> bool:
+        """Every byte a loader reads was compared with a recorded hash, and matched: no error
+        or warning (a file or tensor the source does not record, a file it records no hash
+        for, a copy beside the tensor a loader gets) and nothing left uncompared."""
+        return self.clean == ALL_MATCH and not any(
+            f.severity in (Severity.ERROR, Severity.WARNING) for f in self.findings
+        )
 
     @property
     def table(self) -> pd.DataFrame:
@@ -115,8 +136,12 @@ class Verification:
         what = plural(self.files, "file") + (
             f", {plural(self.tensors, 'tensor')}" if self.tensors else ""
         )
-        errors = sum(1 for f in self.findings if f.severity is Severity.ERROR)
-        outcome = "all match" if self.ok else plural(errors, "error finding")
+        counts = [
+            plural(n, f"{severity} finding")
+            for severity in (Severity.ERROR, Severity.WARNING)
+            if (n := sum(1 for f in self.findings if f.severity is severity))
+        ]
+        outcome = ", ".join(counts) or self.clean
         return legible(
             f"verified {self.when} at level {self.level} against {self.source}: {what}, "
             f"{outcome}" + (f" ({self.note})" if self.note else ""),
@@ -131,6 +156,7 @@ class Verification:
             "level": self.level,
             "when": self.when,
             "ok": self.ok,
+            "all_match": self.all_match,
             "files": self.files,
             "tensors": self.tensors,
             "bytes_read": self.bytes_read,
@@ -154,8 +180,11 @@ class _Source:
     files: dict[str, FileRecord] = field(default_factory=dict)
     blob_sha1: dict[str, str] = field(default_factory=dict)
     tensors: dict[str, TensorRecord] | None = None
-    storage: Storage | None = None  # another checkpoint: hashed when needed
-    problem: Finding | None = None
+    storage: Storage | None = None  # another checkpoint (or the Hub's files): hashed when needed
+    problem: Finding | None = None  # the source cannot be used: nothing is verified
+    # The Hub repository's own manifest, when it keeps one that cannot be used: said, and
+    # the repository is verified from its listing as if it kept none.
+    published: Finding | None = None
     label: str = ""  # how findings name it (`shown` without the detail)
 
     def __post_init__(self) -> None:
@@ -217,7 +246,7 @@ def _source(against: str | Path | None, root: Location, options: RemoteOptions) 
         kept = loc / MANIFEST_NAME
         if kept.is_file():  # the publisher's own manifest: the Hub's listing has no tensors
             published = _manifest_source(kept, f"{shown}/{MANIFEST_NAME}")
-            source.tensors = published.tensors
+            source.tensors, source.published = published.tensors, published.problem
         return source
     return _Source("checkpoint", shown, files, storage=storage)
 
@@ -230,6 +259,7 @@ def verify(
     *,
     against: str | Path | None = None,
     level: Level = "hash",
+    download: bool = False,
     workers: int | None = None,
     progress: bool | None = None,
     storage_options: Mapping[str, Any] | None = None,
@@ -244,6 +274,10 @@ def verify(
     header extents only) at `level` (`size`, `hash` or `tensor`). Returns the findings and a
     table; raises `CannotInspectError` when `path` or `against` cannot be reached.
 
+    A Hub repository is compared with what it records (its listing, its own manifest): no
+    weight is downloaded unless `download` (then its files are read where the listing
+    records no checksum, and its tensors where it keeps no usable manifest).
+
     `distributed`: the ranks of this torchrun job share the reading (files balanced by
     bytes) and every rank returns the same result; every rank must call it alike."""
     if level not in LEVELS:
@@ -257,21 +291,33 @@ def verify(
     storage = root.as_root()
     mine = list_files(storage)
     source = _source(against, root, options)
-    run = _Run(storage, mine, source, ranks=ranks, workers=workers, progress=bool(progress))
+    run = _Run(
+        storage,
+        mine,
+        source,
+        ranks=ranks,
+        workers=workers,
+        progress=bool(progress),
+        download=download,
+        level=level,
+    )
     if source.problem is not None:
         run.findings.append(source.problem)
+        run.clean = "nothing verified"
     elif source.kind == "none":
         run.header_extents(root)
     elif level == "tensor":
         run.tensors(root)
     else:
         run.files(hashes=level == "hash")
+        if level == "hash":  # a loader may read what no listing holds: an index leaving it
+            run.loader_unknown(scan(root))
     findings = sort_findings(run.folded())
     result = Verification(
         path=str(root.path),
         source=legible(source.shown, limit=300),
         source_kind=source.kind,
-        level=level,
+        level=run.level,
         when=_now(),
         findings=tuple(findings),
         rows=tuple(run.rows),
@@ -279,7 +325,8 @@ def verify(
         tensors=run.tensor_count,
         bytes_read=run.bytes_read,
         seconds=time.monotonic() - started,
-        note=run.note,
+        note="; ".join(run.notes),
+        clean=run.clean,
     )
     record_verification(result)
     return result
@@ -308,6 +355,11 @@ def _options(
     return RemoteOptions(**kw)
 
 
+# What a scan reports that leaves the tensors a loader gets unknown: the index's files
+# (which decide what a loader reads) that were not read, or an index that cannot be read.
+_LOADER_UNKNOWN = frozenset({Code.INDEX_UNSAFE_PATH, Code.INDEX_UNREADABLE, Code.FILE_UNSAFE})
+
+
 class _Run:
     """One verification: the rows and findings, built level by level."""
 
@@ -320,23 +372,31 @@ class _Run:
         workers: int | None,
         progress: bool,
         ranks: Distributed | None = None,
+        download: bool = False,
+        level: Level = "hash",
     ) -> None:
         self.storage, self.mine, self.source = storage, mine, source
         self.ranks = ranks or Distributed.alone()
-        self.workers, self.progress = workers, progress
+        self.workers, self.progress, self.download = workers, progress, download
+        self.level: Level = level
         self.rows: list[tuple[Any, ...]] = []
         self.findings: list[Finding] = []
+        # Findings folded already by the checks that made them (`header_extents`).
+        self.folded_already: list[Finding] = []
         self.file_count = self.tensor_count = self.bytes_read = 0
-        self.note = ""
+        self.notes: list[str] = []
+        self.clean = ALL_MATCH if level != "size" else "all sizes match"
 
     def folded(self) -> list[Finding]:
+        """The findings under the fold policy (`FOLD`): per code, `per_file` listed per file
+        and `per_code` in all, the rest counted in summaries; a finding per file for 20,000
+        files is 200 findings and one count (`fold_by_file`)."""
         by_code: dict[str, list[Finding]] = {}
         for f in self.findings:
             by_code.setdefault(f.code, []).append(f)
-        out: list[Finding] = []
+        out: list[Finding] = list(self.folded_already)
         for code, group in by_code.items():
-            what = "tensors" if code.startswith("tensor-") else "files"
-            out += fold_findings(group, what) if len(group) > 1 else group
+            out += fold_by_file(group, "tensors" if code.startswith("tensor-") else "files")
         return out
 
     def _file_row(self, rel: str, status: str, expected: Any = None, found: Any = None) -> None:
@@ -347,9 +407,10 @@ class _Run:
     def header_extents(self, root: Location) -> None:
         scanned = scan(root)
         group = Code.FILE_TRUNCATED.group
-        self.findings += [f for f in check(scanned, model=False) if _group(f.code) == group]
+        self.folded_already += [f for f in check(scanned, model=False) if _group(f.code) == group]
         self.file_count = len(self.mine.files)
-        self.note = (
+        self.clean = "header extents agree, no bytes compared"
+        self.notes.append(
             f"no source and no {MANIFEST_NAME}: only header extents against file sizes were "
             "checked; write a manifest with `ckpt-inspect manifest` or give --against"
         )
@@ -406,8 +467,9 @@ class _Run:
             self._hashes(same)
 
     def _expected_hashes(self, same: list[tuple[str, int]]) -> dict[str, tuple[str, str]]:
-        """file -> (algorithm, hex digest) the source records or, for another checkpoint,
-        what its copy hashes to."""
+        """file -> (algorithm, hex digest) the source records or, for another checkpoint
+        (and the Hub's copy of a file its listing records no checksum for, with
+        `download`), what its copy hashes to."""
         src = self.source
         out: dict[str, tuple[str, str]] = {}
         for rel, _ in same:
@@ -416,7 +478,8 @@ class _Run:
                 out[rel] = ("sha256", rec.sha256)
             elif rel in src.blob_sha1:
                 out[rel] = ("git-sha1", src.blob_sha1[rel])
-        if src.kind == "checkpoint" and src.storage is not None:
+        fetch = src.kind == "checkpoint" or (src.kind == "hub" and self.download)
+        if fetch and src.storage is not None:
             theirs = hash_files(
                 src.storage,
                 [j for j in same if j[0] not in out],
@@ -463,6 +526,20 @@ class _Run:
             if rel not in expected:
                 if rel not in shown:
                     unrecorded += 1
+                    # Same size says nothing about the bytes: never "match" (issue 31).
+                    self.findings.append(
+                        make_finding(
+                            Code.FILE_NOT_VERIFIED,
+                            f"{rel}: {self.source.label} records its size ({size:,} bytes) but "
+                            "no checksum; its bytes were not compared"
+                            + (
+                                " (--download reads the Hub's copy)"
+                                if self.source.kind == "hub"
+                                else ""
+                            ),
+                            file=rel,
+                        )
+                    )
                     self._file_row(rel, "unchecked", size, size)
                 continue
             alg, want = expected[rel]
@@ -486,33 +563,88 @@ class _Run:
             else:
                 self._file_row(rel, "ok", want, found)
         if unrecorded:
-            self.note = (
-                f"{plural(unrecorded, 'file')} compared by size only: the source records no hash"
+            self.notes.append(
+                f"{plural(unrecorded, 'file')} compared by size only: the source records no "
+                "checksum for them"
             )
 
     # -- tensors -------------------------------------------------------------------------
 
     def tensors(self, root: Location) -> None:
+        src = self.source
+        if src.published is not None:
+            self.findings.append(src.published)
+        if src.kind == "hub" and src.tensors is None and not self.download:
+            # The Hub's listing records files, not tensors: without the repository's own
+            # manifest, tensors could only be compared by downloading every weight, which
+            # is done only when asked (docs/verify.md).
+            why = (
+                f"its {MANIFEST_NAME} cannot be used (see manifest-unreadable)"
+                if src.published
+                else f"it keeps no {MANIFEST_NAME}"
+            )
+            self.level = "hash"
+            self.notes.append(
+                f"level tensor asked, but {src.label} records no tensor hashes ({why}): "
+                "verified at level hash from the Hub's listing, nothing downloaded; "
+                "--download reads its weights to compare tensors"
+            )
+            self.files(hashes=True)
+            self.loader_unknown(scan(root))
+            return
         self._refused()
         scanned = scan(root)
-        mine = _tensor_hashes(scanned, self.ranks, workers=self.workers, progress=self.progress)
-        self.bytes_read += mine[1]
-        src = self.source
+        self.loader_unknown(scanned)
+        mine, copies, read = _tensor_hashes(
+            scanned, self.ranks, workers=self.workers, progress=self.progress
+        )
+        self.bytes_read += read
         theirs = src.tensors
         if theirs is None and src.storage is not None:
             other = scan(Location(src.storage))
-            theirs, read = _tensor_hashes(
+            theirs, _, read = _tensor_hashes(
                 other, self.ranks, workers=self.workers, progress=self.progress
             )
             self.bytes_read += read
-        if theirs is None or (not mine[0] and not theirs):
-            self.note = "no tensors to compare (the source records none): files compared"
+        if theirs is None or (not mine and not theirs):
+            self.notes.append("no tensors to compare (the source records none): files compared")
+            self.level = "hash"
             self.files(hashes=True)
             return
-        self._compare_tensors(mine[0], theirs)
+        self._compare_tensors(mine, theirs, copies)
+        self._other_files(scanned)
+
+    def loader_unknown(self, scanned: ScannedCheckpoint) -> None:
+        """What the scan could not read of what a loader reads (an index entry leaving the
+        folder, an index that cannot be read, a shard the storage refuses): bytes a loader
+        reads were then not compared, or the tensors it gets are not all known, so never
+        "match", even where the index is the recorded one."""
+        for f in scanned.read_findings:
+            if f.code in _LOADER_UNKNOWN and (f.file is None or f.file not in self.mine.refused):
+                self.findings.append(f)
+
+    def _other_files(self, scanned: ScannedCheckpoint) -> None:
+        """Files a loader may read that are neither a tensor file nor the layout's map of
+        the tensors to files (config.json, tokenizer files, code): not compared at this
+        level, where names and files change with the sharding, and said."""
+        mapped = {s.file for s in scanned.shards} | {d.file for d in scanned.sidecars.values()}
+        if scanned.index is not None:
+            mapped.add(scanned.index.file)
+        if scanned.dcp is not None and scanned.dcp.mapping_file:
+            mapped.add(scanned.dcp.mapping_file)
+        others = [rel for rel in self.mine.files if rel not in mapped]
+        if others:
+            self.clean = "all tensors match"
+            self.notes.append(
+                f"{plural(len(others), 'other file')} not compared at this level "
+                f"({examples(others)}): --level hash compares every file"
+            )
 
     def _compare_tensors(
-        self, mine: Mapping[str, TensorRecord], theirs: Mapping[str, TensorRecord]
+        self,
+        mine: Mapping[str, TensorRecord],
+        theirs: Mapping[str, TensorRecord],
+        copies: Mapping[str, Sequence[TensorRecord]],
     ) -> None:
         names = sorted(set(mine) | set(theirs))
         where = dict(zip(names, layer_expert_numbers(names), strict=True))
@@ -545,49 +677,91 @@ class _Run:
                     a.hash,
                 )
             elif a is not None and b is not None:
-                if (a.dtype, a.shape) != (b.dtype, b.shape):
-                    self._tensor(
-                        Code.TENSOR_HASH_MISMATCH,
-                        f"{name} in {a.file} is {a.dtype} {list(a.shape)}; {shown} "
-                        f"has {b.dtype} {list(b.shape)}",
-                        name,
-                        a.file,
-                        layer,
-                        expert,
-                        "dtype-shape-mismatch",
-                        f"{b.dtype} {list(b.shape)}",
-                        f"{a.dtype} {list(a.shape)}",
-                    )
-                elif a.hash is None or b.hash is None:
-                    side = "this checkpoint's" if a.hash is None else "the source's"
-                    self._tensor(
-                        Code.TENSOR_HASH_MISMATCH,
-                        f"{name} in {a.file}: {side} bytes could not be read; not verified",
-                        name,
-                        a.file,
-                        layer,
-                        expert,
-                        "unreadable",
-                        b.hash,
-                        a.hash,
-                    )
-                elif a.hash != b.hash:
-                    self._tensor(
-                        Code.TENSOR_HASH_MISMATCH,
-                        f"{name} in {a.file}: content differs from {shown} ({TENSOR_HASH} "
-                        f"{a.hash}, expected {b.hash})",
-                        name,
-                        a.file,
-                        layer,
-                        expert,
-                        "hash-mismatch",
-                        b.hash,
-                        a.hash,
-                    )
-                else:
-                    self.rows.append(("tensor", name, a.file, layer, "ok", b.hash, a.hash))
+                held = copies.get(name)
+                if held:
+                    self._duplicate(name, held, layer, expert)
+                # Every copy a loader may keep is judged, the one transformers keeps last.
+                for copy in [c for c in held or () if c.file != a.file] + [a]:
+                    self._judge(name, copy, b, layer, expert, beside=copy is not a)
         self.tensor_count = len(names)
         self.file_count = len({r.file for r in mine.values()})
+
+    def _duplicate(
+        self,
+        name: str,
+        held: Sequence[TensorRecord],
+        layer: int | None,
+        expert: int | None,
+    ) -> None:
+        files = [c.file for c in held]
+        self.findings.append(
+            make_finding(
+                Code.DUPLICATE_TENSOR,
+                f"'{legible(name)}' is in {len(files)} shards a loader reads "
+                f"({examples(files)}): transformers keeps the copy in {legible(files[-1])} "
+                "(the last in name order, whatever the index points to), huggingface_hub's "
+                "load_torch_model any of them; each copy is compared with "
+                f"{self.source.label}; keep one copy",
+                file=files[0],
+                tensor=name,
+                layer=layer,
+                expert=expert,
+            )
+        )
+
+    def _judge(
+        self,
+        name: str,
+        a: TensorRecord,
+        b: TensorRecord,
+        layer: int | None,
+        expert: int | None,
+        *,
+        beside: bool,
+    ) -> None:
+        """One copy `a` of a tensor this checkpoint holds against the source's record `b`."""
+        shown = self.source.label
+        which = f"the copy of {name} in {a.file}" if beside else f"{name} in {a.file}"
+        if (a.dtype, a.shape) != (b.dtype, b.shape):
+            self._tensor(
+                Code.TENSOR_HASH_MISMATCH,
+                f"{which} is {a.dtype} {list(a.shape)}; {shown} has {b.dtype} {list(b.shape)}",
+                name,
+                a.file,
+                layer,
+                expert,
+                "dtype-shape-mismatch",
+                f"{b.dtype} {list(b.shape)}",
+                f"{a.dtype} {list(a.shape)}",
+            )
+        elif a.hash is None or b.hash is None:
+            side = "this checkpoint's" if a.hash is None else "the source's"
+            self._tensor(
+                Code.TENSOR_HASH_MISMATCH,
+                f"{which}: {side} bytes could not be read; not verified",
+                name,
+                a.file,
+                layer,
+                expert,
+                "unreadable",
+                b.hash,
+                a.hash,
+            )
+        elif a.hash != b.hash:
+            self._tensor(
+                Code.TENSOR_HASH_MISMATCH,
+                f"{which}: content differs from {shown} ({TENSOR_HASH} {a.hash}, expected "
+                f"{b.hash})",
+                name,
+                a.file,
+                layer,
+                expert,
+                "hash-mismatch",
+                b.hash,
+                a.hash,
+            )
+        else:
+            self.rows.append(("tensor", name, a.file, layer, "ok", b.hash, a.hash))
 
     def _tensor(
         self,
@@ -617,40 +791,29 @@ def _bytes(n: int | None) -> str:
 
 def _tensor_hashes(
     scanned: ScannedCheckpoint, ranks: Distributed, *, workers: int | None, progress: bool
-) -> tuple[dict[str, TensorRecord], int]:
-    """Every logical tensor of `scanned` with its content hash (None: unreadable), and the
-    bytes read (by every rank)."""
-    records = tensors_of(scanned)
-    digests: dict[str, str | None]
+) -> tuple[dict[str, TensorRecord], dict[str, list[TensorRecord]], int]:
+    """Every tensor a loader gets from `scanned` with its content hash (None: unreadable),
+    every copy of a name several shards it reads hold, and the bytes read (by every
+    rank)."""
     if scanned.dcp is not None:
-        digests = dcp_digests(scanned, records, ranks=ranks)
-        read = sum(int(s.file_size) for s in scanned.shards)
-    else:
-        spans = tensor_spans(scanned)
-        storage = (
-            scanned.location.as_root() if not scanned.location.rel else scanned.location.storage
-        )
-        jobs = [(f, next(s.file_size for s in scanned.shards if s.file == f)) for f in spans]
-        done: dict[str, FileDigest] = hash_files(
-            storage,
-            jobs,
-            sha256=False,
-            spans=spans,
-            workers=workers,
-            progress=progress,
-            desc="hashing tensors",
-            ranks=ranks,
-        )
-        digests = {}
-        for d in done.values():
-            digests.update(d.tensors)
-        read = sum(d.read for d in done.values())
-        digests.update(unspanned_digests(scanned, records, digests, ranks=ranks))
-    out = {
-        name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
-        for name, r in records.items()
-    }
-    return out, read
+        records, copies = hashed_tensors(scanned, {}, ranks=ranks)
+        return records, copies, sum(int(s.file_size) for s in scanned.shards)
+    spans = tensor_spans(scanned)
+    storage = scanned.location.as_root() if not scanned.location.rel else scanned.location.storage
+    sizes = {s.file: int(s.file_size) for s in scanned.shards}
+    done: dict[str, FileDigest] = hash_files(
+        storage,
+        [(f, sizes[f]) for f in spans],
+        sha256=False,
+        spans=spans,
+        workers=workers,
+        progress=progress,
+        desc="hashing tensors",
+        ranks=ranks,
+    )
+    by_file = {rel: d.tensors for rel, d in done.items()}
+    records, copies = hashed_tensors(scanned, by_file, ranks=ranks)
+    return records, copies, sum(d.read for d in done.values())
 
 
 # -- manifest ---------------------------------------------------------------------------------
@@ -689,7 +852,6 @@ def build_manifest(
             "written"
         )
     scanned = scan(root)
-    records = tensors_of(scanned)
     spans = tensor_spans(scanned)
     jobs = [(rel, int(size or 0)) for rel, size in listing.files.items()]
     done = hash_files(
@@ -707,19 +869,11 @@ def build_manifest(
             raise CannotInspectError(
                 f"{root.path}/{legible(d.file)} {d.error}; no manifest written"
             )
-    digests: dict[str, str | None] = {}
-    for d in done.values():
-        digests.update(d.tensors)
-    if scanned.dcp is not None:
-        digests = dcp_digests(scanned, records, ranks=ranks)
-    digests.update(unspanned_digests(scanned, records, digests, ranks=ranks))
+    # The tensor a loader gets, with its hash (`tensors_of`: the copy transformers keeps).
+    records, _ = hashed_tensors(scanned, {rel: d.tensors for rel, d in done.items()}, ranks=ranks)
     # Every file read whole (its size is what was read): the same on every rank.
     files = {rel: FileRecord(d.read, d.sha256) for rel, d in sorted(done.items())}
-    tensors = {
-        name: TensorRecord(r.dtype, r.shape, r.file, digests.get(name))
-        for name, r in records.items()
-        if r.file in files
-    }
+    tensors = {name: r for name, r in records.items() if r.file in files}
     return Manifest(files, tensors, created=_now(), tool=_tool())
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JSON_NAMES",
     "check_result",
+    "finding_lines",
     "format_check",
     "format_diff",
     "issue_dict",
@@ -90,13 +92,22 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     if result.get("repair_all"):
         every = legible(result["repair_all"], limit=MESSAGE_LIMIT)
         lines.append(f"repair every issue above that `repair` fixes, at once: {every}")
-    for code, group in groupby(result["findings"], key=lambda f: f["code"]):
+    lines += finding_lines(result["findings"], per_code=per_code)
+    return "\n".join(lines)
+
+
+def finding_lines(findings: Sequence[Mapping[str, Any]], *, per_code: int = 10) -> list[str]:
+    """Findings (`Finding.to_dict()`, worst first) as text, grouped by code: a heading with
+    the severity and the count, at most `per_code` messages, then how many more (`check`,
+    `verify`)."""
+    lines: list[str] = []
+    for code, group in groupby(findings, key=lambda f: f["code"]):
         items = list(group)
-        lines.append(f"\n{items[0]['severity'].upper()} {code} ({len(items)})")
+        lines.append(f"\n{str(items[0]['severity']).upper()} {code} ({len(items)})")
         lines.extend(f"  - {legible(f['message'], limit=MESSAGE_LIMIT)}" for f in items[:per_code])
         if len(items) > per_code:
             lines.append(f"  ... {len(items) - per_code} more (use --json for all)")
-    return "\n".join(lines)
+    return lines
 
 
 def issue_dict(problem: Problem) -> dict[str, Any]:

@@ -452,9 +452,12 @@ def _hub_checksums(item: dict[str, Any]) -> dict[str, str]:
     file kept in git. Anything not of that form is left out (never trusted as a checksum)."""
     out: dict[str, str] = {}
     lfs = item.get("lfs")
-    sha = lfs.get("oid") if isinstance(lfs, dict) else None
-    if isinstance(sha, str) and _SHA256.fullmatch(sha):
-        out["sha256"] = sha
+    if lfs is not None:
+        # An LFS or Xet file: its `oid` is the git SHA-1 of the pointer file, not of the
+        # content, so a malformed `lfs.oid` leaves the file with no checksum at all.
+        sha = lfs.get("oid") if isinstance(lfs, dict) else None
+        if isinstance(sha, str) and _SHA256.fullmatch(sha):
+            out["sha256"] = sha
     elif isinstance(item.get("oid"), str) and _SHA.fullmatch(item["oid"]):
         out["blob_sha1"] = item["oid"]
     return out
