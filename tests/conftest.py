@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from once import once_per_run
 
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
@@ -90,31 +91,6 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder every process of this test run sees: under pytest-xdist, the parent of the
-    workers' own temp folders; alone, this process's temp folder."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def once_per_run(
-    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
-) -> Path:
-    """`shared_dir/name`, made by `make(folder)` in the first process of the run that asks
-    for it, under a file lock; the other processes wait for it, then use it as it is."""
-    from filelock import FileLock
-
-    root = shared_dir(tmp_path_factory)
-    folder, done = root / name, root / f"{name}.done"
-    with FileLock(str(root / f"{name}.lock")):
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            make(folder)
-            done.touch()
-    return folder
-
-
 @pytest.fixture(scope="session")
 def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo checkpoints (`inspector.demo`), written once per test run and shared by every
@@ -125,6 +101,21 @@ def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return once_per_run(
         tmp_path_factory, "demo-checkpoints", lambda folder: write_demos(folder, log=lambda _: None)
     )
+
+
+@pytest.fixture(scope="session")
+def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training run's `epoch_0_step_10/model`, saved by 2 gloo processes with PyTorch DCP's
+    HuggingFaceStorageWriter (tests/dcp_writers.py), once per test run and shared by every
+    process of it: read it, never change it; a test that damages it works on a copy."""
+    from dcp_writers import write_dcp_checkpoint
+
+    run = once_per_run(
+        tmp_path_factory,
+        "dcp-2rank",
+        lambda folder: write_dcp_checkpoint(folder / "epoch_0_step_10" / "model"),
+    )
+    return run / "epoch_0_step_10" / "model"
 
 
 @pytest.fixture(scope="session")
