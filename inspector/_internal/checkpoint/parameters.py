@@ -221,7 +221,8 @@ def _packed_bits(config: Mapping[str, Any] | None) -> Callable[[str], int] | Non
     default = found.pop() if len(found) == 1 else 4
 
     def bits_of(module: str) -> int:
-        return next((b for m, b in groups if m(module, True)), default)
+        # A module a refused pattern decides (quant-pattern-refused) counts with the default.
+        return next((b for m, b in groups if m(module, True) is True), default)
 
     return bits_of
 
