@@ -143,3 +143,15 @@ def test_backreference_is_refused_with_a_finding(tmp_path: Path) -> None:
     found = [f for f in check(scan(folder), model=False) if f.code == "quant-pattern-refused"]
     assert {f.file for f in found} == {"config.json", "recipe.yaml"}
     assert all("backreference" in f.message and "NOT checked" in f.message for f in found)
+
+
+def test_a_hundred_thousand_empty_groups_end_in_a_finding(tmp_path: Path) -> None:
+    """Config groups count as well as their entries: 100,000 groups without targets are not
+    each matched against every module (groups x modules calls)."""
+    folder = _copy("fp8-dynamic", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    groups = config["quantization_config"]["config_groups"]
+    groups.update({f"empty_{i}": {"targets": []} for i in range(100_000)})
+    (folder / "config.json").write_text(json.dumps(config))
+    found = _codes(folder)
+    assert "check-budget-exceeded" in found and "config groups" in found["check-budget-exceeded"][0]

@@ -14,9 +14,22 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
+from inspector._internal.formats.patterns import (
+    MAX_PATTERNS,
+    PatternBudget,
+    Patterns,
+    compile_patterns,
+)
 
-__all__ = ["EMBEDDING", "TargetMatcher", "group_targets", "is_linear", "strings"]
+__all__ = [
+    "EMBEDDING",
+    "TargetMatcher",
+    "group_targets",
+    "is_linear",
+    "strings",
+    "target_count",
+    "too_many_targets",
+]
 
 EMBEDDING = re.compile(r"(^|\.)(embed\w*|wte|wpe|word_embeddings)$")
 
@@ -54,6 +67,27 @@ def strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [v for v in value if isinstance(v, str)]
     return []
+
+
+def target_count(section: Mapping[str, Any]) -> int:
+    """Config groups, their targets and the ignore entries of a `quantization_config`: each
+    group is one matcher run over every module, each entry part of one."""
+    groups = section.get("config_groups")
+    groups = (
+        [g for g in groups.values() if isinstance(g, Mapping)]
+        if isinstance(groups, Mapping)
+        else []
+    )
+    return (
+        len(groups)
+        + sum(len(strings(g.get("targets"))) for g in groups)
+        + len(strings(section.get("ignore")))
+    )
+
+
+def too_many_targets(section: Mapping[str, Any]) -> bool:
+    """More groups and entries than any real config (`MAX_PATTERNS`): not matched at all."""
+    return target_count(section) > MAX_PATTERNS
 
 
 def group_targets(

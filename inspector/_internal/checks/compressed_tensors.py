@@ -35,6 +35,7 @@ from inspector._internal.checkpoint.quant_targets import (
     group_targets,
     is_linear,
     strings,
+    too_many_targets,
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
@@ -45,7 +46,7 @@ from inspector._internal.findings.finding import (
     fold_modules,
     make_finding,
 )
-from inspector._internal.formats.patterns import PatternBudget, Patterns
+from inspector._internal.formats.patterns import MAX_PATTERNS, PatternBudget, Patterns
 from inspector._internal.formats.recipe import QuantModifier
 
 __all__ = [
@@ -80,8 +81,6 @@ QUANT_PARAMS = frozenset(
         "output_zero_point",
     }
 )
-# Entries per config (targets and ignore): each list is one program run over every module.
-MAX_PATTERNS = 4_096
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 
 Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
@@ -146,18 +145,13 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
     if section is None:
         return []
     ignore_entries = strings(section.get("ignore"))
-    groups = section.get("config_groups")
-    targets = sum(
-        len(strings(g.get("targets")))
-        for g in (groups.values() if isinstance(groups, Mapping) else ())
-        if isinstance(g, Mapping)
-    )
-    if len(ignore_entries) + targets > MAX_PATTERNS:
+    if too_many_targets(section):
         return [
             make_finding(
                 "check-budget-exceeded",
-                f"{CONFIG_NAME} quantization_config lists more than {MAX_PATTERNS:,} targets and "
-                "ignore entries; the compressed-tensors modules were NOT checked",
+                f"{CONFIG_NAME} quantization_config lists more than {MAX_PATTERNS:,} config "
+                "groups, targets and ignore entries; the compressed-tensors modules were NOT "
+                "checked",
                 file=CONFIG_NAME,
             )
         ]
