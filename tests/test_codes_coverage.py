@@ -905,6 +905,19 @@ def test_code_quant_recipe_mismatch() -> None:
     assert f.file == "recipe.yaml" and "model.layers.0.mlp.down_proj" in f.message
 
 
+def test_code_quant_pattern_refused(tmp_path: Path) -> None:
+    """An `re:` ignore entry with a lookahead: RE2 cannot run it, so the modules it could
+    ignore are not judged (tests/test_compressed_tensors.py has the hostile cases)."""
+    folder = tmp_path / "m"
+    shutil.copytree(GOLDEN / "llmcompressor" / "fp8-dynamic", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignore"].append(r"re:.*(?=self_attn)self_attn\.q_proj$")
+    (folder / "config.json").write_text(json.dumps(config))
+    f = one(run(folder), "quant-pattern-refused")
+    assert f.file == "config.json" and "invalid perl operator" in f.message
+    assert "NOT checked" in f.message and "q_proj" in f.message
+
+
 # -- GGUF (gguf's GGUFWriter wrote them; tests/test_gguf.py has more) --------------------------
 
 

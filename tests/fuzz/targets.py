@@ -12,7 +12,10 @@ reader must keep, whatever the input:
 - config.json through the load check never asks on the terminal, never opens a socket or
   starts a process, and finishes within `LOAD_SECONDS`.
 - a remote server's answers (status, headers, body: any bytes) give the remote reader
-  only its declared errors, never more bytes than were asked, in bounded time.
+  only its declared errors, never more bytes than were asked, in bounded time;
+- module patterns a compressed-tensors config chooses (any regex, against hostile names)
+  never backtrack: the checks and the load view's quantization rules end in findings of
+  known codes, every accepted pattern answering what Python's `re` answers.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -59,6 +62,7 @@ __all__ = [
     "manifest",
     "pickle_metadata",
     "pickle_sandbox",
+    "quant_patterns",
     "remote_answer",
     "torch_bin",
 ]
@@ -617,6 +621,96 @@ def load_answer(data: bytes) -> None:
     assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
 
 
+# -- (j) module patterns of a quantization config ----------------------------------------------
+
+_PATTERN_FOLDER: Path | None = None
+_PATTERN_CONFIG: dict = {}
+# Names a hostile export may give modules: Python's re backtracks exponentially on the first
+# against `(a+)+$`; the second is past the name cap.
+_HOSTILE_MODULES = ("a" * 40 + "!", "model.layers.0." + "b" * 2000)
+# Short names on which a pattern's answer is compared with Python's re (short, so that Python
+# itself stays fast on any pattern: its backtracking grows with the name).
+_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b")
+
+
+def _pattern_folder() -> Path:
+    """llm-compressor's FP8 export (the golden fixture) with two hostile module names added,
+    once per process (in RAM where there is /dev/shm)."""
+    global _PATTERN_FOLDER
+    if _PATTERN_FOLDER is None:
+        import json
+        import shutil
+
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        golden = Path(__file__).resolve().parents[1] / "fixtures" / "writers" / "llmcompressor"
+        folder = _scratch("ckpt-fuzz-patterns-")
+        shutil.copytree(golden / "fp8-dynamic", folder, dirs_exist_ok=True)
+        tensors = load_file(str(folder / "model.safetensors"))
+        for module in _HOSTILE_MODULES:
+            tensors[f"{module}.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        _PATTERN_CONFIG.update(json.loads((folder / "config.json").read_text()))
+        _PATTERN_FOLDER = folder
+    return _PATTERN_FOLDER
+
+
+def _prepare_quant_patterns() -> None:
+    _pattern_folder()
+
+
+def quant_patterns(data: bytes) -> None:
+    """The bytes as module patterns of a compressed-tensors export: a JSON object is the
+    `quantization_config` itself, other bytes are lines, each an `re:` ignore entry, a
+    config group's `re:` target and a recipe.yaml ignore entry. `check` and the load view's
+    quantization rules give findings of known codes (or skip), never an exception; every
+    pattern the matcher accepts answers Python's `re.match` on short names."""
+    import json
+    import warnings
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.formats.patterns import compile_patterns
+    from inspector._internal.load.quant import quantization_view
+    from inspector._internal.load.stored import LoadSkipped
+    from inspector._internal.load.verdict import stored_tensors
+
+    folder = _pattern_folder()
+    config = json.loads(json.dumps(_PATTERN_CONFIG))
+    try:
+        section = json.loads(data)
+    except ValueError:
+        section = None
+    lines = data.decode("utf-8", "replace").split("\n")[:64]
+    if not isinstance(section, dict):
+        section = dict(config["quantization_config"])
+        section["ignore"] = ["lm_head", *(f"re:{line}" for line in lines)]
+        group = dict(section["config_groups"]["group_0"])
+        group["targets"] = [f"re:{line}" for line in lines[::2]] + ["Linear"]
+        section["config_groups"] = {"group_0": group}
+    config["quantization_config"] = section
+    (folder / "config.json").write_text(json.dumps(config))
+    recipe = {"stage": {"m": {"QuantizationModifier": {"targets": ["Linear"], "ignore": lines}}}}
+    (folder / "recipe.yaml").write_text(json.dumps(recipe))  # YAML reads JSON
+    scanned = scan(folder)
+    _check_findings(check(scanned, model=False))
+    try:
+        quantization_view(scanned, stored_tensors(scanned))
+    except LoadSkipped as exc:
+        assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:200]
+    for line in lines[:8]:
+        patterns = compile_patterns([line], syntax="regex")
+        if patterns.refused:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            python = re.compile(line)
+        for name in _PROBES:
+            answer = patterns.match(name)
+            assert answer is None or answer == (python.match(name) is not None), (line, name)
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -628,10 +722,12 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "gguf": gguf,
     "manifest": manifest,
     "load_answer": load_answer,
+    "quant_patterns": quant_patterns,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
 PREPARE: dict[str, Callable[[], None]] = {
     "load_config": _prepare_load_config,
     "manifest": _prepare_manifest,
+    "quant_patterns": _prepare_quant_patterns,
 }

@@ -5,22 +5,24 @@ check, the load check's quantization view and the quant-config repair share. Pur
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inspector._internal.common.dtypes import QUANT_DTYPES
+from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 
 __all__ = [
     "MAX_WILDCARDS",
+    "Exclusions",
     "exclude_matcher",
+    "exclude_patterns",
     "is_wildcard",
     "module_of",
     "quant_section",
@@ -74,27 +76,45 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
 MAX_WILDCARDS = 1_024
 
 
-def exclude_matcher(section: Mapping[str, Any]) -> Callable[[str], bool] | None:
-    """Whether `exclude_modules` excludes a module (matched as the module and as
-    `<module>.weight`); None when it holds more than `MAX_WILDCARDS` wildcard patterns.
+def exclude_patterns(section: Mapping[str, Any]) -> list[str]:
+    """The `exclude_modules` entries (fnmatch globs or exact module names)."""
+    patterns = section.get("exclude_modules")
+    return [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
 
-    Exact names are one set look-up; the wildcard patterns are one compiled regex (fnmatch's
-    translation, which never backtracks without bound): each module costs one match, never
-    one per pattern, and no pattern is compiled twice."""
-    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
-    exact = {p for p in patterns if not _WILDCARD.search(p)}
-    wild = sorted({p for p in patterns if _WILDCARD.search(p)})
-    if len(wild) > MAX_WILDCARDS:
-        return None
-    regex = re.compile("|".join(map(fnmatch.translate, wild))) if wild else None
 
-    def excluded(module: str) -> bool:
+class Exclusions:
+    """Whether `exclude_modules` excludes a module: `excluded(module)` is True when the module
+    or `<module>.weight` matches an entry (`fnmatch.fnmatchcase`, as the exporters and
+    serving engines match them), False when neither does, None when a refused glob could
+    decide (`globs.reasons()` says why).
+
+    Exact names are one set look-up; the wildcard patterns are one program without
+    backtracking (`inspector._internal.formats.patterns`): each module costs one match,
+    never one per pattern."""
+
+    def __init__(self, patterns: list[str], *, budget: PatternBudget | None = None) -> None:
+        self.exact = {p for p in patterns if not _WILDCARD.search(p)}
+        wild = sorted({p for p in patterns if _WILDCARD.search(p)})
+        self.globs: Patterns = compile_patterns(wild, syntax="glob", budget=budget)
+
+    def __call__(self, module: str) -> bool | None:
         weight = f"{module}.weight"
-        if module in exact or weight in exact:
+        if module in self.exact or weight in self.exact:
             return True
-        return regex is not None and bool(regex.match(module) or regex.match(weight))
+        found = self.globs.match(module)
+        if found is not False:
+            return found or self.globs.match(weight) or None
+        return self.globs.match(weight)
 
-    return excluded
+
+def exclude_matcher(
+    patterns: list[str], *, budget: PatternBudget | None = None
+) -> Exclusions | None:
+    """The `Exclusions` of `exclude_modules` entries; None when they hold more than
+    `MAX_WILDCARDS` wildcard patterns."""
+    if sum(1 for p in patterns if _WILDCARD.search(p)) > MAX_WILDCARDS:
+        return None
+    return Exclusions(patterns, budget=budget)
 
 
 _WILDCARD = re.compile(r"[*?\[]")

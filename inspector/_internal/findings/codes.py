@@ -634,6 +634,20 @@ class Code(StrEnum):
         "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
         "Refused before unpickling; the file was crafted or is corrupt.",
     )
+    QUANT_PATTERN_REFUSED = (
+        "quant-pattern-refused",
+        _W,
+        _U,
+        "A module pattern of the quantization config (a compressed-tensors `re:` target or "
+        "ignore entry in config.json or recipe.yaml, an hf_quant_config.json exclude_modules "
+        "glob, a modules_to_not_convert glob) was not matched, or a module name could not be "
+        "matched against it: the pattern needs a backtracking matcher (a backreference, a "
+        "lookaround, an atomic group), is not a valid regular expression, or breaks a cap "
+        "(pattern or name length, pattern count, matching time). Patterns run on a matcher "
+        "without backtracking, so a hostile pattern cannot hang the check; the modules the "
+        "pattern decides were NOT checked. Rewrite the pattern without those constructs (or "
+        "list the module names); a hostile one also hangs the libraries that load it.",
+    )
     CHECK_BUDGET_EXCEEDED = (
         "check-budget-exceeded",
         _W,
@@ -910,6 +924,11 @@ _FIXES: dict[str, Fix] = {
     ),
     "pickle-bomb": Fix(
         "restore", "the file was crafted or is corrupt: restore it from the original save"
+    ),
+    "quant-pattern-refused": Fix(
+        "review",
+        "rewrite the pattern without backreferences or lookarounds (or list the module names "
+        "it means), within the caps; do not load a checkpoint whose pattern was crafted",
     ),
     "check-budget-exceeded": Fix(
         "re-export", "re-save the checkpoint: a real writer never produces this"

@@ -36,6 +36,7 @@ from inspector._internal.checkpoint.parameters import (
 from inspector._internal.checkpoint.quant_config import (
     MAX_WILDCARDS,
     exclude_matcher,
+    exclude_patterns,
     quant_section,
     quantized_modules,
 )
@@ -493,15 +494,25 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     layers = section.get("quantized_layers")
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
-    excluded = exclude_matcher(section)
+    excluded = exclude_matcher(exclude_patterns(section))
     if excluded is None:
         why = (
             f"{QUANT_CONFIG_NAME}: exclude_modules holds more than {MAX_WILDCARDS:,} wildcard "
             "patterns; which modules it excludes is not decided (see check-budget-exceeded)"
         )
         return RepairPlan(scanned.path, refused=(why,))
-    missing = [m for m in quantized_modules(scanned) if m not in layers and not excluded(m)]
+    unlisted = [m for m in quantized_modules(scanned) if m not in layers]
+    verdicts = list(map(excluded, unlisted))
+    missing = [m for m, v in zip(unlisted, verdicts, strict=True) if v is False]
     added, refused = _sibling_configs(missing, layers)
+    undecided = [m for m, v in zip(unlisted, verdicts, strict=True) if v is None]
+    if undecided:
+        refused.insert(
+            0,
+            f"{QUANT_CONFIG_NAME}: {len(undecided):,} modules ({examples(undecided)}) get no "
+            "entry: whether exclude_modules excludes them is not decided (see "
+            "quant-pattern-refused)",
+        )
     unowned = unowned_target(scanned, QUANT_CONFIG_NAME, FileRole.QUANT_CONFIG)
     if unowned:
         refused.insert(0, unowned)
