@@ -90,7 +90,8 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m inspector codes --markdown > docs/findings.md
 	$(MKDOCS_BUILD)
-	@echo "the site is in build/site (open build/site/index.html)"
+	@echo "the site is in build/site: open build/site/index.html (search needs a server:"
+	@echo "  $(PY) -m http.server -d build/site 8000, then http://127.0.0.1:8000)"
 
 # docs/dashboard.png, the README's picture: the real dashboard in JupyterLab and Chromium.
 docs-screenshot: $(STAMP)
