@@ -119,9 +119,15 @@ lab-notebooks:
 	done
 	@echo "notebooks in $(abspath $(LAB_DIR))"
 
+# The venv's JupyterLab asks for no news and checks for no update: no toast over the
+# dashboard, no request to another host (settings overrides of this installation only).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 lab: $(STAMP) $(LAB_DEMO) lab-notebooks
 	$(PY) -m ipykernel install --sys-prefix >/dev/null
+	mkdir -p $(dir $(LAB_OVERRIDES))
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_OVERRIDES)
 	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--ServerApp.root_dir="$(abspath $(LAB_DIR))" $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP,
