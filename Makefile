@@ -9,7 +9,8 @@ MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --s
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab lab-notebooks bench docs docs-screenshot clean fixtures \
+.PHONY: demo test fuzz lint format lab lab-notebooks bench bench-checkpoint docs docs-screenshot \
+	clean fixtures \
 	vendor-plotly
 
 # torch is installed first, by pip, so that the `torch>=...` requirement is already satisfied
@@ -99,6 +100,13 @@ docs-screenshot: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scan.py
+
+# The sparse synthetic checkpoint the benchmarks and docs measure (headers only, holes for the
+# data), cached under benchmarks/.cache: `make bench-checkpoint TENSORS=300000 LOST=40:17-19`.
+TENSORS ?= 300000
+LOST ?=
+bench-checkpoint: $(STAMP)
+	$(PY) benchmarks/_synthetic.py --tensors $(TENSORS) $(if $(LOST),--lost $(LOST))
 
 # The demo checkpoints the notebooks open, written once (`make demo` rewrites them).
 LAB_DEMO := $(DEMO_DIR)/modelopt-1422-sidecar-drift/README.txt
