@@ -24,7 +24,8 @@ from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.findings.finding import Finding
-from inspector._internal.formats.gguf_header import ArrayInfo, read_gguf
+from inspector._internal.formats import gguf_header
+from inspector._internal.formats.gguf_header import ArrayInfo, TextInfo, read_gguf
 from inspector._internal.formats.gguf_shard import read_gguf_columns
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
@@ -412,3 +413,25 @@ def test_arrays_round_trip(runs: list[tuple[str, int]], ints: list[int]) -> None
         ("a.weight", (32, 2), 0),
         ("b.weight", (32,), 256),
     ]
+
+
+def test_long_strings_are_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A string value past `KEEP_STRING` is its length, its bytes never read; past
+    `KEEP_TEXT` in all, no more text is kept (a 480 MB header of eight 60 MB strings took
+    650 MB to check)."""
+    path = _written(
+        tmp_path,
+        kv=[
+            ("add_string", "x.long", "a" * (4 << 20)),
+            ("add_string", "x.short", "kept"),
+            ("add_array", "x.few", ["b" * 40, "c" * 40]),
+            ("add_string", "x.over", "d" * 40),
+        ],
+    )
+    monkeypatch.setattr(gguf_header, "KEEP_TEXT", 100)
+    reader = CountingReader(path.read_bytes())
+    header = read_gguf(reader)
+    assert reader.bytes_read < 2 << 20
+    assert header.kv["x.long"] == TextInfo(4 << 20) and header.kv["x.short"] == "kept"
+    assert header.kv["x.few"] == ["b" * 40, "c" * 40] and header.kv["x.over"] == TextInfo(40)
+    assert check(scan(tmp_path), model=False) == []

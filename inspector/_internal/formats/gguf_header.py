@@ -6,10 +6,10 @@ Hand-written to match the writer byte for byte, because the package's own `GGUFR
 memory-maps the whole file and builds a view of every tensor (not header-only, and it raises
 on a truncated download). Bounded: the header must end within `cap` bytes and at most `cap`
 bytes are read; every count and length is checked against what is left of the file before
-anything is allocated. Only small arrays are kept (their length otherwise), and the items of
-a longer one are skipped without a Python object each: a fixed-width array is not read at
-all, an array of strings is walked length by length. Memory follows what is kept; time, the
-bytes of the header.
+anything is allocated. Only small arrays and strings are kept (their length otherwise), and
+what is not kept is stepped over without a Python object per item: a fixed-width array or a
+long string is not read at all, an array of strings is walked length by length. Memory
+follows what is kept; time, the bytes of the header.
 
 A header llama.cpp refuses is refused here too (`GgufError`, with the rule it breaks): the
 rules are those of `gguf_init_from_file_impl` in llama.cpp's `ggml/src/gguf.cpp` (called
@@ -50,7 +50,12 @@ MAX_KV = 100_000
 # Our own caps on one string, below llama.cpp's GGUF_MAX_STRING_LENGTH (1 GiB): the longest
 # real value is a chat template of some kilobytes.
 MAX_STRING = 64_000_000
-MAX_KEY = 65_536
+MAX_KEY = 1_024  # keys and tensor names: real ones are a few dozen bytes
+# Strings kept as text: each at most KEEP_STRING bytes, at most KEEP_TEXT bytes in all; a
+# longer one is stepped over without being read (`TextInfo`), so a header of many long
+# strings costs no more memory than this.
+KEEP_STRING = 1 << 16
+KEEP_TEXT = 16 << 20
 # llama.cpp's limits (ggml/src/gguf.cpp, ggml/include/ggml.h).
 GGUF_MAX_ARRAY_ELEMENTS = 1 << 30
 GGML_MAX_DIMS = 4
@@ -188,7 +193,9 @@ class GgufTensor:
 @dataclass(frozen=True, slots=True)
 class GgufHeader:
     version: int
-    kv: Mapping[str, Any]  # scalars and strings; small arrays as lists; others ArrayInfo
+    kv: Mapping[
+        str, Any
+    ]  # scalars, strings (long ones TextInfo), small arrays as lists, others ArrayInfo
     kv_types: Mapping[str, str]
     tensors: tuple[GgufTensor, ...]
     alignment: int
@@ -208,6 +215,13 @@ class ArrayInfo:
     length: int
 
 
+@dataclass(frozen=True, slots=True)
+class TextInfo:
+    """A string value too long to keep (see `KEEP_STRING`): its length in bytes."""
+
+    length: int
+
+
 class _Cursor:
     """Reads forward through the header in blocks; never at or past `cap`, never more than
     `cap` bytes in all."""
@@ -218,6 +232,7 @@ class _Cursor:
         self.cap = cap
         self.end = min(self.size, cap)  # no byte from here on is read
         self.left = cap
+        self.keep_left = KEEP_TEXT  # bytes of text it may still keep
         self.pos = 0
         self.buf = b""
         self.buf_at = 0
@@ -278,6 +293,10 @@ class _Cursor:
 
     def raw_string(self, what: str, cap: int) -> bytes:
         n = self.u64(f"the length of {what}")
+        self._check_length(n, what, cap)
+        return self.take(n, what)
+
+    def _check_length(self, n: int, what: str, cap: int) -> None:
         # gguf_reader::read(std::string &): at most GGUF_MAX_STRING_LENGTH, within the file
         if n > cap:
             raise GgufError(f"gives {what} a length of {n:,} bytes, over the {cap:,}-byte limit")
@@ -287,10 +306,17 @@ class _Cursor:
                 f"the file ({n:,} bytes from byte {self.pos:,}; the file ends at "
                 f"{self.size:,})"
             )
-        return self.take(n, what)
 
-    def string(self, what: str, cap: int = MAX_STRING) -> str:
-        return self.raw_string(what, cap).decode("utf-8", "replace")
+    def text(self, what: str) -> str | TextInfo:
+        """A string value: its text while `KEEP_STRING` and `KEEP_TEXT` allow, else its
+        length (its bytes checked to be in the file, not read)."""
+        n = self.u64(f"the length of {what}")
+        self._check_length(n, what, MAX_STRING)
+        if n > KEEP_STRING or n > self.keep_left:
+            self.skip(n, what)
+            return TextInfo(n)
+        self.keep_left -= n
+        return self.take(n, what).decode("utf-8", "replace")
 
     def skip_strings(self, count: int, what: str) -> None:
         """Step over `count` strings, each checked as `raw_string` checks it, without making
@@ -366,7 +392,7 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
     if vtype in _SCALARS:
         return cur.scalar(vtype, what)
     if vtype == _STRING:
-        return cur.string(what)
+        return cur.text(what)
     if vtype != _ARRAY:
         raise GgufError(f"has metadata '{legible(key, limit=80)}' of unknown value type {vtype}")
     item = cur.u32(f"the item type of {what}")
@@ -394,7 +420,7 @@ def _value(cur: _Cursor, vtype: int, key: str) -> Any:
         )
     if item == _STRING:
         if count <= KEEP_ITEMS:
-            return [cur.string(what) for _ in range(count)]
+            return [cur.text(what) for _ in range(count)]
         cur.skip_strings(count, what)
         return ArrayInfo(VALUE_TYPES[item], count)
     if count <= KEEP_ITEMS:

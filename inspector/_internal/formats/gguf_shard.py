@@ -28,8 +28,8 @@ __all__ = ["GgufShard", "read_gguf_columns", "read_gguf_shard"]
 
 class GgufShard(ShardHeader):
     """A GGUF file's tensors as shard columns; `kv` its metadata (small arrays as lists,
-    long ones as `ArrayInfo`), `tensor_count` what its header declares, `alignment_stated`
-    whether `general.alignment` was in it."""
+    long ones as `ArrayInfo`, long strings as `TextInfo`), `tensor_count` what its header
+    declares, `alignment_stated` whether `general.alignment` was in it."""
 
     __slots__ = ("alignment_stated", "data_offset", "kv", "tensor_count")
     alignment_stated: bool
