@@ -236,14 +236,26 @@ def test_duplicate_tensor_name(tmp_path: Path) -> None:
     assert shard.names == ("a.weight",) and shard.tensor_count == 2
 
 
-def test_duplicate_tensor_name_is_compared_as_ggml_does(tmp_path: Path) -> None:
-    """ggml keeps a name as a C string: 'a\\0x' and 'a\\0y' are the same tensor to llama.cpp."""
-    path = _written(
-        tmp_path, tensors=[("a.x", np.ones(32, np.float32)), ("a.y", np.ones(32, np.float32))]
-    )
-    _edit(path, b"a.x", b"a\0x")
-    _edit(path, b"a.y", b"a\0y")
-    assert [f.code for f in check(scan(tmp_path), model=False)] == ["duplicate-tensor"]
+@pytest.mark.parametrize(
+    ("names", "edits", "twice"),
+    [
+        (("a.x", "a.y"), [(b"a.x", b"a\0x"), (b"a.y", b"a\0y")], True),
+        (("a", "abc"), [(b"abc", b"a\0c")], True),
+        (("a.x", "a.y"), [(b"a.x", b"a.\xff"), (b"a.y", b"a.\xfe")], False),
+    ],
+    ids=["after-a-nul", "a-nul-against-none", "not-utf8-but-distinct"],
+)
+def test_duplicate_tensor_name_is_compared_as_ggml_does(
+    tmp_path: Path, names: tuple[str, str], edits: list[tuple[bytes, bytes]], twice: bool
+) -> None:
+    """ggml keeps a name as a C string: 'a\\0x' and 'a\\0y' are one tensor to llama.cpp, and
+    so are 'a' and 'a\\0c'; two names whose bytes differ are two, even when neither is
+    UTF-8 and both are shown alike."""
+    path = _written(tmp_path, tensors=[(n, np.ones(32, np.float32)) for n in names])
+    for old, new in edits:
+        _edit(path, old, new)
+    codes = [f.code for f in check(scan(tmp_path), model=False)]
+    assert codes == (["duplicate-tensor"] if twice else [])
 
 
 @pytest.mark.timeout(60)

@@ -25,7 +25,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
@@ -292,7 +292,7 @@ class _Cursor:
         return s.unpack_from(self.buf, at)[0]
 
     def raw_string(self, what: str, cap: int) -> bytes:
-        n = self.u64(f"the length of {what}")
+        n = self.u64(what)
         self._check_length(n, what, cap)
         return self.take(n, what)
 
@@ -310,7 +310,7 @@ class _Cursor:
     def text(self, what: str) -> str | TextInfo:
         """A string value: its text while `KEEP_STRING` and `KEEP_TEXT` allow, else its
         length (its bytes checked to be in the file, not read)."""
-        n = self.u64(f"the length of {what}")
+        n = self.u64(what)
         self._check_length(n, what, MAX_STRING)
         if n > KEEP_STRING or n > self.keep_left:
             self.skip(n, what)
@@ -322,39 +322,54 @@ class _Cursor:
         """Step over `count` strings, each checked as `raw_string` checks it, without making
         a Python object of any: one length read per string, its bytes never read. A run of
         strings of one length (a crafted list of millions of tiny strings, or a real
-        vocabulary's single characters) is checked with numpy, a strided view of the
-        lengths where they must be, instead of one at a time."""
+        vocabulary's single characters) is checked with numpy, through a strided view of the
+        lengths where they must be; the rest are walked in batches of `_BATCH`, and where
+        runs keep being short the look for one is made less and less often."""
         unpack = _U64.unpack_from
         cap = MAX_STRING
         left = count
+        wait, backoff = 0, 1  # batches to walk before the next look for a run
         while left:
-            at = self.need(8, f"the length of a string in {what}")
+            at = self.need(8, what)
             buf, base = self.buf, self.buf_at
             last = len(buf) - 8  # a length at or before this is in the buffer
-            same, previous = 0, -1
             while left and at <= last:
-                n = unpack(buf, at)[0]
-                if n > cap:
-                    self.pos = base + at
-                    raise GgufError(
-                        f"has a string of {n:,} bytes in {what}, over the {cap:,}-byte limit"
-                    )
-                at += 8 + n
-                left -= 1
-                same = same + 1 if n == previous else 0
-                previous = n
-                if same >= _RUN:
-                    run = _run_length(buf, at, n, left)
-                    at += run * (8 + n)
-                    left -= run
-                    same = 0
+                if wait:
+                    wait -= 1
+                else:
+                    n = unpack(buf, at)[0]
+                    if n <= cap:
+                        run = _run_length(buf, at, n, left)  # at least this one string
+                        at += run * (8 + n)
+                        left -= run
+                        backoff = 1 if run >= _RUN_WORTH else min(2 * backoff, _BACKOFF_MOST)
+                        wait = backoff
+                        continue
+                walked = batch = min(left, _BATCH)
+                for i in range(batch):
+                    if at > last:
+                        walked = i
+                        break
+                    n = unpack(buf, at)[0]
+                    if n > cap:
+                        self.pos = base + at
+                        raise GgufError(
+                            f"has a string of {n:,} bytes in {what}, over the {cap:,}-byte limit"
+                        )
+                    at += 8 + n
+                left -= walked
             self.pos = base + at
-            self._check(self.pos, f"a string in {what}")
+            self._check(self.pos, what)
 
 
-# Strings of one length in a row after which the rest of the run is checked with numpy.
-_RUN = 8
-_GALLOP = 64
+# Strings walked one by one between two looks for a run of one length; a run this long
+# makes looking worth it; the most batches between two looks.
+_BATCH = 64
+_RUN_WORTH = 512
+_BACKOFF_MOST = 1024
+# The windows a run is checked in, each 8 times the last, so a run that ends soon costs
+# no pass over the whole buffer.
+_WINDOWS = (64, 512, 4096, 32768)
 
 
 def _run_length(buf: bytes, at: int, n: int, most: int) -> int:
@@ -366,8 +381,7 @@ def _run_length(buf: bytes, at: int, n: int, most: int) -> int:
     if m <= 0:
         return 0
     lengths = np.ndarray((m,), dtype="<u8", buffer=buf, offset=at, strides=(stride,))
-    # a short look first, so a run that ends soon costs no pass over the whole buffer
-    for window in (min(m, _GALLOP), m):
+    for window in (*(w for w in _WINDOWS if w < m), m):
         other = np.flatnonzero(lengths[:window] != n)
         if other.size:
             return int(other[0])
@@ -388,33 +402,33 @@ def _shown(value: Any) -> str:
 def _value(cur: _Cursor, vtype: int, key: str) -> Any:
     """One metadata value (`gguf_read_emplace_helper`): kept whole unless it is an array of
     more than `KEEP_ITEMS` items, which is checked and stepped over."""
-    what = f"the value of '{legible(key, limit=80)}'"
+    what = f"the value of '{_short(key)}'"
     if vtype in _SCALARS:
         return cur.scalar(vtype, what)
     if vtype == _STRING:
         return cur.text(what)
     if vtype != _ARRAY:
-        raise GgufError(f"has metadata '{legible(key, limit=80)}' of unknown value type {vtype}")
-    item = cur.u32(f"the item type of {what}")
-    count = cur.u64(f"the length of {what}")
+        raise GgufError(f"has metadata '{_short(key)}' of unknown value type {vtype}")
+    item = cur.u32(what)
+    count = cur.u64(what)
     if item == _ARRAY:  # gguf_init_from_file_impl: an array's items are never arrays
         raise GgufError(
-            f"has an array of arrays in '{legible(key, limit=80)}'; llama.cpp reads no "
+            f"has an array of arrays in '{_short(key)}'; llama.cpp reads no "
             "nested arrays and refuses the file"
         )
     if item not in VALUE_TYPES:
-        raise GgufError(f"has an array of unknown value type {item} in '{legible(key, limit=80)}'")
+        raise GgufError(f"has an array of unknown value type {item} in '{_short(key)}'")
     # gguf_reader::read(std::vector<T> &, n): at most GGUF_MAX_ARRAY_ELEMENTS items, and the
     # file must still hold n times the item size (a string's length prefix for strings).
     width = 8 if item == _STRING else _SCALAR_STRUCTS[item].size
     if count > GGUF_MAX_ARRAY_ELEMENTS:
         raise GgufError(
-            f"has an array of {count:,} items in '{legible(key, limit=80)}', over llama.cpp's "
+            f"has an array of {count:,} items in '{_short(key)}', over llama.cpp's "
             f"limit of {GGUF_MAX_ARRAY_ELEMENTS:,}"
         )
     if count * width > cur.remaining():
         raise GgufError(
-            f"is truncated inside its header, or has an array in '{legible(key, limit=80)}' "
+            f"is truncated inside its header, or has an array in '{_short(key)}' "
             f"longer than the file ({count:,} items of at least {width} bytes from byte "
             f"{cur.pos:,}; the file ends at {cur.size:,})"
         )
@@ -451,9 +465,10 @@ def _alignment(kv: Mapping[str, Any], kv_types: Mapping[str, str]) -> int:
 def _elements_representable(ne: tuple[int, ...]) -> bool:
     """gguf_init_from_file_impl: the element count, computed dimension by dimension, stays
     below INT64_MAX (C division, `ne` padded to GGML_MAX_DIMS with ones)."""
+    count = math.prod(ne)
+    if count < 1 << 62:
+        return True  # no partial product can reach INT64_MAX; zero elements are read too
     ne0, ne1, ne2, ne3 = (*ne, 1, 1, 1, 1)[:GGML_MAX_DIMS]
-    if ne0 * ne1 * ne2 * ne3 == 0:
-        return True  # zero elements: nothing to overflow (later ggml skips the check too)
     return not (
         INT64_MAX // ne1 <= ne0
         or INT64_MAX // ne2 <= ne0 * ne1
@@ -461,45 +476,124 @@ def _elements_representable(ne: tuple[int, ...]) -> bool:
     )
 
 
-def _tensor(cur: _Cursor, index: int) -> tuple[bytes, GgufTensor]:
-    """One tensor info, with its raw name; the rules llama.cpp refuses a file for."""
-    raw = cur.raw_string(f"the name of tensor {index:,}", MAX_KEY)
+def _tensor_infos(cur: _Cursor, n_tensors: int) -> tuple[list[GgufTensor], list[tuple[int, int]]]:
+    """The tensor infos and the (later, earlier) indices of names given twice, parsed in place
+    from the cursor's buffer (a crafted header may hold a million); each checked by `_tensor`."""
+    tensors: list[GgufTensor] = []
+    first: dict[str | bytes, int] = {}
+    duplicates: list[tuple[int, int]] = []
+    u64, u32 = _U64.unpack_from, _U32.unpack_from
+    index = 0
+    while index < n_tensors:
+        buf, base = cur.buf, cur.buf_at
+        at, stop = cur.pos - base, len(buf)
+        want = 0
+        while index < n_tensors:
+            start = at
+            if at + 8 > stop:
+                want = 8
+                break
+            size = u64(buf, at)[0]
+            if size >= GGML_MAX_NAME:  # too long for ggml, or over our cap, or past the file
+                cur.pos = base + at
+                _refused(cur, index)
+            at += 8
+            if at + size + 4 > stop:
+                want = 8 + size + 4
+                break
+            raw = buf[at : at + size]
+            n_dims = u32(buf, at + size)[0]
+            at += size + 4
+            if n_dims > GGML_MAX_DIMS:
+                cur.pos = base + start
+                _refused(cur, index)
+            layout = _INFOS[n_dims]
+            if at + layout.size > stop:
+                want = at - start + layout.size
+                break
+            *ne, type_id, offset = layout.unpack_from(buf, at)
+            at += layout.size
+            name = raw.decode("utf-8", "replace")
+            tensors.append(_checked(name, ne, type_id, offset))
+            earlier = first.setdefault(_name_key(raw, name), index)
+            if earlier != index:
+                duplicates.append((index, earlier))
+            index += 1
+        cur.pos = base + at if not want else base + start
+        if want:  # the next info runs past the buffer: read on from it (or the file ends)
+            cur.need(want, f"tensor info {index:,}")
+    return tensors, duplicates
+
+
+def _name_key(raw: bytes, name: str) -> str | bytes:
+    """What llama.cpp compares to find a name given twice: ggml's copy of it, a C string (the
+    bytes up to a NUL). The decoded name itself where that is the same thing (no NUL, valid
+    UTF-8), so the common case costs no second copy; the bytes otherwise."""
+    if "\0" in name:
+        raw = raw.split(b"\0", 1)[0]
+        name = raw.decode("utf-8", "replace")
+    return raw if "\ufffd" in name else name
+
+
+def _refused(cur: _Cursor, index: int) -> NoReturn:
+    """Tensor info `index`, which breaks a rule, read again field by field to say which."""
+    _tensor(cur, index)
+    raise AssertionError(f"tensor info {index} was refused, then read")
+
+
+def _tensor(cur: _Cursor, index: int) -> GgufTensor:
+    """One tensor info read field by field from the cursor, with the rules llama.cpp refuses
+    a file for (the slow path of `_tensor_infos`, which takes it to say why it refuses)."""
+    what = f"tensor info {index:,}"
+    raw = cur.raw_string(what, MAX_KEY)
     name = raw.decode("utf-8", "replace")
-    shown = legible(name, limit=80)
     if len(raw) >= GGML_MAX_NAME:
         raise GgufError(
-            f"names tensor {index:,} '{shown}' in {len(raw):,} bytes; ggml holds at most "
-            f"{GGML_MAX_NAME - 1} (GGML_MAX_NAME) and llama.cpp refuses the file"
+            f"names tensor {index:,} '{_short(name)}' in {len(raw):,} bytes; ggml holds at "
+            f"most {GGML_MAX_NAME - 1} (GGML_MAX_NAME) and llama.cpp refuses the file"
         )
-    n_dims = cur.u32(f"the dimension count of '{shown}'")
+    n_dims = cur.u32(what)
     if n_dims > GGML_MAX_DIMS:
         raise GgufError(
-            f"gives tensor '{shown}' {n_dims:,} dimensions; ggml tensors have at most "
+            f"gives tensor '{_short(name)}' {n_dims:,} dimensions; ggml tensors have at most "
             f"{GGML_MAX_DIMS} (GGML_MAX_DIMS) and llama.cpp refuses the file"
         )
-    ne = struct.unpack(f"<{n_dims}Q", cur.take(8 * n_dims, f"the dimensions of '{shown}'"))
-    if any(d > INT64_MAX for d in ne):
+    layout = _INFOS[n_dims]  # the dimensions, the type and the offset
+    *ne, type_id, offset = layout.unpack(cur.take(layout.size, what))
+    return _checked(name, ne, type_id, offset)
+
+
+def _checked(name: str, ne: list[int], type_id: int, offset: int) -> GgufTensor:
+    """A tensor info whose shape and size llama.cpp accepts (gguf_init_from_file_impl)."""
+    tensor = GgufTensor(name, tuple(ne), type_id, offset)
+    if ne and max(ne) > INT64_MAX:
         raise GgufError(
-            f"gives tensor '{shown}' dimensions {list(ne)}: negative as the int64 llama.cpp "
-            "reads them"
+            f"gives tensor '{_short(name)}' dimensions {ne}: negative as the int64 "
+            "llama.cpp reads them"
         )
-    if not _elements_representable(ne):
+    if not _elements_representable(tensor.ne):
         raise GgufError(
-            f"gives tensor '{shown}' dimensions {list(ne)}: more elements than an int64 "
+            f"gives tensor '{_short(name)}' dimensions {ne}: more elements than an int64 "
             "counts; llama.cpp refuses the file"
         )
-    type_id = cur.u32(f"the type of '{shown}'")
-    offset = cur.u64(f"the offset of '{shown}'")
-    tensor = GgufTensor(name, ne, type_id, offset)
     known = GGML_TYPES.get(type_id)
-    # gguf_init_from_file_impl: the byte size must fit a size_t (an unknown type, or a row
-    # that is not whole blocks, is a finding of the shard reader instead)
+    # the byte size must fit a size_t (an unknown type, or a row that is not whole blocks,
+    # is a finding of the shard reader instead)
     if known and not tensor.row % known[1] and tensor.n_elements // known[1] > SIZE_MAX // known[2]:
         raise GgufError(
-            f"gives tensor '{shown}' ({known[0]}, dimensions {list(ne)}) more than "
+            f"gives tensor '{_short(name)}' ({known[0]}, dimensions {ne}) more than "
             f"{SIZE_MAX:,} bytes; llama.cpp refuses the file"
         )
-    return raw, tensor
+    return tensor
+
+
+_INFOS = tuple(struct.Struct(f"<{n}QIQ") for n in range(GGML_MAX_DIMS + 1))
+
+
+def _short(name: str) -> str:
+    """A key or tensor name in a message: itself when short and printable (tested inline:
+    this runs for every key), else `legible`."""
+    return name if len(name) <= 80 and name.isprintable() else legible(name, limit=80)
 
 
 def read_gguf(reader: ByteSource, *, cap: int = GGUF_HEADER_CAP) -> GgufHeader:
@@ -530,26 +624,14 @@ def read_gguf(reader: ByteSource, *, cap: int = GGUF_HEADER_CAP) -> GgufHeader:
             raise GgufError(f"has an empty metadata key (entry {i:,}); llama.cpp refuses it")
         if raw in raw_keys:
             raise GgufError(
-                f"has metadata key '{legible(key, limit=80)}' twice; llama.cpp refuses a "
-                "duplicate key"
+                f"has metadata key '{_short(key)}' twice; llama.cpp refuses a duplicate key"
             )
         raw_keys.add(raw)
-        vtype = cur.u32(f"the type of '{legible(key, limit=80)}'")
+        vtype = cur.u32(f"metadata key {i:,}")
         kv[key] = _value(cur, vtype, key)
         kv_types[key] = VALUE_TYPES[vtype]
     alignment = _alignment(kv, kv_types)
-    tensors = []
-    first: dict[bytes, int] = {}
-    duplicates = []
-    for i in range(n_tensors):
-        raw, tensor = _tensor(cur, i)
-        # gguf_init_from_file_impl compares ggml's copy of the name, a C string
-        c_name = raw.split(b"\0", 1)[0]
-        if c_name in first:
-            duplicates.append((i, first[c_name]))
-        else:
-            first[c_name] = i
-        tensors.append(tensor)
+    tensors, duplicates = _tensor_infos(cur, n_tensors)
     data_offset = -(-cur.pos // alignment) * alignment
     return GgufHeader(
         version,
