@@ -12,6 +12,7 @@ import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import gguf
 import numpy as np
@@ -401,10 +402,12 @@ _TOKEN = st.sampled_from(["", "a", "ab", "abc", "\u00e9t\u00e9", "a b"])
 @given(
     runs=st.lists(st.tuples(_TOKEN, st.integers(1, 40)), min_size=1, max_size=30),
     ints=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=40),
+    block=st.sampled_from([24, 64, 1 << 20]),
 )
-def test_arrays_round_trip(runs: list[tuple[str, int]], ints: list[int]) -> None:
+def test_arrays_round_trip(runs: list[tuple[str, int]], ints: list[int], block: int) -> None:
     """Whatever runs of string lengths GGUFWriter writes, the walk ends where the writer's
-    next value begins: kept arrays equal, long ones counted, the tensors after them exact."""
+    next value begins: kept arrays equal, long ones counted, the tensors after them exact;
+    also when the reader's blocks are a few bytes, so values straddle them everywhere."""
     tokens = [token for token, times in runs for _ in range(times)]
     with tempfile.TemporaryDirectory() as tmp:
         path = _written(
@@ -415,7 +418,8 @@ def test_arrays_round_trip(runs: list[tuple[str, int]], ints: list[int]) -> None
                 ("add_string", "x.after", "end"),
             ],
         )
-        header = read_gguf(CountingReader(path.read_bytes()))
+        with mock.patch.object(gguf_header, "_BLOCK", block):
+            header = read_gguf(CountingReader(path.read_bytes()))
     kept = header.kv["x.tokens"]
     assert kept == (tokens if len(tokens) <= 16 else ArrayInfo("STRING", len(tokens)))
     if ints:
