@@ -41,6 +41,7 @@ NAMES = (
     "torch_bin",
     "gguf",
     "quant_patterns",
+    "gguf_metadata",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.

@@ -16,6 +16,7 @@ reader must keep, whatever the input:
 - module patterns a compressed-tensors config chooses (any regex, against hostile names)
   never backtrack: the checks and the load view's quantization rules end in findings of
   known codes, every accepted pattern answering what Python's `re` answers.
+- GGUF metadata values the header reader accepts, gguf's own reader reads the same.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -28,15 +29,17 @@ import asyncio
 import builtins
 import contextlib
 import io
+import math
 import os
 import re
+import struct
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.read_problems import (
     FileRole,
@@ -50,11 +53,15 @@ from inspector._internal.storage import Location, TooLargeError
 from inspector._internal.storage.guard import MAX_LISTING as _MAX_LISTING
 from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
 
+if TYPE_CHECKING:
+    from inspector._internal.formats.gguf_header import GgufHeader
+
 __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
     "gguf",
+    "gguf_metadata",
     "header",
     "index_json",
     "load_answer",
@@ -536,6 +543,93 @@ def gguf(data: bytes) -> None:
     assert all(0 <= b <= e for b, e in zip(shard.begins, shard.ends, strict=True))
 
 
+# -- (h2) GGUF metadata values ---------------------------------------------------------------
+
+# What follows the fuzzed metadata: one tensor info ("t", F32 of 8 values at offset 0), the
+# padding and its 32 bytes of data, as GGUFWriter lays them out.
+_GGUF_TENSOR = struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 8, 0, 0)
+_GGUF_FILES = 0
+
+
+def gguf_metadata(data: bytes) -> None:
+    """The bytes as the metadata section of a GGUF file (the first byte gives the key count,
+    0 to 31) between a valid header and tensor info: mutations land in keys, value types,
+    array item types, counts and string lengths instead of the magic and counts. The
+    properties of `gguf`; and when the file reads with no finding, gguf's own reader
+    (`GGUFReader`, which llama.cpp maintains) finds the same keys, value types, kept values,
+    array lengths and tensor."""
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.gguf_header import GgufError, read_gguf
+    from inspector._internal.formats.gguf_shard import read_gguf_columns
+
+    n_kv = data[0] % 32 if data else 0
+    body = b"GGUF" + struct.pack("<IQQ", 3, 1, n_kv) + data[1:] + _GGUF_TENSOR
+    body += bytes(-len(body) % 32) + bytes(range(32))
+    gguf(body)
+    if read_gguf_columns(CountingReader(body), "fuzz.gguf", cap=GGUF_CAP).findings:
+        return
+    try:
+        header = read_gguf(CountingReader(body), cap=GGUF_CAP)
+    except GgufError as exc:  # no finding, yet unreadable: never
+        raise AssertionError(f"read_gguf refused what the shard reader accepted: {exc}") from exc
+    _same_as_gguf_py(body, header)
+
+
+def _same_as_gguf_py(body: bytes, header: GgufHeader) -> None:
+    """gguf's `GGUFReader` on the same bytes agrees with `header` (a file it cannot decode
+    as UTF-8, which llama.cpp and we read, is not compared)."""
+    global _GGUF_FILES
+    try:
+        import gguf as gguf_py
+    except ImportError:  # the differential needs the dev environment
+        return
+    if any(math.prod(d for d in t.ne if d) >= 1 << 63 for t in header.tensors):
+        return  # an empty tensor numpy cannot shape (the other dimensions overflow it)
+    from inspector._internal.formats.gguf_header import ArrayInfo, TextInfo
+
+    _GGUF_FILES += 1
+    path = _folder() / f"metadata-{_GGUF_FILES}.gguf"
+    path.write_bytes(body)
+    try:
+        reader = gguf_py.GGUFReader(path)
+        fields = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        ours = dict(header.kv)
+        assert list(fields) == list(ours), (list(fields), list(ours))
+        for key, field in fields.items():
+            value, theirs_type = ours[key], field.types[0].name
+            assert theirs_type == header.kv_types[key], (key, theirs_type, header.kv_types[key])
+            if isinstance(value, TextInfo):
+                continue
+            if isinstance(value, ArrayInfo):
+                assert value.length == len(field.data), (key, value, len(field.data))
+                continue
+            _same_value(key, value, field.contents())
+        tensors = [
+            (t.name, tuple(int(d) for d in t.shape), int(t.data_offset)) for t in reader.tensors
+        ]
+        assert tensors == [(t.name, t.ne, header.data_offset + t.offset) for t in header.tensors], (
+            tensors,
+            header.tensors,
+        )
+    except UnicodeDecodeError:
+        return
+    finally:
+        reader = None
+        path.unlink()
+
+
+def _same_value(key: str, ours: Any, theirs: Any) -> None:
+    if isinstance(ours, list):
+        assert isinstance(theirs, list) and len(ours) == len(theirs), (key, ours, theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            _same_value(key, a, b)
+    elif isinstance(ours, float):
+        assert (math.isnan(ours) and math.isnan(theirs)) or ours == theirs, (key, ours, theirs)
+    else:
+        assert ours == theirs, (key, ours, theirs)
+
+
 # -- (i) content manifests ----------------------------------------------------------------------
 
 _MANIFEST_FOLDER: Path | None = None
@@ -720,6 +814,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "remote_answer": remote_answer,
     "torch_bin": torch_bin,
     "gguf": gguf,
+    "gguf_metadata": gguf_metadata,
     "manifest": manifest,
     "load_answer": load_answer,
     "quant_patterns": quant_patterns,

@@ -131,9 +131,13 @@ class Code(StrEnum):
         "gguf-unreadable",
         _E,
         _S,
-        "A GGUF file's header cannot be read: no GGUF magic, a version other than 2 or 3, a "
-        "header truncated inside its metadata or tensor infos, an unknown value type, or a "
-        "count or length over the reader's limits. Re-download or re-convert the file.",
+        "A GGUF file's header cannot be read, or breaks a rule llama.cpp's reader refuses a "
+        "file for: no GGUF magic, a version other than 2 or 3, a header truncated inside its "
+        "metadata or tensor infos, an unknown value type, a count or length over the limits, "
+        "an empty or repeated metadata key, an array of arrays, a general.alignment that is "
+        "not a UINT32 power of two, a tensor name of 64 bytes or more, more than 4 dimensions, "
+        "or a shape whose element or byte count overflows. Re-download or re-convert the "
+        "file.",
     )
     GGUF_UNKNOWN_TYPE = (
         "gguf-unknown-type",
