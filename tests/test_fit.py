@@ -343,3 +343,41 @@ def test_the_table_the_report_and_the_dashboard_draw(models) -> None:
     frame = fit(models["gpt_oss_120b"], gpu="H100-80GB").frame()
     assert list(frame.columns[:6]) == ["plan", "tp", "ep", "pp", "gpus", "feasible"]
     assert len(frame) == 11 and frame["budget_bytes"].iat[0] == int(80 * GIB * 0.9)
+
+
+# -- the report, the Markdown summary and the dashboard's Serve tab ---------------------------
+
+
+def test_the_html_report_and_the_markdown_summary_say_whether_it_serves(models) -> None:
+    pytest.importorskip("plotly")
+    from inspector.widgets.report import render_html_report
+
+    from inspector._internal.report.markdown import markdown_summary
+
+    scanned = models["qwen3_30b_a3b_fp8"]
+    page = render_html_report(scanned, [], figures="cdn")
+    section = page.split("<section id='serving'>", 1)[1].split("</section>", 1)[0]
+    assert "Will it serve?" in section and "serving-plans-figure" in section
+    assert "TP 8 x EP 8 x PP 1" in section and "parallel-block-misaligned" in section
+    summary = markdown_summary(scanned, [], serving=fit(scanned, gpu="H100-80GB"))
+    assert "**Will it serve?** 11 parallel plans on H100-80GB" in summary
+    assert "| TP 8 x EP 1 x PP 1 | 8 | no |" in summary
+    assert "- `parallel-block-misaligned`, e.g.: the MoE intermediate size 768" in summary
+
+
+def test_the_serve_tab_calls_fit_and_follows_the_gpu_picked(demo_checkpoints) -> None:
+    pytest.importorskip("ipywidgets")
+    from inspector.widgets import Dashboard
+
+    dash = Dashboard(
+        demo_checkpoints / "healthy-hf-sharded", model=False, progress=False, snapshot=False
+    )
+    panel = dash.select("Serve")
+    assert "parallel plans that serve (pick a GPU" in panel.status.value
+    assert "TP 2 x EP 2 x PP 1" in panel.table.value
+    assert "ckpt-serve" in panel.plot.children[0]._dom_classes
+    panel.gpu.value = "H100-80GB"
+    assert "on H100-80GB: 2 of 11" in panel.status.value
+    assert panel.result is not None and panel.result.gpu == "H100-80GB"
+    panel.kv_dtype.value = "fp8"
+    assert panel.result.kv_dtype == "fp8"

@@ -6,6 +6,8 @@ then lists its own. Messages are bounded and escaped (`legible`) like every find
 
 from __future__ import annotations
 
+import pandas as pd
+
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding
@@ -17,7 +19,7 @@ from inspector._internal.serve.fit import (
     ParallelPlan,
 )
 
-__all__ = ["fit_markdown", "fit_text", "shared_findings"]
+__all__ = ["fit_markdown", "fit_notes", "fit_table", "fit_text", "shared_findings"]
 
 _COLUMNS = ("plan", "GPUs", "feasible", "weights/GPU", "KV/token/GPU", "longest context")
 
@@ -52,20 +54,39 @@ def fit_text(result: FitResult, *, path: str) -> str:
     return "\n".join(lines)
 
 
+def fit_table(result: FitResult) -> pd.DataFrame:
+    """The plans as the HTML report and the dashboard list them: the text table's columns
+    and, per plan, the findings that decide it (code: message)."""
+    rows = [
+        (*_row(p), "; ".join(f"{f.code}: {f.message}" for f in p.findings)) for p in result.plans
+    ]
+    return pd.DataFrame(rows, columns=[*_COLUMNS, "findings"])
+
+
+def fit_notes(result: FitResult) -> list[str]:
+    """How the figures are made (the text's and the Markdown's closing lines)."""
+    return _notes(result)
+
+
 def fit_markdown(result: FitResult) -> list[str]:
-    """A Markdown section: the plans as a table, the reasons of the ones that do not start,
-    and how the figures are made (every message escaped Markdown text)."""
-    lines = [f"**Will it serve?** {_md(_heading(result))}", ""]
-    lines.append("| " + " | ".join(_COLUMNS) + " |")
-    lines.append("|---|---:|---|---:|---:|---:|")
-    lines += ["| " + " | ".join(_md(c) for c in _row(p)) + " |" for p in result.plans]
-    shared = shared_findings(result)
-    lines.append("")
-    lines += [f"- every plan: {_md(f.code)}: {_md(f.message)}" for f in shared]
+    """A short Markdown section: the plans as a table with the codes that decide each, one
+    example message of each code, and how the figures are made (every message escaped
+    Markdown text)."""
+    # The table and the notes are the project's own words and numbers; only the messages
+    # carry what config.json says, escaped.
+    lines = [f"**Will it serve?** {_heading(result)}", ""]
+    lines.append("| " + " | ".join((*_COLUMNS, "findings")) + " |")
+    lines.append("|---|---:|---|---:|---:|---:|---|")
     for plan in result.plans:
-        own = [f for f in plan.findings if f not in shared]
-        lines += [f"- {_md(plan.label)}: {_md(f.code)}: {_md(f.message)}" for f in own]
-    lines += [f"- {_md(note)}" for note in _notes(result)]
+        codes = ", ".join(dict.fromkeys(f.code for f in plan.findings))
+        lines.append("| " + " | ".join((*_row(plan), codes)) + " |")
+    first: dict[str, Finding] = {}
+    for plan in result.plans:
+        for finding in plan.findings:
+            first.setdefault(finding.code, finding)
+    lines.append("")
+    lines += [f"- `{code}`, e.g.: {_md(f.message)}" for code, f in first.items()]
+    lines += [f"- {note}" for note in _notes(result)]
     return lines
 
 
