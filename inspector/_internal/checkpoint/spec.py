@@ -184,15 +184,18 @@ def config_dims(config: Mapping[str, Any] | None) -> dict[str, int]:
 
 def layer_types_from_config(config: Mapping[str, Any] | None) -> tuple[str, ...] | None:
     """Per-layer block kinds ("mamba", "attention", "dense", "moe") of a hybrid model
-    (Nemotron-H), or None when the config has no block pattern."""
+    (Nemotron-H), or None when the config has no block pattern, or one of more than
+    `MAX_LAYERS` blocks: a count past any real model's is unknown, and judged by its length
+    before a tuple of it is built (a 200 MB pattern string would cost gigabytes)."""
     if not isinstance(config, Mapping):
         return None
     config, _ = _text_config(config, "")
     blocks = config.get("layers_block_type")
-    if isinstance(blocks, list) and blocks and all(isinstance(b, str) for b in blocks):
+    blocks = blocks if isinstance(blocks, list) and 0 < len(blocks) <= MAX_LAYERS else []
+    if blocks and all(isinstance(b, str) for b in blocks):
         return tuple(_BLOCKS.get(str(b), str(b)) for b in blocks)
     pattern = config.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
+    if isinstance(pattern, str) and 0 < len(pattern) <= MAX_LAYERS:
         return tuple(_BLOCKS.get(c, c) for c in pattern)
     return None
 
@@ -419,6 +422,7 @@ def serving_spec(config: Mapping[str, Any] | None, spec: ModelSpec) -> ServingSp
         # DeepSeek's shared experts are one MLP of n_shared x moe_intermediate_size.
         shared = n_shared * moe_inter
     window = read.size("sliding_window", caps["sliding_window"])
+    _check_layer_count(config, read)
     tie = config.get("tie_word_embeddings")
     return ServingSpec(
         hidden_size=hidden,
@@ -442,6 +446,17 @@ def serving_spec(config: Mapping[str, Any] | None, spec: ModelSpec) -> ServingSp
     )
 
 
+def _check_layer_count(config: Mapping[str, Any], read: _Reader) -> None:
+    """Name a layer count or block pattern past `MAX_LAYERS` (which `spec_from_config`
+    treats as unknown) or of the wrong type, so that what it leaves uncomputed is said."""
+    for key in ("layers_block_type", "hybrid_override_pattern"):
+        value = config.get(key)
+        if isinstance(value, list | str) and len(value) > MAX_LAYERS:
+            read.invalid.append((key, f"has {len(value):,} blocks, past any real model's"))
+    if layer_types_from_config(config) is None:
+        read.first(_LAYER_KEYS, MAX_LAYERS)
+
+
 def _layer_attention(
     config: Mapping[str, Any],
     num_layers: int | None,
@@ -454,9 +469,6 @@ def _layer_attention(
     Gemma's `sliding_window_pattern` or Qwen2's `max_window_layers`, or on every layer."""
     blocks = layer_types_from_config(config)
     if blocks is not None:
-        if len(blocks) > MAX_LAYERS:
-            read.invalid.append(("layers_block_type", f"has {len(blocks):,} blocks"))
-            return None
         return tuple(_BLOCK_ATTENTION.get(b, "none") for b in blocks)
     if num_layers is None:
         return None
