@@ -18,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from sparse_checkpoints import NEMOTRON_PATTERN, write_model
 
@@ -381,3 +382,82 @@ def test_the_serve_tab_calls_fit_and_follows_the_gpu_picked(demo_checkpoints) ->
     assert panel.result is not None and panel.result.gpu == "H100-80GB"
     panel.kv_dtype.value = "fp8"
     assert panel.result.kv_dtype == "fp8"
+
+
+# -- hostile config.json: a finding, never a traceback ---------------------------------------------
+
+HOSTILE = {
+    "zero heads": {"num_attention_heads": 0},
+    "negative KV heads": {"num_key_value_heads": -4},
+    "10^18 layers": {"num_hidden_layers": 10**18},
+    "a string size": {"hidden_size": "4096", "head_dim": "64"},
+    "a bool head size": {"head_dim": True},
+    "a float size": {"intermediate_size": 1.5, "max_position_embeddings": 1e300},
+    "huge heads": {"num_attention_heads": 2**70, "num_key_value_heads": 2**70},
+    "window past any model": {"sliding_window": 10**30, "layer_types": ["sliding_attention"] * 2},
+    "nested layer types": {"layer_types": [["full_attention"], {"a": 1}]},
+    "MLA without rope": {"kv_lora_rank": 512, "qk_rope_head_dim": "64"},
+    "half a Mamba": {"mamba_num_heads": 8},
+    "Mamba groups zero": {
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 4,
+        "ssm_state_size": 4,
+        "n_groups": 0,
+        "conv_kernel": 4,
+    },
+    "a 20M-block pattern": {"hybrid_override_pattern": "M*" * 10_000_000},
+    "FP8 block of zero": {
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [0, 128]}
+    },
+    "config groups not a mapping": {
+        "quantization_config": {"quant_method": "compressed-tensors", "config_groups": [1, 2]}
+    },
+    "experts past any model": {"num_local_experts": 10**9},
+    "text config a string": {"text_config": "x", "vocab_size": -1},
+}
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two Llama-named layers written by safetensors' own writer, and their config."""
+    from safetensors.numpy import save_file
+
+    folder = tmp_path_factory.mktemp("small")
+    state = {"model.embed_tokens.weight": np.zeros((64, 16), np.float16)}
+    for layer in range(2):
+        p = f"model.layers.{layer}"
+        for proj, rows in (("q_proj", 16), ("k_proj", 8), ("v_proj", 8), ("o_proj", 16)):
+            state[f"{p}.self_attn.{proj}.weight"] = np.zeros((rows, 16), np.float16)
+        state[f"{p}.mlp.down_proj.weight"] = np.zeros((16, 32), np.float16)
+    save_file(state, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("edit", list(HOSTILE.values()), ids=list(HOSTILE))
+def test_a_hostile_config_is_a_finding_never_a_traceback(small: Path, tmp_path: Path, edit) -> None:
+    folder = tmp_path / "c"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(small / "model.safetensors")
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 16,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 64,
+        "max_position_embeddings": 4096,
+    }
+    (folder / "config.json").write_text(json.dumps({**config, **edit}))
+    scanned = scan(folder)
+    for options in ({}, {"tp": 4, "pp": 2, "gpu_memory": 80, "context": 2**40}):
+        result = fit(scanned, **options)
+        json.dumps(result.to_dict())  # the JSON contract holds whatever the config says
+        result.frame()
+        for plan in result.plans:
+            for f in plan.findings:
+                assert f.message.isprintable() and len(f.message) <= 2_000
+    found = {f.code for p in fit(scanned).plans for f in p.findings}
+    # What the engines would not read either is left out without a word: an expert count
+    # past any real model's (the structure checks say it), a config_groups that is no mapping.
+    silent = edit in (HOSTILE["experts past any model"], HOSTILE["config groups not a mapping"])
+    assert ("fit-config-invalid" in found) != silent, found

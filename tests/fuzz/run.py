@@ -40,6 +40,7 @@ NAMES = (
     "load_answer",
     "torch_bin",
     "gguf",
+    "fit_config",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.

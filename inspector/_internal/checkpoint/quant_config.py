@@ -31,6 +31,7 @@ __all__ = [
     "quant_section",
     "quantized_modules",
     "split_block",
+    "split_block_problem",
 ]
 
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
@@ -181,6 +182,22 @@ def _nvfp4(section: Mapping[str, Any]) -> bool:
         and "NVFP4" in entry["quant_algo"].upper()
         for entry in islice(layers.values(), _MAX_GROUPS)
     )
+
+
+def split_block_problem(config: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with a block or group size config.json's `quantization_config` gives
+    but `split_block` cannot use (the block rules are then not checked), or None."""
+    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
+    if not isinstance(qc, Mapping):
+        return None
+    method = qc.get("quant_method")
+    if method == "fp8" and "weight_block_size" in qc and split_block(config) is None:
+        return "weight_block_size is not two sizes from 1 to 65,536"
+    group = qc.get("group_size")
+    grouped = method in ("gptq", "awq", "gptq_marlin", "awq_marlin")
+    if grouped and group != -1 and _size(group) is None:
+        return "group_size is not -1 nor a size from 1 to 65,536"
+    return None
 
 
 def _compressed_tensors(qc: Mapping[str, Any]) -> SplitBlock | None:

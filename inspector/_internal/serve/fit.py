@@ -26,7 +26,11 @@ from typing import Any
 
 import pandas as pd
 
-from inspector._internal.checkpoint.quant_config import SplitBlock, split_block
+from inspector._internal.checkpoint.quant_config import (
+    SplitBlock,
+    split_block,
+    split_block_problem,
+)
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
@@ -225,7 +229,7 @@ def fit(
         kinds=_kinds(ckpt),
         quantized=_quantized_kinds(ckpt),
     )
-    general = _config_findings(serving)
+    general = _config_findings(serving, split_block_problem(ckpt.config))
     budget = None if memory is None else int(memory * gpu_memory_utilization)
     plans = [
         _plan(
@@ -370,14 +374,23 @@ def _overhead(serving: ServingSpec, *, tp: int, ep: int) -> int:
     return FIXED_OVERHEAD + activations
 
 
-def _config_findings(serving: ServingSpec) -> list[Finding]:
-    return [
+def _config_findings(serving: ServingSpec, block_problem: str | None) -> list[Finding]:
+    found = [
         make_finding(
             Code.FIT_CONFIG_INVALID,
             f"config.json's {key} {why}: what depends on it was not computed",
         )
         for key, why in serving.invalid
     ]
+    if block_problem is not None:
+        found.append(
+            make_finding(
+                Code.FIT_CONFIG_INVALID,
+                f"config.json's quantization_config: {block_problem}: the quantization "
+                "block rules were not checked",
+            )
+        )
+    return found
 
 
 def _kinds(ckpt: ScannedCheckpoint) -> frozenset[str]:

@@ -107,7 +107,7 @@ def _layer_cost(
     s = serving
     if kind in ("full", "sliding"):
         if s.kv_heads is None or s.head_dim is None:
-            return ("token", 0), "num_key_value_heads and head_dim"
+            return ("token", 0), "the KV heads and head size (num_key_value_heads, head_dim)"
         size = 2 * max(1, s.kv_heads // tp) * s.head_dim * itemsize
         return ("window" if kind == "sliding" else "token", size), None
     if kind == "mla":
