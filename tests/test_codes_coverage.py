@@ -40,6 +40,7 @@ from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
 from inspector._internal.integrity.verify import verify, write_manifest
+from inspector._internal.serve.fit import fit
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -1093,6 +1094,95 @@ def test_code_manifest_unreadable(hf: Path) -> None:
     )
     f = one(verified(hf), "manifest-unreadable")
     assert f.file == MANIFEST_NAME and "inside the checkpoint folder" in f.message
+
+
+# -- serving: parallel plans and memory per GPU (fit) ----------------------------------------
+# The demo MoE (transformers-named DeepSeek-V3 layout: 2 heads, 8 experts of intermediate size
+# 16 in NVFP4, an MTP layer) and a small Llama written with huggingface_hub's writer.
+
+FIT_DEMO = "healthy-hf-sharded"
+
+
+def fit_codes(folder: Path, **options: object) -> list[Finding]:
+    return [f for plan in fit(scan(folder), **options).plans for f in plan.findings]
+
+
+@pytest.fixture
+def gqa(tmp_path: Path) -> Path:
+    """12 attention heads and 6 KV heads of 4."""
+    sd = {"model.embed_tokens.weight": bf16(32, 48)}
+    for layer in range(2):
+        p = f"model.layers.{layer}"
+        sd[f"{p}.self_attn.q_proj.weight"] = bf16(48, 48)
+        sd[f"{p}.self_attn.k_proj.weight"] = bf16(24, 48)
+        sd[f"{p}.self_attn.v_proj.weight"] = bf16(24, 48)
+        sd[f"{p}.self_attn.o_proj.weight"] = bf16(48, 48)
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 48,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 6,
+        "vocab_size": 32,
+    }
+    return write_hf(tmp_path / "gqa", sd, config=config)
+
+
+def test_code_parallel_heads_indivisible(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=4, ep=4), "parallel-heads-indivisible")
+    assert "TP 4 does not divide the 2 attention heads" in f.message
+
+
+def test_code_parallel_kv_heads_indivisible(gqa: Path) -> None:
+    f = one(fit_codes(gqa, tp=4), "parallel-kv-heads-indivisible")
+    assert "4 does not divide 6" in f.message
+
+
+def test_code_parallel_kv_heads_replicated(gqa: Path) -> None:
+    f = one(fit_codes(gqa, tp=12), "parallel-kv-heads-replicated")
+    assert f.severity == "info" and "replicated on 2 ranks" in f.message
+
+
+def test_code_parallel_block_misaligned(demo_checkpoints: Path) -> None:
+    # The experts' intermediate size 16 over TP 2 is 8 per rank: half an NVFP4 group.
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=2), "parallel-block-misaligned")
+    assert "8 per rank" in f.message and "NVFP4" in f.message
+    assert fit_codes(demo_checkpoints / FIT_DEMO, tp=2, ep=2) == []
+
+
+def test_code_parallel_experts_indivisible(demo_checkpoints: Path) -> None:
+    found = fit_codes(demo_checkpoints / FIT_DEMO, tp=16, ep=16)
+    f = one(found, "parallel-experts-indivisible")
+    assert "EP 16 does not divide the 8 routed experts" in f.message
+
+
+def test_code_parallel_stages_exceed_layers(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, pp=8), "parallel-stages-exceed-layers")
+    assert "4 decoder layers" in f.message
+
+
+def test_code_parallel_mtp_last_stage(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, pp=2), "parallel-mtp-last-stage")
+    assert f.severity == "info" and "last of the 2 stages" in f.message
+
+
+def test_code_fit_weights_exceed_gpu(demo_checkpoints: Path) -> None:
+    # Half a GiB leaves nothing after the engine's own estimate.
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu_memory=0.5), "fit-weights-exceed-gpu")
+    assert "the engine may use" in f.message
+
+
+def test_code_fit_context_exceeds_gpu(demo_checkpoints: Path) -> None:
+    found = fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu_memory=1.5, context=10**9)
+    f = one(found, "fit-context-exceeds-gpu")
+    assert "1,000,000,000 tokens (asked)" in f.message and "--max-model-len" in f.message
+
+
+def test_code_fit_config_invalid(demo_checkpoints: Path, tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(demo_checkpoints / FIT_DEMO, tmp_path / "c"))
+    edit_json(folder / "config.json", lambda c: c.update(num_attention_heads="2"))
+    f = one(fit_codes(folder, tp=1), "fit-config-invalid")
+    assert 'num_attention_heads "2" is not a whole number' in f.message
 
 
 # -- the contract: every code has its test ----------------------------------------------------

@@ -1,4 +1,4 @@
-"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in ten tabs.
+"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in eleven tabs.
 
 Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
 findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
@@ -184,8 +184,8 @@ class CheckpointState:
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Tensors, Files, Experts, Layers, Values, Findings, Repair, Consolidate,
-    Report.
+    Tabs: Overview, Tensors, Files, Experts, Layers, Values, Serve, Findings, Repair,
+    Consolidate, Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
@@ -203,6 +203,7 @@ class Dashboard:
         "Experts",
         "Layers",
         "Values",
+        "Serve",
         "Findings",
         "Repair",
         "Consolidate",
@@ -229,6 +230,7 @@ class Dashboard:
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
         from .browser import TensorBrowser
+        from .serve_panel import ServePanel
         from .values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
@@ -257,6 +259,7 @@ class Dashboard:
             "Values": lambda: ValuesPanel(
                 self.scanned, figure=figure_widget, check_values=self.check_values
             ),
+            "Serve": lambda: ServePanel(self.scanned, figure=figure_widget),
             "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),
@@ -1358,6 +1361,7 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "Files": f"the table of {len(s.files):,} files",
         "Layers": f"the table of {len(s.layers):,} layers",
         "Experts": "the expert heatmap",
+        "Serve": "the parallel plans",
     }.get(title, "this tab")
     waits = title in Dashboard.PREBUILT_WITH_VERDICT and dash.current.pending
     note = " (it lists the load check's findings: waiting for the load check)" if waits else ""

@@ -42,6 +42,7 @@ NAMES = (
     "gguf",
     "quant_patterns",
     "gguf_metadata",
+    "fit_config",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.

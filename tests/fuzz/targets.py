@@ -17,6 +17,8 @@ reader must keep, whatever the input:
   never backtrack: the checks and the load view's quantization rules end in findings of
   known codes, every accepted pattern answering what Python's `re` answers.
 - GGUF metadata values the header reader accepts, gguf's own reader reads the same.
+- config.json through `fit` (parallel plans and memory per GPU) gives findings, never an
+  exception, a `fit --json` result that serialises, and bounded messages.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -60,6 +62,7 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "fit_config",
     "gguf",
     "gguf_metadata",
     "header",
@@ -805,6 +808,65 @@ def quant_patterns(data: bytes) -> None:
             assert answer is None or answer == (python.match(name) is not None), (line, name)
 
 
+# -- (k) config.json through fit ---------------------------------------------------------------
+
+_FIT_FOLDER: Path | None = None
+
+
+def _fit_folder() -> Path:
+    """A tiny MoE with attention, experts, norms and MTP-free layers, written once per process
+    by safetensors' own writer (in RAM where there is /dev/shm)."""
+    global _FIT_FOLDER
+    if _FIT_FOLDER is None:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        folder = _scratch("ckpt-fuzz-fit-")
+        state = {"model.embed_tokens.weight": np.zeros((64, 16), np.float16)}
+        for layer in range(2):
+            p = f"model.layers.{layer}"
+            for proj, rows in (("q_proj", 16), ("k_proj", 8), ("v_proj", 8), ("o_proj", 16)):
+                state[f"{p}.self_attn.{proj}.weight"] = np.zeros((rows, 16), np.float16)
+            state[f"{p}.mlp.gate.weight"] = np.zeros((4, 16), np.float16)
+            for expert in range(4):
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    shape = (16, 8) if proj == "down_proj" else (8, 16)
+                    state[f"{p}.mlp.experts.{expert}.{proj}.weight"] = np.zeros(shape, np.uint8)
+                    state[f"{p}.mlp.experts.{expert}.{proj}.weight_scale_inv"] = np.ones(
+                        (1, 1), np.float32
+                    )
+            state[f"{p}.input_layernorm.weight"] = np.ones(16, np.float16)
+        state["lm_head.weight"] = np.zeros((64, 16), np.float16)
+        save_file(state, str(folder / "model.safetensors"))
+        _FIT_FOLDER = folder
+    return _FIT_FOLDER
+
+
+def _prepare_fit_config() -> None:
+    _fit_folder()
+
+
+def fit_config(data: bytes) -> None:
+    """The bytes as config.json of a tiny MoE, through `scan` and `fit` (the matrix, and one
+    plan with pipeline stages on a GPU at the longest context a caller may ask): findings of
+    known codes with bounded printable messages, a JSON-ready result, never an exception."""
+    import json
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.serve.fit import MAX_CONTEXT, fit
+
+    folder = _fit_folder()
+    (folder / "config.json").write_bytes(data)
+    scanned = scan(folder)
+    for options in ({}, {"tp": 4, "ep": 2, "pp": 3, "gpu_memory": 80, "context": MAX_CONTEXT}):
+        result = fit(scanned, **options)  # type: ignore[arg-type]
+        json.dumps(result.to_dict())
+        result.frame()
+        for plan in result.plans:
+            _check_findings(list(plan.findings))
+            assert plan.weights_bytes_per_rank >= 0
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -818,6 +880,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "manifest": manifest,
     "load_answer": load_answer,
     "quant_patterns": quant_patterns,
+    "fit_config": fit_config,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
@@ -825,4 +888,5 @@ PREPARE: dict[str, Callable[[], None]] = {
     "load_config": _prepare_load_config,
     "manifest": _prepare_manifest,
     "quant_patterns": _prepare_quant_patterns,
+    "fit_config": _prepare_fit_config,
 }
