@@ -1,0 +1,148 @@
+"""A name stored in several shards: "the" tensor is the copy transformers loads
+(`inspector._internal.checkpoint.loaded`), for every reader that takes one copy.
+
+One test loads for real: a tiny Llama written by `save_pretrained`, another copy of a tensor
+planted each way below, read back with `from_pretrained`. It shows which copy transformers 5
+keeps and that our function and our tensor reader take that copy. The other tests plant the
+copies the same way (`plant`) in tiny tensors written by huggingface_hub, without a model, and
+check each reader against the copy the real load keeps (`KEEPS`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hf_exports import tiny_llama
+from safetensors.torch import load_file, save_file
+
+from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards
+from inspector._internal.checkpoint.scan import scan
+from inspector._internal.integrity.manifest import parse_manifest
+from inspector._internal.integrity.verify import verify, write_manifest
+
+INDEX = "model.safetensors.index.json"
+NEW = "model-zz.safetensors"
+
+# How the other copy is planted, and whose copy transformers keeps: "new" (the planted one)
+# or "old" (the one the writer stored). `test_a_real_load_keeps_the_copy_we_read` checks
+# each against `from_pretrained`.
+KEEPS = {
+    # A file sorting last that the index names (for another tensor); the entry of the name
+    # still points to the writer's shard.
+    "named-later": "new",
+    # A file sorting first; the entry of the name points to it.
+    "pointed-earlier": "old",
+    # The entry of the name points to the new file, spelled './model-zz.safetensors', which
+    # sorts before 'model-...' (transformers sorts the spellings as written).
+    "spelled-first": "old",
+    # `model.safetensors` beside the index: transformers reads it alone.
+    "single": "new",
+    # A file the index never names: no loader reads it.
+    "unnamed": "old",
+}
+
+
+def plant(good: Path, dest: Path, variant: str, name: str, value: float) -> tuple[Path, str]:
+    """A copy of `good` holding another copy of `name`, filled with `value`, planted the
+    `variant` way (safetensors' own writer); returns the folder and the file whose copy
+    transformers keeps (`KEEPS`)."""
+    shutil.copytree(good, dest)
+    index = json.loads((dest / INDEX).read_text())
+    weight_map = index["weight_map"]
+    holder = weight_map[name]
+    shape = load_file(str(good / holder))[name].shape
+    planted = {name: torch.full(tuple(shape), value)}
+    file = {"pointed-earlier": "a-copy.safetensors", "single": "model.safetensors"}.get(
+        variant, NEW
+    )
+    if variant == "named-later":  # the file is named through another tensor, same bytes
+        other = next(n for n, f in weight_map.items() if n != name)
+        planted[other] = load_file(str(good / weight_map[other]))[other]
+        weight_map[other] = file
+    elif variant == "pointed-earlier":
+        weight_map[name] = file
+    elif variant == "spelled-first":
+        weight_map[name] = f"./{file}"
+    save_file(planted, str(dest / file), metadata={"format": "pt"})
+    (dest / INDEX).write_text(json.dumps(index, indent=2))
+    return dest, file if KEEPS[variant] == "new" else holder
+
+
+# -- the real load ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
+    folder = tiny_llama(tmp_path_factory.mktemp("llama") / "good")
+    assert len(json.loads((folder / INDEX).read_text())["weight_map"]) > 2
+    return folder
+
+
+def test_a_real_load_keeps_the_copy_we_read(llama: Path, tmp_path: Path) -> None:
+    """transformers 5's `from_pretrained` decides. Before: our tensor reader took the first
+    copy in name order (pointed-earlier: 7.0 where transformers loads 1.0; named-later: 1.0
+    where it loads 7.0), and the shards a loader reads were sorted as normalised names
+    (spelled-first: the planted copy) and never `model.safetensors` alone (single)."""
+    import transformers
+
+    name = "model.norm.weight"
+    original = load_file(str(llama / json.loads((llama / INDEX).read_text())["weight_map"][name]))
+    for variant, keeps in KEEPS.items():
+        folder, kept = plant(llama, tmp_path / variant, variant, name, 7.0)
+        model = transformers.LlamaForCausalLM.from_pretrained(folder)
+        loaded = model.state_dict()[name]
+        expected = torch.full_like(loaded, 7.0) if keeps == "new" else original[name]
+        assert torch.equal(loaded, expected), variant
+        scanned = scan(folder)
+        assert kept_copies(scanned)[name][0].file == kept, variant
+
+
+# -- tiny tensors, no model --------------------------------------------------------------------
+
+X = "lm_head.weight"
+ORIGINAL = np.arange(64, dtype=np.float32).reshape(8, 8)
+
+
+@pytest.fixture
+def good(write_state_dict: Callable[..., Path]) -> Path:
+    """huggingface_hub's writer, two shards; `X` and another tensor in the first."""
+    state = {
+        X: torch.from_numpy(ORIGINAL.copy()),
+        "model.embed_tokens.weight": torch.zeros(8, 8),
+        "model.norm.weight": torch.ones(8, 24),
+    }
+    folder = write_state_dict(state, folder="good", max_shard_size=600)
+    weight_map = json.loads((folder / INDEX).read_text())["weight_map"]
+    assert len(set(weight_map.values())) == 2
+    assert weight_map[X] == weight_map["model.embed_tokens.weight"]
+    return folder
+
+
+def _kept_values(variant: str, value: float = 7.0) -> np.ndarray:
+    """What transformers loads for `X` from `plant(good, ..., variant, X, value)`."""
+    return np.full((8, 8), value, np.float32) if KEEPS[variant] == "new" else ORIGINAL
+
+
+@pytest.mark.parametrize("variant", ["spelled-first", "single"])
+def test_the_manifest_records_the_copy_transformers_keeps(
+    good: Path, tmp_path: Path, variant: str
+) -> None:
+    """Before: the shards a loader reads were sorted as normalised names (spelled-first:
+    the planted copy recorded) and never `model.safetensors` alone (single: the index's
+    copy recorded, the one transformers never reads)."""
+    folder, kept = plant(good, tmp_path / "bad", variant, X, 7.0)
+    scanned = scan(folder)
+    assert loaded_shards(scanned)[-1].file == kept
+    manifest = parse_manifest(write_manifest(folder).read_bytes())
+    assert manifest.tensors[X].file == kept
+    result = verify(folder, level="tensor", against=str(good))
+    assert not result.all_match
+    # Every copy some loader may keep is compared: the planted one differs.
+    files = {f.file for f in result.findings if f.code == "tensor-hash-mismatch"}
+    assert files == {NEW if variant == "spelled-first" else "model.safetensors"}
