@@ -22,6 +22,8 @@ from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards
 from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
 
@@ -101,6 +103,9 @@ def test_a_real_load_keeps_the_copy_we_read(llama: Path, tmp_path: Path) -> None
         assert torch.equal(loaded, expected), variant
         scanned = scan(folder)
         assert kept_copies(scanned)[name][0].file == kept, variant
+        with TensorData(scanned) as data:
+            raw = data.tensor_bytes(name)
+        assert raw is not None and bytes(raw) == expected.numpy().tobytes(), variant
 
 
 # -- tiny tensors, no model --------------------------------------------------------------------
@@ -127,6 +132,22 @@ def good(write_state_dict: Callable[..., Path]) -> Path:
 def _kept_values(variant: str, value: float = 7.0) -> np.ndarray:
     """What transformers loads for `X` from `plant(good, ..., variant, X, value)`."""
     return np.full((8, 8), value, np.float32) if KEEPS[variant] == "new" else ORIGINAL
+
+
+@pytest.mark.parametrize("variant", list(KEEPS))
+def test_tensor_data_and_diff_read_the_kept_copy(good: Path, tmp_path: Path, variant: str) -> None:
+    """`TensorData` by name (diff --data, consolidation's and restore's verification) took
+    the first copy by name: named-later compared the stale copy ("identical" where
+    transformers loads 7.0), pointed-earlier the planted one (a difference where it loads
+    the original)."""
+    folder, _ = plant(good, tmp_path / "bad", variant, X, 7.0)
+    expected = _kept_values(variant)
+    with TensorData(scan(folder)) as data:
+        raw = data.tensor_bytes(X)
+    assert raw is not None and bytes(raw) == expected.tobytes()
+    result = diff_checkpoints(scan(good), scan(folder), data=True)
+    changed = X in result.data_differs
+    assert changed == (KEEPS[variant] == "new"), (variant, result)
 
 
 @pytest.mark.parametrize("variant", ["spelled-first", "single"])
