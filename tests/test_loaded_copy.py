@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards
 from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checks import check_layout
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
@@ -132,6 +133,35 @@ def good(write_state_dict: Callable[..., Path]) -> Path:
 def _kept_values(variant: str, value: float = 7.0) -> np.ndarray:
     """What transformers loads for `X` from `plant(good, ..., variant, X, value)`."""
     return np.full((8, 8), value, np.float32) if KEEPS[variant] == "new" else ORIGINAL
+
+
+@pytest.mark.parametrize("variant", list(KEEPS))
+def test_check_says_which_copy_transformers_keeps(good: Path, tmp_path: Path, variant: str) -> None:
+    """Before: "loaders use a-copy.safetensors, as model.safetensors.index.json says"
+    (pointed-earlier, where transformers keeps the other copy) and "loaders use
+    model-00001-of-00002.safetensors" (named-later, where it keeps the planted one)."""
+    folder, kept = plant(good, tmp_path / "bad", variant, X, 7.0)
+    findings = check_layout(scan(folder))
+    (dup,) = [f for f in findings if f.code == "duplicate-tensor" and f.tensor == X]
+    assert dup.tensor == X and dup.file != kept  # the finding sits on a copy not loaded
+    if variant == "single":
+        assert "transformers reads model.safetensors alone" in dup.message
+        assert "and keeps its copy" in dup.message
+    else:
+        assert f"transformers keeps the copy in {kept}" in dup.message
+    assert "may keep another" in dup.message
+    assert "as model.safetensors.index.json says" not in dup.message
+
+
+def test_a_single_file_beside_the_index_is_said_to_be_read_alone(
+    good: Path, tmp_path: Path
+) -> None:
+    """Before: "loaders that follow the index will not read it"; transformers reads it alone."""
+    folder, _ = plant(good, tmp_path / "bad", "single", X, 7.0)
+    (f,) = [f for f in check_layout(scan(folder)) if f.code == "unindexed-file"]
+    assert f.file == "model.safetensors"
+    assert "transformers reads model.safetensors alone" in f.message
+    assert "will not read it" not in f.message
 
 
 @pytest.mark.parametrize("variant", list(KEEPS))
