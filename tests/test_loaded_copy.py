@@ -22,7 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards
 from inspector._internal.checkpoint.scan import scan
-from inspector._internal.checks import check_layout
+from inspector._internal.checks import check, check_layout
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
@@ -107,6 +107,23 @@ def test_a_real_load_keeps_the_copy_we_read(llama: Path, tmp_path: Path) -> None
         with TensorData(scanned) as data:
             raw = data.tensor_bytes(name)
         assert raw is not None and bytes(raw) == expected.numpy().tobytes(), variant
+
+
+def test_the_load_check_judges_the_copy_transformers_keeps(llama: Path, tmp_path: Path) -> None:
+    """A later shard holds a copy of another shape. transformers refuses the load (size
+    mismatch: it keeps that copy); before, the load check judged the first copy and found
+    nothing."""
+    import transformers
+
+    name = "model.norm.weight"
+    folder, kept = plant(llama, tmp_path / "shape", "named-later", name, 7.0)
+    save_file(load_file(str(folder / NEW)) | {name: torch.full((17,), 7.0)}, str(folder / NEW))
+    _, info = transformers.LlamaForCausalLM.from_pretrained(
+        folder, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    assert {k[0] for k in info["mismatched_keys"]} == {name}
+    (f,) = [f for f in check(scan(folder)) if f.code == "load-shape-mismatch"]
+    assert f.tensor == name and f.file == kept == NEW
 
 
 # -- tiny tensors, no model --------------------------------------------------------------------
