@@ -27,6 +27,7 @@ from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
+from inspector._internal.plans.restore import plan_restore
 
 INDEX = "model.safetensors.index.json"
 NEW = "model-zz.safetensors"
@@ -195,6 +196,29 @@ def test_tensor_data_and_diff_read_the_kept_copy(good: Path, tmp_path: Path, var
     result = diff_checkpoints(scan(good), scan(folder), data=True)
     changed = X in result.data_differs
     assert changed == (KEEPS[variant] == "new"), (variant, result)
+
+
+@pytest.mark.parametrize("variant", ["named-later", "pointed-earlier", "unnamed"])
+def test_restore_copies_and_verifies_the_kept_copy(
+    good: Path, tmp_path: Path, write_state_dict: Callable[..., Path], variant: str
+) -> None:
+    """`repair --from REF --verify-data` with a reference holding two copies of the lost
+    tensor. Before: the copy came from the last file by name, read or not (unnamed: values
+    no loader of the reference gets), and the verification hashed the first copy, so
+    named-later, pointed-earlier and unnamed all stopped with "the copies of 1 tensor
+    differ"."""
+    reference, _ = plant(good, tmp_path / "ref", variant, X, 7.0)
+    lost = write_state_dict(
+        {"model.embed_tokens.weight": torch.zeros(8, 8), "model.norm.weight": torch.ones(8, 24)},
+        folder="lost",
+        max_shard_size=600,
+    )
+    plan = plan_restore(scan(lost), scan(reference), verify_data=True)
+    assert plan.restored == (X,) and plan.refused == ()
+    result = plan.execute(model=False)
+    assert result.data_checked == 1
+    restored = load_file(str(lost / plan.shard))[X].numpy()
+    assert np.array_equal(restored, _kept_values(variant))
 
 
 @pytest.mark.parametrize("variant", ["spelled-first", "single"])
