@@ -10,6 +10,7 @@ check each reader against the copy the real load keeps (`KEEPS`)."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,11 @@ import torch
 from hf_exports import tiny_llama
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards
+from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards, stale_copies
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check, check_layout
 from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.checks.values import value_table, values_check
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
@@ -196,6 +198,23 @@ def test_tensor_data_and_diff_read_the_kept_copy(good: Path, tmp_path: Path, var
     result = diff_checkpoints(scan(good), scan(folder), data=True)
     changed = X in result.data_differs
     assert changed == (KEEPS[variant] == "new"), (variant, result)
+
+
+def test_values_are_the_kept_copy_s_not_a_mixture(good: Path, tmp_path: Path) -> None:
+    """`check --values` added the statistics of every copy up: a NaN in a copy no loader
+    keeps was reported on the tensor (in the file of its first copy), and a healthy stale
+    copy diluted the kept one's. Now the row is the kept copy's, with its file."""
+    folder, kept = plant(good, tmp_path / "stale-nan", "pointed-earlier", X, math.nan)
+    assert stale_copies(scan(folder)) == {"a-copy.safetensors": {X}}
+    for mode in ("sample", "full"):
+        scanned = scan(folder)
+        row = value_table(scanned, mode).set_index("name").loc[X]
+        assert row["file"] == kept and row["nan"] == 0
+        assert float(row["max"]) == 63.0
+        assert not [f for f in values_check(scanned, mode) if f.tensor == X]
+    folder, kept = plant(good, tmp_path / "kept-nan", "named-later", X, math.nan)
+    (f,) = [f for f in values_check(scan(folder), "full") if f.code == "tensor-nonfinite"]
+    assert f.tensor == X and f.file == kept == NEW and "64 NaN" in f.message
 
 
 @pytest.mark.parametrize("variant", ["named-later", "pointed-earlier", "unnamed"])
