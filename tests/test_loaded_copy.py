@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards, stale_copies
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check, check_layout
+from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.checks.values import value_table, values_check
 from inspector._internal.formats.tensordata import TensorData
@@ -198,6 +199,13 @@ def test_tensor_data_and_diff_read_the_kept_copy(good: Path, tmp_path: Path, var
     result = diff_checkpoints(scan(good), scan(folder), data=True)
     changed = X in result.data_differs
     assert changed == (KEEPS[variant] == "new"), (variant, result)
+
+
+def test_deep_names_the_copy_transformers_loads(good: Path, tmp_path: Path) -> None:
+    """Before: "loaders keep whichever they read last"."""
+    folder, kept = plant(good, tmp_path / "bad", "pointed-earlier", X, 7.0)
+    (f,) = [f for f in deep_check(scan(folder)) if f.code == "duplicate-tensor-content"]
+    assert f"transformers loads the copy in {kept}" in f.message
 
 
 def test_values_are_the_kept_copy_s_not_a_mixture(good: Path, tmp_path: Path) -> None:
