@@ -30,6 +30,7 @@ from inspector._internal.checks.values import value_table, values_check
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
+from inspector._internal.plans.repair import plan_index
 from inspector._internal.plans.restore import plan_restore
 
 INDEX = "model.safetensors.index.json"
@@ -265,3 +266,13 @@ def test_the_manifest_records_the_copy_transformers_keeps(
     # Every copy some loader may keep is compared: the planted one differs.
     files = {f.file for f in result.findings if f.code == "tensor-hash-mismatch"}
     assert files == {NEW if variant == "spelled-first" else "model.safetensors"}
+
+
+def test_a_rebuilt_index_says_which_copy_transformers_will_load(good: Path, tmp_path: Path) -> None:
+    """`repair --only index --duplicates first` keeps the first copy in the index, which
+    does not change what transformers loads: said."""
+    folder, kept = plant(good, tmp_path / "bad", "pointed-earlier", X, 7.0)
+    plan = plan_index(scan(folder), duplicates="first")
+    (note,) = [n for n in plan.notes if X in n]
+    assert "the index keeps a-copy.safetensors" in note
+    assert f"transformers loads the copy in {kept}" in note
