@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_exports import resaved
+from hf_exports import resaved, tiny_llama
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -777,16 +777,7 @@ def test_code_pickle_bomb(megatron: Path) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
-    return folder
+    return tiny_llama(tmp_path_factory.mktemp("llama"))
 
 
 def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:

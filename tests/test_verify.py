@@ -764,7 +764,7 @@ def test_a_tensor_sent_to_other_bytes_is_never_all_match(
     compared, the name held twice is a finding, and the manifest records the copy
     transformers keeps (`loaded_shards`: the last file in name order, whatever the index
     entry says)."""
-    from inspector._internal.integrity.hashing import loaded_shards
+    from inspector._internal.checkpoint.loaded import loaded_shards
 
     good = _two_shards(write_state_dict)
     bad = _send_x_elsewhere(good, shard, 7.0)
