@@ -393,8 +393,11 @@ class _Audit:
         stack: list[Any] = []
         push, pop = stack.append, stack.pop
         marks: list[int] = []  # stack lengths just after each MARK
-        memo: list[Any] = []  # slots by index, as the unpickler keeps them
-        memoize = memo.append
+        # Slots by index, kept as the unpickler keeps them: a PUT stores at the index it
+        # names, MEMOIZE at the number of slots stored so far (not one past the highest
+        # index: after `PUT 1000` the next MEMOIZE stores at 1). A model that differs lets
+        # a stream show the audit one value at an index and the unpickler another.
+        memo: dict[int, Any] = {}
         shared = hash_work = 0
         max_objects, max_depth = self.max_objects, self.limits.max_depth
         max_int = self.limits.max_int_bytes
@@ -407,7 +410,7 @@ class _Audit:
             pos += 1
             kind = kinds[code]
             if kind == _K_MEMOIZE:
-                memoize(stack[-1])
+                memo[len(memo)] = stack[-1]
             elif kind == _K_GET:
                 if code == _BINGET:
                     item = memo[data[pos]]
@@ -540,7 +543,7 @@ class _Audit:
                 pos, hash_work = self.pos, self.hash_work
 
     def _rare(
-        self, code: int, stack: list[Any], marks: list[int], memo: list[Any], max_int: int
+        self, code: int, stack: list[Any], marks: list[int], memo: dict[int, Any], max_int: int
     ) -> int:
         """The opcodes the inlined loop does not handle; returns references handed out."""
         arg, new, add = self._arg, self._new, self._add
@@ -563,7 +566,9 @@ class _Audit:
         elif code in _STRINGS:
             value = self._arg_bytes(code)
             if code == _UNICODE:
-                value = value[:-1]  # raw-unicode-escape text; names are plain ASCII
+                # raw-unicode-escape text, decoded as the unpickler decodes it: `\u006fs`
+                # is the module `os` to STACK_GLOBAL, not a name no one knows.
+                value = _raw_unicode(value[:-1])
             stack.append(value or _ATOM)
         elif code in _SMALL_TUPLES:
             k = code - _TUPLE1 + 1
@@ -726,12 +731,12 @@ _BINGET = _B["BINGET"]
 
 
 # Real picklers number memo slots 0, 1, 2...; a stream that jumps far ahead would make the
-# unpickler allocate (and clear) memory for every slot in between.
+# unpickler allocate (and clear) memory for every slot up to the index.
 _MEMO_SLACK = 1024
 
 
-def _memo_put(memo: list[Any], key: int, value: Any) -> None:
-    if key < len(memo):
+def _memo_put(memo: dict[int, Any], key: int, value: Any) -> None:
+    if key in memo:
         memo[key] = value
         return
     if key > len(memo) + _MEMO_SLACK:
@@ -740,8 +745,7 @@ def _memo_put(memo: list[Any], key: int, value: Any) -> None:
             "unpickler would allocate memory for every slot in between); refused",
             kind="size",
         )
-    memo.extend([None] * (key - len(memo)))
-    memo.append(value)
+    memo[key] = value
 
 
 def _wide_int(limit: int) -> str:
@@ -753,9 +757,21 @@ def _wide_int(limit: int) -> str:
 
 def _int_text(value: Any) -> int:
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise PickleFormatError(f"memo key {value!r:.40} is not a number") from None
+    if number < 0:
+        # The unpickler refuses a negative PUT and finds no negative GET; a list index here
+        # would wrap around to another slot.
+        raise PickleFormatError(f"memo key {number} is negative")
+    return number
+
+
+def _raw_unicode(raw: bytes) -> bytes:
+    try:
+        return raw.decode("raw-unicode-escape").encode("utf-8", "surrogatepass")
+    except UnicodeError:
+        raise PickleFormatError("a UNICODE argument is not raw-unicode-escape text") from None
 
 
 def _decode(raw: bytes) -> str:
