@@ -24,7 +24,18 @@ It also lists every global the stream names, including the ones `STACK_GLOBAL` b
 strings, so `hostile_globals` can tell a file that names code-running callables
 (`subprocess.Popen`, `builtins.eval`, `os.system`...) from one that only names classes we
 do not know. Names are "module.name", or "module:Class.attr" for a name that walks
-attributes. Only a stream that passes is handed to an unpickler.
+attributes.
+
+And it refuses, as hostile (`GlobalMutationError`), a stream that changes a global it names:
+BUILD, SETITEM(S), APPEND(S) or ADDITEMS whose target is the object a `GLOBAL` or
+`STACK_GLOBAL` resolves to, reached directly or through the memo (`PUT`, `MEMOIZE`, `GET`,
+`DUP`). A reader hands such a stream a stand-in; changing it would change
+how every later file of the process is read (`GLOBAL torch FloatStorage; BUILD` made every
+later `.bin` read its float32 tensors as bfloat16). Pickles of data never do that: BUILD
+targets the object a call or NEWOBJ just made. The copyreg extension codes (`EXT1/2/4`)
+are refused the same way: they resolve through this process's registry and the unpickler
+caches what they resolve to for every later read; no checkpoint writer emits them.
+Only a stream that passes is handed to an unpickler.
 
 `audit_torch_save` does the same for a `torch.save` file: every pickle in the zip archive
 (or the legacy stream), read with a size cap.
@@ -44,6 +55,7 @@ from inspector.errors import UnsafeInputError
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "GlobalMutationError",
     "HostilePickleError",
     "PickleAudit",
     "PickleBombError",
@@ -106,14 +118,37 @@ class PickleBombError(UnsafeInputError):
 class HostilePickleError(UnsafeInputError):
     """The pickle names callables that run code or reach the system; nothing was run."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], *, message: str | None = None) -> None:
         self.globals = names
-        # Names come from the file: each is shown bounded, so a finding never echoes much of it.
-        shown = ", ".join(short_repr(n, limit=120) for n in names[:8])
-        shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
+        if message is None:
+            # Names come from the file: each is shown bounded, so a finding never echoes
+            # much of it.
+            shown = ", ".join(short_repr(n, limit=120) for n in names[:8])
+            shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
+            message = (
+                f"names {shown}, which can run code or reach the system: a hostile file, "
+                "refused before unpickling (nothing ran)"
+            )
+        super().__init__(message)
+
+
+class GlobalMutationError(HostilePickleError):
+    """The pickle changes an object it names as a global, or takes one from this process's
+    copyreg registry: what a reader hands it for a global would carry the change into every
+    later read of the process. No writer does either; nothing was run.
+
+    `name` is the global (as the audit lists it) or the stand-in; `action` says what the
+    stream does to it ("BUILD at byte 14", "sets its attribute 'dtype'")."""
+
+    def __init__(self, name: str, *, action: str) -> None:
+        self.action = action
         super().__init__(
-            f"names {shown}, which can run code or reach the system: a hostile file, "
-            "refused before unpickling (nothing ran)"
+            (name,),
+            message=(
+                f"{action} changes {short_repr(name, limit=120)}, a global it names: the "
+                "object a reader hands out for it would carry the change into every later "
+                "read; no writer does that: a hostile file, refused (nothing ran)"
+            ),
         )
 
 
@@ -128,8 +163,9 @@ for _op in pickletools.opcodes:
     _ARG[ord(_op.code)] = -6 if _op.name in ("GLOBAL", "INST") else _n
 _LEN_BYTES = {-2: 1, -3: 4, -4: 4, -5: 8}
 
-# Opcode bytes, named once for the loop below.
+# Opcode bytes, named once for the loop below, and their names for messages.
 _B = {op.name: ord(op.code) for op in pickletools.opcodes}
+_NAMES = {code: name for name, code in _B.items()}
 
 
 def _ops(*names: str) -> frozenset[int]:
@@ -158,7 +194,6 @@ _NO_PUSH = _ops("PROTO", "FRAME")
     _TUPLE1,
     _SETITEMS,
     _ADDITEMS,
-    _BUILD,
     _SETITEM,
     _PUT,
     _GET,
@@ -185,7 +220,6 @@ _NO_PUSH = _ops("PROTO", "FRAME")
         "TUPLE1",
         "SETITEMS",
         "ADDITEMS",
-        "BUILD",
         "SETITEM",
         "PUT",
         "GET",
@@ -271,7 +305,9 @@ class _Audit:
         if type(target) is not list:
             if target is _MARK_OBJ:
                 raise PickleFormatError(f"{opname} has no object to apply to")
-            # A scalar or a global: the real unpickler fails on it; nothing to bound.
+            if type(target) is _Global and items:  # an empty batch changes nothing
+                self._changes_global(target, opname, self.pos - 1)
+            # A scalar: the real unpickler fails on it; nothing to bound.
             return
         if target[2]:
             self._cycle(opname)
@@ -463,6 +499,8 @@ class _Audit:
                         self._refuse(target[0], target[1], hash_work)
                 elif target is mark_obj:
                     raise IndexError
+                elif type(target) is _Global:
+                    self._changes_global(target, "BUILD" if code == build else "APPEND", pos - 1)
             elif kind == _K_ADD_MARKED:
                 at = marks.pop()
                 items = stack[at:]
@@ -489,6 +527,11 @@ class _Audit:
                         self._refuse(size, depth, hash_work)
                 elif target is mark_obj:
                     raise IndexError
+                elif type(target) is _Global and items:
+                    # (An empty batch changes nothing: the unpickler returns before it
+                    # looks at the target.)
+                    opname = "SETITEMS" if code == setitems else "APPENDS"
+                    self._changes_global(target, opname, pos - 1)
             elif kind == _K_TUPLE:
                 item = pop()
                 if code == tuple1:
@@ -587,10 +630,10 @@ class _Audit:
                 self._hashed(items[::2])
             elif code == _ADDITEMS:
                 self._hashed(items)
-            add(stack[-1], items, "SETITEMS" if code == _SETITEMS else "ADDITEMS")
+            add(stack[-1], items, _NAMES[code])
         elif code in _PAIR_ADDS:
             value = stack.pop()
-            add(stack[-1], [value], "BUILD" if code == _BUILD else "APPEND")
+            add(stack[-1], [value], _NAMES[code])
         elif code == _SETITEM:
             value = stack.pop()
             key_item = stack.pop()
@@ -645,8 +688,21 @@ class _Audit:
             arg(code)
             stack.append(new([]))
         elif code in _EXTS:
-            # Resolved through the local copyreg registry: not a name we can vet.
-            stack.append(self._global("<copyreg", f"extension {self._arg_int(code)}>"))
+            # Resolved through this process's copyreg registry, and what it resolves to is
+            # cached there for every later unpickling: no read may depend on or leave that
+            # state. No checkpoint writer registers extension codes.
+            at = self.pos - 1
+            number = self._arg_int(code)
+            name = f"copyreg extension {number}"
+            raise HostilePickleError(
+                (name,),
+                message=(
+                    f"{_NAMES[code]} at byte {at} names {name}, which this process's "
+                    "copyreg registry resolves and then caches for every later read; no "
+                    "checkpoint writer uses extension codes: a hostile file, refused before "
+                    "unpickling (nothing ran)"
+                ),
+            )
         elif code == _READONLY_BUFFER:
             _ = stack[-1]  # needs a value to mark read-only
         else:
@@ -666,6 +722,9 @@ class _Audit:
         self.hash_work = hash_work
         self._checked([size, depth, False])
         self._hashed([])
+
+    def _changes_global(self, target: _Global, opname: str, at: int) -> None:
+        raise GlobalMutationError(target.name, action=f"{opname} at byte {at}")
 
     def _cycle(self, opname: str) -> None:
         raise PickleBombError(
