@@ -39,6 +39,7 @@ NAMES = (
     "manifest",
     "load_answer",
     "torch_bin",
+    "bin_pickle",
     "gguf",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
