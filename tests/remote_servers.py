@@ -496,15 +496,20 @@ class RangeHTTPServer(_Threaded):
         start from zero."""
         rel = Path(folder).resolve().relative_to(self.root).as_posix()
         self.reset()
-        yield Served(self, f"{self.url}/{quote(rel)}" if rel != "." else self.url)
+        yield Served(self, "" if rel == "." else f"/{quote(rel)}")
 
 
 @dataclass
 class Served:
-    """One folder of a shared `RangeHTTPServer`: its `url` and the server's counts."""
+    """One folder of a shared `RangeHTTPServer`: its `url` (the server's, then `path`) and
+    the server's counts."""
 
     server: RangeHTTPServer
-    url: str
+    path: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url + self.path
 
     @property
     def content_bytes(self) -> int:
