@@ -1,9 +1,10 @@
 """The folder lock (`inspector._internal.plans.atomic.folder_lock`) under contention, with real
 processes.
 
-Each trial starts several processes at once (forked from one driver, released together by
-closing a pipe) that each try to take the lock of one folder; a holder appends `enter` and
-`exit` lines around a short sleep to a shared log (O_APPEND). Mutual exclusion holds when
+Each trial starts several processes at once (forked from one driver, itself forked from the
+test process; released together by closing a pipe) that each try to take the lock of one
+folder; a holder appends `enter` and `exit` lines around a short sleep to a shared log
+(O_APPEND). Mutual exclusion holds when
 the log never shows two holders at once. Trials start with a stale lock (its holder
 gone): before, two processes could both judge it dead and both take it over.
 """
@@ -12,10 +13,9 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -23,62 +23,76 @@ import pytest
 from inspector._internal.plans import atomic
 from inspector.errors import InspectorError
 
-_DRIVER = textwrap.dedent(
-    """
-    import os, sys, time
-    from pathlib import Path
-    from inspector._internal.plans.atomic import LOCK, folder_lock
-    from inspector.errors import InspectorError
 
-    folder, log, trials, procs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    dead = os.fork()
+def fork() -> int:
+    """`os.fork()`: the processes here are forked from this one, whose imports are done
+    (another interpreter would import the package again: 2-3 s of CPU each)."""
+    with warnings.catch_warnings():
+        # Python 3.12+ warns when a process with threads forks: the children take no lock
+        # another thread may hold (system calls on their own descriptors, sleeps, forks).
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+def drive(folder: Path, log: Path, trials: int, procs: int) -> None:
+    """`trials` times: a stale lock, then `procs` processes released at once to take it,
+    each holder logging `enter` and `exit` around a short sleep."""
+    dead = fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)  # a pid nobody holds any more: what a killed holder leaves behind
 
-    def attempt(trial):
+    def attempt(trial: int) -> None:
         try:
-            with folder_lock(folder):
+            with atomic.folder_lock(folder):
                 fd = os.open(log, os.O_WRONLY | os.O_APPEND)
-                os.write(fd, f"enter {trial} {os.getpid()}\\n".encode())
+                os.write(fd, f"enter {trial} {os.getpid()}\n".encode())
                 time.sleep(0.005)
-                os.write(fd, f"exit {trial} {os.getpid()}\\n".encode())
+                os.write(fd, f"exit {trial} {os.getpid()}\n".encode())
                 os.close(fd)
         except InspectorError:
             pass
 
+    failed = 0
     for trial in range(trials):
-        (folder / LOCK).write_text(str(dead))  # a stale lock at every start
+        (folder / atomic.LOCK).write_text(str(dead))  # a stale lock at every start
         read, write = os.pipe()
         children = []
         for _ in range(procs):
-            pid = os.fork()
+            pid = fork()
             if pid == 0:
-                os.close(write)
-                os.read(read, 1)  # everybody starts when the pipe closes
-                attempt(trial)
-                os._exit(0)
+                code = 1
+                try:
+                    os.close(write)
+                    os.read(read, 1)  # everybody starts when the pipe closes
+                    attempt(trial)
+                    code = 0
+                finally:
+                    os._exit(code)
             children.append(pid)
         os.close(read)
         time.sleep(0.002)
         os.close(write)
-        for pid in children:
-            os.waitpid(pid, 0)
-    """
-)
+        failed += sum(os.waitpid(pid, 0)[1] != 0 for pid in children)
+    if failed:
+        raise AssertionError(f"{failed} contending processes failed")
 
 
 def contend(folder: Path, *, trials: int, procs: int) -> list[str]:
     folder.mkdir(exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
     log.write_text("")
-    proc = subprocess.run(
-        [sys.executable, "-c", _DRIVER, str(folder), str(log), str(trials), str(procs)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr
+    driver = fork()
+    if driver == 0:
+        code = 1
+        try:
+            drive(folder, log, trials, procs)
+            code = 0
+        except BaseException:
+            traceback.print_exc()  # on the test's captured stderr
+        finally:
+            os._exit(code)
+    assert os.waitpid(driver, 0)[1] == 0, "the driver failed (its traceback is above)"
     return log.read_text().splitlines()
 
 
@@ -105,26 +119,25 @@ def test_one_holder_at_a_time_under_contention_with_a_stale_lock(tmp_path: Path)
     assert not (tmp_path / "ckpt" / atomic.LOCK).exists()
 
 
-_HOLDER = textwrap.dedent(
-    """
-    import sys, time
-    from pathlib import Path
-    from inspector._internal.plans.atomic import folder_lock
-
-    with folder_lock(Path(sys.argv[1])):
-        print("held", flush=True)
-        time.sleep(600)
-    """
-)
-
-
-def hold(folder: Path) -> subprocess.Popen[str]:
-    """A real process holding the lock of `folder` (it says so on stdout)."""
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(folder)], stdout=subprocess.PIPE, text=True
-    )
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-    return holder
+def hold(folder: Path) -> int:
+    """A real process holding the lock of `folder` until it is killed; its pid. It takes
+    the lock after the fork (the lock is its own open file) and says so through a pipe."""
+    read, write = os.pipe()
+    pid = fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            with atomic.folder_lock(folder):
+                os.write(write, b"held")
+                time.sleep(600)
+        finally:
+            os._exit(0)
+    os.close(write)
+    try:
+        assert os.read(read, 4) == b"held"
+    finally:
+        os.close(read)
+    return pid
 
 
 def test_a_live_holder_keeps_it_and_a_killed_one_releases_it(tmp_path: Path) -> None:
@@ -132,11 +145,11 @@ def test_a_live_holder_keeps_it_and_a_killed_one_releases_it(tmp_path: Path) -> 
     folder.mkdir()
     holder = hold(folder)
     try:
-        with pytest.raises(InspectorError, match=f"pid {holder.pid}"), atomic.folder_lock(folder):
+        with pytest.raises(InspectorError, match=f"pid {holder}"), atomic.folder_lock(folder):
             pass
     finally:
-        holder.send_signal(signal.SIGKILL)
-        holder.wait()
+        os.kill(holder, signal.SIGKILL)
+        os.waitpid(holder, 0)
     # The kernel released the lock with the process; its file is still there, and free.
     assert (folder / atomic.LOCK).exists()
     start = time.monotonic()
