@@ -1,10 +1,9 @@
 """The folder lock (`inspector._internal.plans.atomic.folder_lock`) under contention, with real
 processes.
 
-Each trial starts several processes at once (forked from one driver, itself forked from the
-test process; released together by closing a pipe) that each try to take the lock of one
-folder; a holder appends `enter` and `exit` lines around a short sleep to a shared log
-(O_APPEND). Mutual exclusion holds when
+Each trial starts several processes at once (forked from one driver, released together by
+closing a pipe) that each try to take the lock of one folder; a holder appends `enter` and
+`exit` lines around a short sleep to a shared log (O_APPEND). Mutual exclusion holds when
 the log never shows two holders at once. Trials start with a stale lock (its holder
 gone): before, two processes could both judge it dead and both take it over.
 """
@@ -13,8 +12,10 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import time
-import traceback
 import warnings
 from pathlib import Path
 
@@ -25,74 +26,74 @@ from inspector.errors import InspectorError
 
 
 def fork() -> int:
-    """`os.fork()`: the processes here are forked from this one, whose imports are done
-    (another interpreter would import the package again: 2-3 s of CPU each)."""
+    """`os.fork()` of this process, whose imports are done (another interpreter would import
+    the package again: 2-3 s of CPU). Only for one process: the contention test's hundreds
+    come from a small interpreter of their own, since a fork costs in proportion to the
+    forking process's memory (from a test process that has imported torch, about 30 ms of
+    CPU with the child's exit: 360 of them cost more than the interpreter's imports)."""
     with warnings.catch_warnings():
-        # Python 3.12+ warns when a process with threads forks: the children take no lock
-        # another thread may hold (system calls on their own descriptors, sleeps, forks).
+        # Python 3.12+ warns when a process with threads forks: the child takes no lock
+        # another thread may hold (system calls on its own descriptors, then a sleep).
         warnings.simplefilter("ignore", DeprecationWarning)
         return os.fork()
 
 
-def drive(folder: Path, log: Path, trials: int, procs: int) -> None:
-    """`trials` times: a stale lock, then `procs` processes released at once to take it,
-    each holder logging `enter` and `exit` around a short sleep."""
-    dead = fork()
+_DRIVER = textwrap.dedent(
+    """
+    import os, sys, time
+    from pathlib import Path
+    from inspector._internal.plans.atomic import LOCK, folder_lock
+    from inspector.errors import InspectorError
+
+    folder, log, trials, procs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    dead = os.fork()
     if dead == 0:
         os._exit(0)
     os.waitpid(dead, 0)  # a pid nobody holds any more: what a killed holder leaves behind
 
-    def attempt(trial: int) -> None:
+    def attempt(trial):
         try:
-            with atomic.folder_lock(folder):
+            with folder_lock(folder):
                 fd = os.open(log, os.O_WRONLY | os.O_APPEND)
-                os.write(fd, f"enter {trial} {os.getpid()}\n".encode())
+                os.write(fd, f"enter {trial} {os.getpid()}\\n".encode())
                 time.sleep(0.005)
-                os.write(fd, f"exit {trial} {os.getpid()}\n".encode())
+                os.write(fd, f"exit {trial} {os.getpid()}\\n".encode())
                 os.close(fd)
         except InspectorError:
             pass
 
-    failed = 0
     for trial in range(trials):
-        (folder / atomic.LOCK).write_text(str(dead))  # a stale lock at every start
+        (folder / LOCK).write_text(str(dead))  # a stale lock at every start
         read, write = os.pipe()
         children = []
         for _ in range(procs):
-            pid = fork()
+            pid = os.fork()
             if pid == 0:
-                code = 1
-                try:
-                    os.close(write)
-                    os.read(read, 1)  # everybody starts when the pipe closes
-                    attempt(trial)
-                    code = 0
-                finally:
-                    os._exit(code)
+                os.close(write)
+                os.read(read, 1)  # everybody starts when the pipe closes
+                attempt(trial)
+                os._exit(0)
             children.append(pid)
         os.close(read)
         time.sleep(0.002)
         os.close(write)
-        failed += sum(os.waitpid(pid, 0)[1] != 0 for pid in children)
-    if failed:
-        raise AssertionError(f"{failed} contending processes failed")
+        for pid in children:
+            os.waitpid(pid, 0)
+    """
+)
 
 
 def contend(folder: Path, *, trials: int, procs: int) -> list[str]:
     folder.mkdir(exist_ok=True)
     log = folder.parent / f"{folder.name}.log"
     log.write_text("")
-    driver = fork()
-    if driver == 0:
-        code = 1
-        try:
-            drive(folder, log, trials, procs)
-            code = 0
-        except BaseException:
-            traceback.print_exc()  # on the test's captured stderr
-        finally:
-            os._exit(code)
-    assert os.waitpid(driver, 0)[1] == 0, "the driver failed (its traceback is above)"
+    proc = subprocess.run(
+        [sys.executable, "-c", _DRIVER, str(folder), str(log), str(trials), str(procs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
     return log.read_text().splitlines()
 
 
