@@ -19,6 +19,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -199,10 +200,12 @@ def test_a_body_that_stalls_after_its_headers_times_out(
 
     with served(origin_server, rule) as proxy:
         code, _, err, took = cli(["check", f"{proxy.url}/ckpt/", "--no-model", *FAST_ARGS], capsys)
-        requests = len([p for p in proxy.paths if p.endswith(".safetensors")])
+        asked = Counter(p for p in proxy.paths if p.endswith(".safetensors"))
     assert code == 2 and took < 8
     assert "(--timeout" in one_line(err) or "(--read-timeout)" in err
-    assert requests >= 2  # retried after the read timeout, not given up at once
+    # Retried after the read timeout, not given up at once: a shard asked again (counting
+    # every shard's requests together, as before, three shards made it true without one).
+    assert max(asked.values()) >= 2, asked
 
 
 # -- listings --------------------------------------------------------------------------------------
@@ -529,7 +532,7 @@ def test_hub_stalled_revision_is_one_line(hub_repo: FakeHub) -> None:
         with pytest.raises(RemoteAccessError, match=r"no complete answer within 0\.5 s"):
             options = {"endpoint": endpoint.url, "token": False}
             scan("hf://org/tiny", storage_options=options, timeout=0.5, read_timeout=5.0)
-        assert time.monotonic() - start < 8
+        assert time.monotonic() - start < 4  # under the read timeout: the deadline ended it
 
 
 # -- Google Cloud Storage ------------------------------------------------------------------------
