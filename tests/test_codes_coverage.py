@@ -30,6 +30,7 @@ from modelopt_writer import (
     tiny_layer_state_dicts,
     write_modelopt_export,
 )
+from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.scan import scan
@@ -1031,11 +1032,9 @@ def test_code_file_extra_vs_source(hf: Path) -> None:
     assert f.file == "README.md" and f.severity == "warning"
 
 
-def test_code_file_not_verified(hf: Path) -> None:
+def test_code_file_not_verified(hf: Path, hub_server: FakeHub) -> None:
     """The Hub stand-in's listing without `lfs.oid` for one shard: its size matches, its
     bytes are not compared, and that is said."""
-    from remote_servers import FakeHub
-
     victim = shards(hf)[0]
 
     def no_checksum(item: dict) -> dict:
@@ -1044,7 +1043,7 @@ def test_code_file_not_verified(hf: Path) -> None:
             item.pop("oid")
         return item
 
-    with FakeHub({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
+    with hub_server.serving({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
         options = {"endpoint": hub.url, "token": False}
         result = verify(hf, against="hf://org/hf", storage_options=options)
     f = one(list(result.findings), "file-not-verified")
