@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from once import once_per_run
+from once import once_per_run, shared_dir
 
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
