@@ -680,3 +680,21 @@ def test_a_table_read_with_its_own_budget_is_the_one_reports_show(tmp_path: Path
     table = computed_value_table(scanned)
     assert table is not None and table is value_table(scanned, "sample", budget=SampleBudget(2))
     assert table is not value_table(scanned, "sample")  # the default budget is its own table
+
+
+def test_sample_values_after_the_tensors_grid_was_drawn(tmp_path: Path) -> None:
+    """Sampling values re-checks and rebuilds every tab; the Tensors grid a page has drawn
+    still holds a view on its table then (the page lets go of it later), which must not stop
+    the rebuild ("Cannot delete table with views")."""
+    from inspector.widgets.dashboard import Dashboard
+
+    folder = _copy("transformers/mixtral", tmp_path)
+    dash = Dashboard(folder, model=False, snapshot=False, progress=False)
+    tensors = dash.select("Tensors")
+    held = tensors.table.view()  # what the page's grid holds while it shows the table
+    panel = dash.select("Values")
+    panel.sample.click()
+    assert dash.values == "sample", (panel.status.value, dash.notice.value)
+    assert "Cannot delete" not in panel.status.value + dash.notice.value
+    assert set(dash.select("Values").table["mode"]) == {"sample"}
+    held.delete()  # the page lets go of its view
