@@ -33,6 +33,7 @@ from inspector._internal.checkpoint.quant_config import (
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
+from inspector._internal.checks.draft import check_draft
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, Severity
@@ -45,6 +46,7 @@ from inspector._internal.serve.placement import (
     stage_bytes,
     weight_layout,
 )
+from inspector._internal.serve.quant_support import quant_support_findings
 from inspector._internal.serve.rules import PlanFacts, plan_findings
 from inspector.errors import InspectorError
 
@@ -202,6 +204,7 @@ def fit(
     context: int | None = None,
     kv_dtype: str = "auto",
     gpu_memory_utilization: float = DEFAULT_UTILIZATION,
+    target: ScannedCheckpoint | None = None,
 ) -> FitResult:
     """Judge the parallel plans for serving `ckpt` with vLLM or SGLang.
 
@@ -211,6 +214,9 @@ def fit(
     memory findings and the longest context are computed. `context` is the context to
     serve (default: the model's `max_position_embeddings`), `kv_dtype` one of vLLM's
     `--kv-cache-dtype` names, `gpu_memory_utilization` the share of memory the engine takes.
+    With a catalogue GPU, the quantization scheme is judged against the engine's support on
+    its compute capability (`serve.quant_support`). `target`: `ckpt` is a draft model
+    (EAGLE) for that target, judged against it (`checks.draft`).
     Bad options raise `InspectorError`; a bad config.json is a finding."""
     memory, gpu_label = _gpu_memory(gpu, gpu_memory)
     _check_options(tp=tp, ep=ep, pp=pp, context=context)
@@ -230,6 +236,10 @@ def fit(
         quantized=_quantized_kinds(ckpt),
     )
     general = _config_findings(serving, split_block_problem(ckpt.config))
+    general += _speculative(ckpt, target)
+    known = gpu_named(gpu) if gpu is not None else None
+    if known is not None:
+        general += quant_support_findings(ckpt.config, ckpt.quant_config, gpu=known)
     budget = None if memory is None else int(memory * gpu_memory_utilization)
     plans = [
         _plan(
@@ -254,6 +264,24 @@ def fit(
         kv_dtype=kv_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
     )
+
+
+def _speculative(ckpt: ScannedCheckpoint, target: ScannedCheckpoint | None) -> list[Finding]:
+    """A draft against its target (`checks.draft`), and MTP layers declared but not stored
+    (an engine asked for MTP speculative decoding then proposes nothing the target accepts:
+    vLLM PR #35548)."""
+    found = check_draft(ckpt, target=target)
+    declared = ckpt.spec.mtp_layers
+    if declared and not ckpt.tensors["is_mtp"].any():
+        found.append(
+            make_finding(
+                Code.MTP_MISSING,
+                f"config.json declares {declared:,} MTP layers and none is stored: MTP "
+                "speculative decoding (vLLM `--speculative-config` method mtp) has no draft "
+                "weights to load; restore them with `ckpt-inspect repair --from <release>`",
+            )
+        )
+    return found
 
 
 def _facts(ckpt: ScannedCheckpoint) -> tuple[ServingSpec, SplitBlock | None, WeightLayout]:
