@@ -55,6 +55,7 @@ __all__ = [
     "VERDICT_SECONDS",
     "NoAnswer",
     "read_answer",
+    "read_capped_line",
     "start_verdict_process",
     "verdict_apart",
     "verdict_digest",
@@ -176,7 +177,7 @@ class _Child:
             try:
                 process.stdin.write(orjson.dumps(request) + b"\n")
                 process.stdin.flush()
-                line = _read_line(process.stdout, deadline=time.monotonic() + VERDICT_SECONDS)
+                line = read_capped_line(process.stdout, seconds=VERDICT_SECONDS)
             except (OSError, TimeoutError) as exc:
                 self._end(process)
                 raise NoAnswer(_why_ended(process, exc)) from None
@@ -209,9 +210,10 @@ def read_answer(line: bytes) -> dict[str, Any]:
     return answer
 
 
-def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
-    """One line from `stream` (the child's answer), at most `_ANSWER_CAP` bytes, by
-    `deadline`; TimeoutError past it, OSError when the child ended first."""
+def read_capped_line(stream: IO[bytes], *, seconds: float, cap: int = _ANSWER_CAP) -> bytes:
+    """One line from `stream` (a child's answer), at most `cap` bytes, within `seconds`;
+    TimeoutError past it, OSError when the child ended first."""
+    deadline = time.monotonic() + seconds
     fd = stream.fileno()
     chunks: list[bytes] = []
     size = 0
@@ -220,7 +222,7 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
-                raise TimeoutError(f"no answer within {VERDICT_SECONDS:g} s")
+                raise TimeoutError(f"no answer within {seconds:g} s")
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise OSError("its process ended without an answer")
@@ -228,8 +230,8 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
             size += len(chunk)
             if chunk.endswith(b"\n"):
                 return b"".join(chunks)
-            if size > _ANSWER_CAP:
-                raise OSError(f"its answer was larger than {_ANSWER_CAP >> 20} MiB")
+            if size > cap:
+                raise OSError(f"its answer was larger than {cap >> 20} MiB")
 
 
 def _why_ended(process: subprocess.Popen[bytes], exc: BaseException) -> str:

@@ -71,6 +71,7 @@ __all__ = [
     "prepare_load_check",
     "stored_files",
     "stored_tensors",
+    "torch_dtype",
 ]
 
 # Layouts a loader reads as they are. DCP-sharded folders and Megatron torch_dist are
@@ -949,11 +950,11 @@ def _finish(model: Any, info: Any) -> None:
 def _meta_tensor(dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
     import torch
 
-    return torch.empty(shape, dtype=_torch_dtype(dtype), device="meta")
+    return torch.empty(shape, dtype=torch_dtype(dtype), device="meta")
 
 
 @lru_cache(maxsize=64)
-def _torch_dtype(dtype: str) -> torch.dtype:
+def torch_dtype(dtype: str) -> torch.dtype:
     import torch
 
     names = {
