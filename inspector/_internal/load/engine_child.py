@@ -170,17 +170,20 @@ def _recording(
     except (TypeError, ValueError):
         signature = None
 
-    def loader(param: Any, loaded: Any, *args: Any, **kwargs: Any) -> Any:
-        shard = expert = None
+    def loader(*args: Any, **kwargs: Any) -> Any:
+        # Called positionally by most layers, with keywords by FusedMoE's callers.
+        bound: dict[str, Any] = {}
         if signature is not None:
             try:
-                bound = signature.bind_partial(param, loaded, *args, **kwargs).arguments
+                bound = dict(signature.bind_partial(*args, **kwargs).arguments)
             except TypeError:
                 bound = {}
-            shard = bound.get("shard_id", bound.get("loaded_shard_id"))
-            expert = bound.get("expert_id")
-        elements = int(loaded.numel()) if hasattr(loaded, "numel") else 0
-        result = original(param, loaded, *args, **kwargs)
+        loaded = bound.get("loaded_weight", args[1] if len(args) > 1 else None)
+        shard = bound.get("shard_id", bound.get("loaded_shard_id"))
+        expert = bound.get("expert_id")
+        numel = getattr(loaded, "numel", None)
+        elements = int(numel()) if callable(numel) else 0
+        result = original(*args, **kwargs)
         # FusedMoE's `return_success`: an expert another rank holds is not received here.
         if result is not False:
             into.append((_plain(shard), _plain(expert), elements))
