@@ -153,3 +153,33 @@ def cut_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], dict[str, i
         return cut
 
     return install
+
+
+@pytest.fixture(scope="session")
+def vllm_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """For each case of tests/vllm_cases.py: what vLLM's real loader does and what our
+    verdict says ({"engine": "loads" or its exception, "ours": the child's answer}). Skipped
+    without vLLM (the `[vllm]` extra): importing it takes half a minute, so one child
+    process answers for every case."""
+    import importlib.util
+    import json
+    import subprocess
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed (the [vllm] extra)")
+    from vllm_cases import write_cases
+
+    folders = write_cases(tmp_path_factory.mktemp("vllm-cases"))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), *map(str, folders.values())],
+        capture_output=True,
+        env=env,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    results: dict[str, dict] = json.loads(done.stdout)
+    for case, folder in folders.items():
+        results[case]["folder"] = str(folder)
+    return results

@@ -41,7 +41,8 @@ from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
 from inspector._internal.integrity.verify import verify, write_manifest
-from inspector._internal.serve.engine import engine_check
+from inspector._internal.load.engine import EngineVerdict
+from inspector._internal.serve.engine import engine_check, verdict_findings
 from inspector._internal.serve.fit import fit
 
 H = 8
@@ -1241,6 +1242,36 @@ def test_code_draft_mapping_invalid(tmp_path: Path) -> None:
 def test_code_draft_head_from_target(tmp_path: Path) -> None:
     f = one(run(write_eagle3(tmp_path, head=False)), "draft-head-from-target")
     assert "no output head" in f.message
+
+
+# vLLM's own weight loading (the [vllm] extra; skipped without it): one child process answers
+# for every case of tests/vllm_cases.py (tests/test_engines.py compares them with vLLM's real
+# load).
+
+
+def vllm_finding(vllm_cases: dict[str, dict], case: str, code: str) -> Finding:
+    verdict = EngineVerdict.from_answer(vllm_cases[case]["ours"], tp=1)
+    return one(verdict_findings(verdict), code)
+
+
+def test_code_engine_weight_unmapped(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "extra-tensor", "engine-weight-unmapped")
+    assert "There is no module or parameter named 'layers.0.self_attn.rope_alpha'" in f.message
+
+
+def test_code_engine_shape_mismatch(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "oversized", "engine-shape-mismatch")
+    assert "16,384 elements, more than its 8,192" in f.message
+
+
+def test_code_engine_weight_missing(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "fp8-drop-o_proj", "engine-weight-missing")
+    assert "o_proj.weight" in f.message and "vLLM itself does not check" in f.message
+
+
+def test_code_engine_load_failed(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "fp8-renamed-scale", "engine-load-failed")
+    assert "AttributeError" in f.message
 
 
 def test_code_engine_quant_unsupported(demo_checkpoints: Path) -> None:
