@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from engine_cases import write_eagle3, write_llama_gguf
-from hf_exports import resaved
+from hf_exports import resaved, tiny_llama
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -31,6 +31,7 @@ from modelopt_writer import (
     tiny_layer_state_dicts,
     write_modelopt_export,
 )
+from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.scan import scan
@@ -780,16 +781,7 @@ def test_code_pickle_bomb(megatron: Path) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
-    return folder
+    return tiny_llama(tmp_path_factory.mktemp("llama"))
 
 
 def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
@@ -1043,11 +1035,9 @@ def test_code_file_extra_vs_source(hf: Path) -> None:
     assert f.file == "README.md" and f.severity == "warning"
 
 
-def test_code_file_not_verified(hf: Path) -> None:
+def test_code_file_not_verified(hf: Path, hub_server: FakeHub) -> None:
     """The Hub stand-in's listing without `lfs.oid` for one shard: its size matches, its
     bytes are not compared, and that is said."""
-    from remote_servers import FakeHub
-
     victim = shards(hf)[0]
 
     def no_checksum(item: dict) -> dict:
@@ -1056,7 +1046,7 @@ def test_code_file_not_verified(hf: Path) -> None:
             item.pop("oid")
         return item
 
-    with FakeHub({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
+    with hub_server.serving({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
         options = {"endpoint": hub.url, "token": False}
         result = verify(hf, against="hf://org/hf", storage_options=options)
     f = one(list(result.findings), "file-not-verified")

@@ -287,8 +287,18 @@ class Dashboard:
         )
         from .autosize import Autosize
 
+        # Eleven tabs do not fit JupyterLab's fixed tab width: each tab takes its title's
+        # width and the bar wraps, so no title is cut to an ellipsis.
+        tab_style = w.HTML(
+            # As specific as ipywidgets' own rule for the tab width, and later.
+            "<style>.ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-content{flex-wrap:wrap}"
+            ".ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
+            layout=w.Layout(display="none"),
+        )
         self.widget = w.VBox(
-            [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
+            [top, self.notice, self.progress, tab_style, self.tab, Autosize(), GridCells()],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
         self._snapshot = None

@@ -39,6 +39,7 @@ NAMES = (
     "manifest",
     "load_answer",
     "torch_bin",
+    "bin_pickle",
     "gguf",
     "quant_patterns",
     "gguf_metadata",

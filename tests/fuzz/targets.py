@@ -7,6 +7,10 @@ reader must keep, whatever the input:
   report must not leak a file's content) and none holds a control character (names are shown
   through `inspector._internal.common.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
+- no pickle read leaves anything behind: every object a stream could reach through what
+  the readers hand it (stand-ins, their tables, the reply classes, copyreg's cache) is
+  unchanged after each input, and a clean file read next reads as it did before (`.bin`
+  `data.pkl` opcodes get a target of their own, `bin_pickle`);
 - the bounded child that reads large `.metadata` files answers what the audited path
   answers (or reads, within its limits, a stream the audit refuses as a bomb);
 - config.json through the load check never asks on the terminal, never opens a socket or
@@ -62,6 +66,7 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "bin_pickle",
     "fit_config",
     "gguf",
     "gguf_metadata",
@@ -165,6 +170,36 @@ def index_json(data: bytes) -> None:
 
 # -- (c) the pickle guard and the restricted unpickler ---------------------------------------
 
+# A `.metadata` torch's DCP writer wrote (a seed of the corpus): read after every input, it
+# must read as it did before the first.
+_CLEAN_METADATA = Path(__file__).parent / "corpus" / "pickle" / "dcp-metadata.pkl"
+_READINGS: dict[str, str] = {}
+_READERS = {"bin": ("bin",), "metadata": ("metadata", "reply")}
+
+
+def _clean(kind: str) -> bytes:
+    return _bin_template()[0] if kind == "bin" else _CLEAN_METADATA.read_bytes()
+
+
+def _isolation(kind: str) -> list[object]:
+    """What must not change (`pickle_ops.stand_in_state`), taken before each input; the
+    clean file's reading is taken once per process, before the first input."""
+    from pickle_ops import read_one, stand_in_state
+
+    if kind not in _READINGS:
+        _READINGS[kind] = read_one(kind, _clean(kind))
+    return stand_in_state(*_READERS[kind])
+
+
+def _assert_isolated(kind: str, before: list[object]) -> None:
+    """The input changed nothing another read uses (SECURITY.md, "Nothing in a checkpoint
+    runs code"): the same state as before it, and the clean file reads as it always did."""
+    from pickle_ops import read_one, stand_in_state
+
+    after = stand_in_state(*_READERS[kind])
+    assert after == before, "a pickle changed what later reads are handed"
+    assert read_one(kind, _clean(kind)) == _READINGS[kind], "a clean file reads differently"
+
 
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
@@ -183,20 +218,23 @@ def pickle_metadata(data: bytes) -> None:
     )
     from inspector._internal.layouts import torch_dist
 
+    before = _isolation("metadata")
     try:
         audit = audit_pickle(data)
-    except (PickleFormatError, PickleBombError):
+    # HostilePickleError: the stream changes a global, or uses a copyreg extension code.
+    except (PickleFormatError, PickleBombError, HostilePickleError):
         audit = None
     try:
         meta = load_dcp_metadata(data)
     except (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError) as exc:
-        if isinstance(exc, HostilePickleError):
-            assert audit is not None and hostile_globals(audit.globals)
+        if isinstance(exc, HostilePickleError) and audit is not None:
+            assert hostile_globals(audit.globals)
         assert len(str(exc)) <= MAX_MESSAGE
-        return
-    assert audit is not None  # nothing unpickles that the audit refused
-    *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
-    _check_problems(problems)
+    else:
+        assert audit is not None  # nothing unpickles that the audit refused
+        *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+        _check_problems(problems)
+    _assert_isolated("metadata", before)
 
 
 # -- (d) the bounded child against the audited path --------------------------------------------
@@ -237,6 +275,7 @@ def pickle_sandbox(data: bytes) -> None:
             assert len(str(exc)) <= MAX_MESSAGE
             return None, exc
 
+    before = _isolation("metadata")
     here, refused = outcome(lambda: convert(load_dcp_metadata(data)))
     there, refused_there = outcome(
         lambda: read_dcp_metadata(
@@ -246,6 +285,7 @@ def pickle_sandbox(data: bytes) -> None:
             limits=limits,
         )
     )
+    _assert_isolated("metadata", before)
     if refused_there is not None:  # the child gave no answer: the audited path spoke
         assert refused is not None and type(refused_there) is type(refused)
         assert str(refused_there) == str(refused)
@@ -513,6 +553,7 @@ def torch_bin(data: bytes) -> None:
 
     from inspector._internal.formats.bin_shard import read_bin_columns
 
+    before = _isolation("bin")
     reader = CountingReader(data)
     modules = set(sys.modules)
     shard = read_bin_columns(reader, "fuzz.bin", cap=BIN_CAP)
@@ -523,6 +564,65 @@ def torch_bin(data: bytes) -> None:
     n = len(shard.names)
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
+    _assert_isolated("bin", before)
+
+
+# -- (g') data.pkl opcodes inside a real archive ----------------------------------------------
+
+_BIN_TEMPLATE: tuple[bytes, bytes] | None = None
+
+
+def _bin_template() -> tuple[bytes, bytes]:
+    """A `.bin` torch.save wrote (F32, BF16 and float8 tensors: storage classes, a dtype
+    global, `_rebuild_tensor_v3`) and its data.pkl, once per process."""
+    global _BIN_TEMPLATE
+    if _BIN_TEMPLATE is None:
+        import torch
+        from pickle_ops import data_pkl
+
+        g = torch.Generator().manual_seed(0)
+        state = {
+            "a.weight": torch.randn(4, 8, generator=g),
+            "b.weight": torch.randn(3, 2, generator=g).to(torch.bfloat16),
+            "c.scale": torch.randn(4, generator=g).to(torch.float8_e4m3fn),
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        archive = buffer.getvalue()
+        _BIN_TEMPLATE = archive, data_pkl(archive)
+    return _BIN_TEMPLATE
+
+
+def _prepare_bin() -> None:
+    # torch writes the template archive, and one clean read imports what every read needs:
+    # once per process, not timed.
+    _isolation("bin")
+    bin_pickle(b"")
+
+
+def bin_pickle(data: bytes) -> None:
+    """The bytes as the data.pkl of a real `torch.save` archive: the whole stream when they
+    start with PROTO (0x80), else opcodes spliced in right after the writer's PROTO (so
+    the fuzzer works on BUILD, REDUCE, memo and global opcodes in front of a well-formed
+    state dict). Shard columns with findings, never an exception; nothing imported; and the
+    read leaves nothing behind (`_assert_isolated`)."""
+    from pickle_ops import splice, with_data_pkl
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.bin_shard import read_bin_columns
+
+    archive, stream = _bin_template()
+    before = _isolation("bin")
+    stream = data if data[:1] == b"\x80" else splice(stream, data)
+    hostile = with_data_pkl(archive, stream)
+    modules = set(sys.modules)
+    shard = read_bin_columns(CountingReader(hostile), "fuzz.bin", cap=BIN_CAP)
+    new = {m for m in set(sys.modules) - modules if not m.startswith(("encodings.", "zipfile"))}
+    assert not new, new
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    _assert_isolated("bin", before)
 
 
 # -- (h) GGUF headers -------------------------------------------------------------------------
@@ -875,6 +975,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "load_config": load_config,
     "remote_answer": remote_answer,
     "torch_bin": torch_bin,
+    "bin_pickle": bin_pickle,
     "gguf": gguf,
     "gguf_metadata": gguf_metadata,
     "manifest": manifest,
@@ -889,4 +990,6 @@ PREPARE: dict[str, Callable[[], None]] = {
     "manifest": _prepare_manifest,
     "quant_patterns": _prepare_quant_patterns,
     "fit_config": _prepare_fit_config,
+    "torch_bin": _prepare_bin,
+    "bin_pickle": _prepare_bin,
 }
