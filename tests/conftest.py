@@ -224,28 +224,58 @@ def hub_server() -> Iterator[FakeHub]:
 @pytest.fixture(scope="session")
 def vllm_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     """For each case of tests/vllm_cases.py: what vLLM's real loader does and what our
-    verdict says ({"engine": "loads" or its exception, "ours": the child's answer}). Skipped
-    without vLLM (the `[vllm]` extra): importing it takes half a minute, so one child
-    process answers for every case."""
+    verdict says ({"engine": "loads" or its exception, "ours": `EngineVerdict.to_dict()`,
+    "answer": the child's answer line, "folder"}). Skipped without vLLM (the `[vllm]` extra).
+    Made once per test run (`once_per_run`): one process, one vLLM import (6-10 s of CPU),
+    answers for the engine alone and, through the real pipe, for every verdict."""
     import importlib.util
     import json
-    import subprocess
 
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed (the [vllm] extra)")
-    from vllm_cases import write_cases
-
-    folders = write_cases(tmp_path_factory.mktemp("vllm-cases"))
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), *map(str, folders.values())],
-        capture_output=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    results: dict[str, dict] = json.loads(done.stdout)
-    for case, folder in folders.items():
-        results[case]["folder"] = str(folder)
+    folder = once_per_run(tmp_path_factory, "vllm-cases", _vllm_cases)
+    results: dict[str, dict] = json.loads((folder / "results.json").read_text())
     return results
+
+
+def _vllm_cases(root: Path) -> None:
+    import json
+
+    from vllm_cases import write_cases, write_hostile
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.load import engine
+
+    folders = write_cases(root)
+    hostile = write_hostile(root / "hostile", folders["healthy"])
+    alone = root / "alone.json"
+    process = engine.ENGINE_PROCESS
+    command, ask = process.command, process.ask
+    answers: dict[str, dict] = {}
+
+    def recorded(request: dict) -> dict:
+        answers[request["path"]] = answer = ask(request)
+        return answer
+
+    script = [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), str(alone)]
+    process.command = [*script, *map(str, folders.values())]
+    process.ask = recorded  # type: ignore[method-assign]
+    try:
+        verdicts = {
+            case: engine.engine_verdict(scan(f)) for case, f in {**folders, **hostile}.items()
+        }
+    finally:
+        process.close()
+        process.command = command
+        del process.ask
+    by_engine = json.loads(alone.read_text())
+    results = {
+        case: {
+            "engine": by_engine.get(case),
+            "ours": verdicts[case].to_dict(),
+            "answer": answers.get(str(folder)),
+            "folder": str(folder),
+        }
+        for case, folder in {**folders, **hostile}.items()
+    }
+    (root / "results.json").write_text(json.dumps(results))

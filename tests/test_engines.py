@@ -76,13 +76,54 @@ def test_vllm_names_what_it_skips(vllm_cases: dict[str, dict]) -> None:
     assert name.endswith("w2_weight") and (received, expected) == (7168, 8192)
 
 
-def test_check_engine_vllm_through_the_cli(vllm_cases: dict[str, dict], capsys) -> None:
-    """The whole path: a sealed child, its answer read capped and checked field by field."""
-    folder = vllm_cases["drop-k_proj"]["folder"]
+def test_check_engine_vllm_through_the_cli(
+    vllm_cases: dict[str, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI and --json over the child's recorded answer (the pipe itself served every
+    case in `vllm_cases`; a second vLLM import here would double the tests' cost)."""
+    import json
+
+    from inspector._internal.load import engine
+
+    case = vllm_cases["drop-k_proj"]
+    monkeypatch.setattr(engine.ENGINE_PROCESS, "ask", lambda request: case["answer"])
+    folder = case["folder"]
     assert main(["check", folder, "--engine", "vllm", "--no-model"]) == 1
     out = capsys.readouterr().out
     assert "engine check: vLLM 0.33.0 as LlamaForCausalLM (TP 1): starts, but" in out
     assert "ERROR engine-weight-missing" in out and "qkv_proj.weight" in out
+    assert main(["check", folder, "--engine", "vllm", "--no-model", "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["engine"]["verdict"]["missing_shards"] == [
+        ["model.layers.0.self_attn.qkv_proj.weight", "k"]
+    ]
+    assert result["counts"]["by_code"] == {"engine-weight-missing": 1}
+
+
+@pytest.mark.parametrize(
+    ("case", "words"),
+    [
+        ("billion-layers", "num_hidden_layers is 1,000,000,000, over the 2,048 this check"),
+        ("auto-map", "vLLM could not build the model"),
+    ],
+)
+def test_hostile_configs_are_refused_before_vllm_builds(
+    vllm_cases: dict[str, dict], case: str, words: str
+) -> None:
+    from vllm_cases import imported
+
+    ours = vllm_cases[case]["ours"]
+    assert ours["skipped"] is not None and words in ours["skipped"], ours
+    assert not imported(Path(vllm_cases[case]["folder"]))
+
+
+@pytest.mark.parametrize("case", ["endless-link", "hub-backbone"])
+def test_what_vllm_reads_is_the_private_copy(vllm_cases: dict[str, dict], case: str) -> None:
+    """A link to an endless file beside config.json is never opened, a Hub repository
+    named in config.json never fetched: a verdict (or a skip saying why), in bounded time."""
+    verdict = vllm_cases[case]["ours"]
+    assert verdict["seconds"] < 60
+    assert verdict["skipped"] is None or "could not build" in verdict["skipped"], verdict
 
 
 def test_without_vllm_one_line_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -183,8 +224,9 @@ def test_gguf_hostile_block_count_is_not_believed(
 
 
 def test_gguf_hostile_names_stay_linear(tmp_path: Path) -> None:
-    """A million-character block number and names built to look like blocks: one pass."""
-    names = ["blk." + "9" * 5000 + ".attn_q.weight", "blk.0.blk.1.attn_q.weight", "blk..x"]
+    """A 40-digit block number (ggml's names stop at 63 bytes) and names built to look like
+    blocks: one pass."""
+    names = ["blk." + "9" * 40 + ".attn_q.weight", "blk.0.blk.1.attn_q.weight", "blk..x"]
     write_llama_gguf(tmp_path, extra=names)
     (f,) = check(scan(tmp_path), model=False)
     assert f.code == "gguf-tensor-unexpected" and "3 tensors" in f.message
@@ -215,7 +257,8 @@ def test_tied_head_full_read(tmp_path: Path) -> None:
 
 
 def test_draft_against_its_target(tmp_path: Path) -> None:
-    draft = scan(write_eagle3(tmp_path / "draft", vocab=64, head=False))
+    # A draft without a head borrows the target's: its draft vocabulary is the target's.
+    draft = scan(write_eagle3(tmp_path / "draft", vocab=64, draft_vocab=64, head=False))
     good = scan(write_eagle3(tmp_path / "target", vocab=64, draft_vocab=64))
     bad = scan(write_eagle3(tmp_path / "other", vocab=96))
     codes = {f.code for p in fit(draft, tp=1, target=good).plans for f in p.findings}

@@ -1,11 +1,9 @@
 """vLLM's own load against ours, on tiny models: the cases issue 37 lists, written by the real
 writers (transformers' `save_pretrained`, then re-saved with safetensors' `save_file` after the
-damage), and a runner that gives, for each case, what vLLM's real loader does with the real
-tensors on CPU (`DefaultModelLoader.load_weights`, its own strictness) and what our verdict
-says (`load.engine_child`, meta tensors). Run as a script in a child process: vLLM takes the
-process (one gloo group, its config context).
-
-`python tests/vllm_cases.py CASE_FOLDER...` prints {case: {"engine": ..., "ours": {...}}}.
+damage), and a script that runs, in one process and one vLLM import, what vLLM's real loader
+does with the real tensors on CPU (`DefaultModelLoader.load_weights`, its own strictness),
+then serves as our verdict's child (`load.engine_child`: meta tensors, sealed), asked by
+tests/conftest.py's `vllm_cases` through `load.engine.engine_verdict`.
 """
 
 from __future__ import annotations
@@ -16,9 +14,8 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-__all__ = ["CASES", "write_cases"]
+__all__ = ["CASES", "HOSTILE", "engine_alone", "write_cases", "write_hostile"]
 
 _LAYER0 = "model.layers.0"
 
@@ -149,9 +146,59 @@ def write_cases(root: Path) -> dict[str, Path]:
     return out
 
 
-def _run(folders: list[str]) -> dict[str, dict]:
-    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
-    os.environ["HF_HUB_OFFLINE"] = "1"
+# Hostile folders for our verdict alone (vLLM's own load is not asked): config.json fields
+# that reach vLLM, and files beside it. case -> (edit of config.json, files to add).
+_IMPORTED = "imported.txt"
+_CODE = f"open(__file__.rsplit('/', 1)[0] + '/{_IMPORTED}', 'w').write('ran')\n"
+HOSTILE: dict[str, tuple[Callable[[dict], None], dict[str, str]]] = {
+    # A billion layers: vLLM would build them (minutes, gigabytes); refused before it runs.
+    "billion-layers": (lambda c: c.update(num_hidden_layers=10**9), {}),
+    # The folder's own code named at the top and nested: never imported.
+    "auto-map": (
+        lambda c: c.update(
+            architectures=["EvilForCausalLM"],
+            auto_map={"AutoModelForCausalLM": "evil.EvilForCausalLM"},
+            text_config={"auto_map": {"AutoConfig": "evil.EvilConfig"}},
+        ),
+        {"evil.py": _CODE},
+    ),
+    # A generation config that is a link to an endless file: vLLM never reads the folder.
+    "endless-link": (lambda c: None, {"generation_config.json": "->/dev/zero"}),
+    # A Hub repository named for a part of the model: offline, sealed.
+    "hub-backbone": (
+        lambda c: c.update(speculators_config={"verifier": {"name_or_path": "someone/else"}}),
+        {},
+    ),
+}
+
+
+def write_hostile(root: Path, base: Path) -> dict[str, Path]:
+    """Every case of `HOSTILE` under `root`: `base`'s files, its config.json edited."""
+    out = {}
+    for case, (config_edit, files) in HOSTILE.items():
+        folder = root / case
+        shutil.copytree(base, folder)
+        config = json.loads((folder / "config.json").read_text())
+        config_edit(config)
+        (folder / "config.json").write_text(json.dumps(config))
+        for name, text in files.items():
+            (folder / name).unlink(missing_ok=True)
+            if text.startswith("->"):
+                (folder / name).symlink_to(text[2:])
+            else:
+                (folder / name).write_text(text)
+        out[case] = folder
+    return out
+
+
+def imported(folder: Path) -> bool:
+    """Whether a hostile folder's own code ran."""
+    return (folder / _IMPORTED).exists()
+
+
+def engine_alone(folders: list[str]) -> dict[str, str]:
+    """What vLLM's real loader does with each folder's real tensors on CPU: "loads", or its
+    exception as it wrote it."""
     import torch
     from vllm.config import (
         DeviceConfig,
@@ -164,8 +211,6 @@ def _run(folders: list[str]) -> dict[str, dict]:
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.utils import initialize_model
 
-    from inspector._internal.load import engine_child
-
     results = {}
     for folder in folders:
         model_config = ModelConfig(model=folder, skip_tokenizer_init=True, enforce_eager=True)
@@ -175,38 +220,36 @@ def _run(folders: list[str]) -> dict[str, dict]:
             device_config=DeviceConfig("cpu"),
         )
         # The groups are made for the config current at their creation (a MoE model's
-        # expert-parallel group only for a MoE config): made again for each case and verdict.
-        _reset(parallel_state)
+        # expert-parallel group only for a MoE config): made again for each case.
         with set_current_vllm_config(config):
-            if not parallel_state.model_parallel_is_initialized():
-                parallel_state.init_distributed_environment(
-                    world_size=1, rank=0, local_rank=0, backend="gloo",
-                    distributed_init_method=f"file://{folder}.gloo",
-                )  # fmt: skip
-                parallel_state.ensure_model_parallel_initialized(1, 1)
-            with torch.device("cpu"):
-                model = initialize_model(config)
+            parallel_state.init_distributed_environment(
+                world_size=1, rank=0, local_rank=0, backend="gloo",
+                distributed_init_method=f"file://{folder}.gloo",
+            )  # fmt: skip
+            parallel_state.ensure_model_parallel_initialized(1, 1)
             try:
+                with torch.device("cpu"):
+                    model = initialize_model(config)
                 DefaultModelLoader(config.load_config).load_weights(model, model_config)
-                engine = "loads"
+                results[Path(folder).name] = "loads"
             except Exception as exc:
-                engine = f"{type(exc).__name__}: {exc}"
-        _reset(parallel_state)
-        ours = engine_child._verdict(folder, "safetensors-single", 1)
-        ours.pop("digest", None)
-        results[Path(folder).name] = {"engine": engine, "ours": ours}
+                results[Path(folder).name] = f"{type(exc).__name__}: {exc}"
+            finally:
+                parallel_state.destroy_model_parallel()
+                parallel_state.destroy_distributed_environment()
     return results
 
 
-def _reset(parallel_state: Any) -> None:
-    if parallel_state.model_parallel_is_initialized():
-        parallel_state.destroy_model_parallel()
-        parallel_state.destroy_distributed_environment()
-
-
 if __name__ == "__main__":
-    answers = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # what vLLM prints is not the answer
-    answers.write(json.dumps(_run(sys.argv[1:])) + "\n")
-    answers.close()
-    os._exit(0)
+    # `python tests/vllm_cases.py RESULTS CASE_FOLDER...`: vLLM's own load of every case,
+    # written to RESULTS, then this very process serves as the vLLM verdict's child
+    # (`load.engine_child`): one vLLM import for the engine alone and for our verdict.
+    os.environ["VLLM_TARGET_DEVICE"] = "cpu"
+    stdout = os.dup(1)
+    os.dup2(2, 1)  # what vLLM prints is not an answer
+    Path(sys.argv[1]).write_text(json.dumps(engine_alone(sys.argv[2:])))
+    os.dup2(stdout, 1)
+    os.close(stdout)
+    from inspector._internal.load import engine_child
+
+    engine_child._main()

@@ -17,27 +17,34 @@ and loading a model on the meta device a second or two.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
-import os
-import subprocess
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import orjson
-
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.load.child import NoAnswer, read_answer, read_capped_line, verdict_digest
+from inspector._internal.load.child import NoAnswer, VerdictProcess, verdict_digest
 from inspector._internal.load.verdict import LOADABLE_LAYOUTS
 
-__all__ = ["ENGINE_SECONDS", "VLLM_PIN", "EngineVerdict", "engine_verdict", "vllm_available"]
+__all__ = [
+    "ENGINE_MEMORY",
+    "ENGINE_PROCESS",
+    "ENGINE_SECONDS",
+    "VLLM_PIN",
+    "EngineVerdict",
+    "engine_verdict",
+    "vllm_available",
+]
 
 # The vLLM release the verdict is written against (the `[vllm]` extra pins it).
 VLLM_PIN = "0.33.0"
-# How long the child may take: importing vLLM on a busy CPU takes up to half a minute.
+# How long one verdict may take: importing vLLM on a busy CPU takes up to half a minute.
 ENGINE_SECONDS = 300.0
-_ANSWER_CAP = 16 << 20
+# The child's address space (RLIMIT_AS, set by the child before it reads a request): vLLM's
+# import takes about 1 GiB, a Qwen3-235B-shaped model on the meta device 0.6 GiB more; a
+# config.json declaring a billion layers or experts ends at this cap, not at the machine's.
+ENGINE_MEMORY = 8 << 30
 _NAMES = 200
 
 
@@ -196,9 +203,7 @@ def vllm_available() -> str | None:
     )
 
 
-def engine_verdict(
-    scanned: ScannedCheckpoint, *, tp: int = 1, seconds: float = ENGINE_SECONDS
-) -> EngineVerdict:
+def engine_verdict(scanned: ScannedCheckpoint, *, tp: int = 1) -> EngineVerdict:
     """vLLM's verdict on `scanned` at tensor-parallel size `tp` (module docstring)."""
     missing = vllm_available()
     if missing is not None:
@@ -213,10 +218,11 @@ def engine_verdict(
         return EngineVerdict(skipped="no config.json: vLLM builds its model from it", tp=tp)
     request = {"path": str(folder), "layout": str(scanned.layout), "tp": tp}
     try:
-        answer = _ask(request, seconds=seconds)
+        answer = ENGINE_PROCESS.ask(request)
     except NoAnswer as why:
         return EngineVerdict(skipped=str(why), tp=tp)
     if "failed" in answer:
+        ENGINE_PROCESS.close()
         raise RuntimeError(f"the vLLM verdict failed in its process:\n{answer['failed']}")
     if answer.get("digest") != verdict_digest(scanned):
         return EngineVerdict(
@@ -225,41 +231,39 @@ def engine_verdict(
     try:
         return EngineVerdict.from_answer(answer, tp=tp)
     except ValueError as exc:
+        ENGINE_PROCESS.close()  # what it writes next cannot be trusted either
         return EngineVerdict(
             skipped=f"the vLLM verdict's process answered with no verdict: {exc}", tp=tp
         )
 
 
-def _ask(request: dict[str, Any], *, seconds: float) -> dict[str, Any]:
-    root = str(Path(__file__).resolve().parents[3])
-    path = os.environ.get("PYTHONPATH")
-    env = {
-        **os.environ,
-        "PYTHONPATH": root + (os.pathsep + path if path else ""),
+def _child_env(env: dict[str, str]) -> dict[str, str]:
+    """The child's environment: none of the user's vLLM settings (a plugin list, a model hub,
+    remote code allowed) nor tokens; vLLM on CPU, offline, quiet."""
+    kept = {
+        k: v
+        for k, v in env.items()
+        if not k.startswith(("VLLM_", "HF_", "HUGGING_FACE_", "AWS_", "GOOGLE_"))
+        and "TOKEN" not in k
+    }
+    return {
+        **kept,
         "VLLM_TARGET_DEVICE": "cpu",
         "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_PLUGINS": "",
+        "VLLM_LOGGING_LEVEL": "ERROR",
         "DO_NOT_TRACK": "1",
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_LOGGING_LEVEL": "ERROR",
     }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "inspector._internal.load.engine_child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        close_fds=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        process.stdin.write(orjson.dumps(request) + b"\n")
-        process.stdin.close()
-        line = read_capped_line(process.stdout, seconds=seconds, cap=_ANSWER_CAP)
-        return read_answer(line)
-    except (OSError, TimeoutError) as exc:
-        raise NoAnswer(f"vLLM's verdict process gave no verdict: {exc}") from None
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
+
+
+# One child per process, kept for the next verdict (vLLM's import is most of its cost).
+ENGINE_PROCESS = VerdictProcess(
+    "inspector._internal.load.engine_child",
+    what="vLLM's verdict",
+    seconds=ENGINE_SECONDS,
+    env=_child_env,
+    cap=16 << 20,
+)
+atexit.register(ENGINE_PROCESS.close)

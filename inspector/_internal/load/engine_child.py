@@ -2,19 +2,26 @@
 inspector._internal.load.engine_child`): vLLM's own model class built on the meta device from
 config.json, its own `load_weights` fed the stored names, shapes and dtypes as meta tensors.
 
-Run by `inspector._internal.load.engine` with `VLLM_TARGET_DEVICE=cpu`, one request on stdin
-(JSON: path, layout, tp), one answer on stdout (JSON), everything vLLM prints to stderr. The
-folder is scanned again here and the digest of what was read is returned
-(`load.child.verdict_digest`), as the transformers verdict's child does.
+Run by `inspector._internal.load.engine` (`ENGINE_PROCESS`, one child kept per process, vLLM's
+import being most of the cost) with the user's VLLM_*, HF_* and token variables removed and
+`VLLM_TARGET_DEVICE=cpu`; one request per line on stdin (JSON: path, layout, tp), one answer
+per line on stdout (JSON), everything vLLM prints to stderr. The folder is scanned again here
+and the digest of what was read is returned (`load.child.verdict_digest`), as the transformers
+verdict's child does.
 
 The steps are vLLM 0.33.0's own (`vllm.model_executor.model_loader.utils.initialize_model`,
 `DefaultModelLoader.load_weights`), with what the engine does not check added:
 
+- vLLM reads a private copy (`_private_copy`): the JSON files the scan found, opened as
+  regular files and capped; never the checkpoint folder itself (no link, no `.py` file, no
+  tokenizer), and `trust_remote_code` is always false: a model whose class is the folder's
+  own code gets a skipped verdict saying so;
 - `ModelConfig` (offline, no tokenizer) and `VllmConfig` (`load_format="dummy"`,
   `DeviceConfig("cpu")`), kept current (`set_current_vllm_config`) while the model is built
   and loaded; one-process gloo (`init_distributed_environment` through a file in the sealed
-  folder, `ensure_model_parallel_initialized(1, 1)`); a TP size above 1 is predicted for rank
-  0 by setting the tensor-parallel group's world size (the layers read it when built);
+  folder, `ensure_model_parallel_initialized(1, 1)`), torn down after each request; a TP
+  size above 1 is predicted for rank 0 by setting the tensor-parallel group's world size
+  (the layers read it when built);
 - every parameter's `weight_loader` is wrapped to record which shard ids (q/k/v, the parts of
   a merged layer, each expert's w1/w2/w3) it received and how many elements;
 - `load_weights` gets meta tensors; an exception it raises is the engine's verdict,
@@ -26,8 +33,9 @@ The steps are vLLM 0.33.0's own (`vllm.model_executor.model_loader.utils.initial
   (vLLM cuts an oversized tensor and takes an undersized expert tensor without a word).
 
 Everything runs sealed (`load.sealed`): no prompt, no network from Python, no process, no
-write outside the private folder. gloo's own sockets are native code the seal cannot see:
-with one rank, they bind to this machine only.
+write outside the private folder; the process's address space is capped (`ENGINE_MEMORY`)
+before the first request and the parent ends it past `ENGINE_SECONDS`. gloo's own sockets
+are native code the seal cannot see: with one rank, they bind to this machine only.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ import orjson
 # Lists in the answer keep at most this many names (each a count too).
 ANSWER_NAMES = 200
 _MESSAGE = 2_000
+# The largest JSON file copied for vLLM (a config.json is kilobytes).
+_JSON_CAP = 64 << 20
 
 
 def _verdict(path: str, layout: str, tp: int) -> dict[str, Any]:
@@ -57,13 +67,46 @@ def _verdict(path: str, layout: str, tp: int) -> dict[str, Any]:
     stored = _stored(scanned)
     with sealed() as seal:
         try:
-            answer = _load(path, stored, tp, seal.folder)
+            model = _private_copy(path, scanned, seal.folder)
+            answer = _load(model, stored, tp, seal.folder)
         except Exception as exc:  # vLLM could not build the model: say why, no finding
             needed = seal.needed(exc)
             reason = f"needs {needed}" if needed else _text(exc)
             answer = {"skipped": f"vLLM could not build the model: {reason}"}
     answer["digest"] = digest
     return answer
+
+
+def _private_copy(path: str, scanned: Any, folder: str) -> str:
+    """A folder vLLM may read: config.json as the scan parsed it, within the load check's
+    bounds and without any `auto_map` (`load.verdict.bounded_config`), and the other JSON
+    files the scan found (the quantization and generation configs), each opened as a regular
+    file inside the checkpoint folder and capped, copied into the sealed private folder. vLLM
+    never opens the checkpoint folder: a link there to /dev/zero or to a file elsewhere, a
+    `.py` file, a file changed meanwhile or a tokenizer file are not its input."""
+    from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
+    from inspector._internal.load.verdict import bounded_config
+    from inspector._internal.storage.local import LocalStorage
+
+    storage = LocalStorage(path)
+    model = os.path.join(folder, "model")
+    os.mkdir(model)
+    with open(os.path.join(model, CONFIG_NAME), "xb") as out:
+        out.write(orjson.dumps(bounded_config(scanned.config)))
+    # The names come from the scan's fixed list of file names, never from the folder.
+    for name in sorted(scanned.json_files - {INDEX_NAME, CONFIG_NAME}):
+        data = storage.read_bytes(name, cap=_JSON_CAP)
+        with open(os.path.join(model, os.path.basename(name)), "xb") as out:
+            out.write(data)
+    return model
+
+
+def _reset(parallel_state: Any) -> None:
+    """No distributed groups left: the next model gets groups made for its own config (a
+    MoE config's expert-parallel group exists only when made for one)."""
+    if parallel_state.model_parallel_is_initialized():
+        parallel_state.destroy_model_parallel()
+    parallel_state.destroy_distributed_environment()
 
 
 def _stored(scanned: Any) -> list[tuple[str, str, tuple[int, ...]]]:
@@ -100,8 +143,10 @@ def _load(
         load_config=LoadConfig(load_format="dummy"),
         device_config=DeviceConfig("cpu"),
     )
+    _reset(parallel_state)
     with ExitStack() as stack:
         stack.enter_context(set_current_vllm_config(config))
+        stack.callback(_reset, parallel_state)
         if not parallel_state.model_parallel_is_initialized():
             parallel_state.init_distributed_environment(
                 world_size=1,
@@ -302,21 +347,38 @@ def _text(exc: BaseException) -> str:
 
 
 def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
-    line = requests.readline()
-    try:
-        request = orjson.loads(line)
-        answer = _verdict(str(request["path"]), str(request["layout"]), int(request["tp"]))
-    except Exception:
-        answer = {"failed": traceback.format_exc(limit=20)[-_MESSAGE:]}
-    answers.write(orjson.dumps(answer) + b"\n")
-    answers.flush()
+    """Answer each request line with one answer line, until the requests end."""
+    for line in requests:
+        try:
+            request = orjson.loads(line)
+            answer = _verdict(str(request["path"]), str(request["layout"]), int(request["tp"]))
+        except Exception:
+            answer = {"failed": traceback.format_exc(limit=20)[-_MESSAGE:]}
+        answers.write(orjson.dumps(answer) + b"\n")
+        answers.flush()
+
+
+def _bound() -> None:
+    """Before any request: a lower CPU priority (as the load check's child) and an address
+    space of `ENGINE_MEMORY`, so that a config.json declaring a billion layers ends this
+    process, not the machine's memory (the parent's deadline bounds its time)."""
+    import resource
+
+    from inspector._internal.load.engine import ENGINE_MEMORY
+
+    if hasattr(os, "nice"):
+        os.nice(5)
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = ENGINE_MEMORY if hard == resource.RLIM_INFINITY else min(ENGINE_MEMORY, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def _main() -> None:
-    # The answer goes to the pipe the parent reads; what vLLM prints goes to stderr.
+    # The answers go to the pipe the parent reads; what vLLM prints goes to stderr.
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = os.fdopen(os.dup(0), "rb")
+    _bound()
     _serve(requests, answers)
     answers.close()
     # vLLM's atexit handlers and gloo's threads are not waited for.

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOADABLE_LAYOUTS",
     "LoadVerdict",
+    "bounded_config",
     "clear_model_cache",
     "load_verdict",
     "prepare_load_check",
@@ -502,6 +503,18 @@ def _built(
                     "folder's own top-level auto_map, with --trust-remote-code)"
                 ) from None
             raise
+
+
+def bounded_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json as a model builder other than transformers is given it (vLLM's, in
+    `load.engine_child`): within the bounds the load check builds (layers, experts, depth,
+    values), every `auto_map` removed at any depth. ValueError with the reason otherwise."""
+    try:
+        _within_bounds(config)
+        cleaned, _ = _for_transformers(config)
+    except LoadSkipped as why:
+        raise ValueError(str(why)) from None
+    return cleaned
 
 
 # How deep config.json may nest, and how many values it may hold, for the load check to
