@@ -126,6 +126,60 @@ def test_what_vllm_reads_is_the_private_copy(vllm_cases: dict[str, dict], case: 
     assert verdict["skipped"] is None or "could not build" in verdict["skipped"], verdict
 
 
+def _replay(monkeypatch: pytest.MonkeyPatch, case: dict) -> None:
+    """The child's recorded answer for `case`, as the pipe gave it (no second vLLM import)."""
+    from inspector._internal.load import engine
+
+    monkeypatch.setattr(engine.ENGINE_PROCESS, "ask", lambda request: case["answer"])
+
+
+def test_fit_engine_vllm(
+    vllm_cases: dict[str, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fit --engine vllm`: the engine's findings join every plan's; --json says the verdict."""
+    import json
+
+    case = vllm_cases["drop-o_proj"]
+    _replay(monkeypatch, case)
+    result = fit(scan(case["folder"]), tp=1, engine="vllm")
+    (plan,) = result.plans
+    assert not plan.feasible and "engine-weight-missing" in {f.code for f in plan.findings}
+    assert result.to_dict()["engine"]["verdict"]["missing"] == [
+        "model.layers.0.self_attn.o_proj.weight"
+    ]
+    assert main(["fit", case["folder"], "--engine", "vllm"]) == 1
+    out = capsys.readouterr().out
+    assert "engine check: vLLM 0.33.0 as LlamaForCausalLM (TP 1): starts, but 1 parameters" in out
+    assert main(["fit", case["folder"], "--engine", "vllm", "--tp", "1", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["engine"]["verdict"]["loads"] is False
+
+
+def test_serve_tab_runs_vllms_verdict_on_request(
+    vllm_cases: dict[str, dict], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Serve tab's button: inspector.engine_check in a thread, its findings escaped."""
+    import ipywidgets as w
+
+    from widgets.serve_panel import ServePanel
+
+    case = vllm_cases["drop-k_proj"]
+    _replay(monkeypatch, case)
+    panel = ServePanel(scan(case["folder"]), figure=lambda figure, css: w.HTML())
+    panel.run_engine()
+    assert panel.engine_thread is not None
+    panel.engine_thread.join(timeout=60)
+    assert "starts, but 1 fused parameters partly filled" in panel.engine_out.value
+    assert "<b>engine-weight-missing</b>" in panel.engine_out.value
+    assert not panel.engine_button.disabled
+
+
+def test_fit_target_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    draft = write_eagle3(tmp_path / "draft", vocab=64)
+    other = write_eagle3(tmp_path / "other", vocab=96)
+    main(["fit", str(draft), "--tp", "1", "--target", str(other)])
+    assert "draft-target-mismatch" in capsys.readouterr().out
+
+
 def test_without_vllm_one_line_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import importlib.util
 
@@ -138,6 +192,11 @@ def test_without_vllm_one_line_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path
     report = engine_check(scan(tmp_path), engine="vllm")
     assert report.findings == () and len(report.notes) == 1
     assert "[vllm]" in report.notes[0] and "not installed" in report.notes[0]
+    # fit and the Serve tab say the same one line.
+    assert fit(scan(tmp_path), tp=1, engine="vllm").engine == report
+    from widgets.serve_panel import engine_html
+
+    assert engine_html(report).count("<li>") == 1
 
 
 @pytest.mark.parametrize(
@@ -350,3 +409,10 @@ def test_every_row_has_its_source_and_the_catalogue_has_a_capability() -> None:
 )
 def test_quant_scheme(qc: dict, scheme: str | None) -> None:
     assert quant_scheme({"quantization_config": qc}, None) == scheme
+
+
+def test_the_makefile_installs_the_vllm_the_verdict_is_written_against() -> None:
+    from inspector._internal.load.engine import VLLM_PIN
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    assert f"VLLM_PIN ?= vllm=={VLLM_PIN}\n" in makefile

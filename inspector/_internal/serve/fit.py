@@ -38,6 +38,7 @@ from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, Severity
 from inspector._internal.findings.finding import Finding, make_finding
+from inspector._internal.serve.engine import EngineReport, engine_check
 from inspector._internal.serve.gpus import GIB, GPUS, Gpu, gpu_named
 from inspector._internal.serve.kv import KvCost, stage_kv
 from inspector._internal.serve.placement import (
@@ -142,6 +143,9 @@ class FitResult:
     context: int | None
     kv_dtype: str
     gpu_memory_utilization: float
+    # With `fit(..., engine=...)`: what the serving engine's own check said (its findings
+    # are among every plan's).
+    engine: EngineReport | None = None
 
     @property
     def feasible(self) -> tuple[ParallelPlan, ...]:
@@ -149,8 +153,12 @@ class FitResult:
         return tuple(p for p in self.plans if p.feasible)
 
     def to_dict(self) -> dict[str, Any]:
-        """`fit --json`: `{"plans": [...]}`, each plan as `ParallelPlan.to_dict`."""
-        return {"plans": [p.to_dict() for p in self.plans]}
+        """`fit --json`: `{"plans": [...]}`, each plan as `ParallelPlan.to_dict`, and with an
+        engine `"engine"` (`EngineReport.to_dict()`)."""
+        out: dict[str, Any] = {"plans": [p.to_dict() for p in self.plans]}
+        if self.engine is not None:
+            out["engine"] = self.engine.to_dict()
+        return out
 
     def frame(self) -> pd.DataFrame:
         """One row per plan: the table the dashboard's Serve tab and the HTML report draw
@@ -205,6 +213,7 @@ def fit(
     kv_dtype: str = "auto",
     gpu_memory_utilization: float = DEFAULT_UTILIZATION,
     target: ScannedCheckpoint | None = None,
+    engine: str | None = None,
 ) -> FitResult:
     """Judge the parallel plans for serving `ckpt` with vLLM or SGLang.
 
@@ -216,7 +225,10 @@ def fit(
     `--kv-cache-dtype` names, `gpu_memory_utilization` the share of memory the engine takes.
     With a catalogue GPU, the quantization scheme is judged against the engine's support on
     its compute capability (`serve.quant_support`). `target`: `ckpt` is a draft model
-    (EAGLE) for that target, judged against it (`checks.draft`).
+    (EAGLE) for that target, judged against it (`checks.draft`). `engine` ("vllm",
+    "llama.cpp", "sglang") also runs that engine's own check (`serve.engine.engine_check`,
+    for vLLM its weight loading on a meta model at `tp`, default 1: seconds, not
+    milliseconds); its findings join every plan's.
     Bad options raise `InspectorError`; a bad config.json is a finding."""
     memory, gpu_label = _gpu_memory(gpu, gpu_memory)
     _check_options(tp=tp, ep=ep, pp=pp, context=context)
@@ -240,6 +252,11 @@ def fit(
     known = gpu_named(gpu) if gpu is not None else None
     if known is not None:
         general += quant_support_findings(ckpt.config, ckpt.quant_config, gpu=known)
+    report = None
+    if engine is not None:
+        # No GPU here: its quantization support is judged above, once.
+        report = engine_check(ckpt, engine=engine, tp=tp or 1)
+        general += report.findings
     budget = None if memory is None else int(memory * gpu_memory_utilization)
     plans = [
         _plan(
@@ -263,6 +280,7 @@ def fit(
         context=context,
         kv_dtype=kv_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
+        engine=report,
     )
 
 
