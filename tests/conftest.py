@@ -254,7 +254,7 @@ def _vllm_cases(root: Path) -> None:
     answers: dict[str, dict] = {}
 
     def recorded(request: dict) -> dict:
-        answers[request["path"]] = answer = ask(request)
+        answers[f"{request['path']}@{request['tp']}"] = answer = ask(request)
         return answer
 
     script = [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), str(alone)]
@@ -264,6 +264,9 @@ def _vllm_cases(root: Path) -> None:
         verdicts = {
             case: engine.engine_verdict(scan(f)) for case, f in {**folders, **hostile}.items()
         }
+        # TP 2 predicted in the same process (the group's world size set while building).
+        for case in ("healthy", "moe-healthy", "drop-k_proj"):
+            verdicts[f"{case}@tp2"] = engine.engine_verdict(scan(folders[case]), tp=2)
     finally:
         process.close()
         process.command = command
@@ -273,9 +276,12 @@ def _vllm_cases(root: Path) -> None:
         case: {
             "engine": by_engine.get(case),
             "ours": verdicts[case].to_dict(),
-            "answer": answers.get(str(folder)),
+            "answer": answers.get(f"{folder}@1"),
             "folder": str(folder),
         }
         for case, folder in {**folders, **hostile}.items()
     }
+    for case, verdict in verdicts.items():
+        if case.endswith("@tp2"):
+            results[case] = {"engine": None, "ours": verdict.to_dict(), "answer": None}
     (root / "results.json").write_text(json.dumps(results))

@@ -76,6 +76,18 @@ def test_vllm_names_what_it_skips(vllm_cases: dict[str, dict]) -> None:
     assert name.endswith("w2_weight") and (received, expected) == (7168, 8192)
 
 
+def test_vllm_verdict_at_tp2(vllm_cases: dict[str, dict]) -> None:
+    """TP 2 predicted in the one child: healthy models load, a dropped k_proj is still named
+    (element counts are compared at TP 1 only)."""
+    for case in ("healthy@tp2", "moe-healthy@tp2"):
+        ours = vllm_cases[case]["ours"]
+        assert ours["tp"] == 2 and ours["loads"] is True, ours
+    lost = vllm_cases["drop-k_proj@tp2"]["ours"]
+    assert lost["tp"] == 2 and lost["missing_shards"] == [
+        ["model.layers.0.self_attn.qkv_proj.weight", "k"]
+    ]
+
+
 def test_check_engine_vllm_through_the_cli(
     vllm_cases: dict[str, dict], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
