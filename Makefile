@@ -33,8 +33,10 @@ UV_INSTALL := $(UV) pip install --python $(PY) --quiet -c tests/constraints.txt 
 # vLLM for `check --engine vllm` (the [vllm] extra holds the packages it needs on CPU): its
 # wheel, without its CUDA requirements, over the CPU torch; VLLM_PIN is the release
 # inspector/_internal/load/engine.py is written against (a test keeps the two equal).
-# Measured: about 20 s with uv's cache warm (the wheel is 336 MB; a cold download adds its
-# time), and the vLLM tests add one vLLM import, about 10 s of CPU, to a test run.
+# Measured on the 2-core machine, uv's cache warm: 3.5 s to install the extra and the two
+# wheels, 15 s to compile vLLM's modules (COMPILE_SITE); a cold cache adds the download of
+# vLLM's 336 MB wheel. The vLLM tests share one vLLM import per test run (tests/conftest.py
+# `vllm_cases`): about 15 s of CPU, case models included.
 VLLM_PIN ?= vllm==0.33.0
 VLLM_INSTALL = VLLM_TARGET_DEVICE=cpu $(UV) pip install --python $(PY) --quiet --no-deps \
 	"$(VLLM_PIN)" xgrammar==0.2.8
