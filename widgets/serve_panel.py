@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, Any
 import ipywidgets as w
 
 from inspector import EngineReport, engine_check
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
 from inspector._internal.report.fit import fit_notes, fit_table
 from inspector._internal.report.html import frame_html, html_text
+from inspector._internal.report.text import engine_lines
 from inspector._internal.serve.fit import FitResult, fit
 from inspector._internal.serve.gpus import GPUS
 
@@ -116,9 +118,10 @@ class ServePanel:
 
 def engine_html(report: EngineReport) -> str:
     """The engine's one-line verdict (or why it did not run) and its findings, escaped."""
-    lines = [report.verdict.summary()] if report.verdict and report.verdict.ran else []
-    lines += report.notes
-    items = [f"<li>{html_text(line)}</li>" for line in lines]
+    # The lines quote vLLM's exception, which quotes names from the checkpoint.
+    items = [
+        f"<li>{html_text(legible(line, limit=MESSAGE_LIMIT))}</li>" for line in engine_lines(report)
+    ]
     items += [
         f"<li><b>{html_text(f.code)}</b>: {html_text(f.message)}</li>" for f in report.findings
     ]
