@@ -219,3 +219,69 @@ def hub_server() -> Iterator[FakeHub]:
 
     with FakeHub({}) as hub:
         yield hub
+
+
+@pytest.fixture(scope="session")
+def vllm_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """For each case of tests/vllm_cases.py: what vLLM's real loader does and what our
+    verdict says ({"engine": "loads" or its exception, "ours": `EngineVerdict.to_dict()`,
+    "answer": the child's answer line, "folder"}). Skipped without vLLM (the `[vllm]` extra).
+    Made once per test run (`once_per_run`): one process, one vLLM import (6-10 s of CPU),
+    answers for the engine alone and, through the real pipe, for every verdict."""
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed (the [vllm] extra)")
+    folder = once_per_run(tmp_path_factory, "vllm-cases", _vllm_cases)
+    results: dict[str, dict] = json.loads((folder / "results.json").read_text())
+    return results
+
+
+def _vllm_cases(root: Path) -> None:
+    import json
+
+    from vllm_cases import write_cases, write_hostile
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.load import engine
+
+    folders = write_cases(root)
+    hostile = write_hostile(root / "hostile", folders["healthy"])
+    alone = root / "alone.json"
+    process = engine.ENGINE_PROCESS
+    command, ask = process.command, process.ask
+    answers: dict[str, dict] = {}
+
+    def recorded(request: dict) -> dict:
+        answers[f"{request['path']}@{request['tp']}"] = answer = ask(request)
+        return answer
+
+    script = [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), str(alone)]
+    process.command = [*script, *map(str, folders.values())]
+    process.ask = recorded  # type: ignore[method-assign]
+    try:
+        verdicts = {
+            case: engine.engine_verdict(scan(f)) for case, f in {**folders, **hostile}.items()
+        }
+        # TP 2 predicted in the same process (the group's world size set while building).
+        for case in ("healthy", "moe-healthy", "drop-k_proj"):
+            verdicts[f"{case}@tp2"] = engine.engine_verdict(scan(folders[case]), tp=2)
+    finally:
+        process.close()
+        process.command = command
+        del process.ask
+    by_engine = json.loads(alone.read_text())
+    results = {
+        case: {
+            "engine": by_engine.get(case),
+            "ours": verdicts[case].to_dict(),
+            "answer": answers.get(f"{folder}@1"),
+            "folder": str(folder),
+        }
+        for case, folder in {**folders, **hostile}.items()
+    }
+    for case, verdict in verdicts.items():
+        if case.endswith("@tp2"):
+            results[case] = {"engine": None, "ours": verdict.to_dict(), "answer": None}
+    (root / "results.json").write_text(json.dumps(results))

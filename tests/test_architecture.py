@@ -212,6 +212,8 @@ _OWN_FILE_ACCESS = {
     "inspector/_internal/formats/sandbox.py",
     "inspector/_internal/load/verdict.py",
     "inspector/_internal/load/sealed.py",
+    # writes the private copy vLLM reads, inside the sealed folder (reads go through storage)
+    "inspector/_internal/load/engine_child.py",
     "inspector/_internal/demo/__init__.py",
     "inspector/_internal/demo/dcp.py",
     "inspector/_internal/demo/safetensors_layouts.py",

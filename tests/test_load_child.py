@@ -51,7 +51,7 @@ def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
     load_child.start_verdict_process()
     first = load_child._CHILD._process
     assert first is not None
-    monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
+    monkeypatch.setattr(load_child._CHILD, "seconds", 0.001)
     late = verdict_apart(scanned)
     assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
     assert first.poll() is not None  # ended, not left running
@@ -109,11 +109,15 @@ def test_a_folder_changed_after_the_scan_is_said_not_answered_for(
     assert not gone.ran and "changed while the load check read them" in gone.skipped
 
 
-class _FakeChild(load_child._Child):
+class _FakeChild(load_child.VerdictProcess):
     """A child that reads the request, then runs `script` (a hostile or broken child)."""
 
     def __init__(self, script: str) -> None:
-        super().__init__()
+        super().__init__(
+            "inspector._internal.load.child",
+            what="the load check",
+            seconds=load_child.VERDICT_SECONDS,
+        )
         self.script = script
 
     def _started(self) -> subprocess.Popen[bytes]:

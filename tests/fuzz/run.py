@@ -38,6 +38,7 @@ NAMES = (
     "remote_answer",
     "manifest",
     "load_answer",
+    "engine_answer",
     "torch_bin",
     "bin_pickle",
     "gguf",

@@ -67,6 +67,7 @@ __all__ = [
     "PREPARE",
     "TARGETS",
     "bin_pickle",
+    "engine_answer",
     "fit_config",
     "gguf",
     "gguf_metadata",
@@ -818,6 +819,23 @@ def load_answer(data: bytes) -> None:
     assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
 
 
+def engine_answer(data: bytes) -> None:
+    """The bytes as the answer of vLLM's verdict process (which ran vLLM on an untrusted
+    config): a dict or `NoAnswer`, then a verdict or ValueError, never another error; its
+    findings are made; a verdict read back from its own dict is the same."""
+    from inspector._internal.load.child import NoAnswer, read_answer
+    from inspector._internal.load.engine import EngineVerdict
+    from inspector._internal.serve.engine import verdict_findings
+
+    try:
+        verdict = EngineVerdict.from_answer(read_answer(data, what="vLLM's verdict"), tp=1)
+    except (NoAnswer, ValueError):
+        return
+    verdict_findings(verdict)
+    verdict.summary()
+    assert EngineVerdict.from_answer(verdict.to_dict(), tp=1) == verdict
+
+
 # -- (j) module patterns of a quantization config ----------------------------------------------
 
 _PATTERN_FOLDER: Path | None = None
@@ -980,6 +998,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "gguf_metadata": gguf_metadata,
     "manifest": manifest,
     "load_answer": load_answer,
+    "engine_answer": engine_answer,
     "quant_patterns": quant_patterns,
     "fit_config": fit_config,
 }

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.registry import (
     MODEL_RULES,
@@ -19,6 +19,7 @@ from inspector._internal.checks.registry import (
     model_rules_for,
     rules_for,
 )
+from inspector._internal.checks.tied_head import check_tied_head
 from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
 from inspector._internal.findings.codes import Code
@@ -71,6 +72,9 @@ def check(
     stages: list[Callable[[list[Finding]], list[Finding]]] = [
         partial(_plain_rule, rule, scanned) for rule in rules_for(scanned.layout)
     ]
+    if scanned.layout != LayoutName.GGUF:
+        # A few KB of the head and the embedding (all of both with values="full").
+        stages.append(partial(_tied_head, scanned, values or "sample", sample_seed))
     model_rules = model_rules_for(scanned.layout) if model else ()
     if model_rules:
         stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
@@ -103,6 +107,12 @@ def _model_rules(
     for rule in rules:
         found = rule.run(scanned, verdict, found)
     return found
+
+
+def _tied_head(
+    scanned: ScannedCheckpoint, mode: Literal["sample", "full"], seed: int, found: list[Finding]
+) -> list[Finding]:
+    return [*found, *check_tied_head(scanned, mode=mode, seed=seed)]
 
 
 def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:

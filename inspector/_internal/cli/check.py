@@ -11,11 +11,15 @@ from inspector._internal.cli.args import (
     add_path_arguments,
     emit,
     exit_for,
+    positive,
     sample_windows,
     scan_from_args,
     verdict_from_args,
 )
+from inspector._internal.findings.finding import sort_findings
 from inspector._internal.report.text import check_result, format_check
+from inspector._internal.serve.engine import ENGINES, engine_check
+from inspector._internal.serve.gpus import GPUS
 from inspector.errors import InspectorError
 
 __all__ = ["add_parser", "run"]
@@ -66,6 +70,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --json: list every name of the load verdict (by default each list keeps "
         "its first few names and its count)",
     )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="also what this serving engine would make of it: vllm runs vLLM's own weight "
+        "loading on a meta model (the [vllm] extra), llama.cpp the names its converter "
+        "cannot map; sglang: quantization support only",
+    )
+    p.add_argument(
+        "--tp", type=positive, default=1, metavar="N", help="with --engine vllm: the TP size"
+    )
+    p.add_argument(
+        "--gpu",
+        choices=tuple(GPUS),
+        metavar="NAME",
+        help=f"with --engine: judge the quantization scheme on this GPU ({', '.join(GPUS)})",
+    )
     add_model_arguments(p)
     p.set_defaults(func=run)
 
@@ -91,6 +111,12 @@ def run(args: argparse.Namespace) -> int:
         model=verdict is not None,
         verdict=verdict,
     )
-    result = check_result(scanned, findings, verdict=verdict, full=args.full)
+    engine = None
+    if args.engine is not None:
+        engine = engine_check(scanned, engine=args.engine, tp=args.tp, gpu=args.gpu)
+        findings = sort_findings([*findings, *engine.findings])
+    elif args.tp != 1 or args.gpu is not None:
+        raise InspectorError("check: --tp and --gpu go with --engine")
+    result = check_result(scanned, findings, verdict=verdict, full=args.full, engine=engine)
     emit(result, args.json, format_check)
     return exit_for(result["counts"], args.fail_on)

@@ -35,6 +35,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,7 +55,9 @@ from inspector.errors import InspectorError
 __all__ = [
     "VERDICT_SECONDS",
     "NoAnswer",
+    "VerdictProcess",
     "read_answer",
+    "read_capped_line",
     "start_verdict_process",
     "verdict_apart",
     "verdict_digest",
@@ -126,12 +129,27 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     return verdict
 
 
-class _Child:
-    """One child interpreter and its two pipes; one request at a time."""
+class VerdictProcess:
+    """One child interpreter running `module`, kept for the next request, and its two pipes;
+    one request at a time. `env` turns this process's environment into the child's;
+    `what` names the check in messages; `seconds` and `cap` (bytes) bound each answer."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        module: str,
+        *,
+        what: str,
+        seconds: float,
+        env: Callable[[dict[str, str]], dict[str, str]] | None = None,
+        cap: int = _ANSWER_CAP,
+    ) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self.command = [sys.executable, "-m", module]
+        self.what = what
+        self.seconds = seconds
+        self._env = env
+        self._cap = cap
 
     def start(self) -> None:
         """Start the child unless it runs. Never waits: while a request holds the lock, the
@@ -154,11 +172,11 @@ class _Child:
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "inspector._internal.load.child"],
+            self.command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
+            env=env if self._env is None else self._env(env),
             close_fds=True,
         )
         return self._process
@@ -171,17 +189,17 @@ class _Child:
             try:
                 process = self._started()
             except OSError as exc:
-                raise NoAnswer(f"the load check's process could not start: {exc}") from None
+                raise NoAnswer(f"{self.what}'s process could not start: {exc}") from None
             assert process.stdin is not None and process.stdout is not None
             try:
                 process.stdin.write(orjson.dumps(request) + b"\n")
                 process.stdin.flush()
-                line = _read_line(process.stdout, deadline=time.monotonic() + VERDICT_SECONDS)
+                line = read_capped_line(process.stdout, seconds=self.seconds, cap=self._cap)
             except (OSError, TimeoutError) as exc:
                 self._end(process)
-                raise NoAnswer(_why_ended(process, exc)) from None
+                raise NoAnswer(_why_ended(process, exc, self.what)) from None
             try:
-                return read_answer(line)
+                return read_answer(line, what=self.what)
             except NoAnswer:
                 self._end(process)
                 raise
@@ -197,21 +215,22 @@ class _Child:
                 self._end(self._process)
 
 
-def read_answer(line: bytes) -> dict[str, Any]:
-    """The child's answer line as a dict (see `_Child.ask`); `NoAnswer` when it is not one
-    JSON object."""
+def read_answer(line: bytes, *, what: str = "the load check") -> dict[str, Any]:
+    """The child's answer line as a dict (see `VerdictProcess.ask`); `NoAnswer` when it is
+    not one JSON object."""
     try:
         answer = orjson.loads(line)
     except orjson.JSONDecodeError:
         answer = None
     if not isinstance(answer, dict):
-        raise NoAnswer("the load check's process answered with no verdict")
+        raise NoAnswer(f"{what}'s process answered with no verdict")
     return answer
 
 
-def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
-    """One line from `stream` (the child's answer), at most `_ANSWER_CAP` bytes, by
-    `deadline`; TimeoutError past it, OSError when the child ended first."""
+def read_capped_line(stream: IO[bytes], *, seconds: float, cap: int = _ANSWER_CAP) -> bytes:
+    """One line from `stream` (a child's answer), at most `cap` bytes, within `seconds`;
+    TimeoutError past it, OSError when the child ended first."""
+    deadline = time.monotonic() + seconds
     fd = stream.fileno()
     chunks: list[bytes] = []
     size = 0
@@ -220,7 +239,7 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
-                raise TimeoutError(f"no answer within {VERDICT_SECONDS:g} s")
+                raise TimeoutError(f"no answer within {seconds:g} s")
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise OSError("its process ended without an answer")
@@ -228,14 +247,14 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
             size += len(chunk)
             if chunk.endswith(b"\n"):
                 return b"".join(chunks)
-            if size > _ANSWER_CAP:
-                raise OSError(f"its answer was larger than {_ANSWER_CAP >> 20} MiB")
+            if size > cap:
+                raise OSError(f"its answer was larger than {cap >> 20} MiB")
 
 
-def _why_ended(process: subprocess.Popen[bytes], exc: BaseException) -> str:
+def _why_ended(process: subprocess.Popen[bytes], exc: BaseException, what: str) -> str:
     code = process.poll()
     status = f" (exit status {code})" if code is not None and code != -9 else ""
-    return f"the load check's process gave no verdict: {exc}{status}"
+    return f"{what}'s process gave no verdict: {exc}{status}"
 
 
 class NoAnswer(Exception):
@@ -243,7 +262,9 @@ class NoAnswer(Exception):
     answered, or answered something else than one JSON object; the message says which."""
 
 
-_CHILD = _Child()
+_CHILD = VerdictProcess(
+    "inspector._internal.load.child", what="the load check", seconds=VERDICT_SECONDS
+)
 atexit.register(_CHILD.close)
 
 

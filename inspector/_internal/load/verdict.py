@@ -67,11 +67,13 @@ if TYPE_CHECKING:
 __all__ = [
     "LOADABLE_LAYOUTS",
     "LoadVerdict",
+    "bounded_config",
     "clear_model_cache",
     "load_verdict",
     "prepare_load_check",
     "stored_files",
     "stored_tensors",
+    "torch_dtype",
 ]
 
 # Layouts a loader reads as they are. DCP-sharded folders and Megatron torch_dist are
@@ -501,6 +503,18 @@ def _built(
                     "folder's own top-level auto_map, with --trust-remote-code)"
                 ) from None
             raise
+
+
+def bounded_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json as a model builder other than transformers is given it (vLLM's, in
+    `load.engine_child`): within the bounds the load check builds (layers, experts, depth,
+    values), every `auto_map` removed at any depth. ValueError with the reason otherwise."""
+    try:
+        _within_bounds(config)
+        cleaned, _ = _for_transformers(config)
+    except LoadSkipped as why:
+        raise ValueError(str(why)) from None
+    return cleaned
 
 
 # How deep config.json may nest, and how many values it may hold, for the load check to
@@ -936,11 +950,11 @@ def _finish(model: Any, info: Any) -> None:
 def _meta_tensor(dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
     import torch
 
-    return torch.empty(shape, dtype=_torch_dtype(dtype), device="meta")
+    return torch.empty(shape, dtype=torch_dtype(dtype), device="meta")
 
 
 @lru_cache(maxsize=64)
-def _torch_dtype(dtype: str) -> torch.dtype:
+def torch_dtype(dtype: str) -> torch.dtype:
     import torch
 
     names = {

@@ -19,10 +19,12 @@ from inspector._internal.findings.words import plural, severity_counts, shell_wo
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
+    from inspector._internal.serve.engine import EngineReport
 
 __all__ = [
     "JSON_NAMES",
     "check_result",
+    "engine_lines",
     "finding_lines",
     "format_check",
     "format_diff",
@@ -44,10 +46,13 @@ def check_result(
     *,
     verdict: LoadVerdict | None = None,
     full: bool = False,
+    engine: EngineReport | None = None,
 ) -> dict[str, Any]:
     """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract),
     plus `"load"` (the load verdict, `LoadVerdict.to_dict()` and its one-line `summary`) when
-    the model-aware check ran or was skipped.
+    the model-aware check ran or was skipped, and `"engine"` (`EngineReport.to_dict()` with its
+    one-line `summary` lines) with `check --engine`; the engine's findings are among
+    `findings`.
 
     `counts` has one entry per severity and per code; `issues` are the findings grouped by
     root cause, each with its fix (`inspector._internal.findings.issues`), worst first; `repair_all`
@@ -75,7 +80,22 @@ def check_result(
         limit = None if full else JSON_NAMES
         load: dict[str, Any] = {"summary": verdict.summary(), **verdict.to_dict(limit=limit)}
         result["load"] = load
+    if engine is not None:
+        engine_dict: dict[str, Any] = {**engine.to_dict(), "summary": engine_lines(engine)}
+        result["engine"] = engine_dict
     return result
+
+
+def engine_lines(engine: EngineReport) -> list[str]:
+    """What `check --engine` ran, one line each: the engine's verdict, what did not run."""
+    lines = []
+    if engine.verdict is not None and engine.verdict.ran:
+        lines.append(engine.verdict.summary())
+    lines += engine.notes
+    if not lines:
+        found = plural(len(engine.findings), "finding")
+        lines.append(f"{engine.engine}: {found}" if engine.findings else f"{engine.engine}: ok")
+    return lines
 
 
 def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
@@ -84,6 +104,8 @@ def format_check(result: dict[str, Any], *, per_code: int = 10) -> str:
     lines = [f"{legible(result['path'])} ({result['layout']})"]
     if "load" in result:
         lines.append(f"load check: {legible(result['load']['summary'], limit=MESSAGE_LIMIT)}")
+    for line in result.get("engine", {}).get("summary", []):
+        lines.append(f"engine check: {legible(line, limit=MESSAGE_LIMIT)}")
     if not result["findings"]:
         lines.append("no findings")
         return "\n".join(lines)
