@@ -38,6 +38,7 @@ NAMES = (
     "remote_answer",
     "manifest",
     "load_answer",
+    "verdict_entry",
     "torch_bin",
     "gguf",
 )
