@@ -1,0 +1,165 @@
+"""Verdict cache benchmark: what the load check adds to `check`, `report` and the dashboard the
+first time and the second time a checkpoint is looked at, against `--no-model`.
+
+    python benchmarks/bench_verdict_cache.py                   # ~300k tensors
+    python benchmarks/bench_verdict_cache.py --tensors 20000   # quick run
+
+The checkpoint is the synthetic NVFP4 MoE of `_synthetic.py` (DeepSeek-V3's architecture, so
+the load check builds it; about 296,000 quantization tensors in the verdict). Every command
+runs in a fresh interpreter, as a user's would, with a private cache folder
+(`CKPT_INSPECT_CACHE_DIR`, emptied first: the user's cache is never touched):
+
+- `check --no-model` (the baseline), `check` the first time (the verdict computed and kept),
+  `check` the second time (read from the cache), alternated, best of `--runs`;
+- `report --markdown` and the dashboard's state (`CheckpointState.load`, what the Overview
+  waits for, and whether the load check's process was started), the second time, against
+  their `--no-model` / `model=False` runs;
+- in this process, where a hit's time goes: the digest of what the verdict reads, the
+  environment (versions, the tool's code), reading and checking the entry.
+
+Target: the second time adds under 0.3 s to the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _synthetic import ensure_checkpoint, spec_for, tensor_count
+
+TARGET_SECONDS = 0.3
+ROOT = Path(__file__).resolve().parent.parent
+
+_TIMED = """
+import sys, time
+t0 = time.perf_counter()
+what, path = sys.argv[1], sys.argv[2]
+if what == "dashboard":
+    from inspector.widgets.dashboard import CheckpointState
+    import inspector._internal.load.child as child
+    state = CheckpointState.load(path, model=sys.argv[3] == "model")
+    started = child._CHILD._process is not None
+    print(time.perf_counter() - t0, started)
+else:
+    from inspector._internal.cli.main import main
+    import contextlib, io
+    with contextlib.redirect_stdout(io.StringIO()):
+        main([what, path, *sys.argv[3:]])
+    print(time.perf_counter() - t0, "torch" in sys.modules)
+"""
+
+
+def fresh(*argv: str) -> tuple[float, str]:
+    """(seconds, the flag it printed) of one timed run in a new interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", _TIMED, *argv], capture_output=True, text=True, cwd=ROOT
+    )
+    if out.returncode not in (0, 1):
+        raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr[-3000:]}")
+    seconds, flag = out.stdout.split()[-2:]
+    return float(seconds), flag
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tensors", type=int, default=300_000)
+    parser.add_argument("--runs", type=int, default=3, help="best of N fresh interpreters")
+    args = parser.parse_args()
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    spec = spec_for(tensors=args.tensors)
+    folder = str(ensure_checkpoint(spec))
+    print(f"checkpoint: {folder} ({tensor_count(spec):,} tensors, {spec.shards} shards)")
+    cache = Path(tempfile.mkdtemp(prefix="bench-verdict-cache-"))
+    os.environ["CKPT_INSPECT_CACHE_DIR"] = str(cache)
+    try:
+        run(folder, cache, args.runs)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def run(folder: str, cache: Path, runs: int) -> None:
+    baseline, first, second = [], [], []
+    for _ in range(runs):
+        shutil.rmtree(cache / "verdicts", ignore_errors=True)
+        baseline.append(fresh("check", folder, "--no-model")[0])
+        seconds, torch = fresh("check", folder)
+        first.append(seconds)
+        assert torch == "True", "the first check imports torch"
+        seconds, torch = fresh("check", folder)
+        second.append(seconds)
+        assert torch == "False", "a hit imports no torch"
+    base = min(baseline)
+    print("\ncheck, fresh interpreter (best of each, every run from an empty cache):")
+    print(f"  --no-model           {base:7.2f} s   runs {_runs(baseline)}")
+    print(
+        f"  first (computed)     {min(first):7.2f} s   +{min(first) - base:6.2f} s  {_runs(first)}"
+    )
+    print(
+        f"  second (cache hit)   {min(second):7.2f} s   +{min(second) - base:6.2f} s  "
+        f"{_runs(second)}   target +{TARGET_SECONDS} s: "
+        f"{'met' if min(second) - base < TARGET_SECONDS else 'NOT met'}"
+    )
+
+    report_base = min(fresh("report", folder, "--markdown", "--no-model")[0] for _ in range(runs))
+    report_hit = min(fresh("report", folder, "--markdown")[0] for _ in range(runs))
+    print("\nreport --markdown, the second time:")
+    print(f"  --no-model {report_base:7.2f} s   cache hit {report_hit:7.2f} s   "
+          f"+{report_hit - report_base:.2f} s")  # fmt: skip
+
+    dash_base = min(fresh("dashboard", folder, "plain")[0] for _ in range(runs))
+    hits = [fresh("dashboard", folder, "model") for _ in range(runs)]
+    dash_hit = min(s for s, _ in hits)
+    started = {flag for _, flag in hits}
+    print("\ndashboard state (CheckpointState.load), the second time:")
+    print(f"  model=False {dash_base:7.2f} s   cache hit {dash_hit:7.2f} s   "
+          f"+{dash_hit - dash_base:.2f} s   load check's process started: {started}")  # fmt: skip
+
+    where_a_hit_goes(folder)
+
+
+def _runs(values: list[float]) -> str:
+    return ", ".join(f"{v:.2f}" for v in values)
+
+
+def where_a_hit_goes(folder: str) -> None:
+    """The parts of a hit, in this process (the scan itself is the baseline's)."""
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.load import cache as verdict_cache
+    from inspector._internal.load.verdict import known_verdict, verdict_digest, verdict_key
+
+    t0 = time.perf_counter()
+    verdict_cache.environment()
+    env = time.perf_counter() - t0
+    scanned = scan(folder)
+    t0 = time.perf_counter()
+    verdict_digest(scanned)
+    digest = time.perf_counter() - t0
+    key = verdict_key(scanned)
+    assert key is not None
+    t0 = time.perf_counter()
+    verdict = known_verdict(scanned)
+    read = time.perf_counter() - t0
+    assert verdict is not None
+    entry = verdict_cache.verdict_folder() / verdict_cache.entry_name(
+        {**key, **(verdict_cache.environment() or {})}
+    )
+    size = entry.stat().st_size
+    print("\nwhere a hit's time goes (in this process):")
+    print(f"  environment (versions, the tool's code digest)  {env:6.3f} s")
+    print(f"  digest of what the verdict reads                {digest:6.3f} s")
+    print(f"  entry read and checked ({size / 1e6:.1f} MB)            {read:6.3f} s")
+    print(f"  verdict: {verdict.summary()[:150]}")
+
+
+if __name__ == "__main__":
+    main()
