@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -320,6 +321,8 @@ def _plant(kind: str, entry: Path, good: bytes, tmp_path: Path) -> None:
     elif kind == "another user's":
         entry.write_bytes(good)
         os.chown(entry, 54321, 54321)
+    elif kind == "a second name of another file":  # a valid entry, but not ours to touch
+        os.link(elsewhere, entry)
     else:
         raise AssertionError(kind)
 
@@ -337,9 +340,11 @@ HOSTILE = [
     "a FIFO",
     "a folder",
     "another user's",
+    "a second name of another file",
 ]
-# Not a regular file of ours: never read, never written over (the verdict is computed each time).
-NOT_OURS = {"a link", "a FIFO", "a folder", "another user's"}
+# Not a file as the cache writes it: never read, touched or written over (the verdict is
+# computed each time).
+NOT_OURS = {"a link", "a FIFO", "a folder", "another user's", "a second name of another file"}
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -352,11 +357,15 @@ def test_a_hostile_entry_is_a_miss(
     entry = _entry(scan(folder))
     good = entry.read_bytes()
     _plant(kind, entry, good, tmp_path)
+    elsewhere = tmp_path / "elsewhere.json"
+    os.utime(elsewhere, (1_000, 1_000))
     again = load_verdict(scan(folder))
     assert _same(again, truth) and len(builds) == 2, kind
     if kind in NOT_OURS:
-        assert not entry.is_file() or entry.stat().st_uid != os.geteuid() or entry.is_symlink()
-        assert (tmp_path / "elsewhere.json").read_bytes() == good  # a link's target untouched
+        info = entry.lstat()  # still what was planted, not replaced by an entry
+        assert not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink > 1
+        # What a link or a second name leads to is neither written nor touched.
+        assert elsewhere.read_bytes() == good and elsewhere.stat().st_mtime == 1_000
     else:
         assert entry.read_bytes() == good  # replaced by the verdict computed
         load_verdict(scan(folder))
@@ -408,6 +417,55 @@ def test_a_hostile_cache_folder_is_no_cache(
     monkeypatch.setenv(verdict_cache.CACHE_ENV, str(victim / "below-a-file"))
     assert not verdict_cache.keep(key, verdict) and verdict_cache.kept(key) is None
     assert victim.read_text() == "precious"
+
+
+def test_a_cache_folder_that_is_not_absolute_is_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative folder (a variable set so, a home that cannot be found) would put the cache
+    wherever the command runs, in a checkpoint folder maybe: it is no cache. Before: the
+    entry went to ./rel/verdicts/ of the current folder."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(verdict_cache.CACHE_ENV, "rel")
+    key, verdict = _key_and_verdict(1)
+    assert not verdict_cache.keep(key, verdict) and verdict_cache.kept(key) is None
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a link of another user's needs root")
+def test_a_cache_folder_that_is_another_users_link_is_no_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a shared folder (/tmp), another user's link at the cache's name could send it into
+    any folder of ours."""
+    ours = tmp_path / "ours"
+    ours.mkdir()
+    link = tmp_path / "shared-cache"
+    link.symlink_to(ours)
+    os.lchown(link, 54321, 54321)
+    monkeypatch.setenv(verdict_cache.CACHE_ENV, str(link))
+    assert not verdict_cache.keep(*_key_and_verdict(1)) and not list(ours.iterdir())
+    os.lchown(link, os.geteuid(), os.getegid())  # the user's own link: their set-up
+    assert verdict_cache.keep(*_key_and_verdict(1)) and (ours / "verdicts").is_dir()
+
+
+def test_a_folder_nested_past_any_package_keeps_nothing_and_raises_nothing(
+    folder: Path, builds: list[str]
+) -> None:
+    """With `trust_remote_code` the folder's Python files are digested. Python 3.11's walk
+    recurses once per level: a tree 1,200 levels deep ended it in a RecursionError (a
+    traceback instead of a verdict). The walk now stops at 32 levels (the tree here is 40
+    deep: a test's tree as deep as the old failure would break pytest's own clean-up,
+    which recurses the same way)."""
+    deep = folder
+    for _ in range(40):
+        deep = deep / "a"
+    deep.mkdir(parents=True)
+    (deep / "x.py").write_text("")
+    assert verdict_cache.code_digest(folder) is None
+    assert verdict_key(scan(folder), trust_remote_code=True) is None
+    assert load_verdict(scan(folder), trust_remote_code=True).ran
+    assert load_verdict(scan(folder), trust_remote_code=True).ran and len(builds) == 2
 
 
 # -- bounds, concurrency, the file system ------------------------------------------------------

@@ -83,13 +83,15 @@ MAX_ENTRIES = 512
 # The most names of the folder looked at by one write's clean-up (the folder is ours: a
 # fuller one was filled by hand, and the bound keeps a write from walking it for long).
 _WALK_NAMES = 65_536
-# A writer waits this long for another one, then keeps nothing.
-_LOCK_SECONDS = 10.0
+# A writer waits this long for another one, then keeps nothing (a write takes well under
+# a second; a miss costs seconds already).
+_LOCK_SECONDS = 5.0
 _LOCK = ".lock"
 # The most entries of a folder walked, and bytes of Python files read, for the digest of its
 # code (`code_digest`); past either, nothing is kept.
 _CODE_ENTRIES = 100_000
 _CODE_BYTES = 64 << 20
+_CODE_DEPTH = 32
 # A temp file older than this is a killed writer's (writers hold the lock while they write).
 _STALE_SECONDS = 600.0
 _ENTRY = re.compile(r"[0-9a-f]{64}\.json")
@@ -109,7 +111,10 @@ _USABLE = (
 
 def cache_root() -> Path:
     """The tool's cache folder: `$CKPT_INSPECT_CACHE_DIR`, else the user's cache folder for
-    the tool (platformdirs). Reached as the user set it up (a link on the way is theirs)."""
+    the tool (platformdirs). Reached as the user set it up (a link on the way is theirs).
+    Only an absolute path is ever used (`_open_folder`): a relative one, from the variable
+    or from a home that cannot be found, would put the cache in whatever folder the
+    command runs in, a checkpoint's maybe."""
     given = os.environ.get(CACHE_ENV)
     if given:
         return Path(given).expanduser()
@@ -151,11 +156,15 @@ def code_digest(folder: Path) -> str | None:
     `a/b/__init__.py`). A link is taken as its target's name (a link among a folder's files
     stops its code from running at all), another kind of file by its kind, never opened (a
     FIFO would block). `__pycache__` is left out: it is never loaded. Walked without
-    following links; None past `_CODE_ENTRIES` entries or `_CODE_BYTES` bytes, or when a
-    file cannot be read."""
+    following links; None past `_CODE_ENTRIES` entries, `_CODE_BYTES` bytes or
+    `_CODE_DEPTH` levels, or when a file cannot be read."""
     h = hashlib.sha256()
     entries = size = 0
     for top, dirs, files in os.walk(folder):
+        # Python 3.11's walk recurses once per level: a folder nested past any package's
+        # depth is refused before it ends in a RecursionError.
+        if os.path.relpath(top, folder).count(os.sep) >= _CODE_DEPTH:
+            return None
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         entries += len(dirs) + len(files)
         if entries > _CODE_ENTRIES:
@@ -295,6 +304,8 @@ def _open_folder(*, create: bool) -> int | None:
     if not _USABLE:
         return None
     root = cache_root()
+    if not root.is_absolute() or not _root_usable(root):
+        return None
     try:
         if create:
             root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -315,15 +326,39 @@ def _open_folder(*, create: bool) -> int | None:
     return fd
 
 
-def _read_entry(folder: int, name: str) -> bytes | None:
-    """The bytes of entry `name`: a regular file of ours, at most `MAX_ENTRY_BYTES`."""
+def _root_usable(root: Path) -> bool:
+    """False when the root's own name is a link another user made (in a shared folder such
+    as /tmp, it could send the cache into any folder of ours); a link of ours, or of the
+    system's, is the user's set-up."""
     try:
+        info = os.lstat(root)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return not stat.S_ISLNK(info.st_mode) or info.st_uid in (os.geteuid(), 0)
+
+
+def _is_entry(info: os.stat_result) -> bool:
+    """A file as this module writes it: regular, ours, of one name (a second name of
+    another file is not ours to read, touch or replace)."""
+    return stat.S_ISREG(info.st_mode) and _ours(info) and info.st_nlink == 1
+
+
+def _read_entry(folder: int, name: str) -> bytes | None:
+    """The bytes of entry `name`: an entry file (`_is_entry`) of at most `MAX_ENTRY_BYTES`,
+    its kind checked before it is opened (a device is never opened) and again after."""
+    try:
+        seen = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        if not _is_entry(seen) or seen.st_size > MAX_ENTRY_BYTES:
+            return None
         fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK | _CLOEXEC, dir_fd=folder)
-    except OSError:  # absent, a link, a FIFO's open refused...
+    except OSError:  # absent, or replaced by a link or a FIFO since
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _ours(info) or info.st_size > MAX_ENTRY_BYTES:
+        same = (info.st_dev, info.st_ino) == (seen.st_dev, seen.st_ino)
+        if not same or not _is_entry(info) or info.st_size > MAX_ENTRY_BYTES:
             return None
         data = _read_capped(fd, MAX_ENTRY_BYTES)
         if data is not None:
@@ -344,7 +379,7 @@ def _locked(folder: int) -> Iterator[None]:
 
     with contextlib.suppress(FileNotFoundError):
         info = os.stat(_LOCK, dir_fd=folder, follow_symlinks=False)
-        if not stat.S_ISREG(info.st_mode) or not _ours(info) or info.st_nlink != 1:
+        if not _is_entry(info):
             if stat.S_ISDIR(info.st_mode):
                 raise UnsafeInputError(f"{_LOCK} in the verdict cache is a folder")
             os.unlink(_LOCK, dir_fd=folder)
@@ -362,12 +397,12 @@ def _lock_path(folder: int) -> str:
 
 
 def _replaceable(folder: int, name: str) -> bool:
-    """Nothing is at `name`, or a regular file of ours (never a link, a folder, another's)."""
+    """Nothing is at `name`, or an entry file (never a link, a folder, another's file)."""
     try:
         info = os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:
         return True
-    return stat.S_ISREG(info.st_mode) and _ours(info)
+    return _is_entry(info)
 
 
 def _bound(folder: int, *, keep: str) -> None:
@@ -387,7 +422,7 @@ def _bound(folder: int, *, keep: str) -> None:
                 info = item.stat(follow_symlinks=False)
             except OSError:
                 continue
-            if not stat.S_ISREG(info.st_mode) or not _ours(info):
+            if not _is_entry(info):
                 continue
             if entry:
                 entries.append((info.st_mtime_ns, item.name, info.st_size))
