@@ -637,6 +637,37 @@ def test_two_scans_have_one_digest_only_when_they_read_alike(
     assert (_scanned(a, config_a) == _scanned(b, config_b)) == alike
 
 
+def test_tied_and_untied_bin_files_are_two_keys(tmp_path: Path) -> None:
+    """The same names, dtypes and shapes in a `.bin` file, once with the head tied to the
+    embedding (one storage under two names, as torch.save writes it) and once untied: the
+    stored parameter count differs (a tied weight counts once). The digest before this
+    change (names, dtypes, shapes) was the same for both, so the cache would have answered
+    one with the other's count; the byte spans now tell them apart."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        vocab_size=32, hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=False,
+        architectures=["LlamaForCausalLM"],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    state = transformers.LlamaForCausalLM(config).state_dict()
+    folders = []
+    for name in ("untied", "tied"):
+        folder = tmp_path / name
+        config.save_pretrained(folder)
+        written = {k: v.clone() for k, v in state.items()}
+        if name == "tied":
+            written["lm_head.weight"] = written["model.embed_tokens.weight"]
+        torch.save(written, folder / "pytorch_model.bin")
+        folders.append(folder)
+    untied, tied = (scan(f) for f in folders)
+    assert untied.layout == tied.layout == "pytorch-bin"
+    assert verdict_digest(untied) != verdict_digest(tied)
+    counts = [load_verdict(s).stored_parameters for s in (untied, tied)]
+    assert counts[0] is not None and counts[1] is not None and counts[0] > counts[1]
+
+
 def test_known_verdict_never_builds_or_starts_anything(folder: Path, builds: list[str]) -> None:
     scanned = scan(folder)
     assert known_verdict(scanned) is None and known_verdict(scanned, cache=False) is None
