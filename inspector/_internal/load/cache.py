@@ -49,6 +49,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import orjson
 
 from inspector._internal.plans.atomic import temp_name, write_atomic
@@ -95,6 +96,8 @@ _CODE_DEPTH = 32
 # A temp file older than this is a killed writer's (writers hold the lock while they write).
 _STALE_SECONDS = 600.0
 _ENTRY = re.compile(r"[0-9a-f]{64}\.json")
+# Reads a 16 MB entry (300,000 names) in 2-3x less time than orjson, into plain objects.
+_DECODER = msgspec.json.Decoder()
 _TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.tmp-\d+")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
@@ -241,8 +244,8 @@ def kept(key: Mapping[str, Any]) -> dict[str, Any] | None:
     if data is None:
         return None
     try:
-        entry = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        entry = _DECODER.decode(data)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # nested past the limit
         return None
     if not isinstance(entry, dict) or entry.get("format") != _FORMAT:
         return None
