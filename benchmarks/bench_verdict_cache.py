@@ -10,10 +10,11 @@ runs in a fresh interpreter, as a user's would, with a private cache folder
 (`CKPT_INSPECT_CACHE_DIR`, emptied first: the user's cache is never touched):
 
 - `check --no-model` (the baseline), `check` the first time (the verdict computed and kept),
-  `check` the second time (read from the cache), alternated, best of `--runs`;
-- `report --markdown` and the dashboard's state (`CheckpointState.load`, what the Overview
-  waits for, and whether the load check's process was started), the second time, against
-  their `--no-model` / `model=False` runs;
+  `check` the second time (read from the cache); `report --markdown` and the dashboard's
+  state (`CheckpointState.load`, what the Overview waits for; the run fails if the load
+  check's process is started) the second time, against their `--no-model` / `model=False`
+  runs; all alternated, `--runs` rounds, the median wall and CPU time of each (CPU time is
+  the steadier figure on a shared machine);
 - in this process (no interpreter start, whose spread on a shared machine is larger than the
   figure): `check` with the verdict read from the cache against `check --no-model`,
   alternated, and where a hit's time goes: the digest of what the verdict reads, the
@@ -26,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,21 +63,27 @@ else:
 """
 
 
-def fresh(*argv: str) -> tuple[float, str]:
-    """(seconds, the flag it printed) of one timed run in a new interpreter."""
+def fresh(*argv: str) -> tuple[float, float, str]:
+    """(wall seconds, CPU seconds of the process and its children, the flag it printed) of
+    one timed run in a new interpreter. CPU time is the steadier figure on a shared machine:
+    the wall time of a run waits for the other developers' processes too."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", _TIMED, *argv], capture_output=True, text=True, cwd=ROOT
     )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode not in (0, 1):
         raise SystemExit(f"{argv}: exit {out.returncode}\n{out.stderr[-3000:]}")
-    seconds, flag = out.stdout.split()[-2:]
-    return float(seconds), flag
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, out.stdout.split()[-1]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tensors", type=int, default=300_000)
-    parser.add_argument("--runs", type=int, default=3, help="best of N fresh interpreters")
+    parser.add_argument("--runs", type=int, default=3, help="rounds of fresh interpreters")
     args = parser.parse_args()
     print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     spec = spec_for(tensors=args.tensors)
@@ -90,47 +99,36 @@ def main() -> None:
 
 
 def run(folder: str, cache: Path, runs: int) -> None:
-    baseline, first, second = [], [], []
-    for _ in range(runs):
+    rows: dict[str, list[tuple[float, float, str]]] = {}
+
+    def timed(label: str, *argv: str) -> str:
+        result = fresh(*argv)
+        rows.setdefault(label, []).append(result)
+        return result[2]
+
+    for _ in range(runs):  # alternated, so that the machine's mood falls on every row alike
         shutil.rmtree(cache / "verdicts", ignore_errors=True)
-        baseline.append(fresh("check", folder, "--no-model")[0])
-        seconds, torch = fresh("check", folder)
-        first.append(seconds)
-        assert torch == "True", "the first check imports torch"
-        seconds, torch = fresh("check", folder)
-        second.append(seconds)
-        assert torch == "False", "a hit imports no torch"
-    base = min(baseline)
-    print("\ncheck, fresh interpreter (best of each, every run from an empty cache):")
-    print(f"  --no-model           {base:7.2f} s   runs {_runs(baseline)}")
-    print(
-        f"  first (computed)     {min(first):7.2f} s   +{min(first) - base:6.2f} s  {_runs(first)}"
-    )
-    print(
-        f"  second (cache hit)   {min(second):7.2f} s   +{min(second) - base:6.2f} s  "
-        f"{_runs(second)}   target +{TARGET_SECONDS} s: "
-        f"{'met' if min(second) - base < TARGET_SECONDS else 'NOT met'}"
-    )
-
-    report_base = min(fresh("report", folder, "--markdown", "--no-model")[0] for _ in range(runs))
-    report_hit = min(fresh("report", folder, "--markdown")[0] for _ in range(runs))
-    print("\nreport --markdown, the second time:")
-    print(f"  --no-model {report_base:7.2f} s   cache hit {report_hit:7.2f} s   "
-          f"+{report_hit - report_base:.2f} s")  # fmt: skip
-
-    dash_base = min(fresh("dashboard", folder, "plain")[0] for _ in range(runs))
-    hits = [fresh("dashboard", folder, "model") for _ in range(runs)]
-    dash_hit = min(s for s, _ in hits)
-    started = {flag for _, flag in hits}
-    print("\ndashboard state (CheckpointState.load), the second time:")
-    print(f"  model=False {dash_base:7.2f} s   cache hit {dash_hit:7.2f} s   "
-          f"+{dash_hit - dash_base:.2f} s   load check's process started: {started}")  # fmt: skip
-
+        timed("check --no-model", "check", folder, "--no-model")
+        assert timed("check, first (computed)", "check", folder) == "True", "imports torch"
+        assert timed("check, second (cache hit)", "check", folder) == "False", "no torch"
+        timed("report --markdown --no-model", "report", folder, "--markdown", "--no-model")
+        assert timed("report --markdown, second", "report", folder, "--markdown") == "False"
+        timed("dashboard state, model=False", "dashboard", folder, "plain")
+        started = timed("dashboard state, second", "dashboard", folder, "model")
+        assert started == "False", "the dashboard started the load check's process on a hit"
+    print(f"\nfresh interpreters, {runs} alternated rounds, each from an empty cache")
+    print("(median wall and CPU; in brackets what it adds to its command's --no-model row)")
+    base: tuple[float, float] = (0.0, 0.0)
+    for label, results in rows.items():
+        wall = statistics.median(r[0] for r in results)
+        cpu = statistics.median(r[1] for r in results)
+        if "no-model" in label or "model=False" in label:
+            base, added = (wall, cpu), ""
+        else:
+            added = f"  (+{wall - base[0]:6.2f} s wall, +{cpu - base[1]:6.2f} s CPU)"
+        print(f"  {label:30s} {wall:7.2f} s wall {cpu:7.2f} s CPU{added}")
+    print("  the dashboard on a hit never started the load check's process")
     where_a_hit_goes(folder, runs)
-
-
-def _runs(values: list[float]) -> str:
-    return ", ".join(f"{v:.2f}" for v in values)
 
 
 def where_a_hit_goes(folder: str, runs: int) -> None:

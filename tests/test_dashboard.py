@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inspector.widgets import Dashboard as _Dashboard
+from inspector.widgets.dashboard import CheckpointState
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
@@ -952,6 +953,8 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     assert dash.state.verdict == kept and dash.state.verdict.loads
     assert not asked and load_child._CHILD._process is None
     assert "data-loads='yes'" in _texts(dash.panels["Overview"].widget)
+    state = CheckpointState.load(demos / DRIFT)  # a re-scan's state: no child either
+    assert state.verdict == kept and not state.pending and not asked
     fresh = Dashboard(demos / DRIFT, cache=False)
     assert fresh.state.verdict == kept and len(asked) == 1 and asked[0]["cache"] is False
     load_child._CHILD.close()

@@ -66,6 +66,7 @@ from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.references import restore_reference
 from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
 from inspector._internal.load import child as load_child
+from inspector._internal.load.verdict import known_verdict
 from inspector._internal.report.html import (
     code_help_html,
     facts_html,
@@ -140,8 +141,14 @@ class CheckpointState:
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
-        verdict = None
-        if model:
+        # A verdict known at no cost (kept in the cache, or a skip the files decide) needs no
+        # child to wait for, nor the plain checks run meanwhile: they would run twice.
+        verdict = (
+            known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
+            if model
+            else None
+        )
+        if model and verdict is None:
             asked: Future[LoadVerdict] = Future()
             thread = _thread(
                 lambda: _resolve(
