@@ -10,12 +10,16 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from once import once_per_run
+from once import once_per_run, shared_dir
 
 from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.plans.consolidate.engine import SourceFiles
+
+if TYPE_CHECKING:
+    from remote_servers import FakeHub, RangeHTTPServer, S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,3 +182,65 @@ def cut_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], dict[str, i
         return cut
 
     return install
+
+
+# -- servers on 127.0.0.1 (tests/remote_servers.py) ------------------------------------------
+# One of each per test process, started by the first test that asks and shared by every
+# later one, whichever file it is in: each test serves its own folder, bucket or repository.
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials for moto's server (it accepts any), nothing from the user's set-up."""
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote reads retried after 10 ms, not 200 (each retry doubling it): what is retried,
+    and how often, is the same; tests of servers that fail wait less."""
+    from inspector._internal.storage import remote
+
+    monkeypatch.setattr(remote, "RETRY_WAIT", 0.01)
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[S3Store]:
+    """moto's S3 API server (2-3 s to start); a test file makes buckets of its own in it
+    (`S3Store.bucket`) and reads them through `s3_store.url`, with `aws_env`."""
+    pytest.importorskip("moto")
+    from remote_servers import S3Store, moto_s3
+
+    with moto_s3() as url:
+        yield S3Store(url)
+
+
+@pytest.fixture(scope="session")
+def range_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RangeHTTPServer]:
+    """The Range HTTP server over every folder of this test run (`shared_dir`: the demo
+    checkpoints and every test's `tmp_path`); `range_server.serving(folder)` gives the URL
+    of one folder, with the server's counts from zero."""
+    from remote_servers import RangeHTTPServer
+
+    with RangeHTTPServer(shared_dir(tmp_path_factory)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hub_server() -> Iterator[FakeHub]:
+    """The Hub stand-in, serving each test's repositories in turn (`hub_server.serving`)."""
+    from remote_servers import FakeHub
+
+    with FakeHub({}) as hub:
+        yield hub
