@@ -675,3 +675,25 @@ def test_known_verdict_never_builds_or_starts_anything(folder: Path, builds: lis
     found = known_verdict(scanned)
     assert found is not None and _same(found, computed) and len(builds) == 1
     assert known_verdict(scanned, cache=False) is None
+
+
+def test_the_copy_a_loader_keeps_decides_the_key(tmp_path: Path) -> None:
+    """Two shards hold `w` with different shapes; the index spells the second shard
+    `b.safetensors` in one folder and `./b.safetensors` in the other. transformers reads the
+    index's files in the order of their sorted spellings and keeps the last copy
+    (`checkpoint.loaded`), so the two folders load different tensors: two keys."""
+    folders = []
+    for spelling in ("b.safetensors", "./b.safetensors"):
+        folder = tmp_path / spelling.replace("/", "_")
+        folder.mkdir()
+        save_file({"w": np.zeros(2, np.float32)}, str(folder / "a.safetensors"))
+        save_file({"w": np.zeros(3, np.float32), "v": np.zeros(1, np.float32)},
+                  str(folder / "b.safetensors"))  # fmt: skip
+        (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        index = {"metadata": {}, "weight_map": {"w": "a.safetensors", "v": spelling}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        folders.append(scan(folder))
+    plain, dotted = folders
+    kept = [verdict_module.stored_tensors(s)["w"] for s in folders]
+    assert kept == [("F32", (3,)), ("F32", (2,))]
+    assert verdict_digest(plain) != verdict_digest(dotted)

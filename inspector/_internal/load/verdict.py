@@ -449,7 +449,8 @@ def verdict_key(
 def verdict_digest(scanned: ScannedCheckpoint) -> str:
     """A SHA-256 of everything `load_verdict` reads of `scanned`: the layout, config.json
     and the quantization config (exactly, in file order: which `auto_map` entry names the
-    model depends on it), the names of the JSON files found, the index's set of shards, and
+    model depends on it), the names of the JSON files found, the index's file and its set of
+    shards as spelled (their sorted spellings order the reads: `checkpoint.loaded`), and
     every shard's file, readability, tensor names, dtypes, shapes and byte spans (the spans
     tell a `.bin` file's tied weights, which the stored parameter count counts once).
     Computed once per scan.
@@ -478,6 +479,9 @@ def _digest(scanned: ScannedCheckpoint) -> str:
             # The files entries name, from the index's coded column (building its weight
             # map of 300,000 names would cost more than the whole digest).
             None if index is None else sorted(index.files.used()),
+            # Which index it is: transformers reads `pytorch_model.bin` alone beside a .bin
+            # index, not beside a safetensors one (`checkpoint.loaded.alone`).
+            None if index is None else index.file,
             len(scanned.shards),
         ]
     )
