@@ -940,13 +940,14 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     load_child._CHILD.close()
     asked: list[dict] = []
 
-    class NoChild(load_child._Child):
-        def start(self) -> None:
-            raise AssertionError("the load check's process was started")
-
+    class Asked(load_child._Child):
         def ask(self, request: dict) -> dict:
             asked.append(request)
             return super().ask(request)
+
+    class NoChild(Asked):
+        def start(self) -> None:
+            raise AssertionError("the load check's process was started")
 
     monkeypatch.setattr(load_child, "_CHILD", NoChild())
     dash = Dashboard(demos / DRIFT)
@@ -955,6 +956,7 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     assert "data-loads='yes'" in _texts(dash.panels["Overview"].widget)
     state = CheckpointState.load(demos / DRIFT)  # a re-scan's state: no child either
     assert state.verdict == kept and not state.pending and not asked
+    monkeypatch.setattr(load_child, "_CHILD", Asked())  # now the child may start
     fresh = Dashboard(demos / DRIFT, cache=False)
     assert fresh.state.verdict == kept and len(asked) == 1 and asked[0]["cache"] is False
     load_child._CHILD.close()
