@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import compileall
+import itertools
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -13,12 +15,21 @@ from typing import TYPE_CHECKING
 import pytest
 from once import once_per_run, shared_dir
 
+from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
 if TYPE_CHECKING:
     from remote_servers import FakeHub, RangeHTTPServer, S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# No test reads or writes the user's verdict cache (inspector/_internal/load/cache.py): the
+# whole session, and every process it starts, uses a private one, and each test a folder of
+# its own inside it (`verdict_cache_dir`), so that no verdict kept by one test answers
+# another.
+_VERDICT_CACHES = Path(tempfile.mkdtemp(prefix="ckpt-inspect-verdicts-"))
+os.environ[CACHE_ENV] = str(_VERDICT_CACHES / "session")
+_TEST_NUMBER = itertools.count()
 
 
 # nbformat (read by the notebook tests and by nbclient) imports jsonschema, whose format
@@ -75,6 +86,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the whole package from source again: about half a second of CPU per process."""
     for folder in ("inspector", "widgets"):
         compileall.compile_dir(ROOT / folder, quiet=1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_VERDICT_CACHES, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def verdict_cache_dir() -> Iterator[Path]:
+    """This test's own verdict cache folder (made only when a verdict is kept). Set apart
+    from the test's `monkeypatch`, which a test may undo midway."""
+    folder = _VERDICT_CACHES / f"test-{next(_TEST_NUMBER)}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(folder))
+        yield folder
 
 
 @pytest.fixture

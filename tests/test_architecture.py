@@ -183,7 +183,7 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 
     built: list[object] = []
 
-    def counting(scanned, *, trust_remote_code=False):
+    def counting(scanned, *, trust_remote_code=False, cache=True):
         built.append(scanned)
         return _verdict_against(scanned)
 
@@ -202,7 +202,9 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 # load check's gate on modelling code (it looks for links among the folder's .py files) and
 # the importer of that code (it checks each file it imports is a regular file reached through
 # no link), and the sandbox, which reads only its own process's memory use
-# (/proc/self/statm): the child it runs is handed bytes the storage read.
+# (/proc/self/statm): the child it runs is handed bytes the storage read; and the verdict
+# cache, which reads and writes its own folder outside any checkpoint, and digests the Python
+# files of the tool and, for `trust_remote_code`, of the folder.
 _OWN_FILE_ACCESS = {
     "inspector/_internal/storage/local.py",
     "inspector/_internal/plans/atomic.py",
@@ -214,6 +216,7 @@ _OWN_FILE_ACCESS = {
     "inspector/_internal/load/sealed.py",
     # writes the private copy vLLM reads, inside the sealed folder (reads go through storage)
     "inspector/_internal/load/engine_child.py",
+    "inspector/_internal/load/cache.py",
     "inspector/_internal/demo/__init__.py",
     "inspector/_internal/demo/dcp.py",
     "inspector/_internal/demo/safetensors_layouts.py",

@@ -194,6 +194,7 @@ class RepairPanel:
                     verdict=state.verdict,
                     model=state.verdict is not None,
                     trust_remote_code=self.dash.trust_remote_code,
+                    cache=self.dash.cache,
                 )
         except EXPECTED_ERRORS as exc:
             self.plan, self.preview = None, None

@@ -66,6 +66,7 @@ from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.references import restore_reference
 from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
 from inspector._internal.load import child as load_child
+from inspector._internal.load.verdict import known_verdict
 from inspector._internal.report.html import (
     code_help_html,
     facts_html,
@@ -127,24 +128,34 @@ class CheckpointState:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan), compute the load verdict (with
-        `model`), run every check with it (the value checks too, with `values`), group the
-        findings. The plain checks run once while the load check's child process computes
-        the verdict: what they derive (tables, counts, the index view) is kept with the scan,
-        so the checks with the verdict re-run only the plain rules themselves (0.3-0.4 s at
-        300,000 tensors) and add the model rules. Tensor data (`deep`, `values`) is read
-        only then, once."""
+        `model`; `cache` as in `load_verdict`: the verdict kept in the user's cache for this
+        very checkpoint is taken, and no process is started for it), run every check with it
+        (the value checks too, with `values`), group the findings. The plain checks run once while
+        the load check's child process computes the verdict: what they derive (tables, counts, the
+        index view) is kept with the scan, so the checks with the verdict re-run only the plain
+        rules themselves (0.3-0.4 s at 300,000 tensors) and add the model rules. Tensor data
+        (`deep`, `values`) is read only then, once."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
-        verdict = None
-        if model:
+        # A verdict known at no cost (kept in the cache, or a skip the files decide) needs no
+        # child to wait for, nor the plain checks run meanwhile: they would run twice.
+        verdict = (
+            known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
+            if model
+            else None
+        )
+        if model and verdict is None:
             asked: Future[LoadVerdict] = Future()
             thread = _thread(
                 lambda: _resolve(
                     asked,
-                    lambda: load_child.verdict_apart(scanned, trust_remote_code=trust_remote_code),
+                    lambda: load_child.verdict_apart(
+                        scanned, trust_remote_code=trust_remote_code, cache=cache
+                    ),
                 ),
                 "ckpt-load-verdict",
             )
@@ -190,7 +201,9 @@ class Dashboard:
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
     code ships in the checkpoint folder (see
-    `inspector._internal.load.verdict`). `wait=True` makes the
+    `inspector._internal.load.verdict`); `cache=False` computes the verdict again instead of
+    taking the one kept in the user's cache (`inspector._internal.load.cache`: a kept
+    verdict shows without starting the load check's process). `wait=True` makes the
     cell wait for the load check and the snapshot's figures before it ends, as it does by
     itself when the notebook is executed headless (nbclient, `jupyter nbconvert --execute`,
     papermill): the saved notebook then holds the finished snapshot.
@@ -226,6 +239,7 @@ class Dashboard:
         snapshot: bool = True,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
         wait: bool | None = None,
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
@@ -233,7 +247,7 @@ class Dashboard:
         from .serve_panel import ServePanel
         from .values_panel import ValuesPanel
 
-        self.model, self.trust_remote_code = model, trust_remote_code
+        self.model, self.trust_remote_code, self.cache = model, trust_remote_code, cache
         # Set by the Values tab: every later check (the load verdict's, a re-scan) reads
         # the values too, so their findings stay with the others.
         self.values = _values_read(source)
@@ -359,6 +373,7 @@ class Dashboard:
                     progress=True,
                     model=self.model,
                     trust_remote_code=self.trust_remote_code,
+                    cache=self.cache,
                 ),
             )
         finally:
@@ -416,7 +431,8 @@ class Dashboard:
         (`inspector._internal.load.child`): its imports of transformers and torch and the
         model build (10 s of CPU at 300,000 tensors) used to hold this kernel's GIL, so a
         tab clicked meanwhile answered late; the thread only waits for the child's answer.
-        A remote checkpoint's verdict is computed in the thread. Either way the thread waits
+        A remote checkpoint's verdict is computed in the thread; a verdict kept in the user's
+        cache is read there, and no child is started. Either way the thread waits
         until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
         seconds): work that holds the GIL as the Overview is displayed starves the kernel's
         IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
@@ -430,7 +446,7 @@ class Dashboard:
             self._overview_sent.wait(_VERDICT_HOLD)
             try:
                 verdict = load_child.verdict_apart(
-                    plain.scanned, trust_remote_code=self.trust_remote_code
+                    plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
                 )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for

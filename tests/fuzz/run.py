@@ -39,6 +39,7 @@ NAMES = (
     "manifest",
     "load_answer",
     "engine_answer",
+    "verdict_entry",
     "torch_bin",
     "bin_pickle",
     "gguf",

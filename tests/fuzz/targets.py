@@ -22,7 +22,9 @@ reader must keep, whatever the input:
   known codes, every accepted pattern answering what Python's `re` answers.
 - GGUF metadata values the header reader accepts, gguf's own reader reads the same.
 - config.json through `fit` (parallel plans and memory per GPU) gives findings, never an
-  exception, a `fit --json` result that serialises, and bounded messages.
+  exception, a `fit --json` result that serialises, and bounded messages;
+- an entry of the load verdict's cache (any bytes where a kept verdict belongs) gives the
+  verdict of that checkpoint, checked field by field, or none, never an error.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -46,6 +48,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from inspector._internal.checkpoint.read_problems import (
     FileRole,
@@ -81,6 +85,7 @@ __all__ = [
     "quant_patterns",
     "remote_answer",
     "torch_bin",
+    "verdict_entry",
 ]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
@@ -985,6 +990,57 @@ def fit_config(data: bytes) -> None:
             assert plan.weights_bytes_per_rank >= 0
 
 
+# -- (l) an entry of the load verdict's cache --------------------------------------------------
+
+_ENTRY_SCAN: Any = None
+# Seeds spell the key of the entry as this placeholder (the real key holds the versions and
+# the tool's code digest, which change): the target puts the real key in its place.
+ENTRY_KEY = b'"@key"'
+
+
+def _entry_scan() -> Any:
+    """A scanned checkpoint whose verdict the cache would answer for (the file system is not
+    read: the scan is built in memory)."""
+    global _ENTRY_SCAN
+    if _ENTRY_SCAN is None:
+        from inspector._internal.checkpoint.scanned import ScannedCheckpoint, ShardedInfo
+        from inspector._internal.formats.safetensors import ShardHeader
+
+        shard = ShardHeader.from_columns(
+            "model.safetensors", 16, 0, None, ["w"], ["F32"], [[2]], [0], [8]
+        )
+        config = {"architectures": ["FuzzForCausalLM"]}
+        _ENTRY_SCAN = ScannedCheckpoint(
+            _scratch("ckpt-fuzz-entry-"), "hf-sharded", ShardedInfo(), (shard,), config=config
+        )
+    return _ENTRY_SCAN
+
+
+def verdict_entry(data: bytes) -> None:
+    """The bytes as the cache's entry of a checkpoint's verdict (`"@key"` replaced by the real
+    key), read as `load_verdict` reads it: the checkpoint's own verdict, one that survives
+    its round trip, or none; never an error."""
+    from inspector._internal.load import cache
+    from inspector._internal.load.verdict import LoadVerdict, known_verdict, verdict_key
+
+    scanned = _entry_scan()
+    key, env = verdict_key(scanned), cache.environment()
+    if key is None or env is None:
+        return  # torch or transformers not installed: nothing is ever kept
+    full = {**key, **env}
+    folder = cache.verdict_folder()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    entry = folder / cache.entry_name(full)
+    entry.write_bytes(data.replace(ENTRY_KEY, orjson.dumps(full)))
+    try:
+        verdict = known_verdict(scanned)
+    finally:
+        entry.unlink()
+    if verdict is not None:
+        assert verdict.architecture == "FuzzForCausalLM", verdict.architecture
+        assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -1001,6 +1057,7 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "engine_answer": engine_answer,
     "quant_patterns": quant_patterns,
     "fit_config": fit_config,
+    "verdict_entry": verdict_entry,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.

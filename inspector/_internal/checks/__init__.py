@@ -50,6 +50,7 @@ def check(
     model: bool = True,
     trust_remote_code: bool = False,
     verdict: LoadVerdict | None = None,
+    cache: bool = True,
     progress: bool = False,
     sample_windows: int | None = None,
     sample_seed: int = 0,
@@ -57,10 +58,12 @@ def check(
     """All findings: those met while scanning, the layout's drift checks, structural checks,
     with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
     skipped without transformers or for an architecture it does not know; `verdict` reuses one
-    computed by the caller), and with `deep=True` the ones that need tensor data (zeros,
-    NaN/Inf, duplicate bytes). `values="sample"` or `"full"` reads tensor values for their
-    statistics (`inspector._internal.checks.values`: NaN/Inf, all-zero, never-written and
-    outlier tensors against their siblings; the table is then `scanned.values`).
+    computed by the caller; `cache` as in `load_verdict`: the verdict kept in the user's cache
+    for this very checkpoint is used, `cache=False` computes it again), and with `deep=True`
+    the ones that need tensor data (zeros, NaN/Inf, duplicate bytes). `values="sample"` or `"full"`
+    reads tensor values for their statistics (`inspector._internal.checks.values`: NaN/Inf,
+    all-zero, never-written and outlier tensors against their siblings; the table is then
+    `scanned.values`).
     `sample_windows` (default 8) and `sample_seed` (default 0) change what `"sample"` reads
     of each tensor: more windows catch smaller damaged spans, another seed other offsets.
 
@@ -77,7 +80,9 @@ def check(
         stages.append(partial(_tied_head, scanned, values or "sample", sample_seed))
     model_rules = model_rules_for(scanned.layout) if model else ()
     if model_rules:
-        stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
+        stages.append(
+            partial(_model_rules, model_rules, scanned, verdict, trust_remote_code, cache)
+        )
     if deep:
         stages.append(partial(_deep, scanned))
     if values is not None:
@@ -99,11 +104,12 @@ def _model_rules(
     scanned: ScannedCheckpoint,
     verdict: LoadVerdict | None,
     trust_remote_code: bool,
+    cache: bool,
     found: list[Finding],
 ) -> list[Finding]:
 
     # Built once for every model rule: building the model is the expensive part.
-    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
+    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
     for rule in rules:
         found = rule.run(scanned, verdict, found)
     return found

@@ -189,7 +189,8 @@ def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """--no-model and --trust-remote-code, as every command that runs `check()` takes them."""
+    """--no-model, --trust-remote-code and --no-cache, as every command that runs `check()`
+    takes them."""
     p.add_argument(
         "--no-model",
         dest="model",
@@ -201,6 +202,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the load check run modelling code that sits in the checkpoint folder",
     )
+    p.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="compute the load check's verdict again instead of taking the one kept in the "
+        "user's cache for this very checkpoint, and keep the new one",
+    )
 
 
 def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> LoadVerdict | None:
@@ -208,7 +216,7 @@ def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> L
     if not args.model:
         return None
 
-    return load_verdict(scanned, trust_remote_code=args.trust_remote_code)
+    return load_verdict(scanned, trust_remote_code=args.trust_remote_code, cache=args.cache)
 
 
 def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:

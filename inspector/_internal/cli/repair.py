@@ -163,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
         print("not applied (use --yes to apply without asking)")
         return EXIT_FOUND
     result = plan.execute(
-        backup=not args.no_backup, model=args.model, trust_remote_code=args.trust_remote_code
+        backup=not args.no_backup,
+        model=args.model,
+        trust_remote_code=args.trust_remote_code,
+        cache=args.cache,
     )
     print(f"written: {', '.join(map(legible, result.written))}")
     checked = getattr(result, "data_checked", 0)  # a restore's data check
@@ -194,7 +197,11 @@ def _preview_text(
     if not isinstance(plan, RepairPlan):
         return "preview: this plan writes shards; the checks run on the result once it is written"
     preview = preview_repair(
-        plan, scanned, model=args.model, trust_remote_code=args.trust_remote_code
+        plan,
+        scanned,
+        model=args.model,
+        trust_remote_code=args.trust_remote_code,
+        cache=args.cache,
     )
     after = scanned_after(plan, scanned)
     left = group_problems(after, preview.remains + preview.introduces)

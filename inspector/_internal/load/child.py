@@ -10,12 +10,16 @@ How: `start_verdict_process()` starts one child per process, or the first reques
 dashboard asks once its Overview is sent; started with the scan, the child's imports slowed
 the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder. The child
 scans the folder itself (passing the scan would mean pickling it) and answers with the
-verdict and a digest of what the verdict read: the layout, config.json, the quantization
-config, the JSON files found, the index's shard set, and every shard's names, dtypes and
-shapes. When the digest is not the one of the caller's scan, the folder changed in between,
-and the verdict says so instead of answering for other files. The child is kept for the next
-verdict (a re-scan after a repair finds its model cached) and ends with this process (its
-requests pipe closes).
+verdict and a digest of what the verdict read (`verdict_digest`: the layout, config.json,
+the quantization config, the JSON files found, the index's shard set, and every shard's
+names, dtypes, shapes and spans). When the digest is not the one of the caller's scan, the folder
+changed in between, and the verdict says so instead of answering for other files. The child is kept
+for the next verdict (a re-scan after a repair finds its model cached) and ends with this process
+(its requests pipe closes).
+
+A verdict known without building the model (a skip the files decide, or the verdict kept in
+the user's cache, `inspector._internal.load.cache`) is given without asking the child, which
+is then never started; the child keeps each verdict it computes in that same cache.
 
 The answer is read as untrusted data: the child ran transformers on an untrusted config (and,
 with `trust_remote_code`, the folder's own code), so it is JSON, capped in size and time, and
@@ -27,7 +31,6 @@ Windows (where a pipe cannot be waited on with a deadline), gets the verdict in 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import selectors
 import subprocess
@@ -44,11 +47,14 @@ import orjson
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.load.cache import CACHE_ENV, cache_root
 from inspector._internal.load.verdict import (
     LOADABLE_LAYOUTS,
     LoadVerdict,
+    known_verdict,
     load_verdict,
     prepare_load_check,
+    verdict_digest,
 )
 from inspector.errors import InspectorError
 
@@ -60,7 +66,6 @@ __all__ = [
     "read_capped_line",
     "start_verdict_process",
     "verdict_apart",
-    "verdict_digest",
 ]
 
 # How long a verdict may take in the child before it is ended (the 671B DeepSeek-V3 config
@@ -74,40 +79,36 @@ _ANSWER_CAP = 512 << 20
 _NICENESS = 5
 
 
-def verdict_digest(scanned: ScannedCheckpoint) -> str:
-    """A digest of everything `load_verdict` reads from `scanned` (see the module docstring)."""
-    h = hashlib.sha256()
-
-    def add(value: Any) -> None:
-        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str))
-        h.update(b"\0")
-
-    add([str(scanned.layout), scanned.config, scanned.quant_config, sorted(scanned.json_files)])
-    index = scanned.index
-    add(None if index is None else sorted(set(index.weight_map.values())))
-    for shard in scanned.shards:
-        add([shard.file, shard.readable, list(shard.names), shard.dtypes, shard.shapes])
-    return h.hexdigest()
-
-
 def start_verdict_process() -> None:
     """Start the child now (when it is not running), so that it imports torch and
     transformers before the first request."""
     _CHILD.start()
 
 
-def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False) -> LoadVerdict:
+def verdict_apart(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
+) -> LoadVerdict:
     """`load_verdict(scanned)`, computed in the child for a local folder of a layout the check
-    runs on; in this process otherwise. A bug in the child is raised here as RuntimeError
-    with the child's traceback; a child that crashed or ran out of time gives a skipped
-    verdict that says so."""
+    runs on; in this process otherwise. A verdict known without building the model (a skip
+    the files decide, or with `cache` the one kept in the user's cache: `known_verdict`) is
+    given at once, and no child is started for it. The child keeps what it computes in the
+    same cache (`cache` as in `load_verdict`). A bug in the child is raised here as
+    RuntimeError with the child's traceback; a child that crashed or ran out of time gives a
+    skipped verdict that says so."""
+    known = known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
+    if known is not None:
+        return known
     folder = scanned.local_path
     if folder is None or scanned.layout not in LOADABLE_LAYOUTS or sys.platform == "win32":
-        return load_verdict(scanned, trust_remote_code=trust_remote_code)
+        return load_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
     request = {
         "path": str(folder),
         "layout": str(scanned.layout),
         "trust_remote_code": trust_remote_code,
+        # The child keeps its verdict where this process looks (it may have been started
+        # under another setting of the variable).
+        "cache": cache,
+        "cache_dir": str(cache_root()),
     }
     try:
         answer = _CHILD.ask(request)
@@ -284,8 +285,9 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 why = f"the folder could not be read again: {exc}"
                 answer = {"digest": None, "verdict": LoadVerdict(skipped=why).to_dict()}
             else:
-                trust = bool(request["trust_remote_code"])
-                verdict = load_verdict(scanned, trust_remote_code=trust)
+                os.environ[CACHE_ENV] = str(request["cache_dir"])
+                trust, cache = bool(request["trust_remote_code"]), bool(request["cache"])
+                verdict = load_verdict(scanned, trust_remote_code=trust, cache=cache)
                 answer = {"digest": verdict_digest(scanned), "verdict": verdict.to_dict()}
         except Exception:
             answer = {"error": traceback.format_exc(limit=20)}

@@ -185,6 +185,7 @@ class RepairPlan:
         verdict: LoadVerdict | None = None,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairPreview:
         """Which findings executing this plan would fix (see `preview_repair`)."""
         return preview_repair(
@@ -194,10 +195,16 @@ class RepairPlan:
             verdict=verdict,
             model=model,
             trust_remote_code=trust_remote_code,
+            cache=cache,
         )
 
     def execute(
-        self, *, backup: bool = True, model: bool = True, trust_remote_code: bool = False
+        self,
+        *,
+        backup: bool = True,
+        model: bool = True,
+        trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
@@ -205,8 +212,8 @@ class RepairPlan:
         output folder, the new files are written there (a file already there is backed up)
         and nothing is re-checked: the checkpoint itself did not change.
 
-        `model` and `trust_remote_code` are as in `check`, for the re-check (`model=False`:
-        the plain rules only, without building the model).
+        `model`, `trust_remote_code` and `cache` are as in `check`, for the re-check
+        (`model=False`: the plain rules only, without building the model).
         """
 
         target = self.output_dir if self.output_dir is not None else self.root
@@ -234,7 +241,9 @@ class RepairPlan:
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
         refresh_manifest(target, written=written)
-        remaining = check(scan(target), model=model, trust_remote_code=trust_remote_code)
+        remaining = check(
+            scan(target), model=model, trust_remote_code=trust_remote_code, cache=cache
+        )
         return RepairResult(written, backup_dir, tuple(remaining))
 
 
@@ -266,18 +275,23 @@ def preview_repair(
     verdict: LoadVerdict | None = None,
     model: bool = True,
     trust_remote_code: bool = False,
+    cache: bool = True,
 ) -> RepairPreview:
     """Which of `findings` (default: `check(scanned, ...)`) the plan fixes, compared by code
     and what they are about (the tensor, else the file; layer, expert), not by message: a
     folded message may change its counts.
 
-    `model`, `trust_remote_code` and `verdict` (the load verdict of `scanned`) are as in
-    `check`. The checkpoint after the plan gets its own verdict when the plan rewrites what a
+    `model`, `trust_remote_code`, `cache` and `verdict` (the load verdict of `scanned`) are
+    as in `check`. The checkpoint after the plan gets its own verdict when the plan rewrites what a
     loader reads (the index names the shards it opens, the quantization config says which
     scales belong); a plan that rewrites only sidecars keeps `verdict`.
     """
 
-    options: dict[str, Any] = {"model": model, "trust_remote_code": trust_remote_code}
+    options: dict[str, Any] = {
+        "model": model,
+        "trust_remote_code": trust_remote_code,
+        "cache": cache,
+    }
     before = list(findings) if findings is not None else check(scanned, verdict=verdict, **options)
     if not plan.writes:
         after = before

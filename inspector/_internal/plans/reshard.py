@@ -104,19 +104,27 @@ class ReshardPlan:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairResult:
         """Copy into staging, then swap in one journaled batch; re-scan and re-check.
 
         The retired shards always go to the backup folder (`backup` is accepted for symmetry
-        with other plans): re-sharding never deletes tensor data. `model` and
-        `trust_remote_code` are as in `check`, for the re-check.
+        with other plans): re-sharding never deletes tensor data. `model`,
+        `trust_remote_code` and `cache` are as in `check`, for the re-check.
         """
 
         if self.copy is None:
             return RepairResult(
                 (),
                 None,
-                tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code)),
+                tuple(
+                    check(
+                        scan(self.root),
+                        model=model,
+                        trust_remote_code=trust_remote_code,
+                        cache=cache,
+                    )
+                ),
             )
         with folder_lock(self.root):
             recover(self.root)
@@ -140,7 +148,9 @@ class ReshardPlan:
             shutil.rmtree(staging, ignore_errors=True)
         written = (*(o.name for o in self.copy.outputs), *index)
         refresh_manifest(self.root, written=written)
-        remaining = tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code))
+        remaining = tuple(
+            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        )
         return RepairResult(written, backup_dir, remaining)
 
 

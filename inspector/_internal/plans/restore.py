@@ -126,16 +126,24 @@ class RestorePlan:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RestoreResult:
         """Copy into staging, verify if asked, then move the shard in and rewrite the JSON as
-        one journaled batch; re-scan and re-check (`model`, `trust_remote_code`: as in
-        `check`). JSON changed since planning aborts."""
+        one journaled batch; re-scan and re-check (`model`, `trust_remote_code`, `cache`:
+        as in `check`). JSON changed since planning aborts."""
 
         if self.copy is None or self.shard is None:
             return RestoreResult(
                 (),
                 None,
-                tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code)),
+                tuple(
+                    check(
+                        scan(self.root),
+                        model=model,
+                        trust_remote_code=trust_remote_code,
+                        cache=cache,
+                    )
+                ),
             )
         staging = self.root / STAGING
         with folder_lock(self.root):
@@ -169,7 +177,9 @@ class RestorePlan:
                 shutil.rmtree(staging, ignore_errors=True)
         written = (self.shard, *(w.path for w in self.writes))
         refresh_manifest(self.root, written=written)
-        remaining = tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code))
+        remaining = tuple(
+            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        )
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 
 
