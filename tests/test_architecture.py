@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import inspector
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
 from inspector._internal.findings.codes import Code
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict
+from inspector._internal.scan.entry import scan
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
@@ -30,8 +30,8 @@ MODULES = sorted(
 
 
 ORDERS = [
-    ("inspector._internal.checks", "inspector._internal.checkpoint.scan"),
-    ("inspector._internal.checkpoint.scan", "inspector._internal.checks"),
+    ("inspector._internal.checks", "inspector._internal.scan.entry"),
+    ("inspector._internal.scan.entry", "inspector._internal.checks"),
     ("inspector._internal.checks", "inspector._internal.layouts"),
     ("inspector._internal.layouts", "inspector._internal.checks"),
     (
@@ -205,7 +205,7 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 # (/proc/self/statm): the child it runs is handed bytes the storage read.
 _OWN_FILE_ACCESS = {
     "inspector/_internal/storage/local.py",
-    "inspector/_internal/plans/atomic.py",
+    "inspector/_internal/execution/atomic.py",
     "inspector/_internal/plans/consolidate/engine.py",
     "inspector/_internal/plans/consolidate/driver.py",
     "inspector/_internal/plans/consolidate/dest.py",
@@ -462,9 +462,9 @@ def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
         ReadProblem,
         read_problem_findings,
     )
+    from inspector._internal.diagnosis.issues import group_problems
     from inspector._internal.findings.codes import FixKind
     from inspector._internal.findings.finding import make_finding
-    from inspector._internal.findings.issues import group_problems
 
     for code in Code:
         assert code.fix.kind in get_args(FixKind) and code.fix.text.strip(), code

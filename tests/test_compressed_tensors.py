@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.load.verdict import load_verdict
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "llmcompressor"
 

@@ -22,7 +22,6 @@ from hf_exports import tiny_llama
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards, stale_copies
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check, check_layout
 from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.diff import diff_checkpoints
@@ -32,6 +31,7 @@ from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
 from inspector._internal.plans.repair import plan_index
 from inspector._internal.plans.restore import plan_restore
+from inspector._internal.scan.entry import scan
 
 INDEX = "model.safetensors.index.json"
 NEW = "model-zz.safetensors"

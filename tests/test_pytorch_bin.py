@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
-from inspector._internal.findings.issues import group_problems
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.formats.bin_shard import read_bin_shard
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"

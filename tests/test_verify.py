@@ -16,7 +16,6 @@ from inspector.widgets.report import render_html_report
 from remote_servers import FakeHub, S3Store
 
 from inspector import verify, write_manifest
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.filenames import MANIFEST_NAME, is_well_known
@@ -25,6 +24,7 @@ from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.reshard import plan_reshard
 from inspector._internal.report.html import facts_html
 from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MIXTRAL = GOLDEN / "transformers" / "mixtral"

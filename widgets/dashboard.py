@@ -51,19 +51,18 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible_each
+from inspector._internal.diagnosis.issues import Problem, group_problems
+from inspector._internal.diagnosis.references import restore_reference
 from inspector._internal.findings.finding import (
     Finding,
     findings_per_file,
     findings_to_frame,
     severity_rank,
 )
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.references import restore_reference
 from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
 from inspector._internal.load import child as load_child
 from inspector._internal.report.html import (
@@ -77,6 +76,7 @@ from inspector._internal.report.html import (
     severity_badge,
 )
 from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button

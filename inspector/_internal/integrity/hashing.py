@@ -32,6 +32,7 @@ from inspector._internal.checkpoint.loaded import any_loader_shards, loaded_shar
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.dtypes import nbytes_for
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.tensordata import (
     TensorData,
@@ -40,7 +41,6 @@ from inspector._internal.formats.tensordata import (
     tensor_hasher,
 )
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
-from inspector._internal.plans.ranks import Distributed
 from inspector._internal.storage import EntryKind, LocalFile, Storage
 from inspector.errors import CannotInspectError, UnsafeFileError
 

@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.execution.atomic import write_atomic
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.codes import Code, Severity, code_of
 from inspector._internal.findings.finding import (
     Finding,
@@ -56,8 +57,7 @@ from inspector._internal.integrity.manifest import (
 )
 from inspector._internal.integrity.verified import record_verification
 from inspector._internal.layouts._common import read_capped
-from inspector._internal.plans.atomic import write_atomic
-from inspector._internal.plans.ranks import Distributed
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     Location,
     RemoteOptions,

@@ -40,7 +40,6 @@ from typing import IO, Any
 
 import orjson
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.load.verdict import (
@@ -49,6 +48,7 @@ from inspector._internal.load.verdict import (
     load_verdict,
     prepare_load_check,
 )
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError
 
 __all__ = [

@@ -10,6 +10,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING
 
 from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate.dest import Dest, foreign_entries, is_complete, refusal
 from inspector._internal.plans.consolidate.engine import (
@@ -25,7 +26,6 @@ from inspector._internal.plans.consolidate.records import (
     OutputFile,
 )
 from inspector._internal.plans.consolidate.verify import verify as verify_output
-from inspector._internal.plans.ranks import Distributed
 
 if TYPE_CHECKING:
     # Only a type: the plan imports this module to execute itself.

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.codes import Code
@@ -17,6 +16,7 @@ from inspector._internal.formats.casting import cast_bytes
 from inspector._internal.formats.tensordata import TensorData, tensor_digest
 from inspector._internal.plans.consolidate.engine import SourceFiles
 from inspector._internal.plans.consolidate.records import PlannedTensor
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, Storage
 
 if TYPE_CHECKING:
