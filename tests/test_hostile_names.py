@@ -34,7 +34,8 @@ from test_cli_errors import no_traceback
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
-from inspector._internal.findings.finding import make_finding, short_repr
+from inspector._internal.common.text import short_repr
+from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.html import findings_html, problems_html, scanned_html
 from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.report.query import export_tensors

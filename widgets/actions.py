@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.diagnosis.references import consolidation_reference, restore_reference
 from inspector._internal.findings.finding import findings_to_frame
-from inspector._internal.findings.words import plural
 from inspector._internal.plans.consolidate import default_destination, plan_consolidation
 from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
 from inspector._internal.plans.repair_all import plan_all

@@ -55,6 +55,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible_each
+from inspector._internal.common.text import plural
 from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.diagnosis.references import restore_reference
 from inspector._internal.findings.finding import (
@@ -63,7 +64,7 @@ from inspector._internal.findings.finding import (
     findings_to_frame,
     severity_rank,
 )
-from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
 from inspector._internal.load import child as load_child
 from inspector._internal.report.html import (
     code_help_html,

@@ -18,10 +18,10 @@ from typing import Any
 
 from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.naming import LONG_NAME
+from inspector._internal.checkpoint.places import places_text
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
-from inspector._internal.findings.words import places_text
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.load.quant import QUANT_PARAMS
 
@@ -113,7 +113,7 @@ class CheckpointDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, plus `identical`, `only_a_places` / `only_b_places` (the names
-        summarised by layer and expert: `inspector._internal.findings.words.places_text`) and,
+        summarised by layer and expert: `inspector._internal.checkpoint.places.places_text`) and,
         against a reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical

@@ -20,6 +20,7 @@ from inspector._internal.cli.args import (
     target,
 )
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.execution.atomic import (
@@ -30,7 +31,6 @@ from inspector._internal.execution.atomic import (
     recover,
 )
 from inspector._internal.findings.finding import Finding
-from inspector._internal.findings.words import plural
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair, scanned_after
 from inspector._internal.plans.repair_all import plan_all

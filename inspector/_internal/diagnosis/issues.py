@@ -33,6 +33,7 @@ from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from inspector._internal.common.text import fold_ranges, plural, shell_word
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.references import (
     Reference,
@@ -40,8 +41,7 @@ from inspector._internal.diagnosis.references import (
     restore_reference,
 )
 from inspector._internal.findings.codes import Code, FixKind, Severity, code_of, severity_rank
-from inspector._internal.findings.finding import Finding, fold_ranges
-from inspector._internal.findings.words import plural, shell_word
+from inspector._internal.findings.finding import Finding
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.common.text import short_repr
 
 __all__ = ["RECIPE_CAP", "QuantModifier", "parse_recipe"]
 

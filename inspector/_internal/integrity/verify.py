@@ -26,17 +26,11 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.common.text import examples, plural
 from inspector._internal.execution.atomic import write_atomic
 from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.codes import Code, Severity, code_of
-from inspector._internal.findings.finding import (
-    Finding,
-    examples,
-    fold_by_file,
-    make_finding,
-    sort_findings,
-)
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, fold_by_file, make_finding, sort_findings
 from inspector._internal.integrity.hashing import (
     FileDigest,
     Listing,

@@ -58,11 +58,11 @@ from inspector._internal.common.filenames import (
     WELL_KNOWN,
     is_well_known,
 )
+from inspector._internal.common.text import examples, plural
 from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR
 from inspector._internal.execution.atomic import apply_writes, folder_lock
 from inspector._internal.findings.codes import Severity
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name

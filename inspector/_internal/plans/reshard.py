@@ -23,6 +23,7 @@ from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME
+from inspector._internal.common.text import examples
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
 from inspector._internal.execution.atomic import (
     STAGING,
@@ -32,7 +33,6 @@ from inspector._internal.execution.atomic import (
     new_backup_dir,
     recover,
 )
-from inspector._internal.findings.finding import examples
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks

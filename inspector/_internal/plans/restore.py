@@ -33,11 +33,13 @@ from pathlib import Path
 
 from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of, parse_count
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.text import examples, plural, shell_word
 from inspector._internal.execution.atomic import (
     STAGING,
     apply_writes,
@@ -45,8 +47,7 @@ from inspector._internal.execution.atomic import (
     fresh_staging,
     recover,
 )
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import describe_names, plural, shell_word
+from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation

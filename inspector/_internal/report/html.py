@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
-from inspector._internal.findings.words import plural
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.summary import summarize
 

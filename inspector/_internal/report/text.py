@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import plural, shell_word
 from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.finding import Finding, Severity, severity_rank
-from inspector._internal.findings.words import plural, severity_counts, shell_word
+from inspector._internal.findings.words import severity_counts
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict

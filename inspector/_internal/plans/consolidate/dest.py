@@ -30,13 +30,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspector._internal.common.filenames import INDEX_NAME, MANIFEST_NAME
+from inspector._internal.common.text import examples
 from inspector._internal.execution.atomic import (
     BACKUP_DIR,
     new_backup_dir,
     open_fresh,
     write_atomic,
 )
-from inspector._internal.findings.finding import examples
 from inspector._internal.plans.consolidate.records import OutputFile, index_bytes
 from inspector._internal.storage import TooLargeError
 from inspector.errors import PlanRefusedError, UnsafeFileError, UnsafeInputError

@@ -26,11 +26,12 @@ from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
 from inspector._internal.common.filenames import INDEX_NAME, SAFETENSORS_WEIGHTS_NAME, STAGING
+from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 from inspector._internal.diagnosis.references import Reference, layout_reference
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import plural, refusal_digest
+from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.words import refusal_digest
 from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.formats.casting import dtype_for_target
 from inspector._internal.integrity.refresh import refresh_manifest, source_manifest

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, TypedDict
 import orjson
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding
 from inspector._internal.storage import Entry, EntryKind
 
 if TYPE_CHECKING:

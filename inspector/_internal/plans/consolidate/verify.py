@@ -9,9 +9,9 @@ import numpy as np
 
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.text import plural
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, make_finding
-from inspector._internal.findings.words import plural
 from inspector._internal.formats.casting import cast_bytes
 from inspector._internal.formats.tensordata import TensorData, tensor_digest
 from inspector._internal.plans.consolidate.engine import SourceFiles
