@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.common.text import plural
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, make_finding
 from inspector._internal.formats.casting import cast_bytes
-from inspector._internal.formats.tensordata import TensorData, tensor_digest
+from inspector._internal.formats.tensordata import tensor_digest
 from inspector._internal.plans.consolidate.engine import SourceFiles
 from inspector._internal.plans.consolidate.records import PlannedTensor
 from inspector._internal.scan.entry import scan
@@ -41,7 +42,7 @@ def verify(
     source = scan(Location(plan.source_storage))
     mismatches: list[str] = []
     checked = 0
-    with TensorData(source) as src, TensorData(written) as out:
+    with tensor_data(source) as src, tensor_data(written) as out:
         for output in plan.outputs:
             for t in output.tensors:
                 raw: memoryview | bytes | np.ndarray | None = src.tensor_bytes(t.name)
