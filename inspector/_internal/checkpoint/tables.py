@@ -99,6 +99,7 @@ class ScanView(Protocol):
     def tables(self) -> Tables: ...
     def derived(self, key: str, build: Callable[[], T]) -> T: ...
 
+
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
 _MTP_OWN = np.isin(np.asarray(KINDS), ("norm", "embedding", "output_head", "other"))
