@@ -1,4 +1,4 @@
-"""The words shown to people: one vocabulary and one way to count things in text.
+"""The words shown to people: one vocabulary for findings, issues, severities and refusals.
 
 - a **finding** is one coded observation (`inspector._internal.findings.finding.Finding`, with a
   code from

@@ -8,7 +8,7 @@ on large buffers), largest first; memory is one block per worker whatever the ch
 size. A DCP tensor is assembled from its chunks (`TensorData`) before it is hashed, so its
 hash is that of the tensor a consolidated output holds.
 
-Under torchrun (`ranks`, the engine consolidation uses: `plans.ranks`) each file, or each DCP
+Under torchrun (`ranks`, the engine consolidation uses: `execution.ranks`) each file, or each DCP
 tensor, is read by one rank, the shares balanced by bytes, and every rank receives every
 share's digests, so every rank builds the same result; rank 0 alone prints and writes it.
 """

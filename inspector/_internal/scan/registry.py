@@ -1,6 +1,7 @@
-"""One reader module per on-disk layout. Each exposes `LAYOUT`, an implementation of the
-`Layout` protocol (`name`, `detect(path)`, `scan(path, *, options)`). Detection tries them in
-`LAYOUTS` order: the most specific first."""
+"""The registry of layout readers: each module of `layouts/` exposes `LAYOUT`, an
+implementation of the `Layout` protocol (`name`, `detect(path)`, `scan(path, *, options)`).
+Detection tries them in `LAYOUTS` order: the most specific first. It sits above the readers,
+which never import it, and below the scan entry (`scan.entry`) that picks from it."""
 
 from __future__ import annotations
 
