@@ -1383,10 +1383,6 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
     )
 
 
-def _hide(widget: w.Widget, hidden: bool) -> None:
-    widget.layout.display = "none" if hidden else None
-
-
 def _short(text: str, limit: int = 220) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
