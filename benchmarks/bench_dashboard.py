@@ -112,8 +112,8 @@ def fresh_floor(folder: Path, *, runs: int = 3) -> float:
 def verdict_times(folder: Path) -> tuple[float, float]:
     """(first, warm) seconds of the load verdict in this process: the first builds the meta
     model (and imports transformers and torch), the second finds it cached."""
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.load.verdict import load_verdict
+    from inspector._internal.scan.entry import scan
 
     scanned = scan(folder)
     times = []

@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import CACHE_DIR, _attention, _mlp_shapes, _write_shard
 from bench_scan import best_of
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.scan.entry import scan
 
 TARGET_SECONDS = 3.0
 _COMPLETE = ".complete"
@@ -141,7 +141,7 @@ def ensure_checkpoint() -> Path:
 _CHILD = """
 import sys, time
 from inspector._internal.checks import check
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 scanned = scan(sys.argv[1])
 check(scanned, model=False)  # warm the page cache and the imports of the core
 start = time.perf_counter()

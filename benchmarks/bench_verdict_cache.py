@@ -135,10 +135,10 @@ def where_a_hit_goes(folder: str, runs: int) -> None:
     """In this process (no interpreter start to blur it): `check` with the verdict read from
     the cache against `check` without the model rules, alternated, best of `runs`; then the
     parts of a hit (the scan itself is the baseline's)."""
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.load import cache as verdict_cache
     from inspector._internal.load.verdict import known_verdict, verdict_digest, verdict_key
+    from inspector._internal.scan.entry import scan
 
     plain, hit = [], []
     for _ in range(runs + 1):  # the first pair warms the imports and the page cache

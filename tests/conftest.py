@@ -268,8 +268,8 @@ def _vllm_cases(root: Path) -> None:
 
     from vllm_cases import write_cases, write_hostile
 
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.load import engine
+    from inspector._internal.scan.entry import scan
 
     folders = write_cases(root)
     hostile = write_hostile(root / "hostile", folders["healthy"])

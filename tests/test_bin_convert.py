@@ -28,16 +28,16 @@ from golden_manifest import FIXTURES, MANIFEST
 from remote_servers import RangeHTTPServer
 
 from inspector import verify, write_manifest
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.findings.issues import group_problems
-from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.consolidate import engine as copy_engine
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.reshard import plan_reshard
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 BIN_INDEX = "pytorch_model.bin.index.json"
@@ -390,7 +390,7 @@ def test_remote_bin_views_are_read_and_converted_exactly(
     with range_server.serving(folder.parent) as server:
         there = scan(f"{server.url}/model/")
         before = server.content_bytes
-        with TensorData(there) as data:
+        with tensor_data(there) as data:
             sparse = data.tensor_bytes("sparse")
             fetched = server.content_bytes - before
             got = {n: bytes(data.tensor_bytes(n) or b"-") for n in views()}

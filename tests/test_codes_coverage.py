@@ -34,7 +34,6 @@ from modelopt_writer import (
 from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.demo.dcp import write_rank_files
@@ -43,6 +42,7 @@ from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
 from inspector._internal.integrity.verify import verify, write_manifest
 from inspector._internal.load.engine import EngineVerdict
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.engine import engine_check, verdict_findings
 from inspector._internal.serve.fit import fit
 

@@ -14,11 +14,11 @@ import pytest
 from inspector.widgets import Dashboard as _Dashboard
 from inspector.widgets.dashboard import CheckpointState
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
 from inspector._internal.plans.consolidate import reference_assignment
 from inspector._internal.report.html import scanned_html
 from inspector._internal.report.query import TensorQuery
+from inspector._internal.scan.entry import scan
 
 pytest.importorskip("ipywidgets")
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 from engine_cases import write_eagle3, write_llama_gguf
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.engine import EngineVerdict, vllm_available
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.engine import engine_check, verdict_findings
 from inspector._internal.serve.fit import fit
 from inspector._internal.serve.gpus import GPUS

@@ -22,8 +22,8 @@ from inspector.widgets.figures import (
 )
 from safetensors.numpy import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.findings.finding import findings_to_frame, make_finding
+from inspector._internal.scan.entry import scan
 
 PROJS = ("gate_proj", "up_proj", "down_proj")
 

@@ -1,4 +1,4 @@
-"""The folder lock (`inspector._internal.plans.atomic.folder_lock`) under contention, with real
+"""The folder lock (`inspector._internal.execution.atomic.folder_lock`) under contention, with real
 processes.
 
 Each trial starts several processes at once (forked from one driver, released together by
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from inspector._internal.plans import atomic
+from inspector._internal.execution import atomic
 from inspector.errors import InspectorError
 
 
@@ -42,7 +42,7 @@ _DRIVER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from inspector._internal.plans.atomic import LOCK, folder_lock
+    from inspector._internal.execution.atomic import LOCK, folder_lock
     from inspector.errors import InspectorError
 
     folder, log, trials, procs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_header_fuzz import CountingReader
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.findings.finding import Finding
 from inspector._internal.formats import gguf_header
 from inspector._internal.formats.gguf_header import ArrayInfo, TextInfo, read_gguf
 from inspector._internal.formats.gguf_shard import read_gguf_columns
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())

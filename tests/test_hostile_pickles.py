@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.formats.pickle_guard import (
     HostilePickleError,
@@ -27,6 +26,7 @@ from inspector._internal.formats.pickle_guard import (
     short_repr,
 )
 from inspector._internal.formats.safe_pickle import RefusedGlobalError, load_dcp_metadata
+from inspector._internal.scan.entry import scan
 
 # Pickle opcodes used to hand-build streams that Python could not build as objects (the
 # tuple-DAG dict would hang in hashing before it could be pickled).

@@ -14,7 +14,6 @@ import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
 from inspector._internal.checks import index as index_check
@@ -26,6 +25,7 @@ from inspector._internal.findings.finding import (
     fold_listed,
     fold_modules,
 )
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
 INDEX = "model.safetensors.index.json"

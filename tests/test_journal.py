@@ -18,9 +18,9 @@ import pytest
 from commands import cli
 from safetensors.numpy import save_file
 
-from inspector._internal.checkpoint.scan import scan
-from inspector._internal.plans import atomic
+from inspector._internal.execution import atomic
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError, UnsafeInputError
 
 INDEX = "model.safetensors.index.json"

@@ -41,7 +41,7 @@ from browser import (
 )
 from inspector.widgets.dashboard import Dashboard
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 
 pytestmark = pytest.mark.browser
 

@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from inspector.widgets.dashboard import CheckpointState
 
 import inspector._internal.checks as checks
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.scan.entry import scan
 
 HEALTHY = "healthy-hf-sharded"
 SCALE = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
@@ -77,7 +77,7 @@ def test_the_caller_never_imports_torch_or_transformers(demos: Path) -> None:
     pytest.importorskip("transformers")
     code = (
         "import sys\n"
-        "from inspector._internal.checkpoint.scan import scan\n"
+        "from inspector._internal.scan.entry import scan\n"
         "from inspector._internal.load.child import verdict_apart\n"
         "v = verdict_apart(scan(sys.argv[1]))\n"
         "print(v.ran, v.loads, 'torch' in sys.modules, 'transformers' in sys.modules)\n"

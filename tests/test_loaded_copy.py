@@ -21,17 +21,21 @@ import torch
 from hf_exports import tiny_llama
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.loaded import kept_copies, loaded_shards, stale_copies
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import (
+    kept_copies,
+    loaded_shards,
+    stale_copies,
+    tensor_data,
+)
 from inspector._internal.checks import check, check_layout
 from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.checks.values import value_table, values_check
-from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
 from inspector._internal.plans.repair import plan_index
 from inspector._internal.plans.restore import plan_restore
+from inspector._internal.scan.entry import scan
 
 INDEX = "model.safetensors.index.json"
 NEW = "model-zz.safetensors"
@@ -109,7 +113,7 @@ def test_a_real_load_keeps_the_copy_we_read(llama: Path, tmp_path: Path) -> None
         assert torch.equal(loaded, expected), variant
         scanned = scan(folder)
         assert kept_copies(scanned)[name][0].file == kept, variant
-        with TensorData(scanned) as data:
+        with tensor_data(scanned) as data:
             raw = data.tensor_bytes(name)
         assert raw is not None and bytes(raw) == expected.numpy().tobytes(), variant
 
@@ -194,7 +198,7 @@ def test_tensor_data_and_diff_read_the_kept_copy(good: Path, tmp_path: Path, var
     the original)."""
     folder, _ = plant(good, tmp_path / "bad", variant, X, 7.0)
     expected = _kept_values(variant)
-    with TensorData(scan(folder)) as data:
+    with tensor_data(scan(folder)) as data:
         raw = data.tensor_bytes(X)
     assert raw is not None and bytes(raw) == expected.tobytes()
     result = diff_checkpoints(scan(good), scan(folder), data=True)

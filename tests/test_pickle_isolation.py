@@ -41,7 +41,6 @@ from pickle_ops import (
 )
 
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import TorchDistTensor
 from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
@@ -60,6 +59,7 @@ from inspector._internal.formats.sandbox import (
     run_bounded,
     sandbox_available,
 )
+from inspector._internal.scan.entry import scan
 
 BIN = "pytorch_model.bin"
 FORCED = SandboxLimits(min_size=0, cpu_floor=1.0, memory_floor=512 << 20)

@@ -28,7 +28,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from golden_manifest import unreadable
 from remote_servers import Answer, Proxy, RangeHTTPServer, S3Store, s3_error
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import value_table
@@ -36,6 +35,7 @@ from inspector._internal.cli.main import main
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage.guard import origin
 from inspector.errors import CannotInspectError, PlanRefusedError, RemoteAccessError
 

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from remote_servers import Answer, FakeGCS, FakeHub, Proxy, RangeHTTPServer
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage.guard import ANSWER_CAP, MAX_LISTING, RedirectPolicy, origin
 from inspector.errors import RemoteAccessError
 

@@ -14,9 +14,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from remote_servers import FakeHub
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import EntryKind, LocalStorage, check_member, is_remote
 from inspector._internal.storage.remote import _nested
 from inspector._internal.storage.urls import HfLocation, parse_hf_url

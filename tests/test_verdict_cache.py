@@ -35,7 +35,6 @@ from safetensors.numpy import save_file
 from test_cli_errors import needs_namespace
 
 import inspector._internal.load.verdict as verdict_module
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint, ShardedInfo
 from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser, main
@@ -49,6 +48,7 @@ from inspector._internal.load.verdict import (
     verdict_digest,
     verdict_key,
 )
+from inspector._internal.scan.entry import scan
 
 HEALTHY = "healthy-hf-sharded"
 NORM = "model.layers.0.input_layernorm.weight"

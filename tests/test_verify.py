@@ -16,7 +16,7 @@ from inspector.widgets.report import render_html_report
 from remote_servers import FakeHub, S3Store
 
 from inspector import verify, write_manifest
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.filenames import MANIFEST_NAME, is_well_known
@@ -25,6 +25,7 @@ from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.reshard import plan_reshard
 from inspector._internal.report.html import facts_html
 from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MIXTRAL = GOLDEN / "transformers" / "mixtral"
@@ -597,10 +598,9 @@ def test_consolidation_records_what_it_copied_not_what_the_source_kept(tmp_path:
 def test_one_tensor_hash_everywhere(copy: Path) -> None:
     """The hash `diff --data`, `--deep` and `consolidate --verify-data` take from `TensorData`
     is the manifest's, and no other module hashes tensors with its own function."""
-    from inspector._internal.formats.tensordata import TensorData
 
     manifest = parse_manifest(write_manifest(copy).read_bytes())
-    with TensorData(scan(copy)) as data:
+    with tensor_data(scan(copy)) as data:
         for name, record in manifest.tensors.items():
             assert data.tensor_hash(name) == record.hash, name
     package = Path(__file__).resolve().parent.parent / "inspector"
@@ -643,7 +643,7 @@ def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
 
         def wrong_source(self: TensorData, name: str) -> memoryview | None:
             raw = real_bytes(self, name)
-            if raw is None or name != victim or self.scanned.dcp is None:
+            if raw is None or name != victim or not self.chunks:
                 return raw
             changed = bytearray(raw)
             changed[-1] ^= 0x01

@@ -51,20 +51,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible_each
+from inspector._internal.common.text import plural
+from inspector._internal.diagnosis.issues import Problem, group_problems
+from inspector._internal.diagnosis.references import restore_reference
 from inspector._internal.findings.finding import (
     Finding,
     findings_per_file,
     findings_to_frame,
     severity_rank,
 )
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.references import restore_reference
-from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
 from inspector._internal.load import child as load_child
 from inspector._internal.load.verdict import known_verdict
 from inspector._internal.report.html import (
@@ -78,6 +78,7 @@ from inspector._internal.report.html import (
     severity_badge,
 )
 from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button
@@ -1396,10 +1397,6 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
         f"Building {html_text(what)}...{html_text(note)}</div>"
     )
-
-
-def _hide(widget: w.Widget, hidden: bool) -> None:
-    widget.layout.display = "none" if hidden else None
 
 
 def _short(text: str, limit: int = 220) -> str:

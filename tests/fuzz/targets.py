@@ -341,8 +341,8 @@ def _checkpoint() -> Path:
         import torch
         import transformers
 
-        from inspector._internal.checkpoint.scan import scan
         from inspector._internal.load.verdict import load_verdict
+        from inspector._internal.scan.entry import scan
 
         folder = _scratch("ckpt-fuzz-load-")
         config = transformers.LlamaConfig(
@@ -392,9 +392,9 @@ def load_config(data: bytes) -> None:
     bounded messages, a skip reason of bounded length, nothing asked on the terminal, no
     socket, no process, within `LOAD_SECONDS`."""
     global _WATCHED
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.load.verdict import load_verdict
+    from inspector._internal.scan.entry import scan
 
     folder = _checkpoint()
     (folder / "config.json").write_bytes(data)
@@ -889,12 +889,12 @@ def quant_patterns(data: bytes) -> None:
     import json
     import warnings
 
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.formats.patterns import compile_patterns
     from inspector._internal.load.quant import quantization_view
     from inspector._internal.load.stored import LoadSkipped
     from inspector._internal.load.verdict import stored_tensors
+    from inspector._internal.scan.entry import scan
 
     folder = _pattern_folder()
     config = json.loads(json.dumps(_PATTERN_CONFIG))
@@ -975,7 +975,7 @@ def fit_config(data: bytes) -> None:
     known codes with bounded printable messages, a JSON-ready result, never an exception."""
     import json
 
-    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.scan.entry import scan
     from inspector._internal.serve.fit import MAX_CONTEXT, fit
 
     folder = _fit_folder()

@@ -1,8 +1,8 @@
 """What a loader reads of a checkpoint: the shards, in the order transformers reads them, and
 the copy it keeps of a name several of them hold. Every reader that takes "the" tensor of a
 name (the load check, `check --values`, the duplicate findings' words, `diff`, `verify` and
-the manifest, `repair --from`, tensor data read by name) takes it from here. Pure: shard
-headers and the index only.
+the manifest, `repair --from`, tensor data read by name: `tensor_data`) takes it from here.
+Pure: shard headers and the index only.
 
 The rule mirrors transformers 5 loading a local folder:
 
@@ -38,6 +38,7 @@ from inspector._internal.common.filenames import (
     SAFETENSORS_WEIGHTS_NAME,
 )
 from inspector._internal.formats.safetensors import ShardHeader
+from inspector._internal.formats.tensordata import TensorData
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
@@ -53,6 +54,7 @@ __all__ = [
     "loaded_shards",
     "read_order",
     "stale_copies",
+    "tensor_data",
 ]
 
 # The copy of a name a loader keeps: its shard and the row of its entry there.
@@ -189,3 +191,16 @@ def stale_copies(scanned: ScannedCheckpoint) -> dict[str, frozenset[str]]:
 def _chunked(scanned: ScannedCheckpoint) -> bool:
     """DCP and torch_dist: each shard holds chunks of the tensors, not copies."""
     return scanned.dcp is not None or scanned.logical is not None
+
+
+def tensor_data(scanned: ScannedCheckpoint) -> TensorData:
+    """Byte access to `scanned`'s tensors, "the" tensor of a name being the copy
+    `chosen_copies` names (nothing is read until a tensor is asked for)."""
+    dcp = scanned.dcp
+    return TensorData(
+        scanned.location.storage,
+        scanned.shards,
+        where=lambda: chosen_copies(scanned),
+        chunks=None if dcp is None else dcp.chunks,
+        full_shapes=None if dcp is None else dcp.full_shapes,
+    )

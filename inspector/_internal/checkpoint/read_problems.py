@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, examples, fold, make_finding
+from inspector._internal.findings.finding import Finding, fold, make_finding
 from inspector._internal.formats.stand_ins import refuse_state
 
 __all__ = ["CODES", "FileRole", "ProblemKind", "ReadProblem", "read_problem_findings"]

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from inspector._internal.checkpoint.loaded import kept_copies
+from inspector._internal.checkpoint.loaded import kept_copies, tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.unread import unread_findings
 from inspector._internal.common.display import legible
@@ -19,7 +19,7 @@ from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.formats.tensordata import TensorData, tensor_hasher
+from inspector._internal.formats.tensordata import tensor_hasher
 from inspector._internal.formats.value_reading import Unread
 
 __all__ = ["CODES", "deep_check", "zero_allowed"]
@@ -44,7 +44,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
     hashes: dict[str, dict[str, str]] = defaultdict(dict)
     unread: list[Unread] = []
     duplicated = _duplicated_names(scanned)
-    with TensorData(scanned) as data:
+    with tensor_data(scanned) as data:
         for shard in scanned.shards:
             zeros: list[Finding] = []
             unread += _past_end(shard, data.size(shard.file))

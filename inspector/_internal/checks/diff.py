@@ -16,13 +16,12 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from inspector._internal.checkpoint.loaded import kept_signatures
+from inspector._internal.checkpoint.loaded import kept_signatures, tensor_data
 from inspector._internal.checkpoint.naming import LONG_NAME
+from inspector._internal.checkpoint.places import places_text
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
-from inspector._internal.findings.words import places_text
-from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.load.quant import QUANT_PARAMS
 
 __all__ = [
@@ -113,7 +112,7 @@ class CheckpointDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, plus `identical`, `only_a_places` / `only_b_places` (the names
-        summarised by layer and expert: `inspector._internal.findings.words.places_text`) and,
+        summarised by layer and expert: `inspector._internal.checkpoint.places.places_text`) and,
         against a reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical
@@ -200,7 +199,7 @@ def _compare_data(
 ) -> tuple[list[str], list[str]]:
     differs: list[str] = []
     unreadable: list[str] = []
-    with TensorData(a) as da, TensorData(b) as db:
+    with tensor_data(a) as da, tensor_data(b) as db:
         for name in names:
             ha, hb = da.tensor_hash(name), db.tensor_hash(name)
             if ha is None or hb is None:

@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
-from inspector._internal.formats.tensordata import TensorData
 
 __all__ = ["CODES", "MAX_MAPPING", "check_draft", "is_draft"]
 
@@ -146,7 +146,7 @@ def _offsets(
     when at most `MAX_MAPPING` entries)."""
     if count > MAX_MAPPING:
         return []
-    with TensorData(draft) as data:
+    with tensor_data(draft) as data:
         raw = data.tensor_bytes(name)
     kind = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2"}
     if raw is None or dtype not in kind:

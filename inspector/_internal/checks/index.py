@@ -50,20 +50,13 @@ from inspector._internal.checkpoint.parameters import (
     parse_count,
     scan_uncounted,
 )
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    FOLD,
-    Finding,
-    FoldPolicy,
-    examples,
-    fold,
-    make_finding,
-    short_repr,
-)
-from inspector._internal.findings.words import describe_names, plural
+from inspector._internal.findings.finding import FOLD, Finding, FoldPolicy, fold, make_finding
 from inspector._internal.formats.safetensors import ShardHeader
 
 if TYPE_CHECKING:

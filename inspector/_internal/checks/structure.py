@@ -22,16 +22,9 @@ from inspector._internal.checkpoint.tables import layer_keys
 from inspector._internal.checks.draft import is_draft
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.text import examples, fold_ranges, plural
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    Finding,
-    examples,
-    fold,
-    fold_findings,
-    fold_ranges,
-    make_finding,
-)
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, fold, fold_findings, make_finding
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict

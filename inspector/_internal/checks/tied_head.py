@@ -21,6 +21,7 @@ from typing import Literal
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import serving_spec
 from inspector._internal.common.display import legible
@@ -29,7 +30,6 @@ from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.formats.value_reading import SampleBudget, windows_of
 from inspector.errors import UnsafeFileError
 
@@ -113,7 +113,7 @@ def _compare(
     if scanned.dcp is not None:
         return None  # chunks, not one run per tensor: the consolidated copy is compared
     if mode == "full":
-        with TensorData(scanned) as data:
+        with tensor_data(scanned) as data:
             a, b = data.tensor_hash(head), data.tensor_hash(embedding)
         return None if a is None or b is None or a == b else "their content hashes differ"
     h, e = _located(scanned, head), _located(scanned, embedding)

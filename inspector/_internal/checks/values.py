@@ -107,7 +107,14 @@ def _build(
     workers: int | None,
 ) -> pd.DataFrame:
     records, unread = read_records(
-        scanned, mode, budget=budget or SampleBudget(), seed=seed, workers=workers
+        scanned.location.storage,
+        scanned.shards,
+        mode,
+        local=scanned.local_path is not None,
+        stale=stale_copies(scanned),
+        budget=budget or SampleBudget(),
+        seed=seed,
+        workers=workers,
     )
     lost = {u.name for u in unread}
     if lost:  # a tensor with a chunk that cannot be read has no statistics at all

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.formats.value_reading import SampleBudget
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import is_remote
 from inspector._internal.storage.guard import origin
 from inspector._internal.storage.remote import (

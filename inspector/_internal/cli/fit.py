@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
@@ -16,6 +15,7 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
 from inspector._internal.report.fit import fit_text
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.engine import ENGINES
 from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
 from inspector._internal.serve.gpus import GPUS, gpu_named

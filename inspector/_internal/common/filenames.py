@@ -60,7 +60,7 @@ TORCH_DIST_METADATA_JSON = "metadata.json"
 TORCH_DIST_COMMON = "common.pt"
 TORCH_DIST_LATEST = "latest_checkpointed_iteration.txt"
 # What checkpoint-inspector itself writes into a folder it repairs
-# (inspector._internal.plans.atomic).
+# (inspector._internal.execution.atomic).
 LOCK = ".ckpt-inspect.lock"
 JOURNAL = ".ckpt-inspect-journal.json"
 BACKUP_DIR = ".ckpt-inspect-backup"

@@ -947,7 +947,7 @@ class Code(StrEnum):
     )
 
 
-# The fix of every code (a test checks each code has one). Issues (`findings/issues.py`), the
+# The fix of every code (a test checks each code has one). Issues (`diagnosis/issues.py`), the
 # CLI, the reports and docs/findings.md take it from here.
 _FIXES: dict[str, Fix] = {
     # -- shard integrity

@@ -50,7 +50,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.common.text import short_repr
 from inspector.errors import UnsafeInputError
 
 __all__ = [

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,8 +41,6 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
-from inspector._internal.checkpoint.loaded import stale_copies
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.value_decode import Decoder, decoder_for
 from inspector._internal.formats.value_segments import (
@@ -123,25 +121,26 @@ class Unread:
 
 
 def read_records(
-    scanned: ScannedCheckpoint,
+    storage: Storage,
+    shards: Sequence[ShardHeader],
     mode: Mode,
     *,
+    local: bool,
+    stale: Mapping[str, frozenset[str]],
     budget: SampleBudget = SampleBudget(),
     seed: int = 0,
     workers: int | None = None,
 ) -> tuple[pd.DataFrame, list[Unread]]:
     """Partial records (`segments.PARTIAL` columns and `name`), one per tensor and file
     holding (a chunk of) it (records of one name add up: `segments.finish`), and the tensors
-    whose bytes could not be read. Of a name several shards hold, only the copy a loader
-    keeps (`stale_copies` names the others): statistics of one tensor, not of a mixture."""
-    local = scanned.local_path is not None
+    whose bytes could not be read. `local`: the storage is a local disk. Of a name several
+    shards hold, only the copy a loader keeps (`stale`, file -> the names whose copy there is
+    not: `checkpoint.loaded.stale_copies`): statistics of one tensor, not of a mixture."""
     if workers is None:
         # Sampled reads wait on the disk or the network, full reads on the CPU.
         workers = _SAMPLE_FILES if mode == "sample" else (os.cpu_count() or 1)
         workers = workers if local else _REMOTE_FILES
-    shards = [s for s in scanned.shards if s.names]
-    stale = stale_copies(scanned)
-    storage = scanned.location.storage
+    shards = [s for s in shards if s.names]
     found = _Found()
     with ThreadPoolExecutor(max(1, min(workers, len(shards)))) as pool:
 

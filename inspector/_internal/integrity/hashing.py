@@ -8,7 +8,7 @@ on large buffers), largest first; memory is one block per worker whatever the ch
 size. A DCP tensor is assembled from its chunks (`TensorData`) before it is hashed, so its
 hash is that of the tensor a consolidated output holds.
 
-Under torchrun (`ranks`, the engine consolidation uses: `plans.ranks`) each file, or each DCP
+Under torchrun (`ranks`, the engine consolidation uses: `execution.ranks`) each file, or each DCP
 tensor, is read by one rank, the shares balanced by bytes, and every rank receives every
 share's digests, so every rank builds the same result; rank 0 alone prints and writes it.
 """
@@ -28,19 +28,18 @@ from typing import Any
 
 import msgspec
 
-from inspector._internal.checkpoint.loaded import any_loader_shards, loaded_shards
+from inspector._internal.checkpoint.loaded import any_loader_shards, loaded_shards, tensor_data
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.dtypes import nbytes_for
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.tensordata import (
-    TensorData,
     blocks_digest,
     tensor_digest,
     tensor_hasher,
 )
 from inspector._internal.integrity.manifest import MAX_FILES, TensorRecord
-from inspector._internal.plans.ranks import Distributed
 from inspector._internal.storage import EntryKind, LocalFile, Storage
 from inspector.errors import CannotInspectError, UnsafeFileError
 
@@ -221,7 +220,7 @@ def dcp_digests(
         sized = [(n, nbytes_for(records[n].dtype, math.prod(records[n].shape)) or 0) for n in names]
         names = [name for name, _ in _agreed(ranks, sized)]
     out: dict[str, str | None] = {}
-    with TensorData(scanned) as data:
+    with tensor_data(scanned) as data:
         for name in names:
             raw = data.tensor_bytes(name)
             out[name] = None if raw is None else tensor_digest(raw)
@@ -258,7 +257,7 @@ def unspanned_digests(
     if ranks.world_size > 1:
         jobs = _agreed(ranks, jobs)
     out: dict[str, dict[str, str | None]] = {}
-    with TensorData(scanned) as data:
+    with tensor_data(scanned) as data:
         for file, _ in jobs:
             shard, names = shards.get(file), missing.get(file, set())
             if shard is None:

@@ -22,20 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.common.text import examples, plural
+from inspector._internal.execution.atomic import write_atomic
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.codes import Code, Severity, code_of
-from inspector._internal.findings.finding import (
-    Finding,
-    examples,
-    fold_by_file,
-    make_finding,
-    sort_findings,
-)
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, fold_by_file, make_finding, sort_findings
 from inspector._internal.integrity.hashing import (
     FileDigest,
     Listing,
@@ -56,8 +51,7 @@ from inspector._internal.integrity.manifest import (
 )
 from inspector._internal.integrity.verified import record_verification
 from inspector._internal.layouts._common import read_capped
-from inspector._internal.plans.atomic import write_atomic
-from inspector._internal.plans.ranks import Distributed
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     Location,
     RemoteOptions,

@@ -52,7 +52,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from inspector._internal.plans.atomic import temp_name, write_atomic
+from inspector._internal.execution.atomic import temp_name, write_atomic
 from inspector.errors import UnsafeInputError
 
 __all__ = [

@@ -44,7 +44,6 @@ from typing import IO, Any
 
 import orjson
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.load.cache import CACHE_ENV, cache_root
@@ -56,6 +55,7 @@ from inspector._internal.load.verdict import (
     prepare_load_check,
     verdict_digest,
 )
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError
 
 __all__ = [

@@ -58,9 +58,9 @@ _JSON_CAP = 64 << 20
 
 
 def _verdict(path: str, layout: str, tp: int) -> dict[str, Any]:
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.load.child import verdict_digest
     from inspector._internal.load.sealed import sealed
+    from inspector._internal.scan.entry import scan
 
     scanned = scan(path, layout=layout)
     digest = verdict_digest(scanned)

@@ -63,8 +63,8 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import MAX_EXPERTS, MAX_LAYER_EXPERTS, MAX_LAYERS
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.gc import gc_paused
+from inspector._internal.common.text import short_repr
 from inspector._internal.common.units import format_count
-from inspector._internal.findings.finding import short_repr
 from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.quant import quantization_view
 from inspector._internal.load.sealed import import_from_folder, sealed

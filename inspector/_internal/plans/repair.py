@@ -5,7 +5,7 @@ from the `.bin` files' headers).
 
 Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only writer: it
 takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
-(see `inspector._internal.plans.atomic`), re-scans and reports the findings that remain. Tensor data
+(see `execution/atomic.py`), re-scans and reports the findings that remain. Tensor data
 is never touched by an index, sidecar or quant-config repair.
 
 A plan writes only over a file whose role it established (`unowned_target`): the index and
@@ -42,7 +42,6 @@ from inspector._internal.checkpoint.quant_config import (
     quantized_modules,
 )
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import (
     IndexDoc,
     LayoutName,
@@ -59,14 +58,15 @@ from inspector._internal.common.filenames import (
     WELL_KNOWN,
     is_well_known,
 )
+from inspector._internal.common.text import examples, plural
+from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR
+from inspector._internal.execution.atomic import apply_writes, folder_lock
 from inspector._internal.findings.codes import Severity
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.issues import INDEX_REBUILT_FOR
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
-from inspector._internal.plans.atomic import apply_writes, folder_lock
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     EntryKind,
     Location,

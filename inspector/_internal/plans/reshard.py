@@ -19,15 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME
+from inspector._internal.common.text import examples
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
-from inspector._internal.findings.finding import examples
-from inspector._internal.integrity.refresh import refresh_manifest
-from inspector._internal.plans.atomic import (
+from inspector._internal.execution.atomic import (
     STAGING,
     apply_renames,
     folder_lock,
@@ -35,6 +33,7 @@ from inspector._internal.plans.atomic import (
     new_backup_dir,
     recover,
 )
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import (
@@ -43,6 +42,7 @@ from inspector._internal.plans.repair import (
     read_current_text,
     unowned_target,
 )
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 __all__ = ["STAGING", "ReshardPlan", "as_single_chunks", "plan_reshard"]

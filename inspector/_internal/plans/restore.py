@@ -33,26 +33,27 @@ from pathlib import Path
 
 from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of, parse_count
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import describe_names, plural, shell_word
-from inspector._internal.integrity.refresh import refresh_manifest
-from inspector._internal.layouts.modelopt_per_layer import sidecar_name
-from inspector._internal.plans.atomic import (
+from inspector._internal.common.text import examples, plural, shell_word
+from inspector._internal.execution.atomic import (
     STAGING,
     apply_writes,
     folder_lock,
     fresh_staging,
     recover,
 )
+from inspector._internal.findings.finding import Finding
+from inspector._internal.integrity.refresh import refresh_manifest
+from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import FileWrite, read_current_text, unowned_target
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import RemoteURL, local_location
 from inspector.errors import InspectorError, PlanRefusedError
 

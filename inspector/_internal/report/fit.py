@@ -9,9 +9,9 @@ from __future__ import annotations
 import pandas as pd
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding
-from inspector._internal.findings.words import plural
 from inspector._internal.report.text import engine_lines
 from inspector._internal.serve.fit import (
     ACTIVATION_TOKENS,

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import plural, shell_word
+from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.finding import Finding, Severity, severity_rank
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.words import plural, severity_counts, shell_word
+from inspector._internal.findings.words import severity_counts
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -55,7 +56,7 @@ def check_result(
     `findings`.
 
     `counts` has one entry per severity and per code; `issues` are the findings grouped by
-    root cause, each with its fix (`inspector._internal.findings.issues`), worst first; `repair_all`
+    root cause, each with its fix (`diagnosis/issues.py`), worst first; `repair_all`
     is the command that repairs every issue `repair` can, when there is one. The verdict's lists
     (missing, unexpected, quantization-expected... names) keep their first `JSON_NAMES` entries,
     with their full counts under `load.counts`, unless `full`; findings are bounded already (the

@@ -22,9 +22,9 @@ from typing import Any
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks.llama_cpp import check_convert_mapping, gguf_available
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, plural
 from inspector._internal.findings.codes import Code
-from inspector._internal.findings.finding import Finding, examples, make_finding, sort_findings
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, make_finding, sort_findings
 from inspector._internal.load.engine import EngineVerdict, engine_verdict
 from inspector._internal.serve.gpus import gpu_named
 from inspector._internal.serve.quant_support import quant_support_findings

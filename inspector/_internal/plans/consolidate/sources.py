@@ -35,9 +35,9 @@ from inspector._internal.checkpoint.scanned import (
 from inspector._internal.checks.index import check_index_of
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import INDEX_SUFFIX, JOURNAL, LOCK, MANIFEST_NAME
+from inspector._internal.common.text import examples, plural
 from inspector._internal.findings.codes import Code
-from inspector._internal.findings.finding import examples
-from inspector._internal.findings.words import plural, refusal_digest
+from inspector._internal.findings.words import refusal_digest
 from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.plans.consolidate.records import not_copied
 from inspector._internal.storage import EntryKind
