@@ -940,7 +940,14 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     load_child._CHILD.close()
     asked: list[dict] = []
 
-    class Asked(load_child._Child):
+    class Asked(load_child.VerdictProcess):
+        def __init__(self) -> None:
+            super().__init__(
+                "inspector._internal.load.child",
+                what="the load check",
+                seconds=load_child.VERDICT_SECONDS,
+            )
+
         def ask(self, request: dict) -> dict:
             asked.append(request)
             return super().ask(request)

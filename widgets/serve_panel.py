@@ -60,8 +60,8 @@ class ServePanel:
             description="vLLM's own verdict",
             tooltip="vLLM's weight loading on a meta model, in a child process (the [vllm] extra)",
         ).add_class("ckpt-serve-engine")
-        self.engine_button.on_click(lambda _: self.run_engine())
         self.engine_out = w.HTML().add_class("ckpt-serve-engine-out")
+        self.engine_button.on_click(guarded(self.run_engine, self.engine_out))
         self.engine_thread: threading.Thread | None = None
         self.result: FitResult | None = None
         self.widget = w.VBox(
