@@ -962,3 +962,28 @@ def test_many_mismatching_files_fold_into_one_summary(copy: Path) -> None:
     assert [f.code for f in result.findings] == ["file-hash-mismatch"] * 201
     (summary,) = [f for f in result.findings if f.file is None]
     assert summary.message.startswith("100 more files (e.g. extra-0200")
+
+
+def test_a_bin_that_says_big_endian_never_matches_at_tensor_level(tmp_path: Path) -> None:
+    """The same tensor bytes under a `byteorder` record saying "big": torch.load swaps every
+    tensor, so the values it gives are not the recorded ones, and no tensor may "match"."""
+    import zipfile
+
+    import torch
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    path = folder / "pytorch_model.bin"
+    torch.save({"x.weight": torch.arange(8, dtype=torch.float32)}, path)
+    write_manifest(folder)
+    before = verify(folder, level="tensor")
+    assert before.ok and "all match" in before.line()
+    with zipfile.ZipFile(path) as archive:
+        records = [(i.filename, archive.read(i)) for i in archive.infolist()]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in records:
+            archive.writestr(name, b"big" if name.endswith("/byteorder") else data)
+    loaded = torch.load(path, weights_only=True)["x.weight"]
+    assert not torch.equal(loaded, torch.arange(8, dtype=torch.float32))  # torch swapped them
+    result = verify(folder, level="tensor")
+    assert not result.ok and result.mismatches and "match" not in result.line(), result.line()

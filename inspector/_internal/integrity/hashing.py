@@ -296,6 +296,12 @@ def hashed_tensors(
     merged = {file: dict(found) for file, found in by_file.items()}
     for file, found in unspanned_digests(scanned, merged, ranks=ranks).items():
         merged.setdefault(file, {}).update(found)
+    # A .bin whose archive says its bytes are not what torch.load gives as stored (another
+    # byte order: torch swaps every tensor it loads) holds no tensor whose hash would be the
+    # loader's: none of them is hashed, so none can "match".
+    for finding in scanned.read_findings:
+        if finding.code == "bin-unreadable" and finding.file in merged:
+            merged[finding.file] = {}
 
     def hashed(name: str, record: TensorRecord) -> TensorRecord:
         return replace(record, hash=merged.get(record.file, {}).get(name))
