@@ -228,6 +228,15 @@ def test_duplicate_metadata_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_a_key_holding_a_nul_byte_is_refused(tmp_path: Path) -> None:
+    """`general.alignment\\0x` is the alignment to llama.cpp (strcmp) and another key to
+    a whole-key reader: the tensors' offsets would differ by the alignment."""
+    path = _written(tmp_path, kv=[("add_uint32", "general.alignmenX.x", 64)])
+    _edit(path, b"general.alignmenX.x", b"general.alignment\0x")
+    _only(_findings(tmp_path), "gguf-unreadable", "NUL byte", "'general.alignment'")
+
+
+@pytest.mark.timeout(60)
 def test_duplicate_tensor_name(tmp_path: Path) -> None:
     path = _written(tmp_path)
     _edit(path, b"b.weight", b"a.weight")  # GGUFWriter refuses a name given twice
