@@ -201,3 +201,36 @@ def test_bin_index_findings_never_point_at_a_repair_that_writes_nothing(
             assert plan.writes, (problem.key, problem.action)
         else:
             assert "repair --only" not in problem.action.command, problem
+
+
+def test_the_archive_torch_reads_is_named_by_the_first_record(tmp_path: Path) -> None:
+    """A zip holding two torch.save archives, `archive/sub/...` first, then `archive/...`:
+    torch names the archive after the first record's path up to its first '/' and loads
+    `archive/data.pkl`; the scan, the values and verify read those same bytes, never the
+    other archive's (before: the first record ending in /data.pkl, `archive/sub`)."""
+    from inspector import verify, write_manifest
+
+    def records(obj: dict, name: str) -> list[tuple[str, bytes]]:
+        raw = io.BytesIO()
+        torch.save(obj, raw)
+        with zipfile.ZipFile(io.BytesIO(raw.getvalue())) as z:
+            return [
+                (i.filename.replace("archive/", f"{name}/", 1), z.read(i)) for i in z.infolist()
+            ]
+
+    good = {"x.weight": torch.arange(8, dtype=torch.float32).reshape(2, 4)}
+    other = {"x.weight": torch.full((2, 4), 666.0)}
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    path = folder / "pytorch_model.bin"
+    torch.save(good, path)
+    write_manifest(folder)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        for name, data in records(good, "archive/sub") + records(other, "archive"):
+            z.writestr(name, data)
+    assert torch.equal(torch.load(path, weights_only=True)["x.weight"], other["x.weight"])
+    with tensor_data(scan(folder)) as data:
+        stored = data.tensor_bytes("x.weight")
+        assert stored is not None and bytes(stored) == other["x.weight"].numpy().tobytes()
+    result = verify(folder, level="tensor")
+    assert not result.ok and result.mismatches == 1, result.line()

@@ -534,11 +534,18 @@ def read_bin(
         ) from None
     if len(infos) > MAX_RECORDS:
         raise BinFormatError(f"lists {len(infos):,} records, over the {MAX_RECORDS:,} limit")
-    pkl = next((i for i in infos if i.filename.endswith("/data.pkl")), None)
-    if pkl is None:
-        raise BinFormatError("holds no <prefix>/data.pkl record: not a torch.save archive")
-    prefix = pkl.filename[: -len("/data.pkl")]
+    # torch's reader (PyTorchStreamReader::init) names the archive after its first record:
+    # the path up to the first '/'; it then reads "<that>/data.pkl" and nothing under another
+    # name. Any other "*/data.pkl" in the zip is not what torch.load reads.
+    first = infos[0].filename if infos else ""
+    prefix = first.split("/", 1)[0] if "/" in first else ""
     by_name = {i.filename: i for i in infos}
+    pkl = by_name.get(f"{prefix}/data.pkl") if prefix else None
+    if pkl is None:
+        raise BinFormatError(
+            f"holds no {legible(prefix or '<prefix>')}/data.pkl record (torch reads the one "
+            "named after the archive's first record): not a torch.save archive"
+        )
     data = _record_bytes(fh, pkl, size)
     value, storages = _unpickle(data, legacy=False)
     tensors, skipped = _tensors(value)
