@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
 from inspector._internal.formats.pickle_guard import (
     HostilePickleError,
