@@ -18,7 +18,7 @@ import math
 import os
 import shutil
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ __all__ = [
     "CACHE_DIR",
     "SyntheticSpec",
     "ensure_checkpoint",
+    "ensure_listed",
     "spec_for",
     "tensor_count",
     "tensor_list",
@@ -193,6 +194,39 @@ def ensure_checkpoint(spec: SyntheticSpec, *, cache_dir: Path = CACHE_DIR) -> Pa
     folder.mkdir(parents=True)
     _write(spec, folder)
     (folder / _COMPLETE).write_text(json.dumps(asdict(spec), indent=1))
+    return folder
+
+
+def ensure_listed(
+    name: str,
+    tensors: Callable[[], list[tuple[str, str, tuple[int, ...]]]],
+    *,
+    shards: int,
+    config: dict[str, object],
+    cache_dir: Path = CACHE_DIR,
+) -> Path:
+    """The folder of a checkpoint given as its tensor list (`tensors()`, called only when
+    the folder is built) and config.json: `shards` sparse shards in list order and their
+    index, cached under `cache_dir/name` like `ensure_checkpoint`'s."""
+    folder = cache_dir / name
+    if (folder / _COMPLETE).is_file():
+        return folder
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    entries = tensors()
+    per_shard = math.ceil(len(entries) / shards)
+    weight_map: dict[str, str] = {}
+    total_size = 0
+    for i in range(shards):
+        chunk = entries[i * per_shard : (i + 1) * per_shard]
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        total_size += _write_shard(folder / file, chunk)[0]
+        weight_map.update(dict.fromkeys((t[0] for t in chunk), file))
+    index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / _COMPLETE).write_text("")
     return folder
 
 

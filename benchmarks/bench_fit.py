@@ -21,7 +21,6 @@ from an earlier call), timed once the modules are imported:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _synthetic import CACHE_DIR, _write_shard
+from _synthetic import ensure_listed
 from bench_model_load import CONFIG, SHARDS
 from bench_scan import best_of, floor
 
@@ -39,7 +38,6 @@ from inspector._internal.scan.entry import scan
 from inspector._internal.serve.fit import fit
 
 TARGET_SECONDS = 3.0
-_COMPLETE = ".complete"
 FP8_BLOCK = {
     "quant_method": "fp8",
     "fmt": "e4m3",
@@ -103,26 +101,12 @@ def tensors() -> list[tuple[str, str, tuple[int, ...]]]:
 
 def ensure_checkpoint() -> Path:
     """The cached sparse checkpoint (rebuilt when a previous run was interrupted)."""
-    folder = CACHE_DIR / "deepseek-v3-671b-fp8"
-    if (folder / _COMPLETE).is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.iterdir():
-        stale.unlink()
-    entries = tensors()
-    per_shard = math.ceil(len(entries) / SHARDS)
-    weight_map, total_size = {}, 0
-    for i in range(SHARDS):
-        chunk = entries[i * per_shard : (i + 1) * per_shard]
-        name = f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors"
-        total_size += _write_shard(folder / name, chunk)[0]
-        weight_map.update(dict.fromkeys((t[0] for t in chunk), name))
-    index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    config = {**CONFIG, "quantization_config": FP8_BLOCK}
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
-    (folder / _COMPLETE).write_text("")
-    return folder
+    return ensure_listed(
+        "deepseek-v3-671b-fp8",
+        tensors,
+        shards=SHARDS,
+        config={**CONFIG, "quantization_config": FP8_BLOCK},
+    )
 
 
 _CHILD = """

@@ -21,8 +21,6 @@ Printed, in one run:
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import os
 import subprocess
 import sys
@@ -33,14 +31,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _synthetic import CACHE_DIR, _attention, _mlp_shapes, _write_shard
+from _synthetic import _attention, _mlp_shapes, ensure_listed
 from bench_scan import best_of
 
 from inspector._internal.checks import check
 from inspector._internal.scan.entry import scan
 
 TARGET_SECONDS = 3.0
-_COMPLETE = ".complete"
 # DeepSeek-V3's config.json (the fields that decide shapes), as released.
 CONFIG = {
     "architectures": ["DeepseekV3ForCausalLM"],
@@ -117,25 +114,7 @@ def tensors() -> list[tuple[str, str, tuple[int, ...]]]:
 
 def ensure_checkpoint() -> Path:
     """The cached sparse checkpoint (rebuilt when a previous run was interrupted)."""
-    folder = CACHE_DIR / "deepseek-v3-671b"
-    if (folder / _COMPLETE).is_file():
-        return folder
-    folder.mkdir(parents=True, exist_ok=True)
-    for stale in folder.iterdir():
-        stale.unlink()
-    entries = tensors()
-    per_shard = math.ceil(len(entries) / SHARDS)
-    weight_map, total_size = {}, 0
-    for i in range(SHARDS):
-        chunk = entries[i * per_shard : (i + 1) * per_shard]
-        name = f"model-{i + 1:05d}-of-{SHARDS:05d}.safetensors"
-        total_size += _write_shard(folder / name, chunk)[0]
-        weight_map.update(dict.fromkeys((t[0] for t in chunk), name))
-    index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=2))
-    (folder / _COMPLETE).write_text("")
-    return folder
+    return ensure_listed("deepseek-v3-671b", tensors, shards=SHARDS, config=CONFIG)
 
 
 _CHILD = """
