@@ -12,10 +12,10 @@ from inspector._internal.cli.args import (
     emit,
     positive,
     scan_from_args,
+    scan_path,
 )
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
 from inspector._internal.report.fit import fit_text
-from inspector._internal.scan.entry import scan
 from inspector._internal.serve.engine import ENGINES
 from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
 from inspector._internal.serve.gpus import GPUS, gpu_named
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         context=args.context,
         kv_dtype=args.kv_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
-        target=None if args.target is None else scan(args.target),
+        target=None if args.target is None else scan_path(args.target, args),
         engine=args.engine,
     )
     emit(result.to_dict(), args.json, lambda _: fit_text(result, path=str(scanned.path)))
@@ -123,7 +123,9 @@ def _gib(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a number of GiB") from None
     if not 0 < value <= 1 << 20:
-        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 GiB")
+        raise argparse.ArgumentTypeError(
+            f"{text}: expected more than 0 and at most {1 << 20:,} GiB"
+        )
     return value
 
 
