@@ -273,7 +273,6 @@ def _vllm_cases(root: Path) -> None:
 
     folders = write_cases(root)
     hostile = write_hostile(root / "hostile", folders["healthy"])
-    alone = root / "alone.json"
     process = engine.ENGINE_PROCESS
     command, ask = process.command, process.ask
     answers: dict[str, dict] = {}
@@ -282,8 +281,7 @@ def _vllm_cases(root: Path) -> None:
         answers[f"{request['path']}@{request['tp']}"] = answer = ask(request)
         return answer
 
-    script = [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), str(alone)]
-    process.command = [*script, *map(str, folders.values())]
+    process.command = [sys.executable, str(ROOT / "tests" / "vllm_cases.py")]
     process.ask = recorded  # type: ignore[method-assign]
     try:
         verdicts = {
@@ -292,11 +290,11 @@ def _vllm_cases(root: Path) -> None:
         # TP 2 predicted in the same process (the group's world size set while building).
         for case in ("healthy", "moe-healthy", "drop-k_proj"):
             verdicts[f"{case}@tp2"] = engine.engine_verdict(scan(folders[case]), tp=2)
+        by_engine = ask({"alone": list(map(str, folders.values()))})
     finally:
         process.close()
         process.command = command
         del process.ask
-    by_engine = json.loads(alone.read_text())
     results = {
         case: {
             "engine": by_engine.get(case),

@@ -241,15 +241,26 @@ def engine_alone(folders: list[str]) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    # `python tests/vllm_cases.py RESULTS CASE_FOLDER...`: vLLM's own load of every case,
-    # written to RESULTS, then this very process serves as the vLLM verdict's child
-    # (`load.engine_child`): one vLLM import for the engine alone and for our verdict.
+    # `python tests/vllm_cases.py`: this process serves as the vLLM verdict's child
+    # (`load.engine_child`, as `_main` starts it: our verdicts come first, from a cold
+    # process, vLLM imported and used under the seal as for a user), then a last request
+    # {"alone": [CASE_FOLDER, ...]} runs vLLM's own load of every case and answers with what
+    # it did: one vLLM import for both.
+    import io
+
     os.environ["VLLM_TARGET_DEVICE"] = "cpu"
-    stdout = os.dup(1)
-    os.dup2(2, 1)  # what vLLM prints is not an answer
-    Path(sys.argv[1]).write_text(json.dumps(engine_alone(sys.argv[2:])))
-    os.dup2(stdout, 1)
-    os.close(stdout)
     from inspector._internal.load import engine_child
 
-    engine_child._main()
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # what vLLM prints is not an answer
+    engine_child._bound()
+    engine_child._prepare()
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        if "alone" in request:
+            answers.write(json.dumps(engine_alone(request["alone"])).encode() + b"\n")
+            answers.flush()
+        else:
+            engine_child._serve(io.BytesIO(line), answers)
+    answers.close()
+    os._exit(0)

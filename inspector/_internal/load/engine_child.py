@@ -66,6 +66,9 @@ def _verdict(path: str, layout: str, tp: int) -> dict[str, Any]:
     digest = verdict_digest(scanned)
     stored = _stored(scanned)
     with sealed() as seal:
+        # vLLM keeps what it learns of a model class in its cache folder: this request's
+        # private folder, the one place the seal lets it write.
+        os.environ["VLLM_CACHE_ROOT"] = seal.folder
         try:
             model = _private_copy(path, scanned, seal.folder)
             answer = _load(model, stored, tp, seal.folder)
@@ -373,12 +376,28 @@ def _bound() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def _prepare() -> None:
+    """Once, before any request and outside the seal: what vLLM does on its own first use
+    that the seal refuses, done here with vLLM's own code (installed, not the checkpoint's).
+    Importing it imports urllib3, which probes for IPv6 by binding a socket to ::1, and later
+    cpuinfo, which runs `file` on the interpreter (`platform.architecture`); and vLLM
+    inspects a model class in a subprocess with a temporary folder, to keep CUDA out of its
+    own process (`_LazyRegisteredModel.inspect_model_cls`): a CPU child has no CUDA to keep
+    out, so the inspection runs in this process."""
+    import cpuinfo  # type: ignore[import-untyped]  # noqa: F401  (runs `file` when imported)
+    from vllm.config import VllmConfig  # noqa: F401  (vLLM's imports, urllib3's among them)
+    from vllm.model_executor.models import registry
+
+    registry._run_in_subprocess = lambda fn: fn()
+
+
 def _main() -> None:
     # The answers go to the pipe the parent reads; what vLLM prints goes to stderr.
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = os.fdopen(os.dup(0), "rb")
     _bound()
+    _prepare()
     _serve(requests, answers)
     answers.close()
     # vLLM's atexit handlers and gloo's threads are not waited for.
