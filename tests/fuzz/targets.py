@@ -571,6 +571,33 @@ def torch_bin(data: bytes) -> None:
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
     _assert_isolated("bin", before)
+    if not any(f.code == "bin-unreadable" for f in shard.findings):
+        _reads_as_torch(data, shard)
+
+
+def _reads_as_torch(data: bytes, shard: Any) -> None:
+    """A file the reader takes as readable holds, for every tensor torch.load gives (when it
+    loads the file at all), the bytes torch gives at the place the reader names: the zip
+    directory, the folder, the record names and the byte order read as torch reads them."""
+    import numpy as np
+    import torch
+
+    from inspector._internal.formats.bin_shard import data_unread, strides_of
+
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception:
+        return  # torch refuses it: no value of it is loaded
+    if not isinstance(loaded, dict) or data_unread(shard):
+        return
+    strided = strides_of(shard)
+    for name, begin, end in zip(shard.names, shard.begins, shard.ends, strict=True):
+        tensor = loaded.get(name)
+        if name in strided or not isinstance(tensor, torch.Tensor):
+            continue
+        want = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        got = np.frombuffer(data[int(begin) : int(end)], np.uint8)
+        assert np.array_equal(want, got), f"{name}: torch.load reads other bytes"
 
 
 # -- (g') data.pkl opcodes inside a real archive ----------------------------------------------
