@@ -799,10 +799,10 @@ def manifest(data: bytes) -> None:
     """The bytes as a content manifest: `parse_manifest` gives a manifest or refuses it with
     `ManifestError` (a bounded reason without control characters), never another error;
     every file name it accepts stays inside the folder and is spelled in normal form, with a
-    SHA-256; and `verify` against it, as the file in a checkpoint folder, gives findings of
-    known codes only, and says "all match" only when the manifest records exactly what the
-    folder holds (every file's size and SHA-256 at level hash, every tensor's dtype, shape
-    and hash at level tensor)."""
+    SHA-256, and no key in it is given twice; and `verify` against it, as the file in a
+    checkpoint folder, gives findings of known codes only, and says "all match" only when the
+    manifest records exactly what the folder holds (every file's size and SHA-256 at level
+    hash, every tensor's dtype, shape and hash at level tensor)."""
     from inspector._internal.integrity import ManifestError, parse_manifest, verify
     from inspector._internal.storage import check_member, member_problem
 
@@ -818,6 +818,14 @@ def manifest(data: bytes) -> None:
             assert isinstance(file.sha256, str) and len(file.sha256) == 64, name
         for record in parsed.tensors.values():
             assert record.file in parsed.files
+
+        def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            assert len({k for k, _ in pairs}) == len(pairs), "a key given twice was accepted"
+            return dict(pairs)
+
+        import json
+
+        json.loads(data, object_pairs_hook=once)
     folder = _manifest_folder()
     (folder / "ckpt-inspect-manifest.json").write_bytes(data)
     truth = _MANIFEST_TRUTH
