@@ -885,7 +885,7 @@ _PATTERN_CONFIG: dict = {}
 _HOSTILE_MODULES = ("a" * 40 + "!", "model.layers.0." + "b" * 2000)
 # Short names on which a pattern's answer is compared with Python's re (short, so that Python
 # itself stays fast on any pattern: its backtracking grows with the name).
-_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b")
+_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b", "inv", "Is")
 
 
 def _pattern_folder() -> Path:
