@@ -283,6 +283,14 @@ def test_code_unindexed_file(hf: Path) -> None:
     assert f.file == "extra.safetensors" and "stray.weight" in f.message
 
 
+def test_code_weights_named_by_config(hf: Path) -> None:
+    """config.json's transformers_weights names the one file transformers reads."""
+    save_file(load_file(str(hf / shards(hf)[0])), str(hf / "other.safetensors"))
+    save_json(hf / "config.json", {"transformers_weights": "other.safetensors"})
+    f = one(run(hf), "weights-named-by-config")
+    assert f.file == "config.json" and "transformers reads other.safetensors" in f.message
+
+
 def test_code_duplicate_tensor(hf: Path) -> None:
     owner = load_json(hf / INDEX)["weight_map"]["model.norm.weight"]
     other = next(s for s in shards(hf) if s != owner)

@@ -390,6 +390,9 @@ HOSTILE = {
     "zero heads": {"num_attention_heads": 0},
     "negative KV heads": {"num_key_value_heads": -4},
     "10^18 layers": {"num_hidden_layers": 10**18},
+    # before: an internal error sizing an array of -3 layers (and -2^70: an OverflowError)
+    "negative layers": {"num_hidden_layers": -3},
+    "-2^70 layers": {"num_hidden_layers": -(2**70)},
     "a string size": {"hidden_size": "4096", "head_dim": "64"},
     "a bool head size": {"head_dim": True},
     "a float size": {"intermediate_size": 1.5, "max_position_embeddings": 1e300},

@@ -280,3 +280,73 @@ def test_a_rebuilt_index_says_which_copy_transformers_will_load(good: Path, tmp_
     (note,) = [n for n in plan.notes if X in n]
     assert "the index keeps a-copy.safetensors" in note
     assert f"transformers loads the copy in {kept}" in note
+
+
+# -- config.json names the weights ------------------------------------------------------------
+
+
+def _named(llama: Path, dest: Path, value: object) -> Path:
+    """`llama` with a manifest of its own weights, then a full copy of them filled with 0.5
+    in `evil.safetensors` (and `sub/evil.safetensors`), and config.json's
+    `transformers_weights` set to `value`."""
+    shutil.copytree(llama, dest)
+    write_manifest(dest)
+    state: dict[str, torch.Tensor] = {}
+    for file in sorted(dest.glob("model-*.safetensors")):
+        state |= {k: torch.full_like(v, 0.5) for k, v in load_file(str(file)).items()}
+    save_file(state, str(dest / "evil.safetensors"), metadata={"format": "pt"})
+    (dest / "sub").mkdir()
+    shutil.copy(dest / "evil.safetensors", dest / "sub" / "evil.safetensors")
+    config = json.loads((dest / "config.json").read_text())
+    (dest / "config.json").write_text(json.dumps(config | {"transformers_weights": value}))
+    return dest
+
+
+@pytest.mark.parametrize(
+    ("value", "loads"),
+    [
+        ("evil.safetensors", "evil"),  # read alone, whatever the index says
+        ("./evil.safetensors", "evil"),
+        ("sub/evil.safetensors", "evil"),  # a file the scan does not read
+        (INDEX, "good"),  # the index: its files, even beside a model.safetensors
+        ("../evil.safetensors", None),  # transformers refuses each of these
+        ("evil.bin", None),
+        (5, None),
+    ],
+)
+def test_weights_config_json_names_are_what_transformers_loads(
+    llama: Path, tmp_path: Path, value: object, loads: str | None
+) -> None:
+    """transformers 5 reads the file config.json's `transformers_weights` names instead of
+    model.safetensors or the index's files. Before, `verify --level tensor` compared the
+    index's shards and said "all tensors match" while transformers loaded other values, and
+    `check` said nothing."""
+    import transformers
+
+    folder = _named(llama, tmp_path / "ckpt", value)
+    if value == INDEX:  # a model.safetensors beside the index, which it now does not win
+        shutil.copy(folder / "evil.safetensors", folder / "model.safetensors")
+    name = "model.layers.0.mlp.down_proj.weight"
+    try:
+        loaded = transformers.LlamaForCausalLM.from_pretrained(folder).state_dict()[name]
+    except (ValueError, AttributeError):
+        loaded = None
+    assert (loaded is None) == (loads is None), value
+    scanned = scan(folder)
+    (finding,) = [f for f in check(scanned, model=False) if f.code == "weights-named-by-config"]
+    result = verify(folder, level="tensor")
+    if loads == "good":
+        assert loaded is not None and not torch.all(loaded == 0.5)
+        assert {s.file for s in loaded_shards(scanned)} == set(
+            json.loads((folder / INDEX).read_text())["weight_map"].values()
+        )
+        assert result.ok, result.line()
+        return
+    assert not result.ok and "all tensors match" not in result.line(), result.line()
+    if loads == "evil" and value != "sub/evil.safetensors":
+        assert loaded is not None and torch.all(loaded == 0.5)
+        assert [s.file for s in loaded_shards(scanned)] == ["evil.safetensors"]
+        assert "transformers reads evil.safetensors and nothing else" in finding.message
+    else:  # refused by transformers, or a file the scan did not read: no copy vouched for
+        assert loaded_shards(scanned) == ()
+        assert "no verdict here covers" in finding.message

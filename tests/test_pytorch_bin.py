@@ -234,3 +234,138 @@ def test_the_archive_torch_reads_is_named_by_the_first_record(tmp_path: Path) ->
         assert stored is not None and bytes(stored) == other["x.weight"].numpy().tobytes()
     result = verify(folder, level="tensor")
     assert not result.ok and result.mismatches == 1, result.line()
+
+
+# -- archives torch and other zip readers could read differently ------------------------------
+# torch's reader (miniz, through caffe2's PyTorchStreamReader) is the authority: each hostile
+# archive is either read exactly as torch.load reads it, or refused with a finding.
+
+
+def _saved(state: dict[str, torch.Tensor]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def _records(archive: bytes) -> list[tuple[str, bytes]]:
+    with zipfile.ZipFile(io.BytesIO(archive)) as z:
+        return [(i.filename, z.read(i)) for i in z.infolist()]
+
+
+def _zipped(records: list[tuple[str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as z:
+        for name, data in records:
+            z.writestr(name, data)
+    return buffer.getvalue()
+
+
+def _as_torch_reads(folder: Path, data: bytes) -> tuple[str, list[str]]:
+    """Write `data` as the folder's `.bin`; "refused" (with the findings' messages) when the
+    scan refuses it, else "read", after checking every tensor's bytes are what torch.load
+    gives. A file torch.load refuses, or reads other values of, must be refused."""
+    folder.mkdir(exist_ok=True)
+    path = folder / "pytorch_model.bin"
+    path.write_bytes(data)
+    scanned = scan(folder)
+    refused = [f.message for f in scanned.read_findings if f.code == "bin-unreadable"]
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
+    except Exception:
+        assert refused, "torch.load refuses this file, the scan does not"
+        return "refused", refused
+    if refused:
+        return "refused", refused
+    assert scanned.shards[0].names == tuple(loaded)
+    with tensor_data(scanned) as read:
+        for name, t in loaded.items():
+            got = read.tensor_bytes(name)
+            want = t.contiguous().view(torch.uint8).numpy().tobytes()
+            assert got is not None and bytes(got) == want, name
+    return "read", []
+
+
+_GOOD = {"x.weight": torch.arange(8, dtype=torch.float32).reshape(2, 4)}
+_EVIL = {"x.weight": torch.full((2, 4), 666.0)}
+
+
+def test_two_archives_one_after_the_other_are_refused(tmp_path: Path) -> None:
+    """torch.load reads the first archive (miniz takes the directory offset the end record
+    states), zipfile the second (it shifts offsets to where the directory really is)."""
+    both = _saved(_GOOD) + _saved(_EVIL)
+    assert torch.equal(
+        torch.load(io.BytesIO(both), weights_only=True)["x.weight"], _GOOD["x.weight"]
+    )
+    verdict, why = _as_torch_reads(tmp_path / "ckpt", both)
+    assert verdict == "refused" and "disagree" in why[0], why
+    # the same with zip writers that write no zip64 records
+    plain = _zipped(_records(_saved(_GOOD))) + _zipped(_records(_saved(_EVIL)))
+    assert _as_torch_reads(tmp_path / "plain", plain)[0] == "refused"
+    assert _as_torch_reads(tmp_path / "prefixed", b"J" * 100 + _saved(_GOOD))[0] == "refused"
+
+
+def test_the_folder_is_the_first_records_as_torch_takes_it(tmp_path: Path) -> None:
+    """`archive/sub/...` first, then `archive/...`: torch's folder is the first record's name
+    up to its first '/', so it loads `archive/data.pkl`; before, the scan took the first
+    record ending in /data.pkl (`archive/sub`) and `verify` said all match."""
+    sub = [(n.replace("archive/", "archive/sub/", 1), d) for n, d in _records(_saved(_GOOD))]
+    data = _zipped(sub + _records(_saved(_EVIL)))
+    assert torch.load(io.BytesIO(data), weights_only=True)["x.weight"][0, 0] == 666.0
+    # torch refuses the records of archive/sub/ no more than any other inside archive/
+    assert _as_torch_reads(tmp_path / "a", data)[0] == "read"
+    outside = [*_records(_saved(_GOOD)), ("other/data.pkl", b"x")]
+    assert _as_torch_reads(tmp_path / "b", _zipped(outside))[0] == "refused"
+
+
+def test_record_names_are_compared_as_torch_compares_them(tmp_path: Path) -> None:
+    """miniz looks records up ignoring ASCII case: upper-case names are read, and two names
+    equal but for case (torch takes whichever its sort finds) are refused."""
+    records = _records(_saved(_GOOD))
+    upper = [(n.split("/", 1)[0] + "/" + n.split("/", 1)[1].upper(), d) for n, d in records]
+    assert _as_torch_reads(tmp_path / "upper", _zipped(upper))[0] == "read"
+    evil = [(n.replace("data/0", "DATA/0"), d) for n, d in _records(_saved(_EVIL))]
+    twice = records + [r for r in evil if r[0].endswith("DATA/0")]
+    verdict, why = _as_torch_reads(tmp_path / "twice", _zipped(twice))
+    assert verdict == "refused" and "twice" in why[0], why
+
+
+@pytest.mark.parametrize(
+    ("version", "verdict"),
+    [
+        (None, "refused"),
+        (b"99\n", "refused"),
+        (b"0\n", "refused"),
+        (b"abc", "refused"),
+        (b"-3", "refused"),
+        (b"3 and more", "read"),
+        (b" 10", "read"),
+    ],
+)
+def test_the_format_version_is_checked_as_torch_checks_it(
+    tmp_path: Path, version: bytes | None, verdict: str
+) -> None:
+    records = [
+        (n, version if n.endswith("/version") else d)
+        for n, d in _records(_saved(_GOOD))
+        if version is not None or not n.endswith("/version")
+    ]
+    assert _as_torch_reads(tmp_path, _zipped(records))[0] == verdict  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("order", [b"big", b"little\n", b"", b"LITTLE", b" little"])
+def test_a_byteorder_other_than_little_is_never_read_as_stored(
+    tmp_path: Path, order: bytes
+) -> None:
+    """torch.load swaps every tensor of a "big" archive and refuses any record but "little"
+    or "big": no value, hash or --deep result is taken from the stored bytes (before, the
+    values table showed the unswapped values, and a record of "little\\n" or "" passed)."""
+    records = [(n, order if n.endswith("/byteorder") else d) for n, d in _records(_saved(_GOOD))]
+    folder = tmp_path / "ckpt"
+    verdict, why = _as_torch_reads(folder, _zipped(records))
+    assert verdict == "refused" and ("big-endian" in why[0] or "refuses" in why[0]), why
+    scanned = scan(folder)
+    findings = check(scanned, model=False, deep=True, values="full")
+    assert [f.code for f in findings] == ["bin-unreadable"]
+    assert scanned.values.empty  # no statistics of bytes torch does not load as stored
+    with tensor_data(scanned) as read:
+        assert read.tensor_bytes("x.weight") is None

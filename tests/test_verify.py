@@ -239,6 +239,24 @@ def test_dcp_source_and_its_consolidated_output_compare_equal(tmp_path: Path) ->
 _REC = {"size": 1, "sha256": "0" * 64}
 
 
+def _tensor(digest: str | None) -> bytes:
+    record = {"dtype": "F32", "shape": [2], "file": "a"} | ({"hash": digest} if digest else {})
+    return json.dumps(record).encode()
+
+
+_TENSOR_TWICE = (
+    b'{"format": "checkpoint-inspector-manifest", "version": 1, "files": {"a": '
+    + json.dumps(_REC).encode()
+    + b'}, "tensors": {"t": '
+    + _tensor("a" * 32)
+    + b', "u": '
+    + _tensor(None)
+    + b', "t": '
+    + _tensor("b" * 32)
+    + b"}}"
+)
+
+
 def _manifest_of(files: dict) -> bytes:
     return json.dumps(
         {"format": "checkpoint-inspector-manifest", "version": 1, "files": files}
@@ -297,6 +315,11 @@ def _manifest_of(files: dict) -> bytes:
             b'"files": {"a": ' + json.dumps(_REC).encode() + b"}}",
             "twice",
         ),
+        # Before, only more "sha256", "hash", "files" or "tensors" keys than entries were
+        # looked for: a tensor given twice around one without a hash (a reader sees the
+        # first hash, verify used the last), a size given twice, passed.
+        (_TENSOR_TWICE, "'t' twice"),
+        (_manifest_of({"a": _REC}).replace(b'"size": 1,', b'"size": 1, "size" : 2,'), "twice"),
     ],
 )
 def test_hostile_manifest_is_unreadable_and_nothing_is_verified(

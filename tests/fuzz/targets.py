@@ -571,6 +571,33 @@ def torch_bin(data: bytes) -> None:
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
     _assert_isolated("bin", before)
+    if not any(f.code == "bin-unreadable" for f in shard.findings):
+        _reads_as_torch(data, shard)
+
+
+def _reads_as_torch(data: bytes, shard: Any) -> None:
+    """A file the reader takes as readable holds, for every tensor torch.load gives (when it
+    loads the file at all), the bytes torch gives at the place the reader names: the zip
+    directory, the folder, the record names and the byte order read as torch reads them."""
+    import numpy as np
+    import torch
+
+    from inspector._internal.formats.bin_shard import data_unread, strides_of
+
+    try:
+        loaded = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception:
+        return  # torch refuses it: no value of it is loaded
+    if not isinstance(loaded, dict) or data_unread(shard):
+        return
+    strided = strides_of(shard)
+    for name, begin, end in zip(shard.names, shard.begins, shard.ends, strict=True):
+        tensor = loaded.get(name)
+        if name in strided or not isinstance(tensor, torch.Tensor):
+            continue
+        want = tensor.detach().contiguous().view(-1).view(torch.uint8).numpy()
+        got = np.frombuffer(data[int(begin) : int(end)], np.uint8)
+        assert np.array_equal(want, got), f"{name}: torch.load reads other bytes"
 
 
 # -- (g') data.pkl opcodes inside a real archive ----------------------------------------------
@@ -772,10 +799,10 @@ def manifest(data: bytes) -> None:
     """The bytes as a content manifest: `parse_manifest` gives a manifest or refuses it with
     `ManifestError` (a bounded reason without control characters), never another error;
     every file name it accepts stays inside the folder and is spelled in normal form, with a
-    SHA-256; and `verify` against it, as the file in a checkpoint folder, gives findings of
-    known codes only, and says "all match" only when the manifest records exactly what the
-    folder holds (every file's size and SHA-256 at level hash, every tensor's dtype, shape
-    and hash at level tensor)."""
+    SHA-256, and no key in it is given twice; and `verify` against it, as the file in a
+    checkpoint folder, gives findings of known codes only, and says "all match" only when the
+    manifest records exactly what the folder holds (every file's size and SHA-256 at level
+    hash, every tensor's dtype, shape and hash at level tensor)."""
     from inspector._internal.integrity import ManifestError, parse_manifest, verify
     from inspector._internal.storage import check_member, member_problem
 
@@ -791,6 +818,14 @@ def manifest(data: bytes) -> None:
             assert isinstance(file.sha256, str) and len(file.sha256) == 64, name
         for record in parsed.tensors.values():
             assert record.file in parsed.files
+
+        def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+            assert len({k for k, _ in pairs}) == len(pairs), "a key given twice was accepted"
+            return dict(pairs)
+
+        import json
+
+        json.loads(data, object_pairs_hook=once)
     folder = _manifest_folder()
     (folder / "ckpt-inspect-manifest.json").write_bytes(data)
     truth = _MANIFEST_TRUTH
@@ -850,7 +885,7 @@ _PATTERN_CONFIG: dict = {}
 _HOSTILE_MODULES = ("a" * 40 + "!", "model.layers.0." + "b" * 2000)
 # Short names on which a pattern's answer is compared with Python's re (short, so that Python
 # itself stays fast on any pattern: its backtracking grows with the name).
-_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b")
+_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b", "inv", "Is")
 
 
 def _pattern_folder() -> Path:

@@ -13,6 +13,10 @@ The rule mirrors transformers 5 loading a local folder:
 - `utils.hub.get_checkpoint_shard_files` takes the index's files as
   `sorted(set(index["weight_map"].values()))`: each spelling once, sorted as written
   (`./b.safetensors` sorts before `a.safetensors`), whatever tensor each entry names;
+- before all of that, a `transformers_weights` entry in config.json names the one file (or
+  `.safetensors.index.json` index) transformers reads instead (`from_pretrained` passes
+  `config.transformers_weights` to `_get_resolved_checkpoint_files` as
+  `transformers_explicit_filename`): `named_weights`;
 - `PreTrainedModel._load_pretrained_model` puts every tensor of every such file into one
   dict, file after file, so of a name several of them hold the copy of the last file read
   is the one loaded, even where the name's index entry points to another file.
@@ -25,7 +29,9 @@ transformers does (`any_loader_shards`).
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -44,7 +50,9 @@ if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
 
 __all__ = [
+    "WEIGHTS_KEY",
     "Kept",
+    "NamedWeights",
     "alone",
     "any_loader_shards",
     "chosen_copies",
@@ -52,6 +60,7 @@ __all__ = [
     "kept_in",
     "kept_signatures",
     "loaded_shards",
+    "named_weights",
     "read_order",
     "stale_copies",
     "tensor_data",
@@ -64,10 +73,71 @@ Kept = tuple[ShardHeader, int]
 def loaded_shards(scanned: ScannedCheckpoint) -> tuple[ShardHeader, ...]:
     """The shards transformers reads, in the order it reads them (`read_order`): of a name
     several of them hold, it keeps the copy of the last. Every shard of a DCP or torch_dist
-    checkpoint, whose tensors are assembled from chunks."""
+    checkpoint, whose tensors are assembled from chunks. Where config.json names the weights
+    (`named_weights`), what it names: nothing when transformers would not load it or the scan
+    did not read it (no verdict then covers other files)."""
     if _chunked(scanned):
         return scanned.shards
+    named = named_weights(scanned)
+    if named is not None:
+        return named.shards
     return read_order(scanned.shards, scanned.index)
+
+
+# The config.json entry naming the weights transformers reads instead of its usual files.
+WEIGHTS_KEY = "transformers_weights"
+# What transformers accepts there besides safetensors files and indexes.
+_ADAPTER = "adapter_model.bin"
+
+
+@dataclass(frozen=True, slots=True)
+class NamedWeights:
+    """What config.json's `transformers_weights` makes transformers read: `shards`, in the
+    order it reads them, when it names a file or index the scan read; else none, and
+    `problem` says why (transformers refuses the value, or the scan did not read the file)."""
+
+    value: object
+    shards: tuple[ShardHeader, ...]
+    problem: str | None
+
+
+def named_weights(scanned: ScannedCheckpoint) -> NamedWeights | None:
+    """config.json's `transformers_weights` as transformers 5 takes it
+    (`modeling_utils._get_resolved_checkpoint_files`, `transformers_explicit_filename`), or
+    None when it names nothing (absent or null): it must end in `.safetensors` or
+    `.safetensors.index.json` or be `adapter_model.bin` (else "The transformers file in the
+    config seems to be incorrect"), and lie inside the folder once made absolute (else "must
+    reference a file inside the model directory"); that file alone is read, or the files that
+    index names, whatever else the folder holds. GGUF files and chunked layouts are not read
+    by `from_pretrained` this way: None."""
+    config = scanned.config
+    if config is None or _chunked(scanned) or scanned.layout == "gguf":
+        return None
+    value = config.get(WEIGHTS_KEY)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return NamedWeights(value, (), "it is not a file name: transformers fails on it")
+    if not value.endswith((".safetensors", ".safetensors.index.json")) and value != _ADAPTER:
+        why = "transformers refuses it: neither a .safetensors file nor a safetensors index"
+        return NamedWeights(value, (), why)
+    # os.path.abspath(os.path.join(folder, value)) must stay in the folder: an absolute
+    # value replaces the folder, and '..' is folded before the check.
+    member = posixpath.normpath(value)
+    if value.startswith("/") or member == ".." or member.startswith("../"):
+        why = "transformers refuses it: it is not a file inside the model folder"
+        return NamedWeights(value, (), why)
+    if value.endswith(".safetensors.index.json"):
+        index = scanned.index
+        if index is None or index.file != member:
+            why = "transformers reads the files that index names, and this tool does not read it"
+            return NamedWeights(value, (), why)
+        return NamedWeights(value, _index_order(scanned.shards, index), None)
+    found = next((s for s in scanned.shards if s.file == member), None)
+    if found is None:
+        why = "the scan read no such weight file: transformers reads it or fails, unchecked here"
+        return NamedWeights(value, (), why)
+    return NamedWeights(value, (found,), None)
 
 
 def read_order(shards: Sequence[ShardHeader], index: IndexDoc | None) -> tuple[ShardHeader, ...]:
@@ -81,6 +151,11 @@ def read_order(shards: Sequence[ShardHeader], index: IndexDoc | None) -> tuple[S
         return (single,)
     if index is None:
         return tuple(shards)
+    return _index_order(shards, index)
+
+
+def _index_order(shards: Sequence[ShardHeader], index: IndexDoc) -> tuple[ShardHeader, ...]:
+    """The files `index` names, in the order transformers reads them (`read_order`)."""
     rank: dict[str, int] = {}
     used = np.unique(index.files.codes).tolist()
     for i, raw in enumerate(sorted({index.files.values[c] for c in used})):

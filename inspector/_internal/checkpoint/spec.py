@@ -141,8 +141,8 @@ def spec_from_config(config: Mapping[str, Any] | None, *, source: str = CONFIG_N
     num_layers = next((v for k in _LAYER_KEYS if (v := _int(config.get(k)))), None)
     if pattern is not None:
         num_layers = len(pattern)
-    if num_layers is not None and num_layers > MAX_LAYERS:
-        num_layers = None
+    if num_layers is not None and not 0 < num_layers <= MAX_LAYERS:
+        num_layers = None  # a negative count is no count: every reader of it sizes arrays
     experts = next((v for k in _EXPERT_KEYS if (v := _int(config.get(k))) is not None), None)
     if experts is not None and not 0 < experts <= MAX_EXPERTS:
         experts = None

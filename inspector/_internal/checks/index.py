@@ -43,7 +43,15 @@ from inspector._internal.checkpoint.held import (
     normalize_member,
     normalized,
 )
-from inspector._internal.checkpoint.loaded import Kept, alone, kept_in, read_order
+from inspector._internal.checkpoint.loaded import (
+    WEIGHTS_KEY,
+    Kept,
+    NamedWeights,
+    alone,
+    kept_in,
+    named_weights,
+    read_order,
+)
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.parameters import (
     Uncounted,
@@ -53,6 +61,7 @@ from inspector._internal.checkpoint.parameters import (
 from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
@@ -95,9 +104,39 @@ def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
         not_counted = scan_uncounted(scanned)
+    named = named_weights(scanned)
     return check_index(
-        scanned.shards, scanned.index, held=held_of(scanned), not_counted=not_counted
+        scanned.shards,
+        scanned.index,
+        held=held_of(scanned),
+        not_counted=not_counted,
+        named=named,
     )
+
+
+def check_named_weights(scanned: ScannedCheckpoint) -> list[Finding]:
+    """weights-named-by-config: config.json's `transformers_weights` (`checkpoint.loaded.
+    named_weights`) decides what transformers reads, and other loaders ignore it."""
+    named = named_weights(scanned)
+    if named is None:
+        return []
+    value = short_repr(named.value) if not isinstance(named.value, str) else named.value
+    said = f"config.json's {WEIGHTS_KEY} is '{legible(value)}'"
+    if named.problem is not None:
+        msg = (
+            f"{said}: {named.problem}; no tensor of this folder is taken as loaded, so no "
+            "verdict here covers what transformers would read"
+        )
+        return [make_finding(Code.WEIGHTS_NAMED_BY_CONFIG, msg, file=CONFIG_NAME)]
+    files = ", ".join(legible(s.file) for s in named.shards[:3])
+    more = f" and {len(named.shards) - 3:,} more" if len(named.shards) > 3 else ""
+    msg = (
+        f"{said}: transformers reads {files}{more} and nothing else, whatever "
+        "model.safetensors or the index say; huggingface_hub, vLLM and other loaders ignore "
+        "the entry and read other files; the checks, verify and the load check here follow "
+        "transformers"
+    )
+    return [make_finding(Code.WEIGHTS_NAMED_BY_CONFIG, msg, file=CONFIG_NAME)]
 
 
 def check_index(
@@ -107,14 +146,17 @@ def check_index(
     held: HeldTensors | None = None,
     not_counted: Uncounted | None = None,
     policy: FoldPolicy = FOLD,
+    named: NamedWeights | None = None,
 ) -> list[Finding]:
     """All index-against-shards findings; only duplicates when there is no index.
 
     `held` (from `held_tensors(shards)`) may be passed to share it with other checks;
     `not_counted` (from `uncounted_elements`) tells the writers' ways of counting
-    `total_parameters` apart (without it, only every stored element is accepted)."""
+    `total_parameters` apart (without it, only every stored element is accepted); `named`:
+    the weights config.json names (`checkpoint.loaded.named_weights`), which decide the copy
+    transformers keeps."""
     held = held or held_tensors(shards)
-    findings = check_duplicates(held, index=index, policy=policy)
+    findings = check_duplicates(held, index=index, policy=policy, named=named)
     if index is None:
         return findings
     view = _IndexView.of(index, held)
@@ -468,16 +510,18 @@ def check_duplicates(
     *,
     index: IndexDoc | None,
     policy: FoldPolicy = FOLD,
+    named: NamedWeights | None = None,
 ) -> list[Finding]:
     """duplicate-tensor: one name in several shards; whether the copies agree; which copy
     transformers keeps (`checkpoint.loaded`: the last of the files it reads, whatever the
-    name's index entry says).
+    name's index entry says; only what config.json names, `named`).
 
     The finding's `file` is a copy transformers does NOT keep (the first by name).
     """
     if not held.copies:
         return []
-    kept = kept_in(read_order(held.shards, index), held.copies)
+    order = read_order(held.shards, index) if named is None else named.shards
+    kept = kept_in(order, held.copies)
     groups: dict[str, list[str]] = {}
     for name, idx in held.copies.items():
         files = [held.shards[i].file for i in idx]
@@ -485,7 +529,7 @@ def check_duplicates(
         stray = next((f for f in sorted(files) if f != used), files[0])
         groups.setdefault(stray, []).append(name)
     positions = _positions(held)
-    words = _KeptWords(held, index)
+    words = _KeptWords(held, index, named)
 
     def detail(file: str, name: str) -> str:
         return _duplicate_message(name, held, positions, words(name, kept.get(name)))
@@ -534,9 +578,12 @@ class _KeptWords:
     """Which copy of a duplicated name is loaded, in words: the copy transformers keeps
     (`checkpoint.loaded`), why, and that other loaders may keep another."""
 
-    def __init__(self, held: HeldTensors, index: IndexDoc | None) -> None:
+    def __init__(
+        self, held: HeldTensors, index: IndexDoc | None, named: NamedWeights | None = None
+    ) -> None:
         self.held = held
         self.index = index
+        self.named = named
         self.wmap = normalized(index.lookup_map()) if index else {}
         single = alone(held.shards, index)
         self.single = None if single is None else single.file
@@ -544,6 +591,11 @@ class _KeptWords:
     def __call__(self, name: str, kept: Kept | None) -> str:
         index, single = self.index, self.single
         file = None if kept is None else kept[0].file
+        if self.named is not None:
+            reads = f"transformers reads only what config.json's {WEIGHTS_KEY} names"
+            if file is None:
+                return f"{reads}, which holds no copy: no copy is loaded"
+            return f"{reads}, and keeps the copy in {legible(file)}; other loaders ignore it"
         if single is not None:
             reads = f"transformers reads {legible(single)} alone"
             if index is not None:

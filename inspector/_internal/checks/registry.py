@@ -33,7 +33,7 @@ from inspector._internal.checks import (
     structure,
     torch_dist,
 )
-from inspector._internal.findings.codes import Code
+from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding
 
 if TYPE_CHECKING:
@@ -61,6 +61,12 @@ RULES: tuple[Rule, ...] = (
         frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
         index.check_index_of,
         index.CODES,
+    ),
+    Rule(
+        "named-weights",
+        None,
+        index.check_named_weights,
+        code_set(Code.WEIGHTS_NAMED_BY_CONFIG),
     ),
     Rule(
         "sidecars", frozenset({_L.MODELOPT_PER_LAYER}), sidecars.check_sidecars_of, sidecars.CODES

@@ -264,6 +264,14 @@ class Code(StrEnum):
         _I,
         "A .safetensors file the index never names: a leftover or a forgotten shard.",
     )
+    WEIGHTS_NAMED_BY_CONFIG = (
+        "weights-named-by-config",
+        _E,
+        _I,
+        "config.json's transformers_weights names the weights transformers reads instead of "
+        "model.safetensors or the index's files; save_pretrained never writes it, and other "
+        "loaders ignore it.",
+    )
     DUPLICATE_TENSOR = (
         "duplicate-tensor",
         _E,
@@ -1151,6 +1159,11 @@ _FIXES: dict[str, Fix] = {
         "re-export", "re-save the checkpoint: a real writer never produces this"
     ),
     "unindexed-file": Fix("review", "remove the stray file, or rebuild the index to include it"),
+    "weights-named-by-config": Fix(
+        "review",
+        "remove transformers_weights from config.json, so that every loader reads the same "
+        "files, or keep only the weights it names",
+    ),
     # -- PyTorch .bin files
     "bin-legacy-format": Fix(
         "re-export",

@@ -48,9 +48,12 @@ class BinShard(ShardHeader):
     `strided` names the tensors whose elements are not one contiguous run (a transposed
     view saved as is): their [begin, end) is where the run starts and how many bytes the
     tensor takes, not a byte range to read as is. `legacy` marks a pre-1.6 stream, whose
-    tensors are listed but whose data is never read (begins and ends are 0)."""
+    tensors are listed but whose data is never read (begins and ends are 0). `byteorder` is
+    what the archive's `byteorder` record says ("little" without one): any other value
+    means torch.load gives other values than the stored bytes, or refuses the file."""
 
-    __slots__ = ("legacy", "strides")
+    __slots__ = ("byteorder", "legacy", "strides")
+    byteorder: str
     legacy: bool
     strides: dict[str, tuple[int, ...]]
 
@@ -66,9 +69,11 @@ def strides_of(shard: ShardHeader) -> Mapping[str, tuple[int, ...]]:
 
 
 def data_unread(shard: ShardHeader) -> bool:
-    """True for a legacy (pre-1.6) `.bin` stream: its tensors are listed, their bytes are
-    never read (begins and ends are 0, not where any data is)."""
-    return isinstance(shard, BinShard) and shard.legacy
+    """True for a `.bin` file whose stored bytes are not what torch.load gives, so no value,
+    hash or copy is ever taken from them: a legacy (pre-1.6) stream (its tensors are listed;
+    begins and ends are 0, not where any data is), and an archive whose `byteorder` record is
+    not "little" (torch swaps every storage of a "big" one and refuses any other)."""
+    return isinstance(shard, BinShard) and (shard.legacy or shard.byteorder != "little")
 
 
 def _set(shard: ShardHeader, **values: object) -> BinShard:
@@ -123,7 +128,8 @@ def open_columns(
 
 
 def _unreadable(rel: str, size: int, finding: Finding) -> BinShard:
-    return _set(BinShard(rel, size, None, None, findings=(finding,)), legacy=False, strides={})
+    shard = BinShard(rel, size, None, None, findings=(finding,))
+    return _set(shard, legacy=False, strides={}, byteorder="little")
 
 
 def read_bin_columns(
@@ -188,7 +194,7 @@ def _legacy(reader: ByteSource, rel: str, size: int, *, tar: bool, cap: int) -> 
         zeros,
         (finding, *refused),
     )
-    return _set(shard, legacy=True, strides={})
+    return _set(shard, legacy=True, strides={}, byteorder="little")
 
 
 def _columns(archive: BinArchive, rel: str, size: int) -> BinShard:
@@ -226,16 +232,8 @@ def _columns(archive: BinArchive, rel: str, size: int) -> BinShard:
         if not t.contiguous:
             strides[t.name] = t.stride
     findings: list[Finding] = []
-    if archive.byteorder not in ("little", ""):
-        findings.append(
-            make_finding(
-                "bin-unreadable",
-                f"{legible(rel)}: stores its tensors {legible(archive.byteorder)}-endian; "
-                "expected little (safetensors and every reader here are little-endian): "
-                "load it with torch and save it again on a little-endian machine",
-                file=rel,
-            )
-        )
+    if archive.byteorder != "little":
+        findings.append(_byteorder_finding(rel, archive.byteorder))
     findings += _lost_findings(rel, lost)
     shard = BinShard.from_columns(
         rel,
@@ -249,7 +247,29 @@ def _columns(archive: BinArchive, rel: str, size: int) -> BinShard:
         ends,
         tuple(findings),
     )
-    return _set(shard, legacy=False, strides=strides)
+    return _set(shard, legacy=False, strides=strides, byteorder=archive.byteorder)
+
+
+def _byteorder_finding(rel: str, byteorder: str) -> Finding:
+    """The archive's `byteorder` record is not "little" (torch.serialization._load): "big"
+    makes torch.load swap the bytes of every tensor, any other value makes it refuse the
+    file. Either way no stored byte is the value torch loads (`data_unread`)."""
+    if byteorder == "big":
+        what = (
+            "stores its tensors big-endian: torch.load swaps the bytes of every tensor, so "
+            "their values are not the stored bytes and none is read here (no values, hashes, "
+            "--deep or conversion)"
+        )
+    else:
+        what = (
+            f"has the byte order record '{legible(byteorder)}', expected 'little' or 'big' "
+            "exactly: torch.load refuses the file (Unknown endianness type)"
+        )
+    return make_finding(
+        "bin-unreadable",
+        f"{legible(rel)}: {what}; load it with torch and save it again on a little-endian machine",
+        file=rel,
+    )
 
 
 def _lost_findings(rel: str, lost: list[tuple[str, str]]) -> list[Finding]:

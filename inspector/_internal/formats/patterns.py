@@ -24,7 +24,9 @@ The answers are Python's for every pattern that is accepted:
   atomic `(?>.*?...)` groups of CPython's translation accept;
 - RE2's `\\d \\w \\s \\b`, `$` and case folding differ from Python's only on characters
   outside printable ASCII (Unicode digits and letters, a final newline): a pattern using them
-  answers None for such a name instead of guessing.
+  answers None for such a name instead of guessing; a pattern that folds case and names a
+  character outside ASCII is refused, since Python folds some of those onto ASCII letters
+  ("(?i)ı" matches "I") and RE2 does not.
 """
 
 from __future__ import annotations
@@ -196,9 +198,30 @@ def _spell(pattern: str) -> tuple[str, str | None, bool]:
     if problem is not None:
         return "", problem, False
     translated, problem, sensitive = _to_re2(pattern)
+    if problem is None and _FOLDS.search(pattern) and _beyond_ascii(translated):
+        # Python folds some non-ASCII letters onto ASCII ones RE2 does not (sre's
+        # `_ignorecase_fixes`: "(?i)ı" matches "i" and "I"), so such a pattern can answer
+        # otherwise for an ASCII name too.
+        problem = (
+            "folds the case of characters outside ASCII, which RE2 folds otherwise than "
+            "Python's re; it was not matched"
+        )
     if problem is None:
         problem = _re2_refuses(translated)
     return translated, problem, sensitive
+
+
+# Case folding turned on (or off) anywhere in a pattern: `(?i)`, `(?i:...)`, `(?-i:...)`.
+_FOLDS = re.compile(r"\(\?[a-zA-Z]*-?[a-zA-Z]*i[a-zA-Z-]*[:)]")
+# A code point past ASCII in an RE2 spelling: `\x{...}` (what `_escape` writes) or `\xHH`.
+_CODE_POINT = re.compile(r"\\x\{([0-9a-fA-F]+)\}|\\x([0-9a-fA-F]{2})")
+
+
+def _beyond_ascii(spelled: str) -> bool:
+    """Whether an RE2 spelling names a character outside ASCII, as itself or escaped."""
+    if not spelled.isascii():
+        return True
+    return any(int(m.group(1) or m.group(2), 16) > 0x7F for m in _CODE_POINT.finditer(spelled))
 
 
 def _encodable(text: str) -> bool:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import io
 import math
 import pickle
+import re
 import struct
 import zipfile
 from collections.abc import Callable, Mapping, Sequence
@@ -525,6 +526,7 @@ def read_bin(
         fh.keep_tail(TAIL_BYTES)
         with zipfile.ZipFile(fh) as archive:
             infos = archive.infolist()
+            start_dir = archive.start_dir
     except BinFormatError:
         raise
     # zipfile raises many kinds on a corrupt directory (BadZipFile, NotImplementedError for a
@@ -535,41 +537,169 @@ def read_bin(
         ) from None
     if len(infos) > MAX_RECORDS:
         raise BinFormatError(f"lists {len(infos):,} records, over the {MAX_RECORDS:,} limit")
-    # torch's reader (PyTorchStreamReader::init) names the archive after its first record:
-    # the path up to the first '/'; it then reads "<that>/data.pkl" and nothing under another
-    # name. Any other "*/data.pkl" in the zip is not what torch.load reads.
-    first = infos[0].filename if infos else ""
-    prefix = first.split("/", 1)[0] if "/" in first else ""
-    by_name = {i.filename: i for i in infos}
-    pkl = by_name.get(f"{prefix}/data.pkl") if prefix else None
+    _same_directory(fh, size, start_dir, len(infos))
+    prefix, by_name = _records(infos)
+
+    def record(name: str) -> zipfile.ZipInfo | None:
+        # torch looks a record up by the UTF-8 bytes of "<prefix>/<name>" (getRecordID),
+        # through miniz's binary search, which ignores ASCII case (`_folded`)
+        return by_name.get(_folded(prefix + b"/" + name.encode("utf-8", "surrogatepass")))
+
+    pkl = record("data.pkl")
     if pkl is None:
         raise BinFormatError(
-            f"holds no {legible(prefix or '<prefix>')}/data.pkl record (torch reads the one "
-            "named after the archive's first record): not a torch.save archive"
+            f"holds no {legible(prefix.decode('utf-8', 'replace'))}/data.pkl record (torch reads "
+            "the one named after the archive's first record): not a torch.save archive"
         )
+    version = record("version")
+    if version is None:
+        raise BinFormatError("holds no <prefix>/version record; torch.load refuses the file")
     data = _record_bytes(fh, pkl, size)
     value, storages = _unpickle(data, legacy=False)
     tensors, skipped = _tensors(value)
-    order = by_name.get(f"{prefix}/byteorder")
-    wanted = [i for key in storages if (i := by_name.get(f"{prefix}/data/{key}")) is not None]
-    starts = _data_offsets(fh, [*wanted, *([order] if order else [])], size, many)
+    order = record("byteorder")
+    wanted = [i for key in storages if (i := record(f"data/{key}")) is not None]
+    starts = _data_offsets(fh, [*wanted, version, *([order] if order else [])], size, many)
+    _check_version(fh.pread(starts[version.header_offset], min(version.file_size, 64)))
+    # torch.serialization._load: no record is little-endian; a record must say exactly
+    # b"little" or b"big" (anything else: "Unknown endianness type"), and "big" makes torch
+    # swap every storage it loads (`UntypedStorage.byteswap`).
     byteorder = "little"
     if order is not None:
-        byteorder = fh.pread(starts[order.filename], order.file_size).decode("ascii", "replace")
+        raw_order = fh.pread(starts[order.header_offset], min(order.file_size, 64))
+        byteorder = raw_order.decode("ascii", "backslashreplace")
     records = {
-        key: (starts[info.filename], info.file_size)
+        key: (starts[info.header_offset], info.file_size)
         for key in storages
-        if (info := by_name.get(f"{prefix}/data/{key}")) is not None
+        if (info := record(f"data/{key}")) is not None
     }
     return BinArchive(
-        prefix,
+        pkl.filename[: -len("/data.pkl")],
         tuple(tensors),
         records,
         {k: (s.dtype or "uint8", s.numel * _itemsize(s)) for k, s in storages.items()},
-        byteorder.strip(),
+        byteorder,
         len(data),
         skipped,
     )
+
+
+# The zip's end records (APPNOTE 4.3.14-4.3.16): the end of central directory record, and
+# before it, in a zip64 archive such as torch.save writes, the zip64 locator and record.
+_END = struct.Struct("<4sHHHHIIH")  # signature, disks, entries here, entries, size, offset
+_LOCATOR = struct.Struct("<4sIQI")  # signature, disk, offset of the zip64 record, disks
+_END64 = struct.Struct("<4sQHHIIQQQQ")  # ..., entries here, entries, directory size, offset
+_END_SIG, _LOCATOR_SIG, _END64_SIG = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
+
+
+def _same_directory(fh: _Budgeted, size: int, start_dir: int, count: int) -> None:
+    """Refuse an archive whose central directory torch and `zipfile` would find in different
+    places, or read a different number of records of.
+
+    torch's reader (miniz, `mz_zip_reader_read_central_dir`) reads the directory at the
+    offset the end record states (the zip64 record's, which it finds through the zip64
+    locator) and exactly the number of records it states; `zipfile` reads it where it really
+    ends, before the end record, and shifts every record's offset by the difference
+    (`_RealGetContents`: "concat", for data prepended to an archive), then reads records
+    until the stated size is used up. Two torch.save archives written one after the other
+    are then two different files to them: torch loads the first, `zipfile` the second. So
+    the stated offset must be where `zipfile` found the directory, the locator must point at
+    the zip64 record `zipfile` reads (right before it), and the counts must agree."""
+    window = min(size, (1 << 16) + _END.size)
+    tail = fh.pread(size - window, window)
+    at = tail.rfind(_END_SIG, 0, len(tail) - _END.size + len(_END_SIG))  # 22 bytes after it
+    if at < 0:
+        raise BinFormatError("has no zip end record; it may be truncated")
+    end = size - window + at
+    _, _, _, _, entries, _, offset, _ = _END.unpack_from(tail, at)
+    if at >= _LOCATOR.size and tail[at - _LOCATOR.size : at - _LOCATOR.size + 4] == _LOCATOR_SIG:
+        where = end - _LOCATOR.size - _END64.size
+        pointed = _LOCATOR.unpack_from(tail, at - _LOCATOR.size)[2]
+        record = fh.pread(where, _END64.size) if where >= 0 else b""
+        if pointed != where or record[:4] != _END64_SIG:
+            raise BinFormatError(
+                "has a zip64 locator that points elsewhere than the zip64 end record before "
+                "it: readers of the archive disagree on its directory; the file is crafted"
+            )
+        fields = _END64.unpack(record)
+        entries, offset = fields[7], fields[9]
+    if offset != start_dir or entries != count:
+        raise BinFormatError(
+            f"states its zip directory at byte {offset:,} with {entries:,} records, but it "
+            f"is at byte {start_dir:,} with {count:,}: torch and other zip readers would "
+            "read different archives from it (data before or after a torch.save archive); "
+            "the file is crafted or damaged"
+        )
+
+
+def _raw_name(info: zipfile.ZipInfo) -> bytes:
+    """A record's name as the bytes the archive stores (what torch compares): `zipfile`
+    decoded them as UTF-8 when flag bit 11 says so, else as cp437 (both reversible), and
+    `orig_filename` keeps what it cut at a NUL."""
+    utf8 = info.flag_bits & 0x800
+    return info.orig_filename.encode("utf-8" if utf8 else "cp437", "surrogatepass")
+
+
+def _folded(name: bytes) -> bytes:
+    """A record name as miniz compares it when torch looks a record up
+    (`mz_zip_reader_locate_file` without MZ_ZIP_FLAG_CASE_SENSITIVE: a binary search with
+    `mz_zip_filename_compare`, which lowers ASCII letters): `bytes.lower` is ASCII-only."""
+    return name.lower()
+
+
+def _records(infos: Sequence[zipfile.ZipInfo]) -> tuple[bytes, dict[bytes, zipfile.ZipInfo]]:
+    """(the archive's folder, record by folded stored name) as torch reads them
+    (caffe2/serialize/inline_container.cc, `PyTorchStreamReader::init`): the folder is the
+    first record's name up to its first '/', every record must be inside it (torch refuses
+    "file in archive is not in a subdirectory"), and a name is looked up as bytes, ASCII case
+    ignored (`_folded`). Two names equal once folded are refused: miniz's binary search finds
+    one of them, and which one depends on the sort, not on what another reader takes."""
+    by_name: dict[bytes, zipfile.ZipInfo] = {}
+    for info in infos:
+        key = _folded(_raw_name(info))
+        if key in by_name:
+            raise BinFormatError(
+                f"stores the record {short_repr(info.filename, limit=120)} twice (ASCII "
+                "case aside, as torch compares names): readers of the archive disagree on "
+                "which one is meant; the file is crafted"
+            )
+        by_name[key] = info
+    first = _raw_name(infos[0]) if infos else b""
+    prefix, slash, _ = first.partition(b"/")
+    if not slash:
+        raise BinFormatError(
+            f"has its first record {short_repr(infos[0].filename if infos else '', limit=120)} "
+            "outside a folder; torch.save puts every record in one folder"
+        )
+    outside = next((i for i in infos if not _raw_name(i).startswith(prefix + b"/")), None)
+    if outside is not None:
+        raise BinFormatError(
+            f"has the record {short_repr(outside.filename, limit=120)} outside its folder "
+            f"{short_repr(prefix.decode('utf-8', 'replace'), limit=120)}; torch refuses such "
+            "an archive (and another reader could read another archive from it)"
+        )
+    return prefix, by_name
+
+
+# The file format versions torch 2.13 reads (caffe2/serialize/versions.h,
+# kMinSupportedFileFormatVersion and kMaxSupportedFileFormatVersion); torch.save writes 3.
+_VERSIONS = range(1, 11)
+# `std::stoull` as `PyTorchStreamReader::init` parses the version record: leading white
+# space, a sign, digits; what follows the digits is ignored.
+_STOULL = re.compile(rb"[ \t\n\v\f\r]*([+-]?)([0-9]+)")
+
+
+def _check_version(raw: bytes) -> None:
+    """Refuse what `PyTorchStreamReader::init` refuses of the `version` record's bytes: a
+    version that does not parse, or one outside `_VERSIONS`."""
+    found = _STOULL.match(raw)
+    number = int(found[2]) if found and found[1] != b"-" else -1
+    if number not in _VERSIONS:
+        raise BinFormatError(
+            f"has the format version {short_repr(raw.decode('ascii', 'backslashreplace'))}, "
+            f"expected a number from {_VERSIONS.start} to {_VERSIONS.stop - 1}; torch.load "
+            "refuses the file"
+        )
 
 
 def _itemsize(storage: _Storage) -> int:
@@ -599,8 +729,9 @@ def _checked_start(info: zipfile.ZipInfo, local: bytes, size: int) -> int:
 
 def _data_offsets(
     fh: _Budgeted, infos: list[zipfile.ZipInfo], size: int, many: ManyRanges | None
-) -> dict[str, int]:
-    """Where each record's bytes start (`_data_offset`), from its local header: headers less
+) -> dict[int, int]:
+    """Where each record's bytes start (`_data_offset`), by the offset of its local header
+    (two records may have one name as `zipfile` decodes it), from its local header: headers less
     than `_HEADER_GAP` apart are read in one window of at most `HEADER_WINDOW` bytes, and the
     windows all at once through `many`."""
     infos = sorted(infos, key=lambda i: i.header_offset)
@@ -625,7 +756,7 @@ def _data_offsets(
         datas = many(spans)
     else:
         datas = [fh.pread(lo, n, cost=c) for (lo, n), c in zip(spans, costs, strict=True)]
-    out: dict[str, int] = {}
+    out: dict[int, int] = {}
     for (lo, _, members), data in zip(windows, datas, strict=True):
         for info in members:
             at = info.header_offset - lo
@@ -633,9 +764,9 @@ def _data_offsets(
             if len(local) == _LOCAL_HEADER.size:
                 name_len, extra_len = _LOCAL_HEADER.unpack(local)[1:]
                 if at + _LOCAL_HEADER.size + name_len + extra_len <= len(data):
-                    out[info.filename] = _checked_start(info, local, size)
+                    out[info.header_offset] = _checked_start(info, local, size)
                     continue
-            out[info.filename] = _data_offset(fh, info, size)  # a header longer than guessed
+            out[info.header_offset] = _data_offset(fh, info, size)  # a header longer than guessed
     return out
 
 

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
+from inspector._internal.formats.bin_shard import data_unread
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.value_decode import Decoder, decoder_for
 from inspector._internal.formats.value_segments import (
@@ -140,7 +141,9 @@ def read_records(
         # Sampled reads wait on the disk or the network, full reads on the CPU.
         workers = _SAMPLE_FILES if mode == "sample" else (os.cpu_count() or 1)
         workers = workers if local else _REMOTE_FILES
-    shards = [s for s in shards if s.names]
+    # A `.bin` file whose stored bytes are not what torch.load gives (`data_unread`: a
+    # legacy stream, another byte order) has no values to show; the scan already says why.
+    shards = [s for s in shards if s.names and not data_unread(s)]
     found = _Found()
     with ThreadPoolExecutor(max(1, min(workers, len(shards)))) as pool:
 

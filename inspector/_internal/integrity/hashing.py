@@ -184,7 +184,7 @@ def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, i
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
         strided = strides_of(shard)
-        if data_unread(shard):  # a legacy `.bin` stream: no tensor's bytes are known
+        if data_unread(shard):  # no stored byte is what torch.load gives (`data_unread`)
             continue
         for name, b, e in zip(shard.names, shard.begins.tolist(), shard.ends.tolist(), strict=True):
             if name in strided or b > e or base + e > shard.file_size:
@@ -296,12 +296,6 @@ def hashed_tensors(
     merged = {file: dict(found) for file, found in by_file.items()}
     for file, found in unspanned_digests(scanned, merged, ranks=ranks).items():
         merged.setdefault(file, {}).update(found)
-    # A .bin whose archive says its bytes are not what torch.load gives as stored (another
-    # byte order: torch swaps every tensor it loads) holds no tensor whose hash would be the
-    # loader's: none of them is hashed, so none can "match".
-    for finding in scanned.read_findings:
-        if finding.code == "bin-unreadable" and finding.file in merged:
-            merged[finding.file] = {}
 
     def hashed(name: str, record: TensorRecord) -> TensorRecord:
         return replace(record, hash=merged.get(record.file, {}).get(name))

@@ -131,7 +131,7 @@ def parse_manifest(data: bytes) -> Manifest:
         raise ManifestError(f'has tensor_hash {_shown(algorithm)}; expected "{TENSOR_HASH}"')
     files = _files(value.get("files"))
     tensors = _tensors(value.get("tensors", {}), files)
-    _no_repeated_keys(data, files, tensors)
+    _no_repeated_keys(data, value)
     created, tool = value.get("created", ""), value.get("tool", "")
     return Manifest(
         files,
@@ -207,21 +207,17 @@ def _tensors(raw: Any, files: Mapping[str, FileRecord]) -> dict[str, TensorRecor
     return out
 
 
-def _no_repeated_keys(
-    data: bytes, files: Mapping[str, FileRecord], tensors: Mapping[str, TensorRecord]
-) -> None:
-    """Refuse a key given twice in one object (a file or tensor listed twice, two "files"
-    objects...): the decoder keeps the last silently, so what a person reads in the file
-    would not be what is verified. Each file entry holds one `"sha256"` key, each tensor one
-    `"hash"`, the document one `"files"` and one `"tensors"`; only when the bytes hold more
-    of them (a key given twice, or a name that quotes one) is the document decoded again,
-    pair by pair."""
-    if (
-        data.count(b'"sha256"') <= len(files)
-        and data.count(b'"hash"') <= len(tensors)
-        and data.count(b'"files"') <= 1
-        and data.count(b'"tensors"') <= 1
-    ):
+def _no_repeated_keys(data: bytes, value: Any) -> None:
+    """Refuse a key given twice in one object (a file or tensor listed twice, a size given
+    twice, two "files" objects...): the decoder keeps the last silently, so what a person
+    reads in the file would not be what is verified. Every key of every object ends with a
+    quote followed by a colon (white space between), so the bytes hold at least as many
+    such matches as keys, and the decoded objects as many members as keys only when no key
+    repeats: when the matches are exactly the decoded members, no key repeats. Otherwise (a
+    key given twice, or a string that holds a quote and a colon) the document is decoded
+    again, pair by pair, to find out."""
+    ends = data.count(b'":') + sum(1 for _ in _SPACED_KEY_END.finditer(data))
+    if ends == _members(value):
         return
     repeated: list[str] = []
 
@@ -245,6 +241,33 @@ def _no_repeated_keys(
             f"gives the key '{legible(repeated[0])}' twice in one object; a manifest lists "
             "each file and tensor once"
         )
+
+
+# The end of an object key: its closing quote, white space, the colon (RFC 8259); without
+# the white space (what `manifest` writes) it is counted with `bytes.count`.
+_SPACED_KEY_END = re.compile(rb'"[ \t\n\r]+:')
+
+
+def _members(value: dict[str, Any]) -> int:
+    """How many members the objects of a decoded manifest hold, or fewer: the records of
+    "files" and "tensors" (dicts by now, `_files` and `_tensors`) are counted without what
+    they nest, which no manifest `manifest` writes holds, so counting it would only cost
+    time. Never more than the document holds: a count short of the keys' ends only sends
+    `_no_repeated_keys` the slow way."""
+    count = len(value)
+    for key, item in value.items():
+        if key in ("files", "tensors") and isinstance(item, dict):
+            count += len(item) + sum(map(len, item.values()))
+            continue
+        stack = [item]
+        while stack:
+            part = stack.pop()
+            if isinstance(part, dict):
+                count += len(part)
+                stack.extend(part.values())
+            elif isinstance(part, list):
+                stack.extend(part)
+    return count
 
 
 def _name(name: str, where: str) -> None:
