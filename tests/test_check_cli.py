@@ -21,7 +21,7 @@ from inspector import scan
 from inspector._internal.cli.main import main
 
 H = 8
-FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert"}
+FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert", "folded"}
 
 
 def bf16(*shape: int, seed: int = 0) -> torch.Tensor:

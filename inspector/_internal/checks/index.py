@@ -57,6 +57,7 @@ from inspector._internal.findings.finding import (
     FOLD,
     Finding,
     FoldPolicy,
+    besides,
     examples,
     fold,
     make_finding,
@@ -739,10 +740,9 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
     """A summary builder: '{n} [more ]tensors {what} ({layers, examples})'."""
 
     def build(file: str, rest: list[str], shown: int) -> str:
-        more = f"{shown:,} listed above and " if shown else ""
         rest_count = plural(len(rest), "more tensor")
         where = what.replace("{file}", legible(file))
-        return f"{more}{rest_count} {where}: {describe_names(rest)}"
+        return f"{rest_count}{besides(shown)} {where}: {describe_names(rest)}"
 
     return build
 
