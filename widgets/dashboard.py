@@ -64,7 +64,7 @@ from inspector._internal.findings.finding import (
 )
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.references import restore_reference
-from inspector._internal.findings.words import FINDING, ISSUE, plural, severity_counts
+from inspector._internal.findings.words import FINDING, ISSUE, layer_name, plural, severity_counts
 from inspector._internal.load import child as load_child
 from inspector._internal.report.html import (
     code_help_html,
@@ -1133,9 +1133,11 @@ class ExpertsPanel:
         self._zoom_into(layer)
         s, frame = self.dash.scanned, self.dash.current.frame
         same_layer = (frame["layer"] == layer).fillna(False)
+        # The one layer numbering (MTP layers after the decoder's, said "MTP layer").
+        name = layer_name(layer, mtp=layer in set(s.layers.loc[s.layers["is_mtp"], "layer"]))
         if expert is None:
             notes = frame[same_layer]
-            self.details.value = f"<h4>layer {layer}</h4>" + (
+            self.details.value = f"<h4>{name}</h4>" + (
                 findings_html(notes, max_rows=50) if len(notes) else "<i>No findings.</i>"
             )
             return
@@ -1146,7 +1148,7 @@ class ExpertsPanel:
         mine_or_all = (frame["expert"] == expert).fillna(False) | frame["expert"].isna()
         notes = frame[same_layer & mine_or_all]
         self.details.value = (
-            f"<h4>layer {layer}, expert {expert}</h4>"
+            f"<h4>{name}, expert {expert}</h4>"
             + frame_html(row, max_rows=1, title="coverage")
             + frame_html(mine, columns=_TENSOR_COLUMNS, max_rows=200, title="tensors")
             + (findings_html(notes, max_rows=50) if len(notes) else "")

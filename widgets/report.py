@@ -38,12 +38,12 @@ from inspector._internal.findings.finding import (
     severity_rank,
 )
 from inspector._internal.findings.issues import group_problems
-from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
+from inspector._internal.findings.words import SEVERITY_ORDER, plural
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.report.fit import fit_notes, fit_table
 from inspector._internal.report.html import frame_html, html_text, load_verdict_html
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.summary import experts_text, summarize
 from inspector._internal.serve.fit import FitResult, fit
 
 from .figures import (
@@ -246,7 +246,7 @@ def _summary_section(summary: dict[str, Any]) -> str:
         ("parameters", f"{summary['parameters']:,}"),
         ("layers", layers),
         ("MoE layers", f"{summary['moe_layers']:,}"),
-        ("experts / MoE layer", _experts_text(summary)),
+        ("experts", _experts_text(summary)),
     ]
     body = "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in cards)
     dtypes = ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items())
@@ -308,14 +308,8 @@ def _serving_section(serving: FitResult, chart: str) -> str:
 
 
 def _experts_text(summary: dict[str, Any]) -> str:
-    expected = summary["experts_per_layer"]
-    found: dict[int, int] = summary["experts_found"]
-    if not found:
-        return "none"
-    low = [layer for layer, n in found.items() if expected is not None and n < expected]
-    if not low:
-        return f"{expected}"
-    return f"{expected} expected; fewer in {layers_text(low, limit=4)}"
+    # As the scan and the Markdown summary say it: the layers that lack experts, how many.
+    return experts_text(summary)
 
 
 def _severity_badges(findings: list[dict[str, Any]]) -> str:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from inspector._internal.checkpoint.naming import LONG_NAME
+from inspector._internal.checkpoint.naming import LONG_NAME, parse_names
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
@@ -71,6 +72,8 @@ class LayerKeyDiff:
     layer: int
     only_a: tuple[str, ...]
     only_b: tuple[str, ...]
+    # An MTP layer (numbered after the decoder layers: `inspector._internal.findings.words`).
+    mtp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,10 @@ class CheckpointDiff:
     data_unreadable: list[str] = field(default_factory=list)
     # With `reference=True`: every difference, classified (A is the reference).
     reference: tuple[DiffClass, ...] | None = None
+    # `only_a` and `only_b` summarised by layer and expert (`places_text`, numbered as each
+    # side's tensors table numbers them).
+    only_a_places: tuple[str, ...] = ()
+    only_b_places: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
@@ -116,8 +123,6 @@ class CheckpointDiff:
         against a reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical
-        d["only_a_places"] = places_text(self.only_a)
-        d["only_b_places"] = places_text(self.only_b)
         if self.reference is not None:
             d["unexpected"] = len(self.unexpected)
         return d
@@ -157,6 +162,22 @@ def diff_checkpoints(
         differs,
         unreadable,
         classes,
+        tuple(places_text(only_a, numbers=_numbers(a, only_a))),
+        tuple(places_text(only_b, numbers=_numbers(b, only_b))),
+    )
+
+
+def _numbers(scanned: ScannedCheckpoint, names: Collection[str]) -> dict[str, tuple[int, bool]]:
+    """Name -> (layer, is MTP) of `names` as `scanned`'s tensors table numbers them (the one
+    numbering: `inspector._internal.findings.words`)."""
+    t = scanned.tensors
+    rows = t[t["name"].isin(set(names)) & t["layer"].notna()]
+    return dict(
+        zip(
+            rows["name"],
+            zip(rows["layer"].astype(int).tolist(), rows["is_mtp"].tolist(), strict=True),
+            strict=True,
+        )
     )
 
 
@@ -172,13 +193,20 @@ def _layer_diffs(
     a: ScannedCheckpoint, b: ScannedCheckpoint, only_a: set[str], only_b: set[str]
 ) -> list[LayerKeyDiff]:
     per_layer: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    mtp: set[int] = set()
     for side, scanned, names in ((0, a, only_a), (1, b, only_b)):
         t = scanned.tensors
         rows = t[t["name"].isin(names) & t["layer"].notna()]
-        for name, layer in zip(rows["name"], rows["layer"].astype(int), strict=True):
-            per_layer[layer][side].append(_relative_key(name, layer))
+        listed = rows["name"].tolist()
+        # The key inside its layer follows the number the name itself holds (`mtp.layers.0.`
+        # of MTP layer 4).
+        own = parse_names(listed).layer.tolist()
+        numbers = rows["layer"].astype(int).tolist()
+        mtp |= {n for n, m in zip(numbers, rows["is_mtp"].tolist(), strict=True) if m}
+        for name, layer, number in zip(listed, numbers, own, strict=True):
+            per_layer[layer][side].append(_relative_key(name, number))
     return [
-        LayerKeyDiff(layer, tuple(sorted(ka)), tuple(sorted(kb)))
+        LayerKeyDiff(layer, tuple(sorted(ka)), tuple(sorted(kb)), layer in mtp)
         for layer, (ka, kb) in sorted(per_layer.items())
     ]
 
@@ -223,7 +251,6 @@ class _Classifier:
         self.a, self.b, self.ta, self.tb = a, b, ta, tb
         self.out: dict[str, list[str]] = defaultdict(list)
         self.notes: dict[str, list[str]] = defaultdict(list)
-        self.mtp = _mtp(a, set(ta)) | _mtp(b, set(tb))
 
     def classify(
         self,
@@ -341,7 +368,11 @@ class _Classifier:
     def _build(self, kind: str) -> DiffClass:
         expected, what = REFERENCE_KINDS[kind]
         names = tuple(self.out[kind])
-        places = places_text(names, limit=4, mtp=self.mtp)
+        # A's names for what B lost or changed, B's for what it added.
+        side = self.b if kind.endswith("-added") or kind == "experts-unfused" else self.a
+        places = places_text(
+            names, limit=4, numbers={**_numbers(self.a, names), **_numbers(side, names)}
+        )
         detail = f"{what}: {'; '.join(places)}"
         if self.notes.get(kind):
             detail += "; " + "; ".join(self.notes[kind][:3])

@@ -41,7 +41,7 @@ from inspector._internal.findings.references import (
     consolidation_reference,
     restore_reference,
 )
-from inspector._internal.findings.words import plural, shell_word
+from inspector._internal.findings.words import layers_text, plural, shell_word
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -574,10 +574,9 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         if len(missing):
             counts = set(per_layer.tolist())
             each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
-            parts.append(
-                f"{each} experts missing in {plural(len(layers), 'MoE layer')} "
-                f"({fold_ranges(layers, limit=6)})"
-            )
+            table = ctx.scanned.layers
+            mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
+            parts.append(f"{each} experts missing in {_moe_layers(layers, mtp)}")
         if len(partial):
             parts.append(f"{plural(len(partial), 'expert')} incomplete")
         title = "; ".join(parts) or "experts differ from their siblings"
@@ -1017,6 +1016,18 @@ def _worst(findings: Iterable[Finding]) -> Severity:
 
 def _codes_text(codes: Counter) -> str:
     return ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in codes.most_common())
+
+
+def _moe_layers(layers: Sequence[int], mtp: Collection[int]) -> str:
+    """'3 MoE layers (1-3) and MTP layer 4': MTP layers said apart, as the scan counts them
+    (`inspector._internal.findings.words`, one layer numbering)."""
+    decoder = [n for n in layers if n not in mtp]
+    parts = [f"{plural(len(decoder), 'MoE layer')} ({fold_ranges(decoder, limit=6)})"]
+    extra = [n for n in layers if n in mtp]
+    if extra:
+        parts = parts[:1] if decoder else []
+        parts.append(layers_text(extra, limit=6, mtp=extra))
+    return " and ".join(parts)
 
 
 def _where(names: Sequence[str]) -> str:

@@ -14,6 +14,13 @@ Every count in a sentence goes through `plural` ("1 finding", "2 errors", "3 inf
 every list of layers through `layers_text` ("layer 40", "layers 0-39, 41-97"), and a list of
 tensor names through `places_text` ("layer 40: experts 17-19 (36 tensors)"), so the CLI, the
 summaries, the reports and the dashboard say the same thing the same way.
+
+One layer numbering, the tables' (`inspector._internal.checkpoint.tables`): a decoder layer
+is the number its names give (`model.layers.3.*` is layer 3); MTP layers follow the decoder
+layers, as DeepSeek-V3 stores its MTP layer (`model.layers.61.*` after layers 0-60) and
+Model-Optimizer numbers it: with 4 decoder layers, `mtp.layers.0.*` is "MTP layer 4",
+whichever spelling the checkpoint uses. Text says "MTP layer" for them (`layer_name`,
+`layers_text(..., mtp=...)`) and never counts them among the decoder's MoE layers.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import heapq
 import shlex
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers, parse_names
 from inspector._internal.common.display import legible
@@ -32,6 +39,7 @@ __all__ = [
     "ISSUE",
     "READ_ERROR",
     "SEVERITY_ORDER",
+    "layer_name",
     "layers_text",
     "places_text",
     "plural",
@@ -70,11 +78,26 @@ def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:
     return ", ".join(parts)
 
 
-def layers_text(layers: Iterable[int], *, limit: int = 12, noun: str = "layer") -> str:
+def layers_text(
+    layers: Iterable[int], *, limit: int = 12, noun: str = "layer", mtp: Collection[int] = ()
+) -> str:
     """'layer 40' or 'layers 0-39, 41-97' (ranges folded as `check` folds them); `noun`
-    names other numbered things ('experts 17-19')."""
+    names other numbered things ('experts 17-19'). Layers in `mtp` are MTP layers, said
+    after the decoder's: 'layers 1-3 and MTP layer 4'."""
     ordered = sorted(set(layers))
-    return f"{plural(len(ordered), noun, number=False)} {fold_ranges(ordered, limit=limit)}"
+    extra = [n for n in ordered if n in mtp] if mtp else []
+    decoder = [n for n in ordered if n not in mtp] if mtp else ordered
+    parts = [
+        f"{head}{plural(len(numbers), noun, number=False)} {fold_ranges(numbers, limit=limit)}"
+        for head, numbers in (("", decoder), ("MTP ", extra))
+        if numbers or (not ordered and not head)
+    ]
+    return " and ".join(parts)
+
+
+def layer_name(layer: int, *, mtp: bool = False) -> str:
+    """'layer 3', or 'MTP layer 4' for an MTP layer (numbered after the decoder layers)."""
+    return f"{'MTP ' if mtp else ''}layer {layer}"
 
 
 def shell_word(text: str) -> str:
@@ -82,13 +105,19 @@ def shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
-def places_text(names: Sequence[str], *, limit: int = 20, mtp: Iterable[str] = ()) -> list[str]:
+def places_text(
+    names: Sequence[str],
+    *,
+    limit: int = 20,
+    numbers: Mapping[str, tuple[int, bool]] | None = None,
+) -> list[str]:
     """Tensor names summarised by where they are, one line per group, at most `limit` lines:
     'layer 40: experts 17-19 (36 tensors)', 'layers 3-5: 2 tensors each (self_attn.q_norm.weight,
-    self_attn.k_norm.weight)', 'MTP layer 0: 42 tensors', then the names outside the layers.
-    `mtp`: names of MTP tensors the name alone does not tell (the tensors table's `is_mtp`)."""
+    self_attn.k_norm.weight)', 'MTP layer 4: 42 tensors', then the names outside the layers.
+    `numbers`: name -> (layer, is MTP) as the tensors table numbers it (the module docstring);
+    a name it lacks is numbered from the name alone (`mtp.layers.0.*` is then MTP layer 0)."""
     parsed = parse_names(list(names))
-    in_mtp = set(mtp)
+    numbered = numbers or {}
     experts: dict[tuple[bool, int], set[int]] = defaultdict(set)
     expert_tensors: dict[tuple[bool, int], int] = defaultdict(int)
     keys: dict[tuple[bool, int], list[str]] = defaultdict(list)
@@ -96,15 +125,16 @@ def places_text(names: Sequence[str], *, limit: int = 20, mtp: Iterable[str] = (
     rows = zip(
         names, parsed.layer.tolist(), parsed.expert.tolist(), parsed.mtp.tolist(), strict=True
     )
-    for name, layer, expert, is_mtp in rows:
-        where = (bool(is_mtp) or name in in_mtp, int(layer))
+    for name, own, expert, own_mtp in rows:
+        layer, is_mtp = numbered.get(name, (int(own), bool(own_mtp)))
+        where = (is_mtp, int(layer))
         if layer < 0:
             outside.append(name)
         elif expert >= 0:
             experts[where].add(int(expert))
             expert_tensors[where] += 1
         else:
-            keys[where].append(_in_layer(name, int(layer)))
+            keys[where].append(_in_layer(name, int(own)))
     lines: list[str] = []
     # Layers that lost the same experts, or hold the same other keys, share one line.
     by_experts: dict[tuple[bool, frozenset[int], int], list[int]] = defaultdict(list)

@@ -20,7 +20,7 @@ from inspector._internal.findings.finding import CODE_HELP, Finding
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.words import plural
 from inspector._internal.integrity.verified import verification_line
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.summary import experts_text, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -234,7 +234,7 @@ def _facts_table(s: dict[str, Any]) -> str:
         ("layers", layers),
     ]
     if s["moe_layers"]:
-        rows.append(("experts per MoE layer", str(s["experts_per_layer"])))
+        rows.append(("experts", experts_text(s)))
     body = "".join(f'<tr><td class="k">{_e(k)}</td><td>{_e(v)}</td></tr>' for k, v in rows)
     return f"<table>{body}</table>"
 

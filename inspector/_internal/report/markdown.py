@@ -20,7 +20,7 @@ from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import severity_counts
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.summary import experts_text, summarize
 from inspector._internal.serve.fit import FitResult
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         f"- layers: {layers}",
     ]
     if s["moe_layers"]:
-        facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
+        facts.append(f"- experts: {experts_text(s)}")
     counts = Counter(f["severity"] for f in s["findings"])
     facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts

@@ -15,7 +15,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.findings.finding import Finding, Severity, severity_rank
 from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.words import plural, severity_counts, shell_word
+from inspector._internal.findings.words import layer_name, plural, severity_counts, shell_word
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -173,7 +173,8 @@ def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
             if keys
         ]
         if parts and shown < limit:
-            lines.append(f"layer {layer['layer']} keys differ: " + "; ".join(parts))
+            name = layer_name(layer["layer"], mtp=layer.get("mtp", False))
+            lines.append(f"{name} keys differ: " + "; ".join(parts))
             shown += 1
     if d["data_compared"]:
         lines.append(
