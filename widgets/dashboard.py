@@ -73,6 +73,7 @@ from inspector._internal.report.html import (
     frame_html,
     html_text,
     load_verdict_html,
+    markup_html,
     problem_html,
     severity_badge,
 )
@@ -936,7 +937,7 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     badge = severity_badge(finding.severity) + " " if detail else ""
     text = w.HTML(
         f"<div style='font-size:12px;line-height:1.4'>{badge}<code>{_esc(finding.code)}</code> "
-        f"{_esc(_short(finding.message))}{where}</div>",
+        f"{markup_html(_short(finding.message))}{where}</div>",
         layout=w.Layout(flex="1 1 auto", min_width="0"),
     )
     row = w.HBox(

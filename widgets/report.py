@@ -42,7 +42,7 @@ from inspector._internal.findings.words import SEVERITY_ORDER, plural
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.report.fit import fit_notes, fit_table
-from inspector._internal.report.html import frame_html, html_text, load_verdict_html
+from inspector._internal.report.html import frame_html, html_text, load_verdict_html, markup_html
 from inspector._internal.report.summary import experts_text, summarize
 from inspector._internal.serve.fit import FitResult, fit
 
@@ -158,7 +158,7 @@ def render_html_report(
     drawn = _draw(figures, [(name, fig) for name, _, fig in charts if fig is not None])
     sections = [
         _summary_section(summary),
-        f"<p class='verified'>{_e(verification_line(scanned))}</p>",
+        f"<p class='verified'>{_m(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
@@ -276,8 +276,8 @@ def _problems_section(
         return head + "<p class='muted'>No issues.</p>\n</section>"
     rows = "".join(
         f"<tr class='problem sev-{p.severity}' data-problem='{_e(p.key)}'>"
-        f"<td><span class='badge'>{p.severity}</span></td><td><b>{_e(p.title)}</b></td>"
-        f"<td>{_e(p.impact)}</td><td>{_e(p.action.text)}<br><code>{_e(p.action.command)}"
+        f"<td><span class='badge'>{p.severity}</span></td><td><b>{_m(p.title)}</b></td>"
+        f"<td>{_m(p.impact)}</td><td>{_m(p.action.text)}<br><code>{_e(p.action.command)}"
         f"</code></td><td>{len(p.findings):,}</td></tr>"
         for p in problems
     )
@@ -378,7 +378,7 @@ def _finding_row(f: Finding, missing: dict[int, str]) -> str:
     cells = (
         f"<td><span class='badge'>{f.severity}</span></td>",
         f"<td>{_e(f.code)}</td>",
-        f"<td>{_e(f.message)}</td>",
+        f"<td>{_m(f.message)}</td>",
         f"<td class='name'>{_name(f.file or '')}</td>",
         f"<td class='name'>{_name(f.tensor or '')}</td>",
         f"<td>{'' if f.layer is None else f.layer}</td>",
@@ -399,6 +399,11 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 def _e(value: object) -> str:
     return html_text(value)
+
+
+def _m(value: object) -> str:
+    """A message of the project's: its `commands` as `<code>` (`markup_html`)."""
+    return markup_html(value)
 
 
 def _name(value: str) -> str:

@@ -181,7 +181,9 @@ def _verbose_lines(code: str, items: Sequence[Mapping[str, Any]]) -> list[str]:
 def fix_once(code: str, messages: Sequence[str]) -> tuple[str, list[str]]:
     """(the fix of a code's findings, their messages without it): the remedy the messages
     share (`shared_clause`), else the code's own (`Code.fix`), said once per code instead of
-    once per tensor."""
+    once per tensor. A lone finding's message says its own remedy: ('', [it])."""
+    if len(messages) < 2:
+        return "", list(messages)
     shared, out = shared_clause(messages)
     if shared:
         return shared, out
