@@ -41,7 +41,7 @@ from inspector._internal.findings.references import (
     consolidation_reference,
     restore_reference,
 )
-from inspector._internal.findings.words import layers_text, plural, shell_word
+from inspector._internal.findings.words import cut_at_word, layers_text, plural, shell_word
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -670,7 +670,7 @@ def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
                 action=Action(
                     "restore",
                     "copy the missing or short rank files again, or re-save the checkpoint",
-                    "re-save from the training job",
+                    _RESAVE,
                 ),
                 findings=tuple(gaps),
                 tensors=tuple(sorted({f.tensor for f in gaps if f.tensor})),
@@ -925,7 +925,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             Problem(
                 key=code,
                 severity=_worst(items),
-                title=title if len(title) <= 200 else title[:197] + "...",
+                title=cut_at_word(title, 200),
                 impact=first,
                 action=action,
                 findings=tuple(items),
@@ -970,7 +970,7 @@ def _repair(ctx: _Context, part: str, text: str) -> Action:
             "re-save the model with save_pretrained, which writes the shards and their index "
             "together (ckpt-inspect rebuilds the index of sharded safetensors and .bin "
             "checkpoints only)",
-            "re-run the exporter",
+            _reexport(ctx),
         )
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
@@ -992,15 +992,27 @@ def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
     if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
         text = restore + ctx.candidate() + (f"; or {otherwise}" if otherwise else "")
         return Action("restore", text, ctx.restore_command())
-    return Action("re-export", otherwise or restore, "re-run the exporter")
+    return Action("re-export", otherwise or restore, _reexport(ctx))
 
 
 def _command(ctx: _Context, kind: ActionKind) -> str:
     return {
         "restore": ctx.restore_command(),
-        "re-export": "re-run the exporter",
+        "re-export": _reexport(ctx),
         "consolidate": f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
     }.get(kind, f"ckpt-inspect check {ctx.path}")
+
+
+# Layouts a training job writes itself (Megatron torch_dist, PyTorch DCP): no exporter made
+# them, the job that saved them saves them again.
+_TRAINING_LAYOUTS = frozenset({LayoutName.TORCH_DIST, LayoutName.DCP_SHARDED})
+_RESAVE = "re-save from the training job"
+
+
+def _reexport(ctx: _Context) -> str:
+    """What a re-export is for this checkpoint: the exporter run again, or for a training
+    checkpoint the training job's save (the rerun-drift of torch_dist is fixed there)."""
+    return _RESAVE if ctx.scanned.layout in _TRAINING_LAYOUTS else "re-run the exporter"
 
 
 def _known(code: str) -> Code | None:

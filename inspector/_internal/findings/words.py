@@ -39,6 +39,7 @@ __all__ = [
     "ISSUE",
     "READ_ERROR",
     "SEVERITY_ORDER",
+    "cut_at_word",
     "layer_name",
     "layers_text",
     "places_text",
@@ -98,6 +99,20 @@ def layers_text(
 def layer_name(layer: int, *, mtp: bool = False) -> str:
     """'layer 3', or 'MTP layer 4' for an MTP layer (numbered after the decoder layers)."""
     return f"{'MTP ' if mtp else ''}layer {layer}"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else cut at the last space that leaves room
+    for the note of how much was left out: 'iter_0000100/common.pt says the rerun state
+    machine is active ... (74 more characters)'. Never mid-word; for a sentence a person
+    reads whole elsewhere (an issue title whose finding holds the rest)."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - 30, 1)
+    cut = text.rfind(" ", 0, room)
+    cut = cut if cut > 0 else room
+    head = text[:cut].rstrip(" ,;:(")
+    return f"{head} ... ({len(text) - len(head):,} more characters)"
 
 
 def shell_word(text: str) -> str:
