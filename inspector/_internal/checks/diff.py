@@ -21,9 +21,11 @@ from inspector._internal.checkpoint.naming import LONG_NAME, parse_names
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
+from inspector._internal.findings.finding import examples
 from inspector._internal.findings.words import places_text
 from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.load.quant import QUANT_PARAMS
+from inspector.errors import InspectorError
 
 __all__ = [
     "REFERENCE_KINDS",
@@ -32,6 +34,7 @@ __all__ = [
     "LayerKeyDiff",
     "TensorChange",
     "diff_checkpoints",
+    "missing_shards",
 ]
 
 # Kinds of difference against a reference: (expected?, what it means).
@@ -105,11 +108,22 @@ class CheckpointDiff:
     # side's tensors table numbers them).
     only_a_places: tuple[str, ...] = ()
     only_b_places: tuple[str, ...] = ()
+    # Shard files each side's index names that are not on disk (`missing_shards`).
+    a_missing_shards: tuple[str, ...] = ()
+    b_missing_shards: tuple[str, ...] = ()
+    # With `reference=True`: tensors B holds that A's index maps to its missing shards. They
+    # are not compared (A's bytes are not there), instead of counting as added to B.
+    not_compared: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
         return not (
-            self.only_a or self.only_b or self.changed or self.data_differs or self.data_unreadable
+            self.only_a
+            or self.only_b
+            or self.changed
+            or self.data_differs
+            or self.data_unreadable
+            or self.not_compared
         )
 
     @property
@@ -132,10 +146,29 @@ def diff_checkpoints(
     a: ScannedCheckpoint, b: ScannedCheckpoint, *, data: bool = False, reference: bool = False
 ) -> CheckpointDiff:
     """Compare two scanned checkpoints; with `data=True` also hash every common tensor; with
-    `reference=True` classify each difference, A being the reference B was derived from."""
+    `reference=True` classify each difference, A being the reference B was derived from.
+
+    A side whose index names shard files that are not on disk says so (`a_missing_shards`,
+    `b_missing_shards`). Against a reference, the tensors A's index maps to such files are
+    not compared, and a reference that holds no tensor at all (an index without its shards)
+    is refused: every tensor of B would read as added."""
+    a_gone, a_lost = missing_shards(a)
+    if reference and a_gone and not len(a.tensors):
+        raise InspectorError(
+            f"diff --reference: the reference {legible(a.path)} holds no tensor: its index "
+            f"{legible(a.index.file if a.index else 'index')} names "
+            f"{len(a_gone):,} shard file{'s' if len(a_gone) != 1 else ''} that "
+            f"{'are' if len(a_gone) != 1 else 'is'} not in the folder ({examples(a_gone)}); "
+            "copy the shards next to the index, or give the folder that holds them as A"
+        )
     ta, tb = _signature(a), _signature(b)
     only_a = sorted(ta.keys() - tb.keys())
     only_b = sorted(tb.keys() - ta.keys())
+    unread: list[str] = []
+    if reference and a_lost:
+        lost = set(a_lost)
+        unread = [n for n in only_b if n in lost]
+        only_b = [n for n in only_b if n not in lost]
     common = sorted(ta.keys() & tb.keys())
     changed = [
         TensorChange(n, ta[n][0], ta[n][1], tb[n][0], tb[n][1]) for n in common if ta[n] != tb[n]
@@ -164,7 +197,25 @@ def diff_checkpoints(
         classes,
         tuple(places_text(only_a, numbers=_numbers(a, only_a))),
         tuple(places_text(only_b, numbers=_numbers(b, only_b))),
+        tuple(a_gone),
+        tuple(missing_shards(b)[0]),
+        tuple(unread),
     )
+
+
+def missing_shards(scanned: ScannedCheckpoint) -> tuple[list[str], list[str]]:
+    """(the shard files `scanned`'s index names that are not on disk, the tensors it maps to
+    them), sorted; empty without an index."""
+    index = scanned.index
+    if index is None:
+        return [], []
+    on_disk = {s.file for s in scanned.shards}
+    weight_map = index.weight_map
+    gone = sorted({f for f in weight_map.values() if f not in on_disk})
+    if not gone:
+        return [], []
+    lost = set(gone)
+    return gone, sorted(n for n, f in weight_map.items() if f in lost)
 
 
 def _numbers(scanned: ScannedCheckpoint, names: Collection[str]) -> dict[str, tuple[int, bool]]:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.findings.codes import code_of
-from inspector._internal.findings.finding import Finding, Severity, severity_rank
+from inspector._internal.findings.finding import Finding, Severity, examples, severity_rank
 from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.findings.words import (
     FINDING,
@@ -264,6 +264,18 @@ def issue_lines(issues: list[dict[str, Any]]) -> list[str]:
 def format_diff(d: dict[str, Any], *, limit: int = 20) -> str:
     """A `diff` result (CheckpointDiff.to_dict()) as text."""
     lines = [f"A: {legible(d['a'])}", f"B: {legible(d['b'])}"]
+    for side in ("a", "b"):
+        gone = d.get(f"{side}_missing_shards") or []
+        if gone:
+            lines.append(
+                f"{side.upper()}'s index names {plural(len(gone), 'shard file')} not in its "
+                f"folder ({examples(gone)}): their tensors are absent from this comparison"
+            )
+    if d.get("not_compared"):
+        lines.append(
+            f"not compared: {plural(len(d['not_compared']), 'tensor')} of B that A's index "
+            "maps to its missing shards (not counted as added)"
+        )
     if d["identical"]:
         compared = (
             f", {d['data_compared']:,} tensors have the same bytes" if d["data_compared"] else ""
@@ -325,4 +337,9 @@ def _reference_lines(d: dict[str, Any]) -> list[str]:
     lines.append(
         f"{n} unexpected difference{'s' if n != 1 else ''}" if n else "every difference is expected"
     )
+    if d.get("not_compared"):
+        lines.append(
+            f"but {plural(len(d['not_compared']), 'tensor')} of B could not be compared: the "
+            "reference lacks their shards (exit 1)"
+        )
     return lines
