@@ -48,7 +48,7 @@ def collapse_note(scanned: ScannedCheckpoint, *, limit: int = SHARD_SPLIT_SIZE) 
     if scanned.index is None or len(readable) != 1 or len(readable[0].names) < 2:
         return None
     shard = readable[0]
-    if shard.tensor_bytes > limit:
+    if shard.tensor_bytes > limit or set(scanned.index.weight_map.values()) != {shard.file}:
         return None
     return (
         f"all {len(shard.names):,} tensors are in one file, {legible(shard.file)} "

@@ -1,4 +1,4 @@
-"""`check` results as a JSON-ready dict and as text grouped by code, worst first.
+"""`check` results as a JSON-ready dict and as text: the issues, then one line per code.
 
 The dicts keep exact names (the `--json` contract); the text shows every name and message
 through `inspector._internal.common.display.legible` (bounded, control characters escaped)."""
