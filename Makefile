@@ -16,18 +16,36 @@ TORCH_PIN ?= torch==2.13.0
 # torch is installed first, by pip, so that the `torch>=...` requirement is already satisfied
 # and no resolver ever picks a CUDA build; TORCH_PIN is also passed as a constraint to the
 # rest. The rest is installed by uv (a maintained, pip-compatible installer, itself from
-# PyPI): the same versions pip resolves, in about 15 s where pip took about 3 minutes (pip
-# compiles every module of every package; uv leaves that to the first import).
+# PyPI): the same versions pip resolves, in about 15 s where pip took about 3 minutes.
 # tests/constraints.txt pins the few packages whose requirements make a resolver backtrack.
+# Where PYTHONDONTWRITEBYTECODE is set (as in many CI images, and here) no import writes
+# bytecode: every process would compile torch, transformers and pandas from source again
+# (measured: `import inspector` 3.0 s of CPU instead of 0.8 s, torch + transformers 17 s
+# instead of 6 s, and the tests start hundreds of processes). So the processes of these
+# targets may write it: each module is compiled once, the first time anything imports it.
+# (Compiling the whole of site-packages ahead took 72 s of CPU, most of it for modules nothing
+# here imports.)
+unexport PYTHONDONTWRITEBYTECODE
 UV := $(VENV)/bin/uv
 UV_INSTALL := $(UV) pip install --python $(PY) --quiet -c tests/constraints.txt \
 	-c $(VENV)/torch-pin.txt
+# vLLM for `check --engine vllm` (the [vllm] extra holds the packages it needs on CPU): its
+# wheel, without its CUDA requirements, over the CPU torch; VLLM_PIN is the release
+# inspector/_internal/load/engine.py is written against (a test keeps the two equal).
+# Measured on the 2-core machine, uv's cache warm: 3.5 s to install the extra and the two
+# wheels; vLLM's modules compile when first imported; a cold cache adds the download of
+# vLLM's 336 MB wheel. The vLLM tests share one vLLM import per test run (tests/conftest.py
+# `vllm_cases`): about 15 s of CPU, case models included.
+VLLM_PIN ?= vllm==0.33.0
+VLLM_INSTALL = VLLM_TARGET_DEVICE=cpu $(UV) pip install --python $(PY) --quiet --no-deps \
+	"$(VLLM_PIN)" xgrammar==0.2.8
 $(STAMP): pyproject.toml tests/constraints.txt
 	@echo "== installing $(TORCH_PIN) (CPU), uv, then the project into $(VENV) (about a minute)"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check "$(TORCH_PIN)" uv
 	echo "$(TORCH_PIN)" > $(VENV)/torch-pin.txt
-	$(UV_INSTALL) -e ".[dev]"
+	$(UV_INSTALL) -e ".[dev,vllm]"
+	$(VLLM_INSTALL)
 	touch $(STAMP)
 
 demo: $(STAMP)

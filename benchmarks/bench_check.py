@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import SyntheticSpec, _write_shard, ensure_checkpoint, spec_for
 from bench_scan import best_of, floor, profile
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.findings.finding import Finding
+from inspector._internal.scan.entry import scan
 
 TARGET_RATIO = 3.0
 INDEX = "model.safetensors.index.json"

@@ -171,9 +171,9 @@ def _peak_rss_mb() -> float:
 def _run_ours(
     src: Path, out: Path, names: list[str] | None, *, workers: int, fsync: bool = True
 ) -> None:
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checkpoint.scanned import DcpInfo
     from inspector._internal.plans.consolidate import plan_consolidation
+    from inspector._internal.scan.entry import scan
 
     scanned = scan(src)
     if names is not None:

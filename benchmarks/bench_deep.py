@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_values import bf16_checkpoint, dense_checkpoint
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks.deep import deep_check
+from inspector._internal.scan.entry import scan
 
 _BLOCK = 16 << 20
 

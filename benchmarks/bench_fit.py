@@ -35,7 +35,7 @@ from _synthetic import CACHE_DIR, _write_shard
 from bench_model_load import CONFIG, SHARDS
 from bench_scan import best_of, floor
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.fit import fit
 
 TARGET_SECONDS = 3.0
@@ -130,7 +130,7 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, "benchmarks")
 from bench_scan import floor
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.fit import fit
 start = time.perf_counter()
 if sys.argv[2] == "floor":

@@ -23,8 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _synthetic import CACHE_DIR, _attention, _mlp_shapes, _write_shard
 from bench_scan import best_of
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.scan.entry import scan
 
 TARGET_SECONDS = 3.0
 _COMPLETE = ".complete"
@@ -139,7 +141,7 @@ def ensure_checkpoint() -> Path:
 _CHILD = """
 import sys, time
 from inspector._internal.checks import check
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 scanned = scan(sys.argv[1])
 check(scanned, model=False)  # warm the page cache and the imports of the core
 start = time.perf_counter()
@@ -147,7 +149,7 @@ if sys.argv[2] == "build":  # torch, transformers and the model's module importe
     from inspector._internal.load import verdict as model_load
     model_load._built(scanned.config["architectures"][0], scanned.config, scanned.path, False)
 else:
-    check(scan(sys.argv[1]), model=sys.argv[2] == "model")
+    check(scan(sys.argv[1]), model=sys.argv[2] == "model", cache=False)
 print(time.perf_counter() - start)
 """
 
@@ -170,6 +172,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="best of N for in-process timings")
     args = parser.parse_args()
+    # Every verdict here is computed (`cache=False`, which still keeps it: in a private folder,
+    # never the user's cache); the verdict cache has its own benchmark.
+    os.environ["CKPT_INSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-model-load-")
     start = time.perf_counter()
     folder = ensure_checkpoint()
     print(f"checkpoint: {folder} ({len(tensors()):,} tensors, {SHARDS} shards)")
@@ -195,9 +200,11 @@ def main() -> None:
         )
 
     rebuild_s, _ = best_of(build, folder, runs=args.runs)
-    verdict_s, verdict = best_of(lambda f: model_load.load_verdict(scanned), folder, runs=args.runs)
+    verdict_s, verdict = best_of(
+        lambda f: model_load.load_verdict(scanned, cache=False), folder, runs=args.runs
+    )
     warm_without, _ = best_of(lambda f: check(scan(f), model=False), folder, runs=args.runs)
-    warm_with, findings = best_of(lambda f: check(scan(f)), folder, runs=args.runs)
+    warm_with, findings = best_of(lambda f: check(scan(f), cache=False), folder, runs=args.runs)
 
     print(f"verdict: {verdict.summary()}")
     print(f"findings with the model rule: {len(findings)}")

@@ -6,7 +6,7 @@ proxy that adds 20 ms to every request, read with s3fs.
     python benchmarks/bench_remote.py --runs 3 --loop-runs 1 --concurrency 32
 
 Printed in one run:
-  - our full scan (`inspector._internal.checkpoint.scan` of the s3:// URL: listing, detection, every
+  - our full scan (`inspector._internal.scan.entry` of the s3:// URL: listing, detection, every
     header, the index and configs), best of --runs;
   - the sequential per-shard header fetch, the obvious loop: list, then for each shard read
     the 8-byte length, then the header, and parse it;
@@ -253,8 +253,8 @@ def main() -> None:
 
     from _synthetic import ensure_checkpoint, spec_for
 
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
+    from inspector._internal.scan.entry import scan
     from inspector._internal.storage.remote import DEFAULT_CONCURRENCY, DEFAULT_READ_AHEAD
 
     os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench")

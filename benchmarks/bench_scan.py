@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synthetic import ensure_checkpoint, spec_for
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.scan.entry import scan
 
 TARGET_RATIO = 2.0
 BIG_TENSORS, BIG_SHARDS = 1_000_000, 2_000

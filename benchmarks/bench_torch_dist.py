@@ -47,10 +47,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.formats import safe_pickle
 from inspector._internal.layouts import torch_dist
+from inspector._internal.scan.entry import scan
 
 TARGET_RATIO = 2.0
 CACHE_DIR = Path(__file__).resolve().parent / ".cache"

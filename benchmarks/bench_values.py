@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from _synthetic import CACHE_DIR, ensure_checkpoint, spec_for
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks.values import value_table
+from inspector._internal.scan.entry import scan
 
 _CHUNK = 64 << 20
 

@@ -1,12 +1,12 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
+from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
-from inspector._internal.findings.issues import Problem, group_problems
 from inspector._internal.integrity.verify import Verification, verify, write_manifest
+from inspector._internal.load.engine import EngineVerdict
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
 from inspector._internal.plans.consolidate import (
     ConsolidationOptions,
@@ -18,6 +18,8 @@ from inspector._internal.plans.repair_all import plan_all
 from inspector._internal.plans.reshard import plan_reshard
 from inspector._internal.plans.restore import plan_restore
 from inspector._internal.report.query import TensorQuery, export_tensors
+from inspector._internal.scan.entry import scan
+from inspector._internal.serve.engine import EngineReport, engine_check
 from inspector._internal.serve.fit import FitResult, ParallelPlan, fit
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 
@@ -25,6 +27,8 @@ __all__ = [
     "CODES",
     "CannotInspectError",
     "ConsolidationOptions",
+    "EngineReport",
+    "EngineVerdict",
     "Finding",
     "FitResult",
     "InspectorError",
@@ -39,6 +43,7 @@ __all__ = [
     "check",
     "consolidate",
     "diff_checkpoints",
+    "engine_check",
     "export_tensors",
     "findings_to_frame",
     "fit",

@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import compileall
+import itertools
 import os
 import shutil
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from once import once_per_run
+from once import once_per_run, shared_dir
 
+from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
+if TYPE_CHECKING:
+    from remote_servers import FakeHub, RangeHTTPServer, S3Store
+
 ROOT = Path(__file__).resolve().parents[1]
+
+# No test reads or writes the user's verdict cache (inspector/_internal/load/cache.py): the
+# whole session, and every process it starts, uses a private one, and each test a folder of
+# its own inside it (`verdict_cache_dir`), so that no verdict kept by one test answers
+# another.
+_VERDICT_CACHES = Path(tempfile.mkdtemp(prefix="ckpt-inspect-verdicts-"))
+os.environ[CACHE_ENV] = str(_VERDICT_CACHES / "session")
+_TEST_NUMBER = itertools.count()
 
 
 # nbformat (read by the notebook tests and by nbclient) imports jsonschema, whose format
@@ -71,6 +86,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the whole package from source again: about half a second of CPU per process."""
     for folder in ("inspector", "widgets"):
         compileall.compile_dir(ROOT / folder, quiet=1)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_VERDICT_CACHES, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def verdict_cache_dir() -> Iterator[Path]:
+    """This test's own verdict cache folder (made only when a verdict is kept). Set apart
+    from the test's `monkeypatch`, which a test may undo midway."""
+    folder = _VERDICT_CACHES / f"test-{next(_TEST_NUMBER)}"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(folder))
+        yield folder
 
 
 @pytest.fixture
@@ -153,3 +182,131 @@ def cut_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], dict[str, i
         return cut
 
     return install
+
+
+# -- servers on 127.0.0.1 (tests/remote_servers.py) ------------------------------------------
+# One of each per test process, started by the first test that asks and shared by every
+# later one, whichever file it is in: each test serves its own folder, bucket or repository.
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials for moto's server (it accepts any), nothing from the user's set-up."""
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote reads retried after 10 ms, not 200 (each retry doubling it): what is retried,
+    and how often, is the same; tests of servers that fail wait less."""
+    from inspector._internal.storage import remote
+
+    monkeypatch.setattr(remote, "RETRY_WAIT", 0.01)
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[S3Store]:
+    """moto's S3 API server (2-3 s to start); a test file makes buckets of its own in it
+    (`S3Store.bucket`) and reads them through `s3_store.url`, with `aws_env`."""
+    pytest.importorskip("moto")
+    from remote_servers import S3Store, moto_s3
+
+    with moto_s3() as url:
+        yield S3Store(url)
+
+
+@pytest.fixture(scope="session")
+def range_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RangeHTTPServer]:
+    """The Range HTTP server over every folder of this test run (`shared_dir`: the demo
+    checkpoints and every test's `tmp_path`); `range_server.serving(folder)` gives the URL
+    of one folder, with the server's counts from zero."""
+    from remote_servers import RangeHTTPServer
+
+    with RangeHTTPServer(shared_dir(tmp_path_factory)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hub_server() -> Iterator[FakeHub]:
+    """The Hub stand-in, serving each test's repositories in turn (`hub_server.serving`)."""
+    from remote_servers import FakeHub
+
+    with FakeHub({}) as hub:
+        yield hub
+
+
+@pytest.fixture(scope="session")
+def vllm_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """For each case of tests/vllm_cases.py: what vLLM's real loader does and what our
+    verdict says ({"engine": "loads" or its exception, "ours": `EngineVerdict.to_dict()`,
+    "answer": the child's answer line, "folder"}). Skipped without vLLM (the `[vllm]` extra).
+    Made once per test run (`once_per_run`): one process, one vLLM import (6-10 s of CPU),
+    answers for the engine alone and, through the real pipe, for every verdict."""
+    import importlib.util
+    import json
+
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vLLM is not installed (the [vllm] extra)")
+    folder = once_per_run(tmp_path_factory, "vllm-cases", _vllm_cases)
+    results: dict[str, dict] = json.loads((folder / "results.json").read_text())
+    return results
+
+
+def _vllm_cases(root: Path) -> None:
+    import json
+
+    from vllm_cases import write_cases, write_hostile
+
+    from inspector._internal.load import engine
+    from inspector._internal.scan.entry import scan
+
+    folders = write_cases(root)
+    hostile = write_hostile(root / "hostile", folders["healthy"])
+    alone = root / "alone.json"
+    process = engine.ENGINE_PROCESS
+    command, ask = process.command, process.ask
+    answers: dict[str, dict] = {}
+
+    def recorded(request: dict) -> dict:
+        answers[f"{request['path']}@{request['tp']}"] = answer = ask(request)
+        return answer
+
+    script = [sys.executable, str(ROOT / "tests" / "vllm_cases.py"), str(alone)]
+    process.command = [*script, *map(str, folders.values())]
+    process.ask = recorded  # type: ignore[method-assign]
+    try:
+        verdicts = {
+            case: engine.engine_verdict(scan(f)) for case, f in {**folders, **hostile}.items()
+        }
+        # TP 2 predicted in the same process (the group's world size set while building).
+        for case in ("healthy", "moe-healthy", "drop-k_proj"):
+            verdicts[f"{case}@tp2"] = engine.engine_verdict(scan(folders[case]), tp=2)
+    finally:
+        process.close()
+        process.command = command
+        del process.ask
+    by_engine = json.loads(alone.read_text())
+    results = {
+        case: {
+            "engine": by_engine.get(case),
+            "ours": verdicts[case].to_dict(),
+            "answer": answers.get(f"{folder}@1"),
+            "folder": str(folder),
+        }
+        for case, folder in {**folders, **hostile}.items()
+    }
+    for case, verdict in verdicts.items():
+        if case.endswith("@tp2"):
+            results[case] = {"engine": None, "ours": verdict.to_dict(), "answer": None}
+    (root / "results.json").write_text(json.dumps(results))

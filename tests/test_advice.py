@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from hf_exports import modelopt_export, tiny_deepseek_v3
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.findings.issues import group_problems
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.plans.repair import plan_repair, scanned_after
 from inspector._internal.plans.repair_all import ALL_PARTS, plan_all
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 

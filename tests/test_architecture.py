@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import inspector
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
 from inspector._internal.findings.codes import Code
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict
+from inspector._internal.scan.entry import scan
 
 ROOT = Path(__file__).resolve().parents[1]
 MODULES = sorted(
@@ -30,8 +30,8 @@ MODULES = sorted(
 
 
 ORDERS = [
-    ("inspector._internal.checks", "inspector._internal.checkpoint.scan"),
-    ("inspector._internal.checkpoint.scan", "inspector._internal.checks"),
+    ("inspector._internal.checks", "inspector._internal.scan.entry"),
+    ("inspector._internal.scan.entry", "inspector._internal.checks"),
     ("inspector._internal.checks", "inspector._internal.layouts"),
     ("inspector._internal.layouts", "inspector._internal.checks"),
     (
@@ -183,7 +183,7 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 
     built: list[object] = []
 
-    def counting(scanned, *, trust_remote_code=False):
+    def counting(scanned, *, trust_remote_code=False, cache=True):
         built.append(scanned)
         return _verdict_against(scanned)
 
@@ -202,16 +202,21 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 # load check's gate on modelling code (it looks for links among the folder's .py files) and
 # the importer of that code (it checks each file it imports is a regular file reached through
 # no link), and the sandbox, which reads only its own process's memory use
-# (/proc/self/statm): the child it runs is handed bytes the storage read.
+# (/proc/self/statm): the child it runs is handed bytes the storage read; and the verdict
+# cache, which reads and writes its own folder outside any checkpoint, and digests the Python
+# files of the tool and, for `trust_remote_code`, of the folder.
 _OWN_FILE_ACCESS = {
     "inspector/_internal/storage/local.py",
-    "inspector/_internal/plans/atomic.py",
+    "inspector/_internal/execution/atomic.py",
     "inspector/_internal/plans/consolidate/engine.py",
     "inspector/_internal/plans/consolidate/driver.py",
     "inspector/_internal/plans/consolidate/dest.py",
     "inspector/_internal/formats/sandbox.py",
     "inspector/_internal/load/verdict.py",
     "inspector/_internal/load/sealed.py",
+    # writes the private copy vLLM reads, inside the sealed folder (reads go through storage)
+    "inspector/_internal/load/engine_child.py",
+    "inspector/_internal/load/cache.py",
     "inspector/_internal/demo/__init__.py",
     "inspector/_internal/demo/dcp.py",
     "inspector/_internal/demo/safetensors_layouts.py",
@@ -268,18 +273,19 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return hidden
 
 
-def _imports(module: str, path: Path) -> list[tuple[str, str]]:
-    """(imported module or `module.name`, the name) for every import statement of `module`,
-    at any depth (inside functions too), except the ones under `if TYPE_CHECKING:`."""
+def _imports(module: str, path: Path, *, types: bool = False) -> list[tuple[str, str, int]]:
+    """(imported module or `module.name`, the name, the line) for every import statement of
+    `module`, at any depth (inside functions too); those under `if TYPE_CHECKING:` only with
+    `types`."""
     tree = ast.parse(path.read_text())
-    hidden = _type_checking_only(tree)
+    hidden = set() if types else _type_checking_only(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
         if id(node) in hidden:
             continue
         if isinstance(node, ast.Import):
-            out += [(a.name, "") for a in node.names]
+            out += [(a.name, "", node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -287,27 +293,32 @@ def _imports(module: str, path: Path) -> list[tuple[str, str]]:
                 for _ in range(node.level - 1):
                     anchor = anchor.rpartition(".")[0]
                 base = f"{anchor}.{base}" if base else anchor
-            out += [(base, a.name) for a in node.names]
+            out += [(base, a.name, node.lineno) for a in node.names]
     return out
 
 
-def _import_graph(files: dict[str, Path]) -> tuple[dict[str, set[str]], list[str]]:
-    """module -> the project modules it imports; and the private names imported across
-    modules (`from a import _x`, a not the importer)."""
+def _owner(files: dict[str, Path], name: str) -> str | None:
+    """The module of `files` that `name` (a module, or `module.attribute`) is, or is in."""
+    while name and name not in files:
+        name = name.rpartition(".")[0]
+    return name or None
 
-    def owner(name: str) -> str | None:
-        while name and name not in files:
-            name = name.rpartition(".")[0]
-        return name or None
+
+def _import_graph(
+    files: dict[str, Path], *, types: bool = False
+) -> tuple[dict[str, set[str]], list[str]]:
+    """module -> the project modules it imports (type-only imports too with `types`); and
+    the private names imported across modules (`from a import _x`, a not the importer)."""
 
     graph: dict[str, set[str]] = {}
     private = []
     for module, path in files.items():
         edges = set()
-        for base, name in _imports(module, path):
+        for base, name, _ in _imports(module, path, types=types):
             if not base.startswith("inspector"):
                 continue
-            target = owner(f"{base}.{name}") if f"{base}.{name}" in files else owner(base)
+            full = f"{base}.{name}"
+            target = _owner(files, full if full in files else base)
             if target and target != module:
                 edges.add(target)
             if name.startswith("_") and target != module and f"{base}.{name}" not in files:
@@ -364,6 +375,101 @@ def test_no_import_cycle_anywhere_even_inside_functions() -> None:
     cycle: each module can be read knowing only the modules below it."""
     graph, _ = _import_graph(_module_files())
     assert _cycles(graph) == []
+
+
+def test_no_circle_of_core_files_even_through_types() -> None:
+    """Type-only imports count too: a module that names another's type for its signatures
+    stands above it, so no two core files may name each other, even for types. (`widgets/`
+    keeps one circle, actions -> dashboard -> snapshot -> report, until the UI is cut into
+    a module per tab.)"""
+    core = {m: p for m, p in _module_files().items() if not m.startswith("inspector.widgets")}
+    graph, _ = _import_graph(core, types=True)
+    assert _cycles(graph) == []
+
+
+# -- the floors: each room of inspector/_internal/ above everything it imports -----------
+
+INTERNAL = "inspector._internal"
+
+
+def _floors(text: str) -> list[list[str]]:
+    """The rooms on each floor, lowest floor first, from the picture under "## Floors" in
+    docs/architecture.md (one line per floor, top floor first; a line that starts with
+    spaces continues the one above)."""
+    block = text.split("\n## Floors\n", 1)[1].split("```")[1]
+    floors = []
+    for line in block.splitlines():
+        if line.strip() and not line.startswith(" "):
+            floors.append(re.findall(r"(\w+)/", line.split("   ")[0]))
+    return floors[::-1]
+
+
+def _room(module: str) -> str | None:
+    """`checks` for `inspector._internal.checks.load`; None outside the rooms."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["inspector", "_internal"] and len(parts) > 2 else None
+
+
+def _climbing(files: dict[str, Path], floors: list[list[str]]) -> list[str]:
+    """Every import, type-only and inside functions included, from a room into a room on
+    its own floor or a higher one."""
+    floor = {room: n for n, rooms in enumerate(floors) for room in rooms}
+    out: list[str] = []
+    for module, path in files.items():
+        here = _room(module)
+        for base, name, line in _imports(module, path, types=True):
+            full = f"{base}.{name}"
+            target = _owner(files, full if full in files else base)
+            there = _room(target) if target else None
+            if here is None or there is None or there == here:
+                continue
+            if floor[there] >= floor[here]:
+                out.append(f"{module}:{line}: {here} -> {there}")
+    return sorted(set(out))
+
+
+def test_the_floors_picture_names_every_room_once() -> None:
+    floors = _floors((ROOT / "docs" / "architecture.md").read_text())
+    rooms = [room for rooms in floors for room in rooms]
+    on_disk = sorted(
+        p.parent.name for p in (ROOT / "inspector" / "_internal").glob("*/__init__.py")
+    )
+    assert sorted(rooms) == on_disk
+
+
+def test_every_room_stands_above_everything_it_imports() -> None:
+    """No import climbs the floors of docs/architecture.md, or crosses to a neighbour on the
+    same floor: each room can be read knowing only the floors below it."""
+    floors = _floors((ROOT / "docs" / "architecture.md").read_text())
+    core = {m: p for m, p in _module_files().items() if m.startswith(INTERNAL)}
+    assert _climbing(core, floors) == []
+
+
+def test_the_floor_check_sees_a_type_only_import_that_climbs(tmp_path: Path) -> None:
+    """The checker itself: an import under `if TYPE_CHECKING:` from a low room into a high
+    one climbs, and so does one into a neighbour on the same floor; a downward one does not."""
+    for room, source in {
+        "low": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from inspector._internal.high.b import B\n",
+        "high": "from inspector._internal.low.a import A\n",
+        "side": "def f():\n    import inspector._internal.high.b\n",
+    }.items():
+        folder = tmp_path / "inspector" / "_internal" / room
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text("")
+        (folder / ("a.py" if room == "low" else "b.py")).write_text(source)
+    files = {
+        ".".join(p.relative_to(tmp_path).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in sorted(tmp_path.rglob("*.py"))
+    }
+    text = (
+        "\n## Floors\n\n```\nhigh/  side/   top\n               more\nlow/           bottom\n```\n"
+    )
+    assert _floors(text) == [["low"], ["high", "side"]]
+    assert sorted(_climbing(files, _floors(text))) == [
+        "inspector._internal.low.a:3: low -> high",
+        "inspector._internal.side.b:2: side -> high",
+    ]
 
 
 def test_no_module_imports_another_modules_private_name() -> None:
@@ -462,9 +568,9 @@ def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
         ReadProblem,
         read_problem_findings,
     )
+    from inspector._internal.diagnosis.issues import group_problems
     from inspector._internal.findings.codes import FixKind
     from inspector._internal.findings.finding import make_finding
-    from inspector._internal.findings.issues import group_problems
 
     for code in Code:
         assert code.fix.kind in get_args(FixKind) and code.fix.text.strip(), code

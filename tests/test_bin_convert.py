@@ -28,16 +28,16 @@ from golden_manifest import FIXTURES, MANIFEST
 from remote_servers import RangeHTTPServer
 
 from inspector import verify, write_manifest
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.findings.issues import group_problems
-from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.consolidate import engine as copy_engine
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.reshard import plan_reshard
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 BIN_INDEX = "pytorch_model.bin.index.json"
@@ -364,14 +364,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, to
 
 
 def test_remote_bin_header_takes_a_few_bounded_reads(
-    served: tuple[Path, dict[str, torch.Tensor]],
+    served: tuple[Path, dict[str, torch.Tensor]], range_server: RangeHTTPServer
 ) -> None:
     """The tail (end record and directory), the pickle and the local headers in merged
     windows: a handful of requests and a few hundred KB for a file of 300+ records, not a
     request per record nor the file."""
     folder, state = served
     local = scan(folder).shards[0]
-    with RangeHTTPServer(folder.parent) as server:
+    with range_server.serving(folder.parent) as server:
         there = scan(f"{server.url}/model/")
         requests, sent = server.requests, server.content_bytes
     shard = there.shards[0]
@@ -384,13 +384,13 @@ def test_remote_bin_header_takes_a_few_bounded_reads(
 
 
 def test_remote_bin_views_are_read_and_converted_exactly(
-    served: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path
+    served: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path, range_server: RangeHTTPServer
 ) -> None:
     folder, state = served
-    with RangeHTTPServer(folder.parent) as server:
+    with range_server.serving(folder.parent) as server:
         there = scan(f"{server.url}/model/")
         before = server.content_bytes
-        with TensorData(there) as data:
+        with tensor_data(there) as data:
             sparse = data.tensor_bytes("sparse")
             fetched = server.content_bytes - before
             got = {n: bytes(data.tensor_bytes(n) or b"-") for n in views()}

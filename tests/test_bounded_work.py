@@ -42,7 +42,7 @@ _PROBE = textwrap.dedent(
     """
     import json, sys, time
     from inspector._internal.checks import check
-    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.scan.entry import scan
 
     def memory(field):  # this process's resident memory (VmRSS) or its peak (VmHWM), bytes
         lines = open("/proc/self/status").read().splitlines()
@@ -225,8 +225,8 @@ def test_diff_against_a_reference_with_20000_expert_modules(tmp_path: Path) -> N
     names (each fused name used to be compared with every expert module)."""
     import time
 
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks.diff import diff_checkpoints
+    from inspector._internal.scan.entry import scan
 
     n = 20_000
     a, b = tmp_path / "a", tmp_path / "b"
@@ -247,9 +247,9 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     matched pattern by pattern (10M fnmatch calls, each recompiling past fnmatch's cache);
     over the budget the check says what it did not check, and the repair refuses."""
     from inspector._internal.checkpoint.quant_config import exclude_matcher, exclude_patterns
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.plans.repair import plan_repair
+    from inspector._internal.scan.entry import scan
 
     folder = tmp_path / "q"
     folder.mkdir()

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_exports import resaved
+from engine_cases import write_eagle3, write_llama_gguf
+from hf_exports import resaved, tiny_llama
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -30,9 +31,9 @@ from modelopt_writer import (
     tiny_layer_state_dicts,
     write_modelopt_export,
 )
+from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.demo.dcp import write_rank_files
@@ -40,6 +41,9 @@ from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
 from inspector._internal.integrity.verify import verify, write_manifest
+from inspector._internal.load.engine import EngineVerdict
+from inspector._internal.scan.entry import scan
+from inspector._internal.serve.engine import engine_check, verdict_findings
 from inspector._internal.serve.fit import fit
 
 H = 8
@@ -777,16 +781,7 @@ def test_code_pickle_bomb(megatron: Path) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
-    return folder
+    return tiny_llama(tmp_path_factory.mktemp("llama"))
 
 
 def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
@@ -1040,11 +1035,9 @@ def test_code_file_extra_vs_source(hf: Path) -> None:
     assert f.file == "README.md" and f.severity == "warning"
 
 
-def test_code_file_not_verified(hf: Path) -> None:
+def test_code_file_not_verified(hf: Path, hub_server: FakeHub) -> None:
     """The Hub stand-in's listing without `lfs.oid` for one shard: its size matches, its
     bytes are not compared, and that is said."""
-    from remote_servers import FakeHub
-
     victim = shards(hf)[0]
 
     def no_checksum(item: dict) -> dict:
@@ -1053,7 +1046,7 @@ def test_code_file_not_verified(hf: Path) -> None:
             item.pop("oid")
         return item
 
-    with FakeHub({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
+    with hub_server.serving({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
         options = {"endpoint": hub.url, "token": False}
         result = verify(hf, against="hf://org/hf", storage_options=options)
     f = one(list(result.findings), "file-not-verified")
@@ -1183,6 +1176,106 @@ def test_code_fit_config_invalid(demo_checkpoints: Path, tmp_path: Path) -> None
     edit_json(folder / "config.json", lambda c: c.update(num_attention_heads="2"))
     f = one(fit_codes(folder, tp=1), "fit-config-invalid")
     assert 'num_attention_heads "2" is not a whole number' in f.message
+
+
+# -- serving engines: what vLLM and llama.cpp would load ---------------------------------------
+# GGUF files by gguf-py's GGUFWriter, drafts and tied heads by safetensors (tests/engine_cases.py;
+# tests/test_engines.py has more).
+
+
+def test_code_gguf_tensor_missing(tmp_path: Path) -> None:
+    write_llama_gguf(tmp_path, block_count=3, blocks=(0,))
+    f = one(run(tmp_path), "gguf-tensor-missing")
+    assert "declares 3 blocks" in f.message and "blocks 1-2" in f.message
+
+
+def test_code_gguf_tensor_unexpected(tmp_path: Path) -> None:
+    write_llama_gguf(tmp_path, extra=("blk.0.attn_qkv_lora.weight",))
+    f = one(run(tmp_path), "gguf-tensor-unexpected")
+    assert f.tensor == "blk.0.attn_qkv_lora.weight" and "wrong number of tensors" in f.message
+
+
+def test_code_gguf_convert_unmapped(llama: Path, tmp_path: Path) -> None:
+    extra = "model.layers.0.self_attn.rope_alpha.weight"
+    folder = resaved(llama, tmp_path / "ckpt", lambda s: {**s, extra: bf16(4)})
+    f = one(engine_check(scan(folder), engine="llama.cpp").findings, "gguf-convert-unmapped")
+    assert f.tensor == extra and "Can not map tensor" in f.message
+    assert engine_check(scan(llama), engine="llama.cpp").findings == ()
+
+
+def test_code_tied_head_differs(llama: Path, tmp_path: Path) -> None:
+    def tie(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {**state, "lm_head.weight": state["model.embed_tokens.weight"].clone()}
+
+    same = resaved(llama, tmp_path / "same", tie)
+    edit_json(same / "config.json", lambda c: c.update(tie_word_embeddings=True))
+    assert [f.code for f in run(same) if f.code == "tied-head-differs"] == []
+    other = resaved(llama, tmp_path / "other", lambda s: s)  # save_pretrained's own head
+    edit_json(other / "config.json", lambda c: c.update(tie_word_embeddings=True))
+    f = one(run(other), "tied-head-differs")
+    assert f.tensor == "lm_head.weight" and "sampled windows" in f.message
+
+
+def test_code_draft_target_mismatch(tmp_path: Path) -> None:
+    draft = write_eagle3(tmp_path / "draft", hidden=16)
+    target = write_eagle3(tmp_path / "target", hidden=32)
+    f = one(fit_codes(draft, tp=1, target=scan(target)), "draft-target-mismatch")
+    assert "hidden size is 16, the target's 32" in f.message
+
+
+def test_code_draft_mapping_invalid(tmp_path: Path) -> None:
+    folder = write_eagle3(tmp_path, d2t=torch.full((32,), -5, dtype=torch.int64))
+    f = one(run(folder), "draft-mapping-invalid")
+    assert "outside the 64-token vocabulary" in f.message and f.tensor == "d2t"
+
+
+def test_code_draft_head_from_target(tmp_path: Path) -> None:
+    f = one(run(write_eagle3(tmp_path, head=False)), "draft-head-from-target")
+    assert "no output head" in f.message
+
+
+# vLLM's own weight loading (the [vllm] extra; skipped without it): one child process answers
+# for every case of tests/vllm_cases.py (tests/test_engines.py compares them with vLLM's real
+# load).
+
+
+def vllm_finding(vllm_cases: dict[str, dict], case: str, code: str) -> Finding:
+    verdict = EngineVerdict.from_answer(vllm_cases[case]["ours"], tp=1)
+    return one(verdict_findings(verdict), code)
+
+
+def test_code_engine_weight_unmapped(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "extra-tensor", "engine-weight-unmapped")
+    assert "There is no module or parameter named 'layers.0.self_attn.rope_alpha'" in f.message
+
+
+def test_code_engine_shape_mismatch(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "oversized", "engine-shape-mismatch")
+    assert "16,384 elements, more than its 8,192" in f.message
+
+
+def test_code_engine_weight_missing(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "fp8-drop-o_proj", "engine-weight-missing")
+    assert "o_proj.weight" in f.message and "vLLM itself does not check" in f.message
+
+
+def test_code_engine_load_failed(vllm_cases: dict[str, dict]) -> None:
+    f = vllm_finding(vllm_cases, "fp8-renamed-scale", "engine-load-failed")
+    assert "AttributeError" in f.message
+
+
+def test_code_engine_quant_unsupported(demo_checkpoints: Path) -> None:
+    f = one(
+        fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu="V100-32GB"), "engine-quant-unsupported"
+    )
+    assert "NVFP4" in f.message and "7.0" in f.message
+
+
+def test_code_engine_quant_fallback(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu="H100-80GB"), "engine-quant-fallback")
+    assert "FP4 Marlin" in f.message
+    assert [p for p in fit(scan(demo_checkpoints / FIT_DEMO), tp=1, gpu="B200").plans[0].findings
+            if p.code.startswith("engine-")] == []  # fmt: skip
 
 
 # -- the contract: every code has its test ----------------------------------------------------

@@ -12,9 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.load.verdict import load_verdict
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "llmcompressor"
 
@@ -75,6 +75,21 @@ def test_regex_ignore_is_honoured(tmp_path: Path) -> None:
     assert set(found) == {"quant-config-missing-layer"}
     assert len(found["quant-config-missing-layer"]) == 2
     assert all("layers.1.self_attn" in m for m in found["quant-config-missing-layer"])
+
+
+def test_a_recipe_modifier_without_lists_of_names_is_reported_in_full(tmp_path: Path) -> None:
+    """A QuantizationModifier whose targets are not names: the read problem says where it
+    sits and what is wrong with it (the second half of the reason was once a statement of
+    its own after the `return`, never part of the message)."""
+    folder = _copy("fp8-dynamic", tmp_path)
+    (folder / "recipe.yaml").write_text(
+        "quant_stage:\n  quant_modifiers:\n    QuantizationModifier:\n      targets: 5\n"
+    )
+    (problem,) = [p for p in scan(folder).read_problems if p.file == "recipe.yaml"]
+    assert problem.reason == (
+        "has a QuantizationModifier at quant_stage/quant_modifiers whose targets, ignore or "
+        "config_groups are not lists of names"
+    )
 
 
 def test_recipe_patterns_are_resolved_not_compared_literally() -> None:

@@ -22,7 +22,6 @@ from dcp_writers import MAPPING, full_tensors
 from safetensors.torch import load_file, save_file
 
 from inspector import ConsolidationOptions, consolidate
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.units import parse_size
@@ -31,6 +30,7 @@ from inspector._internal.plans.consolidate import engine as copy_engine
 from inspector._internal.plans.consolidate import plan_consolidation, reference_assignment
 from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 from inspector._internal.plans.consolidate.records import Execution
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError, PlanRefusedError
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)

@@ -13,10 +13,10 @@ import torch
 from dcp_writers import MAPPING, full_tensors
 from test_consolidate import _reference, load_all
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.cli.main import main
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.dest import Dest
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError, UnsafeInputError
 
 ONE_FILE = "model-00001-of-00001.safetensors"

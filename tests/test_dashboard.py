@@ -12,12 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from inspector.widgets import Dashboard as _Dashboard
+from inspector.widgets.dashboard import CheckpointState
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
 from inspector._internal.plans.consolidate import reference_assignment
 from inspector._internal.report.html import scanned_html
 from inspector._internal.report.query import TensorQuery
+from inspector._internal.scan.entry import scan
 
 pytest.importorskip("ipywidgets")
 
@@ -923,6 +924,49 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     mtp.click()
     assert dash.tab.selected_index == dash.TABS.index("Tensors")
     assert dash.panels["Tensors"].matches() == 42
+
+
+def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A checkpoint whose verdict the user's cache keeps (tests/test_verdict_cache.py): the
+    dashboard shows it and starts no process for the load check; `cache=False` asks the
+    child again."""
+    pytest.importorskip("transformers")
+    import inspector._internal.load.child as load_child
+    from inspector._internal.load.verdict import load_verdict
+
+    kept = load_verdict(scan(demos / DRIFT))  # kept in this test's cache
+    load_child._CHILD.close()
+    asked: list[dict] = []
+
+    class Asked(load_child.VerdictProcess):
+        def __init__(self) -> None:
+            super().__init__(
+                "inspector._internal.load.child",
+                what="the load check",
+                seconds=load_child.VERDICT_SECONDS,
+            )
+
+        def ask(self, request: dict) -> dict:
+            asked.append(request)
+            return super().ask(request)
+
+    class NoChild(Asked):
+        def start(self) -> None:
+            raise AssertionError("the load check's process was started")
+
+    monkeypatch.setattr(load_child, "_CHILD", NoChild())
+    dash = Dashboard(demos / DRIFT)
+    assert dash.state.verdict == kept and dash.state.verdict.loads
+    assert not asked and load_child._CHILD._process is None
+    assert "data-loads='yes'" in _texts(dash.panels["Overview"].widget)
+    state = CheckpointState.load(demos / DRIFT)  # a re-scan's state: no child either
+    assert state.verdict == kept and not state.pending and not asked
+    monkeypatch.setattr(load_child, "_CHILD", Asked())  # now the child may start
+    fresh = Dashboard(demos / DRIFT, cache=False)
+    assert fresh.state.verdict == kept and len(asked) == 1 and asked[0]["cache"] is False
+    load_child._CHILD.close()
 
 
 def test_load_check_off_says_so(demos: Path):

@@ -23,13 +23,14 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, full_shape
 from inspector._internal.checks import check
 from inspector._internal.checks.coverage import coverage
 from inspector._internal.checks.dcp import check_dcp
 from inspector._internal.demo.dcp import write_dcp_demo, write_rank_files
-from inspector._internal.layouts import dcp_sharded, detect_layout
+from inspector._internal.layouts import dcp_sharded
+from inspector._internal.scan.entry import scan
+from inspector._internal.scan.registry import detect_layout
 from inspector._internal.storage import local_location
 
 OUT1_RANK2 = "shard-00002-model-00001-of-00002.safetensors"

@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.demo import SAFETENSORS_DEMOS, demo_names, write_demos
 from inspector._internal.demo.model import GROUP_SIZE, TinyMoeSpec, build_model
 from inspector._internal.demo.safetensors_layouts import save_shard, split_greedy
+from inspector._internal.scan.entry import scan
 
 INDEX = "model.safetensors.index.json"
 _EXPERT = re.compile(

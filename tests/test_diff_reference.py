@@ -10,9 +10,9 @@ import pytest
 import torch
 from hf_exports import modelopt_export, resaved, tiny_deepseek_v3
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.main import main
+from inspector._internal.scan.entry import scan
 
 transformers = pytest.importorskip("transformers")
 

@@ -21,13 +21,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_header_fuzz import CountingReader
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.findings.finding import Finding
 from inspector._internal.formats import gguf_header
 from inspector._internal.formats.gguf_header import ArrayInfo, TextInfo, read_gguf
 from inspector._internal.formats.gguf_shard import read_gguf_columns
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 MANIFEST = json.loads((GOLDEN / "MANIFEST.json").read_text())
@@ -225,6 +225,15 @@ def test_duplicate_metadata_key(tmp_path: Path) -> None:
     path = _written(tmp_path, kv=[("add_uint32", "x.aaaa", 1), ("add_uint32", "x.bbbb", 2)])
     _edit(path, b"x.bbbb", b"x.aaaa")  # GGUFWriter overwrites a key given twice
     _only(_findings(tmp_path), "gguf-unreadable", "'x.aaaa' twice")
+
+
+@pytest.mark.timeout(60)
+def test_a_key_holding_a_nul_byte_is_refused(tmp_path: Path) -> None:
+    """`general.alignment\\0x` is the alignment to llama.cpp (strcmp) and another key to
+    a whole-key reader: the tensors' offsets would differ by the alignment."""
+    path = _written(tmp_path, kv=[("add_uint32", "general.alignmenX.x", 64)])
+    _edit(path, b"general.alignmenX.x", b"general.alignment\0x")
+    _only(_findings(tmp_path), "gguf-unreadable", "NUL byte", "'general.alignment'")
 
 
 @pytest.mark.timeout(60)

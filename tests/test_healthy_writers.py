@@ -14,9 +14,9 @@ from dcp_writers import tensor_plan
 from modelopt_writer import mtp_tensors, tiny_layer_state_dicts, write_modelopt_export
 from safetensors.torch import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
+from inspector._internal.scan.entry import scan
 
 
 def assert_clean(folder: Path, *, layout: str) -> None:

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.dcp import write_dcp_demo
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 pytestmark = pytest.mark.timeout(60)  # a FIFO that is opened blocking would hang forever

@@ -26,12 +26,12 @@ from modelopt_writer import (
 )
 from test_codes_coverage import moe_config, moe_model, write_hf
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.finding import Finding
 from inspector._internal.layouts._common import MAX_JSON_DEPTH, decode_json
 from inspector._internal.load.verdict import load_verdict
+from inspector._internal.scan.entry import scan
 
 ITER = "iter_0000100"
 # Past the budget but within what the decoder can recurse, and far past Python's limit.

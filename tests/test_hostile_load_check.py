@@ -39,7 +39,6 @@ from pathlib import Path
 
 import pytest
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.load.sealed import REFUSED_EVENT, Refused, sealed
 from inspector._internal.load.verdict import (
@@ -48,6 +47,7 @@ from inspector._internal.load.verdict import (
     clear_model_cache,
     load_verdict,
 )
+from inspector._internal.scan.entry import scan
 
 T = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")

@@ -31,14 +31,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli_errors import no_traceback
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
-from inspector._internal.findings.finding import make_finding, short_repr
+from inspector._internal.common.text import short_repr
+from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.html import findings_html, problems_html, scanned_html
 from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.report.query import export_tensors
+from inspector._internal.scan.entry import scan
 
 INDEX = "model.safetensors.index.json"
 # What a terminal, a log viewer or a text renderer acts on: C0 controls (ESC, CR, BS, BEL,
@@ -400,6 +401,12 @@ def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: P
     proc = cli("diff", healthy, hostile)
     assert proc.returncode == 1
     _terminal_safe(proc)
+    assert "only in B" in proc.stdout and "characters cut" in proc.stdout
+    # The escaped name is in a shard the index does not list, which transformers never reads
+    # (so the folder's diff leaves it out): diff that shard itself.
+    proc = cli("diff", healthy, hostile / f"model-00002-of-00002{ESCAPES}.safetensors")
+    assert proc.returncode == 1
+    _terminal_safe(proc)
     assert "only in B" in proc.stdout and "\\u202etxt.exe" in proc.stdout
     proc = cli("report", hostile, "--no-model", "-o", tmp_path / "r.html")
     _terminal_safe(proc)
@@ -423,7 +430,7 @@ def test_an_error_line_shows_the_name_escaped(tmp_path: Path):
 
 def test_problems_and_findings_hold_exact_names_but_show_escaped_ones(hostile: Path):
     """The data stays exact (tables, filters and --json match on it); the words are legible."""
-    from inspector._internal.findings.issues import group_problems
+    from inspector._internal.diagnosis.issues import group_problems
 
     scanned = scan(hostile)
     findings = check(scanned, model=False)

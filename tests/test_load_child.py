@@ -20,11 +20,11 @@ from hypothesis import strategies as st
 from inspector.widgets.dashboard import CheckpointState
 
 import inspector._internal.checks as checks
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.scan.entry import scan
 
 HEALTHY = "healthy-hf-sharded"
 SCALE = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
@@ -41,13 +41,33 @@ def _same(a: LoadVerdict, b: LoadVerdict) -> bool:
     return a == b and all(dict(getattr(a, m)) == dict(getattr(b, m)) for m in maps)
 
 
+# First in this file: the child it ends has only started importing, and the fresh one it
+# then starts (torch and transformers imported, 5-8 s of CPU) answers the later tests.
+def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    scanned = scan(demos / HEALTHY)
+    load_child.start_verdict_process()
+    first = load_child._CHILD._process
+    assert first is not None
+    monkeypatch.setattr(load_child._CHILD, "seconds", 0.001)
+    late = verdict_apart(scanned)
+    assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
+    assert first.poll() is not None  # ended, not left running
+    monkeypatch.undo()
+    assert _same(verdict_apart(scanned), load_verdict(scanned, cache=False))
+    assert load_child._CHILD._process not in (None, first)
+
+
 def test_the_child_gives_the_verdict_this_process_gives(demos: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     lost = resaved(demos / HEALTHY, tmp_path / "lost",
                    lambda s: {k: v for k, v in s.items() if k != SCALE})  # fmt: skip
     for folder in (demos / HEALTHY, demos / "modelopt-1422-sidecar-drift", lost):
         scanned = scan(folder)
-        apart, here = verdict_apart(scanned), load_verdict(scanned)
+        # Computed here too, not taken from the cache the child kept it in.
+        apart, here = verdict_apart(scanned), load_verdict(scanned, cache=False)
         assert _same(apart, here), folder.name
         assert apart.ran and apart.architecture
     assert verdict_apart(scan(lost)).missing == (SCALE,)
@@ -57,7 +77,7 @@ def test_the_caller_never_imports_torch_or_transformers(demos: Path) -> None:
     pytest.importorskip("transformers")
     code = (
         "import sys\n"
-        "from inspector._internal.checkpoint.scan import scan\n"
+        "from inspector._internal.scan.entry import scan\n"
         "from inspector._internal.load.child import verdict_apart\n"
         "v = verdict_apart(scan(sys.argv[1]))\n"
         "print(v.ran, v.loads, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
@@ -90,28 +110,15 @@ def test_a_folder_changed_after_the_scan_is_said_not_answered_for(
     assert not gone.ran and "changed while the load check read them" in gone.skipped
 
 
-def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
-    demos: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("transformers")
-    scanned = scan(demos / HEALTHY)
-    load_child.start_verdict_process()
-    first = load_child._CHILD._process
-    assert first is not None
-    monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
-    late = verdict_apart(scanned)
-    assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
-    assert first.poll() is not None  # ended, not left running
-    monkeypatch.undo()
-    assert _same(verdict_apart(scanned), load_verdict(scanned))
-    assert load_child._CHILD._process not in (None, first)
-
-
-class _FakeChild(load_child._Child):
+class _FakeChild(load_child.VerdictProcess):
     """A child that reads the request, then runs `script` (a hostile or broken child)."""
 
     def __init__(self, script: str) -> None:
-        super().__init__()
+        super().__init__(
+            "inspector._internal.load.child",
+            what="the load check",
+            seconds=load_child.VERDICT_SECONDS,
+        )
         self.script = script
 
     def _started(self) -> subprocess.Popen[bytes]:

@@ -24,10 +24,10 @@ from hf_exports import modelopt_export, resaved, with_deepseek_mtp
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.verdict import LoadVerdict, clear_model_cache, load_verdict
+from inspector._internal.scan.entry import scan
 
 transformers = pytest.importorskip("transformers")
 T = transformers
@@ -747,8 +747,9 @@ def test_the_meta_model_is_built_once_per_config(saved: Callable[[str], Saved]) 
 
     clear_model_cache()
     scanned = scan(saved("qwen3").folder)
-    load_verdict(scanned)
-    load_verdict(scanned)
+    # Computed both times (not taken from the verdict cache): the model is built once.
+    load_verdict(scanned, cache=False)
+    load_verdict(scanned, cache=False)
     info = model_load._build.cache_info()
     assert (info.misses, info.hits) == (1, 1)
 

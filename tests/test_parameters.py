@@ -15,7 +15,6 @@ from inspector._internal.checkpoint.parameters import (
     parameters_of,
     scan_parameters,
 )
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.demo.safetensors_layouts import modelopt_1422
@@ -23,6 +22,7 @@ from inspector._internal.load.verdict import LoadVerdict, ShapeMismatch, load_ve
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.report.summary import summarize
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 INDEX = "model.safetensors.index.json"

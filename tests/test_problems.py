@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.safetensors_layouts import (
     automodel_2289,
@@ -18,8 +17,9 @@ from inspector._internal.demo.safetensors_layouts import (
     modelopt_1422,
     modelopt_1631,
 )
-from inspector._internal.findings.issues import group_problems
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.plans.repair import plan_repair, preview_repair, scanned_after
+from inspector._internal.scan.entry import scan
 
 WRITERS = {
     "modelopt-1422": modelopt_1422,

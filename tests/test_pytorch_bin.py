@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
-from inspector._internal.findings.issues import group_problems
+from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.formats.bin_shard import read_bin_shard
-from inspector._internal.formats.tensordata import TensorData
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
@@ -59,7 +59,7 @@ def test_torch_save_columns_match_torch(tmp_path: Path) -> None:
     assert shard.names == tuple(state)
     assert shard.dtypes == ["F32", "BF16", "I64"]
     assert shard.shapes == [(4, 8), (3, 2), (5,)]
-    with TensorData(scanned) as data:
+    with tensor_data(scanned) as data:
         for name, t in state.items():
             view = data.tensor_bytes(name)
             assert (
@@ -159,7 +159,7 @@ def test_strided_views_are_placed_in_their_storage(tmp_path: Path) -> None:
     assert shard.shapes == [(8, 5), (8,)]
     assert shard.strides == {"t": (1, 8)}  # type: ignore[attr-defined]
     assert int(shard.begins[1]) - int(shard.begins[0]) == 2 * 8 * 4  # row 2 of the storage
-    with TensorData(scan(tmp_path)) as data:
+    with tensor_data(scan(tmp_path)) as data:
         row = data.tensor_bytes("row")
         assert row is not None and bytes(row) == base[2].numpy().tobytes()
         t = data.tensor_bytes("t")  # gathered, never read as a row-major run

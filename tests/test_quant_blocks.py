@@ -6,8 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
 

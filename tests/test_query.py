@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.safetensors_layouts import healthy_per_layer
 from inspector._internal.report.query import TensorQuery, export_tensors, name_pattern
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError
 
 

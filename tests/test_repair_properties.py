@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
 from inspector import check, scan
-from inspector._internal.plans import atomic
+from inspector._internal.execution import atomic
 from inspector._internal.plans.repair import plan_repair
 
 INDEX = "model.safetensors.index.json"

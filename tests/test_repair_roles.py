@@ -15,11 +15,11 @@ from commands import cli
 from safetensors.numpy import save_file
 from test_journal import drifted
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import WELL_KNOWN, is_well_known
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector._internal.plans.repair import plan_repair
+from inspector._internal.scan.entry import scan
 
 INDEX = "model.safetensors.index.json"
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "modelopt"

@@ -12,8 +12,8 @@ from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
 from inspector.widgets.report import write_html_report
 from test_report_html import EXPERTS, LAYERS, write_moe_checkpoint
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.scan.entry import scan
 
 pytestmark = pytest.mark.browser
 

@@ -15,11 +15,11 @@ from inspector.widgets.report import write_html_report
 from safetensors.numpy import save_file
 from transformers import Qwen3MoeConfig
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.scan.entry import scan
 
 LAYERS, EXPERTS = 4, 8
 LOST_EXPERTS = {3: range(4, 8)}  # layer 3 kept experts 0-3 only

@@ -16,13 +16,13 @@ from hf_exports import modelopt_export, resaved, state_of, tiny_deepseek_v3
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.consolidate.engine import AGAIN
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.plans.restore import plan_restore
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError
 
 transformers = pytest.importorskip("transformers")

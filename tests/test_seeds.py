@@ -23,7 +23,6 @@ from modelopt_writer import (
 )
 from safetensors.torch import save_file
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
 from inspector._internal.demo.dcp import write_rank_files
 from inspector._internal.demo.torch_dist import (
@@ -33,6 +32,7 @@ from inspector._internal.demo.torch_dist import (
     save_megatron_dcp,
 )
 from inspector._internal.findings.finding import Finding
+from inspector._internal.scan.entry import scan
 
 HIDDEN = 8
 

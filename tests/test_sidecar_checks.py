@@ -16,11 +16,11 @@ from modelopt_writer import (
     write_modelopt_export,
 )
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
 from inspector._internal.checks.index import DETAIL_PER_FILE
 from inspector._internal.findings.finding import Finding
+from inspector._internal.scan.entry import scan
 
 LAYERS = 3
 LAST = shard_name(LAYERS, LAYERS)

@@ -152,7 +152,7 @@ def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
     reads, Megatron-style `num_moe_experts` and `num_mtp_layers` included."""
     from safetensors.torch import save_file
 
-    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.scan.entry import scan
 
     save_file({"model.norm.weight": torch.zeros(4)}, str(tmp_path / "model.safetensors"))
     text = json.dumps(

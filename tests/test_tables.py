@@ -13,7 +13,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import (
     LogicalTensors,
     ScannedCheckpoint,
@@ -25,6 +24,7 @@ from inspector._internal.checkpoint.spec import ModelSpec
 from inspector._internal.checkpoint.tables import build_tables
 from inspector._internal.common.columns import Coded
 from inspector._internal.formats.safetensors import ShardHeader
+from inspector._internal.scan.entry import scan
 
 transformers = pytest.importorskip("transformers")
 

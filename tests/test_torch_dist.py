@@ -18,7 +18,6 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks.torch_dist import check_torch_dist, chunk_coverage
 from inspector._internal.demo.torch_dist import (
     RerunState,
@@ -32,8 +31,10 @@ from inspector._internal.formats.safe_pickle import (
     RefusedGlobalError,
     load_dcp_metadata,
 )
-from inspector._internal.layouts import ScanOptions, torch_dist
+from inspector._internal.layouts import torch_dist
+from inspector._internal.layouts.base import ScanOptions
 from inspector._internal.layouts.torch_dist import PickledObject
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
 ITER = "iter_0000100"

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.scan.entry import scan
 
 transformers = pytest.importorskip("transformers")
 

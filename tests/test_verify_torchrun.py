@@ -16,8 +16,8 @@ from test_verify import DCP, MIXTRAL, OTHER, SHARD, flip_byte
 
 from inspector import verify, write_manifest
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.execution.ranks import balance
 from inspector._internal.integrity import parse_manifest
-from inspector._internal.plans.ranks import balance
 
 PROBE = Path(__file__).resolve().parent / "verify_ranks_probe.py"
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from inspector._internal.cli.main import main
-from inspector._internal.findings.words import layers_text, plural, severity_counts
+from inspector._internal.common.text import layers_text, plural
+from inspector._internal.findings.words import severity_counts
 
 pytest.importorskip("ipywidgets")
 

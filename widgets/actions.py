@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector._internal.diagnosis.references import consolidation_reference, restore_reference
 from inspector._internal.findings.finding import findings_to_frame
-from inspector._internal.findings.references import consolidation_reference, restore_reference
-from inspector._internal.findings.words import plural
 from inspector._internal.plans.consolidate import default_destination, plan_consolidation
 from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
 from inspector._internal.plans.repair_all import plan_all
@@ -31,6 +30,7 @@ from inspector._internal.report.html import (
     text_html,
 )
 from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.scan.entry import scan
 from inspector._internal.serve.fit import fit
 from inspector.errors import InspectorError, PlanRefusedError
 
@@ -64,7 +64,7 @@ class RepairPanel:
     (`inspector._internal.plans.repair_all.plan_all`), so what is left is never the next part of the
     same repair; lost tensors are restored from a reference
     (`inspector._internal.plans.restore.plan_restore`, the field pre-filled with the candidate
-    `inspector._internal.findings.references` knows). Repair is enabled only when the plan fixes an
+    `inspector._internal.diagnosis.references` knows). Repair is enabled only when the plan fixes an
     error or a warning (or writes tensors back); it asks for confirmation, executes the plan, shows
     what was written and where the backups are, and refreshes the dashboard.
 
@@ -194,6 +194,7 @@ class RepairPanel:
                     verdict=state.verdict,
                     model=state.verdict is not None,
                     trust_remote_code=self.dash.trust_remote_code,
+                    cache=self.dash.cache,
                 )
         except EXPECTED_ERRORS as exc:
             self.plan, self.preview = None, None
@@ -372,7 +373,7 @@ class ConsolidatePanel:
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
         # A recorded mapping that collapses every tensor into one file is replaced by the
-        # reference its finding names (`inspector._internal.findings.references`): shown, so it can
+        # reference its finding names (`inspector._internal.diagnosis.references`): shown, so it can
         # be changed.
         suggested = consolidation_reference(dash.scanned)
         self.reference = w.Text(

@@ -51,21 +51,22 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible_each
+from inspector._internal.common.text import layer_name, plural
+from inspector._internal.diagnosis.issues import Problem, group_problems
+from inspector._internal.diagnosis.references import restore_reference
 from inspector._internal.findings.finding import (
     Finding,
     findings_per_file,
     findings_to_frame,
     severity_rank,
 )
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.references import restore_reference
-from inspector._internal.findings.words import FINDING, ISSUE, layer_name, plural, severity_counts
+from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
 from inspector._internal.load import child as load_child
+from inspector._internal.load.verdict import known_verdict
 from inspector._internal.report.html import (
     code_help_html,
     facts_html,
@@ -78,6 +79,7 @@ from inspector._internal.report.html import (
     severity_badge,
 )
 from inspector._internal.report.query import TensorQuery, query_for_finding
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button
@@ -128,24 +130,34 @@ class CheckpointState:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan), compute the load verdict (with
-        `model`), run every check with it (the value checks too, with `values`), group the
-        findings. The plain checks run once while the load check's child process computes
-        the verdict: what they derive (tables, counts, the index view) is kept with the scan,
-        so the checks with the verdict re-run only the plain rules themselves (0.3-0.4 s at
-        300,000 tensors) and add the model rules. Tensor data (`deep`, `values`) is read
-        only then, once."""
+        `model`; `cache` as in `load_verdict`: the verdict kept in the user's cache for this
+        very checkpoint is taken, and no process is started for it), run every check with it
+        (the value checks too, with `values`), group the findings. The plain checks run once while
+        the load check's child process computes the verdict: what they derive (tables, counts, the
+        index view) is kept with the scan, so the checks with the verdict re-run only the plain
+        rules themselves (0.3-0.4 s at 300,000 tensors) and add the model rules. Tensor data
+        (`deep`, `values`) is read only then, once."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
-        verdict = None
-        if model:
+        # A verdict known at no cost (kept in the cache, or a skip the files decide) needs no
+        # child to wait for, nor the plain checks run meanwhile: they would run twice.
+        verdict = (
+            known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
+            if model
+            else None
+        )
+        if model and verdict is None:
             asked: Future[LoadVerdict] = Future()
             thread = _thread(
                 lambda: _resolve(
                     asked,
-                    lambda: load_child.verdict_apart(scanned, trust_remote_code=trust_remote_code),
+                    lambda: load_child.verdict_apart(
+                        scanned, trust_remote_code=trust_remote_code, cache=cache
+                    ),
                 ),
                 "ckpt-load-verdict",
             )
@@ -191,7 +203,9 @@ class Dashboard:
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
     code ships in the checkpoint folder (see
-    `inspector._internal.load.verdict`). `wait=True` makes the
+    `inspector._internal.load.verdict`); `cache=False` computes the verdict again instead of
+    taking the one kept in the user's cache (`inspector._internal.load.cache`: a kept
+    verdict shows without starting the load check's process). `wait=True` makes the
     cell wait for the load check and the snapshot's figures before it ends, as it does by
     itself when the notebook is executed headless (nbclient, `jupyter nbconvert --execute`,
     papermill): the saved notebook then holds the finished snapshot.
@@ -227,6 +241,7 @@ class Dashboard:
         snapshot: bool = True,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
         wait: bool | None = None,
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
@@ -234,7 +249,7 @@ class Dashboard:
         from .serve_panel import ServePanel
         from .values_panel import ValuesPanel
 
-        self.model, self.trust_remote_code = model, trust_remote_code
+        self.model, self.trust_remote_code, self.cache = model, trust_remote_code, cache
         # Set by the Values tab: every later check (the load verdict's, a re-scan) reads
         # the values too, so their findings stay with the others.
         self.values = _values_read(source)
@@ -288,8 +303,18 @@ class Dashboard:
         )
         from .autosize import Autosize
 
+        # Eleven tabs do not fit JupyterLab's fixed tab width: each tab takes its title's
+        # width and the bar wraps, so no title is cut to an ellipsis.
+        tab_style = w.HTML(
+            # As specific as ipywidgets' own rule for the tab width, and later.
+            "<style>.ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-content{flex-wrap:wrap}"
+            ".ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
+            layout=w.Layout(display="none"),
+        )
         self.widget = w.VBox(
-            [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
+            [top, self.notice, self.progress, tab_style, self.tab, Autosize(), GridCells()],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
         self._snapshot = None
@@ -350,6 +375,7 @@ class Dashboard:
                     progress=True,
                     model=self.model,
                     trust_remote_code=self.trust_remote_code,
+                    cache=self.cache,
                 ),
             )
         finally:
@@ -407,7 +433,8 @@ class Dashboard:
         (`inspector._internal.load.child`): its imports of transformers and torch and the
         model build (10 s of CPU at 300,000 tensors) used to hold this kernel's GIL, so a
         tab clicked meanwhile answered late; the thread only waits for the child's answer.
-        A remote checkpoint's verdict is computed in the thread. Either way the thread waits
+        A remote checkpoint's verdict is computed in the thread; a verdict kept in the user's
+        cache is read there, and no child is started. Either way the thread waits
         until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
         seconds): work that holds the GIL as the Overview is displayed starves the kernel's
         IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
@@ -421,7 +448,7 @@ class Dashboard:
             self._overview_sent.wait(_VERDICT_HOLD)
             try:
                 verdict = load_child.verdict_apart(
-                    plain.scanned, trust_remote_code=self.trust_remote_code
+                    plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
                 )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for
@@ -1373,10 +1400,6 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
         f"Building {html_text(what)}...{html_text(note)}</div>"
     )
-
-
-def _hide(widget: w.Widget, hidden: bool) -> None:
-    widget.layout.display = "none" if hidden else None
 
 
 def _short(text: str, limit: int = 220) -> str:

@@ -386,7 +386,13 @@ class FrameGrid:
         """Free the grid's table in the kernel."""
         if self.grid is not None:
             self.grid.close()
-        self.table.delete()
+        # The page's grid may still hold a view on the table (the page lets go of it later):
+        # the table then stays until the kernel ends. (`delete(lazy=True)` blocks here.)
+        try:
+            self.table.delete()
+        except Exception as exc:  # PerspectiveError, not importable before perspective is
+            if "with views" not in str(exc):
+                raise
 
 
 def table_name(prefix: str) -> str:

@@ -30,17 +30,13 @@ import plotly.offline
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import NAME_LIMIT
+from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.finding import (
-    Finding,
-    findings_to_frame,
-    fold_ranges,
-    severity_rank,
-)
-from inspector._internal.findings.issues import group_problems
-from inspector._internal.findings.words import SEVERITY_ORDER, plural
+from inspector._internal.diagnosis.issues import group_problems
+from inspector._internal.execution.atomic import write_atomic
+from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
+from inspector._internal.findings.words import SEVERITY_ORDER
 from inspector._internal.integrity.verified import verification_line
-from inspector._internal.plans.atomic import write_atomic
 from inspector._internal.report.fit import fit_notes, fit_table
 from inspector._internal.report.html import frame_html, html_text, load_verdict_html, markup_html
 from inspector._internal.report.summary import experts_text, summarize

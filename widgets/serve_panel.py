@@ -4,18 +4,25 @@ the weights of the fullest GPU of each and, on the GPU picked, the longest conte
 No logic here: each change of the GPU, KV cache dtype or context calls
 `inspector._internal.serve.fit.fit` once, and the tab draws `widgets.figures.serving_plans` from
 `FitResult.frame()` and the table `inspector._internal.report.fit.fit_table`, the figure and
-table the HTML report shows.
+table the HTML report shows. The button "vLLM's own verdict" calls `inspector.engine_check`
+(vLLM's weight loading on a meta model, in its child process: seconds, most of them vLLM's
+import, so only when asked and in a thread, the kernel staying free) and lists what it
+found, or the one line saying why it did not run.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
+from inspector import EngineReport, engine_check
+from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
 from inspector._internal.report.fit import fit_notes, fit_table
 from inspector._internal.report.html import frame_html, html_text
+from inspector._internal.report.text import engine_lines
 from inspector._internal.serve.fit import FitResult, fit
 from inspector._internal.serve.gpus import GPUS
 
@@ -49,6 +56,13 @@ class ServePanel:
         self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-serve-plot")
         self.table = w.HTML().add_class("ckpt-serve-table")
         self.notes = w.HTML()
+        self.engine_button = w.Button(
+            description="vLLM's own verdict",
+            tooltip="vLLM's weight loading on a meta model, in a child process (the [vllm] extra)",
+        ).add_class("ckpt-serve-engine")
+        self.engine_out = w.HTML().add_class("ckpt-serve-engine-out")
+        self.engine_button.on_click(guarded(self.run_engine, self.engine_out))
+        self.engine_thread: threading.Thread | None = None
         self.result: FitResult | None = None
         self.widget = w.VBox(
             [
@@ -56,6 +70,8 @@ class ServePanel:
                 self.status,
                 self.plot,
                 self.table,
+                w.HBox([self.engine_button]),
+                self.engine_out,
                 self.notes,
             ],
             layout=w.Layout(width="100%"),
@@ -80,3 +96,33 @@ class ServePanel:
         self.table.value = frame_html(fit_table(result), max_rows=64)
         notes = "".join(f"<li>{html_text(note)}</li>" for note in fit_notes(result))
         self.notes.value = f"<ul style='color:#666'>{notes}</ul>"
+
+    def run_engine(self) -> None:
+        """Start vLLM's own verdict in a thread (`inspector.engine_check`); its lines and
+        findings replace the button's output when it ends."""
+        if self.engine_thread is not None and self.engine_thread.is_alive():
+            return
+        self.engine_button.disabled = True
+        self.engine_out.value = html_text("vLLM's verdict: running (its import takes seconds)")
+        self.engine_thread = threading.Thread(target=self._engine, daemon=True)
+        self.engine_thread.start()
+
+    def _engine(self) -> None:
+        try:
+            self.engine_out.value = engine_html(engine_check(self.scanned, engine="vllm"))
+        except Exception as exc:  # shown in the tab, not lost in a thread
+            self.engine_out.value = html_text(f"vLLM's verdict failed: {exc}")
+        finally:
+            self.engine_button.disabled = False
+
+
+def engine_html(report: EngineReport) -> str:
+    """The engine's one-line verdict (or why it did not run) and its findings, escaped."""
+    # The lines quote vLLM's exception, which quotes names from the checkpoint.
+    items = [
+        f"<li>{html_text(legible(line, limit=MESSAGE_LIMIT))}</li>" for line in engine_lines(report)
+    ]
+    items += [
+        f"<li><b>{html_text(f.code)}</b>: {html_text(f.message)}</li>" for f in report.findings
+    ]
+    return f"<ul>{''.join(items)}</ul>"

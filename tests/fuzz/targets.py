@@ -7,6 +7,10 @@ reader must keep, whatever the input:
   report must not leak a file's content) and none holds a control character (names are shown
   through `inspector._internal.common.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
+- no pickle read leaves anything behind: every object a stream could reach through what
+  the readers hand it (stand-ins, their tables, the reply classes, copyreg's cache) is
+  unchanged after each input, and a clean file read next reads as it did before (`.bin`
+  `data.pkl` opcodes get a target of their own, `bin_pickle`);
 - the bounded child that reads large `.metadata` files answers what the audited path
   answers (or reads, within its limits, a stream the audit refuses as a bomb);
 - config.json through the load check never asks on the terminal, never opens a socket or
@@ -18,7 +22,9 @@ reader must keep, whatever the input:
   known codes, every accepted pattern answering what Python's `re` answers.
 - GGUF metadata values the header reader accepts, gguf's own reader reads the same.
 - config.json through `fit` (parallel plans and memory per GPU) gives findings, never an
-  exception, a `fit --json` result that serialises, and bounded messages.
+  exception, a `fit --json` result that serialises, and bounded messages;
+- an entry of the load verdict's cache (any bytes where a kept verdict belongs) gives the
+  verdict of that checkpoint, checked field by field, or none, never an error.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -43,6 +49,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from inspector._internal.checkpoint.read_problems import (
     FileRole,
     ReadProblem,
@@ -62,6 +70,8 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "bin_pickle",
+    "engine_answer",
     "fit_config",
     "gguf",
     "gguf_metadata",
@@ -75,6 +85,7 @@ __all__ = [
     "quant_patterns",
     "remote_answer",
     "torch_bin",
+    "verdict_entry",
 ]
 
 # The longest message a finding may have: names and values quoted from a file are cut.
@@ -165,6 +176,36 @@ def index_json(data: bytes) -> None:
 
 # -- (c) the pickle guard and the restricted unpickler ---------------------------------------
 
+# A `.metadata` torch's DCP writer wrote (a seed of the corpus): read after every input, it
+# must read as it did before the first.
+_CLEAN_METADATA = Path(__file__).parent / "corpus" / "pickle" / "dcp-metadata.pkl"
+_READINGS: dict[str, str] = {}
+_READERS = {"bin": ("bin",), "metadata": ("metadata", "reply")}
+
+
+def _clean(kind: str) -> bytes:
+    return _bin_template()[0] if kind == "bin" else _CLEAN_METADATA.read_bytes()
+
+
+def _isolation(kind: str) -> list[object]:
+    """What must not change (`pickle_ops.stand_in_state`), taken before each input; the
+    clean file's reading is taken once per process, before the first input."""
+    from pickle_ops import read_one, stand_in_state
+
+    if kind not in _READINGS:
+        _READINGS[kind] = read_one(kind, _clean(kind))
+    return stand_in_state(*_READERS[kind])
+
+
+def _assert_isolated(kind: str, before: list[object]) -> None:
+    """The input changed nothing another read uses (SECURITY.md, "Nothing in a checkpoint
+    runs code"): the same state as before it, and the clean file reads as it always did."""
+    from pickle_ops import read_one, stand_in_state
+
+    after = stand_in_state(*_READERS[kind])
+    assert after == before, "a pickle changed what later reads are handed"
+    assert read_one(kind, _clean(kind)) == _READINGS[kind], "a clean file reads differently"
+
 
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
@@ -183,20 +224,23 @@ def pickle_metadata(data: bytes) -> None:
     )
     from inspector._internal.layouts import torch_dist
 
+    before = _isolation("metadata")
     try:
         audit = audit_pickle(data)
-    except (PickleFormatError, PickleBombError):
+    # HostilePickleError: the stream changes a global, or uses a copyreg extension code.
+    except (PickleFormatError, PickleBombError, HostilePickleError):
         audit = None
     try:
         meta = load_dcp_metadata(data)
     except (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError) as exc:
-        if isinstance(exc, HostilePickleError):
-            assert audit is not None and hostile_globals(audit.globals)
+        if isinstance(exc, HostilePickleError) and audit is not None:
+            assert hostile_globals(audit.globals)
         assert len(str(exc)) <= MAX_MESSAGE
-        return
-    assert audit is not None  # nothing unpickles that the audit refused
-    *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
-    _check_problems(problems)
+    else:
+        assert audit is not None  # nothing unpickles that the audit refused
+        *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+        _check_problems(problems)
+    _assert_isolated("metadata", before)
 
 
 # -- (d) the bounded child against the audited path --------------------------------------------
@@ -237,6 +281,7 @@ def pickle_sandbox(data: bytes) -> None:
             assert len(str(exc)) <= MAX_MESSAGE
             return None, exc
 
+    before = _isolation("metadata")
     here, refused = outcome(lambda: convert(load_dcp_metadata(data)))
     there, refused_there = outcome(
         lambda: read_dcp_metadata(
@@ -246,6 +291,7 @@ def pickle_sandbox(data: bytes) -> None:
             limits=limits,
         )
     )
+    _assert_isolated("metadata", before)
     if refused_there is not None:  # the child gave no answer: the audited path spoke
         assert refused is not None and type(refused_there) is type(refused)
         assert str(refused_there) == str(refused)
@@ -295,8 +341,8 @@ def _checkpoint() -> Path:
         import torch
         import transformers
 
-        from inspector._internal.checkpoint.scan import scan
         from inspector._internal.load.verdict import load_verdict
+        from inspector._internal.scan.entry import scan
 
         folder = _scratch("ckpt-fuzz-load-")
         config = transformers.LlamaConfig(
@@ -346,9 +392,9 @@ def load_config(data: bytes) -> None:
     bounded messages, a skip reason of bounded length, nothing asked on the terminal, no
     socket, no process, within `LOAD_SECONDS`."""
     global _WATCHED
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.load.verdict import load_verdict
+    from inspector._internal.scan.entry import scan
 
     folder = _checkpoint()
     (folder / "config.json").write_bytes(data)
@@ -513,6 +559,7 @@ def torch_bin(data: bytes) -> None:
 
     from inspector._internal.formats.bin_shard import read_bin_columns
 
+    before = _isolation("bin")
     reader = CountingReader(data)
     modules = set(sys.modules)
     shard = read_bin_columns(reader, "fuzz.bin", cap=BIN_CAP)
@@ -523,6 +570,65 @@ def torch_bin(data: bytes) -> None:
     n = len(shard.names)
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
+    _assert_isolated("bin", before)
+
+
+# -- (g') data.pkl opcodes inside a real archive ----------------------------------------------
+
+_BIN_TEMPLATE: tuple[bytes, bytes] | None = None
+
+
+def _bin_template() -> tuple[bytes, bytes]:
+    """A `.bin` torch.save wrote (F32, BF16 and float8 tensors: storage classes, a dtype
+    global, `_rebuild_tensor_v3`) and its data.pkl, once per process."""
+    global _BIN_TEMPLATE
+    if _BIN_TEMPLATE is None:
+        import torch
+        from pickle_ops import data_pkl
+
+        g = torch.Generator().manual_seed(0)
+        state = {
+            "a.weight": torch.randn(4, 8, generator=g),
+            "b.weight": torch.randn(3, 2, generator=g).to(torch.bfloat16),
+            "c.scale": torch.randn(4, generator=g).to(torch.float8_e4m3fn),
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        archive = buffer.getvalue()
+        _BIN_TEMPLATE = archive, data_pkl(archive)
+    return _BIN_TEMPLATE
+
+
+def _prepare_bin() -> None:
+    # torch writes the template archive, and one clean read imports what every read needs:
+    # once per process, not timed.
+    _isolation("bin")
+    bin_pickle(b"")
+
+
+def bin_pickle(data: bytes) -> None:
+    """The bytes as the data.pkl of a real `torch.save` archive: the whole stream when they
+    start with PROTO (0x80), else opcodes spliced in right after the writer's PROTO (so
+    the fuzzer works on BUILD, REDUCE, memo and global opcodes in front of a well-formed
+    state dict). Shard columns with findings, never an exception; nothing imported; and the
+    read leaves nothing behind (`_assert_isolated`)."""
+    from pickle_ops import splice, with_data_pkl
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.bin_shard import read_bin_columns
+
+    archive, stream = _bin_template()
+    before = _isolation("bin")
+    stream = data if data[:1] == b"\x80" else splice(stream, data)
+    hostile = with_data_pkl(archive, stream)
+    modules = set(sys.modules)
+    shard = read_bin_columns(CountingReader(hostile), "fuzz.bin", cap=BIN_CAP)
+    new = {m for m in set(sys.modules) - modules if not m.startswith(("encodings.", "zipfile"))}
+    assert not new, new
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    _assert_isolated("bin", before)
 
 
 # -- (h) GGUF headers -------------------------------------------------------------------------
@@ -718,6 +824,23 @@ def load_answer(data: bytes) -> None:
     assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
 
 
+def engine_answer(data: bytes) -> None:
+    """The bytes as the answer of vLLM's verdict process (which ran vLLM on an untrusted
+    config): a dict or `NoAnswer`, then a verdict or ValueError, never another error; its
+    findings are made; a verdict read back from its own dict is the same."""
+    from inspector._internal.load.child import NoAnswer, read_answer
+    from inspector._internal.load.engine import EngineVerdict
+    from inspector._internal.serve.engine import verdict_findings
+
+    try:
+        verdict = EngineVerdict.from_answer(read_answer(data, what="vLLM's verdict"), tp=1)
+    except (NoAnswer, ValueError):
+        return
+    verdict_findings(verdict)
+    verdict.summary()
+    assert EngineVerdict.from_answer(verdict.to_dict(), tp=1) == verdict
+
+
 # -- (j) module patterns of a quantization config ----------------------------------------------
 
 _PATTERN_FOLDER: Path | None = None
@@ -766,12 +889,12 @@ def quant_patterns(data: bytes) -> None:
     import json
     import warnings
 
-    from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.formats.patterns import compile_patterns
     from inspector._internal.load.quant import quantization_view
     from inspector._internal.load.stored import LoadSkipped
     from inspector._internal.load.verdict import stored_tensors
+    from inspector._internal.scan.entry import scan
 
     folder = _pattern_folder()
     config = json.loads(json.dumps(_PATTERN_CONFIG))
@@ -852,7 +975,7 @@ def fit_config(data: bytes) -> None:
     known codes with bounded printable messages, a JSON-ready result, never an exception."""
     import json
 
-    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.scan.entry import scan
     from inspector._internal.serve.fit import MAX_CONTEXT, fit
 
     folder = _fit_folder()
@@ -867,6 +990,57 @@ def fit_config(data: bytes) -> None:
             assert plan.weights_bytes_per_rank >= 0
 
 
+# -- (l) an entry of the load verdict's cache --------------------------------------------------
+
+_ENTRY_SCAN: Any = None
+# Seeds spell the key of the entry as this placeholder (the real key holds the versions and
+# the tool's code digest, which change): the target puts the real key in its place.
+ENTRY_KEY = b'"@key"'
+
+
+def _entry_scan() -> Any:
+    """A scanned checkpoint whose verdict the cache would answer for (the file system is not
+    read: the scan is built in memory)."""
+    global _ENTRY_SCAN
+    if _ENTRY_SCAN is None:
+        from inspector._internal.checkpoint.scanned import ScannedCheckpoint, ShardedInfo
+        from inspector._internal.formats.safetensors import ShardHeader
+
+        shard = ShardHeader.from_columns(
+            "model.safetensors", 16, 0, None, ["w"], ["F32"], [[2]], [0], [8]
+        )
+        config = {"architectures": ["FuzzForCausalLM"]}
+        _ENTRY_SCAN = ScannedCheckpoint(
+            _scratch("ckpt-fuzz-entry-"), "hf-sharded", ShardedInfo(), (shard,), config=config
+        )
+    return _ENTRY_SCAN
+
+
+def verdict_entry(data: bytes) -> None:
+    """The bytes as the cache's entry of a checkpoint's verdict (`"@key"` replaced by the real
+    key), read as `load_verdict` reads it: the checkpoint's own verdict, one that survives
+    its round trip, or none; never an error."""
+    from inspector._internal.load import cache
+    from inspector._internal.load.verdict import LoadVerdict, known_verdict, verdict_key
+
+    scanned = _entry_scan()
+    key, env = verdict_key(scanned), cache.environment()
+    if key is None or env is None:
+        return  # torch or transformers not installed: nothing is ever kept
+    full = {**key, **env}
+    folder = cache.verdict_folder()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    entry = folder / cache.entry_name(full)
+    entry.write_bytes(data.replace(ENTRY_KEY, orjson.dumps(full)))
+    try:
+        verdict = known_verdict(scanned)
+    finally:
+        entry.unlink()
+    if verdict is not None:
+        assert verdict.architecture == "FuzzForCausalLM", verdict.architecture
+        assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -875,12 +1049,15 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "load_config": load_config,
     "remote_answer": remote_answer,
     "torch_bin": torch_bin,
+    "bin_pickle": bin_pickle,
     "gguf": gguf,
     "gguf_metadata": gguf_metadata,
     "manifest": manifest,
     "load_answer": load_answer,
+    "engine_answer": engine_answer,
     "quant_patterns": quant_patterns,
     "fit_config": fit_config,
+    "verdict_entry": verdict_entry,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
@@ -889,4 +1066,6 @@ PREPARE: dict[str, Callable[[], None]] = {
     "manifest": _prepare_manifest,
     "quant_patterns": _prepare_quant_patterns,
     "fit_config": _prepare_fit_config,
+    "torch_bin": _prepare_bin,
+    "bin_pickle": _prepare_bin,
 }

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
 from itertools import repeat
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
@@ -53,11 +52,6 @@ class HeldTensors:
         if names is None:
             names = self._sets[file] = frozenset(self.by_file[file].names)
         return names
-
-    @cached_property
-    def name_sets(self) -> dict[str, frozenset[str]]:
-        """Per file, its names as a set."""
-        return {s.file: self.present(s.file) for s in self.shards}
 
     @property
     def unreadable(self) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from inspector._internal.common.dtypes import TORCH_DTYPES
 from inspector._internal.common.filenames import CONFIG_NAME
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.common.text import short_repr
 
 __all__ = [
     "DIM_KEYS",

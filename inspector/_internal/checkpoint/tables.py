@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -42,13 +42,63 @@ from inspector._internal.checkpoint.spec import (
     layer_types_from_config,
 )
 from inspector._internal.common.columns import Coded
+from inspector._internal.findings.finding import Finding
 from inspector._internal.formats.safetensors import ShardHeader
 
-if TYPE_CHECKING:
-    # Only a type: the scanned checkpoint builds its tables with this module.
-    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+__all__ = ["EXPERT_SOURCES", "ScanView", "Tables", "build_tables", "layer_keys", "rows_named"]
 
-__all__ = ["EXPERT_SOURCES", "Tables", "build_tables", "layer_keys", "rows_named"]
+T = TypeVar("T")
+
+
+# What the tables read of a scan, as types of this module's own: the scanned checkpoint
+# (`checkpoint.scanned`) builds its tables here, so this module cannot import it back.
+class _Logical(Protocol):
+    @property
+    def name(self) -> tuple[str, ...]: ...
+    @property
+    def file(self) -> Coded[str]: ...
+    @property
+    def dtype(self) -> Coded[str]: ...
+    @property
+    def shape(self) -> Coded[tuple[int, ...]]: ...
+    @property
+    def nbytes(self) -> np.ndarray: ...
+    @property
+    def begin(self) -> np.ndarray | None: ...
+    @property
+    def end(self) -> np.ndarray | None: ...
+
+
+class _TorchDist(Protocol):
+    @property
+    def byte_keys(self) -> tuple[str, ...]: ...
+    @property
+    def storage(self) -> Mapping[tuple[str, tuple[int, ...]], tuple[str, int, int]]: ...
+    @property
+    def distcp_sizes(self) -> Mapping[str, int]: ...
+
+
+class ScanView(Protocol):
+    """A scanned checkpoint as the tables see it (`ScannedCheckpoint` is one)."""
+
+    @property
+    def spec(self) -> ModelSpec: ...
+    @property
+    def config(self) -> Mapping[str, Any] | None: ...
+    @property
+    def shards(self) -> tuple[ShardHeader, ...]: ...
+    @property
+    def logical(self) -> _Logical | None: ...
+    @property
+    def torch_dist(self) -> _TorchDist | None: ...
+    @property
+    def read_findings(self) -> list[Finding]: ...
+    @property
+    def tensors(self) -> pd.DataFrame: ...
+    @property
+    def tables(self) -> Tables: ...
+    def derived(self, key: str, build: Callable[[], T]) -> T: ...
+
 
 _INT64_MAX = np.iinfo(np.int64).max
 # Kinds that, inside an MTP block, belong to the MTP head rather than to a standard part.
@@ -84,7 +134,7 @@ def rows_named(tensors: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
     return np.fromiter((n in wanted for n in column), dtype=bool, count=len(column))
 
 
-def build_tables(scanned: ScannedCheckpoint) -> Tables:
+def build_tables(scanned: ScanView) -> Tables:
     """Build the tables of `scanned`.
 
     - tensors: name, file, dtype, shape, numel, nbytes, begin, end, layer, expert, module,
@@ -133,7 +183,7 @@ class _Source:
     no_range: np.ndarray
 
 
-def _source(scanned: ScannedCheckpoint) -> _Source:
+def _source(scanned: ScanView) -> _Source:
     """The logical tensors if the layout built them, else every shard's header entries."""
     if scanned.logical is not None:
         lt = scanned.logical
@@ -539,7 +589,7 @@ def _majority(frame: pd.DataFrame) -> np.ndarray:
 def _layers_frame(
     contrib: _Contrib,
     experts: pd.DataFrame,
-    scanned: ScannedCheckpoint,
+    scanned: ScanView,
     numbering: _Numbering,
     moe: np.ndarray,
     expected: _ExpertCounts,
@@ -641,7 +691,7 @@ def _layer_kinds(
 
 
 def _files_frame(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
+    scanned: ScanView, source: _Source, numbering: _Numbering, depth: int
 ) -> pd.DataFrame:
     """One row per data file: shards (also of DCP layouts) or torch_dist `.distcp` files.
 
@@ -686,7 +736,7 @@ def _layer_ranges(where: np.ndarray, layer: np.ndarray, n: int) -> tuple[np.ndar
     return first, last, np.bincount(files, minlength=n).astype(np.int64)
 
 
-def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
+def _file_rows(scanned: ScanView, source: _Source) -> list[tuple]:
     """(file, size on disk, JSON header length, readable) of every data file we know of."""
     if scanned.shards:
         return [(s.file, s.file_size, s.header_len, s.readable) for s in scanned.shards]
@@ -697,7 +747,7 @@ def _file_rows(scanned: ScannedCheckpoint, source: _Source) -> list[tuple]:
 
 
 def _file_entries(
-    scanned: ScannedCheckpoint, source: _Source, numbering: _Numbering, depth: int
+    scanned: ScanView, source: _Source, numbering: _Numbering, depth: int
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """(files, file code, layer, bytes) of what each file stores: the tensors themselves
     for plain shards, the shard headers' chunks for DCP, the storage map for torch_dist."""
@@ -722,7 +772,7 @@ def _file_entries(
 # -- 8. the key set of each layer ---------------------------------------------------------
 
 
-def layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+def layer_keys(scanned: ScanView) -> pd.DataFrame:
     """What each layer holds, for comparing layers with each other: one row per tensor of a
     layer (stacked tensors once for each layer of their leading axis) and, for torch_dist,
     one per sharded object of a layer (`..._extra_state/shard_*`: bytes, not tensors, but
@@ -731,7 +781,7 @@ def layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
     return scanned.derived("layer-keys", lambda: _layer_keys(scanned))
 
 
-def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
+def _layer_keys(scanned: ScanView) -> pd.DataFrame:
     t = scanned.tensors
     columns = ["layer", "is_mtp", "kind", "module", "param"]
     layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
@@ -751,7 +801,7 @@ def _layer_keys(scanned: ScannedCheckpoint) -> pd.DataFrame:
     return frame
 
 
-def _object_keys(scanned: ScannedCheckpoint) -> pd.DataFrame | None:
+def _object_keys(scanned: ScanView) -> pd.DataFrame | None:
     """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
     numbered names give their layer; a stacked family's first offset is its layer."""
     info = scanned.torch_dist

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.registry import (
     MODEL_RULES,
@@ -19,6 +19,7 @@ from inspector._internal.checks.registry import (
     model_rules_for,
     rules_for,
 )
+from inspector._internal.checks.tied_head import check_tied_head
 from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
 from inspector._internal.findings.codes import Code
@@ -49,6 +50,7 @@ def check(
     model: bool = True,
     trust_remote_code: bool = False,
     verdict: LoadVerdict | None = None,
+    cache: bool = True,
     progress: bool = False,
     sample_windows: int | None = None,
     sample_seed: int = 0,
@@ -56,10 +58,12 @@ def check(
     """All findings: those met while scanning, the layout's drift checks, structural checks,
     with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
     skipped without transformers or for an architecture it does not know; `verdict` reuses one
-    computed by the caller), and with `deep=True` the ones that need tensor data (zeros,
-    NaN/Inf, duplicate bytes). `values="sample"` or `"full"` reads tensor values for their
-    statistics (`inspector._internal.checks.values`: NaN/Inf, all-zero, never-written and
-    outlier tensors against their siblings; the table is then `scanned.values`).
+    computed by the caller; `cache` as in `load_verdict`: the verdict kept in the user's cache
+    for this very checkpoint is used, `cache=False` computes it again), and with `deep=True`
+    the ones that need tensor data (zeros, NaN/Inf, duplicate bytes). `values="sample"` or `"full"`
+    reads tensor values for their statistics (`inspector._internal.checks.values`: NaN/Inf,
+    all-zero, never-written and outlier tensors against their siblings; the table is then
+    `scanned.values`).
     `sample_windows` (default 8) and `sample_seed` (default 0) change what `"sample"` reads
     of each tensor: more windows catch smaller damaged spans, another seed other offsets.
 
@@ -71,9 +75,14 @@ def check(
     stages: list[Callable[[list[Finding]], list[Finding]]] = [
         partial(_plain_rule, rule, scanned) for rule in rules_for(scanned.layout)
     ]
+    if scanned.layout != LayoutName.GGUF:
+        # A few KB of the head and the embedding (all of both with values="full").
+        stages.append(partial(_tied_head, scanned, values or "sample", sample_seed))
     model_rules = model_rules_for(scanned.layout) if model else ()
     if model_rules:
-        stages.append(partial(_model_rules, model_rules, scanned, verdict, trust_remote_code))
+        stages.append(
+            partial(_model_rules, model_rules, scanned, verdict, trust_remote_code, cache)
+        )
     if deep:
         stages.append(partial(_deep, scanned))
     if values is not None:
@@ -95,14 +104,21 @@ def _model_rules(
     scanned: ScannedCheckpoint,
     verdict: LoadVerdict | None,
     trust_remote_code: bool,
+    cache: bool,
     found: list[Finding],
 ) -> list[Finding]:
 
     # Built once for every model rule: building the model is the expensive part.
-    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code)
+    verdict = verdict or load_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
     for rule in rules:
         found = rule.run(scanned, verdict, found)
     return found
+
+
+def _tied_head(
+    scanned: ScannedCheckpoint, mode: Literal["sample", "full"], seed: int, found: list[Finding]
+) -> list[Finding]:
+    return [*found, *check_tied_head(scanned, mode=mode, seed=seed)]
 
 
 def _deep(scanned: ScannedCheckpoint, found: list[Finding]) -> list[Finding]:

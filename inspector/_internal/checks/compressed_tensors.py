@@ -39,13 +39,9 @@ from inspector._internal.checkpoint.quant_targets import (
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
+from inspector._internal.common.text import examples
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    Finding,
-    examples,
-    fold_modules,
-    make_finding,
-)
+from inspector._internal.findings.finding import Finding, fold_modules, make_finding
 from inspector._internal.formats.patterns import MAX_PATTERNS, PatternBudget, Patterns
 from inspector._internal.formats.recipe import QuantModifier
 

@@ -27,18 +27,10 @@ from inspector._internal.checkpoint.scanned import (
 from inspector._internal.checks.coverage import MAX_CELLS, Box, Coverage, coverage
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import DCP_MAPPING_NAME
+from inspector._internal.common.text import examples, fold_ranges, layers_text, short_repr
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, format_count
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    FOLD,
-    Finding,
-    examples,
-    fold,
-    fold_ranges,
-    make_finding,
-    short_repr,
-)
-from inspector._internal.findings.words import layers_text
+from inspector._internal.findings.finding import FOLD, Finding, fold, make_finding
 from inspector._internal.formats.safetensors import ShardHeader
 
 __all__ = ["CODES", "check_dcp", "uncovered_tensors"]

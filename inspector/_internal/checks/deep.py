@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import kept_copies, tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.unread import unread_findings
 from inspector._internal.common.display import legible
@@ -18,7 +19,7 @@ from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
-from inspector._internal.formats.tensordata import TensorData, tensor_hasher
+from inspector._internal.formats.tensordata import tensor_hasher
 from inspector._internal.formats.value_reading import Unread
 
 __all__ = ["CODES", "deep_check", "zero_allowed"]
@@ -43,7 +44,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
     hashes: dict[str, dict[str, str]] = defaultdict(dict)
     unread: list[Unread] = []
     duplicated = _duplicated_names(scanned)
-    with TensorData(scanned) as data:
+    with tensor_data(scanned) as data:
         for shard in scanned.shards:
             zeros: list[Finding] = []
             unread += _past_end(shard, data.size(shard.file))
@@ -73,7 +74,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
     ) + fold_findings(
         [f for f in out if f.code == Code.TENSOR_NONFINITE], "tensors holding NaN or Inf"
     )
-    return out + _duplicate_findings(hashes) + unread_findings(unread)
+    return out + _duplicate_findings(scanned, hashes) + unread_findings(unread)
 
 
 def _read(
@@ -167,15 +168,24 @@ def _zero_finding(file: str, name: str) -> Finding:
     )
 
 
-def _duplicate_findings(hashes: dict[str, dict[str, str]]) -> list[Finding]:
+def _duplicate_findings(
+    scanned: ScannedCheckpoint, hashes: dict[str, dict[str, str]]
+) -> list[Finding]:
     out = []
+    kept = kept_copies(scanned, hashes.keys())
     for name, by_file in sorted(hashes.items()):
         files = sorted(by_file)
         same = len(set(by_file.values())) == 1
         code = Code.DUPLICATE_TENSOR_IDENTICAL if same else Code.DUPLICATE_TENSOR_CONTENT
-        verdict = (
-            "the same bytes" if same else "DIFFERENT bytes; loaders keep whichever they read last"
-        )
+        if same:
+            verdict = "the same bytes"
+        elif name in kept:
+            verdict = (
+                f"DIFFERENT bytes; transformers loads the copy in {legible(kept[name][0].file)} "
+                "(the last file it reads), other loaders may load another"
+            )
+        else:
+            verdict = "DIFFERENT bytes; loaders keep whichever they read last"
         out.append(
             make_finding(
                 code,

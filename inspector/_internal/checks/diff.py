@@ -17,13 +17,13 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inspector._internal.checkpoint.loaded import kept_signatures, tensor_data
 from inspector._internal.checkpoint.naming import LONG_NAME, parse_names
+from inspector._internal.checkpoint.places import places_text
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
-from inspector._internal.findings.finding import examples
-from inspector._internal.findings.words import places_text
-from inspector._internal.formats.tensordata import TensorData
+from inspector._internal.common.text import examples
 from inspector._internal.load.quant import QUANT_PARAMS
 from inspector.errors import InspectorError
 
@@ -133,7 +133,7 @@ class CheckpointDiff:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, plus `identical`, `only_a_places` / `only_b_places` (the names
-        summarised by layer and expert: `inspector._internal.findings.words.places_text`) and,
+        summarised by layer and expert: `inspector._internal.checkpoint.places.places_text`) and,
         against a reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical
@@ -233,6 +233,11 @@ def _numbers(scanned: ScannedCheckpoint, names: Collection[str]) -> dict[str, tu
 
 
 def _signature(s: ScannedCheckpoint) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name -> (dtype, shape) of every tensor a loader gets: of a name several shards hold,
+    the copy it keeps (`kept_signatures`), whose bytes `diff --data` compares (`TensorData`
+    reads the same copy); DCP and torch_dist tensors as assembled from their chunks."""
+    if s.dcp is None and s.logical is None:
+        return kept_signatures(s)
     t = s.tensors
     return {
         n: (str(d), tuple(sh))
@@ -273,7 +278,7 @@ def _compare_data(
 ) -> tuple[list[str], list[str]]:
     differs: list[str] = []
     unreadable: list[str] = []
-    with TensorData(a) as da, TensorData(b) as db:
+    with tensor_data(a) as da, tensor_data(b) as db:
         for name in names:
             ha, hb = da.tensor_hash(name), db.tensor_hash(name)
             if ha is None or hb is None:

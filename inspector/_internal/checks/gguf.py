@@ -16,8 +16,9 @@ from collections.abc import Sequence
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, fold_ranges
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, examples, fold_ranges, make_finding
+from inspector._internal.findings.finding import Finding, make_finding
 from inspector._internal.formats.gguf_shard import GgufShard, kv_int
 
 __all__ = ["CODES", "check_gguf"]

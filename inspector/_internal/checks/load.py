@@ -13,18 +13,12 @@ import re
 from collections.abc import Sequence
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, fold_ranges, layers_text
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    Finding,
-    besides,
-    examples,
-    fold,
-    fold_ranges,
-    make_finding,
-)
-from inspector._internal.findings.words import describe_names, layers_text
+from inspector._internal.findings.finding import Finding, besides, fold, make_finding
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, stored_files
 

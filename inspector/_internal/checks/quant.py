@@ -23,8 +23,9 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.compressed_tensors import pattern_findings
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import QUANT_CONFIG_NAME
+from inspector._internal.common.text import fold_ranges
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, fold_findings, fold_ranges, make_finding
+from inspector._internal.findings.finding import Finding, fold_findings, make_finding
 
 __all__ = ["CODES", "check_quant_config"]
 

@@ -21,8 +21,10 @@ from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import (
     compressed_tensors,
     dcp,
+    draft,
     gguf,
     index,
+    llama_cpp,
     load,
     quant,
     quant_blocks,
@@ -80,7 +82,14 @@ RULES: tuple[Rule, ...] = (
         compressed_tensors.CODES,
     ),
     Rule("block-quant", None, quant_blocks.check_block_quant, quant_blocks.CODES),
+    Rule("draft", None, draft.check_draft, draft.CODES),
     Rule("gguf", frozenset({_L.GGUF}), gguf.check_gguf, gguf.CODES),
+    Rule(
+        "llama-cpp-tensors",
+        frozenset({_L.GGUF}),
+        llama_cpp.check_gguf_tensor_set,
+        llama_cpp.CODES,
+    ),
 )
 
 

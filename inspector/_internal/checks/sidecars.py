@@ -20,22 +20,21 @@ from collections.abc import Collection, Mapping, Sequence
 
 from inspector._internal.checkpoint.held import HeldTensors, held_of, held_tensors, normalized_map
 from inspector._internal.checkpoint.parameters import parse_count
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
 from inspector._internal.checks.index import fold_tensor_issues, normalized
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import (
     FOLD,
     Finding,
     FoldPolicy,
     besides,
-    examples,
     fold,
     make_finding,
-    short_repr,
 )
-from inspector._internal.findings.words import describe_names, plural
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 

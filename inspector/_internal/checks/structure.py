@@ -19,19 +19,12 @@ from inspector._internal.checkpoint.naming_rules import LAYERS_CONTAINER, QUANT_
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.spec import MTP_NOT_STORED
 from inspector._internal.checkpoint.tables import layer_keys
+from inspector._internal.checks.draft import is_draft
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.text import examples, fold_ranges, plural
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    Finding,
-    besides,
-    examples,
-    fold,
-    fold_findings,
-    fold_ranges,
-    make_finding,
-)
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, besides, fold, fold_findings, make_finding
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -79,7 +72,10 @@ def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
     if t.empty:
         return []
     out: list[Finding] = []
-    out += _layer_missing(scanned)
+    # An EAGLE draft's decoder layer is `midlayer` (EAGLE-3) or `layers.0` beside `fc`: its
+    # config's num_hidden_layers counts draft layers, not a model's (checks.draft judges it).
+    if not is_draft(scanned):
+        out += _layer_missing(scanned)
     out += _mtp_missing(scanned)
     experts = _expert_rows(t)
     if not experts.empty:

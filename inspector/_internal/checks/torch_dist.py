@@ -22,17 +22,10 @@ from inspector._internal.checkpoint.naming_rules import DISTCP_FILE, RERUN_SHARD
 from inspector._internal.checkpoint.scanned import PickledObject, ScannedCheckpoint, TorchDistInfo
 from inspector._internal.checks.coverage import MAX_CELLS, Chunk, coverage
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import examples, fold_ranges, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import (
-    FOLD,
-    Finding,
-    examples,
-    fold,
-    fold_ranges,
-    make_finding,
-    short_repr,
-)
+from inspector._internal.findings.finding import FOLD, Finding, fold, make_finding
 from inspector._internal.layouts.torch_dist import METADATA_FILE, METADATA_JSON, RERUN_PREFIX
 
 __all__ = ["CODES", "check_torch_dist", "chunk_coverage"]

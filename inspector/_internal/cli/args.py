@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.formats.value_reading import SampleBudget
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import is_remote
 from inspector._internal.storage.guard import origin
 from inspector._internal.storage.remote import (
@@ -190,7 +190,8 @@ def remote_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    """--no-model and --trust-remote-code, as every command that runs `check()` takes them."""
+    """--no-model, --trust-remote-code and --no-cache, as every command that runs `check()`
+    takes them."""
     p.add_argument(
         "--no-model",
         dest="model",
@@ -202,6 +203,13 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="let the load check run modelling code that sits in the checkpoint folder",
     )
+    p.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="compute the load check's verdict again instead of taking the one kept in the "
+        "user's cache for this very checkpoint, and keep the new one",
+    )
 
 
 def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> LoadVerdict | None:
@@ -209,7 +217,7 @@ def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> L
     if not args.model:
         return None
 
-    return load_verdict(scanned, trust_remote_code=args.trust_remote_code)
+    return load_verdict(scanned, trust_remote_code=args.trust_remote_code, cache=args.cache)
 
 
 def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:

@@ -14,13 +14,17 @@ from inspector._internal.cli.args import (
     add_path_arguments,
     emit,
     exit_for,
+    positive,
     sample_windows,
     scan_from_args,
     verdict_from_args,
     write_json,
 )
+from inspector._internal.findings.finding import sort_findings
 from inspector._internal.report.ci import junit_xml, sarif_log
 from inspector._internal.report.text import check_result, format_check
+from inspector._internal.serve.engine import ENGINES, engine_check
+from inspector._internal.serve.gpus import GPUS
 from inspector.errors import InspectorError
 
 FORMATS = ("text", "json", "sarif", "junit")
@@ -86,11 +90,30 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="text: also list every finding under its code, its fix said once",
     )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="also what this serving engine would make of it: vllm runs vLLM's own weight "
+        "loading on a meta model (the [vllm] extra), llama.cpp the names its converter "
+        "cannot map; sglang: quantization support only",
+    )
+    p.add_argument(
+        "--tp", type=positive, default=1, metavar="N", help="with --engine vllm: the TP size"
+    )
+    p.add_argument(
+        "--gpu",
+        choices=tuple(GPUS),
+        metavar="NAME",
+        help=f"with --engine: judge the quantization scheme on this GPU ({', '.join(GPUS)})",
+    )
     add_model_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    form = output_format(args)  # a contradiction is refused before any reading
+    if args.engine is None and (args.tp != 1 or args.gpu is not None):
+        raise InspectorError("check: --tp and --gpu go with --engine")
     sampling = args.sample_windows is not None or args.sample_seed != 0
     if sampling and args.values == "full":
         raise InspectorError(
@@ -111,6 +134,10 @@ def run(args: argparse.Namespace) -> int:
         model=verdict is not None,
         verdict=verdict,
     )
+    engine = None
+    if args.engine is not None:
+        engine = engine_check(scanned, engine=args.engine, tp=args.tp, gpu=args.gpu)
+        findings = sort_findings([*findings, *engine.findings])
     read = None
     if values is not None:
         budget = None if args.sample_windows is None else SampleBudget(windows=args.sample_windows)
@@ -121,10 +148,10 @@ def run(args: argparse.Namespace) -> int:
         findings,
         verdict=verdict,
         full=args.full,
+        engine=engine,
         values=read,
         notes=[note] if note else [],
     )
-    form = output_format(args)
     if form == "sarif":
         write_json(sarif_log(result, scanned=scanned))
     elif form == "junit":

@@ -15,8 +15,8 @@ from inspector._internal.cli.args import (
     target,
 )
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector._internal.execution.ranks import is_lead
 from inspector._internal.plans.consolidate import plan_consolidation
-from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "run"]
 

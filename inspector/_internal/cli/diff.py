@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.args import (
     EXIT_FOUND,
@@ -16,6 +15,7 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.report.text import format_diff
+from inspector._internal.scan.entry import scan
 
 __all__ = ["add_parser", "run"]
 

@@ -15,6 +15,8 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
 from inspector._internal.report.fit import fit_text
+from inspector._internal.scan.entry import scan
+from inspector._internal.serve.engine import ENGINES
 from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
 from inspector._internal.serve.gpus import GPUS, gpu_named
 
@@ -73,6 +75,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="SHARE",
         help=f"share of GPU memory the engine may use (default {DEFAULT_UTILIZATION}, as vLLM)",
     )
+    p.add_argument(
+        "--target",
+        metavar="PATH",
+        help="the checkpoint is a draft model (EAGLE) for this target: judge the pair",
+    )
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="also this serving engine's own check: vllm runs vLLM's weight loading on a meta "
+        "model at --tp (default 1; the [vllm] extra), llama.cpp the names its converter "
+        "cannot map",
+    )
     p.set_defaults(func=run)
 
 
@@ -89,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
         context=args.context,
         kv_dtype=args.kv_dtype,
         gpu_memory_utilization=args.gpu_memory_utilization,
+        target=None if args.target is None else scan(args.target),
+        engine=args.engine,
     )
     emit(result.to_dict(), args.json, lambda _: fit_text(result, path=str(scanned.path)))
     return EXIT_OK if result.feasible else EXIT_FOUND

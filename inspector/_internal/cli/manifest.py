@@ -11,8 +11,8 @@ from inspector._internal.cli.args import EXIT_OK, target
 from inspector._internal.cli.verify import progress_wanted
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.execution.ranks import is_lead
 from inspector._internal.integrity.verify import write_manifest
-from inspector._internal.plans.ranks import is_lead
 
 __all__ = ["add_parser", "run"]
 

@@ -7,7 +7,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.cli.args import (
     EXIT_CANNOT,
@@ -21,23 +20,24 @@ from inspector._internal.cli.args import (
     target,
 )
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
-from inspector._internal.findings.finding import Finding
-from inspector._internal.findings.issues import group_problems
-from inspector._internal.findings.words import plural
-from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
-from inspector._internal.plans.atomic import (
+from inspector._internal.diagnosis.issues import group_problems
+from inspector._internal.execution.atomic import (
     JOURNAL,
     discard_journal,
     folder_lock,
     read_journal,
     recover,
 )
+from inspector._internal.findings.finding import Finding
+from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair, scanned_after
 from inspector._internal.plans.repair_all import plan_all
 from inspector._internal.plans.reshard import ReshardPlan, plan_reshard
 from inspector._internal.plans.restore import RestorePlan, plan_restore
 from inspector._internal.report.text import issue_dict, issue_lines
+from inspector._internal.scan.entry import scan
 
 __all__ = ["add_parser", "run"]
 
@@ -163,7 +163,10 @@ def run(args: argparse.Namespace) -> int:
         print("not applied (use --yes to apply without asking)")
         return EXIT_FOUND
     result = plan.execute(
-        backup=not args.no_backup, model=args.model, trust_remote_code=args.trust_remote_code
+        backup=not args.no_backup,
+        model=args.model,
+        trust_remote_code=args.trust_remote_code,
+        cache=args.cache,
     )
     print(f"written: {', '.join(map(legible, result.written))}")
     checked = getattr(result, "data_checked", 0)  # a restore's data check
@@ -194,7 +197,11 @@ def _preview_text(
     if not isinstance(plan, RepairPlan):
         return "preview: this plan writes shards; the checks run on the result once it is written"
     preview = preview_repair(
-        plan, scanned, model=args.model, trust_remote_code=args.trust_remote_code
+        plan,
+        scanned,
+        model=args.model,
+        trust_remote_code=args.trust_remote_code,
+        cache=args.cache,
     )
     after = scanned_after(plan, scanned)
     left = group_problems(after, preview.remains + preview.introduces)

@@ -16,8 +16,8 @@ from inspector._internal.cli.args import (
     target,
 )
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.execution.ranks import is_lead
 from inspector._internal.integrity.verify import LEVELS, Verification, verify
-from inspector._internal.plans.ranks import is_lead
 from inspector._internal.report.text import finding_lines
 
 __all__ = ["add_parser", "format_verification", "progress_wanted", "run"]

@@ -1,1 +1,2 @@
-"""Findings, the one Code table, and how findings group into issues with the fix for each."""
+"""Findings and the one Code table (severity, help and fix of every code), and the words shown
+to people. How findings group into issues is `inspector._internal.diagnosis`."""

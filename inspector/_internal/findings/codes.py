@@ -60,8 +60,9 @@ GROUPS = (
     "Files the checkpoint cannot safely give us",
     "Content against a source (ckpt-inspect verify)",
     "Serving: parallel plans and memory per GPU (ckpt-inspect fit)",
+    "Serving engines: what vLLM and llama.cpp would load (check --engine, fit)",
 )
-_S, _I, _P, _M, _D, _T, _L, _X, _U, _V, _F = GROUPS
+_S, _I, _P, _M, _D, _T, _L, _X, _U, _V, _F, _G = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -825,8 +826,128 @@ class Code(StrEnum):
         "computed. Fix config.json from the model's release.",
     )
 
+    # -- serving engines: what vLLM and llama.cpp would load ---------------------------------
+    ENGINE_WEIGHT_UNMAPPED = (
+        "engine-weight-unmapped",
+        _E,
+        _G,
+        "The serving engine's own weight loading (vLLM's `load_weights`, run on a meta model "
+        "with the stored names, shapes and dtypes) stopped on a stored tensor it has no "
+        "parameter for (`There is no module or parameter named ...`, a KeyError): the engine "
+        "refuses to start. The message is the engine's, verbatim. Rename or drop the tensor, "
+        "or check that config.json names the right architecture and quantization.",
+    )
+    ENGINE_SHAPE_MISMATCH = (
+        "engine-shape-mismatch",
+        _E,
+        _G,
+        "A stored tensor's shape is not the one the serving engine's parameter takes: the "
+        "engine's weight loading raised (its message, verbatim), or it copied the tensor "
+        "without a word while the element counts differ (vLLM cuts an oversized tensor and "
+        "takes an undersized expert tensor as it is). Re-export the tensor, or fix config.json.",
+    )
+    ENGINE_WEIGHT_MISSING = (
+        "engine-weight-missing",
+        _E,
+        _G,
+        "A parameter of the serving engine's model that its weight loading never received, "
+        "or a part of a fused parameter (q/k/v of qkv_proj, gate/up, one expert of the "
+        "stacked experts) no stored tensor filled: the engine serves it uninitialised. vLLM "
+        "checks this only for unquantized checkpoints, and skips modules whose weights are "
+        "post-processed (o_proj, lm_head), so a quantized checkpoint missing a tensor loads "
+        "silently. KV-cache scales are exempt, as vLLM exempts them. Restore the tensor "
+        "(`ckpt-inspect repair --from REF`).",
+    )
+    ENGINE_LOAD_FAILED = (
+        "engine-load-failed",
+        _E,
+        _G,
+        "The serving engine's own weight loading raised another exception than an unmapped "
+        "name or a shape (its message, verbatim): the engine would not start with this "
+        "checkpoint. Read the message; it names what the engine could not use.",
+    )
+    ENGINE_QUANT_UNSUPPORTED = (
+        "engine-quant-unsupported",
+        _E,
+        _G,
+        "The engine does not run this quantization scheme on the chosen GPU's compute "
+        "capability (its documented support table, with the version the table comes from): "
+        "it refuses to start. Serve on a newer GPU, with another engine, or a checkpoint "
+        "quantized with a scheme the GPU supports.",
+    )
+    ENGINE_QUANT_FALLBACK = (
+        "engine-quant-fallback",
+        _N,
+        _G,
+        "The engine runs this quantization scheme on the chosen GPU only through a fallback "
+        "kernel (e.g. weight-only Marlin: the weights stay quantized, the matmuls run in 16 "
+        "bits): it serves, slower than natively and without the activation quantization.",
+    )
+    GGUF_TENSOR_MISSING = (
+        "gguf-tensor-missing",
+        _E,
+        _G,
+        "A GGUF lacks tensors llama.cpp creates for its architecture: blocks up to "
+        '{arch}.block_count that hold no tensor (llama.cpp stops with "missing tensor"), or '
+        "rope_freqs where config.json scales RoPE as Llama 3 (it then loads, with wrong "
+        "positions past the original context). Re-convert from the complete model.",
+    )
+    GGUF_TENSOR_UNEXPECTED = (
+        "gguf-tensor-unexpected",
+        _E,
+        _G,
+        "A GGUF holds tensors llama.cpp does not create for its architecture and block count "
+        "(gguf-py's MODEL_TENSORS): it refuses the file with \"wrong number of tensors; "
+        'expected N, got M". Re-convert with the llama.cpp the file is meant for, or fix '
+        "block_count.",
+    )
+    GGUF_CONVERT_UNMAPPED = (
+        "gguf-convert-unmapped",
+        _E,
+        _G,
+        "Stored tensors llama.cpp's convert_hf_to_gguf.py cannot map to GGUF names for the "
+        "config's architecture (gguf-py's TensorNameMap): the conversion stops with \"Can not "
+        "map tensor\". Remove or rename them, or check config.json's architecture.",
+    )
+    TIED_HEAD_DIFFERS = (
+        "tied-head-differs",
+        _E,
+        _G,
+        "config.json ties the output head to the embedding (tie_word_embeddings: true) and the "
+        "checkpoint stores an lm_head whose values differ from the embedding's: vLLM and "
+        "transformers discard the stored head and use the embedding, and the model generates "
+        "gibberish. Set tie_word_embeddings to false, or drop the stored head if the "
+        "embedding is the one trained.",
+    )
+    DRAFT_TARGET_MISMATCH = (
+        "draft-target-mismatch",
+        _E,
+        _G,
+        "A draft model (EAGLE, EAGLE-3, MTP) does not fit its target: another hidden size, or "
+        "a vocabulary of another size than the target's (or than its d2t / t2d mapping): "
+        "the engine refuses to start speculative decoding, or proposes tokens the target "
+        "never accepts. Use the draft trained for this target.",
+    )
+    DRAFT_MAPPING_INVALID = (
+        "draft-mapping-invalid",
+        _E,
+        _G,
+        "An EAGLE-3 draft's vocabulary mapping is unusable: d2t is not one integer per draft "
+        "token, t2d not one boolean per target token, their counts disagree, or a d2t offset "
+        "sends a draft token outside the target's vocabulary. Re-export the draft with its "
+        "mapping.",
+    )
+    DRAFT_HEAD_FROM_TARGET = (
+        "draft-head-from-target",
+        _N,
+        _G,
+        "The draft model stores no output head (or embedding): the engine takes the target's "
+        "(vLLM shares them when the draft lacks them), so the draft works only with a target "
+        "whose head has the same vocabulary and hidden size.",
+    )
 
-# The fix of every code (a test checks each code has one). Issues (`findings/issues.py`), the
+
+# The fix of every code (a test checks each code has one). Issues (`diagnosis/issues.py`), the
 # CLI, the reports and docs/findings.md take it from here.
 _FIXES: dict[str, Fix] = {
     # -- shard integrity
@@ -1119,6 +1240,45 @@ _FIXES: dict[str, Fix] = {
         "(`--kv-cache-dtype fp8`) or on more GPUs",
     ),
     "fit-config-invalid": Fix("review", "fix config.json from the model's release"),
+    # -- serving engines
+    "engine-weight-unmapped": Fix(
+        "review",
+        "rename or drop the tensor the engine names, or fix config.json's architecture or "
+        "quantization_config",
+    ),
+    "engine-shape-mismatch": Fix(
+        "re-export", "re-export the tensor with the engine's shape, or fix config.json"
+    ),
+    "engine-weight-missing": Fix(
+        "restore", "restore the tensor (`ckpt-inspect repair --from REF`) or re-export it"
+    ),
+    "engine-load-failed": Fix(
+        "review", "read the engine's message: it names what it could not use"
+    ),
+    "engine-quant-unsupported": Fix(
+        "review",
+        "serve on a GPU the scheme supports, with another engine, or from a checkpoint "
+        "quantized with a supported scheme",
+    ),
+    "engine-quant-fallback": Fix("review", "nothing to fix; a newer GPU runs the scheme natively"),
+    "gguf-tensor-missing": Fix("re-export", "re-convert the GGUF from the complete model"),
+    "gguf-tensor-unexpected": Fix(
+        "re-export",
+        "re-convert with the llama.cpp the file is meant for, or fix {arch}.block_count",
+    ),
+    "gguf-convert-unmapped": Fix(
+        "review", "remove or rename the tensors, or fix config.json's architectures"
+    ),
+    "tied-head-differs": Fix(
+        "review",
+        "set tie_word_embeddings to false in config.json if the stored head is the trained "
+        "one; otherwise drop the stored lm_head",
+    ),
+    "draft-target-mismatch": Fix("review", "use the draft trained for this target"),
+    "draft-mapping-invalid": Fix("re-export", "re-export the draft with its d2t / t2d mapping"),
+    "draft-head-from-target": Fix(
+        "review", "nothing to fix; serve it with the target it was trained for"
+    ),
 }
 
 for _code in Code:

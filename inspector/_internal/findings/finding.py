@@ -13,12 +13,12 @@ there are and where. The full lists are always in the tables.
 from __future__ import annotations
 
 import re
-import reprlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import examples, fold_ranges
 from inspector._internal.findings.codes import (
     CODE_HELP,
     CODES,
@@ -40,7 +40,6 @@ __all__ = [
     "FoldPolicy",
     "Severity",
     "besides",
-    "examples",
     "findings_per_file",
     "findings_to_frame",
     "fold",
@@ -48,10 +47,8 @@ __all__ = [
     "fold_findings",
     "fold_listed",
     "fold_modules",
-    "fold_ranges",
     "make_finding",
     "severity_rank",
-    "short_repr",
     "sort_findings",
 ]
 
@@ -316,57 +313,3 @@ def findings_per_file(findings: Iterable[Finding], files: Iterable[str]) -> dict
         for name in named:
             counts[name] += 1
     return counts
-
-
-def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:
-    """'0-3, 7, 9-511': sorted unique ints folded into ranges, at most `limit` pieces."""
-    ordered = sorted(set(values))
-    pieces: list[str] = []
-    if ordered:
-        start = prev = ordered[0]
-        for v in ordered[1:]:
-            if v == prev + 1:
-                prev = v
-            else:
-                pieces.append(_piece(start, prev))
-                start = prev = v
-        pieces.append(_piece(start, prev))
-    if len(pieces) > limit:
-        return ", ".join(pieces[:limit]) + f", ... ({len(pieces) - limit} more ranges)"
-    return ", ".join(pieces)
-
-
-def _piece(start: int, end: int) -> str:
-    return str(start) if start == end else f"{start}-{end}"
-
-
-def examples(items: Sequence[str], *, limit: int = 3) -> str:
-    """'a, b, c and 12 more': the first few of a long list (of names), for messages; each
-    through `legible`."""
-    first = ", ".join(map(legible, items[:limit]))
-    rest = len(items) - limit
-    return f"{first} and {rest} more" if rest > 0 else first
-
-
-# Values from checkpoint files quoted in messages: bounded, so a finding never echoes much of
-# a file and never walks a whole (possibly shared, deep) structure to print it.
-_SHORT = reprlib.Repr()
-_SHORT.maxlevel = 3
-_SHORT.maxtuple = _SHORT.maxlist = _SHORT.maxset = _SHORT.maxfrozenset = 6
-_SHORT.maxdict = 4
-_SHORT.maxstring = _SHORT.maxother = 80
-_SHORT.maxlong = 40
-
-
-def short_repr(value: Any, *, limit: int = 200) -> str:
-    """A bounded description of an untrusted value: visits at most a few hundred nodes
-    whatever its size, depth or sharing (`str()` of a pickled DAG takes exponential time).
-    A string is shown as a name is (`inspector._internal.common.display.legible`: head and tail,
-    control characters escaped)."""
-    if type(value) is str:
-        return legible(value, limit=limit)
-    try:
-        text = _SHORT.repr(value)
-    except Exception as exc:  # a hostile __repr__ cannot exist (nothing is imported), but
-        text = f"<{type(value).__name__}: {type(exc).__name__}>"  # never let one escape
-    return text if len(text) <= limit else text[: limit - 3] + "..."

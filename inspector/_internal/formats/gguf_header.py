@@ -622,6 +622,15 @@ def read_gguf(reader: ByteSource, *, cap: int = GGUF_HEADER_CAP) -> GgufHeader:
         # gguf_init_from_file_impl: no empty key, no key twice (compared as bytes)
         if not raw:
             raise GgufError(f"has an empty metadata key (entry {i:,}); llama.cpp refuses it")
+        # gguf_find_key compares keys with strcmp: a key holding a NUL byte is, to llama.cpp,
+        # the key its bytes before the NUL spell (`general.alignment\0x` is the alignment),
+        # while a whole-key reader (gguf-py, this one) sees another key.
+        if b"\0" in raw:
+            seen = raw.split(b"\0", 1)[0].decode("utf-8", "replace")
+            raise GgufError(
+                f"has metadata key '{_short(key)}' holding a NUL byte; llama.cpp reads it as "
+                f"'{_short(seen)}', other readers as another key"
+            )
         if raw in raw_keys:
             raise GgufError(
                 f"has metadata key '{_short(key)}' twice; llama.cpp refuses a duplicate key"

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from inspector._internal.common.display import legible
-from inspector._internal.findings.finding import FOLD, Finding, examples, make_finding
+from inspector._internal.common.text import examples
+from inspector._internal.findings.finding import FOLD, Finding, make_finding
 from inspector._internal.formats.bin_shard import open_columns
 from inspector._internal.formats.gguf_header import (
     GGML_TYPES,

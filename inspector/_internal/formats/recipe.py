@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.common.text import short_repr
 
 __all__ = ["RECIPE_CAP", "QuantModifier", "parse_recipe"]
 
@@ -60,8 +60,10 @@ def parse_recipe(data: bytes) -> tuple[tuple[QuantModifier, ...], str | None]:
                 if key == "QuantizationModifier" and isinstance(value, dict):
                     modifier = _modifier(where, value)
                     if modifier is None:
-                        return (), f"has a QuantizationModifier at {where or 'the top'} "
-                        "whose targets, ignore or config_groups are not lists of names"
+                        return (), (
+                            f"has a QuantizationModifier at {where or 'the top'} "
+                            "whose targets, ignore or config_groups are not lists of names"
+                        )
                     found.append(modifier)
                 elif isinstance(value, dict) and len(below) < _MAX_NODES:
                     below.append((f"{where}/{key}".strip("/"), value))

@@ -1,30 +1,32 @@
 """Reading tensor data, only when a user asks for it (`--deep`, `diff --data`, tensor hashes,
 consolidation's verification).
 
-Files are opened through the checkpoint's storage (the scan's rules apply). A tensor is
-streamed in blocks of at most 1 MiB (`blocks`: one buffer reused block after block, so memory
-stays bounded by the block, not by the tensor); local shards are read with `preadv` straight
-into it, remote ones with ranged reads (8 MiB each, several in flight). Nothing is
-memory-mapped: a file another process cuts short while it is read then gives a short read,
-an `OSError` naming the byte where the file ended (`FileShrankError`), where a map would kill
-the process with SIGBUS. DCP tensors are assembled from their chunks, one tensor at a time.
-A strided `.bin` view (a transposed or sliced tensor `torch.save` kept as it was) is gathered
-from its storage record element by element into row-major order: exactly the elements the
-view covers, what `torch.load(...).contiguous()` holds; only the byte runs holding them are
-read. Every range is checked against the file size before it is touched.
+Files are opened through the checkpoint's storage (the scan's rules apply). This module sees
+the storage and the header columns only, never the scanned checkpoint: which copy of a name
+is "the" tensor is decided above it (`checkpoint.loaded.tensor_data` builds a `TensorData`).
+
+A tensor is streamed in blocks of at most 1 MiB (`blocks`: one buffer reused block after block,
+so memory stays bounded by the block, not by the tensor); local shards are read with `preadv`
+straight into it, remote ones with ranged reads (8 MiB each, several in flight). Nothing is
+memory-mapped: a file another process cuts short while it is read then gives a short read, an
+`OSError` naming the byte where the file ended (`FileShrankError`), where a map would kill the
+process with SIGBUS. DCP tensors are assembled from their chunks, one tensor at a time. A
+strided `.bin` view (a transposed or sliced tensor `torch.save` kept as it was) is gathered
+from its storage record element by element into row-major order: exactly the elements the view
+covers, what `torch.load(...).contiguous()` holds; only the byte runs holding them are read.
+Every range is checked against the file size before it is touched.
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import xxhash
 
-from inspector._internal.checkpoint.scanned import DcpChunk, ScannedCheckpoint
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.bin_shard import data_unread, strides_of
 from inspector._internal.formats.safetensors import ShardHeader
@@ -36,6 +38,7 @@ Entry = tuple[str, str, tuple[int, ...], Iterator[memoryview]]
 
 __all__ = [
     "TENSOR_HASH",
+    "Chunk",
     "Entry",
     "TensorData",
     "blocks_digest",
@@ -145,21 +148,50 @@ def view_runs(
     return list(zip(starts[firsts].tolist(), reach[lasts].tolist(), strict=True))
 
 
+class Chunk(Protocol):
+    """One stored chunk of a DCP tensor, as this module reads it (`checkpoint.scanned.DcpChunk`)."""
+
+    @property
+    def file(self) -> str: ...
+    @property
+    def offsets(self) -> tuple[int, ...]: ...
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+
+
 class TensorData(AbstractContextManager["TensorData"]):
-    """Byte access to the tensors of a scanned checkpoint. Use as a context manager.
+    """Byte access to the tensors of a checkpoint's files. Use as a context manager.
+
+    `storage` opens the files, `shards` are their headers; a DCP tensor is assembled from
+    `chunks` (name -> its chunks) into `full_shapes`; `where` gives, by name, the shard and
+    row of the copy a loader keeps (called once, when a tensor is first asked for by name).
 
     Reads raise nothing: a tensor that cannot be read is None (`tensor_bytes`,
     `tensor_hash`), except the blocks of `shard_entries` and `tensor_blocks`, which raise
     `OSError` when a read fails or comes back short (`FileShrankError`: the file got shorter
     since it was opened), for callers that report why."""
 
-    def __init__(self, scanned: ScannedCheckpoint) -> None:
-        self.scanned = scanned
+    def __init__(
+        self,
+        storage: Storage,
+        shards: Sequence[ShardHeader],
+        *,
+        where: Callable[[], Mapping[str, tuple[ShardHeader, int]]],
+        chunks: Mapping[str, Sequence[Chunk]] | None = None,
+        full_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    ) -> None:
+        self.storage = storage
+        self._shards = {shard.file: shard for shard in shards}
+        self.chunks = chunks or {}
+        self._full_shapes = full_shapes or {}
+        self._find = where
         self._sources: dict[str, _Source | None] = {}
         self._problems: dict[str, str] = {}
-        # Where each tensor is, built when a tensor is first asked for by name (reading
-        # whole shards does not need it).
-        self._where: dict[str, tuple[ShardHeader, int]] | None = None
+        # Where each tensor is (`where`), built when a tensor is first asked for by name
+        # (reading whole shards does not need it).
+        self._where: Mapping[str, tuple[ShardHeader, int]] | None = None
         # Reused by every read (fresh buffers would cost their page faults each time).
         self._buffers: dict[tuple[str, int], memoryview] = {}
 
@@ -235,16 +267,13 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     def _locate(self, name: str) -> _Run | Iterable[memoryview] | None:
         """Where the tensor's bytes are: one run of a file, or (DCP, strided views) its bytes
-        to be assembled or gathered; None when it is not found or lies outside its file."""
-        dcp = self.scanned.dcp
-        if dcp is not None and name in dcp.chunks:
-            whole = self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
+        to be assembled or gathered; None when it is not found or lies outside its file. Of
+        a name several shards hold, the copy a loader keeps (`where`)."""
+        if name in self.chunks:
+            whole = self._assemble(name, self.chunks[name], self._full_shapes[name])
             return None if whole is None else (whole,)
         if self._where is None:
-            self._where = {}
-            for shard in self.scanned.shards:
-                for i, tensor in enumerate(shard.names):
-                    self._where.setdefault(tensor, (shard, i))
+            self._where = self._find()
         where = self._where.get(name)
         if where is None:
             return None
@@ -270,7 +299,7 @@ class TensorData(AbstractContextManager["TensorData"]):
             return None
 
     def _assemble(
-        self, name: str, chunks: Sequence[DcpChunk], shape: tuple[int, ...]
+        self, name: str, chunks: Sequence[Chunk], shape: tuple[int, ...]
     ) -> memoryview | None:
         bits = DTYPE_BITS.get(chunks[0].dtype)
         if bits is None or bits % 8:
@@ -278,7 +307,7 @@ class TensorData(AbstractContextManager["TensorData"]):
         item = bits // 8
         full = np.zeros((*shape, item), dtype=np.uint8)
         for chunk in chunks:
-            shard = self.scanned.shard(chunk.file)
+            shard = self._shards.get(chunk.file)
             idx = shard.names.index(name) if shard is not None and name in shard.names else -1
             source = self._source(chunk.file) if idx >= 0 else None
             if source is None or shard is None:
@@ -305,8 +334,7 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     def _source(self, file: str) -> _Source | None:
         if file not in self._sources:
-            storage = self.scanned.location.storage
-            source = _open_source(storage, file)
+            source = _open_source(self.storage, file)
             if isinstance(source, str):
                 self._problems[file] = source
                 source = None

@@ -2,11 +2,12 @@
 
 An `Accumulator` takes raw little-endian bytes of one tensor (a whole tensor, a block of it, or
 sampled windows), decodes them (`inspector._internal.formats.value_decode`) and keeps running
-sums: count, sum and sum of squares (float64), min, max, zeros, NaN and Inf counts. Accumulators
-of the blocks of one tensor merge. The signatures of never-written memory (share of subnormals,
-of huge magnitudes, of the most common raw word) are estimated on an evenly strided subsample of
-every block (at most `_SUBSAMPLE` words each), which is exact for small tensors and within a
-percent for large ones; the sums and counts are exact over all the bytes given.
+sums: count, sum and sum of squares (float64), min, max, zeros, NaN and Inf counts. The partial
+records of one tensor's chunks or files add up (`value_segments.finish`). The signatures of
+never-written memory (share of subnormals, of huge magnitudes, of the most common raw word) are
+estimated on an evenly strided subsample of every block (at most `_SUBSAMPLE` words each), which
+is exact for small tensors and within a percent for large ones; the sums and counts are exact
+over all the bytes given.
 
 Work is done in cache-sized pieces (`_PIECE` elements): the handful of passes over each
 piece hit the CPU cache, which keeps a full read close to the speed of a bare sum.
@@ -118,21 +119,6 @@ class Accumulator:
         self.zeros += len(x) - int(np.count_nonzero(x))
         self.low = min(self.low, float(x.min()))
         self.high = max(self.high, float(x.max()))
-
-    def merge(self, other: Accumulator) -> None:
-        """Add another accumulator of the same tensor (another chunk or file)."""
-        self.count += other.count
-        self.finite += other.finite
-        self.total += other.total
-        self.squares += other.squares
-        self.low = min(self.low, other.low)
-        self.high = max(self.high, other.high)
-        self.zeros += other.zeros
-        self.nan += other.nan
-        self.inf += other.inf
-        self.nonzero_bytes = self.nonzero_bytes or other.nonzero_bytes
-        for words in other.words:
-            self._keep(words)
 
     def partial(self) -> dict[str, float | int | bool]:
         """This tensor's partial record (the columns of

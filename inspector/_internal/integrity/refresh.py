@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.execution.atomic import write_atomic
 from inspector._internal.integrity.hashing import hash_files, list_files, tensor_spans, tensors_of
 from inspector._internal.integrity.manifest import (
     MANIFEST_CAP,
@@ -27,7 +27,7 @@ from inspector._internal.integrity.manifest import (
     manifest_bytes,
     parse_manifest,
 )
-from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import LocalStorage, Storage, TooLargeError
 from inspector.errors import CannotInspectError, UnsafeFileError
 

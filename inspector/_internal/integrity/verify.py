@@ -22,20 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.common.text import examples, plural
+from inspector._internal.execution.atomic import write_atomic
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.codes import Code, Severity, code_of
-from inspector._internal.findings.finding import (
-    Finding,
-    examples,
-    fold_by_file,
-    make_finding,
-    sort_findings,
-)
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding, fold_by_file, make_finding, sort_findings
 from inspector._internal.integrity.hashing import (
     FileDigest,
     Listing,
@@ -56,8 +51,7 @@ from inspector._internal.integrity.manifest import (
 )
 from inspector._internal.integrity.verified import record_verification
 from inspector._internal.layouts._common import read_capped
-from inspector._internal.plans.atomic import write_atomic
-from inspector._internal.plans.ranks import Distributed
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     Location,
     RemoteOptions,
@@ -679,7 +673,7 @@ class _Run:
             elif a is not None and b is not None:
                 held = copies.get(name)
                 if held:
-                    self._duplicate(name, held, layer, expert)
+                    self._duplicate(name, held, a.file, layer, expert)
                 # Every copy a loader may keep is judged, the one transformers keeps last.
                 for copy in [c for c in held or () if c.file != a.file] + [a]:
                     self._judge(name, copy, b, layer, expert, beside=copy is not a)
@@ -690,6 +684,7 @@ class _Run:
         self,
         name: str,
         held: Sequence[TensorRecord],
+        kept: str,
         layer: int | None,
         expert: int | None,
     ) -> None:
@@ -698,8 +693,8 @@ class _Run:
             make_finding(
                 Code.DUPLICATE_TENSOR,
                 f"'{legible(name)}' is in {len(files)} shards a loader reads "
-                f"({examples(files)}): transformers keeps the copy in {legible(files[-1])} "
-                "(the last in name order, whatever the index points to), huggingface_hub's "
+                f"({examples(files)}): transformers keeps the copy in {legible(kept)} "
+                "(the last it reads, whatever the index points to), huggingface_hub's "
                 "load_torch_model any of them; each copy is compared with "
                 f"{self.source.label}; keep one copy",
                 file=files[0],

@@ -25,7 +25,8 @@ from inspector._internal.common.columns import Coded, frozen
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME, RECIPE_NAME
 from inspector._internal.common.progress import track
-from inspector._internal.findings.finding import FOLD, examples, short_repr
+from inspector._internal.common.text import examples, short_repr
+from inspector._internal.findings.finding import FOLD
 from inspector._internal.formats.recipe import RECIPE_CAP, QuantModifier, parse_recipe
 from inspector._internal.formats.safetensors import (
     DEFAULT_HEADER_CAP,

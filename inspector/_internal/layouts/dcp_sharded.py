@@ -54,8 +54,7 @@ from inspector._internal.common.filenames import (
     INDEX_NAME,
 )
 from inspector._internal.common.gc import gc_paused
-from inspector._internal.findings.finding import examples, short_repr
-from inspector._internal.findings.words import plural
+from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP, ShardHeader, read_shard
 from inspector._internal.layouts._common import (
     ConfigFiles,

@@ -38,7 +38,7 @@ from inspector._internal.common.filenames import (
     TORCH_DIST_METADATA_JSON,
 )
 from inspector._internal.common.gc import gc_paused
-from inspector._internal.findings.finding import examples, short_repr
+from inspector._internal.common.text import examples, short_repr
 from inspector._internal.formats.pickle_guard import audit_torch_save
 from inspector._internal.formats.safe_pickle import (
     Dims,

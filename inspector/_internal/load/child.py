@@ -10,12 +10,16 @@ How: `start_verdict_process()` starts one child per process, or the first reques
 dashboard asks once its Overview is sent; started with the scan, the child's imports slowed
 the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder. The child
 scans the folder itself (passing the scan would mean pickling it) and answers with the
-verdict and a digest of what the verdict read: the layout, config.json, the quantization
-config, the JSON files found, the index's shard set, and every shard's names, dtypes and
-shapes. When the digest is not the one of the caller's scan, the folder changed in between,
-and the verdict says so instead of answering for other files. The child is kept for the next
-verdict (a re-scan after a repair finds its model cached) and ends with this process (its
-requests pipe closes).
+verdict and a digest of what the verdict read (`verdict_digest`: the layout, config.json,
+the quantization config, the JSON files found, the index's shard set, and every shard's
+names, dtypes, shapes and spans). When the digest is not the one of the caller's scan, the folder
+changed in between, and the verdict says so instead of answering for other files. The child is kept
+for the next verdict (a re-scan after a repair finds its model cached) and ends with this process
+(its requests pipe closes).
+
+A verdict known without building the model (a skip the files decide, or the verdict kept in
+the user's cache, `inspector._internal.load.cache`) is given without asking the child, which
+is then never started; the child keeps each verdict it computes in that same cache.
 
 The answer is read as untrusted data: the child ran transformers on an untrusted config (and,
 with `trust_remote_code`, the folder's own code), so it is JSON, capped in size and time, and
@@ -27,7 +31,6 @@ Windows (where a pipe cannot be waited on with a deadline), gets the verdict in 
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import selectors
 import subprocess
@@ -35,29 +38,34 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import orjson
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
+from inspector._internal.load.cache import CACHE_ENV, cache_root
 from inspector._internal.load.verdict import (
     LOADABLE_LAYOUTS,
     LoadVerdict,
+    known_verdict,
     load_verdict,
     prepare_load_check,
+    verdict_digest,
 )
+from inspector._internal.scan.entry import scan
 from inspector.errors import InspectorError
 
 __all__ = [
     "VERDICT_SECONDS",
     "NoAnswer",
+    "VerdictProcess",
     "read_answer",
+    "read_capped_line",
     "start_verdict_process",
     "verdict_apart",
-    "verdict_digest",
 ]
 
 # How long a verdict may take in the child before it is ended (the 671B DeepSeek-V3 config
@@ -71,40 +79,36 @@ _ANSWER_CAP = 512 << 20
 _NICENESS = 5
 
 
-def verdict_digest(scanned: ScannedCheckpoint) -> str:
-    """A digest of everything `load_verdict` reads from `scanned` (see the module docstring)."""
-    h = hashlib.sha256()
-
-    def add(value: Any) -> None:
-        h.update(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str))
-        h.update(b"\0")
-
-    add([str(scanned.layout), scanned.config, scanned.quant_config, sorted(scanned.json_files)])
-    index = scanned.index
-    add(None if index is None else sorted(set(index.weight_map.values())))
-    for shard in scanned.shards:
-        add([shard.file, shard.readable, list(shard.names), shard.dtypes, shard.shapes])
-    return h.hexdigest()
-
-
 def start_verdict_process() -> None:
     """Start the child now (when it is not running), so that it imports torch and
     transformers before the first request."""
     _CHILD.start()
 
 
-def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False) -> LoadVerdict:
+def verdict_apart(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
+) -> LoadVerdict:
     """`load_verdict(scanned)`, computed in the child for a local folder of a layout the check
-    runs on; in this process otherwise. A bug in the child is raised here as RuntimeError
-    with the child's traceback; a child that crashed or ran out of time gives a skipped
-    verdict that says so."""
+    runs on; in this process otherwise. A verdict known without building the model (a skip
+    the files decide, or with `cache` the one kept in the user's cache: `known_verdict`) is
+    given at once, and no child is started for it. The child keeps what it computes in the
+    same cache (`cache` as in `load_verdict`). A bug in the child is raised here as
+    RuntimeError with the child's traceback; a child that crashed or ran out of time gives a
+    skipped verdict that says so."""
+    known = known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
+    if known is not None:
+        return known
     folder = scanned.local_path
     if folder is None or scanned.layout not in LOADABLE_LAYOUTS or sys.platform == "win32":
-        return load_verdict(scanned, trust_remote_code=trust_remote_code)
+        return load_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
     request = {
         "path": str(folder),
         "layout": str(scanned.layout),
         "trust_remote_code": trust_remote_code,
+        # The child keeps its verdict where this process looks (it may have been started
+        # under another setting of the variable).
+        "cache": cache,
+        "cache_dir": str(cache_root()),
     }
     try:
         answer = _CHILD.ask(request)
@@ -126,12 +130,27 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     return verdict
 
 
-class _Child:
-    """One child interpreter and its two pipes; one request at a time."""
+class VerdictProcess:
+    """One child interpreter running `module`, kept for the next request, and its two pipes;
+    one request at a time. `env` turns this process's environment into the child's;
+    `what` names the check in messages; `seconds` and `cap` (bytes) bound each answer."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        module: str,
+        *,
+        what: str,
+        seconds: float,
+        env: Callable[[dict[str, str]], dict[str, str]] | None = None,
+        cap: int = _ANSWER_CAP,
+    ) -> None:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
+        self.command = [sys.executable, "-m", module]
+        self.what = what
+        self.seconds = seconds
+        self._env = env
+        self._cap = cap
 
     def start(self) -> None:
         """Start the child unless it runs. Never waits: while a request holds the lock, the
@@ -154,11 +173,11 @@ class _Child:
         path = os.environ.get("PYTHONPATH")
         env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "inspector._internal.load.child"],
+            self.command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            env=env,
+            env=env if self._env is None else self._env(env),
             close_fds=True,
         )
         return self._process
@@ -171,17 +190,17 @@ class _Child:
             try:
                 process = self._started()
             except OSError as exc:
-                raise NoAnswer(f"the load check's process could not start: {exc}") from None
+                raise NoAnswer(f"{self.what}'s process could not start: {exc}") from None
             assert process.stdin is not None and process.stdout is not None
             try:
                 process.stdin.write(orjson.dumps(request) + b"\n")
                 process.stdin.flush()
-                line = _read_line(process.stdout, deadline=time.monotonic() + VERDICT_SECONDS)
+                line = read_capped_line(process.stdout, seconds=self.seconds, cap=self._cap)
             except (OSError, TimeoutError) as exc:
                 self._end(process)
-                raise NoAnswer(_why_ended(process, exc)) from None
+                raise NoAnswer(_why_ended(process, exc, self.what)) from None
             try:
-                return read_answer(line)
+                return read_answer(line, what=self.what)
             except NoAnswer:
                 self._end(process)
                 raise
@@ -197,21 +216,22 @@ class _Child:
                 self._end(self._process)
 
 
-def read_answer(line: bytes) -> dict[str, Any]:
-    """The child's answer line as a dict (see `_Child.ask`); `NoAnswer` when it is not one
-    JSON object."""
+def read_answer(line: bytes, *, what: str = "the load check") -> dict[str, Any]:
+    """The child's answer line as a dict (see `VerdictProcess.ask`); `NoAnswer` when it is
+    not one JSON object."""
     try:
         answer = orjson.loads(line)
     except orjson.JSONDecodeError:
         answer = None
     if not isinstance(answer, dict):
-        raise NoAnswer("the load check's process answered with no verdict")
+        raise NoAnswer(f"{what}'s process answered with no verdict")
     return answer
 
 
-def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
-    """One line from `stream` (the child's answer), at most `_ANSWER_CAP` bytes, by
-    `deadline`; TimeoutError past it, OSError when the child ended first."""
+def read_capped_line(stream: IO[bytes], *, seconds: float, cap: int = _ANSWER_CAP) -> bytes:
+    """One line from `stream` (a child's answer), at most `cap` bytes, within `seconds`;
+    TimeoutError past it, OSError when the child ended first."""
+    deadline = time.monotonic() + seconds
     fd = stream.fileno()
     chunks: list[bytes] = []
     size = 0
@@ -220,7 +240,7 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
-                raise TimeoutError(f"no answer within {VERDICT_SECONDS:g} s")
+                raise TimeoutError(f"no answer within {seconds:g} s")
             chunk = os.read(fd, 1 << 20)
             if not chunk:
                 raise OSError("its process ended without an answer")
@@ -228,14 +248,14 @@ def _read_line(stream: IO[bytes], *, deadline: float) -> bytes:
             size += len(chunk)
             if chunk.endswith(b"\n"):
                 return b"".join(chunks)
-            if size > _ANSWER_CAP:
-                raise OSError(f"its answer was larger than {_ANSWER_CAP >> 20} MiB")
+            if size > cap:
+                raise OSError(f"its answer was larger than {cap >> 20} MiB")
 
 
-def _why_ended(process: subprocess.Popen[bytes], exc: BaseException) -> str:
+def _why_ended(process: subprocess.Popen[bytes], exc: BaseException, what: str) -> str:
     code = process.poll()
     status = f" (exit status {code})" if code is not None and code != -9 else ""
-    return f"the load check's process gave no verdict: {exc}{status}"
+    return f"{what}'s process gave no verdict: {exc}{status}"
 
 
 class NoAnswer(Exception):
@@ -243,7 +263,9 @@ class NoAnswer(Exception):
     answered, or answered something else than one JSON object; the message says which."""
 
 
-_CHILD = _Child()
+_CHILD = VerdictProcess(
+    "inspector._internal.load.child", what="the load check", seconds=VERDICT_SECONDS
+)
 atexit.register(_CHILD.close)
 
 
@@ -263,8 +285,9 @@ def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
                 why = f"the folder could not be read again: {exc}"
                 answer = {"digest": None, "verdict": LoadVerdict(skipped=why).to_dict()}
             else:
-                trust = bool(request["trust_remote_code"])
-                verdict = load_verdict(scanned, trust_remote_code=trust)
+                os.environ[CACHE_ENV] = str(request["cache_dir"])
+                trust, cache = bool(request["trust_remote_code"]), bool(request["cache"])
+                verdict = load_verdict(scanned, trust_remote_code=trust, cache=cache)
                 answer = {"digest": verdict_digest(scanned), "verdict": verdict.to_dict()}
         except Exception:
             answer = {"error": traceback.format_exc(limit=20)}

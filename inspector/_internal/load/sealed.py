@@ -56,7 +56,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.common.text import short_repr
 
 __all__ = ["REFUSED_EVENT", "Refused", "Seal", "import_from_folder", "sealed"]
 

@@ -22,12 +22,18 @@ no config, an architecture transformers does not know, remote code not allowed, 
 transformers cannot build) the verdict is `skipped` with the reason, and gives no finding.
 
 The meta model is cached per (architecture, config) within a process: the 671B DeepSeek-V3
-config builds in about a second, and `check` followed by `report` needs it twice.
+config builds in about a second, and `check` followed by `report` needs it twice. The verdict
+itself is kept in the user's cache (`inspector._internal.load.cache`), keyed by everything
+that decides it (`verdict_key`: the digest of what it reads, `verdict_digest`; the options;
+the folder's own code when it may run; the versions and the tool's code), so that the next
+`check`, `report` or dashboard of the same checkpoint imports neither torch nor
+transformers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import logging
 import warnings
@@ -35,13 +41,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from functools import lru_cache
-from itertools import islice
-from pathlib import Path, PurePosixPath
+from itertools import islice, repeat
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+import numpy as np
 import orjson
 
+from inspector._internal.checkpoint.loaded import kept_copies, kept_signatures
 from inspector._internal.checkpoint.parameters import (
     PARAMETER_RULE,
     count_parameters,
@@ -54,8 +63,9 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import MAX_EXPERTS, MAX_LAYER_EXPERTS, MAX_LAYERS
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.gc import gc_paused
+from inspector._internal.common.text import short_repr
 from inspector._internal.common.units import format_count
-from inspector._internal.findings.finding import short_repr
+from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.quant import quantization_view
 from inspector._internal.load.sealed import import_from_folder, sealed
 from inspector._internal.load.stored import LoadSkipped, ShapeMismatch, Stored
@@ -66,11 +76,16 @@ if TYPE_CHECKING:
 __all__ = [
     "LOADABLE_LAYOUTS",
     "LoadVerdict",
+    "bounded_config",
     "clear_model_cache",
+    "known_verdict",
     "load_verdict",
     "prepare_load_check",
     "stored_files",
     "stored_tensors",
+    "torch_dtype",
+    "verdict_digest",
+    "verdict_key",
 ]
 
 # Layouts a loader reads as they are. DCP-sharded folders and Megatron torch_dist are
@@ -296,7 +311,8 @@ def _sequence(value: object) -> list[Any]:
 
 def _items(data: Mapping[str, Any], name: str, kind: type) -> list[Any]:
     items = _field(data, name, list)
-    if not all(isinstance(v, kind) for v in items):
+    # One C-level pass: a kept verdict lists ~300,000 quantization tensors at 300k tensors.
+    if not all(map(isinstance, items, repeat(kind))):
         raise ValueError(f"load verdict field {name!r}: expected a list of {kind.__name__}")
     return items
 
@@ -331,16 +347,31 @@ def _optional(value: object, kind: type) -> Any:
     return _integer(value) if kind is int else _text(value)
 
 
-def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False) -> LoadVerdict:
+def load_verdict(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
+) -> LoadVerdict:
     """The model code's verdict on `scanned` (see the module docstring).
 
     `trust_remote_code` lets a config whose architecture transformers does not ship use the
     modelling code in the checkpoint folder (`auto_map`); code from anywhere else is never
     fetched. The model built for a config is cached for the rest of the process.
+
+    `cache` (default) takes the verdict kept in the user's cache for exactly this checkpoint
+    content, these options and this environment, when there is one (no torch, no
+    transformers imported), and keeps a computed one there; `cache=False` computes it again
+    and replaces the kept one (`--no-cache`). See `inspector._internal.load.cache`.
     """
     architecture = _architecture(scanned.config)
     try:
         _precondition(scanned, architecture)
+    except LoadSkipped as why:  # decided by the files alone, at no cost: never kept
+        return LoadVerdict(architecture=architecture, skipped=str(why))
+    key = verdict_key(scanned, trust_remote_code=trust_remote_code)
+    if cache and key is not None:
+        found = _kept(key, architecture)
+        if found is not None:
+            return found
+    try:
         # Hundreds of thousands of small tuples, all kept: the collector's passes over them
         # would cost more than the work (see inspector._internal.common.gc).
         with gc_paused():
@@ -350,9 +381,148 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
             # private temp folder (inspector._internal.load.sealed).
             with sealed():
                 built = _built(architecture, scanned.config, scanned.local_path, trust_remote_code)
-                return _verdict(scanned, architecture, built, quant, stored)
+                verdict = _verdict(scanned, architecture, built, quant, stored)
+    except LoadSkipped as why:
+        verdict = LoadVerdict(architecture=architecture, skipped=str(why))
+        if _passing(why):
+            return verdict
+    if key is not None:
+        verdict_cache.keep(key, verdict.to_dict())
+    return verdict
+
+
+def known_verdict(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
+) -> LoadVerdict | None:
+    """The verdict of `scanned` when no model needs building: a skip its files decide (no
+    config, a layout loaders do not read...) or, with `cache`, the verdict kept in the
+    user's cache; None when `load_verdict` would build the model. Imports neither torch nor
+    transformers (the dashboard then starts no process for the verdict)."""
+    architecture = _architecture(scanned.config)
+    try:
+        _precondition(scanned, architecture)
     except LoadSkipped as why:
         return LoadVerdict(architecture=architecture, skipped=str(why))
+    key = verdict_key(scanned, trust_remote_code=trust_remote_code) if cache else None
+    return None if key is None else _kept(key, architecture)
+
+
+def _kept(key: Mapping[str, Any], architecture: str | None) -> LoadVerdict | None:
+    """The verdict kept for `key`, checked field by field like any other answer from outside
+    this process (`LoadVerdict.from_dict`); None for no entry or one that does not pass."""
+    # Hundreds of thousands of strings, all kept: no collector passes over them meanwhile
+    # (see inspector._internal.common.gc).
+    with gc_paused():
+        data = verdict_cache.kept(key)
+        if data is None:
+            return None
+        try:
+            verdict = LoadVerdict.from_dict(data)
+        except ValueError:
+            return None
+    return verdict if verdict.architecture == architecture else None
+
+
+def _passing(why: LoadSkipped) -> bool:
+    """A skip this machine's state caused (memory, a file that could not be read, the
+    recursion depth, a refused act of the seal): another run may not meet it, so it is
+    not kept."""
+    seen: set[int] = set()
+    cause = why.__cause__ or why.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, MemoryError | OSError | RecursionError):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
+def verdict_key(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
+) -> dict[str, Any] | None:
+    """What decides the verdict of `scanned` besides the environment (versions and the tool's
+    code, `inspector._internal.load.cache.environment`): the digest of what the verdict reads
+    (`verdict_digest`), `trust_remote_code`, whether the folder is local (a remote checkpoint's
+    code is never run) and, when its code may run, the digest of the folder's Python files
+    (`inspector._internal.load.cache.code_digest`). The checkpoint's path is not part of it: a
+    copy has the verdict of its original. None when the folder's code is too large to digest
+    (then nothing is kept)."""
+    folder = scanned.local_path
+    code = None
+    if trust_remote_code and folder is not None:
+        code = verdict_cache.code_digest(folder)
+        if code is None:
+            return None
+    return {
+        "reads": verdict_digest(scanned),
+        "trust_remote_code": trust_remote_code,
+        "local": folder is not None,
+        "code": code,
+    }
+
+
+def verdict_digest(scanned: ScannedCheckpoint) -> str:
+    """A SHA-256 of everything `load_verdict` reads of `scanned`: the layout, config.json
+    and the quantization config (exactly, in file order: which `auto_map` entry names the
+    model depends on it), the names of the JSON files found, the index's file and its set of
+    shards as spelled (their sorted spellings order the reads: `checkpoint.loaded`), and
+    every shard's file, readability, tensor names, dtypes, shapes and byte spans (the spans
+    tell a `.bin` file's tied weights, which the stored parameter count counts once).
+    Computed once per scan.
+
+    The dashboard's child answers with the digest of its own scan, compared with this one
+    (`inspector._internal.load.child`); the verdict cache is keyed by it (`verdict_key`).
+    Every part goes in framed: JSON values (integers of any size exactly) and little-endian
+    arrays whose lengths go first, so two scans that differ never hash the same bytes."""
+    return scanned.derived("verdict-digest", lambda: _digest(scanned))
+
+
+def _digest(scanned: ScannedCheckpoint) -> str:
+    h = hashlib.sha256()
+
+    def add(value: Any) -> None:
+        h.update(_JSON.encode(value))
+        h.update(b"\0")
+
+    index = scanned.index
+    add(
+        [
+            str(scanned.layout),
+            scanned.config,
+            scanned.quant_config,
+            sorted(scanned.json_files),
+            # The files entries name, from the index's coded column (building its weight
+            # map of 300,000 names would cost more than the whole digest).
+            None if index is None else sorted(index.files.used()),
+            # Which index it is: transformers reads `pytorch_model.bin` alone beside a .bin
+            # index, not beside a safetensors one (`checkpoint.loaded.alone`).
+            None if index is None else index.file,
+            len(scanned.shards),
+        ]
+    )
+    for shard in scanned.shards:
+        dtype, shape = shard.dtype, shard.shape
+        columns = (dtype.codes, shape.codes, shard.begins, shard.ends)
+        add([shard.file, shard.readable, len(shard.names), [len(c) for c in columns]])
+        add(shard.names)
+        add(dtype.values)
+        add(shape.values)
+        for column, width in zip(columns, ("<i4", "<i4", "<i8", "<i8"), strict=True):
+            h.update(np.ascontiguousarray(column, dtype=width).tobytes())
+    return h.hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """What the digest's JSON encoder is given for a type it does not encode itself: the
+    scan's read-only views of config.json as dicts, numpy integers as ints."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    raise TypeError(f"the verdict digest cannot encode {type(value).__name__}")
+
+
+_JSON = msgspec.json.Encoder(enc_hook=_plain)
 
 
 def prepare_load_check() -> None:
@@ -372,29 +542,15 @@ def clear_model_cache() -> None:
 
 
 def stored_tensors(scanned: ScannedCheckpoint) -> dict[str, Stored]:
-    """The tensors a loader reads, name -> (dtype, shape): every entry of the shards the index
-    names (all shards without an index); of a name two of them hold, the first copy."""
-    wanted = None
-    if scanned.index is not None:
-        wanted = {PurePosixPath(f).as_posix() for f in set(scanned.index.weight_map.values())}
-    shards = [s for s in scanned.shards if s.readable and (wanted is None or s.file in wanted)]
-    out: dict[str, Stored] = {}
-    # Built with C-level zips (300,000 names); later shards first so the first copy wins.
-    for shard in reversed(shards):
-        out.update(
-            zip(shard.names, zip(shard.dtypes, map(tuple, shard.shapes), strict=True), strict=True)
-        )
-    return out
+    """The tensors a loader reads, name -> (dtype, shape): of a name several of the shards
+    it reads hold, the copy transformers keeps (`checkpoint.loaded.kept_signatures`)."""
+    return kept_signatures(scanned)
 
 
 def stored_files(scanned: ScannedCheckpoint, names: Iterable[str]) -> dict[str, str]:
-    """The shard each of `names` is read from (as `stored_tensors` chooses it)."""
-    wanted = set(names)
-    out: dict[str, str] = {}
-    for shard in scanned.shards:
-        for name in wanted.intersection(shard.names):
-            out.setdefault(name, shard.file)
-    return out
+    """The shard each of `names` is read from (the copy `stored_tensors` takes)."""
+    kept = kept_copies(scanned, set(names))
+    return {name: shard.file for name, (shard, _) in kept.items()}
 
 
 # -- preconditions ---------------------------------------------------------------------------
@@ -527,6 +683,18 @@ def _built(
                     "folder's own top-level auto_map, with --trust-remote-code)"
                 ) from None
             raise
+
+
+def bounded_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """config.json as a model builder other than transformers is given it (vLLM's, in
+    `load.engine_child`): within the bounds the load check builds (layers, experts, depth,
+    values), every `auto_map` removed at any depth. ValueError with the reason otherwise."""
+    try:
+        _within_bounds(config)
+        cleaned, _ = _for_transformers(config)
+    except LoadSkipped as why:
+        raise ValueError(str(why)) from None
+    return cleaned
 
 
 # How deep config.json may nest, and how many values it may hold, for the load check to
@@ -962,11 +1130,11 @@ def _finish(model: Any, info: Any) -> None:
 def _meta_tensor(dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
     import torch
 
-    return torch.empty(shape, dtype=_torch_dtype(dtype), device="meta")
+    return torch.empty(shape, dtype=torch_dtype(dtype), device="meta")
 
 
 @lru_cache(maxsize=64)
-def _torch_dtype(dtype: str) -> torch.dtype:
+def torch_dtype(dtype: str) -> torch.dtype:
     import torch
 
     names = {

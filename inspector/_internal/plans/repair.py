@@ -5,7 +5,7 @@ from the `.bin` files' headers).
 
 Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only writer: it
 takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
-(see `inspector._internal.plans.atomic`), re-scans and reports the findings that remain. Tensor data
+(see `execution/atomic.py`), re-scans and reports the findings that remain. Tensor data
 is never touched by an index, sidecar or quant-config repair.
 
 A plan writes only over a file whose role it established (`unowned_target`): the index and
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from inspector._internal.checkpoint.loaded import kept_in, read_order
 from inspector._internal.checkpoint.naming_rules import expert_template
 from inspector._internal.checkpoint.parameters import (
     count_parameters,
@@ -41,7 +42,6 @@ from inspector._internal.checkpoint.quant_config import (
     quantized_modules,
 )
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import (
     IndexDoc,
     LayoutName,
@@ -58,14 +58,15 @@ from inspector._internal.common.filenames import (
     WELL_KNOWN,
     is_well_known,
 )
+from inspector._internal.common.text import examples, plural
+from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR
+from inspector._internal.execution.atomic import apply_writes, folder_lock
 from inspector._internal.findings.codes import Severity
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.issues import INDEX_REBUILT_FOR
-from inspector._internal.findings.words import plural
+from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
-from inspector._internal.plans.atomic import apply_writes, folder_lock
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     EntryKind,
     Location,
@@ -184,6 +185,7 @@ class RepairPlan:
         verdict: LoadVerdict | None = None,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairPreview:
         """Which findings executing this plan would fix (see `preview_repair`)."""
         return preview_repair(
@@ -193,10 +195,16 @@ class RepairPlan:
             verdict=verdict,
             model=model,
             trust_remote_code=trust_remote_code,
+            cache=cache,
         )
 
     def execute(
-        self, *, backup: bool = True, model: bool = True, trust_remote_code: bool = False
+        self,
+        *,
+        backup: bool = True,
+        model: bool = True,
+        trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairResult:
         """Write the plan atomically under the folder lock, then re-scan and re-check.
 
@@ -204,8 +212,8 @@ class RepairPlan:
         output folder, the new files are written there (a file already there is backed up)
         and nothing is re-checked: the checkpoint itself did not change.
 
-        `model` and `trust_remote_code` are as in `check`, for the re-check (`model=False`:
-        the plain rules only, without building the model).
+        `model`, `trust_remote_code` and `cache` are as in `check`, for the re-check
+        (`model=False`: the plain rules only, without building the model).
         """
 
         target = self.output_dir if self.output_dir is not None else self.root
@@ -233,7 +241,9 @@ class RepairPlan:
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
         refresh_manifest(target, written=written)
-        remaining = check(scan(target), model=model, trust_remote_code=trust_remote_code)
+        remaining = check(
+            scan(target), model=model, trust_remote_code=trust_remote_code, cache=cache
+        )
         return RepairResult(written, backup_dir, tuple(remaining))
 
 
@@ -265,18 +275,23 @@ def preview_repair(
     verdict: LoadVerdict | None = None,
     model: bool = True,
     trust_remote_code: bool = False,
+    cache: bool = True,
 ) -> RepairPreview:
     """Which of `findings` (default: `check(scanned, ...)`) the plan fixes, compared by code
     and what they are about (the tensor, else the file; layer, expert), not by message: a
     folded message may change its counts.
 
-    `model`, `trust_remote_code` and `verdict` (the load verdict of `scanned`) are as in
-    `check`. The checkpoint after the plan gets its own verdict when the plan rewrites what a
+    `model`, `trust_remote_code`, `cache` and `verdict` (the load verdict of `scanned`) are
+    as in `check`. The checkpoint after the plan gets its own verdict when the plan rewrites what a
     loader reads (the index names the shards it opens, the quantization config says which
     scales belong); a plan that rewrites only sidecars keeps `verdict`.
     """
 
-    options: dict[str, Any] = {"model": model, "trust_remote_code": trust_remote_code}
+    options: dict[str, Any] = {
+        "model": model,
+        "trust_remote_code": trust_remote_code,
+        "cache": cache,
+    }
     before = list(findings) if findings is not None else check(scanned, verdict=verdict, **options)
     if not plan.writes:
         after = before
@@ -614,6 +629,7 @@ def _choose_files(
     chosen: dict[str, str] = {}
     refused: list[str] = []
     notes: list[str] = []
+    kept: list[str] = []  # names in several shards, one copy chosen
     for name, places in homes.items():
         if len(places) == 1:
             chosen[name] = places[0][0]
@@ -627,9 +643,23 @@ def _choose_files(
                 "the index keeps with --duplicates first|last|index"
             )
             continue
-        pick = _pick(files, old_map.get(name), policy or "index")
-        chosen[name] = pick
-        notes.append(f"'{legible(name)}' is in {examples(files)}; the index keeps {legible(pick)}")
+        chosen[name] = _pick(files, old_map.get(name), policy or "index")
+        kept.append(name)
+    if kept:
+        # What transformers loads from the rebuilt index: every copy in the files it names
+        # is read, the last kept (`checkpoint.loaded`), whichever file an entry names.
+        doc = IndexDoc.from_map(index_name(scanned), chosen)
+        loaded = kept_in(read_order(scanned.shards, doc), kept)
+        for name in kept:
+            pick, holders = chosen[name], [f for f, _, _ in homes[name]]
+            note = f"'{legible(name)}' is in {examples(holders)}; the index keeps {legible(pick)}"
+            used = loaded[name][0].file if name in loaded else pick
+            if used != pick:
+                note += (
+                    f", but transformers loads the copy in {legible(used)} (it reads every "
+                    "file the index names, the last copy kept): remove the other copies"
+                )
+            notes.append(note)
     return chosen, _at_most(refused, "tensors refused"), _at_most(notes, "duplicates")
 
 

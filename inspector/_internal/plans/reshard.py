@@ -19,15 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME
+from inspector._internal.common.text import examples
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, parse_size
-from inspector._internal.findings.finding import examples
-from inspector._internal.integrity.refresh import refresh_manifest
-from inspector._internal.plans.atomic import (
+from inspector._internal.execution.atomic import (
     STAGING,
     apply_renames,
     folder_lock,
@@ -35,6 +33,7 @@ from inspector._internal.plans.atomic import (
     new_backup_dir,
     recover,
 )
+from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import (
@@ -43,6 +42,7 @@ from inspector._internal.plans.repair import (
     read_current_text,
     unowned_target,
 )
+from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 __all__ = ["STAGING", "ReshardPlan", "as_single_chunks", "plan_reshard"]
@@ -104,19 +104,27 @@ class ReshardPlan:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RepairResult:
         """Copy into staging, then swap in one journaled batch; re-scan and re-check.
 
         The retired shards always go to the backup folder (`backup` is accepted for symmetry
-        with other plans): re-sharding never deletes tensor data. `model` and
-        `trust_remote_code` are as in `check`, for the re-check.
+        with other plans): re-sharding never deletes tensor data. `model`,
+        `trust_remote_code` and `cache` are as in `check`, for the re-check.
         """
 
         if self.copy is None:
             return RepairResult(
                 (),
                 None,
-                tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code)),
+                tuple(
+                    check(
+                        scan(self.root),
+                        model=model,
+                        trust_remote_code=trust_remote_code,
+                        cache=cache,
+                    )
+                ),
             )
         with folder_lock(self.root):
             recover(self.root)
@@ -140,7 +148,9 @@ class ReshardPlan:
             shutil.rmtree(staging, ignore_errors=True)
         written = (*(o.name for o in self.copy.outputs), *index)
         refresh_manifest(self.root, written=written)
-        remaining = tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code))
+        remaining = tuple(
+            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        )
         return RepairResult(written, backup_dir, remaining)
 
 

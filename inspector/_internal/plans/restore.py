@@ -31,27 +31,29 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of, parse_count
+from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import describe_names, plural, shell_word
-from inspector._internal.integrity.refresh import refresh_manifest
-from inspector._internal.layouts.modelopt_per_layer import sidecar_name
-from inspector._internal.plans.atomic import (
+from inspector._internal.common.text import examples, plural, shell_word
+from inspector._internal.execution.atomic import (
     STAGING,
     apply_writes,
     folder_lock,
     fresh_staging,
     recover,
 )
+from inspector._internal.findings.finding import Finding
+from inspector._internal.integrity.refresh import refresh_manifest
+from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks
 from inspector._internal.plans.repair import FileWrite, read_current_text, unowned_target
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import RemoteURL, local_location
 from inspector.errors import InspectorError, PlanRefusedError
 
@@ -125,16 +127,24 @@ class RestorePlan:
         progress: bool = False,
         model: bool = True,
         trust_remote_code: bool = False,
+        cache: bool = True,
     ) -> RestoreResult:
         """Copy into staging, verify if asked, then move the shard in and rewrite the JSON as
-        one journaled batch; re-scan and re-check (`model`, `trust_remote_code`: as in
-        `check`). JSON changed since planning aborts."""
+        one journaled batch; re-scan and re-check (`model`, `trust_remote_code`, `cache`:
+        as in `check`). JSON changed since planning aborts."""
 
         if self.copy is None or self.shard is None:
             return RestoreResult(
                 (),
                 None,
-                tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code)),
+                tuple(
+                    check(
+                        scan(self.root),
+                        model=model,
+                        trust_remote_code=trust_remote_code,
+                        cache=cache,
+                    )
+                ),
             )
         staging = self.root / STAGING
         with folder_lock(self.root):
@@ -168,7 +178,9 @@ class RestorePlan:
                 shutil.rmtree(staging, ignore_errors=True)
         written = (self.shard, *(w.path for w in self.writes))
         refresh_manifest(self.root, written=written)
-        remaining = tuple(check(scan(self.root), model=model, trust_remote_code=trust_remote_code))
+        remaining = tuple(
+            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        )
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 
 
@@ -189,10 +201,9 @@ def plan_restore(
     if refused:
         return dataclasses.replace(base, refused=refused)
     ours = {n: (d, tuple(s)) for sh in scanned.shards for n, d, s in _entries(sh)}
-    theirs: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for sh in reference.shards:
-        for n, d, s in _entries(sh):
-            theirs.setdefault(n, (d, tuple(s)))
+    # What a loader gets from the reference: of a name several of its shards hold, the copy
+    # it keeps, the one copied (`as_single_chunks`) and compared (`--verify-data`).
+    theirs = kept_signatures(reference)
     lost = sorted(n for n in theirs if n not in ours)
     restored, refusals, notes = _choose(scanned, reference, lost, ours, theirs)
     if not restored:

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import plural
 from inspector._internal.findings.codes import Code, code_of
-from inspector._internal.findings.words import FINDING, plural
+from inspector._internal.findings.words import FINDING
 from inspector._internal.report.text import count_text, fix_once, issue_lines
 
 if TYPE_CHECKING:

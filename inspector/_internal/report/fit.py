@@ -9,9 +9,10 @@ from __future__ import annotations
 import pandas as pd
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding
-from inspector._internal.findings.words import plural
+from inspector._internal.report.text import engine_lines
 from inspector._internal.serve.fit import (
     ACTIVATION_TOKENS,
     FIXED_OVERHEAD,
@@ -19,7 +20,14 @@ from inspector._internal.serve.fit import (
     ParallelPlan,
 )
 
-__all__ = ["fit_markdown", "fit_notes", "fit_table", "fit_text", "shared_findings"]
+__all__ = [
+    "engine_summary",
+    "fit_markdown",
+    "fit_notes",
+    "fit_table",
+    "fit_text",
+    "shared_findings",
+]
 
 _COLUMNS = ("plan", "GPUs", "feasible", "weights/GPU", "KV/token/GPU", "longest context")
 
@@ -35,7 +43,7 @@ def shared_findings(result: FitResult) -> tuple[Finding, ...]:
 
 def fit_text(result: FitResult, *, path: str) -> str:
     """The plans as a table, then the findings of each, then how the figures are made."""
-    lines = [f"{legible(path)}: {_heading(result)}"]
+    lines = [f"{legible(path)}: {_heading(result)}", *engine_summary(result)]
     rows = [_row(p) for p in result.plans]
     widths = [max(len(r[i]) for r in [_COLUMNS, *rows]) for i in range(len(_COLUMNS))]
     for row in [_COLUMNS, *rows]:
@@ -52,6 +60,17 @@ def fit_text(result: FitResult, *, path: str) -> str:
     lines.append("")
     lines += _notes(result)
     return "\n".join(lines)
+
+
+def engine_summary(result: FitResult) -> list[str]:
+    """What the engine's own check said (`fit --engine`), one line each: its verdict and
+    what did not run; none without an engine."""
+    if result.engine is None:
+        return []
+    return [
+        f"engine check: {legible(line, limit=MESSAGE_LIMIT)}"
+        for line in engine_lines(result.engine)
+    ]
 
 
 def fit_table(result: FitResult) -> pd.DataFrame:

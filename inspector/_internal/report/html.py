@@ -14,11 +14,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_markup
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
+from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.words import plural
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.summary import experts_text, summarize
 
@@ -257,7 +257,7 @@ def problems_html(
     max_rows: int = 50,
     verdict: LoadVerdict | None = None,
 ) -> str:
-    """The findings grouped into problems (`inspector._internal.findings.issues`, with the load
+    """The findings grouped into problems (`inspector._internal.diagnosis.issues`, with the load
     `verdict` they were checked with): severity, what is wrong, its impact and what fixes it, one
     row per problem, worst first."""
     problems = group_problems(scanned, findings, verdict=verdict)

@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible, legible_markup
+from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.finding import Finding, fold_ranges, severity_rank
-from inspector._internal.findings.issues import group_problems
-from inspector._internal.findings.words import plural, severity_counts
+from inspector._internal.diagnosis.issues import group_problems
+from inspector._internal.findings.finding import Finding, severity_rank
+from inspector._internal.findings.words import severity_counts
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
 from inspector._internal.report.summary import experts_text, summarize

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.common.display import CELL_LIMIT, legible
-from inspector._internal.findings.words import layers_text
-from inspector._internal.plans.atomic import write_atomic
+from inspector._internal.common.text import layers_text
+from inspector._internal.execution.atomic import write_atomic
 from inspector.errors import InspectorError
 
 if TYPE_CHECKING:

@@ -14,9 +14,10 @@ from typing import Any
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, scan_parameters
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import layers_text, plural, shell_word
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, severity_rank
-from inspector._internal.findings.words import layers_text, plural, severity_counts, shell_word
+from inspector._internal.findings.words import severity_counts
 
 __all__ = ["experts_text", "format_summary", "summarize"]
 

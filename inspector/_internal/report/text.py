@@ -13,26 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import examples, layer_name, plural, shell_word
+from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.codes import code_of
-from inspector._internal.findings.finding import Finding, Severity, examples, severity_rank
-from inspector._internal.findings.issues import Problem, group_problems
-from inspector._internal.findings.words import (
-    FINDING,
-    ISSUE,
-    layer_name,
-    plural,
-    severity_counts,
-    shell_word,
-)
+from inspector._internal.findings.finding import Finding, Severity, severity_rank
+from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
+    from inspector._internal.serve.engine import EngineReport
 
 __all__ = [
     "JSON_NAMES",
     "check_result",
     "code_lines",
     "count_text",
+    "engine_lines",
     "finding_lines",
     "fix_once",
     "format_check",
@@ -56,15 +52,18 @@ def check_result(
     *,
     verdict: LoadVerdict | None = None,
     full: bool = False,
+    engine: EngineReport | None = None,
     values: Mapping[str, Any] | None = None,
     notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """`{"path", "layout", "findings": [...], "counts": {...}}` (the `check --json` contract),
     plus `"load"` (the load verdict, `LoadVerdict.to_dict()` and its one-line `summary`) when
-    the model-aware check ran or was skipped.
+    the model-aware check ran or was skipped, and `"engine"` (`EngineReport.to_dict()` with its
+    one-line `summary` lines) with `check --engine`; the engine's findings are among
+    `findings`.
 
     `counts` has one entry per severity and per code; `issues` are the findings grouped by
-    root cause, each with its fix (`inspector._internal.findings.issues`), worst first; `repair_all`
+    root cause, each with its fix (`diagnosis/issues.py`), worst first; `repair_all`
     is the command that repairs every issue `repair` can, when there is one. The verdict's lists
     (missing, unexpected, quantization-expected... names) keep their first `JSON_NAMES` entries,
     with their full counts under `load.counts`, unless `full`; findings are bounded already (the
@@ -96,7 +95,22 @@ def check_result(
         limit = None if full else JSON_NAMES
         load: dict[str, Any] = {"summary": verdict.summary(), **verdict.to_dict(limit=limit)}
         result["load"] = load
+    if engine is not None:
+        engine_dict: dict[str, Any] = {**engine.to_dict(), "summary": engine_lines(engine)}
+        result["engine"] = engine_dict
     return result
+
+
+def engine_lines(engine: EngineReport) -> list[str]:
+    """What `check --engine` ran, one line each: the engine's verdict, what did not run."""
+    lines = []
+    if engine.verdict is not None and engine.verdict.ran:
+        lines.append(engine.verdict.summary())
+    lines += engine.notes
+    if not lines:
+        found = plural(len(engine.findings), "finding")
+        lines.append(f"{engine.engine}: {found}" if engine.findings else f"{engine.engine}: ok")
+    return lines
 
 
 def format_check(result: dict[str, Any], *, verbose: bool = False) -> str:
@@ -107,6 +121,8 @@ def format_check(result: dict[str, Any], *, verbose: bool = False) -> str:
     lines = [f"{legible(result['path'])} ({result['layout']})"]
     if "load" in result:
         lines.append(f"load check: {legible(result['load']['summary'], limit=MESSAGE_LIMIT)}")
+    for line in result.get("engine", {}).get("summary", []):
+        lines.append(f"engine check: {legible(line, limit=MESSAGE_LIMIT)}")
     if result.get("values"):
         lines.append(f"values: {legible(result['values']['summary'], limit=MESSAGE_LIMIT)}")
     lines += [f"note: {legible(n, limit=MESSAGE_LIMIT)}" for n in result.get("notes", ())]

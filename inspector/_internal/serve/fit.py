@@ -33,10 +33,12 @@ from inspector._internal.checkpoint.quant_config import (
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
+from inspector._internal.checks.draft import check_draft
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, Severity
 from inspector._internal.findings.finding import Finding, make_finding
+from inspector._internal.serve.engine import EngineReport, engine_check
 from inspector._internal.serve.gpus import GIB, GPUS, Gpu, gpu_named
 from inspector._internal.serve.kv import KvCost, stage_kv
 from inspector._internal.serve.placement import (
@@ -45,6 +47,7 @@ from inspector._internal.serve.placement import (
     stage_bytes,
     weight_layout,
 )
+from inspector._internal.serve.quant_support import quant_support_findings
 from inspector._internal.serve.rules import PlanFacts, plan_findings
 from inspector.errors import InspectorError
 
@@ -140,6 +143,9 @@ class FitResult:
     context: int | None
     kv_dtype: str
     gpu_memory_utilization: float
+    # With `fit(..., engine=...)`: what the serving engine's own check said (its findings
+    # are among every plan's).
+    engine: EngineReport | None = None
 
     @property
     def feasible(self) -> tuple[ParallelPlan, ...]:
@@ -147,8 +153,12 @@ class FitResult:
         return tuple(p for p in self.plans if p.feasible)
 
     def to_dict(self) -> dict[str, Any]:
-        """`fit --json`: `{"plans": [...]}`, each plan as `ParallelPlan.to_dict`."""
-        return {"plans": [p.to_dict() for p in self.plans]}
+        """`fit --json`: `{"plans": [...]}`, each plan as `ParallelPlan.to_dict`, and with an
+        engine `"engine"` (`EngineReport.to_dict()`)."""
+        out: dict[str, Any] = {"plans": [p.to_dict() for p in self.plans]}
+        if self.engine is not None:
+            out["engine"] = self.engine.to_dict()
+        return out
 
     def frame(self) -> pd.DataFrame:
         """One row per plan: the table the dashboard's Serve tab and the HTML report draw
@@ -202,6 +212,8 @@ def fit(
     context: int | None = None,
     kv_dtype: str = "auto",
     gpu_memory_utilization: float = DEFAULT_UTILIZATION,
+    target: ScannedCheckpoint | None = None,
+    engine: str | None = None,
 ) -> FitResult:
     """Judge the parallel plans for serving `ckpt` with vLLM or SGLang.
 
@@ -211,6 +223,12 @@ def fit(
     memory findings and the longest context are computed. `context` is the context to
     serve (default: the model's `max_position_embeddings`), `kv_dtype` one of vLLM's
     `--kv-cache-dtype` names, `gpu_memory_utilization` the share of memory the engine takes.
+    With a catalogue GPU, the quantization scheme is judged against the engine's support on
+    its compute capability (`serve.quant_support`). `target`: `ckpt` is a draft model
+    (EAGLE) for that target, judged against it (`checks.draft`). `engine` ("vllm",
+    "llama.cpp", "sglang") also runs that engine's own check (`serve.engine.engine_check`,
+    for vLLM its weight loading on a meta model at `tp`, default 1: seconds, not
+    milliseconds); its findings join every plan's.
     Bad options raise `InspectorError`; a bad config.json is a finding."""
     memory, gpu_label = _gpu_memory(gpu, gpu_memory)
     _check_options(tp=tp, ep=ep, pp=pp, context=context)
@@ -230,6 +248,15 @@ def fit(
         quantized=_quantized_kinds(ckpt),
     )
     general = _config_findings(serving, split_block_problem(ckpt.config))
+    general += _speculative(ckpt, target)
+    known = gpu_named(gpu) if gpu is not None else None
+    if known is not None:
+        general += quant_support_findings(ckpt.config, ckpt.quant_config, gpu=known)
+    report = None
+    if engine is not None:
+        # No GPU here: its quantization support is judged above, once.
+        report = engine_check(ckpt, engine=engine, tp=tp or 1)
+        general += report.findings
     budget = None if memory is None else int(memory * gpu_memory_utilization)
     plans = [
         _plan(
@@ -253,7 +280,26 @@ def fit(
         context=context,
         kv_dtype=kv_dtype,
         gpu_memory_utilization=gpu_memory_utilization,
+        engine=report,
     )
+
+
+def _speculative(ckpt: ScannedCheckpoint, target: ScannedCheckpoint | None) -> list[Finding]:
+    """A draft against its target (`checks.draft`), and MTP layers declared but not stored
+    (an engine asked for MTP speculative decoding then proposes nothing the target accepts:
+    vLLM PR #35548)."""
+    found = check_draft(ckpt, target=target)
+    declared = ckpt.spec.mtp_layers
+    if declared and not ckpt.tensors["is_mtp"].any():
+        found.append(
+            make_finding(
+                Code.MTP_MISSING,
+                f"config.json declares {declared:,} MTP layers and none is stored: MTP "
+                "speculative decoding (vLLM `--speculative-config` method mtp) has no draft "
+                "weights to load; restore them with `ckpt-inspect repair --from <release>`",
+            )
+        )
+    return found
 
 
 def _facts(ckpt: ScannedCheckpoint) -> tuple[ServingSpec, SplitBlock | None, WeightLayout]:

@@ -41,6 +41,8 @@ GPUS: Mapping[str, Gpu] = MappingProxyType(
     {
         gpu.name: gpu
         for gpu in (
+            Gpu("V100-32GB", 32, "7.0", "https://www.nvidia.com/en-us/data-center/v100/"),
+            Gpu("T4", 16, "7.5", "https://www.nvidia.com/en-us/data-center/tesla-t4/"),
             Gpu("A100-40GB", 40, "8.0", _A100),
             Gpu("A100-80GB", 80, "8.0", _A100),
             Gpu("L4", 24, "8.9", "https://www.nvidia.com/en-us/data-center/l4/"),

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from inspector._internal.checkpoint.quant_config import SplitBlock
 from inspector._internal.checkpoint.spec import ServingSpec
+from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, make_finding
-from inspector._internal.findings.words import plural
 
 __all__ = ["PlanFacts", "plan_findings"]
 

@@ -21,7 +21,6 @@ import os
 from collections.abc import Mapping
 from typing import Unpack
 
-from inspector._internal.checkpoint.scan import scan
 from inspector._internal.plans.consolidate.assignment import reference_assignment
 from inspector._internal.plans.consolidate.plan import (
     ConsolidationPlan,
@@ -35,6 +34,7 @@ from inspector._internal.plans.consolidate.records import (
     Piece,
     PlannedTensor,
 )
+from inspector._internal.scan.entry import scan
 
 __all__ = [
     "ConsolidationOptions",

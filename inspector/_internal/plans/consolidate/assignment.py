@@ -11,9 +11,8 @@ from typing import Any
 from inspector._internal.checkpoint.naming_rules import HF_SHARD_NUMBER
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.filenames import INDEX_NAME
-from inspector._internal.findings.finding import examples
-from inspector._internal.findings.references import collapsed_mapping, consolidation_reference
-from inspector._internal.findings.words import plural
+from inspector._internal.common.text import examples, plural
+from inspector._internal.diagnosis.references import collapsed_mapping, consolidation_reference
 from inspector._internal.layouts._common import list_safetensors, read_json, read_shards
 from inspector._internal.storage import open_location
 from inspector.errors import CannotInspectError, PlanRefusedError

@@ -27,18 +27,18 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from inspector._internal.common.filenames import INDEX_NAME, MANIFEST_NAME
-from inspector._internal.findings.finding import examples
-from inspector._internal.plans.atomic import BACKUP_DIR, new_backup_dir, open_fresh, write_atomic
-from inspector._internal.plans.consolidate.records import OutputFile, index_bytes
+from inspector._internal.common.text import examples
+from inspector._internal.execution.atomic import (
+    BACKUP_DIR,
+    new_backup_dir,
+    open_fresh,
+    write_atomic,
+)
+from inspector._internal.plans.consolidate.records import OutputFile, PlanView, index_bytes
 from inspector._internal.storage import TooLargeError
 from inspector.errors import PlanRefusedError, UnsafeFileError, UnsafeInputError
-
-if TYPE_CHECKING:
-    # Only a type: the plan imports this module to execute itself.
-    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = ["Dest", "Foreign", "foreign_entries", "is_complete", "not_a_folder", "refusal"]
 
@@ -200,7 +200,7 @@ class _Planned:
     cut: bool = False
 
 
-def foreign_entries(dest: Dest, plan: ConsolidationPlan) -> list[Foreign]:
+def foreign_entries(dest: Dest, plan: PlanView) -> list[Foreign]:
     """Every entry of DEST that is not this plan's own output (see the module docs)."""
     names = dest.names()
     planned = _planned(plan, set(names))
@@ -213,7 +213,7 @@ def foreign_entries(dest: Dest, plan: ConsolidationPlan) -> list[Foreign]:
     return foreign
 
 
-def _planned(plan: ConsolidationPlan, present: set[str]) -> dict[str, _Planned]:
+def _planned(plan: PlanView, present: set[str]) -> dict[str, _Planned]:
     out: dict[str, _Planned] = {}
     for output in plan.outputs:
         out[output.name] = _Planned(output.header, output.size)
@@ -265,7 +265,7 @@ def _not_ours(dest: Dest, name: str, want: _Planned | None) -> str | None:
     return None if ok else "other content than this plan writes"
 
 
-def _source_bytes(plan: ConsolidationPlan, rel: str) -> bytes | None:
+def _source_bytes(plan: PlanView, rel: str) -> bytes | None:
     """A source metadata file's bytes, read through the source's storage (a regular file
     inside the folder, local or remote, under the cap), or None."""
     try:

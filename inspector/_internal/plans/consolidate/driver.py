@@ -7,9 +7,9 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from typing import TYPE_CHECKING
 
 from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate.dest import Dest, foreign_entries, is_complete, refusal
 from inspector._internal.plans.consolidate.engine import (
@@ -23,19 +23,15 @@ from inspector._internal.plans.consolidate.records import (
     ConsolidationResult,
     Execution,
     OutputFile,
+    PlanView,
 )
 from inspector._internal.plans.consolidate.verify import verify as verify_output
-from inspector._internal.plans.ranks import Distributed
-
-if TYPE_CHECKING:
-    # Only a type: the plan imports this module to execute itself.
-    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = ["execute_plan"]
 
 
 def _write_all(
-    plan: ConsolidationPlan, todo: list[OutputFile], bar: Progress, sealer: Sealer, workers: int
+    plan: PlanView, todo: list[OutputFile], bar: Progress, sealer: Sealer, workers: int
 ) -> None:
     """Every output of `todo`, `workers` at a time. The first that fails stops the run: the
     outputs not started are not written (those being written finish), and its error is
@@ -61,7 +57,7 @@ def _write_all(
             future.result()  # the first failure, in plan order
 
 
-def execute_plan(plan: ConsolidationPlan, run: Execution) -> ConsolidationResult:
+def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
     started = time.perf_counter()
     dist = Distributed.start(run.rank, run.world_size)
     with Dest.open(plan.dest) as dest:

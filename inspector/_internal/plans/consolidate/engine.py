@@ -30,7 +30,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from inspector._internal.plans.consolidate.records import (
     OutputFile,
     Piece,
     PlannedTensor,
+    PlanView,
     index_bytes,
 )
 from inspector._internal.storage import (
@@ -54,10 +55,6 @@ from inspector._internal.storage import (
     TooLargeError,
 )
 from inspector.errors import FileShrankError, InspectorError
-
-if TYPE_CHECKING:
-    # Only a type: the plan imports this module to execute itself.
-    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = [
     "AGAIN",
@@ -164,9 +161,7 @@ class Sealer:
             future.result()
 
 
-def write_output(
-    plan: ConsolidationPlan, output: OutputFile, bar: Progress, sealer: Sealer
-) -> None:
+def write_output(plan: PlanView, output: OutputFile, bar: Progress, sealer: Sealer) -> None:
     """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
     renames it, so a crash never leaves a partly written file under the final name. When the
     copy fails the partial file is removed (a source that got shorter while it was read is an
@@ -495,7 +490,7 @@ def _pwrite_all(fd: int, data: bytes | np.ndarray, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def copy_metadata(plan: ConsolidationPlan, dest: Dest) -> tuple[str, ...]:
+def copy_metadata(plan: PlanView, dest: Dest) -> tuple[str, ...]:
     """The source's public metadata files (config, tokenizer...) copied into DEST, each
     read through the source storage (a regular file inside the folder, local or remote,
     under the cap) and written atomically."""
@@ -515,6 +510,6 @@ def copy_metadata(plan: ConsolidationPlan, dest: Dest) -> tuple[str, ...]:
     return tuple(copied)
 
 
-def write_index(plan: ConsolidationPlan, dest: Dest) -> str:
+def write_index(plan: PlanView, dest: Dest) -> str:
     dest.write(INDEX_NAME, index_bytes(plan))
     return INDEX_NAME

@@ -25,12 +25,13 @@ from inspector._internal.checkpoint.scanned import (
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector._internal.common.filenames import INDEX_NAME, STAGING
+from inspector._internal.common.filenames import INDEX_NAME, SAFETENSORS_WEIGHTS_NAME, STAGING
+from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
+from inspector._internal.diagnosis.references import Reference, layout_reference
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.references import Reference, layout_reference
-from inspector._internal.findings.words import plural, refusal_digest
+from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.words import refusal_digest
 from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.formats.casting import dtype_for_target
 from inspector._internal.integrity.refresh import refresh_manifest, source_manifest
@@ -90,7 +91,7 @@ BLOCKING = code_set(
 OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
 # A `.bin` checkpoint converted into one file is named as `save_pretrained` names it, with no
 # index beside it.
-SINGLE_NAME = "model.safetensors"
+SINGLE_NAME = SAFETENSORS_WEIGHTS_NAME
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ class ConsolidationPlan:
     # The source's config.json (how packed weights count as parameters).
     config: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     # The file layout a known reference gives the output
-    # (`inspector._internal.findings.references`): the verification flags an output collapsed into
+    # (`inspector._internal.diagnosis.references`): the verification flags an output collapsed into
     # one file against it.
     layout: Reference | None = None
     # The index written last, or None: a `.bin` checkpoint converted into one file

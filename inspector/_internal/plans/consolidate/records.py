@@ -9,18 +9,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TypedDict
 
 import orjson
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.finding import Finding, examples
-from inspector._internal.findings.words import plural
-from inspector._internal.storage import Entry, EntryKind
-
-if TYPE_CHECKING:
-    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
+from inspector._internal.diagnosis.references import Reference
+from inspector._internal.findings.finding import Finding
+from inspector._internal.storage import Entry, EntryKind, RemoteURL, Storage
 
 __all__ = [
     "METADATA_CAP",
@@ -29,6 +27,7 @@ __all__ = [
     "Execution",
     "OutputFile",
     "Piece",
+    "PlanView",
     "PlannedTensor",
     "describe_result",
     "index_bytes",
@@ -197,7 +196,7 @@ class ConsolidationResult:
         return self.describe()
 
 
-def index_bytes(plan: ConsolidationPlan) -> bytes:
+def index_bytes(plan: PlanView) -> bytes:
     """The `model.safetensors.index.json` this plan writes, byte for byte."""
     doc = {
         "metadata": {"total_size": plan.total_size, "total_parameters": plan.total_parameters},
@@ -243,3 +242,34 @@ def describe_result(result: ConsolidationResult) -> str:
         state = "all match" if not bad else f"{plural(len(bad), 'mismatch')}: {examples(list(bad))}"
         lines.append(f"  verify data: {result.data_checked:,} tensor hashes vs the source: {state}")
     return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
+
+
+class PlanView(Protocol):
+    """A consolidation plan as the modules that execute and verify it read it
+    (`plan.ConsolidationPlan` is one): `plan` imports them to execute itself, so they name
+    the plan by this type rather than import it back."""
+
+    @property
+    def source(self) -> Path | RemoteURL: ...
+    @property
+    def dest(self) -> Path: ...
+    @property
+    def outputs(self) -> tuple[OutputFile, ...]: ...
+    @property
+    def assignment(self) -> str: ...
+    @property
+    def metadata_files(self) -> tuple[str, ...]: ...
+    @property
+    def partial(self) -> tuple[str, ...]: ...
+    @property
+    def layout(self) -> Reference | None: ...
+    @property
+    def index_file(self) -> str | None: ...
+    @property
+    def source_storage(self) -> Storage: ...
+    @property
+    def total_size(self) -> int: ...
+    @property
+    def total_parameters(self) -> int: ...
+    @property
+    def weight_map(self) -> dict[str, str]: ...

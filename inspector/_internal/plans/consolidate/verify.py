@@ -3,32 +3,25 @@ every tensor's content hash with the source chunks."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from inspector._internal.checkpoint.scan import scan
+from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.text import plural
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, make_finding
-from inspector._internal.findings.words import plural
 from inspector._internal.formats.casting import cast_bytes
-from inspector._internal.formats.tensordata import TensorData, tensor_digest
+from inspector._internal.formats.tensordata import tensor_digest
 from inspector._internal.plans.consolidate.engine import SourceFiles
-from inspector._internal.plans.consolidate.records import PlannedTensor
+from inspector._internal.plans.consolidate.records import PlannedTensor, PlanView
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, Storage
-
-if TYPE_CHECKING:
-    # Only a type: the plan imports this module to execute itself.
-    from inspector._internal.plans.consolidate.plan import ConsolidationPlan
 
 __all__ = ["verify"]
 
 
-def verify(
-    plan: ConsolidationPlan, *, checks: bool, data: bool
-) -> tuple[list[Finding], int, list[str]]:
+def verify(plan: PlanView, *, checks: bool, data: bool) -> tuple[list[Finding], int, list[str]]:
     """Re-scan DEST and run every check; with `data`, compare content hashes per tensor."""
     written = scan(plan.dest)
     # What consolidation is answerable for; whether the model named by config.json loads the
@@ -41,7 +34,7 @@ def verify(
     source = scan(Location(plan.source_storage))
     mismatches: list[str] = []
     checked = 0
-    with TensorData(source) as src, TensorData(written) as out:
+    with tensor_data(source) as src, tensor_data(written) as out:
         for output in plan.outputs:
             for t in output.tensors:
                 raw: memoryview | bytes | np.ndarray | None = src.tensor_bytes(t.name)
@@ -56,7 +49,7 @@ def verify(
     return findings, checked, mismatches
 
 
-def _collapsed_output(plan: ConsolidationPlan) -> list[Finding]:
+def _collapsed_output(plan: PlanView) -> list[Finding]:
     """`mapping-collapsed` for an output written as one file although the reference the
     source knows names several: the collapse the source's check reports, reproduced (an
     explicit all-in-one mapping does it), is not a clean result."""

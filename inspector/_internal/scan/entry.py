@@ -10,7 +10,8 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.progress import reporting
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
-from inspector._internal.layouts import ScanOptions, detect_layout, layout_by_name
+from inspector._internal.layouts.base import ScanOptions
+from inspector._internal.scan.registry import detect_layout, layout_by_name
 from inspector._internal.storage import Location, RemoteOptions, open_location
 from inspector._internal.storage.remote import (
     DEFAULT_CONCURRENCY,

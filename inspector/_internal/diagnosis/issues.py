@@ -33,15 +33,21 @@ from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from inspector._internal.common.text import (
+    cut_at_word,
+    fold_ranges,
+    layers_text,
+    plural,
+    shell_word,
+)
 from inspector._internal.common.units import format_bytes
-from inspector._internal.findings.codes import Code, FixKind, Severity, code_of, severity_rank
-from inspector._internal.findings.finding import Finding, fold_ranges
-from inspector._internal.findings.references import (
+from inspector._internal.diagnosis.references import (
     Reference,
     consolidation_reference,
     restore_reference,
 )
-from inspector._internal.findings.words import cut_at_word, layers_text, plural, shell_word
+from inspector._internal.findings.codes import Code, FixKind, Severity, code_of, severity_rank
+from inspector._internal.findings.finding import Finding
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -159,9 +165,12 @@ def group_problems(
     ctx = _Context(scanned, verdict)
     problems: list[Problem] = []
     for rule in _RULES:
-        problems.extend(rule(ctx, pending))
-        claimed = {f for p in problems for f in p.findings}
-        pending = [f for f in pending if f not in claimed]
+        mine = [f for f in pending if rule.takes(f)]
+        problem = rule.build(ctx, mine, pending) if mine else None
+        if problem is not None:
+            problems.append(problem)
+            claimed = set(problem.findings)
+            pending = [f for f in pending if f not in claimed]
     problems.extend(_per_code(ctx, pending))
     return tuple(
         sorted(
@@ -311,12 +320,13 @@ class _Context:
 # -- grouping rules --------------------------------------------------------------------------
 
 
-def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+def _index_misses_tensors(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
     """Shards hold tensors the index does not list (and the stale totals that follow)."""
-    mine = [f for f in pending if f.code in (Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE)]
     index = ctx.scanned.index
-    if not mine or index is None:
-        return []
+    if index is None:
+        return None
     listed = index.weight_map.keys()
     missing = sorted({n for names in ctx.held().values() for n in names} - listed)
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
@@ -339,25 +349,22 @@ def _index_misses_tensors(ctx: _Context, pending: list[Finding]) -> list[Problem
     impact += "silently lacks them"
     if unseen:
         impact += " (the load check reports them missing)"
-    return [
-        Problem(
-            key="index-misses-tensors",
-            severity=Severity.ERROR,
-            title=f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
-            impact=impact,
-            action=_repair(ctx, "index", f"rebuild {index.file} from the shard headers"),
-            findings=tuple(mine + totals + unseen),
-            tensors=tuple(missing),
-            files=tuple(files),
-        )
-    ]
+    return Problem(
+        key="index-misses-tensors",
+        severity=Severity.ERROR,
+        title=f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
+        impact=impact,
+        action=_repair(ctx, "index", f"rebuild {index.file} from the shard headers"),
+        findings=tuple(mine + totals + unseen),
+        tensors=tuple(missing),
+        files=tuple(files),
+    )
 
 
-def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+def _sidecars_disagree(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
     """Per-layer sidecars that do not describe their shards."""
-    mine = [f for f in pending if f.code in _SIDECARS]
-    if not mine:
-        return []
     held = ctx.held()
     unlisted = sorted(
         {
@@ -385,25 +392,22 @@ def _sidecars_disagree(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         codes = Counter(f.code for f in mine)
         title = f"{which} disagree with their shards ({_codes_text(codes)})"
         impact = "per-layer loaders read wrong or incomplete tensor lists"
-    return [
-        Problem(
-            key="sidecars-disagree",
-            severity=_worst(mine),
-            title=title,
-            impact=impact,
-            action=_repair(ctx, "sidecars", "rebuild each sidecar from its shard's header"),
-            findings=tuple(mine),
-            tensors=tuple(unlisted),
-            files=tuple(sidecars),
-        )
-    ]
+    return Problem(
+        key="sidecars-disagree",
+        severity=_worst(mine),
+        title=title,
+        impact=impact,
+        action=_repair(ctx, "sidecars", "rebuild each sidecar from its shard's header"),
+        findings=tuple(mine),
+        tensors=tuple(unlisted),
+        files=tuple(sidecars),
+    )
 
 
-def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+def _shard_files_missing(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
     """The index names shards that are not on disk: their tensors are gone."""
-    mine = [f for f in pending if f.code == Code.INDEX_MISSING_FILE]
-    if not mine:
-        return []
     index = ctx.scanned.index
     on_disk = {s.file for s in ctx.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
@@ -415,32 +419,26 @@ def _shard_files_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
     # ...nor are the model's missing tensors that those files held.
     dangling += ctx.load_claim(pending, ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
-    return [
-        Problem(
-            key="shard-files-missing",
-            severity=Severity.ERROR,
-            title=f"{plural(len(gone), 'shard file')} named by the index "
-            f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
-            impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them "
-            "uninitialised",
-            action=Action(
-                "restore",
-                f"copy {names} again from the source (rebuilding the index would only hide the "
-                f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
-                ctx.restore_command(),
-            ),
-            findings=tuple(mine + dangling),
-            tensors=tuple(lost),
-            files=tuple(gone),
-        )
-    ]
+    return Problem(
+        key="shard-files-missing",
+        severity=Severity.ERROR,
+        title=f"{plural(len(gone), 'shard file')} named by the index "
+        f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
+        impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them uninitialised",
+        action=Action(
+            "restore",
+            f"copy {names} again from the source (rebuilding the index would only hide the "
+            f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
+            ctx.restore_command(),
+        ),
+        findings=tuple(mine + dangling),
+        tensors=tuple(lost),
+        files=tuple(gone),
+    )
 
 
-def _index_stale(ctx: _Context, pending: list[Finding]) -> list[Problem]:
+def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
     """The index is unreadable, points wrong, or carries stale totals."""
-    mine = [f for f in pending if f.code in _INDEX_STALE]
-    if not mine:
-        return []
     codes = Counter(f.code for f in mine)
     cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
     index_file = next((f.file for f in mine if f.file), INDEX_NAME)
@@ -454,48 +452,38 @@ def _index_stale(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     else:
         title = f"{index_file} points at the wrong places ({_codes_text(codes)})"
         impact = "loading fails, or reads tensors from files that do not hold them"
-    return [
-        Problem(
-            key="index-stale",
-            severity=_worst(mine),
-            title=title,
-            impact=impact,
-            action=_repair(ctx, "index", f"rebuild {index_file} from the shard headers"),
-            findings=tuple(mine),
-            tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-            files=(index_file,),
-        )
-    ]
+    return Problem(
+        key="index-stale",
+        severity=_worst(mine),
+        title=title,
+        impact=impact,
+        action=_repair(ctx, "index", f"rebuild {index_file} from the shard headers"),
+        findings=tuple(mine),
+        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+        files=(index_file,),
+    )
 
 
-def _duplicates(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code == Code.DUPLICATE_TENSOR]
-    if not mine:
-        return []
+def _duplicates(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
     names = sorted({f.tensor for f in mine if f.tensor})
-    return [
-        Problem(
-            key="duplicate-tensors",
-            severity=Severity.ERROR,
-            title=f"{len(names) or len(mine):,} tensor names are stored in more than one shard",
-            impact="loaders keep whichever copy they read last",
-            action=_repair(
-                ctx,
-                "index",
-                "decide which copy is right (duplicates policy: first, last or the index's), "
-                "then rebuild the index",
-            ),
-            findings=tuple(mine),
-            tensors=tuple(names),
-            files=tuple(sorted({f.file for f in mine if f.file})),
-        )
-    ]
+    return Problem(
+        key="duplicate-tensors",
+        severity=Severity.ERROR,
+        title=f"{len(names) or len(mine):,} tensor names are stored in more than one shard",
+        impact="loaders keep whichever copy they read last",
+        action=_repair(
+            ctx,
+            "index",
+            "decide which copy is right (duplicates policy: first, last or the index's), "
+            "then rebuild the index",
+        ),
+        findings=tuple(mine),
+        tensors=tuple(names),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+    )
 
 
-def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code in _SHARD_DAMAGE]
-    if not mine:
-        return []
+def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
@@ -506,53 +494,45 @@ def _shards_damaged(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
     if severity != Severity.ERROR:
         impact = "strict readers reject the file; lenient ones load it"
-    return [
-        Problem(
-            key="shards-damaged",
-            severity=severity,
-            title=f"{len(files)} shard{'s are' if len(files) != 1 else ' is'} damaged: {shown} "
-            f"({_codes_text(Counter(f.code for f in mine))})",
-            impact=impact,
-            action=Action(
-                "restore",
-                f"copy {shown} again from the source{ctx.candidate()}, or re-export "
-                f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
-                ctx.copy_command(files),
-            ),
-            findings=tuple(mine),
-            files=tuple(files),
-        )
-    ]
+    return Problem(
+        key="shards-damaged",
+        severity=severity,
+        title=f"{len(files)} shard{'s are' if len(files) != 1 else ' is'} damaged: {shown} "
+        f"({_codes_text(Counter(f.code for f in mine))})",
+        impact=impact,
+        action=Action(
+            "restore",
+            f"copy {shown} again from the source{ctx.candidate()}, or re-export "
+            f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
+            ctx.copy_command(files),
+        ),
+        findings=tuple(mine),
+        files=tuple(files),
+    )
 
 
-def _config_unreadable(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code == Code.CONFIG_UNREADABLE]
-    if not mine:
-        return []
-    return [
-        Problem(
-            key="config-unreadable",
-            severity=Severity.ERROR,
-            title="config.json is not valid JSON (truncated or overwritten)",
-            impact="transformers cannot load the model (AutoConfig fails); the checks here use "
-            "what its readable part says",
-            action=Action(
-                "restore",
-                "restore config.json from the training run or the original model"
-                f"{ctx.candidate()}; it cannot be rebuilt from the shards",
-                ctx.copy_command([CONFIG_NAME]),
-            ),
-            findings=tuple(mine),
-            files=tuple(sorted({f.file for f in mine if f.file})),
-        )
-    ]
+def _config_unreadable(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
+    return Problem(
+        key="config-unreadable",
+        severity=Severity.ERROR,
+        title="config.json is not valid JSON (truncated or overwritten)",
+        impact="transformers cannot load the model (AutoConfig fails); the checks here use "
+        "what its readable part says",
+        action=Action(
+            "restore",
+            "restore config.json from the training run or the original model"
+            f"{ctx.candidate()}; it cannot be rebuilt from the shards",
+            ctx.copy_command([CONFIG_NAME]),
+        ),
+        findings=tuple(mine),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+    )
 
 
-def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    mine = [f for f in pending if f.code in _EXPERTS]
-    if not mine:
-        return []
-    mine += _load_of_experts(ctx, pending)
+def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    mine = mine + _load_of_experts(ctx, pending)
     experts = ctx.scanned.experts
     cells: list[tuple[int, int | None]] = []
     title, impact = "", ""
@@ -586,142 +566,130 @@ def _experts_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             if len(missing)
             else "some experts lack tensors or have odd shapes: loading fails for them"
         )
-    return [
-        Problem(
-            key="experts-missing",
-            severity=Severity.ERROR,
-            title=title or plural(len(mine), "expert finding"),
-            impact=impact or "experts are missing or incomplete",
-            action=_lost_tensors_action(
-                ctx,
-                "copy them back from a checkpoint that holds them in this format (the export's "
-                "source, another export of the same model): an expert is restored where its "
-                "siblings here share its dtype and shape",
-                "re-export from the training checkpoint (expert-parallel: with global ids)",
-            ),
-            findings=tuple(mine),
-            # The structure findings' tensors: the load check's are model keys, not stored.
-            tensors=tuple(sorted({f.tensor for f in mine if f.tensor and f.code in _EXPERTS})),
-            files=tuple(sorted({f.file for f in mine if f.file})),
-            cells=tuple(cells),
-        )
-    ]
-
-
-def _quant_config_missing(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    # hf_quant_config.json's are repaired here; a compressed-tensors config.json is the
-    # model's own config, which no repair rewrites: the fix is a choice left to the person.
-    found = [f for f in pending if f.code == Code.QUANT_CONFIG_MISSING_LAYER]
-    in_config = [f for f in found if f.file == CONFIG_NAME]
-    mine = [f for f in found if f.file != CONFIG_NAME]
-    out = []
-    if in_config:
-        out.append(
-            Problem(
-                key="quant-config-missing-layers-config",
-                severity=Severity.ERROR,
-                title=f"{CONFIG_NAME}'s quantization_config leaves out "
-                f"{plural(len(in_config), 'quantized module')}",
-                impact="loaders treat those modules as unquantized and misread their weights",
-                action=Action(
-                    "review",
-                    f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
-                    "group's targets), or re-export them unquantized",
-                    _command(ctx, "review"),
-                ),
-                findings=tuple(in_config),
-                tensors=tuple(sorted({f.tensor for f in in_config if f.tensor})),
-                files=(CONFIG_NAME,),
-            )
-        )
-    if not mine:
-        return out
-    out.append(
-        Problem(
-            key="quant-config-missing-layers",
-            severity=Severity.ERROR,
-            title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
-            impact="loaders treat those modules as unquantized and misread their weights",
-            action=_repair(
-                ctx,
-                "quant-config",
-                "add the missing quantized_layers entries from their sibling experts' configs "
-                "(opt-in: review the diff)",
-            ),
-            findings=tuple(mine),
-            tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-            files=(QUANT_CONFIG_NAME,),
-        )
+    return Problem(
+        key="experts-missing",
+        severity=Severity.ERROR,
+        title=title or plural(len(mine), "expert finding"),
+        impact=impact or "experts are missing or incomplete",
+        action=_lost_tensors_action(
+            ctx,
+            "copy them back from a checkpoint that holds them in this format (the export's "
+            "source, another export of the same model): an expert is restored where its "
+            "siblings here share its dtype and shape",
+            "re-export from the training checkpoint (expert-parallel: with global ids)",
+        ),
+        findings=tuple(mine),
+        # The structure findings' tensors: the load check's are model keys, not stored.
+        tensors=tuple(sorted({f.tensor for f in mine if f.tensor and f.code in _EXPERTS})),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+        cells=tuple(cells),
     )
-    return out
 
 
-def _dcp(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    out: list[Problem] = []
-    gaps = [f for f in pending if f.code in _DCP_GAPS]
-    if gaps:
-        out.append(
-            Problem(
-                key="dcp-chunks-broken",
-                severity=Severity.ERROR,
-                title=f"DCP chunks do not tile {len({f.tensor for f in gaps}):,} tensors "
-                f"({_codes_text(Counter(f.code for f in gaps))})",
-                impact="consolidation refuses; a rank's file is missing or short",
-                action=Action(
-                    "restore",
-                    "copy the missing or short rank files again, or re-save the checkpoint",
-                    _RESAVE,
-                ),
-                findings=tuple(gaps),
-                tensors=tuple(sorted({f.tensor for f in gaps if f.tensor})),
-                files=tuple(sorted({f.file for f in gaps if f.file})),
-            )
+def _quant_config_missing_in_config(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
+    # A compressed-tensors config.json is the model's own config, which no repair rewrites:
+    # the fix is a choice left to the person.
+    return Problem(
+        key="quant-config-missing-layers-config",
+        severity=Severity.ERROR,
+        title=f"{CONFIG_NAME}'s quantization_config leaves out "
+        f"{plural(len(mine), 'quantized module')}",
+        impact="loaders treat those modules as unquantized and misread their weights",
+        action=Action(
+            "review",
+            f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
+            "group's targets), or re-export them unquantized",
+            _command(ctx, "review"),
+        ),
+        findings=tuple(mine),
+        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+        files=(CONFIG_NAME,),
+    )
+
+
+def _quant_config_missing(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
+    # hf_quant_config.json's are repaired here.
+    return Problem(
+        key="quant-config-missing-layers",
+        severity=Severity.ERROR,
+        title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
+        impact="loaders treat those modules as unquantized and misread their weights",
+        action=_repair(
+            ctx,
+            "quant-config",
+            "add the missing quantized_layers entries from their sibling experts' configs "
+            "(opt-in: review the diff)",
+        ),
+        findings=tuple(mine),
+        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+        files=(QUANT_CONFIG_NAME,),
+    )
+
+
+def _dcp_chunks_broken(
+    ctx: _Context, mine: list[Finding], pending: list[Finding]
+) -> Problem | None:
+    return Problem(
+        key="dcp-chunks-broken",
+        severity=Severity.ERROR,
+        title=f"DCP chunks do not tile {len({f.tensor for f in mine}):,} tensors "
+        f"({_codes_text(Counter(f.code for f in mine))})",
+        impact="consolidation refuses; a rank's file is missing or short",
+        action=Action(
+            "restore",
+            "copy the missing or short rank files again, or re-save the checkpoint",
+            _RESAVE,
+        ),
+        findings=tuple(mine),
+        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+    )
+
+
+def _collapsed(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    """One file takes every tensor: a DCP run's recorded mapping, or a plain checkpoint."""
+    if ctx.scanned.dcp is None:
+        return Problem(
+            key="shards-collapsed",
+            severity=Severity.WARNING,
+            title="every tensor sits in one file over the 5 GB split size",
+            impact="loaders read one huge file; hubs and tools expect shards",
+            action=Action(
+                "reshard",
+                "split it into shards of at most 5 GB",
+                f"ckpt-inspect repair {ctx.path} --only reshard",
+            ),
+            findings=tuple(mine),
+            files=tuple(sorted({f.file for f in mine if f.file})),
         )
-    collapsed = [f for f in pending if f.code == Code.MAPPING_COLLAPSED]
-    if collapsed and ctx.scanned.dcp is not None:
-        ref = consolidation_reference(ctx.scanned)
-        if ref is not None:
-            text = (
-                f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
-                "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
-                "by default"
-            )
-            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
-        else:
-            text = (
-                "consolidate with the reference model's index instead of the recorded "
-                "mapping; without one, consolidation packs by size (5 GB per file)"
-            )
-            command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
-        out.append(
-            Problem(
-                key="mapping-collapsed",
-                severity=Severity.WARNING,
-                title="the recorded file-index mapping sends every tensor to one output file",
-                impact="a consolidation that follows it writes one huge file instead of the "
-                "reference model's shards",
-                action=Action("consolidate", text, command),
-                findings=tuple(collapsed),
-                files=tuple(sorted({f.file for f in collapsed if f.file})),
-            )
+    ref = consolidation_reference(ctx.scanned)
+    if ref is not None:
+        text = (
+            f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+            "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
+            "by default"
         )
-    elif collapsed:
-        out.append(
-            Problem(
-                key="shards-collapsed",
-                severity=Severity.WARNING,
-                title="every tensor sits in one file over the 5 GB split size",
-                impact="loaders read one huge file; hubs and tools expect shards",
-                action=Action(
-                    "reshard",
-                    "split it into shards of at most 5 GB",
-                    f"ckpt-inspect repair {ctx.path} --only reshard",
-                ),
-                findings=tuple(collapsed),
-                files=tuple(sorted({f.file for f in collapsed if f.file})),
-            )
+        command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
+    else:
+        text = (
+            "consolidate with the reference model's index instead of the recorded "
+            "mapping; without one, consolidation packs by size (5 GB per file)"
         )
-    return out
+        command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
+    return Problem(
+        key="mapping-collapsed",
+        severity=Severity.WARNING,
+        title="the recorded file-index mapping sends every tensor to one output file",
+        impact="a consolidation that follows it writes one huge file instead of the "
+        "reference model's shards",
+        action=Action("consolidate", text, command),
+        findings=tuple(mine),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+    )
 
 
 def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
@@ -757,80 +725,83 @@ def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
     ]
 
 
-def _load(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    """What the model code would not load, where no other problem explains it (see the
-    module docstring): missing tensors, tensors of another shape, tensors it would drop."""
+def _load_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    """What the model code would not find, where no other problem explains it (see the
+    module docstring)."""
     v = ctx.verdict
-    exact = v is not None
-    arch = legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
-    out: list[Problem] = []
-    missing = [f for f in pending if f.code == Code.LOAD_MISSING_TENSOR]
-    if missing:
-        keys = _load_keys(missing, v.missing if v is not None else None, ctx.explained)
-        out.append(
-            Problem(
-                key="load-missing-tensors",
-                severity=Severity.ERROR,
-                title=f"{arch} expects {_count(keys, missing, exact=exact)} the checkpoint "
-                f"does not hold{_named(keys)}",
-                impact="transformers initialises them at random (silently, with a warning in "
-                "a log); serving engines refuse the checkpoint or load garbage",
-                action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
-                findings=tuple(missing),
-                # The tensors are not in the checkpoint: the browser cannot show them, the
-                # heatmap shows their layers.
-                cells=_cells(keys),
-            )
-        )
-    shapes = [f for f in pending if f.code == Code.LOAD_SHAPE_MISMATCH]
-    if shapes:
-        keys = _load_keys(
-            shapes, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
-        )
-        out.append(
-            Problem(
-                key="load-shape-mismatch",
-                severity=Severity.ERROR,
-                title=f"{_count(keys, shapes, exact=exact)} stored with another shape than "
-                f"{arch} expects{_named(keys)}",
-                impact="loading fails (with ignore_mismatched_sizes, transformers "
-                "re-initialises them at random)",
-                action=Action(
-                    "review",
-                    "compare config.json (hidden and expert sizes, head counts) with the model "
-                    "these weights come from: a wrong config is fixed there, a wrong tensor by "
-                    "re-exporting",
-                    f"ckpt-inspect diff REF {ctx.path} --reference",
-                ),
-                findings=tuple(shapes),
-                tensors=_stored(ctx, keys, shapes),
-                files=tuple(sorted({f.file for f in shapes if f.file})),
-                cells=_cells(keys),
-            )
-        )
-    extra = [f for f in pending if f.code == Code.LOAD_UNEXPECTED_TENSOR]
-    if extra:
-        keys = _load_keys(extra, v.unexpected if v is not None else None)
-        out.append(
-            Problem(
-                key="load-unexpected-tensors",
-                severity=Severity.WARNING,
-                title=f"{_count(keys, extra, exact=exact)} {arch} would not load{_named(keys)}",
-                impact="transformers drops them and strict loaders refuse the checkpoint: "
-                "config.json may name the wrong architecture or sizes, or they are strays",
-                action=Action(
-                    "review",
-                    "check that config.json describes the model these weights belong to; "
-                    "remove stray tensors only once sure they are not needed",
-                    f"ckpt-inspect diff REF {ctx.path} --reference",
-                ),
-                findings=tuple(extra),
-                tensors=_stored(ctx, keys, extra),
-                files=tuple(sorted({f.file for f in extra if f.file})),
-                cells=_cells(keys),
-            )
-        )
-    return out
+    exact, arch = v is not None, _model_name(ctx)
+    keys = _load_keys(mine, v.missing if v is not None else None, ctx.explained)
+    return Problem(
+        key="load-missing-tensors",
+        severity=Severity.ERROR,
+        title=f"{arch} expects {_count(keys, mine, exact=exact)} the checkpoint "
+        f"does not hold{_named(keys)}",
+        impact="transformers initialises them at random (silently, with a warning in "
+        "a log); serving engines refuse the checkpoint or load garbage",
+        action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
+        findings=tuple(mine),
+        # The tensors are not in the checkpoint: the browser cannot show them, the
+        # heatmap shows their layers.
+        cells=_cells(keys),
+    )
+
+
+def _load_shapes(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    """Tensors stored with another shape than the model code builds."""
+    v = ctx.verdict
+    exact, arch = v is not None, _model_name(ctx)
+    keys = _load_keys(
+        mine, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
+    )
+    return Problem(
+        key="load-shape-mismatch",
+        severity=Severity.ERROR,
+        title=f"{_count(keys, mine, exact=exact)} stored with another shape than "
+        f"{arch} expects{_named(keys)}",
+        impact="loading fails (with ignore_mismatched_sizes, transformers "
+        "re-initialises them at random)",
+        action=Action(
+            "review",
+            "compare config.json (hidden and expert sizes, head counts) with the model "
+            "these weights come from: a wrong config is fixed there, a wrong tensor by "
+            "re-exporting",
+            f"ckpt-inspect diff REF {ctx.path} --reference",
+        ),
+        findings=tuple(mine),
+        tensors=_stored(ctx, keys, mine),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+        cells=_cells(keys),
+    )
+
+
+def _load_unexpected(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    """Tensors the model code would drop."""
+    v = ctx.verdict
+    exact, arch = v is not None, _model_name(ctx)
+    keys = _load_keys(mine, v.unexpected if v is not None else None)
+    return Problem(
+        key="load-unexpected-tensors",
+        severity=Severity.WARNING,
+        title=f"{_count(keys, mine, exact=exact)} {arch} would not load{_named(keys)}",
+        impact="transformers drops them and strict loaders refuse the checkpoint: "
+        "config.json may name the wrong architecture or sizes, or they are strays",
+        action=Action(
+            "review",
+            "check that config.json describes the model these weights belong to; "
+            "remove stray tensors only once sure they are not needed",
+            f"ckpt-inspect diff REF {ctx.path} --reference",
+        ),
+        findings=tuple(mine),
+        tensors=_stored(ctx, keys, mine),
+        files=tuple(sorted({f.file for f in mine if f.file})),
+        cells=_cells(keys),
+    )
+
+
+def _model_name(ctx: _Context) -> str:
+    """The model class the load check built, as shown in titles."""
+    v = ctx.verdict
+    return legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
 
 
 def _architecture(ctx: _Context) -> str | None:
@@ -937,18 +908,46 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
     return out
 
 
-_RULES: tuple[Callable[[_Context, list[Finding]], list[Problem]], ...] = (
-    _shards_damaged,
-    _shard_files_missing,
-    _index_misses_tensors,
-    _index_stale,
-    _duplicates,
-    _sidecars_disagree,
-    _config_unreadable,
-    _experts_missing,
-    _quant_config_missing,
-    _dcp,
-    _load,
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One root cause: the findings it takes first (`takes`), and the problem `build` makes
+    of them with the context and the findings still unclaimed (None: not this cause after
+    all). Each later rule sees only what the earlier ones left."""
+
+    takes: Callable[[Finding], bool]
+    build: Callable[[_Context, list[Finding], list[Finding]], Problem | None]
+
+
+def _codes(*codes: Code | frozenset[Code]) -> Callable[[Finding], bool]:
+    wanted = frozenset(
+        c for group in codes for c in ((group,) if isinstance(group, Code) else group)
+    )
+    return lambda f: f.code in wanted
+
+
+def _quant_file(in_config: bool) -> Callable[[Finding], bool]:
+    return lambda f: (
+        f.code == Code.QUANT_CONFIG_MISSING_LAYER and (f.file == CONFIG_NAME) == in_config
+    )
+
+
+# The grouping rules, in the order they claim findings.
+_RULES: tuple[_Rule, ...] = (
+    _Rule(_codes(_SHARD_DAMAGE), _shards_damaged),
+    _Rule(_codes(Code.INDEX_MISSING_FILE), _shard_files_missing),
+    _Rule(_codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE), _index_misses_tensors),
+    _Rule(_codes(_INDEX_STALE), _index_stale),
+    _Rule(_codes(Code.DUPLICATE_TENSOR), _duplicates),
+    _Rule(_codes(_SIDECARS), _sidecars_disagree),
+    _Rule(_codes(Code.CONFIG_UNREADABLE), _config_unreadable),
+    _Rule(_codes(_EXPERTS), _experts_missing),
+    _Rule(_quant_file(in_config=True), _quant_config_missing_in_config),
+    _Rule(_quant_file(in_config=False), _quant_config_missing),
+    _Rule(_codes(_DCP_GAPS), _dcp_chunks_broken),
+    _Rule(_codes(Code.MAPPING_COLLAPSED), _collapsed),
+    _Rule(_codes(Code.LOAD_MISSING_TENSOR), _load_missing),
+    _Rule(_codes(Code.LOAD_SHAPE_MISMATCH), _load_shapes),
+    _Rule(_codes(Code.LOAD_UNEXPECTED_TENSOR), _load_unexpected),
 )
 
 

@@ -1,0 +1,1 @@
+"""The scan entry point, `scan(path)`, and the registry of layout readers it picks from."""
