@@ -21,7 +21,7 @@ from inspector import scan
 from inspector._internal.cli.main import main
 
 H = 8
-FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert"}
+FINDING_KEYS = {"code", "severity", "message", "file", "tensor", "layer", "expert", "folded"}
 
 
 def bf16(*shape: int, seed: int = 0) -> torch.Tensor:
@@ -96,18 +96,18 @@ def test_healthy_check_prints_no_findings_and_exits_0(capsys, healthy: Path) -> 
 def test_human_output_grouped_by_code_worst_first(capsys, drifted: Path) -> None:
     code, out, _ = cli(capsys, "check", str(drifted))
     assert code == 1
-    headings = [
-        line for line in out.splitlines() if line and line.split()[0] in ("ERROR", "WARNING")
+    by_code = out.split("findings by code")[1].splitlines()[1:]
+    rows = [line.split() for line in by_code if line.strip()]
+    assert [(r[0], r[1]) for r in rows] == [
+        ("error", "index-dangling-tensor"),
+        ("error", "unindexed-tensor"),
+        ("warning", "total-size-mismatch"),
     ]
-    assert [h.split()[1] for h in headings] == [
-        "index-dangling-tensor",
-        "unindexed-tensor",
-        "total-size-mismatch",
-    ]
-    assert headings[-1].startswith("WARNING") and all(h.startswith("ERROR") for h in headings[:-1])
-    assert "2 errors, 1 warning, 0 info" in out
-    # Each message sits under its code's heading.
-    body = out.split("ERROR unindexed-tensor")[1].split("WARNING")[0]
+    assert "3 findings (2 errors, 1 warning, 0 info) in 2 issues" in out
+    # The default lists no message; --verbose lists each under its code's line.
+    assert "model.embed_tokens.weight" not in out.split("findings by code")[1]
+    code, out, _ = cli(capsys, "check", str(drifted), "--verbose")
+    body = out.split("unindexed-tensor")[-1].split("warning")[0]
     assert "model.embed_tokens.weight" in body and "mtp.fc.weight" not in body
 
 
@@ -169,7 +169,7 @@ def test_fail_on_threshold(capsys, request, fixture: str, fail_on: str, expected
 
 def test_default_fail_on_is_error(capsys, warned: Path) -> None:
     code, out, _ = cli(capsys, "check", str(warned))
-    assert code == 0 and "WARNING total-size-mismatch" in out
+    assert code == 0 and "warning  total-size-mismatch" in out
 
 
 def test_missing_path_exits_2(capsys, tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_console_script_exit_codes(healthy: Path, drifted: Path, tmp_path: Path)
         for name, p in (("ok", healthy), ("bad", drifted), ("gone", tmp_path / "gone"))
     }
     assert {k: r.returncode for k, r in runs.items()} == {"ok": 0, "bad": 1, "gone": 2}
-    assert "ERROR index-dangling-tensor" in runs["bad"].stdout
+    assert "error    index-dangling-tensor" in runs["bad"].stdout
 
 
 # -- check --deep -------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def test_deep_reports_zero_nan_and_duplicated_bytes(capsys, tmp_path: Path) -> N
     assert ("tensor-nonfinite", "model.layers.2.input_layernorm.weight") in found
     assert ("duplicate-tensor-identical", "model.norm.weight") in found
     assert ("duplicate-tensor-content", "mtp.layers.0.eh_proj.weight") in found
-    code, out, _ = cli(capsys, "check", str(folder), "--deep")
-    assert "INFO duplicate-tensor-identical" in out and "the same bytes" in out
+    code, out, _ = cli(capsys, "check", str(folder), "--deep", "--verbose")
+    assert "info     duplicate-tensor-identical" in out and "the same bytes" in out
 
 
 # Another process cuts a shard short while `--deep` reads it, before it reads entry WHEN (in

@@ -764,7 +764,7 @@ def test_cli_check_reports_the_verdict_and_no_model_skips_it(
     assert main(["check", str(folder)]) == 1
     out = capsys.readouterr().out
     assert "load check: does NOT load cleanly as LlamaForCausalLM: 1 missing" in out
-    assert "ERROR load-missing-tensor (1)" in out
+    assert "error    load-missing-tensor  1 finding" in out
     assert main(["check", str(folder), "--no-model"]) == 0
     out = capsys.readouterr().out
     assert "load check" not in out and "load-missing-tensor" not in out

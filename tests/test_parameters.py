@@ -18,7 +18,7 @@ from inspector._internal.checkpoint.parameters import (
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.demo.safetensors_layouts import modelopt_1422
-from inspector._internal.load.verdict import load_verdict
+from inspector._internal.load.verdict import LoadVerdict, ShapeMismatch, load_verdict
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.report.summary import summarize
@@ -64,6 +64,29 @@ def test_seed_1422_scan_load_check_and_repair_give_one_number(tmp_path: Path, ca
     after = scan(folder)
     codes = {f.code for f in check(after)} | {f.code for f in check(after, model=False)}
     assert "total-parameters-mismatch" not in codes
+
+
+def test_a_model_larger_than_the_checkpoint_is_a_positive_count_with_its_cause() -> None:
+    """The 300,000-tensor checkpoint with experts 17-19 of layer 40 lost read "-132,120,576
+    in tensors the checkpoint lacks": no key was missing, the two stacked expert tensors of
+    layer 40 were stored shorter. The difference is a count, and the verdict names where."""
+    verdict = LoadVerdict(
+        architecture="DeepseekV3ForCausalLM",
+        mismatched=(
+            ShapeMismatch("model.layers.40.mlp.experts.gate_up_proj", (509, 8, 4), (512, 8, 4)),
+            ShapeMismatch("model.layers.40.mlp.experts.down_proj", (509, 4, 4), (512, 4, 4)),
+        ),
+        parameters=1_051_640_683_520,
+        stored_parameters=1_074_394_755_072,
+        mtp_parameters=22_886_192_128,
+    )
+    text = verdict.parameters_text()
+    assert "-" not in text.replace("tensors transformers", "")
+    assert text.endswith(
+        "(22,886,192,128 in MTP tensors transformers skips; 132,120,576 fewer than the model "
+        "holds (2 tensors stored with another shape))"
+    )
+    assert "lacks" not in text
 
 
 @pytest.mark.parametrize(

@@ -71,7 +71,7 @@ def test_seed_1631_says_what_restores_it(demos):
     by_key = {p.key: p for p in problems}
     assert set(by_key) == {"experts-missing", "config-unreadable"}
     experts = by_key["experts-missing"]
-    assert experts.title == "448 of 512 experts missing in 4 MoE layers (1-4)"
+    assert experts.title == "448 of 512 experts missing in 3 MoE layers (1-3) and MTP layer 4"
     assert experts.action.kind == "restore" and not experts.repairable
     assert experts.action.command.endswith("--from REF") and "re-export" in experts.action.text
     assert experts.cells == ((1, None), (2, None), (3, None), (4, None))

@@ -151,8 +151,8 @@ def test_markdown_summary_counts_and_ranges(checkpoint: Path):
     row = next(line for line in md.splitlines() if line.startswith("| error | `expert-missing`"))
     assert row.split(" | ")[2:4] == ["4", "3, 5-7"]
     # At most 3 examples per code, then a count of the rest.
-    block = md.split("**expert-missing** (4)")[1].split("**")[0]
-    assert block.count("\n- layer ") == 3 and "- ... 1 more" in block
+    block = md.split("**expert-missing**: 4 findings, one per layer")[1].split("**")[0]
+    assert block.count("\n- layer ") == 3 and "- ... 1 more finding" in block
 
 
 def test_markdown_without_findings_is_short(checkpoint: Path):

@@ -55,7 +55,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import legible_each
-from inspector._internal.common.text import plural
+from inspector._internal.common.text import layer_name, plural
 from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.diagnosis.references import restore_reference
 from inspector._internal.findings.finding import (
@@ -74,6 +74,7 @@ from inspector._internal.report.html import (
     frame_html,
     html_text,
     load_verdict_html,
+    markup_html,
     problem_html,
     severity_badge,
 )
@@ -963,7 +964,7 @@ def _finding_row(dash: Dashboard, finding: Finding, *, detail: bool = False) -> 
     badge = severity_badge(finding.severity) + " " if detail else ""
     text = w.HTML(
         f"<div style='font-size:12px;line-height:1.4'>{badge}<code>{_esc(finding.code)}</code> "
-        f"{_esc(_short(finding.message))}{where}</div>",
+        f"{markup_html(_short(finding.message))}{where}</div>",
         layout=w.Layout(flex="1 1 auto", min_width="0"),
     )
     row = w.HBox(
@@ -1160,9 +1161,11 @@ class ExpertsPanel:
         self._zoom_into(layer)
         s, frame = self.dash.scanned, self.dash.current.frame
         same_layer = (frame["layer"] == layer).fillna(False)
+        # The one layer numbering (MTP layers after the decoder's, said "MTP layer").
+        name = layer_name(layer, mtp=layer in set(s.layers.loc[s.layers["is_mtp"], "layer"]))
         if expert is None:
             notes = frame[same_layer]
-            self.details.value = f"<h4>layer {layer}</h4>" + (
+            self.details.value = f"<h4>{name}</h4>" + (
                 findings_html(notes, max_rows=50) if len(notes) else "<i>No findings.</i>"
             )
             return
@@ -1173,7 +1176,7 @@ class ExpertsPanel:
         mine_or_all = (frame["expert"] == expert).fillna(False) | frame["expert"].isna()
         notes = frame[same_layer & mine_or_all]
         self.details.value = (
-            f"<h4>layer {layer}, expert {expert}</h4>"
+            f"<h4>{name}, expert {expert}</h4>"
             + frame_html(row, max_rows=1, title="coverage")
             + frame_html(mine, columns=_TENSOR_COLUMNS, max_rows=200, title="tensors")
             + (findings_html(notes, max_rows=50) if len(notes) else "")

@@ -30,7 +30,7 @@ import plotly.offline
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.values import computed_value_table
 from inspector._internal.common.display import NAME_LIMIT
-from inspector._internal.common.text import fold_ranges, layers_text, plural
+from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.execution.atomic import write_atomic
@@ -38,8 +38,8 @@ from inspector._internal.findings.finding import Finding, findings_to_frame, sev
 from inspector._internal.findings.words import SEVERITY_ORDER
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_notes, fit_table
-from inspector._internal.report.html import frame_html, html_text, load_verdict_html
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.html import frame_html, html_text, load_verdict_html, markup_html
+from inspector._internal.report.summary import experts_text, summarize
 from inspector._internal.serve.fit import FitResult, fit
 
 from .figures import (
@@ -154,7 +154,7 @@ def render_html_report(
     drawn = _draw(figures, [(name, fig) for name, _, fig in charts if fig is not None])
     sections = [
         _summary_section(summary),
-        f"<p class='verified'>{_e(verification_line(scanned))}</p>",
+        f"<p class='verified'>{_m(verification_line(scanned))}</p>",
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
@@ -242,7 +242,7 @@ def _summary_section(summary: dict[str, Any]) -> str:
         ("parameters", f"{summary['parameters']:,}"),
         ("layers", layers),
         ("MoE layers", f"{summary['moe_layers']:,}"),
-        ("experts / MoE layer", _experts_text(summary)),
+        ("experts", _experts_text(summary)),
     ]
     body = "".join(f"<div class='card'><b>{_e(v)}</b><span>{_e(k)}</span></div>" for k, v in cards)
     dtypes = ", ".join(f"{k} {format_bytes(v)}" for k, v in summary["dtypes"].items())
@@ -272,8 +272,8 @@ def _problems_section(
         return head + "<p class='muted'>No issues.</p>\n</section>"
     rows = "".join(
         f"<tr class='problem sev-{p.severity}' data-problem='{_e(p.key)}'>"
-        f"<td><span class='badge'>{p.severity}</span></td><td><b>{_e(p.title)}</b></td>"
-        f"<td>{_e(p.impact)}</td><td>{_e(p.action.text)}<br><code>{_e(p.action.command)}"
+        f"<td><span class='badge'>{p.severity}</span></td><td><b>{_m(p.title)}</b></td>"
+        f"<td>{_m(p.impact)}</td><td>{_m(p.action.text)}<br><code>{_e(p.action.command)}"
         f"</code></td><td>{len(p.findings):,}</td></tr>"
         for p in problems
     )
@@ -304,14 +304,8 @@ def _serving_section(serving: FitResult, chart: str) -> str:
 
 
 def _experts_text(summary: dict[str, Any]) -> str:
-    expected = summary["experts_per_layer"]
-    found: dict[int, int] = summary["experts_found"]
-    if not found:
-        return "none"
-    low = [layer for layer, n in found.items() if expected is not None and n < expected]
-    if not low:
-        return f"{expected}"
-    return f"{expected} expected; fewer in {layers_text(low, limit=4)}"
+    # As the scan and the Markdown summary say it: the layers that lack experts, how many.
+    return experts_text(summary)
 
 
 def _severity_badges(findings: list[dict[str, Any]]) -> str:
@@ -380,7 +374,7 @@ def _finding_row(f: Finding, missing: dict[int, str]) -> str:
     cells = (
         f"<td><span class='badge'>{f.severity}</span></td>",
         f"<td>{_e(f.code)}</td>",
-        f"<td>{_e(f.message)}</td>",
+        f"<td>{_m(f.message)}</td>",
         f"<td class='name'>{_name(f.file or '')}</td>",
         f"<td class='name'>{_name(f.tensor or '')}</td>",
         f"<td>{'' if f.layer is None else f.layer}</td>",
@@ -401,6 +395,11 @@ def _figure_div(div_id: str, fig: go.Figure) -> str:
 
 def _e(value: object) -> str:
     return html_text(value)
+
+
+def _m(value: object) -> str:
+    """A message of the project's: its `commands` as `<code>` (`markup_html`)."""
+    return markup_html(value)
 
 
 def _name(value: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers, parse_names
 from inspector._internal.common.display import legible
@@ -14,13 +14,20 @@ from inspector._internal.common.text import examples, fold_ranges, layers_text, 
 __all__ = ["describe_names", "places_text"]
 
 
-def places_text(names: Sequence[str], *, limit: int = 20, mtp: Iterable[str] = ()) -> list[str]:
+def places_text(
+    names: Sequence[str],
+    *,
+    limit: int = 20,
+    numbers: Mapping[str, tuple[int, bool]] | None = None,
+) -> list[str]:
     """Tensor names summarised by where they are, one line per group, at most `limit` lines:
     'layer 40: experts 17-19 (36 tensors)', 'layers 3-5: 2 tensors each (self_attn.q_norm.weight,
-    self_attn.k_norm.weight)', 'MTP layer 0: 42 tensors', then the names outside the layers.
-    `mtp`: names of MTP tensors the name alone does not tell (the tensors table's `is_mtp`)."""
+    self_attn.k_norm.weight)', 'MTP layer 4: 42 tensors', then the names outside the layers.
+    `numbers`: name -> (layer, is MTP) as the tensors table numbers it (`findings/words.py`
+    on the one numbering); a name it lacks is numbered from the name alone (`mtp.layers.0.*`
+    is then MTP layer 0)."""
     parsed = parse_names(list(names))
-    in_mtp = set(mtp)
+    numbered = numbers or {}
     experts: dict[tuple[bool, int], set[int]] = defaultdict(set)
     expert_tensors: dict[tuple[bool, int], int] = defaultdict(int)
     keys: dict[tuple[bool, int], list[str]] = defaultdict(list)
@@ -28,15 +35,16 @@ def places_text(names: Sequence[str], *, limit: int = 20, mtp: Iterable[str] = (
     rows = zip(
         names, parsed.layer.tolist(), parsed.expert.tolist(), parsed.mtp.tolist(), strict=True
     )
-    for name, layer, expert, is_mtp in rows:
-        where = (bool(is_mtp) or name in in_mtp, int(layer))
+    for name, own, expert, own_mtp in rows:
+        layer, is_mtp = numbered.get(name, (int(own), bool(own_mtp)))
+        where = (is_mtp, int(layer))
         if layer < 0:
             outside.append(name)
         elif expert >= 0:
             experts[where].add(int(expert))
             expert_tensors[where] += 1
         else:
-            keys[where].append(_in_layer(name, int(layer)))
+            keys[where].append(_in_layer(name, int(own)))
     lines: list[str] = []
     # Layers that lost the same experts, or hold the same other keys, share one line.
     by_experts: dict[tuple[bool, frozenset[int], int], list[int]] = defaultdict(list)

@@ -13,16 +13,19 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from inspector._internal.checkpoint.loaded import kept_signatures, tensor_data
-from inspector._internal.checkpoint.naming import LONG_NAME
+from inspector._internal.checkpoint.naming import LONG_NAME, parse_names
 from inspector._internal.checkpoint.places import places_text
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
+from inspector._internal.common.text import examples
 from inspector._internal.load.quant import QUANT_PARAMS
+from inspector.errors import InspectorError
 
 __all__ = [
     "REFERENCE_KINDS",
@@ -31,6 +34,7 @@ __all__ = [
     "LayerKeyDiff",
     "TensorChange",
     "diff_checkpoints",
+    "missing_shards",
 ]
 
 # Kinds of difference against a reference: (expected?, what it means).
@@ -71,6 +75,8 @@ class LayerKeyDiff:
     layer: int
     only_a: tuple[str, ...]
     only_b: tuple[str, ...]
+    # An MTP layer (numbered after the decoder layers: `inspector._internal.findings.words`).
+    mtp: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +104,26 @@ class CheckpointDiff:
     data_unreadable: list[str] = field(default_factory=list)
     # With `reference=True`: every difference, classified (A is the reference).
     reference: tuple[DiffClass, ...] | None = None
+    # `only_a` and `only_b` summarised by layer and expert (`places_text`, numbered as each
+    # side's tensors table numbers them).
+    only_a_places: tuple[str, ...] = ()
+    only_b_places: tuple[str, ...] = ()
+    # Shard files each side's index names that are not on disk (`missing_shards`).
+    a_missing_shards: tuple[str, ...] = ()
+    b_missing_shards: tuple[str, ...] = ()
+    # With `reference=True`: tensors B holds that A's index maps to its missing shards. They
+    # are not compared (A's bytes are not there), instead of counting as added to B.
+    not_compared: tuple[str, ...] = ()
 
     @property
     def identical(self) -> bool:
         return not (
-            self.only_a or self.only_b or self.changed or self.data_differs or self.data_unreadable
+            self.only_a
+            or self.only_b
+            or self.changed
+            or self.data_differs
+            or self.data_unreadable
+            or self.not_compared
         )
 
     @property
@@ -116,8 +137,6 @@ class CheckpointDiff:
         against a reference, the number of `unexpected` differences."""
         d = asdict(self)
         d["identical"] = self.identical
-        d["only_a_places"] = places_text(self.only_a)
-        d["only_b_places"] = places_text(self.only_b)
         if self.reference is not None:
             d["unexpected"] = len(self.unexpected)
         return d
@@ -127,10 +146,29 @@ def diff_checkpoints(
     a: ScannedCheckpoint, b: ScannedCheckpoint, *, data: bool = False, reference: bool = False
 ) -> CheckpointDiff:
     """Compare two scanned checkpoints; with `data=True` also hash every common tensor; with
-    `reference=True` classify each difference, A being the reference B was derived from."""
+    `reference=True` classify each difference, A being the reference B was derived from.
+
+    A side whose index names shard files that are not on disk says so (`a_missing_shards`,
+    `b_missing_shards`). Against a reference, the tensors A's index maps to such files are
+    not compared, and a reference that holds no tensor at all (an index without its shards)
+    is refused: every tensor of B would read as added."""
+    a_gone, a_lost = missing_shards(a)
+    if reference and a_gone and not len(a.tensors):
+        raise InspectorError(
+            f"diff --reference: the reference {legible(a.path)} holds no tensor: its index "
+            f"{legible(a.index.file if a.index else 'index')} names "
+            f"{len(a_gone):,} shard file{'s' if len(a_gone) != 1 else ''} that "
+            f"{'are' if len(a_gone) != 1 else 'is'} not in the folder ({examples(a_gone)}); "
+            "copy the shards next to the index, or give the folder that holds them as A"
+        )
     ta, tb = _signature(a), _signature(b)
     only_a = sorted(ta.keys() - tb.keys())
     only_b = sorted(tb.keys() - ta.keys())
+    unread: list[str] = []
+    if reference and a_lost:
+        lost = set(a_lost)
+        unread = [n for n in only_b if n in lost]
+        only_b = [n for n in only_b if n not in lost]
     common = sorted(ta.keys() & tb.keys())
     changed = [
         TensorChange(n, ta[n][0], ta[n][1], tb[n][0], tb[n][1]) for n in common if ta[n] != tb[n]
@@ -157,6 +195,40 @@ def diff_checkpoints(
         differs,
         unreadable,
         classes,
+        tuple(places_text(only_a, numbers=_numbers(a, only_a))),
+        tuple(places_text(only_b, numbers=_numbers(b, only_b))),
+        tuple(a_gone),
+        tuple(missing_shards(b)[0]),
+        tuple(unread),
+    )
+
+
+def missing_shards(scanned: ScannedCheckpoint) -> tuple[list[str], list[str]]:
+    """(the shard files `scanned`'s index names that are not on disk, the tensors it maps to
+    them), sorted; empty without an index."""
+    index = scanned.index
+    if index is None:
+        return [], []
+    on_disk = {s.file for s in scanned.shards}
+    weight_map = index.weight_map
+    gone = sorted({f for f in weight_map.values() if f not in on_disk})
+    if not gone:
+        return [], []
+    lost = set(gone)
+    return gone, sorted(n for n, f in weight_map.items() if f in lost)
+
+
+def _numbers(scanned: ScannedCheckpoint, names: Collection[str]) -> dict[str, tuple[int, bool]]:
+    """Name -> (layer, is MTP) of `names` as `scanned`'s tensors table numbers them (the one
+    numbering: `inspector._internal.findings.words`)."""
+    t = scanned.tensors
+    rows = t[t["name"].isin(set(names)) & t["layer"].notna()]
+    return dict(
+        zip(
+            rows["name"],
+            zip(rows["layer"].astype(int).tolist(), rows["is_mtp"].tolist(), strict=True),
+            strict=True,
+        )
     )
 
 
@@ -177,13 +249,20 @@ def _layer_diffs(
     a: ScannedCheckpoint, b: ScannedCheckpoint, only_a: set[str], only_b: set[str]
 ) -> list[LayerKeyDiff]:
     per_layer: dict[int, tuple[list[str], list[str]]] = defaultdict(lambda: ([], []))
+    mtp: set[int] = set()
     for side, scanned, names in ((0, a, only_a), (1, b, only_b)):
         t = scanned.tensors
         rows = t[t["name"].isin(names) & t["layer"].notna()]
-        for name, layer in zip(rows["name"], rows["layer"].astype(int), strict=True):
-            per_layer[layer][side].append(_relative_key(name, layer))
+        listed = rows["name"].tolist()
+        # The key inside its layer follows the number the name itself holds (`mtp.layers.0.`
+        # of MTP layer 4).
+        own = parse_names(listed).layer.tolist()
+        numbers = rows["layer"].astype(int).tolist()
+        mtp |= {n for n, m in zip(numbers, rows["is_mtp"].tolist(), strict=True) if m}
+        for name, layer, number in zip(listed, numbers, own, strict=True):
+            per_layer[layer][side].append(_relative_key(name, number))
     return [
-        LayerKeyDiff(layer, tuple(sorted(ka)), tuple(sorted(kb)))
+        LayerKeyDiff(layer, tuple(sorted(ka)), tuple(sorted(kb)), layer in mtp)
         for layer, (ka, kb) in sorted(per_layer.items())
     ]
 
@@ -228,7 +307,6 @@ class _Classifier:
         self.a, self.b, self.ta, self.tb = a, b, ta, tb
         self.out: dict[str, list[str]] = defaultdict(list)
         self.notes: dict[str, list[str]] = defaultdict(list)
-        self.mtp = _mtp(a, set(ta)) | _mtp(b, set(tb))
 
     def classify(
         self,
@@ -346,7 +424,11 @@ class _Classifier:
     def _build(self, kind: str) -> DiffClass:
         expected, what = REFERENCE_KINDS[kind]
         names = tuple(self.out[kind])
-        places = places_text(names, limit=4, mtp=self.mtp)
+        # A's names for what B lost or changed, B's for what it added.
+        side = self.b if kind.endswith("-added") or kind == "experts-unfused" else self.a
+        places = places_text(
+            names, limit=4, numbers={**_numbers(self.a, names), **_numbers(side, names)}
+        )
         detail = f"{what}: {'; '.join(places)}"
         if self.notes.get(kind):
             detail += "; " + "; ".join(self.notes[kind][:3])

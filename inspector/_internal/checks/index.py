@@ -65,7 +65,14 @@ from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import FOLD, Finding, FoldPolicy, fold, make_finding
+from inspector._internal.findings.finding import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    besides,
+    fold,
+    make_finding,
+)
 from inspector._internal.formats.safetensors import ShardHeader
 
 if TYPE_CHECKING:
@@ -828,10 +835,9 @@ def _summary(what: str) -> Callable[[str, list[str], int], str]:
     """A summary builder: '{n} [more ]tensors {what} ({layers, examples})'."""
 
     def build(file: str, rest: list[str], shown: int) -> str:
-        more = f"{shown:,} listed above and " if shown else ""
         rest_count = plural(len(rest), "more tensor")
         where = what.replace("{file}", legible(file))
-        return f"{more}{rest_count} {where}: {describe_names(rest)}"
+        return f"{rest_count}{besides(shown)} {where}: {describe_names(rest)}"
 
     return build
 

@@ -18,7 +18,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples, fold_ranges, layers_text
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, fold, make_finding
+from inspector._internal.findings.finding import Finding, besides, fold, make_finding
 from inspector._internal.load.stored import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, stored_files
 
@@ -99,9 +99,8 @@ class _Report:
             return self.finding("load-missing-tensor", msg, key, None)
 
         def summary(_: str | None, rest: Sequence[str], shown: int) -> Finding:
-            more = f"{shown:,} listed above and " if shown else ""
             msg = (
-                f"{more}{len(rest):,} more tensors {self.arch} expects are missing: "
+                f"{len(rest):,} more tensors{besides(shown)} {self.arch} expects are missing: "
                 f"{describe_names(list(rest))}; transformers initialises them at random"
             )
             return make_finding("load-missing-tensor", msg)
@@ -143,11 +142,11 @@ class _Report:
             return self.finding("load-unexpected-tensor", msg, key, group)
 
         def summary(group: str | None, rest: Sequence[str], shown: int) -> Finding:
-            more = f"{shown:,} listed above and " if shown else ""
             names = [n for k in rest for n in self.behind.get(k, (k,))]
             where = f" in {legible(group)}" if group else ""
             msg = (
-                f"{more}{len(rest):,} more tensors{where} that {self.arch} does not load: "
+                f"{len(rest):,} more tensors{besides(shown)}{where} that {self.arch} does not "
+                "load: "
                 f"{describe_names(names)}"
             )
             return make_finding("load-unexpected-tensor", msg, file=group)
@@ -175,10 +174,10 @@ class _Report:
             return self.finding("load-shape-mismatch", msg, key, group)
 
         def summary(group: str | None, rest: Sequence[str], shown: int) -> Finding:
-            more = f"{shown:,} listed above and " if shown else ""
             where = f" in {legible(group)}" if group else ""
             msg = (
-                f"{more}{len(rest):,} more tensors{where} have another shape than {self.arch} "
+                f"{len(rest):,} more tensors{besides(shown)}{where} have another shape than "
+                f"{self.arch} "
                 f"expects: {describe_names(list(rest))}"
             )
             return make_finding("load-shape-mismatch", msg, file=group)

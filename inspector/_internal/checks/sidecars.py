@@ -27,7 +27,14 @@ from inspector._internal.checks.index import fold_tensor_issues, normalized
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import FOLD, Finding, FoldPolicy, fold, make_finding
+from inspector._internal.findings.finding import (
+    FOLD,
+    Finding,
+    FoldPolicy,
+    besides,
+    fold,
+    make_finding,
+)
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 
@@ -189,11 +196,10 @@ def _fold_unlisted(
         )
 
     def summary(sidecar: str, rest: list[str], shown: int) -> str:
-        more = f"{shown:,} listed above and " if shown else ""
         return (
-            f"{more}{plural(len(rest), 'more tensor')} in {legible(shard_of[sidecar])} are not "
-            f"listed in {legible(sidecar)}: {describe_names(rest)}; regenerate the sidecar from "
-            "the shard"
+            f"{plural(len(rest), 'more tensor')}{besides(shown)} in {legible(shard_of[sidecar])} "
+            f"are not listed in {legible(sidecar)}: {describe_names(rest)}; regenerate the "
+            "sidecar from the shard"
         )
 
     return fold_tensor_issues(Code.SIDECAR_UNLISTED_TENSOR, groups, detail, summary, policy)
@@ -211,10 +217,9 @@ def _fold_dangling(
         )
 
     def summary(sidecar: str, rest: list[str], shown: int) -> str:
-        more = f"{shown:,} listed above and " if shown else ""
         return (
-            f"{more}{plural(len(rest), 'more tensor')} listed in {legible(sidecar)} are not in "
-            f"{legible(shard_of[sidecar])}: {describe_names(rest)}"
+            f"{plural(len(rest), 'more tensor')}{besides(shown)} listed in {legible(sidecar)} "
+            f"are not in {legible(shard_of[sidecar])}: {describe_names(rest)}"
         )
 
     return fold_tensor_issues(Code.SIDECAR_DANGLING_TENSOR, groups, detail, summary, policy)
@@ -319,10 +324,10 @@ def _fold_disagree(
         return f"{where}: the index was not merged from these sidecars; {_REBUILD}"
 
     def summary(kind: str, rest: list[str], shown: int) -> str:
-        more = f"{shown:,} listed above and " if shown else ""
         what = _DISAGREE[kind].replace("{index}", index_file)
         return (
-            f"{more}{plural(len(rest), 'more tensor')} {what}: {describe_names(rest)}; {_REBUILD}"
+            f"{plural(len(rest), 'more tensor')}{besides(shown)} {what}: "
+            f"{describe_names(rest)}; {_REBUILD}"
         )
 
     return fold_tensor_issues(

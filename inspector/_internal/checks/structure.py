@@ -24,7 +24,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.text import examples, fold_ranges, plural
 from inspector._internal.findings.codes import Code, code_set
-from inspector._internal.findings.finding import Finding, fold, fold_findings, make_finding
+from inspector._internal.findings.finding import Finding, besides, fold, fold_findings, make_finding
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -113,7 +113,7 @@ def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     def summary(_group: str | None, rest: Sequence[int], shown: int) -> Finding:
         return make_finding(
             Code.LAYER_MISSING,
-            f"{shown:,} listed above and layers {fold_ranges(rest)} have no tensors "
+            f"layers {fold_ranges(rest)} have no tensors{besides(shown)} "
             f"({len(missing)} of {n} missing); {where}",
         )
 

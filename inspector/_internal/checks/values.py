@@ -16,6 +16,8 @@ sampling and what it guarantees.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -25,6 +27,8 @@ from inspector._internal.checks.deep import zero_allowed
 from inspector._internal.checks.unread import UNREAD_FOLDS, unread_verdict
 from inspector._internal.checks.values_judge import judge, sibling_key
 from inspector._internal.common.display import legible
+from inspector._internal.common.dtypes import nbytes_for
+from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, code_of, code_set
 from inspector._internal.findings.finding import Finding, fold_findings, make_finding
 from inspector._internal.formats.value_reading import Mode, SampleBudget, Unread, read_records
@@ -42,6 +46,7 @@ __all__ = [
     "sibling_key",
     "value_table",
     "values_check",
+    "values_read",
 ]
 
 MODES: tuple[Mode, ...] = ("sample", "full")
@@ -242,6 +247,55 @@ def values_check(
     ):
         out += fold_findings(by_code[code], what)
     return out
+
+
+def values_read(
+    scanned: ScannedCheckpoint,
+    mode: Mode = "sample",
+    *,
+    budget: SampleBudget | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """What `values_check` read, for a person to see even when it found nothing: how many
+    tensors, how many bytes of how many, and the method. `{"mode", "tensors", "of_tensors",
+    "unreadable", "bytes_read", "of_bytes", "windows", "window_bytes", "seed", "summary"}`
+    (`summary` is the line `check` prints). Reads nothing: the value table is kept with the
+    scan."""
+    table = value_table(scanned, mode, budget=budget, seed=seed)
+    lost = table["finding"].isin([c.value for c, _ in UNREAD_FOLDS]) & (table["elements"] == 0)
+    read = table[~lost.to_numpy()]
+    per_dtype = read.groupby("dtype", observed=True)["elements"].sum()
+    bytes_read = sum(nbytes_for(str(d), int(n)) or 0 for d, n in per_dtype.items())
+    tensors = scanned.tensors
+    # Every stored piece of the tensors read: DCP chunks, copies in two shards.
+    of_bytes = int(tensors.loc[tensors["name"].isin(set(read["name"])), "nbytes"].sum())
+    whole = tensors.drop_duplicates("name")
+    chosen = budget or SampleBudget()
+    if mode == "sample":
+        how = (
+            f"sampled: {chosen.windows} windows of {chosen.window_bytes} bytes a tensor, seed "
+            f"{seed}; a tensor no larger is read whole"
+        )
+    else:
+        how = "full: every byte"
+    unreadable = int(lost.sum())
+    cannot = f"; {unreadable:,} could not be read" if unreadable else ""
+    summary = (
+        f"read {len(read):,} of {len(whole):,} tensors, {format_bytes(bytes_read)} of their "
+        f"{format_bytes(of_bytes)} ({how}){cannot}"
+    )
+    return {
+        "mode": mode,
+        "tensors": len(read),
+        "of_tensors": len(whole),
+        "unreadable": unreadable,
+        "bytes_read": int(bytes_read),
+        "of_bytes": of_bytes,
+        "windows": chosen.windows if mode == "sample" else None,
+        "window_bytes": chosen.window_bytes if mode == "sample" else None,
+        "seed": seed if mode == "sample" else None,
+        "summary": summary,
+    }
 
 
 def _int(value: object) -> int | None:

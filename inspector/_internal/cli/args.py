@@ -39,6 +39,7 @@ __all__ = [
     "scan_path",
     "target",
     "verdict_from_args",
+    "write_json",
 ]
 
 
@@ -237,10 +238,16 @@ def exit_for(counts: dict[str, int], fail_on: str) -> int:
 
 def emit(obj: dict[str, Any], as_json: bool, render: Callable[[dict[str, Any]], str]) -> None:
     if as_json:
-        json.dump(obj, sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        write_json(obj)
     else:
         print(render(obj))
+
+
+def write_json(obj: object) -> None:
+    """`obj` as indented JSON on stdout. ASCII only: a control character or a bidi override
+    in a checkpoint's name is a `\\u` escape, never a raw byte in a terminal or a CI log."""
+    json.dump(obj, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
 
 
 def confirm(question: str) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Literal
 
 from inspector._internal.checks import check
+from inspector._internal.checks.sharding import collapse_note
+from inspector._internal.checks.values import SampleBudget, values_read
 from inspector._internal.cli.args import (
     add_model_arguments,
     add_path_arguments,
@@ -15,14 +18,18 @@ from inspector._internal.cli.args import (
     sample_windows,
     scan_from_args,
     verdict_from_args,
+    write_json,
 )
 from inspector._internal.findings.finding import sort_findings
+from inspector._internal.report.ci import junit_xml, sarif_log
 from inspector._internal.report.text import check_result, format_check
 from inspector._internal.serve.engine import ENGINES, engine_check
 from inspector._internal.serve.gpus import GPUS
 from inspector.errors import InspectorError
 
-__all__ = ["add_parser", "run"]
+FORMATS = ("text", "json", "sarif", "junit")
+
+__all__ = ["FORMATS", "add_parser", "output_format", "run"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -67,8 +74,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--full",
         action="store_true",
-        help="with --json: list every name of the load verdict (by default each list keeps "
-        "its first few names and its count)",
+        help="with --format json: list every name of the load verdict (by default each list "
+        "keeps its first few names and its count)",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        help="text (default: the issues, then one line per code), json (every field; --json "
+        "is the same), sarif (SARIF 2.1.0, for code-scanning uploads) or junit (JUnit XML, "
+        "for CI test reports); the exit code follows --fail-on in every format",
+    )
+    p.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="text: also list every finding under its code, its fix said once",
     )
     p.add_argument(
         "--engine",
@@ -91,6 +111,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    form = output_format(args)  # a contradiction is refused before any reading
+    if args.engine is None and (args.tp != 1 or args.gpu is not None):
+        raise InspectorError("check: --tp and --gpu go with --engine")
     sampling = args.sample_windows is not None or args.sample_seed != 0
     if sampling and args.values == "full":
         raise InspectorError(
@@ -115,8 +138,34 @@ def run(args: argparse.Namespace) -> int:
     if args.engine is not None:
         engine = engine_check(scanned, engine=args.engine, tp=args.tp, gpu=args.gpu)
         findings = sort_findings([*findings, *engine.findings])
-    elif args.tp != 1 or args.gpu is not None:
-        raise InspectorError("check: --tp and --gpu go with --engine")
-    result = check_result(scanned, findings, verdict=verdict, full=args.full, engine=engine)
-    emit(result, args.json, format_check)
+    read = None
+    if values is not None:
+        budget = None if args.sample_windows is None else SampleBudget(windows=args.sample_windows)
+        read = values_read(scanned, values, budget=budget, seed=args.sample_seed)
+    note = collapse_note(scanned)
+    result = check_result(
+        scanned,
+        findings,
+        verdict=verdict,
+        full=args.full,
+        engine=engine,
+        values=read,
+        notes=[note] if note else [],
+    )
+    if form == "sarif":
+        write_json(sarif_log(result, scanned=scanned))
+    elif form == "junit":
+        sys.stdout.write(junit_xml(result, fail_on=args.fail_on))
+    else:
+        emit(result, form == "json", lambda r: format_check(r, verbose=args.verbose))
     return exit_for(result["counts"], args.fail_on)
+
+
+def output_format(args: argparse.Namespace) -> str:
+    """The format `--format` or `--json` (its alias for json, kept for the scripts that use
+    it) asks for; both at once must agree."""
+    if args.json and args.format not in (None, "json"):
+        raise InspectorError(
+            f"check: --json asks for JSON and --format for {args.format}: give one of them"
+        )
+    return "json" if args.json else args.format or "text"

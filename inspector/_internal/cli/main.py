@@ -15,6 +15,7 @@ from pathlib import Path
 from inspector._internal.cli import (
     check,
     codes,
+    completion,
     consolidate,
     demo,
     diff,
@@ -32,7 +33,7 @@ __all__ = ["COMMANDS", "PLUGIN_GROUP", "describe_os_error", "main"]
 
 
 # The commands, in the order `ckpt-inspect --help` lists them.
-COMMANDS = (scan, check, fit, diff, verify, manifest, repair, consolidate, codes, demo)
+COMMANDS = (scan, check, fit, diff, verify, manifest, repair, consolidate, codes, demo, completion)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,6 +134,8 @@ def _parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         command.add_parser(sub)
     _add_plugin_commands(sub)
+    # `completion` writes the script of the whole parser, plugin commands included.
+    parser.set_defaults(root_parser=parser)
     return parser
 
 

@@ -39,6 +39,13 @@ controls that reorder text (U+202E shows `exe.txt` for `txt.exe`), or markup and
 
 The exact names stay in the data (tables, `Finding.file`/`tensor`, `--json`, Parquet): only
 what a person reads is shortened and escaped.
+
+Messages, issue titles and fixes are the project's own sentences around such names, with one
+piece of markup: a command or an option in backticks (`` `ckpt-inspect repair PATH` ``).
+`legible_markup` renders them from that one markup: the backticks stay in text (a terminal,
+a log), each span becomes a Markdown code span or an HTML `<code>` element, the rest is
+escaped as `legible` escapes it. A name that holds backticks cannot break out: a span's
+content is escaped for its target like any other text.
 """
 
 from __future__ import annotations
@@ -57,6 +64,7 @@ __all__ = [
     "Target",
     "legible",
     "legible_each",
+    "legible_markup",
 ]
 
 Target = Literal["text", "html", "markdown", "markdown-code", "csv"]
@@ -130,9 +138,47 @@ def legible_each(values: Iterable[object], *, limit: int = NAME_LIMIT) -> list[s
     ]
 
 
-def _markdown(text: str) -> str:
+# A code span of the project's messages: a run of text between single backticks, on one line.
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def legible_markup(
+    value: object, *, target: Literal["text", "html", "markdown"] = "text", limit: int = 2_000
+) -> str:
+    """A message of the project's (a finding's message, an issue's title or fix, a note) as
+    a person may see it: `legible` (bounded, every non-printable character escaped), its
+    `code spans` rendered for `target` (see the module docstring): kept as backticks in
+    text, `<code>` in HTML, code spans in Markdown."""
+    if limit < _MIN_LIMIT:
+        raise ValueError(f"limit {limit}: expected at least {_MIN_LIMIT} characters")
+    text = _fit(value if isinstance(value, str) else str(value), limit)
+    if target == "text":
+        return text
+    if target not in ("html", "markdown"):
+        raise ValueError(f"target {target!r}: expected text, html or markdown")
+    parts, at = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        parts.append(_plain(text[at : span.start()], target, first=not at))
+        inner = span[1]
+        parts.append(
+            f"<code>{html.escape(inner, quote=True)}</code>"
+            if target == "html"
+            else _code_span(inner)
+        )
+        at = span.end()
+    parts.append(_plain(text[at:], target, first=not at))
+    return "".join(parts)
+
+
+def _plain(text: str, target: str, *, first: bool) -> str:
+    if target == "html":
+        return html.escape(text, quote=True)
+    return _markdown(text, block=first)
+
+
+def _markdown(text: str, *, block: bool = True) -> str:
     escaped = _MARKDOWN_INLINE.sub(_markdown_escape, text)
-    start = _MARKDOWN_BLOCK.match(escaped)
+    start = _MARKDOWN_BLOCK.match(escaped) if block else None
     if start is None:
         return escaped
     at = start.end() if start[0][0].isdigit() else 0  # `1.` -> `1\.`, `# x` -> `\# x`

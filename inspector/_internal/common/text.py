@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import reprlib
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from inspector._internal.common.display import legible
 
 __all__ = [
+    "cut_at_word",
     "examples",
     "fold_ranges",
+    "layer_name",
     "layers_text",
     "plural",
     "shell_word",
@@ -39,11 +41,41 @@ def plural(n: int, noun: str, *, many: str | None = None, number: bool = True) -
     return f"{n:,} {word}" if number else word
 
 
-def layers_text(layers: Iterable[int], *, limit: int = 12, noun: str = "layer") -> str:
+def layers_text(
+    layers: Iterable[int], *, limit: int = 12, noun: str = "layer", mtp: Collection[int] = ()
+) -> str:
     """'layer 40' or 'layers 0-39, 41-97' (ranges folded as `check` folds them); `noun`
-    names other numbered things ('experts 17-19')."""
+    names other numbered things ('experts 17-19'). Layers in `mtp` are MTP layers, said
+    after the decoder's: 'layers 1-3 and MTP layer 4' (`findings/words.py` on the one
+    numbering)."""
     ordered = sorted(set(layers))
-    return f"{plural(len(ordered), noun, number=False)} {fold_ranges(ordered, limit=limit)}"
+    extra = [n for n in ordered if n in mtp] if mtp else []
+    decoder = [n for n in ordered if n not in mtp] if mtp else ordered
+    parts = [
+        f"{head}{plural(len(numbers), noun, number=False)} {fold_ranges(numbers, limit=limit)}"
+        for head, numbers in (("", decoder), ("MTP ", extra))
+        if numbers or (not ordered and not head)
+    ]
+    return " and ".join(parts)
+
+
+def layer_name(layer: int, *, mtp: bool = False) -> str:
+    """'layer 3', or 'MTP layer 4' for an MTP layer (numbered after the decoder layers)."""
+    return f"{'MTP ' if mtp else ''}layer {layer}"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """`text` if it fits in `limit` characters, else cut at the last space that leaves room
+    for the note of how much was left out: 'iter_0000100/common.pt says the rerun state
+    machine is active ... (74 more characters)'. Never mid-word; for a sentence a person
+    reads whole elsewhere (an issue title whose finding holds the rest)."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - 30, 1)
+    cut = text.rfind(" ", 0, room)
+    cut = cut if cut > 0 else room
+    head = text[:cut].rstrip(" ,;:(")
+    return f"{head} ... ({len(text) - len(head):,} more characters)"
 
 
 def shell_word(text: str) -> str:

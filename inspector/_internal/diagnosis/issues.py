@@ -33,7 +33,13 @@ from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
-from inspector._internal.common.text import fold_ranges, plural, shell_word
+from inspector._internal.common.text import (
+    cut_at_word,
+    fold_ranges,
+    layers_text,
+    plural,
+    shell_word,
+)
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.references import (
     Reference,
@@ -548,10 +554,9 @@ def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding])
         if len(missing):
             counts = set(per_layer.tolist())
             each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
-            parts.append(
-                f"{each} experts missing in {plural(len(layers), 'MoE layer')} "
-                f"({fold_ranges(layers, limit=6)})"
-            )
+            table = ctx.scanned.layers
+            mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
+            parts.append(f"{each} experts missing in {_moe_layers(layers, mtp)}")
         if len(partial):
             parts.append(f"{plural(len(partial), 'expert')} incomplete")
         title = "; ".join(parts) or "experts differ from their siblings"
@@ -637,7 +642,7 @@ def _dcp_chunks_broken(
         action=Action(
             "restore",
             "copy the missing or short rank files again, or re-save the checkpoint",
-            "re-save from the training job",
+            _RESAVE,
         ),
         findings=tuple(mine),
         tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
@@ -891,7 +896,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             Problem(
                 key=code,
                 severity=_worst(items),
-                title=title if len(title) <= 200 else title[:197] + "...",
+                title=cut_at_word(title, 200),
                 impact=first,
                 action=action,
                 findings=tuple(items),
@@ -964,7 +969,7 @@ def _repair(ctx: _Context, part: str, text: str) -> Action:
             "re-save the model with save_pretrained, which writes the shards and their index "
             "together (ckpt-inspect rebuilds the index of sharded safetensors and .bin "
             "checkpoints only)",
-            "re-run the exporter",
+            _reexport(ctx),
         )
     return Action("repair", text, f"ckpt-inspect repair {ctx.path} --only {part}", (part,))
 
@@ -986,15 +991,27 @@ def _lost_tensors_action(ctx: _Context, restore: str, otherwise: str) -> Action:
     if ctx.scanned.layout in _RESTORES_INTO and ctx.scanned.local_path is not None:
         text = restore + ctx.candidate() + (f"; or {otherwise}" if otherwise else "")
         return Action("restore", text, ctx.restore_command())
-    return Action("re-export", otherwise or restore, "re-run the exporter")
+    return Action("re-export", otherwise or restore, _reexport(ctx))
 
 
 def _command(ctx: _Context, kind: ActionKind) -> str:
     return {
         "restore": ctx.restore_command(),
-        "re-export": "re-run the exporter",
+        "re-export": _reexport(ctx),
         "consolidate": f"ckpt-inspect consolidate {ctx.path} DEST --reference REF",
     }.get(kind, f"ckpt-inspect check {ctx.path}")
+
+
+# Layouts a training job writes itself (Megatron torch_dist, PyTorch DCP): no exporter made
+# them, the job that saved them saves them again.
+_TRAINING_LAYOUTS = frozenset({LayoutName.TORCH_DIST, LayoutName.DCP_SHARDED})
+_RESAVE = "re-save from the training job"
+
+
+def _reexport(ctx: _Context) -> str:
+    """What a re-export is for this checkpoint: the exporter run again, or for a training
+    checkpoint the training job's save (the rerun-drift of torch_dist is fixed there)."""
+    return _RESAVE if ctx.scanned.layout in _TRAINING_LAYOUTS else "re-run the exporter"
 
 
 def _known(code: str) -> Code | None:
@@ -1010,6 +1027,18 @@ def _worst(findings: Iterable[Finding]) -> Severity:
 
 def _codes_text(codes: Counter) -> str:
     return ", ".join(f"{code} x{n}" if n > 1 else str(code) for code, n in codes.most_common())
+
+
+def _moe_layers(layers: Sequence[int], mtp: Collection[int]) -> str:
+    """'3 MoE layers (1-3) and MTP layer 4': MTP layers said apart, as the scan counts them
+    (`inspector._internal.findings.words`, one layer numbering)."""
+    decoder = [n for n in layers if n not in mtp]
+    parts = [f"{plural(len(decoder), 'MoE layer')} ({fold_ranges(decoder, limit=6)})"]
+    extra = [n for n in layers if n in mtp]
+    if extra:
+        parts = parts[:1] if decoder else []
+        parts.append(layers_text(extra, limit=6, mtp=extra))
+    return " and ".join(parts)
 
 
 def _where(names: Sequence[str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, TypeVar
 
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
@@ -39,6 +39,7 @@ __all__ = [
     "Finding",
     "FoldPolicy",
     "Severity",
+    "besides",
     "findings_per_file",
     "findings_to_frame",
     "fold",
@@ -56,7 +57,12 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """One problem, with where it is. `file` is relative to the checkpoint folder."""
+    """One problem, with where it is. `file` is relative to the checkpoint folder.
+
+    `folded` is how many more items of its kind (tensors, files, layers...) a summary
+    finding stands for, set by the fold policy (`fold`): 0 for a finding about one thing.
+    A count of findings is then explained by it: 21 `unindexed-tensor` findings are 20
+    tensors one by one and one summary that folds 22 more."""
 
     code: str
     severity: Severity
@@ -65,6 +71,7 @@ class Finding:
     tensor: str | None = None
     layer: int | None = None
     expert: int | None = None
+    folded: int = 0
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
@@ -81,7 +88,8 @@ class Finding:
             for k, v in (("layer", self.layer), ("expert", self.expert))
             if v is not None
         )
-        return f"Finding({self.code}, {self.severity}: '{self.message}'{where}{at})"
+        more = f", folded={self.folded}" if self.folded else ""
+        return f"Finding({self.code}, {self.severity}: '{self.message}'{where}{at}{more})"
 
 
 def make_finding(
@@ -139,7 +147,8 @@ def fold(
     `groups` maps a group (usually a file) to its items, or is one ungrouped sequence.
     `detail(group, item)` builds the finding of an item listed on its own and is only called
     for those; `summary(group, rest, shown)` builds the finding that folds the rest of a group
-    (`shown` of its items were listed before it). Groups are visited in sorted order.
+    (`shown` of its items have findings of their own: `besides(shown)` says so). Groups are
+    visited in sorted order. Each summary's `folded` is how many items it stands for.
     """
     if not isinstance(groups, Mapping):
         groups = {"": groups} if groups else {}
@@ -152,8 +161,26 @@ def fold(
         budget -= shown
         findings.extend(detail(key, item) for item in items[:shown])
         if shown < len(items):
-            findings.append(summary(key, items[shown:], shown))
+            rest = items[shown:]
+            findings.append(_folding(summary(key, rest, shown), rest))
     return findings
+
+
+def _folding(summary: Finding, rest: Sequence[object]) -> Finding:
+    """`summary` standing for the items of `rest` (a folded finding among them counts for
+    what it folds too)."""
+    n = sum(1 + item.folded if isinstance(item, Finding) else 1 for item in rest)
+    return replace(summary, folded=n)
+
+
+def besides(shown: int) -> str:
+    """' (besides the 20 reported one by one)' after the count of a summary finding, '' when
+    none of its group was listed. Never "listed above": the findings are sorted, filtered
+    and shown in tables, where nothing is above."""
+    return f" ({_BESIDES.format(shown)})" if shown else ""
+
+
+_BESIDES = "besides the {:,} reported one by one"
 
 
 def fold_findings(
@@ -168,12 +195,13 @@ def fold_findings(
     def summary(file: str | None, rest: Sequence[Finding], shown: int) -> Finding:
         layers = fold_ranges(f.layer for f in rest if f.layer is not None)
         tensors = [f.tensor for f in rest if f.tensor]
-        parts = [f"layers {layers}"] if layers else []
+        parts = [_BESIDES.format(shown)] if shown else []
+        if layers:
+            parts.append(f"layers {layers}")
         if tensors:
             parts.append(f"e.g. {examples(tensors)}")
         where = f" ({'; '.join(parts)})" if parts else ""
-        more = f"{shown:,} listed above and " if shown else ""
-        return make_finding(rest[0].code, f"{more}{len(rest):,} more {what}{where}", file=file)
+        return make_finding(rest[0].code, f"{len(rest):,} more {what}{where}", file=file)
 
     return fold(groups, lambda _file, f: f, summary, policy=policy)
 
@@ -200,9 +228,10 @@ def fold_by_file(
         left = [f for file in rest for f in groups[file]]
         where = f" in {len(rest):,} more files" if len(rest) != len(left) else ""
         named = [f.tensor or f.file or "" for f in left]
-        out.append(
-            make_finding(left[0].code, f"{len(left):,} more {what}{where} (e.g. {examples(named)})")
+        summary = make_finding(
+            left[0].code, f"{len(left):,} more {what}{where} (e.g. {examples(named)})"
         )
+        out.append(_folding(summary, left))
     return out
 
 
@@ -225,7 +254,7 @@ def fold_listed(
     ]
     left = items[policy.per_code :]
     if left:
-        found.append(make_finding(code, rest(left), file=file))
+        found.append(_folding(make_finding(code, rest(left), file=file), left))
     return found
 
 

@@ -15,6 +15,14 @@ info"), every list of layers through `common.text.layers_text` ("layer 40", "lay
 41-97"), and a list of tensor names through `checkpoint.places.places_text` ("layer 40:
 experts 17-19 (36 tensors)"), so the CLI, the summaries, the reports and the dashboard say the
 same thing the same way.
+
+One layer numbering, the tables' (`inspector._internal.checkpoint.tables`): a decoder layer
+is the number its names give (`model.layers.3.*` is layer 3); MTP layers follow the decoder
+layers, as DeepSeek-V3 stores its MTP layer (`model.layers.61.*` after layers 0-60) and
+Model-Optimizer numbers it: with 4 decoder layers, `mtp.layers.0.*` is "MTP layer 4",
+whichever spelling the checkpoint uses. Text says "MTP layer" for them
+(`common.text.layer_name`, `common.text.layers_text(..., mtp=...)`) and never counts them
+among the decoder's MoE layers.
 """
 
 from __future__ import annotations

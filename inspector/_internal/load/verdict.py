@@ -189,9 +189,22 @@ class LoadVerdict:
         if self.mtp_parameters:
             parts.append(f"{self.mtp_parameters:,} in MTP tensors transformers skips")
         rest = stored - self.mtp_parameters - self.parameters
-        if rest:
-            why = "tensors the model does not load" if rest > 0 else "tensors the checkpoint lacks"
-            parts.append(f"{rest:+,} in {why}")
+        if rest > 0:
+            parts.append(f"{rest:,} more in tensors the model does not load")
+        elif rest < 0:
+            # A count is never negative: the model holds more than is stored, and the verdict
+            # says where (a key missing, or a tensor stored smaller: experts missing from a
+            # stacked expert tensor shorten it without removing its key).
+            where = [
+                f"{n:,} tensor{'s' if n != 1 else ''} {what}"
+                for n, what in (
+                    (len(self.missing), "missing"),
+                    (len(self.mismatched), "stored with another shape"),
+                )
+                if n
+            ]
+            why = f" ({' and '.join(where)})" if where else ""
+            parts.append(f"{-rest:,} fewer than the model holds{why}")
         return f"{model} in the model, {stored:,} stored ({'; '.join(parts)})"
 
     def to_dict(self, *, limit: int | None = None) -> dict[str, Any]:

@@ -13,14 +13,14 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible
+from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_markup
 from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import Problem, group_problems
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
 from inspector._internal.integrity.verified import verification_line
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.summary import experts_text, summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,6 +39,7 @@ __all__ = [
     "html_text",
     "load_answer",
     "load_verdict_html",
+    "markup_html",
     "problem_html",
     "problems_html",
     "scanned_html",
@@ -113,7 +114,7 @@ def facts_html(scanned: ScannedCheckpoint, findings: Sequence[Finding] = ()) -> 
     summary = summarize(scanned, findings=list(findings))
     return (
         f"<b>checkpoint</b> <code>{_e(summary['path'])}</code>"
-        + f"<div class='ckpt-verified'>{_e(verification_line(scanned))}</div>"
+        + f"<div class='ckpt-verified'>{markup_html(verification_line(scanned))}</div>"
         + _facts_table(summary)
         + _dtype_table(summary["dtypes"])
     )
@@ -176,7 +177,8 @@ def findings_html(frame: pd.DataFrame, *, max_rows: int = 500) -> str:
             f'<tr class="finding" data-code="{_e(code)}" data-severity="{_e(sev)}">'
             f"<td>{_badge(sev)}</td>"
             f'<td title="{_e(CODE_HELP.get(code, ""))}"><code>{_e(code)}</code></td>'
-            f"<td class='msg'>{_e(r.message)}</td><td class='name'>{_name(_blank(r.file))}</td>"
+            f"<td class='msg'>{markup_html(r.message)}</td>"
+            f"<td class='name'>{_name(_blank(r.file))}</td>"
             f"<td class='name'>{_name(_blank(r.tensor))}</td><td>{where}</td></tr>"
         )
     head = (
@@ -191,8 +193,8 @@ def code_help_html(codes: Iterable[str]) -> str:
     """A table: each code, its one-line explanation (`CODE_HELP`) and its fix (`Code.fix`)."""
     rows = "".join(
         f"<tr><td><code>{_e(c)}</code></td>"
-        f"<td>{_e(CODE_HELP.get(c, 'no explanation recorded'))}</td>"
-        f"<td>{_e(_fix_text(c))}</td></tr>"
+        f"<td>{markup_html(CODE_HELP.get(c, 'no explanation recorded'))}</td>"
+        f"<td>{markup_html(_fix_text(c))}</td></tr>"
         for c in codes
     )
     head = "<tr><th>code</th><th>what it means</th><th>what fixes it</th></tr>"
@@ -234,7 +236,7 @@ def _facts_table(s: dict[str, Any]) -> str:
         ("layers", layers),
     ]
     if s["moe_layers"]:
-        rows.append(("experts per MoE layer", str(s["experts_per_layer"])))
+        rows.append(("experts", experts_text(s)))
     body = "".join(f'<tr><td class="k">{_e(k)}</td><td>{_e(v)}</td></tr>' for k, v in rows)
     return f"<table>{body}</table>"
 
@@ -296,7 +298,8 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
         body = " <span style='color:#666'>the load check was off</span>"
         return _load_box(answer, head + body)
     if verdict.skipped is not None:
-        return _load_box(answer, f"{head} <span style='color:#666'>{_e(verdict.skipped)}</span>")
+        skipped = markup_html(verdict.skipped)
+        return _load_box(answer, f"{head} <span style='color:#666'>{skipped}</span>")
     notes = []
     if verdict.transformers_version:
         notes.append(f"transformers {verdict.transformers_version}")
@@ -304,7 +307,7 @@ def load_verdict_html(verdict: LoadVerdict | None, *, examples: int = 3) -> str:
         notes.append(verdict.parameters_text())
     if verdict.quantization:
         notes.append(f"quantization: {verdict.quantization}")
-    tail = f" <span style='color:#666'>({_e('; '.join(notes))})</span>" if notes else ""
+    tail = f" <span style='color:#666'>({markup_html('; '.join(notes))})</span>" if notes else ""
     head += f" as <code>{_name(verdict.architecture or '?')}</code>{tail}"
     kinds = [
         ("missing", list(verdict.missing), "the model expects them; transformers initialises "
@@ -348,8 +351,9 @@ def problem_html(problem: Problem) -> str:
     tag = _KIND_LABELS.get(action.kind, action.kind)
     return _wrap(
         f"<div class='problem' data-problem='{_e(problem.key)}'>{_badge(problem.severity)} "
-        f"<b>{_e(problem.title)}</b><br><span class='k'>impact</span> {_e(problem.impact)}<br>"
-        f"<span class='k'>fix ({_e(tag)})</span> {_e(action.text)} "
+        f"<b>{markup_html(problem.title)}</b><br><span class='k'>impact</span> "
+        f"{markup_html(problem.impact)}<br>"
+        f"<span class='k'>fix ({_e(tag)})</span> {markup_html(action.text)} "
         f"<code>{_e(action.command)}</code></div>"
     )
 
@@ -370,8 +374,8 @@ def _problems_table(problems: Sequence[Problem], n_findings: int, *, max_rows: i
     badges = " ".join(_badge(s, plural(counts[s], s)) for s in _SEVERITIES if counts[s])
     rows = "".join(
         f"<tr class='problem' data-problem='{_e(p.key)}'><td>{_badge(p.severity)}</td>"
-        f"<td><b>{_e(p.title)}</b></td><td>{_e(p.impact)}</td>"
-        f"<td>{_e(p.action.text)}<br><code>{_e(p.action.command)}</code> "
+        f"<td><b>{markup_html(p.title)}</b></td><td>{markup_html(p.impact)}</td>"
+        f"<td>{markup_html(p.action.text)}<br><code>{_e(p.action.command)}</code> "
         f"<span class='k'>({_e(_KIND_LABELS.get(p.action.kind, p.action.kind))})</span></td>"
         f"<td>{len(p.findings):,}</td></tr>"
         for p in problems[:max_rows]
@@ -416,6 +420,12 @@ def _missing(value: object) -> bool:
 
 def _blank(value: object) -> object:
     return "" if _missing(value) else value
+
+
+def markup_html(value: object, *, limit: int = MESSAGE_LIMIT) -> str:
+    """A message of the project's (a finding, an issue, a fix, the verification line) for
+    HTML: `legible_markup`, its `commands` as `<code>` elements, never literal backticks."""
+    return legible_markup(value, target="html", limit=limit)
 
 
 def html_text(value: object, *, limit: int = MESSAGE_LIMIT) -> str:

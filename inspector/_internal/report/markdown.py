@@ -13,24 +13,22 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.common.display import legible
-from inspector._internal.common.text import fold_ranges
+from inspector._internal.common.display import MESSAGE_LIMIT, legible, legible_markup
+from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.findings.finding import Finding, severity_rank
 from inspector._internal.findings.words import severity_counts
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
-from inspector._internal.report.summary import summarize
+from inspector._internal.report.summary import experts_text, summarize
+from inspector._internal.report.text import count_text, fix_once
 from inspector._internal.serve.fit import FitResult
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = ["markdown_summary"]
-
-# Long messages are cut so one finding cannot flood the paste.
-_MAX_MESSAGE = 300
 
 
 def markdown_summary(
@@ -79,12 +77,19 @@ def _findings_lines(
         "| severity | code | count | layers | experts | files |",
         "|---|---|---:|---|---|---|",
     ]
-    lines += [_table_row(code, items) for code, items in groups]
+    table = scanned.layers
+    mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
+    lines += [_table_row(code, items, mtp) for code, items in groups]
     for code, items in groups:
-        lines += ["", f"**{code}** ({len(items):,})"]
-        lines += [f"- {_inline(f.message)}" for f in items[:examples]]
+        rows = [f.to_dict() for f in items]
+        fix, messages = fix_once(code, [f.message for f in items[:examples]])
+        lines += ["", f"**{code}**: {_inline(count_text(rows))}"]
+        if fix:
+            lines.append(f"- fix: {_inline(fix)}")
+        lines += [f"- {_inline(m)}" for m in messages]
         if len(items) > examples:
-            lines.append(f"- ... {len(items) - examples:,} more")
+            more = plural(len(items) - examples, "more finding")
+            lines.append(f"- ... {more} (`ckpt-inspect check --verbose` lists every one)")
     return lines
 
 
@@ -103,7 +108,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
         f"- layers: {layers}",
     ]
     if s["moe_layers"]:
-        facts.append(f"- experts per MoE layer: {s['experts_per_layer']}")
+        facts.append(f"- experts: {experts_text(s)}")
     counts = Counter(f["severity"] for f in s["findings"])
     facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts
@@ -142,8 +147,11 @@ def _load_lines(verdict: LoadVerdict, examples: int) -> list[str]:
     return lines
 
 
-def _table_row(code: str, items: list[Finding]) -> str:
-    layers = fold_ranges((f.layer for f in items if f.layer is not None), limit=6)
+def _table_row(code: str, items: list[Finding], mtp: set[int]) -> str:
+    numbers = {f.layer for f in items if f.layer is not None}
+    decoder = fold_ranges((n for n in numbers if n not in mtp), limit=6)
+    extra = fold_ranges((n for n in numbers if n in mtp), limit=6)
+    layers = ", ".join(p for p in (decoder, f"MTP {extra}" if extra else "") if p)
     experts = fold_ranges((f.expert for f in items if f.expert is not None), limit=6)
     files = sorted({f.file for f in items if f.file})
     shown = ", ".join(_code(name) for name in files[:2])
@@ -154,8 +162,10 @@ def _table_row(code: str, items: list[Finding]) -> str:
 
 
 def _inline(text: str) -> str:
-    """Text from the checkpoint's findings as one line of escaped Markdown, bounded."""
-    return legible(" ".join(text.split()), target="markdown", limit=_MAX_MESSAGE)
+    """A message as one line of escaped Markdown, its `commands` as code spans
+    (`legible_markup`). Not cut: a finding's message is bounded already (`MESSAGE_LIMIT`),
+    and a message cut short in a bug report loses the part that says what to do."""
+    return legible_markup(" ".join(text.split()), target="markdown", limit=MESSAGE_LIMIT)
 
 
 def _code(name: str) -> str:

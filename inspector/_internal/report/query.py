@@ -274,10 +274,13 @@ def missing_notes(query: TensorQuery, scanned: ScannedCheckpoint) -> list[str]:
     for layer, ids in sorted(found.items()):
         by_ids.setdefault(tuple(ids), []).append(layer)
     notes = []
+    table = scanned.layers
+    mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
     for numbers, layers in by_ids.items():
         verb = "is" if len(numbers) == 1 else "are"
         notes.append(
-            f"{layers_text(numbers, noun='expert')} of {layers_text(layers)} {verb} missing "
+            f"{layers_text(numbers, noun='expert')} of {layers_text(layers, mtp=mtp)} {verb} "
+            "missing "
             "(expert-missing)"
         )
     return notes

@@ -19,7 +19,7 @@ from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, severity_rank
 from inspector._internal.findings.words import severity_counts
 
-__all__ = ["format_summary", "summarize"]
+__all__ = ["experts_text", "format_summary", "summarize"]
 
 
 def summarize(
@@ -29,7 +29,8 @@ def summarize(
 
     Keys: path, layout, files, tensors, total_bytes, parameters (values, counted as
     `parameters_rule` says: `inspector._internal.checkpoint.parameters`), layers, moe_layers,
-    experts_per_layer, mtp_layers, dtypes, experts_found, config, read_findings (what the scan could
+    experts_per_layer, mtp_layers, mtp_layer_numbers, dtypes, experts_found (per MoE layer,
+    MTP layers with experts included), config, read_findings (what the scan could
     not read or parse: a part of what `check` reports), checked, check_command; and findings (every
     finding, worst first) when `findings` (from `check`) are given: then `checked` is true.
     """
@@ -37,6 +38,10 @@ def summarize(
     decoder = layers[~layers["is_mtp"]] if len(layers) else layers
     moe = decoder[decoder["kind"] == "moe"] if len(decoder) else decoder
     found = dict(zip(moe["layer"].tolist(), moe["experts_found"].tolist(), strict=True))
+    # MTP layers with experts count them too, said apart ("layers 1-3 and MTP layer 4").
+    mtp = layers[layers["is_mtp"]] if len(layers) else layers
+    mtp_moe = mtp[mtp["experts_found"] > 0] if len(mtp) else mtp
+    found |= dict(zip(mtp_moe["layer"].tolist(), mtp_moe["experts_found"].tolist(), strict=True))
     spec = scanned.spec
     expected = spec.experts_per_layer or (max(found.values()) if found else None)
     by_dtype = tensors.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)
@@ -53,6 +58,7 @@ def summarize(
         "moe_layers": len(moe),
         "experts_per_layer": expected,
         "mtp_layers": int(layers["is_mtp"].sum()) if len(layers) else 0,
+        "mtp_layer_numbers": [int(n) for n in mtp["layer"].tolist()],
         "dtypes": {str(k): int(v) for k, v in by_dtype.items()},
         "experts_found": found,
         "config": {
@@ -101,16 +107,32 @@ def _layers_line(summary: dict[str, Any]) -> str:
 
 
 def _experts_line(summary: dict[str, Any]) -> str:
+    return f"experts     {experts_text(summary)}"
+
+
+def experts_text(summary: dict[str, Any]) -> str:
+    """The experts of the MoE layers (MTP layers said apart) against what is expected of each:
+    '512 per MoE layer, all present', or 'expected 512 per MoE layer; found 64 in layers 1-3
+    and MTP layer 4 (448 of 512 missing in each)'. The scan, `check`, the Markdown summary and
+    the reports say it so (a bare 512 where 448 are missing hides the loss)."""
     found: dict[int, int] = summary["experts_found"]
     expected = summary["experts_per_layer"]
+    if not found:
+        return "none found"
+    mtp = set(summary.get("mtp_layer_numbers", ()))
     counts = Counter(found.values())
     if len(counts) == 1 and expected in counts:
-        return f"experts     {expected} per MoE layer, all present"
-    parts = [
-        f"{n} in {layers_text(layer for layer, c in found.items() if c == n)}"
-        for n in sorted(counts)
-    ]
-    return f"experts     expected {expected} per MoE layer; found " + "; ".join(parts)
+        return f"{expected} per MoE layer, all present"
+    parts = []
+    for n in sorted(counts):
+        layers = [layer for layer, c in found.items() if c == n]
+        where = layers_text(layers, mtp=mtp)
+        short = ""
+        if expected is not None and n < expected:
+            each = " in each" if len(layers) > 1 else ""
+            short = f" ({expected - n:,} of {expected:,} missing{each})"
+        parts.append(f"{n:,} in {where}{short}")
+    return f"expected {expected} per MoE layer; found " + "; ".join(parts)
 
 
 def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:

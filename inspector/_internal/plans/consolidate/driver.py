@@ -109,6 +109,7 @@ def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
         skipped=tuple(o.name for o in skipped),
         bytes_written=bar.done,
         seconds=time.perf_counter() - started,
+        copy_seconds=bar.seconds,
         index_file=index_file,
         metadata_files=copied,
         rank=dist.rank,

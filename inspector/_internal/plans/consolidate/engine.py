@@ -27,6 +27,7 @@ import errno
 import math
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -84,18 +85,31 @@ _STRIDED_WHOLE = 256 << 20
 
 
 class Progress:
-    """A byte counter with an optional tqdm bar (tqdm.auto also renders in notebooks)."""
+    """A byte counter with an optional tqdm bar (tqdm.auto also renders in notebooks), and the
+    one clock of the copy: the bar's rate and the result's (`seconds`) are both bytes copied
+    over the seconds from the first byte to the last file sealed, in decimal MB as
+    `format_bytes` says sizes. The bar showed 31.7 MB/s (binary units, a recent average)
+    where the result said 3.8 MB/s (the whole run, planning and verification included)."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.lock = threading.Lock()
         self.done = 0
         self.bar = None
+        self.seconds = 0.0
         if enabled:
             from tqdm.auto import tqdm
 
+            # smoothing=0: the average since the start, the rate the result reports.
             self.bar = tqdm(
-                total=total, unit="B", unit_scale=True, unit_divisor=1024, desc="consolidate"
+                total=total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1000,
+                smoothing=0,
+                desc="consolidate",
             )
+        # Started once the bar is there (importing tqdm takes a tenth of a second).
+        self.started = time.perf_counter()
 
     def add(self, n: int) -> None:
         with self.lock:
@@ -104,6 +118,7 @@ class Progress:
                 self.bar.update(n)
 
     def close(self) -> None:
+        self.seconds = time.perf_counter() - self.started
         if self.bar is not None:
             self.bar.close()
 

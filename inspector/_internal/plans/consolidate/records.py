@@ -175,6 +175,13 @@ class ConsolidationResult:
     partial: tuple[str, ...] = ()
     backup: Path | None = None  # where `overwrite` moved the entries it replaced
     replaced: tuple[str, ...] = ()
+    # Seconds of the copy alone (first byte to last file sealed): the progress bar's clock.
+    copy_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second of the copy, as the progress bar measures it (0 when none)."""
+        return self.bytes_written / self.copy_seconds if self.copy_seconds > 0 else 0.0
 
     @property
     def ok(self) -> bool:
@@ -199,11 +206,15 @@ def index_bytes(plan: PlanView) -> bytes:
 
 
 def describe_result(result: ConsolidationResult) -> str:
-    rate = result.bytes_written / result.seconds / 1e6 if result.seconds > 0 else 0.0
     who = f" (rank {result.rank} of {result.world_size})" if result.world_size > 1 else ""
+    # One definition of the rate, the bar's: bytes over the copy's seconds, decimal units.
+    rate = f"{format_bytes(result.rate)}/s" if result.rate else "nothing copied"
+    rest = result.seconds - result.copy_seconds
+    around = f"; {result.seconds:.2f} s in all with planning and checks" if rest >= 0.01 else ""
     lines = [
         f"Consolidated into {result.dest}{who}: wrote {plural(len(result.written), 'file')}, "
-        f"{format_bytes(result.bytes_written)} in {result.seconds:.2f} s ({rate:,.1f} MB/s)",
+        f"{format_bytes(result.bytes_written)} in {result.copy_seconds:.2f} s of copying "
+        f"({rate}){around}",
     ]
     if result.skipped:
         kept = examples(list(result.skipped))
