@@ -319,8 +319,16 @@ def _experts(page) -> str:
 def _repair_plan(page) -> str:
     """The Repair tab's verdict once its plan is made (on the tab's first show)."""
     _open(page, 1, "Repair")
-    verdict = _dash(page, 1).locator(".ckpt-repair-verdict")
-    verdict.locator("div:not(.ckpt-repair-planning)").first.wait_for(timeout=120_000)
+    # Done: the verdict holds text, and neither the note it was built with nor the spinner
+    # of the planning. (Any div inside it matched "div:not(.ckpt-repair-planning)": the HTML
+    # widget's own content div, while the spinner still showed.)
+    verdict = _dash(page, 1).locator(
+        ".ckpt-repair-verdict",
+        has_text=re.compile(r"\S"),
+        has_not=page.locator(".ckpt-repair-planning"),
+        has_not_text="when the tab is shown",
+    )
+    verdict.wait_for(timeout=120_000)
     _shoot(page, 1, "tabs-repair.png")
     return verdict.inner_text()
 
