@@ -2,7 +2,7 @@
 the process itself would give, with torch and transformers never imported by the caller; a
 folder that changed after the caller's scan is said, not answered for; a child out of time
 gives a skipped verdict and the next request a fresh child; the answer is read as untrusted
-data, field by field."""
+data, field by field; a scan this process already has the verdict of is not asked again."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from inspector._internal.checkpoint.scan import scan
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.stored import ShapeMismatch
-from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.load.verdict import LoadVerdict, known_verdict, load_verdict
 
 HEALTHY = "healthy-hf-sharded"
 SCALE = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
@@ -121,6 +121,28 @@ class _FakeChild(load_child._Child):
                 [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
             )
         return self._process
+
+
+def test_a_scan_this_process_has_the_verdict_of_asks_no_child(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`check(scanned)` in a notebook computes the verdict in the kernel; a dashboard on the
+    same scan answers with it instead of asking a child, which would import torch and
+    transformers again (seconds of CPU) for the same answer. Another scan of the folder, or
+    the other trust setting, is asked of the child as before (here one that never answers)."""
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(load_child, "_CHILD", _FakeChild("sys.exit(3)"))
+    scanned = scan(demos / HEALTHY)
+    assert known_verdict(scanned) is None
+    assert "ended without an answer" in verdict_apart(scanned).skipped
+    checks.check(scanned)
+    here = known_verdict(scanned)
+    assert here is not None and here.ran and here.loads
+    assert verdict_apart(scanned) is here
+    assert CheckpointState.load(scanned).verdict is here
+    assert known_verdict(scanned, trust_remote_code=True) is None
+    assert "ended without" in verdict_apart(scanned, trust_remote_code=True).skipped
+    assert "ended without" in verdict_apart(scan(demos / HEALTHY)).skipped
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,9 @@ The Overview answers "will it load?" with the model code's own verdict
 than everything else together, so the Overview is drawn from the plain checks and the verdict
 is computed meanwhile, by a child process for a local folder (`inspector._internal.load.child`,
 started once the Overview is sent: started with the scan, its imports of torch and transformers
-made the Overview about 1 s later at 300,000 tensors on 2 cores), waited for by a thread:
+made the Overview about 1 s later at 300,000 tensors on 2 cores), waited for by a thread; a
+kernel that has the verdict of the very scan it was given (`check(scanned)` computed it) asks
+no child:
 `dash.current` is what is on screen, `dash.state` waits for the verdict and holds its findings
 and problems too. The Overview, Tensors, Files, Layers and Experts tabs are drawn from
 `dash.current` (Files and Layers recount their findings when the verdict arrives:

@@ -520,6 +520,10 @@ class ScannedCheckpoint:
         value: T = memo[key]
         return value
 
+    def kept(self, key: str) -> Any:
+        """What `derived` keeps under `key`; None when nothing was computed for it yet."""
+        return self.__dict__.get("_derived", {}).get(key)
+
     # -- tables, built once on first access -------------------------------------------
 
     @cached_property

@@ -8,7 +8,8 @@ work to another core, and the kernel only waits on a pipe.
 
 How: `start_verdict_process()` starts one child per process, or the first request does (the
 dashboard asks once its Overview is sent; started with the scan, the child's imports slowed
-the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder. The child
+the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder, unless
+this process computed the verdict of that very scan already (`known_verdict`). The child
 scans the folder itself (passing the scan would mean pickling it) and answers with the
 verdict and a digest of what the verdict read: the layout, config.json, the quantization
 config, the JSON files found, the index's shard set, and every shard's names, dtypes and
@@ -46,6 +47,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.load.verdict import (
     LOADABLE_LAYOUTS,
     LoadVerdict,
+    known_verdict,
     load_verdict,
     prepare_load_check,
 )
@@ -97,7 +99,12 @@ def verdict_apart(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
     """`load_verdict(scanned)`, computed in the child for a local folder of a layout the check
     runs on; in this process otherwise. A bug in the child is raised here as RuntimeError
     with the child's traceback; a child that crashed or ran out of time gives a skipped
-    verdict that says so."""
+    verdict that says so. A verdict this process computed already for this very scan
+    (`check(scanned)` in a notebook, then a dashboard on it) is answered at once: the child
+    would import torch and transformers again (about 6 s of CPU) for the same answer."""
+    known = known_verdict(scanned, trust_remote_code=trust_remote_code)
+    if known is not None:
+        return known
     folder = scanned.local_path
     if folder is None or scanned.layout not in LOADABLE_LAYOUTS or sys.platform == "win32":
         return load_verdict(scanned, trust_remote_code=trust_remote_code)

@@ -67,6 +67,7 @@ __all__ = [
     "LOADABLE_LAYOUTS",
     "LoadVerdict",
     "clear_model_cache",
+    "known_verdict",
     "load_verdict",
     "prepare_load_check",
     "stored_files",
@@ -323,8 +324,29 @@ def load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool = False)
 
     `trust_remote_code` lets a config whose architecture transformers does not ship use the
     modelling code in the checkpoint folder (`auto_map`); code from anywhere else is never
-    fetched. The model built for a config is cached for the rest of the process.
+    fetched. The model built for a config is cached for the rest of the process, and the
+    scan keeps the first verdict computed for it (`known_verdict`).
     """
+    verdict = _load_verdict(scanned, trust_remote_code=trust_remote_code)
+    scanned.derived(_known_key(trust_remote_code), lambda: verdict)
+    return verdict
+
+
+def known_verdict(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False
+) -> LoadVerdict | None:
+    """The verdict `load_verdict` computed for this very scan in this process, or None: a
+    notebook that ran `check(scanned)` has it, and its dashboard on `scanned` needs no
+    second verdict (`inspector._internal.load.child.verdict_apart`)."""
+    known: LoadVerdict | None = scanned.kept(_known_key(trust_remote_code))
+    return known
+
+
+def _known_key(trust_remote_code: bool) -> str:
+    return f"load-verdict-remote-code-{trust_remote_code}"
+
+
+def _load_verdict(scanned: ScannedCheckpoint, *, trust_remote_code: bool) -> LoadVerdict:
     architecture = _architecture(scanned.config)
     try:
         _precondition(scanned, architecture)
