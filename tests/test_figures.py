@@ -371,3 +371,24 @@ def test_dashboard_figures_load_the_cartesian_bundle_and_refuse_later_edits():
     empty = pd.DataFrame(columns=["layer", "expert", "tensors_found", "tensors_expected"])
     figure_widget(expert_coverage_heatmap(empty), "ckpt-expert-heatmap")
     figure_widget(shard_size_distribution(pd.DataFrame()), "ckpt-shard-sizes")
+
+
+def test_snapshot_pngs_are_drawn_by_the_cartesian_bundle_without_mathjax(monkeypatch):
+    """kaleido's page evaluates the plotly.js the dashboard draws with, read from the vendored
+    file, and fetches no MathJax from a CDN (its defaults: all of plotly.js, MathJax from
+    cdnjs, on every kernel's first snapshot). The PNGs come out byte for byte the same."""
+    import kaleido
+    from inspector.widgets import snapshot
+    from inspector.widgets.plotlyjs import cartesian_bundle, cartesian_bundle_file
+
+    started: list[dict] = []
+    monkeypatch.setattr(snapshot, "_server_started", False)
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **options: started.append(options))
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda fig, opts: b"png")
+    figures = [("shard sizes", shard_size_distribution(pd.DataFrame()))]
+    assert snapshot.render_pngs(figures) == [b"png"]
+    assert snapshot.render_pngs(figures) == [b"png"]  # one kaleido per process
+    (options,) = started
+    assert options["mathjax"] is False
+    assert Path(options["plotlyjs"]).read_text(encoding="utf-8") == cartesian_bundle()
+    assert Path(options["plotlyjs"]) == cartesian_bundle_file()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-__all__ = ["cartesian_bundle"]
+__all__ = ["cartesian_bundle", "cartesian_bundle_file"]
 
 _BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
 
@@ -22,3 +22,8 @@ _BUNDLE = Path(__file__).parent / "vendor" / "plotly-cartesian.min.js"
 def cartesian_bundle() -> str:
     """The text of plotly.js's cartesian bundle (read once per process)."""
     return _BUNDLE.read_text(encoding="utf-8")
+
+
+def cartesian_bundle_file() -> Path:
+    """Where the cartesian bundle is (kaleido's page loads it from there)."""
+    return _BUNDLE
