@@ -9,15 +9,24 @@ MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --s
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab lab-notebooks bench docs docs-screenshot clean fixtures \
+.PHONY: demo test fuzz lint format lab lab-notebooks bench bench-checkpoint docs docs-screenshot \
+	clean fixtures \
 	vendor-plotly
 
 # torch is installed first, by pip, so that the `torch>=...` requirement is already satisfied
 # and no resolver ever picks a CUDA build; TORCH_PIN is also passed as a constraint to the
 # rest. The rest is installed by uv (a maintained, pip-compatible installer, itself from
-# PyPI): the same versions pip resolves, in about 15 s where pip took about 3 minutes (pip
-# compiles every module of every package; uv leaves that to the first import).
+# PyPI): the same versions pip resolves, in about 15 s where pip took about 3 minutes.
 # tests/constraints.txt pins the few packages whose requirements make a resolver backtrack.
+# Neither pip --no-compile nor uv writes bytecode, and where PYTHONDONTWRITEBYTECODE is set
+# (as in many CI images, and here) no import writes it either: every process would compile
+# torch, transformers and pandas from source (measured: `import inspector` 3.0 s of CPU
+# instead of 0.8 s, torch + transformers 17 s instead of 6 s). So the venv's packages are
+# compiled once, on both cores, when installed. (A module written for a newer Python, such as
+# torch/testing/_internal/py312_intrinsics.py, fails to compile here as it would fail to
+# import: compileall's exit status is not the install's.)
+COMPILE_SITE = $(PY) -m compileall -q -j 0 \
+	$$($(PY) -c "import sysconfig; print(sysconfig.get_path('purelib'))") >/dev/null || true
 UV := $(VENV)/bin/uv
 UV_INSTALL := $(UV) pip install --python $(PY) --quiet -c tests/constraints.txt \
 	-c $(VENV)/torch-pin.txt
@@ -27,6 +36,7 @@ $(STAMP): pyproject.toml tests/constraints.txt
 	$(PY) -m pip install --quiet --no-compile --disable-pip-version-check "$(TORCH_PIN)" uv
 	echo "$(TORCH_PIN)" > $(VENV)/torch-pin.txt
 	$(UV_INSTALL) -e ".[dev]"
+	$(COMPILE_SITE)
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -41,7 +51,7 @@ test: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	@$(MAKE) --no-print-directory -j2 typecheck docs-build
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
-	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
+	$(PY) tests/fuzz/run.py --seconds $(CI_FUZZ_SECONDS)
 
 # Two single-threaded checks, side by side on two cores (`make test` runs both).
 .PHONY: typecheck docs-build
@@ -56,8 +66,14 @@ docs-build: $(DOCS_STAMP)
 PYTEST_WORKERS ?= 2
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
-# not installed), bounded in time; `make fuzz FUZZ_SECONDS=3600` for a longer hunt.
-FUZZ_SECONDS ?= 60
+# not installed), bounded in time. `make test` fuzzes about 2 s per target: the search is
+# seeded (--seed 1) from the committed corpus, so a run repeats the last one's path unless the
+# code changed, and measured over 20 s per target, the first 2 s reached 88-100% of the edges
+# the whole 20 s did (docs/development.md). The corpus replay in pytest guards regressions;
+# `make fuzz` is the longer hunt (`make fuzz FUZZ_SECONDS=3600` longer still), whose finds
+# are added to the corpus.
+CI_FUZZ_SECONDS ?= 30
+FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
 	$(PY) tests/fuzz/run.py --seconds $(FUZZ_SECONDS)
 
@@ -77,6 +93,7 @@ format: $(STAMP)
 # the same virtual environment (the API pages import nothing, but read the installed package).
 $(DOCS_STAMP): $(STAMP)
 	$(UV_INSTALL) -e ".[docs]"
+	$(COMPILE_SITE)
 	touch $(DOCS_STAMP)
 
 # docs/findings.md is generated from the code table in inspector/_internal/findings/codes.py
@@ -84,7 +101,8 @@ $(DOCS_STAMP): $(STAMP)
 docs: $(STAMP) $(DOCS_STAMP)
 	$(PY) -m inspector codes --markdown > docs/findings.md
 	$(MKDOCS_BUILD)
-	@echo "the site is in build/site (open build/site/index.html)"
+	@echo "the site is in build/site: open build/site/index.html (search needs a server:"
+	@echo "  $(PY) -m http.server -d build/site 8000, then http://127.0.0.1:8000)"
 
 # docs/dashboard.png, the README's picture: the real dashboard in JupyterLab and Chromium.
 docs-screenshot: $(STAMP)
@@ -92,6 +110,13 @@ docs-screenshot: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_scan.py
+
+# The sparse synthetic checkpoint the benchmarks and docs measure (headers only, holes for the
+# data), cached under benchmarks/.cache: `make bench-checkpoint TENSORS=300000 LOST=40:17-19`.
+TENSORS ?= 300000
+LOST ?=
+bench-checkpoint: $(STAMP)
+	$(PY) benchmarks/_synthetic.py --tensors $(TENSORS) $(if $(LOST),--lost $(LOST))
 
 # The demo checkpoints the notebooks open, written once (`make demo` rewrites them).
 LAB_DEMO := $(DEMO_DIR)/modelopt-1422-sidecar-drift/README.txt
@@ -112,9 +137,15 @@ lab-notebooks:
 	done
 	@echo "notebooks in $(abspath $(LAB_DIR))"
 
+# The venv's JupyterLab asks for no news and checks for no update: no toast over the
+# dashboard, no request to another host (settings overrides of this installation only).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
 lab: $(STAMP) $(LAB_DEMO) lab-notebooks
 	$(PY) -m ipykernel install --sys-prefix >/dev/null
+	mkdir -p $(dir $(LAB_OVERRIDES))
+	echo '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > $(LAB_OVERRIDES)
 	CKPT_DEMO_DIR=$(abspath $(DEMO_DIR)) $(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 \
+		--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--ServerApp.root_dir="$(abspath $(LAB_DIR))" $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The real writers (megatron-core, nvidia-modelopt, NeMo AutoModel, transformers, PyTorch DCP,

@@ -284,3 +284,27 @@ def _quant_config(spec: SyntheticSpec) -> dict[str, object]:
             + [f"model.layers.{i}.mlp.*" for i in range(spec.first_dense)],
         },
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write (or find cached) the checkpoint the benchmarks and docs measure; print its
+    folder. `python benchmarks/_synthetic.py --tensors 300000 --lost 40:17-19`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        description=main.__doc__.splitlines()[0] if main.__doc__ else ""
+    )
+    parser.add_argument("--tensors", type=int, default=None, help="about this many tensors")
+    parser.add_argument("--shards", type=int, default=None, help="in this many shards")
+    parser.add_argument("--lost", default="", help='experts an exporter lost, e.g. "40:17-19"')
+    args = parser.parse_args(argv)
+    spec = spec_for(tensors=args.tensors, shards=args.shards)
+    if args.lost:
+        spec = _with(spec, lost=args.lost)
+    folder = ensure_checkpoint(spec)
+    print(f"{folder} ({tensor_count(spec):,} tensors, {spec.shards} shards, sparse files)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

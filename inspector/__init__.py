@@ -18,6 +18,7 @@ from inspector._internal.plans.repair_all import plan_all
 from inspector._internal.plans.reshard import plan_reshard
 from inspector._internal.plans.restore import plan_restore
 from inspector._internal.report.query import TensorQuery, export_tensors
+from inspector._internal.serve.fit import FitResult, ParallelPlan, fit
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 
 __all__ = [
@@ -25,8 +26,10 @@ __all__ = [
     "CannotInspectError",
     "ConsolidationOptions",
     "Finding",
+    "FitResult",
     "InspectorError",
     "LoadVerdict",
+    "ParallelPlan",
     "PlanRefusedError",
     "Problem",
     "ScannedCheckpoint",
@@ -38,6 +41,7 @@ __all__ = [
     "diff_checkpoints",
     "export_tensors",
     "findings_to_frame",
+    "fit",
     "group_problems",
     "load_verdict",
     "plan_all",

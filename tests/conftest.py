@@ -6,12 +6,17 @@ import compileall
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+from once import once_per_run, shared_dir
 
 from inspector._internal.plans.consolidate.engine import SourceFiles
+
+if TYPE_CHECKING:
+    from remote_servers import FakeHub, RangeHTTPServer, S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,31 +95,6 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
-def shared_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder every process of this test run sees: under pytest-xdist, the parent of the
-    workers' own temp folders; alone, this process's temp folder."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
-def once_per_run(
-    tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]
-) -> Path:
-    """`shared_dir/name`, made by `make(folder)` in the first process of the run that asks
-    for it, under a file lock; the other processes wait for it, then use it as it is."""
-    from filelock import FileLock
-
-    root = shared_dir(tmp_path_factory)
-    folder, done = root / name, root / f"{name}.done"
-    with FileLock(str(root / f"{name}.lock")):
-        if not done.exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir()
-            make(folder)
-            done.touch()
-    return folder
-
-
 @pytest.fixture(scope="session")
 def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo checkpoints (`inspector.demo`), written once per test run and shared by every
@@ -125,6 +105,21 @@ def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return once_per_run(
         tmp_path_factory, "demo-checkpoints", lambda folder: write_demos(folder, log=lambda _: None)
     )
+
+
+@pytest.fixture(scope="session")
+def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A training run's `epoch_0_step_10/model`, saved by 2 gloo processes with PyTorch DCP's
+    HuggingFaceStorageWriter (tests/dcp_writers.py), once per test run and shared by every
+    process of it: read it, never change it; a test that damages it works on a copy."""
+    from dcp_writers import write_dcp_checkpoint
+
+    run = once_per_run(
+        tmp_path_factory,
+        "dcp-2rank",
+        lambda folder: write_dcp_checkpoint(folder / "epoch_0_step_10" / "model"),
+    )
+    return run / "epoch_0_step_10" / "model"
 
 
 @pytest.fixture(scope="session")
@@ -162,3 +157,65 @@ def cut_on_open(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], dict[str, i
         return cut
 
     return install
+
+
+# -- servers on 127.0.0.1 (tests/remote_servers.py) ------------------------------------------
+# One of each per test process, started by the first test that asks and shared by every
+# later one, whichever file it is in: each test serves its own folder, bucket or repository.
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Credentials for moto's server (it accepts any), nothing from the user's set-up."""
+    for key in list(os.environ):
+        if key.startswith("AWS_"):
+            monkeypatch.delenv(key)
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": os.devnull,
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    }.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote reads retried after 10 ms, not 200 (each retry doubling it): what is retried,
+    and how often, is the same; tests of servers that fail wait less."""
+    from inspector._internal.storage import remote
+
+    monkeypatch.setattr(remote, "RETRY_WAIT", 0.01)
+
+
+@pytest.fixture(scope="session")
+def s3_store() -> Iterator[S3Store]:
+    """moto's S3 API server (2-3 s to start); a test file makes buckets of its own in it
+    (`S3Store.bucket`) and reads them through `s3_store.url`, with `aws_env`."""
+    pytest.importorskip("moto")
+    from remote_servers import S3Store, moto_s3
+
+    with moto_s3() as url:
+        yield S3Store(url)
+
+
+@pytest.fixture(scope="session")
+def range_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RangeHTTPServer]:
+    """The Range HTTP server over every folder of this test run (`shared_dir`: the demo
+    checkpoints and every test's `tmp_path`); `range_server.serving(folder)` gives the URL
+    of one folder, with the server's counts from zero."""
+    from remote_servers import RangeHTTPServer
+
+    with RangeHTTPServer(shared_dir(tmp_path_factory)) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hub_server() -> Iterator[FakeHub]:
+    """The Hub stand-in, serving each test's repositories in turn (`hub_server.serving`)."""
+    from remote_servers import FakeHub
+
+    with FakeHub({}) as hub:
+        yield hub

@@ -129,6 +129,20 @@ def with_deepseek_mtp(state: dict[str, torch.Tensor], layers: int) -> dict[str, 
     return out
 
 
+def tiny_llama(folder: Path) -> Path:
+    """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards);
+    returns `folder` (created)."""
+    import transformers
+
+    config = transformers.LlamaConfig(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
+    return folder
+
+
 def tiny_deepseek_v3(folder: Path, *, layers: int = 3) -> Path:
     """A tiny DeepSeek-V3 (4 experts, untied head) saved by transformers' save_pretrained in
     several shards, plus DeepSeek's MTP layer; returns `folder` (created)."""

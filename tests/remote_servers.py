@@ -1,6 +1,7 @@
 """Servers on 127.0.0.1 for the remote-storage tests and `benchmarks/bench_remote.py`.
 
-- `moto_s3()`: moto's S3 API server (`ThreadedMotoServer`), a real S3 endpoint for s3fs.
+- `moto_s3()`: moto's S3 API server (`ThreadedMotoServer`), a real S3 endpoint for s3fs;
+  `S3Store` puts buckets and objects into it.
 - `Proxy`: an HTTP/1.1 proxy in front of one server that adds a delay to every request
   (a network round trip), counts requests and the response body bytes it passes on (what a
   client really fetched), records the request paths and the most requests it held at once
@@ -12,7 +13,9 @@
 - `FakeHub`, `FakeGCS`: the few routes of the Hugging Face Hub and of the GCS JSON API that
   a scan uses, over local folders.
 
-Every server binds 127.0.0.1 on a free port and stops with its context manager.
+Every server binds 127.0.0.1 on a free port and stops with its context manager. The tests
+share one of each per process (tests/conftest.py: `s3_store`, `range_server`, `hub_server`),
+each test serving its own folder, bucket or repository (`serving(...)`).
 """
 
 from __future__ import annotations
@@ -28,8 +31,18 @@ from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Self
+from urllib.parse import quote
 
-__all__ = ["Answer", "FakeGCS", "FakeHub", "Proxy", "RangeHTTPServer", "moto_s3", "s3_error"]
+__all__ = [
+    "Answer",
+    "FakeGCS",
+    "FakeHub",
+    "Proxy",
+    "RangeHTTPServer",
+    "S3Store",
+    "moto_s3",
+    "s3_error",
+]
 
 
 @contextlib.contextmanager
@@ -47,6 +60,39 @@ def moto_s3() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+class S3Store:
+    """Buckets and objects of the moto server running in this process, put straight into the
+    backend its S3 API answers from: what its PutObject and CreateBucket handlers do with a
+    request (`moto.s3.responses.S3Response._key_response_put` calls
+    `S3Backend.put_object`), without the HTTP round trip and botocore's signing, which cost
+    10 ms of CPU a file (a checkpoint upload is not what the tests test; every read goes
+    through the server)."""
+
+    def __init__(self, url: str) -> None:
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        self.url = url
+        self._backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+
+    def bucket(self, name: str) -> str:
+        """A new, empty bucket `name` (refused when it exists: each test file has its own)."""
+        if name in self._backend.buckets:
+            raise ValueError(f"bucket {name} exists already: take another name")
+        self._backend.create_bucket(name, "us-east-1")
+        return name
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        self._backend.put_object(bucket, key, data)
+
+    def put_folder(self, folder: Path, bucket: str, prefix: str) -> None:
+        """Every file under `folder` as `bucket/prefix/<its path in the folder>`."""
+        for path in sorted(Path(folder).rglob("*")):
+            if path.is_file():
+                key = f"{prefix}/{path.relative_to(folder).as_posix()}"
+                self.put(bucket, key, path.read_bytes())
 
 
 def s3_error(status: int, code: str, message: str) -> bytes:
@@ -360,7 +406,11 @@ class _Threaded:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # `shutdown()` waits for the serving loop to look again: every 0.5 s by default,
+        # which every stop of a server paid.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -374,10 +424,10 @@ class _Threaded:
 class RangeHTTPServer(_Threaded):
     """`http.server` over `root` with `Range: bytes=a-b` answered by 206 (and directory
     listings as HTML links, which fsspec's HTTP file system reads). `content_bytes` counts
-    the file bytes sent."""
+    the file bytes sent, `requests` the requests."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.root = Path(root).resolve()
         self.content_bytes = 0
         self.requests = 0
         lock = threading.Lock()
@@ -437,6 +487,38 @@ class RangeHTTPServer(_Threaded):
 
         self._serve(Handler)
 
+    def reset(self) -> None:
+        self.content_bytes = self.requests = 0
+
+    @contextlib.contextmanager
+    def serving(self, folder: Path) -> Iterator[Served]:
+        """`folder` (inside `root`) as a server of its own: `url` names it, and the counts
+        start from zero."""
+        rel = Path(folder).resolve().relative_to(self.root).as_posix()
+        self.reset()
+        yield Served(self, "" if rel == "." else f"/{quote(rel)}")
+
+
+@dataclass
+class Served:
+    """One folder of a shared `RangeHTTPServer`: its `url` (the server's, then `path`) and
+    the server's counts."""
+
+    server: RangeHTTPServer
+    path: str
+
+    @property
+    def url(self) -> str:
+        return self.server.url + self.path
+
+    @property
+    def content_bytes(self) -> int:
+        return self.server.content_bytes
+
+    @property
+    def requests(self) -> int:
+        return self.server.requests
+
 
 # -- a Hugging Face Hub stand-in -------------------------------------------------------------
 
@@ -446,7 +528,8 @@ class FakeHub(_Threaded):
     revision, the tree listing, file downloads with Range), over local folders: `repos`
     maps "org/name" to {revision name: (commit sha, folder)}. Counts the file bytes sent and
     records the revisions asked for. `entry`, when given, rewrites each file's entry of the
-    tree listing (a hostile or incomplete Hub: checksums missing or malformed)."""
+    tree listing (a hostile or incomplete Hub: checksums missing or malformed). A shared
+    stand-in serves each test's repositories in turn (`serving`)."""
 
     def __init__(
         self,
@@ -458,7 +541,7 @@ class FakeHub(_Threaded):
         from urllib.parse import unquote, urlsplit
 
         self.repos = repos
-        edit = entry or (lambda item: item)
+        self.entry = entry
         self.content_bytes = 0
         self.asked: list[str] = []
         outer = self
@@ -515,7 +598,8 @@ class FakeHub(_Threaded):
                             if p.is_dir():
                                 entries.append({"type": "directory", "path": rel, "oid": "0" * 40})
                             else:
-                                entries.append(edit(_tree_file(p, rel)))
+                                item = _tree_file(p, rel)
+                                entries.append(outer.entry(item) if outer.entry else item)
                         return self._json(200, entries)
                     return self._json(404, {"error": "not found"})
                 if len(parts) >= 4 and parts[2] == "resolve":
@@ -548,6 +632,21 @@ class FakeHub(_Threaded):
                 return self._json(404, {"error": "not found"})
 
         self._serve(Handler)
+
+    @contextlib.contextmanager
+    def serving(
+        self,
+        repos: dict[str, dict[str, tuple[str, Path]]],
+        *,
+        entry: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> Iterator[FakeHub]:
+        """These repositories (and `entry`) until the block ends, the counts from zero."""
+        self.repos, self.entry = repos, entry
+        self.content_bytes, self.asked = 0, []
+        try:
+            yield self
+        finally:
+            self.repos, self.entry = {}, None
 
 
 # Files the Hub keeps in LFS / Xet storage (the default .gitattributes of a model repository

@@ -364,14 +364,14 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, to
 
 
 def test_remote_bin_header_takes_a_few_bounded_reads(
-    served: tuple[Path, dict[str, torch.Tensor]],
+    served: tuple[Path, dict[str, torch.Tensor]], range_server: RangeHTTPServer
 ) -> None:
     """The tail (end record and directory), the pickle and the local headers in merged
     windows: a handful of requests and a few hundred KB for a file of 300+ records, not a
     request per record nor the file."""
     folder, state = served
     local = scan(folder).shards[0]
-    with RangeHTTPServer(folder.parent) as server:
+    with range_server.serving(folder.parent) as server:
         there = scan(f"{server.url}/model/")
         requests, sent = server.requests, server.content_bytes
     shard = there.shards[0]
@@ -384,10 +384,10 @@ def test_remote_bin_header_takes_a_few_bounded_reads(
 
 
 def test_remote_bin_views_are_read_and_converted_exactly(
-    served: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path
+    served: tuple[Path, dict[str, torch.Tensor]], tmp_path: Path, range_server: RangeHTTPServer
 ) -> None:
     folder, state = served
-    with RangeHTTPServer(folder.parent) as server:
+    with range_server.serving(folder.parent) as server:
         there = scan(f"{server.url}/model/")
         before = server.content_bytes
         with TensorData(there) as data:

@@ -246,7 +246,7 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     """`exclude_modules` with 5,000 wildcard patterns against 2,000 quantized modules: not
     matched pattern by pattern (10M fnmatch calls, each recompiling past fnmatch's cache);
     over the budget the check says what it did not check, and the repair refuses."""
-    from inspector._internal.checkpoint.quant_config import exclude_matcher
+    from inspector._internal.checkpoint.quant_config import exclude_matcher, exclude_patterns
     from inspector._internal.checkpoint.scan import scan
     from inspector._internal.checks import check
     from inspector._internal.plans.repair import plan_repair
@@ -275,7 +275,7 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     assert not plan.writes and "wildcard" in plan.refused[0]
     # Within the budget, exact names and globs exclude as before (the module, or its weight).
     section = {"exclude_modules": ["model.layers.0.mlp.up_proj", "model.layers.1?.*.weight"]}
-    excluded = exclude_matcher(section)
+    excluded = exclude_matcher(exclude_patterns(section))
     assert excluded is not None
     assert excluded("model.layers.0.mlp.up_proj") and excluded("model.layers.12.mlp.up_proj")
     assert not excluded("model.layers.2.mlp.up_proj") and not excluded("model.layers.100.mlp")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hf_exports import resaved
+from hf_exports import resaved, tiny_llama
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import (
     INDEX,
@@ -30,6 +30,7 @@ from modelopt_writer import (
     tiny_layer_state_dicts,
     write_modelopt_export,
 )
+from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.scan import scan
@@ -40,6 +41,7 @@ from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
 from inspector._internal.findings.finding import CODES, Finding
 from inspector._internal.integrity.verify import verify, write_manifest
+from inspector._internal.serve.fit import fit
 
 H = 8
 FINDINGS_MD = Path(__file__).resolve().parents[1] / "docs" / "findings.md"
@@ -776,16 +778,7 @@ def test_code_pickle_bomb(megatron: Path) -> None:
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny untied Llama as transformers' own `save_pretrained` writes it (two shards)."""
-    import transformers
-
-    config = transformers.LlamaConfig(
-        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(folder, max_shard_size="20KB")
-    return folder
+    return tiny_llama(tmp_path_factory.mktemp("llama"))
 
 
 def test_code_load_missing_tensor(llama: Path, tmp_path: Path) -> None:
@@ -903,6 +896,19 @@ def test_code_quant_scheme_mismatch() -> None:
 def test_code_quant_recipe_mismatch() -> None:
     f = one(run(GOLDEN / "llmcompressor" / "recipe-ignore-drift"), "quant-recipe-mismatch")
     assert f.file == "recipe.yaml" and "model.layers.0.mlp.down_proj" in f.message
+
+
+def test_code_quant_pattern_refused(tmp_path: Path) -> None:
+    """An `re:` ignore entry with a lookahead: RE2 cannot run it, so the modules it could
+    ignore are not judged (tests/test_compressed_tensors.py has the hostile cases)."""
+    folder = tmp_path / "m"
+    shutil.copytree(GOLDEN / "llmcompressor" / "fp8-dynamic", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignore"].append(r"re:.*(?=self_attn)self_attn\.q_proj$")
+    (folder / "config.json").write_text(json.dumps(config))
+    f = one(run(folder), "quant-pattern-refused")
+    assert f.file == "config.json" and "invalid perl operator" in f.message
+    assert "NOT checked" in f.message and "q_proj" in f.message
 
 
 # -- GGUF (gguf's GGUFWriter wrote them; tests/test_gguf.py has more) --------------------------
@@ -1026,11 +1032,9 @@ def test_code_file_extra_vs_source(hf: Path) -> None:
     assert f.file == "README.md" and f.severity == "warning"
 
 
-def test_code_file_not_verified(hf: Path) -> None:
+def test_code_file_not_verified(hf: Path, hub_server: FakeHub) -> None:
     """The Hub stand-in's listing without `lfs.oid` for one shard: its size matches, its
     bytes are not compared, and that is said."""
-    from remote_servers import FakeHub
-
     victim = shards(hf)[0]
 
     def no_checksum(item: dict) -> dict:
@@ -1039,7 +1043,7 @@ def test_code_file_not_verified(hf: Path) -> None:
             item.pop("oid")
         return item
 
-    with FakeHub({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
+    with hub_server.serving({"org/hf": {"main": ("c" * 40, hf)}}, entry=no_checksum) as hub:
         options = {"endpoint": hub.url, "token": False}
         result = verify(hf, against="hf://org/hf", storage_options=options)
     f = one(list(result.findings), "file-not-verified")
@@ -1080,6 +1084,95 @@ def test_code_manifest_unreadable(hf: Path) -> None:
     )
     f = one(verified(hf), "manifest-unreadable")
     assert f.file == MANIFEST_NAME and "inside the checkpoint folder" in f.message
+
+
+# -- serving: parallel plans and memory per GPU (fit) ----------------------------------------
+# The demo MoE (transformers-named DeepSeek-V3 layout: 2 heads, 8 experts of intermediate size
+# 16 in NVFP4, an MTP layer) and a small Llama written with huggingface_hub's writer.
+
+FIT_DEMO = "healthy-hf-sharded"
+
+
+def fit_codes(folder: Path, **options: object) -> list[Finding]:
+    return [f for plan in fit(scan(folder), **options).plans for f in plan.findings]
+
+
+@pytest.fixture
+def gqa(tmp_path: Path) -> Path:
+    """12 attention heads and 6 KV heads of 4."""
+    sd = {"model.embed_tokens.weight": bf16(32, 48)}
+    for layer in range(2):
+        p = f"model.layers.{layer}"
+        sd[f"{p}.self_attn.q_proj.weight"] = bf16(48, 48)
+        sd[f"{p}.self_attn.k_proj.weight"] = bf16(24, 48)
+        sd[f"{p}.self_attn.v_proj.weight"] = bf16(24, 48)
+        sd[f"{p}.self_attn.o_proj.weight"] = bf16(48, 48)
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 48,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 6,
+        "vocab_size": 32,
+    }
+    return write_hf(tmp_path / "gqa", sd, config=config)
+
+
+def test_code_parallel_heads_indivisible(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=4, ep=4), "parallel-heads-indivisible")
+    assert "TP 4 does not divide the 2 attention heads" in f.message
+
+
+def test_code_parallel_kv_heads_indivisible(gqa: Path) -> None:
+    f = one(fit_codes(gqa, tp=4), "parallel-kv-heads-indivisible")
+    assert "4 does not divide 6" in f.message
+
+
+def test_code_parallel_kv_heads_replicated(gqa: Path) -> None:
+    f = one(fit_codes(gqa, tp=12), "parallel-kv-heads-replicated")
+    assert f.severity == "info" and "replicated on 2 ranks" in f.message
+
+
+def test_code_parallel_block_misaligned(demo_checkpoints: Path) -> None:
+    # The experts' intermediate size 16 over TP 2 is 8 per rank: half an NVFP4 group.
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=2), "parallel-block-misaligned")
+    assert "8 per rank" in f.message and "NVFP4" in f.message
+    assert fit_codes(demo_checkpoints / FIT_DEMO, tp=2, ep=2) == []
+
+
+def test_code_parallel_experts_indivisible(demo_checkpoints: Path) -> None:
+    found = fit_codes(demo_checkpoints / FIT_DEMO, tp=16, ep=16)
+    f = one(found, "parallel-experts-indivisible")
+    assert "EP 16 does not divide the 8 routed experts" in f.message
+
+
+def test_code_parallel_stages_exceed_layers(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, pp=8), "parallel-stages-exceed-layers")
+    assert "4 decoder layers" in f.message
+
+
+def test_code_parallel_mtp_last_stage(demo_checkpoints: Path) -> None:
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, pp=2), "parallel-mtp-last-stage")
+    assert f.severity == "info" and "last of the 2 stages" in f.message
+
+
+def test_code_fit_weights_exceed_gpu(demo_checkpoints: Path) -> None:
+    # Half a GiB leaves nothing after the engine's own estimate.
+    f = one(fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu_memory=0.5), "fit-weights-exceed-gpu")
+    assert "the engine may use" in f.message
+
+
+def test_code_fit_context_exceeds_gpu(demo_checkpoints: Path) -> None:
+    found = fit_codes(demo_checkpoints / FIT_DEMO, tp=1, gpu_memory=1.5, context=10**9)
+    f = one(found, "fit-context-exceeds-gpu")
+    assert "1,000,000,000 tokens (asked)" in f.message and "--max-model-len" in f.message
+
+
+def test_code_fit_config_invalid(demo_checkpoints: Path, tmp_path: Path) -> None:
+    folder = Path(shutil.copytree(demo_checkpoints / FIT_DEMO, tmp_path / "c"))
+    edit_json(folder / "config.json", lambda c: c.update(num_attention_heads="2"))
+    f = one(fit_codes(folder, tp=1), "fit-config-invalid")
+    assert 'num_attention_heads "2" is not a whole number' in f.message
 
 
 # -- the contract: every code has its test ----------------------------------------------------

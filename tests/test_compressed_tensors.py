@@ -8,11 +8,13 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.checks import check
+from inspector._internal.load.verdict import load_verdict
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "llmcompressor"
 
@@ -82,3 +84,74 @@ def test_recipe_patterns_are_resolved_not_compared_literally() -> None:
     config = json.loads((folder / "config.json").read_text())
     assert not any(e.startswith("re:") for e in config["quantization_config"]["ignore"])
     assert "quant-recipe-mismatch" not in _codes(folder)
+
+
+# -- hostile patterns (issue 31): a config's regex never backtracks ---------------------------
+
+# Python's re takes time doubling with each letter on `(a+)+$` against this name (over a
+# minute for 34 letters); a name past the matcher's cap.
+_EXPONENTIAL = "a" * 34 + "!"
+_LONG = "model.layers.0." + "a" * 5000
+
+
+def _hostile(tmp_path: Path, pattern: str) -> Path:
+    """llm-compressor's FP8 export with `pattern` added to config.json's and recipe.yaml's
+    ignore lists, and two Linear modules the writer saved under hostile names: a plain one
+    and a quantized one (an F8 weight with its channel scales)."""
+    folder = _copy("fp8-dynamic", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["ignore"].append(f"re:{pattern}")
+    (folder / "config.json").write_text(json.dumps(config))
+    recipe = (folder / "recipe.yaml").read_text()
+    (folder / "recipe.yaml").write_text(recipe.replace("ignore: [", f"ignore: ['re:{pattern}', "))
+
+    def edit(t: dict[str, torch.Tensor]) -> None:
+        t[f"{_EXPONENTIAL}.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+        t[f"{_LONG}.weight"] = torch.zeros(4, 4).to(torch.float8_e4m3fn)
+        t[f"{_LONG}.weight_scale"] = torch.ones(4, 1)
+
+    _edit_tensors(folder, edit)
+    return folder
+
+
+@pytest.mark.timeout(120)  # a hang guard: Python's re would need years for these names
+def test_exponential_pattern_is_matched_without_backtracking(tmp_path: Path) -> None:
+    """`re:(a+)+$` with a module named `aaa...a!`: the pattern is matched as compressed-
+    tensors would (no match, so the plain module is flagged against group_0's Linear
+    target), in one pass; the module whose name is past the cap is not judged, and said so:
+    the load check, which needs to know whether it is quantized, is skipped."""
+    folder = _hostile(tmp_path, "(a+)+$")
+    scanned = scan(folder)
+    found: dict[str, list[str]] = {}
+    for f in check(scanned):
+        found.setdefault(f.code, []).append(f.message)
+    assert set(found) == {"quant-scheme-mismatch", "quant-pattern-refused"}
+    assert any(_EXPONENTIAL in m for m in found["quant-scheme-mismatch"])
+    refused = found["quant-pattern-refused"]  # config.json's list and recipe.yaml's
+    assert [m.split(":")[0] for m in refused] == ["config.json quantization_config", "recipe.yaml"]
+    assert all("names longer than 1,024 characters" in m for m in refused)
+    assert all("1 modules they could decide were NOT checked" in m for m in refused)
+    verdict = load_verdict(scanned)
+    assert verdict.skipped and "quant-pattern-refused" in verdict.skipped
+
+
+@pytest.mark.timeout(120)
+def test_backreference_is_refused_with_a_finding(tmp_path: Path) -> None:
+    """A pattern only a backtracking matcher runs (a backreference) is refused, in config.json
+    and in recipe.yaml, and the modules it could ignore are not judged."""
+    folder = _hostile(tmp_path, r"(a+)+\1$")
+    found = [f for f in check(scan(folder), model=False) if f.code == "quant-pattern-refused"]
+    assert {f.file for f in found} == {"config.json", "recipe.yaml"}
+    assert all("backreference" in f.message and "NOT checked" in f.message for f in found)
+
+
+def test_a_hundred_thousand_empty_groups_end_in_a_finding(tmp_path: Path) -> None:
+    """Config groups count as well as their entries: 100,000 groups without targets are not
+    each matched against every module (groups x modules calls)."""
+    folder = _copy("fp8-dynamic", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    groups = config["quantization_config"]["config_groups"]
+    groups.update({f"empty_{i}": {"targets": []} for i in range(100_000)})
+    (folder / "config.json").write_text(json.dumps(config))
+    found = _codes(folder)
+    assert "check-budget-exceeded" in found and "config groups" in found["check-budget-exceeded"][0]

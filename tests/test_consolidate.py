@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from dcp_writers import MAPPING, full_tensors, write_dcp_checkpoint
+from dcp_writers import MAPPING, full_tensors
 from safetensors.torch import load_file, save_file
 
 from inspector import ConsolidationOptions, consolidate
@@ -43,19 +43,10 @@ TORCH_DTYPE = {
 ITEM = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8}
 
 
-def dcp_source(factory: pytest.TempPathFactory) -> Path:
-    """The 2-rank DCP checkpoint, written once per session (the torchrun tests reuse it)."""
-    base = factory.getbasetemp() / "dcp-2rank"
-    if not (base / "complete").exists():
-        shutil.rmtree(base, ignore_errors=True)
-        write_dcp_checkpoint(base / "model")
-        (base / "complete").touch()
-    return base / "model"
-
-
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return dcp_source(tmp_path_factory)
+def source(dcp_checkpoint: Path) -> Path:
+    """The 2-rank DCP checkpoint of the test run (conftest `dcp_checkpoint`), read only."""
+    return dcp_checkpoint
 
 
 @pytest.fixture

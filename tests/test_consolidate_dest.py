@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from dcp_writers import MAPPING, full_tensors
-from test_consolidate import _reference, dcp_source, load_all
+from test_consolidate import _reference, load_all
 
 from inspector._internal.checkpoint.scan import scan
 from inspector._internal.cli.main import main
@@ -24,8 +24,8 @@ BACKUP = ".ckpt-inspect-backup"
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return dcp_source(tmp_path_factory)
+def source(dcp_checkpoint: Path) -> Path:
+    return dcp_checkpoint
 
 
 def snapshot(folder: Path) -> dict[str, bytes | str]:

@@ -15,7 +15,6 @@ import pytest
 import torch
 from dcp_writers import full_tensors
 from safetensors.torch import load_file
-from test_consolidate import dcp_source
 
 from inspector import verify, write_manifest
 
@@ -48,11 +47,13 @@ def torchrun(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
 
 
 @pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
-def test_two_processes_split_the_outputs(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_two_processes_split_the_outputs(
+    tmp_path_factory: pytest.TempPathFactory, dcp_checkpoint: Path
+) -> None:
     work = tmp_path_factory.mktemp("torchrun")
     # The source keeps a content manifest: DEST gets its own, every rank's outputs in it.
     source = work / "model"
-    shutil.copytree(dcp_source(tmp_path_factory), source)
+    shutil.copytree(dcp_checkpoint, source)
     write_manifest(source)
     names = list(full_tensors())
     # Three outputs: rank 1 writes files 1 and 3, rank 0 file 2 (and the index).

@@ -1,6 +1,7 @@
 """The `dcp-sharded` layout against checkpoints written by PyTorch's own DCP writer.
 
-One 2-process save per module (`real`); every damaging test works on a copy of it.
+One 2-process save per test run (`real`, conftest's `dcp_checkpoint`); every damaging test
+works on a copy of it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from dcp_writers import MAPPING, full_tensors, tensor_plan, write_dcp_checkpoint
+from dcp_writers import MAPPING, full_tensors, tensor_plan
 from huggingface_hub import split_torch_state_dict_into_shards
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -37,11 +38,10 @@ OUT2_RANK2 = "shard-00002-model-00002-of-00002.safetensors"
 
 
 @pytest.fixture(scope="module")
-def real(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A training checkpoint folder whose `model/` was saved by 2 gloo ranks."""
-    root = tmp_path_factory.mktemp("dcp") / "epoch_0_step_10"
-    write_dcp_checkpoint(root / "model")
-    return root
+def real(dcp_checkpoint: Path) -> Path:
+    """A training checkpoint folder whose `model/` was saved by 2 gloo ranks (the test run's
+    `dcp_checkpoint`, read only)."""
+    return dcp_checkpoint.parent
 
 
 @pytest.fixture

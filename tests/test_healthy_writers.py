@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from dcp_writers import tensor_plan, write_dcp_checkpoint
+from dcp_writers import tensor_plan
 from modelopt_writer import mtp_tensors, tiny_layer_state_dicts, write_modelopt_export
 from safetensors.torch import save_file
 
@@ -79,9 +79,10 @@ def test_transformers_save_pretrained(tmp_path: Path, build, shard: str | None) 
 
 
 @pytest.fixture(scope="module")
-def dcp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Saved once by 2 gloo processes with DCP's HuggingFaceStorageWriter (DTensors)."""
-    return write_dcp_checkpoint(tmp_path_factory.mktemp("dcp") / "model")
+def dcp_run(dcp_checkpoint: Path) -> Path:
+    """Saved once per test run by 2 gloo processes with DCP's HuggingFaceStorageWriter
+    (DTensors): conftest's `dcp_checkpoint`."""
+    return dcp_checkpoint
 
 
 def test_dcp_hf_storage_writer_two_processes(dcp_run: Path) -> None:

@@ -19,6 +19,7 @@ from inspector._internal.checks import check
 from inspector._internal.formats.pickle_guard import (
     HostilePickleError,
     PickleBombError,
+    PickleFormatError,
     audit_pickle,
     audit_torch_save,
     check_pickle,
@@ -132,6 +133,44 @@ def test_memo_index_far_ahead_is_refused() -> None:
     stream = PROTO4 + b"N" + b"r\x00\x00\x00\x80" + STOP
     with pytest.raises(PickleBombError, match="memo entry at index 2,147,483,648"):
         audit_pickle(stream)
+
+
+def dag_key_behind_a_sparse_put(levels: int = 40) -> bytes:
+    """The tuple-DAG key of `dag_key_metadata`, memoized with MEMOIZE after one `PUT 1000`:
+    the unpickler's MEMOIZE stores at the number of slots stored so far (1, 2, 3...), not one
+    past the highest index (1001, 1002...), so the BINGETs of each level name 1, 2, 3..."""
+    long_binput, long_binget = b"r", b"j"
+    body = PROTO4 + b"N" + long_binput + (1000).to_bytes(4, "little") + POP + EMPTY_DICT
+    body += EMPTY_TUPLE + MEMOIZE + POP  # slot 1
+    for i in range(1, levels + 1):
+        get = long_binget + i.to_bytes(4, "little")
+        body += get + get + TUPLE2 + MEMOIZE + POP  # slot i + 1
+    get = long_binget + (levels + 1).to_bytes(4, "little")
+    return body + get + b"K\x01" + SETITEM + STOP
+
+
+def test_the_memo_is_modelled_as_the_unpickler_keeps_it(tmp_path: Path) -> None:
+    """The audit stored MEMOIZE one past the highest index: every BINGET of the bomb above
+    showed it an empty slot, and the 542-byte 2**40 hash passed (a `.metadata` under 1 MB is
+    unpickled in this process after the audit)."""
+    data = dag_key_behind_a_sparse_put(40)
+    with pytest.raises(PickleBombError, match="through shared references"):
+        audit_pickle(data)
+    (f,) = findings_of(folder_with(tmp_path, {".metadata": data}), "pickle-bomb")
+    assert f.file == ".metadata"
+
+
+def test_a_negative_text_memo_index_is_malformed() -> None:
+    # `g-1\n`: the unpickler finds no slot -1; a list index would wrap to the last slot.
+    with pytest.raises(PickleFormatError, match="negative"):
+        audit_pickle(PROTO4 + b"N" + MEMOIZE + b"g-1\n" + STOP)
+
+
+def test_raw_unicode_names_are_decoded_as_the_unpickler_decodes_them() -> None:
+    """Protocol 0's UNICODE is raw-unicode-escape text: `\\u006fs` is the module `os`."""
+    stream = b"V\\u006fs\nVsystem\n\x93" + STOP
+    with pytest.raises(HostilePickleError, match=r"os\.system"):
+        check_pickle(stream)
 
 
 def test_huge_integer_is_refused() -> None:

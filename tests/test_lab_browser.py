@@ -163,12 +163,13 @@ def _cut_tab_titles(page) -> list[str]:
         """() => {
             const labels = [...document.querySelectorAll('.ckpt-tabs .lm-TabBar-tabLabel')];
             const cut = label => label.scrollWidth > label.clientWidth + 1;
-            // The title the findings tab had while the load check ran, in the same label.
+            // The same label squeezed to a few letters is seen as cut.
             const label = labels.find(l => l.textContent.startsWith('Findings ('));
-            const title = label.textContent;
-            label.textContent = 'Drift (44, checking)';
+            const css = label.style.cssText;
+            label.style.cssText =
+                'flex:none;display:block;width:10px;overflow:hidden;white-space:nowrap';
             const old = cut(label);
-            label.textContent = title;
+            label.style.cssText = css;
             return {labels: labels.length, old, cut: labels.filter(cut).map(l => l.textContent)};
         }"""
     )

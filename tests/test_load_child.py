@@ -41,6 +41,25 @@ def _same(a: LoadVerdict, b: LoadVerdict) -> bool:
     return a == b and all(dict(getattr(a, m)) == dict(getattr(b, m)) for m in maps)
 
 
+# First in this file: the child it ends has only started importing, and the fresh one it
+# then starts (torch and transformers imported, 5-8 s of CPU) answers the later tests.
+def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    scanned = scan(demos / HEALTHY)
+    load_child.start_verdict_process()
+    first = load_child._CHILD._process
+    assert first is not None
+    monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
+    late = verdict_apart(scanned)
+    assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
+    assert first.poll() is not None  # ended, not left running
+    monkeypatch.undo()
+    assert _same(verdict_apart(scanned), load_verdict(scanned))
+    assert load_child._CHILD._process not in (None, first)
+
+
 def test_the_child_gives_the_verdict_this_process_gives(demos: Path, tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     lost = resaved(demos / HEALTHY, tmp_path / "lost",
@@ -88,23 +107,6 @@ def test_a_folder_changed_after_the_scan_is_said_not_answered_for(
     shutil.rmtree(folder)
     gone = verdict_apart(scanned)
     assert not gone.ran and "changed while the load check read them" in gone.skipped
-
-
-def test_a_child_out_of_time_gives_a_skipped_verdict_then_a_fresh_child(
-    demos: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pytest.importorskip("transformers")
-    scanned = scan(demos / HEALTHY)
-    load_child.start_verdict_process()
-    first = load_child._CHILD._process
-    assert first is not None
-    monkeypatch.setattr(load_child, "VERDICT_SECONDS", 0.001)
-    late = verdict_apart(scanned)
-    assert not late.ran and "gave no verdict: no answer within 0.001 s" in late.skipped
-    assert first.poll() is not None  # ended, not left running
-    monkeypatch.undo()
-    assert _same(verdict_apart(scanned), load_verdict(scanned))
-    assert load_child._CHILD._process not in (None, first)
 
 
 class _FakeChild(load_child._Child):

@@ -106,7 +106,8 @@ def test_report_is_one_self_contained_file(report):
     assert not re.search(r"https?:|//[\w.-]+\.\w+/", page, re.I)
     assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.I)
     assert "<link" not in page.lower() and "@import" not in page
-    assert page.count("Plotly.newPlot(") == 5  # findings, heatmap, sizes, bytes, parameters
+    # findings, heatmap, sizes, bytes, parameters, and the parallel plans of "Will it serve?"
+    assert page.count("Plotly.newPlot(") == 6
 
 
 def test_report_sections_and_heatmap_id(report):

@@ -3,7 +3,7 @@ computes in another process, a bomb kills only the child and the stream then tak
 which names what was refused; a healthy file gives exactly what the audited path gives.
 
 The limits are made small here (`FORCED`) so that small hand-built files take the child
-path and a bomb costs a second, not the defaults' five."""
+path and a bomb costs a second or two (`SHORT_CPU`: one), not the defaults' five."""
 
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ from inspector._internal.layouts import torch_dist
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="the sandbox is Linux-only")
 
 FORCED = SandboxLimits(min_size=0, cpu_floor=1.0, memory_floor=512 << 20)
+# For a bomb that must exhaust the child's CPU: RLIMIT_CPU counts whole seconds, so FORCED's
+# floor plus the per-byte share rounds up to 2 s; this rounds up to the least, 1 s.
+SHORT_CPU = SandboxLimits(min_size=0, cpu_floor=0.5, memory_floor=512 << 20)
 CLASSES = (TorchDistTensor, ReadProblem, FileRole, ProblemKind)
 FIXTURES = Path(__file__).parent / "fixtures" / "writers"
 
@@ -110,10 +113,11 @@ def test_a_healthy_metadata_reads_the_same_through_the_child() -> None:
 
 def test_a_hash_bomb_exhausts_the_childs_cpu_and_is_then_named(tmp_path: Path) -> None:
     data = dag_key_metadata(40)
-    with pytest.raises(SandboxFailed, match="CPU"):
-        run_bounded(lambda: _unpickle(data), size=len(data), limits=FORCED)
+    assert SHORT_CPU.cpu_seconds(len(data)) == 1
+    with pytest.raises(SandboxFailed, match="used more than 1 s of CPU"):
+        run_bounded(lambda: _unpickle(data), size=len(data), limits=SHORT_CPU)
     with pytest.raises(PickleBombError, match="through shared references"):
-        read_dcp_metadata(data, convert, classes=CLASSES, limits=FORCED)
+        read_dcp_metadata(data, convert, classes=CLASSES, limits=SHORT_CPU)
 
 
 def test_a_100000_deep_key_is_refused_as_too_deep() -> None:

@@ -366,6 +366,48 @@ def test_megatron_3624_mtp_extra_state(tmp_path: Path) -> None:
     assert run(clean) == []
 
 
+def _fp8_export_with_mtp(folder: Path, mtp: str) -> Path:
+    """A Model-Optimizer FP8 per-layer export of a DeepSeek-style model whose MTP layer is
+    `model.layers.3` (after the 3 decoder layers): every expert projection stores an F8
+    weight, `weight_scale` and `input_scale`. `mtp`: "same", "lacks" (the MTP layer's
+    projections lack `input_scale`), "extra" (they add `output_scale`) or "unquantized"
+    (the MTP layer left in BF16, as exporters that exclude it do). No layer stores a byte
+    (`_extra_state`) entry."""
+    layers = tiny_layer_state_dicts(4)
+    for layer, sd in layers.items():
+        is_mtp = layer == 4
+        for name in [n for n in sd if ".experts." in n and n.endswith(".weight")]:
+            if is_mtp and mtp == "unquantized":
+                continue
+            sd[name] = sd[name].to(torch.float8_e4m3fn)
+            module = name.removesuffix(".weight")
+            sd[f"{module}.weight_scale"] = torch.ones(())
+            if not (is_mtp and mtp == "lacks"):
+                sd[f"{module}.input_scale"] = torch.ones(())
+            if is_mtp and mtp == "extra":
+                sd[f"{module}.output_scale"] = torch.ones(())
+    layers[4].update(
+        {k.replace("mtp.layers.0", "model.layers.3"): v for k, v in mtp_tensors().items()}
+    )
+    config = {"model_type": "deepseek_v3", "num_hidden_layers": 3, "num_nextn_predict_layers": 1}
+    return write_modelopt_export(folder, layers, config=config)
+
+
+def test_mtp_keyset_outlier_without_byte_entries(tmp_path: Path) -> None:
+    """The MTP rule compared only what the MTP block adds; a block that lacks quantizer
+    scales every decoder layer has went unreported (no `_extra_state` anywhere to add)."""
+    lacks = run(_fp8_export_with_mtp(tmp_path / "lacks", "lacks"), model=False)
+    assert codes(lacks) == {"layer-keyset-outlier"}
+    (outlier,) = lacks
+    assert outlier.layer == 3 and "MTP layer 3 lacks" in outlier.message
+    assert "mlp.experts.up_proj.input_scale" in outlier.message
+    extra = run(_fp8_export_with_mtp(tmp_path / "extra", "extra"), model=False)
+    assert codes(extra) == {"layer-keyset-outlier"}
+    assert "mlp.experts.up_proj.output_scale" in extra[0].message
+    for healthy in ("same", "unquantized"):
+        assert run(_fp8_export_with_mtp(tmp_path / healthy, healthy), model=False) == []
+
+
 # -- index drift of a sharded checkpoint -------------------------------------------------------
 
 

@@ -7,7 +7,11 @@ import json
 import pytest
 import torch
 
-from inspector._internal.checkpoint.spec import layer_types_from_config, spec_from_config
+from inspector._internal.checkpoint.spec import (
+    MAX_LAYERS,
+    layer_types_from_config,
+    spec_from_config,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -184,3 +188,13 @@ def test_counts_past_any_real_model_are_unknown(
     spec = spec_from_config(config)
     assert (spec.num_layers, spec.experts_per_layer) == (layers, experts)
     assert spec.moe_layers is None or len(spec.moe_layers) <= 2048
+
+
+def test_a_block_pattern_past_any_real_model_is_unknown_before_it_is_built() -> None:
+    """A 20,000,000-block `hybrid_override_pattern` used to be expanded into a tuple of 20M
+    kinds by every reader of the config (the scan, the tables, fit): 217 MB and seconds each.
+    Past MAX_LAYERS blocks the count is unknown, judged by its length first."""
+    assert layer_types_from_config({"hybrid_override_pattern": "M-" * 10_000_000}) is None
+    assert layer_types_from_config({"layers_block_type": ["mlp"] * (MAX_LAYERS + 1)}) is None
+    assert spec_from_config({"hybrid_override_pattern": "M" * (MAX_LAYERS + 1)}).num_layers is None
+    assert spec_from_config({"hybrid_override_pattern": "M" * MAX_LAYERS}).num_layers == MAX_LAYERS

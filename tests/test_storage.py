@@ -98,19 +98,19 @@ def test_which_targets_are_remote() -> None:
 
 
 @pytest.fixture(scope="module")
-def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> dict[str, Path]:
-    base = tmp_path_factory.mktemp("hub")
-    return {p.name: p for p in copy_demos(base)}
+def demos(demo_checkpoints: Path) -> dict[str, Path]:
+    """The session's demo checkpoints, served as they are (nothing here changes them)."""
+    return {p.name: p for p in demo_checkpoints.iterdir() if p.is_dir()}
 
 
-def test_hf_scan_pins_the_revision_once(demos: dict[str, Path]) -> None:
+def test_hf_scan_pins_the_revision_once(demos: dict[str, Path], hub_server: FakeHub) -> None:
     """`@main` is resolved to its commit once; every read then names the commit, so a branch
     that moves during the scan cannot mix two versions of the checkpoint."""
     folder = demos["modelopt-1422-sidecar-drift"]
     repos = {
         "org/tiny": {"main": (SHA, folder), "refs/pr/1": (PR_SHA, demos["healthy-hf-sharded"])}
     }
-    with FakeHub(repos) as hub:
+    with hub_server.serving(repos) as hub:
         options = {"endpoint": hub.url, "token": False}
         there = scan("hf://org/tiny@main", storage_options=options)
         asked_main = list(hub.asked)
@@ -133,8 +133,8 @@ def test_hf_scan_pins_the_revision_once(demos: dict[str, Path]) -> None:
     assert served < everything
 
 
-def test_hf_missing_repo_and_revision(demos: dict[str, Path]) -> None:
-    with FakeHub({"org/tiny": {"main": (SHA, demos["healthy-hf-sharded"])}}) as hub:
+def test_hf_missing_repo_and_revision(demos: dict[str, Path], hub_server: FakeHub) -> None:
+    with hub_server.serving({"org/tiny": {"main": (SHA, demos["healthy-hf-sharded"])}}) as hub:
         options = {"endpoint": hub.url, "token": False}
         with pytest.raises(RemoteAccessError, match="not found, or private"):
             scan("hf://org/nothing", storage_options=options)

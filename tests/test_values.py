@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 import torch
 from golden_manifest import FIXTURES, MANIFEST, unreadable
+from remote_servers import RangeHTTPServer
 
 from inspector import check, scan
 from inspector._internal.checks.values import CODES, SampleBudget, value_table, values_check
@@ -444,15 +445,15 @@ def test_an_io_error_in_one_tensor_names_it(
     assert (table[table["name"] != EXPERT]["elements"] > 0).all()
 
 
-def test_remote_bytes_refused_are_named(tmp_path: Path) -> None:
+def test_remote_bytes_refused_are_named(tmp_path: Path, range_server: RangeHTTPServer) -> None:
     """The server refuses the data ranges (here after the scan): each tensor of the file is
     reported with the server's answer, in both modes."""
-    from remote_servers import Proxy, RangeHTTPServer
+    from remote_servers import Proxy
 
     folder = _copy("transformers/mixtral", tmp_path)
     names = set(scan(folder).tensors["name"])
-    with RangeHTTPServer(tmp_path) as server, Proxy(server.url) as proxy:
-        there = scan(f"{proxy.url}/{folder.name}/")
+    with range_server.serving(tmp_path) as server, Proxy(range_server.url) as proxy:
+        there = scan(f"{proxy.url}{server.path}/{folder.name}/")
         proxy.fault = lambda method, path, n: (
             (403, b"no") if method == "GET" and path.endswith(".safetensors") else None
         )
@@ -467,11 +468,11 @@ def test_remote_bytes_refused_are_named(tmp_path: Path) -> None:
 # -- remote, CLI, report --------------------------------------------------------------------
 
 
-def test_remote_values_equal_local_and_read_only_the_windows(tmp_path: Path) -> None:
+def test_remote_values_equal_local_and_read_only_the_windows(
+    tmp_path: Path, range_server: RangeHTTPServer
+) -> None:
     """Over HTTP ranged reads: the same statistics as locally; sample reads a bounded
     number of bytes per tensor, full every byte."""
-    from remote_servers import RangeHTTPServer
-
     rng = np.random.default_rng(11)
     tensors = {
         f"model.layers.{layer}.mlp.down_proj.weight": (
@@ -484,7 +485,7 @@ def test_remote_values_equal_local_and_read_only_the_windows(tmp_path: Path) -> 
     folder.mkdir()
     _write_bf16(folder / "model.safetensors", tensors)
     local = scan(folder)
-    with RangeHTTPServer(tmp_path) as server:
+    with range_server.serving(tmp_path) as server:
         there = scan(f"{server.url}/ckpt/")
         before = server.content_bytes
         sampled = value_table(there, "sample")

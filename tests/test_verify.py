@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from inspector.widgets.report import render_html_report
-from remote_servers import FakeHub
+from remote_servers import FakeHub, S3Store
 
 from inspector import verify, write_manifest
 from inspector._internal.checkpoint.scan import scan
@@ -339,8 +339,8 @@ def test_cli_manifest_and_verify_exit_codes(
 
 
 @pytest.fixture
-def hub() -> Iterator[FakeHub]:
-    with FakeHub({"org/mixtral": {"main": (SHA, MIXTRAL)}}) as server:
+def hub(hub_server: FakeHub) -> Iterator[FakeHub]:
+    with hub_server.serving({"org/mixtral": {"main": (SHA, MIXTRAL)}}) as server:
         yield server
 
 
@@ -364,33 +364,21 @@ def test_against_the_hub_listing_reads_no_file(copy: Path, hub: FakeHub) -> None
     assert hub.content_bytes == 0
 
 
-def test_an_s3_upload_against_the_local_original(tmp_path: Path) -> None:
-    import os
-
-    from remote_servers import moto_s3
-
-    saved = dict(os.environ)
-    os.environ.update(AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test")
-    try:
-        with moto_s3() as endpoint:
-            import s3fs
-
-            fs = s3fs.S3FileSystem(endpoint_url=endpoint, skip_instance_cache=True)
-            fs.mkdir("uploads")
-            upload = tmp_path / "upload"
-            shutil.copytree(MIXTRAL, upload)
-            zeros_over_range(upload / SHARD, upload / OTHER)
-            fs.put(str(upload) + "/", "uploads/mixtral/", recursive=True)
-            options = {"storage_options": {"endpoint_url": endpoint}}
-            url = "s3://uploads/mixtral"
-            assert verify(url, against=str(MIXTRAL), level="size", **options).ok
-            result = verify(url, against=str(MIXTRAL), level="hash", **options)
-            assert [(f.code, f.file) for f in result.findings] == [("file-hash-mismatch", SHARD)]
-            tensor = verify(url, against=str(MIXTRAL), level="tensor", **options)
-            assert codes(tensor) == {"tensor-hash-mismatch"}
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+def test_an_s3_upload_against_the_local_original(
+    tmp_path: Path, s3_store: S3Store, aws_env: None
+) -> None:
+    bucket = s3_store.bucket("uploads")
+    upload = tmp_path / "upload"
+    shutil.copytree(MIXTRAL, upload)
+    zeros_over_range(upload / SHARD, upload / OTHER)
+    s3_store.put_folder(upload, bucket, "mixtral")
+    options = {"storage_options": {"endpoint_url": s3_store.url}}
+    url = f"s3://{bucket}/mixtral"
+    assert verify(url, against=str(MIXTRAL), level="size", **options).ok
+    result = verify(url, against=str(MIXTRAL), level="hash", **options)
+    assert [(f.code, f.file) for f in result.findings] == [("file-hash-mismatch", SHARD)]
+    tensor = verify(url, against=str(MIXTRAL), level="tensor", **options)
+    assert codes(tensor) == {"tensor-hash-mismatch"}
 
 
 # -- the "verified" line: Overview facts, HTML report, Markdown summary -----------------------
@@ -764,7 +752,7 @@ def test_a_tensor_sent_to_other_bytes_is_never_all_match(
     compared, the name held twice is a finding, and the manifest records the copy
     transformers keeps (`loaded_shards`: the last file in name order, whatever the index
     entry says)."""
-    from inspector._internal.integrity.hashing import loaded_shards
+    from inspector._internal.checkpoint.loaded import loaded_shards
 
     good = _two_shards(write_state_dict)
     bad = _send_x_elsewhere(good, shard, 7.0)
@@ -869,7 +857,7 @@ def test_a_file_the_source_does_not_list_is_never_all_match(
 # -- item 4: a source without a hash -------------------------------------------------------
 
 
-def test_a_listing_without_checksums_never_says_match(copy: Path) -> None:
+def test_a_listing_without_checksums_never_says_match(copy: Path, hub_server: FakeHub) -> None:
     """A Hub listing entry without `lfs.oid` (or with one of the wrong length, whose `oid` is
     the pointer's SHA-1, not the content's) left "all match (compared by size only)", exit
     0, over a damaged file. Now: `file-not-verified` (a warning: exit 1 under --fail-on
@@ -883,7 +871,7 @@ def test_a_listing_without_checksums_never_says_match(copy: Path) -> None:
         return item
 
     block_from_other_shard(copy / SHARD, copy / OTHER)
-    with FakeHub({"org/mixtral": {"main": (SHA, MIXTRAL)}}, entry=no_checksum) as hub:
+    with hub_server.serving({"org/mixtral": {"main": (SHA, MIXTRAL)}}, entry=no_checksum) as hub:
         options = {"storage_options": {"endpoint": hub.url, "token": False}}
         result = verify(copy, against="hf://org/mixtral", level="hash", **options)
         assert result.ok and not result.all_match and hub.content_bytes == 0
@@ -906,7 +894,7 @@ def test_a_listing_without_checksums_never_says_match(copy: Path) -> None:
 
 
 def test_hub_tensor_level_without_a_manifest_downloads_nothing(
-    copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    copy: Path, tmp_path: Path, hub_server: FakeHub, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Before: `--level tensor` against a repository without a manifest scanned and hashed
     every weight on the Hub (docs/verify.md said nothing is downloaded), and a published
@@ -916,7 +904,7 @@ def test_hub_tensor_level_without_a_manifest_downloads_nothing(
     (broken / MANIFEST_NAME).write_text('{"format": "checkpoint-inspector-manifest"')
     repos = {"org/plain": {"main": (SHA, MIXTRAL)}, "org/broken": {"main": (SHA, broken)}}
     zeros_over_range(copy / SHARD, copy / OTHER)
-    with FakeHub(repos) as hub:
+    with hub_server.serving(repos) as hub:
         options = {"storage_options": {"endpoint": hub.url, "token": False}}
         plain = verify(copy, against="hf://org/plain", level="tensor", **options)
         assert hub.content_bytes == 0

@@ -31,6 +31,7 @@ from inspector._internal.report.html import (
     text_html,
 )
 from inspector._internal.report.markdown import markdown_summary
+from inspector._internal.serve.fit import fit
 from inspector.errors import InspectorError, PlanRefusedError
 
 from .controls import button
@@ -548,7 +549,9 @@ class ReportPanel:
     def show_markdown(self) -> str:
         """Show the Markdown summary (to paste into a bug report) and return it."""
         state = self.dash.state
-        text = markdown_summary(state.scanned, state.findings, verdict=state.verdict)
+        text = markdown_summary(
+            state.scanned, state.findings, verdict=state.verdict, serving=fit(state.scanned)
+        )
         self.markdown.value = text
         _hidden(self.markdown, False)
         return text

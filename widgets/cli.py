@@ -59,8 +59,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     findings = check(scanned, model=verdict is not None, verdict=verdict)
     if args.markdown:
         from inspector._internal.report.markdown import markdown_summary
+        from inspector._internal.serve.fit import fit
 
-        sys.stdout.write(markdown_summary(scanned, findings, verdict=verdict))
+        serving = fit(scanned)
+        sys.stdout.write(markdown_summary(scanned, findings, verdict=verdict, serving=serving))
         if args.output is None:
             return EXIT_OK
     try:

@@ -1,4 +1,4 @@
-"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in ten tabs.
+"""The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in eleven tabs.
 
 Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
 findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
@@ -186,8 +186,8 @@ class CheckpointState:
 class Dashboard:
     """An ipywidgets app over one checkpoint; display it as the last expression of a cell.
 
-    Tabs: Overview, Tensors, Files, Experts, Layers, Values, Findings, Repair, Consolidate,
-    Report.
+    Tabs: Overview, Tensors, Files, Experts, Layers, Values, Serve, Findings, Repair,
+    Consolidate, Report.
     `refresh()` re-scans the folder and redraws every tab (the Repair tab calls it after
     writing). Navigation: `show_tensors`, `show_cell`, `show_findings`, `repair`.
     `model=False` turns the load check off; `trust_remote_code` lets it build a model whose
@@ -205,6 +205,7 @@ class Dashboard:
         "Experts",
         "Layers",
         "Values",
+        "Serve",
         "Findings",
         "Repair",
         "Consolidate",
@@ -231,6 +232,7 @@ class Dashboard:
     ) -> None:
         from .actions import ConsolidatePanel, RepairPanel, ReportPanel
         from .browser import TensorBrowser
+        from .serve_panel import ServePanel
         from .values_panel import ValuesPanel
 
         self.model, self.trust_remote_code = model, trust_remote_code
@@ -259,6 +261,7 @@ class Dashboard:
             "Values": lambda: ValuesPanel(
                 self.scanned, figure=figure_widget, check_values=self.check_values
             ),
+            "Serve": lambda: ServePanel(self.scanned, figure=figure_widget),
             "Findings": lambda: FindingsPanel(self),
             "Repair": lambda: RepairPanel(self),
             "Consolidate": lambda: ConsolidatePanel(self),
@@ -286,8 +289,18 @@ class Dashboard:
         )
         from .autosize import Autosize
 
+        # Eleven tabs do not fit JupyterLab's fixed tab width: each tab takes its title's
+        # width and the bar wraps, so no title is cut to an ellipsis.
+        tab_style = w.HTML(
+            # As specific as ipywidgets' own rule for the tab width, and later.
+            "<style>.ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-content{flex-wrap:wrap}"
+            ".ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
+            " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
+            layout=w.Layout(display="none"),
+        )
         self.widget = w.VBox(
-            [top, self.notice, self.progress, self.tab, Autosize(), GridCells()],
+            [top, self.notice, self.progress, tab_style, self.tab, Autosize(), GridCells()],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
         self._snapshot = None
@@ -1360,6 +1373,7 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "Files": f"the table of {len(s.files):,} files",
         "Layers": f"the table of {len(s.layers):,} layers",
         "Experts": "the expert heatmap",
+        "Serve": "the parallel plans",
     }.get(title, "this tab")
     waits = title in Dashboard.PREBUILT_WITH_VERDICT and dash.current.pending
     note = " (it lists the load check's findings: waiting for the load check)" if waits else ""

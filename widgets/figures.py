@@ -27,6 +27,7 @@ __all__ = [
     "expert_layer_grid",
     "findings_by_code",
     "parameters_per_layer",
+    "serving_plans",
     "shard_size_distribution",
     "shard_size_outliers",
     "values_heatmap",
@@ -542,6 +543,53 @@ def findings_by_code(findings: pd.DataFrame) -> go.Figure:
     return _layout(
         fig, f"Findings by code ({len(findings):,})", x="findings", y="code", height=height
     )
+
+
+# -- serving plans (`fit`) ---------------------------------------------------------------------
+
+_PLAN_COLORS = {True: STATE_COLORS["complete"], False: STATE_COLORS["missing"]}
+
+
+def serving_plans(plans: pd.DataFrame) -> go.Figure:
+    """Bars: the weights of the fullest GPU of each parallel plan (`FitResult.frame()`),
+    green where vLLM and SGLang would start it (and it fits), red where not, hovering the
+    codes that decide; a dashed line at the memory the engine may use of the GPU, when one
+    was given."""
+    if plans is None or plans.empty:
+        return _empty_figure("Weights per GPU by parallel plan", "No parallel plan.")
+    weights = plans["weights_bytes_per_rank"].to_numpy(dtype="float64")
+    budget = plans["budget_bytes"].dropna().to_numpy(dtype="float64")
+    top = max(float(weights.max()), float(budget.max()) if len(budget) else 0.0)
+    divisor, unit = scale_for(top)
+    fig = go.Figure()
+    for feasible in (True, False):
+        part = plans[plans["feasible"] == feasible]
+        if part.empty:
+            continue
+        sizes = _bytes_text(part["weights_bytes_per_rank"])
+        reasons = [_label(codes) or "starts" for codes in part["codes"].astype(str)]
+        fig.add_trace(
+            go.Bar(
+                x=part["plan"].astype(str).tolist(),
+                y=(part["weights_bytes_per_rank"].astype("float64") / divisor).tolist(),
+                name="serves" if feasible else "does not serve",
+                marker_color=_PLAN_COLORS[feasible],
+                customdata=list(zip(sizes, reasons, strict=True)),
+                hovertemplate="%{x}<br>%{customdata[0]} per GPU<br>%{customdata[1]}"
+                "<extra>%{fullData.name}</extra>",
+            )
+        )
+    if len(budget):
+        fig.add_hline(
+            y=budget[0] / divisor,
+            line_dash="dash",
+            line_color="#555",
+            annotation_text=f"usable GPU memory ({format_bytes(budget[0])})",
+        )
+    fig.update_xaxes(
+        type="category", categoryorder="array", categoryarray=plans["plan"].astype(str).tolist()
+    )
+    return _layout(fig, "Weights per GPU by parallel plan", x="plan", y=f"weights ({unit})")
 
 
 # -- tensor values (`ckpt.values`) -------------------------------------------------------------

@@ -41,14 +41,17 @@ from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import SEVERITY_ORDER, layers_text, plural
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.plans.atomic import write_atomic
-from inspector._internal.report.html import html_text, load_verdict_html
+from inspector._internal.report.fit import fit_notes, fit_table
+from inspector._internal.report.html import frame_html, html_text, load_verdict_html
 from inspector._internal.report.summary import summarize
+from inspector._internal.serve.fit import FitResult, fit
 
 from .figures import (
     bytes_per_layer,
     expert_coverage_heatmap,
     findings_by_code,
     parameters_per_layer,
+    serving_plans,
     shard_size_distribution,
     values_heatmap,
 )
@@ -107,12 +110,16 @@ def write_html_report(
     *,
     verdict: LoadVerdict | None = None,
     figures: Figures = "embedded",
+    serving: FitResult | None = None,
 ) -> Path:
     """Write the report to `path` atomically (temp file, then rename) and return the path.
-    `figures` says how the figures are drawn (see the module docstring)."""
+    `figures` says how the figures are drawn (see the module docstring); `serving` is the
+    `fit` result the "Will it serve?" section shows (default: `fit(scanned)`)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    html_text = render_html_report(scanned, findings, verdict=verdict, figures=figures)
+    html_text = render_html_report(
+        scanned, findings, verdict=verdict, figures=figures, serving=serving
+    )
     write_atomic(target, html_text.encode("utf-8"))
     return target
 
@@ -123,13 +130,16 @@ def render_html_report(
     *,
     verdict: LoadVerdict | None = None,
     figures: Figures = "embedded",
+    serving: FitResult | None = None,
 ) -> str:
     """The report as one HTML string (with plotly.js unless `figures` says otherwise). With
     the load `verdict` the findings were checked with, it says whether the model code would
-    load the checkpoint."""
+    load the checkpoint; `serving` (default: `fit(scanned)`, the matrix without a GPU) gives
+    the parallel plans of "Will it serve?"."""
     if figures not in FIGURE_MODES:
         raise ValueError(f"figures={figures!r}: expected one of {', '.join(FIGURE_MODES)}")
     summary = summarize(scanned, findings=list(findings))
+    serving = serving if serving is not None else fit(scanned)
     charts = [
         ("findings-chart", "", findings_by_code(findings_to_frame(findings)) if findings else None),
         (
@@ -140,6 +150,7 @@ def render_html_report(
         ("shard-sizes", "Shard sizes", shard_size_distribution(scanned.files)),
         ("bytes-per-layer", "Bytes per layer", bytes_per_layer(scanned.tensors)),
         ("parameters-per-layer", "Parameters per layer", parameters_per_layer(scanned.layers)),
+        ("serving-plans", "", serving_plans(serving.frame())),
     ]
     values = computed_value_table(scanned)  # only when a check read them: reports read no data
     if values is not None:
@@ -151,7 +162,8 @@ def render_html_report(
         _load_section(verdict),
         _problems_section(scanned, findings, verdict),
         _findings_section(scanned, findings, drawn.get("findings-chart", "")),
-        *(_figure_section(name, title, drawn[name]) for name, title, _ in charts[1:]),
+        _serving_section(serving, drawn["serving-plans"]),
+        *(_figure_section(name, title, drawn[name]) for name, title, _ in charts[1:] if title),
     ]
     title = f"Checkpoint report: {scanned.path.name}"
     return (
@@ -275,6 +287,23 @@ def _problems_section(
     return (
         f"{head}<table id='problems-table'>\n<thead><tr>{columns}</tr></thead>\n"
         f"<tbody>{rows}</tbody>\n</table>\n</section>"
+    )
+
+
+def _serving_section(serving: FitResult, chart: str) -> str:
+    """Will it serve? The parallel plans vLLM and SGLang would start, the weights and KV
+    cache per GPU (`fit`), the figure, the table and how the figures are made."""
+    notes = "".join(f"<li>{_e(note)}</li>" for note in fit_notes(serving))
+    command = "ckpt-inspect fit PATH --gpu H100-80GB"
+    gpu = (
+        f"on {_e(serving.gpu)}"
+        if serving.gpu is not None
+        else f"without a GPU (<code>{_e(command)}</code> adds the memory verdict)"
+    )
+    return (
+        f"<section id='serving'>\n<h2>Will it serve?</h2>\n<p>Parallel plans {gpu}.</p>\n"
+        f"{chart}\n{frame_html(fit_table(serving), max_rows=64)}\n<ul class='muted'>{notes}</ul>"
+        "\n</section>"
     )
 
 

@@ -39,7 +39,11 @@ NAMES = (
     "manifest",
     "load_answer",
     "torch_bin",
+    "bin_pickle",
     "gguf",
+    "quant_patterns",
+    "gguf_metadata",
+    "fit_config",
 )
 # Seconds one input may take, where a target needs more than --timeout: the load check
 # builds models of up to 2,048 layers.

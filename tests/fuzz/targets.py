@@ -7,12 +7,22 @@ reader must keep, whatever the input:
   report must not leak a file's content) and none holds a control character (names are shown
   through `inspector._internal.common.display.legible`);
 - the pickle path refuses bombs and code-running names before unpickling;
+- no pickle read leaves anything behind: every object a stream could reach through what
+  the readers hand it (stand-ins, their tables, the reply classes, copyreg's cache) is
+  unchanged after each input, and a clean file read next reads as it did before (`.bin`
+  `data.pkl` opcodes get a target of their own, `bin_pickle`);
 - the bounded child that reads large `.metadata` files answers what the audited path
   answers (or reads, within its limits, a stream the audit refuses as a bomb);
 - config.json through the load check never asks on the terminal, never opens a socket or
   starts a process, and finishes within `LOAD_SECONDS`.
 - a remote server's answers (status, headers, body: any bytes) give the remote reader
-  only its declared errors, never more bytes than were asked, in bounded time.
+  only its declared errors, never more bytes than were asked, in bounded time;
+- module patterns a compressed-tensors config chooses (any regex, against hostile names)
+  never backtrack: the checks and the load view's quantization rules end in findings of
+  known codes, every accepted pattern answering what Python's `re` answers.
+- GGUF metadata values the header reader accepts, gguf's own reader reads the same.
+- config.json through `fit` (parallel plans and memory per GPU) gives findings, never an
+  exception, a `fit --json` result that serialises, and bounded messages.
 
 Time and memory are bounded by the runner (`run.py`: libFuzzer's -timeout and
 -rss_limit_mb under atheris, a per-input deadline and peak RSS under hypothesis) and by the
@@ -25,15 +35,17 @@ import asyncio
 import builtins
 import contextlib
 import io
+import math
 import os
 import re
+import struct
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.read_problems import (
     FileRole,
@@ -47,11 +59,17 @@ from inspector._internal.storage import Location, TooLargeError
 from inspector._internal.storage.guard import MAX_LISTING as _MAX_LISTING
 from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError
 
+if TYPE_CHECKING:
+    from inspector._internal.formats.gguf_header import GgufHeader
+
 __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
+    "bin_pickle",
+    "fit_config",
     "gguf",
+    "gguf_metadata",
     "header",
     "index_json",
     "load_answer",
@@ -59,6 +77,7 @@ __all__ = [
     "manifest",
     "pickle_metadata",
     "pickle_sandbox",
+    "quant_patterns",
     "remote_answer",
     "torch_bin",
 ]
@@ -151,6 +170,36 @@ def index_json(data: bytes) -> None:
 
 # -- (c) the pickle guard and the restricted unpickler ---------------------------------------
 
+# A `.metadata` torch's DCP writer wrote (a seed of the corpus): read after every input, it
+# must read as it did before the first.
+_CLEAN_METADATA = Path(__file__).parent / "corpus" / "pickle" / "dcp-metadata.pkl"
+_READINGS: dict[str, str] = {}
+_READERS = {"bin": ("bin",), "metadata": ("metadata", "reply")}
+
+
+def _clean(kind: str) -> bytes:
+    return _bin_template()[0] if kind == "bin" else _CLEAN_METADATA.read_bytes()
+
+
+def _isolation(kind: str) -> list[object]:
+    """What must not change (`pickle_ops.stand_in_state`), taken before each input; the
+    clean file's reading is taken once per process, before the first input."""
+    from pickle_ops import read_one, stand_in_state
+
+    if kind not in _READINGS:
+        _READINGS[kind] = read_one(kind, _clean(kind))
+    return stand_in_state(*_READERS[kind])
+
+
+def _assert_isolated(kind: str, before: list[object]) -> None:
+    """The input changed nothing another read uses (SECURITY.md, "Nothing in a checkpoint
+    runs code"): the same state as before it, and the clean file reads as it always did."""
+    from pickle_ops import read_one, stand_in_state
+
+    after = stand_in_state(*_READERS[kind])
+    assert after == before, "a pickle changed what later reads are handed"
+    assert read_one(kind, _clean(kind)) == _READINGS[kind], "a clean file reads differently"
+
 
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
@@ -169,20 +218,23 @@ def pickle_metadata(data: bytes) -> None:
     )
     from inspector._internal.layouts import torch_dist
 
+    before = _isolation("metadata")
     try:
         audit = audit_pickle(data)
-    except (PickleFormatError, PickleBombError):
+    # HostilePickleError: the stream changes a global, or uses a copyreg extension code.
+    except (PickleFormatError, PickleBombError, HostilePickleError):
         audit = None
     try:
         meta = load_dcp_metadata(data)
     except (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError) as exc:
-        if isinstance(exc, HostilePickleError):
-            assert audit is not None and hostile_globals(audit.globals)
+        if isinstance(exc, HostilePickleError) and audit is not None:
+            assert hostile_globals(audit.globals)
         assert len(str(exc)) <= MAX_MESSAGE
-        return
-    assert audit is not None  # nothing unpickles that the audit refused
-    *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
-    _check_problems(problems)
+    else:
+        assert audit is not None  # nothing unpickles that the audit refused
+        *_, problems = torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
+        _check_problems(problems)
+    _assert_isolated("metadata", before)
 
 
 # -- (d) the bounded child against the audited path --------------------------------------------
@@ -223,6 +275,7 @@ def pickle_sandbox(data: bytes) -> None:
             assert len(str(exc)) <= MAX_MESSAGE
             return None, exc
 
+    before = _isolation("metadata")
     here, refused = outcome(lambda: convert(load_dcp_metadata(data)))
     there, refused_there = outcome(
         lambda: read_dcp_metadata(
@@ -232,6 +285,7 @@ def pickle_sandbox(data: bytes) -> None:
             limits=limits,
         )
     )
+    _assert_isolated("metadata", before)
     if refused_there is not None:  # the child gave no answer: the audited path spoke
         assert refused is not None and type(refused_there) is type(refused)
         assert str(refused_there) == str(refused)
@@ -499,6 +553,7 @@ def torch_bin(data: bytes) -> None:
 
     from inspector._internal.formats.bin_shard import read_bin_columns
 
+    before = _isolation("bin")
     reader = CountingReader(data)
     modules = set(sys.modules)
     shard = read_bin_columns(reader, "fuzz.bin", cap=BIN_CAP)
@@ -509,6 +564,65 @@ def torch_bin(data: bytes) -> None:
     n = len(shard.names)
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e <= len(data) for b, e in zip(shard.begins, shard.ends, strict=True))
+    _assert_isolated("bin", before)
+
+
+# -- (g') data.pkl opcodes inside a real archive ----------------------------------------------
+
+_BIN_TEMPLATE: tuple[bytes, bytes] | None = None
+
+
+def _bin_template() -> tuple[bytes, bytes]:
+    """A `.bin` torch.save wrote (F32, BF16 and float8 tensors: storage classes, a dtype
+    global, `_rebuild_tensor_v3`) and its data.pkl, once per process."""
+    global _BIN_TEMPLATE
+    if _BIN_TEMPLATE is None:
+        import torch
+        from pickle_ops import data_pkl
+
+        g = torch.Generator().manual_seed(0)
+        state = {
+            "a.weight": torch.randn(4, 8, generator=g),
+            "b.weight": torch.randn(3, 2, generator=g).to(torch.bfloat16),
+            "c.scale": torch.randn(4, generator=g).to(torch.float8_e4m3fn),
+        }
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        archive = buffer.getvalue()
+        _BIN_TEMPLATE = archive, data_pkl(archive)
+    return _BIN_TEMPLATE
+
+
+def _prepare_bin() -> None:
+    # torch writes the template archive, and one clean read imports what every read needs:
+    # once per process, not timed.
+    _isolation("bin")
+    bin_pickle(b"")
+
+
+def bin_pickle(data: bytes) -> None:
+    """The bytes as the data.pkl of a real `torch.save` archive: the whole stream when they
+    start with PROTO (0x80), else opcodes spliced in right after the writer's PROTO (so
+    the fuzzer works on BUILD, REDUCE, memo and global opcodes in front of a well-formed
+    state dict). Shard columns with findings, never an exception; nothing imported; and the
+    read leaves nothing behind (`_assert_isolated`)."""
+    from pickle_ops import splice, with_data_pkl
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.bin_shard import read_bin_columns
+
+    archive, stream = _bin_template()
+    before = _isolation("bin")
+    stream = data if data[:1] == b"\x80" else splice(stream, data)
+    hostile = with_data_pkl(archive, stream)
+    modules = set(sys.modules)
+    shard = read_bin_columns(CountingReader(hostile), "fuzz.bin", cap=BIN_CAP)
+    new = {m for m in set(sys.modules) - modules if not m.startswith(("encodings.", "zipfile"))}
+    assert not new, new
+    _check_findings(shard.findings)
+    n = len(shard.names)
+    assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
+    _assert_isolated("bin", before)
 
 
 # -- (h) GGUF headers -------------------------------------------------------------------------
@@ -530,6 +644,93 @@ def gguf(data: bytes) -> None:
     n = len(shard.names)
     assert len(shard.dtypes) == len(shard.shapes) == len(shard.begins) == len(shard.ends) == n
     assert all(0 <= b <= e for b, e in zip(shard.begins, shard.ends, strict=True))
+
+
+# -- (h2) GGUF metadata values ---------------------------------------------------------------
+
+# What follows the fuzzed metadata: one tensor info ("t", F32 of 8 values at offset 0), the
+# padding and its 32 bytes of data, as GGUFWriter lays them out.
+_GGUF_TENSOR = struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 8, 0, 0)
+_GGUF_FILES = 0
+
+
+def gguf_metadata(data: bytes) -> None:
+    """The bytes as the metadata section of a GGUF file (the first byte gives the key count,
+    0 to 31) between a valid header and tensor info: mutations land in keys, value types,
+    array item types, counts and string lengths instead of the magic and counts. The
+    properties of `gguf`; and when the file reads with no finding, gguf's own reader
+    (`GGUFReader`, which llama.cpp maintains) finds the same keys, value types, kept values,
+    array lengths and tensor."""
+    from test_header_fuzz import CountingReader
+
+    from inspector._internal.formats.gguf_header import GgufError, read_gguf
+    from inspector._internal.formats.gguf_shard import read_gguf_columns
+
+    n_kv = data[0] % 32 if data else 0
+    body = b"GGUF" + struct.pack("<IQQ", 3, 1, n_kv) + data[1:] + _GGUF_TENSOR
+    body += bytes(-len(body) % 32) + bytes(range(32))
+    gguf(body)
+    if read_gguf_columns(CountingReader(body), "fuzz.gguf", cap=GGUF_CAP).findings:
+        return
+    try:
+        header = read_gguf(CountingReader(body), cap=GGUF_CAP)
+    except GgufError as exc:  # no finding, yet unreadable: never
+        raise AssertionError(f"read_gguf refused what the shard reader accepted: {exc}") from exc
+    _same_as_gguf_py(body, header)
+
+
+def _same_as_gguf_py(body: bytes, header: GgufHeader) -> None:
+    """gguf's `GGUFReader` on the same bytes agrees with `header` (a file it cannot decode
+    as UTF-8, which llama.cpp and we read, is not compared)."""
+    global _GGUF_FILES
+    try:
+        import gguf as gguf_py
+    except ImportError:  # the differential needs the dev environment
+        return
+    if any(math.prod(d for d in t.ne if d) >= 1 << 63 for t in header.tensors):
+        return  # an empty tensor numpy cannot shape (the other dimensions overflow it)
+    from inspector._internal.formats.gguf_header import ArrayInfo, TextInfo
+
+    _GGUF_FILES += 1
+    path = _folder() / f"metadata-{_GGUF_FILES}.gguf"
+    path.write_bytes(body)
+    try:
+        reader = gguf_py.GGUFReader(path)
+        fields = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        ours = dict(header.kv)
+        assert list(fields) == list(ours), (list(fields), list(ours))
+        for key, field in fields.items():
+            value, theirs_type = ours[key], field.types[0].name
+            assert theirs_type == header.kv_types[key], (key, theirs_type, header.kv_types[key])
+            if isinstance(value, TextInfo):
+                continue
+            if isinstance(value, ArrayInfo):
+                assert value.length == len(field.data), (key, value, len(field.data))
+                continue
+            _same_value(key, value, field.contents())
+        tensors = [
+            (t.name, tuple(int(d) for d in t.shape), int(t.data_offset)) for t in reader.tensors
+        ]
+        assert tensors == [(t.name, t.ne, header.data_offset + t.offset) for t in header.tensors], (
+            tensors,
+            header.tensors,
+        )
+    except UnicodeDecodeError:
+        return
+    finally:
+        reader = None
+        path.unlink()
+
+
+def _same_value(key: str, ours: Any, theirs: Any) -> None:
+    if isinstance(ours, list):
+        assert isinstance(theirs, list) and len(ours) == len(theirs), (key, ours, theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            _same_value(key, a, b)
+    elif isinstance(ours, float):
+        assert (math.isnan(ours) and math.isnan(theirs)) or ours == theirs, (key, ours, theirs)
+    else:
+        assert ours == theirs, (key, ours, theirs)
 
 
 # -- (i) content manifests ----------------------------------------------------------------------
@@ -617,6 +818,155 @@ def load_answer(data: bytes) -> None:
     assert LoadVerdict.from_dict(verdict.to_dict()) == verdict
 
 
+# -- (j) module patterns of a quantization config ----------------------------------------------
+
+_PATTERN_FOLDER: Path | None = None
+_PATTERN_CONFIG: dict = {}
+# Names a hostile export may give modules: Python's re backtracks exponentially on the first
+# against `(a+)+$`; the second is past the name cap.
+_HOSTILE_MODULES = ("a" * 40 + "!", "model.layers.0." + "b" * 2000)
+# Short names on which a pattern's answer is compared with Python's re (short, so that Python
+# itself stays fast on any pattern: its backtracking grows with the name).
+_PROBES = ("", "a", "ab", "lm_head", "model.layers.0.mlp.gate", "x.1", "A b")
+
+
+def _pattern_folder() -> Path:
+    """llm-compressor's FP8 export (the golden fixture) with two hostile module names added,
+    once per process (in RAM where there is /dev/shm)."""
+    global _PATTERN_FOLDER
+    if _PATTERN_FOLDER is None:
+        import json
+        import shutil
+
+        import torch
+        from safetensors.torch import load_file, save_file
+
+        golden = Path(__file__).resolve().parents[1] / "fixtures" / "writers" / "llmcompressor"
+        folder = _scratch("ckpt-fuzz-patterns-")
+        shutil.copytree(golden / "fp8-dynamic", folder, dirs_exist_ok=True)
+        tensors = load_file(str(folder / "model.safetensors"))
+        for module in _HOSTILE_MODULES:
+            tensors[f"{module}.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
+        save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        _PATTERN_CONFIG.update(json.loads((folder / "config.json").read_text()))
+        _PATTERN_FOLDER = folder
+    return _PATTERN_FOLDER
+
+
+def _prepare_quant_patterns() -> None:
+    _pattern_folder()
+
+
+def quant_patterns(data: bytes) -> None:
+    """The bytes as module patterns of a compressed-tensors export: a JSON object is the
+    `quantization_config` itself, other bytes are lines, each an `re:` ignore entry, a
+    config group's `re:` target and a recipe.yaml ignore entry. `check` and the load view's
+    quantization rules give findings of known codes (or skip), never an exception; every
+    pattern the matcher accepts answers Python's `re.match` on short names."""
+    import json
+    import warnings
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.checks import check
+    from inspector._internal.formats.patterns import compile_patterns
+    from inspector._internal.load.quant import quantization_view
+    from inspector._internal.load.stored import LoadSkipped
+    from inspector._internal.load.verdict import stored_tensors
+
+    folder = _pattern_folder()
+    config = json.loads(json.dumps(_PATTERN_CONFIG))
+    try:
+        section = json.loads(data)
+    except ValueError:
+        section = None
+    lines = data.decode("utf-8", "replace").split("\n")[:64]
+    if not isinstance(section, dict):
+        section = dict(config["quantization_config"])
+        section["ignore"] = ["lm_head", *(f"re:{line}" for line in lines)]
+        group = dict(section["config_groups"]["group_0"])
+        group["targets"] = [f"re:{line}" for line in lines[::2]] + ["Linear"]
+        section["config_groups"] = {"group_0": group}
+    config["quantization_config"] = section
+    (folder / "config.json").write_text(json.dumps(config))
+    recipe = {"stage": {"m": {"QuantizationModifier": {"targets": ["Linear"], "ignore": lines}}}}
+    (folder / "recipe.yaml").write_text(json.dumps(recipe))  # YAML reads JSON
+    scanned = scan(folder)
+    _check_findings(check(scanned, model=False))
+    try:
+        quantization_view(scanned, stored_tensors(scanned))
+    except LoadSkipped as exc:
+        assert len(str(exc)) <= MAX_MESSAGE, str(exc)[:200]
+    for line in lines[:8]:
+        patterns = compile_patterns([line], syntax="regex")
+        if patterns.refused:
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            python = re.compile(line)
+        for name in _PROBES:
+            answer = patterns.match(name)
+            assert answer is None or answer == (python.match(name) is not None), (line, name)
+
+
+# -- (k) config.json through fit ---------------------------------------------------------------
+
+_FIT_FOLDER: Path | None = None
+
+
+def _fit_folder() -> Path:
+    """A tiny MoE with attention, experts, norms and MTP-free layers, written once per process
+    by safetensors' own writer (in RAM where there is /dev/shm)."""
+    global _FIT_FOLDER
+    if _FIT_FOLDER is None:
+        import numpy as np
+        from safetensors.numpy import save_file
+
+        folder = _scratch("ckpt-fuzz-fit-")
+        state = {"model.embed_tokens.weight": np.zeros((64, 16), np.float16)}
+        for layer in range(2):
+            p = f"model.layers.{layer}"
+            for proj, rows in (("q_proj", 16), ("k_proj", 8), ("v_proj", 8), ("o_proj", 16)):
+                state[f"{p}.self_attn.{proj}.weight"] = np.zeros((rows, 16), np.float16)
+            state[f"{p}.mlp.gate.weight"] = np.zeros((4, 16), np.float16)
+            for expert in range(4):
+                for proj in ("gate_proj", "up_proj", "down_proj"):
+                    shape = (16, 8) if proj == "down_proj" else (8, 16)
+                    state[f"{p}.mlp.experts.{expert}.{proj}.weight"] = np.zeros(shape, np.uint8)
+                    state[f"{p}.mlp.experts.{expert}.{proj}.weight_scale_inv"] = np.ones(
+                        (1, 1), np.float32
+                    )
+            state[f"{p}.input_layernorm.weight"] = np.ones(16, np.float16)
+        state["lm_head.weight"] = np.zeros((64, 16), np.float16)
+        save_file(state, str(folder / "model.safetensors"))
+        _FIT_FOLDER = folder
+    return _FIT_FOLDER
+
+
+def _prepare_fit_config() -> None:
+    _fit_folder()
+
+
+def fit_config(data: bytes) -> None:
+    """The bytes as config.json of a tiny MoE, through `scan` and `fit` (the matrix, and one
+    plan with pipeline stages on a GPU at the longest context a caller may ask): findings of
+    known codes with bounded printable messages, a JSON-ready result, never an exception."""
+    import json
+
+    from inspector._internal.checkpoint.scan import scan
+    from inspector._internal.serve.fit import MAX_CONTEXT, fit
+
+    folder = _fit_folder()
+    (folder / "config.json").write_bytes(data)
+    scanned = scan(folder)
+    for options in ({}, {"tp": 4, "ep": 2, "pp": 3, "gpu_memory": 80, "context": MAX_CONTEXT}):
+        result = fit(scanned, **options)  # type: ignore[arg-type]
+        json.dumps(result.to_dict())
+        result.frame()
+        for plan in result.plans:
+            _check_findings(list(plan.findings))
+            assert plan.weights_bytes_per_rank >= 0
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "header": header,
     "index_json": index_json,
@@ -625,13 +975,21 @@ TARGETS: dict[str, Callable[[bytes], None]] = {
     "load_config": load_config,
     "remote_answer": remote_answer,
     "torch_bin": torch_bin,
+    "bin_pickle": bin_pickle,
     "gguf": gguf,
+    "gguf_metadata": gguf_metadata,
     "manifest": manifest,
     "load_answer": load_answer,
+    "quant_patterns": quant_patterns,
+    "fit_config": fit_config,
 }
 # Set-up a target needs once per process (imports, a checkpoint), done before the first
 # input is timed.
 PREPARE: dict[str, Callable[[], None]] = {
     "load_config": _prepare_load_config,
     "manifest": _prepare_manifest,
+    "quant_patterns": _prepare_quant_patterns,
+    "fit_config": _prepare_fit_config,
+    "torch_bin": _prepare_bin,
+    "bin_pickle": _prepare_bin,
 }

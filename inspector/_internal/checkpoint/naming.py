@@ -292,6 +292,7 @@ def _masked(text: str) -> str:
     raw = text.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
     return raw.decode("utf-8", "surrogatepass")
 
+
 _CACHE: dict[str, _Info] = {}
 _CACHE_LIMIT = 200_000
 _MAX_DIGITS = 9  # longer digit runs are not layer or expert numbers (keys fit in int64)

@@ -29,11 +29,12 @@ import numpy as np
 import pandas as pd
 
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
-from inspector._internal.checkpoint.quant_targets import group_targets
+from inspector._internal.checkpoint.quant_targets import group_targets, too_many_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.tables import rows_named
 from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
+from inspector._internal.formats.patterns import PatternBudget
 
 __all__ = [
     "PARAMETER_RULE",
@@ -207,12 +208,16 @@ def _packed_bits(config: Mapping[str, Any] | None) -> Callable[[str], int] | Non
     """compressed-tensors' bits per packed weight value of a module: the `num_bits` of the
     first config group that targets it (a mixed-precision checkpoint packs 8-bit and 4-bit
     groups side by side), else the config's one `num_bits` (4 when it names none or several);
-    None without a compressed-tensors config."""
+    None without a compressed-tensors config. A config with more groups and entries than the
+    check matches (check-budget-exceeded) gives every module 4."""
     qc = config.get("quantization_config") if isinstance(config, Mapping) else None
     if not isinstance(qc, Mapping) or qc.get("quant_method") != "compressed-tensors":
         return None
+    if too_many_targets(qc):
+        return lambda _module: 4
     groups = []
-    for _, matcher, group in group_targets(qc):
+    # One matching budget for every group: a module costs one match per group at most.
+    for _, matcher, group in group_targets(qc, budget=PatternBudget()):
         weights = group.get("weights")
         bits = weights.get("num_bits") if isinstance(weights, Mapping) else None
         if isinstance(bits, int) and not isinstance(bits, bool) and 0 < bits <= 64:
@@ -221,7 +226,8 @@ def _packed_bits(config: Mapping[str, Any] | None) -> Callable[[str], int] | Non
     default = found.pop() if len(found) == 1 else 4
 
     def bits_of(module: str) -> int:
-        return next((b for m, b in groups if m(module, True)), default)
+        # A module a refused pattern decides (quant-pattern-refused) counts with the default.
+        return next((b for m, b in groups if m(module, True) is True), default)
 
     return bits_of
 

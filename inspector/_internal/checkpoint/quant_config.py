@@ -1,30 +1,39 @@
 """How `hf_quant_config.json` is read: its `quantization` section, the modules a checkpoint
 stores quantized, and which modules `exclude_modules` leaves out. Facts the quant-config
-check, the load check's quantization view and the quant-config repair share. Pure.
+check, the load check's quantization view and the quant-config repair share; and how a
+quantization scheme tiles the dimensions tensor parallelism splits (`split_block`, what
+`ckpt-inspect fit` checks). Pure.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter, methodcaller
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inspector._internal.common.dtypes import QUANT_DTYPES
+from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 
 __all__ = [
     "MAX_WILDCARDS",
+    "Exclusions",
+    "SplitBlock",
     "exclude_matcher",
+    "exclude_patterns",
     "is_wildcard",
     "module_of",
     "quant_section",
     "quantized_modules",
+    "split_block",
+    "split_block_problem",
 ]
 
 _SCALE_PARAMS = frozenset({"weight_scale", "weight_scale_inv"})
@@ -74,27 +83,45 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
 MAX_WILDCARDS = 1_024
 
 
-def exclude_matcher(section: Mapping[str, Any]) -> Callable[[str], bool] | None:
-    """Whether `exclude_modules` excludes a module (matched as the module and as
-    `<module>.weight`); None when it holds more than `MAX_WILDCARDS` wildcard patterns.
+def exclude_patterns(section: Mapping[str, Any]) -> list[str]:
+    """The `exclude_modules` entries (fnmatch globs or exact module names)."""
+    patterns = section.get("exclude_modules")
+    return [p for p in patterns if isinstance(p, str)] if isinstance(patterns, list) else []
 
-    Exact names are one set look-up; the wildcard patterns are one compiled regex (fnmatch's
-    translation, which never backtracks without bound): each module costs one match, never
-    one per pattern, and no pattern is compiled twice."""
-    patterns = [p for p in section.get("exclude_modules") or [] if isinstance(p, str)]
-    exact = {p for p in patterns if not _WILDCARD.search(p)}
-    wild = sorted({p for p in patterns if _WILDCARD.search(p)})
-    if len(wild) > MAX_WILDCARDS:
-        return None
-    regex = re.compile("|".join(map(fnmatch.translate, wild))) if wild else None
 
-    def excluded(module: str) -> bool:
+class Exclusions:
+    """Whether `exclude_modules` excludes a module: `excluded(module)` is True when the module
+    or `<module>.weight` matches an entry (`fnmatch.fnmatchcase`, as the exporters and
+    serving engines match them), False when neither does, None when a refused glob could
+    decide (`globs.reasons()` says why).
+
+    Exact names are one set look-up; the wildcard patterns are one program without
+    backtracking (`inspector._internal.formats.patterns`): each module costs one match,
+    never one per pattern."""
+
+    def __init__(self, patterns: list[str], *, budget: PatternBudget | None = None) -> None:
+        self.exact = {p for p in patterns if not _WILDCARD.search(p)}
+        wild = sorted({p for p in patterns if _WILDCARD.search(p)})
+        self.globs: Patterns = compile_patterns(wild, syntax="glob", budget=budget)
+
+    def __call__(self, module: str) -> bool | None:
         weight = f"{module}.weight"
-        if module in exact or weight in exact:
+        if module in self.exact or weight in self.exact:
             return True
-        return regex is not None and bool(regex.match(module) or regex.match(weight))
+        found = self.globs.match(module)
+        if found is not False:
+            return found or self.globs.match(weight) or None
+        return self.globs.match(weight)
 
-    return excluded
+
+def exclude_matcher(
+    patterns: list[str], *, budget: PatternBudget | None = None
+) -> Exclusions | None:
+    """The `Exclusions` of `exclude_modules` entries; None when they hold more than
+    `MAX_WILDCARDS` wildcard patterns."""
+    if sum(1 for p in patterns if _WILDCARD.search(p)) > MAX_WILDCARDS:
+        return None
+    return Exclusions(patterns, budget=budget)
 
 
 _WILDCARD = re.compile(r"[*?\[]")
@@ -103,3 +130,125 @@ _WILDCARD = re.compile(r"[*?\[]")
 def is_wildcard(pattern: str) -> bool:
     """True when an `exclude_modules` entry is a pattern (`*`, `?`, `[`), not an exact name."""
     return _WILDCARD.search(pattern) is not None
+
+
+# -- quantization blocks against tensor parallelism --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SplitBlock:
+    """How a quantization scheme tiles the dimensions tensor parallelism splits: a rank's
+    share of a column-parallel output must be a multiple of `block_n` (0: no rule), of a
+    row-parallel input a multiple of `block_k`. `padded`: the engines cut in whole blocks
+    and pad the last rank instead of refusing (MXFP4). `rule` names the engine check."""
+
+    scheme: str
+    block_n: int
+    block_k: int
+    rule: str
+    padded: bool = False
+
+
+# MXFP4 (OCP microscaling) holds 32 values per scale; NVFP4 16.
+MXFP4_BLOCK, NVFP4_GROUP = 32, 16
+_MAX_BLOCK = 1 << 16
+# Config groups looked at in a compressed-tensors config (real ones have a few).
+_MAX_GROUPS = 1_024
+_FP8_RULE = "validate_fp8_block_shape, Fp8MoEMethod.create_weights"
+_NVFP4_RULE = "ModelOptNvFp4LinearMethod.create_weights"
+_GROUP_RULE = "verify_marlin_supports_shape"
+
+
+def split_block(
+    config: Mapping[str, Any] | None, quant_config: Mapping[str, Any] | None = None
+) -> SplitBlock | None:
+    """The block rule of the checkpoint's quantization (config.json's `quantization_config`,
+    else `hf_quant_config.json`), or None when it sets none (unquantized, per-tensor or
+    per-channel scales). Values are checked: a block size that is not a positive int within
+    a real range is ignored."""
+    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
+    qc = qc if isinstance(qc, Mapping) else {}
+    method = qc.get("quant_method")
+    if method == "fp8":
+        block = _pair(qc.get("weight_block_size"))
+        return None if block is None else SplitBlock(f"FP8 block {list(block)}", *block, _FP8_RULE)
+    if method == "mxfp4":
+        return SplitBlock("MXFP4", MXFP4_BLOCK, MXFP4_BLOCK, "the MXFP4 loaders", padded=True)
+    if method in ("gptq", "awq", "gptq_marlin", "awq_marlin"):
+        group = _size(qc.get("group_size"))
+        return (
+            None if group is None else SplitBlock(f"{method} group {group}", 0, group, _GROUP_RULE)
+        )
+    if method == "compressed-tensors":
+        return _compressed_tensors(qc)
+    section = qc if method in ("modelopt", "modelopt_fp4") else quant_section(quant_config)
+    if _nvfp4(section):
+        return SplitBlock("NVFP4", 0, NVFP4_GROUP, _NVFP4_RULE)
+    return None
+
+
+def _nvfp4(section: Mapping[str, Any]) -> bool:
+    """Model-Optimizer NVFP4: the whole checkpoint, or a mixed-precision one whose
+    `quantized_layers` (the first `_MAX_GROUPS` looked at) hold NVFP4 modules."""
+    algo = section.get("quant_algo")
+    if isinstance(algo, str) and "NVFP4" in algo.upper():
+        return True
+    layers = section.get("quantized_layers")
+    if algo != "MIXED_PRECISION" or not isinstance(layers, Mapping):
+        return False
+    return any(
+        isinstance(entry, Mapping)
+        and isinstance(entry.get("quant_algo"), str)
+        and "NVFP4" in entry["quant_algo"].upper()
+        for entry in islice(layers.values(), _MAX_GROUPS)
+    )
+
+
+def split_block_problem(config: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with a block or group size config.json's `quantization_config` gives
+    but `split_block` cannot use (the block rules are then not checked), or None."""
+    qc = config.get("quantization_config") if isinstance(config, Mapping) else None
+    if not isinstance(qc, Mapping):
+        return None
+    method = qc.get("quant_method")
+    if method == "fp8" and "weight_block_size" in qc and split_block(config) is None:
+        return "weight_block_size is not two sizes from 1 to 65,536"
+    group = qc.get("group_size")
+    grouped = method in ("gptq", "awq", "gptq_marlin", "awq_marlin")
+    if grouped and group != -1 and _size(group) is None:
+        return "group_size is not -1 nor a size from 1 to 65,536"
+    return None
+
+
+def _compressed_tensors(qc: Mapping[str, Any]) -> SplitBlock | None:
+    """The first config group whose weights are quantized in groups or blocks."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, Mapping):
+        return None
+    for group in islice(groups.values(), _MAX_GROUPS):
+        weights = group.get("weights") if isinstance(group, Mapping) else None
+        if not isinstance(weights, Mapping):
+            continue
+        strategy = weights.get("strategy")
+        if strategy == "block":
+            block = _pair(weights.get("block_structure"))
+            if block is not None:
+                return SplitBlock(f"compressed-tensors block {list(block)}", *block, _FP8_RULE)
+        elif strategy in ("group", "tensor_group"):
+            size = _size(weights.get("group_size"))
+            if size is not None:
+                name = f"compressed-tensors group {size}"
+                return SplitBlock(name, 0, size, _GROUP_RULE)
+    return None
+
+
+def _size(value: object) -> int | None:
+    return value if type(value) is int and 0 < value <= _MAX_BLOCK else None
+
+
+def _pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2:
+        n, k = _size(value[0]), _size(value[1])
+        if n is not None and k is not None:
+            return n, k
+    return None

@@ -14,6 +14,7 @@ from enum import StrEnum
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples, fold, make_finding
+from inspector._internal.formats.stand_ins import refuse_state
 
 __all__ = ["CODES", "FileRole", "ProblemKind", "ReadProblem", "read_problem_findings"]
 
@@ -34,6 +35,10 @@ class FileRole(StrEnum):
     # A .distcp file the storage map names (its size is compared with the stored ranges).
     TORCH_DIST_DATA = "torch-dist-data"
 
+    # The bounded child's reply names this enum (`formats.sandbox`): BUILD on a member,
+    # which every reader shares, is refused instead of changing it for the process.
+    __setstate__ = refuse_state
+
 
 class ProblemKind(StrEnum):
     """How much of the file was lost."""
@@ -51,6 +56,8 @@ class ProblemKind(StrEnum):
     # The storage refused the file itself (not a regular file, a link leaving the folder, a
     # link loop): nothing of it was read.
     UNSAFE_FILE = "unsafe-file"
+
+    __setstate__ = refuse_state  # as FileRole's
 
 
 @dataclass(frozen=True, slots=True)

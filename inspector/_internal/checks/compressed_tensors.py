@@ -3,8 +3,9 @@ in config.json, as llm-compressor writes them and vLLM / SGLang read them) again
 tensors and their `recipe.yaml`. Pure.
 
 A module is quantized by config group G when it matches one of G's `targets` and no `ignore`
-entry. Entries are `re:<regex>` (`re.match` on the module name: anchored at the start only),
-an exact module name, or a class name. Class names are resolved from the tensors: a `Linear`
+entry. Entries are `re:<regex>` (`re.match` on the module name: anchored at the start only;
+matched without backtracking, `inspector._internal.formats.patterns`), an exact module name, or
+a class name. Class names are resolved from the tensors: a `Linear`
 is a module with a 2-D `weight` (or the packed tensors of a quantized one) that is not an
 embedding (its name holds `embed`, `wte` or `wpe`). What each format stores per module
 (docs/formats.md, "compressed-tensors"):
@@ -25,7 +26,7 @@ tensor_group) or [ceil(out/b0), ceil(in/b1)] (block) entries; asymmetric weights
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from inspector._internal.checkpoint.quant_targets import (
     group_targets,
     is_linear,
     strings,
+    too_many_targets,
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.filenames import CONFIG_NAME, RECIPE_NAME
@@ -44,15 +46,23 @@ from inspector._internal.findings.finding import (
     fold_modules,
     make_finding,
 )
+from inspector._internal.formats.patterns import MAX_PATTERNS, PatternBudget, Patterns
 from inspector._internal.formats.recipe import QuantModifier
 
-__all__ = ["CODES", "check_compressed_tensors", "compressed_tensors_config", "module_tensors"]
+__all__ = [
+    "CODES",
+    "check_compressed_tensors",
+    "compressed_tensors_config",
+    "module_tensors",
+    "pattern_findings",
+]
 
 CODES = code_set(
     Code.QUANT_SCHEME_MISMATCH,
     Code.QUANT_CONFIG_MISSING_LAYER,
     Code.QUANT_RECIPE_MISMATCH,
     Code.CHECK_BUDGET_EXCEEDED,
+    Code.QUANT_PATTERN_REFUSED,
 )
 
 # Tensors a quantized Linear may hold besides its plain `weight` / `bias`.
@@ -71,8 +81,6 @@ QUANT_PARAMS = frozenset(
         "output_zero_point",
     }
 )
-# Patterns per config: a regex per entry, each run over every module.
-MAX_PATTERNS = 4_096
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
 
 Tensors = Mapping[str, tuple[str, tuple[int, ...]]]
@@ -105,10 +113,12 @@ class _Scheme:
     nvfp4_input: bool
 
 
-def _schemes(section: Mapping[str, Any]) -> list[tuple[TargetMatcher, _Scheme]]:
+def _schemes(
+    section: Mapping[str, Any], budget: PatternBudget
+) -> list[tuple[TargetMatcher, _Scheme]]:
     out = []
     default = section.get("format")
-    for name, matcher, group in group_targets(section):
+    for name, matcher, group in group_targets(section, budget=budget):
         weights = group.get("weights")
         fmt = group.get("format") or default
         acts = group.get("input_activations")
@@ -134,33 +144,44 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
     section = compressed_tensors_config(scanned.config)
     if section is None:
         return []
-    schemes = _schemes(section)
     ignore_entries = strings(section.get("ignore"))
-    if len(ignore_entries) + sum(len(m.regexes) for m, _ in schemes) > MAX_PATTERNS:
+    if too_many_targets(section):
         return [
             make_finding(
                 "check-budget-exceeded",
-                f"{CONFIG_NAME} quantization_config lists more than {MAX_PATTERNS:,} targets and "
-                "ignore entries; the compressed-tensors modules were NOT checked",
+                f"{CONFIG_NAME} quantization_config lists more than {MAX_PATTERNS:,} config "
+                "groups, targets and ignore entries; the compressed-tensors modules were NOT "
+                "checked",
                 file=CONFIG_NAME,
             )
         ]
-    ignore = TargetMatcher(ignore_entries)
+    budget = PatternBudget()
+    schemes = _schemes(section, budget)
+    ignore = TargetMatcher(ignore_entries, budget=budget)
     modules = module_tensors(scanned)
     mismatched: list[tuple[str, str]] = []
     unlisted: list[tuple[str, str]] = []
+    undecided: list[str] = []
     planned: dict[str, str] = {}
     for module, params in modules.items():
         linear = is_linear(module, params)
         if not linear and not (set(params) & QUANT_PARAMS):
             continue
+        ignored = ignore(module, linear)
         scheme = None
-        if not ignore(module, linear):
-            scheme = next((s for m, s in schemes if m(module, linear)), None)
+        if ignored is False:
+            for matcher, candidate in schemes:
+                hit = matcher(module, linear)
+                if hit is not False:
+                    ignored, scheme = (None, None) if hit is None else (False, candidate)
+                    break
+        if ignored is None:
+            undecided.append(module)  # a refused pattern decides it: not judged
+            continue
         stored = _stored_kind(params)
         if scheme is None:
             if stored is not None and linear:
-                why = "ignores it" if ignore(module, linear) else "targets it in no config group"
+                why = "ignores it" if ignored else "targets it in no config group"
                 unlisted.append((module, f"is stored {stored} but {CONFIG_NAME} {why}"))
             continue
         planned[module] = scheme.group
@@ -169,12 +190,40 @@ def check_compressed_tensors(scanned: ScannedCheckpoint) -> list[Finding]:
             mismatched.append((module, problem))
     findings = _fold(Code.QUANT_SCHEME_MISMATCH, mismatched)
     findings += _fold(Code.QUANT_CONFIG_MISSING_LAYER, unlisted)
+    lists = [ignore.patterns, *(m.patterns for m, _ in schemes)]
+    findings += pattern_findings(f"{CONFIG_NAME} quantization_config", lists, undecided)
     if scanned.recipe:
         # A module the two lists disagree on whose tensors already contradict config.json is
         # reported above (the config is the side that is off); the recipe adds nothing.
-        reported = {m for m, _ in mismatched} | {m for m, _ in unlisted}
-        findings += _recipe(scanned.recipe, modules, planned, reported)
+        reported = {m for m, _ in mismatched} | {m for m, _ in unlisted} | set(undecided)
+        findings += _recipe(scanned.recipe, modules, planned, reported, budget)
     return findings
+
+
+def pattern_findings(
+    where: str, lists: Iterable[Patterns], modules: Sequence[str]
+) -> list[Finding]:
+    """quant-pattern-refused for the pattern lists of `where` ("config.json
+    quantization_config"...): the patterns refused, the names left undecided, and the
+    `modules` that were not checked for it. Nothing when every pattern ran on every name."""
+    reasons = list(dict.fromkeys(r for patterns in lists for r in patterns.reasons()))
+    if not reasons and not modules:
+        return []
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    unchecked = (
+        f"{len(modules):,} modules they could decide were NOT checked ({examples(sorted(modules))})"
+        if modules
+        else "no module needed it"
+    )
+    file = where.split(" ")[0]
+    return [
+        make_finding(
+            Code.QUANT_PATTERN_REFUSED,
+            f"{where}: patterns not matched ({shown}); {unchecked}. Patterns run without "
+            "backtracking: rewrite these without backreferences or lookarounds, within the caps",
+            file=file,
+        )
+    ]
 
 
 def _stored_kind(params: Mapping[str, tuple[str, tuple[int, ...]]]) -> str | None:
@@ -307,29 +356,40 @@ def _recipe(
     modules: Mapping[str, Mapping[str, tuple[str, tuple[int, ...]]]],
     planned: Mapping[str, str],
     reported: set[str],
+    budget: PatternBudget,
 ) -> list[Finding]:
     """The modules the recipe quantizes against those config.json quantizes."""
     by_recipe: set[str] = set()
     matchers: list[tuple[TargetMatcher, list[TargetMatcher]]] = []
     for modifier in recipe:
-        targets = [TargetMatcher(t) for t in modifier.groups.values()] or [
-            TargetMatcher(modifier.targets)
+        targets = [TargetMatcher(t, budget=budget) for t in modifier.groups.values()] or [
+            TargetMatcher(modifier.targets, budget=budget)
         ]
-        matchers.append((TargetMatcher(modifier.ignore), targets))
+        matchers.append((TargetMatcher(modifier.ignore, budget=budget), targets))
+    undecided: list[str] = []
     for module, params in modules.items():
         linear = is_linear(module, params)
         if not linear:
             continue
         for ignore, targets in matchers:
-            if not ignore(module, linear) and any(t(module, linear) for t in targets):
+            ignored = ignore(module, linear)
+            hits = [t(module, linear) for t in targets] if ignored is False else []
+            if ignored is None or (None in hits and True not in hits):
+                undecided.append(module)
+                break
+            if ignored is False and True in hits:
                 by_recipe.add(module)
-    by_config = set(planned)
+    reported = reported | set(undecided)
+    by_recipe -= reported
+    lists = [m.patterns for ignore, targets in matchers for m in (ignore, *targets)]
+    found = pattern_findings(RECIPE_NAME, lists, undecided)
+    by_config = set(planned) - reported
     if by_recipe == by_config:
-        return []
+        return found
     only_recipe = sorted(by_recipe - by_config - reported)
     only_config = sorted(by_config - by_recipe - reported)
     if not only_recipe and not only_config:
-        return []
+        return found
     parts = []
     if only_recipe:
         parts.append(
@@ -342,10 +402,11 @@ def _recipe(
             f"({examples(only_config)})"
         )
     return [
+        *found,
         make_finding(
             "quant-recipe-mismatch",
             f"{RECIPE_NAME} {' and '.join(parts)}; one of the two was edited after the export: "
             "re-export, or make them agree so the recipe reproduces this checkpoint",
             file=RECIPE_NAME,
-        )
+        ),
     ]

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import kept_copies
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.unread import unread_findings
 from inspector._internal.common.display import legible
@@ -73,7 +74,7 @@ def deep_check(scanned: ScannedCheckpoint) -> list[Finding]:
     ) + fold_findings(
         [f for f in out if f.code == Code.TENSOR_NONFINITE], "tensors holding NaN or Inf"
     )
-    return out + _duplicate_findings(hashes) + unread_findings(unread)
+    return out + _duplicate_findings(scanned, hashes) + unread_findings(unread)
 
 
 def _read(
@@ -167,15 +168,24 @@ def _zero_finding(file: str, name: str) -> Finding:
     )
 
 
-def _duplicate_findings(hashes: dict[str, dict[str, str]]) -> list[Finding]:
+def _duplicate_findings(
+    scanned: ScannedCheckpoint, hashes: dict[str, dict[str, str]]
+) -> list[Finding]:
     out = []
+    kept = kept_copies(scanned, hashes.keys())
     for name, by_file in sorted(hashes.items()):
         files = sorted(by_file)
         same = len(set(by_file.values())) == 1
         code = Code.DUPLICATE_TENSOR_IDENTICAL if same else Code.DUPLICATE_TENSOR_CONTENT
-        verdict = (
-            "the same bytes" if same else "DIFFERENT bytes; loaders keep whichever they read last"
-        )
+        if same:
+            verdict = "the same bytes"
+        elif name in kept:
+            verdict = (
+                f"DIFFERENT bytes; transformers loads the copy in {legible(kept[name][0].file)} "
+                "(the last file it reads), other loaders may load another"
+            )
+        else:
+            verdict = "DIFFERENT bytes; loaders keep whichever they read last"
         out.append(
             make_finding(
                 code,

@@ -16,6 +16,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.naming import LONG_NAME
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
@@ -161,6 +162,11 @@ def diff_checkpoints(
 
 
 def _signature(s: ScannedCheckpoint) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name -> (dtype, shape) of every tensor a loader gets: of a name several shards hold,
+    the copy it keeps (`kept_signatures`), whose bytes `diff --data` compares (`TensorData`
+    reads the same copy); DCP and torch_dist tensors as assembled from their chunks."""
+    if s.dcp is None and s.logical is None:
+        return kept_signatures(s)
     t = s.tensors
     return {
         n: (str(d), tuple(sh))

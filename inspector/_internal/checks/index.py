@@ -43,6 +43,7 @@ from inspector._internal.checkpoint.held import (
     normalize_member,
     normalized,
 )
+from inspector._internal.checkpoint.loaded import Kept, alone, kept_in, read_order
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.parameters import (
     Uncounted,
@@ -403,11 +404,12 @@ def _unlisted_findings(
     """unindexed-tensor in indexed shards; one unindexed-file per file the index never names."""
     unindexed: dict[str, list[str]] = {}
     findings: list[Finding] = []
+    single = alone(held.shards, view.index)
     for shard in held.shards:
         missing = view.unlisted(shard)
         _count_unindexed(shard, missing, drift)
         if shard.file not in view.listed:
-            findings.append(_unindexed_file(index_file, shard, missing))
+            findings.append(_unindexed_file(index_file, shard, missing, shard is single))
         elif missing:
             unindexed[shard.file] = missing
 
@@ -435,7 +437,9 @@ def _count_unindexed(shard: ShardHeader, missing: list[str], drift: _Drift) -> N
     drift.unindexed_count += len(missing)
 
 
-def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> Finding:
+def _unindexed_file(
+    index_file: str, shard: ShardHeader, missing: list[str], read_alone: bool
+) -> Finding:
     if not shard.readable:
         content = "tensors that cannot be listed (its header is unreadable)"
     elif not shard.names:
@@ -447,11 +451,19 @@ def _unindexed_file(index_file: str, shard: ShardHeader, missing: list[str]) -> 
             content += f", {len(missing):,} of them listed nowhere in the index"
         if copies:
             content += f", {copies:,} of them mapped by the index to other shards"
-    msg = (
-        f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
-        f"{legible(shard.file)}: loaders "
-        "that follow the index will not read it; add it to the index or move it out"
-    )
+    if read_alone:  # `checkpoint.loaded.alone`: transformers reads it instead of the index
+        msg = (
+            f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
+            f"{legible(shard.file)}: transformers reads {legible(shard.file)} alone while it "
+            f"is there and ignores {legible(index_file)}, huggingface_hub's load_torch_model "
+            "reads the index's files and not it; move it out, or the index and its shards"
+        )
+    else:
+        msg = (
+            f"{legible(shard.file)} holds {content}, but {legible(index_file)} never names "
+            f"{legible(shard.file)}: loaders "
+            "that follow the index will not read it; add it to the index or move it out"
+        )
     return make_finding("unindexed-file", msg, file=shard.file)
 
 
@@ -464,25 +476,26 @@ def check_duplicates(
     index: IndexDoc | None,
     policy: FoldPolicy = FOLD,
 ) -> list[Finding]:
-    """duplicate-tensor: one name in several shards; whether the copies agree; which wins.
+    """duplicate-tensor: one name in several shards; whether the copies agree; which copy
+    transformers keeps (`checkpoint.loaded`: the last of the files it reads, whatever the
+    name's index entry says).
 
-    The finding's `file` is a copy loaders do NOT use: with an index, any holder it does not
-    point to; without one, every holder but the last in name order (loaders that read all
-    files in order keep the last copy).
+    The finding's `file` is a copy transformers does NOT keep (the first by name).
     """
     if not held.copies:
         return []
-    wmap = normalized(index.lookup_map()) if index else {}
+    kept = kept_in(read_order(held.shards, index), held.copies)
     groups: dict[str, list[str]] = {}
     for name, idx in held.copies.items():
         files = [held.shards[i].file for i in idx]
-        used = wmap.get(name) if index else max(files)
+        used = kept[name][0].file if name in kept else None
         stray = next((f for f in sorted(files) if f != used), files[0])
         groups.setdefault(stray, []).append(name)
     positions = _positions(held)
+    words = _KeptWords(held, index)
 
     def detail(file: str, name: str) -> str:
-        return _duplicate_message(name, held, positions, wmap if index else None, index)
+        return _duplicate_message(name, held, positions, words(name, kept.get(name)))
 
     summary = _summary("in {file} are also in other shards (duplicates)")
     return fold_tensor_issues(Code.DUPLICATE_TENSOR, groups, detail, summary, policy)
@@ -503,11 +516,7 @@ def _positions(held: HeldTensors) -> Callable[[int, str], int]:
 
 
 def _duplicate_message(
-    name: str,
-    held: HeldTensors,
-    position: Callable[[int, str], int],
-    wmap: Mapping[str, str] | None,
-    index: IndexDoc | None,
+    name: str, held: HeldTensors, position: Callable[[int, str], int], used: str
 ) -> str:
     copies = []
     for i in held.copies[name]:
@@ -522,24 +531,59 @@ def _duplicate_message(
         agree = "the copies DIFFER: " + ", ".join(
             f"{legible(f)} has {legible(d)} {s}" for f, d, s in copies
         )
-    if wmap is None or index is None:
-        used = (
-            "without an index, loaders that read every file in order keep the copy in "
-            f"{legible(max(files))}"
-        )
-    elif (target := wmap.get(name)) in files:
-        used = f"loaders use {legible(target)}, as {legible(index.file)} says"
-    elif target is None:
-        used = (
-            f"{legible(index.file)} lists it nowhere, so loaders that follow the index ignore "
-            "every copy"
-        )
-    else:
-        used = f"{legible(index.file)} points to {legible(target)}, which holds no copy"
     return (
         f"'{legible(name)}' is in {len(files)} shards ({', '.join(map(legible, files))}); "
         f"{agree}; {used}: keep one copy"
     )
+
+
+class _KeptWords:
+    """Which copy of a duplicated name is loaded, in words: the copy transformers keeps
+    (`checkpoint.loaded`), why, and that other loaders may keep another."""
+
+    def __init__(self, held: HeldTensors, index: IndexDoc | None) -> None:
+        self.held = held
+        self.index = index
+        self.wmap = normalized(index.lookup_map()) if index else {}
+        single = alone(held.shards, index)
+        self.single = None if single is None else single.file
+
+    def __call__(self, name: str, kept: Kept | None) -> str:
+        index, single = self.index, self.single
+        file = None if kept is None else kept[0].file
+        if single is not None:
+            reads = f"transformers reads {legible(single)} alone"
+            if index is not None:
+                reads += f", not the files {legible(index.file)} names"
+            if file is None:
+                return f"{reads}, and it holds no copy: no copy is loaded"
+            if index is None:
+                return f"{reads}, and keeps its copy"
+            return (
+                f"{reads}, and keeps its copy; huggingface_hub's load_torch_model reads "
+                f"the files {legible(index.file)} names and may keep another"
+            )
+        if index is None:
+            return (
+                "without an index, loaders that read every file in order keep the copy in "
+                f"{legible(file or '')}"
+            )
+        target = self.wmap.get(name)
+        if target is None:
+            entry = f"{legible(index.file)} lists it nowhere"
+        elif target == file:
+            entry = f"{legible(index.file)} points to it too"
+        else:
+            holds = "" if target in self.held.holders(name) else ", which holds no copy"
+            entry = f"{legible(index.file)} points to {legible(target)}{holds}"
+        if file is None:
+            return f"{entry} and names none of these files, so no loader reads any copy"
+        return (
+            f"transformers keeps the copy in {legible(file)}, the last of the files "
+            f"{legible(index.file)} names (it reads them all, in name order, whatever an "
+            f"entry says; {entry}); other loaders, such as huggingface_hub's "
+            "load_torch_model, may keep another"
+        )
 
 
 # -- step 4: metadata totals ----------------------------------------------------------------

@@ -13,12 +13,14 @@ from inspector._internal.checkpoint.naming_rules import expert_template
 from inspector._internal.checkpoint.quant_config import (
     MAX_WILDCARDS,
     exclude_matcher,
+    exclude_patterns,
     is_wildcard,
     module_of,
     quant_section,
     quantized_modules,
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checks.compressed_tensors import pattern_findings
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import QUANT_CONFIG_NAME
 from inspector._internal.findings.codes import Code, code_set
@@ -27,7 +29,10 @@ from inspector._internal.findings.finding import Finding, fold_findings, fold_ra
 __all__ = ["CODES", "check_quant_config"]
 
 CODES = code_set(
-    Code.QUANT_CONFIG_MISSING_LAYER, Code.QUANT_CONFIG_STALE_LAYER, Code.CHECK_BUDGET_EXCEEDED
+    Code.QUANT_CONFIG_MISSING_LAYER,
+    Code.QUANT_CONFIG_STALE_LAYER,
+    Code.CHECK_BUDGET_EXCEEDED,
+    Code.QUANT_PATTERN_REFUSED,
 )
 
 # Up to this many unlisted-yet-unquantized entries are probed by prefix (each prefix costs
@@ -42,12 +47,16 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return []
     quantized = quantized_modules(scanned)
-    excluded = exclude_matcher(section)
+    excluded = exclude_matcher(exclude_patterns(section))
     stale = _stale(layers, quantized, scanned.tensors["name"].tolist())
     found = _fold("quant-config-stale-layer", stale, {}, len(layers))
     if excluded is None:
         return [_too_many_patterns(section), *found]
-    missing = [m for m in quantized if m not in layers and not excluded(m)]
+    unlisted = [m for m in quantized if m not in layers]
+    verdicts = list(map(excluded, unlisted))
+    missing = [m for m, v in zip(unlisted, verdicts, strict=True) if v is False]
+    undecided = [m for m, v in zip(unlisted, verdicts, strict=True) if v is None]
+    found += pattern_findings(f"{QUANT_CONFIG_NAME} exclude_modules", [excluded.globs], undecided)
     return _fold("quant-config-missing-layer", missing, quantized, len(layers)) + found
 
 

@@ -3,7 +3,8 @@
 
 MXFP4: each `<proj>_blocks` U8 [..., rows, G, 16] (32 E2M1 values per 16 bytes) has a
 `<proj>_scales` U8 [..., rows, G] beside it (one E8M0 scale per block), and no module that
-`modules_to_not_convert` names (fnmatch globs) holds blocks.
+`modules_to_not_convert` names (fnmatch globs, matched without backtracking by
+`inspector._internal.formats.patterns`) holds blocks.
 
 Block FP8: every module with an 8-bit float `weight` [out, in] has a `weight_scale_inv` of
 [ceil(out / b0), ceil(in / b1)] (edge tiles partial), and a module whose weight is not 8-bit
@@ -13,22 +14,22 @@ bfloat16).
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from typing import Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.checks.compressed_tensors import module_tensors
+from inspector._internal.checks.compressed_tensors import module_tensors, pattern_findings
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import (
     Finding,
     fold_modules,
 )
+from inspector._internal.formats.patterns import compile_patterns
 
 __all__ = ["CODES", "check_block_quant"]
 
-CODES = code_set(Code.QUANT_SCHEME_MISMATCH)
+CODES = code_set(Code.QUANT_SCHEME_MISMATCH, Code.QUANT_PATTERN_REFUSED)
 
 _BLOCKS, _SCALES = "_blocks", "_scales"
 _FLOAT8 = frozenset({"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"})
@@ -39,33 +40,40 @@ Params = Mapping[str, tuple[str, tuple[int, ...]]]
 
 
 def check_block_quant(scanned: ScannedCheckpoint) -> list[Finding]:
-    """quant-scheme-mismatch for MXFP4 and block-FP8 checkpoints."""
+    """quant-scheme-mismatch for MXFP4 and block-FP8 checkpoints (and quant-pattern-refused
+    for a modules_to_not_convert glob that could not be matched)."""
     config = scanned.config
     section = config.get("quantization_config") if isinstance(config, Mapping) else None
     if not isinstance(section, Mapping):
         return []
     method = section.get("quant_method")
     if method == "mxfp4":
-        problems = _mxfp4(module_tensors(scanned), section)
-        head = "MXFP4"
-    elif method == "fp8":
-        problems = _fp8(module_tensors(scanned), section.get("weight_block_size"))
-        head = "block FP8"
-    else:
-        return []
-    return _fold(head, problems)
+        problems, refused = _mxfp4(module_tensors(scanned), section)
+        return _fold("MXFP4", problems) + refused
+    if method == "fp8":
+        return _fold("block FP8", _fp8(module_tensors(scanned), section.get("weight_block_size")))
+    return []
 
 
-def _mxfp4(modules: Mapping[str, Params], section: Mapping[str, Any]) -> list[tuple[str, str]]:
+def _mxfp4(
+    modules: Mapping[str, Params], section: Mapping[str, Any]
+) -> tuple[list[tuple[str, str]], list[Finding]]:
+    """(problems, quant-pattern-refused findings) of an MXFP4 checkpoint."""
     raw = section.get("modules_to_not_convert")
     globs = [g for g in raw if isinstance(g, str)][:_MAX_GLOBS] if isinstance(raw, list) else []
+    skip = compile_patterns(globs, syntax="glob")
     out: list[tuple[str, str]] = []
+    undecided: list[str] = []
     for module, params in modules.items():
         for param, (dtype, shape) in params.items():
             if param.endswith(_BLOCKS):
                 stem = param[: -len(_BLOCKS)]
                 where = f"{module}.{stem}"
-                if any(fnmatch.fnmatchcase(module, g) for g in globs):
+                skipped = skip.match(module)
+                if skipped is None:
+                    undecided.append(where)
+                    continue
+                if skipped:
                     out.append((where, "holds MXFP4 blocks but modules_to_not_convert names it"))
                     continue
                 problem = _mxfp4_pair(dtype, shape, params.get(stem + _SCALES))
@@ -73,7 +81,8 @@ def _mxfp4(modules: Mapping[str, Params], section: Mapping[str, Any]) -> list[tu
                     out.append((where, problem))
             elif param.endswith(_SCALES) and param[: -len(_SCALES)] + _BLOCKS not in params:
                 out.append((f"{module}.{param[: -len(_SCALES)]}", "has _scales but no _blocks"))
-    return out
+    where = f"{CONFIG_NAME} quantization_config modules_to_not_convert"
+    return out, pattern_findings(where, [skip], undecided)
 
 
 def _mxfp4_pair(

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from inspector._internal.checkpoint.naming import parse_names
-from inspector._internal.checkpoint.naming_rules import LAYERS_CONTAINER
+from inspector._internal.checkpoint.naming_rules import LAYERS_CONTAINER, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.spec import MTP_NOT_STORED
 from inspector._internal.checkpoint.tables import layer_keys
@@ -223,7 +223,7 @@ def _expert_rows(t: pd.DataFrame) -> _Experts:
     # Every column but the names: taking 150,000 strings out of the Arrow name column costs
     # more than all the grouping below; the few findings look their names up (`name_at`).
     rows = t.loc[mask, [c for c in t.columns if c != "name"]]
-    key, keys = _key_codes(rows)
+    key, keys, _ = _key_codes(rows)
     sig, sigs = _sig_codes(rows)
     return _Experts(
         rows=rows,
@@ -248,13 +248,15 @@ def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     return np.where(codes < 0, len(labels), codes), [*labels, "nan"]
 
 
-def _key_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
-    """`module.param` of each row as a code; each distinct pair is joined once."""
+def _key_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str], list[tuple[str, str]]]:
+    """`module.param` of each row as a code, with (module, param) of each code; each distinct
+    pair is joined once."""
     module, modules = _category_codes(rows["module"])
     param, params = _category_codes(rows["param"])
     pairs, inverse = np.unique(module * len(params) + param, return_inverse=True)
-    keys = [f"{modules[p // len(params)]}.{params[p % len(params)]}" for p in pairs.tolist()]
-    return inverse.reshape(-1), keys
+    parts = [(modules[p // len(params)], params[p % len(params)]) for p in pairs.tolist()]
+    keys = [f"{m}.{p}" for m, p in parts]
+    return inverse.reshape(-1), keys, parts
 
 
 def _sig_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
@@ -430,39 +432,99 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
 def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
     """A layer whose keys (`module.param` after the layer prefix, sharded objects included)
     differ from the others of its kind; an MTP block's standard parts (attention, MLP,
-    experts, router) against the keys of every decoder layer, its own head (enorm, hnorm,
-    eh_proj, final norm) left out."""
+    experts, router) against the decoder layers, its own head (enorm, hnorm, eh_proj, final
+    norm) left out: entries no decoder layer has, and params of a module that every decoder
+    layer holding that module has and the block lacks."""
     rows = layer_keys(scanned)
     if rows.empty:
         return []
     layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
     is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
     layer = rows["layer"].to_numpy(dtype=np.int64)
-    key, keys = _key_codes(rows)
+    key, keys, parts = _key_codes(rows)
     sets = {
         n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
     }
     decoder = [n for n in sets if not is_mtp.get(n, False)]
     out = _decoder_outliers(decoder, sets, layer_kind)
+    if not decoder:
+        return out
     decoder_keys = set().union(*(sets[n] for n in decoder))
+    common = _common_params(decoder, sets, keys, parts)
     head = rows["kind"].to_numpy() == "mtp"
     block = {
-        n: {keys[k] for k in ks}
+        n: [keys[k] for k in ks]
         for n, ks in _by_first(layer[~head] * len(keys) + key[~head], len(keys)).items()
     }
     for mtp_layer in sorted(n for n in sets if is_mtp.get(n, False)):
-        extra = sorted(block.get(mtp_layer, set()) - decoder_keys)
-        if decoder and extra:
-            out.append(
-                make_finding(
-                    "layer-keyset-outlier",
-                    f"MTP layer {mtp_layer} carries {examples(extra)} entries that no decoder "
-                    "layer has; the MTP block built its state dict differently "
-                    "(check the exporter)",
-                    layer=mtp_layer,
-                )
+        held = block.get(mtp_layer, [])
+        extra = sorted(set(held) - decoder_keys)
+        lacking = _lacking(held, common, parts, keys)
+        if not extra and not lacking:
+            continue
+        said = []
+        if extra:
+            said.append(f"carries {examples(extra)} entries that no decoder layer has")
+        if lacking:
+            said.append(
+                f"lacks {examples(lacking)}, which every decoder layer holding the module has"
             )
+        out.append(
+            make_finding(
+                "layer-keyset-outlier",
+                f"MTP layer {mtp_layer} {' and '.join(said)}; the MTP block built its state "
+                "dict differently (check the exporter)",
+                layer=mtp_layer,
+            )
+        )
     return out
+
+
+def _quant_param(param: str) -> bool:
+    """A quantization scale or quantizer state (`weight_scale`, `input_quantizer._amax`)."""
+    return param in QUANT_SIBLING_PARAMS or param.partition(".")[0].endswith("_quantizer")
+
+
+def _common_params(
+    decoder: list[int], sets: dict[int, set[str]], keys: list[str], parts: list[tuple[str, str]]
+) -> dict[str, set[str]]:
+    """Module -> the params every decoder layer that holds the module has (one pass over each
+    layer's keys)."""
+    index = {k: i for i, k in enumerate(keys)}
+    common: dict[str, set[str]] = {}
+    for n in decoder:
+        mine: dict[str, set[str]] = defaultdict(set)
+        for k in sets[n]:
+            module, param = parts[index[k]]
+            mine[module].add(param)
+        for module, params in mine.items():
+            if module in common:
+                common[module] &= params
+            else:
+                common[module] = params
+    return common
+
+
+def _lacking(
+    held: list[str], common: dict[str, set[str]], parts: list[tuple[str, str]], keys: list[str]
+) -> list[str]:
+    """`module.param` entries of the decoder's common params an MTP block's modules lack. A
+    module the block stores unquantized (no scale or quantizer state) while the decoder
+    quantizes it lacks only quantization params: exporters leave the MTP block out of
+    quantization on purpose (its serving path runs it in full precision), so that is no
+    outlier."""
+    index = {k: i for i, k in enumerate(keys)}
+    mine: dict[str, set[str]] = defaultdict(set)
+    for k in held:
+        module, param = parts[index[k]]
+        mine[module].add(param)
+    out = []
+    for module, params in mine.items():
+        missing = common.get(module, set()) - params
+        if not any(map(_quant_param, params)):
+            missing = {p for p in missing if not _quant_param(p)}
+        out += [f"{module}.{p}" for p in missing]
+    return sorted(out)
 
 
 def _decoder_outliers(

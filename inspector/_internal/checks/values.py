@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from inspector._internal.checkpoint.loaded import stale_copies
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks.deep import zero_allowed
 from inspector._internal.checks.unread import UNREAD_FOLDS, unread_verdict
@@ -112,17 +113,26 @@ def _build(
     if lost:  # a tensor with a chunk that cannot be read has no statistics at all
         records = records[~records["name"].isin(lost)]
     names = records["name"].tolist()
-    if len(set(names)) != len(names):  # DCP chunks or copies of one tensor
+    if len(set(names)) != len(names):  # DCP chunks of one tensor (copies were left out)
         records = records.groupby("name", sort=False).agg(PARTIAL).reset_index()
     stats = pd.concat(
         [records[["name"]].reset_index(drop=True), finish(records.reset_index(drop=True))], axis=1
     )
     tensors = scanned.tensors
     columns = ["name", "file", "dtype", "numel", *[c for c in _NAMING if c in tensors]]
-    # Each record's row of `ckpt.tensors` (its first, for a name in several files): a dict
-    # lookup, where a join on 300,000 strings costs seconds.
+    # Each record's row of `ckpt.tensors` (for a name in several files, the row of the copy
+    # read: `stale_copies` names the others): a dict lookup, where a join on 300,000
+    # strings costs seconds.
     listed = tensors["name"].tolist()
     row = dict(zip(reversed(listed), range(len(listed) - 1, -1, -1), strict=True))
+    stale = stale_copies(scanned)
+    if stale:
+        files = tensors["file"].astype(str).tolist()
+        row = {
+            listed[i]: i
+            for i in range(len(listed) - 1, -1, -1)
+            if listed[i] not in stale.get(files[i], ())
+        }
     names = stats["name"].tolist()
     at = np.fromiter(map(row.get, names, [-1] * len(names)), np.int64, len(names))
     table = tensors[columns[1:]].iloc[np.maximum(at, 0)].reset_index(drop=True)

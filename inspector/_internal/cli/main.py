@@ -18,6 +18,7 @@ from inspector._internal.cli import (
     consolidate,
     demo,
     diff,
+    fit,
     manifest,
     repair,
     scan,
@@ -31,7 +32,7 @@ __all__ = ["COMMANDS", "PLUGIN_GROUP", "describe_os_error", "main"]
 
 
 # The commands, in the order `ckpt-inspect --help` lists them.
-COMMANDS = (scan, check, diff, verify, manifest, repair, consolidate, codes, demo)
+COMMANDS = (scan, check, fit, diff, verify, manifest, repair, consolidate, codes, demo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,6 +13,7 @@ __all__ = [
     "DTYPE_BITS",
     "FLOAT_DTYPES",
     "FLOAT_VIEWS",
+    "KV_CACHE_DTYPES",
     "NONFINITE_BITS",
     "QUANT_DTYPES",
     "TORCH_DTYPES",
@@ -130,6 +131,14 @@ TORCH_DTYPES: Mapping[str, tuple[str | None, int]] = MappingProxyType(
         **{f"uint{n}": (None, 1) for n in range(1, 8)},
         **{f"int{n}": (None, 1) for n in range(1, 8)},
     }
+)
+
+# The KV cache dtypes an engine can be asked for (vLLM's `--kv-cache-dtype`, its
+# `CacheConfig.cache_dtype`; SGLang's `--kv-cache-dtype` takes the same names) -> bytes per
+# element. "auto" is the dtype the model is served in, 16 bits whatever config.json names:
+# vLLM's `_get_and_verify_dtype` serves a float32 checkpoint in float16 or bfloat16.
+KV_CACHE_DTYPES: Mapping[str, int] = MappingProxyType(
+    {"auto": 2, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 )
 
 # Bytes per element of a dtype as torch_dist metadata names it: the safetensors name when

@@ -15,6 +15,7 @@ from types import MappingProxyType
 __all__ = [
     "BACKUP_DIR",
     "BIN_INDEX_NAME",
+    "BIN_WEIGHTS_NAME",
     "CONFIG_NAME",
     "DCP_MAPPING_NAME",
     "GENERATION_CONFIG_NAME",
@@ -26,6 +27,7 @@ __all__ = [
     "MANIFEST_NAME",
     "QUANT_CONFIG_NAME",
     "RECIPE_NAME",
+    "SAFETENSORS_WEIGHTS_NAME",
     "STAGING",
     "TORCH_DIST_COMMON",
     "TORCH_DIST_LATEST",
@@ -37,6 +39,12 @@ __all__ = [
 
 INDEX_NAME = "model.safetensors.index.json"
 BIN_INDEX_NAME = "pytorch_model.bin.index.json"
+# The one-file weights: transformers reads them alone, without the index beside them, when
+# they exist (`modeling_utils._get_resolved_checkpoint_files`: `SAFE_WEIGHTS_NAME` before
+# `SAFE_WEIGHTS_INDEX_NAME`, `WEIGHTS_NAME` before `WEIGHTS_INDEX_NAME`). Shards, not in
+# `WELL_KNOWN`: a consolidation writes the first.
+SAFETENSORS_WEIGHTS_NAME = "model.safetensors"
+BIN_WEIGHTS_NAME = "pytorch_model.bin"
 CONFIG_NAME = "config.json"
 GENERATION_CONFIG_NAME = "generation_config.json"
 QUANT_CONFIG_NAME = "hf_quant_config.json"

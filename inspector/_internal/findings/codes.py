@@ -59,8 +59,9 @@ GROUPS = (
     "Tensor data (check --deep, check --values)",
     "Files the checkpoint cannot safely give us",
     "Content against a source (ckpt-inspect verify)",
+    "Serving: parallel plans and memory per GPU (ckpt-inspect fit)",
 )
-_S, _I, _P, _M, _D, _T, _L, _X, _U, _V = GROUPS
+_S, _I, _P, _M, _D, _T, _L, _X, _U, _V, _F = GROUPS
 _E, _W, _N = Severity.ERROR, Severity.WARNING, Severity.INFO
 
 
@@ -131,9 +132,13 @@ class Code(StrEnum):
         "gguf-unreadable",
         _E,
         _S,
-        "A GGUF file's header cannot be read: no GGUF magic, a version other than 2 or 3, a "
-        "header truncated inside its metadata or tensor infos, an unknown value type, or a "
-        "count or length over the reader's limits. Re-download or re-convert the file.",
+        "A GGUF file's header cannot be read, or breaks a rule llama.cpp's reader refuses a "
+        "file for: no GGUF magic, a version other than 2 or 3, a header truncated inside its "
+        "metadata or tensor infos, an unknown value type, a count or length over the limits, "
+        "an empty or repeated metadata key, an array of arrays, a general.alignment that is "
+        "not a UINT32 power of two, a tensor name of 64 bytes or more, more than 4 dimensions, "
+        "or a shape whose element or byte count overflows. Re-download or re-convert the "
+        "file.",
     )
     GGUF_UNKNOWN_TYPE = (
         "gguf-unknown-type",
@@ -634,6 +639,20 @@ class Code(StrEnum):
         "expand past the limit, nesting over 100 levels, a reference cycle, a huge integer). "
         "Refused before unpickling; the file was crafted or is corrupt.",
     )
+    QUANT_PATTERN_REFUSED = (
+        "quant-pattern-refused",
+        _W,
+        _U,
+        "A module pattern of the quantization config (a compressed-tensors `re:` target or "
+        "ignore entry in config.json or recipe.yaml, an hf_quant_config.json exclude_modules "
+        "glob, a modules_to_not_convert glob) was not matched, or a module name could not be "
+        "matched against it: the pattern needs a backtracking matcher (a backreference, a "
+        "lookaround, an atomic group), is not a valid regular expression, or breaks a cap "
+        "(pattern or name length, pattern count, matching time). Patterns run on a matcher "
+        "without backtracking, so a hostile pattern cannot hang the check; the modules the "
+        "pattern decides were NOT checked. Rewrite the pattern without those constructs (or "
+        "list the module names); a hostile one also hangs the libraries that load it.",
+    )
     CHECK_BUDGET_EXCEEDED = (
         "check-budget-exceeded",
         _W,
@@ -713,6 +732,97 @@ class Code(StrEnum):
         "The content manifest cannot be used (not JSON, another format or version, a name "
         "leaving the folder, a malformed size or hash, over a limit): nothing was verified "
         "against it. Write it again with `ckpt-inspect manifest` from a copy you trust.",
+    )
+
+    # -- serving: parallel plans and memory per GPU (fit) -------------------------------------
+    PARALLEL_HEADS_INDIVISIBLE = (
+        "parallel-heads-indivisible",
+        _E,
+        _F,
+        "The tensor-parallel size does not divide the attention heads (or a hybrid model's "
+        "Mamba or linear-attention heads, or its Mamba groups): vLLM and SGLang refuse to "
+        "start (`ModelConfig.verify_with_parallel_config`, `QKVParallelLinear`, "
+        "`MambaMixer2`). Pick a TP size that divides them.",
+    )
+    PARALLEL_KV_HEADS_INDIVISIBLE = (
+        "parallel-kv-heads-indivisible",
+        _E,
+        _F,
+        "The key/value heads cannot be spread over the tensor-parallel ranks: fewer KV heads "
+        "than ranks and TP not a multiple of them, or more and not divisible by TP. vLLM and "
+        "SGLang refuse to start (`QKVParallelLinear` divides them). Pick a TP size that "
+        "divides the KV heads or is a multiple of them.",
+    )
+    PARALLEL_KV_HEADS_REPLICATED = (
+        "parallel-kv-heads-replicated",
+        _N,
+        _F,
+        "More tensor-parallel ranks than key/value heads: each KV head is replicated on "
+        "TP / KV heads ranks, as the engines do. It serves, but each rank holds a whole KV "
+        "head and its cache: weights and KV cache per GPU do not shrink past TP = KV heads.",
+    )
+    PARALLEL_BLOCK_MISALIGNED = (
+        "parallel-block-misaligned",
+        _E,
+        _F,
+        "A dimension tensor parallelism splits (a dense or MoE intermediate size, the "
+        "attention output) does not divide by TP, or its share per rank is not a whole number "
+        "of quantization blocks or groups (FP8 block, NVFP4 16, GPTQ / AWQ / "
+        "compressed-tensors group size). The engines refuse to start (vLLM and SGLang "
+        "`validate_fp8_block_shape`, `Fp8MoEMethod.create_weights`, NVFP4 and Marlin shape "
+        "checks). Use a smaller TP, or expert parallelism for the experts (`--ep`).",
+    )
+    PARALLEL_EXPERTS_INDIVISIBLE = (
+        "parallel-experts-indivisible",
+        _E,
+        _F,
+        "The expert-parallel size does not divide the routed experts: SGLang refuses to start "
+        "(`FusedMoE` asserts it); vLLM starts and gives the first ranks one expert more "
+        "(`determine_expert_map`), so those ranks hold more weights. Pick an EP size that "
+        "divides the experts.",
+    )
+    PARALLEL_STAGES_EXCEED_LAYERS = (
+        "parallel-stages-exceed-layers",
+        _E,
+        _F,
+        "More pipeline stages than decoder layers: a stage would hold no layer "
+        "(`get_pp_indices` splits the decoder layers over the stages). Use fewer stages.",
+    )
+    PARALLEL_MTP_LAST_STAGE = (
+        "parallel-mtp-last-stage",
+        _N,
+        _F,
+        "The MTP (draft) layers are placed on the last pipeline stage, with the output head, "
+        "as vLLM places the draft model (`GPUModelRunner`): that stage holds more weights "
+        "than the others. They are loaded only when MTP speculative decoding is asked for.",
+    )
+    FIT_WEIGHTS_EXCEED_GPU = (
+        "fit-weights-exceed-gpu",
+        _E,
+        _F,
+        "The weights of the fullest rank, plus the estimate for activations, CUDA graphs and "
+        "the CUDA context, exceed the GPU memory the engine may use (memory x "
+        "--gpu-memory-utilization): the engine runs out of memory while loading or has no "
+        "room for a KV cache. Use more GPUs (a larger TP, EP or PP) or a larger GPU.",
+    )
+    FIT_CONTEXT_EXCEEDS_GPU = (
+        "fit-context-exceeds-gpu",
+        _E,
+        _F,
+        "The KV cache of one sequence of the asked context (by default the model's "
+        "max_position_embeddings, which vLLM serves unless --max-model-len says otherwise) "
+        "does not fit next to the weights: vLLM refuses to start "
+        "(`check_enough_kv_cache_memory`). Serve a shorter context (the finding gives the "
+        "longest that fits), a smaller KV cache dtype, or more GPUs.",
+    )
+    FIT_CONFIG_INVALID = (
+        "fit-config-invalid",
+        _W,
+        _F,
+        "A value config.json gives for serving (heads, head size, layers, window, Mamba "
+        "state...) is missing, not a whole number, not positive, or past any real model's: "
+        "what depends on it (a divisibility rule, the KV cache, the longest context) was NOT "
+        "computed. Fix config.json from the model's release.",
     )
 
 
@@ -911,6 +1021,11 @@ _FIXES: dict[str, Fix] = {
     "pickle-bomb": Fix(
         "restore", "the file was crafted or is corrupt: restore it from the original save"
     ),
+    "quant-pattern-refused": Fix(
+        "review",
+        "rewrite the pattern without backreferences or lookarounds (or list the module names "
+        "it means), within the caps; do not load a checkpoint whose pattern was crafted",
+    ),
     "check-budget-exceeded": Fix(
         "re-export", "re-save the checkpoint: a real writer never produces this"
     ),
@@ -971,7 +1086,39 @@ _FIXES: dict[str, Fix] = {
     ),
     "manifest-unreadable": Fix(
         "review", "write it again with `ckpt-inspect manifest` from a copy you trust"
+    ),  # -- serving (fit)
+    "parallel-heads-indivisible": Fix(
+        "review",
+        "serve with a TP size that divides the heads; `ckpt-inspect fit PATH` lists the "
+        "plans that start",
     ),
+    "parallel-kv-heads-indivisible": Fix(
+        "review", "serve with a TP size that divides the KV heads or is a multiple of them"
+    ),
+    "parallel-kv-heads-replicated": Fix(
+        "review", "nothing to fix; a TP size up to the KV heads uses memory better"
+    ),
+    "parallel-block-misaligned": Fix(
+        "review",
+        "serve with a smaller TP size, or with expert parallelism for the experts (`--ep`)",
+    ),
+    "parallel-experts-indivisible": Fix(
+        "review", "serve with an EP size that divides the routed experts"
+    ),
+    "parallel-stages-exceed-layers": Fix("review", "serve with fewer pipeline stages"),
+    "parallel-mtp-last-stage": Fix(
+        "review",
+        "nothing to fix; leave room on the last stage, or serve without MTP speculative decoding",
+    ),
+    "fit-weights-exceed-gpu": Fix(
+        "review", "serve on more GPUs (a larger TP, EP or PP) or on GPUs with more memory"
+    ),
+    "fit-context-exceeds-gpu": Fix(
+        "review",
+        "serve a shorter context (`--max-model-len`), a smaller KV cache dtype "
+        "(`--kv-cache-dtype fp8`) or on more GPUs",
+    ),
+    "fit-config-invalid": Fix("review", "fix config.json from the model's release"),
 }
 
 for _code in Code:

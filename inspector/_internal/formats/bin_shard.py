@@ -144,13 +144,18 @@ def read_bin_columns(
     except (BinFormatError, BinRefusedError) as exc:
         msg = f"{shown}: {exc}; expected a torch.save zip archive of a dict of tensors"
         return _unreadable(rel, size, make_finding("bin-unreadable", msg, file=rel))
-    except HostilePickleError as exc:
-        msg = f"{shown}: data.pkl {exc}"
-        return _unreadable(rel, size, make_finding("pickle-hostile", msg, file=rel))
-    except PickleBombError as exc:
-        msg = f"{shown}: data.pkl refused before unpickling: {exc.reason}"
-        return _unreadable(rel, size, make_finding("pickle-bomb", msg, file=rel))
+    except (HostilePickleError, PickleBombError) as exc:
+        return _unreadable(rel, size, _refused(rel, "data.pkl", exc))
     return _columns(archive, rel, size)
+
+
+def _refused(rel: str, what: str, exc: HostilePickleError | PickleBombError) -> Finding:
+    """The finding of a pickle the guard refused: `pickle-hostile` or `pickle-bomb`."""
+    if isinstance(exc, HostilePickleError):
+        msg = f"{legible(rel)}: {what} {exc}"
+        return make_finding("pickle-hostile", msg, file=rel)
+    msg = f"{legible(rel)}: {what} refused before unpickling: {exc.reason}"
+    return make_finding("pickle-bomb", msg, file=rel)
 
 
 def _legacy(reader: ByteSource, rel: str, size: int, *, tar: bool, cap: int) -> BinShard:
@@ -163,11 +168,16 @@ def _legacy(reader: ByteSource, rel: str, size: int, *, tar: bool, cap: int) -> 
         "save_file or torch.save"
     )
     tensors: Sequence[BinTensor] = ()
+    refused: tuple[Finding, ...] = ()
     if not tar:
         try:
             tensors = list_legacy(reader, cap=cap).tensors
-        except (BinFormatError, BinRefusedError, HostilePickleError, PickleBombError) as exc:
+        except (BinFormatError, BinRefusedError) as exc:
             base += f" (its tensors cannot be listed either: {exc})"
+        except (HostilePickleError, PickleBombError) as exc:
+            # Reported as such, as in a zip archive: the file is hostile, not only old.
+            base += " (its tensors cannot be listed either: its pickles were refused)"
+            refused = (_refused(rel, "the legacy pickle stream", exc),)
     finding = make_finding("bin-legacy-format", base, file=rel)
     zeros = [0] * len(tensors)
     shard = BinShard.from_columns(
@@ -180,7 +190,7 @@ def _legacy(reader: ByteSource, rel: str, size: int, *, tar: bool, cap: int) -> 
         [t.shape for t in tensors],
         zeros,
         zeros,
-        (finding,),
+        (finding, *refused),
     )
     return _set(shard, legacy=True, strides={})
 

@@ -1,8 +1,8 @@
 """A GGUF file as shard columns (`GgufShard`): names, ggml type names, shapes in numpy
 order (outermost first) and byte ranges relative to the data section (`data_start`), with its
 metadata. Like `inspector._internal.formats.safetensors`, this reader judges while it reads: what it
-cannot read is a finding of the file (gguf-unreadable, gguf-unknown-type, file-truncated,
-offset-invalid, file-unsafe)."""
+cannot read, or llama.cpp would refuse, is a finding of the file (gguf-unreadable,
+gguf-unknown-type, duplicate-tensor, offset-invalid, file-truncated, file-unsafe)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from inspector._internal.formats.bin_shard import open_columns
 from inspector._internal.formats.gguf_header import (
     GGML_TYPES,
     GGUF_HEADER_CAP,
+    INT64_MAX,
     ByteSource,
     GgufError,
     read_gguf,
@@ -27,8 +28,8 @@ __all__ = ["GgufShard", "read_gguf_columns", "read_gguf_shard"]
 
 class GgufShard(ShardHeader):
     """A GGUF file's tensors as shard columns; `kv` its metadata (small arrays as lists,
-    long ones as `ArrayInfo`), `tensor_count` what its header declares, `alignment_stated`
-    whether `general.alignment` was in it."""
+    long ones as `ArrayInfo`, long strings as `TextInfo`), `tensor_count` what its header
+    declares, `alignment_stated` whether `general.alignment` was in it."""
 
     __slots__ = ("alignment_stated", "data_offset", "kv", "tensor_count")
     alignment_stated: bool
@@ -65,55 +66,91 @@ def read_gguf_columns(reader: ByteSource, rel: str, *, cap: int = GGUF_HEADER_CA
     try:
         header = read_gguf(reader, cap=cap)
     except GgufError as exc:
-        msg = f"{shown}: {exc}; expected a GGUF file as llama.cpp's gguf writer makes them"
+        msg = f"{shown}: {exc}; re-download the file, or re-convert it with llama.cpp's tools"
         return _empty(rel, size, make_finding("gguf-unreadable", msg, file=rel))
     names, types, shapes, begins, ends = [], [], [], [], []
-    unknown: list[str] = []
-    misaligned: list[str] = []
+    unknown: list[str] = []  # the first few, as the others are counted
+    n_unknown = 0
+    misplaced: list[str] = []
+    n_misplaced = 0
     past_end: list[str] = []
+    twice = dict(header.duplicates)
     limit = size - header.data_offset
-    for t in header.tensors:
+    need = header.data_offset
+    # gguf_init_from_file_impl: each tensor's data starts where the previous one's ends,
+    # padded to the alignment, in the order of the tensor infos (a gap, an overlap, another
+    # order or a misaligned offset are all refused); judged up to the first tensor whose size
+    # is unknown
+    expected: int | None = 0
+    for index, t in enumerate(header.tensors):
         nbytes = t.n_bytes
         if nbytes is None:
             known = GGML_TYPES.get(t.type_id)
             why = (
                 f"type id {t.type_id}, which ggml does not define"
                 if known is None
-                else f"{known[0]} with a first dimension of {t.ne[0]:,}, not a whole number "
+                else f"{known[0]} with a first dimension of {t.row:,}, not a whole number "
                 f"of {known[1]}-value blocks"
             )
-            unknown.append(f"'{legible(t.name)}' ({why})")
-            nbytes = 0
-        if t.offset % header.alignment:
-            misaligned.append(t.name)
+            n_unknown += 1
+            if len(unknown) < FOLD.per_file:
+                unknown.append(f"'{legible(t.name)}' ({why})")
+            nbytes, expected = 0, None
+        if expected is not None:
+            if t.offset != expected:
+                n_misplaced += 1
+                if len(misplaced) < 8:
+                    misplaced.append(f"'{legible(t.name)}' at {t.offset:,}, expected {expected:,}")
+            expected += -(-nbytes // header.alignment) * header.alignment
+        end = t.offset + nbytes
+        need = max(need, header.data_offset + end)
+        if end > limit:
+            past_end.append(t.name)
+        if index in twice or header.data_offset + end > INT64_MAX:
+            continue  # a second copy, or a range no file holds (file-truncated names it)
         names.append(t.name)
         types.append(t.type_name)
         shapes.append(t.shape)
         begins.append(t.offset)
-        ends.append(t.offset + nbytes)
-        if t.offset + nbytes > limit:
-            past_end.append(t.name)
+        ends.append(end)
     findings: list[Finding] = []
     if unknown:
         findings.append(
             make_finding(
                 "gguf-unknown-type",
-                f"{shown}: {len(unknown):,} tensors have a type llama.cpp cannot read: "
-                f"{', '.join(unknown[: FOLD.per_code])}; re-convert the file",
+                f"{shown}: {n_unknown:,} tensors have a type llama.cpp cannot read: "
+                f"{', '.join(unknown)}{' ...' if n_unknown > len(unknown) else ''}; "
+                "re-convert the file",
                 file=rel,
             )
         )
-    if misaligned:
+    if misplaced:
         findings.append(
             make_finding(
                 "offset-invalid",
-                f"{shown}: {len(misaligned):,} tensors start off the {header.alignment}-byte "
-                f"alignment ({examples(misaligned)}); the file is corrupt: re-convert it",
+                f"{shown}: {n_misplaced:,} tensors are not where llama.cpp expects their data "
+                f"(each right after the previous one, padded to {header.alignment:,} bytes, "
+                f"in header order): {'; '.join(misplaced)}"
+                f"{' ...' if n_misplaced > len(misplaced) else ''}; llama.cpp refuses the "
+                "file: re-convert it",
                 file=rel,
             )
         )
+    n_twice = len(header.duplicates)
+    in_all = f" ({n_twice:,} tensor infos repeat a name in all)" if n_twice > FOLD.per_file else ""
+    for later, earlier in header.duplicates[: FOLD.per_file]:
+        name = header.tensors[later].name
+        findings.append(
+            make_finding(
+                "duplicate-tensor",
+                f"{shown}: tensor infos {earlier:,} and {later:,} are both named "
+                f"'{legible(name)}'{in_all}; llama.cpp refuses a file naming a tensor twice "
+                "(the second is left out here): re-convert it",
+                file=rel,
+                tensor=name,
+            )
+        )
     if past_end:
-        need = header.data_offset + max(ends)
         findings.append(
             make_finding(
                 "file-truncated",

@@ -24,7 +24,18 @@ It also lists every global the stream names, including the ones `STACK_GLOBAL` b
 strings, so `hostile_globals` can tell a file that names code-running callables
 (`subprocess.Popen`, `builtins.eval`, `os.system`...) from one that only names classes we
 do not know. Names are "module.name", or "module:Class.attr" for a name that walks
-attributes. Only a stream that passes is handed to an unpickler.
+attributes.
+
+And it refuses, as hostile (`GlobalMutationError`), a stream that changes a global it names:
+BUILD, SETITEM(S), APPEND(S) or ADDITEMS whose target is the object a `GLOBAL` or
+`STACK_GLOBAL` resolves to, reached directly or through the memo (`PUT`, `MEMOIZE`, `GET`,
+`DUP`). A reader hands such a stream a stand-in; changing it would change
+how every later file of the process is read (`GLOBAL torch FloatStorage; BUILD` made every
+later `.bin` read its float32 tensors as bfloat16). Pickles of data never do that: BUILD
+targets the object a call or NEWOBJ just made. The copyreg extension codes (`EXT1/2/4`)
+are refused the same way: they resolve through this process's registry and the unpickler
+caches what they resolve to for every later read; no checkpoint writer emits them.
+Only a stream that passes is handed to an unpickler.
 
 `audit_torch_save` does the same for a `torch.save` file: every pickle in the zip archive
 (or the legacy stream), read with a size cap.
@@ -44,6 +55,7 @@ from inspector.errors import UnsafeInputError
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "GlobalMutationError",
     "HostilePickleError",
     "PickleAudit",
     "PickleBombError",
@@ -106,14 +118,37 @@ class PickleBombError(UnsafeInputError):
 class HostilePickleError(UnsafeInputError):
     """The pickle names callables that run code or reach the system; nothing was run."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
+    def __init__(self, names: tuple[str, ...], *, message: str | None = None) -> None:
         self.globals = names
-        # Names come from the file: each is shown bounded, so a finding never echoes much of it.
-        shown = ", ".join(short_repr(n, limit=120) for n in names[:8])
-        shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
+        if message is None:
+            # Names come from the file: each is shown bounded, so a finding never echoes
+            # much of it.
+            shown = ", ".join(short_repr(n, limit=120) for n in names[:8])
+            shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
+            message = (
+                f"names {shown}, which can run code or reach the system: a hostile file, "
+                "refused before unpickling (nothing ran)"
+            )
+        super().__init__(message)
+
+
+class GlobalMutationError(HostilePickleError):
+    """The pickle changes an object it names as a global, or takes one from this process's
+    copyreg registry: what a reader hands it for a global would carry the change into every
+    later read of the process. No writer does either; nothing was run.
+
+    `name` is the global (as the audit lists it) or the stand-in; `action` says what the
+    stream does to it ("BUILD at byte 14", "sets its attribute 'dtype'")."""
+
+    def __init__(self, name: str, *, action: str) -> None:
+        self.action = action
         super().__init__(
-            f"names {shown}, which can run code or reach the system: a hostile file, "
-            "refused before unpickling (nothing ran)"
+            (name,),
+            message=(
+                f"{action} changes {short_repr(name, limit=120)}, a global it names: the "
+                "object a reader hands out for it would carry the change into every later "
+                "read; no writer does that: a hostile file, refused (nothing ran)"
+            ),
         )
 
 
@@ -128,8 +163,9 @@ for _op in pickletools.opcodes:
     _ARG[ord(_op.code)] = -6 if _op.name in ("GLOBAL", "INST") else _n
 _LEN_BYTES = {-2: 1, -3: 4, -4: 4, -5: 8}
 
-# Opcode bytes, named once for the loop below.
+# Opcode bytes, named once for the loop below, and their names for messages.
 _B = {op.name: ord(op.code) for op in pickletools.opcodes}
+_NAMES = {code: name for name, code in _B.items()}
 
 
 def _ops(*names: str) -> frozenset[int]:
@@ -158,7 +194,6 @@ _NO_PUSH = _ops("PROTO", "FRAME")
     _TUPLE1,
     _SETITEMS,
     _ADDITEMS,
-    _BUILD,
     _SETITEM,
     _PUT,
     _GET,
@@ -185,7 +220,6 @@ _NO_PUSH = _ops("PROTO", "FRAME")
         "TUPLE1",
         "SETITEMS",
         "ADDITEMS",
-        "BUILD",
         "SETITEM",
         "PUT",
         "GET",
@@ -271,7 +305,9 @@ class _Audit:
         if type(target) is not list:
             if target is _MARK_OBJ:
                 raise PickleFormatError(f"{opname} has no object to apply to")
-            # A scalar or a global: the real unpickler fails on it; nothing to bound.
+            if type(target) is _Global and items:  # an empty batch changes nothing
+                self._changes_global(target, opname, self.pos - 1)
+            # A scalar: the real unpickler fails on it; nothing to bound.
             return
         if target[2]:
             self._cycle(opname)
@@ -393,8 +429,11 @@ class _Audit:
         stack: list[Any] = []
         push, pop = stack.append, stack.pop
         marks: list[int] = []  # stack lengths just after each MARK
-        memo: list[Any] = []  # slots by index, as the unpickler keeps them
-        memoize = memo.append
+        # Slots by index, kept as the unpickler keeps them: a PUT stores at the index it
+        # names, MEMOIZE at the number of slots stored so far (not one past the highest
+        # index: after `PUT 1000` the next MEMOIZE stores at 1). A model that differs lets
+        # a stream show the audit one value at an index and the unpickler another.
+        memo: dict[int, Any] = {}
         shared = hash_work = 0
         max_objects, max_depth = self.max_objects, self.limits.max_depth
         max_int = self.limits.max_int_bytes
@@ -407,7 +446,7 @@ class _Audit:
             pos += 1
             kind = kinds[code]
             if kind == _K_MEMOIZE:
-                memoize(stack[-1])
+                memo[len(memo)] = stack[-1]
             elif kind == _K_GET:
                 if code == _BINGET:
                     item = memo[data[pos]]
@@ -460,6 +499,8 @@ class _Audit:
                         self._refuse(target[0], target[1], hash_work)
                 elif target is mark_obj:
                     raise IndexError
+                elif type(target) is _Global:
+                    self._changes_global(target, "BUILD" if code == build else "APPEND", pos - 1)
             elif kind == _K_ADD_MARKED:
                 at = marks.pop()
                 items = stack[at:]
@@ -486,6 +527,11 @@ class _Audit:
                         self._refuse(size, depth, hash_work)
                 elif target is mark_obj:
                     raise IndexError
+                elif type(target) is _Global and items:
+                    # (An empty batch changes nothing: the unpickler returns before it
+                    # looks at the target.)
+                    opname = "SETITEMS" if code == setitems else "APPENDS"
+                    self._changes_global(target, opname, pos - 1)
             elif kind == _K_TUPLE:
                 item = pop()
                 if code == tuple1:
@@ -540,7 +586,7 @@ class _Audit:
                 pos, hash_work = self.pos, self.hash_work
 
     def _rare(
-        self, code: int, stack: list[Any], marks: list[int], memo: list[Any], max_int: int
+        self, code: int, stack: list[Any], marks: list[int], memo: dict[int, Any], max_int: int
     ) -> int:
         """The opcodes the inlined loop does not handle; returns references handed out."""
         arg, new, add = self._arg, self._new, self._add
@@ -563,7 +609,9 @@ class _Audit:
         elif code in _STRINGS:
             value = self._arg_bytes(code)
             if code == _UNICODE:
-                value = value[:-1]  # raw-unicode-escape text; names are plain ASCII
+                # raw-unicode-escape text, decoded as the unpickler decodes it: `\u006fs`
+                # is the module `os` to STACK_GLOBAL, not a name no one knows.
+                value = _raw_unicode(value[:-1])
             stack.append(value or _ATOM)
         elif code in _SMALL_TUPLES:
             k = code - _TUPLE1 + 1
@@ -582,10 +630,10 @@ class _Audit:
                 self._hashed(items[::2])
             elif code == _ADDITEMS:
                 self._hashed(items)
-            add(stack[-1], items, "SETITEMS" if code == _SETITEMS else "ADDITEMS")
+            add(stack[-1], items, _NAMES[code])
         elif code in _PAIR_ADDS:
             value = stack.pop()
-            add(stack[-1], [value], "BUILD" if code == _BUILD else "APPEND")
+            add(stack[-1], [value], _NAMES[code])
         elif code == _SETITEM:
             value = stack.pop()
             key_item = stack.pop()
@@ -640,8 +688,21 @@ class _Audit:
             arg(code)
             stack.append(new([]))
         elif code in _EXTS:
-            # Resolved through the local copyreg registry: not a name we can vet.
-            stack.append(self._global("<copyreg", f"extension {self._arg_int(code)}>"))
+            # Resolved through this process's copyreg registry, and what it resolves to is
+            # cached there for every later unpickling: no read may depend on or leave that
+            # state. No checkpoint writer registers extension codes.
+            at = self.pos - 1
+            number = self._arg_int(code)
+            name = f"copyreg extension {number}"
+            raise HostilePickleError(
+                (name,),
+                message=(
+                    f"{_NAMES[code]} at byte {at} names {name}, which this process's "
+                    "copyreg registry resolves and then caches for every later read; no "
+                    "checkpoint writer uses extension codes: a hostile file, refused before "
+                    "unpickling (nothing ran)"
+                ),
+            )
         elif code == _READONLY_BUFFER:
             _ = stack[-1]  # needs a value to mark read-only
         else:
@@ -661,6 +722,9 @@ class _Audit:
         self.hash_work = hash_work
         self._checked([size, depth, False])
         self._hashed([])
+
+    def _changes_global(self, target: _Global, opname: str, at: int) -> None:
+        raise GlobalMutationError(target.name, action=f"{opname} at byte {at}")
 
     def _cycle(self, opname: str) -> None:
         raise PickleBombError(
@@ -726,12 +790,12 @@ _BINGET = _B["BINGET"]
 
 
 # Real picklers number memo slots 0, 1, 2...; a stream that jumps far ahead would make the
-# unpickler allocate (and clear) memory for every slot in between.
+# unpickler allocate (and clear) memory for every slot up to the index.
 _MEMO_SLACK = 1024
 
 
-def _memo_put(memo: list[Any], key: int, value: Any) -> None:
-    if key < len(memo):
+def _memo_put(memo: dict[int, Any], key: int, value: Any) -> None:
+    if key in memo:
         memo[key] = value
         return
     if key > len(memo) + _MEMO_SLACK:
@@ -740,8 +804,7 @@ def _memo_put(memo: list[Any], key: int, value: Any) -> None:
             "unpickler would allocate memory for every slot in between); refused",
             kind="size",
         )
-    memo.extend([None] * (key - len(memo)))
-    memo.append(value)
+    memo[key] = value
 
 
 def _wide_int(limit: int) -> str:
@@ -753,9 +816,21 @@ def _wide_int(limit: int) -> str:
 
 def _int_text(value: Any) -> int:
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise PickleFormatError(f"memo key {value!r:.40} is not a number") from None
+    if number < 0:
+        # The unpickler refuses a negative PUT and finds no negative GET; a list index here
+        # would wrap around to another slot.
+        raise PickleFormatError(f"memo key {number} is negative")
+    return number
+
+
+def _raw_unicode(raw: bytes) -> bytes:
+    try:
+        return raw.decode("raw-unicode-escape").encode("utf-8", "surrogatepass")
+    except UnicodeError:
+        raise PickleFormatError("a UNICODE argument is not raw-unicode-escape text") from None
 
 
 def _decode(raw: bytes) -> str:

@@ -3,9 +3,11 @@ torch_dist").
 
 `.metadata` is a pickle, and a plain `pickle.load` runs whatever the file names. This
 unpickler never imports anything: every global the file may name is looked up in a fixed
-table of inert stand-ins defined here (DCP metadata records, `torch.Size`, dtypes, layouts,
-Megatron's `MCoreMetadata`). Any other global is refused before it is resolved, so a
-hostile file cannot run code. Torch is not needed, nor imported.
+list of names, each resolved to an inert stand-in defined here (DCP metadata records,
+`torch.Size`, dtypes, layouts, Megatron's `MCoreMetadata`). Any other global is refused
+before it is resolved, so a hostile file cannot run code. Torch is not needed, nor imported.
+The stand-ins are made for each read and refuse every change (`formats.stand_ins`): nothing
+a file does to them reaches the next file read.
 
 `load_dcp_metadata` audits the stream (`inspector._internal.formats.pickle_guard`) before unpickling
 it;
@@ -24,9 +26,8 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from inspector._internal.common.dtypes import (
     TORCH_DTYPES,  # re-exported: the table lives in inspector._internal.common.dtypes
@@ -47,6 +48,7 @@ from inspector._internal.formats.sandbox import (
     SandboxUnavailable,
     run_bounded,
 )
+from inspector._internal.formats.stand_ins import Inert, InertCall, SealedClass, refuse_state
 from inspector.errors import UnsafeInputError
 
 __all__ = [
@@ -108,11 +110,14 @@ class MetadataFormatError(ValueError):
     """The bytes are not a readable DCP metadata pickle (truncated, corrupt, wrong shape)."""
 
 
-@dataclass(frozen=True, slots=True)
-class TorchDtype:
-    """A `torch.<name>` dtype global, by name only."""
+class TorchDtype(Inert):
+    """A `torch.<name>` dtype global, by name only (one per read, immutable)."""
 
+    __slots__ = ("name",)
     name: str
+
+    def __init__(self, name: str) -> None:
+        self._fill(name=name)
 
     @property
     def safetensors(self) -> str:
@@ -125,11 +130,25 @@ class TorchDtype:
         return TORCH_DTYPES[self.name][1]
 
 
-class StandIn:
+class TorchName(Inert):
+    """A `torch.<name>` layout or memory-format global (`torch.strided`), by name only. Not
+    a bare string: BUILD with no state leaves a string unchanged without an error, which
+    would let the bounded child read a stream the audit refuses."""
+
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self._fill(name=name)
+
+
+class StandIn(metaclass=SealedClass):
     """An inert record standing in for one pickled class: it only keeps the pickled state.
 
     `kind` is the class it replaces (e.g. "TensorStorageMetadata"); `state` is what the
-    pickle's BUILD opcode handed over (a dict, or a tuple for `TensorProperties`).
+    pickle's BUILD opcode handed over (a dict, or a tuple for `TensorProperties`). The
+    classes are made for each read (`_stand_in_classes`) and refuse changes to themselves;
+    an instance is a new object of one read.
     """
 
     kind = "StandIn"
@@ -153,7 +172,8 @@ class StandIn:
 
 def _stand_in(kind: str) -> type[StandIn]:
     # One subclass per replaced class, so conversion code can tell them apart by `kind`.
-    return type(f"{kind}StandIn", (StandIn,), {"kind": kind, "__slots__": ()})
+    made = SealedClass(f"{kind}StandIn", (StandIn,), {"kind": kind, "__slots__": ()})
+    return cast(type[StandIn], made)
 
 
 _METADATA_KINDS = (
@@ -169,17 +189,13 @@ _METADATA_KINDS = (
 # pickled Metadata (`all_local_plans`), with the items of each plan and, for a save that
 # reuses a cached plan, the storage prefix of each rank.
 _PLAN_KINDS = ("SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData")
-STAND_INS: dict[str, type[StandIn]] = {
-    kind: _stand_in(kind)
-    for kind in (
-        *_METADATA_KINDS,
-        *_PLAN_KINDS,
-        "_StorageInfo",
-        "_StoragePrefix",
-        "MCoreMetadata",
-        "MCoreSavePlan",
-    )
-}
+_KINDS = (*_METADATA_KINDS, *_PLAN_KINDS, "_StorageInfo", "_StoragePrefix")
+_MCORE_KINDS = ("MCoreMetadata", "MCoreSavePlan")
+
+
+def _stand_in_classes() -> dict[str, type[StandIn]]:
+    """A stand-in class per replaced class, made for one read."""
+    return {kind: _stand_in(kind) for kind in (*_KINDS, *_MCORE_KINDS)}
 
 
 class Dims(tuple):
@@ -187,16 +203,18 @@ class Dims(tuple):
 
     Only `torch.Size` in a pickle can produce one (the class itself is not in the
     allow-list), so later code validates a shape with `type(x) is Dims` instead of walking
-    millions of tuples again."""
+    millions of tuples again. The bounded child's reply names the class: BUILD on it, or on
+    an instance, is refused (a tuple takes no state)."""
 
     __slots__ = ()
+    __setstate__ = refuse_state
 
 
 # Sizes kept from a pickle are printed in reports: none may be wider than the audit allows.
 _INT_BITS = 8 * DEFAULT_LIMITS.max_int_bytes
 
 
-class _SizeReader:
+class _SizeReader(Inert):
     """`torch.Size(sequence)` -> `Dims`, or a plain tuple when the items are not all
     non-negative ints (the entry holding it is then reported as malformed).
 
@@ -204,8 +222,11 @@ class _SizeReader:
     cached per load. A cache hit returns the validated int tuple equal to the input, so an
     input that only compares equal (floats, bools) comes back as clean ints."""
 
+    __slots__ = ("_seen",)
+    _seen: dict[tuple[Any, ...], tuple[int, ...]]
+
     def __init__(self) -> None:
-        self._seen: dict[tuple[Any, ...], tuple[int, ...]] = {}
+        self._fill(_seen={})
 
     def __call__(self, *args: Any) -> tuple[int, ...]:
         if len(args) != 1 or type(args[0]) not in (tuple, list):
@@ -270,36 +291,45 @@ def _windows_path(*parts: Any) -> str:
     return str(PureWindowsPath(*parts))
 
 
-def _allowed_globals() -> dict[tuple[str, str], Any]:
-    """(module, name) -> stand-in. The whole allow-list, in one place."""
+def _stand_ins() -> dict[tuple[str, str], Any]:
+    """(module, name) -> stand-in. The whole allow-list, in one place; made anew for every
+    read, so a stream can reach nothing another read uses."""
     dcp = "torch.distributed.checkpoint.metadata"
     old = "torch.distributed._shard.sharded_tensor.metadata"  # torch < 2.1 TensorProperties
     mcore = "megatron.core.dist_checkpointing.strategies.torch"
-    table: dict[tuple[str, str], Any] = {(dcp, k): STAND_INS[k] for k in _METADATA_KINDS}
+    classes = _stand_in_classes()
+    table: dict[tuple[str, str], Any] = {(dcp, k): classes[k] for k in _METADATA_KINDS}
     planner = "torch.distributed.checkpoint.planner"
     filesystem = "torch.distributed.checkpoint.filesystem"
-    table |= {(planner, k): STAND_INS[k] for k in _PLAN_KINDS}
+    table |= {(planner, k): classes[k] for k in _PLAN_KINDS}
+    mem_format, path, windows_path = (
+        InertCall(_mem_format),
+        InertCall(_path),
+        InertCall(_windows_path),
+    )
     table |= {
-        (planner, "WriteItemType"): _write_item_type,
-        (filesystem, "_StorageInfo"): STAND_INS["_StorageInfo"],
-        (filesystem, "_StoragePrefix"): STAND_INS["_StoragePrefix"],
-        (old, "TensorProperties"): STAND_INS["TensorProperties"],
-        (old, "MEM_FORMAT_ENCODING"): _mem_format,
-        (dcp, "_MEM_FORMAT_ENCODING"): _mem_format,
-        (mcore, "MCoreMetadata"): STAND_INS["MCoreMetadata"],
-        (mcore, "MCoreSavePlan"): STAND_INS["MCoreSavePlan"],
-        ("torch.serialization", "_get_layout"): _layout,
-        ("collections", "OrderedDict"): _ordered_dict,
+        (planner, "WriteItemType"): InertCall(_write_item_type),
+        (filesystem, "_StorageInfo"): classes["_StorageInfo"],
+        (filesystem, "_StoragePrefix"): classes["_StoragePrefix"],
+        (old, "TensorProperties"): classes["TensorProperties"],
+        (old, "MEM_FORMAT_ENCODING"): mem_format,
+        (dcp, "_MEM_FORMAT_ENCODING"): mem_format,
+        (mcore, "MCoreMetadata"): classes["MCoreMetadata"],
+        (mcore, "MCoreSavePlan"): classes["MCoreSavePlan"],
+        ("torch.serialization", "_get_layout"): InertCall(_layout),
+        ("collections", "OrderedDict"): InertCall(_ordered_dict),
+        ("torch", "Size"): _SizeReader(),
     }
     table |= {("torch", name): TorchDtype(name) for name in TORCH_DTYPES}
-    table |= {("torch", name): name for name in _LAYOUTS | _MEMORY_FORMATS}
+    table |= {("torch", name): TorchName(name) for name in _LAYOUTS | _MEMORY_FORMATS}
     for module in ("pathlib", "pathlib._local"):
-        table |= {(module, n): _path for n in ("PosixPath", "PurePosixPath", "Path")}
-        table |= {(module, n): _windows_path for n in ("WindowsPath", "PureWindowsPath")}
+        table |= {(module, n): path for n in ("PosixPath", "PurePosixPath", "Path")}
+        table |= {(module, n): windows_path for n in ("WindowsPath", "PureWindowsPath")}
     return table
 
 
-_ALLOWED = _allowed_globals()
+# The names alone, for the audited path's check before anything is unpickled.
+_ALLOWED = frozenset(_stand_ins())
 
 
 class _DcpUnpickler(pickle.Unpickler):
@@ -307,13 +337,11 @@ class _DcpUnpickler(pickle.Unpickler):
 
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file)
-        self._size = _SizeReader()
+        self._stand_ins = _stand_ins()
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) == ("torch", "Size"):
-            return self._size
         try:
-            return _ALLOWED[(module, name)]
+            return self._stand_ins[(module, name)]
         except (KeyError, TypeError):
             raise RefusedGlobalError(str(module), str(name)) from None
 
@@ -336,7 +364,7 @@ def load_dcp_metadata(data: bytes) -> StandIn:
         raise HostileGlobalError(hostile)
     for name in audit.globals:
         module, _, attr = name.rpartition(".")
-        if (module, attr) not in _ALLOWED and (module, attr) != ("torch", "Size"):
+        if (module, attr) not in _ALLOWED:
             raise RefusedGlobalError(module, attr)
     return _unpickle(data)
 
@@ -375,7 +403,8 @@ def _unpickle(data: bytes) -> StandIn:
     """The restricted unpickler alone: allow-listed globals, stand-ins, no audit."""
     try:
         value = _DcpUnpickler(io.BytesIO(data)).load()
-    except (RefusedGlobalError, MetadataFormatError, PickleBombError):
+    # A stand-in refusing a change (HostilePickleError) is hostile whoever noticed it first.
+    except (RefusedGlobalError, MetadataFormatError, PickleBombError, HostilePickleError):
         raise
     # Untrusted bytes can make the unpickler raise almost anything (EOFError, KeyError on a
     # bad memo index, TypeError from a stand-in called wrongly, MemoryError...): all of them

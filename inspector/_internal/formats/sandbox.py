@@ -135,7 +135,7 @@ def run_bounded(
     start_space = _address_space() if sandbox_available() else None
     if start_space is None:
         raise SandboxUnavailable("no bounded child process on this platform")
-    allowed = {(c.__module__, c.__qualname__): c for c in classes}
+    allowed = _reply_classes(classes)
     read_fd, write_fd = os.pipe()
     with warnings.catch_warnings():
         # Python 3.12+ warns when a process with threads forks: the child here takes no lock
@@ -254,6 +254,27 @@ def _describe(status: int, limits: SandboxLimits, size: int) -> str:
             return f"was killed (over {limits.cpu_seconds(size)} s of CPU, or no memory left)"
         return f"crashed (signal {sig}: a C stack overflow, or memory exhausted)"
     return "stopped with an error (a refusal, a malformed stream, or its memory limit)"
+
+
+def _reply_classes(classes: Iterable[type]) -> dict[tuple[str, str], type]:
+    """The classes a reply may name, each checked to refuse state a reply hands it.
+
+    The reply is the child's work, and the child read hostile bytes: a reply that BUILDs
+    on a class it names, or on an enum member (REDUCE gives the shared member), would change
+    that object for the whole process. BUILD goes through `__setstate__` when the object
+    has one: a frozen dataclass's sets only a new instance's fields (on the class itself it
+    fails), an enum's or `Dims`' must refuse (`formats.stand_ins.refuse_state`). Without one,
+    BUILD would set the class's or the member's attributes."""
+    allowed = {}
+    for cls in classes:
+        if getattr(cls, "__setstate__", None) is None:
+            raise TypeError(
+                f"{cls.__qualname__} takes any state a reply gives it; give it a "
+                "__setstate__ (a frozen dataclass with slots has one; refuse_state for "
+                "enums and tuples) before naming it in a sandbox reply"
+            )
+        allowed[(cls.__module__, cls.__qualname__)] = cls
+    return allowed
 
 
 class _ReplyUnpickler(pickle.Unpickler):

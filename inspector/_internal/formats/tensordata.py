@@ -24,6 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import xxhash
 
+from inspector._internal.checkpoint.loaded import chosen_copies
 from inspector._internal.checkpoint.scanned import DcpChunk, ScannedCheckpoint
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.bin_shard import data_unread, strides_of
@@ -157,8 +158,8 @@ class TensorData(AbstractContextManager["TensorData"]):
         self.scanned = scanned
         self._sources: dict[str, _Source | None] = {}
         self._problems: dict[str, str] = {}
-        # Where each tensor is, built when a tensor is first asked for by name (reading
-        # whole shards does not need it).
+        # Where each tensor is (`chosen_copies`), built when a tensor is first asked for by
+        # name (reading whole shards does not need it).
         self._where: dict[str, tuple[ShardHeader, int]] | None = None
         # Reused by every read (fresh buffers would cost their page faults each time).
         self._buffers: dict[tuple[str, int], memoryview] = {}
@@ -235,16 +236,14 @@ class TensorData(AbstractContextManager["TensorData"]):
 
     def _locate(self, name: str) -> _Run | Iterable[memoryview] | None:
         """Where the tensor's bytes are: one run of a file, or (DCP, strided views) its bytes
-        to be assembled or gathered; None when it is not found or lies outside its file."""
+        to be assembled or gathered; None when it is not found or lies outside its file. Of
+        a name several shards hold, the copy a loader keeps (`chosen_copies`)."""
         dcp = self.scanned.dcp
         if dcp is not None and name in dcp.chunks:
             whole = self._assemble(name, dcp.chunks[name], dcp.full_shapes[name])
             return None if whole is None else (whole,)
         if self._where is None:
-            self._where = {}
-            for shard in self.scanned.shards:
-                for i, tensor in enumerate(shard.names):
-                    self._where.setdefault(tensor, (shard, i))
+            self._where = chosen_copies(self.scanned)
         where = self._where.get(name)
         if where is None:
             return None

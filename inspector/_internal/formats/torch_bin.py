@@ -7,9 +7,11 @@ Since torch 1.6 `torch.save` writes a zip archive of STORED records (docs/format
 `zipfile`, through a file object that refuses to read more than a budget), the local header
 of each storage record (for the absolute data offset) and `data.pkl`, which it audits
 (`formats.pickle_guard`) and unpickles with a restricted unpickler of its own: every global
-the file may name is looked up in a fixed table of inert stand-ins (`torch._utils.
+the file may name is looked up in a table of inert stand-ins (`torch._utils.
 _rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more),
-any other global is refused, and no storage byte is read.
+any other global is refused, and no storage byte is read. The table is made for each read
+and its stand-ins refuse every change (`formats.stand_ins`), so nothing a data.pkl does
+changes how another file is read.
 
 Reads are few and bounded, which matters on a remote store where each is a round trip: the
 tail of the file (`TAIL_BYTES`: the end record and, usually, the whole central directory) in
@@ -38,7 +40,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from inspector._internal.common.dtypes import TORCH_DTYPES
-from inspector._internal.formats.pickle_guard import PickleFormatError, check_pickle, short_repr
+from inspector._internal.formats.pickle_guard import (
+    HostilePickleError,
+    PickleFormatError,
+    check_pickle,
+    short_repr,
+)
+from inspector._internal.formats.stand_ins import Inert, InertCall
 from inspector.errors import UnsafeInputError
 
 
@@ -249,31 +257,73 @@ class _Budgeted(io.RawIOBase):
 
 
 # -- the restricted unpickler ----------------------------------------------------------------
+# Every object below is a stand-in made for one read and refuses every change
+# (`formats.stand_ins`): what one data.pkl does to them cannot reach the next file read.
 
 
-class _StorageType:
+class _StorageType(Inert):
     __slots__ = ("dtype",)
+    dtype: str | None  # None: UntypedStorage, bytes (the tensor's dtype comes from v3)
 
     def __init__(self, dtype: str | None) -> None:
-        self.dtype = dtype  # None: UntypedStorage, bytes (the tensor's dtype comes from v3)
+        self._fill(dtype=dtype)
 
 
-class _Storage:
+class _Storage(Inert):
     __slots__ = ("dtype", "key", "numel")
+    key: str
+    dtype: str | None
+    numel: int
 
     def __init__(self, key: str, dtype: str | None, numel: int) -> None:
-        self.key, self.dtype, self.numel = key, dtype, numel
+        self._fill(key=key, dtype=dtype, numel=numel)
 
 
-class _Tensor:
+class _Tensor(Inert):
     __slots__ = ("dtype", "offset", "requires_grad", "shape", "storage", "stride")
+    storage: _Storage
+    offset: int
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: str
+    requires_grad: bool
 
     def __init__(
-        self, storage: _Storage, offset: int, shape: tuple[int, ...], stride: tuple[int, ...]
+        self,
+        storage: _Storage,
+        offset: int,
+        shape: tuple[int, ...],
+        stride: tuple[int, ...],
+        *,
+        dtype: str,
+        requires_grad: bool,
     ) -> None:
-        self.storage, self.offset, self.shape, self.stride = storage, offset, shape, stride
-        self.dtype = storage.dtype
-        self.requires_grad = False
+        self._fill(
+            storage=storage,
+            offset=offset,
+            shape=shape,
+            stride=stride,
+            dtype=dtype,
+            requires_grad=requires_grad,
+        )
+
+    def with_grad(self, requires_grad: bool) -> _Tensor:
+        return _Tensor(
+            self.storage,
+            self.offset,
+            self.shape,
+            self.stride,
+            dtype=self.dtype,
+            requires_grad=requires_grad,
+        )
+
+
+class _Dtype(Inert):
+    __slots__ = ("name",)
+    name: str
+
+    def __init__(self, name: str) -> None:
+        self._fill(name=name)
 
 
 class _StateDict(dict[Any, Any]):
@@ -288,7 +338,9 @@ def _ints(value: Any, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None) -> _Tensor:
+def _rebuild(
+    storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None, requires_grad: Any
+) -> _Tensor:
     if not isinstance(storage, _Storage):
         raise BinFormatError("data.pkl rebuilds a tensor from something that is not a storage")
     if type(offset) is not int or offset < 0:
@@ -296,20 +348,18 @@ def _rebuild(storage: Any, offset: Any, size: Any, stride: Any, dtype: str | Non
     shape, strides = _ints(size, "size"), _ints(stride, "stride")
     if len(shape) != len(strides):
         raise BinFormatError("data.pkl has a tensor whose size and stride differ in length")
-    tensor = _Tensor(storage, offset, shape, strides)
-    if dtype is not None:
-        tensor.dtype = dtype
-    if tensor.dtype is None:
+    dtype = dtype if dtype is not None else storage.dtype
+    if dtype is None:
         raise BinFormatError("data.pkl has a tensor on an untyped storage with no dtype")
-    return tensor
+    return _Tensor(
+        storage, offset, shape, strides, dtype=dtype, requires_grad=requires_grad is True
+    )
 
 
 def _rebuild_tensor_v2(
     storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
 ) -> _Tensor:
-    tensor = _rebuild(storage, offset, size, stride, None)
-    tensor.requires_grad = requires_grad is True
-    return tensor
+    return _rebuild(storage, offset, size, stride, None, requires_grad)
 
 
 def _rebuild_tensor_v3(
@@ -324,35 +374,29 @@ def _rebuild_tensor_v3(
 ) -> _Tensor:
     if not isinstance(dtype, _Dtype):
         raise BinFormatError("data.pkl rebuilds a tensor with a dtype that is not a torch dtype")
-    tensor = _rebuild(storage, offset, size, stride, dtype.name)
-    tensor.requires_grad = requires_grad is True
-    return tensor
+    return _rebuild(storage, offset, size, stride, dtype.name, requires_grad)
 
 
 def _rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> _Tensor:
     if not isinstance(data, _Tensor):
         raise BinFormatError("data.pkl makes a parameter of something that is not a tensor")
-    data.requires_grad = requires_grad is True
-    return data
-
-
-@dataclass(frozen=True, slots=True)
-class _Dtype:
-    name: str
+    return data.with_grad(requires_grad is True)
 
 
 def _ordered_dict(*args: Any) -> _StateDict:
     return _StateDict(*args) if args and isinstance(args[0], list | tuple) else _StateDict()
 
 
-def _allowed() -> dict[tuple[str, str], Any]:
+def _stand_ins() -> dict[tuple[str, str], Any]:
+    """(module, name) -> the stand-in one read hands out for that global: made anew for
+    every read, so a stream can reach nothing another read uses."""
     utils = "torch._utils"
     table: dict[tuple[str, str], Any] = {
-        (utils, "_rebuild_tensor_v2"): _rebuild_tensor_v2,
-        (utils, "_rebuild_tensor_v3"): _rebuild_tensor_v3,
-        (utils, "_rebuild_parameter"): _rebuild_parameter,
-        (utils, "_rebuild_parameter_with_state"): _rebuild_parameter,
-        ("collections", "OrderedDict"): _ordered_dict,
+        (utils, "_rebuild_tensor_v2"): InertCall(_rebuild_tensor_v2),
+        (utils, "_rebuild_tensor_v3"): InertCall(_rebuild_tensor_v3),
+        (utils, "_rebuild_parameter"): InertCall(_rebuild_parameter),
+        (utils, "_rebuild_parameter_with_state"): InertCall(_rebuild_parameter),
+        ("collections", "OrderedDict"): InertCall(_ordered_dict),
         ("torch.storage", "UntypedStorage"): _StorageType(None),
         ("torch", "UntypedStorage"): _StorageType(None),
     }
@@ -361,14 +405,12 @@ def _allowed() -> dict[tuple[str, str], Any]:
     return table
 
 
-_ALLOWED = _allowed()
-
-
 class _Unpickler(pickle.Unpickler):
     def __init__(self, data: bytes, *, legacy: bool) -> None:
         super().__init__(io.BytesIO(data))
         self.legacy = legacy
         self.storages: dict[str, _Storage] = {}
+        self.stand_ins = _stand_ins()
 
     def find_class(self, module: str, name: str) -> Any:
         if module == "torch" and name in _QUANTIZED_STORAGES:
@@ -377,7 +419,7 @@ class _Unpickler(pickle.Unpickler):
                 "a safetensors reader knows; dequantize them before saving"
             )
         try:
-            return _ALLOWED[(module, name)]
+            return self.stand_ins[(module, name)]
         except (KeyError, TypeError):
             shown = short_repr(f"{module}.{name}", limit=160)
             raise BinRefusedError(
@@ -412,7 +454,8 @@ def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, _Storage]]:
     unpickler = _Unpickler(data, legacy=legacy)
     try:
         value = unpickler.load()
-    except (BinFormatError, BinRefusedError):
+    # A stand-in refusing a change (HostilePickleError) is hostile whoever noticed it first.
+    except (BinFormatError, BinRefusedError, HostilePickleError):
         raise
     except Exception as exc:  # untrusted bytes: any error means "not readable"
         raise BinFormatError(

@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
+from inspector._internal.checkpoint.loaded import stale_copies
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.value_decode import Decoder, decoder_for
@@ -131,13 +132,15 @@ def read_records(
 ) -> tuple[pd.DataFrame, list[Unread]]:
     """Partial records (`segments.PARTIAL` columns and `name`), one per tensor and file
     holding (a chunk of) it (records of one name add up: `segments.finish`), and the tensors
-    whose bytes could not be read."""
+    whose bytes could not be read. Of a name several shards hold, only the copy a loader
+    keeps (`stale_copies` names the others): statistics of one tensor, not of a mixture."""
     local = scanned.local_path is not None
     if workers is None:
         # Sampled reads wait on the disk or the network, full reads on the CPU.
         workers = _SAMPLE_FILES if mode == "sample" else (os.cpu_count() or 1)
         workers = workers if local else _REMOTE_FILES
     shards = [s for s in scanned.shards if s.names]
+    stale = stale_copies(scanned)
     storage = scanned.location.storage
     found = _Found()
     with ThreadPoolExecutor(max(1, min(workers, len(shards)))) as pool:
@@ -145,10 +148,12 @@ def read_records(
         def one(shard: ShardHeader) -> _Found:
             with _File.opened(shard, storage, local) as file:
                 if file.problem is not None:
-                    return file.lost()
-                if mode == "sample":
-                    return _sample(file, budget, seed)
-                return _full_local(file) if local else _full_remote(file)
+                    found = file.lost()
+                elif mode == "sample":
+                    found = _sample(file, budget, seed)
+                else:
+                    found = _full_local(file) if local else _full_remote(file)
+            return found.without(stale.get(shard.file, frozenset()))
 
         for part in pool.map(one, shards):
             found.extend(part)
@@ -167,6 +172,24 @@ class _Found:
     def add(self, names: list[str], records: Records) -> None:
         self.names += names
         self.records.append(records)
+
+    def without(self, names: frozenset[str]) -> _Found:
+        """These records and problems but those of `names` (copies no loader keeps)."""
+        if not names:
+            return self
+        out = _Found(unread=[u for u in self.unread if u.name not in names])
+        at = 0
+        for records in self.records:
+            n = len(next(iter(records.values())))
+            part = self.names[at : at + n]
+            at += n
+            keep = np.fromiter((name not in names for name in part), bool, n)
+            if keep.any():
+                out.add(
+                    [name for name, k in zip(part, keep, strict=True) if k],
+                    {c: v[keep] for c, v in records.items()},
+                )
+        return out
 
     def extend(self, other: _Found) -> None:
         self.names += other.names

@@ -28,12 +28,11 @@ from typing import Any
 
 import msgspec
 
-from inspector._internal.checkpoint.held import normalize_member
+from inspector._internal.checkpoint.loaded import any_loader_shards, loaded_shards
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.dtypes import nbytes_for
 from inspector._internal.common.filenames import BACKUP_DIR, JOURNAL, LOCK, MANIFEST_NAME, STAGING
 from inspector._internal.formats.bin_shard import data_unread, strides_of
-from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.tensordata import (
     TensorData,
     blocks_digest,
@@ -54,7 +53,6 @@ __all__ = [
     "hash_files",
     "hashed_tensors",
     "list_files",
-    "loaded_shards",
     "tensor_copies",
     "tensor_spans",
     "tensors_of",
@@ -130,31 +128,11 @@ def list_files(storage: Storage) -> Listing:
 # -- tensors ----------------------------------------------------------------------------------
 
 
-def loaded_shards(scanned: ScannedCheckpoint) -> tuple[ShardHeader, ...]:
-    """The shards a loader reads, in the order it reads them: a name several of them hold
-    ends up with the copy of the last (not DCP, whose tensors are assembled from chunks).
-
-    With an index, the files its weight map names, once each, in name order, whatever
-    tensor each entry names: transformers reads `sorted(set(index["weight_map"].values()))`
-    (`transformers.utils.hub.get_checkpoint_shard_files`) and puts every tensor of every such
-    file into one dict, file after file (`PreTrainedModel._load_pretrained_model`), so a
-    copy in a later file replaces an earlier one even where the index points to the earlier
-    file; huggingface_hub's `load_torch_model` (`_load_sharded_checkpoint`) reads the same
-    files in the order of a Python set, so any copy may be the one it keeps. A file the
-    index never names is never read. Without an index, every shard in name order (one
-    `model.safetensors`, the parts of a GGUF, a folder whose index was lost)."""
-    index = scanned.index
-    if index is None or scanned.dcp is not None:
-        return scanned.shards
-    named = {normalize_member(f) for f in index.files.values}
-    return tuple(s for s in scanned.shards if s.file in named)
-
-
 def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
     """Name -> dtype, shape and file of every logical tensor a loader gets (hash not yet
     known). For DCP the full tensor assembled from its chunks (its first chunk's file);
-    otherwise the header entry of the last shard a loader reads that holds the name
-    (`loaded_shards`): the copy transformers keeps."""
+    otherwise the header entry of the copy transformers keeps (`checkpoint.loaded`: the
+    last of the shards it reads, in the order it reads them, that holds the name)."""
     out: dict[str, TensorRecord] = {}
     dcp = scanned.dcp
     if dcp is not None:
@@ -169,12 +147,13 @@ def tensors_of(scanned: ScannedCheckpoint) -> dict[str, TensorRecord]:
 
 
 def tensor_copies(scanned: ScannedCheckpoint) -> dict[str, list[TensorRecord]]:
-    """Name -> every copy the shards a loader reads hold, in the order it reads them, for
-    the names held by more than one of them (usually none: the dict is then empty). Which
-    copy a loader keeps depends on the loader (`loaded_shards`), so each is compared."""
+    """Name -> every copy the shards some loader reads hold (`any_loader_shards`), the one
+    transformers keeps last, for the names held by more than one of them (usually none: the
+    dict is then empty). Which copy a loader keeps depends on the loader, so each is
+    compared."""
     if scanned.dcp is not None:
         return {}
-    shards = loaded_shards(scanned)
+    shards = any_loader_shards(scanned)
     first: dict[str, int] = {}
     for i, shard in enumerate(shards):
         first.update(zip(shard.names, repeat(i)))
@@ -193,15 +172,16 @@ def tensor_copies(scanned: ScannedCheckpoint) -> dict[str, list[TensorRecord]]:
 
 def tensor_spans(scanned: ScannedCheckpoint) -> dict[str, list[tuple[str, int, int]]]:
     """file -> (tensor, start, end) absolute byte ranges, sorted and non-overlapping, of the
-    tensors whose bytes lie whole in one file, in the shards a loader reads (not DCP): every
-    copy of a name several of them hold, each in its own file. Entries that overlap another
+    tensors whose bytes lie whole in one file, in the shards some loader reads
+    (`any_loader_shards`; not DCP): every copy of a name several of them hold, each in its
+    own file. Entries that overlap another
     or run past the file are left out (their hash stays unknown; `check` reports them), and
     so are strided `.bin` views, whose bytes are not one run (`unspanned_digests` hashes
     those)."""
     if scanned.dcp is not None:
         return {}
     out: dict[str, list[tuple[str, int, int]]] = {}
-    for shard in loaded_shards(scanned):
+    for shard in any_loader_shards(scanned):
         spans: list[tuple[str, int, int]] = []
         base = shard.data_start
         strided = strides_of(shard)
@@ -260,7 +240,8 @@ def unspanned_digests(
     ranks: Distributed | None = None,
 ) -> dict[str, dict[str, str | None]]:
     """`.bin` files only: file -> name -> the content hash span hashing could not give to a
-    tensor of a shard a loader reads (`digests`: what it gave, by file), read entry by entry.
+    tensor of a shard some loader reads (`digests`: what it gave, by file), read entry by
+    entry.
     A `torch.save` file legitimately holds strided views and several names on one storage
     (tied weights, slices of one buffer), whose byte ranges overlap; each is still one tensor
     with values of its own. (In a safetensors file overlapping entries are damage, and stay
@@ -268,7 +249,7 @@ def unspanned_digests(
     if scanned.layout != LayoutName.PYTORCH_BIN:
         return {}
     ranks = ranks or Distributed.alone()
-    shards = {s.file: s for s in loaded_shards(scanned)}
+    shards = {s.file: s for s in any_loader_shards(scanned)}
     missing = {
         file: {n for n in s.names if digests.get(file, {}).get(n) is None}
         for file, s in shards.items()

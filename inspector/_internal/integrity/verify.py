@@ -679,7 +679,7 @@ class _Run:
             elif a is not None and b is not None:
                 held = copies.get(name)
                 if held:
-                    self._duplicate(name, held, layer, expert)
+                    self._duplicate(name, held, a.file, layer, expert)
                 # Every copy a loader may keep is judged, the one transformers keeps last.
                 for copy in [c for c in held or () if c.file != a.file] + [a]:
                     self._judge(name, copy, b, layer, expert, beside=copy is not a)
@@ -690,6 +690,7 @@ class _Run:
         self,
         name: str,
         held: Sequence[TensorRecord],
+        kept: str,
         layer: int | None,
         expert: int | None,
     ) -> None:
@@ -698,8 +699,8 @@ class _Run:
             make_finding(
                 Code.DUPLICATE_TENSOR,
                 f"'{legible(name)}' is in {len(files)} shards a loader reads "
-                f"({examples(files)}): transformers keeps the copy in {legible(files[-1])} "
-                "(the last in name order, whatever the index points to), huggingface_hub's "
+                f"({examples(files)}): transformers keeps the copy in {legible(kept)} "
+                "(the last it reads, whatever the index points to), huggingface_hub's "
                 "load_torch_model any of them; each copy is compared with "
                 f"{self.source.label}; keep one copy",
                 file=files[0],

@@ -29,9 +29,7 @@ Another quantization method skips the load check (it says which) rather than gue
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -44,10 +42,12 @@ from inspector._internal.checkpoint.naming_rules import (
     QUANT_AUX_PARAMS,
     QUANT_SIBLING_PARAMS,
 )
-from inspector._internal.checkpoint.quant_config import quant_section
+from inspector._internal.checkpoint.quant_config import exclude_matcher, quant_section
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS, QUANT_DTYPES
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
+from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
 from inspector._internal.load.stored import LoadSkipped, ShapeMismatch, Stored
 
 __all__ = ["QUANT_PARAMS", "QuantView", "quantization_view"]
@@ -134,16 +134,13 @@ def _source(scanned: ScannedCheckpoint) -> tuple[str, str, Mapping[str, Any]] | 
     return (method if isinstance(method, str) else repr(method)), CONFIG_NAME, qc
 
 
-def _matcher(patterns: list[str], *, regex_prefix: str | None = None) -> re.Pattern[str] | None:
-    """One compiled regex for a list of module patterns (fnmatch globs; with `regex_prefix`,
-    entries starting with it are regexes matched at the start, as compressed-tensors does)."""
-    parts = []
-    for p in patterns:
-        if regex_prefix and p.startswith(regex_prefix):
-            parts.append(f"(?:{p[len(regex_prefix) :]})")
-        else:
-            parts.append(fnmatch.translate(p))
-    return re.compile("|".join(parts)) if parts else None
+def _undecided(where: str, list_name: str, patterns: Patterns, module: str) -> LoadSkipped:
+    """The check is skipped: a refused pattern (or a cap) leaves `module` undecided."""
+    reasons = "; ".join(patterns.reasons()[:3])
+    return LoadSkipped(
+        f"{where} {list_name} cannot be matched against {legible(module)} ({reasons}); "
+        "whether it is quantized is not decided (see quant-pattern-refused)"
+    )
 
 
 # -- the schemes ---------------------------------------------------------------------------
@@ -171,7 +168,14 @@ class _ModelOpt(_Rules):
         self.layers = layers if isinstance(layers, dict) else {}
         patterns = section.get("exclude_modules") or section.get("ignore") or []
         # Matched against the module and `<module>.weight`, as the quant-config check does.
-        self.exclude = _matcher([p for p in patterns if isinstance(p, str)])
+        exclude = exclude_matcher([p for p in patterns if isinstance(p, str)])
+        if exclude is None:
+            raise LoadSkipped(
+                f"{where} exclude_modules holds more wildcard patterns than the check matches "
+                "(see check-budget-exceeded)"
+            )
+        self.exclude = exclude
+        self.where = where
         group = section.get("group_size")
         self.group = group if isinstance(group, int) and group > 0 else 16
         self.kv_cache = section.get("kv_cache_quant_algo") is not None
@@ -180,24 +184,18 @@ class _ModelOpt(_Rules):
     def schemes(self, modules: list[str], stored: Mapping[str, Stored]) -> list[_Scheme | None]:
         if self.algo == "MIXED_PRECISION":
             return super().schemes(modules, stored)
-        # One algorithm for every module not excluded: the exclusion matched with C-level maps.
+        # One algorithm for every module not excluded.
         scheme = _modelopt_scheme(self.algo, self.group)
-        if self.exclude is None:
-            return [scheme] * len(modules)
-        weights = map("{}.weight".format, modules)
-        return [
-            None if a or b else scheme
-            for a, b in zip(
-                map(self.exclude.match, modules),
-                map(self.exclude.match, weights),
-                strict=True,
-            )
-        ]
+        return [None if self._excluded(m) else scheme for m in modules]
+
+    def _excluded(self, module: str) -> bool:
+        excluded = self.exclude(module)
+        if excluded is None:
+            raise _undecided(self.where, "exclude_modules", self.exclude.globs, module)
+        return excluded
 
     def scheme(self, module: str, weight: Stored | None) -> _Scheme | None:
-        if self.exclude is not None and (
-            self.exclude.match(module) or self.exclude.match(f"{module}.weight")
-        ):
+        if self._excluded(module):
             return None
         algo, group = self.algo, self.group
         if algo == "MIXED_PRECISION":
@@ -314,18 +312,22 @@ class _CompressedTensors(_Rules):
             weight_param="weight_packed",
         )
         ignore = [p for p in section.get("ignore") or [] if isinstance(p, str)]
-        # compressed-tensors: "re:<regex>" entries, else a module name or its last parts.
-        self.ignore_re = _matcher([p for p in ignore if p.startswith("re:")], regex_prefix="re:")
+        # compressed-tensors: "re:<regex>" entries (matched at the start of the name, without
+        # backtracking), else a module name or its last parts.
+        regexes = [p.removeprefix("re:") for p in ignore if p.startswith("re:")]
+        self.ignore_re = compile_patterns(regexes, syntax="regex", budget=PatternBudget())
         self.ignore = [p for p in ignore if not p.startswith("re:")]
+        self.where = where
         self.kv_cache = section.get("kv_cache_scheme") is not None
         self.method = f"compressed-tensors {fmt} {bits}-bit ({where})"
 
     def scheme(self, module: str, weight: Stored | None) -> _Scheme | None:
-        if self.ignore_re is not None and self.ignore_re.match(module):
-            return None
         if any(module == p or module.endswith(f".{p}") for p in self.ignore):
             return None
-        return self._scheme
+        ignored = self.ignore_re.match(module)
+        if ignored is None:
+            raise _undecided(self.where, "quantization_config ignore", self.ignore_re, module)
+        return None if ignored else self._scheme
 
 
 # -- applying the rules ----------------------------------------------------------------------

@@ -36,12 +36,13 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from inspector._internal.checkpoint.loaded import kept_copies, kept_signatures
 from inspector._internal.checkpoint.parameters import (
     PARAMETER_RULE,
     count_parameters,
@@ -381,29 +382,15 @@ def clear_model_cache() -> None:
 
 
 def stored_tensors(scanned: ScannedCheckpoint) -> dict[str, Stored]:
-    """The tensors a loader reads, name -> (dtype, shape): every entry of the shards the index
-    names (all shards without an index); of a name two of them hold, the first copy."""
-    wanted = None
-    if scanned.index is not None:
-        wanted = {PurePosixPath(f).as_posix() for f in set(scanned.index.weight_map.values())}
-    shards = [s for s in scanned.shards if s.readable and (wanted is None or s.file in wanted)]
-    out: dict[str, Stored] = {}
-    # Built with C-level zips (300,000 names); later shards first so the first copy wins.
-    for shard in reversed(shards):
-        out.update(
-            zip(shard.names, zip(shard.dtypes, map(tuple, shard.shapes), strict=True), strict=True)
-        )
-    return out
+    """The tensors a loader reads, name -> (dtype, shape): of a name several of the shards
+    it reads hold, the copy transformers keeps (`checkpoint.loaded.kept_signatures`)."""
+    return kept_signatures(scanned)
 
 
 def stored_files(scanned: ScannedCheckpoint, names: Iterable[str]) -> dict[str, str]:
-    """The shard each of `names` is read from (as `stored_tensors` chooses it)."""
-    wanted = set(names)
-    out: dict[str, str] = {}
-    for shard in scanned.shards:
-        for name in wanted.intersection(shard.names):
-            out.setdefault(name, shard.file)
-    return out
+    """The shard each of `names` is read from (the copy `stored_tensors` takes)."""
+    kept = kept_copies(scanned, set(names))
+    return {name: shard.file for name, (shard, _) in kept.items()}
 
 
 # -- preconditions ---------------------------------------------------------------------------

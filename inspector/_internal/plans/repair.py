@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from inspector._internal.checkpoint.loaded import kept_in, read_order
 from inspector._internal.checkpoint.naming_rules import expert_template
 from inspector._internal.checkpoint.parameters import (
     count_parameters,
@@ -36,6 +37,7 @@ from inspector._internal.checkpoint.parameters import (
 from inspector._internal.checkpoint.quant_config import (
     MAX_WILDCARDS,
     exclude_matcher,
+    exclude_patterns,
     quant_section,
     quantized_modules,
 )
@@ -493,15 +495,25 @@ def plan_quant_config(scanned: ScannedCheckpoint) -> RepairPlan:
     layers = section.get("quantized_layers")
     if section.get("quant_algo") != "MIXED_PRECISION" or not isinstance(layers, Mapping):
         return RepairPlan(scanned.path)
-    excluded = exclude_matcher(section)
+    excluded = exclude_matcher(exclude_patterns(section))
     if excluded is None:
         why = (
             f"{QUANT_CONFIG_NAME}: exclude_modules holds more than {MAX_WILDCARDS:,} wildcard "
             "patterns; which modules it excludes is not decided (see check-budget-exceeded)"
         )
         return RepairPlan(scanned.path, refused=(why,))
-    missing = [m for m in quantized_modules(scanned) if m not in layers and not excluded(m)]
+    unlisted = [m for m in quantized_modules(scanned) if m not in layers]
+    verdicts = list(map(excluded, unlisted))
+    missing = [m for m, v in zip(unlisted, verdicts, strict=True) if v is False]
     added, refused = _sibling_configs(missing, layers)
+    undecided = [m for m, v in zip(unlisted, verdicts, strict=True) if v is None]
+    if undecided:
+        refused.insert(
+            0,
+            f"{QUANT_CONFIG_NAME}: {len(undecided):,} modules ({examples(undecided)}) get no "
+            "entry: whether exclude_modules excludes them is not decided (see "
+            "quant-pattern-refused)",
+        )
     unowned = unowned_target(scanned, QUANT_CONFIG_NAME, FileRole.QUANT_CONFIG)
     if unowned:
         refused.insert(0, unowned)
@@ -603,6 +615,7 @@ def _choose_files(
     chosen: dict[str, str] = {}
     refused: list[str] = []
     notes: list[str] = []
+    kept: list[str] = []  # names in several shards, one copy chosen
     for name, places in homes.items():
         if len(places) == 1:
             chosen[name] = places[0][0]
@@ -616,9 +629,23 @@ def _choose_files(
                 "the index keeps with --duplicates first|last|index"
             )
             continue
-        pick = _pick(files, old_map.get(name), policy or "index")
-        chosen[name] = pick
-        notes.append(f"'{legible(name)}' is in {examples(files)}; the index keeps {legible(pick)}")
+        chosen[name] = _pick(files, old_map.get(name), policy or "index")
+        kept.append(name)
+    if kept:
+        # What transformers loads from the rebuilt index: every copy in the files it names
+        # is read, the last kept (`checkpoint.loaded`), whichever file an entry names.
+        doc = IndexDoc.from_map(index_name(scanned), chosen)
+        loaded = kept_in(read_order(scanned.shards, doc), kept)
+        for name in kept:
+            pick, holders = chosen[name], [f for f, _, _ in homes[name]]
+            note = f"'{legible(name)}' is in {examples(holders)}; the index keeps {legible(pick)}"
+            used = loaded[name][0].file if name in loaded else pick
+            if used != pick:
+                note += (
+                    f", but transformers loads the copy in {legible(used)} (it reads every "
+                    "file the index names, the last copy kept): remove the other copies"
+                )
+            notes.append(note)
     return chosen, _at_most(refused, "tensors refused"), _at_most(notes, "duplicates")
 
 

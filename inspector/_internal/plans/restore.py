@@ -31,6 +31,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from inspector._internal.checkpoint.loaded import kept_signatures
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of, parse_count
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scan import scan
@@ -189,10 +190,9 @@ def plan_restore(
     if refused:
         return dataclasses.replace(base, refused=refused)
     ours = {n: (d, tuple(s)) for sh in scanned.shards for n, d, s in _entries(sh)}
-    theirs: dict[str, tuple[str, tuple[int, ...]]] = {}
-    for sh in reference.shards:
-        for n, d, s in _entries(sh):
-            theirs.setdefault(n, (d, tuple(s)))
+    # What a loader gets from the reference: of a name several of its shards hold, the copy
+    # it keeps, the one copied (`as_single_chunks`) and compared (`--verify-data`).
+    theirs = kept_signatures(reference)
     lost = sorted(n for n in theirs if n not in ours)
     restored, refusals, notes = _choose(scanned, reference, lost, ours, theirs)
     if not restored:

@@ -19,7 +19,9 @@ from inspector._internal.findings.finding import Finding, fold_ranges, severity_
 from inspector._internal.findings.issues import group_problems
 from inspector._internal.findings.words import severity_counts
 from inspector._internal.integrity.verified import verification_line
+from inspector._internal.report.fit import fit_markdown
 from inspector._internal.report.summary import summarize
+from inspector._internal.serve.fit import FitResult
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -36,20 +38,35 @@ def markdown_summary(
     *,
     examples: int = 3,
     verdict: LoadVerdict | None = None,
+    serving: FitResult | None = None,
 ) -> str:
     """Layout and counts, the load verdict (will it load? what is missing, unexpected or
     mis-shaped, or why the check was skipped), a table of findings per code (severity,
-    count, folded layers, experts and files) and the first `examples` messages of each code."""
+    count, folded layers, experts and files) and the first `examples` messages of each code;
+    with `serving` (a `fit` result), the parallel plans: will it serve?"""
     summary = summarize(scanned, findings=list(findings))
     lines = [f"### Checkpoint inspection: {_code(scanned.path.name)}", ""]
     lines += [*_facts(summary), f"- {_inline(verification_line(scanned))}"]
     if verdict is not None:
         lines += _load_lines(verdict, examples)
+    lines += _findings_lines(findings, scanned, verdict, examples)
+    if serving is not None:
+        lines += ["", *fit_markdown(serving)]
+    return "\n".join(lines) + "\n"
+
+
+def _findings_lines(
+    findings: Sequence[Finding],
+    scanned: ScannedCheckpoint,
+    verdict: LoadVerdict | None,
+    examples: int,
+) -> list[str]:
+    """The issues, the table of findings per code and the first messages of each code."""
+    lines: list[str] = []
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
     if not groups:
-        lines += ["", "No findings."]
-        return "\n".join(lines) + "\n"
+        return ["", "No findings."]
     lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
     for p in group_problems(scanned, findings, verdict=verdict):
         lines.append(
@@ -67,7 +84,7 @@ def markdown_summary(
         lines += [f"- {_inline(f.message)}" for f in items[:examples]]
         if len(items) > examples:
             lines.append(f"- ... {len(items) - examples:,} more")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _facts(summary: dict[str, Any]) -> list[str]:

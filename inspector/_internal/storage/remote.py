@@ -88,6 +88,7 @@ __all__ = [
     "DEFAULT_READ_AHEAD",
     "DEFAULT_READ_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "RETRY_WAIT",
     "FsspecStorage",
     "RemoteFile",
     "RemoteOptions",
@@ -106,6 +107,9 @@ DEFAULT_CONCURRENCY = 32
 # retries included; seconds a socket read may bring nothing before the attempt ends.
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_READ_TIMEOUT = 30.0
+# The first wait before a retry, in seconds; each retry doubles it, times a random factor
+# in [0.5, 1.5). Read when a `RemoteOptions` is made, so that tests can shorten it.
+RETRY_WAIT = 0.2
 # The longest single request: longer reads are made of several (each with its deadline).
 _BLOCK = 8 << 20
 _KEPT_HEADS = 16
@@ -166,8 +170,7 @@ class RemoteOptions:
     max_concurrency: int = DEFAULT_CONCURRENCY
     read_ahead: int = DEFAULT_READ_AHEAD
     retries: int = 5
-    # First backoff in seconds; each retry doubles it, times a random factor in [0.5, 1.5).
-    retry_wait: float = 0.2
+    retry_wait: float = field(default_factory=lambda: RETRY_WAIT)  # see RETRY_WAIT
     # None: a bar on a terminal or in a notebook once a run takes over a second.
     progress: bool | None = None
     # Seconds one operation may take, retries included (a listing, a ranged read of at

@@ -25,7 +25,7 @@ from inspector._internal.checkpoint.scanned import (
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector._internal.common.filenames import INDEX_NAME, STAGING
+from inspector._internal.common.filenames import INDEX_NAME, SAFETENSORS_WEIGHTS_NAME, STAGING
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, examples
@@ -90,7 +90,7 @@ BLOCKING = code_set(
 OUTPUT_NAME = "model-{i:05d}-of-{n:05d}.safetensors"
 # A `.bin` checkpoint converted into one file is named as `save_pretrained` names it, with no
 # index beside it.
-SINGLE_NAME = "model.safetensors"
+SINGLE_NAME = SAFETENSORS_WEIGHTS_NAME
 
 
 @dataclass(frozen=True)

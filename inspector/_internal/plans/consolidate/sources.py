@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
+from inspector._internal.checkpoint.loaded import stale_copies
 from inspector._internal.checkpoint.naming_rules import BIN_SHARD_NUMBER
 from inspector._internal.checkpoint.scanned import (
     DcpChunk,
@@ -58,13 +59,15 @@ def as_single_chunks(
 ) -> ScannedCheckpoint:
     """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
     layer 10) unless `natural` is False (then in file order), so the consolidation engine
-    does the copying; `only` keeps those names."""
+    does the copying; `only` keeps those names. Of a name several shards hold, the copy a
+    loader keeps (`stale_copies` names the others)."""
     chunks: dict[str, list[DcpChunk]] = {}
+    stale = stale_copies(scanned)
     entries = [
         (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
         for s in scanned.shards
         for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
-        if only is None or name in only
+        if (only is None or name in only) and name not in stale.get(s.file, ())
     ]
     if natural:
         entries.sort(key=lambda e: _natural(e[0]))

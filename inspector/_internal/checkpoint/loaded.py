@@ -1,0 +1,191 @@
+"""What a loader reads of a checkpoint: the shards, in the order transformers reads them, and
+the copy it keeps of a name several of them hold. Every reader that takes "the" tensor of a
+name (the load check, `check --values`, the duplicate findings' words, `diff`, `verify` and
+the manifest, `repair --from`, tensor data read by name) takes it from here. Pure: shard
+headers and the index only.
+
+The rule mirrors transformers 5 loading a local folder:
+
+- `modeling_utils._get_resolved_checkpoint_files` reads `model.safetensors` alone when it is
+  there, whatever index lies beside it; else the files `model.safetensors.index.json` names
+  (and in a folder without safetensors, `pytorch_model.bin` alone before
+  `pytorch_model.bin.index.json`'s files);
+- `utils.hub.get_checkpoint_shard_files` takes the index's files as
+  `sorted(set(index["weight_map"].values()))`: each spelling once, sorted as written
+  (`./b.safetensors` sorts before `a.safetensors`), whatever tensor each entry names;
+- `PreTrainedModel._load_pretrained_model` puts every tensor of every such file into one
+  dict, file after file, so of a name several of them hold the copy of the last file read
+  is the one loaded, even where the name's index entry points to another file.
+
+huggingface_hub's `load_torch_model` reads the index's files first when there is an index,
+in the order of a Python set (`serialization._torch._load_sharded_checkpoint`): any of their
+copies may be the one it keeps, and beside a `model.safetensors` it reads other files than
+transformers does (`any_loader_shards`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from itertools import repeat
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from inspector._internal.checkpoint.held import held_of, normalize_member
+from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
+    BIN_WEIGHTS_NAME,
+    SAFETENSORS_WEIGHTS_NAME,
+)
+from inspector._internal.formats.safetensors import ShardHeader
+
+if TYPE_CHECKING:
+    from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
+
+__all__ = [
+    "Kept",
+    "alone",
+    "any_loader_shards",
+    "chosen_copies",
+    "kept_copies",
+    "kept_in",
+    "kept_signatures",
+    "loaded_shards",
+    "read_order",
+    "stale_copies",
+]
+
+# The copy of a name a loader keeps: its shard and the row of its entry there.
+Kept = tuple[ShardHeader, int]
+
+
+def loaded_shards(scanned: ScannedCheckpoint) -> tuple[ShardHeader, ...]:
+    """The shards transformers reads, in the order it reads them (`read_order`): of a name
+    several of them hold, it keeps the copy of the last. Every shard of a DCP or torch_dist
+    checkpoint, whose tensors are assembled from chunks."""
+    if _chunked(scanned):
+        return scanned.shards
+    return read_order(scanned.shards, scanned.index)
+
+
+def read_order(shards: Sequence[ShardHeader], index: IndexDoc | None) -> tuple[ShardHeader, ...]:
+    """`loaded_shards` of headers and the index beside them. The one-file weights alone when
+    they are there (`alone`); else the files the index names, in the order of their
+    spellings sorted, a file spelled twice placed where it is read last; without an index,
+    every shard in name order (a lone file, the parts of a GGUF, a folder whose index was
+    lost, read as transformers reads the index `repair --only index` rebuilds)."""
+    single = alone(shards, index)
+    if single is not None:
+        return (single,)
+    if index is None:
+        return tuple(shards)
+    rank: dict[str, int] = {}
+    used = np.unique(index.files.codes).tolist()
+    for i, raw in enumerate(sorted({index.files.values[c] for c in used})):
+        rank[normalize_member(raw)] = i  # a later reading of the same file wins
+    return tuple(sorted((s for s in shards if s.file in rank), key=lambda s: rank[s.file]))
+
+
+def alone(shards: Sequence[ShardHeader], index: IndexDoc | None) -> ShardHeader | None:
+    """The one-file weights transformers reads instead of any index: `model.safetensors`
+    when the folder holds it; `pytorch_model.bin` unless a safetensors index comes first."""
+    by_file = {s.file: s for s in shards}
+    found = by_file.get(SAFETENSORS_WEIGHTS_NAME)
+    if found is None and (index is None or index.file == BIN_INDEX_NAME):
+        found = by_file.get(BIN_WEIGHTS_NAME)
+    return found
+
+
+def any_loader_shards(scanned: ScannedCheckpoint) -> tuple[ShardHeader, ...]:
+    """The shards some loader reads: those huggingface_hub's `load_torch_model` alone reads
+    (the files an index names, when a `model.safetensors` beside it is what transformers
+    reads), then transformers' (`loaded_shards`). Of a name several of them hold, any copy
+    may be the one loaded; the one transformers keeps comes last."""
+    mine = loaded_shards(scanned)
+    index = scanned.index
+    if index is None or _chunked(scanned):
+        return mine
+    named = {normalize_member(f) for f in index.files.values}
+    read = {s.file for s in mine}
+    return tuple(s for s in scanned.shards if s.file in named and s.file not in read) + mine
+
+
+def kept_copies(
+    scanned: ScannedCheckpoint, names: Collection[str] | None = None
+) -> dict[str, Kept]:
+    """Name -> the copy transformers keeps (`loaded_shards`), for every name it loads or
+    for `names` only; a name no shard it reads holds is absent. Empty for DCP and
+    torch_dist, whose tensors are assembled from chunks."""
+    if _chunked(scanned):
+        return {}
+    return kept_in(loaded_shards(scanned), names)
+
+
+def kept_in(order: Sequence[ShardHeader], names: Collection[str] | None = None) -> dict[str, Kept]:
+    """`kept_copies` of shards read in `order` (`read_order`): the last copy of each name."""
+    out: dict[str, Kept] = {}
+    if names is None:  # C-level zips: 300,000 names
+        for shard in order:
+            n = len(shard.names)
+            out.update(zip(shard.names, zip(repeat(shard, n), range(n), strict=True), strict=True))
+        return out
+    wanted = names if isinstance(names, set | frozenset) else set(names)
+    for shard in order:
+        if wanted.isdisjoint(shard.names):
+            continue
+        out.update((n, (shard, row)) for row, n in enumerate(shard.names) if n in wanted)
+    return out
+
+
+def chosen_copies(scanned: ScannedCheckpoint) -> dict[str, Kept]:
+    """Name -> the copy a reader of "the" tensor takes: the one transformers keeps
+    (`kept_copies`); of a name no shard it reads holds, the copy of the last shard by name
+    that holds it (as if the index named every file). Empty for DCP and torch_dist."""
+    if _chunked(scanned):
+        return {}
+    order = loaded_shards(scanned)
+    if len(order) == len(scanned.shards):
+        return kept_in(order)
+    out = kept_in(scanned.shards)
+    out.update(kept_in(order))
+    return out
+
+
+def kept_signatures(scanned: ScannedCheckpoint) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Name -> (dtype, shape) of the copy transformers keeps of every name it loads
+    (`kept_copies`, as columns). Empty for DCP and torch_dist."""
+    out: dict[str, tuple[str, tuple[int, ...]]] = {}
+    if _chunked(scanned):
+        return out
+    for shard in loaded_shards(scanned):  # later shards replace earlier copies
+        out.update(
+            zip(shard.names, zip(shard.dtypes, map(tuple, shard.shapes), strict=True), strict=True)
+        )
+    return out
+
+
+def stale_copies(scanned: ScannedCheckpoint) -> dict[str, frozenset[str]]:
+    """File -> the names it holds whose copy there is not the one a reader of "the" tensor
+    takes (`chosen_copies`): another shard's copy is the one transformers keeps, or, of a
+    name no shard it reads holds, another file later by name holds one too. Empty when no
+    name is in two shards (the usual case: one C-level pass proves it) and for DCP and
+    torch_dist."""
+    if _chunked(scanned):
+        return {}
+    held = held_of(scanned)
+    if not held.copies:
+        return {}
+    kept = kept_copies(scanned, held.copies)
+    stale: dict[str, set[str]] = {}
+    for name, holders in held.copies.items():
+        files = [held.shards[i].file for i in holders]
+        keep = kept[name][0].file if name in kept else files[-1]
+        for file in files:
+            if file != keep:
+                stale.setdefault(file, set()).add(name)
+    return {file: frozenset(names) for file, names in stale.items()}
+
+
+def _chunked(scanned: ScannedCheckpoint) -> bool:
+    """DCP and torch_dist: each shard holds chunks of the tensors, not copies."""
+    return scanned.dcp is not None or scanned.logical is not None

@@ -1,0 +1,121 @@
+"""`ckpt-inspect fit`: will it serve? The parallel plans vLLM and SGLang would start, the
+weights and KV cache per GPU, and on a given GPU the longest context that fits."""
+
+from __future__ import annotations
+
+import argparse
+
+from inspector._internal.cli.args import (
+    EXIT_FOUND,
+    EXIT_OK,
+    add_path_arguments,
+    emit,
+    positive,
+    scan_from_args,
+)
+from inspector._internal.common.dtypes import KV_CACHE_DTYPES
+from inspector._internal.report.fit import fit_text
+from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
+from inspector._internal.serve.gpus import GPUS, gpu_named
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `fit` command to the CLI's subcommands."""
+    p = sub.add_parser(
+        "fit",
+        help="will it serve? parallel plans (TP, EP, PP), weights and KV cache per GPU",
+    )
+    add_path_arguments(p)
+    matrix = ", ".join(map(str, MATRIX_TP))
+    p.add_argument(
+        "--tp",
+        type=positive,
+        metavar="N",
+        help=f"tensor-parallel size of the one plan to judge (default: the matrix TP {matrix}, "
+        "each with EP 1 and, for a MoE model, EP = TP)",
+    )
+    p.add_argument(
+        "--ep", type=positive, metavar="N", help="expert-parallel size; divides --tp (default 1)"
+    )
+    p.add_argument("--pp", type=positive, metavar="N", help="pipeline stages (default 1)")
+    gpu = p.add_mutually_exclusive_group()
+    gpu.add_argument(
+        "--gpu",
+        type=_gpu,
+        metavar="NAME",
+        help=f"the GPU to fit on: {', '.join(GPUS)}",
+    )
+    gpu.add_argument(
+        "--gpu-memory",
+        type=_gib,
+        metavar="GIB",
+        help="the GPU's memory in GiB, for a GPU the catalogue does not list",
+    )
+    p.add_argument(
+        "--context",
+        type=positive,
+        metavar="TOKENS",
+        help="the context to serve (default: the model's max_position_embeddings, which vLLM "
+        "serves unless --max-model-len says otherwise)",
+    )
+    p.add_argument(
+        "--kv-dtype",
+        choices=tuple(KV_CACHE_DTYPES),
+        default="auto",
+        help="the KV cache dtype, as vLLM's --kv-cache-dtype (default auto: the model's 16 bits)",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=_share,
+        default=DEFAULT_UTILIZATION,
+        metavar="SHARE",
+        help=f"share of GPU memory the engine may use (default {DEFAULT_UTILIZATION}, as vLLM)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Exit 0 when a plan starts (and fits, with a GPU), 1 when none does."""
+    scanned = scan_from_args(args)
+    result = fit(
+        scanned,
+        tp=args.tp,
+        ep=args.ep,
+        pp=args.pp,
+        gpu=args.gpu,
+        gpu_memory=args.gpu_memory,
+        context=args.context,
+        kv_dtype=args.kv_dtype,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+    )
+    emit(result.to_dict(), args.json, lambda _: fit_text(result, path=str(scanned.path)))
+    return EXIT_OK if result.feasible else EXIT_FOUND
+
+
+def _gpu(text: str) -> str:
+    known = gpu_named(text)
+    if known is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: not a known GPU; one of {', '.join(GPUS)}")
+    return known.name
+
+
+def _gib(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of GiB") from None
+    if not 0 < value <= 1 << 20:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 GiB")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a share such as 0.9") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 and at most 1")
+    return value
