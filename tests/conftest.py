@@ -8,7 +8,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from once import once_per_run, shared_dir
@@ -16,6 +16,7 @@ from once import once_per_run, shared_dir
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
 if TYPE_CHECKING:
+    from browser import Lab
     from remote_servers import FakeHub, RangeHTTPServer, S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -219,3 +220,51 @@ def hub_server() -> Iterator[FakeHub]:
 
     with FakeHub({}) as hub:
         yield hub
+
+
+# -- the browser tests' Chromium and JupyterLab (tests/browser.py) ---------------------------
+# One of each per test process, started by the first test that asks (a test run that selects
+# no browser test starts neither) and stopped at the end of the run. A browser test:
+#
+#     def test_x(chromium, jupyter_lab, tmp_path):
+#         folder = jupyter_lab.folder("x")         # its own folder in the Lab's root
+#         ... write notebooks (and checkpoints) into folder ...
+#         page = open_notebook(chromium, jupyter_lab, "x/book.ipynb", errors)
+#         try: ... finally: page.close(); jupyter_lab.shut_down_kernels()
+#
+# Each page is a context of its own (no cookie, storage or route is shared with another
+# test); close it when done, and shut down the kernels the test started, so that none stays
+# in memory holding torch for the rest of the run.
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright (`browser.launch_chromium`): a
+    Playwright `Browser`. Missing tooling skips (fails in CI: `browser.sync_playwright_or_fail`)."""
+    from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
+
+    sync_playwright = sync_playwright_or_fail()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A JupyterLab on 127.0.0.1 (random port and token, `browser.running_lab`) whose root is
+    an empty folder of this run. Each test works in a folder of its own under it
+    (`Lab.folder`) and shuts down the kernels it started (`Lab.shut_down_kernels`). Its
+    kernels see no CKPT_DEMO_DIR or CKPT_WORK_DIR: a notebook copied into
+    `<folder>/notebooks/` finds the demo checkpoints at `<folder>/build/demo` and writes its
+    copies under `<folder>/build/notebook-work`, as in a clone of the project."""
+    from browser import running_lab
+
+    home = tmp_path_factory.mktemp("jupyterlab")
+    root = home / "root"
+    root.mkdir()
+    with running_lab(root, home / "state", unset=("CKPT_DEMO_DIR", "CKPT_WORK_DIR")) as lab:
+        yield lab
