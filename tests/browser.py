@@ -8,7 +8,9 @@ puts tests/ on `sys.path` itself. Screenshots go to `build/test-artifacts/` (CI 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -89,7 +91,33 @@ class Lab:
     root: Path
 
     def url(self, notebook: str) -> str:
-        return f"{self.base}/lab/tree/{notebook}?token={self.token}"
+        """`notebook` (a path under the root) opened in a workspace of its own: the server
+        is shared by the tests of a run, and the default workspace would reopen every
+        notebook an earlier test left open, each starting its kernel."""
+        workspace = re.sub(r"[^a-z0-9]+", "-", notebook.lower()).strip("-")[:80]
+        return f"{self.base}/lab/workspaces/{workspace}/tree/{notebook}?token={self.token}"
+
+    def folder(self, name: str) -> Path:
+        """A new, empty folder `name` under the root, for one test's notebooks and data
+        (its notebooks open as `self.url(f"{name}/book.ipynb")`)."""
+        folder = self.root / name
+        folder.mkdir()
+        return folder
+
+    def shut_down_kernels(self) -> None:
+        """Shut down every kernel the server runs (a test's, once it is done with them)."""
+        for kernel in self._api("GET", "kernels") or []:
+            self._api("DELETE", f"kernels/{kernel['id']}")
+
+    def _api(self, method: str, path: str):
+        request = urllib.request.Request(
+            f"{self.base}/api/{path}",
+            method=method,
+            headers={"Authorization": f"token {self.token}"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read()
+        return json.loads(body) if body else None
 
     def only_local(self, route) -> None:
         """A Playwright route handler: the page may reach this server and nothing else."""
@@ -107,14 +135,20 @@ def _free_port() -> int:
 
 @contextmanager
 def running_lab(
-    root: Path, state: Path, *, env: Mapping[str, str] | None = None, timeout: float = 90
+    root: Path,
+    state: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    unset: tuple[str, ...] = (),
+    timeout: float = 90,
 ) -> Iterator[Lab]:
-    """JupyterLab on `root` (local only, random port and token); its settings, workspaces and
-    runtime files live under `state`, so a second server with another `state` is a different
-    machine as far as notebook trust goes. Stopped with its kernels on exit."""
+    """JupyterLab on `root` (local only, random port and token), its kernels with `env` and
+    without the variables named in `unset`; its settings, workspaces and runtime files live
+    under `state`, so a second server with another `state` is a different machine as far as
+    notebook trust goes. Stopped with its kernels on exit."""
     token, port = secrets.token_hex(16), _free_port()
     full_env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k not in unset},
         **(env or {}),
         "JUPYTER_CONFIG_DIR": str(state / "config"),
         "JUPYTER_DATA_DIR": str(state / "data"),

@@ -10,7 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from once import once_per_run, shared_dir
@@ -19,6 +19,7 @@ from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.plans.consolidate.engine import SourceFiles
 
 if TYPE_CHECKING:
+    from browser import Lab
     from remote_servers import FakeHub, RangeHTTPServer, S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,31 +39,36 @@ _TEST_NUMBER = itertools.count()
 # leaves that format unchecked.
 sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 
-# The test files that take longest, longest first (`pytest --durations`, by file): pytest-xdist
-# hands them out first, so that no long file starts when the others are done. Files not named
-# here follow in collection order. Only the speed of the run depends on this list.
+# The test files that take longest, longest first: pytest-xdist hands them out first, so that
+# no long file starts when the others are done. Files not named here follow in collection
+# order. Only the speed of the run depends on this list. Measured: seconds per file (setup,
+# call and teardown, from `--junitxml`) of a whole run on main, 2 workers, 28 Nov 2026.
 HEAVIEST_FIRST = (
-    "test_browser_pages.py",
-    "test_notebooks.py",
-    "test_hostile_names.py",
-    "test_remote.py",
-    "test_dashboard.py",
-    "test_repair_roles.py",
-    "test_hostile_load_check.py",
-    "test_model_load.py",
-    "test_remote_hostile.py",
-    "test_consolidate.py",
-    "test_values.py",
-    "test_architecture.py",
-    "test_load_child.py",
-    "test_cli_errors.py",
-    "test_bounded_work.py",
-    "test_report_html.py",
-    "test_dcp_sharded.py",
-    "test_torch_dist.py",
-    "test_figures.py",
-    "test_fuzz_corpus.py",
-    "test_consolidate_torchrun.py",
+    "test_notebooks.py",  # 92.5 (before its notebooks ran three at a time)
+    "test_values.py",  # 86.7
+    "test_hostile_load_check.py",  # 80.3
+    "test_dashboard.py",  # 72.5
+    "test_architecture.py",  # 71.6
+    "test_model_load.py",  # 68.0
+    "test_lab_browser.py",  # 63.5
+    "test_consolidate.py",  # 54.0
+    "test_remote_hostile.py",  # 49.2
+    "test_lab_tabs.py",  # 48.7
+    "test_remote.py",  # 39.6
+    "test_hostile_names.py",  # 34.4
+    "test_load_child.py",  # 30.4
+    "test_repair_roles.py",  # 23.1
+    "test_pickle_isolation.py",  # 22.1
+    "test_cli_errors.py",  # 20.6
+    "test_report_html.py",  # 18.3
+    "test_report_browser.py",  # 17.0
+    "test_bounded_work.py",  # 16.7
+    "test_repair_properties.py",  # 14.5
+    "test_sandbox.py",  # 12.0
+    "test_words.py",  # 11.4
+    "test_journal.py",  # 11.4
+    "test_verify.py",  # 11.4
+    "test_fuzz_corpus.py",  # 10.2
 )
 
 
@@ -308,3 +314,51 @@ def _vllm_cases(root: Path) -> None:
         if case.endswith("@tp2"):
             results[case] = {"engine": None, "ours": verdict.to_dict(), "answer": None}
     (root / "results.json").write_text(json.dumps(results))
+
+
+# -- the browser tests' Chromium and JupyterLab (tests/browser.py) ---------------------------
+# One of each per test process, started by the first test that asks (a test run that selects
+# no browser test starts neither) and stopped at the end of the run. A browser test:
+#
+#     def test_x(chromium, jupyter_lab, tmp_path):
+#         folder = jupyter_lab.folder("x")         # its own folder in the Lab's root
+#         ... write notebooks (and checkpoints) into folder ...
+#         page = open_notebook(chromium, jupyter_lab, "x/book.ipynb", errors)
+#         try: ... finally: page.close(); jupyter_lab.shut_down_kernels()
+#
+# Each page is a context of its own (no cookie, storage or route is shared with another
+# test); close it when done, and shut down the kernels the test started, so that none stays
+# in memory holding torch for the rest of the run.
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright (`browser.launch_chromium`): a
+    Playwright `Browser`. Missing tooling skips (fails in CI: `browser.sync_playwright_or_fail`)."""
+    from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
+
+    sync_playwright = sync_playwright_or_fail()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = launch_chromium(pw)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture(scope="session")
+def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """A JupyterLab on 127.0.0.1 (random port and token, `browser.running_lab`) whose root is
+    an empty folder of this run. Each test works in a folder of its own under it
+    (`Lab.folder`) and shuts down the kernels it started (`Lab.shut_down_kernels`). Its
+    kernels see no CKPT_DEMO_DIR or CKPT_WORK_DIR: a notebook copied into
+    `<folder>/notebooks/` finds the demo checkpoints at `<folder>/build/demo` and writes its
+    copies under `<folder>/build/notebook-work`, as in a clone of the project."""
+    from browser import running_lab
+
+    home = tmp_path_factory.mktemp("jupyterlab")
+    root = home / "root"
+    root.mkdir()
+    with running_lab(root, home / "state", unset=("CKPT_DEMO_DIR", "CKPT_WORK_DIR")) as lab:
+        yield lab

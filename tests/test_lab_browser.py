@@ -1,7 +1,8 @@
 """The dashboard as a person uses it, in a real JupyterLab in headless Chromium.
 
-One JupyterLab (local only, random port and token) on a temp copy of notebooks/ runs
-02-repair-an-index-that-forgot-mtp.ipynb from the Run menu, then in the page:
+The session's JupyterLab and Chromium (tests/conftest.py), on a temp copy of notebooks/ beside
+a copy of the demo checkpoints, run 02-repair-an-index-that-forgot-mtp.ipynb from the Run menu,
+then in the page:
 
 1. the Overview lists the issues (root causes), not the findings, offers Repair all, and then
    says whether the model code would load the checkpoint (the verdict arrives from a thread
@@ -29,16 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import (
-    ARTIFACTS,
-    Lab,
-    launch_chromium,
-    open_tab,
-    run_all_cells,
-    running_lab,
-    sync_playwright_or_fail,
-    wait_for_kernel,
-)
+from browser import ARTIFACTS, Lab, open_notebook, open_tab, run_all_cells, wait_for_kernel
 from inspector.widgets.dashboard import Dashboard
 
 from inspector._internal.scan.entry import scan
@@ -46,51 +38,46 @@ from inspector._internal.scan.entry import scan
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "02-repair-an-index-that-forgot-mtp.ipynb"
+NOTEBOOK = "lab-browser/notebooks/02-repair-an-index-that-forgot-mtp.ipynb"
 # The notebook's dashboard works on this copy of the demo (see its first cells).
 DASHBOARD_COPY = "02-dashboard"
 
 
 @pytest.fixture
-def lab(tmp_path: Path, copy_demos) -> Iterator[tuple[Lab, Path]]:
-    """A running JupyterLab on a temp copy of notebooks/, and the notebooks' work dir."""
-    demo, work, root = tmp_path / "demo", tmp_path / "work", tmp_path / "notebooks"
-    copy_demos(demo)
-    shutil.copytree(ROOT / "notebooks", root)
-    env = {"CKPT_DEMO_DIR": str(demo), "CKPT_WORK_DIR": str(work)}
-    with running_lab(root, tmp_path / "lab", env=env) as server:
-        yield server, work
+def lab(jupyter_lab: Lab, copy_demos) -> Iterator[tuple[Lab, Path]]:
+    """The session's JupyterLab, with a folder of this test's laid out as a clone of the
+    project: a copy of notebooks/ beside build/demo (a copy of the demo checkpoints), where
+    the notebooks look for them; returns the folder the notebooks write their copies into."""
+    folder = jupyter_lab.folder("lab-browser")
+    copy_demos(folder / "build" / "demo")
+    shutil.copytree(ROOT / "notebooks", folder / "notebooks")
+    try:
+        yield jupyter_lab, folder / "build" / "notebook-work"
+    finally:
+        jupyter_lab.shut_down_kernels()
 
 
-def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path]):
-    sync_playwright = sync_playwright_or_fail()
+def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path], chromium):
     server, work = lab
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.route("**/*", server.only_local)  # nothing may be fetched from elsewhere
-            page.goto(server.url(NOTEBOOK), wait_until="domcontentloaded")
-            try:
-                _run(page)
-                overview = _overview(page)
-                cut = _cut_tab_titles(page)
-                followed = _follow_a_finding(page)
-                filtered = _filter_tensors(page)
-                _experts(page)
-                (layer, expert), details = _click_a_heatmap_cell(page)
-                result = _repair_from_the_overview(page)
-                _wait_for_snapshot(page)
-                _save(page)
-                reopened = _reopen_without_the_widgets(page, server)
-            except Exception:
-                page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"), full_page=True)
-                raise
-        finally:
-            browser.close()
+    page = open_notebook(chromium, server, NOTEBOOK, errors)
+    try:
+        _run(page)
+        overview = _overview(page)
+        cut = _cut_tab_titles(page)
+        followed = _follow_a_finding(page)
+        filtered = _filter_tensors(page)
+        _experts(page)
+        (layer, expert), details = _click_a_heatmap_cell(page)
+        result = _repair_from_the_overview(page)
+        _wait_for_snapshot(page)
+        _save(page)
+        reopened = _reopen_without_the_widgets(page, server)
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "dashboard-failure.png"), full_page=True)
+        raise
+    finally:
+        page.close()
 
     assert "2 issues" in overview and "42 MTP tensors (17.1 kB) invisible to loaders" in overview
     assert "Repair all" in overview and "problem" not in overview.lower()

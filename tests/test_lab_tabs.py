@@ -1,6 +1,6 @@
 """The dashboard's tabs as a person meets them, in a real JupyterLab in headless Chromium.
 
-One JupyterLab (local only, random port and token) runs a notebook with two dashboards: a
+The session's JupyterLab and Chromium (tests/conftest.py) run a notebook with two dashboards: a
 collapsed DCP consolidation (seed 2289) whose default consolidation destination already holds
 someone's files, and a small Qwen3-MoE checkpoint whose layer 3 lost experts 4-7. Then in the
 page:
@@ -34,20 +34,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import (
-    ARTIFACTS,
-    Lab,
-    launch_chromium,
-    open_notebook,
-    run_all_cells,
-    running_lab,
-    sync_playwright_or_fail,
-)
+from browser import ARTIFACTS, Lab, open_notebook, run_all_cells
 
 pytestmark = pytest.mark.browser
 
 DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
-NOTEBOOK = "tabs.ipynb"
+NOTEBOOK = "lab-tabs/tabs.ipynb"
 UNITS = {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
 # Freezes the page for 3 s right after anywidget starts loading a small widget module (a
 # model's own `_esm`, not plotly.js or Perspective) while `window.__ckptFreezes` > 0: a busy
@@ -69,7 +61,8 @@ URL.createObjectURL = (blob) => {
 
 
 @pytest.fixture
-def lab(tmp_path: Path, demo_checkpoints: Path, monkeypatch) -> Iterator[Lab]:
+def lab(jupyter_lab: Lab, tmp_path: Path, demo_checkpoints: Path, monkeypatch) -> Iterator[Lab]:
+    """The session's JupyterLab, with this test's notebook in a folder of its own."""
     import test_report_html
 
     monkeypatch.setattr(test_report_html, "LOST_PART", None)  # only layer 3 is damaged
@@ -78,8 +71,7 @@ def lab(tmp_path: Path, demo_checkpoints: Path, monkeypatch) -> Iterator[Lab]:
     occupied = tmp_path / f"{DCP_COLLAPSED}-consolidated"  # the default destination
     occupied.mkdir()
     (occupied / "notes.txt").write_text("mine")
-    root = tmp_path / "notebooks"
-    root.mkdir()
+    root = jupyter_lab.folder("lab-tabs")
     book = nbformat.v4.new_notebook()
     book.cells = [
         nbformat.v4.new_code_cell(
@@ -94,38 +86,35 @@ def lab(tmp_path: Path, demo_checkpoints: Path, monkeypatch) -> Iterator[Lab]:
         nbformat.v4.new_code_cell(f"moe = Dashboard({str(moe)!r})\nmoe"),
     ]
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
-    nbformat.write(book, root / NOTEBOOK)
-    with running_lab(root, tmp_path / "lab") as server:
-        yield server
+    nbformat.write(book, root / "tabs.ipynb")
+    try:
+        yield jupyter_lab
+    finally:
+        jupyter_lab.shut_down_kernels()
 
 
-def test_tabs_in_jupyterlab(lab: Lab):
-    sync_playwright = sync_playwright_or_fail()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+def test_tabs_in_jupyterlab(lab: Lab, chromium):
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            page = open_notebook(browser, lab, NOTEBOOK, errors, init_script=FREEZE)
-            try:
-                run_all_cells(page, timeout=240)
-                page.wait_for_selector(".ckpt-dashboard >> nth=1", timeout=60_000)
-                refused = _consolidate_refused(page)
-                page.evaluate("window.__ckptFreezes = 2")  # the Files tab's figure and grid
-                files = _files(page)
-                frozen = page.evaluate("2 - window.__ckptFreezes")
-                layers = _layers(page)
-                zoom = _experts(page)
-                sizes = _tensor_sizes(page)
-                plan = _repair_plan(page)
-                plotly_modules = page.evaluate(
-                    "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
-                )
-            except Exception:
-                _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
-                raise
-        finally:
-            browser.close()
+    page = open_notebook(chromium, lab, NOTEBOOK, errors, init_script=FREEZE)
+    try:
+        run_all_cells(page, timeout=240)
+        page.wait_for_selector(".ckpt-dashboard >> nth=1", timeout=60_000)
+        refused = _consolidate_refused(page)
+        page.evaluate("window.__ckptFreezes = 2")  # the Files tab's figure and grid
+        files = _files(page)
+        frozen = page.evaluate("2 - window.__ckptFreezes")
+        layers = _layers(page)
+        zoom = _experts(page)
+        sizes = _tensor_sizes(page)
+        plan = _repair_plan(page)
+        plotly_modules = page.evaluate(
+            "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
+        )
+    except Exception:
+        _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
+        raise
+    finally:
+        page.close()
 
     assert "Nothing was written" in refused["status"] and "overwrite" in refused["status"]
     assert "PlanRefusedError" in refused["status"] and not refused["traceback"]

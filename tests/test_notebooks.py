@@ -8,7 +8,9 @@ once per session here) and write their copies under CKPT_WORK_DIR.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -121,16 +123,20 @@ def test_every_notebook_is_stored_without_outputs():
                 assert "assert " not in "".join(cell["source"]), path.name
 
 
-# Notebooks executed by `test_notebook_runs_top_to_bottom`, kept for the HTML export test.
-_EXECUTED: dict[str, nbformat.NotebookNode] = {}
 # The one exported to HTML and opened in Chromium.
 EXPORTED = "01-explore-a-checkpoint"
+# Notebooks executed at once. A notebook spends much of its time waiting: for its kernel to
+# start, for the load verdict's child, for a consolidation's processes. Measured on 2 cores
+# (test_notebooks.py alone): one at a time 88 s; three at a time, see the closing note of
+# issue 35. More than three only share the same two cores between more kernels.
+AT_ONCE = 3
 
 
-def _execute(path: Path, kernel_env: dict[str, str], monkeypatch) -> nbformat.NotebookNode:
-    """`path` executed headless by nbclient (what nbconvert --execute and papermill run)."""
-    for key, value in kernel_env.items():
-        monkeypatch.setenv(key, value)
+async def _execute(
+    path: Path, kernel_env: dict[str, str], slots: asyncio.Semaphore
+) -> nbformat.NotebookNode:
+    """`path` executed headless by nbclient (what nbconvert --execute and papermill run),
+    its kernel with the environment `kernel_env` adds."""
     book = nbformat.read(path, as_version=4)
     client = NotebookClient(
         book,
@@ -138,14 +144,47 @@ def _execute(path: Path, kernel_env: dict[str, str], monkeypatch) -> nbformat.No
         timeout=120,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
-    client.execute()  # raises CellExecutionError, naming the cell, on the first error
-    _EXECUTED[path.stem] = book
+    async with slots:
+        # Raises CellExecutionError, naming the cell, on the first error.
+        await client.async_execute(env={**os.environ, **kernel_env})
+    return book
+
+
+async def _execute_all(
+    paths: list[Path], kernel_env: dict[str, str]
+) -> dict[str, nbformat.NotebookNode | BaseException]:
+    slots = asyncio.Semaphore(AT_ONCE)
+    done = await asyncio.gather(
+        *(_execute(p, kernel_env, slots) for p in paths), return_exceptions=True
+    )
+    return {p.stem: book for p, book in zip(paths, done, strict=True)}
+
+
+@pytest.fixture(scope="session")
+def executed(
+    request: pytest.FixtureRequest, kernel_env: dict[str, str]
+) -> dict[str, nbformat.NotebookNode | BaseException]:
+    """The notebooks this run's tests look at (`test_notebook_runs_top_to_bottom`'s selected
+    ones, and EXPORTED for the HTML test), executed `AT_ONCE` at a time, by stem; a notebook
+    that failed maps to its error, raised by the test of that notebook alone."""
+    wanted = {EXPORTED}
+    for item in request.session.items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if item.path == Path(__file__) and "path" in params:
+            wanted.add(params["path"].stem)
+    return asyncio.run(_execute_all([p for p in ALL if p.stem in wanted], kernel_env))
+
+
+def _book(executed: dict, stem: str) -> nbformat.NotebookNode:
+    book = executed[stem]
+    if isinstance(book, BaseException):
+        raise book
     return book
 
 
 @pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
-def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], monkeypatch):
-    book = _execute(path, kernel_env, monkeypatch)
+def test_notebook_runs_top_to_bottom(path: Path, executed: dict, kernel_env: dict[str, str]):
+    book = _book(executed, path.stem)
     outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = _text(outputs)
@@ -172,46 +211,40 @@ def test_notebook_runs_top_to_bottom(path: Path, kernel_env: dict[str, str], mon
 
 @pytest.mark.browser
 def test_an_executed_notebook_saved_as_html_shows_its_snapshot(
-    kernel_env: dict[str, str], monkeypatch, tmp_path: Path
+    executed: dict, chromium, tmp_path: Path
 ):
     """What a person shares after `jupyter nbconvert --execute` and `--to html`: opened
     without the widget manager or the network, the page shows the dashboard's finished
-    snapshot and its PNG figures. The notebook executed above is reused (run alone, this
-    executes it)."""
-    from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
+    snapshot and its PNG figures. The notebook is the one executed for the test above (run
+    alone, this test executes it)."""
+    from browser import ARTIFACTS
     from nbconvert import HTMLExporter
 
-    sync_playwright = sync_playwright_or_fail()
-    book = _EXECUTED.get(EXPORTED)
-    if book is None:
-        book = _execute(NOTEBOOKS / f"{EXPORTED}.ipynb", kernel_env, monkeypatch)
+    book = _book(executed, EXPORTED)
     outputs = [o for cell in book.cells if cell.cell_type == "code" for o in cell.outputs]
     pngs = sum("image/png" in o.get("data", {}) for o in outputs)
     page_file = tmp_path / f"{EXPORTED}.html"
     page_file.write_text(HTMLExporter().from_notebook_node(book)[0], encoding="utf-8")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 1000})
-            local = "file://"
-            page.route(
-                "**/*",
-                lambda route: (
-                    route.continue_() if route.request.url.startswith(local) else route.abort()
-                ),
-            )
-            page.goto(page_file.as_uri(), wait_until="load")
-            snapshot = page.locator(".ckpt-snapshot").first
-            snapshot.wait_for(state="visible", timeout=30_000)
-            text = " ".join(snapshot.inner_text().split())
-            shown = page.evaluate(
-                "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
-                ".filter(img => img.complete && img.naturalWidth > 0 && img.offsetParent)"
-                ".length"
-            )
-            page.screenshot(path=str(ARTIFACTS / "headless-snapshot-html.png"), full_page=True)
-        finally:
-            browser.close()
+    page = chromium.new_page(viewport={"width": 1300, "height": 1000})
+    try:
+        local = "file://"
+        page.route(
+            "**/*",
+            lambda route: (
+                route.continue_() if route.request.url.startswith(local) else route.abort()
+            ),
+        )
+        page.goto(page_file.as_uri(), wait_until="load")
+        snapshot = page.locator(".ckpt-snapshot").first
+        snapshot.wait_for(state="visible", timeout=30_000)
+        text = " ".join(snapshot.inner_text().split())
+        shown = page.evaluate(
+            "() => [...document.querySelectorAll('.jp-RenderedImage img, .output_png img')]"
+            ".filter(img => img.complete && img.naturalWidth > 0 && img.offsetParent)"
+            ".length"
+        )
+        page.screenshot(path=str(ARTIFACTS / "headless-snapshot-html.png"), full_page=True)
+    finally:
+        page.close()
     assert "Will it load?" in text and "checking" not in text and "rendering" not in text, text
     assert pngs >= 3 and shown == pngs

@@ -1,14 +1,14 @@
 """Open the HTML report in headless Chromium with every network request blocked: the expert
 heatmap must render and the findings table must list every finding. Screenshot in
-build/test-artifacts/report.png. The tests share one checkpoint and one browser."""
+build/test-artifacts/report.png. The tests share one checkpoint, and the session's Chromium
+(tests/conftest.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
+from browser import ARTIFACTS
 from inspector.widgets.report import write_html_report
 from test_report_html import EXPERTS, LAYERS, write_moe_checkpoint
 
@@ -26,24 +26,12 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return scanned, check(scanned)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator:
-    sync_playwright = sync_playwright_or_fail()
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-def test_report_renders_offline_in_chromium(moe: tuple, browser, tmp_path: Path):
+def test_report_renders_offline_in_chromium(moe: tuple, chromium, tmp_path: Path):
     scanned, findings = moe
     report = write_html_report(scanned, findings, tmp_path / "report.html")
     requested: list[str] = []
     errors: list[str] = []
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page = chromium.new_page(viewport={"width": 1280, "height": 900})
     # The report must need nothing but itself: anything not file:// is refused.
     page.route("**/*", _only_files(requested))
     page.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -102,12 +90,12 @@ _BREAKS_INSIDE_WORDS = """() => {
 }"""
 
 
-def test_names_in_the_findings_table_wrap_between_words(moe: tuple, browser, tmp_path: Path):
+def test_names_in_the_findings_table_wrap_between_words(moe: tuple, chromium, tmp_path: Path):
     """In a narrow window the file column wraps "model-00002-of-00003.safetensors" after its
     separators, never inside "safetensors"."""
     scanned, findings = moe
     report = write_html_report(scanned, findings, tmp_path / "report.html")
-    page = browser.new_page(viewport={"width": 760, "height": 900})
+    page = chromium.new_page(viewport={"width": 760, "height": 900})
     page.route("**/*", _only_files())
     page.goto(report.as_uri(), wait_until="load")
     table = page.locator("#findings-table")
@@ -124,7 +112,7 @@ def test_names_in_the_findings_table_wrap_between_words(moe: tuple, browser, tmp
 
 
 def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(
-    moe: tuple, browser, tmp_path: Path
+    moe: tuple, chromium, tmp_path: Path
 ):
     """`--light`: with the CDN reachable (served here from plotly.py's own copy, so the SRI
     hash is checked for real) the heatmap draws; offline the report says the figures are
@@ -150,7 +138,7 @@ def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(
         else:
             _only_files()(route)
 
-    online = browser.new_page(viewport={"width": 1280, "height": 900})
+    online = chromium.new_page(viewport={"width": 1280, "height": 900})
     online.route("**/*", cdn)
     online.goto(report.as_uri(), wait_until="load")
     online.wait_for_selector(
@@ -160,7 +148,7 @@ def test_light_report_draws_from_the_cdn_and_says_when_it_cannot(
     )
     note_online = online.locator("#figures-note").inner_text()
     online.screenshot(path=str(ARTIFACTS / "report-light.png"))
-    offline = browser.new_page(viewport={"width": 1280, "height": 900})
+    offline = chromium.new_page(viewport={"width": 1280, "height": 900})
     offline.route("**/*", _only_files())
     offline.goto(report.as_uri(), wait_until="load")
     missing = offline.locator(".cdn-missing")
