@@ -21,7 +21,7 @@ Times (best of `--repeat`, wall clock, in this process; the child's time include
 - C unpickle alone: the restricted unpickler (`_unpickle`), no audit, no bound;
 - bare: that unpickle and the conversion to the scan's data, unbounded: the floor of
   reading the file without running its code, and the work every guarded read also does;
-- audited: the pure-Python audit (`pickle_guard`), then the same, in this process;
+- audited: the pure-Python audit (`pickles.audit`), then the same, in this process;
 - sandboxed: `read_dcp_metadata` as the scan calls it: the same work in a forked child
   bounded by RLIMIT_CPU / RLIMIT_AS, the result shipped back pickled;
 - the whole scan with the sandboxed, the audited and no guard at all.
@@ -48,7 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inspector._internal.common.gc import gc_paused
-from inspector._internal.formats import safe_pickle
+from inspector._internal.formats.pickles import dcp_metadata
 from inspector._internal.layouts import torch_dist
 from inspector._internal.scan.entry import scan
 
@@ -157,19 +157,19 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return best
 
 
-def _convert(meta: safe_pickle.StandIn) -> object:
+def _convert(meta: dcp_metadata.StandIn) -> object:
     return torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
 
 
 def read_unguarded(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
     """The restricted C unpickler and the conversion, in this process, unbounded: the floor
     of reading the file without running its code (what the guard is measured against)."""
-    return convert(safe_pickle._unpickle(data))
+    return convert(dcp_metadata._unpickle(data))
 
 
 def read_audited(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
     """The pure-Python audit, then the unpickle and the conversion, in this process."""
-    return convert(safe_pickle.load_dcp_metadata(data))
+    return convert(dcp_metadata.load_dcp_metadata(data))
 
 
 def read_sandboxed(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
@@ -178,7 +178,7 @@ def read_sandboxed(data: bytes, convert: Callable[[Any], object] = _convert) -> 
     from inspector._internal.checkpoint.scanned import TorchDistTensor
 
     classes = (TorchDistTensor, ReadProblem, FileRole, ProblemKind)
-    return safe_pickle.read_dcp_metadata(data, convert, classes=classes)
+    return dcp_metadata.read_dcp_metadata(data, convert, classes=classes)
 
 
 @contextlib.contextmanager
@@ -198,10 +198,10 @@ def admit_planner_classes() -> str:
     admits them (issue 8, item 1) the benchmark stands them in itself, and says so."""
     names = ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData")
     module = "torch.distributed.checkpoint.planner"
-    missing = [n for n in names if (module, n) not in safe_pickle._ALLOWED]
+    missing = [n for n in names if (module, n) not in dcp_metadata._ALLOWED]
     for name in missing:
-        kind = safe_pickle._stand_in(name)
-        safe_pickle._ALLOWED[(module, name)] = kind if name != "WriteItemType" else int
+        kind = dcp_metadata._stand_in(name)
+        dcp_metadata._ALLOWED[(module, name)] = kind if name != "WriteItemType" else int
     return f" (stood in by the benchmark: {', '.join(missing)})" if missing else ""
 
 
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     note = "" if args.no_plans else " + all_local_plans" + admit_planner_classes()
     size = f"{len(data) / 1e6:,.1f} MB"
     print(f".metadata: {size}, {args.tensors:,} tensors x {args.chunks} chunks{note}")
-    unpickle = best_of(args.repeat, lambda: safe_pickle._unpickle(data))
+    unpickle = best_of(args.repeat, lambda: dcp_metadata._unpickle(data))
     bare = best_of(args.repeat, lambda: read_unguarded(data))
     audited = best_of(args.repeat, lambda: read_audited(data))
     sandboxed = best_of(args.repeat, lambda: read_sandboxed(data))

@@ -240,7 +240,7 @@ BIN_ATTACKS: dict[str, tuple[bytes, str | None]] = {
     "deep": (OP["EMPTY_TUPLE"] + OP["TUPLE1"] * 200 + _POP, "pickle-bomb"),
 }
 
-# The same for a DCP `.metadata` (the restricted unpickler of `formats.safe_pickle`, in this
+# The same for a DCP `.metadata` (the restricted unpickler of `pickles.dcp_metadata`, in this
 # process or in the bounded child): the code its folder gets ("pickle-hostile", or
 # "torch-dist-metadata-unreadable").
 _DCP = "torch.distributed.checkpoint.metadata"
@@ -299,17 +299,18 @@ def stand_in_state(*readers: str) -> list[object]:
     defaults), the classes and enum members the bounded child's reply may name, and
     copyreg's process-wide extension registry and cache. Equal before and after a read: the read
     changed nothing another read uses. `readers` picks some of "bin" (`formats.torch_bin`),
-    "metadata" (`formats.safe_pickle`) and "reply" (`formats.sandbox` and the classes its
+    "metadata" (`pickles.dcp_metadata`) and "reply" (`pickles.sandbox` and the classes its
     reply names); all by default."""
     import copyreg
 
     from inspector._internal.checkpoint import read_problems, scanned
-    from inspector._internal.formats import safe_pickle, sandbox, stand_ins, torch_bin
+    from inspector._internal.formats import torch_bin
+    from inspector._internal.formats.pickles import dcp_metadata, sandbox, stand_ins
 
     readers = readers or ("bin", "metadata", "reply")
     modules = [stand_ins]
     modules += [torch_bin] if "bin" in readers else []
-    modules += [safe_pickle] if "metadata" in readers else []
+    modules += [dcp_metadata] if "metadata" in readers else []
     modules += [sandbox, read_problems] if "reply" in readers else []
     out: list[object] = []
     for module in modules:
@@ -380,7 +381,7 @@ def read_one(kind: str, data: bytes) -> str:
         shard = read_bin_columns(Reader(), "x.bin")
         columns = (shard.names, shard.dtypes, shard.shapes, shard.begins, shard.ends)
         return repr((columns, [(f.code, f.message) for f in shard.findings]))
-    from inspector._internal.formats.safe_pickle import load_dcp_metadata
+    from inspector._internal.formats.pickles.dcp_metadata import load_dcp_metadata
     from inspector._internal.layouts import torch_dist
 
     try:

@@ -211,7 +211,7 @@ _OWN_FILE_ACCESS = {
     "inspector/_internal/plans/consolidate/engine.py",
     "inspector/_internal/plans/consolidate/driver.py",
     "inspector/_internal/plans/consolidate/dest.py",
-    "inspector/_internal/formats/sandbox.py",
+    "inspector/_internal/formats/pickles/sandbox.py",
     "inspector/_internal/load/verdict.py",
     "inspector/_internal/load/sealed.py",
     # writes the private copy vLLM reads, inside the sealed folder (reads go through storage)

@@ -265,24 +265,24 @@ def test_the_metadata_child_gets_only_what_the_storage_read(
     tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Large `.metadata` files are unpickled in a bounded child
-    (`inspector._internal.formats.sandbox`), from bytes this process read through the storage: a
+    (`pickles.sandbox`), from bytes this process read through the storage: a
     link out of the folder, a FIFO or a file over the cap is refused before any child runs. The
     child is forced on for every size here (its threshold is 1 MB) and counted."""
-    import inspector._internal.formats.safe_pickle as safe_pickle
-    from inspector._internal.formats.sandbox import SandboxLimits
+    from inspector._internal.formats.pickles import dcp_metadata
+    from inspector._internal.formats.pickles.sandbox import SandboxLimits
     from inspector._internal.layouts import torch_dist
 
     children: list[int] = []
-    real = safe_pickle.run_bounded
+    real = dcp_metadata.run_bounded
 
     def counted(fn: Callable[[], object], *, size: int, **kwargs: object) -> object:
         children.append(size)
         return real(fn, size=size, **kwargs)
 
-    monkeypatch.setattr(safe_pickle, "run_bounded", counted)
-    defaults = dict(safe_pickle.read_dcp_metadata.__kwdefaults__ or {})
+    monkeypatch.setattr(dcp_metadata, "run_bounded", counted)
+    defaults = dict(dcp_metadata.read_dcp_metadata.__kwdefaults__ or {})
     defaults["limits"] = SandboxLimits(min_size=0)
-    monkeypatch.setattr(safe_pickle.read_dcp_metadata, "__kwdefaults__", defaults)
+    monkeypatch.setattr(dcp_metadata.read_dcp_metadata, "__kwdefaults__", defaults)
     folder = write_torch_dist_demo(tmp_path / "run")
     meta = folder / ITER / ".metadata"
     healthy = scan(folder)

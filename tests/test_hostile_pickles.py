@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from inspector._internal.checks import check
-from inspector._internal.formats.pickle_guard import (
+from inspector._internal.formats.pickles.audit import (
     HostilePickleError,
     PickleBombError,
     PickleFormatError,
@@ -25,7 +25,7 @@ from inspector._internal.formats.pickle_guard import (
     hostile_globals,
     short_repr,
 )
-from inspector._internal.formats.safe_pickle import RefusedGlobalError, load_dcp_metadata
+from inspector._internal.formats.pickles.dcp_metadata import RefusedGlobalError, load_dcp_metadata
 from inspector._internal.scan.entry import scan
 
 # Pickle opcodes used to hand-build streams that Python could not build as objects (the

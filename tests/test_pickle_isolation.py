@@ -45,15 +45,15 @@ from inspector._internal.checkpoint.scanned import TorchDistTensor
 from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.main import main
-from inspector._internal.formats import safe_pickle, sandbox
-from inspector._internal.formats.pickle_guard import (
+from inspector._internal.formats.pickles import dcp_metadata, sandbox
+from inspector._internal.formats.pickles.audit import (
     GlobalMutationError,
     HostilePickleError,
     audit_pickle,
     check_pickle,
 )
-from inspector._internal.formats.safe_pickle import Dims
-from inspector._internal.formats.sandbox import (
+from inspector._internal.formats.pickles.dcp_metadata import Dims
+from inspector._internal.formats.pickles.sandbox import (
     SandboxFailed,
     SandboxLimits,
     run_bounded,
@@ -316,9 +316,9 @@ def test_a_metadata_pickle_acting_on_a_global_is_refused_and_no_later_read_chang
     if path == "child":
         if not sandbox_available():
             pytest.skip("the sandbox is Linux-only")
-        defaults = dict(safe_pickle.read_dcp_metadata.__kwdefaults__ or {})
+        defaults = dict(dcp_metadata.read_dcp_metadata.__kwdefaults__ or {})
         defaults["limits"] = FORCED
-        monkeypatch.setattr(safe_pickle.read_dcp_metadata, "__kwdefaults__", defaults)
+        monkeypatch.setattr(dcp_metadata.read_dcp_metadata, "__kwdefaults__", defaults)
     _, expected = METADATA_ATTACKS[name]
     before = stand_in_state()
     codes = {f.code for f in check(scan(files.hostile_dcp(name)), model=False)}
@@ -373,7 +373,7 @@ def test_stand_ins_refuse_every_change() -> None:
     from inspector._internal.formats.torch_bin import _stand_ins
 
     attribute = "dtype"
-    for table in (_stand_ins(), safe_pickle._stand_ins()):
+    for table in (_stand_ins(), dcp_metadata._stand_ins()):
         for key, stand_in in table.items():
             with pytest.raises((HostilePickleError, TypeError)):
                 stand_in.__setstate__({"x": 1})

@@ -1,4 +1,4 @@
-"""The bounded child that reads large `.metadata` files (`inspector._internal.formats.sandbox`): it
+"""The bounded child that reads large `.metadata` files (`pickles.sandbox`): it
 computes in another process, a bomb kills only the child and the stream then takes the audited path,
 which names what was refused; a healthy file gives exactly what the audited path gives.
 
@@ -19,7 +19,7 @@ from test_hostile_pickles import _Reduces, dag_key_metadata, deep_key_metadata
 
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
 from inspector._internal.checkpoint.scanned import TorchDistTensor
-from inspector._internal.formats.safe_pickle import (
+from inspector._internal.formats.pickles.dcp_metadata import (
     Dims,
     HostilePickleError,
     MetadataFormatError,
@@ -29,7 +29,7 @@ from inspector._internal.formats.safe_pickle import (
     load_dcp_metadata,
     read_dcp_metadata,
 )
-from inspector._internal.formats.sandbox import (
+from inspector._internal.formats.pickles.sandbox import (
     SandboxFailed,
     SandboxLimits,
     run_bounded,

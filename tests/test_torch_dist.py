@@ -26,7 +26,7 @@ from inspector._internal.demo.torch_dist import (
     save_megatron_dcp,
     write_torch_dist_demo,
 )
-from inspector._internal.formats.safe_pickle import (
+from inspector._internal.formats.pickles.dcp_metadata import (
     MetadataFormatError,
     RefusedGlobalError,
     load_dcp_metadata,
@@ -427,7 +427,7 @@ def test_storage_path_leaving_the_folder_is_dropped(demo: Path) -> None:
 def test_safe_unpickler_never_imports_torch(demo: Path) -> None:
     script = (
         "import sys; sys.modules['torch'] = None\n"
-        "from inspector._internal.formats.safe_pickle import load_dcp_metadata\n"
+        "from inspector._internal.formats.pickles.dcp_metadata import load_dcp_metadata\n"
         f"meta = load_dcp_metadata(open({str(demo / ITER / '.metadata')!r}, 'rb').read())\n"
         "entries = meta.get('state_dict_metadata')\n"
         "print(len(entries), entries['output_layer.weight'].get('size'))\n"

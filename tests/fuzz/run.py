@@ -185,8 +185,8 @@ def _fork_server(spec_text: str) -> int:
     started = time.monotonic()
     sys.path.insert(0, str(REPO))
     with atheris.instrument_imports(include=["inspector"]):
-        import inspector._internal.formats.pickle_guard
-        import inspector._internal.formats.safe_pickle
+        import inspector._internal.formats.pickles.audit
+        import inspector._internal.formats.pickles.dcp_metadata
         import inspector._internal.formats.safetensors
         import inspector._internal.layouts._common
         import inspector._internal.layouts.torch_dist

@@ -210,12 +210,12 @@ def _assert_isolated(kind: str, before: list[object]) -> None:
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
     torch_dist reader does: declared refusals only, and a bounded walk."""
-    from inspector._internal.formats.pickle_guard import (
+    from inspector._internal.formats.pickles.audit import (
         PickleFormatError,
         audit_pickle,
         hostile_globals,
     )
-    from inspector._internal.formats.safe_pickle import (
+    from inspector._internal.formats.pickles.dcp_metadata import (
         HostilePickleError,
         MetadataFormatError,
         PickleBombError,
@@ -255,7 +255,7 @@ def pickle_sandbox(data: bytes) -> None:
     limits, and what comes back is plain data), never one it refuses for its globals."""
     from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
     from inspector._internal.checkpoint.scanned import TorchDistTensor
-    from inspector._internal.formats.safe_pickle import (
+    from inspector._internal.formats.pickles.dcp_metadata import (
         HostilePickleError,
         MetadataFormatError,
         PickleBombError,
@@ -263,7 +263,7 @@ def pickle_sandbox(data: bytes) -> None:
         load_dcp_metadata,
         read_dcp_metadata,
     )
-    from inspector._internal.formats.sandbox import SandboxLimits, sandbox_available
+    from inspector._internal.formats.pickles.sandbox import SandboxLimits, sandbox_available
     from inspector._internal.layouts import torch_dist
 
     if not sandbox_available():

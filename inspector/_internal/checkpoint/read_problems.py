@@ -15,7 +15,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, fold, make_finding
-from inspector._internal.formats.stand_ins import refuse_state
+from inspector._internal.formats.pickles.stand_ins import refuse_state
 
 __all__ = ["CODES", "FileRole", "ProblemKind", "ReadProblem", "read_problem_findings"]
 
@@ -36,7 +36,7 @@ class FileRole(StrEnum):
     # A .distcp file the storage map names (its size is compared with the stored ranges).
     TORCH_DIST_DATA = "torch-dist-data"
 
-    # The bounded child's reply names this enum (`formats.sandbox`): BUILD on a member,
+    # The bounded child's reply names this enum (`formats.pickles.sandbox`): BUILD on a member,
     # which every reader shares, is refused instead of changing it for the process.
     __setstate__ = refuse_state
 

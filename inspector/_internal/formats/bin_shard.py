@@ -13,7 +13,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
 from inspector._internal.common.text import examples
 from inspector._internal.findings.finding import Finding, fold_listed, make_finding
-from inspector._internal.formats.pickle_guard import HostilePickleError, PickleBombError
+from inspector._internal.formats.pickles.audit import HostilePickleError, PickleBombError
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.torch_bin import (
     BIN_HEADER_CAP,

@@ -6,11 +6,11 @@ Since torch 1.6 `torch.save` writes a zip archive of STORED records (docs/format
 `byteorder`, `version`, ... This module reads the zip's central directory (standard library
 `zipfile`, through a file object that refuses to read more than a budget), the local header
 of each storage record (for the absolute data offset) and `data.pkl`, which it audits
-(`formats.pickle_guard`) and unpickles with a restricted unpickler of its own: every global
+(`formats.pickles.audit`) and unpickles with a restricted unpickler of its own: every global
 the file may name is looked up in a table of inert stand-ins (`torch._utils.
 _rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more),
 any other global is refused, and no storage byte is read. The table is made for each read
-and its stand-ins refuse every change (`formats.stand_ins`), so nothing a data.pkl does
+and its stand-ins refuse every change (`formats.pickles.stand_ins`), so nothing a data.pkl does
 changes how another file is read.
 
 Reads are few and bounded, which matters on a remote store where each is a round trip: the
@@ -42,13 +42,13 @@ from typing import Any, Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
-from inspector._internal.formats.pickle_guard import (
+from inspector._internal.formats.pickles.audit import (
     HostilePickleError,
     PickleFormatError,
     check_pickle,
     short_repr,
 )
-from inspector._internal.formats.stand_ins import Inert, InertCall
+from inspector._internal.formats.pickles.stand_ins import Inert, InertCall
 from inspector.errors import UnsafeInputError
 
 
@@ -260,7 +260,7 @@ class _Budgeted(io.RawIOBase):
 
 # -- the restricted unpickler ----------------------------------------------------------------
 # Every object below is a stand-in made for one read and refuses every change
-# (`formats.stand_ins`): what one data.pkl does to them cannot reach the next file read.
+# (`formats.pickles.stand_ins`): what one data.pkl does to them cannot reach the next file read.
 
 
 class _StorageType(Inert):

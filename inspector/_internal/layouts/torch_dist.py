@@ -5,7 +5,7 @@ torch_dist").
     iter_0000100/ .metadata  __0_0.distcp ...  metadata.json  common.pt
 
 Only metadata is read: `.metadata` through the restricted unpickler of
-`inspector._internal.formats.safe_pickle` (nothing it names is imported or run), `metadata.json` as
+`pickles.dcp_metadata` (nothing it names is imported or run), `metadata.json` as
 JSON, and the common state with `torch.load(weights_only=True)`. Tensor bytes in the `.distcp` files
 are never read; their sizes are recorded for `inspector._internal.checks.torch_dist`, which compares
 them with the ranges `.metadata` stores and judges everything else.
@@ -39,8 +39,8 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.text import examples, short_repr
-from inspector._internal.formats.pickle_guard import audit_torch_save
-from inspector._internal.formats.safe_pickle import (
+from inspector._internal.formats.pickles.audit import audit_torch_save
+from inspector._internal.formats.pickles.dcp_metadata import (
     Dims,
     HostilePickleError,
     MetadataFormatError,
@@ -572,7 +572,7 @@ def _inert_torch_load(torch: Any, data: bytes) -> Any:
     """`torch.load(weights_only=True)` where each global torch would refuse (Megatron enums,
     `argparse.Namespace`...) is replaced by an `_Opaque` record: nothing is imported.
 
-    Every pickle in the file is audited first (`inspector._internal.formats.pickle_guard`): one
+    Every pickle in the file is audited first (`pickles.audit`): one
     naming code-running callables or asking for unbounded work is refused before torch sees it.
     Tensors load on the meta device: only dtype and shape are kept, so no storage size
     the file claims is ever allocated."""
@@ -623,7 +623,7 @@ def _plain_container(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
 
 
 def refusal_kind(exc: HostilePickleError | PickleBombError) -> ProblemKind:
-    """The problem kind of a pickle `inspector._internal.formats.pickle_guard` refused (the check
+    """The problem kind of a pickle `pickles.audit` refused (the check
     names the code: pickle-hostile or pickle-bomb)."""
     return ProblemKind.HOSTILE if isinstance(exc, HostilePickleError) else ProblemKind.BOMB
 

@@ -6,13 +6,13 @@ unpickler never imports anything: every global the file may name is looked up in
 list of names, each resolved to an inert stand-in defined here (DCP metadata records,
 `torch.Size`, dtypes, layouts, Megatron's `MCoreMetadata`). Any other global is refused
 before it is resolved, so a hostile file cannot run code. Torch is not needed, nor imported.
-The stand-ins are made for each read and refuse every change (`formats.stand_ins`): nothing
+The stand-ins are made for each read and refuse every change (`formats.pickles.stand_ins`): nothing
 a file does to them reaches the next file read.
 
-`load_dcp_metadata` audits the stream (`inspector._internal.formats.pickle_guard`) before unpickling
+`load_dcp_metadata` audits the stream (`pickles.audit`) before unpickling
 it;
 `read_dcp_metadata`, what the scan uses, runs large streams without the audit in a child
-process the OS bounds (`inspector._internal.formats.sandbox`) and falls back to the audit when the
+process the OS bounds (`pickles.sandbox`) and falls back to the audit when the
 child gives no answer.
 
 The table was derived by disassembling (`pickletools.dis`) the `.metadata` that
@@ -32,7 +32,7 @@ from typing import Any, TypeVar, cast
 from inspector._internal.common.dtypes import (
     TORCH_DTYPES,  # re-exported: the table lives in inspector._internal.common.dtypes
 )
-from inspector._internal.formats.pickle_guard import (
+from inspector._internal.formats.pickles.audit import (
     DEFAULT_LIMITS,
     HostilePickleError,
     PickleBombError,
@@ -41,14 +41,19 @@ from inspector._internal.formats.pickle_guard import (
     hostile_globals,
     short_repr,
 )
-from inspector._internal.formats.sandbox import (
+from inspector._internal.formats.pickles.sandbox import (
     DEFAULT_SANDBOX,
     SandboxFailed,
     SandboxLimits,
     SandboxUnavailable,
     run_bounded,
 )
-from inspector._internal.formats.stand_ins import Inert, InertCall, SealedClass, refuse_state
+from inspector._internal.formats.pickles.stand_ins import (
+    Inert,
+    InertCall,
+    SealedClass,
+    refuse_state,
+)
 from inspector.errors import UnsafeInputError
 
 __all__ = [
@@ -349,7 +354,7 @@ class _DcpUnpickler(pickle.Unpickler):
 def load_dcp_metadata(data: bytes) -> StandIn:
     """Unpickle `.metadata` bytes into stand-ins; returns the `Metadata` stand-in.
 
-    The stream is audited first (`inspector._internal.formats.pickle_guard`), so nothing is
+    The stream is audited first (`pickles.audit`), so nothing is
     unpickled that would take unbounded work. Raises `HostilePickleError` when the pickle names
     callables that run code, `RefusedGlobalError` when it names anything else outside the
     allow-list, `PickleBombError` when unpickling it would take unbounded work, and
@@ -380,7 +385,7 @@ def read_dcp_metadata(
 
     From `limits.min_size` bytes on (where the sandbox exists), the restricted unpickler
     and `convert` run without the audit in a child process the OS bounds (CPU time and
-    memory in proportion to the input, `inspector._internal.formats.sandbox`): at C speed, and a
+    memory in proportion to the input, `pickles.sandbox`): at C speed, and a
     bomb only kills the child. `convert` must turn the stand-ins into plain data (containers,
     scalars, `Dims` and the `classes` named), which is what comes back. When the child
     gives no result (a refused global, a malformed stream, a limit), the stream takes the

@@ -1,7 +1,7 @@
 """Run one function over untrusted input in a child process that the OS bounds.
 
 Why: a DCP `.metadata` of 100 MB+ is millions of pickle opcodes. The pure-Python audit of
-`inspector._internal.formats.pickle_guard` costs several times the C unpickler on it (a loop that
+`pickles.audit` costs several times the C unpickler on it (a loop that
 only steps over the opcodes is already 1.5x the unpickle), so a guard that must stay within 2x of
 the unpickle cannot be a pass over the stream in this process. Instead the unpickle (and the
 walk that turns its result into plain data) runs at C speed in a forked child whose CPU
@@ -263,7 +263,7 @@ def _reply_classes(classes: Iterable[type]) -> dict[tuple[str, str], type]:
     on a class it names, or on an enum member (REDUCE gives the shared member), would change
     that object for the whole process. BUILD goes through `__setstate__` when the object
     has one: a frozen dataclass's sets only a new instance's fields (on the class itself it
-    fails), an enum's or `Dims`' must refuse (`formats.stand_ins.refuse_state`). Without one,
+    fails), an enum's or `Dims`' must refuse (`pickles.stand_ins.refuse_state`). Without one,
     BUILD would set the class's or the member's attributes."""
     allowed = {}
     for cls in classes:

@@ -18,9 +18,9 @@ So every stand-in
   (a function object would take attributes, `__defaults__` included); a class a stream may
   instantiate is made with `SealedClass`, which refuses changes to the class itself.
 
-The audit refuses such a stream before any of this runs (`pickle_guard`: a mutation of a
+The audit refuses such a stream before any of this runs (`pickles.audit`: a mutation of a
 global is `pickle-hostile`); these objects make the same promise hold where no audit runs
-(the bounded child of `sandbox`) and against an opcode sequence the audit does not model.
+(the bounded child of `pickles.sandbox`) and against an opcode sequence the audit does not model.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from inspector._internal.formats.pickle_guard import GlobalMutationError
+from inspector._internal.formats.pickles.audit import GlobalMutationError
 
 __all__ = ["Inert", "InertCall", "SealedClass", "refuse_state"]
 
