@@ -18,7 +18,7 @@ folder holds sparse `__<rank>_0.distcp` files of the right sizes and Megatron's
 
 Times (best of `--repeat`, wall clock, in this process; the child's time included):
 
-- C unpickle alone: the restricted unpickler (`_unpickle`), no audit, no bound;
+- C unpickle alone: the restricted unpickler (`_metadata`, unaudited), no audit, no bound;
 - bare: that unpickle and the conversion to the scan's data, unbounded: the floor of
   reading the file without running its code, and the work every guarded read also does;
 - audited: the pure-Python audit (`pickles.audit`), then the same, in this process;
@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.formats.pickles import dcp_metadata
+from inspector._internal.formats.pickles.stand_ins import StandIn
 from inspector._internal.layouts import torch_dist
 from inspector._internal.scan.entry import scan
 
@@ -157,14 +158,14 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return best
 
 
-def _convert(meta: dcp_metadata.StandIn) -> object:
+def _convert(meta: StandIn) -> object:
     return torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
 
 
 def read_unguarded(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
     """The restricted C unpickler and the conversion, in this process, unbounded: the floor
     of reading the file without running its code (what the guard is measured against)."""
-    return convert(dcp_metadata._unpickle(data))
+    return convert(dcp_metadata._metadata(data, audited=False))
 
 
 def read_audited(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
@@ -193,18 +194,6 @@ def scan_reading(reader: Callable[..., object] | None) -> Iterator[None]:
         torch_dist.read_dcp_metadata = saved
 
 
-def admit_planner_classes() -> str:
-    """megatron-core 0.16.1 pickles its save plans into `.metadata`; until the allow-list
-    admits them (issue 8, item 1) the benchmark stands them in itself, and says so."""
-    names = ("SavePlan", "WriteItem", "WriteItemType", "TensorWriteData")
-    module = "torch.distributed.checkpoint.planner"
-    missing = [n for n in names if (module, n) not in dcp_metadata._ALLOWED]
-    for name in missing:
-        kind = dcp_metadata._stand_in(name)
-        dcp_metadata._ALLOWED[(module, name)] = kind if name != "WriteItemType" else int
-    return f" (stood in by the benchmark: {', '.join(missing)})" if missing else ""
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tensors", type=int, default=100_000)
@@ -216,10 +205,10 @@ def main(argv: list[str] | None = None) -> int:
 
     folder = ensure_folder(args.tensors, args.chunks, not args.no_plans)
     data = (folder / ".metadata").read_bytes()
-    note = "" if args.no_plans else " + all_local_plans" + admit_planner_classes()
+    note = "" if args.no_plans else " + all_local_plans"
     size = f"{len(data) / 1e6:,.1f} MB"
     print(f".metadata: {size}, {args.tensors:,} tensors x {args.chunks} chunks{note}")
-    unpickle = best_of(args.repeat, lambda: dcp_metadata._unpickle(data))
+    unpickle = best_of(args.repeat, lambda: dcp_metadata._metadata(data, audited=False))
     bare = best_of(args.repeat, lambda: read_unguarded(data))
     audited = best_of(args.repeat, lambda: read_audited(data))
     sandboxed = best_of(args.repeat, lambda: read_sandboxed(data))

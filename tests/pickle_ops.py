@@ -298,17 +298,24 @@ def stand_in_state(*readers: str) -> list[object]:
     data: the module-level objects of the readers (tables, classes, functions and their
     defaults), the classes and enum members the bounded child's reply may name, and
     copyreg's process-wide extension registry and cache. Equal before and after a read: the read
-    changed nothing another read uses. `readers` picks some of "bin" (`formats.torch_bin`),
+    changed nothing another read uses. The allow-list and the unpickler are always in;
+    `readers` picks some of "bin" (`formats.torch_bin`),
     "metadata" (`pickles.dcp_metadata`) and "reply" (`pickles.sandbox` and the classes its
     reply names); all by default."""
     import copyreg
 
     from inspector._internal.checkpoint import read_problems, scanned
     from inspector._internal.formats import torch_bin
-    from inspector._internal.formats.pickles import dcp_metadata, sandbox, stand_ins
+    from inspector._internal.formats.pickles import (
+        allowed,
+        dcp_metadata,
+        sandbox,
+        stand_ins,
+        unpickler,
+    )
 
     readers = readers or ("bin", "metadata", "reply")
-    modules = [stand_ins]
+    modules = [stand_ins, allowed, unpickler]
     modules += [torch_bin] if "bin" in readers else []
     modules += [dcp_metadata] if "metadata" in readers else []
     modules += [sandbox, read_problems] if "reply" in readers else []

@@ -15,17 +15,20 @@ import pytest
 import torch
 
 from inspector._internal.checks import check
+from inspector._internal.common.text import short_repr
 from inspector._internal.formats.pickles.audit import (
-    HostilePickleError,
-    PickleBombError,
-    PickleFormatError,
     audit_pickle,
     audit_torch_save,
     check_pickle,
     hostile_globals,
-    short_repr,
 )
-from inspector._internal.formats.pickles.dcp_metadata import RefusedGlobalError, load_dcp_metadata
+from inspector._internal.formats.pickles.dcp_metadata import load_dcp_metadata
+from inspector._internal.formats.pickles.errors import (
+    HostilePickleError,
+    PickleBombError,
+    PickleFormatError,
+    RefusedGlobalError,
+)
 from inspector._internal.scan.entry import scan
 
 # Pickle opcodes used to hand-build streams that Python could not build as objects (the

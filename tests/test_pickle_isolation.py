@@ -46,19 +46,16 @@ from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.main import main
 from inspector._internal.formats.pickles import dcp_metadata, sandbox
-from inspector._internal.formats.pickles.audit import (
-    GlobalMutationError,
-    HostilePickleError,
-    audit_pickle,
-    check_pickle,
-)
-from inspector._internal.formats.pickles.dcp_metadata import Dims
+from inspector._internal.formats.pickles.allowed import DATA_PKL, METADATA, stand_ins
+from inspector._internal.formats.pickles.audit import audit_pickle, check_pickle
+from inspector._internal.formats.pickles.errors import GlobalMutationError, HostilePickleError
 from inspector._internal.formats.pickles.sandbox import (
     SandboxFailed,
     SandboxLimits,
     run_bounded,
     sandbox_available,
 )
+from inspector._internal.formats.pickles.stand_ins import Dims
 from inspector._internal.scan.entry import scan
 
 BIN = "pytorch_model.bin"
@@ -370,17 +367,16 @@ def test_a_reply_class_without_a_setstate_is_refused() -> None:
 
 def test_stand_ins_refuse_every_change() -> None:
     """What the readers hand a stream for a global, attacked the way BUILD does it."""
-    from inspector._internal.formats.torch_bin import _stand_ins
-
     attribute = "dtype"
-    for table in (_stand_ins(), dcp_metadata._stand_ins()):
+    for table in (stand_ins(DATA_PKL), stand_ins(METADATA)):
         for key, stand_in in table.items():
             with pytest.raises((HostilePickleError, TypeError)):
                 stand_in.__setstate__({"x": 1})
             with pytest.raises(HostilePickleError):
                 setattr(stand_in, attribute, "bfloat16")  # what BUILD's slot state does
             assert not hasattr(stand_in, "__setitem__") or isinstance(stand_in, type), key
-    assert _stand_ins()[("torch", "FloatStorage")] is not _stand_ins()[("torch", "FloatStorage")]
+    storage = ("torch", "FloatStorage")
+    assert stand_ins(DATA_PKL)[storage] is not stand_ins(DATA_PKL)[storage]
 
 
 _ORDER = st.lists(st.integers(0, 1 << 16), min_size=1, max_size=8)

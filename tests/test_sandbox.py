@@ -20,21 +20,19 @@ from test_hostile_pickles import _Reduces, dag_key_metadata, deep_key_metadata
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
 from inspector._internal.checkpoint.scanned import TorchDistTensor
 from inspector._internal.formats.pickles.dcp_metadata import (
-    Dims,
-    HostilePickleError,
     MetadataFormatError,
-    PickleBombError,
-    StandIn,
-    _unpickle,
+    _metadata,
     load_dcp_metadata,
     read_dcp_metadata,
 )
+from inspector._internal.formats.pickles.errors import HostilePickleError, PickleBombError
 from inspector._internal.formats.pickles.sandbox import (
     SandboxFailed,
     SandboxLimits,
     run_bounded,
     sandbox_available,
 )
+from inspector._internal.formats.pickles.stand_ins import Dims, StandIn
 from inspector._internal.layouts import torch_dist
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="the sandbox is Linux-only")
@@ -54,7 +52,10 @@ def convert(meta: StandIn) -> object:
 def in_child(data: bytes) -> object:
     """The `.metadata` read only through the child: no fallback to the audited path."""
     return run_bounded(
-        lambda: convert(_unpickle(data)), size=len(data), classes=(Dims, *CLASSES), limits=FORCED
+        lambda: convert(_metadata(data, audited=False)),
+        size=len(data),
+        classes=(Dims, *CLASSES),
+        limits=FORCED,
     )
 
 
@@ -115,7 +116,7 @@ def test_a_hash_bomb_exhausts_the_childs_cpu_and_is_then_named(tmp_path: Path) -
     data = dag_key_metadata(40)
     assert SHORT_CPU.cpu_seconds(len(data)) == 1
     with pytest.raises(SandboxFailed, match="used more than 1 s of CPU"):
-        run_bounded(lambda: _unpickle(data), size=len(data), limits=SHORT_CPU)
+        run_bounded(lambda: _metadata(data, audited=False), size=len(data), limits=SHORT_CPU)
     with pytest.raises(PickleBombError, match="through shared references"):
         read_dcp_metadata(data, convert, classes=CLASSES, limits=SHORT_CPU)
 
@@ -129,7 +130,7 @@ def test_a_memo_index_far_ahead_exhausts_only_the_child() -> None:
     # LONG_BINPUT 2**28: the C unpickler would allocate 2 GB of memo slots.
     data = b"\x80\x04N" + b"r" + (1 << 28).to_bytes(4, "little") + b"."
     with pytest.raises(SandboxFailed):
-        run_bounded(lambda: _unpickle(data), size=len(data), limits=FORCED)
+        run_bounded(lambda: _metadata(data, audited=False), size=len(data), limits=FORCED)
     with pytest.raises(PickleBombError, match="memo entry at index 268,435,456"):
         read_dcp_metadata(data, convert, classes=CLASSES, limits=FORCED)
 

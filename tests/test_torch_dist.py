@@ -28,9 +28,9 @@ from inspector._internal.demo.torch_dist import (
 )
 from inspector._internal.formats.pickles.dcp_metadata import (
     MetadataFormatError,
-    RefusedGlobalError,
     load_dcp_metadata,
 )
+from inspector._internal.formats.pickles.errors import RefusedGlobalError
 from inspector._internal.layouts import torch_dist
 from inspector._internal.layouts.base import ScanOptions
 from inspector._internal.layouts.torch_dist import PickledObject

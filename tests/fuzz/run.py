@@ -187,7 +187,9 @@ def _fork_server(spec_text: str) -> int:
     with atheris.instrument_imports(include=["inspector"]):
         import inspector._internal.formats.pickles.audit
         import inspector._internal.formats.pickles.dcp_metadata
+        import inspector._internal.formats.pickles.unpickler
         import inspector._internal.formats.safetensors
+        import inspector._internal.formats.torch_bin
         import inspector._internal.layouts._common
         import inspector._internal.layouts.torch_dist
         import inspector._internal.load.quant

@@ -210,17 +210,16 @@ def _assert_isolated(kind: str, before: list[object]) -> None:
 def pickle_metadata(data: bytes) -> None:
     """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
     torch_dist reader does: declared refusals only, and a bounded walk."""
-    from inspector._internal.formats.pickles.audit import (
-        PickleFormatError,
-        audit_pickle,
-        hostile_globals,
-    )
+    from inspector._internal.formats.pickles.audit import audit_pickle, hostile_globals
     from inspector._internal.formats.pickles.dcp_metadata import (
-        HostilePickleError,
         MetadataFormatError,
-        PickleBombError,
-        RefusedGlobalError,
         load_dcp_metadata,
+    )
+    from inspector._internal.formats.pickles.errors import (
+        HostilePickleError,
+        PickleBombError,
+        PickleFormatError,
+        RefusedGlobalError,
     )
     from inspector._internal.layouts import torch_dist
 
@@ -256,12 +255,14 @@ def pickle_sandbox(data: bytes) -> None:
     from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
     from inspector._internal.checkpoint.scanned import TorchDistTensor
     from inspector._internal.formats.pickles.dcp_metadata import (
-        HostilePickleError,
         MetadataFormatError,
-        PickleBombError,
-        RefusedGlobalError,
         load_dcp_metadata,
         read_dcp_metadata,
+    )
+    from inspector._internal.formats.pickles.errors import (
+        HostilePickleError,
+        PickleBombError,
+        RefusedGlobalError,
     )
     from inspector._internal.formats.pickles.sandbox import SandboxLimits, sandbox_available
     from inspector._internal.layouts import torch_dist

@@ -16,6 +16,7 @@ __all__ = [
     "KV_CACHE_DTYPES",
     "NONFINITE_BITS",
     "QUANT_DTYPES",
+    "STORAGE_DTYPES",
     "TORCH_DTYPES",
     "nbytes_for",
     "torch_itemsize",
@@ -130,6 +131,25 @@ TORCH_DTYPES: Mapping[str, tuple[str | None, int]] = MappingProxyType(
         "bits16": (None, 2),
         **{f"uint{n}": (None, 1) for n in range(1, 8)},
         **{f"int{n}": (None, 1) for n in range(1, 8)},
+    }
+)
+
+# torch storage class -> torch dtype name: the typed storages a `torch.save` file names
+# (torch/storage.py's legacy classes, which `torch.save` still pickles).
+STORAGE_DTYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "FloatStorage": "float32",
+        "DoubleStorage": "float64",
+        "HalfStorage": "float16",
+        "BFloat16Storage": "bfloat16",
+        "LongStorage": "int64",
+        "IntStorage": "int32",
+        "ShortStorage": "int16",
+        "CharStorage": "int8",
+        "ByteStorage": "uint8",
+        "BoolStorage": "bool",
+        "ComplexFloatStorage": "complex64",
+        "ComplexDoubleStorage": "complex128",
     }
 )
 

@@ -13,14 +13,17 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
 from inspector._internal.common.text import examples
 from inspector._internal.findings.finding import Finding, fold_listed, make_finding
-from inspector._internal.formats.pickles.audit import HostilePickleError, PickleBombError
+from inspector._internal.formats.pickles.errors import (
+    HostilePickleError,
+    PickleBombError,
+    RefusedGlobalError,
+)
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.formats.torch_bin import (
     BIN_HEADER_CAP,
     BinArchive,
     BinFormatError,
     BinLegacyError,
-    BinRefusedError,
     BinTensor,
     ByteSource,
     ManyRanges,
@@ -143,11 +146,11 @@ def read_bin_columns(
         archive = read_bin(reader, cap=cap, many=many)
     except BinLegacyError as exc:
         return _legacy(reader, rel, size, tar=str(exc) == "tar", cap=cap)
-    except (BinFormatError, BinRefusedError) as exc:
+    except (HostilePickleError, PickleBombError) as exc:  # before RefusedGlobalError: hostile
+        return _unreadable(rel, size, _refused(rel, "data.pkl", exc))
+    except (BinFormatError, RefusedGlobalError) as exc:
         msg = f"{shown}: {exc}; expected a torch.save zip archive of a dict of tensors"
         return _unreadable(rel, size, make_finding("bin-unreadable", msg, file=rel))
-    except (HostilePickleError, PickleBombError) as exc:
-        return _unreadable(rel, size, _refused(rel, "data.pkl", exc))
     return _columns(archive, rel, size)
 
 
@@ -174,12 +177,12 @@ def _legacy(reader: ByteSource, rel: str, size: int, *, tar: bool, cap: int) -> 
     if not tar:
         try:
             tensors = list_legacy(reader, cap=cap).tensors
-        except (BinFormatError, BinRefusedError) as exc:
-            base += f" (its tensors cannot be listed either: {exc})"
         except (HostilePickleError, PickleBombError) as exc:
             # Reported as such, as in a zip archive: the file is hostile, not only old.
             base += " (its tensors cannot be listed either: its pickles were refused)"
             refused = (_refused(rel, "the legacy pickle stream", exc),)
+        except (BinFormatError, RefusedGlobalError) as exc:
+            base += f" (its tensors cannot be listed either: {exc})"
     finding = make_finding("bin-legacy-format", base, file=rel)
     zeros = [0] * len(tensors)
     shard = BinShard.from_columns(

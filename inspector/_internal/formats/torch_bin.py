@@ -5,13 +5,10 @@ Since torch 1.6 `torch.save` writes a zip archive of STORED records (docs/format
 `<prefix>/data/<key>` per storage (its raw bytes, each starting on a 64-byte boundary),
 `byteorder`, `version`, ... This module reads the zip's central directory (standard library
 `zipfile`, through a file object that refuses to read more than a budget), the local header
-of each storage record (for the absolute data offset) and `data.pkl`, which it audits
-(`formats.pickles.audit`) and unpickles with a restricted unpickler of its own: every global
-the file may name is looked up in a table of inert stand-ins (`torch._utils.
-_rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more),
-any other global is refused, and no storage byte is read. The table is made for each read
-and its stand-ins refuse every change (`formats.pickles.stand_ins`), so nothing a data.pkl does
-changes how another file is read.
+of each storage record (for the absolute data offset) and `data.pkl`, which the restricted
+unpickler (`formats.pickles`) audits and reads into stand-ins (`torch._utils.
+_rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more);
+any other global is refused, and no storage byte is read.
 
 Reads are few and bounded, which matters on a remote store where each is a round trip: the
 tail of the file (`TAIL_BYTES`: the end record and, usually, the whole central directory) in
@@ -32,7 +29,6 @@ from __future__ import annotations
 
 import io
 import math
-import pickle
 import re
 import struct
 import zipfile
@@ -42,14 +38,12 @@ from typing import Any, Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import TORCH_DTYPES
-from inspector._internal.formats.pickles.audit import (
-    HostilePickleError,
-    PickleFormatError,
-    check_pickle,
-    short_repr,
-)
-from inspector._internal.formats.pickles.stand_ins import Inert, InertCall
-from inspector.errors import UnsafeInputError
+from inspector._internal.common.text import short_repr
+from inspector._internal.formats.pickles.allowed import DATA_PKL
+from inspector._internal.formats.pickles.audit import check_pickle
+from inspector._internal.formats.pickles.errors import PickleFormatError
+from inspector._internal.formats.pickles.stand_ins import StorageType, TorchStorage, TorchTensor
+from inspector._internal.formats.pickles.unpickler import unpickle
 
 
 class ByteSource(Protocol):
@@ -64,12 +58,10 @@ __all__ = [
     "BIN_HEADER_CAP",
     "HEADER_WINDOW",
     "LEGACY_MAGIC",
-    "STORAGE_DTYPES",
     "TAIL_BYTES",
     "BinArchive",
     "BinFormatError",
     "BinLegacyError",
-    "BinRefusedError",
     "BinTensor",
     "ByteSource",
     "LegacyListing",
@@ -83,8 +75,6 @@ __all__ = [
 BIN_HEADER_CAP = 400_000_000
 # How many records a zip may list (each storage is one): far past any real checkpoint.
 MAX_RECORDS = 10_000_000
-# Dimensions of one tensor (torch allows 64).
-MAX_DIMS = 64
 ZIP_MAGIC = b"PK\x03\x04"
 # `torch.save(..., _use_new_zipfile_serialization=False)`: PROTO 2, LONG1 of the magic number.
 LEGACY_MAGIC = bytes.fromhex("80028a0a6cfc9c46f9206aa850192e")
@@ -102,33 +92,9 @@ _EXTRA_GUESS = 160
 # Reads of many (offset, length) ranges of the same file at once, answered in order.
 ManyRanges = Callable[[Sequence[tuple[int, int]]], list[bytes]]
 
-# torch storage class -> torch dtype name (typed storages of the zip and legacy formats).
-STORAGE_DTYPES: Mapping[str, str] = {
-    "FloatStorage": "float32",
-    "DoubleStorage": "float64",
-    "HalfStorage": "float16",
-    "BFloat16Storage": "bfloat16",
-    "LongStorage": "int64",
-    "IntStorage": "int32",
-    "ShortStorage": "int16",
-    "CharStorage": "int8",
-    "ByteStorage": "uint8",
-    "BoolStorage": "bool",
-    "ComplexFloatStorage": "complex64",
-    "ComplexDoubleStorage": "complex128",
-}
-_QUANTIZED_STORAGES = frozenset(
-    {"QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"}
-)
-
 
 class BinFormatError(ValueError):
     """Not a readable `torch.save` archive; the message is a clause after the file name."""
-
-
-class BinRefusedError(UnsafeInputError):
-    """data.pkl names a global outside the allow-list (not hostile, just not a tensor
-    dict); nothing was run."""
 
 
 class BinLegacyError(ValueError):
@@ -258,212 +224,58 @@ class _Budgeted(io.RawIOBase):
         self.left -= size
 
 
-# -- the restricted unpickler ----------------------------------------------------------------
-# Every object below is a stand-in made for one read and refuses every change
-# (`formats.pickles.stand_ins`): what one data.pkl does to them cannot reach the next file read.
+# -- data.pkl --------------------------------------------------------------------------------
+
+_QUANTIZED_STORAGES = frozenset(
+    {"QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"}
+)
 
 
-class _StorageType(Inert):
-    __slots__ = ("dtype",)
-    dtype: str | None  # None: UntypedStorage, bytes (the tensor's dtype comes from v3)
-
-    def __init__(self, dtype: str | None) -> None:
-        self._fill(dtype=dtype)
-
-
-class _Storage(Inert):
-    __slots__ = ("dtype", "key", "numel")
-    key: str
-    dtype: str | None
-    numel: int
-
-    def __init__(self, key: str, dtype: str | None, numel: int) -> None:
-        self._fill(key=key, dtype=dtype, numel=numel)
-
-
-class _Tensor(Inert):
-    __slots__ = ("dtype", "offset", "requires_grad", "shape", "storage", "stride")
-    storage: _Storage
-    offset: int
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    dtype: str
-    requires_grad: bool
-
-    def __init__(
-        self,
-        storage: _Storage,
-        offset: int,
-        shape: tuple[int, ...],
-        stride: tuple[int, ...],
-        *,
-        dtype: str,
-        requires_grad: bool,
-    ) -> None:
-        self._fill(
-            storage=storage,
-            offset=offset,
-            shape=shape,
-            stride=stride,
-            dtype=dtype,
-            requires_grad=requires_grad,
+def _refused(module: str, name: str) -> Exception:
+    if module == "torch" and name in _QUANTIZED_STORAGES:
+        return PickleFormatError(
+            f"holds quantized tensors (torch.{name}), which have no byte layout a safetensors "
+            "reader knows; dequantize them before saving"
         )
-
-    def with_grad(self, requires_grad: bool) -> _Tensor:
-        return _Tensor(
-            self.storage,
-            self.offset,
-            self.shape,
-            self.stride,
-            dtype=self.dtype,
-            requires_grad=requires_grad,
-        )
+    return DATA_PKL.refused(module, name)
 
 
-class _Dtype(Inert):
-    __slots__ = ("name",)
-    name: str
+class _Storages:
+    """The persistent ids of one data.pkl (`torch.save`'s storage references): each becomes
+    a `TorchStorage` record, one per key; no storage byte is read."""
 
-    def __init__(self, name: str) -> None:
-        self._fill(name=name)
-
-
-class _StateDict(dict[Any, Any]):
-    """`collections.OrderedDict` stand-in: a dict that also takes BUILD's `_metadata`."""
-
-
-def _ints(value: Any, what: str) -> tuple[int, ...]:
-    if not isinstance(value, tuple | list) or len(value) > MAX_DIMS:
-        raise BinFormatError(f"data.pkl has a tensor {what} that is not a short tuple of ints")
-    if not all(type(v) is int and v >= 0 for v in value):
-        raise BinFormatError(f"data.pkl has a tensor {what} with a negative or non-int item")
-    return tuple(value)
-
-
-def _rebuild(
-    storage: Any, offset: Any, size: Any, stride: Any, dtype: str | None, requires_grad: Any
-) -> _Tensor:
-    if not isinstance(storage, _Storage):
-        raise BinFormatError("data.pkl rebuilds a tensor from something that is not a storage")
-    if type(offset) is not int or offset < 0:
-        raise BinFormatError("data.pkl has a tensor with a negative or non-int storage offset")
-    shape, strides = _ints(size, "size"), _ints(stride, "stride")
-    if len(shape) != len(strides):
-        raise BinFormatError("data.pkl has a tensor whose size and stride differ in length")
-    dtype = dtype if dtype is not None else storage.dtype
-    if dtype is None:
-        raise BinFormatError("data.pkl has a tensor on an untyped storage with no dtype")
-    return _Tensor(
-        storage, offset, shape, strides, dtype=dtype, requires_grad=requires_grad is True
-    )
-
-
-def _rebuild_tensor_v2(
-    storage: Any, offset: Any, size: Any, stride: Any, requires_grad: Any, *_: Any
-) -> _Tensor:
-    return _rebuild(storage, offset, size, stride, None, requires_grad)
-
-
-def _rebuild_tensor_v3(
-    storage: Any,
-    offset: Any,
-    size: Any,
-    stride: Any,
-    requires_grad: Any,
-    hooks: Any,
-    dtype: Any,
-    *_: Any,
-) -> _Tensor:
-    if not isinstance(dtype, _Dtype):
-        raise BinFormatError("data.pkl rebuilds a tensor with a dtype that is not a torch dtype")
-    return _rebuild(storage, offset, size, stride, dtype.name, requires_grad)
-
-
-def _rebuild_parameter(data: Any, requires_grad: Any, *_: Any) -> _Tensor:
-    if not isinstance(data, _Tensor):
-        raise BinFormatError("data.pkl makes a parameter of something that is not a tensor")
-    return data.with_grad(requires_grad is True)
-
-
-def _ordered_dict(*args: Any) -> _StateDict:
-    return _StateDict(*args) if args and isinstance(args[0], list | tuple) else _StateDict()
-
-
-def _stand_ins() -> dict[tuple[str, str], Any]:
-    """(module, name) -> the stand-in one read hands out for that global: made anew for
-    every read, so a stream can reach nothing another read uses."""
-    utils = "torch._utils"
-    table: dict[tuple[str, str], Any] = {
-        (utils, "_rebuild_tensor_v2"): InertCall(_rebuild_tensor_v2),
-        (utils, "_rebuild_tensor_v3"): InertCall(_rebuild_tensor_v3),
-        (utils, "_rebuild_parameter"): InertCall(_rebuild_parameter),
-        (utils, "_rebuild_parameter_with_state"): InertCall(_rebuild_parameter),
-        ("collections", "OrderedDict"): InertCall(_ordered_dict),
-        ("torch.storage", "UntypedStorage"): _StorageType(None),
-        ("torch", "UntypedStorage"): _StorageType(None),
-    }
-    table |= {("torch", cls): _StorageType(dt) for cls, dt in STORAGE_DTYPES.items()}
-    table |= {("torch", name): _Dtype(name) for name in TORCH_DTYPES}
-    return table
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, *, legacy: bool) -> None:
-        super().__init__(io.BytesIO(data))
+    def __init__(self, *, legacy: bool) -> None:
         self.legacy = legacy
-        self.storages: dict[str, _Storage] = {}
-        self.stand_ins = _stand_ins()
+        self.found: dict[str, TorchStorage] = {}
 
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "torch" and name in _QUANTIZED_STORAGES:
-            raise BinFormatError(
-                f"data.pkl holds quantized tensors (torch.{name}), which have no byte layout "
-                "a safetensors reader knows; dequantize them before saving"
-            )
-        try:
-            return self.stand_ins[(module, name)]
-        except (KeyError, TypeError):
-            shown = short_repr(f"{module}.{name}", limit=160)
-            raise BinRefusedError(
-                f"data.pkl names {shown}, which is not part of a tensor dict; refused, not executed"
-            ) from None
-
-    def persistent_load(self, pid: Any) -> _Storage:
+    def __call__(self, pid: Any) -> TorchStorage:
         size = 6 if self.legacy else 5
         if not isinstance(pid, tuple) or len(pid) != size or pid[0] != "storage":
-            raise BinFormatError("data.pkl has a persistent id that is not a storage reference")
+            raise PickleFormatError("has a persistent id that is not a storage reference")
         kind, key, numel = pid[1], pid[2], pid[4]
-        if not isinstance(kind, _StorageType) or type(key) is not str or len(key) > 1000:
-            raise BinFormatError("data.pkl has a malformed storage reference")
+        if not isinstance(kind, StorageType) or type(key) is not str or len(key) > 1000:
+            raise PickleFormatError("has a malformed storage reference")
         if type(numel) is not int or numel < 0:
-            raise BinFormatError(f"data.pkl gives storage {key!r:.40} a bad size")
+            raise PickleFormatError(f"gives storage {key!r:.40} a bad size")
         if self.legacy and pid[5] is not None:
-            raise BinFormatError("data.pkl holds a storage view (pre-1.6 format); not read")
-        known = self.storages.get(key)
+            raise PickleFormatError("holds a storage view (pre-1.6 format); not read")
+        known = self.found.get(key)
         if known is not None:
             return known
-        storage = _Storage(key, kind.dtype, numel)
-        self.storages[key] = storage
+        storage = TorchStorage(key, kind.dtype, numel)
+        self.found[key] = storage
         return storage
 
 
-def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, _Storage]]:
-    """The audited, restricted unpickling of one pickle (`data` holds exactly it)."""
+def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, TorchStorage]]:
+    """The audited, restricted unpickling of one pickle (`data` holds exactly it);
+    `HostilePickleError` and `PickleBombError` propagate."""
+    storages = _Storages(legacy=legacy)
     try:
-        check_pickle(data)  # HostilePickleError / PickleBombError propagate
+        value = unpickle(data, DATA_PKL, refusal=_refused, persistent=storages)
     except PickleFormatError as exc:
-        raise BinFormatError(f"data.pkl is not a readable pickle ({exc})") from None
-    unpickler = _Unpickler(data, legacy=legacy)
-    try:
-        value = unpickler.load()
-    # A stand-in refusing a change (HostilePickleError) is hostile whoever noticed it first.
-    except (BinFormatError, BinRefusedError, HostilePickleError):
-        raise
-    except Exception as exc:  # untrusted bytes: any error means "not readable"
-        raise BinFormatError(
-            f"data.pkl is not a readable pickle ({type(exc).__name__}: {short_repr(str(exc))})"
-        ) from None
-    return value, unpickler.storages
+        raise BinFormatError(f"data.pkl {exc}") from None
+    return value, storages.found
 
 
 def _tensors(value: Any) -> tuple[list[BinTensor], dict[str, str]]:
@@ -471,10 +283,10 @@ def _tensors(value: Any) -> tuple[list[BinTensor], dict[str, str]]:
     or {"model": ...} is unwrapped once. Other entries are listed as skipped."""
     if not isinstance(value, dict):
         raise BinFormatError(f"data.pkl holds a {type(value).__name__}, expected a dict of tensors")
-    if not any(isinstance(v, _Tensor) for v in value.values()):
+    if not any(isinstance(v, TorchTensor) for v in value.values()):
         for wrapper in ("state_dict", "model", "module"):
             inner = value.get(wrapper)
-            if isinstance(inner, dict) and any(isinstance(v, _Tensor) for v in inner.values()):
+            if isinstance(inner, dict) and any(isinstance(v, TorchTensor) for v in inner.values()):
                 value = inner
                 break
     tensors: list[BinTensor] = []
@@ -482,7 +294,7 @@ def _tensors(value: Any) -> tuple[list[BinTensor], dict[str, str]]:
     for name, item in value.items():
         if not isinstance(name, str):
             skipped[repr(name)[:200]] = type(item).__name__
-        elif isinstance(item, _Tensor):
+        elif isinstance(item, TorchTensor):
             assert item.dtype is not None
             tensors.append(
                 BinTensor(
@@ -507,7 +319,7 @@ def read_bin(
     reader: ByteSource, *, cap: int = BIN_HEADER_CAP, many: ManyRanges | None = None
 ) -> BinArchive:
     """The header of a `torch.save` zip. Raises `BinLegacyError` for the pre-1.6 format,
-    `BinFormatError` for anything unreadable, `BinRefusedError` / `HostilePickleError` /
+    `BinFormatError` for anything unreadable, `HostilePickleError` / `RefusedGlobalError` /
     `PickleBombError` for a data.pkl that is refused. Reads at most `cap` bytes; `many`
     fetches the storage records' local headers concurrently (else one after the other)."""
     size = reader.size()
@@ -702,7 +514,7 @@ def _check_version(raw: bytes) -> None:
         )
 
 
-def _itemsize(storage: _Storage) -> int:
+def _itemsize(storage: TorchStorage) -> int:
     return 1 if storage.dtype is None else TORCH_DTYPES[storage.dtype][1]
 
 

@@ -41,15 +41,15 @@ from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.text import examples, short_repr
 from inspector._internal.formats.pickles.audit import audit_torch_save
 from inspector._internal.formats.pickles.dcp_metadata import (
-    Dims,
-    HostilePickleError,
     MetadataFormatError,
-    PickleBombError,
-    RefusedGlobalError,
-    StandIn,
-    TorchDtype,
     read_dcp_metadata,
 )
+from inspector._internal.formats.pickles.errors import (
+    HostilePickleError,
+    PickleBombError,
+    RefusedGlobalError,
+)
+from inspector._internal.formats.pickles.stand_ins import Dims, StandIn, TorchDtype
 from inspector._internal.layouts._common import is_safe_member, read_json
 from inspector._internal.layouts.base import LayoutReader, ScanOptions
 from inspector._internal.storage import EntryKind, Location

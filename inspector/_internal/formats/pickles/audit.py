@@ -50,22 +50,21 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from inspector._internal.common.text import short_repr
-from inspector.errors import UnsafeInputError
+from inspector._internal.formats.pickles.errors import (
+    GlobalMutationError,
+    HostilePickleError,
+    PickleBombError,
+    PickleFormatError,
+)
 
 __all__ = [
     "DEFAULT_LIMITS",
-    "GlobalMutationError",
-    "HostilePickleError",
     "PickleAudit",
-    "PickleBombError",
-    "PickleFormatError",
     "PickleLimits",
     "audit_pickle",
     "audit_torch_save",
     "check_pickle",
     "hostile_globals",
-    "short_repr",
 ]
 
 
@@ -100,56 +99,6 @@ class PickleAudit:
     depth: int  # deepest nesting of any value
     shared_refs: int  # memo GETs and DUPs: references handed out more than once
     end: int  # offset just past STOP
-
-
-class PickleFormatError(ValueError):
-    """Not a well-formed pickle stream (truncated, unknown opcode, stack underflow)."""
-
-
-class PickleBombError(UnsafeInputError):
-    """The pickle would make unpickling or walking its result do unbounded work."""
-
-    def __init__(self, reason: str, *, kind: str) -> None:
-        self.reason = reason
-        self.kind = kind  # "depth", "size", "cycle", "int"
-        super().__init__(reason)
-
-
-class HostilePickleError(UnsafeInputError):
-    """The pickle names callables that run code or reach the system; nothing was run."""
-
-    def __init__(self, names: tuple[str, ...], *, message: str | None = None) -> None:
-        self.globals = names
-        if message is None:
-            # Names come from the file: each is shown bounded, so a finding never echoes
-            # much of it.
-            shown = ", ".join(short_repr(n, limit=120) for n in names[:8])
-            shown += f" and {len(names) - 8} more" if len(names) > 8 else ""
-            message = (
-                f"names {shown}, which can run code or reach the system: a hostile file, "
-                "refused before unpickling (nothing ran)"
-            )
-        super().__init__(message)
-
-
-class GlobalMutationError(HostilePickleError):
-    """The pickle changes an object it names as a global, or takes one from this process's
-    copyreg registry: what a reader hands it for a global would carry the change into every
-    later read of the process. No writer does either; nothing was run.
-
-    `name` is the global (as the audit lists it) or the stand-in; `action` says what the
-    stream does to it ("BUILD at byte 14", "sets its attribute 'dtype'")."""
-
-    def __init__(self, name: str, *, action: str) -> None:
-        self.action = action
-        super().__init__(
-            (name,),
-            message=(
-                f"{action} changes {short_repr(name, limit=120)}, a global it names: the "
-                "object a reader hands out for it would carry the change into every later "
-                "read; no writer does that: a hostile file, refused (nothing ran)"
-            ),
-        )
 
 
 # -- the audit ----------------------------------------------------------------------------

@@ -8,8 +8,8 @@ walk that turns its result into plain data) runs at C speed in a forked child wh
 time (RLIMIT_CPU) and address space (RLIMIT_AS) the kernel limits in proportion to the
 input. A bomb (a hash DAG, a memo index far ahead, a deep nest that overflows the C stack)
 exhausts a limit and kills the child, never this process; the result comes back pickled
-through a pipe and is read here with an unpickler that resolves only the classes the
-caller names.
+through a pipe and is read here with the restricted unpickler (`pickles.unpickler`),
+resolving only the classes the caller names.
 
 What the child may do is what this process may do: it runs as the same user. The bound is
 on work and memory, not on privileges; what the child runs is our own code and the
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
-import io
 import math
 import os
 import pickle
@@ -36,6 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from inspector._internal.formats.pickles.unpickler import RestrictedUnpickler
 from inspector.errors import InspectorError
 
 try:
@@ -159,7 +159,7 @@ def run_bounded(
     if status != 0 or not blob:
         raise SandboxFailed(_describe(status, limits, size))
     try:
-        return cast(T, _ReplyUnpickler(io.BytesIO(blob), allowed).load())
+        return cast(T, RestrictedUnpickler(blob, allowed, refusal=_not_in_reply).load())
     except Exception as exc:  # our own child wrote it: a name outside `classes`, a bug
         raise SandboxFailed(f"gave an answer that could not be read ({exc})") from None
 
@@ -277,15 +277,5 @@ def _reply_classes(classes: Iterable[type]) -> dict[tuple[str, str], type]:
     return allowed
 
 
-class _ReplyUnpickler(pickle.Unpickler):
-    """Our child's reply: containers and scalars, and the classes the caller named."""
-
-    def __init__(self, file: io.BytesIO, allowed: dict[tuple[str, str], type]) -> None:
-        super().__init__(file)
-        self._allowed = allowed
-
-    def find_class(self, module: str, name: str) -> Any:
-        try:
-            return self._allowed[(module, name)]
-        except KeyError:
-            raise pickle.UnpicklingError(f"{module}.{name} is not a class of the reply") from None
+def _not_in_reply(module: str, name: str) -> Exception:
+    return pickle.UnpicklingError(f"{module}.{name} is not a class of the reply")
