@@ -142,6 +142,25 @@ def test_hf_missing_repo_and_revision(demos: dict[str, Path], hub_server: FakeHu
             scan("hf://org/tiny@no-such-branch", storage_options=options)
 
 
+def test_an_hf_url_is_parsed_once_per_scan(
+    demos: dict[str, Path], hub_server: FakeHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The URL becomes one typed value (`urls.RemoteTarget`) when the storage opens it; the
+    backend, the pinned revision and the Hub's refusal read that value (before, each parsed
+    the URL again: three times for a revision the Hub does not know)."""
+    from inspector._internal.storage import urls
+
+    parsed: list[str] = []
+    real = urls.parse_hf_url
+    monkeypatch.setattr(urls, "parse_hf_url", lambda url: parsed.append(url) or real(url))
+    with hub_server.serving({"org/tiny": {"main": (SHA, demos["healthy-hf-sharded"])}}) as hub:
+        options = {"endpoint": hub.url, "token": False}
+        scan("hf://org/tiny@main", storage_options=options)
+        with pytest.raises((CannotInspectError, RemoteAccessError), match="not found"):
+            scan("hf://org/tiny@no-such-branch", storage_options=options)
+    assert parsed == ["hf://org/tiny@main", "hf://org/tiny@no-such-branch"]
+
+
 # -- local containment ----------------------------------------------------------------------
 
 

@@ -32,7 +32,7 @@ from inspector._internal.storage.local import (
     hf_cache_snapshots,
 )
 from inspector._internal.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions, open_remote
-from inspector._internal.storage.urls import is_remote, scheme_of
+from inspector._internal.storage.urls import REMOTE_SCHEMES, is_remote, scheme_of
 from inspector.errors import CannotInspectError, UnsafeFileError
 
 __all__ = [
@@ -68,11 +68,12 @@ def open_location(
     when nothing is there."""
     if isinstance(target, Location):
         return target
-    if isinstance(target, str) and is_remote(target):
-        return open_remote(target, options)
-    if isinstance(target, str) and scheme_of(target) == "file":
-        target = target[len("file://") :]
-    elif isinstance(target, str) and scheme_of(target) is not None:
+    scheme = scheme_of(target) if isinstance(target, str) else None
+    if scheme in REMOTE_SCHEMES:
+        return open_remote(str(target), options)
+    if scheme == "file":
+        target = str(target)[len("file://") :]
+    elif scheme is not None:
         raise CannotInspectError(
             f"{target}: unsupported URL scheme; expected a local path, s3://, gs://, hf:// "
             "or https://"

@@ -76,7 +76,7 @@ from inspector._internal.storage.guard import (
     s3_http_session_class,
     socket_timeout,
 )
-from inspector._internal.storage.urls import REMOTE_SCHEMES, parse_hf_url, scheme_of
+from inspector._internal.storage.urls import HfLocation, RemoteTarget, parse_remote
 from inspector.errors import (
     CannotInspectError,
     InspectorError,
@@ -839,30 +839,29 @@ _CREDENTIALS_HINT = (
 # -- opening a URL --------------------------------------------------------------------------
 
 
-def open_remote(url: str, options: RemoteOptions | None = None) -> Location:
-    """The `Location` a remote URL names (a folder, or a file in its folder's storage).
+def open_remote(url: str | RemoteTarget, options: RemoteOptions | None = None) -> Location:
+    """The `Location` a remote URL names (a folder, or a file in its folder's storage). The
+    URL is parsed here once (`parse_remote`); everything below takes the parsed target.
 
-    Raises `CannotInspectError` when nothing is there or the remote extra is missing, and
-    `RemoteAccessError` when the store refuses us (403, no credentials) or its answers are
-    refused (see guard.py)."""
+    Raises `CannotInspectError` when nothing is there, the URL is malformed or the remote
+    extra is missing, and `RemoteAccessError` when the store refuses us (403, no
+    credentials) or its answers are refused (see guard.py)."""
     options = options or RemoteOptions()
-    scheme = scheme_of(url)
-    if scheme not in REMOTE_SCHEMES:
-        raise CannotInspectError(
-            f"{url}: not a remote URL (expected s3://, gs://, hf://, https://)"
-        )
-    protocol = REMOTE_SCHEMES[scheme]
-    shown = url.rstrip("/")
-    backend, key = _backend(protocol, url, options)
+    try:
+        target = url if isinstance(url, RemoteTarget) else parse_remote(url)
+    except ValueError as exc:
+        raise CannotInspectError(str(exc)) from None
+    protocol, shown = target.protocol, target.shown
+    backend, key = _backend(target, options)
     shared = _Shared(backend, options, protocol)
     root = FsspecStorage(shared, key, shown)
     if protocol == "http":
         name = shown.rsplit("/", 1)[-1]
-        if url.endswith("/") or not name.endswith(_FILE_SUFFIXES):
+        if target.url.endswith("/") or not name.endswith(_FILE_SUFFIXES):
             return Location(root)
         return _file_location(shared, key, shown)
-    if protocol == "hf":
-        _pin_revision(root, url)
+    if target.hub is not None:
+        _pin_revision(root, target.hub, target.url)
         key = root._key
     # One listing tells a folder (its entries, kept for the scan) from anything else; a
     # file is then described by one metadata request.
@@ -906,8 +905,9 @@ def _file_location(shared: _Shared, key: str, shown: str) -> Location:
     return Location(FsspecStorage(shared, parent_key, parent_url)) / name
 
 
-def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, str]:
+def _backend(target: RemoteTarget, options: RemoteOptions) -> tuple[Backend, str]:
     """(the store's backend, the root's key in it)."""
+    protocol, url = target.protocol, target.url
     try:
         import fsspec  # noqa: F401
     except ImportError:
@@ -917,8 +917,8 @@ def _backend(protocol: str, url: str, options: RemoteOptions) -> tuple[Backend, 
         ) from None
     opts = _nested(options.storage_options)
     try:
-        if protocol == "hf":
-            return _hub_backend(url, opts, options)
+        if target.hub is not None:
+            return _hub_backend(target.hub, url, opts, options)
         policy = options.policy()
         timeout = options.read_timeout
         made = dict(opts)
@@ -1068,17 +1068,15 @@ def _s3_defaults(opts: dict[str, Any], options: RemoteOptions) -> dict[str, Any]
 _HUB_OPTIONS = frozenset({"endpoint", "token"})
 
 
-def _hub_backend(url: str, opts: dict[str, Any], options: RemoteOptions) -> tuple[Backend, str]:
-    """The Hub's backend for the repository `url` names (its revision is pinned by
-    `_pin_revision` once the storage exists), and the root's key."""
+def _hub_backend(
+    loc: HfLocation, url: str, opts: dict[str, Any], options: RemoteOptions
+) -> tuple[Backend, str]:
+    """The Hub's backend for the repository `loc` (its revision is pinned by `_pin_revision`
+    once the storage exists), and the root's key."""
     from fsspec.implementations.http import HTTPFileSystem
     from huggingface_hub import constants
     from huggingface_hub.utils import build_hf_headers
 
-    try:
-        loc = parse_hf_url(url)
-    except ValueError as exc:
-        raise CannotInspectError(str(exc)) from None
     unknown = sorted(set(opts) - _HUB_OPTIONS)
     if unknown:
         raise CannotInspectError(
@@ -1102,10 +1100,9 @@ def _hub_backend(url: str, opts: dict[str, Any], options: RemoteOptions) -> tupl
     return backend, loc.fs_path()
 
 
-def _pin_revision(root: FsspecStorage, url: str) -> None:
+def _pin_revision(root: FsspecStorage, loc: HfLocation, url: str) -> None:
     """Resolve an `hf://` revision to its commit once, so that every read of the scan sees
     the same files even if the branch moves meanwhile; the root's key then names the commit."""
-    loc = parse_hf_url(url)
     backend = root._shared.backend
     assert isinstance(backend, HubBackend)
     sha = loc.revision
@@ -1113,7 +1110,7 @@ def _pin_revision(root: FsspecStorage, url: str) -> None:
         try:
             sha = root._run(partial(backend.revision, loc.revision), "")
         except (FileNotFoundError, PermissionError) as exc:
-            raise _hub_refusal(url, str(exc.__cause__)) from None
+            raise _hub_refusal(loc, url, str(exc.__cause__)) from None
         except (OSError, UnsafeFileError) as exc:
             reason = exc.reason if isinstance(exc, UnsafeFileError) else exc.strerror or exc
             raise RemoteAccessError(
@@ -1124,9 +1121,8 @@ def _pin_revision(root: FsspecStorage, url: str) -> None:
     root._key = loc.fs_path(sha)
 
 
-def _hub_refusal(url: str, answer: str) -> InspectorError:
+def _hub_refusal(loc: HfLocation, url: str, answer: str) -> InspectorError:
     """The Hub's refusal to say which commit a revision names, by its error code."""
-    loc = parse_hf_url(url)
     if "RevisionNotFound" in answer:
         return CannotInspectError(
             f"{url}: revision {loc.revision!r} not found in {loc.repo_id}; expected a "

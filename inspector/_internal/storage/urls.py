@@ -1,4 +1,5 @@
-"""Which targets are remote, and what an `hf://` URL names. Pure (no network, no fsspec).
+"""Which targets are remote, and what a remote URL names, parsed once (`parse_remote`) into
+the `RemoteTarget` the storage opens. Pure (no network, no fsspec).
 
 Supported: `s3://bucket/prefix` (also `s3a://`), `gs://bucket/prefix` (also `gcs://`),
 `hf://[models/|datasets/|spaces/]org/repo[@revision][/path]`, `http(s)://host/path`, and
@@ -13,7 +14,15 @@ import re
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-__all__ = ["REMOTE_SCHEMES", "HfLocation", "is_remote", "parse_hf_url", "scheme_of"]
+__all__ = [
+    "REMOTE_SCHEMES",
+    "HfLocation",
+    "RemoteTarget",
+    "is_remote",
+    "parse_hf_url",
+    "parse_remote",
+    "scheme_of",
+]
 
 # scheme -> fsspec protocol
 REMOTE_SCHEMES = {
@@ -106,3 +115,26 @@ def parse_hf_url(url: str) -> HfLocation:
     if any(p in (".", "..") for p in path.split("/")):
         raise ValueError(f"{url}: the path inside the repository may not contain '.' or '..'")
     return HfLocation(repo_type, f"{org}/{name}", revision, path)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTarget:
+    """A remote URL parsed once for a whole scan: the fsspec protocol of its store and, for
+    `hf://`, the repository, revision and path it names."""
+
+    url: str  # as given
+    protocol: str  # "s3", "gcs", "hf" or "http"
+    hub: HfLocation | None  # for hf:// only
+
+    @property
+    def shown(self) -> str:
+        """The URL as messages and `RemoteURL` show it: no trailing '/'."""
+        return self.url.rstrip("/")
+
+
+def parse_remote(url: str) -> RemoteTarget:
+    """`url` as a `RemoteTarget`. ValueError says what was expected."""
+    protocol = REMOTE_SCHEMES.get(scheme_of(url) or "")
+    if protocol is None:
+        raise ValueError(f"{url}: not a remote URL (expected s3://, gs://, hf://, https://)")
+    return RemoteTarget(url, protocol, parse_hf_url(url) if protocol == "hf" else None)
