@@ -648,7 +648,7 @@ def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
     dest = tmp_path / "out"
     plan = plan_consolidation(scan(DCP), dest)
     victim = sorted(t.name for o in plan.outputs for t in o.tensors)[3]
-    real_verify = driver.verify_output
+    real_recheck = driver.recheck
 
     def damage_then_verify(*args: object, **kwargs: bool) -> object:
         out = scan(dest)
@@ -657,10 +657,10 @@ def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
         data = bytearray((dest / shard.file).read_bytes())
         data[at] ^= 0x40
         (dest / shard.file).write_bytes(data)
-        return real_verify(*args, **kwargs)  # type: ignore[arg-type]
+        return real_recheck(*args, **kwargs)  # type: ignore[arg-type]
 
     if where == "output":
-        monkeypatch.setattr(driver, "verify_output", damage_then_verify)
+        monkeypatch.setattr(driver, "recheck", damage_then_verify)
     else:
         real_bytes = TensorData.tensor_bytes
 

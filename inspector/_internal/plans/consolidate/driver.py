@@ -1,5 +1,5 @@
 """Running a plan, alone or under torchrun: which process writes which outputs, the
-barriers, the index written last by rank 0, then verification."""
+barriers, the index written last by rank 0, then the recheck."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ from inspector._internal.plans.consolidate.engine import (
     write_index,
     write_output,
 )
+from inspector._internal.plans.consolidate.recheck import recheck
 from inspector._internal.plans.consolidate.records import (
     ConsolidationResult,
     Execution,
     OutputFile,
     PlanView,
 )
-from inspector._internal.plans.consolidate.verify import verify as verify_output
 
 __all__ = ["execute_plan"]
 
@@ -102,7 +102,7 @@ def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
     checked = 0
     mismatches: Sequence[str] = ()
     if dist.rank == 0 and (run.verify or run.verify_data):
-        findings, checked, mismatches = verify_output(plan, checks=run.verify, data=run.verify_data)
+        findings, checked, mismatches = recheck(plan, checks=run.verify, data=run.verify_data)
     return ConsolidationResult(
         dest=plan.dest,
         written=tuple(o.name for o in todo),

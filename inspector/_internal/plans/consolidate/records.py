@@ -1,7 +1,7 @@
 """The records a consolidation plan is made of and what executing it returns: planned
 tensors and their source pieces, output files, the result, and the index a plan writes.
 Imports nothing of the consolidation's other modules, so the writer (`engine`, `dest`,
-`driver`, `verify`) and the planner (`plan`) both build on it.
+`driver`, `recheck`) and the planner (`plan`) both build on it.
 """
 
 from __future__ import annotations

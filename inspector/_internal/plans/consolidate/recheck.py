@@ -1,5 +1,6 @@
-"""Verification of a written consolidation: re-scan and check DEST, and on request compare
-every tensor's content hash with the source chunks."""
+"""The recheck of a written consolidation: re-scan and check DEST, and on request verify
+every tensor's content hash against the source chunks (the `verify` and `verify_data`
+options)."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from inspector._internal.plans.consolidate.records import PlannedTensor, PlanVie
 from inspector._internal.scan.entry import scan
 from inspector._internal.storage import Location, Storage
 
-__all__ = ["verify"]
+__all__ = ["recheck"]
 
 
-def verify(plan: PlanView, *, checks: bool, data: bool) -> tuple[list[Finding], int, list[str]]:
+def recheck(plan: PlanView, *, checks: bool, data: bool) -> tuple[list[Finding], int, list[str]]:
     """Re-scan DEST and run every check; with `data`, compare content hashes per tensor."""
     written = scan(plan.dest)
     # What consolidation is answerable for; whether the model named by config.json loads the
