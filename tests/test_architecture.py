@@ -405,7 +405,7 @@ def _floors(text: str) -> list[list[str]]:
 
 
 def _room(module: str) -> str | None:
-    """`checks` for `inspector._internal.checks.load`; None outside the rooms."""
+    """`checks` for `inspector._internal.checks.model_load`; None outside the rooms."""
     parts = module.split(".")
     return parts[2] if parts[:2] == ["inspector", "_internal"] and len(parts) > 2 else None
 

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 from hf_exports import resaved, tiny_deepseek_v3  # noqa: E402
 
 from inspector._internal.checks import check  # noqa: E402
-from inspector._internal.checks.load import check_load  # noqa: E402
+from inspector._internal.checks.model_load import check_load  # noqa: E402
 from inspector._internal.diagnosis.issues import Problem, group_problems  # noqa: E402
 from inspector._internal.load.verdict import LoadVerdict, load_verdict  # noqa: E402
 from inspector._internal.plans.repair import plan_repair, preview_repair  # noqa: E402

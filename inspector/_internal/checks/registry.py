@@ -25,7 +25,7 @@ from inspector._internal.checks import (
     gguf,
     index,
     llama_cpp,
-    load,
+    model_load,
     quant,
     quant_blocks,
     sharding,
@@ -125,7 +125,7 @@ MODEL_RULES: tuple[ModelRule, ...] = (
         structure.revise_mtp_with_model,
         structure.MODEL_CODES,
     ),
-    ModelRule("load", None, load.add_load_findings, load.CODES),
+    ModelRule("load", None, model_load.add_load_findings, model_load.CODES),
 )
 
 

@@ -8,7 +8,7 @@ same 42". `group_problems` turns findings into such problems. Pure: scanned data
 in, problems out; the counts in titles come from the scanned data (the findings themselves
 are folded after 20 per file, see `inspector._internal.findings.finding.FOLD`).
 
-The load check's findings (`inspector._internal.checks.load`) join the problem that causes them:
+The load check's findings (`checks.model_load`) join the problem that causes them:
 tensors a loader cannot see because the index does not name their shard belong to the index, tensors
 of shard files that are gone to those files, experts never written to the missing experts;
 what is left is a problem of its own ("the model expects 3 tensors the checkpoint lacks:
