@@ -192,7 +192,7 @@ def _fork_server(spec_text: str) -> int:
         import inspector._internal.formats.torch_bin
         import inspector._internal.layouts._common
         import inspector._internal.layouts.torch_dist
-        import inspector._internal.load.quant
+        import inspector._internal.load.quant_view
         import inspector._internal.load.sealed
         import inspector._internal.load.verdict
         import inspector._internal.storage.backends

@@ -24,7 +24,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import FLOAT_DTYPES
 from inspector._internal.common.text import examples
-from inspector._internal.load.quant import QUANT_PARAMS
+from inspector._internal.load.quant_view import QUANT_PARAMS
 from inspector.errors import InspectorError
 
 __all__ = [

@@ -26,8 +26,8 @@ from inspector._internal.checks import (
     index,
     llama_cpp,
     model_load,
-    quant,
     quant_blocks,
+    quant_config,
     sharding,
     sidecars,
     structure,
@@ -80,7 +80,7 @@ RULES: tuple[Rule, ...] = (
     Rule("dcp", frozenset({_L.DCP_SHARDED}), dcp.check_dcp, dcp.CODES),
     Rule("torch-dist", frozenset({_L.TORCH_DIST}), torch_dist.check_torch_dist, torch_dist.CODES),
     Rule("structure", None, structure.check_structure, structure.CODES),
-    Rule("quant-config", None, quant.check_quant_config, quant.CODES),
+    Rule("quant-config", None, quant_config.check_quant_config, quant_config.CODES),
     Rule(
         "compressed-tensors",
         None,

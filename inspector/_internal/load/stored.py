@@ -1,7 +1,7 @@
 """What both halves of the load check share: a stored tensor as the loader sees it, a shape
 the model disagrees with, and the exception that ends the check with its reason. Imports
 nothing of the project, so the verdict (`inspector._internal.load.verdict`) and the
-quantization view (`inspector._internal.load.quant`) both build on it.
+quantization view (`inspector._internal.load.quant_view`) both build on it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ cannot say:
 - quantized checkpoints (Model-Optimizer FP8 / NVFP4, DeepSeek's block FP8,
   compressed-tensors) are compared through their quantization config: scales and packed
   weights are expected (`quantization_expected`), a missing or mis-shaped scale is reported
-  (see `inspector._internal.load.quant`);
+  (see `inspector._internal.load.quant_view`);
 - the exact parameter count of the model, as `save_pretrained` writes it into the index.
 
 Nothing here raises on a checkpoint: when the check cannot run (transformers not installed,
@@ -66,7 +66,7 @@ from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.text import short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.load import cache as verdict_cache
-from inspector._internal.load.quant import quantization_view
+from inspector._internal.load.quant_view import quantization_view
 from inspector._internal.load.sealed import import_from_folder, sealed
 from inspector._internal.load.stored import LoadSkipped, ShapeMismatch, Stored
 
