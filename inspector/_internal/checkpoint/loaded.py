@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inspector._internal.checkpoint.held import held_of, normalize_member
+from inspector._internal.checkpoint.tensor_shards import held_of, normalize_member
 from inspector._internal.common.filenames import (
     BIN_INDEX_NAME,
     BIN_WEIGHTS_NAME,

@@ -36,13 +36,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from inspector._internal.checkpoint.held import (
-    HeldTensors,
-    held_of,
-    held_tensors,
-    normalize_member,
-    normalized,
-)
 from inspector._internal.checkpoint.loaded import (
     WEIGHTS_KEY,
     Kept,
@@ -60,6 +53,13 @@ from inspector._internal.checkpoint.parameters import (
 )
 from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
+from inspector._internal.checkpoint.tensor_shards import (
+    HeldTensors,
+    held_of,
+    held_tensors,
+    normalize_member,
+    normalized,
+)
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.text import examples, plural, short_repr

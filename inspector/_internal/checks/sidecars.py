@@ -18,11 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 
-from inspector._internal.checkpoint.held import HeldTensors, held_of, held_tensors, normalized_map
 from inspector._internal.checkpoint.parameters import parse_count
 from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind
 from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
+from inspector._internal.checkpoint.tensor_shards import (
+    HeldTensors,
+    held_of,
+    held_tensors,
+    normalized_map,
+)
 from inspector._internal.checks.index import fold_tensor_issues, normalized
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples, plural, short_repr
