@@ -16,7 +16,7 @@ import pytest
 import inspector
 from inspector._internal.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
 from inspector._internal.findings.codes import Code
-from inspector._internal.load.stored import ShapeMismatch
+from inspector._internal.load.records import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict
 from inspector._internal.scan.entry import scan
 

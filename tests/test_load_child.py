@@ -22,7 +22,7 @@ from inspector.widgets.dashboard import CheckpointState
 import inspector._internal.checks as checks
 from inspector._internal.load import child as load_child
 from inspector._internal.load.child import verdict_apart
-from inspector._internal.load.stored import ShapeMismatch
+from inspector._internal.load.records import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
 from inspector._internal.scan.entry import scan
 

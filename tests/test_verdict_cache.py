@@ -40,7 +40,7 @@ from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser, main
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.load import cache as verdict_cache
-from inspector._internal.load.stored import LoadSkipped
+from inspector._internal.load.records import LoadSkipped
 from inspector._internal.load.verdict import (
     LoadVerdict,
     known_verdict,

@@ -928,7 +928,7 @@ def quant_patterns(data: bytes) -> None:
     from inspector._internal.checks import check
     from inspector._internal.formats.patterns import compile_patterns
     from inspector._internal.load.quant_view import quantization_view
-    from inspector._internal.load.stored import LoadSkipped
+    from inspector._internal.load.records import LoadSkipped
     from inspector._internal.load.verdict import stored_tensors
     from inspector._internal.scan.entry import scan
 

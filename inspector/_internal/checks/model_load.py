@@ -19,7 +19,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples, fold_ranges, layers_text
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, besides, fold, make_finding
-from inspector._internal.load.stored import ShapeMismatch
+from inspector._internal.load.records import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict, stored_files
 
 __all__ = ["CODES", "add_load_findings", "check_load"]

@@ -48,7 +48,7 @@ from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS, QUANT_DTYPES
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
-from inspector._internal.load.stored import LoadSkipped, ShapeMismatch, Stored
+from inspector._internal.load.records import LoadSkipped, ShapeMismatch, Stored
 
 __all__ = ["QUANT_PARAMS", "QuantView", "quantization_view"]
 

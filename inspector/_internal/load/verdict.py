@@ -67,8 +67,8 @@ from inspector._internal.common.text import short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.quant_view import quantization_view
+from inspector._internal.load.records import LoadSkipped, ShapeMismatch, Stored
 from inspector._internal.load.sealed import import_from_folder, sealed
-from inspector._internal.load.stored import LoadSkipped, ShapeMismatch, Stored
 
 if TYPE_CHECKING:
     import torch
