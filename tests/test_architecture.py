@@ -213,7 +213,7 @@ _OWN_FILE_ACCESS = {
     "inspector/_internal/plans/consolidate/dest.py",
     "inspector/_internal/formats/pickles/sandbox.py",
     "inspector/_internal/load/verdict.py",
-    "inspector/_internal/load/sealed.py",
+    "inspector/_internal/load/seal.py",
     # writes the private copy vLLM reads, inside the sealed folder (reads go through storage)
     "inspector/_internal/load/engine_child.py",
     "inspector/_internal/load/cache.py",

@@ -16,7 +16,7 @@ then their config.json is edited the way a hostile or careless publisher would:
 Every test runs with sockets that fail the test when used (in this process, and in the CLI
 run in a terminal through a `sitecustomize` that blocks them), the user's Hugging Face cache
 pointed at a temp folder that must stay untouched, and an audit hook that records every act
-the seal refused (`inspector._internal.load.sealed.REFUSED_EVENT`).
+the seal refused (`inspector._internal.load.seal.REFUSED_EVENT`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 import pytest
 
 from inspector._internal.checks import check
-from inspector._internal.load.sealed import REFUSED_EVENT, Refused, sealed
+from inspector._internal.load.seal import REFUSED_EVENT, Refused, sealed
 from inspector._internal.load.verdict import (
     MAX_CONFIG_DEPTH,
     LoadVerdict,

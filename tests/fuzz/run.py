@@ -193,7 +193,7 @@ def _fork_server(spec_text: str) -> int:
         import inspector._internal.layouts._common
         import inspector._internal.layouts.torch_dist
         import inspector._internal.load.quant_view
-        import inspector._internal.load.sealed
+        import inspector._internal.load.seal
         import inspector._internal.load.verdict
         import inspector._internal.storage.backends
         import inspector._internal.storage.guard

@@ -58,7 +58,7 @@ from inspector._internal.checkpoint.read_problems import (
 )
 from inspector._internal.findings.codes import CODES
 from inspector._internal.findings.finding import Finding
-from inspector._internal.load.sealed import REFUSED_EVENT
+from inspector._internal.load.seal import REFUSED_EVENT
 from inspector._internal.storage import Location, TooLargeError
 from inspector._internal.storage.guard import MAX_LISTING as _MAX_LISTING
 from inspector.errors import CannotInspectError, RemoteAccessError, UnsafeFileError

@@ -2,7 +2,7 @@
 
 `engine_verdict(scanned, tp=...)` starts a child interpreter (`load.engine_child`) that builds
 vLLM's model class for config.json on the meta device and runs vLLM's own `load_weights`
-over the stored names, shapes and dtypes, sealed (`load.sealed`), and reads its answer as
+over the stored names, shapes and dtypes, sealed (`load.seal`), and reads its answer as
 untrusted data: one JSON line, capped in size and time (`load.child.read_capped_line`),
 checked field by field (`EngineVerdict.from_dict`), never unpickled. What the engine says
 (an exception, verbatim) and what it does not (parameters never loaded, parts of fused

@@ -32,7 +32,7 @@ The steps are vLLM 0.33.0's own (`vllm.model_executor.model_loader.utils.initial
   no stored tensor filled, and at TP 1 element counts that differ from the parameter's
   (vLLM cuts an oversized tensor and takes an undersized expert tensor without a word).
 
-Everything runs sealed (`load.sealed`): no prompt, no network from Python, no process, no
+Everything runs sealed (`load.seal`): no prompt, no network from Python, no process, no
 write outside the private folder; the process's address space is capped (`ENGINE_MEMORY`)
 before the first request and the parent ends it past `ENGINE_SECONDS`. gloo's own sockets
 are native code the seal cannot see: with one rank, they bind to this machine only.
@@ -59,7 +59,7 @@ _JSON_CAP = 64 << 20
 
 def _verdict(path: str, layout: str, tp: int) -> dict[str, Any]:
     from inspector._internal.load.child import verdict_digest
-    from inspector._internal.load.sealed import sealed
+    from inspector._internal.load.seal import sealed
     from inspector._internal.scan.entry import scan
 
     scanned = scan(path, layout=layout)

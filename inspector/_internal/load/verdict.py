@@ -1,7 +1,7 @@
 """Will it load? What transformers itself would report for a checkpoint, without tensor data.
 
 `load_verdict(scanned)` builds the model that `config.json` names on the `meta` device (no
-weights; sealed by `inspector._internal.load.sealed`: no prompt, no network, no write outside a
+weights; sealed by `inspector._internal.load.seal`: no prompt, no network, no write outside a
 private temp folder; modelling code only the folder's own, and only when allowed), runs
 transformers' own key renaming and weight conversions over the stored names, dtypes and
 shapes (meta tensors stand in for the data), and returns what `from_pretrained(...,
@@ -68,7 +68,7 @@ from inspector._internal.common.units import format_count
 from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.quant_view import quantization_view
 from inspector._internal.load.records import LoadSkipped, ShapeMismatch, Stored
-from inspector._internal.load.sealed import import_from_folder, sealed
+from inspector._internal.load.seal import import_from_folder, sealed
 
 if TYPE_CHECKING:
     import torch
@@ -378,7 +378,7 @@ def load_verdict(
             stored = stored_tensors(scanned)
             quant = quantization_view(scanned, stored)
             # transformers' code runs sealed: no prompt, no network, no write outside a
-            # private temp folder (inspector._internal.load.sealed).
+            # private temp folder (inspector._internal.load.seal).
             with sealed():
                 built = _built(architecture, scanned.config, scanned.local_path, trust_remote_code)
                 verdict = _verdict(scanned, architecture, built, quant, stored)
@@ -847,7 +847,7 @@ def _remote_reference(config: Mapping[str, Any], architecture: str) -> str | Non
 
 def _folder_classes(folder: str, model_ref: str, config_ref: str) -> tuple[Any, Any]:
     """The classes the folder's own files define, imported from the folder alone
-    (`inspector._internal.load.sealed.import_from_folder`: never through transformers' modules
+    (`inspector._internal.load.seal.import_from_folder`: never through transformers' modules
     cache)."""
     try:
         classes = []

@@ -60,7 +60,7 @@ from inspector._internal.common.text import short_repr
 
 __all__ = ["REFUSED_EVENT", "Refused", "Seal", "import_from_folder", "sealed"]
 
-REFUSED_EVENT = "inspector._internal.load.sealed.refused"
+REFUSED_EVENT = "inspector._internal.load.seal.refused"
 
 
 class Refused(PermissionError):
