@@ -13,8 +13,8 @@ from inspector._internal.execution.ranks import Distributed
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate.dest import Dest, foreign_entries, is_complete, refusal
 from inspector._internal.plans.consolidate.engine import (
+    Finisher,
     Progress,
-    Sealer,
     copy_metadata,
     write_index,
     write_output,
@@ -31,7 +31,7 @@ __all__ = ["execute_plan"]
 
 
 def _write_all(
-    plan: PlanView, todo: list[OutputFile], bar: Progress, sealer: Sealer, workers: int
+    plan: PlanView, todo: list[OutputFile], bar: Progress, finisher: Finisher, workers: int
 ) -> None:
     """Every output of `todo`, `workers` at a time. The first that fails stops the run: the
     outputs not started are not written (those being written finish), and its error is
@@ -42,7 +42,7 @@ def _write_all(
         if failed.is_set():  # taken from the queue after a failure, before it was cancelled
             return
         try:
-            write_output(plan, output, bar, sealer)
+            write_output(plan, output, bar, finisher)
         except BaseException:
             failed.set()
             raise
@@ -82,11 +82,11 @@ def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
         todo = [o for o in mine if o not in skipped]
         bar = Progress(sum(o.size for o in todo), run.progress)
         try:
-            sealer = Sealer(dest, fsync=run.fsync)
+            finisher = Finisher(dest, fsync=run.fsync)
             try:
-                _write_all(plan, todo, bar, sealer, run.workers)
+                _write_all(plan, todo, bar, finisher, run.workers)
             finally:
-                sealer.wait()
+                finisher.wait()
         finally:
             bar.close()
         # 3. Everyone done: rank 0 copies the metadata files and writes the index last.

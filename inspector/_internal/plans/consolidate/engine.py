@@ -59,8 +59,8 @@ from inspector.errors import FileShrankError, InspectorError
 __all__ = [
     "AGAIN",
     "BLOCK_BYTES",
+    "Finisher",
     "Progress",
-    "Sealer",
     "SourceFiles",
     "copy_metadata",
     "write_index",
@@ -123,7 +123,7 @@ class Progress:
             self.bar.close()
 
 
-class Sealer:
+class Finisher:
     """fsync + rename of finished outputs on a thread of its own, so the disk writes one file
     back while the next is being copied. At most `depth` files wait (bounded open files)."""
 
@@ -136,9 +136,9 @@ class Sealer:
 
     def submit(self, fd: int, partial: str, final: str) -> None:
         self.slots.acquire()
-        self.pending.append(self.pool.submit(self._seal, fd, partial, final))
+        self.pending.append(self.pool.submit(self._finish, fd, partial, final))
 
-    def _seal(self, fd: int, partial: str, final: str) -> None:
+    def _finish(self, fd: int, partial: str, final: str) -> None:
         try:
             try:
                 if self.fsync:
@@ -161,8 +161,8 @@ class Sealer:
             future.result()
 
 
-def write_output(plan: PlanView, output: OutputFile, bar: Progress, sealer: Sealer) -> None:
-    """Header first, data at final offsets into `<name>.partial`; the sealer then fsyncs and
+def write_output(plan: PlanView, output: OutputFile, bar: Progress, finisher: Finisher) -> None:
+    """Header first, data at final offsets into `<name>.partial`; the finisher then fsyncs and
     renames it, so a crash never leaves a partly written file under the final name. When the
     copy fails the partial file is removed (a source that got shorter while it was read is an
     `InspectorError` saying which and what to do)."""
@@ -171,7 +171,7 @@ def write_output(plan: PlanView, output: OutputFile, bar: Progress, sealer: Seal
     # Created afresh in DEST's descriptor: a stale file or a link planted under the
     # partial name is removed first, never written through (O_EXCL | O_NOFOLLOW).
     try:
-        fd = sealer.dest.open_partial(partial)
+        fd = finisher.dest.open_partial(partial)
     except BaseException:
         sources.close()
         raise
@@ -190,22 +190,22 @@ def write_output(plan: PlanView, output: OutputFile, bar: Progress, sealer: Seal
             else:
                 _assemble(sources, fd, base + tensor.begin, tensor, bar)
     except FileShrankError as exc:
-        _discard(sealer.dest, fd, partial)
+        _discard(finisher.dest, fd, partial)
         raise InspectorError(
             f"{exc.filename}: {exc.strerror} (another process cut it short, or is still "
             f"writing it); {output.name} was not written: {AGAIN}"
         ) from None
     except OSError as exc:
-        _discard(sealer.dest, fd, partial)
+        _discard(finisher.dest, fd, partial)
         if exc.filename is None:  # a write by descriptor: name the file (ENOSPC, EFBIG...)
             raise OSError(exc.errno, exc.strerror, str(plan.dest / partial)) from exc
         raise
     except BaseException:
-        _discard(sealer.dest, fd, partial)
+        _discard(finisher.dest, fd, partial)
         raise
     finally:
         sources.close()
-    sealer.submit(fd, partial, output.name)
+    finisher.submit(fd, partial, output.name)
 
 
 def _discard(dest: Dest, fd: int, partial: str) -> None:
