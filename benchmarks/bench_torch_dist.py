@@ -1,4 +1,4 @@
-"""torch_dist `.metadata` benchmark: what the pickle guard costs against the bare unpickler.
+"""torch_dist `.metadata` benchmark: what bounding the pickle costs against the bare unpickler.
 
     python benchmarks/bench_torch_dist.py                       # 100k tensors x 8 chunks
     python benchmarks/bench_torch_dist.py --tensors 25000 --chunks 4
@@ -20,13 +20,13 @@ Times (best of `--repeat`, wall clock, in this process; the child's time include
 
 - C unpickle alone: the restricted unpickler (`_metadata`, unaudited), no audit, no bound;
 - bare: that unpickle and the conversion to the scan's data, unbounded: the floor of
-  reading the file without running its code, and the work every guarded read also does;
+  reading the file without running its code, and the work every bounded read also does;
 - audited: the pure-Python audit (`pickles.audit`), then the same, in this process;
 - sandboxed: `read_dcp_metadata` as the scan calls it: the same work in a forked child
   bounded by RLIMIT_CPU / RLIMIT_AS, the result shipped back pickled;
-- the whole scan with the sandboxed, the audited and no guard at all.
+- the whole scan with the sandboxed, the audited and no bound at all.
 
-Target: sandboxed / bare <= 2.0 at 100k tensors x 8 chunks (the guard at most doubles the
+Target: sandboxed / bare <= 2.0 at 100k tensors x 8 chunks (the bound at most doubles the
 cost of reading `.metadata`). Use a quiet machine: the child and this process share the cores.
 """
 
@@ -162,9 +162,9 @@ def _convert(meta: StandIn) -> object:
     return torch_dist._convert_metadata(meta, rel=".metadata", prefix="")
 
 
-def read_unguarded(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
+def read_unbounded(data: bytes, convert: Callable[[Any], object] = _convert) -> object:
     """The restricted C unpickler and the conversion, in this process, unbounded: the floor
-    of reading the file without running its code (what the guard is measured against)."""
+    of reading the file without running its code (what the bounds are measured against)."""
     return convert(dcp_metadata._metadata(data, audited=False))
 
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     size = f"{len(data) / 1e6:,.1f} MB"
     print(f".metadata: {size}, {args.tensors:,} tensors x {args.chunks} chunks{note}")
     unpickle = best_of(args.repeat, lambda: dcp_metadata._metadata(data, audited=False))
-    bare = best_of(args.repeat, lambda: read_unguarded(data))
+    bare = best_of(args.repeat, lambda: read_unbounded(data))
     audited = best_of(args.repeat, lambda: read_audited(data))
     sandboxed = best_of(args.repeat, lambda: read_sandboxed(data))
     rows = [
@@ -227,17 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     for label, reader in (
         ("scan, sandboxed (as shipped)", None),
         ("scan, audited in process", read_audited),
-        ("scan, no guard", read_unguarded),
+        ("scan, no bound", read_unbounded),
     ):
         with scan_reading(reader):
             scans[label] = best_of(args.repeat, lambda: scan(folder))
-    base = scans["scan, no guard"]
+    base = scans["scan, no bound"]
     for label, seconds in scans.items():
-        print(f"  {label:<42} {seconds:7.3f} s  {seconds / base:5.2f}x no guard")
+        print(f"  {label:<42} {seconds:7.3f} s  {seconds / base:5.2f}x no bound")
     ratio = sandboxed / bare
     verdict = "ok" if ratio <= TARGET_RATIO else "over"
     print(
-        f"guarded / bare = {ratio:.2f} sandboxed, {audited / bare:.2f} audited "
+        f"bounded / bare = {ratio:.2f} sandboxed, {audited / bare:.2f} audited "
         f"(target <= {TARGET_RATIO}: {verdict})"
     )
     if args.profile:

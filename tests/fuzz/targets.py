@@ -174,7 +174,7 @@ def index_json(data: bytes) -> None:
     salvage_json_prefix(root / "config.json")
 
 
-# -- (c) the pickle guard and the restricted unpickler ---------------------------------------
+# -- (c) the pickle audit and the restricted unpickler ---------------------------------------
 
 # A `.metadata` torch's DCP writer wrote (a seed of the corpus): read after every input, it
 # must read as it did before the first.
@@ -208,7 +208,7 @@ def _assert_isolated(kind: str, before: list[object]) -> None:
 
 
 def pickle_metadata(data: bytes) -> None:
-    """`.metadata` bytes through the guard, the restricted unpickler and the conversion the
+    """`.metadata` bytes through the audit, the restricted unpickler and the conversion the
     torch_dist reader does: declared refusals only, and a bounded walk."""
     from inspector._internal.formats.pickles.audit import audit_pickle, hostile_globals
     from inspector._internal.formats.pickles.dcp_metadata import (

@@ -155,7 +155,7 @@ def read_bin_columns(
 
 
 def _refused(rel: str, what: str, exc: HostilePickleError | PickleBombError) -> Finding:
-    """The finding of a pickle the guard refused: `pickle-hostile` or `pickle-bomb`."""
+    """The finding of a pickle the audit refused: `pickle-hostile` or `pickle-bomb`."""
     if isinstance(exc, HostilePickleError):
         msg = f"{legible(rel)}: {what} {exc}"
         return make_finding("pickle-hostile", msg, file=rel)

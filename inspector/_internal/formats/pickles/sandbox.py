@@ -2,7 +2,7 @@
 
 Why: a DCP `.metadata` of 100 MB+ is millions of pickle opcodes. The pure-Python audit of
 `pickles.audit` costs several times the C unpickler on it (a loop that
-only steps over the opcodes is already 1.5x the unpickle), so a guard that must stay within 2x of
+only steps over the opcodes is already 1.5x the unpickle), so a bound that must stay within 2x of
 the unpickle cannot be a pass over the stream in this process. Instead the unpickle (and the
 walk that turns its result into plain data) runs at C speed in a forked child whose CPU
 time (RLIMIT_CPU) and address space (RLIMIT_AS) the kernel limits in proportion to the
