@@ -1,21 +1,21 @@
-"""Problems: findings grouped into root causes, each with its impact and the action that fixes it.
+"""Issues: findings grouped into root causes, each with its impact and the action that fixes it.
 
 A check reports every symptom it sees: on a Model-Optimizer export whose last shard gained 42
 MTP tensors after its JSON files were written, that is 21 `unindexed-tensor` and 21
 `sidecar-unlisted-tensor` findings plus two stale totals. A person wants two lines: "the index
 misses 42 MTP tensors: they are invisible to loaders; rebuild it" and "the sidecar misses the
-same 42". `group_problems` turns findings into such problems. Pure: scanned data and findings
-in, problems out; the counts in titles come from the scanned data (the findings themselves
+same 42". `group_issues` turns findings into such issues. Pure: scanned data and findings
+in, issues out; the counts in titles come from the scanned data (the findings themselves
 are folded after 20 per file, see `inspector._internal.findings.finding.FOLD`).
 
-The load check's findings (`checks.model_load`) join the problem that causes them:
+The load check's findings (`checks.model_load`) join the issue that causes them:
 tensors a loader cannot see because the index does not name their shard belong to the index, tensors
 of shard files that are gone to those files, experts never written to the missing experts;
-what is left is a problem of its own ("the model expects 3 tensors the checkpoint lacks:
+what is left is an issue of its own ("the model expects 3 tensors the checkpoint lacks:
 restore them with `repair --from REF`"). Given the load verdict, titles count every key, not
 only the findings listed before the fold.
 
-Whether a repair plan really fixes a problem is not guessed here:
+Whether a repair plan really fixes an issue is not guessed here:
 `inspector._internal.plans.repair`'s
 `preview_repair` re-checks the checkpoint as the plan would leave it.
 """
@@ -52,7 +52,15 @@ from inspector._internal.findings.finding import Finding
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
 
-__all__ = ["INDEX_REBUILT_FOR", "Action", "ActionKind", "Problem", "group_problems"]
+__all__ = [
+    "INDEX_REBUILT_FOR",
+    "Action",
+    "ActionKind",
+    "Issue",
+    "Problem",
+    "group_issues",
+    "group_problems",
+]
 
 # The kinds of fix a code names (`Code.fix`).
 ActionKind = FixKind
@@ -60,7 +68,7 @@ ActionKind = FixKind
 
 @dataclass(frozen=True, slots=True)
 class Action:
-    """What fixes a problem: in words, as a command, and (for `repair`) which plan parts."""
+    """What fixes an issue: in words, as a command, and (for `repair`) which plan parts."""
 
     kind: ActionKind
     text: str
@@ -75,7 +83,7 @@ class Action:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class Issue:
     """One root cause. `tensors`, `files` and `cells` say where it shows: tensor names (all of
     them when known), files, and (layer, expert) cells of the expert heatmap (expert None:
     the whole layer)."""
@@ -100,7 +108,7 @@ class Problem:
         return self.action.here
 
 
-# Codes that describe one root cause each; `_RULES` below decides which problem takes them.
+# Codes that describe one root cause each; `_RULES` below decides which issue takes them.
 _SHARD_DAMAGE = frozenset(
     {
         Code.HEADER_UNREADABLE,
@@ -148,46 +156,46 @@ _RESTORES_INTO = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER
 _EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
 
 
-def group_problems(
+def group_issues(
     scanned: ScannedCheckpoint,
     findings: Iterable[Finding],
     *,
     verdict: LoadVerdict | None = None,
-) -> tuple[Problem, ...]:
-    """The findings of `scanned` as problems, worst first (then the ones fixable here first).
+) -> tuple[Issue, ...]:
+    """The findings of `scanned` as issues, worst first (then the ones fixable here first).
 
-    Every finding belongs to exactly one problem; a finding no rule explains becomes a problem
+    Every finding belongs to exactly one issue; a finding no rule explains becomes an issue
     of its own code, titled by the code's help text. `verdict` is the load verdict the
-    findings were checked with (`check(..., verdict=...)`): the load problems then count and
+    findings were checked with (`check(..., verdict=...)`): the load issues then count and
     list every key it reports, not only the findings listed before the fold.
     """
     pending = list(dict.fromkeys(findings))
     ctx = _Context(scanned, verdict)
-    problems: list[Problem] = []
+    issues: list[Issue] = []
     for rule in _RULES:
         mine = [f for f in pending if rule.takes(f)]
-        problem = rule.build(ctx, mine, pending) if mine else None
-        if problem is not None:
-            problems.append(problem)
-            claimed = set(problem.findings)
+        issue = rule.build(ctx, mine, pending) if mine else None
+        if issue is not None:
+            issues.append(issue)
+            claimed = set(issue.findings)
             pending = [f for f in pending if f not in claimed]
-    problems.extend(_per_code(ctx, pending))
+    issues.extend(_per_code(ctx, pending))
     return tuple(
         sorted(
-            map(_legible, problems),
+            map(_legible, issues),
             key=lambda p: (severity_rank(p.severity), not p.repairable, -len(p.findings), p.key),
         )
     )
 
 
-def _legible(problem: Problem) -> Problem:
-    """The problem's words as people read them (`legible`: bounded, control characters
+def _legible(issue: Issue) -> Issue:
+    """The issue's words as people read them (`legible`: bounded, control characters
     escaped), whatever names the rules put in them; its tensors and files stay exact."""
-    action = problem.action
+    action = issue.action
     return dataclasses.replace(
-        problem,
-        title=legible(problem.title, limit=MESSAGE_LIMIT),
-        impact=legible(problem.impact, limit=MESSAGE_LIMIT),
+        issue,
+        title=legible(issue.title, limit=MESSAGE_LIMIT),
+        impact=legible(issue.impact, limit=MESSAGE_LIMIT),
         action=dataclasses.replace(
             action,
             text=legible(action.text, limit=MESSAGE_LIMIT),
@@ -209,7 +217,7 @@ class _Context:
     _sizes: dict[str, int] | None = field(default=None, repr=False)
     _mtp: frozenset[str] | None = field(default=None, repr=False)
     _held: dict[str, frozenset[str]] | None = field(default=None, repr=False)
-    # Missing keys (of the verdict) that a problem other than the load one explains.
+    # Missing keys (of the verdict) that an issue other than the load one explains.
     explained: set[str] = field(default_factory=set, repr=False)
 
     @property
@@ -322,7 +330,7 @@ class _Context:
 
 def _index_misses_tensors(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
+) -> Issue | None:
     """Shards hold tensors the index does not list (and the stale totals that follow)."""
     index = ctx.scanned.index
     if index is None:
@@ -349,7 +357,7 @@ def _index_misses_tensors(
     impact += "silently lacks them"
     if unseen:
         impact += " (the load check reports them missing)"
-    return Problem(
+    return Issue(
         key="index-misses-tensors",
         severity=Severity.ERROR,
         title=f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
@@ -361,9 +369,7 @@ def _index_misses_tensors(
     )
 
 
-def _sidecars_disagree(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
+def _sidecars_disagree(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     """Per-layer sidecars that do not describe their shards."""
     held = ctx.held()
     unlisted = sorted(
@@ -392,7 +398,7 @@ def _sidecars_disagree(
         codes = Counter(f.code for f in mine)
         title = f"{which} disagree with their shards ({_codes_text(codes)})"
         impact = "per-layer loaders read wrong or incomplete tensor lists"
-    return Problem(
+    return Issue(
         key="sidecars-disagree",
         severity=_worst(mine),
         title=title,
@@ -406,7 +412,7 @@ def _sidecars_disagree(
 
 def _shard_files_missing(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
+) -> Issue | None:
     """The index names shards that are not on disk: their tensors are gone."""
     index = ctx.scanned.index
     on_disk = {s.file for s in ctx.scanned.shards}
@@ -414,12 +420,12 @@ def _shard_files_missing(
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
     names = ", ".join(map(legible, gone[:_MAX_LISTED]))
     names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
-    # Same-named dangling tensors are the missing files' contents, not a second problem.
+    # Same-named dangling tensors are the missing files' contents, not a second issue.
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
     # ...nor are the model's missing tensors that those files held.
     dangling += ctx.load_claim(pending, ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
-    return Problem(
+    return Issue(
         key="shard-files-missing",
         severity=Severity.ERROR,
         title=f"{plural(len(gone), 'shard file')} named by the index "
@@ -437,7 +443,7 @@ def _shard_files_missing(
     )
 
 
-def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     """The index is unreadable, points wrong, or carries stale totals."""
     codes = Counter(f.code for f in mine)
     cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
@@ -452,7 +458,7 @@ def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> 
     else:
         title = f"{index_file} points at the wrong places ({_codes_text(codes)})"
         impact = "loading fails, or reads tensors from files that do not hold them"
-    return Problem(
+    return Issue(
         key="index-stale",
         severity=_worst(mine),
         title=title,
@@ -464,9 +470,9 @@ def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> 
     )
 
 
-def _duplicates(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _duplicates(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     names = sorted({f.tensor for f in mine if f.tensor})
-    return Problem(
+    return Issue(
         key="duplicate-tensors",
         severity=Severity.ERROR,
         title=f"{len(names) or len(mine):,} tensor names are stored in more than one shard",
@@ -483,7 +489,7 @@ def _duplicates(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> P
     )
 
 
-def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
@@ -494,7 +500,7 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
     impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
     if severity != Severity.ERROR:
         impact = "strict readers reject the file; lenient ones load it"
-    return Problem(
+    return Issue(
         key="shards-damaged",
         severity=severity,
         title=f"{len(files)} shard{'s are' if len(files) != 1 else ' is'} damaged: {shown} "
@@ -511,10 +517,8 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
     )
 
 
-def _config_unreadable(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
-    return Problem(
+def _config_unreadable(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+    return Issue(
         key="config-unreadable",
         severity=Severity.ERROR,
         title="config.json is not valid JSON (truncated or overwritten)",
@@ -531,7 +535,7 @@ def _config_unreadable(
     )
 
 
-def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     mine = mine + _load_of_experts(ctx, pending)
     experts = ctx.scanned.experts
     cells: list[tuple[int, int | None]] = []
@@ -566,7 +570,7 @@ def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding])
             if len(missing)
             else "some experts lack tensors or have odd shapes: loading fails for them"
         )
-    return Problem(
+    return Issue(
         key="experts-missing",
         severity=Severity.ERROR,
         title=title or plural(len(mine), "expert finding"),
@@ -588,10 +592,10 @@ def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding])
 
 def _quant_config_missing_in_config(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
+) -> Issue | None:
     # A compressed-tensors config.json is the model's own config, which no repair rewrites:
     # the fix is a choice left to the person.
-    return Problem(
+    return Issue(
         key="quant-config-missing-layers-config",
         severity=Severity.ERROR,
         title=f"{CONFIG_NAME}'s quantization_config leaves out "
@@ -611,9 +615,9 @@ def _quant_config_missing_in_config(
 
 def _quant_config_missing(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
+) -> Issue | None:
     # hf_quant_config.json's are repaired here.
-    return Problem(
+    return Issue(
         key="quant-config-missing-layers",
         severity=Severity.ERROR,
         title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
@@ -630,10 +634,8 @@ def _quant_config_missing(
     )
 
 
-def _dcp_chunks_broken(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Problem | None:
-    return Problem(
+def _dcp_chunks_broken(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+    return Issue(
         key="dcp-chunks-broken",
         severity=Severity.ERROR,
         title=f"DCP chunks do not tile {len({f.tensor for f in mine}):,} tensors "
@@ -650,10 +652,10 @@ def _dcp_chunks_broken(
     )
 
 
-def _collapsed(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _collapsed(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     """One file takes every tensor: a DCP run's recorded mapping, or a plain checkpoint."""
     if ctx.scanned.dcp is None:
-        return Problem(
+        return Issue(
             key="shards-collapsed",
             severity=Severity.WARNING,
             title="every tensor sits in one file over the 5 GB split size",
@@ -680,7 +682,7 @@ def _collapsed(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Pr
             "mapping; without one, consolidation packs by size (5 GB per file)"
         )
         command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
-    return Problem(
+    return Issue(
         key="mapping-collapsed",
         severity=Severity.WARNING,
         title="the recorded file-index mapping sends every tensor to one output file",
@@ -725,13 +727,13 @@ def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
     ]
 
 
-def _load_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
-    """What the model code would not find, where no other problem explains it (see the
+def _load_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+    """What the model code would not find, where no other issue explains it (see the
     module docstring)."""
     v = ctx.verdict
     exact, arch = v is not None, _model_name(ctx)
     keys = _load_keys(mine, v.missing if v is not None else None, ctx.explained)
-    return Problem(
+    return Issue(
         key="load-missing-tensors",
         severity=Severity.ERROR,
         title=f"{arch} expects {_count(keys, mine, exact=exact)} the checkpoint "
@@ -746,14 +748,14 @@ def _load_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) ->
     )
 
 
-def _load_shapes(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _load_shapes(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     """Tensors stored with another shape than the model code builds."""
     v = ctx.verdict
     exact, arch = v is not None, _model_name(ctx)
     keys = _load_keys(
         mine, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
     )
-    return Problem(
+    return Issue(
         key="load-shape-mismatch",
         severity=Severity.ERROR,
         title=f"{_count(keys, mine, exact=exact)} stored with another shape than "
@@ -774,12 +776,12 @@ def _load_shapes(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> 
     )
 
 
-def _load_unexpected(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+def _load_unexpected(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
     """Tensors the model code would drop."""
     v = ctx.verdict
     exact, arch = v is not None, _model_name(ctx)
     keys = _load_keys(mine, v.unexpected if v is not None else None)
-    return Problem(
+    return Issue(
         key="load-unexpected-tensors",
         severity=Severity.WARNING,
         title=f"{_count(keys, mine, exact=exact)} {arch} would not load{_named(keys)}",
@@ -823,7 +825,7 @@ def _verdict_keys(verdict: LoadVerdict, code: Code) -> tuple[str, ...]:
 def _load_keys(
     findings: list[Finding], keys: Sequence[str] | None, claimed: Collection[str] = ()
 ) -> tuple[str, ...]:
-    """Every key of one kind: the verdict's (all of them, but those another problem
+    """Every key of one kind: the verdict's (all of them, but those another issue
     claimed) when given, else the findings' (those listed before the fold)."""
     if keys is not None:
         return tuple(k for k in keys if k not in claimed)
@@ -873,8 +875,8 @@ def _restore_text(ctx: _Context, keys: Sequence[str]) -> str:
     return text
 
 
-def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
-    """What no rule explains: one problem per code, in the code's own words."""
+def _per_code(ctx: _Context, pending: list[Finding]) -> list[Issue]:
+    """What no rule explains: one issue per code, in the code's own words."""
     by_code: dict[str, list[Finding]] = defaultdict(list)
     for f in pending:
         by_code[f.code].append(f)
@@ -893,7 +895,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         if known in _RESTORABLE:
             action = _lost_tensors_action(ctx, _RESTORABLE[known], text)
         out.append(
-            Problem(
+            Issue(
                 key=code,
                 severity=_worst(items),
                 title=cut_at_word(title, 200),
@@ -910,12 +912,12 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """One root cause: the findings it takes first (`takes`), and the problem `build` makes
+    """One root cause: the findings it takes first (`takes`), and the issue `build` makes
     of them with the context and the findings still unclaimed (None: not this cause after
     all). Each later rule sees only what the earlier ones left."""
 
     takes: Callable[[Finding], bool]
-    build: Callable[[_Context, list[Finding], list[Finding]], Problem | None]
+    build: Callable[[_Context, list[Finding], list[Finding]], Issue | None]
 
 
 def _codes(*codes: Code | frozenset[Code]) -> Callable[[Finding], bool]:
@@ -1063,3 +1065,9 @@ def _named(names: Sequence[str]) -> str:
 
 def _quote(path: str) -> str:
     return shell_word(path)
+
+
+# The public names (`inspector.Problem`, `inspector.group_problems`, docs/python.md) of an
+# issue, kept as they are; the notebook UI imports them too.
+Problem = Issue
+group_problems = group_issues

@@ -4,8 +4,8 @@
   code from
   `inspector._internal.findings.codes` and a severity);
 - an **issue** is the findings one root cause explains, with its impact and the one action
-  that fixes it (`inspector._internal.diagnosis.issues.Problem`; the Overview, `check`, the reports
-  list them);
+  that fixes it (`diagnosis.issues.Issue`, public name `inspector.Problem`; the Overview,
+  `check`, the reports list them);
 - severities are **error**, **warning** and **info**;
 - `scan` reads headers and JSON and runs no check: what it could not read are **read
   errors**, never "problems" (`check` gives the findings).

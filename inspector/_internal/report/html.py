@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_markup
 from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.diagnosis.issues import Problem, group_problems
+from inspector._internal.diagnosis.issues import Issue, group_issues
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
 from inspector._internal.integrity.verified import verification_line
@@ -88,12 +88,12 @@ def scanned_html(
     if findings is None:
         read = list(scanned.read_findings)
         issues = _not_checked(len(read)) + (
-            _problems_table(group_problems(scanned, read), len(read), max_rows=max_rows)
+            _problems_table(group_issues(scanned, read), len(read), max_rows=max_rows)
             if read
             else ""
         )
     else:
-        problems = group_problems(scanned, findings)
+        problems = group_issues(scanned, findings)
         issues = _problems_table(problems, len(findings), max_rows=max_rows)
     parts = [
         facts_html(scanned, findings or ()),
@@ -260,7 +260,7 @@ def problems_html(
     """The findings grouped into problems (`inspector._internal.diagnosis.issues`, with the load
     `verdict` they were checked with): severity, what is wrong, its impact and what fixes it, one
     row per problem, worst first."""
-    problems = group_problems(scanned, findings, verdict=verdict)
+    problems = group_issues(scanned, findings, verdict=verdict)
     return _wrap(_problems_table(problems, len(findings), max_rows=max_rows))
 
 
@@ -345,8 +345,8 @@ def _load_box(answer: str, body: str) -> str:
     )
 
 
-def problem_html(problem: Problem) -> str:
-    """One issue (`Problem`): badge and title, impact, and the action with its command."""
+def problem_html(problem: Issue) -> str:
+    """One issue (`Issue`): badge and title, impact, and the action with its command."""
     action = problem.action
     tag = _KIND_LABELS.get(action.kind, action.kind)
     return _wrap(
@@ -367,7 +367,7 @@ def _not_checked(read: int) -> str:
     )
 
 
-def _problems_table(problems: Sequence[Problem], n_findings: int, *, max_rows: int) -> str:
+def _problems_table(problems: Sequence[Issue], n_findings: int, *, max_rows: int) -> str:
     if not problems:
         return '<div style="color:#2ca02c"><b>No issues found.</b></div>'
     counts = Counter(str(p.severity) for p in problems)

@@ -16,7 +16,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible, legible_markup
 from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
-from inspector._internal.diagnosis.issues import group_problems
+from inspector._internal.diagnosis.issues import group_issues
 from inspector._internal.findings.finding import Finding, severity_rank
 from inspector._internal.findings.words import severity_counts
 from inspector._internal.integrity.verified import verification_line
@@ -67,7 +67,7 @@ def _findings_lines(
     if not groups:
         return ["", "No findings."]
     lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
-    for p in group_problems(scanned, findings, verdict=verdict):
+    for p in group_issues(scanned, findings, verdict=verdict):
         lines.append(
             f"- **{p.severity}**: {_inline(p.title)}. Impact: {_inline(p.impact)}. "
             f"Fix: {_inline(p.action.text)} ({_code(p.action.command)})"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.text import examples, layer_name, plural, shell_word
-from inspector._internal.diagnosis.issues import Problem, group_problems
+from inspector._internal.diagnosis.issues import Issue, group_issues
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import Finding, Severity, severity_rank
 from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
@@ -83,7 +83,7 @@ def check_result(
             "by_code": dict(Counter(f.code for f in ordered)),
         },
     }
-    problems = group_problems(scanned, findings, verdict=verdict)
+    problems = group_issues(scanned, findings, verdict=verdict)
     result["issues"] = [issue_dict(p) for p in problems]
     if any(p.action.kind in ("repair", "reshard") for p in problems):
         result["repair_all"] = f"ckpt-inspect repair {shell_word(str(scanned.path))}"
@@ -243,8 +243,8 @@ def finding_lines(findings: Sequence[Mapping[str, Any]], *, per_code: int = 10) 
     return lines
 
 
-def issue_dict(problem: Problem) -> dict[str, Any]:
-    """One issue (`Problem`) as JSON: what, how bad, its impact and its fix, and how many
+def issue_dict(problem: Issue) -> dict[str, Any]:
+    """One issue (`Issue`) as JSON: what, how bad, its impact and its fix, and how many
     findings of each code it explains."""
     return {
         "key": problem.key,
