@@ -31,7 +31,9 @@ from inspector._internal.checkpoint.tables import Tables, build_tables
 from inspector._internal.checkpoint.ui import core_function, html_view, ui_function
 from inspector._internal.common.columns import Coded, frozen, int64s
 from inspector._internal.common.display import legible
+from inspector._internal.common.text import plural
 from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.words import READ_ERROR
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.storage import LocalStorage, Location, RemoteURL, Storage
 
@@ -573,10 +575,10 @@ class ScannedCheckpoint:
 
     def __repr__(self) -> str:
         """A line a console shows: where, what layout, how much (a path is shown legible)."""
-        problems = len(self.read_problems) + sum(len(s.findings) for s in self.shards)
+        errors = len(self.read_problems) + sum(len(s.findings) for s in self.shards)
         return (
             f"<ScannedCheckpoint {legible(self.path)} ({self.layout}): {len(self.shards):,} "
-            f"shard files, {problems:,} read problems>"
+            f"shard files, {plural(errors, READ_ERROR)}>"
         )
 
     def _repr_html_(self) -> str:
