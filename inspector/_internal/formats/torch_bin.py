@@ -262,7 +262,7 @@ class _Storages:
         known = self.found.get(key)
         if known is not None:
             return known
-        storage = TorchStorage(key, kind.dtype, numel)
+        storage = TorchStorage(key=key, dtype=kind.dtype, numel=numel)
         self.found[key] = storage
         return storage
 

@@ -111,7 +111,7 @@ _UTILS = "torch._utils"
 TABLE: tuple[Row, ...] = (
     *_rows(
         (METADATA, DATA_PKL),
-        ("torch", tuple(TORCH_DTYPES), TorchDtype),
+        ("torch", tuple(TORCH_DTYPES), lambda name: TorchDtype(name=name)),
     ),
     *_rows(
         (METADATA,),
@@ -126,7 +126,7 @@ TABLE: tuple[Row, ...] = (
         ("torch.serialization", ("_get_layout",), _calls(layout)),
         ("collections", ("OrderedDict",), _calls(ordered_dict)),
         ("torch", ("Size",), lambda _: SizeReader()),
-        ("torch", LAYOUTS | MEMORY_FORMATS, TorchName),
+        ("torch", LAYOUTS | MEMORY_FORMATS, lambda name: TorchName(name=name)),
         *(
             (module, names, _calls(fn))
             for module in ("pathlib", "pathlib._local")
@@ -146,9 +146,9 @@ TABLE: tuple[Row, ...] = (
             _calls(rebuild_parameter),
         ),
         ("collections", ("OrderedDict",), _calls(state_dict)),
-        ("torch.storage", ("UntypedStorage",), lambda _: StorageType(None)),
-        ("torch", ("UntypedStorage",), lambda _: StorageType(None)),
-        ("torch", tuple(STORAGE_DTYPES), lambda name: StorageType(STORAGE_DTYPES[name])),
+        ("torch.storage", ("UntypedStorage",), lambda _: StorageType(dtype=None)),
+        ("torch", ("UntypedStorage",), lambda _: StorageType(dtype=None)),
+        ("torch", tuple(STORAGE_DTYPES), lambda name: StorageType(dtype=STORAGE_DTYPES[name])),
     ),
 )
 

@@ -65,14 +65,14 @@ def _refuse(what: str, how: str) -> NoReturn:
 
 
 class Inert:
-    """An immutable stand-in: its slots are filled once (`_fill`), then nothing changes them.
-
-    Equality, hash and repr follow the slots, as a frozen dataclass's would."""
+    """An immutable stand-in: its slots are filled once, by keyword, when it is made; then
+    nothing changes them. Equality, hash and repr follow the slots, as a frozen dataclass's
+    would."""
 
     __slots__ = ()
 
-    def _fill(self, **values: Any) -> None:
-        for name, value in values.items():
+    def __init__(self, **values: Any) -> None:
+        for name, value in values.items():  # a name that is not a slot: AttributeError
             object.__setattr__(self, name, value)
 
     def _fields(self) -> tuple[Any, ...]:
@@ -111,7 +111,7 @@ class InertCall(Inert):
     fn: Callable[..., Any]
 
     def __init__(self, fn: Callable[..., Any]) -> None:
-        self._fill(fn=fn)
+        super().__init__(fn=fn)
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
@@ -143,9 +143,6 @@ class TorchDtype(Inert):
     __slots__ = ("name",)
     name: str
 
-    def __init__(self, name: str) -> None:
-        self._fill(name=name)
-
     @property
     def safetensors(self) -> str:
         """The safetensors dtype name (BF16, F32...), or `torch.<name>` when there is none."""
@@ -167,9 +164,6 @@ class TorchName(Inert):
 
     __slots__ = ("name",)
     name: str
-
-    def __init__(self, name: str) -> None:
-        self._fill(name=name)
 
 
 class StandIn(metaclass=SealedClass):
@@ -235,7 +229,7 @@ class SizeReader(Inert):
     _seen: dict[tuple[Any, ...], tuple[int, ...]]
 
     def __init__(self) -> None:
-        self._fill(_seen={})
+        super().__init__(_seen={})
 
     def __call__(self, *args: Any) -> tuple[int, ...]:
         if len(args) != 1 or type(args[0]) not in (tuple, list):
@@ -321,9 +315,6 @@ class StorageType(Inert):
     __slots__ = ("dtype",)
     dtype: str | None  # None: UntypedStorage, bytes (the tensor's dtype comes from v3)
 
-    def __init__(self, dtype: str | None) -> None:
-        self._fill(dtype=dtype)
-
 
 class TorchStorage(Inert):
     """A storage a persistent id names: its record's key, dtype and element count."""
@@ -332,9 +323,6 @@ class TorchStorage(Inert):
     key: str
     dtype: str | None
     numel: int
-
-    def __init__(self, key: str, dtype: str | None, numel: int) -> None:
-        self._fill(key=key, dtype=dtype, numel=numel)
 
 
 class TorchTensor(Inert):
@@ -349,34 +337,9 @@ class TorchTensor(Inert):
     dtype: str
     requires_grad: bool
 
-    def __init__(
-        self,
-        storage: TorchStorage,
-        offset: int,
-        shape: tuple[int, ...],
-        stride: tuple[int, ...],
-        *,
-        dtype: str,
-        requires_grad: bool,
-    ) -> None:
-        self._fill(
-            storage=storage,
-            offset=offset,
-            shape=shape,
-            stride=stride,
-            dtype=dtype,
-            requires_grad=requires_grad,
-        )
-
     def with_grad(self, requires_grad: bool) -> TorchTensor:
-        return TorchTensor(
-            self.storage,
-            self.offset,
-            self.shape,
-            self.stride,
-            dtype=self.dtype,
-            requires_grad=requires_grad,
-        )
+        fields = {n: getattr(self, n) for n in self.__slots__}
+        return TorchTensor(**(fields | {"requires_grad": requires_grad}))
 
 
 class StateDict(dict[Any, Any]):
@@ -410,7 +373,12 @@ def _rebuild(
     if dtype is None:
         raise PickleFormatError("has a tensor on an untyped storage with no dtype")
     return TorchTensor(
-        storage, offset, shape, strides, dtype=dtype, requires_grad=requires_grad is True
+        storage=storage,
+        offset=offset,
+        shape=shape,
+        stride=strides,
+        dtype=dtype,
+        requires_grad=requires_grad is True,
     )
 
 
