@@ -46,9 +46,13 @@ from inspector._internal.checks import check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.main import main
 from inspector._internal.formats.pickles import dcp_metadata, sandbox
-from inspector._internal.formats.pickles.allowed import DATA_PKL, METADATA, stand_ins
+from inspector._internal.formats.pickles.allowed import DATA_PKL, METADATA, Reader, stand_ins
 from inspector._internal.formats.pickles.audit import audit_pickle, check_pickle
-from inspector._internal.formats.pickles.errors import GlobalMutationError, HostilePickleError
+from inspector._internal.formats.pickles.errors import (
+    GlobalMutationError,
+    HostilePickleError,
+    RefusedGlobalError,
+)
 from inspector._internal.formats.pickles.sandbox import (
     SandboxFailed,
     SandboxLimits,
@@ -56,6 +60,7 @@ from inspector._internal.formats.pickles.sandbox import (
     sandbox_available,
 )
 from inspector._internal.formats.pickles.stand_ins import Dims
+from inspector._internal.formats.pickles.unpickler import unpickle
 from inspector._internal.scan.entry import scan
 
 BIN = "pytorch_model.bin"
@@ -363,6 +368,31 @@ def test_a_reply_class_without_a_setstate_is_refused() -> None:
 
     with pytest.raises(TypeError, match="__setstate__"):
         run_bounded(lambda: None, size=0, classes=(Loose,), limits=FORCED)
+
+
+@pytest.mark.parametrize(
+    ("reader", "module", "name"),
+    [
+        (METADATA, "torch._utils", "_rebuild_tensor_v2"),
+        (METADATA, "torch", "FloatStorage"),
+        (METADATA, "torch.storage", "UntypedStorage"),
+        (DATA_PKL, "torch", "Size"),
+        (DATA_PKL, "pathlib", "PosixPath"),
+        (DATA_PKL, "torch.distributed.checkpoint.metadata", "Metadata"),
+        (DATA_PKL, "torch.serialization", "_get_layout"),
+    ],
+)
+def test_a_global_of_one_reader_is_refused_by_the_other(
+    reader: Reader, module: str, name: str
+) -> None:
+    """The allow-list is one table, but each row names the readers that resolve it: a
+    `.metadata` cannot name what data.pkl is handed, nor the reverse."""
+    other = DATA_PKL if reader is METADATA else METADATA
+    assert (module, name) in stand_ins(other) and (module, name) not in stand_ins(reader)
+    stream = OP["PROTO"] + b"\x02" + global_(module, name) + OP["STOP"]
+    with pytest.raises(RefusedGlobalError, match=re.escape(f"{module}.{name}")) as refused:
+        unpickle(stream, reader)
+    assert not isinstance(refused.value, HostilePickleError)
 
 
 def test_stand_ins_refuse_every_change() -> None:
