@@ -82,7 +82,7 @@ def test_shape_that_multiplies_past_every_limit(tmp_path: Path) -> None:
         "weight_map": {"w": one, "v": two},
     }
     (folder / INDEX).write_text(json.dumps(index))
-    check = cli("check", folder)
+    check = cli("check", folder, "--verbose")
     no_traceback(check)
     assert check.returncode == 1 and check.stderr == ""
     assert "total-parameters-mismatch" in check.stdout and "more than 10^4816" in check.stdout

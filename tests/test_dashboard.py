@@ -486,7 +486,7 @@ def test_overview_repair_action_opens_the_planned_repair_and_asks(demos: Path, t
 def test_repair_tab_of_an_unrepairable_checkpoint_says_so_and_is_disabled(demos: Path):
     dash = Dashboard(demos / EP_COLLISION)
     overview = _texts(dash.panels["Overview"].widget)
-    assert "448 of 512 experts missing in 4 MoE layers (1-4)" in overview
+    assert "448 of 512 experts missing in 3 MoE layers (1-3) and MTP layer 4" in overview
     assert _buttons(dash.panels["Overview"].widget, "ckpt-problem-repair") == []
     repair = dash.select("Repair")
     assert not repair.plan.empty and repair.repair.disabled  # only total_parameters: cosmetic

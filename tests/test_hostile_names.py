@@ -245,12 +245,9 @@ def test_markdown_summary_of_a_hostile_checkpoint(hostile: Path):
 
 
 @pytest.mark.browser
-def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Path):
+def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Path, chromium):
     """The summary as nbconvert renders it, opened in Chromium: no handler runs, nothing is
     fetched (an image from a name would be)."""
-    from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
-
-    sync_playwright = sync_playwright_or_fail()
     scanned = scan(hostile)
     body = _mistune(markdown_summary(scanned, check(scanned, model=False), examples=100))
     page_file = tmp_path / "summary.html"
@@ -264,21 +261,20 @@ def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Pa
             requested.append(route.request.url)
             route.abort()
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.route("**/*", only_the_page)
-            page.goto(page_file.as_uri(), wait_until="load")
-            page.wait_for_timeout(300)
-            pwned = page.evaluate("window.__pwned === 1")
-            counts = page.evaluate(  # nbconvert links each heading to itself: not ours
-                "['img', 'script', 'a:not(.anchor-link)', 'iframe', '[onerror]']"
-                ".map(s => document.querySelectorAll(s).length)"
-            )
-            shown = page.inner_text("body")
-        finally:
-            browser.close()
+    context = chromium.new_context()  # its own cookies, storage and routes
+    try:
+        page = context.new_page()
+        page.route("**/*", only_the_page)
+        page.goto(page_file.as_uri(), wait_until="load")
+        page.wait_for_timeout(300)
+        pwned = page.evaluate("window.__pwned === 1")
+        counts = page.evaluate(  # nbconvert links each heading to itself: not ours
+            "['img', 'script', 'a:not(.anchor-link)', 'iframe', '[onerror]']"
+            ".map(s => document.querySelectorAll(s).length)"
+        )
+        shown = page.inner_text("body")
+    finally:
+        context.close()
     assert not pwned and counts == [0, 0, 0, 0, 0] and requested == []
     assert "onerror" in shown and "javascript:" in shown  # shown as text, not dropped
 
@@ -374,8 +370,8 @@ def dcp_hostile(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "command",
     [
-        ["check", "--no-model"],
-        ["check", "--no-model", "--fail-on", "never"],
+        ["check", "--no-model", "--verbose"],
+        ["check", "--no-model", "--fail-on", "never", "--verbose"],
         ["report", "--markdown", "--no-model"],
         ["repair", "--dry-run", "--diff"],
     ],
