@@ -895,16 +895,16 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     `state` waits for the verdict, and the Overview is redrawn with it."""
     import threading
 
-    import inspector._internal.load.child as load_child
+    import inspector.widgets.dashboard as dashboard
 
     release = threading.Event()
-    real = load_child.verdict_apart
+    real = dashboard.verdict_apart
 
     def slow_verdict(scanned, **options):
         release.wait(60)
         return real(scanned, **options)
 
-    monkeypatch.setattr(load_child, "verdict_apart", slow_verdict)
+    monkeypatch.setattr(dashboard, "verdict_apart", slow_verdict)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview

@@ -111,12 +111,13 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
         import time
         from IPython.display import display
         import inspector._internal.load.child as load_child
+        import inspector.widgets.dashboard as dashboard
         load_child._CHILD.close()
-        real, started = load_child.verdict_apart, []
+        real, started = dashboard.verdict_apart, []
         def spy(*args, **kwargs):
             started.append(time.monotonic())
             return real(*args, **kwargs)
-        load_child.verdict_apart = spy
+        dashboard.verdict_apart = spy
         shown = Dashboard(Path(str(folder) + "-moved"), snapshot=False, wait=False)
         time.sleep(0.5)
         before = len(started)

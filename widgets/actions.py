@@ -14,25 +14,32 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from inspector._internal.common.text import plural
-from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
-from inspector._internal.diagnosis.references import consolidation_reference, restore_reference
-from inspector._internal.findings.finding import findings_to_frame
-from inspector._internal.plans.consolidate import default_destination, plan_consolidation
-from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
-from inspector._internal.plans.repair_all import plan_all
-from inspector._internal.plans.restore import RestorePlan, plan_restore
-from inspector._internal.report.html import (
+from inspector.ui import (
+    SHARD_SPLIT_SIZE,
+    InspectorError,
+    PlanRefusedError,
+    RepairPlan,
+    RestorePlan,
+    consolidation_reference,
+    default_destination,
     diff_html,
     findings_html,
+    findings_to_frame,
+    fit,
+    format_bytes,
     html_text,
+    markdown_summary,
+    plan_all,
+    plan_consolidation,
+    plan_repair,
+    plan_restore,
+    plural,
+    preview_repair,
+    restore_reference,
+    scan,
     severity_badge,
     text_html,
 )
-from inspector._internal.report.markdown import markdown_summary
-from inspector._internal.scan.entry import scan
-from inspector._internal.serve.fit import fit
-from inspector.errors import InspectorError, PlanRefusedError
 
 from .controls import button
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded

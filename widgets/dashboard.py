@@ -51,36 +51,40 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.checks import check
-from inspector._internal.checks.values import computed_value_table
-from inspector._internal.common.display import legible_each
-from inspector._internal.common.text import layer_name, plural
-from inspector._internal.diagnosis.issues import Problem, group_problems
-from inspector._internal.diagnosis.references import restore_reference
-from inspector._internal.findings.finding import (
+from inspector.ui import (
+    FINDING,
+    ISSUE,
     Finding,
-    findings_per_file,
-    findings_to_frame,
-    severity_rank,
-)
-from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
-from inspector._internal.load import child as load_child
-from inspector._internal.load.verdict import known_verdict
-from inspector._internal.report.html import (
+    Location,
+    Problem,
+    RemoteURL,
+    ScannedCheckpoint,
+    TensorQuery,
+    check,
     code_help_html,
+    computed_value_table,
     facts_html,
     findings_html,
+    findings_per_file,
+    findings_to_frame,
     frame_html,
+    group_problems,
     html_text,
+    known_verdict,
+    layer_name,
+    legible_each,
     load_verdict_html,
     markup_html,
+    plural,
     problem_html,
+    query_for_finding,
+    restore_reference,
+    scan,
     severity_badge,
+    severity_counts,
+    severity_rank,
+    verdict_apart,
 )
-from inspector._internal.report.query import TensorQuery, query_for_finding
-from inspector._internal.scan.entry import scan
-from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button
 from .grid import FrameGrid, GridCells, yes_no
@@ -89,7 +93,7 @@ from .plot import FigureBox, figure_widget, import_figure_widget
 from .snapshot import headless
 
 if TYPE_CHECKING:
-    from inspector._internal.load.verdict import LoadVerdict
+    from inspector.ui import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -155,7 +159,7 @@ class CheckpointState:
             thread = _thread(
                 lambda: _resolve(
                     asked,
-                    lambda: load_child.verdict_apart(
+                    lambda: verdict_apart(
                         scanned, trust_remote_code=trust_remote_code, cache=cache
                     ),
                 ),
@@ -447,7 +451,7 @@ class Dashboard:
         def work() -> None:
             self._overview_sent.wait(_VERDICT_HOLD)
             try:
-                verdict = load_child.verdict_apart(
+                verdict = verdict_apart(
                     plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
                 )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector._internal.common.display import legible
-from inspector._internal.common.units import format_bytes, scale_for
+from inspector.ui import format_bytes, legible, scale_for
 
 __all__ = [
     "SEVERITY_COLORS",

@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 
 import ipywidgets as w
 
-from inspector._internal.report.html import html_text
-from inspector.errors import InspectorError
+from inspector.ui import InspectorError, html_text
 
 __all__ = ["EXPECTED_ERRORS", "captured", "error_html", "guarded"]
 

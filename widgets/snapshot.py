@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector._internal.report.html import facts_html, html_text, load_verdict_html, problems_html
+from inspector.ui import facts_html, html_text, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
