@@ -38,7 +38,13 @@ from inspector._internal.findings.finding import (
     findings_to_frame,
     severity_rank,
 )
-from inspector._internal.findings.words import FINDING, ISSUE, SEVERITY_ORDER, severity_counts
+from inspector._internal.findings.words import (
+    FINDING,
+    ISSUE,
+    SEVERITY_ORDER,
+    severity_counts,
+    severity_tally,
+)
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.verdict import LoadVerdict, known_verdict
@@ -152,6 +158,7 @@ __all__ = [
     "severity_badge",
     "severity_counts",
     "severity_rank",
+    "severity_tally",
     "summarize",
     "text_html",
     "value_table",

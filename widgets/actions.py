@@ -289,9 +289,7 @@ class RepairPanel:
                 if not self.plan.empty
                 else "<div><b>Nothing to write:</b> see the plan below for why.</div>"
             )
-        fixed = set(preview.fixes)
-        fixes = [p for p in state.problems if fixed & set(p.findings)]
-        rest = [p for p in state.problems if not set(p.findings) <= fixed]
+        fixes, rest = preview.issues(state.problems)
         lines = []
         if not state.findings:
             lines.append(

@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -83,6 +82,7 @@ from inspector.ui import (
     severity_badge,
     severity_counts,
     severity_rank,
+    severity_tally,
     verdict_apart,
 )
 
@@ -713,7 +713,7 @@ class Dashboard:
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
-        counts = Counter(str(p.severity) for p in problems)
+        counts = severity_tally(problems)
         verdict = (
             f"{plural(len(problems), ISSUE)} ({severity_counts(counts)})"
             if problems

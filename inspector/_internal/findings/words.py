@@ -27,8 +27,9 @@ among the decoder's MoE layers.
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural, shell_word
@@ -41,12 +42,24 @@ __all__ = [
     "SEVERITY_ORDER",
     "refusal_digest",
     "severity_counts",
+    "severity_tally",
 ]
 
 FINDING = "finding"
 ISSUE = "issue"
 READ_ERROR = "read error"
 SEVERITY_ORDER = ("error", "warning", "info")
+
+
+class _Judged(Protocol):
+    @property
+    def severity(self) -> object: ...
+
+
+def severity_tally(items: Iterable[_Judged]) -> Counter[str]:
+    """How many of `items` (findings or issues) have each severity, by its word: the one
+    count the CLI, the reports and the dashboard show (`severity_counts` says it)."""
+    return Counter(str(item.severity) for item in items)
 
 
 def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:
