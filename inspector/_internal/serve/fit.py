@@ -3,19 +3,10 @@ it (`serve/rules`), the weight bytes of the fullest GPU (`serve/placement`, from
 tensors), the KV cache per token (`serve/kv`, from config.json) and, with a GPU, whether the
 weights fit and the longest context that does. Pure: headers and JSON only.
 
-Memory on a GPU: the engine may use `memory x gpu_memory_utilization` (vLLM's
-`--gpu-memory-utilization`, 0.9). Out of it come the weights of the fullest rank, an
-*estimate* of what the engine needs besides (activations of a `ACTIVATION_TOKENS`-token
-batch, `4 x hidden + 2 x the largest intermediate size per rank` values of 2 bytes each, plus
-`FIXED_OVERHEAD` for CUDA graphs, NCCL buffers and the CUDA context: vLLM measures these by
-profiling at start-up, so the figures can move a little), and what is left holds the KV
-cache. The context asked (`context`, else the model's `max_position_embeddings`, which vLLM
-serves unless `--max-model-len` says otherwise) must fit for one sequence, as vLLM's
-`check_enough_kv_cache_memory` demands at start-up.
-
 config.json is untrusted: every value is checked before use (`ServingSpec`), the work is
-linear in the tensors and fixed in the plans (at most `MAX_PLANS`), and a value that cannot be
-used is a `fit-config-invalid` finding, never an exception.
+linear in the tensors and fixed in the plans (at most `MAX_PLANS`), and a value that cannot
+be used is a `fit-config-invalid` finding, never an exception. The memory budget:
+docs/architecture.md, "serve/".
 """
 
 from __future__ import annotations
