@@ -1,20 +1,11 @@
 """How many parameters a checkpoint stores: one count, one rule, used everywhere.
 
-The count is of **values**: a packed 4-bit weight counts the values it holds, not its bytes
-(Model-Optimizer NVFP4 stores two E2M1 codes per U8 element, compressed-tensors packs eight
-4-bit values into an I32), and what is not a parameter is left out: quantization scales
-(`weight_scale`, `input_scale`, ..., MXFP4 `*_scales`) and the persistent buffers known by
-name (`e_score_correction_bias`, ...). That is what the model built from config.json counts
-(`num_parameters()`, what transformers writes as `total_parameters`), so the scan, the
-reports, the load check and every index this project writes give one number for one
-checkpoint (`PARAMETER_RULE` says how, wherever the number is shown).
-
-A weight is taken as packed 4-bit when its module says so: a Model-Optimizer NVFP4 module
-stores `weight_scale_2`, a compressed-tensors NVFP4 one `weight_global_scale`; a
-`weight_packed` holds the quantization config's `num_bits` per value (4 when it does not
-say; only with a compressed-tensors config); MXFP4 `*_blocks` (gpt-oss) hold two values a
-byte. Column-wise: no Python loop over
-the tensors.
+The count is of **values** (a packed 4-bit weight counts the values it holds, not its
+bytes), without quantization scales and persistent buffers, because that is what the model
+built from config.json counts (`num_parameters()`, transformers' `total_parameters`): the
+scan, the reports, the load check and every index written give one number for one
+checkpoint (`PARAMETER_RULE` says how, wherever it is shown). Column-wise: no Python loop
+over the tensors. Which weights are packed: docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations

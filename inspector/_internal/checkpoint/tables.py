@@ -1,19 +1,9 @@
 """The four tables of a scanned checkpoint: tensors, files, layers, experts. Pure.
 
 Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may hold 300,000
-tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
-
-Layer numbering: decoder layers keep their number; MTP layers are numbered after them
-(`spec.num_layers + k`), whichever of the four spellings the checkpoint uses
-(`mtp.layers.{k}.*`; Model-Optimizer's `mtp.layers.{num_layers + k}.*`; layer-less `mtp.*`,
-which is MTP block 0; DeepSeek's extra `model.layers.{num_hidden_layers + k}.*`). Megatron
-torch_dist stacked tensors (`decoder.layers.*` with a leading layer axis) have no layer in
-the tensors table but are spread over the layers of their leading axis in the layers and
-experts tables (without a config, MTP blocks are numbered after the layers of that axis);
-fused expert tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
-
-`layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
-torch_dist's sharded objects (`..._extra_state/shard_*`) included.
+tensors: no per-row pandas work, no `apply`, no groupby over nullable columns. `layer_keys`
+is the view the layer key-set comparison reads. Layer numbering (MTP, stacked and fused
+tensors): docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations
