@@ -1,24 +1,9 @@
 """`check` for CI systems: SARIF 2.1.0 (code-scanning uploads) and JUnit XML (test reports),
 built from the `check --format json` result (`inspector._internal.report.text.check_result`).
 
-These are data formats that viewers render, so each field is one of two kinds:
-
-- data a script matches on keeps the exact name: SARIF's `artifactLocation.uri` (the file
-  relative to the checkpoint, percent-encoded as RFC 3986 wants a URI, so it decodes back to
-  the exact name), `logicalLocations[].fullyQualifiedName` (the tensor) and each result's
-  `properties`; the JSON writer escapes every control character (`\\u001b`);
-- text a viewer shows (SARIF's messages, rule texts and logical location `name`, everything
-  in JUnit: XML cannot carry most control characters at all) goes through
-  `inspector._internal.common.display.legible`, bounded and with control characters and
-  bidi overrides escaped, like every other name shown to a person. The XML writer escapes
-  `&<>"` on top.
-
-One SARIF result per finding (the fold policy bounds them:
-`inspector._internal.findings.finding.FOLD`), rule ids are the codes with the help and fix
-of `inspector._internal.findings.codes`, levels follow the severities (info is SARIF's
-"note"). JUnit has one test case per code found: a failure when the code's severity is at or
-above `--fail-on`, else a passing case whose output lists the findings; a clean checkpoint
-is one passing case.
+These are data formats that viewers render, so each field is one of two kinds: data a script
+matches on keeps the exact name, text a viewer shows goes through `display.legible`. The
+fields and the mapping: docs/architecture.md, "report/".
 """
 
 from __future__ import annotations
