@@ -1,23 +1,11 @@
 """Problems: findings grouped into root causes, each with its impact and the action that fixes it.
 
-A check reports every symptom it sees: on a Model-Optimizer export whose last shard gained 42
-MTP tensors after its JSON files were written, that is 21 `unindexed-tensor` and 21
-`sidecar-unlisted-tensor` findings plus two stale totals. A person wants two lines: "the index
-misses 42 MTP tensors: they are invisible to loaders; rebuild it" and "the sidecar misses the
-same 42". `group_problems` turns findings into such problems. Pure: scanned data and findings
-in, problems out; the counts in titles come from the scanned data (the findings themselves
-are folded after 20 per file, see `inspector._internal.findings.finding.FOLD`).
-
-The load check's findings (`inspector._internal.checks.load`) join the problem that causes them:
-tensors a loader cannot see because the index does not name their shard belong to the index, tensors
-of shard files that are gone to those files, experts never written to the missing experts;
-what is left is a problem of its own ("the model expects 3 tensors the checkpoint lacks:
-restore them with `repair --from REF`"). Given the load verdict, titles count every key, not
-only the findings listed before the fold.
-
-Whether a repair plan really fixes a problem is not guessed here:
-`inspector._internal.plans.repair`'s
-`preview_repair` re-checks the checkpoint as the plan would leave it.
+A check reports every symptom it sees (one index gap can be 44 findings); a person wants one
+line per cause with its fix. `group_problems` turns findings into such problems. Pure:
+scanned data and findings in, problems out; the counts in titles come from the scanned data,
+since the findings are folded. Whether a plan fixes a problem is not guessed here
+(`plans.repair.preview_repair` re-checks). Example and grouping: docs/architecture.md,
+"diagnosis/".
 """
 
 from __future__ import annotations
