@@ -1,24 +1,10 @@
 """The copy engine: writes one planned output file.
 
-Pieces that are contiguous in the output (whole tensors, row-sharded chunks) go through
-`os.copy_file_range` (where the kernel cannot, blocks read with `preadv` into one reused buffer
-and written); column-sharded chunks are read with `preadv` (each chunk's rows of a block in one
-call) and placed with one strided numpy assignment per chunk and block of rows; strided `.bin`
-views (a transposed or sliced tensor `torch.save` kept as it was) are gathered from their
-storage record, read once. Memory stays bounded by the block size (a strided view: by its
-storage), never by the model. Each output is written as `<name>.partial` and renamed when
-complete.
-
-No source is memory-mapped: a source shard that another process cuts short while it is
-copied gives a short read (`FileShrankError`), where a map would kill the process with
-SIGBUS. The output being written is then removed and the plan's execute raises an
-`InspectorError` naming the shard, the byte where it ended and what to do.
-
-A remote source (S3, GCS, the Hub, HTTP) is read with ranged requests through its storage:
-contiguous pieces in blocks of at most 8 MiB, as many in flight as the storage allows (memory
-stays under their product), each written at its final offset; column-sharded chunks fetch
-every chunk's rows of a block at once, then place them; a strided view is fetched as the byte
-runs that hold its elements, whole when its span is under `_STRIDED_WHOLE`.
+Memory stays bounded by the block size (a strided view: by its storage), never by the model,
+and no source is memory-mapped, so a shard cut short while it is copied is an
+`InspectorError` naming the shard and the byte where it ended, not a SIGBUS. Each output is
+written as `<name>.partial` and renamed when complete. How each kind of piece is copied,
+locally and remotely: docs/architecture.md, "plans/".
 """
 
 from __future__ import annotations
