@@ -1,37 +1,10 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in eleven tabs.
 
-Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
-findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
-
-The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
-findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
-consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector._internal.report.html`, the grids (tensors, files, layers) from `widgets.grid` and
-`widgets.browser`. Tabs other than Overview are built ahead of the first click by a
-background worker once the Overview is on screen, so a 300,000-tensor checkpoint opens after
-one scan and the plain checks. What costs the page or the kernel seconds waits until its tab
-is first shown (`on_shown`): the grid and figure widgets (`widgets.plot`; a figure drawn into
-a hidden tab has no size, and the page evaluates plotly.js only when a figure is wanted) and
-the repair plan. A click never waits for the worker: a tab that is not built yet shows the
-spinner it was drawn with (the page switches tabs by itself) and is built in a thread
-(`_on_select`), so the kernel answers the next click meanwhile.
-
-The Overview answers "will it load?" with the model code's own verdict
-(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
-than everything else together, so the Overview is drawn from the plain checks and the verdict
-is computed meanwhile, by a child process for a local folder (`inspector._internal.load.child`,
-started once the Overview is sent: started with the scan, its imports of torch and transformers
-made the Overview about 1 s later at 300,000 tensors on 2 cores), waited for by a thread:
-`dash.current` is what is on screen, `dash.state` waits for the verdict and holds its findings
-and problems too. The Overview, Tensors, Files, Layers and Experts tabs are drawn from
-`dash.current` (Files and Layers recount their findings when the verdict arrives:
-`when_checked`); Findings and Repair list the load check's findings, so they wait for
-`dash.state`.
-
-Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
-figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
-without a kernel. Key widgets carry stable CSS classes (`ckpt-*`) so a browser test can find
-them.
+The widgets hold no logic: every action is one call into the core (`inspector.ui`). Tabs
+are built ahead of the first click by a background worker and the costly parts wait until a
+tab is first shown, so a 300,000-tensor checkpoint opens after one scan and the plain checks;
+the load verdict is computed meanwhile (`dash.current` is what is on screen, `dash.state`
+waits for the verdict). Details: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations
