@@ -15,6 +15,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, filterfalse
 from typing import TYPE_CHECKING
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
@@ -194,7 +195,6 @@ class _Context:
 
     scanned: ScannedCheckpoint
     verdict: LoadVerdict | None = None
-    _sizes: dict[str, int] | None = field(default=None, repr=False)
     _mtp: frozenset[str] | None = field(default=None, repr=False)
     _held: dict[str, frozenset[str]] | None = field(default=None, repr=False)
     # Missing keys (of the verdict) that a problem other than the load one explains.
@@ -204,16 +204,24 @@ class _Context:
     def path(self) -> str:
         return legible(_quote(str(self.scanned.path)))
 
-    def sizes(self) -> dict[str, int]:
-        """Tensor name -> bytes, from the shard headers (the first holder wins)."""
-        if self._sizes is None:
-            sizes: dict[str, int] = {}
-            for shard in self.scanned.shards:
-                sizes_here = (shard.ends - shard.begins).tolist()
-                for name, size in zip(shard.names, sizes_here, strict=True):
+    def sizes(self, names: Collection[str]) -> dict[str, int]:
+        """Bytes of each of `names` that a shard header holds (the first holder wins). Only
+        the shards holding one of them are walked name by name: a problem names a few
+        tensors, and a dict of every name cost half a second at 300,000 tensors."""
+        wanted = set(names)
+        sizes: dict[str, int] = {}
+        for shard in self.scanned.shards:
+            if not wanted:
+                break
+            hit = wanted.intersection(shard.names)  # C-level: hashes the shard's names
+            if not hit:
+                continue
+            sizes_here = (shard.ends - shard.begins).tolist()
+            for name, size in zip(shard.names, sizes_here, strict=True):
+                if name in hit:
                     sizes.setdefault(name, size)
-            self._sizes = sizes
-        return self._sizes
+            wanted -= hit
+        return sizes
 
     def mtp(self) -> frozenset[str]:
         """Names of the MTP tensors (the tensors table knows every spelling)."""
@@ -293,7 +301,7 @@ class _Context:
 
     def describe(self, names: Sequence[str]) -> str:
         """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
-        sizes = self.sizes()
+        sizes = self.sizes(names)
         total = sum(sizes.get(n, 0) for n in names)
         mtp = self.mtp()
         n_mtp = sum(1 for n in names if n in mtp)
@@ -315,8 +323,10 @@ def _index_misses_tensors(
     index = ctx.scanned.index
     if index is None:
         return None
-    listed = index.weight_map.keys()
-    missing = sorted({n for names in ctx.held().values() for n in names} - listed)
+    # Names the readable shards hold and the index lacks, filtered at C level (no set of
+    # every name is built: 300,000 of them took a fifth of a second).
+    held = chain.from_iterable(s.names for s in ctx.scanned.shards if s.readable)
+    missing = sorted(set(filterfalse(index.lookup_map().__contains__, held)))
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
     totals = [
         f for f in pending if f.code in (Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH)

@@ -55,11 +55,15 @@ __all__ = [
 
 
 # Rows of a non-contiguous tensor are assembled in blocks of about this many bytes, so memory
-# is bounded by the block, not by the largest tensor.
-BLOCK_BYTES = 8 << 20  # L2/L3-friendly: 8 MB blocks beat 64 MB by 20% on column chunks
+# is bounded by the block, not by the largest tensor. Each block is read, placed and written
+# once, so it should stay in the CPU caches: on the 512 MB DCP benchmark 1 MB blocks copy in
+# 0.55 s where 8 MB blocks took 0.72 s (and 8 MB beat 64 MB by 20%).
+BLOCK_BYTES = 1 << 20
 
 
-_COPY_BLOCK = 64 << 20
+# Where the kernel cannot copy: reading and writing 1 MB at a time ran at `cat`'s speed, 8 MB
+# at half of it (the buffer falls out of the caches between the read and the write).
+_COPY_BLOCK = 1 << 20
 # What to do about a source that ended early (consolidate, repair --from, re-shard).
 AGAIN = "run the command again once the source file is complete"
 # One ranged read of a remote source: large enough to stream at full speed, small enough
