@@ -15,7 +15,6 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 from urllib.parse import unquote
 
 import numpy as np
@@ -23,28 +22,12 @@ import pytest
 from safetensors.numpy import save_file
 from test_hostile_names import CONTROL, ESCAPES, hostile_folder
 
-from inspector._internal.cli.main import main
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import FOLD
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
 DRIFT = "modelopt-1422-sidecar-drift"
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    """The CLI in this process (`main`), without the model: (returncode, stdout, stderr)."""
-
-    def run(*argv: object) -> SimpleNamespace:
-        args = [str(a) for a in argv]
-        if args[0] == "check":
-            args.append("--no-model")
-        code = main(args)
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-
-    return run
 
 
 def sarif_errors(log: dict) -> list[str]:
