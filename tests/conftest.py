@@ -10,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -133,6 +134,24 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
         return target
 
     return write
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., SimpleNamespace]:
+    """The CLI in this process (`main`), without the model: `cli("check", path, ...)` gives
+    (returncode, stdout, stderr). Faster than a process (`commands.cli`) where a test does
+    not need one; `check` is given `--no-model`."""
+    from inspector._internal.cli.main import main
+
+    def run(*argv: object) -> SimpleNamespace:
+        args = [str(a) for a in argv]
+        if args[0] == "check":
+            args.append("--no-model")
+        code = main(args)
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
 
 
 @pytest.fixture(scope="session")

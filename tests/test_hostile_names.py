@@ -381,8 +381,12 @@ def test_commands_on_a_hostile_checkpoint_print_no_control_characters(hostile: P
     proc = cli(command[0], hostile, *command[1:])
     assert proc.returncode in (0, 1), (proc.returncode, proc.stderr[-2000:])
     _terminal_safe(proc)
-    assert "characters cut)" in proc.stdout  # the huge name, shown by head and tail
+    # The huge name, shown by head and tail (check lists names with --verbose: by default it
+    # fits a screen, the issues and one line per code).
+    assert "characters cut)" in proc.stdout
     assert "\\u202etxt.exe" in proc.stdout  # and the escapes, shown escaped
+    if command[0] == "check":
+        _terminal_safe(cli("check", hostile, "--no-model"))
 
 
 def test_scan_of_a_hostile_checkpoint_prints_no_control_characters(hostile: Path):
@@ -398,6 +402,9 @@ def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: P
     assert proc.returncode == 1
     _terminal_safe(proc)
     assert "only in B" in proc.stdout and "characters cut" in proc.stdout
+    # A name is shown in at most NAME_LIMIT characters, in its line of places too (the
+    # huge name outside the layers was cut only at a message's 2,000).
+    assert max(map(len, proc.stdout.splitlines())) <= NAME_LIMIT + 4
     # The escaped name is in a shard the index does not list, which transformers never reads
     # (so the folder's diff leaves it out): diff that shard itself.
     proc = cli("diff", healthy, hostile / f"model-00002-of-00002{ESCAPES}.safetensors")

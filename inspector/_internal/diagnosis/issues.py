@@ -112,6 +112,7 @@ _INDEX_STALE = frozenset(
         Code.TOTAL_PARAMETERS_MISMATCH,
     }
 )
+_NAMES_THE_SHARD = frozenset({Code.INDEX_DANGLING_TENSOR, Code.INDEX_WRONG_FILE})
 _SIDECARS = frozenset(
     {
         Code.SIDECAR_MISSING,
@@ -439,7 +440,13 @@ def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> 
     """The index is unreadable, points wrong, or carries stale totals."""
     codes = Counter(f.code for f in mine)
     cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
-    index_file = next((f.file for f in mine if f.file), INDEX_NAME)
+    # A dangling or misplaced tensor's finding names the shard the index points at, not the
+    # index: the title and the fix name the index ('rebuild model-00001-of-00004.safetensors
+    # from the shard headers' was said of a shard).
+    index_file = next(
+        (f.file for f in mine if f.file and f.code not in _NAMES_THE_SHARD),
+        ctx.scanned.index.file if ctx.scanned.index else INDEX_NAME,
+    )
     if cosmetic:
         title = f"{index_file} has stale totals ({_codes_text(codes)})"
         impact = "cosmetic: loaders do not use the totals, but size checks and tools that "
@@ -505,6 +512,31 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
             ctx.copy_command(files),
         ),
         findings=tuple(mine),
+        files=tuple(files),
+    )
+
+
+def _files_unsafe(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Problem | None:
+    """Files not read because they are no regular file of the folder (a link out of it, a
+    FIFO, a device): what the index maps to them is 'in no shard' for that reason alone, so
+    those dangling findings are this problem's, not a stale index (rebuilding the index
+    would drop the tensors; `repair` refuses it)."""
+    files = sorted({f.file for f in mine if f.file})
+    unread = set(files)
+    dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
+    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
+        f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
+    )
+    known = code_of(Code.FILE_UNSAFE)
+    return Problem(
+        key="files-unsafe",
+        severity=Severity.ERROR,
+        title=f"{plural(len(files), 'file')} not read: not a regular file inside the "
+        f"checkpoint folder (a link out of it, a FIFO, a device): {shown}",
+        impact="what they hold is not checked, and a loader that follows them reads files "
+        "outside the checkpoint",
+        action=Action("review", known.fix.text, f"ckpt-inspect check {ctx.path}"),
+        findings=tuple(mine + dangling),
         files=tuple(files),
     )
 
@@ -883,9 +915,10 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
         help_text = known.help if known else items[0].message
         first = help_text.split("; ")[0].split(": ")[0].rstrip(".")
         layers = sorted({f.layer for f in items if f.layer is not None})
-        lead = items[0].message.split("; ")[0]
         title = (
-            lead if len(items) == 1 else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
+            _lead(items[0], first)
+            if len(items) == 1
+            else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
         )
         action = Action(kind, text or help_text.rstrip("."), _command(ctx, kind))
         if known in _RESTORABLE:
@@ -894,7 +927,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             Problem(
                 key=code,
                 severity=_worst(items),
-                title=cut_at_word(title, 200),
+                title=title,
                 impact=first,
                 action=action,
                 findings=tuple(items),
@@ -904,6 +937,24 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Problem]:
             )
         )
     return out
+
+
+# A title of one finding is its message's first clause, whole: a sentence cut mid-way ("has
+# no ... (68 more characters)") says neither what is wrong nor where the rest is. Past this
+# length (a message quoting huge names) the title is the file and what the code means.
+_TITLE_LIMIT = 400
+
+
+def _lead(finding: Finding, meaning: str) -> str:
+    """The title of an issue of one finding: its message's first clause, or, when that is
+    longer than `_TITLE_LIMIT`, the finding's file and the code's meaning (the project's own
+    words, so its asides can go), cut at a word only if the file name is huge."""
+    lead = finding.message.split("; ")[0]
+    if len(lead) <= _TITLE_LIMIT:
+        return lead
+    meaning = re.sub(r" \([^()]*\)", "", meaning)
+    text = f"{finding.file}: {meaning[0].lower()}{meaning[1:]}" if finding.file else meaning
+    return cut_at_word(text, _TITLE_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -933,6 +984,7 @@ def _quant_file(in_config: bool) -> Callable[[Finding], bool]:
 _RULES: tuple[_Rule, ...] = (
     _Rule(_codes(_SHARD_DAMAGE), _shards_damaged),
     _Rule(_codes(Code.INDEX_MISSING_FILE), _shard_files_missing),
+    _Rule(_codes(Code.FILE_UNSAFE), _files_unsafe),
     _Rule(_codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE), _index_misses_tensors),
     _Rule(_codes(_INDEX_STALE), _index_stale),
     _Rule(_codes(Code.DUPLICATE_TENSOR), _duplicates),

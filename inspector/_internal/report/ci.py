@@ -56,7 +56,7 @@ def sarif_log(result: Mapping[str, Any], *, scanned: ScannedCheckpoint | None = 
         "originalUriBaseIds": {
             _BASE: {
                 "uri": _base_uri(result, scanned),
-                "description": {"text": legible(result["path"], limit=MESSAGE_LIMIT)},
+                "description": {"text": _sarif_text(result["path"])},
             }
         },
         "columnKind": "unicodeCodePoints",
@@ -120,7 +120,7 @@ def _result(f: Mapping[str, Any], rule_index: Mapping[str, int]) -> dict[str, An
         "ruleId": code,
         "ruleIndex": rule_index[code],
         "level": _LEVELS.get(str(f["severity"]), "warning"),
-        "message": {"text": legible(f["message"], limit=MESSAGE_LIMIT)},
+        "message": {"text": _sarif_text(f["message"])},
         "locations": [where],
         "partialFingerprints": {
             "checkpointFinding/v1": hashlib.sha256(identity.encode("utf-8", "replace")).hexdigest()
@@ -138,6 +138,19 @@ def _base_uri(result: Mapping[str, Any], scanned: ScannedCheckpoint | None) -> s
         return folder.resolve().as_uri().rstrip("/") + "/"
     path = str(result["path"])
     return quote(path.rstrip("/"), safe=":/@") + "/"
+
+
+# SARIF 2.1.0 §3.11.6: a plain text message may embed links, `[text](N)` to a related
+# location or `[text](URI)`, and `\[`, `\]`, `\\` stand for the literal characters; viewers
+# (GitHub code scanning, the SARIF and CodeQL extensions of VS Code) render them. A name
+# holding `[click](https://...)` would be a link: every message escapes the three.
+_SARIF_ESCAPE = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]"})
+
+
+def _sarif_text(value: object) -> str:
+    """A message of the log: `legible` (bounded, control characters and bidi overrides
+    escaped), then SARIF's escapes, so nothing in a name becomes an embedded link."""
+    return legible(value, limit=MESSAGE_LIMIT).translate(_SARIF_ESCAPE)
 
 
 def _version() -> str:
