@@ -1083,3 +1083,29 @@ def test_repair_all_from_the_overview_fixes_both_parts_at_once(demos: Path, tmp_
     assert "It cannot fix" not in repair.verdict.value
     repair.confirm.click()
     assert dash.state.findings == () and dash.state.problems == ()
+
+
+def test_a_bug_shows_its_traceback_in_the_page_escaped():
+    """A bug's error line carried only "the traceback is in the kernel log", which a person in
+    the page cannot find: the traceback now sits behind a "details" toggle, every line legible
+    (a hostile name in the message can neither inject markup nor forge a line)."""
+    import ipywidgets as w
+    from inspector.widgets.guard import guarded
+
+    hostile = 'model.<img src=x onerror=alert(1)>\x1b[2J"\u202e.weight'
+
+    def nested() -> None:
+        raise RuntimeError(f"Cannot delete table with views: {hostile}")
+
+    status = w.HTML()
+    with pytest.raises(RuntimeError):
+        guarded(nested, status)()
+    page = status.value
+    assert "kernel log" not in page and "<details" in page and "<summary>details</summary>" in page
+    details = page[page.index("<details") :]
+    assert "Traceback (most recent call last)" in details and "in nested" in details
+    assert "<img" not in page and "&lt;img" in details and "\x1b" not in page
+    assert "\u202e" not in page
+    # An error the core raises on purpose is its message alone: no traceback.
+    guarded(lambda: (_ for _ in ()).throw(ValueError("bad size")), status)()
+    assert "bad size" in status.value and "<details" not in status.value
