@@ -1109,3 +1109,33 @@ def test_a_bug_shows_its_traceback_in_the_page_escaped():
     # An error the core raises on purpose is its message alone: no traceback.
     guarded(lambda: (_ for _ in ()).throw(ValueError("bad size")), status)()
     assert "bad size" in status.value and "<details" not in status.value
+
+
+def test_an_empty_cell_of_the_expert_zoom_is_no_expert(tmp_path: Path):
+    """On an 8-expert layer the zoom drew a row of 32 cells, and a click on the empty ninth
+    one showed "expert 9" of a layer that has eight: the row is now as wide as the layer, and a
+    click on a cell without an expert (a partial last row, an empty heatmap cell) does
+    nothing."""
+    import test_report_html
+
+    moe = test_report_html.write_moe_checkpoint(tmp_path / "moe")
+    experts = Dashboard(moe).select("Experts")
+    layer = experts.zoomed
+    zoom = experts.zoom.children[0]
+    n = test_report_html.EXPERTS
+    assert np.asarray(zoom.data[0].z, dtype=float).shape == (1, n)
+    experts.show(layer, 2)
+    before = experts.details.value
+
+    def click(figure, x, y) -> None:
+        figure._js2py_pointsCallback = {
+            "event_type": "plotly_click",
+            "points": {"xs": [x], "ys": [y], "point_indexes": [[0, x]], "trace_indexes": [0]},
+        }
+
+    click(zoom, n + 1, f"0-{n - 1}")  # where the old row's empty cell was
+    click(experts.figure, n + 1, str(layer))
+    assert experts.expert.value == 2 and experts.details.value == before
+    assert f"expert {n + 1}" not in experts.details.value
+    click(zoom, n - 1, f"0-{n - 1}")
+    assert experts.expert.value == n - 1 and f"expert {n - 1}</h4>" in experts.details.value
