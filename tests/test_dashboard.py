@@ -1139,3 +1139,39 @@ def test_an_empty_cell_of_the_expert_zoom_is_no_expert(tmp_path: Path):
     assert f"expert {n + 1}" not in experts.details.value
     click(zoom, n - 1, f"0-{n - 1}")
     assert experts.expert.value == n - 1 and f"expert {n - 1}</h4>" in experts.details.value
+
+
+def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
+    demos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The "Repair" button stayed disabled 12.6 s on a demo while the plan was re-checked; the
+    click needs the plan alone. While the re-check still runs (held here), Repair is enabled
+    and a click asks for confirmation; the re-check's answer then completes the question."""
+    import threading
+
+    from inspector.widgets import actions
+
+    dash = Dashboard(_copy(demos, DRIFT, tmp_path))
+    repair = dash.panel("Repair")
+    release, entered = threading.Event(), threading.Event()
+    real = actions.preview_repair
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "preview_repair", held)
+    planner = threading.Thread(target=repair.make_plan)
+    planner.start()
+    try:
+        assert entered.wait(60)
+        assert not repair.repair.disabled and repair.plan is not None
+        assert "ckpt-repair-planning" in repair.verdict.value  # the re-check's spinner
+        repair.repair.click()
+        assert repair.confirm_box.layout.display != "none"
+    finally:
+        release.set()
+        planner.join(60)
+    assert repair.preview is not None and "It fixes" in repair.question.value
+    assert repair.confirm_box.layout.display != "none" and "This plan fixes" in repair.verdict.value
