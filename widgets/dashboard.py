@@ -1182,14 +1182,24 @@ class ExpertsPanel:
         layer = int(points.ys[0])
         x = points.xs[0]
         expert = int(str(x).split("-")[0]) if isinstance(x, str) else int(x)
-        self.show(layer, expert)
+        if self._recorded(layer, expert):
+            self.show(layer, expert)
 
     def _on_zoom_click(self, trace: Any, points: Any, _state: Any) -> None:
-        # Rows are labelled "first-last" expert; columns are the offset within the row.
+        # Rows are labelled "first-last" expert; columns are the offset within the row. The
+        # last row's cells past the layer's last expert are empty: a click there is no expert.
         if not points.xs or self.zoomed is None:
             return
         first = int(str(points.ys[0]).split("-")[0])
-        self.show(self.zoomed, first + int(points.xs[0]))
+        expert = first + int(points.xs[0])
+        if self._recorded(self.zoomed, expert):
+            self.show(self.zoomed, expert)
+
+    def _recorded(self, layer: int, expert: int) -> bool:
+        """True when the scan knows expert `expert` of `layer` (found or missing): a figure's
+        empty cell is not one."""
+        e = self.dash.scanned.experts
+        return bool(((e["layer"] == layer) & (e["expert"] == expert)).any())
 
 
 class FindingsPanel:
