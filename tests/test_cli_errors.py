@@ -103,7 +103,7 @@ def test_symlink_loop_is_a_finding(tmp_path: Path) -> None:
     folder.mkdir()
     save_file({"a": np.ones(2, np.float32)}, str(folder / "model.safetensors"))
     (folder / "x.safetensors").symlink_to("x.safetensors")  # ELOOP on every stat
-    proc = cli("check", folder)
+    proc = cli("check", folder, "--verbose")
     no_traceback(proc)
     assert proc.returncode == 1 and proc.stderr == ""
     assert "x.safetensors" in proc.stdout and "Too many levels of symbolic links" in proc.stdout
