@@ -1,7 +1,5 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-from __future__ import annotations
-
 import importlib
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
