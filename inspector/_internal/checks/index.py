@@ -110,7 +110,7 @@ def check_named_weights(scanned: ScannedCheckpoint) -> list[Finding]:
     if named is None:
         return []
     value = short_repr(named.value) if not isinstance(named.value, str) else named.value
-    said = f"config.json's {WEIGHTS_KEY} is '{legible(value)}'"
+    said = f"{CONFIG_NAME}'s {WEIGHTS_KEY} is '{legible(value)}'"
     if named.problem is not None:
         msg = (
             f"{said}: {named.problem}; no tensor of this folder is taken as loaded, so no "

@@ -26,6 +26,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
 from inspector._internal.checks.draft import check_draft
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, Severity
 from inspector._internal.findings.finding import Finding, make_finding
@@ -415,7 +416,7 @@ def _config_findings(serving: ServingSpec, block_problem: str | None) -> list[Fi
     found = [
         make_finding(
             Code.FIT_CONFIG_INVALID,
-            f"config.json's {key} {why}: what depends on it was not computed",
+            f"{CONFIG_NAME}'s {key} {why}: what depends on it was not computed",
         )
         for key, why in serving.invalid
     ]
@@ -423,7 +424,7 @@ def _config_findings(serving: ServingSpec, block_problem: str | None) -> list[Fi
         found.append(
             make_finding(
                 Code.FIT_CONFIG_INVALID,
-                f"config.json's quantization_config: {block_problem}: the quantization "
+                f"{CONFIG_NAME}'s quantization_config: {block_problem}: the quantization "
                 "block rules were not checked",
             )
         )
