@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from inspector._internal.common.filenames import CONFIG_NAME
+
 __all__ = [
     "CACHE_DIR",
     "SyntheticSpec",
@@ -225,7 +227,7 @@ def ensure_listed(
         weight_map.update(dict.fromkeys((t[0] for t in chunk), file))
     index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2))
     (folder / _COMPLETE).write_text("")
     return folder
 
@@ -251,7 +253,7 @@ def _write(spec: SyntheticSpec, folder: Path) -> None:
         "weight_map": weight_map,
     }
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (folder / "config.json").write_text(json.dumps(_config(spec), indent=2))
+    (folder / CONFIG_NAME).write_text(json.dumps(_config(spec), indent=2))
     (folder / "hf_quant_config.json").write_text(json.dumps(_quant_config(spec), indent=2))
 
 

@@ -1,27 +1,68 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.checks import check
-from inspector._internal.checks.diff import diff_checkpoints
-from inspector._internal.diagnosis.issues import Problem, group_problems
-from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
-from inspector._internal.integrity.verify import Verification, verify, write_manifest
-from inspector._internal.load.engine import EngineVerdict
-from inspector._internal.load.verdict import LoadVerdict, load_verdict
-from inspector._internal.plans.consolidate import (
-    ConsolidationOptions,
-    consolidate,
-    plan_consolidation,
-)
-from inspector._internal.plans.repair import plan_repair
-from inspector._internal.plans.repair_all import plan_all
-from inspector._internal.plans.reshard import plan_reshard
-from inspector._internal.plans.restore import plan_restore
-from inspector._internal.report.query import TensorQuery, export_tensors
-from inspector._internal.scan.entry import scan
-from inspector._internal.serve.engine import EngineReport, engine_check
-from inspector._internal.serve.fit import FitResult, ParallelPlan, fit
+import importlib
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
+
+if TYPE_CHECKING:
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector._internal.checks import check
+    from inspector._internal.checks.diff import diff_checkpoints
+    from inspector._internal.diagnosis.issues import Problem, group_problems
+    from inspector._internal.findings.finding import CODES, Finding, Severity, findings_to_frame
+    from inspector._internal.integrity.verify import Verification, verify, write_manifest
+    from inspector._internal.load.engine import EngineVerdict
+    from inspector._internal.load.verdict import LoadVerdict, load_verdict
+    from inspector._internal.plans.consolidate import (
+        ConsolidationOptions,
+        consolidate,
+        plan_consolidation,
+    )
+    from inspector._internal.plans.repair import plan_repair
+    from inspector._internal.plans.repair_all import plan_all
+    from inspector._internal.plans.reshard import plan_reshard
+    from inspector._internal.plans.restore import plan_restore
+    from inspector._internal.report.query import TensorQuery, export_tensors
+    from inspector._internal.scan.entry import scan
+    from inspector._internal.serve.engine import EngineReport, engine_check
+    from inspector._internal.serve.fit import FitResult, ParallelPlan, fit
+
+# Each public name and the module that defines it: imported on first access (PEP 562) so that
+# `import inspector` and `ckpt-inspect --version` do not pay for pandas, torch and friends.
+_LAZY: dict[str, str] = {
+    "CODES": "inspector._internal.findings.finding",
+    "ConsolidationOptions": "inspector._internal.plans.consolidate",
+    "EngineReport": "inspector._internal.serve.engine",
+    "EngineVerdict": "inspector._internal.load.engine",
+    "Finding": "inspector._internal.findings.finding",
+    "FitResult": "inspector._internal.serve.fit",
+    "LoadVerdict": "inspector._internal.load.verdict",
+    "ParallelPlan": "inspector._internal.serve.fit",
+    "Problem": "inspector._internal.diagnosis.issues",
+    "ScannedCheckpoint": "inspector._internal.checkpoint.scanned",
+    "Severity": "inspector._internal.findings.finding",
+    "TensorQuery": "inspector._internal.report.query",
+    "Verification": "inspector._internal.integrity.verify",
+    "check": "inspector._internal.checks",
+    "consolidate": "inspector._internal.plans.consolidate",
+    "diff_checkpoints": "inspector._internal.checks.diff",
+    "engine_check": "inspector._internal.serve.engine",
+    "export_tensors": "inspector._internal.report.query",
+    "findings_to_frame": "inspector._internal.findings.finding",
+    "fit": "inspector._internal.serve.fit",
+    "group_problems": "inspector._internal.diagnosis.issues",
+    "load_verdict": "inspector._internal.load.verdict",
+    "plan_all": "inspector._internal.plans.repair_all",
+    "plan_consolidation": "inspector._internal.plans.consolidate",
+    "plan_repair": "inspector._internal.plans.repair",
+    "plan_reshard": "inspector._internal.plans.reshard",
+    "plan_restore": "inspector._internal.plans.restore",
+    "scan": "inspector._internal.scan.entry",
+    "verify": "inspector._internal.integrity.verify",
+    "write_manifest": "inspector._internal.integrity.verify",
+}
 
 __all__ = [
     "CODES",
@@ -59,4 +100,21 @@ __all__ = [
     "write_manifest",
 ]
 
-__version__ = "0.1.0"
+try:
+    __version__ = metadata.version("checkpoint-inspector")
+except metadata.PackageNotFoundError:  # a source tree that is not installed
+    __version__ = "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name from its module the first time it is used."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -42,33 +43,42 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 # The test files that take longest, longest first: pytest-xdist hands them out first, so that
 # no long file starts when the others are done. Files not named here follow in collection
 # order. Only the speed of the run depends on this list. Measured: seconds per file (setup,
-# call and teardown, from `--junitxml`) of a whole run on main, 2 workers, 28 Nov 2026.
+# call and teardown, from `--durations=0`) of a whole run on main under coverage, 2 workers,
+# 28 Nov 2026 22:14, load average 2-5. Files that ran late in collection order but take
+# long are named too (test_codes_coverage.py, test_verdict_cache.py, test_widgets_in_kernel.py).
 HEAVIEST_FIRST = (
-    "test_notebooks.py",  # 92.5 (before its notebooks ran three at a time)
-    "test_values.py",  # 86.7
-    "test_hostile_load_check.py",  # 80.3
-    "test_dashboard.py",  # 72.5
-    "test_architecture.py",  # 71.6
-    "test_model_load.py",  # 68.0
-    "test_lab_browser.py",  # 63.5
-    "test_consolidate.py",  # 54.0
-    "test_remote_hostile.py",  # 49.2
-    "test_lab_tabs.py",  # 48.7
-    "test_remote.py",  # 39.6
-    "test_hostile_names.py",  # 34.4
-    "test_load_child.py",  # 30.4
-    "test_repair_roles.py",  # 23.1
-    "test_pickle_isolation.py",  # 22.1
-    "test_cli_errors.py",  # 20.6
-    "test_report_html.py",  # 18.3
-    "test_report_browser.py",  # 17.0
-    "test_bounded_work.py",  # 16.7
-    "test_repair_properties.py",  # 14.5
-    "test_sandbox.py",  # 12.0
-    "test_words.py",  # 11.4
-    "test_journal.py",  # 11.4
-    "test_verify.py",  # 11.4
-    "test_fuzz_corpus.py",  # 10.2
+    "test_dashboard.py",  # 146.3
+    "test_lab_browser.py",  # 82.4
+    "test_notebooks.py",  # 76.0
+    "test_values.py",  # 74.7
+    "test_lab_tabs.py",  # 66.9
+    "test_architecture.py",  # 64.5
+    "test_remote.py",  # 58.3
+    "test_hostile_load_check.py",  # 56.6
+    "test_hostile_names.py",  # 50.6
+    "test_codes_coverage.py",  # 45.4
+    "test_model_load.py",  # 38.8
+    "test_widgets_in_kernel.py",  # 247.7 with a cell's reply 4 minutes late, 30 without
+    "test_cli_errors.py",  # 30.4
+    "test_consolidate.py",  # 29.7
+    "test_load_child.py",  # 27.9
+    "test_remote_hostile.py",  # 26.8
+    "test_report_html.py",  # 24.0
+    "test_verdict_cache.py",  # 23.9
+    "test_bounded_work.py",  # 21.8
+    "test_verify.py",  # 19.1
+    "test_words.py",  # 18.8
+    "test_torch_dist.py",  # 16.1
+    "test_figures.py",  # 15.3
+    "test_pickle_isolation.py",  # 15.3
+    "test_check_cli.py",  # 14.4
+    "test_fuzz_corpus.py",  # 14.3
+    "test_repair_properties.py",  # 14.3
+    "test_repair_roles.py",  # 13.9
+    "test_consolidate_torchrun.py",  # 13.6
+    "test_header_fuzz.py",  # 13.0
+    "test_report_browser.py",  # 12.5
+    "test_verify_torchrun.py",  # 12.4
 )
 
 
@@ -124,6 +134,24 @@ def write_state_dict(tmp_path: Path) -> Callable[..., Path]:
         return target
 
     return write
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., SimpleNamespace]:
+    """The CLI in this process (`main`), without the model: `cli("check", path, ...)` gives
+    (returncode, stdout, stderr). Faster than a process (`commands.cli`) where a test does
+    not need one; `check` is given `--no-model`."""
+    from inspector._internal.cli.main import main
+
+    def run(*argv: object) -> SimpleNamespace:
+        args = [str(a) for a in argv]
+        if args[0] == "check":
+            args.append("--no-model")
+        code = main(args)
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -387,6 +387,24 @@ def test_no_circle_of_core_files_even_through_types() -> None:
     assert _cycles(graph) == []
 
 
+def test_the_ui_reaches_the_core_through_one_door() -> None:
+    """`widgets/` imports the core only through `inspector.ui` (docs/architecture.md): a tab
+    that needs a fact the core does not name there gets it added to the core, not derived in
+    the UI. Imports inside functions and type-only ones count."""
+    files = _module_files()
+    through: dict[str, set[str]] = {}
+    for module, path in files.items():
+        if not module.startswith("inspector.widgets"):
+            continue
+        for base, name, _ in _imports(module, path, types=True):
+            target = f"{base}.{name}" if name else base
+            if base == "inspector.ui" or target == "inspector.ui":
+                continue
+            if target.split(".")[0] == "inspector" and not target.startswith("inspector.widgets"):
+                through.setdefault(module, set()).add(target)
+    assert through == {}
+
+
 # -- the floors: each room of inspector/_internal/ above everything it imports -----------
 
 INTERNAL = "inspector._internal"
@@ -543,7 +561,12 @@ def test_the_public_surface_is_the_documented_one() -> None:
     """Outside `inspector/_internal/` the package holds only the documented public modules;
     `inspector/__init__.py` exports exactly what docs/architecture.md names."""
     public = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "inspector").glob("*.py"))
-    assert public == ["inspector/__init__.py", "inspector/__main__.py", "inspector/errors.py"]
+    assert public == [
+        "inspector/__init__.py",
+        "inspector/__main__.py",
+        "inspector/errors.py",
+        "inspector/ui.py",
+    ]
     assert sorted(p.name for p in (ROOT / "inspector").iterdir() if p.is_dir()) in (
         ["_internal"],
         ["__pycache__", "_internal"],

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from types import SimpleNamespace
 from urllib.parse import unquote
 
 import numpy as np
@@ -23,7 +22,6 @@ import pytest
 from safetensors.numpy import save_file
 from test_hostile_names import CONTROL, ESCAPES, hostile_folder
 
-from inspector._internal.cli.main import main
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import FOLD
 
@@ -32,27 +30,22 @@ SCHEMA = ROOT / "tests" / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
 DRIFT = "modelopt-1422-sidecar-drift"
 
 
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str]):
-    """The CLI in this process (`main`), without the model: (returncode, stdout, stderr)."""
-
-    def run(*argv: object) -> SimpleNamespace:
-        args = [str(a) for a in argv]
-        if args[0] == "check":
-            args.append("--no-model")
-        code = main(args)
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-
-    return run
-
-
 def sarif_errors(log: dict) -> list[str]:
     """What the SARIF 2.1.0 schema says is wrong with `log` (Draft 4, as the schema says)."""
     from jsonschema import Draft4Validator  # nbformat's dependency (the dev extra)
 
     validator = Draft4Validator(json.loads(SCHEMA.read_text()))
     return [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(log)]
+
+
+# What a viewer takes for an embedded link in a plain text message (SARIF 2.1.0 §3.11.6):
+# an unescaped '[', link text, ']', then '(' a target ')'.
+EMBEDDED_LINK = re.compile(r"(?<!\\)(?:\\\\)*\[(?:[^\\\[\]]|\\.)*\]\([^)]*\)")
+
+
+def sarif_unescape(text: str) -> str:
+    """A SARIF plain text message as a viewer shows it: `\\[`, `\\]`, `\\\\` are the characters."""
+    return re.sub(r"\\([\\\[\]])", r"\1", text)
 
 
 def test_sarif_is_one_valid_result_per_finding_with_rules_from_the_code_table(
@@ -77,7 +70,7 @@ def test_sarif_is_one_valid_result_per_finding_with_rules_from_the_code_table(
         assert rule["defaultConfiguration"]["level"] == level
     for result, finding in zip(results, doc["findings"], strict=True):
         assert result["ruleId"] == finding["code"] == rules[result["ruleIndex"]]["id"]
-        assert result["message"]["text"] == finding["message"]
+        assert sarif_unescape(result["message"]["text"]) == finding["message"]
         location = result["locations"][0]["physicalLocation"]["artifactLocation"]
         assert location["uriBaseId"] == "CHECKPOINT"
         assert unquote(location["uri"]) == (finding["file"] or "./")
@@ -175,6 +168,9 @@ def test_hostile_names_cannot_forge_or_break_sarif(hostile: Path, cli) -> None:
         for logical in result["locations"][0].get("logicalLocations", []):
             assert logical["fullyQualifiedName"] == result["properties"]["tensor"]  # exact
             assert not CONTROL.search(logical["name"]) and len(logical["name"]) <= 256
+        # A name's '[text](target)' is no link a viewer follows (SARIF's escapes).
+        assert not EMBEDDED_LINK.search(result["message"]["text"]), result["message"]["text"]
+    assert any("\\[click\\](javascript:" in r["message"]["text"] for r in results)
     # Data keeps the names a script matches on, exactly.
     files = {r["properties"]["file"] for r in results}
     assert f"model-00002-of-00002{ESCAPES}.safetensors" in files
@@ -194,6 +190,41 @@ def test_hostile_names_cannot_forge_or_break_junit(hostile: Path, cli) -> None:
     # The forged line stays inside a line, after its escaped newline.
     assert not any(line.lstrip().startswith("ERROR forged") for line in run.stdout.splitlines())
     assert "\\nERROR forged line \\u202etxt.exe" in run.stdout
+
+
+def test_a_file_name_that_is_not_utf8_stays_legible_in_every_format(tmp_path: Path, cli) -> None:
+    """A shard whose name is bytes no UTF-8 decoder takes (Python holds them as lone
+    surrogates, which no UTF-8 output can carry) and that closes CDATA, opens a tag and
+    erases a terminal line: every format still writes, valid and without a raw control."""
+    import os
+
+    from inspector._internal.checks import check
+    from inspector._internal.report.markdown import markdown_summary
+    from inspector._internal.scan.entry import scan
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"model.layers.0.a": np.zeros(1, np.float32)}, folder / "model.safetensors")
+    name = b"model-\xff\xfe]]>&<x>\x1b[2K\n\xe2\x80\xae-of-00002.safetensors"
+    save_file({"model.layers.1.b": np.zeros(1, np.float32)}, os.fsdecode(folder) + "/x")
+    os.rename(os.fsencode(folder / "x"), os.fsencode(folder) + b"/" + name)
+    text = cli("check", folder, "--verbose")
+    assert text.returncode == 1 and "not valid UTF-8" in text.stdout
+    assert not CONTROL.search(text.stdout.replace("\n", " ")), text.stdout
+    log = json.loads(cli("check", folder, "--format", "sarif").stdout)
+    assert sarif_errors(log) == []
+    (uri,) = {
+        r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        for r in log["runs"][0]["results"]
+        if "model-" in r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    }
+    assert re.fullmatch(r"[A-Za-z0-9%._~/-]+", uri), uri
+    junit = cli("check", folder, "--format", "junit").stdout
+    ET.fromstring(junit)
+    assert not CONTROL.search(junit.replace("\n", " "))
+    scanned = scan(folder)
+    summary = markdown_summary(scanned, check(scanned, model=False))
+    assert not CONTROL.search(summary.replace("\n", " "))
 
 
 def test_thousands_of_findings_give_a_bounded_log(tmp_path: Path, cli) -> None:

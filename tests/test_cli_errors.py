@@ -82,7 +82,7 @@ def test_shape_that_multiplies_past_every_limit(tmp_path: Path) -> None:
         "weight_map": {"w": one, "v": two},
     }
     (folder / INDEX).write_text(json.dumps(index))
-    check = cli("check", folder)
+    check = cli("check", folder, "--verbose")
     no_traceback(check)
     assert check.returncode == 1 and check.stderr == ""
     assert "total-parameters-mismatch" in check.stdout and "more than 10^4816" in check.stdout
@@ -103,7 +103,7 @@ def test_symlink_loop_is_a_finding(tmp_path: Path) -> None:
     folder.mkdir()
     save_file({"a": np.ones(2, np.float32)}, str(folder / "model.safetensors"))
     (folder / "x.safetensors").symlink_to("x.safetensors")  # ELOOP on every stat
-    proc = cli("check", folder)
+    proc = cli("check", folder, "--verbose")
     no_traceback(proc)
     assert proc.returncode == 1 and proc.stderr == ""
     assert "x.safetensors" in proc.stdout and "Too many levels of symbolic links" in proc.stdout

@@ -486,7 +486,7 @@ def test_overview_repair_action_opens_the_planned_repair_and_asks(demos: Path, t
 def test_repair_tab_of_an_unrepairable_checkpoint_says_so_and_is_disabled(demos: Path):
     dash = Dashboard(demos / EP_COLLISION)
     overview = _texts(dash.panels["Overview"].widget)
-    assert "448 of 512 experts missing in 4 MoE layers (1-4)" in overview
+    assert "448 of 512 experts missing in 3 MoE layers (1-3) and MTP layer 4" in overview
     assert _buttons(dash.panels["Overview"].widget, "ckpt-problem-repair") == []
     repair = dash.select("Repair")
     assert not repair.plan.empty and repair.repair.disabled  # only total_parameters: cosmetic
@@ -895,16 +895,16 @@ def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypat
     `state` waits for the verdict, and the Overview is redrawn with it."""
     import threading
 
-    import inspector._internal.load.child as load_child
+    import inspector.widgets.dashboard as dashboard
 
     release = threading.Event()
-    real = load_child.verdict_apart
+    real = dashboard.verdict_apart
 
     def slow_verdict(scanned, **options):
         release.wait(60)
         return real(scanned, **options)
 
-    monkeypatch.setattr(load_child, "verdict_apart", slow_verdict)
+    monkeypatch.setattr(dashboard, "verdict_apart", slow_verdict)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview
@@ -1083,3 +1083,95 @@ def test_repair_all_from_the_overview_fixes_both_parts_at_once(demos: Path, tmp_
     assert "It cannot fix" not in repair.verdict.value
     repair.confirm.click()
     assert dash.state.findings == () and dash.state.problems == ()
+
+
+def test_a_bug_shows_its_traceback_in_the_page_escaped():
+    """A bug's error line carried only "the traceback is in the kernel log", which a person in
+    the page cannot find: the traceback now sits behind a "details" toggle, every line legible
+    (a hostile name in the message can neither inject markup nor forge a line)."""
+    import ipywidgets as w
+    from inspector.widgets.guard import guarded
+
+    hostile = 'model.<img src=x onerror=alert(1)>\x1b[2J"\u202e.weight'
+
+    def nested() -> None:
+        raise RuntimeError(f"Cannot delete table with views: {hostile}")
+
+    status = w.HTML()
+    with pytest.raises(RuntimeError):
+        guarded(nested, status)()
+    page = status.value
+    assert "kernel log" not in page and "<details" in page and "<summary>details</summary>" in page
+    details = page[page.index("<details") :]
+    assert "Traceback (most recent call last)" in details and "in nested" in details
+    assert "<img" not in page and "&lt;img" in details and "\x1b" not in page
+    assert "\u202e" not in page
+    # An error the core raises on purpose is its message alone: no traceback.
+    guarded(lambda: (_ for _ in ()).throw(ValueError("bad size")), status)()
+    assert "bad size" in status.value and "<details" not in status.value
+
+
+def test_an_empty_cell_of_the_expert_zoom_is_no_expert(tmp_path: Path):
+    """On an 8-expert layer the zoom drew a row of 32 cells, and a click on the empty ninth
+    one showed "expert 9" of a layer that has eight: the row is now as wide as the layer, and a
+    click on a cell without an expert (a partial last row, an empty heatmap cell) does
+    nothing."""
+    import test_report_html
+
+    moe = test_report_html.write_moe_checkpoint(tmp_path / "moe")
+    experts = Dashboard(moe).select("Experts")
+    layer = experts.zoomed
+    zoom = experts.zoom.children[0]
+    n = test_report_html.EXPERTS
+    assert np.asarray(zoom.data[0].z, dtype=float).shape == (1, n)
+    experts.show(layer, 2)
+    before = experts.details.value
+
+    def click(figure, x, y) -> None:
+        figure._js2py_pointsCallback = {
+            "event_type": "plotly_click",
+            "points": {"xs": [x], "ys": [y], "point_indexes": [[0, x]], "trace_indexes": [0]},
+        }
+
+    click(zoom, n + 1, f"0-{n - 1}")  # where the old row's empty cell was
+    click(experts.figure, n + 1, str(layer))
+    assert experts.expert.value == 2 and experts.details.value == before
+    assert f"expert {n + 1}" not in experts.details.value
+    click(zoom, n - 1, f"0-{n - 1}")
+    assert experts.expert.value == n - 1 and f"expert {n - 1}</h4>" in experts.details.value
+
+
+def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
+    demos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The "Repair" button stayed disabled 12.6 s on a demo while the plan was re-checked; the
+    click needs the plan alone. While the re-check still runs (held here), Repair is enabled
+    and a click asks for confirmation; the re-check's answer then completes the question."""
+    import threading
+
+    from inspector.widgets import actions
+
+    dash = Dashboard(_copy(demos, DRIFT, tmp_path))
+    repair = dash.panel("Repair")
+    release, entered = threading.Event(), threading.Event()
+    real = actions.preview_repair
+
+    def held(*args, **kwargs):
+        entered.set()
+        release.wait(60)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(actions, "preview_repair", held)
+    planner = threading.Thread(target=repair.make_plan)
+    planner.start()
+    try:
+        assert entered.wait(60)
+        assert not repair.repair.disabled and repair.plan is not None
+        assert "ckpt-repair-planning" in repair.verdict.value  # the re-check's spinner
+        repair.repair.click()
+        assert repair.confirm_box.layout.display != "none"
+    finally:
+        release.set()
+        planner.join(60)
+    assert repair.preview is not None and "It fixes" in repair.question.value
+    assert repair.confirm_box.layout.display != "none" and "This plan fixes" in repair.verdict.value

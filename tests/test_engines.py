@@ -100,10 +100,10 @@ def test_check_engine_vllm_through_the_cli(
     case = vllm_cases["drop-k_proj"]
     monkeypatch.setattr(engine.ENGINE_PROCESS, "ask", lambda request: case["answer"])
     folder = case["folder"]
-    assert main(["check", folder, "--engine", "vllm", "--no-model"]) == 1
+    assert main(["check", folder, "--engine", "vllm", "--no-model", "--verbose"]) == 1
     out = capsys.readouterr().out
     assert "engine check: vLLM 0.33.0 as LlamaForCausalLM (TP 1): starts, but" in out
-    assert "ERROR engine-weight-missing" in out and "qkv_proj.weight" in out
+    assert "error    engine-weight-missing  1 finding" in out and "qkv_proj.weight" in out
     assert main(["check", folder, "--engine", "vllm", "--no-model", "--json"]) == 1
     result = json.loads(capsys.readouterr().out)
     assert result["engine"]["verdict"]["missing_shards"] == [

@@ -245,12 +245,9 @@ def test_markdown_summary_of_a_hostile_checkpoint(hostile: Path):
 
 
 @pytest.mark.browser
-def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Path):
+def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Path, chromium):
     """The summary as nbconvert renders it, opened in Chromium: no handler runs, nothing is
     fetched (an image from a name would be)."""
-    from browser import CHROMIUM, CHROMIUM_ARGS, sync_playwright_or_fail
-
-    sync_playwright = sync_playwright_or_fail()
     scanned = scan(hostile)
     body = _mistune(markdown_summary(scanned, check(scanned, model=False), examples=100))
     page_file = tmp_path / "summary.html"
@@ -264,21 +261,20 @@ def test_markdown_summary_runs_no_script_in_chromium(hostile: Path, tmp_path: Pa
             requested.append(route.request.url)
             route.abort()
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page()
-            page.route("**/*", only_the_page)
-            page.goto(page_file.as_uri(), wait_until="load")
-            page.wait_for_timeout(300)
-            pwned = page.evaluate("window.__pwned === 1")
-            counts = page.evaluate(  # nbconvert links each heading to itself: not ours
-                "['img', 'script', 'a:not(.anchor-link)', 'iframe', '[onerror]']"
-                ".map(s => document.querySelectorAll(s).length)"
-            )
-            shown = page.inner_text("body")
-        finally:
-            browser.close()
+    context = chromium.new_context()  # its own cookies, storage and routes
+    try:
+        page = context.new_page()
+        page.route("**/*", only_the_page)
+        page.goto(page_file.as_uri(), wait_until="load")
+        page.wait_for_timeout(300)
+        pwned = page.evaluate("window.__pwned === 1")
+        counts = page.evaluate(  # nbconvert links each heading to itself: not ours
+            "['img', 'script', 'a:not(.anchor-link)', 'iframe', '[onerror]']"
+            ".map(s => document.querySelectorAll(s).length)"
+        )
+        shown = page.inner_text("body")
+    finally:
+        context.close()
     assert not pwned and counts == [0, 0, 0, 0, 0] and requested == []
     assert "onerror" in shown and "javascript:" in shown  # shown as text, not dropped
 
@@ -374,8 +370,8 @@ def dcp_hostile(tmp_path_factory) -> Path:
 @pytest.mark.parametrize(
     "command",
     [
-        ["check", "--no-model"],
-        ["check", "--no-model", "--fail-on", "never"],
+        ["check", "--no-model", "--verbose"],
+        ["check", "--no-model", "--fail-on", "never", "--verbose"],
         ["report", "--markdown", "--no-model"],
         ["repair", "--dry-run", "--diff"],
     ],
@@ -385,8 +381,12 @@ def test_commands_on_a_hostile_checkpoint_print_no_control_characters(hostile: P
     proc = cli(command[0], hostile, *command[1:])
     assert proc.returncode in (0, 1), (proc.returncode, proc.stderr[-2000:])
     _terminal_safe(proc)
-    assert "characters cut)" in proc.stdout  # the huge name, shown by head and tail
+    # The huge name, shown by head and tail (check lists names with --verbose: by default it
+    # fits a screen, the issues and one line per code).
+    assert "characters cut)" in proc.stdout
     assert "\\u202etxt.exe" in proc.stdout  # and the escapes, shown escaped
+    if command[0] == "check":
+        _terminal_safe(cli("check", hostile, "--no-model"))
 
 
 def test_scan_of_a_hostile_checkpoint_prints_no_control_characters(hostile: Path):
@@ -402,6 +402,9 @@ def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: P
     assert proc.returncode == 1
     _terminal_safe(proc)
     assert "only in B" in proc.stdout and "characters cut" in proc.stdout
+    # A name is shown in at most NAME_LIMIT characters, in its line of places too (the
+    # huge name outside the layers was cut only at a message's 2,000).
+    assert max(map(len, proc.stdout.splitlines())) <= NAME_LIMIT + 4
     # The escaped name is in a shard the index does not list, which transformers never reads
     # (so the folder's diff leaves it out): diff that shard itself.
     proc = cli("diff", healthy, hostile / f"model-00002-of-00002{ESCAPES}.safetensors")

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -172,7 +173,12 @@ def executed(
         params = getattr(getattr(item, "callspec", None), "params", {})
         if item.path == Path(__file__) and "path" in params:
             wanted.add(params["path"].stem)
-    return asyncio.run(_execute_all([p for p in ALL if p.stem in wanted], kernel_env))
+    # In a thread of its own: once a browser test of this process has started the session's
+    # Chromium, its sync Playwright keeps an event loop running in this thread, where
+    # asyncio.run is refused (seen when a browser file ran first in the worker).
+    books = [p for p in ALL if p.stem in wanted]
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, _execute_all(books, kernel_env)).result()
 
 
 def _book(executed: dict, stem: str) -> nbformat.NotebookNode:

@@ -119,6 +119,14 @@ def test_preview_of_the_1422_repair_fixes_every_finding(demos, tmp_path):
     # ... and the sidecars now disagree with the rebuilt index, which the preview says.
     assert {f.code for f in index_only.introduces} == {"sidecar-index-disagree"}
     assert index_only.matters
+    # In issues, as the Repair tab shows them: the whole plan fixes both and leaves none; the
+    # index part fixes the index's issue and leaves the sidecars' one.
+    problems = group_problems(scanned, findings)
+    assert len(problems) == 2
+    assert preview.issues(problems) == (list(problems), [])
+    fixed, left = index_only.issues(problems)
+    assert len(fixed) == len(left) == 1 and fixed != left
+    assert {f.code for f in left[0].findings} <= {f.code for f in index_only.remains}
     # The preview is what really happens: execute and compare.
     result = plan.execute()
     assert result.remaining == preview.remains == ()

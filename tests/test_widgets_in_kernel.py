@@ -22,6 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError
 
 pytest.importorskip("ipywidgets")
 
@@ -41,10 +42,41 @@ def _notebook(*cells: str) -> nbformat.NotebookNode:
     return book
 
 
+# A cell's longest wait for its reply. The whole notebook runs in about 11 s alone and under a
+# minute on a loaded machine; a reply that never comes (a fresh-clone CI run once waited about
+# 9 minutes with the kernel idle) fails here, saying which cell and what the kernel was doing.
+CELL_SECONDS = 90
+
+
 def _execute(book: nbformat.NotebookNode, cwd: Path) -> nbformat.NotebookNode:
-    NotebookClient(
-        book, kernel_name="python3", timeout=240, resources={"metadata": {"path": str(cwd)}}
-    ).execute()
+    """Run every cell in a fresh ipykernel (nbclient). The kernel writes its threads' stacks to
+    a file every third of CELL_SECONDS; a cell out of time fails with the last of them."""
+    stacks = cwd / "kernel-stacks.txt"
+    first = book.cells[0]
+    first.source = (
+        # The file stays referenced: faulthandler writes to its descriptor, which a closed file
+        # would hand to the next socket the kernel opens.
+        f"import faulthandler as _fh\n_stacks = open({str(stacks)!r}, 'w')\n"
+        f"_fh.dump_traceback_later({CELL_SECONDS / 3}, repeat=True, file=_stacks)\n" + first.source
+    )
+    client = NotebookClient(
+        book,
+        kernel_name="python3",
+        timeout=CELL_SECONDS,
+        startup_timeout=60,
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    try:
+        client.execute()
+    except CellTimeoutError:
+        ran = [i for i, c in enumerate(book.cells) if "shell.execute_reply" in c.metadata.get(
+            "execution", {})]  # fmt: skip
+        waited = len(ran)
+        dump = stacks.read_text(errors="replace")[-4000:] if stacks.exists() else "(none)"
+        pytest.fail(
+            f"cell {waited} had no reply from the kernel in {CELL_SECONDS} s (cells {ran} "
+            f"replied); the kernel's threads, last dump:\n{dump}"
+        )
     return book
 
 
@@ -111,12 +143,13 @@ def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
         import time
         from IPython.display import display
         import inspector._internal.load.child as load_child
+        import inspector.widgets.dashboard as dashboard
         load_child._CHILD.close()
-        real, started = load_child.verdict_apart, []
+        real, started = dashboard.verdict_apart, []
         def spy(*args, **kwargs):
             started.append(time.monotonic())
             return real(*args, **kwargs)
-        load_child.verdict_apart = spy
+        dashboard.verdict_apart = spy
         shown = Dashboard(Path(str(folder) + "-moved"), snapshot=False, wait=False)
         time.sleep(0.5)
         before = len(started)

@@ -14,25 +14,32 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from inspector._internal.common.text import plural
-from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
-from inspector._internal.diagnosis.references import consolidation_reference, restore_reference
-from inspector._internal.findings.finding import findings_to_frame
-from inspector._internal.plans.consolidate import default_destination, plan_consolidation
-from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
-from inspector._internal.plans.repair_all import plan_all
-from inspector._internal.plans.restore import RestorePlan, plan_restore
-from inspector._internal.report.html import (
+from inspector.ui import (
+    SHARD_SPLIT_SIZE,
+    InspectorError,
+    PlanRefusedError,
+    RepairPlan,
+    RestorePlan,
+    consolidation_reference,
+    default_destination,
     diff_html,
     findings_html,
+    findings_to_frame,
+    fit,
+    format_bytes,
     html_text,
+    markdown_summary,
+    plan_all,
+    plan_consolidation,
+    plan_repair,
+    plan_restore,
+    plural,
+    preview_repair,
+    restore_reference,
+    scan,
     severity_badge,
     text_html,
 )
-from inspector._internal.report.markdown import markdown_summary
-from inspector._internal.scan.entry import scan
-from inspector._internal.serve.fit import fit
-from inspector.errors import InspectorError, PlanRefusedError
 
 from .controls import button
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -82,6 +89,8 @@ class RepairPanel:
         # click's and a button's) from planning at once.
         self.planned = False
         self._planning = threading.RLock()
+        # Counts plans made and executed: a re-check that ends after either is dropped.
+        self._round = 0
         self.parts: tuple[str, ...] = ()
         # The reference `repair --from` copies lost tensors from (None: a repair plan).
         self.restoring: str | None = None
@@ -171,7 +180,15 @@ class RepairPanel:
             self._make_plan()
 
     def _make_plan(self) -> None:
-        state = self.dash.state
+        # The plan needs the scan alone, not the load check; the Repair click needs the plan
+        # alone. So the plan is shown and Repair enabled as soon as it is made (a fraction of
+        # a second), and the re-check of what it fixes (seconds: it waits for the load
+        # check, then checks the repaired layout, the load check included) follows: Repair
+        # stayed disabled 12.6 s on a demo while both ran. A re-check that finds the plan
+        # fixes no error or warning disables Repair then.
+        self._round += 1
+        round_ = self._round
+        self.preview = None
         if self.restoring is not None:
             self.scope.value = (
                 f"plan: restore lost tensors from <code>{html_text(self.restoring)}</code>"
@@ -184,10 +201,21 @@ class RepairPanel:
                 "of a checkpoint collapsed into one file)"
             )
         try:
-            self.plan = self._plan(state)
-            self.preview = None
-            if isinstance(self.plan, RepairPlan):
-                self.preview = preview_repair(
+            self.plan = self._plan(self.dash.current.scanned)
+        except EXPECTED_ERRORS as exc:
+            self._failed(exc)
+            return
+        self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
+        if isinstance(self.plan, RepairPlan):  # an empty one's re-check says what it cannot fix
+            self.verdict.value = (
+                "<div class='ckpt-repair-planning' style='color:#555'>"
+                "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+                "Re-checking what the plan fixes (Repair does not wait for it)...</div>"
+            )
+            self.repair.disabled = self.plan.empty
+            try:
+                state = self.dash.state
+                preview = preview_repair(
                     self.plan,
                     state.scanned,
                     findings=state.findings,
@@ -196,33 +224,45 @@ class RepairPanel:
                     trust_remote_code=self.dash.trust_remote_code,
                     cache=self.dash.cache,
                 )
-        except EXPECTED_ERRORS as exc:
-            self.plan, self.preview = None, None
-            self.verdict.value = error_html(exc)
-            self.plan_view.value = ""
+            except EXPECTED_ERRORS as exc:
+                if round_ == self._round:
+                    self._failed(exc)
+                return
+            if round_ != self._round:  # executed or planned again meanwhile
+                return
+            self.preview = preview
+        self.verdict.value = self._verdict_html()
+        if self.confirm_box.layout.display != "none":
+            self.ask()  # asked meanwhile: the question now says what it fixes, or goes
         else:
-            self.verdict.value = self._verdict_html()
-            self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
-        self.repair.disabled = not self.worth_it
+            self.repair.disabled = not self.worth_it
+
+    def _failed(self, exc: BaseException) -> None:
+        """The plan or its re-check was refused: no plan, its reason in the verdict."""
+        self.plan, self.preview = None, None
+        self.verdict.value = error_html(exc)
+        self.plan_view.value = ""
+        _hidden(self.confirm_box, True)
+        self.repair.disabled = True
 
     def _new_shards(self) -> list[str]:
         """The shards a restore or re-shard plan writes."""
         copy = getattr(self.plan, "copy", None)
         return [o.name for o in copy.outputs] if copy is not None else []
 
-    def _plan(self, state: Any) -> Any:
-        """The plan the panel's options ask for (see `make_plan`)."""
+    def _plan(self, scanned: Any) -> Any:
+        """The plan the panel's options ask for, from `scanned` (see `make_plan`)."""
         if self.restoring is not None:
             if not self.restoring:
                 raise InspectorError(
                     "name the checkpoint to restore from: a folder or URL that holds the "
                     "tensors this one lost"
                 )
-            return plan_restore(state.scanned, scan(self.restoring))
+            return plan_restore(scanned, scan(self.restoring))
         if not self.parts:
-            return plan_all(state.scanned, duplicates=self.duplicates.value or None)
+            return plan_all(scanned, duplicates=self.duplicates.value or None)
         return plan_repair(
-            state.scanned,
+            scanned,
             only=set(self.parts),
             duplicates=self.duplicates.value or None,
             quant_config=self.quant.value,
@@ -258,6 +298,7 @@ class RepairPanel:
     def execute(self) -> None:
         """Execute the plan, keep the result on the dashboard, and refresh every tab."""
         _hidden(self.confirm_box, True)
+        self._round += 1
         try:
             result = self.plan.execute()
         except EXPECTED_ERRORS as exc:
@@ -269,7 +310,7 @@ class RepairPanel:
 
     def _verdict_html(self) -> str:
         """What the plan fixes and what it cannot, in issues (with what fixes the rest)."""
-        state, preview = self.dash.state, self.preview
+        preview = self.preview
         if preview is None:
             what = (
                 f"restores {plural(len(self.plan.restored), 'tensor')}"
@@ -282,9 +323,8 @@ class RepairPanel:
                 if not self.plan.empty
                 else "<div><b>Nothing to write:</b> see the plan below for why.</div>"
             )
-        fixed = set(preview.fixes)
-        fixes = [p for p in state.problems if fixed & set(p.findings)]
-        rest = [p for p in state.problems if not set(p.findings) <= fixed]
+        state = self.dash.state
+        fixes, rest = preview.issues(state.problems)
         lines = []
         if not state.findings:
             lines.append(

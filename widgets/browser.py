@@ -25,11 +25,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.common.display import NAME_LIMIT, legible_each
-from inspector._internal.report.html import html_text
-from inspector._internal.report.query import TensorQuery, export_tensors, missing_notes
-from inspector.errors import InspectorError
+from inspector.ui import (
+    NAME_LIMIT,
+    InspectorError,
+    ScannedCheckpoint,
+    TensorQuery,
+    export_tensors,
+    html_text,
+    legible_each,
+    missing_notes,
+)
 
 from .grid import GridCells, choice, make_grid, match_expression, table_name
 from .guard import guarded

@@ -9,15 +9,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector._internal.cli.args import (
+from inspector.ui import (
     EXIT_CANNOT,
     EXIT_OK,
     add_model_arguments,
     add_path_arguments,
+    legible,
     scan_from_args,
     verdict_from_args,
 )
-from inspector._internal.common.display import legible
 
 __all__ = ["register"]
 
@@ -52,14 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from inspector._internal.checks import check
+    from inspector.ui import check
 
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)
     findings = check(scanned, model=verdict is not None, verdict=verdict)
     if args.markdown:
-        from inspector._internal.report.markdown import markdown_summary
-        from inspector._internal.serve.fit import fit
+        from inspector.ui import fit, markdown_summary
 
         serving = fit(scanned)
         sys.stdout.write(markdown_summary(scanned, findings, verdict=verdict, serving=serving))

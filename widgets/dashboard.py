@@ -1,37 +1,10 @@
 """The notebook dashboard: `Dashboard(path_or_scanned)` shows a checkpoint in eleven tabs.
 
-Words follow `inspector._internal.findings.words`: a finding is one coded observation, an issue the
-findings of one root cause with its fix (the Overview lists issues, the Findings tab findings).
-
-The widgets hold no logic. Every action is one call into `inspector` (scan, check, group the
-findings into problems, plan a repair and preview what it fixes, execute it, plan and run a
-consolidation, write a report); figures come from `widgets.figures`, tables from
-`inspector._internal.report.html`, the grids (tensors, files, layers) from `widgets.grid` and
-`widgets.browser`. Tabs other than Overview are built ahead of the first click by a
-background worker once the Overview is on screen, so a 300,000-tensor checkpoint opens after
-one scan and the plain checks. What costs the page or the kernel seconds waits until its tab
-is first shown (`on_shown`): the grid and figure widgets (`widgets.plot`; a figure drawn into
-a hidden tab has no size, and the page evaluates plotly.js only when a figure is wanted) and
-the repair plan. A click never waits for the worker: a tab that is not built yet shows the
-spinner it was drawn with (the page switches tabs by itself) and is built in a thread
-(`_on_select`), so the kernel answers the next click meanwhile.
-
-The Overview answers "will it load?" with the model code's own verdict
-(`inspector._internal.load.verdict`). Building the model takes seconds on a large MoE, more
-than everything else together, so the Overview is drawn from the plain checks and the verdict
-is computed meanwhile, by a child process for a local folder (`inspector._internal.load.child`,
-started once the Overview is sent: started with the scan, its imports of torch and transformers
-made the Overview about 1 s later at 300,000 tensors on 2 cores), waited for by a thread:
-`dash.current` is what is on screen, `dash.state` waits for the verdict and holds its findings
-and problems too. The Overview, Tensors, Files, Layers and Experts tabs are drawn from
-`dash.current` (Files and Layers recount their findings when the verdict arrives:
-`when_checked`); Findings and Repair list the load check's findings, so they wait for
-`dash.state`.
-
-Displayed in a notebook, the dashboard also writes a static snapshot (problems, facts and PNG
-figures, `widgets.snapshot`) into the cell's output, so the saved notebook shows what was found
-without a kernel. Key widgets carry stable CSS classes (`ckpt-*`) so a browser test can find
-them.
+The widgets hold no logic: every action is one call into the core (`inspector.ui`). Tabs
+are built ahead of the first click by a background worker and the costly parts wait until a
+tab is first shown, so a 300,000-tensor checkpoint opens after one scan and the plain checks;
+the load verdict is computed meanwhile (`dash.current` is what is on screen, `dash.state`
+waits for the verdict). Details: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations
@@ -39,7 +12,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -51,36 +23,41 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.checks import check
-from inspector._internal.checks.values import computed_value_table
-from inspector._internal.common.display import legible_each
-from inspector._internal.common.text import layer_name, plural
-from inspector._internal.diagnosis.issues import Problem, group_problems
-from inspector._internal.diagnosis.references import restore_reference
-from inspector._internal.findings.finding import (
+from inspector.ui import (
+    FINDING,
+    ISSUE,
     Finding,
-    findings_per_file,
-    findings_to_frame,
-    severity_rank,
-)
-from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
-from inspector._internal.load import child as load_child
-from inspector._internal.load.verdict import known_verdict
-from inspector._internal.report.html import (
+    Location,
+    Problem,
+    RemoteURL,
+    ScannedCheckpoint,
+    TensorQuery,
+    check,
     code_help_html,
+    computed_value_table,
     facts_html,
     findings_html,
+    findings_per_file,
+    findings_to_frame,
     frame_html,
+    group_problems,
     html_text,
+    known_verdict,
+    layer_name,
+    legible_each,
     load_verdict_html,
     markup_html,
+    plural,
     problem_html,
+    query_for_finding,
+    restore_reference,
+    scan,
     severity_badge,
+    severity_counts,
+    severity_rank,
+    severity_tally,
+    verdict_apart,
 )
-from inspector._internal.report.query import TensorQuery, query_for_finding
-from inspector._internal.scan.entry import scan
-from inspector._internal.storage import Location, RemoteURL
 
 from .controls import button
 from .grid import FrameGrid, GridCells, yes_no
@@ -89,7 +66,7 @@ from .plot import FigureBox, figure_widget, import_figure_widget
 from .snapshot import headless
 
 if TYPE_CHECKING:
-    from inspector._internal.load.verdict import LoadVerdict
+    from inspector.ui import LoadVerdict
 
 __all__ = ["CheckpointState", "Dashboard"]
 
@@ -155,7 +132,7 @@ class CheckpointState:
             thread = _thread(
                 lambda: _resolve(
                     asked,
-                    lambda: load_child.verdict_apart(
+                    lambda: verdict_apart(
                         scanned, trust_remote_code=trust_remote_code, cache=cache
                     ),
                 ),
@@ -447,7 +424,7 @@ class Dashboard:
         def work() -> None:
             self._overview_sent.wait(_VERDICT_HOLD)
             try:
-                verdict = load_child.verdict_apart(
+                verdict = verdict_apart(
                     plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
                 )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
@@ -709,7 +686,7 @@ class Dashboard:
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
-        counts = Counter(str(p.severity) for p in problems)
+        counts = severity_tally(problems)
         verdict = (
             f"{plural(len(problems), ISSUE)} ({severity_counts(counts)})"
             if problems
@@ -1205,14 +1182,24 @@ class ExpertsPanel:
         layer = int(points.ys[0])
         x = points.xs[0]
         expert = int(str(x).split("-")[0]) if isinstance(x, str) else int(x)
-        self.show(layer, expert)
+        if self._recorded(layer, expert):
+            self.show(layer, expert)
 
     def _on_zoom_click(self, trace: Any, points: Any, _state: Any) -> None:
-        # Rows are labelled "first-last" expert; columns are the offset within the row.
+        # Rows are labelled "first-last" expert; columns are the offset within the row. The
+        # last row's cells past the layer's last expert are empty: a click there is no expert.
         if not points.xs or self.zoomed is None:
             return
         first = int(str(points.ys[0]).split("-")[0])
-        self.show(self.zoomed, first + int(points.xs[0]))
+        expert = first + int(points.xs[0])
+        if self._recorded(self.zoomed, expert):
+            self.show(self.zoomed, expert)
+
+    def _recorded(self, layer: int, expert: int) -> bool:
+        """True when the scan knows expert `expert` of `layer` (found or missing): a figure's
+        empty cell is not one."""
+        e = self.dash.scanned.experts
+        return bool(((e["layer"] == layer) & (e["expert"] == expert)).any())
 
 
 class FindingsPanel:

@@ -1,32 +1,11 @@
 """A large anywidget module evaluated once per page, however many widgets use it.
 
-anywidget imports a widget's module from its `_esm` text through a new blob URL for every
-widget, so each plotly figure evaluated its own copy of plotly.js with its widget (5 MB) and
-each Perspective grid its own Perspective (6 MB, with its WebAssembly). A Chrome trace of the
-dashboard at 300,000 tensors showed it: one `v8.evaluateModule` task of 4-8 s per figure on a
-busy 2-core machine, the page frozen meanwhile. Worse, anywidget gives a model 2 s to load its
-module (`AbortSignal.timeout(2000)`), and every message from the kernel to that model waits
-for that load: a model that misses the 2 s never applies a later update (a figure's data sent
-after its first state, a grid's new filter) and its widget stays empty.
-
-So such a widget's `_esm` is `shared_module(...)`, a stub of a few lines that loads at once,
-and the real module travels in the widget's state (`shared_source(source)`, a trait). When
-the widget is first drawn, the stub imports the real module once per page (keyed by the
-module's hash, so two versions never mix), shared by every widget of the kind, and waits for
-it in `render`, which has no time limit, showing what it waits for meanwhile; then the real
-module's `render` draws the view. (Both modules shared here, Perspective's and the figures'
-`plot._FRONT`, export an object with a `render` only: no factory, no `initialize`.)
-
-That 2 s is wall time, so it also fails a small module when the page is frozen by another
-widget's large one: a grid made while plotly.js evaluates (5.9 s of one task, measured in
-JupyterLab on this project's 2-core test machine) misses it, drops the rows the kernel sends
-it and leaves "[anywidget] Failed to initialize model." on the page. Every widget module of the
-dashboard therefore starts with a prologue (`patient(esm)`): run by the first of them on the
-page, it makes anywidget's 2 s count only the time the page could run (a frozen stretch counts
-as one 100 ms tick), so a module that is really broken still fails after 2 s of a live page.
-It changes only calls of `AbortSignal.timeout(2000)` made from anywidget's own code (its
-script's address names it, as JupyterLab and Notebook serve it); other calls, and anywidget
-served from elsewhere, keep the browser's timeout.
+anywidget evaluates a widget's module once per widget and gives a model 2 s to load it, so
+a page of plotly figures and Perspective grids froze for seconds and widgets stayed empty.
+Here `shared_module(...)` is a stub that loads at once and imports the real module (sent in
+the widget's state) once per page, and `patient(esm)` makes anywidget's 2 s count only the
+time the page could run. The measurements and the mechanism: docs/architecture.md,
+"widgets/".
 """
 
 from __future__ import annotations

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from inspector._internal.common.display import legible
-from inspector._internal.common.units import format_bytes, scale_for
+from inspector.ui import format_bytes, legible, scale_for
 
 __all__ = [
     "SEVERITY_COLORS",
@@ -80,12 +79,14 @@ def expert_layer_grid(
 ) -> go.Figure:
     """One MoE layer zoomed in: its experts wrapped into rows of `columns` cells, each cell
     labelled with its expert id and coloured by state, so a single missing expert of 512 is
-    a cell of its own to see, hover and click. Expert id = row * columns + column."""
+    a cell of its own to see, hover and click. Expert id = row * columns + column. A layer of
+    fewer than `columns` experts is one row of its own width: no empty cell to click."""
     frame = _expert_states(experts)
     frame = frame[frame["layer"] == layer]
     if frame.empty:
         return _empty_figure(f"Layer {layer}", f"No experts recorded for layer {layer}.")
     n = int(frame["expert"].max()) + 1
+    columns = min(columns, n)
     rows = math.ceil(n / columns)
     z = np.full((rows, columns), np.nan)
     ids = np.full((rows, columns), "", dtype=object)

@@ -29,11 +29,7 @@ import ipywidgets as w
 import pandas as pd
 import traitlets
 
-from inspector._internal.common.display import legible
-from inspector._internal.common.units import DECIMAL_UNITS
-from inspector._internal.report.html import html_text
-from inspector._internal.report.query import name_pattern
-from inspector.errors import InspectorError
+from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name_pattern
 
 from .esm import SOURCE_TRAIT, patient, shared_module, shared_source
 from .guard import guarded

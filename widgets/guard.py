@@ -18,17 +18,21 @@ Two traps of ipywidgets in a running kernel, and the one pattern that avoids bot
 from __future__ import annotations
 
 import html
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import ipywidgets as w
 
-from inspector._internal.report.html import html_text
-from inspector.errors import InspectorError
+from inspector.ui import InspectorError, html_text, legible
 
 __all__ = ["EXPECTED_ERRORS", "captured", "error_html", "guarded"]
 
 T = TypeVar("T")
+
+# The frames a bug's traceback shows in the page: the innermost, where it was raised (a deep
+# recursion would otherwise fill the page); each line is cut by `legible`.
+TRACEBACK_FRAMES = 30
 
 # What an action catches and shows: the core's own errors, a value it refused (a bad size)
 # and the operating system's (a full disk, a missing folder). Anything else is a bug.
@@ -38,12 +42,22 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (InspectorError, ValueError, 
 def error_html(exc: BaseException, *, bug: bool = False) -> str:
     """`exc` as one line for the page: its type and the core's message (which names the
     file, the bad value and what to do), legible (`inspector._internal.report.html.html_text`: the
-    message may quote a hostile name); a bug says so."""
-    prefix = "Unexpected error (a bug; the traceback is in the kernel log): " if bug else ""
+    message may quote a hostile name); a bug says so and carries its traceback behind a
+    "details" toggle (legible line by line: it quotes the message and the values too)."""
+    prefix = "Unexpected error (a bug; please report it with its details): " if bug else ""
+    details = ""
+    if bug:
+        lines = traceback.format_exception(exc, limit=-TRACEBACK_FRAMES)
+        text = legible("".join(lines).rstrip("\n"), target="html", lines=True)
+        details = (
+            '<details class="ckpt-error-details"><summary>details</summary>'
+            '<pre style="white-space:pre-wrap;font-size:11px;max-height:24em;overflow:auto">'
+            f"{text}</pre></details>"
+        )
     return (
         '<div class="ckpt-error" style="color:#d62728;overflow-wrap:anywhere">'
         f"{html.escape(prefix)}<b>{html.escape(type(exc).__name__)}</b>: "
-        f"{html_text(exc)}</div>"
+        f"{html_text(exc)}{details}</div>"
     )
 
 

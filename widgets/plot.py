@@ -2,34 +2,10 @@
 figure, and the clicks a heatmap cell answers), with three changes that a dashboard of several
 figures needs.
 
-- Its module is plotly.js with its widget, 5 MB, evaluated by the page once per figure, and
-  its model must load it within anywidget's 2 s or lose every later update: here the module
-  is evaluated once per page, when the first figure is drawn (`widgets.esm`).
-- That one evaluation of the whole of plotly.js (every trace type, 3D and maps included) froze
-  the page for 2.1 s in an idle Chromium here and 4-6 s while the kernel worked. The
-  dashboard draws bars, histograms, scatters and heatmaps only, so its module is plotly.js's
-  own cartesian bundle (`plotlyjs`: 1.5 MB, 0.8 s in the same Chromium) with a small front
-  end (`_FRONT`): it draws the figure from the widget's first state and sends clicks, hovers
-  and selections back as plotly's widget does, so `trace.on_click` and the rest work
-  unchanged. A dashboard figure is made once, whole, and never edited (a new layer's zoom is
-  a new figure), so the front end applies no later edit; one made from the kernel is refused
-  with a message instead of being lost on the way (`_drawn_once`).
-- It opens its comm before it holds its figure, and sends the data and the layout as updates
-  right after. A view that renders before those updates reach it (a figure made while its tab
-  is on screen: the page is fast enough to render it at once) draws empty axes, and plotly's
-  data handler does nothing when the data arrives later. Here the comm opens once the figure,
-  its size policy and its CSS class are set, so the first state holds them all.
-
-The dashboard makes a tab's figures when the tab is first shown, so a figure is never drawn
-into a hidden tab with no size, and plotly.js is evaluated only when a figure is wanted (not
-while a person opens the Tensors tab). `Autosize` re-measures them as the tab changes size.
-
-Importing plotly's widget (`import_figure_widget`) imports its renderers, which import
-nbformat only to check its version when a figure is shown as a MIME bundle (`fig.show()`);
-nbformat imports jsonschema, whose format checkers build `rfc3987_syntax`'s lark grammar at
-import: 1.8-4.2 s of the kernel's CPU, measured here on different days, for nothing a
-dashboard uses. So the renderers get a stand-in that imports nbformat on its first use: a
-`fig.show()` still finds it, and pays for it then, as it would have.
+Its module is evaluated once per page (`widgets.esm`), it is plotly.js's cartesian bundle
+with a small front end instead of the whole of plotly.js, and its comm opens only once the
+figure is set, so that no figure freezes the page or draws empty axes. The figures behind
+these choices: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations

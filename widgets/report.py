@@ -27,20 +27,31 @@ from typing import TYPE_CHECKING, Any, Literal
 import plotly.graph_objects as go
 import plotly.offline
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-from inspector._internal.checks.values import computed_value_table
-from inspector._internal.common.display import NAME_LIMIT
-from inspector._internal.common.text import fold_ranges, plural
-from inspector._internal.common.units import format_bytes
-from inspector._internal.diagnosis.issues import group_problems
-from inspector._internal.execution.atomic import write_atomic
-from inspector._internal.findings.finding import Finding, findings_to_frame, severity_rank
-from inspector._internal.findings.words import SEVERITY_ORDER
-from inspector._internal.integrity.verified import verification_line
-from inspector._internal.report.fit import fit_notes, fit_table
-from inspector._internal.report.html import frame_html, html_text, load_verdict_html, markup_html
-from inspector._internal.report.summary import experts_text, summarize
-from inspector._internal.serve.fit import FitResult, fit
+from inspector.ui import (
+    NAME_LIMIT,
+    SEVERITY_ORDER,
+    Finding,
+    FitResult,
+    ScannedCheckpoint,
+    computed_value_table,
+    experts_text,
+    findings_to_frame,
+    fit,
+    fit_notes,
+    fit_table,
+    fold_ranges,
+    format_bytes,
+    frame_html,
+    group_problems,
+    html_text,
+    load_verdict_html,
+    markup_html,
+    plural,
+    severity_rank,
+    summarize,
+    verification_line,
+    write_atomic,
+)
 
 from .figures import (
     bytes_per_layer,
@@ -54,7 +65,7 @@ from .figures import (
 from .plotlyjs import cartesian_bundle
 
 if TYPE_CHECKING:
-    from inspector._internal.load.verdict import LoadVerdict
+    from inspector.ui import LoadVerdict
 
 __all__ = ["FIGURE_MODES", "render_html_report", "write_html_report"]
 

@@ -17,20 +17,27 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
-from inspector import EngineReport, engine_check
-from inspector._internal.common.display import MESSAGE_LIMIT, legible
-from inspector._internal.common.dtypes import KV_CACHE_DTYPES
-from inspector._internal.report.fit import fit_notes, fit_table
-from inspector._internal.report.html import frame_html, html_text
-from inspector._internal.report.text import engine_lines
-from inspector._internal.serve.fit import FitResult, fit
-from inspector._internal.serve.gpus import GPUS
+from inspector.ui import (
+    GPUS,
+    KV_CACHE_DTYPES,
+    MESSAGE_LIMIT,
+    EngineReport,
+    FitResult,
+    engine_check,
+    engine_lines,
+    fit,
+    fit_notes,
+    fit_table,
+    frame_html,
+    html_text,
+    legible,
+)
 
 from .figures import serving_plans
 from .guard import guarded
 
 if TYPE_CHECKING:
-    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector.ui import ScannedCheckpoint
 
 __all__ = ["ServePanel"]
 

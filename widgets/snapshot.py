@@ -1,26 +1,10 @@
 """The dashboard's static snapshot: what a saved notebook shows without a kernel.
 
-A live dashboard is an ipywidgets view; saved and opened elsewhere (another JupyterLab, nbviewer,
-GitHub) it is nothing but "model not found". So the dashboard also writes outputs that need no
-kernel and survive any notebook viewer:
-
-- one `text/html` output: the problems (what is wrong, impact, what fixes it), the facts and the
-  findings count, as plain tables with inline styles only (an untrusted notebook strips
-  `<style>` and scripts, GitHub too);
-- one `image/png` output per figure (expert coverage, shard sizes, bytes per layer), rendered by
-  kaleido with the system's Chrome/Chromium in the dashboard's background worker, so the
-  dashboard is usable at once. Without kaleido or a browser the HTML says why the figures are
-  missing.
-
-While the live dashboard is on the page, a `<style>` rule (honoured only where the output is
-trusted, i.e. live) hides the snapshot outputs of the same cell; where the widget cannot be
-shown, it hides the "model not found" line instead. Each output has a display id: a re-scan
-(after a repair) updates the snapshot in place, so the saved notebook shows the final state.
-
-A notebook executed headless (nbclient, `jupyter nbconvert --execute`, papermill: see
-`headless`) has no page that would receive those later updates: the executor saves the
-outputs as they are when the last cell ends. There the dashboard's cell waits for the load
-check and renders the figures before it ends, so the saved snapshot is the finished one.
+A live dashboard is an ipywidgets view; saved and opened elsewhere (another JupyterLab,
+nbviewer, GitHub) it is nothing but "model not found". So the dashboard also writes outputs
+that need no kernel and survive any notebook viewer: one HTML table output with inline
+styles only, one PNG per figure. How they are hidden, updated, and finished when executed
+headless: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations
@@ -31,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector._internal.report.html import facts_html, html_text, load_verdict_html, problems_html
+from inspector.ui import facts_html, html_text, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go

@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import ipywidgets as w
 import pandas as pd
 
-from inspector._internal.checks.values import computed_value_table, value_table
-from inspector._internal.report.html import frame_html
+from inspector.ui import computed_value_table, frame_html, value_table
 
 from .figures import METRICS, values_heatmap
 from .guard import captured, guarded
 
 if TYPE_CHECKING:
-    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector.ui import ScannedCheckpoint
 
 __all__ = ["ValuesPanel"]
 

@@ -22,7 +22,8 @@ class PublicNames(griffe.Extension):
         if "widgets" not in pkg.members:
             pkg.set_member("widgets", loader.load("widgets", try_relative_path=False))
         for name, member in list(pkg.members.items()):
-            if member.is_module and pkg.is_public and name in (pkg.exports or ()):
+            # Exports first: an alias to another package (`__future__`) cannot be resolved here.
+            if name in (pkg.exports or ()) and pkg.is_public and member.is_module:
                 target = member.members.get(name)
                 if target is not None:
                     pkg.set_member(name, griffe.Alias(name, target, parent=pkg))

@@ -4,27 +4,8 @@ name (the load check, `check --values`, the duplicate findings' words, `diff`, `
 the manifest, `repair --from`, tensor data read by name: `tensor_data`) takes it from here.
 Pure: shard headers and the index only.
 
-The rule mirrors transformers 5 loading a local folder:
-
-- `modeling_utils._get_resolved_checkpoint_files` reads `model.safetensors` alone when it is
-  there, whatever index lies beside it; else the files `model.safetensors.index.json` names
-  (and in a folder without safetensors, `pytorch_model.bin` alone before
-  `pytorch_model.bin.index.json`'s files);
-- `utils.hub.get_checkpoint_shard_files` takes the index's files as
-  `sorted(set(index["weight_map"].values()))`: each spelling once, sorted as written
-  (`./b.safetensors` sorts before `a.safetensors`), whatever tensor each entry names;
-- before all of that, a `transformers_weights` entry in config.json names the one file (or
-  `.safetensors.index.json` index) transformers reads instead (`from_pretrained` passes
-  `config.transformers_weights` to `_get_resolved_checkpoint_files` as
-  `transformers_explicit_filename`): `named_weights`;
-- `PreTrainedModel._load_pretrained_model` puts every tensor of every such file into one
-  dict, file after file, so of a name several of them hold the copy of the last file read
-  is the one loaded, even where the name's index entry points to another file.
-
-huggingface_hub's `load_torch_model` reads the index's files first when there is an index,
-in the order of a Python set (`serialization._torch._load_sharded_checkpoint`): any of their
-copies may be the one it keeps, and beside a `model.safetensors` it reads other files than
-transformers does (`any_loader_shards`).
+One module so that every reader agrees on one copy, the one transformers 5 keeps; the rule
+it mirrors, and huggingface_hub's: docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations

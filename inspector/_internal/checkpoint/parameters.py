@@ -1,20 +1,11 @@
 """How many parameters a checkpoint stores: one count, one rule, used everywhere.
 
-The count is of **values**: a packed 4-bit weight counts the values it holds, not its bytes
-(Model-Optimizer NVFP4 stores two E2M1 codes per U8 element, compressed-tensors packs eight
-4-bit values into an I32), and what is not a parameter is left out: quantization scales
-(`weight_scale`, `input_scale`, ..., MXFP4 `*_scales`) and the persistent buffers known by
-name (`e_score_correction_bias`, ...). That is what the model built from config.json counts
-(`num_parameters()`, what transformers writes as `total_parameters`), so the scan, the
-reports, the load check and every index this project writes give one number for one
-checkpoint (`PARAMETER_RULE` says how, wherever the number is shown).
-
-A weight is taken as packed 4-bit when its module says so: a Model-Optimizer NVFP4 module
-stores `weight_scale_2`, a compressed-tensors NVFP4 one `weight_global_scale`; a
-`weight_packed` holds the quantization config's `num_bits` per value (4 when it does not
-say; only with a compressed-tensors config); MXFP4 `*_blocks` (gpt-oss) hold two values a
-byte. Column-wise: no Python loop over
-the tensors.
+The count is of **values** (a packed 4-bit weight counts the values it holds, not its
+bytes), without quantization scales and persistent buffers, because that is what the model
+built from config.json counts (`num_parameters()`, transformers' `total_parameters`): the
+scan, the reports, the load check and every index written give one number for one
+checkpoint (`PARAMETER_RULE` says how, wherever it is shown). Column-wise: no Python loop
+over the tensors. Which weights are packed: docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations
@@ -82,11 +73,16 @@ def _count(tensors: pd.DataFrame, names: list[str], config: Mapping[str, Any] | 
     return int(_values(names, tensors["dtype"], numel, _packed_bits(config)).sum())
 
 
-def _each_name_once(tensors: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def _each_name_once(
+    tensors: pd.DataFrame, names: Sequence[str] | None = None
+) -> tuple[pd.DataFrame, list[str]]:
     """(`tensors` with each name's first row only, its names). Duplicates are looked for
     with a set of the names, not pandas' `duplicated`: that factorizes the Arrow string
-    column, a fifth of a second at 300,000 names, for a table that almost never has any."""
-    names = tensors["name"].astype(str).tolist()
+    column, a fifth of a second at 300,000 names, for a table that almost never has any.
+    `names`, when given, is the `name` column as Python strings already (`Tables.names`)."""
+    if names is None or len(names) != len(tensors):
+        names = tensors["name"].astype(str).tolist()
+    names = list(names)
     if len(set(names)) < len(names):
         tensors = tensors.drop_duplicates("name")
         names = tensors["name"].astype(str).tolist()
@@ -124,7 +120,8 @@ def _named_once(scanned: ScannedCheckpoint, table: pd.DataFrame) -> tuple[pd.Dat
     parameter count and the index check's uncounted elements both need it)."""
     if table is not scanned.tensors:
         return _each_name_once(table)
-    return scanned.derived("tensors-each-name-once", lambda: _each_name_once(table))
+    names = scanned.tables.names
+    return scanned.derived("tensors-each-name-once", lambda: _each_name_once(table, names))
 
 
 def parameters_of(

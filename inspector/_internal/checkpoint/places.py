@@ -67,7 +67,9 @@ def places_text(
             f"{_layer_word(is_mtp, layers)}: {plural(len(same), 'tensor')}{each} "
             f"({examples(list(same))})"
         )
-    lines += sorted(outside)
+    # A name outside the layers is shown as a name (bounded at `NAME_LIMIT`, escaped), not
+    # cut only at a message's 2,000 characters where the line is printed.
+    lines += map(legible, sorted(outside))
     if len(lines) > limit:
         lines = [*lines[:limit], f"... {plural(len(lines) - limit, 'more line')}"]
     return lines

@@ -2,22 +2,11 @@
 what serving the model needs (`serving_spec`): attention shape, KV cache, recurrent state and
 the sizes tensor parallelism splits. Pure.
 
-The rules mirror how the modelling code of each family decides (docs/formats.md, `config.json`):
-- Qwen2/3-MoE: layer i is MoE when i is not in `mlp_only_layers` and
-  `(i + 1) % decoder_sparse_step == 0`;
-- DeepSeek-V2/V3, Kimi, GLM-MoE: MoE when `i >= first_k_dense_replace` and
-  `i % moe_layer_freq == 0`;
-- Llama 4: the `moe_layers` list, else every `interleave_moe_layer_step`-th layer;
-- Nemotron-H: the block pattern (`hybrid_override_pattern` "M*E-" or, as transformers 5
-  writes it, `layers_block_type` ["linear_attention", "moe", "full_attention", "mlp"]);
-  the number of layers is the pattern's length (transformers 5 no longer writes
-  `num_hidden_layers` for it);
-- otherwise every layer is MoE when the config names an expert count.
-
-config.json is untrusted: a layer or expert count past any real model's (`MAX_LAYERS`,
-`MAX_EXPERTS`, `MAX_LAYER_EXPERTS` expert blocks) is treated as unknown, because the tables
-and structure checks build one entry per declared layer and expert. The load check reports
-such a config as the reason it skipped (`inspector._internal.load.verdict`).
+The rules mirror how each family's modelling code decides (docs/formats.md, `config.json`;
+listed in docs/architecture.md, "checkpoint/"). config.json is untrusted: a layer or expert
+count past any real model's (`MAX_LAYERS`, `MAX_EXPERTS`, `MAX_LAYER_EXPERTS`) is treated
+as unknown, because the tables and structure checks build one entry per declared layer and
+expert.
 """
 
 from __future__ import annotations

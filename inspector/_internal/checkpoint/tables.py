@@ -1,19 +1,9 @@
 """The four tables of a scanned checkpoint: tensors, files, layers, experts. Pure.
 
 Built column-wise (numpy arrays, one DataFrame each) because a checkpoint may hold 300,000
-tensors: no per-row pandas work, no `apply`, no groupby over nullable columns.
-
-Layer numbering: decoder layers keep their number; MTP layers are numbered after them
-(`spec.num_layers + k`), whichever of the four spellings the checkpoint uses
-(`mtp.layers.{k}.*`; Model-Optimizer's `mtp.layers.{num_layers + k}.*`; layer-less `mtp.*`,
-which is MTP block 0; DeepSeek's extra `model.layers.{num_hidden_layers + k}.*`). Megatron
-torch_dist stacked tensors (`decoder.layers.*` with a leading layer axis) have no layer in
-the tensors table but are spread over the layers of their leading axis in the layers and
-experts tables (without a config, MTP blocks are numbered after the layers of that axis);
-fused expert tensors (GPT-OSS, Llama 4, torch_dist) are spread over their expert axis.
-
-`layer_keys` is the view the layer key-set comparison reads: the keys of every layer,
-torch_dist's sharded objects (`..._extra_state/shard_*`) included.
+tensors: no per-row pandas work, no `apply`, no groupby over nullable columns. `layer_keys`
+is the view the layer key-set comparison reads. Layer numbering (MTP, stacked and fused
+tensors): docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations
@@ -123,6 +113,10 @@ class Tables:
     experts: pd.DataFrame
     # The layer number of the first MTP block (after the decoder layers).
     mtp_base: int = 0
+    # The tensors table's `name` column as the scan's own strings: reading the column back
+    # from pandas' Arrow strings makes a new string per row (0.1 s and ~60 bytes per tensor
+    # at 300,000 tensors).
+    names: Sequence[str] = ()
 
 
 def rows_named(tensors: pd.DataFrame, names: Iterable[str]) -> np.ndarray:
@@ -161,7 +155,7 @@ def build_tables(scanned: ScanView) -> Tables:
     experts = _experts_frame(contrib, moe, count)
     layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
     files = _files_frame(scanned, source, numbering, depth)
-    return Tables(tensors, files, layers, experts, numbering.mtp_base)
+    return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
 
 
 # -- 1. where the tensors come from -----------------------------------------------------

@@ -2,25 +2,9 @@
 in config.json, as llm-compressor writes them and vLLM / SGLang read them) against their
 tensors and their `recipe.yaml`. Pure.
 
-A module is quantized by config group G when it matches one of G's `targets` and no `ignore`
-entry. Entries are `re:<regex>` (`re.match` on the module name: anchored at the start only;
-matched without backtracking, `inspector._internal.formats.patterns`), an exact module name, or
-a class name. Class names are resolved from the tensors: a `Linear`
-is a module with a 2-D `weight` (or the packed tensors of a quantized one) that is not an
-embedding (its name holds `embed`, `wte` or `wpe`). What each format stores per module
-(docs/formats.md, "compressed-tensors"):
-
-| format | tensors |
-|---|---|
-| float-quantized / int-quantized | `weight` (F8 / I8) [out, in], `weight_scale` |
-| pack-quantized | `weight_packed` I32 [out, ceil(in*bits/32)], `weight_scale`, `weight_shape` |
-| nvfp4-pack-quantized | `weight_packed` U8 [out, in/2], `weight_scale` [out, in/16],
-  `weight_global_scale` |
-| mxfp4-pack-quantized | `weight_packed` U8 [out, in/2], `weight_scale` U8 [out, in/32] |
-
-`weight_scale` has [1] (tensor), [out, 1] (channel), [out, ceil(in/group)] (group,
-tensor_group) or [ceil(out/b0), ceil(in/b1)] (block) entries; asymmetric weights add
-`weight_zero_point`, static activations `input_scale` (`input_global_scale` for NVFP4).
+A module is quantized by the config group whose `targets` it matches and no `ignore` entry
+names; what each format stores per module is docs/formats.md, "compressed-tensors". How the
+entries are matched: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations

@@ -1,24 +1,10 @@
 """Do a tensor's stored chunks cover its full shape exactly once? The one coverage algorithm,
 used by the DCP and the torch_dist checks. Pure.
 
-Exact, never allocates the tensor, and near-linear in the chunks on any input. In order:
-
-1. a chunk outside the full shape is reported at once (corrupt metadata);
-2. a regular grid (how TP, EP and FSDP shard: along each axis the chunks' intervals tile
-   the axis, and every cell of that grid is one chunk) is complete, proven in pure Python;
-3. chunks that differ along one axis only (row- or column-sharded, possibly with a gap) are
-   one sorted interval sweep along it;
-4. otherwise a grid of counters over the chunk boundaries (one cell per box between
-   consecutive boundaries on every axis that some chunk does not span) says exactly which
-   regions no chunk or several chunks cover. Each distinct chunk adds +-1 at its corners
-   of a difference grid and one running sum per axis turns that into counts, so the work
-   is the corners (`MAX_CORNERS`) plus the grid (`MAX_CELLS`), never chunks x cells;
-5. past those budgets only volumes are compared (`exact` False): fewer elements than the
-   tensor is a gap and more an overlap, for certain; an equal volume is not proven
-   (`verified` False), which the checks report as `check-budget-exceeded`.
-
-A chunk listed several times (a pickle's memo can repeat one chunk 300,000 times for a few
-bytes each) is one distinct chunk with a count: the first repeat is the overlap reported.
+Exact, never allocates the tensor, and near-linear in the chunks on any input, because the
+chunks come from untrusted metadata: the cheap proofs first (a regular grid, one sharded
+axis), a difference grid with budgets after, volumes past the budgets
+(`check-budget-exceeded`). The steps: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Draft models for speculative decoding (EAGLE, EAGLE-3) against their own config and, when
 given, their target: sizes, the EAGLE-3 vocabulary mapping, and the head they borrow.
 
-What the engines do (vLLM `LlamaForCausalLMEagle3` / `Eagle3LlamaForCausalLM.load_weights`,
-SGLang `LlamaForCausalLMEagle3`): the draft's own vocabulary (`draft_vocab_size`) maps to the
-target's through `d2t`, one int64 offset per draft token (target id = draft id + d2t[id]);
-`t2d` is one boolean per target token (True where a draft token maps to it), stored by the
-trainers and skipped by vLLM's loader. A draft without `lm_head.weight` (EAGLE-1) or without
-`embed_tokens.weight` takes the target's (vLLM `EagleProposer.load_model` shares them when the
-draft lacks them), so the target's hidden size, and for a borrowed head its vocabulary, must
-be the draft's. The proposer's input is the target's hidden states, so hidden sizes must
-agree whatever is borrowed.
-
-A draft is recognised by its config.json architecture (a name containing `Eagle`) or by
-`d2t` / `t2d` tensors. Values read: `d2t` whole when it holds at most `MAX_MAPPING` entries
-(a few hundred KB; a larger one is judged by its shape alone), through the storage like every
-value read. config.json sizes are the validated serving facts (`checkpoint.spec`), so a
-hostile size is a `fit-config-invalid`, never used here.
+The rules are what vLLM's and SGLang's EAGLE loaders do (docs/architecture.md, "checks/");
+`d2t` is read through the storage and only when small, and config.json sizes come validated
+from `checkpoint.spec`, so a hostile size is a `fit-config-invalid`, never used here.
 """
 
 from __future__ import annotations

@@ -2,27 +2,9 @@
 
 Codes (docs/findings.md): index-missing-file, index-dangling-tensor, index-wrong-file,
 unindexed-tensor, unindexed-file, duplicate-tensor, total-size-mismatch,
-total-parameters-mismatch.
-
-Reporting policy, so that a checkpoint with 300,000 drifted tensors stays readable:
-
-- Per-tensor codes follow the project's fold policy (`inspector._internal.findings.finding.FOLD`):
-  one finding per tensor (with `tensor` set) for the first `per_file` tensors of each file and at
-  most
-  `per_code` per code; the rest of each file is folded into one summary finding (`tensor`
-  None) with the count, the layers they fall in and a few example names. The full list is
-  always in the tensors table.
-- A shard the index names but that is missing, or whose header is unreadable, gets ONE finding
-  with the number of tensors the index maps to it; its tensors are never reported one by one.
-  Totals are not checked while an indexed shard is unreadable (its bytes are unknown).
-- A `.safetensors` file the index never names gets one `unindexed-file` finding with the count
-  of its tensors; they are not also reported as `unindexed-tensor`.
-- Without an index, several shards are only checked for `duplicate-tensor`: nothing else says
-  which file should hold what, and loaders that read every file still load each copy.
-
-Everything is built from dicts and sets: linear in tensors, and on the usual path (the index
-agrees with a shard) one C-level lookup per tensor (`map`, `list.count`, `sum`) with no Python
-loop over names; only the files that disagree are walked name by name to explain it.
+total-parameters-mismatch. Built so that a checkpoint with 300,000 drifted tensors stays
+readable (one finding per missing shard or file, the rest folded) and the usual path costs
+one C-level lookup per tensor; the reporting policy: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations
@@ -128,7 +110,7 @@ def check_named_weights(scanned: ScannedCheckpoint) -> list[Finding]:
     if named is None:
         return []
     value = short_repr(named.value) if not isinstance(named.value, str) else named.value
-    said = f"config.json's {WEIGHTS_KEY} is '{legible(value)}'"
+    said = f"{CONFIG_NAME}'s {WEIGHTS_KEY} is '{legible(value)}'"
     if named.problem is not None:
         msg = (
             f"{said}: {named.problem}; no tensor of this folder is taken as loaded, so no "

@@ -3,31 +3,9 @@ which names of a Hugging Face checkpoint `convert_hf_to_gguf.py` cannot map. Pur
 come from gguf-py (`gguf.constants.MODEL_TENSORS`, `TENSOR_NAMES`, `gguf.TensorNameMap`),
 the package llama.cpp's converter itself uses, so the set follows the installed gguf-py.
 
-Why these rules (llama.cpp, src/llama-model-loader.cpp and src/llama-model.cpp):
-
-- `llama_model::load_tensors` creates each tensor its architecture uses, by name, for blocks
-  0 to `{arch}.block_count - 1`; a required one the file lacks ends the load with "missing
-  tensor 'blk.N...'". A GGUF holding fewer blocks than it declares is refused
-  (`gguf-tensor-missing`).
-- `llama_model_loader::done_getting_tensors` then refuses a file holding a tensor the model
-  did not create: "wrong number of tensors; expected N, got M". A name outside the
-  architecture's `MODEL_TENSORS`, or a block past `block_count`, is such a tensor
-  (`gguf-tensor-unexpected`).
-- `rope_freqs` is how `convert_hf_to_gguf.py` (`LlamaModel.generate_extra_tensors`) carries
-  Llama 3's RoPE scaling (`rope_scaling.rope_type: llama3` in config.json): llama.cpp loads
-  the file without it (`TENSOR_NOT_REQUIRED`) and computes unscaled positions past the
-  original context. Judged only where config.json beside the GGUF says so.
-- `convert_hf_to_gguf.py` maps each stored name with `TensorNameMap.get_type_and_name(name,
-  try_suffixes=(".weight", ".bias"))` (`ModelBase.map_tensor_name`) and stops on the first
-  it cannot map ("Can not map tensor"): `gguf-convert-unmapped`, judged with `check --engine
-  llama.cpp`. Before mapping it merges per-expert tensors into one per layer (the MoE model
-  classes' `modify_tensors`), drops the rotary `inv_freq` buffers, dequantizes FP8 weights
-  (their scales go), and the text model leaves vision and audio towers to the `--mmproj`
-  conversion; those names are not judged.
-
-Without gguf-py (`pip install checkpoint-inspector[gguf]`) the rules give nothing and
-`gguf_available()` says so. Work is linear in the names: each name is reduced to a template
-once and looked up in a set.
+The rules are the ones llama.cpp's loader and converter apply (each cited in
+docs/architecture.md, "checks/"); without gguf-py they give nothing and `gguf_available()`
+says so. Linear in the names: each is reduced to a template once and looked up in a set.
 """
 
 from __future__ import annotations

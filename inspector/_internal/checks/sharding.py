@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
-from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
+from inspector._internal.common.filenames import SAFETENSORS_WEIGHTS_NAME
+from inspector._internal.common.units import SHARD_SPLIT_SIZE, SINGLE_FILE_SIZE, format_bytes
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
 
@@ -24,6 +25,14 @@ def check_collapsed_shards(
     shard = readable[0]
     size = shard.tensor_bytes
     if size <= limit:
+        return []
+    if (
+        scanned.index is None
+        and shard.file == SAFETENSORS_WEIGHTS_NAME
+        and size <= max(limit, SINGLE_FILE_SIZE)
+    ):
+        # What transformers 5's save_pretrained writes for a model under its 50 GB default:
+        # one model.safetensors, no index; nothing was lost.
         return []
     return [
         make_finding(

@@ -1,23 +1,9 @@
 """Judging each tensor's statistics against its siblings: the same tensor in the other layers
 and experts (its name with every layer and expert number replaced, and its dtype).
 
-Robust statistics only: the sibling median and the median absolute deviation (MAD) of
-log10(std) and log10(absmax), so one damaged tensor cannot drag the yardstick. Norm weights,
-biases, embeddings and quantization scales each have their own names, hence their own
-siblings; a tensor with fewer than `MIN_SIBLINGS - 1` siblings is not compared (nothing to
-compare with), except for the bit patterns no written tensor has.
-
-- tensor-values-outlier: std at least `STD_DECADES` orders of magnitude (10x) away from the
-  sibling median and `ROBUST_SIGMAS` robust deviations out; absmax `ABSMAX_DECADES` (100x)
-  away likewise; or std exactly 0 (one constant value) where the siblings vary.
-- tensor-uninitialised: the signature of memory never written: a large share of subnormals
-  (`TINY_SHARE`), of magnitudes no weight reaches (`HUGE_SHARE`: > 1e30 in BF16/F32, > 1e4
-  in F16) or one repeated non-zero word (`REPEAT_SHARE`), where the siblings show none of it
-  (their median share under a tenth of the threshold). Without siblings only the huge share
-  (BF16/F16/F32) counts: no trained or initialised weight has any. Quantization scales
-  (`*scale`, `*scale_inv`, `*scale_2`, `*_scales` in BF16/F16/F32) are judged whatever their
-  size (often one value): a non-zero scale under `SCALE_LOW` or over `SCALE_HIGH` is written
-  by no quantizer (transformers' FP8 save leaves such `weight_scale_inv` from torch.empty).
+Robust statistics only (the sibling median and the median absolute deviation), so one
+damaged tensor cannot drag the yardstick. The rules of `tensor-values-outlier` and
+`tensor-uninitialised` and their thresholds: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations

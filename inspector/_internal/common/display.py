@@ -2,50 +2,11 @@
 name, tensor name, path, key and message goes through on its way to a terminal, a log, a
 report (text, Markdown, HTML), a CSV export or the dashboard.
 
-A checkpoint chooses its names, so a name may be 90 million characters long, carry terminal
-escape sequences (`ESC ]0;title BEL` sets the window title, `ESC [2K` erases a line, `\\r`
-and `\\b` overwrite what was printed, a newline forges an `ERROR` line in a CI log), Unicode
-controls that reorder text (U+202E shows `exe.txt` for `txt.exe`), or markup and formulas
-(`<img onerror=...>`, `[link](...)`, `=HYPERLINK(...)`). `legible`:
-
-1. shortens: at most `limit` characters, keeping the head and the tail of the name and saying
-   how many characters were cut between them (the end of a tensor name or path is as telling
-   as its start). Only a bounded window at each end is ever looked at, so a 90M-character
-   name costs a few hundred characters of work and memory, not a copy of the name;
-2. escapes every character Python does not consider printable (`str.isprintable`: C0 and
-   C1 controls, DEL, line and paragraph separators, Unicode format characters such as the
-   bidi overrides and isolates U+202A-U+202E, U+2066-U+2069, zero-width characters, lone
-   surrogates, unassigned and private-use code points, spaces other than U+0020) as
-   `\\x1b`, `\\n`, `\\u202e`, `\\U000e0001`. The escape is for people, not a serialisation:
-   a backslash already in a name stays as it is, so escaping twice changes nothing and text
-   that is already legible passes through unchanged;
-3. escapes for the target:
-   - `"text"` (terminal, log, plain report): nothing more;
-   - `"html"`: `&`, `<`, `>` and quotes, for element text and attribute values;
-   - `"markdown"`, inline text (a message in a list item or a table cell): no HTML (`&`, `<`,
-     `>` as entities), no emphasis, strikethrough, code span, link, image, task box or table
-     cell (`*`, `~`, `` ` ``, `[`, `]`, `|` and `_` at a word boundary backslash-escaped), no
-     autolink (`://`, `www.` and `@` broken by an escape), no block (a leading `#`, `+`,
-     `-`, `=`, `:` or `1.` escaped), and no math: `$` and `\\` become one-character code
-     spans, because nbconvert's renderer (mistune with its math plugin) turns `\\(...\\)`
-     into math that MathJax typesets from the page text, escaped or not, and GitHub renders
-     `$...$` too; code is never typeset;
-   - `"markdown-code"`: the name as an inline code span, fenced with more backticks than it
-     holds, so nothing in it is Markdown, HTML or math; `|` is escaped for table cells;
-   - `"csv"`: a cell a spreadsheet would read as a formula (starting with `=`, `+`, `-` or
-     `@`) gets a leading `'` (the OWASP rule; a leading tab or carriage return is escaped
-     already). The CSV writer quotes every text cell too, so a `;` or tab inside a name
-     cannot start a new cell in a locale that splits on it.
-
-The exact names stay in the data (tables, `Finding.file`/`tensor`, `--json`, Parquet): only
-what a person reads is shortened and escaped.
-
-Messages, issue titles and fixes are the project's own sentences around such names, with one
-piece of markup: a command or an option in backticks (`` `ckpt-inspect repair PATH` ``).
-`legible_markup` renders them from that one markup: the backticks stay in text (a terminal,
-a log), each span becomes a Markdown code span or an HTML `<code>` element, the rest is
-escaped as `legible` escapes it. A name that holds backticks cannot break out: a span's
-content is escaped for its target like any other text.
+A checkpoint chooses its names, so one may be 90 million characters long or carry escape
+sequences, bidi controls, markup or formulas: `legible` shortens it, escapes what is not
+printable and escapes for the target, in one place so that no renderer forgets a step. The
+exact names stay in the data. Promise: SECURITY.md, 6; the rules: docs/architecture.md,
+"common/".
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ __all__ = [
     "BINARY_UNITS",
     "DECIMAL_UNITS",
     "SHARD_SPLIT_SIZE",
+    "SINGLE_FILE_SIZE",
     "format_bytes",
     "format_count",
     "parse_size",
@@ -24,6 +25,9 @@ __all__ = [
 # huggingface_hub's default `max_shard_size` ("5GB", decimal): transformers, the DCP
 # consolidators and Model-Optimizer split shards at this size.
 SHARD_SPLIT_SIZE = 5 * 10**9
+# transformers 5's default `max_shard_size` ("50GB", `PreTrainedModel.save_pretrained`): under
+# it a model is saved as one model.safetensors and no index.
+SINGLE_FILE_SIZE = 50 * 10**9
 
 DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
 BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")

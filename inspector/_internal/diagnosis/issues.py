@@ -1,23 +1,11 @@
 """Issues: findings grouped into root causes, each with its impact and the action that fixes it.
 
-A check reports every symptom it sees: on a Model-Optimizer export whose last shard gained 42
-MTP tensors after its JSON files were written, that is 21 `unindexed-tensor` and 21
-`sidecar-unlisted-tensor` findings plus two stale totals. A person wants two lines: "the index
-misses 42 MTP tensors: they are invisible to loaders; rebuild it" and "the sidecar misses the
-same 42". `group_issues` turns findings into such issues. Pure: scanned data and findings
-in, issues out; the counts in titles come from the scanned data (the findings themselves
-are folded after 20 per file, see `inspector._internal.findings.finding.FOLD`).
-
-The load check's findings (`checks.model_load`) join the issue that causes them:
-tensors a loader cannot see because the index does not name their shard belong to the index, tensors
-of shard files that are gone to those files, experts never written to the missing experts;
-what is left is an issue of its own ("the model expects 3 tensors the checkpoint lacks:
-restore them with `repair --from REF`"). Given the load verdict, titles count every key, not
-only the findings listed before the fold.
-
-Whether a repair plan really fixes an issue is not guessed here:
-`inspector._internal.plans.repair`'s
-`preview_repair` re-checks the checkpoint as the plan would leave it.
+A check reports every symptom it sees (one index gap can be 44 findings); a person wants one
+line per cause with its fix. `group_issues` turns findings into such issues. Pure:
+scanned data and findings in, issues out; the counts in titles come from the scanned data,
+since the findings are folded. Whether a plan fixes a issue is not guessed here
+(`plans.repair.preview_repair` re-checks). Example and grouping: docs/architecture.md,
+"diagnosis/".
 """
 
 from __future__ import annotations
@@ -27,6 +15,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, filterfalse
 from typing import TYPE_CHECKING
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
@@ -131,6 +120,7 @@ _INDEX_STALE = frozenset(
         Code.TOTAL_PARAMETERS_MISMATCH,
     }
 )
+_NAMES_THE_SHARD = frozenset({Code.INDEX_DANGLING_TENSOR, Code.INDEX_WRONG_FILE})
 _SIDECARS = frozenset(
     {
         Code.SIDECAR_MISSING,
@@ -214,7 +204,6 @@ class _Context:
 
     scanned: ScannedCheckpoint
     verdict: LoadVerdict | None = None
-    _sizes: dict[str, int] | None = field(default=None, repr=False)
     _mtp: frozenset[str] | None = field(default=None, repr=False)
     _held: dict[str, frozenset[str]] | None = field(default=None, repr=False)
     # Missing keys (of the verdict) that an issue other than the load one explains.
@@ -224,16 +213,24 @@ class _Context:
     def path(self) -> str:
         return legible(_quote(str(self.scanned.path)))
 
-    def sizes(self) -> dict[str, int]:
-        """Tensor name -> bytes, from the shard headers (the first holder wins)."""
-        if self._sizes is None:
-            sizes: dict[str, int] = {}
-            for shard in self.scanned.shards:
-                sizes_here = (shard.ends - shard.begins).tolist()
-                for name, size in zip(shard.names, sizes_here, strict=True):
+    def sizes(self, names: Collection[str]) -> dict[str, int]:
+        """Bytes of each of `names` that a shard header holds (the first holder wins). Only
+        the shards holding one of them are walked name by name: an issue names a few
+        tensors, and a dict of every name cost half a second at 300,000 tensors."""
+        wanted = set(names)
+        sizes: dict[str, int] = {}
+        for shard in self.scanned.shards:
+            if not wanted:
+                break
+            hit = wanted.intersection(shard.names)  # C-level: hashes the shard's names
+            if not hit:
+                continue
+            sizes_here = (shard.ends - shard.begins).tolist()
+            for name, size in zip(shard.names, sizes_here, strict=True):
+                if name in hit:
                     sizes.setdefault(name, size)
-            self._sizes = sizes
-        return self._sizes
+            wanted -= hit
+        return sizes
 
     def mtp(self) -> frozenset[str]:
         """Names of the MTP tensors (the tensors table knows every spelling)."""
@@ -313,7 +310,7 @@ class _Context:
 
     def describe(self, names: Sequence[str]) -> str:
         """'42 MTP tensors (17.1 kB)' / '3 tensors (1.2 GB)': count, kind and bytes."""
-        sizes = self.sizes()
+        sizes = self.sizes(names)
         total = sum(sizes.get(n, 0) for n in names)
         mtp = self.mtp()
         n_mtp = sum(1 for n in names if n in mtp)
@@ -335,8 +332,10 @@ def _index_misses_tensors(
     index = ctx.scanned.index
     if index is None:
         return None
-    listed = index.weight_map.keys()
-    missing = sorted({n for names in ctx.held().values() for n in names} - listed)
+    # Names the readable shards hold and the index lacks, filtered at C level (no set of
+    # every name is built: 300,000 of them took a fifth of a second).
+    held = chain.from_iterable(s.names for s in ctx.scanned.shards if s.readable)
+    missing = sorted(set(filterfalse(index.lookup_map().__contains__, held)))
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
     totals = [
         f for f in pending if f.code in (Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH)
@@ -447,7 +446,13 @@ def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> 
     """The index is unreadable, points wrong, or carries stale totals."""
     codes = Counter(f.code for f in mine)
     cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
-    index_file = next((f.file for f in mine if f.file), INDEX_NAME)
+    # A dangling or misplaced tensor's finding names the shard the index points at, not the
+    # index: the title and the fix name the index ('rebuild model-00001-of-00004.safetensors
+    # from the shard headers' was said of a shard).
+    index_file = next(
+        (f.file for f in mine if f.file and f.code not in _NAMES_THE_SHARD),
+        ctx.scanned.index.file if ctx.scanned.index else INDEX_NAME,
+    )
     if cosmetic:
         title = f"{index_file} has stale totals ({_codes_text(codes)})"
         impact = "cosmetic: loaders do not use the totals, but size checks and tools that "
@@ -513,6 +518,31 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
             ctx.copy_command(files),
         ),
         findings=tuple(mine),
+        files=tuple(files),
+    )
+
+
+def _files_unsafe(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+    """Files not read because they are no regular file of the folder (a link out of it, a
+    FIFO, a device): what the index maps to them is 'in no shard' for that reason alone, so
+    those dangling findings are this issue's, not a stale index (rebuilding the index
+    would drop the tensors; `repair` refuses it)."""
+    files = sorted({f.file for f in mine if f.file})
+    unread = set(files)
+    dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
+    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
+        f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
+    )
+    known = code_of(Code.FILE_UNSAFE)
+    return Issue(
+        key="files-unsafe",
+        severity=Severity.ERROR,
+        title=f"{plural(len(files), 'file')} not read: not a regular file inside the "
+        f"checkpoint folder (a link out of it, a FIFO, a device): {shown}",
+        impact="what they hold is not checked, and a loader that follows them reads files "
+        "outside the checkpoint",
+        action=Action("review", known.fix.text, f"ckpt-inspect check {ctx.path}"),
+        findings=tuple(mine + dangling),
         files=tuple(files),
     )
 
@@ -887,9 +917,10 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Issue]:
         help_text = known.help if known else items[0].message
         first = help_text.split("; ")[0].split(": ")[0].rstrip(".")
         layers = sorted({f.layer for f in items if f.layer is not None})
-        lead = items[0].message.split("; ")[0]
         title = (
-            lead if len(items) == 1 else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
+            _lead(items[0], first)
+            if len(items) == 1
+            else f"{len(items):,} x {code}: {first[0].lower()}{first[1:]}"
         )
         action = Action(kind, text or help_text.rstrip("."), _command(ctx, kind))
         if known in _RESTORABLE:
@@ -898,7 +929,7 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Issue]:
             Issue(
                 key=code,
                 severity=_worst(items),
-                title=cut_at_word(title, 200),
+                title=title,
                 impact=first,
                 action=action,
                 findings=tuple(items),
@@ -908,6 +939,24 @@ def _per_code(ctx: _Context, pending: list[Finding]) -> list[Issue]:
             )
         )
     return out
+
+
+# A title of one finding is its message's first clause, whole: a sentence cut mid-way ("has
+# no ... (68 more characters)") says neither what is wrong nor where the rest is. Past this
+# length (a message quoting huge names) the title is the file and what the code means.
+_TITLE_LIMIT = 400
+
+
+def _lead(finding: Finding, meaning: str) -> str:
+    """The title of an issue of one finding: its message's first clause, or, when that is
+    longer than `_TITLE_LIMIT`, the finding's file and the code's meaning (the project's own
+    words, so its asides can go), cut at a word only if the file name is huge."""
+    lead = finding.message.split("; ")[0]
+    if len(lead) <= _TITLE_LIMIT:
+        return lead
+    meaning = re.sub(r" \([^()]*\)", "", meaning)
+    text = f"{finding.file}: {meaning[0].lower()}{meaning[1:]}" if finding.file else meaning
+    return cut_at_word(text, _TITLE_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -937,6 +986,7 @@ def _quant_file(in_config: bool) -> Callable[[Finding], bool]:
 _RULES: tuple[_Rule, ...] = (
     _Rule(_codes(_SHARD_DAMAGE), _shards_damaged),
     _Rule(_codes(Code.INDEX_MISSING_FILE), _shard_files_missing),
+    _Rule(_codes(Code.FILE_UNSAFE), _files_unsafe),
     _Rule(_codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE), _index_misses_tensors),
     _Rule(_codes(_INDEX_STALE), _index_stale),
     _Rule(_codes(Code.DUPLICATE_TENSOR), _duplicates),

@@ -2,18 +2,9 @@
 checkpoint that may hold the tensors a checkpoint lost (`repair --from REF`).
 
 A finding that names its fix should name the reference too when one is known, and the
-default consolidation must not write the collapse its own check reports:
-
-- a DCP run's recorded mapping that sends every tensor to one file (`mapping-collapsed`)
-  is replaced by the upstream model the run names (`consolidate.sh --model-name`,
-  `_name_or_path`, found on this machine or in the Hugging Face cache), else by the
-  reference index the run kept in `.hf_metadata/`, else by packing by size when one file
-  would pass the split size (`consolidation_reference`);
-- tensors a checkpoint lost can come back from the upstream model the run or config.json
-  names, when it is on this machine (`restore_reference`).
-
-Looking a name up costs a few `stat` calls on this machine, done once per scan; remote
-checkpoints use only what their scan found.
+default consolidation must not write the collapse its own check reports. Looking a name up
+costs a few `stat` calls, once per scan; remote checkpoints use only what their scan found.
+The order of the references: docs/architecture.md, "diagnosis/".
 """
 
 from __future__ import annotations

@@ -1,34 +1,9 @@
 """The few writers: atomic file replacement with backups, under a folder lock.
 
-Protocol of `apply_writes` (each step survives a kill):
-1. take `.ckpt-inspect.lock` (flock: the kernel releases it when its holder dies);
-2. copy every file to be replaced into `.ckpt-inspect-backup/<timestamp>/`;
-3. write every new content to a temp file beside its target and fsync it;
-4. write a journal naming the temp -> target renames (to a temp name, fsync, rename), fsync;
-5. rename each temp over its target, fsync the folder, delete the journal.
-A kill before step 4 leaves the originals untouched; after it, `recover()` (run by every
-`apply_writes` and re-shard) finishes the renames, so files are never left half old, half new.
-
-A journal is input like any other file of the checkpoint: a downloaded or shared folder may
-carry one. Two rules keep a replay from doing harm:
-
-- Every entry is confined. Its paths are relative, without `..`, reached without following
-  any symbolic link (each folder is opened with O_NOFOLLOW from the checkpoint root, and
-  renames go through those folder descriptors), the source is a regular file, the target
-  is a regular file or absent, and the pair has the shape we write: a temp file
-  `.<name>.tmp-<pid>` beside its target, a staged shard `.ckpt-inspect-reshard/<name>` for
-  `<name>`, or a shard retired into `.ckpt-inspect-backup/<timestamp>/<name>`.
-- Only a journal that is ours is replayed without asking. Ours means: the journal file is a
-  regular file owned by this user, and its MAC verifies. The MAC (HMAC-SHA256 over the whole
-  journal) is keyed with this machine's boot id and machine id and the user id, which a
-  file made elsewhere cannot know; each entry also records its source's size, inode and
-  mtime (and for written temp files a SHA-256), checked before the rename. A journal that
-  is not ours (another machine, another user, a reboot since, a hand edit) or whose files
-  changed is reported with what it would do and left alone: `ckpt-inspect repair
-  --recover PATH` shows it and, when confirmed, finishes what still passes the confinement
-  and content checks; `--discard-journal` removes it.
-
-Every write (lock, backups, temp files, journal) stays inside the checkpoint folder.
+`apply_writes` backs up, writes temp files, journals the renames and renames, each step
+surviving a kill, so that files are never left half old, half new; `recover()` finishes a
+journal's renames, and replays only a journal that is ours, since a shared folder may carry
+one. The steps: docs/architecture.md, "execution/"; the promises: SECURITY.md, 4.
 """
 
 from __future__ import annotations

@@ -1,34 +1,17 @@
 """The words shown to people: one vocabulary for findings, issues, severities and refusals.
 
-- a **finding** is one coded observation (`inspector._internal.findings.finding.Finding`, with a
-  code from
-  `inspector._internal.findings.codes` and a severity);
-- an **issue** is the findings one root cause explains, with its impact and the one action
-  that fixes it (`diagnosis.issues.Issue`, public name `inspector.Problem`; the Overview,
-  `check`, the reports list them);
-- severities are **error**, **warning** and **info**;
-- `scan` reads headers and JSON and runs no check: what it could not read are **read
-  errors**, never "problems" (`check` gives the findings).
-
-Every count in a sentence goes through `common.text.plural` ("1 finding", "2 errors", "3
-info"), every list of layers through `common.text.layers_text` ("layer 40", "layers 0-39,
-41-97"), and a list of tensor names through `checkpoint.places.places_text` ("layer 40:
-experts 17-19 (36 tensors)"), so the CLI, the summaries, the reports and the dashboard say the
-same thing the same way.
-
-One layer numbering, the tables' (`inspector._internal.checkpoint.tables`): a decoder layer
-is the number its names give (`model.layers.3.*` is layer 3); MTP layers follow the decoder
-layers, as DeepSeek-V3 stores its MTP layer (`model.layers.61.*` after layers 0-60) and
-Model-Optimizer numbers it: with 4 decoder layers, `mtp.layers.0.*` is "MTP layer 4",
-whichever spelling the checkpoint uses. Text says "MTP layer" for them
-(`common.text.layer_name`, `common.text.layers_text(..., mtp=...)`) and never counts them
-among the decoder's MoE layers.
+A **finding** is one coded observation; an **issue** the findings one root cause explains,
+with its impact and the one action that fixes it; severities are **error**, **warning** and
+**info**; what `scan` could not read are **read errors**. One module, so that the CLI, the
+summaries, the reports and the dashboard say the same thing the same way; the helpers and
+the layer numbering: docs/architecture.md, "findings/".
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural, shell_word
@@ -41,12 +24,24 @@ __all__ = [
     "SEVERITY_ORDER",
     "refusal_digest",
     "severity_counts",
+    "severity_tally",
 ]
 
 FINDING = "finding"
 ISSUE = "issue"
 READ_ERROR = "read error"
 SEVERITY_ORDER = ("error", "warning", "info")
+
+
+class _Judged(Protocol):
+    @property
+    def severity(self) -> object: ...
+
+
+def severity_tally(items: Iterable[_Judged]) -> Counter[str]:
+    """How many of `items` (findings or issues) have each severity, by its word: the one
+    count the CLI, the reports and the dashboard show (`severity_counts` says it)."""
+    return Counter(str(item.severity) for item in items)
 
 
 def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:

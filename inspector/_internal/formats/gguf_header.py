@@ -2,21 +2,9 @@
 `GGUFWriter`) without its tensor data: magic, version, counts, metadata key/values and tensor
 infos (docs/formats.md, "GGUF").
 
-Hand-written to match the writer byte for byte, because the package's own `GGUFReader`
-memory-maps the whole file and builds a view of every tensor (not header-only, and it raises
-on a truncated download). Bounded: the header must end within `cap` bytes and at most `cap`
-bytes are read; every count and length is checked against what is left of the file before
-anything is allocated. Only small arrays and strings are kept (their length otherwise), and
-what is not kept is stepped over without a Python object per item: a fixed-width array or a
-long string is not read at all, an array of strings is walked length by length. Memory
-follows what is kept; time, the bytes of the header.
-
-A header llama.cpp refuses is refused here too (`GgufError`, with the rule it breaks): the
-rules are those of `gguf_init_from_file_impl` in llama.cpp's `ggml/src/gguf.cpp` (called
-`gguf_init_from_reader` in later releases), in its order. Three rules are left to the shard
-reader, which reports them with their own codes and still lists the file's tensors
-(`inspector._internal.formats.gguf_shard`): a ggml type it does not define or a row that is
-not whole blocks, a tensor name given twice, and data offsets other than the packed layout.
+Hand-written because the package's own `GGUFReader` memory-maps the whole file and builds a
+view of every tensor (not header-only, and it raises on a truncated download). Bounded by
+`cap`; refuses what llama.cpp refuses (`GgufError`). How: docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

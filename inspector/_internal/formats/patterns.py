@@ -2,31 +2,11 @@
 entries, Model-Optimizer `exclude_modules` globs, `modules_to_not_convert`), compiled for a
 matcher that never backtracks: the one place such a pattern becomes a matcher.
 
-Python's `re`, which the libraries use, backtracks: `re:(a+)+$` against a module named
-`aaa...a!` takes time exponential in the name. Here every pattern runs on RE2
-(`google-re2`), whose time is linear in the name, under caps: at most `MAX_PATTERNS`
-patterns of `MAX_PATTERN_CHARS` characters a list, names of at most `MAX_NAME_CHARS`, a
-program of at most `MAX_PROGRAM` RE2 instructions a list, and per `PatternBudget` (the lists
-of one check) `MAX_BUDGET_CHARS` characters of patterns compiled and `MATCH_SECONDS` of
-matching. What RE2 cannot run (a backreference, a
-lookaround, an atomic group, a possessive quantifier, a verbose pattern), what Python itself
-refuses, and what breaks a cap is refused with the reason; `Patterns.match` then answers
-None ("cannot tell") where a refused pattern could decide, and the caller reports it.
-
-The answers are Python's for every pattern that is accepted:
-
-- a regex (`syntax="regex"`) is matched at the start of the name, as compressed-tensors'
-  `compressed_tensors.utils.match._match_name` does (`re.match(target.removeprefix("re:"),
-  name)`); the few spellings RE2 reads otherwise are rewritten (`{,n}` is `{0,n}`, `\\Z` is
-  `\\z`, a `[` inside a class is literal, `\\uXXXX` and octal escapes are code points);
-- a glob (`syntax="glob"`) covers the whole name, as `fnmatch.fnmatchcase`: each `[...]` is
-  translated by `fnmatch.translate` itself and each `*` is `.*`, which accepts the names the
-  atomic `(?>.*?...)` groups of CPython's translation accept;
-- RE2's `\\d \\w \\s \\b`, `$` and case folding differ from Python's only on characters
-  outside printable ASCII (Unicode digits and letters, a final newline): a pattern using them
-  answers None for such a name instead of guessing; a pattern that folds case and names a
-  character outside ASCII is refused, since Python folds some of those onto ASCII letters
-  ("(?i)ı" matches "I") and RE2 does not.
+Python's `re` backtracks (`re:(a+)+$` against `aaa...a!` is exponential), so every pattern
+runs on RE2 under caps, with Python's answer for every pattern accepted; what RE2 cannot run
+or what breaks a cap is refused, and `Patterns.match` answers None ("cannot tell") where a
+refused pattern could decide. Promise: SECURITY.md, 2; the rules: docs/architecture.md,
+"formats/".
 """
 
 from __future__ import annotations

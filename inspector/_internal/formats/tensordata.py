@@ -4,17 +4,7 @@ consolidation's verification).
 Files are opened through the checkpoint's storage (the scan's rules apply). This module sees
 the storage and the header columns only, never the scanned checkpoint: which copy of a name
 is "the" tensor is decided above it (`checkpoint.loaded.tensor_data` builds a `TensorData`).
-
-A tensor is streamed in blocks of at most 1 MiB (`blocks`: one buffer reused block after block,
-so memory stays bounded by the block, not by the tensor); local shards are read with `preadv`
-straight into it, remote ones with ranged reads (8 MiB each, several in flight). Nothing is
-memory-mapped: a file another process cuts short while it is read then gives a short read, an
-`OSError` naming the byte where the file ended (`FileShrankError`), where a map would kill the
-process with SIGBUS. DCP tensors are assembled from their chunks, one tensor at a time. A
-strided `.bin` view (a transposed or sliced tensor `torch.save` kept as it was) is gathered
-from its storage record element by element into row-major order: exactly the elements the view
-covers, what `torch.load(...).contiguous()` holds; only the byte runs holding them are read.
-Every range is checked against the file size before it is touched.
+Streamed in bounded blocks, never memory-mapped: docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """Read the header of a PyTorch `.bin` / `.pt` file (`torch.save`) without its tensor data.
 
-Since torch 1.6 `torch.save` writes a zip archive of STORED records (docs/formats.md,
-"PyTorch .bin"): `<prefix>/data.pkl` (the pickled object, protocol 2), one record
-`<prefix>/data/<key>` per storage (its raw bytes, each starting on a 64-byte boundary),
-`byteorder`, `version`, ... This module reads the zip's central directory (standard library
-`zipfile`, through a file object that refuses to read more than a budget), the local header
-of each storage record (for the absolute data offset) and `data.pkl`, which the restricted
-unpickler (`formats.pickles`) audits and reads into stand-ins (`torch._utils.
-_rebuild_tensor_v2` builds a record of storage key, offset, size and stride, nothing more);
-any other global is refused, and no storage byte is read.
-
-Reads are few and bounded, which matters on a remote store where each is a round trip: the
-tail of the file (`TAIL_BYTES`: the end record and, usually, the whole central directory) in
-one read, the rest of a longer directory in one more, `data.pkl` in one (it is the first
-record: usually inside the read-ahead a remote file keeps of its start), then the local
-headers of the storage records, all issued at once through `many` when the caller gives it (a
-remote storage's concurrent ranged reads). Headers at most `_HEADER_GAP` apart (the records
-of norms and biases between them are that small) are read as one window of at most
-`HEADER_WINDOW` bytes: those few KB of small storages are the only tensor bytes a scan
-reads, and only the headers count against the budget.
-
-The pre-1.6 stream (magic number pickle, protocol, system info, the object, the storage keys,
-then the raw storages) is recognised and reported as `BinLegacyError`: its tensors are listed
-from the pickles (which precede the data), but its data is never read.
+The zip's directory, each storage record's local header and `data.pkl` (audited, then
+unpickled with a restricted unpickler whose globals are inert stand-ins made for each read)
+are read in a few bounded reads, since on a remote store each read is a round trip. The
+pre-1.6 stream is recognised and reported as `BinLegacyError`. How: docs/architecture.md,
+"formats/".
 """
 
 from __future__ import annotations

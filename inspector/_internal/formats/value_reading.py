@@ -1,30 +1,10 @@
 """Which bytes of each tensor the value statistics read, and reading them.
 
-`full` streams every byte of every tensor; `sample` reads `windows` windows of
-`window_bytes` spread over each tensor (stratified: the tensor is cut into `windows` equal
-strata and one window is placed at a random element-aligned offset inside each, drawn from
-a hash of `seed`, the file and the tensor's name, so a run is reproducible). A tensor no
-larger than the whole budget is read whole. What that guarantees is in docs/values.md.
-
-Sampling is planned for a whole batch of tensors at once (numpy arrays of offsets, no Python
-work per tensor), so 300,000 tensors take seconds:
-
-- local files: every window of a batch read into one buffer, one `pread` per window (one
-  `preadv` straight into the buffer per longer range), files in parallel;
-- remote files: the windows of a batch, neighbouring ones joined into one ranged request, are
-  fetched by the storage as coroutines on its event loop (`try_read_ranges`: at most
-  `max_concurrency` requests in flight, each under the remote guard's caps, timeouts and
-  retries), a few files at a time.
-
-`full` reads local shards in 16 MiB blocks into one reused buffer (`preadv`) and remote ones
-as a stream of 8 MiB ranged requests over the data section, a bounded number in flight per
-file. Nothing is memory-mapped: a file another process cuts short while it is read gives a
-short read (the tensors it cut are unread, with the reason), where a map would kill the
-process with SIGBUS.
-
-A tensor whose bytes cannot be read is never skipped silently: it comes back as an
-`Unread` (its bytes lie past the end of a truncated file, or reading them failed and why),
-which the check reports.
+`full` streams every byte of every tensor; `sample` reads reproducible stratified windows
+(what that guarantees is in docs/values.md). Planned for a whole batch of tensors at once,
+without Python work per tensor, so 300,000 tensors take seconds; never memory-mapped; a
+tensor that cannot be read comes back as an `Unread`, never skipped silently. How:
+docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

@@ -2,21 +2,10 @@
 `save_distributed=True`, as NeMo AutoModel does during training (docs/formats.md,
 "DCP-sharded safetensors").
 
-    model/
-      shard-00001-model-00001-of-00002.safetensors   one file per rank (1-based) and output
-      shard-00002-model-00001-of-00002.safetensors   index; each holds one chunk per tensor
-      .hf_metadata/ config.json  fqn_to_file_index_mapping.json  [model.safetensors.index.json]
-
-Each file's `__metadata__["DCP_SHARDING_INFO"]` (a JSON string) gives every chunk's
-`saved_offsets` in the full tensor; the full shape is the element-wise max of offset + chunk
-shape. Torch writes nothing else: no index, no `.metadata`; `.hf_metadata/` is NeMo's.
-
-Folder choice: pointed at a training checkpoint folder (`epoch_0_step_100/`) whose `model/`
-subfolder is DCP-sharded, the scan inspects `model/` and `ScannedCheckpoint.path` is that
-subfolder, so every `file` is relative to it. A `consolidated/` subfolder is not read.
-A reference HF index kept in `.hf_metadata/` lands in `ScannedCheckpoint.index`.
-
-This module reads; `inspector._internal.checks.dcp` judges (coverage, overlaps, conflicts, mapping).
+Each file's `__metadata__["DCP_SHARDING_INFO"]` gives every chunk's `saved_offsets`; the full
+shape is the element-wise max of offset + chunk shape. This module reads;
+`inspector._internal.checks.dcp` judges (coverage, overlaps, conflicts, mapping). The folder
+and which subfolder is scanned: docs/architecture.md, "layouts/".
 """
 
 from __future__ import annotations

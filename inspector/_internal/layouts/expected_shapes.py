@@ -1,19 +1,10 @@
 """The full shape each DCP tensor must have, from every independent source a run leaves.
 Pure: names, shapes and documents in, shapes out.
 
-DCP's Hugging Face writer stores no full shape: a tensor's shape is the element-wise max of
-its chunks' offset + size, so when every file of the last rank is gone the shapes shrink
-with it and nothing looks wrong (docs/formats.md, "DCP-sharded safetensors"). Each other
-source can only say a tensor is at least so large, so the full shape is the element-wise
-max of all of them, and the chunks are then checked against it:
-
-1. the reference checkpoint's shard headers (exact shapes, when the upstream folder keeps
-   its shards);
-2. `config.json` (`SHAPE_RULES`: vocabulary, hidden size, heads, experts);
-3. sibling tensors: the experts of one layer have one shape; decoder norms are as wide as
-   the input embedding when the config does not say the hidden size.
-
-Rules apply to floating tensors only: packed quantized weights hold several values a byte.
+DCP's Hugging Face writer stores no full shape (it is the max over the chunks), so when the
+last rank's files are gone the shapes shrink and nothing looks wrong. Each other source can
+only say a tensor is at least so large, so the full shape is the element-wise max of all of
+them; the sources: docs/architecture.md, "layouts/".
 """
 
 from __future__ import annotations

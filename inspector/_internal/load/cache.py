@@ -1,37 +1,9 @@
 """The load verdict kept in the user's cache, so that a checkpoint's verdict is paid once.
 
-Why: a verdict imports torch and transformers and builds the model (8.5 s for the imports
-alone in a fresh process on 2 shared cores), every `check`, `report` and dashboard, while it
-only changes when what it reads changes. So each verdict computed is kept as one JSON file
-in `<cache>/verdicts/`, where `<cache>` is `$CKPT_INSPECT_CACHE_DIR` when set, else the
-user's cache folder for the tool (`platformdirs.user_cache_dir`: on Linux
-`$XDG_CACHE_HOME/checkpoint-inspector`, by default `~/.cache/checkpoint-inspector`).
-
-An entry is found by its key: what the caller says decides the verdict (the digest of
-what it reads of the checkpoint, the options, the folder's code: see
-`inspector._internal.load.verdict.verdict_key`) plus what decides it here
-(`environment()`): the versions of transformers, torch, Python and this tool, and a digest
-of the tool's own code (every `.py` file of the package, so that a changed rule anywhere
-the verdict is computed is a miss, in a development checkout too). The file is named by the
-SHA-256 of the key and holds the key itself, compared whole on reading.
-
-The cache is untrusted input and its folder a place outside the checkpoint, so:
-
-- **Read**: an entry is used only when it is a regular file owned by this user in a
-  `verdicts` folder of this user's that no one else may write, reached through no link
-  (`O_NOFOLLOW`, `O_NONBLOCK`, checked again with `fstat`), of at most `MAX_ENTRY_BYTES`,
-  JSON (never a pickle) of our format whose key is the key asked for, and whose verdict
-  passes `LoadVerdict.from_dict` field by field (the caller's check). Anything else is a
-  miss, never an error.
-- **Written** only here: under a lock (`filelock`, at least 3.20.3: older ones opened the
-  lock file through a link), a temp file created afresh beside the entry (`O_EXCL`,
-  `O_NOFOLLOW`), fsynced and renamed into place (`plans/atomic.write_atomic`, every step
-  through the folder's descriptor); never over anything but a regular file of ours. The
-  folder is then kept within `MAX_ENTRIES` and `MAX_TOTAL_BYTES`, the least recently used
-  entries removed first (a hit touches its entry).
-- **Never in the way**: a cache folder that cannot be made, opened, locked or written (a
-  read-only home, a full disk, a lock held too long, a file system without the calls it
-  needs, Windows) is no cache: the verdict is computed as before, silently.
+A verdict imports torch and transformers and builds the model, yet changes only when what it
+reads changes: each verdict computed is kept as one JSON file, found by a key made of
+everything that decides it. The cache is untrusted input in a folder outside the checkpoint:
+how it is read and written is SECURITY.md, 4b; the key: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

@@ -1,31 +1,9 @@
 """The load verdict in a child interpreter, so that the process that asked stays free.
 
-Why: the verdict imports torch and transformers and builds a model (at 300,000 tensors on 2
-shared cores: 6 s of imports, then 4 s to build and match, 3 s when the model is cached).
-In a notebook kernel that work held the GIL for seconds after the dashboard's Overview: a tab
-clicked meanwhile answered after 1.5 s, and its grid after 10 s. A child process takes that
-work to another core, and the kernel only waits on a pipe.
-
-How: `start_verdict_process()` starts one child per process, or the first request does (the
-dashboard asks once its Overview is sent; started with the scan, the child's imports slowed
-the Overview); `verdict_apart(scanned)` asks it for the verdict of a local folder. The child
-scans the folder itself (passing the scan would mean pickling it) and answers with the
-verdict and a digest of what the verdict read (`verdict_digest`: the layout, config.json,
-the quantization config, the JSON files found, the index's shard set, and every shard's
-names, dtypes, shapes and spans). When the digest is not the one of the caller's scan, the folder
-changed in between, and the verdict says so instead of answering for other files. The child is kept
-for the next verdict (a re-scan after a repair finds its model cached) and ends with this process
-(its requests pipe closes).
-
-A verdict known without building the model (a skip the files decide, or the verdict kept in
-the user's cache, `inspector._internal.load.cache`) is given without asking the child, which
-is then never started; the child keeps each verdict it computes in that same cache.
-
-The answer is read as untrusted data: the child ran transformers on an untrusted config (and,
-with `trust_remote_code`, the folder's own code), so it is JSON, capped in size and time, and
-checked field by field (`LoadVerdict.from_dict`); never unpickled. A remote checkpoint, or
-Windows (where a pipe cannot be waited on with a deadline), gets the verdict in this process
-(`load_verdict`).
+The verdict imports torch and transformers and builds a model, holding the GIL for seconds;
+in a notebook kernel that stalled the dashboard's tabs, so a child takes the work to another
+core and the kernel only waits on a pipe. Its answer is untrusted input (SECURITY.md, 1b);
+the protocol and the figures: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

@@ -2,40 +2,9 @@
 inspector._internal.load.engine_child`): vLLM's own model class built on the meta device from
 config.json, its own `load_weights` fed the stored names, shapes and dtypes as meta tensors.
 
-Run by `inspector._internal.load.engine` (`ENGINE_PROCESS`, one child kept per process, vLLM's
-import being most of the cost) with the user's VLLM_*, HF_* and token variables removed and
-`VLLM_TARGET_DEVICE=cpu`; one request per line on stdin (JSON: path, layout, tp), one answer
-per line on stdout (JSON), everything vLLM prints to stderr. The folder is scanned again here
-and the digest of what was read is returned (`load.child.verdict_digest`), as the transformers
-verdict's child does.
-
-The steps are vLLM 0.33.0's own (`vllm.model_executor.model_loader.utils.initialize_model`,
-`DefaultModelLoader.load_weights`), with what the engine does not check added:
-
-- vLLM reads a private copy (`_private_copy`): the JSON files the scan found, opened as
-  regular files and capped; never the checkpoint folder itself (no link, no `.py` file, no
-  tokenizer), and `trust_remote_code` is always false: a model whose class is the folder's
-  own code gets a skipped verdict saying so;
-- `ModelConfig` (offline, no tokenizer) and `VllmConfig` (`load_format="dummy"`,
-  `DeviceConfig("cpu")`), kept current (`set_current_vllm_config`) while the model is built
-  and loaded; one-process gloo (`init_distributed_environment` through a file in the sealed
-  folder, `ensure_model_parallel_initialized(1, 1)`), torn down after each request; a TP
-  size above 1 is predicted for rank 0 by setting the tensor-parallel group's world size
-  (the layers read it when built);
-- every parameter's `weight_loader` is wrapped to record which shard ids (q/k/v, the parts of
-  a merged layer, each expert's w1/w2/w3) it received and how many elements;
-- `load_weights` gets meta tensors; an exception it raises is the engine's verdict,
-  reported verbatim;
-- then: parameters `load_weights` never returned (vLLM's `track_weights_loading` with its
-  quantized-checkpoint strictness, for every checkpoint: KV-cache scales, empty placeholders
-  and `_CONFIG_BUILT_PARAMS` exempt, as there), fused or stacked parameters with a shard id
-  no stored tensor filled, and at TP 1 element counts that differ from the parameter's
-  (vLLM cuts an oversized tensor and takes an undersized expert tensor without a word).
-
-Everything runs sealed (`load.seal`): no prompt, no network from Python, no process, no
-write outside the private folder; the process's address space is capped (`ENGINE_MEMORY`)
-before the first request and the parent ends it past `ENGINE_SECONDS`. gloo's own sockets
-are native code the seal cannot see: with one rank, they bind to this machine only.
+A child, because vLLM's import is most of the cost and its code runs on an untrusted config:
+the process is sealed (`load.seal`), capped and ended by its parent (SECURITY.md, 1b). The
+steps, and what is added to vLLM's own check: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

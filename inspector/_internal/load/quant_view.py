@@ -1,30 +1,11 @@
 """How a quantized checkpoint meets the unquantized model: the quantization view. Pure.
 
-transformers builds the model in full precision; a quantized checkpoint stores some modules
-as a packed or 8-bit weight plus scales that the quantization config accounts for, and that a
-serving engine (vLLM, SGLang, TensorRT-LLM) creates parameters for. `quantization_view` reads
-the config, finds the modules stored quantized, checks that each holds the scales its scheme
-requires with the shapes the scheme gives them, and returns the tensors the full-precision
-model sees: each packed weight at its logical shape (e.g. NVFP4 `[out, in/2]` U8 read as
-`[out, in]`), scales set aside as expected.
-
-The schemes are written here by hand because transformers has no loader for them on this
-machine (Model-Optimizer exports have no transformers quantizer; FP8 and compressed-tensors
-dequantize or need a GPU), and the rules are what the exporters write and the serving engines
-read:
-
-- Model-Optimizer (`hf_quant_config.json`, or `quantization_config.quant_method ==
-  "modelopt"`): FP8 = F8_E4M3 `weight` + scalar `weight_scale` and `input_scale`; NVFP4 =
-  U8 `weight` `[out, in/2]` (two E2M1 codes a byte) + F8_E4M3 `weight_scale`
-  `[out, in/group_size]` + scalar `weight_scale_2` and `input_scale`; MIXED_PRECISION takes
-  each module's algorithm from `quantized_layers`; `exclude_modules` are not quantized.
-- DeepSeek block FP8 (`quant_method == "fp8"`): F8_E4M3 `weight` + F32 `weight_scale_inv`
-  `[ceil(out/b0), ceil(in/b1)]` for `weight_block_size` `[b0, b1]`.
-- compressed-tensors: `weight_packed` (`bits` per value packed into I32 or U8) or a `weight`
-  of 8-bit values, + `weight_scale` (`[out, in/group_size]` for the group strategy),
-  `weight_shape` for packed formats, `weight_global_scale` for NVFP4; zero points, group
-  indices and activation scales are accepted.
-Another quantization method skips the load check (it says which) rather than guess.
+`quantization_view` finds the modules stored quantized, checks that each holds the scales its
+scheme requires with the shapes the scheme gives them, and returns the tensors the
+full-precision model sees (packed weights at their logical shape, scales set aside as
+expected). The schemes are written by hand because transformers has no loader for them on
+this machine; they follow what the exporters write and the engines read
+(docs/architecture.md, "load/", lists them).
 """
 
 from __future__ import annotations

@@ -1,37 +1,10 @@
 """Run code that must only compute: no prompt, no network, no process, no write outside a
 private temp folder; and the one way a checkpoint folder's own code is imported.
 
-The load check (`inspector._internal.load.verdict`) builds a transformers model from an untrusted
-config.json inside `sealed()`. While it builds, transformers decides by itself whether to
-ask ("Do you wish to run the custom code? [y/N]", `input()` under a 15 s alarm), to query
-or download from the Hub (a `backbone` naming a repository, a sub-config naming one, a hub
-kernel), to import what it fetched, and to write into the user's Hugging Face cache. Which
-config keys lead there changes from one release to the next, so a list of keys could only
-chase those paths. The seal makes the acts themselves impossible, whatever path reaches
-them (and the load check gives transformers no `auto_map`, so it has no code to ask about):
-
-- process-wide while sealed (what these switch is process-wide by nature):
-  `input()` and `sys.stdin` refuse to read; transformers' remote-code prompt is off
-  (`TIME_OUT_REMOTE_CODE = 0`: it raises instead of asking); huggingface_hub is offline
-  (a request raises before any socket is opened) and its caches, transformers' modules
-  cache and torch's hub folder are an empty private temp folder, so nothing of the user's
-  Hugging Face cache is read or written and no verdict depends on what it holds;
-- for the sealed thread, by an audit hook (PEP 578; installed once, it returns at once for
-  every other thread): a socket connection, a host name lookup, a bind, a datagram, a
-  urllib request, starting a process, reading the terminal (`builtins.input`), and
-  creating, writing, renaming or removing a file outside the private folder raise
-  `Refused`. Python's own bytecode cache (`__pycache__/*.pyc` beside installed modules) is
-  let through.
-
-Every refusal is recorded on the `Seal`, so a failed build says what it needed. Not
-covered: native code that opens connections or files without Python's APIs, and threads the
-sealed thread starts (they get the process-wide switches only).
-
-`import_from_folder` imports a module of a checkpoint folder (what `--trust-remote-code`
-allows) from that folder alone: its `.py` files, regular and not links, compiled from
-source (a `__pycache__` shipped in the folder could hold other code than the `.py` beside
-it), nothing written; never through transformers' modules cache, which copies the code into
-the user's Hugging Face cache first.
+The seal makes the acts themselves impossible (process-wide switches, and an audit hook for
+the sealed thread) rather than listing the config keys that lead to them, because which keys
+lead there changes from one transformers release to the next. What it refuses and what it
+does not cover: SECURITY.md, 1b; how: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

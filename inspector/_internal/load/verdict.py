@@ -1,33 +1,11 @@
 """Will it load? What transformers itself would report for a checkpoint, without tensor data.
 
-`load_verdict(scanned)` builds the model that `config.json` names on the `meta` device (no
-weights; sealed by `inspector._internal.load.seal`: no prompt, no network, no write outside a
-private temp folder; modelling code only the folder's own, and only when allowed), runs
+`load_verdict(scanned)` builds the model `config.json` names on the meta device, sealed, runs
 transformers' own key renaming and weight conversions over the stored names, dtypes and
-shapes (meta tensors stand in for the data), and returns what `from_pretrained(...,
-output_loading_info=True)` would return: missing, unexpected and mismatched keys, in the
-model's key space, after ties and the class's own ignore lists. It adds what transformers
-cannot say:
-
-- MTP layers that transformers skips (ignored or unexpected) but serving engines load are
-  listed in `mtp_skipped`, not as unexpected;
-- quantized checkpoints (Model-Optimizer FP8 / NVFP4, DeepSeek's block FP8,
-  compressed-tensors) are compared through their quantization config: scales and packed
-  weights are expected (`quantization_expected`), a missing or mis-shaped scale is reported
-  (see `inspector._internal.load.quant_view`);
-- the exact parameter count of the model, as `save_pretrained` writes it into the index.
-
-Nothing here raises on a checkpoint: when the check cannot run (transformers not installed,
-no config, an architecture transformers does not know, remote code not allowed, a config
-transformers cannot build) the verdict is `skipped` with the reason, and gives no finding.
-
-The meta model is cached per (architecture, config) within a process: the 671B DeepSeek-V3
-config builds in about a second, and `check` followed by `report` needs it twice. The verdict
-itself is kept in the user's cache (`inspector._internal.load.cache`), keyed by everything
-that decides it (`verdict_key`: the digest of what it reads, `verdict_digest`; the options;
-the folder's own code when it may run; the versions and the tool's code), so that the next
-`check`, `report` or dashboard of the same checkpoint imports neither torch nor
-transformers.
+shapes, and returns what `from_pretrained(..., output_loading_info=True)` would: missing,
+unexpected and mismatched keys, with what transformers cannot say added. Transformers is the
+authority, so the rules are its own; nothing here raises on a checkpoint (a check that cannot
+run is `skipped` with the reason). Details: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

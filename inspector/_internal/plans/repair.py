@@ -59,7 +59,7 @@ from inspector._internal.common.filenames import (
     is_well_known,
 )
 from inspector._internal.common.text import examples, plural
-from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR
+from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR, Problem
 from inspector._internal.execution.atomic import apply_writes, folder_lock
 from inspector._internal.findings.codes import Severity
 from inspector._internal.findings.finding import Finding
@@ -265,6 +265,16 @@ class RepairPreview:
         still add findings, e.g. an index rebuilt without its sidecars now disagrees with
         them: `introduces` lists those.)"""
         return any(f.severity != Severity.INFO for f in self.fixes)
+
+    def issues(self, problems: Sequence[Problem]) -> tuple[list[Problem], list[Problem]]:
+        """(the issues this plan fixes, the issues it leaves), of `problems` grouped from the
+        findings it was previewed against: an issue is fixed when the plan fixes any of its
+        findings, and left while any of them stays, so a partly fixed issue is in both."""
+        fixed = set(self.fixes)
+        return (
+            [p for p in problems if fixed.intersection(p.findings)],
+            [p for p in problems if not fixed.issuperset(p.findings)],
+        )
 
 
 def preview_repair(

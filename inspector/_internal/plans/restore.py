@@ -1,23 +1,11 @@
 """`repair --from REF`: copy back the tensors a checkpoint lost, from a reference that has them.
 
-A reference is the checkpoint this one was made from, or another export of the same model
-(the BF16 original of a quantized export that dropped its MTP layers, the run's other copy).
-What is restored: every tensor the reference holds and the checkpoint does not, when it is
-safe to put it back as it is stored in the reference:
-
-- MTP layers and the output head (unless config.json ties it to the embedding);
-- experts and other layer tensors, only when a sibling in the checkpoint (the same tensor of
-  another expert or layer) has the same dtype and shape, so the copy is in the checkpoint's
-  format (a BF16 expert is never put next to NVFP4 siblings);
-- tensors outside the layers (norms, embeddings) as they are.
-Everything else is refused with the reason.
-
-Planning is pure (headers only). `RestorePlan.execute()` copies the chosen tensors with the
-consolidation engine into ONE new shard in a staging folder inside the checkpoint (optionally
-comparing every copied tensor's bytes with the reference), then, under the folder lock, moves
-it into place and rewrites the index (and writes the new shard's sidecar for per-layer
-exports) as one journaled batch with a backup of the replaced JSON. Existing shards are never
-opened for writing.
+A reference is the checkpoint this one was made from, or another export of the same model.
+Only what is safe to put back as the reference stores it is restored (a BF16 expert is never
+put next to NVFP4 siblings); everything else is refused with the reason. Planning is pure
+(headers only); executing writes ONE new shard and rewrites the index as one journaled
+batch, never opening an existing shard for writing. The rules: docs/architecture.md,
+"plans/".
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """`check` for CI systems: SARIF 2.1.0 (code-scanning uploads) and JUnit XML (test reports),
 built from the `check --format json` result (`inspector._internal.report.text.check_result`).
 
-These are data formats that viewers render, so each field is one of two kinds:
-
-- data a script matches on keeps the exact name: SARIF's `artifactLocation.uri` (the file
-  relative to the checkpoint, percent-encoded as RFC 3986 wants a URI, so it decodes back to
-  the exact name), `logicalLocations[].fullyQualifiedName` (the tensor) and each result's
-  `properties`; the JSON writer escapes every control character (`\\u001b`);
-- text a viewer shows (SARIF's messages, rule texts and logical location `name`, everything
-  in JUnit: XML cannot carry most control characters at all) goes through
-  `inspector._internal.common.display.legible`, bounded and with control characters and
-  bidi overrides escaped, like every other name shown to a person. The XML writer escapes
-  `&<>"` on top.
-
-One SARIF result per finding (the fold policy bounds them:
-`inspector._internal.findings.finding.FOLD`), rule ids are the codes with the help and fix
-of `inspector._internal.findings.codes`, levels follow the severities (info is SARIF's
-"note"). JUnit has one test case per code found: a failure when the code's severity is at or
-above `--fail-on`, else a passing case whose output lists the findings; a clean checkpoint
-is one passing case.
+These are data formats that viewers render, so each field is one of two kinds: data a script
+matches on keeps the exact name, text a viewer shows goes through `display.legible`. The
+fields and the mapping: docs/architecture.md, "report/".
 """
 
 from __future__ import annotations
@@ -71,7 +56,7 @@ def sarif_log(result: Mapping[str, Any], *, scanned: ScannedCheckpoint | None = 
         "originalUriBaseIds": {
             _BASE: {
                 "uri": _base_uri(result, scanned),
-                "description": {"text": legible(result["path"], limit=MESSAGE_LIMIT)},
+                "description": {"text": _sarif_text(result["path"])},
             }
         },
         "columnKind": "unicodeCodePoints",
@@ -135,7 +120,7 @@ def _result(f: Mapping[str, Any], rule_index: Mapping[str, int]) -> dict[str, An
         "ruleId": code,
         "ruleIndex": rule_index[code],
         "level": _LEVELS.get(str(f["severity"]), "warning"),
-        "message": {"text": legible(f["message"], limit=MESSAGE_LIMIT)},
+        "message": {"text": _sarif_text(f["message"])},
         "locations": [where],
         "partialFingerprints": {
             "checkpointFinding/v1": hashlib.sha256(identity.encode("utf-8", "replace")).hexdigest()
@@ -153,6 +138,19 @@ def _base_uri(result: Mapping[str, Any], scanned: ScannedCheckpoint | None) -> s
         return folder.resolve().as_uri().rstrip("/") + "/"
     path = str(result["path"])
     return quote(path.rstrip("/"), safe=":/@") + "/"
+
+
+# SARIF 2.1.0 §3.11.6: a plain text message may embed links, `[text](N)` to a related
+# location or `[text](URI)`, and `\[`, `\]`, `\\` stand for the literal characters; viewers
+# (GitHub code scanning, the SARIF and CodeQL extensions of VS Code) render them. A name
+# holding `[click](https://...)` would be a link: every message escapes the three.
+_SARIF_ESCAPE = str.maketrans({"\\": "\\\\", "[": "\\[", "]": "\\]"})
+
+
+def _sarif_text(value: object) -> str:
+    """A message of the log: `legible` (bounded, control characters and bidi overrides
+    escaped), then SARIF's escapes, so nothing in a name becomes an embedded link."""
+    return legible(value, limit=MESSAGE_LIMIT).translate(_SARIF_ESCAPE)
 
 
 def _version() -> str:

@@ -9,7 +9,6 @@ control characters escaped, HTML-escaped), because a hostile checkpoint chooses 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import Issue, group_issues
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import CODE_HELP, Finding
+from inspector._internal.findings.words import severity_tally
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.summary import experts_text, summarize
 
@@ -370,7 +370,7 @@ def _not_checked(read: int) -> str:
 def _problems_table(problems: Sequence[Issue], n_findings: int, *, max_rows: int) -> str:
     if not problems:
         return '<div style="color:#2ca02c"><b>No issues found.</b></div>'
-    counts = Counter(str(p.severity) for p in problems)
+    counts = severity_tally(problems)
     badges = " ".join(_badge(s, plural(counts[s], s)) for s in _SEVERITIES if counts[s])
     rows = "".join(
         f"<tr class='problem' data-problem='{_e(p.key)}'><td>{_badge(p.severity)}</td>"

@@ -17,7 +17,7 @@ from inspector._internal.common.text import examples, layer_name, plural, shell_
 from inspector._internal.diagnosis.issues import Issue, group_issues
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import Finding, Severity, severity_rank
-from inspector._internal.findings.words import FINDING, ISSUE, severity_counts
+from inspector._internal.findings.words import FINDING, ISSUE, severity_counts, severity_tally
 
 if TYPE_CHECKING:
     from inspector._internal.load.verdict import LoadVerdict
@@ -73,7 +73,7 @@ def check_result(
     """
     # Within a code, the findings about one thing first, the summaries that fold the rest last.
     ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code, f.folded > 0))
-    by_severity = Counter(str(f.severity) for f in ordered)
+    by_severity = severity_tally(ordered)
     result = {
         "path": str(scanned.path),
         "layout": scanned.layout,

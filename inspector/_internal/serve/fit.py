@@ -3,19 +3,10 @@ it (`serve/rules`), the weight bytes of the fullest GPU (`serve/placement`, from
 tensors), the KV cache per token (`serve/kv`, from config.json) and, with a GPU, whether the
 weights fit and the longest context that does. Pure: headers and JSON only.
 
-Memory on a GPU: the engine may use `memory x gpu_memory_utilization` (vLLM's
-`--gpu-memory-utilization`, 0.9). Out of it come the weights of the fullest rank, an
-*estimate* of what the engine needs besides (activations of a `ACTIVATION_TOKENS`-token
-batch, `4 x hidden + 2 x the largest intermediate size per rank` values of 2 bytes each, plus
-`FIXED_OVERHEAD` for CUDA graphs, NCCL buffers and the CUDA context: vLLM measures these by
-profiling at start-up, so the figures can move a little), and what is left holds the KV
-cache. The context asked (`context`, else the model's `max_position_embeddings`, which vLLM
-serves unless `--max-model-len` says otherwise) must fit for one sequence, as vLLM's
-`check_enough_kv_cache_memory` demands at start-up.
-
 config.json is untrusted: every value is checked before use (`ServingSpec`), the work is
-linear in the tensors and fixed in the plans (at most `MAX_PLANS`), and a value that cannot be
-used is a `fit-config-invalid` finding, never an exception.
+linear in the tensors and fixed in the plans (at most `MAX_PLANS`), and a value that cannot
+be used is a `fit-config-invalid` finding, never an exception. The memory budget:
+docs/architecture.md, "serve/".
 """
 
 from __future__ import annotations
@@ -35,6 +26,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
 from inspector._internal.checks.draft import check_draft
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.codes import Code, Severity
 from inspector._internal.findings.finding import Finding, make_finding
@@ -424,7 +416,7 @@ def _config_findings(serving: ServingSpec, block_problem: str | None) -> list[Fi
     found = [
         make_finding(
             Code.FIT_CONFIG_INVALID,
-            f"config.json's {key} {why}: what depends on it was not computed",
+            f"{CONFIG_NAME}'s {key} {why}: what depends on it was not computed",
         )
         for key, why in serving.invalid
     ]
@@ -432,7 +424,7 @@ def _config_findings(serving: ServingSpec, block_problem: str | None) -> list[Fi
         found.append(
             make_finding(
                 Code.FIT_CONFIG_INVALID,
-                f"config.json's quantization_config: {block_problem}: the quantization "
+                f"{CONFIG_NAME}'s quantization_config: {block_problem}: the quantization "
                 "block rules were not checked",
             )
         )

@@ -1,24 +1,9 @@
 """The KV cache and recurrent state of one sequence on one GPU, per pipeline stage, from
 config.json (`ServingSpec`). Pure.
 
-Per layer and token, on the fullest rank of a stage:
-
-- grouped-query attention: `2 x max(1, KV heads / TP) x head_dim x dtype` (vLLM's
-  `ModelConfig.get_num_kv_heads`: past TP = KV heads each rank caches one whole head);
-- a sliding-window layer costs the same, but only for the last `sliding_window` tokens;
-- multi-head latent attention (MLA): `(kv_lora_rank + qk_rope_head_dim) x dtype`, on every
-  rank (the latent vector is not split by heads);
-- a Mamba-2 layer holds a fixed state per sequence (vLLM's
-  `MambaStateShapeCalculator.mamba2_state_shape`): the convolution window
-  `(conv_kernel - 1) x (heads x head_dim / TP + 2 x groups per rank x state_size)` and the
-  SSM state `heads / TP x head_dim x state_size`, the latter in `mamba_ssm_cache_dtype`;
-- a gated-delta-net layer likewise (`gated_delta_net_state_shape`): the convolution window
-  over its keys, queries and values, and `value heads / TP x key_dim x value_dim`.
-
-The KV dtype (`--kv-dtype`) applies to attention caches; states stay in the model's 16 bits
-(vLLM's `mamba_cache_dtype` "auto"). MTP layers stored in the checkpoint add one attention
-layer each to the last stage (the draft model's own cache). vLLM rounds the cache up to
-blocks of 16 tokens: a few KB, not counted.
+Per layer and token on the fullest rank of a stage, by the engines' own formulas for
+grouped-query, sliding-window and latent attention and the Mamba-2 and gated-delta-net
+states (docs/architecture.md, "serve/").
 """
 
 from __future__ import annotations

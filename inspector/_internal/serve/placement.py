@@ -1,32 +1,11 @@
 """Weight bytes per GPU under a parallel plan, from the stored tensors (names, dtypes,
 shapes, bytes), placed the way vLLM and SGLang place them. Pure, column-wise.
 
-Each tensor gets a role from its kind and projection name (`checkpoint/naming`):
-
-- column- and row-parallel linears (q/k/v/o, gate/up/down, Mamba `in_proj`/`out_proj`, the
-  MLA up-projections `q_b_proj`/`kv_b_proj`) are split over the TP ranks
-  (`ColumnParallelLinear`, `RowParallelLinear`); a row-parallel bias is whole on every rank;
-- key/value projections hold `max(1, KV heads / TP)` heads per rank: past TP = KV heads each
-  rank keeps one whole head (`QKVParallelLinear` replicates them);
-- the embedding and the output head are split by vocabulary rows padded to a multiple of 64
-  (`VocabParallelEmbedding`, `pad_vocab_size`), padding included;
-- norms, routers, MLA's latent down-projections (`q_a_proj`, `kv_a_proj_with_mqa`, which
-  vLLM builds as `ReplicatedLinear`), the MTP block's `eh_proj` and anything unknown are
-  whole on every rank;
-- routed experts are split over the EP ranks (the first `E % EP` ranks hold one more,
-  `determine_expert_map`), and each expert over the MoE TP ranks (TP / EP);
-- MXFP4 experts are cut in whole 32-value blocks, the last rank holding fewer (the gpt-oss
-  loaders' `cdiv`), so the fullest rank holds `ceil(blocks / TP)` blocks.
-
-Decoder layers go to pipeline stages as vLLM's `get_pp_indices` splits them (the remainder
-to the stages before the last, which holds the output head); the embedding to the first
-stage; the final norm, the output head and the MTP layers to the last (vLLM places the whole
-draft model on the last PP rank, `GPUModelRunner`). A head tied to the embedding is one
-tensor at PP 1 and a second copy on the last stage past it. Megatron's stacked tensors
-(a leading layer axis) are spread over the stages by their layers.
-
-A split dimension that does not divide is still counted (the fullest rank, rounded up):
-such a plan carries the finding that says the engines refuse it.
+Each tensor gets a role from its kind and projection name (`checkpoint/naming`) and is
+split, replicated or staged as the engines' own layer classes do, because the fullest GPU
+decides whether a plan fits. A split that does not divide is still counted (the fullest
+rank, rounded up): such a plan carries the finding that says the engines refuse it. The
+rules: docs/architecture.md, "serve/".
 """
 
 from __future__ import annotations

@@ -2,18 +2,10 @@
 or not at all (`engine-quant-unsupported`, `engine-quant-fallback`). One data table, with
 the source and version each row comes from.
 
-vLLM 0.33.0, from its documentation ("Supported Hardware" in docs/features/quantization,
-and the FP8 W8A8 page: "FP8 computation is supported on NVIDIA GPUs with compute capability
->= 8.9 ... FP8 models will run on compute capability >= 7.5 (Turing) as weight-only W8A16,
-utilizing FP8 Marlin") and the lowest compute capability each method's config accepts
-(`get_min_capability`, read in the 0.33.0 release: `Fp8Config` 75, `ModelOptNvFp4Config` 75,
-`Mxfp4Config` 80, `CompressedTensorsConfig` 70, `AWQConfig` 75, `GPTQConfig` 60). FP4 tensor
-cores are Blackwell's (10.0 and up); below, NVFP4 and MXFP4 weights run weight-only (FP4
-Marlin, the MXFP4 triton and Marlin kernels). SGLang publishes no such table: its rows are
-left out, and `fit` says so rather than guess.
-
-The scheme is read from config.json's `quantization_config` (else `hf_quant_config.json`),
-every value checked before use: an unknown scheme is not judged.
+Rows only where an engine publishes the facts (vLLM; SGLang publishes none, and `fit` says so
+rather than guess). The sources: docs/architecture.md, "serve/". The scheme is read from
+config.json's `quantization_config` (else `hf_quant_config.json`), every value checked
+before use: an unknown scheme is not judged.
 """
 
 from __future__ import annotations

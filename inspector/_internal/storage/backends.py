@@ -1,19 +1,9 @@
 """The three things a remote storage asks of a store, one class per store: list a folder,
 describe one entry, read a byte range. Each is a coroutine on the file system's event loop
-(fsspec's), and each goes through the guard of `inspector/_internal/storage/guard.py`:
+(fsspec's), and each goes through the guard of `inspector/_internal/storage/guard.py`.
 
-- `HttpBackend`: HTTP(S) through fsspec's `HTTPFileSystem` session (aiohttp), with our
-  listing (the links of the folder's index page) and our HEAD, so that every answer is
-  bounded and checked;
-- `S3Backend`: s3fs, with our paginated listing (at most `MAX_LISTING` entries) and our
-  ranged `GetObject` whose streamed body is read no further than the range;
-- `GcsBackend`: gcsfs, with our paginated listing; its reads go through the bounded session;
-- `HubBackend`: the Hugging Face Hub's own routes (the commit of a revision, the tree of a
-  folder page by page, `resolve` downloads with Range) on a bounded session; the token and
-  headers come from `huggingface_hub`.
-
-A listing is returned as fsspec-style records (`name`, `size`, `type`); FileNotFoundError
-means nothing is there, `RemoteAnswerError` an answer we refuse.
+Listing and reading are ours rather than the stores' so that every answer is bounded and
+checked; the classes: docs/architecture.md, "storage/".
 """
 
 from __future__ import annotations

@@ -2,22 +2,9 @@
 whatever the store (S3, GCS, the Hub, plain HTTP). `inspector/_internal/storage/remote.py` builds
 its sessions and reads on them; SECURITY.md lists what they promise.
 
-- **Bodies are capped at what was asked.** An answer to a ranged request is read up to the
-  end of the range and no further; the rest is dropped with the connection. A `200` answer
-  (the whole file) to a ranged request is used only when the range starts at byte 0: its
-  first bytes are the ones asked, and only those are read. A `200` to a range further in is
-  refused (the server ignores Range; reading on would mean downloading the file). An answer
-  that is not file data (a listing page, a JSON API answer) is refused past `ANSWER_CAP`
-  bytes, an error page is cut at `ERROR_CAP`, and a listing past `MAX_LISTING` entries is
-  refused.
-- **Redirects stay on the origin** (scheme, host and port) the request went to, or go to an
-  origin the user allowed (`--allow-redirect`); `hf://` reads from Hugging Face's own Hub may
-  also go to its file hosts (`RedirectPolicy`). Anything else is refused naming both origins.
-- **Reads time out.** A socket read that brings nothing for `read_timeout` seconds ends the
-  attempt (the session's `sock_read`); the deadline of a whole operation, retries included,
-  is the storage's (`RemoteOptions.timeout`).
-
-aiohttp is imported only when a session is made (the remote extra is optional).
+One guard on the session, not checks in each store, so that a new store cannot forget one:
+bodies capped at what was asked, redirects kept on the origin, reads that time out
+(docs/architecture.md, "storage/").
 """
 
 from __future__ import annotations

@@ -3,31 +3,9 @@ HTTP(S), all on aiohttp sessions carrying the guard of `inspector/_internal/stor
 Optional: `pip install 'checkpoint-inspector[remote]'`; nothing here imports fsspec or
 aiohttp until a URL is opened.
 
-How it reads:
-
-- A folder is listed once (one request for up to 1,000 entries on S3) and every size comes
-  from that listing, so opening a shard costs no request of its own.
-- A shard header costs one ranged GET of a read-ahead (64 KiB by default) that holds the
-  8-byte length and, usually, the whole header; a second GET fetches the rest only when the
-  header is longer. JSON side files are read whole, after their listed size is checked
-  against the same caps as local ones. Tensor data is read only when asked (`--deep`,
-  `diff --data`, `consolidate`). A read longer than 8 MiB is made of 8 MiB requests.
-- Many files are read at once (`max_concurrency` requests in flight). Throttling (429, 503
-  SlowDown), other 5xx answers, dropped connections and reads that time out are retried
-  with exponential backoff and jitter; the stores' own retry loops are turned down so one
-  policy applies everywhere.
-- Nothing a server answers can hold us or fill memory: every body is capped at what was
-  asked, a read bringing nothing for `read_timeout` seconds ends the attempt, an operation
-  (retries included) ends at its `timeout`, and redirects stay on the origin (`guard.py`).
-  A file the server will not give properly is a finding about that file; a store that
-  cannot be listed or keeps failing is one line.
-- Credentials come from where each ecosystem keeps them (AWS environment variables, profiles
-  and `AWS_ENDPOINT_URL`; gcloud application-default credentials; `HF_TOKEN` or `hf auth
-  login`), plus `storage_options`, passed to the fsspec file system as they are (for
-  `hf://`: `endpoint` and `token`).
-- Containment: names are joined under the root only after `check_member` (no `..`, no
-  absolute path), and an HTTP listing's links are kept only when they name an entry directly
-  in the folder; a `weight_map` cannot make us read anything outside it.
+Reads are few and bounded because every request is slow and every server is input: a folder
+is listed once, a header costs one ranged GET, retries follow one policy. How it reads:
+docs/architecture.md, "storage/"; what a server cannot do: SECURITY.md, 3b.
 """
 
 from __future__ import annotations

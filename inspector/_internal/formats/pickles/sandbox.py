@@ -1,22 +1,10 @@
 """Run one function over untrusted input in a child process that the OS bounds.
 
-Why: a DCP `.metadata` of 100 MB+ is millions of pickle opcodes. The pure-Python audit of
-`pickles.audit` costs several times the C unpickler on it (a loop that
-only steps over the opcodes is already 1.5x the unpickle), so a bound that must stay within 2x of
-the unpickle cannot be a pass over the stream in this process. Instead the unpickle (and the
-walk that turns its result into plain data) runs at C speed in a forked child whose CPU
-time (RLIMIT_CPU) and address space (RLIMIT_AS) the kernel limits in proportion to the
-input. A bomb (a hash DAG, a memo index far ahead, a deep nest that overflows the C stack)
-exhausts a limit and kills the child, never this process; the result comes back pickled
-through a pipe and is read here with the restricted unpickler (`pickles.unpickler`),
-resolving only the classes the caller names.
-
-What the child may do is what this process may do: it runs as the same user. The bound is
-on work and memory, not on privileges; what the child runs is our own code and the
-restricted unpickler, which imports nothing.
-
-Linux only (RLIMIT_AS is enforced there, and fork is cheap); elsewhere `run_bounded`
-raises `SandboxUnavailable` and callers keep their in-process bounded path.
+Why: on a DCP `.metadata` of 100 MB+ a pure-Python audit costs several times the C
+unpickler, so the unpickle runs at C speed in a forked child whose CPU time and address
+space the kernel limits; a bomb kills the child, never this process. Linux only; elsewhere
+`run_bounded` raises `SandboxUnavailable`. Figures and mechanism: docs/architecture.md,
+"formats/"; the bounds: SECURITY.md, 2.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """DEST, the folder a consolidation writes into.
 
 DEST may be an existing checkpoint, or a path inside a downloaded or shared folder where
-someone planted a link. So:
-
-- DEST is opened once, as a real folder, without following a link (a DEST that is a link
-  is refused), and every later step goes through that descriptor: creating `.partial`
-  files (O_EXCL | O_NOFOLLOW, after removing a stale one or a planted link, never writing
-  through it), renaming outputs, writing the index and the copied metadata files.
-- Before anything is written, every entry of DEST is checked to be this very plan's own
-  output, recognised by name AND content: a finished output whose size and header are the
-  plan's, a `.partial` whose bytes so far match the planned header, the index or a copied
-  metadata file with exactly the planned bytes, or a temp file holding a prefix of them,
-  and the content manifest (rewritten, from the source's or its own, after the outputs).
-  Anything else makes the consolidation refuse, unless `overwrite`: then every entry that
-  a name we write would replace is first moved, as it is (a link stays a link, nothing is
-  read through it), into `DEST/.ckpt-inspect-backup/<time>/`, as repairs keep theirs.
-  Entries under names we do not write are left alone.
+someone planted a link: so it is opened once without following a link and every step goes
+through that descriptor, and nothing is written until every entry of DEST is this very
+plan's own output (else refused, or with `overwrite` moved into a backup). The promise:
+SECURITY.md, 4; what counts as our own output: docs/architecture.md, "plans/".
 """
 
 from __future__ import annotations
