@@ -321,7 +321,9 @@ def _import_graph(
             target = _owner(files, full if full in files else base)
             if target and target != module:
                 edges.add(target)
-            if name.startswith("_") and target != module and f"{base}.{name}" not in files:
+            # A dunder (`__version__`) is public by convention; `_name` is not.
+            hidden = name.startswith("_") and not name.endswith("__")
+            if hidden and target != module and f"{base}.{name}" not in files:
                 private.append(f"{module}: from {base} import {name}")
         graph[module] = edges
     return graph, private
@@ -610,14 +612,20 @@ def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
 
 
 def test_the_cli_is_one_module_per_command() -> None:
-    """Each command of `ckpt-inspect` is a module of `inspector/_internal/cli/` with
-    `add_parser` and `run`, and the parser offers exactly those (and the plugins')."""
+    """Each command of `ckpt-inspect` is a row of `COMMANDS` and a module of
+    `inspector/_internal/cli/` with `add_arguments` and `run`, and the parser offers exactly
+    those (and the plugins'), each with the table's help line."""
+    import importlib
+
     from inspector._internal.cli.main import COMMANDS, _parser
 
     cli = ROOT / "inspector" / "_internal" / "cli"
     modules = {p.stem for p in cli.glob("*.py")} - {"__init__", "main", "args"}
-    assert {m.__name__.rsplit(".", 1)[1] for m in COMMANDS} == modules
-    for module in COMMANDS:
-        assert callable(module.add_parser) and callable(module.run), module.__name__
+    assert {c.module.rsplit(".", 1)[1] for c in COMMANDS} == modules
+    for command in COMMANDS:
+        module = importlib.import_module(command.module)
+        assert callable(module.add_arguments) and callable(module.run), module.__name__
     (sub,) = [a for a in _parser()._actions if a.dest == "command"]
     assert set(sub.choices) - {"report"} == modules
+    shown = {a.dest: a.help for a in sub._choices_actions}
+    assert {c.name: c.help for c in COMMANDS} == {n: shown[n] for n in modules}

@@ -35,7 +35,7 @@ def test_one_top_level_import_name() -> None:
 
 def test_ui_is_inspector_widgets_and_plugs_report_into_the_cli() -> None:
     (entry,) = [e for e in entry_points(group="checkpoint_inspector.commands")]
-    assert (entry.name, entry.value) == ("report", "inspector.widgets.cli:register")
+    assert (entry.name, entry.value) == ("report", "inspector.widgets.cli")
     code = (
         "import sys, inspector._internal.cli.main, inspector.widgets\n"
         "assert 'ipywidgets' not in sys.modules and 'plotly' not in sys.modules\n"

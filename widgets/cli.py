@@ -9,22 +9,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from inspector.ui import (
-    EXIT_CANNOT,
-    EXIT_OK,
-    add_model_arguments,
-    add_path_arguments,
-    legible,
-    scan_from_args,
-    verdict_from_args,
-)
+__all__ = ["HELP", "add_arguments", "run"]
 
-__all__ = ["register"]
+HELP = "write a self-contained HTML report (needs the ui extra)"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the `report` command to the CLI's subcommands."""
-    p = sub.add_parser("report", help="write a self-contained HTML report (needs the ui extra)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `report`; the core's CLI lists the command from `HELP` alone and calls
+    this only when `report` runs (the facade below imports pandas and the readers)."""
+    from inspector.ui import add_model_arguments, add_path_arguments
+
     add_path_arguments(p)
     p.add_argument("-o", "--output", type=Path, help="HTML file (default: <name>-report.html)")
     p.add_argument(
@@ -48,11 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="print a Markdown summary for bug reports; writes HTML too only when -o is given",
     )
     add_model_arguments(p)
-    p.set_defaults(func=_cmd_report)
+    p.set_defaults(func=run)
 
 
-def _cmd_report(args: argparse.Namespace) -> int:
-    from inspector.ui import check
+def run(args: argparse.Namespace) -> int:
+    from inspector.ui import EXIT_CANNOT, EXIT_OK, check, legible, scan_from_args, verdict_from_args
 
     scanned = scan_from_args(args)
     verdict = verdict_from_args(args, scanned)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.cli import EXIT_CANNOT, EXIT_FOUND, EXIT_OK
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.formats.value_reading import SampleBudget
 from inspector._internal.load.verdict import LoadVerdict, load_verdict
@@ -41,9 +42,6 @@ __all__ = [
     "verdict_from_args",
     "write_json",
 ]
-
-
-EXIT_OK, EXIT_FOUND, EXIT_CANNOT = 0, 1, 2
 
 
 def target(text: str) -> Path | str:

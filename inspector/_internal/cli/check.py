@@ -29,14 +29,11 @@ from inspector.errors import InspectorError
 
 FORMATS = ("text", "json", "sarif", "junit")
 
-__all__ = ["FORMATS", "add_parser", "output_format", "run"]
+__all__ = ["FORMATS", "add_arguments", "output_format", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `check` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "check", help="report every finding (drift, structure, will it load) and its fix; CI gate"
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `check` (its name and help: `cli.main.COMMANDS`)."""
     add_path_arguments(p)
     p.add_argument(
         "--fail-on",

@@ -8,12 +8,11 @@ import sys
 from inspector._internal.cli.args import EXIT_OK, emit
 from inspector._internal.findings.codes import Code, codes_markdown
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `codes` command to the CLI's subcommands."""
-    p = sub.add_parser("codes", help="list every finding code with its severity and meaning")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `codes` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
     p.set_defaults(func=run)

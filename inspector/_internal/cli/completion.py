@@ -12,23 +12,15 @@ from collections.abc import Mapping
 
 from inspector._internal.cli.args import EXIT_CANNOT, EXIT_OK
 
-__all__ = ["PATH_ARGUMENTS", "SHELLS", "add_parser", "run"]
+__all__ = ["PATH_ARGUMENTS", "SHELLS", "add_arguments", "run"]
 
 SHELLS = ("bash", "zsh", "tcsh")
 # Positional arguments that name a checkpoint, a file or a folder: completed as paths.
 PATH_ARGUMENTS = frozenset({"path", "a", "b", "src", "dest", "outdir", "folder"})
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `completion` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "completion",
-        help="print the shell completion script (bash, zsh or tcsh)",
-        description="Print the completion script of ckpt-inspect for SHELL. Bash: "
-        "`ckpt-inspect completion bash > ~/.local/share/bash-completion/completions/"
-        "ckpt-inspect`; zsh: `ckpt-inspect completion zsh > ~/.zfunc/_ckpt-inspect` with "
-        "~/.zfunc on fpath before compinit.",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `completion` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
     p.set_defaults(func=run)
 

@@ -18,15 +18,11 @@ from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.execution.ranks import is_lead
 from inspector._internal.plans.consolidate import plan_consolidation
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `consolidate` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "consolidate",
-        help="turn DCP-sharded safetensors or a .bin checkpoint into an HF safetensors checkpoint",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `consolidate` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument(
         "src",
         type=target,

@@ -8,12 +8,11 @@ from pathlib import Path
 from inspector._internal.cli.args import EXIT_OK
 from inspector._internal.demo import write_demos
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `demo` command to the CLI's subcommands."""
-    p = sub.add_parser("demo", help="write the built-in demo checkpoints into OUTDIR")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `demo` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("outdir", type=Path)
     p.set_defaults(func=run)
 

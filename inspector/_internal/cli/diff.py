@@ -17,12 +17,11 @@ from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.report.text import format_diff
 from inspector._internal.scan.entry import scan
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `diff` command to the CLI's subcommands."""
-    p = sub.add_parser("diff", help="compare two checkpoints: names, dtypes, shapes, layer keys")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `diff` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("a", type=target, help="first checkpoint (a folder, a file or a URL)")
     p.add_argument("b", type=target, help="second checkpoint (a folder, a file or a URL)")
     p.add_argument("--data", action="store_true", help="also compare content hashes (reads data)")

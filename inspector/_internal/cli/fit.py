@@ -20,15 +20,11 @@ from inspector._internal.serve.engine import ENGINES
 from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
 from inspector._internal.serve.gpus import GPUS, gpu_named
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `fit` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "fit",
-        help="will it serve? parallel plans (TP, EP, PP), weights and KV cache per GPU",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `fit` (its name and help: `cli.main.COMMANDS`)."""
     add_path_arguments(p)
     matrix = ", ".join(map(str, MATRIX_TP))
     p.add_argument(

@@ -1,46 +1,108 @@
-"""`ckpt-inspect` / `python -m inspector`: the parser, made of one module per command
-(`COMMANDS`, and the commands other packages add), and the one place errors become one
-line and an exit code."""
+"""`ckpt-inspect` / `python -m inspector`: the parser, made of one module per command (the
+`COMMANDS` table, and the commands other packages add), and the one place errors become one
+line and an exit code.
+
+A command's module is imported only when that command runs: `ckpt-inspect --help` and
+`--version` list the table and import none of them (each pulls in pandas and the readers).
+"""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import functools
+import importlib
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from inspector._internal.cli import (
-    check,
-    codes,
-    completion,
-    consolidate,
-    demo,
-    diff,
-    fit,
-    manifest,
-    repair,
-    scan,
-    verify,
-)
-from inspector._internal.cli.args import EXIT_CANNOT, EXIT_OK
+from inspector._internal.cli import EXIT_CANNOT, EXIT_OK
 from inspector._internal.common.display import LINE_LIMIT, legible
 from inspector.errors import InspectorError
 
-__all__ = ["COMMANDS", "PLUGIN_GROUP", "describe_os_error", "main"]
+__all__ = ["COMMANDS", "PLUGIN_GROUP", "Command", "describe_os_error", "main"]
 
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One command: its name, the line `--help` shows for it, and the module whose
+    `add_arguments(parser)` defines its options and sets `func` to its `run` (a module of
+    `inspector/_internal/cli/`, or of another package for a plugin command)."""
+
+    name: str
+    help: str
+    module: str
+    description: str | None = None
+    # `completion` writes the script of the whole parser: every command's options.
+    whole_parser: bool = False
+
+    def add_to(self, sub: argparse._SubParsersAction, *, full: bool) -> None:
+        p = sub.add_parser(self.name, help=self.help, description=self.description or self.help)
+        if full:
+            importlib.import_module(self.module).add_arguments(p)
+
+
+_HERE = "inspector._internal.cli."
 
 # The commands, in the order `ckpt-inspect --help` lists them.
-COMMANDS = (scan, check, fit, diff, verify, manifest, repair, consolidate, codes, demo, completion)
+COMMANDS = (
+    Command("scan", "summarize a checkpoint (headers and JSON only)", _HERE + "scan"),
+    Command(
+        "check",
+        "report every finding (drift, structure, will it load) and its fix; CI gate",
+        _HERE + "check",
+    ),
+    Command(
+        "fit",
+        "will it serve? parallel plans (TP, EP, PP), weights and KV cache per GPU",
+        _HERE + "fit",
+    ),
+    Command("diff", "compare two checkpoints: names, dtypes, shapes, layer keys", _HERE + "diff"),
+    Command(
+        "verify",
+        "are the bytes right? compare with a manifest, the Hub's listing or another copy",
+        _HERE + "verify",
+    ),
+    Command(
+        "manifest",
+        "write a content manifest (per file size + SHA-256, per tensor content hash)",
+        _HERE + "manifest",
+    ),
+    Command(
+        "repair",
+        "rebuild index, sidecars, quant config from the shards on disk (all at once by "
+        "default); restore lost tensors from a reference (--from REF)",
+        _HERE + "repair",
+    ),
+    Command(
+        "consolidate",
+        "turn DCP-sharded safetensors or a .bin checkpoint into an HF safetensors checkpoint",
+        _HERE + "consolidate",
+    ),
+    Command("codes", "list every finding code with its severity and meaning", _HERE + "codes"),
+    Command("demo", "write the built-in demo checkpoints into OUTDIR", _HERE + "demo"),
+    Command(
+        "completion",
+        "print the shell completion script (bash, zsh or tcsh)",
+        _HERE + "completion",
+        description="Print the completion script of ckpt-inspect for SHELL. Bash: "
+        "`ckpt-inspect completion bash > ~/.local/share/bash-completion/completions/"
+        "ckpt-inspect`; zsh: `ckpt-inspect completion zsh > ~/.zfunc/_ckpt-inspect` with "
+        "~/.zfunc on fpath before compinit.",
+        whole_parser=True,
+    ),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code: 0 clean, 1 findings (or a refused plan),
     2 the command could not do its work (one line on stderr says which file, what failed and
     what to do; never a traceback)."""
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser(_chosen(argv))
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -125,26 +187,59 @@ def describe_os_error(exc: OSError, *, command: str, path: Path | str | None = N
     return f"{command}: {where or 'a file'}: {what}{f' [{code}]' if code else ''}; {todo}"
 
 
-def _parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str]) -> str | None:
+    """The command `argv` runs: its first word that names one (the top-level parser has no
+    option that takes a value, so no option's value comes before it)."""
+    names = {c.name for c in _commands()}
+    return next((a for a in argv if a in names), None)
+
+
+def _parser(command: str | None = "*") -> argparse.ArgumentParser:
+    """The parser with every command listed and `command`'s options defined ("*": every
+    command's, as completion and the tests need; None: none, for `--help` and `--version`)."""
     parser = argparse.ArgumentParser(
         prog="ckpt-inspect",
         description="Scan, check and repair large model checkpoints by reading only headers.",
     )
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in COMMANDS:
-        command.add_parser(sub)
-    _add_plugin_commands(sub)
+    commands = _commands()
+    whole = command == "*" or any(c.whole_parser and c.name == command for c in commands)
+    for c in commands:
+        c.add_to(sub, full=whole or c.name == command)
     # `completion` writes the script of the whole parser, plugin commands included.
     parser.set_defaults(root_parser=parser)
     return parser
 
 
+class _Version(argparse.Action):
+    """`--version`: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help=str(kwargs.get("help", "")))
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from inspector import __version__
+
+        sys.stdout.write(f"ckpt-inspect {__version__}\n")
+        parser.exit()
+
+
 # Commands that other packages of the distribution add (the HTML `report` comes from
-# `inspector.widgets`, which needs plotly): the core never imports the UI package itself.
+# `inspector.widgets`, which needs plotly): the core never imports the UI package itself. An
+# entry point names a module with `HELP`, `add_arguments` and `run`, like the core's own, and
+# that module imports its heavy parts only in those functions.
 PLUGIN_GROUP = "checkpoint_inspector.commands"
 
 
-def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
-    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        register: Callable[[argparse._SubParsersAction], None] = entry.load()
-        register(sub)
+@functools.cache
+def _commands() -> tuple[Command, ...]:
+    """The table and the plugin commands, in the order `--help` lists them."""
+    return (*COMMANDS, *_plugin_commands())
+
+
+def _plugin_commands() -> list[Command]:
+    return [
+        Command(entry.name, entry.load().HELP, entry.value)
+        for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name)
+    ]

@@ -14,15 +14,11 @@ from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.execution.ranks import is_lead
 from inspector._internal.integrity.verify import write_manifest
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `manifest` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "manifest",
-        help="write a content manifest (per file size + SHA-256, per tensor content hash)",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `manifest` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("path", type=target, help="checkpoint folder, or a URL with -o")
     p.add_argument(
         "-o",

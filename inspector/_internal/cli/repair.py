@@ -39,16 +39,11 @@ from inspector._internal.plans.restore import RestorePlan, plan_restore
 from inspector._internal.report.text import issue_dict, issue_lines
 from inspector._internal.scan.entry import scan
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `repair` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "repair",
-        help="rebuild index, sidecars, quant config from the shards on disk (all at once by "
-        "default); restore lost tensors from a reference (--from REF)",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `repair` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("path", type=target, help="checkpoint folder (or URL, with --output-dir)")
     p.add_argument(
         "--output-dir",

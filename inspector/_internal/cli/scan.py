@@ -7,12 +7,11 @@ import argparse
 from inspector._internal.cli.args import EXIT_OK, add_path_arguments, emit, scan_from_args
 from inspector._internal.report.summary import format_summary, summarize
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_arguments", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `scan` command to the CLI's subcommands."""
-    p = sub.add_parser("scan", help="summarize a checkpoint (headers and JSON only)")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `scan` (its name and help: `cli.main.COMMANDS`)."""
     add_path_arguments(p)
     p.set_defaults(func=run)
 

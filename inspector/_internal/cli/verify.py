@@ -20,15 +20,11 @@ from inspector._internal.execution.ranks import is_lead
 from inspector._internal.integrity.verify import LEVELS, Verification, verify
 from inspector._internal.report.text import finding_lines
 
-__all__ = ["add_parser", "format_verification", "progress_wanted", "run"]
+__all__ = ["add_arguments", "format_verification", "progress_wanted", "run"]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    """Add the `verify` command to the CLI's subcommands."""
-    p = sub.add_parser(
-        "verify",
-        help="are the bytes right? compare with a manifest, the Hub's listing or another copy",
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of `verify` (its name and help: `cli.main.COMMANDS`)."""
     p.add_argument("path", type=target, help="checkpoint folder, or a URL (s3://, hf://, ...)")
     p.add_argument(
         "--against",

@@ -1,0 +1,100 @@
+"""What a start costs: `import inspector`, `ckpt-inspect --version` and `--help` import none of
+the heavy libraries (each costs a user 0.1-8 s on every command); the command modules are
+imported only when their command runs. Not timed (benchmarks/bench_start.py measures):
+these tests read which modules a fresh process imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# The libraries that make a start slow: pandas and pyarrow about 0.4 s, numpy 0.06 s, torch
+# and transformers 8 s together, the remote stack (asyncio's aiohttp, fsspec), the figures.
+HEAVY = (
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "torch",
+    "transformers",
+    "aiohttp",
+    "fsspec",
+    "plotly",
+    "ipywidgets",
+    "yaml",
+)
+
+
+# Runs `python -m inspector ARGS` (or `import inspector`) in this child, then writes the
+# names of the modules it imported as the last line of stderr.
+_PROBE = """
+import runpy, sys
+argv = sys.argv[1:]
+try:
+    if argv == ["import"]:
+        import inspector
+    else:
+        sys.argv = ["ckpt-inspect", *argv]
+        runpy.run_module("inspector", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+print(" ".join(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def _imported(*argv: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run the CLI with ARGV (or just `import inspector`) in a fresh process; its output and
+    the modules it imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    lines = proc.stderr.splitlines()
+    return proc, set(lines[-1].split()) if lines else set()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("import",),
+        ("--version",),
+        ("--help",),
+    ],
+    ids=["import inspector", "--version", "--help"],
+)
+def test_a_start_imports_no_heavy_library(argv: tuple[str, ...]) -> None:
+    proc, names = _imported(*argv)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "inspector" in names
+    heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
+    assert not heavy, f"{argv} imported {heavy[:10]}"
+    commands = sorted(n for n in names if n.startswith("inspector._internal.cli."))
+    assert set(commands) <= {"inspector._internal.cli.main"}, commands
+
+
+def test_version_names_the_installed_distribution() -> None:
+    from importlib.metadata import version
+
+    proc, names = _imported("--version")
+    assert proc.stdout.strip() == f"ckpt-inspect {version('checkpoint-inspector')}"
+    assert "inspector.widgets.report" not in names
+
+
+def test_help_lists_every_command_with_its_line_and_imports_only_the_one_asked_for() -> None:
+    from inspector._internal.cli.main import COMMANDS
+
+    proc, _ = _imported("--help")
+    listed = " ".join(proc.stdout.split())
+    for command in COMMANDS:
+        assert " ".join(command.help.split()) in listed, command.name
+    assert "report" in listed  # the plugin command of inspector.widgets
+
+    proc, names = _imported("scan", "--help")
+    assert proc.returncode == 0 and "--header-cap" in proc.stdout
+    commands = {n for n in names if n.startswith("inspector._internal.cli.")}
+    assert "inspector._internal.cli.scan" in commands
+    assert not commands & {"inspector._internal.cli.check", "inspector._internal.cli.repair"}
