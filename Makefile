@@ -62,11 +62,13 @@ demo: $(STAMP)
 		echo; $(PY) -m inspector check "$$d" --fail-on never || exit 1; \
 	done
 
+# Each phase says how long it took (`== phase: N s`), so a slow CI run shows where the time went.
+PHASE = bash .ci/phase.sh
 test: $(STAMP) $(DOCS_STAMP)
-	$(PY) -m ruff check inspector widgets tests benchmarks notebooks
-	@$(MAKE) --no-print-directory -j2 typecheck docs-build
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
-	$(PY) tests/fuzz/run.py --seconds $(CI_FUZZ_SECONDS)
+	@$(PHASE) ruff $(PY) -m ruff check inspector widgets tests benchmarks notebooks
+	@$(PHASE) "mypy and docs" $(MAKE) --no-print-directory -j2 typecheck docs-build
+	@$(PHASE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+	@$(PHASE) fuzz $(PY) tests/fuzz/run.py --seconds $(CI_FUZZ_SECONDS)
 
 # Two single-threaded checks, side by side on two cores (`make test` runs both).
 .PHONY: typecheck docs-build
