@@ -1,9 +1,9 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-import importlib
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from inspector._internal.common.lazy import lazy_names
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
@@ -106,15 +106,4 @@ except metadata.PackageNotFoundError:  # a source tree that is not installed
     __version__ = "0+unknown"
 
 
-def __getattr__(name: str) -> Any:
-    """Import a public name from its module the first time it is used."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__)

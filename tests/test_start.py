@@ -5,6 +5,8 @@ these tests read which modules a fresh process imported."""
 
 from __future__ import annotations
 
+import argparse
+import re
 import subprocess
 import sys
 
@@ -98,3 +100,25 @@ def test_help_lists_every_command_with_its_line_and_imports_only_the_one_asked_f
     commands = {n for n in names if n.startswith("inspector._internal.cli.")}
     assert "inspector._internal.cli.scan" in commands
     assert not commands & {"inspector._internal.cli.check", "inspector._internal.cli.repair"}
+
+
+def _every_command() -> list[str]:
+    from inspector._internal.cli.main import _commands
+
+    return [c.name for c in _commands()]
+
+
+@pytest.mark.parametrize("command", _every_command())
+def test_a_command_help_shows_its_options_and_imports_no_heavy_library(command: str) -> None:
+    """`<command> --help` defines the command's options (its module and the shared option
+    builders, which import the readers only when the command runs) and prints every one."""
+    from inspector._internal.cli.main import _parser
+
+    proc, names = _imported(command, "--help")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    heavy = sorted(n for n in names if n.split(".")[0] in HEAVY)
+    assert not heavy, f"{command} --help imported {heavy[:10]}"
+    (sub,) = (a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {o for a in sub.choices[command]._actions for o in a.option_strings}
+    shown = set(re.findall(r"(?<![\w-])--?[\w][\w-]*", proc.stdout))
+    assert options <= shown, sorted(options - shown)

@@ -1,5 +1,9 @@
 """What the commands share: the checkpoint argument, the options of reading (local and
-remote) and of the load check, and how a command prints its result and exits."""
+remote) and of the load check, and how a command prints its result and exits.
+
+Light on purpose: `ckpt-inspect <command> --help` imports this and the command's module only,
+so the readers (numpy, pandas, the remote stack) are imported inside the functions that run
+a command, never at the top of a module of `cli/`."""
 
 from __future__ import annotations
 
@@ -8,22 +12,20 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.cli import EXIT_CANNOT, EXIT_FOUND, EXIT_OK
-from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
-from inspector._internal.formats.value_reading import SampleBudget
-from inspector._internal.load.verdict import LoadVerdict, load_verdict
-from inspector._internal.scan.entry import scan
-from inspector._internal.storage import is_remote
-from inspector._internal.storage.guard import origin
-from inspector._internal.storage.remote import (
+from inspector._internal.common.defaults import (
     DEFAULT_CONCURRENCY,
+    DEFAULT_HEADER_CAP,
     DEFAULT_READ_AHEAD,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_TIMEOUT,
 )
+
+if TYPE_CHECKING:
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector._internal.load.verdict import LoadVerdict
 
 __all__ = [
     "EXIT_CANNOT",
@@ -47,6 +49,8 @@ __all__ = [
 def target(text: str) -> Path | str:
     """A command-line checkpoint: a URL stays a string (s3://, gs://, hf://, https://), a
     local path becomes a Path."""
+    from inspector._internal.storage.urls import is_remote
+
     return text if is_remote(text) else Path(text)
 
 
@@ -149,6 +153,8 @@ def positive(text: str) -> int:
 
 
 def sample_windows(text: str) -> int:
+    from inspector._internal.formats.value_reading import SampleBudget
+
     value = positive(text)
     if value > SampleBudget.MAX_WINDOWS:
         raise argparse.ArgumentTypeError(
@@ -169,6 +175,8 @@ def seconds(text: str) -> float:
 
 
 def origin_option(text: str) -> str:
+    from inspector._internal.storage.guard import origin
+
     try:
         return origin(text)
     except ValueError as exc:
@@ -214,16 +222,21 @@ def verdict_from_args(args: argparse.Namespace, scanned: ScannedCheckpoint) -> L
     """The load verdict a command built with `add_model_arguments` asked for (None: --no-model)."""
     if not args.model:
         return None
+    from inspector._internal.load.verdict import load_verdict
 
     return load_verdict(scanned, trust_remote_code=args.trust_remote_code, cache=args.cache)
 
 
 def scan_from_args(args: argparse.Namespace) -> ScannedCheckpoint:
     """Scan the PATH of a command built with `add_path_arguments`."""
+    from inspector._internal.scan.entry import scan
+
     return scan(args.path, header_cap=args.header_cap, layout=args.layout, **remote_kwargs(args))
 
 
 def scan_path(path: Path | str, args: argparse.Namespace) -> ScannedCheckpoint:
+    from inspector._internal.scan.entry import scan
+
     return scan(path, **remote_kwargs(args))
 
 

@@ -6,9 +6,6 @@ import argparse
 import sys
 from typing import Literal
 
-from inspector._internal.checks import check
-from inspector._internal.checks.sharding import collapse_note
-from inspector._internal.checks.values import SampleBudget, values_read
 from inspector._internal.cli.args import (
     add_model_arguments,
     add_path_arguments,
@@ -20,10 +17,7 @@ from inspector._internal.cli.args import (
     verdict_from_args,
     write_json,
 )
-from inspector._internal.findings.finding import sort_findings
-from inspector._internal.report.ci import junit_xml, sarif_log
-from inspector._internal.report.text import check_result, format_check
-from inspector._internal.serve.engine import ENGINES, engine_check
+from inspector._internal.common.defaults import ENGINES
 from inspector._internal.serve.gpus import GPUS
 from inspector.errors import InspectorError
 
@@ -108,6 +102,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `check --help` imports this module and must stay light.
+    from inspector._internal.checks import check
+    from inspector._internal.checks.sharding import collapse_note
+    from inspector._internal.checks.values import SampleBudget, values_read
+    from inspector._internal.findings.finding import sort_findings
+    from inspector._internal.report.ci import junit_xml, sarif_log
+    from inspector._internal.report.text import check_result, format_check
+    from inspector._internal.serve.engine import engine_check
+
     form = output_format(args)  # a contradiction is refused before any reading
     if args.engine is None and (args.tp != 1 or args.gpu is not None):
         raise InspectorError("check: --tp and --gpu go with --engine")

@@ -16,7 +16,6 @@ from inspector._internal.cli.args import (
 )
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.execution.ranks import is_lead
-from inspector._internal.plans.consolidate import plan_consolidation
 
 __all__ = ["add_arguments", "run"]
 
@@ -70,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `consolidate --help` imports this module and must stay light.
+    from inspector._internal.plans.consolidate import plan_consolidation
+
     plan = plan_consolidation(
         scan_path(args.src, args),
         args.dest,

@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from inspector._internal.cli.args import EXIT_OK
-from inspector._internal.demo import write_demos
 
 __all__ = ["add_arguments", "run"]
 
@@ -18,5 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `demo --help` imports this module and must stay light.
+    from inspector._internal.demo import write_demos
+
     write_demos(args.outdir)
     return EXIT_OK

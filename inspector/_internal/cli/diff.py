@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
@@ -13,9 +12,7 @@ from inspector._internal.cli.args import (
     remote_kwargs,
     target,
 )
-from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
-from inspector._internal.report.text import format_diff
-from inspector._internal.scan.entry import scan
+from inspector._internal.common.defaults import DEFAULT_HEADER_CAP
 
 __all__ = ["add_arguments", "run"]
 
@@ -38,6 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `diff --help` imports this module and must stay light.
+    from inspector._internal.checks.diff import diff_checkpoints
+    from inspector._internal.report.text import format_diff
+    from inspector._internal.scan.entry import scan
+
     a = scan(args.a, header_cap=args.header_cap, **remote_kwargs(args))
     b = scan(args.b, header_cap=args.header_cap, **remote_kwargs(args))
     result = diff_checkpoints(a, b, data=args.data, reference=args.reference)

@@ -14,10 +14,8 @@ from inspector._internal.cli.args import (
     scan_from_args,
     scan_path,
 )
+from inspector._internal.common.defaults import DEFAULT_UTILIZATION, ENGINES, MATRIX_TP
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES
-from inspector._internal.report.fit import fit_text
-from inspector._internal.serve.engine import ENGINES
-from inspector._internal.serve.fit import DEFAULT_UTILIZATION, MATRIX_TP, fit
 from inspector._internal.serve.gpus import GPUS, gpu_named
 
 __all__ = ["add_arguments", "run"]
@@ -88,6 +86,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Exit 0 when a plan starts (and fits, with a GPU), 1 when none does."""
+    # Here, not at the top: `fit --help` imports this module and must stay light.
+    from inspector._internal.report.fit import fit_text
+    from inspector._internal.serve.fit import fit
+
     scanned = scan_from_args(args)
     result = fit(
         scanned,

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 the command could not do its work (one line on stderr says which file, what failed and
     what to do; never a traceback)."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = _parser(_chosen(argv))
+    parser = _parser(_chosen(argv), asks_help=bool({"-h", "--help"} & set(argv)))
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.func
     try:
@@ -194,9 +194,11 @@ def _chosen(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if a in names), None)
 
 
-def _parser(command: str | None = "*") -> argparse.ArgumentParser:
+def _parser(command: str | None = "*", *, asks_help: bool = False) -> argparse.ArgumentParser:
     """The parser with every command listed and `command`'s options defined ("*": every
-    command's, as completion and the tests need; None: none, for `--help` and `--version`)."""
+    command's, as completion and the tests need; None: none, for `--help` and `--version`).
+    `asks_help`: the parse ends at `--help`, so a command that runs on the whole parser
+    (`completion`) needs only its own options there."""
     parser = argparse.ArgumentParser(
         prog="ckpt-inspect",
         description="Scan, check and repair large model checkpoints by reading only headers.",
@@ -204,7 +206,9 @@ def _parser(command: str | None = "*") -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     commands = _commands()
-    whole = command == "*" or any(c.whole_parser and c.name == command for c in commands)
+    whole = command == "*" or (
+        not asks_help and any(c.whole_parser and c.name == command for c in commands)
+    )
     for c in commands:
         c.add_to(sub, full=whole or c.name == command)
     # `completion` writes the script of the whole parser, plugin commands included.

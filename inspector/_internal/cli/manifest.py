@@ -12,7 +12,6 @@ from inspector._internal.cli.verify import progress_wanted
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.execution.ranks import is_lead
-from inspector._internal.integrity.verify import write_manifest
 
 __all__ = ["add_arguments", "run"]
 
@@ -31,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `manifest --help` imports this module and must stay light.
+    from inspector._internal.integrity.verify import write_manifest
+
     path = args.path if isinstance(args.path, str) else str(args.path)
     dest = write_manifest(
         path,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.cli.args import (
     EXIT_CANNOT,
     EXIT_FOUND,
@@ -19,10 +19,10 @@ from inspector._internal.cli.args import (
     scan_from_args,
     target,
 )
+from inspector._internal.common.defaults import DEFAULT_HEADER_CAP
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
-from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.execution.atomic import (
     JOURNAL,
     discard_journal,
@@ -30,14 +30,13 @@ from inspector._internal.execution.atomic import (
     read_journal,
     recover,
 )
-from inspector._internal.findings.finding import Finding
-from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
-from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair, scanned_after
-from inspector._internal.plans.repair_all import plan_all
-from inspector._internal.plans.reshard import ReshardPlan, plan_reshard
-from inspector._internal.plans.restore import RestorePlan, plan_restore
-from inspector._internal.report.text import issue_dict, issue_lines
-from inspector._internal.scan.entry import scan
+
+if TYPE_CHECKING:
+    from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector._internal.findings.finding import Finding
+    from inspector._internal.plans.repair import RepairPlan
+    from inspector._internal.plans.reshard import ReshardPlan
+    from inspector._internal.plans.restore import RestorePlan
 
 __all__ = ["add_arguments", "run"]
 
@@ -105,6 +104,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `repair --help` imports this module and must stay light.
+    from inspector._internal.plans.repair import plan_repair
+    from inspector._internal.plans.repair_all import plan_all
+    from inspector._internal.plans.reshard import plan_reshard
+    from inspector._internal.plans.restore import plan_restore
+    from inspector._internal.scan.entry import scan
+
     if args.recover or args.discard_journal:
         return _journal_command(args)
     scanned = scan_from_args(args)
@@ -189,6 +195,10 @@ def _preview_text(
     """What the plan fixes and the issues left after it with their fixes: the checks re-run
     on the planned JSON in memory (`preview_repair`). Plans that write shards are checked
     once they ran."""
+    from inspector._internal.diagnosis.issues import group_problems
+    from inspector._internal.plans.repair import RepairPlan, preview_repair, scanned_after
+    from inspector._internal.report.text import issue_dict, issue_lines
+
     if not isinstance(plan, RepairPlan):
         return "preview: this plan writes shards; the checks run on the result once it is written"
     preview = preview_repair(
@@ -211,6 +221,9 @@ def _preview_text(
 
 def _remaining_text(scanned: ScannedCheckpoint, remaining: list[Finding]) -> str:
     """The findings left after a repair, as issues with their fixes."""
+    from inspector._internal.diagnosis.issues import group_problems
+    from inspector._internal.report.text import issue_dict, issue_lines
+
     issues = [issue_dict(p) for p in group_problems(scanned, remaining)]
     return "\n".join([f"remaining: {plural(len(remaining), 'finding')}", *issue_lines(issues)])
 

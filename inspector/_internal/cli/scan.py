@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 
 from inspector._internal.cli.args import EXIT_OK, add_path_arguments, emit, scan_from_args
-from inspector._internal.report.summary import format_summary, summarize
 
 __all__ = ["add_arguments", "run"]
 
@@ -17,6 +16,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `scan --help` imports this module and must stay light.
+    from inspector._internal.report.summary import format_summary, summarize
+
     summary = summarize(scan_from_args(args))
     emit(summary, args.json, format_summary)
     return EXIT_OK

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from inspector._internal.cli.args import (
     EXIT_FOUND,
@@ -15,10 +16,12 @@ from inspector._internal.cli.args import (
     remote_kwargs,
     target,
 )
+from inspector._internal.common.defaults import LEVELS
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.execution.ranks import is_lead
-from inspector._internal.integrity.verify import LEVELS, Verification, verify
-from inspector._internal.report.text import finding_lines
+
+if TYPE_CHECKING:
+    from inspector._internal.integrity.verify import Verification
 
 __all__ = ["add_arguments", "format_verification", "progress_wanted", "run"]
 
@@ -65,6 +68,9 @@ def progress_wanted() -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Here, not at the top: `verify --help` imports this module and must stay light.
+    from inspector._internal.integrity.verify import verify
+
     kw = remote_kwargs(args)
     kw.pop("read_ahead", None)
     result = verify(
@@ -92,6 +98,8 @@ def format_verification(result: Verification) -> str:
     """The result as people read it on a terminal."""
     # Grouped and bounded as `check` prints them: 20,000 damaged files are a heading, ten
     # messages and a count, not 20,000 lines.
+    from inspector._internal.report.text import finding_lines
+
     lines = [result.line()]
     lines += finding_lines([f.to_dict() for f in result.findings])
     if result.bytes_read:

@@ -31,6 +31,7 @@ import numpy as np
 import orjson
 
 from inspector._internal.common.columns import Coded, frozen, int64s
+from inspector._internal.common.defaults import DEFAULT_HEADER_CAP
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.common.gc import gc_paused
@@ -47,7 +48,6 @@ __all__ = [
     "read_shard",
 ]
 
-DEFAULT_HEADER_CAP = 100_000_000
 _DUP_MARKER = b'"data_offsets"'
 # Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
 # 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
+from inspector._internal.common.defaults import LEVELS, Level
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.common.text import examples, plural
@@ -67,8 +68,6 @@ if TYPE_CHECKING:
 
 __all__ = ["LEVELS", "Level", "Verification", "build_manifest", "verify", "write_manifest"]
 
-Level = Literal["size", "hash", "tensor"]
-LEVELS: tuple[Level, ...] = ("size", "hash", "tensor")
 _TABLE_COLUMNS = ["kind", "name", "file", "layer", "status", "expected", "found"]
 # What the line says when nothing was found and every byte a loader reads was compared.
 ALL_MATCH = "all match"

@@ -21,6 +21,7 @@ from typing import Any
 
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checks.llama_cpp import check_convert_mapping, gguf_available
+from inspector._internal.common.defaults import ENGINES
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import examples, plural
 from inspector._internal.findings.codes import Code
@@ -32,7 +33,6 @@ from inspector.errors import InspectorError
 
 __all__ = ["ENGINES", "EngineReport", "engine_check", "verdict_findings"]
 
-ENGINES = ("vllm", "llama.cpp", "sglang")
 _SGLANG = (
     "SGLang's own weight loading is not run: it logs a name it cannot map and goes on, so "
     "it would say little; its start-up rules are judged by `ckpt-inspect fit`"

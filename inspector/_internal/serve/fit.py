@@ -25,6 +25,7 @@ from inspector._internal.checkpoint.quant_config import (
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
 from inspector._internal.checks.draft import check_draft
+from inspector._internal.common.defaults import DEFAULT_UTILIZATION, MATRIX_TP
 from inspector._internal.common.dtypes import KV_CACHE_DTYPES, QUANT_DTYPES
 from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.units import format_bytes
@@ -53,10 +54,6 @@ __all__ = [
     "fit",
 ]
 
-# The plans tried when no TP is given: each with EP 1, and EP = TP for a MoE model.
-MATRIX_TP = (1, 2, 4, 8, 16, 32)
-# vLLM's default `--gpu-memory-utilization`.
-DEFAULT_UTILIZATION = 0.9
 # The estimate of what an engine needs besides weights and KV cache (module docstring).
 ACTIVATION_TOKENS = 8192
 FIXED_OVERHEAD = GIB

@@ -25,6 +25,12 @@ from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
+from inspector._internal.common.defaults import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_READ_AHEAD,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+)
 from inspector._internal.common.filenames import TORCH_DIST_METADATA
 from inspector._internal.storage.backends import (
     Backend,
@@ -79,12 +85,6 @@ U = TypeVar("U")
 # bytes and the file size.
 Want = int | Callable[[bytes, int], int]
 
-DEFAULT_READ_AHEAD = 64 << 10
-DEFAULT_CONCURRENCY = 32
-# Seconds one operation (a listing, a ranged read of at most `_BLOCK` bytes) may take,
-# retries included; seconds a socket read may bring nothing before the attempt ends.
-DEFAULT_TIMEOUT = 120.0
-DEFAULT_READ_TIMEOUT = 30.0
 # The first wait before a retry, in seconds; each retry doubles it, times a random factor
 # in [0.5, 1.5). Read when a `RemoteOptions` is made, so that tests can shorten it.
 RETRY_WAIT = 0.2
