@@ -749,7 +749,7 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
     thread (the kernel answers the next click meanwhile); the panel replaces the spinner."""
     import threading
 
-    from inspector.widgets import dashboard as module
+    from inspector.widgets.tabs import layers as module
 
     gate = threading.Event()
     real = module.LayersPanel
@@ -759,7 +759,7 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
         return real(dash)
 
     dash = Dashboard(demos / DRIFT)
-    monkeypatch.setitem(dash._builders, "Layers", lambda: slow(dash))
+    monkeypatch.setattr(module, "LayersPanel", slow)  # the tab table names it
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index  # returns although the build is blocked
     (spinner,) = dash.tab.children[index].children
@@ -792,15 +792,17 @@ def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monk
     parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
     gate, seen = threading.Event(), []
 
-    def build():
+    from inspector.widgets.tabs import layers
+
+    real = layers.LayersPanel
+
+    def build(dash):
         assert gate.wait(30)
         seen.append(parent.get("none"))
-        from inspector.widgets.dashboard import LayersPanel
-
-        return LayersPanel(dash)
+        return real(dash)
 
     dash = Dashboard(demos / DRIFT)
-    monkeypatch.setitem(dash._builders, "Layers", build)
+    monkeypatch.setattr(layers, "LayersPanel", build)  # the tab table names it
     parent.set("the tab click")
     dash.tab.selected_index = dash.TABS.index("Layers")
     parent.set("a consolidation drawing progress bars")  # the kernel's next message
@@ -814,10 +816,12 @@ def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch)
 
     dash = Dashboard(demos / DRIFT)
 
-    def broken():
+    def broken(dash):
         raise InspectorError("model-00001-of-00004.safetensors: cannot read it")
 
-    monkeypatch.setitem(dash._builders, "Layers", broken)
+    from inspector.widgets.tabs import layers
+
+    monkeypatch.setattr(layers, "LayersPanel", broken)  # the tab table names it
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index
     _until(lambda: "ckpt-error" in str(getattr(dash.tab.children[index].children[0], "value", "")))

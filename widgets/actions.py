@@ -46,7 +46,7 @@ from .guard import EXPECTED_ERRORS, captured, error_html, guarded
 from .report import write_html_report
 
 if TYPE_CHECKING:
-    from .dashboard import Dashboard
+    from .tabs import Host
 
 __all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
 
@@ -81,7 +81,7 @@ class RepairPanel:
 
     _PARTS = ("index", "sidecars", "quant-config")
 
-    def __init__(self, dash: Dashboard) -> None:
+    def __init__(self, dash: Host) -> None:
         self.dash = dash
         self.plan: Any = None
         self.preview: Any = None
@@ -404,7 +404,7 @@ class ConsolidatePanel:
     own output is refused by `execute` unless overwrite is ticked; the refusal is shown with
     the two ways out."""
 
-    def __init__(self, dash: Dashboard) -> None:
+    def __init__(self, dash: Host) -> None:
         self.dash = dash
         source = dash.scanned.path
         # Beside the source, not in it: the output must not become part of what it replaces.
@@ -542,7 +542,7 @@ class ReportPanel:
     report's figures are interactive with plotly.js embedded (offline, about 1.5 MB), loaded
     from its CDN (small enough to attach) or PNG images."""
 
-    def __init__(self, dash: Dashboard) -> None:
+    def __init__(self, dash: Host) -> None:
         self.dash = dash
         name = dash.scanned.path.name or "checkpoint"
         self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")

@@ -22,7 +22,7 @@ import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anywidget
 import ipywidgets as w
@@ -34,8 +34,12 @@ from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name
 from .esm import SOURCE_TRAIT, patient, shared_module, shared_source
 from .guard import guarded
 
+if TYPE_CHECKING:
+    from .plot import FigureBox
+
 __all__ = [
     "GRID_HEIGHT",
+    "FiguresAndGrid",
     "FrameGrid",
     "GridCells",
     "arrow_bytes",
@@ -411,3 +415,18 @@ def arrow_bytes(frame: pd.DataFrame) -> bytes:
 
 def _css(label: str) -> str:
     return "-".join(label.split())
+
+
+class FiguresAndGrid:
+    """A tab of figures (`figures`, a FigureBox) above a grid (`table`, a FrameGrid): both
+    drawn when the tab is first shown, the grid closed with the tab."""
+
+    figures: FigureBox
+    table: FrameGrid
+
+    def on_shown(self) -> None:
+        self.figures.show()
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()

@@ -23,7 +23,9 @@ from .guard import captured, guarded
 if TYPE_CHECKING:
     from inspector.ui import ScannedCheckpoint
 
-__all__ = ["ValuesPanel"]
+    from .tabs import Host
+
+__all__ = ["ValuesPanel", "values_tab"]
 
 _ROW_COLUMNS = [
     "name",
@@ -133,3 +135,10 @@ class ValuesPanel:
         name = data[index[0]][index[1]] if isinstance(index, (list, tuple)) else data[index]
         if name:
             self.show(str(name))
+
+
+def values_tab(dash: Host) -> ValuesPanel:
+    """The dashboard's Values tab: the values it reads are checked with everything else."""
+    from .plot import figure_widget
+
+    return ValuesPanel(dash.scanned, figure=figure_widget, check_values=dash.check_values)
