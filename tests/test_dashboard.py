@@ -1179,3 +1179,27 @@ def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
         planner.join(60)
     assert repair.preview is not None and "It fixes" in repair.question.value
     assert repair.confirm_box.layout.display != "none" and "This plan fixes" in repair.verdict.value
+
+
+def test_consolidate_buttons_are_disabled_with_the_reason_when_the_plan_will_refuse(
+    demos: Path, tmp_path: Path
+):
+    """Consolidate stayed enabled where the tab knew the plan would refuse (issue 34 item 5):
+    another layout disables both buttons from the start, a refused plan disables Consolidate
+    until the form changes; the reason shows beside them and in their tooltip."""
+    other = Dashboard(demos / "healthy-hf-sharded").select("Consolidate")
+    assert other.run.disabled and other.plan_button.disabled
+    assert "hf-sharded" in other.why.value and "hf-sharded" in other.run.tooltip
+    other.dest.value = "/elsewhere"  # no form value lifts a refusal of the layout
+    assert other.run.disabled
+
+    form = Dashboard(_copy(demos, DCP_COLLAPSED, tmp_path)).select("Consolidate")
+    assert not form.run.disabled and not form.why.value
+    form.max_size.value = "lots"
+    form.plan_button.click()
+    assert form.run.disabled and "cannot read size" in form.why.value
+    assert not form.plan_button.disabled  # asking again stays possible
+    form.max_size.value = "5GB"  # the form changed: the refusal no longer holds
+    assert not form.run.disabled and not form.why.value
+    form.plan_button.click()
+    assert not form.run.disabled and "cannot read size" not in form.status.value

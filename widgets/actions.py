@@ -436,10 +436,15 @@ class ConsolidatePanel:
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
         self.status = w.HTML().add_class("ckpt-consolidate-status")
-        plan = button("Plan", "ckpt-consolidate-plan")
+        self.plan_button = plan = button("Plan", "ckpt-consolidate-plan")
         plan.on_click(guarded(lambda: self.make_plan(), self.status))
         self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
         self.run.on_click(guarded(lambda: self.execute(), self.status))
+        # Why a button is disabled, beside it: a disabled button's tooltip alone is not seen.
+        self.why = w.HTML().add_class("ckpt-consolidate-why")
+        # A refused plan disables Consolidate until the form changes (Plan asks again).
+        for control in (self.dest, self.mapping, self.reference, self.max_size, self.dtype):
+            control.observe(lambda _change: self._refused_by(""), names="value")
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
         note = ""
@@ -461,11 +466,26 @@ class ConsolidatePanel:
                 *form,
                 self.verify_data,
                 self.overwrite,
-                w.HBox([plan, self.run]),
+                w.HBox([plan, self.run, self.why], layout=w.Layout(align_items="center")),
                 self.progress,
                 self.status,
             ]
         )
+        self.layout_refusal = ""
+        if dash.scanned.dcp is None:
+            # Known before any click: `plan_consolidation` refuses every other layout.
+            self.layout_refusal = f"this checkpoint's layout is {dash.scanned.layout}"
+            self._refused_by(self.layout_refusal)
+
+    def _refused_by(self, reason: str) -> None:
+        """Disable Consolidate (and Plan, for a refusal no form value lifts) saying `reason`,
+        or with no reason enable them again."""
+        reason = self.layout_refusal or reason
+        self.plan_button.disabled = bool(self.layout_refusal)
+        self.run.disabled = bool(reason)
+        tip = f"the plan is refused: {reason}" if reason else ""
+        self.run.tooltip = self.plan_button.tooltip = tip
+        self.why.value = f"<i style='color:#666'>{html_text(tip)}</i>" if reason else ""
 
     def make_plan(self) -> Any:
         """Plan from the form (nothing is written); show it and return it, None on refusal."""
@@ -480,7 +500,10 @@ class ConsolidatePanel:
             )
         except EXPECTED_ERRORS as exc:
             self.status.value = error_html(exc)
+            if isinstance(exc, PlanRefusedError):
+                self._refused_by(str(exc).splitlines()[0][:240])
             return None
+        self._refused_by("")
         self.status.value = text_html(plan.describe())
         return plan
 
@@ -507,7 +530,7 @@ class ConsolidatePanel:
             self.status.value = _refused(exc, overwrite=self.overwrite.value)
             return None
         finally:
-            self.run.disabled = False
+            self._refused_by("")
         verdict = (
             "verified: no finding"
             if result.ok
