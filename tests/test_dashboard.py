@@ -569,6 +569,32 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert browser._grid_box.children == (browser.grid,)
 
 
+def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):
+    """A re-scan closed the old panels (their grids' widgets) while the tabs still showed
+    them: the page then held views of models the kernel had closed and logged "widget model
+    not found". The tabs show spinners first; the panels are closed after."""
+    dash = Dashboard(demos / DRIFT)
+    dash.select("Files")
+    old = dict(dash.panels)
+    seen: list[tuple[str, bool]] = []
+
+    def shown(widget) -> bool:
+        return any(widget in box.children for box in dash.tab.children)
+
+    for title, panel in old.items():
+        close = getattr(panel, "close", None)
+        if close is not None:
+
+            def closing(title=title, panel=panel, close=close):
+                seen.append((title, shown(panel.widget)))
+                close()
+
+            panel.close = closing
+    dash.refresh()
+    dash.wait(60)
+    assert seen and ("Files", False) in seen and all(not on_screen for _, on_screen in seen)
+
+
 def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
     demos: Path, monkeypatch
 ):

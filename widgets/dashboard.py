@@ -237,11 +237,8 @@ class Dashboard:
     def _replace(self, state: CheckpointState) -> None:
         """Show `state` instead of the current one: every panel is rebuilt (the open one
         now, the others when next selected)."""
-        for panel in self.panels.values():
-            close = getattr(panel, "close", None)
-            if close is not None:
-                close()
         with self._lock, self._state_lock:
+            old = list(self.panels.values())
             self.panels.clear()
             self._pending.clear()
             self._generation += 1
@@ -249,7 +246,7 @@ class Dashboard:
             if self._complete.done():
                 self._complete = Future()
             self._complete.set_result(state)
-        self._draw()
+        self._draw(closing=old)
         if self._snapshot is not None:
             self._snapshot.update(self.state)
             if self._headless:
@@ -532,12 +529,20 @@ class Dashboard:
 
     # -- drawing -----------------------------------------------------------------------------
 
-    def _draw(self) -> None:
+    def _draw(self, *, closing: Sequence[Any] = ()) -> None:
+        """Draw the header and a spinner in every tab, close the panels of `closing` (those
+        a re-scan replaced), then build the open tab's panel."""
         self._draw_header()
         # Every tab holds its spinner until its panel is built: a click shows it at once,
         # from the page alone, however busy the kernel is.
         for title, box in zip(self.TABS, self.tab.children, strict=True):
             box.children = [_loading(self, title)]
+        # Closed only once no tab shows them: a closed widget still in a tab's children is a
+        # view of a model the page no longer has ("widget model not found" in its console).
+        for panel in closing:
+            close = getattr(panel, "close", None)
+            if close is not None:
+                close()
         self._shown(self.TABS[self.tab.selected_index or 0])
 
     def _draw_header(self) -> None:
