@@ -1229,3 +1229,15 @@ def test_consolidate_buttons_are_disabled_with_the_reason_when_the_plan_will_ref
     assert not form.run.disabled and not form.why.value
     form.plan_button.click()
     assert not form.run.disabled and "cannot read size" not in form.status.value
+
+
+def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
+    """perspective-python's widget module passed the table to the page's viewer
+    (`viewer.load(table)`, which the viewer's docs ask to replace by loading the client and
+    naming the table in `restore`). The grids' module does that for the installed version."""
+    from inspector.widgets.grid import grid_class
+
+    source = grid_class().class_traits()["_shared_source"].default_value
+    assert "await n.load(o),await n.restore({" in source and "table:a})" in source
+    # The table is still loaded for a binding other than the server one, which it never is.
+    assert source.count("await n.load(_)") == 1 and 's==="server"?' in source
