@@ -635,7 +635,7 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
     """Planning every part and re-checking the result takes seconds of the kernel at 300,000
     tensors: the background worker builds the Repair tab without planning; its first show
     plans, once."""
-    from inspector.widgets import actions
+    from inspector.widgets.tabs import repair as actions
 
     calls: list[str] = []
     plan_all = actions.plan_all
@@ -1179,7 +1179,7 @@ def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
     and a click asks for confirmation; the re-check's answer then completes the question."""
     import threading
 
-    from inspector.widgets import actions
+    from inspector.widgets.tabs import repair as actions
 
     dash = Dashboard(_copy(demos, DRIFT, tmp_path))
     repair = dash.panel("Repair")

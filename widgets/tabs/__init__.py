@@ -73,9 +73,9 @@ TABS = (
     Tab("Values", "values_panel", "values_tab"),
     Tab("Serve", "serve_panel", "serve_tab", lambda _: "the parallel plans"),
     Tab("Findings", "tabs.findings", "FindingsPanel"),
-    Tab("Repair", "actions", "RepairPanel"),
-    Tab("Consolidate", "actions", "ConsolidatePanel"),
-    Tab("Report", "actions", "ReportPanel"),
+    Tab("Repair", "tabs.repair", "RepairPanel"),
+    Tab("Consolidate", "tabs.consolidate", "ConsolidatePanel"),
+    Tab("Report", "tabs.report", "ReportPanel"),
 )
 
 
