@@ -17,13 +17,13 @@ import pandas as pd
 
 from inspector.ui import computed_value_table, frame_html, value_table
 
-from .figures import METRICS, values_heatmap
-from .guard import captured, guarded
+from ..figures import METRICS, values_heatmap
+from ..guard import captured, guarded
 
 if TYPE_CHECKING:
     from inspector.ui import ScannedCheckpoint
 
-    from .tabs import Host
+    from . import Host
 
 __all__ = ["ValuesPanel", "values_tab"]
 
@@ -139,6 +139,6 @@ class ValuesPanel:
 
 def values_tab(dash: Host) -> ValuesPanel:
     """The dashboard's Values tab: the values it reads are checked with everything else."""
-    from .plot import figure_widget
+    from ..plot import figure_widget
 
     return ValuesPanel(dash.scanned, figure=figure_widget, check_values=dash.check_values)

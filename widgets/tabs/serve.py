@@ -33,13 +33,13 @@ from inspector.ui import (
     legible,
 )
 
-from .figures import serving_plans
-from .guard import guarded
+from ..figures import serving_plans
+from ..guard import guarded
 
 if TYPE_CHECKING:
     from inspector.ui import ScannedCheckpoint
 
-    from .tabs import Host
+    from . import Host
 
 __all__ = ["ServePanel", "engine_html", "serve_tab"]
 
@@ -139,6 +139,6 @@ def engine_html(report: EngineReport) -> str:
 
 def serve_tab(dash: Host) -> ServePanel:
     """The dashboard's Serve tab."""
-    from .plot import figure_widget
+    from ..plot import figure_widget
 
     return ServePanel(dash.scanned, figure=figure_widget)
