@@ -569,6 +569,32 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert browser._grid_box.children == (browser.grid,)
 
 
+def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):
+    """A re-scan closed the old panels (their grids' widgets) while the tabs still showed
+    them: the page then held views of models the kernel had closed and logged "widget model
+    not found". The tabs show spinners first; the panels are closed after."""
+    dash = Dashboard(demos / DRIFT)
+    dash.select("Files")
+    old = dict(dash.panels)
+    seen: list[tuple[str, bool]] = []
+
+    def shown(widget) -> bool:
+        return any(widget in box.children for box in dash.tab.children)
+
+    for title, panel in old.items():
+        close = getattr(panel, "close", None)
+        if close is not None:
+
+            def closing(title=title, panel=panel, close=close):
+                seen.append((title, shown(panel.widget)))
+                close()
+
+            panel.close = closing
+    dash.refresh()
+    dash.wait(60)
+    assert seen and ("Files", False) in seen and all(not on_screen for _, on_screen in seen)
+
+
 def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
     demos: Path, monkeypatch
 ):
@@ -609,7 +635,7 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
     """Planning every part and re-checking the result takes seconds of the kernel at 300,000
     tensors: the background worker builds the Repair tab without planning; its first show
     plans, once."""
-    from inspector.widgets import actions
+    from inspector.widgets.tabs import repair as actions
 
     calls: list[str] = []
     plan_all = actions.plan_all
@@ -749,7 +775,7 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
     thread (the kernel answers the next click meanwhile); the panel replaces the spinner."""
     import threading
 
-    from inspector.widgets import dashboard as module
+    from inspector.widgets.tabs import layers as module
 
     gate = threading.Event()
     real = module.LayersPanel
@@ -759,7 +785,7 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
         return real(dash)
 
     dash = Dashboard(demos / DRIFT)
-    monkeypatch.setitem(dash._builders, "Layers", lambda: slow(dash))
+    monkeypatch.setattr(module, "LayersPanel", slow)  # the tab table names it
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index  # returns although the build is blocked
     (spinner,) = dash.tab.children[index].children
@@ -792,15 +818,17 @@ def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monk
     parent: contextvars.ContextVar[str] = contextvars.ContextVar("parent")
     gate, seen = threading.Event(), []
 
-    def build():
+    from inspector.widgets.tabs import layers
+
+    real = layers.LayersPanel
+
+    def build(dash):
         assert gate.wait(30)
         seen.append(parent.get("none"))
-        from inspector.widgets.dashboard import LayersPanel
-
-        return LayersPanel(dash)
+        return real(dash)
 
     dash = Dashboard(demos / DRIFT)
-    monkeypatch.setitem(dash._builders, "Layers", build)
+    monkeypatch.setattr(layers, "LayersPanel", build)  # the tab table names it
     parent.set("the tab click")
     dash.tab.selected_index = dash.TABS.index("Layers")
     parent.set("a consolidation drawing progress bars")  # the kernel's next message
@@ -814,10 +842,12 @@ def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch)
 
     dash = Dashboard(demos / DRIFT)
 
-    def broken():
+    def broken(dash):
         raise InspectorError("model-00001-of-00004.safetensors: cannot read it")
 
-    monkeypatch.setitem(dash._builders, "Layers", broken)
+    from inspector.widgets.tabs import layers
+
+    monkeypatch.setattr(layers, "LayersPanel", broken)  # the tab table names it
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index
     _until(lambda: "ckpt-error" in str(getattr(dash.tab.children[index].children[0], "value", "")))
@@ -1149,7 +1179,7 @@ def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
     and a click asks for confirmation; the re-check's answer then completes the question."""
     import threading
 
-    from inspector.widgets import actions
+    from inspector.widgets.tabs import repair as actions
 
     dash = Dashboard(_copy(demos, DRIFT, tmp_path))
     repair = dash.panel("Repair")
@@ -1175,3 +1205,39 @@ def test_repair_is_enabled_by_the_plan_not_by_its_re_check(
         planner.join(60)
     assert repair.preview is not None and "It fixes" in repair.question.value
     assert repair.confirm_box.layout.display != "none" and "This plan fixes" in repair.verdict.value
+
+
+def test_consolidate_buttons_are_disabled_with_the_reason_when_the_plan_will_refuse(
+    demos: Path, tmp_path: Path
+):
+    """Consolidate stayed enabled where the tab knew the plan would refuse (issue 34 item 5):
+    another layout disables both buttons from the start, a refused plan disables Consolidate
+    until the form changes; the reason shows beside them and in their tooltip."""
+    other = Dashboard(demos / "healthy-hf-sharded").select("Consolidate")
+    assert other.run.disabled and other.plan_button.disabled
+    assert "hf-sharded" in other.why.value and "hf-sharded" in other.run.tooltip
+    other.dest.value = "/elsewhere"  # no form value lifts a refusal of the layout
+    assert other.run.disabled
+
+    form = Dashboard(_copy(demos, DCP_COLLAPSED, tmp_path)).select("Consolidate")
+    assert not form.run.disabled and not form.why.value
+    form.max_size.value = "lots"
+    form.plan_button.click()
+    assert form.run.disabled and "cannot read size" in form.why.value
+    assert not form.plan_button.disabled  # asking again stays possible
+    form.max_size.value = "5GB"  # the form changed: the refusal no longer holds
+    assert not form.run.disabled and not form.why.value
+    form.plan_button.click()
+    assert not form.run.disabled and "cannot read size" not in form.status.value
+
+
+def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
+    """perspective-python's widget module passed the table to the page's viewer
+    (`viewer.load(table)`, which the viewer's docs ask to replace by loading the client and
+    naming the table in `restore`). The grids' module does that for the installed version."""
+    from inspector.widgets.grid import grid_class
+
+    source = grid_class().class_traits()["_shared_source"].default_value
+    assert "await n.load(o),await n.restore({" in source and "table:a})" in source
+    # The table is still loaded for a binding other than the server one, which it never is.
+    assert source.count("await n.load(_)") == 1 and 's==="server"?' in source

@@ -172,7 +172,7 @@ def test_serve_tab_runs_vllms_verdict_on_request(
     """The Serve tab's button: inspector.engine_check in a thread, its findings escaped."""
     import ipywidgets as w
 
-    from widgets.serve_panel import ServePanel
+    from widgets.tabs.serve import ServePanel
 
     case = vllm_cases["drop-k_proj"]
     _replay(monkeypatch, case)
@@ -206,7 +206,7 @@ def test_without_vllm_one_line_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert "[vllm]" in report.notes[0] and "not installed" in report.notes[0]
     # fit and the Serve tab say the same one line.
     assert fit(scan(tmp_path), tp=1, engine="vllm").engine == report
-    from widgets.serve_panel import engine_html
+    from widgets.tabs.serve import engine_html
 
     assert engine_html(report).count("<li>") == 1
 

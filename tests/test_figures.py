@@ -392,3 +392,39 @@ def test_snapshot_pngs_are_drawn_by_the_cartesian_bundle_without_mathjax(monkeyp
     assert options["mathjax"] is False
     assert Path(options["plotlyjs"]).read_text(encoding="utf-8") == cartesian_bundle()
     assert Path(options["plotlyjs"]) == cartesian_bundle_file()
+
+
+def test_values_heatmap_labels_stand_upright_thinned_and_clear_of_the_axis_title() -> None:
+    """The Values heatmap's column labels at -45 degrees crossed each other and ran into the
+    axis title and the legend under the plot: upright now, at most 80 of them, each at most
+    40 characters, the title set off below them and the legend above the plot."""
+    from inspector.widgets.figures import values_heatmap
+
+    kinds = [f"mlp.experts.{e}.gate_and_up_projection_of_a_long_name.weight" for e in range(300)]
+    rows = [
+        {
+            "name": f"model.layers.{layer}.{kind}",
+            "decoded": True,
+            **dict.fromkeys(("std", "sibling_std", "min", "max", "mean", "zero_frac"), 0.02),
+            "absmax": 1.0,
+            "sibling_absmax": 1.0,
+            "why": "far from its siblings",
+            "finding": "tensor-values-outlier" if layer == e == 0 else "",
+            "nan": 0,
+            "inf": 0,
+            "all_zero": False,
+        }
+        for layer in range(2)
+        for e, kind in enumerate(kinds)
+    ]
+    import pandas as pd
+
+    fig = values_heatmap(pd.DataFrame(rows))
+    x = fig.layout.xaxis
+    heat = fig.data[0]
+    assert x.tickangle == -90 and x.automargin and x.tickmode == "array"
+    assert 0 < len(x.tickvals) <= 80 and set(x.tickvals) <= set(heat.x)
+    assert max(len(t) for t in x.ticktext) <= 40 and "..." in x.ticktext[0]
+    assert x.title.text == "tensor kind" and x.title.standoff > 0
+    assert fig.layout.legend.y >= 1 and fig.layout.legend.yanchor == "bottom"
+    assert fig.layout.height >= 260 + 40 * 10 * 0.6  # the labels' height is added

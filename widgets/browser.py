@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 import numpy as np
@@ -39,7 +39,10 @@ from inspector.ui import (
 from .grid import GridCells, choice, make_grid, match_expression, table_name
 from .guard import guarded
 
-__all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame"]
+if TYPE_CHECKING:
+    from .tabs import Host
+
+__all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame", "tensors_tab"]
 
 _ANY = "any"
 # Grid columns in display order; `size` is the tensor's bytes (a number: it sorts as one, and
@@ -365,3 +368,8 @@ def _values(column: pd.Series) -> list[str]:
 
 def _numbers(column: pd.Series) -> list[int]:
     return sorted({int(v) for v in column.dropna().unique()})
+
+
+def tensors_tab(dash: Host) -> TensorBrowser:
+    """The dashboard's Tensors tab: its grid is made when the tab is first shown."""
+    return TensorBrowser(dash.scanned, export_dir=dash.report_dir, defer_grid=True, cells=False)

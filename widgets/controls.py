@@ -1,11 +1,11 @@
-"""Controls shared by the dashboard and its panels (`dashboard`, `actions`): a module below
+"""Controls shared by the dashboard and its panels (`dashboard`, `tabs/`): a module below
 both, so neither imports the other to build a button."""
 
 from __future__ import annotations
 
 import ipywidgets as w
 
-__all__ = ["button"]
+__all__ = ["button", "hidden"]
 
 
 def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
@@ -14,3 +14,8 @@ def button(description: str, css_class: str, *, style: str = "", icon: str = "")
     widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
     widget.layout.min_width = "max-content"
     return widget.add_class(css_class)
+
+
+def hidden(widget: w.Widget, hide: bool) -> None:
+    """Hide `widget` (or show it again) without removing it from its box."""
+    widget.layout.display = "none" if hide else None

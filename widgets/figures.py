@@ -665,9 +665,54 @@ def values_heatmap(values: pd.DataFrame, *, metric: str = "std") -> go.Figure:
             )
         )
     _layout(fig, title, x="tensor kind", y="layer", height=_height(len(rows)))
-    fig.update_xaxes(type="category", tickangle=-45, automargin=True)
+    _column_labels(fig, columns)
     fig.update_yaxes(type="category", autorange="reversed")
     return fig
+
+
+# The values heatmap's column labels (tensor kinds, up to thousands of them): upright, so
+# neighbours never cross as they did at -45 degrees; at most `_LABELS_ACROSS` of them (every
+# k-th: at 12 px a label, about what a notebook's width holds) and each at most
+# `_LABEL_CHARS` long, so that the margin under the plot stays bounded.
+_LABELS_ACROSS = 80
+_LABEL_CHARS = 40
+_LABEL_FONT = 10  # px
+
+
+def _column_labels(fig: go.Figure, columns: list[str]) -> None:
+    """Upright, thinned, elided labels on the x axis; the axis title and the legend placed
+    where the labels cannot reach them (the title below the labels' margin, the legend above
+    the plot), the figure made taller by the labels' height."""
+    step = max(1, -(-len(columns) // _LABELS_ACROSS))
+    shown = columns[::step]
+    texts = [_elided(legible(c)) for c in shown]
+    longest = max(map(len, texts), default=0)
+    # plotly.js sizes the margin for the labels itself (automargin); the figure grows by as
+    # much so the plot keeps its height. ~0.6 em a character.
+    labels_px = int(longest * _LABEL_FONT * 0.6) + 10
+    fig.update_xaxes(
+        type="category",
+        tickangle=-90,
+        automargin=True,
+        tickmode="array",
+        tickvals=[_label(c) for c in shown],
+        ticktext=[html.escape(t, quote=False) for t in texts],
+        tickfont={"size": _LABEL_FONT},
+        title={"text": "tensor kind", "standoff": 8},
+    )
+    fig.update_layout(
+        height=(fig.layout.height or 0) + labels_px,
+        margin={"t": 80},
+        legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.02, "yanchor": "bottom"},
+    )
+
+
+def _elided(text: str) -> str:
+    """`text` cut in its middle to `_LABEL_CHARS` (a tensor kind differs at both ends)."""
+    if len(text) <= _LABEL_CHARS:
+        return text
+    half = (_LABEL_CHARS - 3) // 2
+    return f"{text[:half]}...{text[-(_LABEL_CHARS - 3 - half) :]}"
 
 
 def _marks(marked: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str]]:

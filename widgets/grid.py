@@ -22,7 +22,7 @@ import itertools
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anywidget
 import ipywidgets as w
@@ -34,12 +34,17 @@ from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name
 from .esm import SOURCE_TRAIT, patient, shared_module, shared_source
 from .guard import guarded
 
+if TYPE_CHECKING:
+    from .plot import FigureBox
+
 __all__ = [
     "GRID_HEIGHT",
+    "FiguresAndGrid",
     "FrameGrid",
     "GridCells",
     "arrow_bytes",
     "choice",
+    "client_loading",
     "grid_class",
     "is_bytes_column",
     "make_grid",
@@ -175,6 +180,22 @@ _DEFINE_ONCE = """
 """
 _GRID: type | None = None
 
+# perspective-python 5.6's widget module hands the page's viewer a table (`viewer.load(table)`)
+# and then restores the widget's state; the viewer's documented way since 4.x is to load the
+# client and name the table in `restore` (perspective-viewer's `PerspectiveViewerElement::load`:
+# "if you plan to call restore anyway, prefer passing a Client"). The module's one call is
+# rewritten so, for the "server" binding the widget uses; any other version is left as it is.
+_LOAD_TABLE = "await n.load(_),await n.restore(Object.fromEntries(Ye.map(b=>[b,e.get(b)])))"
+_LOAD_CLIENT = (
+    's==="server"?(await n.load(o),await n.restore({...Object.fromEntries(Ye.map(b=>[b,'
+    "e.get(b)])),table:a})):(" + _LOAD_TABLE + ")"
+)
+
+
+def client_loading(source: str) -> str:
+    """Perspective's widget module with the viewer loading the client, not the table."""
+    return source.replace(_LOAD_TABLE, _LOAD_CLIENT, 1)
+
 
 def grid_class() -> type:
     """PerspectiveWidget whose module is evaluated once per page (`widgets.esm`) and
@@ -186,7 +207,7 @@ def grid_class() -> type:
 
         # The module file itself (anywidget wraps the class attribute in a file watcher).
         esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
-        source = _DEFINE_ONCE + esm.read_text(encoding="utf-8")
+        source = _DEFINE_ONCE + client_loading(esm.read_text(encoding="utf-8"))
         stub = shared_module(source, name="perspective", waiting="Loading the grid...")
 
         def __init__(
@@ -411,3 +432,18 @@ def arrow_bytes(frame: pd.DataFrame) -> bytes:
 
 def _css(label: str) -> str:
     return "-".join(label.split())
+
+
+class FiguresAndGrid:
+    """A tab of figures (`figures`, a FigureBox) above a grid (`table`, a FrameGrid): both
+    drawn when the tab is first shown, the grid closed with the tab."""
+
+    figures: FigureBox
+    table: FrameGrid
+
+    def on_shown(self) -> None:
+        self.figures.show()
+        self.table.show_grid()
+
+    def close(self) -> None:
+        self.table.close()

@@ -20,7 +20,7 @@ from inspector.ui import facts_html, html_text, load_verdict_html, problems_html
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from .dashboard import CheckpointState
+    from .state import CheckpointState
 
 __all__ = [
     "Snapshot",

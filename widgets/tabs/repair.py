@@ -1,36 +1,24 @@
-"""The dashboard tabs that act on disk: Repair, Consolidate and Report.
-
-Each button is one call into `inspector` (or `widgets.report`); the panels only collect form
-values and show what the call returned. Errors the core raises on purpose (`InspectorError`,
-`ValueError` for a bad size, `OSError`) are shown in the panel instead of escaping into the
-notebook as a traceback.
+"""The Repair tab: the repair plan as words and a diff, what it fixes and what it leaves, and
+Confirm to write it. Each button is one call into `inspector`; errors the core raises on
+purpose are shown in the panel.
 """
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
 
 from inspector.ui import (
-    SHARD_SPLIT_SIZE,
     InspectorError,
-    PlanRefusedError,
     RepairPlan,
     RestorePlan,
-    consolidation_reference,
-    default_destination,
     diff_html,
     findings_html,
     findings_to_frame,
-    fit,
-    format_bytes,
     html_text,
-    markdown_summary,
     plan_all,
-    plan_consolidation,
     plan_repair,
     plan_restore,
     plural,
@@ -41,14 +29,13 @@ from inspector.ui import (
     text_html,
 )
 
-from .controls import button
-from .guard import EXPECTED_ERRORS, captured, error_html, guarded
-from .report import write_html_report
+from ..controls import button, hidden
+from ..guard import EXPECTED_ERRORS, error_html, guarded
 
 if TYPE_CHECKING:
-    from .dashboard import Dashboard
+    from . import Host
 
-__all__ = ["ConsolidatePanel", "RepairPanel", "ReportPanel"]
+__all__ = ["RepairPanel"]
 
 # ipywidgets treats a None value as "nothing selected", so "" stands for "no policy".
 _DUPLICATES = [
@@ -57,11 +44,6 @@ _DUPLICATES = [
     ("keep the last shard's copy", "last"),
     ("keep the index's choice", "index"),
 ]
-_DTYPES = [("keep", ""), ("BF16", "BF16"), ("F16", "F16"), ("F32", "F32")]
-
-
-def _hidden(widget: w.Widget, hidden: bool) -> None:
-    widget.layout.display = "none" if hidden else None
 
 
 class RepairPanel:
@@ -81,7 +63,7 @@ class RepairPanel:
 
     _PARTS = ("index", "sidecars", "quant-config")
 
-    def __init__(self, dash: Dashboard) -> None:
+    def __init__(self, dash: Host) -> None:
         self.dash = dash
         self.plan: Any = None
         self.preview: Any = None
@@ -137,7 +119,7 @@ class RepairPanel:
         )
         self.verdict.value = "<i style='color:#666'>The plan is made when the tab is shown.</i>"
         self.repair.disabled = True
-        _hidden(self.confirm_box, True)
+        hidden(self.confirm_box, True)
 
     def on_shown(self) -> None:
         """Its tab is shown (the dashboard's hook): make the plan, the first time."""
@@ -242,7 +224,7 @@ class RepairPanel:
         self.plan, self.preview = None, None
         self.verdict.value = error_html(exc)
         self.plan_view.value = ""
-        _hidden(self.confirm_box, True)
+        hidden(self.confirm_box, True)
         self.repair.disabled = True
 
     def _new_shards(self) -> list[str]:
@@ -289,15 +271,15 @@ class RepairPanel:
                 f"Write {html_text(files)} in <code>{html_text(self.plan.root)}</code>"
                 f"?{fixes} The current files are backed up first."
             )
-            _hidden(self.confirm_box, False)
+            hidden(self.confirm_box, False)
             self.repair.disabled = True
             return
-        _hidden(self.confirm_box, True)
+        hidden(self.confirm_box, True)
         self.repair.disabled = not self.worth_it
 
     def execute(self) -> None:
         """Execute the plan, keep the result on the dashboard, and refresh every tab."""
-        _hidden(self.confirm_box, True)
+        hidden(self.confirm_box, True)
         self._round += 1
         try:
             result = self.plan.execute()
@@ -395,204 +377,3 @@ class RepairPanel:
 
 def _changes(plan: Any) -> str:
     return "; ".join(f"{wr.path}: {', '.join(wr.changes)}" for wr in plan.writes)
-
-
-class ConsolidatePanel:
-    """Form for `plan_consolidation` + `execute`: destination, mapping or reference, maximum
-    shard size, dtype, workers, overwrite. Shows the plan, a progress bar while running, and
-    the verification of the written folder. A destination that holds anything but this plan's
-    own output is refused by `execute` unless overwrite is ticked; the refusal is shown with
-    the two ways out."""
-
-    def __init__(self, dash: Dashboard) -> None:
-        self.dash = dash
-        source = dash.scanned.path
-        # Beside the source, not in it: the output must not become part of what it replaces.
-        self.dest = w.Text(value=str(default_destination(source)), description="destination")
-        self.mapping = w.Text(
-            placeholder="optional: JSON {tensor: file index}", description="mapping"
-        )
-        # A recorded mapping that collapses every tensor into one file is replaced by the
-        # reference its finding names (`inspector._internal.diagnosis.references`): shown, so it can
-        # be changed.
-        suggested = consolidation_reference(dash.scanned)
-        self.reference = w.Text(
-            value=suggested.path if suggested is not None else "",
-            placeholder="optional: HF folder or index",
-            description="reference",
-        ).add_class("ckpt-consolidate-reference")
-        self.max_size = w.Text(
-            value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
-        )
-        self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
-        self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
-        self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)
-        # The CLI's --overwrite: named so, as the core's refusal message names it.
-        self.overwrite = w.Checkbox(
-            description="overwrite (--overwrite): move what the destination holds to a backup",
-            indent=False,
-            layout=w.Layout(width="90%"),
-        ).add_class("ckpt-consolidate-overwrite")
-        for text in (self.dest, self.mapping, self.reference):
-            text.layout.width = "90%"
-        self.status = w.HTML().add_class("ckpt-consolidate-status")
-        plan = button("Plan", "ckpt-consolidate-plan")
-        plan.on_click(guarded(lambda: self.make_plan(), self.status))
-        self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
-        self.run.on_click(guarded(lambda: self.execute(), self.status))
-        # tqdm.auto draws its notebook progress bar into this output while the copy runs.
-        self.progress = w.Output().add_class("ckpt-consolidate-progress")
-        note = ""
-        if suggested is not None:
-            note = (
-                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
-                f"the reference is {html_text(suggested.label)}, which names "
-                f"{plural(suggested.files, 'file')}.</i>"
-            )
-        if dash.scanned.dcp is None:
-            note = (
-                f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
-            )
-        form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
-        self.widget = w.VBox(
-            [
-                w.HTML(note),
-                *form,
-                self.verify_data,
-                self.overwrite,
-                w.HBox([plan, self.run]),
-                self.progress,
-                self.status,
-            ]
-        )
-
-    def make_plan(self) -> Any:
-        """Plan from the form (nothing is written); show it and return it, None on refusal."""
-        try:
-            plan = plan_consolidation(
-                self.dash.scanned,
-                self.dest.value.strip(),
-                mapping=self.mapping.value.strip() or None,
-                reference=self.reference.value.strip() or None,
-                max_shard_size=self.max_size.value.strip(),
-                dtype=self.dtype.value or None,
-            )
-        except EXPECTED_ERRORS as exc:
-            self.status.value = error_html(exc)
-            return None
-        self.status.value = text_html(plan.describe())
-        return plan
-
-    def execute(self) -> Any:
-        """Plan from the form, write the consolidated checkpoint with a progress bar, and show
-        the verification of the result. Returns the result, None when refused or failed."""
-        plan = self.make_plan()
-        if plan is None:
-            return None
-        self.run.disabled = True
-        self.progress.clear_output()
-        try:
-            result = captured(
-                self.progress,
-                lambda: plan.execute(
-                    progress=True,
-                    verify_data=self.verify_data.value,
-                    workers=self.workers.value,
-                    overwrite=self.overwrite.value,
-                ),
-            )
-        except EXPECTED_ERRORS as exc:
-            self.progress.clear_output()
-            self.status.value = _refused(exc, overwrite=self.overwrite.value)
-            return None
-        finally:
-            self.run.disabled = False
-        verdict = (
-            "verified: no finding"
-            if result.ok
-            else f"verification: {plural(len(result.findings), 'finding')}"
-            + (", partial tensors" if result.partial else "")
-            + (", content differs" if result.data_mismatches else "")
-        )
-        color = "#2ca02c" if result.ok else "#d62728"
-        self.status.value = f'<div style="color:{color}"><b>{verdict}</b></div>' + text_html(
-            result.describe()
-        )
-        if result.findings:
-            self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
-        return result
-
-
-def _refused(exc: BaseException, *, overwrite: bool) -> str:
-    """Why the consolidation did not run; for a destination that holds other files, what the
-    form offers instead of the CLI flag the message names."""
-    text = error_html(exc)
-    if isinstance(exc, PlanRefusedError) and "--overwrite" in str(exc) and not overwrite:
-        text += (
-            "<div class='ckpt-consolidate-refused'>Nothing was written. Choose an empty "
-            "destination above, or tick <b>overwrite</b> to move what is there to a backup "
-            "and consolidate into it.</div>"
-        )
-    return text
-
-
-class ReportPanel:
-    """Buttons that write the self-contained HTML report and show the Markdown summary; the
-    report's figures are interactive with plotly.js embedded (offline, about 1.5 MB), loaded
-    from its CDN (small enough to attach) or PNG images."""
-
-    def __init__(self, dash: Dashboard) -> None:
-        self.dash = dash
-        name = dash.scanned.path.name or "checkpoint"
-        self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
-        self.path.layout.width = "90%"
-        self.status = w.HTML().add_class("ckpt-report-status")
-        write = button("Write HTML report", "ckpt-report-button", icon="file")
-        write.on_click(guarded(lambda: self.write_report(), self.status))
-        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
-        summary.on_click(guarded(lambda: self.show_markdown(), self.status))
-        self.figures = w.Dropdown(
-            options=[
-                ("interactive, plotly.js embedded (offline, ~1.5 MB)", "embedded"),
-                ("light: plotly.js from its CDN (to attach)", "cdn"),
-                ("PNG images (offline, not interactive)", "png"),
-            ],
-            value="embedded",
-            description="figures",
-            layout=w.Layout(width="28em"),
-        ).add_class("ckpt-report-figures")
-        self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
-        self.markdown.add_class("ckpt-markdown")
-        _hidden(self.markdown, True)
-        self.widget = w.VBox(
-            [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
-        )
-
-    def write_report(self) -> Path | None:
-        """Write the HTML report to the path in the form; returns it, None on failure."""
-        state = self.dash.state
-        try:
-            target = write_html_report(
-                state.scanned,
-                state.findings,
-                self.path.value.strip(),
-                verdict=state.verdict,
-                figures=self.figures.value,
-            )
-        except EXPECTED_ERRORS as exc:
-            self.status.value = error_html(exc)
-            return None
-        size = target.stat().st_size
-        self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."
-        return target
-
-    def show_markdown(self) -> str:
-        """Show the Markdown summary (to paste into a bug report) and return it."""
-        state = self.dash.state
-        text = markdown_summary(
-            state.scanned, state.findings, verdict=state.verdict, serving=fit(state.scanned)
-        )
-        self.markdown.value = text
-        _hidden(self.markdown, False)
-        return text

@@ -17,13 +17,15 @@ import pandas as pd
 
 from inspector.ui import computed_value_table, frame_html, value_table
 
-from .figures import METRICS, values_heatmap
-from .guard import captured, guarded
+from ..figures import METRICS, values_heatmap
+from ..guard import captured, guarded
 
 if TYPE_CHECKING:
     from inspector.ui import ScannedCheckpoint
 
-__all__ = ["ValuesPanel"]
+    from . import Host
+
+__all__ = ["ValuesPanel", "values_tab"]
 
 _ROW_COLUMNS = [
     "name",
@@ -133,3 +135,10 @@ class ValuesPanel:
         name = data[index[0]][index[1]] if isinstance(index, (list, tuple)) else data[index]
         if name:
             self.show(str(name))
+
+
+def values_tab(dash: Host) -> ValuesPanel:
+    """The dashboard's Values tab: the values it reads are checked with everything else."""
+    from ..plot import figure_widget
+
+    return ValuesPanel(dash.scanned, figure=figure_widget, check_values=dash.check_values)

@@ -33,13 +33,15 @@ from inspector.ui import (
     legible,
 )
 
-from .figures import serving_plans
-from .guard import guarded
+from ..figures import serving_plans
+from ..guard import guarded
 
 if TYPE_CHECKING:
     from inspector.ui import ScannedCheckpoint
 
-__all__ = ["ServePanel"]
+    from . import Host
+
+__all__ = ["ServePanel", "engine_html", "serve_tab"]
 
 _NO_GPU = "no GPU"
 
@@ -133,3 +135,10 @@ def engine_html(report: EngineReport) -> str:
         f"<li><b>{html_text(f.code)}</b>: {html_text(f.message)}</li>" for f in report.findings
     ]
     return f"<ul>{''.join(items)}</ul>"
+
+
+def serve_tab(dash: Host) -> ServePanel:
+    """The dashboard's Serve tab."""
+    from ..plot import figure_widget
+
+    return ServePanel(dash.scanned, figure=figure_widget)

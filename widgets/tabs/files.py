@@ -1,0 +1,78 @@
+"""The Files tab: shard sizes with their outliers, then every file in a grid with its findings
+counted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import ipywidgets as w
+import pandas as pd
+
+from inspector.ui import findings_per_file, legible_each
+
+from ..grid import FiguresAndGrid, FrameGrid, yes_no
+from ..plot import FigureBox
+
+if TYPE_CHECKING:
+    from ..state import CheckpointState
+    from . import Host
+
+__all__ = ["FilesPanel"]
+
+
+class FilesPanel(FiguresAndGrid):
+    """Shard-size distribution with outliers, then every file in a sortable, filterable grid:
+    sizes, what it stores, and how many findings name it (`findings_per_file`: the counts
+    agree with the findings; recounted when the load check's findings arrive)."""
+
+    def __init__(self, dash: Host) -> None:
+        from ..figures import (
+            expected_small,
+            shard_size_distribution,
+            shard_size_outliers,
+        )
+
+        self.dash = dash
+        files = dash.scanned.files
+        self.figures = FigureBox([(shard_size_distribution(files), "ckpt-shard-sizes")])
+        self.outliers = (
+            shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
+            if len(files)
+            else pd.Series(False, index=files.index)
+        )
+        self.table = FrameGrid(
+            self.frame(dash.current),
+            title="files",
+            css_class="ckpt-files-table",
+            text="file",
+            flags={
+                "with findings": ["findings", ">", 0],
+                "size outliers": ["outlier", "==", "yes"],
+            },
+            sort=[["findings", "desc"], ["outlier", "desc"], ["file", "asc"]],
+            what="files",
+            cells=False,
+        )
+        self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+
+    def frame(self, state: CheckpointState) -> pd.DataFrame:
+        """The files table as the grid shows it, with the findings of `state` counted."""
+        f = state.scanned.files
+        counts = findings_per_file(state.findings, f["file"].astype(str))
+        return pd.DataFrame(
+            {
+                "file": legible_each(f["file"].astype(str).tolist()),
+                "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
+                "size": f["size"].astype("Int64"),
+                "outlier": yes_no(self.outliers),
+                "tensors": f["tensors"].astype("int64"),
+                "data size": f["tensor_bytes"].astype("int64"),
+                "header size": f["header_bytes"].astype("Int64"),
+                "first layer": f["first_layer"].astype("Int64"),
+                "last layer": f["last_layer"].astype("Int64"),
+                "layers": f["layers"].astype("int64"),
+                "readable": yes_no(f["readable"]),
+            }
+        ).reset_index(drop=True)

@@ -1,0 +1,84 @@
+"""The Report tab: write the one-file HTML report and show the Markdown summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import ipywidgets as w
+
+from inspector.ui import (
+    fit,
+    html_text,
+    markdown_summary,
+)
+
+from ..controls import button, hidden
+from ..guard import EXPECTED_ERRORS, error_html, guarded
+from ..report import write_html_report
+
+if TYPE_CHECKING:
+    from . import Host
+
+__all__ = ["ReportPanel"]
+
+
+class ReportPanel:
+    """Buttons that write the self-contained HTML report and show the Markdown summary; the
+    report's figures are interactive with plotly.js embedded (offline, about 1.5 MB), loaded
+    from its CDN (small enough to attach) or PNG images."""
+
+    def __init__(self, dash: Host) -> None:
+        self.dash = dash
+        name = dash.scanned.path.name or "checkpoint"
+        self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
+        self.path.layout.width = "90%"
+        self.status = w.HTML().add_class("ckpt-report-status")
+        write = button("Write HTML report", "ckpt-report-button", icon="file")
+        write.on_click(guarded(lambda: self.write_report(), self.status))
+        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
+        summary.on_click(guarded(lambda: self.show_markdown(), self.status))
+        self.figures = w.Dropdown(
+            options=[
+                ("interactive, plotly.js embedded (offline, ~1.5 MB)", "embedded"),
+                ("light: plotly.js from its CDN (to attach)", "cdn"),
+                ("PNG images (offline, not interactive)", "png"),
+            ],
+            value="embedded",
+            description="figures",
+            layout=w.Layout(width="28em"),
+        ).add_class("ckpt-report-figures")
+        self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
+        self.markdown.add_class("ckpt-markdown")
+        hidden(self.markdown, True)
+        self.widget = w.VBox(
+            [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
+        )
+
+    def write_report(self) -> Path | None:
+        """Write the HTML report to the path in the form; returns it, None on failure."""
+        state = self.dash.state
+        try:
+            target = write_html_report(
+                state.scanned,
+                state.findings,
+                self.path.value.strip(),
+                verdict=state.verdict,
+                figures=self.figures.value,
+            )
+        except EXPECTED_ERRORS as exc:
+            self.status.value = error_html(exc)
+            return None
+        size = target.stat().st_size
+        self.status.value = f"Wrote <code>{html_text(target)}</code> ({size:,} bytes)."
+        return target
+
+    def show_markdown(self) -> str:
+        """Show the Markdown summary (to paste into a bug report) and return it."""
+        state = self.dash.state
+        text = markdown_summary(
+            state.scanned, state.findings, verdict=state.verdict, serving=fit(state.scanned)
+        )
+        self.markdown.value = text
+        hidden(self.markdown, False)
+        return text
