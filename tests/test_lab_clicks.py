@@ -113,6 +113,14 @@ _WATCH = (
 }"""
 ).replace("PANE", _PANE)
 
+# The shown pane (as _PANE) and whether the status bar says the kernel is idle: one round
+# trip per poll.
+_IDLE = """() => {
+    const pane = (PANE)();
+    const status = document.querySelector('#jp-main-statusbar');
+    return pane && {...pane, idle: !!status && status.innerText.includes('Idle')};
+}""".replace("PANE", _PANE)
+
 # Text on the page that means a widget or the kernel failed.
 _BROKEN = """() => {
     const dash = document.querySelector('.ckpt-dashboard');
@@ -262,8 +270,8 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
     done: list[str] = []
     before: set[str] = set()
     for _ in range(40):
-        _reopen(page, title)
-        _settle(page)
+        if _reopen(page, title):
+            _settle(page)
         buttons = _buttons(page)
         trace.append(
             f"{title}: "
@@ -289,30 +297,30 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
     return done
 
 
-def _reopen(page, title: str) -> None:
-    """Tab `title`, selected again if a button led elsewhere."""
+def _reopen(page, title: str) -> bool:
+    """Tab `title`, selected again if a button led elsewhere (then True)."""
     current = page.locator(".ckpt-dashboard .ckpt-tabs .lm-TabBar-tab.lm-mod-current").first
-    if not (current.text_content() or "").strip().startswith(title):
-        open_tab(page, title)
+    if (current.text_content() or "").strip().startswith(title):
+        return False
+    open_tab(page, title)
+    return True
 
 
 def _settle(page) -> None:
-    """Until the kernel has been idle for half a second and the shown tab holds no spinner
-    (a click's work is done, or shown as under way), at most CONTENT_WAIT."""
+    """Until the kernel has been idle for 0.3 s and the shown tab holds no spinner (a click's
+    work is done, or shown as under way), at most CONTENT_WAIT."""
     deadline = time.monotonic() + CONTENT_WAIT
-    status = page.locator("#jp-main-statusbar")
     idle_since = None
-    page.wait_for_timeout(200)  # the click's message reaches the kernel
+    page.wait_for_timeout(150)  # the click's message reaches the kernel
     while time.monotonic() < deadline:
-        idle = "Idle" in (status.inner_text() if status.count() else "")
-        pane = page.evaluate(_PANE)
-        if idle and pane and not pane["spinner"]:
+        pane = page.evaluate(_IDLE)
+        if pane and pane["idle"] and not pane["spinner"]:
             idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since >= 0.5:
+            if time.monotonic() - idle_since >= 0.3:
                 return
         else:
             idle_since = None
-        page.wait_for_timeout(100)
+        page.wait_for_timeout(50)
 
 
 def _broken(page, where: str) -> list[tuple[str, str]]:
