@@ -26,9 +26,15 @@ def moe(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return scanned, check(scanned)
 
 
-def test_report_renders_offline_in_chromium(moe: tuple, chromium, tmp_path: Path):
+@pytest.fixture(scope="module")
+def report(moe: tuple, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of `moe` with plotly.js embedded, written once: the tests only read it."""
     scanned, findings = moe
-    report = write_html_report(scanned, findings, tmp_path / "report.html")
+    return write_html_report(scanned, findings, tmp_path_factory.mktemp("report") / "report.html")
+
+
+def test_report_renders_offline_in_chromium(moe: tuple, report: Path, chromium):
+    _, findings = moe
     requested: list[str] = []
     errors: list[str] = []
     page = chromium.new_page(viewport={"width": 1280, "height": 900})
@@ -90,11 +96,9 @@ _BREAKS_INSIDE_WORDS = """() => {
 }"""
 
 
-def test_names_in_the_findings_table_wrap_between_words(moe: tuple, chromium, tmp_path: Path):
+def test_names_in_the_findings_table_wrap_between_words(report: Path, chromium):
     """In a narrow window the file column wraps "model-00002-of-00003.safetensors" after its
     separators, never inside "safetensors"."""
-    scanned, findings = moe
-    report = write_html_report(scanned, findings, tmp_path / "report.html")
     page = chromium.new_page(viewport={"width": 760, "height": 900})
     page.route("**/*", _only_files())
     page.goto(report.as_uri(), wait_until="load")

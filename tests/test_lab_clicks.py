@@ -1,0 +1,359 @@
+"""Every tab and every button of the dashboard, clicked as a newcomer clicks them (issue 34).
+
+The session's JupyterLab and Chromium (tests/conftest.py) run a one-cell notebook: the
+dashboard on a copy of the demo `modelopt-1422-sidecar-drift` (387 tensors, MoE layers, MTP
+tensors the index forgot). Then, with one kernel for the whole test:
+
+1. every tab is clicked once, left to right: within a few seconds it shows its frame (its
+   panel, or the spinner that stands for it while it is built), and no error box, traceback
+   or "widget model not found" appears. Each first click's time to frame and to content (the
+   panel with its grids and figures drawn) is measured in the page, from the tab's
+   pointerdown: printed and written to build/test-artifacts/first-clicks.txt, never asserted
+   (a shared machine's load decides them); one screenshot per tab, clicks-<tab>.png;
+2. then in each tab every enabled button is clicked once (buttons a click reveals, such as
+   Confirm, too), the same checks after each click. The Tensors grid is drawn before the
+   Values tab's "Sample values" is clicked, as in issue 34's crash report ("Cannot delete
+   table with views"): any error there fails the test. (With the fix of widgets/grid.py and
+   widgets/browser.py taken out, this flow passed on 29 Nov: closing the grid widget let go
+   of the page's view in time. The held view itself is reproduced in-process by
+   test_values.py::test_sample_values_after_the_tensors_grid_was_drawn.)
+3. last, the header's Re-scan.
+
+A click whose answer is a refusal the tab explains (an error box a person is meant to read)
+is listed in REFUSALS with the words it must show; any other error box fails the test.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import pytest
+from browser import ARTIFACTS, Lab, open_notebook, open_tab, run_all_cells
+from inspector.widgets import Dashboard
+
+pytestmark = pytest.mark.browser
+
+DEMO = "modelopt-1422-sidecar-drift"
+NOTEBOOK = "lab-clicks/clicks.ipynb"
+TABS = Dashboard.TABS
+# How long a tab may take to show its frame (a spinner at least) before the test fails: far
+# above issue 34's 0.3 s aim, so that only a tab that shows nothing fails on a loaded machine.
+FRAME_LIMIT = 15.0
+# How long a tab's content, or a click's work, is waited for before the next click.
+CONTENT_WAIT = 90.0
+# Where a click's error box is a refusal the tab explains, and the words it must hold: on a
+# checkpoint with no candidate reference the restore field is empty, and planning a restore
+# (Plan restore, then Plan again, which keeps the choice) asks for one. Consolidate's
+# refusals are issue 34's bug: see the xfail test below.
+REFUSALS = {
+    "Repair -> ": "name the checkpoint to restore from",
+    "Consolidate -> ": "not DCP-sharded safetensors",
+}
+# The button a tab's clicks begin with: "Sample values" while the Tensors grid drawn by the
+# first clicks is still on the page (a check of the values rebuilds every tab, so after
+# "Read all values" the grid would be a new one, not yet drawn).
+FIRST = {"Values": "Sample values"}
+
+# The dashboard's tab pane now shown, and what it holds: a spinner, a bug's or a refusal's
+# error box, and whether its grids and figures are drawn.
+_PANE = """() => {
+    const dash = document.querySelector('.ckpt-dashboard');
+    const tabs = dash && dash.querySelector('.ckpt-tabs');
+    if (!tabs) return null;
+    const contents = tabs.querySelector(':scope > .widget-tab-contents') || tabs;
+    const pane = [...contents.children].find(
+        c => c.offsetParent !== null && !c.classList.contains('lm-TabBar'));
+    const selected = tabs.querySelector('.lm-TabBar-tab.lm-mod-current');
+    if (!pane) return {selected: selected && selected.textContent.trim(), shown: false};
+    const visible = el => el.offsetParent !== null;
+    const grids = [...pane.querySelectorAll('perspective-viewer')].filter(visible);
+    const drawn = grids.every(v => {
+        const dg = v.querySelector('perspective-viewer-datagrid');
+        const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
+        return table && table.querySelector('tbody td, thead th');
+    });
+    const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
+    const plotted = plots.every(p => p.querySelector('.main-svg'));
+    const spinner = [...pane.querySelectorAll('.ckpt-tab-loading')].some(visible);
+    return {
+        selected: selected && selected.textContent.trim(),
+        shown: pane.getBoundingClientRect().height > 0 && pane.innerText.trim().length > 0,
+        spinner,
+        content: !spinner && drawn && plotted && pane.innerText.trim().length > 0,
+    };
+}"""
+
+# Set before a tab's first click: from the tab's pointerdown, the times (ms) at which its
+# pane first shows something (its frame) and its drawn content, polled every 10 ms.
+_WATCH = (
+    """([title, limit]) => {
+    const pane = PANE;
+    window.__ckptWatch = new Promise(resolve => {
+        let start = null, frame = null;
+        const down = event => {
+            const tab = event.target.closest && event.target.closest('.lm-TabBar-tab');
+            if (tab && tab.textContent.trim().startsWith(title)) start = performance.now();
+        };
+        document.addEventListener('pointerdown', down, true);
+        const poll = setInterval(() => {
+            if (start === null) return;
+            const now = performance.now(), seen = pane();
+            const current = seen && seen.selected && seen.selected.startsWith(title);
+            if (current && seen.shown && frame === null) frame = now - start;
+            if ((current && seen.content) || now - start > limit) {
+                clearInterval(poll);
+                document.removeEventListener('pointerdown', down, true);
+                resolve({frame, content: current && seen.content ? now - start : null,
+                         spinner: seen && seen.spinner});
+            }
+        }, 10);
+    });
+}"""
+).replace("PANE", _PANE)
+
+# The shown pane (as _PANE) and whether the status bar says the kernel is idle: one round
+# trip per poll.
+_IDLE = """() => {
+    const pane = (PANE)();
+    const status = document.querySelector('#jp-main-statusbar');
+    return pane && {...pane, idle: !!status && status.innerText.includes('Idle')};
+}""".replace("PANE", _PANE)
+
+# Text on the page that means a widget or the kernel failed.
+_BROKEN = """() => {
+    const dash = document.querySelector('.ckpt-dashboard');
+    const visible = el => el.offsetParent !== null;
+    const boxes = [...dash.querySelectorAll('.ckpt-error')].filter(visible)
+        .map(el => el.innerText.trim());
+    const stderr = [...document.querySelectorAll(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")]
+        .map(el => el.innerText).filter(t => /Traceback|Error/.test(t));
+    const text = document.body.innerText;
+    return {
+        boxes,
+        tracebacks: stderr.concat(/Traceback \\(most recent call last\\)/.test(text) ?
+            ['Traceback on the page'] : []),
+        lost: /model not found/i.test(text) ? ['widget model not found'] : [],
+    };
+}"""
+
+
+@dataclass
+class ClickedThrough:
+    """What clicking every tab and button showed (see the module docstring)."""
+
+    times: dict[str, dict] = field(default_factory=dict)
+    # (where, what): error boxes, tracebacks, lost widget models, after each click.
+    broken: list[tuple[str, str]] = field(default_factory=list)
+    clicked: dict[str, list[str]] = field(default_factory=dict)
+    # Each tab's visible buttons left disabled after its buttons were clicked.
+    disabled: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+@pytest.fixture(scope="module")
+def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> ClickedThrough:
+    """Every tab, then every button, clicked once in one page on one kernel."""
+    seen = ClickedThrough()
+    _write_notebook(jupyter_lab, demo_checkpoints)
+    page = open_notebook(chromium, jupyter_lab, NOTEBOOK, seen.errors)
+    page.on(
+        "console",
+        lambda msg: seen.errors.append(msg.text) if "model not found" in msg.text.lower() else None,
+    )
+    trace: list[str] = []
+    try:
+        run_all_cells(page, timeout=180)
+        page.wait_for_selector(".ckpt-dashboard .ckpt-tabs", timeout=60_000)
+        for title in TABS:
+            seen.times[title] = _first_click(page, title)
+            seen.broken += _broken(page, f"tab {title}")
+        for title in TABS:
+            seen.clicked[title] = _click_buttons(page, title, seen.broken, trace)
+            seen.disabled[title] = [b["label"] for b in _buttons(page) if b["disabled"]]
+        _settle(page)
+        page.locator(".ckpt-dashboard .ckpt-rescan-button").first.click()
+        _settle(page)
+        seen.broken += _broken(page, "Re-scan")
+    except Exception:
+        page.screenshot(path=str(ARTIFACTS / "clicks-failure.png"), full_page=True)
+        raise
+    finally:
+        _write_times(seen, trace)
+        page.close()
+        jupyter_lab.shut_down_kernels()
+    return seen
+
+
+def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
+    seen = clicked_through
+    slow = {t: v for t, v in seen.times.items() if v["frame"] is None or v["frame"] > FRAME_LIMIT}
+    assert slow == {}, f"tabs that showed neither their frame nor a spinner: {slow}"
+    unexplained = [
+        f"{where}: {what}"
+        for where, what in seen.broken
+        if not any(where.startswith(w) and words in what for w, words in REFUSALS.items())
+    ]
+    assert unexplained == [], "\n".join(unexplained)
+    assert [e for e in seen.errors if "model not found" in e.lower()] == [], seen.errors
+    # The Tensors grid was drawn before "Sample values" was clicked (its table once crashed).
+    assert seen.times["Tensors"]["content"] is not None, seen.times
+    assert seen.clicked["Values"][0] == "Sample values", seen.clicked["Values"]
+    assert {"Repair", "Confirm"} <= set(seen.clicked["Repair"]), seen.clicked["Repair"]
+    assert all(seen.clicked[t] for t in ("Tensors", "Findings", "Report")), seen.clicked
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 34 item 5: Consolidate's Plan and Consolidate buttons stay enabled on a "
+    "checkpoint the tab already knows it cannot consolidate (not DCP-sharded); each click "
+    "answers PlanRefusedError",
+)
+def test_consolidate_offers_no_button_its_plan_refuses(clicked_through: ClickedThrough):
+    refused = [(w, t) for w, t in clicked_through.broken if w.startswith("Consolidate ->")]
+    assert refused == [], refused
+
+
+def _write_notebook(lab: Lab, demo_checkpoints: Path) -> None:
+    """This test's notebook: the dashboard on a copy of DEMO (the buttons repair it and write
+    reports beside it)."""
+    root = lab.folder("lab-clicks")
+    copy = Path(shutil.copytree(demo_checkpoints / DEMO, root / DEMO))
+    book = nbformat.v4.new_notebook()
+    book.cells = [
+        nbformat.v4.new_code_cell(
+            "from inspector.widgets import Dashboard\n"
+            f"dash = Dashboard({str(copy)!r}, report_dir={str(root / 'reports')!r})\n"
+            "dash"
+        )
+    ]
+    book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    nbformat.write(book, root / "clicks.ipynb")
+
+
+def _first_click(page, title: str) -> dict:
+    """Click tab `title` for the first time; its times to frame and content in seconds."""
+    page.evaluate(_WATCH, [title, CONTENT_WAIT * 1000])
+    open_tab(page, title)
+    seen = page.evaluate("window.__ckptWatch")
+    result = {
+        "frame": None if seen["frame"] is None else seen["frame"] / 1000,
+        "content": None if seen["content"] is None else seen["content"] / 1000,
+        "spinner": seen["spinner"],
+    }
+    _shoot(page, f"clicks-{title.lower()}.png")
+    return result
+
+
+def _buttons(page) -> list[dict]:
+    """The visible buttons of the tab pane now shown: {"label", "disabled"} each."""
+    return page.evaluate(
+        """() => {
+            const tabs = document.querySelector('.ckpt-dashboard .ckpt-tabs');
+            const contents = tabs.querySelector(':scope > .widget-tab-contents') || tabs;
+            const pane = [...contents.children].find(
+                c => c.offsetParent !== null && !c.classList.contains('lm-TabBar'));
+            if (!pane) return [];
+            return [...pane.querySelectorAll('button.jupyter-button')]
+                .filter(b => b.offsetParent !== null)
+                .map(b => ({label: b.innerText.trim() || b.title, disabled: b.disabled}));
+        }"""
+    )
+
+
+def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[str]) -> list[str]:
+    """Click each enabled button of tab `title` once, and those a click reveals or enables
+    (Confirm, right after Repair); return the labels clicked. A button that leads to
+    another tab is followed back."""
+    done: list[str] = []
+    before: set[str] = set()
+    for _ in range(40):
+        if _reopen(page, title):
+            _settle(page)
+        buttons = _buttons(page)
+        trace.append(
+            f"{title}: "
+            + ", ".join(b["label"] + (" (disabled)" if b["disabled"] else "") for b in buttons)
+        )
+        enabled = [b["label"] for b in buttons if not b["disabled"]]
+        todo = [b for b in enabled if b not in done]
+        if not todo:
+            break
+        # Revealed or enabled by the last click first, else the last one: the pane's own
+        # action (Repair, Next) before the buttons that plan again or go elsewhere.
+        fresh = [b for b in todo if b not in before]
+        label = fresh[0] if before and fresh else todo[-1]
+        if not done and FIRST.get(title) in todo:
+            label = FIRST[title]
+        before = set(enabled)
+        done.append(label)
+        pane = page.locator(".ckpt-dashboard .ckpt-tabs > .widget-tab-contents > :visible")
+        exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
+        pane.locator("button.jupyter-button", has_text=exact).first.click()
+        _settle(page)
+        broken += _broken(page, f"{title} -> {label!r}")
+    return done
+
+
+def _reopen(page, title: str) -> bool:
+    """Tab `title`, selected again if a button led elsewhere (then True)."""
+    current = page.locator(".ckpt-dashboard .ckpt-tabs .lm-TabBar-tab.lm-mod-current").first
+    if (current.text_content() or "").strip().startswith(title):
+        return False
+    open_tab(page, title)
+    return True
+
+
+def _settle(page) -> None:
+    """Until the kernel has been idle for 0.3 s and the shown tab holds no spinner (a click's
+    work is done, or shown as under way), at most CONTENT_WAIT."""
+    deadline = time.monotonic() + CONTENT_WAIT
+    idle_since = None
+    page.wait_for_timeout(150)  # the click's message reaches the kernel
+    while time.monotonic() < deadline:
+        pane = page.evaluate(_IDLE)
+        if pane and pane["idle"] and not pane["spinner"]:
+            idle_since = idle_since or time.monotonic()
+            if time.monotonic() - idle_since >= 0.3:
+                return
+        else:
+            idle_since = None
+        page.wait_for_timeout(50)
+
+
+def _broken(page, where: str) -> list[tuple[str, str]]:
+    """What on the page says a widget or the kernel failed, as (where, what)."""
+    found = page.evaluate(_BROKEN)
+    return [(where, what) for what in found["boxes"] + found["tracebacks"] + found["lost"]]
+
+
+def _shoot(page, name: str) -> None:
+    dashboard = page.locator(".ckpt-dashboard").first
+    dashboard.scroll_into_view_if_needed()
+    dashboard.screenshot(path=str(ARTIFACTS / name))
+
+
+def _write_times(seen: ClickedThrough, trace: list[str]) -> None:
+    """Print the first clicks' times and write them, with the buttons each tab showed after
+    each click, to build/test-artifacts/first-clicks.txt."""
+
+    def seconds(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f} s"
+
+    lines = ["first click: time to frame (panel or spinner) and to content (drawn)", ""]
+    lines.append("tab             frame   content   buttons clicked")
+    for title, times in seen.times.items():
+        buttons = ", ".join(seen.clicked.get(title, []))
+        frame, content = seconds(times["frame"]), seconds(times["content"])
+        lines.append(f"{title:<12} {frame:>8}  {content:>8}   {buttons}")
+    lines += ["", "buttons shown before each click:", *trace]
+    lines += ["", "error boxes:", *(f"{where}: {what}" for where, what in seen.broken)]
+    text = "\n".join(lines) + "\n"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "first-clicks.txt").write_text(text)
+    print(text)
