@@ -48,6 +48,7 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 # long are named too (test_codes_coverage.py, test_verdict_cache.py, test_widgets_in_kernel.py).
 HEAVIEST_FIRST = (
     "test_dashboard.py",  # 146.3
+    "test_lab_clicks.py",  # 92.4 alone, 29 Nov 02:10 (load 3-6), lab and Chromium included
     "test_lab_browser.py",  # 82.4
     "test_notebooks.py",  # 76.0
     "test_values.py",  # 74.7

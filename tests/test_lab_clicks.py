@@ -48,11 +48,10 @@ FRAME_LIMIT = 15.0
 CONTENT_WAIT = 90.0
 # Where a click's error box is a refusal the tab explains, and the words it must hold: on a
 # checkpoint with no candidate reference the restore field is empty, and planning a restore
-# (Plan restore, then Plan again, which keeps the choice) asks for one. Consolidate's
-# refusals are issue 34's bug: see the xfail test below.
+# (Plan restore, then Plan again, which keeps the choice) asks for one. Consolidate offers
+# no button its plan refuses (the test below).
 REFUSALS = {
     "Repair -> ": "name the checkpoint to restore from",
-    "Consolidate -> ": "not DCP-sharded safetensors",
 }
 # The button a tab's clicks begin with: "Sample values" while the Tensors grid drawn by the
 # first clicks is still on the page (a check of the values rebuilds every tab, so after
@@ -208,12 +207,6 @@ def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
     assert all(seen.clicked[t] for t in ("Tensors", "Findings", "Report")), seen.clicked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 34 item 5: Consolidate's Plan and Consolidate buttons stay enabled on a "
-    "checkpoint the tab already knows it cannot consolidate (not DCP-sharded); each click "
-    "answers PlanRefusedError",
-)
 def test_consolidate_offers_no_button_its_plan_refuses(clicked_through: ClickedThrough):
     refused = [(w, t) for w, t in clicked_through.broken if w.startswith("Consolidate ->")]
     assert refused == [], refused
