@@ -967,10 +967,12 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     from inspector._internal.load.verdict import load_verdict
 
     kept = load_verdict(scan(demos / DRIFT))  # kept in this test's cache
-    load_child._CHILD.close()
+    # The process's own child, already running when an earlier test started it: asked
+    # again below instead of a new one (a new child imports torch and transformers again).
+    child = load_child._CHILD
     asked: list[dict] = []
 
-    class Asked(load_child.VerdictProcess):
+    class NoChild(load_child.VerdictProcess):
         def __init__(self) -> None:
             super().__init__(
                 "inspector._internal.load.child",
@@ -978,13 +980,12 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
                 seconds=load_child.VERDICT_SECONDS,
             )
 
+        def start(self) -> None:
+            raise AssertionError("the load check's process was started")
+
         def ask(self, request: dict) -> dict:
             asked.append(request)
             return super().ask(request)
-
-    class NoChild(Asked):
-        def start(self) -> None:
-            raise AssertionError("the load check's process was started")
 
     monkeypatch.setattr(load_child, "_CHILD", NoChild())
     dash = Dashboard(demos / DRIFT)
@@ -993,10 +994,15 @@ def test_a_verdict_kept_in_the_cache_shows_without_starting_the_child(
     assert "data-loads='yes'" in _texts(dash.panels["Overview"].widget)
     state = CheckpointState.load(demos / DRIFT)  # a re-scan's state: no child either
     assert state.verdict == kept and not state.pending and not asked
-    monkeypatch.setattr(load_child, "_CHILD", Asked())  # now the child may start
+
+    def recorded(request: dict) -> dict:
+        asked.append(request)
+        return load_child.VerdictProcess.ask(child, request)
+
+    monkeypatch.setattr(child, "ask", recorded)
+    monkeypatch.setattr(load_child, "_CHILD", child)  # now the child may be asked
     fresh = Dashboard(demos / DRIFT, cache=False)
     assert fresh.state.verdict == kept and len(asked) == 1 and asked[0]["cache"] is False
-    load_child._CHILD.close()
 
 
 def test_load_check_off_says_so(demos: Path):

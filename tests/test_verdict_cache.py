@@ -503,36 +503,51 @@ def test_a_killed_writers_temp_file_is_removed_a_live_ones_kept(verdict_cache_di
     assert not old.exists() and fresh.exists()
 
 
-_WRITER = textwrap.dedent(
+# Three writer processes at once. One interpreter imports the cache and the verdict (pandas
+# among them: most of each process's time), then forks the three: each writes and reads
+# with its own open files and flocks, as three separate interpreters would.
+_WRITERS = textwrap.dedent(
     """
-    import sys
+    import os
+    import traceback
     from inspector._internal.load import cache
     from inspector._internal.load.verdict import LoadVerdict
 
     cache.MAX_ENTRIES = 4
-    me = int(sys.argv[1])
-    for n in range(8):
-        shared = n % 3  # the same three keys in every process, and keys of its own
-        for reads in (f"{shared:064x}", f"{me:032x}{n:032x}"):
-            key = {"reads": reads, "trust_remote_code": False, "local": True, "code": None}
-            verdict = LoadVerdict(architecture=f"M{reads[-6:]}").to_dict()
-            cache.keep(key, verdict)
-            got = cache.kept(key)
-            assert got is None or LoadVerdict.from_dict(got).architecture.startswith("M"), got
-    print("ok")
+
+    def write(me):
+        for n in range(8):
+            shared = n % 3  # the same three keys in every process, and keys of its own
+            for reads in (f"{shared:064x}", f"{me:032x}{n:032x}"):
+                key = {"reads": reads, "trust_remote_code": False, "local": True, "code": None}
+                verdict = LoadVerdict(architecture=f"M{reads[-6:]}").to_dict()
+                cache.keep(key, verdict)
+                got = cache.kept(key)
+                assert got is None or LoadVerdict.from_dict(got).architecture.startswith("M"), got
+
+    pids = []
+    for me in range(1, 4):
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                write(me)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            os._exit(code)
+        pids.append(pid)
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+    print("ok" if codes == [0, 0, 0] else f"exit codes {codes}")
     """
 )
 
 
 def test_concurrent_writers_leave_whole_entries_within_bounds(verdict_cache_dir: Path) -> None:
-    procs = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(n)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for n in range(1, 4)
-    ]  # fmt: skip
-    for proc in procs:
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 0 and out.strip() == "ok", err[-2000:]
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITERS], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.stdout, proc.stderr[-2000:])
     folder = verdict_cache_dir / "verdicts"
     names = sorted(p.name for p in folder.iterdir())
     entries = [n for n in names if n.endswith(".json")]
