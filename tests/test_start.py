@@ -122,3 +122,33 @@ def test_a_command_help_shows_its_options_and_imports_no_heavy_library(command: 
     options = {o for a in sub.choices[command]._actions for o in a.option_strings}
     shown = set(re.findall(r"(?<![\w-])--?[\w][\w-]*", proc.stdout))
     assert options <= shown, sorted(options - shown)
+
+
+def test_a_broken_plugin_command_is_left_out_and_every_other_command_still_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another package's entry point that does not import, or takes a built-in's name, costs
+    one line on stderr, not the CLI."""
+    from importlib.metadata import EntryPoint
+
+    from inspector._internal.cli import main as cli_main
+
+    group = cli_main.PLUGIN_GROUP
+    broken = [
+        EntryPoint("gone", "no_such_module_of_a_plugin", group),
+        EntryPoint("scan", "inspector.widgets.cli", group),
+        EntryPoint("report", "inspector.widgets.cli", group),
+    ]
+    monkeypatch.setattr(cli_main, "entry_points", lambda group: broken)
+    cli_main._commands.cache_clear()
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            cli_main.main(["--help"])
+        out, err = capsys.readouterr()
+        assert exit_.value.code == 0
+        assert "'gone'" in err and "no_such_module_of_a_plugin" in err
+        assert "'scan' (inspector.widgets.cli) is left out" in err
+        assert "report" in out and "summarize a checkpoint" in out
+        assert cli_main.main(["codes", "--json"]) == 0
+    finally:
+        cli_main._commands.cache_clear()

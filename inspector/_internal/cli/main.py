@@ -243,7 +243,21 @@ def _commands() -> tuple[Command, ...]:
 
 
 def _plugin_commands() -> list[Command]:
-    return [
-        Command(entry.name, entry.load().HELP, entry.value)
-        for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name)
-    ]
+    """The commands installed packages add. One that does not load, or names no `HELP` line,
+    is left out with one line on stderr: another package's bug never stops every command."""
+    names = {c.name for c in COMMANDS}
+    commands = []
+    for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+        try:
+            text = entry.load().HELP
+        except Exception as exc:  # any import error of someone else's module
+            _fail(f"the command {entry.name!r} ({entry.value}) is left out: {exc!r}")
+            continue
+        if entry.name in names or not isinstance(text, str):
+            _fail(
+                f"the command {entry.name!r} ({entry.value}) is left out: it has no HELP "
+                "line or takes the name of a built-in command"
+            )
+            continue
+        commands.append(Command(entry.name, text, entry.value))
+    return commands
