@@ -15,7 +15,7 @@ million tensors must fit in a few hundred bytes each.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -145,6 +145,17 @@ class IndexDoc:
                 zip(self.names, self.files.tolist(), strict=True)
             )
         return built
+
+    def name_set(self) -> Set[str]:
+        """The names as a set for membership tests, shared (the lookup map's keys when that is
+        built already): the index and issue rules both ask which shard names it lacks."""
+        built = self._cache.get("lookup_map")
+        if built is not None:
+            return built.keys()
+        names = self._cache.get("name_set")
+        if names is None:
+            names = self._cache["name_set"] = frozenset(self.names)
+        return names
 
     @property
     def raw(self) -> dict[str, Any]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from itertools import repeat
 from typing import TYPE_CHECKING
 
@@ -251,11 +250,8 @@ class _IndexView:
             return [n for n, g in zip(shard.names, got, strict=True) if g is None]
         if self.listed_of[shard.file] == len(shard.names):
             return []
-        return [n for n in shard.names if n not in self._index_names]
-
-    @cached_property
-    def _index_names(self) -> frozenset[str]:
-        return frozenset(self.index.names)
+        listed = self.index.name_set()
+        return [n for n in shard.names if n not in listed]
 
 
 # -- facts gathered while checking, for the totals' explanations ----------------------------
