@@ -11,9 +11,11 @@ over the tensors. Which weights are packed: docs/architecture.md, "checkpoint/".
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, ClassVar
 
 import numpy as np
@@ -144,8 +146,9 @@ def _values(
     4-bit weights, numel otherwise. Names are split once; every other test runs on the few
     distinct params and dtypes (factorized), and the module of a name is taken only for
     the rows packing depends on, so 300,000 tensors cost a few tenths of a second."""
-    params = [n[n.rfind(".") + 1 :] for n in names]
-    coded = Coded.encode(params, len(params))
+    # Coded straight from C-level maps: no list of 300,000 param strings is kept.
+    last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
+    coded = Coded.encode(last, len(names))
     codes, kinds = coded.codes, coded.values
 
     def per_kind(test: Callable[[str], bool]) -> np.ndarray:
@@ -174,12 +177,12 @@ def _values(
         # MXFP4: `<proj>_scales` next to `<proj>_blocks` in the same module.
         rows = np.flatnonzero(blocks)
         stems = {
-            (m, params[r][: -len(_BLOCKS)])
+            (m, kinds[codes[r]][: -len(_BLOCKS)])
             for m, r in zip(modules(rows), rows.tolist(), strict=True)
         }
         rows = np.flatnonzero(scales)
         for m, row in zip(modules(rows), rows.tolist(), strict=True):
-            if (m, params[row][: -len(_SCALES)]) in stems:
+            if (m, kinds[codes[row]][: -len(_SCALES)]) in stems:
                 not_counted[row] = True
     candidates = np.flatnonzero(integer & (weight | packed_weight))
     in_fp4 = np.zeros(len(names), dtype=bool)
