@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 
 __all__ = [
     "CACHE_DIR",
@@ -226,7 +226,7 @@ def ensure_listed(
         total_size += _write_shard(folder / file, chunk)[0]
         weight_map.update(dict.fromkeys((t[0] for t in chunk), file))
     index = {"metadata": {"total_size": total_size}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (folder / INDEX_NAME).write_text(json.dumps(index, indent=2))
     (folder / CONFIG_NAME).write_text(json.dumps(config, indent=2))
     (folder / _COMPLETE).write_text("")
     return folder
@@ -252,9 +252,9 @@ def _write(spec: SyntheticSpec, folder: Path) -> None:
         "metadata": {"total_size": total_size, "total_parameters": total_params},
         "weight_map": weight_map,
     }
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (folder / INDEX_NAME).write_text(json.dumps(index, indent=2))
     (folder / CONFIG_NAME).write_text(json.dumps(_config(spec), indent=2))
-    (folder / "hf_quant_config.json").write_text(json.dumps(_quant_config(spec), indent=2))
+    (folder / QUANT_CONFIG_NAME).write_text(json.dumps(_quant_config(spec), indent=2))
 
 
 def _write_shard(path: Path, chunk: list[tuple[str, str, tuple[int, ...]]]) -> tuple[int, int]:

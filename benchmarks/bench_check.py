@@ -34,11 +34,11 @@ from _synthetic import SyntheticSpec, _write_shard, ensure_checkpoint, spec_for
 from bench_scan import best_of, floor, profile
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.finding import Finding
 from inspector._internal.scan.entry import scan
 
 TARGET_RATIO = 3.0
-INDEX = "model.safetensors.index.json"
 KEPT_EXPERTS = 64
 _COMPLETE = ".complete"
 
@@ -71,7 +71,7 @@ def _inject(source: Path, folder: Path, spec: SyntheticSpec, layer: int) -> None
     """1. hard-link every shard and copy the JSON files; 2. rewrite the shards holding `layer`'s
     experts without ids >= KEPT_EXPERTS; 3. edit the index: drop those and the MTP tensors,
     add a dangling entry."""
-    index = orjson.loads((source / INDEX).read_bytes())
+    index = orjson.loads((source / INDEX_NAME).read_bytes())
     for entry in os.scandir(source):
         if entry.name.endswith(".safetensors"):
             os.link(entry.path, folder / entry.name)
@@ -93,7 +93,7 @@ def _inject(source: Path, folder: Path, spec: SyntheticSpec, layer: int) -> None
     }
     weight_map["mtp.fc.weight"] = next(iter(weight_map.values()))
     index["weight_map"] = weight_map
-    (folder / INDEX).write_text(json.dumps(index, indent=2))
+    (folder / INDEX_NAME).write_text(json.dumps(index, indent=2))
 
 
 def _drop(expert: re.Pattern[str], name: str) -> bool:

@@ -31,6 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from inspector._internal.common.filenames import CONFIG_NAME
+
 CACHE = Path(__file__).resolve().parent / ".cache"
 INPUT = CACHE / "consolidate-dcp-512m-v2"
 WORLD = 4
@@ -92,7 +94,7 @@ def ensure_input() -> Path:
     meta = INPUT / "model" / ".hf_metadata"
     meta.mkdir()
     (meta / "fqn_to_file_index_mapping.json").write_text(json.dumps(mapping(), indent=2))
-    (meta / "config.json").write_text(json.dumps({"model_type": "bench", "num_hidden_layers": 7}))
+    (meta / CONFIG_NAME).write_text(json.dumps({"model_type": "bench", "num_hidden_layers": 7}))
     (INPUT / "complete").touch()
     return INPUT / "model"
 

@@ -47,6 +47,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from inspector._internal.common.filenames import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    QUANT_CONFIG_NAME,
+)
+
 BUCKET = "bench"
 
 
@@ -267,10 +273,7 @@ def main() -> None:
         with open(path, "rb") as fh:
             headers += 8 + struct.unpack("<Q", fh.read(8))[0]
     apparent = sum(p.stat().st_size for p in shards)
-    side = sum(
-        (folder / n).stat().st_size
-        for n in ("model.safetensors.index.json", "config.json", "hf_quant_config.json")
-    )
+    side = sum((folder / n).stat().st_size for n in (INDEX_NAME, CONFIG_NAME, QUANT_CONFIG_NAME))
     with serving(folder.parent, args.delay) as urls:
         proxy, direct, prefix = urls["proxy"], urls["direct"], folder.name
         url = f"s3://{BUCKET}/{prefix}"

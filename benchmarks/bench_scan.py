@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synthetic import ensure_checkpoint, spec_for
 
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.scan.entry import scan
 
 TARGET_RATIO = 2.0
@@ -72,7 +73,7 @@ def floor_orjson(folder: Path) -> int:
 
 def floor_with_index(folder: Path) -> int:
     """The floor plus parsing `model.safetensors.index.json` (the scan reads it too)."""
-    orjson.loads((folder / "model.safetensors.index.json").read_bytes())
+    orjson.loads((folder / INDEX_NAME).read_bytes())
     return floor(folder)
 
 

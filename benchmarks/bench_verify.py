@@ -30,6 +30,7 @@ import numpy as np
 from remote_servers import FakeHub
 from safetensors.numpy import save_file
 
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.integrity import verify, write_manifest
 
 CACHE = Path(__file__).resolve().parent / ".cache" / "verify"
@@ -56,7 +57,7 @@ def build(folder: Path, shards: int, shard_mb: int) -> list[Path]:
             weight_map[name] = file.name
         save_file(tensors, str(file), metadata={"format": "pt"})
     index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     stamp.touch()
     return files
 
@@ -127,7 +128,7 @@ def hub_size_level(shards: int) -> tuple[int, int, float]:
         for i in range(shards):
             name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
             save_file({f"model.layers.{i}.w": np.full((64, 64), i, np.float32)}, str(folder / name))
-        (folder / "config.json").write_text("{}")
+        (folder / CONFIG_NAME).write_text("{}")
         stamp.touch()
     copy = CACHE / f"hub-{shards}-copy"
     shutil.rmtree(copy, ignore_errors=True)
