@@ -619,9 +619,9 @@ def test_the_cli_is_one_module_per_command() -> None:
 
     cli = ROOT / "inspector" / "_internal" / "cli"
     modules = {p.stem for p in cli.glob("*.py")} - {"__init__", "main", "args"}
-    assert {c.module.rsplit(".", 1)[1] for c in COMMANDS} == modules
+    assert {c.module_name.rsplit(".", 1)[1] for c in COMMANDS} == modules
     for command in COMMANDS:
-        module = importlib.import_module(command.module)
+        module = importlib.import_module(command.module_name)
         assert callable(module.add_arguments) and callable(module.run), module.__name__
     (sub,) = [a for a in _parser()._actions if a.dest == "command"]
     assert set(sub.choices) - {"report"} == modules

@@ -136,6 +136,7 @@ def test_a_broken_plugin_command_is_left_out_and_every_other_command_still_runs(
     group = cli_main.PLUGIN_GROUP
     broken = [
         EntryPoint("gone", "no_such_module_of_a_plugin", group),
+        EntryPoint("helpless", "json", group),
         EntryPoint("scan", "inspector.widgets.cli", group),
         EntryPoint("report", "inspector.widgets.cli", group),
     ]
@@ -147,7 +148,9 @@ def test_a_broken_plugin_command_is_left_out_and_every_other_command_still_runs(
         out, err = capsys.readouterr()
         assert exit_.value.code == 0
         assert "'gone'" in err and "no_such_module_of_a_plugin" in err
-        assert "'scan' (inspector.widgets.cli) is left out" in err
+        assert "'scan' of the entry point 'inspector.widgets.cli' is left out" in err
+        assert "is a built-in command; reinstall or uninstall" in err
+        assert "'helpless' of the entry point 'json' is left out: its module has no HELP" in err
         assert "report" in out and "summarize a checkpoint" in out
         assert cli_main.main(["codes", "--json"]) == 0
     finally:

@@ -29,65 +29,61 @@ __all__ = ["COMMANDS", "PLUGIN_GROUP", "Command", "describe_os_error", "main"]
 @dataclass(frozen=True, slots=True)
 class Command:
     """One command: its name, the line `--help` shows for it, and the module whose
-    `add_arguments(parser)` defines its options and sets `func` to its `run` (a module of
-    `inspector/_internal/cli/`, or of another package for a plugin command)."""
+    `add_arguments(parser)` defines its options and sets `func` to its `run`: the module of
+    `inspector/_internal/cli/` named after the command, or another package's for a plugin
+    command (`module`)."""
 
     name: str
     help: str
-    module: str
+    module: str = ""
     description: str | None = None
     # `completion` writes the script of the whole parser: every command's options.
     whole_parser: bool = False
 
+    @property
+    def module_name(self) -> str:
+        return self.module or f"inspector._internal.cli.{self.name}"
+
     def add_to(self, sub: argparse._SubParsersAction, *, full: bool) -> None:
         p = sub.add_parser(self.name, help=self.help, description=self.description or self.help)
         if full:
-            importlib.import_module(self.module).add_arguments(p)
+            importlib.import_module(self.module_name).add_arguments(p)
 
-
-_HERE = "inspector._internal.cli."
 
 # The commands, in the order `ckpt-inspect --help` lists them.
 COMMANDS = (
-    Command("scan", "summarize a checkpoint (headers and JSON only)", _HERE + "scan"),
+    Command("scan", "summarize a checkpoint (headers and JSON only)"),
     Command(
         "check",
         "report every finding (drift, structure, will it load) and its fix; CI gate",
-        _HERE + "check",
     ),
     Command(
         "fit",
         "will it serve? parallel plans (TP, EP, PP), weights and KV cache per GPU",
-        _HERE + "fit",
     ),
-    Command("diff", "compare two checkpoints: names, dtypes, shapes, layer keys", _HERE + "diff"),
+    Command("diff", "compare two checkpoints: names, dtypes, shapes, layer keys"),
     Command(
         "verify",
         "are the bytes right? compare with a manifest, the Hub's listing or another copy",
-        _HERE + "verify",
     ),
     Command(
         "manifest",
         "write a content manifest (per file size + SHA-256, per tensor content hash)",
-        _HERE + "manifest",
     ),
     Command(
         "repair",
         "rebuild index, sidecars, quant config from the shards on disk (all at once by "
         "default); restore lost tensors from a reference (--from REF)",
-        _HERE + "repair",
     ),
     Command(
         "consolidate",
         "turn DCP-sharded safetensors or a .bin checkpoint into an HF safetensors checkpoint",
-        _HERE + "consolidate",
     ),
-    Command("codes", "list every finding code with its severity and meaning", _HERE + "codes"),
-    Command("demo", "write the built-in demo checkpoints into OUTDIR", _HERE + "demo"),
+    Command("codes", "list every finding code with its severity and meaning"),
+    Command("demo", "write the built-in demo checkpoints into OUTDIR"),
     Command(
         "completion",
         "print the shell completion script (bash, zsh or tcsh)",
-        _HERE + "completion",
         description="Print the completion script of ckpt-inspect for SHELL. Bash: "
         "`ckpt-inspect completion bash > ~/.local/share/bash-completion/completions/"
         "ckpt-inspect`; zsh: `ckpt-inspect completion zsh > ~/.zfunc/_ckpt-inspect` with "
@@ -248,16 +244,18 @@ def _plugin_commands() -> list[Command]:
     names = {c.name for c in COMMANDS}
     commands = []
     for entry in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
-        try:
-            text = entry.load().HELP
-        except Exception as exc:  # any import error of someone else's module
-            _fail(f"the command {entry.name!r} ({entry.value}) is left out: {exc!r}")
+        where = f"the command {entry.name!r} of the entry point {entry.value!r}"
+        todo = "reinstall or uninstall the package that provides it"
+        if entry.name in names:
+            _fail(f"{where} is left out: {entry.name!r} is a built-in command; {todo}")
             continue
-        if entry.name in names or not isinstance(text, str):
-            _fail(
-                f"the command {entry.name!r} ({entry.value}) is left out: it has no HELP "
-                "line or takes the name of a built-in command"
-            )
+        try:
+            text = getattr(entry.load(), "HELP", None)
+        except Exception as exc:  # any error of someone else's module
+            _fail(f"{where} is left out: loading it failed ({exc!r}); {todo}")
+            continue
+        if not isinstance(text, str):
+            _fail(f"{where} is left out: its module has no HELP line (a str); {todo}")
             continue
         commands.append(Command(entry.name, text, entry.value))
     return commands
