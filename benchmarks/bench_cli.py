@@ -9,9 +9,9 @@ each a fresh process, against the floor process (read every shard header and `js
 The checkpoint is the drifted copy of `bench_check.py` (so `check` has findings to group).
 Every tool runs once per round, the rounds interleaved, best wall time of `--runs` kept: on a
 shared machine the ratios hold better than the times. Peak memory is the process's VmHWM
-minus that of a process that only imported the readers the commands use, per tensor.
-Bytecode is written on the first run (PYTHONDONTWRITEBYTECODE is cleared), as on a user's
-machine.
+minus that of a process that ran both commands on a missing folder (their imports), per
+tensor. Bytecode is written on the first run (PYTHONDONTWRITEBYTECODE is cleared), as on a
+user's machine.
 Targets at ~300k tensors: scan <= 2.5x the floor, check --no-model <= 3x; at 1M tensors both
 under 5 s; peak under 600 bytes per tensor.
 """
@@ -59,15 +59,15 @@ with open("/proc/self/status") as fh:
     peak = next(int(l.split()[1]) for l in fh if l.startswith("VmHWM:"))
 print(f"VmHWM {peak}", file=sys.stderr)
 """
-# The reference of time and memory: a process that imported what `scan` and `check` import
-# when they run (the CLI imports a command's readers only then, so importing the CLI alone
-# would put pandas and the readers into the commands' peak).
+# The reference of time and memory: a process that ran `check` and `scan` on a missing folder
+# (the CLI imports a command's readers only when it runs, so importing the CLI alone would put
+# pandas and the readers into the commands' peak).
 _IMPORT_ONLY = _CLI.replace(
     "code = main(sys.argv[1:])",
-    "import inspector._internal.cli.check, inspector._internal.cli.scan\n"
-    "    import inspector._internal.checks, inspector._internal.checks.values\n"
-    "    import inspector._internal.scan.entry, inspector._internal.report.text\n"
-    "    import inspector._internal.report.summary, inspector._internal.serve.engine\n"
+    "import contextlib, io\n"
+    "    with contextlib.redirect_stderr(io.StringIO()):\n"
+    "        main(['check', '/no-such-checkpoint', '--no-model'])\n"
+    "        main(['scan', '/no-such-checkpoint'])\n"
     "    code = 0",
 )
 
