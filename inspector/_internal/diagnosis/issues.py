@@ -417,8 +417,7 @@ def _shard_files_missing(
     on_disk = {s.file for s in ctx.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
-    names = ", ".join(map(legible, gone[:_MAX_LISTED]))
-    names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+    names = _listed(gone)
     # Same-named dangling tensors are the missing files' contents, not a second issue.
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
@@ -498,9 +497,7 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
-    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
-        f" and {len(files) - 3} more" if len(files) > 3 else ""
-    )
+    shown = _listed(files)
     severity = _worst(mine)
     impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
     if severity != Severity.ERROR:
@@ -530,9 +527,7 @@ def _files_unsafe(ctx: _Context, mine: list[Finding], pending: list[Finding]) ->
     files = sorted({f.file for f in mine if f.file})
     unread = set(files)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
-    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
-        f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
-    )
+    shown = _listed(files)
     known = code_of(Code.FILE_UNSAFE)
     return Issue(
         key="files-unsafe",
@@ -1071,6 +1066,12 @@ def _known(code: str) -> Code | None:
         return code_of(code)
     except ValueError:  # a finding built by hand with a code of its own
         return None
+
+
+def _listed(files: Sequence[str]) -> str:
+    """'a, b, c and 2 more': the first files by name, then how many others."""
+    more = f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
+    return ", ".join(map(legible, files[:_MAX_LISTED])) + more
 
 
 def _worst(findings: Iterable[Finding]) -> Severity:
