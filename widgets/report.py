@@ -20,7 +20,6 @@ import base64
 import hashlib
 import os
 from collections.abc import Sequence
-from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,11 +42,11 @@ from inspector.ui import (
     format_bytes,
     frame_html,
     group_problems,
+    grouped_by_code,
     html_text,
     load_verdict_html,
     markup_html,
     plural,
-    severity_rank,
     summarize,
     verification_line,
     write_atomic,
@@ -333,10 +332,8 @@ def _findings_section(scanned: ScannedCheckpoint, findings: Sequence[Finding], c
     if not findings:
         return head + "<p class='muted' id='no-findings'>No findings.</p>\n</section>"
     missing = _missing_experts(scanned)
-    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     rows: list[str] = []
-    for code, group in groupby(ordered, key=lambda f: f.code):
-        items = list(group)
+    for code, items in grouped_by_code(findings):
         severity = str(items[0].severity)
         rows.append(
             f"<tr class='group sev-{severity}' data-code='{_e(code)}'><td colspan='7'>"

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
 from typing import Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural, shell_word
-from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.finding import Finding, severity_rank
 
 __all__ = [
     "FINDING",
     "ISSUE",
     "READ_ERROR",
     "SEVERITY_ORDER",
+    "grouped_by_code",
     "refusal_digest",
     "severity_counts",
     "severity_tally",
@@ -50,6 +52,13 @@ def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:
         plural(int(counts.get(s, 0)), s) for s in SEVERITY_ORDER if zeros or int(counts.get(s, 0))
     ]
     return ", ".join(parts)
+
+
+def grouped_by_code(findings: Iterable[Finding]) -> list[tuple[str, list[Finding]]]:
+    """The findings worst first, one group per code (each in the order given): the table of
+    findings per code that the Markdown summary and the HTML report show."""
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    return [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
 
 
 # A refusal shows this many codes, each with its count and its first message cut to this length.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -17,8 +16,8 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible, legible_m
 from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import group_issues
-from inspector._internal.findings.finding import Finding, severity_rank
-from inspector._internal.findings.words import severity_counts
+from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.words import grouped_by_code, severity_counts
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
 from inspector._internal.report.summary import experts_text, summarize
@@ -62,8 +61,7 @@ def _findings_lines(
 ) -> list[str]:
     """The issues, the table of findings per code and the first messages of each code."""
     lines: list[str] = []
-    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
-    groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
+    groups = grouped_by_code(findings)
     if not groups:
         return ["", "No findings."]
     lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
