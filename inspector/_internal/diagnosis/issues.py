@@ -615,47 +615,41 @@ def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding])
     )
 
 
-def _quant_config_missing_in_config(
+def _quant_config_missing(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
 ) -> Issue | None:
-    # A compressed-tensors config.json is the model's own config, which no repair rewrites:
-    # the fix is a choice left to the person.
-    return Issue(
-        key="quant-config-missing-layers-config",
-        severity=Severity.ERROR,
-        title=f"{CONFIG_NAME}'s quantization_config leaves out "
-        f"{plural(len(mine), 'quantized module')}",
-        impact="loaders treat those modules as unquantized and misread their weights",
-        action=Action(
+    """Quantized modules a quantization config leaves out (the findings of one file: the
+    two rules that take them split them by file)."""
+    modules = plural(len(mine), "quantized module")
+    if mine[0].file == CONFIG_NAME:
+        # A compressed-tensors config.json is the model's own config, which no repair
+        # rewrites: the fix is a choice left to the person.
+        key, file = "quant-config-missing-layers-config", CONFIG_NAME
+        title = f"{CONFIG_NAME}'s quantization_config leaves out {modules}"
+        action = Action(
             "review",
             f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
             "group's targets), or re-export them unquantized",
             _command(ctx, "review"),
-        ),
-        findings=tuple(mine),
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(CONFIG_NAME,),
-    )
-
-
-def _quant_config_missing(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Issue | None:
-    # hf_quant_config.json's are repaired here.
-    return Issue(
-        key="quant-config-missing-layers",
-        severity=Severity.ERROR,
-        title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
-        impact="loaders treat those modules as unquantized and misread their weights",
-        action=_repair(
+        )
+    else:  # hf_quant_config.json's are repaired here.
+        key, file = "quant-config-missing-layers", QUANT_CONFIG_NAME
+        title = f"hf_quant_config.json lacks {modules}"
+        action = _repair(
             ctx,
             "quant-config",
             "add the missing quantized_layers entries from their sibling experts' configs "
             "(opt-in: review the diff)",
-        ),
+        )
+    return Issue(
+        key=key,
+        severity=Severity.ERROR,
+        title=title,
+        impact="loaders treat those modules as unquantized and misread their weights",
+        action=action,
         findings=tuple(mine),
         tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(QUANT_CONFIG_NAME,),
+        files=(file,),
     )
 
 
@@ -988,7 +982,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_codes(_SIDECARS), _sidecars_disagree),
     _Rule(_codes(Code.CONFIG_UNREADABLE), _config_unreadable),
     _Rule(_codes(_EXPERTS), _experts_missing),
-    _Rule(_quant_file(in_config=True), _quant_config_missing_in_config),
+    _Rule(_quant_file(in_config=True), _quant_config_missing),
     _Rule(_quant_file(in_config=False), _quant_config_missing),
     _Rule(_codes(_DCP_GAPS), _dcp_chunks_broken),
     _Rule(_codes(Code.MAPPING_COLLAPSED), _collapsed),
