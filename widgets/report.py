@@ -47,6 +47,7 @@ from inspector.ui import (
     load_verdict_html,
     markup_html,
     plural,
+    severity_tally,
     summarize,
     verification_line,
     write_atomic,
@@ -321,9 +322,11 @@ def _experts_text(summary: dict[str, Any]) -> str:
 def _severity_badges(findings: list[dict[str, Any]]) -> str:
     if not findings:
         return "<span class='badge ok'>no findings</span>"
-    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITY_ORDER}
+    counts = severity_tally(findings)
     return " ".join(
-        f"<span class='badge sev-{s}'>{_e(plural(n, s))}</span>" for s, n in counts.items() if n
+        f"<span class='badge sev-{s}'>{_e(plural(counts[s], s))}</span>"
+        for s in SEVERITY_ORDER
+        if counts[s]
     )
 
 

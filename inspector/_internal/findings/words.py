@@ -40,10 +40,11 @@ class _Judged(Protocol):
     def severity(self) -> object: ...
 
 
-def severity_tally(items: Iterable[_Judged]) -> Counter[str]:
-    """How many of `items` (findings or issues) have each severity, by its word: the one
-    count the CLI, the reports and the dashboard show (`severity_counts` says it)."""
-    return Counter(str(item.severity) for item in items)
+def severity_tally(items: Iterable[_Judged | Mapping[str, object]]) -> Counter[str]:
+    """How many of `items` (findings or issues, or findings as JSON: `Finding.to_dict()`)
+    have each severity, by its word: the one count the CLI, the reports and the dashboard
+    show (`severity_counts` says it)."""
+    return Counter(str(i["severity"] if isinstance(i, Mapping) else i.severity) for i in items)
 
 
 def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:

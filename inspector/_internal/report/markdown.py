@@ -7,7 +7,6 @@ escaped Markdown text (`inspector._internal.common.display.legible`, targets "ma
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import group_issues
 from inspector._internal.findings.finding import Finding
-from inspector._internal.findings.words import grouped_by_code, severity_counts
+from inspector._internal.findings.words import grouped_by_code, severity_counts, severity_tally
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
 from inspector._internal.report.summary import experts_text, summarize
@@ -107,7 +106,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
     ]
     if s["moe_layers"]:
         facts.append(f"- experts: {experts_text(s)}")
-    counts = Counter(f["severity"] for f in s["findings"])
+    counts = severity_tally(s["findings"])
     facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts
 
