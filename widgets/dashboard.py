@@ -663,10 +663,5 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
     )
 
 
-def _short(text: str, limit: int = 220) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
 def _esc(value: object) -> str:
     return html_text(value)
