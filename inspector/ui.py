@@ -49,6 +49,7 @@ if TYPE_CHECKING:
         FINDING,
         ISSUE,
         SEVERITY_ORDER,
+        grouped_by_code,
         severity_counts,
         severity_tally,
     )
@@ -137,6 +138,7 @@ _LAZY: dict[str, str] = {
     "format_bytes": "inspector._internal.common.units",
     "frame_html": "inspector._internal.report.html",
     "group_problems": "inspector._internal.diagnosis.issues",
+    "grouped_by_code": "inspector._internal.findings.words",
     "html_text": "inspector._internal.report.html",
     "known_verdict": "inspector._internal.load.verdict",
     "layer_name": "inspector._internal.common.text",
@@ -221,6 +223,7 @@ __all__ = [
     "format_bytes",
     "frame_html",
     "group_problems",
+    "grouped_by_code",
     "html_text",
     "known_verdict",
     "layer_name",

@@ -18,6 +18,8 @@ from inspector._internal.demo.safetensors_layouts import (
     modelopt_1631,
 )
 from inspector._internal.diagnosis.issues import group_problems
+from inspector._internal.findings.codes import Code
+from inspector._internal.findings.finding import make_finding
 from inspector._internal.plans.repair import plan_repair, preview_repair, scanned_after
 from inspector._internal.scan.entry import scan
 
@@ -99,6 +101,25 @@ def test_a_code_no_rule_explains_is_a_problem_in_its_own_words(demos):
         "MTP layer 4 carries self_attention.core_attention._extra_state entries"
     )
     assert problem.cells == ((4, None),) and problem.action.kind == "review"
+
+
+def test_modules_a_quant_config_leaves_out_are_one_issue_per_file(demos):
+    """config.json's quantization_config is reviewed by a person, hf_quant_config.json is
+    repaired here: the same code makes two issues, told apart by the findings' file."""
+    scanned = scan(demos["healthy-per-layer"])
+    files = ("config.json", "hf_quant_config.json", "hf_quant_config.json")
+    findings = [
+        make_finding(Code.QUANT_CONFIG_MISSING_LAYER, f"layer {i} left out", file=f, tensor=f"t{i}")
+        for i, f in enumerate(files)
+    ]
+    by_key = {p.key: p for p in group_problems(scanned, findings)}
+    in_config = by_key["quant-config-missing-layers-config"]
+    sidecar = by_key["quant-config-missing-layers"]
+    assert in_config.title == "config.json's quantization_config leaves out 1 quantized module"
+    assert in_config.files == ("config.json",) and in_config.action.kind == "review"
+    assert sidecar.title == "hf_quant_config.json lacks 2 quantized modules"
+    assert sidecar.files == ("hf_quant_config.json",) and sidecar.tensors == ("t1", "t2")
+    assert sidecar.action.parts == ("quant-config",) and sidecar.repairable
 
 
 def test_preview_of_the_1422_repair_fixes_every_finding(demos, tmp_path):

@@ -116,6 +116,19 @@ class Dashboard:
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self.panels: dict[str, Any] = {}
         self.last_repair: Any = None
+        self.widget = self._layout()
+        self._snapshot = None
+        if snapshot:
+            from .snapshot import Snapshot
+
+            self._snapshot = Snapshot()
+        self._make_locks()
+        self._draw()
+        if model:
+            self._start_verdict()
+
+    def _layout(self) -> w.VBox:
+        """The header with the Re-scan button, the notice and progress lines, the tabs."""
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0")).add_class(
             "ckpt-header"
         )
@@ -146,15 +159,14 @@ class Dashboard:
             " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
             layout=w.Layout(display="none"),
         )
-        self.widget = w.VBox(
+        return w.VBox(
             [top, self.notice, self.progress, tab_style, self.tab, Autosize(), GridCells()],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
-        self._snapshot = None
-        if snapshot:
-            from .snapshot import Snapshot
 
-            self._snapshot = Snapshot()
+    def _make_locks(self) -> None:
+        """The locks, futures and events the threads that build panels and get the load
+        verdict share."""
         # Panels are built by the background worker ahead of a click, by a thread a click
         # starts, or by a caller of `panel`; `_pending` holds one future per panel, claimed
         # under the lock by whoever builds it first, so none is built twice and nobody holds
@@ -173,9 +185,6 @@ class Dashboard:
         self._overview_sent = threading.Event()
         if getattr(shell(), "kernel", None) is None:
             self._overview_sent.set()
-        self._draw()
-        if model:
-            self._start_verdict()
 
     @property
     def state(self) -> CheckpointState:
@@ -652,11 +661,6 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
         f"Building {html_text(what)}...{html_text(note)}</div>"
     )
-
-
-def _short(text: str, limit: int = 220) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def _esc(value: object) -> str:

@@ -20,7 +20,6 @@ import base64
 import hashlib
 import os
 from collections.abc import Sequence
-from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -43,11 +42,12 @@ from inspector.ui import (
     format_bytes,
     frame_html,
     group_problems,
+    grouped_by_code,
     html_text,
     load_verdict_html,
     markup_html,
     plural,
-    severity_rank,
+    severity_tally,
     summarize,
     verification_line,
     write_atomic,
@@ -322,9 +322,11 @@ def _experts_text(summary: dict[str, Any]) -> str:
 def _severity_badges(findings: list[dict[str, Any]]) -> str:
     if not findings:
         return "<span class='badge ok'>no findings</span>"
-    counts = {s: sum(f["severity"] == s for f in findings) for s in SEVERITY_ORDER}
+    counts = severity_tally(findings)
     return " ".join(
-        f"<span class='badge sev-{s}'>{_e(plural(n, s))}</span>" for s, n in counts.items() if n
+        f"<span class='badge sev-{s}'>{_e(plural(counts[s], s))}</span>"
+        for s in SEVERITY_ORDER
+        if counts[s]
     )
 
 
@@ -333,10 +335,8 @@ def _findings_section(scanned: ScannedCheckpoint, findings: Sequence[Finding], c
     if not findings:
         return head + "<p class='muted' id='no-findings'>No findings.</p>\n</section>"
     missing = _missing_experts(scanned)
-    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
     rows: list[str] = []
-    for code, group in groupby(ordered, key=lambda f: f.code):
-        items = list(group)
+    for code, items in grouped_by_code(findings):
         severity = str(items[0].severity)
         rows.append(
             f"<tr class='group sev-{severity}' data-code='{_e(code)}'><td colspan='7'>"

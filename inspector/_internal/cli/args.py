@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inspector._internal.cli import EXIT_CANNOT, EXIT_FOUND, EXIT_OK
 from inspector._internal.common.defaults import (
@@ -32,11 +32,13 @@ __all__ = [
     "EXIT_FOUND",
     "EXIT_OK",
     "add_model_arguments",
+    "add_options",
     "add_path_arguments",
     "add_remote_arguments",
     "confirm",
     "emit",
     "exit_for",
+    "number",
     "remote_kwargs",
     "scan_from_args",
     "scan_path",
@@ -63,16 +65,33 @@ def add_path_arguments(p: argparse.ArgumentParser) -> None:
         help="checkpoint folder or .safetensors file, or a URL: s3://bucket/prefix, gs://..., "
         "hf://org/repo[@revision][/subfolder], https://host/folder/",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument(
-        "--header-cap",
-        type=int,
-        default=DEFAULT_HEADER_CAP,
-        metavar="BYTES",
-        help=f"largest safetensors header to read (default {DEFAULT_HEADER_CAP:,})",
-    )
+    add_options(p, "--json", "--header-cap")
     p.add_argument("--layout", help="force a layout instead of detecting it")
     add_remote_arguments(p)
+
+
+# Options that several commands take, spelled once: `add_options(p, "--json", ...)`.
+_SHARED_OPTIONS: dict[str, dict[str, Any]] = {
+    "--json": {"action": "store_true", "help": "print one JSON object"},
+    "--header-cap": {
+        "type": int,
+        "default": DEFAULT_HEADER_CAP,
+        "metavar": "BYTES",
+        "help": f"largest safetensors header to read (default {DEFAULT_HEADER_CAP:,})",
+    },
+    "--fail-on": {
+        "choices": ("error", "warning", "never"),
+        "default": "error",
+        "help": "exit 1 when a finding of this severity or worse exists (default: error)",
+    },
+    "--workers": {"type": int, "metavar": "N", "help": "files hashed at once"},
+}
+
+
+def add_options(p: argparse.ArgumentParser, *flags: str) -> None:
+    """The shared options `flags` (keys of `_SHARED_OPTIONS`), as every command spells them."""
+    for flag in flags:
+        p.add_argument(flag, **_SHARED_OPTIONS[flag])
 
 
 def add_remote_arguments(p: argparse.ArgumentParser) -> None:
@@ -142,14 +161,31 @@ def storage_option(text: str) -> tuple[str, object]:
     return key.strip(), parsed
 
 
-def positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: expected 1 or more")
-    return value
+_N = TypeVar("_N", int, float)
+
+
+def number(
+    convert: Callable[[str], _N], what: str, ok: Callable[[_N], bool], bound: str
+) -> Callable[[str], _N]:
+    """An option's type: the text `convert`ed ("'x': expected WHAT" when it is none), a value
+    `ok` refuses said by `bound` (formatted with the `text` and the `value`)."""
+
+    def parse(text: str) -> _N:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {what}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(bound.format(text=text, value=value))
+        return value
+
+    return parse
+
+
+positive = number(int, "a whole number", lambda v: v >= 1, "{value}: expected 1 or more")
+seconds = number(
+    float, "a number of seconds", lambda v: v > 0, "{text}: expected more than 0 seconds"
+)
 
 
 def sample_windows(text: str) -> int:
@@ -161,16 +197,6 @@ def sample_windows(text: str) -> int:
             f"{value:,} windows: expected at most {SampleBudget.MAX_WINDOWS:,} a tensor "
             "(for more, read every byte with --values full)"
         )
-    return value
-
-
-def seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 seconds")
     return value
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 
 from inspector._internal.cli.args import (
     add_model_arguments,
+    add_options,
     add_path_arguments,
     emit,
     exit_for,
@@ -29,12 +30,7 @@ __all__ = ["FORMATS", "add_arguments", "output_format", "run"]
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `check` (its name and help: `cli.main.COMMANDS`)."""
     add_path_arguments(p)
-    p.add_argument(
-        "--fail-on",
-        choices=("error", "warning", "never"),
-        default="error",
-        help="exit 1 when a finding of this severity or worse exists (default: error)",
-    )
+    add_options(p, "--fail-on")
     p.add_argument(
         "--deep",
         action="store_true",

@@ -7,12 +7,12 @@ import argparse
 from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
+    add_options,
     add_remote_arguments,
     emit,
     remote_kwargs,
     target,
 )
-from inspector._internal.common.defaults import DEFAULT_HEADER_CAP
 
 __all__ = ["add_arguments", "run"]
 
@@ -28,8 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="A is the checkpoint B was derived from: classify each difference as expected "
         "(quantization, experts fused, MTP added) or not; exit 1 only for unexpected ones",
     )
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    add_options(p, "--json", "--header-cap")
     add_remote_arguments(p)
     p.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ from inspector._internal.cli.args import (
     EXIT_OK,
     add_path_arguments,
     emit,
+    number,
     positive,
     scan_from_args,
     scan_path,
@@ -115,23 +116,12 @@ def _gpu(text: str) -> str:
     return known.name
 
 
-def _gib(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number of GiB") from None
-    if not 0 < value <= 1 << 20:
-        raise argparse.ArgumentTypeError(
-            f"{text}: expected more than 0 and at most {1 << 20:,} GiB"
-        )
-    return value
-
-
-def _share(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a share such as 0.9") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text}: expected more than 0 and at most 1")
-    return value
+_gib = number(
+    float,
+    "a number of GiB",
+    lambda v: 0 < v <= 1 << 20,
+    f"{{text}}: expected more than 0 and at most {1 << 20:,} GiB",
+)
+_share = number(
+    float, "a share such as 0.9", lambda v: 0 < v <= 1, "{text}: expected more than 0 and at most 1"
+)

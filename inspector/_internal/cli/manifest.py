@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from inspector._internal.cli.args import EXIT_OK, target
+from inspector._internal.cli.args import EXIT_OK, add_options, target
 from inspector._internal.cli.verify import progress_wanted
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"where to write it (default: {MANIFEST_NAME} inside the folder)",
     )
-    p.add_argument("--workers", type=int, metavar="N", help="files hashed at once")
+    add_options(p, "--workers")
     p.set_defaults(func=run)
 
 

@@ -13,13 +13,13 @@ from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
     add_model_arguments,
+    add_options,
     add_remote_arguments,
     confirm,
     remote_kwargs,
     scan_from_args,
     target,
 )
-from inspector._internal.common.defaults import DEFAULT_HEADER_CAP
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
@@ -87,7 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-backup", action="store_true", help="do not keep copies of replaced files")
     add_model_arguments(p)
-    p.add_argument("--header-cap", type=int, default=DEFAULT_HEADER_CAP, metavar="BYTES")
+    add_options(p, "--header-cap")
     add_remote_arguments(p)
     journal = p.add_mutually_exclusive_group()
     journal.add_argument(

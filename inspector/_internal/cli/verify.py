@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
+    add_options,
     add_remote_arguments,
     remote_kwargs,
     target,
@@ -43,12 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="size: file lists and sizes (listings only); hash: SHA-256 of every file "
         "(default); tensor: content hash of every tensor, whatever the sharding",
     )
-    p.add_argument(
-        "--fail-on",
-        choices=("error", "warning", "never"),
-        default="error",
-        help="exit 1 when a finding of this severity or worse exists (default: error)",
-    )
+    add_options(p, "--fail-on")
     p.add_argument(
         "--download",
         action="store_true",
@@ -56,8 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "is not enough (no tensor hashes at --level tensor without its manifest, no checksum "
         "for a file); by default nothing is downloaded",
     )
-    p.add_argument("--workers", type=int, metavar="N", help="files hashed at once")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_options(p, "--workers", "--json")
     add_remote_arguments(p)
     p.set_defaults(func=run)
 

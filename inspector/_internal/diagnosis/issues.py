@@ -417,8 +417,7 @@ def _shard_files_missing(
     on_disk = {s.file for s in ctx.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
-    names = ", ".join(map(legible, gone[:_MAX_LISTED]))
-    names += f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+    names = _listed(gone)
     # Same-named dangling tensors are the missing files' contents, not a second issue.
     lost_set = set(lost)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
@@ -498,9 +497,7 @@ def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) 
     files = sorted({f.file for f in mine if f.file})
     counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
-    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
-        f" and {len(files) - 3} more" if len(files) > 3 else ""
-    )
+    shown = _listed(files)
     severity = _worst(mine)
     impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
     if severity != Severity.ERROR:
@@ -530,9 +527,7 @@ def _files_unsafe(ctx: _Context, mine: list[Finding], pending: list[Finding]) ->
     files = sorted({f.file for f in mine if f.file})
     unread = set(files)
     dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
-    shown = ", ".join(map(legible, files[:_MAX_LISTED])) + (
-        f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
-    )
+    shown = _listed(files)
     known = code_of(Code.FILE_UNSAFE)
     return Issue(
         key="files-unsafe",
@@ -620,47 +615,41 @@ def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding])
     )
 
 
-def _quant_config_missing_in_config(
+def _quant_config_missing(
     ctx: _Context, mine: list[Finding], pending: list[Finding]
 ) -> Issue | None:
-    # A compressed-tensors config.json is the model's own config, which no repair rewrites:
-    # the fix is a choice left to the person.
-    return Issue(
-        key="quant-config-missing-layers-config",
-        severity=Severity.ERROR,
-        title=f"{CONFIG_NAME}'s quantization_config leaves out "
-        f"{plural(len(mine), 'quantized module')}",
-        impact="loaders treat those modules as unquantized and misread their weights",
-        action=Action(
+    """Quantized modules a quantization config leaves out (the findings of one file: the
+    two rules that take them split them by file)."""
+    modules = plural(len(mine), "quantized module")
+    if mine[0].file == CONFIG_NAME:
+        # A compressed-tensors config.json is the model's own config, which no repair
+        # rewrites: the fix is a choice left to the person.
+        key, file = "quant-config-missing-layers-config", CONFIG_NAME
+        title = f"{CONFIG_NAME}'s quantization_config leaves out {modules}"
+        action = Action(
             "review",
             f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
             "group's targets), or re-export them unquantized",
             _command(ctx, "review"),
-        ),
-        findings=tuple(mine),
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(CONFIG_NAME,),
-    )
-
-
-def _quant_config_missing(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Issue | None:
-    # hf_quant_config.json's are repaired here.
-    return Issue(
-        key="quant-config-missing-layers",
-        severity=Severity.ERROR,
-        title=f"hf_quant_config.json lacks {plural(len(mine), 'quantized module')}",
-        impact="loaders treat those modules as unquantized and misread their weights",
-        action=_repair(
+        )
+    else:  # hf_quant_config.json's are repaired here.
+        key, file = "quant-config-missing-layers", QUANT_CONFIG_NAME
+        title = f"hf_quant_config.json lacks {modules}"
+        action = _repair(
             ctx,
             "quant-config",
             "add the missing quantized_layers entries from their sibling experts' configs "
             "(opt-in: review the diff)",
-        ),
+        )
+    return Issue(
+        key=key,
+        severity=Severity.ERROR,
+        title=title,
+        impact="loaders treat those modules as unquantized and misread their weights",
+        action=action,
         findings=tuple(mine),
         tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(QUANT_CONFIG_NAME,),
+        files=(file,),
     )
 
 
@@ -993,7 +982,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(_codes(_SIDECARS), _sidecars_disagree),
     _Rule(_codes(Code.CONFIG_UNREADABLE), _config_unreadable),
     _Rule(_codes(_EXPERTS), _experts_missing),
-    _Rule(_quant_file(in_config=True), _quant_config_missing_in_config),
+    _Rule(_quant_file(in_config=True), _quant_config_missing),
     _Rule(_quant_file(in_config=False), _quant_config_missing),
     _Rule(_codes(_DCP_GAPS), _dcp_chunks_broken),
     _Rule(_codes(Code.MAPPING_COLLAPSED), _collapsed),
@@ -1071,6 +1060,12 @@ def _known(code: str) -> Code | None:
         return code_of(code)
     except ValueError:  # a finding built by hand with a code of its own
         return None
+
+
+def _listed(files: Sequence[str]) -> str:
+    """'a, b, c and 2 more': the first files by name, then how many others."""
+    more = f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
+    return ", ".join(map(legible, files[:_MAX_LISTED])) + more
 
 
 def _worst(findings: Iterable[Finding]) -> Severity:

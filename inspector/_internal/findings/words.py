@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
 from typing import Protocol
 
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural, shell_word
-from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.finding import Finding, severity_rank
 
 __all__ = [
     "FINDING",
     "ISSUE",
     "READ_ERROR",
     "SEVERITY_ORDER",
+    "grouped_by_code",
     "refusal_digest",
     "severity_counts",
     "severity_tally",
@@ -38,10 +40,11 @@ class _Judged(Protocol):
     def severity(self) -> object: ...
 
 
-def severity_tally(items: Iterable[_Judged]) -> Counter[str]:
-    """How many of `items` (findings or issues) have each severity, by its word: the one
-    count the CLI, the reports and the dashboard show (`severity_counts` says it)."""
-    return Counter(str(item.severity) for item in items)
+def severity_tally(items: Iterable[_Judged | Mapping[str, object]]) -> Counter[str]:
+    """How many of `items` (findings or issues, or findings as JSON: `Finding.to_dict()`)
+    have each severity, by its word: the one count the CLI, the reports and the dashboard
+    show (`severity_counts` says it)."""
+    return Counter(str(i["severity"] if isinstance(i, Mapping) else i.severity) for i in items)
 
 
 def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:
@@ -50,6 +53,13 @@ def severity_counts(counts: Mapping[str, int], *, zeros: bool = False) -> str:
         plural(int(counts.get(s, 0)), s) for s in SEVERITY_ORDER if zeros or int(counts.get(s, 0))
     ]
     return ", ".join(parts)
+
+
+def grouped_by_code(findings: Iterable[Finding]) -> list[tuple[str, list[Finding]]]:
+    """The findings worst first, one group per code (each in the order given): the table of
+    findings per code that the Markdown summary and the HTML report show."""
+    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
+    return [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
 
 
 # A refusal shows this many codes, each with its count and its first message cut to this length.

@@ -19,7 +19,12 @@ import msgspec
 import numpy as np
 
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
-from inspector._internal.checkpoint.scanned import IndexDoc
+from inspector._internal.checkpoint.scanned import (
+    IndexDoc,
+    LayoutInfo,
+    LayoutName,
+    ScannedCheckpoint,
+)
 from inspector._internal.checkpoint.spec import SPEC_KEYS, ModelSpec, spec_from_config
 from inspector._internal.common.columns import Coded, frozen
 from inspector._internal.common.display import legible
@@ -395,6 +400,35 @@ class ConfigFiles:
     found: frozenset[str] = frozenset()
     problems: tuple[ReadProblem, ...] = field(default_factory=tuple)
     recipe: tuple[QuantModifier, ...] | None = None
+
+
+def folder_checkpoint(
+    folder: Location,
+    layout: LayoutName,
+    info: LayoutInfo,
+    shards: Sequence[ShardHeader],
+    configs: ConfigFiles,
+    *,
+    index: IndexDoc | None = None,
+    problems: Sequence[ReadProblem] = (),
+    json_files: frozenset[str] = frozenset(),
+) -> ScannedCheckpoint:
+    """The checkpoint the files of `folder` make: its shards and index, with what its config
+    files say (`configs`); `problems` and `json_files` are the layout's own."""
+    return ScannedCheckpoint(
+        path=folder.path,
+        storage=folder.as_root(),
+        layout=layout,
+        info=info,
+        shards=tuple(shards),
+        index=index,
+        config=configs.config,
+        quant_config=configs.quant,
+        spec=configs.spec,
+        read_problems=(*problems, *configs.problems),
+        recipe=configs.recipe,
+        json_files=configs.found | json_files,
+    )
 
 
 def read_config_files(folder: Location, *, root: Location) -> ConfigFiles:

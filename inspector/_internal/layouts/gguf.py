@@ -7,7 +7,12 @@ from __future__ import annotations
 from inspector._internal.checkpoint.scanned import GgufInfo, LayoutName, ScannedCheckpoint
 from inspector._internal.common.progress import track
 from inspector._internal.formats.gguf_shard import read_gguf_shard
-from inspector._internal.layouts._common import ConfigFiles, list_safetensors, read_config_files
+from inspector._internal.layouts._common import (
+    ConfigFiles,
+    folder_checkpoint,
+    list_safetensors,
+    read_config_files,
+)
 from inspector._internal.layouts.base import LayoutReader, ScanOptions
 from inspector._internal.storage import EntryKind, Location
 
@@ -43,19 +48,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     # config.json beside the GGUF (the model it was converted from) says what the GGUF
     # cannot, such as Llama 3's RoPE scaling (`checks.llama_cpp`); a lone file is read alone.
     configs = ConfigFiles() if lone else read_config_files(folder, root=folder)
-    return ScannedCheckpoint(
-        path=folder.path,
-        storage=folder.as_root(),
-        layout=NAME,
-        info=GgufInfo(lone_file=lone),
-        shards=shards,
-        config=configs.config,
-        quant_config=configs.quant,
-        spec=configs.spec,
-        read_problems=configs.problems,
-        recipe=configs.recipe,
-        json_files=configs.found,
-    )
+    return folder_checkpoint(folder, NAME, GgufInfo(lone_file=lone), shards, configs)
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

@@ -18,6 +18,7 @@ from inspector._internal.checkpoint.scanned import (
 )
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.layouts._common import (
+    folder_checkpoint,
     list_safetensors,
     prefetch,
     read_config_files,
@@ -63,19 +64,9 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     by_file.update(zip(extra, more, strict=True))
     shards = tuple(by_file[k] for k in sorted(by_file))
     configs = read_config_files(folder, root=folder)
-    return ScannedCheckpoint(
-        path=folder.path,
-        storage=folder.as_root(),
-        layout=NAME,
-        info=ShardedInfo(),
-        shards=shards,
-        index=index,
-        config=configs.config,
-        quant_config=configs.quant,
-        spec=configs.spec,
-        read_problems=(*problems, *configs.problems),
-        recipe=configs.recipe,
-        json_files=configs.found | ({INDEX_NAME} if has_index else set()),
+    own = frozenset({INDEX_NAME} if has_index else ())
+    return folder_checkpoint(
+        folder, NAME, ShardedInfo(), shards, configs, index=index, problems=problems, json_files=own
     )
 
 

@@ -17,7 +17,6 @@ from pathlib import PurePosixPath
 from inspector._internal.checkpoint.scanned import (
     IndexDoc,
     LayoutName,
-    ModelSpec,
     PytorchBinInfo,
     ReadProblem,
     ScannedCheckpoint,
@@ -26,6 +25,8 @@ from inspector._internal.common.filenames import BIN_INDEX_NAME, CONFIG_NAME, QU
 from inspector._internal.common.progress import track
 from inspector._internal.formats.bin_shard import BinShard, read_bin_shard
 from inspector._internal.layouts._common import (
+    ConfigFiles,
+    folder_checkpoint,
     list_safetensors,
     read_config_files,
     read_index_doc,
@@ -79,21 +80,11 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         if f not in by_file and (folder / f).is_file():
             by_file[f] = read_bin_shard(folder / f, root=folder)
     shards = tuple(by_file[k] for k in sorted(by_file))
-    configs = read_config_files(folder, root=folder) if not lone else None
-    return ScannedCheckpoint(
-        path=folder.path,
-        storage=folder.as_root(),
-        layout=NAME,
-        info=PytorchBinInfo(lone_file=lone),
-        shards=shards,
-        index=index,
-        config=configs.config if configs else None,
-        quant_config=configs.quant if configs else None,
-        spec=configs.spec if configs else ModelSpec(),
-        read_problems=(*problems, *(configs.problems if configs else ())),
-        recipe=configs.recipe if configs else None,
-        json_files=(configs.found if configs else frozenset())
-        | ({BIN_INDEX_NAME} if has_index else set()),
+    configs = read_config_files(folder, root=folder) if not lone else ConfigFiles()
+    own = frozenset({BIN_INDEX_NAME} if has_index else ())
+    info = PytorchBinInfo(lone_file=lone)
+    return folder_checkpoint(
+        folder, NAME, info, shards, configs, index=index, problems=problems, json_files=own
     )
 
 

@@ -6,6 +6,7 @@ from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.layouts._common import (
     ConfigFiles,
+    folder_checkpoint,
     list_safetensors,
     prefetch,
     read_config_files,
@@ -36,19 +37,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     prefetch(paths, header_cap=options.header_cap, side=side)
     shards = read_shards(paths, root=folder, header_cap=options.header_cap)
     configs = ConfigFiles() if lone else read_config_files(folder, root=folder)
-    return ScannedCheckpoint(
-        path=folder.path,
-        storage=folder.as_root(),
-        layout=NAME,
-        info=SingleFileInfo(lone_file=lone),
-        shards=shards,
-        config=configs.config,
-        quant_config=configs.quant,
-        spec=configs.spec,
-        read_problems=configs.problems,
-        recipe=configs.recipe,
-        json_files=configs.found,
-    )
+    return folder_checkpoint(folder, NAME, SingleFileInfo(lone_file=lone), shards, configs)
 
 
 LAYOUT = LayoutReader(NAME, detect, scan)

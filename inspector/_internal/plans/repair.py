@@ -92,6 +92,7 @@ __all__ = [
     "plan_sidecars",
     "preview_repair",
     "read_current_text",
+    "rechecked",
     "scanned_after",
     "unowned_target",
 ]
@@ -241,10 +242,16 @@ class RepairPlan:
         if self.output_dir is not None:
             return RepairResult(written, backup_dir, None)
         refresh_manifest(target, written=written)
-        remaining = check(
-            scan(target), model=model, trust_remote_code=trust_remote_code, cache=cache
-        )
-        return RepairResult(written, backup_dir, tuple(remaining))
+        remaining = rechecked(target, model=model, trust_remote_code=trust_remote_code, cache=cache)
+        return RepairResult(written, backup_dir, remaining)
+
+
+def rechecked(
+    root: Path, *, model: bool, trust_remote_code: bool, cache: bool
+) -> tuple[Finding, ...]:
+    """The findings of a folder a plan wrote (or left as it was): re-scanned and checked
+    (`model`, `trust_remote_code`, `cache`: as in `check`), for the plan's result."""
+    return tuple(check(scan(root), model=model, trust_remote_code=trust_remote_code, cache=cache))
 
 
 # -- what a plan fixes ------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from pathlib import Path
 
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME
 from inspector._internal.common.text import examples
@@ -40,9 +39,9 @@ from inspector._internal.plans.repair import (
     FileWrite,
     RepairResult,
     read_current_text,
+    rechecked,
     unowned_target,
 )
-from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
 __all__ = ["STAGING", "ReshardPlan", "as_single_chunks", "plan_reshard"]
@@ -117,14 +116,7 @@ class ReshardPlan:
             return RepairResult(
                 (),
                 None,
-                tuple(
-                    check(
-                        scan(self.root),
-                        model=model,
-                        trust_remote_code=trust_remote_code,
-                        cache=cache,
-                    )
-                ),
+                rechecked(self.root, model=model, trust_remote_code=trust_remote_code, cache=cache),
             )
         with folder_lock(self.root):
             recover(self.root)
@@ -148,8 +140,8 @@ class ReshardPlan:
             shutil.rmtree(staging, ignore_errors=True)
         written = (*(o.name for o in self.copy.outputs), *index)
         refresh_manifest(self.root, written=written)
-        remaining = tuple(
-            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        remaining = rechecked(
+            self.root, model=model, trust_remote_code=trust_remote_code, cache=cache
         )
         return RepairResult(written, backup_dir, remaining)
 

@@ -24,7 +24,6 @@ from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters
 from inspector._internal.checkpoint.places import describe_names
 from inspector._internal.checkpoint.read_problems import FileRole
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.common.text import examples, plural, shell_word
@@ -40,8 +39,12 @@ from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.sources import as_single_chunks
-from inspector._internal.plans.repair import FileWrite, read_current_text, unowned_target
-from inspector._internal.scan.entry import scan
+from inspector._internal.plans.repair import (
+    FileWrite,
+    read_current_text,
+    rechecked,
+    unowned_target,
+)
 from inspector._internal.storage import RemoteURL, local_location
 from inspector.errors import InspectorError, PlanRefusedError
 
@@ -125,14 +128,7 @@ class RestorePlan:
             return RestoreResult(
                 (),
                 None,
-                tuple(
-                    check(
-                        scan(self.root),
-                        model=model,
-                        trust_remote_code=trust_remote_code,
-                        cache=cache,
-                    )
-                ),
+                rechecked(self.root, model=model, trust_remote_code=trust_remote_code, cache=cache),
             )
         staging = self.root / STAGING
         with folder_lock(self.root):
@@ -166,8 +162,8 @@ class RestorePlan:
                 shutil.rmtree(staging, ignore_errors=True)
         written = (self.shard, *(w.path for w in self.writes))
         refresh_manifest(self.root, written=written)
-        remaining = tuple(
-            check(scan(self.root), model=model, trust_remote_code=trust_remote_code, cache=cache)
+        remaining = rechecked(
+            self.root, model=model, trust_remote_code=trust_remote_code, cache=cache
         )
         return RestoreResult(written, backup_dir, remaining, copied.data_checked)
 

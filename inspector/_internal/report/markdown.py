@@ -7,9 +7,7 @@ escaped Markdown text (`inspector._internal.common.display.legible`, targets "ma
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
-from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -17,8 +15,8 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible, legible_m
 from inspector._internal.common.text import fold_ranges, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.issues import group_issues
-from inspector._internal.findings.finding import Finding, severity_rank
-from inspector._internal.findings.words import severity_counts
+from inspector._internal.findings.finding import Finding
+from inspector._internal.findings.words import grouped_by_code, severity_counts, severity_tally
 from inspector._internal.integrity.verified import verification_line
 from inspector._internal.report.fit import fit_markdown
 from inspector._internal.report.summary import experts_text, summarize
@@ -62,8 +60,7 @@ def _findings_lines(
 ) -> list[str]:
     """The issues, the table of findings per code and the first messages of each code."""
     lines: list[str] = []
-    ordered = sorted(findings, key=lambda f: (severity_rank(f.severity), f.code))
-    groups = [(code, list(items)) for code, items in groupby(ordered, key=lambda f: f.code)]
+    groups = grouped_by_code(findings)
     if not groups:
         return ["", "No findings."]
     lines += ["", "**Issues** (findings grouped by root cause, each with its fix)", ""]
@@ -109,7 +106,7 @@ def _facts(summary: dict[str, Any]) -> list[str]:
     ]
     if s["moe_layers"]:
         facts.append(f"- experts: {experts_text(s)}")
-    counts = Counter(f["severity"] for f in s["findings"])
+    counts = severity_tally(s["findings"])
     facts.append(f"- findings: {severity_counts(counts, zeros=True)}")
     return facts
 

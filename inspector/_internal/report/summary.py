@@ -17,7 +17,7 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.text import layers_text, plural, shell_word
 from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, severity_rank
-from inspector._internal.findings.words import severity_counts
+from inspector._internal.findings.words import severity_counts, severity_tally
 
 __all__ = ["experts_text", "format_summary", "summarize"]
 
@@ -140,7 +140,7 @@ def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
     read: list[dict[str, Any]] = summary["read_findings"]
     lines = []
     if read:
-        counts = Counter(f["severity"] for f in read)
+        counts = severity_tally(read)
         lines.append(
             f"read        {plural(len(read), 'finding')} while reading files "
             f"({severity_counts(counts)})"
@@ -156,7 +156,7 @@ def _finding_lines(summary: dict[str, Any], limit: int) -> list[str]:
         )
         return lines
     found: list[dict[str, Any]] = summary["findings"]
-    counts = Counter(f["severity"] for f in found)
+    counts = severity_tally(found)
     lines.append(
         f"findings    {plural(len(found), 'finding')} ({severity_counts(counts)})"
         if found
