@@ -1247,3 +1247,27 @@ def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
     assert "await n.load(o),await n.restore({" in source and "table:a})" in source
     # The table is still loaded for a binding other than the server one, which it never is.
     assert source.count("await n.load(_)") == 1 and 's==="server"?' in source
+
+
+def test_plan_again_after_a_refused_restore_plans_the_repair(demos: Path, tmp_path: Path):
+    """Plan again after Plan restore with no reference repeated the refusal: the
+    refused restore stayed the choice. It now plans the repair, as before the restore."""
+    dash = Dashboard(_copy(demos, DRIFT, tmp_path))
+    repair = dash.select("Repair")
+    assert repair.plan is not None and not repair.repair.disabled
+    repair.source.value = ""
+    (restore,) = _buttons(repair.widget, "ckpt-plan-restore")
+    restore.click()
+    assert "name the checkpoint to restore from" in repair.verdict.value
+    assert repair.plan is None and repair.repair.disabled
+    (again,) = _buttons(repair.widget, "ckpt-plan-button")
+    again.click()
+    assert "name the checkpoint to restore from" not in repair.verdict.value
+    assert repair.plan is not None and not repair.plan.empty and not repair.repair.disabled
+    assert "all parts at once" in repair.scope.value
+    # A reference named in the field is tried again by Plan restore.
+    repair.source.value = str(tmp_path / "no-such-reference")
+    restore.click()
+    assert "no-such-reference" in repair.verdict.value and repair.plan is None
+    again.click()
+    assert repair.plan is not None and not repair.repair.disabled

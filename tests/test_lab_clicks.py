@@ -48,7 +48,7 @@ FRAME_LIMIT = 15.0
 CONTENT_WAIT = 90.0
 # Where a click's error box is a refusal the tab explains, and the words it must hold: on a
 # checkpoint with no candidate reference the restore field is empty, and planning a restore
-# (Plan restore, then Plan again, which keeps the choice) asks for one. Consolidate offers
+# (Plan restore) asks for one; Plan again then plans the repair. Consolidate offers
 # no button its plan refuses (the test below).
 REFUSALS = {
     "Repair -> ": "name the checkpoint to restore from",
@@ -199,6 +199,8 @@ def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
         if not any(where.startswith(w) and words in what for w, words in REFUSALS.items())
     ]
     assert unexplained == [], "\n".join(unexplained)
+    # After a refused restore, Plan again plans the repair (it repeated the refusal).
+    assert [w for w, _ in seen.broken if w == "Repair -> 'Plan again'"] == [], seen.broken
     assert [e for e in seen.errors if "model not found" in e.lower()] == [], seen.errors
     # The Tensors grid was drawn before "Sample values" was clicked (its table once crashed).
     assert seen.times["Tensors"]["content"] is not None, seen.times
