@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -920,21 +921,26 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
 # -- will it load? ------------------------------------------------------------------------------
 
 
-def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
-    """The Overview shows the plain checks while the load verdict is computed in a thread;
-    `state` waits for the verdict, and the Overview is redrawn with it."""
-    import threading
-
+def _held_verdict(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """From now on the dashboard's load verdict waits until the returned event is set (at
+    most 60 s), as a slow load check would."""
     import inspector.widgets.dashboard as dashboard
 
     release = threading.Event()
     real = dashboard.verdict_apart
 
-    def slow_verdict(scanned, **options):
+    def held(scanned, **options):
         release.wait(60)
         return real(scanned, **options)
 
-    monkeypatch.setattr(dashboard, "verdict_apart", slow_verdict)
+    monkeypatch.setattr(dashboard, "verdict_apart", held)
+    return release
+
+
+def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
+    """The Overview shows the plain checks while the load verdict is computed in a thread;
+    `state` waits for the verdict, and the Overview is redrawn with it."""
+    release = _held_verdict(monkeypatch)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview
@@ -1247,6 +1253,52 @@ def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
     assert "await n.load(o),await n.restore({" in source and "table:a})" in source
     # The table is still loaded for a binding other than the server one, which it never is.
     assert source.count("await n.load(_)") == 1 and 's==="server"?' in source
+
+
+def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_own(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The Findings tab waited for the load check's child (3.5-7 s on this demo) before it
+    showed the findings the scan and the structural checks already knew (issue 34 item 2).
+    Now they show at once, the load check's part waits in its own slot with its own spinner,
+    and its findings join the list on the page shown, the filters kept."""
+    import dataclasses
+
+    from inspector._internal.findings.finding import findings_to_frame
+
+    release = _held_verdict(monkeypatch)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    built: list = []
+    try:
+        opener = threading.Thread(target=lambda: built.append(dash.select("Findings")))
+        opener.start()
+        opener.join(30)  # the old panel waited for the held verdict here
+        assert built, "the Findings tab waited for the load check"
+        (panel,) = built
+        assert dash.current.pending
+        assert "1-25 of 44" in panel.where.value and len(panel.rows.children) == 25
+        assert dash.tab.children[FINDINGS_TAB].children == (panel.widget,)  # no tab spinner
+        assert "ckpt-load-waiting" in panel.load.value
+        assert "Waiting for the load check" in panel.load.value
+        panel.next.click()
+    finally:
+        release.set()
+    dash.wait(60)
+    assert panel.findings == dash.state.findings and panel.start == 25
+    assert "ckpt-load-waiting" not in panel.load.value
+    assert "added no findings" in panel.load.value
+    # What the load check adds is said in the slot and listed, the code filter kept.
+    panel.code.value = "unindexed-tensor"
+    extra = make_finding(
+        "load-missing-tensor", "the model expects lm_head.weight", tensor="lm_head.weight"
+    )
+    findings = (*dash.state.findings, extra)
+    panel.checked(
+        dataclasses.replace(dash.state, findings=findings, frame=findings_to_frame(findings))
+    )
+    assert "added 1 finding (load-missing-tensor)" in panel.load.value
+    assert panel.code.value == "unindexed-tensor" and "of 21" in panel.where.value
+    assert "load-missing-tensor (1)" in [label for label, _ in panel.code.options]
 
 
 def test_plan_again_after_a_refused_restore_plans_the_repair(demos: Path, tmp_path: Path):
