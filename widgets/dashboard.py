@@ -453,6 +453,10 @@ class Dashboard:
 
             self._yield_to_asked()
             import_figure_widget()
+            self._yield_to_asked()
+            from .figures import prepare_template
+
+            prepare_template()
 
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
