@@ -123,6 +123,13 @@ _IDLE = """() => {
     return pane && {...pane, idle: !!status && status.innerText.includes('Idle')};
 }""".replace("PANE", _PANE)
 
+# The Overview shows the load check's verdict (no longer "checking").
+_VERDICT_SHOWN = """() => {
+    const dash = document.querySelector('.ckpt-dashboard');
+    return !!dash && !!dash.querySelector('[data-loads]')
+        && !dash.querySelector("[data-loads='pending']");
+}"""
+
 # Text on the page that means a widget or the kernel failed.
 _BROKEN = """() => {
     const dash = document.querySelector('.ckpt-dashboard');
@@ -172,6 +179,11 @@ def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> Click
         for title in TABS:
             seen.times[title] = _first_click(page, title)
             seen.broken += _broken(page, f"tab {title}")
+        # The buttons once the load check has answered: no tab waits for it any more, and
+        # the Overview it redraws (from its thread: the kernel shows idle meanwhile) took the
+        # tab back from a click on its buttons.
+        page.wait_for_function(_VERDICT_SHOWN, timeout=CONTENT_WAIT * 1000)
+        _settle(page)
         for title in TABS:
             seen.clicked[title] = _click_buttons(page, title, seen.broken, trace)
             seen.disabled[title] = [b["label"] for b in _buttons(page) if b["disabled"]]
