@@ -1345,3 +1345,20 @@ def test_files_tab_makes_its_figure_when_shown_after_its_grid(demos: Path, monke
     assert made == []
     dash.select("Files")
     assert made == [True]
+
+
+def test_report_buttons_say_they_wait_for_the_load_check(demos: Path, monkeypatch):
+    """The report and the summary carry the load verdict, so their clicks wait for it; they
+    waited saying nothing. The status now says so until the answer comes."""
+    release = _held_verdict(monkeypatch)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    report = dash.panel("Report")
+    clicked = threading.Thread(target=report.show_markdown)
+    try:
+        clicked.start()
+        _until(lambda: "ckpt-report-waiting" in report.status.value)
+        assert "Waiting for the load check" in report.status.value
+    finally:
+        release.set()
+    clicked.join(60)
+    assert report.status.value == "" and "will it load" in report.markdown.value
