@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -920,21 +921,26 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
 # -- will it load? ------------------------------------------------------------------------------
 
 
-def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
-    """The Overview shows the plain checks while the load verdict is computed in a thread;
-    `state` waits for the verdict, and the Overview is redrawn with it."""
-    import threading
-
+def _held_verdict(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """From now on the dashboard's load verdict waits until the returned event is set (at
+    most 60 s), as a slow load check would."""
     import inspector.widgets.dashboard as dashboard
 
     release = threading.Event()
     real = dashboard.verdict_apart
 
-    def slow_verdict(scanned, **options):
+    def held(scanned, **options):
         release.wait(60)
         return real(scanned, **options)
 
-    monkeypatch.setattr(dashboard, "verdict_apart", slow_verdict)
+    monkeypatch.setattr(dashboard, "verdict_apart", held)
+    return release
+
+
+def test_overview_draws_at_once_then_answers_will_it_load(demos: Path, monkeypatch):
+    """The Overview shows the plain checks while the load verdict is computed in a thread;
+    `state` waits for the verdict, and the Overview is redrawn with it."""
+    release = _held_verdict(monkeypatch)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     overview = _texts(dash.panels["Overview"].widget)
     assert "Will it load?" in overview and "checking" in overview
@@ -1247,3 +1253,112 @@ def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
     assert "await n.load(o),await n.restore({" in source and "table:a})" in source
     # The table is still loaded for a binding other than the server one, which it never is.
     assert source.count("await n.load(_)") == 1 and 's==="server"?' in source
+
+
+def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_own(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The Findings tab waited for the load check's child (3.5-7 s on this demo) before it
+    showed the findings the scan and the structural checks already knew (issue 34 item 2).
+    Now they show at once, the load check's part waits in its own slot with its own spinner,
+    and its findings join the list on the page shown, the filters kept."""
+    import dataclasses
+
+    from inspector._internal.findings.finding import findings_to_frame
+
+    release = _held_verdict(monkeypatch)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    built: list = []
+    try:
+        opener = threading.Thread(target=lambda: built.append(dash.select("Findings")))
+        opener.start()
+        opener.join(30)  # the old panel waited for the held verdict here
+        assert built, "the Findings tab waited for the load check"
+        (panel,) = built
+        assert dash.current.pending
+        assert "1-25 of 44" in panel.where.value and len(panel.rows.children) == 25
+        assert dash.tab.children[FINDINGS_TAB].children == (panel.widget,)  # no tab spinner
+        assert "ckpt-load-waiting" in panel.load.value
+        assert "Waiting for the load check" in panel.load.value
+        panel.next.click()
+    finally:
+        release.set()
+    dash.wait(60)
+    assert panel.findings == dash.state.findings and panel.start == 25
+    assert "ckpt-load-waiting" not in panel.load.value
+    assert "added no findings" in panel.load.value
+    # What the load check adds is said in the slot and listed, the code filter kept.
+    panel.code.value = "unindexed-tensor"
+    extra = make_finding(
+        "load-missing-tensor", "the model expects lm_head.weight", tensor="lm_head.weight"
+    )
+    findings = (*dash.state.findings, extra)
+    panel.checked(
+        dataclasses.replace(dash.state, findings=findings, frame=findings_to_frame(findings))
+    )
+    assert "added 1 finding (load-missing-tensor)" in panel.load.value
+    assert panel.code.value == "unindexed-tensor" and "of 21" in panel.where.value
+    assert "load-missing-tensor (1)" in [label for label, _ in panel.code.options]
+
+
+def test_plan_again_after_a_refused_restore_plans_the_repair(demos: Path, tmp_path: Path):
+    """Plan again after Plan restore with no reference repeated the refusal: the
+    refused restore stayed the choice. It now plans the repair, as before the restore."""
+    dash = Dashboard(_copy(demos, DRIFT, tmp_path))
+    repair = dash.select("Repair")
+    assert repair.plan is not None and not repair.repair.disabled
+    repair.source.value = ""
+    (restore,) = _buttons(repair.widget, "ckpt-plan-restore")
+    restore.click()
+    assert "name the checkpoint to restore from" in repair.verdict.value
+    assert repair.plan is None and repair.repair.disabled
+    (again,) = _buttons(repair.widget, "ckpt-plan-button")
+    again.click()
+    assert "name the checkpoint to restore from" not in repair.verdict.value
+    assert repair.plan is not None and not repair.plan.empty and not repair.repair.disabled
+    assert "all parts at once" in repair.scope.value
+    # A reference named in the field is tried again by Plan restore.
+    repair.source.value = str(tmp_path / "no-such-reference")
+    restore.click()
+    assert "no-such-reference" in repair.verdict.value and repair.plan is None
+    again.click()
+    assert repair.plan is not None and not repair.repair.disabled
+
+
+def test_files_tab_makes_its_figure_when_shown_after_its_grid(demos: Path, monkeypatch):
+    """Building the Files tab made its figure, and the kernel's first figure costs plotly's
+    template (0.6-1.9 s, 4.6 s of a first click at load 6): the tab is now built without
+    it, and showing it makes the grid first, then the figure (the worker prepares the
+    template meanwhile: `figures.prepare_template`)."""
+    from inspector.widgets import figures
+
+    made: list[bool] = []
+    real = figures.shard_size_distribution
+
+    def recorded(files):
+        made.append(dash.panels["Files"].table.grid is not None)
+        return real(files)
+
+    monkeypatch.setattr(figures, "shard_size_distribution", recorded)
+    dash = Dashboard(demos / DRIFT)
+    dash.panel("Files")
+    assert made == []
+    dash.select("Files")
+    assert made == [True]
+
+
+def test_report_buttons_say_they_wait_for_the_load_check(demos: Path, monkeypatch):
+    """The report and the summary carry the load verdict, so their clicks wait for it; they
+    waited saying nothing. The status now says so until the answer comes."""
+    release = _held_verdict(monkeypatch)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    report = dash.panel("Report")
+    clicked = threading.Thread(target=report.show_markdown)
+    try:
+        clicked.start()
+        _until(lambda: "ckpt-report-waiting" in report.status.value)
+        assert "Waiting for the load check" in report.status.value
+    finally:
+        release.set()
+    clicked.join(60)
+    assert report.status.value == "" and "will it load" in report.markdown.value

@@ -48,7 +48,7 @@ FRAME_LIMIT = 15.0
 CONTENT_WAIT = 90.0
 # Where a click's error box is a refusal the tab explains, and the words it must hold: on a
 # checkpoint with no candidate reference the restore field is empty, and planning a restore
-# (Plan restore, then Plan again, which keeps the choice) asks for one. Consolidate offers
+# (Plan restore) asks for one; Plan again then plans the repair. Consolidate offers
 # no button its plan refuses (the test below).
 REFUSALS = {
     "Repair -> ": "name the checkpoint to restore from",
@@ -123,6 +123,13 @@ _IDLE = """() => {
     return pane && {...pane, idle: !!status && status.innerText.includes('Idle')};
 }""".replace("PANE", _PANE)
 
+# The Overview shows the load check's verdict (no longer "checking").
+_VERDICT_SHOWN = """() => {
+    const dash = document.querySelector('.ckpt-dashboard');
+    return !!dash && !!dash.querySelector('[data-loads]')
+        && !dash.querySelector("[data-loads='pending']");
+}"""
+
 # Text on the page that means a widget or the kernel failed.
 _BROKEN = """() => {
     const dash = document.querySelector('.ckpt-dashboard');
@@ -172,6 +179,11 @@ def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> Click
         for title in TABS:
             seen.times[title] = _first_click(page, title)
             seen.broken += _broken(page, f"tab {title}")
+        # The buttons once the load check has answered: no tab waits for it any more, and
+        # the Overview it redraws (from its thread: the kernel shows idle meanwhile) took the
+        # tab back from a click on its buttons.
+        page.wait_for_function(_VERDICT_SHOWN, timeout=CONTENT_WAIT * 1000)
+        _settle(page)
         for title in TABS:
             seen.clicked[title] = _click_buttons(page, title, seen.broken, trace)
             seen.disabled[title] = [b["label"] for b in _buttons(page) if b["disabled"]]
@@ -199,6 +211,8 @@ def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
         if not any(where.startswith(w) and words in what for w, words in REFUSALS.items())
     ]
     assert unexplained == [], "\n".join(unexplained)
+    # After a refused restore, Plan again plans the repair (it repeated the refusal).
+    assert [w for w, _ in seen.broken if w == "Repair -> 'Plan again'"] == [], seen.broken
     assert [e for e in seen.errors if "model not found" in e.lower()] == [], seen.errors
     # The Tensors grid was drawn before "Sample values" was clicked (its table once crashed).
     assert seen.times["Tensors"]["content"] is not None, seen.times

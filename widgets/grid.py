@@ -436,14 +436,15 @@ def _css(label: str) -> str:
 
 class FiguresAndGrid:
     """A tab of figures (`figures`, a FigureBox) above a grid (`table`, a FrameGrid): both
-    drawn when the tab is first shown, the grid closed with the tab."""
+    drawn when the tab is first shown, the grid first (the rows a person came for; the
+    figures may be made then), the grid closed with the tab."""
 
     figures: FigureBox
     table: FrameGrid
 
     def on_shown(self) -> None:
-        self.figures.show()
         self.table.show_grid()
+        self.figures.show()
 
     def close(self) -> None:
         self.table.close()

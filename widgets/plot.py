@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as w
@@ -216,16 +217,27 @@ def _figure_class() -> type:
         return _FIGURE
 
 
+Figures = list[tuple[Any, str]]  # (plotly figure, CSS class) of each figure of a tab
+
+
 class FigureBox:
     """The figures of a tab, made into widgets when the tab is first shown (`show`); until
-    then a line that says so. Safe to show from two threads at once."""
+    then a line that says so. `figures` may be what makes them, called then too, so that a
+    tab is built without paying for figures it may never show. Safe to show from two
+    threads at once."""
 
-    def __init__(self, figures: list[tuple[Any, str]]) -> None:
+    def __init__(self, figures: Figures | Callable[[], Figures]) -> None:
         self._figures = figures
         self.widgets: list[Any] = []
         self._lock = threading.Lock()
         self.box = w.VBox(
-            [w.HTML("<i style='color:#666'>The figures are drawn when the tab is shown.</i>")],
+            [
+                w.HTML(
+                    "<i style='color:#666'><i class='fa fa-spinner fa-spin'"
+                    " style='margin-right:6px'></i>The figures are drawn when the tab is"
+                    " shown.</i>"
+                )
+            ],
             layout=w.Layout(width="100%"),
         )
 
@@ -233,6 +245,7 @@ class FigureBox:
         """The figure widgets (made on the first call), in the order given."""
         with self._lock:
             if not self.widgets:
-                self.widgets = [figure_widget(f, css) for f, css in self._figures]
+                figures = self._figures() if callable(self._figures) else self._figures
+                self.widgets = [figure_widget(f, css) for f, css in figures]
                 self.box.children = tuple(self.widgets)
             return self.widgets

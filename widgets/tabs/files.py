@@ -35,7 +35,9 @@ class FilesPanel(FiguresAndGrid):
 
         self.dash = dash
         files = dash.scanned.files
-        self.figures = FigureBox([(shard_size_distribution(files), "ckpt-shard-sizes")])
+        # Made when the tab is shown, after its grid: the first figure of a kernel took
+        # 0.6-1.9 s (plotly's template, see `figures.prepare_template`) of a first click.
+        self.figures = FigureBox(lambda: [(shard_size_distribution(files), "ckpt-shard-sizes")])
         self.outliers = (
             shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
             if len(files)

@@ -1,19 +1,24 @@
-"""The Findings tab: every finding, filtered by severity and code, a page at a time."""
+"""The Findings tab: every finding, filtered by severity and code, a page at a time; those of
+the plain checks at once, the load check's joining them when it answers."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import ipywidgets as w
 
-from inspector.ui import code_help_html
+from inspector.ui import code_help_html, html_text, plural
 
 from ..controls import button
 from ..guard import guarded
 from .rows import finding_row
 
 if TYPE_CHECKING:
+    from inspector.ui import Finding
+
+    from ..state import CheckpointState
     from . import Host
 
 __all__ = ["FindingsPanel"]
@@ -24,20 +29,29 @@ _PAGE = 25
 
 class FindingsPanel:
     """The findings, filterable by severity and code, a page at a time; every finding links
-    to its tensor, heatmap cell or file, and every shown code is explained."""
+    to its tensor, heatmap cell or file, and every shown code is explained.
+
+    Drawn from `dash.current`: the scan's and the plain checks' findings show at once (they
+    waited 3.5-7 s for the load check's child on the 1422 demo). While the load check runs, a
+    slot of its own says so with a spinner; its findings then join the list (`checked`), the
+    page and the filters kept, and the slot says what they added."""
 
     def __init__(self, dash: Host) -> None:
         self.dash = dash
-        self.findings = dash.state.findings
-        self.frame = dash.state.frame
-        codes = self.frame["code"].astype(str).value_counts()
+        state = dash.current
+        self.findings: tuple[Finding, ...] = state.findings
+        self.frame = state.frame
+        # Before the load check answers: the plain checks' findings, to say what it added.
+        self.plain = state.findings if state.pending else None
+        # A click's thread and the load check's thread may both redraw the page.
+        self._drawing = threading.RLock()
         self.severity = w.ToggleButtons(
             options=[_ALL, "error", "warning", "info"], description="severity"
         ).add_class("ckpt-severity-filter")
-        self.code = w.Dropdown(
-            options=[(_ALL, _ALL)] + [(f"{c} ({n})", c) for c, n in sorted(codes.items())],
-            description="code",
-        ).add_class("ckpt-code-filter")
+        self.code = w.Dropdown(options=self._code_options(), description="code").add_class(
+            "ckpt-code-filter"
+        )
+        self.load = w.HTML(self._load_html()).add_class("ckpt-findings-load")
         self.rows = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-findings-table")
         self.help = w.HTML().add_class("ckpt-code-help")
         self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
@@ -53,19 +67,66 @@ class FindingsPanel:
         self.widget = w.VBox(
             [
                 w.HBox([self.severity, self.code], layout=w.Layout(flex_flow="row wrap")),
+                self.load,
                 self.rows,
                 w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center")),
                 self.help,
             ],
             layout=w.Layout(width="100%"),
         )
+        dash.when_checked(self.checked)
+
+    def checked(self, state: CheckpointState) -> None:
+        """The load check answered: list its findings with the others, on the page shown."""
+        with self._drawing:
+            self.findings, self.frame = state.findings, state.frame
+            chosen, start = self.code.value, self.start
+            options = self._code_options()
+            # A code the load check's findings no longer hold is unset: all codes show.
+            self.code.options = options
+            # (Setting the options may redraw the first page: the page shown is drawn after.)
+            self.code.value = chosen if chosen in {value for _, value in options} else _ALL
+            self.render(start)
+            self.load.value = self._load_html(done=True)
+
+    def _code_options(self) -> list[tuple[str, str]]:
+        codes = self.frame["code"].astype(str).value_counts()
+        return [(_ALL, _ALL)] + [(f"{c} ({n})", str(c)) for c, n in sorted(codes.items())]
+
+    def _load_html(self, *, done: bool = False) -> str:
+        """The load check's slot: a spinner while it runs, then what it added."""
+        if self.plain is None:
+            return ""  # off, or in already when the tab was built: its findings are listed
+        if not done:
+            return (
+                "<div class='ckpt-load-waiting' style='color:#555;padding:4px 0'>"
+                "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+                "Waiting for the load check: the findings below are the scan's and the "
+                "structural checks'; what the load check finds joins them when it answers."
+                "</div>"
+            )
+        before = set(self.plain)
+        added = [f for f in self.findings if f not in before]
+        if not added:
+            return (
+                "<div class='ckpt-load-done' style='color:#555;padding:4px 0'>"
+                "The load check added no findings.</div>"
+            )
+        codes = ", ".join(sorted({f.code for f in added}))
+        return (
+            "<div class='ckpt-load-done' style='color:#555;padding:4px 0'>"
+            f"The load check added {plural(len(added), 'finding')} ({html_text(codes)}); "
+            "they are in the list.</div>"
+        )
 
     def show_codes(self, codes: Sequence[str]) -> None:
         """Show only the findings of `codes` (one code also sets the code filter)."""
-        self.codes = tuple(codes)
-        self.severity.value = _ALL
-        self.code.value = codes[0] if len(codes) == 1 else _ALL
-        self.render(0)
+        with self._drawing:
+            self.codes = tuple(codes)
+            self.severity.value = _ALL
+            one = codes[0] if len(codes) == 1 else _ALL
+            self.code.value = one if one in {value for _, value in self.code.options} else _ALL
+            self.render(0)
 
     def shown(self) -> list[int]:
         """Positions (in `findings`, worst first) of the findings the filters let through."""
@@ -82,6 +143,10 @@ class FindingsPanel:
 
     def render(self, start: int = 0) -> None:
         """Redraw the page of findings that begins at `start` for the current filters."""
+        with self._drawing:
+            self._render(start)
+
+    def _render(self, start: int) -> None:
         shown = self.shown()
         last = max(0, (len(shown) - 1) // _PAGE * _PAGE)
         self.start = min(max(0, start), last)

@@ -39,7 +39,7 @@ class LayersPanel(FiguresAndGrid):
             cells=False,
         )
         self.figures = FigureBox(
-            [
+            lambda: [
                 (bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
                 (parameters_per_layer(s.layers), "ckpt-params-per-layer"),
             ]

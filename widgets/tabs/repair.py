@@ -186,6 +186,14 @@ class RepairPanel:
             self.plan = self._plan(self.dash.current.scanned)
         except EXPECTED_ERRORS as exc:
             self._failed(exc)
+            if self.restoring is not None:
+                # A refused restore is not kept as the choice: "Plan again" repeated the
+                # refusal (an empty or wrong reference) instead of planning the repair.
+                self.restoring = None
+                self.verdict.value += (
+                    "<div style='color:#555'>Plan again plans the repair; Plan restore "
+                    "tries the restore again with the reference in the field.</div>"
+                )
             return
         self.plan_view.value = text_html(self.plan.describe()) + diff_html(self.plan.diff())
         if isinstance(self.plan, RepairPlan):  # an empty one's re-check says what it cannot fix

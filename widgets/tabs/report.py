@@ -18,6 +18,7 @@ from ..guard import EXPECTED_ERRORS, error_html, guarded
 from ..report import write_html_report
 
 if TYPE_CHECKING:
+    from ..state import CheckpointState
     from . import Host
 
 __all__ = ["ReportPanel"]
@@ -57,7 +58,7 @@ class ReportPanel:
 
     def write_report(self) -> Path | None:
         """Write the HTML report to the path in the form; returns it, None on failure."""
-        state = self.dash.state
+        state = self._checked()
         try:
             target = write_html_report(
                 state.scanned,
@@ -75,10 +76,22 @@ class ReportPanel:
 
     def show_markdown(self) -> str:
         """Show the Markdown summary (to paste into a bug report) and return it."""
-        state = self.dash.state
+        state = self._checked()
+        self.status.value = ""
         text = markdown_summary(
             state.scanned, state.findings, verdict=state.verdict, serving=fit(state.scanned)
         )
         self.markdown.value = text
         hidden(self.markdown, False)
         return text
+
+    def _checked(self) -> CheckpointState:
+        """The state with the load verdict, which the report and the summary carry; while
+        the load check runs, the status says that the click waits for it (it said nothing)."""
+        if self.dash.current.pending:
+            self.status.value = (
+                "<span class='ckpt-report-waiting' style='color:#555'>"
+                "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+                "Waiting for the load check: the report says whether the model loads...</span>"
+            )
+        return self.dash.state
