@@ -1362,3 +1362,33 @@ def test_report_buttons_say_they_wait_for_the_load_check(demos: Path, monkeypatc
         release.set()
     clicked.join(60)
     assert report.status.value == "" and "will it load" in report.markdown.value
+
+
+# The verdict's thread raises the bug again after publishing it (so a kernel logs it too).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_load_check_that_raises_says_so_in_the_findings_tab(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A bug in the load check left the Findings tab's "waiting" spinner turning forever: the
+    slot now says the check failed, with its traceback behind "details"."""
+    import inspector.widgets.dashboard as dashboard
+
+    release = threading.Event()
+
+    def broken(scanned, **options):
+        release.wait(60)
+        raise RuntimeError("the load check broke on purpose")
+
+    monkeypatch.setattr(dashboard, "verdict_apart", broken)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    panel = dash.select("Findings")
+    assert "Waiting for the load check" in panel.load.value
+    release.set()
+    dash.wait(60)
+    with pytest.raises(RuntimeError, match="broke on purpose"):
+        dash.state  # noqa: B018 (the property raises the check's bug)
+    deadline = time.monotonic() + 30
+    while "Waiting for the load check" in panel.load.value and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "Waiting for the load check" not in panel.load.value
+    assert "broke on purpose" in panel.load.value and "details" in panel.load.value

@@ -424,17 +424,28 @@ class Dashboard:
 
         thread(build, f"ckpt-build-{title}").start()
 
-    def when_checked(self, callback: Callable[[CheckpointState], object]) -> None:
+    def when_checked(
+        self,
+        callback: Callable[[CheckpointState], object],
+        *,
+        failed: Callable[[BaseException], object] | None = None,
+    ) -> None:
         """Call `callback(state)` when the load check's findings arrive, for a panel drawn
-        from the plain checks' state; nothing when they are in already (or the check is off),
-        nor for a state a re-scan replaced meanwhile."""
+        from the plain checks' state, or `failed(exc)` when the check raised instead (a bug:
+        a panel waiting for it says so rather than spin forever); nothing when they are in
+        already (or the check is off), nor for a state a re-scan replaced meanwhile."""
         if not self.current.pending:
             return
         generation, complete = self._generation, self._complete
 
         def done(future: Future[CheckpointState]) -> None:
-            if future.exception() is None and generation == self._generation:
+            if generation != self._generation:
+                return
+            exc = future.exception()
+            if exc is None:
                 guarded(lambda: callback(future.result()), self.notice)()
+            elif failed is not None:
+                guarded(lambda: failed(exc), self.notice)()
 
         complete.add_done_callback(done)
 

@@ -12,7 +12,7 @@ import ipywidgets as w
 from inspector.ui import code_help_html, html_text, plural
 
 from ..controls import button
-from ..guard import guarded
+from ..guard import error_html, guarded
 from .rows import finding_row
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ class FindingsPanel:
             ],
             layout=w.Layout(width="100%"),
         )
-        dash.when_checked(self.checked)
+        dash.when_checked(self.checked, failed=self.check_failed)
 
     def checked(self, state: CheckpointState) -> None:
         """The load check answered: list its findings with the others, on the page shown."""
@@ -88,6 +88,11 @@ class FindingsPanel:
             self.code.value = chosen if chosen in {value for _, value in options} else _ALL
             self.render(start)
             self.load.value = self._load_html(done=True)
+
+    def check_failed(self, exc: BaseException) -> None:
+        """The load check raised (a bug): its slot says so, with the traceback behind
+        "details", in place of a spinner that would turn forever."""
+        self.load.value = error_html(exc, bug=True)
 
     def _code_options(self) -> list[tuple[str, str]]:
         codes = self.frame["code"].astype(str).value_counts()
