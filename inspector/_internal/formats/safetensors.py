@@ -425,8 +425,8 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
 
     The doubts: a backslash (an escape: orjson's rules on surrogates are kept by leaving
     them to it), bytes that are not UTF-8, a `__metadata__` that is not the first key or not
-    an object of strings, an entry msgspec's schema refuses, a repeated name, and every
-    check of the bulk path.
+    an object of strings, an entry msgspec's schema refuses, nesting past a decoder's depth,
+    a repeated name, and every check of the bulk path.
     """
     if b"\\" in raw or not raw.startswith(b"{"):
         return None
@@ -448,7 +448,9 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
             else:
                 return None
         header = _ENTRIES.decode(body)
-    except (ValueError, msgspec.DecodeError, msgspec.ValidationError):
+    except (ValueError, RecursionError, msgspec.DecodeError, msgspec.ValidationError):
+        # RecursionError: both decoders raise it for nesting past their depth (in a field
+        # this decode ignores, or in the metadata); the decode below reports it as a finding.
         return None
     if "__metadata__" in header or raw.count(_DUP_MARKER) != len(header):
         return None
