@@ -52,6 +52,8 @@ from _synthetic import ensure_checkpoint, spec_for, tensor_count  # noqa: E402
 TARGET = 2.0
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 _DASHBOARD = "Checkpoint dashboard of"  # how the dashboard's view begins in text/plain
+_OVERVIEW_HEAD = "ckpt-overview-verdict"  # the Overview's first line (its issues)
+_STILL_CHECKING = "checking the "  # what it says while rules still run (widgets/state.py)
 
 FLOOR_CELL = """\
 import json, os, struct
@@ -98,6 +100,7 @@ class Run:
     """One cell in one fresh kernel: seconds after sending it."""
 
     overview: float = float("nan")  # the dashboard's display_data arrived
+    checked: float = float("nan")  # an Overview with every plain rule's findings arrived
     verdict: float = float("nan")  # "Will it load?" with its answer arrived
     reply: float = float("nan")  # the cell's execute_reply
     comms: int = 0  # widget models opened before the Overview was on the wire
@@ -116,8 +119,9 @@ def overlay(tree: Path) -> Path:
     return root
 
 
-def run_cell(code: str, *, pythonpath: Path | None, wait_verdict: bool, echo: bool) -> Run:
-    """Start a kernel, run `code` in it and time its IOPub messages."""
+def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> Run:
+    """Start a kernel, run `code` in it and time its IOPub messages until the cell's reply
+    and then `until` ("reply", "checked": every plain rule's findings, "verdict")."""
     from jupyter_client.manager import KernelManager
 
     env = dict(os.environ, CKPT_INSPECT_CACHE_DIR=tempfile.mkdtemp(prefix="bench-overview-"))
@@ -148,10 +152,18 @@ def run_cell(code: str, *, pythonpath: Path | None, wait_verdict: bool, echo: bo
             dashboard = _WIDGET_VIEW in data and _DASHBOARD in data.get("text/plain", "")
             if kind == "display_data" and dashboard and run.overview != run.overview:
                 run.overview = now
-            if kind in ("comm_open", "comm_msg") and run.verdict != run.verdict:
-                value = str(content.get("data", {}).get("state", {}).get("value", ""))
-                if "class='ckpt-load'" in value and "data-loads='pending'" not in value:
-                    run.verdict = now
+            state = content.get("data", {}).get("state", {})
+            value = str(state.get("value", ""))
+            if (
+                kind == "comm_open"
+                and run.checked != run.checked
+                and _OVERVIEW_HEAD in state.get("_dom_classes", ())
+                and _STILL_CHECKING not in value
+            ):
+                run.checked = now  # sent before the view that shows it: stamped at the view
+            answer = "class='ckpt-load'" in value and "data-loads='pending'" not in value
+            if kind in ("comm_open", "comm_msg") and answer and run.verdict != run.verdict:
+                run.verdict = now
             if kind == "stream" and echo:
                 print(content["text"], end="")
             if kind == "error":
@@ -162,7 +174,8 @@ def run_cell(code: str, *, pythonpath: Path | None, wait_verdict: bool, echo: bo
                 and msg["parent_header"].get("msg_id") == sent
             ):
                 run.reply = now
-            if run.reply == run.reply and (not wait_verdict or run.verdict == run.verdict):
+            last = {"reply": run.reply, "checked": run.checked, "verdict": run.verdict}[until]
+            if run.reply == run.reply and last == last:
                 break
         return run
     finally:
@@ -180,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         "--orders", action="store_true", help="also the load check's child started with the scan"
     )
     parser.add_argument(
-        "--no-verdict", action="store_true", help="stop at the cell's reply, not the verdict"
+        "--no-verdict",
+        action="store_true",
+        help="stop once every plain rule's findings are on the wire, not at the verdict",
     )
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the cell")
     parser.add_argument(
@@ -208,10 +223,12 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {name: [] for name in cases}
     for round_ in range(args.runs if cases else 0):
         for name, (code, path) in cases.items():
-            run = run_cell(code, pythonpath=path, wait_verdict=not args.no_verdict, echo=False)
+            until = "reply" if name == "floor" else "checked" if args.no_verdict else "verdict"
+            run = run_cell(code, pythonpath=path, until=until, echo=False)
             runs[name].append(run)
             print(
-                f"round {round_ + 1} {name:20} overview {run.overview:6.2f} s  verdict "
+                f"round {round_ + 1} {name:20} overview {run.overview:6.2f} s  every plain "
+                f"rule {max(run.checked, run.overview):6.2f} s  verdict "
                 f"{run.verdict:6.2f} s  reply {run.reply:6.2f} s  widgets {run.comms:4}  "
                 f"[load {run.load:.2f}]",
                 flush=True,
@@ -223,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         run_cell(
             PROFILE_CELL.format(folder=folder, top=args.profile),
             pythonpath=None,
-            wait_verdict=False,
+            until="reply",
             echo=True,
         )
     print("load average (1, 5, 15 min) at the end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))

@@ -17,7 +17,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-    from inspector._internal.checks import check
+    from inspector._internal.checks import check, rules_for
     from inspector._internal.checks.values import computed_value_table, value_table
     from inspector._internal.cli.args import (
         EXIT_CANNOT,
@@ -157,6 +157,7 @@ _LAZY: dict[str, str] = {
     "problems_html": "inspector._internal.report.html",
     "query_for_finding": "inspector._internal.report.query",
     "restore_reference": "inspector._internal.diagnosis.references",
+    "rules_for": "inspector._internal.checks",
     "scale_for": "inspector._internal.common.units",
     "scan": "inspector._internal.scan.entry",
     "scan_from_args": "inspector._internal.cli.args",
@@ -241,6 +242,7 @@ __all__ = [
     "problems_html",
     "query_for_finding",
     "restore_reference",
+    "rules_for",
     "scale_for",
     "scan",
     "scan_from_args",
