@@ -1303,3 +1303,27 @@ def test_a_dashboard_nobody_watches_runs_every_rule_before_its_overview(
     waits = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False, wait=True)
     assert not waits.current.unchecked and waits._complete.done()
     assert waits.current.findings == dash.current.findings
+
+
+def test_the_load_checks_child_starts_with_the_scan_only_when_asked(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`VERDICT_WITH_SCAN` (measured by benchmarks/bench_overview.py --orders) starts the
+    load check's child before the scan; by default it starts once the Overview is sent."""
+    import inspector.widgets.dashboard as dashboard
+
+    order: list[str] = []
+    real_scan = dashboard.CheckpointState.load
+
+    def load(*args, **kwargs):
+        order.append("scan")
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard, "start_verdict_process", lambda: order.append("child"))
+    monkeypatch.setattr(dashboard.CheckpointState, "load", load)
+    monkeypatch.setattr(dashboard, "verdict_apart", lambda scanned, **_: None)
+    Dashboard(demos / DRIFT)
+    assert order == ["scan"]
+    monkeypatch.setattr(dashboard, "VERDICT_WITH_SCAN", True)
+    Dashboard(demos / DRIFT)
+    assert order == ["scan", "child", "scan"]

@@ -33,6 +33,7 @@ from inspector.ui import (
     query_for_finding,
     severity_counts,
     severity_tally,
+    start_verdict_process,
     verdict_apart,
 )
 
@@ -70,6 +71,10 @@ _VERDICT_HOLD = 3.0
 # What the Overview's facts read (the tables, the parameter count) is built before it anyway.
 # Their findings show when they arrive, as the load verdict's do.
 DEFERRED_RULES = ("index", "structure")
+# Whether the load check's child is started as the scan starts (True) or once the Overview's
+# messages are sent (False, see `_start_checks`); benchmarks/bench_overview.py --orders
+# measures both side by side.
+VERDICT_WITH_SCAN = False
 # The longest the background worker waits for what a person asked for before it goes on.
 _YIELD_SECONDS = 30.0
 _PAGE = 25
@@ -120,6 +125,8 @@ class Dashboard:
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
         self.wait_when_headless = wait
         self._headless = False
+        if model and VERDICT_WITH_SCAN:
+            start_verdict_process()  # its imports at its own priority (nice 5), on another core
         # The plain checks now (in a watched kernel without the costliest rules); the rest
         # and the load verdict in a thread (see the module docstring and `_start_checks`).
         self.current = load_with_progress(
