@@ -135,6 +135,7 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
         kc.wait_for_ready(timeout=60)
         kc.execute_interactive("import os", timeout=60)
         run = Run(load=os.getloadavg()[0])
+        values: dict[str, str] = {}  # each widget's `value` when it opened
         t0 = time.perf_counter()
         sent = kc.execute(code, allow_stdin=True)
         deadline = t0 + 300
@@ -154,13 +155,13 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
                 run.overview = now
             state = content.get("data", {}).get("state", {})
             value = str(state.get("value", ""))
-            if (
-                kind == "comm_open"
-                and run.checked != run.checked
-                and _OVERVIEW_HEAD in state.get("_dom_classes", ())
-                and _STILL_CHECKING not in value
-            ):
-                run.checked = now  # sent before the view that shows it: stamped at the view
+            if kind == "comm_open":
+                values[content.get("comm_id")] = value
+            # A widget gets its CSS class in an update after it opened (`add_class`).
+            head = _OVERVIEW_HEAD in state.get("_dom_classes", ())
+            shown = values.get(content.get("comm_id"), "")
+            if head and run.checked != run.checked and _STILL_CHECKING not in shown:
+                run.checked = now  # the first Overview: sent before its view, stamped at it
             answer = "class='ckpt-load'" in value and "data-loads='pending'" not in value
             if kind in ("comm_open", "comm_msg") and answer and run.verdict != run.verdict:
                 run.verdict = now
