@@ -1267,9 +1267,16 @@ def test_a_watched_overview_shows_before_the_costliest_rules_then_their_issues(
     """In a person's kernel the Overview is sent before the index and structure rules ran
     (0.3-0.5 s of a 2.2-3.2 s Overview at 300,000 tensors) and says so, never "No issues
     found"; once it is sent they run, and their issues, the Files tab's counts and the
-    findings count arrive."""
+    findings count arrive. The background worker's imports and tabs wait for them."""
+    import inspector.widgets.dashboard as dashboard
+
     _watched(monkeypatch)
+    worker_saw: list[tuple[str, ...]] = []
+    monkeypatch.setattr(
+        dashboard, "import_figure_widget", lambda: worker_saw.append(dash.current.unchecked)
+    )
     dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False)
+    dash._start_worker()  # as displaying it does, before the Overview is sent
     files = dash.select("Files").table
     assert dash.current.unchecked == ("index", "structure")
     assert not dash._complete.done()  # `state` waits for them
@@ -1290,6 +1297,7 @@ def test_a_watched_overview_shows_before_the_costliest_rules_then_their_issues(
     assert "checking the" not in dash.header.value
     assert dash.tab.titles[FINDINGS_TAB] == f"Findings ({len(dash.state.findings)})"
     assert files.frame["findings"].sum() >= len(missing)
+    assert worker_saw == [()]
 
 
 def test_a_dashboard_nobody_watches_runs_every_rule_before_its_overview(
