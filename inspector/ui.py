@@ -53,7 +53,11 @@ if TYPE_CHECKING:
         severity_tally,
     )
     from inspector._internal.integrity.verified import verification_line
-    from inspector._internal.load.child import start_verdict_process, verdict_apart
+    from inspector._internal.load.child import (
+        start_verdict_for,
+        start_verdict_process,
+        verdict_apart,
+    )
     from inspector._internal.load.verdict import LoadVerdict, known_verdict
     from inspector._internal.plans.consolidate import default_destination, plan_consolidation
     from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
@@ -165,6 +169,7 @@ _LAZY: dict[str, str] = {
     "severity_counts": "inspector._internal.findings.words",
     "severity_rank": "inspector._internal.findings.finding",
     "severity_tally": "inspector._internal.findings.words",
+    "start_verdict_for": "inspector._internal.load.child",
     "start_verdict_process": "inspector._internal.load.child",
     "summarize": "inspector._internal.report.summary",
     "text_html": "inspector._internal.report.html",
@@ -251,6 +256,7 @@ __all__ = [
     "severity_counts",
     "severity_rank",
     "severity_tally",
+    "start_verdict_for",
     "start_verdict_process",
     "summarize",
     "text_html",

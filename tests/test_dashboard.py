@@ -1330,8 +1330,40 @@ def test_the_load_checks_child_starts_with_the_scan_only_when_asked(
     monkeypatch.setattr(dashboard, "start_verdict_process", lambda: order.append("child"))
     monkeypatch.setattr(dashboard.CheckpointState, "load", load)
     monkeypatch.setattr(dashboard, "verdict_apart", lambda scanned, **_: None)
+    monkeypatch.setattr(dashboard, "start_verdict_for", lambda scanned, **_: None)
     Dashboard(demos / DRIFT)
     assert order == ["scan"]
     monkeypatch.setattr(dashboard, "VERDICT_WITH_SCAN", True)
     Dashboard(demos / DRIFT)
     assert order == ["scan", "child", "scan"]
+
+
+def test_the_load_checks_child_starts_once_the_overview_is_sent_before_the_deferred_rules(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Nothing of the load check runs before the Overview is sent; then its child starts
+    first (it imports torch and transformers on the other core while the kernel runs the
+    deferred rules, instead of waiting for them), and the verdict is asked for once their
+    issues are shown."""
+    import inspector.widgets.dashboard as dashboard
+
+    from inspector._internal.load.verdict import LoadVerdict
+
+    _watched(monkeypatch)
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def child(scanned, **_) -> None:
+        seen.append(("child", dash.current.unchecked))
+
+    def verdict(scanned, **_) -> LoadVerdict:
+        seen.append(("verdict", dash.current.unchecked))
+        return LoadVerdict(skipped="not asked in this test")
+
+    monkeypatch.setattr(dashboard, "start_verdict_for", child)
+    monkeypatch.setattr(dashboard, "verdict_apart", verdict)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    assert seen == [] and dash.current.unchecked == ("index", "structure")
+    dash._overview_sent.set()  # what displaying it does
+    dash.wait(60)
+    assert seen == [("child", ("index", "structure")), ("verdict", ())]
+    assert dash.state.verdict == LoadVerdict(skipped="not asked in this test")

@@ -33,6 +33,7 @@ from inspector.ui import (
     query_for_finding,
     severity_counts,
     severity_tally,
+    start_verdict_for,
     start_verdict_process,
     verdict_apart,
 )
@@ -304,7 +305,8 @@ class Dashboard:
         until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
         seconds): work that holds the GIL as the Overview is displayed starves the kernel's
         IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
-        tensors: 20 ms of the snapshot's work took 0.2-0.5 s). The child starts then too:
+        tensors: 20 ms of the snapshot's work took 0.2-0.5 s). The child starts then too,
+        before the deferred rules run (its imports use the other core meanwhile):
         started with the scan, its imports slowed the scan and the page on the 2 shared cores
         (measured side by side at 300,000 tensors: Overview 5.50-6.31 s against 6.35-7.28 s,
         for a verdict 2-3 s later)."""
@@ -314,6 +316,10 @@ class Dashboard:
             self._overview_sent.wait(_VERDICT_HOLD)
             plain = first
             try:
+                if self.model:  # its imports on the other core while the deferred rules run
+                    start_verdict_for(
+                        plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
+                    )
                 if plain.unchecked:
                     try:
                         plain = CheckpointState.checked(
