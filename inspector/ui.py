@@ -17,7 +17,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
-    from inspector._internal.checks import check
+    from inspector._internal.checks import check, rules_for
     from inspector._internal.checks.values import computed_value_table, value_table
     from inspector._internal.cli.args import (
         EXIT_CANNOT,
@@ -54,7 +54,11 @@ if TYPE_CHECKING:
         severity_tally,
     )
     from inspector._internal.integrity.verified import verification_line
-    from inspector._internal.load.child import verdict_apart
+    from inspector._internal.load.child import (
+        start_verdict_for,
+        start_verdict_process,
+        verdict_apart,
+    )
     from inspector._internal.load.verdict import LoadVerdict, known_verdict
     from inspector._internal.plans.consolidate import default_destination, plan_consolidation
     from inspector._internal.plans.repair import RepairPlan, plan_repair, preview_repair
@@ -159,6 +163,7 @@ _LAZY: dict[str, str] = {
     "problems_html": "inspector._internal.report.html",
     "query_for_finding": "inspector._internal.report.query",
     "restore_reference": "inspector._internal.diagnosis.references",
+    "rules_for": "inspector._internal.checks",
     "scale_for": "inspector._internal.common.units",
     "scan": "inspector._internal.scan.entry",
     "scan_from_args": "inspector._internal.cli.args",
@@ -166,6 +171,8 @@ _LAZY: dict[str, str] = {
     "severity_counts": "inspector._internal.findings.words",
     "severity_rank": "inspector._internal.findings.finding",
     "severity_tally": "inspector._internal.findings.words",
+    "start_verdict_for": "inspector._internal.load.child",
+    "start_verdict_process": "inspector._internal.load.child",
     "summarize": "inspector._internal.report.summary",
     "text_html": "inspector._internal.report.html",
     "value_table": "inspector._internal.checks.values",
@@ -244,6 +251,7 @@ __all__ = [
     "problems_html",
     "query_for_finding",
     "restore_reference",
+    "rules_for",
     "scale_for",
     "scan",
     "scan_from_args",
@@ -251,6 +259,8 @@ __all__ = [
     "severity_counts",
     "severity_rank",
     "severity_tally",
+    "start_verdict_for",
+    "start_verdict_process",
     "summarize",
     "text_html",
     "value_table",

@@ -1392,3 +1392,123 @@ def test_a_load_check_that_raises_says_so_in_the_findings_tab(
         time.sleep(0.05)
     assert "Waiting for the load check" not in panel.load.value
     assert "broke on purpose" in panel.load.value and "details" in panel.load.value
+
+
+def _watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard as a person's kernel makes it: not headless, and nothing of the load
+    check runs before the Overview is sent (`_overview_sent`, set by displaying it)."""
+    from types import SimpleNamespace
+
+    import inspector.widgets.dashboard as dashboard
+
+    monkeypatch.setattr(dashboard, "shell", lambda: SimpleNamespace(kernel=object()))
+    monkeypatch.setattr(dashboard, "headless", lambda: False)
+    monkeypatch.setattr(dashboard, "_VERDICT_HOLD", 60.0)
+
+
+def test_a_watched_overview_shows_before_the_costliest_rules_then_their_issues(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """In a person's kernel the Overview is sent before the index and structure rules ran
+    (0.3-0.5 s of a 2.2-3.2 s Overview at 300,000 tensors) and says so, never "No issues
+    found"; once it is sent they run, and their issues, the Files tab's counts and the
+    findings count arrive. The background worker's imports and tabs wait for them."""
+    import inspector.widgets.dashboard as dashboard
+
+    _watched(monkeypatch)
+    worker_saw: list[tuple[str, ...]] = []
+    monkeypatch.setattr(
+        dashboard, "import_figure_widget", lambda: worker_saw.append(dash.current.unchecked)
+    )
+    dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False)
+    dash._start_worker()  # as displaying it does, before the Overview is sent
+    files = dash.select("Files").table
+    assert dash.current.unchecked == ("index", "structure")
+    assert not dash._complete.done()  # `state` waits for them
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "checking the index and the structure..." in overview
+    assert "No issues found" not in overview
+    assert "checking the index and the structure..." in dash.header.value
+    assert dash.tab.titles[FINDINGS_TAB].endswith("...)")
+    assert not any(f.code == "expert-missing" for f in dash.current.findings)
+    assert files.frame["findings"].sum() == 0
+    dash._overview_sent.set()  # what displaying it does
+    dash.wait(60)
+    assert dash.current is dash.state and not dash.state.unchecked
+    missing = [f for f in dash.state.findings if f.code == "expert-missing"]
+    assert missing
+    overview = _texts(dash.panels["Overview"].widget)
+    assert "checking the" not in overview and "so far" not in overview
+    assert "checking the" not in dash.header.value
+    assert dash.tab.titles[FINDINGS_TAB] == f"Findings ({len(dash.state.findings)})"
+    assert files.frame["findings"].sum() >= len(missing)
+    assert worker_saw == [()]
+
+
+def test_a_dashboard_nobody_watches_runs_every_rule_before_its_overview(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Asked to wait (`wait=True`), headless (nbconvert), or outside a kernel, the first
+    state already holds every plain rule's findings: nothing is left for later."""
+    dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False)
+    assert not dash.current.unchecked and dash._complete.done()
+    _watched(monkeypatch)
+    waits = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False, wait=True)
+    assert not waits.current.unchecked and waits._complete.done()
+    assert waits.current.findings == dash.current.findings
+
+
+def test_the_load_checks_child_starts_with_the_scan_only_when_asked(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """`VERDICT_WITH_SCAN` (measured by benchmarks/bench_overview.py --orders) starts the
+    load check's child before the scan; by default it starts once the Overview is sent."""
+    import inspector.widgets.dashboard as dashboard
+
+    order: list[str] = []
+    real_scan = dashboard.CheckpointState.load
+
+    def load(*args, **kwargs):
+        order.append("scan")
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard, "start_verdict_process", lambda: order.append("child"))
+    monkeypatch.setattr(dashboard.CheckpointState, "load", load)
+    monkeypatch.setattr(dashboard, "verdict_apart", lambda scanned, **_: None)
+    monkeypatch.setattr(dashboard, "start_verdict_for", lambda scanned, **_: None)
+    Dashboard(demos / DRIFT)
+    assert order == ["scan"]
+    monkeypatch.setattr(dashboard, "VERDICT_WITH_SCAN", True)
+    Dashboard(demos / DRIFT)
+    assert order == ["scan", "child", "scan"]
+
+
+def test_the_load_checks_child_starts_once_the_overview_is_sent_before_the_deferred_rules(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Nothing of the load check runs before the Overview is sent; then its child starts
+    first (it imports torch and transformers on the other core while the kernel runs the
+    deferred rules, instead of waiting for them), and the verdict is asked for once their
+    issues are shown."""
+    import inspector.widgets.dashboard as dashboard
+
+    from inspector._internal.load.verdict import LoadVerdict
+
+    _watched(monkeypatch)
+    seen: list[tuple[str, tuple[str, ...]]] = []
+
+    def child(scanned, **_) -> None:
+        seen.append(("child", dash.current.unchecked))
+
+    def verdict(scanned, **_) -> LoadVerdict:
+        seen.append(("verdict", dash.current.unchecked))
+        return LoadVerdict(skipped="not asked in this test")
+
+    monkeypatch.setattr(dashboard, "start_verdict_for", child)
+    monkeypatch.setattr(dashboard, "verdict_apart", verdict)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    assert seen == [] and dash.current.unchecked == ("index", "structure")
+    dash._overview_sent.set()  # what displaying it does
+    dash.wait(60)
+    assert seen == [("child", ("index", "structure")), ("verdict", ())]
+    assert dash.state.verdict == LoadVerdict(skipped="not asked in this test")

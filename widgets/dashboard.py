@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +33,8 @@ from inspector.ui import (
     query_for_finding,
     severity_counts,
     severity_tally,
+    start_verdict_for,
+    start_verdict_process,
     verdict_apart,
 )
 
@@ -40,7 +43,15 @@ from .grid import GridCells
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
 from .plot import import_figure_widget
 from .snapshot import headless
-from .state import CheckpointState, load_with_progress, resolve, shell, thread, values_read
+from .state import (
+    CheckpointState,
+    load_with_progress,
+    resolve,
+    shell,
+    still_checking,
+    thread,
+    values_read,
+)
 from .tabs import TABS as TAB_ROWS
 from .tabs import build
 
@@ -56,6 +67,15 @@ _WORKER_DELAY = 1.5  # seconds between showing the Overview and building the oth
 # The longest the load check waits for the Overview to be sent, in a kernel (a dashboard made
 # but not displayed, or whose `widget` is displayed by hand, starts it after this).
 _VERDICT_HOLD = 3.0
+# The plain rules a watched dashboard runs after its Overview is sent, not before: the costliest
+# of them (at 289,892 tensors, 0.3-0.5 s of a 2.2-3.2 s Overview in a fresh kernel, load 3).
+# What the Overview's facts read (the tables, the parameter count) is built before it anyway.
+# Their findings show when they arrive, as the load verdict's do.
+DEFERRED_RULES = ("index", "structure")
+# Whether the load check's child is started as the scan starts (True) or once the Overview's
+# messages are sent (False, see `_start_checks`); benchmarks/bench_overview.py --orders
+# measures both side by side.
+VERDICT_WITH_SCAN = False
 # The longest the background worker waits for what a person asked for before it goes on.
 _YIELD_SECONDS = 30.0
 _PAGE = 25
@@ -107,13 +127,26 @@ class Dashboard:
         # Whether displaying waits for the finished snapshot; None: when the run is headless.
         self.wait_when_headless = wait
         self._headless = False
-        # The plain checks now; the load verdict in a thread (see the module docstring).
+        if model and VERDICT_WITH_SCAN:
+            start_verdict_process()  # its imports at its own priority (nice 5), on another core
+        # The plain checks now (in a watched kernel without the costliest rules); the rest
+        # and the load verdict in a thread (see the module docstring and `_start_checks`).
         self.current = load_with_progress(
-            source, progress=progress, pending=model, values=self.values
+            source,
+            progress=progress,
+            pending=model,
+            values=self.values,
+            skip=DEFERRED_RULES if _watched(wait) else (),
         )
         self._complete: Future[CheckpointState] = Future()
-        if not model:
+        if not model and not self.current.unchecked:
             self._complete.set_result(self.current)
+        # Set once every plain rule's findings are shown: the background worker's imports and
+        # tabs wait for it (they held the GIL the deferred rules need: their issues reached
+        # the Overview 2-5 s after it instead of well under 1 s, load 11-13).
+        self._plain_shown = threading.Event()
+        if not self.current.unchecked:
+            self._plain_shown.set()
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self.panels: dict[str, Any] = {}
         self.last_repair: Any = None
@@ -125,8 +158,8 @@ class Dashboard:
             self._snapshot = Snapshot()
         self._make_locks()
         self._draw()
-        if model:
-            self._start_verdict()
+        if model or self.current.unchecked:
+            self._start_checks()
 
     def _layout(self) -> w.VBox:
         """The header with the Re-scan button, the notice and progress lines, the tabs."""
@@ -181,6 +214,14 @@ class Dashboard:
         self._asked_done = threading.Condition()
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
+        # Called with each state `_publish` shows (see `when_checked`).
+        self._checked_callbacks: list[
+            tuple[
+                int,
+                Callable[[CheckpointState], object],
+                Callable[[BaseException], object] | None,
+            ]
+        ] = []
         # Set once the Overview's messages are sent (`_ipython_display_`); until then the load
         # check waits (see `_start_verdict`). Outside a kernel nothing is sent: it is set.
         self._overview_sent = threading.Event()
@@ -252,6 +293,7 @@ class Dashboard:
             self.panels.clear()
             self._pending.clear()
             self._generation += 1
+            self._checked_callbacks.clear()
             self.current = state
             if self._complete.done():
                 self._complete = Future()
@@ -265,9 +307,10 @@ class Dashboard:
                 return
         self._start_worker()
 
-    def _start_verdict(self) -> None:
-        """Get the load verdict from a thread, then check with it and redraw what shows
-        the plain checks' state (header, Overview, snapshot).
+    def _start_checks(self) -> None:
+        """Run the plain rules the Overview was shown without (`DEFERRED_RULES`), then get the
+        load verdict, from a thread; each time check with what is known and redraw what shows
+        the state (header, Overview, snapshot).
 
         For a local folder the verdict is computed by a child process
         (`inspector._internal.load.child`): its imports of transformers and torch and the
@@ -278,43 +321,75 @@ class Dashboard:
         until the Overview's messages are sent (`_overview_sent`, at most `_VERDICT_HOLD`
         seconds): work that holds the GIL as the Overview is displayed starves the kernel's
         IOPub thread, which sends the Overview's widgets to the page (measured at 300,000
-        tensors: 20 ms of the snapshot's work took 0.2-0.5 s). The child starts then too:
+        tensors: 20 ms of the snapshot's work took 0.2-0.5 s). The child starts then too,
+        before the deferred rules run (its imports use the other core meanwhile):
         started with the scan, its imports slowed the scan and the page on the 2 shared cores
         (measured side by side at 300,000 tensors: Overview 5.50-6.31 s against 6.35-7.28 s,
         for a verdict 2-3 s later)."""
-        generation, plain = self._generation, self.current
+        generation, first = self._generation, self.current
 
         def work() -> None:
             self._overview_sent.wait(_VERDICT_HOLD)
+            plain = first
             try:
+                if self.model:  # its imports on the other core while the deferred rules run
+                    start_verdict_for(
+                        plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
+                    )
+                if plain.unchecked:
+                    try:
+                        plain = CheckpointState.checked(
+                            plain.scanned, None, values=self.values, pending=self.model
+                        )
+                        if not self._publish(plain, generation, final=not self.model):
+                            return
+                    finally:
+                        self._plain_shown.set()
+                if not self.model:
+                    return
                 verdict = verdict_apart(
                     plain.scanned, trust_remote_code=self.trust_remote_code, cache=self.cache
                 )
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for
                 with self._state_lock:
-                    if generation == self._generation:
+                    current = generation == self._generation
+                    if current:
                         self._complete.set_exception(exc)
+                    failed = [f for g, _, f in self._checked_callbacks if g == generation and f]
+                for tell in failed if current else []:
+                    guarded(partial(tell, exc), self.notice)()
                 raise
-            with self._state_lock:
-                if generation != self._generation:
-                    return  # a refresh replaced the state meanwhile
-                self.current = state
-                self._complete.set_result(state)
-            # What shows `current` is redrawn: the Overview; the Files and Layers tabs update
-            # their findings counts themselves (see `on_verdict`); the rest waited for it.
-            with self._lock:
-                if generation != self._generation:
-                    return
-                self._draw_header()
-                self.panels.pop("Overview", None)
-                self._pending.pop("Overview", None)
-            self.panel("Overview")
-            if self._snapshot is not None:
-                self._snapshot.update(state)
+            self._publish(state, generation, final=True)
 
         self.verdict_worker = thread(work, "ckpt-load-verdict")
         self.verdict_worker.start()
+
+    def _publish(self, state: CheckpointState, generation: int, *, final: bool) -> bool:
+        """Show `state` (more of the checks' findings, or the load verdict's) in what shows
+        `current`; `final`: it is the one `state` waits for. False when a re-scan replaced
+        the state meanwhile (then nothing is shown)."""
+        with self._state_lock:
+            if generation != self._generation:
+                return False
+            self.current = state
+            if final:
+                self._complete.set_result(state)
+            callbacks = [c for g, c, _ in self._checked_callbacks if g == generation]
+        for callback in callbacks:
+            guarded(partial(callback, state), self.notice)()
+        # What shows `current` is redrawn: the header and the Overview; the Files and Layers
+        # tabs update their findings counts themselves (see `on_verdict`); the rest waited.
+        with self._lock:
+            if generation != self._generation:
+                return False
+            self._draw_header()
+            self.panels.pop("Overview", None)
+            self._pending.pop("Overview", None)
+        self.panel("Overview")
+        if self._snapshot is not None:
+            self._snapshot.update(state)
+        return True
 
     def select(self, title: str) -> Any:
         """Open the tab called `title` and return its panel (built if needed)."""
@@ -430,24 +505,15 @@ class Dashboard:
         *,
         failed: Callable[[BaseException], object] | None = None,
     ) -> None:
-        """Call `callback(state)` when the load check's findings arrive, for a panel drawn
-        from the plain checks' state, or `failed(exc)` when the check raised instead (a bug:
-        a panel waiting for it says so rather than spin forever); nothing when they are in
-        already (or the check is off), nor for a state a re-scan replaced meanwhile."""
-        if not self.current.pending:
-            return
-        generation, complete = self._generation, self._complete
-
-        def done(future: Future[CheckpointState]) -> None:
-            if generation != self._generation:
+        """Call `callback(state)` each time more findings arrive (the deferred rules', the
+        load check's), for a panel drawn from an earlier state, or `failed(exc)` when the
+        checks raised instead (a bug: a panel waiting for them says so rather than spin
+        forever); nothing when they are in already (or the check is off), nor for a state a
+        re-scan replaced meanwhile."""
+        with self._state_lock:
+            if not self.current.pending and not self.current.unchecked:
                 return
-            exc = future.exception()
-            if exc is None:
-                guarded(lambda: callback(future.result()), self.notice)()
-            elif failed is not None:
-                guarded(lambda: failed(exc), self.notice)()
-
-        complete.add_done_callback(done)
+            self._checked_callbacks.append((self._generation, callback, failed))
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the load check is done and the background worker has built every tab and
@@ -466,6 +532,7 @@ class Dashboard:
         started = time.monotonic()
 
         def work() -> None:
+            self._plain_shown.wait(_YIELD_SECONDS)  # the Overview's issues come first
             # Importing Perspective's and plotly's widgets takes a second or more, in the
             # kernel only once. Started now, they are done before most first clicks.
             self._yield_to_asked()
@@ -573,7 +640,9 @@ class Dashboard:
             if problems
             else "<span style='color:#2ca02c'>no issues</span>"
         )
-        if self.current.pending:
+        if self.current.unchecked:
+            verdict += f" <i style='color:#666'>({html_text(still_checking(self.current))})</i>"
+        elif self.current.pending:
             verdict += " <i style='color:#666'>(checking whether it loads...)</i>"
         self.header.value = (
             f"<div style='overflow-wrap:anywhere'><b>{_esc(s.path.name)}</b> &nbsp; "
@@ -583,7 +652,7 @@ class Dashboard:
         titles = list(self.TABS)
         # Short enough for the tab (JupyterLab cuts titles past ~16 characters); while the
         # load check runs, the count may still grow: "...".
-        more = "..." if self.current.pending else ""
+        more = "..." if self.current.pending or self.current.unchecked else ""
         titles[self.TABS.index("Findings")] = f"Findings ({len(self.current.findings):,}{more})"
         self.tab.titles = tuple(titles)
 
@@ -670,6 +739,14 @@ def _loading(dash: Dashboard, title: str) -> w.HTML:
         "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
         f"Building {html_text(what)}...</div>"
     )
+
+
+def _watched(wait: bool | None) -> bool:
+    """Whether a person watches the cell that makes the dashboard (a kernel, not headless,
+    not asked to wait): only then is its Overview shown before every plain rule ran."""
+    if getattr(shell(), "kernel", None) is None:
+        return False
+    return not (wait if wait is not None else headless())
 
 
 def _esc(value: object) -> str:

@@ -26,6 +26,7 @@ from inspector.ui import (
     findings_to_frame,
     group_problems,
     known_verdict,
+    rules_for,
     scan,
     verdict_apart,
 )
@@ -35,7 +36,15 @@ from .guard import captured
 if TYPE_CHECKING:
     from inspector.ui import LoadVerdict
 
-__all__ = ["CheckpointState", "load_with_progress", "resolve", "shell", "thread", "values_read"]
+__all__ = [
+    "CheckpointState",
+    "load_with_progress",
+    "resolve",
+    "shell",
+    "still_checking",
+    "thread",
+    "values_read",
+]
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,9 @@ class CheckpointState:
     they were checked with; replaced as a whole on refresh.
 
     `verdict` is None when the load check is off, or (`pending`) still running: then the
-    findings are the plain checks' only."""
+    findings are the plain checks' only. `unchecked` names the plain rules not run yet (the
+    dashboard's first Overview shows before its costliest rules ran): their findings are
+    still to come."""
 
     scanned: ScannedCheckpoint
     findings: tuple[Finding, ...]
@@ -52,6 +63,7 @@ class CheckpointState:
     problems: tuple[Problem, ...]
     verdict: LoadVerdict | None = None
     pending: bool = False
+    unchecked: tuple[str, ...] = ()
 
     @classmethod
     def load(
@@ -64,6 +76,7 @@ class CheckpointState:
         model: bool = True,
         trust_remote_code: bool = False,
         cache: bool = True,
+        skip: tuple[str, ...] = (),
     ) -> CheckpointState:
         """Scan `source` (unless it is already a scan), compute the load verdict (with
         `model`; `cache` as in `load_verdict`: the verdict kept in the user's cache for this
@@ -72,7 +85,8 @@ class CheckpointState:
         the load check's child process computes the verdict: what they derive (tables, counts, the
         index view) is kept with the scan, so the checks with the verdict re-run only the plain
         rules themselves (0.3-0.4 s at 300,000 tensors) and add the model rules. Tensor data
-        (`deep`, `values`) is read only then, once."""
+        (`deep`, `values`) is read only then, once. Without `model`, `skip` names plain rules
+        left for later (`unchecked`)."""
         scanned = (
             source if isinstance(source, ScannedCheckpoint) else scan(source, progress=progress)
         )
@@ -97,7 +111,8 @@ class CheckpointState:
             child.start()
             check(scanned, model=False)
             verdict = asked.result()
-        return cls.checked(scanned, verdict, deep=deep, values=values, progress=progress)
+        skip = () if model else skip
+        return cls.checked(scanned, verdict, deep=deep, values=values, progress=progress, skip=skip)
 
     @classmethod
     def checked(
@@ -109,10 +124,11 @@ class CheckpointState:
         values: Literal["sample", "full"] | None = None,
         progress: bool = False,
         pending: bool = False,
+        skip: tuple[str, ...] = (),
     ) -> CheckpointState:
         """The state of `scanned` checked with `verdict` (None: without the model rules) and,
         with `values`, its tensors' values (read once per scan and mode: see
-        `inspector._internal.checks.values`)."""
+        `inspector._internal.checks.values`); the plain rules `skip` names are left out."""
         findings = tuple(
             check(
                 scanned,
@@ -121,10 +137,20 @@ class CheckpointState:
                 model=verdict is not None,
                 verdict=verdict,
                 progress=progress,
+                skip=skip,
             )
         )
         problems = group_problems(scanned, findings, verdict=verdict)
-        return cls(scanned, findings, findings_to_frame(findings), problems, verdict, pending)
+        unchecked = tuple(r.name for r in rules_for(scanned.layout) if r.name in skip)
+        return cls(
+            scanned, findings, findings_to_frame(findings), problems, verdict, pending, unchecked
+        )
+
+
+def still_checking(state: CheckpointState) -> str:
+    """What `state` is still checked for, in words ("checking the index and the
+    structure...")."""
+    return f"checking the {' and the '.join(state.unchecked)}..."
 
 
 def values_read(
@@ -146,14 +172,18 @@ def load_with_progress(
     progress: bool,
     pending: bool,
     values: Literal["sample", "full"] | None = None,
+    skip: tuple[str, ...] = (),
 ) -> CheckpointState:
-    """The state of the plain checks (the load verdict `pending`, or off); in a notebook,
+    """The state of the plain checks (the load verdict `pending`, or off; the rules `skip`
+    names left for later); in a notebook,
     with progress bars in the cell while the scan and the checks run. The bars are drawn
     into an Output widget whose place in the cell is emptied afterwards, so the saved
     notebook keeps no dead progress widgets."""
 
     def load(progress: bool) -> CheckpointState:
-        state = CheckpointState.load(source, progress=progress, model=False, values=values)
+        state = CheckpointState.load(
+            source, progress=progress, model=False, values=values, skip=skip
+        )
         return replace(state, pending=pending)
 
     kernel = getattr(shell(), "kernel", None)

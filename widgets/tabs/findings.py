@@ -77,8 +77,11 @@ class FindingsPanel:
         dash.when_checked(self.checked, failed=self.check_failed)
 
     def checked(self, state: CheckpointState) -> None:
-        """The load check answered: list its findings with the others, on the page shown."""
+        """More findings arrived (the deferred plain rules', then the load check's): list
+        them with the others, on the page shown."""
         with self._drawing:
+            if state.pending and self.plain is not None:
+                self.plain = state.findings  # plain rules' findings: not the load check's
             self.findings, self.frame = state.findings, state.frame
             chosen, start = self.code.value, self.start
             options = self._code_options()
@@ -87,7 +90,7 @@ class FindingsPanel:
             # (Setting the options may redraw the first page: the page shown is drawn after.)
             self.code.value = chosen if chosen in {value for _, value in options} else _ALL
             self.render(start)
-            self.load.value = self._load_html(done=True)
+            self.load.value = self._load_html(done=not state.pending)
 
     def check_failed(self, exc: BaseException) -> None:
         """The load check raised (a bug): its slot says so, with the traceback behind

@@ -15,6 +15,7 @@ from inspector.ui import (
     Problem,
     TensorQuery,
     facts_html,
+    html_text,
     load_verdict_html,
     plural,
     problem_html,
@@ -23,6 +24,7 @@ from inspector.ui import (
 
 from ..controls import button
 from ..guard import guarded
+from ..state import still_checking
 from .rows import examples, finding_row
 
 if TYPE_CHECKING:
@@ -43,7 +45,13 @@ class OverviewPanel:
         state = dash.current
         problems = state.problems
         findings = plural(len(state.findings), FINDING)
-        if problems:
+        if state.unchecked:  # the costliest rules run after the Overview shows
+            so_far = f"{plural(len(problems), ISSUE)} so far" if problems else "No issues so far"
+            head = (
+                f"<h3 style='margin:4px 0'>{so_far} <span style='font-weight:normal;"
+                f"color:#666'>({findings}; <i>{html_text(still_checking(state))}</i>)</span></h3>"
+            )
+        elif problems:
             head = (
                 f"<h3 style='margin:4px 0'>{plural(len(problems), ISSUE)} "
                 f"<span style='font-weight:normal;color:#666'>({findings})</span></h3>"

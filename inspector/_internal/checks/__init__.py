@@ -5,7 +5,7 @@ only."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 from typing import TYPE_CHECKING, Literal
 
@@ -54,6 +54,7 @@ def check(
     progress: bool = False,
     sample_windows: int | None = None,
     sample_seed: int = 0,
+    skip: Collection[str] = (),
 ) -> list[Finding]:
     """All findings: those met while scanning, the layout's drift checks, structural checks,
     with `model=True` what the model code itself would load (`inspector._internal.load.verdict`;
@@ -66,6 +67,8 @@ def check(
     `scanned.values`).
     `sample_windows` (default 8) and `sample_seed` (default 0) change what `"sample"` reads
     of each tensor: more windows catch smaller damaged spans, another seed other offsets.
+    `skip` names registered rules (`Rule.name`) left out: the dashboard shows its Overview
+    before its costliest rules ran, and runs them right after.
 
     Sorted worst first, then by code and file; exact duplicates are dropped. `progress`
     draws a progress bar over the check stages (`tqdm.auto`).
@@ -73,7 +76,9 @@ def check(
     # The stages a progress bar counts: each registered rule, the model rules together
     # (one verdict serves them all), then the data checks.
     stages: list[Callable[[list[Finding]], list[Finding]]] = [
-        partial(_plain_rule, rule, scanned) for rule in rules_for(scanned.layout)
+        partial(_plain_rule, rule, scanned)
+        for rule in rules_for(scanned.layout)
+        if rule.name not in skip
     ]
     if scanned.layout != LayoutName.GGUF:
         # A few KB of the head and the embedding (all of both with values="full").

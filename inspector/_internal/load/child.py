@@ -42,6 +42,7 @@ __all__ = [
     "VerdictProcess",
     "read_answer",
     "read_capped_line",
+    "start_verdict_for",
     "start_verdict_process",
     "verdict_apart",
 ]
@@ -63,6 +64,25 @@ def start_verdict_process() -> None:
     _CHILD.start()
 
 
+def start_verdict_for(
+    scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
+) -> None:
+    """Start the child now when `verdict_apart(scanned)` will ask it (no verdict known at no
+    cost, a local folder of a layout the check runs on), so that it imports torch and
+    transformers while this process does other work (the dashboard: its deferred rules)."""
+    if (
+        _in_child(scanned)
+        and known_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache) is None
+    ):
+        _CHILD.start()
+
+
+def _in_child(scanned: ScannedCheckpoint) -> bool:
+    """Whether `verdict_apart` computes the verdict of `scanned` in the child."""
+    local = scanned.local_path is not None
+    return local and scanned.layout in LOADABLE_LAYOUTS and sys.platform != "win32"
+
+
 def verdict_apart(
     scanned: ScannedCheckpoint, *, trust_remote_code: bool = False, cache: bool = True
 ) -> LoadVerdict:
@@ -77,7 +97,7 @@ def verdict_apart(
     if known is not None:
         return known
     folder = scanned.local_path
-    if folder is None or scanned.layout not in LOADABLE_LAYOUTS or sys.platform == "win32":
+    if folder is None or not _in_child(scanned):
         return load_verdict(scanned, trust_remote_code=trust_remote_code, cache=cache)
     request = {
         "path": str(folder),
