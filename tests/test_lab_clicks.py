@@ -299,12 +299,30 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
             label = FIRST[title]
         before = set(enabled)
         done.append(label)
-        pane = page.locator(".ckpt-dashboard .ckpt-tabs > .widget-tab-contents > :visible")
-        exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
-        pane.locator("button.jupyter-button", has_text=exact).first.click()
+        _click_in(page, title, label)
         _settle(page)
         broken += _broken(page, f"{title} -> {label!r}")
     return done
+
+
+def _click_in(page, title: str, label: str) -> None:
+    """Click button `label` of tab `title`. A click's work runs in a thread the kernel does
+    not show as busy, so a button that leads to another tab (show tensor) may switch tabs
+    after the settle ended and the tab was opened again: then the tab is opened once more and
+    the click tried again (each try waits at most 10 s for the button)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
+    for attempt in range(3):
+        pane = page.locator(".ckpt-dashboard .ckpt-tabs > .widget-tab-contents > :visible")
+        try:
+            pane.locator("button.jupyter-button", has_text=exact).first.click(timeout=10_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == 2:
+                raise
+            _reopen(page, title)
+            _settle(page)
 
 
 def _reopen(page, title: str) -> bool:
