@@ -168,6 +168,8 @@ def running_lab(
         "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        # `window.jupyterapp`: a test waits on the kernel's own status changes.
+        "--LabApp.expose_app_in_browser=True",
     ]  # fmt: skip
     if os.geteuid() == 0:  # containers run tests as root; JupyterLab refuses that by default
         command.append("--allow-root")

@@ -47,12 +47,14 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 # 28 Nov 2026 22:14, load average 2-5. Files that ran late in collection order but take
 # long are named too (test_codes_coverage.py, test_verdict_cache.py, test_widgets_in_kernel.py).
 HEAVIEST_FIRST = (
-    "test_dashboard.py",  # 146.3
+    # One unit of work (ONE_LAB below): 190-215 s on one worker, lab and Chromium included,
+    # 29 Nov 04:20-04:30 at load 7-11.
     "test_lab_clicks.py",  # 92.4 alone, 29 Nov 02:10 (load 3-6), lab and Chromium included
     "test_lab_browser.py",  # 82.4
+    "test_lab_tabs.py",  # 66.9
+    "test_dashboard.py",  # 146.3
     "test_notebooks.py",  # 76.0
     "test_values.py",  # 74.7
-    "test_lab_tabs.py",  # 66.9
     "test_architecture.py",  # 64.5
     "test_remote.py",  # 58.3
     "test_hostile_load_check.py",  # 56.6
@@ -87,6 +89,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Heaviest files first (HEAVIEST_FIRST), each file's tests in their own order."""
     rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
+# The files whose tests use the session's JupyterLab: `--dist loadfile` sends them to one
+# worker as one unit, so that a run starts one JupyterLab (5-10 s of CPU, and its kernels'
+# imports), not one per worker that drew such a file. Every other file stays a unit of its own.
+ONE_LAB = ("test_lab_clicks.py", "test_lab_browser.py", "test_lab_tabs.py")
+
+
+# Optional: a run without pytest-xdist (`-p no:xdist`) has no such hook.
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadfile`, the scheduler that hands out the ONE_LAB files together (see
+    above); None, and pytest-xdist's own, for any other mode."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class OneLabScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = super()._split_scope(nodeid)
+            return "ONE_LAB" if Path(file).name in ONE_LAB else file
+
+    return OneLabScheduling(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,6 +19,11 @@ tensors the index forgot). Then, with one kernel for the whole test:
    test_values.py::test_sample_values_after_the_tensors_grid_was_drawn.)
 3. last, the header's Re-scan.
 
+The Serve tab's "vLLM's own verdict" asks a stand-in child (tests/engine_stand_in.py), not
+vLLM: the test checks that the button starts the check in its thread and that its answer
+reaches the tab; vLLM's own answers, through that button too, are tested against the real
+engine in tests/test_engines.py.
+
 A click whose answer is a refusal the tab explains (an error box a person is meant to read)
 is listed in REFUSALS with the words it must show; any other error box fails the test.
 """
@@ -27,13 +32,13 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 import pytest
 from browser import ARTIFACTS, Lab, open_notebook, open_tab, run_all_cells
+from engine_stand_in import SKIPPED
 from inspector.widgets import Dashboard
 
 pytestmark = pytest.mark.browser
@@ -57,6 +62,10 @@ REFUSALS = {
 # first clicks is still on the page (a check of the values rebuilds every tab, so after
 # "Read all values" the grid would be a new one, not yet drawn).
 FIRST = {"Values": "Sample values"}
+# The child the Serve tab's "vLLM's own verdict" starts, in place of vLLM's (whose import is
+# about 20 s of CPU); the words of its answer, shown in the tab when the check has run.
+STAND_IN = Path(__file__).with_name("engine_stand_in.py")
+ENGINE_BUTTON = "vLLM's own verdict"
 
 # The dashboard's tab pane now shown, and what it holds: a spinner, a bug's or a refusal's
 # error box, and whether its grids and figures are drawn.
@@ -130,6 +139,38 @@ _VERDICT_SHOWN = """() => {
         && !dash.querySelector("[data-loads='pending']");
 }"""
 
+# How many times the notebook's kernel went idle since the count began (`_handled`).
+_HANDLED = """() => {
+    const context = window.jupyterapp.shell.currentWidget.sessionContext;
+    if (window.__ckptHandled === undefined) {
+        window.__ckptHandled = 0;
+        context.statusChanged.connect((_, status) => {
+            if (status === 'idle') window.__ckptHandled += 1;
+        });
+    }
+    return window.__ckptHandled;
+}"""
+
+# Resolves once a click has settled: the kernel handled a message since `mark` (any, when
+# null), then for `quiet` ms it stayed idle and the shown pane held no spinner; or after `wait`
+# ms. Polled every 50 ms in the page (one round trip per click).
+_SETTLE = """async ([mark, quiet, wait]) => {
+    const handled = HANDLED_JS, shown = PANE_IDLE_JS;
+    const end = performance.now() + wait;
+    let since = null;
+    while (performance.now() < end) {
+        const pane = shown();
+        if ((mark === null || handled() > mark) && pane && pane.idle && !pane.spinner) {
+            since = since === null ? performance.now() : since;
+            if (performance.now() - since >= quiet) return true;
+        } else {
+            since = null;
+        }
+        await new Promise(resolve => setTimeout(resolve, 50));
+    }
+    return false;
+}""".replace("HANDLED_JS", _HANDLED).replace("PANE_IDLE_JS", _IDLE)
+
 # Text on the page that means a widget or the kernel failed.
 _BROKEN = """() => {
     const dash = document.querySelector('.ckpt-dashboard');
@@ -160,6 +201,8 @@ class ClickedThrough:
     # Each tab's visible buttons left disabled after its buttons were clicked.
     disabled: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # What the Serve tab shows once the check its engine button started has answered.
+    engine: str = ""
 
 
 @pytest.fixture(scope="module")
@@ -187,9 +230,12 @@ def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> Click
         for title in TABS:
             seen.clicked[title] = _click_buttons(page, title, seen.broken, trace)
             seen.disabled[title] = [b["label"] for b in _buttons(page) if b["disabled"]]
+            if title == "Serve":  # before a repair's re-scan builds the tab again
+                seen.engine = _engine_answer(page)
         _settle(page)
+        mark = _handled(page)
         page.locator(".ckpt-dashboard .ckpt-rescan-button").first.click()
-        _settle(page)
+        _settle(page, mark)
         seen.broken += _broken(page, "Re-scan")
     except Exception:
         page.screenshot(path=str(ARTIFACTS / "clicks-failure.png"), full_page=True)
@@ -219,6 +265,9 @@ def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
     assert seen.clicked["Values"][0] == "Sample values", seen.clicked["Values"]
     assert {"Repair", "Confirm"} <= set(seen.clicked["Repair"]), seen.clicked["Repair"]
     assert all(seen.clicked[t] for t in ("Tensors", "Findings", "Report")), seen.clicked
+    # The engine button started the check in its thread, and its answer reached the tab.
+    assert ENGINE_BUTTON in seen.clicked["Serve"], seen.clicked["Serve"]
+    assert SKIPPED in seen.engine, seen.engine
 
 
 def test_consolidate_offers_no_button_its_plan_refuses(clicked_through: ClickedThrough):
@@ -233,11 +282,18 @@ def _write_notebook(lab: Lab, demo_checkpoints: Path) -> None:
     copy = Path(shutil.copytree(demo_checkpoints / DEMO, root / DEMO))
     book = nbformat.v4.new_notebook()
     book.cells = [
+        # The Serve tab's "vLLM's own verdict" asks the stand-in (the button's work is under
+        # test here, not vLLM's answer: tests/test_engines.py).
+        nbformat.v4.new_code_cell(
+            "import sys\n"
+            "from inspector._internal.load.engine import ENGINE_PROCESS\n"
+            f"ENGINE_PROCESS.command = [sys.executable, {str(STAND_IN)!r}]"
+        ),
         nbformat.v4.new_code_cell(
             "from inspector.widgets import Dashboard\n"
             f"dash = Dashboard({str(copy)!r}, report_dir={str(root / 'reports')!r})\n"
             "dash"
-        )
+        ),
     ]
     book.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
     nbformat.write(book, root / "clicks.ipynb")
@@ -280,8 +336,9 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
     done: list[str] = []
     before: set[str] = set()
     for _ in range(40):
+        mark = _handled(page)
         if _reopen(page, title):
-            _settle(page)
+            _settle(page, mark)
         buttons = _buttons(page)
         trace.append(
             f"{title}: "
@@ -299,8 +356,9 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
             label = FIRST[title]
         before = set(enabled)
         done.append(label)
+        mark = _handled(page)
         _click_in(page, title, label)
-        _settle(page)
+        _settle(page, mark)
         broken += _broken(page, f"{title} -> {label!r}")
     return done
 
@@ -334,21 +392,28 @@ def _reopen(page, title: str) -> bool:
     return True
 
 
-def _settle(page) -> None:
-    """Until the kernel has been idle for 0.3 s and the shown tab holds no spinner (a click's
-    work is done, or shown as under way), at most CONTENT_WAIT."""
-    deadline = time.monotonic() + CONTENT_WAIT
-    idle_since = None
-    page.wait_for_timeout(150)  # the click's message reaches the kernel
-    while time.monotonic() < deadline:
-        pane = page.evaluate(_IDLE)
-        if pane and pane["idle"] and not pane["spinner"]:
-            idle_since = idle_since or time.monotonic()
-            if time.monotonic() - idle_since >= 0.3:
-                return
-        else:
-            idle_since = None
-        page.wait_for_timeout(50)
+def _handled(page) -> int:
+    """How many messages the notebook's kernel has handled since the count began: its
+    status's changes to idle (ipykernel says busy, then idle, around each message it handles,
+    a widget's click included), counted in the page (`Lab` exposes JupyterLab's app)."""
+    return page.evaluate(_HANDLED)
+
+
+def _settle(page, mark: int | None = None) -> None:
+    """Until the kernel has handled a message since `_handled` gave `mark` (the click's), then
+    stayed idle for 0.3 s while the shown tab held no spinner (a click's work is done, or
+    shown as under way; a message it leads to has come in), at most CONTENT_WAIT."""
+    page.evaluate(_SETTLE, [mark, 300, CONTENT_WAIT * 1000])
+
+
+def _engine_answer(page) -> str:
+    """The Serve tab's engine output once the stand-in's answer is in it (the button's
+    thread may still wait for it when the last click settles), at most CONTENT_WAIT."""
+    script = "() => (document.querySelector('.ckpt-serve-engine-out') || {}).textContent || ''"
+    page.wait_for_function(
+        f"(words) => ({script})().includes(words)", arg=SKIPPED, timeout=CONTENT_WAIT * 1000
+    )
+    return page.evaluate(script)
 
 
 def _broken(page, where: str) -> list[tuple[str, str]]:
