@@ -1,7 +1,7 @@
 """The tensor browser: every tensor in a virtualised grid (a million never travel to the page
 at once), filtered by name, dtype, layer, expert, file and kind, exported to CSV or Parquet.
 
-Perspective filters from the same `TensorQuery` the core applies with pandas
+Perspective (the README says why) filters from the same `TensorQuery` the core applies with pandas
 (`report.query`); the export writes `query.apply(tensors)`, and a test keeps the two equal.
 `browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls.
 """
