@@ -282,11 +282,18 @@ EDGE_VALUES = (
         max_size=3,
     ),
     st.integers(-2, 2),
+    st.sampled_from(["writer", "spaced", "unicode"]),
+    st.sampled_from(["none", "metadata-last", "metadata-int", "duplicate", "extra-field"]),
 )
-def test_bulk_path_reads_what_the_per_entry_path_reads(generated, edits, size_change) -> None:
+def test_bulk_path_reads_what_the_per_entry_path_reads(
+    generated, edits, size_change, style, twist
+) -> None:
     """Every header, valid or damaged where the bulk checks look (dtype, shape, offsets,
-    sizes, tiling, int64 range), reads the same with the bulk path as without it: the bulk
-    path only takes what the per-entry path would accept, and says the same of the file."""
+    sizes, tiling, int64 range), reads the same with the typed decode, with the bulk path
+    and with neither: each fast path only takes what the per-entry path would accept, and
+    says the same of the file. Written as writers write it (no spaces), spaced, with raw
+    non-ASCII names, and twisted where the typed decode looks (metadata not first or not
+    strings, a repeated name, an extra field)."""
     header, data_len = generated
     names = [k for k in header if k != "__metadata__"]
     for which, field, value in edits if names else []:
@@ -304,10 +311,24 @@ def test_bulk_path_reads_what_the_per_entry_path_reads(generated, edits, size_ch
             entry["data_offsets"] = [begin, value]
         elif type(end) is int:
             entry["data_offsets"] = [begin, end + 1]
-    raw = json.dumps(header).encode()
+    if twist == "metadata-last":
+        header["__metadata__"] = header.pop("__metadata__")
+    elif twist == "metadata-int":
+        header["__metadata__"]["n"] = 1
+    elif twist == "extra-field" and names:
+        header[names[0]]["extra"] = [1, {"x": None}]
+    separators = (", ", ": ") if style == "spaced" else (",", ":")
+    text = json.dumps(header, separators=separators, ensure_ascii=style != "unicode")
+    if twist == "duplicate" and names:
+        first = json.dumps({names[0]: header[names[0]]}, separators=separators)[1:-1]
+        text = text[:-1] + "," + first + "}"
+    raw = text.encode("utf-8", "surrogatepass")
     size = max(8 + len(raw) + data_len + size_change, 0)
-    bulk = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
-    with mock.patch.object(safetensors_format, "_bulk_columns", lambda _header: None):
-        walked = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
-    assert bulk == walked
-    assert bulk.dtype.values == walked.dtype.values and bulk.shape.values == walked.shape.values
+    typed = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
+    with mock.patch.object(safetensors_format, "_typed_columns", lambda _raw: None):
+        bulk = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
+        with mock.patch.object(safetensors_format, "_bulk_columns", lambda _header: None):
+            walked = parse_header_bytes(raw, file="gen.safetensors", file_size=size)
+    assert typed == bulk == walked
+    for one in (typed, bulk):
+        assert one.dtype.values == walked.dtype.values and one.shape.values == walked.shape.values

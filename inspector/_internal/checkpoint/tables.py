@@ -149,12 +149,14 @@ def build_tables(scanned: ScanView) -> Tables:
     depth = _stack_depth(source.shape, parsed)
     numbering = _Numbering.of(parsed, spec, depth)
     tensors = _tensors_frame(source, parsed, numbering)
+    # Before the contributions: its temporaries then never sit on top of theirs (~20 bytes
+    # per tensor off the peak).
+    files = _files_frame(scanned, source, numbering, depth)
     contrib = _contributions(source, parsed, numbering)
     moe = _moe_layers(contrib, spec)
     count = _expected_ids(contrib, spec, moe, _router_experts(source, parsed, numbering))
     experts = _experts_frame(contrib, moe, count)
     layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
-    files = _files_frame(scanned, source, numbering, depth)
     return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
 
 
