@@ -1,15 +1,9 @@
-"""The tensor browser: every tensor of a checkpoint in a virtualised grid, filtered by name (glob
-or regex), dtype, layer, expert, file and kind, sortable by any column, with the filtered rows
-exported to CSV or Parquet.
+"""The tensor browser: every tensor in a virtualised grid (a million never travel to the page
+at once), filtered by name, dtype, layer, expert, file and kind, exported to CSV or Parquet.
 
-The grid is Perspective's (`perspective-python`, see the README for why): the table lives in
-the kernel and the browser asks for the rows it shows, so a million tensors never travel to the
-page at once. Filtering happens in Perspective's engine from the same `TensorQuery` the core
-applies with pandas (`inspector._internal.report.query`); the export writes
-`query.apply(tensors)`, and a test keeps the two selections equal.
-
-`browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls (entry point
-`checkpoint_inspector.ui`).
+Perspective (the README says why) filters from the same `TensorQuery` the core applies with pandas
+(`report.query`); the export writes `query.apply(tensors)`, and a test keeps the two equal.
+`browse(scanned, **filters)` is what `ScannedCheckpoint.browse()` calls.
 """
 
 from __future__ import annotations

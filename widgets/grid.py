@@ -1,18 +1,9 @@
 """Grids over tables, the same for tensors, files and layers: Perspective's virtualised
-datagrid (server mode: the table stays in the kernel, the page asks for the rows it draws),
-sorted by clicking a column header (shift-click adds a second key), filtered by the controls
-above it, with people's column names and values formatted for reading.
-
-Numbers stay numbers in the grid, so they sort as numbers; only how they are drawn changes.
-A column whose name is `size` or ends in ` size` holds bytes and is drawn as the rest of the
-project writes bytes (`inspector._internal.common.units.format_bytes`: decimal, "22.0 MB"):
-Perspective's own number formats (Intl.NumberFormat) have no byte units, so `GridCells`, a few
-lines of JavaScript, rewrites those cells' text after each draw through the datagrid's style
-listener. Counts get thousands separators from Perspective itself.
-
-`FrameGrid(frame, ...)` is a DataFrame in such a grid with a text filter (a glob, plain text
-or a regular expression over one column), a dropdown per category column and a row count;
-the tensor browser (`widgets.browser`) builds its richer filters on the same pieces.
+datagrid in server mode, sorted by column headers, filtered by the controls above it, with
+people's column names and byte sizes drawn as the project writes them (`GridCells`; why:
+docs/architecture.md, "widgets/"). `FrameGrid(frame, ...)` is a DataFrame in such a grid
+with a text filter, a dropdown per category column and a row count; `widgets.browser`
+builds its richer filters on the same pieces.
 """
 
 from __future__ import annotations

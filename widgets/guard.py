@@ -1,18 +1,8 @@
 """Errors in the dashboard: shown where the person clicked, never lost in a live kernel.
 
-Two traps of ipywidgets in a running kernel, and the one pattern that avoids both:
-
-- `with output:` (an `ipywidgets.Output` context, where progress bars are drawn) swallows
-  the exception raised inside it: `Output.__exit__` prints the traceback into the output and
-  returns True whenever IPython is running. An `except` written after the `with` block never
-  runs there (it does in a plain Python test, which is how such code passes its tests).
-  `captured(output, action)` runs `action` inside the context but re-raises its exception
-  outside it.
-- An exception raised by a button's click handler goes to the kernel's log (JupyterLab's log
-  console), not to the page: the person sees nothing happen. `guarded(action, status)` is
-  the click handler every dashboard button uses: it runs `action`, shows an error the core
-  raises on purpose (a refused plan, a bad size, an unreadable file) in `status` as the
-  core's message, and shows anything else as the bug it is (then re-raises it for the log).
+ipywidgets hides them twice: `with output:` swallows an exception, and a click handler's goes
+to the kernel's log. `captured(output, action)` and `guarded(action, status)` (every button's
+handler) avoid both; the traps: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations

@@ -1,14 +1,5 @@
-"""One HTML report of a scanned checkpoint, in one file. How its figures are drawn:
-
-- `figures="embedded"` (the default): plotly.js's cartesian bundle (1.5 MB, `plotlyjs`: every
-  trace type the figures use) is embedded once in the page head and every figure is a bare
-  `<div>` plus its `Plotly.newPlot` call: the report opens offline and names no external URL;
-- `figures="cdn"` (`report --light`): the same interactive figures, with plotly.js loaded
-  from its CDN (cdn.plot.ly, pinned by version and checked by its SRI hash); the report says
-  so at the top, and says when the figures could not load (offline). Small enough to attach
-  to a bug report;
-- `figures="png"`: each figure as a PNG image rendered by kaleido (which drives a Chrome or
-  Chromium): small, offline, not interactive.
+"""One HTML report of a scanned checkpoint, in one file, its figures embedded (offline, the
+default), from the CDN (`report --light`) or as PNG (docs/architecture.md, "widgets/").
 
 All text from the checkpoint (file and tensor names, messages) is escaped, because a hostile
 checkpoint chooses those strings.

@@ -1,13 +1,7 @@
-"""The dashboard's Serve tab: will it serve? The parallel plans vLLM and SGLang would start,
-the weights of the fullest GPU of each and, on the GPU picked, the longest context that fits.
-
-No logic here: each change of the GPU, KV cache dtype or context calls
-`inspector._internal.serve.fit.fit` once, and the tab draws `widgets.figures.serving_plans` from
-`FitResult.frame()` and the table `inspector._internal.report.fit.fit_table`, the figure and
-table the HTML report shows. The button "vLLM's own verdict" calls `inspector.engine_check`
-(vLLM's weight loading on a meta model, in its child process: seconds, most of them vLLM's
-import, so only when asked and in a thread, the kernel staying free) and lists what it
-found, or the one line saying why it did not run.
+"""The dashboard's Serve tab: the parallel plans vLLM and SGLang would start, the fullest GPU's
+weights and, on the GPU picked, the longest context that fits. No logic here: each change
+calls `serve.fit.fit` once and draws the report's figure and table. "vLLM's own verdict"
+calls `inspector.engine_check` in a thread (seconds, mostly vLLM's import: the kernel stays free).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""What a loader reads of a checkpoint: the shards, in the order transformers reads them, and
-the copy it keeps of a name several of them hold. Every reader that takes "the" tensor of a
-name (the load check, `check --values`, the duplicate findings' words, `diff`, `verify` and
-the manifest, `repair --from`, tensor data read by name: `tensor_data`) takes it from here.
-Pure: shard headers and the index only.
-
-One module so that every reader agrees on one copy, the one transformers 5 keeps; the rule
-it mirrors, and huggingface_hub's: docs/architecture.md, "checkpoint/".
+"""What a loader reads of a checkpoint: the shards in transformers' order, and the copy it keeps
+of a name several shards hold. Every reader that takes "the" tensor of a name (load check,
+`check --values`, `diff`, `verify`, the manifest, `repair --from`, `tensor_data`) takes it
+from here, so all agree on the copy transformers 5 keeps. Pure: headers and the index only.
+The rule it mirrors: docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations

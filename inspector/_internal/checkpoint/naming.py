@@ -1,16 +1,9 @@
 """Tensor names -> layer, expert, module, param, kind and family. Pure, vectorised.
 
-A name such as `model.layers.3.mlp.experts.17.down_proj.weight` is reduced to its
-*template* `model.layers.#.mlp.experts.#.down_proj.weight` (every number that is a whole
-dotted component becomes `#`). Real checkpoints have 300,000 names but only a few hundred
-templates, so the rules run once per template and the numbers are cut out of the names
-with numpy. Digits inside words (`w1`, `linear_fc2`, `weight_scale_2`) stay in the template.
-
-This module is the engine; the rules it applies (families, kind rules, patterns) are the
-declarative table in `inspector._internal.checkpoint.naming_rules`: the first `Family` whose
-`prefix` matches a template says where the layer number is and what to strip to get the module;
-`KIND_RULES` then classify the rest. To support a new naming scheme, edit that table, not this
-module.
+A name is reduced to its template (`model.layers.#.mlp.experts.#.down_proj.weight`): 300,000
+names have a few hundred templates, so the rules run once per template and numpy cuts the
+numbers out. This is the engine; the rules are the table in `checkpoint.naming_rules`: to
+support a new naming scheme, edit that table, not this module.
 """
 
 from __future__ import annotations

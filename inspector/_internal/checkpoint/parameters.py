@@ -1,11 +1,8 @@
-"""How many parameters a checkpoint stores: one count, one rule, used everywhere.
-
-The count is of **values** (a packed 4-bit weight counts the values it holds, not its
-bytes), without quantization scales and persistent buffers, because that is what the model
-built from config.json counts (`num_parameters()`, transformers' `total_parameters`): the
-scan, the reports, the load check and every index written give one number for one
-checkpoint (`PARAMETER_RULE` says how, wherever it is shown). Column-wise: no Python loop
-over the tensors. Which weights are packed: docs/architecture.md, "checkpoint/".
+"""How many parameters a checkpoint stores: one count, one rule (`PARAMETER_RULE`), used
+everywhere. It counts values (a packed 4-bit weight counts the values it holds), without
+scales and persistent buffers, because that is what the model built from config.json counts
+(`num_parameters()`, `total_parameters`). Column-wise. Which weights are packed:
+docs/architecture.md, "checkpoint/".
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The scanned model: what a layout reader produces from a checkpoint. Plain, immutable data.
 
-`ScannedCheckpoint` holds what every layout has (shard headers, the index, `config.json` and
-its facts, the logical tensors) and one per-layout info record (`info`, a tagged union:
-`SingleFileInfo`, `ShardedInfo`, `PerLayerInfo`, `DcpInfo`, `TorchDistInfo`). Readers never
-judge: what they could not read is a `ReadProblem` (a file, its role, why;
-`inspector._internal.checkpoint.read_problems`, which also turns it into findings). Tables are built
-from the model on first access (`inspector._internal.checkpoint.tables`), checks read it, repairs
-and consolidation plan from it.
-
-Records are frozen; their sequences are tuples, their mappings read-only views, their numpy
-columns read-only. Per-tensor data is columnar (see `inspector._internal.common.columns`): a
-million tensors must fit in a few hundred bytes each.
+`ScannedCheckpoint` holds what every layout has plus one per-layout `info` record (a tagged
+union). Readers never judge: what they could not read is a `ReadProblem`
+(`checkpoint.read_problems`). Records are frozen and per-tensor data columnar
+(`common.columns`): a million tensors must fit in a few hundred bytes each.
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""The notebook UI as seen from the core: `ckpt.browse()` and `ckpt.dashboard()` look their
-implementation up by name in the `checkpoint_inspector.ui` entry-point group, which the `ui`
-extra's package (`inspector.widgets`) fills. The core never imports the UI package itself, and
-without the extra the calls say what to install instead of failing on an import deep inside.
-
-The notebook display of a scan (`ckpt._repr_html_()`) is found the same way, under the name
-`html` (`inspector._internal.report.html.scanned_html`, registered by the core's own
-pyproject.toml): the renderer groups findings into issues, which needs the checks, and the
-scanned checkpoint sits below them and imports nothing above it. `ckpt.values` finds the
-value statistics (`values`, `inspector._internal.checks.values.cached_value_table`) the same
-way, for the same reason.
+"""The notebook UI as seen from the core: `ckpt.browse()`, `ckpt.dashboard()`, `_repr_html_()`
+(`html`) and `ckpt.values` (`values`) look their implementation up by name in the
+`checkpoint_inspector.ui` entry-point group. Why: the scanned checkpoint sits below the UI,
+the renderer and the checks and imports nothing above it; without the `ui` extra the calls
+say what to install instead of failing on an import deep inside.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""GGUF files against their own metadata: split parts present and consistent, tensor counts,
-experts. Pure.
-
-Split parts are `NAME-{i:05d}-of-{n:05d}.gguf`, i from 1; every part holds `split.no`
-(0-based), `split.count` and `split.tensors.count` (the total over all parts); the other
-metadata is in part 1. llama.cpp opens parts 2..n by name and refuses a model whose parts hold
-a different number of tensors, or a tensor twice. Experts: `{arch}.expert_count` against the
-expert axis (the outermost, ne[2]) of every `blk.N.ffn_*_exps` tensor.
+"""GGUF files against their own metadata: split parts present and consistent (as llama.cpp
+opens them), tensor counts, experts (`{arch}.expert_count` against the expert axis of every
+`blk.N.ffn_*_exps` tensor). Pure. The split rules: docs/formats.md.
 """
 
 from __future__ import annotations

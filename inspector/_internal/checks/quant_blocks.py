@@ -1,15 +1,9 @@
 """Block-scaled quantization layouts against their tensors: gpt-oss MXFP4 (`quant_method`
 "mxfp4") and DeepSeek block FP8 (`quant_method` "fp8" with `weight_block_size`). Pure.
-
-MXFP4: each `<proj>_blocks` U8 [..., rows, G, 16] (32 E2M1 values per 16 bytes) has a
-`<proj>_scales` U8 [..., rows, G] beside it (one E8M0 scale per block), and no module that
-`modules_to_not_convert` names (fnmatch globs, matched without backtracking by
-`inspector._internal.formats.patterns`) holds blocks.
-
-Block FP8: every module with an 8-bit float `weight` [out, in] has a `weight_scale_inv` of
-[ceil(out / b0), ceil(in / b1)] (edge tiles partial), and a module whose weight is not 8-bit
-has none (transformers' own save leaves an uninitialised one on the projections it kept in
-bfloat16).
+The shapes of blocks and scales: docs/formats.md, "MXFP4 (gpt-oss) and block FP8 (DeepSeek)";
+`modules_to_not_convert` globs match without backtracking (`formats.patterns`).
+A module whose weight is not 8-bit must have no `weight_scale_inv`: transformers' own save
+leaves an uninitialised one on the projections it kept in bfloat16.
 """
 
 from __future__ import annotations

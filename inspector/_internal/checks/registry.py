@@ -1,14 +1,8 @@
-"""Which rule runs for which layout: one typed table, one module per concern.
-
-A rule declares the codes it may emit (a test checks every emitted code is declared). To add
-a check, write a module in `inspector/_internal/checks/` with a function `ScannedCheckpoint ->
-findings` and register it here with the layouts it applies to (None: every layout).
-
-Model rules judge the checkpoint against the model its config.json builds
-(`inspector._internal.load.verdict`). Building that model is the costly part, so `check` computes
-the verdict once (or takes the caller's) and hands it to each model rule, after the plain rules:
-a model rule may also revise their findings with the model's exact facts (the index's
-`total_parameters` against the model's own count).
+"""Which rule runs for which layout: one typed table, one module per concern. A rule declares
+the codes it may emit (a test checks); to add a check, write a module `ScannedCheckpoint ->
+findings` and register it here with its layouts (None: every layout). Model rules get the
+load verdict, computed once because building the model is the costly part, and run after the
+plain rules, whose findings they may revise with the model's exact facts.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
-"""Sidecar drift: Model-Optimizer per-layer JSON sidecars against their shards and
-against the merged `model.safetensors.index.json` (docs/formats.md, "Model-Optimizer
-per-layer exports"). Pure functions.
-
-Codes (docs/findings.md): sidecar-missing, sidecar-unlisted-tensor, sidecar-dangling-tensor,
-sidecar-total-size-mismatch, sidecar-index-disagree. (`sidecar-unreadable` is reported while
-scanning; a sidecar that exists but cannot be parsed is not also called missing.)
-
-Per-tensor codes follow the project's fold policy (`inspector._internal.findings.finding.FOLD`,
-through
-`inspector._internal.checks.index.fold_tensor_issues`). A sidecar whose shard header is unreadable
-is not compared tensor by tensor (the shard's header-unreadable finding says why). Tensors the
-index maps to a shard without a readable sidecar are not called `sidecar-index-disagree`:
-that shard's sidecar-missing / sidecar-unreadable finding already covers them.
+"""Sidecar drift: Model-Optimizer per-layer JSON sidecars against their shards and the merged
+index (docs/formats.md, "Model-Optimizer per-layer exports"). Pure. Codes: the `sidecar-*`
+rows of docs/findings.md, folded as `checks.index.fold_tensor_issues` folds; which findings
+one problem does not repeat: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations

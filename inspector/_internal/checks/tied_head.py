@@ -1,17 +1,7 @@
-"""A tied output head stored with other values than the embedding (`tied-head-differs`).
-
-When config.json says `tie_word_embeddings: true`, transformers ties `lm_head.weight` to the
-embedding after loading (`PreTrainedModel.tie_weights`) and vLLM does not load a stored head
-at all (`LlamaForCausalLM.load_weights` skips `lm_head.` when `tie_word_embeddings`; the
-head is the embedding, `ParallelLMHead.tie_weights`): a head that was trained apart from the
-embedding is thrown away, and the model generates gibberish (vLLM PR #51665).
-
-What is compared: the stored head and embedding (one of each, in the model itself, not in
-MTP layers), by dtype and shape first (no read), then by bytes. `sample` (the default) reads
-the same windows of both (`formats.value_reading.windows_of`, 8 of 256 bytes: 4 KiB); `full`
-(`check --values full`) streams both whole and compares their content hashes. A sample that
-matches says "no difference seen", not "equal": docs/values.md says what sampling guarantees.
-A tensor whose bytes cannot be read gives no finding (the value checks report unread ones).
+"""A tied output head stored with other values than the embedding (`tied-head-differs`): the
+engines throw a tied head away, so a head trained apart makes the model generate gibberish.
+Compared by dtype, shape, then sampled or full bytes (a matching sample says "no difference
+seen"). The engines' functions and what is read: docs/architecture.md, "checks/".
 """
 
 from __future__ import annotations

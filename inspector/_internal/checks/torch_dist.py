@@ -1,12 +1,8 @@
 """Megatron torch_dist: do the `.distcp` files hold what `.metadata` stores, do the chunks
 cover every tensor, does the common state agree with the sharded metadata, is
-`metadata.json` the torch_dist one? Pure: the reader recorded sizes and documents.
-
-Codes: torch-dist-missing-file, torch-dist-chunk-gap, torch-dist-chunk-overlap,
-torch-dist-common-drift, torch-dist-object-incomplete, torch-dist-metadata-json, and
-check-budget-exceeded for chunks no budgeted check can prove (docs/findings.md). Unreadable
-files are
-the reader's problems (`inspector._internal.checks.files`).
+`metadata.json` the torch_dist one? Pure. Codes: the `torch-dist-*` rows of
+docs/findings.md, and `check-budget-exceeded` for chunks no budgeted check can prove;
+unreadable files are the reader's problems (`checks.files`).
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """Are the values sane? Per-tensor value statistics, sampled or full, judged against siblings.
 
-`value_table(scanned, "sample" | "full")` reads tensor data (see
-`inspector._internal.formats.value_reading` for which bytes,
-`inspector._internal.formats.value_decode` for how they are decoded), computes per tensor min,
-max, mean, std, absmax, the share of zeros, NaN and Inf counts and the signatures of
-never-written memory (`inspector._internal.formats.value_stats`), joins the tensor's layer,
-expert and kind from `scanned.tensors` and judges it against its siblings
-(`inspector._internal.checks.values_judge`). The table is kept with the scan: `scanned.values`
-returns it.
-
-`values_check(scanned, mode)` turns the table into findings: tensor-nonfinite,
-tensor-all-zero, tensor-uninitialised and tensor-values-outlier. docs/values.md describes the
-sampling and what it guarantees.
+`value_table(scanned, mode)` reads (`formats.value_reading`), decodes and summarises
+(`formats.value_stats`) each tensor and judges it against its siblings (`values_judge`);
+`scanned.values` keeps it. `values_check` turns it into the `tensor-*` value findings.
+docs/values.md describes the sampling and what it guarantees.
 """
 
 from __future__ import annotations

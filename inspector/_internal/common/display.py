@@ -1,12 +1,8 @@
-"""How a name from a checkpoint is shown to a person: `legible`, the one function every file
-name, tensor name, path, key and message goes through on its way to a terminal, a log, a
-report (text, Markdown, HTML), a CSV export or the dashboard.
-
-A checkpoint chooses its names, so one may be 90 million characters long or carry escape
-sequences, bidi controls, markup or formulas: `legible` shortens it, escapes what is not
-printable and escapes for the target, in one place so that no renderer forgets a step. The
-exact names stay in the data. Promise: SECURITY.md, 6; the rules: docs/architecture.md,
-"common/".
+"""How a name from a checkpoint is shown to a person: `legible`, the one function every name,
+path, key and message goes through on its way to a terminal, log, report, CSV or the
+dashboard. A checkpoint chooses its names (90 million characters, escapes, bidi controls,
+markup, formulas), so shortening and escaping happen in one place no renderer can skip; the
+exact names stay in the data. Promise: SECURITY.md, 6; the rules: docs/architecture.md, "common/".
 """
 
 from __future__ import annotations

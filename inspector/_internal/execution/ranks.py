@@ -1,15 +1,8 @@
-"""Several processes sharing one job: under torchrun (its `RANK` and `WORLD_SIZE`) or with an
-explicit rank and world size, on CPU over gloo.
-
-The one engine for every command that splits its work over ranks: consolidation (output i is
-written by rank i % world size) and the integrity commands (`manifest`, `verify`: files
-balanced by bytes, rank 0 gathers). What ranks exchange is bytes that the caller encodes and
-decodes (JSON), never pickles: torch's `*_object` collectives unpickle what a peer sends.
-
-A group this module creates lives as long as the process (it is destroyed at exit): under
-torchrun a group destroyed and created again waits forever on the launcher's store, and a
-training loop calls `write_manifest` after every save. When the job already has a group of
-another backend (NCCL training), a gloo group over the same ranks carries our CPU traffic.
+"""Several processes sharing one job: under torchrun (`RANK`, `WORLD_SIZE`) or an explicit rank
+and world size, on CPU over gloo. The one engine for every command that splits its work over
+ranks (consolidation: output i on rank i % world size; `manifest`, `verify`: files balanced
+by bytes, rank 0 gathers). Why JSON, never pickles, and why a group lives as long as the
+process: docs/architecture.md, "execution/".
 """
 
 from __future__ import annotations

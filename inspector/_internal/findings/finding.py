@@ -1,13 +1,7 @@
-"""Findings: the typed result of every check, and the one policy for how many are listed.
-
-Codes, severities and help texts live in `inspector._internal.findings.codes`; this module builds
-findings from them and folds long lists ("experts 64-511 missing (448 of 512)", "180 more tensors
-...").
-
-One policy (`FOLD`) bounds how many findings of one kind are listed one by one: a hostile or
-badly drifted checkpoint gives at most `per_file` findings per code and file and `per_code`
-per code, and the rest of each group becomes one summary finding that says how many more
-there are and where. The full lists are always in the tables.
+"""Findings: the typed result of every check (built from `findings.codes`), and the one policy
+(`FOLD`) for how many are listed one by one: at most `per_file` per code and file and
+`per_code` per code, the rest of each group one summary finding ("180 more tensors ...").
+The full lists are always in the tables.
 """
 
 from __future__ import annotations

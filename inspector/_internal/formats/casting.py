@@ -1,17 +1,8 @@
 """Floating-point casts between F16, BF16, F32 and F64 in numpy, bit for bit like torch's `.to()`.
 
-Consolidation may change the dtype of floating tensors without importing torch, so the
-rounding must be the one torch uses, not merely "close":
-
-- every cast rounds to nearest, ties to even; overflow gives +-inf, subnormals are kept;
-- torch narrows F64 in two steps (F64 -> F32 -> target), which can round twice; we do the same;
-- F32 -> F16 NaNs are quieted with their top payload bits kept (what the CPU's conversion does);
-- F16 -> F32 NaNs are quieted too; F16 -> BF16 NaNs become 0x7FC0, other NaN -> BF16 0xFFFF.
-  These are torch's vectorised results; its scalar path (a few trailing elements of F64 and
-  F16 inputs) writes other NaN payloads. Both are NaN; only the payload bits can differ.
-
-Inputs and outputs are raw little-endian bytes (uint8 arrays), so callers never need a
-numpy dtype for BF16.
+Consolidation changes dtypes without importing torch, so the rounding must be torch's, not
+merely close (the rules, NaN payloads included: docs/architecture.md, "formats/"). Inputs
+and outputs are raw little-endian bytes (uint8 arrays): callers never need a BF16 dtype.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Read and validate one safetensors header without touching the tensor data.
 
-Layout (docs/formats.md, "safetensors"): 8-byte little-endian header length N, N bytes of
-JSON, data. Every rule the reference reader enforces becomes a finding here instead of an
-exception, and a hostile file can make us read at most `8 + cap` bytes.
-
-This format parser is the one reader that judges while it reads (see docs/architecture.md):
-the shard-integrity findings fall out of the single validating pass, as in the reference
-reader, and a second pass over a million entries to judge them again would double the cost.
-
-Speed matters (300,000+ tensors per checkpoint): a header as writers write it is decoded
-straight into typed entries (msgspec, no dict per entry) and judged in bulk; any other
-well-formed header is decoded whole and validated in bulk with C-level builtins (`map`,
-`set`, list comparisons); only a header that fails a bulk check goes through the per-entry
-path that explains each problem.
+Every rule of the reference reader becomes a finding, and a hostile file makes us read at
+most `8 + cap` bytes. The one reader that judges while it reads: a second pass over a million
+entries would double the cost (docs/architecture.md, "formats/": the bulk path).
 """
 
 from __future__ import annotations

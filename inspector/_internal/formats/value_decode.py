@@ -1,12 +1,8 @@
 """Stored tensor bytes decoded to numbers, for the value statistics (`check --values`).
 
-numpy reads F16, F32 and F64 directly; BF16 is widened to float32 by a 16-bit shift (exact);
-the 8-bit float formats (FP8 E4M3/E5M2 and their FNUZ variants, E8M0 scales) go through a
-256-entry table built from the format's definition (sign, exponent bias, mantissa width and
-its NaN/Inf codes; OCP FP8 and MX specifications), so each byte decodes bit for bit as the
-writer meant it. `U8` tensors named `*scales` are MXFP4 E8M0 scales and decode as such. Other
-dtypes (integers, packed 4-bit weights) are not decoded: their statistics stay empty and only
-their raw bytes are looked at (all zero, one repeated word).
+Each dtype decodes bit for bit as the writer meant it; integers and packed 4-bit weights are
+not decoded (only their raw bytes are looked at). How each dtype is decoded:
+docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

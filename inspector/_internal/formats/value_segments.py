@@ -1,17 +1,7 @@
 """Statistics of many short tensors at once, with no Python loop per tensor (300,000 tensors
-in seconds):
-
-- `row_records`: the sampled windows of many tensors, one row per tensor (every row the same
-  length), reduced along the rows;
-- `segment_records`: tensors read whole, of any length, laid end to end and reduced per
-  segment with numpy's `reduceat`.
-
-One-byte dtypes (FP8, E8M0 scales, packed U8 weights) are first counted into a 256-bin
-histogram per tensor (one pass over the bytes); every statistic then comes from the counts
-and the format's 256 decoded values, exactly.
-
-A record is partial (sums and counts), so records of one tensor from several files (DCP
-chunks) add up; `finish` turns merged records into the statistics columns.
+in seconds): `row_records` for sampled windows, `segment_records` for whole tensors laid end
+to end. Records are partial sums, so one tensor's chunks add up; `finish` makes the columns.
+The method: docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """Per-tensor value statistics, accumulated block by block so memory stays bounded.
 
-An `Accumulator` takes raw little-endian bytes of one tensor (a whole tensor, a block of it, or
-sampled windows), decodes them (`inspector._internal.formats.value_decode`) and keeps running
-sums: count, sum and sum of squares (float64), min, max, zeros, NaN and Inf counts. The partial
-records of one tensor's chunks or files add up (`value_segments.finish`). The signatures of
-never-written memory (share of subnormals, of huge magnitudes, of the most common raw word) are
-estimated on an evenly strided subsample of every block (at most `_SUBSAMPLE` words each), which
-is exact for small tensors and within a percent for large ones; the sums and counts are exact
-over all the bytes given.
-
-Work is done in cache-sized pieces (`_PIECE` elements): the handful of passes over each
-piece hit the CPU cache, which keeps a full read close to the speed of a bare sum.
+An `Accumulator` decodes raw bytes (`value_decode`) and keeps partial records that add up
+across chunks and files (`value_segments.finish`). What is exact and what is subsampled, and
+why the work is cut in cache-sized pieces: docs/architecture.md, "formats/".
 """
 
 from __future__ import annotations

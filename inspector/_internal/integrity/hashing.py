@@ -1,16 +1,8 @@
-"""Content hashes of a checkpoint's files and tensors, in one streamed pass per file.
-
-A file is read front to back in 8 MiB blocks (a reused buffer, `preadv` locally; ranged reads
-through the storage remotely, so the server guard applies); each block feeds the file's
-SHA-256 and, for the tensors whose bytes it holds, each tensor's content hash (the project's
-one tensor hash, `tensor_hasher`). Files are hashed in parallel (both hashes release the GIL
-on large buffers), largest first; memory is one block per worker whatever the checkpoint's
-size. A DCP tensor is assembled from its chunks (`TensorData`) before it is hashed, so its
-hash is that of the tensor a consolidated output holds.
-
-Under torchrun (`ranks`, the engine consolidation uses: `execution.ranks`) each file, or each DCP
-tensor, is read by one rank, the shares balanced by bytes, and every rank receives every
-share's digests, so every rank builds the same result; rank 0 alone prints and writes it.
+"""Content hashes of a checkpoint's files and tensors, in one streamed pass per file: each
+block feeds the file's SHA-256 and the hash (`tensor_hasher`) of each tensor it holds;
+memory is one block per worker. A DCP tensor is assembled from its chunks first, so its hash
+is its consolidated output's. Blocks, parallelism and the split over torchrun ranks
+(`execution.ranks`): docs/verify.md.
 """
 
 from __future__ import annotations

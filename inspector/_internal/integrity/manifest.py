@@ -1,16 +1,10 @@
-"""The content manifest: what a checkpoint held when it was written, as one versioned JSON file.
+"""The content manifest: what a checkpoint held when it was written, as one versioned JSON file
+(per file: size and SHA-256; per tensor: dtype, shape, file and an xxh3-128 content hash of
+its row-major bytes, so differently sharded checkpoints compare tensor by tensor).
 
-Per file: size and SHA-256. Per tensor: dtype, shape, the file that holds it and a content
-hash of its row-major bytes (xxh3-128, docs/verify.md says why), so that two checkpoints
-sharded differently, or a DCP source and its consolidated output, compare tensor by tensor.
-
-A manifest is untrusted input like every other file of a checkpoint: `parse_manifest` reads
-it under caps (size, entries, name lengths, JSON depth), accepts only file names that stay
-inside the folder and are spelled in normal form (`check_member`: one spelling per file, so
-that `a/./b` and `a/b` cannot be two entries), no key given twice, a SHA-256 for every file
-and hashes of the right form, and refuses the whole manifest with one reason
-(`ManifestError`, a `manifest-unreadable` finding) at the first bad entry: a manifest that is
-partly wrong cannot vouch for anything.
+A manifest is untrusted: `parse_manifest` reads it under caps and refuses it whole at the
+first bad entry (`ManifestError`): a manifest partly wrong cannot vouch for anything. The
+rules (`check_member`'s one spelling per file...): docs/verify.md.
 """
 
 from __future__ import annotations

@@ -1,14 +1,7 @@
-"""`verify`: are a checkpoint's bytes what its source recorded? And `write_manifest`, which
-records them.
-
-Sources: a manifest file (`ckpt-inspect manifest`); a Hugging Face repository (`hf://org/
-repo[@rev]`: sizes and the SHA-256 of every LFS/Xet file, the git blob SHA-1 of the others,
-all from the Hub's own tree listing, nothing downloaded); another checkpoint, local or
-remote. Without a source, the manifest kept in the folder, else the checks that need none.
-
-Levels: `size` compares file lists and sizes (listings only, no file is read); `hash` adds
-the SHA-256 of every file of the same size (streamed, files in parallel); `tensor` compares
-every tensor's dtype, shape and content hash, whatever the sharding.
+"""`verify`: are a checkpoint's bytes what its source recorded (a manifest, an `hf://` repository's
+tree listing, another checkpoint; else the manifest kept in the folder)? And `write_manifest`,
+which records them. Levels `size` (listings only), `hash` (SHA-256 of files of the same size)
+and `tensor` (dtype, shape and content hash, whatever the sharding): docs/verify.md.
 """
 
 from __future__ import annotations

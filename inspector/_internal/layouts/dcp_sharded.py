@@ -1,11 +1,8 @@
 """`dcp-sharded`: safetensors written by PyTorch DCP's `HuggingFaceStorageWriter` with
-`save_distributed=True`, as NeMo AutoModel does during training (docs/formats.md,
-"DCP-sharded safetensors").
-
-Each file's `__metadata__["DCP_SHARDING_INFO"]` gives every chunk's `saved_offsets`; the full
-shape is the element-wise max of offset + chunk shape. This module reads;
-`inspector._internal.checks.dcp` judges (coverage, overlaps, conflicts, mapping). The folder
-and which subfolder is scanned: docs/architecture.md, "layouts/".
+`save_distributed=True`, as NeMo AutoModel does (docs/formats.md, "DCP-sharded safetensors").
+Each chunk's `saved_offsets` come from `DCP_SHARDING_INFO`; the full shape is the element-wise
+max of offset + chunk shape. This module reads; `checks.dcp` judges. Which folder is
+scanned: docs/architecture.md, "layouts/".
 """
 
 from __future__ import annotations

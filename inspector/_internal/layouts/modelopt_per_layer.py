@@ -1,12 +1,8 @@
-"""`modelopt-per-layer`: one shard per decoder layer, each with a JSON sidecar
-(docs/formats.md, "Model-Optimizer per-layer exports"), usually with a merged
-`model.safetensors.index.json`.
-
-Model-Optimizer names the sidecar of `model-00001-of-00004.safetensors`
-`model-00001-of-00004.json` (`save_safetensors_by_layer_index` formats one stem for both
-files); `model-00001-of-00004.safetensors.json` is accepted too. A well-known file
-(`inspector._internal.common.filenames`: `config.json`, `hf_quant_config.json`, the tokenizer
-files...) is never a sidecar, whatever `.safetensors` file shares its stem."""
+"""`modelopt-per-layer`: one shard per decoder layer, each with a JSON sidecar, usually with a
+merged `model.safetensors.index.json`. Which file is a shard's sidecar (Model-Optimizer's
+one stem for both, `<shard>.json` accepted, a well-known file never): docs/formats.md,
+"Model-Optimizer per-layer exports".
+"""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""`pytorch-bin`: `torch.save` checkpoints, one `pytorch_model.bin` (or any `.bin`/`.pt` file)
-or shards `pytorch_model-0000i-of-0000N.bin` with `pytorch_model.bin.index.json`, as
-transformers 4.x `save_pretrained(safe_serialization=False)` writes them (docs/formats.md,
-"PyTorch .bin").
-
-Each file is read header-only (`formats.torch_bin`) into the same columns a safetensors
-header gives (`BinShard`), so every index, coverage and load check applies unchanged: the
-begin and end of a tensor are absolute file offsets of its first byte and of the bytes its
-elements take (`data_start` is 0). A folder that also holds safetensors is left to the
-safetensors layouts (loaders prefer them).
+"""`pytorch-bin`: `torch.save` checkpoints, one `.bin`/`.pt` file or `pytorch_model-*.bin`
+shards with their index, as transformers 4.x writes them (docs/formats.md, "PyTorch .bin").
+Each file is read header-only (`formats.torch_bin`) into the columns a safetensors header
+gives (`BinShard`: begin and end are absolute file offsets, `data_start` 0), so every index,
+coverage and load check applies unchanged. A folder that also holds safetensors is theirs.
 """
 
 from __future__ import annotations

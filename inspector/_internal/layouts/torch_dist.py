@@ -1,14 +1,8 @@
-"""`torch-dist`: a Megatron-LM / PyTorch DCP checkpoint folder (docs/formats.md, "Megatron
-torch_dist").
-
-    latest_checkpointed_iteration.txt     ("100" -> iter_0000100/, "release" -> release/)
-    iter_0000100/ .metadata  __0_0.distcp ...  metadata.json  common.pt
-
-Only metadata is read: `.metadata` through the restricted unpickler of
-`pickles.dcp_metadata` (nothing it names is imported or run), `metadata.json` as
-JSON, and the common state with `torch.load(weights_only=True)`. Tensor bytes in the `.distcp` files
-are never read; their sizes are recorded for `inspector._internal.checks.torch_dist`, which compares
-them with the ranges `.metadata` stores and judges everything else.
+"""`torch-dist`: a Megatron-LM / PyTorch DCP checkpoint folder (`latest_checkpointed_iteration.txt`
+naming `iter_0000100/` or `release/`, holding `.metadata`, `*.distcp`, `metadata.json`,
+`common.pt`: docs/formats.md, "Megatron torch_dist"). Only metadata is read (`.metadata`
+through `pickles.dcp_metadata`, the common state with `torch.load(weights_only=True)`);
+`.distcp` sizes are recorded for `checks.torch_dist`, which judges.
 """
 
 from __future__ import annotations

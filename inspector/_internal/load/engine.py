@@ -1,18 +1,10 @@
 """Would the serving engine load it? vLLM's own verdict on a checkpoint, without tensor data.
 
-`engine_verdict(scanned, tp=...)` starts a child interpreter (`load.engine_child`) that builds
-vLLM's model class for config.json on the meta device and runs vLLM's own `load_weights`
-over the stored names, shapes and dtypes, sealed (`load.seal`), and reads its answer as
-untrusted data: one JSON line, capped in size and time (`load.child.read_capped_line`),
-checked field by field (`EngineVerdict.from_dict`), never unpickled. What the engine says
-(an exception, verbatim) and what it does not (parameters never loaded, parts of fused
-parameters never filled, element counts that differ) come back as `EngineVerdict`.
-
-vLLM is an optional, version-pinned extra (`pip install 'checkpoint-inspector[vllm]'`, then
-vLLM itself without its CUDA dependencies: docs/cli.md says how); without it, or for a remote
-checkpoint, a layout vLLM does not read, or Windows, the verdict is `skipped` with one line
-saying why. Costs (measured on a 2-core machine): importing vLLM on CPU takes 6-30 s, building
-and loading a model on the meta device a second or two.
+A child interpreter (`load.engine_child`) runs vLLM's `load_weights` on a meta model, sealed;
+its answer is untrusted data (one capped JSON line, checked field by field, never
+unpickled). Without vLLM (an optional extra: docs/cli.md), for a remote checkpoint or on
+Windows the verdict is `skipped` with the reason. Costs on 2 cores: importing vLLM 6-30 s,
+building and loading on meta a second or two. The protocol: docs/architecture.md, "load/".
 """
 
 from __future__ import annotations

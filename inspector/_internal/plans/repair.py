@@ -1,18 +1,10 @@
-"""Repair plans: rebuild JSON files from what is really on disk. Plan, print, then execute.
-The index rebuilt is the layout's own: `model.safetensors.index.json`, or
-`pytorch_model.bin.index.json` for sharded PyTorch `.bin` checkpoints (the same schema, read
-from the `.bin` files' headers).
+"""Repair plans: rebuild JSON files (the layout's own index, sidecars, the quantization config)
+from what is really on disk. Plan, print, then execute.
 
-Planning is pure (scanned data in, plan out). `RepairPlan.execute()` is the only writer: it
-takes the folder lock, keeps a timestamped backup of every file it replaces, writes atomically
-(see `execution/atomic.py`), re-scans and reports the findings that remain. Tensor data
-is never touched by an index, sidecar or quant-config repair.
-
-A plan writes only over a file whose role it established (`unowned_target`): the index and
-the quantization config by their well-known names, a sidecar only where the scan read that
-shard's sidecar. Anything else already at a name the plan would write (`config.json` where a
-`config.safetensors` would want its `config.json` sidecar, a folder, a file the scan did not
-read in that role) is refused in one line and left alone.
+Planning is pure; `RepairPlan.execute()` is the only writer (folder lock, timestamped backup,
+atomic writes through `execution/atomic.py`, a re-scan) and never touches tensor data. A plan
+writes only over a file whose role the scan established (`unowned_target`); anything else at
+a name it would write is refused in one line and left alone.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """`repair` with every part at once: the index, the sidecars and the quantization config in
 one plan, or the re-shard when every tensor collapsed into one oversized file.
 
-Repairing one part at a time leaves the parts not yet repaired disagreeing with the one that
-was: the index rebuilt alone disagrees with stale sidecars, sidecars rebuilt alone with a
-stale index. `plan_all` plans the parts together, so that what the checks say after it (its
-preview re-runs them on the planned JSON in memory:
-`inspector._internal.plans.repair.preview_repair`) is never the step just done. It is the default of
-`ckpt-inspect repair` and the dashboard's Repair all.
+Why: parts repaired one at a time disagree with those not yet repaired, so what the checks
+say next (the preview re-runs them on the planned JSON, `repair.preview_repair`) would be
+the step just done. The default of `ckpt-inspect repair` and the dashboard's Repair all.
 """
 
 from __future__ import annotations

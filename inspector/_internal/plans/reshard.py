@@ -1,13 +1,8 @@
-"""Re-shard a checkpoint whose tensors collapsed into one file (seed automodel-2289) into
-`model-XXXXX-of-YYYYY.safetensors` shards under a size limit, by huggingface_hub's rules:
-greedy in key order, decimal units, a tensor over the limit alone in its shard. A PyTorch
-`.bin` checkpoint is converted the same way, into safetensors shards (one file is written as
-`model.safetensors` with no index, as `save_pretrained` writes it): its `.bin` files and
-`pytorch_model.bin.index.json` are retired into the backup folder.
-
-The copy is done by the consolidation engine into a staging folder inside the checkpoint;
-the old shards and index then move into the backup folder and the new ones into place as one
-journaled batch of renames. No shard is modified in place, and nothing is deleted.
+"""Re-shard a checkpoint whose tensors collapsed into one file (seed automodel-2289), or convert
+a `.bin` checkpoint, into safetensors shards by huggingface_hub's rules (greedy in key order,
+decimal units, an oversized tensor alone). The consolidation engine copies into a staging
+folder; old files move to the backup and new ones into place as one journaled batch of
+renames: nothing is modified in place or deleted.
 """
 
 from __future__ import annotations

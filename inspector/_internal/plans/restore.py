@@ -1,11 +1,8 @@
 """`repair --from REF`: copy back the tensors a checkpoint lost, from a reference that has them.
 
-A reference is the checkpoint this one was made from, or another export of the same model.
-Only what is safe to put back as the reference stores it is restored (a BF16 expert is never
-put next to NVFP4 siblings); everything else is refused with the reason. Planning is pure
-(headers only); executing writes ONE new shard and rewrites the index as one journaled
-batch, never opening an existing shard for writing. The rules: docs/architecture.md,
-"plans/".
+Only what is safe to put back as the reference stores it is restored; the rest is refused
+with the reason. Executing writes one new shard and rewrites the index as one journaled
+batch, never opening an existing shard for writing. The rules: docs/architecture.md, "plans/".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Find tensors: a query over the tensors table (name pattern, dtype, layer, expert, file, kind)
-and its export to CSV or Parquet. Pure, except `export_tensors`, which writes the one file it is
-asked to write.
+and its export to CSV or Parquet. Pure, except `export_tensors`, which writes the one file asked.
 
-    from inspector._internal.report.query import TensorQuery
-    TensorQuery(name="*.experts.17.*").apply(ckpt.tensors)
-    TensorQuery(dtype="F8_E4M3", layer=40).apply(ckpt.tensors)
-
-Name patterns: text with `*`, `?` or `[...]` is a glob over the whole name; other text is a
-substring; with `regex=True` it is a regular expression searched anywhere in the name. Patterns
-are translated to the regular-expression subset that Python's `re`, RE2 (pyarrow, the
-notebook's grid) and pandas agree on, so every view of one query selects the same rows.
+A name with `*`, `?` or `[...]` is a glob over the whole name, other text a substring, with
+`regex=True` a regular expression searched anywhere. Patterns are translated to the subset
+Python's `re`, RE2 (pyarrow, the notebook's grid) and pandas agree on, so every view of one
+query selects the same rows.
 """
 
 from __future__ import annotations

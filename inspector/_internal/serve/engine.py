@@ -1,17 +1,9 @@
 """`check --engine`: what a serving engine would make of a checkpoint, as findings.
 
-- `vllm`: vLLM's own weight loading on a meta model (`load.engine`): its exception verbatim
-  (`engine-weight-unmapped`, `engine-shape-mismatch`, `engine-load-failed`), and what it does
-  not say (`engine-weight-missing`: parameters never loaded, parts of fused or stacked
-  parameters never filled; `engine-shape-mismatch`: element counts that differ at TP 1);
-  with a catalogue GPU, its quantization support (`serve.quant_support`).
-- `llama.cpp`: for a Hugging Face checkpoint, the names `convert_hf_to_gguf.py` cannot map
-  (`checks.llama_cpp`); a GGUF's own tensor set is judged by every `check`.
-- `sglang`: left out. SGLang's `load_weights` logs a name it cannot map and goes on, so its
-  own loading says far less than vLLM's; its start-up rules are in `fit`.
-
-What did not run (vLLM or gguf-py not installed, a remote checkpoint) is one line in `notes`,
-never a finding.
+`vllm`: its own weight loading on a meta model (`load.engine`) and quantization support;
+`llama.cpp`: the names `convert_hf_to_gguf.py` cannot map (`checks.llama_cpp`). SGLang is
+left out: its `load_weights` logs an unmapped name and goes on, so it says far less (its
+start-up rules are in `fit`). What did not run is one line in `notes`, never a finding.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Will a parallel plan start? The divisibility and placement rules vLLM and SGLang check at
 start-up, as findings. Pure: config facts in, findings out.
 
-Each rule names the engine function it mirrors. Where the engines differ the finding says
-which refuses:
-
-- experts that EP does not divide: SGLang's `FusedMoE.__init__` asserts
-  `num_experts % moe_ep_size == 0`; vLLM's `determine_expert_map` gives the first
-  `E % EP` ranks one expert more;
-- an FP8 block misaligned in a merged column-parallel layer (gate_up, qkv): SGLang's
-  `validate_fp8_block_shape` refuses it; vLLM lets merged layers through
-  (`ColumnParallelLinear._maybe_allow_fp8_block_shape_mismatch`). A row-parallel input
-  (down_proj, o_proj) and a MoE intermediate size are refused by both;
-- MXFP4 is cut in whole 32-value blocks with the last rank padded by both engines' loaders:
-  never refused, only uneven (`inspector._internal.serve.placement`).
+Each rule names the engine function it mirrors, and where the engines differ (experts over
+EP, FP8 blocks in merged layers, MXFP4 padding) the finding says which refuses: docs/cli.md,
+"Will it serve? (`fit`)", and docs/architecture.md, "serve/".
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Storage: the one way the package reads a checkpoint's files, local or remote.
 
 `open_location(target)` turns a local path or a URL (`s3://`, `gs://`, `hf://`, `https://`)
-into a `Location` in a `Storage` rooted at the checkpoint folder. `LocalStorage` enforces the
-hostile-input rules for local files in one place (non-blocking opens, regular files only,
-caps, nothing read through a link that leaves the folder); `FsspecStorage` reads remote
-stores with ranged, concurrent, retried requests, each bounded by the server guard
-(`guard.py`: bodies capped at what was asked, same-origin redirects, timeouts). See
-docs/architecture.md and SECURITY.md.
+into a `Location` in a `Storage` rooted at the checkpoint folder: `LocalStorage` enforces the
+hostile-input rules in one place, `FsspecStorage` reads remote stores under the server guard
+(`guard.py`). The promises: SECURITY.md, 3 and 3b.
 """
 
 from __future__ import annotations

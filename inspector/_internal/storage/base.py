@@ -1,11 +1,9 @@
 """The storage interface: what every reader may do with a checkpoint's files, local or remote.
 
-A `Storage` is rooted at one folder (a local directory or a remote prefix). Readers name
-files relative to that root and can only list a folder, stat an entry, open a file as a
-`RangeReader`, read a small file whole under a cap, and run reads concurrently. Everything
-that keeps hostile input harmless (regular files only, size caps, nothing outside the root)
-is enforced by the implementations, so no reader can forget it. `Location` is a handle on
-one entry, with the few path operations the layout readers need.
+A `Storage` is rooted at one folder; readers name files relative to it and can only list,
+stat, open a `RangeReader`, read a small file whole under a cap, and read concurrently. The
+implementations enforce every hostile-input rule, so no reader can forget one. `Location` is
+a handle on one entry with the few path operations the layout readers need.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""Local folders: the one place where the hostile-input rules for reading files are enforced.
-
-Every file is opened non-blocking (a FIFO cannot hang us), checked to be a regular file after
-opening (`fstat`), and read with `os.pread` under the caller's cap (`/dev/zero` cannot grow
-memory). Nothing is read through a link whose target leaves the checkpoint folder, except
-the Hugging Face cache layout, where `<repo>/snapshots/<rev>/` links into the same
-repository's `blobs/`. Where the system says which file a descriptor really opened
-(`/proc/self/fd` on Linux), that is checked after opening too, so a link swapped in between
-the check and the open is caught.
+"""Local folders: the one place where the hostile-input rules for reading files are enforced:
+non-blocking opens, regular files only (`fstat` after opening), `os.pread` under the caller's
+cap, nothing read through a link leaving the folder (except the Hugging Face cache's
+`snapshots/` -> `blobs/`), and the opened descriptor checked again (`/proc/self/fd`) so a
+link swapped in between is caught. Why each: SECURITY.md, "3. Reads stay inside the folder".
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The allow-list: one table of every global a checkpoint's pickle may name, which readers
 resolve it, and the stand-in (`pickles.stand_ins`) a read hands the stream for it.
 
-A name no row lists is refused by the reader (`RefusedGlobalError`, or `HostilePickleError`
-when it runs code: `pickles.audit.hostile_globals`). `stand_ins(reader)` makes the reader's
-part of the table anew for every read: nothing a stream does to what it receives reaches
-another read.
-
-The DCP rows were derived by disassembling (`pickletools.dis`) the `.metadata` that
-`torch.distributed.checkpoint.save` writes with torch 2.13 and that megatron-core 0.16's
-`dist_checkpointing.save` writes (its save plans ride along), plus the names older torch and
-Megatron versions are known to pickle; the data.pkl rows are what `torch.save` writes for a
-state dict (`torch._utils._rebuild_tensor_v2` and the typed storages of torch/storage.py).
+Any other name is refused (`RefusedGlobalError`, or `HostilePickleError` when it runs code).
+The DCP rows come from `pickletools.dis` of what torch 2.13's DCP save and megatron-core
+0.16's `dist_checkpointing.save` write, plus older versions' names; the data.pkl rows from
+what `torch.save` writes for a state dict.
 """
 
 from __future__ import annotations

@@ -1,44 +1,12 @@
 """Pre-flight audit of an untrusted pickle: refuse it before anything unpickles it.
 
-Refusing globals is not enough. Small pickles can make the unpickler itself do unbounded
-work: a 100-byte `.metadata` whose dict key is a tuple DAG shared 40 levels deep through the
-memo hangs in hashing (2**40 steps); `a = [a, a]` nested 40 times hangs every naive walk of
-the result; a 100,000-deep tuple overflows the recursion of whatever looks at it. None of
-these run code, so the global allow-lists do not stop them.
-
-`audit_pickle` reads the opcode stream once, in time and memory linear in its length, and
-simulates the unpickler's stack without building anything: for every value it keeps the
-number of objects the value expands to when shared references are followed (the work of
-hashing, comparing, printing or walking it), and its nesting depth. It refuses the stream
-(`PickleBombError`) when
-
-- a value nests deeper than `max_depth`;
-- a value expands to more than `max_objects` (a floor plus a budget per byte of the file),
-  or the keys and set items the unpickler must hash add up to more than that;
-- an object is changed after a reference to it was handed out (`GET`/`DUP` then `APPEND`,
-  `SETITEM`, `BUILD`...). That is how a reference cycle is made (`a = [a]`); Python's
-  pickler only writes it for self-referencing data, which no checkpoint writer produces;
-- an integer is wider than `max_int_bytes` (huge integers make every later print fail).
-
-It also lists every global the stream names, including the ones `STACK_GLOBAL` builds from
-strings, so `hostile_globals` can tell a file that names code-running callables
-(`subprocess.Popen`, `builtins.eval`, `os.system`...) from one that only names classes we
-do not know. Names are "module.name", or "module:Class.attr" for a name that walks
-attributes.
-
-And it refuses, as hostile (`GlobalMutationError`), a stream that changes a global it names:
-BUILD, SETITEM(S), APPEND(S) or ADDITEMS whose target is the object a `GLOBAL` or
-`STACK_GLOBAL` resolves to, reached directly or through the memo (`PUT`, `MEMOIZE`, `GET`,
-`DUP`). A reader hands such a stream a stand-in; changing it would change
-how every later file of the process is read (`GLOBAL torch FloatStorage; BUILD` made every
-later `.bin` read its float32 tensors as bfloat16). Pickles of data never do that: BUILD
-targets the object a call or NEWOBJ just made. The copyreg extension codes (`EXT1/2/4`)
-are refused the same way: they resolve through this process's registry and the unpickler
-caches what they resolve to for every later read; no checkpoint writer emits them.
-Only a stream that passes is handed to an unpickler.
-
-`audit_torch_save` does the same for a `torch.save` file: every pickle in the zip archive
-(or the legacy stream), read with a size cap.
+Refusing globals is not enough: a 100-byte stream can make the unpickler hash, walk or nest
+without bound, and a stream can change a global's stand-in for every later read. One linear
+pass simulates the unpickler's stack and refuses bombs (`PickleBombError`) and mutations of a
+global or `EXT` codes (`GlobalMutationError`; data pickles never do either); it lists every
+global named ("module.name", or "module:Class.attr") for `hostile_globals`. The limits, the
+shapes refused and why: SECURITY.md, "1. Nothing in a checkpoint runs code" and "2. Bounded
+work and memory".
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
-"""PyTorch DCP `.metadata` files (docs/formats.md, "Megatron torch_dist"), read with the
-restricted unpickler (`pickles.unpickler`) into the stand-ins `pickles.allowed` lists for
-them (DCP metadata records, `torch.Size`, dtypes, layouts, Megatron's `MCoreMetadata`).
-Torch is not needed, nor imported.
+"""PyTorch DCP `.metadata` files (docs/formats.md, "Megatron torch_dist") read with the
+restricted unpickler into the stand-ins `pickles.allowed` lists; torch is not imported.
 
-`load_dcp_metadata` audits the stream before unpickling it; `read_dcp_metadata`, what the
-scan uses, runs large streams without the audit in a child process the OS bounds
-(`pickles.sandbox`) and falls back to the audit when the child gives no answer.
+`load_dcp_metadata` audits first; `read_dcp_metadata` (the scan's) runs large streams in the
+bounded child of `pickles.sandbox`, falling back to the audit when it gives no answer.
 """
 
 from __future__ import annotations

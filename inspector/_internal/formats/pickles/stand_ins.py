@@ -1,31 +1,12 @@
 """Stand-ins for the globals a pickle names: immutable, and made anew for every read.
 
-A restricted unpickler hands the stream an inert object for each global it names
-(`torch.FloatStorage`, `torch._utils._rebuild_tensor_v2`, a DCP metadata class). The stream
-can then act on that object: BUILD sets its attributes (through its `__setstate__`, or with
-`setattr` for a `(state, slotstate)` pair, or into its `__dict__`; a frozen dataclass is no
-defence: the `__setstate__` dataclasses give it sets fields with `object.__setattr__`), and
-SETITEM(S), APPEND(S) and ADDITEMS call its item and list methods. A stand-in kept in a
-module-level table would carry what one file did to it into every later read of the
-process: a `data.pkl` that set `torch.FloatStorage`'s dtype to bfloat16 made every later
-`.bin` read with it (issue 31, item 3).
-
-So every stand-in
-- is made by the unpickler that reads one stream (`per_read` tables, built in its
-  `__init__`): nothing a read receives from a global outlives the read;
-- refuses every change: an `Inert` object has fixed slots, refuses `setattr`, `delattr` and
-  BUILD (`__setstate__`), and has no item or list methods; a callable is an `InertCall`
-  (a function object would take attributes, `__defaults__` included); a class a stream may
-  instantiate is made with `SealedClass`, which refuses changes to the class itself.
-
-The audit refuses such a stream before any of this runs (`pickles.audit`: a mutation of a
-global is `pickle-hostile`); these objects make the same promise hold where no audit runs
-(the bounded child of `pickles.sandbox`) and against an opcode sequence the audit does not model.
-
-Below the base classes are the stand-ins themselves, for DCP `.metadata` and for
-`torch.save`'s `data.pkl`; `pickles.allowed` says which global gets which. What a stand-in
-refuses to build (a size that is not ints) is a `PickleFormatError`, a clause after the
-stream's name.
+A stream can act on what it receives for a global (BUILD, SETITEM, APPEND...), so a stand-in
+kept in a module table would carry one file's changes into every later read (issue 31, item
+3). Each is made per read (`per_read` tables) and refuses every change: `Inert` (fixed
+slots, no BUILD, no item methods), `InertCall` (a function would take attributes), classes
+made with `SealedClass`. This holds where the audit does not run (the `pickles.sandbox`
+child). Why a frozen dataclass is no defence: SECURITY.md, "No file changes how another is
+read". `pickles.allowed` says which global gets which; a bad build is a `PickleFormatError`.
 """
 
 from __future__ import annotations

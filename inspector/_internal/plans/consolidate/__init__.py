@@ -1,18 +1,10 @@
-"""Consolidate DCP-sharded safetensors into a Hugging Face checkpoint (docs/formats.md,
-"DCP-sharded safetensors"), or convert a PyTorch `.bin` checkpoint into one ("PyTorch .bin").
+"""Consolidate DCP-sharded safetensors into a Hugging Face checkpoint, or convert a PyTorch
+`.bin` checkpoint into one (docs/formats.md). Two steps, so a person reads what will happen
+before anything is written: `plan_consolidation(scan(src), dest)`, print it, `.execute()`.
 
-Two steps, so a person can read what will happen before anything is written:
-
-    plan = plan_consolidation(scan("ckpt/model"), "ckpt/model-consolidated")
-    print(plan)              # outputs, tensor counts, bytes, and why this assignment
-    result = plan.execute()  # writes model-*-of-*.safetensors + model.safetensors.index.json
-
-The package follows the seams of the work: `plan` (pure planning and the plan records),
-`assignment` (which output file each tensor goes to), `engine` (the byte copying),
-`driver` (one process or several under torchrun), `sources` (what is not DCP: one chunk per
-tensor, a `.bin` checkpoint's views and tied names), `dest` (the output folder: opened without
-following links, refused when it holds anything but this plan's own output unless
-`overwrite`) and `verify` (re-scan and hash checks).
+Modules follow the seams of the work: `plan`, `assignment` (which output file each tensor
+goes to), `engine` (bytes), `driver` (one process or torchrun), `sources`, `dest` (the output
+folder, refused unless it holds only this plan's output or `overwrite`), `verify`.
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
 """Checkpoints that are not DCP-sharded, as consolidation sources: every tensor one chunk
-(`as_single_chunks`, which re-sharding and restoring use too), and a PyTorch `.bin`
-checkpoint (`bin_source`) with what converting it to safetensors must decide.
-
-A `torch.save` file is not laid out as safetensors: a tensor may be a strided view of a
-larger storage (a transposed weight, a slice of a fused buffer), and several names may share
-one storage (tied weights). Converting it writes every tensor as its own contiguous values,
-exactly what `torch.load(path, weights_only=True)[name].contiguous()` holds (the strides go
-with each chunk, the copy engine gathers them). Names that are one and the same view follow
-safetensors' own rule for shared tensors (`safetensors.torch.save_model`, and the Hub's
-conversion): one name is written, and each name left out is recorded in the output header's
-`__metadata__` as `{left out: kept}`. A name is left out only where the model ties it
-(the output head of a model whose config.json ties word embeddings, as transformers'
-`save_pretrained` leaves it out); any other shared storage is written once per name, so the
-output loads the same whatever reads it.
+(`as_single_chunks`, also for re-sharding and restoring), and a PyTorch `.bin` checkpoint
+(`bin_source`), whose strided views and shared storages must become safetensors' contiguous,
+unshared tensors. The rule for views and tied names (safetensors' `save_model`): docs/formats.md,
+"PyTorch .bin".
 """
 
 from __future__ import annotations
