@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import reprlib
 import struct
 from collections.abc import Mapping, Sequence
@@ -90,6 +91,14 @@ class _Entry(msgspec.Struct, gc=False):
 _ENTRIES = msgspec.json.Decoder(dict[str, _Entry])
 _METADATA_KEY = '{"__metadata__":'
 _METADATA_DECODER = json.JSONDecoder()
+# After the metadata's comma an entry must follow: `{"__metadata__":{...},}` is a trailing
+# comma orjson refuses, which the typed decode would read as `{}`.
+_CLOSE_AFTER_COMMA = re.compile(r"[ \t\n\r]*\}")
+# A number orjson reads as a double that overflows to infinity (a 3-digit exponent, or 200
+# digits in a run) is refused by it ("number is infinity when parsed as double"), but
+# msgspec skips a field it ignores without reading its number. The lookbehind starts the
+# run only at its first digit, so the search stays linear.
+_HUGE_NUMBER = re.compile(rb"[eE][+-]?[0-9]{3}|(?<![0-9])[0-9]{200}")
 
 _EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
 _NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
@@ -425,10 +434,12 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
 
     The doubts: a backslash (an escape: orjson's rules on surrogates are kept by leaving
     them to it), bytes that are not UTF-8, a `__metadata__` that is not the first key or not
-    an object of strings, an entry msgspec's schema refuses, nesting past a decoder's depth,
-    a repeated name, and every check of the bulk path.
+    an object of strings, a comma after it that no entry follows, a number orjson would
+    overflow (msgspec skips an ignored field's numbers unread), an entry msgspec's schema
+    refuses, nesting past a decoder's depth, a repeated name, and every check of the bulk
+    path.
     """
-    if b"\\" in raw or not raw.startswith(b"{"):
+    if b"\\" in raw or not raw.startswith(b"{") or _HUGE_NUMBER.search(raw):
         return None
     try:
         text = raw.decode("utf-8")
@@ -442,6 +453,8 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
                 return None
             metadata = value
             if text[end : end + 1] == ",":
+                if _CLOSE_AFTER_COMMA.match(text, end + 1):
+                    return None
                 body = "{" + text[end + 1 :]
             elif text[end:] == "}":
                 body = "{}"
