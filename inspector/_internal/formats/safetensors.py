@@ -94,11 +94,15 @@ _METADATA_DECODER = json.JSONDecoder()
 # After the metadata's comma an entry must follow: `{"__metadata__":{...},}` is a trailing
 # comma orjson refuses, which the typed decode would read as `{}`.
 _CLOSE_AFTER_COMMA = re.compile(r"[ \t\n\r]*\}")
-# A number orjson reads as a double that overflows to infinity (a 3-digit exponent, or 200
-# digits in a run) is refused by it ("number is infinity when parsed as double"), but
-# msgspec skips a field it ignores without reading its number. The lookbehind starts the
-# run only at its first digit, so the search stays linear.
-_HUGE_NUMBER = re.compile(rb"[eE][+-]?[0-9]{3}|(?<![0-9])[0-9]{200}")
+# An entry as writers write it: its name's colon and one per field, and two arrays (shape,
+# data_offsets). A field the typed decode ignores is not read by msgspec, only skipped:
+# a number orjson refuses there ("number is infinity when parsed as double": 1e999, 320
+# digits) passed, and so did nesting past orjson's 1,024 levels once the recursion limit is
+# raised (torch's inductor sets 2,000), which can also take the C stack. Counting these
+# bytes before any decoder runs rules both out: with no bracket but the entries' own, no
+# value nests past 3 levels.
+_ENTRY_COLONS = 4
+_ENTRY_ARRAYS = 2
 
 _EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
 _NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
@@ -434,12 +438,16 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
 
     The doubts: a backslash (an escape: orjson's rules on surrogates are kept by leaving
     them to it), bytes that are not UTF-8, a `__metadata__` that is not the first key or not
-    an object of strings, a comma after it that no entry follows, a number orjson would
-    overflow (msgspec skips an ignored field's numbers unread), an entry msgspec's schema
-    refuses, nesting past a decoder's depth, a repeated name, and every check of the bulk
-    path.
+    an object of strings, a comma after it that no entry follows, a field this decode
+    ignores (msgspec skips it unread) or a bracket outside the entries' arrays, an entry
+    msgspec's schema refuses, a repeated name, and every check of the bulk path.
     """
-    if b"\\" in raw or not raw.startswith(b"{") or _HUGE_NUMBER.search(raw):
+    if b"\\" in raw or not raw.startswith(b"{"):
+        return None
+    # Each entry holds the marker once (checked after the decode), so `n` is the count of
+    # entries; the top-level object, the metadata and the entries are the only objects.
+    n = raw.count(_DUP_MARKER)
+    if raw.count(b"[") != _ENTRY_ARRAYS * n or raw.count(b"{") > n + 2:
         return None
     try:
         text = raw.decode("utf-8")
@@ -465,8 +473,10 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
         # RecursionError: both decoders raise it for nesting past their depth (in a field
         # this decode ignores, or in the metadata); the decode below reports it as a finding.
         return None
-    if "__metadata__" in header or raw.count(_DUP_MARKER) != len(header):
+    if "__metadata__" in header or n != len(header):
         return None
+    if body.count(":") != _ENTRY_COLONS * n:
+        return None  # an ignored field, or a colon in a name (rare: the bulk path reads it)
     if not header:
         return metadata, ((), _NO_DTYPES, _NO_SHAPES, _EMPTY_I64, _EMPTY_I64)
     entries = list(header.values())
