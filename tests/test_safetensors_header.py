@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import os
 import struct
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,6 +24,7 @@ from safetensors.torch import save_file as save_torch
 
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.findings.finding import FOLD
+from inspector._internal.formats import safetensors as safetensors_format
 from inspector._internal.formats.safetensors import (
     DEFAULT_HEADER_CAP,
     ShardHeader,
@@ -248,6 +252,52 @@ def test_header_not_json(tmp_path: Path) -> None:
     rewrite(path, raw, data)
     (finding,) = only(scan(path), "header-unreadable")
     assert "not valid JSON" in finding.message and '"I64",,' in finding.message
+    assert library_rejects(path)
+
+
+def _compact(header: dict) -> str:
+    """The header as the writer wrote it (no spaces): the shape the typed decode takes."""
+    return json.dumps(header, separators=(",", ":"))
+
+
+@pytest.mark.parametrize(
+    ("splice", "depth_limit"),
+    [
+        # a comma after the metadata that no entry follows
+        (lambda text: '{"__metadata__":' + json.dumps({"format": "pt"}) + ", }", None),
+        # numbers orjson overflows to infinity, in a field the typed decode skips unread
+        (lambda text: text.replace('{"dtype"', '{"x":1e999,"dtype"', 1), None),
+        (lambda text: text.replace('{"dtype"', '{"x":[' + "9" * 320 + '],"dtype"', 1), None),
+        # nesting past orjson's 1,024 levels with Python's recursion limit raised (torch's
+        # inductor raises it to 2,000), which the typed decode's depth follows
+        (
+            lambda text: text.replace(
+                '{"dtype"', '{"x":' + "[" * 1100 + "]" * 1100 + ',"dtype"', 1
+            ),
+            5000,
+        ),
+    ],
+    ids=["metadata-trailing-comma", "exponent-infinity", "integer-infinity", "deep-raised-limit"],
+)
+def test_header_orjson_refuses_is_unreadable_through_the_typed_decode(
+    tmp_path: Path, splice: Callable[[str], str], depth_limit: int | None
+) -> None:
+    """What the bulk path (orjson) refuses is refused whichever decode reads the header:
+    before, the typed decode read each of these as a healthy header."""
+    path = healthy(tmp_path)
+    header, data = split(path)
+    rewrite(path, splice(_compact(header)).encode(), data)
+    limit = sys.getrecursionlimit()
+    try:
+        if depth_limit is not None:
+            sys.setrecursionlimit(depth_limit)
+        shard = scan(path)
+        with mock.patch.object(safetensors_format, "_typed_columns", lambda _raw: None):
+            untyped = scan(path)
+    finally:
+        sys.setrecursionlimit(limit)
+    assert shard == untyped
+    assert [f.code for f in shard.findings] == ["header-unreadable"]
     assert library_rejects(path)
 
 

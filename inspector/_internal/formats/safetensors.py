@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+import re
 import reprlib
 import struct
 from collections.abc import Mapping, Sequence
@@ -78,8 +79,20 @@ class _Entry(msgspec.Struct, gc=False):
 
 
 _ENTRIES = msgspec.json.Decoder(dict[str, _Entry])
-_METADATA_KEY = '{"__metadata__":'
+_METADATA_KEY = b'{"__metadata__":'
 _METADATA_DECODER = json.JSONDecoder()
+# After the metadata's comma an entry must follow: `{"__metadata__":{...},}` is a trailing
+# comma orjson refuses, which the typed decode would read as `{}`.
+_CLOSE_AFTER_COMMA = re.compile(rb"[ \t\n\r]*\}")
+# An entry as writers write it: its name's colon and one per field, and two arrays (shape,
+# data_offsets). A field the typed decode ignores is not read by msgspec, only skipped:
+# a number orjson refuses there ("number is infinity when parsed as double": 1e999, 320
+# digits) passed, and so did nesting past orjson's 1,024 levels once the recursion limit is
+# raised (torch's inductor sets 2,000), which can also take the C stack. Counting these
+# bytes before any decoder runs rules both out: with no bracket but the entries' own, no
+# value nests past 3 levels.
+_ENTRY_COLONS = 4
+_ENTRY_ARRAYS = 2
 
 _EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
 _NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
@@ -415,26 +428,38 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
 
     The doubts: a backslash (an escape: orjson's rules on surrogates are kept by leaving
     them to it), bytes that are not UTF-8, a `__metadata__` that is not the first key or not
-    an object of strings, an entry msgspec's schema refuses, nesting past a decoder's depth,
-    a repeated name, and every check of the bulk path.
+    an object of strings, a comma after it that no entry follows, a field this decode
+    ignores (msgspec skips it unread) or a bracket outside the entries' arrays, an entry
+    msgspec's schema refuses, a repeated name, and every check of the bulk path.
     """
     if b"\\" in raw or not raw.startswith(b"{"):
         return None
+    # Each entry holds the marker once (checked after the decode), so `n` is the count of
+    # entries; the top-level object, the metadata and the entries are the only objects.
+    n = raw.count(_DUP_MARKER)
+    if raw.count(b"[") != _ENTRY_ARRAYS * n or raw.count(b"{") > n + 2:
+        return None
     try:
-        text = raw.decode("utf-8")
         metadata: dict[str, str] | None = None
-        body = text
-        if text.startswith(_METADATA_KEY):
-            # The standard decoder says where the metadata object ends; the rest of the
-            # header (after its comma) is the entries.
-            value, end = _METADATA_DECODER.raw_decode(text, len(_METADATA_KEY))
+        body = raw
+        if raw.startswith(_METADATA_KEY):
+            # An object of strings with no escape ends at its first `}` (one inside a string
+            # or a nested object leaves text the decoder refuses). Only the metadata is
+            # decoded to `str`; the entries go to msgspec as bytes, which checks the UTF-8
+            # of every string it reads (a string it skips is in an ignored field, refused
+            # below): no copy of the whole header as text, 4 bytes a character once a name
+            # holds one past U+FFFF.
+            end = raw.index(b"}", len(_METADATA_KEY)) + 1
+            value = _METADATA_DECODER.decode(raw[len(_METADATA_KEY) : end].decode("utf-8"))
             if not isinstance(value, dict) or not all(type(v) is str for v in value.values()):
                 return None
             metadata = value
-            if text[end : end + 1] == ",":
-                body = "{" + text[end + 1 :]
-            elif text[end:] == "}":
-                body = "{}"
+            if raw[end : end + 1] == b",":
+                if _CLOSE_AFTER_COMMA.match(raw, end + 1):
+                    return None
+                body = b"{" + raw[end + 1 :]
+            elif raw[end:] == b"}":
+                body = b"{}"
             else:
                 return None
         header = _ENTRIES.decode(body)
@@ -442,8 +467,10 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
         # RecursionError: both decoders raise it for nesting past their depth (in a field
         # this decode ignores, or in the metadata); the decode below reports it as a finding.
         return None
-    if "__metadata__" in header or raw.count(_DUP_MARKER) != len(header):
+    if "__metadata__" in header or n != len(header):
         return None
+    if body.count(b":") != _ENTRY_COLONS * n:
+        return None  # an ignored field, or a colon in a name (rare: the bulk path reads it)
     if not header:
         return metadata, ((), _NO_DTYPES, _NO_SHAPES, _EMPTY_I64, _EMPTY_I64)
     entries = list(header.values())
