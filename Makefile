@@ -79,10 +79,8 @@ docs-build: $(DOCS_STAMP)
 
 # The tests run in this many processes (pytest-xdist), each taking a whole test file at a time
 # so a file's module fixtures (models built by real writers) are built once. `make test
-# PYTEST_WORKERS=0` runs them in this process. Three on 2 cores: much of the suite waits (on
-# kernels, Chromium, children's pipes, servers), and a third process fills those waits (whole
-# suite, same tree, load 3.4-5: 589 s with two, 419 s with three).
-PYTEST_WORKERS ?= 3
+# PYTEST_WORKERS=0` runs them in this process.
+PYTEST_WORKERS ?= 2
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
 # not installed), bounded in time. `make test` fuzzes about 2 s per target: the search is
