@@ -79,20 +79,24 @@ _PANE = """() => {
     const selected = tabs.querySelector('.lm-TabBar-tab.lm-mod-current');
     if (!pane) return {selected: selected && selected.textContent.trim(), shown: false};
     const visible = el => el.offsetParent !== null;
-    const grids = [...pane.querySelectorAll('perspective-viewer')].filter(visible);
+    // Every grid of the pane (a viewer's own box may have no offsetParent while its rows
+    // are not painted yet, so visibility is the pane's).
+    const grids = [...pane.querySelectorAll('perspective-viewer')];
     const drawn = grids.every(v => {
         const dg = v.querySelector('perspective-viewer-datagrid');
         const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
-        return table && table.querySelector('tbody td, thead th');
+        return table && table.querySelector('tbody td');  // rows painted, not headers alone
     });
     const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
     const plotted = plots.every(p => p.querySelector('.main-svg'));
     const spinner = [...pane.querySelectorAll('.ckpt-tab-loading')].some(visible);
+    // A grid's place holder ("drawn when the tab is shown") is not its content.
+    const waiting = [...pane.querySelectorAll('.ckpt-not-drawn')].some(visible);
     return {
         selected: selected && selected.textContent.trim(),
         shown: pane.getBoundingClientRect().height > 0 && pane.innerText.trim().length > 0,
         spinner,
-        content: !spinner && drawn && plotted && pane.innerText.trim().length > 0,
+        content: !spinner && !waiting && drawn && plotted && pane.innerText.trim().length > 0,
     };
 }"""
 

@@ -174,7 +174,7 @@ class TensorBrowser:
         self.grid: Any = None
         self._grid_lock = threading.Lock()
         self._grid_box = w.VBox(
-            [w.HTML("<i>The grid is drawn when the tab is shown.</i>")],
+            [w.HTML("<i>The grid is drawn when the tab is shown.</i>").add_class("ckpt-not-drawn")],
             layout=w.Layout(width="100%"),
         )
         t = self.tensors

@@ -301,7 +301,11 @@ class FrameGrid:
         for control in (self.text, self.regex, *self.choices.values(), *self.flags.values()):
             control.observe(guarded(self.apply, self.count), names="value")
         self._box = w.VBox(
-            [w.HTML(f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>")],
+            [
+                w.HTML(
+                    f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>"
+                ).add_class("ckpt-not-drawn")
+            ],
             layout=w.Layout(width="100%"),
         )
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
