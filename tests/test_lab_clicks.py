@@ -85,7 +85,9 @@ _PANE = """() => {
     const drawn = grids.every(v => {
         const dg = v.querySelector('perspective-viewer-datagrid');
         const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
-        return table && table.querySelector('tbody td');  // rows painted, not headers alone
+        // Rows painted: a body cell holding text (the table makes its cells before it
+        // fills them), not headers or empty cells alone.
+        return table && [...table.querySelectorAll('tbody td')].some(td => td.textContent.trim());
     });
     const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
     const plotted = plots.every(p => p.querySelector('.main-svg'));
