@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector._internal.demo.safetensors_layouts import (
     automodel_2289,
     healthy_per_layer,
@@ -107,7 +108,7 @@ def test_modules_a_quant_config_leaves_out_are_one_issue_per_file(demos):
     """config.json's quantization_config is reviewed by a person, hf_quant_config.json is
     repaired here: the same code makes two issues, told apart by the findings' file."""
     scanned = scan(demos["healthy-per-layer"])
-    files = ("config.json", "hf_quant_config.json", "hf_quant_config.json")
+    files = (CONFIG_NAME, QUANT_CONFIG_NAME, QUANT_CONFIG_NAME)
     findings = [
         make_finding(Code.QUANT_CONFIG_MISSING_LAYER, f"layer {i} left out", file=f, tensor=f"t{i}")
         for i, f in enumerate(files)
@@ -116,9 +117,9 @@ def test_modules_a_quant_config_leaves_out_are_one_issue_per_file(demos):
     in_config = by_key["quant-config-missing-layers-config"]
     sidecar = by_key["quant-config-missing-layers"]
     assert in_config.title == "config.json's quantization_config leaves out 1 quantized module"
-    assert in_config.files == ("config.json",) and in_config.action.kind == "review"
+    assert in_config.files == (CONFIG_NAME,) and in_config.action.kind == "review"
     assert sidecar.title == "hf_quant_config.json lacks 2 quantized modules"
-    assert sidecar.files == ("hf_quant_config.json",) and sidecar.tensors == ("t1", "t2")
+    assert sidecar.files == (QUANT_CONFIG_NAME,) and sidecar.tensors == ("t1", "t2")
     assert sidecar.action.parts == ("quant-config",) and sidecar.repairable
 
 
