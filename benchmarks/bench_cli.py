@@ -33,7 +33,7 @@ from bench_check import drifted_copy
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_SCAN, TARGET_CHECK, BIG_SECONDS, BYTES_PER_TENSOR = 2.5, 3.0, 5.0, 600
 
-_FLOOR = """
+HEADER_FLOOR = """
 import json, os, struct, sys
 count = 0
 for entry in sorted(os.scandir(sys.argv[1]), key=lambda e: e.name):
@@ -82,7 +82,7 @@ def run(code: str, args: list[str], tree: Path | None) -> tuple[float, int]:
     )
     seconds = time.perf_counter() - start
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("VmHWM ")]
-    if proc.returncode not in (0, 1) or (not lines and code is not _FLOOR):
+    if proc.returncode not in (0, 1) or (not lines and code is not HEADER_FLOOR):
         raise SystemExit(f"{args} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     return seconds, int(lines[-1].split()[1]) * 1024 if lines else 0
 
@@ -97,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     trees: dict[str, Path | None] = {"this tree": None}
     if args.baseline is not None:
         trees["baseline"] = args.baseline
-    tools: dict[str, tuple[str, list[str], Path | None]] = {"floor": (_FLOOR, [str(folder)], None)}
+    tools: dict[str, tuple[str, list[str], Path | None]] = {
+        "floor": (HEADER_FLOOR, [str(folder)], None)
+    }
     for label, tree in trees.items():
         tools[f"{label}: import"] = (_IMPORT_ONLY, [], tree)
         tools[f"{label}: scan"] = (_CLI, ["scan", str(folder)], tree)
@@ -111,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
             best[name] = (min(best[name][0], seconds), max(best[name][1], peak))
     n = int(
         subprocess.run(
-            [sys.executable, "-c", _FLOOR, str(folder)], capture_output=True, text=True, check=True
+            [sys.executable, "-c", HEADER_FLOOR, str(folder)],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     )
     print(f"checkpoint: {folder}, {n:,} tensors; best of {args.runs}; load {os.getloadavg()}")

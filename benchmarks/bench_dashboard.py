@@ -49,6 +49,8 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from _synthetic import SyntheticSpec, ensure_checkpoint, spec_for  # noqa: E402
 from browser import launch_chromium, running_lab, wait_for_kernel  # noqa: E402
 
+from inspector._internal.load.cache import CACHE_ENV  # noqa: E402
+
 OVERVIEW_TARGET = 2.0
 TAB_TARGET = 0.5
 FIRST_CLICK_TARGET = 1.0
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     # The lab's kernels keep their verdicts in a private folder, never the user's cache, that
     # starts empty: each checkpoint's first dashboard computes its verdict as before
     # (bench_verdict_cache.py measures the second).
-    os.environ["CKPT_INSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-dashboard-")
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="bench-dashboard-")
     print("load average (1, 5, 15 min) at the start: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     for package in ("inspector", "widgets"):  # bytecode, as an installed package has it
         compileall.compile_dir(HERE.parent / package, quiet=1)

@@ -35,6 +35,7 @@ from _synthetic import _attention, _mlp_shapes, ensure_listed
 from bench_scan import best_of
 
 from inspector._internal.checks import check
+from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.scan.entry import scan
 
 TARGET_SECONDS = 3.0
@@ -153,7 +154,7 @@ def main() -> None:
     args = parser.parse_args()
     # Every verdict here is computed (`cache=False`, which still keeps it: in a private folder,
     # never the user's cache); the verdict cache has its own benchmark.
-    os.environ["CKPT_INSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-model-load-")
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="bench-model-load-")
     start = time.perf_counter()
     folder = ensure_checkpoint()
     print(f"checkpoint: {folder} ({len(tensors()):,} tensors, {SHARDS} shards)")

@@ -48,6 +48,9 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 from _synthetic import ensure_checkpoint, spec_for, tensor_count  # noqa: E402
+from bench_cli import HEADER_FLOOR  # noqa: E402
+
+from inspector._internal.load.cache import CACHE_ENV  # noqa: E402
 
 TARGET = 2.0
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -55,17 +58,8 @@ _DASHBOARD = "Checkpoint dashboard of"  # how the dashboard's view begins in tex
 _OVERVIEW_HEAD = "ckpt-overview-verdict"  # the Overview's first line (its issues)
 _STILL_CHECKING = "checking the "  # what it says while rules still run (widgets/state.py)
 
-FLOOR_CELL = """\
-import json, os, struct
-for entry in sorted(os.scandir({folder!r}), key=lambda e: e.name):
-    if entry.name.endswith(".safetensors"):
-        fd = os.open(entry.path, os.O_RDONLY)
-        try:
-            (n,) = struct.unpack("<Q", os.pread(fd, 8, 0))
-            json.loads(os.pread(fd, n, 8))
-        finally:
-            os.close(fd)
-"""
+# The header floor (bench_cli's: read every shard's header and json.loads it) in the kernel.
+FLOOR_CELL = "import sys\nsys.argv[1:] = [{folder!r}]\n" + HEADER_FLOOR.replace("print(count)", "")
 DASHBOARD_CELL = """\
 from inspector.widgets import Dashboard
 dash = Dashboard({folder!r})
@@ -124,7 +118,7 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
     and then `until` ("reply", "checked": every plain rule's findings, "verdict")."""
     from jupyter_client.manager import KernelManager
 
-    env = dict(os.environ, CKPT_INSPECT_CACHE_DIR=tempfile.mkdtemp(prefix="bench-overview-"))
+    env = {**os.environ, CACHE_ENV: tempfile.mkdtemp(prefix="bench-overview-")}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     km = KernelManager(kernel_name="python3")

@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _synthetic import ensure_checkpoint, spec_for, tensor_count
 
+from inspector._internal.load.cache import CACHE_ENV
+
 TARGET_SECONDS = 0.3
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +92,7 @@ def main() -> None:
     folder = str(ensure_checkpoint(spec))
     print(f"checkpoint: {folder} ({tensor_count(spec):,} tensors, {spec.shards} shards)")
     cache = Path(tempfile.mkdtemp(prefix="bench-verdict-cache-"))
-    os.environ["CKPT_INSPECT_CACHE_DIR"] = str(cache)
+    os.environ[CACHE_ENV] = str(cache)
     try:
         run(folder, cache, args.runs)
     finally:
