@@ -353,11 +353,11 @@ class Dashboard:
                 state = CheckpointState.checked(plain.scanned, verdict, values=self.values)
             except BaseException as exc:  # a bug: `state` raises it where it is asked for
                 with self._state_lock:
-                    current = generation == self._generation
-                    if current:
-                        self._complete.set_exception(exc)
+                    if generation != self._generation:
+                        raise  # a re-scan replaced the state: nobody waits for this one
+                    self._complete.set_exception(exc)
                     failed = [f for g, _, f in self._checked_callbacks if g == generation and f]
-                for tell in failed if current else []:
+                for tell in failed:
                     guarded(partial(tell, exc), self.notice)()
                 raise
             self._publish(state, generation, final=True)
