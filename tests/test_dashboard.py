@@ -1425,6 +1425,27 @@ def test_a_load_check_that_raises_says_so_in_the_findings_tab(
     assert "broke on purpose" in panel.load.value and "details" in panel.load.value
 
 
+# The verdict's thread raises the bug again after publishing it (so a kernel logs it too).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_findings_tab_first_opened_after_the_load_check_raised_says_so(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A Findings tab first opened once the load check had raised registered for an answer
+    that never came: its "Waiting for the load check" spinner turned for good."""
+    import inspector.widgets.dashboard as dashboard
+
+    def broken(scanned, **options):
+        raise RuntimeError("the load check broke on purpose")
+
+    monkeypatch.setattr(dashboard, "verdict_apart", broken)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    dash.wait(60)
+    assert dash.current.pending and "Findings" not in dash.panels
+    panel = dash.select("Findings")
+    assert "Waiting for the load check" not in panel.load.value
+    assert "broke on purpose" in panel.load.value
+
+
 def _watched(monkeypatch: pytest.MonkeyPatch) -> None:
     """The dashboard as a person's kernel makes it: not headless, and nothing of the load
     check runs before the Overview is sent (`_overview_sent`, set by displaying it)."""
