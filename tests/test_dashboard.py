@@ -1301,6 +1301,37 @@ def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_o
     assert "load-missing-tensor (1)" in [label for label, _ in panel.code.options]
 
 
+def test_a_tab_built_while_the_load_check_finishes_takes_its_findings(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A panel reads the dashboard's state, then asks `when_checked` for what comes later:
+    when the load check finished in between, the Findings tab kept the plain checks'
+    findings and its "Waiting for the load check" spinner for good (and the Files and
+    Layers grids their first counts). What arrived meanwhile is now given at once."""
+    from inspector.widgets.tabs.findings import FindingsPanel
+
+    release = _held_verdict(monkeypatch)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    assert dash.current.pending
+    real = FindingsPanel.render
+
+    def render_as_the_check_finishes(panel, start):
+        # The tab's first page is drawn from the plain state; the verdict lands meanwhile.
+        real(panel, start)
+        if not dash._complete.done():
+            release.set()
+            dash.wait(60)
+
+    monkeypatch.setattr(FindingsPanel, "render", render_as_the_check_finishes)
+    try:
+        panel = dash.panel("Findings")
+    finally:
+        release.set()
+    assert not dash.current.pending
+    assert panel.findings == dash.state.findings
+    assert "Waiting for the load check" not in panel.load.value, panel.load.value
+
+
 def test_plan_again_after_a_refused_restore_plans_the_repair(demos: Path, tmp_path: Path):
     """Plan again after Plan restore with no reference repeated the refusal: the
     refused restore stayed the choice. It now plans the repair, as before the restore."""
@@ -1392,6 +1423,27 @@ def test_a_load_check_that_raises_says_so_in_the_findings_tab(
         time.sleep(0.05)
     assert "Waiting for the load check" not in panel.load.value
     assert "broke on purpose" in panel.load.value and "details" in panel.load.value
+
+
+# The verdict's thread raises the bug again after publishing it (so a kernel logs it too).
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_findings_tab_first_opened_after_the_load_check_raised_says_so(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A Findings tab first opened once the load check had raised registered for an answer
+    that never came: its "Waiting for the load check" spinner turned for good."""
+    import inspector.widgets.dashboard as dashboard
+
+    def broken(scanned, **options):
+        raise RuntimeError("the load check broke on purpose")
+
+    monkeypatch.setattr(dashboard, "verdict_apart", broken)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
+    dash.wait(60)
+    assert dash.current.pending and "Findings" not in dash.panels
+    panel = dash.select("Findings")
+    assert "Waiting for the load check" not in panel.load.value
+    assert "broke on purpose" in panel.load.value
 
 
 def _watched(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,9 +7,11 @@ tensors the index forgot). Then, with one kernel for the whole test:
 1. every tab is clicked once, left to right: within a few seconds it shows its frame (its
    panel, or the spinner that stands for it while it is built), and no error box, traceback
    or "widget model not found" appears. Each first click's time to frame and to content (the
-   panel with its grids and figures drawn) is measured in the page, from the tab's
-   pointerdown: printed and written to build/test-artifacts/first-clicks.txt, never asserted
-   (a shared machine's load decides them); one screenshot per tab, clicks-<tab>.png;
+   panel with its figures drawn and the rows of each grid in sight painted: a body cell
+   holding text, which the screenshots show painted as soon as it exists) is measured in
+   the page, from the tab's pointerdown: printed and written to
+   build/test-artifacts/first-clicks.txt, never asserted (a shared machine's load decides
+   them); one screenshot per tab, clicks-<tab>.png, taken when the content is in;
 2. then in each tab every enabled button is clicked once (buttons a click reveals, such as
    Confirm, too), the same checks after each click. The Tensors grid is drawn before the
    Values tab's "Sample values" is clicked, as in issue 34's crash report ("Cannot delete
@@ -79,15 +81,27 @@ _PANE = """() => {
     const selected = tabs.querySelector('.lm-TabBar-tab.lm-mod-current');
     if (!pane) return {selected: selected && selected.textContent.trim(), shown: false};
     const visible = el => el.offsetParent !== null;
-    // Every grid of the pane (a viewer's own box may have no offsetParent while its rows
-    // are not painted yet, so visibility is the pane's).
-    const grids = [...pane.querySelectorAll('perspective-viewer')];
-    const drawn = grids.every(v => {
-        const dg = v.querySelector('perspective-viewer-datagrid');
-        const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
-        // Rows painted: a body cell holding text (the table makes its cells before it
-        // fills them), not headers or empty cells alone.
-        return table && [...table.querySelectorAll('tbody td')].some(td => td.textContent.trim());
+    // What a person sees without scrolling: the notebook's scrolled area within the window.
+    const view = (document.querySelector('.jp-WindowedPanel-outer') || document.documentElement)
+        .getBoundingClientRect();
+    const seen = el => {
+        const r = el.getBoundingClientRect();
+        return r.height > 0 && r.bottom > Math.max(view.top, 0)
+            && r.top < Math.min(view.bottom, window.innerHeight);
+    };
+    // Every grid of the pane in sight (`.ckpt-grid-box`: its controls and its grid's slot)
+    // has its rows painted: its viewer's table has a body cell holding text (the table makes
+    // its cells before it fills them). A slot with no viewer yet (the grid widget's view
+    // waits for its module and the table) is not drawn: counting the viewers alone took the
+    // empty slot for a drawn grid, 1.5 s where the rows came 5-7 s after the click.
+    const drawn = [...pane.querySelectorAll('.ckpt-grid-box')].filter(seen).every(box => {
+        const viewers = [...box.querySelectorAll('perspective-viewer')];
+        return viewers.length > 0 && viewers.every(v => {
+            const dg = v.querySelector('perspective-viewer-datagrid');
+            const table = dg && (dg.shadowRoot || dg).querySelector('regular-table');
+            const cells = table ? [...table.querySelectorAll('tbody td')] : [];
+            return cells.some(td => td.textContent.trim());
+        });
     });
     const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
     const plotted = plots.every(p => p.querySelector('.main-svg'));

@@ -222,6 +222,8 @@ class Dashboard:
                 Callable[[BaseException], object] | None,
             ]
         ] = []
+        # Held while they are called, so that a later state is never overwritten by an earlier.
+        self._telling = threading.RLock()
         # Set once the Overview's messages are sent (`_ipython_display_`); until then the load
         # check waits (see `_start_verdict`). Outside a kernel nothing is sent: it is set.
         self._overview_sent = threading.Event()
@@ -376,8 +378,7 @@ class Dashboard:
             if final:
                 self._complete.set_result(state)
             callbacks = [c for g, c, _ in self._checked_callbacks if g == generation]
-        for callback in callbacks:
-            guarded(partial(callback, state), self.notice)()
+        self._tell_checked(callbacks, generation)
         # What shows `current` is redrawn: the header and the Overview; the Files and Layers
         # tabs update their findings counts themselves (see `on_verdict`); the rest waited.
         with self._lock:
@@ -503,17 +504,38 @@ class Dashboard:
         self,
         callback: Callable[[CheckpointState], object],
         *,
+        drawn: CheckpointState,
         failed: Callable[[BaseException], object] | None = None,
     ) -> None:
         """Call `callback(state)` each time more findings arrive (the deferred rules', the
-        load check's), for a panel drawn from an earlier state, or `failed(exc)` when the
-        checks raised instead (a bug: a panel waiting for them says so rather than spin
-        forever); nothing when they are in already (or the check is off), nor for a state a
-        re-scan replaced meanwhile."""
+        load check's) for a panel drawn from state `drawn`, or `failed(exc)` when the checks
+        raised instead (a bug: a panel waiting for them says so rather than spin forever);
+        nothing for a state a re-scan replaced meanwhile. What arrived while the panel was
+        built (after it read `drawn`, before it asked) is given now: the checks may finish
+        in between, and the panel then kept the earlier findings for good."""
         with self._state_lock:
-            if not self.current.pending and not self.current.unchecked:
-                return
-            self._checked_callbacks.append((self._generation, callback, failed))
+            generation, current = self._generation, self.current
+            late = current is not drawn
+            broken = self._complete.exception() if self._complete.done() else None
+            if (current.pending or current.unchecked) and broken is None:
+                self._checked_callbacks.append((generation, callback, failed))
+        if late:
+            self._tell_checked([callback], generation)
+        if broken is not None and failed is not None and current.pending:
+            guarded(partial(failed, broken), self.notice)()
+
+    def _tell_checked(
+        self, callbacks: Sequence[Callable[[CheckpointState], object]], generation: int
+    ) -> None:
+        """Call each of `callbacks` with the current state, one caller at a time (the checks'
+        thread and a panel's `when_checked`): the latest state is the last one given."""
+        with self._telling:
+            with self._state_lock:
+                if generation != self._generation:
+                    return
+                state = self.current
+            for callback in callbacks:
+                guarded(partial(callback, state), self.notice)()
 
     def wait(self, timeout: float | None = None) -> None:
         """Until the load check is done and the background worker has built every tab and

@@ -47,6 +47,7 @@ class Host(Protocol):
         self,
         callback: Callable[[CheckpointState], object],
         *,
+        drawn: CheckpointState,
         failed: Callable[[BaseException], object] | None = None,
     ) -> None: ...
     def select(self, title: str) -> Any: ...

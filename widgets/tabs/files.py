@@ -43,8 +43,9 @@ class FilesPanel(FiguresAndGrid):
             if len(files)
             else pd.Series(False, index=files.index)
         )
+        drawn = dash.current  # what arrives later is given to `when_checked` below
         self.table = FrameGrid(
-            self.frame(dash.current),
+            self.frame(drawn),
             title="files",
             css_class="ckpt-files-table",
             text="file",
@@ -57,7 +58,7 @@ class FilesPanel(FiguresAndGrid):
             cells=False,
         )
         self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
-        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)), drawn=drawn)
 
     def frame(self, state: CheckpointState) -> pd.DataFrame:
         """The files table as the grid shows it, with the findings of `state` counted."""

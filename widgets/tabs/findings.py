@@ -74,7 +74,7 @@ class FindingsPanel:
             ],
             layout=w.Layout(width="100%"),
         )
-        dash.when_checked(self.checked, failed=self.check_failed)
+        dash.when_checked(self.checked, drawn=state, failed=self.check_failed)
 
     def checked(self, state: CheckpointState) -> None:
         """More findings arrived (the deferred plain rules', then the load check's): list

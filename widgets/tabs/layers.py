@@ -27,8 +27,9 @@ class LayersPanel(FiguresAndGrid):
         from ..figures import bytes_per_layer, parameters_per_layer
 
         s = dash.scanned
+        drawn = dash.current  # what arrives later is given to `when_checked` below
         self.table = FrameGrid(
-            self.frame(dash.current),
+            self.frame(drawn),
             title="layers",
             css_class="ckpt-layers-table",
             text="dtypes",
@@ -45,7 +46,7 @@ class LayersPanel(FiguresAndGrid):
             ]
         )
         self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
-        dash.when_checked(lambda state: self.table.replace(self.frame(state)))
+        dash.when_checked(lambda state: self.table.replace(self.frame(state)), drawn=drawn)
 
     @staticmethod
     def frame(state: CheckpointState) -> pd.DataFrame:
