@@ -153,12 +153,13 @@ def _package_child(package: str, modules: list[str], write_fd: int) -> None:
 
 def _by_package(groups: list[list[str]]) -> dict[str, list[int]]:
     """{package: indexes of the one-module groups directly in it}, for the packages that are
-    one-module groups themselves."""
+    one-module groups themselves, the project's own package excepted: its group runs the
+    facade, which its modules must be imported without."""
     alone = {g[0]: i for i, g in enumerate(groups) if len(g) == 1}
     under: dict[str, list[int]] = {}
     for name, i in alone.items():
         parent = name.rpartition(".")[0]
-        if parent in alone:
+        if parent in alone and parent != PROJECT:
             under.setdefault(parent, []).append(i)
     return under
 

@@ -46,7 +46,9 @@ ORDERS = [
 def imported_alone() -> dict[tuple[str, ...], str | None]:
     """Each module alone, and each order of ORDERS, imported in a process that has no
     `inspector` module loaded (tests/import_alone.py: forked from a parent that holds only
-    the third-party libraries): group -> None, or the last line of its error."""
+    the third-party libraries, or from one that also imported the module's package from
+    scratch, as a fresh interpreter does first): group -> None, or the last line of its
+    error."""
     groups = [(m,) for m in MODULES] + ORDERS + [("inspector",)]
     result = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("import_alone.py"))],
@@ -128,6 +130,16 @@ def test_modules_forked_from_their_package_still_import_alone(tmp_path: Path) ->
     assert "ImportError" in errors["b"] and "circular" in errors["b"]
     assert "AttributeError" in errors["c"] and "'d'" in errors["c"]
     assert errors["broken"] == errors["broken.m"] == "RuntimeError: broken package"
+
+
+def test_no_module_is_forked_from_the_facade() -> None:
+    """The group `inspector` runs the public facade: the modules directly in the project's
+    package are forked from the bare parent, never from that group's process."""
+    from import_alone import _by_package
+
+    groups = [["inspector"], ["inspector.errors"], ["inspector._internal"]]
+    groups += [["inspector._internal.checks"], ["inspector._internal.checks.rules"]]
+    assert _by_package(groups) == {"inspector._internal": [3], "inspector._internal.checks": [4]}
 
 
 @pytest.mark.parametrize("order", ORDERS)
