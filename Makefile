@@ -184,6 +184,7 @@ LLMC_STAMP := $(LLMC_VENV)/.installed-stamp
 # venv:script, run in this order (each script rewrites all of its cases).
 WRITER_RUNS := $(WRITERS_VENV):write_megatron $(WRITERS_VENV):write_modelopt \
 	$(WRITERS_VENV):write_automodel $(WRITERS_VENV):write_torch_dcp \
+	$(WRITERS_VENV):write_dcp_test_models \
 	$(WRITERS_VENV):write_transformers $(WRITERS_VENV):write_quant_layouts \
 	$(WRITERS_VENV):write_gguf $(TF4_VENV):write_bin $(LLMC_VENV):write_llmcompressor
 

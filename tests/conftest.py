@@ -195,14 +195,14 @@ def demo_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A training run's `epoch_0_step_10/model`, saved by 2 gloo processes with PyTorch DCP's
-    HuggingFaceStorageWriter (tests/dcp_writers.py), once per test run and shared by every
-    process of it: read it, never change it; a test that damages it works on a copy."""
-    from dcp_writers import write_dcp_checkpoint
-
+    HuggingFaceStorageWriter (tests/dcp_writers.py): the golden fixture `torch-dcp/test-model`
+    (`make fixtures`), copied once per test run and shared by every process of it: read it,
+    never change it; a test that damages it works on a copy."""
+    golden = Path(__file__).parent / "fixtures" / "writers" / "torch-dcp" / "test-model"
     run = once_per_run(
         tmp_path_factory,
         "dcp-2rank",
-        lambda folder: write_dcp_checkpoint(folder / "epoch_0_step_10" / "model"),
+        lambda folder: shutil.copytree(golden / "model", folder / "epoch_0_step_10" / "model"),
     )
     return run / "epoch_0_step_10" / "model"
 

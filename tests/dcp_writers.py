@@ -6,7 +6,13 @@ file per rank and output index, `shard-{rank+1:05d}-model-{index:05d}-of-{count:
 and nothing else (no index, no `.metadata`). NeMo AutoModel adds `.hf_metadata/` with
 `config.json` and `fqn_to_file_index_mapping.json` (written here the same way, from rank 0).
 
-Tests import it as `from dcp_writers import write_dcp_checkpoint` (pytest puts tests/ on the path).
+It also writes the Megatron-style torch_dist run of tests/test_torch_dist.py: 2 gloo ranks save
+DTensors with `dcp.save` as Megatron does (the project's `save_megatron_dcp`), plus `common.pt`.
+
+The tests read both as golden fixtures, written once by `make fixtures`
+(tests/writers/write_dcp_test_models.py, in the writers' environment) and committed: a test
+imports `tensor_plan`, `full_tensors`, `MAPPING` and `torch_dist_tensors` to know what they hold
+(pytest puts tests/ on the path), never the writers.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +32,9 @@ __all__ = [
     "TensorPlan",
     "full_tensors",
     "tensor_plan",
+    "torch_dist_tensors",
     "write_dcp_checkpoint",
+    "write_torch_dist_run",
 ]
 
 WORLD_SIZE = 2
@@ -108,10 +117,19 @@ def write_dcp_checkpoint(
     `mapping=None` lets torch put every tensor of a rank into one file. Raises if a rank fails.
     """
     dest.mkdir(parents=True, exist_ok=True)
+    _run_ranks(_rank_main, dest, mapping)
+    if hf_metadata:
+        _write_hf_metadata(dest, mapping)
+    return dest
+
+
+def _run_ranks(target: Callable[..., None], dest: Path, *args: object) -> None:
+    """`target(rank, dest, rendezvous file, *args)` in WORLD_SIZE spawned processes; raises if a
+    rank fails. The rendezvous file sits beside `dest` and is removed afterwards."""
     ctx = mp.get_context("spawn")
     rdzv = dest.parent / f".rdzv-{dest.name}"
     procs = [
-        ctx.Process(target=_rank_main, args=(rank, str(dest), str(rdzv), mapping))
+        ctx.Process(target=target, args=(rank, str(dest), str(rdzv), *args))
         for rank in range(WORLD_SIZE)
     ]
     for proc in procs:
@@ -121,10 +139,7 @@ def write_dcp_checkpoint(
     codes = [proc.exitcode for proc in procs]
     rdzv.unlink(missing_ok=True)
     if codes != [0] * WORLD_SIZE:
-        raise RuntimeError(f"DCP writer ranks exited with {codes}")
-    if hf_metadata:
-        _write_hf_metadata(dest, mapping)
-    return dest
+        raise RuntimeError(f"writer ranks exited with {codes}")
 
 
 def _write_hf_metadata(dest: Path, mapping: dict[str, int] | None) -> None:
@@ -157,6 +172,72 @@ def _rank_main(rank: int, dest: str, rdzv: str, mapping: dict[str, int] | None) 
             dest, fqn_to_index_mapping=mapping, save_distributed=True, enable_consolidation=False
         )
         dcp.save(state, storage_writer=writer)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+# -- the Megatron-style torch_dist run (tests/test_torch_dist.py) -----------------------------
+
+TORCH_DIST_ITERATION = "iter_0000100"
+
+
+def torch_dist_tensors() -> dict[str, tuple[tuple[int, ...], int | None]]:
+    """The torch_dist run's tensors: name -> (global shape, sharded dim or None: replicated)."""
+    return {
+        "embedding.word_embeddings.weight": ((64, 16), 0),
+        "decoder.layers.self_attention.linear_qkv.weight": ((2, 48, 16), 1),
+        "decoder.layers.self_attention.linear_proj.weight": ((2, 16, 16), 2),
+        "decoder.layers.mlp.experts.experts.linear_fc1.weight": ((2, 4, 32, 16), 1),
+        "decoder.final_layernorm.weight": ((16,), None),
+    }
+
+
+def write_torch_dist_run(root: Path) -> Path:
+    """Save the torch_dist run from 2 gloo processes into `root` (created): the tracker file and
+    `iter_0000100/` with DTensors sharded over a 2-rank mesh, a rerun-state shard per rank,
+    `metadata.json` and `common.pt` (rerun machine active). Returns `root`."""
+    (root / TORCH_DIST_ITERATION).mkdir(parents=True, exist_ok=True)
+    _run_ranks(_torch_dist_rank_main, root)
+    return root
+
+
+def _torch_dist_rank_main(rank: int, root: str, rdzv: str) -> None:
+    import io
+
+    import torch.distributed as dist
+    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
+
+    from inspector._internal.demo.torch_dist import (
+        RerunState,
+        megatron_common_state,
+        megatron_pickle_names,
+        save_megatron_dcp,
+    )
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=WORLD_SIZE)
+    try:
+        mesh = init_device_mesh("cpu", (WORLD_SIZE,))
+        gen = torch.Generator().manual_seed(7)
+        state: dict[str, object] = {}
+        for name, (shape, dim) in torch_dist_tensors().items():
+            full = torch.randn(shape, generator=gen).to(torch.bfloat16)
+            state[name] = full if dim is None else distribute_tensor(full, mesh, [Shard(dim)])
+        # Megatron stores a sharded object as the bytes of torch.save([data]).
+        blob = io.BytesIO()
+        torch.save([{"rank": rank}], blob)
+        blob.seek(0)
+        state[f"rerun_state_machine_state/shard_{rank}_{WORLD_SIZE}"] = blob
+        iter_dir = Path(root) / TORCH_DIST_ITERATION
+        save_megatron_dcp(state, iter_dir, metadata_json=rank == 0, process_group=None)
+        if rank == 0:
+            common = megatron_common_state(
+                world_size=WORLD_SIZE, rerun_state=RerunState.WILL_RERUN_FROM_CHECKPOINT
+            )
+            with megatron_pickle_names():
+                torch.save(common, iter_dir / "common.pt")
+            (Path(root) / "latest_checkpointed_iteration.txt").write_text("100\n")
         dist.barrier()
     finally:
         dist.destroy_process_group()

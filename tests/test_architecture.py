@@ -46,7 +46,9 @@ ORDERS = [
 def imported_alone() -> dict[tuple[str, ...], str | None]:
     """Each module alone, and each order of ORDERS, imported in a process that has no
     `inspector` module loaded (tests/import_alone.py: forked from a parent that holds only
-    the third-party libraries): group -> None, or the last line of its error."""
+    the third-party libraries, or from one that also imported the module's package from
+    scratch, as a fresh interpreter does first): group -> None, or the last line of its
+    error."""
     groups = [(m,) for m in MODULES] + ORDERS + [("inspector",)]
     result = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("import_alone.py"))],
@@ -87,6 +89,57 @@ def test_a_cycle_fails_in_the_import_probe(tmp_path: Path) -> None:
     (a, a_error), (json_group, json_error) = map(json.loads, result.stdout.splitlines())
     assert a == ["inspector_probe_demo.a"] and "ImportError" in a_error and "circular" in a_error
     assert json_group == ["json"] and json_error is None
+
+
+def test_modules_forked_from_their_package_still_import_alone(tmp_path: Path) -> None:
+    """A package that is a group of its own is imported once and its modules are forked from
+    there (tests/import_alone.py): each still sees only what a fresh interpreter would, the
+    package and what its `__init__` imported, never what a sibling imported before it."""
+    package = tmp_path / "inspector_probe_pkg"
+    (package / "broken").mkdir(parents=True)
+    (package / "__init__.py").write_text("from inspector_probe_pkg import base\n")
+    (package / "base.py").write_text("BASE = 1\n")
+    (package / "a.py").write_text("from inspector_probe_pkg.b import B\nA = 1\n")
+    (package / "b.py").write_text("from inspector_probe_pkg.a import A\nB = 2\n")
+    (package / "d.py").write_text("X = 3\n")
+    (package / "e.py").write_text("import inspector_probe_pkg.d\n")
+    # Works only after something imported `d`: in a fresh interpreter it fails.
+    (package / "c.py").write_text("import inspector_probe_pkg\nY = inspector_probe_pkg.d.X\n")
+    (package / "f.py").write_text("import inspector_probe_pkg\nZ = inspector_probe_pkg.base.BASE\n")
+    (package / "broken" / "__init__.py").write_text("raise RuntimeError('broken package')\n")
+    (package / "broken" / "m.py").write_text("M = 1\n")
+    groups = ["inspector_probe_pkg"] + [f"inspector_probe_pkg.{m}" for m in "bedacf"]
+    groups += ["inspector_probe_pkg.broken", "inspector_probe_pkg.broken.m"]
+    result = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("import_alone.py"))],
+        input="\n".join(groups),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stderr
+    errors = {
+        g[0].removeprefix("inspector_probe_pkg."): e
+        for g, e in map(json.loads, result.stdout.splitlines())
+    }
+    assert [g for g in errors] == [g.removeprefix("inspector_probe_pkg.") for g in groups]
+    assert errors["inspector_probe_pkg"] is None
+    assert errors["d"] is errors["e"] is errors["f"] is None
+    assert "ImportError" in errors["a"] and "circular" in errors["a"]
+    assert "ImportError" in errors["b"] and "circular" in errors["b"]
+    assert "AttributeError" in errors["c"] and "'d'" in errors["c"]
+    assert errors["broken"] == errors["broken.m"] == "RuntimeError: broken package"
+
+
+def test_no_module_is_forked_from_the_facade() -> None:
+    """The group `inspector` runs the public facade: the modules directly in the project's
+    package are forked from the bare parent, never from that group's process."""
+    from import_alone import _by_package
+
+    groups = [["inspector"], ["inspector.errors"], ["inspector._internal"]]
+    groups += [["inspector._internal.checks"], ["inspector._internal.checks.rules"]]
+    assert _by_package(groups) == {"inspector._internal": [3], "inspector._internal.checks": [4]}
 
 
 @pytest.mark.parametrize("order", ORDERS)

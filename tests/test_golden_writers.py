@@ -86,6 +86,10 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
     # PyTorch HuggingFaceStorageWriter(save_distributed=True), 2 gloo ranks
     "torch-dcp/healthy": ("dcp-sharded", frozenset()),
     "torch-dcp/last-rank-lost": ("dcp-sharded", frozenset({"dcp-coverage-gap"})),
+    # the tests' 2-rank checkpoints (tests/dcp_writers.py): HuggingFaceStorageWriter with
+    # AutoModel's .hf_metadata/, and dcp.save of a Megatron-style torch_dist run
+    "torch-dcp/test-model": ("dcp-sharded", frozenset()),
+    "torch-dcp/megatron-style-2rank": ("torch-dist", frozenset()),
     # transformers 5 save_pretrained, every MoE family we name
     **{
         f"transformers/{family}": ("hf-sharded", frozenset())
@@ -108,6 +112,7 @@ EXPECTED: dict[str, tuple[str, frozenset[str]]] = {
 # DCP outputs whose consolidation must equal the writer's own tensors bit for bit.
 CONSOLIDATABLE = [
     "torch-dcp/healthy",
+    "torch-dcp/test-model",
     "automodel/healthy",
     "automodel/automodel-2289-collapsed-mapping",
 ]

@@ -80,8 +80,8 @@ def test_transformers_save_pretrained(tmp_path: Path, build, shard: str | None) 
 
 @pytest.fixture(scope="module")
 def dcp_run(dcp_checkpoint: Path) -> Path:
-    """Saved once per test run by 2 gloo processes with DCP's HuggingFaceStorageWriter
-    (DTensors): conftest's `dcp_checkpoint`."""
+    """Saved by 2 gloo processes with DCP's HuggingFaceStorageWriter (DTensors): conftest's
+    `dcp_checkpoint`, the golden fixture `torch-dcp/test-model` (`make fixtures`)."""
     return dcp_checkpoint
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import multiprocessing as mp
 import os
 import pickle
 import shutil
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from dcp_writers import torch_dist_tensors
 
 from inspector._internal.checks.torch_dist import check_torch_dist, chunk_coverage
 from inspector._internal.demo.torch_dist import (
@@ -59,64 +59,17 @@ def demo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two_rank_source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Saved once by 2 gloo ranks: DTensors sharded over a 2-rank mesh, per-rank rerun state."""
-    root = tmp_path_factory.mktemp("two_rank") / "run"
-    (root / ITER).mkdir(parents=True)
-    ctx = mp.get_context("spawn")
-    rdzv = root.parent / "rdzv"
-    procs = [ctx.Process(target=_rank_main, args=(r, str(root), str(rdzv))) for r in range(WORLD)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=120)
-    assert [p.exitcode for p in procs] == [0] * WORLD
-    return root
+def two_rank_source() -> Path:
+    """Saved by 2 gloo ranks: DTensors sharded over a 2-rank mesh, per-rank rerun state (the
+    golden fixture `torch-dcp/megatron-style-2rank`, written by `make fixtures` with
+    tests/dcp_writers.py `write_torch_dist_run`). Read only."""
+    return Path(__file__).parent / "fixtures" / "writers" / "torch-dcp" / "megatron-style-2rank"
 
 
 @pytest.fixture
 def two_rank(two_rank_source: Path, tmp_path: Path) -> Path:
     """A private copy each test may damage."""
     return Path(shutil.copytree(two_rank_source, tmp_path / "run"))
-
-
-def two_rank_tensors() -> dict[str, tuple[tuple[int, ...], int | None]]:
-    """name -> (global shape, sharded dim or None for replicated)."""
-    return {
-        "embedding.word_embeddings.weight": ((64, 16), 0),
-        "decoder.layers.self_attention.linear_qkv.weight": ((2, 48, 16), 1),
-        "decoder.layers.self_attention.linear_proj.weight": ((2, 16, 16), 2),
-        "decoder.layers.mlp.experts.experts.linear_fc1.weight": ((2, 4, 32, 16), 1),
-        "decoder.final_layernorm.weight": ((16,), None),
-    }
-
-
-def _rank_main(rank: int, root: str, rdzv: str) -> None:
-    import torch.distributed as dist
-    from torch.distributed.tensor import Shard, distribute_tensor, init_device_mesh
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=WORLD)
-    try:
-        mesh = init_device_mesh("cpu", (WORLD,))
-        gen = torch.Generator().manual_seed(7)
-        state: dict[str, object] = {}
-        for name, (shape, dim) in two_rank_tensors().items():
-            full = torch.randn(shape, generator=gen).to(torch.bfloat16)
-            state[name] = full if dim is None else distribute_tensor(full, mesh, [Shard(dim)])
-        state[f"rerun_state_machine_state/shard_{rank}_{WORLD}"] = _blob({"rank": rank})
-        iter_dir = Path(root) / ITER
-        save_megatron_dcp(state, iter_dir, metadata_json=rank == 0, process_group=None)
-        if rank == 0:
-            common = megatron_common_state(
-                world_size=WORLD, rerun_state=RerunState.WILL_RERUN_FROM_CHECKPOINT
-            )
-            with megatron_pickle_names():
-                torch.save(common, iter_dir / "common.pt")
-            (Path(root) / "latest_checkpointed_iteration.txt").write_text("100\n")
-        dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 def _blob(data: object) -> io.BytesIO:
@@ -188,7 +141,7 @@ def test_iteration_folder_scanned_directly(demo: Path) -> None:
 def test_two_ranks_store_several_chunks_that_tile_each_tensor(two_rank: Path) -> None:
     scanned = scan(two_rank)
     info = scanned.torch_dist
-    for name, (shape, dim) in two_rank_tensors().items():
+    for name, (shape, dim) in torch_dist_tensors().items():
         tensor = info.tensors[name]
         assert tensor.size == shape
         assert len(tensor.chunks) == (1 if dim is None else WORLD), name
