@@ -309,28 +309,44 @@ def test_heatmap_never_has_fewer_than_one_bin(max_cells: int):
     assert np.asarray(fig.data[0].z)[0, 0] == 1.0
 
 
-def test_the_figure_widget_puts_off_nbformat_until_a_figure_is_shown():
-    """plotly's widget imports its renderers, which import nbformat (then jsonschema, whose
-    format checkers build a lark grammar: 1.8-4.2 s of the kernel's CPU) only to check its
-    version when `fig.show()` renders a MIME bundle. The dashboard's figures import neither;
-    `fig.show()` still finds nbformat, in a fresh interpreter."""
+def test_figures_are_shown_without_importing_nbformat():
+    """plotly's renderers (imported by its widget too) import nbformat (then jsonschema, whose
+    format checkers build a lark grammar: 1.6-4.2 s of a kernel's CPU) only to check its
+    version each time a figure is shown. In a shell, the dashboard's widget and a figure of
+    `inspector.widgets.figures` shown with `fig.show()` or as a cell's result import neither;
+    the version plotly checks is the installed one, and any other use of the module imports
+    it. In a fresh interpreter."""
     code = """
 import json, sys
 from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance()
+from IPython.display import display
+from inspector.widgets.figures import findings_by_code
 from inspector.widgets.plot import figure_widget
+import pandas as pd
 import plotly.graph_objects as go
-InteractiveShell.instance()
+import plotly.io._renderers as renderers
+shown = []
+shell.display_pub.publish = lambda data, **kwargs: shown.append(sorted(data))
 widget = figure_widget(go.Figure(go.Bar(y=[1, 2])), "ckpt-test")
-before = {m: m in sys.modules for m in ("nbformat", "jsonschema")}
 go.Figure(go.Bar(y=[3])).show(renderer="plotly_mimetype")
-after = {m: m in sys.modules for m in ("nbformat", "jsonschema")}
-print(json.dumps({"before": before, "after": after, "bars": len(widget.data)}))
+# As a notebook shows it (in a kernel plotly sets both itself):
+renderers.renderers.default, renderers.renderers.render_on_display = "plotly_mimetype", True
+display(findings_by_code(pd.DataFrame()))
+before = {m: m in sys.modules for m in ("nbformat", "jsonschema")}
+import nbformat
+print(json.dumps({
+    "before": before, "shown": shown, "bars": len(widget.data),
+    "version": renderers.nbformat.__version__ == nbformat.__version__,
+    "reads": renderers.nbformat.reads is nbformat.reads,
+}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["before"] == {"nbformat": False, "jsonschema": False}, result
-    assert result["after"]["nbformat"] is True, result
-    assert result["bars"] == 1
+    bundle = ["application/vnd.plotly.v1+json"]
+    assert result["shown"] == [bundle, bundle] and result["bars"] == 1, result
+    assert result["version"] and result["reads"], result
 
 
 def test_dashboard_figures_load_the_cartesian_bundle_and_refuse_later_edits():

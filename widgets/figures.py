@@ -18,6 +18,12 @@ import plotly.graph_objects as go
 
 from inspector.ui import format_bytes, legible, scale_for
 
+from .renderers import import_renderers
+
+# A figure made in a notebook is shown there by plotly's renderers: imported now, they get
+# nbformat put off (see `widgets.renderers`), not at the first figure shown.
+import_renderers()
+
 __all__ = [
     "SEVERITY_COLORS",
     "STATE_COLORS",

@@ -10,8 +10,6 @@ these choices: docs/architecture.md, "widgets/".
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,12 +18,12 @@ import ipywidgets as w
 
 from .esm import SOURCE_TRAIT, shared_module, shared_source
 from .plotlyjs import cartesian_bundle
+from .renderers import nbformat_put_off
 
 __all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
 
 _FIGURE: type | None = None
 _LOCK = threading.Lock()
-_IMPORT_LOCK = threading.Lock()
 
 # The figure's front end (see the module docstring). The bundle is run inside a function that
 # hands it a CommonJS `module` of its own, so no AMD loader on the page takes it; it also sets
@@ -146,36 +144,10 @@ def figure_widget(figure: Any, css_class: str) -> Any:
     return _figure_class()(data=figure.data, layout=layout, css_class=css_class)
 
 
-class _OnFirstUse:
-    """Stands for the module `name`, imported at the first attribute asked of it."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-
-    def __getattr__(self, attribute: str) -> Any:
-        return getattr(importlib.import_module(self._name), attribute)
-
-
 def import_figure_widget() -> Any:
-    """plotly's `FigureWidget`, imported with nbformat put off until a renderer uses it
-    (see the module docstring); a plain import when plotly's renderers are imported already
-    or nbformat is not installed (plotly then says it is missing, as it always did)."""
-    import plotly.optional_imports as optional
-
-    get_module = optional.get_module
-    stand_in = _OnFirstUse("nbformat")
-
-    def put_off(name: str, should_load: bool = True) -> Any:
-        if name == "nbformat" and should_load and importlib.util.find_spec(name) is not None:
-            return stand_in
-        return get_module(name, should_load)
-
-    with _IMPORT_LOCK:
-        optional.get_module = put_off
-        try:
-            from plotly.graph_objs._figurewidget import FigureWidget
-        finally:
-            optional.get_module = get_module
+    """plotly's `FigureWidget`, imported with nbformat put off (`widgets.renderers`)."""
+    with nbformat_put_off():
+        from plotly.graph_objs._figurewidget import FigureWidget
     return FigureWidget
 
 
