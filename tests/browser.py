@@ -170,6 +170,11 @@ def running_lab(
     notification = state / "lab-settings" / "@jupyterlab" / "apputils-extension"
     notification.mkdir(parents=True, exist_ok=True)
     (notification / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    # No build check: each page load would have the server run `yarn config` (0.45 CPU-s) to
+    # ask whether the extensions need a rebuild, which the installed wheels never do.
+    labconfig = state / "config" / "labconfig"
+    labconfig.mkdir(parents=True, exist_ok=True)
+    (labconfig / "page_config.json").write_text('{"buildCheck": false, "buildAvailable": false}')
     log = state / "jupyterlab.log"
     command = [
         sys.executable, "-m", "jupyter", "lab", "--no-browser",
