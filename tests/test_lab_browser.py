@@ -30,7 +30,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from browser import ARTIFACTS, Lab, open_notebook, open_tab, run_all_cells, wait_for_kernel
+from browser import (
+    ARTIFACTS,
+    POLL_MS,
+    Lab,
+    open_notebook,
+    open_tab,
+    run_all_cells,
+    wait_for_kernel,
+)
 from inspector.widgets.dashboard import Dashboard
 
 from inspector._internal.scan.entry import scan
@@ -228,6 +236,7 @@ def _experts(page) -> None:
         "() => document.querySelector('.ckpt-expert-heatmap .main-svg')"
         ".getBoundingClientRect().width > 900",
         timeout=30_000,
+        polling=POLL_MS,
     )
     _shoot(page, "dashboard-experts.png")
 
@@ -291,6 +300,7 @@ def _wait_for_snapshot(page) -> None:
             return snap && !snap.textContent.includes('rendering...') && images.length >= 3;
         }""",
         timeout=90_000,
+        polling=POLL_MS,
     )
     hidden = page.evaluate(
         "() => getComputedStyle(document.querySelector('.ckpt-snapshot')).display === 'none'"
@@ -305,6 +315,7 @@ def _save(page) -> None:
         "() => !document.querySelector('.jp-NotebookPanel-toolbar, .jp-Toolbar')"
         " || !document.querySelector('.lm-TabBar-tab.jp-mod-dirty')",
         timeout=30_000,
+        polling=POLL_MS,
     )
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import ARTIFACTS, Lab, open_notebook, open_tab, run_all_cells
+from browser import ARTIFACTS, POLL_MS, Lab, open_notebook, open_tab, run_all_cells
 from engine_stand_in import SKIPPED
 from inspector.widgets import Dashboard
 
@@ -245,7 +245,7 @@ def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> Click
         # The buttons once the load check has answered: no tab waits for it any more, and
         # the Overview it redraws (from its thread: the kernel shows idle meanwhile) took the
         # tab back from a click on its buttons.
-        page.wait_for_function(_VERDICT_SHOWN, timeout=CONTENT_WAIT * 1000)
+        page.wait_for_function(_VERDICT_SHOWN, timeout=CONTENT_WAIT * 1000, polling=POLL_MS)
         _settle(page)
         for title in TABS:
             seen.clicked[title] = _click_buttons(page, title, seen.broken, trace)
@@ -431,7 +431,10 @@ def _engine_answer(page) -> str:
     thread may still wait for it when the last click settles), at most CONTENT_WAIT."""
     script = "() => (document.querySelector('.ckpt-serve-engine-out') || {}).textContent || ''"
     page.wait_for_function(
-        f"(words) => ({script})().includes(words)", arg=SKIPPED, timeout=CONTENT_WAIT * 1000
+        f"(words) => ({script})().includes(words)",
+        arg=SKIPPED,
+        timeout=CONTENT_WAIT * 1000,
+        polling=POLL_MS,
     )
     return page.evaluate(script)
 

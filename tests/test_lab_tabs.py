@@ -34,7 +34,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import ARTIFACTS, Lab, open_notebook, run_all_cells
+from browser import ARTIFACTS, POLL_MS, Lab, open_notebook, run_all_cells
 
 pytestmark = pytest.mark.browser
 
@@ -183,6 +183,7 @@ def _figure(page, css: str) -> dict:
         f"(css) => {{ const f = ({script})(css); return f && (f.bars > 0 || f.images > 0); }}",
         arg=css,
         timeout=90_000,
+        polling=POLL_MS,
     )
     return page.evaluate(script, css)
 
@@ -223,6 +224,7 @@ def _wait_rows(page, grid: str, accept=lambda cells: True) -> dict:
         }""",
         arg=grid,
         timeout=90_000,
+        polling=POLL_MS,
     )
     for _ in range(120):
         cells = _grid_cells(page, grid)
