@@ -359,6 +359,11 @@ def _terminal_safe(proc: subprocess.CompletedProcess, *, limit: int = 100_000) -
         assert not re.search(r"^ERROR forged", stream, re.M)
 
 
+def _outcome(proc: subprocess.CompletedProcess) -> tuple[int, str, str]:
+    """What a run showed: `commands.run` in this process must show what the child did."""
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 @pytest.fixture(scope="module")
 def dcp_hostile(tmp_path_factory) -> Path:
     """DCP-sharded safetensors whose `.hf_metadata/` holds a file named with escape sequences
@@ -408,6 +413,7 @@ def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: P
     _shard(healthy / "model.safetensors", ["model.layers.0.a"])
     proc = cli("diff", healthy, hostile)  # a real process: diff's smoke test
     assert proc.returncode == 1
+    assert _outcome(run("diff", healthy, hostile)) == _outcome(proc)  # what the others use
     _terminal_safe(proc)
     assert "only in B" in proc.stdout and "characters cut" in proc.stdout
     # A name is shown in at most NAME_LIMIT characters, in its line of places too (the
@@ -435,6 +441,7 @@ def test_an_error_line_shows_the_name_escaped(tmp_path: Path):
     target = tmp_path / f"missing{ESCAPES}"
     proc = cli("scan", target)  # a real process's stderr and exit code: scan's smoke test
     assert proc.returncode == 2
+    assert _outcome(run("scan", target)) == _outcome(proc)
     _terminal_safe(proc)
     assert len(proc.stderr.strip().splitlines()) == 1 and "\\x1b]0;pwned" in proc.stderr
 
