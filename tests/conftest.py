@@ -270,9 +270,9 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Remote reads retried after 10 ms, not 200 (each retry doubling it): what is retried,
     and how often, is the same; tests of servers that fail wait less."""
-    from inspector._internal.storage import remote
+    from inspector._internal.storage import options
 
-    monkeypatch.setattr(remote, "RETRY_WAIT", 0.01)
+    monkeypatch.setattr(options, "RETRY_WAIT", 0.01)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,8 @@
-"""Tracebacks become one line and exit code 2 (issue 9, item 6). Each case runs the real
-CLI in a subprocess on a minimal folder built here: a hostile shape, a symlink loop, a
-read-only folder (EROFS), a full disk (ENOSPC) and a file-size limit (EFBIG).
+"""Tracebacks become one line and exit code 2 (issue 9, item 6). Each case runs the CLI on a
+minimal folder built here: a hostile shape, a symlink loop, a read-only folder (EROFS), a full
+disk (ENOSPC) and a file-size limit (EFBIG). The cases about a state of the process or of its
+file system (a namespace, a limit) and the exit codes run a real `python -m inspector`; the
+others run the same entry function in this process (`commands.run`: same bytes, same code).
 
 EROFS and ENOSPC need a real file system in that state. As a non-root user the only way is a
 user namespace (`unshare --user --map-root-user --mount`) with a read-only bind mount or a
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import UNSHARE, cli
+from commands import UNSHARE, cli, run
 from safetensors.numpy import save_file
 
 INDEX = "model.safetensors.index.json"
@@ -82,15 +84,15 @@ def test_shape_that_multiplies_past_every_limit(tmp_path: Path) -> None:
         "weight_map": {"w": one, "v": two},
     }
     (folder / INDEX).write_text(json.dumps(index))
-    check = cli("check", folder, "--verbose")
+    check = run("check", folder, "--verbose")
     no_traceback(check)
     assert check.returncode == 1 and check.stderr == ""
     assert "total-parameters-mismatch" in check.stdout and "more than 10^4816" in check.stdout
-    repair = cli("repair", folder, "--dry-run")
+    repair = run("repair", folder, "--dry-run")
     no_traceback(repair)
     assert repair.returncode == 1 and "REFUSED" in repair.stdout and "2**63" in repair.stdout
     for args in (("scan", folder), ("diff", folder, folder), ("check", folder, "--json")):
-        proc = cli(*args)
+        proc = run(*args)
         no_traceback(proc)
         assert proc.returncode in (0, 1) and proc.stderr == "", (args, proc.stderr)
 
@@ -103,7 +105,7 @@ def test_symlink_loop_is_a_finding(tmp_path: Path) -> None:
     folder.mkdir()
     save_file({"a": np.ones(2, np.float32)}, str(folder / "model.safetensors"))
     (folder / "x.safetensors").symlink_to("x.safetensors")  # ELOOP on every stat
-    proc = cli("check", folder, "--verbose")
+    proc = run("check", folder, "--verbose")
     no_traceback(proc)
     assert proc.returncode == 1 and proc.stderr == ""
     assert "x.safetensors" in proc.stdout and "Too many levels of symbolic links" in proc.stdout
@@ -112,7 +114,7 @@ def test_symlink_loop_is_a_finding(tmp_path: Path) -> None:
 def test_path_that_is_a_symlink_loop(tmp_path: Path) -> None:
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
-    line = one_error_line(cli("scan", loop))
+    line = one_error_line(run("scan", loop))
     assert str(loop) in line
 
 

@@ -301,7 +301,8 @@ def test_repositories_the_config_names_are_never_fetched(
 
 
 def _sitecustomize(folder: Path) -> Path:
-    """A `sitecustomize` for the CLI run: every socket use prints a mark and fails."""
+    """A `sitecustomize` for the CLI run: every socket use prints a mark and fails; a run
+    that imported transformers says so at its exit."""
     folder.mkdir()
     (folder / "sitecustomize.py").write_text(
         textwrap.dedent(
@@ -315,6 +316,13 @@ def _sitecustomize(folder: Path) -> Path:
             for _name in ("connect", "connect_ex", "sendto", "bind"):
                 setattr(socket.socket, _name, _blocked)
             socket.create_connection = socket.getaddrinfo = _blocked
+
+            import atexit
+
+            # Whether this run built a model (transformers imported) or read its verdict.
+            atexit.register(
+                lambda: "transformers" in sys.modules and sys.stderr.write("MODEL-BUILT\\n")
+            )
             """
         )
     )
@@ -379,19 +387,24 @@ def test_check_and_report_in_a_terminal_neither_prompt_nor_connect(
         "COLUMNS": "200",
     }
     env.pop("HF_HUB_OFFLINE", None)
-    runs = [
-        (["check", str(nested)], "vision_config.auto_map"),
+    # Each command builds a model in its own terminal, side by side (most of each run is
+    # the interpreter importing torch and transformers): report the nested code, check the
+    # backbone. Then check the nested code in a terminal too: the verdict report kept
+    # answers it, as it answers a user's second command, and no model is built again.
+    built = [
         (["report", str(nested), "--markdown"], "will it load"),
         (["check", str(backbone)], "needs files from the Hugging Face Hub"),
     ]
-    # Three processes, each with its own terminal, side by side: most of each run is the
-    # interpreter importing torch and transformers.
-    with ThreadPoolExecutor(len(runs)) as pool:
-        results = list(pool.map(lambda run: run_in_terminal(run[0], env), runs))
+    with ThreadPoolExecutor(len(built)) as pool:
+        results = list(pool.map(lambda run: run_in_terminal(run[0], env), built))
+    again = (["check", str(nested)], "vision_config.auto_map")
+    runs = [*built, again]
+    results.append(run_in_terminal(again[0], env))
     for (args, expect), (code, out) in zip(runs, results, strict=True):
         assert code in (0, 1), (args, out[-3000:])
         assert PROMPT not in out and "SOCKET-USED" not in out and "Traceback" not in out
         assert expect in " ".join(out.split()), out[-3000:]
+        assert ("MODEL-BUILT" in out) == (args != again[0]), (args, out[-3000:])
     assert files_under(user_hf) == before
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from commands import cli
+from commands import cli, run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cli_errors import no_traceback
@@ -359,6 +359,11 @@ def _terminal_safe(proc: subprocess.CompletedProcess, *, limit: int = 100_000) -
         assert not re.search(r"^ERROR forged", stream, re.M)
 
 
+def _outcome(proc: subprocess.CompletedProcess) -> tuple[int, str, str]:
+    """What a run showed: `commands.run` in this process must show what the child did."""
+    return proc.returncode, proc.stdout, proc.stderr
+
+
 @pytest.fixture(scope="module")
 def dcp_hostile(tmp_path_factory) -> Path:
     """DCP-sharded safetensors whose `.hf_metadata/` holds a file named with escape sequences
@@ -386,7 +391,7 @@ def dcp_hostile(tmp_path_factory) -> Path:
     ids=lambda c: " ".join(c),
 )
 def test_commands_on_a_hostile_checkpoint_print_no_control_characters(hostile: Path, command):
-    proc = cli(command[0], hostile, *command[1:])
+    proc = run(command[0], hostile, *command[1:])
     assert proc.returncode in (0, 1), (proc.returncode, proc.stderr[-2000:])
     _terminal_safe(proc)
     # The huge name, shown by head and tail (check lists names with --verbose: by default it
@@ -394,20 +399,21 @@ def test_commands_on_a_hostile_checkpoint_print_no_control_characters(hostile: P
     assert "characters cut)" in proc.stdout
     assert "\\u202etxt.exe" in proc.stdout  # and the escapes, shown escaped
     if command[0] == "check":
-        _terminal_safe(cli("check", hostile, "--no-model"))
+        _terminal_safe(run("check", hostile, "--no-model"))
 
 
 def test_scan_of_a_hostile_checkpoint_prints_no_control_characters(hostile: Path):
-    _terminal_safe(cli("scan", hostile))
-    _terminal_safe(cli("scan", hostile / f"model-00002-of-00002{ESCAPES}.safetensors"))
+    _terminal_safe(run("scan", hostile))
+    _terminal_safe(run("scan", hostile / f"model-00002-of-00002{ESCAPES}.safetensors"))
 
 
 def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: Path):
     healthy = tmp_path / "healthy"
     healthy.mkdir()
     _shard(healthy / "model.safetensors", ["model.layers.0.a"])
-    proc = cli("diff", healthy, hostile)
+    proc = cli("diff", healthy, hostile)  # a real process: diff's smoke test
     assert proc.returncode == 1
+    assert _outcome(run("diff", healthy, hostile)) == _outcome(proc)  # what the others use
     _terminal_safe(proc)
     assert "only in B" in proc.stdout and "characters cut" in proc.stdout
     # A name is shown in at most NAME_LIMIT characters, in its line of places too (the
@@ -415,16 +421,16 @@ def test_diff_and_html_report_on_a_hostile_checkpoint(hostile: Path, tmp_path: P
     assert max(map(len, proc.stdout.splitlines())) <= NAME_LIMIT + 4
     # The escaped name is in a shard the index does not list, which transformers never reads
     # (so the folder's diff leaves it out): diff that shard itself.
-    proc = cli("diff", healthy, hostile / f"model-00002-of-00002{ESCAPES}.safetensors")
+    proc = run("diff", healthy, hostile / f"model-00002-of-00002{ESCAPES}.safetensors")
     assert proc.returncode == 1
     _terminal_safe(proc)
     assert "only in B" in proc.stdout and "\\u202etxt.exe" in proc.stdout
-    proc = cli("report", hostile, "--no-model", "-o", tmp_path / "r.html")
+    proc = run("report", hostile, "--no-model", "-o", tmp_path / "r.html")
     _terminal_safe(proc)
 
 
 def test_consolidation_plan_shows_hostile_names_escaped(dcp_hostile: Path, tmp_path: Path):
-    proc = cli("consolidate", dcp_hostile, tmp_path / "out", "--dry-run")
+    proc = run("consolidate", dcp_hostile, tmp_path / "out", "--dry-run")
     assert proc.returncode == 0, proc.stderr
     _terminal_safe(proc)
     assert "tokenizer\\x1b]0;pwned\\x07" in proc.stdout  # copied, and shown escaped
@@ -433,8 +439,9 @@ def test_consolidation_plan_shows_hostile_names_escaped(dcp_hostile: Path, tmp_p
 
 def test_an_error_line_shows_the_name_escaped(tmp_path: Path):
     target = tmp_path / f"missing{ESCAPES}"
-    proc = cli("scan", target)
+    proc = cli("scan", target)  # a real process's stderr and exit code: scan's smoke test
     assert proc.returncode == 2
+    assert _outcome(run("scan", target)) == _outcome(proc)
     _terminal_safe(proc)
     assert len(proc.stderr.strip().splitlines()) == 1 and "\\x1b]0;pwned" in proc.stderr
 
@@ -508,10 +515,10 @@ def test_a_shard_named_with_a_backslash_is_a_finding_not_a_traceback(tmp_path: P
     assert [f.file for f in unsafe] == ["model\\copy.safetensors"]
     assert "backslash" in unsafe[0].message
     for command in (["check", folder, "--no-model"], ["scan", folder], ["repair", folder]):
-        proc = cli(*command)
+        proc = run(*command)
         no_traceback(proc)
         assert proc.returncode in (0, 1), (command, proc.stderr)
-    single = cli("scan", folder / "model\\copy.safetensors")
+    single = run("scan", folder / "model\\copy.safetensors")
     no_traceback(single)
     assert "file-unsafe" in single.stdout
 
@@ -527,7 +534,7 @@ def test_a_file_name_that_is_not_utf8_is_a_finding_not_a_crash(tmp_path: Path):
     unsafe = [f for f in findings if f.code == "file-unsafe"]
     assert [f.file for f in unsafe] == ["bad\ufffd\x1b.safetensors"]
     assert "not valid UTF-8" in unsafe[0].message and unsafe[0].message.isprintable()
-    proc = cli("check", folder, "--no-model")
+    proc = run("check", folder, "--no-model")
     assert proc.returncode == 1
     _terminal_safe(proc)
 
@@ -539,7 +546,7 @@ def test_consolidation_decides_about_names_in_its_plan(tmp_path: Path):
 
     source = write_dcp_demo(tmp_path / "run")
     shutil.copy(source / ".hf_metadata" / "config.json", source / ".hf_metadata" / "tok\\en.json")
-    proc = cli("consolidate", source, tmp_path / "out", "--no-progress")
+    proc = run("consolidate", source, tmp_path / "out", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     no_traceback(proc)
     assert "not copied: .hf_metadata/tok\\en.json has a backslash" in proc.stdout
@@ -553,7 +560,7 @@ def test_a_rank_file_named_with_a_backslash_refuses_the_plan_before_writing(tmp_
     source = write_dcp_demo(tmp_path / "run")
     first = sorted(source.glob("shard-*.safetensors"))[0]
     shutil.copy(first, first.with_name(first.stem + "\\.safetensors"))
-    proc = cli("consolidate", source, tmp_path / "out", "--no-progress")
+    proc = run("consolidate", source, tmp_path / "out", "--no-progress")
     no_traceback(proc)
     assert proc.returncode == 2 and "file-unsafe" in proc.stderr and "backslash" in proc.stderr
     assert not (tmp_path / "out").exists()

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from commands import cli
+from commands import run
 from safetensors.numpy import save_file
 
 from inspector._internal.execution import atomic
@@ -69,7 +69,7 @@ def test_shipped_old_style_journal_leaving_the_folder_is_refused(
     journal = {"renames": [["evil", "../outside/secret.txt"], ["../outside/secret.txt", "x"]]}
     (folder / atomic.JOURNAL).write_text(json.dumps(journal))
     index_before = (folder / INDEX).read_bytes()
-    line = one_line_error(cli("repair", folder, "--yes"))
+    line = one_line_error(run("repair", folder, "--yes"))
     assert atomic.JOURNAL in line and "--recover" in line and "--discard-journal" in line
     assert (victim / "secret.txt").read_text() == "do not touch"
     assert not (folder / "x").exists() and (folder / "evil").exists()
@@ -135,14 +135,14 @@ def test_confined_foreign_journal_is_shown_then_finished_or_discarded(tmp_path: 
     first = drifted(tmp_path / "a")
     _forge(first, {INDEX: new_index})
     # Not ours: a repair refuses to start, naming what the journal would do.
-    line = one_line_error(cli("repair", first, "--yes"))
+    line = one_line_error(run("repair", first, "--yes"))
     assert f".{INDEX}.tmp-4242 -> {INDEX}" in line
     # --recover without --yes (no terminal) shows it and does nothing.
-    shown = cli("repair", first, "--recover")
+    shown = run("repair", first, "--recover")
     assert shown.returncode == 1 and "NOT verified as ours" in shown.stdout
     assert (first / atomic.JOURNAL).exists()
     # Confirmed: the confined, content-checked entry is finished.
-    done = cli("repair", first, "--recover", "--yes")
+    done = run("repair", first, "--recover", "--yes")
     assert done.returncode == 0, done.stderr
     assert (first / INDEX).read_bytes() == new_index
     assert not (first / atomic.JOURNAL).exists()
@@ -150,11 +150,11 @@ def test_confined_foreign_journal_is_shown_then_finished_or_discarded(tmp_path: 
     second = drifted(tmp_path / "b")
     before = (second / INDEX).read_bytes()
     _forge(second, {INDEX: new_index})
-    gone = cli("repair", second, "--discard-journal", "--yes")
+    gone = run("repair", second, "--discard-journal", "--yes")
     assert gone.returncode == 0, gone.stderr
     assert not (second / atomic.JOURNAL).exists()
     assert (second / INDEX).read_bytes() == before
-    assert cli("repair", second, "--yes", "--only", "index").returncode == 0
+    assert run("repair", second, "--yes", "--only", "index").returncode == 0
 
 
 def test_confirmed_recovery_checks_content(tmp_path: Path) -> None:
@@ -269,7 +269,7 @@ def test_a_journal_edited_by_hand_is_not_ours(tmp_path: Path) -> None:
 def test_backup_folder_planted_as_a_link_is_refused(tmp_path: Path, victim: Path) -> None:
     folder = drifted(tmp_path / "ckpt")
     (folder / atomic.BACKUP_DIR).symlink_to(victim)
-    line = one_line_error(cli("repair", folder, "--yes", "--only", "index"))
+    line = one_line_error(run("repair", folder, "--yes", "--only", "index"))
     assert atomic.BACKUP_DIR in line and "symbolic link" in line
     assert sorted(p.name for p in victim.iterdir()) == ["secret.txt"]
 

@@ -1,7 +1,8 @@
 """A repair writes only files whose role it established: well-known JSON files (config.json,
 hf_quant_config.json, generation_config.json, the tokenizer files...) are never sidecars,
 whatever `.safetensors` file shares their stem, and a plan refuses, in one line, a target
-that exists with another role. Each test builds the folder and runs the real CLI."""
+that exists with another role. Each test builds the folder and runs the CLI's entry function
+(`commands.run`; the real process's exit codes: tests/test_cli_errors.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from commands import cli
+from commands import run
 from safetensors.numpy import save_file
 from test_journal import drifted
 
@@ -51,7 +52,7 @@ def test_repair_yes_keeps_a_well_known_json_next_to_a_same_stem_shard(
     scanned = scan(folder)
     assert scanned.layout == "hf-sharded"
     assert not scanned.sidecars
-    proc = cli("repair", folder, "--yes")
+    proc = run("repair", folder, "--yes")
     assert proc.returncode in (0, 1), proc.stderr
     assert (folder / f"{stem}.json").read_text() == text
     assert f"rewrite {stem}.json" not in proc.stdout and "written: " in proc.stdout
@@ -79,7 +80,7 @@ def test_per_layer_export_with_a_config_safetensors_keeps_config_json(tmp_path: 
     missing = [f for f in check(scanned, model=False) if f.code == "sidecar-missing"]
     assert {f.file for f in missing} == {"config.safetensors", "generation_config.safetensors"}
     assert all("config.safetensors.json" in f.message for f in missing)
-    proc = cli("repair", folder, "--yes", "--only", "sidecars")
+    proc = run("repair", folder, "--yes", "--only", "sidecars")
     assert proc.returncode in (0, 1), proc.stderr
     assert (folder / "config.json").read_bytes() == config
     assert (folder / "generation_config.json").read_bytes() == generation
@@ -95,7 +96,7 @@ def test_lone_config_safetensors_with_config_json(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps(CONFIG))
     stray_shard(folder, "config")
     assert scan(folder).layout != "modelopt-per-layer"
-    proc = cli("repair", folder, "--yes")
+    proc = run("repair", folder, "--yes")
     assert proc.returncode in (0, 1), proc.stderr
     assert json.loads((folder / "config.json").read_text()) == CONFIG
 
@@ -125,7 +126,7 @@ def test_plan_refuses_a_target_whose_role_it_did_not_establish(tmp_path: Path) -
     assert "model-00001-of-00002.json" not in [w.path for w in plan.writes]
     (line,) = [r for r in plan.refused if "model-00001-of-00002.json" in r]
     assert "not a sidecar" in line or "not" in line
-    proc = cli("repair", folder, "--yes", "--only", "sidecars")
+    proc = run("repair", folder, "--yes", "--only", "sidecars")
     assert proc.returncode == 1, proc.stderr
     assert "REFUSED" in proc.stdout and "Traceback" not in proc.stderr
     assert (folder / "model-00001-of-00002.json").is_dir()
@@ -149,7 +150,7 @@ def test_reshard_refuses_a_new_shard_name_taken_by_a_folder(tmp_path: Path) -> N
     tensors = {f"model.layers.{i}.mlp.weight": np.ones((64, 64), np.float32) for i in range(4)}
     save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "model-00001-of-00002.safetensors").mkdir()
-    proc = cli("repair", folder, "--yes", "--only", "reshard", "--max-shard-size", "40000")
+    proc = run("repair", folder, "--yes", "--only", "reshard", "--max-shard-size", "40000")
     assert proc.returncode == 1, proc.stderr
     assert "REFUSED: model-00001-of-00002.safetensors is a folder" in proc.stdout
     assert (folder / "model-00001-of-00002.safetensors").is_dir()
@@ -170,7 +171,7 @@ def test_restore_leaves_a_file_at_the_new_sidecar_name(tmp_path: Path) -> None:
             tensors[name] = np.zeros(shape, np.float32)
     save_file(tensors, str(reference / "model.safetensors"), metadata={"format": "pt"})
     (folder / "model-restored-00001.json").write_text('{"notes": "mine"}')
-    proc = cli("repair", folder, "--from", reference, "--yes")
+    proc = run("repair", folder, "--from", reference, "--yes")
     assert proc.returncode in (0, 1), proc.stderr
     assert (folder / "model-restored-00001.json").read_text() == '{"notes": "mine"}'
     assert not (folder / "model-restored-00001.safetensors").exists()

@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from inspector._internal.common.text import short_repr
 
 __all__ = ["RECIPE_CAP", "QuantModifier", "parse_recipe"]
@@ -45,6 +43,9 @@ def _strings(value: Any) -> tuple[str, ...] | None:
 
 def parse_recipe(data: bytes) -> tuple[tuple[QuantModifier, ...], str | None]:
     """(modifiers, None) or ((), why the recipe cannot be read)."""
+    # Only here: a folder without a recipe (most of them) never pays for the YAML parser.
+    import yaml
+
     try:
         doc = yaml.safe_load(data)
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:

@@ -7,18 +7,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.defaults import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_READ_AHEAD,
+    DEFAULT_READ_TIMEOUT,
+    DEFAULT_TIMEOUT,
+)
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.progress import reporting
 from inspector._internal.formats.safetensors import DEFAULT_HEADER_CAP
 from inspector._internal.layouts.base import ScanOptions
 from inspector._internal.scan.registry import detect_layout, layout_by_name
 from inspector._internal.storage import Location, RemoteOptions, open_location
-from inspector._internal.storage.remote import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_READ_AHEAD,
-    DEFAULT_READ_TIMEOUT,
-    DEFAULT_TIMEOUT,
-)
 from inspector.errors import CannotInspectError
 
 __all__ = ["scan"]

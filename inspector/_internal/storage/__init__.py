@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from inspector._internal.common.defaults import DEFAULT_READ_AHEAD
 from inspector._internal.storage.base import (
     Entry,
     EntryKind,
@@ -28,7 +29,7 @@ from inspector._internal.storage.local import (
     LocalStorage,
     hf_cache_snapshots,
 )
-from inspector._internal.storage.remote import DEFAULT_READ_AHEAD, RemoteOptions, open_remote
+from inspector._internal.storage.options import RemoteOptions
 from inspector._internal.storage.urls import REMOTE_SCHEMES, is_remote, scheme_of
 from inspector.errors import CannotInspectError, UnsafeFileError
 
@@ -67,6 +68,10 @@ def open_location(
         return target
     scheme = scheme_of(target) if isinstance(target, str) else None
     if scheme in REMOTE_SCHEMES:
+        # Only here: remote.py imports asyncio, ssl and the thread pools, which a local
+        # checkpoint's command never needs.
+        from inspector._internal.storage.remote import open_remote
+
         return open_remote(str(target), options)
     if scheme == "file":
         target = str(target)[len("file://") :]
