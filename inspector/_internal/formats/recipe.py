@@ -9,8 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
-
 from inspector._internal.common.text import short_repr
 
 __all__ = ["RECIPE_CAP", "QuantModifier", "parse_recipe"]
@@ -45,6 +43,9 @@ def _strings(value: Any) -> tuple[str, ...] | None:
 
 def parse_recipe(data: bytes) -> tuple[tuple[QuantModifier, ...], str | None]:
     """(modifiers, None) or ((), why the recipe cannot be read)."""
+    # Here, not at the top: every safetensors scan imports this module, few read a recipe.
+    import yaml
+
     try:
         doc = yaml.safe_load(data)
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:

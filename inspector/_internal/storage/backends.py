@@ -8,12 +8,11 @@ checked; the classes: docs/architecture.md, "storage/".
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
 import re
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, urljoin, urlsplit
 
 from inspector._internal.storage.guard import (
@@ -22,6 +21,9 @@ from inspector._internal.storage.guard import (
     check_listing_size,
     take,
 )
+
+if TYPE_CHECKING:  # imported where a read runs (a local scan imports this module too)
+    import asyncio
 
 __all__ = ["Backend", "GcsBackend", "HttpBackend", "HubBackend", "S3Backend"]
 
@@ -274,6 +276,8 @@ class S3Backend(_Bucket):
         return None
 
     async def _presigned(self, key: str) -> str:
+        import asyncio
+
         now = asyncio.get_running_loop().time()
         found = self._signed.get(key)
         if found is not None and now - found[0] < _RESIGN_AFTER:
