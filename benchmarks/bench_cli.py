@@ -77,8 +77,15 @@ def run(code: str, args: list[str], tree: Path | None) -> tuple[float, int]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(tree or ROOT)
     start = time.perf_counter()
+    # In the tree's own folder: `python -c` puts the working folder first on sys.path, so run
+    # from this tree, a baseline's child imported this tree's `inspector`, not its own.
     proc = subprocess.run(
-        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=False
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=tree or ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     seconds = time.perf_counter() - start
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("VmHWM ")]

@@ -6,11 +6,16 @@ these tests read which modules a fresh process imported."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+
+from inspector._internal.cli.main import ARROW_POOL_ENV
 
 # The libraries that make a start slow: pandas and pyarrow about 0.4 s, numpy 0.06 s, torch
 # and transformers 8 s together, the remote stack (asyncio's aiohttp, fsspec), the figures.
@@ -155,3 +160,37 @@ def test_a_broken_plugin_command_is_left_out_and_every_other_command_still_runs(
         assert cli_main.main(["codes", "--json"]) == 0
     finally:
         cli_main._commands.cache_clear()
+
+
+# The modules a scan of a local folder never needs: the remote stack's asyncio and ssl, and
+# yaml (a compressed-tensors recipe only). Each costs every scan and check CPU at import.
+_REMOTE_OR_RECIPE = ("asyncio", "ssl", "yaml")
+
+
+@pytest.mark.parametrize("command", [("scan",), ("check", "--no-model")])
+def test_a_local_scan_imports_neither_the_remote_stack_nor_yaml(
+    command: tuple[str, ...], write_state_dict: Callable[..., Path]
+) -> None:
+    import torch
+
+    folder = write_state_dict({"a.weight": torch.zeros(4, 4), "b.weight": torch.zeros(4)})
+    probe = _PROBE.replace(
+        'print(" ".join(sorted(sys.modules))',
+        "import pyarrow\nprint(pyarrow.default_memory_pool().backend_name, file=sys.stderr)\n"
+        'print(" ".join(sorted(sys.modules))',
+    )
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, *command, str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    *_, pool, modules = proc.stderr.splitlines()
+    imported = sorted(n for n in modules.split() if n.split(".")[0] in _REMOTE_OR_RECIPE)
+    assert not imported, f"{command} imported {imported}"
+    # The tables' Arrow columns reuse the heap numpy freed (cli.main.ARROW_POOL_ENV).
+    assert pool == "system"
