@@ -18,7 +18,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from .esm import SOURCE_TRAIT, shared_module, shared_source
+from .esm import HOLDER_TRAIT, holder_trait, shared_module
 from .plotlyjs import cartesian_bundle
 
 __all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
@@ -207,7 +207,7 @@ def _figure_class() -> type:
 
             attributes = {
                 "_esm": stub,
-                SOURCE_TRAIT: shared_source(source),
+                HOLDER_TRAIT: holder_trait(source),
                 "__init__": __init__,
                 "open": open,
                 "__doc__": None,
