@@ -665,6 +665,9 @@ def test_a_large_module_is_sent_once_per_kernel_however_many_grids_and_figures(
     assert {s[HOLDER_TRAIT] for s in users} == ids
     for state in users:
         assert len(json.dumps(state)) < 50_000 and not state.get("_css")
+        # A figure's plotly.js waits on the page for the grids being drawn (rows first).
+        waits = 'const after = ["perspective"];' in state["_esm"]
+        assert waits == state["_anywidget_id"].endswith("DashboardFigure")
     # Each holder opened once in this kernel (here or by an earlier test of the process).
     holders = [s for s in opened.values() if s["_model_name"] == "WidgetModel"]
     assert len(holders) <= 2

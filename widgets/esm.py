@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Sequence
 
 import ipywidgets as w
 import traitlets
@@ -112,6 +113,10 @@ def holder_trait(source: str, *, css: str = "") -> traitlets.Instance[ModuleHold
 
 _STUB = """
 const key = %(key)s;
+const kind = %(kind)s;
+const after = %(after)s;
+// Each kind's renders under way on the page (a grid's ends once its rows are drawn).
+const rendering = (globalThis.__ckptRendering ??= {});
 const PREFIX = "IPY_MODEL_";
 // The real module's holder, the one the widget names.
 const holding = async (model) => {
@@ -146,38 +151,59 @@ const load = (model) =>
       delete window[key];  // the next widget of the kind tries again
       throw error;
     }));
+const settle = async (kinds) => {
+  const pending = kinds.flatMap((k) => [...(rendering[k] ?? [])]);
+  if (pending.length === 0) return;
+  // Their module's evaluation and their first draw come first (a person opened the tab for
+  // the rows), for up to 5 s.
+  await Promise.race([
+    Promise.allSettled(pending),
+    new Promise((resolve) => setTimeout(resolve, 5000)),
+  ]);
+};
+const draw = async (context) => {
+  const { el, model } = context;
+  let waiting = null;
+  if (!window[key]) {
+    // The first widget of its kind on the page: say so, and let the page paint that
+    // before the module's evaluation takes the main thread.
+    waiting = Object.assign(document.createElement("div"), {
+      className: "ckpt-module-loading",
+      textContent: %(waiting)s,
+    });
+    waiting.style.cssText = "padding:12px;color:#555;font-style:italic";
+    el.appendChild(waiting);
+    await settle(after);
+    await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
+  }
+  const shared = await load(model);
+  waiting?.remove();
+  return await shared.default.render(context);
+};
 export default {
-  async render(context) {
-    const { el, model } = context;
-    let waiting = null;
-    if (!window[key]) {
-      // The first widget of its kind on the page: say so, and let the page paint that
-      // before the module's evaluation takes the main thread.
-      waiting = Object.assign(document.createElement("div"), {
-        className: "ckpt-module-loading",
-        textContent: %(waiting)s,
-      });
-      waiting.style.cssText = "padding:12px;color:#555;font-style:italic";
-      el.appendChild(waiting);
-      await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
-    }
-    const shared = await load(model);
-    waiting?.remove();
-    return await shared.default.render(context);
+  render(context) {
+    const drawn = draw(context);
+    const mine = (rendering[kind] ??= new Set());
+    mine.add(drawn);
+    drawn.finally(() => mine.delete(drawn)).catch(() => {});
+    return drawn;
   },
 };
 """
 
 
-def shared_module(source: str, *, name: str, waiting: str) -> str:
+def shared_module(source: str, *, name: str, waiting: str, after: Sequence[str] = ()) -> str:
     """The `_esm` of a widget whose real module is `source`, held by the holder its
     `holder_trait(source, ...)` names (see the module docstring); `name` keys it on the page
     together with the module's hash, `waiting` is the text shown while the first widget of
-    the kind waits for it."""
+    the kind waits for it. The first widget of the kind imports the module once the renders
+    of the kinds named `after` under way on the page have drawn (up to 5 s)."""
     return patient(
         _STUB
         % {
             "key": json.dumps(f"__ckpt_{name}_{_digest(source)}"),
+            "kind": json.dumps(name),
+            "after": json.dumps(list(after)),
             "trait": json.dumps(HOLDER_TRAIT),
             "trait_name": HOLDER_TRAIT,
             "waiting": json.dumps(waiting),

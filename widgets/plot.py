@@ -187,8 +187,13 @@ def _figure_class() -> type:
         if _FIGURE is None:
             figure_widget_class = import_figure_widget()
             source = figure_module()
+            # A tab of a grid and figures (Files, Layers) makes its grid first: plotly.js's
+            # evaluation (1.7 s of the page on a busy machine) waits for the grid's rows.
             stub = shared_module(
-                source, name="plotly", waiting="Drawing the figure (loading plotly.js)..."
+                source,
+                name="plotly",
+                waiting="Drawing the figure (loading plotly.js)...",
+                after=("perspective",),
             )
 
             def __init__(self: Any, *, data: Any, layout: Any, css_class: str) -> None:
