@@ -596,14 +596,8 @@ def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path)
     assert seen and ("Files", False) in seen and all(not on_screen for _, on_screen in seen)
 
 
-def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
-    demos: Path, monkeypatch
-):
-    """A figure made while its tab is on screen used to draw empty axes: plotly's widget
-    opened its comm before it held its figure and sent the data as a later update, which a
-    busy page's anywidget model lost. Now a tab's figures are made when it is first shown,
-    each in one comm_open that holds its data, layout and CSS class, and with a module of a
-    few lines: plotly.js travels in its state and the page evaluates it once."""
+def _comm_opens(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict]:
+    """The first state of every widget opened from now on, by comm id (filled as they open)."""
     import comm
 
     opened: dict[str, dict] = {}
@@ -615,6 +609,18 @@ def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
         return made
 
     monkeypatch.setattr(comm, "create_comm", recording)
+    return opened
+
+
+def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
+    demos: Path, monkeypatch
+):
+    """A figure made while its tab is on screen used to draw empty axes: plotly's widget
+    opened its comm before it held its figure and sent the data as a later update, which a
+    busy page's anywidget model lost. Now a tab's figures are made when it is first shown,
+    each in one comm_open that holds its data, layout and CSS class, and with a module of a
+    few lines: plotly.js travels in its state and the page evaluates it once."""
+    opened = _comm_opens(monkeypatch)
     dash = Dashboard(demos / DRIFT)
     files, layers = dash.panel("Files"), dash.panel("Layers")  # what the worker builds
     assert files.figures.widgets == [] and layers.figures.widgets == []
@@ -625,11 +631,51 @@ def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
     assert state["_widget_layout"]["title"]["text"].startswith("Shard sizes")
     assert state["_widget_layout"]["autosize"] is True and state["_config"]["responsive"]
     assert "ckpt-shard-sizes" in state["_dom_classes"]
-    assert len(state["_esm"]) < 5_000 and len(state["_shared_source"]) > 1_000_000
+    assert len(state["_esm"]) < 5_000 and state["_module_holder"].startswith("IPY_MODEL_")
     experts = dash.select("Experts")
     heatmap = opened[experts.figure.model_id]
     assert heatmap["_widget_data"][0]["type"] == "heatmap" and heatmap["_esm"] == state["_esm"]
     assert layers.figures.widgets == []  # not shown yet
+
+
+def test_a_large_module_is_sent_once_per_kernel_however_many_grids_and_figures(
+    demos: Path, monkeypatch
+):
+    """Every grid's first message carried Perspective's whole module and style sheet (6.4 MB)
+    and every figure plotly.js (1.55 MB), which the kernel, the server and the page each
+    handled again per widget (issue 34 item 2). Now one holder per module per kernel carries
+    the text; a grid's or figure's state names it, and a second dashboard reuses it."""
+    from inspector.widgets.esm import HOLDER_TRAIT, module_holder
+    from inspector.widgets.grid import grid_class
+    from inspector.widgets.plot import figure_module
+
+    opened = _comm_opens(monkeypatch)
+    for _ in range(2):  # a second view of the checkpoint: its own grids, the same holders
+        dash = Dashboard(demos / DRIFT)
+        for tab in ("Tensors", "Files", "Layers"):
+            dash.select(tab)
+    users = [s for s in opened.values() if HOLDER_TRAIT in s]
+    kinds = sorted(s["_anywidget_id"].rsplit(".", 1)[-1] for s in users)
+    assert kinds == ["DashboardFigure"] * 6 + ["TensorGrid"] * 6, kinds
+    trait = grid_class().class_traits()[HOLDER_TRAIT]
+    grid_holder = module_holder(trait.source, trait.css)
+    figure_holder = module_holder(figure_module())
+    assert "perspective-viewer" in grid_holder.css and len(grid_holder.source) > 5_000_000
+    ids = {f"IPY_MODEL_{h.model_id}" for h in (grid_holder, figure_holder)}
+    assert {s[HOLDER_TRAIT] for s in users} == ids
+    for state in users:
+        assert len(json.dumps(state)) < 50_000 and not state.get("_css")
+        # A figure's plotly.js waits on the page for the grids being drawn (rows first).
+        waits = 'const after = ["perspective"];' in state["_esm"]
+        assert waits == state["_anywidget_id"].endswith("DashboardFigure")
+    # Each holder opened once in this kernel (here or by an earlier test of the process).
+    holders = [s for s in opened.values() if s["_model_name"] == "WidgetModel"]
+    assert len(holders) <= 2
+    # Closed (`Widget.close_all()`), the holder is made again for the next widget.
+    grid_holder.close()
+    again = module_holder(grid_holder.source, grid_holder.css)
+    assert again is not grid_holder and again.comm is not None
+    assert module_holder(grid_holder.source, grid_holder.css) is again
 
 
 def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkeypatch):
@@ -1249,7 +1295,7 @@ def test_the_grid_module_loads_the_client_into_the_viewer_not_the_table():
     naming the table in `restore`). The grids' module does that for the installed version."""
     from inspector.widgets.grid import grid_class
 
-    source = grid_class().class_traits()["_shared_source"].default_value
+    source = grid_class().class_traits()["_module_holder"].source
     assert "await n.load(o),await n.restore({" in source and "table:a})" in source
     # The table is still loaded for a binding other than the server one, which it never is.
     assert source.count("await n.load(_)") == 1 and 's==="server"?' in source

@@ -375,7 +375,7 @@ def test_dashboard_figures_load_the_cartesian_bundle_and_refuse_later_edits():
     assert made and made <= held, (made - held, held)
     figure = figure_widget(go.Figure(go.Bar(x=[1, 2], y=[3, 4])), "ckpt-probe")
     state = figure.get_state()
-    assert state["_shared_source"] == module and "ckpt-probe" in state["_dom_classes"]
+    assert figure._module_holder.source == module and "ckpt-probe" in state["_dom_classes"]
     for edit in (
         lambda: setattr(figure.data[0].marker, "color", "red"),
         lambda: figure.update_layout(title="edited"),

@@ -22,7 +22,7 @@ import traitlets
 
 from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name_pattern
 
-from .esm import SOURCE_TRAIT, patient, shared_module, shared_source
+from .esm import HOLDER_TRAIT, holder_trait, patient, shared_module
 from .guard import guarded
 
 if TYPE_CHECKING:
@@ -199,6 +199,7 @@ def grid_class() -> type:
         # The module file itself (anywidget wraps the class attribute in a file watcher).
         esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
         source = _DEFINE_ONCE + client_loading(esm.read_text(encoding="utf-8"))
+        css = (esm.parent / "perspective-anywidget.css").read_text(encoding="utf-8")
         stub = shared_module(source, name="perspective", waiting="Loading the grid...")
 
         def __init__(
@@ -215,7 +216,12 @@ def grid_class() -> type:
             self._dom_classes = tuple(classes)
             PerspectiveWidget.__init__(self, data, **kwargs)
 
-        attributes = {"_esm": stub, SOURCE_TRAIT: shared_source(source), "__init__": __init__}
+        attributes = {
+            "_esm": stub,
+            "_css": "",
+            HOLDER_TRAIT: holder_trait(source, css=css),
+            "__init__": __init__,
+        }
         _GRID = type("TensorGrid", (PerspectiveWidget,), attributes)
     return _GRID
 

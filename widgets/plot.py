@@ -16,7 +16,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from .esm import SOURCE_TRAIT, shared_module, shared_source
+from .esm import HOLDER_TRAIT, holder_trait, shared_module
 from .plotlyjs import cartesian_bundle
 from .renderers import nbformat_put_off
 
@@ -159,8 +159,13 @@ def _figure_class() -> type:
         if _FIGURE is None:
             figure_widget_class = import_figure_widget()
             source = figure_module()
+            # A tab of a grid and figures (Files, Layers) makes its grid first: plotly.js's
+            # evaluation (1.7 s of the page on a busy machine) waits for the grid's rows.
             stub = shared_module(
-                source, name="plotly", waiting="Drawing the figure (loading plotly.js)..."
+                source,
+                name="plotly",
+                waiting="Drawing the figure (loading plotly.js)...",
+                after=("perspective",),
             )
 
             def __init__(self: Any, *, data: Any, layout: Any, css_class: str) -> None:
@@ -179,7 +184,7 @@ def _figure_class() -> type:
 
             attributes = {
                 "_esm": stub,
-                SOURCE_TRAIT: shared_source(source),
+                HOLDER_TRAIT: holder_trait(source),
                 "__init__": __init__,
                 "open": open,
                 "__doc__": None,
