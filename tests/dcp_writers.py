@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from inspector._internal.common.filenames import CONFIG_NAME
+
 __all__ = [
     "CONFIG",
     "MAPPING",
@@ -146,7 +148,7 @@ def _write_hf_metadata(dest: Path, mapping: dict[str, int] | None) -> None:
     # NeMo AutoModel's rank 0 writes these after the save, with the same json.dump options.
     meta = dest / ".hf_metadata"
     meta.mkdir(exist_ok=True)
-    (meta / "config.json").write_text(json.dumps(CONFIG, indent=2))
+    (meta / CONFIG_NAME).write_text(json.dumps(CONFIG, indent=2))
     if mapping is not None:
         with open(meta / "fqn_to_file_index_mapping.json", "w") as f:
             json.dump(mapping, f, indent=2, sort_keys=True)

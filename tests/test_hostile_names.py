@@ -34,6 +34,7 @@ from test_cli_errors import no_traceback
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.text import short_repr
 from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.html import findings_html, problems_html, scanned_html
@@ -545,12 +546,12 @@ def test_consolidation_decides_about_names_in_its_plan(tmp_path: Path):
     from inspector._internal.demo.dcp import write_dcp_demo
 
     source = write_dcp_demo(tmp_path / "run")
-    shutil.copy(source / ".hf_metadata" / "config.json", source / ".hf_metadata" / "tok\\en.json")
+    shutil.copy(source / ".hf_metadata" / CONFIG_NAME, source / ".hf_metadata" / "tok\\en.json")
     proc = run("consolidate", source, tmp_path / "out", "--no-progress")
     assert proc.returncode == 0, proc.stderr
     no_traceback(proc)
     assert "not copied: .hf_metadata/tok\\en.json has a backslash" in proc.stdout
-    assert (tmp_path / "out" / INDEX).is_file() and (tmp_path / "out" / "config.json").is_file()
+    assert (tmp_path / "out" / INDEX).is_file() and (tmp_path / "out" / CONFIG_NAME).is_file()
     assert not (tmp_path / "out" / "tok\\en.json").exists()
 
 

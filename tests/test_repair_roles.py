@@ -17,7 +17,12 @@ from safetensors.numpy import save_file
 from test_journal import drifted
 
 from inspector._internal.checks import check
-from inspector._internal.common.filenames import WELL_KNOWN, is_well_known
+from inspector._internal.common.filenames import (
+    CONFIG_NAME,
+    GENERATION_CONFIG_NAME,
+    WELL_KNOWN,
+    is_well_known,
+)
 from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sidecar_name
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.scan.entry import scan
@@ -66,8 +71,8 @@ def test_per_layer_export_with_a_config_safetensors_keeps_config_json(tmp_path: 
     (`config.safetensors.json`), and the config survives `repair --yes` byte for byte."""
     folder = tmp_path / "export"
     shutil.copytree(EXPORT, folder)
-    config = (folder / "config.json").read_bytes()
-    generation = (folder / "generation_config.json").read_bytes()
+    config = (folder / CONFIG_NAME).read_bytes()
+    generation = (folder / GENERATION_CONFIG_NAME).read_bytes()
     stray_shard(folder, "config")
     stray_shard(folder, "generation_config")
     scanned = scan(folder)
@@ -76,14 +81,14 @@ def test_per_layer_export_with_a_config_safetensors_keeps_config_json(tmp_path: 
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
     }
-    assert not [p for p in scanned.read_problems if p.file.endswith("config.json")]
+    assert not [p for p in scanned.read_problems if p.file.endswith(CONFIG_NAME)]
     missing = [f for f in check(scanned, model=False) if f.code == "sidecar-missing"]
     assert {f.file for f in missing} == {"config.safetensors", "generation_config.safetensors"}
     assert all("config.safetensors.json" in f.message for f in missing)
     proc = run("repair", folder, "--yes", "--only", "sidecars")
     assert proc.returncode in (0, 1), proc.stderr
-    assert (folder / "config.json").read_bytes() == config
-    assert (folder / "generation_config.json").read_bytes() == generation
+    assert (folder / CONFIG_NAME).read_bytes() == config
+    assert (folder / GENERATION_CONFIG_NAME).read_bytes() == generation
     side = json.loads((folder / "config.safetensors.json").read_text())
     assert side["weight_map"] == {"config.extra.weight": "config.safetensors"}
     assert scan(folder).sidecars.keys() >= {"config.safetensors", "generation_config.safetensors"}
@@ -93,12 +98,12 @@ def test_lone_config_safetensors_with_config_json(tmp_path: Path) -> None:
     """The smallest folder of the report: `config.safetensors` and `config.json` alone."""
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(CONFIG))
+    (folder / CONFIG_NAME).write_text(json.dumps(CONFIG))
     stray_shard(folder, "config")
     assert scan(folder).layout != "modelopt-per-layer"
     proc = run("repair", folder, "--yes")
     assert proc.returncode in (0, 1), proc.stderr
-    assert json.loads((folder / "config.json").read_text()) == CONFIG
+    assert json.loads((folder / CONFIG_NAME).read_text()) == CONFIG
 
 
 @pytest.mark.parametrize("name", sorted(WELL_KNOWN))
