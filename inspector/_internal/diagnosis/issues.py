@@ -13,10 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, filterfalse
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
@@ -97,30 +97,9 @@ class Issue:
         return self.action.here
 
 
-# Codes that describe one root cause each; `_RULES` below decides which issue takes them.
-_SHARD_DAMAGE = frozenset(
-    {
-        Code.HEADER_UNREADABLE,
-        Code.HEADER_INVALID_ENTRY,
-        Code.HEADER_DUPLICATE_KEY,
-        Code.UNKNOWN_DTYPE,
-        Code.SIZE_MISMATCH,
-        Code.OFFSET_INVALID,
-        Code.FILE_TRUNCATED,
-        Code.TRAILING_BYTES,
-    }
-)
-_INDEX_STALE = frozenset(
-    {
-        Code.INDEX_UNREADABLE,
-        Code.INDEX_UNSAFE_PATH,
-        Code.INDEX_DANGLING_TENSOR,
-        Code.INDEX_WRONG_FILE,
-        Code.TOTAL_SIZE_MISMATCH,
-        Code.TOTAL_PARAMETERS_MISMATCH,
-    }
-)
+# Codes whose findings name the shard, not the index, that they point at.
 _NAMES_THE_SHARD = frozenset({Code.INDEX_DANGLING_TENSOR, Code.INDEX_WRONG_FILE})
+# Codes of a root cause that code beside its rule in `_RULES` needs too.
 _SIDECARS = frozenset(
     {
         Code.SIDECAR_MISSING,
@@ -132,18 +111,15 @@ _SIDECARS = frozenset(
     }
 )
 _EXPERTS = frozenset({Code.EXPERT_MISSING, Code.EXPERT_INCOMPLETE, Code.EXPERT_SHAPE_MISMATCH})
-_DCP_GAPS = frozenset(
-    {
-        Code.DCP_SHARDING_INFO_MISSING,
-        Code.DCP_COVERAGE_GAP,
-        Code.DCP_CHUNK_OVERLAP,
-        Code.DCP_DTYPE_CONFLICT,
-    }
-)
 _MAX_LISTED = 3
 # Layouts `repair --from REF` restores tensors into (`inspector._internal.plans.restore`).
 _RESTORES_INTO = frozenset({LayoutName.HF_SHARDED, LayoutName.MODELOPT_PER_LAYER})
 _EXPERT_NUMBER = re.compile(r"\.experts\.\d+\.")
+# Layouts a training job writes itself (Megatron torch_dist, PyTorch DCP): no exporter made
+# them, the job that saved them saves them again.
+_TRAINING_LAYOUTS = frozenset({LayoutName.TORCH_DIST, LayoutName.DCP_SHARDED})
+_RESAVE = "re-save from the training job"
+_TOTALS = frozenset({Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH})
 
 
 def group_issues(
@@ -164,7 +140,7 @@ def group_issues(
     issues: list[Issue] = []
     for rule in _RULES:
         mine = [f for f in pending if rule.takes(f)]
-        issue = rule.build(ctx, mine, pending) if mine else None
+        issue = _build(rule, ctx, mine, pending) if mine else None
         if issue is not None:
             issues.append(issue)
             claimed = set(issue.findings)
@@ -211,7 +187,7 @@ class _Context:
 
     @property
     def path(self) -> str:
-        return legible(_quote(str(self.scanned.path)))
+        return legible(shell_word(str(self.scanned.path)))
 
     def sizes(self, names: Collection[str]) -> dict[str, int]:
         """Bytes of each of `names` that a shard header holds (the first holder wins). Only
@@ -296,15 +272,15 @@ class _Context:
 
     def restore_command(self) -> str:
         ref = self.reference()
-        source = _quote(ref.path) if ref is not None else "REF"
+        source = shell_word(ref.path) if ref is not None else "REF"
         return f"ckpt-inspect repair {self.path} --from {source}"
 
     def copy_command(self, files: Sequence[str]) -> str:
         """`cp REF/<file> PATH/<file>` for the first files (the reference's when known)."""
         ref = self.reference()
-        source = _quote(ref.path) if ref is not None else "REF"
+        source = shell_word(ref.path) if ref is not None else "REF"
         root = self.path
-        shown = [f"cp {source}/{_quote(f)} {root}/{_quote(f)}" for f in files[:_MAX_LISTED]]
+        shown = [f"cp {source}/{shell_word(f)} {root}/{shell_word(f)}" for f in files[:_MAX_LISTED]]
         more = f"; ... ({len(files) - _MAX_LISTED} more)" if len(files) > _MAX_LISTED else ""
         return "; ".join(shown) + more
 
@@ -325,392 +301,325 @@ class _Context:
 # -- grouping rules --------------------------------------------------------------------------
 
 
-def _index_misses_tensors(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Issue | None:
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """One root cause as a row: the findings it takes first (`takes`), its issue's key,
+    severity (None: its findings' worst), words and action (`Action`'s fields; a "repair"
+    names as command the plan part it runs, `_repair`). The words are format strings over a
+    `_Facts` of its findings; `facts` computes what this cause alone needs (None: not this
+    cause after all). Each later rule sees only the findings the earlier ones left."""
+
+    key: str
+    takes: Callable[[Finding], bool]
+    title: str = ""
+    impact: str = ""
+    kind: ActionKind = "review"
+    text: str = ""
+    command: str = ""
+    severity: Severity | None = Severity.ERROR
+    facts: Callable[[_Facts], dict[str, Any] | None] | None = None
+    # The issue lists its findings' tensors (False: none; `facts` may name others).
+    tensors: bool = True
+
+
+class _Facts(dict[str, Any]):
+    """The values a rule's words are written with: what its `facts` gave, else on first use
+    one of `_COMMON` (a title that names no reference never looks for one)."""
+
+    def __init__(self, ctx: _Context, mine: list[Finding], pending: list[Finding]) -> None:
+        super().__init__()
+        self.ctx, self.scanned, self.mine, self.pending = ctx, ctx.scanned, mine, pending
+
+    def __missing__(self, name: str) -> Any:
+        value = self[name] = _COMMON[name](self)
+        return value
+
+
+_COMMON: dict[str, Callable[[_Facts], Any]] = {
+    "path": lambda x: x.ctx.path,
+    "candidate": lambda x: x.ctx.candidate(),
+    "restore_command": lambda x: x.ctx.restore_command(),
+    "findings": lambda x: x.mine,
+    "files": lambda x: sorted({f.file for f in x.mine if f.file}),
+    "tensors": lambda x: sorted({f.tensor for f in x.mine if f.tensor}),
+    "cells": lambda x: (),
+    "shown": lambda x: _listed(x["files"]),
+    "them": lambda x: "them" if len(x["files"]) != 1 else "it",
+    "codes": lambda x: _codes_text(Counter(f.code for f in x.mine)),
+    "config": lambda x: CONFIG_NAME,
+}
+
+
+def _build(rule: _Rule, ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+    x = _Facts(ctx, mine, pending)
+    own = rule.facts(x) if rule.facts is not None else {}
+    if own is None:
+        return None
+    x.update(own)
+    if "action" not in x:
+        text, command = rule.text.format_map(x), rule.command.format_map(x)
+        kind = rule.kind
+        x["action"] = (
+            _repair(ctx, command, text) if kind == "repair" else Action(kind, text, command)
+        )
+    return Issue(
+        key=rule.key,
+        severity=rule.severity if rule.severity is not None else _worst(x.mine),
+        title=x["title"] if "title" in x else rule.title.format_map(x),
+        impact=x["impact"] if "impact" in x else rule.impact.format_map(x),
+        action=x["action"],
+        findings=tuple(x["findings"]),
+        tensors=tuple(x["tensors"]) if rule.tensors else (),
+        files=tuple(x["files"]),
+        cells=tuple(x["cells"]),
+    )
+
+
+def _index_misses(x: _Facts) -> dict[str, Any] | None:
     """Shards hold tensors the index does not list (and the stale totals that follow)."""
-    index = ctx.scanned.index
+    index = x.scanned.index
     if index is None:
         return None
     # Names the readable shards hold and the index lacks, filtered at C level against the
     # index's shared name set (the index rule built it; a dict of the weight map costs more).
-    held = chain.from_iterable(s.names for s in ctx.scanned.shards if s.readable)
+    held = chain.from_iterable(s.names for s in x.scanned.shards if s.readable)
     missing = sorted(set(filterfalse(index.name_set().__contains__, held)))
+    pending = x.pending
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
-    totals = [
-        f for f in pending if f.code in (Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH)
-    ]
+    totals = [f for f in pending if f.code in _TOTALS]
     # A loader reads only the shards the index names: the model's "missing" tensors that such
     # a shard holds are these same tensors, not a loss.
-    hidden = set(missing)
-    unseen = ctx.load_claim(pending, ctx.among(hidden), Code.LOAD_MISSING_TENSOR)
+    unseen = x.ctx.load_claim(pending, x.ctx.among(set(missing)), Code.LOAD_MISSING_TENSOR)
     # Sidecars that list what their shards hold and disagree with the index say the same:
     # the index is the stale one (after `repair --only sidecars`, advising the sidecars
     # again would send the user round in a circle).
-    own = [f for f in pending if f.code in _SIDECARS and f.code != Code.SIDECAR_INDEX_DISAGREE]
-    if not own:
+    if not any(f.code in _SIDECARS and f.code != Code.SIDECAR_INDEX_DISAGREE for f in pending):
         totals += [f for f in pending if f.code == Code.SIDECAR_INDEX_DISAGREE]
-    files = sorted({f.file for f in mine if f.file})
-    described = ctx.describe(missing)
-    impact = f"{described} invisible to loaders: a model loaded through the index "
-    impact += "silently lacks them"
-    if unseen:
-        impact += " (the load check reports them missing)"
-    return Issue(
-        key="index-misses-tensors",
-        severity=Severity.ERROR,
-        title=f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
-        impact=impact,
-        action=_repair(ctx, "index", f"rebuild {index.file} from the shard headers"),
-        findings=tuple(mine + totals + unseen),
-        tensors=tuple(missing),
-        files=tuple(files),
-    )
+    described = x.ctx.describe(missing)
+    return {
+        "index": index.file,
+        "title": f"{index.file} misses {described.split(' (')[0]}{_where(missing)}",
+        "seen": " (the load check reports them missing)" if unseen else "",
+        "described": described,
+        "findings": x.mine + totals + unseen,
+        "tensors": missing,
+    }
 
 
-def _sidecars_disagree(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+def _sidecars(x: _Facts) -> dict[str, Any]:
     """Per-layer sidecars that do not describe their shards."""
-    held = ctx.held()
+    held = x.ctx.held()
     unlisted = sorted(
         {
             n
-            for shard, doc in ctx.scanned.sidecars.items()
+            for shard, doc in x.scanned.sidecars.items()
             for n in held.get(shard, frozenset()) - doc.weight_map.keys()
         }
     )
     # The sidecar files themselves (a disagreement finding may name the index instead).
-    sidecars = sorted({f.file for f in mine if f.file and f.file.endswith(".safetensors.json")})
+    sidecars = [f for f in x["files"] if f.endswith(".safetensors.json")]
     which = sidecars[0] if len(sidecars) == 1 else f"{len(sidecars)} sidecars"
     if not sidecars:
         which = "the sidecars"
-    index = ctx.scanned.index
-    same = index is not None and bool(unlisted) and not (set(unlisted) & index.weight_map.keys())
-    if unlisted:
-        title = f"{which} {'misses' if len(sidecars) == 1 else 'miss'} "
-        title += f"{'the same ' if same else ''}{ctx.describe(unlisted).split(' (')[0]}"
-        title += _where(unlisted)
-        impact = (
-            f"{ctx.describe(unlisted)} unlisted: tools that read the per-layer sidecars "
-            "(Model-Optimizer re-import, per-layer loaders) miss them"
-        )
-    else:
-        codes = Counter(f.code for f in mine)
-        title = f"{which} disagree with their shards ({_codes_text(codes)})"
-        impact = "per-layer loaders read wrong or incomplete tensor lists"
-    return Issue(
-        key="sidecars-disagree",
-        severity=_worst(mine),
-        title=title,
-        impact=impact,
-        action=_repair(ctx, "sidecars", "rebuild each sidecar from its shard's header"),
-        findings=tuple(mine),
-        tensors=tuple(unlisted),
-        files=tuple(sidecars),
-    )
+    facts: dict[str, Any] = {"tensors": unlisted, "files": sidecars}
+    if not unlisted:
+        return facts | {"title": f"{which} disagree with their shards ({x['codes']})"}
+    index = x.scanned.index
+    same = index is not None and not (set(unlisted) & index.weight_map.keys())
+    title = f"{which} {'misses' if len(sidecars) == 1 else 'miss'} "
+    title += f"{'the same ' if same else ''}{x.ctx.describe(unlisted).split(' (')[0]}"
+    impact = f"{x.ctx.describe(unlisted)} unlisted: tools that read the per-layer sidecars "
+    impact += "(Model-Optimizer re-import, per-layer loaders) miss them"
+    return facts | {"title": title + _where(unlisted), "impact": impact}
 
 
-def _shard_files_missing(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Issue | None:
+def _shards_gone(x: _Facts) -> dict[str, Any]:
     """The index names shards that are not on disk: their tensors are gone."""
-    index = ctx.scanned.index
-    on_disk = {s.file for s in ctx.scanned.shards}
+    index = x.scanned.index
+    on_disk = {s.file for s in x.scanned.shards}
     gone = sorted({f for f in (index.weight_map.values() if index else ()) if f not in on_disk})
     lost = sorted(n for n, f in index.weight_map.items() if f in set(gone)) if index else []
-    names = _listed(gone)
-    # Same-named dangling tensors are the missing files' contents, not a second issue.
+    # Same-named dangling tensors are the missing files' contents, not a second issue...
     lost_set = set(lost)
-    dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set]
+    dangling = [
+        f for f in x.pending if f.code == Code.INDEX_DANGLING_TENSOR and f.tensor in lost_set
+    ]
     # ...nor are the model's missing tensors that those files held.
-    dangling += ctx.load_claim(pending, ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
-    return Issue(
-        key="shard-files-missing",
-        severity=Severity.ERROR,
-        title=f"{plural(len(gone), 'shard file')} named by the index "
-        f"{'are' if len(gone) != 1 else 'is'} not on disk: {names}",
-        impact=f"{plural(len(lost), 'tensor')} lost: loading fails or leaves them uninitialised",
-        action=Action(
-            "restore",
-            f"copy {names} again from the source (rebuilding the index would only hide the "
-            f"loss), or restore their tensors from a reference copy{ctx.candidate()}",
-            ctx.restore_command(),
-        ),
-        findings=tuple(mine + dangling),
-        tensors=tuple(lost),
-        files=tuple(gone),
-    )
+    dangling += x.ctx.load_claim(x.pending, x.ctx.among(lost_set), Code.LOAD_MISSING_TENSOR)
+    return {
+        "gone": plural(len(gone), "shard file"),
+        "are": "are" if len(gone) != 1 else "is",
+        "lost": plural(len(lost), "tensor"),
+        "findings": x.mine + dangling,
+        "tensors": lost,
+        "files": gone,
+    }
 
 
-def _index_stale(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+# The index's words by what is wrong with it: its totals only (cosmetic), unreadable, other.
+_STALE_INDEX = {
+    "totals": (
+        "{index} has stale totals ({codes})",
+        "cosmetic: loaders do not use the totals, but size checks and tools that pre-allocate "
+        "from them do",
+    ),
+    "unreadable": ("{index} cannot be read", "no loader can open the checkpoint through its index"),
+    "wrong": (
+        "{index} points at the wrong places ({codes})",
+        "loading fails, or reads tensors from files that do not hold them",
+    ),
+}
+
+
+def _index_stale(x: _Facts) -> dict[str, Any]:
     """The index is unreadable, points wrong, or carries stale totals."""
-    codes = Counter(f.code for f in mine)
-    cosmetic = set(codes) <= {Code.TOTAL_SIZE_MISMATCH, Code.TOTAL_PARAMETERS_MISMATCH}
+    codes = {f.code for f in x.mine}
+    state = "unreadable" if Code.INDEX_UNREADABLE in codes else "wrong"
     # A dangling or misplaced tensor's finding names the shard the index points at, not the
     # index: the title and the fix name the index ('rebuild model-00001-of-00004.safetensors
     # from the shard headers' was said of a shard).
-    index_file = next(
-        (f.file for f in mine if f.file and f.code not in _NAMES_THE_SHARD),
-        ctx.scanned.index.file if ctx.scanned.index else INDEX_NAME,
+    x["index"] = next(
+        (f.file for f in x.mine if f.file and f.code not in _NAMES_THE_SHARD),
+        x.scanned.index.file if x.scanned.index else INDEX_NAME,
     )
-    if cosmetic:
-        title = f"{index_file} has stale totals ({_codes_text(codes)})"
-        impact = "cosmetic: loaders do not use the totals, but size checks and tools that "
-        impact += "pre-allocate from them do"
-    elif Code.INDEX_UNREADABLE in codes:
-        title = f"{index_file} cannot be read"
-        impact = "no loader can open the checkpoint through its index"
-    else:
-        title = f"{index_file} points at the wrong places ({_codes_text(codes)})"
-        impact = "loading fails, or reads tensors from files that do not hold them"
-    return Issue(
-        key="index-stale",
-        severity=_worst(mine),
-        title=title,
-        impact=impact,
-        action=_repair(ctx, "index", f"rebuild {index_file} from the shard headers"),
-        findings=tuple(mine),
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(index_file,),
-    )
+    title, impact = _STALE_INDEX["totals" if codes <= _TOTALS else state]
+    return {"files": [x["index"]], "title": title.format_map(x), "impact": impact}
 
 
-def _duplicates(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    names = sorted({f.tensor for f in mine if f.tensor})
-    return Issue(
-        key="duplicate-tensors",
-        severity=Severity.ERROR,
-        title=f"{len(names) or len(mine):,} tensor names are stored in more than one shard",
-        impact="loaders keep whichever copy they read last",
-        action=_repair(
-            ctx,
-            "index",
-            "decide which copy is right (duplicates policy: first, last or the index's), "
-            "then rebuild the index",
-        ),
-        findings=tuple(mine),
-        tensors=tuple(names),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-    )
-
-
-def _shards_damaged(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    files = sorted({f.file for f in mine if f.file})
-    counts = ctx.scanned.files.set_index("file")["tensors"] if len(ctx.scanned.files) else None
+def _shards_damaged(x: _Facts) -> dict[str, Any]:
+    files = x["files"]
+    counts = x.scanned.files.set_index("file")["tensors"] if len(x.scanned.files) else None
     held = sum(int(counts.get(f, 0)) for f in files) if counts is not None else 0
-    shown = _listed(files)
-    severity = _worst(mine)
-    impact = f"{held:,} tensors in {'them' if len(files) != 1 else 'it'} cannot be trusted"
-    if severity != Severity.ERROR:
-        impact = "strict readers reject the file; lenient ones load it"
-    return Issue(
-        key="shards-damaged",
-        severity=severity,
-        title=f"{len(files)} shard{'s are' if len(files) != 1 else ' is'} damaged: {shown} "
-        f"({_codes_text(Counter(f.code for f in mine))})",
-        impact=impact,
-        action=Action(
-            "restore",
-            f"copy {shown} again from the source{ctx.candidate()}, or re-export "
-            f"{'them' if len(files) != 1 else 'it'}; nothing here rewrites shard data",
-            ctx.copy_command(files),
-        ),
-        findings=tuple(mine),
-        files=tuple(files),
-    )
+    facts: dict[str, Any] = {"n": len(files), "s_are": "s are" if len(files) != 1 else " is"}
+    facts |= {"held": held, "copy": x.ctx.copy_command(files)}
+    if _worst(x.mine) != Severity.ERROR:
+        facts["impact"] = "strict readers reject the file; lenient ones load it"
+    return facts
 
 
-def _files_unsafe(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
+def _files_unsafe(x: _Facts) -> dict[str, Any]:
     """Files not read because they are no regular file of the folder (a link out of it, a
     FIFO, a device): what the index maps to them is 'in no shard' for that reason alone, so
     those dangling findings are this issue's, not a stale index (rebuilding the index
     would drop the tensors; `repair` refuses it)."""
-    files = sorted({f.file for f in mine if f.file})
-    unread = set(files)
-    dangling = [f for f in pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
-    shown = _listed(files)
-    known = code_of(Code.FILE_UNSAFE)
-    return Issue(
-        key="files-unsafe",
-        severity=Severity.ERROR,
-        title=f"{plural(len(files), 'file')} not read: not a regular file inside the "
-        f"checkpoint folder (a link out of it, a FIFO, a device): {shown}",
-        impact="what they hold is not checked, and a loader that follows them reads files "
-        "outside the checkpoint",
-        action=Action("review", known.fix.text, f"ckpt-inspect check {ctx.path}"),
-        findings=tuple(mine + dangling),
-        files=tuple(files),
-    )
+    unread = set(x["files"])
+    dangling = [f for f in x.pending if f.code == Code.INDEX_DANGLING_TENSOR and f.file in unread]
+    return {
+        "findings": x.mine + dangling,
+        "n_files": plural(len(unread), "file"),
+        "unsafe": Code.FILE_UNSAFE.fix.text,
+    }
 
 
-def _config_unreadable(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    return Issue(
-        key="config-unreadable",
-        severity=Severity.ERROR,
-        title="config.json is not valid JSON (truncated or overwritten)",
-        impact="transformers cannot load the model (AutoConfig fails); the checks here use "
-        "what its readable part says",
-        action=Action(
-            "restore",
-            "restore config.json from the training run or the original model"
-            f"{ctx.candidate()}; it cannot be rebuilt from the shards",
-            ctx.copy_command([CONFIG_NAME]),
-        ),
-        findings=tuple(mine),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-    )
-
-
-def _experts_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    mine = mine + _load_of_experts(ctx, pending)
-    experts = ctx.scanned.experts
-    cells: list[tuple[int, int | None]] = []
-    title, impact = "", ""
-    if len(experts):
-        missing = experts[experts["missing"]]
-        partial = experts[
-            ~experts["missing"] & (experts["tensors_found"] < experts["tensors_expected"])
-        ]
-        per_layer = missing.groupby("layer").size()
-        expected = int(experts.groupby("layer")["expert"].size().max())
-        layers = sorted(int(v) for v in per_layer.index)
-        cells = [(layer, None) for layer in layers]
-        pairs = zip(partial["layer"].tolist(), partial["expert"].tolist(), strict=True)
-        cells += [(int(layer), int(expert)) for layer, expert in pairs][:1000]
-        # Bytes that should be there: each missing expert weighs what its present siblings do.
-        present = experts[~experts["missing"]]
-        mean = float(present["bytes"].mean()) if len(present) else 0.0
-        parts = []
-        if len(missing):
-            counts = set(per_layer.tolist())
-            each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
-            table = ctx.scanned.layers
-            mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
-            parts.append(f"{each} experts missing in {_moe_layers(layers, mtp)}")
-        if len(partial):
-            parts.append(f"{plural(len(partial), 'expert')} incomplete")
-        title = "; ".join(parts) or "experts differ from their siblings"
-        impact = (
-            f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
-            "written: the model cannot be loaded as its config declares"
-            if len(missing)
-            else "some experts lack tensors or have odd shapes: loading fails for them"
-        )
-    return Issue(
-        key="experts-missing",
-        severity=Severity.ERROR,
-        title=title or plural(len(mine), "expert finding"),
-        impact=impact or "experts are missing or incomplete",
-        action=_lost_tensors_action(
-            ctx,
+def _experts(x: _Facts) -> dict[str, Any]:
+    x.mine = x.mine + _load_of_experts(x.ctx, x.pending)
+    facts: dict[str, Any] = {
+        "action": _lost_tensors_action(
+            x.ctx,
             "copy them back from a checkpoint that holds them in this format (the export's "
             "source, another export of the same model): an expert is restored where its "
             "siblings here share its dtype and shape",
             "re-export from the training checkpoint (expert-parallel: with global ids)",
         ),
-        findings=tuple(mine),
         # The structure findings' tensors: the load check's are model keys, not stored.
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor and f.code in _EXPERTS})),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-        cells=tuple(cells),
+        "tensors": sorted({f.tensor for f in x.mine if f.tensor and f.code in _EXPERTS}),
+        "title": plural(len(x.mine), "expert finding"),
+        "impact": "experts are missing or incomplete",
+    }
+    experts = x.scanned.experts
+    if not len(experts):
+        return facts
+    missing = experts[experts["missing"]]
+    partial = experts[
+        ~experts["missing"] & (experts["tensors_found"] < experts["tensors_expected"])
+    ]
+    per_layer = missing.groupby("layer").size()
+    expected = int(experts.groupby("layer")["expert"].size().max())
+    layers = sorted(int(v) for v in per_layer.index)
+    pairs = zip(partial["layer"].tolist(), partial["expert"].tolist(), strict=True)
+    cells = [(layer, None) for layer in layers]
+    facts["cells"] = cells + [(int(layer), int(expert)) for layer, expert in pairs][:1000]
+    # Bytes that should be there: each missing expert weighs what its present siblings do.
+    present = experts[~experts["missing"]]
+    mean = float(present["bytes"].mean()) if len(present) else 0.0
+    parts = []
+    if len(missing):
+        counts = set(per_layer.tolist())
+        each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
+        table = x.scanned.layers
+        mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
+        parts.append(f"{each} experts missing in {_moe_layers(layers, mtp)}")
+    if len(partial):
+        parts.append(f"{plural(len(partial), 'expert')} incomplete")
+    facts["title"] = "; ".join(parts) or "experts differ from their siblings"
+    facts["impact"] = (
+        f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
+        "written: the model cannot be loaded as its config declares"
+        if len(missing)
+        else "some experts lack tensors or have odd shapes: loading fails for them"
     )
+    return facts
 
 
-def _quant_config_missing(
-    ctx: _Context, mine: list[Finding], pending: list[Finding]
-) -> Issue | None:
-    """Quantized modules a quantization config leaves out (the findings of one file: the
-    two rules that take them split them by file)."""
-    modules = plural(len(mine), "quantized module")
-    if mine[0].file == CONFIG_NAME:
-        # A compressed-tensors config.json is the model's own config, which no repair
-        # rewrites: the fix is a choice left to the person.
-        key, file = "quant-config-missing-layers-config", CONFIG_NAME
-        title = f"{CONFIG_NAME}'s quantization_config leaves out {modules}"
-        action = Action(
-            "review",
-            f"take the modules out of {CONFIG_NAME}'s ignore list (or add them to a "
-            "group's targets), or re-export them unquantized",
-            _command(ctx, "review"),
-        )
-    else:  # hf_quant_config.json's are repaired here.
-        key, file = "quant-config-missing-layers", QUANT_CONFIG_NAME
-        title = f"hf_quant_config.json lacks {modules}"
-        action = _repair(
-            ctx,
-            "quant-config",
-            "add the missing quantized_layers entries from their sibling experts' configs "
-            "(opt-in: review the diff)",
-        )
-    return Issue(
-        key=key,
-        severity=Severity.ERROR,
-        title=title,
-        impact="loaders treat those modules as unquantized and misread their weights",
-        action=action,
-        findings=tuple(mine),
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=(file,),
-    )
+def _quant(file: str) -> Callable[[_Facts], dict[str, Any]]:
+    """Facts of the quantized modules a quantization config (`file`) leaves out."""
+    return lambda x: {"modules": plural(len(x.mine), "quantized module"), "files": [file]}
 
 
-def _dcp_chunks_broken(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    return Issue(
-        key="dcp-chunks-broken",
-        severity=Severity.ERROR,
-        title=f"DCP chunks do not tile {len({f.tensor for f in mine}):,} tensors "
-        f"({_codes_text(Counter(f.code for f in mine))})",
-        impact="consolidation refuses; a rank's file is missing or short",
-        action=Action(
-            "restore",
-            "copy the missing or short rank files again, or re-save the checkpoint",
-            _RESAVE,
-        ),
-        findings=tuple(mine),
-        tensors=tuple(sorted({f.tensor for f in mine if f.tensor})),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-    )
-
-
-def _collapsed(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    """One file takes every tensor: a DCP run's recorded mapping, or a plain checkpoint."""
-    if ctx.scanned.dcp is None:
-        return Issue(
-            key="shards-collapsed",
-            severity=Severity.WARNING,
-            title="every tensor sits in one file over the 5 GB split size",
-            impact="loaders read one huge file; hubs and tools expect shards",
-            action=Action(
-                "reshard",
-                "split it into shards of at most 5 GB",
-                f"ckpt-inspect repair {ctx.path} --only reshard",
-            ),
-            findings=tuple(mine),
-            files=tuple(sorted({f.file for f in mine if f.file})),
-        )
-    ref = consolidation_reference(ctx.scanned)
-    if ref is not None:
-        text = (
-            f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
-            "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
-            "by default"
-        )
-        command = f"ckpt-inspect consolidate {ctx.path} DEST --reference {_quote(ref.path)}"
-    else:
+def _consolidation(x: _Facts) -> dict[str, Any] | None:
+    """A DCP run's recorded mapping sends every tensor to one file: consolidate following
+    a reference instead (the one on this machine when known)."""
+    if x.scanned.dcp is None:
+        return None
+    ref = consolidation_reference(x.scanned)
+    if ref is None:
         text = (
             "consolidate with the reference model's index instead of the recorded "
             "mapping; without one, consolidation packs by size (5 GB per file)"
         )
-        command = f"ckpt-inspect consolidate {ctx.path} DEST --reference REF"
-    return Issue(
-        key="mapping-collapsed",
-        severity=Severity.WARNING,
-        title="the recorded file-index mapping sends every tensor to one output file",
-        impact="a consolidation that follows it writes one huge file instead of the "
-        "reference model's shards",
-        action=Action("consolidate", text, command),
-        findings=tuple(mine),
-        files=tuple(sorted({f.file for f in mine if f.file})),
+        return {"action": Action("consolidate", text, _command(x.ctx, "consolidate"))}
+    text = (
+        f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+        "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
+        "by default"
     )
+    command = f"ckpt-inspect consolidate {x['path']} DEST --reference {shell_word(ref.path)}"
+    return {"action": Action("consolidate", text, command)}
+
+
+def _load(x: _Facts) -> dict[str, Any]:
+    """The load check's findings of one code (each load rule takes one) that no other issue
+    explains. Their keys: every one of the verdict's when given (but those another issue
+    claimed: only missing and mismatched keys can be, `_Context.load_claim`), else the
+    findings' (those listed before the fold: 'more than 200 tensors')."""
+    v, code = x.ctx.verdict, x.mine[0].code
+    if v is not None:
+        claimed = () if code == Code.LOAD_UNEXPECTED_TENSOR else x.ctx.explained
+        keys: Sequence[str] = [k for k in _verdict_keys(v, code) if k not in claimed]
+        count = plural(len(keys), "tensor")
+    else:
+        keys = sorted({f.tensor for f in x.mine if f.tensor})
+        count = plural(len(keys), "tensor")
+        if any(f.tensor is None for f in x.mine):
+            count = f"more than {len(keys):,} tensors" if keys else "tensors"
+    # The class config.json names, which the load check builds.
+    names = (x.scanned.config or {}).get("architectures")
+    first = names[0] if isinstance(names, list) and names else None
+    model = (v.architecture if v is not None else None) or (
+        first if isinstance(first, str) else None
+    )
+    numbered = layer_expert_numbers(list(keys))
+    cells = list(dict.fromkeys((n, e) for n, e in numbered if n is not None))[:1000]
+    facts = {"model": legible(model or "the model"), "count": count, "cells": cells}
+    facts["named"] = f" ({', '.join(map(legible, keys))})" if 0 < len(keys) <= 2 else _where(keys)
+    if code == Code.LOAD_MISSING_TENSOR:
+        # The tensors are not in the checkpoint: the browser cannot show them, the heatmap
+        # shows their layers.
+        return facts | {"tensors": (), "files": (), "untied": _untied(x.scanned.config, keys)}
+    # The stored tensors behind the model keys (what the tensor browser can show).
+    sources = v.sources if v is not None else {}
+    stored = {n for k in keys for n in sources.get(k, (k,))}
+    return facts | {"tensors": sorted(stored | {f.tensor for f in x.mine if f.tensor})}
 
 
 def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
@@ -746,93 +655,7 @@ def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
     ]
 
 
-def _load_missing(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    """What the model code would not find, where no other issue explains it (see the
-    module docstring)."""
-    v = ctx.verdict
-    exact, arch = v is not None, _model_name(ctx)
-    keys = _load_keys(mine, v.missing if v is not None else None, ctx.explained)
-    return Issue(
-        key="load-missing-tensors",
-        severity=Severity.ERROR,
-        title=f"{arch} expects {_count(keys, mine, exact=exact)} the checkpoint "
-        f"does not hold{_named(keys)}",
-        impact="transformers initialises them at random (silently, with a warning in "
-        "a log); serving engines refuse the checkpoint or load garbage",
-        action=Action("restore", _restore_text(ctx, keys), ctx.restore_command()),
-        findings=tuple(mine),
-        # The tensors are not in the checkpoint: the browser cannot show them, the
-        # heatmap shows their layers.
-        cells=_cells(keys),
-    )
-
-
-def _load_shapes(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    """Tensors stored with another shape than the model code builds."""
-    v = ctx.verdict
-    exact, arch = v is not None, _model_name(ctx)
-    keys = _load_keys(
-        mine, _verdict_keys(v, Code.LOAD_SHAPE_MISMATCH) if v else None, ctx.explained
-    )
-    return Issue(
-        key="load-shape-mismatch",
-        severity=Severity.ERROR,
-        title=f"{_count(keys, mine, exact=exact)} stored with another shape than "
-        f"{arch} expects{_named(keys)}",
-        impact="loading fails (with ignore_mismatched_sizes, transformers "
-        "re-initialises them at random)",
-        action=Action(
-            "review",
-            "compare config.json (hidden and expert sizes, head counts) with the model "
-            "these weights come from: a wrong config is fixed there, a wrong tensor by "
-            "re-exporting",
-            f"ckpt-inspect diff REF {ctx.path} --reference",
-        ),
-        findings=tuple(mine),
-        tensors=_stored(ctx, keys, mine),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-        cells=_cells(keys),
-    )
-
-
-def _load_unexpected(ctx: _Context, mine: list[Finding], pending: list[Finding]) -> Issue | None:
-    """Tensors the model code would drop."""
-    v = ctx.verdict
-    exact, arch = v is not None, _model_name(ctx)
-    keys = _load_keys(mine, v.unexpected if v is not None else None)
-    return Issue(
-        key="load-unexpected-tensors",
-        severity=Severity.WARNING,
-        title=f"{_count(keys, mine, exact=exact)} {arch} would not load{_named(keys)}",
-        impact="transformers drops them and strict loaders refuse the checkpoint: "
-        "config.json may name the wrong architecture or sizes, or they are strays",
-        action=Action(
-            "review",
-            "check that config.json describes the model these weights belong to; "
-            "remove stray tensors only once sure they are not needed",
-            f"ckpt-inspect diff REF {ctx.path} --reference",
-        ),
-        findings=tuple(mine),
-        tensors=_stored(ctx, keys, mine),
-        files=tuple(sorted({f.file for f in mine if f.file})),
-        cells=_cells(keys),
-    )
-
-
-def _model_name(ctx: _Context) -> str:
-    """The model class the load check built, as shown in titles."""
-    v = ctx.verdict
-    return legible((v.architecture if v is not None else None) or _architecture(ctx) or "the model")
-
-
-def _architecture(ctx: _Context) -> str | None:
-    """The class config.json names (what the load check builds)."""
-    names = (ctx.scanned.config or {}).get("architectures")
-    first = names[0] if isinstance(names, list) and names else None
-    return first if isinstance(first, str) and first else None
-
-
-def _verdict_keys(verdict: LoadVerdict, code: Code) -> tuple[str, ...]:
+def _verdict_keys(verdict: LoadVerdict, code: str) -> tuple[str, ...]:
     """The verdict's keys behind the load findings of `code`."""
     if code == Code.LOAD_MISSING_TENSOR:
         return verdict.missing
@@ -841,57 +664,15 @@ def _verdict_keys(verdict: LoadVerdict, code: Code) -> tuple[str, ...]:
     return verdict.unexpected
 
 
-def _load_keys(
-    findings: list[Finding], keys: Sequence[str] | None, claimed: Collection[str] = ()
-) -> tuple[str, ...]:
-    """Every key of one kind: the verdict's (all of them, but those another issue
-    claimed) when given, else the findings' (those listed before the fold)."""
-    if keys is not None:
-        return tuple(k for k in keys if k not in claimed)
-    return tuple(sorted({f.tensor for f in findings if f.tensor}))
-
-
-def _count(keys: Sequence[str], findings: Sequence[Finding], *, exact: bool) -> str:
-    """'3 tensors' / '1 tensor'. Not `exact` (the keys are the findings', no verdict) and
-    some were folded into a summary: 'more than 200 tensors'."""
-    n = len(keys)
-    folded = not exact and any(f.tensor is None for f in findings)
-    if folded:
-        return f"more than {n:,} tensors" if n else "tensors"
-    return plural(n, "tensor")
-
-
-def _stored(ctx: _Context, keys: Sequence[str], findings: Sequence[Finding]) -> tuple[str, ...]:
-    """The stored tensors behind model keys (what the tensor browser can show)."""
-    v = ctx.verdict
-    names = [n for k in keys for n in (v.sources.get(k, (k,)) if v is not None else (k,))]
-    names += [f.tensor for f in findings if f.tensor]
-    return tuple(sorted(set(names)))
-
-
-def _cells(keys: Sequence[str]) -> tuple[tuple[int, int | None], ...]:
-    """The (layer, expert) heatmap cells of numbered keys, first 1,000."""
-
-    cells = dict.fromkeys(
-        (layer, expert) for layer, expert in layer_expert_numbers(list(keys)) if layer is not None
-    )
-    return tuple(list(cells)[:1000])
-
-
-def _restore_text(ctx: _Context, keys: Sequence[str]) -> str:
-    text = (
-        "copy them back from a reference that holds them (the checkpoint this one was made "
-        f"from, or the original model){ctx.candidate()}; a reference of another dtype is "
-        "refused where the copy would not match its siblings"
-    )
-    config = ctx.scanned.config or {}
+def _untied(config: Mapping[str, Any] | None, keys: Sequence[str]) -> str:
+    """The advice to add when lm_head is lost and config.json unties it, else ''."""
     head = any(k.rpartition(".")[0].endswith("lm_head") for k in keys)
-    if head and config.get("tie_word_embeddings") is False:
-        text += (
+    if head and (config or {}).get("tie_word_embeddings") is False:
+        return (
             "; config.json unties the output head from the input embedding: restore lm_head, "
             "or set tie_word_embeddings true if the model was trained tied"
         )
-    return text
+    return ""
 
 
 def _per_code(ctx: _Context, pending: list[Finding]) -> list[Issue]:
@@ -948,20 +729,8 @@ def _lead(finding: Finding, meaning: str) -> str:
     return cut_at_word(text, _TITLE_LIMIT)
 
 
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    """One root cause: the findings it takes first (`takes`), and the issue `build` makes
-    of them with the context and the findings still unclaimed (None: not this cause after
-    all). Each later rule sees only what the earlier ones left."""
-
-    takes: Callable[[Finding], bool]
-    build: Callable[[_Context, list[Finding], list[Finding]], Issue | None]
-
-
-def _codes(*codes: Code | frozenset[Code]) -> Callable[[Finding], bool]:
-    wanted = frozenset(
-        c for group in codes for c in ((group,) if isinstance(group, Code) else group)
-    )
+def _codes(*codes: Code) -> Callable[[Finding], bool]:
+    wanted = frozenset(codes)
     return lambda f: f.code in wanted
 
 
@@ -971,24 +740,217 @@ def _quant_file(in_config: bool) -> Callable[[Finding], bool]:
     )
 
 
+_REVIEW_LOAD = "ckpt-inspect diff REF {path} --reference"
+_QUANT_IMPACT = "loaders treat those modules as unquantized and misread their weights"
+
 # The grouping rules, in the order they claim findings.
 _RULES: tuple[_Rule, ...] = (
-    _Rule(_codes(_SHARD_DAMAGE), _shards_damaged),
-    _Rule(_codes(Code.INDEX_MISSING_FILE), _shard_files_missing),
-    _Rule(_codes(Code.FILE_UNSAFE), _files_unsafe),
-    _Rule(_codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE), _index_misses_tensors),
-    _Rule(_codes(_INDEX_STALE), _index_stale),
-    _Rule(_codes(Code.DUPLICATE_TENSOR), _duplicates),
-    _Rule(_codes(_SIDECARS), _sidecars_disagree),
-    _Rule(_codes(Code.CONFIG_UNREADABLE), _config_unreadable),
-    _Rule(_codes(_EXPERTS), _experts_missing),
-    _Rule(_quant_file(in_config=True), _quant_config_missing),
-    _Rule(_quant_file(in_config=False), _quant_config_missing),
-    _Rule(_codes(_DCP_GAPS), _dcp_chunks_broken),
-    _Rule(_codes(Code.MAPPING_COLLAPSED), _collapsed),
-    _Rule(_codes(Code.LOAD_MISSING_TENSOR), _load_missing),
-    _Rule(_codes(Code.LOAD_SHAPE_MISMATCH), _load_shapes),
-    _Rule(_codes(Code.LOAD_UNEXPECTED_TENSOR), _load_unexpected),
+    _Rule(
+        "shards-damaged",
+        _codes(
+            Code.HEADER_UNREADABLE,
+            Code.HEADER_INVALID_ENTRY,
+            Code.HEADER_DUPLICATE_KEY,
+            Code.UNKNOWN_DTYPE,
+            Code.SIZE_MISMATCH,
+            Code.OFFSET_INVALID,
+            Code.FILE_TRUNCATED,
+            Code.TRAILING_BYTES,
+        ),
+        "{n} shard{s_are} damaged: {shown} ({codes})",
+        "{held:,} tensors in {them} cannot be trusted",
+        "restore",
+        "copy {shown} again from the source{candidate}, or re-export {them}; nothing here "
+        "rewrites shard data",
+        "{copy}",
+        severity=None,
+        facts=_shards_damaged,
+        tensors=False,
+    ),
+    _Rule(
+        "shard-files-missing",
+        _codes(Code.INDEX_MISSING_FILE),
+        "{gone} named by the index {are} not on disk: {shown}",
+        "{lost} lost: loading fails or leaves them uninitialised",
+        "restore",
+        "copy {shown} again from the source (rebuilding the index would only hide the "
+        "loss), or restore their tensors from a reference copy{candidate}",
+        "{restore_command}",
+        facts=_shards_gone,
+    ),
+    _Rule(
+        "files-unsafe",
+        _codes(Code.FILE_UNSAFE),
+        "{n_files} not read: not a regular file inside the checkpoint folder (a link out of "
+        "it, a FIFO, a device): {shown}",
+        "what they hold is not checked, and a loader that follows them reads files outside "
+        "the checkpoint",
+        "review",
+        "{unsafe}",
+        "ckpt-inspect check {path}",
+        facts=_files_unsafe,
+        tensors=False,
+    ),
+    _Rule(
+        "index-misses-tensors",
+        _codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE),
+        impact="{described} invisible to loaders: a model loaded through the index silently "
+        "lacks them{seen}",
+        kind="repair",
+        text="rebuild {index} from the shard headers",
+        command="index",
+        facts=_index_misses,
+    ),
+    _Rule(
+        "index-stale",
+        _codes(
+            Code.INDEX_UNREADABLE,
+            Code.INDEX_UNSAFE_PATH,
+            Code.INDEX_DANGLING_TENSOR,
+            Code.INDEX_WRONG_FILE,
+            Code.TOTAL_SIZE_MISMATCH,
+            Code.TOTAL_PARAMETERS_MISMATCH,
+        ),
+        kind="repair",
+        text="rebuild {index} from the shard headers",
+        command="index",
+        severity=None,
+        facts=_index_stale,
+    ),
+    _Rule(
+        "duplicate-tensors",
+        _codes(Code.DUPLICATE_TENSOR),
+        "{n:,} tensor names are stored in more than one shard",
+        "loaders keep whichever copy they read last",
+        "repair",
+        "decide which copy is right (duplicates policy: first, last or the index's), "
+        "then rebuild the index",
+        "index",
+        facts=lambda x: {"n": len(x["tensors"]) or len(x.mine)},
+    ),
+    _Rule(
+        "sidecars-disagree",
+        _codes(*_SIDECARS),
+        impact="per-layer loaders read wrong or incomplete tensor lists",
+        kind="repair",
+        text="rebuild each sidecar from its shard's header",
+        command="sidecars",
+        severity=None,
+        facts=_sidecars,
+    ),
+    _Rule(
+        "config-unreadable",
+        _codes(Code.CONFIG_UNREADABLE),
+        "{config} is not valid JSON (truncated or overwritten)",
+        "transformers cannot load the model (AutoConfig fails); the checks here use what its "
+        "readable part says",
+        "restore",
+        "restore {config} from the training run or the original model{candidate}; it "
+        "cannot be rebuilt from the shards",
+        "{copy}",
+        facts=lambda x: {"copy": x.ctx.copy_command([CONFIG_NAME])},
+        tensors=False,
+    ),
+    _Rule("experts-missing", _codes(*_EXPERTS), facts=_experts),
+    # A compressed-tensors config.json is the model's own config, which no repair rewrites:
+    # the fix is a choice left to the person. hf_quant_config.json's are repaired here.
+    _Rule(
+        "quant-config-missing-layers-config",
+        _quant_file(in_config=True),
+        "{config}'s quantization_config leaves out {modules}",
+        _QUANT_IMPACT,
+        "review",
+        "take the modules out of {config}'s ignore list (or add them to a group's "
+        "targets), or re-export them unquantized",
+        "ckpt-inspect check {path}",
+        facts=_quant(CONFIG_NAME),
+    ),
+    _Rule(
+        "quant-config-missing-layers",
+        _quant_file(in_config=False),
+        "hf_quant_config.json lacks {modules}",
+        _QUANT_IMPACT,
+        "repair",
+        "add the missing quantized_layers entries from their sibling experts' configs "
+        "(opt-in: review the diff)",
+        "quant-config",
+        facts=_quant(QUANT_CONFIG_NAME),
+    ),
+    _Rule(
+        "dcp-chunks-broken",
+        _codes(
+            Code.DCP_SHARDING_INFO_MISSING,
+            Code.DCP_COVERAGE_GAP,
+            Code.DCP_CHUNK_OVERLAP,
+            Code.DCP_DTYPE_CONFLICT,
+        ),
+        "DCP chunks do not tile {n:,} tensors ({codes})",
+        "consolidation refuses; a rank's file is missing or short",
+        "restore",
+        "copy the missing or short rank files again, or re-save the checkpoint",
+        _RESAVE,
+        facts=lambda x: {"n": len({f.tensor for f in x.mine})},
+    ),
+    # One file takes every tensor: a plain checkpoint, or a DCP run's recorded mapping.
+    _Rule(
+        "shards-collapsed",
+        _codes(Code.MAPPING_COLLAPSED),
+        "every tensor sits in one file over the 5 GB split size",
+        "loaders read one huge file; hubs and tools expect shards",
+        "reshard",
+        "split it into shards of at most 5 GB",
+        "ckpt-inspect repair {path} --only reshard",
+        severity=Severity.WARNING,
+        facts=lambda x: {} if x.scanned.dcp is None else None,
+        tensors=False,
+    ),
+    _Rule(
+        "mapping-collapsed",
+        _codes(Code.MAPPING_COLLAPSED),
+        "the recorded file-index mapping sends every tensor to one output file",
+        "a consolidation that follows it writes one huge file instead of the reference "
+        "model's shards",
+        severity=Severity.WARNING,
+        facts=_consolidation,
+        tensors=False,
+    ),
+    _Rule(
+        "load-missing-tensors",
+        _codes(Code.LOAD_MISSING_TENSOR),
+        "{model} expects {count} the checkpoint does not hold{named}",
+        "transformers initialises them at random (silently, with a warning in a log); serving "
+        "engines refuse the checkpoint or load garbage",
+        "restore",
+        "copy them back from a reference that holds them (the checkpoint this one was made "
+        "from, or the original model){candidate}; a reference of another dtype is refused "
+        "where the copy would not match its siblings{untied}",
+        "{restore_command}",
+        facts=_load,
+    ),
+    _Rule(
+        "load-shape-mismatch",
+        _codes(Code.LOAD_SHAPE_MISMATCH),
+        "{count} stored with another shape than {model} expects{named}",
+        "loading fails (with ignore_mismatched_sizes, transformers re-initialises them at random)",
+        "review",
+        "compare {config} (hidden and expert sizes, head counts) with the model these "
+        "weights come from: a wrong config is fixed there, a wrong tensor by re-exporting",
+        _REVIEW_LOAD,
+        facts=_load,
+    ),
+    _Rule(
+        "load-unexpected-tensors",
+        _codes(Code.LOAD_UNEXPECTED_TENSOR),
+        "{count} {model} would not load{named}",
+        "transformers drops them and strict loaders refuse the checkpoint: {config} may name "
+        "the wrong architecture or sizes, or they are strays",
+        "review",
+        "check that {config} describes the model these weights belong to; remove stray "
+        "tensors only once sure they are not needed",
+        _REVIEW_LOAD,
+        severity=Severity.WARNING,
+        facts=_load,
+    ),
 )
 
 
@@ -1043,12 +1005,6 @@ def _command(ctx: _Context, kind: ActionKind) -> str:
     }.get(kind, f"ckpt-inspect check {ctx.path}")
 
 
-# Layouts a training job writes itself (Megatron torch_dist, PyTorch DCP): no exporter made
-# them, the job that saved them saves them again.
-_TRAINING_LAYOUTS = frozenset({LayoutName.TORCH_DIST, LayoutName.DCP_SHARDED})
-_RESAVE = "re-save from the training job"
-
-
 def _reexport(ctx: _Context) -> str:
     """What a re-export is for this checkpoint: the exporter run again, or for a training
     checkpoint the training job's save (the rerun-drift of torch_dist is fixed there)."""
@@ -1099,17 +1055,6 @@ def _where(names: Sequence[str]) -> str:
             break
         common.append(a)
     return f" ({legible('.'.join(common))}.*)" if len(common) >= 2 and len(names) > 1 else ""
-
-
-def _named(names: Sequence[str]) -> str:
-    """' (lm_head.weight)' for one or two names, else their common prefix (see `_where`)."""
-    if 0 < len(names) <= 2:
-        return f" ({', '.join(map(legible, names))})"
-    return _where(names)
-
-
-def _quote(path: str) -> str:
-    return shell_word(path)
 
 
 # The public names (`inspector.Problem`, `inspector.group_problems`, docs/python.md) of an
