@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from inspector._internal.cli.args import EXIT_OK, emit
+from inspector._internal.cli.args import EXIT_OK, add_options, emit
 from inspector._internal.findings.codes import Code, codes_markdown
 
 __all__ = ["add_arguments", "run"]
@@ -13,7 +13,7 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The options of `codes` (its name and help: `cli.main.COMMANDS`)."""
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_options(p, "--json")
     p.add_argument("--markdown", action="store_true", help="print the reference as Markdown")
     p.set_defaults(func=run)
 
