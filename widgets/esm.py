@@ -1,14 +1,9 @@
 """A large anywidget module sent once per kernel and evaluated once per page, however many
-widgets use it.
-
-anywidget evaluates a widget's module once per widget and gives a model 2 s to load it, so
-a page of plotly figures and Perspective grids froze for seconds and widgets stayed empty.
-Here `shared_module(...)` is a stub that loads at once and imports the real module once per
-page; the module's text is held by one `ModuleHolder` widget per module per kernel, which
-each widget names in its state (`holder_trait(source)`), so it crosses the kernel, the
-server and the page once, not with every widget. `patient(esm)` makes anywidget's 2 s count
-only the time the page could run. The measurements and the mechanism: docs/architecture.md,
-"widgets/".
+widgets use it: `shared_module(...)` is a stub that imports, once per page, the real module
+held by one `ModuleHolder` widget per module per kernel (`holder_trait(source)`);
+`patient(esm)` makes anywidget's 2 s limit on loading a module count only the time the page
+could run. Why (pages frozen for seconds, widgets left empty) and the measurements:
+docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
-"""plotly's notebook renderers and widget, imported with nbformat put off.
-
-plotly imports nbformat with its renderers (`plotly.io._renderers`, also imported by its
-widget) and reads nothing from it but `__version__`, which `plotly.io.show` checks each time
-a figure is shown in a notebook. Importing nbformat imports jsonschema, whose format checkers
-build `rfc3987_syntax`'s lark grammar: 1.6 s of a kernel's CPU on the project's 2-core test
-machine, paid by every notebook that shows a figure. Here plotly gets a stand-in that answers
-`__version__` from the installed distribution and imports nbformat at any other attribute
-asked of it. Details: docs/architecture.md, "widgets/".
+"""plotly's notebook renderers and widget, imported with nbformat put off: plotly reads only
+its `__version__` (at each `show`), and importing nbformat cost a kernel 1.6 s or more of CPU
+in every notebook that showed a figure; a stand-in answers it from the installed
+distribution. Details: docs/architecture.md, "widgets/".
 """
 
 from __future__ import annotations

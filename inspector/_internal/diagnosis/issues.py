@@ -1,11 +1,9 @@
 """Issues: findings grouped into root causes, each with its impact and the action that fixes it.
 
-A check reports every symptom it sees (one index gap can be 44 findings); a person wants one
-line per cause with its fix. `group_issues` turns findings into such issues. Pure:
-scanned data and findings in, issues out; the counts in titles come from the scanned data,
-since the findings are folded. Whether a plan fixes a issue is not guessed here
-(`plans.repair.preview_repair` re-checks). Example and grouping: docs/architecture.md,
-"diagnosis/".
+A check reports every symptom (one index gap can be 44 findings); `group_issues` makes one
+issue per cause, with its fix. Pure; the counts in titles come from the scanned data, since
+findings are folded. Whether a plan fixes an issue is `plans.repair.preview_repair`'s to say.
+Example and grouping: docs/architecture.md, "diagnosis/".
 """
 
 from __future__ import annotations
