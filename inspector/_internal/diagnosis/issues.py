@@ -12,7 +12,7 @@ import dataclasses
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from itertools import chain, filterfalse
 from typing import TYPE_CHECKING, Any
 
@@ -314,6 +314,7 @@ class _Rule:
     kind: ActionKind = "review"
     text: str = ""
     command: str = ""
+    _: KW_ONLY
     severity: Severity | None = Severity.ERROR
     facts: Callable[[_Facts], dict[str, Any] | None] | None = None
     # The issue lists its findings' tensors (False: none; `facts` may name others).
