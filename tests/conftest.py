@@ -208,6 +208,42 @@ def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def demo_verdicts(tmp_path_factory: pytest.TempPathFactory, demo_checkpoints: Path) -> Path:
+    """A verdict cache root (for `CACHE_ENV`) holding the load verdict of every demo
+    checkpoint, computed once per test run in the first process that asks and shared by
+    every process of it: read it, never write it (`copy_demo_verdicts` gives a copy that
+    may be written). For the tests that show a demo's verdict but are not about computing it
+    (a notebook's kernel): each of them would import torch and transformers (4-6 s of CPU)
+    to build a model that the test process builds in a fraction of a second, its imports
+    being done already when another test file of the run needed them. Tests of the verdict,
+    its child process or its cache keep their own empty folder (`verdict_cache_dir`)."""
+
+    def make(folder: Path) -> None:
+        from inspector._internal.demo import demo_names
+        from inspector._internal.load.verdict import load_verdict
+        from inspector._internal.scan.entry import scan
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CACHE_ENV, str(folder))
+            for name in demo_names():
+                if (demo_checkpoints / name).is_dir():
+                    load_verdict(scan(demo_checkpoints / name))  # kept in `folder`
+
+    return once_per_run(tmp_path_factory, "demo-verdicts", make)
+
+
+@pytest.fixture(scope="session")
+def copy_demo_verdicts(demo_verdicts: Path) -> Callable[[Path], Path]:
+    """Factory: a private copy of `demo_verdicts` at a folder (a few small files), which
+    the processes given it as their `CACHE_ENV` may add to; returns the folder."""
+
+    def copy(target: Path) -> Path:
+        return Path(shutil.copytree(demo_verdicts, target))
+
+    return copy
+
+
+@pytest.fixture(scope="session")
 def copy_demos(demo_checkpoints: Path) -> Callable[[Path], list[Path]]:
     """Factory: a private copy of every demo checkpoint under a folder, as `write_demos` would
     leave it there (same folders, same bytes); returns the folders in writing order."""
