@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # No test reads or writes the user's verdict cache (inspector/_internal/load/cache.py): the
 # whole session, and every process it starts, uses a private one, and each test a folder of
 # its own inside it (`verdict_cache_dir`), so that no verdict kept by one test answers
-# another.
+# another. The one exception is asked for by name: `demo_verdicts`, the demos' verdicts
+# computed once per run for the tests that show them without being about them.
 _VERDICT_CACHES = Path(tempfile.mkdtemp(prefix="ckpt-inspect-verdicts-"))
 os.environ[CACHE_ENV] = str(_VERDICT_CACHES / "session")
 _TEST_NUMBER = itertools.count()
