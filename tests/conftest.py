@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # No test reads or writes the user's verdict cache (inspector/_internal/load/cache.py): the
 # whole session, and every process it starts, uses a private one, and each test a folder of
 # its own inside it (`verdict_cache_dir`), so that no verdict kept by one test answers
-# another.
+# another. The one exception is asked for by name: `demo_verdicts`, the demos' verdicts
+# computed once per run for the tests that show them without being about them.
 _VERDICT_CACHES = Path(tempfile.mkdtemp(prefix="ckpt-inspect-verdicts-"))
 os.environ[CACHE_ENV] = str(_VERDICT_CACHES / "session")
 _TEST_NUMBER = itertools.count()
@@ -205,6 +206,42 @@ def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lambda folder: shutil.copytree(golden / "model", folder / "epoch_0_step_10" / "model"),
     )
     return run / "epoch_0_step_10" / "model"
+
+
+@pytest.fixture(scope="session")
+def demo_verdicts(tmp_path_factory: pytest.TempPathFactory, demo_checkpoints: Path) -> Path:
+    """A verdict cache root (for `CACHE_ENV`) holding the load verdict of every demo
+    checkpoint, computed once per test run in the first process that asks and shared by
+    every process of it: read it, never write it (`copy_demo_verdicts` gives a copy that
+    may be written). For the tests that show a demo's verdict but are not about computing it
+    (a notebook's kernel): each of them would import torch and transformers (4-6 s of CPU)
+    to build a model that the test process builds in a fraction of a second, its imports
+    being done already when another test file of the run needed them. Tests of the verdict,
+    its child process or its cache keep their own empty folder (`verdict_cache_dir`)."""
+
+    def make(folder: Path) -> None:
+        from inspector._internal.demo import demo_names
+        from inspector._internal.load.verdict import load_verdict
+        from inspector._internal.scan.entry import scan
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv(CACHE_ENV, str(folder))
+            for name in demo_names():
+                if (demo_checkpoints / name).is_dir():
+                    load_verdict(scan(demo_checkpoints / name))  # kept in `folder`
+
+    return once_per_run(tmp_path_factory, "demo-verdicts", make)
+
+
+@pytest.fixture(scope="session")
+def copy_demo_verdicts(demo_verdicts: Path) -> Callable[[Path], Path]:
+    """Factory: a private copy of `demo_verdicts` at a folder (a few small files), which
+    the processes given it as their `CACHE_ENV` may add to; returns the folder."""
+
+    def copy(target: Path) -> Path:
+        return Path(shutil.copytree(demo_verdicts, target))
+
+    return copy
 
 
 @pytest.fixture(scope="session")

@@ -174,10 +174,12 @@ def test_consolidate_past_the_file_size_limit(dcp_source: Path, tmp_path: Path) 
 
 
 def test_exit_codes_stay_distinct(tmp_path: Path) -> None:
-    """0 clean, 1 findings, 2 could not do the work."""
+    """0 clean, 1 findings, 2 could not do the work. The codes `main` returns; a real
+    process's for `check` in test_check_cli.py (the console script), `repair` in a process
+    here once."""
     folder = _drifted(tmp_path / "ckpt")
-    assert cli("check", folder, "--fail-on", "warning").returncode == 1
-    assert cli("check", tmp_path / "missing").returncode == 2
+    assert run("check", folder, "--fail-on", "warning").returncode == 1
+    assert run("check", tmp_path / "missing").returncode == 2
     assert cli("repair", folder, "--yes").returncode == 0
-    assert cli("check", folder, "--fail-on", "warning").returncode == 0
+    assert run("check", folder, "--fail-on", "warning").returncode == 0
     assert os.path.exists(folder / INDEX)

@@ -8,11 +8,11 @@ from __future__ import annotations
 import io
 import pickle
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from commands import run
 
 from inspector._internal.checks import check
 from inspector._internal.common.text import short_repr
@@ -325,11 +325,6 @@ def test_refusals_echo_a_bounded_part_of_the_file() -> None:
 
 def test_cli_reports_a_bomb_as_a_finding_without_traceback(tmp_path: Path) -> None:
     folder = folder_with(tmp_path, {".metadata": dag_key_metadata(40)})
-    proc = subprocess.run(
-        [sys.executable, "-m", "inspector", "check", str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run("check", folder)  # the command's work: no process needed (tests/commands.py)
     assert proc.returncode == 1, proc.stderr
     assert "pickle-bomb" in proc.stdout and "Traceback" not in proc.stderr

@@ -21,9 +21,10 @@ from inspector.widgets.dashboard import CheckpointState
 
 import inspector._internal.checks as checks
 from inspector._internal.load import child as load_child
+from inspector._internal.load.cache import CACHE_ENV
 from inspector._internal.load.child import verdict_apart
 from inspector._internal.load.records import ShapeMismatch
-from inspector._internal.load.verdict import LoadVerdict, load_verdict
+from inspector._internal.load.verdict import LoadVerdict, load_verdict, verdict_digest
 from inspector._internal.scan.entry import scan
 
 HEALTHY = "healthy-hf-sharded"
@@ -73,17 +74,37 @@ def test_the_child_gives_the_verdict_this_process_gives(demos: Path, tmp_path: P
     assert verdict_apart(scan(lost)).missing == (SCALE,)
 
 
-def test_the_caller_never_imports_torch_or_transformers(demos: Path) -> None:
+def test_the_caller_never_imports_torch_or_transformers(
+    demos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh caller asks its child and reads the verdict with neither imported. The child
+    there answers with the line the real one writes (`_serve`: the verdict this process
+    computes, and the digest), read from a file: the real child's own verdict is the test
+    above's, and a second interpreter importing torch and transformers (5-6 s of CPU) would
+    only compute it again."""
     pytest.importorskip("transformers")
+    scanned = scan(demos / HEALTHY)
+    with monkeypatch.context() as patch:  # kept elsewhere: the caller must ask its child
+        patch.setenv(CACHE_ENV, str(tmp_path / "elsewhere"))
+        verdict = load_verdict(scanned, cache=False)
+    answer = tmp_path / "answer"
+    answer.write_bytes(
+        orjson.dumps({"digest": verdict_digest(scanned), "verdict": verdict.to_dict()}) + b"\n"
+    )
+    child = (
+        "import sys; sys.stdin.readline(); sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())"
+    )
     code = (
         "import sys\n"
         "from inspector._internal.scan.entry import scan\n"
+        "from inspector._internal.load import child\n"
         "from inspector._internal.load.child import verdict_apart\n"
+        "child._CHILD.command = [sys.executable, '-c', sys.argv[2], sys.argv[3]]\n"
         "v = verdict_apart(scan(sys.argv[1]))\n"
         "print(v.ran, v.loads, 'torch' in sys.modules, 'transformers' in sys.modules)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(demos / HEALTHY)],
+        [sys.executable, "-c", code, str(demos / HEALTHY), child, str(answer)],
         capture_output=True, text=True, timeout=600, check=True,
     ).stdout.split()  # fmt: skip
     assert out == ["True", "True", "False", "False"]

@@ -19,6 +19,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from inspector._internal.load.cache import CACHE_ENV
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 KERNEL = "python3"
@@ -32,8 +34,13 @@ def demo_dir(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kernel_env(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment of the notebook kernels; the python3 kernelspec must be this venv's."""
+def kernel_env(
+    demo_dir: Path, tmp_path_factory: pytest.TempPathFactory, copy_demo_verdicts
+) -> dict[str, str]:
+    """The environment of the notebook kernels; the python3 kernelspec must be this venv's.
+    Their verdict cache holds the demos' verdicts (`demo_verdicts`): the notebooks are
+    about their stories, not about computing a verdict, and each kernel that checks a demo
+    would otherwise import torch and transformers to build its model."""
     from jupyter_client.kernelspec import KernelSpecManager
 
     spec = KernelSpecManager().get_kernel_spec(KERNEL)
@@ -46,7 +53,26 @@ def kernel_env(demo_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
             f"{sys.executable} -m ipykernel install --sys-prefix"
         )
     work = tmp_path_factory.mktemp("notebook-work")
-    return {"CKPT_DEMO_DIR": str(demo_dir), "CKPT_WORK_DIR": str(work)}
+    cache = copy_demo_verdicts(tmp_path_factory.mktemp("notebook-verdicts") / "cache")
+    _keep_consolidated_verdict(demo_dir, tmp_path_factory.mktemp("consolidated"), cache)
+    return {"CKPT_DEMO_DIR": str(demo_dir), "CKPT_WORK_DIR": str(work), CACHE_ENV: str(cache)}
+
+
+def _keep_consolidated_verdict(demo_dir: Path, work: Path, cache: Path) -> None:
+    """Keep in `cache` the verdict of what notebook 04 writes (the collapsed DCP demo
+    consolidated with its reference assignment), so that its kernel imports no torch and
+    no transformers either. Should the notebook write something else, its kernel computes
+    that verdict itself: slower, never wrong (the key is the checkpoint's content)."""
+    import shutil
+
+    from inspector import plan_consolidation, scan
+    from inspector._internal.load.verdict import load_verdict
+
+    source = Path(shutil.copytree(demo_dir / "automodel-2289-dcp-mapping-collapsed", work / "src"))
+    plan_consolidation(scan(source), work / "consolidated").execute()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_ENV, str(cache))
+        load_verdict(scan(work / "consolidated"))
 
 
 # What each notebook's outputs must show (text of its printed and displayed results).
