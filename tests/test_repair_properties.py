@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
 from inspector import check, scan
+from inspector._internal.cli.main import main
 from inspector._internal.execution import atomic
 from inspector._internal.plans.repair import plan_repair
 
@@ -136,31 +135,71 @@ def test_scan_repair_scan_has_no_index_finding(
 
 
 def test_repair_killed_at_random_moments_never_leaves_a_mix(tmp_path: Path) -> None:
-    """SIGKILL a real `ckpt-inspect repair --yes` at spread-out moments of its run."""
+    """Kill `ckpt-inspect repair --yes` before each of its filesystem steps in turn.
+
+    A kill at a moment of the wall clock mostly landed in the interpreter's start-up, before
+    any write; the child below dies (`os._exit`, no clean-up, as SIGKILL) just before its
+    N-th step (a replace, rename, link, unlink, mkdir or fsync), for every N the run has."""
     template = tmp_path / "template"
     _write_healthy(template, 40, 8, 1)
     _damage(template, "drop", 3)
-    cmd = [sys.executable, "-m", "inspector", "repair", "--yes"]
-    start = time.perf_counter()
-    subprocess.run(
-        [*cmd, str(_copy(template, tmp_path / "timing"))], check=True, capture_output=True
-    )
-    duration = time.perf_counter() - start
     originals = (template / INDEX).read_bytes()
-    repaired = (tmp_path / "timing" / INDEX).read_bytes()
-    for i, fraction in enumerate((0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0)):
-        folder = _copy(template, tmp_path / f"run{i}")
-        proc = subprocess.Popen(
-            [*cmd, str(folder)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-        time.sleep(duration * fraction)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    steps = _repair_killed_before(_copy(template, tmp_path / "whole"), None)
+    repaired = (tmp_path / "whole" / INDEX).read_bytes()
+    assert repaired != originals and steps >= 4, steps  # the fix was written, step by step
+    for step in range(steps):
+        folder = _copy(template, tmp_path / f"run{step}")
+        assert _repair_killed_before(folder, step) == step
         assert (folder / INDEX).read_bytes() in (originals, repaired)
         (folder / atomic.LOCK).unlink(missing_ok=True)
         atomic.recover(folder)
         assert (folder / INDEX).read_bytes() in (originals, repaired)
         assert _digests(folder) == _digests(template)
+
+
+# The filesystem calls a repair's writes go through (pathlib's and shutil's included).
+_STEPS = ("replace", "rename", "link", "unlink", "mkdir", "fsync")
+_KILLED = 137
+
+
+def _repair_killed_before(folder: Path, kill_at: int | None) -> int:
+    """Run the CLI's `repair --yes` in a forked child that dies before its `kill_at`-th
+    filesystem step (or never); return how many steps it took."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        status = 1
+        try:
+            os.close(read)
+            taken = 0
+
+            def counted(call: Callable[..., object]) -> Callable[..., object]:
+                def step(*args: object, **kwargs: object) -> object:
+                    nonlocal taken
+                    if taken == kill_at:
+                        os.write(write, str(taken).encode())
+                        os._exit(_KILLED)
+                    taken += 1
+                    return call(*args, **kwargs)
+
+                return step
+
+            for name in _STEPS:
+                setattr(os, name, counted(getattr(os, name)))
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(quiet, 1)
+            os.dup2(quiet, 2)
+            status = main(["repair", "--yes", "--no-model", str(folder)])
+            os.write(write, str(taken).encode())
+        finally:
+            os._exit(status)
+    os.close(write)
+    with os.fdopen(read, "rb") as answer:
+        steps = answer.read()
+    _, wait = os.waitpid(pid, 0)
+    expected = 0 if kill_at is None else _KILLED
+    assert os.waitstatus_to_exitcode(wait) == expected, (kill_at, wait)
+    return int(steps)
 
 
 def _copy(src: Path, dest: Path) -> Path:
