@@ -661,7 +661,7 @@ def listing_page(n: int, *, keys: int) -> bytes:
 
 # The entry cap is 20,000 here, not its 200,000: S3's listing counts its entries against it
 # all the same, in 20 pages of botocore's XML parsing instead of 200 (20 ms of CPU each).
-# The cap at its real value is tested on HTTP and the Hub (tests/test_remote_hostile.py).
+# The cap at its real value is tested on the Hub (tests/test_remote_hostile.py).
 @pytest.mark.parametrize(
     ("answer", "expected", "entry_cap"),
     [
