@@ -209,7 +209,7 @@ def _fork_server(spec_text: str) -> int:
         import inspector._internal.storage.guard
         import inspector._internal.storage.remote  # noqa: F401
     sys.path.insert(0, str(HERE.parent))
-    from fuzz.targets import PREPARE, TARGETS, WARM
+    from fuzz.targets import PREPARE, TARGETS
 
     print(f"fuzz: the package instrumented once, in {time.monotonic() - started:.0f} s")
     pending = list(spec["plan"])
@@ -226,9 +226,8 @@ def _fork_server(spec_text: str) -> int:
                     os.dup2(log, 1)
                     os.dup2(log, 2)
                     name = item["name"]
-                    for setup in (PREPARE, WARM):
-                        if name in setup:
-                            setup[name]()
+                    if name in PREPARE:
+                        PREPARE[name]()
                     atheris.Setup([sys.argv[0], *item["argv"]], TARGETS[name])
                     atheris.Fuzz()
                 except BaseException:
@@ -258,12 +257,11 @@ def _hypothesis(name: str, seconds: float, args: argparse.Namespace) -> bool:
     from hypothesis import strategies as st
 
     sys.path.insert(0, str(HERE.parent))
-    from fuzz.targets import PREPARE, TARGETS, WARM
+    from fuzz.targets import PREPARE, TARGETS
 
     target = TARGETS[name]
-    for setup in (PREPARE, WARM):
-        if name in setup:
-            setup[name]()
+    if name in PREPARE:
+        PREPARE[name]()
     timeout = max(args.timeout, TIMEOUTS.get(name, 0))
     seeds = [p.read_bytes() for p in sorted((CORPUS / name).iterdir()) if p.is_file()]
     deadline = time.monotonic() + seconds

@@ -71,7 +71,6 @@ __all__ = [
     "MAX_MESSAGE",
     "PREPARE",
     "TARGETS",
-    "WARM",
     "bin_pickle",
     "engine_answer",
     "fit_config",
@@ -365,6 +364,11 @@ def _checkpoint() -> Path:
         with contextlib.redirect_stderr(io.StringIO()):  # its progress bar
             transformers.LlamaForCausalLM(config).save_pretrained(folder)
         assert load_verdict(scan(folder)).loads
+        # The message of a sub-config AutoModel cannot build names every type it can, which
+        # imports every configuration module of transformers once (seconds): done here.
+        from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+        assert MODEL_MAPPING.keys()
         _CHECKPOINT = folder
     return _CHECKPOINT
 
@@ -423,16 +427,6 @@ def load_config(data: bytes) -> None:
 
 def _prepare_load_config() -> None:
     _checkpoint()
-
-
-def _warm_load_config() -> None:
-    """The message of a sub-config AutoModel cannot build names every type it can, which
-    imports every configuration module of transformers once (6 s of CPU): done before a
-    fuzzing run, whose inputs may build it. No input of the corpus does: its replay
-    (tests/test_fuzz_corpus.py) leaves it out."""
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING
-
-    assert MODEL_MAPPING.keys()
 
 
 # -- (f) a remote server's answers --------------------------------------------------------------
@@ -1117,6 +1111,3 @@ PREPARE: dict[str, Callable[[], None]] = {
     "torch_bin": _prepare_bin,
     "bin_pickle": _prepare_bin,
 }
-# What a fuzzing run (tests/fuzz/run.py) does besides PREPARE before its first input: work
-# only inputs the fuzzer may make ask for, which no input of the corpus does.
-WARM: dict[str, Callable[[], None]] = {"load_config": _warm_load_config}
