@@ -193,7 +193,10 @@ def test_every_emitted_code_is_declared_by_its_rule(demo_scans: list) -> None:
             assert codes <= rule.codes, (rule.name, scanned.path.name, codes - rule.codes)
             if codes:
                 fired.add(rule.name)
-        assert {f.code for f in check(scanned)} <= set(Code)
+        # Without the model: the model rules' codes are the next test's (a verdict against
+        # every demo), and building each demo's model here cost 4-5 s of CPU; every finding
+        # is made by `make_finding`, which refuses a code the table does not hold.
+        assert {f.code for f in check(scanned, model=False)} <= set(Code)
     assert len(fired) >= 4, fired
 
 
