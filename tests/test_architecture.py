@@ -4,11 +4,13 @@ codes."""
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import pkgutil
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -154,13 +156,10 @@ def test_layouts_never_import_checks_or_build_findings() -> None:
     layouts = sorted((ROOT / "inspector" / "_internal" / "layouts").glob("*.py"))
     assert len(layouts) > 5, "the layouts folder moved: this test would check nothing"
     for path in layouts:
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+        for base, level, imported, _, _ in _source(path).imports:
+            if level and not base:
+                continue
+            names = [base, f"{base}.{imported}"] if imported else [base]
             for name in names:
                 if name.startswith("inspector._internal.checks") or name in (
                     "inspector._internal.findings.finding.Finding",
@@ -194,7 +193,10 @@ def test_every_emitted_code_is_declared_by_its_rule(demo_scans: list) -> None:
             assert codes <= rule.codes, (rule.name, scanned.path.name, codes - rule.codes)
             if codes:
                 fired.add(rule.name)
-        assert {f.code for f in check(scanned)} <= set(Code)
+        # Without the model: the model rules' codes are the next test's (a verdict against
+        # every demo), and building each demo's model here cost 4-5 s of CPU; every finding
+        # is made by `make_finding`, which refuses a code the table does not hold.
+        assert {f.code for f in check(scanned, model=False)} <= set(Code)
     assert len(fired) >= 4, fired
 
 
@@ -326,27 +328,62 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return hidden
 
 
+@dataclass(frozen=True)
+class _Source:
+    """What the tests below read from one source file: its import statements (the module
+    as written, `level` dots for a relative one, the name imported or "", the line, whether
+    only under `if TYPE_CHECKING:`) and its string constants that are not docstrings."""
+
+    imports: tuple[tuple[str, int, str, int, bool], ...]
+    strings: tuple[tuple[str, int], ...]
+
+
+@functools.cache
+def _source(path: Path) -> _Source:
+    """`path` parsed once per test process (the files do not change during a run): about
+    200 files, each parsed and walked once instead of once per test that reads them."""
+    tree = ast.parse(path.read_text())
+    hidden = _type_checking_only(tree)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    imports: list[tuple[str, int, str, int, bool]] = []
+    strings: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports += [(a.name, 0, "", node.lineno, id(node) in hidden) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base, level = node.module or "", node.level
+            imports += [(base, level, a.name, node.lineno, id(node) in hidden) for a in node.names]
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+        ):
+            strings.append((node.value, node.lineno))
+    return _Source(tuple(imports), tuple(strings))
+
+
 def _imports(module: str, path: Path, *, types: bool = False) -> list[tuple[str, str, int]]:
     """(imported module or `module.name`, the name, the line) for every import statement of
     `module`, at any depth (inside functions too); those under `if TYPE_CHECKING:` only with
     `types`."""
-    tree = ast.parse(path.read_text())
-    hidden = set() if types else _type_checking_only(tree)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = []
-    for node in ast.walk(tree):
-        if id(node) in hidden:
+    for base, level, name, line, hidden in _source(path).imports:
+        if hidden and not types:
             continue
-        if isinstance(node, ast.Import):
-            out += [(a.name, "", node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package
-                for _ in range(node.level - 1):
-                    anchor = anchor.rpartition(".")[0]
-                base = f"{anchor}.{base}" if base else anchor
-            out += [(base, a.name, node.lineno) for a in node.names]
+        if level:
+            anchor = package
+            for _ in range(level - 1):
+                anchor = anchor.rpartition(".")[0]
+            base = f"{anchor}.{base}" if base else anchor
+        out.append((base, name, line))
     return out
 
 
@@ -576,23 +613,9 @@ def test_well_known_file_names_come_from_the_one_table() -> None:
     for path in sorted([*(ROOT / "inspector").rglob("*.py"), *(ROOT / "widgets").rglob("*.py")]):
         if path == table:
             continue
-        tree = ast.parse(path.read_text())
-        docstrings = {
-            id(node.body[0].value)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-            and isinstance(node.body[0], ast.Expr)
-            and isinstance(node.body[0].value, ast.Constant)
-        }
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Constant)
-                and isinstance(node.value, str)
-                and id(node) not in docstrings
-                and (node.value in names or node.value.split("/")[0] == HF_METADATA_DIR)
-            ):
-                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+        for value, line in _source(path).strings:
+            if value in names or value.split("/")[0] == HF_METADATA_DIR:
+                offenders.append(f"{path.relative_to(ROOT)}:{line}: {value!r}")
     assert offenders == []
 
 

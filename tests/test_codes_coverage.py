@@ -120,6 +120,12 @@ def write_single(folder: Path, state: dict) -> Path:
     return folder
 
 
+def private_copy(written: Path, folder: Path) -> Path:
+    """A test's own copy of a checkpoint a module fixture wrote (and checked clean) once:
+    the test damages it; writing and checking it again for each test cost 0.1-0.2 s of CPU."""
+    return Path(shutil.copytree(written, folder, symlinks=True))
+
+
 def shards(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("*.safetensors"))
 
@@ -227,11 +233,16 @@ def test_code_trailing_bytes(tmp_path: Path) -> None:
 # -- index against shards ----------------------------------------------------------------------
 
 
-@pytest.fixture
-def hf(tmp_path: Path) -> Path:
-    folder = write_hf(tmp_path / "hf", dense_model())
+@pytest.fixture(scope="module")
+def hf_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = write_hf(tmp_path_factory.mktemp("hf") / "hf", dense_model())
     assert len(shards(folder)) >= 3 and run(folder) == []
     return folder
+
+
+@pytest.fixture
+def hf(hf_written: Path, tmp_path: Path) -> Path:
+    return private_copy(hf_written, tmp_path / "hf")
 
 
 def test_code_index_unreadable(hf: Path) -> None:
@@ -321,11 +332,17 @@ LAYERS = 3
 LAST = shard_name(LAYERS, LAYERS)
 
 
-@pytest.fixture
-def export(tmp_path: Path) -> Path:
-    folder = write_modelopt_export(tmp_path / "export", tiny_layer_state_dicts(LAYERS))
+@pytest.fixture(scope="module")
+def export_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("export") / "export"
+    write_modelopt_export(folder, tiny_layer_state_dicts(LAYERS))
     assert run(folder) == []
     return folder
+
+
+@pytest.fixture
+def export(export_written: Path, tmp_path: Path) -> Path:
+    return private_copy(export_written, tmp_path / "export")
 
 
 def test_code_sidecar_missing(export: Path) -> None:
@@ -546,11 +563,16 @@ def rewrite_rank(path: Path, *, tensors=None, info=None, drop_info: bool = False
     save_file(state, str(path), metadata=metadata)
 
 
-@pytest.fixture
-def dcp(tmp_path: Path) -> Path:
-    folder = write_dcp(tmp_path / "dcp")
+@pytest.fixture(scope="module")
+def dcp_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = write_dcp(tmp_path_factory.mktemp("dcp") / "dcp")
     assert scan(folder).layout == "dcp-sharded" and run(folder) == []
     return folder
+
+
+@pytest.fixture
+def dcp(dcp_written: Path, tmp_path: Path) -> Path:
+    return private_copy(dcp_written, tmp_path / "dcp")
 
 
 def test_code_dcp_sharding_info_missing(dcp: Path) -> None:
@@ -616,11 +638,16 @@ def test_code_mapping_unreadable(dcp: Path) -> None:
 # -- Megatron torch_dist ------------------------------------------------------------------------
 
 
-@pytest.fixture
-def megatron(tmp_path: Path) -> Path:
-    folder = write_torch_dist_demo(tmp_path / "run")
+@pytest.fixture(scope="module")
+def megatron_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = write_torch_dist_demo(tmp_path_factory.mktemp("megatron") / "run")
     assert run(folder) == []
     return folder
+
+
+@pytest.fixture
+def megatron(megatron_written: Path, tmp_path: Path) -> Path:
+    return private_copy(megatron_written, tmp_path / "run")
 
 
 def rewrite_metadata(folder: Path, edit) -> None:
