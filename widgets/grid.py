@@ -182,10 +182,15 @@ _GRID_KIND = "perspective"  # the name `widgets.esm` keys the grids' module with
 # client and name the table in `restore` (perspective-viewer's `PerspectiveViewerElement::load`:
 # "if you plan to call restore anyway, prefer passing a Client"). The module's one call is
 # rewritten so, for the "server" binding the widget uses; any other version is left as it is.
+# The module listens to the model's changes only once that `restore` is done, so a change
+# that arrives meanwhile (the filter of "show tensor", sent just after the grid is shown) was
+# lost and the grid showed every row under "1 of 387 tensors match": the rewritten call
+# restores again while the model's state changed during the last restore (at most 5 times).
 _LOAD_TABLE = "await n.load(_),await n.restore(Object.fromEntries(Ye.map(b=>[b,e.get(b)])))"
 _LOAD_CLIENT = (
-    's==="server"?(await n.load(o),await n.restore({...Object.fromEntries(Ye.map(b=>[b,'
-    "e.get(b)])),table:a})):(" + _LOAD_TABLE + ")"
+    's==="server"?(await n.load(o),await(async()=>{for(let k=null,m,i=0;i<5&&'
+    "(m=JSON.stringify(Ye.map(b=>e.get(b))))!==k;i++)k=m,await n.restore({...Object."
+    "fromEntries(Ye.map(b=>[b,e.get(b)])),table:a})})()):(" + _LOAD_TABLE + ")"
 )
 
 
