@@ -39,7 +39,8 @@ from inspector.ui import (
 )
 
 from .controls import button
-from .grid import GridCells
+from .esm import ModulePreload
+from .grid import GridCells, preload_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
 from .plot import import_figure_widget
 from .snapshot import headless
@@ -193,8 +194,20 @@ class Dashboard:
             " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
             layout=w.Layout(display="none"),
         )
+        # Evaluates the grids' module on the page once it is idle after the Overview, ahead
+        # of the first grid a click shows (started by the background worker).
+        self._preload = ModulePreload()
         return w.VBox(
-            [top, self.notice, self.progress, tab_style, self.tab, Autosize(), GridCells()],
+            [
+                top,
+                self.notice,
+                self.progress,
+                tab_style,
+                self.tab,
+                Autosize(),
+                GridCells(),
+                self._preload,
+            ],
             layout=w.Layout(width="100%"),
         ).add_class("ckpt-dashboard")
 
@@ -570,6 +583,10 @@ class Dashboard:
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
             time.sleep(max(0.0, _WORKER_DELAY - (time.monotonic() - started)))
+            self._yield_to_asked()
+            # Perspective's module costs the first grid 2-4 s of the page's time (its
+            # evaluation, then its WebAssembly's set-up): the page does it when idle.
+            preload_grids(self._preload)
             for title in self.PREBUILT:
                 self._yield_to_asked()
                 if generation != self._generation:

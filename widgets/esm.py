@@ -13,20 +13,26 @@ import json
 import threading
 from collections.abc import Sequence
 
+import anywidget
 import ipywidgets as w
 import traitlets
 
 __all__ = [
     "HOLDER_TRAIT",
     "ModuleHolder",
+    "ModulePreload",
     "holder_trait",
     "module_holder",
+    "module_key",
     "patient",
     "shared_module",
 ]
 
 # The trait of a widget that names the holder of its real module.
 HOLDER_TRAIT = "_module_holder"
+# The longest a preload waits for the page to be idle (ms): a page busy that long is busy
+# with more than what it shows now.
+_IDLE_MS = 3000
 
 _PATIENCE = """
 if (!globalThis.__ckptPatientTimeout) {
@@ -106,18 +112,17 @@ def holder_trait(source: str, *, css: str = "") -> traitlets.Instance[ModuleHold
     return _HolderTrait(source, css).tag(sync=True, **w.widget_serialization)
 
 
-_STUB = """
-const key = %(key)s;
-const kind = %(kind)s;
-const after = %(after)s;
-// Each kind's renders under way on the page (a grid's ends once its rows are drawn).
-const rendering = (globalThis.__ckptRendering ??= {});
+# How a page gets a shared module: the holder the widget's trait names, then the module
+# evaluated once per page (kept in `window[key]`), shared by `_STUB` and `_PRELOAD`.
+_LOAD = """
 const PREFIX = "IPY_MODEL_";
-// The real module's holder, the one the widget names.
-const holding = async (model) => {
-  const ref = model.get(%(trait)s);
+// The keys of the modules evaluated on this page.
+const loaded = (globalThis.__ckptLoaded ??= new Set());
+// The real module's holder, the one the widget names in its trait `trait`.
+const holding = async (model, trait) => {
+  const ref = model.get(trait);
   if (typeof ref !== "string" || !ref.startsWith(PREFIX))
-    throw new Error(`no module holder in %(trait_name)s: ${JSON.stringify(ref)}`);
+    throw new Error(`no module holder in ${trait}: ${JSON.stringify(ref)}`);
   for (let tries = 0; ; tries++) {
     try {
       return await model.widget_manager.get_model(ref.slice(PREFIX.length));
@@ -129,8 +134,8 @@ const holding = async (model) => {
     }
   }
 };
-const load = (model) =>
-  (window[key] ??= holding(model)
+const load = (key, model, trait) =>
+  (window[key] ??= holding(model, trait)
     .then((holder) => {
       if (holder.get("css")) {
         // Once per page too (anywidget rewrites a widget's `_css` for every widget).
@@ -142,10 +147,24 @@ const load = (model) =>
         URL.createObjectURL(new Blob([holder.get("source")], { type: "text/javascript" }))
       );
     })
+    .then((module) => {
+      loaded.add(key);
+      return module;
+    })
     .catch((error) => {
       delete window[key];  // the next widget of the kind tries again
       throw error;
     }));
+"""
+
+_STUB = (
+    _LOAD
+    + """
+const key = %(key)s;
+const kind = %(kind)s;
+const after = %(after)s;
+// Each kind's renders under way on the page (a grid's ends once its rows are drawn).
+const rendering = (globalThis.__ckptRendering ??= {});
 const settle = async (kinds) => {
   const pending = kinds.flatMap((k) => [...(rendering[k] ?? [])]);
   if (pending.length === 0) return;
@@ -159,19 +178,20 @@ const settle = async (kinds) => {
 const draw = async (context) => {
   const { el, model } = context;
   let waiting = null;
-  if (!window[key]) {
-    // The first widget of its kind on the page: say so, and let the page paint that
-    // before the module's evaluation takes the main thread.
+  if (!loaded.has(key)) {
+    // The module is not evaluated yet (by the first widget of its kind on the page, or
+    // being preloaded: `_PRELOAD`): say so, and let the page paint that before the
+    // module's evaluation takes the main thread.
     waiting = Object.assign(document.createElement("div"), {
       className: "ckpt-module-loading",
       textContent: %(waiting)s,
     });
     waiting.style.cssText = "padding:12px;color:#555;font-style:italic";
     el.appendChild(waiting);
-    await settle(after);
+    if (!window[key]) await settle(after);
     await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   }
-  const shared = await load(model);
+  const shared = await load(key, model, %(trait)s);
   waiting?.remove();
   return await shared.default.render(context);
 };
@@ -185,6 +205,7 @@ export default {
   },
 };
 """
+)
 
 
 def shared_module(source: str, *, name: str, waiting: str, after: Sequence[str] = ()) -> str:
@@ -196,11 +217,76 @@ def shared_module(source: str, *, name: str, waiting: str, after: Sequence[str] 
     return patient(
         _STUB
         % {
-            "key": json.dumps(f"__ckpt_{name}_{_digest(source)}"),
+            "key": json.dumps(module_key(source, name=name)),
             "kind": json.dumps(name),
             "after": json.dumps(list(after)),
             "trait": json.dumps(HOLDER_TRAIT),
-            "trait_name": HOLDER_TRAIT,
             "waiting": json.dumps(waiting),
         }
     )
+
+
+def module_key(source: str, *, name: str) -> str:
+    """Where a page keeps the module `source` once imported: `name` and the module's hash."""
+    return f"__ckpt_{name}_{_digest(source)}"
+
+
+_PRELOAD = (
+    _LOAD
+    + """
+// Waits for a moment the page has nothing to do (at most `ms`), after its next paint.
+const idle = (ms) =>
+  new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0))).then(
+    () =>
+      new Promise((resolve) =>
+        typeof requestIdleCallback === "function"
+          ? requestIdleCallback(() => resolve(), { timeout: ms })
+          : setTimeout(resolve, 100),
+      ),
+  );
+const preload = async (model) => {
+  const key = model.get("key");
+  if (!key || !model.get(%(trait)s)) return;
+  // After what the page shows now has painted and while nothing else runs: the module's
+  // evaluation is long tasks a click waits behind.
+  await idle(%(idle_ms)d);
+  if (window[key]) return;  // a widget of the kind loads it, or an earlier preload did
+  const shared = await load(key, model, %(trait)s);
+  // What the module starts as it is evaluated (Perspective's WebAssembly) runs in tasks of
+  // its own; nothing to wait for here.
+  void shared;
+};
+export default {
+  render({ model, el }) {
+    el.style.display = "none";
+    const start = () => preload(model).catch((error) => console.warn("preload:", error));
+    model.on("change:key", start);
+    start();
+    return () => model.off("change:key", start);
+  },
+};
+"""
+)
+
+
+class ModulePreload(anywidget.AnyWidget):
+    """Evaluates a shared module on the page ahead of the first widget of its kind, when the
+    page is next idle after `start` (put one, hidden, in a displayed layout). Its module then
+    crosses to the page once (its holder is the widgets')."""
+
+    _esm = patient(_PRELOAD % {"trait": json.dumps("holder"), "idle_ms": _IDLE_MS})
+    key = traitlets.Unicode("").tag(sync=True)
+    # The holder of the module, set by `start` (until then the page has nothing to load).
+    holder = traitlets.Instance(ModuleHolder, allow_none=True).tag(
+        sync=True, **w.widget_serialization
+    )
+
+    def start(self, source: str, *, name: str, css: str = "") -> None:
+        """Preload `source` (and its style sheet `css`) as `shared_module(source, name=name,
+        ...)` loads it; once per page, however often it is called."""
+        key = module_key(source, name=name)
+        if self.key == key:
+            return
+        with self.hold_sync():
+            self.holder = module_holder(source, css)
+            self.key = key

@@ -8,8 +8,10 @@ builds its richer filters on the same pieces.
 
 from __future__ import annotations
 
+import functools
 import html
 import itertools
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,7 +24,7 @@ import traitlets
 
 from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name_pattern
 
-from .esm import HOLDER_TRAIT, holder_trait, patient, shared_module
+from .esm import HOLDER_TRAIT, ModulePreload, holder_trait, patient, shared_module
 from .guard import guarded
 
 if TYPE_CHECKING:
@@ -37,9 +39,12 @@ __all__ = [
     "choice",
     "client_loading",
     "grid_class",
+    "grid_module",
     "is_bytes_column",
     "make_grid",
     "match_expression",
+    "preload_grids",
+    "server_binding_only",
     "table_name",
     "yes_no",
 ]
@@ -170,16 +175,22 @@ _DEFINE_ONCE = """
 }
 """
 _GRID: type | None = None
+_GRID_KIND = "perspective"  # the name `widgets.esm` keys the grids' module with
 
 # perspective-python 5.6's widget module hands the page's viewer a table (`viewer.load(table)`)
 # and then restores the widget's state; the viewer's documented way since 4.x is to load the
 # client and name the table in `restore` (perspective-viewer's `PerspectiveViewerElement::load`:
 # "if you plan to call restore anyway, prefer passing a Client"). The module's one call is
 # rewritten so, for the "server" binding the widget uses; any other version is left as it is.
+# The module listens to the model's changes only once that `restore` is done, so a change
+# that arrives meanwhile (the filter of "show tensor", sent just after the grid is shown) was
+# lost and the grid showed every row under "1 of 387 tensors match": the rewritten call
+# restores again while the model's state changed during the last restore (at most 5 times).
 _LOAD_TABLE = "await n.load(_),await n.restore(Object.fromEntries(Ye.map(b=>[b,e.get(b)])))"
 _LOAD_CLIENT = (
-    's==="server"?(await n.load(o),await n.restore({...Object.fromEntries(Ye.map(b=>[b,'
-    "e.get(b)])),table:a})):(" + _LOAD_TABLE + ")"
+    's==="server"?(await n.load(o),await(async()=>{for(let k=null,m,i=0;i<5&&'
+    "(m=JSON.stringify(Ye.map(b=>e.get(b))))!==k;i++)k=m,await n.restore({...Object."
+    "fromEntries(Ye.map(b=>[b,e.get(b)])),table:a})})()):(" + _LOAD_TABLE + ")"
 )
 
 
@@ -188,19 +199,64 @@ def client_loading(source: str) -> str:
     return source.replace(_LOAD_TABLE, _LOAD_CLIENT, 1)
 
 
+# perspective-python 5.6's widget module carries two WebAssembly binaries as base64 text: the
+# viewer's client and the engine a page runs when it holds the table itself (`perspective.
+# worker()`, the "client-server" binding). A grid of the "server" binding (every grid here:
+# the table is in the kernel) never starts that engine, yet each page decoded its 3.5 MB of
+# text as the module was evaluated. `server_binding_only` leaves it out: the function that
+# hands it over (the argument of `init_server`) rejects instead. Any other version is left as
+# it is.
+_INIT_SERVER = re.compile(r"\.init_server\((?P<name>[A-Za-z_$][\w$]*)\)")
+
+
+def server_binding_only(source: str) -> str:
+    """Perspective's widget module without the page-side engine's WebAssembly (see above)."""
+    found = _INIT_SERVER.search(source)
+    if found is None:
+        return source
+    name = re.escape(found["name"])
+    binary = re.compile(
+        rf"var (?P<var>[A-Za-z_$][\w$]*)=[A-Za-z_$][\w$]*\(\"[A-Za-z0-9+/=]*\"\);"
+        rf"function {name}\(\)\{{return Promise\.resolve\((?P=var)\.buffer\)\}}"
+    )
+    matches = list(binary.finditer(source))
+    if len(matches) != 1:
+        return source
+    left_out = (
+        f"function {found['name']}(){{return Promise.reject(new Error("
+        '"the page-side Perspective engine is left out: grids use the server binding"))}'
+    )
+    match = matches[0]
+    return source[: match.start()] + left_out + source[match.end() :]
+
+
+@functools.cache
+def grid_module() -> tuple[str, str]:
+    """The grids' real module (Perspective's, as rewritten here) and its style sheet."""
+    import perspective.widget
+
+    # The module file itself (anywidget wraps the class attribute in a file watcher).
+    esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+    source = _DEFINE_ONCE + server_binding_only(client_loading(esm.read_text(encoding="utf-8")))
+    css = (esm.parent / "perspective-anywidget.css").read_text(encoding="utf-8")
+    return source, css
+
+
+def preload_grids(preload: ModulePreload) -> None:
+    """Have `preload` evaluate the grids' module on its page ahead of the first grid."""
+    source, css = grid_module()
+    preload.start(source, name=_GRID_KIND, css=css)
+
+
 def grid_class() -> type:
     """PerspectiveWidget whose module is evaluated once per page (`widgets.esm`) and
     whose first state names its table (built once per kernel)."""
     global _GRID
     if _GRID is None:
-        import perspective.widget
         from perspective.widget import PerspectiveWidget
 
-        # The module file itself (anywidget wraps the class attribute in a file watcher).
-        esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
-        source = _DEFINE_ONCE + client_loading(esm.read_text(encoding="utf-8"))
-        css = (esm.parent / "perspective-anywidget.css").read_text(encoding="utf-8")
-        stub = shared_module(source, name="perspective", waiting="Loading the grid...")
+        source, css = grid_module()
+        stub = shared_module(source, name=_GRID_KIND, waiting="Loading the grid...")
 
         def __init__(
             self: Any, data: Any, *, layout: Any = None, classes: Sequence[str] = (), **kwargs: Any
