@@ -24,6 +24,7 @@ from hf_exports import modelopt_export, resaved, with_deepseek_mtp
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.verdict import LoadVerdict, clear_model_cache, load_verdict
@@ -163,8 +164,11 @@ def ours(verdict: LoadVerdict) -> tuple[set, set, set]:
     return set(verdict.missing), set(verdict.unexpected), mismatched
 
 
-def load_findings(folder: Path) -> list:
-    return [f for f in check(scan(folder)) if f.code in LOAD_CODES]
+def load_findings(source: Path | ScannedCheckpoint) -> list:
+    """The load findings `check` gives for a folder, or for the scan a test made of it (its
+    tables and counts are then built once, not again for a second scan of the same files)."""
+    scanned = source if isinstance(source, ScannedCheckpoint) else scan(source)
+    return [f for f in check(scanned) if f.code in LOAD_CODES]
 
 
 # -- damages --------------------------------------------------------------------------------
@@ -333,7 +337,8 @@ def test_damage_is_reported_as_transformers_reports_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder = resaved(saved(name).folder, tmp_path / "ckpt", DAMAGES[damage])
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     theirs = transformers_report(folder, monkeypatch)
     missing, unexpected, mismatched = ours(verdict)
     assert missing == theirs.missing
@@ -343,7 +348,7 @@ def test_damage_is_reported_as_transformers_reports_it(
     for key in theirs.conversion_errors:
         assert key in missing and "conversion error" in verdict.reasons[key]
     # Something is reported for every damage, except a tied head (the embedding stands in).
-    findings = load_findings(folder)
+    findings = load_findings(scanned)
     if name == "llama-tied" and damage == "remove-lm-head":
         assert findings == [] and verdict.loads
         return
@@ -413,12 +418,13 @@ def test_qwen3_next_mtp_block_is_named_not_reported(
         "mtp.layers.0.input_layernorm.weight": torch.ones(h),
     }
     folder = resaved(saved("qwen3-next").folder, tmp_path / "ckpt", lambda s: {**s, **mtp})
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert set(verdict.mtp_skipped) == set(mtp)
     assert ours(verdict) == (set(), set(), set())
     theirs = transformers_report(folder, monkeypatch)  # its ignore list drops `mtp.*`
     assert (theirs.missing, theirs.unexpected, theirs.mismatched) == (set(), set(), set())
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 # -- quantized checkpoints: compared through their quantization config ----------------------------
