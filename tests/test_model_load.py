@@ -455,9 +455,10 @@ def test_modelopt_missing_weight_scale_is_reported(demos: Path, tmp_path: Path) 
     scale = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
     folder = resaved(demos / "healthy-hf-sharded", tmp_path / "ckpt",
                      lambda s: {k: v for k, v in s.items() if k != scale})  # fmt: skip
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.missing == (scale,) and "NVFP4" in verdict.reasons[scale]
-    (f,) = load_findings(folder)
+    (f,) = load_findings(scanned)
     assert f.code == "load-missing-tensor" and f.tensor == scale and f.layer == 2 and f.expert == 3
 
 
@@ -478,10 +479,11 @@ def test_modelopt_fp8_export_of_a_moe_is_clean(
     saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
     folder = modelopt_export(saved("qwen3-moe").folder, tmp_path / "fp8", "FP8")
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     assert any(n.endswith(".experts.2.up_proj.weight_scale") for n in verdict.quantization_expected)
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_modelopt_nvfp4_experts_of_a_save_pretrained_moe(
@@ -490,11 +492,12 @@ def test_modelopt_nvfp4_experts_of_a_save_pretrained_moe(
     folder = modelopt_export(
         saved("deepseek-v3").folder, tmp_path / "nvfp4", "NVFP4", experts_only=True
     )
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     packed = "model.layers.1.mlp.experts.5.down_proj.weight"
     assert {packed, f"{packed}_scale", f"{packed}_scale_2"} <= set(verdict.quantization_expected)
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_modelopt_fp8_missing_input_scale_is_reported(
@@ -572,10 +575,11 @@ def test_compressed_tensors_fp8_dynamic(saved: Callable[[str], Saved], tmp_path:
         "ignore": ["lm_head", "re:.*mlp.gate$"],
     }
     save_json(folder / "config.json", config)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     assert "model.layers.1.mlp.experts.0.down_proj.weight_scale" in verdict.quantization_expected
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_block_fp8_scales_follow_the_block_size(
@@ -604,12 +608,13 @@ def test_block_fp8_scales_follow_the_block_size(
 
     assert ours(load_verdict(scan(export(tmp_path / "ok", 0)))) == (set(), set(), set())
     bad = export(tmp_path / "bad", 1)
-    verdict = load_verdict(scan(bad))
+    scanned = scan(bad)
+    verdict = load_verdict(scanned)
     assert verdict.mismatched and not verdict.missing and not verdict.unexpected
     for m in verdict.mismatched:
         assert m.key.endswith("weight_scale_inv") and m.stored[0] == m.expected[0] + 1
         assert "one value per 128x128 block" in verdict.reasons[m.key]
-    assert {f.code for f in load_findings(bad)} == {"load-shape-mismatch"}
+    assert {f.code for f in load_findings(scanned)} == {"load-shape-mismatch"}
 
 
 def test_an_unmodelled_quantization_method_skips_the_check(
@@ -620,9 +625,10 @@ def test_an_unmodelled_quantization_method_skips_the_check(
     config = load_json(folder / "config.json")
     config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
     save_json(folder / "config.json", config)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.skipped and "'gptq'" in verdict.skipped and verdict.loads is None
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 # -- when the check cannot run: skipped, visible, no finding ---------------------------------------
@@ -654,10 +660,11 @@ def test_skipped_verdicts_say_why(
     edit: Callable[[dict], None], reason: str, saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
     folder = _with_config(saved("llama").folder, tmp_path / "ckpt", edit)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.skipped is not None and reason in verdict.skipped
     assert verdict.loads is None and not verdict.missing and verdict.parameters is None
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_sizes_are_not_counts(saved: Callable[[str], Saved], tmp_path: Path) -> None:
