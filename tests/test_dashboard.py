@@ -37,7 +37,10 @@ def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
 
 def Dashboard(source, **options):
     """The dashboard without the notebook-only parts (progress bars, the PNG snapshot), once
-    its load check is done (it runs in a thread while the Overview shows)."""
+    its load check is done (it runs in a thread while the Overview shows). A test about a
+    tab's widgets, not about the load check or what its verdict adds (findings, issues, the
+    repair's re-check), passes `model=False`: no load-check child builds the model for it,
+    and the test does not wait for one."""
     dash = _Dashboard(source, progress=False, snapshot=False, **options)
     dash.wait()
     return dash
@@ -167,7 +170,7 @@ def test_repair_of_a_changed_file_is_refused_and_shown(demos: Path, tmp_path: Pa
 
 
 def test_heatmap_click_lists_the_experts_tensors(demos: Path):
-    dash = Dashboard(demos / EP_COLLISION)
+    dash = Dashboard(demos / EP_COLLISION, model=False)
     experts = dash.select("Experts")
     z = np.asarray(experts.figure.data[0].z, dtype=float)
     # MoE layers 1-3 and the MTP layer 4, 512 declared experts each, 64 kept.
@@ -245,7 +248,7 @@ def _codes(drift) -> list[str]:
 
 def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     folder = _copy(demos, DCP_COLLAPSED, tmp_path)
-    form = Dashboard(folder).select("Consolidate")
+    form = Dashboard(folder, model=False).select("Consolidate")
     # The default destination is beside the source, not inside it.
     assert form.dest.value == str(tmp_path / f"{DCP_COLLAPSED}-consolidated")
     # A bad size is refused in the panel, nothing is written.
@@ -296,7 +299,7 @@ def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
     """The default destination may already hold something: consolidate refuses to write over
     what it did not write, and the panel says how to go on, without a traceback."""
     folder = _copy(demos, DCP_COLLAPSED, tmp_path)
-    form = Dashboard(folder).select("Consolidate")
+    form = Dashboard(folder, model=False).select("Consolidate")
     dest = Path(form.dest.value)
     dest.mkdir()
     index = dest / "model.safetensors.index.json"
@@ -325,7 +328,7 @@ def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
 
 
 def test_consolidate_refuses_other_layouts_in_the_panel(demos: Path):
-    form = Dashboard(demos / "healthy-hf-sharded").select("Consolidate")
+    form = Dashboard(demos / "healthy-hf-sharded", model=False).select("Consolidate")
     assert "hf-sharded" in form.widget.children[0].value
     assert form.make_plan() is None and "not DCP-sharded" in form.status.value
 
@@ -335,7 +338,7 @@ def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: st
     """In a live kernel an exception raised by a click handler goes to the kernel log and
     the page shows nothing: every button of every tab runs its action through `guarded`,
     which shows the error in the tab."""
-    dash = Dashboard(demos / demo)
+    dash = Dashboard(demos / demo, model=False)
     for title in dash.TABS:
         dash.panel(title)
     import ipywidgets as w
@@ -352,7 +355,7 @@ def test_every_button_shows_its_error_where_it_was_clicked(demos: Path, demo: st
 
 
 def test_report_tab_writes_html_and_shows_markdown(demos: Path, tmp_path: Path):
-    dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path / "reports")
+    dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path / "reports", model=False)
     report = dash.select("Report")
     report.widget.children[1].children[0].click()
     target = tmp_path / "reports" / f"{EP_COLLISION}-report.html"
@@ -386,7 +389,7 @@ def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
     folder.mkdir()
     state = {f"model.layers.{i}.mlp.up_proj.weight": torch.ones(8, 4) for i in range(3)}
     save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
-    dash = Dashboard(folder)
+    dash = Dashboard(folder, model=False)
     experts = dash.select("Experts")
     assert experts.layer.options == ()
     experts.widget.children[1].children[2].click()
@@ -530,7 +533,7 @@ def test_tensor_browser_filters_sorts_and_exports(demos: Path, tmp_path: Path):
 
     from inspector._internal.report.query import TensorQuery
 
-    dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path)
+    dash = Dashboard(demos / EP_COLLISION, report_dir=tmp_path, model=False)
     browser = dash.select("Tensors")
     t = dash.scanned.tensors
     assert browser.matches() == len(t) and "ckpt-tensor-grid" in browser.grid._dom_classes
@@ -558,7 +561,7 @@ def test_tensor_browser_filters_sorts_and_exports(demos: Path, tmp_path: Path):
 def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     """Built ahead of the click, the Tensors tab has its table and controls but no grid: a
     grid created in a hidden tab draws no rows at a million tensors."""
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     browser = dash.panel("Tensors")  # what the background worker does
     assert browser.grid is None and browser.matches() == len(dash.scanned.tensors)
     browser.set_query(TensorQuery(name="mtp.*"))
@@ -621,7 +624,7 @@ def test_figures_are_made_when_their_tab_is_shown_and_open_holding_their_figure(
     each in one comm_open that holds its data, layout and CSS class, and with a module of a
     few lines: plotly.js travels in its state and the page evaluates it once."""
     opened = _comm_opens(monkeypatch)
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     files, layers = dash.panel("Files"), dash.panel("Layers")  # what the worker builds
     assert files.figures.widgets == [] and layers.figures.widgets == []
     dash.select("Files")
@@ -651,7 +654,7 @@ def test_a_large_module_is_sent_once_per_kernel_however_many_grids_and_figures(
 
     opened = _comm_opens(monkeypatch)
     for _ in range(2):  # a second view of the checkpoint: its own grids, the same holders
-        dash = Dashboard(demos / DRIFT)
+        dash = Dashboard(demos / DRIFT, model=False)
         for tab in ("Tensors", "Files", "Layers"):
             dash.select(tab)
     users = [s for s in opened.values() if HOLDER_TRAIT in s]
@@ -711,7 +714,7 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
     """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
     grid is created rather than waiting for a click that never comes."""
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     old = dash.select("Tensors")
     assert old.grid is not None
     dash.refresh()
@@ -754,7 +757,7 @@ def test_files_grid_counts_the_findings_that_name_each_file(demos: Path):
     """The Files tab is a grid with people's column names and numbers that sort as numbers;
     its findings column agrees with the findings (the shard an expert-missing finding names
     counts it), and the filters narrow it."""
-    dash = Dashboard(demos / EP_COLLISION)
+    dash = Dashboard(demos / EP_COLLISION, model=False)
     files = dash.select("Files").table
     frame = files.frame
     assert list(frame.columns[:4]) == ["file", "findings", "size", "outlier"]
@@ -781,7 +784,7 @@ def test_files_grid_counts_the_findings_that_name_each_file(demos: Path):
 
 
 def test_layers_grid_names_columns_for_people_and_filters_by_kind(demos: Path):
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     layers = dash.select("Layers").table
     frame = layers.frame
     assert {"is_mtp", "experts_found", "bytes"}.isdisjoint(frame.columns)
@@ -809,7 +812,7 @@ def test_experts_tab_opens_on_the_faulty_layer(tmp_path: Path, monkeypatch):
     import test_report_html
 
     monkeypatch.setattr(test_report_html, "LOST_PART", None)  # layer 1 keeps all its parts
-    dash = Dashboard(test_report_html.write_moe_checkpoint(tmp_path / "moe"))
+    dash = Dashboard(test_report_html.write_moe_checkpoint(tmp_path / "moe"), model=False)
     missing = [f for f in dash.state.findings if f.code == "expert-missing"]
     assert [f.layer for f in missing] == [3]
     experts = dash.select("Experts")
@@ -831,7 +834,7 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
         assert gate.wait(30)  # the build takes as long as the test says
         return real(dash)
 
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     monkeypatch.setattr(module, "LayersPanel", slow)  # the tab table names it
     index = dash.TABS.index("Layers")
     dash.tab.selected_index = index  # returns although the build is blocked
@@ -847,7 +850,9 @@ def test_a_tab_click_answers_at_once_while_the_tab_is_built(demos: Path, monkeyp
 def test_every_tab_holds_its_spinner_before_the_kernel_hears_of_a_click(demos: Path):
     """The page switches tabs by itself: an unbuilt tab shows the spinner it was drawn with,
     even while the kernel is too busy to answer the click yet."""
-    dash = Dashboard(demos / DRIFT)  # not displayed: no background worker, nothing clicked
+    dash = Dashboard(
+        demos / DRIFT, model=False
+    )  # not displayed: no background worker, nothing clicked
     for title, box in zip(dash.TABS[1:], dash.tab.children[1:], strict=True):
         (spinner,) = box.children
         assert "ckpt-tab-loading" in spinner.value and "Building" in spinner.value, title
@@ -874,7 +879,7 @@ def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monk
         seen.append(parent.get("none"))
         return real(dash)
 
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     monkeypatch.setattr(layers, "LayersPanel", build)  # the tab table names it
     parent.set("the tab click")
     dash.tab.selected_index = dash.TABS.index("Layers")
@@ -887,7 +892,7 @@ def test_a_tab_built_in_a_thread_keeps_the_parent_of_the_click(demos: Path, monk
 def test_a_tab_that_fails_to_build_says_why_in_the_tab(demos: Path, monkeypatch):
     from inspector.errors import InspectorError
 
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
 
     def broken(dash):
         raise InspectorError("model-00001-of-00004.safetensors: cannot read it")
@@ -914,7 +919,7 @@ def test_figures_use_units_on_axes_and_hover(demos: Path):
 
 
 def test_header_does_not_clip_the_rescan_button(demos: Path):
-    dash = Dashboard(demos / EP_COLLISION)
+    dash = Dashboard(demos / EP_COLLISION, model=False)
     (rescan,) = _buttons(dash.widget, "ckpt-rescan-button")
     assert rescan.layout.flex == "0 0 auto" and rescan.layout.min_width == "max-content"
     assert dash.header.layout.min_width == "0"
@@ -1207,7 +1212,7 @@ def test_an_empty_cell_of_the_expert_zoom_is_no_expert(tmp_path: Path):
     import test_report_html
 
     moe = test_report_html.write_moe_checkpoint(tmp_path / "moe")
-    experts = Dashboard(moe).select("Experts")
+    experts = Dashboard(moe, model=False).select("Experts")
     layer = experts.zoomed
     zoom = experts.zoom.children[0]
     n = test_report_html.EXPERTS
@@ -1458,7 +1463,7 @@ def test_files_tab_makes_its_figure_when_shown_after_its_grid(demos: Path, monke
         return real(files)
 
     monkeypatch.setattr(figures, "shard_size_distribution", recorded)
-    dash = Dashboard(demos / DRIFT)
+    dash = Dashboard(demos / DRIFT, model=False)
     dash.panel("Files")
     assert made == []
     dash.select("Files")

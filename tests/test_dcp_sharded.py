@@ -372,16 +372,17 @@ def test_coverage_is_exact(spec) -> None:
 
 def test_check_is_fast_and_folds(tmp_path: Path) -> None:
     """60k tensors on 8 ranks, one rank's chunks lost: near-linear, and at most 21 findings."""
-    chunks: dict[str, list[DcpChunk]] = {}
+    # Every tensor is stored alike (rank r holds rows 4r to 4r+3 of each): one tuple of
+    # frozen records serves them all, instead of 420,000 records built alike (seconds of CPU).
+    stored = tuple(
+        DcpChunk(f"shard-{r + 1:05d}-model-00001-of-00001.safetensors", (r * 4, 0), (4, 64), "BF16")
+        for r in range(8)
+        if r != 3
+    )
+    chunks: dict[str, tuple[DcpChunk, ...]] = {}
     for i in range(60_000):
         name = f"model.layers.{i // 600}.mlp.experts.{i % 600 // 3}.w{i % 3}.weight"
-        chunks[name] = [
-            DcpChunk(
-                f"shard-{r + 1:05d}-model-00001-of-00001.safetensors", (r * 4, 0), (4, 64), "BF16"
-            )
-            for r in range(8)
-            if r != 3
-        ]
+        chunks[name] = stored
     scanned = scan(write_dcp_demo(tmp_path / "demo"))
     big = dataclasses.replace(scanned, info=DcpInfo.from_chunks(chunks), logical=None)
     assert big.dcp.full_shapes[name] == (32, 64)  # rebuilt from the chunks

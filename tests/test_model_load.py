@@ -24,6 +24,7 @@ from hf_exports import modelopt_export, resaved, with_deepseek_mtp
 from modelopt_writer import INDEX, load_json, save_json
 from test_transformers_families import FAMILIES as MOE_FAMILIES
 
+from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.load.verdict import LoadVerdict, clear_model_cache, load_verdict
@@ -163,8 +164,11 @@ def ours(verdict: LoadVerdict) -> tuple[set, set, set]:
     return set(verdict.missing), set(verdict.unexpected), mismatched
 
 
-def load_findings(folder: Path) -> list:
-    return [f for f in check(scan(folder)) if f.code in LOAD_CODES]
+def load_findings(source: Path | ScannedCheckpoint) -> list:
+    """The load findings `check` gives for a folder, or for the scan a test made of it (its
+    tables and counts are then built once, not again for a second scan of the same files)."""
+    scanned = source if isinstance(source, ScannedCheckpoint) else scan(source)
+    return [f for f in check(scanned) if f.code in LOAD_CODES]
 
 
 # -- damages --------------------------------------------------------------------------------
@@ -333,7 +337,8 @@ def test_damage_is_reported_as_transformers_reports_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     folder = resaved(saved(name).folder, tmp_path / "ckpt", DAMAGES[damage])
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     theirs = transformers_report(folder, monkeypatch)
     missing, unexpected, mismatched = ours(verdict)
     assert missing == theirs.missing
@@ -343,7 +348,7 @@ def test_damage_is_reported_as_transformers_reports_it(
     for key in theirs.conversion_errors:
         assert key in missing and "conversion error" in verdict.reasons[key]
     # Something is reported for every damage, except a tied head (the embedding stands in).
-    findings = load_findings(folder)
+    findings = load_findings(scanned)
     if name == "llama-tied" and damage == "remove-lm-head":
         assert findings == [] and verdict.loads
         return
@@ -413,12 +418,13 @@ def test_qwen3_next_mtp_block_is_named_not_reported(
         "mtp.layers.0.input_layernorm.weight": torch.ones(h),
     }
     folder = resaved(saved("qwen3-next").folder, tmp_path / "ckpt", lambda s: {**s, **mtp})
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert set(verdict.mtp_skipped) == set(mtp)
     assert ours(verdict) == (set(), set(), set())
     theirs = transformers_report(folder, monkeypatch)  # its ignore list drops `mtp.*`
     assert (theirs.missing, theirs.unexpected, theirs.mismatched) == (set(), set(), set())
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 # -- quantized checkpoints: compared through their quantization config ----------------------------
@@ -449,9 +455,10 @@ def test_modelopt_missing_weight_scale_is_reported(demos: Path, tmp_path: Path) 
     scale = "model.layers.2.mlp.experts.3.up_proj.weight_scale"
     folder = resaved(demos / "healthy-hf-sharded", tmp_path / "ckpt",
                      lambda s: {k: v for k, v in s.items() if k != scale})  # fmt: skip
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.missing == (scale,) and "NVFP4" in verdict.reasons[scale]
-    (f,) = load_findings(folder)
+    (f,) = load_findings(scanned)
     assert f.code == "load-missing-tensor" and f.tensor == scale and f.layer == 2 and f.expert == 3
 
 
@@ -472,10 +479,11 @@ def test_modelopt_fp8_export_of_a_moe_is_clean(
     saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
     folder = modelopt_export(saved("qwen3-moe").folder, tmp_path / "fp8", "FP8")
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     assert any(n.endswith(".experts.2.up_proj.weight_scale") for n in verdict.quantization_expected)
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_modelopt_nvfp4_experts_of_a_save_pretrained_moe(
@@ -484,11 +492,12 @@ def test_modelopt_nvfp4_experts_of_a_save_pretrained_moe(
     folder = modelopt_export(
         saved("deepseek-v3").folder, tmp_path / "nvfp4", "NVFP4", experts_only=True
     )
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     packed = "model.layers.1.mlp.experts.5.down_proj.weight"
     assert {packed, f"{packed}_scale", f"{packed}_scale_2"} <= set(verdict.quantization_expected)
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_modelopt_fp8_missing_input_scale_is_reported(
@@ -566,10 +575,11 @@ def test_compressed_tensors_fp8_dynamic(saved: Callable[[str], Saved], tmp_path:
         "ignore": ["lm_head", "re:.*mlp.gate$"],
     }
     save_json(folder / "config.json", config)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
     assert "model.layers.1.mlp.experts.0.down_proj.weight_scale" in verdict.quantization_expected
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_block_fp8_scales_follow_the_block_size(
@@ -598,12 +608,13 @@ def test_block_fp8_scales_follow_the_block_size(
 
     assert ours(load_verdict(scan(export(tmp_path / "ok", 0)))) == (set(), set(), set())
     bad = export(tmp_path / "bad", 1)
-    verdict = load_verdict(scan(bad))
+    scanned = scan(bad)
+    verdict = load_verdict(scanned)
     assert verdict.mismatched and not verdict.missing and not verdict.unexpected
     for m in verdict.mismatched:
         assert m.key.endswith("weight_scale_inv") and m.stored[0] == m.expected[0] + 1
         assert "one value per 128x128 block" in verdict.reasons[m.key]
-    assert {f.code for f in load_findings(bad)} == {"load-shape-mismatch"}
+    assert {f.code for f in load_findings(scanned)} == {"load-shape-mismatch"}
 
 
 def test_an_unmodelled_quantization_method_skips_the_check(
@@ -614,9 +625,10 @@ def test_an_unmodelled_quantization_method_skips_the_check(
     config = load_json(folder / "config.json")
     config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
     save_json(folder / "config.json", config)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.skipped and "'gptq'" in verdict.skipped and verdict.loads is None
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 # -- when the check cannot run: skipped, visible, no finding ---------------------------------------
@@ -648,10 +660,11 @@ def test_skipped_verdicts_say_why(
     edit: Callable[[dict], None], reason: str, saved: Callable[[str], Saved], tmp_path: Path
 ) -> None:
     folder = _with_config(saved("llama").folder, tmp_path / "ckpt", edit)
-    verdict = load_verdict(scan(folder))
+    scanned = scan(folder)
+    verdict = load_verdict(scanned)
     assert verdict.skipped is not None and reason in verdict.skipped
     assert verdict.loads is None and not verdict.missing and verdict.parameters is None
-    assert not load_findings(folder)
+    assert not load_findings(scanned)
 
 
 def test_sizes_are_not_counts(saved: Callable[[str], Saved], tmp_path: Path) -> None:
