@@ -168,7 +168,9 @@ def _values(
     ]
 
     def modules(rows: np.ndarray) -> list[str]:
-        return [names[r].rpartition(".")[0] for r in rows.tolist()]
+        # C-level maps, as for `last`: a packed checkpoint asks for half its names here.
+        picked = map(names.__getitem__, rows.tolist())
+        return list(map(operator.itemgetter(0), map(str.rpartition, picked, repeat("."))))
 
     if scales.any() and blocks.any():
         # MXFP4: `<proj>_scales` next to `<proj>_blocks` in the same module.
