@@ -39,16 +39,22 @@ def _unique(
     are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
     values = np.asarray(values)
     top = int(values.max()) + 1 if values.size else 0
-    if return_inverse:
-        return np.unique(values, return_inverse=True)
     if (
         values.dtype.kind not in "iu"
         or top > 4 * values.size + 1_000_000
         or (values.size and int(values.min()) < 0)
+        or (return_inverse and return_counts)
     ):
+        if return_inverse:
+            return np.unique(values, return_inverse=True)
         return np.unique(values, return_counts=True) if return_counts else np.unique(values)
     counts = np.bincount(values, minlength=top)
     present = np.flatnonzero(counts)
+    if return_inverse:
+        # Each value's rank among the distinct ones: what np.unique's inverse is, without
+        # its sort (a copy and an argsort of every row, at `check`'s peak).
+        rank = np.cumsum(counts > 0) - 1
+        return present, rank[values]
     return (present, counts[present]) if return_counts else present
 
 
@@ -246,12 +252,13 @@ def _expert_rows(t: pd.DataFrame) -> _Experts:
 def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """(codes, labels) of a column; a missing value gets the label 'nan' (as `astype(str)`)."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy(dtype=np.int64)
+        codes = column.cat.codes.to_numpy(dtype=np.int64, copy=True)
         labels = [str(c) for c in column.cat.categories]
     else:
         codes, uniques = pd.factorize(column, use_na_sentinel=True)
         labels = [str(u) for u in uniques]
-    return np.where(codes < 0, len(labels), codes), [*labels, "nan"]
+    codes[codes < 0] = len(labels)  # in place: the codes are this function's own array
+    return codes, [*labels, "nan"]
 
 
 def _key_codes(
@@ -261,7 +268,7 @@ def _key_codes(
     pair is joined once."""
     module, modules = _category_codes(module_column)
     param, params = _category_codes(param_column)
-    pairs, inverse = np.unique(module * len(params) + param, return_inverse=True)
+    pairs, inverse = _unique(module * len(params) + param, return_inverse=True)
     parts = [(modules[p // len(params)], params[p % len(params)]) for p in pairs.tolist()]
     keys = [f"{m}.{p}" for m, p in parts]
     return inverse.reshape(-1), keys, parts
@@ -271,7 +278,7 @@ def _sig_codes(dtype_column: pd.Series, shape_column: pd.Series) -> tuple[np.nda
     """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
     dtype, dtypes = _category_codes(dtype_column)
     shape, shapes = pd.factorize(shape_column.map(tuple))
-    pairs, inverse = np.unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
+    pairs, inverse = _unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
     n = max(len(shapes), 1)
     sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
     return inverse.reshape(-1), sigs
