@@ -81,7 +81,9 @@ def _each_name_once(
     `names`, when given, is the `name` column as Python strings already (`Tables.names`)."""
     if names is None or len(names) != len(tensors):
         names = tensors["name"].astype(str).tolist()
-    names = list(names)
+    # The scan's own list is only read, never changed: a copy would be kept with the scan
+    # (8 bytes a tensor, at `check`'s peak).
+    names = names if isinstance(names, list) else list(names)
     if len(set(names)) < len(names):
         tensors = tensors.drop_duplicates("name")
         names = tensors["name"].astype(str).tolist()
