@@ -101,11 +101,18 @@ def _stacked(t: pd.DataFrame) -> bool:
     return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
 
 
+def _present_layers(t: pd.DataFrame) -> set[int]:
+    """The layer numbers the tensors table holds: its distinct values first, then a set of
+    those few (a set built from the column makes a Python int per tensor)."""
+    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+    return set(np.unique(layer[layer >= 0]).tolist())
+
+
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     n = scanned.spec.num_layers
     if n is None or _stacked(scanned.tensors):
         return []
-    present = set(scanned.tensors["layer"].dropna().astype(int))
+    present = _present_layers(scanned.tensors)
     missing = [i for i in range(n) if i not in present]
     if not missing:
         return []
@@ -303,7 +310,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
     source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
-        present = set(scanned.tensors["layer"].dropna().astype(int))
+        present = _present_layers(scanned.tensors)
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
