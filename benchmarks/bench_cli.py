@@ -7,8 +7,9 @@ each a fresh process, against the floor process (read every shard header and `js
                                                           # folder's parent), run side by side
 
 The checkpoint is the drifted copy of `bench_check.py` (so `check` has findings to group).
-Every tool runs once per round, the rounds interleaved, best wall time of `--runs` kept: on a
-shared machine the ratios hold better than the times. Peak memory is the process's VmHWM
+Every tool runs once per round, the rounds interleaved, the best wall and CPU time (user +
+system of the child) of `--runs` kept: on a shared machine the CPU ratios hold, the wall
+ratios only at a low load. Peak memory is the process's VmHWM
 minus that of a process that ran both commands on a missing folder (their imports), per
 tensor. Bytecode is written on the first run (PYTHONDONTWRITEBYTECODE is cleared), as on a
 user's machine.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -72,10 +74,12 @@ _IMPORT_ONLY = _CLI.replace(
 )
 
 
-def run(code: str, args: list[str], tree: Path | None) -> tuple[float, int]:
-    """(wall seconds, peak RSS in bytes) of one fresh interpreter running `code`."""
+def run(code: str, args: list[str], tree: Path | None) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds, peak RSS in bytes) of one fresh interpreter running `code`.
+    CPU is the child's user + system time: on a shared machine it holds where wall does not."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(tree or ROOT)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     # In the tree's own folder: `python -c` puts the working folder first on sys.path, so run
     # from this tree, a baseline's child imported this tree's `inspector`, not its own.
@@ -88,10 +92,12 @@ def run(code: str, args: list[str], tree: Path | None) -> tuple[float, int]:
         check=False,
     )
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("VmHWM ")]
     if proc.returncode not in (0, 1) or (not lines and code is not HEADER_FLOOR):
         raise SystemExit(f"{args} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    return seconds, int(lines[-1].split()[1]) * 1024 if lines else 0
+    return seconds, cpu, int(lines[-1].split()[1]) * 1024 if lines else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,11 +119,12 @@ def main(argv: list[str] | None = None) -> int:
         tools[f"{label}: check --no-model"] = (_CLI, ["check", "--no-model", str(folder)], tree)
     for code, tool_args, tree in tools.values():  # warm the page cache and write bytecode
         run(code, tool_args, tree)
-    best = {name: (float("inf"), 0) for name in tools}
+    best = {name: (float("inf"), float("inf"), 0) for name in tools}
     for _ in range(args.runs):
         for name, (code, tool_args, tree) in tools.items():
-            seconds, peak = run(code, tool_args, tree)
-            best[name] = (min(best[name][0], seconds), max(best[name][1], peak))
+            seconds, cpu, peak = run(code, tool_args, tree)
+            old = best[name]
+            best[name] = (min(old[0], seconds), min(old[1], cpu), max(old[2], peak))
     n = int(
         subprocess.run(
             [sys.executable, "-c", HEADER_FLOOR, str(folder)],
@@ -127,12 +134,16 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout
     )
     print(f"checkpoint: {folder}, {n:,} tensors; best of {args.runs}; load {os.getloadavg()}")
-    floor = best["floor"][0]
-    for name, (seconds, peak) in best.items():
-        line = f"  {name:<32}{seconds:7.3f} s  ratio {seconds / floor:5.2f}"
+    floor, floor_cpu = best["floor"][:2]
+    print(f"  {'':<32}{'wall':>9}  {'ratio':>5}  {'CPU':>9}  {'ratio':>5}")
+    for name, (seconds, cpu, peak) in best.items():
+        line = (
+            f"  {name:<32}{seconds:7.3f} s  {seconds / floor:5.2f}"
+            f"  {cpu:7.3f} s  {cpu / floor_cpu:5.2f}"
+        )
         label = name.split(":")[0]
         if peak and not name.endswith("import"):
-            base = best[f"{label}: import"][1]
+            base = best[f"{label}: import"][2]
             line += f"  peak {(peak - base) / n:5.0f} B/tensor above imports"
         print(line)
     return 0

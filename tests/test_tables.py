@@ -9,8 +9,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors import safe_open
 
 from inspector._internal.checkpoint.scanned import (
@@ -21,7 +24,7 @@ from inspector._internal.checkpoint.scanned import (
     TorchDistTensor,
 )
 from inspector._internal.checkpoint.spec import ModelSpec
-from inspector._internal.checkpoint.tables import build_tables
+from inspector._internal.checkpoint.tables import _name_column, build_tables
 from inspector._internal.common.columns import Coded
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.scan.entry import scan
@@ -395,3 +398,25 @@ def test_numel_is_the_shape_product_even_when_sizes_lie(tmp_path: Path) -> None:
         "model.layers.1.self_attn.k_proj.weight": 6,
     }
     assert tensors.set_index("name").loc["model.layers.1.self_attn.q_proj.weight", "nbytes"] == 40
+
+
+@given(
+    st.lists(
+        st.text(st.characters(blacklist_categories=["Cs"]), max_size=12),
+        max_size=20,
+    )
+)
+def test_name_column_is_what_pandas_infers(names: list[str]) -> None:
+    """The name column built in one piece (`_name_column`) has the dtype and values pandas
+    infers from the same strings (empty, non-ASCII, NUL and empty names included)."""
+    ours = pd.DataFrame({"name": _name_column(names)}, copy=False)["name"]
+    theirs = pd.DataFrame({"name": np.array(names, dtype=object)})["name"]
+    assert ours.dtype == theirs.dtype
+    assert ours.equals(theirs)
+    assert ours.tolist() == names
+
+
+def test_name_column_leaves_unencodable_names_to_pandas() -> None:
+    """A lone surrogate (not UTF-8 encodable) takes pandas' own conversion."""
+    names = ["a.weight", "\ud800.weight"]
+    assert isinstance(_name_column(names), np.ndarray)

@@ -81,7 +81,9 @@ def _each_name_once(
     `names`, when given, is the `name` column as Python strings already (`Tables.names`)."""
     if names is None or len(names) != len(tensors):
         names = tensors["name"].astype(str).tolist()
-    names = list(names)
+    # The scan's own list is only read, never changed: a copy would be kept with the scan
+    # (8 bytes a tensor, at `check`'s peak).
+    names = names if isinstance(names, list) else list(names)
     if len(set(names)) < len(names):
         tensors = tensors.drop_duplicates("name")
         names = tensors["name"].astype(str).tolist()
@@ -168,7 +170,9 @@ def _values(
     ]
 
     def modules(rows: np.ndarray) -> list[str]:
-        return [names[r].rpartition(".")[0] for r in rows.tolist()]
+        # C-level maps, as for `last`: a packed checkpoint asks for half its names here.
+        picked = map(names.__getitem__, rows.tolist())
+        return list(map(operator.itemgetter(0), map(str.rpartition, picked, repeat("."))))
 
     if scales.any() and blocks.any():
         # MXFP4: `<proj>_scales` next to `<proj>_blocks` in the same module.

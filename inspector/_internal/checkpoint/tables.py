@@ -317,10 +317,9 @@ def _stack_depth(shape: Coded[tuple[int, ...]], parsed: NameColumns) -> int:
 
 
 def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) -> pd.DataFrame:
-    n = len(source.names)
     return pd.DataFrame(
         {
-            "name": np.fromiter(source.names, dtype=object, count=n),
+            "name": _name_column(source.names),
             "file": pd.Categorical.from_codes(source.file_codes, pd.Index(source.files)),
             "dtype": pd.Categorical.from_codes(source.dtype_codes, pd.Index(source.dtypes)),
             "shape": _shape_column(source.shape),
@@ -341,6 +340,38 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
         # Every column is a fresh array nobody else writes to; copying them costs ~20 ms.
         copy=False,
     )
+
+
+# The dtype pandas gives a column of Python strings (Arrow-backed `str` in pandas 3).
+_STR_DTYPE = pd.Series(np.array([""], dtype=object)).dtype
+
+
+def _name_column(names: list[str]) -> Any:
+    """The name column as pandas would infer it from the strings, built in one piece when
+    that is an Arrow string column: the names joined and encoded once, their offsets a
+    cumulative sum. pandas' own conversion appends each string to a growing Arrow buffer,
+    which left about 120 bytes per tensor of memory behind against 60 this way (of a
+    300,000-tensor check's peak of 670). Any other case (no pyarrow, a string that is not
+    UTF-8 encodable) takes pandas' own conversion."""
+    n = len(names)
+    plain = np.fromiter(names, dtype=object, count=n)
+    # pandas leaves an empty object column as it is.
+    if not n or not (isinstance(_STR_DTYPE, pd.StringDtype) and _STR_DTYPE.storage == "pyarrow"):
+        return plain
+    try:
+        import pyarrow as pa
+
+        data = "".join(names).encode("utf-8")
+    except (ImportError, TypeError, UnicodeEncodeError):
+        return plain
+    del plain
+    lengths = np.fromiter(map(len, names), dtype=np.int64, count=n)
+    if len(data) != int(lengths.sum()):  # non-ASCII: the lengths in UTF-8 bytes
+        lengths = np.fromiter(map(len, map(str.encode, names)), dtype=np.int64, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    array = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+    return pd.array(array, dtype=_STR_DTYPE)
 
 
 def _shape_column(shape: Coded[tuple[int, ...]]) -> np.ndarray:

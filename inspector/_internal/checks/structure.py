@@ -39,16 +39,22 @@ def _unique(
     are dense enough (no sort, no hash table), `np.unique` otherwise. Same results."""
     values = np.asarray(values)
     top = int(values.max()) + 1 if values.size else 0
-    if return_inverse:
-        return np.unique(values, return_inverse=True)
     if (
         values.dtype.kind not in "iu"
         or top > 4 * values.size + 1_000_000
         or (values.size and int(values.min()) < 0)
+        or (return_inverse and return_counts)
     ):
+        if return_inverse:
+            return np.unique(values, return_inverse=True)
         return np.unique(values, return_counts=True) if return_counts else np.unique(values)
     counts = np.bincount(values, minlength=top)
     present = np.flatnonzero(counts)
+    if return_inverse:
+        # Each value's rank among the distinct ones: what np.unique's inverse is, without
+        # its sort (a copy and an argsort of every row, at `check`'s peak).
+        rank = np.cumsum(counts > 0) - 1
+        return present, rank[values]
     return (present, counts[present]) if return_counts else present
 
 
@@ -95,11 +101,18 @@ def _stacked(t: pd.DataFrame) -> bool:
     return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
 
 
+def _present_layers(t: pd.DataFrame) -> set[int]:
+    """The layer numbers the tensors table holds: its distinct values first, then a set of
+    those few (a set built from the column makes a Python int per tensor)."""
+    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+    return set(np.unique(layer[layer >= 0]).tolist())
+
+
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     n = scanned.spec.num_layers
     if n is None or _stacked(scanned.tensors):
         return []
-    present = set(scanned.tensors["layer"].dropna().astype(int))
+    present = _present_layers(scanned.tensors)
     missing = [i for i in range(n) if i not in present]
     if not missing:
         return []
@@ -200,8 +213,9 @@ class _Experts:
     """The expert tensors as integer-coded numpy columns: grouping 300,000 rows is done with
     `np.unique` on combined codes, and Python only loops over the distinct groups."""
 
-    rows: pd.DataFrame  # the expert rows of the tensors table, without their names
-    names: pd.Series  # the whole table's name column, by the same index
+    at: np.ndarray  # the expert rows' positions in the tensors table
+    file: pd.Series  # their file column (categorical)
+    names: pd.Series  # the whole table's name column (`at` are positions into it)
     layer: np.ndarray
     expert: np.ndarray
     key: np.ndarray  # index into `keys`
@@ -217,16 +231,24 @@ class _Experts:
 def _expert_rows(t: pd.DataFrame) -> _Experts:
     mask = (t["kind"] == "expert").to_numpy(dtype=bool) & t["expert"].notna().to_numpy(dtype=bool)
     mask &= t["layer"].notna().to_numpy(dtype=bool)
-    # Every column but the names: taking 150,000 strings out of the Arrow name column costs
-    # more than all the grouping below; the few findings look their names up (`name_at`).
-    rows = t.loc[mask, [c for c in t.columns if c != "name"]]
-    key, keys, _ = _key_codes(rows)
-    sig, sigs = _sig_codes(rows)
+    at = np.flatnonzero(mask)
+
+    # One column's expert rows at a time, each freed once coded: nearly every row of a MoE
+    # checkpoint is an expert row, and a copy of the rows' frame was the largest part of
+    # `check`'s peak memory. The names stay in the table (taking 150,000 strings out of the
+    # Arrow name column costs more than all the grouping below; the few findings look their
+    # names up by position).
+    def taken(column: str) -> pd.Series:
+        return pd.Series(t[column].array.take(at), copy=False)
+
+    key, keys, _ = _key_codes(taken("module"), taken("param"))
+    sig, sigs = _sig_codes(taken("dtype"), taken("shape"))
     return _Experts(
-        rows=rows,
+        at=at,
+        file=taken("file"),
         names=t["name"],
-        layer=rows["layer"].to_numpy(dtype=np.int64),
-        expert=rows["expert"].to_numpy(dtype=np.int64),
+        layer=taken("layer").to_numpy(dtype=np.int64),
+        expert=taken("expert").to_numpy(dtype=np.int64),
         key=key,
         keys=keys,
         sig=sig,
@@ -237,30 +259,33 @@ def _expert_rows(t: pd.DataFrame) -> _Experts:
 def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """(codes, labels) of a column; a missing value gets the label 'nan' (as `astype(str)`)."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy(dtype=np.int64)
+        codes = column.cat.codes.to_numpy(dtype=np.int64, copy=True)
         labels = [str(c) for c in column.cat.categories]
     else:
         codes, uniques = pd.factorize(column, use_na_sentinel=True)
         labels = [str(u) for u in uniques]
-    return np.where(codes < 0, len(labels), codes), [*labels, "nan"]
+    codes[codes < 0] = len(labels)  # in place: the codes are this function's own array
+    return codes, [*labels, "nan"]
 
 
-def _key_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str], list[tuple[str, str]]]:
+def _key_codes(
+    module_column: pd.Series, param_column: pd.Series
+) -> tuple[np.ndarray, list[str], list[tuple[str, str]]]:
     """`module.param` of each row as a code, with (module, param) of each code; each distinct
     pair is joined once."""
-    module, modules = _category_codes(rows["module"])
-    param, params = _category_codes(rows["param"])
-    pairs, inverse = np.unique(module * len(params) + param, return_inverse=True)
+    module, modules = _category_codes(module_column)
+    param, params = _category_codes(param_column)
+    pairs, inverse = _unique(module * len(params) + param, return_inverse=True)
     parts = [(modules[p // len(params)], params[p % len(params)]) for p in pairs.tolist()]
     keys = [f"{m}.{p}" for m, p in parts]
     return inverse.reshape(-1), keys, parts
 
 
-def _sig_codes(rows: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+def _sig_codes(dtype_column: pd.Series, shape_column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
-    dtype, dtypes = _category_codes(rows["dtype"])
-    shape, shapes = pd.factorize(rows["shape"].map(tuple))
-    pairs, inverse = np.unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
+    dtype, dtypes = _category_codes(dtype_column)
+    shape, shapes = pd.factorize(shape_column.map(tuple))
+    pairs, inverse = _unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
     n = max(len(shapes), 1)
     sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
     return inverse.reshape(-1), sigs
@@ -285,7 +310,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
     source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
-        present = set(scanned.tensors["layer"].dropna().astype(int))
+        present = _present_layers(scanned.tensors)
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
@@ -323,7 +348,7 @@ def _expert_basis(source: str, expected: int, mtp: bool) -> str:
 
 def _file_mode(e: _Experts) -> dict[int, str]:
     """The file holding most of each layer's expert tensors (ties: the first by name)."""
-    file, files = _category_codes(e.rows["file"])
+    file, files = _category_codes(e.file)
     order = np.argsort(np.array(files, dtype=object), kind="stable")
     rank = np.empty(len(files), dtype=np.int64)
     rank[order] = np.arange(len(files))
@@ -414,8 +439,8 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
                     "expert-shape-mismatch",
                     f"layer {layer}: {legible(e.keys[key])} of experts {fold_ranges(experts)} is "
                     f"{legible(sig_value)}, expected {legible(common)} like its siblings",
-                    file=str(e.rows["file"].iat[rows[0]]),
-                    tensor=str(e.names.loc[e.rows.index[rows[0]]]),
+                    file=str(e.file.iat[rows[0]]),
+                    tensor=str(e.names.iat[e.at[rows[0]]]),
                     layer=layer,
                     expert=experts[0] if len(experts) == 1 else None,
                 )
@@ -438,7 +463,7 @@ def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
     layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
     is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
     layer = rows["layer"].to_numpy(dtype=np.int64)
-    key, keys, parts = _key_codes(rows)
+    key, keys, parts = _key_codes(rows["module"], rows["param"])
     sets = {
         n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
     }
