@@ -28,8 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # No test reads or writes the user's verdict cache (inspector/_internal/load/cache.py): the
 # whole session, and every process it starts, uses a private one, and each test a folder of
 # its own inside it (`verdict_cache_dir`), so that no verdict kept by one test answers
-# another. The one exception is asked for by name: `demo_verdicts`, the demos' verdicts
-# computed once per run for the tests that show them without being about them.
+# another. The exceptions are asked for by name: `demo_verdicts`, the demos' verdicts
+# computed once per run for the tests that show them without being about them, and the
+# kernels of the session's `jupyter_lab`, which share one folder.
 _VERDICT_CACHES = Path(tempfile.mkdtemp(prefix="ckpt-inspect-verdicts-"))
 os.environ[CACHE_ENV] = str(_VERDICT_CACHES / "session")
 _TEST_NUMBER = itertools.count()
@@ -445,11 +446,16 @@ def jupyter_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     (`Lab.folder`) and shuts down the kernels it started (`Lab.shut_down_kernels`). Its
     kernels see no CKPT_DEMO_DIR or CKPT_WORK_DIR: a notebook copied into
     `<folder>/notebooks/` finds the demo checkpoints at `<folder>/build/demo` and writes its
-    copies under `<folder>/build/notebook-work`, as in a clone of the project."""
+    copies under `<folder>/build/notebook-work`, as in a clone of the project. Its kernels
+    share one verdict cache folder of their own (the server's environment is fixed when it
+    starts, so a test's `verdict_cache_dir` cannot reach them): the lab tests are about the
+    page, and a demo's verdict kept by one of them answers the next."""
     from browser import running_lab
 
     home = tmp_path_factory.mktemp("jupyterlab")
     root = home / "root"
     root.mkdir()
-    with running_lab(root, home / "state", unset=("CKPT_DEMO_DIR", "CKPT_WORK_DIR")) as lab:
+    verdicts = {CACHE_ENV: str(_VERDICT_CACHES / "jupyterlab")}
+    unset = ("CKPT_DEMO_DIR", "CKPT_WORK_DIR")
+    with running_lab(root, home / "state", env=verdicts, unset=unset) as lab:
         yield lab
