@@ -594,6 +594,7 @@ def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path)
                 close()
 
             panel.close = closing
+    dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
     dash.refresh()
     dash.wait(60)
     assert seen and ("Files", False) in seen and all(not on_screen for _, on_screen in seen)
@@ -717,6 +718,7 @@ def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
     dash = Dashboard(demos / DRIFT, model=False)
     old = dash.select("Tensors")
     assert old.grid is not None
+    dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
     dash.refresh()
     dash.wait(60)
     browser = dash.panels["Tensors"]
@@ -949,6 +951,7 @@ def test_static_snapshot_is_html_plus_png_outputs(demos: Path, monkeypatch):
     fake_png = b"\x89PNG\r\n\x1a\nfake"
     dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=True)
     dash._snapshot.render = lambda figures: [fake_png for _ in figures]
+    dash.worker_delay = 0  # nothing is clicked before the worker is done: no page to give way to
     dash._ipython_display_()
     dash.wait(60)
     # The worker built every tab ahead of the first click.
@@ -1565,6 +1568,8 @@ def test_a_watched_overview_shows_before_the_costliest_rules_then_their_issues(
         dashboard, "import_figure_widget", lambda: worker_saw.append(dash.current.unchecked)
     )
     dash = _Dashboard(demos / EP_COLLISION, progress=False, snapshot=False, model=False)
+    # No delay: what keeps the worker off the tabs until the Overview is sent is under test.
+    dash.worker_delay = 0
     dash._start_worker()  # as displaying it does, before the Overview is sent
     files = dash.select("Files").table
     assert dash.current.unchecked == ("index", "structure")

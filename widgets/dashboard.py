@@ -64,7 +64,6 @@ __all__ = ["CheckpointState", "Dashboard"]
 _ALL = "all"
 _TENSOR_COLUMNS = ["name", "file", "dtype", "shape", "numel", "nbytes"]
 _FINDINGS_PER_PROBLEM = 3
-_WORKER_DELAY = 1.5  # seconds between showing the Overview and building the other tabs
 # The longest the load check waits for the Overview to be sent, in a kernel (a dashboard made
 # but not displayed, or whose `widget` is displayed by hand, starts it after this).
 _VERDICT_HOLD = 3.0
@@ -108,6 +107,9 @@ class Dashboard:
     # click never waits for the worker: a tab not built yet shows a spinner and is built in
     # a thread of its own (`_on_select`).
     PREBUILT = ("Tensors", "Layers", "Files", "Experts", "Findings", "Repair")
+    # Seconds between showing the Overview and building the other tabs (see `_start_worker`);
+    # a test that clicks nothing meanwhile sets its dashboard's to 0 rather than wait.
+    worker_delay = 1.5
 
     def __init__(
         self,
@@ -582,7 +584,7 @@ class Dashboard:
 
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
-            time.sleep(max(0.0, _WORKER_DELAY - (time.monotonic() - started)))
+            time.sleep(max(0.0, self.worker_delay - (time.monotonic() - started)))
             self._yield_to_asked()
             # Perspective's module costs the first grid 2-4 s of the page's time (its
             # evaluation, then its WebAssembly's set-up): the page does it when idle.
