@@ -45,45 +45,44 @@ sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
 # The test files that take longest, longest first: pytest-xdist hands them out first, so that
 # no long file starts when the others are done. Files not named here follow in collection
 # order. Only the speed of the run depends on this list. Measured: seconds per file (setup,
-# call and teardown, from `--durations=0`) of a whole run on main under coverage, 2 workers,
-# 28 Nov 2026 22:14, load average 2-5. Files that ran late in collection order but take
-# long are named too (test_codes_coverage.py, test_verdict_cache.py, test_widgets_in_kernel.py).
+# call and teardown, the first file on a worker paying the session fixtures it uses) of a
+# whole `pytest -n 2 --dist loadfile` run on main, 29 Nov 2026: the two workers ran 269 s of
+# tests each.
 HEAVIEST_FIRST = (
-    # One unit of work (ONE_LAB below): 190-215 s on one worker, lab and Chromium included,
-    # 29 Nov 04:20-04:30 at load 7-11.
-    "test_lab_clicks.py",  # 92.4 alone, 29 Nov 02:10 (load 3-6), lab and Chromium included
-    "test_lab_browser.py",  # 82.4
-    "test_lab_tabs.py",  # 66.9
-    "test_dashboard.py",  # 146.3
-    "test_notebooks.py",  # 76.0
-    "test_values.py",  # 74.7
-    "test_architecture.py",  # 64.5
-    "test_remote.py",  # 58.3
-    "test_hostile_load_check.py",  # 56.6
-    "test_hostile_names.py",  # 50.6
-    "test_codes_coverage.py",  # 45.4
-    "test_model_load.py",  # 38.8
-    "test_widgets_in_kernel.py",  # 247.7 with a cell's reply 4 minutes late, 30 without
-    "test_cli_errors.py",  # 30.4
-    "test_consolidate.py",  # 29.7
-    "test_load_child.py",  # 27.9
-    "test_remote_hostile.py",  # 26.8
-    "test_report_html.py",  # 24.0
-    "test_verdict_cache.py",  # 23.9
-    "test_bounded_work.py",  # 21.8
-    "test_verify.py",  # 19.1
-    "test_words.py",  # 18.8
-    "test_torch_dist.py",  # 16.1
-    "test_figures.py",  # 15.3
-    "test_pickle_isolation.py",  # 15.3
-    "test_check_cli.py",  # 14.4
-    "test_fuzz_corpus.py",  # 14.3
-    "test_repair_properties.py",  # 14.3
-    "test_repair_roles.py",  # 13.9
-    "test_consolidate_torchrun.py",  # 13.6
-    "test_header_fuzz.py",  # 13.0
-    "test_report_browser.py",  # 12.5
-    "test_verify_torchrun.py",  # 12.4
+    # One unit of work (ONE_LAB below): 135 s on one worker, lab and Chromium included,
+    # in a whole `-n 2` run, 29 Nov 10:25-10:30 at load 0.5-3 (the seconds below: the same run).
+    "test_lab_clicks.py",  # 76.0
+    "test_lab_browser.py",  # 30.6
+    "test_lab_tabs.py",  # 28.3
+    "test_dashboard.py",  # 40.8
+    "test_remote.py",  # 39.5
+    "test_notebooks.py",  # 28.3
+    "test_codes_coverage.py",  # 21.4
+    "test_values.py",  # 21.4
+    "test_hostile_load_check.py",  # 20.0
+    "test_architecture.py",  # 16.9
+    "test_fuzz_corpus.py",  # 14.5
+    "test_model_load.py",  # 11.4
+    "test_bounded_work.py",  # 10.6
+    "test_report_html.py",  # 9.2
+    "test_verify_torchrun.py",  # 9.1
+    "test_pickle_isolation.py",  # 8.9
+    "test_verify.py",  # 8.7
+    "test_report_browser.py",  # 8.4
+    "test_verdict_cache.py",  # 7.8
+    "test_hostile_names.py",  # 7.8
+    "test_load_child.py",  # 7.5
+    "test_remote_hostile.py",  # 7.1
+    "test_words.py",  # 6.6
+    "test_consolidate_torchrun.py",  # 5.2
+    "test_widgets_in_kernel.py",  # 4.8
+    "test_start.py",  # 4.6
+    "test_repair_properties.py",  # 4.6
+    "test_cli_errors.py",  # 4.6
+    "test_fit.py",  # 4.5
+    "test_check_cli.py",  # 4.4
+    "test_sandbox.py",  # 4.3
+    "test_header_fuzz.py",  # 4.2
 )
 
 
