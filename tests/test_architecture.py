@@ -17,6 +17,7 @@ import pytest
 
 import inspector
 from inspector._internal.checks import MODEL_RULES, RULES, check, model_rules_for, rules_for
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.findings.codes import Code
 from inspector._internal.load.records import ShapeMismatch
 from inspector._internal.load.verdict import LoadVerdict
@@ -673,7 +674,7 @@ def test_every_code_carries_its_fix_and_the_issues_and_read_findings_use_it(
 
     for code in Code:
         assert code.fix.kind in get_args(FixKind) and code.fix.text.strip(), code
-    (finding,) = read_problem_findings([ReadProblem("config.json", FileRole.CONFIG, "is empty")])
+    (finding,) = read_problem_findings([ReadProblem(CONFIG_NAME, FileRole.CONFIG, "is empty")])
     assert finding.code == "config-unreadable"
     assert finding.message.endswith(f"; {Code.CONFIG_UNREADABLE.fix.text}")
     zero = make_finding(Code.TENSOR_ALL_ZERO, "model.layers.0.w is all zeros", file="a.safetensors")

@@ -35,7 +35,7 @@ from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checks import check
-from inspector._internal.common.filenames import MANIFEST_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, MANIFEST_NAME
 from inspector._internal.demo.dcp import write_rank_files
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
@@ -110,7 +110,7 @@ def write_hf(folder: Path, state: dict, *, config: dict | None = None, shard: in
     folder.mkdir(parents=True)
     save_torch_state_dict(state, folder, max_shard_size=shard)
     if config is not None:
-        save_json(folder / "config.json", config)
+        save_json(folder / CONFIG_NAME, config)
     return folder
 
 
@@ -297,9 +297,9 @@ def test_code_unindexed_file(hf: Path) -> None:
 def test_code_weights_named_by_config(hf: Path) -> None:
     """config.json's transformers_weights names the one file transformers reads."""
     save_file(load_file(str(hf / shards(hf)[0])), str(hf / "other.safetensors"))
-    save_json(hf / "config.json", {"transformers_weights": "other.safetensors"})
+    save_json(hf / CONFIG_NAME, {"transformers_weights": "other.safetensors"})
     f = one(run(hf), "weights-named-by-config")
-    assert f.file == "config.json" and "transformers reads other.safetensors" in f.message
+    assert f.file == CONFIG_NAME and "transformers reads other.safetensors" in f.message
 
 
 def test_code_duplicate_tensor(hf: Path) -> None:
@@ -388,9 +388,9 @@ def test_code_sidecar_unreadable(export: Path) -> None:
 
 def test_code_config_unreadable(tmp_path: Path) -> None:
     folder = write_hf(tmp_path / "m", moe_model(), config=moe_config())
-    (folder / "config.json").write_text('{"model_type": "qwen3_moe", "num_hidden_layers": 2, "num_')
+    (folder / CONFIG_NAME).write_text('{"model_type": "qwen3_moe", "num_hidden_layers": 2, "num_')
     f = one(run(folder), "config-unreadable")
-    assert f.file == "config.json" and "num_hidden_layers=2" in f.message
+    assert f.file == CONFIG_NAME and "num_hidden_layers=2" in f.message
 
 
 def test_code_layer_missing(tmp_path: Path) -> None:
@@ -543,7 +543,7 @@ def write_dcp(folder: Path, *, mapping: dict[str, int] | None = None) -> Path:
     meta = folder / ".hf_metadata"
     meta.mkdir()
     (meta / "fqn_to_file_index_mapping.json").write_text(json.dumps(mapping))
-    (meta / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    (meta / CONFIG_NAME).write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
     return folder
 
 
@@ -941,11 +941,11 @@ def test_code_quant_pattern_refused(tmp_path: Path) -> None:
     ignore are not judged (tests/test_compressed_tensors.py has the hostile cases)."""
     folder = tmp_path / "m"
     shutil.copytree(GOLDEN / "llmcompressor" / "fp8-dynamic", folder)
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     config["quantization_config"]["ignore"].append(r"re:.*(?=self_attn)self_attn\.q_proj$")
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     f = one(run(folder), "quant-pattern-refused")
-    assert f.file == "config.json" and "invalid perl operator" in f.message
+    assert f.file == CONFIG_NAME and "invalid perl operator" in f.message
     assert "NOT checked" in f.message and "q_proj" in f.message
 
 
@@ -1208,7 +1208,7 @@ def test_code_fit_context_exceeds_gpu(demo_checkpoints: Path) -> None:
 
 def test_code_fit_config_invalid(demo_checkpoints: Path, tmp_path: Path) -> None:
     folder = Path(shutil.copytree(demo_checkpoints / FIT_DEMO, tmp_path / "c"))
-    edit_json(folder / "config.json", lambda c: c.update(num_attention_heads="2"))
+    edit_json(folder / CONFIG_NAME, lambda c: c.update(num_attention_heads="2"))
     f = one(fit_codes(folder, tp=1), "fit-config-invalid")
     assert 'num_attention_heads "2" is not a whole number' in f.message
 
@@ -1243,10 +1243,10 @@ def test_code_tied_head_differs(llama: Path, tmp_path: Path) -> None:
         return {**state, "lm_head.weight": state["model.embed_tokens.weight"].clone()}
 
     same = resaved(llama, tmp_path / "same", tie)
-    edit_json(same / "config.json", lambda c: c.update(tie_word_embeddings=True))
+    edit_json(same / CONFIG_NAME, lambda c: c.update(tie_word_embeddings=True))
     assert [f.code for f in run(same) if f.code == "tied-head-differs"] == []
     other = resaved(llama, tmp_path / "other", lambda s: s)  # save_pretrained's own head
-    edit_json(other / "config.json", lambda c: c.update(tie_word_embeddings=True))
+    edit_json(other / CONFIG_NAME, lambda c: c.update(tie_word_embeddings=True))
     f = one(run(other), "tied-head-differs")
     assert f.tensor == "lm_head.weight" and "sampled windows" in f.message
 

@@ -15,6 +15,7 @@ import pytest
 from inspector.widgets import Dashboard as _Dashboard
 from inspector.widgets.dashboard import CheckpointState
 
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
 from inspector._internal.plans.consolidate import reference_assignment
 from inspector._internal.report.html import scanned_html
@@ -152,7 +153,7 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
 def test_rescan_button_picks_up_changes_on_disk(demos: Path, tmp_path: Path):
     folder = _copy(demos, DRIFT, tmp_path)
     dash = Dashboard(folder)
-    (folder / "config.json").write_text('{"model_type": "deepseek_v3", "num_hidden')
+    (folder / CONFIG_NAME).write_text('{"model_type": "deepseek_v3", "num_hidden')
     _buttons(dash.widget, "ckpt-rescan-button")[0].click()
     assert "config-unreadable" in {f.code for f in dash.state.findings}
     assert "config.json is not valid JSON" in _texts(dash.panels["Overview"].widget)
@@ -1123,9 +1124,9 @@ def _lost_expert(tmp_path: Path) -> tuple[Path, Path]:
         return {k: v for k, v in state.items() if not k.startswith(lost)}
 
     broken = resaved(original, tmp_path / "broken", lose)
-    config = json.loads((broken / "config.json").read_text())
+    config = json.loads((broken / CONFIG_NAME).read_text())
     config["_name_or_path"] = "original"
-    (broken / "config.json").write_text(json.dumps(config))
+    (broken / CONFIG_NAME).write_text(json.dumps(config))
     return original, broken
 
 

@@ -27,6 +27,7 @@ from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, full_shape
 from inspector._internal.checks import check
 from inspector._internal.checks.coverage import coverage
 from inspector._internal.checks.dcp import check_dcp
+from inspector._internal.common.filenames import CONFIG_NAME, HF_METADATA_DIR
 from inspector._internal.demo.dcp import write_dcp_demo, write_rank_files
 from inspector._internal.layouts import dcp_sharded
 from inspector._internal.scan.entry import scan
@@ -538,9 +539,9 @@ def test_reference_by_hub_id_in_the_cache(
     (repo / "refs" / "main").write_text("abc123")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     model = Path(shutil.copytree(real / "model", tmp_path / "model"))
-    config = json.loads((model / ".hf_metadata" / "config.json").read_text())
+    config = json.loads((model / HF_METADATA_DIR / CONFIG_NAME).read_text())
     config["_name_or_path"] = "acme/tiny-moe"
-    (model / ".hf_metadata" / "config.json").write_text(json.dumps(config))
+    (model / HF_METADATA_DIR / CONFIG_NAME).write_text(json.dumps(config))
     edit_mapping(model, lambda m: m.update(dict.fromkeys(m, 1)))
     scanned = scan(model)
     reference = scanned.dcp.reference
@@ -550,5 +551,5 @@ def test_reference_by_hub_id_in_the_cache(
     assert "snapshots/abc123/model.safetensors.index.json names" in found.message
     # A name that leaves the run folder is not followed.
     config["_name_or_path"] = "../../etc"
-    (model / ".hf_metadata" / "config.json").write_text(json.dumps(config))
+    (model / HF_METADATA_DIR / CONFIG_NAME).write_text(json.dumps(config))
     assert scan(model).dcp.reference is None

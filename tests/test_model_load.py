@@ -27,6 +27,7 @@ from test_transformers_families import FAMILIES as MOE_FAMILIES
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.load.verdict import LoadVerdict, clear_model_cache, load_verdict
 from inspector._internal.scan.entry import scan
 
@@ -288,9 +289,9 @@ def test_mtp_the_class_never_builds_is_known_from_the_model(
     save_pretrained never stores one (mtp-not-stored)."""
     folder = tmp_path / "ckpt"
     shutil.copytree(saved("qwen3-moe").folder, folder)
-    config = load_json(folder / "config.json")
+    config = load_json(folder / CONFIG_NAME)
     assert config["model_type"] == "qwen3_moe"
-    save_json(folder / "config.json", {**config, "num_nextn_predict_layers": 1})
+    save_json(folder / CONFIG_NAME, {**config, "num_nextn_predict_layers": 1})
     scanned = scan(folder)
     assert "mtp-missing" in {f.code for f in check(scanned, model=False)}
     (f,) = [f for f in check(scanned) if f.code.startswith("mtp-")]
@@ -530,7 +531,7 @@ def test_compressed_tensors_pack_quantized(saved: Callable[[str], Saved], tmp_pa
 
     def export(dest: Path, edit: Callable[[dict], dict]) -> Path:
         folder = resaved(saved("llama").folder, dest, lambda s: edit(_pack_int4(s, group)))
-        config = load_json(folder / "config.json")
+        config = load_json(folder / CONFIG_NAME)
         weights = {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
                    "group_size": group}  # fmt: skip
         config["quantization_config"] = {
@@ -539,7 +540,7 @@ def test_compressed_tensors_pack_quantized(saved: Callable[[str], Saved], tmp_pa
             "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
             "ignore": ["lm_head"],
         }
-        save_json(folder / "config.json", config)
+        save_json(folder / CONFIG_NAME, config)
         return folder
 
     healthy = export(tmp_path / "ct", lambda s: s)
@@ -566,7 +567,7 @@ def test_compressed_tensors_fp8_dynamic(saved: Callable[[str], Saved], tmp_path:
         return out
 
     folder = resaved(saved("qwen3-moe").folder, tmp_path / "ct", fp8)
-    config = load_json(folder / "config.json")
+    config = load_json(folder / CONFIG_NAME)
     weights = {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False}
     config["quantization_config"] = {
         "quant_method": "compressed-tensors",
@@ -574,7 +575,7 @@ def test_compressed_tensors_fp8_dynamic(saved: Callable[[str], Saved], tmp_path:
         "config_groups": {"group_0": {"targets": ["Linear"], "weights": weights}},
         "ignore": ["lm_head", "re:.*mlp.gate$"],
     }
-    save_json(folder / "config.json", config)
+    save_json(folder / CONFIG_NAME, config)
     scanned = scan(folder)
     verdict = load_verdict(scanned)
     assert ours(verdict) == (set(), set(), set())
@@ -600,10 +601,10 @@ def test_block_fp8_scales_follow_the_block_size(
             return out
 
         folder = resaved(saved("deepseek-v3").folder, dest, edit)
-        config = load_json(folder / "config.json")
+        config = load_json(folder / CONFIG_NAME)
         config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128],
                                          "activation_scheme": "dynamic"}  # fmt: skip
-        save_json(folder / "config.json", config)
+        save_json(folder / CONFIG_NAME, config)
         return folder
 
     assert ours(load_verdict(scan(export(tmp_path / "ok", 0)))) == (set(), set(), set())
@@ -622,9 +623,9 @@ def test_an_unmodelled_quantization_method_skips_the_check(
 ) -> None:
     folder = tmp_path / "gptq"
     shutil.copytree(saved("llama").folder, folder)
-    config = load_json(folder / "config.json")
+    config = load_json(folder / CONFIG_NAME)
     config["quantization_config"] = {"quant_method": "gptq", "bits": 4}
-    save_json(folder / "config.json", config)
+    save_json(folder / CONFIG_NAME, config)
     scanned = scan(folder)
     verdict = load_verdict(scanned)
     assert verdict.skipped and "'gptq'" in verdict.skipped and verdict.loads is None
@@ -636,9 +637,9 @@ def test_an_unmodelled_quantization_method_skips_the_check(
 
 def _with_config(src: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
     shutil.copytree(src, dest)
-    config = load_json(dest / "config.json")
+    config = load_json(dest / CONFIG_NAME)
     edit(config)
-    save_json(dest / "config.json", config)
+    save_json(dest / CONFIG_NAME, config)
     return dest
 
 
