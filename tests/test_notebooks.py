@@ -122,13 +122,22 @@ def _plain(output) -> str:
 
 
 def _text(outputs: list) -> str:
-    """Everything a reader sees as text: streams, plain and HTML results."""
-    parts = []
+    """Everything a reader sees as text: streams, plain and HTML results. A stream's pieces
+    are joined as the page shows them: the kernel sends what a cell prints in pieces cut by
+    time (its flush every 0.2 s may fall between the words of one `print`), and nbclient
+    keeps each piece as an output of its own."""
+    parts: list[str] = []
+    stream = None  # the name of the stream the last part is a piece of
     for o in outputs:
         if o.output_type == "stream":
-            parts.append(o.text)
+            if o.name == stream:
+                parts[-1] += o.text
+            else:
+                parts.append(o.text)
+            stream = o.name
         elif "data" in o:
             parts += [str(o.data.get(k, "")) for k in ("text/plain", "text/html")]
+            stream = None
     return "\n".join(parts)
 
 
