@@ -173,7 +173,11 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         cache=args.cache,
     )
-    print(f"written: {', '.join(map(legible, result.written))}")
+    if result.written:
+        print(f"written: {', '.join(map(legible, result.written))}")
+    leftovers = getattr(result, "leftovers", None)  # a repair's: temp files of killed runs
+    if leftovers:
+        print("\n".join(leftovers.lines()))
     checked = getattr(result, "data_checked", 0)  # a restore's data check
     if checked:
         print(f"verified: {checked:,} copied tensors hold the reference's bytes")
