@@ -13,6 +13,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.common.display import legible
 from inspector._internal.common.text import plural
 from inspector._internal.common.units import format_bytes
+from inspector._internal.execution.atomic import JournalError, read_journal
 from inspector._internal.execution.temps import LEFTOVER_SCAN_CAP, Leftover, find_leftovers
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
@@ -34,7 +35,9 @@ def check_leftovers(scanned: ScannedCheckpoint) -> list[Finding]:
         found = find_leftovers(root, locked=True)
     except OSError:
         return []  # the folder went away or cannot be listed: the scan said what it could
-    items = [*found.removable, *found.kept]
+    # A temp file an unfinished journal renames is no leftover: the recovery finishes it.
+    pending = _journal_sources(root)
+    items = [i for i in (*found.removable, *found.kept) if i.path not in pending]
     out = [_finding(root, item) for item in items[:_SHOWN]]
     rest = items[_SHOWN:]
     hidden = len(rest) + found.more_kept
@@ -56,6 +59,14 @@ def check_leftovers(scanned: ScannedCheckpoint) -> list[Finding]:
         for folder in found.truncated
     ]
     return out
+
+
+def _journal_sources(root: Path) -> set[str]:
+    try:
+        journal = read_journal(root)
+    except (JournalError, OSError):
+        return set()  # not one of ours: nothing it names is taken off the list
+    return {entry.src for entry in journal.entries} if journal is not None else set()
 
 
 def _finding(root: Path, item: Leftover) -> Finding:

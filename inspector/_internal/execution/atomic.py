@@ -17,6 +17,7 @@ import re
 import shutil
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -111,14 +112,15 @@ def folder_lock(root: Path) -> Iterator[None]:
         _drop_lock(root, fd)
 
 
-# The folders whose lock this process holds (device, inode): a recovery under one of them
-# knows no other lock-holding writer runs there.
-_HELD: set[tuple[int, int]] = set()
+# The folders whose lock this thread holds (device, inode, thread): a recovery under one of
+# them knows no other lock-holding writer runs there (another thread of this process may be
+# writing under a lock it holds, so the thread is part of the key).
+_HELD: set[tuple[int, int, int]] = set()
 
 
-def _folder_key(root: Path) -> tuple[int, int]:
+def _folder_key(root: Path) -> tuple[int, int, int]:
     info = os.stat(root)
-    return info.st_dev, info.st_ino
+    return info.st_dev, info.st_ino, threading.get_ident()
 
 
 def _holds_lock(root: Path) -> bool:

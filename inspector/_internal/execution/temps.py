@@ -23,7 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from inspector._internal.common.display import legible
-from inspector._internal.common.filenames import INDEX_SUFFIX, JOURNAL, QUANT_CONFIG_NAME
+from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
+    INDEX_NAME,
+    JOURNAL,
+    QUANT_CONFIG_NAME,
+)
 from inspector._internal.common.units import format_bytes
 
 __all__ = [
@@ -151,16 +156,18 @@ class Leftovers:
         return out
 
 
+# The files a writer holding the folder lock writes through a temp file, whatever the plan:
+# the journal and what `repair` may rewrite by name (`plans/repair.py`: `index_name`, the
+# quantization config). A plan adds its own paths (sidecars, a restore's JSON).
+_LOCKED_WRITES = frozenset({JOURNAL, INDEX_NAME, BIN_INDEX_NAME, QUANT_CONFIG_NAME})
+
+
 def _written_under_lock(target: str, writes: Collection[str]) -> bool:
     """True for a file only a writer holding the folder lock writes through a temp file:
-    the journal, a weight-map index, the quantization config, or a file the plan writes.
+    the journal, the weight-map index, the quantization config, or a file the plan writes.
     (The content manifest, a consolidation's DEST and the verdict cache are written without
     the folder lock, so the lock proves nothing about their temp files.)"""
-    if target in writes:
-        return True
-    return "/" not in target and (
-        target in (JOURNAL, QUANT_CONFIG_NAME) or target.endswith(INDEX_SUFFIX)
-    )
+    return target in _LOCKED_WRITES or target in writes
 
 
 def _alive(pid: int) -> bool:
@@ -269,8 +276,8 @@ def _judge(
         why = "it belongs to another user"
     elif not _written_under_lock(target, writes):
         why = (
-            f"{legible(name)} is written without the folder lock, so no run can prove its "
-            "writer is gone: delete it once no ckpt-inspect run writes this folder"
+            f"{legible(name)} is no file only runs holding the folder lock write, so no run "
+            "can prove its writer is gone: delete it once you know nothing writes this folder"
         )
     elif pid == os.getpid():
         why = "written by this very process"

@@ -1,0 +1,271 @@
+"""Temp files a killed run left (`execution/temps.py`): removed only when provably ours, and
+everything that merely looks like them reported and left as it is. Each test builds the
+hostile folder itself."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from inspector._internal.checks import check
+from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import BIN_INDEX_NAME, INDEX_NAME, JOURNAL
+from inspector._internal.execution import temps
+from inspector._internal.execution.atomic import folder_lock, recover_folder
+from inspector._internal.execution.temps import (
+    find_leftovers,
+    parse_temp_name,
+    remove_leftovers,
+    temp_name_for,
+)
+from inspector._internal.scan.entry import scan
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited and been reaped."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return pid
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    """A one-file safetensors checkpoint written by safetensors itself."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    save_file({"w": np.zeros((2, 2), np.float32)}, str(root / "model.safetensors"))
+    return root
+
+
+def _names(root: Path) -> list[str]:
+    return sorted(os.listdir(root))
+
+
+def test_the_name_parses_back_exactly() -> None:
+    assert parse_temp_name(temp_name_for(INDEX_NAME, 4242)) == (INDEX_NAME, 4242)
+    assert parse_temp_name(temp_name_for(JOURNAL, 7)) == (JOURNAL, 7)
+    # A target that itself holds ".tmp-": the pid is the last part, as the writer appends it.
+    assert parse_temp_name(".a.tmp-1.tmp-2") == ("a.tmp-1", 2)
+    for name in (
+        f".{INDEX_NAME}.tmp-0123",  # a leading zero: no writer makes it
+        f".{INDEX_NAME}.tmp-+12",
+        f".{INDEX_NAME}.tmp- 12",
+        f".{INDEX_NAME}.tmp-\uff11\uff12",  # fullwidth digits
+        f".{INDEX_NAME}.tmp-\u0661\u0662",  # Arabic-Indic digits: int() would accept them
+        f".{INDEX_NAME}.tmp\u2010123",  # a Unicode hyphen
+        f".{INDEX_NAME}.tmp-99999999999",  # past any pid
+        f".{INDEX_NAME}.tmp-0",
+        f".sub/{INDEX_NAME}.tmp-12",  # a path separator
+        f".{INDEX_NAME}\x00.tmp-12",
+        f"{INDEX_NAME}.tmp-12",  # no leading dot
+        "..tmp-12",  # no target
+    ):
+        assert parse_temp_name(name) is None, name
+    # Linear, whatever the name (a crafted one repeats the suffix).
+    assert parse_temp_name("." + ".tmp-1" * 200_000 + "x") is None
+
+
+def test_a_killed_runs_temp_files_are_reported_then_removed(folder: Path) -> None:
+    pid = _dead_pid()
+    index_temp = folder / temp_name_for(INDEX_NAME, pid)
+    journal_temp = folder / temp_name_for(JOURNAL, pid)
+    index_temp.write_bytes(b"x" * 3000)
+    journal_temp.write_bytes(b"{}")
+    found = [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    assert sorted(f.file for f in found) == sorted([index_temp.name, journal_temp.name])
+    assert any("(3.0 kB)" in f.message and "--recover" in f.message for f in found)
+    done = recover_folder(folder)
+    assert {i.path for i in done.leftovers.removable} == {index_temp.name, journal_temp.name}
+    assert _names(folder) == ["model.safetensors"]  # the lock taken for it is gone too
+
+
+def test_a_link_named_like_our_temp_file_is_never_followed_nor_removed(
+    folder: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    link = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    link.symlink_to(outside)
+    (folder / temp_name_for(BIN_INDEX_NAME, _dead_pid())).symlink_to(tmp_path)
+    done = recover_folder(folder)
+    assert not done.leftovers.removable
+    assert {i.kept for i in done.leftovers.kept} == {
+        "a symbolic link, not a file ckpt-inspect wrote"
+    }
+    assert link.is_symlink() and outside.read_text() == "keep me"
+    (f,) = [f for f in check(scan(folder), model=False) if f.file == link.name]
+    assert "symbolic link" in f.message and "keep me" not in f.message
+
+
+def test_a_folder_named_like_our_temp_file_is_left_with_its_content(folder: Path) -> None:
+    planted = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    planted.mkdir()
+    (planted / "data").write_text("mine")
+    assert main(["repair", "--recover", "--yes", str(folder)]) == 0
+    assert (planted / "data").read_text() == "mine"
+    (item,) = find_leftovers(folder, locked=True).kept
+    assert item.kept == "a folder, not a file ckpt-inspect wrote"
+
+
+def test_a_running_repairs_temp_file_is_kept(folder: Path) -> None:
+    """Another process holds the folder lock and is writing: its temp file stays, and the
+    recovery neither waits nor fails; once it is gone, the file is removed."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the other run: holds the lock while its temp file exists
+        try:
+            with folder_lock(folder):
+                (folder / temp_name_for(INDEX_NAME, os.getpid())).write_bytes(b"{}")
+                os.write(ready_w, b"1")
+                os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        done = recover_folder(folder)
+        (item,) = done.leftovers.kept
+        assert item.pid == pid and f"pid {pid} is running" in (item.kept or "")
+        assert (folder / temp_name_for(INDEX_NAME, pid)).exists()
+    finally:
+        os.write(go_w, b"1")
+        os.waitpid(pid, 0)
+    # Killed now (here: exited without renaming): the next recovery removes it.
+    assert [i.path for i in recover_folder(folder).leftovers.removable] == [item.path]
+
+
+def test_a_pid_reused_by_an_unrelated_process_keeps_the_file(folder: Path) -> None:
+    # The pid of a process that is running (our parent): it may be any program now, so the
+    # file is reported for review, never removed on a guess.
+    temp = folder / temp_name_for(INDEX_NAME, os.getppid())
+    temp.write_bytes(b"{}")
+    assert main(["repair", "--recover", "--yes", str(folder)]) == 0
+    assert temp.exists()
+    (item,) = find_leftovers(folder, locked=True).kept
+    assert "is running" in (item.kept or "")
+
+
+def test_without_the_lock_nothing_is_removed(folder: Path) -> None:
+    temp = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_bytes(b"{}")
+    found = find_leftovers(folder, locked=False)
+    assert not found.removable and "lock" in (found.kept[0].kept or "")
+
+
+def test_look_alike_names_are_reported_never_removed(folder: Path) -> None:
+    pid = _dead_pid()
+    names = [
+        f".{INDEX_NAME}.tmp-\uff11\uff12",  # fullwidth digits
+        f".{INDEX_NAME}.tmp\u2010{pid}",  # a Unicode hyphen
+        f"\uff0e{INDEX_NAME}.tmp-{pid}",  # a fullwidth dot
+        f".{INDEX_NAME}.tmp-0{pid}",  # a leading zero
+        f".{INDEX_NAME}.TMP-{pid}",
+        f".{INDEX_NAME}\n.tmp-{pid}",  # a line break in the name
+        f".config.json.tmp-{pid}",  # exact, but a file written without the lock
+        f".evil.index.json.tmp-{pid}",  # exact, but no index a repair writes
+        f".weights\\{INDEX_NAME}.tmp-{pid}",  # a backslash: no such target is written
+    ]
+    for name in names:
+        (folder / name).write_bytes(b"user data")
+    assert main(["repair", "--recover", "--yes", str(folder)]) == 0
+    assert _names(folder) == sorted([*names, "model.safetensors"])
+    found = [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    assert sorted(f.file for f in found) == sorted(names)
+    assert all("\n" not in f.message for f in found)  # shown escaped, on one line
+
+
+def test_a_second_name_of_a_shard_is_not_removed(folder: Path) -> None:
+    temp = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    os.link(folder / "model.safetensors", temp)
+    assert not recover_folder(folder).leftovers.removable
+    assert temp.exists()
+
+
+def test_a_temp_file_swapped_for_a_link_after_listing_is_not_removed(
+    folder: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    temp = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_bytes(b"{}")
+    found = find_leftovers(folder, locked=True)
+    assert len(found.removable) == 1
+    temp.unlink()
+    temp.symlink_to(outside)  # between the listing and the unlink
+    with folder_lock(folder):
+        done = remove_leftovers(folder, found)
+    assert not done.removable and done.kept[0].kept == "it changed since it was listed"
+    assert temp.is_symlink() and outside.read_text() == "keep me"
+
+
+def test_a_planned_path_under_a_linked_folder_is_not_looked_into(
+    folder: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    victim = elsewhere / temp_name_for("model.safetensors.json", _dead_pid())
+    victim.write_text("not ours")
+    (folder / "sub").symlink_to(elsewhere)
+    done = recover_folder(folder, writes=["sub/model.safetensors.json"])
+    assert not done.leftovers and victim.exists()
+
+
+def test_many_look_alikes_are_bounded(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of look-alike entries: listed up to the cap, the rest counted; the check
+    names at most 20 and one summary; a folder past the listing cap says where it stopped."""
+    pid = _dead_pid()
+    for n in range(3000):
+        (folder / f".{n}.index.json.tmp-{pid}").write_bytes(b"")
+    monkeypatch.setattr(temps, "LEFTOVER_LIST_CAP", 100)
+    found = find_leftovers(folder, locked=True)
+    assert len(found.kept) == 100 and found.more_kept == 2900 and not found.removable
+    findings = [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    assert len(findings) == 21 and any("2,980 more entries" in f.message for f in findings)
+    monkeypatch.setattr(temps, "LEFTOVER_SCAN_CAP", 500)
+    stopped = find_leftovers(folder, locked=True)
+    assert stopped.truncated == ("",) and len(stopped.kept) + stopped.more_kept <= 500
+
+
+def test_removal_races_another_recovery(folder: Path) -> None:
+    """Two recoveries at once: the folder lock lets one remove, the other sees it gone or
+    the lock held; nothing fails and the file is removed once."""
+    temp = folder / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_bytes(b"{}")
+    results = []
+
+    def one() -> None:
+        results.append(recover_folder(folder).leftovers)
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not temp.exists()
+    assert sum(len(r.removable) for r in results) == 1
+
+
+def test_a_temp_file_an_unfinished_journal_renames_is_no_leftover(folder: Path) -> None:
+    """Killed after the journal was linked: its temp file is the journal's to rename, so
+    check does not call it a leftover, and the recovery renames it instead of removing it."""
+    from inspector._internal.execution import atomic
+
+    pid = os.fork()
+    if pid == 0:  # dies once the journal is linked, before its renames (the 2nd recover)
+        calls = iter((atomic.recover, lambda *args, **kwargs: os._exit(137)))
+        atomic.recover = lambda *args, **kwargs: next(calls)(*args, **kwargs)  # type: ignore[assignment]
+        atomic.apply_writes(folder, [(INDEX_NAME, b'{"weight_map": {}}')], backup=False)
+        os._exit(1)
+    os.waitpid(pid, 0)
+    assert (folder / JOURNAL).exists() and (folder / temp_name_for(INDEX_NAME, pid)).exists()
+    assert not [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    done = recover_folder(folder)
+    assert done.renamed == [INDEX_NAME] and not done.leftovers
+    assert _names(folder) == sorted([INDEX_NAME, "model.safetensors"])
