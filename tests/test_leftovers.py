@@ -44,6 +44,14 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A file of the user's outside the checkpoint folder, which nothing may touch."""
+    path = tmp_path / "precious.txt"
+    path.write_text("keep me")
+    return path
+
+
 def _names(root: Path) -> list[str]:
     return sorted(os.listdir(root))
 
@@ -87,10 +95,8 @@ def test_a_killed_runs_temp_files_are_reported_then_removed(folder: Path) -> Non
 
 
 def test_a_link_named_like_our_temp_file_is_never_followed_nor_removed(
-    folder: Path, tmp_path: Path
+    folder: Path, outside: Path, tmp_path: Path
 ) -> None:
-    outside = tmp_path / "precious.txt"
-    outside.write_text("keep me")
     link = folder / temp_name_for(INDEX_NAME, _dead_pid())
     link.symlink_to(outside)
     (folder / temp_name_for(BIN_INDEX_NAME, _dead_pid())).symlink_to(tmp_path)
@@ -189,10 +195,8 @@ def test_a_second_name_of_a_shard_is_not_removed(folder: Path) -> None:
 
 
 def test_a_temp_file_swapped_for_a_link_after_listing_is_not_removed(
-    folder: Path, tmp_path: Path
+    folder: Path, outside: Path
 ) -> None:
-    outside = tmp_path / "precious.txt"
-    outside.write_text("keep me")
     temp = folder / temp_name_for(INDEX_NAME, _dead_pid())
     temp.write_bytes(b"{}")
     found = find_leftovers(folder, locked=True)
