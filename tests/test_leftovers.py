@@ -273,3 +273,36 @@ def test_a_temp_file_an_unfinished_journal_renames_is_no_leftover(folder: Path) 
     done = recover_folder(folder)
     assert done.renamed == [INDEX_NAME] and not done.leftovers
     assert _names(folder) == sorted([INDEX_NAME, "model.safetensors"])
+
+
+def test_a_killed_consolidations_temp_file_is_removed_by_the_next_run(
+    dcp_checkpoint: Path, tmp_path: Path
+) -> None:
+    """Consolidation killed as it renames the index's temp file into DEST: the next run of
+    the plan removes that temp file (its pid is gone) and says so."""
+    from inspector._internal.plans.consolidate import plan_consolidation
+
+    dest = tmp_path / "out"
+    plan = plan_consolidation(scan(dcp_checkpoint), dest)
+    pid = os.fork()
+    if pid == 0:
+        replace = os.replace
+
+        def dies_at_the_index(src: object, *args: object, **kwargs: object) -> None:
+            if str(src).startswith(f".{INDEX_NAME}.tmp-"):
+                os._exit(137)
+            replace(src, *args, **kwargs)  # type: ignore[arg-type]
+
+        os.replace = dies_at_the_index  # type: ignore[assignment]
+        try:
+            plan.execute(progress=False, verify=False)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 137
+    temp = temp_name_for(INDEX_NAME, pid)
+    assert temp in _names(dest) and INDEX_NAME not in _names(dest)
+    result = plan.execute(progress=False, verify=False)
+    assert [i.path for i in result.leftovers.removable] == [temp]
+    assert f"removed {temp}" in result.describe()
+    assert temp not in _names(dest) and INDEX_NAME in _names(dest)

@@ -184,12 +184,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def find_leftovers(root: Path, *, writes: Collection[str] = (), locked: bool) -> Leftovers:
+def find_leftovers(
+    root: Path, *, writes: Collection[str] = (), locked: bool, dir_fd: int | None = None
+) -> Leftovers:
     """Entries of `root` (and of the folders of `writes`, paths relative to it) named like
-    our temp files, each judged (see the module docs); `locked`: this process holds the
-    folder lock (a plan passes True to say what its execution would remove). Reads only
-    names and, for those that match, one `lstat` each, without following a link: linear in
-    the entries, at most `LEFTOVER_SCAN_CAP` per folder."""
+    our temp files, each judged (see the module docs); `locked`: no other writer of the
+    folder runs (this process holds the folder lock; a plan passes True to say what its
+    execution would remove). `dir_fd` is `root` already opened. Reads only names and, for
+    those that match, one `lstat` each, without following a link: linear in the entries,
+    at most `LEFTOVER_SCAN_CAP` per folder."""
     folders = {""} | {str(PurePosixPath(w).parent).removeprefix(".") for w in writes}
     removable: list[Leftover] = []
     kept: list[Leftover] = []
@@ -198,7 +201,7 @@ def find_leftovers(root: Path, *, writes: Collection[str] = (), locked: bool) ->
     uid = os.getuid() if hasattr(os, "getuid") else None
     for folder in sorted(folders):
         try:
-            fd = _open_folder(root, folder)
+            fd = _open_folder(root, folder, dir_fd)
         except OSError:
             continue  # no such folder (yet), or not one: nothing left there
         try:
@@ -224,10 +227,12 @@ def find_leftovers(root: Path, *, writes: Collection[str] = (), locked: bool) ->
     )
 
 
-def _open_folder(root: Path, folder: str) -> int:
+def _open_folder(root: Path, folder: str, dir_fd: int | None) -> int:
     """A descriptor of root/folder, every part below the root opened without following a
-    link (the root itself is what the user named)."""
-    fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    link (the root itself is what the user named, or `dir_fd` when it is open already)."""
+    fd = (
+        os.dup(dir_fd) if dir_fd is not None else os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    )
     for part in PurePosixPath(folder).parts if folder else ():
         try:
             if part in ("..", ".") or "\x00" in part:
@@ -291,7 +296,7 @@ def _judge(
     return replace(item, kept=why, identity=identity)
 
 
-def remove_leftovers(root: Path, found: Leftovers) -> Leftovers:
+def remove_leftovers(root: Path, found: Leftovers, *, dir_fd: int | None = None) -> Leftovers:
     """Remove `found.removable` (the caller holds the folder lock): each is looked at again
     through its folder's descriptor and removed only when it is still that very regular
     file. Returns what was removed (`removable`) and what was not (`kept`, with why)."""
@@ -304,7 +309,7 @@ def remove_leftovers(root: Path, found: Leftovers) -> Leftovers:
         )
     for folder, items in sorted(by_folder.items()):
         try:
-            fd = _open_folder(root, folder)
+            fd = _open_folder(root, folder, dir_fd)
         except OSError as exc:
             kept += [
                 replace(i, kept=f"its folder cannot be opened ({exc.strerror})") for i in items
