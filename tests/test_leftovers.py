@@ -100,11 +100,14 @@ def test_a_link_named_like_our_temp_file_is_never_followed_nor_removed(
     link = folder / temp_name_for(INDEX_NAME, _dead_pid())
     link.symlink_to(outside)
     (folder / temp_name_for(BIN_INDEX_NAME, _dead_pid())).symlink_to(tmp_path)
+    os.mkfifo(folder / temp_name_for(JOURNAL, _dead_pid()))  # never opened: it would block
     done = recover_folder(folder)
     assert not done.leftovers.removable
-    assert {i.kept for i in done.leftovers.kept} == {
-        "a symbolic link, not a file ckpt-inspect wrote"
-    }
+    assert sorted(i.kept or "" for i in done.leftovers.kept) == [
+        "a symbolic link, not a file ckpt-inspect wrote",
+        "a symbolic link, not a file ckpt-inspect wrote",
+        "not a regular file",
+    ]
     assert link.is_symlink() and outside.read_text() == "keep me"
     (f,) = [f for f in check(scan(folder), model=False) if f.file == link.name]
     assert "symbolic link" in f.message and "keep me" not in f.message
@@ -235,6 +238,23 @@ def test_many_look_alikes_are_bounded(folder: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(temps, "LEFTOVER_SCAN_CAP", 500)
     stopped = find_leftovers(folder, locked=True)
     assert stopped.truncated == ("",) and len(stopped.kept) + stopped.more_kept <= 500
+
+
+def test_one_recovery_removes_a_bounded_number(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `LEFTOVER_REMOVE_CAP` removable files, the rest are counted (memory stays bounded
+    whatever the folder holds) and the next recovery takes them."""
+    monkeypatch.setattr(temps, "LEFTOVER_REMOVE_CAP", 5)
+    # Pids past Linux's PID_MAX_LIMIT (2**22): no process runs with them.
+    for n in range(12):
+        (folder / temp_name_for(INDEX_NAME, 2**30 + n)).write_bytes(b"{}")
+    first = recover_folder(folder).leftovers
+    assert len(first.removable) == 5 and first.more_removable == 7
+    assert any("run it again" in line for line in first.lines())
+    assert len(recover_folder(folder).leftovers.removable) == 5
+    assert len(recover_folder(folder).leftovers.removable) == 2
+    assert _names(folder) == ["model.safetensors"]
 
 
 def test_removal_races_another_recovery(folder: Path) -> None:

@@ -40,7 +40,7 @@ def check_leftovers(scanned: ScannedCheckpoint) -> list[Finding]:
     items = [i for i in (*found.removable, *found.kept) if i.path not in pending]
     out = [_finding(root, item) for item in items[:_SHOWN]]
     rest = items[_SHOWN:]
-    hidden = len(rest) + found.more_kept
+    hidden = len(rest) + found.more_kept + found.more_removable
     if hidden:
         size = sum(item.size or 0 for item in rest)
         out.append(

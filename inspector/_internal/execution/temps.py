@@ -14,6 +14,7 @@ another machine). Anything else is reported and left as it is. The promise: SECU
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import os
 import stat
@@ -33,6 +34,7 @@ from inspector._internal.common.units import format_bytes
 
 __all__ = [
     "LEFTOVER_LIST_CAP",
+    "LEFTOVER_REMOVE_CAP",
     "LEFTOVER_SCAN_CAP",
     "Leftover",
     "Leftovers",
@@ -48,6 +50,9 @@ _SUFFIX = ".tmp-"
 LEFTOVER_SCAN_CAP = 1_000_000
 # Entries reported one by one; the rest are counted.
 LEFTOVER_LIST_CAP = 1_000
+# Temp files one recovery removes (a killed run leaves a few); past it they are counted, and
+# the next recovery takes the next ones. Memory stays bounded whatever the folder holds.
+LEFTOVER_REMOVE_CAP = 10_000
 # The largest pid a writer can have had: Linux's PID_MAX_LIMIT is 2**22, other systems less;
 # a larger number is no pid of ours.
 _PID_MAX = 2**31 - 1
@@ -128,11 +133,13 @@ class Leftovers:
     kept: tuple[Leftover, ...] = ()
     more_kept: int = 0
     truncated: tuple[str, ...] = ()
+    # Removable entries past `LEFTOVER_REMOVE_CAP`, left for the next recovery.
+    more_removable: int = 0
     # True once `remove_leftovers` ran: `removable` are then the entries removed.
     removed: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.removable or self.kept or self.truncated)
+        return bool(self.removable or self.kept or self.truncated or self.more_removable)
 
     @property
     def size(self) -> int:
@@ -144,11 +151,16 @@ class Leftovers:
         verb = "removed" if self.removed else "remove"
         out = [f"{verb} {item.describe()}" for item in self.removable[:limit]]
         if len(self.removable) > limit:
-            out.append(f"{verb} ... {len(self.removable) - limit} more temp files")
+            out.append(f"{verb} ... {len(self.removable) - limit:,} more temp files")
+        if self.more_removable:
+            out.append(
+                f"keep ... {self.more_removable:,} more temp files of killed runs, past the "
+                f"{LEFTOVER_REMOVE_CAP:,} one recovery removes: run it again"
+            )
         out += [f"keep {item.describe()}" for item in self.kept[:limit]]
         hidden = len(self.kept) - min(len(self.kept), limit) + self.more_kept
         if hidden:
-            out.append(f"keep ... {hidden} more entries named like temp files")
+            out.append(f"keep ... {hidden:,} more entries named like temp files")
         out += [
             f"keep {legible(folder or '.')}: listing stopped at {LEFTOVER_SCAN_CAP:,} entries"
             for folder in self.truncated
@@ -196,7 +208,7 @@ def find_leftovers(
     folders = {""} | {str(PurePosixPath(w).parent).removeprefix(".") for w in writes}
     removable: list[Leftover] = []
     kept: list[Leftover] = []
-    more_kept, truncated = 0, []
+    more_kept, more_removable, truncated = 0, 0, []
     alive: dict[int, bool] = {}
     uid = os.getuid() if hasattr(os, "getuid") else None
     for folder in sorted(folders):
@@ -213,8 +225,10 @@ def find_leftovers(
                     if not _looks_like_temp(entry.name):
                         continue
                     item = _judge(entry, folder, writes, locked, alive, uid)
-                    if item.kept is None:
+                    if item.kept is None and len(removable) < LEFTOVER_REMOVE_CAP:
                         removable.append(item)
+                    elif item.kept is None:
+                        more_removable += 1
                     elif len(kept) < LEFTOVER_LIST_CAP:
                         kept.append(item)
                     else:
@@ -223,7 +237,11 @@ def find_leftovers(
             os.close(fd)
     key = lambda item: item.path  # noqa: E731
     return Leftovers(
-        tuple(sorted(removable, key=key)), tuple(sorted(kept, key=key)), more_kept, tuple(truncated)
+        tuple(sorted(removable, key=key)),
+        tuple(sorted(kept, key=key)),
+        more_kept,
+        tuple(truncated),
+        more_removable,
     )
 
 
@@ -326,7 +344,7 @@ def remove_leftovers(root: Path, found: Leftovers, *, dir_fd: int | None = None)
                 os.fsync(fd)
         finally:
             os.close(fd)
-    return Leftovers(tuple(removed), tuple(kept), found.more_kept, found.truncated, removed=True)
+    return dataclasses.replace(found, removable=tuple(removed), kept=tuple(kept), removed=True)
 
 
 def _unlink_if_same(fd: int, item: Leftover) -> str | None:
