@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.numpy import save_file
 
 from inspector._internal.checks import check
@@ -78,6 +80,21 @@ def test_the_name_parses_back_exactly() -> None:
         assert parse_temp_name(name) is None, name
     # Linear, whatever the name (a crafted one repeats the suffix).
     assert parse_temp_name("." + ".tmp-1" * 200_000 + "x") is None
+
+
+_TARGETS = st.text(min_size=1).filter(lambda t: "/" not in t and "\x00" not in t)
+
+
+@given(target=_TARGETS, pid=st.integers(1, 2**31 - 1))
+def test_the_name_round_trips(target: str, pid: int) -> None:
+    assert parse_temp_name(temp_name_for(target, pid)) == (target, pid)
+
+
+@given(name=st.text() | st.from_regex(r"\.[^/\x00]{0,12}\.tmp-.{0,12}", fullmatch=True))
+def test_only_our_exact_name_parses(name: str) -> None:
+    """Whatever the name: parsed only when it is exactly what the writer makes."""
+    parsed = parse_temp_name(name)
+    assert parsed is None or temp_name_for(*parsed) == name
 
 
 def test_a_killed_runs_temp_files_are_reported_then_removed(folder: Path) -> None:
