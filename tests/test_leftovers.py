@@ -343,3 +343,20 @@ def test_a_killed_consolidations_temp_file_is_removed_by_the_next_run(
     assert [i.path for i in result.leftovers.removable] == [temp]
     assert f"removed {temp}" in result.describe()
     assert temp not in _names(dest) and INDEX_NAME in _names(dest)
+
+
+def test_repair_plans_the_removal_and_says_what_it_removed(
+    folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A folder whose only trouble is a killed run's temp file: `repair` prints a plan that
+    removes it (the look-alike beside it is kept), and removes it once confirmed."""
+    temp = temp_name_for(INDEX_NAME, _dead_pid())
+    (folder / temp).write_bytes(b"x" * 2048)
+    (folder / f".{INDEX_NAME}.tmp-\uff17").write_bytes(b"{}")
+    assert main(["repair", "--no-model", "--dry-run", str(folder)]) == 0
+    plan = capsys.readouterr().out
+    assert f"remove {temp} (2.0 kB)" in plan and "keep .model" in plan
+    assert temp in _names(folder)
+    assert main(["repair", "--no-model", "--yes", str(folder)]) == 0
+    assert f"removed {temp} (2.0 kB)" in capsys.readouterr().out
+    assert _names(folder) == sorted(["model.safetensors", f".{INDEX_NAME}.tmp-\uff17"])
