@@ -103,12 +103,14 @@ def folder_lock(root: Path) -> Iterator[None]:
     left behind there must be removed by hand.
     """
     fd = _take_lock(root)
-    key = _folder_key(root)
-    _HELD.add(key)
+    key = None
     try:
+        key = _folder_key(root)
+        _HELD.add(key)
         yield
     finally:
-        _HELD.discard(key)
+        if key is not None:
+            _HELD.discard(key)
         _drop_lock(root, fd)
 
 
@@ -846,14 +848,6 @@ class Recovery:
 
     renamed: list[str]
     leftovers: Leftovers
-
-    def lines(self) -> list[str]:
-        """What was done, one line each, for a person."""
-        out = []
-        if self.renamed:
-            shown = ", ".join(map(legible, self.renamed[:20]))
-            out.append(f"renamed {len(self.renamed)} files: {shown}")
-        return out + self.leftovers.lines()
 
 
 def recover_folder(root: Path, *, confirmed: bool = False, writes: Sequence[str] = ()) -> Recovery:
