@@ -360,3 +360,20 @@ def test_repair_plans_the_removal_and_says_what_it_removed(
     assert main(["repair", "--no-model", "--yes", str(folder)]) == 0
     assert f"removed {temp} (2.0 kB)" in capsys.readouterr().out
     assert _names(folder) == sorted(["model.safetensors", f".{INDEX_NAME}.tmp-\uff17"])
+
+
+def test_shard_sized_outputs_of_killed_runs_are_reported_not_removed(folder: Path) -> None:
+    """A re-shard's staging folder and a consolidation's `.partial` output, left by killed
+    runs: check names them with their sizes; the recovery keeps them (the next re-shard
+    empties the one, `consolidate --resume` finishes the other)."""
+    staging = folder / ".ckpt-inspect-reshard"
+    staging.mkdir()
+    (staging / "model-00001-of-00002.safetensors").write_bytes(b"x" * 6000)
+    (folder / "model-00002-of-00002.safetensors.partial").write_bytes(b"x" * 3000)
+    found = {f.file: f.message for f in check(scan(folder), model=False)}
+    assert "(6.0 kB): the staging folder of a killed re-shard" in found[staging.name]
+    assert (
+        "(3.0 kB): an output a consolidation" in found["model-00002-of-00002.safetensors.partial"]
+    )
+    assert main(["repair", "--recover", "--yes", str(folder)]) == 0
+    assert staging.is_dir() and (folder / "model-00002-of-00002.safetensors.partial").exists()

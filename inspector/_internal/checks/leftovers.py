@@ -1,5 +1,6 @@
 """Temp files a killed run left in the folder (`temp-file-left`): each named with its size
-and what it is, and whether `repair --recover` removes it (`execution/temps.py` judges).
+and what it is, and whether `repair --recover` removes it (`execution/temps.py` judges);
+shard-sized ones too (a consolidation's `.partial` outputs, a re-shard's staging folder).
 
 The one rule that looks at the folder beyond what the scan read: the names of its entries
 (and one `lstat` per name that looks like a temp file), never their bytes. A remote
@@ -32,7 +33,7 @@ def check_leftovers(scanned: ScannedCheckpoint) -> list[Finding]:
     if not isinstance(root, Path):
         return []
     try:
-        found = find_leftovers(root, locked=True)
+        found = find_leftovers(root, locked=True, outputs=True)
     except OSError:
         return []  # the folder went away or cannot be listed: the scan said what it could
     # A temp file an unfinished journal renames is no leftover: the recovery finishes it.
@@ -70,8 +71,8 @@ def _journal_sources(root: Path) -> set[str]:
 
 
 def _finding(root: Path, item: Leftover) -> Finding:
-    if item.kept is None:
-        todo = f"`ckpt-inspect repair {legible(root)} --recover` removes it"
-    else:
-        todo = "not removed by ckpt-inspect: review it"
-    return make_finding(Code.TEMP_FILE_LEFT, f"{item.describe()}; {todo}", file=item.path)
+    # A kept entry says why it is kept, and what to do, in its own words.
+    todo = (
+        f"; `ckpt-inspect repair {legible(root)} --recover` removes it" if item.kept is None else ""
+    )
+    return make_finding(Code.TEMP_FILE_LEFT, f"{item.describe()}{todo}", file=item.path)

@@ -249,7 +249,7 @@ def _journal_command(args: argparse.Namespace) -> int:
         return EXIT_CANNOT
     journal = read_journal(root)
     # What the recovery would remove under the lock, and the look-alikes it leaves.
-    leftovers = find_leftovers(root, locked=True) if args.recover else None
+    leftovers = find_leftovers(root, locked=True, outputs=True) if args.recover else None
     if journal is None and not leftovers:
         print(f"{legible(root)}: no unfinished write journal")
         if args.recover and not args.dry_run and os.path.lexists(root / LOCK):

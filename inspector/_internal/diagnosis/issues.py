@@ -793,8 +793,8 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         "temp-files-left",
         _codes(Code.TEMP_FILE_LEFT),
-        "{n_files} named like ckpt-inspect temp files: {shown}",
-        "a killed run left them: their bytes take disk space nobody sees",
+        "{n_files} left by killed runs (or named like their temp files): {shown}",
+        "their bytes take disk space nobody sees",
         "review",
         "{left}",
         "ckpt-inspect repair {path} --recover",

@@ -29,6 +29,7 @@ from inspector._internal.common.filenames import (
     INDEX_NAME,
     JOURNAL,
     QUANT_CONFIG_NAME,
+    STAGING,
 )
 from inspector._internal.common.units import format_bytes
 
@@ -111,11 +112,13 @@ class Leftover:
     kept: str | None
     # (device, inode, size, mtime) when listed: a file changed since is not removed.
     identity: tuple[int, int, int, int] | None = None
+    # What it is, when its name gives no target and pid.
+    what: str = "named like a ckpt-inspect temp file"
 
     def describe(self) -> str:
         """One line: the entry, its size, and what it is."""
         size = f" ({format_bytes(self.size)})" if self.size is not None else ""
-        what = "named like a ckpt-inspect temp file"
+        what = self.what
         if self.target is not None:
             gone = ", which is gone" if self.kept is None else ""
             what = f"temp file of {legible(self.target)} left by pid {self.pid}{gone}"
@@ -197,15 +200,22 @@ def _alive(pid: int) -> bool:
 
 
 def find_leftovers(
-    root: Path, *, writes: Collection[str] = (), locked: bool, dir_fd: int | None = None
+    root: Path,
+    *,
+    writes: Collection[str] = (),
+    locked: bool,
+    dir_fd: int | None = None,
+    outputs: bool = False,
 ) -> Leftovers:
     """Entries of `root` (and of the folders of `writes`, paths relative to it) named like
     our temp files, each judged (see the module docs); `locked`: no other writer of the
     folder runs (this process holds the folder lock; a plan passes True to say what its
-    execution would remove). `dir_fd` is `root` already opened. Reads only names and, for
+    execution would remove). `dir_fd` is `root` already opened. `outputs` also lists, to
+    be kept, the shard-sized files killed runs leave under other names: a consolidation's
+    `.partial` outputs and the staging folder of a re-shard. Reads only names and, for
     those that match, one `lstat` each, without following a link: linear in the entries,
     at most `LEFTOVER_SCAN_CAP` per folder."""
-    folders = {""} | {str(PurePosixPath(w).parent).removeprefix(".") for w in writes}
+    folders = {""} | {_folder_of(w) for w in writes}
     removable: list[Leftover] = []
     kept: list[Leftover] = []
     more_kept, more_removable, truncated = 0, 0, []
@@ -222,9 +232,14 @@ def find_leftovers(
                     if seen >= LEFTOVER_SCAN_CAP:
                         truncated.append(folder)
                         break
-                    if not _looks_like_temp(entry.name):
+                    if outputs and entry.name == STAGING and not folder:
+                        item = _staging(entry, fd)
+                    elif outputs and entry.name.endswith(_PARTIAL):
+                        item = _partial(entry, folder)
+                    elif _looks_like_temp(entry.name):
+                        item = _judge(entry, folder, writes, locked, alive, uid)
+                    else:
                         continue
-                    item = _judge(entry, folder, writes, locked, alive, uid)
                     if item.kept is None and len(removable) < LEFTOVER_REMOVE_CAP:
                         removable.append(item)
                     elif item.kept is None:
@@ -243,6 +258,65 @@ def find_leftovers(
         tuple(truncated),
         more_removable,
     )
+
+
+def _folder_of(rel: str) -> str:
+    """The folder of a path relative to the checkpoint ("" for the checkpoint itself)."""
+    parent = str(PurePosixPath(rel).parent)
+    return "" if parent == "." else parent
+
+
+# A consolidation writes each output as `<name>.partial` and renames it when complete
+# (`plans/consolidate/engine.py`); a re-shard or restore copies into the staging folder.
+_PARTIAL = ".safetensors.partial"
+# Entries of the staging folder whose sizes are added up (a re-shard writes a few shards).
+_STAGING_SIZED = 10_000
+
+
+def _partial(entry: os.DirEntry[str], folder: str) -> Leftover:
+    """An output a consolidation was writing: shard-sized, never removed here (a
+    `consolidate --resume` finishes it, a new run replaces it)."""
+    rel = f"{folder}/{entry.name}" if folder else entry.name
+    try:
+        info = entry.stat(follow_symlinks=False)
+    except OSError:
+        return Leftover(rel, None, None, None, "it could not be looked at")
+    size = info.st_size if stat.S_ISREG(info.st_mode) else None
+    return Leftover(
+        rel,
+        size,
+        None,
+        None,
+        "a consolidation killed while writing it (or running now) left it; `consolidate "
+        "--resume` finishes it, or delete it once no consolidation writes here",
+        what="an output a consolidation writes before renaming it",
+    )
+
+
+def _staging(entry: os.DirEntry[str], parent: int) -> Leftover:
+    """The staging folder of a re-shard or restore, which exists only while one runs: left
+    by a killed one, with the bytes of the files in it (the next one empties it)."""
+    why = (
+        "the next `repair --only reshard` or `repair --from` empties it; delete it once "
+        "neither runs here"
+    )
+    what = "the staging folder of a killed re-shard or restore"
+    try:
+        fd = os.open(STAGING, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
+    except OSError:
+        return Leftover(STAGING, None, None, None, "not a folder ckpt-inspect made", what=what)
+    size = 0
+    try:
+        with os.scandir(fd) as entries:
+            for seen, item in enumerate(entries):
+                if seen >= _STAGING_SIZED:
+                    break
+                with contextlib.suppress(OSError):
+                    info = item.stat(follow_symlinks=False)
+                    size += info.st_size if stat.S_ISREG(info.st_mode) else 0
+    finally:
+        os.close(fd)
+    return Leftover(STAGING, size, None, None, why, what=what)
 
 
 def _open_folder(root: Path, folder: str, dir_fd: int | None) -> int:
@@ -322,9 +396,7 @@ def remove_leftovers(root: Path, found: Leftovers, *, dir_fd: int | None = None)
     kept = list(found.kept)
     by_folder: dict[str, list[Leftover]] = {}
     for item in found.removable:
-        by_folder.setdefault(str(PurePosixPath(item.path).parent).removeprefix("."), []).append(
-            item
-        )
+        by_folder.setdefault(_folder_of(item.path), []).append(item)
     for folder, items in sorted(by_folder.items()):
         try:
             fd = _open_folder(root, folder, dir_fd)
