@@ -273,13 +273,20 @@ _PARTIAL = ".safetensors.partial"
 _STAGING_SIZED = 10_000
 
 
+def _looked_at(entry: os.DirEntry[str], folder: str) -> tuple[str, os.stat_result | None]:
+    """The entry's path relative to the checkpoint and its `lstat` (None: it vanished)."""
+    rel = f"{folder}/{entry.name}" if folder else entry.name
+    try:
+        return rel, entry.stat(follow_symlinks=False)
+    except OSError:
+        return rel, None
+
+
 def _partial(entry: os.DirEntry[str], folder: str) -> Leftover:
     """An output a consolidation was writing: shard-sized, never removed here (a
     `consolidate --resume` finishes it, a new run replaces it)."""
-    rel = f"{folder}/{entry.name}" if folder else entry.name
-    try:
-        info = entry.stat(follow_symlinks=False)
-    except OSError:
+    rel, info = _looked_at(entry, folder)
+    if info is None:
         return Leftover(rel, None, None, None, "it could not be looked at")
     size = info.st_size if stat.S_ISREG(info.st_mode) else None
     return Leftover(
@@ -345,10 +352,8 @@ def _judge(
     uid: int | None,
 ) -> Leftover:
     """The entry as a `Leftover`: removable only when every condition holds."""
-    rel = f"{folder}/{entry.name}" if folder else entry.name
-    try:
-        info = entry.stat(follow_symlinks=False)
-    except OSError:
+    rel, info = _looked_at(entry, folder)
+    if info is None:
         return Leftover(rel, None, None, None, "it could not be looked at")
     size = info.st_size if stat.S_ISREG(info.st_mode) else None
     parsed = parse_temp_name(entry.name)
