@@ -378,8 +378,9 @@ def _judge(
         why = "it belongs to another user"
     elif not _written_under_lock(target, writes):
         why = (
-            f"{legible(name)} is no file only runs holding the folder lock write, so no run "
-            "can prove its writer is gone: delete it once you know nothing writes this folder"
+            f"{legible(name)} is not among the files ckpt-inspect writes under the folder "
+            "lock, so no run can prove its writer is gone: delete it once you know nothing "
+            "writes this folder"
         )
     elif pid == os.getpid():
         why = "written by this very process"
