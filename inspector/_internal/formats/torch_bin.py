@@ -208,19 +208,6 @@ class _Budgeted(io.RawIOBase):
 
 # -- data.pkl --------------------------------------------------------------------------------
 
-_QUANTIZED_STORAGES = frozenset(
-    {"QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"}
-)
-
-
-def _refused(module: str, name: str) -> Exception:
-    if module == "torch" and name in _QUANTIZED_STORAGES:
-        return PickleFormatError(
-            f"holds quantized tensors (torch.{name}), which have no byte layout a safetensors "
-            "reader knows; dequantize them before saving"
-        )
-    return DATA_PKL.refused(module, name)
-
 
 class _Storages:
     """The persistent ids of one data.pkl (`torch.save`'s storage references): each becomes
@@ -254,7 +241,7 @@ def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, TorchStorage
     `HostilePickleError` and `PickleBombError` propagate."""
     storages = _Storages(legacy=legacy)
     try:
-        value = unpickle(data, DATA_PKL, refusal=_refused, persistent=storages)
+        value = unpickle(data, DATA_PKL, persistent=storages)
     except PickleFormatError as exc:
         raise BinFormatError(f"data.pkl {exc}") from None
     return value, storages.found
