@@ -12,9 +12,7 @@ work and memory".
 from __future__ import annotations
 
 import _compat_pickle
-import io
 import pickletools
-import zipfile
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +29,6 @@ __all__ = [
     "PickleAudit",
     "PickleLimits",
     "audit_pickle",
-    "audit_torch_save",
     "check_pickle",
     "hostile_globals",
 ]
@@ -767,50 +764,3 @@ def check_pickle(
     if hostile:
         raise HostilePickleError(hostile)
     return audit
-
-
-# -- torch.save files -----------------------------------------------------------------------
-
-# torch's legacy (non-zip) format: magic number, protocol, system info, the object, the
-# storage keys; then raw storage bytes.
-_LEGACY_PICKLES = 5
-
-
-def audit_torch_save(
-    data: bytes, *, cap: int, limits: PickleLimits = DEFAULT_LIMITS
-) -> tuple[PickleAudit, ...]:
-    """Audit every pickle `torch.load` would read from `data` (a `torch.save` file):
-    each `*.pkl` member of the zip archive (duplicates included, each read with at most
-    `cap` bytes), or the pickles of the legacy stream. Raises like `check_pickle`;
-    a zip that cannot be read is a `PickleFormatError`."""
-    if data[:4] == b"PK\x03\x04" or zipfile.is_zipfile(io.BytesIO(data)):
-        return tuple(check_pickle(p, limits=limits) for p in _zip_pickles(data, cap))
-    audits = []
-    pos = 0
-    for _ in range(_LEGACY_PICKLES):
-        if pos >= len(data):
-            break
-        audit = check_pickle(data, start=pos, limits=limits)
-        audits.append(audit)
-        pos = audit.end
-    return tuple(audits)
-
-
-def _zip_pickles(data: bytes, cap: int) -> list[bytes]:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = [i for i in archive.infolist() if i.filename.endswith(".pkl")]
-            if not members:
-                raise PickleFormatError("the zip archive holds no pickle (no data.pkl)")
-            out = []
-            for info in members:
-                with archive.open(info) as fh:
-                    blob = fh.read(cap + 1)  # decompressed size capped: no zip bomb
-                if len(blob) > cap:
-                    raise PickleFormatError(f"{info.filename} unpacks to more than {cap:,} bytes")
-                out.append(blob)
-            return out
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
-        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
-    except OSError as exc:  # zlib and CRC errors surface as OSError subclasses in places
-        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None

@@ -1,17 +1,26 @@
 """The common state of a DCP / Megatron checkpoint (`common.pt`, or `common_state` inside a
 `.distcp` file), read with torch's own weights-only unpickler, the one Megatron's loader
-uses: every pickle of the file audited first (`pickles.audit`), tensors on the meta device,
-and each global torch's allow-list lacks an inert `Opaque` record made for this read.
+uses: every pickle torch would read from the file audited first (`pickles.audit`), tensors
+on the meta device, and each global torch's allow-list lacks an inert `Opaque` record made
+for this read.
 """
 
 from __future__ import annotations
 
 import io
+import zipfile
 from typing import Any
 
-from inspector._internal.formats.pickles.audit import audit_torch_save
+from inspector._internal.formats.pickles.audit import (
+    DEFAULT_LIMITS,
+    PickleAudit,
+    PickleLimits,
+    check_pickle,
+)
+from inspector._internal.formats.pickles.errors import PickleFormatError
+from inspector._internal.formats.torch_bin import ZIP_MAGIC, BinFormatError, same_directory
 
-__all__ = ["Opaque", "load_common_state"]
+__all__ = ["Opaque", "audit_torch_save", "load_common_state"]
 
 
 class Opaque:
@@ -55,3 +64,61 @@ def _inert_torch_load(torch: Any, data: bytes, cap: int) -> Any:
     stand_ins = [(type("Opaque", (Opaque,), {"qualname": n}), n) for n in names]
     with torch.serialization.safe_globals(stand_ins):
         return torch.load(io.BytesIO(data), weights_only=True, map_location="meta")
+
+
+# torch's legacy (non-zip) format: magic number, protocol, system info, the object, the
+# storage keys; then raw storage bytes.
+_LEGACY_PICKLES = 5
+
+
+def audit_torch_save(
+    data: bytes, *, cap: int, limits: PickleLimits = DEFAULT_LIMITS
+) -> tuple[PickleAudit, ...]:
+    """Audit every pickle `torch.load` would read from `data` (a `torch.save` file): each
+    `.pkl` member of the zip archive (duplicates included, each read with at most `cap`
+    bytes), or the pickles of the legacy stream. Raises like `check_pickle`; a zip that
+    cannot be read, or that torch would read as another archive, is a `PickleFormatError`.
+
+    torch takes the file for a zip exactly when it starts with a zip's local header
+    (`torch.serialization._is_zipfile`), else for the legacy stream: a legacy stream with a
+    zip after it is audited as the stream torch unpickles, not as the zip `zipfile` finds."""
+    if data[:4] == ZIP_MAGIC:
+        return tuple(check_pickle(p, limits=limits) for p in _zip_pickles(data, cap))
+    audits = []
+    pos = 0
+    for _ in range(_LEGACY_PICKLES):
+        if pos >= len(data):
+            break
+        audit = check_pickle(data, start=pos, limits=limits)
+        audits.append(audit)
+        pos = audit.end
+    return tuple(audits)
+
+
+def _zip_pickles(data: bytes, cap: int) -> list[bytes]:
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            infos = archive.infolist()
+            # torch's reader must find the directory `zipfile` found (two archives one
+            # after the other are two files to them), and looks `<archive>/data.pkl` up
+            # ignoring ASCII case (miniz): every member named so in any case is audited.
+            same_directory(
+                lambda at, n: data[at : at + n], len(data), archive.start_dir, len(infos)
+            )
+            members = [i for i in infos if i.filename.lower().endswith(".pkl")]
+            if not members:
+                raise PickleFormatError("the zip archive holds no pickle (no data.pkl)")
+            out = []
+            for info in members:
+                with archive.open(info) as fh:
+                    blob = fh.read(cap + 1)  # decompressed size capped: no zip bomb
+                if len(blob) > cap:
+                    raise PickleFormatError(f"{info.filename} unpacks to more than {cap:,} bytes")
+                out.append(blob)
+            return out
+    except BinFormatError as exc:
+        raise PickleFormatError(str(exc)) from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
+    except OSError as exc:  # zlib and CRC errors surface as OSError subclasses in places
+        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
