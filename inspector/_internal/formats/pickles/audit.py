@@ -98,10 +98,6 @@ _WIDE_INTS = _ops("LONG1 LONG4")
 _TEXT_INTS = _ops("INT LONG")
 
 
-class _Mark:
-    __slots__ = ()
-
-
 class _Global:
     """A global the stream names (an atom for sizes)."""
 
@@ -111,7 +107,7 @@ class _Global:
         self.name = name
 
 
-_MARK_OBJ = _Mark()
+_MARK_OBJ = object()  # a MARK on the stack
 _ATOM = object()  # any scalar: one object, depth 0, never mutated
 
 
@@ -678,36 +674,15 @@ _INERT_BUILTINS = _words(
     "set frozenset bytearray complex int float str bytes bool tuple list dict slice range object"
 )
 # Code-running entry points of modules that are otherwise data (torch, numpy, pandas).
-_HOSTILE_PREFIXES = (
-    "torch.load",
-    "torch.save",
-    "torch.hub.",
-    "torch.jit.",
-    "torch.package.",
-    "torch.ops.",
-    "torch.classes.",
-    "torch._C.",
-    "torch._ops.",
-    "torch.compile",
-    "torch._dynamo.",
-    "torch.fx.",
-    "torch.utils.cpp_extension.",
-    "torch.distributed.rpc.",
-    "torch.serialization.load",
-    "torch.storage._load_from_bytes",
-    "numpy.load",
-    "numpy.save",
-    "numpy.fromfile",
-    "numpy.loadtxt",
-    "numpy.genfromtxt",
-    "numpy.memmap",
-    "numpy.lib.npyio.",
-    "numpy.ctypeslib.",
-    "numpy.testing.",
-    "numpy.f2py.",
-    "numpy.distutils.",
-    "pandas.read_",
-    "pandas.io.",
+_HOSTILE_PREFIXES = tuple(
+    _words(
+        """torch.load torch.save torch.hub. torch.jit. torch.package. torch.ops. torch.classes.
+        torch._C. torch._ops. torch.compile torch._dynamo. torch.fx. torch.utils.cpp_extension.
+        torch.distributed.rpc. torch.serialization.load torch.storage._load_from_bytes
+        numpy.load numpy.save numpy.fromfile numpy.loadtxt numpy.genfromtxt numpy.memmap
+        numpy.lib.npyio. numpy.ctypeslib. numpy.testing. numpy.f2py. numpy.distutils.
+        pandas.read_ pandas.io."""
+    )
 )
 # Function names that run code or touch the system whatever module they come from.
 _HOSTILE_NAMES = _words(
