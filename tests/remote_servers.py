@@ -163,8 +163,9 @@ Fault = Callable[[str, str, int], "tuple[int, bytes] | Answer | None"]
 
 
 class Proxy:
-    """See the module docstring. `requests`, `body_bytes`, `paths` and `peak` (the most
-    requests in flight at once) are totals since the last `reset()`."""
+    """See the module docstring. `requests`, `body_bytes`, `paths`, `sent_headers` (each
+    request's headers, in the order of `paths`) and `peak` (the most requests in flight at
+    once) are totals since the last `reset()`."""
 
     def __init__(self, backend: str, *, delay: float = 0.0, fault: Fault | None = None) -> None:
         host, _, port = backend.removeprefix("http://").rstrip("/").partition(":")
@@ -174,6 +175,7 @@ class Proxy:
         self.requests = 0
         self.body_bytes = 0
         self.paths: list[str] = []
+        self.sent_headers: list[dict[str, str]] = []
         self.peak = 0
         self._in_flight = 0
         self._lock = threading.Lock()
@@ -186,6 +188,7 @@ class Proxy:
     def reset(self) -> None:
         with self._lock:
             self.requests, self.body_bytes, self.paths, self.peak = 0, 0, [], 0
+            self.sent_headers = []
 
     def _sent(self, n: int) -> None:
         with self._lock:
@@ -262,6 +265,7 @@ class Proxy:
             self.requests += 1
             number = self.requests
             self.paths.append(f"{method} {path}")
+            self.sent_headers.append({k.lower(): v for k, v in headers})
         answer = self.fault(method, path, number) if self.fault else None
         if isinstance(answer, Answer):
             await _send_answer(writer, answer, method, self._sent)

@@ -590,3 +590,28 @@ def test_gcs_hostile_answers(site: Path) -> None:
     assert found["model-00003-of-00003.safetensors"].code == "header-unreadable"
     assert "ignores Range" in found["model-00003-of-00003.safetensors"].message
     assert [s.readable for s in there.shards] == [False, True, False]
+
+
+def test_a_hub_session_carries_no_cookie_to_a_later_scan(hub_repo: FakeHub) -> None:
+    """The Hub's session is reused by later scans in the process, which may send another
+    token (a header of each request) or none: a cookie the server set for one (a login
+    session, a tracker) is never sent back, in that scan or a later one. `localhost`, not
+    127.0.0.1: aiohttp's default jar keeps no cookie of an IP address."""
+
+    def rule(method: str, path: str, n: int) -> Answer | None:
+        if "/revision/" in path:
+            head = {"Set-Cookie": f"hub-session=of-request-{n}; Path=/"}
+            return Answer(200, head, body=json.dumps({"sha": SHA}).encode())
+        return None
+
+    with Proxy(hub_repo.url, fault=rule) as proxy:
+        endpoint = proxy.url.replace("127.0.0.1", "localhost")
+        first = scan("hf://org/tiny", storage_options={"endpoint": endpoint, "token": "hf_a"})
+        asked_first = list(proxy.sent_headers)
+        proxy.reset()
+        second = scan("hf://org/tiny", storage_options={"endpoint": endpoint, "token": False})
+        asked_second = list(proxy.sent_headers)
+    assert len(first.shards) == len(second.shards) == 3
+    assert all(h.get("authorization") == "Bearer hf_a" for h in asked_first), asked_first
+    assert not any("cookie" in h for h in asked_first + asked_second)
+    assert not any("authorization" in h for h in asked_second)
