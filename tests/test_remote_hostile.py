@@ -615,3 +615,26 @@ def test_a_hub_session_carries_no_cookie_to_a_later_scan(hub_repo: FakeHub) -> N
     assert all(h.get("authorization") == "Bearer hf_a" for h in asked_first), asked_first
     assert not any("cookie" in h for h in asked_first + asked_second)
     assert not any("authorization" in h for h in asked_second)
+
+
+def test_a_redirect_allowed_for_one_scan_is_not_for_the_next(
+    site: Path, origin_server: RangeHTTPServer, local: list[tuple]
+) -> None:
+    """The session a scan with `allow_redirects` used (its policy is part of it) is never the
+    one of a later scan without: that scan refuses the redirect to the mirror, which hears
+    nothing of it, as in a fresh process; the first scan's session is reused when it is
+    asked for again."""
+    with (
+        Proxy(origin_server.url) as mirror,
+        served(origin_server, redirect_shards(f"{mirror.url}/moved/")) as proxy,
+    ):
+        allowed = scan(f"{proxy.url}/ckpt/", allow_redirects=[mirror.url], **BOUNDED)
+        assert mirror.requests == 3
+        mirror.reset()
+        refused = scan(f"{proxy.url}/ckpt/", **BOUNDED)
+        assert mirror.requests == 0
+        again = scan(f"{proxy.url}/ckpt/", allow_redirects=[mirror.url], **BOUNDED)
+        assert mirror.requests == 3
+    assert comparable(allowed, check(allowed, model=False)) == local
+    assert comparable(again, check(again, model=False)) == local
+    assert [f.code for f in refused.read_findings] == ["file-unsafe"] * 3
