@@ -638,3 +638,27 @@ def test_a_redirect_allowed_for_one_scan_is_not_for_the_next(
     assert comparable(allowed, check(allowed, model=False)) == local
     assert comparable(again, check(again, model=False)) == local
     assert [f.code for f in refused.read_findings] == ["file-unsafe"] * 3
+
+
+def test_a_hub_token_never_reaches_an_allowed_redirect_origin(hub_repo: FakeHub) -> None:
+    """A download the Hub's endpoint redirects to an origin the user allowed is followed,
+    without the token: it goes to the endpoint's own origin alone, on a session that
+    other scans reuse."""
+    with Proxy(hub_repo.url) as cdn:
+
+        def rule(method: str, path: str, n: int) -> Answer | None:
+            if "/resolve/" in path and path.endswith(".safetensors"):
+                return Answer(302, {"Location": cdn.url + path})
+            return None
+
+        with Proxy(hub_repo.url, fault=rule) as endpoint:
+            options = {"endpoint": endpoint.url, "token": "hf_secret"}
+            for _ in range(2):  # a fresh session, then the reused one
+                cdn.reset()
+                there = scan(
+                    "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
+                )
+                assert cdn.requests == 3 and all(s.readable for s in there.shards)
+                assert not any("authorization" in h for h in cdn.sent_headers)
+            to_endpoint = endpoint.sent_headers
+    assert all(h.get("authorization") == "Bearer hf_secret" for h in to_endpoint)
