@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +26,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from forked import fork_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import TensorSpec, serialize_file
@@ -41,12 +40,11 @@ from inspector._internal.checks.dcp import _missing_rank_files
 SECONDS = 20
 GROWN_BYTES = 400_000_000
 
-# One interpreter imports the scan and the checks (most of a fresh process's CPU), then forks
-# a child per folder: the child has read nothing yet, as a fresh process after its imports,
-# and its peak resident memory (VmHWM) starts at its size when forked.
+# The scan and check of a folder in a child of `forked.fork_server`: it has read nothing else,
+# as a fresh process after its imports, and its peak resident memory starts at its size.
 _PROBE = textwrap.dedent(
     """
-    import json, os, resource, sys, traceback
+    import resource
     from inspector._internal.checks import check
     from inspector._internal.scan.entry import scan
 
@@ -59,7 +57,7 @@ _PROBE = textwrap.dedent(
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    def measure(folder):
+    def run(folder):
         before = memory("VmRSS")
         start = cpu()
         scanned = scan(folder)
@@ -71,24 +69,6 @@ _PROBE = textwrap.dedent(
             "seconds": seconds, "grown": memory("VmHWM") - before, "codes": codes,
             "tensors": tables,
         }
-
-    for line in sys.stdin:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                answer = {"result": measure(line.strip())}
-            except BaseException:
-                answer = {"error": traceback.format_exc()}
-            with os.fdopen(write, "w") as out:
-                out.write(json.dumps(answer))
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as answers:
-            answer = answers.read() or json.dumps({"error": "the child died"})
-        os.waitpid(pid, 0)
-        print(answer, flush=True)
     """
 )
 
@@ -100,36 +80,8 @@ def probe() -> Iterator[Callable[[Path], dict]]:
     resident memory grew past its size after the imports (Linux /proc; a large `.metadata`
     is unpickled in a child the kernel bounds, see SECURITY.md), the codes found, the number
     of tensors."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _PROBE],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-
-    def run(folder: Path) -> dict:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(f"{folder}\n")
-        proc.stdin.flush()
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read() if proc.stderr else "the probe ended"
-        answer = json.loads(line)
-        assert "error" not in answer, answer["error"]
-        result: dict = answer["result"]
-        return result
-
-    try:
-        yield run
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+    with fork_server(_PROBE) as call:
+        yield lambda folder: call(str(folder))
 
 
 # -- torch_dist chunks shared through the pickle memo ----------------------------------------
