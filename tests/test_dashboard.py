@@ -1331,24 +1331,34 @@ def test_the_grid_module_leaves_out_the_engine_a_server_bound_grid_never_starts(
     assert server_binding_only(unknown) == unknown
 
 
-def test_the_dashboard_preloads_the_grids_module_its_grids_name(demos: Path):
-    """The page evaluates Perspective's module when idle after the Overview (`ModulePreload`,
-    started by the background worker), ahead of the first grid: it names the holder the
-    grids name, under the key their stub looks for, so the module crosses once and is
-    evaluated once."""
+def test_the_dashboard_preloads_the_grids_module_its_grids_name(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """As the Overview is shown, the dashboard sends the grids' module to its `ModulePreload`
+    (the page evaluates it once it rests, ahead of the first grid), then the figures'
+    (evaluated by the first figure): the preload names the holder the grids name, under
+    the key their stub looks for, so the module crosses once and is evaluated once."""
+    from inspector.widgets import dashboard
     from inspector.widgets.esm import HOLDER_TRAIT
     from inspector.widgets.grid import grid_class, preload_grids
 
+    sent: list[str] = []
+    monkeypatch.setattr("IPython.display.display", lambda *_args, **_kwargs: None)
+    monkeypatch.setattr(dashboard, "send_figure_module", lambda: sent.append("figures"))
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False, model=False)
+    dash.wait_when_headless = False
     preload = dash._preload
-    assert preload in dash.widget.children and preload.holder is None and preload.key == ""
-    preload_grids(preload)
+    assert preload in dash.widget.children and preload.modules == []
+    assert ".ckpt-tab-loading" in preload.busy
+    dash._ipython_display_()
+    assert sent == ["figures"] and len(preload.modules) == 1  # before the worker's imports
+    dash.wait(60)
+    [(key, holder)] = preload.modules
     grid = dash.select("Tensors").grid
-    assert preload.holder is getattr(grid, HOLDER_TRAIT)
-    assert f'const key = "{preload.key}";' in grid_class()._esm
-    holder = preload.holder
-    preload_grids(preload)  # again (a re-scan's worker): nothing changes
-    assert preload.holder is holder
+    assert holder is getattr(grid, HOLDER_TRAIT)
+    assert f'const key = "{key}";' in grid_class()._esm
+    preload_grids(preload)  # again (a second view): nothing changes
+    assert preload.modules == [(key, holder)]
 
 
 def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_own(

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import html
+import importlib.util
 import itertools
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,6 +48,7 @@ __all__ = [
     "preload_grids",
     "server_binding_only",
     "table_name",
+    "wait_for_quiet_grids",
     "yes_no",
 ]
 
@@ -233,10 +236,14 @@ def server_binding_only(source: str) -> str:
 @functools.cache
 def grid_module() -> tuple[str, str]:
     """The grids' real module (Perspective's, as rewritten here) and its style sheet."""
-    import perspective.widget
-
-    # The module file itself (anywidget wraps the class attribute in a file watcher).
-    esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+    # The module file itself (anywidget wraps the class attribute in a file watcher), found
+    # without importing Perspective (a third of a second of the kernel): the dashboard sends
+    # it to the page as the Overview is shown (`preload_grids`).
+    spec = importlib.util.find_spec("perspective")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("perspective is not installed: pip install perspective-python")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    esm = package / "widget" / "static" / "perspective-anywidget.js"
     source = _DEFINE_ONCE + server_binding_only(client_loading(esm.read_text(encoding="utf-8")))
     css = (esm.parent / "perspective-anywidget.css").read_text(encoding="utf-8")
     return source, css
@@ -246,6 +253,27 @@ def preload_grids(preload: ModulePreload) -> None:
     """Have `preload` evaluate the grids' module on its page ahead of the first grid."""
     source, css = grid_module()
     preload.start(source, name=_GRID_KIND, css=css)
+
+
+# When a grid's viewer last asked its table something (`time.monotonic()`), or when a new
+# grid's viewer is expected to begin asking: `_VIEWER_START` seconds after it is made (the
+# page draws the widget, then its viewer connects).
+_HEARD = [0.0]
+_VIEWER_START = 1.5
+
+
+def _heard(*_args: Any, ahead: float = 0.0) -> None:
+    _HEARD[0] = max(_HEARD[0], time.monotonic() + ahead)
+
+
+def wait_for_quiet_grids(quiet: float, *, limit: float) -> None:
+    """Until no grid has been made (see `_VIEWER_START`) or asked its table anything for
+    `quiet` seconds, at most `limit` seconds: a viewer that starts asks its table a dozen
+    things in turn, each answered by this kernel, and work that holds the interpreter
+    meanwhile delays each."""
+    end = time.monotonic() + limit
+    while (now := time.monotonic()) < end and (left := _HEARD[0] + quiet - now) > 0:
+        time.sleep(min(left, end - now))
 
 
 def grid_class() -> type:
@@ -271,6 +299,8 @@ def grid_class() -> type:
                 self.layout = layout
             self._dom_classes = tuple(classes)
             PerspectiveWidget.__init__(self, data, **kwargs)
+            _heard(ahead=_VIEWER_START)
+            self.on_msg(_heard)
 
         attributes = {
             "_esm": stub,
