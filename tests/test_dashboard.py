@@ -5,6 +5,7 @@ did on disk. Every test that writes works on a copy of a demo checkpoint."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -572,6 +573,50 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert "ckpt-tensor-grid" in browser.grid._dom_classes
     assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
     assert browser._grid_box.children == (browser.grid,)
+
+
+def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them():
+    """A grid's widget carries its first rows as HTML (`preview_html`), which the page shows
+    while the viewer starts (1-3 s on a busy machine: issue 34's slow first clicks): the
+    viewer's filter and sort, byte columns as the grid draws them, and a hostile name
+    escaped, never markup."""
+    import html as html_module
+
+    import pandas as pd
+    import perspective
+    from inspector.widgets.esm import PREVIEW_TRAIT
+    from inspector.widgets.grid import PREVIEW_ROWS, arrow_bytes, make_grid, match_expression
+
+    hostile = 'model.<img src=x onerror=alert(1)>\x1b[2J"\u202e.weight'
+    frame = pd.DataFrame(
+        {
+            "name": [hostile, *(f"layers.{i}.weight" for i in range(40))],
+            "size": [43_680, *range(1000, 41_000, 1000)],
+            "layer": [None, *range(40)],
+        }
+    )
+    table = perspective.table(arrow_bytes(frame), name="preview-test-1")
+    grid = make_grid(
+        table, columns=["name", "size", "layer"], title="t", css_class="ckpt-test-grid"
+    )
+    shown = getattr(grid, PREVIEW_TRAIT)
+    assert "<img" not in shown and "\x1b" not in shown and "&lt;img src=x" in shown
+    assert shown.count("<tr>") == PREVIEW_ROWS + 1  # the header and the first rows
+    assert "43.7 kB" in shown and ">1.0 kB<" in shown and "43,680" not in shown
+    name, expression = match_expression("name", "layers.3*")
+    grid = make_grid(
+        table,
+        columns=["name", "size", "layer"],
+        title="t",
+        css_class="ckpt-test-grid",
+        filter=[[name, "==", True]],
+        expressions={name: expression},
+        sort=[["size", "desc"]],
+    )
+    cells = re.findall(r"<tr><td>([^<]*)</td>", getattr(grid, PREVIEW_TRAIT))
+    names = [f"layers.{i}.weight" for i in (39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 3)]
+    assert [html_module.unescape(c) for c in cells] == names
+    grid.close()
 
 
 def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):

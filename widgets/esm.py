@@ -19,6 +19,7 @@ import traitlets
 
 __all__ = [
     "HOLDER_TRAIT",
+    "PREVIEW_TRAIT",
     "ModuleHolder",
     "ModulePreload",
     "holder_trait",
@@ -30,6 +31,9 @@ __all__ = [
 
 # The trait of a widget that names the holder of its real module.
 HOLDER_TRAIT = "_module_holder"
+# The trait of a widget that holds what its stub shows until the real module has drawn
+# (HTML the kernel made, every value escaped), if it has one.
+PREVIEW_TRAIT = "_preview"
 # The longest a preload waits for the page to be idle (ms): a page busy that long is busy
 # with more than what it shows now.
 _IDLE_MS = 3000
@@ -179,6 +183,25 @@ const settle = async (kinds) => {
 };
 const draw = async (context) => {
   const { el, model } = context;
+  // What the widget shows until its real module has drawn (the kernel's escaped HTML: a
+  // grid's first rows), over the element the real module draws into.
+  const preview = model.get(%(preview)s);
+  let shown = null;
+  if (typeof preview === "string" && preview) {
+    shown = Object.assign(document.createElement("div"), { className: "ckpt-preview" });
+    shown.innerHTML = preview;
+    shown.style.cssText = "position:absolute;inset:0;z-index:2;overflow:hidden;background:#fff";
+    if (getComputedStyle(el).position === "static") el.style.position = "relative";
+    el.appendChild(shown);
+  }
+  try {
+    return await drawReal(context);
+  } finally {
+    shown?.remove();
+  }
+};
+const drawReal = async (context) => {
+  const { el, model } = context;
   let waiting = null;
   if (!loaded.has(key)) {
     // The module is not evaluated yet (by the first widget of its kind on the page, or
@@ -223,6 +246,7 @@ def shared_module(source: str, *, name: str, waiting: str, after: Sequence[str] 
             "kind": json.dumps(name),
             "after": json.dumps(list(after)),
             "trait": json.dumps(HOLDER_TRAIT),
+            "preview": json.dumps(PREVIEW_TRAIT),
             "waiting": json.dumps(waiting),
         }
     )

@@ -24,9 +24,23 @@ import ipywidgets as w
 import pandas as pd
 import traitlets
 
-from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name_pattern
+from inspector.ui import (
+    DECIMAL_UNITS,
+    InspectorError,
+    format_bytes,
+    html_text,
+    legible,
+    name_pattern,
+)
 
-from .esm import HOLDER_TRAIT, ModulePreload, holder_trait, patient, shared_module
+from .esm import (
+    HOLDER_TRAIT,
+    PREVIEW_TRAIT,
+    ModulePreload,
+    holder_trait,
+    patient,
+    shared_module,
+)
 from .guard import guarded
 
 if TYPE_CHECKING:
@@ -46,6 +60,7 @@ __all__ = [
     "make_grid",
     "match_expression",
     "preload_grids",
+    "preview_html",
     "server_binding_only",
     "table_name",
     "wait_for_quiet_grids",
@@ -287,7 +302,13 @@ def grid_class() -> type:
         stub = shared_module(source, name=_GRID_KIND, waiting="Loading the grid...")
 
         def __init__(
-            self: Any, data: Any, *, layout: Any = None, classes: Sequence[str] = (), **kwargs: Any
+            self: Any,
+            data: Any,
+            *,
+            layout: Any = None,
+            classes: Sequence[str] = (),
+            preview: str = "",
+            **kwargs: Any,
         ) -> None:
             # The table's name, the size and the CSS classes go into the widget's first state.
             # Perspective's view reads the name when it renders, which on a busy page can come
@@ -298,6 +319,7 @@ def grid_class() -> type:
             if layout is not None:
                 self.layout = layout
             self._dom_classes = tuple(classes)
+            self._preview = preview
             PerspectiveWidget.__init__(self, data, **kwargs)
             _heard(ahead=_VIEWER_START)
             self.on_msg(_heard)
@@ -306,16 +328,67 @@ def grid_class() -> type:
             "_esm": stub,
             "_css": "",
             HOLDER_TRAIT: holder_trait(source, css=css),
+            # HTML the stub shows until the viewer has drawn (`preview_html`), in the first state.
+            PREVIEW_TRAIT: traitlets.Unicode("").tag(sync=True),
             "__init__": __init__,
         }
         _GRID = type("TensorGrid", (PerspectiveWidget,), attributes)
     return _GRID
 
 
+# How many rows a grid's preview holds: more than a `GRID_HEIGHT` grid shows.
+PREVIEW_ROWS = 25
+# The page's grid, as Perspective's "Pro Light" theme draws it (near enough for a second).
+_PREVIEW_STYLE = (
+    "<style>.ckpt-grid-preview{border-collapse:collapse;font:12px sans-serif;color:#161616;"
+    "white-space:nowrap}.ckpt-grid-preview th{text-align:left;font-weight:500;padding:6px 8px;"
+    "border-bottom:1px solid #ccc}.ckpt-grid-preview td{padding:3px 8px;"
+    "border-bottom:1px solid #eee}.ckpt-grid-preview td.n{text-align:right}</style>"
+)
+
+
+def _preview_cell(column: str, value: Any) -> str:
+    if value is None:
+        return "<td></td>"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"<td>{legible(value, target='html')}</td>"
+    if is_bytes_column(column):
+        text = format_bytes(value)
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = f"{value:,.2f}"
+    return f"<td class='n'>{html.escape(text)}</td>"
+
+
+def preview_html(table: Any, *, columns: Sequence[str], **config: Any) -> str:
+    """The first `PREVIEW_ROWS` rows the grid on `table` with `config` (sort, filter,
+    expressions) draws, as a plain HTML table: the page shows it at once, while the grid's
+    viewer starts (its WebAssembly, then about twelve requests to the table in turn, 1-3 s
+    on a busy machine). Every value escaped, names as `legible` shows them."""
+    options = {k: v for k, v in config.items() if k in ("sort", "filter", "expressions") and v}
+    view = table.view(columns=list(columns), **options)
+    try:
+        data = view.to_columns(end_row=PREVIEW_ROWS)
+    finally:
+        view.delete()
+    head = "".join(f"<th>{legible(c, target='html')}</th>" for c in columns)
+    rows = "".join(
+        "<tr>" + "".join(_preview_cell(c, data[c][i]) for c in columns) + "</tr>"
+        for i in range(len(data[columns[0]]) if columns else 0)
+    )
+    return (
+        f"{_PREVIEW_STYLE}<table class='ckpt-grid-preview'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def make_grid(table: Any, *, columns: Sequence[str], title: str, css_class: str, **config: Any):
-    """A datagrid on the Perspective `table`, `GRID_HEIGHT` tall, with CSS class `css_class`."""
+    """A datagrid on the Perspective `table`, `GRID_HEIGHT` tall, with CSS class `css_class`,
+    drawn first as its first rows in plain HTML (`preview_html`) while its viewer starts."""
     return grid_class()(
         table,
+        preview=preview_html(table, columns=columns, **config),
         # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing
         # inside a VBox: a fixed flex basis keeps the grid at its height.
         layout=w.Layout(width="100%", height=GRID_HEIGHT, flex="0 0 auto"),
