@@ -194,9 +194,13 @@ const draw = async (context) => {
     if (getComputedStyle(el).position === "static") el.style.position = "relative";
     el.appendChild(shown);
   }
+  // A filter set meanwhile (a link to one tensor) comes with the rows it lets through.
+  const update = () => shown && (shown.innerHTML = model.get(%(preview)s) || "");
+  model.on(`change:${%(preview)s}`, update);
   try {
     return await drawReal(context);
   } finally {
+    model.off(`change:${%(preview)s}`, update);
     shown?.remove();
   }
 };

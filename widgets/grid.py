@@ -281,6 +281,25 @@ def _heard(*_args: Any, ahead: float = 0.0) -> None:
     _HEARD[0] = max(_HEARD[0], time.monotonic() + ahead)
 
 
+# The grid's settings its preview follows.
+_PREVIEWED = ("columns", "filter", "expressions", "sort")
+
+
+def _preview_again(change: Mapping[str, Any]) -> None:
+    grid = change["owner"]
+    table = getattr(grid, "_preview_table", None)
+    if table is None:
+        return
+    try:
+        grid._preview = preview_html(table, **{name: getattr(grid, name) for name in _PREVIEWED})
+    except Exception:  # PerspectiveError: the viewer shows what is wrong with the settings
+        grid._preview = ""
+
+
+def _viewer_started(grid: Any, *_args: Any) -> None:
+    grid._preview_table = None  # the viewer draws from now on: no preview to follow
+
+
 def wait_for_quiet_grids(quiet: float, *, limit: float) -> None:
     """Until no grid has been made (see `_VIEWER_START`) or asked its table anything for
     `quiet` seconds, at most `limit` seconds: a viewer that starts asks its table a dozen
@@ -323,6 +342,12 @@ def grid_class() -> type:
             PerspectiveWidget.__init__(self, data, **kwargs)
             _heard(ahead=_VIEWER_START)
             self.on_msg(_heard)
+            if preview:
+                # Until the page's viewer first asks the table something, a change of the
+                # filter or the sort changes the preview too (see `_preview_again`).
+                self._preview_table = data
+                self.observe(_preview_again, names=list(_PREVIEWED))
+                self.on_msg(_viewer_started)
 
         attributes = {
             "_esm": stub,
