@@ -190,7 +190,7 @@ const draw = async (context) => {
   if (typeof preview === "string" && preview) {
     shown = Object.assign(document.createElement("div"), { className: "ckpt-preview" });
     shown.innerHTML = preview;
-    shown.style.cssText = "position:absolute;inset:0;z-index:2;overflow:hidden;background:#fff";
+    shown.style.cssText = "position:absolute;inset:0;z-index:100;overflow:hidden;background:#fff";
     if (getComputedStyle(el).position === "static") el.style.position = "relative";
     el.appendChild(shown);
   }

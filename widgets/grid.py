@@ -365,16 +365,17 @@ def grid_class() -> type:
 PREVIEW_ROWS = 25
 # The page's grid, as Perspective's "Pro Light" theme draws it (near enough for a second).
 _PREVIEW_STYLE = (
-    "<style>.ckpt-grid-preview{border-collapse:collapse;font:12px sans-serif;color:#161616;"
-    "white-space:nowrap}.ckpt-grid-preview th{text-align:left;font-weight:500;padding:6px 8px;"
-    "border-bottom:1px solid #ccc}.ckpt-grid-preview td{padding:3px 8px;"
-    "border-bottom:1px solid #eee}.ckpt-grid-preview td.n{text-align:right}</style>"
+    "<style>.ckpt-grid-preview{border-collapse:collapse;font:11px monospace;color:#161616;"
+    "white-space:nowrap;margin:48px 0 0 14px}.ckpt-grid-preview th{text-align:left;"
+    "font-weight:400;padding:6px 4px;border-bottom:1px solid #ccc}.ckpt-grid-preview td{"
+    "padding:4px 4px;border-bottom:1px solid #eee}.ckpt-grid-preview td.n{text-align:right;"
+    "color:#1078d1}</style>"
 )
 
 
 def _preview_cell(column: str, value: Any) -> str:
     if value is None:
-        return "<td></td>"
+        return "<td class='n'>-</td>"  # as the grid draws a missing value
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"<td>{legible(value, target='html')}</td>"
     if is_bytes_column(column):
