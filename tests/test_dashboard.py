@@ -1408,6 +1408,28 @@ def test_the_dashboard_preloads_the_grids_module_its_grids_name(
     assert preload.modules == [(key, holder)]
 
 
+def test_the_overview_shows_when_perspectives_module_is_not_where_it_is_looked_for(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The grids' module is read as the Overview is shown: a Perspective laid out otherwise
+    (no widget/static/perspective-anywidget.js) leaves the Overview as it is; the first grid
+    says what is wrong when its tab is opened."""
+    from inspector.widgets import dashboard
+
+    def moved(_preload: object) -> None:
+        raise FileNotFoundError("perspective/widget/static/perspective-anywidget.js")
+
+    shown: list[object] = []
+    monkeypatch.setattr("IPython.display.display", lambda *args, **_kwargs: shown.append(args))
+    monkeypatch.setattr(dashboard, "preload_grids", moved)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False, model=False)
+    dash.wait_when_headless = False
+    dash._ipython_display_()
+    assert len(shown) == 1 and dash._preload.modules == []
+    dash.wait(60)
+    assert "Tensors" in dash.panels  # the worker went on
+
+
 def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_own(
     demos: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -738,8 +738,13 @@ class Dashboard:
         # Overview (the first grid a click shows cost 2-4 s of the page: Perspective's
         # evaluation, then its WebAssembly's set-up), and the figures' (sent, evaluated by
         # the first figure: `send_figure_module`).
-        preload_grids(self._preload)
-        send_figure_module()
+        try:
+            preload_grids(self._preload)
+            send_figure_module()
+        except (OSError, ImportError):
+            # A Perspective or plotly.js missing or laid out otherwise: the Overview stays;
+            # the first grid or figure says what is wrong when its tab is opened.
+            pass
         self._overview_sent.set()
         self._start_worker()
 
