@@ -575,7 +575,9 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert browser._grid_box.children == (browser.grid,)
 
 
-def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them():
+def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them(
+    monkeypatch: pytest.MonkeyPatch,
+):
     """A grid's widget carries its first rows as HTML (`preview_html`), which the page shows
     while the viewer starts (1-3 s on a busy machine: issue 34's slow first clicks): the
     viewer's filter and sort (a filter set after the grid was made too), byte columns as the
@@ -584,8 +586,15 @@ def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them():
 
     import pandas as pd
     import perspective
+    from inspector.widgets import grid as grid_module
     from inspector.widgets.esm import PREVIEW_TRAIT
-    from inspector.widgets.grid import PREVIEW_ROWS, arrow_bytes, make_grid, match_expression
+    from inspector.widgets.grid import (
+        PREVIEW_ROWS,
+        arrow_bytes,
+        make_grid,
+        match_expression,
+        preview_html,
+    )
 
     hostile = 'model.<img src=x onerror=alert(1)>\x1b[2J"\u202e.weight'
     frame = pd.DataFrame(
@@ -619,6 +628,12 @@ def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them():
     names = [f"layers.{i}.weight" for i in (39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 3)]
     assert [html_module.unescape(c) for c in cells] == names
     grid.close()
+    # Over the budget, no sorted or filtered preview (the kernel would sort the whole table
+    # for it, then again for the viewer); the table's first rows still come at once.
+    monkeypatch.setattr(grid_module, "PREVIEW_SORTED_ROWS", 40)
+    sort = {"sort": [["size", "desc"]]}
+    assert preview_html(table, columns=["name"], **sort) == ""
+    assert "layers.0.weight" in preview_html(table, columns=["name"])
 
 
 def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):
