@@ -702,7 +702,10 @@ class _Columns:
         overrides = self.overrides.get(key, {})
         for row, value in overrides.items():
             codes[row] = index.setdefault(value, len(index))
-        return TextColumn(codes, tuple(index), bool(overrides))
+        # The narrowest type, as pandas' Categorical keeps its codes: int64 codes of four
+        # columns cost 32 bytes a tensor while the tables are built (check's peak).
+        narrow = np.min_scalar_type(-max(len(index), 1))
+        return TextColumn(codes.astype(narrow), tuple(index), bool(overrides))
 
     def _flag(self, key: str) -> np.ndarray:
         small = np.asarray(self.of_template[key] or [False], dtype=bool)
