@@ -299,3 +299,19 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     assert excluded is not None
     assert excluded("model.layers.0.mlp.up_proj") and excluded("model.layers.12.mlp.up_proj")
     assert not excluded("model.layers.2.mlp.up_proj") and not excluded("model.layers.100.mlp")
+
+
+@given(st.lists(st.integers(0, 5_000), max_size=300), st.integers(1, 97))
+def test_codes_grouped_by_first_without_a_step_per_code(codes: list[int], width: int) -> None:
+    """The structure rule's grouping of (layer, expert) codes, done with one Python step per
+    layer instead of one per expert, is the per-code loop it replaced."""
+    from collections import defaultdict
+
+    from inspector._internal.checks.structure import _by_first
+
+    expected: dict[int, list[int]] = defaultdict(list)
+    for code in sorted(set(codes)):
+        expected[code // width].append(code % width)
+    got = _by_first(np.asarray(codes, dtype=np.int64), width)
+    assert list(got.items()) == list(expected.items())
+    assert got[-1] == []  # still a defaultdict, as callers read it

@@ -194,3 +194,17 @@ def test_a_local_scan_imports_neither_the_remote_stack_nor_yaml(
     assert not imported, f"{command} imported {imported}"
     # The tables' Arrow columns reuse the heap numpy freed (cli.main.ARROW_POOL_ENV).
     assert pool == "system"
+
+
+def test_a_scan_prints_its_summary_without_pandas(demo_checkpoints: Path) -> None:
+    """`scan`'s summary comes from the numpy columns (`checkpoint.tables.scan_figures`):
+    pandas and pyarrow (0.45 s of a 300,000-tensor scan's CPU) are imported only by what
+    needs a table. One sharded MoE demo with MTP layers and a missing expert range, and the
+    JSON form."""
+    folder = demo_checkpoints / "megatron-3624-mtp-extra-state"
+    for argv in (("scan", str(folder)), ("scan", "--json", str(folder))):
+        proc, names = _imported(*argv)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "tensors" in proc.stdout
+        tabular = sorted(n for n in names if n.split(".")[0] in ("pandas", "pyarrow"))
+        assert not tabular, f"{argv} imported {tabular[:10]}"

@@ -6,6 +6,7 @@ import json
 import os
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -420,3 +421,55 @@ def test_name_column_leaves_unencodable_names_to_pandas() -> None:
     """A lone surrogate (not UTF-8 encodable) takes pandas' own conversion."""
     names = ["a.weight", "\ud800.weight"]
     assert isinstance(_name_column(names), np.ndarray)
+
+
+def _summary_both_ways(make: Callable[[], ScannedCheckpoint]) -> tuple[dict, dict]:
+    """`summarize` of a fresh scan (from the numpy columns: no frame is built) and of one
+    whose tables were built first (its figures kept by `build_tables`)."""
+    from inspector._internal.report.summary import summarize
+
+    alone = make()
+    plain = summarize(alone)
+    assert "tables" not in vars(alone)
+    framed = make()
+    framed.tables  # noqa: B018 (builds the tables first)
+    return plain, summarize(framed)
+
+
+def test_summary_from_columns_is_the_one_from_the_tables(demo_checkpoints: Path) -> None:
+    folders = sorted(p for p in demo_checkpoints.iterdir() if p.is_dir())
+    assert len(folders) >= 8
+    for folder in folders:
+        plain, framed = _summary_both_ways(lambda folder=folder: scan(folder))
+        assert json.dumps(plain, default=str) == json.dumps(framed, default=str), folder
+    plain, framed = _summary_both_ways(_torch_dist_scan)
+    assert plain == framed and plain["moe_layers"] == 4
+
+
+def test_figures_of_repeated_names_and_tied_dtypes(tmp_path: Path) -> None:
+    """A name stored in two shards counts once in the parameters (its first row, as
+    `drop_duplicates` keeps it), and dtypes holding the same bytes keep pandas' order."""
+    from safetensors.torch import save_file
+
+    from inspector._internal.checkpoint.parameters import scan_parameters
+    from inspector._internal.checkpoint.tables import scan_figures
+
+    state = {
+        "model.layers.0.mlp.up_proj.weight": torch.zeros(4, 4, dtype=torch.bfloat16),
+        "model.layers.0.mlp.down_proj.weight": torch.zeros(4, 8, dtype=torch.uint8),
+        "model.layers.0.mlp.gate_proj.weight": torch.zeros(2, 8, dtype=torch.float16),
+        "model.norm.weight": torch.zeros(8, dtype=torch.float32),
+    }
+    save_file(state, str(tmp_path / "model-00001-of-00002.safetensors"))
+    # The same name again, with another shape and dtype: the first row is the one counted.
+    again = {"model.layers.0.mlp.up_proj.weight": torch.zeros(4, dtype=torch.float64)}
+    save_file(again, str(tmp_path / "model-00002-of-00002.safetensors"))
+    fresh, framed = scan(tmp_path), scan(tmp_path)
+    figures = scan_figures(fresh)
+    t = framed.tensors
+    by_dtype = t.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)
+    assert figures.dtype_bytes == tuple((str(k), int(v)) for k, v in by_dtype.items())
+    assert [b for _, b in figures.dtype_bytes] == [32] * 5
+    assert (figures.tensors, figures.total_bytes, figures.files) == (5, 160, len(framed.files))
+    assert scan_parameters(fresh) == scan_parameters(framed) == 16 + 32 + 16 + 8
+    assert "tables" not in vars(fresh)

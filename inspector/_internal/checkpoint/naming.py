@@ -11,11 +11,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from inspector._internal.checkpoint.naming_rules import (
     EXPERT_NUMBER,
@@ -31,6 +30,9 @@ from inspector._internal.checkpoint.naming_rules import (
     Family,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 __all__ = [
     "FAMILIES",
     "KINDS",
@@ -39,6 +41,7 @@ __all__ = [
     "Family",
     "NameColumns",
     "ParsedName",
+    "TextColumn",
     "layer_expert_numbers",
     "parse_name",
     "parse_names",
@@ -64,24 +67,69 @@ class ParsedName:
 
 
 @dataclass(frozen=True, slots=True)
+class TextColumn:
+    """A text column of `parse_names` as codes into `values` (first-seen order, unused
+    values possible where `pruned` is False); `categorical` is it as pandas has it."""
+
+    codes: np.ndarray
+    values: tuple[str, ...]
+    # True when some values may be unused (a row's own text replaced its template's):
+    # pandas' column then drops them, renumbering the codes.
+    pruned: bool = False
+
+    def equals(self, value: str) -> np.ndarray:
+        """A boolean mask of the rows whose text is `value`."""
+        if value not in self.values:
+            return np.zeros(len(self.codes), dtype=bool)
+        return self.codes == self.values.index(value)
+
+    def categorical(self) -> pd.Categorical[str]:
+        import pandas as pd
+
+        column = pd.Categorical.from_codes(self.codes, pd.Index(list(self.values)))
+        return column.remove_unused_categories() if self.pruned else column
+
+
+@dataclass(frozen=True, slots=True)
 class NameColumns:
     """`parse_names` output as parallel numpy arrays (one entry per name, in input order).
 
     `layer` and `expert` are int64 with -1 for "none". `layer` of an MTP name (`mtp` True)
     is its index among the MTP blocks, not a decoder layer number. `module`, `param`,
     `kind` and `family` are `pd.Categorical` (built from a few hundred templates, so they
-    cost nothing per name); `kind`'s categories are `KINDS`.
+    cost nothing per name; built on first use, so that a scan's summary, which reads only
+    `texts`' codes, never imports pandas); `kind`'s categories are `KINDS`.
     """
 
     layer: np.ndarray
     expert: np.ndarray
-    module: pd.Categorical[str]
-    param: pd.Categorical[str]
-    kind: pd.Categorical[str]
-    family: pd.Categorical[str]
+    texts: dict[str, TextColumn]
     fused: np.ndarray
     mtp: np.ndarray
     stacked: np.ndarray
+    _built: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def _categorical(self, key: str) -> pd.Categorical[str]:
+        built = self._built.get(key)
+        if built is None:
+            built = self._built[key] = self.texts[key].categorical()
+        return built
+
+    @property
+    def module(self) -> pd.Categorical[str]:
+        return self._categorical("module")
+
+    @property
+    def param(self) -> pd.Categorical[str]:
+        return self._categorical("param")
+
+    @property
+    def kind(self) -> pd.Categorical[str]:
+        return self._categorical("kind")
+
+    @property
+    def family(self) -> pd.Categorical[str]:
+        return self._categorical("family")
 
     def __len__(self) -> int:
         return len(self.layer)
@@ -647,15 +695,17 @@ class _Columns:
             self.overrides["module"][row] = _refill(module, numbers[:split])
             self.overrides["param"][row] = _refill(param, numbers[split:])
 
-    def _text(self, key: str, first: tuple[str, ...] = ()) -> pd.Categorical[str]:
+    def _text(self, key: str, first: tuple[str, ...] = ()) -> TextColumn:
         index = {v: i for i, v in enumerate(first)}
         small = [index.setdefault(v, len(index)) for v in self.of_template[key]]
         codes = np.asarray(small, dtype=np.int64)[self.tid] if small else self.tid.copy()
         overrides = self.overrides.get(key, {})
         for row, value in overrides.items():
             codes[row] = index.setdefault(value, len(index))
-        frame = pd.Categorical.from_codes(codes, pd.Index(list(index)))
-        return frame.remove_unused_categories() if overrides else frame
+        # The narrowest type, as pandas' Categorical keeps its codes: int64 codes of four
+        # columns cost 32 bytes a tensor while the tables are built (check's peak).
+        narrow = np.min_scalar_type(-max(len(index), 1))
+        return TextColumn(codes.astype(narrow), tuple(index), bool(overrides))
 
     def _flag(self, key: str) -> np.ndarray:
         small = np.asarray(self.of_template[key] or [False], dtype=bool)
@@ -665,10 +715,12 @@ class _Columns:
         return NameColumns(
             self.layer,
             self.expert,
-            self._text("module"),
-            self._text("param"),
-            self._text("kind", KINDS),
-            self._text("family"),
+            {
+                "module": self._text("module"),
+                "param": self._text("param"),
+                "kind": self._text("kind", KINDS),
+                "family": self._text("family"),
+            },
             self._flag("fused"),
             self._flag("mtp"),
             self._flag("stacked"),

@@ -13,18 +13,20 @@ import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import pandas as pd
 
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.quant_targets import group_targets, too_many_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checkpoint.tables import rows_named
+from inspector._internal.checkpoint.tables import rows_named, tensor_columns
 from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.patterns import PatternBudget
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "PARAMETER_RULE",
@@ -69,7 +71,11 @@ def _count(tensors: pd.DataFrame, names: list[str], config: Mapping[str, Any] | 
     if not len(tensors):
         return 0
     numel = tensors["numel"].to_numpy(dtype=np.int64)
-    return int(_values(names, tensors["dtype"], numel, _packed_bits(config)).sum())
+    # A categorical column (the tensors table's) gives its codes for free.
+    as_category = tensors["dtype"].astype("category")
+    codes = as_category.cat.codes.to_numpy()
+    kinds = [str(d) for d in as_category.cat.categories]
+    return int(_values(names, codes, kinds, numel, _packed_bits(config)).sum())
 
 
 def _each_name_once(
@@ -105,9 +111,26 @@ def _tied_once(scanned: ScannedCheckpoint) -> pd.DataFrame:
 def scan_parameters(scanned: ScannedCheckpoint) -> int:
     """`count_parameters` of every tensor of a scan, counted once per scan (the scan summary,
     the index check and the load check all show it)."""
-    return scanned.derived(
-        "parameters", lambda: _count(*_named_once(scanned, _tied_once(scanned)), scanned.config)
-    )
+    return scanned.derived("parameters", lambda: _scan_count(scanned))
+
+
+def _scan_count(scanned: ScannedCheckpoint) -> int:
+    """From the tensors table when it is built or needed (`.bin` ties), else from the columns
+    it is built from (a scan's summary builds no frame)."""
+    if "tables" in vars(scanned) or scanned.layout == LayoutName.PYTORCH_BIN:
+        return _count(*_named_once(scanned, _tied_once(scanned)), scanned.config)
+    columns = tensor_columns(scanned)
+    names, codes, numel = columns.names, columns.dtype_codes, columns.numel
+    if not names:
+        return 0
+    if len(set(names)) < len(names):
+        # Each name's first row, as `drop_duplicates("name")` keeps it.
+        first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
+        rows = np.sort(np.fromiter(first.values(), dtype=np.int64, count=len(first)))
+        names = [names[r] for r in rows.tolist()]
+        codes, numel = codes[rows], numel[rows]
+    values = _values(names, codes, columns.dtypes, numel, _packed_bits(scanned.config))
+    return int(values.sum())
 
 
 def scan_uncounted(scanned: ScannedCheckpoint) -> Uncounted:
@@ -134,12 +157,18 @@ def parameters_of(
 ) -> int:
     """`count_parameters` of tensors given as names, dtypes and shapes (a plan's output)."""
     numel = [min(math.prod(s), _NUMEL_CAP) for s in shapes]
+    import pandas as pd
+
     frame = pd.DataFrame({"name": list(names), "dtype": list(dtypes), "numel": numel})
     return count_parameters(frame, config=config)
 
 
 def _values(
-    names: list[str], dtypes: pd.Series, numel: np.ndarray, bits: Callable[[str], int] | None
+    names: list[str],
+    dtype_codes: np.ndarray,
+    dtype_kinds: Sequence[str],
+    numel: np.ndarray,
+    bits: Callable[[str], int] | None,
 ) -> np.ndarray:
     """Values per tensor: 0 for scales and buffers, numel x values per element for packed
     4-bit weights, numel otherwise. Names are split once; every other test runs on the few
@@ -160,10 +189,6 @@ def _values(
     weight = per_kind(lambda k: k == "weight")
     packed_weight = per_kind(lambda k: k == "weight_packed")
     evidence = per_kind(lambda k: k in _FP4_EVIDENCE)
-    # A categorical column (the tensors table's) gives its codes for free.
-    as_category = dtypes.astype("category")
-    dtype_codes = as_category.cat.codes.to_numpy()
-    dtype_kinds = [str(d) for d in as_category.cat.categories]
     integer = np.array([d in _PACKED_INTO for d in dtype_kinds], dtype=bool)[dtype_codes]
     element_bits = np.array([DTYPE_BITS.get(d, 8) for d in dtype_kinds], dtype=np.int64)[
         dtype_codes

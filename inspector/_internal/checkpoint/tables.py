@@ -13,11 +13,11 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from functools import cache
 from itertools import chain
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
-import pandas as pd
 
 from inspector._internal.checkpoint.naming import (
     KINDS,
@@ -35,7 +35,20 @@ from inspector._internal.common.columns import Coded
 from inspector._internal.findings.finding import Finding
 from inspector._internal.formats.safetensors import ShardHeader
 
-__all__ = ["EXPERT_SOURCES", "ScanView", "Tables", "build_tables", "layer_keys", "rows_named"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = [
+    "EXPERT_SOURCES",
+    "Figures",
+    "ScanView",
+    "Tables",
+    "build_tables",
+    "layer_keys",
+    "rows_named",
+    "scan_figures",
+    "tensor_columns",
+]
 
 T = TypeVar("T")
 
@@ -143,21 +156,100 @@ def build_tables(scanned: ScanView) -> Tables:
       stored MTP layers);
     - experts: layer, expert, tensors_found, tensors_expected, bytes, missing.
     """
-    spec = scanned.spec
+    import pandas as pd
+
     source = _source(scanned)
     parsed = parse_names(source.names)
     depth = _stack_depth(source.shape, parsed)
-    numbering = _Numbering.of(parsed, spec, depth)
+    numbering = _Numbering.of(parsed, scanned.spec, depth)
     tensors = _tensors_frame(source, parsed, numbering)
     # Before the contributions: its temporaries then never sit on top of theirs (~20 bytes
     # per tensor off the peak).
     files = _files_frame(scanned, source, numbering, depth)
+    expert_columns, layer_columns = _grouped(scanned, source, parsed, numbering)
+    experts = _experts_frame(expert_columns)
+    layers = pd.DataFrame(layer_columns)
+    # The summary's figures from the same columns: a later summary reads them, not the frames.
+    scanned.derived("figures", lambda: _figures(source, layer_columns, len(files)))
+    return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What a scan's summary says of its tensors and layers, computed from the numpy columns
+    the tables are built from (`scan_figures`), so that a scan that prints its summary never
+    builds a frame nor imports pandas. Per layer (the `layers` table's rows): layer,
+    is_mtp, kind, experts_found."""
+
+    tensors: int
+    total_bytes: int
+    # (dtype, bytes), most bytes first, as `tensors.groupby("dtype")["nbytes"].sum()
+    # .sort_values(ascending=False)` orders them.
+    dtype_bytes: tuple[tuple[str, int], ...]
+    files: int
+    layer: np.ndarray
+    is_mtp: np.ndarray
+    kind: list[str]
+    experts_found: np.ndarray
+
+
+def scan_figures(scanned: ScanView) -> Figures:
+    """The `Figures` of `scanned`, computed once: from the tables' columns when they are
+    built (`build_tables` keeps them), else from the same numpy steps without the frames."""
+    return scanned.derived("figures", lambda: _figures_alone(scanned))
+
+
+def _figures_alone(scanned: ScanView) -> Figures:
+    source = _source(scanned)
+    parsed = parse_names(source.names)
+    numbering = _Numbering.of(parsed, scanned.spec, _stack_depth(source.shape, parsed))
+    _, layer_columns = _grouped(scanned, source, parsed, numbering)
+    files = _file_rows(scanned, source)
+    known = {r[0] for r in files}
+    count = len(files) + sum(f not in known for f in _entry_files(scanned, source))
+    return _figures(source, layer_columns, count)
+
+
+def _figures(source: _Source, layers: dict[str, Any], files: int) -> Figures:
+    return Figures(
+        len(source.names),
+        int(source.nbytes.sum()),
+        _dtype_bytes(source),
+        files,
+        layers["layer"],
+        layers["is_mtp"],
+        layers["kind"],
+        layers["experts_found"],
+    )
+
+
+def _dtype_bytes(source: _Source) -> tuple[tuple[str, int], ...]:
+    """Bytes per dtype present, as pandas' `groupby(observed=True).sum()` then
+    `sort_values(ascending=False)` give them: groups in the dtypes' first-seen order, then
+    pandas' descending sort (`pandas.core.sorting.nargsort`: the values reversed, sorted
+    with numpy's default kind, the order reversed back), which decides the order of ties."""
+    codes = source.dtype_codes
+    if not len(codes):
+        return ()
+    order = np.argsort(codes, kind="stable")
+    present, starts = np.unique(codes[order], return_index=True)
+    # int64 sums, exact (bincount's weights would be floats).
+    sums = np.add.reduceat(source.nbytes[order], starts)
+    indexer = sums[::-1].argsort(kind="quicksort")
+    ranked = np.arange(len(sums))[::-1][indexer][::-1]
+    return tuple((str(source.dtypes[present[i]]), int(sums[i])) for i in ranked.tolist())
+
+
+def _grouped(
+    scanned: ScanView, source: _Source, parsed: NameColumns, numbering: _Numbering
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """The experts' and the layers' columns (numpy, before any frame)."""
+    spec = scanned.spec
     contrib = _contributions(source, parsed, numbering)
     moe = _moe_layers(contrib, spec)
     count = _expected_ids(contrib, spec, moe, _router_experts(source, parsed, numbering))
-    experts = _experts_frame(contrib, moe, count)
-    layers = _layers_frame(contrib, experts, scanned, numbering, moe, count)
-    return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
+    experts = _expert_columns(contrib, moe, count)
+    return experts, _layer_columns(contrib, experts, scanned, numbering, moe, count)
 
 
 # -- 1. where the tensors come from -----------------------------------------------------
@@ -177,6 +269,12 @@ class _Source:
     end: np.ndarray
     # True where begin/end are unknown (logical tensors not stored as one byte range).
     no_range: np.ndarray
+
+
+def tensor_columns(scanned: ScanView) -> _Source:
+    """The tensors table's own columns (names, dtype codes, numel, bytes...) as numpy, built
+    anew: for a figure that needs no frame (the parameter count of a scan's summary)."""
+    return _source(scanned)
 
 
 def _source(scanned: ScanView) -> _Source:
@@ -301,7 +399,7 @@ class _Numbering:
         if spec.mtp_layers > 0 and spec.num_layers is not None:
             # DeepSeek spelling: extra `model.layers.{num_hidden_layers + k}` layers.
             is_mtp |= layer >= base
-        kind = parsed.kind.codes.astype(np.int64)
+        kind = parsed.texts["kind"].codes.astype(np.int64)
         kind[is_mtp & _MTP_OWN[kind]] = _MTP_KIND
         return _Numbering(layer, is_mtp, kind, base)
 
@@ -317,6 +415,8 @@ def _stack_depth(shape: Coded[tuple[int, ...]], parsed: NameColumns) -> int:
 
 
 def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(
         {
             "name": _name_column(source.names),
@@ -342,8 +442,12 @@ def _tensors_frame(source: _Source, parsed: NameColumns, numbering: _Numbering) 
     )
 
 
-# The dtype pandas gives a column of Python strings (Arrow-backed `str` in pandas 3).
-_STR_DTYPE = pd.Series(np.array([""], dtype=object)).dtype
+@cache
+def _str_dtype() -> Any:
+    """The dtype pandas gives a column of Python strings (Arrow-backed `str` in pandas 3)."""
+    import pandas as pd
+
+    return pd.Series(np.array([""], dtype=object)).dtype
 
 
 def _name_column(names: list[str]) -> Any:
@@ -353,10 +457,13 @@ def _name_column(names: list[str]) -> Any:
     which left about 120 bytes per tensor of memory behind against 60 this way (of a
     300,000-tensor check's peak of 670). Any other case (no pyarrow, a string that is not
     UTF-8 encodable) takes pandas' own conversion."""
+    import pandas as pd
+
     n = len(names)
     plain = np.fromiter(names, dtype=object, count=n)
+    str_dtype = _str_dtype()
     # pandas leaves an empty object column as it is.
-    if not n or not (isinstance(_STR_DTYPE, pd.StringDtype) and _STR_DTYPE.storage == "pyarrow"):
+    if not n or not (isinstance(str_dtype, pd.StringDtype) and str_dtype.storage == "pyarrow"):
         return plain
     try:
         import pyarrow as pa
@@ -371,7 +478,7 @@ def _name_column(names: list[str]) -> Any:
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     array = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
-    return pd.array(array, dtype=_STR_DTYPE)
+    return pd.array(array, dtype=str_dtype)
 
 
 def _shape_column(shape: Coded[tuple[int, ...]]) -> np.ndarray:
@@ -534,7 +641,7 @@ def _router_experts(source: _Source, parsed: NameColumns, numbering: _Numbering)
     never split by expert parallelism, so it keeps the global expert count when the experts
     were saved under local ids or the config is unreadable."""
 
-    router = (numbering.kind == KINDS.index("router")) & (parsed.param == "weight")
+    router = (numbering.kind == KINDS.index("router")) & parsed.texts["param"].equals("weight")
     layer = numbering.layer
     out: dict[int, int] = {}
     for row in np.flatnonzero(router).tolist():
@@ -567,9 +674,12 @@ def _expected_ids(
     return _ExpertCounts(options.max(axis=0), options.argmax(axis=0))
 
 
-def _experts_frame(contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts) -> pd.DataFrame:
-    """One row per MoE layer and expert id: the expected ids 0..count-1 of each layer and
-    any other id seen. The grid is skipped when a hostile config would make it huge."""
+def _expert_columns(
+    contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts
+) -> dict[str, np.ndarray]:
+    """The experts table's columns but `tensors_expected`: one row per MoE layer and expert
+    id, the expected ids 0..count-1 of each layer and any other id seen. The grid is
+    skipped when a hostile config would make it huge."""
     k_layer, k_expert, inverse = _pairs(contrib.e_layer, contrib.e_expert)
     keys = (k_layer << _SHIFT) | k_expert
     grid = np.zeros(0, np.int64)
@@ -588,11 +698,21 @@ def _experts_frame(contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts) 
     limit = np.zeros(len(every), np.int64)
     known = np.isin(layer, moe)
     limit[known] = counts[np.searchsorted(moe, layer[known])]
-    frame = pd.DataFrame(
-        {"layer": layer, "expert": expert, "tensors_found": tensors_found, "bytes": nbytes}
-    )
+    return {
+        "layer": layer,
+        "expert": expert,
+        "tensors_found": tensors_found,
+        "bytes": nbytes,
+        "missing": (tensors_found == 0) & (expert < limit),
+    }
+
+
+def _experts_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    import pandas as pd
+
+    frame = pd.DataFrame({k: columns[k] for k in ("layer", "expert", "tensors_found", "bytes")})
     frame["tensors_expected"] = _majority(frame)
-    frame["missing"] = (tensors_found == 0) & (expert < limit)
+    frame["missing"] = columns["missing"]
     return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
 
 
@@ -613,15 +733,16 @@ def _majority(frame: pd.DataFrame) -> np.ndarray:
 # -- 6. layers --------------------------------------------------------------------------
 
 
-def _layers_frame(
+def _layer_columns(
     contrib: _Contrib,
-    experts: pd.DataFrame,
+    experts: dict[str, np.ndarray],
     scanned: ScanView,
     numbering: _Numbering,
     moe: np.ndarray,
     expected: _ExpertCounts,
-) -> pd.DataFrame:
-    """One row per layer seen or declared (decoder layers, then MTP layers).
+) -> dict[str, Any]:
+    """The layers table's columns, in order: one row per layer seen or declared (decoder
+    layers, then MTP layers).
 
     1. aggregate the per-layer contributions; 2. add declared layers without tensors;
     3. experts found / expected from the experts table; 4. dtypes and kind per layer.
@@ -640,35 +761,33 @@ def _layers_frame(
         return out
 
     is_mtp = spread(np.bincount(inverse, weights=contrib.is_mtp, minlength=n) > 0, bool)
-    with_experts = experts[experts["tensors_found"] > 0].groupby("layer").size()
-    frame = pd.DataFrame(
-        {
-            "layer": layers,
-            "is_mtp": is_mtp,
-            "tensors": spread(np.bincount(inverse, minlength=n)),
-            "bytes": spread(_sums(inverse, n, contrib.nbytes)),
-            "parameters": spread(_sums(inverse, n, contrib.numel)),
-            "experts_found": with_experts.reindex(layers, fill_value=0).to_numpy(np.int64),
-        }
-    )
+    # Expert ids with tensors, counted per layer (a layer of no row here counts 0).
+    with_experts = experts["layer"][experts["tensors_found"] > 0]
+    listed = np.isin(with_experts, layers)
+    experts_found = np.bincount(
+        np.searchsorted(layers, with_experts[listed]), minlength=len(layers)
+    ).astype(np.int64)
     in_moe = np.isin(layers, moe)
     at_moe = np.searchsorted(moe, layers[in_moe])
     experts_expected = np.zeros(len(layers), np.int64)
     experts_expected[in_moe] = expected.count[at_moe]
-    frame["experts_expected"] = experts_expected
     source = np.full(len(layers), "", dtype=object)
     source[in_moe] = np.asarray(EXPERT_SOURCES, dtype=object)[expected.source[at_moe]]
-    frame["experts_source"] = source
     dtypes = _value_sets(seen, inverse, contrib.dtype, contrib.dtypes)
-    frame["dtypes"] = [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()]
     kinds = _value_sets(seen, inverse, contrib.kind, list(KINDS))
     types = layer_types_from_config(scanned.config)
-    frame["kind"] = _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec)
-    columns = [
-        "layer", "kind", "is_mtp", "tensors", "bytes", "parameters", "experts_found",
-        "experts_expected", "experts_source", "dtypes",
-    ]  # fmt: skip
-    return frame[columns]
+    return {
+        "layer": layers,
+        "kind": _layer_kinds(layers, is_mtp, kinds, moe, types, scanned.spec),
+        "is_mtp": is_mtp,
+        "tensors": spread(np.bincount(inverse, minlength=n)),
+        "bytes": spread(_sums(inverse, n, contrib.nbytes)),
+        "parameters": spread(_sums(inverse, n, contrib.numel)),
+        "experts_found": experts_found,
+        "experts_expected": experts_expected,
+        "experts_source": source,
+        "dtypes": [",".join(sorted(dtypes.get(x, ()))) for x in layers.tolist()],
+    }
 
 
 def _value_sets(
@@ -724,6 +843,8 @@ def _files_frame(
 
     1. the files we know of, with size and header length; 2. what each stores, as
     (file, layer, bytes) entries; 3. per-file counts, byte sums and layer ranges."""
+    import pandas as pd
+
     rows = _file_rows(scanned, source)
     files, codes, layer, nbytes = _file_entries(scanned, source, numbering, depth)
     known = {r[0] for r in rows}
@@ -773,6 +894,17 @@ def _file_rows(scanned: ScanView, source: _Source) -> list[tuple]:
     return [(f, None, None, True) for f in source.files]
 
 
+def _entry_files(scanned: ScanView, source: _Source) -> list[str]:
+    """The files of `_file_entries`, alone (the summary counts the files)."""
+    if scanned.logical is None or not (scanned.shards or scanned.torch_dist):
+        return source.files
+    if scanned.shards:
+        return [s.file for s in scanned.shards]
+    info = scanned.torch_dist
+    items = info.storage.values() if info is not None else ()
+    return _codes([value[0] for value in items])[1]
+
+
 def _file_entries(
     scanned: ScanView, source: _Source, numbering: _Numbering, depth: int
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
@@ -809,6 +941,8 @@ def layer_keys(scanned: ScanView) -> pd.DataFrame:
 
 
 def _layer_keys(scanned: ScanView) -> pd.DataFrame:
+    import pandas as pd
+
     t = scanned.tensors
     columns = ["layer", "is_mtp", "kind", "module", "param"]
     layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
@@ -837,6 +971,8 @@ def _object_keys(scanned: ScanView) -> pd.DataFrame | None:
     entries = [p for key in info.byte_keys if (p := sharded_object_key(key)) is not None]
     if not entries:
         return None
+    import pandas as pd
+
     parsed = parse_names([family for family, _, _ in entries])
     numbering = _Numbering.of(parsed, scanned.spec, base=scanned.tables.mtp_base)
     layer = numbering.layer.copy()

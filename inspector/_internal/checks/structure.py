@@ -294,8 +294,16 @@ def _sig_codes(dtype_column: pd.Series, shape_column: pd.Series) -> tuple[np.nda
 def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
     """Distinct `first * width + second` codes -> {first: [second, ...]} (sorted)."""
     out: dict[int, list[int]] = defaultdict(list)
-    for code in _unique(codes).tolist():
-        out[code // width].append(code % width)
+    distinct = _unique(codes)
+    if not len(distinct):
+        return out
+    # Sorted codes: each first's seconds are one run, split where the first changes (a
+    # Python step per first, not per code: 85,000 experts in a 1M-tensor check).
+    first, second = np.divmod(distinct, width)
+    cuts = np.flatnonzero(np.diff(first)) + 1
+    starts = [0, *cuts.tolist()]
+    runs = np.split(second, cuts)
+    out.update(zip(first[starts].tolist(), (r.tolist() for r in runs), strict=True))
     return out
 
 
@@ -380,9 +388,14 @@ def _expert_incomplete(e: _Experts) -> list[Finding]:
         layer * n_keys + key, [lyr * n_keys + k for lyr in expected for k in expected[lyr]]
     )
     owners, held = _unique(owner[is_expected], return_counts=True)
-    held_of = dict(zip(owners.tolist(), held.tolist(), strict=True))
-    all_owners = _unique(owner).tolist()
-    short = [o for o in all_owners if held_of.get(o, 0) < len(expected.get(o // width, ()))]
+    all_owners = _unique(owner)
+    # Per owner, the expected keys it holds against those its layer expects (in numpy: one
+    # row per expert of the checkpoint).
+    holds = np.zeros(len(all_owners), np.int64)
+    holds[np.searchsorted(all_owners, owners)] = held
+    layers, at = np.unique(all_owners // width, return_inverse=True)
+    wants = np.asarray([len(expected.get(n, ())) for n in layers.tolist()], np.int64)[at]
+    short = all_owners[holds < wants].tolist()
     return _incomplete_findings(e, short, owner, key, width, expected, experts_of)
 
 

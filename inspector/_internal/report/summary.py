@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
+
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, scan_parameters
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.tables import scan_figures
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.text import layers_text, plural, shell_word
 from inspector._internal.common.units import format_bytes
@@ -34,32 +37,34 @@ def summarize(
     not read or parse: a part of what `check` reports), checked, check_command; and findings (every
     finding, worst first) when `findings` (from `check`) are given: then `checked` is true.
     """
-    tensors, layers = scanned.tensors, scanned.layers
-    decoder = layers[~layers["is_mtp"]] if len(layers) else layers
-    moe = decoder[decoder["kind"] == "moe"] if len(decoder) else decoder
-    found = dict(zip(moe["layer"].tolist(), moe["experts_found"].tolist(), strict=True))
+    # From the numpy columns the tables are built from: a scan that only prints its summary
+    # builds no frame and does not import pandas.
+    figures = scan_figures(scanned)
+    layer, is_mtp = figures.layer, figures.is_mtp
+    moe = ~is_mtp & np.asarray([kind == "moe" for kind in figures.kind], dtype=bool)
+    found = dict(zip(layer[moe].tolist(), figures.experts_found[moe].tolist(), strict=True))
     # MTP layers with experts count them too, said apart ("layers 1-3 and MTP layer 4").
-    mtp = layers[layers["is_mtp"]] if len(layers) else layers
-    mtp_moe = mtp[mtp["experts_found"] > 0] if len(mtp) else mtp
-    found |= dict(zip(mtp_moe["layer"].tolist(), mtp_moe["experts_found"].tolist(), strict=True))
+    mtp_moe = is_mtp & (figures.experts_found > 0)
+    found |= dict(
+        zip(layer[mtp_moe].tolist(), figures.experts_found[mtp_moe].tolist(), strict=True)
+    )
     spec = scanned.spec
     expected = spec.experts_per_layer or (max(found.values()) if found else None)
-    by_dtype = tensors.groupby("dtype", observed=True)["nbytes"].sum().sort_values(ascending=False)
     read = sorted(scanned.read_findings, key=lambda f: severity_rank(f.severity))
     out = {
         "path": str(scanned.path),
         "layout": scanned.layout,
-        "files": len(scanned.files),
-        "tensors": len(tensors),
-        "total_bytes": int(tensors["nbytes"].sum()),
+        "files": figures.files,
+        "tensors": figures.tensors,
+        "total_bytes": figures.total_bytes,
         "parameters": scan_parameters(scanned),
         "parameters_rule": PARAMETER_RULE,
-        "layers": len(decoder),
-        "moe_layers": len(moe),
+        "layers": int((~is_mtp).sum()),
+        "moe_layers": int(moe.sum()),
         "experts_per_layer": expected,
-        "mtp_layers": int(layers["is_mtp"].sum()) if len(layers) else 0,
-        "mtp_layer_numbers": [int(n) for n in mtp["layer"].tolist()],
-        "dtypes": {str(k): int(v) for k, v in by_dtype.items()},
+        "mtp_layers": int(is_mtp.sum()),
+        "mtp_layer_numbers": [int(n) for n in layer[is_mtp].tolist()],
+        "dtypes": dict(figures.dtype_bytes),
         "experts_found": found,
         "config": {
             "model_type": spec.model_type,
