@@ -87,15 +87,12 @@ def _printed(cell: nbformat.NotebookNode) -> dict:
 
 
 def test_errors_inside_output_contexts_reach_the_panel_in_a_live_kernel(
-    demos: Path, tmp_path: Path, kept_demo_verdicts: Path
+    demos: Path, tmp_path: Path
 ):
     """A refused consolidation, a re-scan of a folder that is gone and a dashboard on a
     missing path: each says what went wrong where the person looks, in the core's words,
     and the dashboard stays usable. (Whether a traceback shows in the progress area only
     a page can tell: tests/test_lab_browser.py looks.)"""
-    # The kernel inherits this test's verdict cache, which keeps the demo's verdict: the
-    # error paths are under test, and no load check's child imports torch and transformers
-    # in the kernel for a verdict the run has already.
     folder = shutil.copytree(demos / DCP_COLLAPSED, tmp_path / DCP_COLLAPSED)
     book = _notebook(
         f"""
