@@ -244,6 +244,15 @@ def copy_demo_verdicts(demo_verdicts: Path) -> Callable[[Path], Path]:
     return copy
 
 
+@pytest.fixture
+def kept_demo_verdicts(verdict_cache_dir: Path, copy_demo_verdicts: Callable[[Path], Path]) -> Path:
+    """This test's verdict cache (`verdict_cache_dir`) holding the demos' verdicts
+    (`demo_verdicts`), for a test that shows the verdict of a demo or of a copy of one (the
+    path is not part of the key) but is not about computing it: no model is built for it and
+    no load check's child is started. A demo the test changed is checked afresh."""
+    return copy_demo_verdicts(verdict_cache_dir)
+
+
 @pytest.fixture(scope="session")
 def copy_demos(demo_checkpoints: Path) -> Callable[[Path], list[Path]]:
     """Factory: a private copy of every demo checkpoint under a folder, as `write_demos` would

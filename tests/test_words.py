@@ -74,8 +74,10 @@ def demos(tmp_path_factory: pytest.TempPathFactory, copy_demos) -> Path:
 
 
 def test_cli_outputs_speak_one_vocabulary(
-    demos: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    demos: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], kept_demo_verdicts: Path
 ) -> None:
+    # The words, not the verdict, are under test: the demos' verdicts are kept already, so
+    # `check` and `report` show them without building a model for each demo.
     texts = []
     for folder in sorted(p for p in demos.iterdir() if p.is_dir()):
         work = Path(shutil.copytree(folder, tmp_path / folder.name))
@@ -111,7 +113,8 @@ def test_cli_outputs_speak_one_vocabulary(
     assert "checks      not run by scan" in scan_out and "problems" not in scan_out
 
 
-def test_dashboard_strings_speak_one_vocabulary(demos: Path) -> None:
+def test_dashboard_strings_speak_one_vocabulary(demos: Path, kept_demo_verdicts: Path) -> None:
+    # The verdicts kept already (as above): no load check's child imports torch for them.
     from test_dashboard import Dashboard, _texts
 
     found = []
