@@ -38,7 +38,7 @@ from inspector.ui import (
     verdict_apart,
 )
 
-from .controls import button
+from .controls import button, classed
 from .esm import ModulePreload
 from .grid import GridCells, preload_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -173,10 +173,11 @@ class Dashboard:
         self.tab.titles = self.TABS
         # What went wrong with the last action that has no status line of its own (a
         # re-scan, a button of the Overview, building a tab): one line under the header.
-        self.notice = w.HTML().add_class("ckpt-notice")
+        self.notice = classed(w.HTML, "ckpt-notice")
         self.tab.observe(guarded(self._on_select, self.notice, clear=True), names="selected_index")
-        self.rescan = rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
-        rescan.layout.flex = "0 0 auto"
+        self.rescan = rescan = button(
+            "Re-scan", "ckpt-rescan-button", icon="refresh", flex="0 0 auto"
+        )
         rescan.on_click(guarded(self.refresh, self.notice, clear=True))
         # The re-scan's progress bar is drawn here (tqdm.auto writes into the Output widget).
         self.progress = w.Output().add_class("ckpt-progress")

@@ -22,7 +22,7 @@ from inspector.ui import (
     restore_reference,
 )
 
-from ..controls import button
+from ..controls import button, classed
 from ..guard import guarded
 from ..state import still_checking
 from .rows import examples, finding_row
@@ -167,8 +167,11 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
     listing.on_click(guarded(lambda: dash.show_findings(codes), dash.notice))
     buttons.append(listing)
     rows = [finding_row(dash, f) for f in examples(problem.findings, _FINDINGS_PER_PROBLEM)]
-    box = w.VBox(
-        [
+    return classed(
+        w.VBox,
+        "ckpt-problem",
+        f"ckpt-problem-{problem.key}",
+        children=[
             w.HTML(problem_html(problem)),
             w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
             *rows,
@@ -176,6 +179,4 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         layout=w.Layout(
             border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
         ),
-    ).add_class("ckpt-problem")
-    box.add_class(f"ckpt-problem-{problem.key}")
-    return box
+    )

@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, html_text, markup_html, severity_badge
 
-from ..controls import button
+from ..controls import button, classed
 from ..guard import guarded
 
 if TYPE_CHECKING:
@@ -39,8 +39,7 @@ def finding_row(dash: Host, finding: Finding, *, detail: bool = False) -> w.HBox
         if finding.file
         else "findings"
     )
-    link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right")
-    link.layout.flex = "0 0 auto"
+    link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right", flex="0 0 auto")
     link.on_click(guarded(lambda: dash.follow(finding), dash.notice))
     where = ""
     if detail:
@@ -55,11 +54,13 @@ def finding_row(dash: Host, finding: Finding, *, detail: bool = False) -> w.HBox
         f"{markup_html(short(finding.message))}{where}</div>",
         layout=w.Layout(flex="1 1 auto", min_width="0"),
     )
-    row = w.HBox(
-        [text, link],
+    return classed(
+        w.HBox,
+        "ckpt-finding",
+        f"ckpt-code-{finding.code}",
+        children=[text, link],
         layout=w.Layout(align_items="center", width="100%", border_bottom="1px solid #eee"),
     )
-    return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
 
 
 def short(text: str, limit: int = 220) -> str:
