@@ -1,0 +1,73 @@
+"""What the dashboard sends the page, counted in-process (issue 35): a widget's classes and
+layout go in the state it opens with, and a re-scan builds again only the tabs it must."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import ipywidgets as w
+import pytest
+from inspector.widgets import Dashboard
+
+DRIFT = "modelopt-1422-sidecar-drift"
+
+
+@pytest.fixture
+def updates(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, str]]:
+    """(widget class, trait) of every update sent to the page from now on: ipywidgets sends
+    one message per `send_state` of a widget already open."""
+    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+    send = w.Widget.send_state
+
+    def counting(self: w.Widget, key: str | None = None) -> None:
+        if key is not None:
+            seen[(type(self).__name__, str(key))] += 1
+        send(self, key)
+
+    monkeypatch.setattr(w.Widget, "send_state", counting)
+    return seen
+
+
+def test_rows_and_buttons_open_with_their_classes_and_widths(demo_checkpoints: Path, updates):
+    """The Overview's issue cards and the Findings tab: a row per finding, a button per link.
+    Each button sent its class, width and min_width after it opened, each row its two classes
+    and its link's flex: 382 updates per build of every tab, 114 now."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    findings = dash.panel("Findings")
+    rows = _rows(findings.widget)
+    assert rows, "the Findings tab lists its findings"
+    link = rows[0].children[-1]
+    assert "ckpt-finding-link" in link._dom_classes and link.layout.flex == "0 0 auto"
+    assert (link.layout.width, link.layout.min_width) == ("auto", "max-content")
+    assert not set(updates) & {
+        ("HBox", "_dom_classes"),
+        ("Layout", "width"),
+        ("Layout", "min_width"),
+        ("Layout", "flex"),
+    }, updates
+
+
+def test_a_rescan_builds_again_the_open_tab_and_the_tensors_tab_only(demo_checkpoints: Path):
+    """After a re-scan the worker built all six tabs again, sending the page their widgets
+    for tabs nobody may open again; now the open tab and `REBUILT`, the others when
+    selected (still built then)."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    dash.select("Files")
+    dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
+    dash.refresh()
+    dash.wait(60)
+    assert set(dash.panels) == {"Files", *Dashboard.REBUILT}
+    findings = dash.select("Findings")
+    assert dash.panels["Findings"] is findings and _rows(findings.widget)
+
+
+def _rows(widget: w.Widget) -> list[w.Widget]:
+    """The finding rows inside a widget tree."""
+    found, stack = [], [widget]
+    while stack:
+        node = stack.pop()
+        if "ckpt-finding" in getattr(node, "_dom_classes", ()):
+            found.append(node)
+        stack.extend(getattr(node, "children", ()))
+    return found
