@@ -1,5 +1,6 @@
-"""What the dashboard sends the page, counted in-process (issue 35): a widget's classes and
-layout go in the state it opens with, and a re-scan builds again only the tabs it must."""
+"""What the dashboard sends the page and does again, counted in-process (issue 35): a widget's
+classes and layout go in the state it opens with, a re-scan builds again only the tabs it
+must, and the snapshot's figures are not drawn again when they are the same."""
 
 from __future__ import annotations
 
@@ -71,3 +72,26 @@ def _rows(widget: w.Widget) -> list[w.Widget]:
             found.append(node)
         stack.extend(getattr(node, "children", ()))
     return found
+
+
+def test_the_same_snapshot_figures_are_not_drawn_again(demo_checkpoints: Path):
+    """A check of the values (same scan) and a re-scan of an unchanged folder make the same
+    figures: their PNGs are the last ones, not drawn again by kaleido's browser. A changed
+    figure is drawn."""
+    from inspector.widgets.snapshot import Snapshot, snapshot_figures
+    from inspector.widgets.state import CheckpointState
+
+    drawn: list[int] = []
+
+    def render(figures: list) -> list[bytes]:
+        drawn.append(len(figures))
+        return [f"png {len(drawn)}".encode() for _ in figures]
+
+    snapshot = Snapshot(render=render)
+    state = CheckpointState.load(demo_checkpoints / DRIFT, model=False)
+    again = CheckpointState.load(demo_checkpoints / DRIFT, model=False)  # a re-scan
+    first = snapshot.render_now(state)
+    assert snapshot.render_now(again) == first and len(drawn) == 1
+    figures = snapshot_figures(again)
+    figures[0][1].update_layout(title="changed")
+    assert snapshot._render(figures)[0] != first[0] and len(drawn) == 2

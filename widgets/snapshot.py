@@ -135,6 +135,10 @@ class Snapshot:
     def __init__(self, *, render: Callable[[list[tuple[str, Any]]], list[bytes]] = render_pngs):
         self.render = render
         self.handles: list[Any] = []
+        # The last figures rendered (as plotly JSON) and their PNGs: a check of the values or
+        # a re-scan of an unchanged folder makes the same figures, which kaleido's browser
+        # drew again each time (two of the five renders of the lab clicks test, issue 35).
+        self._rendered: tuple[list[str], list[bytes]] | None = None
 
     def show(
         self, state: CheckpointState, *, rendered: tuple[list[bytes], str] | None = None
@@ -190,14 +194,20 @@ class Snapshot:
 
     def _render(self, figures: list[tuple[str, Any]]) -> tuple[list[bytes], str]:
         """The figures as PNGs and the note the snapshot shows about them ("" when all are
-        there; why not, when kaleido or its browser failed)."""
+        there; why not, when kaleido or its browser failed); the last PNGs again when the
+        figures are the same."""
+        drawn = [figure.to_json() for _, figure in figures]
+        if self._rendered is not None and self._rendered[0] == drawn:
+            return list(self._rendered[1]), ""
         try:
-            return self.render(figures), ""
+            pngs = self.render(figures)
         except Exception as exc:  # kaleido, the browser it drives, or no browser at all
             return [], (
                 f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
                 "Chrome or Chromium browser (pip install kaleido)."
             )
+        self._rendered = (drawn, pngs)
+        return pngs, ""
 
 
 def headless() -> bool:
