@@ -95,3 +95,28 @@ def test_the_same_snapshot_figures_are_not_drawn_again(demo_checkpoints: Path):
     figures = snapshot_figures(again)
     figures[0][1].update_layout(title="changed")
     assert snapshot._render(figures)[0] != first[0] and len(drawn) == 2
+
+
+def test_an_unchanged_figure_output_is_not_sent_again(demo_checkpoints: Path, monkeypatch):
+    """After a check of the values the snapshot's figure outputs already show the PNGs the
+    render hands back: only the snapshot's HTML is sent again, not 3 images of 30-50 kB."""
+    from inspector.widgets.snapshot import Snapshot
+    from inspector.widgets.state import CheckpointState
+
+    sent: list[dict] = []
+
+    class Handle:
+        def update(self, data: dict, raw: bool = True) -> None:
+            sent.append(data)
+
+    monkeypatch.setattr("IPython.display.display", lambda data, **_: Handle())
+    snapshot = Snapshot(render=lambda figures: [b"png %d" % i for i, _ in enumerate(figures)])
+    state = CheckpointState.load(demo_checkpoints / DRIFT, model=False)
+    snapshot.show(state)
+    snapshot.render_figures(state, current=lambda: True)
+    images = [d for d in sent if "image/png" in d]
+    assert len(images) == 3 and images[0]["image/png"] == b"png 0"
+    sent.clear()
+    snapshot.update(state)
+    snapshot.render_figures(state, current=lambda: True)
+    assert [list(d) for d in sent] == [["text/html"], ["text/html"]], sent

@@ -135,6 +135,8 @@ class Snapshot:
     def __init__(self, *, render: Callable[[list[tuple[str, Any]]], list[bytes]] = render_pngs):
         self.render = render
         self.handles: list[Any] = []
+        # What each figure's output (`handles[1:]`) shows now.
+        self._figures: list[dict[str, Any]] = []
         # The last figures rendered (as plotly JSON) and their PNGs: a check of the values or
         # a re-scan of an unchanged folder makes the same figures, which kaleido's browser
         # drew again each time (two of the five renders of the lab clicks test, issue 35).
@@ -157,12 +159,14 @@ class Snapshot:
                 display_id=True,
             )
         ]
+        self._figures = []
         for i, name in enumerate(figure_names(state)):
             if i < len(pngs):
                 data = {"image/png": pngs[i], "text/plain": f"({name})"}
             else:
                 data = {"text/plain": f"({name}: {'not rendered' if finished else 'rendering...'})"}
             self.handles.append(display(data, raw=True, display_id=True))
+            self._figures.append(data)
 
     def update(self, state: CheckpointState) -> None:
         """Redraw the snapshot HTML for a new state (after a re-scan); figures follow."""
@@ -182,10 +186,19 @@ class Snapshot:
         if not current():
             return
         self.handles[0].update({"text/html": snapshot_html(state, figures_note=note)}, raw=True)
-        for handle, (name, _), png in zip(self.handles[1:], figures, pngs, strict=False):
-            handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
-        for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
-            handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+        for i, handle in enumerate(self.handles[1:]):
+            if i >= len(figures):
+                break
+            name = figures[i][0]
+            data = (
+                {"image/png": pngs[i], "text/plain": f"({name})"}
+                if i < len(pngs)
+                else {"text/plain": f"({name}: not rendered)"}
+            )
+            # An output that shows these bytes already is not sent them again.
+            if data != self._figures[i]:
+                handle.update(data, raw=True)
+                self._figures[i] = data
 
     def render_now(self, state: CheckpointState) -> tuple[list[bytes], str]:
         """The figures of `state` as PNGs, and the note about them (see `_render`). They come
