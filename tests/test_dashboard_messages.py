@@ -33,7 +33,8 @@ def updates(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, s
 def test_rows_and_buttons_open_with_their_classes_and_widths(demo_checkpoints: Path, updates):
     """The Overview's issue cards and the Findings tab: a row per finding, a button per link.
     Each button sent its class, width and min_width after it opened, each row its two classes
-    and its link's flex: 382 updates per build of every tab, 114 now."""
+    and its link's flex: 382 updates per build of every tab, 114 now; and 726 widgets opened,
+    576 now that the rows share their layouts and styles."""
     dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
     findings = dash.panel("Findings")
     rows = _rows(findings.widget)
@@ -41,6 +42,10 @@ def test_rows_and_buttons_open_with_their_classes_and_widths(demo_checkpoints: P
     link = rows[0].children[-1]
     assert "ckpt-finding-link" in link._dom_classes and link.layout.flex == "0 0 auto"
     assert (link.layout.width, link.layout.min_width) == ("auto", "max-content")
+    # Every row's layouts and styles are the kernel's shared ones: three models a row, not 8.
+    first, second = rows[0], rows[1]
+    assert first.layout is second.layout and first.children[0].style is second.children[0].style
+    assert first.children[-1].layout is second.children[-1].layout is link.layout
     assert not set(updates) & {
         ("HBox", "_dom_classes"),
         ("Layout", "width"),
