@@ -33,7 +33,7 @@ def fixed(kind: type[_Part], **traits: Any) -> _Part:
         part = _FIXED.get(key)
         if part is None or part.comm is None:
             part = _FIXED[key] = kind(**traits)
-        return part  # type: ignore[return-value]
+        return part
 
 
 def button(
