@@ -110,8 +110,8 @@ class Dashboard:
     # The tabs it builds again after a re-scan or a check of the values replaced the state
     # (`_replace`): only the one whose build takes seconds on a large checkpoint. The others
     # are built when next selected, as after a first click: building all six again sent the
-    # page about 550 widget models per re-scan, for tabs a person may never open again
-    # (issue 35: the lab clicks test's page made 3,900 models, 2,200 of them so).
+    # page their widget models at each re-scan, for tabs a person may never open again
+    # (issue 35: the lab clicks test's page opened 3,823 widget models, 3,250 now).
     REBUILT = ("Tensors",)
     # Seconds between showing the Overview and building the other tabs (see `_start_worker`);
     # a test that clicks nothing meanwhile sets its dashboard's to 0 rather than wait.
