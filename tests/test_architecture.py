@@ -264,6 +264,8 @@ def test_check_builds_the_load_verdict_once_or_reuses_the_callers(
 _OWN_FILE_ACCESS = {
     "inspector/_internal/storage/local.py",
     "inspector/_internal/execution/atomic.py",
+    # lists a folder it recovers (names and lstat only), removing what a killed run left
+    "inspector/_internal/execution/temps.py",
     "inspector/_internal/plans/consolidate/engine.py",
     "inspector/_internal/plans/consolidate/driver.py",
     "inspector/_internal/plans/consolidate/dest.py",
@@ -579,6 +581,61 @@ def test_the_floor_check_sees_a_type_only_import_that_climbs(tmp_path: Path) -> 
         "inspector._internal.low.a:3: low -> high",
         "inspector._internal.side.b:2: side -> high",
     ]
+
+
+# The one place each pickle mechanism lives (issue 32, step 3): the opcode walker, the
+# restricted unpickler, and torch's own loader for the common state.
+_PICKLE_HOMES = {
+    "pickletools": "inspector/_internal/formats/pickles/audit.py",
+    "Unpickler": "inspector/_internal/formats/pickles/unpickler.py",
+    "find_class": "inspector/_internal/formats/pickles/unpickler.py",
+    "torch.load": "inspector/_internal/formats/pickles/common_state.py",
+}
+
+
+def _pickle_mechanisms(path: Path) -> set[str]:
+    """Which of `_PICKLE_HOMES` a file uses: imports pickletools, subclasses or calls an
+    Unpickler, defines find_class, or calls torch.load (`pickle.load` and `loads` too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            found |= {"pickletools"} & {n.split(".")[0] for n in names}
+        elif isinstance(node, ast.FunctionDef) and node.name == "find_class":
+            found.add("find_class")
+        elif isinstance(node, ast.Attribute):
+            owner = node.value.id if isinstance(node.value, ast.Name) else ""
+            if node.attr == "Unpickler":
+                found.add("Unpickler")
+            elif node.attr in ("load", "loads") and owner in ("pickle", "_pickle", "dill"):
+                found.add(f"pickle.{node.attr}")
+            elif node.attr == "load" and owner == "torch":
+                found.add("torch.load")
+    return found
+
+
+def test_every_pickle_reader_uses_the_one_walker_and_the_one_unpickler() -> None:
+    """No module walks opcodes, unpickles or calls torch.load outside its one home in
+    `formats/pickles/`, and nothing calls `pickle.load(s)`: a new reader is a use of them."""
+    offenders = []
+    for root in ("inspector", "widgets"):
+        for path in sorted((ROOT / root).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            for used in sorted(_pickle_mechanisms(path)):
+                if _PICKLE_HOMES.get(used) != rel:
+                    offenders.append(f"{rel}: {used}")
+    assert offenders == []
+
+
+def test_the_pickle_check_sees_each_mechanism(tmp_path: Path) -> None:
+    source = tmp_path / "reader.py"
+    source.write_text(
+        "import pickle, pickletools, torch\n"
+        "class U(pickle.Unpickler):\n"
+        "    def find_class(self, m, n): ...\n"
+        "pickle.loads(b''); torch.load(None)\n"
+    )
+    assert _pickle_mechanisms(source) == {*_PICKLE_HOMES, "pickle.loads"}
 
 
 def test_no_module_imports_another_modules_private_name() -> None:

@@ -18,15 +18,15 @@ from __future__ import annotations
 
 import json
 import pickle
-import subprocess
-import sys
 import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from forked import fork_server
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors import TensorSpec, serialize_file
@@ -40,9 +40,11 @@ from inspector._internal.checks.dcp import _missing_rank_files
 SECONDS = 20
 GROWN_BYTES = 400_000_000
 
+# The scan and check of a folder in a child of `forked.fork_server`: it has read nothing else,
+# as a fresh process after its imports, and its peak resident memory starts at its size.
 _PROBE = textwrap.dedent(
     """
-    import json, resource, sys
+    import resource
     from inspector._internal.checks import check
     from inspector._internal.scan.entry import scan
 
@@ -55,34 +57,31 @@ _PROBE = textwrap.dedent(
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
-    before = memory("VmRSS")
-    start = cpu()
-    scanned = scan(sys.argv[1])
-    found = check(scanned, model=False)
-    tables = len(scanned.tensors)
-    seconds = cpu() - start
-    codes = sorted({f.code for f in found})
-    print(json.dumps({
-        "seconds": seconds, "grown": memory("VmHWM") - before, "codes": codes,
-        "tensors": tables,
-    }))
+    def run(folder):
+        before = memory("VmRSS")
+        start = cpu()
+        scanned = scan(folder)
+        found = check(scanned, model=False)
+        tables = len(scanned.tensors)
+        seconds = cpu() - start
+        codes = sorted({f.code for f in found})
+        return {
+            "seconds": seconds, "grown": memory("VmHWM") - before, "codes": codes,
+            "tensors": tables,
+        }
     """
 )
 
 
-def probe(folder: Path, *, timeout: float = 600) -> dict:
-    """Scan and check `folder` in a fresh process: CPU seconds (its own and its children's:
-    a machine's load does not count), how far its peak resident memory grew past its size
-    after the imports (Linux /proc; a large `.metadata` is unpickled in a child the kernel
-    bounds, see SECURITY.md), the codes found, the number of tensors."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(folder)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+@pytest.fixture(scope="module")
+def probe() -> Iterator[Callable[[Path], dict]]:
+    """Scan and check a folder in a process that has read nothing else (`_PROBE`): CPU
+    seconds (its own and its children's: a machine's load does not count), how far its peak
+    resident memory grew past its size after the imports (Linux /proc; a large `.metadata`
+    is unpickled in a child the kernel bounds, see SECURITY.md), the codes found, the number
+    of tensors."""
+    with fork_server(_PROBE) as call:
+        yield lambda folder: call(str(folder))
 
 
 # -- torch_dist chunks shared through the pickle memo ----------------------------------------
@@ -116,7 +115,9 @@ def shared_chunks_metadata(tensors: int, references: int = 300_000) -> bytes:
 
 
 @pytest.mark.parametrize("tensors", [4, 40])
-def test_tensors_sharing_one_chunk_list_of_300000_references(tmp_path: Path, tensors: int) -> None:
+def test_tensors_sharing_one_chunk_list_of_300000_references(
+    tmp_path: Path, tensors: int, probe: Callable[[Path], dict]
+) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
     data = shared_chunks_metadata(tensors)
@@ -160,7 +161,9 @@ def test_chunks_past_the_budget_end_in_a_finding_when_their_volume_matches() -> 
 # -- 200,000 names with numbers inside words ----------------------------------------------
 
 
-def test_200000_names_with_numbers_inside_words(tmp_path: Path) -> None:
+def test_200000_names_with_numbers_inside_words(
+    tmp_path: Path, probe: Callable[[Path], dict]
+) -> None:
     folder = tmp_path / "ckpt"
     folder.mkdir()
     # safetensors' own serializer, given what `safetensors.numpy.save_file` hands it (its

@@ -8,10 +8,12 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+from forked import fork_server
 from golden_manifest import FIXTURES
 from huggingface_hub import save_torch_state_dict
 from modelopt_writer import INDEX, load_json, save_json
@@ -227,27 +229,35 @@ def test_deep_reports_zero_nan_and_duplicated_bytes(capsys, tmp_path: Path) -> N
 
 
 # Another process cuts a shard short while `--deep` reads it, before it reads entry WHEN (in
-# file order). The check runs in a child process, so a signal would end the child, not the
-# test run.
+# file order). The check runs in a child process (`forked.fork_server`), so a signal would end
+# the child, not the test run.
 _CUT_WHILE_READ = """
-import json, os, sys
+import os
 from inspector import check, scan
 from inspector._internal.formats.tensordata import TensorData
 
-folder, shard, cut, when = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-scanned = scan(folder)
-real = TensorData.shard_entries
+def run(folder, shard, cut, when):
+    scanned = scan(folder)
+    real = TensorData.shard_entries
 
-def cutting(self, header):
-    for i, entry in enumerate(real(self, header)):
-        if header.file == shard and i == when:
-            os.truncate(os.path.join(folder, shard), cut)
-        yield entry
+    def cutting(self, header):
+        for i, entry in enumerate(real(self, header)):
+            if header.file == shard and i == when:
+                os.truncate(os.path.join(folder, shard), cut)
+            yield entry
 
-TensorData.shard_entries = cutting
-found = check(scanned, model=False, deep=True)
-print(json.dumps([[f.code, f.file, f.tensor, f.message] for f in found]))
+    TensorData.shard_entries = cutting
+    found = check(scanned, model=False, deep=True)
+    return [[f.code, f.file, f.tensor, f.message] for f in found]
 """
+
+
+@pytest.fixture(scope="module")
+def cut_while_read() -> Iterator[Callable[..., list]]:
+    """`_CUT_WHILE_READ`'s `run(folder, shard, cut, when)` in a child process: the findings
+    of the deep check, or an AssertionError naming how the child died."""
+    with fork_server(_CUT_WHILE_READ) as call:
+        yield call
 
 
 def _large_shards(folder: Path) -> tuple[str, dict[str, tuple[int, int]]]:
@@ -272,7 +282,7 @@ def _spans(path: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.mark.parametrize("case", ["large-tensors", "small-tensors"])
 def test_deep_read_of_a_file_cut_while_it_is_read_reports_instead_of_dying(
-    tmp_path: Path, case: str
+    tmp_path: Path, case: str, cut_while_read: Callable[..., list]
 ) -> None:
     """Read through a memory map, the tensors past the new end of the file killed the
     process with SIGBUS (no finding, no message). Read with `preadv` they come back short:
@@ -290,14 +300,7 @@ def test_deep_read_of_a_file_cut_while_it_is_read_reports_instead_of_dying(
         shard = "model-00002-of-00004.safetensors"
         spans = _spans(folder / shard)
         cut, when = min(a for a, _ in spans.values()) + 4096 + 100, 0
-    run = subprocess.run(
-        [sys.executable, "-c", _CUT_WHILE_READ, str(folder), shard, str(cut), str(when)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, f"the check died (exit {run.returncode}): {run.stderr[-2000:]}"
-    found = json.loads(run.stdout)
+    found = cut_while_read(str(folder), shard, cut, when)  # fails if the check died
     assert {f[0] for f in found} == {"tensor-unreadable"}, found
     assert {f[1] for f in found} == {shard}
     why = f"the file ended at byte {cut:,}: it got shorter while it was read"

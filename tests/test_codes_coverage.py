@@ -810,6 +810,22 @@ def test_code_pickle_bomb(megatron: Path) -> None:
     assert f.file == f"{ITER}/.metadata" and "refused before unpickling" in f.message
 
 
+def test_code_temp_file_left(hf: Path) -> None:
+    # A repair killed between writing the index's temp file and renaming it over the index.
+    from inspector._internal.common.filenames import INDEX_NAME
+    from inspector._internal.execution.atomic import write_atomic
+
+    pid = os.fork()
+    if pid == 0:  # the child dies at the rename, as a SIGKILL would leave it
+        os.replace = lambda *args, **kwargs: os._exit(137)  # type: ignore[assignment]
+        write_atomic(hf / INDEX_NAME, b'{"weight_map": {}}')
+        os._exit(1)
+    os.waitpid(pid, 0)
+    f = one(run(hf), "temp-file-left")
+    assert f.file == f".{INDEX_NAME}.tmp-{pid}" and f.severity == "warning"
+    assert "(18 B)" in f.message and "which is gone" in f.message and "--recover" in f.message
+
+
 # -- what the model code itself would load -------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ did on disk. Every test that writes works on a copy of a demo checkpoint."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import threading
 import time
@@ -572,6 +573,67 @@ def test_tensor_grid_is_created_when_its_tab_is_shown(demos: Path):
     assert "ckpt-tensor-grid" in browser.grid._dom_classes
     assert browser.grid.filter == [["name matches", "==", True]]  # the query carried over
     assert browser._grid_box.children == (browser.grid,)
+
+
+def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """A grid's widget carries its first rows as HTML (`preview_html`), which the page shows
+    while the viewer starts (1-3 s on a busy machine: issue 34's slow first clicks): the
+    viewer's filter and sort (a filter set after the grid was made too), byte columns as the
+    grid draws them, and a hostile name escaped, never markup."""
+    import html as html_module
+
+    import pandas as pd
+    import perspective
+    from inspector.widgets import grid as grid_module
+    from inspector.widgets.esm import PREVIEW_TRAIT
+    from inspector.widgets.grid import (
+        PREVIEW_ROWS,
+        arrow_bytes,
+        make_grid,
+        match_expression,
+        preview_html,
+    )
+
+    hostile = 'model.<img src=x onerror=alert(1)>\x1b[2J"\u202e.weight'
+    frame = pd.DataFrame(
+        {
+            "name": [hostile, *(f"layers.{i}.weight" for i in range(40))],
+            "size": [43_680, *range(1000, 41_000, 1000)],
+            "layer": [None, *range(40)],
+        }
+    )
+    table = perspective.table(arrow_bytes(frame), name="preview-test-1")
+    grid = make_grid(
+        table, columns=["name", "size", "layer"], title="t", css_class="ckpt-test-grid"
+    )
+    shown = getattr(grid, PREVIEW_TRAIT)
+    assert "<img" not in shown and "\x1b" not in shown and "&lt;img src=x" in shown
+    assert shown.count("<tr>") == PREVIEW_ROWS + 1  # the header and the first rows
+    assert "43.7 kB" in shown and ">1.0 kB<" in shown and "43,680" not in shown
+    # Made sorted, then filtered as "show tensor" filters it just after: the preview follows
+    # (until the viewer first asks the table something).
+    grid = make_grid(
+        table,
+        columns=["name", "size", "layer"],
+        title="t",
+        css_class="ckpt-test-grid",
+        sort=[["size", "desc"]],
+    )
+    name, expression = match_expression("name", "layers.3*")
+    grid.expressions = {name: expression}
+    grid.filter = [[name, "==", True]]
+    cells = re.findall(r"<tr><td>([^<]*)</td>", getattr(grid, PREVIEW_TRAIT))
+    names = [f"layers.{i}.weight" for i in (39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 3)]
+    assert [html_module.unescape(c) for c in cells] == names
+    grid.close()
+    # Over the budget, no sorted or filtered preview (the kernel would sort the whole table
+    # for it, then again for the viewer); the table's first rows still come at once.
+    monkeypatch.setattr(grid_module, "PREVIEW_SORTED_ROWS", 40)
+    sort = {"sort": [["size", "desc"]]}
+    assert preview_html(table, columns=["name"], **sort) == ""
+    assert "layers.0.weight" in preview_html(table, columns=["name"])
 
 
 def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):
@@ -1331,24 +1393,56 @@ def test_the_grid_module_leaves_out_the_engine_a_server_bound_grid_never_starts(
     assert server_binding_only(unknown) == unknown
 
 
-def test_the_dashboard_preloads_the_grids_module_its_grids_name(demos: Path):
-    """The page evaluates Perspective's module when idle after the Overview (`ModulePreload`,
-    started by the background worker), ahead of the first grid: it names the holder the
-    grids name, under the key their stub looks for, so the module crosses once and is
-    evaluated once."""
+def test_the_dashboard_preloads_the_grids_module_its_grids_name(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """As the Overview is shown, the dashboard sends the grids' module to its `ModulePreload`
+    (the page evaluates it once it rests, ahead of the first grid), then the figures'
+    (evaluated by the first figure): the preload names the holder the grids name, under
+    the key their stub looks for, so the module crosses once and is evaluated once."""
+    from inspector.widgets import dashboard
     from inspector.widgets.esm import HOLDER_TRAIT
     from inspector.widgets.grid import grid_class, preload_grids
 
+    sent: list[str] = []
+    monkeypatch.setattr("IPython.display.display", lambda *_args, **_kwargs: None)
+    monkeypatch.setattr(dashboard, "send_figure_module", lambda: sent.append("figures"))
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False, model=False)
+    dash.wait_when_headless = False
     preload = dash._preload
-    assert preload in dash.widget.children and preload.holder is None and preload.key == ""
-    preload_grids(preload)
+    assert preload in dash.widget.children and preload.modules == []
+    assert ".ckpt-tab-loading" in preload.busy
+    dash._ipython_display_()
+    assert sent == ["figures"] and len(preload.modules) == 1  # before the worker's imports
+    dash.wait(60)
+    [(key, holder)] = preload.modules
     grid = dash.select("Tensors").grid
-    assert preload.holder is getattr(grid, HOLDER_TRAIT)
-    assert f'const key = "{preload.key}";' in grid_class()._esm
-    holder = preload.holder
-    preload_grids(preload)  # again (a re-scan's worker): nothing changes
-    assert preload.holder is holder
+    assert holder is getattr(grid, HOLDER_TRAIT)
+    assert f'const key = "{key}";' in grid_class()._esm
+    preload_grids(preload)  # again (a second view): nothing changes
+    assert preload.modules == [(key, holder)]
+
+
+def test_the_overview_shows_when_perspectives_module_is_not_where_it_is_looked_for(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The grids' module is read as the Overview is shown: a Perspective laid out otherwise
+    (no widget/static/perspective-anywidget.js) leaves the Overview as it is; the first grid
+    says what is wrong when its tab is opened."""
+    from inspector.widgets import dashboard
+
+    def moved(_preload: object) -> None:
+        raise FileNotFoundError("perspective/widget/static/perspective-anywidget.js")
+
+    shown: list[object] = []
+    monkeypatch.setattr("IPython.display.display", lambda *args, **_kwargs: shown.append(args))
+    monkeypatch.setattr(dashboard, "preload_grids", moved)
+    dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False, model=False)
+    dash.wait_when_headless = False
+    dash._ipython_display_()
+    assert len(shown) == 1 and dash._preload.modules == []
+    dash.wait(60)
+    assert "Tensors" in dash.panels  # the worker went on
 
 
 def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_own(

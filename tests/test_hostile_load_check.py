@@ -25,6 +25,7 @@ import builtins
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import socket
@@ -34,7 +35,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -329,12 +329,39 @@ def _sitecustomize(folder: Path) -> Path:
     return folder
 
 
-def run_in_terminal(args: list[str], env: dict[str, str], timeout: float = 300) -> tuple[int, str]:
-    """`python -m inspector ARGS` with a pseudo-terminal as stdin, stdout and stderr (where
-    transformers' prompt waited for an answer); its exit code and everything it printed."""
+# Runs CLI commands one after another in one interpreter, as `python -m inspector ARGS` runs
+# each (runpy), and ends each command's output with a line giving its exit code and whether
+# it built a model: whether it imported a model class's module of transformers (a kept
+# verdict is read without one; a command after the first finds transformers imported already).
+_COMMANDS = """
+import json, runpy, sys
+
+def models():
+    return {n for n in sys.modules if n.startswith("transformers.models.") and ".modeling_" in n}
+
+for args in json.loads(sys.argv[1]):
+    before = models()
+    sys.argv = ["inspector", *args]
+    try:
+        runpy.run_module("inspector", run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as end:
+        code = end.code
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(f"\\nCOMMAND-ENDED {code} {'MODEL-BUILT' if models() - before else ''}", flush=True)
+"""
+
+
+def run_in_terminal(
+    args: list[str], env: dict[str, str], timeout: float = 300, *, python: list[str] | None = None
+) -> tuple[int, str]:
+    """`python -m inspector ARGS` (or `python ARGS` with `python` given) with a
+    pseudo-terminal as stdin, stdout and stderr (where transformers' prompt waited for an
+    answer); its exit code and everything it printed."""
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "inspector", *args],
+        [sys.executable, *(python or ["-m", "inspector"]), *args],
         stdin=slave,
         stdout=slave,
         stderr=slave,
@@ -368,6 +395,21 @@ def run_in_terminal(args: list[str], env: dict[str, str], timeout: float = 300) 
     return proc.returncode, out.decode(errors="replace")
 
 
+def commands_in_terminal(commands: list[list[str]], env: dict[str, str]) -> list[tuple[int, str]]:
+    """Each command's exit code and output, the commands run one after another in one
+    interpreter in a terminal (`_COMMANDS`); an output ends with MODEL-BUILT when its command
+    built a model."""
+    code, out = run_in_terminal([json.dumps(commands)], env, python=["-c", _COMMANDS])
+    assert code == 0, out[-3000:]
+    # [output, exit code, built, output, exit code, built, ..., what the interpreter printed last]
+    parts = re.split(r"\r?\nCOMMAND-ENDED (\S+) ?(MODEL-BUILT)?\r?\n", out)
+    assert len(parts) == 3 * len(commands) + 1, out[-3000:]
+    return [
+        (int(parts[i + 1]), parts[i] + ("\nMODEL-BUILT" if parts[i + 2] else ""))
+        for i in range(0, 3 * len(commands), 3)
+    ]
+
+
 def test_check_and_report_in_a_terminal_neither_prompt_nor_connect(
     written: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -387,16 +429,16 @@ def test_check_and_report_in_a_terminal_neither_prompt_nor_connect(
         "COLUMNS": "200",
     }
     env.pop("HF_HUB_OFFLINE", None)
-    # Each command builds a model in its own terminal, side by side (most of each run is
-    # the interpreter importing torch and transformers): report the nested code, check the
-    # backbone. Then check the nested code in a terminal too: the verdict report kept
-    # answers it, as it answers a user's second command, and no model is built again.
+    # Two commands that each build a model, run in one interpreter in a terminal (most of a
+    # run is importing torch and transformers, 6-7 s of CPU): report the nested code, check
+    # the backbone. Then check the nested code with `python -m inspector` in a terminal of
+    # its own: the verdict report kept answers it, as it answers a user's second command,
+    # and no model is built again (transformers is not even imported).
     built = [
         (["report", str(nested), "--markdown"], "will it load"),
         (["check", str(backbone)], "needs files from the Hugging Face Hub"),
     ]
-    with ThreadPoolExecutor(len(built)) as pool:
-        results = list(pool.map(lambda run: run_in_terminal(run[0], env), built))
+    results = commands_in_terminal([args for args, _ in built], env)
     again = (["check", str(nested)], "vision_config.auto_map")
     runs = [*built, again]
     results.append(run_in_terminal(again[0], env))

@@ -8,20 +8,22 @@ from __future__ import annotations
 import io
 import pickle
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 from commands import run
+from pickle_ops import with_data_pkl
 
 from inspector._internal.checks import check
 from inspector._internal.common.text import short_repr
 from inspector._internal.formats.pickles.audit import (
     audit_pickle,
-    audit_torch_save,
     check_pickle,
     hostile_globals,
 )
+from inspector._internal.formats.pickles.common_state import audit_torch_save
 from inspector._internal.formats.pickles.dcp_metadata import load_dcp_metadata
 from inspector._internal.formats.pickles.errors import (
     HostilePickleError,
@@ -256,6 +258,78 @@ def test_legacy_torch_format_is_audited_too(tmp_path: Path) -> None:
     assert not common.startswith(b"PK")
     with pytest.raises(HostilePickleError, match=r"builtins\.eval"):
         audit_torch_save(common, cap=10**6)
+
+
+# -- the common state as torch reads it (issue 32, step 3: found attacking the walker) --------
+
+
+def torch_dag_key(levels: int = 40) -> bytes:
+    """`dag_key_metadata` in the opcodes torch's weights-only unpickler knows (no MEMOIZE,
+    no POP): each level stays on the stack, and STOP returns the dict on top."""
+    body = EMPTY_DICT + b"q\x00" + EMPTY_TUPLE + b"q\x01"
+    for i in range(1, levels + 1):
+        body += binget(i) + binget(i) + TUPLE2 + b"q" + bytes([i + 1])
+    return b"\x80\x02" + body + binget(0) + binget(levels + 1) + b"K\x01" + SETITEM + STOP
+
+
+def _same_length(stream: bytes) -> bytes:
+    """A clean pickle (`{}`, then bytes pushed and dropped) exactly as long as `stream`."""
+    n = len(stream) - 10
+    return b"\x80\x02}" + b"B" + n.to_bytes(4, "little") + b"y" * n + POP + STOP
+
+
+def _as_torch_saves(stream: bytes) -> bytes:
+    return with_data_pkl(torch_bytes({"k": 1}), stream)
+
+
+@pytest.mark.timeout(60)
+def test_common_pt_with_a_clean_archive_after_it_is_refused(tmp_path: Path) -> None:
+    """torch (miniz) reads the first of two torch.save archives written one after the
+    other, `zipfile` the second: the audit read the clean second one, torch.load hashed the
+    first one's tuple-DAG key for hours. The two readers must agree on the directory."""
+    bomb = torch_dag_key(40)
+    common = _as_torch_saves(bomb) + _as_torch_saves(_same_length(bomb))
+    folder = folder_with(tmp_path, {".metadata": empty_metadata(), "common.pt": common})
+    (f,) = findings_of(folder, "torch-dist-common-unreadable")
+    assert f.file == "common.pt" and "would read different archives" in f.message
+
+
+@pytest.mark.timeout(60)
+def test_legacy_common_pt_with_a_zip_after_it_is_audited_as_torch_reads_it(
+    tmp_path: Path,
+) -> None:
+    """torch reads a file as a zip only when it starts with one (`_is_zipfile`); the audit
+    took any file `zipfile` could open for a zip, so a legacy stream followed by a clean
+    torch.save archive was audited as the archive and unpickled as the stream."""
+    legacy = torch_bytes({"k": 1}, _use_new_zipfile_serialization=False)
+    ends = [0]
+    for _ in range(4):  # magic number, protocol, system info, the object
+        ends.append(audit_pickle(legacy, start=ends[-1]).end)
+    hostile = legacy[: ends[3]] + torch_dag_key(40) + legacy[ends[4] :]
+    common = hostile + torch_bytes({"k": 1})
+    folder = folder_with(tmp_path, {".metadata": empty_metadata(), "common.pt": common})
+    (f,) = findings_of(folder, "pickle-bomb")
+    assert f.file == "common.pt"
+
+
+@pytest.mark.timeout(60)
+def test_common_pt_data_pkl_named_in_another_case_is_audited(tmp_path: Path) -> None:
+    """torch finds `<archive>/data.pkl` ignoring ASCII case (miniz): `data.PKL` is what it
+    unpickles, beside a clean `x.pkl` that was all the audit read."""
+    buffer = io.BytesIO()
+    with (
+        zipfile.ZipFile(io.BytesIO(torch_bytes({"k": 1}))) as zin,
+        zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zout,
+    ):
+        for info in zin.infolist():
+            body = zin.read(info)
+            if info.filename.endswith("/data.pkl"):
+                info.filename, body = info.filename[: -len("pkl")] + "PKL", torch_dag_key(40)
+            zout.writestr(info, body)
+        zout.writestr("archive/x.pkl", b"\x80\x02}q\x00.")
+    folder = folder_with(tmp_path, {".metadata": empty_metadata(), "common.pt": buffer.getvalue()})
+    (f,) = findings_of(folder, "pickle-bomb")
+    assert f.file == "common.pt"
 
 
 def test_metadata_naming_os_system_is_hostile_and_still_a_refused_global() -> None:

@@ -8,10 +8,11 @@ tensors the index forgot). Then, with one kernel for the whole test:
    panel, or the spinner that stands for it while it is built), and no error box, traceback
    or "widget model not found" appears. Each first click's time to frame and to content (the
    panel with its figures drawn and the rows of each grid in sight painted: a body cell
-   holding text, which the screenshots show painted as soon as it exists) is measured in
-   the page, from the tab's pointerdown: printed and written to
+   holding text, which the screenshots show painted as soon as it exists; the grid's
+   preview of its first rows or its viewer's), and to every grid's viewer drawn, is
+   measured in the page, from the tab's pointerdown: printed and written to
    build/test-artifacts/first-clicks.txt, never asserted (a shared machine's load decides
-   them); one screenshot per tab, clicks-<tab>.png, taken when the content is in;
+   them); one screenshot per tab, clicks-<tab>.png, taken when the viewers have drawn;
 2. then in each tab every enabled button is clicked once (buttons a click reveals, such as
    Confirm, too), the same checks after each click. The Tensors grid is drawn before the
    Values tab's "Sample values" is clicked, as in issue 34's crash report ("Cannot delete
@@ -94,7 +95,8 @@ _PANE = """() => {
     // its cells before it fills them). A slot with no viewer yet (the grid widget's view
     // waits for its module and the table) is not drawn: counting the viewers alone took the
     // empty slot for a drawn grid, 1.5 s where the rows came 5-7 s after the click.
-    const drawn = [...pane.querySelectorAll('.ckpt-grid-box')].filter(seen).every(box => {
+    const boxes = [...pane.querySelectorAll('.ckpt-grid-box')].filter(seen);
+    const drawn = boxes.every(box => {
         const viewers = [...box.querySelectorAll('perspective-viewer')];
         return viewers.length > 0 && viewers.every(v => {
             const dg = v.querySelector('perspective-viewer-datagrid');
@@ -103,6 +105,10 @@ _PANE = """() => {
             return cells.some(td => td.textContent.trim());
         });
     });
+    // Or its first rows, which the grid's widget shows while its viewer starts (the
+    // kernel's preview: widgets/grid.py, `preview_html`).
+    const rows = drawn || boxes.every(box => [...box.querySelectorAll('.ckpt-grid-preview td')]
+        .filter(visible).some(td => td.textContent.trim()));
     const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
     const plotted = plots.every(p => p.querySelector('.main-svg'));
     const spinner = [...pane.querySelectorAll('.ckpt-tab-loading')].some(visible);
@@ -112,17 +118,19 @@ _PANE = """() => {
         selected: selected && selected.textContent.trim(),
         shown: pane.getBoundingClientRect().height > 0 && pane.innerText.trim().length > 0,
         spinner,
-        content: !spinner && !waiting && drawn && plotted && pane.innerText.trim().length > 0,
+        content: !spinner && !waiting && rows && plotted && pane.innerText.trim().length > 0,
+        live: !spinner && !waiting && drawn && plotted && pane.innerText.trim().length > 0,
     };
 }"""
 
 # Set before a tab's first click: from the tab's pointerdown, the times (ms) at which its
-# pane first shows something (its frame) and its drawn content, polled every 10 ms.
+# pane first shows something (its frame), its content (a grid's first rows, its preview or
+# its viewer's) and its content with every grid's viewer drawn, polled every 10 ms.
 _WATCH = (
     """([title, limit]) => {
     const pane = PANE;
     window.__ckptWatch = new Promise(resolve => {
-        let start = null, frame = null;
+        let start = null, frame = null, content = null;
         const down = event => {
             const tab = event.target.closest && event.target.closest('.lm-TabBar-tab');
             if (tab && tab.textContent.trim().startsWith(title)) start = performance.now();
@@ -133,10 +141,11 @@ _WATCH = (
             const now = performance.now(), seen = pane();
             const current = seen && seen.selected && seen.selected.startsWith(title);
             if (current && seen.shown && frame === null) frame = now - start;
-            if ((current && seen.content) || now - start > limit) {
+            if (current && seen.content && content === null) content = now - start;
+            if ((current && seen.live) || now - start > limit) {
                 clearInterval(poll);
                 document.removeEventListener('pointerdown', down, true);
-                resolve({frame, content: current && seen.content ? now - start : null,
+                resolve({frame, content, grid: current && seen.live ? now - start : null,
                          spinner: seen && seen.spinner});
             }
         }, 10);
@@ -281,7 +290,7 @@ def test_every_tab_and_button_shows_no_error(clicked_through: ClickedThrough):
     assert [w for w, _ in seen.broken if w == "Repair -> 'Plan again'"] == [], seen.broken
     assert [e for e in seen.errors if "model not found" in e.lower()] == [], seen.errors
     # The Tensors grid was drawn before "Sample values" was clicked (its table once crashed).
-    assert seen.times["Tensors"]["content"] is not None, seen.times
+    assert seen.times["Tensors"]["grid"] is not None, seen.times
     assert seen.clicked["Values"][0] == "Sample values", seen.clicked["Values"]
     assert {"Repair", "Confirm"} <= set(seen.clicked["Repair"]), seen.clicked["Repair"]
     assert all(seen.clicked[t] for t in ("Tensors", "Findings", "Report")), seen.clicked
@@ -327,6 +336,7 @@ def _first_click(page, title: str) -> dict:
     result = {
         "frame": None if seen["frame"] is None else seen["frame"] / 1000,
         "content": None if seen["content"] is None else seen["content"] / 1000,
+        "grid": None if seen["grid"] is None else seen["grid"] / 1000,
         "spinner": seen["spinner"],
     }
     _shoot(page, f"clicks-{title.lower()}.png")
@@ -463,12 +473,16 @@ def _write_times(seen: ClickedThrough, trace: list[str]) -> None:
     def seconds(value: float | None) -> str:
         return "-" if value is None else f"{value:.2f} s"
 
-    lines = ["first click: time to frame (panel or spinner) and to content (drawn)", ""]
-    lines.append("tab             frame   content   buttons clicked")
+    lines = [
+        "first click: time to frame (panel or spinner), to content (drawn: a grid's first"
+        " rows) and to every grid's viewer drawn",
+        "",
+    ]
+    lines.append("tab             frame   content      grid   buttons clicked")
     for title, times in seen.times.items():
         buttons = ", ".join(seen.clicked.get(title, []))
-        frame, content = seconds(times["frame"]), seconds(times["content"])
-        lines.append(f"{title:<12} {frame:>8}  {content:>8}   {buttons}")
+        frame, content, grid = (seconds(times[k]) for k in ("frame", "content", "grid"))
+        lines.append(f"{title:<12} {frame:>8}  {content:>8}  {grid:>8}   {buttons}")
     lines += ["", "buttons shown before each click:", *trace]
     lines += ["", "error boxes:", *(f"{where}: {what}" for where, what in seen.broken)]
     text = "\n".join(lines) + "\n"

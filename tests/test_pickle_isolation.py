@@ -30,6 +30,7 @@ from pickle_ops import (
     OP,
     binget,
     binput,
+    data_pkl,
     global_,
     read_alone,
     read_one,
@@ -38,6 +39,7 @@ from pickle_ops import (
     splice,
     stand_in_state,
     text,
+    with_data_pkl,
 )
 
 from inspector._internal.checkpoint.read_problems import FileRole, ProblemKind, ReadProblem
@@ -393,6 +395,35 @@ def test_a_global_of_one_reader_is_refused_by_the_other(
     with pytest.raises(RefusedGlobalError, match=re.escape(f"{module}.{name}")) as refused:
         unpickle(stream, reader)
     assert not isinstance(refused.value, HostilePickleError)
+
+
+_QUANTIZED = "holds quantized tensors (torch.{}), which have no byte layout a safetensors reader"
+_NOT_TENSOR_DICT = "data.pkl names torch.{}, which is not part of a tensor dict; refused"
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        *((kind, _QUANTIZED) for kind in ("QInt8Storage", "QUInt8Storage", "QInt32Storage")),
+        *((kind, _QUANTIZED) for kind in ("QUInt4x2Storage", "QUInt2x4Storage")),
+        ("QFloat8Storage", _NOT_TENSOR_DICT),
+        ("FloatStorage", None),
+    ],
+)
+def test_data_pkl_refuses_a_quantized_storage_with_its_reason(
+    files: Files, name: str, says: str | None
+) -> None:
+    """data.pkl's reader (`allowed.DATA_PKL`) gives torch's quantized storages a reason of
+    their own (what to do), any other storage class it lacks the refusal every reader
+    gives; a storage class it has reads the file as before."""
+    archive = (files.f32 / BIN).read_bytes()
+    ops = global_("torch", name) + OP["POP"]
+    result = read_one("bin", with_data_pkl(archive, splice(data_pkl(archive), ops)))
+    if says is None:  # against bytes of the same length pushed and popped: the same offsets
+        same = OP["SHORT_BINBYTES"] + bytes([len(ops) - 3]) + b"x" * (len(ops) - 3) + OP["POP"]
+        assert result == read_one("bin", with_data_pkl(archive, splice(data_pkl(archive), same)))
+    else:
+        assert "'bin-unreadable'" in result and says.format(name) in result
 
 
 def test_stand_ins_refuse_every_change() -> None:

@@ -590,3 +590,75 @@ def test_gcs_hostile_answers(site: Path) -> None:
     assert found["model-00003-of-00003.safetensors"].code == "header-unreadable"
     assert "ignores Range" in found["model-00003-of-00003.safetensors"].message
     assert [s.readable for s in there.shards] == [False, True, False]
+
+
+def test_a_hub_session_carries_no_cookie_to_a_later_scan(hub_repo: FakeHub) -> None:
+    """The Hub's session is reused by later scans in the process, which may send another
+    token (a header of each request) or none: a cookie the server set for one (a login
+    session, a tracker) is never sent back, in that scan or a later one. `localhost`, not
+    127.0.0.1: aiohttp's default jar keeps no cookie of an IP address."""
+
+    def rule(method: str, path: str, n: int) -> Answer | None:
+        if "/revision/" in path:
+            head = {"Set-Cookie": f"hub-session=of-request-{n}; Path=/"}
+            return Answer(200, head, body=json.dumps({"sha": SHA}).encode())
+        return None
+
+    with Proxy(hub_repo.url, fault=rule) as proxy:
+        endpoint = proxy.url.replace("127.0.0.1", "localhost")
+        first = scan("hf://org/tiny", storage_options={"endpoint": endpoint, "token": "hf_a"})
+        asked_first = list(proxy.sent_headers)
+        proxy.reset()
+        second = scan("hf://org/tiny", storage_options={"endpoint": endpoint, "token": False})
+        asked_second = list(proxy.sent_headers)
+    assert len(first.shards) == len(second.shards) == 3
+    assert all(h.get("authorization") == "Bearer hf_a" for h in asked_first), asked_first
+    assert not any("cookie" in h for h in asked_first + asked_second)
+    assert not any("authorization" in h for h in asked_second)
+
+
+def test_a_redirect_allowed_for_one_scan_is_not_for_the_next(
+    site: Path, origin_server: RangeHTTPServer, local: list[tuple]
+) -> None:
+    """The session a scan with `allow_redirects` used (its policy is part of it) is never the
+    one of a later scan without: that scan refuses the redirect to the mirror, which hears
+    nothing of it, as in a fresh process; the first scan's session is reused when it is
+    asked for again."""
+    with (
+        Proxy(origin_server.url) as mirror,
+        served(origin_server, redirect_shards(f"{mirror.url}/moved/")) as proxy,
+    ):
+        allowed = scan(f"{proxy.url}/ckpt/", allow_redirects=[mirror.url], **BOUNDED)
+        assert mirror.requests == 3
+        mirror.reset()
+        refused = scan(f"{proxy.url}/ckpt/", **BOUNDED)
+        assert mirror.requests == 0
+        again = scan(f"{proxy.url}/ckpt/", allow_redirects=[mirror.url], **BOUNDED)
+        assert mirror.requests == 3
+    assert comparable(allowed, check(allowed, model=False)) == local
+    assert comparable(again, check(again, model=False)) == local
+    assert [f.code for f in refused.read_findings] == ["file-unsafe"] * 3
+
+
+def test_a_hub_token_never_reaches_an_allowed_redirect_origin(hub_repo: FakeHub) -> None:
+    """A download the Hub's endpoint redirects to an origin the user allowed is followed,
+    without the token: it goes to the endpoint's own origin alone, on a session that
+    other scans reuse."""
+    with Proxy(hub_repo.url) as cdn:
+
+        def rule(method: str, path: str, n: int) -> Answer | None:
+            if "/resolve/" in path and path.endswith(".safetensors"):
+                return Answer(302, {"Location": cdn.url + path})
+            return None
+
+        with Proxy(hub_repo.url, fault=rule) as endpoint:
+            options = {"endpoint": endpoint.url, "token": "hf_secret"}
+            for _ in range(2):  # a fresh session, then the reused one
+                cdn.reset()
+                there = scan(
+                    "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
+                )
+                assert cdn.requests == 3 and all(s.readable for s in there.shards)
+                assert not any("authorization" in h for h in cdn.sent_headers)
+            to_endpoint = endpoint.sent_headers
+    assert all(h.get("authorization") == "Bearer hf_secret" for h in to_endpoint)

@@ -147,14 +147,27 @@ def test_repair_killed_at_random_moments_never_leaves_a_mix(tmp_path: Path) -> N
     steps = _repair_killed_before(_copy(template, tmp_path / "whole"), None)
     repaired = (tmp_path / "whole" / INDEX).read_bytes()
     assert repaired != originals and steps >= 4, steps  # the fix was written, step by step
+    expected = sorted(p.name for p in template.iterdir())
+    left_temps = []
     for step in range(steps):
         folder = _copy(template, tmp_path / f"run{step}")
         assert _repair_killed_before(folder, step) == step
         assert (folder / INDEX).read_bytes() in (originals, repaired)
-        (folder / atomic.LOCK).unlink(missing_ok=True)
-        atomic.recover(folder)
+        left_temps += [p.name for p in folder.iterdir() if ".tmp-" in p.name]
+        # The user's recovery: finish the journal, remove the temp files the killed run left
+        # (a lock left behind is free: the kernel dropped it with the process).
+        assert main(["repair", "--recover", "--yes", str(folder)]) == 0
         assert (folder / INDEX).read_bytes() in (originals, repaired)
         assert _digests(folder) == _digests(template)
+        # Exactly the checkpoint's files (and the backup folder once one was made): no temp
+        # file, journal or lock left, whatever the step the run died before.
+        assert sorted(p.name for p in folder.iterdir() if p.name != atomic.BACKUP_DIR) == expected
+        backups = folder / atomic.BACKUP_DIR
+        kept = [p for p in backups.rglob("*") if p.is_file()] if backups.exists() else []
+        assert all(p.name == INDEX for p in kept), kept
+    # Some steps did leave temp files (the index's, the journal's) for the recovery to remove.
+    assert any(name.startswith(f".{INDEX}.tmp-") for name in left_temps), left_temps
+    assert any(name.startswith(f".{atomic.JOURNAL}.tmp-") for name in left_temps), left_temps
 
 
 # The filesystem calls a repair's writes go through (pathlib's and shutil's included).

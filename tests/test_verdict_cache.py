@@ -503,51 +503,68 @@ def test_a_killed_writers_temp_file_is_removed_a_live_ones_kept(verdict_cache_di
     assert not old.exists() and fresh.exists()
 
 
-# Three writer processes at once. One interpreter imports the cache and the verdict (pandas
-# among them: most of each process's time), then forks the three: each writes and reads
-# with its own open files and flocks, as three separate interpreters would.
+# Three writer processes at once. One interpreter imports the cache, then forks the three:
+# each writes and reads with its own open files and flocks, as three separate interpreters
+# would. The verdicts they keep are made by the test process (on stdin), and every verdict
+# they read back is checked there (their stdout): the probe imports the cache alone, not the
+# verdict's module (pandas among what that imports, most of an interpreter's time).
 _WRITERS = textwrap.dedent(
     """
-    import os
-    import traceback
+    import json, os, sys, traceback
     from inspector._internal.load import cache
-    from inspector._internal.load.verdict import LoadVerdict
 
     cache.MAX_ENTRIES = 4
+    verdicts = json.load(sys.stdin)  # {"reads" of a key: the verdict kept for it}
 
-    def write(me):
+    def write(me, out):
         for n in range(8):
             shared = n % 3  # the same three keys in every process, and keys of its own
             for reads in (f"{shared:064x}", f"{me:032x}{n:032x}"):
                 key = {"reads": reads, "trust_remote_code": False, "local": True, "code": None}
-                verdict = LoadVerdict(architecture=f"M{reads[-6:]}").to_dict()
-                cache.keep(key, verdict)
-                got = cache.kept(key)
-                assert got is None or LoadVerdict.from_dict(got).architecture.startswith("M"), got
+                cache.keep(key, verdicts[reads])
+                out.write(json.dumps(cache.kept(key)) + "\\n")
 
     pids = []
     for me in range(1, 4):
+        read, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:
+            os.close(read)
             code = 0
             try:
-                write(me)
+                with os.fdopen(write_end, "w") as out:
+                    write(me, out)
             except BaseException:
                 traceback.print_exc()
                 code = 1
             os._exit(code)
-        pids.append(pid)
-    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
-    print("ok" if codes == [0, 0, 0] else f"exit codes {codes}")
+        os.close(write_end)
+        pids.append((pid, os.fdopen(read)))
+    got = [line for _, answers in pids for line in answers.read().splitlines()]
+    codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid, _ in pids]
+    print(json.dumps({"codes": codes, "got": got}))
     """
 )
 
 
 def test_concurrent_writers_leave_whole_entries_within_bounds(verdict_cache_dir: Path) -> None:
+    reads = [f"{n:064x}" for n in range(3)]
+    reads += [f"{me:032x}{n:032x}" for me in range(1, 4) for n in range(8)]
+    verdicts = {r: LoadVerdict(architecture=f"M{r[-6:]}").to_dict() for r in reads}
     proc = subprocess.run(
-        [sys.executable, "-c", _WRITERS], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", _WRITERS],
+        input=json.dumps(verdicts),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["codes"] == [0, 0, 0], proc.stderr[-2000:]
+    assert len(answer["got"]) == 3 * 8 * 2
+    for line in answer["got"]:  # each read whole, or nothing (an entry another one evicted)
+        got = json.loads(line)
+        assert got is None or LoadVerdict.from_dict(got).architecture.startswith("M"), got
     folder = verdict_cache_dir / "verdicts"
     names = sorted(p.name for p in folder.iterdir())
     entries = [n for n in names if n.endswith(".json")]
@@ -558,15 +575,18 @@ def test_concurrent_writers_leave_whole_entries_within_bounds(verdict_cache_dir:
         LoadVerdict.from_dict(entry["verdict"])
 
 
+# The verdict it keeps (200 kB) comes on stdin, made by this process: the probe imports the
+# cache alone, not the verdict's module (pandas among what that imports: 0.6 s of its 1 s).
 _READ_ONLY_PROBE = textwrap.dedent(
     """
-    import sys
+    import json, sys
     from inspector._internal.load import cache
-    from inspector._internal.load.verdict import LoadVerdict
+
+    verdict = json.load(sys.stdin)
 
     def pair(n):
         key = {"reads": f"{n:064x}", "trust_remote_code": False, "local": True, "code": None}
-        return key, LoadVerdict(architecture="M", missing=("x" * 200_000,)).to_dict()
+        return key, verdict
 
     print(cache.kept(pair(1)[0]) is not None, cache.keep(*pair(2)), cache.kept(pair(2)[0]))
     """
@@ -592,7 +612,10 @@ def test_a_read_only_or_full_cache_is_no_error(wrap: str, verdict_cache_dir: Pat
         )
         expected = "True False None"
     cmd = [*UNSHARE, "sh", "-c", f"{mount} && exec {sys.executable} -c '{_READ_ONLY_PROBE}'"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    verdict = LoadVerdict(architecture="M", missing=("x" * 200_000,)).to_dict()
+    proc = subprocess.run(
+        cmd, input=json.dumps(verdict), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == expected.split(), proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr

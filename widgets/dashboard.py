@@ -40,9 +40,9 @@ from inspector.ui import (
 
 from .controls import button, classed
 from .esm import ModulePreload
-from .grid import GridCells, preload_grids
+from .grid import GridCells, preload_grids, wait_for_quiet_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
-from .plot import import_figure_widget
+from .plot import import_figure_widget, send_figure_module
 from .snapshot import headless
 from .state import (
     CheckpointState,
@@ -78,6 +78,10 @@ DEFERRED_RULES = ("index", "structure")
 VERDICT_WITH_SCAN = False
 # The longest the background worker waits for what a person asked for before it goes on.
 _YIELD_SECONDS = 30.0
+# The background worker waits for the grids to have been quiet this long (seconds), at most
+# `_GRID_QUIET_LIMIT` at a time (`_yield_to_asked`).
+_GRID_QUIET = 0.5
+_GRID_QUIET_LIMIT = 5.0
 _PAGE = 25
 
 
@@ -203,9 +207,12 @@ class Dashboard:
             " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
             layout=w.Layout(display="none"),
         )
-        # Evaluates the grids' module on the page once it is idle after the Overview, ahead
-        # of the first grid a click shows (started by the background worker).
-        self._preload = ModulePreload()
+        # Evaluates the grids' module on the page once it rests after the Overview, ahead of
+        # the first grid a click shows (started by `_ipython_display_`).
+        # Not while a tab is built (its spinner) or its grid or figure waits to be drawn.
+        self._preload = ModulePreload(
+            busy=".ckpt-tab-loading, .ckpt-not-drawn, .ckpt-module-loading"
+        )
         return w.VBox(
             [
                 top,
@@ -446,6 +453,9 @@ class Dashboard:
         action never stops the worker."""
         with self._asked_done:
             self._asked_done.wait_for(lambda: self._asked_count == 0, timeout=_YIELD_SECONDS)
+        # A grid just shown is still starting on the page: its viewer's requests, answered
+        # here one after the other, waited on the worker's work.
+        wait_for_quiet_grids(_GRID_QUIET, limit=_GRID_QUIET_LIMIT)
 
     def panel(self, title: str) -> Any:
         """The panel object of tab `title`, built on first use (here, or by the thread that
@@ -594,10 +604,6 @@ class Dashboard:
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
             time.sleep(max(0.0, self.worker_delay - (time.monotonic() - started)))
-            self._yield_to_asked()
-            # Perspective's module costs the first grid 2-4 s of the page's time (its
-            # evaluation, then its WebAssembly's set-up): the page does it when idle.
-            preload_grids(self._preload)
             for title in ahead:
                 self._yield_to_asked()
                 if generation != self._generation:
@@ -737,6 +743,17 @@ class Dashboard:
         # The threads that import seconds' worth of modules (the load check's, the worker's)
         # start once the Overview and the snapshot are on their way to the page.
         _iopub_sent()
+        # Then the grids' module, which the page evaluates when it rests after painting the
+        # Overview (the first grid a click shows cost 2-4 s of the page: Perspective's
+        # evaluation, then its WebAssembly's set-up), and the figures' (sent, evaluated by
+        # the first figure: `send_figure_module`).
+        try:
+            preload_grids(self._preload)
+            send_figure_module()
+        except (OSError, ImportError):
+            # A Perspective or plotly.js missing or laid out otherwise: the Overview stays;
+            # the first grid or figure says what is wrong when its tab is opened.
+            pass
         self._overview_sent.set()
         self._start_worker()
 

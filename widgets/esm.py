@@ -19,6 +19,7 @@ import traitlets
 
 __all__ = [
     "HOLDER_TRAIT",
+    "PREVIEW_TRAIT",
     "ModuleHolder",
     "ModulePreload",
     "holder_trait",
@@ -30,9 +31,14 @@ __all__ = [
 
 # The trait of a widget that names the holder of its real module.
 HOLDER_TRAIT = "_module_holder"
+# The trait of a widget that holds what its stub shows until the real module has drawn
+# (HTML the kernel made, every value escaped), if it has one.
+PREVIEW_TRAIT = "_preview"
 # The longest a preload waits for the page to be idle (ms): a page busy that long is busy
 # with more than what it shows now.
 _IDLE_MS = 3000
+# The longest a preload waits for the page to rest (ms; see `_PRELOAD`).
+_REST_LIMIT_MS = 30_000
 
 _PATIENCE = """
 if (!globalThis.__ckptPatientTimeout) {
@@ -73,6 +79,7 @@ class ModuleHolder(w.Widget):
 
 _HOLDERS: dict[str, ModuleHolder] = {}
 _HOLDERS_LOCK = threading.Lock()
+_PRELOAD_LOCK = threading.Lock()
 
 
 def _digest(*texts: str) -> str:
@@ -118,11 +125,10 @@ _LOAD = """
 const PREFIX = "IPY_MODEL_";
 // The keys of the modules evaluated on this page.
 const loaded = (globalThis.__ckptLoaded ??= new Set());
-// The real module's holder, the one the widget names in its trait `trait`.
-const holding = async (model, trait) => {
-  const ref = model.get(trait);
+// The real module's holder: `ref` names it ("IPY_MODEL_<id>", from a trait of `model`).
+const holding = async (model, ref) => {
   if (typeof ref !== "string" || !ref.startsWith(PREFIX))
-    throw new Error(`no module holder in ${trait}: ${JSON.stringify(ref)}`);
+    throw new Error(`no module holder: ${JSON.stringify(ref)}`);
   for (let tries = 0; ; tries++) {
     try {
       return await model.widget_manager.get_model(ref.slice(PREFIX.length));
@@ -134,8 +140,8 @@ const holding = async (model, trait) => {
     }
   }
 };
-const load = (key, model, trait) =>
-  (window[key] ??= holding(model, trait)
+const load = (key, model, ref) =>
+  (window[key] ??= holding(model, ref)
     .then((holder) => {
       if (holder.get("css")) {
         // Once per page too (anywidget rewrites a widget's `_css` for every widget).
@@ -177,6 +183,29 @@ const settle = async (kinds) => {
 };
 const draw = async (context) => {
   const { el, model } = context;
+  // What the widget shows until its real module has drawn (the kernel's escaped HTML: a
+  // grid's first rows), over the element the real module draws into.
+  const preview = model.get(%(preview)s);
+  let shown = null;
+  if (typeof preview === "string" && preview) {
+    shown = Object.assign(document.createElement("div"), { className: "ckpt-preview" });
+    shown.innerHTML = preview;
+    shown.style.cssText = "position:absolute;inset:0;z-index:100;overflow:hidden;background:#fff";
+    if (getComputedStyle(el).position === "static") el.style.position = "relative";
+    el.appendChild(shown);
+  }
+  // A filter set meanwhile (a link to one tensor) comes with the rows it lets through.
+  const update = () => shown && (shown.innerHTML = model.get(%(preview)s) || "");
+  model.on(`change:${%(preview)s}`, update);
+  try {
+    return await drawReal(context);
+  } finally {
+    model.off(`change:${%(preview)s}`, update);
+    shown?.remove();
+  }
+};
+const drawReal = async (context) => {
+  const { el, model } = context;
   let waiting = null;
   if (!loaded.has(key)) {
     // The module is not evaluated yet (by the first widget of its kind on the page, or
@@ -191,7 +220,7 @@ const draw = async (context) => {
     if (!window[key]) await settle(after);
     await new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));
   }
-  const shared = await load(key, model, %(trait)s);
+  const shared = await load(key, model, model.get(%(trait)s));
   waiting?.remove();
   return await shared.default.render(context);
 };
@@ -221,6 +250,7 @@ def shared_module(source: str, *, name: str, waiting: str, after: Sequence[str] 
             "kind": json.dumps(name),
             "after": json.dumps(list(after)),
             "trait": json.dumps(HOLDER_TRAIT),
+            "preview": json.dumps(PREVIEW_TRAIT),
             "waiting": json.dumps(waiting),
         }
     )
@@ -244,25 +274,64 @@ const idle = (ms) =>
           : setTimeout(resolve, 100),
       ),
   );
+// The renders under way on the page, of every kind (`_STUB` keeps them).
+const drawing = () =>
+  Object.values(globalThis.__ckptRendering ?? {}).flatMap((renders) => [...renders]);
+// When a person last clicked or typed on the page (or a preload ended).
+let input = -Infinity;
+for (const type of ["pointerdown", "keydown"])
+  document.addEventListener(type, () => (input = performance.now()), { capture: true });
+// True while an element matching `busy` is shown (a tab being built or drawn).
+const shows = (busy) =>
+  !!busy && [...document.querySelectorAll(busy)].some((el) => el.offsetParent !== null);
+// Until the page is idle, `quiet` ms after the last click, key or preload, with nothing
+// `busy` shown and no widget drawing, for at most `limit` ms.
+const ready = async (busy, quiet, limit) => {
+  const end = performance.now() + limit;
+  for (;;) {
+    await idle(%(idle_ms)d);
+    const now = performance.now();
+    if (now >= end) return;
+    const pending = drawing();
+    if (pending.length > 0)
+      await Promise.race([
+        Promise.allSettled(pending),
+        new Promise((resolve) => setTimeout(resolve, end - now)),
+      ]);
+    else if (now - input < quiet) await new Promise((r) => setTimeout(r, quiet - now + input));
+    else if (shows(busy)) await new Promise((resolve) => setTimeout(resolve, 100));
+    else return;
+  }
+};
+let running = null;
 const preload = async (model) => {
-  const key = model.get("key");
-  if (!key || !model.get(%(trait)s)) return;
-  // After what the page shows now has painted and while nothing else runs: the module's
-  // evaluation is long tasks a click waits behind.
-  await idle(%(idle_ms)d);
-  if (window[key]) return;  // a widget of the kind loads it, or an earlier preload did
-  const shared = await load(key, model, %(trait)s);
-  // What the module starts as it is evaluated (Perspective's WebAssembly) runs in tasks of
-  // its own; nothing to wait for here.
-  void shared;
+  // In the order given (the module of the tab a person most likely opens first, first),
+  // each once the page rests (`ready`): an evaluation is long tasks (plotly.js's is one of
+  // 0.8-1.9 s) that a click would wait behind. A widget drawn meanwhile shares the import.
+  for (const [key, ref] of model.get("modules") ?? []) {
+    if (window[key]) continue;  // a widget of the kind loads it, or an earlier preload did
+    await ready(model.get("busy"), model.get("quiet_ms"), %(limit_ms)d);
+    if (window[key]) continue;
+    performance.mark(`${key}:preload`);
+    // What a module starts as it is evaluated (Perspective's WebAssembly) runs in tasks of
+    // its own; the next module waits for the page to rest again.
+    await load(key, model, ref);
+    performance.mark(`${key}:preloaded`);
+    input = performance.now();  // the next one after a rest, as after a click
+  }
 };
 export default {
   render({ model, el }) {
     el.style.display = "none";
-    const start = () => preload(model).catch((error) => console.warn("preload:", error));
-    model.on("change:key", start);
+    const start = () => {
+      // One pass at a time; a pass started after a change covers the modules it added.
+      running = (running ?? Promise.resolve())
+        .then(() => preload(model))
+        .catch((error) => console.warn("preload:", error));
+    };
+    model.on("change:modules", start);
     start();
-    return () => model.off("change:key", start);
+    return () => model.off("change:modules", start);
   },
 };
 """
@@ -270,23 +339,29 @@ export default {
 
 
 class ModulePreload(anywidget.AnyWidget):
-    """Evaluates a shared module on the page ahead of the first widget of its kind, when the
-    page is next idle after `start` (put one, hidden, in a displayed layout). Its module then
-    crosses to the page once (its holder is the widgets')."""
+    """Evaluates shared modules on the page ahead of the first widget of their kind, one at
+    a time in the order `start` was called, each when the page is next idle and no widget
+    is drawing (put one, hidden, in a displayed layout). A module then crosses to the page
+    once (its holder is the widgets')."""
 
-    _esm = patient(_PRELOAD % {"trait": json.dumps("holder"), "idle_ms": _IDLE_MS})
-    key = traitlets.Unicode("").tag(sync=True)
-    # The holder of the module, set by `start` (until then the page has nothing to load).
-    holder = traitlets.Instance(ModuleHolder, allow_none=True).tag(
-        sync=True, **w.widget_serialization
-    )
+    _esm = patient(_PRELOAD % {"idle_ms": _IDLE_MS, "limit_ms": _REST_LIMIT_MS})
+    # A CSS selector of what the page shows while a tab is built or drawn: no module is
+    # evaluated while such an element is shown.
+    busy = traitlets.Unicode("").tag(sync=True)
+    # How long after a click or a key press no module is evaluated (ms): the next click
+    # often follows (the tab's rows just drawn, the next tab).
+    quiet_ms = traitlets.Int(1500).tag(sync=True)
+    # (key, holder) of each module to preload, in order (until `start` the page has none).
+    modules = traitlets.List(
+        traitlets.Tuple(traitlets.Unicode(), traitlets.Instance(ModuleHolder))
+    ).tag(sync=True, **w.widget_serialization)
 
     def start(self, source: str, *, name: str, css: str = "") -> None:
         """Preload `source` (and its style sheet `css`) as `shared_module(source, name=name,
-        ...)` loads it; once per page, however often it is called."""
+        ...)` loads it, after the modules started before; once per page, however often it
+        is called."""
         key = module_key(source, name=name)
-        if self.key == key:
-            return
-        with self.hold_sync():
-            self.holder = module_holder(source, css)
-            self.key = key
+        with _PRELOAD_LOCK:
+            if any(known == key for known, _ in self.modules):
+                return
+            self.modules = [*self.modules, (key, module_holder(source, css))]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import functools
 import html
+import importlib.util
 import itertools
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,9 +24,23 @@ import ipywidgets as w
 import pandas as pd
 import traitlets
 
-from inspector.ui import DECIMAL_UNITS, InspectorError, html_text, legible, name_pattern
+from inspector.ui import (
+    DECIMAL_UNITS,
+    InspectorError,
+    format_bytes,
+    html_text,
+    legible,
+    name_pattern,
+)
 
-from .esm import HOLDER_TRAIT, ModulePreload, holder_trait, patient, shared_module
+from .esm import (
+    HOLDER_TRAIT,
+    PREVIEW_TRAIT,
+    ModulePreload,
+    holder_trait,
+    patient,
+    shared_module,
+)
 from .guard import guarded
 
 if TYPE_CHECKING:
@@ -32,6 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GRID_HEIGHT",
+    "PREVIEW_ROWS",
+    "PREVIEW_SORTED_ROWS",
     "FiguresAndGrid",
     "FrameGrid",
     "GridCells",
@@ -44,8 +62,10 @@ __all__ = [
     "make_grid",
     "match_expression",
     "preload_grids",
+    "preview_html",
     "server_binding_only",
     "table_name",
+    "wait_for_quiet_grids",
     "yes_no",
 ]
 
@@ -233,10 +253,14 @@ def server_binding_only(source: str) -> str:
 @functools.cache
 def grid_module() -> tuple[str, str]:
     """The grids' real module (Perspective's, as rewritten here) and its style sheet."""
-    import perspective.widget
-
-    # The module file itself (anywidget wraps the class attribute in a file watcher).
-    esm = Path(perspective.widget.__file__).parent / "static" / "perspective-anywidget.js"
+    # The module file itself (anywidget wraps the class attribute in a file watcher), found
+    # without importing Perspective (a third of a second of the kernel): the dashboard sends
+    # it to the page as the Overview is shown (`preload_grids`).
+    spec = importlib.util.find_spec("perspective")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("perspective is not installed: pip install perspective-python")
+    package = Path(next(iter(spec.submodule_search_locations)))
+    esm = package / "widget" / "static" / "perspective-anywidget.js"
     source = _DEFINE_ONCE + server_binding_only(client_loading(esm.read_text(encoding="utf-8")))
     css = (esm.parent / "perspective-anywidget.css").read_text(encoding="utf-8")
     return source, css
@@ -246,6 +270,46 @@ def preload_grids(preload: ModulePreload) -> None:
     """Have `preload` evaluate the grids' module on its page ahead of the first grid."""
     source, css = grid_module()
     preload.start(source, name=_GRID_KIND, css=css)
+
+
+# When a grid's viewer last asked its table something (`time.monotonic()`), or when a new
+# grid's viewer is expected to begin asking: `_VIEWER_START` seconds after it is made (the
+# page draws the widget, then its viewer connects).
+_HEARD = [0.0]
+_VIEWER_START = 1.5
+
+
+def _heard(*_args: Any, ahead: float = 0.0) -> None:
+    _HEARD[0] = max(_HEARD[0], time.monotonic() + ahead)
+
+
+# The grid's settings its preview follows.
+_PREVIEWED = ("columns", "filter", "expressions", "sort")
+
+
+def _preview_again(change: Mapping[str, Any]) -> None:
+    grid = change["owner"]
+    table = getattr(grid, "_preview_table", None)
+    if table is None:
+        return
+    try:
+        grid._preview = preview_html(table, **{name: getattr(grid, name) for name in _PREVIEWED})
+    except Exception:  # PerspectiveError: the viewer shows what is wrong with the settings
+        grid._preview = ""
+
+
+def _viewer_started(grid: Any, *_args: Any) -> None:
+    grid._preview_table = None  # the viewer draws from now on: no preview to follow
+
+
+def wait_for_quiet_grids(quiet: float, *, limit: float) -> None:
+    """Until no grid has been made (see `_VIEWER_START`) or asked its table anything for
+    `quiet` seconds, at most `limit` seconds: a viewer that starts asks its table a dozen
+    things in turn, each answered by this kernel, and work that holds the interpreter
+    meanwhile delays each."""
+    end = time.monotonic() + limit
+    while (now := time.monotonic()) < end and (left := _HEARD[0] + quiet - now) > 0:
+        time.sleep(min(left, end - now))
 
 
 def grid_class() -> type:
@@ -259,7 +323,13 @@ def grid_class() -> type:
         stub = shared_module(source, name=_GRID_KIND, waiting="Loading the grid...")
 
         def __init__(
-            self: Any, data: Any, *, layout: Any = None, classes: Sequence[str] = (), **kwargs: Any
+            self: Any,
+            data: Any,
+            *,
+            layout: Any = None,
+            classes: Sequence[str] = (),
+            preview: str = "",
+            **kwargs: Any,
         ) -> None:
             # The table's name, the size and the CSS classes go into the widget's first state.
             # Perspective's view reads the name when it renders, which on a busy page can come
@@ -270,22 +340,90 @@ def grid_class() -> type:
             if layout is not None:
                 self.layout = layout
             self._dom_classes = tuple(classes)
+            self._preview = preview
             PerspectiveWidget.__init__(self, data, **kwargs)
+            _heard(ahead=_VIEWER_START)
+            self.on_msg(_heard)
+            if preview:
+                # Until the page's viewer first asks the table something, a change of the
+                # filter or the sort changes the preview too (see `_preview_again`).
+                self._preview_table = data
+                self.observe(_preview_again, names=list(_PREVIEWED))
+                self.on_msg(_viewer_started)
 
         attributes = {
             "_esm": stub,
             "_css": "",
             HOLDER_TRAIT: holder_trait(source, css=css),
+            # HTML the stub shows until the viewer has drawn (`preview_html`), in the first state.
+            PREVIEW_TRAIT: traitlets.Unicode("").tag(sync=True),
             "__init__": __init__,
         }
         _GRID = type("TensorGrid", (PerspectiveWidget,), attributes)
     return _GRID
 
 
+# How many rows a grid's preview holds: more than a `GRID_HEIGHT` grid shows.
+PREVIEW_ROWS = 25
+# The most rows a table may have for a sorted or filtered preview: the kernel sorts or
+# filters the whole table for it, as the viewer does again (300,000 tensors sorted by name:
+# 1.2 CPU-s; unsorted and unfiltered, 0.14 CPU-s at any size).
+PREVIEW_SORTED_ROWS = 50_000
+# The page's grid, as Perspective's "Pro Light" theme draws it (near enough for a second).
+_PREVIEW_STYLE = (
+    "<style>.ckpt-grid-preview{border-collapse:collapse;font:11px monospace;color:#161616;"
+    "white-space:nowrap;margin:48px 0 0 14px}.ckpt-grid-preview th{text-align:left;"
+    "font-weight:400;padding:6px 4px;border-bottom:1px solid #ccc}.ckpt-grid-preview td{"
+    "padding:4px 4px;border-bottom:1px solid #eee}.ckpt-grid-preview td.n{text-align:right;"
+    "color:#1078d1}</style>"
+)
+
+
+def _preview_cell(column: str, value: Any) -> str:
+    if value is None:
+        return "<td class='n'>-</td>"  # as the grid draws a missing value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"<td>{legible(value, target='html')}</td>"
+    if is_bytes_column(column):
+        text = format_bytes(value)
+    elif isinstance(value, int):
+        text = f"{value:,}"
+    else:
+        text = f"{value:,.2f}"
+    return f"<td class='n'>{html.escape(text)}</td>"
+
+
+def preview_html(table: Any, *, columns: Sequence[str], **config: Any) -> str:
+    """The first `PREVIEW_ROWS` rows the grid on `table` with `config` (sort, filter,
+    expressions) draws, as a plain HTML table: the page shows it at once, while the grid's
+    viewer starts (its WebAssembly, then about twelve requests to the table in turn, 1-3 s
+    on a busy machine). Every value escaped, names as `legible` shows them. Empty (no
+    preview) for a sorted or filtered table of over `PREVIEW_SORTED_ROWS` rows."""
+    options = {k: v for k, v in config.items() if k in ("sort", "filter", "expressions") and v}
+    if (options.get("sort") or options.get("filter")) and table.size() > PREVIEW_SORTED_ROWS:
+        return ""  # the viewer draws in about the time the preview would take
+    view = table.view(columns=list(columns), **options)
+    try:
+        data = view.to_columns(end_row=PREVIEW_ROWS)
+    finally:
+        view.delete()
+    head = "".join(f"<th>{legible(c, target='html')}</th>" for c in columns)
+    rows = "".join(
+        "<tr>" + "".join(_preview_cell(c, data[c][i]) for c in columns) + "</tr>"
+        for i in range(len(data[columns[0]]) if columns else 0)
+    )
+    return (
+        f"{_PREVIEW_STYLE}<table class='ckpt-grid-preview'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def make_grid(table: Any, *, columns: Sequence[str], title: str, css_class: str, **config: Any):
-    """A datagrid on the Perspective `table`, `GRID_HEIGHT` tall, with CSS class `css_class`."""
+    """A datagrid on the Perspective `table`, `GRID_HEIGHT` tall, with CSS class `css_class`,
+    drawn first as its first rows in plain HTML (`preview_html`) while its viewer starts."""
     return grid_class()(
         table,
+        preview=preview_html(table, columns=columns, **config),
         # Perspective's CSS gives its container `flex: 1`, which collapses it to nothing
         # inside a VBox: a fixed flex basis keeps the grid at its height.
         layout=w.Layout(width="100%", height=GRID_HEIGHT, flex="0 0 auto"),

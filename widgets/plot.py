@@ -16,13 +16,14 @@ from typing import Any
 
 import ipywidgets as w
 
-from .esm import HOLDER_TRAIT, holder_trait, shared_module
+from .esm import HOLDER_TRAIT, holder_trait, module_holder, shared_module
 from .plotlyjs import cartesian_bundle
 from .renderers import nbformat_put_off
 
-__all__ = ["FigureBox", "figure_widget", "import_figure_widget"]
+__all__ = ["FigureBox", "figure_widget", "import_figure_widget", "send_figure_module"]
 
 _FIGURE: type | None = None
+_FIGURE_KIND = "plotly"  # the name `widgets.esm` keys the figures' module with
 _LOCK = threading.Lock()
 
 # The figure's front end (see the module docstring). The bundle is run inside a function that
@@ -137,6 +138,14 @@ def figure_module() -> str:
     return _FRONT % {"bundle": cartesian_bundle()}
 
 
+def send_figure_module() -> None:
+    """Send the figures' module to the page ahead of the first figure, not evaluated there:
+    plotly.js's evaluation is one task of 0.8-3 s (idle to load 13), which a click that
+    lands in it waits behind, so the first figure still evaluates it once the grids being
+    drawn have drawn (`_figure_class`); the 1.5 MB no longer crosses on that click."""
+    module_holder(figure_module())
+
+
 def figure_widget(figure: Any, css_class: str) -> Any:
     """An interactive copy of the plotly `figure` with a stable CSS class, as wide as its
     output (see the module docstring)."""
@@ -163,7 +172,7 @@ def _figure_class() -> type:
             # evaluation (1.7 s of the page on a busy machine) waits for the grid's rows.
             stub = shared_module(
                 source,
-                name="plotly",
+                name=_FIGURE_KIND,
                 waiting="Drawing the figure (loading plotly.js)...",
                 after=("perspective",),
             )

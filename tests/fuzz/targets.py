@@ -275,7 +275,8 @@ def pickle_sandbox(data: bytes) -> None:
 
     if not sandbox_available():
         return
-    limits = SandboxLimits(min_size=0, cpu_floor=1.0, memory_floor=512 << 20)
+    # One second of CPU: the floor alone (the per-byte share would round it up to 2 s).
+    limits = SandboxLimits(min_size=0, cpu_floor=1.0, cpu_per_byte=0.0, memory_floor=512 << 20)
     declared = (MetadataFormatError, RefusedGlobalError, HostilePickleError, PickleBombError)
 
     def convert(meta: object) -> tuple:

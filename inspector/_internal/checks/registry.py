@@ -18,6 +18,7 @@ from inspector._internal.checks import (
     draft,
     gguf,
     index,
+    leftovers,
     llama_cpp,
     model_load,
     quant_blocks,
@@ -83,6 +84,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule("block-quant", None, quant_blocks.check_block_quant, quant_blocks.CODES),
     Rule("draft", None, draft.check_draft, draft.CODES),
+    Rule("leftovers", None, leftovers.check_leftovers, leftovers.CODES),
     Rule("gguf", frozenset({_L.GGUF}), gguf.check_gguf, gguf.CODES),
     Rule(
         "llama-cpp-tensors",

@@ -4,6 +4,7 @@ tensors from a reference (`--from REF`), or finish / discard an unfinished write
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,11 +26,13 @@ from inspector._internal.common.text import plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes
 from inspector._internal.execution.atomic import (
     JOURNAL,
+    LOCK,
     discard_journal,
     folder_lock,
     read_journal,
-    recover,
+    recover_folder,
 )
+from inspector._internal.execution.temps import find_leftovers
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -93,7 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     journal.add_argument(
         "--recover",
         action="store_true",
-        help="show the folder's unfinished write journal and, confirmed, finish it",
+        help="show the folder's unfinished write journal and the temp files killed runs left "
+        "and, confirmed, finish the one and remove the others",
     )
     journal.add_argument(
         "--discard-journal",
@@ -169,7 +173,11 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code,
         cache=args.cache,
     )
-    print(f"written: {', '.join(map(legible, result.written))}")
+    if result.written:
+        print(f"written: {', '.join(map(legible, result.written))}")
+    leftovers = getattr(result, "leftovers", None)  # a repair's: temp files of killed runs
+    if leftovers:
+        print("\n".join(leftovers.lines()))
     checked = getattr(result, "data_checked", 0)  # a restore's data check
     if checked:
         print(f"verified: {checked:,} copied tensors hold the reference's bytes")
@@ -230,7 +238,8 @@ def _remaining_text(scanned: ScannedCheckpoint, remaining: list[Finding]) -> str
 
 def _journal_command(args: argparse.Namespace) -> int:
     """`repair --recover` / `--discard-journal`: the user decides about a journal that was
-    not replayed on its own (written elsewhere, by someone else, or before a reboot)."""
+    not replayed on its own (written elsewhere, by someone else, or before a reboot), and
+    `--recover` removes the temp files a killed run left (those established as ours)."""
     root = args.path
     if not isinstance(root, Path):
         print(
@@ -239,14 +248,28 @@ def _journal_command(args: argparse.Namespace) -> int:
         )
         return EXIT_CANNOT
     journal = read_journal(root)
-    if journal is None:
+    # What the recovery would remove under the lock, and the look-alikes it leaves.
+    leftovers = find_leftovers(root, locked=True, outputs=True) if args.recover else None
+    if journal is None and not leftovers:
         print(f"{legible(root)}: no unfinished write journal")
+        if args.recover and not args.dry_run and os.path.lexists(root / LOCK):
+            # A lock file a killed run left: free (the kernel dropped the lock with it), and
+            # taking the lock then dropping it removes the file; a live holder is one line.
+            with folder_lock(root):
+                pass
+            print(f"removed {legible(root / LOCK)}, left by a run that is gone")
         return EXIT_OK
-    print(journal.describe())
+    if journal is not None:
+        print(journal.describe())
+    if leftovers:
+        print(f"{legible(root)}: temp files of killed runs")
+        print("\n".join(f"  {line}" for line in leftovers.lines()))
+    if journal is None and (leftovers is None or not leftovers.removable):
+        return EXIT_OK  # only entries to review: nothing this command removes
     verb = "finish" if args.recover else "remove"
     if args.dry_run:
         return EXIT_OK
-    if not args.yes and not confirm(f"{verb} this journal?"):
+    if not args.yes and not confirm(f"{verb} this journal?" if journal else "remove them?"):
         print(f"not done (use --yes to {verb} it without asking)")
         return EXIT_FOUND
     with folder_lock(root):
@@ -254,8 +277,10 @@ def _journal_command(args: argparse.Namespace) -> int:
             discard_journal(root)
             print(f"removed {legible(root / JOURNAL)}; the files it names are untouched")
             return EXIT_OK
-        done = recover(root, confirmed=True)
-    print(
-        f"renamed {len(done)} files" + (f": {', '.join(map(legible, done[:20]))}" if done else "")
-    )
+        done = recover_folder(root, confirmed=True)
+    if journal is not None:
+        shown = f": {', '.join(map(legible, done.renamed[:20]))}" if done.renamed else ""
+        print(f"renamed {len(done.renamed)} files{shown}")
+    if done.leftovers:
+        print("\n".join(done.leftovers.lines()))
     return EXIT_OK

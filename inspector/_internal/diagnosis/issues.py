@@ -791,6 +791,21 @@ _RULES: tuple[_Rule, ...] = (
         tensors=False,
     ),
     _Rule(
+        "temp-files-left",
+        _codes(Code.TEMP_FILE_LEFT),
+        "{n_files} left by killed runs (or named like their temp files): {shown}",
+        "their bytes take disk space nobody sees",
+        "review",
+        "{left}",
+        "ckpt-inspect repair {path} --recover",
+        severity=Severity.WARNING,
+        facts=lambda x: {
+            "n_files": plural(len(x["files"]) or len(x.mine), "entry", many="entries"),
+            "left": Code.TEMP_FILE_LEFT.fix.text.replace("PATH", str(x.ctx.path)),
+        },
+        tensors=False,
+    ),
+    _Rule(
         "index-misses-tensors",
         _codes(Code.UNINDEXED_TENSOR, Code.UNINDEXED_FILE),
         impact="{described} invisible to loaders: a model loaded through the index silently "

@@ -17,6 +17,7 @@ import re
 import shutil
 import socket
 import stat
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ import orjson
 
 from inspector._internal.common import filenames
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
+from inspector._internal.execution.temps import (
+    Leftovers,
+    find_leftovers,
+    remove_leftovers,
+    temp_name_for,
+)
 from inspector.errors import InspectorError, UnsafeInputError
 
 try:
@@ -42,6 +49,7 @@ __all__ = [
     "Journal",
     "JournalEntry",
     "JournalError",
+    "Recovery",
     "apply_renames",
     "apply_writes",
     "discard_journal",
@@ -52,6 +60,7 @@ __all__ = [
     "open_fresh",
     "read_journal",
     "recover",
+    "recover_folder",
     "temp_name",
     "write_atomic",
 ]
@@ -94,10 +103,33 @@ def folder_lock(root: Path) -> Iterator[None]:
     left behind there must be removed by hand.
     """
     fd = _take_lock(root)
+    key = None
     try:
+        key = _folder_key(root)
+        _HELD.add(key)
         yield
     finally:
+        if key is not None:
+            _HELD.discard(key)
         _drop_lock(root, fd)
+
+
+# The folders whose lock this thread holds (device, inode, thread): a recovery under one of
+# them knows no other lock-holding writer runs there (another thread of this process may be
+# writing under a lock it holds, so the thread is part of the key).
+_HELD: set[tuple[int, int, int]] = set()
+
+
+def _folder_key(root: Path) -> tuple[int, int, int]:
+    info = os.stat(root)
+    return info.st_dev, info.st_ino, threading.get_ident()
+
+
+def _holds_lock(root: Path) -> bool:
+    try:
+        return _folder_key(root) in _HELD
+    except OSError:
+        return False
 
 
 # Attempts to take the lock: a holder finishing, or a planted entry removed, costs one.
@@ -434,7 +466,7 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
     """Temp file beside `path`, fsync, rename, fsync the folder. With `dir_fd`, `path` is a
     name in that folder and every step goes through the descriptor (no link is followed)."""
     if dir_fd is None:
-        tmp = path.with_name(_temp_name(path.name, os.getpid()))
+        tmp = path.with_name(temp_name_for(path.name, os.getpid()))
         _write_synced(tmp, data)
         os.replace(tmp, path)
         fsync_dir(path.parent)
@@ -448,11 +480,7 @@ def write_atomic(path: Path, data: bytes, *, dir_fd: int | None = None) -> None:
 
 def temp_name(name: str) -> str:
     """The temp file this process writes before renaming it to `name`."""
-    return _temp_name(name, os.getpid())
-
-
-def _temp_name(name: str, pid: int) -> str:
-    return f".{name}.tmp-{pid}"
+    return temp_name_for(name, os.getpid())
 
 
 def open_fresh(
@@ -521,7 +549,7 @@ def apply_writes(
         entries = staged
         for rel, data in writes:
             parent, name = folder.locate(rel, create=True)
-            tmp = PurePosixPath(rel).with_name(_temp_name(name, pid)).as_posix()
+            tmp = PurePosixPath(rel).with_name(temp_name_for(name, pid)).as_posix()
             info = _write_synced(Path(tmp), data, dir_fd=parent)
             digest = hashlib.sha256(data).hexdigest()
             entries.append(JournalEntry("replace", tmp, rel, *_identity(info), digest))
@@ -691,7 +719,7 @@ def _run_journal(root: Path, entries: list[JournalEntry]) -> list[str]:
         "entries": [list(_entry_fields(e)) for e in entries],
     }
     doc = {**body, "mac": _mac(body)}
-    tmp = root / _temp_name(JOURNAL, pid)
+    tmp = root / temp_name_for(JOURNAL, pid)
     _write_synced(tmp, orjson.dumps(doc))
     # A hard link publishes the whole journal at once (and fails rather than replace one
     # that appeared meanwhile); file systems without links get the rename.
@@ -792,7 +820,7 @@ def _shape_problem(entry: JournalEntry, pid: Any) -> str | None:
     except UnsafeInputError as exc:
         return f"{show}: {exc}"
     if entry.kind == "replace":
-        expected = dst.with_name(_temp_name(dst.name, pid)) if type(pid) is int else None
+        expected = dst.with_name(temp_name_for(dst.name, pid)) if type(pid) is int else None
         if src != expected or src.parts[0] in (BACKUP_DIR, STAGING):
             return f"{show}: the source is not the temp file we write for that target"
     elif entry.kind == "stage":
@@ -811,6 +839,34 @@ def _shape_problem(entry: JournalEntry, pid: Any) -> str | None:
     else:
         return f"{show}: unknown kind {entry.kind!r:.40}"
     return None
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """What `recover_folder` did: the journal's targets renamed, and the temp files a killed
+    run left (`leftovers.removable` removed, `leftovers.kept` left with why)."""
+
+    renamed: list[str]
+    leftovers: Leftovers
+
+
+def recover_folder(root: Path, *, confirmed: bool = False, writes: Sequence[str] = ()) -> Recovery:
+    """`recover`, then remove the temp files a killed run left in `root` (and in the folders
+    of `writes`, the paths a plan writes), under the folder lock: the caller's, or one taken
+    here when there is something to remove. What is not established as ours is reported in
+    `leftovers.kept`, never removed (`execution/temps.py`)."""
+    renamed = recover(root, confirmed=confirmed)
+    found = find_leftovers(root, writes=writes, locked=True)
+    if _holds_lock(root):
+        return Recovery(renamed, remove_leftovers(root, found))
+    if not found.removable:  # most folders: nothing to remove, so no lock (taking it writes)
+        return Recovery(renamed, found)
+    try:
+        with folder_lock(root):
+            found = find_leftovers(root, writes=writes, locked=True)
+            return Recovery(renamed, remove_leftovers(root, found))
+    except InspectorError:  # another run holds it, or the folder cannot be written
+        return Recovery(renamed, find_leftovers(root, writes=writes, locked=False))
 
 
 def recover(root: Path, *, confirmed: bool = False) -> list[str]:

@@ -671,6 +671,23 @@ class Code(StrEnum):
         "what the finding names was NOT verified. A real writer never produces this; the file "
         "was crafted or is corrupt: re-save the checkpoint.",
     )
+    TEMP_FILE_LEFT = (
+        "temp-file-left",
+        _W,
+        _U,
+        "The folder holds a file named like the temp files ckpt-inspect writes beside a "
+        "target before renaming it (`.<name>.tmp-<pid>`, or the journal's): a repair, "
+        "restore or consolidation was killed between writing it and renaming it, and its "
+        "bytes take disk space nobody sees. The finding names each entry, its size and what "
+        "it is; shard-sized leftovers are named too (a consolidation's `<shard>.partial` "
+        "output, which `consolidate --resume` finishes, and the staging folder "
+        "`.ckpt-inspect-reshard/` of a killed re-shard or restore, which the next one "
+        "empties). `ckpt-inspect repair PATH --recover` removes those established as ours (a "
+        "regular file of this user named exactly so for the journal, an index, the "
+        "quantization config or a file the plan writes, whose process is gone, under the "
+        "folder lock); a link, a folder, a file of a running pid or another user, and a name "
+        "that only looks like ours are left as they are for you to review.",
+    )
 
     # -- content against a source (verify) ----------------------------------------------------
     FILE_SIZE_MISMATCH = (
@@ -1159,6 +1176,11 @@ _FIXES: dict[str, Fix] = {
         "re-export", "re-save the checkpoint: a real writer never produces this"
     ),
     "unindexed-file": Fix("review", "remove the stray file, or rebuild the index to include it"),
+    "temp-file-left": Fix(
+        "review",
+        "run `ckpt-inspect repair PATH --recover`, which removes the temp files a killed run "
+        "left; delete the entries it keeps yourself once you know no run writes the folder",
+    ),
     "weights-named-by-config": Fix(
         "review",
         "remove transformers_weights from config.json, so that every loader reads the same "

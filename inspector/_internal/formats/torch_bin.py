@@ -50,6 +50,7 @@ __all__ = [
     "ManyRanges",
     "list_legacy",
     "read_bin",
+    "same_directory",
 ]
 
 # How many bytes of a file the header reader may read in all: the zip's directories, local
@@ -208,19 +209,6 @@ class _Budgeted(io.RawIOBase):
 
 # -- data.pkl --------------------------------------------------------------------------------
 
-_QUANTIZED_STORAGES = frozenset(
-    {"QInt8Storage", "QUInt8Storage", "QInt32Storage", "QUInt4x2Storage", "QUInt2x4Storage"}
-)
-
-
-def _refused(module: str, name: str) -> Exception:
-    if module == "torch" and name in _QUANTIZED_STORAGES:
-        return PickleFormatError(
-            f"holds quantized tensors (torch.{name}), which have no byte layout a safetensors "
-            "reader knows; dequantize them before saving"
-        )
-    return DATA_PKL.refused(module, name)
-
 
 class _Storages:
     """The persistent ids of one data.pkl (`torch.save`'s storage references): each becomes
@@ -254,7 +242,7 @@ def _unpickle(data: bytes, *, legacy: bool) -> tuple[Any, dict[str, TorchStorage
     `HostilePickleError` and `PickleBombError` propagate."""
     storages = _Storages(legacy=legacy)
     try:
-        value = unpickle(data, DATA_PKL, refusal=_refused, persistent=storages)
+        value = unpickle(data, DATA_PKL, persistent=storages)
     except PickleFormatError as exc:
         raise BinFormatError(f"data.pkl {exc}") from None
     return value, storages.found
@@ -331,7 +319,7 @@ def read_bin(
         ) from None
     if len(infos) > MAX_RECORDS:
         raise BinFormatError(f"lists {len(infos):,} records, over the {MAX_RECORDS:,} limit")
-    _same_directory(fh, size, start_dir, len(infos))
+    same_directory(fh.pread, size, start_dir, len(infos))
     prefix, by_name = _records(infos)
 
     def record(name: str) -> zipfile.ZipInfo | None:
@@ -386,7 +374,9 @@ _END64 = struct.Struct("<4sQHHIIQQQQ")  # ..., entries here, entries, directory 
 _END_SIG, _LOCATOR_SIG, _END64_SIG = b"PK\x05\x06", b"PK\x06\x07", b"PK\x06\x06"
 
 
-def _same_directory(fh: _Budgeted, size: int, start_dir: int, count: int) -> None:
+def same_directory(
+    pread: Callable[[int, int], bytes], size: int, start_dir: int, count: int
+) -> None:
     """Refuse an archive whose central directory torch and `zipfile` would find in different
     places, or read a different number of records of.
 
@@ -398,9 +388,10 @@ def _same_directory(fh: _Budgeted, size: int, start_dir: int, count: int) -> Non
     until the stated size is used up. Two torch.save archives written one after the other
     are then two different files to them: torch loads the first, `zipfile` the second. So
     the stated offset must be where `zipfile` found the directory, the locator must point at
-    the zip64 record `zipfile` reads (right before it), and the counts must agree."""
+    the zip64 record `zipfile` reads (right before it), and the counts must agree. `pread`
+    reads `(offset, length)` of the file, `start_dir` and `count` are what `zipfile` found."""
     window = min(size, (1 << 16) + _END.size)
-    tail = fh.pread(size - window, window)
+    tail = pread(size - window, window)
     at = tail.rfind(_END_SIG, 0, len(tail) - _END.size + len(_END_SIG))  # 22 bytes after it
     if at < 0:
         raise BinFormatError("has no zip end record; it may be truncated")
@@ -409,7 +400,7 @@ def _same_directory(fh: _Budgeted, size: int, start_dir: int, count: int) -> Non
     if at >= _LOCATOR.size and tail[at - _LOCATOR.size : at - _LOCATOR.size + 4] == _LOCATOR_SIG:
         where = end - _LOCATOR.size - _END64.size
         pointed = _LOCATOR.unpack_from(tail, at - _LOCATOR.size)[2]
-        record = fh.pread(where, _END64.size) if where >= 0 else b""
+        record = pread(where, _END64.size) if where >= 0 else b""
         if pointed != where or record[:4] != _END64_SIG:
             raise BinFormatError(
                 "has a zip64 locator that points elsewhere than the zip64 end record before "

@@ -1,7 +1,7 @@
 """`torch-dist`: a Megatron-LM / PyTorch DCP checkpoint folder (`latest_checkpointed_iteration.txt`
 naming `iter_0000100/` or `release/`, holding `.metadata`, `*.distcp`, `metadata.json`,
 `common.pt`: docs/formats.md, "Megatron torch_dist"). Only metadata is read (`.metadata`
-through `pickles.dcp_metadata`, the common state with `torch.load(weights_only=True)`);
+through `pickles.dcp_metadata`, the common state through `pickles.common_state`);
 `.distcp` sizes are recorded for `checks.torch_dist`, which judges.
 """
 
@@ -33,7 +33,7 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.common.gc import gc_paused
 from inspector._internal.common.text import examples, short_repr
-from inspector._internal.formats.pickles.audit import audit_torch_save
+from inspector._internal.formats.pickles.common_state import Opaque, load_common_state
 from inspector._internal.formats.pickles.dcp_metadata import (
     MetadataFormatError,
     read_dcp_metadata,
@@ -514,7 +514,7 @@ def _load_common(
         )
         return None, rel, [ReadProblem(rel, role, reason)]
     try:
-        value = _unwrap_bytes_io(torch, _inert_torch_load(torch, read()))
+        value = load_common_state(torch, read(), cap=COMMON_CAP)
     except UnsafeFileError as exc:
         return (
             None,
@@ -539,49 +539,6 @@ def _load_common(
     return _plain(value, depth=0, seen={}), rel, []
 
 
-def _unwrap_bytes_io(torch: Any, value: Any) -> Any:
-    """Plain DCP (unlike Megatron's planner) pickles a BytesIO object around the payload."""
-    if isinstance(value, _Opaque) and value.qualname == "_io.BytesIO":
-        inner = value.state[0] if isinstance(value.state, tuple) and value.state else None
-        if isinstance(inner, bytes):
-            return _inert_torch_load(torch, inner)
-    return value
-
-
-class _Opaque:
-    """Inert stand-in torch's weights-only unpickler may construct for a named global."""
-
-    qualname = "?"
-    args: tuple[Any, ...] = ()
-    state: Any = None
-
-    def __init__(self, *args: Any) -> None:
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-
-def _inert_torch_load(torch: Any, data: bytes) -> Any:
-    """`torch.load(weights_only=True)` where each global torch would refuse (Megatron enums,
-    `argparse.Namespace`...) is replaced by an `_Opaque` record: nothing is imported.
-
-    Every pickle in the file is audited first (`pickles.audit`): one
-    naming code-running callables or asking for unbounded work is refused before torch sees it.
-    Tensors load on the meta device: only dtype and shape are kept, so no storage size
-    the file claims is ever allocated."""
-    import io
-
-    audit_torch_save(data, cap=COMMON_CAP)
-    try:
-        names = torch.serialization.get_unsafe_globals_in_checkpoint(io.BytesIO(data))
-    except Exception:  # legacy (non-zip) format or a corrupt file: torch.load reports it
-        names = []
-    stand_ins = [(type("Opaque", (_Opaque,), {"qualname": n}), n) for n in names]
-    with torch.serialization.safe_globals(stand_ins):
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="meta")
-
-
 def _plain(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
     """Tensors -> `TensorSummary`, opaque records -> `PickledObject`, containers recursed.
 
@@ -590,7 +547,7 @@ def _plain(value: Any, *, depth: int, seen: dict[int, Any]) -> Any:
     holds, never in their expanded size."""
     if depth > 32:
         return "<nested too deep>"
-    if isinstance(value, (dict, list, tuple, _Opaque)):
+    if isinstance(value, (dict, list, tuple, Opaque)):
         key = id(value)
         if key in seen:
             return seen[key]

@@ -15,7 +15,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,8 +52,9 @@ from inspector._internal.common.filenames import (
 )
 from inspector._internal.common.text import examples, plural
 from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR, Problem
-from inspector._internal.execution.atomic import apply_writes, folder_lock
-from inspector._internal.findings.codes import Severity
+from inspector._internal.execution.atomic import apply_writes, folder_lock, recover_folder
+from inspector._internal.execution.temps import Leftovers, find_leftovers
+from inspector._internal.findings.codes import Code, Severity
 from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts._common import JSON_CAP
@@ -124,6 +125,8 @@ class RepairResult:
     # None: not re-checked (the files were written to an output folder, the checkpoint
     # itself is unchanged).
     remaining: tuple[Finding, ...] | None
+    # The temp files killed runs had left, removed (and those kept, with why).
+    leftovers: Leftovers = field(default_factory=Leftovers)
 
 
 @dataclass(frozen=True)
@@ -137,20 +140,25 @@ class RepairPlan:
     refused: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     output_dir: Path | None = None
+    # Temp files killed runs left in the folder: `removable` are removed under the lock
+    # when the plan runs (judged again then), `kept` are only shown.
+    leftovers: Leftovers = field(default_factory=Leftovers)
 
     @property
     def empty(self) -> bool:
-        return not self.writes
+        return not self.writes and not self.leftovers.removable
 
     def describe(self) -> str:
-        """The plan in words: one block per file, then refusals and notes."""
-        if not self.writes and not self.refused:
+        """The plan in words: one block per file, the temp files it removes, then
+        refusals and notes."""
+        if not self.writes and not self.refused and not self.leftovers:
             return f"{self.root}: nothing to repair"
         into = f" (written to {self.output_dir})" if self.output_dir is not None else ""
         lines = [f"repair plan for {self.root}{into}"]
         for w in self.writes:
             lines.append(f"  {'rewrite' if w.old is not None else 'create'} {w.path}")
             lines.extend(f"    - {c}" for c in w.changes)
+        lines.extend(f"  {line}" for line in self.leftovers.lines())
         lines.extend(f"  REFUSED: {r}" for r in self.refused)
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
@@ -168,6 +176,7 @@ class RepairPlan:
             self.refused + other.refused,
             self.notes + other.notes,
             self.output_dir,
+            self.leftovers or other.leftovers,
         )
 
     def preview(
@@ -216,8 +225,12 @@ class RepairPlan:
                 "folder for the repaired files (--output-dir DIR)"
             )
         target.mkdir(parents=True, exist_ok=True)
+        leftovers = Leftovers()
         with folder_lock(target):
             if self.output_dir is None:
+                # A journal a killed run left is finished first, and its temp files removed.
+                paths = [w.path for w in self.writes]
+                leftovers = recover_folder(target, writes=paths).leftovers
                 folder = local_location(target)
                 for w in self.writes:
                     if read_current_text(folder / w.path) != w.old:
@@ -235,7 +248,7 @@ class RepairPlan:
             return RepairResult(written, backup_dir, None)
         refresh_manifest(target, written=written)
         remaining = rechecked(target, model=model, trust_remote_code=trust_remote_code, cache=cache)
-        return RepairResult(written, backup_dir, remaining)
+        return RepairResult(written, backup_dir, remaining, leftovers)
 
 
 def rechecked(
@@ -312,6 +325,9 @@ def preview_repair(
         }
         kept = None if loader_reads else verdict
         after = check(scanned_after(plan, scanned), verdict=kept, **options)
+    # The temp files the plan removes are gone after it (the check lists the folder as it is).
+    removed = {item.path for item in plan.leftovers.removable}
+    after = [f for f in after if not (f.code == Code.TEMP_FILE_LEFT and f.file in removed)]
     keys_after = {_where(f) for f in after}
     keys_before = {_where(f) for f in before}
     return RepairPreview(
@@ -407,6 +423,12 @@ def plan_repair(
         plan = plan + plan_quant_config(scanned)
     if output_dir is not None:
         plan = dataclasses.replace(plan, output_dir=Path(output_dir).expanduser().resolve())
+    elif isinstance(scanned.path, Path):
+        # What the run would remove under the lock (judged again then).
+        paths = [w.path for w in plan.writes]
+        plan = dataclasses.replace(
+            plan, leftovers=find_leftovers(scanned.path, writes=paths, locked=True)
+        )
     return plan
 
 

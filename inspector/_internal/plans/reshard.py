@@ -25,7 +25,7 @@ from inspector._internal.execution.atomic import (
     folder_lock,
     fresh_staging,
     new_backup_dir,
-    recover,
+    recover_folder,
 )
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
@@ -114,7 +114,7 @@ class ReshardPlan:
                 rechecked(self.root, model=model, trust_remote_code=trust_remote_code, cache=cache),
             )
         with folder_lock(self.root):
-            recover(self.root)
+            leftovers = recover_folder(self.root).leftovers
             # A planted link named like the staging folder would send the copy out of the
             # checkpoint: fresh_staging refuses it and creates a real folder.
             staging = fresh_staging(self.root)
@@ -138,7 +138,7 @@ class ReshardPlan:
         remaining = rechecked(
             self.root, model=model, trust_remote_code=trust_remote_code, cache=cache
         )
-        return RepairResult(written, backup_dir, remaining)
+        return RepairResult(written, backup_dir, remaining, leftovers)
 
 
 def plan_reshard(

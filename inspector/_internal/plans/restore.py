@@ -13,7 +13,7 @@ import math
 import re
 import shutil
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from inspector._internal.checkpoint.loaded import kept_signatures
@@ -29,8 +29,9 @@ from inspector._internal.execution.atomic import (
     apply_writes,
     folder_lock,
     fresh_staging,
-    recover,
+    recover_folder,
 )
+from inspector._internal.execution.temps import Leftovers
 from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
@@ -62,6 +63,8 @@ class RestoreResult:
     backup_dir: Path | None
     remaining: tuple[Finding, ...]
     data_checked: int = 0
+    # The temp files killed runs had left, removed (and those kept, with why).
+    leftovers: Leftovers = field(default_factory=Leftovers)
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class RestorePlan:
             )
         staging = self.root / STAGING
         with folder_lock(self.root):
-            recover(self.root)
+            leftovers = recover_folder(self.root, writes=[w.path for w in self.writes]).leftovers
             for w in self.writes:
                 if read_current_text(local_location(self.root) / w.path) != w.old:
                     raise InspectorError(
@@ -162,7 +165,7 @@ class RestorePlan:
         remaining = rechecked(
             self.root, model=model, trust_remote_code=trust_remote_code, cache=cache
         )
-        return RestoreResult(written, backup_dir, remaining, copied.data_checked)
+        return RestoreResult(written, backup_dir, remaining, copied.data_checked, leftovers)
 
 
 def plan_restore(

@@ -14,10 +14,13 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
 from inspector._internal.common.display import legible
+
+if TYPE_CHECKING:  # a local scan imports this module, and no asyncio
+    import asyncio
 
 __all__ = [
     "ANSWER_CAP",
@@ -273,13 +276,24 @@ def _redirect_guard(policy: RedirectPolicy) -> Any:
 
 
 def guarded_session_kwargs(
-    user: Mapping[str, Any], *, policy: RedirectPolicy, read_timeout: float
+    user: Mapping[str, Any],
+    *,
+    policy: RedirectPolicy,
+    read_timeout: float,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of `aiohttp.ClientSession` with our guard added to the user's own
     (`client_kwargs`/`session_kwargs` storage options): bounded bodies, the redirect policy,
-    the read timeout (unless the user set a timeout) and identity encoding (byte ranges
-    are ranges of the file, and no compressed body expands in memory)."""
+    the read timeout (unless the user set a timeout), identity encoding (byte ranges are
+    ranges of the file, and no compressed body expands in memory) and no cookies kept
+    (unless the user gave a jar): a session is reused by later scans in the process
+    (`remote._reused`), which may send another token (the Hub's is a header of each
+    request), so nothing a server sets may ride along with them. `loop`: the loop the
+    session will run on, when this is called outside it."""
+    import aiohttp
+
     out = dict(user)
+    out.setdefault("cookie_jar", aiohttp.DummyCookieJar(loop=loop))
     out.setdefault("timeout", socket_timeout(read_timeout))
     out["response_class"] = _response_class()
     out["trace_configs"] = [*(out.get("trace_configs") or ()), _redirect_guard(policy)]

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import errno
+import hashlib
 import os
 import random
 import ssl
+import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -862,8 +864,13 @@ def _backend(target: RemoteTarget, options: RemoteOptions) -> tuple[Backend, str
         if protocol == "s3":
             made = _s3_defaults(made, options)
         elif protocol == "gcs":
+            from fsspec.asyn import get_loop
+
             made["session_kwargs"] = guarded_session_kwargs(
-                made.get("session_kwargs") or {}, policy=policy, read_timeout=timeout
+                made.get("session_kwargs") or {},
+                policy=policy,
+                read_timeout=timeout,
+                loop=get_loop(),  # gcsfs' own: it makes its session there
             )
             made.setdefault("requests_timeout", socket_timeout(timeout))
         elif protocol == "http":
@@ -943,26 +950,77 @@ def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
     return fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
 
 
-_FILE_SYSTEMS: dict[str, Any] = {}
+# The file systems made so far, most recently used last: each holds a session and its pool
+# of connections, so a process that reads from many stores keeps only the last few.
+_FILE_SYSTEMS: OrderedDict[str, Any] = OrderedDict()
+_KEPT_FILE_SYSTEMS = 16  # S3 makes two (its client, and the session of presigned reads)
 _FILE_SYSTEMS_LOCK = threading.Lock()
 # Environment variables that decide credentials and endpoints: a file system made under
 # other values is not reused (its session would keep the old credentials).
 _CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
 
 
+def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]:
+    """The files the store's credential chain reads, as (path, identity): (device, inode,
+    size, mtime, ctime) of a regular file, None when absent. botocore's shared credentials
+    and config files (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, or under ~/.aws),
+    Google's application default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, or under
+    `CLOUDSDK_CONFIG` / ~/.config/gcloud). A file written since a file system was made
+    (another profile, a new login) makes another one. The Hub's token is read for every
+    scan (`build_hf_headers`) and sent per request, never kept in a session."""
+    env = os.environ.get
+    home = os.path.expanduser("~")
+    if protocol in ("s3", "s3-direct"):
+        paths = [
+            env("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"),
+            env("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"),
+        ]
+    elif protocol == "gcs":
+        gcloud = env("CLOUDSDK_CONFIG") or os.path.join(home, ".config", "gcloud")
+        paths = [
+            env("GOOGLE_APPLICATION_CREDENTIALS") or "",
+            os.path.join(gcloud, "application_default_credentials.json"),
+        ]
+    else:
+        return []
+    out: list[tuple[str, tuple[int, ...] | None]] = []
+    for path in paths:
+        try:
+            info = os.stat(os.path.expanduser(path)) if path else None
+        except OSError:
+            info = None
+        identity: tuple[int, ...] | None = None
+        if info is not None and stat.S_ISREG(info.st_mode):
+            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        elif info is not None:  # /dev/null, say: its times change as others write to it
+            identity = (info.st_dev, info.st_ino)
+        out.append((path, identity))
+    return out
+
+
 def _reused(
     protocol: str, opts: Mapping[str, Any], options: RemoteOptions, make: Callable[[], Any]
 ) -> Any:
-    """One file system per protocol, options, guard settings and credential environment: a
-    later scan in the same process reuses its session and connections (setting one up
-    costs more than a hundred milliseconds), and still lists every folder afresh."""
+    """One file system per protocol, storage options (the endpoint and any credentials
+    given), guard settings, credential environment and credential files: a later scan in
+    the same process reuses its session and connections (setting one up costs more than a
+    hundred milliseconds of CPU), and still lists every folder afresh. Two reads that differ
+    in any of these never share one, so no session carries one store's or one identity's
+    state to another (sessions keep no cookies either: `guard.guarded_session_kwargs`).
+    The key is a digest: the values it covers include secrets."""
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
     guard = (options.read_timeout, options.allow_redirects, options.max_concurrency)
-    key = repr((protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env))
+    what = (protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env)
+    key = hashlib.sha256(repr((*what, _credential_files(protocol))).encode()).hexdigest()
     with _FILE_SYSTEMS_LOCK:
         fs = _FILE_SYSTEMS.get(key)
         if fs is None:
             fs = _FILE_SYSTEMS[key] = make()
+            while len(_FILE_SYSTEMS) > _KEPT_FILE_SYSTEMS:
+                # Dropped, not closed: a scan still reading holds its own reference, and
+                # fsspec closes the session when the file system is collected.
+                _FILE_SYSTEMS.popitem(last=False)
+        _FILE_SYSTEMS.move_to_end(key)
         return fs
 
 

@@ -1,21 +1,23 @@
 """The allow-list: one table of every global a checkpoint's pickle may name, which readers
-resolve it, and the stand-in (`pickles.stand_ins`) a read hands the stream for it.
+resolve it, and the stand-in (`pickles.stand_ins`) a read hands the stream for it; and the
+classes the bounded child's reply may name (`reply_classes`).
 
-Any other name is refused (`RefusedGlobalError`, or `HostilePickleError` when it runs code).
-The DCP rows come from `pickletools.dis` of what torch 2.13's DCP save and megatron-core
-0.16's `dist_checkpointing.save` write, plus older versions' names; the data.pkl rows from
-what `torch.save` writes for a state dict.
+Any other name is refused (`RefusedGlobalError`, or `HostilePickleError` when it runs code;
+a reader may give a name a reason of its own). The DCP rows come from `pickletools.dis` of
+what torch 2.13's DCP save and megatron-core 0.16's `dist_checkpointing.save` write, plus
+older versions' names; the data.pkl rows from what `torch.save` writes for a state dict.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+import pickle
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from inspector._internal.common.dtypes import STORAGE_DTYPES, TORCH_DTYPES
 from inspector._internal.common.text import short_repr
-from inspector._internal.formats.pickles.errors import RefusedGlobalError
+from inspector._internal.formats.pickles.errors import PickleFormatError, RefusedGlobalError
 from inspector._internal.formats.pickles.stand_ins import (
     LAYOUTS,
     MEMORY_FORMATS,
@@ -37,7 +39,16 @@ from inspector._internal.formats.pickles.stand_ins import (
     write_item_type,
 )
 
-__all__ = ["DATA_PKL", "METADATA", "TABLE", "Reader", "Row", "stand_ins"]
+__all__ = [
+    "DATA_PKL",
+    "METADATA",
+    "TABLE",
+    "Reader",
+    "Row",
+    "not_in_reply",
+    "reply_classes",
+    "stand_ins",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +59,13 @@ class Reader:
     name: str
     names_as: str  # "pickles": how a message says the stream names a global
     holds: str  # "a DCP metadata class": what every allowed global is
+    # Globals refused as unreadable content (`PickleFormatError`) with a reason of their own.
+    reasons: Mapping[tuple[str, str], str] = field(default_factory=dict, compare=False)
 
-    def refused(self, module: str, name: str) -> RefusedGlobalError:
+    def refused(self, module: str, name: str) -> Exception:
+        reason = self.reasons.get((module, name))
+        if reason is not None:
+            return PickleFormatError(reason)
         full = f"{module}.{name}"
         return RefusedGlobalError(
             f"{self.names_as} {short_repr(full, limit=160)}, which is not {self.holds}; "
@@ -59,7 +75,25 @@ class Reader:
 
 
 METADATA = Reader("metadata", "pickles", "a DCP metadata class")
-DATA_PKL = Reader("data.pkl", "data.pkl names", "part of a tensor dict")
+_QUANTIZED = (
+    "QInt8Storage",
+    "QUInt8Storage",
+    "QInt32Storage",
+    "QUInt4x2Storage",
+    "QUInt2x4Storage",
+)
+DATA_PKL = Reader(
+    "data.pkl",
+    "data.pkl names",
+    "part of a tensor dict",
+    reasons={
+        ("torch", kind): (
+            f"holds quantized tensors (torch.{kind}), which have no byte layout a safetensors "
+            "reader knows; dequantize them before saving"
+        )
+        for kind in _QUANTIZED
+    },
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,3 +190,30 @@ def stand_ins(reader: Reader) -> dict[tuple[str, str], Any]:
         if reader in row.readers
         for name in row.names
     }
+
+
+def reply_classes(classes: Iterable[type]) -> dict[tuple[str, str], type]:
+    """The table of the bounded child's reply (`pickles.sandbox`): the tool's own `classes`,
+    each checked to refuse state a reply hands it.
+
+    The reply is the child's work, and the child read hostile bytes: a reply that BUILDs
+    on a class it names, or on an enum member (REDUCE gives the shared member), would change
+    that object for the whole process. BUILD goes through `__setstate__` when the object
+    has one: a frozen dataclass's sets only a new instance's fields (on the class itself it
+    fails), an enum's or `Dims`' must refuse (`pickles.stand_ins.refuse_state`). Without one,
+    BUILD would set the class's or the member's attributes."""
+    allowed = {}
+    for cls in classes:
+        if getattr(cls, "__setstate__", None) is None:
+            raise TypeError(
+                f"{cls.__qualname__} takes any state a reply gives it; give it a "
+                "__setstate__ (a frozen dataclass with slots has one; refuse_state for "
+                "enums and tuples) before naming it in a sandbox reply"
+            )
+        allowed[(cls.__module__, cls.__qualname__)] = cls
+    return allowed
+
+
+def not_in_reply(module: str, name: str) -> Exception:
+    """The reply's refusal of any other name (the child's answer is then not used)."""
+    return pickle.UnpicklingError(f"{module}.{name} is not a class of the reply")

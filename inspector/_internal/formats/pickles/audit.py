@@ -12,10 +12,9 @@ work and memory".
 from __future__ import annotations
 
 import _compat_pickle
-import io
 import pickletools
-import zipfile
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from inspector._internal.formats.pickles.errors import (
@@ -30,7 +29,6 @@ __all__ = [
     "PickleAudit",
     "PickleLimits",
     "audit_pickle",
-    "audit_torch_save",
     "check_pickle",
     "hostile_globals",
 ]
@@ -80,87 +78,24 @@ for _op in pickletools.opcodes:
     _ARG[ord(_op.code)] = -6 if _op.name in ("GLOBAL", "INST") else _n
 _LEN_BYTES = {-2: 1, -3: 4, -4: 4, -5: 8}
 
-# Opcode bytes, named once for the loop below, and their names for messages.
+# Opcode bytes by name (`_OP.STOP`), and names by byte for messages.
 _B = {op.name: ord(op.code) for op in pickletools.opcodes}
+_OP: Any = SimpleNamespace(**_B)
 _NAMES = {code: name for name, code in _B.items()}
 
 
-def _ops(*names: str) -> frozenset[int]:
-    return frozenset(_B[n] for n in names)
+def _ops(names: str) -> frozenset[int]:
+    return frozenset(_B[n] for n in names.split())
 
 
-_GETS = _ops("BINGET", "LONG_BINGET", "GET")
-_PUTS = _ops("BINPUT", "LONG_BINPUT", "PUT")
-_SMALL_TUPLES = _ops("TUPLE1", "TUPLE2", "TUPLE3")
-_EMPTIES = _ops("EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE")
-_MARK_ADDS = _ops("SETITEMS", "APPENDS", "ADDITEMS")
-_PAIR_ADDS = _ops("BUILD", "APPEND")
-_CALLS = _ops("REDUCE", "NEWOBJ")
-_NAMED = _ops("GLOBAL", "INST")
-_MARK_BUILDS = _ops("TUPLE", "LIST", "FROZENSET", "DICT")
-_EXTS = _ops("EXT1", "EXT2", "EXT4")
-_WIDE_INTS = _ops("LONG1", "LONG4")
-_TEXT_INTS = _ops("INT", "LONG")
-_STRINGS = _ops(
-    "SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING"
-)
-_NO_PUSH = _ops("PROTO", "FRAME")
-(
-    _MEMOIZE,
-    _MARK,
-    _TUPLE1,
-    _SETITEMS,
-    _ADDITEMS,
-    _SETITEM,
-    _PUT,
-    _GET,
-    _GLOBAL,
-    _STACK_GLOBAL,
-    _OBJ,
-    _NEWOBJ_EX,
-    _DICT,
-    _FROZENSET,
-    _POP,
-    _POP_MARK,
-    _DUP,
-    _BINPERSID,
-    _PERSID,
-    _READONLY_BUFFER,
-    _STOP,
-    _UNICODE,
-    _PROTO,
-) = (
-    _B[name]
-    for name in (
-        "MEMOIZE",
-        "MARK",
-        "TUPLE1",
-        "SETITEMS",
-        "ADDITEMS",
-        "SETITEM",
-        "PUT",
-        "GET",
-        "GLOBAL",
-        "STACK_GLOBAL",
-        "OBJ",
-        "NEWOBJ_EX",
-        "DICT",
-        "FROZENSET",
-        "POP",
-        "POP_MARK",
-        "DUP",
-        "BINPERSID",
-        "PERSID",
-        "READONLY_BUFFER",
-        "STOP",
-        "UNICODE",
-        "PROTO",
-    )
-)
-
-
-class _Mark:
-    __slots__ = ()
+# Groups of the opcodes `_Audit._rare` handles (the inlined loop takes the frequent ones).
+_PUTS = _ops("LONG_BINPUT PUT")
+_STRINGS = _ops("BINUNICODE BINUNICODE8 UNICODE SHORT_BINSTRING BINSTRING")
+_NAMED = _ops("GLOBAL INST")
+_MARK_BUILDS = _ops("TUPLE LIST FROZENSET DICT")
+_EXTS = _ops("EXT1 EXT2 EXT4")
+_WIDE_INTS = _ops("LONG1 LONG4")
+_TEXT_INTS = _ops("INT LONG")
 
 
 class _Global:
@@ -172,7 +107,7 @@ class _Global:
         self.name = name
 
 
-_MARK_OBJ = _Mark()
+_MARK_OBJ = object()  # a MARK on the stack
 _ATOM = object()  # any scalar: one object, depth 0, never mutated
 
 
@@ -195,16 +130,8 @@ class _Audit:
 
     # Sizes and depths of stack items ------------------------------------------------------
 
-    @staticmethod
-    def _size(item: Any) -> int:
-        return item[0] if type(item) is list else 1
-
-    @staticmethod
-    def _depth(item: Any) -> int:
-        return item[1] if type(item) is list else 0
-
-    def _new(self, items: list[Any], extra: int = 0) -> list[Any]:
-        size = 1 + extra
+    def _new(self, items: list[Any]) -> list[Any]:
+        size = 1
         depth = 0
         for item in items:
             if type(item) is list:
@@ -357,7 +284,7 @@ class _Audit:
         atom, mark_obj, from_bytes = _ATOM, _MARK_OBJ, int.from_bytes
         kinds, skip = _KIND, _ATOM_ARG
         build, tuple1, setitems = _B["BUILD"], _B["TUPLE1"], _B["SETITEMS"]
-        empty_tuple = _B["EMPTY_TUPLE"]
+        empty_tuple, binget = _B["EMPTY_TUPLE"], _B["BINGET"]
         while True:
             code = data[pos]
             pos += 1
@@ -365,7 +292,7 @@ class _Audit:
             if kind == _K_MEMOIZE:
                 memo[len(memo)] = stack[-1]
             elif kind == _K_GET:
-                if code == _BINGET:
+                if code == binget:
                     item = memo[data[pos]]
                     pos += 1
                 else:
@@ -488,14 +415,14 @@ class _Audit:
             else:
                 # Everything else: rarer opcodes, through the general helpers.
                 self.pos, self.hash_work = pos, hash_work
-                if code == _STOP:
+                if code == _OP.STOP:
                     if len(stack) != 1 or marks:
                         raise PickleFormatError("STOP with an unbalanced stack")
                     root = stack[0]
                     return PickleAudit(
                         globals=tuple(self.globals),
-                        objects=self._size(root),
-                        depth=self._depth(root),
+                        objects=root[0] if type(root) is list else 1,
+                        depth=root[1] if type(root) is list else 0,
                         shared_refs=shared,
                         end=pos,
                     )
@@ -506,79 +433,54 @@ class _Audit:
         self, code: int, stack: list[Any], marks: list[int], memo: dict[int, Any], max_int: int
     ) -> int:
         """The opcodes the inlined loop does not handle; returns references handed out."""
-        arg, new, add = self._arg, self._new, self._add
-        if code in _GETS:
-            item = memo[self._arg_int(code)]
-            if type(item) is list:
-                item[2] = True
-            stack.append(item)
-            return 1
-        if code == _DUP:
-            item = stack[-1]
-            if item is _MARK_OBJ:
-                raise IndexError
-            if type(item) is list:
-                item[2] = True
-            stack.append(item)
-            return 1
+        op, new = _OP, self._new
         if code in _PUTS:
             _memo_put(memo, self._arg_int(code), stack[-1])
         elif code in _STRINGS:
             value = self._arg_bytes(code)
-            if code == _UNICODE:
+            if code == op.UNICODE:
                 # raw-unicode-escape text, decoded as the unpickler decodes it: `\u006fs`
                 # is the module `os` to STACK_GLOBAL, not a name no one knows.
                 value = _raw_unicode(value[:-1])
             stack.append(value or _ATOM)
-        elif code in _SMALL_TUPLES:
-            k = code - _TUPLE1 + 1
-            if len(stack) < k or (marks and len(stack) - k < marks[-1]):
+        elif code == op.GET or code == op.DUP:
+            item = memo[self._arg_int(code)] if code == op.GET else stack[-1]
+            if item is _MARK_OBJ and code == op.DUP:
                 raise IndexError
-            items = stack[-k:]
-            del stack[-k:]
+            if type(item) is list:
+                item[2] = True
+            stack.append(item)
+            return 1
+        elif code == op.TUPLE3:
+            if len(stack) < 3 or (marks and len(stack) - 3 < marks[-1]):
+                raise IndexError
+            items = stack[-3:]
+            del stack[-3:]
             stack.append(new(items))
-        elif code in _EMPTIES:
-            stack.append(new([]))
-        elif code in _MARK_ADDS:
+        elif code == op.ADDITEMS:
             items = self._pop_mark(stack, marks)
-            if code == _SETITEMS:
-                if len(items) % 2:
-                    raise IndexError
-                self._hashed(items[::2])
-            elif code == _ADDITEMS:
-                self._hashed(items)
-            add(stack[-1], items, _NAMES[code])
-        elif code in _PAIR_ADDS:
-            value = stack.pop()
-            add(stack[-1], [value], _NAMES[code])
-        elif code == _SETITEM:
+            self._hashed(items)
+            self._add(stack[-1], items, "ADDITEMS")
+        elif code == op.SETITEM:
             value = stack.pop()
             key_item = stack.pop()
             self._hashed([key_item])
-            add(stack[-1], [key_item, value], "SETITEM")
-        elif code in _CALLS:
-            args = stack.pop()
-            func = stack.pop()
-            self._hashed([args])
-            stack.append(new([func, args]))
-        elif code == _STACK_GLOBAL:
+            self._add(stack[-1], [key_item, value], "SETITEM")
+        elif code == op.STACK_GLOBAL:
             name = stack.pop()
             module = stack.pop()
             stack.append(self._global(_text(module), _text(name)))
         elif code in _NAMED:
             module, name, _ = self._arg_bytes(code).split(b"\n")
             g = self._global(_decode(module), _decode(name))
-            if code == _GLOBAL:
-                stack.append(g)
-            else:
-                stack.append(new([g, *self._pop_mark(stack, marks)]))
-        elif code == _OBJ:
+            stack.append(g if code == op.GLOBAL else new([g, *self._pop_mark(stack, marks)]))
+        elif code == op.OBJ:
             items = self._pop_mark(stack, marks)
             if not items:
                 raise IndexError
             self._hashed(items[1:])
             stack.append(new(items))
-        elif code == _NEWOBJ_EX:
+        elif code == op.NEWOBJ_EX:
             items = stack[-3:]
             if len(items) < 3:
                 raise IndexError
@@ -587,30 +489,29 @@ class _Audit:
             stack.append(new(items))
         elif code in _MARK_BUILDS:
             items = self._pop_mark(stack, marks)
-            if code == _DICT:
+            if code == op.DICT:
                 if len(items) % 2:
                     raise IndexError
                 self._hashed(items[::2])
-            elif code == _FROZENSET:
+            elif code == op.FROZENSET:
                 self._hashed(items)
             stack.append(new(items))
-        elif code == _POP:
+        elif code == op.POP:
             if stack.pop() is _MARK_OBJ:
                 marks.pop()
-        elif code == _POP_MARK:
+        elif code == op.POP_MARK:
             self._pop_mark(stack, marks)
-        elif code == _BINPERSID:
+        elif code == op.BINPERSID:
             stack.append(new([stack.pop()]))
-        elif code == _PERSID:
-            arg(code)
+        elif code == op.PERSID:
+            self._arg(code)
             stack.append(new([]))
         elif code in _EXTS:
             # Resolved through this process's copyreg registry, and what it resolves to is
             # cached there for every later unpickling: no read may depend on or leave that
             # state. No checkpoint writer registers extension codes.
             at = self.pos - 1
-            number = self._arg_int(code)
-            name = f"copyreg extension {number}"
+            name = f"copyreg extension {self._arg_int(code)}"
             raise HostilePickleError(
                 (name,),
                 message=(
@@ -620,18 +521,18 @@ class _Audit:
                     "unpickling (nothing ran)"
                 ),
             )
-        elif code == _READONLY_BUFFER:
+        elif code == op.READONLY_BUFFER:
             _ = stack[-1]  # needs a value to mark read-only
         else:
-            scalar = arg(code)
-            if code == _PROTO and isinstance(scalar, int):
+            scalar = self._arg(code)
+            if code == op.PROTO and isinstance(scalar, int):
                 self.proto = scalar
             if code in _WIDE_INTS and self.arg_len > max_int:
                 raise PickleBombError(_wide_int(max_int), kind="int")
             if code in _TEXT_INTS and isinstance(scalar, bytes) and len(scalar) > 2.5 * max_int:
                 raise PickleBombError(_wide_int(max_int), kind="int")
-            # Scalars (ints, floats, bytes, buffers) push one atom; PROTO and FRAME nothing.
-            if code not in _NO_PUSH:
+            # Scalars (ints, floats, bytes, buffers) push one atom; PROTO nothing.
+            if code != op.PROTO:
                 stack.append(_ATOM)
         return 0
 
@@ -669,41 +570,24 @@ class _Audit:
 ) = range(13)
 _KIND = [_K_RARE] * 256
 _ATOM_ARG = [0] * 256  # argument bytes of the fixed-size scalar opcodes
-for _name, _kind in {
-    "MEMOIZE": _K_MEMOIZE,
-    "BINGET": _K_GET,
-    "LONG_BINGET": _K_GET,
-    "MARK": _K_MARK,
-    "EMPTY_TUPLE": _K_EMPTY,
-    "EMPTY_DICT": _K_EMPTY,
-    "EMPTY_LIST": _K_EMPTY,
-    "EMPTY_SET": _K_EMPTY,
-    "NEWOBJ": _K_CALL,
-    "REDUCE": _K_CALL,
-    "BUILD": _K_ADD_ONE,
-    "APPEND": _K_ADD_ONE,
-    "SETITEMS": _K_ADD_MARKED,
-    "APPENDS": _K_ADD_MARKED,
-    "TUPLE1": _K_TUPLE,
-    "TUPLE2": _K_TUPLE,
-    "SHORT_BINUNICODE": _K_SHORT_STR,
-    "BINPUT": _K_BINPUT,
-    "FRAME": _K_FRAME,
-}.items():
-    _KIND[_B[_name]] = _kind
-for _name, _width in {
-    "BININT1": 1,
-    "BININT2": 2,
-    "BININT": 4,
-    "BINFLOAT": 8,
-    "NONE": 0,
-    "NEWTRUE": 0,
-    "NEWFALSE": 0,
-    "NEXT_BUFFER": 0,
-}.items():
-    _KIND[_B[_name]] = _K_ATOM
-    _ATOM_ARG[_B[_name]] = _width
-_BINGET = _B["BINGET"]
+for _names, _kind in (
+    ("MEMOIZE", _K_MEMOIZE),
+    ("BINGET LONG_BINGET", _K_GET),
+    ("MARK", _K_MARK),
+    ("EMPTY_TUPLE EMPTY_DICT EMPTY_LIST EMPTY_SET", _K_EMPTY),
+    ("NEWOBJ REDUCE", _K_CALL),
+    ("BUILD APPEND", _K_ADD_ONE),
+    ("SETITEMS APPENDS", _K_ADD_MARKED),
+    ("TUPLE1 TUPLE2", _K_TUPLE),
+    ("SHORT_BINUNICODE", _K_SHORT_STR),
+    ("BINPUT", _K_BINPUT),
+    ("FRAME", _K_FRAME),
+    ("BININT1 BININT2 BININT BINFLOAT NONE NEWTRUE NEWFALSE NEXT_BUFFER", _K_ATOM),
+):
+    for _code in _ops(_names):
+        _KIND[_code] = _kind
+        if _kind == _K_ATOM:
+            _ATOM_ARG[_code] = _ARG[_code]
 
 
 # Real picklers number memo slots 0, 1, 2...; a stream that jumps far ahead would make the
@@ -790,36 +674,15 @@ _INERT_BUILTINS = _words(
     "set frozenset bytearray complex int float str bytes bool tuple list dict slice range object"
 )
 # Code-running entry points of modules that are otherwise data (torch, numpy, pandas).
-_HOSTILE_PREFIXES = (
-    "torch.load",
-    "torch.save",
-    "torch.hub.",
-    "torch.jit.",
-    "torch.package.",
-    "torch.ops.",
-    "torch.classes.",
-    "torch._C.",
-    "torch._ops.",
-    "torch.compile",
-    "torch._dynamo.",
-    "torch.fx.",
-    "torch.utils.cpp_extension.",
-    "torch.distributed.rpc.",
-    "torch.serialization.load",
-    "torch.storage._load_from_bytes",
-    "numpy.load",
-    "numpy.save",
-    "numpy.fromfile",
-    "numpy.loadtxt",
-    "numpy.genfromtxt",
-    "numpy.memmap",
-    "numpy.lib.npyio.",
-    "numpy.ctypeslib.",
-    "numpy.testing.",
-    "numpy.f2py.",
-    "numpy.distutils.",
-    "pandas.read_",
-    "pandas.io.",
+_HOSTILE_PREFIXES = tuple(
+    _words(
+        """torch.load torch.save torch.hub. torch.jit. torch.package. torch.ops. torch.classes.
+        torch._C. torch._ops. torch.compile torch._dynamo. torch.fx. torch.utils.cpp_extension.
+        torch.distributed.rpc. torch.serialization.load torch.storage._load_from_bytes
+        numpy.load numpy.save numpy.fromfile numpy.loadtxt numpy.genfromtxt numpy.memmap
+        numpy.lib.npyio. numpy.ctypeslib. numpy.testing. numpy.f2py. numpy.distutils.
+        pandas.read_ pandas.io."""
+    )
 )
 # Function names that run code or touch the system whatever module they come from.
 _HOSTILE_NAMES = _words(
@@ -876,50 +739,3 @@ def check_pickle(
     if hostile:
         raise HostilePickleError(hostile)
     return audit
-
-
-# -- torch.save files -----------------------------------------------------------------------
-
-# torch's legacy (non-zip) format: magic number, protocol, system info, the object, the
-# storage keys; then raw storage bytes.
-_LEGACY_PICKLES = 5
-
-
-def audit_torch_save(
-    data: bytes, *, cap: int, limits: PickleLimits = DEFAULT_LIMITS
-) -> tuple[PickleAudit, ...]:
-    """Audit every pickle `torch.load` would read from `data` (a `torch.save` file):
-    each `*.pkl` member of the zip archive (duplicates included, each read with at most
-    `cap` bytes), or the pickles of the legacy stream. Raises like `check_pickle`;
-    a zip that cannot be read is a `PickleFormatError`."""
-    if data[:4] == b"PK\x03\x04" or zipfile.is_zipfile(io.BytesIO(data)):
-        return tuple(check_pickle(p, limits=limits) for p in _zip_pickles(data, cap))
-    audits = []
-    pos = 0
-    for _ in range(_LEGACY_PICKLES):
-        if pos >= len(data):
-            break
-        audit = check_pickle(data, start=pos, limits=limits)
-        audits.append(audit)
-        pos = audit.end
-    return tuple(audits)
-
-
-def _zip_pickles(data: bytes, cap: int) -> list[bytes]:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            members = [i for i in archive.infolist() if i.filename.endswith(".pkl")]
-            if not members:
-                raise PickleFormatError("the zip archive holds no pickle (no data.pkl)")
-            out = []
-            for info in members:
-                with archive.open(info) as fh:
-                    blob = fh.read(cap + 1)  # decompressed size capped: no zip bomb
-                if len(blob) > cap:
-                    raise PickleFormatError(f"{info.filename} unpacks to more than {cap:,} bytes")
-                out.append(blob)
-            return out
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
-        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None
-    except OSError as exc:  # zlib and CRC errors surface as OSError subclasses in places
-        raise PickleFormatError(f"is not a readable torch.save archive ({exc})") from None

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
+from inspector._internal.formats.pickles.allowed import not_in_reply, reply_classes
 from inspector._internal.formats.pickles.unpickler import RestrictedUnpickler
 from inspector.errors import InspectorError
 
@@ -123,7 +124,7 @@ def run_bounded(
     start_space = _address_space() if sandbox_available() else None
     if start_space is None:
         raise SandboxUnavailable("no bounded child process on this platform")
-    allowed = _reply_classes(classes)
+    allowed = reply_classes(classes)
     read_fd, write_fd = os.pipe()
     with warnings.catch_warnings():
         # Python 3.12+ warns when a process with threads forks: the child here takes no lock
@@ -147,7 +148,7 @@ def run_bounded(
     if status != 0 or not blob:
         raise SandboxFailed(_describe(status, limits, size))
     try:
-        return cast(T, RestrictedUnpickler(blob, allowed, refusal=_not_in_reply).load())
+        return cast(T, RestrictedUnpickler(blob, allowed, refusal=not_in_reply).load())
     except Exception as exc:  # our own child wrote it: a name outside `classes`, a bug
         raise SandboxFailed(f"gave an answer that could not be read ({exc})") from None
 
@@ -242,28 +243,3 @@ def _describe(status: int, limits: SandboxLimits, size: int) -> str:
             return f"was killed (over {limits.cpu_seconds(size)} s of CPU, or no memory left)"
         return f"crashed (signal {sig}: a C stack overflow, or memory exhausted)"
     return "stopped with an error (a refusal, a malformed stream, or its memory limit)"
-
-
-def _reply_classes(classes: Iterable[type]) -> dict[tuple[str, str], type]:
-    """The classes a reply may name, each checked to refuse state a reply hands it.
-
-    The reply is the child's work, and the child read hostile bytes: a reply that BUILDs
-    on a class it names, or on an enum member (REDUCE gives the shared member), would change
-    that object for the whole process. BUILD goes through `__setstate__` when the object
-    has one: a frozen dataclass's sets only a new instance's fields (on the class itself it
-    fails), an enum's or `Dims`' must refuse (`pickles.stand_ins.refuse_state`). Without one,
-    BUILD would set the class's or the member's attributes."""
-    allowed = {}
-    for cls in classes:
-        if getattr(cls, "__setstate__", None) is None:
-            raise TypeError(
-                f"{cls.__qualname__} takes any state a reply gives it; give it a "
-                "__setstate__ (a frozen dataclass with slots has one; refuse_state for "
-                "enums and tuples) before naming it in a sandbox reply"
-            )
-        allowed[(cls.__module__, cls.__qualname__)] = cls
-    return allowed
-
-
-def _not_in_reply(module: str, name: str) -> Exception:
-    return pickle.UnpicklingError(f"{module}.{name} is not a class of the reply")

@@ -1,6 +1,7 @@
-"""The one restricted unpickler every pickle reader uses: a global resolves to what its table
-holds for it (`pickles.allowed`, made for this read), anything else is refused before it is
-resolved; nothing is imported and nothing the stream names runs.
+"""The one restricted unpickler every pickle reader uses (the common state excepted: torch's
+own, `pickles.common_state`): a global resolves to what its table holds for it
+(`pickles.allowed`, made for this read), anything else is refused before it is resolved;
+nothing is imported and nothing the stream names runs.
 
 `unpickle` audits the stream first (`pickles.audit`) unless the caller runs it in the
 bounded child (`pickles.sandbox`), and turns whatever the unpickler raises on untrusted
@@ -60,14 +61,13 @@ def unpickle(
     reader: Reader,
     *,
     audited: bool = True,
-    refusal: Refusal | None = None,
     persistent: Callable[[Any], Any] | None = None,
 ) -> Any:
     """`data` (exactly one pickle) unpickled into `reader`'s stand-ins.
 
     Audited first unless `audited` is False (only in the bounded child). Raises
     `HostilePickleError` (code-running names, a changed global), `PickleBombError`,
-    `RefusedGlobalError` (a name outside the reader's rows; `refusal` may say it otherwise)
+    `RefusedGlobalError` (a name outside the reader's rows; its `reasons` may say otherwise)
     and `PickleFormatError` (not readable, or content a stand-in refuses: a clause)."""
     if audited:
         try:
@@ -75,7 +75,7 @@ def unpickle(
         except PickleFormatError as exc:
             raise PickleFormatError(f"is not a readable pickle ({exc})") from None
     unpickler = RestrictedUnpickler(
-        data, stand_ins(reader), refusal=refusal or reader.refused, persistent=persistent
+        data, stand_ins(reader), refusal=reader.refused, persistent=persistent
     )
     try:
         return unpickler.load()

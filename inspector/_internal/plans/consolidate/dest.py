@@ -25,6 +25,7 @@ from inspector._internal.execution.atomic import (
     open_fresh,
     write_atomic,
 )
+from inspector._internal.execution.temps import Leftovers, find_leftovers, remove_leftovers
 from inspector._internal.plans.consolidate.records import OutputFile, PlanView, index_bytes
 from inspector._internal.storage import TooLargeError
 from inspector.errors import PlanRefusedError, UnsafeFileError, UnsafeInputError
@@ -112,6 +113,17 @@ class Dest:
     def sync(self) -> None:
         with contextlib.suppress(OSError):  # some file systems cannot fsync a folder
             os.fsync(self.fd)
+
+    def clear_leftovers(self, plan: PlanView) -> Leftovers:
+        """Remove the temp files a killed run of this plan left for the files it writes
+        through one (the index, the copied metadata files, the manifest), when their pid is
+        gone; report any other entry named like them. Called by rank 0 once every rank has
+        checked DEST and before anything is written: this consolidation owns DEST then (a
+        second one writing it at once would clash anyway), so the pid is what is left to
+        prove (`execution/temps.py`)."""
+        names = {INDEX_NAME, MANIFEST_NAME, *(Path(rel).name for rel in plan.metadata_files)}
+        found = find_leftovers(self.path, writes=names, locked=True, dir_fd=self.fd)
+        return remove_leftovers(self.path, found, dir_fd=self.fd)
 
     def retire(self, names: list[str]) -> Path | None:
         """Move `names` (any kind of entry, links included, as they are) into a fresh

@@ -10,6 +10,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.execution.ranks import Distributed
+from inspector._internal.execution.temps import Leftovers
 from inspector._internal.findings.finding import Finding
 from inspector._internal.plans.consolidate.dest import Dest, foreign_entries, is_complete, refusal
 from inspector._internal.plans.consolidate.engine import (
@@ -68,9 +69,11 @@ def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
             raise refusal(plan.dest, foreign)
         dist.barrier()
         backup = None
+        leftovers = Leftovers()
         replaced = tuple(f.name for f in foreign if f.replaced)
         if dist.rank == 0:
             backup = dest.retire(list(replaced))
+            leftovers = dest.clear_leftovers(plan)
             # A stale index would make a half-rewritten folder look complete; the new one
             # comes last.
             dest.remove(INDEX_NAME)
@@ -121,4 +124,5 @@ def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
         partial=plan.partial,
         backup=backup,
         replaced=replaced if backup is not None else (),
+        leftovers=leftovers,
     )

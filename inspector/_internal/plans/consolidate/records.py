@@ -7,7 +7,7 @@ Imports nothing of the consolidation's other modules, so the writer (`engine`, `
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypedDict
 
@@ -17,6 +17,7 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import format_bytes
 from inspector._internal.diagnosis.references import Reference
+from inspector._internal.execution.temps import Leftovers
 from inspector._internal.findings.finding import Finding
 from inspector._internal.storage import Entry, EntryKind, RemoteURL, Storage
 
@@ -177,6 +178,8 @@ class ConsolidationResult:
     replaced: tuple[str, ...] = ()
     # Seconds of the copy alone (first byte to last file sealed): the progress bar's clock.
     copy_seconds: float = 0.0
+    # Temp files a killed run of this plan left in DEST: removed, or kept with why (rank 0).
+    leftovers: Leftovers = field(default_factory=Leftovers)
 
     @property
     def rate(self) -> float:
@@ -224,6 +227,7 @@ def describe_result(result: ConsolidationResult) -> str:
             f"  replaced {plural(len(result.replaced), 'entry')}"
             f" of DEST ({examples(list(result.replaced))}); the originals are in {result.backup}"
         )
+    lines += [f"  {line}" for line in result.leftovers.lines()]
     if result.index_file:
         lines.append(f"  index: {result.index_file}")
     if result.metadata_files:
