@@ -30,6 +30,7 @@ from inspector.ui import (
     missing_notes,
 )
 
+from .controls import classed
 from .grid import GridCells, choice, make_grid, match_expression, table_name
 from .guard import guarded
 
@@ -178,8 +179,8 @@ class TensorBrowser:
             layout=w.Layout(width="100%"),
         )
         t = self.tensors
-        self.count = w.HTML().add_class("ckpt-tensor-count")
-        self.export_status = w.HTML().add_class("ckpt-export-status")
+        self.count = classed(w.HTML, "ckpt-tensor-count")
+        self.export_status = classed(w.HTML, "ckpt-export-status")
         self.name = w.Text(
             placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
             continuous_update=False,

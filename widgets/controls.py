@@ -3,17 +3,62 @@ both, so neither imports the other to build a button."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any, TypeVar
+
 import ipywidgets as w
 
-__all__ = ["button", "hidden"]
+__all__ = ["button", "classed", "fixed", "hidden"]
+
+_Widget = TypeVar("_Widget", bound=w.DOMWidget)
+_Part = TypeVar("_Part", bound=w.Widget)
+_FIXED: dict[tuple[type, tuple[tuple[str, Any], ...]], w.Widget] = {}
+_FIXED_LOCK = threading.Lock()
 
 
-def button(description: str, css_class: str, *, style: str = "", icon: str = "") -> w.Button:
-    """A button with a stable CSS class (`style` is an ipywidgets button_style)."""
-    widget = w.Button(description=description, button_style=style, icon=icon)
-    widget.layout.width = "auto"  # the default width cuts labels such as "Confirm"
-    widget.layout.min_width = "max-content"
-    return widget.add_class(css_class)
+def classed(kind: type[_Widget], *classes: str, **kwargs: Any) -> _Widget:
+    """`kind(**kwargs)` with the CSS classes `classes` in the state it is opened with.
+    `add_class` on a widget already made sends the page one message per class, and a
+    dashboard's rows (a finding, a button) did that hundreds of times per build (issue 35)."""
+    return kind(_dom_classes=classes, **kwargs)
+
+
+def fixed(kind: type[_Part], **traits: Any) -> _Part:
+    """The kernel's one `kind(**traits)` (a `Layout` or a style), shared by every widget that
+    asks for it: for the parts of rows a tab makes by the dozen and never changes (a finding's
+    row was eight widget models, five of them a layout or style, each sent to the page). Made
+    again if it was closed (`Widget.close_all()`). Never change a shared part."""
+    key = (kind, tuple(sorted(traits.items())))
+    with _FIXED_LOCK:
+        part = _FIXED.get(key)
+        if part is None or part.comm is None:
+            part = _FIXED[key] = kind(**traits)
+        return part
+
+
+def button(
+    description: str,
+    css_class: str,
+    *,
+    style: str = "",
+    icon: str = "",
+    flex: str = "",
+    shared: bool = False,
+) -> w.Button:
+    """A button with a stable CSS class (`style` is an ipywidgets button_style; `flex` its
+    layout's, if any). `shared`: its layout and style are the kernel's `fixed` ones (a
+    button that is never hidden or restyled, one per row)."""
+    # The default width cuts labels such as "Confirm". Given to the layout as it is made, the
+    # widths go in its first state: set afterwards, each was one more message to the page.
+    widths: dict[str, Any] = {"width": "auto", "min_width": "max-content", "flex": flex or None}
+    parts = (
+        {"layout": fixed(w.Layout, **widths), "style": fixed(w.ButtonStyle)}
+        if shared
+        else {"layout": w.Layout(**widths)}
+    )
+    return classed(
+        w.Button, css_class, description=description, button_style=style, icon=icon, **parts
+    )
 
 
 def hidden(widget: w.Widget, hide: bool) -> None:

@@ -38,7 +38,7 @@ from inspector.ui import (
     verdict_apart,
 )
 
-from .controls import button
+from .controls import button, classed
 from .esm import ModulePreload
 from .grid import GridCells, preload_grids, wait_for_quiet_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -111,6 +111,12 @@ class Dashboard:
     # click never waits for the worker: a tab not built yet shows a spinner and is built in
     # a thread of its own (`_on_select`).
     PREBUILT = ("Tensors", "Layers", "Files", "Experts", "Findings", "Repair")
+    # The tabs it builds again after a re-scan or a check of the values replaced the state
+    # (`_replace`): only the one whose build takes seconds on a large checkpoint. The others
+    # are built when next selected, as after a first click: building all six again sent the
+    # page their widget models at each re-scan, for tabs a person may never open again
+    # (issue 35: the lab clicks test's page opened 3,823 widget models, 3,250 now).
+    REBUILT = ("Tensors",)
     # Seconds between showing the Overview and building the other tabs (see `_start_worker`);
     # a test that clicks nothing meanwhile sets its dashboard's to 0 rather than wait.
     worker_delay = 1.5
@@ -177,10 +183,11 @@ class Dashboard:
         self.tab.titles = self.TABS
         # What went wrong with the last action that has no status line of its own (a
         # re-scan, a button of the Overview, building a tab): one line under the header.
-        self.notice = w.HTML().add_class("ckpt-notice")
+        self.notice = classed(w.HTML, "ckpt-notice")
         self.tab.observe(guarded(self._on_select, self.notice, clear=True), names="selected_index")
-        self.rescan = rescan = button("Re-scan", "ckpt-rescan-button", icon="refresh")
-        rescan.layout.flex = "0 0 auto"
+        self.rescan = rescan = button(
+            "Re-scan", "ckpt-rescan-button", icon="refresh", flex="0 0 auto"
+        )
         rescan.on_click(guarded(self.refresh, self.notice, clear=True))
         # The re-scan's progress bar is drawn here (tqdm.auto writes into the Output widget).
         self.progress = w.Output().add_class("ckpt-progress")
@@ -329,7 +336,7 @@ class Dashboard:
                 generation = self._generation
                 self._snapshot.render_figures(state, current=lambda: generation == self._generation)
                 return
-        self._start_worker()
+        self._start_worker(self.REBUILT)
 
     def _start_checks(self) -> None:
         """Run the plain rules the Overview was shown without (`DEFERRED_RULES`), then get the
@@ -572,10 +579,12 @@ class Dashboard:
         if self.worker is not None:
             self.worker.join(timeout)
 
-    def _start_worker(self) -> None:
+    def _start_worker(self, tabs: Sequence[str] | None = None) -> None:
         """After the Overview is on screen: import what the other tabs need at once, build
-        them ahead of the first click, then render the snapshot's figures."""
+        `tabs` (`PREBUILT` when None) ahead of the first click, then render the snapshot's
+        figures."""
         generation = self._generation
+        ahead = self.PREBUILT if tabs is None else tuple(tabs)
         started = time.monotonic()
 
         def work() -> None:
@@ -595,7 +604,7 @@ class Dashboard:
             # The delay lets the Overview's widgets reach the page and paint before the
             # worker's widgets compete with them for the page.
             time.sleep(max(0.0, self.worker_delay - (time.monotonic() - started)))
-            for title in self.PREBUILT:
+            for title in ahead:
                 self._yield_to_asked()
                 if generation != self._generation:
                     return

@@ -135,6 +135,12 @@ class Snapshot:
     def __init__(self, *, render: Callable[[list[tuple[str, Any]]], list[bytes]] = render_pngs):
         self.render = render
         self.handles: list[Any] = []
+        # What each figure's output (`handles[1:]`) shows now.
+        self._figures: list[dict[str, Any]] = []
+        # The last figures rendered (as plotly JSON) and their PNGs: a check of the values or
+        # a re-scan of an unchanged folder makes the same figures, which kaleido's browser
+        # drew again each time (two of the five renders of the lab clicks test, issue 35).
+        self._rendered: tuple[list[str], list[bytes]] | None = None
 
     def show(
         self, state: CheckpointState, *, rendered: tuple[list[bytes], str] | None = None
@@ -153,12 +159,14 @@ class Snapshot:
                 display_id=True,
             )
         ]
+        self._figures = []
         for i, name in enumerate(figure_names(state)):
             if i < len(pngs):
                 data = {"image/png": pngs[i], "text/plain": f"({name})"}
             else:
                 data = {"text/plain": f"({name}: {'not rendered' if finished else 'rendering...'})"}
             self.handles.append(display(data, raw=True, display_id=True))
+            self._figures.append(data)
 
     def update(self, state: CheckpointState) -> None:
         """Redraw the snapshot HTML for a new state (after a re-scan); figures follow."""
@@ -178,10 +186,19 @@ class Snapshot:
         if not current():
             return
         self.handles[0].update({"text/html": snapshot_html(state, figures_note=note)}, raw=True)
-        for handle, (name, _), png in zip(self.handles[1:], figures, pngs, strict=False):
-            handle.update({"image/png": png, "text/plain": f"({name})"}, raw=True)
-        for handle, (name, _) in list(zip(self.handles[1:], figures, strict=False))[len(pngs) :]:
-            handle.update({"text/plain": f"({name}: not rendered)"}, raw=True)
+        for i, handle in enumerate(self.handles[1:]):
+            if i >= len(figures):
+                break
+            name = figures[i][0]
+            data = (
+                {"image/png": pngs[i], "text/plain": f"({name})"}
+                if i < len(pngs)
+                else {"text/plain": f"({name}: not rendered)"}
+            )
+            # An output that shows these bytes already is not sent them again.
+            if data != self._figures[i]:
+                handle.update(data, raw=True)
+                self._figures[i] = data
 
     def render_now(self, state: CheckpointState) -> tuple[list[bytes], str]:
         """The figures of `state` as PNGs, and the note about them (see `_render`). They come
@@ -190,14 +207,20 @@ class Snapshot:
 
     def _render(self, figures: list[tuple[str, Any]]) -> tuple[list[bytes], str]:
         """The figures as PNGs and the note the snapshot shows about them ("" when all are
-        there; why not, when kaleido or its browser failed)."""
+        there; why not, when kaleido or its browser failed); the last PNGs again when the
+        figures are the same."""
+        drawn = [figure.to_json() for _, figure in figures]
+        if self._rendered is not None and self._rendered[0] == drawn:
+            return list(self._rendered[1]), ""
         try:
-            return self.render(figures), ""
+            pngs = self.render(figures)
         except Exception as exc:  # kaleido, the browser it drives, or no browser at all
             return [], (
                 f"figures not saved: {type(exc).__name__}: {exc}. They need kaleido and a "
                 "Chrome or Chromium browser (pip install kaleido)."
             )
+        self._rendered = (drawn, pngs)
+        return pngs, ""
 
 
 def headless() -> bool:

@@ -22,7 +22,7 @@ from inspector.ui import (
     text_html,
 )
 
-from ..controls import button
+from ..controls import button, classed
 from ..guard import EXPECTED_ERRORS, captured, error_html, guarded
 
 if TYPE_CHECKING:
@@ -71,13 +71,13 @@ class ConsolidatePanel:
         ).add_class("ckpt-consolidate-overwrite")
         for text in (self.dest, self.mapping, self.reference):
             text.layout.width = "90%"
-        self.status = w.HTML().add_class("ckpt-consolidate-status")
+        self.status = classed(w.HTML, "ckpt-consolidate-status")
         self.plan_button = plan = button("Plan", "ckpt-consolidate-plan")
         plan.on_click(guarded(lambda: self.make_plan(), self.status))
         self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
         self.run.on_click(guarded(lambda: self.execute(), self.status))
         # Why a button is disabled, beside it: a disabled button's tooltip alone is not seen.
-        self.why = w.HTML().add_class("ckpt-consolidate-why")
+        self.why = classed(w.HTML, "ckpt-consolidate-why")
         # A refused plan disables Consolidate until the form changes (Plan asks again).
         for control in (self.dest, self.mapping, self.reference, self.max_size, self.dtype):
             control.observe(lambda _change: self._refused_by(""), names="value")

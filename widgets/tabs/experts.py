@@ -12,6 +12,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, findings_html, frame_html, layer_name, severity_rank
 
+from ..controls import classed
 from ..guard import guarded
 from ..plot import FigureBox, figure_widget
 
@@ -50,7 +51,7 @@ class ExpertsPanel:
         )
         self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
         self.zoomed: int | None = None
-        self.details = w.HTML().add_class("ckpt-expert-details")
+        self.details = classed(w.HTML, "ckpt-expert-details")
         picker = w.HBox([self.layer, self.expert, show])
         self.widget = w.VBox(
             [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")

@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from inspector.ui import code_help_html, html_text, plural
 
-from ..controls import button
+from ..controls import button, classed
 from ..guard import error_html, guarded
 from .rows import finding_row
 
@@ -53,7 +53,7 @@ class FindingsPanel:
         )
         self.load = w.HTML(self._load_html()).add_class("ckpt-findings-load")
         self.rows = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-findings-table")
-        self.help = w.HTML().add_class("ckpt-code-help")
+        self.help = classed(w.HTML, "ckpt-code-help")
         self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
         self.next = button("Next", "ckpt-page-next", icon="chevron-right")
         self.where = w.HTML()

@@ -5,6 +5,7 @@ or show it), whether the model code would load the checkpoint, then its facts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import ipywidgets as w
@@ -22,7 +23,7 @@ from inspector.ui import (
     restore_reference,
 )
 
-from ..controls import button
+from ..controls import button, classed
 from ..guard import guarded
 from ..state import still_checking
 from .rows import examples, finding_row
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 __all__ = ["OverviewPanel"]
 
 _FINDINGS_PER_PROBLEM = 3
+
+# The Overview is built again for each state the checks publish and never hides or restyles
+# a button: its buttons share the kernel's layout and style (`controls.fixed`).
+_button = partial(button, shared=True)
 
 
 class OverviewPanel:
@@ -64,7 +69,7 @@ class OverviewPanel:
         cards = [_problem_card(dash, p) for p in problems]
         actions = []
         if any(p.action.kind in ("repair", "reshard") for p in problems):
-            fix_all = button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
+            fix_all = _button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
             fix_all.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
             actions.append(fix_all)
         self.widget = w.VBox(
@@ -94,7 +99,7 @@ def _load_box(dash: Host, state: CheckpointState) -> w.VBox:
     buttons: list[w.Button] = []
     if v is not None and v.ran:
         if v.missing:
-            missing = button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
+            missing = _button(f"Missing ({len(v.missing):,})", "ckpt-load-missing", icon="list")
             missing.on_click(
                 guarded(lambda: dash.show_findings(("load-missing-tensor",)), dash.notice)
             )
@@ -118,7 +123,7 @@ def _load_box(dash: Host, state: CheckpointState) -> w.VBox:
 
 
 def _tensors_button(dash: Host, label: str, css: str, names: Sequence[str]) -> w.Button:
-    show = button(label, css, icon="table")
+    show = _button(label, css, icon="table")
     query = TensorQuery(names=tuple(names))
     show.on_click(guarded(lambda: dash.show_tensors(query), dash.notice))
     return show
@@ -129,7 +134,7 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
     buttons: list[w.Button] = []
     action = problem.action
     if action.kind == "repair":
-        fix = button(
+        fix = _button(
             f"Repair: {', '.join(action.parts)}",
             "ckpt-problem-repair",
             style="warning",
@@ -139,36 +144,39 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         buttons.append(fix)
     elif action.kind == "restore" and " --from " in action.command:
         found = restore_reference(dash.scanned)
-        back = button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
+        back = _button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
         back.on_click(
             guarded(lambda: dash.restore(found.path if found is not None else ""), dash.notice)
         )
         buttons.append(back)
     elif action.kind == "reshard":
-        split = button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
+        split = _button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")
         split.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
         buttons.append(split)
     elif action.kind == "consolidate":
-        go = button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
+        go = _button("Consolidate...", "ckpt-problem-consolidate", icon="compress")
         go.on_click(guarded(lambda: dash.select("Consolidate"), dash.notice))
         buttons.append(go)
     if problem.tensors:
         names = problem.tensors
-        show = button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
+        show = _button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
         show.on_click(guarded(lambda: dash.show_tensors(TensorQuery(names=names)), dash.notice))
         buttons.append(show)
     if problem.cells and len(dash.scanned.experts):
         layer, expert = problem.cells[0]
-        cell = button("On the heatmap", "ckpt-problem-heatmap", icon="th")
+        cell = _button("On the heatmap", "ckpt-problem-heatmap", icon="th")
         cell.on_click(guarded(lambda: dash.show_cell(layer, expert), dash.notice))
         buttons.append(cell)
     codes = problem.codes
-    listing = button(f"Findings ({len(problem.findings):,})", "ckpt-problem-findings", icon="list")
+    listing = _button(f"Findings ({len(problem.findings):,})", "ckpt-problem-findings", icon="list")
     listing.on_click(guarded(lambda: dash.show_findings(codes), dash.notice))
     buttons.append(listing)
     rows = [finding_row(dash, f) for f in examples(problem.findings, _FINDINGS_PER_PROBLEM)]
-    box = w.VBox(
-        [
+    return classed(
+        w.VBox,
+        "ckpt-problem",
+        f"ckpt-problem-{problem.key}",
+        children=[
             w.HTML(problem_html(problem)),
             w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
             *rows,
@@ -176,6 +184,4 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         layout=w.Layout(
             border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
         ),
-    ).add_class("ckpt-problem")
-    box.add_class(f"ckpt-problem-{problem.key}")
-    return box
+    )

@@ -29,7 +29,7 @@ from inspector.ui import (
     text_html,
 )
 
-from ..controls import button, hidden
+from ..controls import button, classed, hidden
 from ..guard import EXPECTED_ERRORS, error_html, guarded
 
 if TYPE_CHECKING:
@@ -78,8 +78,8 @@ class RepairPanel:
         self.restoring: str | None = None
         self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
         self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
-        self.scope = w.HTML().add_class("ckpt-repair-scope")
-        self.verdict = w.HTML().add_class("ckpt-repair-verdict")
+        self.scope = classed(w.HTML, "ckpt-repair-scope")
+        self.verdict = classed(w.HTML, "ckpt-repair-verdict")
         self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
         all_parts = button("Repair all", "ckpt-plan-all", icon="expand")
         all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
@@ -94,10 +94,10 @@ class RepairPanel:
         restore.on_click(guarded(lambda: self.use_restore(self.source.value.strip()), self.verdict))
         replan = button("Plan again", "ckpt-plan-button", icon="refresh")
         replan.on_click(guarded(lambda: self.make_plan(), self.verdict))
-        self.plan_view = w.HTML().add_class("ckpt-repair-plan")
+        self.plan_view = classed(w.HTML, "ckpt-repair-plan")
         self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
         self.repair.on_click(guarded(lambda: self.ask(), self.verdict))
-        self.question = w.HTML().add_class("ckpt-confirm-question")
+        self.question = classed(w.HTML, "ckpt-confirm-question")
         self.confirm = button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
         self.confirm.on_click(guarded(lambda: self.execute(), self.result))
         self.cancel = button("Cancel", "ckpt-cancel-button")

@@ -13,7 +13,7 @@ from inspector.ui import (
     markdown_summary,
 )
 
-from ..controls import button, hidden
+from ..controls import button, classed, hidden
 from ..guard import EXPECTED_ERRORS, error_html, guarded
 from ..report import write_html_report
 
@@ -34,7 +34,7 @@ class ReportPanel:
         name = dash.scanned.path.name or "checkpoint"
         self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
         self.path.layout.width = "90%"
-        self.status = w.HTML().add_class("ckpt-report-status")
+        self.status = classed(w.HTML, "ckpt-report-status")
         write = button("Write HTML report", "ckpt-report-button", icon="file")
         write.on_click(guarded(lambda: self.write_report(), self.status))
         summary = button("Markdown summary", "ckpt-markdown-button", icon="list")

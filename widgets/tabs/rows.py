@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import ipywidgets as w
+from ipywidgets.widgets.widget_string import HTMLStyle
 
 from inspector.ui import Finding, html_text, markup_html, severity_badge
 
-from ..controls import button
+from ..controls import button, classed, fixed
 from ..guard import guarded
 
 if TYPE_CHECKING:
@@ -39,8 +40,11 @@ def finding_row(dash: Host, finding: Finding, *, detail: bool = False) -> w.HBox
         if finding.file
         else "findings"
     )
-    link = button(f"show {target}", "ckpt-finding-link", icon="arrow-right")
-    link.layout.flex = "0 0 auto"
+    # The row's layouts and styles are the kernel's shared ones (`fixed`): a row was eight
+    # widget models, now three (a tab of findings made and drew hundreds).
+    link = button(
+        f"show {target}", "ckpt-finding-link", icon="arrow-right", flex="0 0 auto", shared=True
+    )
     link.on_click(guarded(lambda: dash.follow(finding), dash.notice))
     where = ""
     if detail:
@@ -53,13 +57,16 @@ def finding_row(dash: Host, finding: Finding, *, detail: bool = False) -> w.HBox
         f"<div style='font-size:12px;line-height:1.4'>{badge}"
         f"<code>{html_text(finding.code)}</code> "
         f"{markup_html(short(finding.message))}{where}</div>",
-        layout=w.Layout(flex="1 1 auto", min_width="0"),
+        layout=fixed(w.Layout, flex="1 1 auto", min_width="0"),
+        style=fixed(HTMLStyle),
     )
-    row = w.HBox(
-        [text, link],
-        layout=w.Layout(align_items="center", width="100%", border_bottom="1px solid #eee"),
+    return classed(
+        w.HBox,
+        "ckpt-finding",
+        f"ckpt-code-{finding.code}",
+        children=[text, link],
+        layout=fixed(w.Layout, align_items="center", width="100%", border_bottom="1px solid #eee"),
     )
-    return row.add_class("ckpt-finding").add_class(f"ckpt-code-{finding.code}")
 
 
 def short(text: str, limit: int = 220) -> str:

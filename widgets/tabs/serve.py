@@ -27,6 +27,7 @@ from inspector.ui import (
     legible,
 )
 
+from ..controls import classed
 from ..figures import serving_plans
 from ..guard import guarded
 
@@ -53,17 +54,17 @@ class ServePanel:
         self.context = w.BoundedIntText(
             value=0, min=0, max=1 << 40, description="context", tooltip="0: the model's own"
         ).add_class("ckpt-serve-context")
-        self.status = w.HTML().add_class("ckpt-serve-status")
+        self.status = classed(w.HTML, "ckpt-serve-status")
         for control in (self.gpu, self.kv_dtype, self.context):
             control.observe(guarded(self.draw, self.status), names="value")
         self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-serve-plot")
-        self.table = w.HTML().add_class("ckpt-serve-table")
+        self.table = classed(w.HTML, "ckpt-serve-table")
         self.notes = w.HTML()
         self.engine_button = w.Button(
             description="vLLM's own verdict",
             tooltip="vLLM's weight loading on a meta model, in a child process (the [vllm] extra)",
         ).add_class("ckpt-serve-engine")
-        self.engine_out = w.HTML().add_class("ckpt-serve-engine-out")
+        self.engine_out = classed(w.HTML, "ckpt-serve-engine-out")
         self.engine_button.on_click(guarded(self.run_engine, self.engine_out))
         self.engine_thread: threading.Thread | None = None
         self.result: FitResult | None = None

@@ -17,6 +17,7 @@ import pandas as pd
 
 from inspector.ui import computed_value_table, frame_html, value_table
 
+from ..controls import classed
 from ..figures import METRICS, values_heatmap
 from ..guard import captured, guarded
 
@@ -66,7 +67,7 @@ class ValuesPanel:
         self.table: pd.DataFrame | None = computed_value_table(scanned)
         self.metric = w.ToggleButtons(options=list(METRICS), value="std", description="colour")
         self.metric.add_class("ckpt-values-metric")
-        self.status = w.HTML().add_class("ckpt-values-status")
+        self.status = classed(w.HTML, "ckpt-values-status")
         # Every handler through `guarded`: in a live kernel an error would otherwise reach
         # only the kernel log, and the click would seem to do nothing.
         self.metric.observe(guarded(self._draw, self.status), names="value")
@@ -76,7 +77,7 @@ class ValuesPanel:
         self.full.on_click(guarded(lambda: self.compute("full"), self.status))
         self.progress = w.Output()  # the read's progress bar (tqdm)
         self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-values-plot")
-        self.details = w.HTML().add_class("ckpt-values-details")
+        self.details = classed(w.HTML, "ckpt-values-details")
         self.widget = w.VBox(
             [
                 w.HBox([self.metric, self.sample, self.full]),

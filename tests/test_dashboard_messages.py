@@ -1,0 +1,127 @@
+"""What the dashboard sends the page and does again, counted in-process (issue 35): a widget's
+classes and layout go in the state it opens with, a re-scan builds again only the tabs it
+must, and the snapshot's figures are not drawn again when they are the same."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import ipywidgets as w
+import pytest
+from inspector.widgets import Dashboard
+
+DRIFT = "modelopt-1422-sidecar-drift"
+
+
+@pytest.fixture
+def updates(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, str]]:
+    """(widget class, trait) of every update sent to the page from now on: ipywidgets sends
+    one message per `send_state` of a widget already open."""
+    seen: collections.Counter[tuple[str, str]] = collections.Counter()
+    send = w.Widget.send_state
+
+    def counting(self: w.Widget, key: str | None = None) -> None:
+        if key is not None:
+            seen[(type(self).__name__, str(key))] += 1
+        send(self, key)
+
+    monkeypatch.setattr(w.Widget, "send_state", counting)
+    return seen
+
+
+def test_rows_and_buttons_open_with_their_classes_and_widths(demo_checkpoints: Path, updates):
+    """The Overview's issue cards and the Findings tab: a row per finding, a button per link.
+    Each button sent its class, width and min_width after it opened, each row its two classes
+    and its link's flex: 382 updates per build of every tab, 114 now; and 726 widgets opened,
+    576 now that the rows share their layouts and styles."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    findings = dash.panel("Findings")
+    rows = _rows(findings.widget)
+    assert rows, "the Findings tab lists its findings"
+    link = rows[0].children[-1]
+    assert "ckpt-finding-link" in link._dom_classes and link.layout.flex == "0 0 auto"
+    assert (link.layout.width, link.layout.min_width) == ("auto", "max-content")
+    # Every row's layouts and styles are the kernel's shared ones: three models a row, not 8.
+    first, second = rows[0], rows[1]
+    assert first.layout is second.layout and first.children[0].style is second.children[0].style
+    assert first.children[-1].layout is second.children[-1].layout is link.layout
+    assert not set(updates) & {
+        ("HBox", "_dom_classes"),
+        ("Layout", "width"),
+        ("Layout", "min_width"),
+        ("Layout", "flex"),
+    }, updates
+
+
+def test_a_rescan_builds_again_the_open_tab_and_the_tensors_tab_only(demo_checkpoints: Path):
+    """After a re-scan the worker built all six tabs again, sending the page their widgets
+    for tabs nobody may open again; now the open tab and `REBUILT`, the others when
+    selected (still built then)."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    dash.select("Files")
+    dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
+    dash.refresh()
+    dash.wait(60)
+    assert set(dash.panels) == {"Files", *Dashboard.REBUILT}
+    findings = dash.select("Findings")
+    assert dash.panels["Findings"] is findings and _rows(findings.widget)
+
+
+def _rows(widget: w.Widget) -> list[w.Widget]:
+    """The finding rows inside a widget tree."""
+    found, stack = [], [widget]
+    while stack:
+        node = stack.pop()
+        if "ckpt-finding" in getattr(node, "_dom_classes", ()):
+            found.append(node)
+        stack.extend(getattr(node, "children", ()))
+    return found
+
+
+def test_the_same_snapshot_figures_are_not_drawn_again(demo_checkpoints: Path):
+    """A check of the values (same scan) and a re-scan of an unchanged folder make the same
+    figures: their PNGs are the last ones, not drawn again by kaleido's browser. A changed
+    figure is drawn."""
+    from inspector.widgets.snapshot import Snapshot, snapshot_figures
+    from inspector.widgets.state import CheckpointState
+
+    drawn: list[int] = []
+
+    def render(figures: list) -> list[bytes]:
+        drawn.append(len(figures))
+        return [f"png {len(drawn)}".encode() for _ in figures]
+
+    snapshot = Snapshot(render=render)
+    state = CheckpointState.load(demo_checkpoints / DRIFT, model=False)
+    again = CheckpointState.load(demo_checkpoints / DRIFT, model=False)  # a re-scan
+    first = snapshot.render_now(state)
+    assert snapshot.render_now(again) == first and len(drawn) == 1
+    figures = snapshot_figures(again)
+    figures[0][1].update_layout(title="changed")
+    assert snapshot._render(figures)[0] != first[0] and len(drawn) == 2
+
+
+def test_an_unchanged_figure_output_is_not_sent_again(demo_checkpoints: Path, monkeypatch):
+    """After a check of the values the snapshot's figure outputs already show the PNGs the
+    render hands back: only the snapshot's HTML is sent again, not 3 images of 30-50 kB."""
+    from inspector.widgets.snapshot import Snapshot
+    from inspector.widgets.state import CheckpointState
+
+    sent: list[dict] = []
+
+    class Handle:
+        def update(self, data: dict, raw: bool = True) -> None:
+            sent.append(data)
+
+    monkeypatch.setattr("IPython.display.display", lambda data, **_: Handle())
+    snapshot = Snapshot(render=lambda figures: [b"png %d" % i for i, _ in enumerate(figures)])
+    state = CheckpointState.load(demo_checkpoints / DRIFT, model=False)
+    snapshot.show(state)
+    snapshot.render_figures(state, current=lambda: True)
+    images = [d for d in sent if "image/png" in d]
+    assert len(images) == 3 and images[0]["image/png"] == b"png 0"
+    sent.clear()
+    snapshot.update(state)
+    snapshot.render_figures(state, current=lambda: True)
+    assert [list(d) for d in sent] == [["text/html"], ["text/html"]], sent
