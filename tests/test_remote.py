@@ -308,6 +308,36 @@ def test_one_s3_client_per_endpoint_and_credentials(
     assert read(proxy) == {"testing"} and len(made) == before + 4
 
 
+def test_a_proxy_set_between_scans_gets_a_client_of_its_own(
+    big: Path, endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore takes its proxies from the environment when it makes a client: a scan after
+    HTTP_PROXY was set (or unset) must not reuse a client made without it (or with it).
+    Before, the second scan went straight to the store, past the proxy, and a proxy
+    dropped later kept getting the signed requests and object data."""
+    with Proxy(endpoint) as forward:  # forwards absolute-form requests: a forward proxy
+
+        def through_proxy() -> int:
+            forward.reset()
+            assert (
+                len(scan(f"s3://{BUCKET}/big", storage_options={"endpoint_url": endpoint}).shards)
+                == 4
+            )
+            return forward.requests
+
+        assert through_proxy() == 0
+        monkeypatch.setenv("HTTP_PROXY", forward.url)
+        assert through_proxy() > 0
+        monkeypatch.delenv("HTTP_PROXY")
+        monkeypatch.setenv("http_proxy", forward.url)
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert through_proxy() == 0
+        monkeypatch.delenv("no_proxy")
+        assert through_proxy() > 0
+        monkeypatch.delenv("http_proxy")
+        assert through_proxy() == 0
+
+
 # -- errors: retried, or one clear line ---------------------------------------------------------
 
 

@@ -958,6 +958,24 @@ _FILE_SYSTEMS_LOCK = threading.Lock()
 # Environment variables that decide credentials and endpoints: a file system made under
 # other values is not reused (its session would keep the old credentials).
 _CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
+# Environment read once when a client is made, not per request: botocore takes its proxies
+# (`*_proxy`, `no_proxy`, any letter case) when it makes an endpoint, and an SSL context
+# its trusted certificates. A session made under other values would keep going through the
+# old proxy (signed requests and object data with it), or past the new one.
+_SESSION_ENV = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NO_GCE_CHECK",  # gcsfs: whether the metadata server's credentials are tried
+)
+
+
+def _decides_session(name: str) -> bool:
+    """An environment variable a file system's client reads once, when it is made."""
+    return (
+        name.startswith(_CREDENTIAL_ENV) or name.lower().endswith("_proxy") or name in _SESSION_ENV
+    )
 
 
 def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]:
@@ -1008,7 +1026,7 @@ def _reused(
     in any of these never share one, so no session carries one store's or one identity's
     state to another (sessions keep no cookies either: `guard.guarded_session_kwargs`).
     The key is a digest: the values it covers include secrets."""
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
+    env = sorted((k, v) for k, v in os.environ.items() if _decides_session(k))
     guard = (options.read_timeout, options.allow_redirects, options.max_concurrency)
     what = (protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env)
     key = hashlib.sha256(repr((*what, _credential_files(protocol))).encode()).hexdigest()
