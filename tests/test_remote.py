@@ -338,6 +338,44 @@ def test_a_proxy_set_between_scans_gets_a_client_of_its_own(
         assert through_proxy() == 0
 
 
+def test_a_forked_process_scans_what_its_parent_scanned(
+    tmp_path: Path, range_server: RangeHTTPServer
+) -> None:
+    """A child forked after a remote scan (a multiprocessing worker on Linux) makes file
+    systems of its own: fsspec refuses the parent's in another process, and another thread
+    of the parent may hold the lock of the reused ones at the fork (held here). Before, its
+    scan of the same URL with the same options ended in "RuntimeError: This class is not
+    fork-safe"."""
+    import signal
+
+    from inspector._internal.storage import remote as remote_storage
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"w": np.zeros(4, np.float32)}, str(folder / "model.safetensors"))
+    with range_server.serving(folder.parent) as server:
+        url = f"{server.url}/{folder.name}/"
+        expected = len(scan(url).shards)
+        read, write = os.pipe()
+        with remote_storage._FILE_SYSTEMS_LOCK:
+            pid = os.fork()
+            if pid == 0:  # the child: its answer on the pipe, then out without clean-up
+                os.close(read)
+                signal.alarm(60)  # a bound, should it hang
+                try:
+                    answer = str(len(scan(url).shards))
+                except BaseException as exc:
+                    answer = f"{type(exc).__name__}: {exc}"
+                os.write(write, answer.encode()[:4000])
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            answer = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert answer == str(expected)
+        assert len(scan(url).shards) == expected  # the parent's own still serves it
+
+
 # -- errors: retried, or one clear line ---------------------------------------------------------
 
 

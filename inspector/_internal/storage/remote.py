@@ -978,6 +978,25 @@ def _decides_session(name: str) -> bool:
     )
 
 
+# The parent's file systems in a forked child: kept (see `_forget_after_fork`), never used.
+_INHERITED: list[Any] = []
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: no file system of the parent is reused (fsspec refuses them in
+    another process, "This class is not fork-safe", and their connections are the
+    parent's), and the lock is new (another thread may have held it at the fork). They are
+    kept, never used: collecting them would run their finalizers on the parent's loop and
+    connections."""
+    global _FILE_SYSTEMS_LOCK
+    _INHERITED.extend(_FILE_SYSTEMS.values())
+    _FILE_SYSTEMS.clear()
+    _FILE_SYSTEMS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]:
     """The files the store's credential chain reads, as (path, identity): (device, inode,
     size, mtime, ctime) of a regular file, None when absent. botocore's shared credentials
