@@ -338,6 +338,27 @@ def test_a_proxy_set_between_scans_gets_a_client_of_its_own(
         assert through_proxy() == 0
 
 
+def test_a_gcs_key_file_rewritten_between_scans_gets_a_file_system_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcsfs reads a key file given as its `token` option once, when the file system is
+    made: the file rewritten since (another service account) must not reuse it. Before,
+    only the path was in the key."""
+    from collections import OrderedDict
+
+    from inspector._internal.storage import remote as remote_storage
+    from inspector._internal.storage.remote import RemoteOptions, _reused
+
+    monkeypatch.setattr(remote_storage, "_FILE_SYSTEMS", OrderedDict())  # stand-ins only
+
+    key_file = tmp_path / "key.json"
+    key_file.write_text('{"client_email": "first@example.iam"}')
+    first = _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object)
+    assert _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object) is first
+    key_file.write_text('{"client_email": "second-account@example.iam"}')
+    assert _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object) is not first
+
+
 def test_a_forked_process_scans_what_its_parent_scanned(
     tmp_path: Path, range_server: RangeHTTPServer
 ) -> None:

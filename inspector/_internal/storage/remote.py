@@ -997,13 +997,21 @@ def _forget_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]:
+# gcsfs' `token` values that name a way to find credentials, not a file
+# (`gcsfs.credentials.GoogleCredentials.connect`).
+_GCSFS_TOKEN_METHODS = frozenset({"google_default", "cache", "cloud", "token", "anon", "browser"})
+
+
+def _credential_files(
+    protocol: str, opts: Mapping[str, Any]
+) -> list[tuple[str, tuple[int, ...] | None]]:
     """The files the store's credential chain reads, as (path, identity): (device, inode,
     size, mtime, ctime) of a regular file, None when absent. botocore's shared credentials
     and config files (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, or under ~/.aws),
     Google's application default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, or under
-    `CLOUDSDK_CONFIG` / ~/.config/gcloud). A file written since a file system was made
-    (another profile, a new login) makes another one. The Hub's token is read for every
+    `CLOUDSDK_CONFIG` / ~/.config/gcloud), gcsfs' token cache and a key file given as its
+    `token` option. A file written since a file system was made (another profile, a new
+    login, another service account's key) makes another one. The Hub's token is read for every
     scan (`build_hf_headers`) and sent per request, never kept in a session."""
     env = os.environ.get
     home = os.path.expanduser("~")
@@ -1017,7 +1025,12 @@ def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]
         paths = [
             env("GOOGLE_APPLICATION_CREDENTIALS") or "",
             os.path.join(gcloud, "application_default_credentials.json"),
+            os.path.join(home, ".gcs_tokens"),  # gcsfs' own token cache (method "cache")
         ]
+        token = opts.get("token")
+        # gcsfs takes a method name or a service account's key file (`GoogleCredentials`).
+        if isinstance(token, str) and token not in _GCSFS_TOKEN_METHODS:
+            paths.append(token)
     else:
         return []
     out: list[tuple[str, tuple[int, ...] | None]] = []
@@ -1048,7 +1061,7 @@ def _reused(
     env = sorted((k, v) for k, v in os.environ.items() if _decides_session(k))
     guard = (options.read_timeout, options.allow_redirects, options.max_concurrency)
     what = (protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env)
-    key = hashlib.sha256(repr((*what, _credential_files(protocol))).encode()).hexdigest()
+    key = hashlib.sha256(repr((*what, _credential_files(protocol, opts))).encode()).hexdigest()
     with _FILE_SYSTEMS_LOCK:
         fs = _FILE_SYSTEMS.get(key)
         if fs is None:
