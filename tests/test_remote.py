@@ -308,6 +308,95 @@ def test_one_s3_client_per_endpoint_and_credentials(
     assert read(proxy) == {"testing"} and len(made) == before + 4
 
 
+def test_a_proxy_set_between_scans_gets_a_client_of_its_own(
+    big: Path, endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """botocore takes its proxies from the environment when it makes a client: a scan after
+    HTTP_PROXY was set (or unset) must not reuse a client made without it (or with it).
+    Before, the second scan went straight to the store, past the proxy, and a proxy
+    dropped later kept getting the signed requests and object data."""
+    with Proxy(endpoint) as forward:  # forwards absolute-form requests: a forward proxy
+
+        def through_proxy() -> int:
+            forward.reset()
+            assert (
+                len(scan(f"s3://{BUCKET}/big", storage_options={"endpoint_url": endpoint}).shards)
+                == 4
+            )
+            return forward.requests
+
+        assert through_proxy() == 0
+        monkeypatch.setenv("HTTP_PROXY", forward.url)
+        assert through_proxy() > 0
+        monkeypatch.delenv("HTTP_PROXY")
+        monkeypatch.setenv("http_proxy", forward.url)
+        monkeypatch.setenv("no_proxy", "127.0.0.1")
+        assert through_proxy() == 0
+        monkeypatch.delenv("no_proxy")
+        assert through_proxy() > 0
+        monkeypatch.delenv("http_proxy")
+        assert through_proxy() == 0
+
+
+def test_a_gcs_key_file_rewritten_between_scans_gets_a_file_system_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcsfs reads a key file given as its `token` option once, when the file system is
+    made: the file rewritten since (another service account) must not reuse it. Before,
+    only the path was in the key."""
+    from collections import OrderedDict
+
+    from inspector._internal.storage import remote as remote_storage
+    from inspector._internal.storage.remote import RemoteOptions, _reused
+
+    monkeypatch.setattr(remote_storage, "_FILE_SYSTEMS", OrderedDict())  # stand-ins only
+
+    key_file = tmp_path / "key.json"
+    key_file.write_text('{"client_email": "first@example.iam"}')
+    first = _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object)
+    assert _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object) is first
+    key_file.write_text('{"client_email": "second-account@example.iam"}')
+    assert _reused("gcs", {"token": str(key_file)}, RemoteOptions(), object) is not first
+
+
+def test_a_forked_process_scans_what_its_parent_scanned(
+    tmp_path: Path, range_server: RangeHTTPServer
+) -> None:
+    """A child forked after a remote scan (a multiprocessing worker on Linux) makes file
+    systems of its own: fsspec refuses the parent's in another process, and another thread
+    of the parent may hold the lock of the reused ones at the fork (held here). Before, its
+    scan of the same URL with the same options ended in "RuntimeError: This class is not
+    fork-safe"."""
+    import signal
+
+    from inspector._internal.storage import remote as remote_storage
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({"w": np.zeros(4, np.float32)}, str(folder / "model.safetensors"))
+    with range_server.serving(folder.parent) as server:
+        url = f"{server.url}/{folder.name}/"
+        expected = len(scan(url).shards)
+        read, write = os.pipe()
+        with remote_storage._FILE_SYSTEMS_LOCK:
+            pid = os.fork()
+            if pid == 0:  # the child: its answer on the pipe, then out without clean-up
+                os.close(read)
+                signal.alarm(60)  # a bound, should it hang
+                try:
+                    answer = str(len(scan(url).shards))
+                except BaseException as exc:
+                    answer = f"{type(exc).__name__}: {exc}"
+                os.write(write, answer.encode()[:4000])
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            answer = pipe.read().decode()
+        os.waitpid(pid, 0)
+        assert answer == str(expected)
+        assert len(scan(url).shards) == expected  # the parent's own still serves it
+
+
 # -- errors: retried, or one clear line ---------------------------------------------------------
 
 

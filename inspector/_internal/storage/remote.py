@@ -958,15 +958,60 @@ _FILE_SYSTEMS_LOCK = threading.Lock()
 # Environment variables that decide credentials and endpoints: a file system made under
 # other values is not reused (its session would keep the old credentials).
 _CREDENTIAL_ENV = ("AWS_", "HF_", "HUGGING_FACE_", "GOOGLE_", "CLOUDSDK_", "GCSFS_")
+# Environment read once when a client is made, not per request: botocore takes its proxies
+# (`*_proxy`, `no_proxy`, any letter case) when it makes an endpoint, and an SSL context
+# its trusted certificates. A session made under other values would keep going through the
+# old proxy (signed requests and object data with it), or past the new one.
+_SESSION_ENV = (
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NO_GCE_CHECK",  # gcsfs: whether the metadata server's credentials are tried
+)
 
 
-def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]:
+def _decides_session(name: str) -> bool:
+    """An environment variable a file system's client reads once, when it is made."""
+    return (
+        name.startswith(_CREDENTIAL_ENV) or name.lower().endswith("_proxy") or name in _SESSION_ENV
+    )
+
+
+# The parent's file systems in a forked child: kept (see `_forget_after_fork`), never used.
+_INHERITED: list[Any] = []
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: no file system of the parent is reused (fsspec refuses them in
+    another process, "This class is not fork-safe", and their connections are the
+    parent's), and the lock is new (another thread may have held it at the fork). They are
+    kept, never used: collecting them would run their finalizers on the parent's loop and
+    connections."""
+    global _FILE_SYSTEMS_LOCK
+    _INHERITED.extend(_FILE_SYSTEMS.values())
+    _FILE_SYSTEMS.clear()
+    _FILE_SYSTEMS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+# gcsfs' `token` values that name a way to find credentials, not a file
+# (`gcsfs.credentials.GoogleCredentials.connect`).
+_GCSFS_TOKEN_METHODS = frozenset({"google_default", "cache", "cloud", "token", "anon", "browser"})
+
+
+def _credential_files(
+    protocol: str, opts: Mapping[str, Any]
+) -> list[tuple[str, tuple[int, ...] | None]]:
     """The files the store's credential chain reads, as (path, identity): (device, inode,
     size, mtime, ctime) of a regular file, None when absent. botocore's shared credentials
     and config files (`AWS_SHARED_CREDENTIALS_FILE`, `AWS_CONFIG_FILE`, or under ~/.aws),
     Google's application default credentials (`GOOGLE_APPLICATION_CREDENTIALS`, or under
-    `CLOUDSDK_CONFIG` / ~/.config/gcloud). A file written since a file system was made
-    (another profile, a new login) makes another one. The Hub's token is read for every
+    `CLOUDSDK_CONFIG` / ~/.config/gcloud), gcsfs' token cache and a key file given as its
+    `token` option. A file written since a file system was made (another profile, a new
+    login, another service account's key) makes another one. The Hub's token is read for every
     scan (`build_hf_headers`) and sent per request, never kept in a session."""
     env = os.environ.get
     home = os.path.expanduser("~")
@@ -980,7 +1025,12 @@ def _credential_files(protocol: str) -> list[tuple[str, tuple[int, ...] | None]]
         paths = [
             env("GOOGLE_APPLICATION_CREDENTIALS") or "",
             os.path.join(gcloud, "application_default_credentials.json"),
+            os.path.join(home, ".gcs_tokens"),  # gcsfs' own token cache (method "cache")
         ]
+        token = opts.get("token")
+        # gcsfs takes a method name or a service account's key file (`GoogleCredentials`).
+        if isinstance(token, str) and token not in _GCSFS_TOKEN_METHODS:
+            paths.append(token)
     else:
         return []
     out: list[tuple[str, tuple[int, ...] | None]] = []
@@ -1008,10 +1058,10 @@ def _reused(
     in any of these never share one, so no session carries one store's or one identity's
     state to another (sessions keep no cookies either: `guard.guarded_session_kwargs`).
     The key is a digest: the values it covers include secrets."""
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(_CREDENTIAL_ENV))
+    env = sorted((k, v) for k, v in os.environ.items() if _decides_session(k))
     guard = (options.read_timeout, options.allow_redirects, options.max_concurrency)
     what = (protocol, sorted(opts.items(), key=lambda kv: kv[0]), guard, env)
-    key = hashlib.sha256(repr((*what, _credential_files(protocol))).encode()).hexdigest()
+    key = hashlib.sha256(repr((*what, _credential_files(protocol, opts))).encode()).hexdigest()
     with _FILE_SYSTEMS_LOCK:
         fs = _FILE_SYSTEMS.get(key)
         if fs is None:
