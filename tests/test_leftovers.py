@@ -377,3 +377,18 @@ def test_shard_sized_outputs_of_killed_runs_are_reported_not_removed(folder: Pat
     )
     assert main(["repair", "--recover", "--yes", str(folder)]) == 0
     assert staging.is_dir() and (folder / "model-00002-of-00002.safetensors.partial").exists()
+
+
+def test_an_absolute_planned_path_never_reaches_outside_the_folder(
+    folder: Path, tmp_path: Path
+) -> None:
+    # `os.open("/", dir_fd=...)` ignores the descriptor: an absolute path among a plan's
+    # writes made the listing, then the removal, walk from the file system's root.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    temp = victim / temp_name_for("notes.json", _dead_pid())
+    temp.write_text("keep me")
+    for planned in (str(victim / "notes.json"), "/" + str(victim / "notes.json")):
+        assert not find_leftovers(folder, writes=[planned], locked=True)
+        recover_folder(folder, writes=[planned])
+    assert temp.read_text() == "keep me"

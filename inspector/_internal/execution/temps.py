@@ -329,6 +329,10 @@ def _staging(entry: os.DirEntry[str], parent: int) -> Leftover:
 def _open_folder(root: Path, folder: str, dir_fd: int | None) -> int:
     """A descriptor of root/folder, every part below the root opened without following a
     link (the root itself is what the user named, or `dir_fd` when it is open already)."""
+    # An absolute path would make its first part "/", which `os.open` opens whatever
+    # `dir_fd` is: refused before anything is opened, like `..`.
+    if PurePosixPath(folder).is_absolute():
+        raise OSError(errno.EINVAL, "not a folder inside the checkpoint")
     fd = (
         os.dup(dir_fd) if dir_fd is not None else os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     )
