@@ -392,3 +392,44 @@ def test_an_absolute_planned_path_never_reaches_outside_the_folder(
         assert not find_leftovers(folder, writes=[planned], locked=True)
         recover_folder(folder, writes=[planned])
     assert temp.read_text() == "keep me"
+
+
+def test_a_folder_link_swapped_during_recovery_leaves_the_unlocked_folder_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The path the user named is a link; whoever controls it points it elsewhere between
+    # the listing, the lock check and the removal. The recovery acts on the folder it
+    # opened (whose lock it holds), never on the other one.
+    from inspector._internal.execution import atomic
+
+    locked, other = tmp_path / "locked", tmp_path / "other"
+    locked.mkdir()
+    other.mkdir()
+    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_text("{}")
+    link = tmp_path / "ckpt"
+    link.symlink_to(locked)
+
+    def point(at: Path) -> None:
+        link.unlink()
+        link.symlink_to(at)
+
+    real_find, real_remove = atomic.find_leftovers, atomic.remove_leftovers
+
+    def find(*args: object, **kwargs: object) -> temps.Leftovers:
+        point(other)
+        try:
+            return real_find(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            point(locked)
+
+    def remove(*args: object, **kwargs: object) -> temps.Leftovers:
+        point(other)
+        return real_remove(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(atomic, "find_leftovers", find)
+    monkeypatch.setattr(atomic, "remove_leftovers", remove)
+    with folder_lock(locked):
+        point(locked)
+        recover_folder(link)
+    assert temp.exists()
