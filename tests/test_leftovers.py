@@ -433,3 +433,23 @@ def test_a_folder_link_swapped_during_recovery_leaves_the_unlocked_folder_alone(
         point(locked)
         recover_folder(link)
     assert temp.exists()
+
+
+def test_a_look_alike_temp_name_in_dest_is_foreign_to_a_consolidation(
+    dcp_checkpoint: Path, tmp_path: Path
+) -> None:
+    # The DEST check read temp names with `\d`, which takes any Unicode digit: a look-alike
+    # the recovery keeps as not ours passed as this plan's own output, so the consolidation
+    # wrote into a DEST holding somebody else's entry without `--overwrite`.
+    from inspector._internal.common.filenames import MANIFEST_NAME
+    from inspector._internal.plans.consolidate import plan_consolidation
+    from inspector.errors import PlanRefusedError
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    look_alike = dest / f".{MANIFEST_NAME}.tmp-\u0661\u0662"
+    look_alike.write_text("somebody's notes")
+    plan = plan_consolidation(scan(dcp_checkpoint), dest)
+    with pytest.raises(PlanRefusedError, match="tmp-"):
+        plan.execute(progress=False, verify=False)
+    assert _names(dest) == [look_alike.name]
