@@ -4,8 +4,10 @@ hostile folder itself."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +28,7 @@ from inspector._internal.execution.temps import (
     temp_name_for,
 )
 from inspector._internal.scan.entry import scan
+from inspector.errors import InspectorError
 
 
 def _dead_pid() -> int:
@@ -453,3 +456,40 @@ def test_a_look_alike_temp_name_in_dest_is_foreign_to_a_consolidation(
     with pytest.raises(PlanRefusedError, match="tmp-"):
         plan.execute(progress=False, verify=False)
     assert _names(dest) == [look_alike.name]
+
+
+def test_a_folder_link_swapped_as_the_lock_is_taken_registers_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lock is taken in the folder the link names then; the link then names another
+    # folder. That other folder's lock is not held, so nothing is removed from it.
+    from inspector._internal.execution import atomic
+
+    locked, other = tmp_path / "locked", tmp_path / "other"
+    locked.mkdir()
+    other.mkdir()
+    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_text("{}")
+    link = tmp_path / "ckpt"
+    link.symlink_to(locked)
+    take = atomic._take_lock
+
+    def take_then_swap(root: Path) -> int:
+        fd = take(root)
+        link.unlink()
+        link.symlink_to(other)
+        return fd
+
+    monkeypatch.setattr(atomic, "_take_lock", take_then_swap)
+    with folder_lock(link):
+        # Another run holds the other folder's lock (the temp file may be its own).
+        monkeypatch.setattr(atomic, "folder_lock", _refused)
+        recover_folder(link)
+    assert temp.exists()
+
+
+@contextlib.contextmanager
+def _refused(root: Path) -> Iterator[None]:
+    """A folder lock another run holds."""
+    raise InspectorError(f"{root}: another run holds the lock")
+    yield

@@ -105,8 +105,9 @@ def folder_lock(root: Path) -> Iterator[None]:
     fd = _take_lock(root)
     key = None
     try:
-        key = _folder_key(root)
-        _HELD.add(key)
+        key = _locked_folder_key(root, fd)
+        if key is not None:
+            _HELD.add(key)
         yield
     finally:
         if key is not None:
@@ -120,9 +121,29 @@ def folder_lock(root: Path) -> Iterator[None]:
 _HELD: set[tuple[int, int, int]] = set()
 
 
-def _folder_key(root: Path) -> tuple[int, int, int]:
-    info = os.stat(root)
-    return info.st_dev, info.st_ino, threading.get_ident()
+def _locked_folder_key(root: Path, fd: int) -> tuple[int, int, int] | None:
+    """The key of the folder whose lock file is `fd`: `root` as opened now, when the lock
+    file in it is that very file. A link in `root`'s path swapped since the lock was taken
+    would otherwise register a folder whose lock is not held, and a recovery there would
+    remove files as if no other writer ran (None: nothing is registered)."""
+    try:
+        dfd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError:
+        return None
+    try:
+        folder = os.fstat(dfd)
+        there = os.stat(LOCK, dir_fd=dfd, follow_symlinks=False)
+        if fd >= 0:
+            mine = os.fstat(fd)
+            if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+                return None
+        elif not stat.S_ISREG(there.st_mode):
+            return None
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    return folder.st_dev, folder.st_ino, threading.get_ident()
 
 
 def _holds_lock_of(fd: int) -> bool:
