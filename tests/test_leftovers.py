@@ -397,6 +397,19 @@ def test_an_absolute_planned_path_never_reaches_outside_the_folder(
     assert temp.read_text() == "keep me"
 
 
+def _linked_folders(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """Two folders, a dead run's temp file of the index in the second one, and a link
+    naming the first: (first, second, temp file, link)."""
+    locked, other = tmp_path / "locked", tmp_path / "other"
+    locked.mkdir()
+    other.mkdir()
+    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_text("{}")
+    link = tmp_path / "ckpt"
+    link.symlink_to(locked)
+    return locked, other, temp, link
+
+
 def test_a_folder_link_swapped_during_recovery_leaves_the_unlocked_folder_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,13 +418,7 @@ def test_a_folder_link_swapped_during_recovery_leaves_the_unlocked_folder_alone(
     # opened (whose lock it holds), never on the other one.
     from inspector._internal.execution import atomic
 
-    locked, other = tmp_path / "locked", tmp_path / "other"
-    locked.mkdir()
-    other.mkdir()
-    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
-    temp.write_text("{}")
-    link = tmp_path / "ckpt"
-    link.symlink_to(locked)
+    locked, other, temp, link = _linked_folders(tmp_path)
 
     def point(at: Path) -> None:
         link.unlink()
@@ -465,13 +472,7 @@ def test_a_folder_link_swapped_as_the_lock_is_taken_registers_no_lock(
     # folder. That other folder's lock is not held, so nothing is removed from it.
     from inspector._internal.execution import atomic
 
-    locked, other = tmp_path / "locked", tmp_path / "other"
-    locked.mkdir()
-    other.mkdir()
-    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
-    temp.write_text("{}")
-    link = tmp_path / "ckpt"
-    link.symlink_to(locked)
+    _, other, temp, link = _linked_folders(tmp_path)
     take = atomic._take_lock
 
     def take_then_swap(root: Path) -> int:
