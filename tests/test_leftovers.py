@@ -494,3 +494,17 @@ def _refused(root: Path) -> Iterator[None]:
     """A folder lock another run holds."""
     raise InspectorError(f"{root}: another run holds the lock")
     yield
+
+
+def test_a_staging_folder_past_the_sizing_cap_says_its_size_is_a_floor(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The staging folder's entries are sized up to a cap; past it the size shown was
+    # silently that of the first ones.
+    monkeypatch.setattr(temps, "_STAGING_SIZED", 2)
+    staging = folder / ".ckpt-inspect-reshard"
+    staging.mkdir()
+    for i in range(3):
+        (staging / f"part-{i}").write_bytes(b"x" * 1000)
+    [line] = [i.describe() for i in find_leftovers(folder, locked=True, outputs=True).kept]
+    assert "(2.0 kB)" in line and "more than 2 entries; the size is of the first ones" in line

@@ -312,17 +312,20 @@ def _staging(entry: os.DirEntry[str], parent: int) -> Leftover:
         fd = os.open(STAGING, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
     except OSError:
         return Leftover(STAGING, None, None, None, "not a folder ckpt-inspect made", what=what)
-    size = 0
+    size, more = 0, False
     try:
         with os.scandir(fd) as entries:
             for seen, item in enumerate(entries):
                 if seen >= _STAGING_SIZED:
+                    more = True
                     break
                 with contextlib.suppress(OSError):
                     info = item.stat(follow_symlinks=False)
                     size += info.st_size if stat.S_ISREG(info.st_mode) else 0
     finally:
         os.close(fd)
+    if more:  # the size shown is a floor, and says so
+        what += f" (more than {_STAGING_SIZED:,} entries; the size is of the first ones)"
     return Leftover(STAGING, size, None, None, why, what=what)
 
 
