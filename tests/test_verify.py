@@ -1011,3 +1011,24 @@ def test_a_bin_that_says_big_endian_never_matches_at_tensor_level(tmp_path: Path
     assert not torch.equal(loaded, torch.arange(8, dtype=torch.float32))  # torch swapped them
     result = verify(folder, level="tensor")
     assert not result.ok and result.mismatches and "match" not in result.line(), result.line()
+
+
+def test_a_shard_named_like_a_temp_file_is_verified(tmp_path: Path) -> None:
+    # The listing skipped every `.<name>.tmp-<n>` entry, but an index may name such a file
+    # as a shard and a loader reads it: its bytes changed and verify said "all match".
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    shard = ".model-00001-of-00001.safetensors.tmp-1"
+    save_file({"w": np.arange(4, dtype=np.float32)}, str(folder / shard))
+    index = {"metadata": {"total_size": 16}, "weight_map": {"w": shard}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    write_manifest(folder)
+    data = bytearray((folder / shard).read_bytes())
+    data[-1] ^= 0xFF
+    (folder / shard).write_bytes(bytes(data))
+    result = verify(folder, level="hash")
+    assert not result.ok and not result.all_match
+    assert result.mismatches == 1

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,7 +56,8 @@ _MAX_DEPTH = 32
 # and version control.
 _SKIP_DIRS = frozenset({BACKUP_DIR, STAGING, ".cache", ".git"})
 _SKIP_FILES = frozenset({LOCK, JOURNAL, MANIFEST_NAME})
-_TEMP = re.compile(r"\..+\.tmp-\d+")
+# Files named like temp files (`.<name>.tmp-<pid>`) are listed like any other: an index may
+# name one as a shard, which a loader then reads; a killed run's are `check`'s to report.
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +94,7 @@ def list_files(storage: Storage) -> Listing:
                     )
                 todo.append((rel, depth + 1))
                 continue
-            if (entry.name in _SKIP_FILES and not folder) or _TEMP.fullmatch(entry.name):
+            if entry.name in _SKIP_FILES and not folder:
                 continue
             if entry.kind is EntryKind.REFUSED:
                 refused[rel] = entry.reason or "is refused by the storage"
