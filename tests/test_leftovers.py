@@ -5,6 +5,7 @@ hostile folder itself."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -310,6 +311,14 @@ def test_a_temp_file_an_unfinished_journal_renames_is_no_leftover(folder: Path) 
     os.waitpid(pid, 0)
     assert (folder / JOURNAL).exists() and (folder / temp_name_for(INDEX_NAME, pid)).exists()
     assert not [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    # A journal that is not ours (here: its MAC edited) hides nothing: the recovery does
+    # not finish it on its own.
+    ours = (folder / JOURNAL).read_bytes()
+    doc = json.loads(ours)
+    (folder / JOURNAL).write_text(json.dumps({**doc, "mac": "0" * len(doc["mac"])}))
+    found = [f.file for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    assert found == [temp_name_for(INDEX_NAME, pid)]
+    (folder / JOURNAL).write_bytes(ours)
     done = recover_folder(folder)
     assert done.renamed == [INDEX_NAME] and not done.leftovers
     assert _names(folder) == sorted([INDEX_NAME, "model.safetensors"])
