@@ -183,3 +183,24 @@ def test_exit_codes_stay_distinct(tmp_path: Path) -> None:
     assert cli("repair", folder, "--yes").returncode == 0
     assert run("check", folder, "--fail-on", "warning").returncode == 0
     assert os.path.exists(folder / INDEX)
+
+
+def test_an_output_given_as_a_url_is_refused_not_written_locally(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a Path, `s3://bucket/x` is the local folder `./s3:/bucket/x`: a consolidation,
+    # a repair's --output-dir or a manifest's -o wrote (and cleared temp files) there while
+    # the user meant a bucket. Each is one line and exit 2, with nothing written.
+    src = tmp_path / "src"
+    src.mkdir()
+    save_file({"w": np.zeros((2, 2), np.float32)}, str(src / "model.safetensors"))
+    monkeypatch.chdir(tmp_path)
+    for args in (
+        ("consolidate", src, "s3://bucket/x", "--dry-run"),
+        ("repair", src, "--output-dir", "hf://org/repo", "--dry-run"),
+        ("manifest", src, "-o", "gs://bucket/m.json"),
+    ):
+        done = run(*args)
+        assert done.returncode == 2, done
+        assert "a URL; ckpt-inspect writes only local folders" in done.stderr
+    assert sorted(os.listdir(tmp_path)) == ["src"]

@@ -4,8 +4,11 @@ hostile folder itself."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +29,7 @@ from inspector._internal.execution.temps import (
     temp_name_for,
 )
 from inspector._internal.scan.entry import scan
+from inspector.errors import InspectorError
 
 
 def _dead_pid() -> int:
@@ -307,6 +311,14 @@ def test_a_temp_file_an_unfinished_journal_renames_is_no_leftover(folder: Path) 
     os.waitpid(pid, 0)
     assert (folder / JOURNAL).exists() and (folder / temp_name_for(INDEX_NAME, pid)).exists()
     assert not [f for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    # A journal that is not ours (here: its MAC edited) hides nothing: the recovery does
+    # not finish it on its own.
+    ours = (folder / JOURNAL).read_bytes()
+    doc = json.loads(ours)
+    (folder / JOURNAL).write_text(json.dumps({**doc, "mac": "0" * len(doc["mac"])}))
+    found = [f.file for f in check(scan(folder), model=False) if f.code == "temp-file-left"]
+    assert found == [temp_name_for(INDEX_NAME, pid)]
+    (folder / JOURNAL).write_bytes(ours)
     done = recover_folder(folder)
     assert done.renamed == [INDEX_NAME] and not done.leftovers
     assert _names(folder) == sorted([INDEX_NAME, "model.safetensors"])
@@ -377,3 +389,131 @@ def test_shard_sized_outputs_of_killed_runs_are_reported_not_removed(folder: Pat
     )
     assert main(["repair", "--recover", "--yes", str(folder)]) == 0
     assert staging.is_dir() and (folder / "model-00002-of-00002.safetensors.partial").exists()
+
+
+def test_an_absolute_planned_path_never_reaches_outside_the_folder(
+    folder: Path, tmp_path: Path
+) -> None:
+    # `os.open("/", dir_fd=...)` ignores the descriptor: an absolute path among a plan's
+    # writes made the listing, then the removal, walk from the file system's root.
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    temp = victim / temp_name_for("notes.json", _dead_pid())
+    temp.write_text("keep me")
+    for planned in (str(victim / "notes.json"), "/" + str(victim / "notes.json")):
+        assert not find_leftovers(folder, writes=[planned], locked=True)
+        recover_folder(folder, writes=[planned])
+    assert temp.read_text() == "keep me"
+
+
+def _linked_folders(tmp_path: Path) -> tuple[Path, Path, Path, Path]:
+    """Two folders, a dead run's temp file of the index in the second one, and a link
+    naming the first: (first, second, temp file, link)."""
+    locked, other = tmp_path / "locked", tmp_path / "other"
+    locked.mkdir()
+    other.mkdir()
+    temp = other / temp_name_for(INDEX_NAME, _dead_pid())
+    temp.write_text("{}")
+    link = tmp_path / "ckpt"
+    link.symlink_to(locked)
+    return locked, other, temp, link
+
+
+def test_a_folder_link_swapped_during_recovery_leaves_the_unlocked_folder_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The path the user named is a link; whoever controls it points it elsewhere between
+    # the listing, the lock check and the removal. The recovery acts on the folder it
+    # opened (whose lock it holds), never on the other one.
+    from inspector._internal.execution import atomic
+
+    locked, other, temp, link = _linked_folders(tmp_path)
+
+    def point(at: Path) -> None:
+        link.unlink()
+        link.symlink_to(at)
+
+    real_find, real_remove = atomic.find_leftovers, atomic.remove_leftovers
+
+    def find(*args: object, **kwargs: object) -> temps.Leftovers:
+        point(other)
+        try:
+            return real_find(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            point(locked)
+
+    def remove(*args: object, **kwargs: object) -> temps.Leftovers:
+        point(other)
+        return real_remove(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(atomic, "find_leftovers", find)
+    monkeypatch.setattr(atomic, "remove_leftovers", remove)
+    with folder_lock(locked):
+        point(locked)
+        recover_folder(link)
+    assert temp.exists()
+
+
+def test_a_look_alike_temp_name_in_dest_is_foreign_to_a_consolidation(
+    dcp_checkpoint: Path, tmp_path: Path
+) -> None:
+    # The DEST check read temp names with `\d`, which takes any Unicode digit: a look-alike
+    # the recovery keeps as not ours passed as this plan's own output, so the consolidation
+    # wrote into a DEST holding somebody else's entry without `--overwrite`.
+    from inspector._internal.common.filenames import MANIFEST_NAME
+    from inspector._internal.plans.consolidate import plan_consolidation
+    from inspector.errors import PlanRefusedError
+
+    dest = tmp_path / "out"
+    dest.mkdir()
+    look_alike = dest / f".{MANIFEST_NAME}.tmp-\u0661\u0662"
+    look_alike.write_text("somebody's notes")
+    plan = plan_consolidation(scan(dcp_checkpoint), dest)
+    with pytest.raises(PlanRefusedError, match="tmp-"):
+        plan.execute(progress=False, verify=False)
+    assert _names(dest) == [look_alike.name]
+
+
+def test_a_folder_link_swapped_as_the_lock_is_taken_registers_no_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The lock is taken in the folder the link names then; the link then names another
+    # folder. That other folder's lock is not held, so nothing is removed from it.
+    from inspector._internal.execution import atomic
+
+    _, other, temp, link = _linked_folders(tmp_path)
+    take = atomic._take_lock
+
+    def take_then_swap(root: Path) -> int:
+        fd = take(root)
+        link.unlink()
+        link.symlink_to(other)
+        return fd
+
+    monkeypatch.setattr(atomic, "_take_lock", take_then_swap)
+    with folder_lock(link):
+        # Another run holds the other folder's lock (the temp file may be its own).
+        monkeypatch.setattr(atomic, "folder_lock", _refused)
+        recover_folder(link)
+    assert temp.exists()
+
+
+@contextlib.contextmanager
+def _refused(root: Path) -> Iterator[None]:
+    """A folder lock another run holds."""
+    raise InspectorError(f"{root}: another run holds the lock")
+    yield
+
+
+def test_a_staging_folder_past_the_sizing_cap_says_its_size_is_a_floor(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The staging folder's entries are sized up to a cap; past it the size shown was
+    # silently that of the first ones.
+    monkeypatch.setattr(temps, "_STAGING_SIZED", 2)
+    staging = folder / ".ckpt-inspect-reshard"
+    staging.mkdir()
+    for i in range(3):
+        (staging / f"part-{i}").write_bytes(b"x" * 1000)
+    [line] = [i.describe() for i in find_leftovers(folder, locked=True, outputs=True).kept]
+    assert "(2.0 kB)" in line and "more than 2 entries; the size is of the first ones" in line

@@ -1012,3 +1012,27 @@ def test_a_bin_that_says_big_endian_never_matches_at_tensor_level(tmp_path: Path
     assert not torch.equal(loaded, torch.arange(8, dtype=torch.float32))  # torch swapped them
     result = verify(folder, level="tensor")
     assert not result.ok and result.mismatches and "match" not in result.line(), result.line()
+
+
+@pytest.mark.parametrize(
+    "shard",
+    [".model-00001-of-00001.safetensors.tmp-1", ".cache/m.safetensors", ".git/m.safetensors"],
+)
+def test_a_shard_where_the_listing_skips_is_verified(tmp_path: Path, shard: str) -> None:
+    # The listing skips temp-named files, `.cache`, `.git`; an index may name a shard there
+    # and a loader reads it: its bytes changed and verify said "all match".
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    (folder / shard).parent.mkdir(parents=True)
+    save_file({"w": np.arange(4, dtype=np.float32)}, str(folder / shard))
+    index = {"metadata": {"total_size": 16}, "weight_map": {"w": shard}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    write_manifest(folder)
+    data = bytearray((folder / shard).read_bytes())
+    data[-1] ^= 0xFF
+    (folder / shard).write_bytes(bytes(data))
+    result = verify(folder, level="hash")
+    assert not result.ok and not result.all_match
+    assert result.mismatches == 1

@@ -67,7 +67,11 @@ def _journal_sources(root: Path) -> set[str]:
         journal = read_journal(root)
     except (JournalError, OSError):
         return set()  # not one of ours: nothing it names is taken off the list
-    return {entry.src for entry in journal.entries} if journal is not None else set()
+    # Only our own journal is finished by the recovery on its own: the sources of any other
+    # (shipped, edited, another user's) stay listed, or a journal could hide any entry.
+    if journal is None or not journal.ours or journal.problems:
+        return set()
+    return {entry.src for entry in journal.entries}
 
 
 def _finding(root: Path, item: Leftover) -> Finding:

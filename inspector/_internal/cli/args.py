@@ -22,6 +22,7 @@ from inspector._internal.common.defaults import (
     DEFAULT_READ_TIMEOUT,
     DEFAULT_TIMEOUT,
 )
+from inspector._internal.common.display import legible
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
@@ -38,6 +39,7 @@ __all__ = [
     "confirm",
     "emit",
     "exit_for",
+    "local_output",
     "number",
     "remote_kwargs",
     "scan_from_args",
@@ -54,6 +56,19 @@ def target(text: str) -> Path | str:
     from inspector._internal.storage.urls import is_remote
 
     return text if is_remote(text) else Path(text)
+
+
+def local_output(text: str) -> Path:
+    """A folder or file this command writes: local only. A URL is refused in one line
+    (as a Path, `s3://bucket/x` would silently be the local folder `./s3:/bucket/x`)."""
+    from inspector._internal.storage.urls import scheme_of
+
+    if scheme_of(text) is not None:
+        raise argparse.ArgumentTypeError(
+            f"{legible(text)}: a URL; ckpt-inspect writes only local folders and files "
+            "(nothing is uploaded): name a local path"
+        )
+    return Path(text)
 
 
 def add_path_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,12 +5,12 @@ each rank writes its share)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from inspector._internal.cli.args import (
     EXIT_FOUND,
     EXIT_OK,
     add_remote_arguments,
+    local_output,
     scan_path,
     target,
 )
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=target,
         help="DCP-sharded folder (or a checkpoint with model/), a .bin checkpoint, or a URL",
     )
-    p.add_argument("dest", type=Path, help="local output folder for the .safetensors files")
+    p.add_argument("dest", type=local_output, help="local output folder for the .safetensors files")
     p.add_argument(
         "--mapping", type=target, help="JSON {tensor: 1-based output file index} (path or URL)"
     )

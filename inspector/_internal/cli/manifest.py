@@ -5,9 +5,8 @@ and prints."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from inspector._internal.cli.args import EXIT_OK, add_options, target
+from inspector._internal.cli.args import EXIT_OK, add_options, local_output, target
 from inspector._internal.cli.verify import progress_wanted
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import MANIFEST_NAME
@@ -22,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=local_output,
         help=f"where to write it (default: {MANIFEST_NAME} inside the folder)",
     )
     add_options(p, "--workers")

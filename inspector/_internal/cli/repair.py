@@ -17,6 +17,7 @@ from inspector._internal.cli.args import (
     add_options,
     add_remote_arguments,
     confirm,
+    local_output,
     remote_kwargs,
     scan_from_args,
     target,
@@ -49,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", type=target, help="checkpoint folder (or URL, with --output-dir)")
     p.add_argument(
         "--output-dir",
-        type=Path,
+        type=local_output,
         metavar="DIR",
         help="write the repaired JSON files into this local folder instead of the checkpoint "
         "(required for a remote checkpoint: nothing is uploaded)",

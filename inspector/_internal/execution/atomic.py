@@ -105,8 +105,9 @@ def folder_lock(root: Path) -> Iterator[None]:
     fd = _take_lock(root)
     key = None
     try:
-        key = _folder_key(root)
-        _HELD.add(key)
+        key = _locked_folder_key(root, fd)
+        if key is not None:
+            _HELD.add(key)
         yield
     finally:
         if key is not None:
@@ -120,16 +121,35 @@ def folder_lock(root: Path) -> Iterator[None]:
 _HELD: set[tuple[int, int, int]] = set()
 
 
-def _folder_key(root: Path) -> tuple[int, int, int]:
-    info = os.stat(root)
-    return info.st_dev, info.st_ino, threading.get_ident()
-
-
-def _holds_lock(root: Path) -> bool:
+def _locked_folder_key(root: Path, fd: int) -> tuple[int, int, int] | None:
+    """The key of the folder whose lock file is `fd`: `root` as opened now, when the lock
+    file in it is that very file. A link in `root`'s path swapped since the lock was taken
+    would otherwise register a folder whose lock is not held, and a recovery there would
+    remove files as if no other writer ran (None: nothing is registered)."""
     try:
-        return _folder_key(root) in _HELD
+        dfd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     except OSError:
-        return False
+        return None
+    try:
+        folder = os.fstat(dfd)
+        there = os.stat(LOCK, dir_fd=dfd, follow_symlinks=False)
+        if fd >= 0:
+            mine = os.fstat(fd)
+            if (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino):
+                return None
+        elif not stat.S_ISREG(there.st_mode):
+            return None
+    except OSError:
+        return None
+    finally:
+        os.close(dfd)
+    return folder.st_dev, folder.st_ino, threading.get_ident()
+
+
+def _holds_lock_of(fd: int) -> bool:
+    """True when this thread holds the lock of the folder open as `fd`."""
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino, threading.get_ident()) in _HELD
 
 
 # Attempts to take the lock: a holder finishing, or a planted entry removed, costs one.
@@ -856,17 +876,26 @@ def recover_folder(root: Path, *, confirmed: bool = False, writes: Sequence[str]
     here when there is something to remove. What is not established as ours is reported in
     `leftovers.kept`, never removed (`execution/temps.py`)."""
     renamed = recover(root, confirmed=confirmed)
-    found = find_leftovers(root, writes=writes, locked=True)
-    if _holds_lock(root):
-        return Recovery(renamed, remove_leftovers(root, found))
-    if not found.removable:  # most folders: nothing to remove, so no lock (taking it writes)
-        return Recovery(renamed, found)
+    # The folder is opened once: the lock checked, the listing and the removals all go
+    # through this descriptor, so a path whose link is swapped meanwhile cannot make them
+    # act on a folder whose lock is not held.
+    fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     try:
-        with folder_lock(root):
-            found = find_leftovers(root, writes=writes, locked=True)
-            return Recovery(renamed, remove_leftovers(root, found))
-    except InspectorError:  # another run holds it, or the folder cannot be written
-        return Recovery(renamed, find_leftovers(root, writes=writes, locked=False))
+        found = find_leftovers(root, writes=writes, locked=True, dir_fd=fd)
+        if _holds_lock_of(fd):
+            return Recovery(renamed, remove_leftovers(root, found, dir_fd=fd))
+        if not found.removable:  # most folders: nothing to remove, no lock (taking it writes)
+            return Recovery(renamed, found)
+        try:
+            with folder_lock(root):
+                if _holds_lock_of(fd):
+                    found = find_leftovers(root, writes=writes, locked=True, dir_fd=fd)
+                    return Recovery(renamed, remove_leftovers(root, found, dir_fd=fd))
+        except InspectorError:  # another run holds it, or the folder cannot be written
+            pass
+        return Recovery(renamed, find_leftovers(root, writes=writes, locked=False, dir_fd=fd))
+    finally:
+        os.close(fd)
 
 
 def recover(root: Path, *, confirmed: bool = False) -> list[str]:

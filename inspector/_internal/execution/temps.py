@@ -312,23 +312,30 @@ def _staging(entry: os.DirEntry[str], parent: int) -> Leftover:
         fd = os.open(STAGING, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=parent)
     except OSError:
         return Leftover(STAGING, None, None, None, "not a folder ckpt-inspect made", what=what)
-    size = 0
+    size, more = 0, False
     try:
         with os.scandir(fd) as entries:
             for seen, item in enumerate(entries):
                 if seen >= _STAGING_SIZED:
+                    more = True
                     break
                 with contextlib.suppress(OSError):
                     info = item.stat(follow_symlinks=False)
                     size += info.st_size if stat.S_ISREG(info.st_mode) else 0
     finally:
         os.close(fd)
+    if more:  # the size shown is a floor, and says so
+        what += f" (more than {_STAGING_SIZED:,} entries; the size is of the first ones)"
     return Leftover(STAGING, size, None, None, why, what=what)
 
 
 def _open_folder(root: Path, folder: str, dir_fd: int | None) -> int:
     """A descriptor of root/folder, every part below the root opened without following a
     link (the root itself is what the user named, or `dir_fd` when it is open already)."""
+    # An absolute path would make its first part "/", which `os.open` opens whatever
+    # `dir_fd` is: refused before anything is opened, like `..`.
+    if PurePosixPath(folder).is_absolute():
+        raise OSError(errno.EINVAL, "not a folder inside the checkpoint")
     fd = (
         os.dup(dir_fd) if dir_fd is not None else os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
     )

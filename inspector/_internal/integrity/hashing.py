@@ -10,9 +10,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import repeat
@@ -57,7 +56,8 @@ _MAX_DEPTH = 32
 # and version control.
 _SKIP_DIRS = frozenset({BACKUP_DIR, STAGING, ".cache", ".git"})
 _SKIP_FILES = frozenset({LOCK, JOURNAL, MANIFEST_NAME})
-_TEMP = re.compile(r"\..+\.tmp-\d+")
+# Files named like temp files (`.<name>.tmp-<pid>`) are listed like any other: an index may
+# name one as a shard, which a loader then reads; a killed run's are `check`'s to report.
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +72,11 @@ class Listing:
     blob_sha1: Mapping[str, str] = field(default_factory=dict)
 
 
-def list_files(storage: Storage) -> Listing:
+def list_files(storage: Storage, *, keep: Collection[str] = ()) -> Listing:
     """Every file under the storage's root (listings only, no file is read), breadth first,
-    at most `MAX_FILES` files and `_MAX_DEPTH` folders deep."""
+    at most `MAX_FILES` files and `_MAX_DEPTH` folders deep. `keep`: files a loader reads
+    (the scan's shards), listed even where they sit among what is skipped (`.cache`, `.git`,
+    our own names): an index may name any file, and its bytes must be compared."""
     files: dict[str, int | None] = {}
     refused: dict[str, str] = {}
     sha256: dict[str, str] = {}
@@ -94,7 +96,7 @@ def list_files(storage: Storage) -> Listing:
                     )
                 todo.append((rel, depth + 1))
                 continue
-            if (entry.name in _SKIP_FILES and not folder) or _TEMP.fullmatch(entry.name):
+            if entry.name in _SKIP_FILES and not folder:
                 continue
             if entry.kind is EntryKind.REFUSED:
                 refused[rel] = entry.reason or "is refused by the storage"
@@ -113,6 +115,14 @@ def list_files(storage: Storage) -> Listing:
                     f"{storage.path}: more than {MAX_FILES:,} files; a checkpoint holds fewer: "
                     "verify its model folder"
                 )
+    for rel in keep:
+        if rel in files or rel in refused:
+            continue
+        found = storage.stat(rel)
+        if found is not None and found.kind is EntryKind.REFUSED:
+            refused[rel] = found.reason or "is refused by the storage"
+        elif found is not None and found.kind is EntryKind.FILE:
+            files[rel] = found.size
     return Listing(dict(sorted(files.items())), refused, sha256, blob)
 
 

@@ -275,7 +275,10 @@ def verify(
     )
     root = _root(path, options)
     storage = root.as_root()
-    mine = list_files(storage)
+    # At level hash the scan says which files a loader reads: each is listed and compared
+    # wherever it sits (`list_files`), and what it could not read is reported.
+    scanned = scan(root) if level == "hash" else None
+    mine = list_files(storage, keep=_loader_files(scanned) if scanned is not None else ())
     source = _source(against, root, options)
     run = _Run(
         storage,
@@ -296,8 +299,8 @@ def verify(
         run.tensors(root)
     else:
         run.files(hashes=level == "hash")
-        if level == "hash":  # a loader may read what no listing holds: an index leaving it
-            run.loader_unknown(scan(root))
+        if scanned is not None:  # a loader may read what no listing holds: an index leaving it
+            run.loader_unknown(scanned)
     findings = sort_findings(run.folded())
     result = Verification(
         path=str(root.path),
@@ -613,11 +616,7 @@ class _Run:
         """Files a loader may read that are neither a tensor file nor the layout's map of
         the tensors to files (config.json, tokenizer files, code): not compared at this
         level, where names and files change with the sharding, and said."""
-        mapped = {s.file for s in scanned.shards} | {d.file for d in scanned.sidecars.values()}
-        if scanned.index is not None:
-            mapped.add(scanned.index.file)
-        if scanned.dcp is not None and scanned.dcp.mapping_file:
-            mapped.add(scanned.dcp.mapping_file)
+        mapped = _loader_files(scanned)
         others = [rel for rel in self.mine.files if rel not in mapped]
         if others:
             self.clean = "all tensors match"
@@ -828,7 +827,8 @@ def build_manifest(
     options = options or RemoteOptions(progress=progress)
     root = _root(path, options)
     storage = root.as_root()
-    listing = list_files(storage)
+    scanned = scan(root)
+    listing = list_files(storage, keep=_loader_files(scanned))
     if listing.refused:
         rel, reason = next(iter(listing.refused.items()))
         raise CannotInspectError(f"{root.path}/{legible(rel)} {reason}; no manifest written")
@@ -838,7 +838,6 @@ def build_manifest(
             f"{root.path}/{legible(unknown[0])}: the store does not say its size; no manifest "
             "written"
         )
-    scanned = scan(root)
     spans = tensor_spans(scanned)
     jobs = [(rel, int(size or 0)) for rel, size in listing.files.items()]
     done = hash_files(
@@ -894,3 +893,14 @@ def write_manifest(
         write_atomic(dest, manifest_bytes(manifest))
     ranks.finish()
     return dest
+
+
+def _loader_files(scanned: ScannedCheckpoint) -> set[str]:
+    """The tensor files the scan read and the layout's map of tensors to files: what a
+    loader reads by the names the checkpoint gives them."""
+    mapped = {s.file for s in scanned.shards} | {d.file for d in scanned.sidecars.values()}
+    if scanned.index is not None:
+        mapped.add(scanned.index.file)
+    if scanned.dcp is not None and scanned.dcp.mapping_file:
+        mapped.add(scanned.dcp.mapping_file)
+    return mapped

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,12 @@ from inspector._internal.execution.atomic import (
     open_fresh,
     write_atomic,
 )
-from inspector._internal.execution.temps import Leftovers, find_leftovers, remove_leftovers
+from inspector._internal.execution.temps import (
+    Leftovers,
+    find_leftovers,
+    parse_temp_name,
+    remove_leftovers,
+)
 from inspector._internal.plans.consolidate.records import OutputFile, PlanView, index_bytes
 from inspector._internal.storage import TooLargeError
 from inspector.errors import PlanRefusedError, UnsafeFileError, UnsafeInputError
@@ -35,8 +39,6 @@ __all__ = ["Dest", "Foreign", "foreign_entries", "is_complete", "not_a_folder", 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
-# `.<name>.tmp-<pid>`: the temp file `write_atomic` writes before its rename.
-_TEMP = re.compile(r"\.(?P<name>.+)\.tmp-\d+")
 # Copied metadata files (config, tokenizer) are compared whole; none is near this size.
 _COMPARE_CAP = 256 << 20
 
@@ -234,8 +236,9 @@ def _planned(plan: PlanView, present: set[str]) -> dict[str, _Planned]:
 
 def _temp_of(name: str, planned: dict[str, _Planned]) -> _Planned | None:
     """The temp file `write_atomic` writes for the index or a copied file: a prefix."""
-    match = _TEMP.fullmatch(name)
-    want = planned.get(match["name"]) if match else None
+    # Exactly the name `write_atomic` gives it (the one parser: look-alike digits are not).
+    parsed = parse_temp_name(name)
+    want = planned.get(parsed[0]) if parsed else None
     if want is None or want.cut or len(want.head) != want.size:
         return None  # outputs are written as .partial, never through a temp file
     return _Planned(want.head, want.size, cut=True)
@@ -255,8 +258,8 @@ def _not_ours(dest: Dest, name: str, want: _Planned | None) -> str | None:
     if want is None:
         # The content manifest (or a temp file of its atomic write) is ours: it is rewritten
         # once the outputs are (`ConsolidationPlan.execute`).
-        match = _TEMP.fullmatch(name)
-        ours = name == MANIFEST_NAME or (match is not None and match["name"] == MANIFEST_NAME)
+        parsed = parse_temp_name(name)
+        ours = name == MANIFEST_NAME or (parsed is not None and parsed[0] == MANIFEST_NAME)
         return None if ours else "not a file this consolidation writes"
     if want.cut:
         got = dest.read(name, min(info.st_size, len(want.head)))
