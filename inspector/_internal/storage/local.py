@@ -18,7 +18,7 @@ from typing import TypeVar
 from inspector._internal.storage.base import Entry, EntryKind, IOStats, TooLargeError, check_member
 from inspector.errors import FileShrankError, UnsafeFileError
 
-__all__ = ["LocalFile", "LocalStorage", "file_kind", "hf_cache_snapshots"]
+__all__ = ["LocalFile", "LocalStorage", "file_identity", "file_kind", "hf_cache_snapshots"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -122,6 +122,22 @@ def file_kind(mode: int) -> str | None:
     if stat.S_ISDIR(mode):
         return "a folder"
     return None
+
+
+def file_identity(path: str) -> tuple[int, ...] | None:
+    """What tells a user's own file (a credentials file, never a checkpoint's) from the same
+    path rewritten: (device, inode, size, mtime, ctime) of a regular file, (device, inode) of
+    anything else (`/dev/null`'s times change as others write to it), None when absent. Only
+    `stat`ed, never opened: a FIFO or a huge file costs nothing."""
+    try:
+        info = os.stat(os.path.expanduser(path)) if path else None
+    except OSError:
+        return None
+    if info is None:
+        return None
+    if stat.S_ISREG(info.st_mode):
+        return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    return (info.st_dev, info.st_ino)
 
 
 class LocalStorage:

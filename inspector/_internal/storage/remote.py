@@ -17,7 +17,6 @@ import hashlib
 import os
 import random
 import ssl
-import stat
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -59,6 +58,7 @@ from inspector._internal.storage.guard import (
     s3_http_session_class,
     socket_timeout,
 )
+from inspector._internal.storage.local import file_identity
 from inspector._internal.storage.options import RETRY_WAIT, RemoteOptions
 from inspector._internal.storage.urls import HfLocation, RemoteTarget, parse_remote
 from inspector.errors import (
@@ -1033,19 +1033,7 @@ def _credential_files(
             paths.append(token)
     else:
         return []
-    out: list[tuple[str, tuple[int, ...] | None]] = []
-    for path in paths:
-        try:
-            info = os.stat(os.path.expanduser(path)) if path else None
-        except OSError:
-            info = None
-        identity: tuple[int, ...] | None = None
-        if info is not None and stat.S_ISREG(info.st_mode):
-            identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        elif info is not None:  # /dev/null, say: its times change as others write to it
-            identity = (info.st_dev, info.st_ino)
-        out.append((path, identity))
-    return out
+    return [(path, file_identity(path)) for path in paths]
 
 
 def _reused(
