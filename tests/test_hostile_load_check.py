@@ -40,6 +40,7 @@ from pathlib import Path
 import pytest
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.load.seal import REFUSED_EVENT, Refused, sealed
 from inspector._internal.load.verdict import (
     MAX_CONFIG_DEPTH,
@@ -92,9 +93,9 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def edited(src: Path, dest: Path, edit: Callable[[dict], None]) -> Path:
     shutil.copytree(src, dest)
-    config = json.loads((dest / "config.json").read_text())
+    config = json.loads((dest / CONFIG_NAME).read_text())
     edit(config)
-    (dest / "config.json").write_text(json.dumps(config, indent=2))
+    (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2))
     return dest
 
 
@@ -160,7 +161,7 @@ def _user_hf_cache(root: Path) -> Path:
     snapshot.mkdir(parents=True)
     convnext = T.ConvNextConfig(hidden_sizes=[8, 16, 16, 16], depths=[1, 1, 1, 1],
                                 out_features=["stage1", "stage2", "stage3", "stage4"])  # fmt: skip
-    (snapshot / "config.json").write_text(convnext.to_json_string())
+    (snapshot / CONFIG_NAME).write_text(convnext.to_json_string())
     (root / "hub" / "models--org--repo" / "refs").mkdir()
     (root / "hub" / "models--org--repo" / "refs" / "main").write_text("0" * 40)
     return root

@@ -38,6 +38,7 @@ import inspector._internal.load.verdict as verdict_module
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint, ShardedInfo
 from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser, main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.records import LoadSkipped
@@ -135,8 +136,8 @@ def test_a_hit_imports_neither_torch_nor_transformers(folder: Path) -> None:
 
 
 def _edit_config(folder: Path, change: Callable[[dict], dict]) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    (folder / "config.json").write_text(json.dumps(change(config), indent=2))
+    config = json.loads((folder / CONFIG_NAME).read_text())
+    (folder / CONFIG_NAME).write_text(json.dumps(change(config), indent=2))
 
 
 def _to_f32(state: dict) -> dict:
@@ -727,7 +728,7 @@ def test_the_copy_a_loader_keeps_decides_the_key(tmp_path: Path) -> None:
         save_file({"w": np.zeros(2, np.float32)}, str(folder / "a.safetensors"))
         save_file({"w": np.zeros(3, np.float32), "v": np.zeros(1, np.float32)},
                   str(folder / "b.safetensors"))  # fmt: skip
-        (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+        (folder / CONFIG_NAME).write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
         index = {"metadata": {}, "weight_map": {"w": "a.safetensors", "v": spelling}}
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
         folders.append(scan(folder))

@@ -19,7 +19,12 @@ from inspector import verify, write_manifest
 from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.common.filenames import MANIFEST_NAME, is_well_known
+from inspector._internal.common.filenames import (
+    CONFIG_NAME,
+    HF_METADATA_DIR,
+    MANIFEST_NAME,
+    is_well_known,
+)
 from inspector._internal.integrity import ManifestError, parse_manifest
 from inspector._internal.plans.consolidate import plan_consolidation
 from inspector._internal.plans.reshard import plan_reshard
@@ -379,7 +384,7 @@ def test_against_the_hub_listing_reads_no_file(copy: Path, hub: FakeHub) -> None
     hashed = verify(copy, against="hf://org/mixtral", level="hash", **options)
     assert set(hashed.table["status"]) == {"ok"} and len(hashed.table) == 7
     block_from_other_shard(copy / SHARD, copy / OTHER)
-    (copy / "config.json").write_text((copy / "config.json").read_text().replace("1", "2", 1))
+    (copy / CONFIG_NAME).write_text((copy / CONFIG_NAME).read_text().replace("1", "2", 1))
     damaged = verify(copy, against="hf://org/mixtral@main", level="hash", **options)
     assert {(f.code, f.file) for f in damaged.findings} == {
         ("file-hash-mismatch", SHARD),
@@ -606,13 +611,13 @@ def test_consolidation_records_what_it_copied_not_what_the_source_kept(tmp_path:
     written there, not the source's entry of the same name."""
     src = tmp_path / "src"
     shutil.copytree(DCP, src)
-    (src / ".hf_metadata").mkdir()
-    (src / ".hf_metadata" / "config.json").write_text('{"model_type": "llama", "step": 2}')
-    (src / "config.json").write_text('{"model_type": "llama", "step": 1}')
+    (src / HF_METADATA_DIR).mkdir()
+    (src / HF_METADATA_DIR / CONFIG_NAME).write_text('{"model_type": "llama", "step": 2}')
+    (src / CONFIG_NAME).write_text('{"model_type": "llama", "step": 1}')
     write_manifest(src)
     dest = tmp_path / "out"
     plan_consolidation(scan(src), dest).execute(progress=False)
-    assert json.loads((dest / "config.json").read_text())["step"] == 2
+    assert json.loads((dest / CONFIG_NAME).read_text())["step"] == 2
     _manifest_is_true(dest, against=src)
 
 

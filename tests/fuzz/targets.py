@@ -57,6 +57,7 @@ from inspector._internal.checkpoint.read_problems import (
     ReadProblem,
     read_problem_findings,
 )
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.findings.codes import CODES
 from inspector._internal.findings.finding import Finding
 from inspector._internal.load.seal import REFUSED_EVENT
@@ -160,10 +161,10 @@ def index_json(data: bytes) -> None:
     from inspector._internal.storage import local_location
 
     folder = _folder()
-    for name in ("model.safetensors.index.json", "x.safetensors.json", "config.json"):
+    for name in (INDEX_NAME, "x.safetensors.json", CONFIG_NAME):
         (folder / name).write_bytes(data)
     root = local_location(folder)
-    doc, problems = read_index_doc(root / "model.safetensors.index.json", root=root)
+    doc, problems = read_index_doc(root / INDEX_NAME, root=root)
     _check_problems(problems)
     if doc is not None:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in doc.weight_map.items())
@@ -177,7 +178,7 @@ def index_json(data: bytes) -> None:
     files = read_config_files(root, root=root)
     _check_problems(files.problems)
     assert files.config is None or isinstance(files.config, dict)
-    salvage_json_prefix(root / "config.json")
+    salvage_json_prefix(root / CONFIG_NAME)
 
 
 # -- (c) the pickle audit and the restricted unpickler ---------------------------------------
@@ -405,7 +406,7 @@ def load_config(data: bytes) -> None:
     from inspector._internal.scan.entry import scan
 
     folder = _checkpoint()
-    (folder / "config.json").write_bytes(data)
+    (folder / CONFIG_NAME).write_bytes(data)
     terminal, acts = _NoTerminal(), []
     saved = sys.stdin, builtins.input
     sys.stdin, builtins.input = terminal, terminal.input  # type: ignore[assignment]
@@ -914,7 +915,7 @@ def _pattern_folder() -> Path:
         for module in _HOSTILE_MODULES:
             tensors[f"{module}.weight"] = torch.zeros(4, 4, dtype=torch.bfloat16)
         save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-        _PATTERN_CONFIG.update(json.loads((folder / "config.json").read_text()))
+        _PATTERN_CONFIG.update(json.loads((folder / CONFIG_NAME).read_text()))
         _PATTERN_FOLDER = folder
     return _PATTERN_FOLDER
 
@@ -953,7 +954,7 @@ def quant_patterns(data: bytes) -> None:
         group["targets"] = [f"re:{line}" for line in lines[::2]] + ["Linear"]
         section["config_groups"] = {"group_0": group}
     config["quantization_config"] = section
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     recipe = {"stage": {"m": {"QuantizationModifier": {"targets": ["Linear"], "ignore": lines}}}}
     (folder / "recipe.yaml").write_text(json.dumps(recipe))  # YAML reads JSON
     scanned = scan(folder)
@@ -1022,7 +1023,7 @@ def fit_config(data: bytes) -> None:
     from inspector._internal.serve.fit import MAX_CONTEXT, fit
 
     folder = _fit_folder()
-    (folder / "config.json").write_bytes(data)
+    (folder / CONFIG_NAME).write_bytes(data)
     scanned = scan(folder)
     for options in ({}, {"tp": 4, "ep": 2, "pp": 3, "gpu_memory": 80, "context": MAX_CONTEXT}):
         result = fit(scanned, **options)  # type: ignore[arg-type]
