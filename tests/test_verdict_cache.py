@@ -497,11 +497,14 @@ def test_a_killed_writers_temp_file_is_removed_a_live_ones_kept(verdict_cache_di
     assert verdict_cache.keep(*_key_and_verdict(1))
     folder = verdict_cache_dir / "verdicts"
     old, fresh = folder / f".{'a' * 64}.json.tmp-1", folder / f".{'b' * 64}.json.tmp-2"
-    old.write_text("half")
-    fresh.write_text("half")
-    os.utime(old, (time.time() - 3_600,) * 2)
+    # Named like one but not exactly ours (Arabic digits, a leading zero): never removed.
+    alike = [folder / f".{'c' * 64}.json.tmp-\u0661\u0662", folder / f".{'d' * 64}.json.tmp-01"]
+    for path in (old, fresh, *alike):
+        path.write_text("half")
+    for path in (old, *alike):
+        os.utime(path, (time.time() - 3_600,) * 2)
     assert verdict_cache.keep(*_key_and_verdict(2))
-    assert not old.exists() and fresh.exists()
+    assert not old.exists() and fresh.exists() and all(path.exists() for path in alike)
 
 
 # Three writer processes at once. One interpreter imports the cache, then forks the three:

@@ -25,6 +25,7 @@ import msgspec
 import orjson
 
 from inspector._internal.execution.atomic import temp_name, write_atomic
+from inspector._internal.execution.temps import parse_temp_name
 from inspector.errors import UnsafeInputError
 
 __all__ = [
@@ -70,7 +71,6 @@ _STALE_SECONDS = 600.0
 _ENTRY = re.compile(r"[0-9a-f]{64}\.json")
 # Reads a 16 MB entry (300,000 names) in 2-3x less time than orjson, into plain objects.
 _DECODER = msgspec.json.Decoder()
-_TEMP = re.compile(r"\.[0-9a-f]{64}\.json\.tmp-\d+")
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
@@ -390,7 +390,10 @@ def _bound(folder: int, *, keep: str) -> None:
         for seen, item in enumerate(listing):
             if seen >= _WALK_NAMES:
                 break
-            entry, temp = _ENTRY.fullmatch(item.name), _TEMP.fullmatch(item.name)
+            # A temp file is exactly what `write_atomic` names one of an entry: the one
+            # parser of temp names (`execution/temps.py`), which takes ASCII digits only.
+            entry, temp = _ENTRY.fullmatch(item.name), parse_temp_name(item.name)
+            temp = temp if temp is not None and _ENTRY.fullmatch(temp[0]) else None
             if not (entry or temp):
                 continue
             try:
