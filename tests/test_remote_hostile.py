@@ -20,7 +20,7 @@ import sys
 import textwrap
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -489,26 +489,34 @@ def hub_repo(site: Path, hub_server: FakeHub) -> Iterator[FakeHub]:
         yield hub
 
 
+def _shards_redirected_to(origin: str) -> Callable[[str, str, int], Answer | None]:
+    """A Hub endpoint's rule: shard downloads (`resolve/`) sent to `origin`, as the real
+    Hub sends them to its CDN."""
+
+    def rule(method: str, path: str, n: int) -> Answer | None:
+        if "/resolve/" in path and path.endswith(".safetensors"):
+            return Answer(302, {"Location": origin + path})
+        return None
+
+    return rule
+
+
 def test_hub_resolve_redirected_to_another_origin(
     hub_repo: FakeHub, local: list[tuple], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The Hub stand-in (a custom endpoint, as a mirror would be) sends resolve/ downloads
     to another origin, as the real Hub sends them to its CDN: refused unless allowed."""
-    with Proxy(hub_repo.url) as cdn:
-
-        def rule(method: str, path: str, n: int) -> Answer | None:
-            if "/resolve/" in path and path.endswith(".safetensors"):
-                return Answer(302, {"Location": cdn.url + path})
-            return None
-
-        with Proxy(hub_repo.url, fault=rule) as endpoint:
-            options = {"endpoint": endpoint.url, "token": False}
-            refused = scan("hf://org/tiny", storage_options=options, **BOUNDED)
-            assert cdn.requests == 0
-            allowed = scan(
-                "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
-            )
-            assert cdn.requests == 3
+    with (
+        Proxy(hub_repo.url) as cdn,
+        Proxy(hub_repo.url, fault=_shards_redirected_to(cdn.url)) as endpoint,
+    ):
+        options = {"endpoint": endpoint.url, "token": False}
+        refused = scan("hf://org/tiny", storage_options=options, **BOUNDED)
+        assert cdn.requests == 0
+        allowed = scan(
+            "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
+        )
+        assert cdn.requests == 3
     unsafe = [f for f in refused.read_findings if f.code == "file-unsafe"]
     assert len(unsafe) == 3
     assert f"({origin(endpoint.url)} -> {origin(cdn.url)})" in unsafe[0].message
@@ -644,21 +652,17 @@ def test_a_hub_token_never_reaches_an_allowed_redirect_origin(hub_repo: FakeHub)
     """A download the Hub's endpoint redirects to an origin the user allowed is followed,
     without the token: it goes to the endpoint's own origin alone, on a session that
     other scans reuse."""
-    with Proxy(hub_repo.url) as cdn:
-
-        def rule(method: str, path: str, n: int) -> Answer | None:
-            if "/resolve/" in path and path.endswith(".safetensors"):
-                return Answer(302, {"Location": cdn.url + path})
-            return None
-
-        with Proxy(hub_repo.url, fault=rule) as endpoint:
-            options = {"endpoint": endpoint.url, "token": "hf_secret"}
-            for _ in range(2):  # a fresh session, then the reused one
-                cdn.reset()
-                there = scan(
-                    "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
-                )
-                assert cdn.requests == 3 and all(s.readable for s in there.shards)
-                assert not any("authorization" in h for h in cdn.sent_headers)
-            to_endpoint = endpoint.sent_headers
+    with (
+        Proxy(hub_repo.url) as cdn,
+        Proxy(hub_repo.url, fault=_shards_redirected_to(cdn.url)) as endpoint,
+    ):
+        options = {"endpoint": endpoint.url, "token": "hf_secret"}
+        for _ in range(2):  # a fresh session, then the reused one
+            cdn.reset()
+            there = scan(
+                "hf://org/tiny", storage_options=options, allow_redirects=[cdn.url], **BOUNDED
+            )
+            assert cdn.requests == 3 and all(s.readable for s in there.shards)
+            assert not any("authorization" in h for h in cdn.sent_headers)
+        to_endpoint = endpoint.sent_headers
     assert all(h.get("authorization") == "Bearer hf_secret" for h in to_endpoint)
