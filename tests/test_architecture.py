@@ -267,8 +267,6 @@ _OWN_FILE_ACCESS = {
     # lists a folder it recovers (names and lstat only), removing what a killed run left
     "inspector/_internal/execution/temps.py",
     "inspector/_internal/plans/consolidate/engine.py",
-    "inspector/_internal/plans/consolidate/driver.py",
-    "inspector/_internal/plans/consolidate/dest.py",
     "inspector/_internal/formats/pickles/sandbox.py",
     "inspector/_internal/load/verdict.py",
     "inspector/_internal/load/seal.py",

@@ -656,7 +656,7 @@ def test_a_collapse_over_the_split_size_without_a_reference_is_packed_by_size(
     import dataclasses
 
     from inspector._internal.demo.dcp import write_dcp_demo
-    from inspector._internal.plans.consolidate.assignment import choose_assignment
+    from inspector._internal.plans.consolidate.plan import choose_assignment
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
     (src / ".hf_metadata" / "model.safetensors.index.json").unlink()

@@ -15,7 +15,7 @@ from test_consolidate import _reference, load_all
 
 from inspector._internal.cli.main import main
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
-from inspector._internal.plans.consolidate.dest import Dest
+from inspector._internal.plans.consolidate.engine import Dest
 from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError, UnsafeInputError
 

@@ -649,12 +649,12 @@ def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
     disk, a concurrent writer), or the verification's read of the source gave other bytes:
     `--verify-data` names that tensor and only it."""
     from inspector._internal.formats.tensordata import TensorData
-    from inspector._internal.plans.consolidate import driver
+    from inspector._internal.plans.consolidate import engine
 
     dest = tmp_path / "out"
     plan = plan_consolidation(scan(DCP), dest)
     victim = sorted(t.name for o in plan.outputs for t in o.tensors)[3]
-    real_recheck = driver.recheck
+    real_recheck = engine.recheck
 
     def damage_then_verify(*args: object, **kwargs: bool) -> object:
         out = scan(dest)
@@ -666,7 +666,7 @@ def test_consolidate_verify_data_names_a_tensor_damaged_after_writing(
         return real_recheck(*args, **kwargs)  # type: ignore[arg-type]
 
     if where == "output":
-        monkeypatch.setattr(driver, "recheck", damage_then_verify)
+        monkeypatch.setattr(engine, "recheck", damage_then_verify)
     else:
         real_bytes = TensorData.tensor_bytes
 

@@ -29,7 +29,7 @@ from inspector._internal.execution.atomic import (
 )
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
-from inspector._internal.plans.consolidate.sources import as_single_chunks
+from inspector._internal.plans.consolidate.plan import as_single_chunks
 from inspector._internal.plans.repair import (
     FileWrite,
     RepairResult,

@@ -36,7 +36,7 @@ from inspector._internal.findings.finding import Finding
 from inspector._internal.integrity.refresh import refresh_manifest
 from inspector._internal.layouts.modelopt_per_layer import sidecar_name
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
-from inspector._internal.plans.consolidate.sources import as_single_chunks
+from inspector._internal.plans.consolidate.plan import as_single_chunks
 from inspector._internal.plans.repair import (
     FileWrite,
     read_current_text,

@@ -2,9 +2,9 @@
 `.bin` checkpoint into one (docs/formats.md). Two steps, so a person reads what will happen
 before anything is written: `plan_consolidation(scan(src), dest)`, print it, `.execute()`.
 
-Modules follow the seams of the work: `plan`, `assignment` (which output file each tensor
-goes to), `engine` (bytes), `driver` (one process or torchrun), `sources`, `dest` (the output
-folder, refused unless it holds only this plan's output or `overwrite`), `verify`.
+Modules follow the seams of the work: `records` (what a plan is made of and what executing
+it returns), `plan` (pure: headers in, a plan out) and `engine` (DEST, the bytes, the run
+alone or under torchrun, the recheck).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import os
 from collections.abc import Mapping
 from typing import Unpack
 
-from inspector._internal.plans.consolidate.assignment import reference_assignment
 from inspector._internal.plans.consolidate.plan import (
     ConsolidationPlan,
     default_destination,
     plan_consolidation,
+    reference_assignment,
 )
 from inspector._internal.plans.consolidate.records import (
     ConsolidationOptions,

@@ -1,58 +1,91 @@
-"""The copy engine: writes one planned output file.
+"""Executing a consolidation plan: DEST, the copy engine, the run alone or under torchrun,
+the recheck.
 
-Memory stays bounded by the block size (a strided view: by its storage), never by the model,
-and no source is memory-mapped, so a shard cut short while it is copied is an
-`InspectorError` naming the shard and the byte where it ended, not a SIGBUS. Each output is
-written as `<name>.partial` and renamed when complete. How each kind of piece is copied,
-locally and remotely: docs/architecture.md, "plans/".
+DEST may be an existing checkpoint, or a path where someone planted a link: it is opened
+once without following a link, every write goes through that descriptor, and nothing is
+written until every entry of DEST is this very plan's own output (else refused, or with
+`overwrite` moved into a backup; SECURITY.md, 4). Each output is written as
+`<name>.partial` and renamed when complete; memory stays bounded by the block size (a
+strided view: by its storage) and no source is memory-mapped, so a shard cut short while
+it is copied is an `InspectorError` naming the shard and the byte, not a SIGBUS. Output i
+is written by rank i % world_size; rank 0 writes the index last, then re-scans DEST.
+How each piece is copied and what counts as our own output: docs/architecture.md, "plans/".
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import math
 import os
+import stat
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from inspector._internal.checkpoint.loaded import tensor_data
+from inspector._internal.checks import check
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
-from inspector._internal.common.filenames import INDEX_NAME
+from inspector._internal.common.filenames import INDEX_NAME, MANIFEST_NAME
+from inspector._internal.common.text import examples, plural
+from inspector._internal.execution.atomic import (
+    BACKUP_DIR,
+    new_backup_dir,
+    open_fresh,
+    write_atomic,
+)
+from inspector._internal.execution.ranks import Distributed
+from inspector._internal.execution.temps import (
+    Leftovers,
+    find_leftovers,
+    parse_temp_name,
+    remove_leftovers,
+)
+from inspector._internal.findings.codes import Code
+from inspector._internal.findings.finding import Finding, make_finding
 from inspector._internal.formats.casting import cast_bytes
-from inspector._internal.formats.tensordata import read_view, view_span
-from inspector._internal.plans.consolidate.dest import Dest
+from inspector._internal.formats.tensordata import read_view, tensor_digest, view_span
 from inspector._internal.plans.consolidate.records import (
     METADATA_CAP,
+    ConsolidationResult,
+    Execution,
     OutputFile,
     Piece,
     PlannedTensor,
     PlanView,
     index_bytes,
 )
+from inspector._internal.scan.entry import scan
 from inspector._internal.storage import (
     LocalFile,
+    Location,
     RangeReader,
     Storage,
     TooLargeError,
 )
-from inspector.errors import FileShrankError, InspectorError
+from inspector.errors import (
+    FileShrankError,
+    InspectorError,
+    PlanRefusedError,
+    UnsafeFileError,
+    UnsafeInputError,
+)
 
 __all__ = [
     "AGAIN",
     "BLOCK_BYTES",
-    "Finisher",
-    "Progress",
+    "Dest",
     "SourceFiles",
-    "copy_metadata",
-    "write_index",
-    "write_output",
+    "execute_plan",
+    "not_a_folder",
 ]
-
 
 # Rows of a non-contiguous tensor are assembled in blocks of about this many bytes, so memory
 # is bounded by the block, not by the largest tensor. Each block is read, placed and written
@@ -503,3 +536,434 @@ def copy_metadata(plan: PlanView, dest: Dest) -> tuple[str, ...]:
 def write_index(plan: PlanView, dest: Dest) -> str:
     dest.write(INDEX_NAME, index_bytes(plan))
     return INDEX_NAME
+
+
+# -- DEST, the folder a consolidation writes into ------------------------------------------
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+# Copied metadata files (config, tokenizer) are compared whole; none is near this size.
+_COMPARE_CAP = 256 << 20
+
+
+class Dest:
+    """DEST as a descriptor opened without following links; every write goes through it."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+
+    @classmethod
+    def open(cls, path: Path) -> Dest:
+        """Create DEST if needed (its parents are the user's path) and open it as a real
+        folder; a link or a file there is refused."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o755)
+        try:
+            fd = os.open(path, os.O_RDONLY | _DIRECTORY | _NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafeInputError(not_a_folder(path)) from None
+            raise
+        return cls(path, fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Dest:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def names(self) -> list[str]:
+        return sorted(os.listdir(self.fd))
+
+    def lstat(self, name: str) -> os.stat_result | None:
+        try:
+            return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+
+    def read(self, name: str, limit: int) -> bytes | None:
+        """At most `limit` bytes of a regular file of DEST (never through a link, never
+        blocking on a FIFO), or None when it is not one."""
+        try:
+            fd = os.open(name, os.O_RDONLY | _NOFOLLOW | _NONBLOCK, dir_fd=self.fd)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return _read_at_most(fd, limit)
+        finally:
+            os.close(fd)
+
+    def open_partial(self, name: str) -> int:
+        """`name` created afresh for writing: a stale file or planted link is removed first."""
+        return open_fresh(name, dir_fd=self.fd, flags=os.O_RDWR, mode=0o644)
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+
+    def remove(self, name: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name, dir_fd=self.fd)
+
+    def write(self, name: str, data: bytes) -> None:
+        """Temp file, fsync, rename, all inside DEST."""
+        write_atomic(Path(name), data, dir_fd=self.fd)
+
+    def sync(self) -> None:
+        with contextlib.suppress(OSError):  # some file systems cannot fsync a folder
+            os.fsync(self.fd)
+
+    def clear_leftovers(self, plan: PlanView) -> Leftovers:
+        """Remove the temp files a killed run of this plan left for the files it writes
+        through one (the index, the copied metadata files, the manifest), when their pid is
+        gone; report any other entry named like them. Called by rank 0 once every rank has
+        checked DEST and before anything is written: this consolidation owns DEST then (a
+        second one writing it at once would clash anyway), so the pid is what is left to
+        prove (`execution/temps.py`)."""
+        names = {INDEX_NAME, MANIFEST_NAME, *(Path(rel).name for rel in plan.metadata_files)}
+        found = find_leftovers(self.path, writes=names, locked=True, dir_fd=self.fd)
+        return remove_leftovers(self.path, found, dir_fd=self.fd)
+
+    def retire(self, names: list[str]) -> Path | None:
+        """Move `names` (any kind of entry, links included, as they are) into a fresh
+        `.ckpt-inspect-backup/<time>/` folder of DEST; returns it, or None if no names."""
+        if not names:
+            return None
+        backup = new_backup_dir(self.path)
+        parent = self._subfolder(self.fd, BACKUP_DIR)
+        try:
+            folder = self._subfolder(parent, backup.name)
+            try:
+                for name in names:
+                    os.rename(name, name, src_dir_fd=self.fd, dst_dir_fd=folder)
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        finally:
+            os.close(parent)
+        self.sync()
+        return backup
+
+    def _subfolder(self, parent: int, name: str) -> int:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o755, dir_fd=parent)
+        try:
+            return os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise UnsafeInputError(
+                    f"{self.path / BACKUP_DIR} is a symbolic link or a file, not the backup "
+                    "folder ckpt-inspect makes; remove it, then run again"
+                ) from None
+            raise
+
+
+def not_a_folder(path: Path) -> str:
+    """Why DEST cannot be written into, with what to do (a link, or not a folder)."""
+    if os.path.islink(path):
+        target = ""
+        with contextlib.suppress(OSError):
+            target = f" (to {os.readlink(path)})"
+        return (
+            f"{path}: DEST is a symbolic link{target}; consolidate writes only into a real "
+            "folder, never through a link (one planted in a shared or downloaded folder may "
+            "point anywhere): pass the folder itself, or remove the link"
+        )
+    return f"{path}: DEST exists and is not a folder; choose a new or empty folder as DEST"
+
+
+def is_complete(dest: Dest, output: OutputFile) -> bool:
+    """A finished output of this plan: final name, planned size, exactly the planned header."""
+    info = dest.lstat(output.name)
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_size != output.size:
+        return False
+    return dest.read(output.name, len(output.header)) == output.header
+
+
+@dataclass(frozen=True, slots=True)
+class Foreign:
+    """An entry of DEST this plan did not write, and whether a name we write replaces it."""
+
+    name: str
+    why: str
+    replaced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """What a file this plan writes holds: `head`, its first bytes (all of them for the
+    index and the copied files, the header for an output), its `size`, and `cut` when a
+    crash may leave it shorter (a `.partial`, a temp file)."""
+
+    head: bytes
+    size: int
+    cut: bool = False
+
+
+def foreign_entries(dest: Dest, plan: PlanView) -> list[Foreign]:
+    """Every entry of DEST that is not this plan's own output (see the module docs)."""
+    names = dest.names()
+    planned = _planned(plan, set(names))
+    foreign = []
+    for name in names:
+        want = planned.get(name) or _temp_of(name, planned)
+        why = _not_ours(dest, name, want)
+        if why is not None:
+            foreign.append(Foreign(name, why, want is not None))
+    return foreign
+
+
+def _planned(plan: PlanView, present: set[str]) -> dict[str, _Planned]:
+    out: dict[str, _Planned] = {}
+    for output in plan.outputs:
+        out[output.name] = _Planned(output.header, output.size)
+        # Written header first, then sized: a crash may cut it anywhere.
+        out[output.name + ".partial"] = _Planned(output.header, output.size, cut=True)
+    if plan.index_file:
+        index = index_bytes(plan)
+        out[INDEX_NAME] = _Planned(index, len(index))
+    for rel in plan.metadata_files:
+        name = Path(rel).name
+        # Read (remote: fetched) only when DEST holds an entry under its name to compare.
+        data = _source_bytes(plan, rel) if name in present else None
+        if data is not None:
+            out[name] = _Planned(data, len(data))
+    return out
+
+
+def _temp_of(name: str, planned: dict[str, _Planned]) -> _Planned | None:
+    """The temp file `write_atomic` writes for the index or a copied file: a prefix."""
+    # Exactly the name `write_atomic` gives it (the one parser: look-alike digits are not).
+    parsed = parse_temp_name(name)
+    want = planned.get(parsed[0]) if parsed else None
+    if want is None or want.cut or len(want.head) != want.size:
+        return None  # outputs are written as .partial, never through a temp file
+    return _Planned(want.head, want.size, cut=True)
+
+
+def _not_ours(dest: Dest, name: str, want: _Planned | None) -> str | None:
+    """Why `name` is not this plan's output, or None when it is."""
+    info = dest.lstat(name)
+    if info is None:
+        return None  # gone meanwhile
+    if name == BACKUP_DIR and stat.S_ISDIR(info.st_mode):
+        return None  # earlier backups: left as they are, never written into again
+    if stat.S_ISLNK(info.st_mode):
+        return "a symbolic link"
+    if not stat.S_ISREG(info.st_mode):
+        return "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+    if want is None:
+        # The content manifest (or a temp file of its atomic write) is ours: it is rewritten
+        # once the outputs are (`ConsolidationPlan.execute`).
+        parsed = parse_temp_name(name)
+        ours = name == MANIFEST_NAME or (parsed is not None and parsed[0] == MANIFEST_NAME)
+        return None if ours else "not a file this consolidation writes"
+    if want.cut:
+        got = dest.read(name, min(info.st_size, len(want.head)))
+        ok = info.st_size <= want.size and got is not None and want.head.startswith(got)
+    else:
+        ok = info.st_size == want.size and dest.read(name, len(want.head)) == want.head
+    return None if ok else "other content than this plan writes"
+
+
+def _source_bytes(plan: PlanView, rel: str) -> bytes | None:
+    """A source metadata file's bytes, read through the source's storage (a regular file
+    inside the folder, local or remote, under the cap), or None."""
+    try:
+        return plan.source_storage.read_bytes(rel, cap=_COMPARE_CAP)
+    except (OSError, TooLargeError, UnsafeFileError):
+        return None
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    parts = []
+    while limit > 0:
+        chunk = os.read(fd, min(limit, 1 << 20))
+        if not chunk:
+            break
+        parts.append(chunk)
+        limit -= len(chunk)
+    return b"".join(parts)
+
+
+def refusal(dest: Path, foreign: list[Foreign]) -> PlanRefusedError:
+    # What a written file would replace first: that is what the user stands to lose.
+    ordered = sorted(foreign, key=lambda f: not f.replaced)
+    shown = examples([f"{f.name} ({f.why})" for f in ordered], limit=6)
+    return PlanRefusedError(
+        f"{dest}: DEST is not empty: {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
+        f"not written by this consolidation: {shown}; consolidate writes only into an empty "
+        "folder or one holding its own earlier output of this same plan. Choose an empty "
+        "DEST, or pass --overwrite to replace what is there (each replaced entry is first "
+        f"moved to {dest / BACKUP_DIR}/<time>/; entries under other names are left alone)"
+    )
+
+
+# -- the recheck of what was written -------------------------------------------------------
+
+
+def recheck(plan: PlanView, *, checks: bool, data: bool) -> tuple[list[Finding], int, list[str]]:
+    """Re-scan DEST and run every check; with `data`, compare content hashes per tensor."""
+    written = scan(plan.dest)
+    # What consolidation is answerable for; whether the model named by config.json loads the
+    # tensors is the same before and after, and is `ckpt-inspect check DEST`'s to say.
+    findings = check(written, model=False) if checks else []
+    if checks:
+        findings += _collapsed_output(plan)
+    if not data:
+        return findings, 0, []
+    source = scan(Location(plan.source_storage))
+    mismatches: list[str] = []
+    checked = 0
+    with tensor_data(source) as src, tensor_data(written) as out:
+        for output in plan.outputs:
+            for t in output.tensors:
+                raw: memoryview | bytes | np.ndarray | None = src.tensor_bytes(t.name)
+                if raw is None and t.contiguous:
+                    raw = _contiguous_source_bytes(plan.source_storage, t)  # packed F4/F6
+                if raw is not None and t.out_dtype != t.dtype:
+                    raw = cast_bytes(np.frombuffer(raw, dtype=np.uint8), t.dtype, t.out_dtype)
+                expected = None if raw is None else tensor_digest(raw)
+                checked += 1
+                if expected is None or expected != out.tensor_hash(t.name):
+                    mismatches.append(t.name)
+    return findings, checked, mismatches
+
+
+def _collapsed_output(plan: PlanView) -> list[Finding]:
+    """`mapping-collapsed` for an output written as one file although the reference the
+    source knows names several: the collapse the source's check reports, reproduced (an
+    explicit all-in-one mapping does it), is not a clean result."""
+    layout = plan.layout
+    if layout is None or layout.files < 2 or len(plan.outputs) != 1:
+        return []
+    n = sum(len(o.tensors) for o in plan.outputs)
+    message = (
+        f"the output holds all {plural(n, 'tensor')} in {plan.outputs[0].name} although "
+        f"{layout.label} names {plural(layout.files, 'file')}: the consolidation followed a "
+        f"collapsed assignment ({plan.assignment}); consolidate again with --reference "
+        f"{layout.path}"
+    )
+    return [make_finding(Code.MAPPING_COLLAPSED, message, file=INDEX_NAME)]
+
+
+def _contiguous_source_bytes(storage: Storage, tensor: PlannedTensor) -> bytes:
+    """The tensor's bytes read piece by piece (verification of byte-copied tensors that the
+    element-wise assembler cannot place, such as packed sub-byte dtypes)."""
+    out = bytearray(tensor.end - tensor.begin)
+    sources = SourceFiles(storage)
+    try:
+        for piece in tensor.pieces:
+            data = sources.read(piece.file, piece.src_offset, piece.nbytes)
+            at = piece.dst_offset or 0  # set on every piece of a contiguous tensor
+            out[at : at + piece.nbytes] = data
+    finally:
+        sources.close()
+    return bytes(out)
+
+
+# -- running a plan, alone or under torchrun -----------------------------------------------
+
+
+def _write_all(
+    plan: PlanView, todo: list[OutputFile], bar: Progress, finisher: Finisher, workers: int
+) -> None:
+    """Every output of `todo`, `workers` at a time. The first that fails stops the run: the
+    outputs not started are not written (those being written finish), and its error is
+    raised."""
+    failed = threading.Event()
+
+    def one(output: OutputFile) -> None:
+        if failed.is_set():  # taken from the queue after a failure, before it was cancelled
+            return
+        try:
+            write_output(plan, output, bar, finisher)
+        except BaseException:
+            failed.set()
+            raise
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = [pool.submit(one, o) for o in todo]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            future.cancel()
+    for future in futures:
+        if not future.cancelled():
+            future.result()  # the first failure, in plan order
+
+
+def execute_plan(plan: PlanView, run: Execution) -> ConsolidationResult:
+    started = time.perf_counter()
+    dist = Distributed.start(run.rank, run.world_size)
+    with Dest.open(plan.dest) as dest:
+        # 1. Nothing is written into a DEST that holds anything but this plan's own output,
+        # unless `overwrite`: every rank looks before any rank writes.
+        foreign = foreign_entries(dest, plan)
+        if foreign and not run.overwrite:
+            raise refusal(plan.dest, foreign)
+        dist.barrier()
+        backup = None
+        leftovers = Leftovers()
+        replaced = tuple(f.name for f in foreign if f.replaced)
+        if dist.rank == 0:
+            backup = dest.retire(list(replaced))
+            leftovers = dest.clear_leftovers(plan)
+            # A stale index would make a half-rewritten folder look complete; the new one
+            # comes last.
+            dest.remove(INDEX_NAME)
+        dist.barrier()
+        # 2. Which outputs are ours (output i goes to rank i % world_size, as torch does),
+        # each written as `<name>.partial` renamed when complete.
+        mine = [o for o in plan.outputs if o.index % dist.world_size == dist.rank]
+        skipped = [o for o in mine if run.resume and is_complete(dest, o)]
+        todo = [o for o in mine if o not in skipped]
+        bar = Progress(sum(o.size for o in todo), run.progress)
+        try:
+            finisher = Finisher(dest, fsync=run.fsync)
+            try:
+                _write_all(plan, todo, bar, finisher, run.workers)
+            finally:
+                finisher.wait()
+        finally:
+            bar.close()
+        # 3. Everyone done: rank 0 copies the metadata files and writes the index last.
+        dist.barrier()
+        index_file: str | None = None
+        copied: tuple[str, ...] = ()
+        if dist.rank == 0:
+            copied = copy_metadata(plan, dest)
+            index_file = write_index(plan, dest) if plan.index_file else None
+    # Nobody returns before the index exists; rank 0 then verifies alone (it may take long).
+    dist.finish()
+    findings: Sequence[Finding] = ()
+    checked = 0
+    mismatches: Sequence[str] = ()
+    if dist.rank == 0 and (run.verify or run.verify_data):
+        findings, checked, mismatches = recheck(plan, checks=run.verify, data=run.verify_data)
+    return ConsolidationResult(
+        dest=plan.dest,
+        written=tuple(o.name for o in todo),
+        skipped=tuple(o.name for o in skipped),
+        bytes_written=bar.done,
+        seconds=time.perf_counter() - started,
+        copy_seconds=bar.seconds,
+        index_file=index_file,
+        metadata_files=copied,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        verified=dist.rank == 0 and run.verify,
+        findings=tuple(findings),
+        data_checked=checked,
+        data_mismatches=tuple(mismatches),
+        partial=plan.partial,
+        backup=backup,
+        replaced=replaced if backup is not None else (),
+        leftovers=leftovers,
+    )

@@ -1,43 +1,68 @@
 """Consolidation planning: which output file each tensor goes to, where each source chunk
-lands, the output headers. Pure: scanned headers in, a frozen plan out. A PyTorch `.bin`
-checkpoint is planned the same way, each tensor one chunk (`sources.bin_source`): its
-conversion to safetensors."""
+lands, the output headers. Pure: scanned headers in, a frozen plan out.
+
+The assignment is an explicit mapping, the run's recorded mapping, a reference checkpoint's
+index, or greedy packing by size (huggingface_hub's splitter rule). A checkpoint that is not
+DCP-sharded is seen as one chunk per tensor (`as_single_chunks`, also for re-sharding and
+restoring); a PyTorch `.bin` checkpoint so (`bin_source`) is converted to safetensors, its
+strided views and shared storages made contiguous and unshared (safetensors' `save_model`
+rule: docs/formats.md, "PyTorch .bin").
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import re
+from collections import defaultdict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Unpack
 
 import orjson
 
+from inspector._internal.checkpoint.loaded import stale_copies
+from inspector._internal.checkpoint.naming_rules import BIN_SHARD_NUMBER, HF_SHARD_NUMBER
 from inspector._internal.checkpoint.parameters import PARAMETER_RULE, parameters_of
 from inspector._internal.checkpoint.scanned import (
     DcpChunk,
     DcpInfo,
     LayoutName,
+    PytorchBinInfo,
     ScannedCheckpoint,
 )
 from inspector._internal.checks.dcp import check_dcp, uncovered_tensors
+from inspector._internal.checks.index import check_index_of
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.dtypes import DTYPE_BITS, FLOAT_DTYPES
-from inspector._internal.common.filenames import INDEX_NAME, SAFETENSORS_WEIGHTS_NAME, STAGING
+from inspector._internal.common.filenames import (
+    INDEX_NAME,
+    INDEX_SUFFIX,
+    JOURNAL,
+    LOCK,
+    MANIFEST_NAME,
+    SAFETENSORS_WEIGHTS_NAME,
+    STAGING,
+)
 from inspector._internal.common.text import examples, plural
 from inspector._internal.common.units import SHARD_SPLIT_SIZE, format_bytes, parse_size
-from inspector._internal.diagnosis.references import Reference, layout_reference
+from inspector._internal.diagnosis.references import (
+    Reference,
+    collapsed_mapping,
+    consolidation_reference,
+    layout_reference,
+)
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding
 from inspector._internal.findings.words import refusal_digest
 from inspector._internal.formats.bin_shard import strides_of
 from inspector._internal.formats.casting import dtype_for_target
 from inspector._internal.integrity.refresh import refresh_manifest, source_manifest
-from inspector._internal.plans.consolidate.assignment import choose_assignment
-from inspector._internal.plans.consolidate.dest import not_a_folder
-from inspector._internal.plans.consolidate.driver import execute_plan
+from inspector._internal.layouts._common import list_safetensors, read_json, read_shards
+from inspector._internal.plans.consolidate.engine import execute_plan, not_a_folder
 from inspector._internal.plans.consolidate.records import (
     ConsolidationOptions,
     ConsolidationResult,
@@ -48,22 +73,33 @@ from inspector._internal.plans.consolidate.records import (
     index_bytes,
     not_copied,
 )
-from inspector._internal.plans.consolidate.sources import BinSource, bin_source
-from inspector._internal.storage import EntryKind, LocalStorage, RemoteURL, Storage, is_remote
-from inspector.errors import PlanRefusedError, UnsafeInputError
+from inspector._internal.storage import (
+    EntryKind,
+    LocalStorage,
+    RemoteURL,
+    Storage,
+    is_remote,
+    open_location,
+)
+from inspector.errors import CannotInspectError, PlanRefusedError, UnsafeInputError
 
 __all__ = [
     "BLOCKING",
+    "BinSource",
+    "Choice",
     "ConsolidationPlan",
     "ConsolidationResult",
     "OutputFile",
     "Piece",
     "PlannedTensor",
+    "as_single_chunks",
+    "bin_source",
+    "choose_assignment",
     "default_destination",
     "index_bytes",
     "plan_consolidation",
+    "reference_assignment",
 ]
-
 
 # Findings that make the assembled tensors wrong: consolidation refuses to run on them.
 BLOCKING = code_set(
@@ -79,7 +115,7 @@ BLOCKING = code_set(
     Code.DCP_CHUNK_OVERLAP,
     Code.DCP_DTYPE_CONFLICT,
     Code.CHECK_BUDGET_EXCEEDED,
-    # A `.bin` source (`sources.bin_source` refuses these first, with its own words).
+    # A `.bin` source (`bin_source` refuses these first, with its own words).
     Code.BIN_UNREADABLE,
     Code.BIN_LEGACY_FORMAT,
     Code.BIN_RECORD_MISSING,
@@ -572,3 +608,421 @@ def describe_plan(plan: ConsolidationPlan) -> str:
     lines += [f"  {n}" if n.startswith("WARNING") else f"  note: {n}" for n in plan.notes]
     lines += [f"  source {f.severity} [{f.code}]: {f.message}" for f in plan.findings[:10]]
     return "\n".join(legible(line, limit=MESSAGE_LIMIT) for line in lines)
+
+
+# -- which output file each tensor goes to -------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    rule: str
+    reason: str
+    groups: list[list[str]]  # tensor names of output 1, 2, ...
+    notes: list[str] = field(default_factory=list)
+    # True when the recorded mapping sends everything to one file and this choice follows
+    # something else (the caller's mapping or reference, or the upstream model the run names).
+    collapse_avoided: bool = False
+
+
+def choose_assignment(
+    scanned: ScannedCheckpoint,
+    names: list[str],
+    nbytes: dict[str, int],
+    mapping: str | os.PathLike[str] | Mapping[str, int] | None,
+    reference: str | os.PathLike[str] | None,
+    limit: int,
+    *,
+    files: Mapping[str, int] | None = None,
+) -> Choice:
+    """The first assignment rule that applies (see `plan_consolidation`); `files` is the
+    1-based number of the source file of each tensor where the source's own files are to be
+    followed (a `.bin` checkpoint converted without a size limit)."""
+    dcp = scanned.dcp
+    if dcp is None:
+        raise PlanRefusedError(f"{scanned.path}: not DCP-sharded safetensors")
+    if mapping is not None:
+        table, label = _load_mapping(mapping)
+        why = "given by the caller (mapping=...)"
+        choice = _from_index(names, table, f"mapping {label}", why)
+        return replace(choice, collapse_avoided=_collapsed(scanned))
+    # A recorded mapping that sends everything to one file is the automodel-2289 collapse: an
+    # explicit reference is then the user's way out, so it wins; without one, the default
+    # never writes the collapse its own check reports.
+    recorded = dcp.mapping or {}
+    collapsed = _collapsed(scanned)
+    named = dcp.reference
+    if collapsed and reference is None and named is not None and named.index is not None:
+        # The upstream model the run names, found on this machine (`find_reference`): its
+        # index is the layout the collapsed mapping should have recorded.
+        table = _index_table(named.index.weight_map)
+        why = (
+            f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
+            f"output files follow {named.label} instead"
+        )
+        choice = _from_index(names, table, f"reference {named.index.file}", why)
+        return replace(choice, collapse_avoided=True)
+    if reference is None and collapsed_mapping(scanned):
+        kept = consolidation_reference(scanned)
+        if kept is not None and scanned.index is not None:
+            # The reference index the run kept in `.hf_metadata/`: the one the
+            # mapping-collapsed finding names.
+            table = _index_table(scanned.index.weight_map)
+            why = (
+                f"{dcp.mapping_file} sends every tensor to one file (mapping-collapsed); "
+                f"output files follow {kept.label} instead ({plural(kept.files, 'file')}; "
+                f"--reference {kept.path})"
+            )
+            choice = _from_index(names, table, f"reference {scanned.index.file}", why)
+            return replace(choice, collapse_avoided=True)
+        groups = _greedy(names, nbytes, limit)
+        rule = f"greedy by size in key order, at most {limit:,} bytes per file"
+        why = (
+            f"{dcp.mapping_file} sends every tensor to one file over the split size "
+            "(mapping-collapsed) and no reference index is known: packed like "
+            "huggingface_hub's splitter (pass --reference to follow a model's files)"
+        )
+        return Choice(rule, why, groups, collapse_avoided=True)
+    if recorded and not (collapsed and reference is not None):
+        why = "the training run recorded the reference model's file for every tensor"
+        return _from_index(names, recorded, f"mapping {dcp.mapping_file}", why)
+    if reference is not None:
+        table, label = reference_assignment(reference)
+        why = "no mapping file; output files follow the reference checkpoint's index"
+        if collapsed:
+            why = (
+                f"{dcp.mapping_file} sends every tensor to one file (a collapsed mapping); "
+                "output files follow the reference checkpoint's index instead"
+            )
+        choice = _from_index(names, table, f"reference {label}", why)
+        return replace(choice, collapse_avoided=collapsed)
+    if files is not None:
+        why = (
+            "one output file per .bin file, in their order (as the Hub's conversion writes "
+            "them); --max-shard-size packs by size instead"
+        )
+        return _from_index(names, files, "source .bin files", why)
+    if scanned.index is not None:
+        table = _index_table(scanned.index.weight_map)
+        why = "no mapping file; output files follow the reference index kept by the run"
+        return _from_index(names, table, f"reference {scanned.index.file}", why)
+    groups = _greedy(names, nbytes, limit)
+    rule = f"greedy by size in key order, at most {limit:,} bytes per file"
+    why = "no mapping, no reference: packed like huggingface_hub's splitter"
+    return Choice(rule, why, groups)
+
+
+def _collapsed(scanned: ScannedCheckpoint) -> bool:
+    """The recorded mapping sends every tensor to one file (seed automodel-2289)."""
+    recorded = (scanned.dcp.mapping if scanned.dcp is not None else None) or {}
+    return bool(recorded) and len(set(recorded.values())) == 1
+
+
+def _from_index(names: list[str], table: Mapping[str, int], rule: str, why: str) -> Choice:
+    """Groups from {fqn: index}: indices renumbered densely, tensors in the table's order,
+    tensors the table omits appended to the last file (reported in the notes)."""
+    present = set(names)
+    order = sorted({i for n, i in table.items() if n in present})
+    if not order:
+        raise PlanRefusedError(
+            f"{rule} names none of the {len(names)} tensors of the source; pass a mapping or "
+            "reference that belongs to this model, or neither to pack by size"
+        )
+    slot = {idx: k for k, idx in enumerate(order)}
+    groups: list[list[str]] = [[] for _ in order]
+    for name, idx in table.items():
+        if name in present:
+            groups[slot[idx]].append(name)
+    notes: list[str] = []
+    unmapped = [n for n in names if n not in table]
+    if unmapped:
+        groups[-1].extend(unmapped)
+        notes.append(
+            f"{plural(len(unmapped), 'tensor')} absent from the {rule}: added to the last output "
+            f"file: {examples(unmapped)}"
+        )
+    dangling = [n for n in table if n not in present]
+    if dangling:
+        notes.append(
+            f"{plural(len(dangling), 'name')} in the {rule} not in the source: skipped "
+            f"(tied or removed weights?): {examples(dangling)}"
+        )
+    if len(order) != max(order) or order[0] != 1:
+        notes.append(f"output indices {order[0]}..{max(order)} have gaps; files are renumbered")
+    return Choice(rule, why, groups, notes)
+
+
+def _load_mapping(
+    mapping: str | os.PathLike[str] | Mapping[str, int],
+) -> tuple[dict[str, int], str]:
+    if isinstance(mapping, Mapping):
+        table, label = dict(mapping), "(in memory)"
+    else:
+        try:
+            value, problem, _ = read_json(open_location(mapping))
+        except CannotInspectError as exc:
+            raise PlanRefusedError(f"mapping {mapping}: {exc}") from None
+        if problem is not None:
+            raise PlanRefusedError(
+                f"mapping {mapping} {problem}; pass a JSON object {{fqn: index}}"
+            )
+        table, label = value, str(mapping)
+    if not isinstance(table, dict) or not all(
+        isinstance(k, str) and type(v) is int and v >= 1 for k, v in table.items()
+    ):
+        raise PlanRefusedError(
+            f"mapping {label} must be a JSON object {{tensor name: 1-based output file index}}"
+        )
+    return table, label
+
+
+def reference_assignment(reference: str | os.PathLike[str]) -> tuple[dict[str, int], str]:
+    """{fqn: 1-based output index} from an HF checkpoint folder or its index file (local or
+    a URL).
+
+    The index of a file comes from `-(\\d+)-of-(\\d+).safetensors` at the end of its name, so
+    `model-00002-of-00008.safetensors` and `model.safetensors-00002-of-00008.safetensors` are
+    both file 2; names without it fall back to their sorted order.
+    """
+    try:
+        path = open_location(reference)
+    except CannotInspectError as exc:
+        raise PlanRefusedError(f"reference {reference}: {exc}; pass another --reference") from None
+    folder = path.is_dir()
+    index_path = path / INDEX_NAME if folder else path
+    if index_path.is_file() and index_path.name.endswith(".json"):
+        value, problem, _ = read_json(index_path)
+        weight_map = value.get("weight_map") if isinstance(value, dict) else None
+        if problem is not None or not isinstance(weight_map, dict):
+            why = problem or 'is not of the form {"weight_map": {tensor: file}}'
+            raise PlanRefusedError(f"reference {index_path} {why}; pass another --reference")
+        return _index_table(weight_map), str(index_path)
+    if folder:
+        weight_map = {}
+        files = list_safetensors(path)
+        for file, shard in zip(files, read_shards(files, root=path), strict=True):
+            for name in shard.names:
+                weight_map.setdefault(name, file.name)
+        if weight_map:
+            return _index_table(weight_map), f"{path} (shard headers)"
+    raise PlanRefusedError(
+        f"reference {path} is neither an HF checkpoint folder nor an index file; pass the folder "
+        f"holding {INDEX_NAME} or .safetensors files"
+    )
+
+
+def _index_table(weight_map: Mapping[str, Any]) -> dict[str, int]:
+    """File names to 1-based indices: parsed from `-NNNNN-of-NNNNN.safetensors`, or the sorted
+    file order when any name lacks it or two files claim one index."""
+    files = sorted({str(f) for f in weight_map.values()})
+    parsed = {f: HF_SHARD_NUMBER.search(f) for f in files}
+    numbers = {f: int(m.group(1)) for f, m in parsed.items() if m}
+    if len(numbers) == len(files) and len(set(numbers.values())) == len(files):
+        index_of = numbers
+    else:
+        index_of = {f: k + 1 for k, f in enumerate(files)}
+    return {str(name): index_of[str(f)] for name, f in weight_map.items()}
+
+
+def _greedy(names: list[str], nbytes: dict[str, int], limit: int) -> list[list[str]]:
+    """huggingface_hub's rule: fill in key order; a tensor over the limit gets its own file."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    size = 0
+    for name in names:
+        n = nbytes[name]
+        if n > limit:
+            groups.append([name])
+            continue
+        if current and size + n > limit:
+            groups.append(current)
+            current, size = [], 0
+        current.append(name)
+        size += n
+    if current or not groups:
+        groups.append(current)
+    return groups
+
+
+# -- sources that are not DCP-sharded: one chunk per tensor, and .bin checkpoints ----------
+
+# Index findings that mean tensors the model needs are not on disk: a conversion would
+# write an output that silently lacks them, and a new index that no longer says so.
+_LOST = (Code.INDEX_MISSING_FILE, Code.INDEX_DANGLING_TENSOR)
+# Files of a `.bin` folder that are weights, indexes or checkpoint-inspector's own: never
+# copied beside the converted shards.
+_WEIGHTS = (".bin", ".pt", ".pth", ".safetensors")
+_OURS = frozenset({LOCK, JOURNAL, MANIFEST_NAME})
+
+
+def as_single_chunks(
+    scanned: ScannedCheckpoint, *, only: Collection[str] | None = None, natural: bool = True
+) -> ScannedCheckpoint:
+    """The checkpoint seen as DCP tensors of one chunk each, in model order (layer 2 before
+    layer 10) unless `natural` is False (then in file order), so the consolidation engine
+    does the copying; `only` keeps those names. Of a name several shards hold, the copy a
+    loader keeps (`stale_copies` names the others)."""
+    chunks: dict[str, list[DcpChunk]] = {}
+    stale = stale_copies(scanned)
+    entries = [
+        (name, DcpChunk(s.file, (0,) * len(shape), shape, dtype))
+        for s in scanned.shards
+        for name, dtype, shape in zip(s.names, s.dtypes, s.shapes, strict=True)
+        if (only is None or name in only) and name not in stale.get(s.file, ())
+    ]
+    if natural:
+        entries.sort(key=lambda e: _natural(e[0]))
+    for name, chunk in entries:
+        chunks[name] = [chunk]
+    return dataclasses.replace(
+        scanned, layout=LayoutName.DCP_SHARDED, info=DcpInfo.from_chunks(chunks), index=None
+    )
+
+
+def _natural(name: str) -> tuple[object, ...]:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+@dataclass(frozen=True)
+class BinSource:
+    """A `.bin` checkpoint ready to be written as safetensors.
+
+    `view`: its tensors as one-chunk DCP tensors in file order (strided views keep their
+    strides in the shards, `strides_of`); `aliases`: tied names left out -> the name written;
+    `files`: each written tensor -> the 1-based number of the `.bin` file holding it (the
+    Hub's conversion writes one safetensors file per `.bin` file); `side_files`: the folder's
+    other files (config, tokenizer) a converted copy needs beside its shards; `notes`."""
+
+    view: ScannedCheckpoint
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, int] = field(default_factory=dict)
+    side_files: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def bin_source(scanned: ScannedCheckpoint) -> BinSource:
+    """`scanned` (a `.bin` checkpoint) as a consolidation source. Raises `PlanRefusedError`
+    when the output could not be the checkpoint: legacy or unreadable files, a dtype
+    safetensors has no name for, a tensor in two files, or tensors the index names that no
+    file holds."""
+    _refuse(scanned)
+    aliases = _tied_aliases(scanned)
+    order = [n for s in scanned.shards for n in s.names if n not in aliases]
+    numbers = _file_numbers([s.file for s in scanned.shards])
+    files = {n: numbers[s.file] for s in scanned.shards for n in s.names if n not in aliases}
+    view = as_single_chunks(scanned, only=set(order), natural=False)
+    side, notes = _side_files(scanned)
+    if aliases:
+        tied = [f"{legible(a)} (= {legible(k)})" for a, k in aliases.items()]
+        notes.insert(
+            0,
+            f"tied: {plural(len(aliases), 'name')} left out, recorded in __metadata__ as "
+            f"safetensors does: {examples(tied)}",
+        )
+    strided = sum(len(strides_of(s)) for s in scanned.shards)
+    if strided:
+        notes.insert(0, f"{plural(strided, 'strided view')} written as contiguous values")
+    return BinSource(view, aliases, files, side, tuple(notes))
+
+
+def _refuse(scanned: ScannedCheckpoint) -> None:
+    unreadable = [f for s in scanned.shards for f in s.findings]
+    if unreadable:
+        raise PlanRefusedError(
+            f"{scanned.path}: cannot convert, these files cannot be read as they are: "
+            f"{refusal_digest(unreadable, path=scanned.path)}; re-copy or re-save them first"
+        )
+    odd = sorted(
+        {
+            f"{legible(n)} ({d.removeprefix('torch.')})"
+            for s in scanned.shards
+            for n, d in zip(s.names, s.dtypes, strict=True)
+            if d.startswith("torch.")
+        }
+    )
+    if odd:
+        raise PlanRefusedError(
+            f"{scanned.path}: {plural(len(odd), 'tensor')} of a dtype safetensors has no name "
+            f"for: {examples(odd)}; convert them in torch first (e.g. complex128 -> complex64)"
+        )
+    holders: dict[str, int] = defaultdict(int)
+    for s in scanned.shards:
+        for n in s.names:
+            holders[n] += 1
+    twice = sorted(n for n, count in holders.items() if count > 1)
+    if twice:
+        raise PlanRefusedError(
+            f"{scanned.path}: {plural(len(twice), 'tensor')} in several files: "
+            f"{examples(twice)}; which copy is the model's is not decided here: remove the "
+            "stale copies first"
+        )
+    lost = [f for f in check_index_of(scanned) if f.code in _LOST]
+    if lost:
+        raise PlanRefusedError(
+            f"{scanned.path}: cannot convert, the index names tensors no file holds: "
+            f"{refusal_digest(lost, path=scanned.path)}; restore the missing files, or accept "
+            "the loss with `ckpt-inspect repair --only index` (the rebuilt index then says "
+            "what is there), then convert"
+        )
+
+
+def _tied_aliases(scanned: ScannedCheckpoint) -> dict[str, str]:
+    """Output-head names that are the very view of another name (one storage, offset,
+    shape, strides and dtype) in a model whose config.json ties word embeddings: left out
+    -> kept."""
+    config = scanned.config
+    if not config or config.get("tie_word_embeddings") is False:
+        return {}
+    t = scanned.tensors
+    heads = set(t.loc[t["kind"].astype(str) == "output_head", "name"])
+    if not heads:
+        return {}
+    views: dict[tuple[object, ...], list[str]] = defaultdict(list)
+    for s in scanned.shards:
+        strides = strides_of(s)
+        for n, d, shape, b, e in zip(
+            s.names, s.dtypes, s.shapes, s.begins.tolist(), s.ends.tolist(), strict=True
+        ):
+            if e > b:
+                views[(s.file, b, e, d, shape, strides.get(n))].append(n)
+    aliases: dict[str, str] = {}
+    for names in views.values():
+        kept = sorted(n for n in names if n not in heads)
+        if len(names) > 1 and kept:
+            aliases.update((n, kept[0]) for n in sorted(names) if n in heads)
+    return aliases
+
+
+def _file_numbers(files: list[str]) -> dict[str, int]:
+    """Each `.bin` file's 1-based number: `-NNNNN-of-NNNNN` in its name when every file has a
+    distinct one, else its sorted position."""
+    found = {f: BIN_SHARD_NUMBER.search(f) for f in files}
+    numbers = {f: int(m.group(1)) for f, m in found.items() if m}
+    if len(numbers) == len(files) and len(set(numbers.values())) == len(files):
+        return numbers
+    return {f: k + 1 for k, f in enumerate(sorted(files))}
+
+
+def _side_files(scanned: ScannedCheckpoint) -> tuple[tuple[str, ...], list[str]]:
+    """The folder's files a converted copy needs beside its shards (config, generation
+    config, tokenizer, README...): regular files that are neither weights, indexes, nor
+    checkpoint-inspector's own; refused entries are named in a note, never read."""
+    if isinstance(scanned.info, PytorchBinInfo) and scanned.info.lone_file:
+        return (), []  # one file scanned on its own: its folder is not the checkpoint
+    keep: list[str] = []
+    notes: list[str] = []
+    for entry in scanned.location.entries():
+        name = entry.name
+        if (
+            entry.kind is EntryKind.DIR
+            or name.startswith(".")
+            or name.endswith(_WEIGHTS)
+            or name.endswith(INDEX_SUFFIX)
+            or name in _OURS
+        ):
+            continue
+        why = not_copied(entry, name)
+        if why is None:
+            keep.append(name)
+        else:
+            notes.append(why)
+    return tuple(sorted(keep)), notes

@@ -1,7 +1,7 @@
 """The records a consolidation plan is made of and what executing it returns: planned
 tensors and their source pieces, output files, the result, and the index a plan writes.
-Imports nothing of the consolidation's other modules, so the writer (`engine`, `dest`,
-`driver`, `recheck`) and the planner (`plan`) both build on it.
+Imports nothing of the consolidation's other modules, so the writer (`engine`) and the
+planner (`plan`) both build on it.
 """
 
 from __future__ import annotations
@@ -249,8 +249,8 @@ def describe_result(result: ConsolidationResult) -> str:
 
 
 class PlanView(Protocol):
-    """A consolidation plan as the modules that execute and verify it read it
-    (`plan.ConsolidationPlan` is one): `plan` imports them to execute itself, so they name
+    """A consolidation plan as `engine`, which executes and verifies it, reads it
+    (`plan.ConsolidationPlan` is one): `plan` imports `engine` to execute itself, so it names
     the plan by this type rather than import it back."""
 
     @property
