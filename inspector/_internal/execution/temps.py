@@ -1,14 +1,10 @@
 """Temp files: the one name a writer gives the file it renames over its target
 (`.<name>.tmp-<pid>`), and what a killed run leaves under that name.
 
-A run killed between writing a temp file and renaming it (or before linking its journal)
-leaves the temp file behind; nothing else ever removes it. `find_leftovers` lists every entry
-named so, or merely looking so, with its size and what it is; `remove_leftovers` removes only
-those whose role is established: exactly our name for a file a lock-holding writer writes
-(the journal, an index, the quantization config, a file the plan writes), a regular file of
-one link owned by this user, written by a process that is gone (its pid is not running here)
-while this process holds the folder lock (so no other writer of the folder runs, here or on
-another machine). Anything else is reported and left as it is. The promise: SECURITY.md, 4.
+A run killed between writing a temp file and renaming it leaves it behind and nothing else
+removes it: `find_leftovers` lists them, `remove_leftovers` removes only those proved ours
+(the rule: docs/architecture.md, "execution/"); anything else is reported and left as it is.
+The promise: SECURITY.md, 4.
 """
 
 from __future__ import annotations
