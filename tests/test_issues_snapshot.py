@@ -22,10 +22,13 @@ SNAPSHOT = FIXTURES / "issues" / "snapshot.json"
 
 
 def _golden_folders() -> list[Path]:
-    """Every golden writer checkpoint: a folder holding a file (not a folder of folders)."""
-    writers = FIXTURES / "writers"
+    """Every golden writer checkpoint: a folder holding files, or a training run's `model/`
+    (a DCP run: its upstream model beside it)."""
+    folders = [p for p in (FIXTURES / "writers").glob("*/*") if p.is_dir()]
     return sorted(
-        p for p in writers.glob("*/*") if p.is_dir() and any(c.is_file() for c in p.iterdir())
+        p if any(c.is_file() for c in p.iterdir()) else p / "model"
+        for p in folders
+        if any(c.is_file() for c in p.iterdir()) or (p / "model").is_dir()
     )
 
 
