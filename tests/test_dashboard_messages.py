@@ -125,3 +125,55 @@ def test_an_unchanged_figure_output_is_not_sent_again(demo_checkpoints: Path, mo
     snapshot.update(state)
     snapshot.render_figures(state, current=lambda: True)
     assert [list(d) for d in sent] == [["text/html"], ["text/html"]], sent
+
+
+@pytest.fixture
+def models(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Widget models opened and closed from now on ("opened", "closed"), and "open": those
+    opened here and not closed since (a model is opened as its widget is made)."""
+    seen: collections.Counter[str] = collections.Counter()
+    alive: set[int] = set()
+    open_, close = w.Widget.open, w.Widget.close
+
+    def opening(self: w.Widget) -> None:
+        fresh = self.comm is None
+        open_(self)
+        if fresh:
+            seen["opened"] += 1
+            alive.add(id(self))
+            seen["open"] = len(alive)
+
+    def closing(self: w.Widget) -> None:
+        if self.comm is not None and id(self) in alive:
+            seen["closed"] += 1
+            alive.discard(id(self))
+            seen["open"] = len(alive)
+        close(self)
+
+    monkeypatch.setattr(w.Widget, "open", opening)
+    monkeypatch.setattr(w.Widget, "close", closing)
+    return seen
+
+
+def test_rescans_leave_no_widget_models_open(demo_checkpoints: Path, models, tmp_path: Path):
+    """A re-scan closes every widget of the panels it replaces (a box's `close` closed the box
+    alone: a lab session opened 3,823 models and closed 17) and reuses the tabs' spinners:
+    the models left open stay the same however many re-scans and pages of findings."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0  # nothing is clicked meanwhile: no page to give way to
+
+    def session() -> int:
+        """A re-scan, then the tabs a person opens, a page of findings turned and back."""
+        dash.refresh()
+        dash.wait(60)
+        for title in ("Files", "Findings", "Repair", "Overview"):
+            dash.select(title)
+        findings = dash.panels["Findings"]
+        findings.render(findings.start + 25)
+        findings.render(0)
+        return models["open"]
+
+    first = session()
+    opened = models["opened"]
+    assert [session() for _ in range(3)] == [first] * 3, models
+    assert models["opened"] > opened  # each re-scan built its tabs again, and closed the old

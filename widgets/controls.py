@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import ipywidgets as w
 
-__all__ = ["button", "classed", "fixed", "hidden"]
+__all__ = ["button", "classed", "close_tree", "fixed", "hidden"]
 
 _Widget = TypeVar("_Widget", bound=w.DOMWidget)
 _Part = TypeVar("_Part", bound=w.Widget)
@@ -64,3 +64,22 @@ def button(
 def hidden(widget: w.Widget, hide: bool) -> None:
     """Hide `widget` (or show it again) without removing it from its box."""
     widget.layout.display = "none" if hide else None
+
+
+def close_tree(widget: w.Widget) -> None:
+    """Close `widget`, the widgets it holds (`children`, as deep as they go) and their own
+    layouts and styles, but not the kernel's shared parts (`fixed`): a box's `close` closes
+    the box alone, and a panel a re-scan replaced left its every widget open in the kernel
+    and on the page (issue 35: 3,823 models opened by a session, 17 closed). Call it once no
+    box on the page shows `widget` any more."""
+    with _FIXED_LOCK:
+        shared = {id(part) for part in _FIXED.values()}
+    stack = [widget]
+    while stack:
+        node = stack.pop()
+        stack.extend(getattr(node, "children", ()))
+        for name in ("layout", "style"):
+            part = getattr(node, name, None)
+            if isinstance(part, w.Widget) and id(part) not in shared:
+                part.close()
+        node.close()

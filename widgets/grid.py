@@ -33,6 +33,7 @@ from inspector.ui import (
     name_pattern,
 )
 
+from .controls import close_tree
 from .esm import (
     HOLDER_TRAIT,
     PREVIEW_TRAIT,
@@ -544,7 +545,10 @@ class FrameGrid:
                 filter=self.config["filter"],
                 expressions=self.config["expressions"],
             )
-            self._box.children = [self.grid]
+            # The line that stood for the grid is closed with it gone (issue 35).
+            waiting, self._box.children = self._box.children, [self.grid]
+            for line in waiting:
+                close_tree(line)
 
     def apply(self) -> None:
         """Filter the grid by the controls and count the rows shown."""
