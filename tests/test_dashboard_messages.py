@@ -5,6 +5,7 @@ must, and the snapshot's figures are not drawn again when they are the same."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import ipywidgets as w
@@ -177,3 +178,30 @@ def test_rescans_leave_no_widget_models_open(demo_checkpoints: Path, models, tmp
     opened = models["opened"]
     assert [session() for _ in range(3)] == [first] * 3, models
     assert models["opened"] > opened  # each re-scan built its tabs again, and closed the old
+
+
+def test_the_overview_is_updated_in_place_and_only_for_what_changed(
+    demo_checkpoints: Path, models, updates
+):
+    """The checks publish a state per stage (the deferred rules', the load verdict): the
+    Overview was built whole again for each. It is now the same panel, sends nothing for a
+    state that changes nothing it shows, and for one that does, its changed parts only."""
+    from inspector.widgets.state import CheckpointState
+
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    overview = dash.panel("Overview")
+    redrawn, opened, sent = overview.redrawn, models["opened"], updates.total()
+    same = CheckpointState.checked(dash.current.scanned, None, values=dash.values)
+    overview.update(same)  # what `when_checked` hands it when a stage publishes
+    assert dash.panel("Overview") is overview
+    assert (overview.redrawn, models["opened"], updates.total()) == (redrawn, opened, sent)
+    # A state without one of the issues: its card is closed, the others kept as they were.
+    cards = dict(overview.cards)
+    gone, *kept = cards
+    fewer = dataclasses.replace(same, problems=tuple(kept))
+    overview.update(fewer)
+    assert overview.redrawn == redrawn + 1 and list(overview.cards) == kept
+    assert all(overview.cards[p] is cards[p] for p in kept)
+    assert cards[gone].comm is None and models["opened"] == opened
+    overview.update(same)  # back: one card made, nothing else
+    assert overview.cards[gone] is not cards[gone] and list(overview.cards) == [gone, *kept]

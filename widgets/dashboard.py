@@ -409,15 +409,14 @@ class Dashboard:
                 self._complete.set_result(state)
             callbacks = [c for g, c, _ in self._checked_callbacks if g == generation]
         self._tell_checked(callbacks, generation)
-        # What shows `current` is redrawn: the header and the Overview; the Files and Layers
-        # tabs update their findings counts themselves (see `on_verdict`); the rest waited.
+        # The header is redrawn; the panels drawn from an earlier state update themselves in
+        # place (`when_checked`: the Overview, the Findings tab, the Files and Layers tabs'
+        # counts). The Overview was built whole again for each state, its widgets left open
+        # (issue 35).
         with self._lock:
             if generation != self._generation:
                 return False
             self._draw_header()
-            self.panels.pop("Overview", None)
-            self._pending.pop("Overview", None)
-        self.panel("Overview")
         if self._snapshot is not None:
             self._snapshot.update(state)
         return True
