@@ -23,7 +23,7 @@ from inspector.ui import (
     restore_reference,
 )
 
-from ..controls import button, classed, close_tree
+from ..controls import button, classed, close_tree, fixed, still
 from ..guard import guarded
 from ..state import still_checking
 from .rows import examples, finding_row
@@ -55,15 +55,15 @@ class OverviewPanel:
         self.actions = w.HBox()
         self.load = classed(w.VBox, "ckpt-load-verdict", layout=w.Layout(width="100%"))
         self.facts = classed(w.HTML, "ckpt-facts")
-        # The card of each issue shown, by the issue (a frozen value: an issue whose findings
+        # The card of each issue shown, with the issue (a frozen value: an issue whose findings
         # or action changed is another issue, and gets a card of its own).
-        self.cards: dict[Problem, w.VBox] = {}
+        self.cards: list[tuple[Problem, w.VBox]] = []
         self._fix_all: w.Button | None = None
         # The load verdict the load box shows (`None` and pending: the spinner's words).
         self._verdict: tuple[bool, object] | None = None
         # How many states changed something shown (a test counts them).
         self.redrawn = 0
-        self.widget = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-overview")
+        self.widget = classed(w.VBox, "ckpt-overview", layout=w.Layout(width="100%"))
         state = dash.current
         self.update(state)
         dash.when_checked(self.update, drawn=state)
@@ -95,10 +95,14 @@ class OverviewPanel:
             old_load = self.load.children
             self.load.children = _load_parts(dash, state)
             changed = True
-        cards = {p: self.cards.get(p) or _problem_card(dash, p) for p in problems}
-        gone = [card for p, card in self.cards.items() if p not in cards]
-        self.cards = cards
-        children = (self.head, self.actions, self.load, *cards.values(), self.facts)
+        kept: dict[Problem, list[w.VBox]] = {}
+        for problem, card in self.cards:
+            kept.setdefault(problem, []).append(card)
+        self.cards = [
+            (p, kept[p].pop() if kept.get(p) else _problem_card(dash, p)) for p in problems
+        ]
+        gone = [card for left in kept.values() for card in left]
+        children = (self.head, self.actions, self.load, *(c for _, c in self.cards), self.facts)
         if self.widget.children != children:
             self.widget.children = children
             changed = True
@@ -146,7 +150,7 @@ def _load_parts(dash: Host, state: CheckpointState) -> tuple[w.Widget, ...]:
             "model config.json describes (no weights) and matching it with the stored "
             "tensors...</i></div>"
         )
-        return (w.HTML(text),)
+        return (still(w.HTML, value=text),)
     v = state.verdict
     buttons: list[w.Button] = []
     if v is not None and v.ran:
@@ -168,8 +172,8 @@ def _load_parts(dash: Host, state: CheckpointState) -> tuple[w.Widget, ...]:
             label = f"MTP skipped ({len(v.mtp_skipped):,})"
             buttons.append(_tensors_button(dash, label, "ckpt-load-mtp", v.mtp_skipped))
     return (
-        w.HTML(load_verdict_html(v)),
-        w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
+        still(w.HTML, value=load_verdict_html(v)),
+        w.HBox(buttons, layout=fixed(w.Layout, flex_flow="row wrap")),
     )
 
 
@@ -228,11 +232,11 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         "ckpt-problem",
         f"ckpt-problem-{problem.key}",
         children=[
-            w.HTML(problem_html(problem)),
-            w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
+            still(w.HTML, value=problem_html(problem)),
+            w.HBox(buttons, layout=fixed(w.Layout, flex_flow="row wrap")),
             *rows,
         ],
-        layout=w.Layout(
-            border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
+        layout=fixed(
+            w.Layout, border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
         ),
     )
