@@ -5,6 +5,7 @@ must, and the snapshot's figures are not drawn again when they are the same."""
 from __future__ import annotations
 
 import collections
+import dataclasses
 from pathlib import Path
 
 import ipywidgets as w
@@ -125,3 +126,82 @@ def test_an_unchanged_figure_output_is_not_sent_again(demo_checkpoints: Path, mo
     snapshot.update(state)
     snapshot.render_figures(state, current=lambda: True)
     assert [list(d) for d in sent] == [["text/html"], ["text/html"]], sent
+
+
+@pytest.fixture
+def models(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[str]:
+    """Widget models opened and closed from now on ("opened", "closed"), and "open": those
+    opened here and not closed since (a model is opened as its widget is made)."""
+    seen: collections.Counter[str] = collections.Counter()
+    alive: set[int] = set()
+    open_, close = w.Widget.open, w.Widget.close
+
+    def opening(self: w.Widget) -> None:
+        fresh = self.comm is None
+        open_(self)
+        if fresh:
+            seen["opened"] += 1
+            alive.add(id(self))
+            seen["open"] = len(alive)
+
+    def closing(self: w.Widget) -> None:
+        if self.comm is not None and id(self) in alive:
+            seen["closed"] += 1
+            alive.discard(id(self))
+            seen["open"] = len(alive)
+        close(self)
+
+    monkeypatch.setattr(w.Widget, "open", opening)
+    monkeypatch.setattr(w.Widget, "close", closing)
+    return seen
+
+
+def test_rescans_leave_no_widget_models_open(demo_checkpoints: Path, models, tmp_path: Path):
+    """A re-scan closes every widget of the panels it replaces (a box's `close` closed the box
+    alone: a lab session opened 3,823 models and closed 17) and reuses the tabs' spinners:
+    the models left open stay the same however many re-scans and pages of findings."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0  # nothing is clicked meanwhile: no page to give way to
+
+    def session() -> int:
+        """A re-scan, then the tabs a person opens, a page of findings turned and back."""
+        dash.refresh()
+        dash.wait(60)
+        for title in ("Files", "Findings", "Repair", "Overview"):
+            dash.select(title)
+        findings = dash.panels["Findings"]
+        findings.render(findings.start + 25)
+        findings.render(0)
+        return models["open"]
+
+    first = session()
+    opened = models["opened"]
+    assert [session() for _ in range(3)] == [first] * 3, models
+    assert models["opened"] > opened  # each re-scan built its tabs again, and closed the old
+
+
+def test_the_overview_is_updated_in_place_and_only_for_what_changed(
+    demo_checkpoints: Path, models, updates
+):
+    """The checks publish a state per stage (the deferred rules', the load verdict): the
+    Overview was built whole again for each. It is now the same panel, sends nothing for a
+    state that changes nothing it shows, and for one that does, its changed parts only."""
+    from inspector.widgets.state import CheckpointState
+
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    overview = dash.panel("Overview")
+    redrawn, opened, sent = overview.redrawn, models["opened"], updates.total()
+    same = CheckpointState.checked(dash.current.scanned, None, values=dash.values)
+    overview.update(same)  # what `when_checked` hands it when a stage publishes
+    assert dash.panel("Overview") is overview
+    assert (overview.redrawn, models["opened"], updates.total()) == (redrawn, opened, sent)
+    # A state without one of the issues: its card is closed, the others kept as they were.
+    cards = dict(overview.cards)
+    gone, *kept = cards
+    fewer = dataclasses.replace(same, problems=tuple(kept))
+    overview.update(fewer)
+    assert overview.redrawn == redrawn + 1 and overview.cards == [(p, cards[p]) for p in kept]
+    assert cards[gone].comm is None and models["opened"] == opened
+    overview.update(same)  # back: one card made, nothing else
+    assert [p for p, _ in overview.cards] == [gone, *kept]
+    assert dict(overview.cards)[gone] is not cards[gone] and models["opened"] > opened

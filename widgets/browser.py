@@ -30,7 +30,7 @@ from inspector.ui import (
     missing_notes,
 )
 
-from .controls import classed
+from .controls import fixed, still
 from .grid import GridCells, choice, make_grid, match_expression, table_name
 from .guard import guarded
 
@@ -174,46 +174,60 @@ class TensorBrowser:
         # The grid widget is created when it is first shown (see `show_grid`).
         self.grid: Any = None
         self._grid_lock = threading.Lock()
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
         self._grid_box = w.VBox(
-            [w.HTML("<i>The grid is drawn when the tab is shown.</i>").add_class("ckpt-not-drawn")],
-            layout=w.Layout(width="100%"),
+            [
+                still(
+                    w.HTML,
+                    "ckpt-not-drawn",
+                    value="<i>The grid is drawn when the tab is shown.</i>",
+                )
+            ],
+            layout=fixed(w.Layout, width="100%"),
         )
         t = self.tensors
-        self.count = classed(w.HTML, "ckpt-tensor-count")
-        self.export_status = classed(w.HTML, "ckpt-export-status")
-        self.name = w.Text(
+        self.count = still(w.HTML, "ckpt-tensor-count")
+        self.export_status = still(w.HTML, "ckpt-export-status")
+        self.name = still(
+            w.Text,
+            "ckpt-tensor-name",
             placeholder="name: glob *.experts.17.* or text (tick regex for a regular expression)",
             continuous_update=False,
-            layout=w.Layout(flex="1 1 auto", min_width="20em"),
-        ).add_class("ckpt-tensor-name")
-        self.regex = w.Checkbox(description="regex", indent=False, layout=w.Layout(width="5em"))
+            layout={"flex": "1 1 auto", "min_width": "20em"},
+        )
+        self.regex = still(w.Checkbox, description="regex", indent=False, layout={"width": "5em"})
         self.dtype = choice("dtype", _values(t["dtype"]), "ckpt-tensor-dtype")
         self.layer = choice("layer", _numbers(t["layer"]), "ckpt-tensor-layer")
         self.expert = choice("expert", _numbers(t["expert"]), "ckpt-tensor-expert")
         self.kind = choice("kind", _values(t["kind"]), "ckpt-tensor-kind")
         self.file = choice("file", _values(t["file"]), "ckpt-tensor-file", width="22em")
-        clear = w.Button(description="Clear", icon="times", layout=w.Layout(width="auto"))
-        clear.add_class("ckpt-tensor-clear")
+        clear = still(
+            w.Button,
+            "ckpt-tensor-clear",
+            description="Clear",
+            icon="times",
+            layout={"width": "auto"},
+        )
         clear.on_click(guarded(lambda: self.set_query(TensorQuery()), self.count))
-        self.export_name = w.Text(
+        self.export_name = still(
+            w.Text,
             value=str(self.export_dir / f"{scanned.path.name or 'checkpoint'}-tensors"),
             description="export to",
-            layout=w.Layout(width="32em"),
+            layout={"width": "32em"},
         )
-        csv = w.Button(description="CSV", icon="download", layout=w.Layout(width="auto"))
-        parquet = w.Button(description="Parquet", icon="download", layout=w.Layout(width="auto"))
-        csv.add_class("ckpt-export-csv").on_click(
-            guarded(lambda: self.export("csv"), self.export_status)
+        auto = {"width": "auto"}
+        csv = still(w.Button, "ckpt-export-csv", description="CSV", icon="download", layout=auto)
+        parquet = still(
+            w.Button, "ckpt-export-parquet", description="Parquet", icon="download", layout=auto
         )
-        parquet.add_class("ckpt-export-parquet").on_click(
-            guarded(lambda: self.export("parquet"), self.export_status)
-        )
+        csv.on_click(guarded(lambda: self.export("csv"), self.export_status))
+        parquet.on_click(guarded(lambda: self.export("parquet"), self.export_status))
         self._controls: tuple[w.Widget, ...] = (self.name, self.regex, self.dtype, self.layer)
         self._controls += (self.expert, self.kind, self.file)
         self._quiet = False
         for control in self._controls:
             control.observe(guarded(self._from_controls, self.count), names="value")
-        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        wrap = fixed(w.Layout, flex_flow="row wrap", align_items="center")
         self.widget = (
             w.VBox(
                 [

@@ -38,7 +38,7 @@ from inspector.ui import (
     verdict_apart,
 )
 
-from .controls import button, classed
+from .controls import button, classed, close_tree
 from .esm import ModulePreload
 from .grid import GridCells, preload_grids, wait_for_quiet_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -162,6 +162,7 @@ class Dashboard:
             self._plain_shown.set()
         self.report_dir = Path(report_dir) if report_dir else Path.cwd()
         self.panels: dict[str, Any] = {}
+        self._spinners: dict[str, w.HTML] = {}
         self.last_repair: Any = None
         self.widget = self._layout()
         self._snapshot = None
@@ -408,15 +409,14 @@ class Dashboard:
                 self._complete.set_result(state)
             callbacks = [c for g, c, _ in self._checked_callbacks if g == generation]
         self._tell_checked(callbacks, generation)
-        # What shows `current` is redrawn: the header and the Overview; the Files and Layers
-        # tabs update their findings counts themselves (see `on_verdict`); the rest waited.
+        # The header is redrawn; the panels drawn from an earlier state update themselves in
+        # place (`when_checked`: the Overview, the Findings tab, the Files and Layers tabs'
+        # counts). The Overview was built whole again for each state, its widgets left open
+        # (issue 35).
         with self._lock:
             if generation != self._generation:
                 return False
             self._draw_header()
-            self.panels.pop("Overview", None)
-            self._pending.pop("Overview", None)
-        self.panel("Overview")
         if self._snapshot is not None:
             self._snapshot.update(state)
         return True
@@ -490,8 +490,8 @@ class Dashboard:
             if current:
                 self.panels[title] = panel
                 self.tab.children[self.TABS.index(title)].children = [panel.widget]
-        if not current and hasattr(panel, "close"):
-            panel.close()
+        if not current:
+            _close(panel)
         future.set_result(panel)
 
     def _on_select(self) -> None:
@@ -511,7 +511,7 @@ class Dashboard:
             future: Future[Any] = self._pending.setdefault(title, claimed or Future())
             generation = self._generation
             if built is None:
-                box.children = [_loading(self, title)]
+                box.children = [self._loading(title)]
 
         def build() -> None:
             try:
@@ -679,14 +679,27 @@ class Dashboard:
         # Every tab holds its spinner until its panel is built: a click shows it at once,
         # from the page alone, however busy the kernel is.
         for title, box in zip(self.TABS, self.tab.children, strict=True):
-            box.children = [_loading(self, title)]
+            box.children = [self._loading(title)]
         # Closed only once no tab shows them: a closed widget still in a tab's children is a
         # view of a model the page no longer has ("widget model not found" in its console).
         for panel in closing:
-            close = getattr(panel, "close", None)
-            if close is not None:
-                close()
+            _close(panel)
         self._shown(self.TABS[self.tab.selected_index or 0])
+
+    def _loading(self, title: str) -> w.HTML:
+        """What tab `title` shows while it is built: a spinner and what is being built. One
+        per tab for the dashboard's life, its words set again: a new one per tab at each
+        re-scan was eleven widgets (and their layouts and styles) left open each time."""
+        what = TAB_ROWS[self.TABS.index(title)].building(self.current.scanned)
+        spinner = self._spinners.get(title)
+        if spinner is None:
+            spinner = self._spinners[title] = w.HTML()
+        spinner.value = (
+            "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
+            "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
+            f"Building {html_text(what)}...</div>"
+        )
+        return spinner
 
     def _draw_header(self) -> None:
         s, problems = self.current.scanned, self.current.problems
@@ -797,15 +810,16 @@ def _on_shown(panel: Any) -> Any:
     return panel
 
 
-def _loading(dash: Dashboard, title: str) -> w.HTML:
-    """What a tab shows while it is built: a spinner and what is being built."""
-    s = dash.current.scanned
-    what = TAB_ROWS[Dashboard.TABS.index(title)].building(s)
-    return w.HTML(
-        "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
-        "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"
-        f"Building {html_text(what)}...</div>"
-    )
+def _close(panel: Any) -> None:
+    """Close a panel a re-scan replaced: what it frees itself (`close`: a grid's table) and
+    every widget of its tree (`close_tree`): closing its grid alone left the rest open in the
+    kernel and on the page (issue 35)."""
+    close = getattr(panel, "close", None)
+    if close is not None:
+        close()
+    widget = getattr(panel, "widget", None)
+    if isinstance(widget, w.Widget):
+        close_tree(widget)
 
 
 def _watched(wait: bool | None) -> bool:

@@ -33,6 +33,7 @@ from inspector.ui import (
     name_pattern,
 )
 
+from .controls import close_tree, fixed, still
 from .esm import (
     HOLDER_TRAIT,
     PREVIEW_TRAIT,
@@ -439,13 +440,15 @@ def make_grid(table: Any, *, columns: Sequence[str], title: str, css_class: str,
 
 def choice(label: str, options: Sequence[Any], css: str, *, width: str = "12em") -> w.Dropdown:
     """A filter dropdown: `any`, then each option (shown legible: a file name may be hostile)."""
-    return w.Dropdown(
+    return still(
+        w.Dropdown,
+        css,
         options=[(ANY, None), *((legible(v), v) for v in options)],
         value=None,
         description=label,
-        layout=w.Layout(width=width),
+        layout={"width": width},
         style={"description_width": "auto"},
-    ).add_class(css)
+    )
 
 
 # -- a DataFrame in a grid --------------------------------------------------------------------
@@ -480,20 +483,23 @@ class FrameGrid:
         self.table = perspective.table(arrow_bytes(frame), name=table_name(css_class))
         self.grid: Any = None
         self._lock = threading.Lock()
-        self.count = w.HTML().add_class(f"{css_class}-count")
-        self.text = w.Text(
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.count = still(w.HTML, f"{css_class}-count")
+        self.text = still(
+            w.Text,
+            f"{css_class}-text",
             placeholder=f"{text}: glob, text, or tick regex",
             continuous_update=False,
-            layout=w.Layout(flex="1 1 auto", min_width="16em"),
-        ).add_class(f"{css_class}-text")
-        self.regex = w.Checkbox(description="regex", indent=False, layout=w.Layout(width="5em"))
+            layout={"flex": "1 1 auto", "min_width": "16em"},
+        )
+        self.regex = still(w.Checkbox, description="regex", indent=False, layout={"width": "5em"})
         self.choices = {
             c: choice(c, sorted(frame[c].dropna().unique().tolist()), f"{css_class}-{_css(c)}")
             for c in choices
         }
         self.flags = {
-            label: w.ToggleButton(description=label, layout=w.Layout(width="auto")).add_class(
-                f"{css_class}-flag"
+            label: still(
+                w.ToggleButton, f"{css_class}-flag", description=label, layout={"width": "auto"}
             )
             for label in (flags or {})
         }
@@ -502,13 +508,15 @@ class FrameGrid:
             control.observe(guarded(self.apply, self.count), names="value")
         self._box = w.VBox(
             [
-                w.HTML(
-                    f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>"
-                ).add_class("ckpt-not-drawn")
+                still(
+                    w.HTML,
+                    "ckpt-not-drawn",
+                    value=f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>",
+                )
             ],
-            layout=w.Layout(width="100%"),
+            layout=fixed(w.Layout, width="100%"),
         )
-        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        wrap = fixed(w.Layout, flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [
                 w.HBox(
@@ -544,7 +552,10 @@ class FrameGrid:
                 filter=self.config["filter"],
                 expressions=self.config["expressions"],
             )
-            self._box.children = [self.grid]
+            # The line that stood for the grid is closed with it gone (issue 35).
+            waiting, self._box.children = self._box.children, [self.grid]
+            for line in waiting:
+                close_tree(line)
 
     def apply(self) -> None:
         """Filter the grid by the controls and count the rows shown."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import ipywidgets as w
 
+from .controls import close_tree
 from .esm import HOLDER_TRAIT, holder_trait, module_holder, shared_module
 from .plotlyjs import cartesian_bundle
 from .renderers import nbformat_put_off
@@ -233,5 +234,8 @@ class FigureBox:
             if not self.widgets:
                 figures = self._figures() if callable(self._figures) else self._figures
                 self.widgets = [figure_widget(f, css) for f, css in figures]
-                self.box.children = tuple(self.widgets)
+                # The line that stood for them is closed with it gone (issue 35).
+                waiting, self.box.children = self.box.children, tuple(self.widgets)
+                for line in waiting:
+                    close_tree(line)
             return self.widgets

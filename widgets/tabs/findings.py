@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from inspector.ui import code_help_html, html_text, plural
 
-from ..controls import button, classed
+from ..controls import button, classed, close_tree
 from ..guard import error_html, guarded
 from .rows import finding_row
 
@@ -61,6 +61,9 @@ class FindingsPanel:
         self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
         self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
         self.codes: tuple[str, ...] = ()
+        # The rows of the page shown, with their findings (`_render` keeps those still shown).
+        self._shown_rows: list[tuple[Finding, w.HBox]] = []
+        self._none = w.HTML("<i>No findings.</i>")
         for control in (self.severity, self.code):
             control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
         self.render(0)
@@ -91,6 +94,11 @@ class FindingsPanel:
             self.code.value = chosen if chosen in {value for _, value in options} else _ALL
             self.render(start)
             self.load.value = self._load_html(done=not state.pending)
+
+    def close(self) -> None:
+        """Close every widget of the tab (a re-scan replaced it), the empty page's line too."""
+        close_tree(self.widget)
+        close_tree(self._none)
 
     def check_failed(self, exc: BaseException) -> None:
         """The load check raised (a bug): its slot says so, with the traceback behind
@@ -159,9 +167,23 @@ class FindingsPanel:
         last = max(0, (len(shown) - 1) // _PAGE * _PAGE)
         self.start = min(max(0, start), last)
         page = shown[self.start : self.start + _PAGE]
-        self.rows.children = [
-            finding_row(self.dash, self.findings[i], detail=True) for i in page
-        ] or [w.HTML("<i>No findings.</i>")]
+        # A row already shown is kept (drawing the same page again, as the load check's
+        # findings arrive, sends nothing); a row no longer shown is closed once replaced
+        # (each page drawn left its 25 rows open in the kernel and on the page: issue 35).
+        kept: dict[Finding, list[w.HBox]] = {}
+        for finding, row in self._shown_rows:
+            kept.setdefault(finding, []).append(row)
+        rows = []
+        for i in page:
+            finding = self.findings[i]
+            same = kept.get(finding)
+            rows.append(
+                (finding, same.pop() if same else finding_row(self.dash, finding, detail=True))
+            )
+        self._shown_rows = rows
+        self.rows.children = tuple(row for _, row in rows) or (self._none,)
+        for row in (r for left in kept.values() for r in left):
+            close_tree(row)
         end = self.start + len(page)
         self.where.value = f"findings {self.start + 1 if page else 0:,}-{end:,} of {len(shown):,}"
         self.prev.disabled = self.start == 0

@@ -23,7 +23,7 @@ from inspector.ui import (
     restore_reference,
 )
 
-from ..controls import button, classed
+from ..controls import button, classed, close_tree, fixed, still
 from ..guard import guarded
 from ..state import still_checking
 from .rows import examples, finding_row
@@ -36,55 +36,111 @@ __all__ = ["OverviewPanel"]
 
 _FINDINGS_PER_PROBLEM = 3
 
-# The Overview is built again for each state the checks publish and never hides or restyles
-# a button: its buttons share the kernel's layout and style (`controls.fixed`).
+# The Overview never hides or restyles a button: its buttons share the kernel's layout and
+# style (`controls.fixed`).
 _button = partial(button, shared=True)
 
 
 class OverviewPanel:
     """Issues first (what is wrong, its impact, what fixes it, with buttons that fix it or
     show it), then whether the model code would load the checkpoint, then its facts. Drawn
-    from `dash.current`: while the load check runs it says so, and is redrawn when done."""
+    from `dash.current` and updated in place as the checks publish more (`update`): only a
+    part whose content changed is sent again, an issue's card is made once and closed when
+    the issue goes, and a state that changes nothing shown sends nothing (issue 35: the
+    Overview was built whole again for each state, its old widgets never closed)."""
 
     def __init__(self, dash: Host) -> None:
+        self.dash = dash
+        self.head = classed(w.HTML, "ckpt-overview-verdict")
+        self.actions = w.HBox()
+        self.load = classed(w.VBox, "ckpt-load-verdict", layout=w.Layout(width="100%"))
+        self.facts = classed(w.HTML, "ckpt-facts")
+        # The card of each issue shown, with the issue (a frozen value: an issue whose findings
+        # or action changed is another issue, and gets a card of its own).
+        self.cards: list[tuple[Problem, w.VBox]] = []
+        self._fix_all: w.Button | None = None
+        # The load verdict the load box shows (`None` and pending: the spinner's words).
+        self._verdict: tuple[bool, object] | None = None
+        # How many states changed something shown (a test counts them).
+        self.redrawn = 0
+        self.widget = classed(w.VBox, "ckpt-overview", layout=w.Layout(width="100%"))
         state = dash.current
+        self.update(state)
+        dash.when_checked(self.update, drawn=state)
+
+    def update(self, state: CheckpointState) -> None:
+        """Show `state`: the parts it changes are sent again, nothing when it changes none."""
+        dash = self.dash
         problems = state.problems
-        findings = plural(len(state.findings), FINDING)
-        if state.unchecked:  # the costliest rules run after the Overview shows
-            so_far = f"{plural(len(problems), ISSUE)} so far" if problems else "No issues so far"
-            head = (
-                f"<h3 style='margin:4px 0'>{so_far} <span style='font-weight:normal;"
-                f"color:#666'>({findings}; <i>{html_text(still_checking(state))}</i>)</span></h3>"
-            )
-        elif problems:
-            head = (
-                f"<h3 style='margin:4px 0'>{plural(len(problems), ISSUE)} "
-                f"<span style='font-weight:normal;color:#666'>({findings})</span></h3>"
-            )
-        else:
-            head = (
-                "<h3 style='margin:4px 0;color:#2ca02c'>No issues found</h3>"
-                f"<div style='color:#666'>{findings}</div>"
-            )
-        cards = [_problem_card(dash, p) for p in problems]
-        actions = []
-        if any(p.action.kind in ("repair", "reshard") for p in problems):
-            fix_all = _button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
-            fix_all.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
-            actions.append(fix_all)
-        self.widget = w.VBox(
-            [
-                w.HTML(head).add_class("ckpt-overview-verdict"),
-                w.HBox(actions),
-                _load_box(dash, state),
-                *cards,
-                w.HTML(facts_html(state.scanned, state.findings)).add_class("ckpt-facts"),
-            ],
-            layout=w.Layout(width="100%"),
-        ).add_class("ckpt-overview")
+        changed = False
+        head = _head_html(state)
+        facts = facts_html(state.scanned, state.findings)
+        if (head, facts) != (self.head.value, self.facts.value):
+            self.head.value, self.facts.value = head, facts
+            changed = True
+        fix = any(p.action.kind in ("repair", "reshard") for p in problems)
+        if fix and self._fix_all is None:
+            self._fix_all = _button("Repair all", "ckpt-repair-all", style="warning", icon="wrench")
+            self._fix_all.on_click(guarded(lambda: dash.repair(("all",)), dash.notice))
+        actions = (self._fix_all,) if fix and self._fix_all is not None else ()
+        if self.actions.children != actions:
+            self.actions.children = actions
+            changed = True
+        verdict = (state.pending, state.verdict)
+        old_load: tuple[w.Widget, ...] = ()
+        if self._verdict is None or (
+            self._verdict[0] != verdict[0] or self._verdict[1] is not verdict[1]
+        ):
+            self._verdict = verdict
+            old_load = self.load.children
+            self.load.children = _load_parts(dash, state)
+            changed = True
+        kept: dict[Problem, list[w.VBox]] = {}
+        for problem, card in self.cards:
+            kept.setdefault(problem, []).append(card)
+        self.cards = [
+            (p, kept[p].pop() if kept.get(p) else _problem_card(dash, p)) for p in problems
+        ]
+        gone = [card for left in kept.values() for card in left]
+        children = (self.head, self.actions, self.load, *(c for _, c in self.cards), self.facts)
+        if self.widget.children != children:
+            self.widget.children = children
+            changed = True
+        # Closed once no box shows them (a closed widget still shown is a view of a model the
+        # page no longer has).
+        for part in (*old_load, *gone):
+            close_tree(part)
+        self.redrawn += changed
+
+    def close(self) -> None:
+        """Close every widget of the panel (a re-scan replaced it)."""
+        if self._fix_all is not None:
+            close_tree(self._fix_all)
+        close_tree(self.widget)
 
 
-def _load_box(dash: Host, state: CheckpointState) -> w.VBox:
+def _head_html(state: CheckpointState) -> str:
+    """How many issues and findings, or that none were found; what still runs."""
+    problems = state.problems
+    findings = plural(len(state.findings), FINDING)
+    if state.unchecked:  # the costliest rules run after the Overview shows
+        so_far = f"{plural(len(problems), ISSUE)} so far" if problems else "No issues so far"
+        return (
+            f"<h3 style='margin:4px 0'>{so_far} <span style='font-weight:normal;"
+            f"color:#666'>({findings}; <i>{html_text(still_checking(state))}</i>)</span></h3>"
+        )
+    if problems:
+        return (
+            f"<h3 style='margin:4px 0'>{plural(len(problems), ISSUE)} "
+            f"<span style='font-weight:normal;color:#666'>({findings})</span></h3>"
+        )
+    return (
+        "<h3 style='margin:4px 0;color:#2ca02c'>No issues found</h3>"
+        f"<div style='color:#666'>{findings}</div>"
+    )
+
+
+def _load_parts(dash: Host, state: CheckpointState) -> tuple[w.Widget, ...]:
     """ "Will it load?": the verdict in words, and a button per kind of key that shows the
     stored tensors behind it (the findings, for missing ones: no tensor holds them)."""
     if state.pending:
@@ -94,7 +150,7 @@ def _load_box(dash: Host, state: CheckpointState) -> w.VBox:
             "model config.json describes (no weights) and matching it with the stored "
             "tensors...</i></div>"
         )
-        return w.VBox([w.HTML(text)]).add_class("ckpt-load-verdict")
+        return (still(w.HTML, value=text),)
     v = state.verdict
     buttons: list[w.Button] = []
     if v is not None and v.ran:
@@ -115,11 +171,10 @@ def _load_box(dash: Host, state: CheckpointState) -> w.VBox:
         if v.mtp_skipped:
             label = f"MTP skipped ({len(v.mtp_skipped):,})"
             buttons.append(_tensors_button(dash, label, "ckpt-load-mtp", v.mtp_skipped))
-    box = w.VBox(
-        [w.HTML(load_verdict_html(v)), w.HBox(buttons, layout=w.Layout(flex_flow="row wrap"))],
-        layout=w.Layout(width="100%"),
+    return (
+        still(w.HTML, value=load_verdict_html(v)),
+        w.HBox(buttons, layout=fixed(w.Layout, flex_flow="row wrap")),
     )
-    return box.add_class("ckpt-load-verdict")
 
 
 def _tensors_button(dash: Host, label: str, css: str, names: Sequence[str]) -> w.Button:
@@ -177,11 +232,11 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         "ckpt-problem",
         f"ckpt-problem-{problem.key}",
         children=[
-            w.HTML(problem_html(problem)),
-            w.HBox(buttons, layout=w.Layout(flex_flow="row wrap")),
+            still(w.HTML, value=problem_html(problem)),
+            w.HBox(buttons, layout=fixed(w.Layout, flex_flow="row wrap")),
             *rows,
         ],
-        layout=w.Layout(
-            border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
+        layout=fixed(
+            w.Layout, border="1px solid #e3e3e3", padding="6px 10px", margin="4px 0", width="100%"
         ),
     )

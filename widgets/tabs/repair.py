@@ -6,6 +6,7 @@ purpose are shown in the panel.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as w
@@ -29,13 +30,16 @@ from inspector.ui import (
     text_html,
 )
 
-from ..controls import button, classed, hidden
+from ..controls import button, fixed, hidden, still
 from ..guard import EXPECTED_ERRORS, error_html, guarded
 
 if TYPE_CHECKING:
     from . import Host
 
 __all__ = ["RepairPanel"]
+
+# A button of the panel is never hidden or restyled: its layout and style are shared.
+_button = partial(button, shared=True)
 
 # ipywidgets treats a None value as "nothing selected", so "" stands for "no policy".
 _DUPLICATES = [
@@ -76,34 +80,42 @@ class RepairPanel:
         self.parts: tuple[str, ...] = ()
         # The reference `repair --from` copies lost tensors from (None: a repair plan).
         self.restoring: str | None = None
-        self.duplicates = w.Dropdown(options=_DUPLICATES, description="duplicates")
-        self.quant = w.Checkbox(description="also rebuild hf_quant_config.json", indent=False)
-        self.scope = classed(w.HTML, "ckpt-repair-scope")
-        self.verdict = classed(w.HTML, "ckpt-repair-verdict")
-        self.result = w.HTML(self._result_html(dash.last_repair)).add_class("ckpt-repair-result")
-        all_parts = button("Repair all", "ckpt-plan-all", icon="expand")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`, `button`
+        # with `shared`): only the confirmation's box is ever hidden.
+        self.duplicates = still(w.Dropdown, options=_DUPLICATES, description="duplicates")
+        self.quant = still(
+            w.Checkbox, description="also rebuild hf_quant_config.json", indent=False
+        )
+        self.scope = still(w.HTML, "ckpt-repair-scope")
+        self.verdict = still(w.HTML, "ckpt-repair-verdict")
+        self.result = still(w.HTML, "ckpt-repair-result", value=self._result_html(dash.last_repair))
+        all_parts = _button("Repair all", "ckpt-plan-all", icon="expand")
         all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
         candidate = restore_reference(dash.scanned)
-        self.source = w.Text(
+        self.source = still(
+            w.Text,
+            "ckpt-restore-source",
             value=candidate.path if candidate is not None else "",
             placeholder="a checkpoint that holds the lost tensors (folder or URL)",
             description="restore from",
-            layout=w.Layout(width="60%"),
-        ).add_class("ckpt-restore-source")
-        restore = button("Plan restore", "ckpt-plan-restore", icon="download")
+            layout={"width": "60%"},
+        )
+        restore = _button("Plan restore", "ckpt-plan-restore", icon="download")
         restore.on_click(guarded(lambda: self.use_restore(self.source.value.strip()), self.verdict))
-        replan = button("Plan again", "ckpt-plan-button", icon="refresh")
+        replan = _button("Plan again", "ckpt-plan-button", icon="refresh")
         replan.on_click(guarded(lambda: self.make_plan(), self.verdict))
-        self.plan_view = classed(w.HTML, "ckpt-repair-plan")
-        self.repair = button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
+        self.plan_view = still(w.HTML, "ckpt-repair-plan")
+        self.repair = _button("Repair", "ckpt-repair-button", style="warning", icon="wrench")
         self.repair.on_click(guarded(lambda: self.ask(), self.verdict))
-        self.question = classed(w.HTML, "ckpt-confirm-question")
-        self.confirm = button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
+        self.question = still(w.HTML, "ckpt-confirm-question")
+        self.confirm = _button("Confirm", "ckpt-confirm-button", style="danger", icon="check")
         self.confirm.on_click(guarded(lambda: self.execute(), self.result))
-        self.cancel = button("Cancel", "ckpt-cancel-button")
+        self.cancel = _button("Cancel", "ckpt-cancel-button")
         self.cancel.on_click(guarded(lambda: self.ask(cancel=True), self.verdict))
-        self.confirm_box = w.VBox([self.question, w.HBox([self.confirm, self.cancel])])
-        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        self.confirm_box = w.VBox(
+            [self.question, w.HBox([self.confirm, self.cancel], layout=fixed(w.Layout))]
+        )
+        wrap = fixed(w.Layout, flex_flow="row wrap", align_items="center")
         self.widget = w.VBox(
             [
                 self.result,
@@ -111,7 +123,7 @@ class RepairPanel:
                 w.HBox([self.duplicates, self.quant, replan], layout=wrap),
                 w.HBox([self.source, restore], layout=wrap),
                 self.verdict,
-                w.HBox([self.repair]),
+                w.HBox([self.repair], layout=fixed(w.Layout)),
                 self.confirm_box,
                 self.plan_view,
             ],
