@@ -508,6 +508,17 @@ def _compose(data: bytes, url: str) -> tuple[bytes, float]:
     return head + framed, (0.15 if flags & 128 else 0.0)
 
 
+def _prepare_remote_answer() -> None:
+    """The server, and the HTTP and Hub clients the first input would import (fsspec's HTTP
+    file system, huggingface_hub), so that the 6 s bound of each input times the input alone
+    (a first input over it, importing under load, failed a CI run)."""
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _AnswerServer()
+    import fsspec.implementations.http  # noqa: F401
+    import huggingface_hub.utils  # noqa: F401
+
+
 def remote_answer(data: bytes) -> None:
     """Every request answered with the input (see `_compose`), through the remote reader
     as a scan uses it: an HTTP folder (listing, HEAD, ranged reads, a whole-file read), a
@@ -1011,6 +1022,10 @@ def _fit_folder() -> Path:
 
 def _prepare_fit_config() -> None:
     _fit_folder()
+    # The modules the first input would import (pandas among them: seconds of CPU on a busy
+    # machine), imported here so that libFuzzer's per-input timeout times the input alone.
+    import inspector._internal.scan.entry
+    import inspector._internal.serve.fit  # noqa: F401
 
 
 def fit_config(data: bytes) -> None:
@@ -1110,6 +1125,7 @@ PREPARE: dict[str, Callable[[], None]] = {
     "manifest": _prepare_manifest,
     "quant_patterns": _prepare_quant_patterns,
     "fit_config": _prepare_fit_config,
+    "remote_answer": _prepare_remote_answer,
     "torch_bin": _prepare_bin,
     "bin_pickle": _prepare_bin,
 }
