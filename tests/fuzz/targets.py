@@ -707,6 +707,12 @@ _GGUF_TENSOR = struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 8, 0, 0)
 _GGUF_FILES = 0
 
 
+def _prepare_gguf_metadata() -> None:
+    # gguf-py (and the yaml it imports), which the first input compares with: imported there
+    # on a busy machine, it went past libFuzzer's per-input timeout.
+    import gguf  # noqa: F401
+
+
 def gguf_metadata(data: bytes) -> None:
     """The bytes as the metadata section of a GGUF file (the first byte gives the key count,
     0 to 31) between a valid header and tensor info: mutations land in keys, value types,
@@ -933,6 +939,10 @@ def _pattern_folder() -> Path:
 
 def _prepare_quant_patterns() -> None:
     _pattern_folder()
+    # `check` and `scan`: pandas among their imports, past libFuzzer's per-input timeout when
+    # the first input imported them on a busy machine.
+    import inspector._internal.checks
+    import inspector._internal.scan.entry  # noqa: F401
 
 
 def quant_patterns(data: bytes) -> None:
@@ -1126,6 +1136,7 @@ PREPARE: dict[str, Callable[[], None]] = {
     "quant_patterns": _prepare_quant_patterns,
     "fit_config": _prepare_fit_config,
     "remote_answer": _prepare_remote_answer,
+    "gguf_metadata": _prepare_gguf_metadata,
     "torch_bin": _prepare_bin,
     "bin_pickle": _prepare_bin,
 }
