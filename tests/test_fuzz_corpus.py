@@ -6,10 +6,12 @@ the sandbox target reads in a child, and a wall clock would measure the machine'
 from __future__ import annotations
 
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from fuzz.run import NAMES
+from fuzz.run import NAMES, REPLAY_ONLY_WHEN_SHORT, SHORT_RUNS
 from fuzz.targets import PREPARE, TARGETS
 
 CORPUS = Path(__file__).parent / "fuzz" / "corpus"
@@ -29,6 +31,24 @@ def test_the_fuzz_run_runs_every_target() -> None:
     """`make fuzz` and CI run the targets `run.py` names: a target missing there is only ever
     replayed from its corpus, never fuzzed."""
     assert sorted(NAMES) == sorted(TARGETS)
+    # and the short run (CI's) gives each target it fuzzes a number of inputs
+    assert set(SHORT_RUNS) == set(NAMES) - set(REPLAY_ONLY_WHEN_SHORT)
+
+
+def test_a_fuzz_run_bounded_by_work_runs_that_many_cases() -> None:
+    """`--runs N` (the CI's fuzz run, beside pytest) runs N inputs per target, its corpus
+    included, however long they take: with the fixed seed, the same inputs each time. The
+    hypothesis engine here (atheris hands N to libFuzzer as `-runs`, which counts the same)."""
+    argv = ["--engine", "hypothesis", "--target", "header", "--runs", "25", "--seconds", "600"]
+    run = subprocess.run(
+        [sys.executable, str(CORPUS.parent / "run.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "fuzz header: hypothesis, 25 cases in " in run.stdout
+    assert "time cap" not in run.stdout
 
 
 @pytest.mark.timeout(120)  # a target's one-time set-up (PREPARE) included

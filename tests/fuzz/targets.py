@@ -508,6 +508,17 @@ def _compose(data: bytes, url: str) -> tuple[bytes, float]:
     return head + framed, (0.15 if flags & 128 else 0.0)
 
 
+def _prepare_remote_answer() -> None:
+    """The server, and the HTTP and Hub clients the first input would import (fsspec's HTTP
+    file system, huggingface_hub), so that the 6 s bound of each input times the input alone
+    (a first input over it, importing under load, failed a CI run)."""
+    global _SERVER
+    if _SERVER is None:
+        _SERVER = _AnswerServer()
+    import fsspec.implementations.http  # noqa: F401
+    import huggingface_hub.utils  # noqa: F401
+
+
 def remote_answer(data: bytes) -> None:
     """Every request answered with the input (see `_compose`), through the remote reader
     as a scan uses it: an HTTP folder (listing, HEAD, ranged reads, a whole-file read), a
@@ -694,6 +705,12 @@ def gguf(data: bytes) -> None:
 # padding and its 32 bytes of data, as GGUFWriter lays them out.
 _GGUF_TENSOR = struct.pack("<Q", 1) + b"t" + struct.pack("<IQIQ", 1, 8, 0, 0)
 _GGUF_FILES = 0
+
+
+def _prepare_gguf_metadata() -> None:
+    # gguf-py (and the yaml it imports), which the first input compares with: imported there
+    # on a busy machine, it went past libFuzzer's per-input timeout.
+    import gguf  # noqa: F401
 
 
 def gguf_metadata(data: bytes) -> None:
@@ -922,6 +939,10 @@ def _pattern_folder() -> Path:
 
 def _prepare_quant_patterns() -> None:
     _pattern_folder()
+    # `check` and `scan`: pandas among their imports, past libFuzzer's per-input timeout when
+    # the first input imported them on a busy machine.
+    import inspector._internal.checks
+    import inspector._internal.scan.entry  # noqa: F401
 
 
 def quant_patterns(data: bytes) -> None:
@@ -1011,6 +1032,10 @@ def _fit_folder() -> Path:
 
 def _prepare_fit_config() -> None:
     _fit_folder()
+    # The modules the first input would import (pandas among them: seconds of CPU on a busy
+    # machine), imported here so that libFuzzer's per-input timeout times the input alone.
+    import inspector._internal.scan.entry
+    import inspector._internal.serve.fit  # noqa: F401
 
 
 def fit_config(data: bytes) -> None:
@@ -1110,6 +1135,8 @@ PREPARE: dict[str, Callable[[], None]] = {
     "manifest": _prepare_manifest,
     "quant_patterns": _prepare_quant_patterns,
     "fit_config": _prepare_fit_config,
+    "remote_answer": _prepare_remote_answer,
+    "gguf_metadata": _prepare_gguf_metadata,
     "torch_bin": _prepare_bin,
     "bin_pickle": _prepare_bin,
 }
