@@ -358,19 +358,15 @@ class _Source:
 def _source(path: Path) -> _Source:
     """`path` parsed once per test process (the files do not change during a run): about
     200 files, each parsed and walked once instead of once per test that reads them."""
-    tree = ast.parse(path.read_text())
-    hidden = _type_checking_only(tree)
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
+    text = path.read_text()
+    tree = ast.parse(text)
+    # An `if` can name TYPE_CHECKING only in a file that spells it.
+    hidden = _type_checking_only(tree) if "TYPE_CHECKING" in text else set()
+    docstrings: set[int] = set()
     imports: list[tuple[str, int, str, int, bool]] = []
     strings: list[tuple[str, int]] = []
     pickles: set[str] = set()
+    # One walk, breadth first: a definition is met before its docstring.
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imports += [(a.name, 0, "", node.lineno, id(node) in hidden) for a in node.names]
@@ -383,7 +379,15 @@ def _source(path: Path) -> _Source:
             and id(node) not in docstrings
         ):
             strings.append((node.value, node.lineno))
-        pickles |= _pickle_mechanism(node)
+        elif (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        ):
+            docstrings.add(id(node.body[0].value))
+        if isinstance(node, _PICKLE_NODES):
+            pickles |= _pickle_mechanism(node)
     return _Source(tuple(imports), tuple(strings), frozenset(pickles))
 
 
@@ -613,6 +617,10 @@ def _pickle_mechanisms(path: Path) -> set[str]:
     Unpickler, defines find_class, or calls torch.load (`pickle.load` and `loads` too).
     Found in the walk `_source` makes of the file (one parse for every test here)."""
     return set(_source(path).pickles)
+
+
+# The kinds of node `_pickle_mechanism` finds a mechanism in.
+_PICKLE_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Attribute)
 
 
 def _pickle_mechanism(node: ast.AST) -> set[str]:
