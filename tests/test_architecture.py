@@ -323,38 +323,48 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     """ids of the import nodes under `if TYPE_CHECKING:` (types only, never executed)."""
     hidden = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+        if isinstance(node, ast.If) and _names_type_checking(node.test):
             for child in node.body:
                 hidden.update(id(n) for n in ast.walk(child))
     return hidden
+
+
+def _names_type_checking(test: ast.expr) -> bool:
+    """Whether an `if`'s test names TYPE_CHECKING (`TYPE_CHECKING`, `typing.TYPE_CHECKING`):
+    read from its nodes, not from its text (`ast.unparse` of every `if` was a fifth of the
+    time `_source` took)."""
+    return any(
+        (isinstance(n, ast.Name) and n.id == "TYPE_CHECKING")
+        or (isinstance(n, ast.Attribute) and n.attr == "TYPE_CHECKING")
+        for n in ast.walk(test)
+    )
 
 
 @dataclass(frozen=True)
 class _Source:
     """What the tests below read from one source file: its import statements (the module
     as written, `level` dots for a relative one, the name imported or "", the line, whether
-    only under `if TYPE_CHECKING:`) and its string constants that are not docstrings."""
+    only under `if TYPE_CHECKING:`), its string constants that are not docstrings and the
+    pickle mechanisms it uses (`_pickle_mechanisms`)."""
 
     imports: tuple[tuple[str, int, str, int, bool], ...]
     strings: tuple[tuple[str, int], ...]
+    pickles: frozenset[str]
 
 
 @functools.cache
 def _source(path: Path) -> _Source:
     """`path` parsed once per test process (the files do not change during a run): about
     200 files, each parsed and walked once instead of once per test that reads them."""
-    tree = ast.parse(path.read_text())
-    hidden = _type_checking_only(tree)
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
+    text = path.read_text()
+    tree = ast.parse(text)
+    # An `if` can name TYPE_CHECKING only in a file that spells it.
+    hidden = _type_checking_only(tree) if "TYPE_CHECKING" in text else set()
+    docstrings: set[int] = set()
     imports: list[tuple[str, int, str, int, bool]] = []
     strings: list[tuple[str, int]] = []
+    pickles: set[str] = set()
+    # One walk, breadth first: a definition is met before its docstring.
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             imports += [(a.name, 0, "", node.lineno, id(node) in hidden) for a in node.names]
@@ -367,7 +377,16 @@ def _source(path: Path) -> _Source:
             and id(node) not in docstrings
         ):
             strings.append((node.value, node.lineno))
-    return _Source(tuple(imports), tuple(strings))
+        elif (
+            isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        ):
+            docstrings.add(id(node.body[0].value))
+        if isinstance(node, _PICKLE_NODES):
+            pickles |= _pickle_mechanism(node)
+    return _Source(tuple(imports), tuple(strings), frozenset(pickles))
 
 
 def _imports(module: str, path: Path, *, types: bool = False) -> list[tuple[str, str, int]]:
@@ -593,23 +612,31 @@ _PICKLE_HOMES = {
 
 def _pickle_mechanisms(path: Path) -> set[str]:
     """Which of `_PICKLE_HOMES` a file uses: imports pickletools, subclasses or calls an
-    Unpickler, defines find_class, or calls torch.load (`pickle.load` and `loads` too)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
-            found |= {"pickletools"} & {n.split(".")[0] for n in names}
-        elif isinstance(node, ast.FunctionDef) and node.name == "find_class":
-            found.add("find_class")
-        elif isinstance(node, ast.Attribute):
-            owner = node.value.id if isinstance(node.value, ast.Name) else ""
-            if node.attr == "Unpickler":
-                found.add("Unpickler")
-            elif node.attr in ("load", "loads") and owner in ("pickle", "_pickle", "dill"):
-                found.add(f"pickle.{node.attr}")
-            elif node.attr == "load" and owner == "torch":
-                found.add("torch.load")
-    return found
+    Unpickler, defines find_class, or calls torch.load (`pickle.load` and `loads` too).
+    Found in the walk `_source` makes of the file (one parse for every test here)."""
+    return set(_source(path).pickles)
+
+
+# The kinds of node `_pickle_mechanism` finds a mechanism in.
+_PICKLE_NODES = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Attribute)
+
+
+def _pickle_mechanism(node: ast.AST) -> set[str]:
+    """The pickle mechanism one node of a file's tree uses (`_pickle_mechanisms`)."""
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+        return {"pickletools"} & {n.split(".")[0] for n in names}
+    if isinstance(node, ast.FunctionDef) and node.name == "find_class":
+        return {"find_class"}
+    if isinstance(node, ast.Attribute):
+        owner = node.value.id if isinstance(node.value, ast.Name) else ""
+        if node.attr == "Unpickler":
+            return {"Unpickler"}
+        if node.attr in ("load", "loads") and owner in ("pickle", "_pickle", "dill"):
+            return {f"pickle.{node.attr}"}
+        if node.attr == "load" and owner == "torch":
+            return {"torch.load"}
+    return set()
 
 
 def test_every_pickle_reader_uses_the_one_walker_and_the_one_unpickler() -> None:

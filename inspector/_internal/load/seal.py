@@ -91,7 +91,7 @@ def sealed() -> Iterator[Seal]:
         folder = os.path.realpath(tempfile.mkdtemp(prefix="ckpt-inspect-sealed-"))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
         seal = Seal(folder)
-        stack.callback(_forget, folder, list(sys.path))
+        stack.callback(_forget, folder, list(sys.path), dict(sys.modules))
         for target, name, value in _switches(seal):
             _switch(stack, target, name, value)
         _local.seal = seal
@@ -167,12 +167,19 @@ def _module(name: str) -> types.ModuleType | None:
         return None
 
 
-def _forget(folder: str, path_before: list[str]) -> None:
+def _forget(
+    folder: str, path_before: list[str], modules_before: dict[str, types.ModuleType]
+) -> None:
     """Undo what code in the seal left behind that points into the private folder: entries
     it added to `sys.path` (transformers' modules cache adds itself) and modules imported
-    from there, so a later import in this process never looks in a removed folder."""
+    from there, so a later import in this process never looks in a removed folder. Only a
+    module that was not in `sys.modules` before the seal can come from the folder, new then:
+    the others are not looked at (with torch and transformers, thousands of `__file__`
+    look-ups, some through a lazy module's `__getattr__`: ~4 ms a verdict)."""
     sys.path[:] = [p for p in sys.path if p in path_before or not _inside(folder, p)]
     for name, module in list(sys.modules.items()):
+        if modules_before.get(name) is module:
+            continue
         origin = getattr(module, "__file__", None)
         if isinstance(origin, str) and _inside(folder, origin):
             del sys.modules[name]
