@@ -30,6 +30,7 @@ __all__ = [
     "POLL_MS",
     "Lab",
     "launch_chromium",
+    "new_lab_context",
     "open_notebook",
     "open_tab",
     "run_all_cells",
@@ -49,6 +50,16 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--no-first-run",
+    # Headless Chromium still builds every window's address-bar popups as WebUI pages, each in
+    # a renderer of its own: about 0.9 CPU-s per window (a context is a window), for popups
+    # that no one ever opens here (measured: 4.5 of the 20 CPU-s of Chromium in
+    # test_notebooks + test_report_browser).
+    "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup",
+    # No page reaches beyond this machine: every host name but 127.0.0.1 (where JupyterLab
+    # and the tests' own servers listen) fails to resolve. This stands in for a route that
+    # refused the rest on each lab page: Playwright turns the HTTP cache off for a page
+    # with any route, and JupyterLab's 17 MB of scripts were fetched again on each load.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 
 
@@ -233,17 +244,42 @@ def _stop(process: subprocess.Popen) -> None:
 # -- page actions ---------------------------------------------------------------------------------
 
 
+# Run first in every document of a lab context's pages: the first document a page loads
+# starts from empty local storage (sessionStorage is the page's own, so a reload in the same
+# page, as a person's, keeps what the page stored).
+_FRESH_STORAGE = """
+try {
+    if (!sessionStorage.getItem('ckpt-test-page')) {
+        localStorage.clear();
+        sessionStorage.setItem('ckpt-test-page', '1');
+    }
+} catch (e) {}  // a document with no storage of its own (the new page's about:blank)
+"""
+
+
+def new_lab_context(browser):
+    """The browser context the lab pages of a run share (1400 x 1000): one HTTP cache, so
+    that JupyterLab's and Perspective's scripts (served as immutable) are fetched once a run
+    and V8's code cache, kept beside them, spares compiling them again. What a test sets
+    stays its page's own: routes and init scripts are per page (`open_notebook`), each page
+    starts with empty local storage; the one cookie JupyterLab sets (`_xsrf`) is the
+    session's server's, which every lab test shares."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.add_init_script(_FRESH_STORAGE)
+    return context
+
+
 def open_notebook(
-    browser, lab: Lab, notebook: str, errors: list[str] | None = None, *, init_script: str = ""
+    context, lab: Lab, notebook: str, errors: list[str] | None = None, *, init_script: str = ""
 ):
-    """A new 1400 x 1000 page on `notebook` of `lab` that may reach nothing but the server
-    (JavaScript errors appended to `errors`; `init_script` runs before the page's own)."""
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    """A new page of `context` (`new_lab_context`) on `notebook` of `lab` (JavaScript errors
+    appended to `errors`; `init_script` runs before the page's own). It reaches no other
+    machine (`CHROMIUM_ARGS`); a route here would turn the shared HTTP cache off for it."""
+    page = context.new_page()
     if init_script:
         page.add_init_script(init_script)
     if errors is not None:
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.route("**/*", lab.only_local)
     page.goto(lab.url(notebook), wait_until="domcontentloaded")
     return page
 

@@ -421,15 +421,16 @@ def _vllm_cases(root: Path) -> None:
 # One of each per test process, started by the first test that asks (a test run that selects
 # no browser test starts neither) and stopped at the end of the run. A browser test:
 #
-#     def test_x(chromium, jupyter_lab, tmp_path):
+#     def test_x(lab_pages, jupyter_lab, tmp_path):
 #         folder = jupyter_lab.folder("x")         # its own folder in the Lab's root
 #         ... write notebooks (and checkpoints) into folder ...
-#         page = open_notebook(chromium, jupyter_lab, "x/book.ipynb", errors)
+#         page = open_notebook(lab_pages, jupyter_lab, "x/book.ipynb", errors)
 #         try: ... finally: page.close(); jupyter_lab.shut_down_kernels()
 #
-# Each page is a context of its own (no cookie, storage or route is shared with another
-# test); close it when done, and shut down the kernels the test started, so that none stays
-# in memory holding torch for the rest of the run.
+# The lab pages share one context, `lab_pages`, for its HTTP cache (what else is shared, and
+# what is not: `browser.new_lab_context`); other pages (`chromium.new_page`) are contexts of
+# their own. Close a page when done, and shut down the kernels the test started, so that none
+# stays in memory holding torch for the rest of the run.
 
 
 @pytest.fixture(scope="session")
@@ -446,6 +447,19 @@ def chromium() -> Iterator[Any]:
             yield browser
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="session")
+def lab_pages(chromium: Any) -> Iterator[Any]:
+    """The Playwright `BrowserContext` every lab page of the run opens in
+    (`browser.new_lab_context`, `browser.open_notebook`)."""
+    from browser import new_lab_context
+
+    context = new_lab_context(chromium)
+    try:
+        yield context
+    finally:
+        context.close()
 
 
 @pytest.fixture(scope="session")

@@ -65,10 +65,10 @@ def lab(jupyter_lab: Lab, copy_demos) -> Iterator[tuple[Lab, Path]]:
         jupyter_lab.shut_down_kernels()
 
 
-def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path], chromium):
+def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path], lab_pages):
     server, work = lab
     errors: list[str] = []
-    page = open_notebook(chromium, server, NOTEBOOK, errors)
+    page = open_notebook(lab_pages, server, NOTEBOOK, errors)
     try:
         _run(page)
         overview = _overview(page)

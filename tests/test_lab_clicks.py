@@ -235,11 +235,11 @@ class ClickedThrough:
 
 
 @pytest.fixture(scope="module")
-def clicked_through(jupyter_lab: Lab, chromium, demo_checkpoints: Path) -> ClickedThrough:
+def clicked_through(jupyter_lab: Lab, lab_pages, demo_checkpoints: Path) -> ClickedThrough:
     """Every tab, then every button, clicked once in one page on one kernel."""
     seen = ClickedThrough()
     _write_notebook(jupyter_lab, demo_checkpoints)
-    page = open_notebook(chromium, jupyter_lab, NOTEBOOK, seen.errors)
+    page = open_notebook(lab_pages, jupyter_lab, NOTEBOOK, seen.errors)
     page.on(
         "console",
         lambda msg: seen.errors.append(msg.text) if "model not found" in msg.text.lower() else None,

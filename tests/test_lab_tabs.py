@@ -128,11 +128,10 @@ def slow() -> Iterator[str]:
             server.shutdown()
 
 
-def test_tabs_in_jupyterlab(lab: Lab, chromium, slow: str):
+def test_tabs_in_jupyterlab(lab: Lab, lab_pages, slow: str):
     errors: list[str] = []
     freeze = FREEZE.replace("SLOW_URL", json.dumps(slow))
-    page = open_notebook(chromium, lab, NOTEBOOK, errors, init_script=freeze)
-    page.route(f"{slow}**", lambda route: route.continue_())  # beside the Lab's own
+    page = open_notebook(lab_pages, lab, NOTEBOOK, errors, init_script=freeze)
     try:
         run_all_cells(page, timeout=240)
         page.wait_for_selector(".ckpt-dashboard >> nth=1", timeout=60_000)
