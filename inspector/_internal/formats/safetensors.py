@@ -93,6 +93,8 @@ _CLOSE_AFTER_COMMA = re.compile(rb"[ \t\n\r]*\}")
 # value nests past 3 levels.
 _ENTRY_COLONS = 4
 _ENTRY_ARRAYS = 2
+# Bytes compared per numpy step when counting them (`_byte_counts`).
+_COUNT_CHUNK = 1 << 20
 
 _EMPTY_I64 = frozen(np.zeros(0, dtype=np.int64))
 _NO_DTYPES: Coded[str] = Coded(frozen(np.zeros(0, dtype=np.int32)), ())
@@ -437,7 +439,8 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
     # Each entry holds the marker once (checked after the decode), so `n` is the count of
     # entries; the top-level object, the metadata and the entries are the only objects.
     n = raw.count(_DUP_MARKER)
-    if raw.count(b"[") != _ENTRY_ARRAYS * n or raw.count(b"{") > n + 2:
+    brackets, braces, colons = _byte_counts(raw, b"[{:")
+    if brackets != _ENTRY_ARRAYS * n or braces > n + 2:
         return None
     try:
         metadata: dict[str, str] | None = None
@@ -462,6 +465,8 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
                 body = b"{}"
             else:
                 return None
+            # The body's colons: those after the metadata (its `{` adds none).
+            colons -= raw.count(b":", 0, end + 1)
         header = _ENTRIES.decode(body)
     except (ValueError, RecursionError, msgspec.DecodeError, msgspec.ValidationError):
         # RecursionError: both decoders raise it for nesting past their depth (in a field
@@ -469,7 +474,7 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
         return None
     if "__metadata__" in header or n != len(header):
         return None
-    if body.count(b":") != _ENTRY_COLONS * n:
+    if colons != _ENTRY_COLONS * n:
         return None  # an ignored field, or a colon in a name (rare: the bulk path reads it)
     if not header:
         return metadata, ((), _NO_DTYPES, _NO_SHAPES, _EMPTY_I64, _EMPTY_I64)
@@ -488,6 +493,20 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
     if not _sizes_tile(dtype, shape, begins, ends):
         return None
     return metadata, (tuple(header), dtype, shape, begins, ends)
+
+
+def _byte_counts(data: bytes, wanted: bytes) -> list[int]:
+    """How many times each byte of `wanted` occurs in `data`: `data.count(byte)` for each,
+    in one pass of numpy comparisons a chunk at a time (bytes.count tests one byte per step,
+    three times slower over the 36 MB of a 300,000-tensor checkpoint's headers; the chunks
+    bound the temporaries whatever the header's size)."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    counts = [0] * len(wanted)
+    for at in range(0, len(view), _COUNT_CHUNK):
+        chunk = view[at : at + _COUNT_CHUNK]
+        for i, byte in enumerate(wanted):
+            counts[i] += int(np.count_nonzero(chunk == byte))
+    return counts
 
 
 def _sizes_tile(
