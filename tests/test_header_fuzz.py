@@ -332,3 +332,12 @@ def test_bulk_path_reads_what_the_per_entry_path_reads(
     assert typed == bulk == walked
     for one in (typed, bulk):
         assert one.dtype.values == walked.dtype.values and one.shape.values == walked.shape.values
+
+
+@given(st.binary(max_size=300), st.integers(1, 40))
+def test_byte_counts_equal_bytes_count_across_chunks(data: bytes, chunk: int) -> None:
+    """The typed path's bracket, brace and colon counts (numpy, a chunk at a time) are
+    `bytes.count`'s, wherever the chunks cut."""
+    with mock.patch.object(safetensors_format, "_COUNT_CHUNK", chunk):
+        counts = safetensors_format._byte_counts(data, b"[{:")
+    assert counts == [data.count(b) for b in (b"[", b"{", b":")]
