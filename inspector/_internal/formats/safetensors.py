@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 _DUP_MARKER = b'"data_offsets"'
+# `-0` as an array element: serde_json parses it as the float -0.0, which a `usize` shape or
+# offset refuses (the whole file is unreadable), where orjson and msgspec read the int 0.
+# Only a hint (it can match inside a string); `_report_strict` decides.
+_MINUS_ZERO = re.compile(rb"[\[,][ \t\n\r]*-0(?![0-9.eE])")
 # Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
 # 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.
 _FAST_MAX_DIMS = 16
@@ -294,8 +298,8 @@ def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
         return _unreadable(file, file_size, problem)
     out = _Collector(file)
     metadata = _metadata(header.pop("__metadata__", None), out)
-    if raw.count(_DUP_MARKER) > len(header):
-        _report_duplicates(raw, out)
+    if _strict_doubt(raw, len(header), metadata):
+        _report_strict(raw, out)
     bulk = _bulk_columns(header)
     if bulk is not None:
         names, dtype, shape, begins, ends = bulk
@@ -434,7 +438,7 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
     ignores (msgspec skips it unread) or a bracket outside the entries' arrays, an entry
     msgspec's schema refuses, a repeated name, and every check of the bulk path.
     """
-    if b"\\" in raw or not raw.startswith(b"{"):
+    if b"\\" in raw or not raw.startswith(b"{") or _minus_zero(raw):
         return None
     # Each entry holds the marker once (checked after the decode), so `n` is the count of
     # entries; the top-level object, the metadata and the entries are the only objects.
@@ -692,28 +696,118 @@ def _check_length(
         )
 
 
-def _report_duplicates(raw: bytes, out: _Collector) -> None:
-    """Slow path, only taken when the marker count says a key may repeat."""
-    seen: set[str] = set()
+def _minus_zero(raw: bytes) -> bool:
+    """A hint that an array holds `-0` (`_MINUS_ZERO`); the cheap byte search first."""
+    return b"-0" in raw and _MINUS_ZERO.search(raw) is not None
+
+
+def _strict_doubt(raw: bytes, entries: int, metadata: Mapping[str, str] | None) -> bool:
+    """True when the raw bytes hint at what orjson forgives and the reference reader does
+    not: a key given twice (its colon is one more than the decoded header holds: 4 an entry,
+    one per metadata key and one for `__metadata__`), or a `-0` in an array. A colon inside
+    a string also makes a doubt, which `_report_strict` clears. One count, one search."""
+    expected = _ENTRY_COLONS * entries + (0 if metadata is None else 1 + len(metadata))
+    return raw.count(b":") != expected or _minus_zero(raw)
+
+
+class _MinusZero(int):
+    """The int 0 written `-0`: kept apart so that `_report_strict` can name its entry."""
+
+
+def _strict_int(text: str) -> int:
+    return _MinusZero(0) if text == "-0" else int(text)
+
+
+# The fields of the reference reader's `TensorInfo` (safetensors `tensor.rs`).
+_FIELDS = ("dtype", "shape", "data_offsets")
+
+
+def _report_strict(raw: bytes, out: _Collector) -> None:
+    """Slow path, only taken when `_strict_doubt` says so. The reference reader
+    (safetensors `tensor.rs`: serde's derived `Deserialize` of `Metadata` and `TensorInfo`
+    over serde_json) keeps the last of two entries of one name, a warning here; it refuses
+    the whole file, an error here, for `__metadata__` twice, a field twice in an entry, `-0`
+    (a float to serde_json) in a shape or offsets, or an earlier entry of a repeated name
+    that is no tensor entry (every value is deserialized, even one a later one replaces)."""
+    repeats: dict[int, list[tuple[str, object]]] = {}  # object id -> (key, earlier value)
 
     def hook(pairs: list[tuple[str, object]]) -> dict:
-        for key, value in pairs:
-            if isinstance(value, dict) and "data_offsets" in value:
+        result = dict(pairs)
+        if len(result) < len(pairs):
+            seen: dict[str, object] = {}
+            twice = repeats.setdefault(id(result), [])
+            for key, value in pairs:
                 if key in seen:
-                    out.add(
-                        "header-duplicate-key",
-                        f"tensor '{legible(key)}' appears twice in the header; readers keep only "
-                        "the last entry, remove the other one",
-                        tensor=key,
-                    )
-                seen.add(key)
-        return dict(pairs)
+                    twice.append((key, seen[key]))
+                seen[key] = value
+        return result
 
     try:
-        json.loads(raw.decode("utf-8"), object_pairs_hook=hook)
+        top = json.loads(raw.decode("utf-8"), object_pairs_hook=hook, parse_int=_strict_int)
     except (ValueError, RecursionError):
         # orjson accepted the header; stdlib json may still refuse very deep nesting.
         return
+    for key, earlier in repeats.get(id(top), []):
+        if key == "__metadata__":
+            out.add(
+                "header-invalid-entry",
+                "__metadata__ appears twice in the header; the safetensors reader refuses the "
+                "whole file (duplicate field), re-export the shard",
+                tensor=key,
+            )
+        elif _serde_entry(earlier, repeats):
+            out.add(
+                "header-duplicate-key",
+                f"tensor '{legible(key)}' appears twice in the header; readers keep only "
+                "the last entry, remove the other one",
+                tensor=key,
+            )
+        else:
+            out.add(
+                "header-invalid-entry",
+                f"tensor '{legible(key)}' appears twice in the header and the earlier one is not "
+                "a tensor entry; the safetensors reader refuses the whole file, remove it",
+                tensor=key,
+            )
+    for name, entry in top.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        twice = [key for key, _ in repeats.get(id(entry), []) if key in _FIELDS]
+        if twice:
+            out.add(
+                "header-invalid-entry",
+                f"tensor '{legible(name)}' has {twice[0]} twice; the safetensors reader refuses "
+                "the whole file (duplicate field), re-export the shard",
+                tensor=name,
+            )
+        minus = [f for f in _FIELDS[1:] if _has_minus_zero(entry.get(f))]
+        if minus:
+            out.add(
+                "header-invalid-entry",
+                f"tensor '{legible(name)}' has -0 in its {minus[0]}; the safetensors reader "
+                "reads it as a float and refuses the whole file, re-export the shard",
+                tensor=name,
+            )
+
+
+def _has_minus_zero(value: object) -> bool:
+    return isinstance(value, list) and any(type(v) is _MinusZero for v in value)
+
+
+def _serde_entry(value: object, repeats: dict[int, list[tuple[str, object]]]) -> bool:
+    """True when the reference reader deserializes `value` as a `TensorInfo`: a known dtype,
+    a shape and two offsets of non-negative ints (no `-0`), no field twice."""
+    if not isinstance(value, dict) or any(k in _FIELDS for k, _ in repeats.get(id(value), [])):
+        return False
+    dtype, shape, offsets = value.get("dtype"), value.get("shape"), value.get("data_offsets")
+    return (
+        isinstance(dtype, str)
+        and dtype in DTYPE_BITS
+        and isinstance(shape, list)
+        and isinstance(offsets, list)
+        and len(offsets) == 2
+        and all(type(v) is int and v >= 0 for v in chain(shape, offsets))
+    )
 
 
 # -- helpers -------------------------------------------------------------------------------
