@@ -45,8 +45,10 @@ __all__ = [
 _DUP_MARKER = b'"data_offsets"'
 # `-0` as an array element: serde_json parses it as the float -0.0, which a `usize` shape or
 # offset refuses (the whole file is unreadable), where orjson and msgspec read the int 0.
-# Only a hint (it can match inside a string); `_report_strict` decides.
-_MINUS_ZERO = re.compile(rb"[\[,][ \t\n\r]*-0(?![0-9.eE])")
+# `_minus_zero` looks for a `-0` after a byte that can come before an array element.
+_MINUS = ord("-")
+_ZERO = ord("0")
+_BEFORE_ELEMENT = np.frombuffer(b"[, \t\n\r", dtype=np.uint8)
 # Shapes with more dimensions than this skip the bulk path: `math.prod` of thousands of
 # 64-bit dimensions is a huge integer product (quadratic time), so it is bounded there.
 _FAST_MAX_DIMS = 16
@@ -438,13 +440,13 @@ def _typed_columns(raw: bytes) -> tuple[dict[str, str] | None, _BulkColumns] | N
     ignores (msgspec skips it unread) or a bracket outside the entries' arrays, an entry
     msgspec's schema refuses, a repeated name, and every check of the bulk path.
     """
-    if b"\\" in raw or not raw.startswith(b"{") or _minus_zero(raw):
+    if b"\\" in raw or not raw.startswith(b"{"):
         return None
     # Each entry holds the marker once (checked after the decode), so `n` is the count of
     # entries; the top-level object, the metadata and the entries are the only objects.
     n = raw.count(_DUP_MARKER)
-    brackets, braces, colons = _byte_counts(raw, b"[{:")
-    if brackets != _ENTRY_ARRAYS * n or braces > n + 2:
+    brackets, braces, colons, minuses = _byte_counts(raw, b"[{:-")
+    if brackets != _ENTRY_ARRAYS * n or braces > n + 2 or (minuses and _minus_zero(raw)):
         return None
     try:
         metadata: dict[str, str] | None = None
@@ -697,8 +699,18 @@ def _check_length(
 
 
 def _minus_zero(raw: bytes) -> bool:
-    """A hint that an array holds `-0` (`_MINUS_ZERO`); the cheap byte search first."""
-    return b"-0" in raw and _MINUS_ZERO.search(raw) is not None
+    """A doubt that an array of the header holds `-0`: a `-0` after `[`, `,` or whitespace
+    (a name or a string may hold one too; the caller's slow path decides). One numpy pass a
+    chunk at a time, as `_byte_counts` (a regex took 0.35 s over 36 MB of header)."""
+    view = np.frombuffer(raw, dtype=np.uint8)
+    last = len(view) - 1  # a `-` needs a byte before it and one after it
+    for at in range(1, last, _COUNT_CHUNK):
+        hits = np.flatnonzero(view[at : min(at + _COUNT_CHUNK, last)] == _MINUS) + at
+        if len(hits) and np.any(
+            (view[hits + 1] == _ZERO) & np.isin(view[hits - 1], _BEFORE_ELEMENT)
+        ):
+            return True
+    return False
 
 
 def _strict_doubt(raw: bytes, entries: int, metadata: Mapping[str, str] | None) -> bool:
