@@ -300,7 +300,7 @@ def _parse(raw: bytes, file: str, file_size: int) -> ShardHeader:
         return _unreadable(file, file_size, problem)
     out = _Collector(file)
     metadata = _metadata(header.pop("__metadata__", None), out)
-    if _strict_doubt(raw, len(header), metadata):
+    if _strict_doubt(raw, header, metadata):
         _report_strict(raw, out)
     bulk = _bulk_columns(header)
     if bulk is not None:
@@ -713,12 +713,14 @@ def _minus_zero(raw: bytes) -> bool:
     return False
 
 
-def _strict_doubt(raw: bytes, entries: int, metadata: Mapping[str, str] | None) -> bool:
+def _strict_doubt(raw: bytes, header: dict, metadata: Mapping[str, str] | None) -> bool:
     """True when the raw bytes hint at what orjson forgives and the reference reader does
-    not: a key given twice (its colon is one more than the decoded header holds: 4 an entry,
-    one per metadata key and one for `__metadata__`), or a `-0` in an array. A colon inside
-    a string also makes a doubt, which `_report_strict` clears. One count, one search."""
-    expected = _ENTRY_COLONS * entries + (0 if metadata is None else 1 + len(metadata))
+    not: a key given twice (the header has more colons than the decoded one accounts for: 4
+    an entry, one a metadata key, one for `__metadata__`, and those inside the names and
+    metadata strings), or a `-0` in an array (`_minus_zero`). Linear: joins and counts."""
+    expected = _ENTRY_COLONS * len(header) + "".join(header).count(":")
+    if metadata is not None:
+        expected += 1 + len(metadata) + "".join(chain(*metadata.items())).count(":")
     return raw.count(b":") != expected or _minus_zero(raw)
 
 
