@@ -642,3 +642,16 @@ def test_hints_inside_strings_are_no_finding(tmp_path: Path) -> None:
     assert not shard.findings and sorted(shard.names) == ["x,-0", "y:[-0]"]
     assert shard.metadata == {"k:,-0": "v:[-0"}
     assert not library_rejects(path)
+
+
+def test_strict_pass_skipped_for_colons_inside_strings(tmp_path: Path) -> None:
+    """Escaped quotes (a JSON config kept in the metadata) send a header to the general path;
+    the colons in its strings and names are accounted for, so the costly strict pass (stdlib
+    json over the whole header) does not run for a header with nothing wrong."""
+    path = tmp_path / NAME
+    config = json.dumps({"hidden": 8, "act": "a:b"})
+    save_file({"w:0": np.zeros(2, np.float32)}, str(path), metadata={"config": config})
+    with mock.patch.object(safetensors_format, "_report_strict") as strict:
+        shard = scan(path)
+    assert not strict.called and not shard.findings
+    assert shard.metadata == {"config": config}
