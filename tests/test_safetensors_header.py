@@ -655,3 +655,14 @@ def test_strict_pass_skipped_for_colons_inside_strings(tmp_path: Path) -> None:
         shard = scan(path)
     assert not strict.called and not shard.findings
     assert shard.metadata == {"config": config}
+
+
+def test_escaped_colon_does_not_hide_a_key_given_twice(tmp_path: Path) -> None:
+    """`\\u003a` is a colon in the decoded name but not in the raw bytes: it made up for the
+    colon of a second `__metadata__`, and the colon count saw nothing wrong."""
+    path, raw = _edited(tmp_path, b'"__metadata__":{"format":"pt"},', b'"__metadata__":{},')
+    raw = raw.replace(b'"b":', b'"b\\u003a":')[:-1] + b',"__metadata__":{}}'
+    rewrite(path, raw, split(path)[1])
+    (finding,) = only(scan(path), "header-invalid-entry")
+    assert finding.tensor == "__metadata__" and "appears twice" in finding.message
+    assert library_rejects(path)
