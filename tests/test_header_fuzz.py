@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from unittest import mock
 
@@ -332,3 +333,23 @@ def test_bulk_path_reads_what_the_per_entry_path_reads(
     assert typed == bulk == walked
     for one in (typed, bulk):
         assert one.dtype.values == walked.dtype.values and one.shape.values == walked.shape.values
+
+
+@given(st.binary(max_size=300), st.integers(1, 40))
+def test_byte_counts_equal_bytes_count_across_chunks(data: bytes, chunk: int) -> None:
+    """The typed path's bracket, brace and colon counts (numpy, a chunk at a time) are
+    `bytes.count`'s, wherever the chunks cut."""
+    with mock.patch.object(safetensors_format, "_COUNT_CHUNK", chunk):
+        counts = safetensors_format._byte_counts(data, b"[{:")
+    assert counts == [data.count(b) for b in (b"[", b"{", b":")]
+
+
+@given(
+    st.binary(max_size=200) | st.text("[, \t-0a", max_size=60).map(str.encode), st.integers(1, 40)
+)
+def test_minus_zero_doubt_covers_every_array_element(data: bytes, chunk: int) -> None:
+    """The typed path leaves every header with a `-0` array element (which the reference
+    reader refuses) to the slow path, wherever the numpy chunks cut."""
+    element = re.search(rb"[\[,][ \t\n\r]*-0", data)
+    with mock.patch.object(safetensors_format, "_COUNT_CHUNK", chunk):
+        assert safetensors_format._minus_zero(data) or element is None

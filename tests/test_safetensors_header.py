@@ -569,3 +569,100 @@ def test_parse_header_bytes_is_pure_and_matches_read_shard(tmp_path: Path) -> No
     assert parsed == scan(path)
     with LocalFile(path) as reader:
         assert read_header(reader, file=NAME) == parsed
+
+
+# -- what orjson forgives and the reference reader refuses ---------------------------------
+# Before, each of these read as a healthy header (no finding, or only a warning) on both
+# paths, while the safetensors library refuses the whole file.
+
+
+def _edited(tmp_path: Path, old: bytes, new: bytes) -> tuple[Path, bytes]:
+    """The healthy file with one byte edit in its header (`old` must occur once)."""
+    path = healthy(tmp_path)
+    header, data = split(path)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    assert raw.count(old) == 1
+    raw = raw.replace(old, new)
+    rewrite(path, raw, data)
+    return path, raw
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        (b'"data_offsets":[0,32]', b'"data_offsets":[-0,32]', "data_offsets"),
+        (b'"shape":[2,3]', b'"shape":[2, -0]', "shape"),
+    ],
+)
+def test_minus_zero_in_an_array(tmp_path: Path, old: bytes, new: bytes, field: str) -> None:
+    """serde_json reads `-0` as the float -0.0, which a shape or offset refuses; orjson and
+    msgspec read the int 0, so the typed path must not take the header."""
+    path, raw = _edited(tmp_path, old, new)
+    assert safetensors_format._typed_columns(raw) is None
+    shard = scan(path)
+    (finding,) = [f for f in shard.findings if f.code == "header-invalid-entry"]
+    assert f"-0 in its {field}" in finding.message
+    assert finding.tensor == ("b" if field == "data_offsets" else "a")
+    if field == "data_offsets":  # the same sizes: nothing else is wrong
+        assert codes(shard) == {"header-invalid-entry"}
+    assert library_rejects(path)
+
+
+def test_metadata_twice(tmp_path: Path) -> None:
+    path, _ = _edited(tmp_path, b'"__metadata__":{"format":"pt"},', b'"__metadata__":{},')
+    header, data = split(path)
+    raw = json.dumps(header, separators=(",", ":")).encode()[:-1] + b',"__metadata__":{}}'
+    rewrite(path, raw, data)
+    (finding,) = only(scan(path), "header-invalid-entry")
+    assert finding.tensor == "__metadata__" and "appears twice" in finding.message
+    assert library_rejects(path)
+
+
+def test_field_twice_in_an_entry(tmp_path: Path) -> None:
+    path, _ = _edited(tmp_path, b'"dtype":"U8",', b'"dtype":"U8","dtype":"U8",')
+    (finding,) = only(scan(path), "header-invalid-entry")
+    assert finding.tensor == "c" and "has dtype twice" in finding.message
+    assert library_rejects(path)
+
+
+def test_repeated_name_whose_earlier_value_is_not_an_entry(tmp_path: Path) -> None:
+    """Every value is deserialized, even one a later entry of the same name replaces."""
+    path, _ = _edited(tmp_path, b'"b":{', b'"b":5,"b":{')
+    (finding,) = only(scan(path), "header-invalid-entry")
+    assert finding.tensor == "b" and "earlier one is not a tensor entry" in finding.message
+    assert library_rejects(path)
+
+
+def test_hints_inside_strings_are_no_finding(tmp_path: Path) -> None:
+    """A `-0` after a comma or a colon inside a name or metadata only takes the slow path."""
+    path = tmp_path / NAME
+    tensors = {"x,-0": np.zeros(2, np.float32), "y:[-0]": np.zeros(1, np.uint8)}
+    save_file(tensors, str(path), metadata={"k:,-0": "v:[-0"})
+    shard = scan(path)
+    assert not shard.findings and sorted(shard.names) == ["x,-0", "y:[-0]"]
+    assert shard.metadata == {"k:,-0": "v:[-0"}
+    assert not library_rejects(path)
+
+
+def test_strict_pass_skipped_for_colons_inside_strings(tmp_path: Path) -> None:
+    """Escaped quotes (a JSON config kept in the metadata) send a header to the general path;
+    the colons in its strings and names are accounted for, so the costly strict pass (stdlib
+    json over the whole header) does not run for a header with nothing wrong."""
+    path = tmp_path / NAME
+    config = json.dumps({"hidden": 8, "act": "a:b"})
+    save_file({"w:0": np.zeros(2, np.float32)}, str(path), metadata={"config": config})
+    with mock.patch.object(safetensors_format, "_report_strict") as strict:
+        shard = scan(path)
+    assert not strict.called and not shard.findings
+    assert shard.metadata == {"config": config}
+
+
+def test_escaped_colon_does_not_hide_a_key_given_twice(tmp_path: Path) -> None:
+    """`\\u003a` is a colon in the decoded name but not in the raw bytes: it made up for the
+    colon of a second `__metadata__`, and the colon count saw nothing wrong."""
+    path, raw = _edited(tmp_path, b'"__metadata__":{"format":"pt"},', b'"__metadata__":{},')
+    raw = raw.replace(b'"b":', b'"b\\u003a":')[:-1] + b',"__metadata__":{}}'
+    rewrite(path, raw, split(path)[1])
+    (finding,) = only(scan(path), "header-invalid-entry")
+    assert finding.tensor == "__metadata__" and "appears twice" in finding.message
+    assert library_rejects(path)
