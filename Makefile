@@ -98,8 +98,12 @@ docs-fuzz: docs-build
 
 # The tests run in this many processes (pytest-xdist), each taking a whole test file at a time
 # so a file's module fixtures (models built by real writers) are built once. `make test
-# PYTEST_WORKERS=0` runs them in this process.
-PYTEST_WORKERS ?= 2
+# PYTEST_WORKERS=0` runs them in this process. Three on two cores, because the tests wait
+# (JupyterLab pages, kernels, servers' deadlines): in two fresh-clone `.ci/run`s in the same
+# hour (29 Nov, load 0.5-4), two workers kept 1.61 cores busy and pytest took 388 s; three
+# kept 1.81 busy for 52 CPU-s more (each worker pays its imports and session fixtures) and
+# took 371 s.
+PYTEST_WORKERS ?= 3
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
 # not installed). `make test` runs each target a fixed number of inputs (`--short`:
