@@ -72,14 +72,11 @@ PHASE = bash .ci/phase.sh
 # so that on a busy machine they still advance (the fuzz run's per-input timeouts are wall
 # clock). Their output goes to a log, printed whole once pytest has ended, so the two never
 # interleave; either failing fails `make test`, after both have run. Ctrl-C stops them too:
-# a background job of /bin/sh ignores SIGINT, so they run in a session of their own (setsid,
-# where there is one), which the recipe ends when it is interrupted. Where Linux schedules
-# each session as a group (autogroup), that group is given the same nice value: plain setsid
-# gave the checks half of the CPU beside pytest (measured: pytest 330 -> 357 s).
+# a background job of /bin/sh ignores SIGINT, so they run in a process group of their own
+# (setsid, where there is one), which the recipe ends when it is interrupted.
 CHECKS_NICE ?= 10
 CHECKS_LOG := build/checks.log
-SETSID := $(if $(shell command -v setsid 2>/dev/null),setsid -w sh -c \
-	'echo $(CHECKS_NICE) >/proc/self/autogroup 2>/dev/null; exec "$$@"' checks)
+SETSID := $(if $(shell command -v setsid 2>/dev/null),setsid -w)
 test: $(STAMP) $(DOCS_STAMP)
 	@$(PHASE) ruff $(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	@mkdir -p $(dir $(CHECKS_LOG)); \
