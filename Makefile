@@ -71,18 +71,14 @@ PHASE = bash .ci/phase.sh
 # priority (nice) so that they take what pytest leaves rather than slow it; not the lowest,
 # so that on a busy machine they still advance (the fuzz run's per-input timeouts are wall
 # clock). Their output goes to a log, printed whole once pytest has ended, so the two never
-# interleave; either failing fails `make test`, after both have run. Ctrl-C stops them too:
-# a background job of /bin/sh ignores SIGINT, so they run in a process group of their own
-# (setsid, where there is one), which the recipe ends when it is interrupted.
+# interleave; either failing fails `make test`, after both have run.
 CHECKS_NICE ?= 10
 CHECKS_LOG := build/checks.log
-SETSID := $(if $(shell command -v setsid 2>/dev/null),setsid -w)
 test: $(STAMP) $(DOCS_STAMP)
 	@$(PHASE) ruff $(PY) -m ruff check inspector widgets tests benchmarks notebooks
 	@mkdir -p $(dir $(CHECKS_LOG)); \
-	$(SETSID) nice -n $(CHECKS_NICE) $(PHASE) "mypy, docs and fuzz" $(MAKE) --no-print-directory \
-		-j2 -Otarget typecheck docs-fuzz >$(CHECKS_LOG) 2>&1 & checks=$$!; \
-	trap 'kill -TERM -$$checks 2>/dev/null || kill -TERM $$checks 2>/dev/null; exit 130' INT TERM; \
+	nice -n $(CHECKS_NICE) $(PHASE) "mypy, docs and fuzz" $(MAKE) --no-print-directory -j2 \
+		-Otarget typecheck docs-fuzz >$(CHECKS_LOG) 2>&1 & checks=$$!; \
 	$(PHASE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	cat $(CHECKS_LOG); \
