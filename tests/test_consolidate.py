@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from inspector import ConsolidationOptions, consolidate
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.common.units import parse_size
 from inspector._internal.formats.casting import cast_bytes
 from inspector._internal.plans.consolidate import engine as copy_engine
@@ -92,7 +93,7 @@ def test_output_equals_saved_tensors_for_every_dtype(source: Path, tmp_path: Pat
     )
     assert index["metadata"]["total_parameters"] == sum(t.numel() for t in saved.values())
     # Public metadata copied, the run's mapping not; nothing half-written left behind.
-    assert json.loads((dest / "config.json").read_text())["model_type"] == "qwen3_moe"
+    assert json.loads((dest / CONFIG_NAME).read_text())["model_type"] == "qwen3_moe"
     assert not (dest / "fqn_to_file_index_mapping.json").exists()
     assert not list(dest.glob("*.partial"))
     assert result.ok and result.verified and result.findings == ()
@@ -374,7 +375,7 @@ def test_resume_rewrites_an_output_whose_header_differs(source: Path, tmp_path: 
     # Every replaced file kept, byte for byte; config.json (same content) was not replaced.
     assert result.backup is not None and result.backup.parent == dest / ".ckpt-inspect-backup"
     kept = {p.name: p.read_bytes() for p in result.backup.iterdir()}
-    assert kept == {n: b for n, b in before.items() if n != "config.json"}
+    assert kept == {n: b for n, b in before.items() if n != CONFIG_NAME}
     assert f"the originals are in {result.backup}" in str(result)
 
 

@@ -14,6 +14,7 @@ from dcp_writers import MAPPING, full_tensors
 from test_consolidate import _reference, load_all
 
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.plans.consolidate import ConsolidationPlan, plan_consolidation
 from inspector._internal.plans.consolidate.engine import Dest
 from inspector._internal.scan.entry import scan
@@ -46,7 +47,7 @@ def existing_checkpoint(folder: Path) -> Path:
         folder,
         {1: "model-00001-of-00002.safetensors", 2: "model-00002-of-00002.safetensors"},
     )
-    (folder / "config.json").write_text('{"model_type": "theirs"}')
+    (folder / CONFIG_NAME).write_text('{"model_type": "theirs"}')
     (folder / "tokenizer.json").write_text('{"version": "1.0"}')
     return folder
 
@@ -77,10 +78,10 @@ def test_an_existing_checkpoint_as_dest_is_refused_then_backed_up_with_overwrite
     # tokenizer.json (no name we write) stayed where it was.
     assert result.backup is not None and result.backup.parent == dest / BACKUP
     replaced = (
-        "config.json",
+        CONFIG_NAME,
         "model-00001-of-00002.safetensors",
         "model-00002-of-00002.safetensors",
-        "model.safetensors.index.json",
+        INDEX_NAME,
     )
     assert sorted(result.replaced) == sorted(replaced)
     assert snapshot(result.backup) == {n: before[n] for n in replaced}

@@ -152,7 +152,7 @@ def _renamed(state: dict) -> dict:
 
 
 EDITS: dict[str, Callable[[Path, Path], Path]] = {
-    "config.json": lambda f, tmp: (
+    CONFIG_NAME: lambda f, tmp: (
         _edit_config(f, lambda c: {**c, "rms_norm_eps": 1e-5}),
         f,
     )[1],

@@ -388,7 +388,7 @@ def test_against_the_hub_listing_reads_no_file(copy: Path, hub: FakeHub) -> None
     damaged = verify(copy, against="hf://org/mixtral@main", level="hash", **options)
     assert {(f.code, f.file) for f in damaged.findings} == {
         ("file-hash-mismatch", SHARD),
-        ("file-hash-mismatch", "config.json"),
+        ("file-hash-mismatch", CONFIG_NAME),
     }
     assert hub.content_bytes == 0
 
