@@ -53,7 +53,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     problems: list[ReadProblem] = []
     has_index = (folder / INDEX_NAME).is_file()
     if has_index:
-        names = shard_names(tuple(by_file.values()))
+        names = shard_names(tuple(by_file.values())) if options.share_names else None
         index, problems = read_index_doc(folder / INDEX_NAME, root=folder, names=names)
         del names
     # Index entries may live in sub-folders; they were checked to stay inside the folder.

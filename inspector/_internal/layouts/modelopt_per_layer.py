@@ -49,7 +49,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     base = hf_sharded.scan(path, options)
     sidecars: dict[str, IndexDoc] = {}
     problems = list(base.read_problems)
-    names = shard_names(base.shards)
+    names = shard_names(base.shards) if options.share_names else None
     folder = base.location
     for shard, sidecar in _sidecar_paths(folder).items():
         doc, found = read_index_doc(sidecar, root=folder, role=FileRole.SIDECAR, names=names)

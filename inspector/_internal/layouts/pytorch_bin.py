@@ -56,7 +56,7 @@ def detect(path: Location) -> bool:
 
 def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     """Read every `.bin` file on disk, the index, and every other file the index names."""
-    del options  # .bin headers have their own cap (formats.torch_bin.BIN_HEADER_CAP)
+    # Not `options.header_cap`: .bin headers have their own cap (torch_bin.BIN_HEADER_CAP).
     lone = bool(path.rel) and not path.is_dir() and path.name != BIN_INDEX_NAME
     folder = path.parent if bool(path.rel) and not path.is_dir() else path
     paths = {path.name: path} if lone else {p.name: p for p in _weight_files(folder)}
@@ -68,7 +68,7 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     problems: list[ReadProblem] = []
     has_index = not lone and (folder / BIN_INDEX_NAME).is_file()
     if has_index:
-        names = shard_names(tuple(by_file.values()))
+        names = shard_names(tuple(by_file.values())) if options.share_names else None
         index, problems = read_index_doc(folder / BIN_INDEX_NAME, root=folder, names=names)
     named = {PurePosixPath(f).as_posix() for f in index.files.values} if index else set()
     for f in sorted(named):

@@ -21,7 +21,7 @@ from inspector._internal.scan.registry import detect_layout, layout_by_name
 from inspector._internal.storage import Location, RemoteOptions, open_location
 from inspector.errors import CannotInspectError
 
-__all__ = ["scan"]
+__all__ = ["scan", "scan_once"]
 
 
 def scan(
@@ -57,7 +57,7 @@ def scan(
     `progress` draws a progress bar over the shard headers (`tqdm.auto`); remotely, over
     the fetches too (None: there, on a terminal or in a notebook, for scans that last).
     """
-    options = RemoteOptions(
+    remote = RemoteOptions(
         storage_options=dict(storage_options or {}),
         max_concurrency=max_concurrency,
         read_ahead=read_ahead,
@@ -66,12 +66,38 @@ def scan(
         read_timeout=read_timeout,
         allow_redirects=tuple(allow_redirects),
     )
-    target = open_location(path, options=options)
+    return _scan(path, layout, ScanOptions(header_cap=header_cap), remote)
+
+
+def scan_once(
+    path: str | os.PathLike[str] | Location,
+    *,
+    header_cap: int = DEFAULT_HEADER_CAP,
+    layout: str | None = None,
+    **remote: Any,
+) -> ScannedCheckpoint:
+    """`scan` (`remote`: its remote options) for a result read once and dropped, as
+    `ckpt-inspect scan` prints its summary and ends: the same result, read without giving
+    the index the shards' strings for its names (`ScanOptions.share_names`: CPU spent to
+    save memory over a scan's lifetime)."""
+    remote["storage_options"] = dict(remote.get("storage_options") or {})
+    remote["allow_redirects"] = tuple(remote.get("allow_redirects") or ())
+    options = ScanOptions(header_cap=header_cap, share_names=False)
+    return _scan(path, layout, options, RemoteOptions(**remote))
+
+
+def _scan(
+    path: str | os.PathLike[str] | Location,
+    layout: str | None,
+    options: ScanOptions,
+    remote: RemoteOptions,
+) -> ScannedCheckpoint:
+    target = open_location(path, options=remote)
     reader = layout_by_name(layout) if layout else detect_layout(target)
     if reader is None:
         raise CannotInspectError(
             f"{target}: no checkpoint found (expected .safetensors files, "
             "model.safetensors.index.json, or a torch_dist folder with .metadata)"
         )
-    with gc_paused(), reporting(bool(progress)):
-        return reader.scan(target, options=ScanOptions(header_cap=header_cap))
+    with gc_paused(), reporting(bool(remote.progress)):
+        return reader.scan(target, options=options)
