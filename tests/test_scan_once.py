@@ -1,0 +1,60 @@
+"""`scan_once` (what `ckpt-inspect scan` reads with) against `scan`, on the real writers' golden
+fixtures with an index or sidecars: the same result, only the index names' strings differ in
+where they come from (`ScanOptions.share_names`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from inspector._internal.checkpoint.scanned import IndexDoc, ScannedCheckpoint
+from inspector._internal.cli.main import main
+from inspector._internal.report.summary import summarize
+from inspector._internal.scan.entry import scan, scan_once
+
+WRITERS = Path(__file__).parent / "fixtures" / "writers"
+FOLDERS = sorted({p.parent for p in WRITERS.rglob("*.index.json")})
+
+
+def _docs(scanned: ScannedCheckpoint) -> list[IndexDoc]:
+    sidecars = getattr(scanned.info, "sidecars", {})
+    return [d for d in (scanned.index, *sidecars.values()) if d is not None]
+
+
+def _same_doc(a: IndexDoc, b: IndexDoc) -> bool:
+    return (
+        (a.file, a.names, a.files.values) == (b.file, b.names, b.files.values)
+        and np.array_equal(a.files.codes, b.files.codes)
+        and dict(a.metadata) == dict(b.metadata)
+        and dict(a.document) == dict(b.document)
+    )
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=[str(f.relative_to(WRITERS)) for f in FOLDERS])
+def test_scan_once_reads_what_scan_reads(folder: Path) -> None:
+    kept, once = scan(folder), scan_once(folder)
+    assert (kept.layout, kept.shards, kept.read_problems) == (
+        once.layout,
+        once.shards,
+        once.read_problems,
+    )
+    kept_docs, once_docs = _docs(kept), _docs(once)
+    assert kept_docs and len(kept_docs) == len(once_docs)
+    assert all(_same_doc(a, b) for a, b in zip(kept_docs, once_docs, strict=True))
+    # The scan kept with its caller gives the index the shards' strings for the names they
+    # share (one string a name, not two); `scan_once` need not.
+    held = {id(n): n for s in kept.shards for n in s.names}
+    by_text = {n: n for n in held.values()}
+    shared = [n for d in kept_docs for n in d.names if n in by_text]
+    assert all(id(n) in held for n in shared)
+
+
+def test_scan_command_output_is_scans_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """The command reads with `scan_once`; its JSON is the summary of a kept scan."""
+    folder = WRITERS / "transformers" / "deepseek-v3"
+    assert main(["scan", "--json", str(folder)]) == 0
+    printed = capsys.readouterr().out
+    assert json.loads(printed) == json.loads(json.dumps(summarize(scan(folder)), default=str))
