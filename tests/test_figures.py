@@ -442,6 +442,34 @@ def test_snapshot_pngs_are_drawn_by_a_headless_shell_where_one_is_installed(monk
     assert [options.get("path") for options in started] == [shell, None, None]
 
 
+def test_a_full_browser_draws_the_snapshot_pngs_without_its_address_bar_popups(monkeypatch):
+    """Without a headless shell kaleido starts a full Chrome or Chromium, which even headless
+    builds its address bar's popups as WebUI pages in a renderer of their own (0.55 of the
+    2.4 CPU-s of a demo's three figures): the browser it is given is started without them."""
+    import kaleido
+    from choreographer.browsers import Chromium
+    from choreographer.channels import Pipe
+    from inspector.widgets import snapshot
+
+    started: list[dict] = []
+    monkeypatch.setattr(snapshot, "_server_started", False)
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **options: started.append(options))
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda fig, opts: b"png")
+    assert snapshot.render_pngs([("shard sizes", shard_size_distribution(pd.DataFrame()))])
+    (options,) = started
+    assert issubclass(options["browser_cls"], Chromium)
+    pipe = Pipe()
+    browser = options["browser_cls"](pipe, sys.executable)  # a path that exists; not started
+    try:
+        browser.pre_open()
+        cli = browser.get_cli()
+    finally:
+        browser.clean()
+        pipe.close()
+    assert "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup" in cli
+    assert "--headless" in cli and "--remote-debugging-pipe" in cli  # choreographer's own
+
+
 def test_values_heatmap_labels_stand_upright_thinned_and_clear_of_the_axis_title() -> None:
     """The Values heatmap's column labels at -45 degrees crossed each other and ran into the
     axis title and the legend under the plot: upright now, at most 80 of them, each at most

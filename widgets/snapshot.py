@@ -54,6 +54,10 @@ _server_started = False
 # omnibox popup's WebUI in a renderer of its own (measured with the three figures of a demo:
 # 1.1 CPU-s against 2.4, one renderer against four). Chrome for Testing's name, Debian's.
 _HEADLESS_SHELLS = ("chrome-headless-shell", "chromium-headless-shell")
+# What a full Chrome or Chromium need not start for kaleido, even headless: the address bar's
+# popups, built as WebUI pages in a renderer of their own for a window no one sees (0.55 of
+# the 2.4 CPU-s above). A headless shell has no address bar; unknown names are ignored.
+_QUIET_FLAGS = ("--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup",)
 
 
 def snapshot_html(state: CheckpointState, *, figures_note: str = "") -> str:
@@ -116,9 +120,21 @@ def _browser_path() -> str | None:
     return None
 
 
+def _quiet_chromium() -> type:
+    """choreographer's Chromium (what kaleido drives) started with `_QUIET_FLAGS` too."""
+    from choreographer.browsers import Chromium
+
+    class QuietChromium(Chromium):
+        def get_cli(self) -> list[str]:
+            return [*super().get_cli(), *_QUIET_FLAGS]
+
+    return QuietChromium
+
+
 def render_pngs(figures: list[tuple[str, go.Figure]]) -> list[bytes]:
     """The figures as PNG images, rendered by kaleido in one long-lived browser (a headless
-    shell where one is installed: `_browser_path`).
+    shell where one is installed: `_browser_path`; a full one without its address bar's
+    popups: `_QUIET_FLAGS`).
 
     Its page evaluates the plotly.js the dashboard draws with (the cartesian bundle: 1.5 MB,
     against the 4.8 MB of all of plotly.js that kaleido takes by default, each time a kernel
@@ -136,6 +152,7 @@ def render_pngs(figures: list[tuple[str, go.Figure]]) -> list[bytes]:
                 silence_warnings=True,
                 plotlyjs=cartesian_bundle_file(),
                 mathjax=False,
+                browser_cls=_quiet_chromium(),
                 **({"path": path} if path else {}),
             )
             atexit.register(kaleido.stop_sync_server, silence_warnings=True)
