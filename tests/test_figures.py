@@ -413,6 +413,63 @@ def test_snapshot_pngs_are_drawn_by_the_cartesian_bundle_without_mathjax(monkeyp
     assert Path(options["plotlyjs"]) == cartesian_bundle_file()
 
 
+def test_snapshot_pngs_are_drawn_by_a_headless_shell_where_one_is_installed(monkeypatch, tmp_path):
+    """A full Chromium, even headless, opens its new-tab page and the omnibox popup's WebUI,
+    each in a renderer of its own: kaleido is given Chromium's headless shell when one is on
+    PATH (the same PNGs, 1.1 CPU-s against 2.4 for a demo's three figures), and left to its
+    own search where BROWSER_PATH names the browser or no shell is installed."""
+    import shutil
+
+    import kaleido
+    from browser import _unavailable
+    from inspector.widgets import snapshot
+
+    shell = shutil.which("chromium-headless-shell") or shutil.which("chrome-headless-shell")
+    if shell is None:
+        _unavailable("no headless shell (apt-get install chromium-headless-shell)")
+    started: list[dict] = []
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **options: started.append(options))
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda fig, opts: b"png")
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    figures = [("shard sizes", shard_size_distribution(pd.DataFrame()))]
+    # PATH as it is; a browser named by BROWSER_PATH; a PATH with no browser at all on it.
+    for changes in ({}, {"BROWSER_PATH": "/usr/bin/chromium"}, {"PATH": str(tmp_path)}):
+        with monkeypatch.context() as env:
+            for name, value in changes.items():
+                env.setenv(name, value)
+            env.setattr(snapshot, "_server_started", False)
+            assert snapshot.render_pngs(figures) == [b"png"]
+    assert [options.get("path") for options in started] == [shell, None, None]
+
+
+def test_a_full_browser_draws_the_snapshot_pngs_without_its_address_bar_popups(monkeypatch):
+    """Without a headless shell kaleido starts a full Chrome or Chromium, which even headless
+    builds its address bar's popups as WebUI pages in a renderer of their own (0.55 of the
+    2.4 CPU-s of a demo's three figures): the browser it is given is started without them."""
+    import kaleido
+    from choreographer.browsers import Chromium
+    from choreographer.channels import Pipe
+    from inspector.widgets import snapshot
+
+    started: list[dict] = []
+    monkeypatch.setattr(snapshot, "_server_started", False)
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **options: started.append(options))
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda fig, opts: b"png")
+    assert snapshot.render_pngs([("shard sizes", shard_size_distribution(pd.DataFrame()))])
+    (options,) = started
+    assert issubclass(options["browser_cls"], Chromium)
+    pipe = Pipe()
+    browser = options["browser_cls"](pipe, sys.executable)  # a path that exists; not started
+    try:
+        browser.pre_open()
+        cli = browser.get_cli()
+    finally:
+        browser.clean()
+        pipe.close()
+    assert "--disable-features=WebUIOmniboxPopup,WebUIOmniboxAimPopup" in cli
+    assert "--headless" in cli and "--remote-debugging-pipe" in cli  # choreographer's own
+
+
 def test_values_heatmap_labels_stand_upright_thinned_and_clear_of_the_axis_title() -> None:
     """The Values heatmap's column labels at -45 degrees crossed each other and ran into the
     axis title and the legend under the plot: upright now, at most 80 of them, each at most
