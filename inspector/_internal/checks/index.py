@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from itertools import chain, filterfalse, repeat
 from typing import TYPE_CHECKING
 
@@ -281,10 +282,30 @@ class _IndexView:
             if None not in got:
                 return []
             return [n for n, g in zip(shard.names, got, strict=True) if g is None]
-        if self.listed_of[shard.file] == len(shard.names):
+        listed_here = self.listed_of[shard.file]
+        if listed_here == len(shard.names):
             return []
+        if not listed_here:
+            # No name of it is in the index (names are distinct here): all of them, without
+            # a set of the index's names (0.09 s at a million tensors).
+            return list(shard.names)
+        own = self._own_entries.get(shard.file)
+        if own is not None:
+            return [n for n in shard.names if n not in own]
         listed = self.index.name_set()
         return [n for n in shard.names if n not in listed]
+
+    @cached_property
+    def _own_entries(self) -> dict[str, set[str]]:
+        """Per partly listed shard whose listed names the index maps to it alone (its hits
+        are all it has listed; names are distinct), the names of its own entries: the rest
+        of its names are unlisted. One pass over the index for all of them."""
+        files = {
+            s.file
+            for s in self.held.shards
+            if 0 < self.listed_of[s.file] == self.hits[s.file] < len(s.names)
+        }
+        return {file: set(names) for file, names in self.names_at(files).items()}
 
 
 # -- facts gathered while checking, for the totals' explanations ----------------------------
