@@ -106,9 +106,7 @@ def run(args: argparse.Namespace) -> int:
         from inspector._internal.checks.sharding import collapse_note
         from inspector._internal.checks.values import SampleBudget, values_read
         from inspector._internal.findings.finding import sort_findings
-        from inspector._internal.report.ci import junit_xml, sarif_log
         from inspector._internal.report.text import check_result, format_check
-        from inspector._internal.serve.engine import engine_check
 
         _settled()
 
@@ -138,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     )
     engine = None
     if args.engine is not None:
+        from inspector._internal.serve.engine import engine_check  # only with --engine
+
         engine = engine_check(scanned, engine=args.engine, tp=args.tp, gpu=args.gpu)
         findings = sort_findings([*findings, *engine.findings])
     read = None
@@ -154,10 +154,13 @@ def run(args: argparse.Namespace) -> int:
         values=read,
         notes=[note] if note else [],
     )
-    if form == "sarif":
-        write_json(sarif_log(result, scanned=scanned))
-    elif form == "junit":
-        sys.stdout.write(junit_xml(result, fail_on=args.fail_on))
+    if form in ("sarif", "junit"):  # their writers imported only for them (10 ms)
+        from inspector._internal.report.ci import junit_xml, sarif_log
+
+        if form == "sarif":
+            write_json(sarif_log(result, scanned=scanned))
+        else:
+            sys.stdout.write(junit_xml(result, fail_on=args.fail_on))
     else:
         emit(result, form == "json", lambda r: format_check(r, verbose=args.verbose))
     return exit_for(result["counts"], args.fail_on)
