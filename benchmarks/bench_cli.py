@@ -54,7 +54,7 @@ _CLI = """
 import sys
 from inspector._internal.cli.main import main
 try:
-    code = main(sys.argv[1:])
+    code = main()  # as `ckpt-inspect` calls it: this process is the command
 except SystemExit as exc:
     code = exc.code
 with open("/proc/self/status") as fh:
@@ -65,7 +65,7 @@ print(f"VmHWM {peak}", file=sys.stderr)
 # (the CLI imports a command's readers only when it runs, so importing the CLI alone would put
 # pandas and the readers into the commands' peak).
 _IMPORT_ONLY = _CLI.replace(
-    "code = main(sys.argv[1:])",
+    "code = main()  # as `ckpt-inspect` calls it: this process is the command",
     "import contextlib, io\n"
     "    with contextlib.redirect_stderr(io.StringIO()):\n"
     "        main(['check', '/no-such-checkpoint', '--no-model'])\n"

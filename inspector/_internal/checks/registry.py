@@ -53,7 +53,7 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "index",
-        frozenset({_L.HF_SHARDED, _L.MODELOPT_PER_LAYER, _L.PYTORCH_BIN}),
+        index.LAYOUTS,
         index.check_index_of,
         index.CODES,
     ),

@@ -101,18 +101,23 @@ def _stacked(t: pd.DataFrame) -> bool:
     return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
 
 
-def _present_layers(t: pd.DataFrame) -> set[int]:
+def _present_layers(scanned: ScannedCheckpoint) -> set[int]:
     """The layer numbers the tensors table holds: its distinct values first, then a set of
-    those few (a set built from the column makes a Python int per tensor)."""
-    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
-    return set(np.unique(layer[layer >= 0]).tolist())
+    those few (a set built from the column makes a Python int per tensor). Kept with the
+    scan: the layer and the expert rules both ask."""
+
+    def present() -> frozenset[int]:
+        layer = scanned.tensors["layer"].to_numpy(dtype=np.int64, na_value=-1)
+        return frozenset(_unique(layer[layer >= 0]).tolist())
+
+    return set(scanned.derived("present-layers", present))
 
 
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     n = scanned.spec.num_layers
     if n is None or _stacked(scanned.tensors):
         return []
-    present = _present_layers(scanned.tensors)
+    present = _present_layers(scanned)
     missing = [i for i in range(n) if i not in present]
     if not missing:
         return []
@@ -284,11 +289,29 @@ def _key_codes(
 def _sig_codes(dtype_column: pd.Series, shape_column: pd.Series) -> tuple[np.ndarray, list[str]]:
     """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
     dtype, dtypes = _category_codes(dtype_column)
-    shape, shapes = pd.factorize(shape_column.map(tuple))
+    shape, shapes = _shape_codes(shape_column.to_numpy())
     pairs, inverse = _unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
     n = max(len(shapes), 1)
     sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
     return inverse.reshape(-1), sigs
+
+
+def _shape_codes(shapes: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+    """(code of each row, distinct shapes in first-seen order), as `pd.factorize` of the
+    shapes as tuples gives them. The table's rows share one tuple per distinct shape, so the
+    rows are grouped by object first (an int per row, no tuple hashed per row: a tenth of a
+    second at a million tensors), then the few objects by value."""
+    index: defaultdict[int, int] = defaultdict()
+    index.default_factory = index.__len__  # a new object's code is the count so far
+    by_object = np.fromiter(map(index.__getitem__, map(id, shapes)), np.int64, len(shapes))
+    # A row of each object (any: they all hold that one object), in code order, which is
+    # first-seen order.
+    row_of = np.zeros(len(index), np.int64)
+    row_of[by_object] = np.arange(len(shapes))
+    values: dict[tuple[int, ...], int] = {}
+    code_of = [values.setdefault(tuple(shapes[row]), len(values)) for row in row_of.tolist()]
+    codes = np.asarray(code_of or [0], np.int64)[by_object] if len(shapes) else by_object
+    return codes, list(values)
 
 
 def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
@@ -318,7 +341,7 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
     source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
-        present = _present_layers(scanned.tensors)
+        present = _present_layers(scanned)
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)

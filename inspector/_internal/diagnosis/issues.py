@@ -13,11 +13,11 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
-from itertools import chain, filterfalse
 from typing import TYPE_CHECKING, Any
 
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.checks.index import unlisted_names
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.common.text import (
@@ -379,10 +379,8 @@ def _index_misses(x: _Facts) -> dict[str, Any] | None:
     index = x.scanned.index
     if index is None:
         return None
-    # Names the readable shards hold and the index lacks, filtered at C level against the
-    # index's shared name set (the index rule built it; a dict of the weight map costs more).
-    held = chain.from_iterable(s.names for s in x.scanned.shards if s.readable)
-    missing = sorted(set(filterfalse(index.name_set().__contains__, held)))
+    # Names the readable shards hold and the index lacks: the index rule's, kept with the scan.
+    missing = unlisted_names(x.scanned)
     pending = x.pending
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
     totals = [f for f in pending if f.code in _TOTALS]
