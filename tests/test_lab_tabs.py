@@ -147,6 +147,7 @@ def test_tabs_in_jupyterlab(lab: Lab, lab_pages, slow: str):
         plotly_modules = page.evaluate(
             "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
         )
+        motion = _spinner_motion(page)
     except Exception:
         _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
         raise
@@ -170,6 +171,8 @@ def test_tabs_in_jupyterlab(lab: Lab, lab_pages, slow: str):
     assert "Planning" not in plan and "when the tab is shown" not in plan, plan
     assert "This plan" in plan or "Nothing to" in plan or "No findings" in plan, plan
     assert plotly_modules == 1
+    # A dashboard's spinner stands still where less motion is asked for, and turns elsewhere.
+    assert motion == {"reduce": "none", "no-preference": "fa-spin"}, motion
     assert len(frozen) == 2 and min(frozen) >= FREEZE_SECONDS * 1000 - 50, frozen
     noted = ("ckpt", "plotly", "anywidget")
     assert not [e for e in errors if any(n in e.lower() for n in noted)], errors
@@ -249,6 +252,25 @@ def test_autosize_follows_each_figure_and_looks_only_at_what_changed(chromium):
     assert seen["followed"] == {"nested": True, "late": True, "grid": True}, seen
     assert seen["notified"], seen
     assert seen["queries"] == 0, seen
+
+
+def _spinner_motion(page) -> dict[str, str]:
+    """The animation of a spinner as the dashboard shows one (`fa fa-spinner fa-spin`), with
+    less motion asked for (as `lab_pages` asks) and without."""
+    motion = {}
+    for preference in ("no-preference", "reduce"):
+        page.emulate_media(reduced_motion=preference)
+        motion[preference] = page.evaluate(
+            """() => {
+                const spinner = document.createElement('i');
+                spinner.className = 'fa fa-spinner fa-spin';
+                document.querySelector('.ckpt-dashboard').append(spinner);
+                const name = getComputedStyle(spinner).animationName;
+                spinner.remove();
+                return name;
+            }"""
+        )
+    return motion
 
 
 def _dash(page, n: int):
