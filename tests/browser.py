@@ -263,8 +263,10 @@ def new_lab_context(browser):
     and V8's code cache, kept beside them, spares compiling them again. What a test sets
     stays its page's own: routes and init scripts are per page (`open_notebook`), each page
     starts with empty local storage; the one cookie JupyterLab sets (`_xsrf`) is the
-    session's server's, which every lab test shares."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    session's server's, which every lab test shares. The pages ask for less motion, as a
+    person may: no figure measured here depends on an animation, and each spinning frame
+    was drawn while the tests waited (the dashboard's spinners stand still then)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, reduced_motion="reduce")
     context.add_init_script(_FRESH_STORAGE)
     return context
 

@@ -39,6 +39,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from browser import ARTIFACTS, POLL_MS, Lab, open_notebook, run_all_cells
+from inspector.widgets.autosize import Autosize
 
 pytestmark = pytest.mark.browser
 
@@ -146,6 +147,7 @@ def test_tabs_in_jupyterlab(lab: Lab, lab_pages, slow: str):
         plotly_modules = page.evaluate(
             "() => Object.keys(window).filter(k => k.startsWith('__ckpt_plotly_')).length"
         )
+        motion = _spinner_motion(page)
     except Exception:
         _dash(page, 1).screenshot(path=str(ARTIFACTS / "tabs-failure.png"))
         raise
@@ -169,9 +171,106 @@ def test_tabs_in_jupyterlab(lab: Lab, lab_pages, slow: str):
     assert "Planning" not in plan and "when the tab is shown" not in plan, plan
     assert "This plan" in plan or "Nothing to" in plan or "No findings" in plan, plan
     assert plotly_modules == 1
+    # A dashboard's spinner stands still where less motion is asked for, and turns elsewhere.
+    assert motion == {"reduce": "none", "no-preference": "fa-spin"}, motion
     assert len(frozen) == 2 and min(frozen) >= FREEZE_SECONDS * 1000 - 50, frozen
     noted = ("ckpt", "plotly", "anywidget")
     assert not [e for e in errors if any(n in e.lower() for n in noted)], errors
+
+
+# The autosize helper (widgets/autosize.py) drawn in a bare page inside a dashboard, then the
+# dashboard changed as a tab's build changes it: rows added one change at a time, a figure
+# deep in what a change adds, an element marked as a plot after it was added (as plotly
+# marks its own), and a grid. Each figure's and the grid's width is then changed in turn,
+# and the window's `resize` events counted after each: an observed one is followed by one.
+# Also counted: how often the helper asked the whole dashboard for its figures.
+_AUTOSIZE = """async (source) => {
+    const pause = ms => new Promise(resolve => setTimeout(resolve, ms));
+    const url = URL.createObjectURL(new Blob([source], {type: 'text/javascript'}));
+    const helper = (await import(url)).default;
+    const dash = document.createElement('div');
+    dash.className = 'ckpt-dashboard';
+    document.body.append(dash);
+    const el = document.createElement('div');
+    dash.append(el);
+    const stop = helper.render({el});
+    let queries = 0;
+    const query = dash.querySelectorAll.bind(dash);
+    dash.querySelectorAll = selector => { queries += 1; return query(selector); };
+    let resizes = 0;
+    window.addEventListener('resize', () => { resizes += 1; });
+    const sized = (tag, cls) => {
+        const item = document.createElement(tag);
+        if (cls) item.className = cls;
+        item.style.cssText = 'display:block;width:100px;height:40px';
+        return item;
+    };
+    for (let i = 0; i < 30; i++) {
+        const row = document.createElement('div');
+        row.innerHTML = '<span>row ' + i + '</span>';
+        dash.append(row);
+        await pause(0);
+    }
+    const deep = document.createElement('div');
+    deep.innerHTML = '<section><div></div></section>';
+    const nested = sized('div', 'js-plotly-plot');
+    deep.querySelector('section div').append(nested);
+    dash.append(deep);
+    const late = sized('div');
+    dash.append(late);
+    await pause(0);
+    late.classList.add('js-plotly-plot');
+    late.append(document.createElement('svg'));
+    const grid = sized('perspective-viewer');
+    let notified = 0;
+    grid.notifyResize = () => { notified += 1; };
+    const box = document.createElement('div');
+    box.append(grid);
+    dash.append(box);
+    await pause(300);
+    const followed = {};
+    for (const [name, item] of [['nested', nested], ['late', late], ['grid', grid]]) {
+        const before = resizes;
+        item.style.width = '160px';
+        await pause(300);
+        followed[name] = resizes > before;
+    }
+    stop();
+    return {queries, followed, notified: notified > 0};
+}"""
+
+
+def test_autosize_follows_each_figure_and_looks_only_at_what_changed(chromium):
+    """Every figure and grid a change adds to the dashboard, or marks as a plot, is resized
+    with the dashboard; and a change is looked at alone, not by asking the whole dashboard
+    again (on each of the many changes while a tab is built)."""
+    page = chromium.new_page()
+    try:
+        seen = page.evaluate(_AUTOSIZE, Autosize._esm)
+    finally:
+        page.close()
+    assert seen["followed"] == {"nested": True, "late": True, "grid": True}, seen
+    assert seen["notified"], seen
+    assert seen["queries"] == 0, seen
+
+
+def _spinner_motion(page) -> dict[str, str]:
+    """The animation of a spinner as the dashboard shows one (`fa fa-spinner fa-spin`), with
+    less motion asked for (as `lab_pages` asks) and without."""
+    motion = {}
+    for preference in ("no-preference", "reduce"):
+        page.emulate_media(reduced_motion=preference)
+        motion[preference] = page.evaluate(
+            """() => {
+                const spinner = document.createElement('i');
+                spinner.className = 'fa fa-spinner fa-spin';
+                document.querySelector('.ckpt-dashboard').append(spinner);
+                const name = getComputedStyle(spinner).animationName;
+                spinner.remove();
+                return name;
+            }"""
+        )
+    return motion
 
 
 def _dash(page, n: int):

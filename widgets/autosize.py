@@ -33,16 +33,29 @@ export default {
       }
       poke();
     });
+    const sized = ".js-plotly-plot, perspective-viewer";
     const watched = new WeakSet();
-    const watch = () => {
-      for (const item of root.querySelectorAll(".js-plotly-plot, perspective-viewer")) {
-        if (!watched.has(item)) { watched.add(item); sizes.observe(item); }
-      }
+    const observe = (item) => {
+      if (!watched.has(item)) { watched.add(item); sizes.observe(item); }
     };
-    // New figures appear when a tab is built; only new ones are observed.
-    const added = new MutationObserver(watch);
+    // `node` and what it holds.
+    const watch = (node) => {
+      if (node.nodeType !== Node.ELEMENT_NODE) return;
+      if (node.matches(sized)) observe(node);
+      for (const item of node.querySelectorAll(sized)) observe(item);
+    };
+    // New figures appear when a tab is built; only what a change added is looked at, not
+    // the whole dashboard on every change (rows, spinners and texts change many times a
+    // second while a tab is built). A figure's own element is a change's target too: plotly
+    // marks its element as a plot, then adds the plot's children to it.
+    const added = new MutationObserver((records) => {
+      for (const record of records) {
+        if (record.target.matches(sized)) observe(record.target);
+        for (const node of record.addedNodes) watch(node);
+      }
+    });
     added.observe(root, { childList: true, subtree: true });
-    watch();
+    watch(root);
     return () => { sizes.disconnect(); added.disconnect(); clearTimeout(timer); };
   },
 };

@@ -199,13 +199,17 @@ class Dashboard:
         from .autosize import Autosize
 
         # Eleven tabs do not fit JupyterLab's fixed tab width: each tab takes its title's
-        # width and the bar wraps, so no title is cut to an ellipsis.
+        # width and the bar wraps, so no title is cut to an ellipsis. The spinners stand
+        # still for a person who asked for less motion (Font Awesome's `fa-spin` ignores
+        # the setting): a spinner turns for as long as a tab, a plan or a check is built.
         tab_style = w.HTML(
             # As specific as ipywidgets' own rule for the tab width, and later.
             "<style>.ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
             " .lm-TabBar-content{flex-wrap:wrap}"
             ".ckpt-dashboard .jupyter-widgets.widget-tab.ckpt-tabs > .lm-TabBar"
-            " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}</style>",
+            " .lm-TabBar-tab{flex:0 0 auto;min-width:fit-content}"
+            "@media (prefers-reduced-motion: reduce){.ckpt-dashboard .fa-spin{animation:none}}"
+            "</style>",
             layout=w.Layout(display="none"),
         )
         # Evaluates the grids' module on the page once it rests after the Overview, ahead of
