@@ -435,8 +435,9 @@ def _vllm_cases(root: Path) -> None:
 
 @pytest.fixture(scope="session")
 def chromium() -> Iterator[Any]:
-    """Debian's Chromium, headless, through Playwright (`browser.launch_chromium`): a
-    Playwright `Browser`. Missing tooling skips (fails in CI: `browser.sync_playwright_or_fail`)."""
+    """Debian's Chromium (its headless shell where installed), through Playwright
+    (`browser.launch_chromium`): a Playwright `Browser`. Missing tooling skips (fails in CI:
+    `browser.sync_playwright_or_fail`)."""
     from browser import ARTIFACTS, launch_chromium, sync_playwright_or_fail
 
     sync_playwright = sync_playwright_or_fail()
