@@ -1756,3 +1756,22 @@ def test_the_load_checks_child_starts_once_the_overview_is_sent_before_the_defer
     dash.wait(60)
     assert seen == [("child", ("index", "structure")), ("verdict", ())]
     assert dash.state.verdict == LoadVerdict(skipped="not asked in this test")
+
+
+def test_figures_place_holder_is_marked_not_drawn_until_the_tab_shows_them():
+    """The line that stands for a tab's figures carries the class the grids' line carries
+    (`NOT_DRAWN`): the dashboard's module preload waits while one shows, and a page (the lab
+    clicks test's first-click times) tells it from a drawn figure. It once had none, so an
+    Experts tab whose heatmap was not yet made counted as drawn. Showing the figures
+    replaces it."""
+    import plotly.graph_objects as go
+    from inspector.widgets.controls import NOT_DRAWN
+    from inspector.widgets.plot import FigureBox
+
+    box = FigureBox([(go.Figure(go.Bar(x=[1], y=[2])), "ckpt-test-figure")])
+    (line,) = box.box.children
+    assert NOT_DRAWN in line._dom_classes
+    shown = box.show()
+    assert list(box.box.children) == shown and len(shown) == 1
+    assert NOT_DRAWN not in shown[0]._dom_classes
+    assert "ckpt-test-figure" in shown[0]._dom_classes

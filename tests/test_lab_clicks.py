@@ -109,10 +109,15 @@ _PANE = """() => {
     // kernel's preview: widgets/grid.py, `preview_html`).
     const rows = drawn || boxes.every(box => [...box.querySelectorAll('.ckpt-grid-preview td')]
         .filter(visible).some(td => td.textContent.trim()));
+    // Every figure drawn: none still waiting for plotly.js's module (a figure's own
+    // "loading" line; a grid's stands beside its preview rows, which count as content), and
+    // every plot with its SVG. (The figures' place holder is `.ckpt-not-drawn`, below.)
     const plots = [...pane.querySelectorAll('.js-plotly-plot')].filter(visible);
-    const plotted = plots.every(p => p.querySelector('.main-svg'));
+    const loadingFigures = [...pane.querySelectorAll('.ckpt-module-loading')].filter(visible)
+        .filter(el => !el.closest('.ckpt-grid-box'));
+    const plotted = loadingFigures.length === 0 && plots.every(p => p.querySelector('.main-svg'));
     const spinner = [...pane.querySelectorAll('.ckpt-tab-loading')].some(visible);
-    // A grid's place holder ("drawn when the tab is shown") is not its content.
+    // A grid's or the figures' place holder ("drawn when the tab is shown") is not content.
     const waiting = [...pane.querySelectorAll('.ckpt-not-drawn')].some(visible);
     return {
         selected: selected && selected.textContent.trim(),

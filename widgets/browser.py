@@ -30,7 +30,7 @@ from inspector.ui import (
     missing_notes,
 )
 
-from .controls import fixed, still
+from .controls import NOT_DRAWN, fixed, still
 from .grid import GridCells, choice, make_grid, match_expression, table_name
 from .guard import guarded
 
@@ -179,7 +179,7 @@ class TensorBrowser:
             [
                 still(
                     w.HTML,
-                    "ckpt-not-drawn",
+                    NOT_DRAWN,
                     value="<i>The grid is drawn when the tab is shown.</i>",
                 )
             ],

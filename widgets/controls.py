@@ -9,7 +9,11 @@ from typing import Any, TypeVar
 import ipywidgets as w
 import traitlets
 
-__all__ = ["button", "classed", "close_tree", "fixed", "hidden", "still"]
+__all__ = ["NOT_DRAWN", "button", "classed", "close_tree", "fixed", "hidden", "still"]
+
+# The CSS class of a line that stands for a grid or figures until its tab is first shown:
+# the dashboard's module preload waits while one shows (`ModulePreload`'s `busy`).
+NOT_DRAWN = "ckpt-not-drawn"
 
 _Widget = TypeVar("_Widget", bound=w.DOMWidget)
 _Part = TypeVar("_Part", bound=w.Widget)

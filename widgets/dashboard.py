@@ -38,7 +38,7 @@ from inspector.ui import (
     verdict_apart,
 )
 
-from .controls import button, classed, close_tree
+from .controls import NOT_DRAWN, button, classed, close_tree
 from .esm import ModulePreload
 from .grid import GridCells, preload_grids, wait_for_quiet_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -215,9 +215,7 @@ class Dashboard:
         # Evaluates the grids' module on the page once it rests after the Overview, ahead of
         # the first grid a click shows (started by `_ipython_display_`).
         # Not while a tab is built (its spinner) or its grid or figure waits to be drawn.
-        self._preload = ModulePreload(
-            busy=".ckpt-tab-loading, .ckpt-not-drawn, .ckpt-module-loading"
-        )
+        self._preload = ModulePreload(busy=f".ckpt-tab-loading, .{NOT_DRAWN}, .ckpt-module-loading")
         return w.VBox(
             [
                 top,

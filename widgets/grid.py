@@ -33,7 +33,7 @@ from inspector.ui import (
     name_pattern,
 )
 
-from .controls import close_tree, fixed, still
+from .controls import NOT_DRAWN, close_tree, fixed, still
 from .esm import (
     HOLDER_TRAIT,
     PREVIEW_TRAIT,
@@ -510,7 +510,7 @@ class FrameGrid:
             [
                 still(
                     w.HTML,
-                    "ckpt-not-drawn",
+                    NOT_DRAWN,
                     value=f"<i>The {html.escape(what)} table is drawn when the tab is shown.</i>",
                 )
             ],

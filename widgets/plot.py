@@ -16,7 +16,7 @@ from typing import Any
 
 import ipywidgets as w
 
-from .controls import close_tree
+from .controls import NOT_DRAWN, close_tree, still
 from .esm import HOLDER_TRAIT, holder_trait, module_holder, shared_module
 from .plotlyjs import cartesian_bundle
 from .renderers import nbformat_put_off
@@ -217,12 +217,16 @@ class FigureBox:
         self._figures = figures
         self.widgets: list[Any] = []
         self._lock = threading.Lock()
+        # Marked as not drawn, as the grids' place holder is: the dashboard's module preload
+        # waits while it shows, and a page (or a test) can tell it from a drawn figure.
         self.box = w.VBox(
             [
-                w.HTML(
-                    "<i style='color:#666'><i class='fa fa-spinner fa-spin'"
+                still(
+                    w.HTML,
+                    NOT_DRAWN,
+                    value="<i style='color:#666'><i class='fa fa-spinner fa-spin'"
                     " style='margin-right:6px'></i>The figures are drawn when the tab is"
-                    " shown.</i>"
+                    " shown.</i>",
                 )
             ],
             layout=w.Layout(width="100%"),
