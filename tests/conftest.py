@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import gc
 import itertools
 import os
 import shutil
@@ -129,6 +130,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     the whole package from source again: about half a second of CPU per process."""
     for folder in ("inspector", "widgets"):
         compileall.compile_dir(ROOT / folder, quiet=1)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move every object alive once the test modules are imported (the libraries and the
+    core, alive until the process ends) out of the cyclic garbage collector's sight
+    (`gc.freeze`): each full collection walked them all again, pytest's own at the end of
+    the session included. Measured on 29 Nov 2026, full collections' CPU alone:
+    `test_values` 0.93 -> 0.58 s, `test_dashboard` 2.28 -> 2.01 s; in a pytest-xdist worker,
+    which runs a third of the files, every full collection of its run saves as much. What
+    the tests make after this point is collected as before."""
+    gc.collect()
+    gc.freeze()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
