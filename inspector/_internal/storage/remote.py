@@ -947,7 +947,37 @@ def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
         from gcsfs.core import GCSFileSystem
 
         return GCSFileSystem(skip_instance_cache=True, **opts)
-    return fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+    fs = fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+    if protocol == "s3" and fs.session is None:
+        # The session s3fs would make (`AioSession(**fs.kwargs)`), with the shared loader.
+        fs.session = _botocore_session(fs.kwargs)
+    return fs
+
+
+# botocore's data loaders by data path (`AWS_DATA_PATH`): one per process, shared by every
+# S3 session made here. A session's own loader parses botocore's endpoint table and S3's
+# service model and rule set afresh (about 180 ms of CPU) for each new client: for every
+# other store, identity, proxy or credentials file a process reads through. What a loader
+# keeps is botocore's packaged data, the same for every session, and clients of one
+# botocore session already share theirs.
+_LOADERS: dict[str, Any] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def _botocore_session(kwargs: Mapping[str, Any]) -> Any:
+    """A new aiobotocore session (its own credentials, configuration and profile) whose data
+    loader is the one shared for its data path (`_LOADERS`)."""
+    from aiobotocore.session import AioSession
+
+    session = AioSession(**kwargs)
+    path = repr(session.get_config_variable("data_path"))
+    with _LOADERS_LOCK:
+        loader = _LOADERS.get(path)
+        if loader is None:
+            _LOADERS[path] = session.get_component("data_loader")
+        else:
+            session.register_component("data_loader", loader)
+    return session
 
 
 # The file systems made so far, most recently used last: each holds a session and its pool
@@ -985,13 +1015,14 @@ _INHERITED: list[Any] = []
 def _forget_after_fork() -> None:
     """In a forked child: no file system of the parent is reused (fsspec refuses them in
     another process, "This class is not fork-safe", and their connections are the
-    parent's), and the lock is new (another thread may have held it at the fork). They are
+    parent's), and the locks are new (another thread may have held one at the fork). They are
     kept, never used: collecting them would run their finalizers on the parent's loop and
-    connections."""
-    global _FILE_SYSTEMS_LOCK
+    connections. The shared botocore loaders (`_LOADERS`) hold only data and stay."""
+    global _FILE_SYSTEMS_LOCK, _LOADERS_LOCK
     _INHERITED.extend(_FILE_SYSTEMS.values())
     _FILE_SYSTEMS.clear()
     _FILE_SYSTEMS_LOCK = threading.Lock()
+    _LOADERS_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
