@@ -4,6 +4,7 @@ worst first; `--json` shape; `--fail-on` exit codes (0 below the threshold, 1 at
 
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import subprocess
@@ -388,3 +389,30 @@ def test_check_json_stays_small_and_full_lists_every_name(capsys) -> None:
     assert full["quantization_expected"][:JSON_NAMES] == load["quantization_expected"]
     # The default does not grow with the checkpoint: a fixed number of names per list.
     assert len(out) < len(full_out) and len(out) < 12_000
+
+
+def test_main_given_argv_leaves_the_callers_frozen_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`main(argv)` in a caller's process (a test, a notebook) freezes nothing and gives back
+    nothing the caller froze; `ckpt-inspect` itself (no `argv`) still freezes what its check
+    made. Before, every `main(argv)` ended with `gc.unfreeze`, which also returned
+    conftest's frozen heap (17,069 objects in a bare interpreter) to the collector."""
+    folder = write(tmp_path / "ckpt", model())
+    frozen = gc.get_freeze_count()
+    assert frozen, "conftest freezes the heap once the test modules are imported"
+    for argv in (["scan", str(folder)], ["check", "--no-model", str(folder)]):
+        code, _, err = cli(capsys, *argv)
+        assert code in (0, 1), err
+        # Not equal: a frozen object that dies leaves the count (a few do).
+        assert gc.get_freeze_count() > frozen // 2, argv
+    as_command = (
+        "import gc, sys; from inspector._internal.cli.main import main; "
+        "sys.argv = ['ckpt-inspect', 'check', '--no-model', sys.argv[1]]; "
+        "code = main(); print(code, gc.get_freeze_count())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", as_command, str(folder)], capture_output=True, text=True, check=True
+    )
+    code, count = done.stdout.split()[-2:]
+    assert code in ("0", "1") and int(count) > 0, done.stdout

@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
         from inspector._internal.findings.finding import sort_findings
         from inspector._internal.report.text import check_result, format_check
 
-        _settled()
+        _settled(args)
 
     form = output_format(args)  # a contradiction is refused before any reading
     if args.engine is None and (args.tp != 1 or args.gpu is not None):
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         "sample" if sampling and args.values is None else args.values
     )
     scanned = scan_from_args(args)
-    _settled()  # the scan's headers and columns
+    _settled(args)  # the scan's headers and columns
     verdict = verdict_from_args(args, scanned)
     findings = check(
         scanned,
@@ -176,10 +176,13 @@ def output_format(args: argparse.Namespace) -> str:
     return "json" if args.json else args.format or "text"
 
 
-def _settled() -> None:
+def _settled(args: argparse.Namespace) -> None:
     """What the command made so far lives until it ends: moved out of the garbage collector's
-    sight (`gc.freeze`; `cli.main.main` gives it back to a caller in the same process), so
-    that its passes, and the last one as the process exits, do not walk it again. The
-    imports (made with the collector paused) and the scan leave about a million objects at
-    300,000 tensors, and walking them cost 0.1-0.15 s of CPU (6-8% of the command)."""
-    gc.freeze()
+    sight (`gc.freeze`), so that its passes, and the last one as the process exits, do not
+    walk it again. The imports (made with the collector paused) and the scan leave about a
+    million objects at 300,000 tensors, and walking them cost 0.1-0.15 s of CPU (6-8% of the
+    command). Only when this process is the command (`cli.main.main` without `argv`): a
+    caller's objects would be frozen with it, and `gc.unfreeze` would give back the caller's
+    own frozen ones too (before: every `main(argv)` of a test undid conftest's `gc.freeze`)."""
+    if args.whole_process:
+        gc.freeze()

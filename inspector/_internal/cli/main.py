@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
-import gc
 import importlib
 import os
 import sys
@@ -99,14 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the process exit code: 0 clean, 1 findings (or a refused plan),
     2 the command could not do its work (one line on stderr says which file, what failed and
     what to do; never a traceback). Without `argv` this process is the command (`ckpt-inspect`,
-    `python -m inspector`): what a command leaves out of the garbage collector's sight
-    (`gc.freeze`, see `cli.check`) stays out of it until the process ends; a caller in this
-    process that gives `argv` (a test) gets it back."""
-    whole_process = argv is None
+    `python -m inspector`): what a command leaves alive may be moved out of the garbage
+    collector's sight (`gc.freeze`, see `cli.check`) until the process ends. A caller in this
+    process that gives `argv` (a test, a notebook) keeps the collector as it had it: nothing
+    is frozen for it, and what it froze itself stays frozen (`gc.unfreeze` cannot give back
+    only the command's objects)."""
+    argv_given = argv is not None
     argv = sys.argv[1:] if argv is None else list(argv)
     _share_the_heap()
     parser = _parser(_chosen(argv), asks_help=bool({"-h", "--help"} & set(argv)))
     args = parser.parse_args(argv)
+    args.whole_process = not argv_given
     command: Callable[[argparse.Namespace], int] = args.func
     try:
         return command(args)
@@ -123,9 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except Exception as exc:  # a bug: exit 1 would read as "findings" to CI, a traceback
         _fail(_internal_error(args.command, exc))  # would flood its log
-    finally:
-        if not whole_process:
-            gc.unfreeze()
     return EXIT_CANNOT
 
 
