@@ -477,6 +477,31 @@ def test_no_credentials_is_one_line(
     assert "no credentials found" in line and "anon=true" in line
 
 
+@pytest.mark.parametrize("broken", ["profile", "config file"])
+def test_an_unusable_aws_configuration_is_one_line(
+    broken: str,
+    proxy: Proxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A profile botocore does not know, or a config file it cannot parse, is named in one
+    line. Before: the shared data loader's session asked for its data path when the file
+    system was made, and the error ended the command as an internal error ("please report
+    this"); before that, an "input/output error" that sent the user to the disk."""
+    args = ["scan", f"s3://{BUCKET}/big", "--storage-option", f"endpoint_url={proxy.url}"]
+    if broken == "profile":
+        args += ["--storage-option", "profile=no-such-profile"]
+        expected = "no-such-profile"
+    else:
+        config = tmp_path / "config"
+        config.write_text("[default\nregion = us-east-1\n")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+        expected = str(config)
+    line = cli_error(args, capsys)
+    assert "cannot use the AWS configuration" in line and expected in line, line
+
+
 def test_retries_exhausted_is_one_line(endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
     from inspector._internal.storage import RemoteOptions
     from inspector._internal.storage.remote import open_remote

@@ -133,6 +133,9 @@ _NO_CREDENTIALS = frozenset(
         "LocalTokenNotFoundError",
     }
 )
+# botocore's errors for a profile or config file it cannot use (before: "input/output
+# error", which sent the user to the disk).
+_BAD_CONFIGURATION = frozenset({"ProfileNotFound", "ConfigParseError", "ConfigNotFound"})
 _FILE_SUFFIXES = (".safetensors", ".json", TORCH_DIST_METADATA, ".distcp", ".pt")
 
 
@@ -732,6 +735,12 @@ def _translate(
     names = _names(exc)
     if names & _NO_CREDENTIALS:
         return RemoteAccessError(f"{url}: no credentials found ({exc}); {_CREDENTIALS_HINT}")
+    if names & _BAD_CONFIGURATION:
+        return RemoteAccessError(
+            f"{url}: botocore cannot use the AWS configuration ({quoted(str(exc))}); check "
+            "the profile (--storage-option profile=..., AWS_PROFILE) and the files "
+            "AWS_CONFIG_FILE and AWS_SHARED_CREDENTIALS_FILE name (~/.aws/ by default)"
+        )
     if status in (401, 403) or isinstance(exc, PermissionError):
         return PermissionError(errno.EACCES, f"access denied (HTTP {status or 403})", url)
     if status == 404 or isinstance(exc, FileNotFoundError):
@@ -964,13 +973,21 @@ _LOADERS: dict[str, Any] = {}
 _LOADERS_LOCK = threading.Lock()
 
 
-def _botocore_session(kwargs: Mapping[str, Any]) -> Any:
+def _botocore_session(kwargs: Mapping[str, Any]) -> Any | None:
     """A new aiobotocore session (its own credentials, configuration and profile) whose data
-    loader is the one shared for its data path (`_LOADERS`)."""
+    loader is the one shared for its data path (`_LOADERS`); None, for s3fs to make its own
+    session when it connects, when the configuration cannot be read (an unknown profile, a
+    config file that does not parse): reading the data path asks for it, and the error is
+    then raised where s3fs raises it and reported as it was (here it ended the command as
+    an internal error)."""
     from aiobotocore.session import AioSession
+    from botocore.exceptions import BotoCoreError
 
     session = AioSession(**kwargs)
-    path = repr(session.get_config_variable("data_path"))
+    try:
+        path = repr(session.get_config_variable("data_path"))
+    except BotoCoreError:
+        return None
     with _LOADERS_LOCK:
         loader = _LOADERS.get(path)
         if loader is None:
