@@ -442,6 +442,50 @@ def test_snapshot_pngs_are_drawn_by_a_headless_shell_where_one_is_installed(monk
     assert [options.get("path") for options in started] == [shell, None, None]
 
 
+@pytest.mark.parametrize("where", ["last", "first", "only"])
+def test_no_browser_is_started_from_the_current_folder(monkeypatch, tmp_path, where):
+    """A PATH with an empty or relative entry (a trailing ":", ".") looks in the current
+    folder, which may be a checkpoint someone else filled (a notebook's kernel runs in its
+    folder): a browser planted there is never what kaleido is given, nor what its own search
+    would start; the snapshot says why it has no figures instead. Before, with PATH ending in
+    ":", a planted `chrome-headless-shell` ran ahead of /usr/bin's headless shell."""
+    import os
+
+    import kaleido
+    from choreographer.browsers import Chromium
+    from inspector.widgets import snapshot
+
+    folder = tmp_path / "checkpoint"
+    folder.mkdir()
+    for name in (*snapshot._HEADLESS_SHELLS, "chrome", "chromium", "google-chrome"):
+        planted = folder / name
+        planted.write_text("#!/bin/sh\nexit 1\n")
+        planted.chmod(0o755)
+    empty = tmp_path / "no-browser"
+    empty.mkdir()
+    path = {
+        "last": f"{os.environ.get('PATH', '')}:",
+        "first": f".:{os.environ.get('PATH', '')}",
+        "only": f":{empty}",
+    }[where]
+    started: list[dict] = []
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.delenv("BROWSER_PATH", raising=False)
+    monkeypatch.setattr(snapshot, "_server_started", False)
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda **options: started.append(options))
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda fig, opts: b"png")
+    figures = [("shard sizes", shard_size_distribution(pd.DataFrame()))]
+    try:
+        snapshot.render_pngs(figures)
+    except RuntimeError as exc:
+        assert "relative PATH entry" in str(exc) and not started
+        return
+    (options,) = started
+    chosen = options.get("path") or Chromium.find_browser(skip_local=False)
+    assert chosen and os.path.isabs(chosen) and folder not in Path(chosen).parents, chosen
+
+
 def test_a_full_browser_draws_the_snapshot_pngs_without_its_address_bar_popups(monkeypatch):
     """Without a headless shell kaleido starts a full Chrome or Chromium, which even headless
     builds its address bar's popups as WebUI pages in a renderer of their own (0.55 of the

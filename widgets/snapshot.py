@@ -109,14 +109,32 @@ def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
 
 
 def _browser_path() -> str | None:
-    """The browser kaleido is given: a headless shell on PATH (`_HEADLESS_SHELLS`); None,
-    kaleido's own search (a Chrome or Chromium), when there is none or when BROWSER_PATH
-    names the browser to use (kaleido honours it)."""
+    """The browser kaleido is given: a headless shell (`_HEADLESS_SHELLS`) in a folder PATH
+    names by its full path; None, kaleido's own search (its downloaded Chrome, then a Chrome
+    or Chromium on PATH), when there is none or when BROWSER_PATH names the browser to use
+    (kaleido honours it).
+
+    An empty or relative PATH entry (a trailing ":", ".") stands for the current folder,
+    which may be a checkpoint folder someone else filled: no browser is taken from one.
+    Before, a `chrome-headless-shell` planted there ran ahead of /usr/bin's shell with PATH
+    ending in ":"; kaleido's own search would take a planted `chrome` the same way, so that
+    answer is refused (the snapshot then says why it has no figures)."""
     if os.environ.get("BROWSER_PATH"):
         return None
+    entries = os.environ.get("PATH", os.defpath).split(os.pathsep)
+    search = os.pathsep.join(entry for entry in entries if os.path.isabs(entry))
     for name in _HEADLESS_SHELLS:
-        if path := shutil.which(name):
+        if search and (path := shutil.which(name, path=search)):
             return path
+    from choreographer.browsers import Chromium
+
+    found = Chromium.find_browser(skip_local=False)
+    if found and not os.path.isabs(found):
+        raise RuntimeError(
+            f"the browser kaleido would start, {found!r}, is found through an empty or "
+            "relative PATH entry (the current folder); set BROWSER_PATH to the browser, or "
+            "take that entry out of PATH"
+        )
     return None
 
 
