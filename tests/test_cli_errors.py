@@ -204,3 +204,19 @@ def test_an_output_given_as_a_url_is_refused_not_written_locally(
         assert done.returncode == 2, done
         assert "a URL; ckpt-inspect writes only local folders" in done.stderr
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+@pytest.mark.parametrize("command", ["scan", "check"])
+def test_a_read_ahead_shorter_than_the_length_field_is_a_usage_error(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--read-ahead` below the 8 bytes that give a header's length is refused by the
+    option's own check, naming it. Before, 1 to 7 passed as "1 or more", and the remote
+    options refused it later: "internal error ... please report this"."""
+    from inspector._internal.cli.main import main
+
+    with pytest.raises(SystemExit) as done:
+        main([command, str(tmp_path), "--read-ahead", "4"])
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "internal error" not in err
+    assert "--read-ahead: 4: expected at least 8 bytes" in err, err

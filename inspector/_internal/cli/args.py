@@ -21,6 +21,7 @@ from inspector._internal.common.defaults import (
     DEFAULT_READ_AHEAD,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_TIMEOUT,
+    MIN_READ_AHEAD,
 )
 from inspector._internal.common.display import legible
 
@@ -132,7 +133,7 @@ def add_remote_arguments(p: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--read-ahead",
-        type=positive,
+        type=_read_ahead,
         default=DEFAULT_READ_AHEAD,
         metavar="BYTES",
         help="bytes fetched by the first ranged read of each shard; headers that fit cost one "
@@ -198,6 +199,13 @@ def number(
 
 
 positive = number(int, "a whole number", lambda v: v >= 1, "{value}: expected 1 or more")
+# Before: `--read-ahead 4` passed `positive` and ended the command as an internal error.
+_read_ahead = number(
+    int,
+    "a whole number of bytes",
+    lambda v: v >= MIN_READ_AHEAD,
+    f"{{value}}: expected at least {MIN_READ_AHEAD} bytes (a header's length field)",
+)
 seconds = number(
     float, "a number of seconds", lambda v: v > 0, "{text}: expected more than 0 seconds"
 )

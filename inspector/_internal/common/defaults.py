@@ -16,6 +16,7 @@ __all__ = [
     "ENGINES",
     "LEVELS",
     "MATRIX_TP",
+    "MIN_READ_AHEAD",
     "Level",
 ]
 
@@ -26,6 +27,8 @@ DEFAULT_HEADER_CAP = 100_000_000
 # requests in flight at once; seconds one operation (a listing, a ranged read of at most
 # 8 MiB) may take, retries included, and seconds a socket read may bring nothing.
 DEFAULT_READ_AHEAD = 64 << 10
+# The least read-ahead: a safetensors file's first 8 bytes give its header's length.
+MIN_READ_AHEAD = 8
 DEFAULT_CONCURRENCY = 32
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_READ_TIMEOUT = 30.0

@@ -14,6 +14,7 @@ from inspector._internal.common.defaults import (
     DEFAULT_READ_AHEAD,
     DEFAULT_READ_TIMEOUT,
     DEFAULT_TIMEOUT,
+    MIN_READ_AHEAD,
 )
 from inspector._internal.storage.guard import RedirectPolicy, origin
 
@@ -46,8 +47,10 @@ class RemoteOptions:
     def __post_init__(self) -> None:
         if self.max_concurrency < 1:
             raise ValueError(f"max_concurrency is {self.max_concurrency}; expected 1 or more")
-        if self.read_ahead < 8:
-            raise ValueError(f"read_ahead is {self.read_ahead} bytes; expected at least 8")
+        if self.read_ahead < MIN_READ_AHEAD:
+            raise ValueError(
+                f"read_ahead is {self.read_ahead} bytes; expected at least {MIN_READ_AHEAD}"
+            )
         for name in ("timeout", "read_timeout"):
             value = getattr(self, name)
             if not value > 0:
