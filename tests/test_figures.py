@@ -416,15 +416,17 @@ def test_snapshot_pngs_are_drawn_by_the_cartesian_bundle_without_mathjax(monkeyp
 def test_snapshot_pngs_are_drawn_by_a_headless_shell_where_one_is_installed(monkeypatch, tmp_path):
     """A full Chromium, even headless, opens its new-tab page and the omnibox popup's WebUI,
     each in a renderer of its own: kaleido is given Chromium's headless shell when one is on
-    PATH (the same PNGs, 1.1 CPU-s against 2.4 for a demo's three figures), and left to its
-    own search where BROWSER_PATH names the browser or no shell is installed."""
+    PATH (the same PNGs, 1.1 CPU-s against 2.4 for a demo's three figures), left to its own
+    search where BROWSER_PATH names the browser, and given what that search finds where no
+    shell is installed."""
     import shutil
 
     import kaleido
     from browser import _unavailable
+    from choreographer.browsers import Chromium
     from inspector.widgets import snapshot
 
-    shell = shutil.which("chromium-headless-shell") or shutil.which("chrome-headless-shell")
+    shell = shutil.which("chrome-headless-shell") or shutil.which("chromium-headless-shell")
     if shell is None:
         _unavailable("no headless shell (apt-get install chromium-headless-shell)")
     started: list[dict] = []
@@ -439,7 +441,12 @@ def test_snapshot_pngs_are_drawn_by_a_headless_shell_where_one_is_installed(monk
                 env.setenv(name, value)
             env.setattr(snapshot, "_server_started", False)
             assert snapshot.render_pngs(figures) == [b"png"]
-    assert [options.get("path") for options in started] == [shell, None, None]
+    # Without a shell, the browser kaleido's own search finds, given so that it searches
+    # no more (a file planted between two searches would not be what it starts).
+    with monkeypatch.context() as env:
+        env.setenv("PATH", str(tmp_path))
+        full = Chromium.find_browser(skip_local=False)
+    assert [options.get("path") for options in started] == [shell, None, full]
 
 
 @pytest.mark.parametrize("where", ["last", "first", "only"])

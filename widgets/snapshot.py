@@ -110,9 +110,10 @@ def snapshot_figures(state: CheckpointState) -> list[tuple[str, go.Figure]]:
 
 def _browser_path() -> str | None:
     """The browser kaleido is given: a headless shell (`_HEADLESS_SHELLS`) in a folder PATH
-    names by its full path; None, kaleido's own search (its downloaded Chrome, then a Chrome
-    or Chromium on PATH), when there is none or when BROWSER_PATH names the browser to use
-    (kaleido honours it).
+    names by its full path, else what kaleido's own search finds (choreographer's: its
+    downloaded Chrome, then a Chrome or Chromium on PATH, then their usual places), given
+    as found so that kaleido does not search again; None, kaleido's own search, when there
+    is none or when BROWSER_PATH names the browser to use (kaleido honours it).
 
     An empty or relative PATH entry (a trailing ":", ".") stands for the current folder,
     which may be a checkpoint folder someone else filled: no browser is taken from one.
@@ -135,7 +136,7 @@ def _browser_path() -> str | None:
             "relative PATH entry (the current folder); set BROWSER_PATH to the browser, or "
             "take that entry out of PATH"
         )
-    return None
+    return found
 
 
 def _quiet_chromium() -> type:
