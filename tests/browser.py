@@ -35,6 +35,7 @@ __all__ = [
     "open_tab",
     "run_all_cells",
     "running_lab",
+    "settle_kernel",
     "sync_playwright_or_fail",
     "wait_for_kernel",
 ]
@@ -306,6 +307,37 @@ def wait_for_kernel(page, *, timeout: float) -> None:
             return
         time.sleep(0.25)
     raise TimeoutError(f"the notebook kernel did not become idle within {timeout:.0f} s")
+
+
+# Resolves once the notebook's kernel has shown idle for `quiet` ms without a break (or after
+# `wait` ms: false), polled every 50 ms in the page.
+_QUIET_KERNEL = """async ([quiet, wait]) => {
+    const end = performance.now() + wait;
+    let since = null;
+    while (performance.now() < end) {
+        const status = document.querySelector('#jp-main-statusbar');
+        if (status && status.innerText.includes('Idle')) {
+            since = since === null ? performance.now() : since;
+            if (performance.now() - since >= quiet) return true;
+        } else {
+            since = null;
+        }
+        await new Promise(resolve => setTimeout(resolve, 50));
+    }
+    return false;
+}"""
+
+
+def settle_kernel(page, *, quiet: float = 0.5, timeout: float = 30) -> None:
+    """Until the kernel has answered the page's last messages: idle for `quiet` seconds on
+    end. A person's next click comes after the page has answered the last one; a test that
+    clicks a tab and at once a button in it can have the button's message handled before the
+    tab's own: ipywidgets' page holds a widget's state change back while an earlier message
+    of that widget awaits the kernel's answer (`_msg_buffer`), ignores the kernel's changes
+    to what it holds back, and sends a button's click at once. The kernel's answer to the
+    button (another tab selected) is then undone by the tab's."""
+    if not page.evaluate(_QUIET_KERNEL, [quiet * 1000, timeout * 1000]):
+        raise TimeoutError(f"the notebook kernel did not stay idle within {timeout:.0f} s")
 
 
 def run_all_cells(page, *, timeout: float = 120) -> None:

@@ -37,6 +37,7 @@ from browser import (
     open_notebook,
     open_tab,
     run_all_cells,
+    settle_kernel,
     wait_for_kernel,
 )
 from inspector.widgets.dashboard import Dashboard
@@ -277,6 +278,9 @@ def _click_a_heatmap_cell(page) -> tuple[tuple[str, str], str]:
 
 def _repair_from_the_overview(page) -> str:
     open_tab(page, "Overview")
+    # Its Repair button once stayed on the Overview, the Repair tab asked but not shown: the
+    # tab's click was handled after the button's (see `settle_kernel`).
+    settle_kernel(page)
     page.locator(".ckpt-problem-index-misses-tensors .ckpt-problem-repair").first.click()
     confirm = page.locator("button.ckpt-confirm-button").first
     confirm.wait_for(state="visible", timeout=60_000)
