@@ -29,6 +29,7 @@ __all__ = [
     "CHROMIUM_ARGS",
     "POLL_MS",
     "Lab",
+    "held_for",
     "launch_chromium",
     "new_lab_context",
     "open_notebook",
@@ -309,14 +310,16 @@ def wait_for_kernel(page, *, timeout: float) -> None:
     raise TimeoutError(f"the notebook kernel did not become idle within {timeout:.0f} s")
 
 
-# Resolves once the notebook's kernel has shown idle for `quiet` ms without a break (or after
-# `wait` ms: false), polled every 50 ms in the page.
-_QUIET_KERNEL = """async ([quiet, wait]) => {
+def held_for(ready: str) -> str:
+    """A page function `async ([quiet, wait, arg]) => bool`: true once `ready(arg)` (the
+    source of a JavaScript function) has held for `quiet` ms on end, false after `wait` ms.
+    Polled every 50 ms in the page: one round trip for the whole wait."""
+    return """async ([quiet, wait, arg]) => {
+    const ready = READY;
     const end = performance.now() + wait;
     let since = null;
     while (performance.now() < end) {
-        const status = document.querySelector('#jp-main-statusbar');
-        if (status && status.innerText.includes('Idle')) {
+        if (ready(arg)) {
             since = since === null ? performance.now() : since;
             if (performance.now() - since >= quiet) return true;
         } else {
@@ -325,6 +328,13 @@ _QUIET_KERNEL = """async ([quiet, wait]) => {
         await new Promise(resolve => setTimeout(resolve, 50));
     }
     return false;
+}""".replace("READY", ready)
+
+
+# The status bar says the notebook's kernel is idle.
+_KERNEL_IDLE = """() => {
+    const status = document.querySelector('#jp-main-statusbar');
+    return !!status && status.innerText.includes('Idle');
 }"""
 
 
@@ -336,7 +346,7 @@ def settle_kernel(page, *, quiet: float = 0.5, timeout: float = 30) -> None:
     of that widget awaits the kernel's answer (`_msg_buffer`), ignores the kernel's changes
     to what it holds back, and sends a button's click at once. The kernel's answer to the
     button (another tab selected) is then undone by the tab's."""
-    if not page.evaluate(_QUIET_KERNEL, [quiet * 1000, timeout * 1000]):
+    if not page.evaluate(held_for(_KERNEL_IDLE), [quiet * 1000, timeout * 1000, None]):
         raise TimeoutError(f"the notebook kernel did not stay idle within {timeout:.0f} s")
 
 

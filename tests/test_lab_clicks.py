@@ -40,7 +40,15 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser import ARTIFACTS, POLL_MS, Lab, open_notebook, open_tab, run_all_cells
+from browser import (
+    ARTIFACTS,
+    POLL_MS,
+    Lab,
+    held_for,
+    open_notebook,
+    open_tab,
+    run_all_cells,
+)
 from engine_stand_in import SKIPPED
 from inspector.widgets import Dashboard
 
@@ -188,22 +196,12 @@ _HANDLED = """() => {
 # Resolves once a click has settled: the kernel handled a message since `mark` (any, when
 # null), then for `quiet` ms it stayed idle and the shown pane held no spinner; or after `wait`
 # ms. Polled every 50 ms in the page (one round trip per click).
-_SETTLE = """async ([mark, quiet, wait]) => {
-    const handled = HANDLED_JS, shown = PANE_IDLE_JS;
-    const end = performance.now() + wait;
-    let since = null;
-    while (performance.now() < end) {
-        const pane = shown();
-        if ((mark === null || handled() > mark) && pane && pane.idle && !pane.spinner) {
-            since = since === null ? performance.now() : since;
-            if (performance.now() - since >= quiet) return true;
-        } else {
-            since = null;
-        }
-        await new Promise(resolve => setTimeout(resolve, 50));
-    }
-    return false;
+_SETTLE = held_for(
+    """(mark) => {
+    const handled = HANDLED_JS, pane = (PANE_IDLE_JS)();
+    return (mark === null || handled() > mark) && !!pane && pane.idle && !pane.spinner;
 }""".replace("HANDLED_JS", _HANDLED).replace("PANE_IDLE_JS", _IDLE)
+)
 
 # Text on the page that means a widget or the kernel failed.
 _BROKEN = """() => {
@@ -443,7 +441,7 @@ def _settle(page, mark: int | None = None) -> None:
     """Until the kernel has handled a message since `_handled` gave `mark` (the click's), then
     stayed idle for 0.3 s while the shown tab held no spinner (a click's work is done, or
     shown as under way; a message it leads to has come in), at most CONTENT_WAIT."""
-    page.evaluate(_SETTLE, [mark, 300, CONTENT_WAIT * 1000])
+    page.evaluate(_SETTLE, [300, CONTENT_WAIT * 1000, mark])
 
 
 def _engine_answer(page) -> str:
