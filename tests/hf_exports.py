@@ -17,6 +17,8 @@ import torch
 from modelopt_writer import INDEX, load_json, save_json
 from safetensors.torch import load_file, save_file
 
+from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
+
 __all__ = [
     "modelopt_export",
     "quantize",
@@ -100,11 +102,11 @@ def modelopt_export(
     quant = {"quant_algo": algo, "kv_cache_quant_algo": None, "exclude_modules": exclude}
     if algo == "NVFP4":
         quant["group_size"] = 16
-    save_json(folder / "hf_quant_config.json", {"producer": {"name": "modelopt"},
+    save_json(folder / QUANT_CONFIG_NAME, {"producer": {"name": "modelopt"},
                                                 "quantization": quant})  # fmt: skip
-    config = load_json(folder / "config.json")
+    config = load_json(folder / CONFIG_NAME)
     config["quantization_config"] = {"quant_method": "modelopt", **quant}
-    save_json(folder / "config.json", config)
+    save_json(folder / CONFIG_NAME, config)
     return folder
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
+
 __all__ = [
     "INDEX",
     "load_json",
@@ -28,7 +30,8 @@ __all__ = [
     "write_modelopt_export",
 ]
 
-INDEX = "model.safetensors.index.json"
+# The index and config names, from the project's one table of file names.
+INDEX = INDEX_NAME
 HIDDEN = 8
 
 
@@ -103,7 +106,7 @@ def write_modelopt_export(
         total_size += size
     save_json(folder / INDEX, {"metadata": {"total_size": total_size}, "weight_map": merged})
     save_json(
-        folder / "config.json", config or {"model_type": "tiny_moe", "num_hidden_layers": total}
+        folder / CONFIG_NAME, config or {"model_type": "tiny_moe", "num_hidden_layers": total}
     )
     return folder
 

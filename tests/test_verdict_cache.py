@@ -38,7 +38,7 @@ import inspector._internal.load.verdict as verdict_module
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint, ShardedInfo
 from inspector._internal.checks import check
 from inspector._internal.cli.main import _parser, main
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.load import cache as verdict_cache
 from inspector._internal.load.records import LoadSkipped
@@ -160,9 +160,9 @@ EDITS: dict[str, Callable[[Path, Path], Path]] = {
         _edit_config(f, lambda c: dict(reversed(list(c.items())))),
         f,
     )[1],
-    "hf_quant_config.json": lambda f, tmp: (
-        (f / "hf_quant_config.json").write_text(
-            (f / "hf_quant_config.json").read_text().replace("}", ', "note": 1}', 1)
+    QUANT_CONFIG_NAME: lambda f, tmp: (
+        (f / QUANT_CONFIG_NAME).write_text(
+            (f / QUANT_CONFIG_NAME).read_text().replace("}", ', "note": 1}', 1)
         ),
         f,
     )[1],
@@ -733,7 +733,7 @@ def test_the_copy_a_loader_keeps_decides_the_key(tmp_path: Path) -> None:
                   str(folder / "b.safetensors"))  # fmt: skip
         (folder / CONFIG_NAME).write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
         index = {"metadata": {}, "weight_map": {"w": "a.safetensors", "v": spelling}}
-        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+        (folder / INDEX_NAME).write_text(json.dumps(index))
         folders.append(scan(folder))
     plain, dotted = folders
     kept = [verdict_module.stored_tensors(s)["w"] for s in folders]

@@ -15,6 +15,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from inspector._internal.common.filenames import CONFIG_NAME, GENERATION_CONFIG_NAME
+
 __all__ = ["CASES", "HOSTILE", "engine_alone", "write_cases", "write_hostile"]
 
 _LAYER0 = "model.layers.0"
@@ -139,9 +141,9 @@ def write_cases(root: Path) -> dict[str, Path]:
             metadata={"format": "pt"},
         )
         if config_edit is not None:
-            config = json.loads((folder / "config.json").read_text())
+            config = json.loads((folder / CONFIG_NAME).read_text())
             config_edit(config)
-            (folder / "config.json").write_text(json.dumps(config))
+            (folder / CONFIG_NAME).write_text(json.dumps(config))
         out[case] = folder
     return out
 
@@ -163,7 +165,7 @@ HOSTILE: dict[str, tuple[Callable[[dict], None], dict[str, str]]] = {
         {"evil.py": _CODE},
     ),
     # A generation config that is a link to an endless file: vLLM never reads the folder.
-    "endless-link": (lambda c: None, {"generation_config.json": "->/dev/zero"}),
+    "endless-link": (lambda c: None, {GENERATION_CONFIG_NAME: "->/dev/zero"}),
     # A Hub repository named for a part of the model: offline, sealed.
     "hub-backbone": (
         lambda c: c.update(speculators_config={"verifier": {"name_or_path": "someone/else"}}),
@@ -178,9 +180,9 @@ def write_hostile(root: Path, base: Path) -> dict[str, Path]:
     for case, (config_edit, files) in HOSTILE.items():
         folder = root / case
         shutil.copytree(base, folder)
-        config = json.loads((folder / "config.json").read_text())
+        config = json.loads((folder / CONFIG_NAME).read_text())
         config_edit(config)
-        (folder / "config.json").write_text(json.dumps(config))
+        (folder / CONFIG_NAME).write_text(json.dumps(config))
         for name, text in files.items():
             (folder / name).unlink(missing_ok=True)
             if text.startswith("->"):
