@@ -20,15 +20,17 @@ def run(args: argparse.Namespace) -> int:
     from inspector._internal.common.gc import gc_paused
     from inspector._internal.report.summary import format_summary, summarize
     from inspector._internal.scan.entry import scan_once
+    from inspector._internal.storage import RemoteOptions
 
     # The summary's passes over the names make no cycles; paused through them, the collector
     # never walks the scan's objects (one pass right after the scan took 16 ms at 300,000
     # tensors, and four more during the summary).
     with gc_paused():
+        remote = RemoteOptions(**remote_kwargs(args))
         scanned = scan_once(
-            args.path, header_cap=args.header_cap, layout=args.layout, **remote_kwargs(args)
+            args.path, header_cap=args.header_cap, layout=args.layout, remote=remote
         )
         summary = summarize(scanned)
-        del scanned
+        del scanned  # freed by its reference count, before the collector resumes
     emit(summary, args.json, format_summary)
     return EXIT_OK

@@ -74,16 +74,13 @@ def scan_once(
     *,
     header_cap: int = DEFAULT_HEADER_CAP,
     layout: str | None = None,
-    **remote: Any,
+    remote: RemoteOptions | None = None,
 ) -> ScannedCheckpoint:
-    """`scan` (`remote`: its remote options) for a result read once and dropped, as
-    `ckpt-inspect scan` prints its summary and ends: the same result, read without giving
-    the index the shards' strings for its names (`ScanOptions.share_names`: CPU spent to
-    save memory over a scan's lifetime)."""
-    remote["storage_options"] = dict(remote.get("storage_options") or {})
-    remote["allow_redirects"] = tuple(remote.get("allow_redirects") or ())
+    """`scan` for a result read once and dropped, as `ckpt-inspect scan` prints its summary
+    and ends: the same result, read without giving the index the shards' strings for its
+    names (`ScanOptions.share_names`: CPU spent to save memory over a scan's lifetime)."""
     options = ScanOptions(header_cap=header_cap, share_names=False)
-    return _scan(path, layout, options, RemoteOptions(**remote))
+    return _scan(path, layout, options, remote or RemoteOptions())
 
 
 def _scan(
