@@ -1,12 +1,12 @@
 """checkpoint-inspector: scan, check and repair large model checkpoints from their headers."""
 
-from importlib import metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inspector._internal.common.lazy import lazy_names
 from inspector.errors import CannotInspectError, InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
+    __version__: str
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
     from inspector._internal.checks import check
     from inspector._internal.checks.diff import diff_checkpoints
@@ -100,10 +100,19 @@ __all__ = [
     "write_manifest",
 ]
 
-try:
-    __version__ = metadata.version("checkpoint-inspector")
-except metadata.PackageNotFoundError:  # a source tree that is not installed
-    __version__ = "0+unknown"
+_public, __dir__ = lazy_names(__name__, _LAZY, [*__all__, "__version__"])
 
 
-__getattr__, __dir__ = lazy_names(__name__, _LAZY, __all__)
+def __getattr__(name: str) -> Any:
+    if name != "__version__":
+        return _public(name)
+    # Looked up when read, not at import: importlib.metadata and the search of the installed
+    # distributions cost every command about 25 ms, and only `--version` reads it.
+    from importlib import metadata
+
+    try:
+        version = metadata.version("checkpoint-inspector")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        version = "0+unknown"
+    globals()["__version__"] = version
+    return version

@@ -208,3 +208,60 @@ def test_a_scan_prints_its_summary_without_pandas(demo_checkpoints: Path) -> Non
         assert "tensors" in proc.stdout
         tabular = sorted(n for n in names if n.split(".")[0] in ("pandas", "pyarrow"))
         assert not tabular, f"{argv} imported {tabular[:10]}"
+
+
+# What a built-in command never needs: importlib.metadata (about 25 ms of every process) and the
+# entry-point lookup (9 ms more, every installed distribution's metadata read), which only the
+# top-level help and the plugin commands, `--version`, the notebook UI and a kept load
+# verdict use.
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("import",),
+        ("scan", "--help"),
+        ("scan", "{demo}"),
+        ("check", "--no-model", "{demo}"),
+    ],
+    ids=["import inspector", "scan --help", "scan", "check --no-model"],
+)
+def test_a_built_in_command_imports_no_package_metadata(
+    argv: tuple[str, ...], demo_checkpoints: Path
+) -> None:
+    demo = str(demo_checkpoints / "megatron-3624-mtp-extra-state")
+    proc, names = _imported(*(a.format(demo=demo) for a in argv))
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    assert "inspector" in names
+    assert "importlib.metadata" not in names
+
+
+@pytest.mark.parametrize(
+    ("argv", "lists"),
+    [
+        (["scan", "folder"], False),
+        (["scan", "--help"], False),
+        (["--", "check", "folder"], False),
+        (["--version"], False),
+        (["--vers", "scan"], False),
+        (["--help"], True),
+        (["-h", "scan"], True),
+        (["--he", "scan"], True),  # argparse's abbreviation: the top-level help
+        (["report", "folder"], True),
+        (["completion", "bash"], True),  # writes the whole parser
+        (["no-such-command"], True),  # argparse's error lists every command
+        ([], True),
+    ],
+)
+def test_plugin_commands_are_looked_up_only_when_the_parse_needs_them(
+    argv: list[str], lists: bool
+) -> None:
+    from inspector._internal.cli.main import _lists_plugins
+
+    assert _lists_plugins(argv) is lists
+
+
+def test_the_top_level_help_before_a_built_in_command_still_lists_the_plugin_commands() -> None:
+    proc, _ = _imported("--help", "scan")
+    assert proc.returncode == 0
+    assert re.search(r"^ +report +write a self-contained", proc.stdout, re.M)
+    proc, _ = _imported("report", "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: ckpt-inspect report")

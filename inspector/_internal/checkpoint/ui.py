@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from importlib.metadata import entry_points
 from typing import Any
 
+from inspector._internal.common.lazy import entry_points
 from inspector.errors import InspectorError
 
 __all__ = ["UI_GROUP", "core_function", "html_view", "ui_function"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import importlib.metadata
 import os
 import re
 import stat
@@ -110,6 +109,9 @@ def environment() -> dict[str, str | None] | None:
     dashboard's child, which imported them, agree), Python's, this tool's, and the digest
     of this tool's code. None when a version cannot be known: then nothing is kept.
     Computed once per process, as the code it describes is imported once."""
+    # Imported here: a command that keeps no verdict (`check --no-model`) never pays for it.
+    import importlib.metadata
+
     try:
         versions = {name: importlib.metadata.version(name) for name in ("transformers", "torch")}
     except (importlib.metadata.PackageNotFoundError, ValueError):
