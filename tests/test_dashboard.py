@@ -1454,8 +1454,6 @@ def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_o
     and its findings join the list on the page shown, the filters kept."""
     import dataclasses
 
-    from inspector._internal.findings.finding import findings_to_frame
-
     release = _held_verdict(monkeypatch)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     built: list = []
@@ -1483,9 +1481,7 @@ def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_o
         "load-missing-tensor", "the model expects lm_head.weight", tensor="lm_head.weight"
     )
     findings = (*dash.state.findings, extra)
-    panel.checked(
-        dataclasses.replace(dash.state, findings=findings, frame=findings_to_frame(findings))
-    )
+    panel.checked(dataclasses.replace(dash.state, findings=findings))  # its frame follows
     assert "added 1 finding (load-missing-tensor)" in panel.load.value
     assert panel.code.value == "unindexed-tensor" and "of 21" in panel.where.value
     assert "load-missing-tensor (1)" in [label for label, _ in panel.code.options]
