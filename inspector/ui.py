@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     )
     from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
     from inspector._internal.common.dtypes import KV_CACHE_DTYPES
+    from inspector._internal.common.gc import gc_paused
     from inspector._internal.common.text import fold_ranges, layer_name, plural
     from inspector._internal.common.units import (
         DECIMAL_UNITS,
@@ -140,6 +141,7 @@ _LAZY: dict[str, str] = {
     "fit_table": "inspector._internal.report.fit",
     "fold_ranges": "inspector._internal.common.text",
     "format_bytes": "inspector._internal.common.units",
+    "gc_paused": "inspector._internal.common.gc",
     "frame_html": "inspector._internal.report.html",
     "group_problems": "inspector._internal.diagnosis.issues",
     "grouped_by_code": "inspector._internal.findings.words",
@@ -229,6 +231,7 @@ __all__ = [
     "fold_ranges",
     "format_bytes",
     "frame_html",
+    "gc_paused",
     "group_problems",
     "grouped_by_code",
     "html_text",
