@@ -17,6 +17,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector._internal.checkpoint.tables import scan_figures
     from inspector._internal.checks import check, rules_for
     from inspector._internal.checks.values import computed_value_table, value_table
     from inspector._internal.cli.args import (
@@ -168,6 +169,7 @@ _LAZY: dict[str, str] = {
     "rules_for": "inspector._internal.checks",
     "scale_for": "inspector._internal.common.units",
     "scan": "inspector._internal.scan.entry",
+    "scan_figures": "inspector._internal.checkpoint.tables",
     "scan_from_args": "inspector._internal.cli.args",
     "severity_badge": "inspector._internal.report.html",
     "severity_counts": "inspector._internal.findings.words",
@@ -257,6 +259,7 @@ __all__ = [
     "rules_for",
     "scale_for",
     "scan",
+    "scan_figures",
     "scan_from_args",
     "severity_badge",
     "severity_counts",

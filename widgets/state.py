@@ -22,7 +22,6 @@ from inspector.ui import (
     Problem,
     ScannedCheckpoint,
     check,
-    computed_value_table,
     findings_to_frame,
     group_problems,
     known_verdict,
@@ -166,6 +165,9 @@ def values_read(
     values=...)` before the dashboard), so that their findings show with the others."""
     if not isinstance(source, ScannedCheckpoint):
         return None
+    # Here: its module (the value checks) imports pandas, which the Overview needs not.
+    from inspector.ui import computed_value_table
+
     table = computed_value_table(source)
     if table is None or not len(table):
         return None
