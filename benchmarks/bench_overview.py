@@ -29,7 +29,8 @@ Cases, run once per round, the rounds interleaved; best and median kept:
 
 `--profile N`: one more kernel runs the cell under cProfile (the kernel's main thread: the
 scan, the plain checks, building and sending the Overview) and prints the N costliest
-functions by cumulative and by own time.
+functions by cumulative and by own time, in CPU seconds of that thread (`time.thread_time`:
+the wall clock counted the time the loaded machine gave to other processes).
 
     .venv/bin/python benchmarks/bench_overview.py [--runs 3] [--tensors 300000]
         [--baseline TREE] [--orders] [--profile 30] [--lost 40:17-19]
@@ -81,9 +82,9 @@ _dashboard.VERDICT_WITH_SCAN = True
     + DASHBOARD_CELL
 )
 PROFILE_CELL = """\
-import cProfile, io, pstats
+import cProfile, io, pstats, time
 from IPython.display import display
-_profile = cProfile.Profile()
+_profile = cProfile.Profile(time.thread_time)
 _profile.enable()
 from inspector.widgets import Dashboard
 dash = Dashboard({folder!r})
