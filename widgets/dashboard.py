@@ -180,8 +180,7 @@ class Dashboard:
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0")).add_class(
             "ckpt-header"
         )
-        # The tabs' boxes and spinners are never restyled: they share the kernel's layout and
-        # style (`still`), 30 widget models fewer for the page before the Overview shows.
+        # The tabs' boxes and spinners share the kernel's layout and style (`still`).
         self.tab = w.Tab(children=[still(w.VBox) for _ in self.TABS]).add_class("ckpt-tabs")
         self.tab.titles = self.TABS
         # What went wrong with the last action that has no status line of its own (a
