@@ -89,7 +89,7 @@ if TYPE_CHECKING:
         name_pattern,
         query_for_finding,
     )
-    from inspector._internal.report.summary import experts_text, summarize
+    from inspector._internal.report.summary import experts_text, has_expert_grid, summarize
     from inspector._internal.report.text import engine_lines
     from inspector._internal.scan.entry import scan
     from inspector._internal.serve.engine import EngineReport, engine_check
@@ -146,6 +146,7 @@ _LAZY: dict[str, str] = {
     "frame_html": "inspector._internal.report.html",
     "group_problems": "inspector._internal.diagnosis.issues",
     "grouped_by_code": "inspector._internal.findings.words",
+    "has_expert_grid": "inspector._internal.report.summary",
     "html_text": "inspector._internal.report.html",
     "known_verdict": "inspector._internal.load.verdict",
     "layer_name": "inspector._internal.common.text",
@@ -236,6 +237,7 @@ __all__ = [
     "gc_paused",
     "group_problems",
     "grouped_by_code",
+    "has_expert_grid",
     "html_text",
     "known_verdict",
     "layer_name",

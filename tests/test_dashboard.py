@@ -1771,3 +1771,36 @@ def test_figures_place_holder_is_marked_not_drawn_until_the_tab_shows_them():
     assert list(box.box.children) == shown and len(shown) == 1
     assert NOT_DRAWN not in shown[0]._dom_classes
     assert "ckpt-test-figure" in shown[0]._dom_classes
+
+
+def test_the_expert_grid_is_known_without_building_the_tables(demos: Path, tmp_path: Path):
+    """`has_expert_grid` (whether the snapshot has an expert heatmap and the Overview's issue
+    an "On the heatmap" button, both asked before they are sent) says what the experts
+    table's rows say: from the scan's figures when experts are stored, building no table;
+    from the table when none is, where a config that declares experts still has a grid of
+    them, all missing, and a checkpoint without layers has none."""
+    from safetensors.torch import load_file, save_file
+
+    from inspector.ui import has_expert_grid
+
+    healthy = demos / "healthy-hf-sharded"
+    stored = scan(healthy)
+    assert has_expert_grid(stored) and "tables" not in vars(stored)
+    assert len(stored.experts)
+    kept = {}
+    for shard in sorted(healthy.glob("*.safetensors")):
+        kept |= {n: t for n, t in load_file(shard).items() if ".experts." not in n}
+    lost = tmp_path / "experts-lost"
+    lost.mkdir()
+    shutil.copy(healthy / CONFIG_NAME, lost / CONFIG_NAME)
+    save_file(kept, str(lost / "model.safetensors"), metadata={"format": "pt"})
+    gone = scan(lost)
+    assert has_expert_grid(gone)
+    assert len(gone.experts) and not gone.experts["tensors_found"].any()
+    bare = tmp_path / "no-layers"
+    bare.mkdir()
+    outside = {n: t for n, t in kept.items() if ".layers." not in n}
+    assert outside, "the demo's tensors changed: this case would check nothing"
+    save_file(outside, str(bare / "model.safetensors"), metadata={"format": "pt"})
+    none = scan(bare)
+    assert not has_expert_grid(none) and not len(none.experts)
