@@ -25,7 +25,8 @@ Cases, run once per round, the rounds interleaved; best and median kept:
   scan starts instead of once the Overview is sent;
 - `baseline` (`--baseline TREE`, e.g. `git archive main | tar -x -C /tmp/base`): the
   dashboard cell on an older tree, run from an overlay that maps `inspector.widgets` to its
-  `widgets/` folder.
+  `widgets/` folder; `--baseline` again for more trees (a merge of branches made with `git
+  merge-tree --write-tree` and `git archive`), each case named `baseline FOLDER`.
 
 `--profile N`: one more kernel runs the cell under cProfile (the kernel's main thread: the
 scan, the plain checks, building and sending the Overview) and prints the N costliest
@@ -33,7 +34,7 @@ functions by cumulative and by own time, in CPU seconds of that thread (`time.th
 the wall clock counted the time the loaded machine gave to other processes).
 
     .venv/bin/python benchmarks/bench_overview.py [--runs 3] [--tensors 300000]
-        [--baseline TREE] [--orders] [--profile 30] [--lost 40:17-19]
+        [--baseline TREE ...] [--orders] [--profile 30] [--lost 40:17-19]
 
 Target: the Overview under 2 s after the cell at 300,000 tensors.
 """
@@ -200,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--tensors", type=int, default=300_000)
     parser.add_argument("--lost", default="", metavar="LAYER:FIRST-LAST")
-    parser.add_argument("--baseline", type=Path, help="an older tree, run side by side")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        help="an older tree, run side by side (again for more: each named by its folder)",
+    )
     parser.add_argument(
         "--orders", action="store_true", help="also the load check's child started with the scan"
     )
@@ -219,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = str(ensure_checkpoint(spec))
     print(f"checkpoint: {folder} ({tensor_count(spec):,} tensors)")
     trees = {"this tree": ROOT}
-    if args.baseline is not None:
-        trees["baseline"] = args.baseline.resolve()
+    for tree in args.baseline:
+        trees[_baseline_name(tree, args.baseline)] = tree.resolve()
     for tree in trees.values():  # bytecode, as an installed package has it
         for package in ("inspector", "widgets"):
             compileall.compile_dir(tree / package, quiet=1)
@@ -230,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         cases["this tree"] = (DASHBOARD_CELL.format(folder=folder), None)
         if args.orders:
             cases["child with the scan"] = (WITH_SCAN_CELL.format(folder=folder), None)
-        if args.baseline is not None:
-            cases["baseline"] = (DASHBOARD_CELL.format(folder=folder), overlay(trees["baseline"]))
+        for tree in args.baseline:
+            name = _baseline_name(tree, args.baseline)
+            cases[name] = (DASHBOARD_CELL.format(folder=folder), overlay(trees[name]))
     runs: dict[str, list[Run]] = {name: [] for name in cases}
     if "this tree" in cases:
         run_cell(cases["this tree"][0], pythonpath=None, until="reply", echo=False)
@@ -261,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     print("load average (1, 5, 15 min) at the end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return 0
+
+
+def _baseline_name(tree: Path, trees: list[Path]) -> str:
+    """`baseline`, or with several, `baseline NAME` (the tree's folder name)."""
+    return "baseline" if len(trees) == 1 else f"baseline {tree.resolve().name}"[:22]
 
 
 def _table(runs: dict[str, list[Run]]) -> None:
