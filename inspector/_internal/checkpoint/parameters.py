@@ -20,7 +20,7 @@ import numpy as np
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.quant_targets import group_targets, too_many_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checkpoint.tables import rows_named, tensor_columns
+from inspector._internal.checkpoint.tables import rows_named, scan_columns, tensor_columns
 from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.patterns import PatternBudget
@@ -123,20 +123,43 @@ def _scan_count(scanned: ScannedCheckpoint) -> int:
     names, codes, numel = columns.names, columns.dtype_codes, columns.numel
     if not names:
         return 0
-    if len(set(names)) < len(names):
-        # Each name's first row, as `drop_duplicates("name")` keeps it.
-        first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
-        rows = np.sort(np.fromiter(first.values(), dtype=np.int64, count=len(first)))
+    rows = _first_rows(scanned)
+    if rows is not None:
         names = [names[r] for r in rows.tolist()]
         codes, numel = codes[rows], numel[rows]
     values = _values(names, codes, columns.dtypes, numel, _packed_bits(scanned.config))
     return int(values.sum())
 
 
+def _first_rows(scanned: ScannedCheckpoint) -> np.ndarray | None:
+    """The rows of the tensors table `drop_duplicates("name")` keeps (each name's first),
+    None when every name is distinct (nearly always); kept with the scan."""
+
+    def build() -> np.ndarray | None:
+        names = tensor_columns(scanned).names
+        if len(set(names)) == len(names):
+            return None
+        first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
+        return np.sort(np.fromiter(first.values(), dtype=np.int64, count=len(first)))
+
+    return scanned.derived("tensors-first-rows", build)
+
+
 def scan_uncounted(scanned: ScannedCheckpoint) -> Uncounted:
-    """`uncounted_elements` of every tensor of a scan, with `scan_parameters` as its values."""
-    table, _ = _named_once(scanned, scanned.tensors)
-    return _uncounted(table, scan_parameters(scanned))
+    """`uncounted_elements` of every tensor of a scan, with `scan_parameters` as its values.
+    From the columns the tensors table is built from (its params, numel), each name once."""
+    columns = scan_columns(scanned)
+    param = columns.parsed.texts["param"]
+    numel = columns.tensors.numel
+    rows = _first_rows(scanned)
+    codes = param.codes if rows is None else param.codes[rows]
+    numel = numel if rows is None else numel[rows]
+
+    def total(wanted: frozenset[str]) -> int:
+        mask = np.array([v in wanted for v in param.values], dtype=bool)
+        return int(numel[mask[codes]].sum()) if len(param.values) else 0
+
+    return Uncounted(total(QUANT_SIBLING_PARAMS), total(BUFFER_PARAMS), scan_parameters(scanned))
 
 
 def _named_once(scanned: ScannedCheckpoint, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

@@ -9,6 +9,8 @@ from `checkpoint.spec`, so a hostile size is a `fit-config-invalid`, never used 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import compress, count
+from operator import methodcaller
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ import numpy as np
 from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
+from inspector._internal.checkpoint.tables import tensor_columns
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
@@ -41,14 +44,25 @@ def is_draft(scanned: ScannedCheckpoint) -> bool:
 
 
 def _stored(scanned: ScannedCheckpoint, leaf: str) -> tuple[str, str, tuple[int, ...]] | None:
-    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one)."""
-    t = scanned.tensors
-    names = t["name"]
-    rows = t[(names == leaf) | names.str.endswith("." + leaf)]
-    if rows.empty:
+    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one), looked
+    for once per scan (the structure rule and this one both ask)."""
+    return scanned.derived(f"stored:{leaf}", lambda: _first_stored(scanned, leaf))
+
+
+def _first_stored(scanned: ScannedCheckpoint, leaf: str) -> tuple[str, str, tuple[int, ...]] | None:
+    columns = tensor_columns(scanned)
+    names = columns.names
+    # C-level passes over the names: the first exact match, the first `*.leaf`.
+    ends = next(compress(count(), map(methodcaller("endswith", "." + leaf), names)), None)
+    try:
+        exact: int | None = names.index(leaf, 0, len(names) if ends is None else ends)
+    except ValueError:
+        exact = None
+    row = exact if exact is not None else ends
+    if row is None:
         return None
-    row = rows.iloc[0]
-    return str(row["name"]), str(row["dtype"]), tuple(int(n) for n in row["shape"])
+    dtype = columns.dtypes[int(columns.dtype_codes[row])]
+    return names[row], dtype, tuple(int(n) for n in columns.shape[row])
 
 
 def _draft_vocab(config: Mapping[str, Any] | None) -> int | None:
