@@ -20,7 +20,12 @@ import numpy as np
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.quant_targets import group_targets, too_many_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checkpoint.tables import rows_named, scan_columns, tensor_columns
+from inspector._internal.checkpoint.tables import (
+    name_leaves,
+    rows_named,
+    scan_columns,
+    tensor_columns,
+)
 from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.patterns import PatternBudget
@@ -124,11 +129,12 @@ def _scan_count(scanned: ScannedCheckpoint) -> int:
     if not names:
         return 0
     rows = _first_rows(scanned)
+    leaves = name_leaves(scanned)
     if rows is not None:
         names = [names[r] for r in rows.tolist()]
-        codes, numel = codes[rows], numel[rows]
-    values = _values(names, codes, columns.dtypes, numel, _packed_bits(scanned.config))
-    return int(values.sum())
+        codes, numel, leaves = codes[rows], numel[rows], leaves.take(rows)
+    bits = _packed_bits(scanned.config)
+    return int(_values(names, codes, columns.dtypes, numel, bits, leaves).sum())
 
 
 def _first_rows(scanned: ScannedCheckpoint) -> np.ndarray | None:
@@ -192,15 +198,18 @@ def _values(
     dtype_kinds: Sequence[str],
     numel: np.ndarray,
     bits: Callable[[str], int] | None,
+    leaves: Coded[str] | None = None,
 ) -> np.ndarray:
     """Values per tensor: 0 for scales and buffers, numel x values per element for packed
     4-bit weights, numel otherwise. Names are split once; every other test runs on the few
     distinct params and dtypes (factorized), and the module of a name is taken only for
     the rows packing depends on, so 300,000 tensors cost a few tenths of a second."""
-    # Coded straight from C-level maps: no list of 300,000 param strings is kept.
-    last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
-    coded = Coded.encode(last, len(names))
-    codes, kinds = coded.codes, coded.values
+    # Coded straight from C-level maps: no list of 300,000 param strings is kept. `leaves`,
+    # when given, is that coding already (`name_leaves`).
+    if leaves is None:
+        last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
+        leaves = Coded.encode(last, len(names))
+    codes, kinds = leaves.codes, leaves.values
 
     def per_kind(test: Callable[[str], bool]) -> np.ndarray:
         return np.array([test(k) for k in kinds], dtype=bool)[codes]

@@ -9,12 +9,13 @@ tensors): docs/architecture.md, "checkpoint/".
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -47,6 +48,7 @@ __all__ = [
     "Tables",
     "build_tables",
     "layer_keys",
+    "name_leaves",
     "rows_named",
     "scan_columns",
     "scan_figures",
@@ -199,6 +201,19 @@ class ScanColumns:
 def scan_columns(scanned: ScanView) -> ScanColumns:
     """The `ScanColumns` of `scanned`, built once and kept with it."""
     return scanned.derived("columns", lambda: _scan_columns(scanned))
+
+
+def name_leaves(scanned: ScanView) -> Coded[str]:
+    """Each tensor's last dotted component (`name.rpartition(".")[2]`: the whole name when it
+    has no dot), coded, once per scan: the parameter count judges these, and a name is
+    `leaf` or ends with `.leaf` exactly when this is `leaf`."""
+
+    def build() -> Coded[str]:
+        names = scan_columns(scanned).tensors.names
+        last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
+        return Coded.encode(last, len(names))
+
+    return scanned.derived("name-leaves", build)
 
 
 def _scan_columns(scanned: ScanView) -> ScanColumns:

@@ -9,8 +9,6 @@ from `checkpoint.spec`, so a hostile size is a `fit-config-invalid`, never used 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import compress, count
-from operator import methodcaller
 from typing import Any
 
 import numpy as np
@@ -18,7 +16,7 @@ import numpy as np
 from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
-from inspector._internal.checkpoint.tables import tensor_columns
+from inspector._internal.checkpoint.tables import name_leaves, tensor_columns
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
@@ -44,23 +42,22 @@ def is_draft(scanned: ScannedCheckpoint) -> bool:
 
 
 def _stored(scanned: ScannedCheckpoint, leaf: str) -> tuple[str, str, tuple[int, ...]] | None:
-    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one), looked
-    for once per scan (the structure rule and this one both ask)."""
-    return scanned.derived(f"stored:{leaf}", lambda: _first_stored(scanned, leaf))
-
-
-def _first_stored(scanned: ScannedCheckpoint, leaf: str) -> tuple[str, str, tuple[int, ...]] | None:
+    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one), from the
+    names' last components (`name_leaves`): a name is `d2t` or ends with `.d2t` exactly when
+    its last component is `d2t`; a dotted leaf's rows are those of its own last component."""
+    head, _, tail = leaf.rpartition(".")
+    leaves = name_leaves(scanned)
+    if tail not in leaves.values:
+        return None
+    rows = np.flatnonzero(leaves.codes == leaves.values.index(tail)).tolist()
     columns = tensor_columns(scanned)
     names = columns.names
-    # C-level passes over the names: the first exact match, the first `*.leaf`.
-    ends = next(compress(count(), map(methodcaller("endswith", "." + leaf), names)), None)
-    try:
-        exact: int | None = names.index(leaf, 0, len(names) if ends is None else ends)
-    except ValueError:
-        exact = None
-    row = exact if exact is not None else ends
-    if row is None:
+    if head:
+        suffix = "." + leaf
+        rows = [r for r in rows if names[r] == leaf or names[r].endswith(suffix)]
+    if not rows:
         return None
+    row = rows[0]
     dtype = columns.dtypes[int(columns.dtype_codes[row])]
     return names[row], dtype, tuple(int(n) for n in columns.shape[row])
 
