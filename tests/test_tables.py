@@ -302,16 +302,17 @@ def test_torch_dist_mtp_after_stacked_layers_and_objects_in_layer_keys() -> None
     assert layers["layer"].tolist() == [0, 1, 2]
     assert layers["is_mtp"].tolist() == [False, False, True]
     keys = layer_keys(scanned)
-    objects = keys[keys["object"]]
-    held = {(int(r.layer), f"{r.module}.{r.param}") for r in objects.itertuples()}
+    rows = zip(keys.layer.tolist(), keys.module.tolist(), keys.param.tolist(), strict=True)
+    entries = [(n, f"{keys.modules[m]}.{keys.params[p]}") for n, m, p in rows]
+    held = {entry for entry, obj in zip(entries, keys.object.tolist(), strict=True) if obj}
     for layer in (0, 1):
         assert (layer, "self_attention.linear_proj._extra_state") in held
         assert (layer, "mlp.experts.experts.linear_fc1._extra_state") in held
     assert (2, "eh_proj._extra_state") in held
     assert (2, "self_attention.linear_qkv._extra_state") in held
     # stacked tensors count once per layer of their leading axis
-    tensors = keys[~keys["object"]]
-    assert (tensors["layer"] == 0).sum() == (tensors["layer"] == 1).sum() == 7
+    tensors = keys.layer[~keys.object]
+    assert (tensors == 0).sum() == (tensors == 1).sum() == 7
 
 
 def test_empty_checkpoint_has_empty_tables() -> None:

@@ -20,7 +20,13 @@ import numpy as np
 from inspector._internal.checkpoint.naming_rules import BUFFER_PARAMS, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.quant_targets import group_targets, too_many_targets
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
-from inspector._internal.checkpoint.tables import rows_named, tensor_columns
+from inspector._internal.checkpoint.tables import (
+    name_leaves,
+    rows_named,
+    scan_columns,
+    tensor_columns,
+)
+from inspector._internal.checkpoint.tensor_shards import shard_names_distinct
 from inspector._internal.common.columns import Coded
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.formats.patterns import PatternBudget
@@ -123,20 +129,48 @@ def _scan_count(scanned: ScannedCheckpoint) -> int:
     names, codes, numel = columns.names, columns.dtype_codes, columns.numel
     if not names:
         return 0
-    if len(set(names)) < len(names):
-        # Each name's first row, as `drop_duplicates("name")` keeps it.
-        first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
-        rows = np.sort(np.fromiter(first.values(), dtype=np.int64, count=len(first)))
+    rows = _first_rows(scanned)
+    leaves = name_leaves(scanned)
+    if rows is not None:
         names = [names[r] for r in rows.tolist()]
-        codes, numel = codes[rows], numel[rows]
-    values = _values(names, codes, columns.dtypes, numel, _packed_bits(scanned.config))
-    return int(values.sum())
+        codes, numel, leaves = codes[rows], numel[rows], leaves.take(rows)
+    bits = _packed_bits(scanned.config)
+    return int(_values(names, codes, columns.dtypes, numel, bits, leaves).sum())
+
+
+def _first_rows(scanned: ScannedCheckpoint) -> np.ndarray | None:
+    """The rows of the tensors table `drop_duplicates("name")` keeps (each name's first),
+    None when every name is distinct (nearly always); kept with the scan."""
+
+    def build() -> np.ndarray | None:
+        # The tensors are the shards' own entries: the index rule's look-up of every shard
+        # name may have told already (a set of a million names costs a tenth of a second).
+        if scanned.logical is None and shard_names_distinct(scanned):
+            return None
+        names = tensor_columns(scanned).names
+        if len(set(names)) == len(names):
+            return None
+        first = dict(zip(reversed(names), range(len(names) - 1, -1, -1), strict=True))
+        return np.sort(np.fromiter(first.values(), dtype=np.int64, count=len(first)))
+
+    return scanned.derived("tensors-first-rows", build)
 
 
 def scan_uncounted(scanned: ScannedCheckpoint) -> Uncounted:
-    """`uncounted_elements` of every tensor of a scan, with `scan_parameters` as its values."""
-    table, _ = _named_once(scanned, scanned.tensors)
-    return _uncounted(table, scan_parameters(scanned))
+    """`uncounted_elements` of every tensor of a scan, with `scan_parameters` as its values.
+    From the columns the tensors table is built from (its params, numel), each name once."""
+    columns = scan_columns(scanned)
+    param = columns.parsed.texts["param"]
+    numel = columns.tensors.numel
+    rows = _first_rows(scanned)
+    codes = param.codes if rows is None else param.codes[rows]
+    numel = numel if rows is None else numel[rows]
+
+    def total(wanted: frozenset[str]) -> int:
+        mask = np.array([v in wanted for v in param.values], dtype=bool)
+        return int(numel[mask[codes]].sum()) if len(param.values) else 0
+
+    return Uncounted(total(QUANT_SIBLING_PARAMS), total(BUFFER_PARAMS), scan_parameters(scanned))
 
 
 def _named_once(scanned: ScannedCheckpoint, table: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -169,15 +203,18 @@ def _values(
     dtype_kinds: Sequence[str],
     numel: np.ndarray,
     bits: Callable[[str], int] | None,
+    leaves: Coded[str] | None = None,
 ) -> np.ndarray:
     """Values per tensor: 0 for scales and buffers, numel x values per element for packed
     4-bit weights, numel otherwise. Names are split once; every other test runs on the few
     distinct params and dtypes (factorized), and the module of a name is taken only for
     the rows packing depends on, so 300,000 tensors cost a few tenths of a second."""
-    # Coded straight from C-level maps: no list of 300,000 param strings is kept.
-    last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
-    coded = Coded.encode(last, len(names))
-    codes, kinds = coded.codes, coded.values
+    # Coded straight from C-level maps: no list of 300,000 param strings is kept. `leaves`,
+    # when given, is that coding already (`name_leaves`).
+    if leaves is None:
+        last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
+        leaves = Coded.encode(last, len(names))
+    codes, kinds = leaves.codes, leaves.values
 
     def per_kind(test: Callable[[str], bool]) -> np.ndarray:
         return np.array([test(k) for k in kinds], dtype=bool)[codes]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from inspector._internal.checkpoint.tables import tensor_columns
 from inspector._internal.common.dtypes import QUANT_DTYPES
 from inspector._internal.formats.patterns import PatternBudget, Patterns, compile_patterns
 
@@ -62,13 +63,15 @@ def quantized_modules(scanned: ScannedCheckpoint) -> dict[str, str]:
     `<module>.weight_scale[_inv]`, or `<module>.weight` in a packed or 8-bit float dtype.
 
     Column-wise (C-level `map` over names, numpy masks): no Python loop over 300,000 names."""
-    t = scanned.tensors
-    names = t["name"].to_numpy(dtype=object)
-    wanted = np.fromiter(map(_ENDS_WITH_SCALE, names.tolist()), dtype=bool, count=len(names))
-    packed = np.flatnonzero(t["dtype"].isin(QUANT_DTYPES).to_numpy(dtype=bool))
-    weights = np.fromiter(map(_ENDS_WITH_WEIGHT, names[packed]), dtype=bool, count=len(packed))
+    columns = tensor_columns(scanned)
+    names = columns.names
+    wanted = np.fromiter(map(_ENDS_WITH_SCALE, names), dtype=bool, count=len(names))
+    quant = np.array([d in QUANT_DTYPES for d in columns.dtypes], dtype=bool)
+    packed = np.flatnonzero(quant[columns.dtype_codes]) if len(quant) else np.zeros(0, np.intp)
+    picked = map(names.__getitem__, packed.tolist())
+    weights = np.fromiter(map(_ENDS_WITH_WEIGHT, picked), dtype=bool, count=len(packed))
     wanted[packed[weights]] = True
-    chosen = names[wanted].tolist()
+    chosen = list(map(names.__getitem__, np.flatnonzero(wanted).tolist()))
     modules_of = list(map(_MODULE, map(_RPARTITION, chosen)))
     # First tensor of each module, modules in order of first appearance (as a setdefault loop
     # would give): the reversed update leaves each module's first tensor as its value.

@@ -526,6 +526,10 @@ class ScannedCheckpoint:
         value: T = memo[key]
         return value
 
+    def derived_if_built(self, key: str) -> Any:
+        """The value `derived(key, ...)` kept, or None when nothing built it yet."""
+        return self.__dict__.get("_derived", {}).get(key)
+
     # -- tables, built once on first access -------------------------------------------
 
     @cached_property

@@ -9,12 +9,13 @@ tensors): docs/architecture.md, "checkpoint/".
 from __future__ import annotations
 
 import math
+import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain
+from itertools import chain, repeat
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -41,11 +42,15 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPERT_SOURCES",
     "Figures",
+    "LayerKeys",
+    "ScanColumns",
     "ScanView",
     "Tables",
     "build_tables",
     "layer_keys",
+    "name_leaves",
     "rows_named",
+    "scan_columns",
     "scan_figures",
     "tensor_columns",
 ]
@@ -158,20 +163,66 @@ def build_tables(scanned: ScanView) -> Tables:
     """
     import pandas as pd
 
+    columns = scan_columns(scanned)
+    source, parsed, numbering = columns.tensors, columns.parsed, columns.numbering
+    tensors = _tensors_frame(source, parsed, numbering)
+    files = _files_frame(scanned, source, numbering, columns.depth)
+    experts = _experts_frame(columns.experts)
+    layers = pd.DataFrame(columns.layers)
+    # The summary's figures from the same columns: a later summary reads them, not the frames.
+    scanned.derived("figures", lambda: _figures(source, columns.layers, len(files)))
+    return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
+
+
+@dataclass(frozen=True, slots=True)
+class ScanColumns:
+    """What the tables are built from, as numpy columns, built once per scan
+    (`scan_columns`): the rules of `check` and a scan's summary read these, so that neither
+    builds a frame nor imports pandas.
+
+    - tensors: one entry per row of the tensors table (names, file and dtype codes, shapes,
+      numel, bytes, offsets);
+    - parsed: what each name says (`parse_names`: expert, module, param, stacked, fused);
+    - numbering: each tensor's global layer (-1: none), MTP flag and kind code (into
+      `KINDS`, MTP-head parts relabelled "mtp"): the tensors table's layer, is_mtp, kind;
+    - layers: the layers table's columns (numpy arrays, `kind` and `dtypes` lists);
+    - experts: the experts table's columns.
+    """
+
+    tensors: _Source
+    parsed: NameColumns
+    numbering: _Numbering
+    layers: dict[str, Any]
+    experts: dict[str, np.ndarray]
+    # The decoder layers stacked tensors hold (`_stack_depth`).
+    depth: int
+
+
+def scan_columns(scanned: ScanView) -> ScanColumns:
+    """The `ScanColumns` of `scanned`, built once and kept with it."""
+    return scanned.derived("columns", lambda: _scan_columns(scanned))
+
+
+def name_leaves(scanned: ScanView) -> Coded[str]:
+    """Each tensor's last dotted component (`name.rpartition(".")[2]`: the whole name when it
+    has no dot), coded, once per scan: the parameter count judges these, and a name is
+    `leaf` or ends with `.leaf` exactly when this is `leaf`."""
+
+    def build() -> Coded[str]:
+        names = scan_columns(scanned).tensors.names
+        last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
+        return Coded.encode(last, len(names))
+
+    return scanned.derived("name-leaves", build)
+
+
+def _scan_columns(scanned: ScanView) -> ScanColumns:
     source = _source(scanned)
     parsed = parse_names(source.names)
     depth = _stack_depth(source.shape, parsed)
     numbering = _Numbering.of(parsed, scanned.spec, depth)
-    tensors = _tensors_frame(source, parsed, numbering)
-    # Before the contributions: its temporaries then never sit on top of theirs (~20 bytes
-    # per tensor off the peak).
-    files = _files_frame(scanned, source, numbering, depth)
     expert_columns, layer_columns = _grouped(scanned, source, parsed, numbering)
-    experts = _experts_frame(expert_columns)
-    layers = pd.DataFrame(layer_columns)
-    # The summary's figures from the same columns: a later summary reads them, not the frames.
-    scanned.derived("figures", lambda: _figures(source, layer_columns, len(files)))
-    return Tables(tensors, files, layers, experts, numbering.mtp_base, source.names)
+    return ScanColumns(source, parsed, numbering, layer_columns, expert_columns, depth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,10 +251,8 @@ def scan_figures(scanned: ScanView) -> Figures:
 
 
 def _figures_alone(scanned: ScanView) -> Figures:
-    source = _source(scanned)
-    parsed = parse_names(source.names)
-    numbering = _Numbering.of(parsed, scanned.spec, _stack_depth(source.shape, parsed))
-    _, layer_columns = _grouped(scanned, source, parsed, numbering)
+    columns = scan_columns(scanned)
+    source, layer_columns = columns.tensors, columns.layers
     files = _file_rows(scanned, source)
     known = {r[0] for r in files}
     count = len(files) + sum(f not in known for f in _entry_files(scanned, source))
@@ -272,9 +321,9 @@ class _Source:
 
 
 def tensor_columns(scanned: ScanView) -> _Source:
-    """The tensors table's own columns (names, dtype codes, numel, bytes...) as numpy, built
-    anew: for a figure that needs no frame (the parameter count of a scan's summary)."""
-    return _source(scanned)
+    """The tensors table's own columns (names, dtype codes, numel, bytes...) as numpy: for a
+    figure that needs no frame (the parameter count of a scan's summary)."""
+    return scan_columns(scanned).tensors
 
 
 def _source(scanned: ScanView) -> _Source:
@@ -687,9 +736,9 @@ def _expected_ids(
 def _expert_columns(
     contrib: _Contrib, moe: np.ndarray, expected: _ExpertCounts
 ) -> dict[str, np.ndarray]:
-    """The experts table's columns but `tensors_expected`: one row per MoE layer and expert
-    id, the expected ids 0..count-1 of each layer and any other id seen. The grid is
-    skipped when a hostile config would make it huge."""
+    """The experts table's columns: one row per MoE layer and expert id, the expected ids
+    0..count-1 of each layer and any other id seen. The grid is skipped when a hostile
+    config would make it huge."""
     k_layer, k_expert, inverse = _pairs(contrib.e_layer, contrib.e_expert)
     keys = (k_layer << _SHIFT) | k_expert
     grid = np.zeros(0, np.int64)
@@ -712,6 +761,7 @@ def _expert_columns(
         "layer": layer,
         "expert": expert,
         "tensors_found": tensors_found,
+        "tensors_expected": _majority(layer, tensors_found),
         "bytes": nbytes,
         "missing": (tensors_found == 0) & (expert < limit),
     }
@@ -720,24 +770,32 @@ def _expert_columns(
 def _experts_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     import pandas as pd
 
-    frame = pd.DataFrame({k: columns[k] for k in ("layer", "expert", "tensors_found", "bytes")})
-    frame["tensors_expected"] = _majority(frame)
-    frame["missing"] = columns["missing"]
-    return frame[["layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing"]]
+    order = ("layer", "expert", "tensors_found", "tensors_expected", "bytes", "missing")
+    return pd.DataFrame({k: columns[k] for k in order})
 
 
-def _majority(frame: pd.DataFrame) -> np.ndarray:
+def _majority(layer: np.ndarray, found: np.ndarray) -> np.ndarray:
     """Per layer, the most common non-zero tensors-per-expert count (ties: the larger);
     a layer without any expert tensor takes the most common count over all layers."""
-    present = frame[frame["tensors_found"] > 0]
-    if present.empty:
-        return np.zeros(len(frame), np.int64)
-    pairs = present.groupby(["layer", "tensors_found"]).size().rename("n").reset_index()
-    pairs = pairs.sort_values(["layer", "n", "tensors_found"])
-    per_layer = pairs.groupby("layer")["tensors_found"].last()
-    overall = Counter(present["tensors_found"].tolist())
-    fallback = max(overall.items(), key=lambda kv: (kv[1], kv[0]))[0]
-    return frame["layer"].map(per_layer).fillna(fallback).to_numpy(dtype=np.int64)
+    present = found > 0
+    if not present.any():
+        return np.zeros(len(layer), np.int64)
+    p_layer, p_found, inverse = _pairs(layer[present], found[present])
+    n = np.bincount(inverse, minlength=len(p_layer))
+    # Pairs sorted by (layer, n, count): each layer's last is its choice.
+    order = np.lexsort((p_found, n, p_layer))
+    last = np.ones(len(order), dtype=bool)
+    last[:-1] = p_layer[order][1:] != p_layer[order][:-1]
+    chosen_layer, chosen = p_layer[order][last], p_found[order][last]
+    values, at = _group(found[present])
+    counts = np.bincount(at, minlength=len(values))
+    fallback = values[np.lexsort((values, counts))[-1]]
+    out = np.full(len(layer), fallback, dtype=np.int64)
+    where = np.searchsorted(chosen_layer, layer)
+    hit = where < len(chosen_layer)
+    hit[hit] = chosen_layer[where[hit]] == layer[hit]
+    out[hit] = chosen[where[hit]]
+    return out
 
 
 # -- 6. layers --------------------------------------------------------------------------
@@ -941,38 +999,87 @@ def _file_entries(
 # -- 8. the key set of each layer ---------------------------------------------------------
 
 
-def layer_keys(scanned: ScanView) -> pd.DataFrame:
+@dataclass(frozen=True, slots=True)
+class LayerKeys:
+    """What each layer holds (`layer_keys`), one entry per row: layer, is_mtp, kind (codes
+    into `KINDS`), module and param (codes into `modules` and `params`, in the order pandas
+    gives their codes: the names' parse order for tensors alone, first seen once sharded
+    objects join them), object (True for the sharded-object rows)."""
+
+    layer: np.ndarray
+    is_mtp: np.ndarray
+    kind: np.ndarray
+    module: np.ndarray
+    modules: list[str]
+    param: np.ndarray
+    params: list[str]
+    object: np.ndarray
+
+
+def layer_keys(scanned: ScanView) -> LayerKeys:
     """What each layer holds, for comparing layers with each other: one row per tensor of a
     layer (stacked tensors once for each layer of their leading axis) and, for torch_dist,
     one per sharded object of a layer (`..._extra_state/shard_*`: bytes, not tensors, but
-    part of the state dict a loader demands). Columns: layer, is_mtp, kind, module, param,
-    object (True for the sharded-object rows). Built once per scan."""
+    part of the state dict a loader demands). Built once per scan, from its columns."""
     return scanned.derived("layer-keys", lambda: _layer_keys(scanned))
 
 
-def _layer_keys(scanned: ScanView) -> pd.DataFrame:
-    import pandas as pd
-
-    t = scanned.tensors
-    columns = ["layer", "is_mtp", "kind", "module", "param"]
-    layer = t["layer"].to_numpy(dtype=np.int64, na_value=-1)
+def _layer_keys(scanned: ScanView) -> LayerKeys:
+    columns = scan_columns(scanned)
+    source, parsed, numbering = columns.tensors, columns.parsed, columns.numbering
+    layer = numbering.layer
     own = np.flatnonzero(layer >= 0)
-    stacked = np.flatnonzero(t["stacked"].to_numpy(dtype=bool) & (layer < 0))
-    shapes = t["shape"].to_numpy()[stacked]
-    depth = _capped(_int64([s[0] if len(s) else 0 for s in shapes]))
+    stacked = np.flatnonzero(parsed.stacked & (layer < 0))
+    depth = _capped(_axis_first(source.shape, stacked))
     st_rows, st_layer = _spread(stacked, depth)
     rows = np.concatenate([own, st_rows])
-    # Columns first: taking rows of every column would copy the Arrow name column too.
-    frame = t[columns].iloc[rows].reset_index(drop=True)
-    frame["layer"] = np.concatenate([layer[own], st_layer])
-    frame["object"] = False
+    module, param = parsed.texts["module"], parsed.texts["param"]
+    keys = LayerKeys(
+        np.concatenate([layer[own], st_layer]),
+        numbering.is_mtp[rows],
+        numbering.kind[rows],
+        module.codes[rows].astype(np.int64),
+        list(module.values),
+        param.codes[rows].astype(np.int64),
+        list(param.values),
+        np.zeros(len(rows), dtype=bool),
+    )
     objects = _object_keys(scanned)
-    if objects is not None:
-        frame = pd.concat([frame, objects], ignore_index=True)
-    return frame
+    return keys if objects is None else _joined(keys, objects)
 
 
-def _object_keys(scanned: ScanView) -> pd.DataFrame | None:
+def _axis_first(shape: Coded[tuple[int, ...]], rows: np.ndarray) -> np.ndarray:
+    """The leading axis of each row's shape (0 for a scalar), uncapped."""
+    return _int64([s[0] if len(s) else 0 for s in map(shape.__getitem__, rows.tolist())])
+
+
+def _joined(tensors: LayerKeys, objects: LayerKeys) -> LayerKeys:
+    """Tensor rows then object rows; module and param coded anew in first-seen order (what
+    pandas' factorize gives a column joined from two with other categories)."""
+
+    def recoded(a: LayerKeys, b: LayerKeys, codes: str, labels: str) -> tuple[np.ndarray, list]:
+        texts = [
+            *map(getattr(a, labels).__getitem__, getattr(a, codes).tolist()),
+            *map(getattr(b, labels).__getitem__, getattr(b, codes).tolist()),
+        ]
+        joined, values = _codes(texts, len(texts))
+        return joined, values
+
+    module, modules = recoded(tensors, objects, "module", "modules")
+    param, params = recoded(tensors, objects, "param", "params")
+    return LayerKeys(
+        np.concatenate([tensors.layer, objects.layer]),
+        np.concatenate([tensors.is_mtp, objects.is_mtp]),
+        np.concatenate([tensors.kind, objects.kind]),
+        module,
+        modules,
+        param,
+        params,
+        np.concatenate([tensors.object, objects.object]),
+    )
+
+
+def _object_keys(scanned: ScanView) -> LayerKeys | None:
     """The torch_dist sharded objects that belong to a layer, one row per (layer, key):
     numbered names give their layer; a stacked family's first offset is its layer."""
     info = scanned.torch_dist
@@ -981,22 +1088,35 @@ def _object_keys(scanned: ScanView) -> pd.DataFrame | None:
     entries = [p for key in info.byte_keys if (p := sharded_object_key(key)) is not None]
     if not entries:
         return None
-    import pandas as pd
-
     parsed = parse_names([family for family, _, _ in entries])
-    numbering = _Numbering.of(parsed, scanned.spec, base=scanned.tables.mtp_base)
+    numbering = _Numbering.of(parsed, scanned.spec, base=scan_columns(scanned).numbering.mtp_base)
     layer = numbering.layer.copy()
     stacked = parsed.stacked & (layer < 0)
     layer[stacked] = _int64([offsets[0] for _, offsets, _ in entries])[stacked]
     keep = np.flatnonzero(layer >= 0)
-    frame = pd.DataFrame(
-        {
-            "layer": layer[keep],
-            "is_mtp": numbering.is_mtp[keep],
-            "kind": pd.Categorical.from_codes(numbering.kind[keep], pd.Index(KINDS)),
-            "module": np.asarray(parsed.module)[keep],
-            "param": np.asarray(parsed.param)[keep],
-            "object": True,
-        }
+    module, param = parsed.texts["module"], parsed.texts["param"]
+    # One row per distinct (layer, is_mtp, kind, module, param), the first kept.
+    seen = dict.fromkeys(
+        zip(
+            layer[keep].tolist(),
+            numbering.is_mtp[keep].tolist(),
+            numbering.kind[keep].tolist(),
+            map(module.values.__getitem__, module.codes[keep].tolist()),
+            map(param.values.__getitem__, param.codes[keep].tolist()),
+            strict=True,
+        )
     )
-    return frame.drop_duplicates(ignore_index=True)
+    n = len(seen)
+    layers, is_mtp, kinds, modules, params = zip(*seen, strict=True) if n else ((),) * 5
+    module_codes, module_values = _codes(modules, n)
+    param_codes, param_values = _codes(params, n)
+    return LayerKeys(
+        _int64(list(layers)),
+        np.asarray(is_mtp, dtype=bool),
+        _int64(list(kinds)),
+        module_codes,
+        module_values,
+        param_codes,
+        param_values,
+        np.ones(n, dtype=bool),
+    )

@@ -23,6 +23,7 @@ __all__ = [
     "normalize_member",
     "normalized",
     "normalized_map",
+    "shard_names_distinct",
 ]
 
 
@@ -101,9 +102,22 @@ def _first_holders(ordered: tuple[ShardHeader, ...]) -> tuple[dict[str, int], di
     return first, copies
 
 
+# The key `held_of` keeps its value under (`ScannedCheckpoint.derived`).
+_HELD = "held-tensors"
+
+
 def held_of(scanned: ScannedCheckpoint) -> HeldTensors:
     """`held_tensors` of a scan, built once and shared by the index and sidecar checks."""
-    return scanned.derived("held-tensors", lambda: held_tensors(scanned.shards))
+    return scanned.derived(_HELD, lambda: held_tensors(scanned.shards))
+
+
+def shard_names_distinct(scanned: ScannedCheckpoint) -> bool | None:
+    """True when no name is held twice across the scan's shards (each file once), from
+    `held_of` when something built it already; None when that is not known for free."""
+    held: HeldTensors | None = scanned.derived_if_built(_HELD)
+    if held is None or len(held.shards) != len(scanned.shards):
+        return None
+    return held.distinct
 
 
 def normalize_member(value: str) -> str:

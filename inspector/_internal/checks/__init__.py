@@ -20,7 +20,6 @@ from inspector._internal.checks.registry import (
     rules_for,
 )
 from inspector._internal.checks.tied_head import check_tied_head
-from inspector._internal.checks.values import values_check
 from inspector._internal.common.progress import reporting, track
 from inspector._internal.findings.codes import Code
 from inspector._internal.findings.finding import Finding, sort_findings
@@ -151,6 +150,9 @@ def _values(
 ) -> list[Finding]:
     # With --deep too, a tensor already reported as zero or NaN is not reported twice; nor
     # are the tensors of a file the structure check already found short (it names them).
+    # Imported here: the value rules build frames (pandas), which no other stage needs.
+    from inspector._internal.checks.values import values_check
+
     seen = {(f.code, f.tensor) for f in found if f.tensor}
     new = [
         f

@@ -16,6 +16,7 @@ import numpy as np
 from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import ServingSpec, serving_spec
+from inspector._internal.checkpoint.tables import name_leaves, tensor_columns
 from inspector._internal.common.display import legible
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, make_finding
@@ -41,14 +42,24 @@ def is_draft(scanned: ScannedCheckpoint) -> bool:
 
 
 def _stored(scanned: ScannedCheckpoint, leaf: str) -> tuple[str, str, tuple[int, ...]] | None:
-    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one)."""
-    t = scanned.tensors
-    names = t["name"]
-    rows = t[(names == leaf) | names.str.endswith("." + leaf)]
-    if rows.empty:
+    """(name, dtype, shape) of the tensor named `leaf` or `*.leaf` (the first one), from the
+    names' last components (`name_leaves`): a name is `d2t` or ends with `.d2t` exactly when
+    its last component is `d2t`; a dotted leaf's rows are those of its own last component."""
+    head, _, tail = leaf.rpartition(".")
+    leaves = name_leaves(scanned)
+    if tail not in leaves.values:
         return None
-    row = rows.iloc[0]
-    return str(row["name"]), str(row["dtype"]), tuple(int(n) for n in row["shape"])
+    rows = np.flatnonzero(leaves.codes == leaves.values.index(tail)).tolist()
+    columns = tensor_columns(scanned)
+    names = columns.names
+    if head:
+        suffix = "." + leaf
+        rows = [r for r in rows if names[r] == leaf or names[r].endswith(suffix)]
+    if not rows:
+        return None
+    row = rows[0]
+    dtype = columns.dtypes[int(columns.dtype_codes[row])]
+    return names[row], dtype, tuple(int(n) for n in columns.shape[row])
 
 
 def _draft_vocab(config: Mapping[str, Any] | None) -> int | None:

@@ -94,10 +94,10 @@ DETAIL_PER_FILE = FOLD.per_file
 
 def check_index_of(scanned: ScannedCheckpoint) -> list[Finding]:
     """The index rule: `check_index` on a scan."""
+    held = held_of(scanned)  # first: the parameter count then knows whether names repeat
     not_counted = None
     if scanned.index is not None and "total_parameters" in scanned.index.metadata:
         not_counted = scan_uncounted(scanned)
-    held = held_of(scanned)
     findings = check_duplicates(held, index=scanned.index, named=named_weights(scanned))
     if scanned.index is None:
         return findings

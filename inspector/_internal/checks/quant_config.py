@@ -20,6 +20,7 @@ from inspector._internal.checkpoint.quant_config import (
     quantized_modules,
 )
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.tables import tensor_columns
 from inspector._internal.checks.compressed_tensors import pattern_findings
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import QUANT_CONFIG_NAME
@@ -49,7 +50,7 @@ def check_quant_config(scanned: ScannedCheckpoint) -> list[Finding]:
         return []
     quantized = quantized_modules(scanned)
     excluded = exclude_matcher(exclude_patterns(section))
-    stale = _stale(layers, quantized, scanned.tensors["name"].tolist())
+    stale = _stale(layers, quantized, tensor_columns(scanned).names)
     found = _fold("quant-config-stale-layer", stale, {}, len(layers))
     if excluded is None:
         return [_too_many_patterns(section), *found]

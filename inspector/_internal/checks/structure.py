@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
-from inspector._internal.checkpoint.naming import parse_names
+from inspector._internal.checkpoint.naming import KINDS, parse_names
 from inspector._internal.checkpoint.naming_rules import LAYERS_CONTAINER, QUANT_SIBLING_PARAMS
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.spec import MTP_NOT_STORED
-from inspector._internal.checkpoint.tables import layer_keys
+from inspector._internal.checkpoint.tables import ScanColumns, layer_keys, scan_columns
 from inspector._internal.checks.draft import is_draft
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
@@ -74,8 +73,8 @@ MODEL_CODES = code_set(Code.MTP_MISSING, Code.MTP_NOT_STORED)
 def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
     """layer-missing, mtp-missing, expert-missing, expert-incomplete, expert-shape-mismatch,
     layer-keyset-outlier."""
-    t = scanned.tensors
-    if t.empty:
+    columns = scan_columns(scanned)
+    if not len(columns.tensors.names):
         return []
     out: list[Finding] = []
     # An EAGLE draft's decoder layer is `midlayer` (EAGLE-3) or `layers.0` beside `fc`: its
@@ -83,7 +82,7 @@ def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
     if not is_draft(scanned):
         out += _layer_missing(scanned)
     out += _mtp_missing(scanned)
-    experts = _expert_rows(t)
+    experts = _expert_rows(columns)
     if not experts.empty:
         out += _expert_missing(scanned, experts)
         out += _expert_incomplete(experts)
@@ -95,10 +94,11 @@ def check_structure(scanned: ScannedCheckpoint) -> list[Finding]:
 # -- layers --------------------------------------------------------------------------------
 
 
-def _stacked(t: pd.DataFrame) -> bool:
+def _stacked(columns: ScanColumns) -> bool:
     """torch_dist saves homogeneous stacks without a layer number: layer checks can't apply."""
-    no_layer = t["layer"].isna()
-    return bool(no_layer.any() and t.loc[no_layer, "name"].str.contains(LAYERS_CONTAINER).any())
+    names = columns.tensors.names
+    no_layer = np.flatnonzero(columns.numbering.layer < 0).tolist()
+    return any(LAYERS_CONTAINER.search(names[row]) for row in no_layer)
 
 
 def _present_layers(scanned: ScannedCheckpoint) -> set[int]:
@@ -107,7 +107,7 @@ def _present_layers(scanned: ScannedCheckpoint) -> set[int]:
     scan: the layer and the expert rules both ask."""
 
     def present() -> frozenset[int]:
-        layer = scanned.tensors["layer"].to_numpy(dtype=np.int64, na_value=-1)
+        layer = scan_columns(scanned).numbering.layer
         return frozenset(_unique(layer[layer >= 0]).tolist())
 
     return set(scanned.derived("present-layers", present))
@@ -115,7 +115,7 @@ def _present_layers(scanned: ScannedCheckpoint) -> set[int]:
 
 def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     n = scanned.spec.num_layers
-    if n is None or _stacked(scanned.tensors):
+    if n is None or _stacked(scan_columns(scanned)):
         return []
     present = _present_layers(scanned)
     missing = [i for i in range(n) if i not in present]
@@ -140,9 +140,9 @@ def _layer_missing(scanned: ScannedCheckpoint) -> list[Finding]:
 
 def _mtp_missing(scanned: ScannedCheckpoint) -> list[Finding]:
     declared = scanned.spec.mtp_layers
-    layers = scanned.layers
-    stored = int(layers["is_mtp"].sum()) if len(layers) else 0
-    has_mtp_tensors = bool((scanned.tensors["kind"] == "mtp").any())
+    columns = scan_columns(scanned)
+    stored = int(columns.layers["is_mtp"].sum())
+    has_mtp_tensors = bool((columns.numbering.kind == _MTP_KIND).any())
     if declared <= 0 or stored or has_mtp_tensors:
         return []
     never = _saved_by_transformers(scanned) and scanned.spec.model_type in MTP_NOT_STORED
@@ -219,8 +219,9 @@ class _Experts:
     `np.unique` on combined codes, and Python only loops over the distinct groups."""
 
     at: np.ndarray  # the expert rows' positions in the tensors table
-    file: pd.Series  # their file column (categorical)
-    names: pd.Series  # the whole table's name column (`at` are positions into it)
+    file: np.ndarray  # their file, a code into `files`
+    files: list[str]
+    names: list[str]  # the whole table's names (`at` are positions into it)
     layer: np.ndarray
     expert: np.ndarray
     key: np.ndarray  # index into `keys`
@@ -233,27 +234,28 @@ class _Experts:
         return len(self.layer) == 0
 
 
-def _expert_rows(t: pd.DataFrame) -> _Experts:
-    mask = (t["kind"] == "expert").to_numpy(dtype=bool) & t["expert"].notna().to_numpy(dtype=bool)
-    mask &= t["layer"].notna().to_numpy(dtype=bool)
+_MTP_KIND = KINDS.index("mtp")
+_EXPERT_KIND = KINDS.index("expert")
+
+
+def _expert_rows(columns: ScanColumns) -> _Experts:
+    """The expert tensors (kind expert, with an expert and a layer number), from the scan's
+    columns: each column's expert rows taken as codes, no frame."""
+    numbering, source = columns.numbering, columns.tensors
+    mask = (numbering.kind == _EXPERT_KIND) & (columns.parsed.expert >= 0) & (numbering.layer >= 0)
     at = np.flatnonzero(mask)
-
-    # One column's expert rows at a time, each freed once coded: nearly every row of a MoE
-    # checkpoint is an expert row, and a copy of the rows' frame was the largest part of
-    # `check`'s peak memory. The names stay in the table (taking 150,000 strings out of the
-    # Arrow name column costs more than all the grouping below; the few findings look their
-    # names up by position).
-    def taken(column: str) -> pd.Series:
-        return pd.Series(t[column].array.take(at), copy=False)
-
-    key, keys, _ = _key_codes(taken("module"), taken("param"))
-    sig, sigs = _sig_codes(taken("dtype"), taken("shape"))
+    module, param = columns.parsed.texts["module"], columns.parsed.texts["param"]
+    key, keys, _ = _key_codes(module.codes[at], module.values, param.codes[at], param.values)
+    sig, sigs = _sig_codes(
+        source.dtype_codes[at], source.dtypes, source.shape.codes[at], source.shape.values
+    )
     return _Experts(
         at=at,
-        file=taken("file"),
-        names=t["name"],
-        layer=taken("layer").to_numpy(dtype=np.int64),
-        expert=taken("expert").to_numpy(dtype=np.int64),
+        file=source.file_codes[at],
+        files=source.files,
+        names=source.names,
+        layer=numbering.layer[at],
+        expert=columns.parsed.expert[at],
         key=key,
         keys=keys,
         sig=sig,
@@ -261,57 +263,26 @@ def _expert_rows(t: pd.DataFrame) -> _Experts:
     )
 
 
-def _category_codes(column: pd.Series) -> tuple[np.ndarray, list[str]]:
-    """(codes, labels) of a column; a missing value gets the label 'nan' (as `astype(str)`)."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        codes = column.cat.codes.to_numpy(dtype=np.int64, copy=True)
-        labels = [str(c) for c in column.cat.categories]
-    else:
-        codes, uniques = pd.factorize(column, use_na_sentinel=True)
-        labels = [str(u) for u in uniques]
-    codes[codes < 0] = len(labels)  # in place: the codes are this function's own array
-    return codes, [*labels, "nan"]
-
-
 def _key_codes(
-    module_column: pd.Series, param_column: pd.Series
+    module: np.ndarray, modules: Sequence[str], param: np.ndarray, params: Sequence[str]
 ) -> tuple[np.ndarray, list[str], list[tuple[str, str]]]:
-    """`module.param` of each row as a code, with (module, param) of each code; each distinct
-    pair is joined once."""
-    module, modules = _category_codes(module_column)
-    param, params = _category_codes(param_column)
-    pairs, inverse = _unique(module * len(params) + param, return_inverse=True)
-    parts = [(modules[p // len(params)], params[p % len(params)]) for p in pairs.tolist()]
+    """`module.param` of each row as a code, with (module, param) of each code, in the order
+    of the (module, param) codes; each distinct pair is joined once."""
+    width = max(len(params), 1)
+    pairs, inverse = _unique(module.astype(np.int64) * width + param, return_inverse=True)
+    parts = [(modules[p // width], params[p % width]) for p in pairs.tolist()]
     keys = [f"{m}.{p}" for m, p in parts]
-    return inverse.reshape(-1), keys, parts
+    return np.asarray(inverse).reshape(-1), keys, parts
 
 
-def _sig_codes(dtype_column: pd.Series, shape_column: pd.Series) -> tuple[np.ndarray, list[str]]:
+def _sig_codes(
+    dtype: np.ndarray, dtypes: Sequence[str], shape: np.ndarray, shapes: Sequence[tuple[int, ...]]
+) -> tuple[np.ndarray, list[str]]:
     """'BF16 [8, 8]' (dtype and shape) of each row as a code, formatted once per pair."""
-    dtype, dtypes = _category_codes(dtype_column)
-    shape, shapes = _shape_codes(shape_column.to_numpy())
-    pairs, inverse = _unique(dtype * max(len(shapes), 1) + shape, return_inverse=True)
     n = max(len(shapes), 1)
+    pairs, inverse = _unique(dtype.astype(np.int64) * n + shape, return_inverse=True)
     sigs = [f"{dtypes[p // n]} {list(shapes[p % n])}" for p in pairs.tolist()]
-    return inverse.reshape(-1), sigs
-
-
-def _shape_codes(shapes: np.ndarray) -> tuple[np.ndarray, list[tuple[int, ...]]]:
-    """(code of each row, distinct shapes in first-seen order), as `pd.factorize` of the
-    shapes as tuples gives them. The table's rows share one tuple per distinct shape, so the
-    rows are grouped by object first (an int per row, no tuple hashed per row: a tenth of a
-    second at a million tensors), then the few objects by value."""
-    index: defaultdict[int, int] = defaultdict()
-    index.default_factory = index.__len__  # a new object's code is the count so far
-    by_object = np.fromiter(map(index.__getitem__, map(id, shapes)), np.int64, len(shapes))
-    # A row of each object (any: they all hold that one object), in code order, which is
-    # first-seen order.
-    row_of = np.zeros(len(index), np.int64)
-    row_of[by_object] = np.arange(len(shapes))
-    values: dict[tuple[int, ...], int] = {}
-    code_of = [values.setdefault(tuple(shapes[row]), len(values)) for row in row_of.tolist()]
-    codes = np.asarray(code_of or [0], np.int64)[by_object] if len(shapes) else by_object
-    return codes, list(values)
+    return np.asarray(inverse).reshape(-1), sigs
 
 
 def _by_first(codes: np.ndarray, width: int) -> dict[int, list[int]]:
@@ -335,17 +306,17 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
     config, the layer's router, the sibling layers: the layers table's experts_expected)."""
     width = int(e.expert.max()) + 1
     ids_by_layer = {k: set(v) for k, v in _by_first(e.layer * width + e.expert, width).items()}
-    layers = scanned.layers
+    layers = scan_columns(scanned).layers
     numbers = layers["layer"].tolist()
     expected_of = dict(zip(numbers, layers["experts_expected"].tolist(), strict=True))
-    source_of = dict(zip(numbers, layers["experts_source"].tolist(), strict=True))
+    source_of = dict(zip(numbers, list(layers["experts_source"]), strict=True))
     moe_layers = set(ids_by_layer)
     if scanned.spec.moe_layers is not None:
         present = _present_layers(scanned)
         moe_layers |= {i for i in scanned.spec.moe_layers if i in present}
     out = []
     files = _file_mode(e)
-    mtp = set(layers.loc[layers["is_mtp"], "layer"].astype(int)) if len(layers) else set()
+    mtp = set(layers["layer"][layers["is_mtp"]].tolist())
     for layer in sorted(moe_layers):
         expected = int(expected_of.get(layer, 0))
         missing = sorted(set(range(expected)) - ids_by_layer.get(layer, set()))
@@ -379,7 +350,7 @@ def _expert_basis(source: str, expected: int, mtp: bool) -> str:
 
 def _file_mode(e: _Experts) -> dict[int, str]:
     """The file holding most of each layer's expert tensors (ties: the first by name)."""
-    file, files = _category_codes(e.file)
+    file, files = e.file, e.files
     order = np.argsort(np.array(files, dtype=object), kind="stable")
     rank = np.empty(len(files), dtype=np.int64)
     rank[order] = np.arange(len(files))
@@ -475,8 +446,8 @@ def _expert_shape_mismatch(e: _Experts) -> list[Finding]:
                     "expert-shape-mismatch",
                     f"layer {layer}: {legible(e.keys[key])} of experts {fold_ranges(experts)} is "
                     f"{legible(sig_value)}, expected {legible(common)} like its siblings",
-                    file=str(e.file.iat[rows[0]]),
-                    tensor=str(e.names.iat[e.at[rows[0]]]),
+                    file=e.files[e.file[rows[0]]],
+                    tensor=e.names[e.at[rows[0]]],
                     layer=layer,
                     expert=experts[0] if len(experts) == 1 else None,
                 )
@@ -494,12 +465,13 @@ def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
     norm) left out: entries no decoder layer has, and params of a module that every decoder
     layer holding that module has and the block lacks."""
     rows = layer_keys(scanned)
-    if rows.empty:
+    if not len(rows.layer):
         return []
-    layer_kind = dict(zip(scanned.layers["layer"], scanned.layers["kind"], strict=False))
-    is_mtp = dict(zip(scanned.layers["layer"], scanned.layers["is_mtp"], strict=False))
-    layer = rows["layer"].to_numpy(dtype=np.int64)
-    key, keys, parts = _key_codes(rows["module"], rows["param"])
+    layers = scan_columns(scanned).layers
+    layer_kind = dict(zip(layers["layer"].tolist(), layers["kind"], strict=False))
+    is_mtp = dict(zip(layers["layer"].tolist(), layers["is_mtp"].tolist(), strict=False))
+    layer = rows.layer
+    key, keys, parts = _key_codes(rows.module, rows.modules, rows.param, rows.params)
     sets = {
         n: {keys[k] for k in ks} for n, ks in _by_first(layer * len(keys) + key, len(keys)).items()
     }
@@ -509,7 +481,7 @@ def _keyset_outliers(scanned: ScannedCheckpoint) -> list[Finding]:
         return out
     decoder_keys = set().union(*(sets[n] for n in decoder))
     common = _common_params(decoder, sets, keys, parts)
-    head = rows["kind"].to_numpy() == "mtp"
+    head = rows.kind == _MTP_KIND
     block = {
         n: [keys[k] for k in ks]
         for n, ks in _by_first(layer[~head] * len(keys) + key[~head], len(keys)).items()

@@ -12,8 +12,10 @@ from typing import Literal
 import numpy as np
 
 from inspector._internal.checkpoint.loaded import tensor_data
+from inspector._internal.checkpoint.naming import KINDS
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checkpoint.spec import serving_spec
+from inspector._internal.checkpoint.tables import scan_columns
 from inspector._internal.common.display import legible
 from inspector._internal.common.dtypes import DTYPE_BITS
 from inspector._internal.findings.codes import Code, code_set
@@ -70,13 +72,15 @@ def _finding(head: str, embedding: str, how: str, scanned: ScannedCheckpoint) ->
 def _one_of(scanned: ScannedCheckpoint, kind: str) -> tuple[str, str, tuple[int, ...]] | None:
     """(name, dtype, shape) of the one tensor of `kind` outside MTP layers; None unless
     exactly one `.weight` is stored."""
-    t = scanned.tensors
-    rows = t[(t["kind"] == kind) & ~t["is_mtp"] & t["name"].str.endswith(".weight")]
-    names = rows["name"].unique()
-    if len(names) != 1:
+    columns = scan_columns(scanned)
+    numbering, source = columns.numbering, columns.tensors
+    of_kind = np.flatnonzero((numbering.kind == KINDS.index(kind)) & ~numbering.is_mtp)
+    rows = [r for r in of_kind.tolist() if source.names[r].endswith(".weight")]
+    if len({source.names[r] for r in rows}) != 1:
         return None
-    row = rows.iloc[0]
-    return str(row["name"]), str(row["dtype"]), tuple(int(n) for n in row["shape"])
+    row = rows[0]
+    dtype = source.dtypes[int(source.dtype_codes[row])]
+    return source.names[row], dtype, tuple(int(n) for n in source.shape[row])
 
 
 def _file_of(scanned: ScannedCheckpoint, name: str) -> str | None:

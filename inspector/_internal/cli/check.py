@@ -104,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
     with gc_paused():  # `_settled`: what they make lives as long as the process
         from inspector._internal.checks import check
         from inspector._internal.checks.sharding import collapse_note
-        from inspector._internal.checks.values import SampleBudget, values_read
         from inspector._internal.findings.finding import sort_findings
         from inspector._internal.report.text import check_result, format_check
 
@@ -142,6 +141,9 @@ def run(args: argparse.Namespace) -> int:
         findings = sort_findings([*findings, *engine.findings])
     read = None
     if values is not None:
+        # Only with --values: the value tables are frames, and pandas costs a quarter second.
+        from inspector._internal.checks.values import SampleBudget, values_read
+
         budget = None if args.sample_windows is None else SampleBudget(windows=args.sample_windows)
         read = values_read(scanned, values, budget=budget, seed=args.sample_seed)
     note = collapse_note(scanned)

@@ -15,8 +15,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
+from inspector._internal.checkpoint.tables import scan_columns
 from inspector._internal.checks.index import unlisted_names
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
@@ -209,8 +212,10 @@ class _Context:
     def mtp(self) -> frozenset[str]:
         """Names of the MTP tensors (the tensors table knows every spelling)."""
         if self._mtp is None:
-            t = self.scanned.tensors
-            self._mtp = frozenset(t.loc[t["is_mtp"], "name"].tolist()) if len(t) else frozenset()
+            columns = scan_columns(self.scanned)
+            names = columns.tensors.names
+            mtp = np.flatnonzero(columns.numbering.is_mtp).tolist()
+            self._mtp = frozenset(map(names.__getitem__, mtp))
         return self._mtp
 
     def held(self) -> dict[str, frozenset[str]]:
@@ -523,36 +528,35 @@ def _experts(x: _Facts) -> dict[str, Any]:
         "title": plural(len(x.mine), "expert finding"),
         "impact": "experts are missing or incomplete",
     }
-    experts = x.scanned.experts
-    if not len(experts):
+    columns = scan_columns(x.scanned)
+    experts = columns.experts
+    layer, missing = experts["layer"], experts["missing"]
+    if not len(layer):
         return facts
-    missing = experts[experts["missing"]]
-    partial = experts[
-        ~experts["missing"] & (experts["tensors_found"] < experts["tensors_expected"])
-    ]
-    per_layer = missing.groupby("layer").size()
-    expected = int(experts.groupby("layer")["expert"].size().max())
-    layers = sorted(int(v) for v in per_layer.index)
-    pairs = zip(partial["layer"].tolist(), partial["expert"].tolist(), strict=True)
-    cells = [(layer, None) for layer in layers]
-    facts["cells"] = cells + [(int(layer), int(expert)) for layer, expert in pairs][:1000]
+    partial = ~missing & (experts["tensors_found"] < experts["tensors_expected"])
+    layers, per_layer = np.unique(layer[missing], return_counts=True)
+    expected = int(np.unique(layer, return_counts=True)[1].max())
+    pairs = zip(layer[partial].tolist(), experts["expert"][partial].tolist(), strict=True)
+    cells: list[tuple[int, int | None]] = [(n, None) for n in layers.tolist()]
+    facts["cells"] = cells + list(pairs)[:1000]
     # Bytes that should be there: each missing expert weighs what its present siblings do.
-    present = experts[~experts["missing"]]
-    mean = float(present["bytes"].mean()) if len(present) else 0.0
+    present = experts["bytes"][~missing]
+    mean = float(present.mean()) if len(present) else 0.0
+    n_missing, n_partial = int(missing.sum()), int(partial.sum())
     parts = []
-    if len(missing):
+    if n_missing:
         counts = set(per_layer.tolist())
         each = f"{counts.pop()} of {expected}" if len(counts) == 1 else "some"
-        table = x.scanned.layers
-        mtp = set(table.loc[table["is_mtp"], "layer"].astype(int)) if len(table) else set()
-        parts.append(f"{each} experts missing in {_moe_layers(layers, mtp)}")
-    if len(partial):
-        parts.append(f"{plural(len(partial), 'expert')} incomplete")
+        table = columns.layers
+        mtp = set(table["layer"][table["is_mtp"]].tolist())
+        parts.append(f"{each} experts missing in {_moe_layers(layers.tolist(), mtp)}")
+    if n_partial:
+        parts.append(f"{plural(n_partial, 'expert')} incomplete")
     facts["title"] = "; ".join(parts) or "experts differ from their siblings"
     facts["impact"] = (
-        f"{plural(len(missing), 'expert')} (about {format_bytes(mean * len(missing))}) never "
+        f"{plural(n_missing, 'expert')} (about {format_bytes(mean * n_missing)}) never "
         "written: the model cannot be loaded as its config declares"
-        if len(missing)
+        if n_missing
         else "some experts lack tensors or have odd shapes: loading fails for them"
     )
     return facts
@@ -624,17 +628,20 @@ def _load_of_experts(ctx: _Context, pending: list[Finding]) -> list[Finding]:
     incomplete explain (one cause: the experts were never written): their missing tensors,
     and the stacked expert tensors of their layers, which come out short (transformers
     stacks a layer's experts into one tensor per projection)."""
-    experts = ctx.scanned.experts
-    if not len(experts):
-        return []
-    short = experts[experts["missing"] | (experts["tensors_found"] < experts["tensors_expected"])]
-    cells = set(zip(short["layer"].tolist(), short["expert"].tolist(), strict=True))
-    layers = {layer for layer, _ in cells}
+    codes = (Code.LOAD_MISSING_TENSOR, Code.LOAD_SHAPE_MISMATCH)
+    if not any(f.code in codes for f in pending):
+        return []  # what `load_claim` gives then, without the experts' columns
+    experts = scan_columns(ctx.scanned).experts
+    layer, missing = experts["layer"], experts["missing"]
+    short = missing | (experts["tensors_found"] < experts["tensors_expected"])
+    cells = set(zip(layer[short].tolist(), experts["expert"][short].tolist(), strict=True))
+    layers = {n for n, _ in cells}
     if not cells:
         return []
-
-    all_missing = experts.groupby("layer")["missing"].all()
-    empty = set(all_missing[all_missing].index.tolist())
+    # The layers whose every expert row is missing.
+    distinct, at = np.unique(layer, return_inverse=True)
+    present = np.bincount(at.reshape(-1), weights=~missing, minlength=len(distinct))
+    empty = set(distinct[present == 0].tolist())
 
     def of_a_short_expert(key: str) -> bool:
         layer, expert = layer_expert_numbers([key])[0]

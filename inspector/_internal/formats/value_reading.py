@@ -15,10 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, cast
+from typing import TYPE_CHECKING, ClassVar, Literal, cast
 
 import numpy as np
-import pandas as pd
 from numpy.lib.stride_tricks import sliding_window_view
 
 from inspector._internal.formats.bin_shard import data_unread
@@ -47,6 +46,9 @@ _COALESCE_GAP = 4096  # sampled windows closer than this are fetched in one requ
 _COALESCE_MAX = 1 << 20  # the longest such request
 _SAMPLE_BATCH = 4096  # tensors planned, read and reduced at once (bounded memory)
 _SMALL_READ = 16 << 10  # ranges up to this long are read with `pread`, longer with `preadv`
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,8 @@ class _Found:
             c: np.concatenate([r[c] for r in self.records]) if self.records else np.zeros(0)
             for c in PARTIAL
         }
+        import pandas as pd
+
         return pd.DataFrame({"name": self.names, **columns})
 
 

@@ -6,12 +6,16 @@ The method: docs/architecture.md, "formats/".
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from inspector._internal.formats.value_decode import Decoder
 
 __all__ = ["PARTIAL", "Records", "finish", "row_records", "segment_records"]
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Partial record columns and how records of one tensor merge.
 PARTIAL: dict[str, str] = {
@@ -281,6 +285,9 @@ def _repeat(
 
 def finish(records: pd.DataFrame) -> pd.DataFrame:
     """The statistics columns (`TensorStats` fields) from merged partial records."""
+    # Here, not at the top: `check` without `--values` imports this module and reads no value.
+    import pandas as pd
+
     finite = records["finite"].to_numpy(np.float64)
     has = finite > 0
     decoded = records["decoded"].fillna(False).to_numpy(bool)

@@ -8,14 +8,17 @@ why the work is cut in cache-sized pieces: docs/architecture.md, "formats/".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from inspector._internal.formats.value_decode import Decoder
 from inspector._internal.formats.value_segments import finish
 
 __all__ = ["Accumulator", "TensorStats"]
+
+if TYPE_CHECKING:
+    pass
 
 _PIECE = 1 << 16  # elements per pass: 256 KiB of float32, inside L2
 _SUBSAMPLE = 256  # words per block kept for the signature shares
@@ -154,6 +157,8 @@ class Accumulator:
 
     def result(self) -> TensorStats:
         """The statistics of everything added (as one row of `ckpt.values`)."""
+        import pandas as pd  # here: `check` without `--values` imports this module
+
         row = finish(pd.DataFrame([self.partial()])).iloc[0]
         return TensorStats(**{f: row[f] for f in TensorStats.__dataclass_fields__})
 
