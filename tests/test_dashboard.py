@@ -25,6 +25,9 @@ from inspector._internal.scan.entry import scan
 
 pytest.importorskip("ipywidgets")
 
+# Every dashboard a test makes is closed after it (conftest.py).
+pytestmark = pytest.mark.usefixtures("dashboards_closed")
+
 DRIFT = "modelopt-1422-sidecar-drift"
 EP_COLLISION = "modelopt-1631-ep-collision"
 DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
@@ -141,13 +144,13 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     backups = list((folder / ".ckpt-inspect-backup").iterdir())
     assert len(backups) == 1
     assert (backups[0] / "model.safetensors.index.json").read_text() == before
-    # 3. Every tab was refreshed from a re-scan.
+    # 3. Every tab was refreshed from a re-scan, in the widgets it showed (`renew`).
     assert dash.state.findings == () and dash.tab.titles[FINDINGS_TAB] == "Findings (0)"
     after = dash.panel("Repair")
-    assert after is not repair and "Repaired." in after.result.value
+    assert after is repair and "Repaired." in after.result.value
     assert str(backups[0]) in after.result.value and after.plan.empty and after.repair.disabled
     drift_after = dash.select("Findings")
-    assert drift_after is not drift_before and "No findings." in _texts(drift_after.rows)
+    assert drift_after is drift_before and "No findings." in _texts(drift_after.rows)
     assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
@@ -776,17 +779,23 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
 
 
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
-    """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
-    grid is created rather than waiting for a click that never comes."""
+    """A re-scan draws the open tab again: on the Tensors tab that is shown at once, in the
+    grid it shows (its table's rows replaced by the re-scan's), rather than in a grid waiting
+    for a click that never comes."""
     dash = Dashboard(demos / DRIFT, model=False)
     old = dash.select("Tensors")
-    assert old.grid is not None
+    old.set_query(TensorQuery(dtype="F32"))
+    assert old.grid is not None and old.grid.filter
     dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
     dash.refresh()
     dash.wait(60)
     browser = dash.panels["Tensors"]
-    assert browser is not old and browser.grid is not None
+    assert browser is old and browser.scanned is dash.scanned is not None
+    assert browser.grid is not None and browser.grid.comm is not None
     assert browser._grid_box.children == (browser.grid,)
+    # As a tab built for the re-scan: every tensor, its rows in the grid's table.
+    assert browser.query == TensorQuery() and browser.grid.filter == []
+    assert browser.table.size() == len(dash.scanned.tensors)
 
 
 def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):

@@ -26,6 +26,8 @@ from ..controls import button, classed
 from ..guard import EXPECTED_ERRORS, captured, error_html, guarded
 
 if TYPE_CHECKING:
+    from inspector.ui import ScannedCheckpoint
+
     from . import Host
 
 __all__ = ["ConsolidatePanel"]
@@ -42,9 +44,10 @@ class ConsolidatePanel:
 
     def __init__(self, dash: Host) -> None:
         self.dash = dash
-        source = dash.scanned.path
         # Beside the source, not in it: the output must not become part of what it replaces.
-        self.dest = w.Text(value=str(default_destination(source)), description="destination")
+        self.dest = w.Text(
+            value=str(default_destination(dash.scanned.path)), description="destination"
+        )
         self.mapping = w.Text(
             placeholder="optional: JSON {tensor: file index}", description="mapping"
         )
@@ -83,22 +86,11 @@ class ConsolidatePanel:
             control.observe(lambda _change: self._refused_by(""), names="value")
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
         self.progress = w.Output().add_class("ckpt-consolidate-progress")
-        note = ""
-        if suggested is not None:
-            note = (
-                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
-                f"the reference is {html_text(suggested.label)}, which names "
-                f"{plural(suggested.files, 'file')}.</i>"
-            )
-        if dash.scanned.dcp is None:
-            note = (
-                f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
-            )
         form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
+        self.note = w.HTML(_note(dash.scanned, suggested))
         self.widget = w.VBox(
             [
-                w.HTML(note),
+                self.note,
                 *form,
                 self.verify_data,
                 self.overwrite,
@@ -112,6 +104,27 @@ class ConsolidatePanel:
             # Known before any click: `plan_consolidation` refuses every other layout.
             self.layout_refusal = f"this checkpoint's layout is {dash.scanned.layout}"
             self._refused_by(self.layout_refusal)
+
+    def renew(self) -> bool:
+        """The form as a tab built now shows it for the dashboard's scan (after a re-scan or a
+        check of the values), in the widgets shown."""
+        scanned = self.dash.scanned
+        suggested = consolidation_reference(scanned)
+        self.dest.value = str(default_destination(scanned.path))
+        self.mapping.value = ""
+        self.reference.value = suggested.path if suggested is not None else ""
+        self.max_size.value = format_bytes(SHARD_SPLIT_SIZE, digits=0)
+        self.dtype.value = ""
+        self.workers.value = 1
+        self.verify_data.value = self.overwrite.value = False
+        self.progress.clear_output()
+        self.status.value = ""
+        self.note.value = _note(scanned, suggested)
+        self.layout_refusal = (
+            "" if scanned.dcp is not None else f"this checkpoint's layout is {scanned.layout}"
+        )
+        self._refused_by("")
+        return True
 
     def _refused_by(self, reason: str) -> None:
         """Disable Consolidate (and Plan, for a refusal no form value lifts) saying `reason`,
@@ -181,6 +194,22 @@ class ConsolidatePanel:
         if result.findings:
             self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
         return result
+
+
+def _note(scanned: ScannedCheckpoint, suggested: Any) -> str:
+    """What the form says first: the reference it suggests, or that the layout is refused."""
+    if scanned.dcp is None:
+        return (
+            f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
+            f"{html_text(scanned.layout)}, so planning will refuse.</i>"
+        )
+    if suggested is not None:
+        return (
+            "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
+            f"the reference is {html_text(suggested.label)}, which names "
+            f"{plural(suggested.files, 'file')}.</i>"
+        )
+    return ""
 
 
 def _refused(exc: BaseException, *, overwrite: bool) -> str:

@@ -12,7 +12,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, findings_html, frame_html, layer_name, severity_rank
 
-from ..controls import classed
+from ..controls import classed, close_tree
 from ..guard import guarded
 from ..plot import FigureBox, figure_widget
 
@@ -34,7 +34,7 @@ class ExpertsPanel:
         from ..figures import expert_coverage_heatmap
 
         self.dash = dash
-        s = dash.scanned
+        s = self.scanned = dash.scanned
         self.heatmap = FigureBox(
             [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
         )
@@ -59,6 +59,21 @@ class ExpertsPanel:
         self.opening: int | None = None
         if layers:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
+
+    def renew(self) -> bool:
+        """After a check of the values (the same scan), the panel as a tab built now shows
+        it, in the widgets shown: opened on the layer with the worst finding, no expert's
+        details. A re-scan's tab is built again (its heatmap is another figure)."""
+        if self.dash.scanned is not self.scanned:
+            return False
+        layers = list(self.layer.options)
+        self.details.value = ""
+        self.expert.value = 0
+        if layers:
+            self.layer.value = self.opening = _worst_layer(self.dash.current.findings, layers)
+            if self.figure is not None:
+                self._zoom_into(self.opening)
+        return True
 
     def on_shown(self) -> None:
         """Make the heatmap (clicks on it show an expert) and the zoom into the opening layer
@@ -122,7 +137,10 @@ class ExpertsPanel:
             grid.data[0].on_click(
                 lambda *args: guarded(lambda: self._on_zoom_click(*args), self.dash.notice)()
             )
-        self.zoom.children = [grid]
+        # A figure is drawn once: the layer it replaces is closed (each zoom left it open).
+        old, self.zoom.children = self.zoom.children, [grid]
+        for figure in old:
+            close_tree(figure)
         self.zoomed = layer
 
     def _on_click(self, trace: Any, points: Any, _state: Any) -> None:

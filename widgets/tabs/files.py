@@ -34,6 +34,7 @@ class FilesPanel(FiguresAndGrid):
         )
 
         self.dash = dash
+        self.scanned = dash.scanned
         files = dash.scanned.files
         # Made when the tab is shown, after its grid: the first figure of a kernel took
         # 0.6-1.9 s (plotly's template, see `figures.prepare_template`) of a first click.

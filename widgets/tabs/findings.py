@@ -13,7 +13,7 @@ from inspector.ui import code_help_html, html_text, plural
 
 from ..controls import button, classed, close_tree
 from ..guard import error_html, guarded
-from .rows import finding_row
+from .rows import FindingRow
 
 if TYPE_CHECKING:
     from inspector.ui import Finding
@@ -61,8 +61,9 @@ class FindingsPanel:
         self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
         self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
         self.codes: tuple[str, ...] = ()
-        # The rows of the page shown, with their findings (`_render` keeps those still shown).
-        self._shown_rows: list[tuple[Finding, w.HBox]] = []
+        # The rows made so far, the first ones shown: a page turned or filtered shows its
+        # findings in them (`_render`), and a row is made only for a page longer than any before.
+        self._rows: list[FindingRow] = []
         self._none = w.HTML("<i>No findings.</i>")
         for control in (self.severity, self.code):
             control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
@@ -95,10 +96,28 @@ class FindingsPanel:
             self.render(start)
             self.load.value = self._load_html(done=not state.pending)
 
+    def renew(self) -> bool:
+        """Show the dashboard's state after a re-scan or a check of the values, in the
+        widgets shown, as a tab built now shows it: its first page, every severity and code."""
+        state = self.dash.current
+        with self._drawing:
+            self.plain = state.findings if state.pending else None
+            self.findings, self.frame = state.findings, state.frame
+            self.codes = ()
+            self.code.options = self._code_options()
+            self.code.value = _ALL
+            self.severity.value = _ALL
+            self.render(0)
+            self.load.value = self._load_html()
+        self.dash.when_checked(self.checked, drawn=state, failed=self.check_failed)
+        return True
+
     def close(self) -> None:
-        """Close every widget of the tab (a re-scan replaced it), the empty page's line too."""
+        """Close every widget of the tab (a re-scan replaced it), the rows and the empty page's
+        line too (shown or not)."""
         close_tree(self.widget)
-        close_tree(self._none)
+        for part in (*(row.widget for row in self._rows), self._none):
+            close_tree(part)
 
     def check_failed(self, exc: BaseException) -> None:
         """The load check raised (a bug): its slot says so, with the traceback behind
@@ -167,23 +186,13 @@ class FindingsPanel:
         last = max(0, (len(shown) - 1) // _PAGE * _PAGE)
         self.start = min(max(0, start), last)
         page = shown[self.start : self.start + _PAGE]
-        # A row already shown is kept (drawing the same page again, as the load check's
-        # findings arrive, sends nothing); a row no longer shown is closed once replaced
-        # (each page drawn left its 25 rows open in the kernel and on the page: issue 35).
-        kept: dict[Finding, list[w.HBox]] = {}
-        for finding, row in self._shown_rows:
-            kept.setdefault(finding, []).append(row)
-        rows = []
-        for i in page:
-            finding = self.findings[i]
-            same = kept.get(finding)
-            rows.append(
-                (finding, same.pop() if same else finding_row(self.dash, finding, detail=True))
-            )
-        self._shown_rows = rows
-        self.rows.children = tuple(row for _, row in rows) or (self._none,)
-        for row in (r for left in kept.values() for r in left):
-            close_tree(row)
+        for at, i in enumerate(page):
+            if at < len(self._rows):
+                self._rows[at].show(self.findings[i])
+            else:
+                self._rows.append(FindingRow(self.dash, self.findings[i], detail=True))
+        shown_rows = tuple(row.widget for row in self._rows[: len(page)])
+        self.rows.children = shown_rows or (self._none,)
         end = self.start + len(page)
         self.where.value = f"findings {self.start + 1 if page else 0:,}-{end:,} of {len(shown):,}"
         self.prev.disabled = self.start == 0

@@ -26,7 +26,8 @@ class LayersPanel(FiguresAndGrid):
     def __init__(self, dash: Host) -> None:
         from ..figures import bytes_per_layer, parameters_per_layer
 
-        s = dash.scanned
+        self.dash = dash
+        s = self.scanned = dash.scanned
         drawn = dash.current  # what arrives later is given to `when_checked` below
         self.table = FrameGrid(
             self.frame(drawn),

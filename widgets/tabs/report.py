@@ -31,8 +31,7 @@ class ReportPanel:
 
     def __init__(self, dash: Host) -> None:
         self.dash = dash
-        name = dash.scanned.path.name or "checkpoint"
-        self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
+        self.path = w.Text(value=self._default_path(), description="file")
         self.path.layout.width = "90%"
         self.status = classed(w.HTML, "ckpt-report-status")
         write = button("Write HTML report", "ckpt-report-button", icon="file")
@@ -55,6 +54,20 @@ class ReportPanel:
         self.widget = w.VBox(
             [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
         )
+
+    def renew(self) -> bool:
+        """The panel as a tab built now shows it (after a re-scan or a check of the values),
+        in the widgets shown: nothing written yet, the summary hidden."""
+        self.path.value = self._default_path()
+        self.status.value = ""
+        self.figures.value = "embedded"
+        self.markdown.value = ""
+        hidden(self.markdown, True)
+        return True
+
+    def _default_path(self) -> str:
+        name = self.dash.scanned.path.name or "checkpoint"
+        return str(self.dash.report_dir / f"{name}-report.html")
 
     def write_report(self) -> Path | None:
         """Write the HTML report to the path in the form; returns it, None on failure."""
