@@ -12,7 +12,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, findings_html, frame_html, layer_name, severity_rank
 
-from ..controls import classed, close_tree
+from ..controls import close_tree, fixed, still
 from ..guard import guarded
 from ..plot import FigureBox, figure_widget
 
@@ -41,18 +41,20 @@ class ExpertsPanel:
         self.figure: Any = None
         self._shown = threading.Lock()
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
-        self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.layer = still(w.Dropdown, "ckpt-layer-pick", options=layers, description="layer")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
-        self.expert = w.BoundedIntText(min=0, max=max(top, 0), description="expert")
-        self.expert.add_class("ckpt-expert-pick")
-        show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
+        self.expert = still(
+            w.BoundedIntText, "ckpt-expert-pick", min=0, max=max(top, 0), description="expert"
+        )
+        show = still(w.Button, "ckpt-show-expert", description="Show tensors")
         show.on_click(
             guarded(lambda: self.show(self.layer.value, self.expert.value), self.dash.notice)
         )
-        self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
+        self.zoom = still(w.VBox, "ckpt-expert-zoom", layout={"width": "100%"})
         self.zoomed: int | None = None
-        self.details = classed(w.HTML, "ckpt-expert-details")
-        picker = w.HBox([self.layer, self.expert, show])
+        self.details = still(w.HTML, "ckpt-expert-details")
+        picker = w.HBox([self.layer, self.expert, show], layout=fixed(w.Layout))
         self.widget = w.VBox(
             [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )

@@ -11,7 +11,7 @@ import ipywidgets as w
 
 from inspector.ui import code_help_html, html_text, plural
 
-from ..controls import button, classed, close_tree
+from ..controls import button, close_tree, fixed, still
 from ..guard import error_html, guarded
 from .rows import FindingRow
 
@@ -45,18 +45,22 @@ class FindingsPanel:
         self.plain = state.findings if state.pending else None
         # A click's thread and the load check's thread may both redraw the page.
         self._drawing = threading.RLock()
-        self.severity = w.ToggleButtons(
-            options=[_ALL, "error", "warning", "info"], description="severity"
-        ).add_class("ckpt-severity-filter")
-        self.code = w.Dropdown(options=self._code_options(), description="code").add_class(
-            "ckpt-code-filter"
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.severity = still(
+            w.ToggleButtons,
+            "ckpt-severity-filter",
+            options=[_ALL, "error", "warning", "info"],
+            description="severity",
         )
-        self.load = w.HTML(self._load_html()).add_class("ckpt-findings-load")
-        self.rows = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-findings-table")
-        self.help = classed(w.HTML, "ckpt-code-help")
-        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
-        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
-        self.where = w.HTML()
+        self.code = still(
+            w.Dropdown, "ckpt-code-filter", options=self._code_options(), description="code"
+        )
+        self.load = still(w.HTML, "ckpt-findings-load", value=self._load_html())
+        self.rows = still(w.VBox, "ckpt-findings-table", layout={"width": "100%"})
+        self.help = still(w.HTML, "ckpt-code-help")
+        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left", shared=True)
+        self.next = button("Next", "ckpt-page-next", icon="chevron-right", shared=True)
+        self.where = still(w.HTML)
         self.start = 0
         self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
         self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
@@ -64,16 +68,19 @@ class FindingsPanel:
         # The rows made so far, the first ones shown: a page turned or filtered shows its
         # findings in them (`_render`), and a row is made only for a page longer than any before.
         self._rows: list[FindingRow] = []
-        self._none = w.HTML("<i>No findings.</i>")
+        self._none = still(w.HTML, value="<i>No findings.</i>")
         for control in (self.severity, self.code):
             control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
         self.render(0)
         self.widget = w.VBox(
             [
-                w.HBox([self.severity, self.code], layout=w.Layout(flex_flow="row wrap")),
+                w.HBox([self.severity, self.code], layout=fixed(w.Layout, flex_flow="row wrap")),
                 self.load,
                 self.rows,
-                w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center")),
+                w.HBox(
+                    [self.prev, self.next, self.where],
+                    layout=fixed(w.Layout, align_items="center"),
+                ),
                 self.help,
             ],
             layout=w.Layout(width="100%"),

@@ -27,7 +27,7 @@ from inspector.ui import (
     legible,
 )
 
-from ..controls import classed, close_tree
+from ..controls import close_tree, fixed, still
 from ..figures import serving_plans
 from ..guard import guarded
 
@@ -48,24 +48,36 @@ class ServePanel:
         # `figure` turns a plotly figure into a widget (the dashboard's `figure_widget`).
         self.scanned = scanned
         self._figure = figure
-        self.gpu = w.Dropdown(options=[_NO_GPU, *GPUS], value=_NO_GPU, description="GPU")
-        self.gpu.add_class("ckpt-serve-gpu")
-        self.kv_dtype = w.Dropdown(options=list(KV_CACHE_DTYPES), value="auto", description="KV")
-        self.context = w.BoundedIntText(
-            value=0, min=0, max=1 << 40, description="context", tooltip="0: the model's own"
-        ).add_class("ckpt-serve-context")
-        self.status = classed(w.HTML, "ckpt-serve-status")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.gpu = still(
+            w.Dropdown, "ckpt-serve-gpu", options=[_NO_GPU, *GPUS], value=_NO_GPU, description="GPU"
+        )
+        self.kv_dtype = still(
+            w.Dropdown, options=list(KV_CACHE_DTYPES), value="auto", description="KV"
+        )
+        self.context = still(
+            w.BoundedIntText,
+            "ckpt-serve-context",
+            value=0,
+            min=0,
+            max=1 << 40,
+            description="context",
+            tooltip="0: the model's own",
+        )
+        self.status = still(w.HTML, "ckpt-serve-status")
         self._quiet = False  # while `show_scan` sets the pickers: one draw after
         for control in (self.gpu, self.kv_dtype, self.context):
             control.observe(guarded(self._picked, self.status), names="value")
-        self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-serve-plot")
-        self.table = classed(w.HTML, "ckpt-serve-table")
-        self.notes = w.HTML()
-        self.engine_button = w.Button(
+        self.plot = still(w.VBox, "ckpt-serve-plot", layout={"width": "100%"})
+        self.table = still(w.HTML, "ckpt-serve-table")
+        self.notes = still(w.HTML)
+        self.engine_button = still(
+            w.Button,
+            "ckpt-serve-engine",
             description="vLLM's own verdict",
             tooltip="vLLM's weight loading on a meta model, in a child process (the [vllm] extra)",
-        ).add_class("ckpt-serve-engine")
-        self.engine_out = classed(w.HTML, "ckpt-serve-engine-out")
+        )
+        self.engine_out = still(w.HTML, "ckpt-serve-engine-out")
         self.engine_button.on_click(guarded(self.run_engine, self.engine_out))
         self.engine_thread: threading.Thread | None = None
         self.result: FitResult | None = None
@@ -73,11 +85,11 @@ class ServePanel:
         self._drawn: Any = None
         self.widget = w.VBox(
             [
-                w.HBox([self.gpu, self.kv_dtype, self.context]),
+                w.HBox([self.gpu, self.kv_dtype, self.context], layout=fixed(w.Layout)),
                 self.status,
                 self.plot,
                 self.table,
-                w.HBox([self.engine_button]),
+                w.HBox([self.engine_button], layout=fixed(w.Layout)),
                 self.engine_out,
                 self.notes,
             ],

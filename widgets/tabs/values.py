@@ -17,7 +17,7 @@ import pandas as pd
 
 from inspector.ui import computed_value_table, frame_html, value_table
 
-from ..controls import classed, close_tree
+from ..controls import close_tree, fixed, still
 from ..figures import METRICS, values_heatmap
 from ..guard import captured, guarded
 
@@ -67,22 +67,28 @@ class ValuesPanel:
         self.table: pd.DataFrame | None = computed_value_table(scanned)
         # The (table, metric) the heatmap shows: a draw of the same makes no new figure.
         self._drawn: tuple[pd.DataFrame | None, str] | None = None
-        self.metric = w.ToggleButtons(options=list(METRICS), value="std", description="colour")
-        self.metric.add_class("ckpt-values-metric")
-        self.status = classed(w.HTML, "ckpt-values-status")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.metric = still(
+            w.ToggleButtons,
+            "ckpt-values-metric",
+            options=list(METRICS),
+            value="std",
+            description="colour",
+        )
+        self.status = still(w.HTML, "ckpt-values-status")
         # Every handler through `guarded`: in a live kernel an error would otherwise reach
         # only the kernel log, and the click would seem to do nothing.
         self.metric.observe(guarded(self._draw, self.status), names="value")
-        self.sample = w.Button(description="Sample values").add_class("ckpt-values-sample")
-        self.full = w.Button(description="Read all values").add_class("ckpt-values-full")
+        self.sample = still(w.Button, "ckpt-values-sample", description="Sample values")
+        self.full = still(w.Button, "ckpt-values-full", description="Read all values")
         self.sample.on_click(guarded(lambda: self.compute("sample"), self.status))
         self.full.on_click(guarded(lambda: self.compute("full"), self.status))
-        self.progress = w.Output()  # the read's progress bar (tqdm)
-        self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-values-plot")
-        self.details = classed(w.HTML, "ckpt-values-details")
+        self.progress = still(w.Output)  # the read's progress bar (tqdm)
+        self.plot = still(w.VBox, "ckpt-values-plot", layout={"width": "100%"})
+        self.details = still(w.HTML, "ckpt-values-details")
         self.widget = w.VBox(
             [
-                w.HBox([self.metric, self.sample, self.full]),
+                w.HBox([self.metric, self.sample, self.full], layout=fixed(w.Layout)),
                 self.status,
                 self.progress,
                 self.plot,
