@@ -180,7 +180,29 @@ def test_rescans_leave_no_widget_models_open(demo_checkpoints: Path, models, tmp
     first = session()
     opened = models["opened"]
     assert [session() for _ in range(3)] == [first] * 3, models
-    assert models["opened"] > opened  # each re-scan built its tabs again, and closed the old
+    # Each re-scan built its tabs again and closed the old: it now renews them in place.
+    assert models["opened"] == opened, models
+
+
+def test_a_rescan_renews_the_files_tab_in_its_grid_and_figure(demo_checkpoints: Path, models):
+    """The Files tab shown, a re-scan: the same panel, its grid and its figure (an unchanged
+    folder makes the same figure) show the re-scan, its table's rows replaced; nothing is
+    made again for the page (a new grid's viewer took 1-3 s to start)."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    files = dash.select("Files")
+    grid, figures = files.table.grid, list(files.figures.widgets)
+    files.table.flags["with findings"].value = True
+    assert grid is not None and figures and files.table.config["filter"]
+    dash.panel("Tensors")  # the tab a re-scan draws again at once (`REBUILT`), built already
+    opened = models["opened"]
+    dash.worker_delay = 0
+    dash.refresh()
+    dash.wait(60)
+    assert dash.select("Files") is files and files.scanned is dash.scanned
+    assert files.table.grid is grid and files.figures.widgets == figures and grid.comm is not None
+    assert files.table.config["filter"] == [] and grid.filter == []  # as a tab built now
+    assert files.table.table.size() == len(dash.scanned.files)
+    assert models["opened"] == opened, models
 
 
 def test_the_overview_is_updated_in_place_and_only_for_what_changed(

@@ -684,12 +684,14 @@ class FiguresAndGrid:
     frame: Callable[[Any], pd.DataFrame]
 
     def renew(self) -> bool:
-        """Show the dashboard's state in place when it holds the same scan (a check of the
-        values changes the findings counted only); a re-scan's tab is built again."""
+        """Show the dashboard's state in the widgets shown, as a tab built now shows it: the
+        grid's table replaced (its viewer redraws; a new grid's viewer took 1-3 s to start),
+        the filters cleared, and after a re-scan each figure that changed made again."""
         dash = self.dash
         state = dash.current
         if state.scanned is not self.scanned:
-            return False
+            self.scanned = state.scanned
+            self.figures.renew()
         self.table.reset(self.frame(state))
         dash.when_checked(lambda later: self.table.replace(self.frame(later)), drawn=state)
         return True
