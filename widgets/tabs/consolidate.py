@@ -131,7 +131,8 @@ class ConsolidatePanel:
         self.dtype.value = ""
         self.workers.value = 1
         self.verify_data.value = self.overwrite.value = False
-        self.progress.clear_output()
+        if self.progress.outputs:  # a clear of nothing is one more message for the page
+            self.progress.clear_output()
         self.status.value = ""
         self.note.value = _note(scanned, suggested)
         self.layout_refusal = (

@@ -117,7 +117,8 @@ class ValuesPanel:
         self.scanned = scanned
         self.table = computed_value_table(scanned)
         self.details.value = ""
-        self.progress.clear_output()
+        if self.progress.outputs:  # a clear of nothing is one more message for the page
+            self.progress.clear_output()
         if self.metric.value != "std":
             self._drawn = None
             self.metric.value = "std"  # draws (its observer)
