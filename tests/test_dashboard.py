@@ -644,13 +644,14 @@ def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(
 ):
     """A re-scan closed the old panels (their grids' widgets) while the tabs still showed
     them: the page then held views of models the kernel had closed and logged "widget model
-    not found". The tabs show spinners first; the panels are closed after. (A panel that
-    renews itself is not closed: the Experts tab, whose heatmap is another figure after a
-    re-scan, is built again, here while it is the open tab.)"""
+    not found". The tabs show spinners first; the panels are closed after. (Every tab now
+    renews itself in place, `renew`; one that declines, here the open Experts tab, is closed
+    and built again.)"""
     from inspector.widgets import dashboard
 
     dash = Dashboard(demos / DRIFT)
     old = dash.select("Experts")
+    monkeypatch.setattr(old, "renew", lambda: False)
     seen: list[tuple[str, bool]] = []
     close = dashboard._close
 

@@ -258,3 +258,24 @@ def test_a_closed_dashboard_leaves_no_widget_model_open(demo_checkpoints: Path, 
         if id(_instances[key]) not in shared
     ]
     assert shown > 100 and left == [], "\n".join(left)
+
+
+def test_a_rescan_renews_the_experts_tab_in_place(demo_checkpoints: Path, models):
+    """The Experts tab shown, a re-scan: the same panel, its pickers and the heatmap (the
+    same figure for an unchanged folder, still answering clicks) show the re-scan; only the
+    zoom into the opening layer is drawn again (1 figure), the one it replaces closed."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    experts = dash.select("Experts")
+    heatmap, zoom = experts.figure, experts.zoom.children[0]
+    experts.show(experts.layer.options[-1], 1)
+    assert heatmap is not None and experts.details.value
+    dash.panel("Tensors")  # the tab a re-scan draws again at once (`REBUILT`), built already
+    opened = models["opened"]
+    dash.worker_delay = 0
+    dash.refresh()
+    dash.wait(60)
+    assert dash.select("Experts") is experts and experts.scanned is dash.scanned
+    assert experts.figure is heatmap and experts.heatmap.widgets == [heatmap]
+    assert experts.details.value == "" and experts.layer.value == experts.opening
+    assert experts.zoom.children[0] is not zoom and zoom.comm is None
+    assert models["opened"] == opened + 1, models

@@ -234,14 +234,16 @@ class FigureBox:
             layout=w.Layout(width="100%"),
         )
 
-    def renew(self) -> None:
-        """The figures were made from what changed (a re-scan): once shown, each that differs
-        from the one shown is made again, the one it replaces closed (a figure is drawn once).
-        `figures` must then be what makes them (a callable)."""
+    def renew(self, figures: Figures | Callable[[], Figures] | None = None) -> None:
+        """Show `figures` (when None, those the box's callable makes now: what it reads
+        changed, a re-scan) in place of those given before: once shown, each that differs
+        from the one shown is made again, the one it replaces closed (a figure is drawn once)."""
         with self._lock:
-            if not self.widgets or not callable(self._figures):
+            if figures is not None:
+                self._figures = figures
+            if not self.widgets:
                 return
-            figures = self._figures()
+            figures = self._figures() if callable(self._figures) else self._figures
             widgets = [
                 widget if drawn == figure.to_json() else figure_widget(figure, css)
                 for (figure, css), widget, drawn in zip(

@@ -63,12 +63,29 @@ class ExpertsPanel:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
 
     def renew(self) -> bool:
-        """After a check of the values (the same scan), the panel as a tab built now shows
-        it, in the widgets shown: opened on the layer with the worst finding, no expert's
-        details. A re-scan's tab is built again (its heatmap is another figure)."""
-        if self.dash.scanned is not self.scanned:
-            return False
+        """The panel as a tab built now shows it (after a re-scan or a check of the values),
+        in the widgets shown: opened on the layer with the worst finding, no expert's details;
+        after a re-scan the heatmap and the zoom are made again when they changed."""
+        from ..figures import expert_coverage_heatmap
+
+        s = self.dash.scanned
+        if s is not self.scanned:
+            self.scanned = s
+            self.heatmap.renew(
+                [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
+            )
+            layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
+            if list(self.layer.options) != layers:
+                self.layer.options = layers
+            self.expert.max = max(int(s.experts["expert"].max()) if len(s.experts) else 0, 0)
+            if self.figure is not None:
+                self._clickable(self.heatmap.widgets[0])
+                self.zoomed = None  # the zoom is drawn again from the re-scan
         layers = list(self.layer.options)
+        if not layers and self.zoom.children:  # no MoE layer left: no zoom
+            old, self.zoom.children, self.zoomed = self.zoom.children, (), None
+            for figure in old:
+                close_tree(figure)
         self.details.value = ""
         self.expert.value = 0
         if layers:
@@ -84,13 +101,19 @@ class ExpertsPanel:
             if self.figure is not None:
                 return
             (figure,) = self.heatmap.show()
-            if figure.data:
-                figure.data[0].on_click(
-                    lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
-                )
-            self.figure = figure
+            self._clickable(figure)
             if self.opening is not None and self.zoomed is None:
                 self._zoom_into(self.opening)
+
+    def _clickable(self, figure: Any) -> None:
+        """The heatmap shown is `figure`: a click on a cell shows its expert."""
+        if figure is self.figure:
+            return
+        if figure.data:
+            figure.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
+            )
+        self.figure = figure
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
