@@ -193,11 +193,7 @@ def test_a_rescan_renews_the_files_tab_in_its_grid_and_figure(demo_checkpoints: 
     grid, figures = files.table.grid, list(files.figures.widgets)
     files.table.flags["with findings"].value = True
     assert grid is not None and figures and files.table.config["filter"]
-    dash.panel("Tensors")  # the tab a re-scan draws again at once (`REBUILT`), built already
-    opened = models["opened"]
-    dash.worker_delay = 0
-    dash.refresh()
-    dash.wait(60)
+    opened = _rescanned(dash, models)
     assert dash.select("Files") is files and files.scanned is dash.scanned
     assert files.table.grid is grid and files.figures.widgets == figures and grid.comm is not None
     assert files.table.config["filter"] == [] and grid.filter == []  # as a tab built now
@@ -269,13 +265,20 @@ def test_a_rescan_renews_the_experts_tab_in_place(demo_checkpoints: Path, models
     heatmap, zoom = experts.figure, experts.zoom.children[0]
     experts.show(experts.layer.options[-1], 1)
     assert heatmap is not None and experts.details.value
-    dash.panel("Tensors")  # the tab a re-scan draws again at once (`REBUILT`), built already
-    opened = models["opened"]
-    dash.worker_delay = 0
-    dash.refresh()
-    dash.wait(60)
+    opened = _rescanned(dash, models)
     assert dash.select("Experts") is experts and experts.scanned is dash.scanned
     assert experts.figure is heatmap and experts.heatmap.widgets == [heatmap]
     assert experts.details.value == "" and experts.layer.value == experts.opening
     assert experts.zoom.children[0] is not zoom and zoom.comm is None
     assert models["opened"] == opened + 1, models
+
+
+def _rescanned(dash: Dashboard, models: collections.Counter[str]) -> int:
+    """Re-scan `dash` once the Tensors tab (which a re-scan draws again at once: `REBUILT`)
+    is built; the models opened before the re-scan."""
+    dash.panel("Tensors")
+    opened = models["opened"]
+    dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
+    dash.refresh()
+    dash.wait(60)
+    return opened
