@@ -12,7 +12,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, findings_html, frame_html, layer_name, severity_rank
 
-from ..controls import classed
+from ..controls import close_tree, fixed, still
 from ..guard import guarded
 from ..plot import FigureBox, figure_widget
 
@@ -34,31 +34,65 @@ class ExpertsPanel:
         from ..figures import expert_coverage_heatmap
 
         self.dash = dash
-        s = dash.scanned
+        s = self.scanned = dash.scanned
         self.heatmap = FigureBox(
             [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
         )
         self.figure: Any = None
         self._shown = threading.Lock()
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
-        self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.layer = still(w.Dropdown, "ckpt-layer-pick", options=layers, description="layer")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
-        self.expert = w.BoundedIntText(min=0, max=max(top, 0), description="expert")
-        self.expert.add_class("ckpt-expert-pick")
-        show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
+        self.expert = still(
+            w.BoundedIntText, "ckpt-expert-pick", min=0, max=max(top, 0), description="expert"
+        )
+        show = still(w.Button, "ckpt-show-expert", description="Show tensors")
         show.on_click(
             guarded(lambda: self.show(self.layer.value, self.expert.value), self.dash.notice)
         )
-        self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
+        self.zoom = still(w.VBox, "ckpt-expert-zoom", layout={"width": "100%"})
         self.zoomed: int | None = None
-        self.details = classed(w.HTML, "ckpt-expert-details")
-        picker = w.HBox([self.layer, self.expert, show])
+        self.details = still(w.HTML, "ckpt-expert-details")
+        picker = w.HBox([self.layer, self.expert, show], layout=fixed(w.Layout))
         self.widget = w.VBox(
             [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
         self.opening: int | None = None
         if layers:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
+
+    def renew(self) -> bool:
+        """The panel as a tab built now shows it (after a re-scan or a check of the values),
+        in the widgets shown: opened on the layer with the worst finding, no expert's details;
+        after a re-scan the heatmap and the zoom are made again when they changed."""
+        from ..figures import expert_coverage_heatmap
+
+        s = self.dash.scanned
+        if s is not self.scanned:
+            self.scanned = s
+            self.heatmap.renew(
+                [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
+            )
+            layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
+            if list(self.layer.options) != layers:
+                self.layer.options = layers
+            self.expert.max = max(int(s.experts["expert"].max()) if len(s.experts) else 0, 0)
+            if self.figure is not None:
+                self._clickable(self.heatmap.widgets[0])
+                self.zoomed = None  # the zoom is drawn again from the re-scan
+        layers = list(self.layer.options)
+        if not layers and self.zoom.children:  # no MoE layer left: no zoom
+            old, self.zoom.children, self.zoomed = self.zoom.children, (), None
+            for figure in old:
+                close_tree(figure)
+        self.details.value = ""
+        self.expert.value = 0
+        if layers:
+            self.layer.value = self.opening = _worst_layer(self.dash.current.findings, layers)
+            if self.figure is not None:
+                self._zoom_into(self.opening)
+        return True
 
     def on_shown(self) -> None:
         """Make the heatmap (clicks on it show an expert) and the zoom into the opening layer
@@ -67,13 +101,19 @@ class ExpertsPanel:
             if self.figure is not None:
                 return
             (figure,) = self.heatmap.show()
-            if figure.data:
-                figure.data[0].on_click(
-                    lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
-                )
-            self.figure = figure
+            self._clickable(figure)
             if self.opening is not None and self.zoomed is None:
                 self._zoom_into(self.opening)
+
+    def _clickable(self, figure: Any) -> None:
+        """The heatmap shown is `figure`: a click on a cell shows its expert."""
+        if figure is self.figure:
+            return
+        if figure.data:
+            figure.data[0].on_click(
+                lambda *args: guarded(lambda: self._on_click(*args), self.dash.notice)()
+            )
+        self.figure = figure
 
     def show(self, layer: int | None, expert: int | None) -> None:
         """Zoom into `layer`, point the pickers at (layer, expert), and list that expert's
@@ -122,7 +162,10 @@ class ExpertsPanel:
             grid.data[0].on_click(
                 lambda *args: guarded(lambda: self._on_zoom_click(*args), self.dash.notice)()
             )
-        self.zoom.children = [grid]
+        # A figure is drawn once: the layer it replaces is closed (each zoom left it open).
+        old, self.zoom.children = self.zoom.children, [grid]
+        for figure in old:
+            close_tree(figure)
         self.zoomed = layer
 
     def _on_click(self, trace: Any, points: Any, _state: Any) -> None:
