@@ -281,3 +281,23 @@ def test_the_top_level_help_before_a_built_in_command_still_lists_the_plugin_com
     assert re.search(r"^ +report +write a self-contained", proc.stdout, re.M)
     proc, _ = _imported("report", "--help")
     assert proc.returncode == 0 and proc.stdout.startswith("usage: ckpt-inspect report")
+
+
+def test_the_dashboard_starts_without_pandas_or_plotly(demo_checkpoints: Path) -> None:
+    """The dashboard's start (the scan, the plain checks, the Overview, the spinners' counts,
+    the snapshot's figure list) reads the scan's numpy columns and figures: pandas, pyarrow and
+    plotly are imported when a tab or a figure first needs them, in a fresh interpreter."""
+    code = (
+        "import sys\n"
+        "from inspector.widgets import Dashboard\n"
+        "from inspector.widgets.snapshot import figure_names\n"
+        f"dash = Dashboard({str(demo_checkpoints / 'healthy-hf-sharded')!r}, model=False,"
+        " progress=False)\n"
+        "assert 'expert coverage' in figure_names(dash.current)\n"
+        "print(' '.join(sorted({'pandas', 'pyarrow', 'plotly'} & set(sys.modules))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == []

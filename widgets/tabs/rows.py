@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import ipywidgets as w
 from ipywidgets.widgets.widget_string import HTMLStyle
 
-from inspector.ui import Finding, html_text, markup_html, severity_badge
+from inspector.ui import Finding, has_expert_grid, html_text, markup_html, severity_badge
 
 from ..controls import button, classed, fixed
 from ..guard import guarded
@@ -74,7 +74,7 @@ class FindingRow:
             "tensor"
             if finding.tensor
             else "heatmap"
-            if finding.layer is not None and len(dash.scanned.experts)
+            if finding.layer is not None and has_expert_grid(dash.scanned)
             else "file"
             if finding.file
             else "findings"
