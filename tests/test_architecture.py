@@ -515,6 +515,31 @@ def test_the_ui_reaches_the_core_through_one_door() -> None:
     assert through == {}
 
 
+# The libraries mypy skips on purpose though the code imports them (pyproject.toml says why).
+_SKIPPED_AND_IMPORTED = {"torch", "transformers", "vllm"}
+
+
+def test_mypy_skips_no_other_library_the_code_imports() -> None:
+    """mypy does not analyse the libraries that only other libraries import (pyproject.toml,
+    `follow_imports = "skip"`): one the code itself imports would be typed Any there, and
+    mypy would see no error in its use. Imports inside functions and type-only ones count."""
+    import tomllib
+
+    overrides = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["overrides"]
+    skipped = {
+        pattern.removesuffix(".*")
+        for override in overrides
+        if override.get("follow_imports") == "skip"
+        for pattern in override["module"]
+    }
+    imported = {
+        base.split(".")[0]
+        for module, path in _module_files().items()
+        for base, _, _ in _imports(module, path, types=True)
+    }
+    assert skipped & imported == _SKIPPED_AND_IMPORTED
+
+
 # -- the floors: each room of inspector/_internal/ above everything it imports -----------
 
 INTERNAL = "inspector._internal"
