@@ -325,6 +325,33 @@ def test_diff_identical_with_data(capsys, healthy: Path, tmp_path: Path) -> None
     )
 
 
+def test_diff_of_torch_dist_checkpoints_compares_the_assembled_tensors(capsys) -> None:
+    """Megatron's torch_dist tensors are compared as assembled from their chunks (the global
+    shape of the expert stack, not a rank's piece): two real writers' checkpoints of
+    different models differ in a dtype, an expert width and the layers one of them lacks."""
+    a = FIXTURES / "megatron/healthy"
+    b = FIXTURES / "torch-dcp/megatron-style-2rank/iter_0000100"
+    code, out, _ = cli(capsys, "diff", str(a), str(b), "--json")
+    assert code == 1, out
+    found = json.loads(out)
+    changed = {
+        c["name"]: (c["a_dtype"], c["a_shape"], c["b_dtype"], c["b_shape"])
+        for c in found["changed"]
+    }
+    assert changed == {
+        "decoder.final_layernorm.weight": ("F32", [16], "BF16", [16]),
+        "decoder.layers.mlp.experts.experts.linear_fc1.weight": (
+            "BF16",
+            [2, 4, 8, 16],
+            "BF16",
+            [2, 4, 32, 16],
+        ),
+    }
+    assert found["only_b"] == [] and "output_layer.weight" in found["only_a"]
+    assert "mtp.layers.0.eh_proj.weight" in found["only_a"] and not found["identical"]
+    assert cli(capsys, "diff", str(a), str(a), "--json")[0] == 0
+
+
 def test_diff_names_dtypes_shapes_and_mtp_keyset(capsys, healthy: Path, tmp_path: Path) -> None:
     state = model(extra_state=True)
     del state["model.layers.2.input_layernorm.weight"]
