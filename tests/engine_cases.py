@@ -14,6 +14,8 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
+from inspector._internal.common.filenames import CONFIG_NAME
+
 __all__ = ["LLAMA_BLOCK", "write_eagle3", "write_llama_gguf"]
 
 # What convert_hf_to_gguf.py writes for one Llama block (gguf-py names).
@@ -92,5 +94,5 @@ def write_eagle3(
         "num_key_value_heads": 2,
         "intermediate_size": 32,
     }
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     return folder

@@ -39,6 +39,8 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
+
 __all__ = ["MODELS", "Tensor", "write_model"]
 
 Tensor = tuple[str, str, tuple[int, ...]]
@@ -55,7 +57,7 @@ def write_model(folder: Path, name: str, *, shards: int = 8) -> Path:
     """Write model `name` of `MODELS` into `folder`: config.json, shards, the index."""
     config, tensors = MODELS[name]()
     folder.mkdir(parents=True, exist_ok=True)
-    config.to_json_file(str(folder / "config.json"))
+    config.to_json_file(str(folder / CONFIG_NAME))
     entries = list(tensors)
     per = math.ceil(len(entries) / shards)
     weight_map: dict[str, str] = {}
@@ -66,7 +68,7 @@ def write_model(folder: Path, name: str, *, shards: int = 8) -> Path:
         total += _write_shard(folder / file, chunk)
         weight_map.update(dict.fromkeys((n for n, _, _ in chunk), file))
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     return folder
 
 

@@ -15,6 +15,7 @@ from hf_exports import modelopt_export, tiny_deepseek_v3
 
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.plans.repair import plan_repair, scanned_after
 from inspector._internal.plans.repair_all import ALL_PARTS, plan_all
@@ -116,9 +117,9 @@ def test_lost_experts_are_offered_back_from_the_reference_the_config_names(
         experts_only=True,
         edit=lambda s: {k: v for k, v in s.items() if not k.startswith(prefixes)},
     )
-    config = json.loads((lost / "config.json").read_text())
+    config = json.loads((lost / CONFIG_NAME).read_text())
     config["_name_or_path"] = "nvfp4"  # beside the export, as a run folder keeps them
-    (lost / "config.json").write_text(json.dumps(config))
+    (lost / CONFIG_NAME).write_text(json.dumps(config))
     scanned = scan(lost)
     (issue,) = [p for p in group_problems(scanned, check(scanned)) if p.key == "experts-missing"]
     assert issue.action.kind == "restore" and "re-run the exporter" not in issue.action.command

@@ -31,6 +31,12 @@ from inspector import verify, write_manifest
 from inspector._internal.checkpoint.loaded import tensor_data
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
+    CONFIG_NAME,
+    GENERATION_CONFIG_NAME,
+    INDEX_NAME,
+)
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.consolidate import engine as copy_engine
@@ -40,8 +46,8 @@ from inspector._internal.plans.reshard import plan_reshard
 from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError
 
-BIN_INDEX = "pytorch_model.bin.index.json"
-ST_INDEX = "model.safetensors.index.json"
+BIN_INDEX = BIN_INDEX_NAME
+ST_INDEX = INDEX_NAME
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -104,16 +110,16 @@ def views() -> dict[str, torch.Tensor]:
     ("case", "files"),
     [
         ("torch-save/storage-layouts", ["model.safetensors"]),
-        ("torch-save/state-dict", ["config.json", "model.safetensors"]),
+        ("torch-save/state-dict", [CONFIG_NAME, "model.safetensors"]),
         (
             "transformers4/llama-single",
-            ["config.json", "generation_config.json", "model.safetensors"],
+            [CONFIG_NAME, GENERATION_CONFIG_NAME, "model.safetensors"],
         ),
         (
             "transformers4/mixtral-sharded",
             [
-                "config.json",
-                "generation_config.json",
+                CONFIG_NAME,
+                GENERATION_CONFIG_NAME,
                 *(f"model-0000{i}-of-00008.safetensors" for i in range(1, 9)),
                 ST_INDEX,
             ],
@@ -165,13 +171,13 @@ def test_tied_head_left_out_as_safetensors_records_it(tmp_path: Path) -> None:
     """torch.save(model.state_dict()) keeps lm_head.weight on the embedding's storage: the
     output holds the embedding once, records the alias, and loads clean (tied); with
     tie_word_embeddings false both names are written, each its own copy."""
-    config = json.loads((FIXTURES / "torch-save" / "state-dict" / "config.json").read_text())
+    config = json.loads((FIXTURES / "torch-save" / "state-dict" / CONFIG_NAME).read_text())
     # config.save_pretrained wrote no `architectures`: name the class so the load check runs.
     for tied in (True, False):
         src = tmp_path / f"src-{tied}"
         shutil.copytree(FIXTURES / "torch-save" / "state-dict", src)
         new = {**config, "architectures": ["LlamaForCausalLM"], "tie_word_embeddings": tied}
-        (src / "config.json").write_text(json.dumps(new))
+        (src / CONFIG_NAME).write_text(json.dumps(new))
         dest = tmp_path / f"out-{tied}"
         plan = plan_consolidation(scan(src), dest)
         assert plan.execute(progress=False, verify_data=True).ok
@@ -256,7 +262,7 @@ def test_repair_reshard_converts_a_bin_folder_in_place(
     out = capsys.readouterr().out
     assert "no index: one file" in out and "re-check: no findings" in out
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    assert names == ["config.json", "generation_config.json", "model.safetensors"]
+    assert names == [CONFIG_NAME, GENERATION_CONFIG_NAME, "model.safetensors"]
     backup = next((folder / ".ckpt-inspect-backup").iterdir())
     assert sorted(p.name for p in backup.iterdir()) == sorted(
         [BIN_INDEX, *(f"pytorch_model-0000{i}-of-00003.bin" for i in (1, 2, 3))]

@@ -36,6 +36,7 @@ from inspector._internal.checkpoint import naming
 from inspector._internal.checkpoint.naming import parse_name, parse_names
 from inspector._internal.checks import coverage as cov
 from inspector._internal.checks.dcp import _missing_rank_files
+from inspector._internal.common.filenames import QUANT_CONFIG_NAME
 
 SECONDS = 20
 GROWN_BYTES = 400_000_000
@@ -287,7 +288,7 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
             "exclude_modules": [f"model.layers.{i}.*.gate*" for i in range(5000)],
         }
     }
-    (folder / "hf_quant_config.json").write_text(json.dumps(doc))
+    (folder / QUANT_CONFIG_NAME).write_text(json.dumps(doc))
     scanned = scan(folder)
     found = [f for f in check(scanned, model=False) if f.code == "check-budget-exceeded"]
     assert len(found) == 1 and "NOT checked" in found[0].message

@@ -13,6 +13,7 @@ import re
 import shutil
 from pathlib import Path
 
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.findings.finding import Finding, Severity
 from inspector._internal.report.markdown import markdown_summary
@@ -163,7 +164,7 @@ def test_a_stale_index_issue_names_the_index_not_the_shard(
     """A dangling entry's finding names the shard the index points at; the issue named that
     shard as the file that 'points at the wrong places' and the one to rebuild."""
     folder = Path(shutil.copytree(demo_checkpoints / "healthy-hf-sharded", tmp_path / "ckpt"))
-    index = folder / "model.safetensors.index.json"
+    index = folder / INDEX_NAME
     doc = json.loads(index.read_text())
     doc["weight_map"]["model.layers.0.ghost.weight"] = "model-00001-of-00004.safetensors"
     index.write_text(json.dumps(doc))

@@ -22,6 +22,7 @@ import pytest
 from safetensors.numpy import save_file
 from test_hostile_names import CONTROL, ESCAPES, hostile_folder
 
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.codes import code_of
 from inspector._internal.findings.finding import FOLD
 
@@ -240,7 +241,7 @@ def test_thousands_of_findings_give_a_bounded_log(tmp_path: Path, cli) -> None:
     save_file(held, folder / shard)
     weight_map = dict.fromkeys(list(held)[:3000], shard)
     weight_map |= dict.fromkeys((f"model.layers.{i}.gone.weight" for i in range(6000)), shard)
-    (folder / "model.safetensors.index.json").write_text(
+    (folder / INDEX_NAME).write_text(
         json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map})
     )
     run = cli("check", folder, "--format", "sarif")
@@ -271,7 +272,7 @@ def test_the_pre_commit_hook_runs_its_entry_on_a_folder(demo_checkpoints: Path) 
     assert {"id", "name", "entry", "language"} <= set(hook)
     assert hook["language"] == "python" and hook["pass_filenames"] is False
     assert re.search(hook["files"], "model-00001-of-00004.safetensors")
-    assert re.search(hook["files"], "model.safetensors.index.json")
+    assert re.search(hook["files"], INDEX_NAME)
     command = hook["entry"].split()
     script = Path(sys.executable).parent / command[0]  # the console script pip installed
     assert script.is_file(), f"{script}: the project's console script is not installed"

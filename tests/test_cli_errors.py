@@ -26,7 +26,9 @@ import pytest
 from commands import UNSHARE, cli, run
 from safetensors.numpy import save_file
 
-INDEX = "model.safetensors.index.json"
+from inspector._internal.common.filenames import INDEX_NAME
+
+INDEX = INDEX_NAME
 
 
 def no_traceback(proc: subprocess.CompletedProcess) -> None:

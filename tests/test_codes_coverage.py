@@ -35,7 +35,7 @@ from remote_servers import FakeHub
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checks import check
-from inspector._internal.common.filenames import CONFIG_NAME, MANIFEST_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, MANIFEST_NAME, QUANT_CONFIG_NAME
 from inspector._internal.demo.dcp import write_rank_files
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.codes import codes_markdown
@@ -487,7 +487,7 @@ def _quant_export(tmp_path: Path, quantized_layers: dict) -> Path:
             "exclude_modules": ["lm_head", "model.embed_tokens", "*mlp.gate"],
         },
     }
-    save_json(folder / "hf_quant_config.json", doc)
+    save_json(folder / QUANT_CONFIG_NAME, doc)
     return folder
 
 
@@ -503,15 +503,15 @@ def _all_quantized() -> dict:
 def test_code_quant_config_unreadable(tmp_path: Path) -> None:
     folder = _quant_export(tmp_path, _all_quantized())
     assert run(folder) == []
-    (folder / "hf_quant_config.json").write_text('{"quantization": {"quant_algo": ')
+    (folder / QUANT_CONFIG_NAME).write_text('{"quantization": {"quant_algo": ')
     f = one(run(folder), "quant-config-unreadable")
-    assert f.file == "hf_quant_config.json" and "not valid JSON" in f.message
+    assert f.file == QUANT_CONFIG_NAME and "not valid JSON" in f.message
 
 
 def test_code_quant_config_missing_layer(tmp_path: Path) -> None:
     layers = {k: v for k, v in _all_quantized().items() if ".experts.2." not in k}
     f = one(run(_quant_export(tmp_path, layers)), "quant-config-missing-layer")
-    assert f.file == "hf_quant_config.json" and "for experts 2 (1 modules)" in f.message
+    assert f.file == QUANT_CONFIG_NAME and "for experts 2 (1 modules)" in f.message
     assert "has no quantized_layers entry" in f.message
 
 

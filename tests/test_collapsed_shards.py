@@ -10,6 +10,7 @@ from pathlib import Path
 
 from inspector import check, scan
 from inspector._internal.checks.sharding import check_collapsed_shards
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.plans.reshard import plan_reshard
 
 
@@ -63,7 +64,7 @@ def test_one_model_safetensors_as_transformers_5_saves_it_is_no_collapse(tmp_pat
     assert [f.code for f in check(scan(folder))] == []
     names = (f"model.layers.{layer}.mlp.down_proj.weight" for layer in range(6))
     weight_map = dict.fromkeys(names, "model.safetensors")
-    (folder / "model.safetensors.index.json").write_text(
+    (folder / INDEX_NAME).write_text(
         json.dumps({"metadata": {"total_size": 6 * 10**9}, "weight_map": weight_map})
     )
     assert "mapping-collapsed" in {f.code for f in check(scan(folder))}

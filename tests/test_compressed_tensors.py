@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.scan.entry import scan
 
@@ -67,9 +68,9 @@ def test_regex_ignore_is_honoured(tmp_path: Path) -> None:
     """An `re:` ignore entry that matches quantized attention modules: they are reported as
     quantized against the config, and nothing else."""
     folder = _copy("fp8-dynamic", tmp_path)
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     config["quantization_config"]["ignore"].append(r"re:.*layers\.1\.self_attn\.(q|k)_proj$")
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     (folder / "recipe.yaml").unlink()
     found = _codes(folder)
     assert set(found) == {"quant-config-missing-layer"}
@@ -96,7 +97,7 @@ def test_recipe_patterns_are_resolved_not_compared_literally() -> None:
     """oneshot's config.json lists names where its recipe keeps `re:` patterns: no finding."""
     folder = GOLDEN / "mixed-precision"
     assert "re:" in (folder / "recipe.yaml").read_text()
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     assert not any(e.startswith("re:") for e in config["quantization_config"]["ignore"])
     assert "quant-recipe-mismatch" not in _codes(folder)
 
@@ -114,9 +115,9 @@ def _hostile(tmp_path: Path, pattern: str) -> Path:
     ignore lists, and two Linear modules the writer saved under hostile names: a plain one
     and a quantized one (an F8 weight with its channel scales)."""
     folder = _copy("fp8-dynamic", tmp_path)
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     config["quantization_config"]["ignore"].append(f"re:{pattern}")
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     recipe = (folder / "recipe.yaml").read_text()
     (folder / "recipe.yaml").write_text(recipe.replace("ignore: [", f"ignore: ['re:{pattern}', "))
 
@@ -156,7 +157,7 @@ def test_backreference_is_refused_with_a_finding(tmp_path: Path) -> None:
     and in recipe.yaml, and the modules it could ignore are not judged."""
     folder = _hostile(tmp_path, r"(a+)+\1$")
     found = [f for f in check(scan(folder), model=False) if f.code == "quant-pattern-refused"]
-    assert {f.file for f in found} == {"config.json", "recipe.yaml"}
+    assert {f.file for f in found} == {CONFIG_NAME, "recipe.yaml"}
     assert all("backreference" in f.message and "NOT checked" in f.message for f in found)
 
 
@@ -164,9 +165,9 @@ def test_a_hundred_thousand_empty_groups_end_in_a_finding(tmp_path: Path) -> Non
     """Config groups count as well as their entries: 100,000 groups without targets are not
     each matched against every module (groups x modules calls)."""
     folder = _copy("fp8-dynamic", tmp_path)
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     groups = config["quantization_config"]["config_groups"]
     groups.update({f"empty_{i}": {"targets": []} for i in range(100_000)})
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
     found = _codes(folder)
     assert "check-budget-exceeded" in found and "config groups" in found["check-budget-exceeded"][0]

@@ -24,7 +24,7 @@ from safetensors.torch import load_file, save_file
 from inspector import ConsolidationOptions, consolidate
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.common.units import parse_size
 from inspector._internal.formats.casting import cast_bytes
 from inspector._internal.plans.consolidate import engine as copy_engine
@@ -85,7 +85,7 @@ def test_output_equals_saved_tensors_for_every_dtype(source: Path, tmp_path: Pat
         assert got[name].dtype == tensor.dtype, name
         assert torch.equal(got[name], tensor), name
     # The mapping decided the files; the index says so and counts bytes and parameters.
-    index = json.loads((dest / "model.safetensors.index.json").read_text())
+    index = json.loads((dest / INDEX_NAME).read_text())
     expected_files = {n: f"model-{i:05d}-of-00002.safetensors" for n, i in MAPPING.items()}
     assert index["weight_map"] == expected_files
     assert index["metadata"]["total_size"] == sum(
@@ -199,7 +199,7 @@ def test_cast_changes_floating_tensors_only(source: Path, tmp_path: Path, target
         else:
             assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
     assert result.ok, result.describe()
-    index = json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())
+    index = json.loads((tmp_path / "out" / INDEX_NAME).read_text())
     assert index["metadata"]["total_size"] == plan.total_size
 
 
@@ -249,9 +249,9 @@ def test_explicit_mapping_wins_over_the_runs_mapping(source: Path, tmp_path: Pat
     expected = {n: f"model-{i:05d}-of-00003.safetensors" for n, i in mapping.items()}
     assert plan.weight_map == expected
     plan.execute(progress=False)
-    assert json.loads((tmp_path / "out" / "model.safetensors.index.json").read_text())[
-        "weight_map"
-    ] == dict(sorted(expected.items()))
+    assert json.loads((tmp_path / "out" / INDEX_NAME).read_text())["weight_map"] == dict(
+        sorted(expected.items())
+    )
 
 
 def _reference(folder: Path, names: dict[int, str]) -> Path:
@@ -264,7 +264,7 @@ def _reference(folder: Path, names: dict[int, str]) -> Path:
         save_file(part, folder / file)
         weight_map.update(dict.fromkeys(part, file))
     doc = {"metadata": {"total_size": 0}, "weight_map": weight_map}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(doc))
+    (folder / INDEX_NAME).write_text(json.dumps(doc))
     return folder
 
 
@@ -279,7 +279,7 @@ def test_reference_names_of_automodel_2289_keep_their_file_count(
     }
     ref = _reference(tmp_path / "ref", names)
     scanned = scan(copy_without_mapping)
-    for reference in (ref, ref / "model.safetensors.index.json"):
+    for reference in (ref, ref / INDEX_NAME):
         plan = plan_consolidation(scanned, tmp_path / "out", reference=reference)
         assert plan.assignment.startswith("reference")
         assert len(plan.outputs) == 2
@@ -287,14 +287,14 @@ def test_reference_names_of_automodel_2289_keep_their_file_count(
             n: f"model-{i:05d}-of-00002.safetensors" for n, i in MAPPING.items()
         }
     # Without its index, the reference's shard headers say the same.
-    (ref / "model.safetensors.index.json").unlink()
+    (ref / INDEX_NAME).unlink()
     table, label = reference_assignment(ref)
     assert table == MAPPING and "shard headers" in label
 
 
 def test_reference_without_numbered_names_falls_back_to_sorted_order(tmp_path: Path) -> None:
     ref = _reference(tmp_path / "ref", {1: "a-embed.safetensors", 2: "b-rest.safetensors"})
-    table, _ = reference_assignment(ref / "model.safetensors.index.json")
+    table, _ = reference_assignment(ref / INDEX_NAME)
     assert table == MAPPING
     ref2 = _reference(tmp_path / "ref2", {1: "z.safetensors", 2: "m.safetensors"})
     table2, _ = reference_assignment(ref2)
@@ -347,7 +347,7 @@ def test_resume_keeps_complete_outputs_and_redoes_partial_ones(
     second.rename(second.with_name(second.name + ".partial"))
     with open(second.with_name(second.name + ".partial"), "r+b") as fh:
         fh.truncate(100)
-    (dest / "model.safetensors.index.json").unlink()
+    (dest / INDEX_NAME).unlink()
 
     result = plan.execute(resume=True, progress=False)
     assert result.skipped == (first.name,) and result.written == (second.name,)
@@ -569,7 +569,7 @@ def test_source_cut_while_its_columns_are_copied_fails_cleanly_instead_of_dying(
     assert str(src / cut[0]) in lines[0]
     assert "the file ended at byte 0: it got shorter while it was read" in lines[0]
     assert copy_engine.AGAIN in lines[0]
-    assert not list(dest.glob("*.partial")) and not (dest / "model.safetensors.index.json").exists()
+    assert not list(dest.glob("*.partial")) and not (dest / INDEX_NAME).exists()
 
 
 @pytest.mark.parametrize("kernel", [True, False], ids=["copy_file_range", "pread"])
@@ -598,7 +598,7 @@ def test_source_cut_while_its_bytes_are_copied_leaves_no_partial_output(
     assert copy_engine.AGAIN in message
     left = sorted(p.name for p in (tmp_path / "out").iterdir())
     assert not [n for n in left if n.endswith(".partial")], left
-    assert "model.safetensors.index.json" not in left
+    assert INDEX_NAME not in left
 
 
 def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> None:
@@ -607,7 +607,7 @@ def test_reference_overrides_a_collapsed_recorded_mapping(tmp_path: Path) -> Non
     from inspector._internal.demo.dcp import write_dcp_demo
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
-    reference = src / ".hf_metadata" / "model.safetensors.index.json"
+    reference = src / ".hf_metadata" / INDEX_NAME
     plan = plan_consolidation(scan(src), tmp_path / "out", reference=reference)
     assert len(plan.outputs) == 4
     assert "collapsed mapping" in plan.describe()
@@ -626,7 +626,7 @@ def test_default_consolidation_of_a_collapsed_mapping_follows_the_reference_it_n
     from inspector._internal.demo.dcp import write_dcp_demo
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
-    kept = src / ".hf_metadata" / "model.safetensors.index.json"
+    kept = src / ".hf_metadata" / INDEX_NAME
     plan = plan_consolidation(scan(src), tmp_path / "out")
     assert len(plan.outputs) == 4
     assert plan.assignment == "reference .hf_metadata/model.safetensors.index.json"
@@ -660,7 +660,7 @@ def test_a_collapse_over_the_split_size_without_a_reference_is_packed_by_size(
     from inspector._internal.plans.consolidate.plan import choose_assignment
 
     src = write_dcp_demo(tmp_path / "src", collapsed=True)
-    (src / ".hf_metadata" / "model.safetensors.index.json").unlink()
+    (src / ".hf_metadata" / INDEX_NAME).unlink()
     scanned = scan(src)
     big = [n * 1000 + 400_000_000 for n in scanned.logical.nbytes]
     huge = dataclasses.replace(scanned, logical=dataclasses.replace(scanned.logical, nbytes=big))

@@ -66,7 +66,7 @@ def test_an_existing_checkpoint_as_dest_is_refused_then_backed_up_with_overwrite
         plan.execute(progress=False)
     message = str(info.value)
     assert "config.json (other content than this plan writes)" in message
-    assert "model.safetensors.index.json" in message and "tokenizer.json" in message
+    assert INDEX_NAME in message and "tokenizer.json" in message
     assert "--overwrite" in message and "\n" not in message
     assert snapshot(dest) == before  # not one byte written, nothing created
 
@@ -95,7 +95,7 @@ def test_a_second_run_of_the_same_plan_needs_no_overwrite(source: Path, tmp_path
     plan.execute(progress=False, verify=False)
     # A temp file of the index left by a kill: ours while it holds a prefix of our index.
     (dest / ".model.safetensors.index.json.tmp-4242").write_bytes(
-        (dest / "model.safetensors.index.json").read_bytes()[:50]
+        (dest / INDEX_NAME).read_bytes()[:50]
     )
     result = plan.execute(progress=False)
     assert result.ok and result.backup is None and len(result.written) == 2

@@ -17,6 +17,7 @@ from dcp_writers import full_tensors
 from safetensors.torch import load_file
 
 from inspector import verify, write_manifest
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -82,13 +83,13 @@ def test_two_processes_split_the_outputs(
     files = sorted(p.name for p in dest.iterdir())
     assert files == [
         "ckpt-inspect-manifest.json",
-        "config.json",
+        CONFIG_NAME,
         "model-00001-of-00003.safetensors",
         "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors",
-        "model.safetensors.index.json",
+        INDEX_NAME,
     ]
-    index = json.loads((dest / "model.safetensors.index.json").read_text())
+    index = json.loads((dest / INDEX_NAME).read_text())
     assert index["weight_map"] == {
         n: f"model-{i:05d}-of-00003.safetensors" for n, i in sorted(mapping.items())
     }

@@ -16,7 +16,7 @@ import pytest
 from inspector.widgets import Dashboard as _Dashboard
 from inspector.widgets.dashboard import CheckpointState
 
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
 from inspector._internal.plans.consolidate import reference_assignment
 from inspector._internal.report.html import scanned_html
@@ -53,7 +53,7 @@ def _copy(demos: Path, name: str, tmp_path: Path) -> Path:
 
 
 def _weight_map(folder: Path) -> dict[str, str]:
-    return json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+    return json.loads((folder / INDEX_NAME).read_text())["weight_map"]
 
 
 def test_every_code_is_explained():
@@ -122,7 +122,7 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     demos: Path, tmp_path: Path
 ):
     folder = _copy(demos, DRIFT, tmp_path)
-    before = (folder / "model.safetensors.index.json").read_text()
+    before = (folder / INDEX_NAME).read_text()
     dash = Dashboard(folder)
     drift_before = dash.select("Findings")
     repair = dash.select("Repair")
@@ -133,14 +133,14 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     assert "backed up" in repair.question.value
     repair.cancel.click()
     assert repair.confirm_box.layout.display == "none"
-    assert (folder / "model.safetensors.index.json").read_text() == before
+    assert (folder / INDEX_NAME).read_text() == before
     # 2. Repair, then Confirm: the index lists the MTP tensors, the old file is backed up.
     repair.repair.click()
     repair.confirm.click()
     assert any(name.startswith("mtp.") for name in _weight_map(folder))
     backups = list((folder / ".ckpt-inspect-backup").iterdir())
     assert len(backups) == 1
-    assert (backups[0] / "model.safetensors.index.json").read_text() == before
+    assert (backups[0] / INDEX_NAME).read_text() == before
     # 3. Every tab was refreshed from a re-scan.
     assert dash.state.findings == () and dash.tab.titles[FINDINGS_TAB] == "Findings (0)"
     after = dash.panel("Repair")
@@ -164,7 +164,7 @@ def test_repair_of_a_changed_file_is_refused_and_shown(demos: Path, tmp_path: Pa
     folder = _copy(demos, DRIFT, tmp_path)
     repair = Dashboard(folder).select("Repair")
     # Someone rewrites the index between planning and confirming.
-    (folder / "model.safetensors.index.json").write_text('{"weight_map": {}}')
+    (folder / INDEX_NAME).write_text('{"weight_map": {}}')
     repair.repair.click()
     repair.confirm.click()
     assert "changed since the repair was planned" in repair.result.value
@@ -259,7 +259,7 @@ def test_consolidate_tab_writes_verified_output(demos: Path, tmp_path: Path):
     form.run.click()
     assert "cannot read size" in form.status.value and not (tmp_path / "out").exists()
     # With the reference model's assignment the output has the reference's 4 files.
-    table, _ = reference_assignment(folder / ".hf_metadata" / "model.safetensors.index.json")
+    table, _ = reference_assignment(folder / ".hf_metadata" / INDEX_NAME)
     mapping = tmp_path / "mapping.json"
     mapping.write_text(json.dumps(table))
     form.mapping.value, form.max_size.value = str(mapping), "5GB"
@@ -279,7 +279,7 @@ def test_consolidate_from_the_overview_prefills_the_reference_the_finding_names(
     reference index the run kept, its plan has the reference's 4 files, and the issue's fix
     names the same reference."""
     folder = _copy(demos, DCP_COLLAPSED, tmp_path)
-    kept = folder / ".hf_metadata" / "model.safetensors.index.json"
+    kept = folder / ".hf_metadata" / INDEX_NAME
     dash = Dashboard(folder)
     (issue,) = [p for p in dash.state.problems if p.key == "mapping-collapsed"]
     assert issue.action.command.endswith(f"--reference {kept}")
@@ -304,14 +304,14 @@ def test_consolidate_into_a_destination_holding_other_files_asks_for_overwrite(
     form = Dashboard(folder, model=False).select("Consolidate")
     dest = Path(form.dest.value)
     dest.mkdir()
-    index = dest / "model.safetensors.index.json"
+    index = dest / INDEX_NAME
     index.write_text('{"weight_map": {}}')  # someone else's index, under a name we write
     (dest / "notes.txt").write_text("mine")
     assert form.execute() is None
     status = form.status.value
     assert "PlanRefusedError" in status and "DEST is not empty: 2 entries" in status
     assert "Nothing was written" in status and "tick <b>overwrite</b>" in status
-    assert sorted(p.name for p in dest.iterdir()) == ["model.safetensors.index.json", "notes.txt"]
+    assert sorted(p.name for p in dest.iterdir()) == [INDEX_NAME, "notes.txt"]
     assert index.read_text() == '{"weight_map": {}}' and not form.run.disabled
     # Ticked: what a written file replaces is moved to a backup first, the rest left alone.
     form.overwrite.value = True
@@ -443,9 +443,9 @@ def test_duplicate_policy_repairs_an_index_that_lost_the_tensor(write_state_dict
     folder = write_state_dict(state, max_shard_size="2KB")
     name = "model.layers.0.mlp.up_proj.weight"
     save_file({name: torch.zeros(2, 2)}, folder / "stray.safetensors", metadata={"format": "pt"})
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index = json.loads((folder / INDEX_NAME).read_text())
     home = index["weight_map"].pop(name)
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     dash = Dashboard(folder)
     repair = dash.select("Repair")
     assert "REFUSED" in repair.plan_view.value and repair.repair.disabled
@@ -468,7 +468,7 @@ def test_overview_repair_action_opens_the_planned_repair_and_asks(demos: Path, t
     fix_index.click()
     repair = dash.panels["Repair"]
     assert dash.tab.selected_index == dash.TABS.index("Repair") and repair.parts == ("index",)
-    assert [w.path for w in repair.plan.writes] == ["model.safetensors.index.json"]
+    assert [w.path for w in repair.plan.writes] == [INDEX_NAME]
     # It says exactly what this plan fixes and what it leaves (the sidecar problem).
     assert "fixes 22 of 44 findings" in repair.verdict.value
     assert "It cannot fix" in repair.verdict.value and "--only sidecars" in repair.verdict.value
@@ -772,7 +772,7 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
     other = Dashboard(demos / DRIFT)
     calls.clear()
     assert other.repair(("index",)).parts == ("index",) and calls == []
-    assert "model.safetensors.index.json" in other.panel("Repair").plan_view.value
+    assert INDEX_NAME in other.panel("Repair").plan_view.value
 
 
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
@@ -1235,7 +1235,7 @@ def test_repair_all_from_the_overview_fixes_both_parts_at_once(demos: Path, tmp_
     fix_all.click()
     repair = dash.panels["Repair"]
     assert {w.path for w in repair.plan.writes} == {
-        "model.safetensors.index.json",
+        INDEX_NAME,
         "model-00004-of-00004.safetensors.json",
     }
     assert "fixes 44 of 44 findings" in repair.verdict.value

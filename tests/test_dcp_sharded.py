@@ -27,7 +27,7 @@ from inspector._internal.checkpoint.scanned import DcpChunk, DcpInfo, full_shape
 from inspector._internal.checks import check
 from inspector._internal.checks.coverage import coverage
 from inspector._internal.checks.dcp import check_dcp
-from inspector._internal.common.filenames import CONFIG_NAME, HF_METADATA_DIR
+from inspector._internal.common.filenames import CONFIG_NAME, HF_METADATA_DIR, INDEX_NAME
 from inspector._internal.demo.dcp import write_dcp_demo, write_rank_files
 from inspector._internal.layouts import dcp_sharded
 from inspector._internal.scan.entry import scan
@@ -318,7 +318,7 @@ def test_collapsed_against_reference_index(model: Path) -> None:
         filename_pattern="model.safetensors{suffix}.safetensors",
     )
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-    (model / ".hf_metadata" / "model.safetensors.index.json").write_text(json.dumps(index))
+    (model / ".hf_metadata" / INDEX_NAME).write_text(json.dumps(index))
     scanned = scan(model)
     assert by_code(scanned, "mapping-collapsed") == []  # the real mapping uses 2 files
     edit_mapping(model, lambda m: m.update(dict.fromkeys(m, 1)))
@@ -500,7 +500,7 @@ def _upstream(folder: Path, *, shards: bool) -> Path:
         for file, names in split.filename_to_tensors.items():
             save_file({n: state[n] for n in names}, str(folder / file), metadata={"format": "pt"})
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     return folder
 
 

@@ -11,12 +11,13 @@ import numpy as np
 import pytest
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.demo import SAFETENSORS_DEMOS, demo_names, write_demos
 from inspector._internal.demo.model import GROUP_SIZE, TinyMoeSpec, build_model
 from inspector._internal.demo.safetensors_layouts import save_shard, split_greedy
 from inspector._internal.scan.entry import scan
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 _EXPERT = re.compile(
     r"^(model\.layers\.\d+|mtp\.layers\.\d+\.transformer_layer)\.mlp\.experts\.(\d+)\."
 )
@@ -198,7 +199,7 @@ def test_1422_last_sidecar_and_index_omit_the_mtp_tensors_the_shard_holds(demos)
 
 def test_1631_config_is_truncated_and_only_experts_0_to_63_exist(demos):
     folder = demos["modelopt-1631-ep-collision"]
-    text = (folder / "config.json").read_text()
+    text = (folder / CONFIG_NAME).read_text()
     with pytest.raises(json.JSONDecodeError):
         json.loads(text)
     assert '"n_routed_experts": 512' in text
@@ -214,7 +215,7 @@ def test_1631_config_is_truncated_and_only_experts_0_to_63_exist(demos):
     assert set(experts) == expected_layers
     assert all(ids == set(range(64)) for ids in experts.values())
     assert found["model.layers.1.mlp.gate.weight"][2] == (512, 16)
-    quantized = _read(folder / "hf_quant_config.json")["quantization"]["quantized_layers"]
+    quantized = _read(folder / QUANT_CONFIG_NAME)["quantization"]["quantized_layers"]
     assert {int(k.split(".")[5]) for k in quantized} == set(range(64))
     for shard in scanned.shards:
         assert set(scanned.sidecars[shard.file].weight_map) == set(shard.names)
@@ -232,7 +233,7 @@ def test_2289_every_tensor_collapsed_into_one_file_while_reference_had_four(demo
     assert set(reference["weight_map"]) == set(scanned.shards[0].names)
     assert reference["metadata"]["total_size"] == scanned.shards[0].tensor_bytes
     assert len(scanned.shards[0].names) == _expected_count(TinyMoeSpec(quantized=False))
-    assert not (folder / "hf_quant_config.json").exists()
+    assert not (folder / QUANT_CONFIG_NAME).exists()
     assert set(scanned.shards[0].dtypes) == {"BF16", "F32"}
 
 

@@ -13,6 +13,7 @@ from engine_cases import write_eagle3, write_llama_gguf
 
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.load.engine import EngineVerdict, vllm_available
 from inspector._internal.scan.entry import scan
 from inspector._internal.serve.engine import engine_check, verdict_findings
@@ -253,11 +254,11 @@ def test_gguf_blocks_past_block_count(tmp_path: Path) -> None:
 def test_gguf_rope_freqs_where_config_json_scales_rope_as_llama3(tmp_path: Path) -> None:
     write_llama_gguf(tmp_path)
     config = {"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
-    (tmp_path / "config.json").write_text(__import__("json").dumps(config))
+    (tmp_path / CONFIG_NAME).write_text(__import__("json").dumps(config))
     codes = [f for f in check(scan(tmp_path), model=False) if f.code == "gguf-tensor-missing"]
     assert len(codes) == 1 and "rope_freqs" in codes[0].message
     write_llama_gguf(tmp_path / "with", extra=("rope_freqs.weight",))
-    (tmp_path / "with" / "config.json").write_text(__import__("json").dumps(config))
+    (tmp_path / "with" / CONFIG_NAME).write_text(__import__("json").dumps(config))
     assert check(scan(tmp_path / "with"), model=False) == []
 
 
@@ -318,7 +319,7 @@ def test_tied_head_full_read(tmp_path: Path) -> None:
         str(tmp_path / "model.safetensors"),
     )
     config = {"model_type": "llama", "tie_word_embeddings": True, "num_hidden_layers": 0}
-    (tmp_path / "config.json").write_text(__import__("json").dumps(config))
+    (tmp_path / CONFIG_NAME).write_text(__import__("json").dumps(config))
     full = [
         f
         for f in check(scan(tmp_path), model=False, values="full")

@@ -25,6 +25,7 @@ from sparse_checkpoints import NEMOTRON_PATTERN, write_model
 from inspector import fit, scan
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.serve.fit import ACTIVATION_TOKENS, FIXED_OVERHEAD
 from inspector._internal.serve.gpus import GIB, GPUS
 from inspector.errors import InspectorError
@@ -450,7 +451,7 @@ def test_a_hostile_config_is_a_finding_never_a_traceback(small: Path, tmp_path: 
         "vocab_size": 64,
         "max_position_embeddings": 4096,
     }
-    (folder / "config.json").write_text(json.dumps({**config, **edit}))
+    (folder / CONFIG_NAME).write_text(json.dumps({**config, **edit}))
     scanned = scan(folder)
     for options in ({}, {"tp": 4, "pp": 2, "gpu_memory": 80, "context": 2**40}):
         result = fit(scanned, **options)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.execution import atomic
 from inspector.errors import InspectorError
 
@@ -180,7 +181,7 @@ def test_hostile_lock_entries_are_replaced_never_used(tmp_path: Path, kind: str)
     lock = folder / atomic.LOCK
     secret = tmp_path / "secret.txt"  # outside the checkpoint
     secret.write_text("do not touch")
-    kept = folder / "model.safetensors.index.json"
+    kept = folder / INDEX_NAME
     kept.write_text('{"weight_map": {}}')
     if kind == "fifo":
         os.mkfifo(lock)

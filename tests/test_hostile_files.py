@@ -20,6 +20,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.demo.dcp import write_dcp_demo
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.finding import Finding
@@ -30,7 +31,7 @@ from inspector.errors import PlanRefusedError
 
 pytestmark = pytest.mark.timeout(60)  # a FIFO that is opened blocking would hang forever
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 ITER = "iter_0000100"
 SECRET = "TOKEN=never-in-a-report"
 
@@ -77,7 +78,7 @@ def sharded(tmp_path: Path) -> Path:
     (folder / INDEX).write_text(
         json.dumps({"metadata": {"total_size": 40}, "weight_map": weight_map})
     )
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    (folder / CONFIG_NAME).write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
     assert unsafe(all_findings(folder)) == {}
     return folder
 
@@ -86,7 +87,7 @@ def sharded(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
-@pytest.mark.parametrize("name", [INDEX, "config.json", "model-00001-of-00002.safetensors"])
+@pytest.mark.parametrize("name", [INDEX, CONFIG_NAME, "model-00001-of-00002.safetensors"])
 def test_special_file_as_index_config_or_shard(sharded: Path, name: str, kind: str) -> None:
     plant(sharded / name, kind)
     found = unsafe(all_findings(sharded))
@@ -133,7 +134,7 @@ def test_dcp_mapping_and_config_that_are_special(tmp_path: Path) -> None:
     folder = write_dcp_demo(tmp_path / "model")
     meta = folder / ".hf_metadata"
     plant(meta / "fqn_to_file_index_mapping.json", "fifo")
-    plant(meta / "config.json", "dev-zero")
+    plant(meta / CONFIG_NAME, "dev-zero")
     found = unsafe(scan(folder).read_findings)
     assert sorted(found) == [
         ".hf_metadata/config.json",
@@ -161,11 +162,11 @@ def test_shard_linked_out_of_the_folder(sharded: Path, secret: Path) -> None:
 
 
 def test_config_linked_to_a_sibling_folder(sharded: Path, secret: Path) -> None:
-    (sharded / "config.json").unlink()
-    (sharded / "config.json").symlink_to(Path("..") / "outside" / secret.name)
+    (sharded / CONFIG_NAME).unlink()
+    (sharded / CONFIG_NAME).symlink_to(Path("..") / "outside" / secret.name)
     scanned = scan(sharded)
     assert scanned.config is None and scanned.spec.num_layers is None  # not even salvaged
-    assert list(unsafe(scanned.read_findings)) == ["config.json"]
+    assert list(unsafe(scanned.read_findings)) == [CONFIG_NAME]
     no_leak(check(scanned, model=False))
 
 
@@ -217,10 +218,10 @@ def test_hf_cache_link_into_another_repository_is_refused(sharded: Path, tmp_pat
     snapshot = hf_cache_snapshot(tmp_path, {p.name: p for p in sharded.iterdir()})
     other = tmp_path / "hub" / "models--someone--else" / "blobs"
     other.mkdir(parents=True)
-    shutil.copyfile(sharded / "config.json", other / "cafe")
-    (snapshot / "config.json").unlink()
-    (snapshot / "config.json").symlink_to(other / "cafe")
-    assert list(unsafe(scan(snapshot).read_findings)) == ["config.json"]
+    shutil.copyfile(sharded / CONFIG_NAME, other / "cafe")
+    (snapshot / CONFIG_NAME).unlink()
+    (snapshot / CONFIG_NAME).symlink_to(other / "cafe")
+    assert list(unsafe(scan(snapshot).read_findings)) == [CONFIG_NAME]
 
 
 # -- scan and consolidate agree --------------------------------------------------------------

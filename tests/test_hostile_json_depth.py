@@ -27,6 +27,7 @@ from modelopt_writer import (
 from test_codes_coverage import moe_config, moe_model, write_hf
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector._internal.demo.torch_dist import write_torch_dist_demo
 from inspector._internal.findings.finding import Finding
 from inspector._internal.layouts._common import MAX_JSON_DEPTH, decode_json
@@ -85,7 +86,7 @@ def hf(tmp_path: Path) -> Path:
     ("file", "code", "place"),
     [
         (INDEX, "index-unreadable", lambda d: d["metadata"]),
-        ("config.json", "config-unreadable", lambda d: d),
+        (CONFIG_NAME, "config-unreadable", lambda d: d),
     ],
 )
 def test_hf_files_nested_too_deep(
@@ -95,7 +96,7 @@ def test_hf_files_nested_too_deep(
     found = findings_of(hf, code)
     assert len(found) == 1 and found[0].file == file
     assert LIMIT_TEXT in found[0].message
-    if file == "config.json":  # the load check says why it did not run, nothing more
+    if file == CONFIG_NAME:  # the load check says why it did not run, nothing more
         verdict = load_verdict(scan(hf))
         assert verdict.skipped is not None and "cannot be read" in verdict.skipped
 
@@ -103,7 +104,7 @@ def test_hf_files_nested_too_deep(
 def test_a_deep_but_readable_config_is_read(hf: Path) -> None:
     """Within the budget the file is read as it is; the load check bounds itself
     (tests/test_hostile_load_check.py)."""
-    with_deep_value(hf / "config.json", MAX_JSON_DEPTH - 1, lambda d: d)  # inside the top
+    with_deep_value(hf / CONFIG_NAME, MAX_JSON_DEPTH - 1, lambda d: d)  # inside the top
     scanned = scan(hf)
     assert scanned.read_findings == [] and scanned.config is not None
     assert not [f for f in check(scanned, model=False) if f.code == "config-unreadable"]
@@ -111,8 +112,8 @@ def test_a_deep_but_readable_config_is_read(hf: Path) -> None:
 
 @pytest.mark.parametrize("depth", TOO_DEEP)
 def test_quant_config_nested_too_deep(hf: Path, depth: int) -> None:
-    save_json(hf / "hf_quant_config.json", {"quantization": {"quant_algo": "FP8"}})
-    with_deep_value(hf / "hf_quant_config.json", depth, lambda d: d["quantization"])
+    save_json(hf / QUANT_CONFIG_NAME, {"quantization": {"quant_algo": "FP8"}})
+    with_deep_value(hf / QUANT_CONFIG_NAME, depth, lambda d: d["quantization"])
     found = findings_of(hf, "quant-config-unreadable")
     assert len(found) == 1 and LIMIT_TEXT in found[0].message
 

@@ -34,7 +34,7 @@ from test_cli_errors import no_traceback
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
 from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.common.text import short_repr
 from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.html import findings_html, problems_html, scanned_html
@@ -42,7 +42,7 @@ from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.report.query import export_tensors
 from inspector._internal.scan.entry import scan
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 # What a terminal, a log viewer or a text renderer acts on: C0 controls (ESC, CR, BS, BEL,
 # NL...), DEL, C1 controls (CSI 0x9b, OSC 0x9d), line and paragraph separators, the bidi
 # embeddings, overrides and isolates, zero-width characters and the BOM.

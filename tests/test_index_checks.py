@@ -18,6 +18,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
 from inspector._internal.checks import index as index_check
 from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.findings.finding import (
     FOLD,
     Finding,
@@ -28,7 +29,7 @@ from inspector._internal.findings.finding import (
 from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 SHARD_1 = "model-00001-of-00003.safetensors"
 SHARD_3 = "model-00003-of-00003.safetensors"
 
@@ -404,10 +405,10 @@ def test_bytes_that_are_not_utf8_make_the_index_unreadable_not_the_scan(
 def test_config_salvage_skips_values_that_are_not_utf8(tmp_path: Path) -> None:
     from inspector._internal.layouts._common import salvage_json_prefix
 
-    (tmp_path / "config.json").write_bytes(
+    (tmp_path / CONFIG_NAME).write_bytes(
         b'{"num_hidden_layers": 4, "model_type": "ab\xd8", "num_experts": 8, '
     )
-    assert salvage_json_prefix(local_location(tmp_path) / "config.json") == {
+    assert salvage_json_prefix(local_location(tmp_path) / CONFIG_NAME) == {
         "num_hidden_layers": 4,
         "num_experts": 8,
     }

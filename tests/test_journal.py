@@ -18,12 +18,13 @@ import pytest
 from commands import run
 from safetensors.numpy import save_file
 
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.execution import atomic
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.scan.entry import scan
 from inspector.errors import PlanRefusedError, UnsafeInputError
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 
 
 def drifted(folder: Path) -> Path:
@@ -84,7 +85,7 @@ def test_shipped_old_style_journal_leaving_the_folder_is_refused(
         ("sub/../../outside/secret.txt", "x"),
         (".x.tmp-1", "x"),  # our temp name, but not for this writer's pid
         ("evil", ".ckpt-inspect-backup/not-a-stamp/evil"),
-        ("evil", "config.json"),  # a replace whose source is not the temp we write
+        ("evil", CONFIG_NAME),  # a replace whose source is not the temp we write
     ],
 )
 def test_foreign_entries_are_never_replayed_even_when_confirmed(

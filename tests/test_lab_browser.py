@@ -42,6 +42,7 @@ from browser import (
 )
 from inspector.widgets.dashboard import Dashboard
 
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.scan.entry import scan
 
 pytestmark = pytest.mark.browser
@@ -99,13 +100,13 @@ def test_dashboard_in_jupyterlab(lab: tuple[Lab, Path], lab_pages):
     assert (layer, expert) == ("1", "1"), (layer, expert)
     assert "model.layers.1.mlp.experts.1.down_proj.weight" in details, details
     assert ".experts.2." not in details and "model.layers.2." not in details
-    assert "Repaired." in result and "model.safetensors.index.json" in result
+    assert "Repaired." in result and INDEX_NAME in result
     # On disk: the index lists the MTP tensors; the old index is backed up.
     copy = work / DASHBOARD_COPY
-    index = json.loads((copy / "model.safetensors.index.json").read_text())
+    index = json.loads((copy / INDEX_NAME).read_text())
     assert any(name.startswith("mtp.") for name in index["weight_map"])
     (backup,) = (copy / ".ckpt-inspect-backup").iterdir()
-    old = json.loads((backup / "model.safetensors.index.json").read_text())
+    old = json.loads((backup / INDEX_NAME).read_text())
     assert not any(name.startswith("mtp.") for name in old["weight_map"])
     assert scan(copy).index.weight_map == index["weight_map"]
     # Reopened: the snapshot shows the state after the repair, with its figures.

@@ -20,13 +20,14 @@ from hf_exports import resaved, tiny_deepseek_v3  # noqa: E402
 
 from inspector._internal.checks import check  # noqa: E402
 from inspector._internal.checks.model_load import check_load  # noqa: E402
+from inspector._internal.common.filenames import INDEX_NAME  # noqa: E402
 from inspector._internal.diagnosis.issues import Problem, group_problems  # noqa: E402
 from inspector._internal.load.verdict import LoadVerdict, load_verdict  # noqa: E402
 from inspector._internal.plans.repair import plan_repair, preview_repair  # noqa: E402
 from inspector._internal.report.markdown import markdown_summary  # noqa: E402
 from inspector._internal.scan.entry import scan  # noqa: E402
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 
 
 @pytest.fixture(scope="module")

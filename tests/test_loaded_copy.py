@@ -31,13 +31,14 @@ from inspector._internal.checks import check, check_layout
 from inspector._internal.checks.deep import deep_check
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.checks.values import value_table, values_check
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.integrity.manifest import parse_manifest
 from inspector._internal.integrity.verify import verify, write_manifest
 from inspector._internal.plans.repair import plan_index
 from inspector._internal.plans.restore import plan_restore
 from inspector._internal.scan.entry import scan
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 NEW = "model-zz.safetensors"
 
 # How the other copy is planted, and whose copy transformers keeps: "new" (the planted one)
@@ -297,8 +298,8 @@ def _named(llama: Path, dest: Path, value: object) -> Path:
     save_file(state, str(dest / "evil.safetensors"), metadata={"format": "pt"})
     (dest / "sub").mkdir()
     shutil.copy(dest / "evil.safetensors", dest / "sub" / "evil.safetensors")
-    config = json.loads((dest / "config.json").read_text())
-    (dest / "config.json").write_text(json.dumps(config | {"transformers_weights": value}))
+    config = json.loads((dest / CONFIG_NAME).read_text())
+    (dest / CONFIG_NAME).write_text(json.dumps(config | {"transformers_weights": value}))
     return dest
 
 

@@ -17,6 +17,7 @@ from inspector._internal.checkpoint.parameters import (
 )
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
 from inspector._internal.demo.safetensors_layouts import modelopt_1422
 from inspector._internal.load.verdict import LoadVerdict, ShapeMismatch, load_verdict
 from inspector._internal.plans.repair import plan_repair
@@ -25,7 +26,7 @@ from inspector._internal.report.summary import summarize
 from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 
 
 def test_seed_1422_scan_load_check_and_repair_give_one_number(tmp_path: Path, capsys):
@@ -94,7 +95,7 @@ def test_a_model_larger_than_the_checkpoint_is_a_positive_count_with_its_cause()
     sorted(
         p.relative_to(GOLDEN).as_posix()
         for p in GOLDEN.glob("*/*")
-        if (p / "config.json").is_file() and (p / INDEX).is_file()
+        if (p / CONFIG_NAME).is_file() and (p / INDEX).is_file()
     ),
 )
 def test_the_count_is_the_models_own_on_every_real_writer(case: str):

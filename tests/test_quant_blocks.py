@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.scan.entry import scan
 
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers"
@@ -19,15 +20,15 @@ def _mismatches(folder: Path) -> list[str]:
 
 
 def _edit_config(folder: Path, **changes: object) -> None:
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     config["quantization_config"].update(changes)
-    (folder / "config.json").write_text(json.dumps(config))
+    (folder / CONFIG_NAME).write_text(json.dumps(config))
 
 
 def test_mxfp4_blocks_in_a_module_not_to_convert(tmp_path: Path) -> None:
     folder = tmp_path / "m"
     shutil.copytree(GOLDEN / "mxfp4" / "gpt-oss", folder)
-    config = json.loads((folder / "config.json").read_text())
+    config = json.loads((folder / CONFIG_NAME).read_text())
     keep = config["quantization_config"]["modules_to_not_convert"]
     _edit_config(folder, modules_to_not_convert=[*keep, "model.layers.1.mlp.experts"])
     found = _mismatches(folder)

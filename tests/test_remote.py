@@ -35,6 +35,7 @@ from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check
 from inspector._internal.checks.values import value_table
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.finding import Finding
 from inspector._internal.load.verdict import load_verdict, verdict_digest
 from inspector._internal.plans.consolidate import plan_consolidation
@@ -49,7 +50,7 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("aws_env", "quic
 
 FIXTURES = Path(__file__).parent / "fixtures" / "writers"
 BUCKET = "ckpts"
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ from remote_servers import Answer, FakeGCS, FakeHub, Proxy, RangeHTTPServer
 
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.scan.entry import scan
 from inspector._internal.storage.guard import ANSWER_CAP, MAX_LISTING, RedirectPolicy, origin
 from inspector.errors import RemoteAccessError
@@ -40,7 +41,7 @@ from inspector.errors import RemoteAccessError
 pytest.importorskip("aiohttp")
 pytestmark = [pytest.mark.timeout(120), pytest.mark.usefixtures("quick_retries")]
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 SHA = "a" * 40
 # Bounds on every request of a test that does not wait for them (a test whose server
 # misbehaves otherwise than planned then fails in seconds); the defaults are 120 s and 30 s.

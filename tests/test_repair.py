@@ -16,11 +16,12 @@ from safetensors.torch import save_file
 from inspector import check, scan
 from inspector._internal.checkpoint.parameters import count_parameters
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.execution import atomic
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.repair import plan_index, plan_repair, plan_sidecars
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 REPAIRABLE = {
     "index-dangling-tensor",
     "index-wrong-file",

@@ -18,10 +18,11 @@ from safetensors.numpy import save_file
 
 from inspector import check, scan
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.execution import atomic
 from inspector._internal.plans.repair import plan_repair
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 INDEX_CODES = {
     "index-unreadable",
     "index-missing-file",

@@ -11,9 +11,10 @@ import pytest
 
 from inspector import check, scan
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import QUANT_CONFIG_NAME
 from inspector._internal.plans.repair import plan_quant_config, plan_repair
 
-QUANT = "hf_quant_config.json"
+QUANT = QUANT_CONFIG_NAME
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,10 @@ from test_journal import drifted
 
 from inspector._internal.checks import check
 from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
     CONFIG_NAME,
     GENERATION_CONFIG_NAME,
+    INDEX_NAME,
     WELL_KNOWN,
     is_well_known,
 )
@@ -27,7 +29,7 @@ from inspector._internal.layouts.modelopt_per_layer import shard_of_sidecar, sid
 from inspector._internal.plans.repair import plan_repair
 from inspector._internal.scan.entry import scan
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 GOLDEN = Path(__file__).resolve().parent / "fixtures" / "writers" / "modelopt"
 EXPORT = GOLDEN / "modelopt-1422-sidecar-drift"  # nvidia-modelopt's own `<stem>.json` sidecars
 
@@ -114,7 +116,7 @@ def test_no_well_known_name_is_ever_a_sidecar(name: str) -> None:
 
 
 def test_indices_are_never_sidecars() -> None:
-    for name in ("pytorch_model.bin.index.json", "diffusion_pytorch_model.safetensors.index.json"):
+    for name in (BIN_INDEX_NAME, "diffusion_pytorch_model.safetensors.index.json"):
         assert is_well_known(name)
         assert shard_of_sidecar(name, {name.replace(".json", ".safetensors")}) is None
 

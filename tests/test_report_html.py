@@ -17,6 +17,7 @@ from transformers import Qwen3MoeConfig
 
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.findings.finding import make_finding
 from inspector._internal.report.markdown import markdown_summary
 from inspector._internal.scan.entry import scan
@@ -66,7 +67,7 @@ def write_moe_checkpoint(folder: Path) -> Path:
     for file, names in split.filename_to_tensors.items():
         save_file({n: state[n] for n in names}, folder / file, metadata={"format": "pt"})
     index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     return folder
 
 

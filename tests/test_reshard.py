@@ -13,9 +13,10 @@ from safetensors.numpy import save_file
 from inspector import check, scan
 from inspector._internal.checks.diff import diff_checkpoints
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.plans.reshard import plan_reshard
 
-INDEX = "model.safetensors.index.json"
+INDEX = INDEX_NAME
 
 
 def _collapsed(folder: Path, layers: int = 12) -> Path:

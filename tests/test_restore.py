@@ -18,6 +18,7 @@ from safetensors.torch import load_file
 
 from inspector._internal.checks import check
 from inspector._internal.cli.main import main
+from inspector._internal.common.filenames import CONFIG_NAME
 from inspector._internal.load.verdict import load_verdict
 from inspector._internal.plans.consolidate.engine import AGAIN
 from inspector._internal.plans.repair import plan_repair
@@ -103,9 +104,9 @@ def test_a_quantized_export_takes_experts_only_in_its_own_format(
 
 def test_tied_head_is_not_restored(original: Path, tmp_path: Path) -> None:
     broken = resaved(original, tmp_path / "ckpt", lose("lm_head."))
-    config = load_json(broken / "config.json")
+    config = load_json(broken / CONFIG_NAME)
     config["tie_word_embeddings"] = True
-    save_json(broken / "config.json", config)
+    save_json(broken / CONFIG_NAME, config)
     plan = plan_restore(scan(broken), scan(original))
     assert plan.empty and "ties it to the input embedding" in plan.notes[0]
 
@@ -130,7 +131,7 @@ def test_refusals_and_a_changed_index(original: Path, tmp_path: Path) -> None:
     single = tmp_path / "single"
     single.mkdir()
     shutil.copy(next(original.glob("model-00001-*.safetensors")), single / "model.safetensors")
-    shutil.copy(original / "config.json", single / "config.json")
+    shutil.copy(original / CONFIG_NAME, single / CONFIG_NAME)
     plan = plan_restore(scan(single), scan(original))
     assert plan.empty and "loaders read model.safetensors alone" in plan.refused[0]
     assert plan_restore(scan(original), scan(original)).refused

@@ -24,6 +24,7 @@ from modelopt_writer import (
 from safetensors.torch import save_file
 
 from inspector._internal.checks import check
+from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME
 from inspector._internal.demo.dcp import write_rank_files
 from inspector._internal.demo.torch_dist import (
     RerunState,
@@ -154,7 +155,7 @@ def _write_ep_export(folder: Path, *, ep_bug: bool, layers: int = 3) -> Path:
     write_modelopt_export(folder, state, config=_ep_config(layers))
     # The exporter wrote quantized_layers from what it saw: the experts that survived.
     ids = range(LOCAL) if ep_bug else range(EXPERTS)
-    save_json(folder / "hf_quant_config.json", _quant_config(ids, layers))
+    save_json(folder / QUANT_CONFIG_NAME, _quant_config(ids, layers))
     return folder
 
 
@@ -162,13 +163,13 @@ def test_modelopt_1631_ep_collision(tmp_path: Path) -> None:
     layers = 3
     folder = _write_ep_export(tmp_path / "export", ep_bug=True, layers=layers)
     # Several ranks rewrote config.json at once: a reader saw the first part of the text.
-    text = (folder / "config.json").read_text()
+    text = (folder / CONFIG_NAME).read_text()
     cut = text.index('"quantization_config"') + 30
-    (folder / "config.json").write_text(text[:cut])
+    (folder / CONFIG_NAME).write_text(text[:cut])
     findings = run(folder)
     assert codes(findings) == {"expert-missing", "config-unreadable"}
     (unreadable,) = of(findings, "config-unreadable")
-    assert unreadable.file == "config.json" and "not valid JSON" in unreadable.message
+    assert unreadable.file == CONFIG_NAME and "not valid JSON" in unreadable.message
     # The structure is salvaged from the readable part of the truncated config.
     assert "num_hidden_layers=3" in unreadable.message
     assert "n_routed_experts=512" in unreadable.message
@@ -190,7 +191,7 @@ def test_modelopt_1631_config_cut_before_the_expert_count(tmp_path: Path) -> Non
     set the expectation. Without routers, the layer holding the most experts sets it."""
     layers = 2
     folder = _write_ep_export(tmp_path / "export", ep_bug=True, layers=layers)
-    (folder / "config.json").write_text('{"model_type": "deepseek_v3", "num_hidden_la')
+    (folder / CONFIG_NAME).write_text('{"model_type": "deepseek_v3", "num_hidden_la')
     missing = of(run(folder, model=False), "expert-missing")
     assert [f.layer for f in missing] == list(range(layers))
     for f in missing:
@@ -251,7 +252,7 @@ def _write_dcp_run(folder: Path, parse) -> Path:
     index = {"metadata": {"total_size": 0}, "weight_map": reference}
     (meta / INDEX).write_text(json.dumps(index))
     config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": HIDDEN}
-    (meta / "config.json").write_text(json.dumps(config))
+    (meta / CONFIG_NAME).write_text(json.dumps(config))
     return folder
 
 

@@ -12,6 +12,7 @@ from inspector._internal.checkpoint.spec import (
     layer_types_from_config,
     spec_from_config,
 )
+from inspector._internal.common.filenames import CONFIG_NAME
 
 transformers = pytest.importorskip("transformers")
 
@@ -160,7 +161,7 @@ def test_truncated_config_keeps_every_key_the_spec_reads(tmp_path) -> None:
          "hidden_size": 16, "vocab_size": 32},
         indent=2,
     )  # fmt: skip
-    (tmp_path / "config.json").write_text(text[: text.index('"vocab_size"')])
+    (tmp_path / CONFIG_NAME).write_text(text[: text.index('"vocab_size"')])
     scanned = scan(tmp_path)
     assert [p.code for p in scanned.read_findings] == ["config-unreadable"]
     assert (scanned.spec.num_layers, scanned.spec.experts_per_layer) == (6, 64)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.common.filenames import INDEX_NAME
 from inspector._internal.scan.entry import scan
 
 transformers = pytest.importorskip("transformers")
@@ -138,7 +139,7 @@ def test_scan_is_clean_and_sharded(saved: Saved) -> None:
     assert len(saved.scanned.shards) > 1
     # Names on disk differ from the in-memory ones (transformers converts on save), so
     # compare with the index it wrote, and bytes with the model's own tensors.
-    index = json.loads((saved.folder / "model.safetensors.index.json").read_bytes())
+    index = json.loads((saved.folder / INDEX_NAME).read_bytes())
     assert set(saved.scanned.tensors["name"]) == set(index["weight_map"])
     assert int(saved.scanned.tensors["nbytes"].sum()) == saved.state_bytes
 

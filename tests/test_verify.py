@@ -22,6 +22,7 @@ from inspector._internal.cli.main import main
 from inspector._internal.common.filenames import (
     CONFIG_NAME,
     HF_METADATA_DIR,
+    INDEX_NAME,
     MANIFEST_NAME,
     is_well_known,
 )
@@ -466,7 +467,7 @@ def test_repair_refreshes_only_what_it_wrote(copy: Path) -> None:
     from inspector._internal.plans.repair import plan_repair
 
     write_manifest(copy)
-    index = copy / "model.safetensors.index.json"
+    index = copy / INDEX_NAME
     doc = json.loads(index.read_text())
     doc["weight_map"].pop(next(iter(doc["weight_map"])))
     index.write_text(json.dumps(doc))
@@ -527,7 +528,7 @@ def _lose_a_tensor(folder: Path) -> str:
     lost = "model.norm.weight"
     del tensors[lost]
     save_file(tensors, str(shard), metadata=metadata)
-    index = folder / "model.safetensors.index.json"
+    index = folder / INDEX_NAME
     doc = json.loads(index.read_text())
     del doc["weight_map"][lost]
     index.write_text(json.dumps(doc))
@@ -554,7 +555,7 @@ def test_cli_repair_reshard_and_restore_refresh_the_manifest(
     copy: Path, tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     if command == "index":
-        index = copy / "model.safetensors.index.json"
+        index = copy / INDEX_NAME
         doc = json.loads(index.read_text())
         doc["weight_map"].pop(next(iter(doc["weight_map"])))
         index.write_text(json.dumps(doc))
@@ -737,7 +738,7 @@ def _two_shards(write_state_dict: Callable[..., Path]) -> Path:
         "y.weight": torch.ones(8, 24),
     }
     folder = write_state_dict(state, folder="good", max_shard_size=600)
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index = json.loads((folder / INDEX_NAME).read_text())
     assert set(index["weight_map"].values()) == set(_SHARDS)
     assert index["weight_map"]["x.weight"] == index["weight_map"]["z.weight"]
     write_manifest(folder)
@@ -753,7 +754,7 @@ def _send_x_elsewhere(good: Path, shard: str, value: float) -> Path:
     bad = good.parent / f"bad-{shard}"
     shutil.copytree(good, bad)
     save_file({"x.weight": torch.full((8, 8), value)}, str(bad / shard), metadata={"format": "pt"})
-    path = bad / "model.safetensors.index.json"
+    path = bad / INDEX_NAME
     index = json.loads(path.read_text())
     index["weight_map"]["x.weight"] = shard
     path.write_text(json.dumps(index))
@@ -825,7 +826,7 @@ _SHARDS = ("model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors
 
 
 def _holder(folder: Path, name: str) -> str:
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index = json.loads((folder / INDEX_NAME).read_text())
     return str(index["weight_map"][name])
 
 
@@ -841,7 +842,7 @@ def test_an_index_entry_leaving_the_folder_is_never_all_match(
     bad = good.parent / "bad"
     shutil.copytree(good, bad)
     save_file({"x.weight": torch.full((8, 8), 7.0)}, str(good.parent / "outside.safetensors"))
-    path = bad / "model.safetensors.index.json"
+    path = bad / INDEX_NAME
     index = json.loads(path.read_text())
     index["weight_map"]["x.weight"] = "../outside.safetensors"
     path.write_text(json.dumps(index))
@@ -868,7 +869,7 @@ def test_a_file_the_source_does_not_list_is_never_all_match(
     bad = good.parent / "bad"
     shutil.copytree(good, bad)
     save_file({"w.weight": torch.ones(4)}, str(bad / "model-00003-of-00003.safetensors"))
-    path = bad / "model.safetensors.index.json"
+    path = bad / INDEX_NAME
     index = json.loads(path.read_text())
     index["weight_map"]["w.weight"] = "model-00003-of-00003.safetensors"
     path.write_text(json.dumps(index))
@@ -1033,7 +1034,7 @@ def test_a_shard_where_the_listing_skips_is_verified(tmp_path: Path, shard: str)
     (folder / shard).parent.mkdir(parents=True)
     save_file({"w": np.arange(4, dtype=np.float32)}, str(folder / shard))
     index = {"metadata": {"total_size": 16}, "weight_map": {"w": shard}}
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    (folder / INDEX_NAME).write_text(json.dumps(index))
     write_manifest(folder)
     data = bytearray((folder / shard).read_bytes())
     data[-1] ^= 0xFF

@@ -49,6 +49,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
+# The file-name table, from the project's source tree (the writers' environments do not
+# install the project; importing it takes the standard library alone).
+sys.path.insert(1, str(_common.REPO))
+
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
+
 WRITER = "automodel"
 PACKAGE = "nemo-automodel"
 SCRIPT = "write_automodel.py"
@@ -94,7 +100,7 @@ def write_upstream(folder: Path, *, qwen35_names: bool) -> None:
     model.save_pretrained(folder, max_shard_size=UPSTREAM_SHARD)
     if not qwen35_names:
         return
-    index_path = folder / "model.safetensors.index.json"
+    index_path = folder / INDEX_NAME
     index = json.loads(index_path.read_text())
     renames = {
         name: name.replace("model-", "model.safetensors-", 1)
@@ -117,7 +123,7 @@ def _pre_2289_mapping(reference_model_path: str, key_mapping: Any = None) -> dic
                 return int(parts[i + 1])
         return 1
 
-    index = json.loads((Path(reference_model_path) / "model.safetensors.index.json").read_text())
+    index = json.loads((Path(reference_model_path) / INDEX_NAME).read_text())
     return {fqn: index_of(filename) for fqn, filename in index["weight_map"].items()}
 
 
@@ -212,7 +218,7 @@ def main() -> None:
             # The reference NeMo read its output assignment from: its index and config (the
             # shards themselves are not needed to see what the mapping should have been).
             (dest / "upstream").mkdir()
-            for name in ("model.safetensors.index.json", "config.json"):
+            for name in (INDEX_NAME, CONFIG_NAME):
                 shutil.copy2(work / "upstream" / name, dest / "upstream" / name)
             full = torch.load(work / "writer-state.pt", weights_only=True)
         model_dir = dest / "model"

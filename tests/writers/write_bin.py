@@ -50,9 +50,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
+# The file-name table, from the project's source tree (the writers' environments do not
+# install the project; importing it takes the standard library alone).
+sys.path.insert(1, str(_common.REPO))
+
+from inspector._internal.common.filenames import BIN_INDEX_NAME
+
 SCRIPT = "write_bin.py"
 SHARD = "10KB"
-INDEX = "pytorch_model.bin.index.json"
+INDEX = BIN_INDEX_NAME
 COMMON: dict[str, Any] = {
     "vocab_size": 64,
     "hidden_size": 16,

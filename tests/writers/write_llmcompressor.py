@@ -62,6 +62,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
+# The file-name table, from the project's source tree (the writers' environments do not
+# install the project; importing it takes the standard library alone).
+sys.path.insert(1, str(_common.REPO))
+
+from inspector._internal.common.filenames import CONFIG_NAME
+
 WRITER = "llmcompressor"
 PACKAGE = "llmcompressor"
 SCRIPT = "write_llmcompressor.py"
@@ -151,7 +157,7 @@ def _scheme(scheme: str, ignore: list[str]) -> Any:
 
 
 def _quant_config(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "config.json").read_text())["quantization_config"]
+    return json.loads((folder / CONFIG_NAME).read_text())["quantization_config"]
 
 
 def _record(
@@ -250,7 +256,7 @@ def main() -> None:
         )
 
         dest = _copy_run(run_b, "targeted-module-unquantized")
-        for name in ("config.json", "recipe.yaml"):
+        for name in (CONFIG_NAME, "recipe.yaml"):
             shutil.copy2(run_a / name, dest / name)
         _record(
             "targeted-module-unquantized",
@@ -269,10 +275,10 @@ def main() -> None:
 
         dest = _common.case_dir(WRITER, "lm-head-scales-exported")
         _quantize(base, dest, _scheme("NVFP4", ["re:.*mlp.gate$"]), calibrate=True)
-        config = json.loads((dest / "config.json").read_text())
+        config = json.loads((dest / CONFIG_NAME).read_text())
         config["quantization_config"]["ignore"].append("lm_head")
         # the same formatting ModelCompressor.update_config uses
-        (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True))
         _record(
             "lm-head-scales-exported",
             description="oneshot NVFP4 with lm_head quantized, config.json then edited to "

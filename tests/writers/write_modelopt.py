@@ -58,6 +58,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
+# The file-name table, from the project's source tree (the writers' environments do not
+# install the project; importing it takes the standard library alone).
+sys.path.insert(1, str(_common.REPO))
+
+from inspector._internal.common.filenames import CONFIG_NAME
+
 WRITER = "modelopt"
 PACKAGE = "nvidia-modelopt"
 SCRIPT = "write_modelopt.py"
@@ -278,7 +284,7 @@ def _interleave_config_writes(rank: int, dest: str) -> None:
     from transformers import PretrainedConfig
 
     real = PretrainedConfig.to_json_file
-    target = (Path(dest) / "config.json").resolve()
+    target = (Path(dest) / CONFIG_NAME).resolve()
     marker = Path(dest).parent / f".{Path(dest).name}-config-written"
 
     def interleaved(self: Any, json_file_path: Any, use_diff: bool = True) -> None:

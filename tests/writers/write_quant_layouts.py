@@ -63,6 +63,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common
 
+# The file-name table, from the project's source tree (the writers' environments do not
+# install the project; importing it takes the standard library alone).
+sys.path.insert(1, str(_common.REPO))
+
+from inspector._internal.common.filenames import CONFIG_NAME, GENERATION_CONFIG_NAME, INDEX_NAME
+
 SCRIPT = "write_quant_layouts.py"
 MXFP4_NOT_CONVERTED = [
     "model.layers.*.self_attn",
@@ -102,7 +108,7 @@ def _drop(folder: Path, names: list[str]) -> None:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    index_path = folder / "model.safetensors.index.json"
+    index_path = folder / INDEX_NAME
     index = json.loads(index_path.read_text())
     for name in names:
         shard = folder / index["weight_map"].pop(name)
@@ -121,7 +127,7 @@ def _replace(folder: Path, updates: dict[str, Any]) -> None:
     from safetensors import safe_open
     from safetensors.torch import save_file
 
-    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index = json.loads((folder / INDEX_NAME).read_text())
     by_shard: dict[str, dict[str, Any]] = {}
     for name, value in updates.items():
         by_shard.setdefault(index["weight_map"][name], {})[name] = value
@@ -197,7 +203,7 @@ def _write_gpt_oss(model: Any, dest: Path) -> dict[str, Any]:
         "modules_to_not_convert": MXFP4_NOT_CONVERTED,
         "quant_method": "mxfp4",
     }
-    (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     return state
 
 
@@ -288,7 +294,7 @@ def mxfp4_cases() -> None:
 
     dest = _common.case_dir("mxfp4", "dequantized-resave")
     loaded.save_pretrained(dest, max_shard_size="40KB")
-    config = json.loads((dest / "config.json").read_text())
+    config = json.loads((dest / CONFIG_NAME).read_text())
     _record(
         "mxfp4",
         "dequantized-resave",
@@ -352,10 +358,10 @@ def _write_deepseek(bf16: Path, dest: Path) -> dict[str, Any]:
         else:
             state[name] = t
     _save_sharded(state, dest, "100KB")
-    config = json.loads((bf16 / "config.json").read_text())
+    config = json.loads((bf16 / CONFIG_NAME).read_text())
     config["quantization_config"] = DEEPSEEK_FP8
-    (dest / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    shutil.copy2(bf16 / "generation_config.json", dest / "generation_config.json")
+    (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    shutil.copy2(bf16 / GENERATION_CONFIG_NAME, dest / GENERATION_CONFIG_NAME)
     return state
 
 
@@ -494,7 +500,7 @@ def fp8_cases() -> None:
             "the fused experts.*_scale_inv tensors match no module (load-unexpected-tensor)",
             extra={
                 "parameters": params,
-                "quantization_config": json.loads((dest / "config.json").read_text())[
+                "quantization_config": json.loads((dest / CONFIG_NAME).read_text())[
                     "quantization_config"
                 ],
             },

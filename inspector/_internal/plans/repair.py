@@ -41,6 +41,7 @@ from inspector._internal.checkpoint.scanned import (
     ScannedCheckpoint,
 )
 from inspector._internal.checkpoint.tables import rows_named
+from inspector._internal.checkpoint.tensor_shards import normalize_member, normalized
 from inspector._internal.checks import check
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import (
@@ -454,7 +455,7 @@ def plan_index(
     unowned = unowned_target(scanned, name, FileRole.INDEX)
     if unowned:
         return RepairPlan(scanned.path, refused=(unowned,))
-    old_map = scanned.index.weight_map if scanned.index else {}
+    old_map = _read_map(scanned.index)
     chosen, refused, notes = _choose_files(scanned, old_map, duplicates)
     if refused:
         return RepairPlan(scanned.path, refused=refused, notes=notes)
@@ -477,7 +478,11 @@ def plan_index(
     old = read_current_text(scanned.location / name)
     if old is not None and _same_json(old, raw):
         return RepairPlan(scanned.path, notes=notes)
-    changes = _map_changes(old_map, chosen) + _meta_changes(old_meta, metadata)
+    changes = (
+        _map_changes(old_map, chosen)
+        + _meta_changes(old_meta, metadata)
+        + _respelled(scanned.index.files.values if scanned.index else ())
+    )
     return RepairPlan(scanned.path, (FileWrite(name, old, new, tuple(changes)),), notes=notes)
 
 
@@ -522,8 +527,9 @@ def plan_sidecars(scanned: ScannedCheckpoint) -> RepairPlan:
         old = read_current_text(scanned.location / rel)
         if old is not None and _same_json(old, raw):
             continue
-        old_map = existing.weight_map if existing else {}
+        old_map = _read_map(existing)
         changes = _map_changes(old_map, raw["weight_map"])
+        changes += _respelled(existing.files.values if existing else ())
         old_size = existing.metadata.get("total_size") if existing else None
         if old_size != metadata["total_size"]:
             changes.append(f"total_size {old_size} -> {metadata['total_size']}")
@@ -783,11 +789,32 @@ def _sibling_configs(
     return added, refused
 
 
+def _read_map(doc: IndexDoc | None) -> Mapping[str, str]:
+    """The weight map of an index or sidecar as the checks read it: `./a`, `.//a` and
+    `././/a` all name the shard `a` (`normalize_member`), so a plan compares its choices with
+    the files the entries mean, not with how they are spelled. Read-only."""
+    return normalized(doc.lookup_map()) if doc is not None else {}
+
+
+def _respelled(files: Sequence[str]) -> list[str]:
+    """The change line for file names a rewrite writes in their normal form (the diff shows
+    every such entry changed; no tensor moved)."""
+    spelled = [f"{f} -> {normalize_member(f)}" for f in sorted(files) if normalize_member(f) != f]
+    return [f"file names written as the shards are named: {examples(spelled)}"] if spelled else []
+
+
 def _same_json(text: str, value: Any) -> bool:
+    """True when the file at `text` already says what `value` says, read as the checks read
+    it (its weight map's file names normalised, `_read_map`): a healthy file is not rewritten
+    only to respell its entries."""
     try:
-        return json.loads(text) == value
+        current = json.loads(text)
     except ValueError:
         return False
+    wmap = current.get("weight_map") if isinstance(current, dict) else None
+    if isinstance(wmap, dict) and all(isinstance(f, str) for f in wmap.values()):
+        current["weight_map"] = normalized(wmap)
+    return bool(current == value)
 
 
 def read_current_text(path: Location) -> str | None:
