@@ -9,7 +9,7 @@ MKDOCS_BUILD := NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --s
 DEMO_DIR ?= build/demo
 TORCH_PIN ?= torch==2.13.0
 
-.PHONY: demo test fuzz lint format lab lab-notebooks bench bench-checkpoint docs docs-screenshot \
+.PHONY: demo test coverage fuzz lint format lab lab-notebooks bench bench-checkpoint docs docs-screenshot \
 	clean fixtures \
 	vendor-plotly
 
@@ -108,6 +108,25 @@ docs-fuzz: docs-build
 # kept 1.81 busy for 52 CPU-s more (each worker pays its imports and session fixtures) and
 # took 371 s.
 PYTEST_WORKERS ?= 3
+
+# Line coverage of inspector/ and widgets/ over the whole suite (pytest-cov; about 1.5x a
+# `make test` pytest run, so never part of it). The processes the tests start measure
+# themselves too (CLI runs, the load check's and the engine's children, notebook kernels):
+# pyproject's [tool.coverage.run] says how. pytest-cov combines what ended before pytest did;
+# the files of children that end later are added after. Prints the table of
+# tests/coverage_table.py (by folder, then inspector/, widgets/, both); the per-file report
+# is build/coverage/html/index.html. Fails when pytest failed, after the report.
+# `make coverage COVERAGE_TESTS=tests/test_x.py` measures some files only.
+COVERAGE_DIR := build/coverage
+coverage: $(STAMP)
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	@$(PHASE) "pytest with coverage" $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile \
+		--cov --cov-report= $(COVERAGE_TESTS); tests=$$?; \
+	$(PY) -m coverage combine --append --quiet 2>/dev/null; \
+	$(PY) -m coverage json --quiet -o $(COVERAGE_DIR)/coverage.json && \
+	$(PY) -m coverage html --quiet -d $(COVERAGE_DIR)/html && \
+	$(PY) tests/coverage_table.py $(COVERAGE_DIR)/coverage.json && \
+	test $$tests = 0
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
 # not installed). `make test` runs each target a fixed number of inputs (`--short`:

@@ -7,6 +7,7 @@ data, field by field."""
 from __future__ import annotations
 
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,31 @@ def test_a_child_that_answers_no_verdict_gives_a_skipped_one(
     verdict = verdict_apart(scan(demos / HEALTHY))
     assert not verdict.ran and said in verdict.skipped, verdict.skipped
     assert fake._process is None  # ended: what it writes next cannot be trusted
+
+
+@pytest.mark.parametrize(
+    ("handler", "ended_by"),
+    [("signal.SIG_DFL", signal.SIGTERM), ("signal.SIG_IGN", signal.SIGKILL)],
+)
+def test_close_asks_the_child_to_end_then_makes_it(
+    monkeypatch: pytest.MonkeyPatch, handler: str, ended_by: signal.Signals
+) -> None:
+    # SIGTERM first, so a child that handles it (a measured one saves its line data) can;
+    # one that ignores it is killed once _CLOSE_WAIT has passed, and is not left running.
+    child = load_child.VerdictProcess("unused", what="a stand-in", seconds=5)
+    child.command = [
+        sys.executable,
+        "-c",
+        f"import signal, sys; signal.signal(signal.SIGTERM, {handler}); print(flush=True)"
+        "; sys.stdin.read()",
+    ]
+    monkeypatch.setattr(load_child, "_CLOSE_WAIT", 0.2)
+    child.start()
+    process = child._process
+    assert process is not None and process.stdout is not None
+    process.stdout.readline()  # its handler is set
+    child.close()
+    assert process.returncode == -ended_by and child._process is None
 
 
 _GOOD = LoadVerdict(
