@@ -10,6 +10,13 @@ answer (`data-loads` other than `pending`) arrives. Each kernel keeps its verdic
 empty cache folder, so the verdict is computed (a first look; bench_verdict_cache.py measures
 the second).
 
+Each case also reports the kernel process's CPU seconds from sending the cell until the
+Overview is on the wire (user + system, every thread of the kernel): on the shared machine
+the wall times follow the load, the CPU seconds far less. The kernels write bytecode for
+what they import (a session that sets PYTHONDONTWRITEBYTECODE had every kernel compile
+pandas and ipywidgets from source again, 1.8 s of a 5 s cell), and one untimed cell runs
+first, so that no round pays for it.
+
 Cases, run once per round, the rounds interleaved; best and median kept:
 - `floor`: a cell that only reads every shard's header and `json.loads` it (the stdlib),
   until the cell's reply;
@@ -18,14 +25,16 @@ Cases, run once per round, the rounds interleaved; best and median kept:
   scan starts instead of once the Overview is sent;
 - `baseline` (`--baseline TREE`, e.g. `git archive main | tar -x -C /tmp/base`): the
   dashboard cell on an older tree, run from an overlay that maps `inspector.widgets` to its
-  `widgets/` folder.
+  `widgets/` folder; `--baseline` again for more trees (a merge of branches made with `git
+  merge-tree --write-tree` and `git archive`), each case named `baseline FOLDER`.
 
 `--profile N`: one more kernel runs the cell under cProfile (the kernel's main thread: the
 scan, the plain checks, building and sending the Overview) and prints the N costliest
-functions by cumulative and by own time.
+functions by cumulative and by own time, in CPU seconds of that thread (`time.thread_time`:
+the wall clock counted the time the loaded machine gave to other processes).
 
     .venv/bin/python benchmarks/bench_overview.py [--runs 3] [--tensors 300000]
-        [--baseline TREE] [--orders] [--profile 30] [--lost 40:17-19]
+        [--baseline TREE ...] [--orders] [--profile 30] [--lost 40:17-19]
 
 Target: the Overview under 2 s after the cell at 300,000 tensors.
 """
@@ -74,9 +83,9 @@ _dashboard.VERDICT_WITH_SCAN = True
     + DASHBOARD_CELL
 )
 PROFILE_CELL = """\
-import cProfile, io, pstats
+import cProfile, io, pstats, time
 from IPython.display import display
-_profile = cProfile.Profile()
+_profile = cProfile.Profile(time.thread_time)
 _profile.enable()
 from inspector.widgets import Dashboard
 dash = Dashboard({folder!r})
@@ -98,6 +107,7 @@ class Run:
     verdict: float = float("nan")  # "Will it load?" with its answer arrived
     reply: float = float("nan")  # the cell's execute_reply
     comms: int = 0  # widget models opened before the Overview was on the wire
+    cpu: float = float("nan")  # the kernel's CPU seconds from sending the cell to the Overview
     load: float = 0.0  # the 1-minute load average as the cell was sent
 
 
@@ -116,9 +126,12 @@ def overlay(tree: Path) -> Path:
 def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> Run:
     """Start a kernel, run `code` in it and time its IOPub messages until the cell's reply
     and then `until` ("reply", "checked": every plain rule's findings, "verdict")."""
+    import psutil
     from jupyter_client.manager import KernelManager
 
     env = {**os.environ, CACHE_ENV: tempfile.mkdtemp(prefix="bench-overview-")}
+    # As an installed package's modules are: compiled once, then read as bytecode.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
     km = KernelManager(kernel_name="python3")
@@ -128,7 +141,9 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
     try:
         kc.wait_for_ready(timeout=60)
         kc.execute_interactive("import os", timeout=60)
+        kernel = psutil.Process(km.provisioner.process.pid)
         run = Run(load=os.getloadavg()[0])
+        cpu0 = sum(kernel.cpu_times()[:2])
         values: dict[str, str] = {}  # each widget's `value` when it opened
         t0 = time.perf_counter()
         sent = kc.execute(code, allow_stdin=True)
@@ -147,6 +162,7 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
             dashboard = _WIDGET_VIEW in data and _DASHBOARD in data.get("text/plain", "")
             if kind == "display_data" and dashboard and run.overview != run.overview:
                 run.overview = now
+                run.cpu = sum(kernel.cpu_times()[:2]) - cpu0
             state = content.get("data", {}).get("state", {})
             value = str(state.get("value", ""))
             if kind == "comm_open":
@@ -169,6 +185,8 @@ def run_cell(code: str, *, pythonpath: Path | None, until: str, echo: bool) -> R
                 and msg["parent_header"].get("msg_id") == sent
             ):
                 run.reply = now
+                if run.cpu != run.cpu:  # a cell that shows no dashboard (the floor)
+                    run.cpu = sum(kernel.cpu_times()[:2]) - cpu0
             last = {"reply": run.reply, "checked": run.checked, "verdict": run.verdict}[until]
             if run.reply == run.reply and last == last:
                 break
@@ -183,7 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="rounds (default 3)")
     parser.add_argument("--tensors", type=int, default=300_000)
     parser.add_argument("--lost", default="", metavar="LAYER:FIRST-LAST")
-    parser.add_argument("--baseline", type=Path, help="an older tree, run side by side")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        action="append",
+        default=[],
+        help="an older tree, run side by side (again for more: each named by its folder)",
+    )
     parser.add_argument(
         "--orders", action="store_true", help="also the load check's child started with the scan"
     )
@@ -202,8 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     folder = str(ensure_checkpoint(spec))
     print(f"checkpoint: {folder} ({tensor_count(spec):,} tensors)")
     trees = {"this tree": ROOT}
-    if args.baseline is not None:
-        trees["baseline"] = args.baseline.resolve()
+    for tree in args.baseline:
+        trees[_baseline_name(tree, args.baseline)] = tree.resolve()
     for tree in trees.values():  # bytecode, as an installed package has it
         for package in ("inspector", "widgets"):
             compileall.compile_dir(tree / package, quiet=1)
@@ -213,9 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         cases["this tree"] = (DASHBOARD_CELL.format(folder=folder), None)
         if args.orders:
             cases["child with the scan"] = (WITH_SCAN_CELL.format(folder=folder), None)
-        if args.baseline is not None:
-            cases["baseline"] = (DASHBOARD_CELL.format(folder=folder), overlay(trees["baseline"]))
+        for tree in args.baseline:
+            name = _baseline_name(tree, args.baseline)
+            cases[name] = (DASHBOARD_CELL.format(folder=folder), overlay(trees[name]))
     runs: dict[str, list[Run]] = {name: [] for name in cases}
+    if "this tree" in cases:
+        run_cell(cases["this tree"][0], pythonpath=None, until="reply", echo=False)
+        print("warm-up cell run (bytecode of what the kernel imports, files in the page cache)")
     for round_ in range(args.runs if cases else 0):
         for name, (code, path) in cases.items():
             until = "reply" if name == "floor" else "checked" if args.no_verdict else "verdict"
@@ -225,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"round {round_ + 1} {name:20} overview {run.overview:6.2f} s  every plain "
                 f"rule {max(run.checked, run.overview):6.2f} s  verdict "
                 f"{run.verdict:6.2f} s  reply {run.reply:6.2f} s  widgets {run.comms:4}  "
+                f"kernel CPU {run.cpu:5.2f} s  "
                 f"[load {run.load:.2f}]",
                 flush=True,
             )
@@ -242,10 +271,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _baseline_name(tree: Path, trees: list[Path]) -> str:
+    """`baseline`, or with several, `baseline NAME` (the tree's folder name)."""
+    return "baseline" if len(trees) == 1 else f"baseline {tree.resolve().name}"[:22]
+
+
 def _table(runs: dict[str, list[Run]]) -> None:
     floor = min(r.reply for r in runs["floor"])
     print(
         f"\n{'case':22}{'Overview best / median':>26}{'x floor':>9}"
+        f"{'kernel CPU-s, median':>22}"
         f"{'every plain rule, median':>26}{'verdict best / median':>26}"
     )
     for name, rs in runs.items():
@@ -256,9 +291,11 @@ def _table(runs: dict[str, list[Run]]) -> None:
         )
         checked = [max(r.checked, r.overview) for r in rs if r.checked == r.checked]
         plain = f"{statistics.median(checked):8.2f} s" if checked else "-"
+        cpus = [r.cpu for r in rs if r.cpu == r.cpu]
+        cpu = f"{statistics.median(cpus):8.2f} s" if cpus else "-"
         print(
             f"{name:22}{min(shown):10.2f} s / {statistics.median(shown):6.2f} s"
-            f"{min(shown) / floor:8.2f}x{plain:>26}{verdict:>26}"
+            f"{min(shown) / floor:8.2f}x{cpu:>22}{plain:>26}{verdict:>26}"
         )
     print(f"target: the Overview under {TARGET:g} s")
 

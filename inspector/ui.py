@@ -17,6 +17,7 @@ from inspector.errors import InspectorError, PlanRefusedError
 
 if TYPE_CHECKING:
     from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+    from inspector._internal.checkpoint.tables import scan_figures
     from inspector._internal.checks import check, rules_for
     from inspector._internal.checks.values import computed_value_table, value_table
     from inspector._internal.cli.args import (
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     )
     from inspector._internal.common.display import MESSAGE_LIMIT, NAME_LIMIT, legible, legible_each
     from inspector._internal.common.dtypes import KV_CACHE_DTYPES
+    from inspector._internal.common.gc import gc_paused
     from inspector._internal.common.text import fold_ranges, layer_name, plural
     from inspector._internal.common.units import (
         DECIMAL_UNITS,
@@ -87,7 +89,7 @@ if TYPE_CHECKING:
         name_pattern,
         query_for_finding,
     )
-    from inspector._internal.report.summary import experts_text, summarize
+    from inspector._internal.report.summary import experts_text, has_expert_grid, summarize
     from inspector._internal.report.text import engine_lines
     from inspector._internal.scan.entry import scan
     from inspector._internal.serve.engine import EngineReport, engine_check
@@ -140,9 +142,11 @@ _LAZY: dict[str, str] = {
     "fit_table": "inspector._internal.report.fit",
     "fold_ranges": "inspector._internal.common.text",
     "format_bytes": "inspector._internal.common.units",
+    "gc_paused": "inspector._internal.common.gc",
     "frame_html": "inspector._internal.report.html",
     "group_problems": "inspector._internal.diagnosis.issues",
     "grouped_by_code": "inspector._internal.findings.words",
+    "has_expert_grid": "inspector._internal.report.summary",
     "html_text": "inspector._internal.report.html",
     "known_verdict": "inspector._internal.load.verdict",
     "layer_name": "inspector._internal.common.text",
@@ -166,6 +170,7 @@ _LAZY: dict[str, str] = {
     "rules_for": "inspector._internal.checks",
     "scale_for": "inspector._internal.common.units",
     "scan": "inspector._internal.scan.entry",
+    "scan_figures": "inspector._internal.checkpoint.tables",
     "scan_from_args": "inspector._internal.cli.args",
     "severity_badge": "inspector._internal.report.html",
     "severity_counts": "inspector._internal.findings.words",
@@ -229,8 +234,10 @@ __all__ = [
     "fold_ranges",
     "format_bytes",
     "frame_html",
+    "gc_paused",
     "group_problems",
     "grouped_by_code",
+    "has_expert_grid",
     "html_text",
     "known_verdict",
     "layer_name",
@@ -254,6 +261,7 @@ __all__ = [
     "rules_for",
     "scale_for",
     "scan",
+    "scan_figures",
     "scan_from_args",
     "severity_badge",
     "severity_counts",

@@ -1454,8 +1454,6 @@ def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_o
     and its findings join the list on the page shown, the filters kept."""
     import dataclasses
 
-    from inspector._internal.findings.finding import findings_to_frame
-
     release = _held_verdict(monkeypatch)
     dash = _Dashboard(demos / DRIFT, progress=False, snapshot=False)
     built: list = []
@@ -1483,9 +1481,7 @@ def test_findings_show_before_the_load_check_which_joins_them_in_a_slot_of_its_o
         "load-missing-tensor", "the model expects lm_head.weight", tensor="lm_head.weight"
     )
     findings = (*dash.state.findings, extra)
-    panel.checked(
-        dataclasses.replace(dash.state, findings=findings, frame=findings_to_frame(findings))
-    )
+    panel.checked(dataclasses.replace(dash.state, findings=findings))  # its frame follows
     assert "added 1 finding (load-missing-tensor)" in panel.load.value
     assert panel.code.value == "unindexed-tensor" and "of 21" in panel.where.value
     assert "load-missing-tensor (1)" in [label for label, _ in panel.code.options]
@@ -1775,3 +1771,36 @@ def test_figures_place_holder_is_marked_not_drawn_until_the_tab_shows_them():
     assert list(box.box.children) == shown and len(shown) == 1
     assert NOT_DRAWN not in shown[0]._dom_classes
     assert "ckpt-test-figure" in shown[0]._dom_classes
+
+
+def test_the_expert_grid_is_known_without_building_the_tables(demos: Path, tmp_path: Path):
+    """`has_expert_grid` (whether the snapshot has an expert heatmap and the Overview's issue
+    an "On the heatmap" button, both asked before they are sent) says what the experts
+    table's rows say: from the scan's figures when experts are stored, building no table;
+    from the table when none is, where a config that declares experts still has a grid of
+    them, all missing, and a checkpoint without layers has none."""
+    from safetensors.torch import load_file, save_file
+
+    from inspector.ui import has_expert_grid
+
+    healthy = demos / "healthy-hf-sharded"
+    stored = scan(healthy)
+    assert has_expert_grid(stored) and "tables" not in vars(stored)
+    assert len(stored.experts)
+    kept = {}
+    for shard in sorted(healthy.glob("*.safetensors")):
+        kept |= {n: t for n, t in load_file(shard).items() if ".experts." not in n}
+    lost = tmp_path / "experts-lost"
+    lost.mkdir()
+    shutil.copy(healthy / CONFIG_NAME, lost / CONFIG_NAME)
+    save_file(kept, str(lost / "model.safetensors"), metadata={"format": "pt"})
+    gone = scan(lost)
+    assert has_expert_grid(gone)
+    assert len(gone.experts) and not gone.experts["tensors_found"].any()
+    bare = tmp_path / "no-layers"
+    bare.mkdir()
+    outside = {n: t for n, t in kept.items() if ".layers." not in n}
+    assert outside, "the demo's tensors changed: this case would check nothing"
+    save_file(outside, str(bare / "model.safetensors"), metadata={"format": "pt"})
+    none = scan(bare)
+    assert not has_expert_grid(none) and not len(none.experts)

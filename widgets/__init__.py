@@ -48,7 +48,13 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'inspector.widgets' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
+    from inspector.ui import gc_paused
+
+    # The dashboard's imports (pandas, ipywidgets, the core: half a second of a fresh kernel's
+    # CPU) leave their objects alive; the collector's passes over them meanwhile cost 0.07-0.1
+    # s more (two full passes among 170), as the CLI's imports did (`cli.check`).
+    with gc_paused():
+        value = getattr(import_module(module), name)
     globals()[name] = value
     return value
 

@@ -38,7 +38,7 @@ from inspector.ui import (
     verdict_apart,
 )
 
-from .controls import NOT_DRAWN, button, classed, close_tree
+from .controls import NOT_DRAWN, button, classed, close_tree, still
 from .esm import ModulePreload
 from .grid import GridCells, preload_grids, wait_for_quiet_grids
 from .guard import EXPECTED_ERRORS, captured, error_html, guarded
@@ -180,7 +180,8 @@ class Dashboard:
         self.header = w.HTML(layout=w.Layout(flex="1 1 auto", min_width="0")).add_class(
             "ckpt-header"
         )
-        self.tab = w.Tab(children=[w.VBox() for _ in self.TABS]).add_class("ckpt-tabs")
+        # The tabs' boxes and spinners share the kernel's layout and style (`still`).
+        self.tab = w.Tab(children=[still(w.VBox) for _ in self.TABS]).add_class("ckpt-tabs")
         self.tab.titles = self.TABS
         # What went wrong with the last action that has no status line of its own (a
         # re-scan, a button of the Overview, building a tab): one line under the header.
@@ -695,7 +696,7 @@ class Dashboard:
         what = TAB_ROWS[self.TABS.index(title)].building(self.current.scanned)
         spinner = self._spinners.get(title)
         if spinner is None:
-            spinner = self._spinners[title] = w.HTML()
+            spinner = self._spinners[title] = still(w.HTML)
         spinner.value = (
             "<div class='ckpt-tab-loading' style='padding:16px;color:#555'>"
             "<i class='fa fa-spinner fa-spin' style='margin-right:6px'></i>"

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 import anywidget
 import ipywidgets as w
-import pandas as pd
 import traitlets
 
 from inspector.ui import (
@@ -45,6 +44,8 @@ from .esm import (
 from .guard import guarded
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from .plot import FigureBox
 
 __all__ = [
@@ -599,6 +600,8 @@ class FrameGrid:
 
     def rows(self) -> pd.DataFrame:
         """The rows the grid shows, in its sort order (what a test or an export reads)."""
+        import pandas as pd  # here: the dashboard imports this module (`GridCells`) to start
+
         view = self.table.view(**self.config, sort=self.sort)
         try:
             return pd.DataFrame(view.to_columns())[list(self.frame.columns)]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from inspector.ui import facts_html, html_text, load_verdict_html, problems_html
+from inspector.ui import facts_html, has_expert_grid, html_text, load_verdict_html, problems_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -308,5 +308,5 @@ def headless() -> bool:
 
 def figure_names(state: CheckpointState) -> list[str]:
     """The names of the figures `snapshot_figures` returns, without building them."""
-    names = ["expert coverage"] if len(state.scanned.experts) else []
+    names = ["expert coverage"] if has_expert_grid(state.scanned) else []
     return [*names, "shard sizes", "bytes per layer"]

@@ -11,10 +11,10 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from contextvars import copy_context
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 import ipywidgets as w
-import pandas as pd
 
 from inspector.ui import (
     Finding,
@@ -22,7 +22,6 @@ from inspector.ui import (
     Problem,
     ScannedCheckpoint,
     check,
-    computed_value_table,
     findings_to_frame,
     group_problems,
     known_verdict,
@@ -34,6 +33,8 @@ from inspector.ui import (
 from .guard import captured
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from inspector.ui import LoadVerdict
 
 __all__ = [
@@ -59,11 +60,17 @@ class CheckpointState:
 
     scanned: ScannedCheckpoint
     findings: tuple[Finding, ...]
-    frame: pd.DataFrame  # the findings as `findings_to_frame` returns them
     problems: tuple[Problem, ...]
     verdict: LoadVerdict | None = None
     pending: bool = False
     unchecked: tuple[str, ...] = ()
+
+    @cached_property
+    def frame(self) -> pd.DataFrame:
+        """The findings as `findings_to_frame` returns them, made when a tab first reads
+        them: the Overview shows none of it, and made with the state it cost pandas' import
+        (0.3-1.3 s of a fresh kernel) before the Overview was sent."""
+        return findings_to_frame(self.findings)
 
     @classmethod
     def load(
@@ -142,9 +149,7 @@ class CheckpointState:
         )
         problems = group_problems(scanned, findings, verdict=verdict)
         unchecked = tuple(r.name for r in rules_for(scanned.layout) if r.name in skip)
-        return cls(
-            scanned, findings, findings_to_frame(findings), problems, verdict, pending, unchecked
-        )
+        return cls(scanned, findings, problems, verdict, pending, unchecked)
 
 
 def still_checking(state: CheckpointState) -> str:
@@ -160,6 +165,9 @@ def values_read(
     values=...)` before the dashboard), so that their findings show with the others."""
     if not isinstance(source, ScannedCheckpoint):
         return None
+    # Here: its module (the value checks) imports pandas, which the Overview needs not.
+    from inspector.ui import computed_value_table
+
     table = computed_value_table(source)
     if table is None or not len(table):
         return None

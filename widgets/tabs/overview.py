@@ -16,6 +16,7 @@ from inspector.ui import (
     Problem,
     TensorQuery,
     facts_html,
+    has_expert_grid,
     html_text,
     load_verdict_html,
     plural,
@@ -217,7 +218,7 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         show = _button(f"Tensors ({len(names):,})", "ckpt-problem-tensors", icon="table")
         show.on_click(guarded(lambda: dash.show_tensors(TensorQuery(names=names)), dash.notice))
         buttons.append(show)
-    if problem.cells and len(dash.scanned.experts):
+    if problem.cells and has_expert_grid(dash.scanned):
         layer, expert = problem.cells[0]
         cell = _button("On the heatmap", "ckpt-problem-heatmap", icon="th")
         cell.on_click(guarded(lambda: dash.show_cell(layer, expert), dash.notice))

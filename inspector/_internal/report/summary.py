@@ -22,7 +22,7 @@ from inspector._internal.common.units import format_bytes
 from inspector._internal.findings.finding import Finding, severity_rank
 from inspector._internal.findings.words import severity_counts, severity_tally
 
-__all__ = ["experts_text", "format_summary", "summarize"]
+__all__ = ["experts_text", "format_summary", "has_expert_grid", "summarize"]
 
 
 def summarize(
@@ -113,6 +113,17 @@ def _layers_line(summary: dict[str, Any]) -> str:
 
 def _experts_line(summary: dict[str, Any]) -> str:
     return f"experts     {experts_text(summary)}"
+
+
+def has_expert_grid(scanned: ScannedCheckpoint) -> bool:
+    """Whether the experts table has rows: the expert coverage heatmap has cells to show.
+    From the summary's figures when a layer holds expert tensors (no table is built: the
+    dashboard asks before its Overview and snapshot are sent); else from the table itself,
+    as a config that declares experts none of which is stored still has a grid of them,
+    all missing."""
+    if bool((scan_figures(scanned).experts_found > 0).any()):
+        return True  # the rows of those experts
+    return bool(len(scanned.experts))
 
 
 def experts_text(summary: dict[str, Any]) -> str:
