@@ -25,6 +25,9 @@ from inspector._internal.scan.entry import scan
 
 pytest.importorskip("ipywidgets")
 
+# Every dashboard a test makes is closed after it (conftest.py).
+pytestmark = pytest.mark.usefixtures("dashboards_closed")
+
 DRIFT = "modelopt-1422-sidecar-drift"
 EP_COLLISION = "modelopt-1631-ep-collision"
 DCP_COLLAPSED = "automodel-2289-dcp-mapping-collapsed"
@@ -141,13 +144,13 @@ def test_repair_asks_for_confirmation_then_repairs_backs_up_and_refreshes(
     backups = list((folder / ".ckpt-inspect-backup").iterdir())
     assert len(backups) == 1
     assert (backups[0] / INDEX_NAME).read_text() == before
-    # 3. Every tab was refreshed from a re-scan.
+    # 3. Every tab was refreshed from a re-scan, in the widgets it showed (`renew`).
     assert dash.state.findings == () and dash.tab.titles[FINDINGS_TAB] == "Findings (0)"
     after = dash.panel("Repair")
-    assert after is not repair and "Repaired." in after.result.value
+    assert after is repair and "Repaired." in after.result.value
     assert str(backups[0]) in after.result.value and after.plan.empty and after.repair.disabled
     drift_after = dash.select("Findings")
-    assert drift_after is not drift_before and "No findings." in _texts(drift_after.rows)
+    assert drift_after is drift_before and "No findings." in _texts(drift_after.rows)
     assert "No issues found" in _texts(dash.panel("Overview").widget)
 
 
@@ -636,31 +639,32 @@ def test_a_grid_first_shows_its_first_rows_as_its_viewer_will_draw_them(
     assert "layers.0.weight" in preview_html(table, columns=["name"])
 
 
-def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(demos: Path):
+def test_a_rescan_closes_the_old_panels_only_once_no_tab_shows_them(
+    demos: Path, monkeypatch: pytest.MonkeyPatch
+):
     """A re-scan closed the old panels (their grids' widgets) while the tabs still showed
     them: the page then held views of models the kernel had closed and logged "widget model
-    not found". The tabs show spinners first; the panels are closed after."""
+    not found". The tabs show spinners first; the panels are closed after. (A panel that
+    renews itself is not closed: the Experts tab, whose heatmap is another figure after a
+    re-scan, is built again, here while it is the open tab.)"""
+    from inspector.widgets import dashboard
+
     dash = Dashboard(demos / DRIFT)
-    dash.select("Files")
-    old = dict(dash.panels)
+    old = dash.select("Experts")
     seen: list[tuple[str, bool]] = []
+    close = dashboard._close
 
-    def shown(widget) -> bool:
-        return any(widget in box.children for box in dash.tab.children)
+    def closing(panel) -> None:
+        shown = any(panel.widget in box.children for box in dash.tab.children)
+        seen.append((type(panel).__name__, shown))
+        close(panel)
 
-    for title, panel in old.items():
-        close = getattr(panel, "close", None)
-        if close is not None:
-
-            def closing(title=title, panel=panel, close=close):
-                seen.append((title, shown(panel.widget)))
-                close()
-
-            panel.close = closing
+    monkeypatch.setattr(dashboard, "_close", closing)
     dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
     dash.refresh()
     dash.wait(60)
-    assert seen and ("Files", False) in seen and all(not on_screen for _, on_screen in seen)
+    assert dash.panels["Experts"] is not old  # built again, the old one closed:
+    assert ("ExpertsPanel", False) in seen and all(not on_screen for _, on_screen in seen)
 
 
 def _comm_opens(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict]:
@@ -776,17 +780,23 @@ def test_the_repair_plan_is_made_when_its_tab_is_first_shown(demos: Path, monkey
 
 
 def test_rescan_on_the_tensors_tab_draws_the_new_grid(demos: Path):
-    """A re-scan rebuilds the open tab: on the Tensors tab that is shown at once, so its new
-    grid is created rather than waiting for a click that never comes."""
+    """A re-scan draws the open tab again: on the Tensors tab that is shown at once, in the
+    grid it shows (its table's rows replaced by the re-scan's), rather than in a grid waiting
+    for a click that never comes."""
     dash = Dashboard(demos / DRIFT, model=False)
     old = dash.select("Tensors")
-    assert old.grid is not None
+    old.set_query(TensorQuery(dtype="F32"))
+    assert old.grid is not None and old.grid.filter
     dash.worker_delay = 0  # nothing is clicked after the re-scan: no page to give way to
     dash.refresh()
     dash.wait(60)
     browser = dash.panels["Tensors"]
-    assert browser is not old and browser.grid is not None
+    assert browser is old and browser.scanned is dash.scanned is not None
+    assert browser.grid is not None and browser.grid.comm is not None
     assert browser._grid_box.children == (browser.grid,)
+    # As a tab built for the re-scan: every tensor, its rows in the grid's table.
+    assert browser.query == TensorQuery() and browser.grid.filter == []
+    assert browser.table.size() == len(dash.scanned.tensors)
 
 
 def test_grid_engine_and_pandas_select_the_same_tensors(demos: Path):

@@ -14,6 +14,9 @@ from inspector.widgets import Dashboard
 
 DRIFT = "modelopt-1422-sidecar-drift"
 
+# Every dashboard a test makes is closed after it (conftest.py).
+pytestmark = pytest.mark.usefixtures("dashboards_closed")
+
 
 @pytest.fixture
 def updates(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[tuple[str, str]]:
@@ -177,7 +180,29 @@ def test_rescans_leave_no_widget_models_open(demo_checkpoints: Path, models, tmp
     first = session()
     opened = models["opened"]
     assert [session() for _ in range(3)] == [first] * 3, models
-    assert models["opened"] > opened  # each re-scan built its tabs again, and closed the old
+    # Each re-scan built its tabs again and closed the old: it now renews them in place.
+    assert models["opened"] == opened, models
+
+
+def test_a_rescan_renews_the_files_tab_in_its_grid_and_figure(demo_checkpoints: Path, models):
+    """The Files tab shown, a re-scan: the same panel, its grid and its figure (an unchanged
+    folder makes the same figure) show the re-scan, its table's rows replaced; nothing is
+    made again for the page (a new grid's viewer took 1-3 s to start)."""
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    files = dash.select("Files")
+    grid, figures = files.table.grid, list(files.figures.widgets)
+    files.table.flags["with findings"].value = True
+    assert grid is not None and figures and files.table.config["filter"]
+    dash.panel("Tensors")  # the tab a re-scan draws again at once (`REBUILT`), built already
+    opened = models["opened"]
+    dash.worker_delay = 0
+    dash.refresh()
+    dash.wait(60)
+    assert dash.select("Files") is files and files.scanned is dash.scanned
+    assert files.table.grid is grid and files.figures.widgets == figures and grid.comm is not None
+    assert files.table.config["filter"] == [] and grid.filter == []  # as a tab built now
+    assert files.table.table.size() == len(dash.scanned.files)
+    assert models["opened"] == opened, models
 
 
 def test_the_overview_is_updated_in_place_and_only_for_what_changed(
@@ -205,3 +230,31 @@ def test_the_overview_is_updated_in_place_and_only_for_what_changed(
     overview.update(same)  # back: one card made, nothing else
     assert [p for p, _ in overview.cards] == [gone, *kept]
     assert dict(overview.cards)[gone] is not cards[gone] and models["opened"] > opened
+
+
+def test_a_closed_dashboard_leaves_no_widget_model_open(demo_checkpoints: Path, tmp_path: Path):
+    """Every tab built and shown, the values checked, a re-scan (the panels renewed in place),
+    then `close`: every widget model the dashboard opened is closed, but the kernel's shared
+    layouts and styles (`controls.fixed`), which other dashboards use too."""
+    from inspector.widgets import controls
+    from ipywidgets.widgets.widget import _instances
+
+    before = set(_instances)
+    dash = Dashboard(demo_checkpoints / DRIFT, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0  # nothing is clicked meanwhile: no page to give way to
+    for title in Dashboard.TABS:
+        dash.select(title)
+    dash.check_values("sample")
+    dash.refresh()
+    dash.wait(60)
+    for title in Dashboard.TABS:
+        dash.select(title)
+    shown = len(set(_instances) - before)
+    dash.close()
+    shared = {id(part) for part in controls._FIXED.values()}
+    left = [
+        f"{type(_instances[key]).__name__} {_instances[key].get_state()}"
+        for key in set(_instances) - before
+        if id(_instances[key]) not in shared
+    ]
+    assert shown > 100 and left == [], "\n".join(left)

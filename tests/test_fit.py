@@ -367,6 +367,7 @@ def test_the_html_report_and_the_markdown_summary_say_whether_it_serves(models) 
     assert "- `parallel-block-misaligned`, e.g.: the MoE intermediate size 768" in summary
 
 
+@pytest.mark.usefixtures("dashboards_closed")
 def test_the_serve_tab_calls_fit_and_follows_the_gpu_picked(demo_checkpoints) -> None:
     pytest.importorskip("ipywidgets")
     from inspector.widgets import Dashboard

@@ -677,6 +677,7 @@ def test_unsupported_scheme_is_refused() -> None:
         scan("ftp://example.invalid/ckpt")
 
 
+@pytest.mark.usefixtures("dashboards_closed")
 def test_dashboard_takes_a_url_and_refreshes_it(
     checkpoints: dict[str, Path], range_server: RangeHTTPServer
 ) -> None:

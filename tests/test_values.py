@@ -540,6 +540,7 @@ def test_values_heatmap_marks_outliers_and_the_report_shows_it(tmp_path: Path) -
     assert "values-heatmap-figure" in html and "tensor-values-outlier" in html
 
 
+@pytest.mark.usefixtures("dashboards_closed")
 def test_dashboard_values_view(tmp_path: Path) -> None:
     from inspector.widgets.dashboard import Dashboard
 
@@ -682,6 +683,7 @@ def test_a_table_read_with_its_own_budget_is_the_one_reports_show(tmp_path: Path
     assert table is not value_table(scanned, "sample")  # the default budget is its own table
 
 
+@pytest.mark.usefixtures("dashboards_closed")
 def test_sample_values_after_the_tensors_grid_was_drawn(tmp_path: Path) -> None:
     """Sampling values re-checks and rebuilds every tab; the Tensors grid a page has drawn
     still holds a view on its table then (the page lets go of it later), which must not stop

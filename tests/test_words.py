@@ -113,6 +113,7 @@ def test_cli_outputs_speak_one_vocabulary(
     assert "checks      not run by scan" in scan_out and "problems" not in scan_out
 
 
+@pytest.mark.usefixtures("dashboards_closed")
 def test_dashboard_strings_speak_one_vocabulary(demos: Path, kept_demo_verdicts: Path) -> None:
     # The verdicts kept already (as above): no load check's child imports torch for them.
     from test_dashboard import Dashboard, _texts

@@ -30,8 +30,16 @@ from inspector.ui import (
     missing_notes,
 )
 
-from .controls import NOT_DRAWN, fixed, still
-from .grid import GridCells, choice, make_grid, match_expression, table_name
+from .controls import NOT_DRAWN, close_tree, fixed, still
+from .grid import (
+    GridCells,
+    arrow_bytes,
+    choice,
+    choose_from,
+    make_grid,
+    match_expression,
+    table_name,
+)
 from .guard import guarded
 
 if TYPE_CHECKING:
@@ -211,7 +219,7 @@ class TensorBrowser:
         clear.on_click(guarded(lambda: self.set_query(TensorQuery()), self.count))
         self.export_name = still(
             w.Text,
-            value=str(self.export_dir / f"{scanned.path.name or 'checkpoint'}-tensors"),
+            value=self._export_base(),
             description="export to",
             layout={"width": "32em"},
         )
@@ -250,6 +258,33 @@ class TensorBrowser:
         if not defer_grid:
             self.show_grid()
 
+    def show_scan(self, scanned: ScannedCheckpoint) -> None:
+        """Show `scanned` (a re-scan of the same checkpoint) in the widgets shown, as a browser
+        made for it shows it: its table's rows replaced (the grid stays, its viewer redraws),
+        every tensor selected, the export form as new."""
+        if scanned is not self.scanned:
+            self.scanned, self.tensors = scanned, scanned.tensors
+            self.table.replace(arrow_bytes(grid_frame(self.tensors)))
+            t = self.tensors
+            for control, options in (
+                (self.dtype, _values(t["dtype"])),
+                (self.layer, _numbers(t["layer"])),
+                (self.expert, _numbers(t["expert"])),
+                (self.kind, _values(t["kind"])),
+                (self.file, _values(t["file"])),
+            ):
+                self._quiet = True
+                try:
+                    choose_from(control, options)
+                finally:
+                    self._quiet = False
+        self.export_name.value = self._export_base()
+        self.export_status.value = ""
+        self.set_query(TensorQuery())
+
+    def _export_base(self) -> str:
+        return str(self.export_dir / f"{self.scanned.path.name or 'checkpoint'}-tensors")
+
     def show_grid(self) -> None:
         """Create the grid on the table (once). A grid created in a hidden tab loads a
         million-row table while it has no size and then draws no rows when shown, and its
@@ -266,7 +301,10 @@ class TensorBrowser:
                 css_class="ckpt-tensor-grid",
                 **grid_config(self.query),
             )
-            self._grid_box.children = [self.grid]
+            # The line that stood for the grid is closed with it gone.
+            waiting, self._grid_box.children = self._grid_box.children, [self.grid]
+            for line in waiting:
+                close_tree(line)
 
     def on_shown(self) -> None:
         """Its tab is shown (the dashboard's hook): the grid."""
@@ -379,6 +417,20 @@ def _numbers(column: pd.Series) -> list[int]:
     return sorted({int(v) for v in column.dropna().unique()})
 
 
+class TensorsTab(TensorBrowser):
+    """The dashboard's Tensors tab: its grid is made when the tab is first shown, and a
+    re-scan's tensors are shown in it (`renew`)."""
+
+    def __init__(self, dash: Host) -> None:
+        self.dash = dash
+        super().__init__(dash.scanned, export_dir=dash.report_dir, defer_grid=True, cells=False)
+
+    def renew(self) -> bool:
+        """Show the dashboard's scan in place (see `show_scan`)."""
+        self.show_scan(self.dash.scanned)
+        return True
+
+
 def tensors_tab(dash: Host) -> TensorBrowser:
-    """The dashboard's Tensors tab: its grid is made when the tab is first shown."""
-    return TensorBrowser(dash.scanned, export_dir=dash.report_dir, defer_grid=True, cells=False)
+    """The dashboard's Tensors tab (`TensorsTab`)."""
+    return TensorsTab(dash)

@@ -241,12 +241,16 @@ class Dashboard:
         self._lock = threading.RLock()
         self._state_lock = threading.Lock()
         self._pending: dict[str, Future[Any]] = {}
+        # The panels a re-scan left to be renewed rather than built again (`_replace`).
+        self._kept: dict[str, Any] = {}
         self._generation = 0
         # Work a person asked for that is under way (see `_asked`).
         self._asked_count = 0
         self._asked_done = threading.Condition()
         self.worker: threading.Thread | None = None
         self.verdict_worker: threading.Thread | None = None
+        # The threads tab clicks started (`_on_select`).
+        self._clicks: list[threading.Thread] = []
         # Called with each state `_publish` shows (see `when_checked`).
         self._checked_callbacks: list[
             tuple[
@@ -321,10 +325,18 @@ class Dashboard:
         self._replace(state)
 
     def _replace(self, state: CheckpointState) -> None:
-        """Show `state` instead of the current one: every panel is rebuilt (the open one
-        now, the others when next selected)."""
+        """Show `state` instead of the current one: every panel is drawn again (the open one
+        now, the others when next selected). A panel that can (`renew`) shows it in the
+        widgets it already has; the others are closed and built again."""
         with self._lock, self._state_lock:
-            old = list(self.panels.values())
+            # Renewed when next built (`_build`): a check of the values or a re-scan built
+            # every tab anew, its widgets and their views made again on the page for a few
+            # changed values (issue 35: 1,146 models opened per click-through of the lab
+            # test, most of them by the 4 rebuilds).
+            for title, panel in self.panels.items():
+                if hasattr(panel, "renew"):
+                    self._kept[title] = panel
+            old = [p for t, p in self.panels.items() if self._kept.get(t) is not p]
             self.panels.clear()
             self._pending.clear()
             self._generation += 1
@@ -480,8 +492,15 @@ class Dashboard:
     def _build(self, title: str, future: Future[Any], generation: int) -> None:
         """Build panel `title`, put it in its tab (unless a re-scan replaced the state
         meanwhile) and resolve `future` with it."""
+        with self._lock:
+            kept = self._kept.pop(title, None)
         try:
-            panel = build(TAB_ROWS[self.TABS.index(title)], self)
+            if kept is not None and kept.renew():
+                panel = kept
+            else:
+                if kept is not None:
+                    _close(kept)  # no tab shows it: its tab holds the spinner
+                panel = build(TAB_ROWS[self.TABS.index(title)], self)
         except BaseException as exc:
             with self._lock:
                 if self._pending.get(title) is future:
@@ -493,7 +512,11 @@ class Dashboard:
             if current:
                 self.panels[title] = panel
                 self.tab.children[self.TABS.index(title)].children = [panel.widget]
-        if not current:
+            # A later re-scan's state is shown: renewed when next built, or closed.
+            keep = not current and hasattr(panel, "renew") and title not in self._kept
+            if keep:
+                self._kept[title] = panel
+        if not current and not keep:
             _close(panel)
         future.set_result(panel)
 
@@ -533,7 +556,11 @@ class Dashboard:
                 if not expected:
                     raise
 
-        thread(build, f"ckpt-build-{title}").start()
+        builder = thread(build, f"ckpt-build-{title}")
+        with self._lock:  # for `close`, which waits for them
+            self._clicks = [t for t in self._clicks if t.is_alive()]
+            self._clicks.append(builder)
+        builder.start()
 
     def when_checked(
         self,
@@ -581,6 +608,31 @@ class Dashboard:
             self.verdict_worker.join(timeout)  # it redraws the Overview after publishing
         if self.worker is not None:
             self.worker.join(timeout)
+
+    def close(self, timeout: float | None = 60) -> None:
+        """Close every widget the dashboard made (its panels, their grids' tables, its tabs
+        and header), once the threads it started for the load check and the tabs built ahead
+        have ended (at most `timeout` seconds each): the kernel and the page then hold none of
+        its widget models. A script or test that makes dashboards closes each it is done with."""
+        with self._lock, self._state_lock:
+            self._generation += 1  # the threads publish and build nothing more
+            self._checked_callbacks.clear()
+        self._overview_sent.set()
+        with self._lock:
+            clicks = list(self._clicks)
+        for worker in (self.verdict_worker, self.worker, *clicks):
+            if worker is not None and worker is not threading.current_thread():
+                worker.join(timeout)
+        with self._lock:
+            panels = [*self.panels.values(), *self._kept.values()]
+            self.panels.clear()
+            self._kept.clear()
+            self._pending.clear()
+        for panel in panels:
+            _close(panel)
+        close_tree(self.widget)
+        for spinner in self._spinners.values():
+            close_tree(spinner)
 
     def _start_worker(self, tabs: Sequence[str] | None = None) -> None:
         """After the Overview is on screen: import what the other tabs need at once, build

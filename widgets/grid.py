@@ -15,7 +15,7 @@ import itertools
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,7 @@ __all__ = [
     "GridCells",
     "arrow_bytes",
     "choice",
+    "choose_from",
     "client_loading",
     "grid_class",
     "grid_module",
@@ -444,12 +445,24 @@ def choice(label: str, options: Sequence[Any], css: str, *, width: str = "12em")
     return still(
         w.Dropdown,
         css,
-        options=[(ANY, None), *((legible(v), v) for v in options)],
+        options=_choices(options),
         value=None,
         description=label,
         layout={"width": width},
         style={"description_width": "auto"},
     )
+
+
+def choose_from(control: w.Dropdown, options: Sequence[Any]) -> None:
+    """Offer `options` in a dropdown of `choice` (sent only when they changed), `any` chosen."""
+    offered = _choices(options)
+    if list(control.options) != offered:
+        control.options = offered
+    control.value = None
+
+
+def _choices(options: Sequence[Any]) -> list[tuple[str, Any]]:
+    return [(ANY, None), *((legible(v), v) for v in options)]
 
 
 # -- a DataFrame in a grid --------------------------------------------------------------------
@@ -537,6 +550,19 @@ class FrameGrid:
         """Show `frame` (same columns) instead: the grid keeps its sort and filters."""
         self.frame = frame
         self.table.replace(arrow_bytes(frame))
+        self.apply()
+
+    def reset(self, frame: pd.DataFrame) -> None:
+        """Show `frame` with no filter, as a grid made for it shows it (a re-scan's or a check
+        of the values' table, in the widgets shown)."""
+        if not frame.equals(self.frame):
+            self.frame = frame
+            self.table.replace(arrow_bytes(frame))
+        self.text.value, self.regex.value = "", False
+        for column, control in self.choices.items():
+            choose_from(control, sorted(frame[column].dropna().unique().tolist()))
+        for toggle in self.flags.values():
+            toggle.value = False
         self.apply()
 
     def show_grid(self) -> None:
@@ -650,10 +676,28 @@ class FiguresAndGrid:
 
     figures: FigureBox
     table: FrameGrid
+    dash: Any
 
     def on_shown(self) -> None:
         self.table.show_grid()
         self.figures.show()
+
+    # Set by the tab: the scan it was drawn from, and its table for a state (`renew`).
+    scanned: Any = None
+    frame: Callable[[Any], pd.DataFrame]
+
+    def renew(self) -> bool:
+        """Show the dashboard's state in the widgets shown, as a tab built now shows it: the
+        grid's table replaced (its viewer redraws; a new grid's viewer took 1-3 s to start),
+        the filters cleared, and after a re-scan each figure that changed made again."""
+        dash = self.dash
+        state = dash.current
+        if state.scanned is not self.scanned:
+            self.scanned = state.scanned
+            self.figures.renew()
+        self.table.reset(self.frame(state))
+        dash.when_checked(lambda later: self.table.replace(self.frame(later)), drawn=state)
+        return True
 
     def close(self) -> None:
         self.table.close()

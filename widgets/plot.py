@@ -216,6 +216,8 @@ class FigureBox:
     def __init__(self, figures: Figures | Callable[[], Figures]) -> None:
         self._figures = figures
         self.widgets: list[Any] = []
+        # Each shown figure's JSON (`renew` makes again those that changed).
+        self._drawn: list[str] = []
         self._lock = threading.Lock()
         # Marked as not drawn, as the grids' place holder is: the dashboard's module preload
         # waits while it shows, and a page (or a test) can tell it from a drawn figure.
@@ -232,12 +234,34 @@ class FigureBox:
             layout=w.Layout(width="100%"),
         )
 
+    def renew(self) -> None:
+        """The figures were made from what changed (a re-scan): once shown, each that differs
+        from the one shown is made again, the one it replaces closed (a figure is drawn once).
+        `figures` must then be what makes them (a callable)."""
+        with self._lock:
+            if not self.widgets or not callable(self._figures):
+                return
+            figures = self._figures()
+            widgets = [
+                widget if drawn == figure.to_json() else figure_widget(figure, css)
+                for (figure, css), widget, drawn in zip(
+                    figures, self.widgets, self._drawn, strict=True
+                )
+            ]
+            self._drawn = [figure.to_json() for figure, _ in figures]
+            old, self.widgets = self.widgets, widgets
+            self.box.children = tuple(widgets)
+            for widget in old:
+                if widget not in widgets:
+                    close_tree(widget)
+
     def show(self) -> list[Any]:
         """The figure widgets (made on the first call), in the order given."""
         with self._lock:
             if not self.widgets:
                 figures = self._figures() if callable(self._figures) else self._figures
                 self.widgets = [figure_widget(f, css) for f, css in figures]
+                self._drawn = [figure.to_json() for figure, _ in figures]
                 # The line that stood for them is closed with it gone (issue 35).
                 waiting, self.box.children = self.box.children, tuple(self.widgets)
                 for line in waiting:

@@ -22,10 +22,12 @@ from inspector.ui import (
     text_html,
 )
 
-from ..controls import button, classed
+from ..controls import button, fixed, still
 from ..guard import EXPECTED_ERRORS, captured, error_html, guarded
 
 if TYPE_CHECKING:
+    from inspector.ui import ScannedCheckpoint
+
     from . import Host
 
 __all__ = ["ConsolidatePanel"]
@@ -42,67 +44,71 @@ class ConsolidatePanel:
 
     def __init__(self, dash: Host) -> None:
         self.dash = dash
-        source = dash.scanned.path
         # Beside the source, not in it: the output must not become part of what it replaces.
-        self.dest = w.Text(value=str(default_destination(source)), description="destination")
-        self.mapping = w.Text(
-            placeholder="optional: JSON {tensor: file index}", description="mapping"
+        # Its controls' layouts and styles are the kernel's shared ones (`still`): the form
+        # was 45 widget models, each made again by every re-scan (issue 35).
+        wide = {"width": "90%"}
+        self.dest = still(
+            w.Text,
+            value=str(default_destination(dash.scanned.path)),
+            description="destination",
+            layout=wide,
+        )
+        self.mapping = still(
+            w.Text,
+            placeholder="optional: JSON {tensor: file index}",
+            description="mapping",
+            layout=wide,
         )
         # A recorded mapping that collapses every tensor into one file is replaced by the
         # reference its finding names (`inspector._internal.diagnosis.references`): shown, so it can
         # be changed.
         suggested = consolidation_reference(dash.scanned)
-        self.reference = w.Text(
+        self.reference = still(
+            w.Text,
+            "ckpt-consolidate-reference",
             value=suggested.path if suggested is not None else "",
             placeholder="optional: HF folder or index",
             description="reference",
-        ).add_class("ckpt-consolidate-reference")
-        self.max_size = w.Text(
-            value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
+            layout=wide,
         )
-        self.dtype = w.Dropdown(options=_DTYPES, description="dtype")
-        self.workers = w.BoundedIntText(value=1, min=1, max=64, description="workers")
-        self.verify_data = w.Checkbox(description="compare tensor contents", indent=False)
+        self.max_size = still(
+            w.Text, value=format_bytes(SHARD_SPLIT_SIZE, digits=0), description="max shard"
+        )
+        self.dtype = still(w.Dropdown, options=_DTYPES, description="dtype")
+        self.workers = still(w.BoundedIntText, value=1, min=1, max=64, description="workers")
+        self.verify_data = still(w.Checkbox, description="compare tensor contents", indent=False)
         # The CLI's --overwrite: named so, as the core's refusal message names it.
-        self.overwrite = w.Checkbox(
+        self.overwrite = still(
+            w.Checkbox,
+            "ckpt-consolidate-overwrite",
             description="overwrite (--overwrite): move what the destination holds to a backup",
             indent=False,
-            layout=w.Layout(width="90%"),
-        ).add_class("ckpt-consolidate-overwrite")
-        for text in (self.dest, self.mapping, self.reference):
-            text.layout.width = "90%"
-        self.status = classed(w.HTML, "ckpt-consolidate-status")
-        self.plan_button = plan = button("Plan", "ckpt-consolidate-plan")
+            layout=wide,
+        )
+        self.status = still(w.HTML, "ckpt-consolidate-status")
+        self.plan_button = plan = button("Plan", "ckpt-consolidate-plan", shared=True)
         plan.on_click(guarded(lambda: self.make_plan(), self.status))
-        self.run = button("Consolidate", "ckpt-consolidate-button", style="primary", icon="play")
+        self.run = button(
+            "Consolidate", "ckpt-consolidate-button", style="primary", icon="play", shared=True
+        )
         self.run.on_click(guarded(lambda: self.execute(), self.status))
         # Why a button is disabled, beside it: a disabled button's tooltip alone is not seen.
-        self.why = classed(w.HTML, "ckpt-consolidate-why")
+        self.why = still(w.HTML, "ckpt-consolidate-why")
         # A refused plan disables Consolidate until the form changes (Plan asks again).
         for control in (self.dest, self.mapping, self.reference, self.max_size, self.dtype):
             control.observe(lambda _change: self._refused_by(""), names="value")
         # tqdm.auto draws its notebook progress bar into this output while the copy runs.
-        self.progress = w.Output().add_class("ckpt-consolidate-progress")
-        note = ""
-        if suggested is not None:
-            note = (
-                "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
-                f"the reference is {html_text(suggested.label)}, which names "
-                f"{plural(suggested.files, 'file')}.</i>"
-            )
-        if dash.scanned.dcp is None:
-            note = (
-                f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
-                f"{html_text(dash.scanned.layout)}, so planning will refuse.</i>"
-            )
+        self.progress = still(w.Output, "ckpt-consolidate-progress")
         form = [self.dest, self.mapping, self.reference, self.max_size, self.dtype, self.workers]
+        self.note = still(w.HTML, value=_note(dash.scanned, suggested))
         self.widget = w.VBox(
             [
-                w.HTML(note),
+                self.note,
                 *form,
                 self.verify_data,
                 self.overwrite,
-                w.HBox([plan, self.run, self.why], layout=w.Layout(align_items="center")),
+                w.HBox([plan, self.run, self.why], layout=fixed(w.Layout, align_items="center")),
                 self.progress,
                 self.status,
             ]
@@ -112,6 +118,28 @@ class ConsolidatePanel:
             # Known before any click: `plan_consolidation` refuses every other layout.
             self.layout_refusal = f"this checkpoint's layout is {dash.scanned.layout}"
             self._refused_by(self.layout_refusal)
+
+    def renew(self) -> bool:
+        """The form as a tab built now shows it for the dashboard's scan (after a re-scan or a
+        check of the values), in the widgets shown."""
+        scanned = self.dash.scanned
+        suggested = consolidation_reference(scanned)
+        self.dest.value = str(default_destination(scanned.path))
+        self.mapping.value = ""
+        self.reference.value = suggested.path if suggested is not None else ""
+        self.max_size.value = format_bytes(SHARD_SPLIT_SIZE, digits=0)
+        self.dtype.value = ""
+        self.workers.value = 1
+        self.verify_data.value = self.overwrite.value = False
+        if self.progress.outputs:  # a clear of nothing is one more message for the page
+            self.progress.clear_output()
+        self.status.value = ""
+        self.note.value = _note(scanned, suggested)
+        self.layout_refusal = (
+            "" if scanned.dcp is not None else f"this checkpoint's layout is {scanned.layout}"
+        )
+        self._refused_by("")
+        return True
 
     def _refused_by(self, reason: str) -> None:
         """Disable Consolidate (and Plan, for a refusal no form value lifts) saying `reason`,
@@ -181,6 +209,22 @@ class ConsolidatePanel:
         if result.findings:
             self.status.value += findings_html(findings_to_frame(result.findings), max_rows=50)
         return result
+
+
+def _note(scanned: ScannedCheckpoint, suggested: Any) -> str:
+    """What the form says first: the reference it suggests, or that the layout is refused."""
+    if scanned.dcp is None:
+        return (
+            f"<i>Consolidation reads DCP-sharded safetensors; this checkpoint's layout is "
+            f"{html_text(scanned.layout)}, so planning will refuse.</i>"
+        )
+    if suggested is not None:
+        return (
+            "<i>The recorded mapping sends every tensor to one file (mapping-collapsed): "
+            f"the reference is {html_text(suggested.label)}, which names "
+            f"{plural(suggested.files, 'file')}.</i>"
+        )
+    return ""
 
 
 def _refused(exc: BaseException, *, overwrite: bool) -> str:

@@ -12,7 +12,7 @@ import ipywidgets as w
 
 from inspector.ui import Finding, findings_html, frame_html, layer_name, severity_rank
 
-from ..controls import classed
+from ..controls import close_tree, fixed, still
 from ..guard import guarded
 from ..plot import FigureBox, figure_widget
 
@@ -34,31 +34,48 @@ class ExpertsPanel:
         from ..figures import expert_coverage_heatmap
 
         self.dash = dash
-        s = dash.scanned
+        s = self.scanned = dash.scanned
         self.heatmap = FigureBox(
             [(expert_coverage_heatmap(s.experts, tensors=s.tensors), "ckpt-expert-heatmap")]
         )
         self.figure: Any = None
         self._shown = threading.Lock()
         layers = sorted({int(v) for v in s.experts["layer"].dropna()}) if len(s.experts) else []
-        self.layer = w.Dropdown(options=layers, description="layer").add_class("ckpt-layer-pick")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.layer = still(w.Dropdown, "ckpt-layer-pick", options=layers, description="layer")
         top = int(s.experts["expert"].max()) if len(s.experts) else 0
-        self.expert = w.BoundedIntText(min=0, max=max(top, 0), description="expert")
-        self.expert.add_class("ckpt-expert-pick")
-        show = w.Button(description="Show tensors").add_class("ckpt-show-expert")
+        self.expert = still(
+            w.BoundedIntText, "ckpt-expert-pick", min=0, max=max(top, 0), description="expert"
+        )
+        show = still(w.Button, "ckpt-show-expert", description="Show tensors")
         show.on_click(
             guarded(lambda: self.show(self.layer.value, self.expert.value), self.dash.notice)
         )
-        self.zoom = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-expert-zoom")
+        self.zoom = still(w.VBox, "ckpt-expert-zoom", layout={"width": "100%"})
         self.zoomed: int | None = None
-        self.details = classed(w.HTML, "ckpt-expert-details")
-        picker = w.HBox([self.layer, self.expert, show])
+        self.details = still(w.HTML, "ckpt-expert-details")
+        picker = w.HBox([self.layer, self.expert, show], layout=fixed(w.Layout))
         self.widget = w.VBox(
             [self.heatmap.box, picker, self.zoom, self.details], layout=w.Layout(width="100%")
         )
         self.opening: int | None = None
         if layers:
             self.layer.value = self.opening = _worst_layer(dash.current.findings, layers)
+
+    def renew(self) -> bool:
+        """After a check of the values (the same scan), the panel as a tab built now shows
+        it, in the widgets shown: opened on the layer with the worst finding, no expert's
+        details. A re-scan's tab is built again (its heatmap is another figure)."""
+        if self.dash.scanned is not self.scanned:
+            return False
+        layers = list(self.layer.options)
+        self.details.value = ""
+        self.expert.value = 0
+        if layers:
+            self.layer.value = self.opening = _worst_layer(self.dash.current.findings, layers)
+            if self.figure is not None:
+                self._zoom_into(self.opening)
+        return True
 
     def on_shown(self) -> None:
         """Make the heatmap (clicks on it show an expert) and the zoom into the opening layer
@@ -122,7 +139,10 @@ class ExpertsPanel:
             grid.data[0].on_click(
                 lambda *args: guarded(lambda: self._on_zoom_click(*args), self.dash.notice)()
             )
-        self.zoom.children = [grid]
+        # A figure is drawn once: the layer it replaces is closed (each zoom left it open).
+        old, self.zoom.children = self.zoom.children, [grid]
+        for figure in old:
+            close_tree(figure)
         self.zoomed = layer
 
     def _on_click(self, trace: Any, points: Any, _state: Any) -> None:

@@ -12,7 +12,7 @@ import pandas as pd
 from inspector.ui import findings_per_file, legible_each
 
 from ..grid import FiguresAndGrid, FrameGrid, yes_no
-from ..plot import FigureBox
+from ..plot import FigureBox, Figures
 
 if TYPE_CHECKING:
     from ..state import CheckpointState
@@ -27,22 +27,11 @@ class FilesPanel(FiguresAndGrid):
     agree with the findings; recounted when the load check's findings arrive)."""
 
     def __init__(self, dash: Host) -> None:
-        from ..figures import (
-            expected_small,
-            shard_size_distribution,
-            shard_size_outliers,
-        )
-
         self.dash = dash
-        files = dash.scanned.files
+        self.scanned = dash.scanned
         # Made when the tab is shown, after its grid: the first figure of a kernel took
         # 0.6-1.9 s (plotly's template, see `figures.prepare_template`) of a first click.
-        self.figures = FigureBox(lambda: [(shard_size_distribution(files), "ckpt-shard-sizes")])
-        self.outliers = (
-            shard_size_outliers(files["size"].fillna(0), small_ok=expected_small(files))
-            if len(files)
-            else pd.Series(False, index=files.index)
-        )
+        self.figures = FigureBox(self.figure_list)
         drawn = dash.current  # what arrives later is given to `when_checked` below
         self.table = FrameGrid(
             self.frame(drawn),
@@ -60,16 +49,29 @@ class FilesPanel(FiguresAndGrid):
         self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
         dash.when_checked(lambda state: self.table.replace(self.frame(state)), drawn=drawn)
 
+    def figure_list(self) -> Figures:
+        """The tab's figure (of `scanned`, the scan it shows)."""
+        from ..figures import shard_size_distribution
+
+        return [(shard_size_distribution(self.scanned.files), "ckpt-shard-sizes")]
+
     def frame(self, state: CheckpointState) -> pd.DataFrame:
         """The files table as the grid shows it, with the findings of `state` counted."""
+        from ..figures import expected_small, shard_size_outliers
+
         f = state.scanned.files
+        outliers = (
+            shard_size_outliers(f["size"].fillna(0), small_ok=expected_small(f))
+            if len(f)
+            else pd.Series(False, index=f.index)
+        )
         counts = findings_per_file(state.findings, f["file"].astype(str))
         return pd.DataFrame(
             {
                 "file": legible_each(f["file"].astype(str).tolist()),
                 "findings": f["file"].astype(str).map(counts).fillna(0).astype("int64"),
                 "size": f["size"].astype("Int64"),
-                "outlier": yes_no(self.outliers),
+                "outlier": yes_no(outliers),
                 "tensors": f["tensors"].astype("int64"),
                 "data size": f["tensor_bytes"].astype("int64"),
                 "header size": f["header_bytes"].astype("Int64"),

@@ -11,9 +11,9 @@ import ipywidgets as w
 
 from inspector.ui import code_help_html, html_text, plural
 
-from ..controls import button, classed, close_tree
+from ..controls import button, close_tree, fixed, still
 from ..guard import error_html, guarded
-from .rows import finding_row
+from .rows import FindingRow
 
 if TYPE_CHECKING:
     from inspector.ui import Finding
@@ -45,34 +45,42 @@ class FindingsPanel:
         self.plain = state.findings if state.pending else None
         # A click's thread and the load check's thread may both redraw the page.
         self._drawing = threading.RLock()
-        self.severity = w.ToggleButtons(
-            options=[_ALL, "error", "warning", "info"], description="severity"
-        ).add_class("ckpt-severity-filter")
-        self.code = w.Dropdown(options=self._code_options(), description="code").add_class(
-            "ckpt-code-filter"
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.severity = still(
+            w.ToggleButtons,
+            "ckpt-severity-filter",
+            options=[_ALL, "error", "warning", "info"],
+            description="severity",
         )
-        self.load = w.HTML(self._load_html()).add_class("ckpt-findings-load")
-        self.rows = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-findings-table")
-        self.help = classed(w.HTML, "ckpt-code-help")
-        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left")
-        self.next = button("Next", "ckpt-page-next", icon="chevron-right")
-        self.where = w.HTML()
+        self.code = still(
+            w.Dropdown, "ckpt-code-filter", options=self._code_options(), description="code"
+        )
+        self.load = still(w.HTML, "ckpt-findings-load", value=self._load_html())
+        self.rows = still(w.VBox, "ckpt-findings-table", layout={"width": "100%"})
+        self.help = still(w.HTML, "ckpt-code-help")
+        self.prev = button("Previous", "ckpt-page-prev", icon="chevron-left", shared=True)
+        self.next = button("Next", "ckpt-page-next", icon="chevron-right", shared=True)
+        self.where = still(w.HTML)
         self.start = 0
         self.prev.on_click(guarded(lambda: self.render(self.start - _PAGE), self.dash.notice))
         self.next.on_click(guarded(lambda: self.render(self.start + _PAGE), self.dash.notice))
         self.codes: tuple[str, ...] = ()
-        # The rows of the page shown, with their findings (`_render` keeps those still shown).
-        self._shown_rows: list[tuple[Finding, w.HBox]] = []
-        self._none = w.HTML("<i>No findings.</i>")
+        # The rows made so far, the first ones shown: a page turned or filtered shows its
+        # findings in them (`_render`), and a row is made only for a page longer than any before.
+        self._rows: list[FindingRow] = []
+        self._none = still(w.HTML, value="<i>No findings.</i>")
         for control in (self.severity, self.code):
             control.observe(guarded(lambda: self.render(0), dash.notice), names="value")
         self.render(0)
         self.widget = w.VBox(
             [
-                w.HBox([self.severity, self.code], layout=w.Layout(flex_flow="row wrap")),
+                w.HBox([self.severity, self.code], layout=fixed(w.Layout, flex_flow="row wrap")),
                 self.load,
                 self.rows,
-                w.HBox([self.prev, self.next, self.where], layout=w.Layout(align_items="center")),
+                w.HBox(
+                    [self.prev, self.next, self.where],
+                    layout=fixed(w.Layout, align_items="center"),
+                ),
                 self.help,
             ],
             layout=w.Layout(width="100%"),
@@ -95,10 +103,28 @@ class FindingsPanel:
             self.render(start)
             self.load.value = self._load_html(done=not state.pending)
 
+    def renew(self) -> bool:
+        """Show the dashboard's state after a re-scan or a check of the values, in the
+        widgets shown, as a tab built now shows it: its first page, every severity and code."""
+        state = self.dash.current
+        with self._drawing:
+            self.plain = state.findings if state.pending else None
+            self.findings, self.frame = state.findings, state.frame
+            self.codes = ()
+            self.code.options = self._code_options()
+            self.code.value = _ALL
+            self.severity.value = _ALL
+            self.render(0)
+            self.load.value = self._load_html()
+        self.dash.when_checked(self.checked, drawn=state, failed=self.check_failed)
+        return True
+
     def close(self) -> None:
-        """Close every widget of the tab (a re-scan replaced it), the empty page's line too."""
+        """Close every widget of the tab (a re-scan replaced it), the rows and the empty page's
+        line too (shown or not)."""
         close_tree(self.widget)
-        close_tree(self._none)
+        for part in (*(row.widget for row in self._rows), self._none):
+            close_tree(part)
 
     def check_failed(self, exc: BaseException) -> None:
         """The load check raised (a bug): its slot says so, with the traceback behind
@@ -167,23 +193,13 @@ class FindingsPanel:
         last = max(0, (len(shown) - 1) // _PAGE * _PAGE)
         self.start = min(max(0, start), last)
         page = shown[self.start : self.start + _PAGE]
-        # A row already shown is kept (drawing the same page again, as the load check's
-        # findings arrive, sends nothing); a row no longer shown is closed once replaced
-        # (each page drawn left its 25 rows open in the kernel and on the page: issue 35).
-        kept: dict[Finding, list[w.HBox]] = {}
-        for finding, row in self._shown_rows:
-            kept.setdefault(finding, []).append(row)
-        rows = []
-        for i in page:
-            finding = self.findings[i]
-            same = kept.get(finding)
-            rows.append(
-                (finding, same.pop() if same else finding_row(self.dash, finding, detail=True))
-            )
-        self._shown_rows = rows
-        self.rows.children = tuple(row for _, row in rows) or (self._none,)
-        for row in (r for left in kept.values() for r in left):
-            close_tree(row)
+        for at, i in enumerate(page):
+            if at < len(self._rows):
+                self._rows[at].show(self.findings[i])
+            else:
+                self._rows.append(FindingRow(self.dash, self.findings[i], detail=True))
+        shown_rows = tuple(row.widget for row in self._rows[: len(page)])
+        self.rows.children = shown_rows or (self._none,)
         end = self.start + len(page)
         self.where.value = f"findings {self.start + 1 if page else 0:,}-{end:,} of {len(shown):,}"
         self.prev.disabled = self.start == 0

@@ -10,7 +10,7 @@ import ipywidgets as w
 import pandas as pd
 
 from ..grid import FiguresAndGrid, FrameGrid, yes_no
-from ..plot import FigureBox
+from ..plot import FigureBox, Figures
 
 if TYPE_CHECKING:
     from ..state import CheckpointState
@@ -24,9 +24,8 @@ class LayersPanel(FiguresAndGrid):
     filterable grid with its findings counted (recounted when the load check's arrive)."""
 
     def __init__(self, dash: Host) -> None:
-        from ..figures import bytes_per_layer, parameters_per_layer
-
-        s = dash.scanned
+        self.dash = dash
+        self.scanned = dash.scanned
         drawn = dash.current  # what arrives later is given to `when_checked` below
         self.table = FrameGrid(
             self.frame(drawn),
@@ -39,14 +38,19 @@ class LayersPanel(FiguresAndGrid):
             what="layers",
             cells=False,
         )
-        self.figures = FigureBox(
-            lambda: [
-                (bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
-                (parameters_per_layer(s.layers), "ckpt-params-per-layer"),
-            ]
-        )
+        self.figures = FigureBox(self.figure_list)
         self.widget = w.VBox([self.figures.box, self.table.widget], layout=w.Layout(width="100%"))
         dash.when_checked(lambda state: self.table.replace(self.frame(state)), drawn=drawn)
+
+    def figure_list(self) -> Figures:
+        """The tab's figures (of `scanned`, the scan it shows)."""
+        from ..figures import bytes_per_layer, parameters_per_layer
+
+        s = self.scanned
+        return [
+            (bytes_per_layer(s.tensors), "ckpt-bytes-per-layer"),
+            (parameters_per_layer(s.layers), "ckpt-params-per-layer"),
+        ]
 
     @staticmethod
     def frame(state: CheckpointState) -> pd.DataFrame:

@@ -113,6 +113,14 @@ class OverviewPanel:
             close_tree(part)
         self.redrawn += changed
 
+    def renew(self) -> bool:
+        """Show the dashboard's state after a re-scan or a check of the values, in place (an
+        issue it still has keeps its card), and what the checks publish for it."""
+        state = self.dash.current
+        self.update(state)
+        self.dash.when_checked(self.update, drawn=state)
+        return True
+
     def close(self) -> None:
         """Close every widget of the panel (a re-scan replaced it)."""
         if self._fix_all is not None:
@@ -185,6 +193,12 @@ def _tensors_button(dash: Host, label: str, css: str, names: Sequence[str]) -> w
     return show
 
 
+def _reference(dash: Host) -> str:
+    """The candidate reference to restore lost tensors from ("" when none is known)."""
+    found = restore_reference(dash.scanned)
+    return found.path if found is not None else ""
+
+
 def _problem_card(dash: Host, problem: Problem) -> w.VBox:
     """A problem: its text, a button per way to act on it, and its first findings as links."""
     buttons: list[w.Button] = []
@@ -199,11 +213,9 @@ def _problem_card(dash: Host, problem: Problem) -> w.VBox:
         fix.on_click(guarded(lambda: dash.repair(action.parts), dash.notice))
         buttons.append(fix)
     elif action.kind == "restore" and " --from " in action.command:
-        found = restore_reference(dash.scanned)
         back = _button("Restore from...", "ckpt-problem-restore", style="warning", icon="download")
-        back.on_click(
-            guarded(lambda: dash.restore(found.path if found is not None else ""), dash.notice)
-        )
+        # The reference of the scan shown when clicked: a card outlives a re-scan (`renew`).
+        back.on_click(guarded(lambda: dash.restore(_reference(dash)), dash.notice))
         buttons.append(back)
     elif action.kind == "reshard":
         split = _button("Repair: reshard", "ckpt-problem-reshard", style="warning", icon="wrench")

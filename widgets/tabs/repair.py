@@ -88,14 +88,12 @@ class RepairPanel:
         )
         self.scope = still(w.HTML, "ckpt-repair-scope")
         self.verdict = still(w.HTML, "ckpt-repair-verdict")
-        self.result = still(w.HTML, "ckpt-repair-result", value=self._result_html(dash.last_repair))
+        self.result = still(w.HTML, "ckpt-repair-result")
         all_parts = _button("Repair all", "ckpt-plan-all", icon="expand")
         all_parts.on_click(guarded(lambda: self.use_parts(()), self.verdict))
-        candidate = restore_reference(dash.scanned)
         self.source = still(
             w.Text,
             "ckpt-restore-source",
-            value=candidate.path if candidate is not None else "",
             placeholder="a checkpoint that holds the lost tensors (folder or URL)",
             description="restore from",
             layout={"width": "60%"},
@@ -129,9 +127,25 @@ class RepairPanel:
             ],
             layout=w.Layout(width="100%"),
         )
-        self.verdict.value = "<i style='color:#666'>The plan is made when the tab is shown.</i>"
-        self.repair.disabled = True
-        hidden(self.confirm_box, True)
+        self.renew()
+
+    def renew(self) -> bool:
+        """The panel as a tab built now shows it (after a re-scan, the repair's included),
+        in the widgets shown: no plan (showing the tab plans), the options at their first
+        values, the last repair's result."""
+        with self._planning:
+            self._round += 1  # a re-check under way is dropped
+            self.plan, self.preview, self.planned = None, None, False
+            self.parts, self.restoring = (), None
+            self.duplicates.value, self.quant.value = "", False
+            candidate = restore_reference(self.dash.scanned)
+            self.source.value = candidate.path if candidate is not None else ""
+            self.result.value = self._result_html(self.dash.last_repair)
+            self.scope.value = self.plan_view.value = ""
+            self.verdict.value = "<i style='color:#666'>The plan is made when the tab is shown.</i>"
+            self.repair.disabled = True
+            hidden(self.confirm_box, True)
+        return True
 
     def on_shown(self) -> None:
         """Its tab is shown (the dashboard's hook): make the plan, the first time."""

@@ -13,7 +13,7 @@ from inspector.ui import (
     markdown_summary,
 )
 
-from ..controls import button, classed, hidden
+from ..controls import button, classed, fixed, hidden, still
 from ..guard import EXPECTED_ERRORS, error_html, guarded
 from ..report import write_html_report
 
@@ -31,15 +31,19 @@ class ReportPanel:
 
     def __init__(self, dash: Host) -> None:
         self.dash = dash
-        name = dash.scanned.path.name or "checkpoint"
-        self.path = w.Text(value=str(dash.report_dir / f"{name}-report.html"), description="file")
-        self.path.layout.width = "90%"
-        self.status = classed(w.HTML, "ckpt-report-status")
-        write = button("Write HTML report", "ckpt-report-button", icon="file")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`), but the
+        # summary's, which is hidden until asked for.
+        self.path = still(
+            w.Text, value=self._default_path(), description="file", layout={"width": "90%"}
+        )
+        self.status = still(w.HTML, "ckpt-report-status")
+        write = button("Write HTML report", "ckpt-report-button", icon="file", shared=True)
         write.on_click(guarded(lambda: self.write_report(), self.status))
-        summary = button("Markdown summary", "ckpt-markdown-button", icon="list")
+        summary = button("Markdown summary", "ckpt-markdown-button", icon="list", shared=True)
         summary.on_click(guarded(lambda: self.show_markdown(), self.status))
-        self.figures = w.Dropdown(
+        self.figures = still(
+            w.Dropdown,
+            "ckpt-report-figures",
             options=[
                 ("interactive, plotly.js embedded (offline, ~1.5 MB)", "embedded"),
                 ("light: plotly.js from its CDN (to attach)", "cdn"),
@@ -47,14 +51,36 @@ class ReportPanel:
             ],
             value="embedded",
             description="figures",
-            layout=w.Layout(width="28em"),
-        ).add_class("ckpt-report-figures")
-        self.markdown = w.Textarea(layout=w.Layout(width="100%", height="320px"))
-        self.markdown.add_class("ckpt-markdown")
-        hidden(self.markdown, True)
-        self.widget = w.VBox(
-            [self.path, w.HBox([write, summary, self.figures]), self.status, self.markdown]
+            layout={"width": "28em"},
         )
+        self.markdown = classed(
+            w.Textarea,
+            "ckpt-markdown",
+            layout=w.Layout(width="100%", height="320px", display="none"),
+        )
+        self.widget = w.VBox(
+            [
+                self.path,
+                w.HBox([write, summary, self.figures], layout=fixed(w.Layout)),
+                self.status,
+                self.markdown,
+            ],
+            layout=fixed(w.Layout),
+        )
+
+    def renew(self) -> bool:
+        """The panel as a tab built now shows it (after a re-scan or a check of the values),
+        in the widgets shown: nothing written yet, the summary hidden."""
+        self.path.value = self._default_path()
+        self.status.value = ""
+        self.figures.value = "embedded"
+        self.markdown.value = ""
+        hidden(self.markdown, True)
+        return True
+
+    def _default_path(self) -> str:
+        name = self.dash.scanned.path.name or "checkpoint"
+        return str(self.dash.report_dir / f"{name}-report.html")
 
     def write_report(self) -> Path | None:
         """Write the HTML report to the path in the form; returns it, None on failure."""

@@ -27,7 +27,7 @@ from inspector.ui import (
     legible,
 )
 
-from ..controls import classed
+from ..controls import close_tree, fixed, still
 from ..figures import serving_plans
 from ..guard import guarded
 
@@ -48,39 +48,58 @@ class ServePanel:
         # `figure` turns a plotly figure into a widget (the dashboard's `figure_widget`).
         self.scanned = scanned
         self._figure = figure
-        self.gpu = w.Dropdown(options=[_NO_GPU, *GPUS], value=_NO_GPU, description="GPU")
-        self.gpu.add_class("ckpt-serve-gpu")
-        self.kv_dtype = w.Dropdown(options=list(KV_CACHE_DTYPES), value="auto", description="KV")
-        self.context = w.BoundedIntText(
-            value=0, min=0, max=1 << 40, description="context", tooltip="0: the model's own"
-        ).add_class("ckpt-serve-context")
-        self.status = classed(w.HTML, "ckpt-serve-status")
+        # Its controls' layouts and styles are the kernel's shared ones (`still`).
+        self.gpu = still(
+            w.Dropdown, "ckpt-serve-gpu", options=[_NO_GPU, *GPUS], value=_NO_GPU, description="GPU"
+        )
+        self.kv_dtype = still(
+            w.Dropdown, options=list(KV_CACHE_DTYPES), value="auto", description="KV"
+        )
+        self.context = still(
+            w.BoundedIntText,
+            "ckpt-serve-context",
+            value=0,
+            min=0,
+            max=1 << 40,
+            description="context",
+            tooltip="0: the model's own",
+        )
+        self.status = still(w.HTML, "ckpt-serve-status")
+        self._quiet = False  # while `show_scan` sets the pickers: one draw after
         for control in (self.gpu, self.kv_dtype, self.context):
-            control.observe(guarded(self.draw, self.status), names="value")
-        self.plot = w.VBox(layout=w.Layout(width="100%")).add_class("ckpt-serve-plot")
-        self.table = classed(w.HTML, "ckpt-serve-table")
-        self.notes = w.HTML()
-        self.engine_button = w.Button(
+            control.observe(guarded(self._picked, self.status), names="value")
+        self.plot = still(w.VBox, "ckpt-serve-plot", layout={"width": "100%"})
+        self.table = still(w.HTML, "ckpt-serve-table")
+        self.notes = still(w.HTML)
+        self.engine_button = still(
+            w.Button,
+            "ckpt-serve-engine",
             description="vLLM's own verdict",
             tooltip="vLLM's weight loading on a meta model, in a child process (the [vllm] extra)",
-        ).add_class("ckpt-serve-engine")
-        self.engine_out = classed(w.HTML, "ckpt-serve-engine-out")
+        )
+        self.engine_out = still(w.HTML, "ckpt-serve-engine-out")
         self.engine_button.on_click(guarded(self.run_engine, self.engine_out))
         self.engine_thread: threading.Thread | None = None
         self.result: FitResult | None = None
+        # The plans' table the figure shows: a draw of the same makes no new figure.
+        self._drawn: Any = None
         self.widget = w.VBox(
             [
-                w.HBox([self.gpu, self.kv_dtype, self.context]),
+                w.HBox([self.gpu, self.kv_dtype, self.context], layout=fixed(w.Layout)),
                 self.status,
                 self.plot,
                 self.table,
-                w.HBox([self.engine_button]),
+                w.HBox([self.engine_button], layout=fixed(w.Layout)),
                 self.engine_out,
                 self.notes,
             ],
             layout=w.Layout(width="100%"),
         )
         self.draw()
+
+    def _picked(self) -> None:
+        if not self._quiet:
+            self.draw()
 
     def draw(self) -> None:
         """Judge the plans for the pickers' values and draw them."""
@@ -96,10 +115,32 @@ class ServePanel:
         self.status.value = html_text(
             f"parallel plans that serve {where}: {serving:,} of {len(result.plans):,}"
         )
-        self.plot.children = [self._figure(serving_plans(result.frame()), "ckpt-serve")]
+        frame = result.frame()
+        if self._drawn is None or not frame.equals(self._drawn):
+            # A figure is drawn once: the one it replaces is closed (each pick left it open).
+            old, self.plot.children = (
+                self.plot.children,
+                [self._figure(serving_plans(frame), "ckpt-serve")],
+            )
+            for figure in old:
+                close_tree(figure)
+            self._drawn = frame
         self.table.value = frame_html(fit_table(result), max_rows=64)
         notes = "".join(f"<li>{html_text(note)}</li>" for note in fit_notes(result))
         self.notes.value = f"<ul style='color:#666'>{notes}</ul>"
+
+    def show_scan(self, scanned: ScannedCheckpoint) -> None:
+        """Show `scanned` (a re-scan) in the widgets shown, as a panel made for it shows it:
+        the pickers at their first values, the engine's answer gone (unless it still runs)."""
+        self.scanned = scanned
+        self._quiet = True
+        try:
+            self.gpu.value, self.kv_dtype.value, self.context.value = _NO_GPU, "auto", 0
+        finally:
+            self._quiet = False
+        if self.engine_thread is None or not self.engine_thread.is_alive():
+            self.engine_out.value = ""
+        self.draw()
 
     def run_engine(self) -> None:
         """Start vLLM's own verdict in a thread (`inspector.engine_check`); its lines and
@@ -132,8 +173,20 @@ def engine_html(report: EngineReport) -> str:
     return f"<ul>{''.join(items)}</ul>"
 
 
-def serve_tab(dash: Host) -> ServePanel:
-    """The dashboard's Serve tab."""
-    from ..plot import figure_widget
+class ServeTab(ServePanel):
+    """The dashboard's Serve tab: a re-scan is shown in place (`renew`)."""
 
-    return ServePanel(dash.scanned, figure=figure_widget)
+    def __init__(self, dash: Host) -> None:
+        from ..plot import figure_widget
+
+        self.dash = dash
+        super().__init__(dash.scanned, figure=figure_widget)
+
+    def renew(self) -> bool:
+        self.show_scan(self.dash.scanned)
+        return True
+
+
+def serve_tab(dash: Host) -> ServePanel:
+    """The dashboard's Serve tab (`ServeTab`)."""
+    return ServeTab(dash)
