@@ -258,3 +258,35 @@ def test_a_closed_dashboard_leaves_no_widget_model_open(demo_checkpoints: Path, 
         if id(_instances[key]) not in shared
     ]
     assert shown > 100 and left == [], "\n".join(left)
+
+
+def test_a_rescan_previews_the_new_rows_in_the_grids_it_keeps(tmp_path: Path):
+    """The Tensors and Files grids are kept by a re-scan, their tables' rows replaced; the
+    HTML preview a new view of a grid shows until its viewer draws (the page reloaded, the
+    notebook's saved state) kept the previous checkpoint's rows: its tensor and file names.
+    Here the folder (safetensors' `save_file`) holds another checkpoint at the re-scan."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    one = np.zeros((2, 2), np.float32)
+    save_file({"first_checkpoint.<b>x</b>.weight": one}, str(folder / "first.safetensors"))
+    dash = Dashboard(folder, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0
+
+    def previews() -> list[str]:
+        tensors, files = dash.select("Tensors"), dash.select("Files")
+        return [tensors.grid._preview, files.table.grid._preview]
+
+    old = ("first_checkpoint", "first.safetensors")
+    before = previews()
+    assert [o in p for o, p in zip(old, before, strict=True)] == [True, True], before
+    assert "<b>x" not in before[0] and "&lt;b&gt;x" in before[0]
+    (folder / "first.safetensors").unlink()
+    save_file({"second_checkpoint.weight": one}, str(folder / "second.safetensors"))
+    dash.refresh()
+    dash.wait(60)
+    after = previews()
+    assert not any(o in p for o in old for p in after), after
+    assert "second_checkpoint" in after[0] and "second.safetensors" in after[1], after

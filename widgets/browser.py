@@ -38,6 +38,7 @@ from .grid import (
     choose_from,
     make_grid,
     match_expression,
+    preview_anew,
     table_name,
 )
 from .guard import guarded
@@ -281,6 +282,10 @@ class TensorBrowser:
         self.export_name.value = self._export_base()
         self.export_status.value = ""
         self.set_query(TensorQuery())
+        with self._grid_lock:
+            grid = self.grid
+        if grid is not None:
+            preview_anew(grid, self.table)
 
     def _export_base(self) -> str:
         return str(self.export_dir / f"{self.scanned.path.name or 'checkpoint'}-tensors")
