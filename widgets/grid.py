@@ -673,10 +673,23 @@ def table_name(prefix: str) -> str:
 
 def arrow_bytes(frame: pd.DataFrame) -> bytes:
     """`frame` as an Arrow IPC stream, what a Perspective table loads and replaces its rows
-    with (without the pandas index, which Perspective would add as a column)."""
+    with (without the pandas index, which Perspective would add as a column). A text column
+    with no value (an empty table's) is sent as text: Arrow infers the null type, which
+    Perspective makes a float column, and a re-scan's rows (a folder that held a shard of no
+    tensors, then a checkpoint) could not replace them ("Could not fill column `param` with
+    t_dtype: `float64`"): the Tensors tab was never renewed."""
     import pyarrow as pa
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
+    if any(pa.types.is_null(field.type) for field in table.schema):
+        table = table.cast(
+            pa.schema(
+                [
+                    field.with_type(pa.string()) if pa.types.is_null(field.type) else field
+                    for field in table.schema
+                ]
+            )
+        )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
