@@ -263,6 +263,37 @@ def test_diff_against_a_reference_with_20000_expert_modules(tmp_path: Path) -> N
     assert kinds == {"experts-fused": n}
 
 
+def test_an_expert_numbered_999999999_is_reported_in_ranges(tmp_path: Path) -> None:
+    """A MoE checkpoint (safetensors' `save_file`) whose one expert tensor is numbered
+    999,999,999: its siblings then expect a billion experts per layer, and the missing ones
+    are folded from the ids present. Before, `expert-missing` built the set of every
+    expected id: `check` ran out of memory (a billion ints, about 40 GB; here the child's
+    address space is held to 3 GB so that it fails instead of exhausting the machine)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    tensor = np.zeros((2, 2), np.float32)
+    names = [
+        f"model.layers.{layer}.mlp.experts.{expert}.{proj}.weight"
+        for layer in (0, 1)
+        for expert in (0, 1, 2, 3)
+        for proj in ("gate_proj", "up_proj", "down_proj")
+    ]
+    names[-1] = "model.layers.1.mlp.experts.999999999.down_proj.weight"
+    save_file(dict.fromkeys(names, tensor), str(tmp_path / "model.safetensors"))
+    argv = [sys.executable, "-m", "inspector", "check", str(tmp_path), "--no-model", "--json"]
+    done = subprocess.run(argv, capture_output=True, text=True, preexec_fn=limited, timeout=300)
+    assert done.returncode == 1, done.stderr
+    missing = [f for f in json.loads(done.stdout)["findings"] if f["code"] == "expert-missing"]
+    assert [f["layer"] for f in missing] == [0, 1]
+    assert "experts 4-999999999 missing (999999996 of 1000000000;" in missing[0]["message"]
+    assert "experts 4-999999998 missing (999999995 of 1000000000;" in missing[1]["message"]
+
+
 def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> None:
     """`exclude_modules` with 5,000 wildcard patterns against 2,000 quantized modules: not
     matched pattern by pattern (10M fnmatch calls, each recompiling past fnmatch's cache);

@@ -282,3 +282,60 @@ def _rescanned(dash: Dashboard, models: collections.Counter[str]) -> int:
     dash.refresh()
     dash.wait(60)
     return opened
+
+
+def test_a_rescan_previews_the_new_rows_in_the_grids_it_keeps(tmp_path: Path):
+    """The Tensors and Files grids are kept by a re-scan, their tables' rows replaced; the
+    HTML preview a new view of a grid shows until its viewer draws (the page reloaded, the
+    notebook's saved state) kept the previous checkpoint's rows: its tensor and file names.
+    Here the folder (safetensors' `save_file`) holds another checkpoint at the re-scan."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    one = np.zeros((2, 2), np.float32)
+    save_file({"first_checkpoint.<b>x</b>.weight": one}, str(folder / "first.safetensors"))
+    dash = Dashboard(folder, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0
+
+    def previews() -> list[str]:
+        tensors, files = dash.select("Tensors"), dash.select("Files")
+        return [tensors.grid._preview, files.table.grid._preview]
+
+    old = ("first_checkpoint", "first.safetensors")
+    before = previews()
+    assert [o in p for o, p in zip(old, before, strict=True)] == [True, True], before
+    assert "<b>x" not in before[0] and "&lt;b&gt;x" in before[0]
+    (folder / "first.safetensors").unlink()
+    save_file({"second_checkpoint.weight": one}, str(folder / "second.safetensors"))
+    dash.refresh()
+    dash.wait(60)
+    after = previews()
+    assert not any(o in p for o in old for p in after), after
+    assert "second_checkpoint" in after[0] and "second.safetensors" in after[1], after
+
+
+def test_a_rescan_of_a_folder_that_held_no_tensors_renews_the_tensors_tab(tmp_path: Path):
+    """A folder whose one shard holds no tensor (safetensors' `save_file({})`, as a download
+    in progress may leave it), then a checkpoint: the Tensors tab's table was made with float
+    columns where names go (pandas' type for an empty column), and the re-scan's rows could
+    not replace them ("Could not fill column `param` with t_dtype: `float64`"): the tab was
+    never renewed."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    save_file({}, str(folder / "model.safetensors"))
+    dash = Dashboard(folder, progress=False, snapshot=False, model=False)
+    dash.worker_delay = 0
+    tensors = dash.select("Tensors")
+    assert tensors.table.size() == 0
+    one = np.zeros((2, 2), np.float32)
+    save_file({"a.weight": one, "b.bias": one}, str(folder / "model.safetensors"))
+    dash.refresh()
+    dash.wait(60)
+    assert dash.select("Tensors") is tensors and tensors.scanned is dash.scanned
+    assert tensors.table.size() == 2
+    assert "a.weight" in tensors.grid._preview

@@ -555,3 +555,42 @@ def test_values_heatmap_labels_stand_upright_thinned_and_clear_of_the_axis_title
     assert x.title.text == "tensor kind" and x.title.standoff > 0
     assert fig.layout.legend.y >= 1 and fig.layout.legend.yanchor == "bottom"
     assert fig.layout.height >= 260 + 40 * 10 * 0.6  # the labels' height is added
+
+
+def test_a_layer_zoom_holds_the_rows_of_its_recorded_experts(tmp_path: Path) -> None:
+    """The Experts tab's zoom into one layer (`expert_layer_grid`) of a MoE checkpoint
+    (safetensors' `save_file`) whose one expert is numbered 999,999,999: the rows that hold
+    a recorded expert, labelled by their ids, not every row up to that id (31 million rows,
+    7.5 GiB per cell array: the tab ran out of memory). Run in a child whose address space is
+    held to 3 GB."""
+    import resource
+
+    one = np.zeros((2, 2), np.float32)
+    ids = [0, 1, 2, 3, 999_999_999]
+    save_file(
+        {f"model.layers.0.mlp.experts.{e}.{p}.weight": one for e in ids for p in ("up", "down")},
+        str(tmp_path / "model.safetensors"),
+    )
+    program = (
+        "import json, sys\n"
+        "from inspector._internal.scan.entry import scan\n"
+        "from inspector.widgets.figures import expert_layer_grid\n"
+        "s = scan(sys.argv[1])\n"
+        "trace = expert_layer_grid(s.experts, 0).data[0]\n"
+        "print(json.dumps([list(trace.y), [list(row) for row in trace.text]]))\n"
+    )
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-c", program, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        preexec_fn=limited,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    labels, text = json.loads(done.stdout)
+    assert labels == ["0-31", "999999968-999999999"]
+    assert text[0][:5] == ["0", "1", "2", "3", ""] and text[1][-1] == "999999999"

@@ -147,3 +147,34 @@ def test_duplicates_policy_index_keeps_the_file_the_index_spells(
     assert plan.notes == (
         f"'{name}' is in {holder}, zz-copy.safetensors; the index keeps {holder}",
     )
+
+
+# -- shard files spelled x/ or x/. -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("suffix", ["/", "/."])
+def test_a_shard_spelled_as_a_folder_is_not_the_shard(
+    written: Path, tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`x.safetensors/` and `x.safetensors/.` are not the shard x: a loader that joins them onto
+    the folder (transformers, safetensors' `safe_open`) fails, not a folder. They were
+    normalised onto x (`PurePosixPath` drops that last part): check said "no findings" and,
+    with the plans reading the map the same way, repair said "nothing to repair" on an index
+    no loader could use."""
+    folder = _copy(written, tmp_path)
+    doc = _edit_index(folder)
+    shard = sorted(set(doc["weight_map"].values()))[0]
+    spelled = {k: v + suffix if v == shard else v for k, v in doc["weight_map"].items()}
+    (folder / INDEX_NAME).write_text(json.dumps({**doc, "weight_map": spelled}, indent=2))
+    with pytest.raises(OSError):
+        load_file(f"{folder}/{shard}{suffix}")  # as transformers joins it (os.path.join)
+    scanned = scan(folder)
+    found = check(scanned, model=False)
+    assert sorted((f.code, f.file) for f in found) == [
+        ("index-missing-file", shard + suffix),
+        ("unindexed-file", shard),
+    ]
+    assert main(["repair", str(folder), "--yes", "--no-model"]) == 0
+    capsys.readouterr()
+    assert json.loads((folder / INDEX_NAME).read_text())["weight_map"] == doc["weight_map"]
+    assert check(scan(folder), model=False) == []

@@ -38,6 +38,7 @@ from .grid import (
     choose_from,
     make_grid,
     match_expression,
+    preview_anew,
     table_name,
 )
 from .guard import guarded
@@ -78,7 +79,7 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
     the exact names."""
     # A 300,000-tensor MoE has a few dozen distinct shapes: format each once.
     shapes: dict[tuple[int, ...], str] = {}
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "name": _legible(tensors["name"]),
             "dtype": tensors["dtype"].astype(str).to_numpy(dtype=object),
@@ -96,6 +97,15 @@ def grid_frame(tensors: pd.DataFrame) -> pd.DataFrame:
             "param": _legible(tensors["param"]),
         }
     )
+    if not len(frame):
+        # No tensors (a shard of none): pandas makes the empty text columns floats, and the
+        # grid's table would keep them so when a re-scan brings names (`arrow_bytes`).
+        for column in _TEXT_COLUMNS:
+            frame[column] = frame[column].astype(object)
+    return frame
+
+
+_TEXT_COLUMNS = ("name", "dtype", "shape", "kind", "file", "module", "param")
 
 
 def _legible(column: pd.Series) -> Any:
@@ -178,7 +188,9 @@ class TensorBrowser:
         self.scanned = scanned
         self.tensors = scanned.tensors
         self.export_dir = Path(export_dir) if export_dir else Path.cwd()
-        self.table = perspective.table(grid_frame(self.tensors), name=table_name("tensors"))
+        # Loaded as a re-scan replaces its rows (`show_scan`), with the same column types.
+        frame = arrow_bytes(grid_frame(self.tensors))
+        self.table = perspective.table(frame, name=table_name("tensors"))
         # The grid widget is created when it is first shown (see `show_grid`).
         self.grid: Any = None
         self._grid_lock = threading.Lock()
@@ -281,6 +293,10 @@ class TensorBrowser:
         self.export_name.value = self._export_base()
         self.export_status.value = ""
         self.set_query(TensorQuery())
+        with self._grid_lock:
+            grid = self.grid
+        if grid is not None:
+            preview_anew(grid, self.table)
 
     def _export_base(self) -> str:
         return str(self.export_dir / f"{self.scanned.path.name or 'checkpoint'}-tensors")

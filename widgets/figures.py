@@ -96,12 +96,17 @@ def expert_layer_grid(
         return _empty_figure(f"Layer {layer}", f"No experts recorded for layer {layer}.")
     n = int(frame["expert"].max()) + 1
     columns = min(columns, n)
-    rows = math.ceil(n / columns)
+    experts_ = frame["expert"].to_numpy()
+    # Only the rows that hold a recorded expert (all of them, but for ids far past the
+    # expected count): a hostile expert id of 999,999,999 made 31 million rows, 7.5 GiB of
+    # cells per array. Rows are labelled by their first expert, so a click still finds it.
+    starts, r = np.unique(experts_ // columns, return_inverse=True)
+    r = r.reshape(-1)
+    c = experts_ % columns
+    rows = len(starts)
     z = np.full((rows, columns), np.nan)
     ids = np.full((rows, columns), "", dtype=object)
     notes = np.full((rows, columns), "", dtype=object)
-    experts_ = frame["expert"].to_numpy()
-    r, c = np.divmod(experts_, columns)
     z[r, c] = frame["state"].to_numpy()
     ids[r, c] = experts_.astype(str)
     labels = np.array(["missing: no tensors", "incomplete", "complete"], dtype=object)
@@ -115,11 +120,12 @@ def expert_layer_grid(
     )
     for (lay, expert), lacks in _missing_parts(frame, tensors).items():
         if lay == layer:
-            notes[expert // columns, expert % columns] = f"incomplete: lacks {lacks}"
+            row = int(np.searchsorted(starts, expert // columns))
+            notes[row, expert % columns] = f"incomplete: lacks {lacks}"
     trace = go.Heatmap(
         z=z,
         x=list(range(columns)),
-        y=[f"{i * columns}-{min(n, (i + 1) * columns) - 1}" for i in range(rows)],
+        y=[f"{i * columns}-{min(n, (i + 1) * columns) - 1}" for i in starts.tolist()],
         text=ids,
         customdata=notes,
         texttemplate="%{text}",

@@ -65,6 +65,7 @@ __all__ = [
     "make_grid",
     "match_expression",
     "preload_grids",
+    "preview_anew",
     "preview_html",
     "server_binding_only",
     "table_name",
@@ -293,8 +294,16 @@ _PREVIEWED = ("columns", "filter", "expressions", "sort")
 def _preview_again(change: Mapping[str, Any]) -> None:
     grid = change["owner"]
     table = getattr(grid, "_preview_table", None)
-    if table is None:
-        return
+    if table is not None:
+        preview_anew(grid, table)
+
+
+def preview_anew(grid: Any, table: Any) -> None:
+    """`grid`'s preview drawn again from the rows `table` holds with the grid's settings:
+    after a change of the settings, and after the table's rows are replaced (a re-scan), as
+    every new view of the grid (the page reloaded, the notebook's saved state) shows the
+    preview until its viewer draws. A re-scan's grid kept the previous checkpoint's first
+    rows there, names and all, unless its filter happened to change."""
     try:
         grid._preview = preview_html(table, **{name: getattr(grid, name) for name in _PREVIEWED})
     except Exception:  # PerspectiveError: the viewer shows what is wrong with the settings
@@ -551,6 +560,7 @@ class FrameGrid:
         self.frame = frame
         self.table.replace(arrow_bytes(frame))
         self.apply()
+        self._preview_anew()
 
     def reset(self, frame: pd.DataFrame) -> None:
         """Show `frame` with no filter, as a grid made for it shows it (a re-scan's or a check
@@ -564,6 +574,14 @@ class FrameGrid:
         for toggle in self.flags.values():
             toggle.value = False
         self.apply()
+        self._preview_anew()
+
+    def _preview_anew(self) -> None:
+        """The grid's preview from the rows its table now holds (`preview_anew`)."""
+        with self._lock:
+            grid = self.grid
+        if grid is not None:
+            preview_anew(grid, self.table)
 
     def show_grid(self) -> None:
         """Create the grid widget (once; safe from two threads at once)."""
@@ -655,10 +673,23 @@ def table_name(prefix: str) -> str:
 
 def arrow_bytes(frame: pd.DataFrame) -> bytes:
     """`frame` as an Arrow IPC stream, what a Perspective table loads and replaces its rows
-    with (without the pandas index, which Perspective would add as a column)."""
+    with (without the pandas index, which Perspective would add as a column). A text column
+    with no value (an empty table's) is sent as text: Arrow infers the null type, which
+    Perspective makes a float column, and a re-scan's rows (a folder that held a shard of no
+    tensors, then a checkpoint) could not replace them ("Could not fill column `param` with
+    t_dtype: `float64`"): the Tensors tab was never renewed."""
     import pyarrow as pa
 
     table = pa.Table.from_pandas(frame, preserve_index=False)
+    if any(pa.types.is_null(field.type) for field in table.schema):
+        table = table.cast(
+            pa.schema(
+                [
+                    field.with_type(pa.string()) if pa.types.is_null(field.type) else field
+                    for field in table.schema
+                ]
+            )
+        )
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

@@ -121,7 +121,12 @@ def shard_names_distinct(scanned: ScannedCheckpoint) -> bool | None:
 
 
 def normalize_member(value: str) -> str:
-    """'./a//b.safetensors' -> 'a/b.safetensors', the form shard `file` fields use."""
+    """'./a//b.safetensors' -> 'a/b.safetensors', the form shard `file` fields use: the file a
+    loader opens at that spelling. A name whose last part is empty or `.` ('a.safetensors/',
+    'a.safetensors/.') is left as it is: opening it fails (not a folder), so it never names
+    the shard `a.safetensors` (`PurePosixPath` drops that part)."""
+    if value.endswith(("/", "/.")):
+        return value
     return PurePosixPath(value).as_posix()
 
 

@@ -21,7 +21,7 @@ from inspector._internal.checkpoint.tables import ScanColumns, layer_keys, scan_
 from inspector._internal.checks.draft import is_draft
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME
-from inspector._internal.common.text import examples, fold_ranges, plural
+from inspector._internal.common.text import examples, fold_ranges, fold_spans, plural
 from inspector._internal.findings.codes import Code, code_set
 from inspector._internal.findings.finding import Finding, besides, fold, fold_findings, make_finding
 
@@ -319,23 +319,40 @@ def _expert_missing(scanned: ScannedCheckpoint, e: _Experts) -> list[Finding]:
     mtp = set(layers["layer"][layers["is_mtp"]].tolist())
     for layer in sorted(moe_layers):
         expected = int(expected_of.get(layer, 0))
-        missing = sorted(set(range(expected)) - ids_by_layer.get(layer, set()))
+        missing = _gaps(expected, ids_by_layer.get(layer, set()))
         if not missing:
             continue
+        count = sum(end - start + 1 for start, end in missing)
         file = files.get(layer)
         basis = _expert_basis(source_of.get(layer, ""), expected, layer in mtp)
         out.append(
             make_finding(
                 "expert-missing",
                 f"{'MTP layer' if layer in mtp else 'layer'} {layer}: experts "
-                f"{fold_ranges(missing)} missing ({len(missing)} of {expected}; {basis})"
+                f"{fold_spans(missing)} missing ({count} of {expected}; {basis})"
                 + (f" in {legible(file)}" if file else ""),
                 file=file,
                 layer=layer,
-                expert=missing[0] if len(missing) == 1 else None,
+                expert=missing[0][0] if count == 1 else None,
             )
         )
     return fold_findings(out, "MoE layers with missing experts")
+
+
+def _gaps(expected: int, present: set[int]) -> list[tuple[int, int]]:
+    """The ids of 0..expected-1 not in `present`, as inclusive ranges: from the ids present,
+    never a set of every expected id (the siblings' count is the highest id stored plus one,
+    and one hostile tensor named `experts.999999999` made that set a billion ints: out of
+    memory)."""
+    spans: list[tuple[int, int]] = []
+    start = 0
+    for i in sorted(i for i in present if i < expected):
+        if i > start:
+            spans.append((start, i - 1))
+        start = i + 1
+    if start < expected:
+        spans.append((start, expected - 1))
+    return spans
 
 
 def _expert_basis(source: str, expected: int, mtp: bool) -> str:

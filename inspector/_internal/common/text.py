@@ -16,6 +16,7 @@ __all__ = [
     "cut_at_word",
     "examples",
     "fold_ranges",
+    "fold_spans",
     "layer_name",
     "layers_text",
     "plural",
@@ -86,18 +87,25 @@ def shell_word(text: str) -> str:
 def fold_ranges(values: Iterable[int], *, limit: int = 12) -> str:
     """'0-3, 7, 9-511': sorted unique ints folded into ranges, at most `limit` pieces."""
     ordered = sorted(set(values))
-    pieces: list[str] = []
+    spans: list[tuple[int, int]] = []
     if ordered:
         start = prev = ordered[0]
         for v in ordered[1:]:
             if v == prev + 1:
                 prev = v
             else:
-                pieces.append(_piece(start, prev))
+                spans.append((start, prev))
                 start = prev = v
-        pieces.append(_piece(start, prev))
-    if len(pieces) > limit:
-        return ", ".join(pieces[:limit]) + f", ... ({len(pieces) - limit} more ranges)"
+        spans.append((start, prev))
+    return fold_spans(spans, limit=limit)
+
+
+def fold_spans(spans: Sequence[tuple[int, int]], *, limit: int = 12) -> str:
+    """`fold_ranges` of the sorted, disjoint inclusive ranges `spans`, as given: for sets too
+    large to list (a hostile expert id of 999,999,999 leaves a billion ids missing)."""
+    pieces = [_piece(start, end) for start, end in spans[:limit]]
+    if len(spans) > limit:
+        return ", ".join(pieces) + f", ... ({len(spans) - limit} more ranges)"
     return ", ".join(pieces)
 
 
