@@ -35,9 +35,10 @@ from typing import Any
 
 import ipywidgets as w
 
-DEMO = "modelopt-1422-sidecar-drift"
-FIRST = {"Values": "Sample values"}
 _HERE = Path(__file__).resolve()
+# The lab clicks test's demo and click order (tests/click_order.py).
+sys.path.insert(0, str(_HERE.parent.parent / "tests"))
+from click_order import DEMO, next_click  # noqa: E402
 
 
 class Counts:
@@ -174,13 +175,9 @@ def _click_buttons(dash: Any, title: str) -> list[str]:
             _select(dash, title)
         buttons = _visible_buttons(_pane(dash, title))
         enabled = [label for label, widget, _ in buttons if not _disabled(widget)]
-        todo = [b for b in enabled if b not in done]
-        if not todo:
+        label = next_click(title, enabled, done, before)
+        if label is None:
             break
-        fresh = [b for b in todo if b not in before]
-        label = fresh[0] if before and fresh else todo[-1]
-        if not done and FIRST.get(title) in todo:
-            label = FIRST[title]
         before = set(enabled)
         done.append(label)
         widget, option = next((wi, o) for lab, wi, o in buttons if lab == label)

@@ -440,7 +440,7 @@ def test_fold_modules_says_each_module_then_counts_the_rest_with_examples() -> N
     """The compressed-tensors and block-quant config checks word their module lists so."""
     items = [(f"model.layers.{i}.mlp", "is quantized") for i in range(FOLD.per_code + 2)]
     found = fold_modules(
-        "quant-scheme-mismatch", items, head="config.json", advice="re-export", file="c.json"
+        "quant-scheme-mismatch", items, head=CONFIG_NAME, advice="re-export", file="c.json"
     )
     assert len(found) == FOLD.per_code + 1
     assert found[0].message == "config.json: 'model.layers.0.mlp' is quantized; re-export"

@@ -49,12 +49,12 @@ from browser import (
     open_tab,
     run_all_cells,
 )
+from click_order import DEMO, next_click
 from engine_stand_in import SKIPPED
 from inspector.widgets import Dashboard
 
 pytestmark = pytest.mark.browser
 
-DEMO = "modelopt-1422-sidecar-drift"
 NOTEBOOK = "lab-clicks/clicks.ipynb"
 TABS = Dashboard.TABS
 # How long a tab may take to show its frame (a spinner at least) before the test fails: far
@@ -72,7 +72,6 @@ REFUSALS = {
 # The button a tab's clicks begin with: "Sample values" while the Tensors grid drawn by the
 # first clicks is still on the page (a check of the values rebuilds every tab, so after
 # "Read all values" the grid would be a new one, not yet drawn).
-FIRST = {"Values": "Sample values"}
 # The child the Serve tab's "vLLM's own verdict" starts, in place of vLLM's (whose import is
 # about 20 s of CPU); the words of its answer, shown in the tab when the check has run.
 STAND_IN = Path(__file__).with_name("engine_stand_in.py")
@@ -378,15 +377,9 @@ def _click_buttons(page, title: str, broken: list[tuple[str, str]], trace: list[
             + ", ".join(b["label"] + (" (disabled)" if b["disabled"] else "") for b in buttons)
         )
         enabled = [b["label"] for b in buttons if not b["disabled"]]
-        todo = [b for b in enabled if b not in done]
-        if not todo:
+        label = next_click(title, enabled, done, before)
+        if label is None:
             break
-        # Revealed or enabled by the last click first, else the last one: the pane's own
-        # action (Repair, Next) before the buttons that plan again or go elsewhere.
-        fresh = [b for b in todo if b not in before]
-        label = fresh[0] if before and fresh else todo[-1]
-        if not done and FIRST.get(title) in todo:
-            label = FIRST[title]
         before = set(enabled)
         done.append(label)
         mark = _handled(page)
