@@ -25,17 +25,14 @@ from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.common.text import (
     cut_at_word,
+    examples,
     fold_ranges,
     layers_text,
     plural,
     shell_word,
 )
 from inspector._internal.common.units import format_bytes
-from inspector._internal.diagnosis.references import (
-    Reference,
-    consolidation_reference,
-    restore_reference,
-)
+from inspector._internal.diagnosis.references import consolidation_reference, restore_reference
 from inspector._internal.findings.codes import Code, FixKind, Severity, code_of, severity_rank
 from inspector._internal.findings.finding import Finding
 
@@ -263,26 +260,23 @@ class _Context:
 
         return explains
 
-    def reference(self) -> Reference | None:
-        """A checkpoint on this machine that may hold what this one lost (`inspector.
-        references.restore_reference`)."""
-        return restore_reference(self.scanned)
-
     def candidate(self) -> str:
-        """' (a candidate: <what and where>)' when a reference is known, else ''."""
-        ref = self.reference()
+        """' (a candidate: <what and where>)' when a checkpoint on this machine may hold what
+        this one lost (`restore_reference`), else ''."""
+        ref = restore_reference(self.scanned)
         return f" (a candidate: {ref.label})" if ref is not None else ""
 
+    def source(self) -> str:
+        """That checkpoint's path as a command names it, else REF."""
+        ref = restore_reference(self.scanned)
+        return shell_word(ref.path) if ref is not None else "REF"
+
     def restore_command(self) -> str:
-        ref = self.reference()
-        source = shell_word(ref.path) if ref is not None else "REF"
-        return f"ckpt-inspect repair {self.path} --from {source}"
+        return f"ckpt-inspect repair {self.path} --from {self.source()}"
 
     def copy_command(self, files: Sequence[str]) -> str:
         """`cp REF/<file> PATH/<file>` for the first files (the reference's when known)."""
-        ref = self.reference()
-        source = shell_word(ref.path) if ref is not None else "REF"
-        root = self.path
+        source, root = self.source(), self.path
         shown = [f"cp {source}/{shell_word(f)} {root}/{shell_word(f)}" for f in files[:_MAX_LISTED]]
         more = f"; ... ({len(files) - _MAX_LISTED} more)" if len(files) > _MAX_LISTED else ""
         return "; ".join(shown) + more
@@ -347,7 +341,7 @@ _COMMON: dict[str, Callable[[_Facts], Any]] = {
     "files": lambda x: sorted({f.file for f in x.mine if f.file}),
     "tensors": lambda x: sorted({f.tensor for f in x.mine if f.tensor}),
     "cells": lambda x: (),
-    "shown": lambda x: _listed(x["files"]),
+    "shown": lambda x: examples(x["files"], limit=_MAX_LISTED),
     "them": lambda x: "them" if len(x["files"]) != 1 else "it",
     "codes": lambda x: _codes_text(Counter(f.code for f in x.mine)),
     "config": lambda x: CONFIG_NAME,
@@ -573,18 +567,15 @@ def _consolidation(x: _Facts) -> dict[str, Any] | None:
     if x.scanned.dcp is None:
         return None
     ref = consolidation_reference(x.scanned)
-    if ref is None:
-        text = (
-            "consolidate with the reference model's index instead of the recorded "
-            "mapping; without one, consolidation packs by size (5 GB per file)"
-        )
-        return {"action": Action("consolidate", text, _command(x.ctx, "consolidate"))}
     text = (
-        f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
-        "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do "
-        "by default"
+        "consolidate with the reference model's index instead of the recorded mapping; "
+        "without one, consolidation packs by size (5 GB per file)"
+        if ref is None
+        else f"consolidate following {ref.label} ({plural(ref.files, 'file')}) instead of "
+        "the recorded mapping: `ckpt-inspect consolidate` and the Consolidate tab do by default"
     )
-    command = f"ckpt-inspect consolidate {x['path']} DEST --reference {shell_word(ref.path)}"
+    source = "REF" if ref is None else shell_word(ref.path)
+    command = f"ckpt-inspect consolidate {x['path']} DEST --reference {source}"
     return {"action": Action("consolidate", text, command)}
 
 
@@ -1035,12 +1026,6 @@ def _known(code: str) -> Code | None:
         return code_of(code)
     except ValueError:  # a finding built by hand with a code of its own
         return None
-
-
-def _listed(files: Sequence[str]) -> str:
-    """'a, b, c and 2 more': the first files by name, then how many others."""
-    more = f" and {len(files) - _MAX_LISTED} more" if len(files) > _MAX_LISTED else ""
-    return ", ".join(map(legible, files[:_MAX_LISTED])) + more
 
 
 def _worst(findings: Iterable[Finding]) -> Severity:
