@@ -5,17 +5,17 @@ ranks share the reading; rank 0 alone prints, and every rank exits with the same
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from inspector._internal.cli.args import (
-    EXIT_FOUND,
-    EXIT_OK,
     add_options,
     add_remote_arguments,
+    exit_for,
     remote_kwargs,
     target,
+    write_json,
 )
 from inspector._internal.common.defaults import LEVELS
 from inspector._internal.common.filenames import MANIFEST_NAME
@@ -79,14 +79,10 @@ def run(args: argparse.Namespace) -> int:
         **kw,
     )
     if is_lead() and args.json:
-        json.dump(result.to_dict(), sys.stdout, indent=2, default=str)
-        sys.stdout.write("\n")
+        write_json(result.to_dict())
     elif is_lead():
         print(format_verification(result))
-    if args.fail_on == "never":
-        return EXIT_OK
-    worst = ("error",) if args.fail_on == "error" else ("error", "warning")
-    return EXIT_FOUND if any(f.severity in worst for f in result.findings) else EXIT_OK
+    return exit_for(Counter(f.severity for f in result.findings), args.fail_on)
 
 
 def format_verification(result: Verification) -> str:
