@@ -1,9 +1,9 @@
 """Sizes: parsing "5GB", printing byte counts, and the split size checkpoints are cut at.
 
 Checkpoint tools size shards in decimal units (huggingface_hub's `max_shard_size="5GB"` is
-5 * 10**9 bytes), so decimal is the default everywhere; binary units (GiB) are accepted when
-parsing and available when printing. Every byte count the project shows goes through
-`format_bytes`, so one checkpoint never reads "4.1 GB" in one place and "3.8 GiB" in another.
+5 * 10**9 bytes), so the project prints decimal units only; binary units (GiB) are accepted
+when parsing. Every byte count the project shows goes through `format_bytes`, so one
+checkpoint never reads "4.1 GB" in one place and "3.8 GiB" in another.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import math
 import re
 
 __all__ = [
-    "BINARY_UNITS",
     "DECIMAL_UNITS",
     "SHARD_SPLIT_SIZE",
     "SINGLE_FILE_SIZE",
@@ -30,7 +29,6 @@ SHARD_SPLIT_SIZE = 5 * 10**9
 SINGLE_FILE_SIZE = 50 * 10**9
 
 DECIMAL_UNITS = ("B", "kB", "MB", "GB", "TB", "PB")
-BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 _FACTORS = {
     "": 1,
     "B": 1,
@@ -67,17 +65,15 @@ def parse_size(value: int | str) -> int:
     return size
 
 
-def format_bytes(n: float, *, binary: bool = False, digits: int = 1) -> str:
-    """'4.1 GB' (decimal, the default) or '3.8 GiB' (`binary`); whole bytes below 1 kB."""
-    base = 1024.0 if binary else 1000.0
-    units = BINARY_UNITS if binary else DECIMAL_UNITS
+def format_bytes(n: float, *, digits: int = 1) -> str:
+    """'4.1 GB' (decimal); whole bytes below 1 kB."""
     value = float(n)
     if not math.isfinite(value):
         return f"{value} B"
-    for unit in units:
-        if abs(value) < base or unit == units[-1]:
+    for unit in DECIMAL_UNITS:
+        if abs(value) < 1000 or unit == DECIMAL_UNITS[-1]:
             return f"{int(value)} B" if unit == "B" else f"{value:.{digits}f} {unit}"
-        value /= base
+        value /= 1000
     raise AssertionError("unreachable")
 
 
@@ -96,14 +92,12 @@ def format_count(n: int) -> str:
     return f"{'-' if n < 0 else ''}more than 10^{digits}"
 
 
-def scale_for(largest: float, *, binary: bool = False) -> tuple[float, str]:
-    """(divisor, unit) that shows `largest` as a number between 1 and 1000 (1024): for axes
-    and table columns, where every value of a series must share one unit."""
-    base = 1024.0 if binary else 1000.0
-    units = BINARY_UNITS if binary else DECIMAL_UNITS
+def scale_for(largest: float) -> tuple[float, str]:
+    """(divisor, unit) that shows `largest` as a number between 1 and 1000: for axes and table
+    columns, where every value of a series must share one unit."""
     divisor = 1.0
-    for unit in units:
-        if abs(largest) < base * divisor or unit == units[-1]:
+    for unit in DECIMAL_UNITS:
+        if abs(largest) < 1000 * divisor or unit == DECIMAL_UNITS[-1]:
             return divisor, unit
-        divisor *= base
+        divisor *= 1000
     raise AssertionError("unreachable")
