@@ -126,12 +126,10 @@ def frame_html(
     columns: Sequence[str] | None = None,
     max_rows: int = 200,
     title: str | None = None,
-    start: int = 0,
 ) -> str:
-    """Rows `start` to `start + max_rows` of `frame` (only the `columns` it has) as an escaped
-    table; byte-count columns (`BYTE_COLUMNS`) read "4.1 GB". A title counts the rows and says
-    which are shown when the table is cut."""
-    return _wrap(_frame_table(frame, columns=columns, max_rows=max_rows, title=title, start=start))
+    """The first `max_rows` rows of `frame` (only the `columns` it has) as an escaped table;
+    byte-count columns (`BYTE_COLUMNS`) read "4.1 GB". A title counts the rows."""
+    return _wrap(_frame_table(frame, columns=columns, max_rows=max_rows, title=title))
 
 
 def _frame_table(
@@ -140,12 +138,11 @@ def _frame_table(
     columns: Sequence[str] | None,
     max_rows: int,
     title: str | None,
-    start: int = 0,
 ) -> str:
     if frame is None or frame.empty:
         return f"<div class='k'>{_e(title or 'table')}: no rows</div>"
     wanted = [c for c in (columns or frame.columns) if c in frame.columns]
-    shown = frame[wanted].iloc[start : start + max_rows].copy()
+    shown = frame[wanted].iloc[:max_rows].copy()
     for column in wanted:  # names and other text: bounded and control characters escaped
         if shown[column].dtype.kind == "O":
             shown[column] = [v if _missing(v) else legible(v) for v in shown[column].tolist()]
@@ -154,11 +151,8 @@ def _frame_table(
             "" if _missing(v) else format_bytes(float(v)) for v in shown[column].tolist()
         ]
     table = shown.to_html(index=False, escape=True, border=0, na_rep="")
-    cut = len(frame) > max_rows
-    which = f"; rows {start + 1:,}-{start + len(shown):,}" if cut and start else ""
-    head = f"<div>{_e(title)} ({len(frame):,}{which})</div>" if title else ""
-    more = _more(len(frame), max_rows, "rows") if not start else ""
-    return head + table + more
+    head = f"<div>{_e(title)} ({len(frame):,})</div>" if title else ""
+    return head + table + _more(len(frame), max_rows, "rows")
 
 
 def findings_html(frame: pd.DataFrame, *, max_rows: int = 500) -> str:
