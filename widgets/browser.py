@@ -36,6 +36,7 @@ from .grid import (
     arrow_bytes,
     choice,
     choose_from,
+    free_grid,
     make_grid,
     match_expression,
     preview_anew,
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TensorBrowser", "browse", "grid_config", "grid_frame", "tensors_tab"]
 
-_ANY = "any"
 # Grid columns in display order; `size` is the tensor's bytes (a number: it sorts as one, and
 # is drawn "4.1 GB", see `widgets.grid`), `elements` its numel.
 GRID_COLUMNS = [
@@ -367,15 +367,7 @@ class TensorBrowser:
 
     def close(self) -> None:
         """Free the grid's table in the kernel."""
-        if self.grid is not None:
-            self.grid.close()
-        # The page's grid may still hold a view on the table (the page lets go of it later):
-        # the table then stays until the kernel ends. (`delete(lazy=True)` blocks here.)
-        try:
-            self.table.delete()
-        except Exception as exc:  # PerspectiveError, not importable before perspective is
-            if "with views" not in str(exc):
-                raise
+        free_grid(self.grid, self.table)
 
     def _from_controls(self) -> None:
         if self._quiet:

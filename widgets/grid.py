@@ -59,6 +59,7 @@ __all__ = [
     "choice",
     "choose_from",
     "client_loading",
+    "free_grid",
     "grid_class",
     "grid_module",
     "is_bytes_column",
@@ -654,15 +655,20 @@ class FrameGrid:
 
     def close(self) -> None:
         """Free the grid's table in the kernel."""
-        if self.grid is not None:
-            self.grid.close()
-        # The page's grid may still hold a view on the table (the page lets go of it later):
-        # the table then stays until the kernel ends. (`delete(lazy=True)` blocks here.)
-        try:
-            self.table.delete()
-        except Exception as exc:  # PerspectiveError, not importable before perspective is
-            if "with views" not in str(exc):
-                raise
+        free_grid(self.grid, self.table)
+
+
+def free_grid(grid: Any, table: Any) -> None:
+    """Close `grid` (when there is one) and free its perspective `table` in the kernel."""
+    if grid is not None:
+        grid.close()
+    # The page's grid may still hold a view on the table (the page lets go of it later):
+    # the table then stays until the kernel ends. (`delete(lazy=True)` blocks here.)
+    try:
+        table.delete()
+    except Exception as exc:  # PerspectiveError, not importable before perspective is
+        if "with views" not in str(exc):
+            raise
 
 
 def table_name(prefix: str) -> str:
