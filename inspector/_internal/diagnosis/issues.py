@@ -21,6 +21,7 @@ from inspector._internal.checkpoint.naming import layer_expert_numbers
 from inspector._internal.checkpoint.scanned import LayoutName, ScannedCheckpoint
 from inspector._internal.checkpoint.tables import scan_columns
 from inspector._internal.checks.index import unlisted_names
+from inspector._internal.checks.sidecars import CODES as SIDECAR_CODES
 from inspector._internal.common.display import MESSAGE_LIMIT, legible
 from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
 from inspector._internal.common.text import (
@@ -97,17 +98,9 @@ class Issue:
 
 # Codes whose findings name the shard, not the index, that they point at.
 _NAMES_THE_SHARD = frozenset({Code.INDEX_DANGLING_TENSOR, Code.INDEX_WRONG_FILE})
-# Codes of a root cause that code beside its rule in `_RULES` needs too.
-_SIDECARS = frozenset(
-    {
-        Code.SIDECAR_MISSING,
-        Code.SIDECAR_UNLISTED_TENSOR,
-        Code.SIDECAR_DANGLING_TENSOR,
-        Code.SIDECAR_TOTAL_SIZE_MISMATCH,
-        Code.SIDECAR_INDEX_DISAGREE,
-        Code.SIDECAR_UNREADABLE,
-    }
-)
+# Codes of a root cause that code beside its rule in `_RULES` needs too: the sidecar rule's,
+# and a sidecar the scan could not read.
+_SIDECARS = SIDECAR_CODES | {Code.SIDECAR_UNREADABLE}
 _EXPERTS = frozenset({Code.EXPERT_MISSING, Code.EXPERT_INCOMPLETE, Code.EXPERT_SHAPE_MISMATCH})
 _MAX_LISTED = 3
 # Layouts `repair --from REF` restores tensors into (`inspector._internal.plans.restore`).
