@@ -64,39 +64,28 @@ demo: $(STAMP)
 
 # Each phase says how long it took (`== phase: N s`), so a slow CI run shows where the time went.
 PHASE = bash .ci/phase.sh
-# mypy, the docs build and the fuzz run go beside pytest, not before it: pytest leaves the
-# two cores idle for about a quarter of its run (measured: 562 CPU-s in 323 s of wall, about
-# 85 core-seconds of waits on timeouts, kernels and page loads), and these checks (about
-# 27 + 5 + 28 CPU-s) used to add 36-39 s of wall in front of it. mypy and the docs build run
-# at a lower CPU priority (nice) so that they take what pytest leaves rather than slow it.
-# The fuzz run does not: its targets hold inputs to wall-clock limits (remote_answer's
-# deadlines), and niced beside three pytest workers its first input took 13 s against a 6 s
-# bound, failing a fresh clone's run. Their output goes to a log, printed whole once pytest
-# has ended, so the two never interleave; either failing fails `make test`, after both have
-# run.
-CHECKS_NICE ?= 10
-CHECKS_LOG := build/checks.log
+# mypy, the docs build and the fuzz run go after pytest, side by side with each other. Beside
+# pytest they only slowed it: its three workers keep both cores busy (1.9-2.0 of 2 in a
+# /proc/stat sampler, 29 Nov 2026), so the checks' CPU (about 14 + 4 + 13 CPU-s) lengthened
+# pytest by about the wall they take after it. After it they run
+# at full priority, and no busy pytest stretches the fuzz run's wall-clock limits. Either
+# failing fails `make test`, after both have run.
 test: $(STAMP) $(DOCS_STAMP)
 	@$(PHASE) ruff $(PY) -m ruff check inspector widgets tests benchmarks notebooks
-	@mkdir -p $(dir $(CHECKS_LOG)); \
+	@$(PHASE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile; tests=$$?; \
 	$(PHASE) "mypy, docs and fuzz" $(MAKE) --no-print-directory -j2 -Otarget typecheck \
-		docs-fuzz NICE="nice -n $(CHECKS_NICE)" >$(CHECKS_LOG) 2>&1 & checks=$$!; \
-	$(PHASE) pytest $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile; tests=$$?; \
-	wait $$checks; checked=$$?; \
-	cat $(CHECKS_LOG); \
+		docs-fuzz; checked=$$?; \
 	test $$tests = 0 && test $$checked = 0
 
-# Single-threaded checks side by side (`make test` runs them beside pytest): a cold mypy
-# takes about 27 s of CPU, the docs build about 5 s and the fuzz run about 28 s, so the docs
+# Single-threaded checks side by side (`make test` runs them after pytest): a cold mypy
+# takes about 14 s of CPU, the docs build about 4 s and the fuzz run about 13 s, so the docs
 # and the fuzz run one after the other beside mypy. (-Otarget keeps each one's output
 # together.)
 .PHONY: typecheck docs-build docs-fuzz
-# NICE: how `make test` lowers their priority beside pytest (empty when run alone).
-NICE ?=
 typecheck: $(STAMP)
-	$(NICE) $(PY) -m mypy
+	$(PY) -m mypy
 docs-build: $(DOCS_STAMP)
-	$(NICE) env $(MKDOCS_BUILD)
+	env $(MKDOCS_BUILD)
 docs-fuzz: docs-build
 	$(PY) tests/fuzz/run.py --short --seconds $(CI_FUZZ_SECONDS) --timeout $(CI_FUZZ_TIMEOUT)
 
@@ -129,24 +118,23 @@ coverage: $(STAMP)
 	test $$tests = 0
 
 # Coverage-guided fuzzing of the untrusted-input readers (atheris; hypothesis where atheris is
-# not installed). `make test` runs each target a fixed number of inputs (`--short`:
-# SHORT_RUNS in tests/fuzz/run.py, leaving out the targets that would only replay their
-# corpus), bounded by work, not time: it runs niced beside pytest, where a time budget would
-# run fewer inputs the busier the machine. Each count is the smallest that reached the edges
-# the former 2 s per target reached (measured over 10 CPU-s per target, the counts and what
-# 10 s added are in run.py: 0-28 edges of 45-950 per target), about 13 CPU-s of fuzzing for
-# 28 before, beside the one-time instrumenting and set-up. The search is seeded (--seed 1)
-# from the committed corpus, so a run repeats the last one's inputs unless the code changed.
-# CI_FUZZ_SECONDS only caps the short run, as a safety net: each target's share, about 170 s,
-# is about twice what bin_pickle's 200 inputs would take niced at load 18 (a 43 s share cut
-# it at 96 inputs); the summary line says when the cap cut a target short. The corpus replay in pytest
-# guards regressions; `make fuzz` is the longer hunt, bounded by time (`make fuzz
-# FUZZ_SECONDS=3600` longer still), whose finds are added to the corpus.
+# not installed). `make test` runs each target a fixed number of inputs (`--short`: SHORT_RUNS
+# in tests/fuzz/run.py, leaving out the targets that would only replay their corpus), bounded by
+# work, not time: a time budget would run fewer inputs the busier the machine. Each count is the
+# smallest that reached the edges the former 2 s per target reached (measured over 10 CPU-s per
+# target, the counts and what 10 s added are in run.py: 0-28 edges of 45-950 per target), about
+# 13 CPU-s of fuzzing for 28 before, beside the one-time instrumenting and set-up. The search is
+# seeded (--seed 1) from the committed corpus, so a run repeats the last one's inputs unless the
+# code changed. CI_FUZZ_SECONDS only caps the short run, as a safety net: each target's share,
+# about 170 s, is about twice what bin_pickle's 200 inputs would take on a machine at load 18 (a
+# 43 s share cut it at 96 inputs); the summary line says when the cap cut a target short. The
+# corpus replay in pytest guards regressions; `make fuzz` is the longer hunt, bounded by time
+# (`make fuzz FUZZ_SECONDS=3600` longer still), whose finds are added to the corpus.
 CI_FUZZ_SECONDS ?= 2400
-# libFuzzer's per-input timeout is a wall clock: niced beside pytest on a busy machine (load
-# 20-34), a first input of remote_answer and engine_answer went past 10 s (hangs that were
-# not), so the short run allows 60 s; an input that loops still fails it, and each corpus
-# input is held to 10 CPU-s by tests/test_fuzz_corpus.py. `make fuzz` keeps 10 s.
+# libFuzzer's per-input timeout is a wall clock: on a busy machine (load 20-34, when the run
+# went beside pytest) a first input of remote_answer and engine_answer went past 10 s (hangs
+# that were not), so the short run allows 60 s; an input that loops still fails it, and each
+# corpus input is held to 10 CPU-s by tests/test_fuzz_corpus.py. `make fuzz` keeps 10 s.
 CI_FUZZ_TIMEOUT ?= 60
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)

@@ -14,8 +14,7 @@ many cases ran, in how many seconds and CPU seconds, crashes, hangs, and the pea
 
 `--short` and `--runs N` bound each target by work, a number of inputs (its corpus included),
 with `--seconds` only a cap: with the seed fixed, the same code then runs the same inputs
-however busy the machine is, where a time budget runs fewer when the run shares the CPU
-(`make test` runs it beside pytest, at a lower priority).
+however busy the machine is, where a time budget runs fewer when the run shares the CPU.
 """
 
 from __future__ import annotations
