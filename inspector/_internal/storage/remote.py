@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import errno
 import hashlib
+import inspect
 import os
 import random
 import ssl
@@ -955,7 +956,11 @@ def _file_system(protocol: str, opts: dict[str, Any]) -> Any:
     if protocol == "gcs":
         from gcsfs.core import GCSFileSystem
 
-        return GCSFileSystem(skip_instance_cache=True, **opts)
+        gcs = GCSFileSystem(skip_instance_cache=True, **opts)
+        # gcsfs retries every request itself (six tries, waits of 1-32 s: a decorator no
+        # option turns off) inside each attempt of ours; undecorated, our policy alone does.
+        gcs._request = partial(inspect.unwrap(GCSFileSystem._request), gcs)
+        return gcs
     fs = fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
     if protocol == "s3" and fs.session is None:
         # The session s3fs would make (`AioSession(**fs.kwargs)`), with the shared loader.
