@@ -91,6 +91,8 @@ class HttpBackend:
         return kw
 
     async def listdir(self, key: str) -> list[dict[str, Any]]:
+        # Not fsspec's `_ls`: its link pattern backtracks (an index page of "<a " and 2,000
+        # spaces took 21 CPU-s), it keeps links with a query (?C=M) and counts no entries.
         folder = key.rstrip("/") + "/"
         session = await self._fs.set_session()
         async with session.get(self._fs.encode_url(folder), **self._kwargs()) as response:
@@ -107,6 +109,8 @@ class HttpBackend:
         return list(out.values())
 
     async def info(self, key: str) -> dict[str, Any]:
+        # Not fsspec's `_info`: any failure of its GET (a refused redirect, a 403, a
+        # timeout) comes out as FileNotFoundError, so a refusal would read as "absent".
         session = await self._fs.set_session()
         status = 0
         # HEAD; for a server that does not allow it, the first byte.
@@ -166,6 +170,8 @@ class _Bucket:
         raise NotImplementedError
 
     async def listdir(self, key: str) -> list[dict[str, Any]]:
+        # Not s3fs' `_lsdir` or gcsfs' `_list_objects`: both follow next-page tokens for as
+        # long as the store sends them (pages with no entries and a new token never end).
         bucket, path, _ = self._fs.split_path(key)
         prefix = path.rstrip("/") + "/" if path else ""
         out: list[dict[str, Any]] = []
@@ -225,6 +231,8 @@ class S3Backend(_Bucket):
         return files, folders, following
 
     async def read(self, key: str, start: int, end: int) -> bytes:
+        # Not s3fs' `_cat_file`: it reads the streamed body whole (`Body.read()`: a body
+        # that goes on past the range goes on in memory), inside its own retry loop.
         if self._direct is not None:
             data = await self._read_direct(key, start, end)
             if data is not None:
@@ -337,7 +345,10 @@ class GcsBackend(_Bucket):
 class HubBackend:
     """One Hub repository at one commit. Keys are `prefix/path` where `prefix` is the
     repository's path as `hf://` URLs write it (`[datasets/]org/name@sha`). Requests go
-    through `fs`, an fsspec HTTP file system whose session carries our guard."""
+    through `fs`, an fsspec HTTP file system whose session carries our guard.
+
+    Not huggingface_hub's `HfFileSystem`: its requests (httpx) go outside that session with
+    their own retries, and its paging follows a next-page link to any host, token included."""
 
     def __init__(
         self, fs: Any, *, endpoint: str, repo_type: str, repo_id: str, headers: dict[str, str]

@@ -528,7 +528,9 @@ class FsspecStorage:
         timeouts, all within the operation's deadline (`options.timeout`); other errors as
         the OSError a local read would give (`UnsafeFileError` for a redirect to another
         origin), or `RemoteAccessError` when the store refuses us outright (no
-        credentials), keeps failing or misses the deadline."""
+        credentials), keeps failing or misses the deadline. One loop for every store:
+        fsspec's HTTP file system retries nothing; s3fs' and gcsfs' loops (turned off in
+        `_backend` and `_file_system`) have no deadline and their own lists of errors."""
         options = self.options
         loop = asyncio.get_running_loop()
         deadline = loop.time() + options.timeout
