@@ -274,6 +274,21 @@ def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def torchrun_job(tmp_path_factory: pytest.TempPathFactory, dcp_checkpoint: Path) -> Path:
+    """The folder of the run's one torchrun job (tests/torchrun_job.py: 2 ranks running the
+    CLI commands of test_verify_torchrun and test_consolidate_torchrun in turn), run once per
+    test run and shared by every process of it: read it, never change it. Skipped where
+    torchrun is not installed beside python."""
+    from torchrun_job import TORCHRUN, make_job
+
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun is not installed beside python")
+    return once_per_run(
+        tmp_path_factory, "torchrun-job", lambda folder: make_job(folder, dcp_checkpoint)
+    )
+
+
+@pytest.fixture(scope="session")
 def demo_verdicts(tmp_path_factory: pytest.TempPathFactory, demo_checkpoints: Path) -> Path:
     """A verdict cache root (for `CACHE_ENV`) holding the load verdict of every demo
     checkpoint, computed once per test run in the first process that asks and shared by
