@@ -6,10 +6,12 @@ events `sys.setprofile` sees), so a step taken per name, per tensor or per pair 
 count that grows with the input. A test runs the code at two sizes and bounds the growth: a
 pass that is linear where it should be constant, or quadratic where it should be linear,
 fails at any load and on any machine. Profiling (not tracing) leaves coverage's tracer alone.
+A process forked while counting (a sandbox child) is not counted, nor slowed by the count.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -26,6 +28,7 @@ def calls(fn: Callable[[], T]) -> tuple[T, int]:
         if event in ("call", "c_call"):
             count += 1
 
+    profile.counting = True  # type: ignore[attr-defined]
     previous = sys.getprofile()
     sys.setprofile(profile)
     try:
@@ -33,3 +36,12 @@ def calls(fn: Callable[[], T]) -> tuple[T, int]:
     finally:
         sys.setprofile(previous)
     return result, count
+
+
+def _not_in_a_child() -> None:
+    if getattr(sys.getprofile(), "counting", False):
+        sys.setprofile(None)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_not_in_a_child)
