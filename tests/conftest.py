@@ -75,6 +75,8 @@ HEAVIEST_FIRST = (
     "test_model_load.py",  # 11.4
     "test_bounded_work.py",  # 10.6
     "test_report_html.py",  # 9.2
+    # Runs the torchrun job (`torchrun_job`), which test_consolidate_torchrun.py only reads:
+    # that file is left to the end, where the job is long done and nothing waits for it.
     "test_verify_torchrun.py",  # 9.1
     "test_pickle_isolation.py",  # 8.9
     "test_verify.py",  # 8.7
@@ -84,7 +86,6 @@ HEAVIEST_FIRST = (
     "test_load_child.py",  # 7.5
     "test_remote_hostile.py",  # 7.1
     "test_words.py",  # 6.6
-    "test_consolidate_torchrun.py",  # 5.2
     "test_widgets_in_kernel.py",  # 4.8
     "test_start.py",  # 4.6
     "test_repair_properties.py",  # 4.6
