@@ -75,6 +75,8 @@ HEAVIEST_FIRST = (
     "test_model_load.py",  # 11.4
     "test_bounded_work.py",  # 10.6
     "test_report_html.py",  # 9.2
+    # Runs the torchrun job (`torchrun_job`), which test_consolidate_torchrun.py only reads:
+    # that file is left to the end, where the job is long done and nothing waits for it.
     "test_verify_torchrun.py",  # 9.1
     "test_pickle_isolation.py",  # 8.9
     "test_verify.py",  # 8.7
@@ -84,7 +86,6 @@ HEAVIEST_FIRST = (
     "test_load_child.py",  # 7.5
     "test_remote_hostile.py",  # 7.1
     "test_words.py",  # 6.6
-    "test_consolidate_torchrun.py",  # 5.2
     "test_widgets_in_kernel.py",  # 4.8
     "test_start.py",  # 4.6
     "test_repair_properties.py",  # 4.6
@@ -271,6 +272,21 @@ def dcp_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         lambda folder: shutil.copytree(golden / "model", folder / "epoch_0_step_10" / "model"),
     )
     return run / "epoch_0_step_10" / "model"
+
+
+@pytest.fixture(scope="session")
+def torchrun_job(tmp_path_factory: pytest.TempPathFactory, dcp_checkpoint: Path) -> Path:
+    """The folder of the run's one torchrun job (tests/torchrun_job.py: 2 ranks running the
+    CLI commands of test_verify_torchrun and test_consolidate_torchrun in turn), run once per
+    test run and shared by every process of it: read it, never change it. Skipped where
+    torchrun is not installed beside python."""
+    from torchrun_job import TORCHRUN, make_job
+
+    if not TORCHRUN.exists():
+        pytest.skip("torchrun is not installed beside python")
+    return once_per_run(
+        tmp_path_factory, "torchrun-job", lambda folder: make_job(folder, dcp_checkpoint)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ damaged the way real exports go wrong."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import safetensors.numpy
 import torch
 from huggingface_hub import save_torch_state_dict
 from safetensors.torch import save_file
+from work_count import calls
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
 from inspector._internal.checks import check_layout
@@ -275,24 +275,34 @@ def test_unsafe_paths_are_refused_and_nothing_outside_is_read(tmp_path: Path, ck
     assert findings == []  # the refused entries are dropped, not followed
 
 
-def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
-    folder = tmp_path / "big"
-    folder.mkdir()
-    names = [f"model.layers.{i // 1000}.mlp.experts.{i % 1000}.w.weight" for i in range(50_000)]
-    arrays = dict.fromkeys(names, np.zeros(1, dtype=np.float16))
-    safetensors.numpy.save_file(arrays, str(folder / "model-00002-of-00002.safetensors"))
-    safetensors.numpy.save_file(
-        {"a": np.zeros(1, np.float16)}, str(folder / "model-00001-of-00002.safetensors")
-    )
-    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
-    (folder / INDEX).write_text(json.dumps(index))
+def test_ten_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
+    """A file the index does not name: its tensors folded into one finding, and the check
+    linear in them, counted (tests/work_count.py), not timed: 4 times the tensors make fewer
+    than 5 times the calls (a quadratic pass makes 16 times as many)."""
+
+    def written(tensors: int) -> tuple[Path, list[str], dict]:
+        folder = tmp_path / f"big-{tensors}"
+        folder.mkdir()
+        names = [
+            f"model.layers.{i // 1000}.mlp.experts.{i % 1000}.w.weight" for i in range(tensors)
+        ]
+        arrays = dict.fromkeys(names, np.zeros(1, dtype=np.float16))
+        safetensors.numpy.save_file(arrays, str(folder / "model-00002-of-00002.safetensors"))
+        safetensors.numpy.save_file(
+            {"a": np.zeros(1, np.float16)}, str(folder / "model-00001-of-00002.safetensors")
+        )
+        index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors"}}
+        (folder / INDEX).write_text(json.dumps(index))
+        return folder, names, index
+
+    few = scan(written(2_500)[0])
+    _, quarter = calls(lambda: check_layout(few))
+    folder, names, index = written(10_000)
     scanned = scan(folder)
-    start = time.perf_counter()
-    findings = check_layout(scanned)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 5.0  # linear: ~0.1 s here; a quadratic pass would take minutes
+    findings, done = calls(lambda: check_layout(scanned))
+    assert done < 5 * quarter, (done, quarter)
     (stray,) = [f for f in findings if f.code == "unindexed-file"]
-    assert "50,000 tensors (layers 0-49" in stray.message
+    assert "10,000 tensors (layers 0-9" in stray.message
     # The file is not named by the index, so its tensors are not listed one by one.
     assert len(findings) == 1
     # Name the file in the index for one tensor: now each is unindexed, bounded and folded.
@@ -304,7 +314,7 @@ def test_fifty_thousand_unindexed_tensors_stay_bounded(tmp_path: Path) -> None:
     summaries = [f for f in findings if f.tensor is None]
     assert len(detailed) == DETAIL_PER_FILE and len(summaries) == 1
     assert all(f.code == "unindexed-tensor" and f.layer is not None for f in detailed)
-    assert f"{50_000 - 1 - DETAIL_PER_FILE:,} more tensors" in summaries[0].message
+    assert f"{10_000 - 1 - DETAIL_PER_FILE:,} more tensors" in summaries[0].message
 
 
 def test_detail_budget_is_shared_across_files(ckpt: Path) -> None:

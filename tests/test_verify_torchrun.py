@@ -1,25 +1,22 @@
 """`manifest` and `verify` under torchrun: 2 real ranks (gloo on 127.0.0.1, CPU) share the
 reading, files balanced by bytes (DCP tensors by their bytes); rank 0 alone prints and writes,
-and what it reports is what one process reports. One torchrun launch runs every command in
-turn in the same two processes (`verify_ranks_probe.py`), as a training loop would."""
+and what it reports is what one process reports. The run's one torchrun launch
+(tests/torchrun_job.py, shared with test_consolidate_torchrun) runs every command in turn in
+the same two processes (`verify_ranks_probe.py`), as a training loop would."""
 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-from test_consolidate_torchrun import TORCHRUN, torchrun
-from test_verify import DCP, MIXTRAL, OTHER, SHARD, flip_byte
+from test_verify import SHARD
+from torchrun_job import job_ranks
 
 from inspector import verify, write_manifest
 from inspector._internal.common.filenames import MANIFEST_NAME
 from inspector._internal.execution.ranks import balance
 from inspector._internal.integrity import parse_manifest
-
-PROBE = Path(__file__).resolve().parent / "verify_ranks_probe.py"
 
 
 def _files(folder: Path) -> dict[str, int]:
@@ -49,27 +46,11 @@ def test_balance_splits_by_bytes_not_by_count() -> None:
     assert balance([], 3) == [[], [], []]
 
 
-@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed beside python")
-def test_two_ranks_share_the_reading_and_rank_0_alone_reports(tmp_path: Path) -> None:
-    healthy = tmp_path / "healthy"
-    shutil.copytree(MIXTRAL, healthy)
-    damaged = tmp_path / "damaged"
-    shutil.copytree(MIXTRAL, damaged)
-    write_manifest(damaged)  # recorded healthy, then damaged in transfer
-    flip_byte(damaged / SHARD, damaged / OTHER)
-    dcp = tmp_path / "dcp"
-    shutil.copytree(DCP, dcp)
-    commands = [
-        ["manifest", str(healthy), "-o", str(tmp_path / "ranks.json")],
-        ["verify", str(damaged), "--level", "hash", "--json"],
-        ["verify", str(damaged), "--level", "tensor", "--json"],
-        ["verify", str(damaged), "--against", str(healthy), "--level", "hash", "--json"],
-        ["manifest", str(dcp), "-o", str(tmp_path / "dcp-ranks.json")],
-    ]
-    (tmp_path / "commands.json").write_text(json.dumps(commands))
-    proc = torchrun(str(PROBE), str(tmp_path), str(tmp_path / "commands.json"))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+def test_two_ranks_share_the_reading_and_rank_0_alone_reports(
+    torchrun_job: Path, tmp_path: Path
+) -> None:
+    healthy, damaged, dcp = (torchrun_job / name for name in ("healthy", "damaged", "dcp"))
+    ranks = job_ranks(torchrun_job)
     first, second = ([run[i] for run in ranks] for i in range(2))
     dcp_runs = [run[4] for run in ranks]
 
@@ -81,12 +62,12 @@ def test_two_ranks_share_the_reading_and_rank_0_alone_reports(tmp_path: Path) ->
     loads = [sum(size for _, size in r) for r in reads]
     assert max(loads) <= sum(loads) / 2 + max(files.values())
     # Rank 0 wrote the manifest and said so; rank 1 wrote and printed nothing.
-    assert first[0]["wrote"] == [str(tmp_path / "ranks.json")] and first[1]["wrote"] == []
+    assert first[0]["wrote"] == [str(torchrun_job / "ranks.json")] and first[1]["wrote"] == []
     assert first[0]["stdout"].startswith("wrote ") and first[1]["stdout"] == ""
     assert [r["rc"] for r in first] == [0, 0]
     # What the two ranks wrote is what one process writes.
     write_manifest(healthy, output=tmp_path / "alone.json")
-    _same_manifest(tmp_path / "ranks.json", tmp_path / "alone.json")
+    _same_manifest(torchrun_job / "ranks.json", tmp_path / "alone.json")
 
     # verify --level hash: the damaged shard, reported once, by rank 0; both ranks exit 1.
     reads = [{rel for _, rel, _ in r["read"]} for r in second]
@@ -115,5 +96,5 @@ def test_two_ranks_share_the_reading_and_rank_0_alone_reports(tmp_path: Path) ->
     write_manifest(dcp, output=tmp_path / "dcp-alone.json")
     alone_dcp = parse_manifest((tmp_path / "dcp-alone.json").read_bytes())
     assert named[0] | named[1] == set(alone_dcp.tensors)
-    _same_manifest(tmp_path / "dcp-ranks.json", tmp_path / "dcp-alone.json")
+    _same_manifest(torchrun_job / "dcp-ranks.json", tmp_path / "dcp-alone.json")
     assert dcp_runs[1]["wrote"] == [] and dcp_runs[1]["stdout"] == ""

@@ -1,4 +1,4 @@
-"""Run by torchrun for tests/test_verify_torchrun.py: `python verify_ranks_probe.py OUT COMMANDS`
+"""Run by torchrun for tests/torchrun_job.py: `python verify_ranks_probe.py OUT COMMANDS`
 runs each CLI command of the JSON list COMMANDS in turn, in the same processes (as a training
 loop calls `write_manifest` after each save), exactly as `python -m inspector ...` would run
 it, and records per command in OUT/rank<RANK>.json what this rank printed, its exit code, the
