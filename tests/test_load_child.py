@@ -6,6 +6,8 @@ data, field by field."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
@@ -246,6 +248,49 @@ def test_close_ends_the_child_at_once_while_a_request_waits_on_it(
     assert process.returncode == -signal.SIGTERM
     (verdict,) = verdicts
     assert not verdict.ran and "ended before it answered (the check was closed)" in verdict.skipped
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (ended, it is gone or a zombie nobody reaps)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc")
+def test_close_ends_the_processes_the_child_started(tmp_path: Path) -> None:
+    """Code run with --trust-remote-code may start processes (from a thread the seal does not
+    watch); they end with the child, also one that ignores SIGTERM."""
+    pids = tmp_path / "pids"
+    script = (
+        "import subprocess, time\n"
+        "a = subprocess.Popen(['sleep', '600'])\n"
+        "b = subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 600'])\n"
+        "open(sys.argv[1], 'w').write(f'{a.pid} {b.pid}\\n')\n"
+        "time.sleep(600)\n"
+    )
+    child = _stand_in(script, str(pids))
+    answers: list[str] = []
+
+    def ask() -> None:
+        with pytest.raises(load_child.NoAnswer) as no_answer:
+            child.ask({})
+        answers.append(str(no_answer.value))
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    started = [int(p) for p in _wait_for(pids).split()]
+    try:
+        child.close()
+        asking.join(60)
+        assert [pid for pid in started if _running(pid)] == []
+        assert answers == ["the load check's process gave no verdict: its process was ended "
+                           "before it answered (the check was closed)"]  # fmt: skip
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 _GOOD = LoadVerdict(

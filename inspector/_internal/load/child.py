@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -138,8 +139,10 @@ class VerdictProcess:
     one request at a time. `env` turns this process's environment into the child's;
     `what` names the check in messages; `seconds` and `cap` (bytes) bound each answer.
 
-    `close` never waits for a request: it ends the child, and the request waiting on it
-    gets `NoAnswer`."""
+    The child leads a session of its own, so that ending it ends every process it started
+    too (code a folder holds, run with `--trust-remote-code`, may start some: SECURITY.md,
+    1b). `close` never waits for a request: it ends the child, and the request waiting on
+    it gets `NoAnswer`."""
 
     def __init__(
         self,
@@ -187,6 +190,7 @@ class VerdictProcess:
                 stderr=subprocess.DEVNULL,
                 env=env if self._env is None else self._env(env),
                 close_fds=True,
+                start_new_session=True,  # its own process group: see the class docstring
             )
             return self._process
 
@@ -225,11 +229,11 @@ class VerdictProcess:
         return True
 
     def close(self) -> None:
-        """End the child at once, even while a request waits on it (that request gets
-        `NoAnswer`). SIGTERM first: the child sets no handler, so
+        """End the child and every process it started, at once, even while a request waits
+        on it (that request gets `NoAnswer`). SIGTERM first: the child sets no handler, so
         it ends at once as with SIGKILL, unless something measures it (`make coverage`'s
         children save their line data on SIGTERM, and SIGKILL would lose it); SIGKILL after
-        _CLOSE_WAIT."""
+        _CLOSE_WAIT, and to whatever of its group is left."""
         with self._state:
             process, self._process = self._process, None
         if process is not None:
@@ -237,13 +241,24 @@ class VerdictProcess:
 
 
 def _end(process: subprocess.Popen[bytes], *, grace: float = 0.0) -> None:
-    """End `process`: SIGTERM and up to `grace` seconds to end, when `grace`; then SIGKILL."""
+    """End `process` and its process group (it leads one: `VerdictProcess._started`):
+    SIGTERM and up to `grace` seconds to end, when `grace`; then SIGKILL."""
     if grace:
-        process.terminate()
+        _signal(process, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=grace)
-    process.kill()
+    _signal(process, signal.SIGKILL)
     process.wait()
+
+
+def _signal(process: subprocess.Popen[bytes], number: signal.Signals) -> None:
+    """Send `number` to `process` and to the process group it leads. The group's id stays
+    taken while any member lives, even once the leader is reaped, so it reaches nothing
+    else; a group already gone (or a child that leads none) is no error."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, number)
+    process.send_signal(number)  # a no-op once it was reaped
 
 
 def read_answer(line: bytes, *, what: str = "the load check") -> dict[str, Any]:
