@@ -750,9 +750,9 @@ def _map_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
 
 def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [
-        f"{k} {old.get(k)} -> {new[k]}"
+        f"{k} {old[k]} -> {new[k]}" if k in old else f"{k} {new[k]} added (the index stated none)"
         for k in ("total_size", "total_parameters")
-        if old.get(k) != new[k]
+        if k not in old or old[k] != new[k]
     ]
 
 
