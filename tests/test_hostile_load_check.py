@@ -610,3 +610,33 @@ def test_an_installed_library_may_set_itself_up_while_imported(
         with pytest.raises(Refused):
             setup_at_import.later()
     assert (tmp_path / "cache-at-import").is_dir() and not (tmp_path / "cache-later").exists()
+
+
+def test_bytecode_under_the_pycache_prefix_is_written_and_nothing_else_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With PYTHONPYCACHEPREFIX, importlib writes a module's bytecode into a tree mirroring
+    its source folders (the folders one by one, a temp file, a rename), not `__pycache__`:
+    a module first imported while a model is built (a transformers model's code) gets its
+    bytecode, unrefused; any other write into that tree stays refused."""
+    prefix, lib = tmp_path / "prefix", tmp_path / "lib"
+    lib.mkdir()
+    (lib / "first_built.py").write_text("VALUE = 3\n")
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(lib))
+    mirror, tag = Path(f"{prefix}{lib}"), sys.implementation.cache_tag
+    with sealed() as seal:
+        import first_built  # type: ignore[import-not-found]
+
+        assert first_built.VALUE == 3 and seal.refused == []
+        for act in (
+            lambda: (mirror / "notes.txt").write_text("x"),
+            lambda: (mirror / f"other.{tag}.pyc").write_bytes(b"x"),  # no other.py
+            lambda: Path(f"{prefix}{tmp_path}/no-such-source").mkdir(),
+            lambda: os.symlink("/etc/passwd", mirror / "first_built.x.pyc"),
+            lambda: os.chmod(mirror, 0o777),
+        ):
+            with pytest.raises(Refused):
+                act()
+    assert [p.name for p in mirror.iterdir()] == [f"first_built.{tag}.pyc"]

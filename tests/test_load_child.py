@@ -6,10 +6,14 @@ data, field by field."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from types import MappingProxyType
 
@@ -198,6 +202,95 @@ def test_close_asks_the_child_to_end_then_makes_it(
     process.stdout.readline()  # its handler is set
     child.close()
     assert process.returncode == -ended_by and child._process is None
+
+
+def _stand_in(script: str, *args: str) -> load_child.VerdictProcess:
+    """A child of the real `VerdictProcess` (its own session, its pipes) that runs `script`
+    once it has read the request, and never answers."""
+    child = load_child.VerdictProcess("unused", what="the load check", seconds=600)
+    child.command = [sys.executable, "-c", f"import sys\nsys.stdin.readline()\n{script}", *args]
+    return child
+
+
+def _wait_for(path: Path) -> str:
+    for _ in range(1200):
+        if path.is_file() and path.read_text().endswith("\n"):
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"the stand-in child never wrote {path}")
+
+
+def test_close_ends_the_child_at_once_while_a_request_waits_on_it(
+    demos: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`close` (the kernel shutting down, the dashboard closed) does not wait behind a
+    request for its answer (600 s at most): it ends the child, and the request gets a
+    skipped verdict that says why."""
+    asked = tmp_path / "asked"
+    child = _stand_in("open(sys.argv[1], 'w').write('read\\n')\nimport time\ntime.sleep(600)",
+                      str(asked))  # fmt: skip
+    monkeypatch.setattr(load_child, "_CHILD", child)
+    scanned = scan(demos / HEALTHY)
+    verdicts: list[LoadVerdict] = []
+    request = threading.Thread(target=lambda: verdicts.append(verdict_apart(scanned)))
+    request.start()
+    _wait_for(asked)
+    process = child._process
+    assert process is not None
+    closing = threading.Thread(target=child.close)
+    closing.start()
+    try:
+        closing.join(60)  # before: close waited for the lock the request held, 600 s
+        request.join(60)
+        assert not closing.is_alive() and not request.is_alive()
+    finally:
+        process.kill()  # when not: the request ends, and the test with it
+    assert process.returncode == -signal.SIGTERM
+    (verdict,) = verdicts
+    assert not verdict.ran and "ended before it answered (the check was closed)" in verdict.skipped
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (ended, it is gone or a zombie nobody reaps)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc")
+def test_close_ends_the_processes_the_child_started(tmp_path: Path) -> None:
+    """Code run with --trust-remote-code may start processes (from a thread the seal does not
+    watch); they end with the child, also one that ignores SIGTERM."""
+    pids = tmp_path / "pids"
+    script = (
+        "import subprocess, time\n"
+        "a = subprocess.Popen(['sleep', '600'])\n"
+        "b = subprocess.Popen(['sh', '-c', 'trap \"\" TERM; sleep 600'])\n"
+        "open(sys.argv[1], 'w').write(f'{a.pid} {b.pid}\\n')\n"
+        "time.sleep(600)\n"
+    )
+    child = _stand_in(script, str(pids))
+    answers: list[str] = []
+
+    def ask() -> None:
+        with pytest.raises(load_child.NoAnswer) as no_answer:
+            child.ask({})
+        answers.append(str(no_answer.value))
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    started = [int(p) for p in _wait_for(pids).split()]
+    try:
+        child.close()
+        asking.join(60)
+        assert [pid for pid in started if _running(pid)] == []
+        assert answers == ["the load check's process gave no verdict: its process was ended "
+                           "before it answered (the check was closed)"]  # fmt: skip
+    finally:
+        for pid in started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 _GOOD = LoadVerdict(

@@ -154,14 +154,26 @@ def test_preview_of_the_1422_repair_fixes_every_finding(demos, tmp_path):
     assert result.remaining == preview.remains == ()
 
 
-def test_preview_of_the_1631_plan_fixes_nothing_that_matters(demos):
+def test_preview_of_the_1631_plan_fixes_nothing_that_matters(demos, cli):
     scanned = scan(demos["modelopt-1631"])
     findings = check(scanned)
     plan = plan_repair(scanned)
-    assert not plan.empty  # it would add total_parameters to the index: cosmetic
+    # It would add total_parameters to an index that states none: no finding is about its
+    # absence (total-parameters-mismatch is about a stated count), so it fixes none.
+    ((write,),) = (plan.writes,)
+    count = json.loads(write.new)["metadata"]["total_parameters"]
+    assert write.changes == (f"total_parameters {count} added (the index stated none)",)
     preview = plan.preview(scanned, findings=findings)
     assert preview.fixes == () and set(preview.remains) == set(findings)
     assert not preview.matters
+    # The CLI's preview says what it changes, not "fixes 0 findings".
+    out = cli("repair", "--dry-run", "--no-model", demos["modelopt-1631"]).stdout
+    said = (
+        "preview (every check re-run on the planned files, in memory): fixes no finding; it "
+        f"changes {write.path}: total_parameters {count} added (the index stated none)\n"
+    )
+    assert said in out
+    assert "0 findings" not in out
 
 
 def test_scanned_after_substitutes_the_planned_json_and_shares_the_tables(demos):

@@ -67,6 +67,46 @@ def test_repair_yes_keeps_a_well_known_json_next_to_a_same_stem_shard(
     assert "model.layers.2.mlp.weight" in json.loads((folder / INDEX).read_text())["weight_map"]
 
 
+@pytest.mark.parametrize(
+    ("named", "role"),
+    [
+        (CONFIG_NAME, "the model config"),
+        (INDEX_NAME, "the safetensors weight-map index"),
+        (GENERATION_CONFIG_NAME, "the generation config"),
+    ],
+)
+def test_an_index_entry_naming_a_well_known_file_is_the_wrong_entry(
+    tmp_path: Path, named: str, role: str
+) -> None:
+    """An index that maps a tensor to config.json (or to itself, or another file whose name
+    gives it a role): the entry is wrong, not the file. Before, the scan read the file as a
+    shard, `check` called it damaged ("copy config.json again from the source") and
+    `repair` refused to rebuild the index until it was restored or removed."""
+    folder = drifted(tmp_path / "ckpt")  # two shards; the index misses layer 2's tensor
+    for name in (CONFIG_NAME, GENERATION_CONFIG_NAME):
+        (folder / name).write_text(json.dumps({"model_type": "llama"}, indent=2))
+    index = json.loads((folder / INDEX).read_text())
+    index["weight_map"]["model.layers.2.mlp.weight"] = named
+    (folder / INDEX).write_text(json.dumps(index))
+    kept = {name: (folder / name).read_bytes() for name in (CONFIG_NAME, GENERATION_CONFIG_NAME)}
+    # Layer 2's shard is named by no entry now: unindexed-file, which the rebuild fixes too.
+    finding, unindexed = check(scan(folder), model=False)
+    assert unindexed.code == "unindexed-file"
+    assert finding.code == "index-wrong-file" and finding.file == INDEX
+    assert f"to {named} (e.g. model.layers.2.mlp.weight), which is {role}, not a shard: " in (
+        finding.message
+    )
+    checked = run("check", folder)
+    assert "header-unreadable" not in checked.stdout and f"REF/{named}" not in checked.stdout
+    proc = run("repair", folder, "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "REFUSED" not in proc.stdout and "remove" not in proc.stdout
+    assert f"model.layers.2.mlp.weight {named} -> model-00002-of-00002.safetensors" in proc.stdout
+    assert "written: model.safetensors.index.json\n" in proc.stdout
+    assert "re-check: no findings" in proc.stdout
+    assert {name: (folder / name).read_bytes() for name in kept} == kept
+
+
 def test_per_layer_export_with_a_config_safetensors_keeps_config_json(tmp_path: Path) -> None:
     """In a real per-layer export, `config.json` is still no sidecar: a stray
     `config.safetensors` gets its sidecar under the other accepted name

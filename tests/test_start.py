@@ -228,8 +228,8 @@ def test_scan_and_check_without_the_model_import_no_pandas(
 
 # What a built-in command never needs: importlib.metadata (about 25 ms of every process) and the
 # entry-point lookup (9 ms more, every installed distribution's metadata read), which only the
-# top-level help and the plugin commands, `--version`, the notebook UI and a kept load
-# verdict use.
+# top-level help and the plugin commands, `--version`, the notebook UI, a kept load verdict,
+# a SARIF log and a manifest (the last two name the tool's version) use.
 @pytest.mark.parametrize(
     "argv",
     [
@@ -237,8 +237,17 @@ def test_scan_and_check_without_the_model_import_no_pandas(
         ("scan", "--help"),
         ("scan", "{demo}"),
         ("check", "--no-model", "{demo}"),
+        ("check", "--no-model", "--format", "junit", "{demo}"),
+        ("verify", "--level", "size", "{demo}"),
     ],
-    ids=["import inspector", "scan --help", "scan", "check --no-model"],
+    ids=[
+        "import inspector",
+        "scan --help",
+        "scan",
+        "check --no-model",
+        "check --format junit",
+        "verify",
+    ],
 )
 def test_a_built_in_command_imports_no_package_metadata(
     argv: tuple[str, ...], demo_checkpoints: Path

@@ -43,7 +43,7 @@ from inspector._internal.checkpoint.tensor_shards import (
     normalized,
 )
 from inspector._internal.common.display import legible
-from inspector._internal.common.filenames import CONFIG_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, WELL_KNOWN, is_well_known
 from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
@@ -337,7 +337,10 @@ def _indexed_file_findings(
     listed = view.names_at(unheld)
     for file, names in sorted(listed.items()):
         shard = held.by_file.get(file)
-        if shard is None:
+        if shard is None and is_well_known(file):
+            drift.unheld_count += len(names)
+            findings.append(_not_a_shard(index_file, file, names, held))
+        elif shard is None:
             drift.unheld_count += len(names)
             absent.append(file)
             if len(absent) <= total:
@@ -362,6 +365,27 @@ def _indexed_file_findings(
         )
         findings.append(make_finding("index-missing-file", msg, file=index_file))
     return findings
+
+
+def _not_a_shard(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:
+    """index-wrong-file for entries naming a file whose name gives it another role (the
+    config, the index itself): the scan does not read it as a shard, and what is wrong is
+    the entry, never the file."""
+    role = WELL_KNOWN.get(file.rsplit("/", 1)[-1], "an index")
+    elsewhere = [n for n in names if n in held.first]
+    where = (
+        f"; the shards hold {len(elsewhere):,} of them "
+        f"({examples(sorted({f for n in elsewhere for f in held.holders(n)}))})"
+        if elsewhere
+        else ""
+    )
+    msg = (
+        f"{legible(index_file)} maps {plural(len(names), 'tensor')} to {legible(file)} "
+        f"(e.g. {examples(sorted(names))}), which is {role}, not a shard: those entries are "
+        f"wrong, not {legible(file)}{where}; rebuild the index from the shard headers "
+        "(ckpt-inspect repair --only index), which leaves the file as it is"
+    )
+    return make_finding("index-wrong-file", msg, file=index_file)
 
 
 def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:

@@ -219,9 +219,17 @@ def _preview_text(
     )
     after = scanned_after(plan, scanned)
     left = group_problems(after, preview.remains + preview.introduces)
+    # A plan may change what no finding code covers (`total_parameters` added to an index
+    # that stated none: total-parameters-mismatch is about a stated count): it says so, and
+    # what it changes, rather than "fixes 0 findings".
+    changes = "; ".join(f"{w.path}: {', '.join(w.changes)}" for w in plan.writes)
+    fixes = (
+        f"fixes {plural(len(preview.fixes), 'finding')}"
+        if preview.fixes or not changes
+        else f"fixes no finding; it changes {changes}"
+    )
     lines = [
-        "preview (every check re-run on the planned files, in memory): fixes "
-        f"{plural(len(preview.fixes), 'finding')}"
+        f"preview (every check re-run on the planned files, in memory): {fixes}"
         + (f", adds {plural(len(preview.introduces), 'finding')}" if preview.introduces else "")
     ]
     lines += issue_lines([issue_dict(p) for p in left]) or ["  nothing is left to fix"]

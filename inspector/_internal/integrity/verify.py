@@ -10,7 +10,6 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -806,6 +805,10 @@ def _tensor_hashes(
 
 
 def _tool() -> str:
+    # Imported here: only a manifest names the tool's version, and importlib.metadata costs
+    # every `verify` about 25 ms at start.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return f"checkpoint-inspector {version('checkpoint-inspector')}"
     except PackageNotFoundError:

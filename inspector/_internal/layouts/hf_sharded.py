@@ -16,7 +16,12 @@ from inspector._internal.checkpoint.scanned import (
     ScannedCheckpoint,
     ShardedInfo,
 )
-from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, QUANT_CONFIG_NAME
+from inspector._internal.common.filenames import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    QUANT_CONFIG_NAME,
+    is_well_known,
+)
 from inspector._internal.layouts._common import (
     folder_checkpoint,
     list_safetensors,
@@ -58,8 +63,14 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         del names
     # Index entries may live in sub-folders; they were checked to stay inside the folder.
     # Normalised so that './model-1.safetensors' is not read a second time as another shard.
+    # A file whose name gives it another role (config.json, the index) is never a shard: the
+    # entry naming it is wrong (index-wrong-file), the file is not damaged.
     named = {PurePosixPath(f).as_posix() for f in index.files.values} if index else set()
-    extra = [f for f in sorted(named) if f not in by_file and (folder / f).is_file()]
+    extra = [
+        f
+        for f in sorted(named)
+        if f not in by_file and not is_well_known(f) and (folder / f).is_file()
+    ]
     more = read_shards([folder / f for f in extra], root=folder, header_cap=cap)
     by_file.update(zip(extra, more, strict=True))
     shards = tuple(by_file[k] for k in sorted(by_file))

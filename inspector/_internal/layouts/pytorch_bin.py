@@ -16,7 +16,12 @@ from inspector._internal.checkpoint.scanned import (
     ReadProblem,
     ScannedCheckpoint,
 )
-from inspector._internal.common.filenames import BIN_INDEX_NAME, CONFIG_NAME, QUANT_CONFIG_NAME
+from inspector._internal.common.filenames import (
+    BIN_INDEX_NAME,
+    CONFIG_NAME,
+    QUANT_CONFIG_NAME,
+    is_well_known,
+)
 from inspector._internal.common.progress import track
 from inspector._internal.formats.bin_shard import BinShard, read_bin_shard
 from inspector._internal.layouts._common import (
@@ -72,7 +77,8 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
         index, problems = read_index_doc(folder / BIN_INDEX_NAME, root=folder, names=names)
     named = {PurePosixPath(f).as_posix() for f in index.files.values} if index else set()
     for f in sorted(named):
-        if f not in by_file and (folder / f).is_file():
+        # A file whose name gives it another role is never a shard (see hf_sharded.scan).
+        if f not in by_file and not is_well_known(f) and (folder / f).is_file():
             by_file[f] = read_bin_shard(folder / f, root=folder)
     shards = tuple(by_file[k] for k in sorted(by_file))
     configs = read_config_files(folder, root=folder) if not lone else ConfigFiles()

@@ -12,6 +12,7 @@ import atexit
 import contextlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 import threading
@@ -59,6 +60,8 @@ _ANSWER_CAP = 512 << 20
 _NICENESS = 5
 # How long `close` lets a child end on SIGTERM before SIGKILL.
 _CLOSE_WAIT = 5.0
+# Why a request gets no answer when `close` ended the child while it waited.
+_CLOSED = "its process was ended before it answered (the check was closed)"
 
 
 def start_verdict_process() -> None:
@@ -134,7 +137,12 @@ def verdict_apart(
 class VerdictProcess:
     """One child interpreter running `module`, kept for the next request, and its two pipes;
     one request at a time. `env` turns this process's environment into the child's;
-    `what` names the check in messages; `seconds` and `cap` (bytes) bound each answer."""
+    `what` names the check in messages; `seconds` and `cap` (bytes) bound each answer.
+
+    The child leads a session of its own, so that ending it ends every process it started
+    too (code a folder holds, run with `--trust-remote-code`, may start some: SECURITY.md,
+    1b). `close` never waits for a request: it ends the child, and the request waiting on
+    it gets `NoAnswer`."""
 
     def __init__(
         self,
@@ -145,7 +153,8 @@ class VerdictProcess:
         env: Callable[[dict[str, str]], dict[str, str]] | None = None,
         cap: int = _ANSWER_CAP,
     ) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one request at a time
+        self._state = threading.Lock()  # `_process`: `close` takes only this one
         self._process: subprocess.Popen[bytes] | None = None
         self.command = [sys.executable, "-m", module]
         self.what = what
@@ -167,21 +176,23 @@ class VerdictProcess:
             self._lock.release()
 
     def _started(self) -> subprocess.Popen[bytes]:
-        if self._process is not None and self._process.poll() is None:
+        with self._state:
+            if self._process is not None and self._process.poll() is None:
+                return self._process
+            # The child imports this very copy of the package, wherever it was imported from.
+            root = str(Path(__file__).resolve().parents[3])
+            path = os.environ.get("PYTHONPATH")
+            env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
+            self._process = subprocess.Popen(
+                self.command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env if self._env is None else self._env(env),
+                close_fds=True,
+                start_new_session=True,  # its own process group: see the class docstring
+            )
             return self._process
-        # The child imports this very copy of the package, wherever it was imported from.
-        root = str(Path(__file__).resolve().parents[3])
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
-        self._process = subprocess.Popen(
-            self.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env if self._env is None else self._env(env),
-            close_fds=True,
-        )
-        return self._process
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
         """The child's answer to `request`: a dict, with `error` (a bug's traceback) or the
@@ -198,29 +209,56 @@ class VerdictProcess:
                 process.stdin.flush()
                 line = read_capped_line(process.stdout, seconds=self.seconds, cap=self._cap)
             except (OSError, TimeoutError) as exc:
-                self._end(process)
+                if not self._dropped(process):
+                    raise NoAnswer(f"{self.what}'s process gave no verdict: {_CLOSED}") from None
                 raise NoAnswer(_why_ended(process, exc, self.what)) from None
             try:
                 return read_answer(line, what=self.what)
             except NoAnswer:
-                self._end(process)
+                self._dropped(process)
                 raise
 
-    def _end(self, process: subprocess.Popen[bytes]) -> None:
-        process.kill()
-        process.wait()
-        self._process = None
+    def _dropped(self, process: subprocess.Popen[bytes]) -> bool:
+        """End `process` after a request it failed, unless `close` took it meanwhile (and
+        ends it itself); False then."""
+        with self._state:
+            if self._process is not process:
+                return False
+            self._process = None
+        _end(process)
+        return True
 
     def close(self) -> None:
-        with self._lock:
-            if self._process is not None:
-                # SIGTERM first: the child sets no handler, so it ends at once as with SIGKILL,
-                # unless something measures it (`make coverage`'s children save their line
-                # data on SIGTERM, and SIGKILL would lose it); SIGKILL after _CLOSE_WAIT.
-                self._process.terminate()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._process.wait(timeout=_CLOSE_WAIT)
-                self._end(self._process)
+        """End the child and every process it started, at once, even while a request waits
+        on it (that request gets `NoAnswer`). SIGTERM first: the child sets no handler, so
+        it ends at once as with SIGKILL, unless something measures it (`make coverage`'s
+        children save their line data on SIGTERM, and SIGKILL would lose it); SIGKILL after
+        _CLOSE_WAIT, and to whatever of its group is left."""
+        with self._state:
+            process, self._process = self._process, None
+        if process is not None:
+            _end(process, grace=_CLOSE_WAIT)
+
+
+def _end(process: subprocess.Popen[bytes], *, grace: float = 0.0) -> None:
+    """End `process` and its process group (it leads one: `VerdictProcess._started`):
+    SIGTERM and up to `grace` seconds to end, when `grace`; then SIGKILL."""
+    if grace:
+        _signal(process, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+    _signal(process, signal.SIGKILL)
+    process.wait()
+
+
+def _signal(process: subprocess.Popen[bytes], number: signal.Signals) -> None:
+    """Send `number` to `process` and to the process group it leads. The group's id stays
+    taken while any member lives, even once the leader is reaped, so it reaches nothing
+    else; a group already gone (or a child that leads none) is no error."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, number)
+    process.send_signal(number)  # a no-op once it was reaped
 
 
 def read_answer(line: bytes, *, what: str = "the load check") -> dict[str, Any]:

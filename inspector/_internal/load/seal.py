@@ -261,14 +261,14 @@ def _open(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
     writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
         isinstance(flags, int) and flags & _WRITE_FLAGS
     )
-    if writes and not _writable(seal, path) and not _library_setup():
+    if writes and not _writable(seal, path, event) and not _library_setup():
         seal.refuse(f"writing {short_repr(_text(path), limit=160)} ({event})")
 
 
 def _writes(positions: Sequence[int]) -> Callable[[Seal, str, tuple[Any, ...]], None]:
     def rule(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
         for i in positions:
-            if i < len(args) and not _writable(seal, args[i]) and not _library_setup():
+            if i < len(args) and not _writable(seal, args[i], event) and not _library_setup():
                 seal.refuse(f"changing {short_repr(_text(args[i]), limit=160)} ({event})")
 
     return rule
@@ -305,8 +305,9 @@ def _text(path: object) -> str:
         return str(path)
 
 
-def _writable(seal: Seal, path: object) -> bool:
-    """The private folder, /dev/null, an open descriptor, and Python's bytecode cache."""
+def _writable(seal: Seal, path: object, event: str) -> bool:
+    """The private folder, /dev/null, an open descriptor, and Python's bytecode cache (in
+    `__pycache__`, or what `_bytecode` allows under `sys.pycache_prefix`)."""
     if path is None or isinstance(path, int):
         return True
     try:
@@ -316,8 +317,41 @@ def _writable(seal: Seal, path: object) -> bool:
     if full == os.devnull or _inside(seal.folder, full):
         return True
     name = os.path.basename(full)
-    return name == "__pycache__" or (
-        os.path.basename(os.path.dirname(full)) == "__pycache__" and ".pyc" in name
+    return (
+        name == "__pycache__"
+        or (os.path.basename(os.path.dirname(full)) == "__pycache__" and ".pyc" in name)
+        or _bytecode(full, event)
+    )
+
+
+# What importlib writes under `sys.pycache_prefix` (`SourceFileLoader.set_data`): for the
+# source `/a/b/m.py`, the folders of `<prefix>/a/b` one by one (os.mkdir), then
+# `<prefix>/a/b/m.<tag>[.opt-N].pyc.<id>` (open), renamed to the `.pyc` (os.rename) or
+# removed when that fails (os.remove).
+_PYC = re.compile(
+    rf"[^.]+\.{re.escape(sys.implementation.cache_tag or '-')}(?:\.opt-\d+)?\.pyc(?:\.\d+)?"
+)
+
+
+def _bytecode(full: str, event: str) -> bool:
+    """True for exactly the writes importlib makes under `sys.pycache_prefix` (PYTHONPYCACHEPREFIX:
+    with it, no bytecode goes into `__pycache__`): a folder of the tree mirroring a folder that
+    exists, and a bytecode file (or its temp file) of a `.py` file that exists. Nothing else
+    there, and no other act (a link, a mode change) even on those names."""
+    prefix = sys.pycache_prefix
+    if not prefix:
+        return False
+    root = os.path.realpath(prefix)
+    if not _inside(root, full):
+        return False
+    mirrored = full[len(root) :] or os.sep  # the source's own path
+    if event == "os.mkdir":
+        return os.path.isdir(mirrored)
+    if event not in ("open", "os.rename", "os.remove"):
+        return False
+    folder, name = os.path.split(mirrored)
+    return _PYC.fullmatch(name) is not None and os.path.isfile(
+        os.path.join(folder, name.partition(".")[0] + ".py")
     )
 
 

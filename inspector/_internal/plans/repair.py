@@ -645,7 +645,9 @@ def _read_as_sidecar(scanned: ScannedCheckpoint, rel: str, shard: str) -> bool:
 
 
 def _unreadable_shards(scanned: ScannedCheckpoint) -> tuple[str, ...]:
-    bad = [s.file for s in scanned.shards if not s.readable]
+    # A well-known name (config.json) is never a shard to restore or remove, whatever an
+    # index says: rebuilding the index drops the entry naming it.
+    bad = [s.file for s in scanned.shards if not s.readable and not is_well_known(s.file)]
     if not bad:
         return ()
     those = "that file" if len(bad) == 1 else "those files"
@@ -750,9 +752,9 @@ def _map_changes(old: Mapping[str, str], new: Mapping[str, str]) -> list[str]:
 
 def _meta_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return [
-        f"{k} {old.get(k)} -> {new[k]}"
+        f"{k} {old[k]} -> {new[k]}" if k in old else f"{k} {new[k]} added (the index stated none)"
         for k in ("total_size", "total_parameters")
-        if old.get(k) != new[k]
+        if k not in old or old[k] != new[k]
     ]
 
 

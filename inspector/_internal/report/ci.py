@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from itertools import groupby
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -154,6 +153,10 @@ def _sarif_text(value: object) -> str:
 
 
 def _version() -> str:
+    # Imported here: only the SARIF log names the tool's version, and importlib.metadata
+    # costs every `check --format junit` about 25 ms at start.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("checkpoint-inspector")
     except PackageNotFoundError:  # run from a source tree that was never installed
