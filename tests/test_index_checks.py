@@ -351,11 +351,13 @@ def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
     "layout",
     ["indented", "weight_map_first", "compact", "duplicate_across_pieces", "nested_weight_map"],
 )
+@pytest.mark.parametrize("listed", [0, 2, 4])
 def test_index_decoded_in_pieces_equals_the_whole_decode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, listed: int
 ) -> None:
     """A large index is decoded a few MB at a time when it is laid out as writers do; any
-    other layout falls back to one decode. Both must give what a JSON reader gives."""
+    other layout falls back to one decode. Both must give what a JSON reader gives, whether
+    the shard files it names are all known to the decode (`shard_files`), some or none."""
     from inspector._internal.layouts import _common
 
     monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
@@ -376,12 +378,13 @@ def test_index_decoded_in_pieces_equals_the_whole_decode(
     path.write_text(text)
     expected = json.loads(text)
     root = local_location(tmp_path)
-    parsed, problems = _common.read_index_doc(root / INDEX, root=root)
+    files = [f"m-{i}.safetensors" for i in range(listed)]
+    parsed, problems = _common.read_index_doc(root / INDEX, root=root, shard_files=files)
     assert problems == [] and parsed is not None
     assert dict(parsed.weight_map) == expected["weight_map"]
     assert list(parsed.weight_map) == list(expected["weight_map"])
     assert dict(parsed.metadata) == expected["metadata"]
-    split = _common.weight_map_columns(path.read_bytes())
+    split = _common.weight_map_columns(path.read_bytes(), shard_files=files)
     # Without newlines (compact) the map is one piece; the others fall back to one decode.
     assert (split is None) == (layout in ("weight_map_first", "duplicate_across_pieces"))
 
