@@ -444,9 +444,11 @@ class _Leaves:
             self.codes[rows] = self.index[leaf]
             return
         base = len(group) - len(leaf)
-        if chars.ascii and "\ufffd" not in leaf:
+        if chars.ascii and "\ufffd" not in leaf and leaf.count("#") <= _MAX_KEY_DIGITS:
             # Usually every name of the group has the same digits there (`_2`): one numpy
-            # comparison of their character codes shows it.
+            # comparison of their character codes shows it. Only for a few digits: the
+            # codes are a row per name and a column per digit (a hostile leaf of thousands
+            # of digits is sliced off each name, one C-level pass, as before).
             digits = chars.codes(
                 rows, [base + i for i, c in enumerate(leaf) if c == "#"], len(group)
             )
