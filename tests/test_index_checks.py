@@ -4,6 +4,7 @@ damaged the way real exports go wrong."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,13 @@ import pytest
 import safetensors.numpy
 import torch
 from huggingface_hub import save_torch_state_dict
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_file
 from work_count import calls
 
 from inspector._internal.checkpoint.scanned import ScannedCheckpoint
+from inspector._internal.checkpoint.tensor_shards import held_tensors
 from inspector._internal.checks import check_layout
 from inspector._internal.checks import index as index_check
 from inspector._internal.checks.index import DETAIL_PER_FILE, check_index
@@ -26,6 +30,7 @@ from inspector._internal.findings.finding import (
     fold_listed,
     fold_modules,
 )
+from inspector._internal.formats.safetensors import ShardHeader
 from inspector._internal.scan.entry import scan
 from inspector._internal.storage import local_location
 
@@ -356,11 +361,13 @@ def test_hostile_index_naming_many_missing_files_is_bounded(ckpt: Path) -> None:
     "layout",
     ["indented", "weight_map_first", "compact", "duplicate_across_pieces", "nested_weight_map"],
 )
+@pytest.mark.parametrize("listed", [0, 2, 4])
 def test_index_decoded_in_pieces_equals_the_whole_decode(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str, listed: int
 ) -> None:
     """A large index is decoded a few MB at a time when it is laid out as writers do; any
-    other layout falls back to one decode. Both must give what a JSON reader gives."""
+    other layout falls back to one decode. Both must give what a JSON reader gives, whether
+    the shard files it names are all known to the decode (`shard_files`), some or none."""
     from inspector._internal.layouts import _common
 
     monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
@@ -381,12 +388,13 @@ def test_index_decoded_in_pieces_equals_the_whole_decode(
     path.write_text(text)
     expected = json.loads(text)
     root = local_location(tmp_path)
-    parsed, problems = _common.read_index_doc(root / INDEX, root=root)
+    files = [f"m-{i}.safetensors" for i in range(listed)]
+    parsed, problems = _common.read_index_doc(root / INDEX, root=root, shard_files=files)
     assert problems == [] and parsed is not None
     assert dict(parsed.weight_map) == expected["weight_map"]
     assert list(parsed.weight_map) == list(expected["weight_map"])
     assert dict(parsed.metadata) == expected["metadata"]
-    split = _common.weight_map_columns(path.read_bytes())
+    split = _common.weight_map_columns(path.read_bytes(), shard_files=files)
     # Without newlines (compact) the map is one piece; the others fall back to one decode.
     assert (split is None) == (layout in ("weight_map_first", "duplicate_across_pieces"))
 
@@ -525,3 +533,41 @@ def test_agreeing_index_shortcut_gives_what_the_walk_gives(
     assert took == [drift in _AGREEING]
     assert fast == walked
     assert bool(fast) == (drift not in _AGREEING)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(0, 6), min_size=1, max_size=5),
+    order=st.randoms(use_true_random=False),
+    cut=st.integers(0, 30),
+    extra=st.lists(st.sampled_from(["x", "t0", "dangling.weight"]), max_size=2, unique=True),
+)
+def test_index_holders_by_runs_equal_the_lookup_of_every_name(
+    sizes: list[int], order: random.Random, cut: int, extra: list[str]
+) -> None:
+    """The index view's holders, taken run by run while the index follows the shards, are
+    what the look-up of each name in the held map gives, in any order (`_holders`)."""
+    shards, at = [], 0
+    for i, n in enumerate(sizes):
+        names = [f"t{at + k}" for k in range(n)]
+        at += n
+        shards.append(
+            ShardHeader.from_columns(
+                f"s{i}",
+                8,
+                0,
+                None,
+                names,
+                ["F32"] * n,
+                [[1]] * n,
+                [4 * k for k in range(n)],
+                [4 * k + 4 for k in range(n)],
+            )
+        )
+    held = held_tensors(shards)
+    listed = [name for s in shards for name in s.names]
+    tail = listed[cut:]
+    order.shuffle(tail)  # the index follows the shards up to `cut`, then any order
+    names = tuple(dict.fromkeys([*listed[:cut], *tail, *extra]))
+    expected = [held.first.get(name, -1) for name in names]
+    assert index_check._holders(names, held).tolist() == expected

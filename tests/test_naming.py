@@ -289,6 +289,29 @@ def test_numbers_round_trip(triples: list[tuple[int, int, str]]) -> None:
     ]
 
 
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["model.layers.", "a.", "", "x#.", "\u00e9.", "b\n."]),
+            st.integers(0, 120),
+            st.sampled_from(
+                ["weight", "weight_scale_2", "w1", "7", "l\u00e9af3", "#2", "x\ny", ""]
+            ),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_leaves_are_each_names_last_component(parts: list[tuple[str, int, str]]) -> None:
+    """`leaf` is taken once per group of names where it can be: it is always what splitting
+    each name at its last dot gives, digits, `#`, newlines and non-ASCII included."""
+    names = [f"{head}{number}.{leaf}" for head, number, leaf in parts]
+    leaf = parse_names(names).leaf
+    assert leaf.tolist() == [name.rpartition(".")[2] for name in names]
+    assert len(set(leaf.values)) == len(leaf.values)
+
+
 def test_empty_input() -> None:
     columns = parse_names([])
     assert len(columns) == 0 and len(columns.module) == 0

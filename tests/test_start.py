@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from inspector._internal.cli.main import ARROW_POOL_ENV
+from inspector._internal.cli.main import ARROW_POOL_ENV, BLAS_THREADS_ENV
 
 # The libraries that make a start slow: pandas and pyarrow about 0.4 s, numpy 0.06 s, torch
 # and transformers 8 s together, the remote stack (asyncio's aiohttp, fsspec), the figures.
@@ -176,10 +176,11 @@ def test_a_local_scan_imports_neither_the_remote_stack_nor_yaml(
     folder = write_state_dict({"a.weight": torch.zeros(4, 4), "b.weight": torch.zeros(4)})
     probe = _PROBE.replace(
         'print(" ".join(sorted(sys.modules))',
-        "import pyarrow\nprint(pyarrow.default_memory_pool().backend_name, file=sys.stderr)\n"
+        "import os, pyarrow\nprint(pyarrow.default_memory_pool().backend_name, file=sys.stderr)\n"
+        f"print(os.environ.get('{BLAS_THREADS_ENV}'), file=sys.stderr)\n"
         'print(" ".join(sorted(sys.modules))',
     )
-    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL_ENV}
+    env = {k: v for k, v in os.environ.items() if k not in (ARROW_POOL_ENV, BLAS_THREADS_ENV)}
     proc = subprocess.run(
         [sys.executable, "-c", probe, *command, str(folder)],
         capture_output=True,
@@ -189,11 +190,13 @@ def test_a_local_scan_imports_neither_the_remote_stack_nor_yaml(
         env=env,
     )
     assert proc.returncode in (0, 1), proc.stderr[-2000:]
-    *_, pool, modules = proc.stderr.splitlines()
+    *_, pool, blas_threads, modules = proc.stderr.splitlines()
     imported = sorted(n for n in modules.split() if n.split(".")[0] in _REMOTE_OR_RECIPE)
     assert not imported, f"{command} imported {imported}"
     # The tables' Arrow columns reuse the heap numpy freed (cli.main.ARROW_POOL_ENV).
     assert pool == "system"
+    # numpy's OpenBLAS was loaded with one thread (cli.main.BLAS_THREADS_ENV).
+    assert blas_threads == "1"
 
 
 @pytest.mark.parametrize(

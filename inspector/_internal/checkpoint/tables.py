@@ -9,13 +9,12 @@ tensors): docs/architecture.md, "checkpoint/".
 from __future__ import annotations
 
 import math
-import operator
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from functools import cache
-from itertools import chain, repeat
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
@@ -205,15 +204,9 @@ def scan_columns(scanned: ScanView) -> ScanColumns:
 
 def name_leaves(scanned: ScanView) -> Coded[str]:
     """Each tensor's last dotted component (`name.rpartition(".")[2]`: the whole name when it
-    has no dot), coded, once per scan: the parameter count judges these, and a name is
-    `leaf` or ends with `.leaf` exactly when this is `leaf`."""
-
-    def build() -> Coded[str]:
-        names = scan_columns(scanned).tensors.names
-        last = map(operator.itemgetter(2), map(str.rpartition, names, repeat(".")))
-        return Coded.encode(last, len(names))
-
-    return scanned.derived("name-leaves", build)
+    has no dot), coded, from the name columns (`NameColumns.leaf`): the parameter count
+    judges these, and a name is `leaf` or ends with `.leaf` exactly when this is `leaf`."""
+    return scan_columns(scanned).parsed.leaf
 
 
 def _scan_columns(scanned: ScanView) -> ScanColumns:

@@ -6,14 +6,14 @@ nothing here judges (the checks do).
 
 from __future__ import annotations
 
+import os
 import re
-import secrets
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import msgspec
 import numpy as np
@@ -212,7 +212,9 @@ class ShardNames:
 
     Writers list the index in the shards' order; then each run of index names equals the next
     run of shard names (one C-level list comparison) and no name is hashed. Otherwise a dict
-    of the shard names takes over for the rest.
+    of the shard names not matched yet takes over for the rest: a drifted index (a layer left
+    out near its end) hashes those few, not all 300,000 (0.05-0.1 s); a name matched before
+    keeps its own string (an index listing a name twice, whose keys are dropped anyway).
     """
 
     def __init__(self, shards: Sequence[ShardHeader]) -> None:
@@ -226,7 +228,9 @@ class ShardNames:
             if run == keys:
                 self.at += len(keys)
                 return run
-            self.table = dict(zip(self.flat, self.flat, strict=True))
+            rest = self.flat[self.at :]
+            self.table = dict(zip(rest, rest, strict=True))
+            del self.flat
         found = list(map(self.table.get, keys))
         if None in found:  # names no shard holds keep their own string
             return [f if f is not None else k for f, k in zip(found, keys, strict=True)]
@@ -244,15 +248,19 @@ def read_index_doc(
     root: Location,
     role: FileRole = FileRole.INDEX,
     names: Callable[[list[str]], list[str]] | None = None,
+    shard_files: Sequence[str] = (),
 ) -> tuple[IndexDoc | None, list[ReadProblem]]:
     """Parse an index or sidecar into columns. Unsafe `weight_map` paths are problems and
     are dropped, so nothing downstream ever follows them out of the folder. `names` (from
-    `shard_names`) gives the strings to use for names the shards hold."""
+    `shard_names`) gives the strings to use for names the shards hold; `shard_files`, the
+    files the index is expected to name (`weight_map_columns`)."""
     rel = relative(path, root)
     not_index = ReadProblem(rel, role, 'is not of the form {"weight_map": {tensor: file}}')
     data, problem, kind = read_capped(path, JSON_CAP, "JSON files")
     canonical = names or _same
-    split = weight_map_columns(data, canonical) if data is not None else None
+    split = (
+        weight_map_columns(data, canonical, shard_files=shard_files) if data is not None else None
+    )
     value: Any
     if split is not None:
         value, keys, files = split
@@ -296,7 +304,10 @@ _PIECE_DECODER = msgspec.json.Decoder(dict[str, str])
 
 
 def weight_map_columns(
-    data: bytes, canonical: Callable[[list[str]], list[str]] = list
+    data: bytes,
+    canonical: Callable[[list[str]], list[str]] = list,
+    *,
+    shard_files: Sequence[str] = (),
 ) -> tuple[dict[str, Any], tuple[str, ...], Coded[str]] | None:
     """(document without its weight map, names, files) of an index laid out as writers lay it
     out (one entry per line, `weight_map` the last key), decoded a few MB at a time; None for
@@ -311,6 +322,11 @@ def weight_map_columns(
     decode with the marker as its `weight_map`, and each piece, cut after a `,` that ends a
     line (a JSON string cannot hold a raw newline, so it is between two entries), must decode
     as an object of strings; pieces of members joined by commas are the members of the whole.
+
+    `shard_files` (the files the index should name) are decoded as a Literal: msgspec gives
+    each entry that names one of them the one string of its file, no string per entry and no
+    hash per coding (10 ms at 300,000 tensors); from the first piece that names another
+    file, every value is decoded as a string.
     """
     if len(data) < _PIECE_BYTES:
         return None
@@ -323,7 +339,9 @@ def weight_map_columns(
     end = data.rfind(b"}", start, len(tail) - 1)  # its "}", when it is the last key
     if end < start:
         return None
-    marker = secrets.token_hex(16)
+    # What `secrets.token_hex` returns, without importing `secrets` (hmac, hashlib, random:
+    # 5 ms of every scan's start).
+    marker = os.urandom(16).hex()
     document, problem = _decode(data[: start - 1] + f'"{marker}"'.encode() + data[end + 1 :])
     if (
         problem is not None
@@ -335,14 +353,23 @@ def weight_map_columns(
     codes: list[np.ndarray] = []
     index: defaultdict[str, int] = defaultdict()
     index.default_factory = index.__len__  # a new file's code is the count so far
+    decoder = _files_decoder(shard_files)
     at = start
     while at < end:
         cut = data.find(b",\n", min(at + _PIECE_BYTES, end), end)
         stop = end if cut < 0 else cut
+        text = b"{" + data[at:stop] + b"}"
         try:
-            piece = _PIECE_DECODER.decode(b"{" + data[at:stop] + b"}")
+            try:
+                piece = decoder.decode(text)
+            except msgspec.ValidationError:
+                if decoder is _PIECE_DECODER:
+                    raise
+                decoder = _PIECE_DECODER
+                piece = decoder.decode(text)
         except (*_NOT_JSON, msgspec.ValidationError):
             return None
+        del text
         names.extend(canonical(list(piece)))
         codes.append(
             np.fromiter(map(index.__getitem__, piece.values()), dtype=np.int32, count=len(piece))
@@ -352,6 +379,15 @@ def weight_map_columns(
         return None  # a name repeated across pieces: the whole decode says which entry wins
     all_codes = np.concatenate(codes) if codes else np.zeros(0, np.int32)
     return document, tuple(names), Coded(frozen(all_codes), tuple(index))
+
+
+def _files_decoder(files: Sequence[str]) -> msgspec.json.Decoder[dict[str, str]]:
+    """The decoder of weight map pieces whose values are among `files` (see
+    `weight_map_columns`); the plain one without files."""
+    if not files:
+        return _PIECE_DECODER
+    known = Literal[tuple(dict.fromkeys(files))]  # type: ignore[valid-type]
+    return msgspec.json.Decoder(dict[str, known])  # type: ignore[valid-type]
 
 
 def _drop_unsafe(

@@ -59,7 +59,9 @@ def scan(path: Location, options: ScanOptions) -> ScannedCheckpoint:
     has_index = (folder / INDEX_NAME).is_file()
     if has_index:
         names = shard_names(tuple(by_file.values())) if options.share_names else None
-        index, problems = read_index_doc(folder / INDEX_NAME, root=folder, names=names)
+        index, problems = read_index_doc(
+            folder / INDEX_NAME, root=folder, names=names, shard_files=tuple(paths)
+        )
         del names
     # Index entries may live in sub-folders; they were checked to stay inside the folder.
     # Normalised so that './model-1.safetensors' is not read a second time as another shard.
