@@ -640,3 +640,45 @@ def test_bytecode_under_the_pycache_prefix_is_written_and_nothing_else_there(
             with pytest.raises(Refused):
                 act()
     assert [p.name for p in mirror.iterdir()] == [f"first_built.{tag}.pyc"]
+
+
+def test_bytecode_in_pycache_is_written_by_importlib_and_nothing_else_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In `__pycache__`, importlib makes the folder, a temp file it creates anew, and a
+    rename onto the `.pyc` of an existing `.py`: a module first imported while a model is
+    built gets its bytecode. Nothing else there: before, any act on a name `__pycache__` and
+    any write to a name holding `.pyc` in one passed (a link named `__pycache__` sending a
+    project's later imports to other bytecode, a `chmod 777` of a cache, a direct rewrite of
+    a `.pyc`, a `.pyc.sh`), and a change of `sys.pycache_prefix` moved what was allowed."""
+    lib = tmp_path / "lib"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "cached_first.py").write_text("VALUE = 3\n")
+    (lib / "sub" / "other.py").write_text("VALUE = 4\n")
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(lib))
+    cache, tag = lib / "__pycache__", sys.implementation.cache_tag
+    with sealed() as seal:
+        import cached_first  # type: ignore[import-not-found]
+
+        assert cached_first.VALUE == 3 and seal.refused == []
+        written = (cache / f"cached_first.{tag}.pyc").read_bytes()
+        for act in (
+            lambda: (cache / f"cached_first.{tag}.pyc").write_bytes(b"other code"),
+            lambda: os.symlink(tmp_path, lib / "sub" / "__pycache__"),
+            lambda: os.chmod(cache, 0o777),
+            lambda: (cache / "run.pyc.sh").write_text("x"),
+            lambda: shutil.rmtree(cache),
+            lambda: os.remove(cache / f"cached_first.{tag}.pyc"),
+            lambda: os.mkdir(tmp_path / "no-such-source" / "__pycache__"),
+            lambda: (
+                setattr(sys, "pycache_prefix", str(tmp_path / "p"))
+                or os.mkdir(tmp_path / "p" / str(lib).lstrip(os.sep).split(os.sep)[0])
+            ),
+        ):
+            with pytest.raises(Refused):
+                act()
+    assert [p.name for p in cache.iterdir()] == [f"cached_first.{tag}.pyc"]
+    assert (cache / f"cached_first.{tag}.pyc").read_bytes() == written
+    assert not os.path.lexists(lib / "sub" / "__pycache__") and not (tmp_path / "p").exists()
