@@ -682,3 +682,31 @@ def test_bytecode_in_pycache_is_written_by_importlib_and_nothing_else_there(
     assert [p.name for p in cache.iterdir()] == [f"cached_first.{tag}.pyc"]
     assert (cache / f"cached_first.{tag}.pyc").read_bytes() == written
     assert not os.path.lexists(lib / "sub" / "__pycache__") and not (tmp_path / "p").exists()
+
+
+def test_a_path_relative_to_a_folder_descriptor_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path is resolved against a folder descriptor (`dir_fd`) the audit event of
+    `os.open` does not carry: the seal resolved it against the working folder, so code in
+    the building thread that moved there into the private folder (os.chdir is no write)
+    created, removed and made folders anywhere through a descriptor of that folder."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    fd = os.open(victim, os.O_RDONLY)
+    try:
+        with sealed() as seal:
+            monkeypatch.chdir(seal.folder)
+            for act in (
+                lambda: os.close(os.open("planted.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd)),
+                lambda: os.remove("keep.txt", dir_fd=fd),
+                lambda: os.mkdir("__pycache__", dir_fd=fd),
+                lambda: os.rename("keep.txt", "moved.txt", src_dir_fd=fd, dst_dir_fd=fd),
+            ):
+                with pytest.raises(Refused):
+                    act()
+            monkeypatch.chdir(tmp_path)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]

@@ -338,12 +338,17 @@ def _text(path: object) -> str:
 
 def _writable(seal: Seal, path: object, bytecode: str | None) -> bool:
     """The private folder, /dev/null, an open descriptor, and, when `bytecode` names the
-    kind of write the act is, Python's bytecode cache as importlib writes it (`_bytecode`)."""
+    kind of write the act is, Python's bytecode cache as importlib writes it (`_bytecode`).
+    Never a relative path: it may be relative to a folder descriptor (`dir_fd`) that the
+    event does not carry (`os.open`'s), not to the working folder."""
     if path is None or isinstance(path, int):
         return True
     try:
-        full = os.path.realpath(os.fsdecode(path))  # type: ignore[arg-type]
+        text = os.fsdecode(path)  # type: ignore[arg-type]
+        full = os.path.realpath(text)
     except (TypeError, ValueError):
+        return False
+    if not os.path.isabs(text):
         return False
     if full == os.devnull or _inside(seal.folder, full):
         return True
