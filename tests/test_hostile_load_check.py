@@ -710,3 +710,17 @@ def test_a_path_relative_to_a_folder_descriptor_is_refused(
     finally:
         os.close(fd)
     assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+
+
+def test_a_sqlite_database_outside_the_private_folder_is_refused(tmp_path: Path) -> None:
+    """SQLite creates its file itself, not through Python's `open`: `sqlite3.connect` of a
+    path anywhere created it from the building thread. In memory, or in the private folder,
+    it is let through."""
+    import sqlite3
+
+    with sealed() as seal:
+        with pytest.raises(Refused):
+            sqlite3.connect(tmp_path / "planted.db")
+        sqlite3.connect(":memory:").execute("create table t (a)")
+        sqlite3.connect(os.path.join(seal.folder, "ours.db")).execute("create table t (a)")
+    assert list(tmp_path.iterdir()) == []

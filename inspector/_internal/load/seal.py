@@ -285,6 +285,17 @@ def _writes(
     return rule
 
 
+def _database(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
+    """sqlite3.connect: SQLite opens (and creates) the file itself, past the `open` event;
+    an in-memory database writes nothing."""
+    database = args[0] if args else None
+    text = _text(database)
+    if text in ("", ":memory:") or text.startswith("file::memory:"):
+        return
+    if not _writable(seal, database, None) and not _library_setup():
+        seal.refuse(f"changing {short_repr(text, limit=160)} ({event})")
+
+
 def _rename(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
     """os.rename / os.replace: importlib renames its temp file onto the `.pyc` beside it,
     and nothing else onto a `.pyc` (a link made in the private folder, another file)."""
@@ -463,6 +474,7 @@ _RULES: dict[str, Callable[[Seal, str, tuple[Any, ...]], None]] = {
     "os.mkdir": _writes((0,), "folder"),
     "os.remove": _writes((0,), "temp"),
     "os.rename": _rename,
+    "sqlite3.connect": _database,
     "shutil.move": _writes((0, 1)),
 }
 
