@@ -640,3 +640,87 @@ def test_bytecode_under_the_pycache_prefix_is_written_and_nothing_else_there(
             with pytest.raises(Refused):
                 act()
     assert [p.name for p in mirror.iterdir()] == [f"first_built.{tag}.pyc"]
+
+
+def test_bytecode_in_pycache_is_written_by_importlib_and_nothing_else_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In `__pycache__`, importlib makes the folder, a temp file it creates anew, and a
+    rename onto the `.pyc` of an existing `.py`: a module first imported while a model is
+    built gets its bytecode. Nothing else there: before, any act on a name `__pycache__` and
+    any write to a name holding `.pyc` in one passed (a link named `__pycache__` sending a
+    project's later imports to other bytecode, a `chmod 777` of a cache, a direct rewrite of
+    a `.pyc`, a `.pyc.sh`), and a change of `sys.pycache_prefix` moved what was allowed."""
+    lib = tmp_path / "lib"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "cached_first.py").write_text("VALUE = 3\n")
+    (lib / "sub" / "other.py").write_text("VALUE = 4\n")
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(lib))
+    cache, tag = lib / "__pycache__", sys.implementation.cache_tag
+    with sealed() as seal:
+        import cached_first  # type: ignore[import-not-found]
+
+        assert cached_first.VALUE == 3 and seal.refused == []
+        written = (cache / f"cached_first.{tag}.pyc").read_bytes()
+        for act in (
+            lambda: (cache / f"cached_first.{tag}.pyc").write_bytes(b"other code"),
+            lambda: os.symlink(tmp_path, lib / "sub" / "__pycache__"),
+            lambda: os.chmod(cache, 0o777),
+            lambda: (cache / "run.pyc.sh").write_text("x"),
+            lambda: shutil.rmtree(cache),
+            lambda: os.remove(cache / f"cached_first.{tag}.pyc"),
+            lambda: os.mkdir(tmp_path / "no-such-source" / "__pycache__"),
+            lambda: (
+                setattr(sys, "pycache_prefix", str(tmp_path / "p"))
+                or os.mkdir(tmp_path / "p" / str(lib).lstrip(os.sep).split(os.sep)[0])
+            ),
+        ):
+            with pytest.raises(Refused):
+                act()
+    assert [p.name for p in cache.iterdir()] == [f"cached_first.{tag}.pyc"]
+    assert (cache / f"cached_first.{tag}.pyc").read_bytes() == written
+    assert not os.path.lexists(lib / "sub" / "__pycache__") and not (tmp_path / "p").exists()
+
+
+def test_a_path_relative_to_a_folder_descriptor_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative path is resolved against a folder descriptor (`dir_fd`) the audit event of
+    `os.open` does not carry: the seal resolved it against the working folder, so code in
+    the building thread that moved there into the private folder (os.chdir is no write)
+    created, removed and made folders anywhere through a descriptor of that folder."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    fd = os.open(victim, os.O_RDONLY)
+    try:
+        with sealed() as seal:
+            monkeypatch.chdir(seal.folder)
+            for act in (
+                lambda: os.close(os.open("planted.txt", os.O_WRONLY | os.O_CREAT, dir_fd=fd)),
+                lambda: os.remove("keep.txt", dir_fd=fd),
+                lambda: os.mkdir("__pycache__", dir_fd=fd),
+                lambda: os.rename("keep.txt", "moved.txt", src_dir_fd=fd, dst_dir_fd=fd),
+            ):
+                with pytest.raises(Refused):
+                    act()
+            monkeypatch.chdir(tmp_path)
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in victim.iterdir()) == ["keep.txt"]
+
+
+def test_a_sqlite_database_outside_the_private_folder_is_refused(tmp_path: Path) -> None:
+    """SQLite creates its file itself, not through Python's `open`: `sqlite3.connect` of a
+    path anywhere created it from the building thread. In memory, or in the private folder,
+    it is let through."""
+    import sqlite3
+
+    with sealed() as seal:
+        with pytest.raises(Refused):
+            sqlite3.connect(tmp_path / "planted.db")
+        sqlite3.connect(":memory:").execute("create table t (a)")
+        sqlite3.connect(os.path.join(seal.folder, "ours.db")).execute("create table t (a)")
+    assert list(tmp_path.iterdir()) == []

@@ -293,6 +293,40 @@ def test_close_ends_the_processes_the_child_started(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads /proc")
+def test_a_child_that_ended_between_requests_is_ended_with_its_group(tmp_path: Path) -> None:
+    """A child that answers, then ends by itself leaving a process it started (code run with
+    --trust-remote-code, from a thread the seal does not watch), is ended with its group
+    when the next request replaces it: before, the new child was started beside it, and
+    `close` ended only the new one's group (the `sleep 600` went on running)."""
+    pids = tmp_path / "pids"
+    script = (
+        "import os, subprocess\n"
+        "a = subprocess.Popen(['sleep', '600'])\n"
+        "open(sys.argv[1], 'w').write(f'{a.pid}\\n')\n"
+        "sys.stdout.write('{}\\n'); sys.stdout.flush()\n"
+        "os._exit(0)\n"
+    )
+    child = _stand_in(script, str(pids))
+    try:
+        assert child.ask({}) == {}
+        (started,) = [int(p) for p in _wait_for(pids).split()]
+        first = child._process
+        assert first is not None
+        for _ in range(1200):
+            if not _running(first.pid):
+                break
+            time.sleep(0.05)
+        child.start()  # the next request's child, in place of the one that ended
+        assert child._process is not first and first.returncode == 0
+        child.close()
+        assert not _running(started)
+    finally:
+        child.close()
+        with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+            os.kill(started, signal.SIGKILL)
+
+
 _GOOD = LoadVerdict(
     architecture="DeepseekV3ForCausalLM",
     missing=("a.weight_scale",),

@@ -177,8 +177,11 @@ class VerdictProcess:
 
     def _started(self) -> subprocess.Popen[bytes]:
         with self._state:
-            if self._process is not None and self._process.poll() is None:
-                return self._process
+            if self._process is not None:
+                if not _exited(self._process):
+                    return self._process
+                # It ended by itself since its last answer: what it started goes with it.
+                _end(self._process)
             # The child imports this very copy of the package, wherever it was imported from.
             root = str(Path(__file__).resolve().parents[3])
             path = os.environ.get("PYTHONPATH")
@@ -245,20 +248,36 @@ def _end(process: subprocess.Popen[bytes], *, grace: float = 0.0) -> None:
     SIGTERM and up to `grace` seconds to end, when `grace`; then SIGKILL."""
     if grace:
         _signal(process, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=grace)
+        deadline = time.monotonic() + grace
+        while not _exited(process) and time.monotonic() < deadline:
+            time.sleep(0.02)
     _signal(process, signal.SIGKILL)
     process.wait()
 
 
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether `process` ended, without reaping it: until it is reaped, its pid, and so the
+    id of the group it leads, is given to no other process (`_signal`)."""
+    if process.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except (AttributeError, ChildProcessError):  # no waitid (macOS), or reaped meanwhile
+        return process.poll() is not None
+
+
 def _signal(process: subprocess.Popen[bytes], number: signal.Signals) -> None:
-    """Send `number` to `process` and to the process group it leads. The group's id stays
-    taken while any member lives, even once the leader is reaped, so it reaches nothing
-    else; a group already gone (or a child that leads none) is no error."""
-    if hasattr(os, "killpg"):
+    """Send `number` to `process` and to the process group it leads, while it is not reaped:
+    a group id lives as long as its leader's zombie or any member, and once all are gone
+    the number can be a new process's (signalling it then could end a process not ours);
+    a group already gone (or a child that leads none) is no error."""
+    if not hasattr(os, "killpg"):
+        process.send_signal(number)
+    elif process.returncode is None:
+        # Not `process.send_signal`: it reaps the leader first when it can (`poll`), which
+        # would end the zombie's hold on the group's id before the group is signalled.
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, number)
-    process.send_signal(number)  # a no-op once it was reaped
 
 
 def read_answer(line: bytes, *, what: str = "the load check") -> dict[str, Any]:

@@ -46,6 +46,9 @@ class Seal:
 
     folder: str
     refused: list[str] = field(default_factory=list)
+    # `sys.pycache_prefix` (resolved) when the seal began: code in it may change the
+    # attribute, not what the seal lets through.
+    pycache_root: str | None = None
 
     def refuse(self, what: str) -> NoReturn:
         if len(self.refused) < _KEPT:
@@ -90,7 +93,8 @@ def sealed() -> Iterator[Seal]:
         _install_hook()
         folder = os.path.realpath(tempfile.mkdtemp(prefix="ckpt-inspect-sealed-"))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        seal = Seal(folder)
+        prefix = sys.pycache_prefix
+        seal = Seal(folder, pycache_root=os.path.realpath(prefix) if prefix else None)
         stack.callback(_forget, folder, list(sys.path), dict(sys.modules))
         for target, name, value in _switches(seal):
             _switch(stack, target, name, value)
@@ -261,17 +265,55 @@ def _open(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
     writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
         isinstance(flags, int) and flags & _WRITE_FLAGS
     )
-    if writes and not _writable(seal, path, event) and not _library_setup():
+    # importlib creates its temp file anew (O_EXCL: never through a link, never over a file).
+    fresh = isinstance(flags, int) and flags & _FRESH == _FRESH
+    if writes and not _writable(seal, path, "temp" if fresh else None) and not _library_setup():
         seal.refuse(f"writing {short_repr(_text(path), limit=160)} ({event})")
 
 
-def _writes(positions: Sequence[int]) -> Callable[[Seal, str, tuple[Any, ...]], None]:
+def _writes(
+    positions: Sequence[int], bytecode: str | None = None
+) -> Callable[[Seal, str, tuple[Any, ...]], None]:
+    """The rule for an act changing the paths at `positions`; `bytecode` is the one kind of
+    importlib's bytecode writes (`_bytecode`) the act may make."""
+
     def rule(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
         for i in positions:
-            if i < len(args) and not _writable(seal, args[i], event) and not _library_setup():
+            if i < len(args) and not _writable(seal, args[i], bytecode) and not _library_setup():
                 seal.refuse(f"changing {short_repr(_text(args[i]), limit=160)} ({event})")
 
     return rule
+
+
+def _database(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
+    """sqlite3.connect: SQLite opens (and creates) the file itself, past the `open` event;
+    an in-memory database writes nothing."""
+    database = args[0] if args else None
+    text = _text(database)
+    if text in ("", ":memory:") or text.startswith("file::memory:"):
+        return
+    if not _writable(seal, database, None) and not _library_setup():
+        seal.refuse(f"changing {short_repr(text, limit=160)} ({event})")
+
+
+def _rename(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
+    """os.rename / os.replace: importlib renames its temp file onto the `.pyc` beside it,
+    and nothing else onto a `.pyc` (a link made in the private folder, another file)."""
+    src, dst = (*args, None, None)[:2]
+    if not _writable(seal, src, "temp") and not _library_setup():
+        seal.refuse(f"changing {short_repr(_text(src), limit=160)} ({event})")
+    paired = _writable(seal, src, "temp") and not _writable(seal, src, None)
+    if (
+        not _writable(seal, dst, None)
+        and not (paired and _is_temp_of(_text(src), _text(dst)) and _writable(seal, dst, "pyc"))
+        and not _library_setup()
+    ):
+        seal.refuse(f"changing {short_repr(_text(dst), limit=160)} ({event})")
+
+
+def _is_temp_of(src: str, dst: str) -> bool:
+    """`src` is importlib's temp name for `dst`: `<dst>.<id>`."""
+    return src.startswith(dst + ".") and src[len(dst) + 1 :].isdigit()
 
 
 def _library_setup() -> bool:
@@ -305,54 +347,58 @@ def _text(path: object) -> str:
         return str(path)
 
 
-def _writable(seal: Seal, path: object, event: str) -> bool:
-    """The private folder, /dev/null, an open descriptor, and Python's bytecode cache (in
-    `__pycache__`, or what `_bytecode` allows under `sys.pycache_prefix`)."""
+def _writable(seal: Seal, path: object, bytecode: str | None) -> bool:
+    """The private folder, /dev/null, an open descriptor, and, when `bytecode` names the
+    kind of write the act is, Python's bytecode cache as importlib writes it (`_bytecode`).
+    Never a relative path: it may be relative to a folder descriptor (`dir_fd`) that the
+    event does not carry (`os.open`'s), not to the working folder."""
     if path is None or isinstance(path, int):
         return True
     try:
-        full = os.path.realpath(os.fsdecode(path))  # type: ignore[arg-type]
+        text = os.fsdecode(path)  # type: ignore[arg-type]
+        full = os.path.realpath(text)
     except (TypeError, ValueError):
+        return False
+    if not os.path.isabs(text):
         return False
     if full == os.devnull or _inside(seal.folder, full):
         return True
-    name = os.path.basename(full)
-    return (
-        name == "__pycache__"
-        or (os.path.basename(os.path.dirname(full)) == "__pycache__" and ".pyc" in name)
-        or _bytecode(full, event)
-    )
+    return bytecode is not None and _bytecode(seal, full) == bytecode
 
 
-# What importlib writes under `sys.pycache_prefix` (`SourceFileLoader.set_data`): for the
-# source `/a/b/m.py`, the folders of `<prefix>/a/b` one by one (os.mkdir), then
-# `<prefix>/a/b/m.<tag>[.opt-N].pyc.<id>` (open), renamed to the `.pyc` (os.rename) or
-# removed when that fails (os.remove).
+# What importlib writes for the source `/a/b/m.py` (`SourceFileLoader.set_data`): the folder
+# `/a/b/__pycache__` (os.mkdir), the temp file `/a/b/__pycache__/m.<tag>[.opt-N].pyc.<id>`
+# (os.open with O_EXCL), renamed onto the `.pyc` (os.replace) or removed when that fails
+# (os.remove). Under `sys.pycache_prefix` the same names, with `<prefix>/a/b` for
+# `/a/b/__pycache__` and each of its folders made one by one.
 _PYC = re.compile(
-    rf"[^.]+\.{re.escape(sys.implementation.cache_tag or '-')}(?:\.opt-\d+)?\.pyc(?:\.\d+)?"
+    rf"([^.]+)\.{re.escape(sys.implementation.cache_tag or '-')}(?:\.opt-\d+)?\.pyc(\.\d+)?"
 )
+_FRESH = os.O_CREAT | os.O_EXCL
 
 
-def _bytecode(full: str, event: str) -> bool:
-    """True for exactly the writes importlib makes under `sys.pycache_prefix` (PYTHONPYCACHEPREFIX:
-    with it, no bytecode goes into `__pycache__`): a folder of the tree mirroring a folder that
-    exists, and a bytecode file (or its temp file) of a `.py` file that exists. Nothing else
-    there, and no other act (a link, a mode change) even on those names."""
-    prefix = sys.pycache_prefix
-    if not prefix:
-        return False
-    root = os.path.realpath(prefix)
-    if not _inside(root, full):
-        return False
-    mirrored = full[len(root) :] or os.sep  # the source's own path
-    if event == "os.mkdir":
-        return os.path.isdir(mirrored)
-    if event not in ("open", "os.rename", "os.remove"):
-        return False
-    folder, name = os.path.split(mirrored)
-    return _PYC.fullmatch(name) is not None and os.path.isfile(
-        os.path.join(folder, name.partition(".")[0] + ".py")
-    )
+def _bytecode(seal: Seal, full: str) -> str | None:
+    """What importlib would write at the resolved path `full`: "folder" (a cache folder of an
+    existing source folder), "temp" (the temp file of the bytecode of an existing `.py`
+    file), "pyc" (that bytecode), or None (nothing importlib writes). The seal lets each
+    through for the one act importlib makes on it, no other (a link, a mode change)."""
+    root = seal.pycache_root
+    if root is not None and _inside(root, full):
+        mirrored = full[len(root) :] or os.sep  # the source's own path
+        if os.path.isdir(mirrored):
+            return "folder"
+        source_folder, name = os.path.split(mirrored)
+    else:
+        folder, name = os.path.split(full)
+        if name == "__pycache__":
+            return "folder" if os.path.isdir(folder) else None
+        if os.path.basename(folder) != "__pycache__":
+            return None
+        source_folder = os.path.dirname(folder)
+    found = _PYC.fullmatch(name)
+    if found is None or not os.path.isfile(os.path.join(source_folder, found[1] + ".py")):
+        return None
+    return "temp" if found[2] else "pyc"
 
 
 def _inside(folder: str, path: str) -> bool:
@@ -398,8 +444,6 @@ _RULES: dict[str, Callable[[Seal, str, tuple[Any, ...]], None]] = {
     "open": _open,
     **dict.fromkeys(
         (
-            "os.mkdir",
-            "os.remove",
             "os.rmdir",
             "os.truncate",
             "os.chmod",
@@ -427,7 +471,11 @@ _RULES: dict[str, Callable[[Seal, str, tuple[Any, ...]], None]] = {
         ),
         _writes((1,)),
     ),
-    **dict.fromkeys(("os.rename", "shutil.move"), _writes((0, 1))),
+    "os.mkdir": _writes((0,), "folder"),
+    "os.remove": _writes((0,), "temp"),
+    "os.rename": _rename,
+    "sqlite3.connect": _database,
+    "shutil.move": _writes((0, 1)),
 }
 
 
