@@ -189,3 +189,25 @@ def test_scanned_after_substitutes_the_planned_json_and_shares_the_tables(demos)
     # Nothing on disk changed.
     assert scan(demos["modelopt-1422"]).index.weight_map == scanned.index.weight_map
     assert check(after) == []
+
+
+def test_an_unindexed_copy_of_an_indexed_shard_is_not_an_index_missing_0_tensors(tmp_path):
+    # huggingface_hub's writer, then a shard copied under a name the index does not give: its
+    # one tensor is listed (from the original), so the index misses no tensor.
+    torch = pytest.importorskip("torch")
+    from huggingface_hub import save_torch_state_dict
+
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    state = {f"model.layers.{i}.w": torch.zeros(64, 64) for i in range(4)}
+    save_torch_state_dict(state, folder, max_shard_size="20KB")
+    first = sorted(folder.glob("model-0*.safetensors"))[0]
+    shutil.copy(first, folder / "extra.safetensors")
+    scanned = scan(folder)
+    findings = check(scanned)
+    assert {f.code for f in findings} == {Code.DUPLICATE_TENSOR, Code.UNINDEXED_FILE}
+    problems = group_problems(scanned, findings)
+    assert "index-misses-tensors" not in [p.key for p in problems]
+    assert not any("misses 0" in p.title for p in problems)
+    (unindexed,) = [p for p in problems if Code.UNINDEXED_FILE in {f.code for f in p.findings}]
+    assert unindexed.severity.name == "WARNING" and "extra.safetensors" in unindexed.title

@@ -373,6 +373,11 @@ def _index_misses(x: _Facts) -> dict[str, Any] | None:
         return None
     # Names the readable shards hold and the index lacks: the index rule's, kept with the scan.
     missing = unlisted_names(x.scanned)
+    if not missing:
+        # An unindexed file whose every tensor the index lists from another shard: the index
+        # misses nothing ("misses 0 tensors" said otherwise), so the file's finding is told
+        # in its own words (or by a later rule), at its own severity.
+        return None
     pending = x.pending
     # The totals are short by exactly these tensors' bytes: the same cause, not a second one.
     totals = [f for f in pending if f.code in _TOTALS]
