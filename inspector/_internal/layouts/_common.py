@@ -26,7 +26,7 @@ from inspector._internal.checkpoint.scanned import (
     ScannedCheckpoint,
 )
 from inspector._internal.checkpoint.spec import SPEC_KEYS, ModelSpec, spec_from_config
-from inspector._internal.common.columns import Coded, frozen
+from inspector._internal.common.columns import Coded, code_table, frozen
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME, RECIPE_NAME
 from inspector._internal.common.progress import track
@@ -360,8 +360,7 @@ def weight_map_columns(
         return None
     names: list[str] = []
     codes: list[np.ndarray] = []
-    index: defaultdict[str, int] = defaultdict()
-    index.default_factory = index.__len__  # a new file's code is the count so far
+    index: defaultdict[str, int] = code_table()
     decoder = _files_decoder(shard_files)
     at = start
     while at < end:
