@@ -3,10 +3,14 @@ damaged the way real exports go wrong."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+import typing
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pytest
 import safetensors.numpy
@@ -571,3 +575,85 @@ def test_index_holders_by_runs_equal_the_lookup_of_every_name(
     names = tuple(dict.fromkeys([*listed[:cut], *tail, *extra]))
     expected = [held.first.get(name, -1) for name in names]
     assert index_check._holders(names, held).tolist() == expected
+
+
+# msgspec's string tables hash with murmur2 and no seed (`_common._LITERAL_FILES`).
+_MURMUR = 0x5BD1E995
+_WORD = 0xFFFFFFFF
+
+
+def _mix(k: int) -> int:
+    k = (k * _MURMUR) & _WORD
+    return ((k ^ (k >> 24)) * _MURMUR) & _WORD
+
+
+def _unmix(h: int) -> int:
+    inverse = pow(_MURMUR, -1, 1 << 32)
+    h = (h * inverse) & _WORD
+    return ((h ^ (h >> 24)) * inverse) & _WORD
+
+
+def _one_hash_names(count: int) -> list[str]:
+    """`count` file names of one length and one murmur2 hash: `m-` and two 8-byte blocks of
+    [a-z0-9], each block pair taking the hash state to the same value (its second word
+    solved for), then `.safetensors`."""
+    alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789"
+    words = [int.from_bytes(bytes(w), "little") for w in itertools.product(alphabet, repeat=4)]
+    allowed = set(alphabet)
+
+    def blocks(state: int) -> tuple[list[bytes], int]:
+        start = (state * _MURMUR) & _WORD
+        goal = (((start ^ _mix(words[0])) * _MURMUR) & _WORD) ^ _mix(words[0])
+        found = []
+        for first in words:
+            second = _unmix(goal ^ (((start ^ _mix(first)) * _MURMUR) & _WORD))
+            tail = second.to_bytes(4, "little")
+            if set(tail) <= allowed:
+                found.append(first.to_bytes(4, "little") + tail)
+                if len(found) * len(found) >= count:
+                    return found, goal
+        raise AssertionError("too few blocks")
+
+    head, suffix = b"m-", b".safetensors"
+    padded = head + b"0" * (4 - len(head) % 4)  # whole words before the blocks
+    state = len(padded) + 16 + len(suffix)
+    for at in range(0, len(padded), 4):
+        state = ((state * _MURMUR) & _WORD) ^ _mix(int.from_bytes(padded[at : at + 4], "little"))
+    first, state = blocks(state)
+    second, _ = blocks(state)
+    return [(padded + a + b + suffix).decode() for a in first for b in second][:count]
+
+
+def test_shard_files_sharing_one_hash_are_not_a_literal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A folder of 200 shards whose names share msgspec's hash, named by a large index: each
+    entry's decode walked past all of them (60,000 files: scan 4x slower), so that many files
+    are decoded as plain strings, and the index reads as a JSON reader reads it."""
+    from inspector._internal.layouts import _common
+
+    monkeypatch.setattr(_common, "_PIECE_BYTES", 200)  # many pieces from a small file
+    count = 200
+    state = {f"model.layers.{i}.mlp.weight": torch.zeros(1) for i in range(count)}
+    save_torch_state_dict(state, tmp_path, max_shard_size=4)  # one tensor a shard
+    doc = json.loads((tmp_path / INDEX).read_text())
+    written = sorted(set(doc["weight_map"].values()))
+    hostile = dict(zip(written, _one_hash_names(count), strict=True))
+    for old, new in hostile.items():
+        (tmp_path / old).rename(tmp_path / new)
+    doc["weight_map"] = {k: hostile[v] for k, v in doc["weight_map"].items()}
+    _write_index(tmp_path, doc)
+    literals: list[tuple[str, ...]] = []
+    real = msgspec.json.Decoder
+
+    def spy(kind: Any = Any, **options: Any) -> Any:
+        value = typing.get_args(kind)[1:] if typing.get_origin(kind) is dict else ()
+        if value and typing.get_origin(value[0]) is typing.Literal:
+            literals.append(typing.get_args(value[0]))
+        return real(kind, **options)
+
+    monkeypatch.setattr(msgspec.json, "Decoder", spy)
+    scanned = scan(tmp_path)
+    assert not any(set(names) & set(hostile.values()) for names in literals)
+    assert scanned.index is not None
+    assert dict(scanned.index.weight_map) == doc["weight_map"]

@@ -31,7 +31,7 @@ from inspector._internal.checkpoint.spec import (
     ModelSpec,
     layer_types_from_config,
 )
-from inspector._internal.common.columns import Coded
+from inspector._internal.common.columns import Coded, code_table
 from inspector._internal.findings.finding import Finding
 from inspector._internal.formats.safetensors import ShardHeader
 
@@ -385,8 +385,7 @@ def _codes(values: Iterable[str], count: int = -1) -> tuple[np.ndarray, list[str
     if count < 0:
         values = list(values)
         count = len(values)
-    index: defaultdict[str, int] = defaultdict()
-    index.default_factory = index.__len__
+    index: defaultdict[str, int] = code_table()
     codes = np.fromiter(map(index.__getitem__, values), dtype=np.int64, count=count)
     return codes, [str(u) for u in index]
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import count as counter
 from typing import Generic, TypeVar
 
 import numpy as np
 
-__all__ = ["Coded", "frozen", "int64s"]
+__all__ = ["Coded", "code_table", "frozen", "int64s"]
 
 T = TypeVar("T", bound=Hashable)
 
@@ -26,6 +27,16 @@ def frozen(array: np.ndarray) -> np.ndarray:
     """`array`, made read-only (records holding it are immutable)."""
     array.flags.writeable = False
     return array
+
+
+def code_table() -> defaultdict[T, int]:
+    """A dict that gives each key it does not hold yet the next code (0, 1, ...), so that
+    `map(table.__getitem__, values)` codes values in first-seen order in one C-level pass.
+    The codes come from a counter, not from the dict's own `__len__`: a dict whose default
+    factory is its own bound method is a reference cycle, which only the collector frees, and
+    `check` freezes what the scan left (`cli.args.settled`): every shard's codings stayed
+    until the end (a header of 200,000 distinct shapes: 38 MB more at the peak)."""
+    return defaultdict(counter().__next__)
 
 
 def int64s(values: Iterable[int], count: int = -1) -> np.ndarray:
@@ -58,8 +69,7 @@ class Coded(Generic[T]):
         if count < 0:
             values = list(values)
             count = len(values)
-        index: defaultdict[T, int] = defaultdict()
-        index.default_factory = index.__len__
+        index: defaultdict[T, int] = code_table()
         codes = np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=count)
         return cls(frozen(codes), tuple(index))
 

@@ -26,7 +26,7 @@ from inspector._internal.checkpoint.scanned import (
     ScannedCheckpoint,
 )
 from inspector._internal.checkpoint.spec import SPEC_KEYS, ModelSpec, spec_from_config
-from inspector._internal.common.columns import Coded, frozen
+from inspector._internal.common.columns import Coded, code_table, frozen
 from inspector._internal.common.display import legible
 from inspector._internal.common.filenames import CONFIG_NAME, QUANT_CONFIG_NAME, RECIPE_NAME
 from inspector._internal.common.progress import track
@@ -301,6 +301,14 @@ def _same(keys: list[str]) -> list[str]:
 _PIECE_BYTES = 4 << 20
 _WEIGHT_MAP = re.compile(rb'"weight_map"\s*:\s*\{')
 _PIECE_DECODER = msgspec.json.Decoder(dict[str, str])
+# The most shard files whose names are decoded as a Literal (`_files_decoder`). msgspec
+# finds a Literal's string in an open-addressing table keyed by murmur2 with no seed, so
+# a folder can hold files whose names share one hash (8-byte blocks solved for it, of
+# letters, digits, `_` and `-`), and then each entry naming one walks past all of them:
+# 60,000 such files took scan 35.6 CPU-s against 8.6 s with plain strings (15,000: 0.8 s
+# more). With at most 128, 300,000 entries naming such files decode in 0.13 s against
+# 0.09 s as plain strings; 128 files of writer names, 0.08 s.
+_LITERAL_FILES = 128
 
 
 def weight_map_columns(
@@ -326,7 +334,8 @@ def weight_map_columns(
     `shard_files` (the files the index should name) are decoded as a Literal: msgspec gives
     each entry that names one of them the one string of its file, no string per entry and no
     hash per coding (10 ms at 300,000 tensors); from the first piece that names another
-    file, every value is decoded as a string.
+    file, every value is decoded as a string. Only up to `_LITERAL_FILES` files: more are
+    decoded as strings from the start.
     """
     if len(data) < _PIECE_BYTES:
         return None
@@ -351,8 +360,7 @@ def weight_map_columns(
         return None
     names: list[str] = []
     codes: list[np.ndarray] = []
-    index: defaultdict[str, int] = defaultdict()
-    index.default_factory = index.__len__  # a new file's code is the count so far
+    index: defaultdict[str, int] = code_table()
     decoder = _files_decoder(shard_files)
     at = start
     while at < end:
@@ -383,11 +391,12 @@ def weight_map_columns(
 
 def _files_decoder(files: Sequence[str]) -> msgspec.json.Decoder[dict[str, str]]:
     """The decoder of weight map pieces whose values are among `files` (see
-    `weight_map_columns`); the plain one without files."""
-    if not files:
+    `weight_map_columns`); the plain one without files or with more than `_LITERAL_FILES`."""
+    distinct = tuple(dict.fromkeys(files))
+    if not distinct or len(distinct) > _LITERAL_FILES:
         return _PIECE_DECODER
-    known = Literal[tuple(dict.fromkeys(files))]  # type: ignore[valid-type]
-    return msgspec.json.Decoder(dict[str, known])  # type: ignore[valid-type]
+    known = Literal[distinct]  # type: ignore[valid-type]
+    return msgspec.json.Decoder(dict[str, known])
 
 
 def _drop_unsafe(
