@@ -714,12 +714,27 @@ def _lead(finding: Finding, meaning: str) -> str:
     """The title of an issue of one finding: its message's first clause, or, when that is
     longer than `_TITLE_LIMIT`, the finding's file and the code's meaning (the project's own
     words, so its asides can go), cut at a word only if the file name is huge."""
-    lead = finding.message.split("; ")[0]
+    lead = _first_clause(finding.message)
     if len(lead) <= _TITLE_LIMIT:
         return lead
     meaning = re.sub(r" \([^()]*\)", "", meaning)
     text = f"{finding.file}: {meaning[0].lower()}{meaning[1:]}" if finding.file else meaning
     return cut_at_word(text, _TITLE_LIMIT)
+
+
+def _first_clause(message: str) -> str:
+    """`message` up to its first "; " outside parentheses: a "; " inside an aside ("1 tensor
+    (layers 0; e.g. x)") does not end the clause, and cutting there left a title with an
+    unclosed parenthesis."""
+    depth = 0
+    for i, char in enumerate(message):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == ";" and not depth and message.startswith("; ", i):
+            return message[:i]
+    return message
 
 
 def _codes(*codes: Code) -> Callable[[Finding], bool]:
