@@ -43,7 +43,7 @@ from inspector._internal.checkpoint.tensor_shards import (
     normalized,
 )
 from inspector._internal.common.display import legible
-from inspector._internal.common.filenames import CONFIG_NAME, WELL_KNOWN, is_well_known
+from inspector._internal.common.filenames import CONFIG_NAME, role_of
 from inspector._internal.common.text import examples, plural, short_repr
 from inspector._internal.common.units import format_count
 from inspector._internal.findings.codes import Code, code_set
@@ -335,11 +335,12 @@ def _indexed_file_findings(
     listed = view.names_at(unheld)
     for file, names in sorted(listed.items()):
         shard = held.by_file.get(file)
-        if shard is None and is_well_known(file):
+        if shard is None:
             drift.unheld_count += len(names)
-            findings.append(_not_a_shard(index_file, file, names, held))
-        elif shard is None:
-            drift.unheld_count += len(names)
+            role = role_of(file)
+            if role is not None:
+                findings.append(_not_a_shard(index_file, file, role, names, held))
+                continue
             absent.append(file)
             if len(absent) <= total:
                 findings.append(_missing_file(index_file, file, names, held))
@@ -365,18 +366,20 @@ def _indexed_file_findings(
     return findings
 
 
-def _not_a_shard(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:
-    """index-wrong-file for entries naming a file whose name gives it another role (the
-    config, the index itself): the scan does not read it as a shard, and what is wrong is
-    the entry, never the file."""
-    role = WELL_KNOWN.get(file.rsplit("/", 1)[-1], "an index")
+def _held_elsewhere(names: list[str], held: HeldTensors) -> tuple[int, list[str]]:
+    """How many of `names` the readable shards hold, and in which files."""
     elsewhere = [n for n in names if n in held.first]
-    where = (
-        f"; the shards hold {len(elsewhere):,} of them "
-        f"({examples(sorted({f for n in elsewhere for f in held.holders(n)}))})"
-        if elsewhere
-        else ""
-    )
+    return len(elsewhere), sorted({f for n in elsewhere for f in held.holders(n)})
+
+
+def _not_a_shard(
+    index_file: str, file: str, role: str, names: list[str], held: HeldTensors
+) -> Finding:
+    """index-wrong-file for entries naming a file whose name gives it another role (`role`:
+    the config, the index itself): the scan does not read it as a shard, and what is wrong
+    is the entry, never the file."""
+    count, files = _held_elsewhere(names, held)
+    where = f"; the shards hold {count:,} of them ({examples(files)})" if count else ""
     msg = (
         f"{legible(index_file)} maps {plural(len(names), 'tensor')} to {legible(file)} "
         f"(e.g. {examples(sorted(names))}), which is {role}, not a shard: those entries are "
@@ -387,12 +390,11 @@ def _not_a_shard(index_file: str, file: str, names: list[str], held: HeldTensors
 
 
 def _missing_file(index_file: str, file: str, names: list[str], held: HeldTensors) -> Finding:
-    elsewhere = [n for n in names if n in held.first]
+    count, files = _held_elsewhere(names, held)
     where = ""
-    if elsewhere:
-        files = sorted({f for n in elsewhere for f in held.holders(n)})
+    if count:
         where = (
-            f"; {len(elsewhere):,} of them are in other shards ({examples(files)}), so the "
+            f"; {count:,} of them are in other shards ({examples(files)}), so the "
             "shard may have been renamed"
         )
     msg = (

@@ -35,6 +35,7 @@ __all__ = [
     "TORCH_DIST_METADATA_JSON",
     "WELL_KNOWN",
     "is_well_known",
+    "role_of",
 ]
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -114,8 +115,16 @@ WELL_KNOWN: Mapping[str, str] = MappingProxyType(
 )
 
 
-def is_well_known(name: str) -> bool:
-    """True when the file `name` (a name in the folder, or a path whose last part is
-    judged) has a role fixed by its name: a row of `WELL_KNOWN` or any `*.index.json`."""
+def role_of(name: str) -> str | None:
+    """The role the file `name` (a name in the folder, or a path whose last part is judged)
+    has by its name alone, in words ("the model config"): a row of `WELL_KNOWN`, or "an
+    index" for any other `*.index.json`; None for a name that fixes no role."""
     base = name.rsplit("/", 1)[-1]
-    return base in WELL_KNOWN or base.endswith(INDEX_SUFFIX)
+    if base in WELL_KNOWN:
+        return WELL_KNOWN[base]
+    return "an index" if base.endswith(INDEX_SUFFIX) else None
+
+
+def is_well_known(name: str) -> bool:
+    """True when the file `name` has a role fixed by its name (`role_of`)."""
+    return role_of(name) is not None

@@ -48,8 +48,8 @@ from inspector._internal.common.filenames import (
     BIN_INDEX_NAME,
     INDEX_NAME,
     QUANT_CONFIG_NAME,
-    WELL_KNOWN,
     is_well_known,
+    role_of,
 )
 from inspector._internal.common.text import examples, plural
 from inspector._internal.diagnosis.issues import INDEX_REBUILT_FOR, Problem
@@ -607,8 +607,8 @@ def unowned_target(
     what = f"the {role}" + (f" of {shard}" if shard else "") if role else "a new file"
     if names and named is None:
         raise ValueError(f"{rel}: a repair writes the {role} only as {' or '.join(names)}")
-    if named is None and is_well_known(rel):
-        known = WELL_KNOWN.get(rel.rsplit("/", 1)[-1], "an index")
+    known = role_of(rel) if named is None else None
+    if known is not None:
         return (
             f"{rel} is {known}, never {what}: it is not written (rename "
             f"{shard or 'the file'} if it belongs to this checkpoint, then repair again)"
