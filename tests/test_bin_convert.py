@@ -36,6 +36,7 @@ from inspector._internal.common.filenames import (
     CONFIG_NAME,
     GENERATION_CONFIG_NAME,
     INDEX_NAME,
+    SAFETENSORS_WEIGHTS_NAME,
 )
 from inspector._internal.diagnosis.issues import group_problems
 from inspector._internal.load.verdict import load_verdict
@@ -109,11 +110,11 @@ def views() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize(
     ("case", "files"),
     [
-        ("torch-save/storage-layouts", ["model.safetensors"]),
-        ("torch-save/state-dict", [CONFIG_NAME, "model.safetensors"]),
+        ("torch-save/storage-layouts", [SAFETENSORS_WEIGHTS_NAME]),
+        ("torch-save/state-dict", [CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME]),
         (
             "transformers4/llama-single",
-            [CONFIG_NAME, GENERATION_CONFIG_NAME, "model.safetensors"],
+            [CONFIG_NAME, GENERATION_CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME],
         ),
         (
             "transformers4/mixtral-sharded",
@@ -163,7 +164,8 @@ def test_cli_consolidate_keeps_the_bin_files_unless_a_size_is_given(
     assert len(list((tmp_path / "a").glob("model-0000?-of-00003.safetensors"))) == 3
     args = ["consolidate", src, str(tmp_path / "b"), "--no-progress", "--max-shard-size", "1MB"]
     assert main(args) == 0
-    assert sorted(p.name for p in (tmp_path / "b").glob("*.safetensors")) == ["model.safetensors"]
+    written = sorted(p.name for p in (tmp_path / "b").glob("*.safetensors"))
+    assert written == [SAFETENSORS_WEIGHTS_NAME]
     assert not (tmp_path / "b" / ST_INDEX).exists()
 
 
@@ -262,7 +264,7 @@ def test_repair_reshard_converts_a_bin_folder_in_place(
     out = capsys.readouterr().out
     assert "no index: one file" in out and "re-check: no findings" in out
     names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    assert names == [CONFIG_NAME, GENERATION_CONFIG_NAME, "model.safetensors"]
+    assert names == [CONFIG_NAME, GENERATION_CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME]
     backup = next((folder / ".ckpt-inspect-backup").iterdir())
     assert sorted(p.name for p in backup.iterdir()) == sorted(
         [BIN_INDEX, *(f"pytorch_model-0000{i}-of-00003.bin" for i in (1, 2, 3))]

@@ -39,7 +39,7 @@ from inspector._internal.checkpoint import naming
 from inspector._internal.checkpoint.naming import parse_name, parse_names
 from inspector._internal.checks import coverage as cov
 from inspector._internal.checks.dcp import _missing_rank_files
-from inspector._internal.common.filenames import QUANT_CONFIG_NAME
+from inspector._internal.common.filenames import QUANT_CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME
 
 GROWN_BYTES = 400_000_000
 
@@ -179,7 +179,7 @@ def test_50000_names_with_numbers_inside_words(
         f"t{i}": TensorSpec(dtype="uint8", shape=(1,), data_ptr=start + i, data_len=1)
         for i in range(n)
     }
-    serialize_file(specs, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    serialize_file(specs, str(folder / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})
     result = probe(folder)
     assert result["tensors"] == n
     # About 9 calls per name (the header's entries, the checks' columns): linear.
@@ -259,8 +259,8 @@ def test_diff_against_a_reference_with_4000_expert_modules(tmp_path: Path) -> No
         a.mkdir()
         b.mkdir()
         one = np.zeros((1,), np.float32)
-        save_file({f"m{i}.experts.0.w": one for i in range(n)}, str(a / "model.safetensors"))
-        save_file({f"m{i}.experts.w": one for i in range(n)}, str(b / "model.safetensors"))
+        save_file({f"m{i}.experts.0.w": one for i in range(n)}, str(a / SAFETENSORS_WEIGHTS_NAME))
+        save_file({f"m{i}.experts.w": one for i in range(n)}, str(b / SAFETENSORS_WEIGHTS_NAME))
         scanned_a, scanned_b = scan(a), scan(b)
         return calls(lambda: diff_checkpoints(scanned_a, scanned_b, reference=True))
 
@@ -291,7 +291,7 @@ def test_an_expert_numbered_999999999_is_reported_in_ranges(tmp_path: Path) -> N
         for proj in ("gate_proj", "up_proj", "down_proj")
     ]
     names[-1] = "model.layers.1.mlp.experts.999999999.down_proj.weight"
-    save_file(dict.fromkeys(names, tensor), str(tmp_path / "model.safetensors"))
+    save_file(dict.fromkeys(names, tensor), str(tmp_path / SAFETENSORS_WEIGHTS_NAME))
     argv = [sys.executable, "-m", "inspector", "check", str(tmp_path), "--no-model", "--json"]
     done = subprocess.run(argv, capture_output=True, text=True, preexec_fn=limited, timeout=300)
     assert done.returncode == 1, done.stderr
@@ -318,7 +318,7 @@ def test_thousands_of_wildcard_exclusions_end_in_a_finding(tmp_path: Path) -> No
     scales = {
         f"model.layers.{i}.mlp.up_proj.weight_scale": np.ones((1,), np.float32) for i in range(2000)
     }
-    save_file({**weights, **scales}, str(folder / "model.safetensors"))
+    save_file({**weights, **scales}, str(folder / SAFETENSORS_WEIGHTS_NAME))
     doc = {
         "quantization": {
             "quant_algo": "MIXED_PRECISION",

@@ -16,7 +16,7 @@ import pytest
 from inspector.widgets import Dashboard as _Dashboard
 from inspector.widgets.dashboard import CheckpointState
 
-from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME
+from inspector._internal.common.filenames import CONFIG_NAME, INDEX_NAME, SAFETENSORS_WEIGHTS_NAME
 from inspector._internal.findings.finding import CODE_HELP, CODES, make_finding
 from inspector._internal.plans.consolidate import reference_assignment
 from inspector._internal.report.html import scanned_html
@@ -393,7 +393,7 @@ def test_dense_checkpoint_has_no_expert_picker(tmp_path: Path):
     folder = tmp_path / "dense"
     folder.mkdir()
     state = {f"model.layers.{i}.mlp.up_proj.weight": torch.ones(8, 4) for i in range(3)}
-    save_file(state, folder / "model.safetensors", metadata={"format": "pt"})
+    save_file(state, folder / SAFETENSORS_WEIGHTS_NAME, metadata={"format": "pt"})
     dash = Dashboard(folder, model=False)
     experts = dash.select("Experts")
     assert experts.layer.options == ()
@@ -1804,7 +1804,7 @@ def test_the_expert_grid_is_known_without_building_the_tables(demos: Path, tmp_p
     lost = tmp_path / "experts-lost"
     lost.mkdir()
     shutil.copy(healthy / CONFIG_NAME, lost / CONFIG_NAME)
-    save_file(kept, str(lost / "model.safetensors"), metadata={"format": "pt"})
+    save_file(kept, str(lost / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})
     gone = scan(lost)
     assert has_expert_grid(gone)
     assert len(gone.experts) and not gone.experts["tensors_found"].any()
@@ -1812,6 +1812,6 @@ def test_the_expert_grid_is_known_without_building_the_tables(demos: Path, tmp_p
     bare.mkdir()
     outside = {n: t for n, t in kept.items() if ".layers." not in n}
     assert outside, "the demo's tensors changed: this case would check nothing"
-    save_file(outside, str(bare / "model.safetensors"), metadata={"format": "pt"})
+    save_file(outside, str(bare / SAFETENSORS_WEIGHTS_NAME), metadata={"format": "pt"})
     none = scan(bare)
     assert not has_expert_grid(none) and not len(none.experts)

@@ -12,6 +12,8 @@ import ipywidgets as w
 import pytest
 from inspector.widgets import Dashboard
 
+from inspector._internal.common.filenames import SAFETENSORS_WEIGHTS_NAME
+
 DRIFT = "modelopt-1422-sidecar-drift"
 
 # Every dashboard a test makes is closed after it (conftest.py).
@@ -327,13 +329,13 @@ def test_a_rescan_of_a_folder_that_held_no_tensors_renews_the_tensors_tab(tmp_pa
 
     folder = tmp_path / "ckpt"
     folder.mkdir()
-    save_file({}, str(folder / "model.safetensors"))
+    save_file({}, str(folder / SAFETENSORS_WEIGHTS_NAME))
     dash = Dashboard(folder, progress=False, snapshot=False, model=False)
     dash.worker_delay = 0
     tensors = dash.select("Tensors")
     assert tensors.table.size() == 0
     one = np.zeros((2, 2), np.float32)
-    save_file({"a.weight": one, "b.bias": one}, str(folder / "model.safetensors"))
+    save_file({"a.weight": one, "b.bias": one}, str(folder / SAFETENSORS_WEIGHTS_NAME))
     dash.refresh()
     dash.wait(60)
     assert dash.select("Tensors") is tensors and tensors.scanned is dash.scanned

@@ -22,6 +22,7 @@ from inspector.widgets.figures import (
 )
 from safetensors.numpy import save_file
 
+from inspector._internal.common.filenames import SAFETENSORS_WEIGHTS_NAME
 from inspector._internal.findings.finding import findings_to_frame, make_finding
 from inspector._internal.scan.entry import scan
 
@@ -569,7 +570,7 @@ def test_a_layer_zoom_holds_the_rows_of_its_recorded_experts(tmp_path: Path) -> 
     ids = [0, 1, 2, 3, 999_999_999]
     save_file(
         {f"model.layers.0.mlp.experts.{e}.{p}.weight": one for e in ids for p in ("up", "down")},
-        str(tmp_path / "model.safetensors"),
+        str(tmp_path / SAFETENSORS_WEIGHTS_NAME),
     )
     program = (
         "import json, sys\n"
