@@ -300,9 +300,10 @@ def _rename(seal: Seal, event: str, args: tuple[Any, ...]) -> None:
     """os.rename / os.replace: importlib renames its temp file onto the `.pyc` beside it,
     and nothing else onto a `.pyc` (a link made in the private folder, another file)."""
     src, dst = (*args, None, None)[:2]
-    if not _writable(seal, src, "temp") and not _library_setup():
+    temp = _writable(seal, src, "temp")
+    if not temp and not _library_setup():
         seal.refuse(f"changing {short_repr(_text(src), limit=160)} ({event})")
-    paired = _writable(seal, src, "temp") and not _writable(seal, src, None)
+    paired = temp and not _writable(seal, src, None)
     if (
         not _writable(seal, dst, None)
         and not (paired and _is_temp_of(_text(src), _text(dst)) and _writable(seal, dst, "pyc"))

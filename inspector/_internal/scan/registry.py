@@ -5,7 +5,7 @@ which never import it, and below the scan entry (`scan.entry`) that picks from i
 
 The registry names the modules, imported when detection reaches them or a layout is asked
 for by name: a sharded safetensors folder never imports the `.bin` and GGUF readers (their
-pickle and GGUF parsers: about 10 ms of every scan's start)."""
+pickle and GGUF parsers: 3.5-4 ms of CPU at every scan's start)."""
 
 from __future__ import annotations
 
