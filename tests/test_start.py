@@ -313,3 +313,24 @@ def test_the_dashboard_starts_without_pandas_or_plotly(demo_checkpoints: Path) -
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == []
+
+
+def test_main_given_argv_leaves_the_callers_blas_threads_alone(tmp_path: Path) -> None:
+    """One OpenBLAS thread is the command's own process setting (`cli.main.BLAS_THREADS_ENV`):
+    a program that calls `main(argv)` before importing numpy keeps OpenBLAS's threads."""
+    probe = (
+        "import os, sys\n"
+        "from inspector._internal.cli.main import main\n"
+        "main(['scan', sys.argv[1]])\n"
+        f"print(os.environ.get('{BLAS_THREADS_ENV}'), file=sys.stderr)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != BLAS_THREADS_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    assert proc.stderr.splitlines()[-1] == "None", proc.stderr[-2000:]

@@ -106,7 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_given = argv is not None
     argv = sys.argv[1:] if argv is None else list(argv)
     _share_the_heap()
-    _one_blas_thread()
+    if not argv_given:
+        _one_blas_thread()
     parser = _parser(
         _chosen(argv),
         asks_help=bool({"-h", "--help"} & set(argv)),
@@ -153,7 +154,8 @@ def _share_the_heap() -> None:
 # time, against 0.09 s and 0.1 s with one thread, on every command that reads a checkpoint.
 # No command multiplies matrices; the value statistics' dot products run in a thread per
 # core already. OpenBLAS reads the variable when numpy loads it: only a process that has not
-# imported numpy yet is told, and a variable the user set wins.
+# imported numpy yet is told, and a variable the user set wins. Only when this process is the
+# command (`main` without `argv`): a caller's own numpy, imported later, keeps its threads.
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 
