@@ -244,13 +244,14 @@ class FigureBox:
             if not self.widgets:
                 return
             figures = self._figures() if callable(self._figures) else self._figures
+            now = [figure.to_json() for figure, _ in figures]
             widgets = [
-                widget if drawn == figure.to_json() else figure_widget(figure, css)
-                for (figure, css), widget, drawn in zip(
-                    figures, self.widgets, self._drawn, strict=True
+                widget if drawn == json else figure_widget(figure, css)
+                for (figure, css), widget, drawn, json in zip(
+                    figures, self.widgets, self._drawn, now, strict=True
                 )
             ]
-            self._drawn = [figure.to_json() for figure, _ in figures]
+            self._drawn = now
             old, self.widgets = self.widgets, widgets
             self.box.children = tuple(widgets)
             for widget in old:
